@@ -1,0 +1,32 @@
+# Two commands do everything (see README): `make bench` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+# A tested torch release; pip takes a CPU build where one is on disk and the CUDA build on a GPU box.
+TORCH_SPEC ?= torch==2.13.0
+SUITE ?= efficiency
+BIN := $(VENV)/bin
+
+.PHONY: install bench test test-fast kernels-bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+bench: install
+	$(BIN)/python bench.py --suite $(SUITE)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+kernels-bench: install
+	$(BIN)/python -m pytest -q tests/test_kernel_benchmark.py --benchmark-only --benchmark-group-by=group
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,1 @@
+"""Fused attention kernels (Triton)."""

@@ -1,0 +1,176 @@
+"""The one contract every position method implements, and the attention helpers they share.
+
+A method is an ``nn.Module`` owned by the model (one instance, shared by all layers). The model
+calls ``embed`` once at the bottom of the network and ``attend`` in every layer. Positions are
+explicit tensors, so KV-cache decoding (``q_pos=[t]``, ``k_pos=[0..t]``) and interpolation
+(positions scaled by ``L_train / L_eval``, hence float) need no special case in any method.
+
+Causality is by index with bottom-right alignment: query row i (of Tq) sees key columns
+j <= i + (Tk - Tq). That is the usual rule for a KV cache, and it lets the common case
+(Tq == Tk, no bias) go to ``scaled_dot_product_attention(is_causal=True)``, PyTorch's fastest path.
+Positions must increase along the sequence and ``q_pos`` must be the last Tq entries of ``k_pos``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class ModelConfig:
+    """Shape of the language model; a method reads what it needs (heads, head_dim, d_model)."""
+
+    vocab_size: int = 256
+    n_layers: int = 2
+    d_model: int = 128
+    n_heads: int = 4
+    d_ff: int = 512
+    dropout: float = 0.0
+    method: str = "sinusoidal"
+    method_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for key in ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"model config: {key} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"model config: d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model config: dropout must be in [0, 1), got {self.dropout!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+class PositionMethod(nn.Module):
+    """Base class of every position method. Subclasses set ``name`` and override what they need.
+
+    Constructor: ``Method(cfg: ModelConfig, **options)``; an unknown option raises ``TypeError``.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+
+    def embed(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """x: (B, T, D) token embeddings; pos: (T,) positions. Default: no position information."""
+        return x
+
+    def attend(
+        self,
+        q: torch.Tensor,  # (B, H, Tq, hd)
+        k: torch.Tensor,  # (B, H, Tk, hd)
+        v: torch.Tensor,  # (B, H, Tk, hd)
+        q_pos: torch.Tensor,  # (Tq,)
+        k_pos: torch.Tensor,  # (Tk,)
+        layer: int,
+    ) -> torch.Tensor:  # (B, H, Tq, hd)
+        """Causal attention of every layer. Default: plain scaled dot-product attention."""
+        return causal_attention(q, k, v)
+
+    @classmethod
+    def unavailable(cls, device: torch.device | str, dtype: torch.dtype) -> str | None:
+        """Why this method cannot run on ``device`` in ``dtype``, or None when it can."""
+        return None
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared attention helpers
+
+
+def causal_mask(tq: int, tk: int, device) -> torch.Tensor:
+    """(Tq, Tk) bool, True where key j is visible to query i (bottom-right aligned)."""
+    i = torch.arange(tq, device=device)[:, None] + (tk - tq)
+    j = torch.arange(tk, device=device)[None, :]
+    return j <= i
+
+
+def causal_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Causal SDPA; ``bias`` (H, Tq, Tk) or (1, H, Tq, Tk), added to the scores unscaled.
+
+    Without a bias, square attention uses ``is_causal=True`` (flash kernels) and single-token
+    decoding uses no mask at all. With a bias, the causal mask is folded into it as -inf, and the
+    bias keeps a batch dimension of 1 so PyTorch broadcasts it instead of materialising B copies.
+    A bias whose dtype differs from q (float32 bias, half-precision compute) takes the explicit
+    path in float32, because SDPA wants the mask in the query's dtype.
+    """
+    tq, tk = q.shape[-2], k.shape[-2]
+    if bias is None:
+        if tq == tk:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if tq == 1:
+            return F.scaled_dot_product_attention(q, k, v)
+        mask = causal_mask(tq, tk, q.device)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    if bias.dim() == 3:
+        bias = bias[None]
+    if tq > 1:
+        bias = bias.masked_fill(~causal_mask(tq, tk, q.device), float("-inf"))
+    if bias.dtype == q.dtype:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    return explicit_attention(q, k, v, bias)
+
+
+def explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
+    """Softmax(q k^T / sqrt(d) + bias) v with scores, bias and softmax in float32.
+
+    ``bias`` must already hold -inf where attention is not allowed.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = torch.matmul(q, k.transpose(-2, -1)).float() * scale + bias.float()
+    probs = torch.softmax(scores, dim=-1).to(v.dtype)
+    return torch.matmul(probs, v)
+
+
+class PositionCache:
+    """Memoises a function of the position tensors across the layers of one forward pass.
+
+    The model hands the same ``q_pos``/``k_pos`` tensor objects to every layer (and reuses them
+    across steps of the same length), so a key of storage pointer, version, shape, dtype and
+    device identifies their values without reading them (no GPU synchronisation). The cache holds
+    a reference to the tensors it keys on, so their storage cannot be freed and reused meanwhile.
+    """
+
+    def __init__(self, capacity: int = 4):
+        self.capacity = capacity
+        self._entries: dict[tuple, tuple[Any, tuple[torch.Tensor, ...]]] = {}
+
+    @staticmethod
+    def _key(tensors: tuple[torch.Tensor, ...], extra: tuple) -> tuple:
+        parts = []
+        for t in tensors:
+            parts.append((t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device)))
+        return tuple(parts) + extra
+
+    def get(self, tensors: tuple[torch.Tensor, ...], build, extra: tuple = ()):
+        key = self._key(tensors, extra)
+        hit = self._entries.get(key)
+        if hit is not None:
+            return hit[0]
+        value = build()
+        if len(self._entries) >= self.capacity:
+            self._entries.pop(next(iter(self._entries)))
+        self._entries[key] = (value, tensors)
+        return value
+
+    def clear(self) -> None:
+        self._entries.clear()
