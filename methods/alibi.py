@@ -1,0 +1,44 @@
+"""ALiBi: attention with linear biases (Press, Smith, Lewis 2022, "Train Short, Test Long").
+
+No position embeddings; every layer adds -m_h * (i - j) to the score of query i and key j, with a
+fixed slope m_h per head from the paper's geometric sequence, not scaled by 1/sqrt(d). The bias
+is built in float32 from the position tensors and cached (per positions, length and device), with
+the causal mask folded in as -inf, then passed to SDPA as a (1, H, Tq, Tk) mask so PyTorch
+broadcasts it over the batch.
+
+``bias_dtype``: "float32" (default; SambaNova's "ALiBi Deep Dive" shows a half-precision bias
+collapses neighbouring distances onto one value) or "compute" (cast to the compute dtype, the
+way many libraries do), for the precision study.
+"""
+import torch
+
+from posbench.alibi import alibi_bias, slopes_tensor
+from posbench.method import PositionCache, PositionMethod, causal_attention
+from posbench.registry import register
+
+BIAS_DTYPES = ("float32", "compute")
+
+
+@register
+class ALiBi(PositionMethod):
+    name = "alibi"
+
+    def __init__(self, cfg, bias_dtype: str = "float32"):
+        super().__init__(cfg)
+        if bias_dtype not in BIAS_DTYPES:
+            raise ValueError(f"alibi: bias_dtype must be one of {', '.join(BIAS_DTYPES)}, got {bias_dtype!r}")
+        self.bias_dtype = bias_dtype
+        self.register_buffer("slopes", slopes_tensor(cfg.n_heads), persistent=False)  # (H,)
+        self._cache = PositionCache()
+
+    def bias(self, q_pos, k_pos, dtype) -> torch.Tensor:
+        """(H, Tq, Tk) bias in float32, or in ``dtype`` when bias_dtype is "compute"."""
+        out = torch.float32 if self.bias_dtype == "float32" else dtype
+
+        def build():
+            return alibi_bias(self.slopes, q_pos, k_pos).to(out)
+
+        return self._cache.get((q_pos, k_pos), build, extra=(out,))
+
+    def attend(self, q, k, v, q_pos, k_pos, layer):
+        return causal_attention(q, k, v, self.bias(q_pos, k_pos, q.dtype))

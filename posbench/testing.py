@@ -1,0 +1,204 @@
+"""Conformance kit: the checks every registered position method must pass.
+
+``tests/test_conformance.py`` runs every check on every method the registry finds, so a plugin
+dropped into ``methods/`` is tested the moment it exists. A check raises ``ConformanceError``
+with a message that names the method and what went wrong; use ``run_all`` outside pytest.
+
+The kit's model has 3 heads of dimension 32: an odd head count catches slope and reshape
+mistakes, and 32 is the smallest head dimension fused kernels must support.
+"""
+from __future__ import annotations
+
+import io
+from typing import Callable
+
+import torch
+
+from . import registry
+from .method import ModelConfig
+from .model import TransformerLM, lm_loss
+
+TRAIN_LEN = 16  # the "training length" of the kit; long checks run at 4x
+BATCH = 2
+# KV-cache decode vs full forward: float32 differs only by summation order; bfloat16 by rounding
+# of every activation, so its bound is relative to the logits' scale.
+DECODE_TOL = {torch.float32: 1e-4, torch.bfloat16: 5e-2, torch.float16: 1e-2}
+
+
+class ConformanceError(AssertionError):
+    pass
+
+
+def kit_config(method: str) -> ModelConfig:
+    return ModelConfig(vocab_size=64, n_layers=2, d_model=96, n_heads=3, d_ff=128, dropout=0.0, method=method)
+
+
+def build(method: str, dtype=torch.float32, device="cpu", seed: int = 0) -> TransformerLM:
+    torch.manual_seed(seed)
+    model = TransformerLM(kit_config(method))
+    # Learned position parameters start at 0.02-scale noise; make them large enough that a check
+    # comparing outputs would notice if the method's contribution were dropped.
+    for name, p in model.method.named_parameters():
+        with torch.no_grad():
+            p.normal_(0, 0.5)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def tokens(length: int, device="cpu", seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 64, (BATCH, length), generator=g).to(device)
+
+
+def _fail(method: str, what: str) -> None:
+    raise ConformanceError(f"{method}: {what}")
+
+
+def unavailable(method: str, dtype, device="cpu") -> str | None:
+    return registry.get(method).unavailable(torch.device(device), dtype)
+
+
+# --- the checks ------------------------------------------------------------------------------
+
+
+def check_shapes(method, dtype, device):
+    """Logits are (B, T, V); attend returns q's shape for square and for Tq < Tk."""
+    model = build(method, dtype, device)
+    idx = tokens(TRAIN_LEN, device)
+    with torch.no_grad():
+        logits = model(idx)
+    if logits.shape != (BATCH, TRAIN_LEN, 64):
+        _fail(method, f"logits shape {tuple(logits.shape)}, expected {(BATCH, TRAIN_LEN, 64)}")
+    hd = model.cfg.head_dim
+    for tq, tk in ((7, 7), (3, 11), (1, 5)):
+        q = torch.randn(BATCH, 3, tq, hd, dtype=dtype, device=device)
+        k = torch.randn(BATCH, 3, tk, hd, dtype=dtype, device=device)
+        pos = torch.arange(tk, device=device)
+        with torch.no_grad():
+            o = model.method.attend(q, k, k.clone(), pos[-tq:], pos, 0)
+        if o.shape != q.shape:
+            _fail(method, f"attend returned {tuple(o.shape)} for q {tuple(q.shape)} and k length {tk}")
+        if o.dtype != dtype:
+            _fail(method, f"attend returned dtype {o.dtype} for {dtype} inputs")
+
+
+def check_causal(method, dtype, device):
+    """Changing token t never changes the outputs before t."""
+    model = build(method, dtype, device)
+    idx = tokens(TRAIN_LEN, device)
+    t = TRAIN_LEN // 2
+    changed = idx.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % 64
+    with torch.no_grad():
+        a, b = model(idx), model(changed)
+    if not torch.equal(a[:, :t], b[:, :t]):
+        diff = (a[:, :t] - b[:, :t]).abs().max().item()
+        _fail(method, f"outputs before position {t} changed by {diff:.3g} when tokens from {t} on changed")
+    if torch.equal(a[:, t:], b[:, t:]):
+        _fail(method, "outputs did not change at all when the tokens changed")
+
+
+def check_gradients(method, dtype, device):
+    """A training step's loss sends a finite, non-zero gradient to every trainable parameter."""
+    model = build(method, dtype, device).train()
+    idx = tokens(TRAIN_LEN + 1, device)
+    loss = lm_loss(model(idx[:, :-1]), idx[:, 1:])
+    loss.backward()
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        if p.grad is None:
+            _fail(method, f"no gradient reached parameter {name}")
+        if not torch.isfinite(p.grad).all():
+            _fail(method, f"non-finite gradient in parameter {name}")
+        if not p.grad.abs().sum() > 0:
+            _fail(method, f"gradient of parameter {name} is all zero")
+
+
+def check_deterministic(method, dtype, device):
+    """Two models built from the same seed are identical and give identical outputs."""
+    a, b = build(method, dtype, device, seed=3), build(method, dtype, device, seed=3)
+    for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values()):
+        if not torch.equal(pa, pb):
+            _fail(method, f"parameter {name} differs between two builds with the same seed")
+    idx = tokens(TRAIN_LEN, device)
+    with torch.no_grad():
+        if not torch.equal(a(idx), b(idx)) or not torch.equal(a(idx), a(idx)):
+            _fail(method, "the same input gave different outputs under the same seed")
+
+
+def check_long(method, dtype, device):
+    """Evaluation at 4x the training length runs and gives finite outputs everywhere."""
+    model = build(method, dtype, device)
+    idx = tokens(4 * TRAIN_LEN, device)
+    with torch.no_grad():
+        logits = model(idx)
+    if logits.shape != (BATCH, 4 * TRAIN_LEN, 64) or not torch.isfinite(logits).all():
+        _fail(method, f"evaluation at {4 * TRAIN_LEN} tokens gave a wrong shape or non-finite logits")
+    # Interpolated (float) positions must work too: positions scaled by L_train / L_eval.
+    pos = torch.arange(4 * TRAIN_LEN, device=device) * 0.25
+    with torch.no_grad():
+        interp = model(idx, pos=pos)
+    if not torch.isfinite(interp).all():
+        _fail(method, "evaluation with interpolated (float) positions gave non-finite logits")
+
+
+def check_kv_decode(method, dtype, device):
+    """Prefill then one token at a time with a KV cache equals the full forward."""
+    model = build(method, dtype, device)
+    length = 2 * TRAIN_LEN + 3
+    idx = tokens(length, device)
+    with torch.no_grad():
+        full = model(idx).float()
+        cache = model.new_cache()
+        parts = [model(idx[:, :5], cache=cache)]
+        parts += [model(idx[:, t : t + 1], cache=cache) for t in range(5, length)]
+    inc = torch.cat(parts, dim=1).float()
+    tol = DECODE_TOL.get(dtype, 1e-2) * max(1.0, full.abs().max().item())
+    err = (full - inc).abs().max().item()
+    if not err <= tol:
+        _fail(method, f"KV-cache decode differs from the full forward by {err:.3g} (tolerance {tol:.3g})")
+
+
+def check_state_dict(method, dtype, device):
+    """state_dict -> bytes -> a fresh model (other seed) reproduces the outputs exactly."""
+    a = build(method, dtype, device, seed=5)
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    buf.seek(0)
+    b = build(method, dtype, device, seed=6)
+    b.load_state_dict(torch.load(buf))
+    idx = tokens(TRAIN_LEN, device)
+    with torch.no_grad():
+        if not torch.equal(a(idx), b(idx)):
+            _fail(method, "a model restored from state_dict gives different outputs")
+
+
+CHECKS: dict[str, Callable] = {
+    "shapes": check_shapes,
+    "causal": check_causal,
+    "gradients": check_gradients,
+    "deterministic": check_deterministic,
+    "long": check_long,
+    "kv_decode": check_kv_decode,
+    "state_dict": check_state_dict,
+}
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def run_all(method: str, device="cpu", dtypes=DTYPES) -> dict[str, str | None]:
+    """Every check in every dtype: ``{"causal/float32": None or the failure or the skip reason}``."""
+    out: dict[str, str | None] = {}
+    for dtype in dtypes:
+        dname = str(dtype).removeprefix("torch.")
+        reason = unavailable(method, dtype, device)
+        for name, fn in CHECKS.items():
+            key = f"{name}/{dname}"
+            if reason:
+                out[key] = f"unavailable: {reason}"
+                continue
+            try:
+                fn(method, dtype, device)
+                out[key] = None
+            except ConformanceError as exc:
+                out[key] = str(exc)
+    return out

@@ -1,0 +1,112 @@
+"""Every registered method against the conformance kit, plus proof that the kit catches faults."""
+import pytest
+import torch
+
+from posbench import registry, testing
+from posbench.method import PositionMethod, causal_attention
+from posbench.registry import register
+
+METHODS = registry.names()
+
+
+@pytest.mark.parametrize("dtype", testing.DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("check", list(testing.CHECKS))
+@pytest.mark.parametrize("method", METHODS)
+def test_conformance(method, check, dtype):
+    reason = testing.unavailable(method, dtype)
+    if reason:
+        pytest.skip(f"{method} unavailable in {dtype} on cpu: {reason}")
+    testing.CHECKS[check](method, dtype, "cpu")
+
+
+def test_all_builtin_methods_found():
+    assert {"sinusoidal", "rotary", "t5_bias", "alibi", "nope"} <= set(METHODS)
+
+
+# --- deliberately broken methods: the kit must catch each fault --------------------------------
+
+
+@pytest.fixture
+def temporary_method():
+    added = []
+
+    def add(cls):
+        register(cls)
+        added.append(cls.name)
+        return cls.name
+
+    yield add
+    for name in added:
+        registry.unregister(name)
+
+
+class Peeking(PositionMethod):
+    """Attends to the future: no causal mask."""
+
+    name = "broken_peeking"
+
+    def attend(self, q, k, v, q_pos, k_pos, layer):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+class IndexPositions(PositionMethod):
+    """Ignores the positions it is given and uses the index in the chunk: breaks KV decoding."""
+
+    name = "broken_index_positions"
+
+    def embed(self, x, pos):
+        # A ramp across channels (a constant shift would vanish in LayerNorm).
+        ramp = torch.linspace(-1, 1, x.shape[-1], dtype=x.dtype)
+        return x + torch.arange(x.shape[1], dtype=x.dtype)[None, :, None] * ramp * 0.1
+
+
+class DeadParameter(PositionMethod):
+    """Owns a parameter that never takes part in the computation."""
+
+    name = "broken_dead_parameter"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.unused = torch.nn.Parameter(torch.zeros(3))
+
+
+class Noisy(PositionMethod):
+    """Adds fresh noise every call: not deterministic."""
+
+    name = "broken_noisy"
+
+    def attend(self, q, k, v, q_pos, k_pos, layer):
+        return causal_attention(q, k, v) + torch.randn_like(q) * 1e-3
+
+
+class NonFiniteLong(PositionMethod):
+    """Gives NaN beyond the training length."""
+
+    name = "broken_long"
+
+    def embed(self, x, pos):
+        return x + torch.where(pos[None, :, None] >= testing.TRAIN_LEN, float("nan"), 0.0).to(x.dtype)
+
+
+@pytest.mark.parametrize(
+    "cls, check, message",
+    [
+        (Peeking, "causal", "changed"),
+        (IndexPositions, "kv_decode", "KV-cache decode differs"),
+        (DeadParameter, "gradients", "no gradient reached parameter method.unused"),
+        (Noisy, "deterministic", "different outputs"),
+        (NonFiniteLong, "long", "non-finite"),
+    ],
+)
+def test_kit_catches_broken_method(temporary_method, cls, check, message):
+    name = temporary_method(cls)
+    with pytest.raises(testing.ConformanceError, match=message):
+        testing.CHECKS[check](name, torch.float32, "cpu")
+
+
+def test_run_all_reports_each_check(temporary_method):
+    name = temporary_method(Peeking)
+    results = testing.run_all(name, dtypes=(torch.float32,))
+    assert set(results) == {f"{c}/float32" for c in testing.CHECKS}
+    assert "changed" in results["causal/float32"]
+    assert results["shapes/float32"] is None
