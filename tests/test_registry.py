@@ -1,0 +1,100 @@
+"""Discovery, registration errors and method options."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from posbench import registry
+from posbench.method import ModelConfig
+
+PLUGIN = textwrap.dedent(
+    '''
+    from posbench.method import PositionMethod
+    from posbench.registry import register
+
+    @register
+    class {cls}(PositionMethod):
+        name = "{name}"
+    '''
+)
+
+
+@pytest.fixture
+def clean_registry():
+    before = set(registry.names())
+    yield
+    for name in set(registry._METHODS) - before:
+        registry.unregister(name)
+    registry._extra_dirs.clear()
+
+
+def write_plugin(folder, filename, name, cls="Plugin"):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / filename
+    path.write_text(PLUGIN.format(cls=cls, name=name))
+    return path
+
+
+def test_extra_folder_flag(tmp_path, clean_registry):
+    write_plugin(tmp_path / "mine", "my_method.py", "my_method")
+    registry.add_methods_dir(tmp_path / "mine")
+    assert "my_method" in registry.names()
+    assert registry.origin("my_method") == str((tmp_path / "mine" / "my_method.py").resolve())
+
+
+def test_extra_folder_from_environment(tmp_path, monkeypatch, clean_registry):
+    write_plugin(tmp_path / "env", "env_method.py", "env_method")
+    monkeypatch.setenv(registry.ENV_PATH, str(tmp_path / "env"))
+    assert "env_method" in registry.discover(force=True)
+
+
+def test_duplicate_name_names_both_files(tmp_path, clean_registry):
+    write_plugin(tmp_path / "dup", "again.py", "alibi")
+    with pytest.raises(registry.RegistryError) as err:
+        registry.add_methods_dir(tmp_path / "dup")
+    msg = str(err.value)
+    assert "duplicate method name 'alibi'" in msg
+    assert "methods/alibi.py" in msg and "dup/again.py" in msg
+
+
+def test_unknown_name_lists_known_with_did_you_mean():
+    with pytest.raises(registry.RegistryError) as err:
+        registry.get("alibii")
+    msg = str(err.value)
+    assert "unknown method 'alibii' (did you mean 'alibi'?)" in msg
+    assert "known methods: " in msg and "rotary" in msg and "\n" not in msg
+
+
+def test_unknown_option_is_one_line():
+    with pytest.raises(registry.RegistryError, match=r"method 'rotary': unknown option\(s\) slope; allowed: base"):
+        registry.build(ModelConfig(method="rotary", method_options={"slope": 1}))
+
+
+def test_broken_plugin_file_names_the_file(tmp_path, clean_registry):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "oops.py").write_text("raise RuntimeError('boom')\n")
+    with pytest.raises(registry.RegistryError, match=r"error importing method file .*oops.py: RuntimeError: boom"):
+        registry.scan_dir(tmp_path / "bad")
+
+
+def test_missing_folder_is_one_line(tmp_path):
+    with pytest.raises(registry.RegistryError, match="does not exist"):
+        registry.scan_dir(tmp_path / "nowhere")
+
+
+def test_entry_point_group(tmp_path):
+    """A package exposing a class under the `posbench.methods` entry-point group is found."""
+    pkg = tmp_path / "site"
+    (pkg / "extpkg").mkdir(parents=True)
+    (pkg / "extpkg" / "__init__.py").write_text(PLUGIN.format(cls="Ext", name="ext_method").replace("@register\n", ""))
+    dist = pkg / "extpkg-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: extpkg\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[posbench.methods]\next_method = extpkg:Ext\n")
+    code = "from posbench import registry; print(registry.names()); print(registry.origin('ext_method'))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={"PYTHONPATH": f"{pkg}:{registry.BUILTIN_DIR.parent}"},
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert "'ext_method'" in out and "extpkg" in out
