@@ -13,7 +13,7 @@ way many libraries do), for the precision study.
 import torch
 
 from posbench.alibi import alibi_bias, slopes_tensor
-from posbench.method import PositionCache, PositionMethod, causal_attention
+from posbench.method import PositionCache, PositionMethod, causal_attention, mask_bias
 from posbench.registry import register
 
 BIAS_DTYPES = ("float32", "compute")
@@ -32,13 +32,14 @@ class ALiBi(PositionMethod):
         self._cache = PositionCache()
 
     def bias(self, q_pos, k_pos, dtype) -> torch.Tensor:
-        """(H, Tq, Tk) bias in float32, or in ``dtype`` when bias_dtype is "compute"."""
+        """(1, H, Tq, Tk) bias with the causal mask folded in as -inf; float32, or ``dtype`` when
+        bias_dtype is "compute". Built once per positions tensors, shared by every layer."""
         out = torch.float32 if self.bias_dtype == "float32" else dtype
 
         def build():
-            return alibi_bias(self.slopes, q_pos, k_pos).to(out)
+            return mask_bias(alibi_bias(self.slopes, q_pos, k_pos).to(out))[None]
 
         return self._cache.get((q_pos, k_pos), build, extra=(out,))
 
     def attend(self, q, k, v, q_pos, k_pos, layer):
-        return causal_attention(q, k, v, self.bias(q_pos, k_pos, q.dtype))
+        return causal_attention(q, k, v, self.bias(q_pos, k_pos, q.dtype), masked=True)

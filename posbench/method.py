@@ -104,12 +104,14 @@ def causal_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     bias: torch.Tensor | None = None,
+    masked: bool = False,
 ) -> torch.Tensor:
     """Causal SDPA; ``bias`` (H, Tq, Tk) or (1, H, Tq, Tk), added to the scores unscaled.
 
     Without a bias, square attention uses ``is_causal=True`` (flash kernels) and single-token
-    decoding uses no mask at all. With a bias, the causal mask is folded into it as -inf, and the
-    bias keeps a batch dimension of 1 so PyTorch broadcasts it instead of materialising B copies.
+    decoding uses no mask at all. With a bias, the causal mask is folded into it as -inf (callers
+    that cache their bias fold it once with ``mask_bias`` and pass ``masked=True``), and the bias
+    keeps a batch dimension of 1 so PyTorch broadcasts it instead of materialising B copies.
     A bias whose dtype differs from q (float32 bias, half-precision compute) takes the explicit
     path in float32, because SDPA wants the mask in the query's dtype.
     """
@@ -121,13 +123,21 @@ def causal_attention(
             return F.scaled_dot_product_attention(q, k, v)
         mask = causal_mask(tq, tk, q.device)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    if not masked:
+        bias = mask_bias(bias)
     if bias.dim() == 3:
         bias = bias[None]
-    if tq > 1:
-        bias = bias.masked_fill(~causal_mask(tq, tk, q.device), float("-inf"))
     if bias.dtype == q.dtype:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     return explicit_attention(q, k, v, bias)
+
+
+def mask_bias(bias: torch.Tensor) -> torch.Tensor:
+    """``bias`` (..., Tq, Tk) with -inf where the key is in the future of the query."""
+    tq, tk = bias.shape[-2], bias.shape[-1]
+    if tq == 1:  # a single query (decoding) sees every key
+        return bias
+    return bias.masked_fill(~causal_mask(tq, tk, bias.device), float("-inf"))
 
 
 def explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
