@@ -68,6 +68,7 @@ class ComparisonResult:
     new_dir: str
     threshold: float
     changes: list[MetricChange] = field(default_factory=list)
+    in_both: list[str] = field(default_factory=list)
     only_in_base: list[str] = field(default_factory=list)
     only_in_new: list[str] = field(default_factory=list)
     hardware_warnings: list[str] = field(default_factory=list)
@@ -99,9 +100,8 @@ class ComparisonResult:
         lines += [f"> **Warning:** {w}" for w in self.hardware_warnings]
         if self.hardware_warnings:
             lines.append("")
-        compared = {c.case_id for c in self.changes}
         lines += [f"**{len(self.regressions)} regression(s), {len(self.improvements)} improvement(s)** "
-                  f"over {len(compared)} case(s) found in both runs.", ""]
+                  f"over {len(self.in_both)} case(s) found in both runs.", ""]
         for title, items in (("Regressions", self.regressions), ("Improvements", self.improvements)):
             if items:
                 lines += [f"### {title}", "", "| case | metric | base | new | new/base |",
@@ -208,12 +208,12 @@ def compare_runs(base_dir, new_dir, threshold: float = 0.05) -> ComparisonResult
     base, new = _latest_per_case(base_rows), _latest_per_case(new_rows)
     result = ComparisonResult(
         base_dir=str(base_dir), new_dir=str(new_dir), threshold=threshold,
-        only_in_base=sorted(set(base) - set(new)), only_in_new=sorted(set(new) - set(base)),
+        in_both=sorted(set(base) & set(new)), only_in_base=sorted(set(base) - set(new)), only_in_new=sorted(set(new) - set(base)),
         hardware_warnings=hardware_warnings(base_rows, base_envs, new_rows, new_envs),
         base_commits=sorted({str(c)[:10] for c in base_rows["git_commit"].dropna()}),
         new_commits=sorted({str(c)[:10] for c in new_rows["git_commit"].dropna()}),
     )
-    for case_id in sorted(set(base) & set(new)):
+    for case_id in result.in_both:
         result.changes += _compare_case(case_id, base[case_id], new[case_id], threshold)
     return result
 
