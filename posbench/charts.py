@@ -19,7 +19,7 @@ from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 import pandas as pd  # noqa: E402
 
-from .report_tables import Table, _slug, fmt_bytes, fmt_count, fmt_plain  # noqa: E402
+from .report_tables import Table, by_params, fmt_bytes, fmt_count, fmt_plain, short_commit, slug, task_groups  # noqa: E402
 
 FIGSIZE = (6.4, 4.4)
 _FORMATTERS = {"bytes": fmt_bytes, "words/s": fmt_count}
@@ -137,12 +137,8 @@ def position_loss_charts(frame: pd.DataFrame) -> list[tuple[str, plt.Figure]]:
     badly. Returns ``(file stem, figure)`` pairs.
     """
     out = []
-    rows = frame[frame["task"] == "extrapolation"]
-    for (suite, hardware), group in rows.groupby(["suite", "hardware"], sort=False, dropna=False):
-        by_params: dict[tuple, list] = {}
-        for r in group.itertuples(index=False):
-            by_params.setdefault(tuple(sorted(r.params.items())), []).append(r)
-        for params, members in by_params.items():
+    for suite, hardware, group in task_groups(frame, "extrapolation"):
+        for params, members in by_params(group).items():
             out += _position_figures(suite, hardware, dict(params), members)
     return out
 
@@ -154,7 +150,7 @@ def _position_figures(suite, hardware, params, members):
             mode, _, length = key.rpartition("@")
             if length.isdigit():
                 longest[mode] = max(longest.get(mode, 0), int(length))
-    commit = ", ".join(sorted({str(r.git_commit)[:10] for r in members}))
+    commit = short_commit(r.git_commit for r in members)
     l_train = params.get("L_train")
     figures = []
     for mode, length in longest.items():
@@ -172,7 +168,7 @@ def _position_figures(suite, hardware, params, members):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
         _caption(fig, hardware, commit)
-        figures.append((_slug(f"{suite}-position-loss-L{l_train}-{mode}-{length}-{hardware}"), fig))
+        figures.append((slug(f"{suite}-position-loss-L{l_train}-{mode}-{length}-{hardware}"), fig))
     return figures
 
 

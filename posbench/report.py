@@ -100,7 +100,8 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
         written[path.relative_to(out).as_posix()] = path
 
     sections = collect_tables(rows, baseline)
-    md = [f"# posbench report: {', '.join(sorted(set(rows['suite'].dropna())))}", ""]
+    title = f"posbench report: {', '.join(sorted(set(rows['suite'].dropna())))}"
+    md = [f"# {title}", ""]
     md += _machines_markdown(rows, envs)
     chart_list: list[tuple[str, Path]] = []
     for heading, tables in sections:
@@ -132,6 +133,5 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
     path = out / "rows.csv"
     rows_csv(rows).to_csv(path, index=False)
     note(path)
-    title = md[0].lstrip("# ")
     note(write_html(out / "report.html", title, sections, chart_list, rows, envs))
     return written

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .report_tables import Cell, Table, _groups, _ordered, _short_commit, _slug, fmt_ppl, status_text
+from .report_tables import Cell, Table, by_params, task_groups, ordered, short_commit, slug, fmt_ppl, status_text
 
 DEFAULT_MODE = ("nonoverlapping", None, False)
 
@@ -32,7 +32,7 @@ def describe_mode(key: tuple) -> str:
     return text
 
 
-def mode_slug(key: tuple) -> str:
+def modeslug(key: tuple) -> str:
     mode, stride, interpolate = key
     return f"{mode}" + (f"-s{stride}" if stride else "") + ("-interp" if interpolate else "")
 
@@ -48,12 +48,9 @@ def _best_ppl(rows) -> float | None:
 def extrapolation_tables(frame: pd.DataFrame) -> list[Table]:
     """Perplexity tables, one per (suite, hardware, L_train and other params, evaluation mode)."""
     tables = []
-    for suite, hardware, group in _groups(frame, "extrapolation"):
-        by_train: dict[tuple, list] = {}
-        for row in group.itertuples(index=False):
-            by_train.setdefault(tuple(sorted(row.params.items())), []).append(row)
-        for params, rows in by_train.items():
-            modes = _ordered(eval_mode_key(e) for r in rows for e in r.series.get("evals", []))
+    for suite, hardware, group in task_groups(frame, "extrapolation"):
+        for params, rows in by_params(group).items():
+            modes = ordered(eval_mode_key(e) for r in rows for e in r.series.get("evals", []))
             for key in modes or [DEFAULT_MODE]:
                 tables.append(_ppl_table(suite, hardware, dict(params), rows, key, group))
     return tables
@@ -71,11 +68,11 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
     others = ", ".join(f"{k}={v}" for k, v in params.items() if k != "L_train")
     best = _best_ppl(rows)
     table = Table(
-        key=_slug(f"{suite}-ppl-L{l_train}-{mode_slug(key)}-{hardware}-{others}"),
+        key=slug(f"{suite}-ppl-L{l_train}-{modeslug(key)}-{hardware}-{others}"),
         title=f"Perplexity, L_train = {l_train}, {describe_mode(key)}" + (f", {others}" if others else ""),
         caption="",
         task="extrapolation", metric="ppl", unit="perplexity", column_header="L_valid",
-        columns=columns, rows=[], hardware=hardware, commit=_short_commit(group),
+        columns=columns, rows=[], hardware=hardware, commit=short_commit(group["git_commit"]),
         extra={"L_train": l_train, "mode": key, "best_ppl": best, "params": params},
     )
     for r in rows:

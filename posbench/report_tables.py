@@ -98,14 +98,14 @@ KERNEL_METRICS = [
 
 # -- grouping ------------------------------------------------------------------------------
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     out = "".join(ch if ch.isalnum() else "-" for ch in str(text).lower())
     while "--" in out:
         out = out.replace("--", "-")
     return out.strip("-")
 
 
-def _ordered(values) -> list:
+def ordered(values) -> list:
     """Unique values in first-seen order (the suite's order of methods)."""
     seen = []
     for v in values:
@@ -119,8 +119,9 @@ def _sort_key(value):
     return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
 
 
-def _short_commit(frame: pd.DataFrame) -> str:
-    commits = _ordered(str(c)[:10] for c in frame["git_commit"].dropna())
+def short_commit(commits) -> str:
+    """The distinct commits of some rows, shortened, for a caption."""
+    commits = ordered(c[:10] for c in commits if isinstance(c, str) and c)  # skips None/NaN
     return ", ".join(commits) if commits else "unknown commit"
 
 
@@ -132,11 +133,19 @@ def baseline_of(frame: pd.DataFrame) -> str:
     return DEFAULT_BASELINE
 
 
-def _groups(frame: pd.DataFrame, task: str):
+def task_groups(frame: pd.DataFrame, task: str):
     """Rows of one task split per (suite, hardware): one set of tables per machine."""
     rows = frame[frame["task"] == task]
     for (suite, hardware), group in rows.groupby(["suite", "hardware"], sort=False, dropna=False):
         yield suite, hardware, group
+
+
+def by_params(group: pd.DataFrame) -> dict[tuple, list]:
+    """Rows (as named tuples) per grid point, e.g. one list per L_train, in stored order."""
+    out: dict[tuple, list] = {}
+    for row in group.itertuples(index=False):
+        out.setdefault(tuple(sorted(row.params.items())), []).append(row)
+    return out
 
 
 def _rest(params: dict, column: str) -> tuple:
@@ -155,7 +164,7 @@ def metric_tables(frame: pd.DataFrame, task: str, metrics, column: str,
     (a ratio is only fair within one run), then on the same machine (shards of one run).
     """
     tables = []
-    for suite, hardware, group in _groups(frame, task):
+    for suite, hardware, group in task_groups(frame, task):
         base_method = baseline_of(group) if baseline is None else baseline
         parts: dict[tuple, list] = {}
         for row in group.itertuples(index=False):
@@ -169,8 +178,8 @@ def metric_tables(frame: pd.DataFrame, task: str, metrics, column: str,
 
 def _metric_table(suite, hardware, task, rows, rest, metric, title, unit, fmt, column,
                   base_method, group) -> Table:
-    methods = _ordered(r.method for r in rows)
-    columns = sorted(_ordered(r.params.get(column) for r in rows), key=_sort_key)
+    methods = ordered(r.method for r in rows)
+    columns = sorted(ordered(r.params.get(column) for r in rows), key=_sort_key)
     baselines = {}
     for r in rows:
         if r.method == base_method and r.status == "ok" and r.metrics.get(metric) is not None:
@@ -178,11 +187,11 @@ def _metric_table(suite, hardware, task, rows, rest, metric, title, unit, fmt, c
             baselines.setdefault((None, r.params.get(column)), r.metrics[metric])
     rest_text = ", ".join(f"{k}={v}" for k, v in rest)
     table = Table(
-        key=_slug(f"{suite}-{metric}-{hardware}-{rest_text}"),
+        key=slug(f"{suite}-{metric}-{hardware}-{rest_text}"),
         title=f"{title}{_unit_suffix(unit)}, {suite}" + (f", {rest_text}" if rest_text else ""),
         caption="",
         task=task, metric=metric, unit=unit, column_header=column, columns=columns,
-        rows=methods, hardware=hardware, commit=_short_commit(group),
+        rows=methods, hardware=hardware, commit=short_commit(group["git_commit"]),
         extra={"baseline": base_method, "rest": dict(rest)},
     )
     for r in rows:
@@ -240,7 +249,7 @@ def generic_tables(frame: pd.DataFrame, task: str) -> list[Table]:
     if rows.empty:
         return []
     column = next((k for p in rows["params"] for k in p), "case")
-    metrics = _ordered(
+    metrics = ordered(
         k for m in rows["metrics"] for k, v in m.items()
         if isinstance(v, (int, float)) and not isinstance(v, bool)
     )

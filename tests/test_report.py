@@ -13,7 +13,7 @@ from posbench.report import build_report, collect_tables, load_runs
 from posbench.report_data import RunsError, row_anchor
 from posbench.report_ppl import extrapolation_tables
 from posbench.report_tables import efficiency_tables
-from report_fixtures import (CPU_ENV, EFF_METHODS, GPU_ENV, L_VALID, LENGTHS, PPL_METHODS,
+from report_fixtures import (CPU_ENV, base_row, EFF_METHODS, GPU_ENV, L_VALID, LENGTHS, PPL_METHODS,
                              efficiency_rows, extrapolation_rows, ppl_value, write_run)
 
 
@@ -185,3 +185,25 @@ def test_report_subcommand(runs, tmp_path, capsys):
     assert "wrote 6 tables and 7 charts" in capsys.readouterr().out
     args = parser.parse_args(["report", str(tmp_path / "nothing-here")])
     assert args.func(args) == 2
+
+
+def test_kernel_tables_split_by_head_dim_and_other_tasks_are_kept(tmp_path):
+    rows = []
+    for variant, ms in (("sdpa_bias", 2.0), ("alibi_triton", 1.0)):
+        for d in (64, 128):
+            for L in (1024, 2048):
+                row = base_row("kernels", "kernels", variant, {"seq_len": L, "head_dim": d}, "run-k",
+                               settings={"baseline": "sdpa_bias"})
+                row["metrics"] = {"fwdbwd_ms": ms * L / 1024, "fwdbwd_tflops": 10 / ms, "fwd_ms": ms,
+                                  "bwd_ms": ms, "peak_mem_bytes": L * 1024}
+                rows.append(row)
+    precision = base_row("precision", "precision", "alibi", {"dtype": "bf16"}, "run-k")
+    precision["metrics"] = {"max_abs_err": 0.004}
+    write_run(tmp_path, rows + [precision], suite="kernels")
+    frame, _ = load_runs(tmp_path)
+    sections = dict(collect_tables(frame))
+    ms_tables = [t for t in sections["Kernels"] if t.metric == "fwdbwd_ms"]
+    assert [t.extra["rest"] for t in ms_tables] == [{"head_dim": 64}, {"head_dim": 128}]
+    assert ms_tables[0].cell("alibi_triton", 2048).text == "2 (0.50x)"
+    (err,) = sections["Precision"]
+    assert err.metric == "max_abs_err" and err.cell("alibi", "bf16").text == "0.004"
