@@ -4,6 +4,8 @@ VENV ?= .venv
 # A tested torch release; pip takes a CPU build where one is on disk and the CUDA build on a GPU box.
 TORCH_SPEC ?= torch==2.13.0
 SUITE ?= efficiency
+# Extra flags for bench.py, e.g. BENCH_ARGS="--profile gpu" (the GPU workflow passes that).
+BENCH_ARGS ?=
 BIN := $(VENV)/bin
 
 .PHONY: install bench test test-fast kernels-bench clean
@@ -20,7 +22,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 install: $(VENV)/.installed
 
 bench: install
-	$(BIN)/python bench.py --suite $(SUITE)
+	$(BIN)/python bench.py --suite $(SUITE) $(BENCH_ARGS)
 
 test: install
 	$(BIN)/python -m pytest -q

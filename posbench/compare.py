@@ -1,0 +1,232 @@
+"""``bench.py compare BASE NEW``: per case and metric, NEW/BASE ratios against a threshold.
+
+In the manner of asv: a regression is a number (train words/s fell by 10%, beyond a 5%
+threshold), not an impression. Words/s and TFLOP/s are better higher; memory, milliseconds,
+perplexity and loss are better lower; counts such as ``n_params`` are not compared. A case that
+finished before and fails now (``ok`` -> ``oom``) is a regression too. Cases found in only one
+run are listed, and differing hardware is called out, because then the ratio measures machines,
+not code.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .report_data import RunsError, cpu_model, gpu_name, load_runs
+from .report_ppl import eval_mode_key
+from .report_tables import fmt_bytes, fmt_count
+
+_NOT_COMPARED = {"n_params", "batch_size", "best_ppl"}
+
+
+def metric_direction(name: str) -> int | None:
+    """+1 when higher is better, -1 when lower is better, None for metrics not compared.
+
+    ``_min``/``_max`` spreads are skipped: the median carries the comparison, and comparing the
+    extremes would double the noise-driven alarms.
+    """
+    if name in _NOT_COMPARED or name.endswith(("_min", "_max")):
+        return None
+    head = name.split("@")[0]
+    if head.endswith("wps") or "tflops" in head:
+        return 1
+    if head.endswith(("_bytes", "_ms")) or head in ("ppl", "loss", "j_per_token"):
+        return -1
+    return None
+
+
+def _fmt(metric: str, value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    if metric.endswith("_bytes"):
+        return fmt_bytes(value)
+    if metric.split("@")[0].endswith("wps"):
+        return fmt_count(value)
+    return f"{value:.4g}"
+
+
+@dataclass
+class MetricChange:
+    case_id: str
+    method: str
+    metric: str                     # a metric name, or "status" for ok <-> failed
+    base: float | str | None
+    new: float | str | None
+    ratio: float | None             # new / base
+    verdict: str                    # "regression" | "improvement" | "same"
+
+
+@dataclass
+class ComparisonResult:
+    base_dir: str
+    new_dir: str
+    threshold: float
+    changes: list[MetricChange] = field(default_factory=list)
+    in_both: list[str] = field(default_factory=list)
+    only_in_base: list[str] = field(default_factory=list)
+    only_in_new: list[str] = field(default_factory=list)
+    hardware_warnings: list[str] = field(default_factory=list)
+    base_commits: list[str] = field(default_factory=list)
+    new_commits: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[MetricChange]:
+        return [c for c in self.changes if c.verdict == "regression"]
+
+    @property
+    def improvements(self) -> list[MetricChange]:
+        return [c for c in self.changes if c.verdict == "improvement"]
+
+    @property
+    def exit_code(self) -> int:
+        """1 on any regression (CI fails), else 0."""
+        return 1 if self.regressions else 0
+
+    def markdown(self) -> str:
+        """A summary for a pull request or ``$GITHUB_STEP_SUMMARY``."""
+        pct = f"{self.threshold:.0%}"
+        lines = [
+            "## posbench compare", "",
+            f"Base: `{self.base_dir}` (commit {', '.join(self.base_commits) or 'unknown'}); "
+            f"new: `{self.new_dir}` (commit {', '.join(self.new_commits) or 'unknown'}). "
+            f"Threshold: {pct} either way.", "",
+        ]
+        lines += [f"> **Warning:** {w}" for w in self.hardware_warnings]
+        if self.hardware_warnings:
+            lines.append("")
+        lines += [f"**{len(self.regressions)} regression(s), {len(self.improvements)} improvement(s)** "
+                  f"over {len(self.in_both)} case(s) found in both runs.", ""]
+        for title, items in (("Regressions", self.regressions), ("Improvements", self.improvements)):
+            if items:
+                lines += [f"### {title}", "", "| case | metric | base | new | new/base |",
+                          "| --- | --- | ---: | ---: | ---: |"]
+                for c in items:
+                    ratio = f"{c.ratio:.3f}x" if c.ratio is not None else "—"
+                    lines.append(f"| {c.case_id} | {c.metric} | {_fmt(c.metric, c.base)} | "
+                                 f"{_fmt(c.metric, c.new)} | {ratio} |")
+                lines.append("")
+        for title, ids in (("Only in base", self.only_in_base), ("Only in new", self.only_in_new)):
+            if ids:
+                lines += [f"### {title} ({len(ids)})", ""] + [f"- `{i}`" for i in ids] + [""]
+        return "\n".join(lines)
+
+
+def case_metrics(row) -> dict[str, float | None]:
+    """Comparable numbers of a row: its metrics plus a ``ppl@mode@L_valid`` per evaluation.
+
+    Evaluations are read from ``series["evals"]`` so that an OOM evaluation (ppl null) is seen
+    even when the runner stored no flat ``ppl@...`` copy; a stored flat copy wins.
+    """
+    values = {k: v for k, v in row.metrics.items()
+              if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
+    for entry in row.series.get("evals", []) or []:
+        mode, stride, interpolate = eval_mode_key(entry)
+        key = f"ppl@{mode}@{entry.get('L_valid')}"
+        key += f"@s{stride}" if stride else ""
+        key += "@interp" if interpolate else ""
+        ppl = entry.get("ppl") if entry.get("status", "ok") == "ok" else None
+        values.setdefault(key, ppl)
+    return values
+
+
+def _verdict(direction: int, ratio: float, threshold: float) -> str:
+    gain = ratio if direction > 0 else 1.0 / ratio
+    if gain < 1.0 - threshold:
+        return "regression"
+    if gain > 1.0 + threshold:
+        return "improvement"
+    return "same"
+
+
+def _compare_case(case_id: str, base, new, threshold: float) -> list[MetricChange]:
+    if base.status != new.status and "ok" in (base.status, new.status):
+        verdict = "regression" if base.status == "ok" else "improvement"
+        return [MetricChange(case_id, new.method, "status", base.status, new.status, None, verdict)]
+    if base.status != "ok":
+        return []  # failed both times: nothing measured to compare
+    changes = []
+    base_values, new_values = case_metrics(base), case_metrics(new)
+    for metric in sorted(set(base_values) | set(new_values)):
+        direction = metric_direction(metric)
+        if direction is None:
+            continue
+        b, n = base_values.get(metric), new_values.get(metric)
+        if b is None and n is None:
+            continue
+        if b is None or n is None:
+            # A number that vanished (an evaluation now OOMs) is lost ground; one that appeared is gained.
+            verdict = "regression" if n is None else "improvement"
+            changes.append(MetricChange(case_id, new.method, metric, b, n, None, verdict))
+            continue
+        if b == 0 or any(math.isnan(float(x)) for x in (b, n)):
+            continue  # no meaningful ratio
+        ratio = float(n) / float(b)
+        changes.append(MetricChange(case_id, new.method, metric, b, n, ratio,
+                                    _verdict(direction, ratio, threshold)))
+    return changes
+
+
+def _latest_per_case(rows: pd.DataFrame) -> dict[str, object]:
+    """case_id -> row; when several runs hold a case, the one started last counts."""
+    rows = rows.sort_values("started_at", na_position="first", kind="stable")
+    return {r.case_id: r for r in rows.itertuples(index=False)}
+
+
+def _hardware(rows: pd.DataFrame, envs: dict) -> dict[str, set]:
+    return {
+        "GPU": {g for g in (gpu_name(e) for e in envs.values()) if g},
+        "CPU": {c for c in (cpu_model(e) for e in envs.values()) if c},
+        "device": {str(d).split(":")[0] for d in rows["device"].dropna()},
+    }
+
+
+def hardware_warnings(base_rows, base_envs, new_rows, new_envs) -> list[str]:
+    """One line per hardware property (GPU name, CPU model, device type) that differs."""
+    base_hw, new_hw = _hardware(base_rows, base_envs), _hardware(new_rows, new_envs)
+    out = []
+    for prop in ("GPU", "CPU", "device"):
+        if base_hw[prop] != new_hw[prop]:
+            b = ", ".join(sorted(base_hw[prop])) or "none"
+            n = ", ".join(sorted(new_hw[prop])) or "none"
+            out.append(f"{prop} differs: base ran on {b}, new on {n}; "
+                       "ratios compare machines as well as code.")
+    return out
+
+
+def compare_runs(base_dir, new_dir, threshold: float = 0.05) -> ComparisonResult:
+    """Compare the runs under ``new_dir`` against those under ``base_dir`` case by case."""
+    if not 0 <= threshold < 1:
+        raise ValueError(f"threshold must be in [0, 1), got {threshold}")
+    base_rows, base_envs = load_runs(base_dir)
+    new_rows, new_envs = load_runs(new_dir)
+    base, new = _latest_per_case(base_rows), _latest_per_case(new_rows)
+    result = ComparisonResult(
+        base_dir=str(base_dir), new_dir=str(new_dir), threshold=threshold,
+        in_both=sorted(set(base) & set(new)), only_in_base=sorted(set(base) - set(new)), only_in_new=sorted(set(new) - set(base)),
+        hardware_warnings=hardware_warnings(base_rows, base_envs, new_rows, new_envs),
+        base_commits=sorted({str(c)[:10] for c in base_rows["git_commit"].dropna()}),
+        new_commits=sorted({str(c)[:10] for c in new_rows["git_commit"].dropna()}),
+    )
+    for case_id in result.in_both:
+        result.changes += _compare_case(case_id, base[case_id], new[case_id], threshold)
+    return result
+
+
+def main_compare(args) -> int:
+    """CLI handler: print the Markdown summary, optionally write it; 1 on regression, 2 on bad input."""
+    try:
+        result = compare_runs(args.base, args.new, threshold=args.threshold)
+    except (RunsError, ValueError) as exc:
+        print(f"posbench compare: {exc}", file=sys.stderr)
+        return 2
+    text = result.markdown()
+    print(text)
+    if getattr(args, "markdown", None):
+        Path(args.markdown).write_text(text + "\n", encoding="utf-8")
+    return result.exit_code

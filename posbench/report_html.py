@@ -1,0 +1,85 @@
+"""The single-file HTML report: tables, embedded charts, environments and an appendix of rows.
+
+One file, no external assets, so it survives being attached to an issue or downloaded from a CI
+artifact. Each table cell links to its row in the appendix (anchor ``row-<run_id>-<case_id>``)
+and names the case and run in its tooltip: every number can be traced to what produced it.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .report_data import row_anchor
+from .report_render import to_html
+from .report_tables import Table
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+table { border-collapse: collapse; margin: 1em 0 2em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th:first-child { text-align: left; }
+caption { caption-side: top; text-align: left; padding-bottom: 0.4em; }
+td.bad { background: #fdecea; }
+td a { color: inherit; text-decoration: none; }
+tr:target { background: #fff6c2; }
+figure { margin: 1em 0 2em; }
+pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
+.appendix td { text-align: left; vertical-align: top; font-size: 0.85em; }
+"""
+
+
+def _figure_html(title: str, png: Path) -> str:
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    esc = html.escape(title)
+    return (f'<figure><img alt="{esc}" src="data:image/png;base64,{data}" style="max-width:100%">'
+            f"<figcaption>{esc}</figcaption></figure>")
+
+
+def _compact(value) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _appendix(rows: pd.DataFrame) -> str:
+    """Every stored row, with an anchor; series are summarised (they can be long)."""
+    head = ["run_id", "case_id", "task", "method", "params", "status", "message", "metrics",
+            "series", "hardware", "device", "duration_s", "git_commit"]
+    out = ['<table class="appendix"><thead><tr>'
+           + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+    for r in rows.itertuples(index=False):
+        series = ", ".join(f"{k}[{len(v)}]" for k, v in (r.series or {}).items())
+        values = [r.run_id, r.case_id, r.task, r.method, _compact(r.params), r.status, r.message or "",
+                  _compact(r.metrics), series, r.hardware, r.device, r.duration_s, r.git_commit]
+        cells = "".join(f"<td>{html.escape(str(v))}</td>" for v in values)
+        out.append(f'<tr id="{row_anchor(r.run_id, r.case_id)}">{cells}</tr>')
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def write_html(path: Path, title: str, sections: list[tuple[str, list[Table]]],
+               charts: list[tuple[str, Path]], rows: pd.DataFrame, envs: dict[str, dict]) -> Path:
+    """Write ``report.html``; ``charts`` are (title, PNG path) pairs embedded as base64."""
+    esc = html.escape
+    body = [f"<h1>{esc(title)}</h1>",
+            f"<p>{len(rows)} stored rows from {len(envs)} run folder(s). Hover a cell for its case "
+            "and run; click it to jump to the stored row in the appendix.</p>"]
+    for heading, tables in sections:
+        if tables:
+            body.append(f"<h2>{esc(heading)}</h2>")
+            body += [to_html(t) for t in tables]
+    if charts:
+        body.append("<h2>Charts</h2>")
+        body += [_figure_html(name, png) for name, png in charts]
+    body.append("<h2>Environments</h2>")
+    for source, env in envs.items():
+        body.append(f"<h3>{esc(source)}</h3><pre>{esc(json.dumps(env, indent=2, sort_keys=True, default=str))}</pre>")
+    body.append("<h2>Appendix: all stored rows</h2>")
+    body.append(_appendix(rows))
+    doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+           f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>\n"
+           + "\n".join(body) + "\n</body></html>\n")
+    path.write_text(doc, encoding="utf-8")
+    return path

@@ -1,0 +1,97 @@
+"""Writing a ``Table`` as Markdown, CSV, LaTeX or an HTML fragment.
+
+All four show the same cell texts, so a number quoted from a paper draft (LaTeX) can be found in
+the Markdown summary and, through the HTML report, traced to its stored row.
+"""
+from __future__ import annotations
+
+import csv
+import html
+import io
+
+from .report_data import row_anchor
+from .report_tables import Table
+
+
+def _grid(table: Table) -> list[list[str]]:
+    """Header row then one row per method, all as text."""
+    out = [[_first_header(table)] + [str(c) for c in table.columns]]
+    for row in table.rows:
+        out.append([row] + [table.cell(row, c).text for c in table.columns])
+    return out
+
+
+def _first_header(table: Table) -> str:
+    return f"method \\ {table.column_header}"
+
+
+def to_markdown(table: Table) -> str:
+    """A GitHub-flavoured table with the title above and the caption below (in italics)."""
+    grid = _grid(table)
+
+    def line(cells):
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    lines = [f"**{table.title}**", "", line(grid[0]),
+             "|" + "|".join([" --- "] + [" ---: "] * len(table.columns)) + "|"]
+    lines += [line(r) for r in grid[1:]]
+    lines += ["", f"*{table.caption}*", ""]
+    return "\n".join(lines)
+
+
+def to_csv(table: Table) -> str:
+    """The table as displayed (the values with ratios and statuses); ``rows.csv`` has raw numbers."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(_grid(table))
+    return buf.getvalue()
+
+
+_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}",
+                  "—": "---"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in str(text))
+
+
+def to_latex(table: Table) -> str:
+    """A booktabs ``table`` environment, ready for ``\\input`` (needs ``\\usepackage{booktabs}``)."""
+    grid = _grid(table)
+    header = ["method"] + [latex_escape(c) for c in grid[0][1:]]
+    lines = [
+        r"\begin{table}[t]", r"\centering", r"\small",
+        r"\begin{tabular}{l" + "r" * len(table.columns) + "}", r"\toprule",
+        f"& \\multicolumn{{{max(len(table.columns), 1)}}}{{c}}{{{latex_escape(table.column_header)}}} \\\\",
+        " & ".join(header) + r" \\", r"\midrule",
+    ]
+    lines += [" & ".join(latex_escape(c) for c in r) + r" \\" for r in grid[1:]]
+    lines += [r"\bottomrule", r"\end{tabular}",
+              f"\\caption{{{latex_escape(table.title)}. {latex_escape(table.caption)}}}",
+              f"\\label{{tab:{table.key}}}", r"\end{table}", ""]
+    return "\n".join(lines)
+
+
+def to_html(table: Table) -> str:
+    """An HTML table whose cells link to their row in the appendix and name it in ``title``."""
+    esc = html.escape
+    parts = [f'<table class="results" id="table-{esc(table.key)}">',
+             f"<caption><b>{esc(table.title)}</b><br>{esc(table.caption)}</caption>",
+             "<thead><tr><th>" + esc(_first_header(table)) + "</th>"
+             + "".join(f"<th>{esc(str(c))}</th>" for c in table.columns) + "</tr></thead><tbody>"]
+    for row in table.rows:
+        tds = []
+        for col in table.columns:
+            cell = table.cell(row, col)
+            if cell.case_id is None:
+                tds.append(f"<td>{esc(cell.text)}</td>")
+                continue
+            tip = f"case_id={cell.case_id}; run_id={cell.run_id}; status={cell.status}"
+            if cell.message:
+                tip += f"; {cell.message}"
+            cls = "ok" if cell.status == "ok" else "bad"
+            tds.append(f'<td class="{cls}" title="{esc(tip)}"><a href="#{row_anchor(cell.run_id, cell.case_id)}">'
+                       f"{esc(cell.text)}</a></td>")
+        parts.append(f"<tr><th>{esc(row)}</th>{''.join(tds)}</tr>")
+    parts.append("</tbody></table>")
+    return "\n".join(parts)
