@@ -172,6 +172,7 @@ def test_text_byte_and_word_levels(tmp_path):
     assert len(split.split("valid")) == 2 * len(text.encode())
 
 
+@pytest.mark.data
 def test_real_wikitext2(real_data_dir):
     corpus = load_corpus("wikitext-2", path=real_data_dir, splits={"train": "test", "valid": "valid"})
     # The data README: valid 217k words, test 245k words, ~33k distinct in all of WikiText-2.
