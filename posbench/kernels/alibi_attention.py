@@ -52,8 +52,9 @@ def _scores(
     seq_k,
     sm_scale,
     bias_slope,  # slope_h * pos_scale, float32 scalar
+    round_like,  # a tile in the input dtype: BIAS_ROUND rounds the bias to its dtype
     USE_BIAS: tl.constexpr,
-    BIAS_CAST_DTYPE: tl.constexpr,  # None: keep the float32 bias; else round it to this dtype first
+    BIAS_ROUND: tl.constexpr,
 ):
     """Masked scores of one tile in log2 units, float32: (qk * sm_scale + bias) * log2(e).
 
@@ -64,9 +65,9 @@ def _scores(
         # (j - i_abs) is exact in float32 up to 2^24 positions; the product is rounded once.
         dist = (offs_n[None, :] - offs_m_abs[:, None]).to(tl.float32)  # (BM, BN), <= 0 where visible
         bias = bias_slope * dist
-        if BIAS_CAST_DTYPE is not None:
+        if BIAS_ROUND:
             # bias_dtype="compute": the bias as a kernel with input-dtype arithmetic would see it.
-            bias = bias.to(BIAS_CAST_DTYPE).to(tl.float32)
+            bias = bias.to(round_like.dtype).to(tl.float32)
         s = s + bias
     visible = (offs_n[None, :] <= offs_m_abs[:, None]) & (offs_n[None, :] < seq_k)
     return tl.where(visible, s * 1.4426950408889634, float("-inf"))
@@ -83,13 +84,13 @@ def _load_rows(base, offs_t, offs_d, stride_t, stride_d, n_rows):
 def _key_block(
     q, k_base, v_base, offs_n, offs_d, skt, skd, svt, svd,
     offs_m_abs, seq_k, sm_scale, bias_slope,
-    USE_BIAS: tl.constexpr, BIAS_CAST_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    USE_BIAS: tl.constexpr, BIAS_ROUND: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     """Load one key/value block and score it against the resident query block: (k, v, s)."""
     k = _load_rows(k_base, offs_n, offs_d, skt, skd, seq_k)  # (BN, D)
     v = _load_rows(v_base, offs_n, offs_d, svt, svd, seq_k)  # (BN, D)
     qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BM, BN) float32
-    s = _scores(qk, offs_m_abs, offs_n, seq_k, sm_scale, bias_slope, USE_BIAS, BIAS_CAST_DTYPE)
+    s = _scores(qk, offs_m_abs, offs_n, seq_k, sm_scale, bias_slope, q, USE_BIAS, BIAS_ROUND)
     return k, v, s
 
 
@@ -106,7 +107,7 @@ def _fwd_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     USE_BIAS: tl.constexpr,
-    BIAS_CAST_DTYPE: tl.constexpr,
+    BIAS_ROUND: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     """One program: BLOCK_M query rows of one (batch, head); loops over the visible key blocks."""
@@ -135,7 +136,7 @@ def _fwd_kernel(
     for start_n in range(0, hi, BLOCK_N):
         k, v, s = _key_block(
             q, k_base, v_base, start_n + offs_n0, offs_d, skt, skd, svt, svd,
-            offs_m_abs, seq_k, sm_scale, bias_slope, USE_BIAS, BIAS_CAST_DTYPE, DOT_PRECISION,
+            offs_m_abs, seq_k, sm_scale, bias_slope, USE_BIAS, BIAS_ROUND, DOT_PRECISION,
         )
         # Every row sees key 0, so the first block already makes m_new finite (no -inf - -inf).
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -187,7 +188,7 @@ def _bwd_dkdv_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     USE_BIAS: tl.constexpr,
-    BIAS_CAST_DTYPE: tl.constexpr,
+    BIAS_ROUND: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     """One program: dK, dV of BLOCK_N keys; loops over the query blocks that can see them.
@@ -224,7 +225,7 @@ def _bwd_dkdv_kernel(
         lse = tl.load(LSE + pid_bh * seq_q + offs_m, mask=mask_m, other=float("inf"))
         delta = tl.load(Delta + pid_bh * seq_q + offs_m, mask=mask_m, other=0.0)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BM, BN)
-        s = _scores(qk, offs_m + offset, offs_n, seq_k, sm_scale, bias_slope, USE_BIAS, BIAS_CAST_DTYPE)
+        s = _scores(qk, offs_m + offset, offs_n, seq_k, sm_scale, bias_slope, q, USE_BIAS, BIAS_ROUND)
         p = tl.math.exp2(s - lse[:, None])  # (BM, BN) float32, the forward's probabilities
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # (BM, BN)
@@ -250,7 +251,7 @@ def _bwd_dq_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     USE_BIAS: tl.constexpr,
-    BIAS_CAST_DTYPE: tl.constexpr,
+    BIAS_ROUND: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     """One program: dQ of BLOCK_M query rows; loops over the same key blocks as the forward."""
@@ -277,7 +278,7 @@ def _bwd_dq_kernel(
     for start_n in range(0, hi, BLOCK_N):
         k, v, s = _key_block(
             q, k_base, v_base, start_n + offs_n0, offs_d, skt, skd, svt, svd,
-            offs_m + offset, seq_k, sm_scale, bias_slope, USE_BIAS, BIAS_CAST_DTYPE, DOT_PRECISION,
+            offs_m + offset, seq_k, sm_scale, bias_slope, USE_BIAS, BIAS_ROUND, DOT_PRECISION,
         )
         p = tl.math.exp2(s - lse[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
@@ -350,10 +351,9 @@ def default_blocks(head_dim: int, dtype: torch.dtype, backward: bool) -> tuple[i
     return (64, 64, 4, 2) if wide else (128, 64, 4, 3)
 
 
-def _bias_cast_dtype(bias_dtype: str, dtype: torch.dtype):
-    if bias_dtype == "float32" or dtype == torch.float32:
-        return None
-    return {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}[dtype]
+def _bias_round(bias_dtype: str, dtype: torch.dtype) -> bool:
+    # Rounding a float32 bias to float32 is a no-op: compile it away.
+    return bias_dtype == "compute" and dtype != torch.float32
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
@@ -384,7 +384,7 @@ class _AlibiAttention(torch.autograd.Function):
             *_strides(q), *_strides(k), *_strides(v), *_strides(o),
             h, tq, tk, sm_scale, float(pos_scale),
             HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, USE_BIAS=bool(use_bias),
-            BIAS_CAST_DTYPE=_bias_cast_dtype(bias_dtype, q.dtype), DOT_PRECISION=_dot_precision(q.dtype),
+            BIAS_ROUND=_bias_round(bias_dtype, q.dtype), DOT_PRECISION=_dot_precision(q.dtype),
             num_warps=warps, num_stages=stages,
         )
         ctx.save_for_backward(q, k, v, slopes, o, lse)
@@ -398,6 +398,8 @@ class _AlibiAttention(torch.autograd.Function):
         b, h, tq, d = q.shape
         tk = k.shape[2]
         if do.stride(-1) != 1:
+            # Strided rows still read correctly (even stride 0 from .sum()), but a unit last
+            # stride lets the GPU vectorise the loads of every dO tile.
             do = do.contiguous()
         block_m, block_n, warps, stages = blocks_bwd or default_blocks(d, q.dtype, backward=True)
         delta = torch.empty_like(lse)  # (B*H, Tq) float32
@@ -409,7 +411,7 @@ class _AlibiAttention(torch.autograd.Function):
         dv = torch.empty((b, h, tk, d), dtype=v.dtype, device=v.device)
         common = dict(
             HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, USE_BIAS=use_bias,
-            BIAS_CAST_DTYPE=_bias_cast_dtype(bias_dtype, q.dtype), DOT_PRECISION=_dot_precision(q.dtype),
+            BIAS_ROUND=_bias_round(bias_dtype, q.dtype), DOT_PRECISION=_dot_precision(q.dtype),
             num_warps=warps, num_stages=stages,
         )
         strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do))
