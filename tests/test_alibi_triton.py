@@ -134,8 +134,8 @@ def test_zero_slopes_and_no_bias_equal_causal_sdpa(tq, tk):
         _assert_fa_bound(fused, same, exact, torch.float32, seed)
 
 
-def test_position_scale_and_compute_bias_dtype():
-    """pos_scale multiplies positions (interpolation); bias_dtype="compute" rounds the bias."""
+def test_position_scale():
+    """pos_scale multiplies positions (interpolation), as float positions do in the reference."""
     seed = _seed()
     q, k, v = _inputs(1, 5, 50, 90, 32, torch.float16)
     slopes = slopes_tensor(5, device=DEVICE)
@@ -144,10 +144,31 @@ def test_position_scale_and_compute_bias_dtype():
     same = _reference(q, k, v, slopes, pos_scale=0.37).double()
     bound = 2 * (same - exact).abs().max().item() + ATOL[torch.float16]
     assert (out - exact).abs().max().item() <= bound, f"pos_scale (seed {seed})"
-    # The rounded bias is what the float64 reference sees; the float32 bias would differ from it.
-    rounded = ka.alibi_attention(q, k, v, slopes, bias_dtype="compute").double()
+
+
+def test_compute_bias_dtype_rounds_the_bias():
+    """bias_dtype="compute" adds the bias rounded to float16; "float32" adds it unrounded.
+
+    A steep slope makes the bias large (|bias| up to ~930, float16 spacing 0.5 there), and keys
+    built so that q.k/sqrt(d) cancels it keep every key's weight significant: the rounding then
+    moves the output by far more than the kernel's own error.
+    """
+    seed = _seed()
+    t, d, slope = 24, 32, 40.3
+    q = torch.zeros(1, 1, t, d, dtype=torch.float16, device=DEVICE)
+    q[..., 0] = 1.0
+    k = torch.zeros_like(q)
+    k[0, 0, :, 0] = -slope * math.sqrt(d) * torch.arange(t, dtype=torch.float32)  # q.k/sqrt(d) ~ -slope*j
+    v = torch.randn_like(q)
+    slopes = torch.tensor([slope], device=DEVICE)
+    exact = _reference(*(x.double() for x in (q, k, v)), slopes)
     exact_rounded = _reference(*(x.double() for x in (q, k, v)), slopes, bias_round=torch.float16)
-    assert (rounded - exact_rounded).abs().max().item() <= bound, f"bias_dtype=compute (seed {seed})"
+    gap = (exact - exact_rounded).abs().max().item()
+    out = ka.alibi_attention(q, k, v, slopes).double()
+    rounded = ka.alibi_attention(q, k, v, slopes, bias_dtype="compute").double()
+    assert gap > 0.02, f"test inputs too weak: rounding moves the output by only {gap:.3g}"
+    assert (out - exact).abs().max().item() < gap / 10, f"float32 bias (seed {seed})"
+    assert (rounded - exact_rounded).abs().max().item() < gap / 10, f"compute bias (seed {seed})"
 
 
 def test_non_contiguous_inputs_and_output_gradient():
