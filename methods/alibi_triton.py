@@ -1,0 +1,91 @@
+"""ALiBi with attention fused into one Triton kernel: the bias is never materialised.
+
+Same mathematics as the ``alibi`` method (Press, Smith, Lewis 2022): score_ij gets
+-m_h * (q_pos_i - k_pos_j), unscaled by 1/sqrt(d). The kernel (``posbench.kernels.alibi_attention``,
+FlashAttention-style tiling after Dao et al. 2022) forms each tile's bias from row and column
+indices, so memory stays O(T) instead of the O(H T^2) of a materialised bias.
+
+Positions: the kernel takes positions as indices times one factor. Integer positions are taken to
+be consecutive (the harness passes aranges; ``q_pos`` is the last Tq entries of ``k_pos``), so they
+need no look at their values. Float positions (interpolation) give the factor
+(k_pos[-1] - k_pos[0]) / (Tk - 1), read once per position tensor (one host sync per forward pass,
+shared by all layers through a ``PositionCache``); that is meant for evaluation, not training.
+
+Option ``bias_dtype``: "float32" (default) adds the float32 bias to float32 scores. "compute"
+rounds slope * distance to the input dtype inside the kernel before adding it, to study what a
+half-precision bias costs; the kernel's arithmetic is float32 in both cases.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from posbench.alibi import alibi_slopes
+from posbench.method import ModelConfig, PositionCache, PositionMethod
+from posbench.registry import register
+
+BIAS_DTYPES = ("float32", "compute")
+
+
+def _interpreter_on() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+@register
+class AlibiTriton(PositionMethod):
+    name = "alibi_triton"
+
+    def __init__(self, cfg: ModelConfig, bias_dtype: str = "float32"):
+        super().__init__(cfg)
+        if bias_dtype not in BIAS_DTYPES:
+            raise ValueError(f"alibi_triton: bias_dtype must be one of {', '.join(BIAS_DTYPES)}, got {bias_dtype!r}")
+        self.bias_dtype = bias_dtype
+        self.slope_values = alibi_slopes(cfg.n_heads)
+        # Slopes per device, kept out of the module's buffers so model.half() cannot round them.
+        self._slopes: dict[str, torch.Tensor] = {}
+        self._scales = PositionCache()
+
+    def _slopes_on(self, device: torch.device) -> torch.Tensor:
+        key = str(device)
+        if key not in self._slopes:
+            self._slopes[key] = torch.tensor(self.slope_values, dtype=torch.float32, device=device)  # (H,)
+        return self._slopes[key]
+
+    def _pos_scale(self, k_pos: torch.Tensor) -> float:
+        """Spacing of the positions: 1 for integer positions, else measured once per tensor."""
+        if not k_pos.is_floating_point() or k_pos.numel() < 2:
+            return 1.0
+
+        def measure() -> float:
+            return float((k_pos[-1] - k_pos[0]).item()) / (k_pos.numel() - 1)
+
+        return self._scales.get((k_pos,), measure)
+
+    def attend(self, q, k, v, q_pos, k_pos, layer):
+        from posbench.kernels.alibi_attention import alibi_attention
+
+        return alibi_attention(  # (B, H, Tq, hd)
+            q, k, v, self._slopes_on(q.device),
+            pos_scale=self._pos_scale(k_pos), bias_dtype=self.bias_dtype,
+        )
+
+    @classmethod
+    def unavailable(cls, device, dtype):
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "needs a CUDA GPU and triton"
+        device_type = torch.device(device).type
+        if _interpreter_on():
+            if device_type != "cpu":
+                return "TRITON_INTERPRET=1 runs Triton kernels on CPU tensors only"
+            if dtype == torch.bfloat16:
+                return "bfloat16 is not supported by the Triton interpreter"
+            return None
+        if device_type != "cuda" or not torch.cuda.is_available():
+            return "needs a CUDA GPU and triton"
+        return None
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, bias_dtype={self.bias_dtype!r}"

@@ -1,0 +1,299 @@
+"""Kernel-level benchmark of causal attention with and without ALiBi, one point at a time.
+
+For one (batch, heads, seq_len, head_dim, dtype, device) point, ``run_kernel_point`` times forward,
+backward and forward+backward of one attention variant, derives TFLOP/s, and reports peak memory
+next to the size a materialised bias would take. The variants:
+
+- ``alibi_triton``: the fused kernel, bias computed per tile (posbench.kernels.alibi_attention).
+- ``triton_no_bias``: the same kernel with ``use_bias=False``: what the bias itself costs.
+- ``sdpa_float_bias``: PyTorch SDPA with the ALiBi bias materialised as a float (B, H, L, L)
+  tensor in the input dtype with the causal mask folded in as -inf, as BLOOM-style code does;
+  the backend PyTorch can run it with (flash, efficient, math, tried in that order) is recorded.
+- ``sdpa_causal``: SDPA with ``is_causal=True`` and no bias, PyTorch's fastest path.
+- ``flex_alibi``: ``torch.nn.attention.flex_attention`` (compiled) with an ALiBi ``score_mod``
+  and a causal block mask.
+
+The materialised bias is built inside the timed forward, because the fused kernel builds its
+bias inside the forward as well. FLOPs follow the FlashAttention papers (Dao et al. 2022,
+Dao 2023): forward 4 * B * H * L^2 * d, halved for a causal mask; backward 2.5 times forward.
+Triton on CPU tensors needs the numpy interpreter, far too slow to time usefully, so the Triton
+rows are unavailable on CPU unless ``allow_interpreter=True`` and TRITON_INTERPRET=1.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .alibi import alibi_bias, slopes_tensor
+from .method import causal_mask
+
+VARIANTS = ["alibi_triton", "triton_no_bias", "sdpa_float_bias", "sdpa_causal", "flex_alibi"]
+
+AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class Unavailable(Exception):
+    """A variant that cannot run at this point; the message is the reason."""
+
+
+def attention_flops(batch: int, heads: int, seq_len: int, head_dim: int, causal: bool = True) -> dict[str, float]:
+    """FLOPs of one attention call: two matmuls of 2*L*L*d each per (batch, head)."""
+    fwd = 4.0 * batch * heads * seq_len**2 * head_dim
+    if causal:
+        fwd /= 2  # half the score matrix is masked (and skipped by the fused kernels)
+    bwd = 2.5 * fwd  # five matmuls instead of two
+    return {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}
+
+
+def predicted_bias_bytes(batch: int, heads: int, seq_len: int, dtype: torch.dtype) -> int:
+    """Bytes of a materialised (B, H, L, L) bias in ``dtype``: what the fused kernel never stores."""
+    return batch * heads * seq_len * seq_len * torch.empty((), dtype=dtype).element_size()
+
+
+# ---------------------------------------------------------------------------------------------
+# Variants: each returns (forward function of q, k, v, backend name) or raises Unavailable.
+
+
+def _triton(q, slopes, use_bias: bool, allow_interpreter: bool) -> tuple[AttentionFn, str]:
+    try:
+        from .kernels import alibi_attention as ka
+    except ImportError as exc:
+        raise Unavailable(f"triton is not importable ({exc})") from exc
+    if q.device.type == "cpu":
+        if not allow_interpreter:
+            raise Unavailable("Triton kernels need a CUDA GPU (the CPU interpreter is too slow to benchmark)")
+        if not ka.INTERPRETED:
+            raise Unavailable("Triton on CPU needs TRITON_INTERPRET=1 set before import")
+    elif q.device.type != "cuda" or ka.INTERPRETED:
+        raise Unavailable(f"Triton kernels need a CUDA GPU without TRITON_INTERPRET, got {q.device}")
+    if ka.INTERPRETED and q.dtype == torch.bfloat16:
+        raise Unavailable("bfloat16 is not supported by the Triton interpreter")
+    backend = "triton-interpreter" if ka.INTERPRETED else "triton"
+    return (lambda q, k, v: ka.alibi_attention(q, k, v, slopes, use_bias=use_bias)), backend
+
+
+def _sdpa_backend(fn: AttentionFn, q, k, v) -> tuple[AttentionFn, str]:
+    """Wrap ``fn`` in the first SDPA backend (flash, efficient, math) that runs fwd and bwd."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    errors = []
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
+        def pinned(q, k, v, backend=backend):
+            with sdpa_kernel([backend]):
+                return fn(q, k, v)
+
+        try:
+            pinned(q, k, v).sum().backward()
+        except RuntimeError as exc:
+            errors.append(f"{backend.name}: {str(exc).splitlines()[0]}")
+            continue
+        finally:
+            for t in (q, k, v):
+                t.grad = None
+        return pinned, backend.name.lower()
+    raise Unavailable("no SDPA backend runs this point: " + "; ".join(errors))
+
+
+def _sdpa_float_bias(q, slopes) -> AttentionFn:
+    def fn(q, k, v):
+        b, h, tq, _ = q.shape
+        tk = k.shape[-2]
+        pos = torch.arange(tk, device=q.device)
+        bias = alibi_bias(slopes, pos[tk - tq:], pos)  # (H, Tq, Tk) float32
+        bias = bias.masked_fill(~causal_mask(tq, tk, q.device), float("-inf"))
+        bias = bias.to(q.dtype).expand(b, h, tq, tk).contiguous()  # (B, H, Tq, Tk), materialised
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+    return fn
+
+
+def _flex_alibi(q, slopes) -> tuple[AttentionFn, str]:
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError as exc:
+        raise Unavailable(f"flex_attention is not in this torch ({exc})") from exc
+    if q.device.type == "cpu":
+        # Checked here because the error would otherwise come after a long compile.
+        raise Unavailable("FlexAttention does not support backward on CPU")
+    seq_len = q.shape[-2]
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes[h] * (kv_idx - q_idx).to(torch.float32)
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    block_mask = create_block_mask(causal, None, None, seq_len, seq_len, device=q.device)
+    compiled = torch.compile(flex_attention)
+    return (lambda q, k, v: compiled(q, k, v, score_mod=score_mod, block_mask=block_mask)), "flex-compiled"
+
+
+def _build(variant: str, q, k, v, slopes, allow_interpreter: bool) -> tuple[AttentionFn, str]:
+    if variant == "alibi_triton":
+        return _triton(q, slopes, True, allow_interpreter)
+    if variant == "triton_no_bias":
+        return _triton(q, slopes, False, allow_interpreter)
+    if variant == "sdpa_float_bias":
+        return _sdpa_backend(_sdpa_float_bias(q, slopes), q, k, v)
+    if variant == "sdpa_causal":
+        return _sdpa_backend(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
+    if variant == "flex_alibi":
+        return _flex_alibi(q, slopes)
+    raise ValueError(f"unknown kernel variant {variant!r}; known: {', '.join(VARIANTS)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_ms(step: Callable[[], None], device: torch.device, warmup: int, reps: int, setup=None) -> list[float]:
+    """Milliseconds of ``step`` per rep after ``warmup`` calls; ``setup`` runs untimed before each.
+
+    CUDA: one pair of events per rep (device time, no host overhead). CPU: perf_counter.
+    """
+    for _ in range(warmup):
+        if setup:
+            setup()
+        step()
+    _sync(device)
+    times = []
+    for _ in range(reps):
+        if setup:
+            setup()
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def _summary(prefix: str, times: list[float], flops: float) -> dict[str, float]:
+    median = statistics.median(times)
+    return {
+        f"{prefix}_ms": median,
+        f"{prefix}_ms_min": min(times),
+        f"{prefix}_ms_max": max(times),
+        f"{prefix}_tflops": flops / (median * 1e-3) / 1e12,
+    }
+
+
+def _peak_memory(step: Callable[[], None], device: torch.device) -> tuple[int | None, str | None]:
+    """Bytes allocated at the peak of one ``step`` above what was allocated before it."""
+    if device.type != "cuda":
+        return None, f"peak memory is measured on CUDA only (device {device})"
+    _sync(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    step()
+    _sync(device)
+    return torch.cuda.max_memory_allocated(device) - before, None
+
+
+class PreparedPoint:
+    """Inputs and the attention function of one variant at one point, ready to be stepped."""
+
+    def __init__(self, fn: AttentionFn, backend: str, q, k, v):
+        self.fn, self.backend = fn, backend
+        self.q, self.k, self.v = q, k, v  # (B, H, L, hd), requires_grad
+        self.grad = torch.randn_like(q)
+        self._out = None
+
+    def clear_grads(self) -> None:
+        for t in (self.q, self.k, self.v):
+            t.grad = None
+
+    def forward(self) -> None:
+        self._out = self.fn(self.q, self.k, self.v)
+
+    def backward(self) -> None:
+        """Backward of the last ``forward``; the graph is kept so it can be timed repeatedly."""
+        self._out.backward(self.grad, retain_graph=True)
+
+    def step(self) -> None:
+        """One training-style forward + backward."""
+        self.fn(self.q, self.k, self.v).backward(self.grad)
+
+    def release(self) -> None:
+        self._out = None
+        self.clear_grads()
+
+
+def prepare_point(
+    variant: str, *, batch: int, heads: int, seq_len: int, head_dim: int,
+    dtype: torch.dtype, device: torch.device | str, allow_interpreter: bool = False,
+) -> PreparedPoint:
+    """Build inputs and the variant's function and run one fwd+bwd; raises Unavailable with a reason."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown kernel variant {variant!r}; known: {', '.join(VARIANTS)}")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise Unavailable("CUDA is not available")
+
+    def tensor():  # (B, H, L, hd)
+        return torch.randn(batch, heads, seq_len, head_dim, device=device, dtype=dtype, requires_grad=True)
+
+    q, k, v = tensor(), tensor(), tensor()
+    slopes = slopes_tensor(heads, device=device)  # (H,) float32
+    fn, backend = _build(variant, q, k, v, slopes, allow_interpreter)
+    point = PreparedPoint(fn, backend, q, k, v)
+    try:
+        point.step()  # first call outside any timing: compilation, autotuning, late errors
+    except (RuntimeError, NotImplementedError) as exc:
+        raise Unavailable(f"{backend}: {str(exc).splitlines()[0]}") from exc
+    point.clear_grads()
+    return point
+
+
+def run_kernel_point(
+    variant: str,
+    *,
+    batch: int,
+    heads: int,
+    seq_len: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    warmup: int = 3,
+    reps: int = 10,
+    allow_interpreter: bool = False,
+) -> dict:
+    """Time one variant at one point; a flat dict of metrics, or status "unavailable" and a reason."""
+    device = torch.device(device)
+    shape = dict(batch=batch, heads=heads, seq_len=seq_len, head_dim=head_dim)
+    row = {
+        "variant": variant, **shape, "dtype": str(dtype).removeprefix("torch."), "device": str(device),
+        "predicted_bias_bytes": predicted_bias_bytes(batch, heads, seq_len, dtype),
+    }
+    try:
+        point = prepare_point(variant, **shape, dtype=dtype, device=device, allow_interpreter=allow_interpreter)
+    except Unavailable as exc:
+        return {**row, "status": "unavailable", "reason": str(exc)}
+    flops = attention_flops(batch, heads, seq_len, head_dim, causal=True)
+    row.update(status="ok", backend=point.backend, flops_fwd=flops["fwd"])
+    row.update(_summary("fwd", time_ms(point.forward, device, warmup, reps, point.clear_grads), flops["fwd"]))
+    point.forward()
+    row.update(_summary("bwd", time_ms(point.backward, device, warmup, reps, point.clear_grads), flops["bwd"]))
+    point.release()
+    row.update(_summary("fwdbwd", time_ms(point.step, device, warmup, reps, point.clear_grads), flops["fwdbwd"]))
+    point.clear_grads()
+    peak, reason = _peak_memory(point.step, device)
+    row["peak_mem_bytes"] = peak
+    if reason:
+        row["peak_mem_reason"] = reason
+    return row
