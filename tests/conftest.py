@@ -4,3 +4,16 @@
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def real_data_dir():
+    """The real corpus folder (CI sets POSBENCH_DATA_DIR); skipped with the reason when absent."""
+    raw = os.environ.get("POSBENCH_DATA_DIR")
+    if not raw or not (Path(raw) / "wikitext-2" / "valid.txt").is_file():
+        pytest.skip("needs WikiText-2 in POSBENCH_DATA_DIR (a folder with wikitext-2/valid.txt)")
+    return Path(raw)

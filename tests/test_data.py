@@ -39,14 +39,6 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture
-def real_data_dir():
-    raw = os.environ.get("POSBENCH_DATA_DIR")
-    if not raw or not (Path(raw) / "wikitext-2" / "valid.txt").is_file():
-        pytest.skip("needs WikiText-2 in POSBENCH_DATA_DIR (a folder with wikitext-2/valid.txt)")
-    return Path(raw)
-
-
 WIKI_TRAIN = " = Title = \n\n the cat sat on the mat . \n the dog sat . \n"
 WIKI_VALID = " the cat ran . \n\n a bird sat . \n"
 
