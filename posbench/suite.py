@@ -420,7 +420,8 @@ def _check_grid(grid: dict, source: dict, params: type, fail) -> None:
         if not values:
             raise fail(source[axis], "empty list of values", "at least one value")
         info = fields[axis]
-        adapter = TypeAdapter(Annotated[(info.annotation, *info.metadata)])
+        spec = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        adapter = TypeAdapter(spec)
         for i, value in enumerate(values):
             try:
                 adapter.validate_python(value, strict=True)

@@ -23,7 +23,9 @@ METRICS = {"value": "the grid point's n times 1000", "pid": "the worker's proces
 
 class Settings(TaskSettings):
     behaviour: Behaviour = "ok"
-    by_method: dict[str, Behaviour] = Field(default_factory=dict, description="behaviour per method")
+    by_method: dict[str, Behaviour] = Field(
+        default_factory=dict, description="behaviour per case id (alibi/n=2) or per method (alibi)"
+    )
     sleep_s: float = 5.0
     alloc_mb: int = 1024  # what "alloc" tries to allocate (under memory_limit_mb)
     flag_file: str = ""  # "interrupt_once": interrupt the runner only while this file is absent
@@ -37,7 +39,7 @@ class Params(BaseModel):
 
 def run(case) -> dict:
     s = case.settings
-    what = s.by_method.get(case.method, s.behaviour)
+    what = s.by_method.get(case.id, s.by_method.get(case.method, s.behaviour))
     if what == "sleep":
         time.sleep(s.sleep_s)
     elif what == "raise":
