@@ -94,10 +94,10 @@ def build(rows: list[dict], metrics: list[str], baseline: Optional[str], methods
         block.columns = [f"L={c}" if axis == "seq_len" else f"{axis}={c}" for c in block.columns]
         blocks[TITLES.get(metric, metric)] = block
     table = pd.concat(blocks, axis=1)
-    order = [m for m in (methods or []) if m in table.index.get_level_values("method")]
-    if order:
-        table = table.reindex(order, level="method") if table.index.nlevels > 1 else table.reindex(order)
-    return table
+    # Row order: the suite's method order, else the order the rows came in (pivot sorts by name).
+    present = list(dict.fromkeys(r["method"] for r in rows))
+    order = [m for m in (methods or present) if m in present]
+    return table.reindex(order, level="method") if table.index.nlevels > 1 else table.reindex(order)
 
 
 def _header(table: pd.DataFrame) -> list[str]:
