@@ -5,22 +5,7 @@ import pytest
 
 from posbench import cli
 
-SUITE = """\
-name: t
-description: cli test
-version: 1
-task: _testing
-methods: [sinusoidal, alibi]
-baseline: sinusoidal
-metrics: [value]
-grid:
-  n: [1, 2]
-settings:
-  timeout_s: 30
-profiles:
-  cpu:
-    settings: {}
-"""
+from test_suite import VALID as SUITE  # the same valid suite the validation tests start from
 
 
 @pytest.fixture
