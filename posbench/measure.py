@@ -58,16 +58,25 @@ class CpuDevice:
     def reset_peak(self) -> None:
         self.peak_resettable = self._clear_refs()
 
-    def peak(self) -> dict[str, Optional[int]]:
-        """Peak resident bytes since ``reset_peak`` (or since the process started)."""
-        hwm = None
+    @staticmethod
+    def _status(field: str) -> Optional[int]:
+        """A byte count from /proc/self/status (VmHWM: peak resident, VmRSS: resident now)."""
         try:
             with open("/proc/self/status") as fh:
                 for line in fh:
-                    if line.startswith("VmHWM:"):
-                        hwm = int(line.split()[1]) * 1024  # kB
+                    if line.startswith(field + ":"):
+                        return int(line.split()[1]) * 1024  # kB
         except OSError:
             pass
+        return None
+
+    def in_use(self) -> Optional[int]:
+        """Resident bytes now: the Python and torch runtime, the model and the data."""
+        return self._status("VmRSS")
+
+    def peak(self) -> dict[str, Optional[int]]:
+        """Peak resident bytes since ``reset_peak`` (or since the process started)."""
+        hwm = self._status("VmHWM")
         if hwm is None:
             # ru_maxrss: kilobytes on Linux, bytes on macOS.
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -100,6 +109,10 @@ class CudaDevice:
     def reset_peak(self) -> None:
         self.synchronize()
         torch.cuda.reset_peak_memory_stats(self.index)
+
+    def in_use(self) -> Optional[int]:
+        self.synchronize()
+        return int(torch.cuda.memory_allocated(self.index))
 
     def peak(self) -> dict[str, Optional[int]]:
         self.synchronize()

@@ -42,6 +42,7 @@ class FakeCuda:
         monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda i=None: self.calls.append("reset"))
         monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda i=None: 3 * 2**30)
         monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda i=None: 4 * 2**30)
+        monkeypatch.setattr(torch.cuda, "memory_allocated", lambda i=None: 2**30)
 
 
 def test_cuda_window_is_bracketed_by_events_after_a_synchronize(monkeypatch):
@@ -57,7 +58,8 @@ def test_cuda_peak_memory_resets_and_reads_allocated_and_reserved(monkeypatch):
     dev = measure.make_device("cuda")
     dev.reset_peak()
     assert dev.peak() == {"allocated": 3 * 2**30, "reserved": 4 * 2**30}
-    assert fake.calls == ["synchronize", "reset", "synchronize"]
+    assert dev.in_use() == 2**30
+    assert fake.calls == ["synchronize", "reset", "synchronize", "synchronize"]
 
 
 def test_cpu_window_counts_every_step_and_peak_resets():
@@ -112,6 +114,7 @@ def test_efficiency_task_on_cpu_reports_every_metric():
     m = out["metrics"]
     assert m["batch_size"] == 4 and m["tokens_per_step"] == 64 and m["threads"] == 1
     assert m["n_params"] > 0 and math.isfinite(m["train_loss"])
+    assert 0 < m["mem_base_bytes"] <= m["peak_mem_eval_bytes"]
     for phase in ("train", "eval"):
         assert m[f"{phase}_wps_min"] <= m[f"{phase}_wps"] <= m[f"{phase}_wps_max"]
         assert len(out["series"][f"{phase}_wps_windows"]) == 3

@@ -48,6 +48,7 @@ METRICS = {
     "eval_energy_j": "joules over the measured evaluation windows (NVML; null without)",
     "eval_j_per_token": "joules per evaluated token",
     "train_loss": "mean loss of the last training window (random tokens: about ln(vocab))",
+    "mem_base_bytes": "bytes in use before both phases: model and data (CPU: also the Python and torch runtime)",
     "n_params": "parameters of the model",
     "batch_size": "sequences per step: tokens_per_step // seq_len",
     "tokens_per_step": "tokens per step actually used: batch_size * seq_len",
@@ -104,7 +105,7 @@ def run(case) -> dict:
     nvml, handle = _nvml(case.device)
     tokens = batch * L
     metrics = {"n_params": model.num_parameters(), "batch_size": batch, "tokens_per_step": tokens,
-               "threads": torch.get_num_threads()}
+               "threads": torch.get_num_threads(), "mem_base_bytes": dev.in_use()}
     series = {}
 
     # --- evaluation -------------------------------------------------------------------------
