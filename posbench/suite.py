@@ -149,9 +149,10 @@ def _key_lines(node, path: tuple = (), out: dict | None = None) -> dict[tuple, i
 
 
 def _parse(text: str, where: str) -> tuple[Any, dict[tuple, int]]:
-    loader = SuiteLoader(text)
-    loader.name = where
+    loader = None
     try:
+        loader = SuiteLoader(text)  # the reader rejects unprintable characters already here
+        loader.name = where
         node = loader.get_single_node()
         if node is None:
             raise SuiteError(f"{where}:1: <root>: the file is empty; allowed: a mapping of suite keys")
@@ -161,8 +162,12 @@ def _parse(text: str, where: str) -> tuple[Any, dict[tuple, int]]:
         line = mark.line + 1 if mark else 1
         problem = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
         raise SuiteError(f"{where}:{line}: <yaml>: invalid YAML: {problem}; allowed: YAML 1.1 syntax") from None
+    except yaml.YAMLError as exc:  # e.g. a character YAML does not allow; no mark to point at
+        problem = " ".join(str(exc).split())
+        raise SuiteError(f"{where}:1: <yaml>: invalid YAML: {problem}; allowed: YAML 1.1 syntax") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return data, _key_lines(node)
 
 
@@ -301,7 +306,11 @@ def load(ref: str | Path) -> Loaded:
     """Parse and check the file in full (every profile); raises ``SuiteError``."""
     path = find(ref)
     where = _display(path)
-    data, lines = _parse(path.read_text(encoding="utf-8"), where)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuiteError(f"{where}: <file>: cannot read ({type(exc).__name__}); allowed: a UTF-8 YAML file") from None
+    data, lines = _parse(text, where)
     if not isinstance(data, dict):
         raise _fail(where, lines, (), f"the file must be a mapping, got {type(data).__name__}", "a mapping of suite keys: "
                     + ", ".join(SuiteFile.model_fields))

@@ -153,3 +153,8 @@ def test_schema_lists_suite_keys_and_task_settings():
     assert schema["additionalProperties"] is False
     assert {"name", "task", "methods", "grid", "settings", "profiles"} <= set(schema["properties"])
     assert "tokens_per_step" in schema["$defs"]["efficiency.Settings"]["properties"]
+
+
+def test_unprintable_character_is_a_yaml_error_not_a_traceback(tmp_path):
+    msg = error(tmp_path, "name: x\x07\n")
+    assert msg.startswith(f"{tmp_path}/t.yaml:1: <yaml>: invalid YAML: unacceptable character")
