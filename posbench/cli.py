@@ -139,7 +139,7 @@ def cmd_validate(args) -> int:
     loaded = suitemod.load(args.suite)
     f = loaded.file
     profiles = ", ".join(f.profiles) or "none"
-    print(f"ok: {loaded.path}: task {f.task}, {len(f.methods)} methods, profiles: {profiles}")
+    print(f"ok: {suitemod.display_path(loaded.path)}: task {f.task}, {len(f.methods)} methods, profiles: {profiles}")
     return 0
 
 
@@ -164,7 +164,8 @@ def cmd_list(args) -> int:
     for name in suitemod.names():
         try:
             loaded = suitemod.load(name)
-            print(f"  {name:<14} {loaded.file.description.splitlines()[0] if loaded.file.description else ''}")
+            first = loaded.file.description.split(". ")[0].rstrip(".")  # the first sentence
+            print(f"  {name:<14} {first}")
         except SuiteError as exc:
             print(f"  {name:<14} INVALID: {exc}")
     return 0

@@ -280,7 +280,7 @@ def find(ref: str | Path) -> Path:
     raise SuiteError(f"{ref}: <file>: no such suite; allowed: a suite name ({', '.join(names())}) or a path")
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
     """The path as the user would type it: relative to the current folder when below it."""
     try:
         return str(path.resolve().relative_to(Path.cwd()))
@@ -305,7 +305,7 @@ class Loaded:
 def load(ref: str | Path) -> Loaded:
     """Parse and check the file in full (every profile); raises ``SuiteError``."""
     path = find(ref)
-    where = _display(path)
+    where = display_path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -333,14 +333,14 @@ def _check_task(loaded: Loaded):
     try:
         return tasks.get(loaded.file.task)
     except KeyError:
-        raise _fail(_display(loaded.path), loaded.lines, ("task",), f"unknown task {loaded.file.task!r}",
+        raise _fail(display_path(loaded.path), loaded.lines, ("task",), f"unknown task {loaded.file.task!r}",
                     ", ".join(tasks.names())) from None
 
 
 def _check_methods(loaded: Loaded) -> None:
     from . import registry  # imports torch; only needed once a file has passed the schema
 
-    f, where = loaded.file, _display(loaded.path)
+    f, where = loaded.file, display_path(loaded.path)
     for i, name in enumerate(f.methods):
         try:
             registry.get(name)
@@ -375,7 +375,7 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) -> Suite:
     """Apply ``profile`` (or none: ``default``) and ``--set`` overrides, validate, return a Suite."""
-    f, where, lines, task = loaded.file, _display(loaded.path), loaded.lines, loaded.task
+    f, where, lines, task = loaded.file, display_path(loaded.path), loaded.lines, loaded.task
     if profile != DEFAULT_PROFILE and profile not in f.profiles:
         raise SuiteError(f"{where}: profiles: no profile {profile!r}; allowed: "
                          f"{', '.join(list(f.profiles) or ['(none defined)'])}")
