@@ -1,0 +1,223 @@
+"""Command line: ``python bench.py [run] --suite NAME``, ``validate``, ``schema``, ``list``.
+
+Subcommands live in ``COMMANDS`` (name -> help, add_arguments, handler), so new ones (report,
+compare, download) are one entry each. With no subcommand, ``run`` is assumed. A user's mistake
+(an invalid suite, an unknown method) is one line on stderr and exit status 2, never a
+traceback; Ctrl-C during a run is exit status 130 with the command that resumes it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Callable
+
+from . import suite as suitemod
+from .suite import SuiteError
+
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+
+RUN_EXAMPLES = """examples:
+  python bench.py --suite efficiency                      # profile follows the device
+  python bench.py --suite efficiency --profile cpu --methods sinusoidal,alibi
+  python bench.py --suite efficiency --set warmup_steps=5 --set "grid.seq_len=[128, 256]"
+  python bench.py --suite suites/mine.yaml --dry-run      # list the cases, run nothing
+  python bench.py --suite efficiency --retry-failed       # re-run error and timeout cases
+"""
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--methods-dir", action="append", default=[], metavar="DIR",
+                   help="also load methods from DIR/*.py (repeatable)")
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", required=True, help="suite name (suites/NAME.yaml) or path to a YAML file")
+    p.add_argument("--profile", help="profile of the suite (default: cpu on a CPU, gpu on CUDA)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available, else cpu")
+    p.add_argument("--methods", help="comma-separated subset of the suite's methods")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting (VALUE is YAML: 3, bfloat16, [64, 128]); grid.AXIS=[...] "
+                        "replaces a grid axis (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="print the cases and stop")
+    p.add_argument("--fresh", action="store_true", help="start a new run folder instead of resuming")
+    p.add_argument("--run-id", help="run folder name under results/<suite>/ (to resume a --fresh run)")
+    p.add_argument("--retry-failed", action="store_true", help="re-run cases whose last row is error or timeout")
+    p.add_argument("--results", default="results", help="results root (default: results/)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _common(p)
+
+
+def _load_methods_dirs(args) -> None:
+    from . import registry
+
+    for folder in args.methods_dir:
+        registry.add_methods_dir(folder)
+
+
+def _resolve(args):
+    from .runner import detect_device
+
+    loaded = suitemod.load(args.suite)
+    device = args.device or detect_device()
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SuiteError("--device cuda: CUDA is not available here; allowed: cpu")
+    profile = args.profile or suitemod.PROFILE_FOR_DEVICE[device]
+    if args.profile is None and profile not in loaded.file.profiles:
+        profile = suitemod.DEFAULT_PROFILE
+    return suitemod.resolve(loaded, profile, suitemod.parse_set(args.set)), device
+
+
+def case_line(row: dict, metrics: list[str]) -> str:
+    """``[3/15] alibi  seq_len=128  ok  train_wps 25.8k  eval_wps 77.8k  (4.1 s)``."""
+    from .table import fmt
+
+    params = " ".join(f"{k}={v}" for k, v in row["params"].items())
+    if row["status"] == "ok":
+        detail = "  ".join(f"{m} {fmt(m, row['metrics'].get(m))}" for m in metrics)
+    else:
+        detail = row["message"]
+    return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({row['duration_s']:.1f} s)"
+
+
+def cmd_run(args) -> int:
+    from . import table as tablemod
+    from .runner import Interrupted, default_run_id, plan, run_suite
+
+    _load_methods_dirs(args)
+    suite, device = _resolve(args)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    if args.dry_run:
+        run_id = args.run_id or default_run_id(suite, device)
+        run_dir = Path(args.results) / suite.name / run_id
+        todo, done = plan(suite, device, run_dir, args.retry_failed, methods, args.methods_dir, run_id)
+        print(f"suite {suite.name} ({suite.task}), profile {suite.profile}, device {device}, run {run_id}")
+        print(f"settings: {json.dumps(suite.settings.model_dump())}")
+        for case in todo:
+            print(f"  run   {case.id}")
+        for cid, row in done.items():
+            if cid not in {c.id for c in todo}:
+                print(f"  done  {cid} ({row['status']})")
+        print(f"{len(todo)} case(s) to run, {len(done)} already in {run_dir}")
+        return 0
+
+    def on_row(row, i, n):
+        from tqdm import tqdm
+
+        tqdm.write(f"[{i}/{n}] " + case_line(row, suite.metrics), file=sys.stdout)
+
+    try:
+        result = run_suite(suite, device, Path(args.results), run_id=args.run_id, fresh=args.fresh,
+                           retry_failed=args.retry_failed, methods=methods, methods_dirs=args.methods_dir,
+                           on_row=on_row, progress=not args.quiet)
+    except Interrupted as exc:
+        argv = [a for a in sys.argv[1:] if a != "--fresh"]
+        if "--run-id" not in argv:
+            argv += ["--run-id", exc.run_id]
+        print(f"\ninterrupted: {exc.done} of {exc.total} cases finished and saved in {exc.run_dir}/cases.jsonl\n"
+              f"resume with: python bench.py {shlex.join(argv)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl")
+    if result.rows and suite.metrics:
+        table = tablemod.build(result.rows, suite.metrics, suite.baseline, suite.methods)
+        note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
+                f"run `{result.run_id}`. Words are tokens; ratios are against `{suite.baseline}` in this run; "
+                f"peak memory is {'CUDA max_memory_allocated' if device == 'cuda' else 'peak resident set'}.")
+        tablemod.write(table, result.run_dir, note)
+        print("\n" + tablemod.to_text(table))
+        print(f"table: {result.run_dir}/table.md, {result.run_dir}/table.csv")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    _load_methods_dirs(args)
+    loaded = suitemod.load(args.suite)
+    f = loaded.file
+    profiles = ", ".join(f.profiles) or "none"
+    print(f"ok: {suitemod.display_path(loaded.path)}: task {f.task}, {len(f.methods)} methods, profiles: {profiles}")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    print(json.dumps(suitemod.schema(), indent=2))
+    return 0
+
+
+def cmd_list(args) -> int:
+    import torch
+
+    from . import registry
+    from .runner import detect_device
+
+    _load_methods_dirs(args)
+    device = args.device or detect_device()
+    print(f"methods (availability on {device}, float32):")
+    for name in registry.names():
+        reason = registry.get(name).unavailable(torch.device(device), torch.float32)
+        print(f"  {name:<14} {'available' if not reason else 'unavailable: ' + reason:<40} {registry.origin(name)}")
+    print("suites:")
+    for name in suitemod.names():
+        try:
+            loaded = suitemod.load(name)
+            first = loaded.file.description.split(". ")[0].rstrip(".")  # the first sentence
+            print(f"  {name:<14} {first}")
+        except SuiteError as exc:
+            print(f"  {name:<14} INVALID: {exc}")
+    return 0
+
+
+def _add_validate(p):
+    p.add_argument("suite", help="suite name or path")
+    _common(p)
+
+
+def _add_list(p):
+    p.add_argument("--device", choices=["cpu", "cuda"], help="device to check availability on")
+    _common(p)
+
+
+COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
+    "run": ("run a suite (the default subcommand)", add_run_arguments, cmd_run, RUN_EXAMPLES),
+    "validate": ("check a suite file without running it", _add_validate, cmd_validate,
+                 "examples:\n  python bench.py validate efficiency\n  python bench.py validate suites/mine.yaml\n"),
+    "schema": ("print the JSON Schema of suite files", lambda p: None, cmd_schema,
+               "examples:\n  python bench.py schema > suite.schema.json\n"),
+    "list": ("list methods (with availability) and suites", _add_list, cmd_list,
+             "examples:\n  python bench.py list\n  python bench.py list --methods-dir ~/my_methods\n"),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bench.py", description="posbench: what a position method costs and how well it extrapolates.",
+        epilog="with no subcommand, 'run' is assumed:\n  python bench.py --suite efficiency",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
+    for name, (help_, add, handler, examples) in COMMANDS.items():
+        sp = sub.add_parser(name, help=help_, description=help_, epilog=examples,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        add(sp)
+        sp.set_defaults(handler=handler)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
+        argv = ["run"] + argv
+    args = parser().parse_args(argv)
+    from .registry import RegistryError
+
+    try:
+        return args.handler(args)
+    except SuiteError as exc:
+        print(f"SuiteError: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RegistryError as exc:
+        print(f"RegistryError: {exc}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,176 @@
+"""Timing, peak memory and energy, behind a small device boundary.
+
+Every CUDA call the harness makes for measuring lives in ``CudaDevice`` and ``PowerSampler``, so
+tests can drive those paths on a CPU with fakes (monkeypatched ``torch.cuda`` functions, a fake
+``pynvml`` module).
+
+- Timing: a window is ``steps`` calls of a step function; on CUDA it is bracketed by CUDA events
+  and read after ``torch.cuda.synchronize()``, so queued kernels are counted and asynchronous
+  launches are not mistaken for work done. On CPU, ``time.perf_counter`` around the window.
+- Peak memory: on CUDA ``max_memory_allocated`` / ``max_memory_reserved`` since the last
+  ``reset_peak``. On CPU the process's peak resident set (VmHWM): Linux lets a process reset it
+  (``echo 5 > /proc/self/clear_refs``), so each phase gets its own peak; where that is not
+  possible ``ru_maxrss`` is a high-water mark since the worker started (``peak_resettable`` says
+  which). One process per case keeps either number about this case alone.
+"""
+from __future__ import annotations
+
+import resource
+import statistics
+import sys
+import threading
+import time
+from typing import Callable, Optional
+
+import torch
+
+
+def summarize(values: list[float]) -> tuple[float, float, float]:
+    """(median, min, max)."""
+    return statistics.median(values), min(values), max(values)
+
+
+class CpuDevice:
+    kind = "cpu"
+
+    def __init__(self):
+        self.peak_resettable = self._clear_refs()
+
+    def synchronize(self) -> None:
+        pass
+
+    def time_window(self, step: Callable[[], None], steps: int) -> float:
+        """Seconds for ``steps`` calls of ``step``."""
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return time.perf_counter() - t0
+
+    @staticmethod
+    def _clear_refs() -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")  # 5: reset the peak RSS (VmHWM) to the current RSS
+            return True
+        except OSError:
+            return False
+
+    def reset_peak(self) -> None:
+        self.peak_resettable = self._clear_refs()
+
+    @staticmethod
+    def _status(field: str) -> Optional[int]:
+        """A byte count from /proc/self/status (VmHWM: peak resident, VmRSS: resident now)."""
+        try:
+            with open("/proc/self/status") as fh:
+                for line in fh:
+                    if line.startswith(field + ":"):
+                        return int(line.split()[1]) * 1024  # kB
+        except OSError:
+            pass
+        return None
+
+    def in_use(self) -> Optional[int]:
+        """Resident bytes now: the Python and torch runtime, the model and the data."""
+        return self._status("VmRSS")
+
+    def peak(self) -> dict[str, Optional[int]]:
+        """Peak resident bytes since ``reset_peak`` (or since the process started)."""
+        hwm = self._status("VmHWM")
+        if hwm is None:
+            # ru_maxrss: kilobytes on Linux, bytes on macOS.
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            hwm = rss if sys.platform == "darwin" else rss * 1024
+        return {"allocated": hwm, "reserved": None}
+
+
+class CudaDevice:
+    kind = "cuda"
+    peak_resettable = True
+
+    def __init__(self, index: int | None = None):
+        self.index = torch.cuda.current_device() if index is None else index
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.index)
+
+    def time_window(self, step: Callable[[], None], steps: int) -> float:
+        """Seconds of GPU time between two events around ``steps`` steps."""
+        self.synchronize()  # nothing queued before the window may count
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(steps):
+            step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0  # ms -> s
+
+    def reset_peak(self) -> None:
+        self.synchronize()
+        torch.cuda.reset_peak_memory_stats(self.index)
+
+    def in_use(self) -> Optional[int]:
+        self.synchronize()
+        return int(torch.cuda.memory_allocated(self.index))
+
+    def peak(self) -> dict[str, Optional[int]]:
+        self.synchronize()
+        return {
+            "allocated": int(torch.cuda.max_memory_allocated(self.index)),
+            "reserved": int(torch.cuda.max_memory_reserved(self.index)),
+        }
+
+
+def make_device(kind: str):
+    if kind == "cuda":
+        return CudaDevice()
+    if kind == "cpu":
+        return CpuDevice()
+    raise ValueError(f"unknown device {kind!r}; allowed: cpu, cuda")
+
+
+class PowerSampler:
+    """Samples board power through NVML every ``interval_s`` in a thread; integrates energy.
+
+    ``with PowerSampler(nvml, handle) as p: ...`` then ``p.energy_j`` (trapezoid rule over the
+    samples, joules) and ``p.samples`` [(t_s, watts)]. Without NVML (``nvml is None``) it records
+    nothing and ``energy_j`` is None.
+    """
+
+    def __init__(self, nvml, handle, interval_s: float = 0.1):
+        self.nvml, self.handle, self.interval_s = nvml, handle, interval_s
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _read(self) -> None:
+        watts = self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0  # NVML reports milliwatts
+        self.samples.append((time.perf_counter(), watts))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._read()
+
+    def __enter__(self):
+        if self.nvml is not None:
+            self._read()
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._read()  # a sample at the very end, so short phases still have two
+        return False
+
+    @property
+    def energy_j(self) -> Optional[float]:
+        if len(self.samples) < 2:
+            return None
+        total = 0.0
+        for (t0, w0), (t1, w1) in zip(self.samples, self.samples[1:]):
+            total += (t1 - t0) * (w0 + w1) / 2
+        return total

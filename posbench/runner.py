@@ -1,0 +1,256 @@
+"""Runs a suite: one worker process per case, rows appended as cases end, resumable.
+
+Layout: ``<results>/<suite>/<run-id>/cases.jsonl`` (one JSON row per case, appended, flushed and
+fsynced as each case ends), ``env.json`` (written when the run starts), and at the end
+``table.md`` / ``table.csv``.
+
+The run id is ``<profile>-<device>-<hash of version, task, settings and grid>``, so the same
+command lands in the same folder and resumes: a case with a row is not run again. Every status
+counts as done; ``retry_failed`` re-runs cases whose latest row is ``error`` or ``timeout`` (their
+new row is appended; readers take the last row per case). ``fresh`` starts a new folder (the id
+gets a time suffix), ``run_id`` picks one by name. The method list is not in the hash, so running
+more methods later adds them to the same run and table.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from . import __version__
+from .case import Case
+from .suite import Suite, SuiteError
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+RETRYABLE = ("error", "timeout")
+ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message", "metrics", "series",
+            "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
+            "git_commit", "traceback")
+
+
+class Interrupted(Exception):
+    """Ctrl-C: the current worker was killed; ``cases.jsonl`` holds every finished case."""
+
+    def __init__(self, run_dir: Path, run_id: str, done: int, total: int):
+        super().__init__(f"interrupted after {done} of {total} cases")
+        self.run_dir, self.run_id, self.done, self.total = run_dir, run_id, done, total
+
+
+def detect_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_run_id(suite: Suite, device: str) -> str:
+    return f"{suite.profile}-{device}-{suite.fingerprint()}"
+
+
+# ---------------------------------------------------------------------------------------------
+# cases.jsonl
+
+
+def read_rows(path: Path) -> list[dict]:
+    """Every complete row; a torn last line (a process killed mid-write) is ignored."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def latest(rows: Iterable[dict]) -> dict[str, dict]:
+    """case_id -> its last row (a retried case has several)."""
+    out: dict[str, dict] = {}
+    for row in rows:
+        out[row["case_id"]] = row
+    return out
+
+
+def append_row(path: Path, row: dict) -> None:
+    """Append one line durably; first cut off a torn tail so the file stays one row per line."""
+    data = (json.dumps(row, allow_nan=False) + "\n").encode()
+    with open(path, "ab+") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size:
+            fh.seek(max(0, size - 65536))
+            tail = fh.read()
+            if not tail.endswith(b"\n"):
+                cut = tail.rfind(b"\n")
+                fh.truncate(size - len(tail) + cut + 1 if cut >= 0 else 0)
+        fh.seek(0, os.SEEK_END)
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _finite(metrics: dict) -> dict:
+    """JSON has no NaN: non-finite numbers become null (the status says what went wrong)."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# One case
+
+
+def unavailable_reason(case: Case) -> Optional[str]:
+    """The method's own answer for this device and dtype, decided without a worker."""
+    import torch
+
+    from . import registry
+
+    dtype = getattr(torch, case.settings.get("dtype", "float32"))
+    return registry.get(case.method).unavailable(torch.device(case.device), dtype)
+
+
+def run_worker(case: Case, timeout_s: float) -> dict:
+    """Run ``case`` in a fresh process; the worker's result or a row part saying how it died."""
+    with tempfile.TemporaryDirectory(prefix="posbench-") as tmp:
+        case_file, result_file, log_file = (Path(tmp) / n for n in ("case.json", "result.json", "worker.log"))
+        case_file.write_text(json.dumps(case.to_json()))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
+        threads = case.settings.get("threads")
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        with open(log_file, "wb") as log:
+            # A session of its own: Ctrl-C reaches only the runner, which then ends the worker
+            # (and anything it started) as a group.
+            proc = subprocess.Popen([sys.executable, "-m", "posbench.worker", str(case_file), str(result_file)],
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill(proc)
+                return {"status": "timeout", "message": f"no result after {timeout_s:g} s; worker killed",
+                        "traceback": _tail(log_file)}
+            except BaseException:  # KeyboardInterrupt: never leave a worker behind
+                _kill(proc)
+                raise
+        if result_file.exists():
+            return json.loads(result_file.read_text())
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        return {"status": "error", "message": f"worker died without a result ({how})", "traceback": _tail(log_file)}
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _tail(path: Path, limit: int = 4000) -> str:
+    """The end of the worker's output, for rows where the worker could not report itself."""
+    try:
+        return path.read_bytes()[-limit:].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# A suite
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    run_id: str
+    rows: list[dict] = field(default_factory=list)  # latest row per case of this run
+    ran: int = 0
+    skipped: int = 0
+
+
+def plan(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
+         methods_dirs: list[str], run_id: str) -> tuple[list[Case], dict[str, dict]]:
+    """(cases to run, case_id -> finished row) for this run folder."""
+    if methods:
+        unknown = [m for m in methods if m not in suite.methods]
+        if unknown:
+            raise SuiteError(f"--methods: {unknown[0]}: not a method of suite {suite.name!r}; "
+                             f"allowed: {', '.join(suite.methods)}")
+    cases = [c for c in suite.cases(device, run_id, methods_dirs) if not methods or c.method in methods]
+    done = latest(read_rows(run_dir / "cases.jsonl"))
+    todo = [c for c in cases if c.id not in done or (retry_failed and done[c.id]["status"] in RETRYABLE)]
+    return todo, done
+
+
+def make_row(case: Case, result: dict, started: datetime, duration: float, commit: str) -> dict:
+    row = {
+        "case_id": case.id, "suite": case.suite, "task": case.task, "method": case.method,
+        "params": case.params, "status": result["status"], "message": result.get("message", ""),
+        "metrics": _finite(result.get("metrics", {})), "series": result.get("series", {}),
+        "settings": case.settings, "device": case.device, "profile": case.profile, "run_id": case.run_id,
+        "started_at": started.isoformat(timespec="seconds"), "duration_s": round(duration, 3),
+        "posbench_version": __version__, "git_commit": commit, "traceback": result.get("traceback", ""),
+    }
+    return {k: row[k] for k in ROW_KEYS}
+
+
+def run_suite(
+    suite: Suite,
+    device: str,
+    results: Path,
+    run_id: str | None = None,
+    fresh: bool = False,
+    retry_failed: bool = False,
+    methods: list[str] | None = None,
+    methods_dirs: list[str] | None = None,
+    on_row: Callable[[dict, int, int], None] | None = None,
+    progress: bool = True,
+) -> RunResult:
+    from tqdm import tqdm
+
+    from . import env as envmod
+
+    run_id = run_id or default_run_id(suite, device)
+    if fresh:
+        run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(results) / suite.name / run_id
+    methods_dirs = [str(Path(d).resolve()) for d in methods_dirs or []]
+    todo, done = plan(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    environment = envmod.collect(device)
+    if not (run_dir / "env.json").exists():
+        (run_dir / "env.json").write_text(json.dumps(environment, indent=2) + "\n")
+    commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
+    out = RunResult(run_dir, run_id, skipped=len(done))
+    bar = tqdm(total=len(todo), desc=suite.name, unit="case", file=sys.stderr, disable=not progress)
+    try:
+        for i, case in enumerate(todo):
+            started, t0 = datetime.now(timezone.utc), time.perf_counter()
+            bar.set_postfix_str(case.id)
+            reason = unavailable_reason(case)
+            if reason:
+                result = {"status": "unavailable", "message": reason}
+            else:
+                result = run_worker(case, case.settings["timeout_s"])
+            row = make_row(case, result, started, time.perf_counter() - t0, commit)
+            append_row(run_dir / "cases.jsonl", row)
+            out.ran += 1
+            bar.update(1)
+            if on_row:
+                on_row(row, i + 1, len(todo))
+    except KeyboardInterrupt:
+        bar.close()
+        raise Interrupted(run_dir, run_id, out.ran, len(todo)) from None
+    bar.close()
+    # Every case of the suite this run folder holds, also those of earlier narrowed runs, so the
+    # table has the baseline even when this command ran only some methods.
+    wanted = {c.id for c in suite.cases(device, run_id)}
+    out.rows = [r for cid, r in latest(read_rows(run_dir / "cases.jsonl")).items() if cid in wanted]
+    return out

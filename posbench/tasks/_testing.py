@@ -1,0 +1,64 @@
+"""Test-only task: each case does what its ``behaviour`` says, without importing torch.
+
+The runner's tests select it with ``task: _testing`` in suites they write to a temporary folder,
+to produce every status (ok, error, crash, timeout, oom, diverged, interrupt) in a worker that
+starts in a fraction of a second.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import Diverged, TaskSettings
+
+Behaviour = Literal["ok", "sleep", "raise", "crash", "kill", "oom", "alloc", "nan", "interrupt_once"]
+
+METRICS = {"value": "the grid point's n times 1000", "pid": "the worker's process id"}
+
+
+class Settings(TaskSettings):
+    behaviour: Behaviour = "ok"
+    by_method: dict[str, Behaviour] = Field(
+        default_factory=dict, description="behaviour per case id (alibi/n=2) or per method (alibi)"
+    )
+    sleep_s: float = 5.0
+    alloc_mb: int = 1024  # what "alloc" tries to allocate (under memory_limit_mb)
+    flag_file: str = ""  # "interrupt_once": interrupt the runner only while this file is absent
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    n: int = 1
+
+
+def run(case) -> dict:
+    s = case.settings
+    what = s.by_method.get(case.id, s.by_method.get(case.method, s.behaviour))
+    if what == "sleep":
+        time.sleep(s.sleep_s)
+    elif what == "raise":
+        raise ValueError(f"boom in {case.method}\nsecond line")
+    elif what == "crash":
+        os._exit(3)
+    elif what == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif what == "oom":
+        raise MemoryError("pretend allocation failure")
+    elif what == "alloc":
+        block = bytearray(s.alloc_mb * 2**20)  # fails under RLIMIT_AS below alloc_mb
+        del block
+    elif what == "nan":
+        raise Diverged("non-finite training loss (nan) in window 0")
+    elif what == "interrupt_once":
+        flag = Path(s.flag_file)
+        if not flag.exists():
+            flag.write_text("interrupted")
+            os.kill(os.getppid(), signal.SIGINT)  # what Ctrl-C does to the runner
+            time.sleep(30)  # the runner kills us long before this ends
+    return {"metrics": {"value": case.params.n * 1000, "pid": os.getpid()}, "series": {"steps": [1, 2, 3]}}

@@ -1,0 +1,194 @@
+"""Efficiency: training and evaluation words/s and peak memory of one method at one length.
+
+The ALiBi paper's efficiency table (Press et al. 2022, Table 1 / Figure 1): the same model with
+each position method, trained and evaluated at input length L on one GPU. "Words" are tokens.
+
+One case = one method at one ``seq_len``:
+1. Evaluation: ``model.eval()``, no grad; every forward is a batch of non-overlapping windows of
+   length L. ``warmup_steps`` forwards, then ``windows`` windows of ``measure_steps`` forwards.
+2. Training: full optimizer steps (forward, loss, backward, AdamW step, ``zero_grad(set_to_none)``),
+   ``warmup_steps`` first, then ``windows`` windows of ``measure_steps`` steps.
+Evaluation runs first so that on a CPU (where a freed allocation may stay resident) its peak is
+not inflated by the optimizer state; each phase resets the peak before it starts.
+
+Token ids are random (seeded): speed and memory do not depend on the values, and random data
+keeps the suite free of a corpus download. Mixed precision (``bfloat16``/``float16``) runs
+float32 weights and AdamW under ``torch.autocast``, as fairseq's fp16 training did; float16
+adds a gradient scaler.
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .. import registry
+from ..measure import PowerSampler, make_device, summarize
+from ..method import ModelConfig
+from ..model import PRESETS, TransformerLM, lm_loss, model_config
+from . import Diverged, TaskSettings
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+METRICS = {
+    "train_wps": "tokens/s, median over windows of full optimizer steps",
+    "train_wps_min": "tokens/s, slowest training window",
+    "train_wps_max": "tokens/s, fastest training window",
+    "eval_wps": "tokens/s, median over windows of no-grad forwards",
+    "eval_wps_min": "tokens/s, slowest evaluation window",
+    "eval_wps_max": "tokens/s, fastest evaluation window",
+    "peak_mem_train_bytes": "bytes; CUDA max_memory_allocated, CPU peak resident set, training phase",
+    "peak_mem_train_reserved_bytes": "bytes; CUDA max_memory_reserved in training (null on CPU)",
+    "peak_mem_eval_bytes": "bytes; as peak_mem_train_bytes, evaluation phase",
+    "peak_mem_eval_reserved_bytes": "bytes; CUDA max_memory_reserved in evaluation (null on CPU)",
+    "energy_j": "joules drawn by the GPU over the measured training windows (NVML; null without)",
+    "j_per_token": "joules per trained token (energy_j / tokens in the measured windows)",
+    "eval_energy_j": "joules over the measured evaluation windows (NVML; null without)",
+    "eval_j_per_token": "joules per evaluated token",
+    "train_loss": "mean loss of the last training window (random tokens: about ln(vocab))",
+    "mem_base_bytes": "bytes in use before both phases: model and data (CPU: also the Python and torch runtime)",
+    "n_params": "parameters of the model",
+    "batch_size": "sequences per step: tokens_per_step // seq_len",
+    "tokens_per_step": "tokens per step actually used: batch_size * seq_len",
+    "threads": "torch CPU threads in the worker",
+}
+
+
+class Settings(TaskSettings):
+    model: Literal[tuple(PRESETS)] = Field(description="model preset (posbench.model.PRESETS)")  # type: ignore[valid-type]
+    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. vocab_size")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    tokens_per_step: int = Field(ge=1, description="tokens per optimizer step; batch = tokens_per_step // seq_len")
+    warmup_steps: int = Field(2, ge=0, description="steps (and forwards) run before timing, per phase")
+    measure_steps: int = Field(5, ge=1, description="steps per measured window")
+    windows: int = Field(3, ge=1, description="measured windows per phase; median, min, max are reported")
+    lr: float = Field(1e-4, gt=0, description="AdamW learning rate")
+    power_interval_s: float = Field(0.1, gt=0, description="NVML power sampling period (s)")
+
+    @field_validator("model_overrides")
+    @classmethod
+    def _known_fields(cls, value):
+        allowed = {f.name for f in fields(ModelConfig)} - {"method", "method_options"}
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        return value
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    seq_len: int = Field(ge=1, description="input length L of training and evaluation")
+
+
+def run(case) -> dict:
+    s, L = case.settings, case.params.seq_len
+    batch = s.tokens_per_step // L
+    if batch < 1:
+        raise ValueError(f"tokens_per_step {s.tokens_per_step} < seq_len {L}: no full sequence fits in a step")
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    for folder in case.methods_dirs:
+        registry.add_methods_dir(folder)
+    device = torch.device(case.device)
+    dev = make_device(case.device)
+    dtype = DTYPES[s.dtype]
+    torch.manual_seed(s.seed)
+    model = TransformerLM(model_config(s.model, case.method, **s.model_overrides)).to(device)
+    vocab = model.cfg.vocab_size
+    g = torch.Generator().manual_seed(s.seed)
+    # Two batches made up front (B, L+1), alternated: no data work inside the timed windows.
+    batches = [torch.randint(0, vocab, (batch, L + 1), generator=g).to(device) for _ in range(2)]
+    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+    nvml, handle = _nvml(case.device)
+    tokens = batch * L
+    metrics = {"n_params": model.num_parameters(), "batch_size": batch, "tokens_per_step": tokens,
+               "threads": torch.get_num_threads(), "mem_base_bytes": dev.in_use()}
+    series = {}
+
+    # --- evaluation -------------------------------------------------------------------------
+    model.eval()
+    counter = [0]
+
+    def eval_step():
+        x = batches[counter[0] % 2]
+        counter[0] += 1
+        with torch.no_grad(), autocast:
+            model(x[:, :-1])
+
+    eval_s, energy = _phase(dev, eval_step, s, nvml, handle)
+    peak = dev.peak()
+    _wps(metrics, series, "eval", tokens * s.measure_steps, eval_s)
+    metrics.update(peak_mem_eval_bytes=peak["allocated"], peak_mem_eval_reserved_bytes=peak["reserved"])
+    _energy(metrics, "eval_", energy, tokens * s.measure_steps * s.windows)
+
+    # --- training ---------------------------------------------------------------------------
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=s.lr)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    loss_sum = torch.zeros((), device=device)  # summed on device: reading it would synchronize
+
+    def train_step():
+        x = batches[counter[0] % 2]
+        counter[0] += 1
+        with autocast:
+            logits = model(x[:, :-1])  # (B, L, V)
+        loss = lm_loss(logits, x[:, 1:])
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        loss_sum.add_(loss.detach())
+
+    def after_window(name: str, steps: int):
+        # One read per window (it synchronizes); a NaN anywhere in the window makes the sum NaN.
+        mean = loss_sum.item() / steps
+        if mean != mean or mean in (float("inf"), float("-inf")):
+            raise Diverged(f"non-finite training loss ({mean}) in {name}")
+        metrics["train_loss"] = mean
+        loss_sum.zero_()
+
+    train_s, energy = _phase(dev, train_step, s, nvml, handle, after_window=after_window)
+    peak = dev.peak()
+    _wps(metrics, series, "train", tokens * s.measure_steps, train_s)
+    metrics.update(peak_mem_train_bytes=peak["allocated"], peak_mem_train_reserved_bytes=peak["reserved"])
+    _energy(metrics, "", energy, tokens * s.measure_steps * s.windows)
+    return {"metrics": metrics, "series": series}
+
+
+def _nvml(device: str):
+    if device != "cuda":
+        return None, None
+    from ..env import open_nvml
+
+    nvml, handle = open_nvml()
+    return (nvml, handle) if nvml is not None else (None, None)
+
+
+def _phase(dev, step, s, nvml, handle, after_window=None) -> tuple[list[float], float | None]:
+    """Warm up, then time ``s.windows`` windows; (seconds per window, joules over the windows)."""
+    dev.reset_peak()
+    if s.warmup_steps:
+        dev.time_window(step, s.warmup_steps)
+        if after_window:
+            after_window("warm-up", s.warmup_steps)
+    seconds = []
+    with PowerSampler(nvml, handle, s.power_interval_s) as power:
+        for w in range(s.windows):
+            seconds.append(dev.time_window(step, s.measure_steps))
+            if after_window:
+                after_window(f"window {w}", s.measure_steps)
+    return seconds, power.energy_j
+
+
+def _wps(metrics, series, phase, tokens_per_window, seconds):
+    rates = [tokens_per_window / t for t in seconds]
+    metrics[f"{phase}_wps"], metrics[f"{phase}_wps_min"], metrics[f"{phase}_wps_max"] = summarize(rates)
+    series[f"{phase}_wps_windows"] = rates
+
+
+def _energy(metrics, prefix, joules, tokens):
+    metrics[f"{prefix}energy_j"] = joules
+    metrics[f"{prefix}j_per_token"] = joules / tokens if joules is not None else None

@@ -1,0 +1,138 @@
+"""The runner: one worker per case, every failure a row, resume without loss or duplicates.
+
+Cases use the test-only task ``_testing`` (its workers do not import torch), and each test spawns
+as few workers as it can: every status comes from one run.
+"""
+import json
+import textwrap
+
+import pytest
+
+from posbench import cli, registry, runner
+from posbench import suite as suitemod
+from posbench.method import PositionMethod
+from posbench.registry import register
+
+SUITE = """\
+name: t
+description: runner test
+version: 1
+task: _testing
+methods: {methods}
+baseline: sinusoidal
+metrics: [value]
+grid:
+  n: {grid}
+settings:
+{settings}
+"""
+
+
+def make_suite(tmp_path, methods, grid="[1]", **settings):
+    body = "\n".join(f"  {k}: {json.dumps(v)}" for k, v in settings.items()) or "  {}"
+    path = tmp_path / "t.yaml"
+    path.write_text(SUITE.format(methods=json.dumps(methods), grid=grid, settings=body))
+    return path
+
+
+@pytest.fixture
+def never_here():
+    """A method that is never available, registered for one test."""
+
+    @register
+    class NeverHere(PositionMethod):
+        name = "never_here"
+
+        @classmethod
+        def unavailable(cls, device, dtype):
+            return "needs a machine that does not exist"
+
+    yield "never_here"
+    registry.unregister("never_here")
+
+
+def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
+    behaviours = {"sinusoidal/n=1": "ok", "sinusoidal/n=2": "nan", "rotary": "raise", "t5_bias": "kill",
+                  "alibi": "sleep", "nope/n=1": "oom", "nope/n=2": "alloc"}
+    path = make_suite(tmp_path, ["sinusoidal", "rotary", "t5_bias", "alibi", "nope", never_here], grid="[1, 2]",
+                      timeout_s=3, memory_limit_mb=1024, alloc_mb=4096, sleep_s=60,
+                      by_method={k: v for k, v in behaviours.items()} | {"rotary/n=2": "crash", "alibi/n=2": "ok",
+                                                                         "t5_bias/n=2": "ok"})
+    suite = suitemod.resolve(suitemod.load(path), "default")
+    result = runner.run_suite(suite, "cpu", tmp_path / "results", progress=False)
+    rows = {r["case_id"]: r for r in result.rows}
+    status = {cid: r["status"] for cid, r in rows.items()}
+    assert status == {
+        "sinusoidal/n=1": "ok", "rotary/n=1": "error", "t5_bias/n=1": "error", "alibi/n=1": "timeout",
+        "nope/n=1": "oom", "never_here/n=1": "unavailable",
+        "sinusoidal/n=2": "diverged", "rotary/n=2": "error", "t5_bias/n=2": "ok", "alibi/n=2": "ok",
+        "nope/n=2": "oom", "never_here/n=2": "unavailable",
+    }
+    ok = rows["sinusoidal/n=1"]
+    assert set(ok) == set(runner.ROW_KEYS)
+    assert ok["metrics"]["value"] == 1000 and ok["series"] == {"steps": [1, 2, 3]} and ok["params"] == {"n": 1}
+    assert ok["run_id"] == result.run_id and ok["settings"]["timeout_s"] == 3.0 and ok["device"] == "cpu"
+    raised = rows["rotary/n=1"]
+    assert raised["message"] == "ValueError: boom in rotary" and "Traceback" in raised["traceback"]
+    assert rows["t5_bias/n=1"]["message"] == "worker died without a result (killed by SIGKILL)"
+    assert rows["rotary/n=2"]["message"] == "worker died without a result (exit code 3)"
+    assert rows["alibi/n=1"]["message"] == "no result after 3 s; worker killed"
+    assert rows["nope/n=2"]["message"].startswith("MemoryError")  # a real RLIMIT_AS failure
+    assert rows["never_here/n=1"]["message"] == "needs a machine that does not exist"
+    assert rows["never_here/n=1"]["duration_s"] < 1  # decided without a worker
+    assert (result.run_dir / "env.json").exists()
+
+    # Same command again: everything is done. --retry-failed re-runs error and timeout only.
+    again = runner.run_suite(suite, "cpu", tmp_path / "results", progress=False, methods=["rotary"])
+    assert again.ran == 0
+    retried = runner.run_suite(suite, "cpu", tmp_path / "results", progress=False, retry_failed=True,
+                               methods=["rotary"])
+    assert retried.ran == 2
+    lines = (result.run_dir / "cases.jsonl").read_text().splitlines()
+    assert len(lines) == 14 and len(runner.latest(json.loads(x) for x in lines)) == 12
+
+
+def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, capsys):
+    flag = tmp_path / "interrupted.flag"
+    path = make_suite(tmp_path, ["sinusoidal", "rotary", "alibi"], by_method={"rotary": "interrupt_once"},
+                      flag_file=str(flag))
+    args = ["--suite", str(path), "--device", "cpu", "--results", str(tmp_path / "res"), "--quiet"]
+    assert cli.main(args) == cli.EXIT_INTERRUPTED
+    err = capsys.readouterr().err
+    assert "interrupted: 1 of 3 cases finished" in err and "resume with: python bench.py" in err
+    run_dir = next((tmp_path / "res" / "t").iterdir())
+    first = runner.read_rows(run_dir / "cases.jsonl")
+    assert [r["case_id"] for r in first] == ["sinusoidal/n=1"]
+    assert (run_dir / "cases.jsonl").read_bytes().endswith(b"\n")
+
+    assert cli.main(args) == 0
+    rows = runner.read_rows(run_dir / "cases.jsonl")
+    assert [r["case_id"] for r in rows] == ["sinusoidal/n=1", "rotary/n=1", "alibi/n=1"]
+    assert rows[0] == first[0]  # the finished case was not run again
+    assert all(r["status"] == "ok" for r in rows)
+    out = capsys.readouterr().out
+    assert "2 case(s) run, 1 already done" in out and (run_dir / "table.md").exists()
+
+
+def test_torn_last_line_is_ignored_and_repaired(tmp_path):
+    path = tmp_path / "cases.jsonl"
+    runner.append_row(path, {"case_id": "a", "status": "ok"})
+    with open(path, "a") as fh:
+        fh.write('{"case_id": "b", "sta')  # a runner killed in the middle of a write
+    assert [r["case_id"] for r in runner.read_rows(path)] == ["a"]
+    runner.append_row(path, {"case_id": "c", "status": "ok"})
+    assert path.read_text().splitlines() == ['{"case_id": "a", "status": "ok"}', '{"case_id": "c", "status": "ok"}']
+
+
+def test_fresh_and_explicit_run_ids(tmp_path):
+    path = make_suite(tmp_path, ["sinusoidal"])
+    suite = suitemod.resolve(suitemod.load(path), "default")
+    assert runner.default_run_id(suite, "cpu") == f"default-cpu-{suite.fingerprint()}"
+    todo, done = runner.plan(suite, "cpu", tmp_path / "nothing", False, None, [], "x")
+    assert [c.id for c in todo] == ["sinusoidal/n=1"] and done == {}
+    with pytest.raises(suitemod.SuiteError, match="--methods: alibi: not a method of suite 't'; allowed: sinusoidal"):
+        runner.plan(suite, "cpu", tmp_path / "nothing", False, ["alibi"], [], "x")
+
+
+def test_non_finite_metrics_become_null():
+    assert runner._finite({"a": float("nan"), "b": 1.5, "c": None}) == {"a": None, "b": 1.5, "c": None}
