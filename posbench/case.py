@@ -25,6 +25,7 @@ class Case:
     profile: str
     run_id: str
     methods_dirs: list[str] = field(default_factory=list)  # --methods-dir folders, for the registry
+    out_dir: str = ""  # the run folder: tasks keep artefacts there (e.g. checkpoints/)
 
     @property
     def id(self) -> str:

@@ -46,6 +46,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-id", help="run folder name under results/<suite>/ (to resume a --fresh run)")
     p.add_argument("--retry-failed", action="store_true", help="re-run cases whose last row is error or timeout")
     p.add_argument("--results", default="results", help="results root (default: results/)")
+    p.add_argument("--data", metavar="DIR",
+                   help="a WikiText folder: suites that train (extrapolation, precision) use it instead of "
+                        "their default corpus (sets corpus={kind: wikitext, path: DIR})")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _common(p)
 
@@ -61,6 +64,13 @@ def _resolve(args):
     from .runner import detect_device
 
     loaded = suitemod.load(args.suite)
+    if getattr(args, "data", None):
+        if "corpus" not in loaded.task.Settings.model_fields:
+            raise SuiteError(f"--data: suite {loaded.file.name!r} (task {loaded.file.task}) reads no corpus; "
+                             "allowed with: extrapolation, precision")
+        if not Path(args.data).is_dir():
+            raise SuiteError(f"--data: {args.data} is not a folder; give a folder holding a WikiText corpus")
+        args.set = list(args.set) + [f"corpus={{kind: wikitext, path: {json.dumps(str(Path(args.data).resolve()))}}}"]
     device = args.device or detect_device()
     if device == "cuda":
         import torch
@@ -197,18 +207,45 @@ def parser() -> argparse.ArgumentParser:
         prog="bench.py", description="posbench: what a position method costs and how well it extrapolates.",
         epilog="with no subcommand, 'run' is assumed:\n  python bench.py --suite efficiency",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
+    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(ALL_COMMANDS) + "}")
     for name, (help_, add, handler, examples) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_, description=help_, epilog=examples,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         add(sp)
         sp.set_defaults(handler=handler)
+    from .cli_report import add_compare_parser, add_report_parser
+
+    for add in (add_report_parser, add_compare_parser):
+        sp = add(sub)
+        sp.set_defaults(handler=sp.get_default("func"))
+    sp = sub.add_parser("download", help="download a corpus (WikiText-103) into a data folder",
+                        epilog="examples:\n  python bench.py download wikitext-103 --data ~/data\n",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp.add_argument("corpus", choices=["wikitext-103"])
+    sp.add_argument("--data", required=True, metavar="DIR", help="data folder (creates DIR/wikitext-103/)")
+    sp.set_defaults(handler=cmd_download)
     return p
+
+
+ALL_COMMANDS = list(COMMANDS) + ["report", "compare", "download"]
+
+
+def cmd_download(args) -> int:
+    from .data import DataError
+    from .download import download_wikitext103
+
+    try:
+        folder = download_wikitext103(args.data)
+    except DataError as exc:
+        print(f"DataError: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"WikiText-103 is in {folder}; run: python bench.py --suite extrapolation --data {args.data}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
+    if not argv or (argv[0] not in ALL_COMMANDS and argv[0] not in ("-h", "--help")):
         argv = ["run"] + argv
     args = parser().parse_args(argv)
     from .registry import RegistryError

@@ -110,8 +110,11 @@ def unavailable_reason(case: Case) -> Optional[str]:
     """The method's own answer for this device and dtype, decided without a worker."""
     import torch
 
-    from . import registry
+    from . import registry, tasks
 
+    task = tasks.get(case.task)
+    if hasattr(task, "unavailable"):  # tasks whose "methods" are not position methods
+        return task.unavailable(case)
     dtype = getattr(torch, case.settings.get("dtype", "float32"))
     return registry.get(case.method).unavailable(torch.device(case.device), dtype)
 
@@ -234,6 +237,7 @@ def run_suite(
         for i, case in enumerate(todo):
             started, t0 = datetime.now(timezone.utc), time.perf_counter()
             bar.set_postfix_str(case.id)
+            case.out_dir = str(run_dir)
             reason = unavailable_reason(case)
             if reason:
                 result = {"status": "unavailable", "message": reason}

@@ -12,6 +12,7 @@ task's ``Settings`` checks the merged settings (file, then profile, then ``--set
 """
 from __future__ import annotations
 
+import difflib
 import itertools
 import json
 import hashlib
@@ -323,7 +324,7 @@ def load(ref: str | Path) -> Loaded:
         raise _fail(where, lines, loc, problem, allowed) from None
     loaded = Loaded(path, file, lines, None)
     loaded.task = _check_task(loaded)
-    _check_methods(loaded)
+    _check_methods(loaded, loaded.task)
     for profile in [DEFAULT_PROFILE] + list(file.profiles):
         resolve(loaded, profile)
     return loaded
@@ -337,11 +338,19 @@ def _check_task(loaded: Loaded):
                     ", ".join(tasks.names())) from None
 
 
-def _check_methods(loaded: Loaded) -> None:
+def _check_methods(loaded: Loaded, task=None) -> None:
     from . import registry  # imports torch; only needed once a file has passed the schema
 
     f, where = loaded.file, display_path(loaded.path)
+    own = getattr(task, "METHODS", None)  # a task that compares other things (kernel variants)
     for i, name in enumerate(f.methods):
+        if own is not None:
+            if name not in own:
+                close = difflib.get_close_matches(name, list(own), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise _fail(where, loaded.lines, ("methods", i), f"unknown {f.task} variant {name!r}{hint}",
+                            ", ".join(own))
+            continue
         try:
             registry.get(name)
         except registry.RegistryError as exc:

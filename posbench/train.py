@@ -16,10 +16,7 @@ from typing import Iterator
 import torch
 
 from .model import TransformerLM, lm_loss
-
-
-class Diverged(RuntimeError):
-    """The training loss became NaN or infinite; the case ends with status ``diverged``."""
+from .tasks import Diverged  # the runner turns it into status ``diverged``
 
 
 @dataclass

@@ -27,6 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 TASKS: dict[str, str] = {
     "efficiency": "posbench.tasks.efficiency",
+    "extrapolation": "posbench.tasks.extrapolation",
+    "precision": "posbench.tasks.precision",
+    "kernels": "posbench.tasks.kernels",
     "_testing": "posbench.tasks._testing",
 }
 

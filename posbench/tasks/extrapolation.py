@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import registry
-from ..data import load_corpus
+from ..data import DataError, batches, load_corpus
 from ..evaluate import evaluate
 from ..model import PRESETS, TransformerLM, model_config
 from ..train import TrainConfig, load_checkpoint, train
-from . import Diverged, TaskSettings
+from . import TaskSettings
 
 METRICS = {
     "ppl_at_train_len": "perplexity at L_valid = L_train, non-overlapping",
@@ -48,6 +48,8 @@ class CorpusSettings(BaseModel):
     splits: Optional[dict[str, str]] = Field(None, description="corpus split -> file split, e.g. {train: test}")
     size: Optional[int] = Field(None, ge=1, description="cap on tokens per split (synthetic: training tokens)")
     seed: int = 0
+    synthetic: dict[str, Union[int, float]] = Field(
+        default_factory=dict, description="synthetic chain options: vocab, order, branching, jump")
 
 
 class Settings(TaskSettings):
@@ -83,10 +85,68 @@ class Params(BaseModel):
     L_train: int = Field(ge=2, description="training length")
 
 
-def checkpoint_path(case) -> Path | None:
+def checkpoint_path(case, name: str | None = None) -> Path | None:
+    """Where this case's trained model is kept: ``<run folder>/checkpoints/<case id>.pt``."""
     if not getattr(case, "out_dir", ""):
         return None
-    return Path(case.out_dir) / "checkpoints" / (case.id.replace("/", "__") + ".pt")
+    return Path(case.out_dir) / "checkpoints" / ((name or case.id).replace("/", "__") + ".pt")
+
+
+def open_corpus(c: CorpusSettings):
+    """The corpus the settings name. WikiText-2 as shipped has no training file: its test split
+    trains (as the data README suggests), and the row says so through ``corpus``."""
+    splits = c.splits
+    if c.kind.startswith("wikitext") and splits is None:
+        try:
+            return load_corpus(c.kind, path=c.path, seed=c.seed, size=c.size)
+        except DataError as exc:
+            if "train" not in str(exc):
+                raise
+            splits = {"train": "test", "valid": "valid"}
+    options = dict(c.synthetic) if c.kind == "synthetic" else {}
+    return load_corpus(c.kind, path=c.path, level=c.level, seed=c.seed, splits=splits, size=c.size, **options)
+
+
+def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_options: dict):
+    """Train at L (or load the checkpoint an earlier run of this case left); (model, metrics, series)."""
+    metrics: dict = {}
+    series: dict = {}
+    overrides = {"vocab_size": corpus.vocab_size, **s.model_overrides}
+    cfg = model_config(s.model, case.method, method_options=method_options, **overrides)
+    if ckpt is not None and ckpt.exists() and s.reuse_checkpoint:
+        model, blob = load_checkpoint(ckpt, case.device)
+        r = blob["result"]
+        curve, final, steps, tokens, seconds, reused = r["curve"], r["final_loss"], r["steps"], r["tokens"], r["seconds"], 1
+    else:
+        torch.manual_seed(s.seed)
+        model = TransformerLM(cfg)
+        tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
+                           warmup_steps=s.warmup_steps, precision=s.precision, seed=s.seed)
+        r = train(model, batches(corpus.split("train"), L, s.batch_size, seed=s.seed), tcfg, case.device, ckpt)
+        curve, final, steps, tokens, seconds, reused = r.curve, r.final_loss, r.steps, r.tokens, r.seconds, 0
+    series["train_loss"] = [list(p) for p in curve]
+    series["corpus"] = corpus.describe()
+    metrics.update(final_train_loss=final, train_steps=steps, train_tokens=tokens, train_seconds=seconds,
+                   reused_checkpoint=reused, n_params=model.num_parameters(), best_ppl=corpus.best_ppl)
+    return model, metrics, series
+
+
+def eval_cell(model, tokens, L: int, Lv: int, mode: str, s: Settings, device, interpolate: bool = False):
+    """One (mode, L_valid) evaluation as a cell dict, and its per-position curve (None on OOM)."""
+    stride = min(s.stride, Lv) if mode == "sliding" else None
+    cell = {"mode": mode, "L_valid": Lv, "stride": stride, "interpolate": interpolate,
+            "ppl": None, "loss": None, "tokens": 0, "status": "ok", "message": ""}
+    try:
+        r = evaluate(model, tokens, Lv, mode=mode, stride=stride, batch_size=s.eval_batch_size,
+                     interpolate_from=L if interpolate else None, max_tokens=s.eval_tokens, device=device)
+    except (MemoryError, torch.cuda.OutOfMemoryError) as exc:
+        text = str(exc).splitlines()
+        cell.update(status="oom", message=f"{type(exc).__name__}: {text[0] if text else ''}")
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+        return cell, None
+    cell.update(ppl=r.ppl, loss=r.loss, tokens=r.n_tokens_scored)
+    return cell, [float(x) for x in r.per_position_loss]
 
 
 def run(case) -> dict:
@@ -95,62 +155,22 @@ def run(case) -> dict:
         torch.set_num_threads(s.threads)
     for folder in case.methods_dirs:
         registry.add_methods_dir(folder)
-    device = torch.device(case.device)
-    c = s.corpus
-    corpus = load_corpus(c.kind, path=c.path, level=c.level, seed=c.seed, splits=c.splits, size=c.size)
-    overrides = {"vocab_size": corpus.vocab_size, **s.model_overrides}
-    cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **overrides)
-    ckpt = checkpoint_path(case)
-    metrics: dict = {"best_ppl": corpus.best_ppl}
-    series: dict = {}
-    if ckpt is not None and ckpt.exists() and s.reuse_checkpoint:
-        model, blob = load_checkpoint(ckpt, device)
-        result = blob["result"]
-        series["train_loss"] = [list(p) for p in result["curve"]]
-        metrics.update(final_train_loss=result["final_loss"], train_steps=result["steps"],
-                       train_tokens=result["tokens"], train_seconds=result["seconds"], reused_checkpoint=1)
-    else:
-        torch.manual_seed(s.seed)
-        model = TransformerLM(cfg)
-        tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
-                           warmup_steps=s.warmup_steps, precision=s.precision, seed=s.seed)
-        from ..data import batches
-
-        try:
-            result = train(model, batches(corpus.split("train"), L, s.batch_size, seed=s.seed), tcfg, device, ckpt)
-        except RuntimeError as exc:
-            if type(exc).__name__ == "Diverged":
-                raise Diverged(str(exc)) from exc
-            raise
-        series["train_loss"] = [list(p) for p in result.curve]
-        metrics.update(final_train_loss=result.final_loss, train_steps=result.steps,
-                       train_tokens=result.tokens, train_seconds=result.seconds, reused_checkpoint=0)
-    metrics["n_params"] = model.num_parameters()
-
+    corpus = open_corpus(s.corpus)
+    model, metrics, series = trained_model(case, s, corpus, L, checkpoint_path(case),
+                                           s.method_options.get(case.method, {}))
     valid = corpus.split("valid")
-    dtype = getattr(torch, s.eval_dtype)
-    model = model.to(dtype)
+    model = model.to(getattr(torch, s.eval_dtype))
     evals, curves = [], {}
     for interpolate in ([False, True] if s.interpolate else [False]):
         for mode in s.modes:
             for factor in s.L_valid_factors:
                 Lv = factor * L
-                stride = min(s.stride, Lv) if mode == "sliding" else None
-                cell = {"mode": mode, "L_valid": Lv, "stride": stride, "interpolate": interpolate,
-                        "ppl": None, "loss": None, "tokens": 0, "status": "ok", "message": ""}
-                try:
-                    r = evaluate(model, valid, Lv, mode=mode, stride=stride, batch_size=s.eval_batch_size,
-                                 interpolate_from=L if interpolate else None, max_tokens=s.eval_tokens,
-                                 device=device)
-                    cell.update(ppl=r.ppl, loss=r.loss, tokens=r.n_tokens_scored)
-                    key = f"{mode}@{Lv}" + ("@interp" if interpolate else "")
-                    curves[key] = [float(x) for x in r.per_position_loss]
-                    metrics[f"ppl@{key}"] = r.ppl
-                except (MemoryError, torch.cuda.OutOfMemoryError) as exc:
-                    cell.update(status="oom", message=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
+                cell, curve = eval_cell(model, valid, L, Lv, mode, s, case.device, interpolate)
                 evals.append(cell)
+                if curve is not None:
+                    key = f"{mode}@{Lv}" + ("@interp" if interpolate else "")
+                    curves[key] = curve
+                    metrics[f"ppl@{key}"] = cell["ppl"]
     series["evals"] = evals
     series["per_position_loss"] = curves
     by = {(e["mode"], e["L_valid"], e["interpolate"]): e["ppl"] for e in evals}

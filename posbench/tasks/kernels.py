@@ -1,0 +1,76 @@
+"""Kernels: the fused ALiBi-Triton attention kernel against the alternatives, at one shape each.
+
+The suite's ``methods`` are kernel variants (``posbench.kernel_bench.VARIANTS``), not position
+methods: ``alibi_triton`` (the fused kernel), ``triton_no_bias`` (the same kernel with the bias
+switched off: the cost of the bias), ``sdpa_float_bias`` (SDPA with a materialised float ALiBi
+bias; the backend PyTorch chose is recorded), ``sdpa_causal`` (no bias), ``flex_alibi``
+(FlexAttention with an ALiBi ``score_mod`` and a causal block mask). Timing, TFLOP/s and memory
+are defined in ``posbench/kernel_bench.py``.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..kernel_bench import VARIANTS, Unavailable, prepare_point, run_kernel_point
+from . import TaskSettings
+
+METHODS = VARIANTS
+
+METRICS = {
+    "fwd_ms": "forward time (ms), median over reps", "bwd_ms": "backward time (ms), median",
+    "fwdbwd_ms": "forward + backward time (ms), median",
+    "fwd_tflops": "forward TFLOP/s (4*B*H*L^2*d, halved for causal)", "bwd_tflops": "backward TFLOP/s (2.5x forward FLOPs)",
+    "fwdbwd_tflops": "forward + backward TFLOP/s",
+    "peak_mem_bytes": "measured peak memory of one forward + backward (CUDA), else null",
+    "predicted_bias_bytes": "B*H*L^2*bytes: what a materialised bias would take",
+}
+
+
+class Settings(TaskSettings):
+    batch: int = Field(4, ge=1)
+    heads: int = Field(16, ge=1)
+    dtype: Literal["float32", "float16", "bfloat16"] = "bfloat16"
+    warmup: int = Field(5, ge=0)
+    reps: int = Field(20, ge=1)
+    allow_interpreter: bool = Field(False, description="run Triton rows under TRITON_INTERPRET=1 on CPU (slow)")
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    seq_len: int = Field(ge=1)
+    head_dim: Literal[32, 64, 128] = 64
+
+
+def _point_args(case, seq_len=None) -> dict:
+    s, p = case.settings, case.params
+    get = (lambda k: s[k]) if isinstance(s, dict) else (lambda k: getattr(s, k))
+    params = p if isinstance(p, dict) else p.model_dump()
+    return dict(batch=get("batch"), heads=get("heads"), seq_len=seq_len or params["seq_len"],
+                head_dim=params["head_dim"], dtype=getattr(torch, get("dtype")), device=case.device,
+                allow_interpreter=get("allow_interpreter"))
+
+
+def unavailable(case) -> str | None:
+    """Decided before a worker starts, by preparing the variant at a tiny length."""
+    try:
+        point = prepare_point(case.method, **_point_args(case, seq_len=16))
+    except Unavailable as exc:
+        return str(exc)
+    point.release()
+    return None
+
+
+def run(case) -> dict:
+    if case.settings.threads:
+        torch.set_num_threads(case.settings.threads)
+    args = _point_args(case)
+    row = run_kernel_point(case.method, **args, warmup=case.settings.warmup, reps=case.settings.reps)
+    if row.get("status") == "unavailable":
+        raise RuntimeError(f"unavailable: {row['reason']}")
+    metrics = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    info = {k: v for k, v in row.items() if isinstance(v, str)}
+    return {"metrics": metrics, "series": {"info": info}}

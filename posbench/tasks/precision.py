@@ -1,0 +1,104 @@
+"""Precision: what half-precision does to ALiBi (SambaNova, "ALiBi Deep Dive: Interpolation and
+Precision", 2023; summary in the README).
+
+Two studies, the suite's grid axis ``study``:
+
+- ``bias_counts``: the BLOOM-style bias (float32 ``slope * position``, then cast) and the number
+  of distinct values per head and window of positions for float32, float16, bfloat16 and float8,
+  also after scaling by an interpolation factor; tables and staircase charts
+  (``posbench.precision``). Independent of training; runs in seconds.
+- ``bias_dtype_ppl``: train the method in float32 at ``L_train`` (or reuse the checkpoint), then
+  evaluate in ``eval_dtype`` (bfloat16 by default) with the bias kept in float32 and with the bias
+  cast to the compute dtype, at each L_valid. ``ppl_diff@L`` = compute - float32.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import registry
+from ..model import TransformerLM
+from ..precision import run_precision_case
+from .extrapolation import Settings as TrainEvalSettings
+from .extrapolation import checkpoint_path, eval_cell, open_corpus, trained_model
+
+METRICS = {
+    "last_window_distinct@float16": "median over heads of distinct float16 bias values in the last window",
+    "last_window_distinct@bfloat16": "the same for bfloat16",
+    "last_window_distinct@float32": "the same for float32 (every position distinct)",
+    "ppl_diff_at_max_len": "perplexity with the bias in the compute dtype minus with a float32 bias, longest L_valid",
+}
+
+
+class Settings(TrainEvalSettings):
+    eval_dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    analysis_heads: int = Field(32, ge=1, description="bias_counts: number of heads (BLOOM-7B: 32)")
+    analysis_length: int = Field(8192, ge=1, description="bias_counts: positions")
+    analysis_window: int = Field(1000, ge=1, description="bias_counts: positions per window")
+    analysis_chart_heads: list[int] = Field([0, 15, 31], min_length=1)
+    analysis_factor: float = Field(0.25, gt=0, description="interpolation factor applied to the bias")
+    analysis_dtypes: list[str] = Field(["float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"])
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    study: Literal["bias_counts", "bias_dtype_ppl"]
+    L_train: int = Field(64, ge=2)
+
+
+def run(case) -> dict:
+    s = case.settings
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    if case.params.study == "bias_counts":
+        return _bias_counts(case, s)
+    return _bias_dtype_ppl(case, s)
+
+
+def _bias_counts(case, s) -> dict:
+    out_dir = Path(case.out_dir or ".") / "precision"
+    result = run_precision_case({
+        "n_heads": s.analysis_heads, "length": s.analysis_length, "window": s.analysis_window,
+        "heads": s.analysis_chart_heads, "factor": s.analysis_factor, "dtypes": s.analysis_dtypes,
+        "out_dir": str(out_dir),
+    })
+    metrics = {}
+    for dtype in s.analysis_dtypes:
+        counts = sorted(r["distinct"] for r in result["last_window"] if r["dtype"] == dtype)
+        if counts:
+            metrics[f"last_window_distinct@{dtype}"] = counts[len(counts) // 2]
+    (out_dir / "tables.md").write_text(result["markdown"] + "\n")
+    return {"metrics": metrics, "series": {k: v for k, v in result.items() if k != "markdown"}}
+
+
+def _bias_dtype_ppl(case, s) -> dict:
+    for folder in case.methods_dirs:
+        registry.add_methods_dir(folder)
+    L = case.params.L_train
+    corpus = open_corpus(s.corpus)
+    # One training per method and length, shared by every case that evaluates it.
+    ckpt = checkpoint_path(case, f"{case.method}__L_train={L}")
+    model, metrics, series = trained_model(case, s, corpus, L, ckpt, {"bias_dtype": "float32"})
+    valid = corpus.split("valid")
+    dtype = getattr(torch, s.eval_dtype)
+    evals = []
+    for bias_dtype in ("float32", "compute"):
+        cfg = model.cfg
+        variant = TransformerLM(type(cfg)(**{**cfg.__dict__, "method_options": {"bias_dtype": bias_dtype}}))
+        variant.load_state_dict(model.state_dict())
+        variant = variant.to(device=case.device, dtype=dtype).eval()
+        for factor in s.L_valid_factors:
+            cell, _ = eval_cell(variant, valid, L, factor * L, "nonoverlapping", s, case.device)
+            cell["bias_dtype"] = bias_dtype
+            evals.append(cell)
+            metrics[f"ppl@{bias_dtype}_bias@{factor * L}"] = cell["ppl"]
+    for factor in s.L_valid_factors:
+        a, b = metrics.get(f"ppl@float32_bias@{factor * L}"), metrics.get(f"ppl@compute_bias@{factor * L}")
+        metrics[f"ppl_diff@{factor * L}"] = None if a is None or b is None else b - a
+    metrics["ppl_diff_at_max_len"] = metrics[f"ppl_diff@{max(s.L_valid_factors) * L}"]
+    series["evals"] = evals
+    return {"metrics": metrics, "series": series}
