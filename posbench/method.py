@@ -168,7 +168,9 @@ class PositionCache:
     def _key(tensors: tuple[torch.Tensor, ...], extra: tuple) -> tuple:
         parts = []
         for t in tensors:
-            parts.append((t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device)))
+            # Inference tensors (made under torch.inference_mode) keep no version counter.
+            version = -1 if t.is_inference() else t._version
+            parts.append((t.data_ptr(), version, tuple(t.shape), tuple(t.stride()), t.dtype, str(t.device)))
         return tuple(parts) + extra
 
     def get(self, tensors: tuple[torch.Tensor, ...], build, extra: tuple = ()):

@@ -222,3 +222,15 @@ def test_model_ties_embeddings_and_rejects_bad_config():
         model_config("tiny", n_heads=3)
     with pytest.raises(ValueError, match="pos must have shape"):
         model(idx, pos=torch.arange(5))
+
+
+def test_methods_work_under_inference_mode():
+    """Evaluation runs under torch.inference_mode, whose tensors keep no version counter."""
+    for name in ("alibi", "rotary", "t5_bias"):
+        model = TransformerLM(model_config("tiny", name, n_layers=1))
+        idx = torch.randint(0, 256, (1, 12))
+        with torch.no_grad():
+            expected = model(idx)
+        with torch.inference_mode():
+            torch.testing.assert_close(model(idx), expected)
+            torch.testing.assert_close(model(idx, pos=torch.arange(12)), expected)

@@ -1,0 +1,85 @@
+"""The extrapolation, precision and kernels tasks, run in-process on tiny settings."""
+import pytest
+
+from posbench import suite as suitemod
+from posbench import tasks
+from posbench.case import Case
+
+
+def make_case(task_name, method, params, settings, tmp_path):
+    task = tasks.get(task_name)
+    case = Case(suite="t", task=task_name, method=method, params=params, settings=settings, device="cpu",
+                profile="cpu", run_id="r", out_dir=str(tmp_path))
+    case.settings = task.Settings.model_validate(settings)
+    case.params = task.Params.model_validate(params)
+    return task, case
+
+
+TINY = {
+    "model": "tiny", "model_overrides": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
+    "corpus": {"kind": "synthetic", "synthetic": {"vocab": 16, "order": 1, "branching": 2, "jump": 0.05}, "size": 20000},
+    "steps": 4, "batch_size": 4, "warmup_steps": 1, "L_valid_factors": [1, 2], "modes": ["nonoverlapping", "sliding"],
+    "stride": 4, "eval_tokens": 300, "eval_batch_size": 8, "interpolate": True,
+}
+
+
+def test_extrapolation_task_cells_checkpoint_and_reuse(tmp_path):
+    task, case = make_case("extrapolation", "alibi", {"L_train": 8}, TINY, tmp_path)
+    out = task.run(case)
+    evals = out["series"]["evals"]
+    # 2 interpolation settings x 2 modes x 2 lengths, every one scored over the same tokens
+    assert len(evals) == 8 and {e["status"] for e in evals} == {"ok"}
+    assert {(e["mode"], e["L_valid"], e["interpolate"]) for e in evals} == {
+        (m, L, i) for m in ("nonoverlapping", "sliding") for L in (8, 16) for i in (False, True)}
+    assert all(e["tokens"] == 299 for e in evals)
+    sliding16 = next(e for e in evals if e["mode"] == "sliding" and e["L_valid"] == 16 and not e["interpolate"])
+    assert sliding16["stride"] == 4
+    m = out["metrics"]
+    assert m["ppl_at_train_len"] == m["ppl@nonoverlapping@8"] and m["ppl_at_max_len"] == m["ppl@nonoverlapping@16"]
+    assert m["best_ppl"] is not None and m["best_ppl"] > 1 and m["reused_checkpoint"] == 0
+    assert len(out["series"]["per_position_loss"]["sliding@16@interp"]) == 16
+    ckpt = tmp_path / "checkpoints" / "alibi__L_train=8.pt"
+    assert ckpt.exists()
+    again = task.run(case)  # evaluation re-runs from the checkpoint, without training
+    assert again["metrics"]["reused_checkpoint"] == 1
+    assert again["metrics"]["ppl@sliding@16"] == pytest.approx(m["ppl@sliding@16"])
+
+
+def test_extrapolation_settings_need_one_budget(tmp_path):
+    with pytest.raises(ValueError, match="exactly one training budget"):
+        make_case("extrapolation", "alibi", {"L_train": 8}, {**TINY, "tokens": 1000}, tmp_path)
+
+
+def test_precision_task_both_studies(tmp_path):
+    settings = {**TINY, "interpolate": False, "modes": ["nonoverlapping"], "analysis_heads": 8,
+                "analysis_length": 8192, "analysis_window": 1000, "analysis_chart_heads": [0, 7]}
+    task, case = make_case("precision", "alibi", {"study": "bias_counts", "L_train": 8}, settings, tmp_path)
+    out = task.run(case)
+    assert out["metrics"]["last_window_distinct@float32"] == 192  # the partial last window
+    assert out["metrics"]["last_window_distinct@bfloat16"] < out["metrics"]["last_window_distinct@float16"] < 192
+    assert (tmp_path / "precision" / "tables.md").exists()
+    assert (tmp_path / "precision" / "alibi_staircase_head7.png").exists()
+    task, case = make_case("precision", "alibi", {"study": "bias_dtype_ppl", "L_train": 8}, settings, tmp_path)
+    m = task.run(case)["metrics"]
+    for L in (8, 16):
+        assert m[f"ppl_diff@{L}"] == pytest.approx(m[f"ppl@compute_bias@{L}"] - m[f"ppl@float32_bias@{L}"])
+    assert m["ppl_diff_at_max_len"] == m["ppl_diff@16"]
+
+
+def test_kernels_task_variants_and_availability(tmp_path):
+    settings = {"batch": 1, "heads": 2, "dtype": "float32", "warmup": 0, "reps": 2}
+    task, case = make_case("kernels", "sdpa_causal", {"seq_len": 32, "head_dim": 32}, settings, tmp_path)
+    assert task.unavailable(case) is None
+    m = task.run(case)["metrics"]
+    assert m["fwd_ms"] > 0 and m["fwdbwd_tflops"] > 0
+    assert m["predicted_bias_bytes"] == 1 * 2 * 32 * 32 * 4
+    _, triton_case = make_case("kernels", "alibi_triton", {"seq_len": 32, "head_dim": 32}, settings, tmp_path)
+    assert "CUDA" in task.unavailable(triton_case)
+
+
+def test_kernels_suite_rejects_unknown_variant(tmp_path):
+    path = tmp_path / "k.yaml"
+    text = (suitemod.SUITES_DIR / "kernels.yaml").read_text().replace("sdpa_causal,", "sdpa_casual,", 1)
+    path.write_text(text)
+    with pytest.raises(suitemod.SuiteError, match=r"k.yaml:\d+: methods\[3\]: unknown kernels variant 'sdpa_casual' \(did you mean 'sdpa_causal'\?\)"):
+        suitemod.load(str(path))
