@@ -85,8 +85,11 @@ def build(rows: list[dict], metrics: list[str], baseline: Optional[str], methods
         for idx in status.index:
             for col in status.columns:
                 st = status.loc[idx, col]
-                if st != "ok" or pd.isna(vals.loc[idx, col]):
+                if st != "ok":
                     block.loc[idx, col] = "" if pd.isna(st) else st
+                    continue
+                if pd.isna(vals.loc[idx, col]):  # the case ran but this metric does not apply to it
+                    block.loc[idx, col] = "n/a"
                     continue
                 r = rat.loc[idx, col]
                 suffix = f" ({r:.2f}x)" if pd.notna(r) else ""

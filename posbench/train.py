@@ -125,9 +125,8 @@ def train(
             scaler.update()
         else:
             loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
-            del norm
     seconds = time.perf_counter() - start
     result = TrainResult(total, total * cfg.batch_size * cfg.seq_len, seconds, loss_value, curve)
     model.eval()

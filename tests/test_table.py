@@ -62,3 +62,10 @@ def test_markdown_and_csv_files(tmp_path):
     assert md[6].startswith("| t5_bias | oom | unavailable |")
     csv = pd.read_csv(tmp_path / "table.csv", index_col=0)
     assert csv.loc["alibi", "Train words/s L=512"] == "25.8k (0.99x)"
+
+
+def test_ok_case_without_the_metric_says_not_applicable():
+    rows = ROWS + [row("nope", 512, train=25_000.0, eval_=None, mem=19.0e9)]
+    t = table.build(rows, METRICS, "sinusoidal", ["sinusoidal", "t5_bias", "alibi", "nope"])
+    assert t.loc["nope", ("Eval words/s", "L=512")] == "n/a"
+    assert t.loc["nope", ("Train words/s", "L=512")] == "25.0k (0.96x)"

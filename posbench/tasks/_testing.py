@@ -51,8 +51,7 @@ def run(case) -> dict:
     elif what == "oom":
         raise MemoryError("pretend allocation failure")
     elif what == "alloc":
-        block = bytearray(s.alloc_mb * 2**20)  # fails under RLIMIT_AS below alloc_mb
-        del block
+        bytearray(s.alloc_mb * 2**20)  # fails under RLIMIT_AS below alloc_mb
     elif what == "nan":
         raise Diverged("non-finite training loss (nan) in window 0")
     elif what == "interrupt_once":

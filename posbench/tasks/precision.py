@@ -13,6 +13,7 @@ Two studies, the suite's grid axis ``study``:
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Literal
 
@@ -87,8 +88,7 @@ def _bias_dtype_ppl(case, s) -> dict:
     dtype = getattr(torch, s.eval_dtype)
     evals = []
     for bias_dtype in ("float32", "compute"):
-        cfg = model.cfg
-        variant = TransformerLM(type(cfg)(**{**cfg.__dict__, "method_options": {"bias_dtype": bias_dtype}}))
+        variant = TransformerLM(dataclasses.replace(model.cfg, method_options={"bias_dtype": bias_dtype}))
         variant.load_state_dict(model.state_dict())
         variant = variant.to(device=case.device, dtype=dtype).eval()
         for factor in s.L_valid_factors:
