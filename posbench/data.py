@@ -17,6 +17,7 @@ uint8/16/32 ids) and ``meta.json``. A changed source file gets a new key, so no 
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 import os
 import shutil
@@ -75,6 +76,20 @@ class Corpus:
             return np.zeros(0, dtype=info["dtype"])
         arr = np.memmap(self.folder / f"{name}.bin", dtype=info["dtype"], mode="r")
         return arr if self.size is None else arr[: self.size]
+
+    def oracle_ppl(self, tokens) -> float | None:
+        """Perplexity of the true source on exactly these tokens (synthetic corpora), else None.
+
+        ``best_ppl`` is the source's long-run bound; a short evaluation sample can be easier or
+        harder than that, so rows compare a model with the source on the tokens it was scored on.
+        The source conditions on its order; the first ``order`` tokens of the sample are not scored.
+        """
+        if self.kind != "synthetic":
+            return None
+        cfg = self.meta["settings"]
+        chain = markov.random_chain(vocab=cfg["vocab"], order=cfg["order"], branching=cfg["branching"],
+                                    jump=cfg["jump"], seed=cfg["seed"])
+        return math.exp(chain.log_loss(np.asarray(tokens, dtype=np.int64)))
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of some ids: words joined by spaces, bytes as UTF-8, synthetic symbols as numbers."""

@@ -416,3 +416,12 @@ def test_interpolated_positions():
     assert r.interpolated and r.interpolate_from == 16 and r.n_tokens_scored == 128
     assert all(torch.equal(s, p) for s in seen)
     assert r.to_dict()["per_position_loss"][0] == pytest.approx(math.log(5))
+
+
+def test_oracle_ppl_is_the_true_source_on_the_given_tokens():
+    corpus = load_corpus("synthetic", size=20_000, vocab=16, order=1, branching=2, jump=0.05)
+    valid = np.asarray(corpus.split("valid"), dtype=np.int64)
+    chain = markov.random_chain(vocab=16, order=1, branching=2, jump=0.05, seed=0)
+    assert corpus.oracle_ppl(valid[:500]) == pytest.approx(math.exp(chain.log_loss(valid[:500])))
+    # long samples approach the long-run bound; short ones may sit on either side of it
+    assert corpus.oracle_ppl(valid) == pytest.approx(corpus.best_ppl, rel=0.05)

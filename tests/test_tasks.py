@@ -37,6 +37,7 @@ def test_extrapolation_task_cells_checkpoint_and_reuse(tmp_path):
     m = out["metrics"]
     assert m["ppl_at_train_len"] == m["ppl@nonoverlapping@8"] and m["ppl_at_max_len"] == m["ppl@nonoverlapping@16"]
     assert m["best_ppl"] is not None and m["best_ppl"] > 1 and m["reused_checkpoint"] == 0
+    assert 1 < m["best_ppl_eval"] < 16  # the true source on the 300 evaluated tokens
     assert len(out["series"]["per_position_loss"]["sliding@16@interp"]) == 16
     ckpt = tmp_path / "checkpoints" / "alibi__L_train=8.pt"
     assert ckpt.exists()

@@ -30,7 +30,8 @@ from . import TaskSettings
 METRICS = {
     "ppl_at_train_len": "perplexity at L_valid = L_train, non-overlapping",
     "ppl_at_max_len": "perplexity at the longest L_valid, non-overlapping",
-    "best_ppl": "best achievable perplexity of the corpus (synthetic Markov source), else null",
+    "best_ppl": "best achievable perplexity of the corpus (synthetic Markov source, long run), else null",
+    "best_ppl_eval": "perplexity of the true source on the evaluated tokens (synthetic), else null",
     "final_train_loss": "training loss at the last step (nats/token)",
     "train_steps": "optimizer steps",
     "train_tokens": "tokens trained on",
@@ -159,6 +160,7 @@ def run(case) -> dict:
     model, metrics, series = trained_model(case, s, corpus, L, checkpoint_path(case),
                                            s.method_options.get(case.method, {}))
     valid = corpus.split("valid")
+    metrics["best_ppl_eval"] = corpus.oracle_ppl(valid[: s.eval_tokens])
     model = model.to(getattr(torch, s.eval_dtype))
     evals, curves = [], {}
     for interpolate in ([False, True] if s.interpolate else [False]):
