@@ -132,3 +132,12 @@ def test_efficiency_non_finite_loss_is_diverged(monkeypatch):
     monkeypatch.setattr(efficiency, "lm_loss", lambda logits, targets: logits.float().mean() * float("nan"))
     with pytest.raises(Diverged, match="non-finite training loss"):
         efficiency.run(case(warmup_steps=0))
+
+
+def test_efficiency_passes_method_options_to_the_method():
+    out = efficiency.run(case("alibi", method_options={"alibi": {"bias_dtype": "compute"}}))
+    assert out["metrics"]["train_wps"] > 0
+    from posbench.registry import RegistryError
+
+    with pytest.raises(RegistryError, match=r"method 'alibi': unknown option\(s\) slope"):
+        efficiency.run(case("alibi", method_options={"alibi": {"slope": 1}}))

@@ -59,6 +59,8 @@ METRICS = {
 class Settings(TaskSettings):
     model: Literal[tuple(PRESETS)] = Field(description="model preset (posbench.model.PRESETS)")  # type: ignore[valid-type]
     model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. vocab_size")
+    method_options: dict[str, dict] = Field(
+        default_factory=dict, description="per method: constructor options, e.g. {alibi: {bias_dtype: compute}}")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     tokens_per_step: int = Field(ge=1, description="tokens per optimizer step; batch = tokens_per_step // seq_len")
     warmup_steps: int = Field(2, ge=0, description="steps (and forwards) run before timing, per phase")
@@ -96,7 +98,8 @@ def run(case) -> dict:
     dev = make_device(case.device)
     dtype = DTYPES[s.dtype]
     torch.manual_seed(s.seed)
-    model = TransformerLM(model_config(s.model, case.method, **s.model_overrides)).to(device)
+    cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **s.model_overrides)
+    model = TransformerLM(cfg).to(device)
     vocab = model.cfg.vocab_size
     g = torch.Generator().manual_seed(s.seed)
     # Two batches made up front (B, L+1), alternated: no data work inside the timed windows.
