@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -374,7 +374,11 @@ def run_on_ranks(case: Case, key: str) -> dict:
     store = _store()
     brief = {k: result.get(k) for k in ("status", "message", "traceback", "failed_at")}
     store.set(f"{key}/rank{rank}", json.dumps(brief))
-    outcomes = [json.loads(store.get(f"{key}/rank{r}")) for r in range(world)]
+    keys = [f"{key}/rank{r}" for r in range(world)]
+    # A rank that failed alone waits here while its peers sit out the process group's timeout
+    # in a collective: wait longer than that, or it would time out in the same instant.
+    store.wait(keys, timedelta(seconds=2 * case.settings["timeout_s"] + 60))
+    outcomes = [json.loads(store.get(k)) for k in keys]
     failure = first_failure([dict(o, rank=r) for r, o in enumerate(outcomes)])
     if failure is None:
         return result

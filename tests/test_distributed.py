@@ -139,19 +139,33 @@ def test_runner_launches_torchrun_and_a_failing_rank_is_an_error_row(tmp_path):
     assert ok["status"] == "ok" and ok["metrics"]["world_size"] == 2  # the suite went on, on 2 ranks
 
 
+def _torchrun_bench(tmp_path, path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(ROOT / "bench.py"), "--suite", str(path), "--results", str(tmp_path / "r"), "--quiet"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
 def test_bench_under_torchrun_runs_cases_in_process_and_rank0_writes(tmp_path):
     # "raise" fails on every rank alike: an error row, and the next case still runs.
     path = _suite(tmp_path, ["sinusoidal", "rotary", "alibi"], timeout_s=60, by_method={"rotary": "raise"})
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(ROOT / "bench.py"), "--suite", str(path), "--results", str(tmp_path / "r"), "--quiet"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = _torchrun_bench(tmp_path, path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = _rows(tmp_path / "r")
     assert [r["status"] for r in rows.values()] == ["ok", "error", "ok"]
     assert rows["rotary/n=1"]["message"].startswith("rank 0: ValueError: boom in rotary")
     assert rows["alibi/n=1"]["metrics"]["world_size"] == 2 and rows["alibi/n=1"]["settings"]["nproc"] == 2
     assert proc.stdout.count("case(s) run") == 1  # rank 0 alone reports
+
+
+def test_bench_under_torchrun_stops_after_a_rank_fails_alone(tmp_path):
+    # Rank 1 raises while rank 0 waits in a barrier until the process group's timeout (timeout_s):
+    # the row names rank 1, and the run stops rather than trust collectives out of step.
+    path = _suite(tmp_path, ["sinusoidal", "rotary"], timeout_s=3, by_method={"sinusoidal": "fail_rank"})
+    proc = _torchrun_bench(tmp_path, path)
+    assert proc.returncode != 0 and "RanksOutOfStep: sinusoidal/n=1: rank 1: ValueError: boom on rank 1" in proc.stderr
+    rows = _rows(tmp_path / "r")
+    assert list(rows) == ["sinusoidal/n=1"] and rows["sinusoidal/n=1"]["status"] == "error"
 
 
 def test_shards_cover_every_case_once_and_merge_into_one_table(tmp_path):
