@@ -175,6 +175,9 @@ def cmd_run(args) -> int:
         note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
                 f"run `{result.run_id}`. Words are tokens; ratios are against `{suite.baseline}` in this run; "
                 f"peak memory is {'CUDA max_memory_allocated' if device == 'cuda' else 'peak resident set'}.")
+        if suite.settings.nproc > 1:
+            note += (f" Data parallel on {suite.settings.nproc} ranks: words/s count all ranks' tokens over "
+                     "the slowest rank's time; peak memory is the largest rank's.")
         tablemod.write(table, result.run_dir, note)
         print("\n" + tablemod.to_text(table))
         print(f"table: {result.run_dir}/table.md, {result.run_dir}/table.csv")
