@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -25,6 +26,9 @@ RUN_EXAMPLES = """examples:
   python bench.py --suite efficiency --set warmup_steps=5 --set "grid.seq_len=[128, 256]"
   python bench.py --suite suites/mine.yaml --dry-run      # list the cases, run nothing
   python bench.py --suite efficiency --retry-failed       # re-run error and timeout cases
+  python bench.py --suite efficiency --shard 0/2          # half the cases (machine 0 of 2)
+  python bench.py --suite efficiency --set nproc=2        # each case on 2 ranks via torchrun
+  torchrun --nproc_per_node 2 bench.py --suite efficiency # every case on torchrun's 2 ranks
 """
 
 
@@ -49,6 +53,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="DIR",
                    help="a WikiText folder: suites that train (extrapolation, precision) use it instead of "
                         "their default corpus (sets corpus={kind: wikitext, path: DIR})")
+    p.add_argument("--shard", metavar="I/N",
+                   help="run shard I of N: case k of the suite's full case list when k %% N == I; shards share "
+                        "the run id, so their folders merge in 'bench.py report'")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _common(p)
 
@@ -95,17 +102,39 @@ def case_line(row: dict, metrics: list[str]) -> str:
     return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({row['duration_s']:.1f} s)"
 
 
+def _under_torchrun(suite, device, dry_run: bool) -> bool:
+    """bench.py launched by torchrun: join its process group; every case then runs on all ranks
+    in-process, and ``nproc`` becomes the launched world size (so it is in the run id)."""
+    from . import distributed
+
+    world = distributed.env_world_size()
+    if world <= 1:
+        return False
+    if suite.settings.nproc not in (1, world) and os.environ.get("RANK", "0") == "0":
+        print(f"note: under torchrun every case runs on its {world} ranks; the suite's nproc "
+              f"{suite.settings.nproc} does not apply", file=sys.stderr)
+    suite.settings = suite.settings.model_copy(update={"nproc": world})
+    if not dry_run:
+        distributed.init_from_env(device, timeout_s=suite.settings.timeout_s)
+    return True
+
+
 def cmd_run(args) -> int:
+    from . import distributed
     from . import table as tablemod
-    from .runner import Interrupted, default_run_id, plan, run_suite
+    from .runner import Interrupted, RanksOutOfStep, default_run_id, parse_shard, plan, run_suite
 
     _load_methods_dirs(args)
     suite, device = _resolve(args)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    shard = parse_shard(args.shard) if args.shard else None
+    in_process = _under_torchrun(suite, device, args.dry_run)
     if args.dry_run:
+        if os.environ.get("RANK", "0") != "0":
+            return 0
         run_id = args.run_id or default_run_id(suite, device)
         run_dir = Path(args.results) / suite.name / run_id
-        todo, done = plan(suite, device, run_dir, args.retry_failed, methods, args.methods_dir, run_id)
+        todo, done = plan(suite, device, run_dir, args.retry_failed, methods, args.methods_dir, run_id, shard)
         print(f"suite {suite.name} ({suite.task}), profile {suite.profile}, device {device}, run {run_id}")
         print(f"settings: {json.dumps(suite.settings.model_dump())}")
         for case in todo:
@@ -124,7 +153,10 @@ def cmd_run(args) -> int:
     try:
         result = run_suite(suite, device, Path(args.results), run_id=args.run_id, fresh=args.fresh,
                            retry_failed=args.retry_failed, methods=methods, methods_dirs=args.methods_dir,
-                           on_row=on_row, progress=not args.quiet)
+                           on_row=on_row, progress=not args.quiet, shard=shard, in_process=in_process)
+    except RanksOutOfStep as exc:
+        print(f"RanksOutOfStep: {exc}", file=sys.stderr)
+        return 1
     except Interrupted as exc:
         argv = [a for a in sys.argv[1:] if a != "--fresh"]
         if "--run-id" not in argv:
@@ -132,12 +164,20 @@ def cmd_run(args) -> int:
         print(f"\ninterrupted: {exc.done} of {exc.total} cases finished and saved in {exc.run_dir}/cases.jsonl\n"
               f"resume with: python bench.py {shlex.join(argv)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        if in_process:
+            distributed.teardown()
+    if os.environ.get("RANK", "0") != "0":
+        return 0  # rank 0 alone reports under torchrun
     print(f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl")
     if result.rows and suite.metrics:
         table = tablemod.build(result.rows, suite.metrics, suite.baseline, suite.methods)
         note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
                 f"run `{result.run_id}`. Words are tokens; ratios are against `{suite.baseline}` in this run; "
                 f"peak memory is {'CUDA max_memory_allocated' if device == 'cuda' else 'peak resident set'}.")
+        if suite.settings.nproc > 1:
+            note += (f" Data parallel on {suite.settings.nproc} ranks: words/s count all ranks' tokens over "
+                     "the slowest rank's time; peak memory is the largest rank's.")
         tablemod.write(table, result.run_dir, note)
         print("\n" + tablemod.to_text(table))
         print(f"table: {result.run_dir}/table.md, {result.run_dir}/table.csv")

@@ -19,6 +19,11 @@ scored exactly once:
 The last window is aligned to the end of the stream and scores only the targets no earlier window
 scored, so every forward pass has length L_valid (one shape, batched alike) and tail tokens get
 at least the context their mode promises. With S == L the two modes are the same computation.
+
+Under torch.distributed every rank must call ``evaluate``: whole batches of windows are dealt out
+round-robin (``distributed.shard_batches``), so each forward pass is the one a single process
+runs, and the per-position loss sums and counts are all-reduced in float64. Perplexity and the
+per-position curves then equal the single-process values up to the order of float64 additions.
 """
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from . import distributed
 
 MODES = ("nonoverlapping", "sliding")
 
@@ -143,8 +150,8 @@ def evaluate(
         model.eval()
     try:
         with torch.inference_mode():
-            for b0 in range(0, len(plan), batch_size):
-                chunk = plan[b0 : b0 + batch_size]  # (B, 2)
+            for rows in distributed.shard_batches(len(plan), batch_size):
+                chunk = plan[rows.start : rows.stop]  # (B, 2)
                 seq = np.asarray(tokens[chunk[:, :1] + span], dtype=np.int64)  # (B, L+1)
                 seq = torch.from_numpy(seq).to(device)
                 logits = model(seq[:, :-1], pos)  # (B, L, V)
@@ -163,6 +170,9 @@ def evaluate(
         if was_training and hasattr(model, "train"):
             model.train(True)
 
+    if distributed.is_distributed():
+        sums = distributed.all_reduce_sum(sums)
+        counts = distributed.all_reduce_sum(counts).astype(np.int64)  # float64 holds counts < 2**53 exactly
     n = int(counts.sum())
     loss = float(sums.sum() / n)
     with np.errstate(invalid="ignore", divide="ignore"):

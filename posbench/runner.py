@@ -10,6 +10,16 @@ counts as done; ``retry_failed`` re-runs cases whose latest row is ``error`` or 
 new row is appended; readers take the last row per case). ``fresh`` starts a new folder (the id
 gets a time suffix), ``run_id`` picks one by name. The method list is not in the hash, so running
 more methods later adds them to the same run and table.
+
+Distributed cases. A suite with ``nproc: N`` > 1 has each case launched as ``python -m
+torch.distributed.run --standalone --nproc_per_node N -m posbench.worker ...``: torchrun starts
+and watches the ranks, one case at a time on the node; the worker's rank files say which rank
+failed (``worker.read_result``). When bench.py itself runs under torchrun (``WORLD_SIZE`` > 1),
+every rank runs this runner and each case runs in-process on the already-joined process group
+(``in_process=True``): rank 0 plans and broadcasts the case list, ranks exchange their outcomes
+through the rendezvous store, and rank 0 alone writes rows. Sharding (``shard=(i, n)``) keeps
+case k of the suite's full case list when k % n == i; shards share the run id, so their folders
+merge in ``bench.py report``.
 """
 from __future__ import annotations
 
@@ -22,19 +32,31 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from . import __version__
 from .case import Case
 from .suite import Suite, SuiteError
+from .worker import first_failure, rank_failure, read_result, run_case
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 RETRYABLE = ("error", "timeout")
 ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message", "metrics", "series",
             "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
             "git_commit", "traceback")
+
+
+class RanksOutOfStep(Exception):
+    """In-process distributed run: ranks ended a case differently (one failed alone), so their
+    collectives may be out of step; the run stops after writing the case's row."""
+
+    def __init__(self, run_dir: Path, row: dict):
+        super().__init__(f"{row['case_id']}: {row['message']}: the ranks ended this case differently, so their "
+                         f"process group cannot be trusted; the run stops here (rows are in {run_dir}/cases.jsonl; "
+                         "re-run the same command to resume)")
+        self.run_dir, self.row = run_dir, row
 
 
 class Interrupted(Exception):
@@ -119,8 +141,18 @@ def unavailable_reason(case: Case) -> Optional[str]:
     return registry.get(case.method).unavailable(torch.device(case.device), dtype)
 
 
+def worker_command(case: Case, case_file: Path, result_file: Path) -> list[str]:
+    """The worker's command line: through torchrun when the case asks for several processes."""
+    worker = ["-m", "posbench.worker", str(case_file), str(result_file)]
+    nproc = case.settings.get("nproc", 1)
+    if nproc > 1:
+        # --standalone: a rendezvous on this node at a free port, so cases never share one.
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)] + worker
+    return [sys.executable] + worker
+
+
 def run_worker(case: Case, timeout_s: float) -> dict:
-    """Run ``case`` in a fresh process; the worker's result or a row part saying how it died."""
+    """Run ``case`` in a fresh process (or torchrun's ranks); its result or how it died."""
     with tempfile.TemporaryDirectory(prefix="posbench-") as tmp:
         case_file, result_file, log_file = (Path(tmp) / n for n in ("case.json", "result.json", "worker.log"))
         case_file.write_text(json.dumps(case.to_json()))
@@ -132,7 +164,7 @@ def run_worker(case: Case, timeout_s: float) -> dict:
         with open(log_file, "wb") as log:
             # A session of its own: Ctrl-C reaches only the runner, which then ends the worker
             # (and anything it started) as a group.
-            proc = subprocess.Popen([sys.executable, "-m", "posbench.worker", str(case_file), str(result_file)],
+            proc = subprocess.Popen(worker_command(case, case_file, result_file),
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
             try:
                 code = proc.wait(timeout=timeout_s)
@@ -143,17 +175,26 @@ def run_worker(case: Case, timeout_s: float) -> dict:
             except BaseException:  # KeyboardInterrupt: never leave a worker behind
                 _kill(proc)
                 raise
-        if result_file.exists():
-            return json.loads(result_file.read_text())
+        result = read_result(result_file)  # torchrun's exit code says less than the rank files
+        if result is not None:
+            return result
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         return {"status": "error", "message": f"worker died without a result ({how})", "traceback": _tail(log_file)}
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+def _kill(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """End the worker. torchrun starts each rank in a session of its own, out of reach of a
+    group kill, so it gets SIGTERM first: it then stops its ranks itself."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
     proc.wait()
 
 
@@ -178,15 +219,37 @@ class RunResult:
     skipped: int = 0
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` -> (i, n) with 0 <= i < n."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SuiteError(f"--shard: {text!r}: expected i/n, e.g. 0/2; allowed: 0 <= i < n") from None
+    if not 0 <= i < n:
+        raise SuiteError(f"--shard: {text!r}: shard index out of range; allowed: 0 <= i < n")
+    return i, n
+
+
+def in_shard(cases: list[Case], shard: tuple[int, int] | None) -> list[Case]:
+    """Shard i of n: case k of the suite's full list when k % n == i. The full list (before
+    --methods) makes the split the same on every machine whatever else the command says."""
+    if shard is None:
+        return cases
+    i, n = shard
+    return [c for k, c in enumerate(cases) if k % n == i]
+
+
 def plan(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
-         methods_dirs: list[str], run_id: str) -> tuple[list[Case], dict[str, dict]]:
+         methods_dirs: list[str], run_id: str,
+         shard: tuple[int, int] | None = None) -> tuple[list[Case], dict[str, dict]]:
     """(cases to run, case_id -> finished row) for this run folder."""
     if methods:
         unknown = [m for m in methods if m not in suite.methods]
         if unknown:
             raise SuiteError(f"--methods: {unknown[0]}: not a method of suite {suite.name!r}; "
                              f"allowed: {', '.join(suite.methods)}")
-    cases = [c for c in suite.cases(device, run_id, methods_dirs) if not methods or c.method in methods]
+    cases = [c for c in in_shard(suite.cases(device, run_id, methods_dirs), shard)
+             if not methods or c.method in methods]
     done = latest(read_rows(run_dir / "cases.jsonl"))
     todo = [c for c in cases if c.id not in done or (retry_failed and done[c.id]["status"] in RETRYABLE)]
     return todo, done
@@ -215,24 +278,32 @@ def run_suite(
     methods_dirs: list[str] | None = None,
     on_row: Callable[[dict, int, int], None] | None = None,
     progress: bool = True,
+    shard: tuple[int, int] | None = None,
+    in_process: bool = False,
 ) -> RunResult:
     from tqdm import tqdm
 
+    from . import distributed
     from . import env as envmod
 
+    main = distributed.is_main()  # in-process distributed: rank 0 alone writes and reports
     run_id = run_id or default_run_id(suite, device)
     if fresh:
         run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        run_id = _broadcast(run_id, in_process)  # the clocks of ranks may straddle a second
     run_dir = Path(results) / suite.name / run_id
     methods_dirs = [str(Path(d).resolve()) for d in methods_dirs or []]
-    todo, done = plan(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    todo, done = plan(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
+    # Rank 0's view of the run folder decides (other nodes may not even see it).
+    todo, done = _broadcast((todo, done), in_process)
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
     environment = envmod.collect(device)
-    if not (run_dir / "env.json").exists():
+    if main and not (run_dir / "env.json").exists():
         (run_dir / "env.json").write_text(json.dumps(environment, indent=2) + "\n")
     commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
     out = RunResult(run_dir, run_id, skipped=len(done))
-    bar = tqdm(total=len(todo), desc=suite.name, unit="case", file=sys.stderr, disable=not progress)
+    bar = tqdm(total=len(todo), desc=suite.name, unit="case", file=sys.stderr, disable=not progress or not main)
     try:
         for i, case in enumerate(todo):
             started, t0 = datetime.now(timezone.utc), time.perf_counter()
@@ -241,14 +312,20 @@ def run_suite(
             reason = unavailable_reason(case)
             if reason:
                 result = {"status": "unavailable", "message": reason}
+            elif in_process:
+                result = run_on_ranks(case, f"posbench/{run_id}/{i}")
             else:
                 result = run_worker(case, case.settings["timeout_s"])
             row = make_row(case, result, started, time.perf_counter() - t0, commit)
-            append_row(run_dir / "cases.jsonl", row)
+            if main:
+                append_row(run_dir / "cases.jsonl", row)
             out.ran += 1
             bar.update(1)
-            if on_row:
+            if on_row and main:
                 on_row(row, i + 1, len(todo))
+            if result.get("out_of_step"):
+                bar.close()
+                raise RanksOutOfStep(run_dir, row)
     except KeyboardInterrupt:
         bar.close()
         raise Interrupted(run_dir, run_id, out.ran, len(todo)) from None
@@ -256,5 +333,60 @@ def run_suite(
     # Every case of the suite this run folder holds, also those of earlier narrowed runs, so the
     # table has the baseline even when this command ran only some methods.
     wanted = {c.id for c in suite.cases(device, run_id)}
-    out.rows = [r for cid, r in latest(read_rows(run_dir / "cases.jsonl")).items() if cid in wanted]
+    out.rows = [r for cid, r in latest(read_rows(run_dir / "cases.jsonl")).items() if cid in wanted] if main else []
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# bench.py under torchrun: every rank runs the runner, cases run in-process
+
+
+def _broadcast(obj, in_process: bool):
+    """Rank 0's ``obj`` on every rank (pickled over the process group)."""
+    if not in_process:
+        return obj
+    import torch.distributed as dist
+
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _store():
+    """The rendezvous key-value store torchrun's process group was built on. Outcomes travel
+    through it, not through collectives: a rank that failed mid-case leaves its peers' collective
+    sequence out of step, and one more collective could pair the wrong operations."""
+    import torch.distributed.distributed_c10d as c10d
+
+    return c10d._get_default_store()
+
+
+def run_on_ranks(case: Case, key: str) -> dict:
+    """Run ``case`` on this rank with the launched process group; the case's merged outcome.
+
+    No memory limit (it would stay on the whole run) and no wall-clock limit beyond the process
+    group's timeout (``timeout_s`` of the suite): that is what a run under torchrun gives up.
+    """
+    from . import distributed
+
+    rank, world = distributed.rank(), distributed.world_size()
+    result = run_case(case.to_json(), limit_memory=False)
+    store = _store()
+    brief = {k: result.get(k) for k in ("status", "message", "traceback", "failed_at")}
+    store.set(f"{key}/rank{rank}", json.dumps(brief))
+    keys = [f"{key}/rank{r}" for r in range(world)]
+    # A rank that failed alone waits here while its peers sit out the process group's timeout
+    # in a collective: wait longer than that, or it would time out in the same instant.
+    store.wait(keys, timedelta(seconds=2 * case.settings["timeout_s"] + 60))
+    outcomes = [json.loads(store.get(k)) for k in keys]
+    failure = first_failure([dict(o, rank=r) for r, o in enumerate(outcomes)])
+    if failure is None:
+        return result
+    # Ranks that all failed the same way left their collectives in step (rank 0 speaks for
+    # them); anything else did not, and the first failure is the cause.
+    alike = len({(o["status"], o["message"]) for o in outcomes}) == 1
+    if alike:
+        failure = dict(outcomes[0], rank=0)
+    merged = rank_failure(dict(failure, metrics={}, series={}), failure["rank"])
+    merged["out_of_step"] = not alike
+    return merged

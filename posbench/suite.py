@@ -108,8 +108,12 @@ class Suite:
 
     def fingerprint(self) -> str:
         """Hash of what makes results comparable: settings and grid (not the method list)."""
+        settings = self.settings.model_dump()
+        if settings.get("nproc") == 1:
+            # nproc came later: leaving its default out keeps the ids of earlier runs (resume).
+            del settings["nproc"]
         blob = json.dumps(
-            {"version": self.version, "task": self.task, "settings": self.settings.model_dump(), "grid": self.grid},
+            {"version": self.version, "task": self.task, "settings": settings, "grid": self.grid},
             sort_keys=True,
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:8]

@@ -3,6 +3,10 @@ gradient clipping, mixed precision on CUDA, checkpoints, and divergence detectio
 
 Determinism on CPU: the model, the batch order and dropout all derive from seeds, so two runs of
 the same case give identical loss curves (tested). CUDA kernels may still reorder sums.
+
+Data parallel: under torch.distributed (torchrun) the model is wrapped in DistributedDataParallel
+and each rank trains on its slice of the same global batch (``batch_size`` stays global), so the
+loss curve matches one process up to float rounding; only rank 0 writes the checkpoint.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Iterator
 
 import torch
 
+from . import distributed
 from .model import TransformerLM, lm_loss
 from .tasks import Diverged  # the runner turns it into status ``diverged``
 
@@ -92,6 +97,7 @@ def train(
     amp = autocast_dtype(cfg.precision, device)
     torch.manual_seed(cfg.seed)
     model.to(device).train()
+    ddp = distributed.wrap_ddp(model, device.type)  # ``model`` itself in one process
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -104,15 +110,17 @@ def train(
     start = time.perf_counter()
     loss_value = float("nan")
     for step in range(total):
-        batch = next(batches).to(device, non_blocking=True)
+        batch = distributed.split_batch(next(batches)).to(device, non_blocking=True)
         inputs, targets = batch[:, :-1], batch[:, 1:]
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg, total)
         ctx = torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
         with ctx:
-            loss = lm_loss(model(inputs), targets)
+            loss = lm_loss(ddp(inputs), targets)
         if step % cfg.log_every == 0 or step == total - 1:
-            loss_value = loss.item()  # the only synchronisation, every log_every steps
+            # The only synchronisation, every log_every steps. Ranks hold equal slices, so the
+            # mean of their means is the global batch's loss (and every rank sees one verdict).
+            loss_value = float(distributed.all_reduce_mean([loss.item()])[0])
             if not math.isfinite(loss_value):
                 raise Diverged(f"loss became {loss_value} at step {step}")
             curve.append((step, loss_value))
@@ -130,8 +138,9 @@ def train(
     seconds = time.perf_counter() - start
     result = TrainResult(total, total * cfg.batch_size * cfg.seq_len, seconds, loss_value, curve)
     model.eval()
-    if checkpoint is not None:
+    if checkpoint is not None and distributed.is_main():
         save_checkpoint(checkpoint, model, cfg, result)
+    distributed.barrier()  # no rank moves on while the checkpoint is half written
     return result
 
 

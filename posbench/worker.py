@@ -5,6 +5,14 @@ peak memory is about this case alone. The result file is written only when the t
 raised (to a temporary name, then renamed), so a missing file means the process died: the runner
 turns that into an ``error`` row with the exit code or signal.
 
+Under torchrun (``nproc`` > 1: the runner starts ``python -m torch.distributed.run ... -m
+posbench.worker``) every rank runs this module: it joins the process group from the environment
+and runs the case. Rank 0 alone writes RESULT.json when it succeeds; a rank that fails writes
+``RESULT.rank<N>.json`` (message ``rank N: ExcType: msg``, and when it failed) and exits with
+status 1, so torchrun stops the other ranks, which may be waiting for it in a collective. The
+runner reads them back with ``read_result``: any rank's failure makes the row, the earliest one
+if several ranks failed (the first is the cause, the others its echo).
+
 Result: ``{"status", "message", "traceback", "metrics", "series"}``. Status ``oom`` for
 ``MemoryError``, ``torch.cuda.OutOfMemoryError`` and torch's CPU allocator failing (what an
 ``RLIMIT_AS`` limit produces); ``diverged`` for ``tasks.Diverged``; ``error`` for anything else.
@@ -14,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -50,27 +59,79 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def run_case(raw: dict) -> dict:
+def run_case(raw: dict, limit_memory: bool = True) -> dict:
     task = tasks.get(raw["task"])
     case = Case(**raw)
     case.settings = task.Settings.model_validate(raw["settings"])
     case.params = task.Params.model_validate(raw["params"])
-    apply_memory_limit(case.settings.memory_limit_mb)
+    if limit_memory:
+        apply_memory_limit(case.settings.memory_limit_mb)
     try:
         out = task.run(case)
         return {"status": "ok", "message": "", "traceback": "", "metrics": out.get("metrics", {}),
                 "series": out.get("series", {})}
     except Exception as exc:  # every failure becomes a row; the suite goes on
         return {"status": classify(exc), "message": one_line(exc), "traceback": traceback.format_exc(),
-                "metrics": {}, "series": {}}
+                "metrics": {}, "series": {}, "failed_at": time.time()}
+
+
+def rank_failure(result: dict, rank: int) -> dict:
+    """A failed rank's result, its message naming the rank."""
+    return dict(result, message=f"rank {rank}: {result['message']}", rank=rank)
+
+
+def first_failure(results: list[dict]) -> dict | None:
+    """The failure that came first: when one rank fails, its peers fail next, waiting for it."""
+    failed = [r for r in results if r.get("status", "error") != "ok"]
+    return min(failed, key=lambda r: r.get("failed_at", float("inf"))) if failed else None
+
+
+def rank_file(result_path: Path, rank: int | str) -> Path:
+    return result_path.with_name(f"{result_path.stem}.rank{rank}{result_path.suffix}")
+
+
+def read_result(result_path: Path) -> dict | None:
+    """The case's outcome: a rank's failure if any rank wrote one, else RESULT.json, else None."""
+    failures = [json.loads(p.read_text()) for p in result_path.parent.glob(rank_file(result_path, "*").name)]
+    failure = first_failure(failures)
+    if failure is not None:
+        return failure
+    return json.loads(result_path.read_text()) if result_path.exists() else None
+
+
+def write_json(path: Path, result: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, allow_nan=True))
+    os.replace(tmp, path)  # a reader sees the whole file or none
+
+
+def main_distributed(raw: dict, result_path: Path) -> int:
+    """One rank of a torchrun launch (see the module docstring)."""
+    from . import distributed
+
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        distributed.init_from_env(raw["device"], timeout_s=raw["settings"].get("timeout_s"))
+    except Exception as exc:
+        result = {"status": "error", "message": one_line(exc), "traceback": traceback.format_exc(),
+                  "failed_at": time.time()}
+    else:
+        result = run_case(raw)
+    if result["status"] != "ok":
+        write_json(rank_file(result_path, rank), rank_failure(result, rank))
+        return 1
+    if rank == 0:
+        write_json(result_path, result)
+    distributed.teardown()
+    return 0
 
 
 def main(argv: list[str]) -> int:
     case_path, result_path = Path(argv[0]), Path(argv[1])
-    result = run_case(json.loads(case_path.read_text()))
-    tmp = result_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, allow_nan=True))
-    os.replace(tmp, result_path)
+    raw = json.loads(case_path.read_text())
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return main_distributed(raw, result_path)
+    write_json(result_path, run_case(raw))
     return 0
 
 

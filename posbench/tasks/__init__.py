@@ -10,7 +10,9 @@ A task module (``posbench/tasks/<name>.py``) defines:
 - ``METRICS``: ``{metric name: "unit, what it is"}``; a suite's ``metrics`` (the ones its table and
   progress lines show) must be keys of it.
 - ``run(case: Case) -> {"metrics": {name: number | None}, "series": {name: list | dict}}``. It
-  runs in a worker process (``posbench.worker``), one case per process. Raise ``Diverged`` for a
+  runs in a worker process (``posbench.worker``), one case per process; with ``nproc`` > 1 (or
+  under torchrun) on every rank at once, with the process group already joined
+  (``posbench.distributed``), and rank 0's return value is the result. Raise ``Diverged`` for a
   non-finite loss; ``MemoryError`` / ``torch.cuda.OutOfMemoryError`` become status ``oom``.
 
 Modules are imported lazily, so a worker imports only its own task (the test task does not
@@ -49,6 +51,8 @@ class TaskSettings(BaseModel):
     )
     threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (OMP_NUM_THREADS); default: torch's")
     seed: int = Field(0, description="seed of weights and token ids")
+    nproc: int = Field(1, ge=1, description="data-parallel processes per case: the runner launches the case "
+                       "through torchrun (one rank per GPU on CUDA); 1: one plain worker process")
 
 
 def register_task(name: str, module: str) -> None:

@@ -2,7 +2,8 @@
 
 The runner's tests select it with ``task: _testing`` in suites they write to a temporary folder,
 to produce every status (ok, error, crash, timeout, oom, diverged, interrupt) in a worker that
-starts in a fraction of a second.
+starts in a fraction of a second. Behaviour ``fail_rank`` makes rank ``fail_rank`` (setting) of a distributed case raise while
+the others wait for it in a barrier, as a rank failing mid-training leaves its peers.
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import Diverged, TaskSettings
 
-Behaviour = Literal["ok", "sleep", "raise", "crash", "kill", "oom", "alloc", "nan", "interrupt_once"]
+Behaviour = Literal["ok", "sleep", "raise", "crash", "kill", "oom", "alloc", "nan", "interrupt_once", "fail_rank"]
 
-METRICS = {"value": "the grid point's n times 1000", "pid": "the worker's process id"}
+METRICS = {"value": "the grid point's n times 1000", "pid": "the worker's process id",
+           "world_size": "ranks the case ran on (WORLD_SIZE)"}
 
 
 class Settings(TaskSettings):
@@ -29,6 +31,7 @@ class Settings(TaskSettings):
     sleep_s: float = 5.0
     alloc_mb: int = 1024  # what "alloc" tries to allocate (under memory_limit_mb)
     flag_file: str = ""  # "interrupt_once": interrupt the runner only while this file is absent
+    fail_rank: int = 1  # behaviour "fail_rank": this rank raises, the others wait in a barrier
 
 
 class Params(BaseModel):
@@ -40,6 +43,14 @@ class Params(BaseModel):
 def run(case) -> dict:
     s = case.settings
     what = s.by_method.get(case.id, s.by_method.get(case.method, s.behaviour))
+    rank = int(os.environ.get("RANK", "0"))
+    if what == "fail_rank":
+        if rank == s.fail_rank:
+            raise ValueError(f"boom on rank {rank}")
+        import torch.distributed as dist  # only distributed cases get here: torch is loaded
+
+        if dist.is_initialized():
+            dist.barrier()  # never completes: torchrun must end this rank
     if what == "sleep":
         time.sleep(s.sleep_s)
     elif what == "raise":
@@ -60,4 +71,5 @@ def run(case) -> dict:
             flag.write_text("interrupted")
             os.kill(os.getppid(), signal.SIGINT)  # what Ctrl-C does to the runner
             time.sleep(30)  # the runner kills us long before this ends
-    return {"metrics": {"value": case.params.n * 1000, "pid": os.getpid()}, "series": {"steps": [1, 2, 3]}}
+    return {"metrics": {"value": case.params.n * 1000, "pid": os.getpid(),
+                        "world_size": int(os.environ.get("WORLD_SIZE", "1"))}, "series": {"steps": [1, 2, 3]}}

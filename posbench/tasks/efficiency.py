@@ -11,6 +11,12 @@ One case = one method at one ``seq_len``:
 Evaluation runs first so that on a CPU (where a freed allocation may stay resident) its peak is
 not inflated by the optimizer state; each phase resets the peak before it starts.
 
+Data parallel (torchrun, or ``nproc`` > 1): every rank runs ``tokens_per_step`` tokens per step
+(per device, as the paper counts them), training goes through DistributedDataParallel, and each
+window starts after a barrier. Words/s is then the global rate: all ranks' tokens over the
+slowest rank's window time (``distributed.global_rates``). Peak memory is per rank: the
+``peak_mem_*`` metrics are the maximum over ranks, ``*_mean`` the mean; energy is summed.
+
 Token ids are random (seeded): speed and memory do not depend on the values, and random data
 keeps the suite free of a corpus download. Mixed precision (``bfloat16``/``float16``) runs
 float32 weights and AdamW under ``torch.autocast``, as fairseq's fp16 training did; float16
@@ -24,7 +30,7 @@ from typing import Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .. import registry
+from .. import distributed, registry
 from ..measure import PowerSampler, make_device, summarize
 from ..method import ModelConfig
 from ..model import PRESETS, TransformerLM, lm_loss, model_config
@@ -49,6 +55,9 @@ METRICS = {
     "eval_j_per_token": "joules per evaluated token",
     "train_loss": "mean loss of the last training window (random tokens: about ln(vocab))",
     "mem_base_bytes": "bytes in use before both phases: model and data (CPU: also the Python and torch runtime)",
+    "peak_mem_train_bytes_mean": "bytes; peak_mem_train_bytes averaged over ranks (= it in one process)",
+    "peak_mem_eval_bytes_mean": "bytes; peak_mem_eval_bytes averaged over ranks",
+    "world_size": "data-parallel ranks; words/s and energy are totals over them",
     "n_params": "parameters of the model",
     "batch_size": "sequences per step: tokens_per_step // seq_len",
     "tokens_per_step": "tokens per step actually used: batch_size * seq_len",
@@ -101,14 +110,15 @@ def run(case) -> dict:
     cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **s.model_overrides)
     model = TransformerLM(cfg).to(device)
     vocab = model.cfg.vocab_size
-    g = torch.Generator().manual_seed(s.seed)
+    g = torch.Generator().manual_seed(s.seed + distributed.rank())  # each rank its own data
     # Two batches made up front (B, L+1), alternated: no data work inside the timed windows.
     batches = [torch.randint(0, vocab, (batch, L + 1), generator=g).to(device) for _ in range(2)]
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
     nvml, handle = _nvml(case.device)
     tokens = batch * L
     metrics = {"n_params": model.num_parameters(), "batch_size": batch, "tokens_per_step": tokens,
-               "threads": torch.get_num_threads(), "mem_base_bytes": dev.in_use()}
+               "threads": torch.get_num_threads(), "mem_base_bytes": dev.in_use(),
+               "world_size": distributed.world_size()}
     series = {}
 
     # --- evaluation -------------------------------------------------------------------------
@@ -122,13 +132,13 @@ def run(case) -> dict:
             model(x[:, :-1])
 
     eval_s, energy = _phase(dev, eval_step, s, nvml, handle)
-    peak = dev.peak()
     _wps(metrics, series, "eval", tokens * s.measure_steps, eval_s)
-    metrics.update(peak_mem_eval_bytes=peak["allocated"], peak_mem_eval_reserved_bytes=peak["reserved"])
-    _energy(metrics, "eval_", energy, tokens * s.measure_steps * s.windows)
+    _peak(metrics, "eval", dev.peak())
+    _energy(metrics, "eval_", energy, tokens * s.measure_steps * s.windows * distributed.world_size())
 
     # --- training ---------------------------------------------------------------------------
     model.train()
+    ddp = distributed.wrap_ddp(model, case.device)  # ``model`` itself in one process
     opt = torch.optim.AdamW(model.parameters(), lr=s.lr)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     loss_sum = torch.zeros((), device=device)  # summed on device: reading it would synchronize
@@ -137,7 +147,7 @@ def run(case) -> dict:
         x = batches[counter[0] % 2]
         counter[0] += 1
         with autocast:
-            logits = model(x[:, :-1])  # (B, L, V)
+            logits = ddp(x[:, :-1])  # (B, L, V)
         loss = lm_loss(logits, x[:, 1:])
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -147,17 +157,17 @@ def run(case) -> dict:
 
     def after_window(name: str, steps: int):
         # One read per window (it synchronizes); a NaN anywhere in the window makes the sum NaN.
-        mean = loss_sum.item() / steps
+        # Averaged over ranks so that every rank reaches the same verdict (outside the timing).
+        mean = float(distributed.all_reduce_mean([loss_sum.item()])[0]) / steps
         if mean != mean or mean in (float("inf"), float("-inf")):
             raise Diverged(f"non-finite training loss ({mean}) in {name}")
         metrics["train_loss"] = mean
         loss_sum.zero_()
 
     train_s, energy = _phase(dev, train_step, s, nvml, handle, after_window=after_window)
-    peak = dev.peak()
     _wps(metrics, series, "train", tokens * s.measure_steps, train_s)
-    metrics.update(peak_mem_train_bytes=peak["allocated"], peak_mem_train_reserved_bytes=peak["reserved"])
-    _energy(metrics, "", energy, tokens * s.measure_steps * s.windows)
+    _peak(metrics, "train", dev.peak())
+    _energy(metrics, "", energy, tokens * s.measure_steps * s.windows * distributed.world_size())
     return {"metrics": metrics, "series": series}
 
 
@@ -180,16 +190,35 @@ def _phase(dev, step, s, nvml, handle, after_window=None) -> tuple[list[float], 
     seconds = []
     with PowerSampler(nvml, handle, s.power_interval_s) as power:
         for w in range(s.windows):
+            distributed.barrier()  # ranks start each window together (a no-op in one process)
             seconds.append(dev.time_window(step, s.measure_steps))
             if after_window:
                 after_window(f"window {w}", s.measure_steps)
-    return seconds, power.energy_j
+    energy = power.energy_j
+    if distributed.is_distributed():  # all GPUs' energy; unknown if any rank has no NVML
+        total = float(distributed.all_reduce_sum([float("nan") if energy is None else energy])[0])
+        energy = None if total != total else total
+    return seconds, energy
 
 
 def _wps(metrics, series, phase, tokens_per_window, seconds):
-    rates = [tokens_per_window / t for t in seconds]
+    # One process: tokens / seconds per window. Distributed: all ranks' tokens over the slowest.
+    rates = distributed.global_rates(tokens_per_window, seconds)
     metrics[f"{phase}_wps"], metrics[f"{phase}_wps_min"], metrics[f"{phase}_wps_max"] = summarize(rates)
     series[f"{phase}_wps_windows"] = rates
+
+
+def _peak(metrics, phase, peak):
+    """Peak memory per rank: the maximum over ranks (what must fit) and the mean."""
+    allocated = peak["allocated"]
+    if allocated is not None:
+        metrics[f"peak_mem_{phase}_bytes"] = int(distributed.all_reduce_max([allocated])[0])
+        metrics[f"peak_mem_{phase}_bytes_mean"] = float(distributed.all_reduce_mean([allocated])[0])
+    else:
+        metrics[f"peak_mem_{phase}_bytes"] = metrics[f"peak_mem_{phase}_bytes_mean"] = None
+    reserved = peak["reserved"]
+    metrics[f"peak_mem_{phase}_reserved_bytes"] = (
+        int(distributed.all_reduce_max([reserved])[0]) if reserved is not None else None)
 
 
 def _energy(metrics, prefix, joules, tokens):
