@@ -64,12 +64,12 @@ class Runner:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
 
-    def window(self, steps: int) -> float:
+    def window(self, steps: int, clock=time.perf_counter) -> float:
         """Seconds per step over ``steps`` steps."""
-        start = time.perf_counter()
+        start = clock()
         for _ in range(steps):
             self.step()
-        return (time.perf_counter() - start) / steps
+        return (clock() - start) / steps
 
 
 def main(argv=None) -> int:
@@ -83,6 +83,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3, help="steps per timed window (default 3)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall: perf_counter, as the suite; cpu: this process's CPU time, which leaves out "
+                    "the time other processes hold the core (with --threads 1 only)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval", action="store_true", help="time no-grad forwards instead of training steps")
     ap.add_argument("--methods-dir", action="append", default=[], help="extra folder of method files")
@@ -101,16 +104,18 @@ def main(argv=None) -> int:
         for _ in range(args.warmup):
             r.step()
 
+    clock = time.perf_counter if args.clock == "wall" else time.process_time
     times: dict[tuple[str, int], list[float]] = {key: [] for key in runners}
     keys = list(runners)
     for rep in range(args.reps):
         shift = rep % len(keys)  # rotate the order so no method always follows the same one
         for key in keys[shift:] + keys[:shift]:
-            times[key].append(runners[key].window(args.steps))
+            times[key].append(runners[key].window(args.steps, clock))
 
     what = "eval forward" if args.eval else "train step"
     print(f"{what}, preset {args.preset}, {args.tokens} tokens/step, threads {args.threads}, "
-          f"{args.reps} interleaved reps x {args.steps} steps; medians")
+          f"{args.reps} interleaved reps x {args.steps} steps, {args.clock} clock; medians "
+          "(ratio: median over reps of baseline time / method time)")
     header = f"{'method':<14}" + "".join(f"{'L=' + str(L):>28}" for L in lengths)
     print(header)
     for m in methods:

@@ -141,3 +141,50 @@ def test_t5_bias_follows_an_optimizer_step():
         lm_loss(logits, idx[:, 1:]).backward()
         opt.step()
         opt.zero_grad()
+
+
+# --- rotary ------------------------------------------------------------------------------------
+
+
+def _rotate_reference(x, cos, sin):
+    """The textbook rotation of channel pairs (i, i + hd/2), in float64."""
+    x1, x2 = x.double().chunk(2, dim=-1)
+    cos, sin = cos.double(), sin.double()
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("seed, tq, tk, floats", [(0, 7, 7, False), (1, 13, 13, False), (2, 33, 33, True),
+                                                  (3, 5, 19, False), (4, 1, 9, True)])
+def test_rotary_attend_equals_reference(seed, tq, tk, floats, dtype):
+    m = method("rotary").to(dtype)
+    q, k, v = qkv(seed, 2, 3, tq, tk, 32, dtype)
+    pos = torch.arange(tk) * (0.37 if floats else 1) + 3
+    out = m.attend(q, k, v, pos[-tq:], pos, 0)
+    assert out.dtype == dtype and out.shape == q.shape
+    ang = pos.double()[:, None] * m.inv_freq.double()[None, :]
+    cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)  # the method rounds cos/sin to the compute dtype
+    ref = reference_attention(_rotate_reference(q, cos[-tq:], sin[-tq:]), _rotate_reference(k, cos, sin), v, None)
+    torch.testing.assert_close(out.double(), ref, **TOL[dtype])
+    got = grads(out, (q, k, v), seed)
+    want = grads(ref, (q, k, v), seed)
+    for a, b in zip(got, want):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.double() / scale, b.double() / scale, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_rotary_rotate_and_its_gradient_on_strided_inputs(dtype):
+    rot = method("rotary", d_model=48, n_heads=3)
+    g = torch.Generator().manual_seed(7)
+    base = torch.randn(2, 11, 3 * 48, generator=g).to(dtype).requires_grad_()
+    x = base[..., 48:96].view(2, 11, 3, 16).transpose(1, 2)  # a strided (B, H, T, hd) view, as in the model
+    cos, sin = rot._cos_sin(torch.arange(11), dtype)
+    out = rot.rotate(x, cos, sin)
+    ref = _rotate_reference(x, cos, sin)
+    tol = TOL.get(dtype, dict(rtol=1e-10, atol=1e-12))
+    torch.testing.assert_close(out.double(), ref, **tol)
+    (got,) = grads(out, (base,), 0)
+    (want,) = grads(ref, (base,), 0)
+    torch.testing.assert_close(got.double(), want.double(), **tol)
+    assert got[..., :48].abs().max() == 0 and got[..., 96:].abs().max() == 0
