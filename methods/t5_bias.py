@@ -20,7 +20,7 @@ import math
 import torch
 from torch import nn
 
-from posbench.method import PositionCache, PositionMethod, causal_attention, causal_mask, explicit_attention
+from posbench.method import PositionCache, PositionMethod, causal_attention, causal_explicit_attention, causal_mask
 from posbench.registry import register
 
 
@@ -110,5 +110,5 @@ class T5Bias(PositionMethod):
         if bias.requires_grad and q.dtype == torch.float32 and q.device.type == "cpu":
             # A bias that needs a gradient sends CPU SDPA to its math path; the explicit
             # computation is the same arithmetic without that path's extra passes.
-            return explicit_attention(q, k, v, bias)
+            return causal_explicit_attention(q, k, v, bias)
         return causal_attention(q, k, v, bias, masked=True)

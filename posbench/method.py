@@ -156,6 +156,29 @@ def explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
     return torch.matmul(probs, v)
 
 
+def causal_explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
+    """``explicit_attention`` for a bias that already holds -inf at least wherever the key is in
+    the future of the query (``mask_bias``), computing only the keys each query may see.
+
+    The query rows are cut into up to 4 blocks of at least 64 rows; a block ending at row r1
+    sees the keys before r1 + Tk - Tq only, so the scores, softmax and their gradients skip most
+    of the masked upper triangle (3/8 of the square with 4 blocks). The skipped entries would
+    have had probability exactly 0: the result is the same computation. Smaller (B, H, rows, keys)
+    blocks also stay in cache better (on a CPU, 2 to 4 blocks beat one and 8 for T = 128..512).
+    """
+    tq, tk = q.shape[-2], k.shape[-2]
+    n_blocks = min(4, tq // 64)
+    if n_blocks < 2:
+        return explicit_attention(q, k, v, bias)
+    rows = -(-tq // n_blocks)
+    outs, end = [], 0
+    for qb, bb in zip(q.split(rows, dim=-2), bias.split(rows, dim=-2)):
+        end += qb.shape[-2]
+        keys = end + tk - tq
+        outs.append(explicit_attention(qb, k[..., :keys, :], v[..., :keys, :], bb[..., :keys]))
+    return torch.cat(outs, dim=-2)
+
+
 class PositionCache:
     """Memoises a function of the position tensors across the layers of one forward pass.
 

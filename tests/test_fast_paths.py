@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from posbench import registry
-from posbench.method import ModelConfig, causal_attention, causal_mask
+from posbench.method import ModelConfig, causal_attention, causal_explicit_attention, causal_mask, mask_bias
 from posbench.model import TransformerLM, lm_loss
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -43,6 +43,27 @@ def grads(out, tensors, seed):
     g = torch.Generator().manual_seed(seed + 100)
     upstream = torch.randn(out.shape, generator=g, dtype=torch.float64)
     return torch.autograd.grad((out.double() * upstream).sum(), tensors)
+
+
+# --- explicit attention over causal row blocks ---------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("seed, tq, tk", [(0, 128, 128), (1, 131, 131), (2, 255, 255), (3, 197, 230), (4, 300, 300),
+                                          (5, 1, 150), (6, 63, 63)])
+def test_causal_explicit_attention_equals_reference(seed, tq, tk, dtype):
+    q, k, v = qkv(seed, 2, 3, tq, tk, 16, dtype)
+    g = torch.Generator().manual_seed(seed + 50)
+    bias = (torch.randn(3, tq, tk, generator=g) * 2).to(dtype).requires_grad_()
+    out = causal_explicit_attention(q, k, v, mask_bias(bias))
+    assert out.dtype == dtype and out.shape == q.shape
+    ref = reference_attention(q, k, v, bias)
+    torch.testing.assert_close(out.double(), ref, **TOL[dtype])
+    got = grads(out, (q, k, v, bias), seed)
+    want = grads(ref, (q, k, v, bias), seed)
+    for a, b in zip(got, want):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.double() / scale, b.double() / scale, **TOL[dtype])
 
 
 # --- T5 bias -----------------------------------------------------------------------------------
@@ -90,7 +111,7 @@ def _per_layer_reference(m):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("seed, length", [(0, 9), (1, 17), (2, 31)])
+@pytest.mark.parametrize("seed, length", [(0, 9), (1, 17), (2, 31), (3, 133)])
 def test_t5_bias_shared_across_layers_gives_the_per_layer_gradients(seed, length, dtype):
     idx = torch.randint(0, 64, (2, length + 1), generator=torch.Generator().manual_seed(seed))
     results = []
