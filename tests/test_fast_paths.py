@@ -45,6 +45,14 @@ def grads(out, tensors, seed):
     return torch.autograd.grad((out.double() * upstream).sum(), tensors)
 
 
+def assert_same_gradients(out, ref, tensors, seed, dtype):
+    """The gradients of out and of its reference with respect to ``tensors`` agree, relative to
+    the reference's largest entry (one random upstream gradient, the same for both)."""
+    for a, b in zip(grads(out, tensors, seed), grads(ref, tensors, seed)):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.double() / scale, b.double() / scale, **TOL[dtype])
+
+
 # --- explicit attention over causal row blocks ---------------------------------------------------
 
 
@@ -59,11 +67,7 @@ def test_causal_explicit_attention_equals_reference(seed, tq, tk, dtype):
     assert out.dtype == dtype and out.shape == q.shape
     ref = reference_attention(q, k, v, bias)
     torch.testing.assert_close(out.double(), ref, **TOL[dtype])
-    got = grads(out, (q, k, v, bias), seed)
-    want = grads(ref, (q, k, v, bias), seed)
-    for a, b in zip(got, want):
-        scale = max(1.0, b.abs().max().item())
-        torch.testing.assert_close(a.double() / scale, b.double() / scale, **TOL[dtype])
+    assert_same_gradients(out, ref, (q, k, v, bias), seed, dtype)
 
 
 # --- T5 bias -----------------------------------------------------------------------------------
@@ -84,11 +88,7 @@ def test_t5_attend_equals_reference(seed, tq, tk, dtype):
     bias = w[m.buckets(pos[-tq:], pos)].permute(2, 0, 1)
     ref = reference_attention(q, k, v, bias)
     torch.testing.assert_close(out.double(), ref, **TOL[dtype])
-    got = grads(out, (q, k, v, w), seed)
-    want = grads(ref, (q, k, v, w), seed)
-    for a, b in zip(got, want):
-        scale = max(1.0, b.abs().max().item())
-        torch.testing.assert_close(a.double() / scale, b.double() / scale, **TOL[dtype])
+    assert_same_gradients(out, ref, (q, k, v, w), seed, dtype)
 
 
 def _t5_model(seed, dtype):
@@ -187,11 +187,7 @@ def test_rotary_attend_equals_reference(seed, tq, tk, floats, dtype):
     cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)  # the method rounds cos/sin to the compute dtype
     ref = reference_attention(_rotate_reference(q, cos[-tq:], sin[-tq:]), _rotate_reference(k, cos, sin), v, None)
     torch.testing.assert_close(out.double(), ref, **TOL[dtype])
-    got = grads(out, (q, k, v), seed)
-    want = grads(ref, (q, k, v), seed)
-    for a, b in zip(got, want):
-        scale = max(1.0, b.abs().max().item())
-        torch.testing.assert_close(a.double() / scale, b.double() / scale, **TOL[dtype])
+    assert_same_gradients(out, ref, (q, k, v), seed, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
