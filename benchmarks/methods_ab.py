@@ -99,7 +99,8 @@ def main(argv=None) -> int:
         methods.insert(0, args.baseline)
     lengths = [int(x) for x in args.lengths.split(",")]
 
-    runners = {(m, L): Runner(m, L, args.tokens, args.preset, args.seed, not args.eval) for L in lengths for m in methods}
+    train = not args.eval
+    runners = {(m, L): Runner(m, L, args.tokens, args.preset, args.seed, train) for L in lengths for m in methods}
     for r in runners.values():
         for _ in range(args.warmup):
             r.step()

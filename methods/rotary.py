@@ -65,12 +65,13 @@ def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float)
     """A new contiguous tensor: x rotated by +angle (sign 1) or -angle (sign -1) per channel pair
     (i, i + hd/2): (x1 cos - sign x2 sin, x2 cos + sign x1 sin). Each half is written in place,
     two kernels per half and no concatenation."""
-    t = x.shape[-2]  # queries: the tail of the key positions
-    cos, sin = cos.narrow(-2, cos.shape[-2] - t, t), sin.narrow(-2, sin.shape[-2] - t, t)
+    t = x.shape[-2]
+    if t != cos.shape[-2]:  # queries when Tq < Tk: the tail of the key positions
+        cos, sin = cos[cos.shape[-2] - t :], sin[sin.shape[-2] - t :]
     half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
+    x1, x2 = x.split(half, dim=-1)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    o1, o2 = out[..., :half], out[..., half:]
+    o1, o2 = out.split(half, dim=-1)
     torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-sign)
     torch.mul(x2, cos, out=o2).addcmul_(x1, sin, value=sign)
     return out

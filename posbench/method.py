@@ -175,7 +175,7 @@ def causal_explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
     for qb, bb in zip(q.split(rows, dim=-2), bias.split(rows, dim=-2)):
         end += qb.shape[-2]
         keys = end + tk - tq
-        outs.append(explicit_attention(qb, k[..., :keys, :], v[..., :keys, :], bb[..., :keys]))
+        outs.append(explicit_attention(qb, k.narrow(-2, 0, keys), v.narrow(-2, 0, keys), bb.narrow(-1, 0, keys)))
     return torch.cat(outs, dim=-2)
 
 
