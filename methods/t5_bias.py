@@ -13,7 +13,10 @@ object is reused by the later layers; autograd sums the gradients of its uses, a
 gradient is computed once per backward instead of once per layer. The gather reads the
 transposed (H, buckets) table with ``index_select`` along the bucket axis, which gives the
 (H, Tq, Tk) layout directly and whose backward (an ``index_add``) is several times faster on a
-CPU than the embedding backward. The causal mask is a cached additive 0 / -inf tensor.
+CPU than the embedding backward. The causal mask is folded into that gather: future keys
+read an extra table row of -inf. Training on a CPU in float32 goes through
+``causal_explicit_attention`` (SDPA would take its math path for a bias that needs a gradient),
+which also skips most of the masked upper triangle.
 """
 import math
 
@@ -58,33 +61,31 @@ class T5Bias(PositionMethod):
         return self._layout(q_pos, k_pos)[0]
 
     def _layout(self, q_pos, k_pos):
-        """Cached per positions tensors: (Tq, Tk) bucket ids, the same flattened, and the
-        (Tq, Tk) float32 additive causal mask (0 where visible, -inf in the future; None for a
-        single query, which sees every key)."""
+        """Cached per positions tensors: the (Tq, Tk) bucket ids, and the gather index: the ids
+        flattened, with the future keys sent to an extra bucket (id ``num_buckets``) whose bias
+        is -inf; None for the mask when there is a single query (decoding), which sees every key."""
 
         def build():
             distance = q_pos[:, None] - k_pos[None, :]
             ids = relative_position_bucket(distance, self.num_buckets, self.max_distance)
             tq, tk = ids.shape
-            mask = None
-            if tq > 1:
-                mask = torch.zeros(tq, tk, device=ids.device).masked_fill_(
-                    ~causal_mask(tq, tk, ids.device), float("-inf")
-                )
-            return ids, ids.reshape(-1), mask
+            if tq == 1:
+                return ids, ids.reshape(-1), False
+            index = ids.masked_fill(~causal_mask(tq, tk, ids.device), self.num_buckets)
+            return ids, index.reshape(-1), True
 
         return self._cache.get((q_pos, k_pos), build)
 
     def bias(self, q_pos, k_pos, dtype) -> torch.Tensor:
         """(H, Tq, Tk) bias in ``dtype`` with the causal mask folded in as -inf (differentiable
         with respect to the table)."""
-        _, flat, mask = self._layout(q_pos, k_pos)
+        _, index, masked = self._layout(q_pos, k_pos)
         weight = self.table.weight  # (buckets, H)
+        if masked:  # one more row, -inf, for the future keys: masking costs no pass of its own
+            weight = torch.cat([weight, weight.new_full((1, weight.shape[1]), float("-inf"))])
         # (H, buckets) -> (H, Tq * Tk): already the layout attention wants, no permute
-        bias = weight.t().index_select(1, flat).view(weight.shape[1], q_pos.shape[0], k_pos.shape[0]).to(dtype)
-        if mask is not None:
-            bias = bias + mask.to(dtype)
-        return bias
+        bias = weight.t().index_select(1, index)
+        return bias.view(weight.shape[1], q_pos.shape[0], k_pos.shape[0]).to(dtype)
 
     def embed(self, x, pos):
         self._forward_bias, self._armed = None, True
@@ -109,6 +110,7 @@ class T5Bias(PositionMethod):
         bias = self._shared_bias(q_pos, k_pos, q.dtype, layer)
         if bias.requires_grad and q.dtype == torch.float32 and q.device.type == "cpu":
             # A bias that needs a gradient sends CPU SDPA to its math path; the explicit
-            # computation is the same arithmetic without that path's extra passes.
+            # computation is the same arithmetic without that path's extra passes, and it skips
+            # the key blocks that are entirely in the future.
             return causal_explicit_attention(q, k, v, bias)
         return causal_attention(q, k, v, bias, masked=True)
