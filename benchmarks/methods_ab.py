@@ -13,10 +13,17 @@ per step (batch = tokens // L), one thread unless ``--threads``.
     python benchmarks/methods_ab.py                              # all built-in methods, L 64/128/256
     python benchmarks/methods_ab.py --lengths 256 --reps 40 --methods sinusoidal,t5_bias
     python benchmarks/methods_ab.py --eval                       # no-grad forwards instead
+    python benchmarks/methods_ab.py --clock cpu                  # CPU time: steadier on a shared machine
 
 To compare an old and a new implementation of one method, copy the old file into a folder,
-give its class another ``name`` (e.g. ``t5_bias_old``) and pass ``--methods-dir FOLDER
---methods t5_bias,t5_bias_old``.
+give its class another ``name`` and pass the folder:
+
+    mkdir -p /tmp/old && git show HEAD~1:methods/t5_bias.py \
+        | sed 's/name = "t5_bias"/name = "t5_bias_old"/' > /tmp/old/t5_bias_old.py
+    python benchmarks/methods_ab.py --methods-dir /tmp/old --methods t5_bias,t5_bias_old
+
+(An old file that imports a helper from ``posbench.method`` gets today's helper; copy the old
+helper into the file when that helper is what changed.)
 """
 from __future__ import annotations
 
