@@ -7,7 +7,7 @@ by 1/sqrt(d)). Causal bucketing with T5's defaults: 32 buckets, max distance 128
 beyond falls in the last bucket. One table, shared by all layers (as in T5, where only the first
 layer owns it). Float distances (interpolation) are floored before bucketing.
 
-Speed (the numbers are in benchmarks/methods_ab.py's terms): the bias is the same in every layer
+Speed (measure with benchmarks/methods_ab.py): the bias is the same in every layer
 of one forward pass, so it is gathered once per forward (in the first layer) and the same tensor
 object is reused by the later layers; autograd sums the gradients of its uses, and the table's
 gradient is computed once per backward instead of once per layer. The gather reads the
@@ -61,9 +61,10 @@ class T5Bias(PositionMethod):
         return self._layout(q_pos, k_pos)[0]
 
     def _layout(self, q_pos, k_pos):
-        """Cached per positions tensors: the (Tq, Tk) bucket ids, and the gather index: the ids
-        flattened, with the future keys sent to an extra bucket (id ``num_buckets``) whose bias
-        is -inf; None for the mask when there is a single query (decoding), which sees every key."""
+        """Cached per positions tensors: ``(ids, index, masked)``: the (Tq, Tk) bucket ids; the
+        gather index, the ids flattened with the future keys sent to an extra bucket (id
+        ``num_buckets``) whose bias is -inf; whether there is such a bucket (not for a single
+        query, in decoding, which sees every key)."""
 
         def build():
             distance = q_pos[:, None] - k_pos[None, :]

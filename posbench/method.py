@@ -148,8 +148,8 @@ def explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
     scale = 1.0 / math.sqrt(q.shape[-1])
     if q.dtype == torch.float32 and bias.dtype == torch.float32:
         # Scaling q (Tq x hd products) instead of the scores (Tq x Tk) is the same product with
-        # one (B, H, Tq, Tk) pass fewer, forward and backward.
-        # in place: matmul's backward needs its inputs, not its output
+        # one (B, H, Tq, Tk) pass fewer, forward and backward; the bias is added in place, as
+        # matmul's backward needs its inputs, not its output.
         scores = torch.matmul(q * scale, k.transpose(-2, -1)).add_(bias)
     else:
         scores = torch.matmul(q, k.transpose(-2, -1)).float() * scale + bias.float()
