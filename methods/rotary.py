@@ -7,6 +7,7 @@ integer positions come from a table that grows on demand; float positions (inter
 Chen et al. 2023 "Position Interpolation") are computed directly.
 """
 import torch
+from torch.autograd.function import once_differentiable
 
 from posbench.method import PositionCache, PositionMethod, causal_attention
 from posbench.registry import register
@@ -51,13 +52,52 @@ class Rotary(PositionMethod):
     @staticmethod
     def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x (B, H, T, hd); cos, sin (T, hd/2). Rotates channel pairs (i, i + hd/2)."""
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+        return _RotateQK.apply(x, None, cos, sin)[0]
 
     def attend(self, q, k, v, q_pos, k_pos, layer):
         cos_k, sin_k = self._cos_sin(k_pos, q.dtype)
-        tq = q.shape[-2]
         # q_pos is the tail of k_pos, so its cos/sin are the tail of the keys'.
-        q = self.rotate(q, cos_k[-tq:], sin_k[-tq:])
-        k = self.rotate(k, cos_k, sin_k)
+        q, k = _RotateQK.apply(q, k, cos_k, sin_k)
         return causal_attention(q, k, v)
+
+
+def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:
+    """A new contiguous tensor: x rotated by +angle (sign 1) or -angle (sign -1) per channel pair
+    (i, i + hd/2): (x1 cos - sign x2 sin, x2 cos + sign x1 sin). Each half is written in place,
+    two kernels per half and no concatenation."""
+    t = x.shape[-2]
+    if t != cos.shape[-2]:  # queries when Tq < Tk: the tail of the key positions
+        cos, sin = cos[cos.shape[-2] - t :], sin[sin.shape[-2] - t :]
+    half = x.shape[-1] // 2
+    x1, x2 = x.split(half, dim=-1)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    o1, o2 = out.split(half, dim=-1)
+    torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-sign)
+    torch.mul(x2, cos, out=o2).addcmul_(x1, sin, value=sign)
+    return out
+
+
+class _RotateQK(torch.autograd.Function):
+    """Rotary rotation of q and (optionally) k in one autograd node.
+
+    Rotation is orthogonal, so the gradient is the upstream gradient rotated back by -angle:
+    nothing but the (T, hd/2) cos/sin is saved for backward, and forward and backward are four
+    elementwise kernels per tensor instead of the seven (and seven more in backward) of
+    chunk / multiply / subtract / add / cat.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        ctx.has_k = k is not None
+        return _rotated(q, cos, sin, 1.0), (_rotated(k, cos, sin, 1.0) if k is not None else None)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_q, grad_k):
+        cos, sin = ctx.saved_tensors
+        gq = _rotated(grad_q, cos, sin, -1.0) if grad_q is not None and ctx.needs_input_grad[0] else None
+        gk = None
+        if ctx.has_k and grad_k is not None and ctx.needs_input_grad[1]:
+            gk = _rotated(grad_k, cos, sin, -1.0)
+        return gq, gk, None, None

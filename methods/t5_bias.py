@@ -6,13 +6,24 @@ by 1/sqrt(d)). Causal bucketing with T5's defaults: 32 buckets, max distance 128
 16 get their own bucket, larger ones share logarithmically sized buckets up to 128, and everything
 beyond falls in the last bucket. One table, shared by all layers (as in T5, where only the first
 layer owns it). Float distances (interpolation) are floored before bucketing.
+
+Speed (measure with benchmarks/methods_ab.py): the bias is the same in every layer
+of one forward pass, so it is gathered once per forward (in the first layer) and the same tensor
+object is reused by the later layers; autograd sums the gradients of its uses, and the table's
+gradient is computed once per backward instead of once per layer. The gather reads the
+transposed (H, buckets) table with ``index_select`` along the bucket axis, which gives the
+(H, Tq, Tk) layout directly and whose backward (an ``index_add``) is several times faster on a
+CPU than the embedding backward. The causal mask is folded into that gather: future keys
+read an extra table row of -inf. Training on a CPU in float32 goes through
+``causal_explicit_attention`` (SDPA would take its math path for a bias that needs a gradient),
+which also skips most of the masked upper triangle.
 """
 import math
 
 import torch
 from torch import nn
 
-from posbench.method import PositionCache, PositionMethod, causal_attention
+from posbench.method import PositionCache, PositionMethod, causal_attention, causal_explicit_attention, causal_mask
 from posbench.registry import register
 
 
@@ -39,17 +50,68 @@ class T5Bias(PositionMethod):
         self.table = nn.Embedding(num_buckets, cfg.n_heads)  # (buckets, H)
         nn.init.normal_(self.table.weight, std=0.02)
         self._cache = PositionCache()
+        # The bias of the forward pass in progress: armed by ``embed`` (called once at the bottom
+        # of every forward), filled by the first layer, dropped by the last. Direct calls of
+        # ``attend`` outside a model forward never see it, so no tensor outlives its graph.
+        self._forward_bias: tuple | None = None  # (q_pos, k_pos, key, bias)
+        self._armed = False
 
     def buckets(self, q_pos, k_pos) -> torch.Tensor:
         """(Tq, Tk) bucket ids, cached per positions tensors."""
+        return self._layout(q_pos, k_pos)[0]
+
+    def _layout(self, q_pos, k_pos):
+        """Cached per positions tensors: ``(ids, index, masked)``: the (Tq, Tk) bucket ids; the
+        gather index, the ids flattened with the future keys sent to an extra bucket (id
+        ``num_buckets``) whose bias is -inf; whether there is such a bucket (not for a single
+        query, in decoding, which sees every key)."""
 
         def build():
             distance = q_pos[:, None] - k_pos[None, :]
-            return relative_position_bucket(distance, self.num_buckets, self.max_distance)
+            ids = relative_position_bucket(distance, self.num_buckets, self.max_distance)
+            tq, tk = ids.shape
+            if tq == 1:
+                return ids, ids.reshape(-1), False
+            index = ids.masked_fill(~causal_mask(tq, tk, ids.device), self.num_buckets)
+            return ids, index.reshape(-1), True
 
         return self._cache.get((q_pos, k_pos), build)
 
+    def bias(self, q_pos, k_pos, dtype) -> torch.Tensor:
+        """(H, Tq, Tk) bias in ``dtype`` with the causal mask folded in as -inf (differentiable
+        with respect to the table)."""
+        _, index, masked = self._layout(q_pos, k_pos)
+        weight = self.table.weight  # (buckets, H)
+        if masked:  # one more row, -inf, for the future keys: masking costs no pass of its own
+            weight = torch.cat([weight, weight.new_full((1, weight.shape[1]), float("-inf"))])
+        # (H, buckets) -> (H, Tq * Tk): already the layout attention wants, no permute
+        bias = weight.t().index_select(1, index)
+        return bias.view(weight.shape[1], q_pos.shape[0], k_pos.shape[0]).to(dtype)
+
+    def embed(self, x, pos):
+        self._forward_bias, self._armed = None, True
+        return x
+
+    def _shared_bias(self, q_pos, k_pos, dtype, layer) -> torch.Tensor:
+        if not self._armed:
+            return self.bias(q_pos, k_pos, dtype)
+        key = (dtype, self.table.weight._version, torch.is_grad_enabled())
+        hit = self._forward_bias
+        if hit is not None and hit[0] is q_pos and hit[1] is k_pos and hit[2] == key:
+            bias = hit[3]
+        else:
+            bias = self.bias(q_pos, k_pos, dtype)
+        if layer >= self.cfg.n_layers - 1:  # the last layer: the forward pass is done with it
+            self._forward_bias, self._armed = None, False
+        else:
+            self._forward_bias = (q_pos, k_pos, key, bias)
+        return bias
+
     def attend(self, q, k, v, q_pos, k_pos, layer):
-        # (Tq, Tk, H) -> (H, Tq, Tk) in the compute dtype (the table is learned: no cache here)
-        bias = self.table(self.buckets(q_pos, k_pos)).permute(2, 0, 1).to(q.dtype)
-        return causal_attention(q, k, v, bias)
+        bias = self._shared_bias(q_pos, k_pos, q.dtype, layer)
+        if bias.requires_grad and q.dtype == torch.float32 and q.device.type == "cpu":
+            # A bias that needs a gradient sends CPU SDPA to its math path; the explicit
+            # computation is the same arithmetic without that path's extra passes, and it skips
+            # the key blocks that are entirely in the future.
+            return causal_explicit_attention(q, k, v, bias)
+        return causal_attention(q, k, v, bias, masked=True)

@@ -146,9 +146,38 @@ def explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
     ``bias`` must already hold -inf where attention is not allowed.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = torch.matmul(q, k.transpose(-2, -1)).float() * scale + bias.float()
+    if q.dtype == torch.float32 and bias.dtype == torch.float32:
+        # Scaling q (Tq x hd products) instead of the scores (Tq x Tk) is the same product with
+        # one (B, H, Tq, Tk) pass fewer, forward and backward; the bias is added in place, as
+        # matmul's backward needs its inputs, not its output.
+        scores = torch.matmul(q * scale, k.transpose(-2, -1)).add_(bias)
+    else:
+        scores = torch.matmul(q, k.transpose(-2, -1)).float() * scale + bias.float()
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     return torch.matmul(probs, v)
+
+
+def causal_explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
+    """``explicit_attention`` for a bias that already holds -inf at least wherever the key is in
+    the future of the query (``mask_bias``), computing only the keys each query may see.
+
+    The query rows are cut into up to 4 blocks of at least 64 rows; a block ending at row r1
+    sees the keys before r1 + Tk - Tq only, so the scores, softmax and their gradients skip most
+    of the masked upper triangle (3/8 of the square with 4 blocks). The skipped entries would
+    have had probability exactly 0: the result is the same computation. Smaller (B, H, rows, keys)
+    blocks also stay in cache better (on a CPU, 2 to 4 blocks beat one and 8 for T = 128..512).
+    """
+    tq, tk = q.shape[-2], k.shape[-2]
+    n_blocks = min(4, tq // 64)
+    if n_blocks < 2:
+        return explicit_attention(q, k, v, bias)
+    rows = -(-tq // n_blocks)
+    outs, end = [], 0
+    for qb, bb in zip(q.split(rows, dim=-2), bias.split(rows, dim=-2)):
+        end += qb.shape[-2]
+        keys = end + tk - tq
+        outs.append(explicit_attention(qb, k.narrow(-2, 0, keys), v.narrow(-2, 0, keys), bb.narrow(-1, 0, keys)))
+    return torch.cat(outs, dim=-2)
 
 
 class PositionCache:
