@@ -150,10 +150,12 @@ def cmd_run(args) -> int:
 
         tqdm.write(f"[{i}/{n}] " + case_line(row, suite.metrics), file=sys.stdout)
 
+    finished = False
     try:
         result = run_suite(suite, device, Path(args.results), run_id=args.run_id, fresh=args.fresh,
                            retry_failed=args.retry_failed, methods=methods, methods_dirs=args.methods_dir,
                            on_row=on_row, progress=not args.quiet, shard=shard, in_process=in_process)
+        finished = True
     except RanksOutOfStep as exc:
         print(f"RanksOutOfStep: {exc}", file=sys.stderr)
         return 1
@@ -166,7 +168,7 @@ def cmd_run(args) -> int:
         return EXIT_INTERRUPTED
     finally:
         if in_process:
-            distributed.teardown()
+            distributed.teardown(sync=finished)
     if os.environ.get("RANK", "0") != "0":
         return 0  # rank 0 alone reports under torchrun
     print(f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl")

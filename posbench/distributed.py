@@ -72,9 +72,14 @@ def init_from_env(device: str, timeout_s: float | None = None) -> bool:
     return True
 
 
-def teardown() -> None:
+def teardown(sync: bool = True) -> None:
+    """Leave the process group. ``sync`` first waits for every rank, so no rank destroys the group
+    while a peer still talks to it (gloo then aborts the process); pass False after a failure,
+    when peers may never arrive."""
     d = _dist()
     if d is not None:
+        if sync:
+            d.barrier()
         d.destroy_process_group()
 
 
