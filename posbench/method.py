@@ -31,6 +31,10 @@ class ModelConfig:
     n_heads: int = 4
     d_ff: int = 512
     dropout: float = 0.0
+    # Token embeddings are multiplied by this; None means sqrt(d_model), fairseq's transformer_lm
+    # (the ALiBi paper's base model), with embedding init std d_model^-0.5, so tokens enter the
+    # network at unit scale and a sinusoidal table (amplitude 1) does not drown them.
+    embed_scale: float | None = None
     method: str = "sinusoidal"
     method_options: dict[str, Any] = field(default_factory=dict)
 
@@ -43,12 +47,19 @@ class ModelConfig:
             raise ValueError(
                 f"model config: d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
             )
+        if self.embed_scale is not None and not (isinstance(self.embed_scale, (int, float)) and self.embed_scale > 0):
+            raise ValueError(f"model config: embed_scale must be a positive number or null, got {self.embed_scale!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model config: dropout must be in [0, 1), got {self.dropout!r}")
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def token_scale(self) -> float:
+        """The factor token embeddings are multiplied by (``embed_scale`` resolved)."""
+        return math.sqrt(self.d_model) if self.embed_scale is None else float(self.embed_scale)
 
 
 class PositionMethod(nn.Module):

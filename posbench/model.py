@@ -97,6 +97,9 @@ class TransformerLM(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.apply(self._init)
+        # fairseq transformer_lm: embeddings drawn with std d^-0.5 and multiplied by sqrt(d) (the
+        # default token_scale) enter at unit scale, comparable to a sinusoidal table's amplitude.
+        nn.init.normal_(self.tok.weight, std=cfg.d_model**-0.5)
         # GPT-2's scaled init of residual projections keeps deep pre-LN stacks stable at start.
         for blk in self.blocks:
             for lin in (blk.proj, blk.ff[2]):
@@ -139,7 +142,7 @@ class TransformerLM(nn.Module):
         if cache is not None:
             k_pos = pos if cache.pos is None else torch.cat([cache.pos, pos])
             cache.pos = k_pos
-        x = self.drop(self.method.embed(self.tok(idx), pos))  # (B, T, D)
+        x = self.drop(self.method.embed(self.tok(idx) * self.cfg.token_scale, pos))  # (B, T, D)
         for blk in self.blocks:
             x = blk(x, self.method, pos, k_pos, cache)
         x = self.ln_f(x)

@@ -212,7 +212,7 @@ def test_model_ties_embeddings_and_rejects_bad_config():
     model = TransformerLM(model_config("tiny", "nope", n_layers=1))
     idx = torch.randint(0, 256, (1, 4))
     logits = model(idx)
-    x = model.ln_f(model.blocks[0](model.tok(idx), model.method, torch.arange(4), torch.arange(4), None))
+    x = model.ln_f(model.blocks[0](model.tok(idx) * 128**0.5, model.method, torch.arange(4), torch.arange(4), None))
     torch.testing.assert_close(logits, x @ model.tok.weight.T)
     with pytest.raises(ValueError, match="unknown model preset 'huge'; allowed: tiny, small"):
         model_config("huge")

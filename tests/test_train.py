@@ -45,7 +45,9 @@ def test_training_learns_and_is_deterministic(tmp_path):
     b = train(small_model(), repeating_batches(), cfg)
     assert a.curve == b.curve  # bit-identical on CPU under the same seeds
     assert a.curve[-1][1] < 0.5 * a.curve[0][1]  # counting is learnable
-    assert a.curve[0][1] == pytest.approx(math.log(16), rel=0.1)  # starts near uniform
+    # Starts no better than uniform: with fairseq's unit-scale tied embeddings an untrained model
+    # leans towards repeating the current token, which this counting stream never does.
+    assert a.curve[0][1] > 0.9 * math.log(16)
     assert a.tokens == 60 * 4 * 16 and a.steps == 60
 
 
