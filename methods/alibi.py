@@ -28,7 +28,7 @@ class ALiBi(PositionMethod):
         if bias_dtype not in BIAS_DTYPES:
             raise ValueError(f"alibi: bias_dtype must be one of {', '.join(BIAS_DTYPES)}, got {bias_dtype!r}")
         self.bias_dtype = bias_dtype
-        self.register_buffer("slopes", slopes_tensor(cfg.n_heads), persistent=False)  # (H,)
+        self.register_position_buffer("slopes", slopes_tensor(cfg.n_heads))  # (H,)
         self._cache = PositionCache()
 
     def bias(self, q_pos, k_pos, dtype) -> torch.Tensor:

@@ -23,7 +23,7 @@ class Rotary(PositionMethod):
         if hd % 2:
             raise ValueError(f"rotary needs an even head_dim, got {hd}")
         inv_freq = base ** (-torch.arange(0, hd, 2, dtype=torch.float32) / hd)  # (hd/2,)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_position_buffer("inv_freq", inv_freq)
         self._table: dict[str, torch.Tensor] = {}  # device -> (N, hd/2) angles, grown by doubling
         self._cache = PositionCache()
 

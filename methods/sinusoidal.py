@@ -18,7 +18,7 @@ class Sinusoidal(PositionMethod):
         super().__init__(cfg)
         d = cfg.d_model
         inv_freq = torch.exp(-torch.arange(0, d, 2, dtype=torch.float32) * (torch.log(torch.tensor(10000.0)) / d))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (D/2,)
+        self.register_position_buffer("inv_freq", inv_freq)  # (D/2,)
 
     def table(self, pos: torch.Tensor) -> torch.Tensor:
         """(T, D) float32 embeddings for positions (T,)."""

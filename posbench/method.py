@@ -73,6 +73,29 @@ class PositionMethod(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
+        self._position_buffers: set[str] = set()
+
+    def register_position_buffer(self, name: str, tensor: torch.Tensor) -> None:
+        """A non-persistent buffer computed from positions (inv_freq, slopes, cos/sin tables).
+
+        It follows ``model.to(device)`` but never loses precision to ``model.to(bfloat16)`` (or
+        ``.half()``): a bfloat16 ``inv_freq`` puts the rotary angle at position 16384 off by ~20
+        rad. Casts to a wider float type (float64, for a reference) are kept. Compute it in
+        float32 (or float64, then cast) from the positions.
+        """
+        self.register_buffer(name, tensor, persistent=False)
+        self._position_buffers.add(name)
+
+    def _apply(self, fn, recurse=True):
+        kept = {name: self._buffers[name] for name in self._position_buffers if self._buffers.get(name) is not None}
+        out = super()._apply(fn, recurse)
+        for name, old in kept.items():
+            new = self._buffers[name]
+            if new.is_floating_point() and torch.finfo(new.dtype).bits < torch.finfo(old.dtype).bits:
+                # The cast narrowed the table: keep the device move, undo the dtype (exactly, from
+                # the kept original).
+                self._buffers[name] = old.to(device=new.device)
+        return out
 
     def embed(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """x: (B, T, D) token embeddings; pos: (T,) positions. Default: no position information."""
