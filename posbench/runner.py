@@ -44,7 +44,7 @@ from .worker import first_failure, rank_failure, read_result, run_case
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 RETRYABLE = ("error", "timeout")
 ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message", "metrics", "series",
-            "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
+            "info", "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
             "git_commit", "traceback")
 
 
@@ -260,7 +260,7 @@ def make_row(case: Case, result: dict, started: datetime, duration: float, commi
         "case_id": case.id, "suite": case.suite, "task": case.task, "method": case.method,
         "params": case.params, "status": result["status"], "message": result.get("message", ""),
         "metrics": _finite(result.get("metrics", {})), "series": result.get("series", {}),
-        "settings": case.settings, "device": case.device, "profile": case.profile, "run_id": case.run_id,
+        "info": result.get("info", {}), "settings": case.settings, "device": case.device, "profile": case.profile, "run_id": case.run_id,
         "started_at": started.isoformat(timespec="seconds"), "duration_s": round(duration, 3),
         "posbench_version": __version__, "git_commit": commit, "traceback": result.get("traceback", ""),
     }
