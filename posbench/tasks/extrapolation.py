@@ -45,12 +45,22 @@ class CorpusSettings(BaseModel):
 
     kind: Literal["synthetic", "wikitext", "wikitext-103", "wikitext-2", "text"] = "synthetic"
     path: Optional[str] = Field(None, description="data folder or file; default $POSBENCH_DATA_DIR (--data sets it)")
-    level: Literal["word", "byte"] = "byte"
+    level: Optional[Literal["word", "byte"]] = Field(
+        None, description="text: word or byte (default byte); WikiText is word level only (for WikiText bytes use "
+        "kind: text with the folder's files)")
     splits: Optional[dict[str, str]] = Field(None, description="corpus split -> file split, e.g. {train: test}")
     size: Optional[int] = Field(None, ge=1, description="cap on tokens per split (synthetic: training tokens)")
     seed: int = 0
     synthetic: dict[str, Union[int, float]] = Field(
         default_factory=dict, description="synthetic chain options: vocab, order, branching, jump")
+
+    @model_validator(mode="after")
+    def _word_level_wikitext(self):
+        # Said before anything runs, instead of training a word-level model under "byte".
+        if self.kind.startswith("wikitext") and self.level == "byte":
+            raise ValueError(f"corpus: kind {self.kind} is word level only; for bytes use kind: text, "
+                             "path: <folder>, level: byte, splits: {train: test.txt, valid: valid.txt}")
+        return self
 
 
 class Settings(TaskSettings):
@@ -110,7 +120,8 @@ def open_corpus(c: CorpusSettings):
                 raise
             splits = {"train": "test", "valid": "valid"}
     options = dict(c.synthetic) if c.kind == "synthetic" else {}
-    return load_corpus(c.kind, path=c.path, level=c.level, seed=c.seed, splits=splits, size=c.size, **options)
+    level = c.level or ("word" if c.kind.startswith("wikitext") else "byte")
+    return load_corpus(c.kind, path=c.path, level=level, seed=c.seed, splits=splits, size=c.size, **options)
 
 
 def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_options: dict, seed: int):
