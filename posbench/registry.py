@@ -16,9 +16,10 @@ import os
 import sys
 from pathlib import Path
 
+from . import builtin_dir
 from .method import ModelConfig, PositionMethod
 
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "methods"
+BUILTIN_DIR = builtin_dir("methods")  # the checkout's methods/, or posbench/methods/ in a wheel
 ENV_PATH = "POSBENCH_METHODS_PATH"
 ENTRY_POINT_GROUP = "posbench.methods"
 

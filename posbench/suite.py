@@ -24,10 +24,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter
 from pydantic import ValidationError
 
-from . import tasks
+from . import builtin_dir, tasks
 from .case import Case
 
-SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+SUITES_DIR = builtin_dir("suites")  # the checkout's suites/, or posbench/suites/ in a wheel
 # The profile a device picks when --profile is not given.
 PROFILE_FOR_DEVICE = {"cpu": "cpu", "cuda": "gpu"}
 DEFAULT_PROFILE = "default"  # the name used when a suite has no profile for the device
