@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -170,9 +171,19 @@ def _literal_names(path: Path) -> list[str] | None:
     ``@register`` class's ``name = "..."``. None when the file does what reading cannot follow
     (a computed or inherited name, ``register`` called or renamed); the caller then imports it."""
     try:
+        stat = path.stat()
+        return _parse_names(path, stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        return None  # importing the file raises the error that names it
+
+
+@functools.lru_cache(maxsize=None)
+def _parse_names(path: Path, mtime_ns: int, size: int) -> list[str] | None:
+    """``_literal_names`` of one version of the file (validating a suite lists methods per name)."""
+    try:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return None  # importing the file raises the error that names it
+        return None
     names: list[str] = []
     decorators: set[int] = set()
     for node in ast.walk(tree):
@@ -207,11 +218,17 @@ def listing() -> dict[str, str]:
                 if found.get(name, where) != where:
                     raise RegistryError(f"duplicate method name {name!r}: defined in {found[name]} and in {where}")
                 found[name] = where
-    if importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    if _entry_points_declared():
         discover()
     for name, where in _ORIGINS.items():  # entry points, and classes registered from code
         found.setdefault(name, where)
     return dict(sorted(found.items()))
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_points_declared() -> bool:
+    """Whether an installed package declares methods (installed packages do not change in a run)."""
+    return bool(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
 
 
 def names() -> list[str]:
