@@ -201,17 +201,24 @@ def cmd_schema(args) -> int:
 
 
 def cmd_list(args) -> int:
-    import torch
-
     from . import registry
-    from .runner import detect_device
 
     _load_methods_dirs(args)
-    device = args.device or detect_device()
-    print(f"methods (availability on {device}, float32):")
-    for name in registry.names():
-        reason = registry.get(name).unavailable(torch.device(device), torch.float32)
-        print(f"  {name:<14} {'available' if not reason else 'unavailable: ' + reason:<40} {registry.origin(name)}")
+    methods = registry.listing()  # read from the files: listing alone imports no torch
+    if args.check or args.device:
+        import torch
+
+        from .runner import detect_device
+
+        device = args.device or detect_device()
+        print(f"methods (availability on {device}, float32):")
+        for name, origin in methods.items():
+            reason = registry.get(name).unavailable(torch.device(device), torch.float32)
+            print(f"  {name:<14} {'available' if not reason else 'unavailable: ' + reason:<40} {origin}")
+    else:
+        print("methods (--check: whether each runs here):")
+        for name, origin in methods.items():
+            print(f"  {name:<14} {origin}")
     print("suites:")
     for name in suitemod.names():
         try:
@@ -229,7 +236,9 @@ def _add_validate(p):
 
 
 def _add_list(p):
-    p.add_argument("--device", choices=["cpu", "cuda"], help="device to check availability on")
+    p.add_argument("--check", action="store_true",
+                   help="also say whether each method runs on this machine (imports torch: a few seconds)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="check availability on DEVICE (implies --check)")
     _common(p)
 
 
@@ -240,7 +249,8 @@ COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
     "schema": ("print the JSON Schema of suite files", lambda p: None, cmd_schema,
                "examples:\n  python bench.py schema > suite.schema.json\n"),
     "list": ("list methods (with availability) and suites", _add_list, cmd_list,
-             "examples:\n  python bench.py list\n  python bench.py list --methods-dir ~/my_methods\n"),
+             "examples:\n  python bench.py list\n  python bench.py list --check\n"
+             "  python bench.py list --methods-dir ~/my_methods\n"),
 }
 
 

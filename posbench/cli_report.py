@@ -13,9 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .compare import main_compare
-from .report_data import RunsError
-
 REPORT_EPILOG = """examples:
   bench.py report results/efficiency/2024-06-01T12-00-00
   bench.py report results/efficiency/run-a100 results/efficiency/run-h100 --out report/
@@ -31,6 +28,7 @@ exit code: 0 no regression, 1 at least one regression beyond the threshold, 2 un
 def main_report(args) -> int:
     """Handler of ``report``: build tables and charts, print where they went."""
     from .report import build_report  # matplotlib is only imported when a report is made
+    from .report_data import RunsError
 
     out = args.out or "report"
     try:
@@ -75,3 +73,10 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--markdown", metavar="FILE", default=None, help="also write the summary here")
     p.set_defaults(func=main_compare)
     return p
+
+
+def main_compare(args) -> int:
+    """Handler of ``compare``; pandas is only imported when a comparison is made."""
+    from .compare import main_compare as compare
+
+    return compare(args)

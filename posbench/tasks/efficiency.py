@@ -27,16 +27,13 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .. import distributed, registry
-from ..measure import PowerSampler, make_device, summarize
-from ..method import ModelConfig
-from ..model import PRESETS, TransformerLM, lm_loss, model_config
+from ..config import PRESETS, ModelConfig
 from . import Diverged, TaskSettings
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# torch, numpy and the model are imported inside the functions that run a case: validating a
+# suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
 
 METRICS = {
     "train_wps": "tokens/s, median over windows of full optimizer steps",
@@ -95,6 +92,12 @@ class Params(BaseModel):
 
 
 def run(case) -> dict:
+    import torch
+
+    from .. import distributed, registry
+    from ..measure import make_device
+    from ..model import TransformerLM, lm_loss, model_config
+
     s, L = case.settings, case.params.seq_len
     batch = s.tokens_per_step // L
     if batch < 1:
@@ -105,7 +108,7 @@ def run(case) -> dict:
         registry.add_methods_dir(folder)
     device = torch.device(case.device)
     dev = make_device(case.device)
-    dtype = DTYPES[s.dtype]
+    dtype = getattr(torch, s.dtype)  # float32, bfloat16 or float16 (Settings.dtype)
     torch.manual_seed(s.seed)
     cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **s.model_overrides)
     model = TransformerLM(cfg).to(device)
@@ -182,6 +185,9 @@ def _nvml(device: str):
 
 def _phase(dev, step, s, nvml, handle, after_window=None) -> tuple[list[float], float | None]:
     """Warm up, then time ``s.windows`` windows; (seconds per window, joules over the windows)."""
+    from .. import distributed
+    from ..measure import PowerSampler
+
     dev.reset_peak()
     if s.warmup_steps:
         dev.time_window(step, s.warmup_steps)
@@ -203,6 +209,9 @@ def _phase(dev, step, s, nvml, handle, after_window=None) -> tuple[list[float], 
 
 def _wps(metrics, series, phase, tokens_per_window, seconds):
     # One process: tokens / seconds per window. Distributed: all ranks' tokens over the slowest.
+    from .. import distributed
+    from ..measure import summarize
+
     rates = distributed.global_rates(tokens_per_window, seconds)
     metrics[f"{phase}_wps"], metrics[f"{phase}_wps_min"], metrics[f"{phase}_wps_max"] = summarize(rates)
     series[f"{phase}_wps_windows"] = rates
@@ -210,6 +219,8 @@ def _wps(metrics, series, phase, tokens_per_window, seconds):
 
 def _peak(metrics, phase, peak):
     """Peak memory per rank: the maximum over ranks (what must fit) and the mean."""
+    from .. import distributed
+
     allocated = peak["allocated"]
     if allocated is not None:
         metrics[f"peak_mem_{phase}_bytes"] = int(distributed.all_reduce_max([allocated])[0])

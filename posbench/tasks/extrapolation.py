@@ -17,15 +17,13 @@ import math
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .. import registry
-from ..data import DataError, batches, load_corpus
-from ..evaluate import evaluate
-from ..model import PRESETS, TransformerLM, model_config
-from ..train import TrainConfig, load_checkpoint, train
+from ..config import PRESETS
 from . import TaskSettings
+
+# torch, the corpus and the model are imported inside the functions that run a case: validating a
+# suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
 
 METRICS = {
     "ppl_at_train_len": "perplexity at L_valid = L_train, non-overlapping",
@@ -111,6 +109,8 @@ def checkpoint_path(case, name: str | None = None) -> Path | None:
 def open_corpus(c: CorpusSettings):
     """The corpus the settings name. WikiText-2 as shipped has no training file: its test split
     trains (as the data README suggests), and the row says so through ``corpus``."""
+    from ..data import DataError, load_corpus
+
     splits = c.splits
     if c.kind.startswith("wikitext") and splits is None:
         try:
@@ -127,6 +127,12 @@ def open_corpus(c: CorpusSettings):
 def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_options: dict, seed: int):
     """Train at L with ``seed`` (or load the checkpoint an earlier run of this case left);
     (model, metrics, series)."""
+    import torch
+
+    from ..data import batches
+    from ..model import TransformerLM, model_config
+    from ..train import TrainConfig, load_checkpoint, train
+
     metrics: dict = {}
     series: dict = {}
     overrides = {"vocab_size": corpus.vocab_size, **s.model_overrides}
@@ -151,6 +157,10 @@ def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_o
 
 def eval_cell(model, tokens, L: int, Lv: int, mode: str, s: Settings, device, interpolate: bool = False):
     """One (mode, L_valid) evaluation as a cell dict, and its per-position curve (None on OOM)."""
+    import torch
+
+    from ..evaluate import evaluate
+
     stride = min(s.stride, Lv) if mode == "sliding" else None
     cell = {"mode": mode, "L_valid": Lv, "stride": stride, "interpolate": interpolate,
             "ppl": None, "loss": None, "tokens": 0, "status": "ok", "message": ""}
@@ -168,6 +178,10 @@ def eval_cell(model, tokens, L: int, Lv: int, mode: str, s: Settings, device, in
 
 
 def run(case) -> dict:
+    import torch
+
+    from .. import registry
+
     s, L = case.settings, case.params.L_train
     if s.threads:
         torch.set_num_threads(s.threads)
@@ -185,6 +199,8 @@ def run(case) -> dict:
 
 def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None) -> dict:
     """Train (or reload) and evaluate one model: the task's result for one seed."""
+    import torch
+
     model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed)
     valid = corpus.split("valid")
     metrics["best_ppl_eval"] = corpus.oracle_ppl(valid[: s.eval_tokens])

@@ -17,12 +17,8 @@ import dataclasses
 from pathlib import Path
 from typing import Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import registry
-from ..model import TransformerLM
-from ..precision import run_precision_case
 from .extrapolation import Settings as TrainEvalSettings
 from .extrapolation import checkpoint_path, eval_cell, open_corpus, trained_model
 
@@ -52,6 +48,8 @@ class Params(BaseModel):
 
 
 def run(case) -> dict:
+    import torch  # here, not at the top: validating a suite imports this module for its Settings
+
     s = case.settings
     if s.threads:
         torch.set_num_threads(s.threads)
@@ -61,6 +59,8 @@ def run(case) -> dict:
 
 
 def _bias_counts(case, s) -> dict:
+    from ..precision import run_precision_case
+
     out_dir = Path(case.out_dir or ".") / "precision"
     result = run_precision_case({
         "n_heads": s.analysis_heads, "length": s.analysis_length, "window": s.analysis_window,
@@ -77,6 +77,11 @@ def _bias_counts(case, s) -> dict:
 
 
 def _bias_dtype_ppl(case, s) -> dict:
+    import torch
+
+    from .. import registry
+    from ..model import TransformerLM
+
     for folder in case.methods_dirs:
         registry.add_methods_dir(folder)
     L = case.params.L_train
