@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from .compare import main_compare
-from .report_data import RunsError
+from .rows import RowsError
 
 REPORT_EPILOG = """examples:
   bench.py report results/efficiency/2024-06-01T12-00-00
@@ -35,7 +35,7 @@ def main_report(args) -> int:
     out = args.out or "report"
     try:
         written = build_report(args.run_dirs, out, baseline=args.baseline)
-    except RunsError as exc:
+    except RowsError as exc:
         print(f"posbench report: {exc}", file=sys.stderr)
         return 2
     tables = sum(1 for k in written if k.startswith("tables/") and k.endswith(".md"))
@@ -56,7 +56,8 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
                    help="a run folder (with cases.jsonl) or a folder above run folders")
     p.add_argument("--out", metavar="DIR", default=None, help="where to write (default: ./report)")
     p.add_argument("--baseline", metavar="METHOD", default=None,
-                   help="method the ratios divide by (default: the suite's baseline, else sinusoidal)")
+                   help="method the ratios divide by (default: each run's baseline from its run.json; "
+                        "sinusoidal for runs without one)")
     p.set_defaults(func=main_report)
     return p
 
