@@ -17,9 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-import pandas as pd  # noqa: E402
-
 from . import fmt  # noqa: E402
+from .rows import Runs  # noqa: E402
 from .table import Table, by_params, short_commit, slug, task_groups  # noqa: E402
 
 FIGSIZE = (6.4, 4.4)
@@ -130,14 +129,14 @@ def ppl_chart(table: Table) -> plt.Figure:
     return fig
 
 
-def position_loss_charts(frame: pd.DataFrame) -> list[tuple[str, plt.Figure]]:
+def position_loss_charts(runs: Runs) -> list[tuple[str, plt.Figure]]:
     """Loss by token position, one figure per (suite, hardware, L_train, mode) at the longest L_valid.
 
     Shows *where* a method breaks down: a curve that climbs after the L_train line extrapolates
     badly. Returns ``(file stem, figure)`` pairs.
     """
     out = []
-    for suite, hardware, group in task_groups(frame, "extrapolation"):
+    for suite, hardware, group in task_groups(runs.rows, "extrapolation"):
         for params, members in by_params(group).items():
             out += _position_figures(suite, hardware, dict(params), members)
     return out

@@ -123,7 +123,7 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
                     note(p)
                 chart_list.append((table.title, paths["png"]))
                 md += [f"![{table.title}](charts/{table.key}.png)", ""]
-    for stem, fig in charts.position_loss_charts(rows):
+    for stem, fig in charts.position_loss_charts(runs):
         paths = charts.save_figure(fig, out / "charts", stem)
         for p in paths.values():
             note(p)
