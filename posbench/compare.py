@@ -195,6 +195,19 @@ def hardware_warnings(base_rows, base_envs, new_rows, new_envs) -> list[str]:
     return out
 
 
+def suite_warnings(base_metas: dict, new_metas: dict) -> list[str]:
+    """A line per suite whose version differs between the runs (run.json): its results may not
+    be comparable, which is what bumping ``version`` says."""
+    versions = {}
+    for side, metas in (("base", base_metas), ("new", new_metas)):
+        for meta in metas.values():
+            if meta is not None:
+                versions.setdefault(meta.suite, {}).setdefault(side, set()).add(meta.version)
+    return [f"suite {suite} version differs: base ran v{', v'.join(map(str, sorted(v['base'])))}, new "
+            f"v{', v'.join(map(str, sorted(v['new'])))}; the suite says old results may not be comparable."
+            for suite, v in versions.items() if len(v) == 2 and v["base"] != v["new"]]
+
+
 def compare_runs(base_dir, new_dir, threshold: float = 0.05) -> ComparisonResult:
     """Compare the runs under ``new_dir`` against those under ``base_dir`` case by case."""
     if not 0 <= threshold < 1:
@@ -206,7 +219,8 @@ def compare_runs(base_dir, new_dir, threshold: float = 0.05) -> ComparisonResult
     result = ComparisonResult(
         base_dir=str(base_dir), new_dir=str(new_dir), threshold=threshold,
         in_both=sorted(set(base) & set(new)), only_in_base=sorted(set(base) - set(new)), only_in_new=sorted(set(new) - set(base)),
-        hardware_warnings=hardware_warnings(base_rows, base_envs, new_rows, new_envs),
+        hardware_warnings=hardware_warnings(base_rows, base_envs, new_rows, new_envs)
+        + suite_warnings(base_runs.metas, new_runs.metas),
         base_commits=sorted({str(c)[:10] for c in base_rows["git_commit"].dropna()}),
         new_commits=sorted({str(c)[:10] for c in new_rows["git_commit"].dropna()}),
     )

@@ -73,13 +73,16 @@ def _failed_markdown(rows: pd.DataFrame) -> list[str]:
     return lines + [""]
 
 
-def _machines_markdown(rows: pd.DataFrame, envs: dict) -> list[str]:
+def _machines_markdown(runs: Runs) -> list[str]:
     lines = ["## Runs", ""]
-    for source, env in envs.items():
-        run_rows = rows[rows["source"] == source]
+    for source, env in runs.envs.items():
+        run_rows = runs.rows[runs.rows["source"] == source]
         hardware = ", ".join(sorted(set(run_rows["hardware"].dropna())))
+        meta = runs.metas.get(source)
+        suite = (f"suite {meta.suite} v{meta.version}, baseline {meta.baseline or 'none'}, " if meta
+                 else "no run.json (baseline sinusoidal assumed), ")
         lines.append(
-            f"- `{source}`: {len(run_rows)} rows on {hardware or 'unknown hardware'}, commit "
+            f"- `{source}`: {len(run_rows)} rows on {hardware or 'unknown hardware'}, {suite}commit "
             f"`{str(env.get('git_commit', 'unknown'))[:10]}`, posbench {env.get('posbench_version', '?')}, "
             f"torch {env.get('torch', '?')}, CUDA {env.get('cuda', 'none')}"
         )
@@ -106,7 +109,7 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
     sections = collect_tables(runs, baseline)
     title = f"posbench report: {', '.join(sorted(set(rows['suite'].dropna())))}"
     md = [f"# {title}", ""]
-    md += _machines_markdown(rows, envs)
+    md += _machines_markdown(runs)
     chart_list: list[tuple[str, Path]] = []
     for heading, tables in sections:
         md += [f"## {heading}", ""]

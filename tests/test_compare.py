@@ -145,3 +145,12 @@ def test_different_hardware_is_warned(tmp_path):
 def test_unreadable_input_exits_2(tmp_path, capsys):
     assert main_compare(_args(tmp_path / "missing", tmp_path / "missing")) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_a_different_suite_version_is_warned(tmp_path):
+    base = write_run(tmp_path / "base", efficiency_rows())
+    new = write_run(tmp_path / "new", efficiency_rows())
+    meta = (new / "run.json").read_text().replace('"version": 1', '"version": 2')
+    (new / "run.json").write_text(meta)
+    (warning,) = compare_runs(base, new).hardware_warnings
+    assert warning.startswith("suite efficiency version differs: base ran v1, new v2")
