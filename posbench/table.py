@@ -183,8 +183,10 @@ def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, colum
         table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col)
     if not base_method:
         ratios = "No ratios: the suite names no baseline. "
-    elif base_method in methods:
+    elif baselines:
         ratios = f"In brackets: ratio to {base_method} in the same run. "
+    elif base_method in methods:
+        ratios = f"No ratios: baseline {base_method} has no finished case. "
     else:
         ratios = f"No ratios: baseline {base_method} was not run. "
     better = {True: " (higher is better)", False: " (lower is better)"}.get(metric.higher_is_better, "")
