@@ -211,7 +211,7 @@ def _kernel_rows(variants=("alibi_triton", "triton_no_bias", "sdpa_causal")) -> 
         for L in (1024, 2048):
             row = base_row("kernels", "kernels", variant, {"seq_len": L, "head_dim": 64}, "run-k")
             row["metrics"] = {"fwdbwd_ms": (k + 1) * L / 1024, "fwd_ms": 1.0, "bwd_ms": 1.0,
-                              "fwdbwd_tflops": 10.0 / (k + 1), "peak_mem_bytes": None}
+                              "fwdbwd_tflops": 10.0 / (k + 1), "peak_mem_bytes": (k + 1) * L * 1024}
             rows.append(row)
     return rows
 
@@ -224,6 +224,8 @@ def test_kernels_report_has_ratios_against_the_suites_baseline_from_run_json(tmp
     assert table.extra["baseline"] == "triton_no_bias" and "ratio to triton_no_bias" in table.caption
     assert table.cell("alibi_triton", 1024).text == "1 (0.50x)"
     assert table.cell("sdpa_causal", 2048).ratio == pytest.approx(1.5)
+    (mem,) = [t for t in kernel_tables(load_runs(tmp_path)) if t.metric == "peak_mem_bytes"]
+    assert mem.cell("alibi_triton", 1024).text == "1.00 MiB (0.50x)"
     assert "No ratios" not in written["report.md"].read_text()
 
 
