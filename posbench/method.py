@@ -118,6 +118,11 @@ class PositionMethod(nn.Module):
         """Why this method cannot run on ``device`` in ``dtype``, or None when it can."""
         return None
 
+    def attn_backend(self, device: torch.device | str, dtype: torch.dtype) -> str:
+        """The attention path training takes on ``device`` with compute ``dtype``, recorded in
+        every row (``info.attn_backend``) so a reader sees which kernel a number came from."""
+        return "sdpa causal"
+
     def extra_repr(self) -> str:
         return f"name={self.name!r}"
 
@@ -186,7 +191,9 @@ def explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
         # matmul's backward needs its inputs, not its output.
         scores = torch.matmul(q * scale, k.transpose(-2, -1)).add_(bias)
     else:
-        scores = torch.matmul(q, k.transpose(-2, -1)).float() * scale + bias.float()
+        # Half-precision q, k: the product itself is taken in float32 (rounding q.k to bfloat16
+        # first would lose ~3 significant digits before the float32 bias is added).
+        scores = torch.matmul(q.float() * scale, k.float().transpose(-2, -1)).add_(bias.float())
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     return torch.matmul(probs, v)
 

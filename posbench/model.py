@@ -117,6 +117,13 @@ class TransformerLM(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def info(self, device, dtype: torch.dtype) -> dict[str, str]:
+        """What a row must say about how this model computed (strings, for ``row["info"]``): the
+        token-embedding scale (results with another scale are not comparable) and the attention
+        path the position method takes on ``device`` with compute ``dtype``."""
+        return {"embed_scale": f"{self.cfg.token_scale:.6g}", "attn_backend": self.method.attn_backend(device, dtype),
+                "compute_dtype": str(dtype).removeprefix("torch.")}
+
     def positions(self, start: int, length: int, device) -> torch.Tensor:
         """(length,) int64 positions start..start+length-1, sliced from one cached arange.
 

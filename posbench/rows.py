@@ -34,7 +34,7 @@ RUN_FORMAT = 1  # run.json's own version: bump when its keys change meaning
 
 # Keys of a row, in the order the runner writes them.
 ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message", "metrics", "series",
-            "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
+            "info", "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
             "git_commit", "traceback")
 _REQUIRED = {"case_id": str, "method": str, "status": str, "params": dict, "metrics": dict}
 _OPTIONAL_DICTS = ("series", "settings", "info")
@@ -289,7 +289,7 @@ def load_runs(dirs) -> Runs:
         envs[source], metas[source] = env, meta
         for row in read_rows(run_dir / CASES_FILE):
             row = dict(row)
-            for key in ("series", "settings"):
+            for key in ("series", "settings", "info"):
                 if not isinstance(row.get(key), dict):
                     row[key] = {}
             row["metrics"] = {k: _finite(v) for k, v in row["metrics"].items()}

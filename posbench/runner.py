@@ -242,7 +242,7 @@ def make_row(case: Case, result: dict, started: datetime, duration: float, commi
         "case_id": case.id, "suite": case.suite, "task": case.task, "method": case.method,
         "params": case.params, "status": result["status"], "message": result.get("message", ""),
         "metrics": _finite(result.get("metrics", {})), "series": result.get("series", {}),
-        "settings": case.settings, "device": case.device, "profile": case.profile, "run_id": case.run_id,
+        "info": result.get("info", {}), "settings": case.settings, "device": case.device, "profile": case.profile, "run_id": case.run_id,
         "started_at": started.isoformat(timespec="seconds"), "duration_s": round(duration, 3),
         "posbench_version": __version__, "git_commit": commit, "traceback": result.get("traceback", ""),
     }

@@ -112,3 +112,11 @@ def test_metrics_are_declared_once_with_families():
     assert eff["train_wps_min"].higher_is_better is None and eff["peak_mem_train_bytes"].fmt == "bytes"
     for name in tasks.names(include_hidden=True):  # every declaration of every task is a titled Metric
         assert all(isinstance(m, tasks.Metric) and m.title for m in tasks.get(name).METRICS.values())
+
+
+def test_a_seed_spread_is_declared_with_its_metric_and_never_compared():
+    ext = tasks.get("extrapolation").METRICS
+    std = tasks.find_metric(ext, "ppl@nonoverlapping@64_std")  # not the ppl@* family itself
+    assert (std.title, std.fmt, std.higher_is_better) == ("Perplexity, std over seeds", "ppl", None)
+    assert tasks.find_metric(ext, "ppl_at_max_len_std").unit == "perplexity"
+    assert tasks.find_metric(ext, "nothing_std") is None and ext["n_seeds"].higher_is_better is None

@@ -30,7 +30,7 @@ hidden from listings.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Literal, Optional, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -84,10 +84,23 @@ class VariantTask(Task, Protocol):
     unavailable: Callable[[Any], Optional[str]]
 
 
+SPREAD_SUFFIX = "_std"  # a seed-averaged metric m carries m_std: its spread over seeds
+
+
 def find_metric(metrics: dict[str, Metric], name: str) -> Optional[Metric]:
-    """The declaration of ``name``: its own key, else its family ``<head>@*`` (``ppl@sliding@512``)."""
+    """The declaration of ``name``: its own key, else its family ``<head>@*`` (``ppl@sliding@512``).
+
+    ``<m>_std`` of a declared ``m`` is declared with it: same unit and format, never compared
+    (a spread is not better or worse by itself).
+    """
     if name in metrics:
         return metrics[name]
+    if name.endswith(SPREAD_SUFFIX):
+        base = find_metric(metrics, name[: -len(SPREAD_SUFFIX)])
+        if base is None:
+            return None
+        return replace(base, title=f"{base.title}, std over seeds", doc=f"sample std over seeds of: {base.doc}",
+                       higher_is_better=None, table=False)
     head, at, _ = name.partition("@")
     return metrics.get(f"{head}@*") if at else None
 

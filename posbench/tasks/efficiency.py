@@ -183,7 +183,7 @@ def run(case) -> dict:
     _wps(metrics, series, "train", tokens * s.measure_steps, train_s)
     _peak(metrics, "train", dev.peak())
     _energy(metrics, "", energy, tokens * s.measure_steps * s.windows * distributed.world_size())
-    return {"metrics": metrics, "series": series}
+    return {"metrics": metrics, "series": series, "info": model.info(device, dtype)}
 
 
 def _nvml(device: str):

@@ -45,6 +45,8 @@ METRICS = {
     "train_seconds": M("Training time", "s", "wall-clock training time (s)"),
     "reused_checkpoint": M("Reused checkpoint", "", "1 when the model came from the case's checkpoint", None, "int"),
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+    "n_seeds": M("Seeds", "", "seeds averaged (with `seeds`): every metric m is their mean, m_std the spread",
+                 None, "int"),
 }
 
 
@@ -53,12 +55,22 @@ class CorpusSettings(BaseModel):
 
     kind: Literal["synthetic", "wikitext", "wikitext-103", "wikitext-2", "text"] = "synthetic"
     path: Optional[str] = Field(None, description="data folder or file; default $POSBENCH_DATA_DIR (--data sets it)")
-    level: Literal["word", "byte"] = "byte"
+    level: Optional[Literal["word", "byte"]] = Field(
+        None, description="text: word or byte (default byte); WikiText is word level only (for WikiText bytes use "
+        "kind: text with the folder's files)")
     splits: Optional[dict[str, str]] = Field(None, description="corpus split -> file split, e.g. {train: test}")
     size: Optional[int] = Field(None, ge=1, description="cap on tokens per split (synthetic: training tokens)")
     seed: int = 0
     synthetic: dict[str, Union[int, float]] = Field(
         default_factory=dict, description="synthetic chain options: vocab, order, branching, jump")
+
+    @model_validator(mode="after")
+    def _word_level_wikitext(self):
+        # Said before anything runs, instead of training a word-level model under "byte".
+        if self.kind.startswith("wikitext") and self.level == "byte":
+            raise ValueError(f"corpus: kind {self.kind} is word level only; for bytes use kind: text, "
+                             "path: <folder>, level: byte, splits: {train: test.txt, valid: valid.txt}")
+        return self
 
 
 class Settings(TaskSettings):
@@ -80,11 +92,16 @@ class Settings(TaskSettings):
     eval_tokens: Optional[int] = Field(None, ge=2, description="use the first N tokens of the valid split")
     eval_batch_size: int = Field(8, ge=1)
     reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint of this case instead of retraining")
+    seeds: Optional[list[int]] = Field(
+        None, min_length=1, description="train and evaluate once per seed (weights and batch order); metrics are "
+        "the mean, with <metric>_std (sample std) and n_seeds; replaces `seed`")
 
     @model_validator(mode="after")
     def _one_budget(self):
         if (self.steps is None) == (self.tokens is None):
             raise ValueError("give exactly one training budget: steps or tokens")
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct, got {self.seeds}")
         return self
 
 
@@ -113,11 +130,13 @@ def open_corpus(c: CorpusSettings):
                 raise
             splits = {"train": "test", "valid": "valid"}
     options = dict(c.synthetic) if c.kind == "synthetic" else {}
-    return load_corpus(c.kind, path=c.path, level=c.level, seed=c.seed, splits=splits, size=c.size, **options)
+    level = c.level or ("word" if c.kind.startswith("wikitext") else "byte")
+    return load_corpus(c.kind, path=c.path, level=level, seed=c.seed, splits=splits, size=c.size, **options)
 
 
-def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_options: dict):
-    """Train at L (or load the checkpoint an earlier run of this case left); (model, metrics, series)."""
+def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_options: dict, seed: int):
+    """Train at L with ``seed`` (or load the checkpoint an earlier run of this case left);
+    (model, metrics, series)."""
     metrics: dict = {}
     series: dict = {}
     overrides = {"vocab_size": corpus.vocab_size, **s.model_overrides}
@@ -127,11 +146,11 @@ def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_o
         r = blob["result"]
         curve, final, steps, tokens, seconds, reused = r["curve"], r["final_loss"], r["steps"], r["tokens"], r["seconds"], 1
     else:
-        torch.manual_seed(s.seed)
+        torch.manual_seed(seed)
         model = TransformerLM(cfg)
         tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
-                           warmup_steps=s.warmup_steps, precision=s.precision, seed=s.seed)
-        r = train(model, batches(corpus.split("train"), L, s.batch_size, seed=s.seed), tcfg, case.device, ckpt)
+                           warmup_steps=s.warmup_steps, precision=s.precision, seed=seed)
+        r = train(model, batches(corpus.split("train"), L, s.batch_size, seed=seed), tcfg, case.device, ckpt)
         curve, final, steps, tokens, seconds, reused = r.curve, r.final_loss, r.steps, r.tokens, r.seconds, 0
     series["train_loss"] = [list(p) for p in curve]
     series["corpus"] = corpus.describe()
@@ -165,11 +184,23 @@ def run(case) -> dict:
     for folder in case.methods_dirs:
         registry.add_methods_dir(folder)
     corpus = open_corpus(s.corpus)
-    model, metrics, series = trained_model(case, s, corpus, L, checkpoint_path(case),
-                                           s.method_options.get(case.method, {}))
+    seeds = s.seeds or [s.seed]
+    runs = []
+    for seed in seeds:
+        # One checkpoint per seed; a single seed keeps the case id as its name (older run folders).
+        name = case.id if len(seeds) == 1 else f"{case.id}@seed{seed}"
+        runs.append(run_one_seed(case, s, corpus, L, seed, checkpoint_path(case, name)))
+    return combine_seeds(runs, seeds)
+
+
+def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None) -> dict:
+    """Train (or reload) and evaluate one model: the task's result for one seed."""
+    model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed)
     valid = corpus.split("valid")
     metrics["best_ppl_eval"] = corpus.oracle_ppl(valid[: s.eval_tokens])
-    model = model.to(getattr(torch, s.eval_dtype))
+    eval_dtype = getattr(torch, s.eval_dtype)
+    info = model.info(case.device, eval_dtype)
+    model = model.to(eval_dtype)
     evals, curves = [], {}
     for interpolate in ([False, True] if s.interpolate else [False]):
         for mode in s.modes:
@@ -189,4 +220,54 @@ def run(case) -> dict:
     for key in ("ppl_at_train_len", "ppl_at_max_len"):
         if metrics[key] is not None and not math.isfinite(metrics[key]):
             metrics[key] = None
-    return {"metrics": metrics, "series": series}
+    return {"metrics": metrics, "series": series, "info": info}
+
+
+def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
+    """One result from one per seed. A single seed is returned as it is. Several: every numeric
+    metric becomes the mean over the seeds that have it, with ``<metric>_std`` (sample standard
+    deviation, ddof 1), ``n_seeds`` and ``series["<metric>_by_seed"]`` (None where a seed has no
+    value); the evaluation cells carry ``ppl_std``; per-position curves are averaged; each seed's
+    training curve is kept under ``series["train_loss_by_seed"]``."""
+    if len(runs) == 1:
+        return runs[0]
+    metrics: dict = {"n_seeds": len(runs)}
+    series: dict = {"seeds": list(seeds)}
+    for key in runs[0]["metrics"]:
+        values = [r["metrics"].get(key) for r in runs]
+        numbers = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+        if not numbers:
+            metrics[key] = None
+            continue
+        metrics[key] = sum(numbers) / len(numbers)
+        metrics[f"{key}_std"] = _std(numbers)
+        series[f"{key}_by_seed"] = values
+    first = runs[0]["series"]
+    series["corpus"] = first.get("corpus")
+    series["train_loss_by_seed"] = [r["series"]["train_loss"] for r in runs]
+    series["train_loss"] = first["train_loss"]
+    cells = []
+    for i, cell in enumerate(first["evals"]):
+        ppls = [r["series"]["evals"][i]["ppl"] for r in runs]
+        ok = [p for p in ppls if p is not None and math.isfinite(p)]
+        merged = dict(cell, ppl=sum(ok) / len(ok) if ok else None, ppl_std=_std(ok) if ok else None,
+                      ppl_by_seed=ppls, n_seeds=len(ok))
+        merged["status"] = "ok" if len(ok) == len(ppls) else next(
+            r["series"]["evals"][i]["status"] for r in runs if r["series"]["evals"][i]["status"] != "ok")
+        cells.append(merged)
+    series["evals"] = cells
+    curves = {}
+    for key in first["per_position_loss"]:
+        per = [r["series"]["per_position_loss"].get(key) for r in runs]
+        if all(c is not None for c in per):
+            curves[key] = [sum(vals) / len(vals) for vals in zip(*per)]
+    series["per_position_loss"] = curves
+    return {"metrics": metrics, "series": series, "info": runs[0]["info"]}
+
+
+def _std(values: list[float]) -> float:
+    """Sample standard deviation (ddof 1); 0.0 for a single value."""
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))

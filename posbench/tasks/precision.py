@@ -94,7 +94,7 @@ def _bias_dtype_ppl(case, s) -> dict:
     corpus = open_corpus(s.corpus)
     # One training per method and length, shared by every case that evaluates it.
     ckpt = checkpoint_path(case, f"{case.method}__L_train={L}")
-    model, metrics, series = trained_model(case, s, corpus, L, ckpt, {"bias_dtype": "float32"})
+    model, metrics, series = trained_model(case, s, corpus, L, ckpt, {"bias_dtype": "float32"}, s.seed)
     valid = corpus.split("valid")
     dtype = getattr(torch, s.eval_dtype)
     evals = []
@@ -112,4 +112,4 @@ def _bias_dtype_ppl(case, s) -> dict:
         metrics[f"ppl_diff@{factor * L}"] = None if a is None or b is None else b - a
     metrics["ppl_diff_at_max_len"] = metrics[f"ppl_diff@{max(s.L_valid_factors) * L}"]
     series["evals"] = evals
-    return {"metrics": metrics, "series": series}
+    return {"metrics": metrics, "series": series, "info": model.info(case.device, dtype)}
