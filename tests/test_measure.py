@@ -129,7 +129,10 @@ def test_efficiency_rejects_a_step_smaller_than_one_sequence():
 
 
 def test_efficiency_non_finite_loss_is_diverged(monkeypatch):
-    monkeypatch.setattr(efficiency, "lm_loss", lambda logits, targets: logits.float().mean() * float("nan"))
+    import posbench.model
+
+    # run() imports lm_loss from posbench.model when it starts (no torch at module import).
+    monkeypatch.setattr(posbench.model, "lm_loss", lambda logits, targets: logits.float().mean() * float("nan"))
     with pytest.raises(Diverged, match="non-finite training loss"):
         efficiency.run(case(warmup_steps=0))
 
