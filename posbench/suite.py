@@ -241,8 +241,9 @@ class KeyLines:
 
 def _load_yaml(text: str) -> tuple[Any, Any]:
     """(data, root node) of one YAML document; ``_YamlProblem`` for anything wrong with it."""
-    loader = SuiteLoader(text)  # the reader rejects unprintable characters already here
+    loader = None
     try:
+        loader = SuiteLoader(text)  # the reader rejects unprintable characters already here
         try:
             node = loader.get_single_node()
         except RecursionError:
@@ -262,7 +263,8 @@ def _load_yaml(text: str) -> tuple[Any, Any]:
     except yaml.YAMLError as exc:  # e.g. a character YAML does not allow; no mark to point at
         raise _YamlProblem(1, "<yaml>", f"invalid YAML: {' '.join(str(exc).split())}", "YAML 1.1 syntax") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _parse(text: str, where: str) -> tuple[Any, KeyLines]:
