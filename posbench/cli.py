@@ -126,6 +126,8 @@ def cmd_run(args) -> int:
 
     _load_methods_dirs(args)
     suite, device = _resolve(args)
+    if args.run_id is not None:  # a folder under results/<suite>/: never a path that leaves it
+        suitemod.check_name(args.run_id, "--run-id")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     shard = parse_shard(args.shard) if args.shard else None
     in_process = _under_torchrun(suite, device, args.dry_run)

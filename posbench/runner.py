@@ -38,7 +38,7 @@ from typing import Callable, Iterable, Optional
 
 from . import __version__
 from .case import Case
-from .suite import Suite, SuiteError
+from .suite import Suite, SuiteError, check_name
 from .worker import first_failure, rank_failure, read_result, run_case
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -287,6 +287,8 @@ def run_suite(
     from . import env as envmod
 
     main = distributed.is_main()  # in-process distributed: rank 0 alone writes and reports
+    if run_id is not None:
+        check_name(run_id, "--run-id")
     run_id = run_id or default_run_id(suite, device)
     if fresh:
         run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
