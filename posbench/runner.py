@@ -102,10 +102,8 @@ def read_rows(path: Path, problems: list[str] | None = None) -> list[dict]:
     ``problems`` gets one line for it naming the file and line."""
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no run yet (the CLI says why it cannot start one)
         return []
-    except OSError as exc:
-        raise WriteError(f"cannot read {path}: {exc.strerror or exc}") from None
     lines = data.split(b"\n")
     rows = []
     for n, raw in enumerate(lines, 1):
