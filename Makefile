@@ -14,12 +14,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
+# The install stamp names the torch spec (hashed: a spec may hold < > , *), so
+# `make test TORCH_SPEC=torch==2.14.1` reinstalls instead of silently keeping the old torch.
+TORCH_STAMP := $(VENV)/.installed-$(shell printf '%s' '$(TORCH_SPEC)' | cksum | cut -d' ' -f1)
+
+$(TORCH_STAMP): $(BIN)/python pyproject.toml
+	rm -f $(VENV)/.installed-*
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $@
 
-install: $(VENV)/.installed
+install: $(TORCH_STAMP)
 
 bench: install
 	$(BIN)/python bench.py --suite $(SUITE) $(BENCH_ARGS)

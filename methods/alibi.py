@@ -19,6 +19,10 @@ from posbench.registry import register
 BIAS_DTYPES = ("float32", "compute")
 
 
+def _short(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 @register
 class ALiBi(PositionMethod):
     name = "alibi"
@@ -40,6 +44,12 @@ class ALiBi(PositionMethod):
             return mask_bias(alibi_bias(self.slopes, q_pos, k_pos).to(out))[None]
 
         return self._cache.get((q_pos, k_pos), build, extra=(out,))
+
+    def attn_backend(self, device, dtype) -> str:
+        if dtype == torch.float32 or self.bias_dtype == "compute":
+            return f"sdpa + {'float32' if dtype == torch.float32 else _short(dtype)} bias"
+        # A float32 bias with half-precision q, k: SDPA wants the mask in the query's dtype.
+        return "explicit float32 (B*H*L*L scores)"
 
     def attend(self, q, k, v, q_pos, k_pos, layer):
         return causal_attention(q, k, v, self.bias(q_pos, k_pos, q.dtype), masked=True)

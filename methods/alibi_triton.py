@@ -62,6 +62,10 @@ class AlibiTriton(PositionMethod):
 
         return self._scales.get((k_pos,), measure)
 
+    def attn_backend(self, device, dtype) -> str:
+        return "triton fused, bias in kernel (float32)" if self.bias_dtype == "float32" else \
+            f"triton fused, bias rounded to {str(dtype).removeprefix('torch.')}"
+
     def attend(self, q, k, v, q_pos, k_pos, layer):
         from posbench.kernels.alibi_attention import alibi_attention
 

@@ -107,6 +107,11 @@ class T5Bias(PositionMethod):
             self._forward_bias = (q_pos, k_pos, key, bias)
         return bias
 
+    def attn_backend(self, device, dtype) -> str:
+        if dtype == torch.float32 and torch.device(device).type == "cpu":
+            return "explicit float32, causal blocks (learned bias)"
+        return f"sdpa + {str(dtype).removeprefix('torch.')} bias (learned)"
+
     def attend(self, q, k, v, q_pos, k_pos, layer):
         bias = self._shared_bias(q_pos, k_pos, q.dtype, layer)
         if bias.requires_grad and q.dtype == torch.float32 and q.device.type == "cpu":

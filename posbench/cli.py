@@ -94,11 +94,13 @@ def _resolve(args):
 
 def case_line(row: dict, metrics: list[str]) -> str:
     """``[3/15] alibi  seq_len=128  ok  train_wps 25.8k  eval_wps 77.8k  (4.1 s)``."""
-    from .table import fmt
+    from . import fmt, tasks
 
     params = " ".join(f"{k}={v}" for k, v in row["params"].items())
     if row["status"] == "ok":
-        detail = "  ".join(f"{m} {fmt(m, row['metrics'].get(m))}" for m in metrics)
+        declared = tasks.metrics_of(row.get("task", ""))
+        kind = {m: getattr(tasks.find_metric(declared, m), "fmt", "plain") for m in metrics}
+        detail = "  ".join(f"{m} {fmt.number(row['metrics'].get(m), kind[m])}" for m in metrics)
     else:
         detail = row["message"]
     return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({row['duration_s']:.1f} s)"
@@ -123,7 +125,6 @@ def _under_torchrun(suite, device, dry_run: bool) -> bool:
 
 def cmd_run(args) -> int:
     from . import distributed
-    from . import table as tablemod
     from .runner import Interrupted, RanksOutOfStep, default_run_id, parse_shard, plan, run_suite
 
     _load_methods_dirs(args)
@@ -177,19 +178,25 @@ def cmd_run(args) -> int:
         return 0  # rank 0 alone reports under torchrun
     print(f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl")
     if result.rows and suite.metrics:
-        table = tablemod.build(result.rows, suite.metrics, suite.baseline, suite.methods)
+        from .render import to_text, write_run_files
+        from .rows import load_runs
+        from .table import run_tables
+
+        # Read back from the run folder: the same rows and tables ``bench.py report`` shows.
+        tables = run_tables(load_runs(result.run_dir), {r["case_id"] for r in result.rows})
+        ratios = f"ratios are against `{suite.baseline}` in this run" if suite.baseline else "no baseline, no ratios"
         note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
-                f"run `{result.run_id}`. Words are tokens; ratios are against `{suite.baseline}` in this run; "
+                f"run `{result.run_id}`. Words are tokens; {ratios}; memory in binary units (GiB, MiB); "
                 f"peak memory is {'CUDA max_memory_allocated' if device == 'cuda' else 'peak resident set'}.")
         if suite.settings.nproc > 1:
             note += (f" Data parallel on {suite.settings.nproc} ranks: words/s count all ranks' tokens over "
                      "the slowest rank's time; peak memory is the largest rank's.")
         try:
-            tablemod.write(table, result.run_dir, note)
+            write_run_files(tables, result.run_dir, note)
         except OSError as exc:
             raise WriteError(f"cannot write the table in {result.run_dir}: {exc.strerror or exc}; the rows are "
                              "saved in cases.jsonl ('bench.py report' writes the tables again)") from None
-        print("\n" + tablemod.to_text(table))
+        print("\n" + "\n".join(to_text(t) for t in tables))
         print(f"table: {result.run_dir}/table.md, {result.run_dir}/table.csv")
     return 0
 
@@ -209,17 +216,24 @@ def cmd_schema(args) -> int:
 
 
 def cmd_list(args) -> int:
-    import torch
-
     from . import registry
-    from .runner import detect_device
 
     _load_methods_dirs(args)
-    device = args.device or detect_device()
-    print(f"methods (availability on {device}, float32):")
-    for name in registry.names():
-        reason = registry.get(name).unavailable(torch.device(device), torch.float32)
-        print(f"  {name:<14} {'available' if not reason else 'unavailable: ' + reason:<40} {registry.origin(name)}")
+    methods = registry.listing()  # read from the files: listing alone imports no torch
+    if args.check or args.device:
+        import torch
+
+        from .runner import detect_device
+
+        device = args.device or detect_device()
+        print(f"methods (availability on {device}, float32):")
+        for name, origin in methods.items():
+            reason = registry.get(name).unavailable(torch.device(device), torch.float32)
+            print(f"  {name:<14} {'available' if not reason else 'unavailable: ' + reason:<40} {origin}")
+    else:
+        print("methods (--check: whether each runs here):")
+        for name, origin in methods.items():
+            print(f"  {name:<14} {origin}")
     print("suites:")
     for name in suitemod.names():
         try:
@@ -237,7 +251,9 @@ def _add_validate(p):
 
 
 def _add_list(p):
-    p.add_argument("--device", choices=["cpu", "cuda"], help="device to check availability on")
+    p.add_argument("--check", action="store_true",
+                   help="also say whether each method runs on this machine (imports torch: a few seconds)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="check availability on DEVICE (implies --check)")
     _common(p)
 
 
@@ -248,7 +264,8 @@ COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
     "schema": ("print the JSON Schema of suite files", lambda p: None, cmd_schema,
                "examples:\n  python bench.py schema > suite.schema.json\n"),
     "list": ("list methods (with availability) and suites", _add_list, cmd_list,
-             "examples:\n  python bench.py list\n  python bench.py list --methods-dir ~/my_methods\n"),
+             "examples:\n  python bench.py list\n  python bench.py list --check\n"
+             "  python bench.py list --methods-dir ~/my_methods\n"),
 }
 
 
@@ -315,7 +332,7 @@ def _user_errors() -> tuple[type, ...]:
     define them when they are loaded (a module that was never imported raised nothing)."""
     kinds: list[type] = [SuiteError, OSError]
     for module, name in (("posbench.data", "DataError"), ("posbench.registry", "RegistryError"),
-                         ("posbench.runner", "RunLocked")):
+                         ("posbench.runner", "RunLocked"), ("posbench.rows", "RowsError")):
         if module in sys.modules:
             kinds.append(getattr(sys.modules[module], name))
     return tuple(kinds)

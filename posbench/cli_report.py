@@ -13,9 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .compare import main_compare
-from .report_data import RunsError
-
 REPORT_EPILOG = """examples:
   bench.py report results/efficiency/2024-06-01T12-00-00
   bench.py report results/efficiency/run-a100 results/efficiency/run-h100 --out report/
@@ -31,11 +28,12 @@ exit code: 0 no regression, 1 at least one regression beyond the threshold, 2 un
 def main_report(args) -> int:
     """Handler of ``report``: build tables and charts, print where they went."""
     from .report import build_report  # matplotlib is only imported when a report is made
+    from .rows import RowsError
 
     out = args.out or "report"
     try:
         written = build_report(args.run_dirs, out, baseline=args.baseline)
-    except RunsError as exc:
+    except RowsError as exc:
         print(f"posbench report: {exc}", file=sys.stderr)
         return 2
     tables = sum(1 for k in written if k.startswith("tables/") and k.endswith(".md"))
@@ -56,7 +54,8 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
                    help="a run folder (with cases.jsonl) or a folder above run folders")
     p.add_argument("--out", metavar="DIR", default=None, help="where to write (default: ./report)")
     p.add_argument("--baseline", metavar="METHOD", default=None,
-                   help="method the ratios divide by (default: the suite's baseline, else sinusoidal)")
+                   help="method the ratios divide by (default: each run's baseline from its run.json; "
+                        "sinusoidal for runs without one)")
     p.set_defaults(func=main_report)
     return p
 
@@ -75,3 +74,10 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--markdown", metavar="FILE", default=None, help="also write the summary here")
     p.set_defaults(func=main_compare)
     return p
+
+
+def main_compare(args) -> int:
+    """Handler of ``compare``; pandas is only imported when a comparison is made."""
+    from .compare import main_compare as compare
+
+    return compare(args)

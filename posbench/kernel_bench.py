@@ -30,8 +30,7 @@ import torch.nn.functional as F
 
 from .alibi import alibi_bias, slopes_tensor
 from .method import causal_mask
-
-VARIANTS = ["alibi_triton", "triton_no_bias", "sdpa_float_bias", "sdpa_causal", "flex_alibi"]
+from .tasks.kernels import METHODS as VARIANTS  # the variant names live with the task (no torch there)
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 

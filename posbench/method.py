@@ -13,53 +13,13 @@ Positions must increase along the sequence and ``q_pos`` must be the last Tq ent
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-@dataclass
-class ModelConfig:
-    """Shape of the language model; a method reads what it needs (heads, head_dim, d_model)."""
-
-    vocab_size: int = 256
-    n_layers: int = 2
-    d_model: int = 128
-    n_heads: int = 4
-    d_ff: int = 512
-    dropout: float = 0.0
-    # Token embeddings are multiplied by this; None means sqrt(d_model), fairseq's transformer_lm
-    # (the ALiBi paper's base model), with embedding init std d_model^-0.5, so tokens enter the
-    # network at unit scale and a sinusoidal table (amplitude 1) does not drown them.
-    embed_scale: float | None = None
-    method: str = "sinusoidal"
-    method_options: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self):
-        for key in ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"model config: {key} must be a positive integer, got {value!r}")
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"model config: d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
-            )
-        if self.embed_scale is not None and not (isinstance(self.embed_scale, (int, float)) and self.embed_scale > 0):
-            raise ValueError(f"model config: embed_scale must be a positive number or null, got {self.embed_scale!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"model config: dropout must be in [0, 1), got {self.dropout!r}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def token_scale(self) -> float:
-        """The factor token embeddings are multiplied by (``embed_scale`` resolved)."""
-        return math.sqrt(self.d_model) if self.embed_scale is None else float(self.embed_scale)
+from .config import ModelConfig  # defined without torch; methods import it from here
 
 
 class PositionMethod(nn.Module):
@@ -117,6 +77,11 @@ class PositionMethod(nn.Module):
     def unavailable(cls, device: torch.device | str, dtype: torch.dtype) -> str | None:
         """Why this method cannot run on ``device`` in ``dtype``, or None when it can."""
         return None
+
+    def attn_backend(self, device: torch.device | str, dtype: torch.dtype) -> str:
+        """The attention path training takes on ``device`` with compute ``dtype``, recorded in
+        every row (``info.attn_backend``) so a reader sees which kernel a number came from."""
+        return "sdpa causal"
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}"
@@ -186,7 +151,9 @@ def explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
         # matmul's backward needs its inputs, not its output.
         scores = torch.matmul(q * scale, k.transpose(-2, -1)).add_(bias)
     else:
-        scores = torch.matmul(q, k.transpose(-2, -1)).float() * scale + bias.float()
+        # Half-precision q, k: the product itself is taken in float32 (rounding q.k to bfloat16
+        # first would lose ~3 significant digits before the float32 bias is added).
+        scores = torch.matmul(q.float() * scale, k.float().transpose(-2, -1)).add_(bias.float())
     probs = torch.softmax(scores, dim=-1).to(v.dtype)
     return torch.matmul(probs, v)
 

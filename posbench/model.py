@@ -7,35 +7,15 @@ all layers: ``embed`` runs once at the bottom, ``attend`` runs in every layer.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from . import registry
-from .method import ModelConfig, PositionMethod
-
-# Presets. tiny: about 1M parameters, for CPU runs. wt103 and cc100-1.3b: the ALiBi paper's models
-# (Press et al. 2022, section 4). The paper's WikiText-103 vocabulary is about 267k words; presets
-# leave vocab_size to the corpus.
-PRESETS: dict[str, dict] = {
-    "tiny": dict(n_layers=4, d_model=128, n_heads=4, d_ff=512, vocab_size=256),
-    "small": dict(n_layers=6, d_model=384, n_heads=6, d_ff=1536, vocab_size=256),
-    "wt103": dict(n_layers=16, d_model=1024, n_heads=8, d_ff=4096, vocab_size=267744),
-    "cc100-1.3b": dict(n_layers=25, d_model=2048, n_heads=16, d_ff=8192, vocab_size=50265),
-}
-
-
-def model_config(preset: str, method: str = "sinusoidal", **overrides) -> ModelConfig:
-    """A ``ModelConfig`` from a preset name with keyword overrides; unknown names are one line."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown model preset {preset!r}; allowed: {', '.join(PRESETS)}")
-    allowed = {f.name for f in fields(ModelConfig)}
-    unknown = sorted(set(overrides) - allowed)
-    if unknown:
-        raise ValueError(f"unknown model option(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    return ModelConfig(**{**PRESETS[preset], "method": method, **overrides})
+from .config import PRESETS, ModelConfig, model_config  # noqa: F401  (re-exported)
+from .method import PositionMethod
 
 
 @dataclass
@@ -116,6 +96,13 @@ class TransformerLM(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def info(self, device, dtype: torch.dtype) -> dict[str, str]:
+        """What a row must say about how this model computed (strings, for ``row["info"]``): the
+        token-embedding scale (results with another scale are not comparable) and the attention
+        path the position method takes on ``device`` with compute ``dtype``."""
+        return {"embed_scale": f"{self.cfg.token_scale:.6g}", "attn_backend": self.method.attn_backend(device, dtype),
+                "compute_dtype": str(dtype).removeprefix("torch.")}
 
     def positions(self, start: int, length: int, device) -> torch.Tensor:
         """(length,) int64 positions start..start+length-1, sliced from one cached arange.

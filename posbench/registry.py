@@ -4,10 +4,16 @@ A method file defines a ``PositionMethod`` subclass and decorates it with ``@reg
 folder imports each ``*.py`` file in it (files starting with ``_`` are skipped), which runs the
 decorators. Extra folders come from ``--methods-dir`` or ``POSBENCH_METHODS_PATH`` (``os.pathsep``
 separated). Packages expose classes through the entry-point group ``posbench.methods``.
+
+Listing names (``bench.py list``, checking a suite's ``methods``) reads the files instead of
+importing them (``listing``): a method file imports torch, and the commands that only list or
+validate answer in well under a second without it. ``get`` and ``build`` import.
 """
 from __future__ import annotations
 
+import ast
 import difflib
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -15,10 +21,14 @@ import inspect
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .method import ModelConfig, PositionMethod
+from . import builtin_dir
 
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "methods"
+if TYPE_CHECKING:  # posbench.method imports torch; only what needs a class imports it
+    from .method import ModelConfig, PositionMethod
+
+BUILTIN_DIR = builtin_dir("methods")  # the checkout's methods/, or posbench/methods/ in a wheel
 ENV_PATH = "POSBENCH_METHODS_PATH"
 ENTRY_POINT_GROUP = "posbench.methods"
 
@@ -43,6 +53,8 @@ def _origin(cls: type) -> str:
 
 def register(cls: type[PositionMethod]) -> type[PositionMethod]:
     """Class decorator: add a method under ``cls.name``. A second file using the name is an error."""
+    from .method import PositionMethod
+
     if not (isinstance(cls, type) and issubclass(cls, PositionMethod)):
         raise RegistryError(f"@register expects a PositionMethod subclass, got {cls!r}")
     name = getattr(cls, "name", "")
@@ -84,14 +96,17 @@ def _import_file(path: Path) -> None:
         raise RegistryError(f"error importing method file {path}: {type(exc).__name__}: {exc}") from exc
 
 
-def scan_dir(folder: str | os.PathLike) -> None:
-    """Import every ``*.py`` in ``folder`` (not recursive)."""
+def _method_files(folder: str | os.PathLike) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise RegistryError(f"methods folder {folder} does not exist or is not a folder")
-    for path in sorted(folder.glob("*.py")):
-        if not path.name.startswith("_"):
-            _import_file(path)
+    return [path for path in sorted(folder.glob("*.py")) if not path.name.startswith("_")]
+
+
+def scan_dir(folder: str | os.PathLike) -> None:
+    """Import every ``*.py`` in ``folder`` (not recursive)."""
+    for path in _method_files(folder):
+        _import_file(path)
 
 
 def add_methods_dir(folder: str | os.PathLike) -> None:
@@ -102,7 +117,15 @@ def add_methods_dir(folder: str | os.PathLike) -> None:
     scan_dir(folder)
 
 
+def _folders() -> list[Path]:
+    """Built-in methods, then ``POSBENCH_METHODS_PATH``, then ``--methods-dir`` folders."""
+    env = [Path(entry.strip()) for entry in os.environ.get(ENV_PATH, "").split(os.pathsep) if entry.strip()]
+    return [BUILTIN_DIR] + env + _extra_dirs
+
+
 def _load_entry_points() -> None:
+    from .method import PositionMethod
+
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             obj = ep.load()
@@ -119,24 +142,115 @@ def discover(force: bool = False) -> dict[str, type[PositionMethod]]:
     global _discovered
     if _discovered and not force:
         return dict(_METHODS)
-    scan_dir(BUILTIN_DIR)
-    for entry in os.environ.get(ENV_PATH, "").split(os.pathsep):
-        if entry.strip():
-            scan_dir(entry.strip())
-    for folder in _extra_dirs:
+    for folder in _folders():
         scan_dir(folder)
     _load_entry_points()
     _discovered = True
     return dict(_METHODS)
 
 
+def _is_register(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "register") or (
+        isinstance(node, ast.Attribute) and node.attr == "register")
+
+
+def _class_name(node: ast.ClassDef) -> str | None:
+    """The string literal assigned to ``name`` in the class body, if it is one."""
+    for stmt in node.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "name" for t in targets):
+            value = stmt.value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value.isidentifier():
+                return value.value
+            return None
+    return None
+
+
+def _literal_names(path: Path) -> list[str] | None:
+    """The names a method file registers, read from its source without running it: each
+    ``@register`` class's ``name = "..."``. None when the file does what reading cannot follow
+    (a computed or inherited name, ``register`` called or renamed); the caller then imports it."""
+    try:
+        stat = path.stat()
+        return _parse_names(path, stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        return None  # importing the file raises the error that names it
+
+
+@functools.lru_cache(maxsize=None)
+def _parse_names(path: Path, mtime_ns: int, size: int) -> list[str] | None:
+    """``_literal_names`` of one version of the file (validating a suite lists methods per name)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+    names: list[str] = []
+    decorators: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for dec in filter(_is_register, node.decorator_list):
+                decorators.add(id(dec))
+                name = _class_name(node)
+                if name is None:
+                    return None
+                names.append(name)
+        elif isinstance(node, ast.alias) and node.name == "register" and node.asname not in (None, "register"):
+            return None
+    if any(_is_register(node) and id(node) not in decorators for node in ast.walk(tree)):
+        return None
+    return names
+
+
+def listing() -> dict[str, str]:
+    """name -> origin (the file) of every method, by name; a duplicate name is an error naming both.
+
+    Method files whose names are literals are read, not imported, and entry points are loaded only
+    when a package declares some, so listing imports no torch where the methods allow it."""
+    found: dict[str, str] = {}
+    for folder in _folders():
+        for path in _method_files(folder):
+            where = str(path.resolve())
+            literal = _literal_names(path)
+            if literal is None:
+                _import_file(path)
+                literal = [name for name, o in _ORIGINS.items() if o == where]
+            for name in literal:
+                if found.get(name, where) != where:
+                    raise RegistryError(f"duplicate method name {name!r}: defined in {found[name]} and in {where}")
+                found[name] = where
+    if _entry_points_declared():
+        discover()
+    for name, where in _ORIGINS.items():  # entry points, and classes registered from code
+        found.setdefault(name, where)
+    return dict(sorted(found.items()))
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_points_declared() -> bool:
+    """Whether an installed package declares methods (installed packages do not change in a run)."""
+    return bool(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
 def names() -> list[str]:
-    return sorted(discover())
+    return list(listing())
+
+
+def _unknown(name: str, known: list[str]) -> RegistryError:
+    close = difflib.get_close_matches(str(name), known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return RegistryError(f"unknown method {name!r}{hint}; known methods: {', '.join(known)}")
+
+
+def require(name: str) -> str:
+    """The file defining method ``name``, without importing it; ``get``'s error when unknown."""
+    found = listing()
+    if name not in found:
+        raise _unknown(name, list(found))
+    return found[name]
 
 
 def origin(name: str) -> str:
-    discover()
-    return _ORIGINS[name]
+    return require(name)
 
 
 def get(name: str) -> type[PositionMethod]:
@@ -144,10 +258,7 @@ def get(name: str) -> type[PositionMethod]:
     methods = discover()
     if name in methods:
         return methods[name]
-    known = sorted(methods)
-    close = difflib.get_close_matches(str(name), known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise RegistryError(f"unknown method {name!r}{hint}; known methods: {', '.join(known)}")
+    raise _unknown(name, sorted(methods))
 
 
 def build(cfg: ModelConfig) -> PositionMethod:

@@ -1,8 +1,10 @@
 """Runs a suite: one worker process per case, rows appended as cases end, resumable.
 
 Layout: ``<results>/<suite>/<run-id>/cases.jsonl`` (one JSON row per case, appended, flushed and
-fsynced as each case ends), ``env.json`` (written when the run starts), and at the end
-``table.md`` / ``table.csv``.
+fsynced as each case ends), ``run.json`` (the suite's name, version, task, baseline, method
+order, metrics, settings and grid; rewritten atomically whenever the run starts or resumes),
+``env.json`` (written when the run starts), and at the end ``table.md`` / ``table.csv``.
+``posbench.rows`` reads them all.
 
 The run id is ``<profile>-<device>-<hash of version, task, settings and grid>``, so the same
 command lands in the same folder and resumes: a case with a row is not run again. Every status
@@ -38,19 +40,17 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Optional
 
 from . import __version__
 from .case import Case
 from .fsutil import WriteError, atomic_write_text
+from .rows import ROW_KEYS, RowsError, RunMeta, check_row, latest, read_rows, write_run_meta
 from .suite import Suite, SuiteError, check_name
 from .worker import OOM_TEXT, die_with_parent, first_failure, rank_failure, read_result, run_case
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 RETRYABLE = ("error", "timeout")
-ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message", "metrics", "series",
-            "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
-            "git_commit", "traceback")
 
 
 class RanksOutOfStep(Exception):
@@ -86,20 +86,16 @@ def default_run_id(suite: Suite, device: str) -> str:
 # cases.jsonl
 
 
-def row_problem(row) -> Optional[str]:
-    """Why a parsed line of cases.jsonl is not a usable row, or None."""
-    if not isinstance(row, dict):
-        return f"not a row (a JSON {type(row).__name__})"
-    for key in ("case_id", "status"):
-        if not isinstance(row.get(key), str) or not row[key]:
-            return f"{key} is {json.dumps(row.get(key))}, not a string"
-    return None
+# Reading rows (``read_rows``) and the latest row per case (``latest``) live in posbench.rows;
+# ``read_usable_rows`` is the runner's lenient reading for resuming.
 
 
-def read_rows(path: Path, problems: list[str] | None = None) -> list[dict]:
-    """Every usable row. A torn last line (a process killed mid-write) is ignored silently; any
-    other unusable line (not UTF-8, not JSON, not a row object, no case_id) is skipped, and
-    ``problems`` gets one line for it naming the file and line."""
+def read_usable_rows(path: Path, problems: list[str] | None = None) -> list[dict]:
+    """Every usable row of ``cases.jsonl``, for resuming a run. Unlike ``rows.read_rows`` (which
+    stops at the first bad line), a line that is not UTF-8, not JSON or not a row
+    (``rows.check_row``) is skipped and described in ``problems`` naming the file and line, so a
+    damaged line costs its case a re-run, not the whole run. A torn last line (a runner killed
+    mid-write) is skipped silently: the next append cuts it off."""
     try:
         data = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError):  # no run yet (the CLI says why it cannot start one)
@@ -110,25 +106,17 @@ def read_rows(path: Path, problems: list[str] | None = None) -> list[dict]:
         if not raw.strip():
             continue
         try:
-            row = json.loads(raw.decode("utf-8"))
-            why = row_problem(row)
+            rows.append(check_row(json.loads(raw.decode("utf-8")), f"{path}:{n}"))
+            continue
         except UnicodeDecodeError:
-            why = "not UTF-8 text"
+            why = f"{path}:{n}: not UTF-8 text"
         except json.JSONDecodeError as exc:
-            why = f"not JSON ({exc.msg})"
-        if why is None:
-            rows.append(row)
-        elif n < len(lines) and problems is not None:  # n == len(lines): a torn tail, no newline yet
-            problems.append(f"{path}:{n}: {why}; line skipped")
+            why = f"{path}:{n}: not JSON ({exc.msg})"
+        except RowsError as exc:
+            why = str(exc)
+        if n < len(lines) and problems is not None:  # n == len(lines): a torn tail, no newline yet
+            problems.append(f"{why}; line skipped")
     return rows
-
-
-def latest(rows: Iterable[dict]) -> dict[str, dict]:
-    """case_id -> its last row (a retried case has several)."""
-    out: dict[str, dict] = {}
-    for row in rows:
-        out[row["case_id"]] = row
-    return out
 
 
 def append_row(path: Path, row: dict) -> None:
@@ -250,7 +238,7 @@ def unavailable_reason(case: Case) -> Optional[str]:
     from . import registry, tasks
 
     task = tasks.get(case.task)
-    if hasattr(task, "unavailable"):  # tasks whose "methods" are not position methods
+    if isinstance(task, tasks.VariantTask):  # tasks whose "methods" are not position methods
         return task.unavailable(case)
     dtype = getattr(torch, case.settings.get("dtype", "float32"))
     return registry.get(case.method).unavailable(torch.device(case.device), dtype)
@@ -382,7 +370,7 @@ def plan(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: 
                              f"allowed: {', '.join(suite.methods)}")
     cases = [c for c in in_shard(suite.cases(device, run_id, methods_dirs), shard)
              if not methods or c.method in methods]
-    done = latest(read_rows(run_dir / "cases.jsonl", problems))
+    done = latest(read_usable_rows(run_dir / "cases.jsonl", problems))
     todo = [c for c in cases if c.id not in done or (retry_failed and done[c.id]["status"] in RETRYABLE)]
     return todo, done
 
@@ -392,7 +380,7 @@ def make_row(case: Case, result: dict, started: datetime, duration: float, commi
         "case_id": case.id, "suite": case.suite, "task": case.task, "method": case.method,
         "params": case.params, "status": result["status"], "message": result.get("message", ""),
         "metrics": _finite(result.get("metrics", {})), "series": result.get("series", {}),
-        "settings": case.settings, "device": case.device, "profile": case.profile, "run_id": case.run_id,
+        "info": result.get("info", {}), "settings": case.settings, "device": case.device, "profile": case.profile, "run_id": case.run_id,
         "started_at": started.isoformat(timespec="seconds"), "duration_s": round(duration, 3),
         "posbench_version": __version__, "git_commit": commit, "traceback": result.get("traceback", ""),
     }
@@ -453,6 +441,8 @@ def _run_suite(
             print(f"warning: {problem}", file=sys.stderr)
     # Rank 0's view of the run folder decides (other nodes may not even see it).
     todo, done = _broadcast((todo, done), in_process)
+    if main:
+        write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
     environment = envmod.collect(device)
     if main:
         write_env(run_dir / "env.json", environment)
@@ -488,7 +478,8 @@ def _run_suite(
     # Every case of the suite this run folder holds, also those of earlier narrowed runs, so the
     # table has the baseline even when this command ran only some methods.
     wanted = {c.id for c in suite.cases(device, run_id)}
-    out.rows = [r for cid, r in latest(read_rows(run_dir / "cases.jsonl")).items() if cid in wanted] if main else []
+    if main:
+        out.rows = [r for cid, r in latest(read_usable_rows(run_dir / "cases.jsonl")).items() if cid in wanted]
     return out
 
 

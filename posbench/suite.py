@@ -27,10 +27,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter
 from pydantic import ValidationError
 
-from . import tasks
+from . import builtin_dir, tasks
 from .case import Case
 
-SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+SUITES_DIR = builtin_dir("suites")  # the checkout's suites/, or posbench/suites/ in a wheel
 # The profile a device picks when --profile is not given.
 PROFILE_FOR_DEVICE = {"cpu": "cpu", "cuda": "gpu"}
 DEFAULT_PROFILE = "default"  # the name used when a suite has no profile for the device
@@ -475,7 +475,7 @@ def _check_task(loaded: Loaded):
 
 
 def _check_methods(loaded: Loaded, task=None) -> None:
-    from . import registry  # imports torch; only needed once a file has passed the schema
+    from . import registry
 
     f, where = loaded.file, display_path(loaded.path)
     own = getattr(task, "METHODS", None)  # a task that compares other things (kernel variants)
@@ -490,7 +490,7 @@ def _check_methods(loaded: Loaded, task=None) -> None:
                             ", ".join(own))
             continue
         try:
-            registry.get(name)
+            registry.require(name)  # reads the method files: no torch import
         except registry.RegistryError as exc:
             problem = str(exc).split("; known methods:")[0]
             raise _fail(where, loaded.lines, ("methods", i), problem, ", ".join(registry.names())) from None

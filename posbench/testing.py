@@ -173,6 +173,57 @@ def check_state_dict(method, dtype, device):
             _fail(method, "a model restored from state_dict gives different outputs")
 
 
+# Positions near 16384 (the wt103 model's longest evaluation): a method cast to bfloat16 must
+# still compute its position-dependent output from float32 tables. Relative to the output's
+# scale, a correct method differs from its float64 twin by the compute dtype's rounding only
+# (float32: an angle near 16384 rad is itself rounded to 2^-9 rad, so up to ~1e-3; bfloat16: the
+# activations' rounding, up to ~1e-2); a table rounded to bfloat16 puts a rotation angle at 16384
+# off by tens of radians and the output off by O(1). The README states these tolerances.
+FAR_POSITION = 16384
+FAR_TOL = {torch.float32: 2e-3, torch.bfloat16: 3e-2, torch.float16: 1e-2}
+
+
+def check_far_positions(method, dtype, device):
+    """After ``model.to(dtype)``, embed and attend at positions near 16384 match a float64 copy."""
+    import copy
+
+    base = build(method, torch.float32, device, seed=7)
+    ref64 = copy.deepcopy(base).to(torch.float64).method
+    ref32 = copy.deepcopy(base).method
+    model = base.to(dtype)
+    for name, buf in model.method.named_buffers():
+        if name in model.method._position_buffers and buf.dtype != torch.float32:
+            _fail(method, f"position buffer {name} became {buf.dtype} after model.to({dtype})")
+    m = model.method
+    tk, tq, hd = 80, 16, model.cfg.head_dim
+    k_pos = torch.arange(FAR_POSITION - tk + tq, FAR_POSITION + tq, device=device)  # (Tk,), ends past 16384
+    q_pos = k_pos[-tq:]
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, 3, n, hd, generator=g).to(device=device, dtype=dtype) for n in (tq, tk, tk))
+    x = (torch.randn(1, tk, model.cfg.d_model, generator=g) * 0.1).to(device=device, dtype=dtype)
+
+    def reference(fn_name, *tensors):
+        # float64 where the method computes in float64; a method whose kernels take no float64
+        # (Triton) is compared with its own float32 copy, whose tables are float32 too.
+        try:
+            return getattr(ref64, fn_name)(*(t.double() for t in tensors), *extra[fn_name])
+        except (TypeError, ValueError, RuntimeError, NotImplementedError):
+            return getattr(ref32, fn_name)(*(t.float() for t in tensors), *extra[fn_name]).double()
+
+    extra = {"embed": (k_pos,), "attend": (q_pos, k_pos, 0)}
+    with torch.no_grad():
+        pairs = {
+            "embed": (m.embed(x, k_pos), reference("embed", x)),
+            "attend": (m.attend(q, k, v, q_pos, k_pos, 0), reference("attend", q, k, v)),
+        }
+    for what, (out, want) in pairs.items():
+        err = (out.double() - want).abs().max().item() / max(1.0, want.abs().max().item())
+        tol = FAR_TOL.get(dtype, 3e-2)
+        if not err <= tol:
+            _fail(method, f"{what} at positions near {FAR_POSITION} in {str(dtype).removeprefix('torch.')} differs "
+                          f"from float64 by {err:.3g} of its scale (tolerance {tol:g}): a position table lost precision?")
+
+
 CHECKS: dict[str, Callable] = {
     "shapes": check_shapes,
     "causal": check_causal,
@@ -181,6 +232,7 @@ CHECKS: dict[str, Callable] = {
     "long": check_long,
     "kv_decode": check_kv_decode,
     "state_dict": check_state_dict,
+    "far_positions": check_far_positions,
 }
 DTYPES = (torch.float32, torch.bfloat16)
 

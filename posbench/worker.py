@@ -130,7 +130,7 @@ def run_case(raw: dict, limit_memory: bool = True) -> dict:
     try:
         out = task.run(case)
         return {"status": "ok", "message": "", "traceback": "", "metrics": out.get("metrics", {}),
-                "series": out.get("series", {})}
+                "series": out.get("series", {}), "info": out.get("info", {})}
     except Exception as exc:  # every failure becomes a row; the suite goes on
         return failure(exc, limit)
 

@@ -10,7 +10,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def real_data_dir():
     """The real corpus folder (CI sets POSBENCH_DATA_DIR); skipped with the reason when absent."""
     raw = os.environ.get("POSBENCH_DATA_DIR")

@@ -1,11 +1,18 @@
 """The command line: exit codes, one-line errors on stderr, nothing written for an invalid suite."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from posbench import cli
+from posbench import cli, registry
+from posbench import suite as suitemod
 
 from test_suite import VALID as SUITE  # the same valid suite the validation tests start from
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -70,3 +77,44 @@ def test_help_has_examples(capsys):
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
     assert "python bench.py --suite efficiency --profile cpu" in capsys.readouterr().out
+
+
+def test_list_without_check_reads_methods_from_their_files(capsys):
+    assert cli.main(["list"]) == 0
+    methods, suites = capsys.readouterr().out.split("suites:\n")
+    lines = methods.splitlines()[1:]
+    assert [line.split()[0] for line in lines] == sorted(registry.listing())
+    assert "  sinusoidal     " in methods and "methods/sinusoidal.py" in methods and "available" not in methods
+    assert [line.split()[0] for line in suites.splitlines()] == suitemod.names()
+
+
+# The commands that only look at files answer without torch (or numpy, pandas, matplotlib): torch
+# alone takes seconds to import, and these must answer in well under 1.5 s.
+STARTUP = """
+import sys
+from posbench import cli
+try:
+    code = cli.main({args!r})
+except SystemExit as exc:  # --help leaves through argparse
+    code = exc.code
+heavy = sorted(m for m in ("torch", "numpy", "pandas", "matplotlib", "triton") if m in sys.modules)
+print("RESULT", code, heavy)
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["list"], ["schema"], ["validate", "efficiency"],
+                                  ["validate", "extrapolation"], ["validate", "precision"], ["validate", "kernels"]],
+                         ids=" ".join)
+def test_startup_commands_import_no_torch(args):
+    env = {k: v for k, v in os.environ.items() if k != "POSBENCH_METHODS_PATH"}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run([sys.executable, "-c", STARTUP.format(args=args)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "RESULT 0 []"
+
+
+def test_list_check_imports_methods_and_says_availability(capsys):
+    assert cli.main(["list", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("methods (availability on ") and "  rotary         available" in out

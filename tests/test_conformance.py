@@ -88,6 +88,39 @@ class NonFiniteLong(PositionMethod):
         return x + torch.where(pos[None, :, None] >= testing.TRAIN_LEN, float("nan"), 0.0).to(x.dtype)
 
 
+class RoundedTable(PositionMethod):
+    """Sinusoidal embeddings from a plain buffer: ``model.to(bfloat16)`` rounds its inv_freq."""
+
+    name = "broken_rounded_table"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        d = cfg.d_model
+        self.register_buffer("inv_freq", 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float32) / d), persistent=False)
+
+    def embed(self, x, pos):
+        ang = pos.float()[:, None] * self.inv_freq.float()[None, :]
+        return x + torch.cat([ang.sin(), ang.cos()], dim=-1).to(x.dtype)[None]
+
+
+def test_kit_catches_a_position_table_rounded_by_model_to(temporary_method):
+    name = temporary_method(RoundedTable)
+    testing.check_far_positions(name, torch.float32, "cpu")  # fine in float32
+    with pytest.raises(testing.ConformanceError, match="embed at positions near 16384 in bfloat16"):
+        testing.check_far_positions(name, torch.bfloat16, "cpu")
+
+
+def test_position_buffers_stay_float32_through_casts():
+    from posbench.method import ModelConfig
+
+    for name in ("sinusoidal", "rotary", "alibi"):
+        m = registry.build(ModelConfig(method=name))
+        (buf_name,) = m._position_buffers
+        assert getattr(m.to(torch.bfloat16), buf_name).dtype == torch.float32
+        assert getattr(m.half(), buf_name).dtype == torch.float32
+        assert getattr(m.double(), buf_name).dtype == torch.float64  # a wider reference keeps its width
+
+
 @pytest.mark.parametrize(
     "cls, check, message",
     [

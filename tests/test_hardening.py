@@ -393,7 +393,7 @@ def test_table_write_failure_keeps_the_rows(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"WriteError: cannot write the table in {run_dir}: Is a directory; the rows are saved")
     assert err.count("\n") == 1
-    assert [r["status"] for r in runner.read_rows(run_dir / "cases.jsonl")] == ["ok"]
+    assert [r["status"] for r in runner.read_usable_rows(run_dir / "cases.jsonl")] == ["ok"]
 
 
 def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, capsys, monkeypatch):
@@ -417,7 +417,7 @@ def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, ca
     assert calls == ["sinusoidal/n=1"] + ["rotary/n=1"] * 3  # retried, and the run stopped there
     monkeypatch.setattr(runner, "append_row", real)
     assert cli.main(run_args(tmp_path)) == 0
-    assert [r["case_id"] for r in runner.read_rows(run_dir / "cases.jsonl")] == [
+    assert [r["case_id"] for r in runner.read_usable_rows(run_dir / "cases.jsonl")] == [
         "sinusoidal/n=1", "rotary/n=1", "alibi/n=1"]
 
 
@@ -430,8 +430,9 @@ def test_a_row_write_that_fails_once_is_retried(tmp_path, monkeypatch):
         real(path, row)
 
     monkeypatch.setattr(runner, "append_row", flaky)
-    runner.save_row(tmp_path / "cases.jsonl", {"case_id": "a", "status": "ok"}, retries=(0.01,))
-    assert runner.read_rows(tmp_path / "cases.jsonl") == [{"case_id": "a", "status": "ok"}]
+    row = {"case_id": "a", "status": "ok", "method": "m", "params": {}, "metrics": {}}
+    runner.save_row(tmp_path / "cases.jsonl", row, retries=(0.01,))
+    assert runner.read_usable_rows(tmp_path / "cases.jsonl") == [row]
 
 
 def test_corrupt_rows_are_skipped_and_reported_with_file_and_line(tmp_path, capsys):
@@ -444,19 +445,17 @@ def test_corrupt_rows_are_skipped_and_reported_with_file_and_line(tmp_path, caps
     path.write_bytes(good + b"{}\n[1, 2]\n" + b'{"case_id": null, "status": "ok"}\n' + b"\xff\xfe{}\n"
                      + b"not json\n" + b'{"case_id": "x", "sta')  # the last one torn: silently ignored
     problems = []
-    rows = runner.read_rows(path, problems)
+    rows = runner.read_usable_rows(path, problems)
     assert [r["case_id"] for r in rows] == ["sinusoidal/n=1"]
-    assert problems == [
-        f"{path}:2: case_id is null, not a string; line skipped",
-        f"{path}:3: not a row (a JSON list); line skipped",
-        f"{path}:4: case_id is null, not a string; line skipped",
-        f"{path}:5: not UTF-8 text; line skipped",
-        f"{path}:6: not JSON (Expecting value); line skipped",
-    ]
+    expected = {2: "row has no 'case_id'", 3: "expected a JSON object per line, got list",
+                4: "case_id: expected a string, got NoneType", 5: "not UTF-8 text", 6: "not JSON (Expecting value)"}
+    assert len(problems) == len(expected)
+    for problem, (n, what) in zip(problems, expected.items()):
+        assert problem.startswith(f"{path}:{n}: {what}") and problem.endswith("; line skipped"), problem
     capsys.readouterr()
     assert cli.main(run_args(tmp_path)) == 0  # resume: skips them, runs what is missing
     captured = capsys.readouterr()
-    assert f"warning: {path}:3: not a row (a JSON list); line skipped" in captured.err
+    assert f"warning: {path}:3: expected a JSON object per line, got list; line skipped" in captured.err
     assert "1 case(s) run, 1 already done" in captured.out
     assert "Traceback" not in captured.err
 

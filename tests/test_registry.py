@@ -98,3 +98,44 @@ def test_entry_point_group(tmp_path):
         capture_output=True, text=True, check=True,
     ).stdout
     assert "'ext_method'" in out and "extpkg" in out
+
+
+def test_listing_reads_literal_names_without_importing(tmp_path, monkeypatch, clean_registry):
+    path = write_plugin(tmp_path / "lit", "lit_method.py", "lit_method")
+    path.write_text(path.read_text() + "raise RuntimeError('imported')\n")  # importing it would fail
+    monkeypatch.setenv(registry.ENV_PATH, str(tmp_path / "lit"))
+    found = registry.listing()
+    assert found["lit_method"] == str(path.resolve()) and list(found) == sorted(found)
+    assert str(path.resolve()) not in registry._SCANNED
+    assert registry.require("lit_method") == str(path.resolve())
+    with pytest.raises(registry.RegistryError, match=r"unknown method 'lit_methd' \(did you mean 'lit_method'\?\)"):
+        registry.require("lit_methd")
+
+
+@pytest.mark.parametrize("source", [
+    # a computed name, register called as a function, register renamed, an inherited name
+    PLUGIN.format(cls="P", name="x").replace('name = "x"', 'name = "comp" + "uted"'),
+    PLUGIN.format(cls="P", name="computed").replace("@register\n", "") + "register(P)\n",
+    PLUGIN.format(cls="P", name="computed").replace("import register", "import register as reg")
+    .replace("@register", "@reg"),
+    PLUGIN.format(cls="Base", name="computed").replace("@register\n", "")
+    + "\n@register\nclass P(Base):\n    pass\n",
+], ids=["computed", "called", "renamed", "inherited"])
+def test_listing_imports_files_it_cannot_read(tmp_path, monkeypatch, clean_registry, source):
+    (tmp_path / "dyn").mkdir()
+    (tmp_path / "dyn" / "dyn.py").write_text(source)
+    monkeypatch.setenv(registry.ENV_PATH, str(tmp_path / "dyn"))
+    assert registry.listing()["computed"] == str((tmp_path / "dyn" / "dyn.py").resolve())
+    assert str((tmp_path / "dyn" / "dyn.py").resolve()) in registry._SCANNED
+
+
+def test_listing_finds_a_duplicate_without_importing(tmp_path, monkeypatch, clean_registry):
+    write_plugin(tmp_path / "dup2", "again.py", "rotary")
+    monkeypatch.setenv(registry.ENV_PATH, str(tmp_path / "dup2"))
+    with pytest.raises(registry.RegistryError, match=r"duplicate method name 'rotary': defined in .*methods/rotary.py "
+                                                     r"and in .*dup2/again.py"):
+        registry.listing()
+
+
+def test_listing_agrees_with_importing_for_the_builtin_methods():
+    assert {name: registry.origin(name) for name in registry.discover()} == registry.listing()

@@ -27,41 +27,53 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .. import distributed, registry
-from ..measure import PowerSampler, make_device, summarize
-from ..method import ModelConfig
-from ..model import PRESETS, TransformerLM, lm_loss, model_config
-from . import Diverged, TaskSettings
+from ..config import PRESETS, ModelConfig
+from . import Diverged, Metric, TaskSettings
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# torch, numpy and the model are imported inside the functions that run a case: validating a
+# suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
 
+M = Metric  # the declarations below read as a table
 METRICS = {
-    "train_wps": "tokens/s, median over windows of full optimizer steps",
-    "train_wps_min": "tokens/s, slowest training window",
-    "train_wps_max": "tokens/s, fastest training window",
-    "eval_wps": "tokens/s, median over windows of no-grad forwards",
-    "eval_wps_min": "tokens/s, slowest evaluation window",
-    "eval_wps_max": "tokens/s, fastest evaluation window",
-    "peak_mem_train_bytes": "bytes; CUDA max_memory_allocated, CPU peak resident set, training phase",
-    "peak_mem_train_reserved_bytes": "bytes; CUDA max_memory_reserved in training (null on CPU)",
-    "peak_mem_eval_bytes": "bytes; as peak_mem_train_bytes, evaluation phase",
-    "peak_mem_eval_reserved_bytes": "bytes; CUDA max_memory_reserved in evaluation (null on CPU)",
-    "energy_j": "joules drawn by the GPU over the measured training windows (NVML; null without)",
-    "j_per_token": "joules per trained token (energy_j / tokens in the measured windows)",
-    "eval_energy_j": "joules over the measured evaluation windows (NVML; null without)",
-    "eval_j_per_token": "joules per evaluated token",
-    "train_loss": "mean loss of the last training window (random tokens: about ln(vocab))",
-    "mem_base_bytes": "bytes in use before both phases: model and data (CPU: also the Python and torch runtime)",
-    "peak_mem_train_bytes_mean": "bytes; peak_mem_train_bytes averaged over ranks (= it in one process)",
-    "peak_mem_eval_bytes_mean": "bytes; peak_mem_eval_bytes averaged over ranks",
-    "world_size": "data-parallel ranks; words/s and energy are totals over them",
-    "n_params": "parameters of the model",
-    "batch_size": "sequences per step: tokens_per_step // seq_len",
-    "tokens_per_step": "tokens per step actually used: batch_size * seq_len",
-    "threads": "torch CPU threads in the worker",
+    "train_wps": M("Training speed", "words/s", "tokens/s, median over windows of full optimizer steps",
+                   True, "count", table=True),
+    "train_wps_min": M("Training speed, slowest window", "words/s", "tokens/s, slowest training window", None, "count"),
+    "train_wps_max": M("Training speed, fastest window", "words/s", "tokens/s, fastest training window", None, "count"),
+    "eval_wps": M("Evaluation speed", "words/s", "tokens/s, median over windows of no-grad forwards",
+                  True, "count", table=True),
+    "eval_wps_min": M("Evaluation speed, slowest window", "words/s", "tokens/s, slowest evaluation window", None, "count"),
+    "eval_wps_max": M("Evaluation speed, fastest window", "words/s", "tokens/s, fastest evaluation window", None, "count"),
+    "peak_mem_train_bytes": M("Peak training memory", "bytes", "CUDA max_memory_allocated, CPU peak resident set, "
+                              "training phase", False, "bytes", table=True),
+    "peak_mem_train_reserved_bytes": M("Peak training memory reserved", "bytes",
+                                       "CUDA max_memory_reserved in training (null on CPU)", False, "bytes"),
+    "peak_mem_eval_bytes": M("Peak evaluation memory", "bytes", "as peak_mem_train_bytes, evaluation phase",
+                             False, "bytes", table=True),
+    "peak_mem_eval_reserved_bytes": M("Peak evaluation memory reserved", "bytes",
+                                      "CUDA max_memory_reserved in evaluation (null on CPU)", False, "bytes"),
+    "energy_j": M("Training energy", "J", "joules drawn by the GPU over the measured training windows "
+                  "(NVML; null without)", False),
+    "j_per_token": M("Training energy per token", "J/token", "joules per trained token "
+                     "(energy_j / tokens in the measured windows)", False),
+    "eval_energy_j": M("Evaluation energy", "J", "joules over the measured evaluation windows (NVML; null without)",
+                       False),
+    "eval_j_per_token": M("Evaluation energy per token", "J/token", "joules per evaluated token", False),
+    "train_loss": M("Training loss", "nats/token", "mean loss of the last training window "
+                    "(random tokens: about ln(vocab))"),
+    "mem_base_bytes": M("Base memory", "bytes", "in use before both phases: model and data (CPU: also the "
+                        "Python and torch runtime)", None, "bytes"),
+    "peak_mem_train_bytes_mean": M("Peak training memory, mean over ranks", "bytes",
+                                   "peak_mem_train_bytes averaged over ranks (= it in one process)", None, "bytes"),
+    "peak_mem_eval_bytes_mean": M("Peak evaluation memory, mean over ranks", "bytes",
+                                  "peak_mem_eval_bytes averaged over ranks", None, "bytes"),
+    "world_size": M("Ranks", "", "data-parallel ranks; words/s and energy are totals over them", None, "int"),
+    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+    "batch_size": M("Batch size", "sequences", "sequences per step: tokens_per_step // seq_len", None, "int"),
+    "tokens_per_step": M("Tokens per step", "tokens", "tokens per step actually used: batch_size * seq_len",
+                         None, "int"),
+    "threads": M("Threads", "", "torch CPU threads in the worker", None, "int"),
 }
 
 
@@ -95,6 +107,12 @@ class Params(BaseModel):
 
 
 def run(case) -> dict:
+    import torch
+
+    from .. import distributed, registry
+    from ..measure import make_device
+    from ..model import TransformerLM, lm_loss, model_config
+
     s, L = case.settings, case.params.seq_len
     batch = s.tokens_per_step // L
     if batch < 1:
@@ -105,7 +123,7 @@ def run(case) -> dict:
         registry.add_methods_dir(folder)
     device = torch.device(case.device)
     dev = make_device(case.device)
-    dtype = DTYPES[s.dtype]
+    dtype = getattr(torch, s.dtype)  # float32, bfloat16 or float16 (Settings.dtype)
     torch.manual_seed(s.seed)
     cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **s.model_overrides)
     model = TransformerLM(cfg).to(device)
@@ -168,7 +186,7 @@ def run(case) -> dict:
     _wps(metrics, series, "train", tokens * s.measure_steps, train_s)
     _peak(metrics, "train", dev.peak())
     _energy(metrics, "", energy, tokens * s.measure_steps * s.windows * distributed.world_size())
-    return {"metrics": metrics, "series": series}
+    return {"metrics": metrics, "series": series, "info": model.info(device, dtype)}
 
 
 def _nvml(device: str):
@@ -182,6 +200,9 @@ def _nvml(device: str):
 
 def _phase(dev, step, s, nvml, handle, after_window=None) -> tuple[list[float], float | None]:
     """Warm up, then time ``s.windows`` windows; (seconds per window, joules over the windows)."""
+    from .. import distributed
+    from ..measure import PowerSampler
+
     dev.reset_peak()
     if s.warmup_steps:
         dev.time_window(step, s.warmup_steps)
@@ -203,6 +224,9 @@ def _phase(dev, step, s, nvml, handle, after_window=None) -> tuple[list[float], 
 
 def _wps(metrics, series, phase, tokens_per_window, seconds):
     # One process: tokens / seconds per window. Distributed: all ranks' tokens over the slowest.
+    from .. import distributed
+    from ..measure import summarize
+
     rates = distributed.global_rates(tokens_per_window, seconds)
     metrics[f"{phase}_wps"], metrics[f"{phase}_wps_min"], metrics[f"{phase}_wps_max"] = summarize(rates)
     series[f"{phase}_wps_windows"] = rates
@@ -210,6 +234,8 @@ def _wps(metrics, series, phase, tokens_per_window, seconds):
 
 def _peak(metrics, phase, peak):
     """Peak memory per rank: the maximum over ranks (what must fit) and the mean."""
+    from .. import distributed
+
     allocated = peak["allocated"]
     if allocated is not None:
         metrics[f"peak_mem_{phase}_bytes"] = int(distributed.all_reduce_max([allocated])[0])

@@ -17,26 +17,34 @@ import math
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .. import registry
-from ..data import DataError, batches, load_corpus
-from ..evaluate import evaluate
-from ..model import PRESETS, TransformerLM, model_config
-from ..train import TrainConfig, load_checkpoint, train
-from . import TaskSettings
+from ..config import PRESETS
+from . import Metric, TaskSettings
 
+# torch, the corpus and the model are imported inside the functions that run a case: validating a
+# suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
+
+M = Metric
 METRICS = {
-    "ppl_at_train_len": "perplexity at L_valid = L_train, non-overlapping",
-    "ppl_at_max_len": "perplexity at the longest L_valid, non-overlapping",
-    "best_ppl": "best achievable perplexity of the corpus (synthetic Markov source, long run), else null",
-    "best_ppl_eval": "perplexity of the true source on the evaluated tokens (synthetic), else null",
-    "final_train_loss": "training loss at the last step (nats/token)",
-    "train_steps": "optimizer steps",
-    "train_tokens": "tokens trained on",
-    "train_seconds": "wall-clock training time (s)",
-    "n_params": "parameters of the model",
+    "ppl_at_train_len": M("Perplexity at L_train", "perplexity", "perplexity at L_valid = L_train, non-overlapping",
+                          False, "ppl"),
+    "ppl_at_max_len": M("Perplexity at the longest L_valid", "perplexity",
+                        "perplexity at the longest L_valid, non-overlapping", False, "ppl"),
+    "ppl@*": M("Perplexity", "perplexity", "ppl@<mode>@<L_valid>[@interp]: perplexity of one evaluation",
+               False, "ppl"),
+    "best_ppl": M("Best achievable perplexity", "perplexity", "best achievable perplexity of the corpus "
+                  "(synthetic Markov source, long run), else null", None, "ppl"),
+    "best_ppl_eval": M("Source perplexity on the evaluated tokens", "perplexity",
+                       "perplexity of the true source on the evaluated tokens (synthetic), else null", None, "ppl"),
+    "final_train_loss": M("Final training loss", "nats/token", "training loss at the last step (nats/token)"),
+    "train_steps": M("Training steps", "steps", "optimizer steps", None, "int"),
+    "train_tokens": M("Training tokens", "tokens", "tokens trained on", None, "count"),
+    "train_seconds": M("Training time", "s", "wall-clock training time (s)"),
+    "reused_checkpoint": M("Reused checkpoint", "", "1 when the model came from the case's checkpoint", None, "int"),
+    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+    "n_seeds": M("Seeds", "", "seeds averaged (with `seeds`): every metric m is their mean, m_std the spread",
+                 None, "int"),
 }
 
 
@@ -45,12 +53,22 @@ class CorpusSettings(BaseModel):
 
     kind: Literal["synthetic", "wikitext", "wikitext-103", "wikitext-2", "text"] = "synthetic"
     path: Optional[str] = Field(None, description="data folder or file; default $POSBENCH_DATA_DIR (--data sets it)")
-    level: Literal["word", "byte"] = "byte"
+    level: Optional[Literal["word", "byte"]] = Field(
+        None, description="text: word or byte (default byte); WikiText is word level only (for WikiText bytes use "
+        "kind: text with the folder's files)")
     splits: Optional[dict[str, str]] = Field(None, description="corpus split -> file split, e.g. {train: test}")
     size: Optional[int] = Field(None, ge=1, description="cap on tokens per split (synthetic: training tokens)")
     seed: int = 0
     synthetic: dict[str, Union[int, float]] = Field(
         default_factory=dict, description="synthetic chain options: vocab, order, branching, jump")
+
+    @model_validator(mode="after")
+    def _word_level_wikitext(self):
+        # Said before anything runs, instead of training a word-level model under "byte".
+        if self.kind.startswith("wikitext") and self.level == "byte":
+            raise ValueError(f"corpus: kind {self.kind} is word level only; for bytes use kind: text, "
+                             "path: <folder>, level: byte, splits: {train: test.txt, valid: valid.txt}")
+        return self
 
 
 class Settings(TaskSettings):
@@ -72,11 +90,16 @@ class Settings(TaskSettings):
     eval_tokens: Optional[int] = Field(None, ge=2, description="use the first N tokens of the valid split")
     eval_batch_size: int = Field(8, ge=1)
     reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint of this case instead of retraining")
+    seeds: Optional[list[int]] = Field(
+        None, min_length=1, description="train and evaluate once per seed (weights and batch order); metrics are "
+        "the mean, with <metric>_std (sample std) and n_seeds; replaces `seed`")
 
     @model_validator(mode="after")
     def _one_budget(self):
         if (self.steps is None) == (self.tokens is None):
             raise ValueError("give exactly one training budget: steps or tokens")
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct, got {self.seeds}")
         return self
 
 
@@ -96,6 +119,8 @@ def checkpoint_path(case, name: str | None = None) -> Path | None:
 def open_corpus(c: CorpusSettings):
     """The corpus the settings name. WikiText-2 as shipped has no training file: its test split
     trains (as the data README suggests), and the row says so through ``corpus``."""
+    from ..data import DataError, load_corpus
+
     splits = c.splits
     if c.kind.startswith("wikitext") and splits is None:
         try:
@@ -105,11 +130,19 @@ def open_corpus(c: CorpusSettings):
                 raise
             splits = {"train": "test", "valid": "valid"}
     options = dict(c.synthetic) if c.kind == "synthetic" else {}
-    return load_corpus(c.kind, path=c.path, level=c.level, seed=c.seed, splits=splits, size=c.size, **options)
+    level = c.level or ("word" if c.kind.startswith("wikitext") else "byte")
+    return load_corpus(c.kind, path=c.path, level=level, seed=c.seed, splits=splits, size=c.size, **options)
 
 
-def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_options: dict):
-    """Train at L (or load the checkpoint an earlier run of this case left); (model, metrics, series)."""
+def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_options: dict, seed: int):
+    """Train at L with ``seed`` (or load the checkpoint an earlier run of this case left);
+    (model, metrics, series)."""
+    import torch
+
+    from ..data import batches
+    from ..model import TransformerLM, model_config
+    from ..train import TrainConfig, load_checkpoint, train
+
     metrics: dict = {}
     series: dict = {}
     overrides = {"vocab_size": corpus.vocab_size, **s.model_overrides}
@@ -119,11 +152,11 @@ def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_o
         r = blob["result"]
         curve, final, steps, tokens, seconds, reused = r["curve"], r["final_loss"], r["steps"], r["tokens"], r["seconds"], 1
     else:
-        torch.manual_seed(s.seed)
+        torch.manual_seed(seed)
         model = TransformerLM(cfg)
         tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
-                           warmup_steps=s.warmup_steps, precision=s.precision, seed=s.seed)
-        r = train(model, batches(corpus.split("train"), L, s.batch_size, seed=s.seed), tcfg, case.device, ckpt)
+                           warmup_steps=s.warmup_steps, precision=s.precision, seed=seed)
+        r = train(model, batches(corpus.split("train"), L, s.batch_size, seed=seed), tcfg, case.device, ckpt)
         curve, final, steps, tokens, seconds, reused = r.curve, r.final_loss, r.steps, r.tokens, r.seconds, 0
     series["train_loss"] = [list(p) for p in curve]
     series["corpus"] = corpus.describe()
@@ -134,6 +167,10 @@ def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_o
 
 def eval_cell(model, tokens, L: int, Lv: int, mode: str, s: Settings, device, interpolate: bool = False):
     """One (mode, L_valid) evaluation as a cell dict, and its per-position curve (None on OOM)."""
+    import torch
+
+    from ..evaluate import evaluate
+
     stride = min(s.stride, Lv) if mode == "sliding" else None
     cell = {"mode": mode, "L_valid": Lv, "stride": stride, "interpolate": interpolate,
             "ppl": None, "loss": None, "tokens": 0, "status": "ok", "message": ""}
@@ -151,17 +188,35 @@ def eval_cell(model, tokens, L: int, Lv: int, mode: str, s: Settings, device, in
 
 
 def run(case) -> dict:
+    import torch
+
+    from .. import registry
+
     s, L = case.settings, case.params.L_train
     if s.threads:
         torch.set_num_threads(s.threads)
     for folder in case.methods_dirs:
         registry.add_methods_dir(folder)
     corpus = open_corpus(s.corpus)
-    model, metrics, series = trained_model(case, s, corpus, L, checkpoint_path(case),
-                                           s.method_options.get(case.method, {}))
+    seeds = s.seeds or [s.seed]
+    runs = []
+    for seed in seeds:
+        # One checkpoint per seed; a single seed keeps the case id as its name (older run folders).
+        name = case.id if len(seeds) == 1 else f"{case.id}@seed{seed}"
+        runs.append(run_one_seed(case, s, corpus, L, seed, checkpoint_path(case, name)))
+    return combine_seeds(runs, seeds)
+
+
+def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None) -> dict:
+    """Train (or reload) and evaluate one model: the task's result for one seed."""
+    import torch
+
+    model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed)
     valid = corpus.split("valid")
     metrics["best_ppl_eval"] = corpus.oracle_ppl(valid[: s.eval_tokens])
-    model = model.to(getattr(torch, s.eval_dtype))
+    eval_dtype = getattr(torch, s.eval_dtype)
+    info = model.info(case.device, eval_dtype)
+    model = model.to(eval_dtype)
     evals, curves = [], {}
     for interpolate in ([False, True] if s.interpolate else [False]):
         for mode in s.modes:
@@ -181,4 +236,54 @@ def run(case) -> dict:
     for key in ("ppl_at_train_len", "ppl_at_max_len"):
         if metrics[key] is not None and not math.isfinite(metrics[key]):
             metrics[key] = None
-    return {"metrics": metrics, "series": series}
+    return {"metrics": metrics, "series": series, "info": info}
+
+
+def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
+    """One result from one per seed. A single seed is returned as it is. Several: every numeric
+    metric becomes the mean over the seeds that have it, with ``<metric>_std`` (sample standard
+    deviation, ddof 1), ``n_seeds`` and ``series["<metric>_by_seed"]`` (None where a seed has no
+    value); the evaluation cells carry ``ppl_std``; per-position curves are averaged; each seed's
+    training curve is kept under ``series["train_loss_by_seed"]``."""
+    if len(runs) == 1:
+        return runs[0]
+    metrics: dict = {"n_seeds": len(runs)}
+    series: dict = {"seeds": list(seeds)}
+    for key in runs[0]["metrics"]:
+        values = [r["metrics"].get(key) for r in runs]
+        numbers = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+        if not numbers:
+            metrics[key] = None
+            continue
+        metrics[key] = sum(numbers) / len(numbers)
+        metrics[f"{key}_std"] = _std(numbers)
+        series[f"{key}_by_seed"] = values
+    first = runs[0]["series"]
+    series["corpus"] = first.get("corpus")
+    series["train_loss_by_seed"] = [r["series"]["train_loss"] for r in runs]
+    series["train_loss"] = first["train_loss"]
+    cells = []
+    for i, cell in enumerate(first["evals"]):
+        ppls = [r["series"]["evals"][i]["ppl"] for r in runs]
+        ok = [p for p in ppls if p is not None and math.isfinite(p)]
+        merged = dict(cell, ppl=sum(ok) / len(ok) if ok else None, ppl_std=_std(ok) if ok else None,
+                      ppl_by_seed=ppls, n_seeds=len(ok))
+        merged["status"] = "ok" if len(ok) == len(ppls) else next(
+            r["series"]["evals"][i]["status"] for r in runs if r["series"]["evals"][i]["status"] != "ok")
+        cells.append(merged)
+    series["evals"] = cells
+    curves = {}
+    for key in first["per_position_loss"]:
+        per = [r["series"]["per_position_loss"].get(key) for r in runs]
+        if all(c is not None for c in per):
+            curves[key] = [sum(vals) / len(vals) for vals in zip(*per)]
+    series["per_position_loss"] = curves
+    return {"metrics": metrics, "series": series, "info": runs[0]["info"]}
+
+
+def _std(values: list[float]) -> float:
+    """Sample standard deviation (ddof 1); 0.0 for a single value."""
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))

@@ -17,20 +17,27 @@ import dataclasses
 from pathlib import Path
 from typing import Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import registry
-from ..model import TransformerLM
-from ..precision import run_precision_case
+from . import Metric
 from .extrapolation import Settings as TrainEvalSettings
 from .extrapolation import checkpoint_path, eval_cell, open_corpus, trained_model
 
+M = Metric
 METRICS = {
-    "last_window_distinct@float16": "median over heads of distinct float16 bias values in the last window",
-    "last_window_distinct@bfloat16": "the same for bfloat16",
-    "last_window_distinct@float32": "the same for float32 (every position distinct)",
-    "ppl_diff_at_max_len": "perplexity with the bias in the compute dtype minus with a float32 bias, longest L_valid",
+    "last_window_distinct@float16": M("Distinct float16 bias values, last window", "values",
+                                      "median over heads of distinct float16 bias values in the last window",
+                                      True, "int"),
+    "last_window_distinct@bfloat16": M("Distinct bfloat16 bias values, last window", "values",
+                                       "the same for bfloat16", True, "int"),
+    "last_window_distinct@float32": M("Distinct float32 bias values, last window", "values",
+                                      "the same for float32 (every position distinct)", True, "int"),
+    "ppl_diff_at_max_len": M("Perplexity cost of the compute-dtype bias", "perplexity",
+                             "perplexity with the bias in the compute dtype minus with a float32 bias, "
+                             "longest L_valid", None, "ppl"),
+    "ppl_diff@*": M("Perplexity cost of the compute-dtype bias", "perplexity",
+                    "ppl_diff@<L_valid>: compute-dtype bias minus float32 bias", None, "ppl"),
+    "ppl@*": M("Perplexity", "perplexity", "ppl@<float32|compute>_bias@<L_valid>", False, "ppl"),
 }
 
 
@@ -52,6 +59,8 @@ class Params(BaseModel):
 
 
 def run(case) -> dict:
+    import torch  # here, not at the top: validating a suite imports this module for its Settings
+
     s = case.settings
     if s.threads:
         torch.set_num_threads(s.threads)
@@ -61,6 +70,8 @@ def run(case) -> dict:
 
 
 def _bias_counts(case, s) -> dict:
+    from ..precision import run_precision_case
+
     out_dir = Path(case.out_dir or ".") / "precision"
     result = run_precision_case({
         "n_heads": s.analysis_heads, "length": s.analysis_length, "window": s.analysis_window,
@@ -77,13 +88,18 @@ def _bias_counts(case, s) -> dict:
 
 
 def _bias_dtype_ppl(case, s) -> dict:
+    import torch
+
+    from .. import registry
+    from ..model import TransformerLM
+
     for folder in case.methods_dirs:
         registry.add_methods_dir(folder)
     L = case.params.L_train
     corpus = open_corpus(s.corpus)
     # One training per method and length, shared by every case that evaluates it.
     ckpt = checkpoint_path(case, f"{case.method}__L_train={L}")
-    model, metrics, series = trained_model(case, s, corpus, L, ckpt, {"bias_dtype": "float32"})
+    model, metrics, series = trained_model(case, s, corpus, L, ckpt, {"bias_dtype": "float32"}, s.seed)
     valid = corpus.split("valid")
     dtype = getattr(torch, s.eval_dtype)
     evals = []
@@ -101,4 +117,4 @@ def _bias_dtype_ppl(case, s) -> dict:
         metrics[f"ppl_diff@{factor * L}"] = None if a is None or b is None else b - a
     metrics["ppl_diff_at_max_len"] = metrics[f"ppl_diff@{max(s.L_valid_factors) * L}"]
     series["evals"] = evals
-    return {"metrics": metrics, "series": series}
+    return {"metrics": metrics, "series": series, "info": model.info(case.device, dtype)}
