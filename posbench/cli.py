@@ -194,8 +194,9 @@ def cmd_run(args) -> int:
         try:
             write_run_files(tables, result.run_dir, note)
         except OSError as exc:
-            raise WriteError(f"cannot write the table in {result.run_dir}: {exc.strerror or exc}; the rows are "
-                             "saved in cases.jsonl ('bench.py report' writes the tables again)") from None
+            what = str(exc) if isinstance(exc, WriteError) else f"cannot write {result.run_dir}: {exc.strerror or exc}"
+            raise WriteError(f"{what}; the rows are saved in cases.jsonl ('bench.py report' writes the tables "
+                             "again)") from None
         print("\n" + "\n".join(to_text(t) for t in tables))
         print(f"table: {result.run_dir}/table.md, {result.run_dir}/table.csv")
     return 0

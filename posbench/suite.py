@@ -12,6 +12,7 @@ task's ``Settings`` checks the merged settings (file, then profile, then ``--set
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import hashlib
 import inspect
@@ -250,10 +251,7 @@ def _load_yaml(text: str) -> tuple[Any, Any]:
     loader = None
     try:
         loader = SuiteLoader(text)  # the reader rejects unprintable characters already here
-        try:
-            node = loader.get_single_node()
-        except RecursionError:
-            raise _YamlProblem(1, "<yaml>", "nesting too deep", "a few levels of mappings and lists") from None
+        node = loader.get_single_node()
         if node is None:
             return None, None
         if _expanded_size(node) > MAX_NODES:
@@ -261,6 +259,8 @@ def _load_yaml(text: str) -> tuple[Any, Any]:
                                f"aliases expand to more than {MAX_NODES} nodes",
                                "aliases that keep the expanded document small (an alias bomb is refused)")
         return loader.construct_document(node), node
+    except RecursionError:  # composing, counting or constructing a deeply nested document
+        raise _YamlProblem(1, "<yaml>", "nesting too deep", "a few levels of mappings and lists") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
@@ -605,6 +605,45 @@ def _check_grid(grid: dict, source: dict, params: type, fail) -> None:
         raise fail(("grid",), f"missing grid axis {missing[0]!r}", ", ".join(fields))
 
 
+def _options_from_source(path: Path, method: str) -> list[str] | None | bool:
+    """The keyword options of ``method``'s constructor read from its file without running it
+    (validation imports no torch): the ``@register`` class whose ``name`` is ``method``, its own
+    ``__init__`` or, with none and ``PositionMethod`` as its only base, no options. None: it takes
+    ``**kwargs``. False: the source does not say (the caller imports the class instead)."""
+    from . import registry
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ClassDef) and registry._class_name(node) == method):
+            continue
+        init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+        if init is None:
+            plain = [b for b in node.bases if not (isinstance(b, ast.Name) and b.id == "PositionMethod")]
+            return False if plain else []
+        if init.args.kwarg is not None:
+            return None
+        return [a.arg for a in init.args.args[2:]] + [a.arg for a in init.args.kwonlyargs]  # after self, cfg
+    return False
+
+
+def constructor_options(method: str) -> list[str] | None:
+    """The options ``method_options`` may give ``method`` (its constructor's keyword parameters
+    after ``cfg``), None when it takes any keyword."""
+    from . import registry
+
+    found = _options_from_source(Path(registry.require(method)), method)
+    if found is not False:
+        return found
+    params = inspect.signature(registry.get(method).__init__).parameters  # imports the method file
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return [p for p in params if p not in ("self", "cfg")
+            and params[p].kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+
+
 def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: dict, methods: list[str], task,
                   fail) -> None:
     """Checks that need several keys at once (each field alone passed its own bounds), so that
@@ -617,7 +656,7 @@ def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: di
                            f"seq_len <= tokens_per_step ({tokens}), or a larger tokens_per_step")
     preset, overrides = getattr(settings, "model", None), getattr(settings, "model_overrides", None)
     if preset is not None and overrides:
-        from .model import model_config  # imports torch; only suites that build a model get here
+        from .config import model_config
 
         try:
             model_config(preset, **overrides)
@@ -634,11 +673,9 @@ def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: di
             if method not in methods:
                 raise fail(base + (method,), f"options for {method!r}, which is not in methods",
                            ", ".join(methods))
-            params = inspect.signature(registry.get(method).__init__).parameters
-            if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            allowed = constructor_options(method)
+            if allowed is None:
                 continue  # the constructor takes any keyword
-            allowed = [p for p in params if p not in ("self", "cfg")
-                       and params[p].kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
             for option in opts:
                 if option not in allowed:
                     raise fail(base + (method, option), f"{method} takes no option {option!r}",

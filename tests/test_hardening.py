@@ -391,7 +391,7 @@ def test_table_write_failure_keeps_the_rows(tmp_path, capsys):
     (run_dir / "table.md").mkdir(parents=True)
     assert cli.main(run_args(tmp_path)) == cli.EXIT_USAGE
     err = capsys.readouterr().err
-    assert err.startswith(f"WriteError: cannot write the table in {run_dir}: Is a directory; the rows are saved")
+    assert err.startswith(f"WriteError: cannot write {run_dir}/table.md: Is a directory; the rows are saved")
     assert err.count("\n") == 1
     assert [r["status"] for r in runner.read_usable_rows(run_dir / "cases.jsonl")] == ["ok"]
 
@@ -577,3 +577,15 @@ def test_download_url_and_archive_from_the_command_line(server, tmp_path, capsys
     last = capsys.readouterr().err.splitlines()[-1]  # after the progress lines
     assert last.startswith(f"DataError: download: checksum mismatch for {archive}: expected sha256")
     assert not (tmp_path / "c").exists() and archive.exists()
+
+
+def test_constructor_options_read_from_source_match_the_signature():
+    import inspect
+
+    from posbench import registry
+
+    for name in registry.names():
+        params = inspect.signature(registry.get(name).__init__).parameters
+        expected = None if any(p.kind is p.VAR_KEYWORD for p in params.values()) else \
+            [p for p in params if p not in ("self", "cfg")]
+        assert suitemod.constructor_options(name) == expected, name
