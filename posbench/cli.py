@@ -12,10 +12,12 @@ import json
 import os
 import shlex
 import sys
+import traceback
 from pathlib import Path
 from typing import Callable
 
 from . import suite as suitemod
+from .fsutil import WriteError
 from .suite import SuiteError
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
@@ -127,6 +129,8 @@ def cmd_run(args) -> int:
 
     _load_methods_dirs(args)
     suite, device = _resolve(args)
+    if args.run_id is not None:  # a folder under results/<suite>/: never a path that leaves it
+        suitemod.check_name(args.run_id, "--run-id")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     shard = parse_shard(args.shard) if args.shard else None
     in_process = _under_torchrun(suite, device, args.dry_run)
@@ -187,7 +191,12 @@ def cmd_run(args) -> int:
         if suite.settings.nproc > 1:
             note += (f" Data parallel on {suite.settings.nproc} ranks: words/s count all ranks' tokens over "
                      "the slowest rank's time; peak memory is the largest rank's.")
-        write_run_files(tables, result.run_dir, note)
+        try:
+            write_run_files(tables, result.run_dir, note)
+        except OSError as exc:
+            what = str(exc) if isinstance(exc, WriteError) else f"cannot write {result.run_dir}: {exc.strerror or exc}"
+            raise WriteError(f"{what}; the rows are saved in cases.jsonl ('bench.py report' writes the tables "
+                             "again)") from None
         print("\n" + "\n".join(to_text(t) for t in tables))
         print(f"table: {result.run_dir}/table.md, {result.run_dir}/table.csv")
     return 0
@@ -266,6 +275,7 @@ def parser() -> argparse.ArgumentParser:
         prog="bench.py", description="posbench: what a position method costs and how well it extrapolates.",
         epilog="with no subcommand, 'run' is assumed:\n  python bench.py --suite efficiency",
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="on an error, also print its traceback (any position)")
     sub = p.add_subparsers(dest="command", metavar="{" + ",".join(ALL_COMMANDS) + "}")
     for name, (help_, add, handler, examples) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_, description=help_, epilog=examples,
@@ -278,10 +288,16 @@ def parser() -> argparse.ArgumentParser:
         sp = add(sub)
         sp.set_defaults(handler=sp.get_default("func"))
     sp = sub.add_parser("download", help="download a corpus (WikiText-103) into a data folder",
-                        epilog="examples:\n  python bench.py download wikitext-103 --data ~/data\n",
+                        epilog="examples:\n  python bench.py download wikitext-103 --data ~/data\n"
+                               "  python bench.py download wikitext-103 --data ~/data --url https://example.org/wikitext-103-v1.zip\n"
+                               "  python bench.py download wikitext-103 --data ~/data --archive ~/Downloads/wikitext-103-v1.zip\n",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     sp.add_argument("corpus", choices=["wikitext-103"])
     sp.add_argument("--data", required=True, metavar="DIR", help="data folder (creates DIR/wikitext-103/)")
+    sp.add_argument("--url", action="append", default=[], metavar="URL",
+                    help="download from URL instead of the built-in mirrors (repeatable; tried in order; "
+                         "the checksum is still checked)")
+    sp.add_argument("--archive", metavar="FILE", help="use a wikitext-103-v1.zip already on disk (checksum checked)")
     sp.set_defaults(handler=cmd_download)
     return p
 
@@ -294,7 +310,7 @@ def cmd_download(args) -> int:
     from .download import download_wikitext103
 
     try:
-        folder = download_wikitext103(args.data)
+        folder = download_wikitext103(args.data, urls=args.url, archive=args.archive)
     except DataError as exc:
         print(f"DataError: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -302,22 +318,46 @@ def cmd_download(args) -> int:
     return 0
 
 
+def error_line(exc: BaseException) -> str:
+    """One line for an error: its type, then what went wrong (an OSError: which file and why)."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror and type(exc) is not WriteError:
+        text = f"{exc.filename}: {exc.strerror}"
+    else:
+        lines = str(exc).strip().splitlines()
+        text = lines[0] if lines else ""
+    return f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+def _user_errors() -> tuple[type, ...]:
+    """Exception types that mean bad input or a bad environment, taken from the modules that
+    define them when they are loaded (a module that was never imported raised nothing)."""
+    kinds: list[type] = [SuiteError, OSError]
+    for module, name in (("posbench.data", "DataError"), ("posbench.registry", "RegistryError"),
+                         ("posbench.runner", "RunLocked"), ("posbench.rows", "RowsError")):
+        if module in sys.modules:
+            kinds.append(getattr(sys.modules[module], name))
+    return tuple(kinds)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run a command. A user's mistake (an invalid suite or flag, a locked or corrupt run folder,
+    a file that cannot be written) is one line on stderr and exit status 2; anything else is one
+    line and status 1. ``--debug`` (anywhere on the line) adds the traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     if not argv or (argv[0] not in ALL_COMMANDS and argv[0] not in ("-h", "--help")):
         argv = ["run"] + argv
     args = parser().parse_args(argv)
-    from .registry import RegistryError
-    from .rows import RowsError
-
     try:
         return args.handler(args)
-    except SuiteError as exc:
-        print(f"SuiteError: {exc}", file=sys.stderr)
+    except _user_errors() as exc:
+        if debug:
+            traceback.print_exc()
+        print(error_line(exc), file=sys.stderr)
         return EXIT_USAGE
-    except RegistryError as exc:
-        print(f"RegistryError: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except RowsError as exc:  # a damaged cases.jsonl or run.json in the run folder
-        print(f"RowsError: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except Exception as exc:  # a bug, not bad input: still one line unless asked for more
+        if debug:
+            traceback.print_exc()
+        print(f"{error_line(exc)} (an internal error; run again with --debug for the traceback)", file=sys.stderr)
+        return 1

@@ -16,6 +16,12 @@ from pathlib import Path
 from .data import DataError
 
 WIKITEXT103_URL = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip"
+# Tried in order; the same archive (same SHA-256) from each. The second is the dataset author's
+# own host. More can be given with --url, or a copy fetched by hand with --archive.
+WIKITEXT103_MIRRORS = (
+    WIKITEXT103_URL,
+    "https://wikitext.smerity.com/wikitext-103-v1.zip",
+)
 WIKITEXT103_SHA256 = "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"
 WIKITEXT103_BYTES = 190_229_076
 SPLIT_FILES = ("wiki.train.tokens", "wiki.valid.tokens", "wiki.test.tokens")
@@ -71,38 +77,99 @@ def _extract(archive: Path, folder: Path) -> None:
         raise DataError(f"download: {archive} is not a valid zip ({e})") from None
 
 
+def _sha256_file(path: Path) -> tuple[str, int]:
+    h, size = hashlib.sha256(), 0
+    try:
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 20):
+                h.update(block)
+                size += len(block)
+    except OSError as e:
+        raise DataError(f"download: cannot read {path}: {e.strerror or e}") from None
+    return h.hexdigest(), size
+
+
+def _check(digest: str, size: int, sha256: str | None, source: str) -> None:
+    if sha256 is not None and digest != sha256.lower():
+        raise DataError(f"download: checksum mismatch for {source}: expected sha256 {sha256}, got {digest} "
+                        f"({size} bytes)")
+
+
+def _target_folder(dest) -> Path:
+    """``dest/wikitext-103``; a DataError when ``dest`` (or that folder) is an existing file."""
+    dest = Path(dest).expanduser()
+    for path in (dest, dest / "wikitext-103"):
+        if path.exists() and not path.is_dir():
+            raise DataError(f"download: --data {dest}: {path} is a file, not a folder; allowed: a folder "
+                            "(created when missing)")
+    return dest / "wikitext-103"
+
+
 def download_wikitext103(
     dest,
-    url: str = WIKITEXT103_URL,
+    url: str | None = None,
     sha256: str | None = WIKITEXT103_SHA256,
     *,
+    urls: list[str] | None = None,
+    archive: str | Path | None = None,
     timeout: float = 60.0,
     keep_archive: bool = False,
     quiet: bool = False,
 ) -> Path:
     """Download and unpack WikiText-103 into ``dest/wikitext-103/``; returns that folder.
 
-    Skips the download when all three ``wiki.*.tokens`` files are already there. The archive's
-    SHA-256 is checked against ``sha256`` (pass None to skip the check; the computed value is
-    printed either way). Offline, HTTP errors and a checksum mismatch raise a one-line DataError,
-    and a mismatching archive is deleted.
+    Sources, first that works: ``archive`` (a zip already on disk, e.g. fetched by hand; it is
+    left in place), else ``url`` / ``urls``, else the mirrors in ``WIKITEXT103_MIRRORS`` in order.
+    Every source's SHA-256 is checked against ``sha256`` (None skips the check; the computed value
+    is printed either way): a mismatching download is deleted and the next mirror tried. Skips
+    everything when the three ``wiki.*.tokens`` files are already there. Any failure is one
+    DataError line naming each source and why, and leaves no folder it created behind.
     """
-    folder = Path(dest).expanduser() / "wikitext-103"
+    folder = _target_folder(dest)
     if all((folder / f).is_file() for f in SPLIT_FILES):
         _log(quiet, f"download: WikiText-103 already in {folder}")
         return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    archive = folder / Path(url.split("?")[0]).name
-    _log(quiet, f"download: {url} -> {archive}")
-    digest, size = _fetch(url, archive, timeout, quiet)
-    _log(quiet, f"download: {size} bytes, sha256 {digest}")
-    if sha256 is not None and digest != sha256.lower():
-        archive.unlink(missing_ok=True)
-        raise DataError(
-            f"download: checksum mismatch for {url}: expected sha256 {sha256}, got {digest} "
-            f"({size} bytes); the file was removed"
-        )
-    _extract(archive, folder)
-    if not keep_archive:
-        archive.unlink(missing_ok=True)
-    return folder
+    created = [p for p in (folder.parent, folder) if not p.exists()]  # removed again on failure
+    try:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise DataError(f"download: cannot create {folder}: {e.strerror or e}") from None
+        if archive is not None:
+            archive = Path(archive).expanduser()
+            if not archive.is_file():
+                raise DataError(f"download: --archive {archive}: no such file; allowed: a downloaded "
+                                "wikitext-103-v1.zip")
+            digest, size = _sha256_file(archive)
+            _log(quiet, f"download: {archive}: {size} bytes, sha256 {digest}")
+            _check(digest, size, sha256, str(archive))
+            _extract(archive, folder)
+            return folder
+        sources = ([url] if url else []) + list(urls or []) or list(WIKITEXT103_MIRRORS)
+        failures = []
+        for source in sources:
+            target = folder / Path(source.split("?")[0]).name
+            _log(quiet, f"download: {source} -> {target}")
+            try:
+                digest, size = _fetch(source, target, timeout, quiet)
+                _log(quiet, f"download: {size} bytes, sha256 {digest}")
+                _check(digest, size, sha256, source)
+            except DataError as e:
+                target.unlink(missing_ok=True)
+                failures.append(str(e) + ("; the file was removed" if "checksum" in str(e) else ""))
+                continue
+            _extract(target, folder)
+            if not keep_archive:
+                target.unlink(missing_ok=True)
+            return folder
+        if len(failures) == 1:
+            raise DataError(failures[0])
+        raise DataError(f"download failed from every source ({len(failures)}): " + "; ".join(failures)
+                        + "; fetch the zip by hand and pass --archive FILE")
+    except BaseException:
+        for path in reversed(created):  # only folders this call made, and only when empty
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+        raise

@@ -25,9 +25,13 @@ merge in ``bench.py report``.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import math
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,9 +44,10 @@ from typing import Callable, Optional
 
 from . import __version__
 from .case import Case
-from .rows import ROW_KEYS, RunMeta, latest, read_rows, write_run_meta
-from .suite import Suite, SuiteError
-from .worker import first_failure, rank_failure, read_result, run_case
+from .fsutil import WriteError, atomic_write_text
+from .rows import ROW_KEYS, RowsError, RunMeta, check_row, latest, read_rows, write_run_meta
+from .suite import Suite, SuiteError, check_name
+from .worker import OOM_TEXT, die_with_parent, first_failure, rank_failure, read_result, run_case
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 RETRYABLE = ("error", "timeout")
@@ -81,7 +86,37 @@ def default_run_id(suite: Suite, device: str) -> str:
 # cases.jsonl
 
 
-# Reading rows (``read_rows``) and the latest row per case (``latest``) live in posbench.rows.
+# Reading rows (``read_rows``) and the latest row per case (``latest``) live in posbench.rows;
+# ``read_usable_rows`` is the runner's lenient reading for resuming.
+
+
+def read_usable_rows(path: Path, problems: list[str] | None = None) -> list[dict]:
+    """Every usable row of ``cases.jsonl``, for resuming a run. Unlike ``rows.read_rows`` (which
+    stops at the first bad line), a line that is not UTF-8, not JSON or not a row
+    (``rows.check_row``) is skipped and described in ``problems`` naming the file and line, so a
+    damaged line costs its case a re-run, not the whole run. A torn last line (a runner killed
+    mid-write) is skipped silently: the next append cuts it off."""
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):  # no run yet (the CLI says why it cannot start one)
+        return []
+    lines = data.split(b"\n")
+    rows = []
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            rows.append(check_row(json.loads(raw.decode("utf-8")), f"{path}:{n}"))
+            continue
+        except UnicodeDecodeError:
+            why = f"{path}:{n}: not UTF-8 text"
+        except json.JSONDecodeError as exc:
+            why = f"{path}:{n}: not JSON ({exc.msg})"
+        except RowsError as exc:
+            why = str(exc)
+        if n < len(lines) and problems is not None:  # n == len(lines): a torn tail, no newline yet
+            problems.append(f"{why}; line skipped")
+    return rows
 
 
 def append_row(path: Path, row: dict) -> None:
@@ -99,6 +134,92 @@ def append_row(path: Path, row: dict) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+class RowNotSaved(WriteError):
+    """A case finished but its row could not be appended; the run stops (nothing after it would
+    be saved either) and the message names the case to run again."""
+
+
+def save_row(path: Path, row: dict, retries: tuple[float, ...] = (0.5, 2.0)) -> None:
+    """``append_row``, retried after short pauses (a full disk may be freed, an NFS hiccup
+    passes); a torn partial write is cut off by the next attempt. Still failing: RowNotSaved."""
+    for pause in retries + (None,):
+        try:
+            append_row(path, row)
+            return
+        except OSError as exc:
+            if pause is None:
+                raise RowNotSaved(f"cannot write {path}: {exc.strerror or exc}; case {row['case_id']} finished "
+                                  "but its row is not saved: fix the folder, then re-run the same command "
+                                  "(it resumes and runs that case again)") from None
+            time.sleep(pause)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run folder: one runner at a time, and temp folders of runners that died
+
+
+class RunLocked(Exception):
+    """Another process holds the run folder's lock; ``str()`` is the one line to print."""
+
+
+def lock_run_dir(run_dir: Path) -> int:
+    """Take the exclusive lock on ``run_dir`` (flock on ``run_dir/.lock``, which holds the owner's
+    PID); returns the descriptor that holds it (closing it, or the process ending, releases it).
+    A second runner on the same folder would run every case again and time them while competing."""
+    path = run_dir / ".lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise WriteError(f"cannot lock {path}: {exc.strerror or exc}") from None
+        raise RunLocked(f"{run_dir}: the run folder is in use by process {holder} (another bench.py); "
+                        "allowed: wait for it to finish, or pick another --run-id") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+TEMP_PREFIX = "posbench-"  # worker temp folders: posbench-<runner pid>-<random>
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def clean_stale_temp_dirs(root: str | None = None) -> list[Path]:
+    """Remove worker temp folders whose runner is gone (killed with -9: nothing ran its cleanup)."""
+    removed = []
+    for path in Path(root or tempfile.gettempdir()).glob(TEMP_PREFIX + "*"):
+        m = re.fullmatch(re.escape(TEMP_PREFIX) + r"(\d+)-.*", path.name)
+        if m and path.is_dir() and not _alive(int(m.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def write_env(path: Path, environment: dict) -> None:
+    """env.json, written atomically; an existing one is kept unless it is unreadable (an empty
+    file left by an older version, a torn write), which is rewritten."""
+    try:
+        if isinstance(json.loads(path.read_text(encoding="utf-8")), dict):
+            return
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    atomic_write_text(path, json.dumps(environment, indent=2) + "\n")
 
 
 def _finite(metrics: dict) -> dict:
@@ -125,29 +246,36 @@ def unavailable_reason(case: Case) -> Optional[str]:
 
 def worker_command(case: Case, case_file: Path, result_file: Path) -> list[str]:
     """The worker's command line: through torchrun when the case asks for several processes."""
+    # -P: the current folder is not put on sys.path, so a pydantic.py or posbench/ where the user
+    # stands is never imported; the package comes from PYTHONPATH (run_worker sets it).
     worker = ["-m", "posbench.worker", str(case_file), str(result_file)]
     nproc = case.settings.get("nproc", 1)
     if nproc > 1:
         # --standalone: a rendezvous on this node at a free port, so cases never share one.
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)] + worker
-    return [sys.executable] + worker
+        return [sys.executable, "-P", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                str(nproc)] + worker
+    return [sys.executable, "-P"] + worker
 
 
 def run_worker(case: Case, timeout_s: float) -> dict:
     """Run ``case`` in a fresh process (or torchrun's ranks); its result or how it died."""
-    with tempfile.TemporaryDirectory(prefix="posbench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         case_file, result_file, log_file = (Path(tmp) / n for n in ("case.json", "result.json", "worker.log"))
         case_file.write_text(json.dumps(case.to_json()))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
+        env["PYTHONSAFEPATH"] = "1"  # as -P, also for the ranks torchrun starts
         threads = case.settings.get("threads")
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
         with open(log_file, "wb") as log:
             # A session of its own: Ctrl-C reaches only the runner, which then ends the worker
             # (and anything it started) as a group.
+            # preexec_fn: the worker gets SIGKILL when this process dies (kill -9 of bench.py
+            # must not leave it running beside the resumed run).
             proc = subprocess.Popen(worker_command(case, case_file, result_file),
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+                                    preexec_fn=die_with_parent(os.getpid()))
             try:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -161,7 +289,15 @@ def run_worker(case: Case, timeout_s: float) -> dict:
         if result is not None:
             return result
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-        return {"status": "error", "message": f"worker died without a result ({how})", "traceback": _tail(log_file)}
+        tail = _tail(log_file)
+        # An allocation failure the worker could not catch (C++ bad_alloc, a MemoryError while
+        # starting up, before it could write a result) is still out of memory.
+        if any(t in tail.lower() for t in OOM_TEXT + ("memoryerror",)):
+            limit = case.settings.get("memory_limit_mb")
+            under = f" under memory_limit_mb {limit}" if limit else ""
+            return {"status": "oom", "message": f"worker ran out of memory{under} and died ({how})",
+                    "traceback": tail}
+        return {"status": "error", "message": f"worker died without a result ({how})", "traceback": tail}
 
 
 def _kill(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
@@ -222,9 +358,11 @@ def in_shard(cases: list[Case], shard: tuple[int, int] | None) -> list[Case]:
 
 
 def plan(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
-         methods_dirs: list[str], run_id: str,
-         shard: tuple[int, int] | None = None) -> tuple[list[Case], dict[str, dict]]:
-    """(cases to run, case_id -> finished row) for this run folder."""
+         methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None,
+         problems: list[str] | None = None) -> tuple[list[Case], dict[str, dict]]:
+    """(cases to run, case_id -> finished row) for this run folder; unusable lines of its
+    cases.jsonl are skipped and described in ``problems``."""
+    check_name(run_id, "--run-id")
     if methods:
         unknown = [m for m in methods if m not in suite.methods]
         if unknown:
@@ -232,7 +370,7 @@ def plan(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: 
                              f"allowed: {', '.join(suite.methods)}")
     cases = [c for c in in_shard(suite.cases(device, run_id, methods_dirs), shard)
              if not methods or c.method in methods]
-    done = latest(read_rows(run_dir / "cases.jsonl"))
+    done = latest(read_usable_rows(run_dir / "cases.jsonl", problems))
     todo = [c for c in cases if c.id not in done or (retry_failed and done[c.id]["status"] in RETRYABLE)]
     return todo, done
 
@@ -249,7 +387,17 @@ def make_row(case: Case, result: dict, started: datetime, duration: float, commi
     return {k: row[k] for k in ROW_KEYS}
 
 
-def run_suite(
+def run_suite(*args, **kwargs) -> RunResult:
+    """Run the suite (see ``_run_suite``) holding the run folder's lock, released at the end."""
+    held: list[int] = []
+    try:
+        return _run_suite(*args, held_locks=held, **kwargs)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def _run_suite(
     suite: Suite,
     device: str,
     results: Path,
@@ -262,6 +410,7 @@ def run_suite(
     progress: bool = True,
     shard: tuple[int, int] | None = None,
     in_process: bool = False,
+    held_locks: list[int] | None = None,
 ) -> RunResult:
     from tqdm import tqdm
 
@@ -269,21 +418,34 @@ def run_suite(
     from . import env as envmod
 
     main = distributed.is_main()  # in-process distributed: rank 0 alone writes and reports
+    if run_id is not None:
+        check_name(run_id, "--run-id")
     run_id = run_id or default_run_id(suite, device)
     if fresh:
         run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         run_id = _broadcast(run_id, in_process)  # the clocks of ranks may straddle a second
     run_dir = Path(results) / suite.name / run_id
     methods_dirs = [str(Path(d).resolve()) for d in methods_dirs or []]
-    todo, done = plan(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
+    todo, done = plan(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)  # checks first
+    if main:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WriteError(f"cannot create {run_dir}: {exc.strerror or exc}") from None
+        (held_locks if held_locks is not None else []).append(lock_run_dir(run_dir))
+        clean_stale_temp_dirs()
+        problems: list[str] = []
+        # Planned again under the lock: the rows as they are now that no one else writes them.
+        todo, done = plan(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, problems)
+        for problem in problems:
+            print(f"warning: {problem}", file=sys.stderr)
     # Rank 0's view of the run folder decides (other nodes may not even see it).
     todo, done = _broadcast((todo, done), in_process)
     if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
         write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
     environment = envmod.collect(device)
-    if main and not (run_dir / "env.json").exists():
-        (run_dir / "env.json").write_text(json.dumps(environment, indent=2) + "\n")
+    if main:
+        write_env(run_dir / "env.json", environment)
     commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
     out = RunResult(run_dir, run_id, skipped=len(done))
     bar = tqdm(total=len(todo), desc=suite.name, unit="case", file=sys.stderr, disable=not progress or not main)
@@ -301,7 +463,7 @@ def run_suite(
                 result = run_worker(case, case.settings["timeout_s"])
             row = make_row(case, result, started, time.perf_counter() - t0, commit)
             if main:
-                append_row(run_dir / "cases.jsonl", row)
+                save_row(run_dir / "cases.jsonl", row)
             out.ran += 1
             bar.update(1)
             if on_row and main:
@@ -316,7 +478,8 @@ def run_suite(
     # Every case of the suite this run folder holds, also those of earlier narrowed runs, so the
     # table has the baseline even when this command ran only some methods.
     wanted = {c.id for c in suite.cases(device, run_id)}
-    out.rows = [r for cid, r in latest(read_rows(run_dir / "cases.jsonl")).items() if cid in wanted] if main else []
+    if main:
+        out.rows = [r for cid, r in latest(read_usable_rows(run_dir / "cases.jsonl")).items() if cid in wanted]
     return out
 
 

@@ -12,10 +12,14 @@ task's ``Settings`` checks the merged settings (file, then profile, then ``--set
 """
 from __future__ import annotations
 
+import ast
 import difflib
+import hashlib
+import inspect
 import itertools
 import json
-import hashlib
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional, Union, get_args, get_origin
@@ -33,6 +37,10 @@ PROFILE_FOR_DEVICE = {"cpu": "cpu", "cuda": "gpu"}
 DEFAULT_PROFILE = "default"  # the name used when a suite has no profile for the device
 
 Scalar = Union[StrictInt, StrictFloat, StrictStr, StrictBool]
+# Suite names and run ids become folder names under results/: one plain path component, never
+# ".", "..", a hidden name or anything with a separator.
+PLAIN_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+PLAIN_NAME_ALLOWED = "letters, digits, _ . - (not starting with . or -), at most 100 characters"
 
 
 class SuiteError(ValueError):
@@ -54,7 +62,7 @@ class SuiteFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="results go to results/<name>/")
+    name: str = Field(pattern=PLAIN_NAME, max_length=100, description="results go to results/<name>/")
     description: str
     version: int = Field(ge=1, description="bump when a change makes old results incomparable")
     task: str = Field(description="a task from posbench.tasks, e.g. efficiency")
@@ -120,60 +128,177 @@ class Suite:
 
 
 # ---------------------------------------------------------------------------------------------
-# YAML with line numbers and no duplicate keys
+# YAML with line numbers, no duplicate keys, and bounded cost
+#
+# A suite is data: it is read with a safe loader (no tags that build objects) and every way a
+# small file can make the loader or the validator do a lot of work is capped before that work:
+# the file size, the node count after alias expansion (an "alias bomb" is a few nested anchors
+# that expand to billions of nodes), the digits of an integer and the nesting depth.
+
+MAX_FILE_BYTES = 1 << 20  # 1 MiB; the shipped suites are a few KiB
+MAX_NODES = 100_000  # YAML nodes after every alias is expanded
+MAX_INT_DIGITS = 30  # a 64-bit integer has at most 20 digits; longer ones are refused unparsed
+INT_LIMIT = 2**63  # integers must fit in a signed 64-bit int (seeds, sizes)
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class SuiteLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys (PyYAML keeps the last silently)."""
+class _YamlProblem(Exception):
+    """A problem found while reading YAML: (1-based line, key, problem, allowed)."""
+
+    def __init__(self, line: int, key: str, problem: str, allowed: str):
+        super().__init__(problem)
+        self.line, self.key, self.problem, self.allowed = line, key, problem, allowed
+
+
+# libyaml's parser when PyYAML was built with it (about 10x faster than the pure-Python one, so
+# the size cap is reached in well under a second); the constructor, and so every rule here, is
+# the same Python code either way.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class SuiteLoader(_SafeLoader):
+    """SafeLoader that rejects duplicate keys (PyYAML keeps the last silently), non-scalar keys
+    and over-long integers. Merge keys (``<<: *base``, YAML 1.1) are supported: the merged keys
+    come first and the mapping's own keys override them, as the YAML spec says."""
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise SuiteError(f"{self.name}:{line}: {key}: duplicate key (first at line {seen[key]})")
-            seen.setdefault(key, line)
+            if key_node.tag == MERGE_TAG:
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                kind = "mapping" if isinstance(key_node, yaml.MappingNode) else "list"
+                raise _YamlProblem(line, "<yaml>", f"a {kind} used as a mapping key", "plain keys such as seq_len")
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise _YamlProblem(line, str(key), f"duplicate key (first at line {seen[key]})",
+                                   "each key once per mapping")
+            seen[key] = line
         return super().construct_mapping(node, deep)
 
-
-def _key_lines(node, path: tuple = (), out: dict | None = None) -> dict[tuple, int]:
-    """Map key paths (``("settings", "warmup_steps")``, ``("methods", 2)``) to 1-based lines."""
-    out = {} if out is None else out
-    out.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            sub = path + (key_node.value,)
-            out[sub] = key_node.start_mark.line + 1
-            _key_lines(value_node, sub, out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            out[path + (i,)] = item.start_mark.line + 1
-            _key_lines(item, path + (i,), out)
-    return out
+    def construct_yaml_int(self, node):
+        digits = node.value.replace("_", "").lstrip("+-")
+        if len(digits) > MAX_INT_DIGITS:
+            raise _YamlProblem(node.start_mark.line + 1, "<yaml>", f"an integer of {len(digits)} digits",
+                               f"integers of at most {MAX_INT_DIGITS} digits")
+        return super().construct_yaml_int(node)
 
 
-def _parse(text: str, where: str) -> tuple[Any, dict[tuple, int]]:
+SuiteLoader.add_constructor("tag:yaml.org,2002:int", SuiteLoader.construct_yaml_int)
+
+
+def _expanded_size(root) -> int:
+    """Nodes of the tree with every alias expanded, counted without expanding (shared nodes are
+    counted once per use from a memo); stops at ``MAX_NODES + 1``. A node that contains itself
+    (``&a [*a]``) raises ``_YamlProblem``."""
+    memo: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node) -> int:
+        key = id(node)
+        if key in memo:
+            return memo[key]
+        if key in active:
+            raise _YamlProblem(node.start_mark.line + 1, "<yaml>", "an alias refers to a node that contains it",
+                               "aliases of complete, non-recursive nodes")
+        active.add(key)
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > MAX_NODES:
+                break
+        active.discard(key)
+        memo[key] = min(total, MAX_NODES + 1)
+        return memo[key]
+
+    return size(root)
+
+
+class KeyLines:
+    """The 1-based line of a key path (``("settings", "warmup_steps")``, ``("methods", 2)``), found
+    by walking the node tree down that path when a message needs it: linear in the file, with
+    nothing built up front. A path that does not exist gives the line of its longest prefix."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def line(self, path: tuple) -> int:
+        node, line = self.root, self.root.start_mark.line + 1
+        for part in path:
+            found = None
+            if isinstance(node, yaml.MappingNode):
+                for key_node, value_node in node.value:  # merges are flattened in: the last one wins
+                    if isinstance(key_node, yaml.ScalarNode) and key_node.value == str(part):
+                        found = key_node.start_mark.line + 1, value_node
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                item = node.value[part]
+                found = item.start_mark.line + 1, item
+            if found is None:
+                break
+            line, node = found
+        return line
+
+
+def _load_yaml(text: str) -> tuple[Any, Any]:
+    """(data, root node) of one YAML document; ``_YamlProblem`` for anything wrong with it."""
     loader = None
     try:
         loader = SuiteLoader(text)  # the reader rejects unprintable characters already here
-        loader.name = where
         node = loader.get_single_node()
         if node is None:
-            raise SuiteError(f"{where}:1: <root>: the file is empty; allowed: a mapping of suite keys")
-        data = loader.construct_document(node)
+            return None, None
+        if _expanded_size(node) > MAX_NODES:
+            raise _YamlProblem(node.start_mark.line + 1, "<yaml>",
+                               f"aliases expand to more than {MAX_NODES} nodes",
+                               "aliases that keep the expanded document small (an alias bomb is refused)")
+        return loader.construct_document(node), node
+    except RecursionError:  # composing, counting or constructing a deeply nested document
+        raise _YamlProblem(1, "<yaml>", "nesting too deep", "a few levels of mappings and lists") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 1
         problem = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
-        raise SuiteError(f"{where}:{line}: <yaml>: invalid YAML: {problem}; allowed: YAML 1.1 syntax") from None
+        raise _YamlProblem(mark.line + 1 if mark else 1, "<yaml>", f"invalid YAML: {problem}",
+                           "YAML 1.1 syntax") from None
     except yaml.YAMLError as exc:  # e.g. a character YAML does not allow; no mark to point at
-        problem = " ".join(str(exc).split())
-        raise SuiteError(f"{where}:1: <yaml>: invalid YAML: {problem}; allowed: YAML 1.1 syntax") from None
+        raise _YamlProblem(1, "<yaml>", f"invalid YAML: {' '.join(str(exc).split())}", "YAML 1.1 syntax") from None
     finally:
         if loader is not None:
             loader.dispose()
-    return data, _key_lines(node)
+
+
+def _parse(text: str, where: str) -> tuple[Any, KeyLines]:
+    try:
+        data, node = _load_yaml(text)
+    except _YamlProblem as p:
+        raise SuiteError(f"{where}:{p.line}: {p.key}: {p.problem}; allowed: {p.allowed}") from None
+    if node is None:
+        raise SuiteError(f"{where}:1: <root>: the file is empty; allowed: a mapping of suite keys")
+    return data, KeyLines(node)
+
+
+def _bad_number(value: Any, path: tuple = ()) -> tuple[tuple, str, str] | None:
+    """The first (path, problem, allowed) of a non-finite float or an integer beyond 64 bits in
+    ``value`` (settings, grid values): ``lr: .inf`` would pass a ``gt=0`` bound and fail only when
+    the row is written, and a seed beyond 64 bits only when torch is seeded."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, f"non-finite number {value}", "finite numbers"
+    if isinstance(value, int) and not -INT_LIMIT <= value < INT_LIMIT:
+        return path, f"integer {value} does not fit in 64 bits", f"-2**63 <= n < 2**63"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        bad = _bad_number(item, path + (key,))
+        if bad:
+            return bad
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,6 +368,8 @@ def _describe(err: dict, model: type, loc: tuple) -> tuple[str, str]:
         return "missing required key", _EXPECTED["missing"]
     got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], (dict, list)) else ""
     problem = err["msg"].replace("Input should be", "must be").replace("Value should have", "must have") + got
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") == PLAIN_NAME:
+        return f"not a plain folder name{got}", PLAIN_NAME_ALLOWED
     if kind == "literal_error":
         return problem, str(ctx.get("expected"))
     if kind in _EXPECTED:
@@ -255,21 +382,20 @@ def _describe(err: dict, model: type, loc: tuple) -> tuple[str, str]:
     return problem, "see `bench.py schema`"
 
 
-def _line(lines: dict[tuple, int], path: tuple) -> int:
-    """Line of the longest prefix of ``path`` that the file has (a missing key: its parent)."""
-    for n in range(len(path), -1, -1):
-        if path[:n] in lines:
-            return lines[path[:n]]
-    return 1
-
-
-def _fail(where: str, lines: dict | None, path: tuple, problem: str, allowed: str) -> SuiteError:
-    line = f":{_line(lines, path)}" if lines is not None else ""
+def _fail(where: str, lines: KeyLines | None, path: tuple, problem: str, allowed: str) -> SuiteError:
+    line = f":{lines.line(path)}" if lines is not None else ""
     return SuiteError(f"{where}{line}: {key_name(path)}: {problem}; allowed: {allowed}")
 
 
 # ---------------------------------------------------------------------------------------------
 # Loading
+
+
+def check_name(value: str, what: str) -> str:
+    """``value`` if it is a plain folder name (suite name, run id), else a one-line SuiteError."""
+    if not (isinstance(value, str) and len(value) <= 100 and re.fullmatch(PLAIN_NAME, value)):
+        raise SuiteError(f"{what}: {value!r}: not a plain folder name; allowed: {PLAIN_NAME_ALLOWED}")
+    return value
 
 
 def find(ref: str | Path) -> Path:
@@ -303,7 +429,7 @@ class Loaded:
 
     path: Path
     file: SuiteFile
-    lines: dict[tuple, int]
+    lines: KeyLines
     task: Any  # the task module
 
 
@@ -312,6 +438,9 @@ def load(ref: str | Path) -> Loaded:
     path = find(ref)
     where = display_path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:  # refused before reading: a suite is a few KiB
+            raise SuiteError(f"{where}: <file>: the file is {size} bytes; allowed: at most {MAX_FILE_BYTES} bytes")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SuiteError(f"{where}: <file>: cannot read ({type(exc).__name__}); allowed: a UTF-8 YAML file") from None
@@ -319,6 +448,9 @@ def load(ref: str | Path) -> Loaded:
     if not isinstance(data, dict):
         raise _fail(where, lines, (), f"the file must be a mapping, got {type(data).__name__}", "a mapping of suite keys: "
                     + ", ".join(SuiteFile.model_fields))
+    bad = _bad_number(data)
+    if bad:
+        raise _fail(where, lines, *bad)
     try:
         file = SuiteFile.model_validate(data)
     except ValidationError as exc:
@@ -348,6 +480,8 @@ def _check_methods(loaded: Loaded, task=None) -> None:
     f, where = loaded.file, display_path(loaded.path)
     own = getattr(task, "METHODS", None)  # a task that compares other things (kernel variants)
     for i, name in enumerate(f.methods):
+        if name in f.methods[:i]:
+            raise _fail(where, loaded.lines, ("methods", i), f"{name!r} is listed twice", "each method once")
         if own is not None:
             if name not in own:
                 close = difflib.get_close_matches(name, list(own), n=1)
@@ -360,8 +494,6 @@ def _check_methods(loaded: Loaded, task=None) -> None:
         except registry.RegistryError as exc:
             problem = str(exc).split("; known methods:")[0]
             raise _fail(where, loaded.lines, ("methods", i), problem, ", ".join(registry.names())) from None
-        if name in f.methods[:i]:
-            raise _fail(where, loaded.lines, ("methods", i), f"{name!r} is listed twice", "each method once")
     if f.baseline is not None and f.baseline not in f.methods:
         raise _fail(where, loaded.lines, ("baseline",), f"{f.baseline!r} is not in methods", ", ".join(f.methods))
     unknown = [m for m in f.metrics if m not in loaded.task.METRICS]
@@ -372,17 +504,31 @@ def _check_methods(loaded: Loaded, task=None) -> None:
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
-    """``["warmup_steps=3", "grid.seq_len=[64, 128]"]`` -> ``{key: YAML-parsed value}``."""
+    """``["warmup_steps=3", "grid.seq_len=[64, 128]"]`` -> ``{key: YAML-parsed value}``. Values
+    are read with the suite file's loader, so they meet the same rules (no duplicate keys in an
+    inline mapping, no alias bombs, finite numbers, 64-bit integers)."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise SuiteError(f"--set {item}: <key>: expected key=value; allowed: a settings key or grid.<axis>")
+        if len(value) > MAX_FILE_BYTES:
+            raise SuiteError(f"--set {key}: {key}: value of {len(value)} characters; allowed: at most {MAX_FILE_BYTES}")
         try:
-            out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError as exc:
-            raise SuiteError(f"--set {item}: {key}: value is not YAML ({' '.join(str(exc).split())}); "
-                             "allowed: a YAML scalar or [list]") from None
+            parsed = _load_yaml(value)[0] if value.strip() else ""
+        except _YamlProblem as p:
+            if p.key == "<yaml>":
+                raise SuiteError(f"--set {item}: {key}: value is not YAML ({p.problem}); "
+                                 f"allowed: a YAML scalar, [list] or {{mapping}}") from None
+            raise SuiteError(f"--set {key}: {key}.{p.key}: {p.problem}; allowed: {p.allowed}") from None
+        bad = _bad_number(parsed)
+        if bad:
+            path, problem, allowed = bad
+            raise SuiteError(f"--set {key}: {key_name((key,) + path)}: {problem}; allowed: {allowed}")
+        if key in out:
+            raise SuiteError(f"--set {key}: {key}: set twice; allowed: each key once")
+        out[key] = parsed
     return out
 
 
@@ -414,7 +560,7 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
 
     def fail(path: tuple, problem: str, allowed: str) -> SuiteError:
         if path and path[0] == "--set":
-            return SuiteError(f"--set {path[1]}: {key_name(path[2:]) if path[2:] else path[1]}: {problem}; "
+            return SuiteError(f"--set {path[1]}: {key_name(path[1:])}: {problem}; "
                               f"allowed: {allowed}")
         return _fail(where, lines, path, problem, allowed)
 
@@ -427,6 +573,7 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
         base = source.get(loc[0], ("settings", loc[0])) if loc else ("settings",)
         raise fail(base + loc[1:], problem, allowed) from None
     _check_grid(grid, grid_source, task.Params, fail)
+    _check_across(settings, source, grid, grid_source, list(f.methods), task, fail)
     return Suite(
         path=loaded.path, name=f.name, description=f.description, version=f.version, task=f.task,
         methods=list(f.methods), baseline=f.baseline, metrics=list(f.metrics), grid=grid,
@@ -451,9 +598,88 @@ def _check_grid(grid: dict, source: dict, params: type, fail) -> None:
                 err = exc.errors()[0]
                 problem, allowed = _describe(err, params, ())
                 raise fail(source[axis] + (i,), problem, allowed) from None
+            if value in values[:i]:  # the same case would run twice
+                raise fail(source[axis] + (i,), f"{value!r} is listed twice", "each value once per axis")
     missing = [a for a, info in fields.items() if info.is_required() and a not in grid]
     if missing:
         raise fail(("grid",), f"missing grid axis {missing[0]!r}", ", ".join(fields))
+
+
+def _options_from_source(path: Path, method: str) -> list[str] | None | bool:
+    """The keyword options of ``method``'s constructor read from its file without running it
+    (validation imports no torch): the ``@register`` class whose ``name`` is ``method``, its own
+    ``__init__`` or, with none and ``PositionMethod`` as its only base, no options. None: it takes
+    ``**kwargs``. False: the source does not say (the caller imports the class instead)."""
+    from . import registry
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ClassDef) and registry._class_name(node) == method):
+            continue
+        init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+        if init is None:
+            plain = [b for b in node.bases if not (isinstance(b, ast.Name) and b.id == "PositionMethod")]
+            return False if plain else []
+        if init.args.kwarg is not None:
+            return None
+        return [a.arg for a in init.args.args[2:]] + [a.arg for a in init.args.kwonlyargs]  # after self, cfg
+    return False
+
+
+def constructor_options(method: str) -> list[str] | None:
+    """The options ``method_options`` may give ``method`` (its constructor's keyword parameters
+    after ``cfg``), None when it takes any keyword."""
+    from . import registry
+
+    found = _options_from_source(Path(registry.require(method)), method)
+    if found is not False:
+        return found
+    params = inspect.signature(registry.get(method).__init__).parameters  # imports the method file
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return [p for p in params if p not in ("self", "cfg")
+            and params[p].kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+
+
+def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: dict, methods: list[str], task,
+                  fail) -> None:
+    """Checks that need several keys at once (each field alone passed its own bounds), so that
+    no such mistake waits for a worker to find it."""
+    tokens = getattr(settings, "tokens_per_step", None)
+    if tokens is not None:
+        for i, seq_len in enumerate(grid.get("seq_len", [])):
+            if seq_len > tokens:  # the batch (tokens_per_step // seq_len) would be empty
+                raise fail(grid_source["seq_len"] + (i,), f"seq_len {seq_len} is longer than tokens_per_step {tokens}",
+                           f"seq_len <= tokens_per_step ({tokens}), or a larger tokens_per_step")
+    preset, overrides = getattr(settings, "model", None), getattr(settings, "model_overrides", None)
+    if preset is not None and overrides:
+        from .config import model_config
+
+        try:
+            model_config(preset, **overrides)
+        except (ValueError, TypeError) as exc:
+            problem = str(exc).removeprefix("model config: ")
+            raise fail(source.get("model_overrides", ("settings", "model_overrides")), problem,
+                       "overrides that give a valid model (positive sizes, d_model divisible by n_heads)") from None
+    options = getattr(settings, "method_options", None)
+    if options and getattr(task, "METHODS", None) is None:
+        from . import registry
+
+        base = source.get("method_options", ("settings", "method_options"))
+        for method, opts in options.items():
+            if method not in methods:
+                raise fail(base + (method,), f"options for {method!r}, which is not in methods",
+                           ", ".join(methods))
+            allowed = constructor_options(method)
+            if allowed is None:
+                continue  # the constructor takes any keyword
+            for option in opts:
+                if option not in allowed:
+                    raise fail(base + (method, option), f"{method} takes no option {option!r}",
+                               ", ".join(allowed) or f"none ({method} takes no options)")
 
 
 def schema() -> dict:

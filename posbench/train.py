@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import pickle
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -160,7 +161,14 @@ def load_checkpoint(path, device="cpu") -> tuple[TransformerLM, dict]:
     """The trained model (eval mode) and the checkpoint's metadata."""
     from .method import ModelConfig
 
-    blob = torch.load(path, map_location=device, weights_only=False)
+    # weights_only: a checkpoint holds tensors and plain containers only, so unpickling may
+    # build nothing else; a planted file that would run code on load is refused instead.
+    try:
+        blob = torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ValueError(f"{path}: not a plain posbench checkpoint, refused without running it ({first}); "
+                         "allowed: checkpoints written by posbench (delete this file to retrain)") from None
     model = TransformerLM(ModelConfig(**blob["model_config"]))
     model.load_state_dict(blob["model"])
     return model.to(device).eval(), blob

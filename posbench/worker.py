@@ -30,6 +30,30 @@ from . import tasks
 from .case import Case
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int | None = None):
+    """A function that makes the process calling it get SIGKILL when its parent dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``), and exit at once if the parent (pid ``parent``) is already gone;
+    None off Linux. The runner passes it as Popen's ``preexec_fn`` (it runs in the child between
+    fork and exec, and the setting survives exec); a rank under torchrun calls it at start. The
+    libc lookup happens here, in the caller, so the forked child only makes the call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if parent is not None and os.getppid() != parent:  # it died before the line above
+            os._exit(1)
+
+    return arm
+
+
 def apply_memory_limit(limit_mb: int | None) -> None:
     """Cap the address space (Linux RLIMIT_AS): allocations past it fail instead of swapping."""
     if limit_mb is None:
@@ -40,18 +64,55 @@ def apply_memory_limit(limit_mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+# What an allocation failure looks like when it surfaces as another error: the dynamic loader
+# mapping a library (import torch under a small RLIMIT_AS), torch's CPU allocator, C++ bad_alloc.
+OOM_TEXT = ("can't allocate memory", "cannot allocate memory", "failed to map segment", "bad_alloc",
+            "out of memory")
+
+
+def _chain(exc: BaseException):
+    """``exc`` and the exceptions it was raised from or while handling (a method file's import
+    error wraps the MemoryError that caused it)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def memory_cause(exc: BaseException) -> BaseException | None:
+    """The allocation failure behind ``exc``, anywhere in its chain, or None."""
+    torch = sys.modules.get("torch")  # only a task that imported torch can raise its errors
+    for e in _chain(exc):
+        if isinstance(e, MemoryError):
+            return e
+        if torch is not None and isinstance(e, torch.cuda.OutOfMemoryError):
+            return e
+        if isinstance(e, OSError) and e.errno == 12:  # ENOMEM
+            return e
+        if isinstance(e, (RuntimeError, ImportError, OSError)) and any(t in str(e).lower() for t in OOM_TEXT):
+            return e
+    return None
+
+
 def classify(exc: BaseException) -> str:
     if isinstance(exc, tasks.Diverged):
         return "diverged"
-    if isinstance(exc, MemoryError):
+    if memory_cause(exc) is not None:
         return "oom"
-    torch = sys.modules.get("torch")  # only a task that imported torch can raise its errors
-    if torch is not None:
-        if isinstance(exc, torch.cuda.OutOfMemoryError):
-            return "oom"
-        if isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc):
-            return "oom"
     return "error"
+
+
+def failure(exc: BaseException, limit_mb: int | None = None) -> dict:
+    """The result of a case that raised ``exc``. An allocation failure is ``oom`` wherever it
+    happened, and under a memory limit its message names the limit rather than the file that
+    happened to be loading (an import that ran out of memory is not that file's fault)."""
+    status, message = classify(exc), one_line(exc)
+    if status == "oom" and limit_mb is not None:
+        message = (f"out of memory under memory_limit_mb {limit_mb} ({one_line(memory_cause(exc))}); "
+                   "allowed: a larger memory_limit_mb, or none")
+    return {"status": status, "message": message, "traceback": traceback.format_exc(),
+            "metrics": {}, "series": {}, "failed_at": time.time()}
 
 
 def one_line(exc: BaseException) -> str:
@@ -64,15 +125,14 @@ def run_case(raw: dict, limit_memory: bool = True) -> dict:
     case = Case(**raw)
     case.settings = task.Settings.model_validate(raw["settings"])
     case.params = task.Params.model_validate(raw["params"])
-    if limit_memory:
-        apply_memory_limit(case.settings.memory_limit_mb)
+    limit = case.settings.memory_limit_mb if limit_memory else None
+    apply_memory_limit(limit)
     try:
         out = task.run(case)
         return {"status": "ok", "message": "", "traceback": "", "metrics": out.get("metrics", {}),
                 "series": out.get("series", {}), "info": out.get("info", {})}
     except Exception as exc:  # every failure becomes a row; the suite goes on
-        return {"status": classify(exc), "message": one_line(exc), "traceback": traceback.format_exc(),
-                "metrics": {}, "series": {}, "failed_at": time.time()}
+        return failure(exc, limit)
 
 
 def rank_failure(result: dict, rank: int) -> dict:
@@ -127,6 +187,9 @@ def main_distributed(raw: dict, result_path: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
+    arm = die_with_parent(os.getppid())  # torchrun's ranks too: they die with torchrun
+    if arm is not None:
+        arm()
     case_path, result_path = Path(argv[0]), Path(argv[1])
     raw = json.loads(case_path.read_text())
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:

@@ -107,7 +107,7 @@ def test_non_mapping_root(tmp_path):
 
 def test_duplicate_key(tmp_path):
     msg = error(tmp_path, VALID.replace("version: 1", "version: 1\nversion: 2"))
-    assert msg == f"{tmp_path}/t.yaml:4: version: duplicate key (first at line 3)"
+    assert msg == f"{tmp_path}/t.yaml:4: version: duplicate key (first at line 3); allowed: each key once per mapping"
 
 
 def test_yaml_syntax_error(tmp_path):
