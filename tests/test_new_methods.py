@@ -134,3 +134,85 @@ def test_kerple_log_bias_is_shared_by_layers_in_one_forward():
     assert len(built) == 1
     model(torch.randint(0, 256, (2, 10)))
     assert len(built) == 2  # a new forward builds again (the parameters may have changed)
+
+
+# --- xpos --------------------------------------------------------------------------------------
+
+
+def xpos_reference(q, k, q_pos, k_pos, base=10000.0, scale_base=512.0, gamma=0.4):
+    """xPos q and k in float64, exponents not centred: q zeta^(n/gamma), k zeta^(-m/gamma)."""
+    d = q.shape[-1]
+    i2 = torch.arange(0, d, 2, dtype=torch.float64)
+    inv_freq = base ** (-i2 / d)
+    zeta = (i2 / d + gamma) / (1 + gamma)
+    up = lambda p, sign: (zeta[None, :] ** (sign * p.double()[:, None] / scale_base)).repeat(1, 2)
+    return rotate_reference(q, q_pos, inv_freq) * up(q_pos, 1), rotate_reference(k, k_pos, inv_freq) * up(k_pos, -1)
+
+
+@pytest.mark.parametrize("tq, tk, start", [(9, 9, 0), (3, 11, 100), (1, 7, 2000)])
+def test_xpos_equals_formula(tq, tk, start):
+    m = method("xpos")
+    q, k, v = qkv(tq, tk, seed=tk)
+    pos = torch.arange(start, start + tk)
+    out = m.attend(q, k, v, pos[-tq:], pos, 0)
+    rq, rk = xpos_reference(q, k, pos[-tq:], pos)
+    torch.testing.assert_close(out.double(), reference_attention(rq, rk, v), rtol=1e-4, atol=1e-4)
+
+
+def test_xpos_zeta_values_and_decay():
+    m = method("xpos")  # head_dim 16
+    zeta = m.log_zeta.exp()
+    assert zeta[0].item() == pytest.approx(0.4 / 1.4) and zeta[-1].item() == pytest.approx((14 / 16 + 0.4) / 1.4)
+    # Same q and k at every position: the score decays with distance (zeta < 1).
+    x = torch.ones(1, 1, 2000, 16)
+    pos = torch.arange(2000)
+    cos_q, sin_q, cos_k, sin_k = m.tables(pos, torch.float32)
+    qq, kk = m._rotate(x, cos_q, sin_q), m._rotate(x, cos_k, sin_k)
+    # a zero angle (cos 1, sin 0) isolates the decay: compare |scales| products
+    scale = (cos_q**2 + sin_q**2).sqrt()[-1] * (cos_k**2 + sin_k**2).sqrt()  # (T, hd/2), query at 1999
+    expected = zeta[None, :].double() ** ((1999 - pos.double())[:, None] / 512)
+    torch.testing.assert_close(scale.double(), expected, rtol=1e-4, atol=1e-7)
+    assert torch.isfinite(qq).all() and torch.isfinite(kk).all()
+
+
+# --- p_rope ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fraction, rotated", [(0.75, 6), (0.25, 2), (1.0, 8), (0.0, 0)])
+def test_p_rope_rotates_the_highest_fraction_of_frequencies(fraction, rotated):
+    m = method("p_rope", fraction=fraction)  # head_dim 16: 8 pairs
+    assert m.rotated == rotated
+    q, k, v = qkv(6, 10, d=16, seed=rotated)
+    pos = torch.arange(10) + 37
+    inv_freq = 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    inv_freq[rotated:] = 0.0
+    rq, rk = rotate_reference(q, pos[-6:], inv_freq), rotate_reference(k, pos, inv_freq)
+    out = m.attend(q, k, v, pos[-6:], pos, 0)
+    torch.testing.assert_close(out.double(), reference_attention(rq, rk, v), rtol=1e-5, atol=1e-5)
+
+
+def test_p_rope_zero_is_nope_and_bad_fraction_is_one_line():
+    m = method("p_rope", fraction=0.0)
+    q, k, v = qkv(5, 5)
+    pos = torch.arange(5) + 3
+    torch.testing.assert_close(m.attend(q, k, v, pos, pos, 0).double(), reference_attention(q, k, v), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"p_rope: fraction must be a number in \[0, 1\]"):
+        method("p_rope", fraction=1.5)
+
+
+# --- rope_nope_hybrid --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("every, nope_layers", [(4, {3}), (2, {1, 3}), (1, {0, 1, 2, 3})])
+def test_rope_nope_hybrid_layers(every, nope_layers):
+    m = method("rope_nope_hybrid", every=every)  # 4 layers
+    q, k, v = qkv(7, 7, d=16)
+    pos = torch.arange(7) + 5
+    inv_freq = 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    rope = reference_attention(rotate_reference(q, pos, inv_freq), rotate_reference(k, pos, inv_freq), v)
+    nope = reference_attention(q, k, v)
+    for layer in range(4):
+        out = m.attend(q, k, v, pos, pos, layer).double()
+        torch.testing.assert_close(out, nope if layer in nope_layers else rope, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="rope_nope_hybrid: every must be a positive integer"):
+        method("rope_nope_hybrid", every=0)
