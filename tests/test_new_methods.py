@@ -255,3 +255,51 @@ def test_fire_progressive_interpolation_keeps_inputs_in_unit_range():
     assert inside[0, 0].item() == pytest.approx(math.log(0.1 * 8 + 1) / math.log(0.1 * 16 + 1), rel=1e-5)
     with pytest.raises(ValueError, match="fire: init_L must be a positive number"):
         method("fire", init_L=0)
+
+
+# --- randomized --------------------------------------------------------------------------------
+
+
+def test_randomized_samples_an_ordered_subset_in_training_only():
+    m = method("randomized", max_len=100)
+    torch.manual_seed(0)
+    draws = [m.sample(20, "cpu") for _ in range(50)]
+    for d in draws:
+        assert d.shape == (20,) and (d[1:] > d[:-1]).all() and d.min() >= 0 and d.max() < 100
+    assert len({tuple(d.tolist()) for d in draws}) == 50  # random
+    counts = torch.bincount(torch.cat(draws), minlength=100).double()
+    assert counts.min() > 0 and counts.std() / counts.mean() < 0.5  # uniform over the range, not a prefix
+    with pytest.raises(ValueError, match="randomized: a training sequence of 101 tokens is longer than max_len 100"):
+        m.sample(101, "cpu")
+    with pytest.raises(ValueError, match="randomized: base must be one of rotary, sinusoidal"):
+        method("randomized", base="alibi")
+
+
+@pytest.mark.parametrize("base", ["rotary", "sinusoidal"])
+def test_randomized_uses_the_draw_in_every_layer_while_training(base):
+    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, n_layers=3, method="randomized",
+                                      method_options={"base": base, "max_len": 64}))
+    m = model.method
+    idx = torch.randint(0, 256, (2, 12))
+    seen = []
+    inner_embed, inner_attend = m.inner.embed, m.inner.attend
+    m.inner.embed = lambda x, pos: seen.append(("embed", pos)) or inner_embed(x, pos)
+    m.inner.attend = lambda q, k, v, qp, kp, layer: seen.append((layer, qp, kp)) or inner_attend(q, k, v, qp, kp, layer)
+    torch.manual_seed(3)
+    model.train()(idx)
+    torch.manual_seed(3)
+    expected = m.sample(12, "cpu")
+    assert torch.equal(seen[0][1], expected) and not torch.equal(expected, torch.arange(12))
+    for _, qp, kp in seen[1:]:
+        assert torch.equal(qp, expected) and torch.equal(kp, expected)
+    seen.clear()
+    model.eval()(idx)
+    assert torch.equal(seen[0][1], torch.arange(12))
+    assert all(torch.equal(kp, torch.arange(12)) for _, _, kp in seen[1:])
+    # The training forward equals the base method's at the drawn positions.
+    plain = TransformerLM(ModelConfig(d_model=64, n_heads=4, n_layers=3, method=base))
+    plain.load_state_dict(model.state_dict(), strict=False)
+    torch.manual_seed(3)
+    model.train()
+    out = model(idx)
+    torch.testing.assert_close(out, plain.train()(idx, pos=expected))
