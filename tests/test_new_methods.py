@@ -303,3 +303,111 @@ def test_randomized_uses_the_draw_in_every_layer_while_training(base):
     model.train()
     out = model(idx)
     torch.testing.assert_close(out, plain.train()(idx, pos=expected))
+
+
+# --- rotary scaling ----------------------------------------------------------------------------
+
+HD = 16
+THETA = 10000.0 ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD)
+
+
+def scaled_reference(scaling, s, L_train):
+    """(theta', mscale) from the papers' formulas, written out independently."""
+    if scaling == "pi":  # Chen et al. 2023: positions m / s
+        return THETA / s, 1.0
+    if scaling in ("ntk", "dynamic_ntk"):  # bloc97 / emozilla: base * s^(d / (d - 2))
+        return (10000.0 * s ** (HD / (HD - 2))) ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD), 1.0
+    out = []  # YaRN, Peng et al. 2024, eqs. 17-22, alpha 1, beta 32
+    for t in THETA.tolist():
+        r = L_train / (2 * math.pi / t)
+        g = 0.0 if r < 1 else 1.0 if r > 32 else (r - 1) / 31
+        out.append((1 - g) * t / s + g * t)
+    return torch.tensor(out, dtype=torch.float64), 0.1 * math.log(s) + 1
+
+
+@pytest.mark.parametrize("scaling", ["pi", "ntk", "dynamic_ntk", "yarn"])
+@pytest.mark.parametrize("tq, tk", [(20, 20), (1, 37)])
+def test_rotary_scaling_equals_formula_beyond_train_len(scaling, tq, tk):
+    m = method("rotary", scaling=scaling, train_len=8).eval()
+    q, k, v = qkv(tq, tk, d=HD, seed=tk)
+    pos = torch.arange(tk)
+    s = tk / 8  # dynamic: evaluation length over L_train
+    theta, mscale = scaled_reference(scaling, s, 8)
+    rq = rotate_reference(q, pos[-tq:], theta) * mscale
+    rk = rotate_reference(k, pos, theta) * mscale
+    out = m.attend(q, k, v, pos[-tq:], pos, 0)
+    torch.testing.assert_close(out.double(), reference_attention(rq, rk, v), rtol=1e-4, atol=1e-4)
+
+
+def test_yarn_reference_values_from_the_paper():
+    # sqrt(1/t) = 0.1 ln(s) + 1: s = 16 gives 1.2773 (YaRN section 3.4), and theta of the highest
+    # frequency pair (wavelength 2 pi < L_train / 32 for L_train 4096) is kept, the lowest divided by s.
+    m = method("rotary", scaling="yarn", factor=16, train_len=4096)
+    theta, mscale = m.scaled_inv_freq(16.0, 4096)
+    assert mscale == pytest.approx(1.27726, abs=1e-5)
+    assert theta[0].item() == pytest.approx(1.0) and theta[-1].item() == pytest.approx(THETA[-1].item() / 16)
+
+
+@pytest.mark.parametrize("scaling", ["pi", "ntk", "dynamic_ntk", "yarn"])
+def test_rotary_scaling_is_plain_rotary_within_train_len_and_in_training(scaling):
+    plain = method("rotary").eval()
+    m = method("rotary", scaling=scaling, train_len=32).eval()
+    q, k, v = qkv(32, 32, d=HD)
+    pos = torch.arange(32)
+    torch.testing.assert_close(m.attend(q, k, v, pos, pos, 0), plain.attend(q, k, v, pos, pos, 0))
+    long = torch.arange(64)
+    q, k, v = qkv(64, 64, d=HD)
+    assert not torch.allclose(m.attend(q, k, v, long, long, 0), plain.attend(q, k, v, long, long, 0))
+    m.train()
+    torch.testing.assert_close(m.attend(q, k, v, long, long, 0), plain.attend(q, k, v, long, long, 0))
+
+
+def test_rotary_scaling_records_train_len_in_training_and_keeps_it_in_state_dict():
+    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, method="rotary_pi"))
+    assert model.method.trained_len.item() == 0
+    model.train()(torch.randint(0, 256, (2, 24)))
+    assert model.method.trained_len.item() == 24
+    model(torch.randint(0, 256, (2, 10)))
+    assert model.method.trained_len.item() == 24  # the longest
+    fresh = TransformerLM(ModelConfig(d_model=64, n_heads=4, method="rotary_pi"))
+    fresh.load_state_dict(model.state_dict())
+    assert fresh.method.scale_factor(torch.arange(96)) == (4.0, 24)
+    assert method("rotary_ntk").factor == 8.0 and method("rotary_yarn").scaling == "yarn"
+
+
+@pytest.mark.parametrize("name", ["rotary_pi", "rotary_ntk", "rotary_dynamic_ntk", "rotary_yarn"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_scaling_kv_decode(name, dtype):
+    """Static factor: decoding equals the full forward. Dynamic factor: decoding step t equals the
+    full forward of the first t + 1 tokens (each step sees the factor of its own length)."""
+    torch.manual_seed(0)
+    model = TransformerLM(ModelConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, method=name,
+                                      method_options={"train_len": 8})).to(dtype).eval()
+    idx = torch.randint(0, 64, (2, 30))
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    with torch.no_grad():
+        cache = model.new_cache()
+        steps = [model(idx[:, :4], cache=cache)[:, -1]]
+        steps += [model(idx[:, t : t + 1], cache=cache)[:, -1] for t in range(4, 30)]
+        for t in (3, 12, 29):
+            last = model(idx[:, : t + 1])[:, -1].float()
+            scale = max(1.0, last.abs().max().item())
+            assert (steps[t - 3].float() - last).abs().max().item() <= tol * scale
+        if name == "rotary_ntk":  # static: the whole sequence, not only each prefix's last token
+            full = model(idx).float()
+            assert (torch.stack(steps[1:], 1).float() - full[:, 4:]).abs().max().item() <= tol * max(1.0, full.abs().max().item())
+
+
+def test_rotary_scaling_bad_options_are_one_line():
+    with pytest.raises(ValueError, match="rotary: scaling must be one of none, pi, ntk, dynamic_ntk, yarn"):
+        method("rotary", scaling="longrope")
+    with pytest.raises(ValueError, match="rotary: factor must be a number >= 1"):
+        method("rotary", scaling="pi", factor=0.5)
+    with pytest.raises(ValueError, match="rotary: factor does not apply to scaling 'dynamic_ntk'"):
+        method("rotary", scaling="dynamic_ntk", factor=2)
+    with pytest.raises(ValueError, match="rotary: train_len must be a positive integer"):
+        method("rotary", scaling="pi", train_len=0)
+    m = method("rotary", scaling="yarn", factor=4).eval()
+    q, k, v = qkv(4, 4, d=HD)
+    with pytest.raises(ValueError, match="rotary: scaling 'yarn' needs L_train"):
+        m.attend(q, k, v, torch.arange(4), torch.arange(4), 0)
