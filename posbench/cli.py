@@ -127,6 +127,11 @@ def cmd_run(args) -> int:
     _load_methods_dirs(args)
     suite, device = _resolve(args)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    if methods and "all" in methods:  # the group: every registered method joins this suite's run
+        from . import tasks
+
+        suite.methods = suitemod.expand_methods(suite.methods + ["all"], tasks.get(suite.task))
+        methods = suitemod.expand_methods(methods, tasks.get(suite.task))
     shard = parse_shard(args.shard) if args.shard else None
     in_process = _under_torchrun(suite, device, args.dry_run)
     if args.dry_run:

@@ -134,6 +134,18 @@ def names() -> list[str]:
     return sorted(discover())
 
 
+# Method groups a suite or --methods may name instead of methods: "all" is every registered method.
+GROUPS = ("all",)
+
+
+def expand(names: list[str]) -> list[str]:
+    """``names`` with each group replaced by its methods (those not already listed, sorted)."""
+    out = [n for n in names if n not in GROUPS]
+    if "all" in names:
+        out += [n for n in sorted(discover()) if n not in out]
+    return out
+
+
 def origin(name: str) -> str:
     discover()
     return _ORIGINS[name]
