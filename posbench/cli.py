@@ -214,9 +214,10 @@ def cmd_list(args) -> int:
     _load_methods_dirs(args)
     device = args.device or detect_device()
     print(f"methods (availability on {device}, float32):")
+    width = max([14] + [len(n) for n in registry.names()])  # rotary_dynamic_ntk is 18
     for name in registry.names():
         reason = registry.get(name).unavailable(torch.device(device), torch.float32)
-        print(f"  {name:<14} {'available' if not reason else 'unavailable: ' + reason:<40} {registry.origin(name)}")
+        print(f"  {name:<{width}} {'available' if not reason else 'unavailable: ' + reason:<40} {registry.origin(name)}")
     print("suites:")
     for name in suitemod.names():
         try:
