@@ -340,7 +340,7 @@ def test_rotary_scaling_equals_formula_beyond_train_len(scaling, tq, tk):
 
 
 def test_yarn_reference_values_from_the_paper():
-    # sqrt(1/t) = 0.1 ln(s) + 1: s = 16 gives 1.2773 (YaRN section 3.4), and theta of the highest
+    # sqrt(1/t) = 0.1 ln(s) + 1 (YaRN eq. 22): 1.27726 at s = 16; and theta of the highest
     # frequency pair (wavelength 2 pi < L_train / 32 for L_train 4096) is kept, the lowest divided by s.
     m = method("rotary", scaling="yarn", factor=16, train_len=4096)
     theta, mscale = m.scaled_inv_freq(16.0, 4096)
