@@ -20,7 +20,7 @@ KV-cache decoding, the length so far): the "dynamic" form, 1 within L_train.
   * ``dynamic_ntk`` - Dynamic NTK (emozilla 2023, "Dynamically Scaled RoPE", r/LocalLLaMA): ``ntk``
     with s = max(1, L / L_train) recomputed per length; ``factor`` must stay null.
   * ``yarn`` - YaRN (Peng, Quesnelle, Fan, Shippole 2024, "YaRN: Efficient Context Window Extension
-    of Large Language Models", ICLR; eqs. 17-22): per pair, r_i = L_train / lambda_i with wavelength
+    of Large Language Models", ICLR): per pair, r_i = L_train / lambda_i with wavelength
     lambda_i = 2 pi / theta_i, ramp g_i = clamp((r_i - alpha) / (beta - alpha), 0, 1) with alpha = 1,
     beta = 32 (``yarn_alpha``, ``yarn_beta``); theta_i' = (1 - g_i) theta_i / s + g_i theta_i, and the
     attention temperature sqrt(1/t) = 0.1 ln(s) + 1 multiplies q and k (cos and sin). With factor

@@ -317,7 +317,7 @@ def scaled_reference(scaling, s, L_train):
         return THETA / s, 1.0
     if scaling in ("ntk", "dynamic_ntk"):  # bloc97 / emozilla: base * s^(d / (d - 2))
         return (10000.0 * s ** (HD / (HD - 2))) ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD), 1.0
-    out = []  # YaRN, Peng et al. 2024, eqs. 17-22, alpha 1, beta 32
+    out = []  # YaRN, Peng et al. 2024, alpha 1, beta 32
     for t in THETA.tolist():
         r = L_train / (2 * math.pi / t)
         g = 0.0 if r < 1 else 1.0 if r > 32 else (r - 1) / 31
@@ -340,7 +340,7 @@ def test_rotary_scaling_equals_formula_beyond_train_len(scaling, tq, tk):
 
 
 def test_yarn_reference_values_from_the_paper():
-    # sqrt(1/t) = 0.1 ln(s) + 1 (YaRN eq. 22): 1.27726 at s = 16; and theta of the highest
+    # sqrt(1/t) = 0.1 ln(s) + 1: 1.27726 at s = 16; and theta of the highest
     # frequency pair (wavelength 2 pi < L_train / 32 for L_train 4096) is kept, the lowest divided by s.
     m = method("rotary", scaling="yarn", factor=16, train_len=4096)
     theta, mscale = m.scaled_inv_freq(16.0, 4096)
