@@ -1,6 +1,5 @@
-"""FIRE: Functional Interpolation for Relative Positions (Li, Zaheer, Bhojanapalli, Kumar, Sanghai,
-Xu, Pani, Yu, Xiao, Chen, Ravikumar, Guo, Rawat 2024, "Functional Interpolation for Relative
-Positions Improves Long Context Transformers", ICLR; section 3).
+"""FIRE: Functional Interpolation for Relative Positions (Li et al. 2024, "Functional Interpolation
+for Relative Positions Improves Long Context Transformers", ICLR).
 
 No position embeddings; every layer adds to the score of query i and key j (unscaled by 1/sqrt(d))
 

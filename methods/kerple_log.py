@@ -1,5 +1,5 @@
 """KERPLE, logarithmic variant (Chi, Fan, Ramadge, Rudnicky 2022, "KERPLE: Kernelized Relative
-Positional Embedding for Length Extrapolation", NeurIPS; the ``log`` kernel of section 4).
+Positional Embedding for Length Extrapolation", NeurIPS; its logarithmic kernel).
 
 No position embeddings; every layer adds to the score of query i and key j (unscaled by
 1/sqrt(d), as ALiBi) the conditionally positive definite kernel

@@ -1,5 +1,5 @@
-"""p-RoPE, partial rotary (Barbero, Vitvitskyi, Perivolaropoulos, Pascanu, Velickovic 2025,
-"Round and Round We Go! What makes Rotary Positional Encodings useful?", ICLR; section 6).
+"""p-RoPE, partial rotary (Barbero et al. 2025, "Round and Round We Go!
+What makes Rotary Positional Encodings useful?", ICLR).
 
 Rotary (RoFormer) keeps the highest frequencies only: of the d/2 channel pairs with
 theta_i = base^(-2i/d), the first round(p * d/2) (highest frequencies) rotate by n * theta_i and the

@@ -1,5 +1,4 @@
-"""Randomized positional encodings (Ruoss, Deletang, Genewein, Grau-Moya, Csordas, Bennani, Legg,
-Veness 2023, "Randomized Positional Encodings Boost Length Generalization of Transformers", ACL).
+"""Randomized positional encodings (Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization of Transformers", ACL).
 
 A base encoding (``base``: ``rotary`` or ``sinusoidal``) reads, during training, not the positions
 0 .. T-1 but an ordered random subset of a larger range: T distinct integers drawn uniformly

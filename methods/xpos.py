@@ -1,5 +1,4 @@
-"""xPos (Sun, Dong, Patra, Ma, Huang, Benhaim, Chaudhary, Song, Wei 2023, "A Length-Extrapolatable
-Transformer", ACL; section 3).
+"""xPos (Sun et al. 2023, "A Length-Extrapolatable Transformer", ACL).
 
 Rotary (RoFormer) with an exponential decay: channel pair i of the query at position n and of the
 key at position m are rotated as in rotary and scaled by zeta_i^(n / gamma) and zeta_i^(-m / gamma),
