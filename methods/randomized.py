@@ -1,4 +1,5 @@
-"""Randomized positional encodings (Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization of Transformers", ACL).
+"""Randomized positional encodings (Ruoss et al. 2023, "Randomized Positional Encodings Boost
+Length Generalization of Transformers", ACL).
 
 A base encoding (``base``: ``rotary`` or ``sinusoidal``) reads, during training, not the positions
 0 .. T-1 but an ordered random subset of a larger range: T distinct integers drawn uniformly
