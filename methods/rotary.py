@@ -5,7 +5,33 @@ Each pair of channels (i, i + hd/2) of q and k is rotated by the angle p * theta
 theta_i = 10000^(-2i/hd), so q_m . k_n depends on m - n only. Values are not rotated. cos/sin for
 integer positions come from a table that grows on demand; float positions (interpolation, as in
 Chen et al. 2023 "Position Interpolation") are computed directly.
+
+Scaling for evaluation beyond the training length L_train (option ``scaling``; none by default).
+Each applies in evaluation mode only (``model.eval()``); training is plain rotary and records
+L_train (the longest training sequence, a persistent buffer, so a checkpoint keeps it) unless the
+option ``train_len`` gives it. The factor s is the option ``factor`` (static), or with ``factor``
+null s = max(1, L / L_train) for the evaluation length L (the last key position + 1; under
+KV-cache decoding, the length so far): the "dynamic" form, 1 within L_train.
+  * ``pi`` - Position Interpolation (Chen, Wong, Chen, Tian 2023, "Extending Context Window of
+    Large Language Models via Positional Interpolation"): angle (p / s) * theta_i.
+  * ``ntk`` - NTK-aware scaling (bloc97 2023, "NTK-Aware Scaled RoPE", r/LocalLLaMA): the base
+    becomes base * s^(d / (d - 2)), so the lowest frequency is interpolated by s and the highest
+    is kept. A static factor needs no L_train.
+  * ``dynamic_ntk`` - Dynamic NTK (emozilla 2023, "Dynamically Scaled RoPE", r/LocalLLaMA): ``ntk``
+    with s = max(1, L / L_train) recomputed per length; ``factor`` must stay null.
+  * ``yarn`` - YaRN (Peng, Quesnelle, Fan, Shippole 2024, "YaRN: Efficient Context Window Extension
+    of Large Language Models", ICLR): per pair, r_i = L_train / lambda_i with wavelength
+    lambda_i = 2 pi / theta_i, ramp g_i = clamp((r_i - alpha) / (beta - alpha), 0, 1) with alpha = 1,
+    beta = 32 (``yarn_alpha``, ``yarn_beta``); theta_i' = (1 - g_i) theta_i / s + g_i theta_i, and the
+    attention temperature sqrt(1/t) = 0.1 ln(s) + 1 multiplies q and k (cos and sin). With factor
+    null this is the paper's Dynamic-YaRN.
+Until L_train is known (a fresh model that never trained, no ``train_len``) a null factor is 1.
+Registered rows: ``rotary_pi``, ``rotary_ntk`` (static factor 8, bloc97's zero-shot setting),
+``rotary_dynamic_ntk``, ``rotary_yarn`` (dynamic), each taking ``factor``, ``train_len``, ``base``.
+Do not combine them with the extrapolation task's ``interpolate`` (positions already scaled).
 """
+import math
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -17,11 +43,18 @@ from posbench.registry import register
 class Rotary(PositionMethod):
     name = "rotary"
 
-    def __init__(self, cfg, base: float = 10000.0):
+    def __init__(self, cfg, base: float = 10000.0, scaling: str = "none", factor: float | None = None,
+                 train_len: int | None = None, yarn_alpha: float = 1.0, yarn_beta: float = 32.0):
         super().__init__(cfg)
         hd = cfg.head_dim
         if hd % 2:
             raise ValueError(f"rotary needs an even head_dim, got {hd}")
+        _check_scaling(scaling, factor, train_len, yarn_alpha, yarn_beta)
+        self.base, self.scaling, self.factor, self.train_len = float(base), scaling, factor, train_len
+        self.yarn_alpha, self.yarn_beta = float(yarn_alpha), float(yarn_beta)
+        if scaling != "none":
+            # Longest training sequence seen (0: none yet); persistent, so checkpoints keep it.
+            self.register_buffer("trained_len", torch.zeros((), dtype=torch.long))
         inv_freq = base ** (-torch.arange(0, hd, 2, dtype=torch.float32) / hd)  # (hd/2,)
         self.register_position_buffer("inv_freq", inv_freq)
         self._table: dict[str, torch.Tensor] = {}  # device -> (N, hd/2) angles, grown by doubling
@@ -49,16 +82,118 @@ class Rotary(PositionMethod):
 
         return self._cache.get((pos,), build, extra=(dtype,))
 
+    def scale_factor(self, k_pos: torch.Tensor) -> tuple[float, int]:
+        """(s, L_train) for evaluation at key positions ``k_pos`` (reads two numbers to the host;
+        called once per positions tensor)."""
+        L_train = self.train_len or int(self.trained_len)
+        if self.factor is not None:
+            return float(self.factor), L_train
+        if not L_train or k_pos.numel() == 0:
+            return 1.0, L_train
+        return max(1.0, (float(k_pos[-1]) + 1) / L_train), L_train
+
+    def scaled_inv_freq(self, s: float, L_train: int) -> tuple[torch.Tensor, float]:
+        """(theta' (hd/2,) float64 per position, attention factor on q and k) for factor s."""
+        hd = self.cfg.head_dim
+        i2 = torch.arange(0, hd, 2, dtype=torch.float64, device=self.inv_freq.device)
+        theta = self.base ** (-i2 / hd)
+        if self.scaling == "pi":
+            return theta / s, 1.0
+        if self.scaling in ("ntk", "dynamic_ntk"):
+            return (self.base * s ** (hd / (hd - 2))) ** (-i2 / hd), 1.0
+        # yarn: "NTK-by-parts" interpolation plus the attention temperature
+        if s > 1.0 and not L_train:
+            raise ValueError("rotary: scaling 'yarn' needs L_train for its ramp; allowed: set train_len, "
+                             "or train the model first")
+        if s == 1.0:
+            return theta, 1.0
+        ratio = L_train / (2 * math.pi / theta)  # r_i: wavelengths of pair i within L_train
+        ramp = ((ratio - self.yarn_alpha) / (self.yarn_beta - self.yarn_alpha)).clamp(0.0, 1.0)
+        return (1 - ramp) * theta / s + ramp * theta, 0.1 * math.log(s) + 1.0
+
+    def _scaled_cos_sin(self, pos: torch.Tensor, dtype):
+        def build():
+            s, L_train = self.scale_factor(pos)
+            theta, mscale = self.scaled_inv_freq(s, L_train)
+            ang = pos.to(torch.float64)[:, None] * theta[None, :]
+            return (ang.cos() * mscale).to(dtype), (ang.sin() * mscale).to(dtype)
+
+        return self._cache.get((pos, self.trained_len), build, extra=(dtype, "scaled"))
+
     @staticmethod
     def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x (B, H, T, hd); cos, sin (T, hd/2). Rotates channel pairs (i, i + hd/2)."""
         return _RotateQK.apply(x, None, cos, sin)[0]
 
     def attend(self, q, k, v, q_pos, k_pos, layer):
-        cos_k, sin_k = self._cos_sin(k_pos, q.dtype)
+        if self.scaling != "none" and self.training:
+            self.trained_len.clamp_(min=k_pos.shape[0])  # on the device: no host sync
+        if self.scaling != "none" and not self.training:
+            cos_k, sin_k = self._scaled_cos_sin(k_pos, q.dtype)
+        else:
+            cos_k, sin_k = self._cos_sin(k_pos, q.dtype)
         # q_pos is the tail of k_pos, so its cos/sin are the tail of the keys'.
         q, k = _RotateQK.apply(q, k, cos_k, sin_k)
         return causal_attention(q, k, v)
+
+
+SCALINGS = ("none", "pi", "ntk", "dynamic_ntk", "yarn")
+
+
+def _check_scaling(scaling, factor, train_len, yarn_alpha, yarn_beta) -> None:
+    if scaling not in SCALINGS:
+        raise ValueError(f"rotary: scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
+    if factor is not None and not (isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor >= 1):
+        raise ValueError(f"rotary: factor must be a number >= 1 or null (per evaluation length), got {factor!r}")
+    if factor is not None and scaling == "dynamic_ntk":
+        raise ValueError("rotary: factor does not apply to scaling 'dynamic_ntk' (its factor is L / L_train); "
+                         "allowed: null, or scaling 'ntk' for a static factor")
+    if train_len is not None and not (isinstance(train_len, int) and not isinstance(train_len, bool) and train_len >= 1):
+        raise ValueError(f"rotary: train_len must be a positive integer or null (recorded in training), got {train_len!r}")
+    if not 0 < yarn_alpha < yarn_beta:
+        raise ValueError(f"rotary: need 0 < yarn_alpha < yarn_beta, got {yarn_alpha!r} and {yarn_beta!r}")
+
+
+# The scaled rows: ``rotary`` with one scaling fixed (its other options stay settable). Each is a
+# class with a literal name so that listing methods reads this file instead of importing torch.
+@register
+class RotaryPI(Rotary):
+    """rotary with scaling='pi' (position interpolation)"""
+
+    name = "rotary_pi"
+
+    def __init__(self, cfg, factor: float | None = None, train_len: int | None = None, base: float = 10000.0):
+        super().__init__(cfg, base=base, scaling="pi", factor=factor, train_len=train_len)
+
+
+@register
+class RotaryNTK(Rotary):
+    """rotary with scaling='ntk' (static NTK-aware base, factor 8 unless set)"""
+
+    name = "rotary_ntk"
+
+    def __init__(self, cfg, factor: float | None = 8.0, train_len: int | None = None, base: float = 10000.0):
+        super().__init__(cfg, base=base, scaling="ntk", factor=factor, train_len=train_len)
+
+
+@register
+class RotaryDynamicNTK(Rotary):
+    """rotary with scaling='dynamic_ntk' (the base grows with the current length)"""
+
+    name = "rotary_dynamic_ntk"
+
+    def __init__(self, cfg, factor: float | None = None, train_len: int | None = None, base: float = 10000.0):
+        super().__init__(cfg, base=base, scaling="dynamic_ntk", factor=factor, train_len=train_len)
+
+
+@register
+class RotaryYaRN(Rotary):
+    """rotary with scaling='yarn' (per-frequency interpolation and attention temperature)"""
+
+    name = "rotary_yarn"
+
+    def __init__(self, cfg, factor: float | None = None, train_len: int | None = None, base: float = 10000.0):
+        super().__init__(cfg, base=base, scaling="yarn", factor=factor, train_len=train_len)
 
 
 def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:

@@ -132,6 +132,11 @@ def cmd_run(args) -> int:
     if args.run_id is not None:  # a folder under results/<suite>/: never a path that leaves it
         suitemod.check_name(args.run_id, "--run-id")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    if methods and "all" in methods:  # the group: every registered method joins this suite's run
+        from . import tasks
+
+        suite.methods = suitemod.expand_methods(suite.methods + ["all"], tasks.get(suite.task))
+        methods = suitemod.expand_methods(methods, tasks.get(suite.task))
     shard = parse_shard(args.shard) if args.shard else None
     in_process = _under_torchrun(suite, device, args.dry_run)
     if args.dry_run:
@@ -221,6 +226,7 @@ def cmd_list(args) -> int:
 
     _load_methods_dirs(args)
     methods = registry.listing()  # read from the files: listing alone imports no torch
+    width = max([14] + [len(n) for n in methods])  # rotary_dynamic_ntk is 18
     if args.check or args.device:
         import torch
 
@@ -230,11 +236,11 @@ def cmd_list(args) -> int:
         print(f"methods (availability on {device}, float32):")
         for name, origin in methods.items():
             reason = registry.get(name).unavailable(torch.device(device), torch.float32)
-            print(f"  {name:<14} {'available' if not reason else 'unavailable: ' + reason:<40} {origin}")
+            print(f"  {name:<{width}} {'available' if not reason else 'unavailable: ' + reason:<40} {origin}")
     else:
         print("methods (--check: whether each runs here):")
         for name, origin in methods.items():
-            print(f"  {name:<14} {origin}")
+            print(f"  {name:<{width}} {origin}")
     print("suites:")
     for name in suitemod.names():
         try:

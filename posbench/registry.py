@@ -249,6 +249,18 @@ def require(name: str) -> str:
     return found[name]
 
 
+# Method groups a suite or --methods may name instead of methods: "all" is every registered method.
+GROUPS = ("all",)
+
+
+def expand(names: list[str]) -> list[str]:
+    """``names`` with each group replaced by its methods (those not already listed, sorted)."""
+    out = [n for n in names if n not in GROUPS]
+    if "all" in names:
+        out += [n for n in listing() if n not in out]  # read from the files: no torch import
+    return out
+
+
 def origin(name: str) -> str:
     return require(name)
 

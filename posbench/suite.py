@@ -51,6 +51,8 @@ class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     description: str = ""
+    methods: Optional[list[str]] = Field(None, min_length=1, description="replaces the suite's methods "
+                                         "(`all`: every registered method)")
     settings: dict[str, Any] = Field(default_factory=dict, description="overrides of the suite's settings")
     grid: Optional[dict[str, Annotated[list[Scalar], Field(min_length=1)]]] = Field(
         None, min_length=1, description="replaces the suite's grid axes it names"
@@ -66,7 +68,7 @@ class SuiteFile(BaseModel):
     description: str
     version: int = Field(ge=1, description="bump when a change makes old results incomparable")
     task: str = Field(description="a task from posbench.tasks, e.g. efficiency")
-    methods: list[str] = Field(min_length=1, description="method names from the registry")
+    methods: list[str] = Field(min_length=1, description="method names from the registry, or `all`")
     baseline: Optional[str] = Field(None, description="the method ratios are taken against; one of methods")
     metrics: list[str] = Field(default_factory=list, description="metrics shown in tables and progress lines")
     grid: dict[str, Annotated[list[Scalar], Field(min_length=1)]] = Field(
@@ -445,6 +447,7 @@ def load(ref: str | Path) -> Loaded:
     except (OSError, UnicodeDecodeError) as exc:
         raise SuiteError(f"{where}: <file>: cannot read ({type(exc).__name__}); allowed: a UTF-8 YAML file") from None
     data, lines = _parse(text, where)
+    _method_group_as_list(data)
     if not isinstance(data, dict):
         raise _fail(where, lines, (), f"the file must be a mapping, got {type(data).__name__}", "a mapping of suite keys: "
                     + ", ".join(SuiteFile.model_fields))
@@ -466,6 +469,28 @@ def load(ref: str | Path) -> Loaded:
     return loaded
 
 
+def _method_group_as_list(data) -> None:
+    """``methods: all`` (a group name, not a list) reads as ``methods: [all]``, in profiles too."""
+    if not isinstance(data, dict):
+        return
+    profiles = data.get("profiles")
+    holders = [data] + ([p for p in profiles.values() if isinstance(p, dict)] if isinstance(profiles, dict) else [])
+    for holder in holders:
+        if holder.get("methods") == "all":  # registry.GROUPS, without importing torch yet
+            holder["methods"] = [holder["methods"]]
+
+
+def expand_methods(names: list[str], task=None) -> list[str]:
+    """Method names with the group ``all`` expanded: every registered method, or every variant of
+    a task that compares its own (``task.METHODS``)."""
+    from . import registry
+
+    own = getattr(task, "METHODS", None)
+    if own is not None and "all" in names:
+        return [n for n in names if n != "all"] + [n for n in own if n not in names]
+    return registry.expand(names)
+
+
 def _check_task(loaded: Loaded):
     try:
         return tasks.get(loaded.file.task)
@@ -475,32 +500,43 @@ def _check_task(loaded: Loaded):
 
 
 def _check_methods(loaded: Loaded, task=None) -> None:
-    from . import registry
-
     f, where = loaded.file, display_path(loaded.path)
     own = getattr(task, "METHODS", None)  # a task that compares other things (kernel variants)
-    for i, name in enumerate(f.methods):
-        if name in f.methods[:i]:
-            raise _fail(where, loaded.lines, ("methods", i), f"{name!r} is listed twice", "each method once")
-        if own is not None:
-            if name not in own:
-                close = difflib.get_close_matches(name, list(own), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise _fail(where, loaded.lines, ("methods", i), f"unknown {f.task} variant {name!r}{hint}",
-                            ", ".join(own))
-            continue
-        try:
-            registry.require(name)  # reads the method files: no torch import
-        except registry.RegistryError as exc:
-            problem = str(exc).split("; known methods:")[0]
-            raise _fail(where, loaded.lines, ("methods", i), problem, ", ".join(registry.names())) from None
-    if f.baseline is not None and f.baseline not in f.methods:
+    _check_method_list(loaded, f.methods, (), own)
+    for name, prof in f.profiles.items():
+        if prof.methods is not None:
+            _check_method_list(loaded, prof.methods, ("profiles", name), own)
+    if f.baseline is not None and f.baseline not in expand_methods(f.methods, task):
         raise _fail(where, loaded.lines, ("baseline",), f"{f.baseline!r} is not in methods", ", ".join(f.methods))
     unknown = [m for m in f.metrics if m not in loaded.task.METRICS]
     if unknown:
         i = f.metrics.index(unknown[0])
         raise _fail(where, loaded.lines, ("metrics", i), f"unknown metric {unknown[0]!r}",
                     ", ".join(loaded.task.METRICS))
+
+
+def _check_method_list(loaded: Loaded, names: list[str], prefix: tuple, own) -> None:
+    """Each name is a registered method (or a task variant), or a group (``all``); none twice."""
+    from . import registry
+
+    f, where = loaded.file, display_path(loaded.path)
+    for i, name in enumerate(names):
+        path = prefix + ("methods", i)
+        if name in names[:i]:
+            raise _fail(where, loaded.lines, path, f"{name!r} is listed twice", "each method once")
+        if name in registry.GROUPS:
+            continue
+        if own is not None:
+            if name not in own:
+                close = difflib.get_close_matches(name, list(own), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise _fail(where, loaded.lines, path, f"unknown {f.task} variant {name!r}{hint}", ", ".join(own))
+            continue
+        try:
+            registry.require(name)  # reads the method files: no torch import
+        except registry.RegistryError as exc:
+            problem = str(exc).split("; known methods:")[0]
+            raise _fail(where, loaded.lines, path, problem, ", ".join(registry.names() + list(registry.GROUPS))) from None
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -576,7 +612,7 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
     _check_across(settings, source, grid, grid_source, list(f.methods), task, fail)
     return Suite(
         path=loaded.path, name=f.name, description=f.description, version=f.version, task=f.task,
-        methods=list(f.methods), baseline=f.baseline, metrics=list(f.metrics), grid=grid,
+        methods=expand_methods(prof.methods or f.methods, task), baseline=f.baseline, metrics=list(f.metrics), grid=grid,
         settings=settings, profile=profile, profiles=list(f.profiles),
     )
 

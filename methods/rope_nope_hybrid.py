@@ -1,0 +1,36 @@
+"""RoPE in most layers, NoPE every k-th layer: the interleaving of recent long-context models
+(Yang et al. 2025, "Rope to Nope and Back Again: A New Hybrid Attention Strategy"; Meta's
+Llama 4 "iRoPE", a NoPE layer every 4th layer).
+
+Layers 0 .. n-1: layer l uses no position information (plain causal attention, as ``nope``) when
+(l + 1) % every == 0, that is the every-th, 2*every-th, ... layer; every other layer is rotary
+(RoFormer, theta_i = base^(-2i/d)). Options: ``every`` k (default 4) and ``base`` (10000). The
+NoPE layers see order only through the causal mask (Haviv et al. 2022); with fewer than k layers
+the model is plain rotary.
+"""
+from posbench import registry
+from posbench.method import PositionMethod, causal_attention
+from posbench.registry import register
+
+
+@register
+class RopeNopeHybrid(PositionMethod):
+    name = "rope_nope_hybrid"
+
+    def __init__(self, cfg, every: int = 4, base: float = 10000.0):
+        super().__init__(cfg)
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise ValueError(f"rope_nope_hybrid: every must be a positive integer, got {every!r}")
+        self.every = every
+        self.rope = registry.get("rotary")(cfg, base=base)
+
+    def is_nope(self, layer: int) -> bool:
+        return (layer + 1) % self.every == 0
+
+    def attend(self, q, k, v, q_pos, k_pos, layer):
+        if self.is_nope(layer):
+            return causal_attention(q, k, v)
+        return self.rope.attend(q, k, v, q_pos, k_pos, layer)
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, every={self.every}"
