@@ -13,7 +13,8 @@ One case = one method at context length C (``context``) and batch B (``batch``):
    context grows from C to C + decode_tokens - 1); every step is timed on its own, so ``tpot_ms``
    (median) and ``tpot_p90_ms`` describe the distribution of per-token latencies.
 3. Memory: ``kv_cache_bytes`` (keys and values of all layers after the prefill) and the peak
-   memory of each phase (reset before it; the decode peak includes the weights and the cache).
+   memory of each phase: the prefill's from its start, the decode's from the end of the first
+   decode step (by then what the prefill left behind is freed); both include weights and cache.
 A round is one prefill and its decode; ``warmup_rounds`` uncounted rounds come first, then
 ``rounds`` measured ones. Timing (``measure.make_device``): on CUDA, CUDA events around every
 step read after a synchronize (each step starts with an empty queue); on CPU,
@@ -59,8 +60,8 @@ METRICS = {
     "peak_mem_prefill_bytes": "bytes, lower is better; CUDA max_memory_allocated, CPU peak resident set, "
                               "prefill phase (largest over rounds)",
     "peak_mem_prefill_reserved_bytes": "bytes; CUDA max_memory_reserved in the prefill (null on CPU)",
-    "peak_mem_decode_bytes": "bytes, lower is better; as peak_mem_prefill_bytes, decode phase (weights and "
-                             "cache included)",
+    "peak_mem_decode_bytes": "bytes, lower is better; as peak_mem_prefill_bytes, decode steps 2..n (weights "
+                             "and cache included)",
     "peak_mem_decode_reserved_bytes": "bytes; CUDA max_memory_reserved in decoding (null on CPU)",
     "mem_base_bytes": "bytes in use before the first round: model and prompt (CPU: also the Python and torch runtime)",
     "n_params": "parameters of the model",
@@ -187,8 +188,12 @@ def run(case) -> dict:
             prefill_s = dev.time_window(do_prefill, 1)
             prefill_peak = dev.peak()
             kv_bytes = kv_cache_bytes(state["cache"])
+            steps = [dev.time_window(do_step, 1)]
+            # The decode peak starts after the first step: until then the prefill's transient
+            # tensors (and a method's cached (H, C, C) bias, dropped at the first decode step)
+            # are still allocated, and they belong to the prefill's peak.
             dev.reset_peak()
-            steps = [dev.time_window(do_step, 1) for _ in range(s.decode_tokens)]
+            steps += [dev.time_window(do_step, 1) for _ in range(s.decode_tokens - 1)]
             if r < s.warmup_rounds:
                 continue
             ttft.append(prefill_s * 1e3)
