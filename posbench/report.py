@@ -20,11 +20,11 @@ from .report_data import RunsError, load_runs
 from .report_html import write_html
 from .report_ppl import extrapolation_tables
 from .report_render import to_csv, to_latex, to_markdown
-from .report_tables import Table, efficiency_tables, generic_tables, kernel_tables
+from .report_tables import Table, decode_tables, efficiency_tables, generic_tables, kernel_tables
 
 __all__ = ["build_report", "load_runs", "collect_tables", "rows_csv"]
 
-_FIXED_TASKS = ("efficiency", "extrapolation", "kernels")
+_FIXED_TASKS = ("efficiency", "extrapolation", "kernels", "decode")
 
 
 def collect_tables(rows: pd.DataFrame, baseline: str | None = None) -> list[tuple[str, list[Table]]]:
@@ -33,6 +33,7 @@ def collect_tables(rows: pd.DataFrame, baseline: str | None = None) -> list[tupl
         ("Efficiency", efficiency_tables(rows, baseline)),
         ("Extrapolation", extrapolation_tables(rows)),
         ("Kernels", kernel_tables(rows, baseline)),
+        ("Decode", decode_tables(rows, baseline)),
     ]
     for task in sorted(set(rows["task"].dropna()) - set(_FIXED_TASKS)):
         sections.append((task.capitalize(), generic_tables(rows, task)))

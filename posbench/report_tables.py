@@ -95,6 +95,15 @@ KERNEL_METRICS = [
     ("peak_mem_bytes", "Kernel peak memory", "bytes", fmt_bytes),
 ]
 
+DECODE_METRICS = [
+    ("tpot_ms", "Time per output token (median)", "ms", fmt_plain),
+    ("tpot_p90_ms", "Time per output token (p90)", "ms", fmt_plain),
+    ("ttft_ms", "Time to first token (prefill)", "ms", fmt_plain),
+    ("decode_wps", "Decode speed", "tokens/s", fmt_count),
+    ("kv_cache_bytes", "KV-cache size", "bytes", fmt_bytes),
+    ("peak_mem_decode_bytes", "Peak decode memory", "bytes", fmt_bytes),
+]
+
 
 # -- grouping ------------------------------------------------------------------------------
 
@@ -241,6 +250,11 @@ def efficiency_tables(frame: pd.DataFrame, baseline: str | None = None) -> list[
 def kernel_tables(frame: pd.DataFrame, baseline: str | None = None) -> list[Table]:
     """Kernel timings and throughput: variants x seq_len, split by head_dim and the rest."""
     return metric_tables(frame, "kernels", KERNEL_METRICS, "seq_len", baseline)
+
+
+def decode_tables(frame: pd.DataFrame, baseline: str | None = None) -> list[Table]:
+    """TPOT, TTFT, decode speed and memory: methods x context length C, one table per batch."""
+    return metric_tables(frame, "decode", DECODE_METRICS, "context", baseline)
 
 
 def generic_tables(frame: pd.DataFrame, task: str) -> list[Table]:

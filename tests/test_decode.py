@@ -19,9 +19,11 @@ SUITE = yaml.safe_load((Path(__file__).resolve().parent.parent / "suites" / "dec
 CPU_CONTEXTS = SUITE["profiles"]["cpu"]["grid"]["context"]  # 256, 1024, 4096
 DECODE_TOKENS = SUITE["profiles"]["cpu"]["settings"]["decode_tokens"]
 METHODS = registry.names()
-# The Triton interpreter runs every tile as numpy calls: the suite's longer lengths would take
-# minutes, so the fused kernel decodes at the shortest suite length and an odd one.
+# The Triton interpreter runs every tile as numpy calls (32 tokens through 2 layers at C = 256
+# took 4 minutes): the fused kernel decodes 8 tokens through 1 layer, at the shortest suite
+# length and an odd one.
 INTERPRETED_CONTEXTS = [67, CPU_CONTEXTS[0]]
+INTERPRETED_TOKENS, INTERPRETED_LAYERS = 8, 1
 
 
 def tiny(method: str, dtype=torch.float32, n_layers: int = 2, seed: int = 0) -> TransformerLM:
@@ -58,15 +60,16 @@ def test_decode_equals_full_forward(method, context, dtype):
     if reason:
         pytest.skip(f"{method} unavailable in {dtype} on cpu: {reason}")
     batch = 1 if context >= 4096 else 2
-    model = tiny(method, dtype)
+    steps, layers = (INTERPRETED_TOKENS, INTERPRETED_LAYERS) if _interpreted(method) else (DECODE_TOKENS, 2)
+    model = tiny(method, dtype, n_layers=layers)
     g = torch.Generator().manual_seed(context)
     prompt = torch.randint(0, model.cfg.vocab_size, (batch, context), generator=g)
     with torch.inference_mode():
         with decode.last_position_only(model):  # the task's path: prefill keeps the last row only
-            tokens, logits = decode.generate(model, prompt, DECODE_TOKENS)  # (B, n), (B, n, V)
+            tokens, logits = decode.generate(model, prompt, steps)  # (B, n), (B, n, V)
         # The full forward over the prompt and every generated token but the last one.
         full = model(torch.cat([prompt, tokens[:, :-1]], dim=1))[:, context - 1:].float()  # (B, n, V)
-    assert tokens.shape == (batch, DECODE_TOKENS) and logits.shape == full.shape
+    assert tokens.shape == (batch, steps) and logits.shape == full.shape
     assert torch.equal(tokens, logits.argmax(-1))  # greedy
     tol = testing.DECODE_TOL[dtype] * max(1.0, full.abs().max().item())
     err = (logits.float() - full).abs().max().item()
@@ -343,3 +346,28 @@ def test_suite_declares_latencies_lower_is_better():
     for metric in ("prefill_wps", "decode_wps"):
         assert metric_direction(metric) == 1 and "higher is better" in decode.METRICS[metric]
     assert set(SUITE["metrics"]) <= set(decode.METRICS)
+
+
+def test_report_has_decode_tables_with_ratios_to_the_baseline(tmp_path):
+    from report_fixtures import base_row, write_run
+
+    from posbench.report import collect_tables, load_runs
+
+    tpot = {"sinusoidal": 2.0, "alibi": 3.0}  # ms at C = 256; doubles at 1024
+    rows = []
+    for method, ms in tpot.items():
+        for context in (256, 1024):
+            for batch in (1, 8):
+                row = base_row("decode", "decode", method, {"context": context, "batch": batch}, "run-d")
+                row["metrics"] = {"tpot_ms": ms * context / 256 * batch, "tpot_p90_ms": 1.0, "ttft_ms": 1.0,
+                                  "decode_wps": 1.0, "kv_cache_bytes": 1e6, "peak_mem_decode_bytes": 2e6}
+                rows.append(row)
+    frame, _ = load_runs([write_run(tmp_path, rows)])
+    sections = dict(collect_tables(frame))
+    tables = [t for t in sections["Decode"] if t.metric == "tpot_ms"]
+    assert sorted(t.extra["rest"]["batch"] for t in tables) == [1, 8]  # one table per batch
+    eight = next(t for t in tables if t.extra["rest"]["batch"] == 8)
+    assert eight.columns == [256, 1024] and eight.rows == ["sinusoidal", "alibi"]
+    cell = eight.cells[("alibi", 1024)]
+    assert cell.value == pytest.approx(96.0) and cell.ratio == pytest.approx(1.5)
+    assert "(1.50x)" in cell.text
