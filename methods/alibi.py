@@ -41,6 +41,11 @@ class ALiBi(PositionMethod):
         out = torch.float32 if self.bias_dtype == "float32" else dtype
 
         def build():
+            if q_pos.shape[0] == 1:
+                # A decode step: its k_pos is new every step, so no earlier entry will be asked
+                # for again, and the prefill's (1, H, C, C) bias would otherwise stay alive
+                # through the first decode steps. The row built here is (1, H, 1, C).
+                self._cache.clear()
             return mask_bias(alibi_bias(self.slopes, q_pos, k_pos).to(out))[None]
 
         return self._cache.get((q_pos, k_pos), build, extra=(out,))

@@ -71,6 +71,10 @@ class T5Bias(PositionMethod):
             ids = relative_position_bucket(distance, self.num_buckets, self.max_distance)
             tq, tk = ids.shape
             if tq == 1:
+                # A decode step: (1, C) ids, one gather of H x C per step. Its k_pos is new every
+                # step, so earlier entries are never asked for again: drop them, or the prefill's
+                # (C, C) int64 ids and index would stay alive through the first decode steps.
+                self._cache.clear()
                 return ids, ids.reshape(-1), False
             index = ids.masked_fill(~causal_mask(tq, tk, ids.device), self.num_buckets)
             return ids, index.reshape(-1), True

@@ -20,11 +20,11 @@ from .render import to_csv, to_latex, to_markdown
 from .report_html import write_html
 from .report_ppl import extrapolation_tables
 from .rows import Runs, RowsError, load_runs
-from .table import Table, efficiency_tables, kernel_tables, metric_tables
+from .table import Table, decode_tables, efficiency_tables, kernel_tables, metric_tables
 
 __all__ = ["build_report", "load_runs", "collect_tables", "rows_csv"]
 
-_FIXED_TASKS = ("efficiency", "extrapolation", "kernels")
+_FIXED_TASKS = ("efficiency", "extrapolation", "kernels", "decode")
 
 
 def collect_tables(runs: Runs, baseline: str | None = None) -> list[tuple[str, list[Table]]]:
@@ -36,6 +36,7 @@ def collect_tables(runs: Runs, baseline: str | None = None) -> list[tuple[str, l
         ("Efficiency", efficiency_tables(runs, baseline)),
         ("Extrapolation", extrapolation_tables(runs)),
         ("Kernels", kernel_tables(runs, baseline)),
+        ("Decode", decode_tables(runs, baseline)),
     ]
     for task in sorted(set(runs.rows["task"].dropna()) - set(_FIXED_TASKS)):
         sections.append((task.capitalize(), metric_tables(runs, task, baseline, column="")))

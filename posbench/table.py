@@ -227,6 +227,11 @@ def kernel_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:
     return metric_tables(runs, "kernels", baseline)
 
 
+def decode_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:
+    """TPOT, TTFT, decode speed and memory: methods x context length C, one table per batch."""
+    return metric_tables(runs, "decode", baseline, column="context")
+
+
 def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
     """The tables printed at the end of a run: the suite's ``metrics`` (run.json) for its task,
     methods x the first grid axis (``seq_len`` when there is one)."""

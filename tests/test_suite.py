@@ -116,7 +116,7 @@ def test_yaml_syntax_error(tmp_path):
 
 
 def test_unknown_task(tmp_path):
-    assert ":4: task: unknown task 'speed'; allowed: efficiency" in error(tmp_path, VALID.replace("_testing", "speed"))
+    assert ":4: task: unknown task 'speed'; allowed: decode, efficiency" in error(tmp_path, VALID.replace("_testing", "speed"))
 
 
 def test_set_overrides_are_validated(tmp_path):

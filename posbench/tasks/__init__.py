@@ -40,6 +40,7 @@ TASKS: dict[str, str] = {
     "extrapolation": "posbench.tasks.extrapolation",
     "precision": "posbench.tasks.precision",
     "kernels": "posbench.tasks.kernels",
+    "decode": "posbench.tasks.decode",
     "_testing": "posbench.tasks._testing",
 }
 
