@@ -15,7 +15,8 @@ if several ranks failed (the first is the cause, the others its echo).
 
 Result: ``{"status", "message", "traceback", "metrics", "series"}``. Status ``oom`` for
 ``MemoryError``, ``torch.cuda.OutOfMemoryError`` and torch's CPU allocator failing (what an
-``RLIMIT_AS`` limit produces); ``diverged`` for ``tasks.Diverged``; ``error`` for anything else.
+``RLIMIT_AS`` limit produces); ``diverged`` for ``tasks.Diverged``; ``unavailable`` for ``tasks.Unavailable`` (the message is the
+reason); ``error`` for anything else.
 """
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ def apply_memory_limit(limit_mb: int | None) -> None:
 def classify(exc: BaseException) -> str:
     if isinstance(exc, tasks.Diverged):
         return "diverged"
+    if isinstance(exc, tasks.Unavailable):
+        return "unavailable"
     if isinstance(exc, MemoryError):
         return "oom"
     torch = sys.modules.get("torch")  # only a task that imported torch can raise its errors
@@ -71,7 +74,9 @@ def run_case(raw: dict, limit_memory: bool = True) -> dict:
         return {"status": "ok", "message": "", "traceback": "", "metrics": out.get("metrics", {}),
                 "series": out.get("series", {})}
     except Exception as exc:  # every failure becomes a row; the suite goes on
-        return {"status": classify(exc), "message": one_line(exc), "traceback": traceback.format_exc(),
+        status = classify(exc)
+        message = str(exc) if status == "unavailable" else one_line(exc)  # the reason, as the runner gives it
+        return {"status": status, "message": message, "traceback": traceback.format_exc(),
                 "metrics": {}, "series": {}, "failed_at": time.time()}
 
 
