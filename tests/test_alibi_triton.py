@@ -259,6 +259,31 @@ def test_method_options_and_unavailable(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
+# Tile configurations
+
+
+def test_tile_configs_offered_per_target_and_length_key():
+    from posbench.kernels import fused_attention as fa
+
+    for kind in ("fwd", "bwd"):
+        for arch in (80, 86, 89, 90):
+            for dtype in (torch.float32, torch.bfloat16):
+                for d in fa.HEAD_DIMS:
+                    chosen = fa.configs_for(kind, arch, dtype, d)
+                    assert chosen, (kind, arch, dtype, d)
+                    target = 90 if arch >= 90 else 86 if arch > 80 else 80
+                    fitting = [c for c in fa.CONFIGS[kind] if c.allows(target, fa.dtype_class(dtype), d)]
+                    assert chosen == (fitting or [fa.CONFIGS[kind][-1]])
+    # the last config of each kernel is the fallback: it fits every target in half precision, and
+    # something is offered for every target, dtype and head dim
+    for kind in ("fwd", "bwd"):
+        last = fa.CONFIGS[kind][-1]
+        assert all(last.allows(a, "half", 128) and last.allows(a, "fp32", 64) for a in (80, 86, 90)), last
+    assert [fa.length_key(n) for n in (1, 2, 3, 1000, 1024, 1025)] == [1, 2, 4, 1024, 1024, 2048]
+    assert fa.INTERPRETED == (len(fa._fwd_tuned.configs) == 1)
+
+
+# ---------------------------------------------------------------------------------------------
 # The compiled (GPU) path, checked without a GPU
 
 

@@ -71,13 +71,16 @@ NEVER_FAR = 1 << 30
 
 
 class TileConfig:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) and the GPU targets (compute capability major *
-    10 + minor) where it compiles without register spills and within shared memory, per dtype
-    class ("fp32" or "half") and head dim. ``fits`` lists (arch, dtype class, max head dim)."""
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) and, per GPU target, the largest head dim at which
+    it compiles without register spills and within shared memory, for half (float16/bfloat16)
+    and float32 inputs: ``sm80=(half, fp32)`` for A100, ``sm86`` for sm_86/sm_89 (99 KB of shared
+    memory: RTX 30/40, A10, L4, with sm_80's code), ``sm90`` for H100; 0 = not offered."""
 
-    def __init__(self, block_m, block_n, warps, stages, fits):
+    def __init__(self, block_m, block_n, warps, stages, sm80, sm86, sm90):
         self.block_m, self.block_n, self.warps, self.stages = block_m, block_n, warps, stages
-        self.fits = fits  # {(arch, dtype_class): max_head_dim}
+        self.fits = {}
+        for arch, (half, fp32) in ((80, sm80), (86, sm86), (90, sm90)):
+            self.fits[(arch, "half")], self.fits[(arch, "fp32")] = half, fp32
 
     def allows(self, arch: int, dtype_class: str, head_dim: int) -> bool:
         return head_dim <= self.fits.get((arch, dtype_class), 0)
@@ -91,28 +94,30 @@ class TileConfig:
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}"
 
 
-def _fits(half_80, fp32_80, half_90=None, fp32_90=None) -> dict:
-    """Max head dim per (arch, dtype class); sm_90 defaults to sm_80's (more shared memory)."""
-    half_90 = half_80 if half_90 is None else half_90
-    fp32_90 = fp32_80 if fp32_90 is None else fp32_90
-    return {(80, "half"): half_80, (80, "fp32"): fp32_80, (90, "half"): half_90, (90, "fp32"): fp32_90}
-
-
-# Candidates per kernel, from the compile report (posbench/kernels/compile_report.py) for sm_80 and
-# sm_90: a config is offered only where it neither spills registers nor exceeds shared memory.
+# Candidates per kernel, from the compile report (posbench/kernels/compile_report.py; T5, the
+# bias that needs the most registers): a config is offered only where it neither spills registers
+# nor exceeds shared memory. Measured so far (registers / spill bytes / shared KB, T5):
+#   fwd  m128n64w8s3 half d128 sm_90: 255 / 284 / 128 -> not at d128
+#   fwd  m64n64w4s3  half d128 sm_90: 255 / 272 / 80  -> not at d128
+#   fwd  m64n32w4s2  half d128 sm_90: 240 / 0 / 40
+#   bwd  m64n64w8s2  half d128 sm_90: dQ 255 / 172, dK/dV 255 / 760 -> not at d128 (ALiBi dQ: 253 / 0)
+#   bwd  m32n64w4s2  half d64  sm_90: dQ 255 / 8 -> not at d64; dK/dV 250 / 0
+#   bwd  m32n32w4s2  half d128 sm_90: dQ 191 / 0 / 32, dK/dV 240 / 0 / 38
+#   bwd  m32n32w4s2  fp32 d128 sm_80: dQ 168 / 4836 / 68 -> not at d128
+# float32 at head dim 128 has no spill-free candidate yet: it runs the last config, with spills.
 CONFIGS = {
     "fwd": [
-        TileConfig(128, 64, 8, 3, _fits(128, 64)),
-        TileConfig(64, 64, 4, 3, _fits(128, 128)),
-        TileConfig(64, 32, 4, 2, _fits(128, 128)),
+        TileConfig(128, 64, 8, 3, sm80=(64, 0), sm86=(64, 0), sm90=(64, 0)),
+        TileConfig(64, 64, 4, 3, sm80=(64, 32), sm86=(64, 32), sm90=(64, 32)),
+        TileConfig(64, 32, 4, 2, sm80=(128, 64), sm86=(128, 64), sm90=(128, 64)),
     ],
     "bwd": [
-        TileConfig(64, 64, 8, 2, _fits(128, 64)),
-        TileConfig(32, 64, 4, 2, _fits(64, 64)),
-        TileConfig(32, 32, 4, 2, _fits(128, 128)),
+        TileConfig(64, 64, 8, 2, sm80=(64, 0), sm86=(64, 0), sm90=(64, 0)),
+        TileConfig(32, 64, 4, 2, sm80=(32, 32), sm86=(32, 32), sm90=(32, 32)),
+        TileConfig(32, 32, 4, 2, sm80=(128, 64), sm86=(128, 64), sm90=(128, 64)),
     ],
 }
-INTERPRETER_CONFIG = TileConfig(32, 32, 1, 1, {})
+INTERPRETER_CONFIG = TileConfig(32, 32, 1, 1, (0, 0), (0, 0), (0, 0))
 
 
 def dtype_class(dtype) -> str:
@@ -120,9 +125,9 @@ def dtype_class(dtype) -> str:
 
 
 def configs_for(kernel: str, arch: int, dtype: torch.dtype, head_dim: int) -> list[TileConfig]:
-    """The configs of ``kernel`` ("fwd" or "bwd") that fit ``arch``; the smallest one as a
-    fallback for GPUs the report did not cover (it fits every covered target)."""
-    arch = 90 if arch >= 90 else 80  # sm_8x with less shared memory still takes sm_80's list
+    """The configs of ``kernel`` ("fwd" or "bwd") that fit ``arch``; where none does (float32 at
+    head dim 128), the smallest one, which stays within every target's shared memory but spills."""
+    arch = 90 if arch >= 90 else 86 if arch > 80 else 80  # sm_86/sm_89: sm_80's code, 99 KB of shared memory
     chosen = [c for c in CONFIGS[kernel] if c.allows(arch, dtype_class(dtype), head_dim)]
     return chosen or [CONFIGS[kernel][-1]]
 
