@@ -101,9 +101,11 @@ class TileConfig:
 #   fwd  m64n64w4s3  half d128 sm_90: 255 / 272 / 80;   half d64 sm_90: 255 / 76 / 56
 #   fwd  m64n64w4s3  fp32 d128 sm_80: 32 / 84728 / 208
 #   fwd  m64n32w4s2  half d128 sm_90: 240 / 0 / 40;     half d128 sm_80: 255 / 8 / 36
+#   fwd  m64n32w4s2  half d64  sm_80: 255 / 0 / 20
 #   bwd  m64n64w8s2  half d128 sm_90: dQ 255 / 172, dK/dV 255 / 760 (ALiBi dQ: 253 / 0)
 #   bwd  m32n64w4s2  half d64  sm_90: dQ 255 / 8; dK/dV 250 / 0
 #   bwd  m32n32w4s2  half d128 sm_90: dQ 191 / 0 / 32, dK/dV 240 / 0 / 38
+#   bwd  m32n32w4s2  half d128 sm_80: dQ 255 / 0 / 32, dK/dV 255 / 0 / 38
 #   bwd  m32n32w4s2  fp32 d128 sm_80: dQ 168 / 4836 / 68, dK/dV 32 / 53676 / 52
 # Entries below that were not measured are the smaller head dims of a measured config, or d <= 32;
 # the slow compile-report test checks every one. Where nothing is offered (float32 at head dim
