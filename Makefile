@@ -8,7 +8,7 @@ SUITE ?= efficiency
 BENCH_ARGS ?=
 BIN := $(VENV)/bin
 
-.PHONY: install bench test test-fast kernels-bench clean
+.PHONY: install bench test test-fast kernels-bench gpu-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,14 @@ test: install
 
 kernels-bench: install
 	$(BIN)/python -m pytest -q tests/test_kernel_benchmark.py --benchmark-only --benchmark-group-by=group
+
+# On a CUDA machine: compiled kernel tests, conformance on CUDA, a short kernels suite and a short
+# efficiency run, summarised in $(GPU_CHECK_OUT)/gpu-check.md (posbench/kernels/gpu_check.py).
+# Uses the venv when there is one, else $(PYTHON) as it is (a GPU box with torch and triton).
+GPU_CHECK_OUT ?= results/gpu-check
+GPU_CHECK_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+gpu-check:
+	$(GPU_CHECK_PYTHON) -m posbench.kernels.gpu_check --out $(GPU_CHECK_OUT) --python $(GPU_CHECK_PYTHON)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

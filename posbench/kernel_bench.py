@@ -1,26 +1,39 @@
-"""Kernel-level benchmark of causal attention with and without ALiBi, one point at a time.
+"""Kernel-level benchmark of causal attention with and without a position bias, one point at a time.
 
 For one (batch, heads, seq_len, head_dim, dtype, device) point, ``run_kernel_point`` times forward,
 backward and forward+backward of one attention variant, derives TFLOP/s, and reports peak memory
 next to the size a materialised bias would take. The variants:
 
-- ``alibi_triton``: the fused kernel, bias computed per tile (posbench.kernels.alibi_attention).
-- ``triton_no_bias``: the same kernel with ``use_bias=False``: what the bias itself costs.
+- ``alibi_triton``: the fused kernel, ALiBi bias computed per tile (posbench.kernels.alibi_attention).
+- ``t5_triton``: the fused kernel with the T5 bucket bias computed per tile and the table's
+  gradient (posbench.kernels.t5_attention).
+- ``triton_no_bias``: the same kernel with no bias: what a bias itself costs.
 - ``sdpa_float_bias``: PyTorch SDPA with the ALiBi bias materialised as a float (B, H, L, L)
   tensor in the input dtype with the causal mask folded in as -inf, as BLOOM-style code does;
   the backend PyTorch can run it with (flash, efficient, math, tried in that order) is recorded.
+- ``sdpa_t5_bias``: SDPA with the T5 bias gathered from a learned table into a (B, H, L, L) tensor
+  (``t5_bias``'s bucket function), the table's gradient included, as T5 implementations do.
 - ``sdpa_causal``: SDPA with ``is_causal=True`` and no bias, PyTorch's fastest path.
-- ``flex_alibi``: ``torch.nn.attention.flex_attention`` (compiled) with an ALiBi ``score_mod``
-  and a causal block mask.
+- ``flex_alibi`` / ``flex_t5``: ``torch.nn.attention.flex_attention`` (compiled) with an ALiBi or
+  T5 ``score_mod`` (T5: a per-distance bucket vector and the table, both captured; the table
+  gets a gradient) and a causal block mask.
+- ``flash_alibi``: FlashAttention-2's ``flash_attn_func(..., causal=True, alibi_slopes=...)``
+  when the ``flash_attn`` package is importable.
 
-The materialised bias is built inside the timed forward, because the fused kernel builds its
-bias inside the forward as well. FLOPs follow the FlashAttention papers (Dao et al. 2022,
+The materialised biases are built inside the timed forward, because the fused kernels build
+theirs inside the forward as well. FLOPs follow the FlashAttention papers (Dao et al. 2022,
 Dao 2023): forward 4 * B * H * L^2 * d, halved for a causal mask; backward 2.5 times forward.
 Triton on CPU tensors needs the numpy interpreter, far too slow to time usefully, so the Triton
 rows are unavailable on CPU unless ``allow_interpreter=True`` and TRITON_INTERPRET=1.
+
+``static_reason`` decides what can be decided without running anything (a missing package, no
+GPU); everything that runs a kernel (``prepare_point``) belongs in the worker process, where a
+hang or crash costs one row.
 """
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import statistics
 import time
 from typing import Callable
@@ -31,6 +44,8 @@ import torch.nn.functional as F
 from .alibi import alibi_bias, slopes_tensor
 from .method import causal_mask
 from .tasks.kernels import METHODS as VARIANTS  # the variant names live with the task (no torch there)
+TRITON_VARIANTS = ("alibi_triton", "t5_triton", "triton_no_bias")
+T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -53,29 +68,68 @@ def predicted_bias_bytes(batch: int, heads: int, seq_len: int, dtype: torch.dtyp
     return batch * heads * seq_len * seq_len * torch.empty((), dtype=dtype).element_size()
 
 
+def static_reason(variant: str, device, dtype: torch.dtype, allow_interpreter: bool = False) -> str | None:
+    """Why ``variant`` cannot run on ``device`` in ``dtype``, decided without running a kernel."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown kernel variant {variant!r}; known: {', '.join(VARIANTS)}")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return "CUDA is not available"
+    if variant in TRITON_VARIANTS:
+        if importlib.util.find_spec("triton") is None:
+            return "triton is not installed; the fused kernels need a CUDA GPU and triton"
+        from .kernels import fused_attention as fa
+
+        if device.type == "cpu":
+            if not allow_interpreter:
+                return "Triton kernels need a CUDA GPU (the CPU interpreter is too slow to benchmark)"
+            if not fa.INTERPRETED:
+                return "Triton on CPU needs TRITON_INTERPRET=1 set before import"
+        elif device.type != "cuda" or fa.INTERPRETED:
+            return f"Triton kernels need a CUDA GPU without TRITON_INTERPRET, got {device}"
+        if fa.INTERPRETED and dtype == torch.bfloat16:
+            return "bfloat16 is not supported by the Triton interpreter"
+    if variant.startswith("flex_"):
+        if importlib.util.find_spec("torch.nn.attention.flex_attention") is None:
+            return "flex_attention is not in this torch"
+        if device.type == "cpu":
+            return "FlexAttention does not support backward on CPU"
+    if variant == "flash_alibi":
+        if importlib.util.find_spec("flash_attn") is None:
+            return "flash_attn (FlashAttention-2) is not installed"
+        if device.type != "cuda":
+            return "FlashAttention-2 needs a CUDA GPU"
+        if dtype not in (torch.float16, torch.bfloat16):
+            return f"FlashAttention-2 takes float16 or bfloat16, not {str(dtype).removeprefix('torch.')}"
+    return None
+
+
 # ---------------------------------------------------------------------------------------------
 # Variants: each returns (forward function of q, k, v, backend name) or raises Unavailable.
 
 
-def _triton(q, slopes, use_bias: bool, allow_interpreter: bool) -> tuple[AttentionFn, str]:
-    try:
-        from .kernels import alibi_attention as ka
-    except ImportError as exc:
-        raise Unavailable(f"triton is not importable ({exc})") from exc
-    if q.device.type == "cpu":
-        if not allow_interpreter:
-            raise Unavailable("Triton kernels need a CUDA GPU (the CPU interpreter is too slow to benchmark)")
-        if not ka.INTERPRETED:
-            raise Unavailable("Triton on CPU needs TRITON_INTERPRET=1 set before import")
-    elif q.device.type != "cuda" or ka.INTERPRETED:
-        raise Unavailable(f"Triton kernels need a CUDA GPU without TRITON_INTERPRET, got {q.device}")
-    if ka.INTERPRETED and q.dtype == torch.bfloat16:
-        raise Unavailable("bfloat16 is not supported by the Triton interpreter")
-    backend = "triton-interpreter" if ka.INTERPRETED else "triton"
-    return (lambda q, k, v: ka.alibi_attention(q, k, v, slopes, use_bias=use_bias)), backend
+def _t5_bucket_function():
+    """``relative_position_bucket`` of the registered ``t5_bias`` method: one definition."""
+    from . import registry
+
+    return inspect.getmodule(registry.get("t5_bias")).relative_position_bucket
 
 
-def _sdpa_backend(fn: AttentionFn, q, k, v) -> tuple[AttentionFn, str]:
+def _triton(variant: str, q, slopes, table) -> tuple[AttentionFn, str]:
+    from .kernels import fused_attention as fa
+
+    backend = "triton-interpreter" if fa.INTERPRETED else "triton"
+    if variant == "t5_triton":
+        from .kernels.t5_attention import t5_attention
+
+        return (lambda q, k, v: t5_attention(q, k, v, table)), backend
+    from .kernels.alibi_attention import alibi_attention
+
+    use_bias = variant == "alibi_triton"
+    return (lambda q, k, v: alibi_attention(q, k, v, slopes, use_bias=use_bias)), backend
+
+
+def _sdpa_backend(fn: AttentionFn, q, k, v, extra=()) -> tuple[AttentionFn, str]:
     """Wrap ``fn`` in the first SDPA backend (flash, efficient, math) that runs fwd and bwd."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -91,7 +145,7 @@ def _sdpa_backend(fn: AttentionFn, q, k, v) -> tuple[AttentionFn, str]:
             errors.append(f"{backend.name}: {str(exc).splitlines()[0]}")
             continue
         finally:
-            for t in (q, k, v):
+            for t in (q, k, v, *extra):
                 t.grad = None
         return pinned, backend.name.lower()
     raise Unavailable("no SDPA backend runs this point: " + "; ".join(errors))
@@ -110,18 +164,35 @@ def _sdpa_float_bias(q, slopes) -> AttentionFn:
     return fn
 
 
-def _flex_alibi(q, slopes) -> tuple[AttentionFn, str]:
-    try:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    except ImportError as exc:
-        raise Unavailable(f"flex_attention is not in this torch ({exc})") from exc
-    if q.device.type == "cpu":
-        # Checked here because the error would otherwise come after a long compile.
-        raise Unavailable("FlexAttention does not support backward on CPU")
-    seq_len = q.shape[-2]
+def _sdpa_t5_bias(q, table) -> AttentionFn:
+    bucket = _t5_bucket_function()
 
-    def score_mod(score, b, h, q_idx, kv_idx):
-        return score + slopes[h] * (kv_idx - q_idx).to(torch.float32)
+    def fn(q, k, v):
+        b, h, tq, _ = q.shape
+        tk = k.shape[-2]
+        pos = torch.arange(tk, device=q.device)
+        ids = bucket(pos[tk - tq:, None] - pos[None, :], T5_BUCKETS, T5_MAX_DISTANCE)  # (Tq, Tk)
+        bias = table.t()[:, ids]  # (H, Tq, Tk), differentiable in the table
+        bias = bias.masked_fill(~causal_mask(tq, tk, q.device), float("-inf"))
+        bias = bias.to(q.dtype).expand(b, h, tq, tk).contiguous()  # (B, H, Tq, Tk), materialised
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+    return fn
+
+
+def _flex(variant: str, q, slopes, table) -> tuple[AttentionFn, str]:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    seq_len = q.shape[-2]
+    if variant == "flex_t5":
+        # Bucket per distance 0..L-1 (O(L) memory); the table is read per score and gets a gradient.
+        by_distance = _t5_bucket_function()(torch.arange(seq_len, device=q.device), T5_BUCKETS, T5_MAX_DISTANCE)
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score + table[by_distance[(q_idx - kv_idx).clamp(min=0)], h].to(torch.float32)
+    else:
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score + slopes[h] * (kv_idx - q_idx).to(torch.float32)
 
     def causal(b, h, q_idx, kv_idx):
         return q_idx >= kv_idx
@@ -131,17 +202,30 @@ def _flex_alibi(q, slopes) -> tuple[AttentionFn, str]:
     return (lambda q, k, v: compiled(q, k, v, score_mod=score_mod, block_mask=block_mask)), "flex-compiled"
 
 
-def _build(variant: str, q, k, v, slopes, allow_interpreter: bool) -> tuple[AttentionFn, str]:
-    if variant == "alibi_triton":
-        return _triton(q, slopes, True, allow_interpreter)
-    if variant == "triton_no_bias":
-        return _triton(q, slopes, False, allow_interpreter)
+def _flash_alibi(q, slopes) -> tuple[AttentionFn, str]:
+    from flash_attn import flash_attn_func
+
+    def fn(q, k, v):  # flash_attn takes (B, L, H, hd); its ALiBi bias is -slope * |i - j|
+        out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True,
+                              alibi_slopes=slopes)
+        return out.transpose(1, 2)
+
+    return fn, "flash-attn-2"
+
+
+def _build(variant: str, q, k, v, slopes, table) -> tuple[AttentionFn, str]:
+    if variant in TRITON_VARIANTS:
+        return _triton(variant, q, slopes, table)
     if variant == "sdpa_float_bias":
         return _sdpa_backend(_sdpa_float_bias(q, slopes), q, k, v)
+    if variant == "sdpa_t5_bias":
+        return _sdpa_backend(_sdpa_t5_bias(q, table), q, k, v, extra=(table,))
     if variant == "sdpa_causal":
         return _sdpa_backend(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
-    if variant == "flex_alibi":
-        return _flex_alibi(q, slopes)
+    if variant.startswith("flex_"):
+        return _flex(variant, q, slopes, table)
+    if variant == "flash_alibi":
+        return _flash_alibi(q, slopes)
     raise ValueError(f"unknown kernel variant {variant!r}; known: {', '.join(VARIANTS)}")
 
 
@@ -207,14 +291,15 @@ def _peak_memory(step: Callable[[], None], device: torch.device) -> tuple[int | 
 class PreparedPoint:
     """Inputs and the attention function of one variant at one point, ready to be stepped."""
 
-    def __init__(self, fn: AttentionFn, backend: str, q, k, v):
+    def __init__(self, fn: AttentionFn, backend: str, q, k, v, extra=()):
         self.fn, self.backend = fn, backend
         self.q, self.k, self.v = q, k, v  # (B, H, L, hd), requires_grad
+        self.extra = tuple(extra)  # other leaves with a gradient (the T5 table)
         self.grad = torch.randn_like(q)
         self._out = None
 
     def clear_grads(self) -> None:
-        for t in (self.q, self.k, self.v):
+        for t in (self.q, self.k, self.v, *self.extra):
             t.grad = None
 
     def forward(self) -> None:
@@ -238,19 +323,20 @@ def prepare_point(
     dtype: torch.dtype, device: torch.device | str, allow_interpreter: bool = False,
 ) -> PreparedPoint:
     """Build inputs and the variant's function and run one fwd+bwd; raises Unavailable with a reason."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown kernel variant {variant!r}; known: {', '.join(VARIANTS)}")
     device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise Unavailable("CUDA is not available")
+    reason = static_reason(variant, device, dtype, allow_interpreter)
+    if reason:
+        raise Unavailable(reason)
 
     def tensor():  # (B, H, L, hd)
         return torch.randn(batch, heads, seq_len, head_dim, device=device, dtype=dtype, requires_grad=True)
 
     q, k, v = tensor(), tensor(), tensor()
     slopes = slopes_tensor(heads, device=device)  # (H,) float32
-    fn, backend = _build(variant, q, k, v, slopes, allow_interpreter)
-    point = PreparedPoint(fn, backend, q, k, v)
+    # The T5 table as a model holds it: (buckets, H) in the compute dtype, learned (gets a gradient).
+    table = (torch.randn(T5_BUCKETS, heads, device=device) * 0.5).to(dtype).requires_grad_()
+    fn, backend = _build(variant, q, k, v, slopes, table)
+    point = PreparedPoint(fn, backend, q, k, v, extra=(table,) if "t5" in variant else ())
     try:
         point.step()  # first call outside any timing: compilation, autotuning, late errors
     except (RuntimeError, NotImplementedError) as exc:

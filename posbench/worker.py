@@ -15,7 +15,8 @@ if several ranks failed (the first is the cause, the others its echo).
 
 Result: ``{"status", "message", "traceback", "metrics", "series"}``. Status ``oom`` for
 ``MemoryError``, ``torch.cuda.OutOfMemoryError`` and torch's CPU allocator failing (what an
-``RLIMIT_AS`` limit produces); ``diverged`` for ``tasks.Diverged``; ``error`` for anything else.
+``RLIMIT_AS`` limit produces); ``diverged`` for ``tasks.Diverged``; ``unavailable`` for ``tasks.Unavailable`` (the message is the
+reason); ``error`` for anything else.
 """
 from __future__ import annotations
 
@@ -98,6 +99,8 @@ def memory_cause(exc: BaseException) -> BaseException | None:
 def classify(exc: BaseException) -> str:
     if isinstance(exc, tasks.Diverged):
         return "diverged"
+    if isinstance(exc, tasks.Unavailable):
+        return "unavailable"
     if memory_cause(exc) is not None:
         return "oom"
     return "error"
@@ -107,7 +110,8 @@ def failure(exc: BaseException, limit_mb: int | None = None) -> dict:
     """The result of a case that raised ``exc``. An allocation failure is ``oom`` wherever it
     happened, and under a memory limit its message names the limit rather than the file that
     happened to be loading (an import that ran out of memory is not that file's fault)."""
-    status, message = classify(exc), one_line(exc)
+    status = classify(exc)
+    message = str(exc) if status == "unavailable" else one_line(exc)  # the reason, as the runner gives it
     if status == "oom" and limit_mb is not None:
         message = (f"out of memory under memory_limit_mb {limit_mb} ({one_line(memory_cause(exc))}); "
                    "allowed: a larger memory_limit_mb, or none")

@@ -6,6 +6,8 @@ time the SDPA variants at a small size and skip the Triton and flex rows with th
 """
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -32,7 +34,8 @@ def test_every_variant_gives_metrics_or_a_reason_on_cpu(variant):
     assert row["variant"] == variant and row["predicted_bias_bytes"] == 32 * 32 * 2 * 4
     if row["status"] == "unavailable":
         assert row["reason"] and "\n" not in row["reason"]
-        assert not variant.startswith(("alibi_triton", "triton")) or "CUDA GPU" in row["reason"]
+        assert variant not in kb.TRITON_VARIANTS or "CUDA GPU" in row["reason"]
+        assert row["reason"] == kb.static_reason(variant, "cpu", torch.float32)
         return
     assert row["status"] == "ok" and row["backend"]
     for key in TIMING_KEYS:
@@ -51,16 +54,83 @@ def test_sdpa_rows_run_on_cpu_and_unknown_variant_is_an_error():
         kb.run_kernel_point("nope", batch=1, heads=1, seq_len=8, head_dim=32, dtype=torch.float32, device="cpu")
 
 
-def test_triton_row_runs_under_the_interpreter_when_allowed():
+@pytest.mark.parametrize("variant", ["alibi_triton", "t5_triton"])
+def test_triton_row_runs_under_the_interpreter_when_allowed(variant):
     from posbench.kernels import alibi_attention as ka
 
     if not ka.INTERPRETED:
         pytest.skip("needs TRITON_INTERPRET=1 (set by conftest)")
     row = kb.run_kernel_point(
-        "alibi_triton", batch=1, heads=2, seq_len=32, head_dim=32, dtype=torch.float32, device="cpu",
+        variant, batch=1, heads=2, seq_len=32, head_dim=32, dtype=torch.float32, device="cpu",
         warmup=0, reps=1, allow_interpreter=True,
     )
     assert row["status"] == "ok" and row["backend"] == "triton-interpreter"
+
+
+def test_static_reasons_name_what_is_missing():
+    reason = kb.static_reason
+    assert "CUDA GPU" in reason("t5_triton", "cpu", torch.float32)
+    assert reason("flex_t5", "cpu", torch.float32) == "FlexAttention does not support backward on CPU"
+    assert reason("sdpa_t5_bias", "cpu", torch.float32) is None
+    if importlib.util.find_spec("flash_attn") is None:
+        assert reason("flash_alibi", "cpu", torch.float16) == "flash_attn (FlashAttention-2) is not installed"
+    if not torch.cuda.is_available():
+        assert reason("sdpa_causal", "cuda", torch.float16) == "CUDA is not available"
+    with pytest.raises(ValueError, match="unknown kernel variant 'nope'"):
+        reason("nope", "cpu", torch.float32)
+
+
+def test_sdpa_t5_bias_variant_equals_the_fused_t5_kernel():
+    """The materialised-T5 baseline computes the same attention (and table gradient) as t5_triton."""
+    from posbench.kernels import t5_attention as kt
+
+    if not kt.INTERPRETED:
+        pytest.skip("needs TRITON_INTERPRET=1 (set by conftest)")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 136, 32) for _ in range(3))
+    values = torch.randn(32, 2)  # (buckets, H)
+    outs, grads = [], []
+    for attend in (lambda t: kb._sdpa_t5_bias(q, t)(q, k, v), lambda t: kt.t5_attention(q, k, v, t)):
+        table = values.clone().requires_grad_()
+        out = attend(table)
+        out.sum().backward()
+        outs.append(out.detach())
+        grads.append(table.grad)
+    assert (outs[0] - outs[1]).abs().max() < 1e-5 and (grads[0] - grads[1]).abs().max() < 1e-4
+
+
+def _case(method: str, **settings):
+    from posbench.case import Case
+
+    base = dict(batch=1, heads=2, dtype="float32", warmup=0, reps=1, allow_interpreter=False)
+    return Case(suite="kernels", task="kernels", method=method, params={"seq_len": 16, "head_dim": 32},
+                settings={**base, **settings}, device="cpu", profile="cpu", run_id="t")
+
+
+def test_kernels_task_decides_availability_without_running_a_kernel(monkeypatch):
+    from posbench.tasks import kernels
+
+    def no_kernels(*args, **kwargs):
+        raise AssertionError("the pre-worker probe ran a kernel")
+
+    monkeypatch.setattr(kb, "prepare_point", no_kernels)
+    assert "CUDA GPU" in kernels.unavailable(_case("t5_triton"))
+    assert kernels.unavailable(_case("sdpa_t5_bias")) is None
+
+
+def test_unavailable_found_in_the_worker_is_an_unavailable_row(monkeypatch):
+    """A variant that turns out not to run (found by trying, in the worker) is a row with status
+    unavailable and the reason, not an error."""
+    from posbench import worker
+
+    def refuse(*args, **kwargs):
+        raise kb.Unavailable("no SDPA backend runs this point: MATH: nope")
+
+    monkeypatch.setattr(kb, "prepare_point", refuse)
+    raw = _case("sdpa_causal").to_json()
+    result = worker.run_case(raw, limit_memory=False)
+    assert result["status"] == "unavailable", result
+    assert result["message"] == "no SDPA backend runs this point: MATH: nope"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,7 +145,7 @@ DTYPE = torch.float16 if DEVICE == "cuda" else torch.float32
 
 @pytest.mark.parametrize("variant", kb.VARIANTS)
 def test_alibi_kernels(benchmark, variant):
-    benchmark.group = "alibi-kernels"
+    benchmark.group = "alibi-kernels"  # the name predates the T5 variants; kept for stored results
     try:
         point = kb.prepare_point(variant, **SIZE, dtype=DTYPE, device=DEVICE)
     except kb.Unavailable as exc:

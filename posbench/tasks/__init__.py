@@ -118,6 +118,11 @@ class Diverged(Exception):
     """The loss became non-finite; the row gets status ``diverged``."""
 
 
+class Unavailable(Exception):
+    """The case cannot run here (found only by trying, in the worker); the row gets status
+    ``unavailable`` with the message as its reason."""
+
+
 class TaskSettings(BaseModel):
     """Settings every task accepts; they steer the runner and the worker rather than the task."""
 

@@ -1,11 +1,17 @@
-"""Kernels: the fused ALiBi-Triton attention kernel against the alternatives, at one shape each.
+"""Kernels: the fused ALiBi- and T5-Triton attention kernels against the alternatives, one shape each.
 
-The suite's ``methods`` are kernel variants (``METHODS``, below), not position
-methods: ``alibi_triton`` (the fused kernel), ``triton_no_bias`` (the same kernel with the bias
-switched off: the cost of the bias), ``sdpa_float_bias`` (SDPA with a materialised float ALiBi
-bias; the backend PyTorch chose is recorded), ``sdpa_causal`` (no bias), ``flex_alibi``
-(FlexAttention with an ALiBi ``score_mod`` and a causal block mask). Timing, TFLOP/s and memory
-are defined in ``posbench/kernel_bench.py``.
+The suite's ``methods`` are kernel variants (``posbench.kernel_bench.VARIANTS``), not position
+methods: ``alibi_triton`` and ``t5_triton`` (the fused kernels), ``triton_no_bias`` (the same
+kernel with no bias: the cost of a bias), ``sdpa_float_bias`` / ``sdpa_t5_bias`` (SDPA with a
+materialised ALiBi / T5 bias; the backend PyTorch chose is recorded), ``sdpa_causal`` (no bias),
+``flex_alibi`` / ``flex_t5`` (FlexAttention ``score_mod``s with a causal block mask) and
+``flash_alibi`` (FlashAttention-2's ``alibi_slopes``). Timing, TFLOP/s and memory are defined in
+``posbench/kernel_bench.py``.
+
+Availability is decided in two places. Before a worker starts, ``unavailable`` answers what needs
+no kernel (a package or a GPU missing). Whatever needs a kernel to run (a compile error, no SDPA
+backend for the point) is found by ``run`` inside the worker, so a hang or a crash there costs
+one row and not the suite; it raises ``tasks.Unavailable``, which makes an ``unavailable`` row.
 """
 from __future__ import annotations
 
@@ -13,11 +19,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import Metric, TaskSettings
+from . import Metric, TaskSettings, Unavailable
 
 # The variants posbench.kernel_bench implements (it reads this list). Named here, and torch and
 # the kernels imported inside the functions, so that validating a suite imports no torch.
-METHODS = ["alibi_triton", "triton_no_bias", "sdpa_float_bias", "sdpa_causal", "flex_alibi"]
+METHODS = [
+    "alibi_triton", "t5_triton", "triton_no_bias", "sdpa_float_bias", "sdpa_t5_bias", "sdpa_causal",
+    "flex_alibi", "flex_t5", "flash_alibi",
+]
 
 M = Metric
 METRICS = {
@@ -74,15 +83,11 @@ def _point_args(case, seq_len=None) -> dict:
 
 
 def unavailable(case) -> str | None:
-    """Decided before a worker starts, by preparing the variant at a tiny length."""
-    from ..kernel_bench import Unavailable, prepare_point
+    """Decided before a worker starts, without running a kernel (see the module docstring)."""
+    from ..kernel_bench import static_reason
 
-    try:
-        point = prepare_point(case.method, **_point_args(case, seq_len=16))
-    except Unavailable as exc:
-        return str(exc)
-    point.release()
-    return None
+    args = _point_args(case)
+    return static_reason(case.method, args["device"], args["dtype"], args["allow_interpreter"])
 
 
 def run(case) -> dict:
@@ -95,7 +100,7 @@ def run(case) -> dict:
     args = _point_args(case)
     row = run_kernel_point(case.method, **args, warmup=case.settings.warmup, reps=case.settings.reps)
     if row.get("status") == "unavailable":
-        raise RuntimeError(f"unavailable: {row['reason']}")
+        raise Unavailable(row["reason"])
     metrics = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     info = {k: v for k, v in row.items() if isinstance(v, str)}
-    return {"metrics": metrics, "series": {"info": info}}
+    return {"metrics": metrics, "series": {}, "info": info}  # info: backend, kernel config (strings)

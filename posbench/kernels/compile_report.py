@@ -1,0 +1,160 @@
+"""Compile the fused attention kernels for GPU targets without a GPU and report their resources.
+
+For every kernel (forward, dK/dV, dQ), tile configuration (``fused_attention.CONFIGS``), target
+(sm_80: A100; sm_90: H100) and dtype class (float32, half), Triton compiles the kernel at the head
+dim the configuration claims to fit, and ptxas's verbose log gives registers per thread and spill
+bytes; Triton's metadata gives the shared memory. A configuration *fits* a target when it spills
+nothing and its shared memory is within the target's per-block limit; sm_86/sm_89 (RTX 30/40,
+A10, L4) take sm_80's code with 99 KB of shared memory.
+
+    TRITON_INTERPRET=0 python -m posbench.kernels.compile_report            # check the claims
+    TRITON_INTERPRET=0 python -m posbench.kernels.compile_report --sweep    # find them (slow)
+
+``--sweep`` compiles every configuration at head dims 128, 64, 32 (largest first, stopping at the
+first that fits) and prints the ``fits`` table to paste into ``CONFIGS``. The default mode
+compiles each claim with the ALiBi and the T5 bias and exits 1 if any claim spills or exceeds
+shared memory. Needs triton's bundled ptxas (no GPU, no CUDA driver).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+# Bytes of shared memory one block may use (opt-in maximum).
+SHARED_LIMIT = {80: 166912, 86: 101376, 90: 232448}
+ARCHS = (80, 90)
+HEAD_DIMS = (128, 64, 32)
+KERNELS = {"fwd": ("_fwd_kernel", "fwd"), "dkdv": ("_bwd_dkdv_kernel", "bwd"), "dq": ("_bwd_dq_kernel", "bwd")}
+POINTERS = {"Q", "K", "V", "O", "DO", "DK", "DV", "DQ"}
+FLOAT_POINTERS = {"Bias", "LSE", "Delta", "DTab"}
+
+
+def compile_one(job: tuple) -> dict:
+    """Compile one (kernel, config index, arch, dtype class, head dim, bias) and measure it."""
+    os.environ["TRITON_INTERPRET"] = "0"
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from . import fused_attention as fa
+
+    kernel, index, arch, dclass, head_dim, bias, *target = job
+    name, kind = KERNELS[kernel]
+    fn = getattr(fa, name)
+    cfg = fa.CONFIGS[kind][index]
+    ptr = "fp32" if dclass == "fp32" else "bf16"
+    const = dict(
+        HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BIAS=bias, BIAS_ROUND=bias == fa.ALIBI,
+        SCALED=True, NUM_BUCKETS=32, MAX_DISTANCE=128, DOT_PRECISION="ieee" if dclass == "fp32" else "tf32",
+    )
+    sig = {
+        a: "constexpr" if a in const else f"*{ptr}" if a in POINTERS else "*fp32" if a in FLOAT_POINTERS
+        else "fp32" if a.endswith("scale") else "i32"
+        for a in fn.arg_names
+    }
+    log = io.StringIO()
+    triton.knobs.nvidia.dump_ptxas_log = True  # make_cubin prints ptxas -v's log ...
+    triton.knobs.compilation.always_compile = True  # ... only when it runs: never take the cache
+    with contextlib.redirect_stdout(log):
+        compiled = triton.compile(
+            triton.compiler.ASTSource(fn, sig, const), target=GPUTarget("cuda", arch, 32),
+            options=dict(num_warps=cfg.warps, num_stages=cfg.stages),
+        )
+    text = log.getvalue()
+    regs = re.search(r"Used (\d+) registers", text)
+    spills = re.search(r"(\d+) bytes spill stores", text)
+    return dict(
+        kernel=kernel, config=repr(cfg), arch=arch, target=target[0] if target else arch, dtype=dclass, head_dim=head_dim,
+        bias=fa.BIAS_NAMES[bias], registers=int(regs.group(1)) if regs else -1,
+        spill_bytes=int(spills.group(1)) if spills else -1, shared=compiled.metadata.shared,
+    )
+
+
+def fits(row: dict, target: int | None = None) -> bool:
+    """No spills and shared memory within ``target``'s limit (default: the row's claimed target)."""
+    limit = SHARED_LIMIT[target or row["target"]]
+    return row["spill_bytes"] == 0 and row["registers"] > 0 and row["shared"] <= limit
+
+
+def claims() -> list[tuple]:
+    """(kernel, config index, compile arch, dtype class, head dim, bias, claimed target) for every
+    claim in CONFIGS."""
+    from . import fused_attention as fa
+
+    jobs = []
+    for kernel, (_, kind) in KERNELS.items():
+        for index, cfg in enumerate(fa.CONFIGS[kind]):
+            for target in (80, 86, 90):
+                for dclass in ("fp32", "half"):
+                    head_dim = cfg.fits.get((target, dclass), 0)
+                    if head_dim:  # sm_86's claim: sm_80's code against the 99 KB limit
+                        jobs += [(kernel, index, min(target, 90) if target != 86 else 80, dclass, head_dim, b, target)
+                                 for b in (fa.ALIBI, fa.T5)]
+    return jobs
+
+
+def table(rows: list[dict]) -> str:
+    head = "| kernel | config | compiled for | dtype | head dim | bias | registers | spill bytes | shared KB | fits |"
+    lines = [head, "|" + "---|" * 10]
+    for r in sorted(rows, key=lambda r: (r["kernel"], r["config"], r["target"], r["dtype"], r["bias"])):
+        where = [f"sm_{a}" for a in ((80, 86) if r["arch"] == 80 else (90,)) if fits(r, a)]
+        lines.append(
+            f"| {r['kernel']} | {r['config']} | sm_{r['arch']} | {r['dtype']} | {r['head_dim']} | {r['bias']} "
+            f"| {r['registers']} | {r['spill_bytes']} | {r['shared'] / 1024:.0f} | {', '.join(where) or 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def sweep(jobs: int) -> list[dict]:
+    """Largest head dim each (kernel, config, arch, dtype class) fits with the T5 bias (the larger
+    of the two biases in registers; the check mode compiles ALiBi too)."""
+    from . import fused_attention as fa
+
+    todo = {
+        (k, i, a, d): list(HEAD_DIMS)
+        for k, (_, kind) in KERNELS.items() for i in range(len(fa.CONFIGS[kind])) for a in ARCHS for d in ("fp32", "half")
+    }
+    rows = []
+    with ProcessPoolExecutor(jobs) as pool:
+        while todo:
+            batch = [(*key, dims[0], fa.T5) for key, dims in todo.items()]
+            results = list(pool.map(compile_one, batch))
+            rows += results
+            for job, row in zip(batch, results):
+                key = job[:4]
+                todo[key].pop(0)
+                if fits(row) or not todo[key]:
+                    del todo[key]
+            print(f"compiled {len(rows)}", file=sys.stderr, flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", action="store_true", help="find the largest head dim each config fits")
+    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
+    args = parser.parse_args(argv)
+    if args.sweep:
+        rows = sweep(args.jobs)
+    else:
+        wanted = claims()
+        compiles = list(dict.fromkeys(job[:6] for job in wanted))  # sm_86 claims share sm_80's compiles
+        with ProcessPoolExecutor(args.jobs) as pool:
+            measured = dict(zip(compiles, pool.map(compile_one, compiles)))
+        rows = [dict(measured[job[:6]], target=job[6]) for job in wanted]
+    print(table(rows))
+    if args.sweep:
+        return 0
+    bad = [r for r in rows if not fits(r)]
+    for r in bad:
+        print(f"DOES NOT FIT: {r}")
+    print(f"{len(rows) - len(bad)} of {len(rows)} claims fit")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

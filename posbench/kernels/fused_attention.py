@@ -1,0 +1,786 @@
+"""Causal flash attention with a position bias computed inside the kernel: none, ALiBi or T5.
+
+One set of Triton kernels serves three biases, chosen at compile time by the constexpr ``BIAS``:
+
+- ``NO_BIAS``: plain causal attention (the benchmark's baseline for what a bias costs);
+- ``ALIBI`` (Press, Smith, Lewis 2022): ``slope_h * pos_scale * (j - i_abs)``;
+- ``T5`` (Raffel et al. 2020, section 2.1): ``table[bucket(i_abs - j), h]``, a learned table over
+  32 relative-position buckets (exact below 16, log-spaced up to 128, the last bucket beyond),
+  the bucket computed in registers from the distance, the table read by gather (it is 32 x H
+  floats, cached), and the table's gradient produced by the backward pass.
+
+score_ij = q_i . k_j / sqrt(d) + bias_ij, unscaled bias; causality by index with bottom-right
+alignment: query row i sits at absolute position i_abs = i + (Tk - Tq) and sees keys j <= i_abs.
+
+The kernels follow FlashAttention (Dao et al. 2022, Algorithm 1) with the FlashAttention-2 loop
+order (Dao 2023): Q, K, V are read in tiles, the softmax is computed online with a running row max
+m and row sum l, and no (Tq, Tk) score matrix nor (H, Tq, Tk) bias exists in memory. Tiles wholly
+above the causal diagonal are never visited. The visited key range of a query block is split, as
+FlashAttention-2 does, into *full* tiles (every entry visible: no mask) and *diagonal* tiles (the
+only ones that pay for the causal and length masks). For T5 the full tiles are split once more:
+tiles whose every distance is at least ``max_distance`` all fall in the last bucket, so their
+bias is one scalar per head (no bucket arithmetic, no gather); only the few tiles within
+``max_distance`` of the diagonal compute buckets. The backward pass recomputes the scores from the
+saved log-sum-exp: one kernel per key block for dK/dV and one per query block for dQ (no atomics).
+
+dTable (T5): dL/dtable[b, h] is the sum of dScore over the entries whose bucket is b. The dQ kernel
+already forms dScore for every visible entry of its query block, so each of its programs sums its
+own entries per bucket into a (buckets,) vector (far tiles add their whole sum to the last bucket;
+near tiles loop over the buckets the tile holds) and stores it in its own row of a float32
+(B*H, query blocks, buckets) buffer; one torch reduction over batches and blocks gives the table
+gradient. Trade-off: a global ``atomic_add`` per program would need no buffer, but float atomics
+add in whatever order the programs finish, so the gradient would change in its last bits from run
+to run; the buffer (B*H*blocks*32*4 bytes, kilobytes) plus a reduction is deterministic for a given
+tile configuration. (Autotuning may pick a different BLOCK_M on another run or GPU, which regroups
+the sums and moves the float32 result by rounding only.)
+
+Bias, scores and softmax statistics are float32 whatever the input dtype; the forward and backward
+kernels build scores through one ``@triton.jit`` helper, so they agree bit for bit.
+
+Tiles: ``@triton.autotune`` picks (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel, keyed on
+the bias kind, head dim, dtype and the key length rounded up to a power of two (so KV-cache
+decoding does not retune at every step); ``CONFIGS`` lists the candidates and the GPU targets each
+was found to fit (``python -m posbench.kernels.compile_report``). Under ``TRITON_INTERPRET=1`` (numpy on CPU
+tensors, float32 and float16 only) one small config runs: many cheap tiles that exercise the
+multi-block paths at the short lengths tests use. The variable must be set before this module is
+imported, because ``triton.jit`` decides at decoration time whether to compile or interpret.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+# True when this module's kernels were built by the interpreter (TRITON_INTERPRET=1 at import).
+INTERPRETED = bool(triton.knobs.runtime.interpret)
+
+HEAD_DIMS = (32, 64, 128)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+NO_BIAS, ALIBI, T5 = 0, 1, 2
+BIAS_NAMES = {NO_BIAS: "none", ALIBI: "alibi", T5: "t5"}
+# exp2 is one instruction on the GPU; scores are carried in log2 units (natural units * LOG2E).
+LOG2E = 1.4426950408889634
+# A distance no tile reaches: the "far" segment of the loops is empty for ALiBi and no bias.
+NEVER_FAR = 1 << 30
+
+
+# ---------------------------------------------------------------------------------------------
+# Tile configurations
+
+
+class TileConfig:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) and, per GPU target, the largest head dim at which
+    it compiles without register spills and within shared memory, for half (float16/bfloat16)
+    and float32 inputs: ``sm80=(half, fp32)`` for A100, ``sm86`` for sm_86/sm_89 (99 KB of shared
+    memory: RTX 30/40, A10, L4, with sm_80's code), ``sm90`` for H100; 0 = not offered."""
+
+    def __init__(self, block_m, block_n, warps, stages, sm80, sm86, sm90):
+        self.block_m, self.block_n, self.warps, self.stages = block_m, block_n, warps, stages
+        self.fits = {}
+        for arch, (half, fp32) in ((80, sm80), (86, sm86), (90, sm90)):
+            self.fits[(arch, "half")], self.fits[(arch, "fp32")] = half, fp32
+
+    def allows(self, arch: int, dtype_class: str, head_dim: int) -> bool:
+        return head_dim <= self.fits.get((arch, dtype_class), 0)
+
+    def triton(self) -> triton.Config:
+        return triton.Config(
+            {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n}, num_warps=self.warps, num_stages=self.stages
+        )
+
+    def __repr__(self) -> str:
+        return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}"
+
+
+# Candidates per kernel, from the compile report (posbench/kernels/compile_report.py; T5, the
+# bias that needs the most registers): a config is offered only where it neither spills registers
+# nor exceeds shared memory. Measured with ptxas (registers / spill bytes / shared KB, T5):
+#   fwd  m128n64w8s3 half d128 sm_90: 255 / 284 / 128;  half d64 sm_90: 255 / 56 / 96
+#   fwd  m64n64w4s3  half d128 sm_90: 255 / 272 / 80;   half d64 sm_90: 255 / 76 / 56
+#   fwd  m64n64w4s3  fp32 d128 sm_80: 32 / 84728 / 208
+#   fwd  m64n32w4s2  half d128 sm_90: 240 / 0 / 40;     half d128 sm_80: 255 / 8 / 36
+#   fwd  m64n32w4s2  half d64  sm_80: 255 / 0 / 20
+#   bwd  m64n64w8s2  half d128 sm_90: dQ 255 / 172, dK/dV 255 / 760 (ALiBi dQ: 253 / 0)
+#   bwd  m32n64w4s2  half d64  sm_90: dQ 255 / 8; dK/dV 250 / 0
+#   bwd  m32n32w4s2  half d128 sm_90: dQ 191 / 0 / 32, dK/dV 240 / 0 / 38
+#   bwd  m32n32w4s2  half d128 sm_80: dQ 255 / 0 / 32, dK/dV 255 / 0 / 38
+#   bwd  m32n32w4s2  fp32 d128 sm_80: dQ 168 / 4836 / 68, dK/dV 32 / 53676 / 52
+# Entries below that were not measured are the smaller head dims of a measured config, or d <= 32;
+# the slow compile-report test checks every one. Where nothing is offered (float32 at head dim
+# >= 64, half at d128 on sm_80/86 for the forward) the last config runs: within shared memory,
+# with some spills.
+CONFIGS = {
+    "fwd": [
+        TileConfig(128, 64, 8, 3, sm80=(32, 0), sm86=(32, 0), sm90=(32, 0)),
+        # sm_90 half: the T5 forward spills 8 bytes at head dim 32 (255 registers)
+        TileConfig(64, 64, 4, 3, sm80=(32, 0), sm86=(32, 0), sm90=(0, 0)),
+        # sm_90 fp32: the T5 forward spills 72 bytes at head dim 32
+        TileConfig(64, 32, 4, 2, sm80=(64, 32), sm86=(64, 32), sm90=(128, 0)),
+    ],
+    "bwd": [
+        TileConfig(64, 64, 8, 2, sm80=(32, 0), sm86=(32, 0), sm90=(32, 0)),
+        # sm_80/86 half: the ALiBi dQ kernel spills 8 bytes at head dim 32 (168 registers)
+        TileConfig(32, 64, 4, 2, sm80=(0, 0), sm86=(0, 0), sm90=(32, 0)),
+        # fp32: dK/dV spills 1.4-2.2 KB at head dim 32 on every target (fp32 dots are FMA loops);
+        # float32 backward therefore runs this config as the spilling fallback (configs_for)
+        TileConfig(32, 32, 4, 2, sm80=(128, 0), sm86=(128, 0), sm90=(128, 0)),
+    ],
+}
+INTERPRETER_CONFIG = TileConfig(32, 32, 1, 1, (0, 0), (0, 0), (0, 0))
+
+
+def dtype_class(dtype) -> str:
+    return "fp32" if dtype in (torch.float32, tl.float32) else "half"
+
+
+def configs_for(kernel: str, arch: int, dtype: torch.dtype, head_dim: int) -> list[TileConfig]:
+    """The configs of ``kernel`` ("fwd" or "bwd") that fit ``arch``; where none does (see
+    ``CONFIGS``), the last one, which stays within every target's shared memory but spills."""
+    arch = 90 if arch >= 90 else 86 if arch > 80 else 80  # sm_86/sm_89: sm_80's code, 99 KB of shared memory
+    chosen = [c for c in CONFIGS[kernel] if c.allows(arch, dtype_class(dtype), head_dim)]
+    return chosen or [CONFIGS[kernel][-1]]
+
+
+def _prune(kernel: str):
+    def prune(configs, named_args, **kwargs):
+        if INTERPRETED:
+            return configs
+        major, minor = torch.cuda.get_device_capability()
+        wanted = {repr(c) for c in configs_for(kernel, major * 10 + minor, named_args["Q"].dtype, kwargs["HEAD_DIM"])}
+        kept = [c for c in configs if _repr(c) in wanted]
+        return kept or configs[-1:]
+
+    return prune
+
+
+def _repr(config: triton.Config) -> str:
+    kw = config.kwargs
+    return f"m{kw['BLOCK_M']}n{kw['BLOCK_N']}w{config.num_warps}s{config.num_stages}"
+
+
+def _autotune(kernel: str, reset=None):
+    configs = [INTERPRETER_CONFIG.triton()] if INTERPRETED else [c.triton() for c in CONFIGS[kernel]]
+    return triton.autotune(
+        configs=configs, key=["LEN_KEY", "HEAD_DIM", "BIAS"], prune_configs_by={"early_config_prune": _prune(kernel)},
+        reset_to_zero=reset,
+    )
+
+
+def length_key(seq_k: int) -> int:
+    """The key length rounded up to a power of two: one tuning per octave of lengths."""
+    return 1 << max(seq_k - 1, 0).bit_length()
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels: helpers
+
+
+@triton.jit
+def _bucket(
+    offs_m_abs,  # (BM,) absolute query index
+    offs_n,  # (BN,) key index
+    pos_scale,
+    SCALED: tl.constexpr,
+    NUM_BUCKETS: tl.constexpr,
+    MAX_DISTANCE: tl.constexpr,
+):
+    """(BM, BN) int32 causal T5 bucket of the distance n = floor(pos_scale * (i_abs - j)), n < 0 -> 0.
+
+    The same arithmetic as methods/t5_bias.py's ``relative_position_bucket`` in float32:
+    max_exact + trunc(log(n / max_exact) / log(max_distance / max_exact) * (buckets - max_exact)).
+    Away from n = max_exact (log 1 = 0, exact everywhere) and n = max_distance (clamped anyway) the
+    float32 value is at least 0.01 from an integer for 32/128, so a GPU log that differs from
+    numpy's by an ulp gives the same bucket.
+    """
+    dist = offs_m_abs[:, None] - offs_n[None, :]  # (BM, BN) int32
+    if SCALED:
+        dist = tl.floor(dist.to(tl.float32) * pos_scale).to(tl.int32)
+    n = tl.maximum(dist, 0)
+    MAX_EXACT: tl.constexpr = NUM_BUCKETS // 2
+    LOG_RATIO: tl.constexpr = math.log(MAX_DISTANCE / MAX_EXACT)
+    ratio = tl.maximum(n, 1).to(tl.float32) / MAX_EXACT
+    large = MAX_EXACT + (tl.log(ratio) / LOG_RATIO * (NUM_BUCKETS - MAX_EXACT)).to(tl.int32)
+    large = tl.minimum(large, NUM_BUCKETS - 1)
+    return tl.where(n < MAX_EXACT, n, large)
+
+
+@triton.jit
+def _scores(
+    qk,  # (BM, BN) float32, q . k
+    offs_m_abs,  # (BM,) absolute query index i + (Tk - Tq)
+    offs_n,  # (BN,) key index j
+    seq_k,
+    sm_scale,
+    pos_scale,
+    bias_h,  # T5: pointer to the table's column of this head
+    stride_bucket,  # T5: table stride between buckets
+    bias_scalar,  # ALiBi: slope_h * pos_scale; T5: table[last bucket, h]
+    round_like,  # a tile in the input dtype: BIAS_ROUND rounds the ALiBi bias to its dtype
+    BIAS: tl.constexpr,
+    NEAR: tl.constexpr,  # T5: the tile is within max_distance of the diagonal (else one scalar)
+    MASKED: tl.constexpr,  # the tile crosses the diagonal or the key length: mask it
+    BIAS_ROUND: tl.constexpr,
+    SCALED: tl.constexpr,
+    NUM_BUCKETS: tl.constexpr,
+    MAX_DISTANCE: tl.constexpr,
+):
+    """Scores of one tile in log2 units, float32: (qk * sm_scale + bias) * log2(e), -inf where masked.
+
+    The single place where the bias is defined, shared by the forward and both backward kernels.
+    """
+    s = qk * sm_scale
+    if BIAS == 1:  # ALiBi
+        # (j - i_abs) is exact in float32 up to 2^24 positions; the product is rounded once.
+        dist = (offs_n[None, :] - offs_m_abs[:, None]).to(tl.float32)  # (BM, BN), <= 0 where visible
+        bias = bias_scalar * dist
+        if BIAS_ROUND:
+            # bias_dtype="compute": the bias as a kernel with input-dtype arithmetic would see it.
+            bias = bias.to(round_like.dtype).to(tl.float32)
+        s = s + bias
+    if BIAS == 2:  # T5
+        if NEAR:
+            bucket = _bucket(offs_m_abs, offs_n, pos_scale, SCALED, NUM_BUCKETS, MAX_DISTANCE)
+            s = s + tl.load(bias_h + bucket * stride_bucket).to(tl.float32)
+        else:
+            s = s + bias_scalar
+    if MASKED:
+        visible = (offs_n[None, :] <= offs_m_abs[:, None]) & (offs_n[None, :] < seq_k)
+        s = tl.where(visible, s, float("-inf"))
+    return s * 1.4426950408889634
+
+
+@triton.jit
+def _load_rows(base, offs_t, offs_d, stride_t, stride_d, n_rows):
+    """(len(offs_t), D) tile of a (T, D) matrix; rows at or past n_rows read as 0."""
+    mask = offs_t < n_rows
+    return tl.load(base + offs_t[:, None] * stride_t + offs_d[None, :] * stride_d, mask=mask[:, None], other=0.0)
+
+
+@triton.jit
+def _bias_scalar(Bias, h, sbb, sbh, pos_scale, BIAS: tl.constexpr, NUM_BUCKETS: tl.constexpr):
+    """Per-head float32 scalar: ALiBi slope * pos_scale; T5 the last bucket's value."""
+    value = 0.0
+    if BIAS == 2:
+        value = tl.load(Bias + (NUM_BUCKETS - 1) * sbb + h * sbh).to(tl.float32)
+    if BIAS == 1:
+        value = tl.load(Bias + h * sbh).to(tl.float32) * pos_scale
+    return value
+
+
+@triton.jit
+def _query_block_ranges(start_m, offset, seq_k, far_dist, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Key ranges of a query block [start_m, start_m + BM): far [0, far_hi), full [far_hi, diag_lo),
+    diagonal [diag_lo, hi). All bounds are multiples of BLOCK_N except hi."""
+    a0 = start_m + offset  # absolute index of the block's first row (< seq_k)
+    hi = tl.minimum(seq_k, a0 + BLOCK_M)  # keys past the last row's diagonal are never visible
+    # A key tile [n, n + BN) is full when its last key is visible to the first row: n + BN - 1 <= a0.
+    diag_lo = ((a0 + 1) // BLOCK_N) * BLOCK_N
+    # ... and far when its last key is at least far_dist before the first row.
+    far_hi = (tl.maximum(a0 + 1 - far_dist, 0) // BLOCK_N) * BLOCK_N
+    return far_hi, diag_lo, hi
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward
+
+
+@triton.jit
+def _fwd_tiles(
+    acc, l_i, m_i, q, k_base, v_base, lo, hi, offs_n0, offs_d, skt, skd, svt, svd,
+    offs_m_abs, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+    BLOCK_N: tl.constexpr, BIAS: tl.constexpr, NEAR: tl.constexpr, MASKED: tl.constexpr,
+    BIAS_ROUND: tl.constexpr, SCALED: tl.constexpr, NUM_BUCKETS: tl.constexpr, MAX_DISTANCE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """Online softmax over key tiles [lo, hi) of one query block."""
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k = _load_rows(k_base, offs_n, offs_d, skt, skd, seq_k)  # (BN, D)
+        v = _load_rows(v_base, offs_n, offs_d, svt, svd, seq_k)  # (BN, D)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BM, BN) float32
+        s = _scores(
+            qk, offs_m_abs, offs_n, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, q,
+            BIAS, NEAR, MASKED, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE,
+        )
+        # Every row sees key 0, in the first tile visited, so m_new is finite from then on.
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])  # (BM, BN)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_kernel(
+    Q, K, V, Bias, O, LSE,
+    sqb, sqh, sqt, sqd,
+    skb, skh, skt, skd,
+    svb, svh, svt, svd,
+    sob, soh, sot, sod,
+    sbb, sbh,
+    n_heads, seq_q, seq_k, far_dist, LEN_KEY,
+    sm_scale, pos_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BIAS: tl.constexpr,
+    BIAS_ROUND: tl.constexpr,
+    SCALED: tl.constexpr,
+    NUM_BUCKETS: tl.constexpr,
+    MAX_DISTANCE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """One program: BLOCK_M query rows of one (batch, head); loops over the visible key tiles."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads
+    h = pid_bh % n_heads
+    offset = seq_k - seq_q  # bottom-right alignment: query row i sits at absolute position i + offset
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BM,)
+    offs_m_abs = offs_m + offset
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    mask_m = offs_m < seq_q
+    q = _load_rows(Q + b * sqb + h * sqh, offs_m, offs_d, sqt, sqd, seq_q)  # (BM, D)
+    k_base = K + b * skb + h * skh
+    v_base = V + b * svb + h * svh
+    bias_h = Bias + h * sbh
+    bias_scalar = _bias_scalar(Bias, h, sbb, sbh, pos_scale, BIAS, NUM_BUCKETS)
+
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running row max (log2 units)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)  # running row sum of exp2(s - m_i)
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
+
+    far_hi, diag_lo, hi = _query_block_ranges(pid_m * BLOCK_M, offset, seq_k, far_dist, BLOCK_M, BLOCK_N)
+    acc, l_i, m_i = _fwd_tiles(
+        acc, l_i, m_i, q, k_base, v_base, 0, far_hi, offs_n0, offs_d, skt, skd, svt, svd, offs_m_abs, seq_k,
+        sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+        BLOCK_N, BIAS, False, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+    )
+    acc, l_i, m_i = _fwd_tiles(
+        acc, l_i, m_i, q, k_base, v_base, far_hi, diag_lo, offs_n0, offs_d, skt, skd, svt, svd, offs_m_abs, seq_k,
+        sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+        BLOCK_N, BIAS, True, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+    )
+    acc, l_i, m_i = _fwd_tiles(
+        acc, l_i, m_i, q, k_base, v_base, diag_lo, hi, offs_n0, offs_d, skt, skd, svt, svd, offs_m_abs, seq_k,
+        sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+        BLOCK_N, BIAS, True, True, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+    )
+
+    acc = acc / l_i[:, None]
+    o_ptrs = O + b * sob + h * soh + offs_m[:, None] * sot + offs_d[None, :] * sod
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=mask_m[:, None])
+    # log-sum-exp in log2 units, all the backward pass needs to rebuild the probabilities.
+    tl.store(LSE + pid_bh * seq_q + offs_m, m_i + tl.math.log2(l_i), mask=mask_m)
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward
+
+
+@triton.jit
+def _bwd_delta_kernel(
+    O, DO, Delta,
+    sob, soh, sot, sod,
+    sdb, sdh, sdt, sdd,
+    n_heads, seq_q,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+):
+    """Delta_i = sum_d dO_id * O_id (float32): the row term of the softmax backward."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads
+    h = pid_bh % n_heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    o = _load_rows(O + b * sob + h * soh, offs_m, offs_d, sot, sod, seq_q)
+    do = _load_rows(DO + b * sdb + h * sdh, offs_m, offs_d, sdt, sdd, seq_q)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(Delta + pid_bh * seq_q + offs_m, delta, mask=offs_m < seq_q)
+
+
+@triton.jit
+def _dkdv_tiles(
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, lo, hi, offs_m0, offs_d, sqt, sqd, sdt, sdd,
+    offs_n, seq_q, seq_k, offset, sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+    BLOCK_M: tl.constexpr, BIAS: tl.constexpr, NEAR: tl.constexpr, MASKED: tl.constexpr,
+    BIAS_ROUND: tl.constexpr, SCALED: tl.constexpr, NUM_BUCKETS: tl.constexpr, MAX_DISTANCE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """dK, dV contributions of query blocks [lo, hi) to one key block."""
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + offs_m0
+        mask_m = offs_m < seq_q
+        q = _load_rows(q_base, offs_m, offs_d, sqt, sqd, seq_q)  # (BM, D)
+        do = _load_rows(do_base, offs_m, offs_d, sdt, sdd, seq_q)
+        # Padded rows (i >= Tq) get lse = +inf so their probabilities are exactly 0.
+        lse = tl.load(lse_base + offs_m, mask=mask_m, other=float("inf"))
+        delta = tl.load(delta_base + offs_m, mask=mask_m, other=0.0)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BM, BN)
+        s = _scores(
+            qk, offs_m + offset, offs_n, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, q,
+            BIAS, NEAR, MASKED, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE,
+        )
+        p = tl.math.exp2(s - lse[:, None])  # (BM, BN) float32, the forward's probabilities
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # (BM, BN)
+        ds = p * (dp - delta[:, None])  # dScore (natural units)
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=DOT_PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv_kernel(
+    Q, K, V, Bias, DO, LSE, Delta, DK, DV,
+    sqb, sqh, sqt, sqd,
+    skb, skh, skt, skd,
+    svb, svh, svt, svd,
+    sdb, sdh, sdt, sdd,
+    sbb, sbh,
+    n_heads, seq_q, seq_k, far_dist, LEN_KEY,
+    sm_scale, pos_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BIAS: tl.constexpr,
+    BIAS_ROUND: tl.constexpr,
+    SCALED: tl.constexpr,
+    NUM_BUCKETS: tl.constexpr,
+    MAX_DISTANCE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """One program: dK, dV of BLOCK_N keys; loops over the query blocks that can see them.
+
+    DK and DV are contiguous (B, H, Tk, D) buffers, whatever the layout of K and V.
+    """
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads
+    h = pid_bh % n_heads
+    offset = seq_k - seq_q
+    start_n = pid_n * BLOCK_N
+
+    offs_n = start_n + tl.arange(0, BLOCK_N)  # (BN,)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_m0 = tl.arange(0, BLOCK_M)
+    mask_n = offs_n < seq_k
+    k = _load_rows(K + b * skb + h * skh, offs_n, offs_d, skt, skd, seq_k)  # (BN, D)
+    v = _load_rows(V + b * svb + h * svh, offs_n, offs_d, svt, svd, seq_k)
+    bias_h = Bias + h * sbh
+    bias_scalar = _bias_scalar(Bias, h, sbb, sbh, pos_scale, BIAS, NUM_BUCKETS)
+    q_base, do_base = Q + b * sqb + h * sqh, DO + b * sdb + h * sdh
+    lse_base, delta_base = LSE + pid_bh * seq_q, Delta + pid_bh * seq_q
+
+    # Query blocks in order: diagonal [lo, diag_hi) (some row cannot see some key: masked), full
+    # [diag_hi, far_lo), far [far_lo, seq_q). Row i sees key j iff i + offset >= j; all bounds are
+    # clamped at 0 before dividing (integer division of negatives differs between GPU and numpy).
+    last_key = start_n + BLOCK_N - 1
+    lo = (tl.maximum(start_n - offset, 0) // BLOCK_M) * BLOCK_M
+    diag_hi = tl.cdiv(tl.maximum(last_key - offset, 0), BLOCK_M) * BLOCK_M
+    if start_n + BLOCK_N > seq_k:  # a partial key block: every tile needs the key-length mask
+        diag_hi = seq_q
+    diag_hi = tl.minimum(tl.maximum(diag_hi, lo), seq_q)
+    far_lo = tl.cdiv(tl.maximum(last_key + far_dist - offset, 0), BLOCK_M) * BLOCK_M
+    far_lo = tl.minimum(tl.maximum(far_lo, diag_hi), seq_q)
+
+    dk = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
+    dv = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
+    dk, dv = _dkdv_tiles(
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, lo, diag_hi, offs_m0, offs_d, sqt, sqd, sdt, sdd, offs_n, seq_q, seq_k, offset,
+        sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+        BLOCK_M, BIAS, True, True, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+    )
+    dk, dv = _dkdv_tiles(
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, diag_hi, far_lo, offs_m0, offs_d, sqt, sqd, sdt, sdd, offs_n, seq_q, seq_k, offset,
+        sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+        BLOCK_M, BIAS, True, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+    )
+    dk, dv = _dkdv_tiles(
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, far_lo, seq_q, offs_m0, offs_d, sqt, sqd, sdt, sdd, offs_n, seq_q, seq_k, offset,
+        sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+        BLOCK_M, BIAS, False, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+    )
+
+    dk = dk * sm_scale
+    out = offs_n[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(DK + pid_bh * seq_k * HEAD_DIM + out, dk.to(DK.dtype.element_ty), mask=mask_n[:, None])
+    tl.store(DV + pid_bh * seq_k * HEAD_DIM + out, dv.to(DV.dtype.element_ty), mask=mask_n[:, None])
+
+
+@triton.jit
+def _dq_tiles(
+    dq, dtab, q, do, lse, delta, k_base, v_base, lo, hi, offs_n0, offs_d, skt, skd, svt, svd,
+    offs_m_abs, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+    BLOCK_N: tl.constexpr, BIAS: tl.constexpr, NEAR: tl.constexpr, MASKED: tl.constexpr,
+    BIAS_ROUND: tl.constexpr, SCALED: tl.constexpr, NUM_BUCKETS: tl.constexpr, MAX_DISTANCE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """dQ (and, for T5, the per-bucket sums of dScore) over key tiles [lo, hi) of one query block."""
+    bucket_ids = tl.arange(0, NUM_BUCKETS)
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k = _load_rows(k_base, offs_n, offs_d, skt, skd, seq_k)  # (BN, D)
+        v = _load_rows(v_base, offs_n, offs_d, svt, svd, seq_k)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        s = _scores(
+            qk, offs_m_abs, offs_n, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, q,
+            BIAS, NEAR, MASKED, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE,
+        )
+        p = tl.math.exp2(s - lse[:, None])
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+        ds = p * (dp - delta[:, None])  # (BM, BN); 0 where masked and in padded rows (p = 0)
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=DOT_PRECISION)
+        if BIAS == 2:
+            if NEAR:
+                # Scatter-add into the buckets the tile holds (a handful, except near the diagonal).
+                bucket = _bucket(offs_m_abs, offs_n, pos_scale, SCALED, NUM_BUCKETS, MAX_DISTANCE)
+                for bk in range(tl.min(bucket), tl.max(bucket) + 1):
+                    part = tl.sum(tl.sum(tl.where(bucket == bk, ds, 0.0), 1), 0)
+                    dtab += tl.where(bucket_ids == bk, part, 0.0)
+            else:  # every entry is in the last bucket
+                dtab += tl.where(bucket_ids == NUM_BUCKETS - 1, tl.sum(tl.sum(ds, 1), 0), 0.0)
+    return dq, dtab
+
+
+@triton.jit
+def _bwd_dq_kernel(
+    Q, K, V, Bias, DO, LSE, Delta, DQ, DTab,
+    sqb, sqh, sqt, sqd,
+    skb, skh, skt, skd,
+    svb, svh, svt, svd,
+    sdb, sdh, sdt, sdd,
+    sbb, sbh,
+    n_heads, seq_q, seq_k, far_dist, LEN_KEY, dtab_blocks,
+    sm_scale, pos_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BIAS: tl.constexpr,
+    BIAS_ROUND: tl.constexpr,
+    SCALED: tl.constexpr,
+    NUM_BUCKETS: tl.constexpr,
+    MAX_DISTANCE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """One program: dQ of BLOCK_M query rows over the same key tiles as the forward; for T5 also
+    this block's per-bucket sums of dScore, stored to row (pid_bh, pid_m) of DTab
+    ((B*H, dtab_blocks, NUM_BUCKETS) float32)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads
+    h = pid_bh % n_heads
+    offset = seq_k - seq_q
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    mask_m = offs_m < seq_q
+    q = _load_rows(Q + b * sqb + h * sqh, offs_m, offs_d, sqt, sqd, seq_q)  # (BM, D)
+    do = _load_rows(DO + b * sdb + h * sdh, offs_m, offs_d, sdt, sdd, seq_q)
+    lse = tl.load(LSE + pid_bh * seq_q + offs_m, mask=mask_m, other=float("inf"))
+    delta = tl.load(Delta + pid_bh * seq_q + offs_m, mask=mask_m, other=0.0)
+    k_base, v_base = K + b * skb + h * skh, V + b * svb + h * svh
+    bias_h = Bias + h * sbh
+    bias_scalar = _bias_scalar(Bias, h, sbb, sbh, pos_scale, BIAS, NUM_BUCKETS)
+
+    dq = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
+    dtab = tl.zeros((NUM_BUCKETS,), tl.float32)
+    far_hi, diag_lo, hi = _query_block_ranges(pid_m * BLOCK_M, offset, seq_k, far_dist, BLOCK_M, BLOCK_N)
+    dq, dtab = _dq_tiles(
+        dq, dtab, q, do, lse, delta, k_base, v_base, 0, far_hi, offs_n0, offs_d, skt, skd, svt, svd,
+        offs_m + offset, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+        BLOCK_N, BIAS, False, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+    )
+    dq, dtab = _dq_tiles(
+        dq, dtab, q, do, lse, delta, k_base, v_base, far_hi, diag_lo, offs_n0, offs_d, skt, skd, svt, svd,
+        offs_m + offset, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+        BLOCK_N, BIAS, True, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+    )
+    dq, dtab = _dq_tiles(
+        dq, dtab, q, do, lse, delta, k_base, v_base, diag_lo, hi, offs_n0, offs_d, skt, skd, svt, svd,
+        offs_m + offset, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+        BLOCK_N, BIAS, True, True, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+    )
+
+    dq = dq * sm_scale
+    out = offs_m[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(DQ + pid_bh * seq_q * HEAD_DIM + out, dq.to(DQ.dtype.element_ty), mask=mask_m[:, None])
+    if BIAS == 2:
+        tl.store(DTab + (pid_bh * dtab_blocks + pid_m) * NUM_BUCKETS + tl.arange(0, NUM_BUCKETS), dtab)
+
+
+_fwd_tuned = _autotune("fwd")(_fwd_kernel)
+_dkdv_tuned = _autotune("bwd")(_bwd_dkdv_kernel)
+_dq_tuned = _autotune("bwd", reset=["DTab"])(_bwd_dq_kernel)
+
+
+# ---------------------------------------------------------------------------------------------
+# Launch
+
+
+def check_device(name: str, q: torch.Tensor) -> None:
+    """One-line errors for a device or dtype this build of the kernels cannot run."""
+    if q.device.type == "cuda" and INTERPRETED:
+        raise RuntimeError(f"{name}: CUDA tensors given but TRITON_INTERPRET=1 was set when the kernels were built")
+    if q.device.type == "cpu" and not INTERPRETED:
+        raise RuntimeError(f"{name}: CPU tensors need TRITON_INTERPRET=1 set before import; use a CUDA device")
+    if q.device.type not in ("cpu", "cuda"):
+        raise RuntimeError(f"{name}: device {q.device} not supported; use a CUDA device")
+    if INTERPRETED and q.dtype == torch.bfloat16:
+        raise TypeError(f"{name}: bfloat16 is not supported by the Triton interpreter")
+
+
+def check_qkv(name: str, q, k, v) -> None:
+    """One-line errors for q, k, v the kernels cannot take."""
+    for label, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: {label} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name}: {label} must be (B, H, T, head_dim), got shape {tuple(t.shape)}")
+    if q.dtype not in DTYPES:
+        raise TypeError(f"{name}: dtype {q.dtype} not supported; use float16, bfloat16 or float32")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"{name}: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    b, h, tq, d = q.shape
+    if d not in HEAD_DIMS:
+        raise ValueError(f"{name}: head_dim {d} not supported; use one of {', '.join(map(str, HEAD_DIMS))}")
+    if k.shape != v.shape or k.shape[0] != b or k.shape[1] != h or k.shape[3] != d:
+        raise ValueError(
+            f"{name}: k and v must be (B, H, Tk, head_dim) = ({b}, {h}, Tk, {d}), "
+            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    tk = k.shape[2]
+    if tq < 1 or tq > tk:
+        raise ValueError(f"{name}: need 1 <= query length <= key length, got Tq={tq}, Tk={tk}")
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    # float32 inputs must stay float32 in the dots (TF32 would lose ~3 decimal digits and break
+    # the comparison with PyTorch's float32 matmul); half types ignore the setting.
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _strides(t: torch.Tensor) -> tuple[int, int, int, int]:
+    return tuple(t.stride())
+
+
+def _launch(kernel, tuned, blocks, grid_len, bh, args, consts):
+    """Launch ``tuned`` (autotuned), or ``kernel`` with explicit ``blocks`` (BM, BN, warps, stages)."""
+    if blocks is None:
+        block = "BLOCK_M" if grid_len[1] == "m" else "BLOCK_N"
+        tuned[lambda meta: (triton.cdiv(grid_len[0], meta[block]), bh)](*args, **consts)
+        return
+    block_m, block_n, warps, stages = blocks
+    size = block_m if grid_len[1] == "m" else block_n
+    kernel[(triton.cdiv(grid_len[0], size), bh)](
+        *args, **consts, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages
+    )
+
+
+class BiasSpec:
+    """What the kernels need to know about the bias, fixed for one call.
+
+    ``tensor``: ALiBi slopes (H,) or the T5 table (buckets, H) (the table gets a gradient);
+    ``far_dist``: T5's smallest distance index from which every entry is in the last bucket.
+    """
+
+    def __init__(self, kind: int, tensor: torch.Tensor, pos_scale: float = 1.0, bias_round: bool = False,
+                 num_buckets: int = 32, max_distance: int = 128):
+        self.kind, self.tensor, self.pos_scale = kind, tensor, float(pos_scale)
+        self.bias_round, self.num_buckets, self.max_distance = bias_round, num_buckets, max_distance
+        self.far_dist = far_distance(max_distance, self.pos_scale) if kind == T5 else NEVER_FAR
+
+    def strides(self) -> tuple[int, int]:
+        """(stride between buckets, stride between heads) of the bias tensor."""
+        if self.kind == T5:
+            return tuple(self.tensor.stride())
+        return 0, self.tensor.stride(0)
+
+    def consts(self, dtype: torch.dtype, head_dim: int) -> dict:
+        return dict(
+            HEAD_DIM=head_dim, BIAS=self.kind, BIAS_ROUND=self.bias_round, SCALED=self.pos_scale != 1.0,
+            NUM_BUCKETS=self.num_buckets, MAX_DISTANCE=self.max_distance, DOT_PRECISION=_dot_precision(dtype),
+        )
+
+
+def far_distance(max_distance: int, pos_scale: float) -> int:
+    """Smallest index distance d with floor(float32(d * pos_scale)) >= max_distance: from there on
+    every larger distance is in the last bucket too (the float32 product is monotone in d)."""
+    scale = torch.tensor(pos_scale, dtype=torch.float32)
+    d = max(1, math.ceil(max_distance / max(pos_scale, 1e-30)) - 2)
+    while torch.floor(torch.tensor(float(d), dtype=torch.float32) * scale).item() < max_distance:
+        d += 1
+    return min(d, NEVER_FAR)
+
+
+class _FusedAttention(torch.autograd.Function):
+    """Fused causal attention with an in-kernel bias; saves (q, k, v, o, lse), recomputes scores."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias_tensor, spec, blocks_fwd, blocks_bwd):
+        b, h, tq, d = q.shape
+        tk = k.shape[2]
+        o = torch.empty((b, h, tq, d), dtype=q.dtype, device=q.device)  # (B, H, Tq, hd)
+        lse = torch.empty((b * h, tq), dtype=torch.float32, device=q.device)  # log2 units
+        sm_scale = 1.0 / math.sqrt(d)
+        args = (
+            q, k, v, bias_tensor, o, lse,
+            *_strides(q), *_strides(k), *_strides(v), *_strides(o), *spec.strides(),
+            h, tq, tk, spec.far_dist, length_key(tk), sm_scale, spec.pos_scale,
+        )
+        _launch(_fwd_kernel, _fwd_tuned, blocks_fwd, (tq, "m"), b * h, args, spec.consts(q.dtype, d))
+        ctx.save_for_backward(q, k, v, bias_tensor, o, lse)
+        ctx.args = (spec, blocks_bwd, sm_scale)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, bias_tensor, o, lse = ctx.saved_tensors
+        spec, blocks_bwd, sm_scale = ctx.args
+        b, h, tq, d = q.shape
+        tk = k.shape[2]
+        if do.stride(-1) != 1:
+            # Strided rows still read correctly (even stride 0 from .sum()), but a unit last
+            # stride lets the GPU vectorise the loads of every dO tile.
+            do = do.contiguous()
+        delta = torch.empty_like(lse)  # (B*H, Tq) float32
+        _bwd_delta_kernel[(triton.cdiv(tq, 32), b * h)](
+            o, do, delta, *_strides(o), *_strides(do), h, tq, HEAD_DIM=d, BLOCK_M=32,
+        )
+        dq = torch.empty((b, h, tq, d), dtype=q.dtype, device=q.device)
+        dk = torch.empty((b, h, tk, d), dtype=k.dtype, device=k.device)
+        dv = torch.empty((b, h, tk, d), dtype=v.dtype, device=v.device)
+        consts = spec.consts(q.dtype, d)
+        strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do), *spec.strides())
+        shape = (h, tq, tk, spec.far_dist, length_key(tk))
+        _launch(
+            _bwd_dkdv_kernel, _dkdv_tuned, blocks_bwd, (tk, "n"), b * h,
+            (q, k, v, bias_tensor, do, lse, delta, dk, dv, *strides, *shape, sm_scale, spec.pos_scale), consts,
+        )
+        # T5: one row of per-bucket partial sums per (batch*head, query block), sized for the
+        # smallest BLOCK_M any config may use; rows a larger BLOCK_M leaves unwritten stay 0.
+        min_block_m = blocks_bwd[0] if blocks_bwd else min(c.kwargs["BLOCK_M"] for c in _dq_tuned.configs)
+        dtab_blocks = triton.cdiv(tq, min_block_m) if spec.kind == T5 else 1
+        partial = torch.zeros((b * h, dtab_blocks, spec.num_buckets), dtype=torch.float32, device=q.device)
+        _launch(
+            _bwd_dq_kernel, _dq_tuned, blocks_bwd, (tq, "m"), b * h,
+            (q, k, v, bias_tensor, do, lse, delta, dq, partial, *strides, *shape, dtab_blocks,
+             sm_scale, spec.pos_scale), consts,
+        )
+        dbias = None
+        if spec.kind == T5 and ctx.needs_input_grad[3]:
+            # (B*H, blocks, buckets) -> (buckets, H): a fixed-order reduction, deterministic.
+            dbias = partial.view(b, h, dtab_blocks, spec.num_buckets).sum(dim=(0, 2)).t().to(bias_tensor.dtype)
+        return dq, dk, dv, dbias, None, None, None
+
+
+def fused_attention(q, k, v, spec: BiasSpec, blocks_fwd=None, blocks_bwd=None) -> torch.Tensor:
+    """Differentiable fused causal attention with ``spec``'s bias (inputs already checked)."""
+    return _FusedAttention.apply(q, k, v, spec.tensor, spec, blocks_fwd, blocks_bwd)
