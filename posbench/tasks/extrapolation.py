@@ -17,12 +17,13 @@ import math
 from pathlib import Path
 from typing import Literal, Optional, Union
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import registry
 from ..data import DataError, batches, load_corpus
-from ..evaluate import evaluate
+from ..evaluate import evaluate, evaluate_source
 from ..model import PRESETS, TransformerLM, model_config
 from ..train import TrainConfig, load_checkpoint, train
 from . import TaskSettings
@@ -30,8 +31,9 @@ from . import TaskSettings
 METRICS = {
     "ppl_at_train_len": "perplexity at L_valid = L_train, non-overlapping",
     "ppl_at_max_len": "perplexity at the longest L_valid, non-overlapping",
-    "best_ppl": "best achievable perplexity of the corpus (synthetic Markov source, long run), else null",
-    "best_ppl_eval": "perplexity of the true source on the evaluated tokens (synthetic), else null",
+    "best_ppl": "best achievable perplexity of the corpus (synthetic sources, long run), else null",
+    "best_ppl_eval": "perplexity of the true source on the evaluated tokens (synthetic sources), else null; "
+                     "each cell of series.evals has its own, series.best_per_position_loss the curves",
     "final_train_loss": "training loss at the last step (nats/token)",
     "train_steps": "optimizer steps",
     "train_tokens": "tokens trained on",
@@ -43,14 +45,15 @@ METRICS = {
 class CorpusSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    kind: Literal["synthetic", "wikitext", "wikitext-103", "wikitext-2", "text"] = "synthetic"
+    kind: Literal["synthetic", "synthetic-copy", "wikitext", "wikitext-103", "wikitext-2", "text"] = "synthetic"
     path: Optional[str] = Field(None, description="data folder or file; default $POSBENCH_DATA_DIR (--data sets it)")
     level: Literal["word", "byte"] = "byte"
     splits: Optional[dict[str, str]] = Field(None, description="corpus split -> file split, e.g. {train: test}")
     size: Optional[int] = Field(None, ge=1, description="cap on tokens per split (synthetic: training tokens)")
     seed: int = 0
     synthetic: dict[str, Union[int, float]] = Field(
-        default_factory=dict, description="synthetic chain options: vocab, order, branching, jump")
+        default_factory=dict, description="synthetic: vocab, order, branching, jump; synthetic-copy: vocab, "
+        "branching, jump, copy_prob, max_distance, decay")
 
 
 class Settings(TaskSettings):
@@ -109,7 +112,7 @@ def open_corpus(c: CorpusSettings):
             if "train" not in str(exc):
                 raise
             splits = {"train": "test", "valid": "valid"}
-    options = dict(c.synthetic) if c.kind == "synthetic" else {}
+    options = dict(c.synthetic) if c.kind in ("synthetic", "synthetic-copy") else {}
     return load_corpus(c.kind, path=c.path, level=c.level, seed=c.seed, splits=splits, size=c.size, **options)
 
 
@@ -156,6 +159,17 @@ def eval_cell(model, tokens, L: int, Lv: int, mode: str, s: Settings, device, in
     return cell, [float(x) for x in r.per_position_loss]
 
 
+def source_bound(oracle, Lv: int, mode: str, s: Settings) -> tuple[float, list[float]] | None:
+    """The true source's perplexity and per-position loss on exactly the tokens ``eval_cell`` scores
+    at (mode, Lv), or None without a known source. ``oracle``: ``Corpus.oracle_token_loss`` of the
+    evaluated tokens."""
+    if oracle is None:
+        return None
+    stride = min(s.stride, Lv) if mode == "sliding" else None
+    b = evaluate_source(oracle, Lv, mode=mode, stride=stride, max_tokens=s.eval_tokens)
+    return b.ppl, [float(x) for x in b.per_position_loss]
+
+
 def run(case) -> dict:
     s, L = case.settings, case.params.L_train
     if s.threads:
@@ -176,23 +190,29 @@ def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None
     """Train (or reload) and evaluate one model: the task's result for one seed."""
     model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed)
     valid = corpus.split("valid")
-    metrics["best_ppl_eval"] = corpus.oracle_ppl(valid[: s.eval_tokens])
+    oracle = corpus.oracle_token_loss(valid[: s.eval_tokens])  # (N,) or None
+    metrics["best_ppl_eval"] = None if oracle is None else math.exp(float(np.nanmean(oracle)))
     eval_dtype = getattr(torch, s.eval_dtype)
     info = model.info(case.device, eval_dtype)
     model = model.to(eval_dtype)
-    evals, curves = [], {}
+    evals, curves, best_curves = [], {}, {}
     for interpolate in ([False, True] if s.interpolate else [False]):
         for mode in s.modes:
             for factor in s.L_valid_factors:
                 Lv = factor * L
                 cell, curve = eval_cell(model, valid, L, Lv, mode, s, case.device, interpolate)
                 evals.append(cell)
+                key = f"{mode}@{Lv}" + ("@interp" if interpolate else "")
+                bound = source_bound(oracle, Lv, mode, s)
+                if bound is not None:
+                    cell["best_ppl_eval"], best_curves[key] = bound
                 if curve is not None:
-                    key = f"{mode}@{Lv}" + ("@interp" if interpolate else "")
                     curves[key] = curve
                     metrics[f"ppl@{key}"] = cell["ppl"]
     series["evals"] = evals
     series["per_position_loss"] = curves
+    if oracle is not None:
+        series["best_per_position_loss"] = best_curves
     by = {(e["mode"], e["L_valid"], e["interpolate"]): e["ppl"] for e in evals}
     metrics["ppl_at_train_len"] = by.get(("nonoverlapping", L, False))
     metrics["ppl_at_max_len"] = by.get(("nonoverlapping", max(s.L_valid_factors) * L, False))
@@ -241,6 +261,8 @@ def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
         if all(c is not None for c in per):
             curves[key] = [sum(vals) / len(vals) for vals in zip(*per)]
     series["per_position_loss"] = curves
+    if "best_per_position_loss" in first:  # the source's curves: the same tokens for every seed
+        series["best_per_position_loss"] = first["best_per_position_loss"]
     return {"metrics": metrics, "series": series, "info": runs[0]["info"]}
 
 

@@ -14,9 +14,11 @@ Two studies, the suite's grid axis ``study``:
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,13 +26,14 @@ from .. import registry
 from ..model import TransformerLM
 from ..precision import run_precision_case
 from .extrapolation import Settings as TrainEvalSettings
-from .extrapolation import checkpoint_path, eval_cell, open_corpus, trained_model
+from .extrapolation import checkpoint_path, eval_cell, open_corpus, source_bound, trained_model
 
 METRICS = {
     "last_window_distinct@float16": "median over heads of distinct float16 bias values in the last window",
     "last_window_distinct@bfloat16": "the same for bfloat16",
     "last_window_distinct@float32": "the same for float32 (every position distinct)",
     "ppl_diff_at_max_len": "perplexity with the bias in the compute dtype minus with a float32 bias, longest L_valid",
+    "best_ppl_eval": "perplexity of the true source on the evaluated tokens (synthetic sources), else null",
 }
 
 
@@ -85,6 +88,8 @@ def _bias_dtype_ppl(case, s) -> dict:
     ckpt = checkpoint_path(case, f"{case.method}__L_train={L}")
     model, metrics, series = trained_model(case, s, corpus, L, ckpt, {"bias_dtype": "float32"}, s.seed)
     valid = corpus.split("valid")
+    oracle = corpus.oracle_token_loss(valid[: s.eval_tokens])  # (N,) or None
+    metrics["best_ppl_eval"] = None if oracle is None else math.exp(float(np.nanmean(oracle)))
     dtype = getattr(torch, s.eval_dtype)
     evals = []
     for bias_dtype in ("float32", "compute"):
@@ -94,6 +99,9 @@ def _bias_dtype_ppl(case, s) -> dict:
         for factor in s.L_valid_factors:
             cell, _ = eval_cell(variant, valid, L, factor * L, "nonoverlapping", s, case.device)
             cell["bias_dtype"] = bias_dtype
+            bound = source_bound(oracle, factor * L, "nonoverlapping", s)
+            if bound is not None:
+                cell["best_ppl_eval"] = bound[0]
             evals.append(cell)
             metrics[f"ppl@{bias_dtype}_bias@{factor * L}"] = cell["ppl"]
     for factor in s.L_valid_factors:
