@@ -20,6 +20,9 @@ The last window is aligned to the end of the stream and scores only the targets 
 scored, so every forward pass has length L_valid (one shape, batched alike) and tail tokens get
 at least the context their mode promises. With S == L the two modes are the same computation.
 
+``evaluate_source`` lays a source's known per-token loss (a synthetic corpus's exact
+-log p(x_t | x_<t)) over the same plan: the bound beside each cell and each window position.
+
 Under torch.distributed every rank must call ``evaluate``: whole batches of windows are dealt out
 round-robin (``distributed.shard_batches``), so each forward pass is the one a single process
 runs, and the per-position loss sums and counts are all-reduced in float64. Perplexity and the

@@ -199,3 +199,28 @@ def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path):
     curves = row["series"]["best_per_position_loss"]
     assert set(curves) == {"nonoverlapping@8", "nonoverlapping@16", "sliding@8", "sliding@16"}
     assert len(curves["sliding@16"]) == 16 and all(v is not None for v in curves["nonoverlapping@16"])
+
+
+def test_precision_perplexity_study_reports_the_bound(tmp_path):
+    from test_tasks import TINY, make_case
+
+    settings = {**TINY, "interpolate": False, "modes": ["nonoverlapping"],
+                "corpus": {"kind": "synthetic-copy", "size": 20000, "synthetic": {"vocab": 16, "max_distance": 6}}}
+    task, case = make_case("precision", "alibi", {"study": "bias_dtype_ppl", "L_train": 8}, settings, tmp_path)
+    out = task.run(case)
+    bound = out["metrics"]["best_ppl_eval"]
+    assert 1 < bound < 16
+    assert len(out["series"]["evals"]) == 4 and all(c["best_ppl_eval"] == pytest.approx(bound) for c in out["series"]["evals"])
+
+
+def test_seed_averaged_rows_keep_the_bound(tmp_path):
+    from test_tasks import TINY, make_case
+
+    settings = {**TINY, "interpolate": False, "seeds": [0, 1], "L_valid_factors": [1, 2],
+                "corpus": {"kind": "synthetic-copy", "size": 20000, "synthetic": {"vocab": 16, "max_distance": 6}}}
+    task, case = make_case("extrapolation", "rotary", {"L_train": 8}, settings, tmp_path)
+    out = task.run(case)
+    assert out["metrics"]["n_seeds"] == 2 and out["metrics"]["best_ppl_eval_std"] == 0.0
+    assert all(c["best_ppl_eval"] == pytest.approx(out["metrics"]["best_ppl_eval"]) for c in out["series"]["evals"])
+    assert set(out["series"]["best_per_position_loss"]) == {"nonoverlapping@8", "nonoverlapping@16",
+                                                             "sliding@8", "sliding@16"}
