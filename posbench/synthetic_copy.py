@@ -30,7 +30,7 @@ import numpy as np
 from . import markov
 
 # The defaults of the extrapolation cpu profile: tiny model, L_train 64 (see README).
-DEFAULTS = dict(vocab=64, branching=4, jump=0.05, copy_prob=0.5, max_distance=16, decay=1.0)
+DEFAULTS = dict(vocab=64, branching=4, jump=0.05, copy_prob=0.5, max_distance=8, decay=1.0)
 
 
 @dataclass(frozen=True)
