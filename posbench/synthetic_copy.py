@@ -72,7 +72,7 @@ class CopySource:
         rows = np.arange(S)
         for t in range(1, T):
             m = min(D, t)
-            # d - 1 = number of cdf entries below u * W_t: inverse cdf of the renormalised w.
+            # d - 1 = number of cdf entries <= u * W_t: inverse cdf of the renormalised w.
             d = 1 + np.searchsorted(cdf_w[:m], u_copy[:, t] * cdf_w[m - 1], side="right")
             d = np.minimum(d, m)  # u * W_t == W_t by rounding
             prev = x[:, t - 1]
