@@ -9,6 +9,9 @@ Kinds (``load_corpus(kind, ...)``):
 - ``text``: UTF-8 text file(s), ``level="byte"`` (vocabulary 256) or ``level="word"``.
 - ``synthetic``: an order-2 sparse Markov chain drawn from ``seed`` (see ``posbench.markov``);
   needs no files and knows its best achievable perplexity.
+- ``synthetic-copy``: an order-1 sparse chain mixed with copies of the token d steps back (see
+  ``posbench.synthetic_copy``); rewards knowing positions, and its true predictive probability
+  is known in closed form, so the best perplexity on any evaluated sample is exact.
 
 Cache: ``$POSBENCH_CACHE_DIR`` or ``~/.cache/posbench``, one folder per corpus named by a hash of
 the source files' (path, size, mtime) and the tokenizer settings, holding ``<split>.bin`` (raw
@@ -29,7 +32,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from . import markov
+from . import markov, synthetic_copy
 
 CACHE_ENV = "POSBENCH_CACHE_DIR"
 DATA_ENV = "POSBENCH_DATA_DIR"
@@ -41,6 +44,8 @@ WIKITEXT_FILES = {s: (f"wiki.{s}.tokens", f"{s}.txt") for s in ("train", "valid"
 # The synthetic corpus's chain: 64 symbols, each 2-symbol context has 4 likely successors.
 SYNTH_DEFAULTS = dict(vocab=64, order=2, branching=4, jump=0.05)
 SYNTH_TRAIN_TOKENS = 1_000_000
+# Training streams of synthetic-copy: each starts at its own t = 0, so they sample in parallel.
+COPY_TRAIN_STREAMS = 64
 
 
 class DataError(ValueError):
@@ -84,12 +89,26 @@ class Corpus:
         harder than that, so rows compare a model with the source on the tokens it was scored on.
         The source conditions on its order; the first ``order`` tokens of the sample are not scored.
         """
-        if self.kind != "synthetic":
+        loss = self.oracle_token_loss(tokens)
+        return None if loss is None else math.exp(float(np.nanmean(loss)))
+
+    def oracle_token_loss(self, tokens) -> np.ndarray | None:
+        """(N,) float64 -log p(x_t | x_<t) of the true source for every token of a stream that
+        starts at the split's first token, NaN where the source scores nothing (t = 0, and t < order
+        for a Markov chain); None for corpora without a known source.
+
+        ``synthetic-copy`` splits are single streams from t = 0, so on a split's prefix this is
+        exactly the probability the generator used.
+        """
+        if self.kind not in ("synthetic", "synthetic-copy"):
             return None
+        x = np.asarray(tokens, dtype=np.int64)
         cfg = self.meta["settings"]
-        chain = markov.random_chain(vocab=cfg["vocab"], order=cfg["order"], branching=cfg["branching"],
-                                    jump=cfg["jump"], seed=cfg["seed"])
-        return math.exp(chain.log_loss(np.asarray(tokens, dtype=np.int64)))
+        if self.kind == "synthetic":
+            chain = markov.random_chain(vocab=cfg["vocab"], order=cfg["order"], branching=cfg["branching"],
+                                        jump=cfg["jump"], seed=cfg["seed"])
+            return chain.token_loss(x)
+        return _copy_source(cfg).token_loss(x)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of some ids: words joined by spaces, bytes as UTF-8, synthetic symbols as numbers."""
@@ -406,7 +425,44 @@ def _load_synthetic(seed, size, options) -> Corpus:
     return Corpus(f"synthetic-markov{params['order']}-v{params['vocab']}", "synthetic", cache, meta)
 
 
-KINDS = ("synthetic", "wikitext", "wikitext-103", "wikitext-2", "text")
+def _copy_source(settings: dict) -> synthetic_copy.CopySource:
+    return synthetic_copy.make_source(seed=settings["seed"],
+                                      **{k: settings[k] for k in synthetic_copy.DEFAULTS})
+
+
+def _load_synthetic_copy(seed, size, options) -> Corpus:
+    params = {**synthetic_copy.DEFAULTS, **options}
+    n_train = SYNTH_TRAIN_TOKENS if size is None else int(size)
+    n_eval = max(n_train // 10, 10_000)
+    settings = {"seed": seed, "train_tokens": n_train, "eval_tokens": n_eval, **params}
+    try:
+        source = _copy_source(settings)
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+
+    def build(tmp: Path) -> dict:
+        dtype = _dtype_for(source.vocab)
+        seeds = [int(ss.generate_state(1)[0]) for ss in np.random.SeedSequence(seed).spawn(3)]
+        streams = min(COPY_TRAIN_STREAMS, n_train)
+        train = source.sample(streams, -(-n_train // streams), seeds[0])  # (S, T)
+        train.reshape(-1)[:n_train].astype(dtype).tofile(tmp / "train.bin")
+        for s, ss in (("valid", seeds[1]), ("test", seeds[2])):
+            source.sample(1, n_eval, ss)[0].astype(dtype).tofile(tmp / f"{s}.bin")
+        # Long-run loss, estimated on the training streams past their first D tokens (where the
+        # process is stationary); the exact figure for an evaluated sample is oracle_ppl.
+        loss = source.token_loss(train)[:, source.max_distance + 1 :]
+        rate = float(np.nanmean(loss)) if loss.size else float(np.nanmean(source.token_loss(train)))
+        lengths = {"train": n_train, "valid": n_eval, "test": n_eval}
+        return {"vocab_size": source.vocab, "level": "symbol", "entropy_rate": rate,
+                "best_ppl": math.exp(rate), "source": "markov chain + copies (posbench.synthetic_copy)",
+                "splits": {s: {"n_tokens": n, "dtype": dtype} for s, n in lengths.items()}}
+
+    cache, meta = _cached("synthetic-copy", settings, [], build)
+    name = f"synthetic-copy-v{params['vocab']}-c{params['copy_prob']}-D{params['max_distance']}"
+    return Corpus(name, "synthetic-copy", cache, meta)
+
+
+KINDS = ("synthetic", "synthetic-copy", "wikitext", "wikitext-103", "wikitext-2", "text")
 
 
 def load_corpus(
@@ -422,28 +478,35 @@ def load_corpus(
 ) -> Corpus:
     """Open (building and caching on first use) one corpus.
 
-    kind: ``synthetic`` | ``wikitext`` (``wikitext-103`` / ``wikitext-2`` pick that subfolder of
+    kind: ``synthetic`` | ``synthetic-copy`` | ``wikitext`` (``wikitext-103`` / ``wikitext-2`` pick that subfolder of
         the data folder) | ``text``.
     path: wikitext: the data folder (default ``$POSBENCH_DATA_DIR``); the folder itself or its
         ``wikitext-103``/``wikitext-2`` child must hold the split files. text: a file or list of
         files (or the base folder of ``splits``).
     level: text only, ``"word"`` or ``"byte"``; WikiText is always word level.
-    seed, synthetic_options (vocab, order, branching, jump): synthetic only.
+    seed, synthetic_options: synthetic (vocab, order, branching, jump) and synthetic-copy (vocab,
+        branching, jump, copy_prob, max_distance, decay) only.
     splits: wikitext: ``{corpus split: file split}``, e.g. ``{"train": "test", "valid": "valid"}``
         for WikiText-2 without its training file. text: ``{split: file(s)}``; without it one
         stream is cut into ``train`` and its last ``valid_fraction`` as ``valid``.
-    size: synthetic: training tokens (valid/test get a tenth, at least 10k). Others: a cap on
+    size: synthetic kinds: training tokens (valid/test get a tenth, at least 10k). Others: a cap on
         the tokens of every split, for quick runs.
     """
     if kind not in KINDS:
         raise DataError(f"unknown corpus kind {kind!r}; choose from {', '.join(KINDS)}")
-    if synthetic_options and kind != "synthetic":
+    if synthetic_options and kind not in ("synthetic", "synthetic-copy"):
         raise DataError(f"{kind}: unexpected options {sorted(synthetic_options)}")
     if kind == "synthetic":
         unknown = set(synthetic_options) - set(SYNTH_DEFAULTS)
         if unknown:
             raise DataError(f"synthetic: unknown options {sorted(unknown)}; known: {sorted(SYNTH_DEFAULTS)}")
         return _load_synthetic(seed, size, synthetic_options)
+    if kind == "synthetic-copy":
+        unknown = set(synthetic_options) - set(synthetic_copy.DEFAULTS)
+        if unknown:
+            raise DataError(f"synthetic-copy: unknown options {sorted(unknown)}; "
+                            f"known: {sorted(synthetic_copy.DEFAULTS)}")
+        return _load_synthetic_copy(seed, size, synthetic_options)
     if kind == "text":
         return _load_text(path, level, splits, size, valid_fraction)
     return _load_wikitext(kind, path, splits, size)

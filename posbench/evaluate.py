@@ -20,6 +20,9 @@ The last window is aligned to the end of the stream and scores only the targets 
 scored, so every forward pass has length L_valid (one shape, batched alike) and tail tokens get
 at least the context their mode promises. With S == L the two modes are the same computation.
 
+``evaluate_source`` lays a source's known per-token loss (a synthetic corpus's exact
+-log p(x_t | x_<t)) over the same plan: the bound beside each cell and each window position.
+
 Under torch.distributed every rank must call ``evaluate``: whole batches of windows are dealt out
 round-robin (``distributed.shard_batches``), so each forward pass is the one a single process
 runs, and the per-position loss sums and counts are all-reduced in float64. Perplexity and the
@@ -99,6 +102,55 @@ def positions(L_valid: int, interpolate_from: int | None = None, device=None) ->
     return torch.arange(L_valid, dtype=torch.float32, device=device) * scale  # (T,)
 
 
+def _mode_stride(mode: str, stride: int | None, L_valid: int) -> int:
+    """The stride a mode evaluates with: L_valid for ``nonoverlapping``, the given one for ``sliding``."""
+    if mode not in MODES:
+        raise ValueError(f"evaluate: mode must be one of {MODES}, got {mode!r}")
+    if mode == "nonoverlapping":
+        if stride not in (None, L_valid):
+            raise ValueError(f"evaluate: nonoverlapping mode has stride L_valid={L_valid}, got {stride}")
+        return L_valid
+    if stride is None:
+        raise ValueError("evaluate: sliding mode needs a stride (1 = the paper's analysis)")
+    return stride
+
+
+def evaluate_source(
+    token_loss, L_valid: int, *, mode: str = "nonoverlapping", stride: int | None = None,
+    max_tokens: int | None = None,
+) -> EvalResult:
+    """The result :func:`evaluate` would give for a model whose loss on token t is ``token_loss[t]``.
+
+    ``token_loss``: (N,) float64, the true source's -log p(x_t | x_<t) for a stream (e.g.
+    ``Corpus.oracle_token_loss``); NaN where the source scores nothing. The window plan is the
+    one ``evaluate`` uses on N tokens, so every target lands at the window position where the model
+    scored it: the per-position curve is the bound beside the model's curve, on the same tokens.
+    NaN targets are left out of both the sums and the counts.
+    """
+    stride = _mode_stride(mode, stride, L_valid)
+    loss = np.asarray(token_loss, dtype=np.float64)
+    if max_tokens is not None:
+        loss = loss[:max_tokens]
+    plan = window_plan(len(loss), L_valid, stride)  # (W, 2)
+    starts, first = plan[:, 0], plan[:, 1]
+    lengths = L_valid - first  # (W,) targets each window scores
+    # Window positions first..L_valid-1 of every window, all windows concatenated: (n,).
+    offset = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    pos = np.arange(int(lengths.sum())) - offset + np.repeat(first, lengths)
+    target = np.repeat(starts, lengths) + pos + 1  # position j predicts x[start + j + 1]
+    values = loss[target]
+    ok = ~np.isnan(values)
+    sums = np.bincount(pos[ok], weights=values[ok], minlength=L_valid)
+    counts = np.bincount(pos[ok], minlength=L_valid).astype(np.int64)
+    n = int(counts.sum())
+    total = float(sums.sum() / n) if n else float("nan")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_pos = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    return EvalResult(mode=mode, L_valid=L_valid, stride=stride, n_tokens_scored=n, loss=total,
+                      ppl=math.exp(total), per_position_loss=per_pos, per_position_count=counts,
+                      interpolated=False, interpolate_from=None, n_windows=len(plan))
+
+
 def _model_device(model) -> torch.device:
     try:
         return next(model.parameters()).device
@@ -126,14 +178,7 @@ def evaluate(
     max_tokens: use only the first max_tokens tokens of the stream (max_tokens - 1 are scored).
     device: where inputs go; default the model's parameters' device.
     """
-    if mode not in MODES:
-        raise ValueError(f"evaluate: mode must be one of {MODES}, got {mode!r}")
-    if mode == "nonoverlapping":
-        if stride not in (None, L_valid):
-            raise ValueError(f"evaluate: nonoverlapping mode has stride L_valid={L_valid}, got {stride}")
-        stride = L_valid
-    elif stride is None:
-        raise ValueError("evaluate: sliding mode needs a stride (1 = the paper's analysis)")
+    stride = _mode_stride(mode, stride, L_valid)
     if isinstance(tokens, torch.Tensor):
         tokens = tokens.cpu().numpy()
     if max_tokens is not None:

@@ -89,14 +89,22 @@ class MarkovChain:
             state = self.next_state(state, sym)
         return out.reshape(-1)[:n]
 
-    def log_loss(self, symbols: np.ndarray) -> float:
-        """Mean -log P(x_t | previous k symbols) over t >= k: the true model's loss on a sample."""
+    def token_loss(self, symbols: np.ndarray) -> np.ndarray:
+        """(n,) float64 -log P(x_t | previous k symbols); NaN for t < k, which have no full state."""
         x = np.asarray(symbols, dtype=np.int64)
         k, V = self.order, self.vocab
+        out = np.full(len(x), np.nan)
+        if len(x) <= k:
+            return out
         state = np.zeros(len(x) - k, dtype=np.int64)
         for i in range(k):
             state = state * V + x[i : len(x) - k + i]
-        return float(-np.log(self.probs()[state, x[k:]]).mean())
+        out[k:] = -np.log(self.probs()[state, x[k:]])
+        return out
+
+    def log_loss(self, symbols: np.ndarray) -> float:
+        """Mean -log P(x_t | previous k symbols) over t >= k: the true model's loss on a sample."""
+        return float(self.token_loss(symbols)[self.order :].mean())
 
 
 def random_chain(vocab: int, order: int, branching: int, jump: float, seed: int) -> MarkovChain:

@@ -34,9 +34,10 @@ METRICS = {
     "ppl@*": M("Perplexity", "perplexity", "ppl@<mode>@<L_valid>[@interp]: perplexity of one evaluation",
                False, "ppl"),
     "best_ppl": M("Best achievable perplexity", "perplexity", "best achievable perplexity of the corpus "
-                  "(synthetic Markov source, long run), else null", None, "ppl"),
+                  "(synthetic sources, long run), else null", None, "ppl"),
     "best_ppl_eval": M("Source perplexity on the evaluated tokens", "perplexity",
-                       "perplexity of the true source on the evaluated tokens (synthetic), else null", None, "ppl"),
+                       "perplexity of the true source on the evaluated tokens (synthetic sources), "
+                       "else null; each cell of series.evals has its own, series.best_per_position_loss the curves", None, "ppl"),
     "final_train_loss": M("Final training loss", "nats/token", "training loss at the last step (nats/token)"),
     "train_steps": M("Training steps", "steps", "optimizer steps", None, "int"),
     "train_tokens": M("Training tokens", "tokens", "tokens trained on", None, "count"),
@@ -51,7 +52,7 @@ METRICS = {
 class CorpusSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    kind: Literal["synthetic", "wikitext", "wikitext-103", "wikitext-2", "text"] = "synthetic"
+    kind: Literal["synthetic", "synthetic-copy", "wikitext", "wikitext-103", "wikitext-2", "text"] = "synthetic"
     path: Optional[str] = Field(None, description="data folder or file; default $POSBENCH_DATA_DIR (--data sets it)")
     level: Optional[Literal["word", "byte"]] = Field(
         None, description="text: word or byte (default byte); WikiText is word level only (for WikiText bytes use "
@@ -60,7 +61,8 @@ class CorpusSettings(BaseModel):
     size: Optional[int] = Field(None, ge=1, description="cap on tokens per split (synthetic: training tokens)")
     seed: int = 0
     synthetic: dict[str, Union[int, float]] = Field(
-        default_factory=dict, description="synthetic chain options: vocab, order, branching, jump")
+        default_factory=dict, description="synthetic: vocab, order, branching, jump; synthetic-copy: vocab, "
+        "branching, jump, copy_prob, max_distance, decay")
 
     @model_validator(mode="after")
     def _word_level_wikitext(self):
@@ -129,7 +131,7 @@ def open_corpus(c: CorpusSettings):
             if "train" not in str(exc):
                 raise
             splits = {"train": "test", "valid": "valid"}
-    options = dict(c.synthetic) if c.kind == "synthetic" else {}
+    options = dict(c.synthetic) if c.kind in ("synthetic", "synthetic-copy") else {}
     level = c.level or ("word" if c.kind.startswith("wikitext") else "byte")
     return load_corpus(c.kind, path=c.path, level=level, seed=c.seed, splits=splits, size=c.size, **options)
 
@@ -187,6 +189,19 @@ def eval_cell(model, tokens, L: int, Lv: int, mode: str, s: Settings, device, in
     return cell, [float(x) for x in r.per_position_loss]
 
 
+def source_bound(oracle, Lv: int, mode: str, s: Settings) -> tuple[float, list[float]] | None:
+    """The true source's perplexity and per-position loss on exactly the tokens ``eval_cell`` scores
+    at (mode, Lv), or None without a known source. ``oracle``: ``Corpus.oracle_token_loss`` of the
+    evaluated tokens."""
+    if oracle is None:
+        return None
+    from ..evaluate import evaluate_source
+
+    stride = min(s.stride, Lv) if mode == "sliding" else None
+    b = evaluate_source(oracle, Lv, mode=mode, stride=stride, max_tokens=s.eval_tokens)
+    return b.ppl, [float(x) for x in b.per_position_loss]
+
+
 def run(case) -> dict:
     import torch
 
@@ -209,27 +224,34 @@ def run(case) -> dict:
 
 def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None) -> dict:
     """Train (or reload) and evaluate one model: the task's result for one seed."""
+    import numpy as np
     import torch
 
     model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed)
     valid = corpus.split("valid")
-    metrics["best_ppl_eval"] = corpus.oracle_ppl(valid[: s.eval_tokens])
+    oracle = corpus.oracle_token_loss(valid[: s.eval_tokens])  # (N,) or None
+    metrics["best_ppl_eval"] = None if oracle is None else math.exp(float(np.nanmean(oracle)))
     eval_dtype = getattr(torch, s.eval_dtype)
     info = model.info(case.device, eval_dtype)
     model = model.to(eval_dtype)
-    evals, curves = [], {}
+    evals, curves, best_curves = [], {}, {}
     for interpolate in ([False, True] if s.interpolate else [False]):
         for mode in s.modes:
             for factor in s.L_valid_factors:
                 Lv = factor * L
                 cell, curve = eval_cell(model, valid, L, Lv, mode, s, case.device, interpolate)
                 evals.append(cell)
+                key = f"{mode}@{Lv}" + ("@interp" if interpolate else "")
+                bound = source_bound(oracle, Lv, mode, s)
+                if bound is not None:
+                    cell["best_ppl_eval"], best_curves[key] = bound
                 if curve is not None:
-                    key = f"{mode}@{Lv}" + ("@interp" if interpolate else "")
                     curves[key] = curve
                     metrics[f"ppl@{key}"] = cell["ppl"]
     series["evals"] = evals
     series["per_position_loss"] = curves
+    if oracle is not None:
+        series["best_per_position_loss"] = best_curves
     by = {(e["mode"], e["L_valid"], e["interpolate"]): e["ppl"] for e in evals}
     metrics["ppl_at_train_len"] = by.get(("nonoverlapping", L, False))
     metrics["ppl_at_max_len"] = by.get(("nonoverlapping", max(s.L_valid_factors) * L, False))
@@ -278,6 +300,8 @@ def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
         if all(c is not None for c in per):
             curves[key] = [sum(vals) / len(vals) for vals in zip(*per)]
     series["per_position_loss"] = curves
+    if "best_per_position_loss" in first:  # the source's curves: the same tokens for every seed
+        series["best_per_position_loss"] = first["best_per_position_loss"]
     return {"metrics": metrics, "series": series, "info": runs[0]["info"]}
 
 

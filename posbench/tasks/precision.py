@@ -14,6 +14,7 @@ Two studies, the suite's grid axis ``study``:
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import Metric
 from .extrapolation import Settings as TrainEvalSettings
-from .extrapolation import checkpoint_path, eval_cell, open_corpus, trained_model
+from .extrapolation import checkpoint_path, eval_cell, open_corpus, source_bound, trained_model
 
 M = Metric
 METRICS = {
@@ -38,6 +39,9 @@ METRICS = {
     "ppl_diff@*": M("Perplexity cost of the compute-dtype bias", "perplexity",
                     "ppl_diff@<L_valid>: compute-dtype bias minus float32 bias", None, "ppl"),
     "ppl@*": M("Perplexity", "perplexity", "ppl@<float32|compute>_bias@<L_valid>", False, "ppl"),
+    "best_ppl_eval": M("Source perplexity on the evaluated tokens", "perplexity",
+                       "perplexity of the true source on the evaluated tokens (synthetic sources), else null",
+                       None, "ppl"),
 }
 
 
@@ -88,6 +92,7 @@ def _bias_counts(case, s) -> dict:
 
 
 def _bias_dtype_ppl(case, s) -> dict:
+    import numpy as np
     import torch
 
     from .. import registry
@@ -101,6 +106,8 @@ def _bias_dtype_ppl(case, s) -> dict:
     ckpt = checkpoint_path(case, f"{case.method}__L_train={L}")
     model, metrics, series = trained_model(case, s, corpus, L, ckpt, {"bias_dtype": "float32"}, s.seed)
     valid = corpus.split("valid")
+    oracle = corpus.oracle_token_loss(valid[: s.eval_tokens])  # (N,) or None
+    metrics["best_ppl_eval"] = None if oracle is None else math.exp(float(np.nanmean(oracle)))
     dtype = getattr(torch, s.eval_dtype)
     evals = []
     for bias_dtype in ("float32", "compute"):
@@ -110,6 +117,9 @@ def _bias_dtype_ppl(case, s) -> dict:
         for factor in s.L_valid_factors:
             cell, _ = eval_cell(variant, valid, L, factor * L, "nonoverlapping", s, case.device)
             cell["bias_dtype"] = bias_dtype
+            bound = source_bound(oracle, factor * L, "nonoverlapping", s)
+            if bound is not None:
+                cell["best_ppl_eval"] = bound[0]
             evals.append(cell)
             metrics[f"ppl@{bias_dtype}_bias@{factor * L}"] = cell["ppl"]
     for factor in s.L_valid_factors:
