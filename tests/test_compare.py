@@ -128,8 +128,11 @@ def test_cases_in_only_one_run_are_listed(tmp_path):
     assert result.only_in_base == [rows[0]["case_id"]]
     assert result.only_in_new == [rows[-1]["case_id"]]
     md = result.markdown()
-    assert "### Only in base (1)" in md and f"- `{rows[0]['case_id']}`" in md
+    assert "### Only in base: missing from new, failures (1)" in md and f"- `{rows[0]['case_id']}`" in md
     assert "### Only in new (1)" in md
+    # a case of BASE that NEW lacks fails the comparison; one only NEW has does not
+    assert result.exit_code == 1 and result.regressions == []
+    assert compare_runs(write_run(tmp_path / "b2", rows[:-1]), write_run(tmp_path / "n2", rows)).exit_code == 0
 
 
 def test_different_hardware_is_warned(tmp_path):
