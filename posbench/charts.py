@@ -77,7 +77,8 @@ def _plot_rows(ax, table: Table, methods: dict | None = None) -> None:
         if any(err_lo) or any(err_hi):
             bars = ax.errorbar(xs, ys, yerr=[err_lo, err_hi], fmt="none", ecolor=line.get_color(), capsize=3,
                                elinewidth=1)
-            bars.set_gid(f"errorbar:{name}")
+            for segments in bars.lines[2]:  # the vertical bar segments (a LineCollection)
+                segments.set_gid(f"errorbar:{name}")
         _mark_failed(ax, failed, name, line.get_color())
         any_failed = any_failed or bool(failed)
     if any_failed:

@@ -136,12 +136,11 @@ def merge_rounds(rows: list[dict]) -> dict:
     """One row for a case from its rows of different rounds (the latest of each; module docstring).
 
     Status: ``ok`` when every stored round is ok, else the first failed round's status, message
-    and traceback (``--retry-failed`` re-runs just that round). A row that is the only round of
-    its case comes back with one-element ``_by_round`` series; a row without a ``round`` key
-    (older runs) comes back unchanged.
+    (prefixed ``round r:``) and traceback; ``--retry-failed`` re-runs just that round. A case
+    with a single row (one round, or a run from before rounds) comes back unchanged.
     """
-    if len(rows) == 1 and rows[0].get("round") is None:
-        return dict(rows[0])  # written before rounds existed, or by a reader that merged already
+    if len(rows) == 1:
+        return dict(rows[0])  # one round (or a row from before rounds): nothing to merge
     rows = sorted(rows, key=round_of)
     ok = [r for r in rows if r["status"] == "ok"]
     failed = [r for r in rows if r["status"] != "ok"]
