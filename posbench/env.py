@@ -132,6 +132,7 @@ def collect(device: str) -> dict[str, Any]:
 # How busy the machine is: recorded at the start and end of a run (``env.json`` "machine")
 
 BUSY_SHARE = 0.25  # a process using a quarter of a core or more during the sample is "busy"
+BUSY_TOTAL = 0.5  # ... and so is a machine where other processes together use half a core
 SAMPLE_S = 0.5
 
 
@@ -167,8 +168,8 @@ def _own_pids() -> set[int]:
 
 
 def busy_processes(proc: Path = Path("/proc"), sample_s: float = SAMPLE_S, exclude: set[int] | None = None,
-                   sleep=None, ticks_per_s: float | None = None) -> list[dict]:
-    """Other processes that used at least ``BUSY_SHARE`` of a core over ``sample_s`` seconds:
+                   sleep=None, ticks_per_s: float | None = None, share: float = BUSY_SHARE) -> list[dict]:
+    """Other processes that used at least ``share`` of a core over ``sample_s`` seconds:
     ``[{"pid", "name", "cpu"}]`` (cpu in cores, 1.0 = one core), busiest first."""
     import time
 
@@ -182,7 +183,7 @@ def busy_processes(proc: Path = Path("/proc"), sample_s: float = SAMPLE_S, exclu
         if pid in exclude or pid not in before:
             continue
         cores = (ticks - before[pid][1]) / hz / sample_s
-        if cores >= BUSY_SHARE:
+        if cores >= share and cores > 0:
             out.append({"pid": pid, "name": name, "cpu": round(cores, 2)})
     return sorted(out, key=lambda p: -p["cpu"])
 
@@ -227,17 +228,23 @@ def machine_state(device: str, proc: Path = Path("/proc"), sample_s: float = SAM
                   handle=None, sys_cpu: Path = Path("/sys/devices/system/cpu")) -> dict[str, Any]:
     """Load average, other busy processes, CPU frequency and (CUDA) other GPU processes, now.
 
-    ``busy`` is True when another process used a quarter of a core or more, or (CUDA) another
-    process holds the GPU: speeds measured now share the machine.
+    ``other_cpu``: cores all other processes used together. ``busy`` is True when another process
+    used a quarter of a core or more, others together half a core, the 1-minute load average
+    exceeds the number of CPUs, or (CUDA) another process holds the GPU.
     """
     try:
         load = [round(x, 2) for x in os.getloadavg()]
     except OSError:
         load = None
-    others = busy_processes(proc, sample_s)
+    active = busy_processes(proc, sample_s, share=0.0)
+    others = [p for p in active if p["cpu"] >= BUSY_SHARE]
+    other_cpu = round(sum(p["cpu"] for p in active), 2)
     state: dict[str, Any] = {"load_avg": load, "cpu_count": os.cpu_count(), "busy_processes": others,
-                             "n_busy_processes": len(others), "cpu_freq": cpu_frequency(sys_cpu)}
-    busy = bool(others)
+                             "n_busy_processes": len(others), "other_cpu": other_cpu,
+                             "cpu_freq": cpu_frequency(sys_cpu)}
+    # Many processes sharing few cores each get less than BUSY_SHARE: their sum and the load
+    # average (more runnable threads than cores) catch that.
+    busy = bool(others) or other_cpu >= BUSY_TOTAL or bool(load and load[0] > (os.cpu_count() or 1))
     if device == "cuda":
         gpu = gpu_processes(nvml, handle) if nvml is not None else gpu_processes()
         state["gpu_processes"] = gpu
@@ -255,6 +262,8 @@ def busy_warning(state: dict[str, Any]) -> str | None:
     if others:
         names = ", ".join(f"{p['name']} ({p['cpu']:.0%} of a core)" for p in others[:3])
         parts.append(f"{len(others)} other busy process(es): {names}")
+    if state.get("other_cpu"):
+        parts.append(f"other processes used {state['other_cpu']:.2f} cores")
     gpu = state.get("gpu_processes")
     if isinstance(gpu, list) and gpu:
         parts.append(f"{len(gpu)} other process(es) on the GPU")

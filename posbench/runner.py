@@ -46,7 +46,7 @@ from typing import Callable, Optional
 
 from . import __version__
 from .case import Case
-from .rows import ROW_KEYS, RunMeta, case_rows, latest_rounds, read_rows, write_run_meta
+from .rows import ROW_KEYS, RunMeta, case_rows, latest, latest_rounds, read_rows, write_run_meta  # noqa: F401 (latest: re-exported)
 from .suite import Suite, SuiteError
 from .worker import first_failure, rank_failure, read_result, run_case
 

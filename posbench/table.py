@@ -184,7 +184,7 @@ def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, colum
     )
     for r in rows:
         col = r.params.get(column, r.case_id)
-        table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col)
+        table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col, r.method == base_method)
     paired = any(c.ratio_interval is not None for c in table.cells.values())
     if not base_method:
         ratios = "No ratios: the suite names no baseline. "
@@ -211,7 +211,7 @@ def _unit_suffix(unit: str) -> str:
     return "" if unit in ("bytes", "", "-") else f" ({unit})"
 
 
-def _metric_cell(r, name, kind, baselines, col) -> Cell:
+def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False) -> Cell:
     cell = Cell(text="", status=r.status, case_id=r.case_id, run_id=r.run_id, message=str(r.message or ""))
     if r.status != "ok":
         cell.text = fmt.status(r.status)
@@ -225,7 +225,7 @@ def _metric_cell(r, name, kind, baselines, col) -> Cell:
     if base and base[0]:
         cell.ratio = cell.value / float(base[0])
         ours = _by_round(r, name)
-        if ours is not None and base[1] is not None:
+        if ours is not None and base[1] is not None and not is_baseline:  # 1.00x against itself: no interval
             # Interleaved rounds: the ratio of each round to the baseline's same round, then the
             # median; drift shared by the round cancels. Needs 2+ pairs for an interval.
             ratio, interval, pairs = bootstrap.paired_ratio(ours, base[1])

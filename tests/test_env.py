@@ -127,17 +127,28 @@ def test_machine_state_warning_and_record(tmp_path, monkeypatch):
     fake, _ = make_pynvml()
     fake.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=424242, usedGpuMemory=None)]
     fake.nvmlDeviceGetGraphicsRunningProcesses = lambda h: []
-    monkeypatch.setattr(env, "busy_processes", lambda proc, sample_s: [])
-    monkeypatch.setattr(env.os, "getloadavg", lambda: (1.5, 1.0, 0.5))
+    monkeypatch.setattr(env, "busy_processes", lambda proc, sample_s, share: [])
+    monkeypatch.setattr(env.os, "getloadavg", lambda: (0.5, 1.0, 0.5))
+    monkeypatch.setattr(env.os, "cpu_count", lambda: 2)
     state = env.machine_state("cuda", nvml=fake, handle="gpu0", sys_cpu=tmp_path)
     assert state["busy"] and state["gpu_processes"] == [{"pid": 424242, "used_bytes": None}]
-    assert state["load_avg"] == [1.5, 1.0, 0.5] and state["n_busy_processes"] == 0
-    assert env.busy_warning(state) == (f"warning: the machine is busy (1 other process(es) on the GPU; load average "
-                                       f"1.5 on {state['cpu_count']} CPUs); speed numbers will be noisy")
+    assert state["load_avg"] == [0.5, 1.0, 0.5] and state["n_busy_processes"] == 0 and state["other_cpu"] == 0
+    assert env.busy_warning(state) == ("warning: the machine is busy (1 other process(es) on the GPU; load average "
+                                       "0.5 on 2 CPUs); speed numbers will be noisy")
     cpu = env.machine_state("cpu", sys_cpu=tmp_path)
     assert "gpu_processes" not in cpu and cpu["busy"] is False and env.busy_warning(cpu) is None
-    busy_cpu = dict(cpu, busy=True, busy_processes=[{"pid": 9, "name": "stress", "cpu": 1.0}])
-    assert "1 other busy process(es): stress (100% of a core)" in env.busy_warning(busy_cpu)
+    # One process at a full core; or many at a fifth each (none alone busy); or a high load average.
+    one = [{"pid": 9, "name": "stress", "cpu": 1.0}]
+    many = [{"pid": p, "name": "python", "cpu": 0.2} for p in range(5)]
+    for active, load, names in ((one, 0.5, ["stress"]), (many, 0.5, []), ([], 2.5, [])):
+        monkeypatch.setattr(env, "busy_processes", lambda proc, sample_s, share, a=active: a)
+        monkeypatch.setattr(env.os, "getloadavg", lambda x=load: (x, 1.0, 0.5))
+        state_ = env.machine_state("cpu", sys_cpu=tmp_path)
+        assert state_["busy"] and [p["name"] for p in state_["busy_processes"]] == names
+    assert state_["load_avg"][0] == 2.5
+    monkeypatch.setattr(env, "busy_processes", lambda proc, sample_s, share: one)
+    assert "1 other busy process(es): stress (100% of a core); other processes used 1.00 cores" in \
+        env.busy_warning(env.machine_state("cpu", sys_cpu=tmp_path))
 
     (tmp_path / "env.json").write_text(json.dumps({"cpu": "x"}))
     env.record_machine(tmp_path, "start", cpu)

@@ -190,7 +190,8 @@ def test_tables_show_the_paired_ratio_with_its_interval_csv_bounds_and_chart_err
     line = next(r for r in csv_rows if r.startswith("train_wps,alibi,"))
     assert line.split(",")[5:7] == [f"{interval[0]:.6g}", f"{interval[1]:.6g}"]
     base_line = next(r for r in csv_rows if r.startswith("train_wps,sinusoidal,"))
-    assert base_line.split(",")[4] == "1"  # the baseline against itself: exactly 1 each round
+    assert base_line.split(",")[4:7] == ["1", "", ""]  # the baseline against itself: 1, no interval
+    assert table.cell("sinusoidal", 64).text.endswith("(1.00x)")
 
     from posbench.charts import metric_chart
 
@@ -198,7 +199,7 @@ def test_tables_show_the_paired_ratio_with_its_interval_csv_bounds_and_chart_err
     bars = {c.get_gid(): c for c in fig.axes[0].collections}
     (segment,) = bars["errorbar:alibi"].get_segments()  # one bar, at L=64: value x bounds / ratio
     assert segment[:, 1] == pytest.approx([cell.value * b / ratio for b in interval])
-    assert "errorbar:sinusoidal" not in bars  # the baseline's ratio is exactly 1: no bar
+    assert "errorbar:sinusoidal" not in bars  # the baseline against itself: no interval, no bar
 
 
 def test_a_busy_machine_is_named_in_the_caption(tmp_path):
