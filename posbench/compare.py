@@ -131,8 +131,9 @@ class ComparisonResult:
                     ratio = f"{c.ratio:.3f}x" if c.ratio is not None else "—"
                     interval = f"[{c.interval[0]:.3f}, {c.interval[1]:.3f}]" if c.interval else "—"
                     metric = f"{c.metric} ({c.basis})" if c.basis else c.metric
-                    lines.append(f"| {c.case_id} | {metric} | {_fmt(c.task, c.metric, c.base)} | "
-                                 f"{_fmt(c.task, c.metric, c.new)} | {ratio} | {interval} |")
+                    # A ratio to the baseline reads as one (0.900x), values in the metric's format.
+                    show = (lambda v: f"{v:.3f}x") if c.basis else (lambda v: _fmt(c.task, c.metric, v))
+                    lines.append(f"| {c.case_id} | {metric} | {show(c.base)} | {show(c.new)} | {ratio} | {interval} |")
                 lines.append("")
         for title, ids in (("Only in base: missing from new, failures", self.only_in_base),
                            ("Only in new", self.only_in_new)):
