@@ -7,7 +7,7 @@ by 1/sqrt(d)). Causal bucketing with T5's defaults: 32 buckets, max distance 128
 beyond falls in the last bucket. One table, shared by all layers (as in T5, where only the first
 layer owns it). Float distances (interpolation) are floored before bucketing.
 
-Speed (measure with benchmarks/methods_ab.py): the bias is the same in every layer
+Speed (measure with the efficiency suite's interleaved rounds): the bias is the same in every layer
 of one forward pass, so it is gathered once per forward (in the first layer) and the same tensor
 object is reused by the later layers; autograd sums the gradients of its uses, and the table's
 gradient is computed once per backward instead of once per layer. The gather reads the

@@ -59,22 +59,41 @@ def _plot_rows(ax, table: Table, methods: dict | None = None) -> None:
     for row in table.rows:
         name = (methods or {}).get(row, row)
         xs, ys, failed, statuses = [], [], [], set()
+        err_lo, err_hi = [], []
         for col in table.columns:
             cell = table.cell(row, col)
             statuses.add(cell.status)
             if cell.value is not None:
                 xs.append(col)
                 ys.append(cell.value)
+                lo, hi = _ratio_error(cell)
+                err_lo.append(lo)
+                err_hi.append(hi)
             elif cell.status not in ("ok", "missing", "unavailable"):
                 failed.append(col)
         label = row if xs or statuses != {"unavailable"} else f"{row} (unavailable)"
         (line,) = ax.plot(xs, ys, marker="o", markersize=4, label=label)
         line.set_gid(f"method:{name}")
+        if any(err_lo) or any(err_hi):
+            bars = ax.errorbar(xs, ys, yerr=[err_lo, err_hi], fmt="none", ecolor=line.get_color(), capsize=3,
+                               elinewidth=1)
+            for segments in bars.lines[2]:  # the vertical bar segments (a LineCollection)
+                segments.set_gid(f"errorbar:{name}")
         _mark_failed(ax, failed, name, line.get_color())
         any_failed = any_failed or bool(failed)
     if any_failed:
         (proxy,) = ax.plot([], [], linestyle="none", marker="x", color="0.3", label="x: OOM / failed")
         proxy.set_gid("legend:failed")
+
+
+def _ratio_error(cell) -> tuple[float, float]:
+    """Error bar (below, above) of a cell from the 95% interval of its ratio to the baseline,
+    mapped onto its value (value x bound / ratio): how far the method's line may sit relative
+    to the baseline's, the quantity interleaved rounds measure well. (0, 0) without an interval."""
+    if cell.ratio_interval is None or not cell.ratio or cell.value is None:
+        return 0.0, 0.0
+    lo, hi = cell.ratio_interval
+    return max(cell.value - cell.value * lo / cell.ratio, 0.0), max(cell.value * hi / cell.ratio - cell.value, 0.0)
 
 
 def _numeric_columns(table: Table) -> bool:

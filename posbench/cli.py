@@ -97,6 +97,9 @@ def case_line(row: dict, metrics: list[str]) -> str:
     from . import fmt, tasks
 
     params = " ".join(f"{k}={v}" for k, v in row["params"].items())
+    rounds = (row.get("settings") or {}).get("rounds") or 1
+    if rounds > 1:  # interleaved rounds: say which one this row is
+        params += f" round {row.get('round')}/{rounds}"
     if row["status"] == "ok":
         declared = tasks.metrics_of(row.get("task", ""))
         kind = {m: getattr(tasks.find_metric(declared, m), "fmt", "plain") for m in metrics}

@@ -21,7 +21,9 @@ COMPARE_EPILOG = """examples:
   bench.py compare results/efficiency/last-week results/efficiency/today
   bench.py compare base/ new/ --threshold 0.1 --markdown compare.md
 
-exit code: 0 no regression, 1 at least one regression beyond the threshold, 2 unreadable input
+with rounds, a regression is a NEW/BASE whose whole 95% interval lies beyond the threshold;
+exit code: 0 no regression, 1 a regression or a case of BASE missing from NEW,
+2 unreadable or empty input, or runs of different suites or tasks
 """
 
 

@@ -1,5 +1,17 @@
 """``bench.py compare BASE NEW``: per case and metric, NEW/BASE ratios against a threshold.
 
+Noise-aware when the runs have interleaved rounds (``series[m + "_by_round"]``, see
+``posbench.rows.merge_rounds``): NEW/BASE then comes with a bootstrap 95% interval
+(``posbench.bootstrap.ratio_of_medians_interval``), and a change is a regression only when the
+whole interval lies below 1 - threshold (an improvement: above 1 + threshold). A ratio beyond
+the threshold whose interval reaches back inside it is "unchanged (within noise)". What is
+compared is what the run's table shows: a method's per-round ratio to the run's baseline (drift
+within a run cancels in it), and for the baseline itself (or a run without one) the values.
+Rows without rounds are compared point against point, as before.
+
+Cases of BASE that are missing from NEW, or not ``ok`` there, are failures (exit 1); an empty
+NEW or BASE, or runs of different suites or tasks, is bad input (exit 2).
+
 In the manner of asv: a regression is a number (train words/s fell by 10%, beyond a 5%
 threshold), not an impression. Which way is better comes from each task's metric declarations
 (``posbench.tasks.Metric.higher_is_better``): words/s and TFLOP/s higher, memory, milliseconds
@@ -11,7 +23,9 @@ not code.
 """
 from __future__ import annotations
 
+import json
 import math
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +33,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from . import fmt
+from . import bootstrap, fmt
 from .report_ppl import eval_mode_key
 from .rows import RowsError, cpu_model, gpu_name, latest, load_runs
 from .tasks import find_metric, metrics_of
@@ -56,7 +70,9 @@ class MetricChange:
     base: float | str | None
     new: float | str | None
     ratio: float | None             # new / base
-    verdict: str                    # "regression" | "improvement" | "same"
+    verdict: str                    # "regression" | "improvement" | "same" | "noise"
+    interval: tuple[float, float] | None = None  # bootstrap 95% interval of ratio (rounds)
+    basis: str = ""                 # "" (the values) or "ratio to <baseline>" (paired in each run)
 
 
 @dataclass
@@ -81,9 +97,13 @@ class ComparisonResult:
         return [c for c in self.changes if c.verdict == "improvement"]
 
     @property
+    def within_noise(self) -> list[MetricChange]:
+        return [c for c in self.changes if c.verdict == "noise"]
+
+    @property
     def exit_code(self) -> int:
-        """1 on any regression (CI fails), else 0."""
-        return 1 if self.regressions else 0
+        """1 on any regression or any case of BASE missing from NEW (CI fails), else 0."""
+        return 1 if self.regressions or self.only_in_base else 0
 
     def markdown(self) -> str:
         """A summary for a pull request or ``$GITHUB_STEP_SUMMARY``."""
@@ -98,17 +118,25 @@ class ComparisonResult:
         if self.hardware_warnings:
             lines.append("")
         lines += [f"**{len(self.regressions)} regression(s), {len(self.improvements)} improvement(s)** "
-                  f"over {len(self.in_both)} case(s) found in both runs.", ""]
-        for title, items in (("Regressions", self.regressions), ("Improvements", self.improvements)):
+                  f"over {len(self.in_both)} case(s) found in both runs; {len(self.within_noise)} change(s) "
+                  "beyond the threshold are unchanged (within noise)."
+                  + (f" **{len(self.only_in_base)} case(s) of base are missing from new (failures).**"
+                     if self.only_in_base else ""), ""]
+        for title, items in (("Regressions", self.regressions), ("Improvements", self.improvements),
+                             ("Unchanged (within noise)", self.within_noise)):
             if items:
-                lines += [f"### {title}", "", "| case | metric | base | new | new/base |",
-                          "| --- | --- | ---: | ---: | ---: |"]
+                lines += [f"### {title}", "", "| case | metric | base | new | new/base | 95% interval |",
+                          "| --- | --- | ---: | ---: | ---: | ---: |"]
                 for c in items:
                     ratio = f"{c.ratio:.3f}x" if c.ratio is not None else "—"
-                    lines.append(f"| {c.case_id} | {c.metric} | {_fmt(c.task, c.metric, c.base)} | "
-                                 f"{_fmt(c.task, c.metric, c.new)} | {ratio} |")
+                    interval = f"[{c.interval[0]:.3f}, {c.interval[1]:.3f}]" if c.interval else "—"
+                    metric = f"{c.metric} ({c.basis})" if c.basis else c.metric
+                    # A ratio to the baseline reads as one (0.900x), values in the metric's format.
+                    show = (lambda v: f"{v:.3f}x") if c.basis else (lambda v: _fmt(c.task, c.metric, v))
+                    lines.append(f"| {c.case_id} | {metric} | {show(c.base)} | {show(c.new)} | {ratio} | {interval} |")
                 lines.append("")
-        for title, ids in (("Only in base", self.only_in_base), ("Only in new", self.only_in_new)):
+        for title, ids in (("Only in base: missing from new, failures", self.only_in_base),
+                           ("Only in new", self.only_in_new)):
             if ids:
                 lines += [f"### {title} ({len(ids)})", ""] + [f"- `{i}`" for i in ids] + [""]
         return "\n".join(lines)
@@ -141,7 +169,58 @@ def _verdict(direction: int, ratio: float, threshold: float) -> str:
     return "same"
 
 
-def _compare_case(case_id: str, base, new, threshold: float) -> list[MetricChange]:
+def _interval_verdict(direction: int, interval: tuple[float, float], ratio: float, threshold: float) -> str:
+    """Regression only when the whole interval is beyond 1 - threshold, improvement beyond
+    1 + threshold; a point beyond the threshold with an interval reaching back is noise."""
+    lo, hi = interval if direction > 0 else (1.0 / interval[1], 1.0 / interval[0])
+    if hi < 1.0 - threshold:
+        return "regression"
+    if lo > 1.0 + threshold:
+        return "improvement"
+    return "noise" if _verdict(direction, ratio, threshold) != "same" else "same"
+
+
+def _rounds(row, metric: str) -> list | None:
+    values = (row.series or {}).get(f"{metric}_by_round") if isinstance(row.series, dict) else None
+    if not isinstance(values, list):
+        return None
+    values = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return values if len(values) >= 2 else None
+
+
+def _samples(row, metric: str, base_row) -> tuple[list | None, str]:
+    """Per-round samples of ``metric`` and what they are: the ratio to the run's baseline row,
+    paired by round, when there is one; else the values themselves."""
+    ours = _rounds(row, metric)
+    if ours is None:
+        return None, ""
+    if base_row is not None:
+        theirs = (base_row.series or {}).get(f"{metric}_by_round")
+        mine = row.series.get(f"{metric}_by_round")
+        if isinstance(theirs, list):
+            ratios = bootstrap.paired_ratios(mine, theirs)
+            if len(ratios) >= 2:
+                return ratios, f"ratio to {base_row.method}"
+    return ours, ""
+
+
+def _compare_rounds(case_id, base, new, metric, direction, threshold, base_ref, new_ref) -> MetricChange | None:
+    """NEW/BASE with an interval from the rounds of both, or None when either lacks rounds."""
+    b, b_basis = _samples(base, metric, base_ref)
+    n, n_basis = _samples(new, metric, new_ref)
+    if b is None or n is None or b_basis != n_basis:
+        return None
+    mb, mn = statistics.median(b), statistics.median(n)
+    interval = bootstrap.ratio_of_medians_interval(n, b)
+    if not mb or interval is None:
+        return None
+    ratio = mn / mb
+    return MetricChange(case_id, new.method, new.task, metric, mb if b_basis else base.metrics.get(metric),
+                        mn if n_basis else new.metrics.get(metric), ratio,
+                        _interval_verdict(direction, interval, ratio, threshold), interval, n_basis)
+
+
+def _compare_case(case_id: str, base, new, threshold: float, base_ref=None, new_ref=None) -> list[MetricChange]:
     if base.status != new.status and "ok" in (base.status, new.status):
         verdict = "regression" if base.status == "ok" else "improvement"
         return [MetricChange(case_id, new.method, new.task, "status", base.status, new.status, None, verdict)]
@@ -163,10 +242,35 @@ def _compare_case(case_id: str, base, new, threshold: float) -> list[MetricChang
             continue
         if b == 0 or any(math.isnan(float(x)) for x in (b, n)):
             continue  # no meaningful ratio
+        noisy = _compare_rounds(case_id, base, new, metric, direction, threshold, base_ref, new_ref)
+        if noisy is not None:
+            changes.append(noisy)
+            continue
         ratio = float(n) / float(b)
         changes.append(MetricChange(case_id, new.method, new.task, metric, b, n, ratio,
                                     _verdict(direction, ratio, threshold)))
     return changes
+
+
+def _baseline_rows(rows: pd.DataFrame, metas: dict) -> dict[tuple, object]:
+    """(source, case_id) -> the row of the run's baseline method at the same grid point (same run), for
+    cases of runs whose run.json names a baseline; the baseline's own cases map to nothing."""
+    by_point = {}
+    for r in rows.to_dict("records"):
+        by_point[(r["source"], r["method"], json_key(r["params"]))] = r
+    out = {}
+    for r in rows.to_dict("records"):
+        meta = metas.get(r["source"])
+        if meta is None or not meta.baseline or r["method"] == meta.baseline:
+            continue
+        ref = by_point.get((r["source"], meta.baseline, json_key(r["params"])))
+        if ref is not None and ref["status"] == "ok":
+            out[(r["source"], r["case_id"])] = SimpleNamespace(**ref)
+    return out
+
+
+def json_key(params) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
 
 
 def _latest_per_case(rows: pd.DataFrame) -> dict[str, object]:
@@ -215,6 +319,14 @@ def compare_runs(base_dir, new_dir, threshold: float = 0.05) -> ComparisonResult
     base_runs, new_runs = load_runs(base_dir), load_runs(new_dir)
     base_rows, base_envs = base_runs.rows, base_runs.envs
     new_rows, new_envs = new_runs.rows, new_runs.envs
+    for side, path, rows in (("base", base_dir, base_rows), ("new", new_dir, new_rows)):
+        if len(rows) == 0:
+            raise RowsError(f"{path}: the {side} run has no rows (empty cases.jsonl); nothing to compare")
+    for what in ("suite", "task"):
+        b, n = set(base_rows[what].dropna()), set(new_rows[what].dropna())
+        if b != n:
+            raise ValueError(f"base and new are different {what}s (base: {', '.join(sorted(map(str, b)))}; new: "
+                             f"{', '.join(sorted(map(str, n)))}); compare runs of the same suite and task")
     base, new = _latest_per_case(base_rows), _latest_per_case(new_rows)
     result = ComparisonResult(
         base_dir=str(base_dir), new_dir=str(new_dir), threshold=threshold,
@@ -224,13 +336,17 @@ def compare_runs(base_dir, new_dir, threshold: float = 0.05) -> ComparisonResult
         base_commits=sorted({str(c)[:10] for c in base_rows["git_commit"].dropna()}),
         new_commits=sorted({str(c)[:10] for c in new_rows["git_commit"].dropna()}),
     )
+    base_refs, new_refs = _baseline_rows(base_rows, base_runs.metas), _baseline_rows(new_rows, new_runs.metas)
     for case_id in result.in_both:
-        result.changes += _compare_case(case_id, base[case_id], new[case_id], threshold)
+        b, n = base[case_id], new[case_id]
+        result.changes += _compare_case(case_id, b, n, threshold, base_refs.get((b.source, case_id)),
+                                        new_refs.get((n.source, case_id)))
     return result
 
 
 def main_compare(args) -> int:
-    """CLI handler: print the Markdown summary, optionally write it; 1 on regression, 2 on bad input."""
+    """CLI handler: print the Markdown summary, optionally write it; 1 on a regression or a case
+    of BASE missing from NEW, 2 on bad input (unreadable or empty runs, different suites/tasks)."""
     try:
         result = compare_runs(args.base, args.new, threshold=args.threshold)
     except (RowsError, ValueError) as exc:

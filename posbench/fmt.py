@@ -71,15 +71,21 @@ def interval(lo: float, hi: float, kind: str = "plain") -> str:
     return f"[{number(lo, kind)}, {number(hi, kind)}]"
 
 
+def plus_minus(ratio_: float, ratio_interval: tuple[float, float]) -> str:
+    """The half-width of a ratio's interval as a table shows it: ``±0.01`` (the larger side of an
+    asymmetric interval, so the ± never understates it; the CSV keeps both bounds)."""
+    return f"±{max(ratio_ - ratio_interval[0], ratio_interval[1] - ratio_, 0.0):.2f}"
+
+
 def value_with_ratio(value, kind: str, ratio_: Optional[float] = None,
                      ratio_interval: Optional[tuple[float, float]] = None) -> str:
-    """A table cell: ``25.8k (0.99x)``; with an interval on the ratio ``25.8k (0.99x [0.97, 1.01])``."""
+    """A table cell: ``25.8k (0.99x)``; with an interval on the ratio ``25.8k (0.99x ±0.01)``."""
     text = number(value, kind)
     if ratio_ is None:
         return text
     inside = ratio(ratio_)
     if ratio_interval is not None:
-        inside += f" [{ratio_interval[0]:.2f}, {ratio_interval[1]:.2f}]"
+        inside += " " + plus_minus(ratio_, ratio_interval)
     return f"{text} ({inside})"
 
 

@@ -238,31 +238,57 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_ms(step: Callable[[], None], device: torch.device, warmup: int, reps: int, setup=None) -> list[float]:
+L2_FLUSH_BYTES = 256 << 20  # more than any GPU's L2 (H100: 50 MiB, H200: 60 MiB), so a write evicts it all
+
+
+def timing_method(device: torch.device) -> str:
+    """What ``time_ms`` measures with on ``device``; kernel rows record it (``timing``)."""
+    if device.type == "cuda":
+        return f"cuda events per rep, L2 flushed before each rep ({L2_FLUSH_BYTES >> 20} MiB write), no CUDA graphs"
+    return "time.perf_counter per rep (CPU)"
+
+
+def time_ms(step: Callable[[], None], device: torch.device, warmup: int, reps: int, setup=None,
+            flush=None, events=None) -> list[float]:
     """Milliseconds of ``step`` per rep after ``warmup`` calls; ``setup`` runs untimed before each.
 
-    CUDA: one pair of events per rep (device time, no host overhead). CPU: perf_counter.
+    CUDA, the way ``triton.testing.do_bench`` times: before each rep, ``setup`` and a write of
+    ``L2_FLUSH_BYTES`` (so every rep reads its inputs from memory, as in a model where other
+    layers ran in between), then a pair of CUDA events around the step alone; the events are
+    read once after the last rep, so the host never waits between reps. No CUDA graph: each rep
+    launches its kernels as a training step would. (Own loop rather than ``do_bench``: that
+    function counts reps in milliseconds and knows no untimed ``setup``.) CPU: perf_counter.
+    ``flush`` and ``events`` replace the L2 write and the event factory (tests, no GPU).
     """
     for _ in range(warmup):
         if setup:
             setup()
         step()
     _sync(device)
+    if device.type == "cuda":
+        if flush is None:
+            cache = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+            flush = cache.zero_
+        events = events or (lambda: torch.cuda.Event(enable_timing=True))
+        pairs = []
+        for _ in range(reps):
+            if setup:
+                setup()
+            flush()
+            start, end = events(), events()
+            start.record()
+            step()
+            end.record()
+            pairs.append((start, end))
+        pairs[-1][1].synchronize()
+        return [start.elapsed_time(end) for start, end in pairs]
     times = []
     for _ in range(reps):
         if setup:
             setup()
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
     return times
 
 
@@ -370,7 +396,7 @@ def run_kernel_point(
     except Unavailable as exc:
         return {**row, "status": "unavailable", "reason": str(exc)}
     flops = attention_flops(batch, heads, seq_len, head_dim, causal=True)
-    row.update(status="ok", backend=point.backend, flops_fwd=flops["fwd"])
+    row.update(status="ok", backend=point.backend, flops_fwd=flops["fwd"], timing=timing_method(device))
     row.update(_summary("fwd", time_ms(point.forward, device, warmup, reps, point.clear_grads), flops["fwd"]))
     point.forward()
     row.update(_summary("bwd", time_ms(point.backward, device, warmup, reps, point.clear_grads), flops["bwd"]))

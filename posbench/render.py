@@ -117,11 +117,13 @@ def to_text(table: Table) -> str:
 
 
 # Columns of a run's table.csv: one line per cell, so tables with different columns share a file.
-CELL_COLUMNS = ["metric", "method", "column", "value", "ratio", "text", "status", "case_id", "run_id"]
+CELL_COLUMNS = ["metric", "method", "column", "value", "ratio", "ratio_lo", "ratio_hi", "text", "status", "case_id",
+                "run_id"]
 
 
 def cells_csv(tables: list[Table]) -> str:
-    """Every cell of ``tables``, one line each (``CELL_COLUMNS``): raw value, ratio and the text shown.
+    """Every cell of ``tables``, one line each (``CELL_COLUMNS``): raw value, ratio, the bounds of the
+    ratio's 95% interval (empty without rounds) and the text shown.
 
     ``column`` is ``<axis>=<value>`` (``seq_len=512``); other grid parameters of a table are
     in its ``metric`` field after the name (``fwd_ms head_dim=64``).
@@ -136,6 +138,7 @@ def cells_csv(tables: list[Table]) -> str:
                 c = t.cell(row, col)
                 out.writerow([f"{t.metric} {rest}".strip(), row, f"{t.column_header}={col}",
                               "" if c.value is None else repr(c.value), "" if c.ratio is None else f"{c.ratio:.6g}",
+                              *(("", "") if c.ratio_interval is None else (f"{x:.6g}" for x in c.ratio_interval)),
                               c.text, c.status, c.case_id or "", c.run_id or ""])
     return buf.getvalue()
 

@@ -15,6 +15,12 @@ so they agree on three rules:
 - **A torn last line** (a process killed mid-write) is skipped; a bad line anywhere else is an error.
 - **The latest row of a case** (``latest``): rows ordered by ``started_at`` (rows without one
   first), ties kept in the order read; the last one wins. A retried case appends a newer row.
+- **Rounds** (``merge_rounds``): a suite with ``rounds: k`` stores one row per case and round
+  (``round`` 1..k; a row without one is round 1). The latest row counts per (case, round), and
+  readers see one row per case: metrics are medians over its ok rounds, ``series[m + "_by_round"]``
+  holds every round's value of each metric (index r-1, null for a round without one), and
+  ``metrics["n_rounds"]`` counts the ok rounds. Tables pair these lists with the baseline's, round
+  by round (``posbench.bootstrap``).
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ RUN_FORMAT = 1  # run.json's own version: bump when its keys change meaning
 # Keys of a row, in the order the runner writes them.
 ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message", "metrics", "series",
             "info", "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
-            "git_commit", "traceback")
+            "git_commit", "traceback", "round")
 _REQUIRED = {"case_id": str, "method": str, "status": str, "params": dict, "metrics": dict}
 _OPTIONAL_DICTS = ("series", "settings", "info")
 # Used when a run was written before run.json existed (format 0): the suites' old default.
@@ -113,6 +119,72 @@ def latest(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r["case_
     for r in sorted(rows, key=_order):  # stable: equal times keep the order read
         out[key(r)] = r
     return dict(sorted(out.items(), key=lambda kv: first_seen[kv[0]]))
+
+
+def round_of(row: dict) -> int:
+    """The row's round, 1-based; rows written before rounds existed are round 1."""
+    r = row.get("round")
+    return r if isinstance(r, int) and not isinstance(r, bool) and r >= 1 else 1
+
+
+def latest_rounds(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r["case_id"]) -> dict[Any, dict]:
+    """``(key(row), round)`` -> the latest row of that case and round (``latest`` per round)."""
+    return latest(rows, key=lambda r: (key(r), round_of(r)))
+
+
+def merge_rounds(rows: list[dict]) -> dict:
+    """One row for a case from its rows of different rounds (the latest of each; module docstring).
+
+    Status: ``ok`` when every stored round is ok, else the first failed round's status, message
+    (prefixed ``round r:``) and traceback; ``--retry-failed`` re-runs just that round. A case
+    with a single row (one round, or a run from before rounds) comes back unchanged.
+    """
+    if len(rows) == 1:
+        return dict(rows[0])  # one round (or a row from before rounds): nothing to merge
+    rows = sorted(rows, key=round_of)
+    ok = [r for r in rows if r["status"] == "ok"]
+    failed = [r for r in rows if r["status"] != "ok"]
+    out = dict(ok[0] if ok else rows[0])
+    if failed:
+        first = failed[0]
+        out.update(status=first["status"], message=first.get("message", ""), traceback=first.get("traceback", ""))
+        if len(rows) > 1:
+            out["message"] = f"round {round_of(first)}: {out['message']}"
+    n = max(round_of(r) for r in rows)
+    names = list(dict.fromkeys(k for r in ok for k in r["metrics"]))
+    metrics, series = {}, dict(out.get("series") or {})
+    for name in names:
+        by_round: list = [None] * n
+        for r in ok:
+            value = _finite(r["metrics"].get(name))
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                by_round[round_of(r) - 1] = value
+        values = [v for v in by_round if v is not None]
+        metrics[name] = _median(values) if values else None
+        series[f"{name}_by_round"] = by_round
+    if not ok:
+        metrics = dict(out["metrics"])
+    metrics["n_rounds"] = len(ok)
+    out.update(metrics=metrics, series=series, round=None)
+    if len(rows) > 1:
+        out["duration_s"] = sum(float(r.get("duration_s") or 0) for r in rows)
+    return out
+
+
+def _median(values: list):
+    values = sorted(values)
+    mid = len(values) // 2
+    if len(values) % 2:
+        return values[mid]
+    return (values[mid - 1] + values[mid]) / 2
+
+
+def case_rows(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r["case_id"]) -> dict[Any, dict]:
+    """``key(row)`` -> one merged row per case: the latest row of each round, then ``merge_rounds``."""
+    groups: dict[Any, list] = {}
+    for (k, _round), row in latest_rounds(rows, key).items():
+        groups.setdefault(k, []).append(row)
+    return {k: merge_rounds(group) for k, group in groups.items()}
 
 
 def _finite(value):
@@ -270,8 +342,9 @@ class Runs:
 def load_runs(dirs) -> Runs:
     """Merge the runs stored in ``dirs`` (run folders or folders above them).
 
-    Each (run_id, case_id) keeps its latest row (a resumed run, or shards that overlap); the
-    same case in different runs is kept, one row per run.
+    Each (run_id, case_id) keeps its latest row per round (a resumed run, or shards that overlap),
+    its rounds merged into one row (``merge_rounds``); the same case in different runs is kept,
+    one row per run.
     """
     import pandas as pd  # only readers of several runs need it; the runner does not
 
@@ -299,7 +372,8 @@ def load_runs(dirs) -> Runs:
             row["source"] = source
             row["hardware"] = hardware_label(env, row.get("device"))
             records.append(row)
-    records = list(latest(records, key=lambda r: (r["run_id"], r["case_id"])).values())
+    # The latest row per (run, case, round), then one row per (run, case): rounds merged.
+    records = list(case_rows(records, key=lambda r: (r["run_id"], r["case_id"])).values())
     frame = pd.DataFrame.from_records(records)
     for column in ROW_KEYS + ("source", "hardware"):
         if column not in frame.columns:

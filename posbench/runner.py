@@ -22,6 +22,12 @@ every rank runs this runner and each case runs in-process on the already-joined 
 through the rendezvous store, and rank 0 alone writes rows. Sharding (``shard=(i, n)``) keeps
 case k of the suite's full case list when k % n == i; shards share the run id, so their folders
 merge in ``bench.py report``.
+
+Rounds. A suite setting ``rounds: k`` measures every case k times, interleaved: per grid point,
+round 1 of each method, then round 2, ... (``schedule``), so the methods of a point share the
+machine's drift and their per-round ratios cancel it (``posbench.bootstrap``). Each round is a
+fresh worker process and its own row (``round`` 1..k); resume and ``retry_failed`` work per
+(case, round), and readers merge a case's rounds (``posbench.rows.merge_rounds``).
 """
 from __future__ import annotations
 
@@ -45,7 +51,8 @@ from typing import Callable, Optional
 from . import __version__
 from .case import Case
 from .fsutil import WriteError, atomic_write_text
-from .rows import ROW_KEYS, RowsError, RunMeta, check_row, latest, read_rows, write_run_meta
+from .rows import (ROW_KEYS, RowsError, RunMeta, case_rows, check_row, latest, latest_rounds,  # noqa: F401
+                   read_rows, write_run_meta)  # latest: re-exported
 from .suite import Suite, SuiteError, check_name
 from .worker import OOM_TEXT, die_with_parent, first_failure, rank_failure, read_result, run_case
 
@@ -357,25 +364,62 @@ def in_shard(cases: list[Case], shard: tuple[int, int] | None) -> list[Case]:
     return [c for k, c in enumerate(cases) if k % n == i]
 
 
-def plan(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
-         methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None,
-         problems: list[str] | None = None) -> tuple[list[Case], dict[str, dict]]:
-    """(cases to run, case_id -> finished row) for this run folder; unusable lines of its
-    cases.jsonl are skipped and described in ``problems``."""
+def _select(suite: Suite, device: str, methods: list[str] | None, methods_dirs: list[str], run_id: str,
+            shard: tuple[int, int] | None) -> list[Case]:
     check_name(run_id, "--run-id")
     if methods:
         unknown = [m for m in methods if m not in suite.methods]
         if unknown:
             raise SuiteError(f"--methods: {unknown[0]}: not a method of suite {suite.name!r}; "
                              f"allowed: {', '.join(suite.methods)}")
-    cases = [c for c in in_shard(suite.cases(device, run_id, methods_dirs), shard)
-             if not methods or c.method in methods]
-    done = latest(read_usable_rows(run_dir / "cases.jsonl", problems))
-    todo = [c for c in cases if c.id not in done or (retry_failed and done[c.id]["status"] in RETRYABLE)]
+    return [c for c in in_shard(suite.cases(device, run_id, methods_dirs), shard)
+            if not methods or c.method in methods]
+
+
+def rounds_of(case: Case) -> int:
+    """The suite's ``rounds`` setting (tasks without it measure once)."""
+    return int(case.settings.get("rounds", 1) or 1)
+
+
+def schedule(cases: list[Case]) -> list[tuple[Case, int]]:
+    """(case, round) in the order they run: per grid point, round 1 of every method, then round
+    2, ...; each round starts one method later than the last, so no method is always first
+    after a grid point change. Methods of one point are then timed at the same moments of
+    machine drift, which their per-round ratios cancel (``posbench.bootstrap``)."""
+    points: dict[str, list[Case]] = {}
+    for c in cases:  # suite order: grid points outer, methods inner
+        points.setdefault(json.dumps(c.params, sort_keys=True, default=str), []).append(c)
+    out = []
+    for group in points.values():
+        for r in range(1, max(rounds_of(c) for c in group) + 1):
+            shift = (r - 1) % len(group)
+            out += [(c, r) for c in group[shift:] + group[:shift] if r <= rounds_of(c)]
+    return out
+
+
+def plan_rounds(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
+                methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None,
+                problems: list[str] | None = None) -> tuple[list[tuple[Case, int]], dict[tuple, dict]]:
+    """((case, round) to run, (case_id, round) -> finished row) for this run folder: resume and
+    ``retry_failed`` work round by round. Unusable lines of its cases.jsonl are skipped and
+    described in ``problems``."""
+    cases = _select(suite, device, methods, methods_dirs, run_id, shard)
+    done = latest_rounds(read_usable_rows(run_dir / "cases.jsonl", problems))
+    todo = [(c, r) for c, r in schedule(cases)
+            if (c.id, r) not in done or (retry_failed and done[(c.id, r)]["status"] in RETRYABLE)]
     return todo, done
 
 
-def make_row(case: Case, result: dict, started: datetime, duration: float, commit: str) -> dict:
+def plan(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
+         methods_dirs: list[str], run_id: str,
+         shard: tuple[int, int] | None = None) -> tuple[list[Case], dict[str, dict]]:
+    """(cases with a round to run, case_id -> finished row, its rounds merged) for this folder."""
+    todo, _ = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
+    cases = list({c.id: c for c, _r in todo}.values())
+    return cases, case_rows(read_usable_rows(run_dir / "cases.jsonl"))
+
+
+def make_row(case: Case, result: dict, started: datetime, duration: float, commit: str, round_: int = 1) -> dict:
     row = {
         "case_id": case.id, "suite": case.suite, "task": case.task, "method": case.method,
         "params": case.params, "status": result["status"], "message": result.get("message", ""),
@@ -383,6 +427,7 @@ def make_row(case: Case, result: dict, started: datetime, duration: float, commi
         "info": result.get("info", {}), "settings": case.settings, "device": case.device, "profile": case.profile, "run_id": case.run_id,
         "started_at": started.isoformat(timespec="seconds"), "duration_s": round(duration, 3),
         "posbench_version": __version__, "git_commit": commit, "traceback": result.get("traceback", ""),
+        "round": round_,
     }
     return {k: row[k] for k in ROW_KEYS}
 
@@ -426,7 +471,7 @@ def _run_suite(
         run_id = _broadcast(run_id, in_process)  # the clocks of ranks may straddle a second
     run_dir = Path(results) / suite.name / run_id
     methods_dirs = [str(Path(d).resolve()) for d in methods_dirs or []]
-    todo, done = plan(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)  # checks first
+    todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)  # checks first
     if main:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -436,7 +481,8 @@ def _run_suite(
         clean_stale_temp_dirs()
         problems: list[str] = []
         # Planned again under the lock: the rows as they are now that no one else writes them.
-        todo, done = plan(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, problems)
+        todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard,
+                                 problems)
         for problem in problems:
             print(f"warning: {problem}", file=sys.stderr)
     # Rank 0's view of the run folder decides (other nodes may not even see it).
@@ -447,21 +493,25 @@ def _run_suite(
     if main:
         write_env(run_dir / "env.json", environment)
     commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
+    if main:
+        _record_machine(run_dir, "start", device)
     out = RunResult(run_dir, run_id, skipped=len(done))
-    bar = tqdm(total=len(todo), desc=suite.name, unit="case", file=sys.stderr, disable=not progress or not main)
+    rounds = max((rounds_of(c) for c, _r in todo), default=1)
+    bar = tqdm(total=len(todo), desc=suite.name, unit="round" if rounds > 1 else "case", file=sys.stderr,
+               disable=not progress or not main)
     try:
-        for i, case in enumerate(todo):
+        for i, (case, rnd) in enumerate(todo):
             started, t0 = datetime.now(timezone.utc), time.perf_counter()
-            bar.set_postfix_str(case.id)
+            bar.set_postfix_str(f"{case.id} round {rnd}/{rounds_of(case)}" if rounds > 1 else case.id)
             case.out_dir = str(run_dir)
             reason = unavailable_reason(case)
             if reason:
                 result = {"status": "unavailable", "message": reason}
             elif in_process:
-                result = run_on_ranks(case, f"posbench/{run_id}/{i}")
+                result = run_on_ranks(case, f"posbench/{run_id}/{i}/{rnd}")
             else:
                 result = run_worker(case, case.settings["timeout_s"])
-            row = make_row(case, result, started, time.perf_counter() - t0, commit)
+            row = make_row(case, result, started, time.perf_counter() - t0, commit, rnd)
             if main:
                 save_row(run_dir / "cases.jsonl", row)
             out.ran += 1
@@ -475,12 +525,26 @@ def _run_suite(
         bar.close()
         raise Interrupted(run_dir, run_id, out.ran, len(todo)) from None
     bar.close()
+    if main:
+        _record_machine(run_dir, "end", device)
     # Every case of the suite this run folder holds, also those of earlier narrowed runs, so the
     # table has the baseline even when this command ran only some methods.
     wanted = {c.id for c in suite.cases(device, run_id)}
     if main:
-        out.rows = [r for cid, r in latest(read_usable_rows(run_dir / "cases.jsonl")).items() if cid in wanted]
+        out.rows = [r for cid, r in case_rows(read_usable_rows(run_dir / "cases.jsonl")).items() if cid in wanted]
     return out
+
+
+def _record_machine(run_dir: Path, when: str, device: str) -> None:
+    """How busy the machine is now, into env.json ("machine": {"start", "end"}); a one-line
+    warning when other processes compete for the CPU or GPU."""
+    from . import env as envmod
+
+    state = envmod.machine_state(device)
+    envmod.record_machine(run_dir, when, state)
+    warning = envmod.busy_warning(state)
+    if warning:
+        print(f"posbench ({when} of run): {warning}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from typing import Optional
 
 import pandas as pd
 
-from . import fmt
+from . import bootstrap, fmt
+from .env import was_busy
 from .rows import LEGACY_BASELINE, RunMeta, Runs
 from .tasks import Metric, find_metric, metrics_of
 
@@ -137,13 +138,15 @@ def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column:
 
     ``metrics`` None: ``choose_metrics``. ``frame``: a subset of ``runs.rows`` to tabulate.
     Cells show the value and, when the baseline method has an ok row at the same grid point,
-    the ratio to it, e.g. ``25.8k (0.99x)``. The baseline is looked up in the same run first
+    the ratio to it, e.g. ``25.8k (0.99x)``; with interleaved rounds the median of the per-round
+    ratios and its bootstrap interval, ``25.8k (0.99x ±0.01)``. The baseline is looked up in the same run first
     (a ratio is only fair within one run), then on the same machine (shards of one run).
     """
     declared = metrics_of(task)
     tables = []
     for suite, hardware, group in task_groups(runs.rows if frame is None else frame, task):
         meta = runs.meta_of(ordered(group["source"]))
+        busy = any(was_busy(runs.envs.get(source, {})) for source in ordered(group["source"]))
         base_method = baseline_for(meta, baseline)
         params = ordered(k for p in group["params"] for k in p)
         col = column if column in params else (params[0] if params else "case")
@@ -154,21 +157,22 @@ def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column:
         for rest, rows in parts.items():
             for name in names or ["status"]:  # no metric at all: still show the statuses
                 tables.append(_metric_table(suite, hardware, task, rows, rest, name, describe(declared, name),
-                                            col, base_method, group, meta))
+                                            col, base_method, group, meta, busy))
     return tables
 
 
 def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, column, base_method, group,
-                  meta) -> Table:
+                  meta, busy: bool = False) -> Table:
     methods = method_order((r.method for r in rows), meta)
     columns = sorted(ordered(r.params.get(column, r.case_id) for r in rows), key=_sort_key)
-    baselines = {}
+    baselines = {}  # (run_id or None, column) -> (value, per-round values or None)
     for r in rows:
         value = r.metrics.get(name)
         if r.method == base_method and r.status == "ok" and value is not None:
             col = r.params.get(column, r.case_id)
-            baselines.setdefault((r.run_id, col), value)
-            baselines.setdefault((None, col), value)
+            entry = (value, _by_round(r, name))
+            baselines.setdefault((r.run_id, col), entry)
+            baselines.setdefault((None, col), entry)
     rest_text = ", ".join(f"{k}={v}" for k, v in rest)
     unit = _unit_suffix(metric.unit)
     table = Table(
@@ -180,9 +184,13 @@ def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, colum
     )
     for r in rows:
         col = r.params.get(column, r.case_id)
-        table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col)
+        table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col, r.method == base_method)
+    paired = any(c.ratio_interval is not None for c in table.cells.values())
     if not base_method:
         ratios = "No ratios: the suite names no baseline. "
+    elif paired:
+        ratios = (f"In brackets: ratio to {base_method} in the same run, the median of per-round ratios "
+                  "(interleaved rounds), ± half the width of its bootstrap 95% interval. ")
     elif baselines:
         ratios = f"In brackets: ratio to {base_method} in the same run. "
     elif base_method in methods:
@@ -192,6 +200,9 @@ def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, colum
     better = {True: " (higher is better)", False: " (lower is better)"}.get(metric.higher_is_better, "")
     table.caption = (f"{metric.title}{unit}{better} on {hardware} (commit {table.commit}); rows are methods, "
                      f"columns {column}. " + ratios + "Failed cases show their status (OOM, unavailable, error, ...).")
+    if busy:
+        table.caption += (" Measured on a busy machine (other processes competed for it; env.json \"machine\" "
+                          "says which): speeds are noisier than usual.")
     return table
 
 
@@ -200,7 +211,7 @@ def _unit_suffix(unit: str) -> str:
     return "" if unit in ("bytes", "", "-") else f" ({unit})"
 
 
-def _metric_cell(r, name, kind, baselines, col) -> Cell:
+def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False) -> Cell:
     cell = Cell(text="", status=r.status, case_id=r.case_id, run_id=r.run_id, message=str(r.message or ""))
     if r.status != "ok":
         cell.text = fmt.status(r.status)
@@ -211,10 +222,24 @@ def _metric_cell(r, name, kind, baselines, col) -> Cell:
         return cell
     cell.value = float(value)
     base = baselines.get((r.run_id, col), baselines.get((None, col)))
-    if base:
-        cell.ratio = cell.value / float(base)
+    if base and base[0]:
+        cell.ratio = cell.value / float(base[0])
+        ours = _by_round(r, name)
+        if ours is not None and base[1] is not None and not is_baseline:  # 1.00x against itself: no interval
+            # Interleaved rounds: the ratio of each round to the baseline's same round, then the
+            # median; drift shared by the round cancels. Needs 2+ pairs for an interval.
+            ratio, interval, pairs = bootstrap.paired_ratio(ours, base[1])
+            if pairs >= 2:
+                cell.ratio, cell.ratio_interval = ratio, interval
     cell.text = fmt.value_with_ratio(cell.value, kind, cell.ratio, cell.ratio_interval)
     return cell
+
+
+def _by_round(r, name: str) -> Optional[list]:
+    """The row's per-round values of ``name`` (``series[name + "_by_round"]``), if it has rounds."""
+    series = r.series if isinstance(r.series, dict) else {}
+    values = series.get(f"{name}_by_round")
+    return values if isinstance(values, list) and len(values) >= 2 else None
 
 
 def efficiency_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:

@@ -128,8 +128,11 @@ def test_cases_in_only_one_run_are_listed(tmp_path):
     assert result.only_in_base == [rows[0]["case_id"]]
     assert result.only_in_new == [rows[-1]["case_id"]]
     md = result.markdown()
-    assert "### Only in base (1)" in md and f"- `{rows[0]['case_id']}`" in md
+    assert "### Only in base: missing from new, failures (1)" in md and f"- `{rows[0]['case_id']}`" in md
     assert "### Only in new (1)" in md
+    # a case of BASE that NEW lacks fails the comparison; one only NEW has does not
+    assert result.exit_code == 1 and result.regressions == []
+    assert compare_runs(write_run(tmp_path / "b2", rows[:-1]), write_run(tmp_path / "n2", rows)).exit_code == 0
 
 
 def test_different_hardware_is_warned(tmp_path):
@@ -154,3 +157,77 @@ def test_a_different_suite_version_is_warned(tmp_path):
     (new / "run.json").write_text(meta)
     (warning,) = compare_runs(base, new).hardware_warnings
     assert warning.startswith("suite efficiency version differs: base ran v1, new v2")
+
+
+# -- noise-aware verdicts with interleaved rounds ---------------------------------------------------
+
+def _rounds_run(root, base_values, alibi_ratios, suite="efficiency", task="efficiency"):
+    """A run with rounds: sinusoidal's train_wps per round and alibi's as ratios to it, per round."""
+    rows = []
+    for name, values in (("sinusoidal", base_values), ("alibi", [b * r for b, r in zip(base_values, alibi_ratios)])):
+        for r, v in enumerate(values, 1):
+            rows.append({"case_id": f"{name}/seq_len=64", "suite": suite, "task": task, "method": name,
+                         "params": {"seq_len": 64}, "status": "ok", "message": "", "metrics": {"train_wps": v},
+                         "series": {}, "info": {}, "settings": {}, "device": "cpu", "profile": "cpu", "run_id": "r",
+                         "started_at": f"2026-01-01T00:{r:02d}:00+00:00", "duration_s": 1.0,
+                         "posbench_version": "x", "git_commit": "abc", "traceback": "", "round": r})
+    return write_run(root, rows, metrics=["train_wps"])
+
+
+DRIFT = [1000.0, 800.0, 1150.0, 900.0, 1050.0]  # the machine's speed per round: +-20%
+
+
+def test_separated_intervals_are_a_regression_overlapping_ones_within_noise(tmp_path, capsys):
+    base = _rounds_run(tmp_path / "base", DRIFT, [0.90, 0.91, 0.89, 0.90, 0.905])
+    # Separated: alibi now 0.80x sinusoidal in every round, although absolute speeds drift 20%.
+    slow = _rounds_run(tmp_path / "slow", [d * 0.97 for d in reversed(DRIFT)], [0.80, 0.81, 0.79, 0.80, 0.805])
+    result = compare_runs(base, slow, threshold=0.05)
+    (reg,) = result.regressions
+    assert (reg.case_id, reg.metric, reg.basis) == ("alibi/seq_len=64", "train_wps", "ratio to sinusoidal")
+    assert reg.ratio == pytest.approx(0.80 / 0.90, abs=0.005) and reg.interval[1] < 0.95
+    assert main_compare(_args(base, slow)) == 1
+    out = capsys.readouterr().out
+    assert "| alibi/seq_len=64 | train_wps (ratio to sinusoidal) | 0.900x | 0.800x | 0.889x |" in out
+    assert "95% interval" in out
+    # The baseline itself is compared on its values: 3% slower is within the threshold.
+    (same,) = [c for c in result.changes if c.case_id == "sinusoidal/seq_len=64"]
+    assert same.verdict == "same" and same.basis == "" and same.interval is not None
+
+    # Overlapping: the median ratio fell 8%, but the rounds scatter so widely that the interval
+    # reaches back above 0.95: unchanged (within noise), not a regression.
+    noisy = _rounds_run(tmp_path / "noisy", DRIFT, [0.70, 0.95, 0.83, 0.99, 0.76])
+    result = compare_runs(base, noisy, threshold=0.05)
+    assert result.regressions == [] and result.exit_code == 0
+    (noise,) = result.within_noise
+    assert noise.ratio < 0.95 and noise.interval[0] < 0.95 < noise.interval[1]
+    assert "1 change(s) beyond the threshold are unchanged (within noise)" in result.markdown()
+    assert "### Unchanged (within noise)" in result.markdown()
+
+    # Improvement likewise: the whole interval above 1 + threshold.
+    fast = _rounds_run(tmp_path / "fast", DRIFT, [1.00, 1.01, 0.99, 1.00, 1.005])
+    (imp,) = compare_runs(base, fast).improvements
+    assert imp.interval[0] > 1.05
+
+
+def test_empty_new_run_and_different_suites_are_bad_input(tmp_path, capsys):
+    base = _rounds_run(tmp_path / "base", DRIFT, [0.9] * 5)
+    empty = tmp_path / "empty" / "efficiency" / "r"
+    empty.mkdir(parents=True)
+    (empty / "cases.jsonl").write_text("")
+    assert main_compare(_args(base, empty)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"posbench compare: {empty}: the new run has no rows (empty cases.jsonl); nothing to compare"
+    other = _rounds_run(tmp_path / "other", DRIFT, [0.9] * 5, suite="kernels", task="kernels")
+    assert main_compare(_args(base, other)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("posbench compare: base and new are different suites (base: efficiency; new: kernels)")
+    assert len(err.splitlines()) == 1
+
+
+def test_a_partial_new_run_fails(tmp_path):
+    rows = efficiency_rows()
+    base = write_run(tmp_path / "base", rows)
+    ok_in_base = next(r for r in rows if r["status"] == "ok")
+    partial = [r for r in rows if r is not ok_in_base]
+    result = compare_runs(base, write_run(tmp_path / "new", partial))
+    assert result.only_in_base == [ok_in_base["case_id"]] and result.exit_code == 1

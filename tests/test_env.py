@@ -73,3 +73,86 @@ def test_collect_on_cpu_records_versions_and_machine():
     assert len(record["git_commit"]) == 40 or record["git_commit"] == "unknown"
     assert record["nvml"] == env.NVML_UNAVAILABLE and record["device"] == "cpu"
     assert record["triton"] and record["cuda"] and record["cudnn"]
+
+
+# -- how busy the machine is (env.json "machine"), with a fake /proc, /sys and NVML -----------------
+
+def _fake_proc(root, ticks: dict):
+    """``root/<pid>/stat`` for pid -> (name, utime+stime ticks); split over utime and stime."""
+    for pid, (name, t) in ticks.items():
+        d = root / str(pid)
+        d.mkdir(parents=True, exist_ok=True)
+        # fields after "(comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+        (d / "stat").write_text(f"{pid} ({name}) R 1 1 1 0 -1 0 0 0 0 0 {t - t // 2} {t // 2} 0 0 20 0 1\n")
+    (root / "self").mkdir(exist_ok=True)  # non-numeric entries are skipped
+
+
+def test_busy_processes_counts_other_processes_using_a_quarter_core(tmp_path):
+    proc = tmp_path / "proc"
+    _fake_proc(proc, {10: ("python", 100), 11: ("idle daemon", 100), 12: ("make (x)", 100), 13: ("me", 0)})
+
+    def sleep(_s):  # between the two samples: pid 10 uses 0.9 core, 12 half a core, 13 (us) a whole core
+        _fake_proc(proc, {10: ("python", 145), 11: ("idle daemon", 102), 12: ("make (x)", 125), 13: ("me", 50)})
+
+    busy = env.busy_processes(proc, sample_s=0.5, exclude={13}, sleep=sleep, ticks_per_s=100)
+    assert busy == [{"pid": 10, "name": "python", "cpu": 0.9}, {"pid": 12, "name": "make (x)", "cpu": 0.5}]
+
+
+def test_cpu_frequency_where_readable(tmp_path):
+    for i, khz in ((0, 2_400_000), (1, 3_000_000)):
+        d = tmp_path / f"cpu{i}" / "cpufreq"
+        d.mkdir(parents=True)
+        (d / "scaling_governor").write_text("performance\n")
+        (d / "scaling_cur_freq").write_text(f"{khz}\n")
+    assert env.cpu_frequency(tmp_path) == {"governor": "performance", "mhz": [2400, 3000]}
+    assert env.cpu_frequency(tmp_path / "none").startswith("unreadable")
+
+
+def test_other_gpu_processes_from_nvml(monkeypatch):
+    fake, _ = make_pynvml()
+    me = types.SimpleNamespace(pid=__import__("os").getpid(), usedGpuMemory=1 << 30)
+    other = types.SimpleNamespace(pid=424242, usedGpuMemory=2 << 30)
+    fake.nvmlDeviceGetComputeRunningProcesses = lambda h: [me, other]
+    fake.nvmlDeviceGetGraphicsRunningProcesses = lambda h: []
+    assert env.gpu_processes(fake, "gpu0") == [{"pid": 424242, "used_bytes": 2 << 30}]
+
+    def unsupported(h):
+        raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+
+    fake.nvmlDeviceGetGraphicsRunningProcesses = unsupported
+    assert env.gpu_processes(fake, "gpu0") == "unsupported by this driver"
+
+
+def test_machine_state_warning_and_record(tmp_path, monkeypatch):
+    fake, _ = make_pynvml()
+    fake.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=424242, usedGpuMemory=None)]
+    fake.nvmlDeviceGetGraphicsRunningProcesses = lambda h: []
+    monkeypatch.setattr(env, "busy_processes", lambda proc, sample_s, share: [])
+    monkeypatch.setattr(env.os, "getloadavg", lambda: (0.5, 1.0, 0.5))
+    monkeypatch.setattr(env.os, "cpu_count", lambda: 2)
+    state = env.machine_state("cuda", nvml=fake, handle="gpu0", sys_cpu=tmp_path)
+    assert state["busy"] and state["gpu_processes"] == [{"pid": 424242, "used_bytes": None}]
+    assert state["load_avg"] == [0.5, 1.0, 0.5] and state["n_busy_processes"] == 0 and state["other_cpu"] == 0
+    assert env.busy_warning(state) == ("warning: the machine is busy (1 other process(es) on the GPU; load average "
+                                       "0.5 on 2 CPUs); speed numbers will be noisy")
+    cpu = env.machine_state("cpu", sys_cpu=tmp_path)
+    assert "gpu_processes" not in cpu and cpu["busy"] is False and env.busy_warning(cpu) is None
+    # One process at a full core; or many at a fifth each (none alone busy); or a high load average.
+    one = [{"pid": 9, "name": "stress", "cpu": 1.0}]
+    many = [{"pid": p, "name": "python", "cpu": 0.2} for p in range(5)]
+    for active, load, names in ((one, 0.5, ["stress"]), (many, 0.5, []), ([], 2.5, [])):
+        monkeypatch.setattr(env, "busy_processes", lambda proc, sample_s, share, a=active: a)
+        monkeypatch.setattr(env.os, "getloadavg", lambda x=load: (x, 1.0, 0.5))
+        state_ = env.machine_state("cpu", sys_cpu=tmp_path)
+        assert state_["busy"] and [p["name"] for p in state_["busy_processes"]] == names
+    assert state_["load_avg"][0] == 2.5
+    monkeypatch.setattr(env, "busy_processes", lambda proc, sample_s, share: one)
+    assert "1 other busy process(es): stress (100% of a core); other processes used 1.00 cores" in \
+        env.busy_warning(env.machine_state("cpu", sys_cpu=tmp_path))
+
+    (tmp_path / "env.json").write_text(json.dumps({"cpu": "x"}))
+    env.record_machine(tmp_path, "start", cpu)
+    env.record_machine(tmp_path, "end", state)
+    written = json.loads((tmp_path / "env.json").read_text())
+    assert written["cpu"] == "x" and written["machine"]["start"]["busy"] is False
+    assert env.was_busy(written) and not env.was_busy({"machine": {"start": cpu}}) and not env.was_busy({})

@@ -164,3 +164,36 @@ def test_alibi_kernels(benchmark, variant):
         predicted_bias_bytes=kb.predicted_bias_bytes(SIZE["batch"], SIZE["heads"], SIZE["seq_len"], DTYPE),
     )
     benchmark.pedantic(step, rounds=5 if DEVICE == "cpu" else 20, warmup_rounds=1)
+
+
+def test_cuda_timing_flushes_l2_before_each_rep_and_reads_events_once(monkeypatch):
+    """The CUDA path with fakes at the boundary (no GPU here): untimed setup, then the L2 flush,
+    then events around the step alone; one synchronize after the last rep; the row says how."""
+    log = []
+
+    class FakeEvent:
+        def __init__(self):
+            self.t = None
+
+        def record(self):
+            self.t = len(log)
+            log.append("record")
+
+        def synchronize(self):
+            log.append("sync")
+
+        def elapsed_time(self, end):
+            return float(end.t - self.t)  # "ms": the number of log entries between the events
+
+    monkeypatch.setattr(kb, "_sync", lambda device: log.append("device-sync"))
+    cuda = torch.device("cuda")  # only its .type is read on this path
+    times = kb.time_ms(lambda: log.append("step"), cuda, warmup=1, reps=2, setup=lambda: log.append("setup"),
+                       flush=lambda: log.append("flush"), events=FakeEvent)
+    assert log == ["setup", "step", "device-sync",
+                   "setup", "flush", "record", "step", "record",
+                   "setup", "flush", "record", "step", "record", "sync"]
+    assert times == [2.0, 2.0]  # start, step, end: the flush and setup fall outside the events
+    assert "L2 flushed before each rep" in kb.timing_method(cuda) and "no CUDA graphs" in kb.timing_method(cuda)
+    row = kb.run_kernel_point("sdpa_causal", batch=1, heads=2, seq_len=16, head_dim=32, dtype=torch.float32,
+                              device="cpu", warmup=0, reps=1)
+    assert row["timing"] == "time.perf_counter per rep (CPU)"

@@ -104,7 +104,9 @@ def test_formats():
 
 
 def test_a_cell_can_carry_an_interval():
-    # Confidence intervals travel in the same cell text: value, ratio, interval of the ratio.
-    assert fmt.value_with_ratio(25_800.0, "count", 0.99, (0.97, 1.01)) == "25.8k (0.99x [0.97, 1.01])"
+    # Confidence intervals travel in the same cell text: value, ratio, ± half the ratio's interval
+    # (the larger side of an asymmetric one, so the ± never understates it).
+    assert fmt.value_with_ratio(25_800.0, "count", 0.98, (0.97, 0.99)) == "25.8k (0.98x ±0.01)"
+    assert fmt.value_with_ratio(25_800.0, "count", 0.99, (0.96, 1.00)) == "25.8k (0.99x ±0.03)"
     assert fmt.value_with_ratio(25_800.0, "count") == "25.8k"
     assert fmt.interval(1.5 * GiB, 2 * GiB, "bytes") == "[1.50 GiB, 2.00 GiB]"

@@ -33,6 +33,7 @@ class Settings(TaskSettings):
     alloc_mb: int = 1024  # what "alloc" tries to allocate (under memory_limit_mb)
     flag_file: str = ""  # "interrupt_once": interrupt the runner only while this file is absent
     fail_rank: int = 1  # behaviour "fail_rank": this rank raises, the others wait in a barrier
+    rounds: int = Field(1, ge=1, description="interleaved rounds (as the efficiency task's)")
 
 
 class Params(BaseModel):

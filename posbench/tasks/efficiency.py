@@ -74,6 +74,8 @@ METRICS = {
     "tokens_per_step": M("Tokens per step", "tokens", "tokens per step actually used: batch_size * seq_len",
                          None, "int"),
     "threads": M("Threads", "", "torch CPU threads in the worker", None, "int"),
+    "n_rounds": M("Rounds", "", "rounds that finished ok; every other metric is the median over them "
+                  "(series <metric>_by_round: each round's value)", None, "int"),
 }
 
 
@@ -89,6 +91,9 @@ class Settings(TaskSettings):
     windows: int = Field(3, ge=1, description="measured windows per phase; median, min, max are reported")
     lr: float = Field(1e-4, gt=0, description="AdamW learning rate")
     power_interval_s: float = Field(0.1, gt=0, description="NVML power sampling period (s)")
+    rounds: int = Field(1, ge=1, description="interleaved rounds: every method of a grid point is measured once per "
+                        "round, round-robin, each round in a fresh process; ratios to the baseline are paired "
+                        "by round (median and bootstrap 95% interval)")
 
     @field_validator("model_overrides")
     @classmethod
