@@ -32,6 +32,7 @@ TASKS: dict[str, str] = {
     "extrapolation": "posbench.tasks.extrapolation",
     "precision": "posbench.tasks.precision",
     "kernels": "posbench.tasks.kernels",
+    "retrieval": "posbench.tasks.retrieval",
     "_testing": "posbench.tasks._testing",
 }
 
