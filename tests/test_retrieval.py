@@ -305,3 +305,21 @@ def test_suite_validates_with_both_profiles():
     # +-10%: a 50% accuracy over eval_samples outcomes has a Wilson interval at most 20 points wide
     lo, hi = wilson_interval(cpu.settings.eval_samples // 2, cpu.settings.eval_samples)
     assert hi - lo <= 0.2
+
+
+def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
+    from posbench import cli
+    from posbench.runner import read_rows
+
+    sets = ["model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}", "steps=3", "warmup_steps=1",
+            "batch_size=4", "eval_samples=4", "eval_batch_size=4", "L_valid_factors=[1, 2]",
+            "corpus={kind: synthetic, size: 20000}", "grid.L_train=[32]", "grid.probe=[passkey]", "threads=1"]
+    argv = ["--suite", "retrieval", "--profile", "cpu", "--device", "cpu", "--methods", "alibi,nope",
+            "--results", str(tmp_path), "--quiet"]
+    assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
+    assert "effective_length" in capsys.readouterr().out
+    (run_dir,) = (tmp_path / "retrieval").iterdir()
+    rows = read_rows(run_dir / "cases.jsonl")
+    assert sorted(r["method"] for r in rows) == ["alibi", "nope"] and {r["status"] for r in rows} == {"ok"}
+    assert {r["L_valid"] for r in charts.accuracy_table(rows)} == {32, 64}
+    assert len(charts.write_charts(rows, tmp_path / "charts")) == 3  # accuracy chart + 2 heatmaps
