@@ -59,7 +59,7 @@ def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
     table = [t for t in accuracy_table(rows, threshold) if t["probe"] == probe]
     lengths = sorted({t["L_valid"] for t in table})
     methods = list(dict.fromkeys(t["method"] for t in table))
-    lines = [f"| method | L_train | " + " | ".join(f"L={Lv}" for Lv in lengths) + " | effective length |",
+    lines = ["| method | L_train | " + " | ".join(f"L={Lv}" for Lv in lengths) + " | effective length |",
              "|---|---|" + "---|" * len(lengths) + "---|"]
     for m in methods:
         for L in sorted({t["L_train"] for t in table if t["method"] == m}):
