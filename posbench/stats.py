@@ -25,8 +25,9 @@ def wilson_interval(correct: int, total: int, z: float = Z95) -> tuple[float, fl
     z2 = z * z
     centre = (p + z2 / (2 * total)) / (1 + z2 / total)
     half = z / (1 + z2 / total) * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total))
-    # Clamp rounding noise only: at p = 0 (or 1) the low (high) end is 0 (1) exactly.
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # Clamp rounding noise only: at p = 0 (or 1) the low (high) end is 0 (1) exactly, and the
+    # interval always holds p (charts draw error bars as p - low and high - p).
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
 def effective_length(acc_by_length: dict[int, float | None], threshold: float) -> int:

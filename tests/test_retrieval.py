@@ -154,6 +154,9 @@ def test_wilson_interval_known_values(k, n, lo, hi):
 
 def test_wilson_interval_edges():
     assert wilson_interval(0, 0) == (0.0, 1.0)
+    for n in range(1, 300):  # the ends are exact, never rounding noise beyond p
+        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
+        assert all(lo <= k / n <= hi for k in (0, n // 3, n) for lo, hi in [wilson_interval(k, n)])
     z2 = 1.959963984540054**2
     assert wilson_interval(29, 29) == pytest.approx((29 / (29 + z2), 1.0))  # all correct: low end n / (n + z^2)
     lo, hi = wilson_interval(50, 100)
