@@ -90,6 +90,25 @@ def _machines_markdown(runs: Runs) -> list[str]:
     return lines + [""]
 
 
+def _retrieval_markdown(rows: pd.DataFrame, out: Path, note, chart_list: list) -> list[str]:
+    """Retrieval's own view: per probe, methods x L_valid accuracy with Wilson intervals (counts
+    pooled over rows, so merged runs pool their samples), its chart, and the passkey heatmaps."""
+    from . import charts_retrieval
+
+    found = rows[rows["task"] == "retrieval"]
+    if found.empty:
+        return []
+    records = found.to_dict("records")
+    md = ["## Retrieval accuracy (Wilson 95% intervals)", ""]
+    for probe in dict.fromkeys(p["probe"] for p in found["params"]):
+        md += [f"### {probe}", "", charts_retrieval.markdown_table(records, probe), ""]
+    for path in charts_retrieval.write_charts(records, out / "charts"):
+        note(path)
+        chart_list.append((path.stem.replace("_", " "), path))
+        md += [f"![{path.stem}](charts/{path.name})", ""]
+    return md
+
+
 def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Path]:
     """Write every table and chart for the runs in ``run_dirs`` under ``out_dir``.
 
@@ -133,6 +152,7 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
             note(p)
         chart_list.append((stem, paths["png"]))
         md += [f"![{stem}](charts/{stem}.png)", ""]
+    md += _retrieval_markdown(rows, out, note, chart_list)
     md += _failed_markdown(rows)
 
     path = out / "report.md"

@@ -156,7 +156,7 @@ def test_duplicate_grid_values(tmp_path):
 
 def test_duplicate_kernel_variants(tmp_path):
     text = (REPO / "suites" / "kernels.yaml").read_text().replace(
-        "methods: [alibi_triton, triton_no_bias,", "methods: [alibi_triton, triton_no_bias, alibi_triton,")
+        "methods: [alibi_triton, t5_triton,", "methods: [alibi_triton, t5_triton, alibi_triton,")
     msg = load_error(tmp_path, text)
     assert "methods[2]: 'alibi_triton' is listed twice; allowed: each method once" in msg
 

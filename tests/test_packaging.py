@@ -124,7 +124,7 @@ def test_two_case_efficiency_run_from_an_empty_folder(installed):
     result = installed.run(
         "--suite", "efficiency", "--profile", "cpu", "--device", "cpu", "--methods", "sinusoidal,alibi", "--quiet",
         "--set", "grid.seq_len=[16]", "--set", "tokens_per_step=32", "--set", "warmup_steps=0",
-        "--set", "measure_steps=1", "--set", "windows=1", "--set", "model_overrides={n_layers: 1}")
+        "--set", "measure_steps=1", "--set", "windows=1", "--set", "rounds=1", "--set", "model_overrides={n_layers: 1}")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     (cases,) = (installed.cwd / "results" / "efficiency").glob("*/cases.jsonl")
     rows = [json.loads(line) for line in cases.read_text().splitlines()]

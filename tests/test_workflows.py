@@ -6,6 +6,7 @@ target that was renamed or a ``bench.py`` subcommand nobody registered, on any m
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -93,7 +94,11 @@ def test_gpu_bench_runs_a_chosen_suite_reports_compares_and_uploads():
     doc = _load(GPU)
     suite_input = doc["on"]["workflow_dispatch"]["inputs"]["suite"]
     assert suite_input["type"] == "choice"
-    assert suite_input["options"] == ["efficiency", "extrapolation", "kernels", "precision"]
+    shipped = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "suites").glob("*.yaml"))
+    assert sorted(suite_input["options"]) == shipped  # every shipped suite can be run on demand
+    (job,) = doc["jobs"].values()
+    weekly = job["strategy"]["matrix"]["suite"].split("||")[1].split("'")[1]
+    assert sorted(json.loads(weekly)) == shipped  # ... and runs every week
     assert doc["on"]["schedule"][0]["cron"]
     (job,) = doc["jobs"].values()
     assert job["runs-on"] == ["self-hosted", "linux", "gpu"]

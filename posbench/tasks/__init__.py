@@ -41,6 +41,7 @@ TASKS: dict[str, str] = {
     "precision": "posbench.tasks.precision",
     "kernels": "posbench.tasks.kernels",
     "decode": "posbench.tasks.decode",
+    "retrieval": "posbench.tasks.retrieval",
     "_testing": "posbench.tasks._testing",
 }
 
