@@ -130,8 +130,12 @@ def test_fresh_and_explicit_run_ids(tmp_path):
     assert runner.default_run_id(suite, "cpu") == f"default-cpu-{suite.fingerprint()}"
     todo, done = runner.plan(suite, "cpu", tmp_path / "nothing", False, None, [], "x")
     assert [c.id for c in todo] == ["sinusoidal/n=1"] and done == {}
-    with pytest.raises(suitemod.SuiteError, match="--methods: alibi: not a method of suite 't'; allowed: sinusoidal"):
-        runner.plan(suite, "cpu", tmp_path / "nothing", False, ["alibi"], [], "x")
+    # --methods may name a registered method the suite does not list: it joins this run.
+    todo, _ = runner.plan(suite, "cpu", tmp_path / "nothing", False, ["alibi", "sinusoidal"], [], "x")
+    assert [c.id for c in todo] == ["sinusoidal/n=1", "alibi/n=1"]
+    with pytest.raises(suitemod.SuiteError, match=r"--methods: unknown method 'rotray' \(did you mean 'rotary'\?\); "
+                                                  r"allowed: the suite's methods or any registered one: .*alibi"):
+        runner.plan(suite, "cpu", tmp_path / "nothing", False, ["rotray"], [], "x")
 
 
 def test_non_finite_metrics_become_null():
