@@ -98,6 +98,8 @@ def _import_file(path: Path) -> None:
     except Exception as exc:  # a broken plugin must say which file broke
         sys.modules.pop(module_name, None)
         _SCANNED.discard(str(path))  # asking again says why again
+        for name in [n for n, o in _ORIGINS.items() if o == str(path)]:
+            unregister(name)  # classes registered before the error: the file did not load
         raise RegistryError(f"error importing method file {path}: {type(exc).__name__}: {exc}") from exc
 
 
