@@ -9,8 +9,8 @@ Listing names (``bench.py list``, checking a suite's ``methods``) reads the file
 importing them (``listing``): a method file imports torch, and the commands that only list or
 validate answer in well under a second without it. ``get`` and ``build`` import the one file
 that defines the name asked for, so a broken plugin file costs only the commands that use it:
-``listing`` skips a file it can neither read nor import with a one-line warning naming it
-(``broken_files``), and ``get`` of a name in that file raises the import error.
+``listing`` skips a file it can neither read nor import with a one-line warning naming it, and
+``get`` of a name in that file raises the import error.
 """
 from __future__ import annotations
 
@@ -145,11 +145,6 @@ def _try_import(path: Path) -> bool:
         cause = exc.__cause__
         _skip_broken(path, f"{type(cause).__name__}: {cause}" if cause else str(exc))
         return False
-
-
-def broken_files() -> dict[str, str]:
-    """file -> why: plugin files ``listing`` skipped because they cannot be read or imported."""
-    return dict(_BROKEN)
 
 
 def _folders() -> list[Path]:
