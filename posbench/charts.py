@@ -17,12 +17,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-import pandas as pd  # noqa: E402
-
-from .report_tables import Table, by_params, fmt_bytes, fmt_count, fmt_plain, short_commit, slug, task_groups  # noqa: E402
+from . import fmt  # noqa: E402
+from .rows import Runs  # noqa: E402
+from .table import Table, by_params, short_commit, slug, task_groups  # noqa: E402
 
 FIGSIZE = (6.4, 4.4)
-_FORMATTERS = {"bytes": fmt_bytes, "words/s": fmt_count}
 
 
 def _caption(fig, hardware: str, commit: str) -> None:
@@ -92,8 +91,8 @@ def metric_chart(table: Table) -> plt.Figure:
     if _numeric_columns(table) and min(table.columns) > 0:
         ax.set_xscale("log", base=2)
         ax.set_xticks(table.columns, [str(c) for c in table.columns])
-    fmt = _FORMATTERS.get(table.unit, fmt_plain)
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt(v)))
+    # The axis reads like the table: the metric's declared format (25.8k, 977 MiB).
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt.number(v, table.fmt)))
     ax.set_xlabel(f"{table.column_header} (tokens)" if table.column_header == "seq_len" else table.column_header)
     ax.set_ylabel(table.title.split(",")[0])
     ax.set_title(table.title, fontsize=10)
@@ -130,14 +129,14 @@ def ppl_chart(table: Table) -> plt.Figure:
     return fig
 
 
-def position_loss_charts(frame: pd.DataFrame) -> list[tuple[str, plt.Figure]]:
+def position_loss_charts(runs: Runs) -> list[tuple[str, plt.Figure]]:
     """Loss by token position, one figure per (suite, hardware, L_train, mode) at the longest L_valid.
 
     Shows *where* a method breaks down: a curve that climbs after the L_train line extrapolates
     badly. Returns ``(file stem, figure)`` pairs.
     """
     out = []
-    for suite, hardware, group in task_groups(frame, "extrapolation"):
+    for suite, hardware, group in task_groups(runs.rows, "extrapolation"):
         for params, members in by_params(group).items():
             out += _position_figures(suite, hardware, dict(params), members)
     return out

@@ -93,11 +93,13 @@ def _resolve(args):
 
 def case_line(row: dict, metrics: list[str]) -> str:
     """``[3/15] alibi  seq_len=128  ok  train_wps 25.8k  eval_wps 77.8k  (4.1 s)``."""
-    from .table import fmt
+    from . import fmt, tasks
 
     params = " ".join(f"{k}={v}" for k, v in row["params"].items())
     if row["status"] == "ok":
-        detail = "  ".join(f"{m} {fmt(m, row['metrics'].get(m))}" for m in metrics)
+        declared = tasks.metrics_of(row.get("task", ""))
+        kind = {m: getattr(tasks.find_metric(declared, m), "fmt", "plain") for m in metrics}
+        detail = "  ".join(f"{m} {fmt.number(row['metrics'].get(m), kind[m])}" for m in metrics)
     else:
         detail = row["message"]
     return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({row['duration_s']:.1f} s)"
@@ -122,7 +124,6 @@ def _under_torchrun(suite, device, dry_run: bool) -> bool:
 
 def cmd_run(args) -> int:
     from . import distributed
-    from . import table as tablemod
     from .runner import Interrupted, RanksOutOfStep, default_run_id, parse_shard, plan, run_suite, with_methods
 
     _load_methods_dirs(args)
@@ -175,15 +176,21 @@ def cmd_run(args) -> int:
         return 0  # rank 0 alone reports under torchrun
     print(f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl")
     if result.rows and suite.metrics:
-        table = tablemod.build(result.rows, suite.metrics, suite.baseline, suite.methods)
+        from .render import to_text, write_run_files
+        from .rows import load_runs
+        from .table import run_tables
+
+        # Read back from the run folder: the same rows and tables ``bench.py report`` shows.
+        tables = run_tables(load_runs(result.run_dir), {r["case_id"] for r in result.rows})
+        ratios = f"ratios are against `{suite.baseline}` in this run" if suite.baseline else "no baseline, no ratios"
         note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
-                f"run `{result.run_id}`. Words are tokens; ratios are against `{suite.baseline}` in this run; "
+                f"run `{result.run_id}`. Words are tokens; {ratios}; memory in binary units (GiB, MiB); "
                 f"peak memory is {'CUDA max_memory_allocated' if device == 'cuda' else 'peak resident set'}.")
         if suite.settings.nproc > 1:
             note += (f" Data parallel on {suite.settings.nproc} ranks: words/s count all ranks' tokens over "
                      "the slowest rank's time; peak memory is the largest rank's.")
-        tablemod.write(table, result.run_dir, note)
-        print("\n" + tablemod.to_text(table))
+        write_run_files(tables, result.run_dir, note)
+        print("\n" + "\n".join(to_text(t) for t in tables))
         print(f"table: {result.run_dir}/table.md, {result.run_dir}/table.csv")
     return 0
 
@@ -338,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["run"] + argv
     args = parser().parse_args(argv)
     from .registry import RegistryError
+    from .rows import RowsError
 
     try:
         return args.handler(args)
@@ -346,4 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except RegistryError as exc:
         print(f"RegistryError: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RowsError as exc:  # a damaged cases.jsonl or run.json in the run folder
+        print(f"RowsError: {exc}", file=sys.stderr)
         return EXIT_USAGE

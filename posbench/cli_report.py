@@ -28,12 +28,12 @@ exit code: 0 no regression, 1 at least one regression beyond the threshold, 2 un
 def main_report(args) -> int:
     """Handler of ``report``: build tables and charts, print where they went."""
     from .report import build_report  # matplotlib is only imported when a report is made
-    from .report_data import RunsError
+    from .rows import RowsError
 
     out = args.out or "report"
     try:
         written = build_report(args.run_dirs, out, baseline=args.baseline)
-    except RunsError as exc:
+    except RowsError as exc:
         print(f"posbench report: {exc}", file=sys.stderr)
         return 2
     tables = sum(1 for k in written if k.startswith("tables/") and k.endswith(".md"))
@@ -54,7 +54,8 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
                    help="a run folder (with cases.jsonl) or a folder above run folders")
     p.add_argument("--out", metavar="DIR", default=None, help="where to write (default: ./report)")
     p.add_argument("--baseline", metavar="METHOD", default=None,
-                   help="method the ratios divide by (default: the suite's baseline, else sinusoidal)")
+                   help="method the ratios divide by (default: each run's baseline from its run.json; "
+                        "sinusoidal for runs without one)")
     p.set_defaults(func=main_report)
     return p
 

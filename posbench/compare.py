@@ -1,8 +1,10 @@
 """``bench.py compare BASE NEW``: per case and metric, NEW/BASE ratios against a threshold.
 
 In the manner of asv: a regression is a number (train words/s fell by 10%, beyond a 5%
-threshold), not an impression. Words/s and TFLOP/s are better higher; memory, milliseconds,
-perplexity and loss are better lower; counts such as ``n_params`` are not compared. A case that
+threshold), not an impression. Which way is better comes from each task's metric declarations
+(``posbench.tasks.Metric.higher_is_better``): words/s and TFLOP/s higher, memory, milliseconds
+and perplexity lower; metrics declared without a direction (counts such as ``n_params``, the
+``_min``/``_max`` spreads) and undeclared ones are not compared. A case that
 finished before and fails now (``ok`` -> ``oom``) is a regression too. Cases found in only one
 run are listed, and differing hardware is called out, because then the ratio measures machines,
 not code.
@@ -13,48 +15,43 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
-from .report_data import RunsError, cpu_model, gpu_name, load_runs
+from . import fmt
 from .report_ppl import eval_mode_key
-from .report_tables import fmt_bytes, fmt_count
+from .rows import RowsError, cpu_model, gpu_name, latest, load_runs
+from .tasks import find_metric, metrics_of
 
-_NOT_COMPARED = {"n_params", "batch_size", "best_ppl"}
 
-
-def metric_direction(name: str) -> int | None:
+def metric_direction(task: str, name: str) -> int | None:
     """+1 when higher is better, -1 when lower is better, None for metrics not compared.
 
-    ``_min``/``_max`` spreads are skipped: the median carries the comparison, and comparing the
-    extremes would double the noise-driven alarms.
+    Read from the task's declaration of ``name``; spreads (``_min``/``_max``) are declared
+    without a direction: the median carries the comparison, and comparing the extremes would
+    double the noise-driven alarms.
     """
-    if name in _NOT_COMPARED or name.endswith(("_min", "_max")):
+    metric = find_metric(metrics_of(task), name) if task else None
+    if metric is None or metric.higher_is_better is None:
         return None
-    head = name.split("@")[0]
-    if head.endswith("wps") or "tflops" in head:
-        return 1
-    if head.endswith(("_bytes", "_ms")) or head in ("ppl", "loss", "j_per_token"):
-        return -1
-    return None
+    return 1 if metric.higher_is_better else -1
 
 
-def _fmt(metric: str, value) -> str:
+def _fmt(task: str, metric: str, value) -> str:
     if value is None:
         return "—"
     if isinstance(value, str):
         return value
-    if metric.endswith("_bytes"):
-        return fmt_bytes(value)
-    if metric.split("@")[0].endswith("wps"):
-        return fmt_count(value)
-    return f"{value:.4g}"
+    declared = find_metric(metrics_of(task), metric) if task else None
+    return fmt.number(value, declared.fmt if declared else "plain")
 
 
 @dataclass
 class MetricChange:
     case_id: str
     method: str
+    task: str
     metric: str                     # a metric name, or "status" for ok <-> failed
     base: float | str | None
     new: float | str | None
@@ -108,8 +105,8 @@ class ComparisonResult:
                           "| --- | --- | ---: | ---: | ---: |"]
                 for c in items:
                     ratio = f"{c.ratio:.3f}x" if c.ratio is not None else "—"
-                    lines.append(f"| {c.case_id} | {c.metric} | {_fmt(c.metric, c.base)} | "
-                                 f"{_fmt(c.metric, c.new)} | {ratio} |")
+                    lines.append(f"| {c.case_id} | {c.metric} | {_fmt(c.task, c.metric, c.base)} | "
+                                 f"{_fmt(c.task, c.metric, c.new)} | {ratio} |")
                 lines.append("")
         for title, ids in (("Only in base", self.only_in_base), ("Only in new", self.only_in_new)):
             if ids:
@@ -147,13 +144,13 @@ def _verdict(direction: int, ratio: float, threshold: float) -> str:
 def _compare_case(case_id: str, base, new, threshold: float) -> list[MetricChange]:
     if base.status != new.status and "ok" in (base.status, new.status):
         verdict = "regression" if base.status == "ok" else "improvement"
-        return [MetricChange(case_id, new.method, "status", base.status, new.status, None, verdict)]
+        return [MetricChange(case_id, new.method, new.task, "status", base.status, new.status, None, verdict)]
     if base.status != "ok":
         return []  # failed both times: nothing measured to compare
     changes = []
     base_values, new_values = case_metrics(base), case_metrics(new)
     for metric in sorted(set(base_values) | set(new_values)):
-        direction = metric_direction(metric)
+        direction = metric_direction(new.task, metric)
         if direction is None:
             continue
         b, n = base_values.get(metric), new_values.get(metric)
@@ -162,20 +159,19 @@ def _compare_case(case_id: str, base, new, threshold: float) -> list[MetricChang
         if b is None or n is None:
             # A number that vanished (an evaluation now OOMs) is lost ground; one that appeared is gained.
             verdict = "regression" if n is None else "improvement"
-            changes.append(MetricChange(case_id, new.method, metric, b, n, None, verdict))
+            changes.append(MetricChange(case_id, new.method, new.task, metric, b, n, None, verdict))
             continue
         if b == 0 or any(math.isnan(float(x)) for x in (b, n)):
             continue  # no meaningful ratio
         ratio = float(n) / float(b)
-        changes.append(MetricChange(case_id, new.method, metric, b, n, ratio,
+        changes.append(MetricChange(case_id, new.method, new.task, metric, b, n, ratio,
                                     _verdict(direction, ratio, threshold)))
     return changes
 
 
 def _latest_per_case(rows: pd.DataFrame) -> dict[str, object]:
-    """case_id -> row; when several runs hold a case, the one started last counts."""
-    rows = rows.sort_values("started_at", na_position="first", kind="stable")
-    return {r.case_id: r for r in rows.itertuples(index=False)}
+    """case_id -> row; when several runs hold a case, the latest (``posbench.rows.latest``) counts."""
+    return {cid: SimpleNamespace(**r) for cid, r in latest(rows.to_dict("records")).items()}
 
 
 def _hardware(rows: pd.DataFrame, envs: dict) -> dict[str, set]:
@@ -199,17 +195,32 @@ def hardware_warnings(base_rows, base_envs, new_rows, new_envs) -> list[str]:
     return out
 
 
+def suite_warnings(base_metas: dict, new_metas: dict) -> list[str]:
+    """A line per suite whose version differs between the runs (run.json): its results may not
+    be comparable, which is what bumping ``version`` says."""
+    versions = {}
+    for side, metas in (("base", base_metas), ("new", new_metas)):
+        for meta in metas.values():
+            if meta is not None:
+                versions.setdefault(meta.suite, {}).setdefault(side, set()).add(meta.version)
+    return [f"suite {suite} version differs: base ran v{', v'.join(map(str, sorted(v['base'])))}, new "
+            f"v{', v'.join(map(str, sorted(v['new'])))}; the suite says old results may not be comparable."
+            for suite, v in versions.items() if len(v) == 2 and v["base"] != v["new"]]
+
+
 def compare_runs(base_dir, new_dir, threshold: float = 0.05) -> ComparisonResult:
     """Compare the runs under ``new_dir`` against those under ``base_dir`` case by case."""
     if not 0 <= threshold < 1:
         raise ValueError(f"threshold must be in [0, 1), got {threshold}")
-    base_rows, base_envs = load_runs(base_dir)
-    new_rows, new_envs = load_runs(new_dir)
+    base_runs, new_runs = load_runs(base_dir), load_runs(new_dir)
+    base_rows, base_envs = base_runs.rows, base_runs.envs
+    new_rows, new_envs = new_runs.rows, new_runs.envs
     base, new = _latest_per_case(base_rows), _latest_per_case(new_rows)
     result = ComparisonResult(
         base_dir=str(base_dir), new_dir=str(new_dir), threshold=threshold,
         in_both=sorted(set(base) & set(new)), only_in_base=sorted(set(base) - set(new)), only_in_new=sorted(set(new) - set(base)),
-        hardware_warnings=hardware_warnings(base_rows, base_envs, new_rows, new_envs),
+        hardware_warnings=hardware_warnings(base_rows, base_envs, new_rows, new_envs)
+        + suite_warnings(base_runs.metas, new_runs.metas),
         base_commits=sorted({str(c)[:10] for c in base_rows["git_commit"].dropna()}),
         new_commits=sorted({str(c)[:10] for c in new_rows["git_commit"].dropna()}),
     )
@@ -222,7 +233,7 @@ def main_compare(args) -> int:
     """CLI handler: print the Markdown summary, optionally write it; 1 on regression, 2 on bad input."""
     try:
         result = compare_runs(args.base, args.new, threshold=args.threshold)
-    except (RunsError, ValueError) as exc:
+    except (RowsError, ValueError) as exc:
         print(f"posbench compare: {exc}", file=sys.stderr)
         return 2
     text = result.markdown()

@@ -16,26 +16,29 @@ from pathlib import Path
 import pandas as pd
 
 from . import charts
-from .report_data import RunsError, load_runs
+from .render import to_csv, to_latex, to_markdown
 from .report_html import write_html
 from .report_ppl import extrapolation_tables
-from .report_render import to_csv, to_latex, to_markdown
-from .report_tables import Table, efficiency_tables, generic_tables, kernel_tables
+from .rows import Runs, RowsError, load_runs
+from .table import Table, efficiency_tables, kernel_tables, metric_tables
 
 __all__ = ["build_report", "load_runs", "collect_tables", "rows_csv"]
 
 _FIXED_TASKS = ("efficiency", "extrapolation", "kernels")
 
 
-def collect_tables(rows: pd.DataFrame, baseline: str | None = None) -> list[tuple[str, list[Table]]]:
-    """(section heading, tables) for every task present, fixed layouts first."""
+def collect_tables(runs: Runs, baseline: str | None = None) -> list[tuple[str, list[Table]]]:
+    """(section heading, tables) for every task present, fixed layouts first.
+
+    ``baseline``: the method ratios divide by; None takes each run's own (run.json).
+    """
     sections = [
-        ("Efficiency", efficiency_tables(rows, baseline)),
-        ("Extrapolation", extrapolation_tables(rows)),
-        ("Kernels", kernel_tables(rows, baseline)),
+        ("Efficiency", efficiency_tables(runs, baseline)),
+        ("Extrapolation", extrapolation_tables(runs)),
+        ("Kernels", kernel_tables(runs, baseline)),
     ]
-    for task in sorted(set(rows["task"].dropna()) - set(_FIXED_TASKS)):
-        sections.append((task.capitalize(), generic_tables(rows, task)))
+    for task in sorted(set(runs.rows["task"].dropna()) - set(_FIXED_TASKS)):
+        sections.append((task.capitalize(), metric_tables(runs, task, baseline, column="")))
     return [(heading, tables) for heading, tables in sections if tables]
 
 
@@ -70,13 +73,16 @@ def _failed_markdown(rows: pd.DataFrame) -> list[str]:
     return lines + [""]
 
 
-def _machines_markdown(rows: pd.DataFrame, envs: dict) -> list[str]:
+def _machines_markdown(runs: Runs) -> list[str]:
     lines = ["## Runs", ""]
-    for source, env in envs.items():
-        run_rows = rows[rows["source"] == source]
+    for source, env in runs.envs.items():
+        run_rows = runs.rows[runs.rows["source"] == source]
         hardware = ", ".join(sorted(set(run_rows["hardware"].dropna())))
+        meta = runs.metas.get(source)
+        suite = (f"suite {meta.suite} v{meta.version}, baseline {meta.baseline or 'none'}, " if meta
+                 else "no run.json (baseline sinusoidal assumed), ")
         lines.append(
-            f"- `{source}`: {len(run_rows)} rows on {hardware or 'unknown hardware'}, commit "
+            f"- `{source}`: {len(run_rows)} rows on {hardware or 'unknown hardware'}, {suite}commit "
             f"`{str(env.get('git_commit', 'unknown'))[:10]}`, posbench {env.get('posbench_version', '?')}, "
             f"torch {env.get('torch', '?')}, CUDA {env.get('cuda', 'none')}"
         )
@@ -89,9 +95,10 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
     ``run_dirs`` may be run folders or folders above them; several are merged (shards, one run
     per machine). Returns ``{path relative to out_dir: absolute path}`` of everything written.
     """
-    rows, envs = load_runs(run_dirs)
+    runs = load_runs(run_dirs)
+    rows, envs = runs.rows, runs.envs
     if rows.empty:
-        raise RunsError(f"{', '.join(map(str, run_dirs))}: the runs hold no rows")
+        raise RowsError(f"{', '.join(map(str, run_dirs))}: the runs hold no rows")
     out = Path(out_dir)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
@@ -99,10 +106,10 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
     def note(path: Path) -> None:
         written[path.relative_to(out).as_posix()] = path
 
-    sections = collect_tables(rows, baseline)
+    sections = collect_tables(runs, baseline)
     title = f"posbench report: {', '.join(sorted(set(rows['suite'].dropna())))}"
     md = [f"# {title}", ""]
-    md += _machines_markdown(rows, envs)
+    md += _machines_markdown(runs)
     chart_list: list[tuple[str, Path]] = []
     for heading, tables in sections:
         md += [f"## {heading}", ""]
@@ -119,7 +126,7 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
                     note(p)
                 chart_list.append((table.title, paths["png"]))
                 md += [f"![{table.title}](charts/{table.key}.png)", ""]
-    for stem, fig in charts.position_loss_charts(rows):
+    for stem, fig in charts.position_loss_charts(runs):
         paths = charts.save_figure(fig, out / "charts", stem)
         for p in paths.values():
             note(p)

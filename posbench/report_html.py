@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .report_data import row_anchor
-from .report_render import to_html
-from .report_tables import Table
+from .render import row_anchor, to_html
+from .table import Table
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }

@@ -6,9 +6,9 @@ Rows are methods, columns ``L_valid``; an evaluation that ran out of memory read
 """
 from __future__ import annotations
 
-import pandas as pd
-
-from .report_tables import Cell, Table, by_params, task_groups, ordered, short_commit, slug, fmt_ppl, status_text
+from . import fmt
+from .rows import Runs
+from .table import Cell, Table, by_params, method_order, ordered, short_commit, slug, task_groups
 
 DEFAULT_MODE = ("nonoverlapping", None, False)
 
@@ -45,11 +45,13 @@ def _best_ppl(rows) -> float | None:
     return None
 
 
-def extrapolation_tables(frame: pd.DataFrame) -> list[Table]:
+def extrapolation_tables(runs: Runs) -> list[Table]:
     """Perplexity tables, one per (suite, hardware, L_train and other params, evaluation mode)."""
     tables = []
-    for suite, hardware, group in task_groups(frame, "extrapolation"):
+    for suite, hardware, group in task_groups(runs.rows, "extrapolation"):
+        order = method_order(group["method"], runs.meta_of(ordered(group["source"])))
         for params, rows in by_params(group).items():
+            rows = sorted(rows, key=lambda r: order.index(r.method))  # the suite's method order
             modes = ordered(eval_mode_key(e) for r in rows for e in r.series.get("evals", []))
             for key in modes or [DEFAULT_MODE]:
                 tables.append(_ppl_table(suite, hardware, dict(params), rows, key, group))
@@ -77,7 +79,7 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
     )
     for r in rows:
         # A failed case keeps its row: its label says why, its cells show what did finish.
-        label = r.method if r.status == "ok" else f"{r.method} ({status_text(r.status)})"
+        label = r.method if r.status == "ok" else f"{r.method} ({fmt.status(r.status)})"
         table.rows.append(label)
         for lv in columns:
             table.cells[(label, lv)] = _ppl_cell(r, entries[r.case_id].get(lv))
@@ -96,16 +98,16 @@ def _ppl_cell(row, entry: dict | None) -> Cell:
     cell = Cell(text="", case_id=row.case_id, run_id=row.run_id, status=row.status,
                 message=str(row.message or ""))
     if entry is None:
-        cell.text = "—" if row.status == "ok" else status_text(row.status)
+        cell.text = "—" if row.status == "ok" else fmt.status(row.status)
         cell.status = "missing" if row.status == "ok" else row.status
         return cell
     cell.status = entry.get("status", "ok")
     cell.message = str(entry.get("message") or cell.message)
     if cell.status != "ok":
-        cell.text = status_text(cell.status)
+        cell.text = fmt.status(cell.status)
     elif entry.get("ppl") is None:
-        cell.text = "n/a"
+        cell.text = fmt.MISSING
     else:
         cell.value = float(entry["ppl"])
-        cell.text = fmt_ppl(cell.value)
+        cell.text = fmt.ppl(cell.value)
     return cell

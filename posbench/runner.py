@@ -1,8 +1,10 @@
 """Runs a suite: one worker process per case, rows appended as cases end, resumable.
 
 Layout: ``<results>/<suite>/<run-id>/cases.jsonl`` (one JSON row per case, appended, flushed and
-fsynced as each case ends), ``env.json`` (written when the run starts), and at the end
-``table.md`` / ``table.csv``.
+fsynced as each case ends), ``run.json`` (the suite's name, version, task, baseline, method
+order, metrics, settings and grid; rewritten atomically whenever the run starts or resumes),
+``env.json`` (written when the run starts), and at the end ``table.md`` / ``table.csv``.
+``posbench.rows`` reads them all.
 
 The run id is ``<profile>-<device>-<hash of version, task, settings and grid>``, so the same
 command lands in the same folder and resumes: a case with a row is not run again. Every status
@@ -35,18 +37,16 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Optional
 
 from . import __version__
 from .case import Case
+from .rows import ROW_KEYS, RunMeta, latest, read_rows, write_run_meta
 from .suite import Suite, SuiteError
 from .worker import first_failure, rank_failure, read_result, run_case
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 RETRYABLE = ("error", "timeout")
-ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message", "metrics", "series",
-            "info", "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
-            "git_commit", "traceback")
 
 
 class RanksOutOfStep(Exception):
@@ -82,25 +82,7 @@ def default_run_id(suite: Suite, device: str) -> str:
 # cases.jsonl
 
 
-def read_rows(path: Path) -> list[dict]:
-    """Every complete row; a torn last line (a process killed mid-write) is ignored."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
-def latest(rows: Iterable[dict]) -> dict[str, dict]:
-    """case_id -> its last row (a retried case has several)."""
-    out: dict[str, dict] = {}
-    for row in rows:
-        out[row["case_id"]] = row
-    return out
+# Reading rows (``read_rows``) and the latest row per case (``latest``) live in posbench.rows.
 
 
 def append_row(path: Path, row: dict) -> None:
@@ -136,7 +118,7 @@ def unavailable_reason(case: Case) -> Optional[str]:
     from . import registry, tasks
 
     task = tasks.get(case.task)
-    if hasattr(task, "unavailable"):  # tasks whose "methods" are not position methods
+    if isinstance(task, tasks.VariantTask):  # tasks whose "methods" are not position methods
         return task.unavailable(case)
     dtype = getattr(torch, case.settings.get("dtype", "float32"))
     return registry.get(case.method).unavailable(torch.device(case.device), dtype)
@@ -328,6 +310,7 @@ def run_suite(
     todo, done = _broadcast((todo, done), in_process)
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
+        write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
     environment = envmod.collect(device)
     if main and not (run_dir / "env.json").exists():
         (run_dir / "env.json").write_text(json.dumps(environment, indent=2) + "\n")

@@ -1,140 +1,242 @@
-"""The comparison table: methods as rows, sequence lengths as columns, one block per metric.
+"""Comparison tables built from stored rows: methods as rows, a grid parameter as columns.
 
-The layout of the ALiBi paper's efficiency table. A cell is the value and its ratio to the
-baseline method at the same grid point of the same run, e.g. ``25.8k (0.99x)``; a case that did
-not end ``ok`` shows its status (``unavailable``, ``oom``, ...). Rows come from ``cases.jsonl``
-(the last row per case), so every number traces back to a stored row and its env.json.
+The one table model of posbench: the table printed and written (``table.md``) at the end of a
+run and every table of ``bench.py report`` are built here and rendered by ``posbench.render``.
+A ``Table`` keeps, for every cell, the number a chart plots, the text a reader sees and the
+``case_id``/``run_id`` it came from, so renderers and charts draw from the same data and the
+HTML report can link each number to its row. Cells of failed cases show their status (``OOM``,
+``unavailable``, ...) instead of disappearing.
+
+Titles, units and number formats come from the task's metric declarations
+(``posbench.tasks.Metric``); the baseline and the method order from the run's ``run.json``.
 """
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Optional
 
 import pandas as pd
 
-TITLES = {
-    "train_wps": "Train words/s",
-    "eval_wps": "Eval words/s",
-    "peak_mem_train_bytes": "Train memory",
-    "peak_mem_eval_bytes": "Eval memory",
-    "j_per_token": "Train J/token",
-}
+from . import fmt
+from .rows import LEGACY_BASELINE, RunMeta, Runs
+from .tasks import Metric, find_metric, metrics_of
 
 
-def fmt(metric: str, value) -> str:
-    """Human units: 25.8k words/s, 19.2 GB (decimal, as the paper), 3 significant digits else."""
-    if value is None or (isinstance(value, float) and value != value):
-        return "n/a"
-    if metric.endswith("_bytes"):
-        return f"{value / 1e9:.1f} GB" if value >= 1e9 else f"{value / 1e6:.0f} MB"
-    if "wps" in metric:
-        if value >= 1e6:
-            return f"{value / 1e6:.2f}M"
-        return f"{value / 1e3:.1f}k" if value >= 1e3 else f"{value:.0f}"
-    return f"{value:.3g}"
+@dataclass
+class Cell:
+    text: str
+    value: Optional[float] = None    # what a chart plots; None when there is no number
+    status: str = "ok"               # the case's (or evaluation's) status
+    case_id: Optional[str] = None
+    run_id: Optional[str] = None
+    message: str = ""
+    ratio: Optional[float] = None    # value / baseline value, same run and grid point
+    ratio_interval: Optional[tuple[float, float]] = None  # a confidence interval of the ratio
 
 
-def long_frame(rows: list[dict], metrics: list[str]) -> pd.DataFrame:
-    """One line per case: method, grid axes, status, then each metric (NaN unless status ok)."""
-    records = []
+@dataclass
+class Table:
+    key: str                         # file stem, unique within a report
+    title: str
+    caption: str
+    task: str
+    metric: str
+    unit: str
+    column_header: str
+    columns: list
+    rows: list[str]
+    cells: dict = field(default_factory=dict)      # (row, column) -> Cell
+    hardware: str = ""
+    commit: str = ""
+    fmt: str = "plain"               # posbench.fmt format of the values (charts' axis labels)
+    extra: dict = field(default_factory=dict)      # e.g. L_train, best_ppl, baseline, for charts
+
+    def cell(self, row: str, column) -> Cell:
+        return self.cells.get((row, column), Cell(text="—", status="missing"))
+
+
+# -- grouping ------------------------------------------------------------------------------
+
+def slug(text: str) -> str:
+    out = "".join(ch if ch.isalnum() else "-" for ch in str(text).lower())
+    while "--" in out:
+        out = out.replace("--", "-")
+    return out.strip("-")
+
+
+def ordered(values) -> list:
+    """Unique values in first-seen order."""
+    return list(dict.fromkeys(values))
+
+
+def _sort_key(value):
+    # Grid values are usually numbers; mixing types must not break sorting.
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
+
+
+def short_commit(commits) -> str:
+    """The distinct commits of some rows, shortened, for a caption."""
+    commits = ordered(c[:10] for c in commits if isinstance(c, str) and c)  # skips None/NaN
+    return ", ".join(commits) if commits else "unknown commit"
+
+
+def task_groups(frame: pd.DataFrame, task: str):
+    """Rows of one task split per (suite, hardware): one set of tables per machine."""
+    rows = frame[frame["task"] == task]
+    for (suite, hardware), group in rows.groupby(["suite", "hardware"], sort=False, dropna=False):
+        yield suite, hardware, group
+
+
+def by_params(group: pd.DataFrame) -> dict[tuple, list]:
+    """Rows (as named tuples) per grid point, e.g. one list per L_train, in stored order."""
+    out: dict[tuple, list] = {}
+    for row in group.itertuples(index=False):
+        out.setdefault(tuple(sorted(row.params.items())), []).append(row)
+    return out
+
+
+def _rest(params: dict, column: str) -> tuple:
+    """Grid parameters other than the column one; rows that differ in these get their own table."""
+    return tuple(sorted((k, v) for k, v in params.items() if k != column))
+
+
+def method_order(present, meta: Optional[RunMeta]) -> list[str]:
+    """The suite's method order (run.json), then methods it does not list in the order read."""
+    present = ordered(present)
+    first = [m for m in (meta.methods if meta else []) if m in present]
+    return first + [m for m in present if m not in first]
+
+
+def baseline_for(meta: Optional[RunMeta], override: Optional[str]) -> Optional[str]:
+    """An explicit ``--baseline`` wins; else the run.json's (None: no ratios); else the old default."""
+    if override is not None:
+        return override or None
+    return meta.baseline if meta is not None else LEGACY_BASELINE
+
+
+def describe(declared: dict[str, Metric], name: str) -> Metric:
+    """The declaration of ``name``; an undeclared metric is shown plainly and never compared."""
+    return find_metric(declared, name) or Metric(title=name, unit="", doc="")
+
+
+def choose_metrics(group: pd.DataFrame, declared: dict[str, Metric], meta: Optional[RunMeta]) -> list[str]:
+    """The metrics a report tabulates: the suite's (run.json) and those declared ``table=True``,
+    in declaration order; for a task with neither, every numeric metric its rows carry."""
+    wanted = set(meta.metrics if meta else []) | {k for k, m in declared.items() if m.table}
+    names = [k for k in declared if k in wanted] + [k for k in (meta.metrics if meta else []) if k not in declared]
+    if names:
+        return ordered(names)
+    return ordered(k for m in group["metrics"] for k, v in m.items() if isinstance(v, (int, float)))
+
+
+# -- metric tables (efficiency, kernels, anything with a numeric grid) ---------------------
+
+def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column: str = "seq_len",
+                  metrics: Optional[list[str]] = None, frame: Optional[pd.DataFrame] = None) -> list[Table]:
+    """One table per metric, per (suite, hardware, other grid params): methods x ``column``.
+
+    ``metrics`` None: ``choose_metrics``. ``frame``: a subset of ``runs.rows`` to tabulate.
+    Cells show the value and, when the baseline method has an ok row at the same grid point,
+    the ratio to it, e.g. ``25.8k (0.99x)``. The baseline is looked up in the same run first
+    (a ratio is only fair within one run), then on the same machine (shards of one run).
+    """
+    declared = metrics_of(task)
+    tables = []
+    for suite, hardware, group in task_groups(runs.rows if frame is None else frame, task):
+        meta = runs.meta_of(ordered(group["source"]))
+        base_method = baseline_for(meta, baseline)
+        params = ordered(k for p in group["params"] for k in p)
+        col = column if column in params else (params[0] if params else "case")
+        parts: dict[tuple, list] = {}
+        for row in group.itertuples(index=False):
+            parts.setdefault(_rest(row.params, col), []).append(row)
+        names = metrics if metrics is not None else choose_metrics(group, declared, meta)
+        for rest, rows in parts.items():
+            for name in names or ["status"]:  # no metric at all: still show the statuses
+                tables.append(_metric_table(suite, hardware, task, rows, rest, name, describe(declared, name),
+                                            col, base_method, group, meta))
+    return tables
+
+
+def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, column, base_method, group,
+                  meta) -> Table:
+    methods = method_order((r.method for r in rows), meta)
+    columns = sorted(ordered(r.params.get(column, r.case_id) for r in rows), key=_sort_key)
+    baselines = {}
     for r in rows:
-        ok = r["status"] == "ok"
-        records.append({"method": r["method"], **r["params"], "status": r["status"],
-                        **{m: (r["metrics"].get(m) if ok else None) for m in metrics}})
-    return pd.DataFrame.from_records(records)
+        value = r.metrics.get(name)
+        if r.method == base_method and r.status == "ok" and value is not None:
+            col = r.params.get(column, r.case_id)
+            baselines.setdefault((r.run_id, col), value)
+            baselines.setdefault((None, col), value)
+    rest_text = ", ".join(f"{k}={v}" for k, v in rest)
+    unit = _unit_suffix(metric.unit)
+    table = Table(
+        key=slug(f"{suite}-{name}-{hardware}-{rest_text}"),
+        title=f"{metric.title}{unit}, {suite}" + (f", {rest_text}" if rest_text else ""),
+        caption="", task=task, metric=name, unit=metric.unit, column_header=column, columns=columns,
+        rows=methods, hardware=hardware, commit=short_commit(group["git_commit"]), fmt=metric.fmt,
+        extra={"baseline": base_method, "rest": dict(rest), "higher_is_better": metric.higher_is_better},
+    )
+    for r in rows:
+        col = r.params.get(column, r.case_id)
+        table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col)
+    if not base_method:
+        ratios = "No ratios: the suite names no baseline. "
+    elif baselines:
+        ratios = f"In brackets: ratio to {base_method} in the same run. "
+    elif base_method in methods:
+        ratios = f"No ratios: baseline {base_method} has no finished case. "
+    else:
+        ratios = f"No ratios: baseline {base_method} was not run. "
+    better = {True: " (higher is better)", False: " (lower is better)"}.get(metric.higher_is_better, "")
+    table.caption = (f"{metric.title}{unit}{better} on {hardware} (commit {table.commit}); rows are methods, "
+                     f"columns {column}. " + ratios + "Failed cases show their status (OOM, unavailable, error, ...).")
+    return table
 
 
-def _axes(rows: list[dict], column_axis: str) -> tuple[str, list[str]]:
-    """(the column axis, the other grid axes); a grid without ``column_axis`` uses its first axis."""
-    params = list(dict.fromkeys(k for r in rows for k in r["params"]))
-    axis = column_axis if column_axis in params else params[0]
-    return axis, [p for p in params if p != axis]
+def _unit_suffix(unit: str) -> str:
+    # Memory cells carry their own binary unit (MiB, GiB); "(bytes)" would misdescribe them.
+    return "" if unit in ("bytes", "", "-") else f" ({unit})"
 
 
-def values(rows: list[dict], metric: str, column_axis: str = "seq_len") -> pd.DataFrame:
-    """Numeric pivot: index method (+ other axes), columns the column axis."""
-    frame = long_frame(rows, [metric])
-    axis, other = _axes(rows, column_axis)
-    return frame.pivot(index=["method"] + other, columns=axis, values=metric).astype(float)
+def _metric_cell(r, name, kind, baselines, col) -> Cell:
+    cell = Cell(text="", status=r.status, case_id=r.case_id, run_id=r.run_id, message=str(r.message or ""))
+    if r.status != "ok":
+        cell.text = fmt.status(r.status)
+        return cell
+    value = r.metrics.get(name)
+    if value is None:
+        cell.text = fmt.MISSING
+        return cell
+    cell.value = float(value)
+    base = baselines.get((r.run_id, col), baselines.get((None, col)))
+    if base:
+        cell.ratio = cell.value / float(base)
+    cell.text = fmt.value_with_ratio(cell.value, kind, cell.ratio, cell.ratio_interval)
+    return cell
 
 
-def ratios(rows: list[dict], metric: str, baseline: str, column_axis: str = "seq_len") -> pd.DataFrame:
-    """``values`` divided by the baseline method's value at the same grid point (NaN without one)."""
-    frame = long_frame(rows, [metric])
-    axis, other = _axes(rows, column_axis)
-    keys = other + [axis]
-    base = frame.loc[frame["method"] == baseline, keys + [metric]].rename(columns={metric: "_base"})
-    merged = frame.merge(base, on=keys, how="left")
-    merged["_ratio"] = merged[metric].astype(float) / merged["_base"].astype(float)
-    return merged.pivot(index=["method"] + other, columns=axis, values="_ratio").astype(float)
+def efficiency_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:
+    """Words/s and peak memory: methods x seq_len, with baseline ratios."""
+    return metric_tables(runs, "efficiency", baseline)
 
 
-def build(rows: list[dict], metrics: list[str], baseline: Optional[str], methods: list[str] | None = None,
-          column_axis: str = "seq_len") -> pd.DataFrame:
-    """The formatted table: MultiIndex columns (metric title, ``L=<value>``), cells as strings."""
-    if not rows:
-        return pd.DataFrame()
-    frame = long_frame(rows, metrics)
-    axis, other = _axes(rows, column_axis)
-    status = frame.pivot(index=["method"] + other, columns=axis, values="status")
-    blocks = {}
-    for metric in metrics:
-        vals = values(rows, metric, axis)
-        rat = ratios(rows, metric, baseline, axis) if baseline else vals * float("nan")
-        block = status.copy().astype(object)
-        for idx in status.index:
-            for col in status.columns:
-                st = status.loc[idx, col]
-                if st != "ok":
-                    block.loc[idx, col] = "" if pd.isna(st) else st
-                    continue
-                if pd.isna(vals.loc[idx, col]):  # the case ran but this metric does not apply to it
-                    block.loc[idx, col] = "n/a"
-                    continue
-                r = rat.loc[idx, col]
-                suffix = f" ({r:.2f}x)" if pd.notna(r) else ""
-                block.loc[idx, col] = fmt(metric, vals.loc[idx, col]) + suffix
-        block.columns = [f"L={c}" if axis == "seq_len" else f"{axis}={c}" for c in block.columns]
-        blocks[TITLES.get(metric, metric)] = block
-    table = pd.concat(blocks, axis=1)
-    # Row order: the suite's method order, else the order the rows came in (pivot sorts by name).
-    present = list(dict.fromkeys(r["method"] for r in rows))
-    order = [m for m in (methods or present) if m in present]
-    return table.reindex(order, level="method") if table.index.nlevels > 1 else table.reindex(order)
+def kernel_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:
+    """Kernel timings, throughput and memory: variants x seq_len, split by head_dim and the rest."""
+    return metric_tables(runs, "kernels", baseline)
 
 
-def _header(table: pd.DataFrame) -> list[str]:
-    names = [" / ".join(str(n) for n in table.index.names)]
-    return names + [f"{metric} {col}" for metric, col in table.columns]
-
-
-def _index_label(idx) -> str:
-    return " / ".join(str(i) for i in idx) if isinstance(idx, tuple) else str(idx)
-
-
-def to_markdown(table: pd.DataFrame) -> str:
-    header = _header(table)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for idx, row in table.iterrows():
-        lines.append("| " + " | ".join([_index_label(idx)] + [str(v) for v in row]) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def to_text(table: pd.DataFrame) -> str:
-    """Aligned plain text for the terminal: one block per metric, so it fits a screen."""
+def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
+    """The tables printed at the end of a run: the suite's ``metrics`` (run.json) for its task,
+    methods x the first grid axis (``seq_len`` when there is one)."""
+    frame = runs.rows if case_ids is None else runs.rows[runs.rows["case_id"].isin(case_ids)]
     out = []
-    for metric in dict.fromkeys(m for m, _ in table.columns):
-        block = table[metric]
-        block.index = [_index_label(i) for i in block.index]
-        out.append(f"{metric}\n{block.to_string()}")
-    return "\n\n".join(out) + "\n"
-
-
-def write(table: pd.DataFrame, folder: Path, note: str = "") -> None:
-    """``table.md`` (with ``note`` above the table) and ``table.csv`` (same cells, flat header)."""
-    (folder / "table.md").write_text((note + "\n\n" if note else "") + to_markdown(table))
-    flat = table.copy()
-    flat.columns = _header(table)[1:]
-    flat.index = [_index_label(i) for i in flat.index]
-    flat.index.name = _header(table)[0]
-    flat.to_csv(folder / "table.csv")
+    for source in ordered(frame["source"]):
+        meta = runs.metas.get(source)
+        if meta is None or not meta.metrics:
+            continue
+        column = "seq_len" if "seq_len" in meta.grid else next(iter(meta.grid), "case")
+        part = frame[frame["source"] == source]
+        out += metric_tables(runs, meta.task, None, column, meta.metrics, frame=part)
+    return out

@@ -9,6 +9,8 @@ import json
 import math
 from pathlib import Path
 
+from posbench.rows import RunMeta, write_run_meta
+
 LENGTHS = [256, 512, 1024]
 EFF_METHODS = ["sinusoidal", "rotary", "t5_bias", "alibi", "alibi_triton"]
 # words/s at length 256; longer sequences are slower by sqrt(L / 256).
@@ -27,7 +29,7 @@ def base_row(suite, task, method, params, run_id, **extra) -> dict:
     case_id = f"{suite}/{method}/" + ",".join(f"{k}={v}" for k, v in sorted(params.items()))
     row = {"case_id": case_id, "suite": suite, "task": task, "method": method, "params": params,
            "status": "ok", "message": "", "metrics": {}, "series": {},
-           "settings": {"baseline": "sinusoidal"}, "device": "cpu", "profile": "cpu",
+           "settings": {}, "device": "cpu", "profile": "cpu",
            "run_id": run_id, "started_at": "2024-06-01T12:00:00+00:00", "duration_s": 1.5,
            "posbench_version": "0.1.0", "git_commit": "abc1234def5678"}
     row.update(extra)
@@ -90,8 +92,12 @@ def extrapolation_rows(run_id="run-x", l_train=64) -> list[dict]:
     return rows
 
 
-def write_run(root: Path, rows: list[dict], env: dict | None = None, suite=None, run_id=None) -> Path:
-    """Write ``root/<suite>/<run-id>/cases.jsonl`` and ``env.json``; return the run folder."""
+def write_run(root: Path, rows: list[dict], env: dict | None = None, suite=None, run_id=None,
+              baseline: str | None = "sinusoidal", metrics: list[str] | None = None,
+              methods: list[str] | None = None, meta: bool = True) -> Path:
+    """Write ``root/<suite>/<run-id>/cases.jsonl``, ``env.json`` and (unless ``meta`` is False, as
+    for a run written before posbench kept one) ``run.json`` through the runner's own writer;
+    return the run folder. ``methods``: the suite's order, default the order of the rows."""
     suite = suite or rows[0]["suite"]
     run_id = run_id or rows[0]["run_id"]
     run_dir = Path(root) / suite / run_id
@@ -100,4 +106,10 @@ def write_run(root: Path, rows: list[dict], env: dict | None = None, suite=None,
         for row in rows:
             fh.write(json.dumps(row) + "\n")
     (run_dir / "env.json").write_text(json.dumps(env if env is not None else CPU_ENV))
+    if meta:
+        order = methods or list(dict.fromkeys(r["method"] for r in rows))
+        write_run_meta(run_dir, RunMeta(suite=suite, version=1, task=rows[0]["task"], baseline=baseline,
+                                        methods=order, metrics=list(metrics or []), run_id=run_id,
+                                        grid={k: sorted({r["params"][k] for r in rows if k in r["params"]})
+                                              for k in rows[0]["params"]}))
     return run_dir

@@ -6,7 +6,7 @@ import pytest
 from posbench import charts
 from posbench.report import load_runs
 from posbench.report_ppl import extrapolation_tables
-from posbench.report_tables import efficiency_tables
+from posbench.table import efficiency_tables
 from report_fixtures import EFF_METHODS, L_VALID, LENGTHS, PPL_METHODS, efficiency_rows, extrapolation_rows, write_run
 
 
@@ -19,8 +19,7 @@ def _by_gid(ax, prefix):
 def frame(tmp_path):
     write_run(tmp_path, efficiency_rows())
     write_run(tmp_path, extrapolation_rows())
-    rows, _ = load_runs(tmp_path)
-    return rows
+    return load_runs(tmp_path)
 
 
 def test_words_per_second_chart_plots_the_table(frame, tmp_path):

@@ -23,12 +23,38 @@ def _with_train_wps_scaled(rows, factor):
     return rows
 
 
-def test_metric_directions():
-    assert metric_direction("train_wps") == 1 and metric_direction("fwdbwd_tflops") == 1
-    assert metric_direction("peak_mem_train_bytes") == -1 and metric_direction("fwd_ms") == -1
-    assert metric_direction("ppl@nonoverlapping@512") == -1 and metric_direction("j_per_token") == -1
-    for ignored in ("n_params", "batch_size", "best_ppl", "train_wps_min", "fwd_ms_max"):
-        assert metric_direction(ignored) is None
+def test_metric_directions_come_from_the_tasks_declarations():
+    assert metric_direction("efficiency", "train_wps") == 1 and metric_direction("kernels", "fwdbwd_tflops") == 1
+    assert metric_direction("efficiency", "peak_mem_train_bytes") == -1 and metric_direction("kernels", "fwd_ms") == -1
+    assert metric_direction("extrapolation", "ppl@nonoverlapping@512") == -1  # the ppl@* family
+    assert metric_direction("efficiency", "j_per_token") == -1
+    for task, ignored in (("efficiency", "n_params"), ("efficiency", "batch_size"), ("extrapolation", "best_ppl"),
+                          ("efficiency", "train_wps_min"), ("kernels", "fwd_ms_max")):
+        assert metric_direction(task, ignored) is None
+    # no guessing from names: an undeclared metric or an unknown task is not compared
+    assert metric_direction("efficiency", "other_wps") is None and metric_direction("mine", "train_wps") is None
+
+
+def test_a_declared_direction_decides_the_verdict(tmp_path, monkeypatch):
+    from posbench.tasks import Metric, efficiency
+
+    # Declare train_wps lower-is-better: the same 10% fall becomes an improvement.
+    monkeypatch.setitem(efficiency.METRICS, "train_wps", Metric("Training speed", "words/s", "", False, "count"))
+    base = write_run(tmp_path / "base", efficiency_rows())
+    new = write_run(tmp_path / "new", _with_train_wps_scaled(efficiency_rows(), 0.9))
+    result = compare_runs(base, new)
+    assert result.regressions == [] and {c.metric for c in result.improvements} == {"train_wps"}
+
+
+def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path, capsys):
+    base = write_run(tmp_path / "base", efficiency_rows())
+    new = write_run(tmp_path / "new", efficiency_rows())
+    lines = (new / "cases.jsonl").read_text().splitlines()
+    lines[2] = lines[2].replace('"status": "ok"', '"status": 3', 1)
+    (new / "cases.jsonl").write_text("\n".join(lines) + "\n")
+    assert main_compare(_args(base, new)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"posbench compare: {new}/cases.jsonl:3: status: expected a string, got int"
 
 
 def test_identical_runs_pass(tmp_path, capsys):
@@ -119,3 +145,12 @@ def test_different_hardware_is_warned(tmp_path):
 def test_unreadable_input_exits_2(tmp_path, capsys):
     assert main_compare(_args(tmp_path / "missing", tmp_path / "missing")) == 2
     assert "no such folder" in capsys.readouterr().err
+
+
+def test_a_different_suite_version_is_warned(tmp_path):
+    base = write_run(tmp_path / "base", efficiency_rows())
+    new = write_run(tmp_path / "new", efficiency_rows())
+    meta = (new / "run.json").read_text().replace('"version": 1', '"version": 2')
+    (new / "run.json").write_text(meta)
+    (warning,) = compare_runs(base, new).hardware_warnings
+    assert warning.startswith("suite efficiency version differs: base ran v1, new v2")

@@ -10,9 +10,10 @@ import pytest
 
 from posbench.cli_report import add_report_parser
 from posbench.report import build_report, collect_tables, load_runs
-from posbench.report_data import RunsError, row_anchor
+from posbench.render import row_anchor
 from posbench.report_ppl import extrapolation_tables
-from posbench.report_tables import efficiency_tables
+from posbench.rows import RowsError
+from posbench.table import efficiency_tables, kernel_tables
 from report_fixtures import (CPU_ENV, base_row, EFF_METHODS, GPU_ENV, L_VALID, LENGTHS, PPL_METHODS,
                              efficiency_rows, extrapolation_rows, ppl_value, write_run)
 
@@ -30,7 +31,8 @@ def runs(tmp_path):
 
 
 def test_load_runs_finds_run_folders_below_a_parent_and_keeps_run_columns(runs):
-    rows, envs = load_runs([runs])
+    loaded = load_runs([runs])
+    rows, envs = loaded.rows, loaded.envs
     assert len(rows) == 15 + 3
     assert set(rows["run_id"]) == {"run-a", "run-x"}
     assert set(rows["hardware"]) == {"CPU (Test CPU 9000)"}
@@ -44,20 +46,19 @@ def test_load_runs_keeps_the_last_row_of_a_resumed_case_and_skips_a_torn_line(tm
     run_dir = write_run(tmp_path, rows + [retry])
     with (run_dir / "cases.jsonl").open("a") as fh:
         fh.write('{"case_id": "half a li')  # killed mid-write
-    frame, _ = load_runs(run_dir)
+    frame = load_runs(run_dir).rows
     assert len(frame) == 15
     first = frame[frame["case_id"] == rows[0]["case_id"]].iloc[0]
     assert first["metrics"]["train_wps"] == 12345.0
 
 
 def test_load_runs_names_the_folder_without_runs(tmp_path):
-    with pytest.raises(RunsError, match="no cases.jsonl"):
+    with pytest.raises(RowsError, match="no cases.jsonl"):
         load_runs(tmp_path)
 
 
 def test_efficiency_table_layout_ratios_and_failed_cells(runs):
-    rows, _ = load_runs(runs)
-    table = _table(efficiency_tables(rows), "train_wps")
+    table = _table(efficiency_tables(load_runs(runs)), "train_wps")
     assert table.rows == EFF_METHODS
     assert table.columns == LENGTHS
     by_case = {(r["method"], r["params"]["seq_len"]): r for r in efficiency_rows()}
@@ -79,15 +80,13 @@ def test_efficiency_table_layout_ratios_and_failed_cells(runs):
 
 
 def test_memory_table_uses_binary_units(runs):
-    rows, _ = load_runs(runs)
-    table = _table(efficiency_tables(rows), "peak_mem_train_bytes")
+    table = _table(efficiency_tables(load_runs(runs)), "peak_mem_train_bytes")
     assert table.cell("sinusoidal", 1024).text == "977 MiB (1.00x)"
     assert table.cell("sinusoidal", 1024).value == 1024 * 1_000_000 + len("sinusoidal")
 
 
 def test_extrapolation_table_per_mode_with_oom_and_caption(runs):
-    rows, _ = load_runs(runs)
-    tables = extrapolation_tables(rows)
+    tables = extrapolation_tables(load_runs(runs))
     assert [t.extra["mode"] for t in tables] == [("nonoverlapping", None, False), ("sliding", 32, False)]
     table = tables[0]
     assert table.rows == PPL_METHODS and table.columns == L_VALID
@@ -108,8 +107,7 @@ def test_a_failed_extrapolation_case_keeps_its_row(tmp_path):
     rows = extrapolation_rows()
     rows[1].update(status="diverged", message="loss became NaN at step 40")
     rows[1]["series"] = {}
-    frame, _ = load_runs(write_run(tmp_path, rows))
-    table = extrapolation_tables(frame)[0]
+    table = extrapolation_tables(load_runs(write_run(tmp_path, rows)))[0]
     assert "rotary (diverged)" in table.rows
     assert [table.cell("rotary (diverged)", lv).text for lv in L_VALID] == ["diverged"] * 4
 
@@ -117,8 +115,7 @@ def test_a_failed_extrapolation_case_keeps_its_row(tmp_path):
 def test_build_report_writes_markdown_csv_latex_for_every_table(runs, tmp_path):
     out = tmp_path / "out"
     written = build_report([runs], out)
-    rows, _ = load_runs(runs)
-    keys = [t.key for _, tables in collect_tables(rows) for t in tables]
+    keys = [t.key for _, tables in collect_tables(load_runs(runs)) for t in tables]
     assert len(keys) == 4 + 2  # four efficiency metrics, two evaluation modes
     for key in keys:
         for ext in ("md", "csv", "tex"):
@@ -141,8 +138,9 @@ def test_build_report_writes_markdown_csv_latex_for_every_table(runs, tmp_path):
 def test_html_report_embeds_tables_charts_environments_and_row_anchors(runs, tmp_path):
     written = build_report([runs], tmp_path / "out")
     html = written["report.html"].read_text()
-    rows, _ = load_runs(runs)
-    for _, tables in collect_tables(rows):
+    loaded = load_runs(runs)
+    rows = loaded.rows
+    for _, tables in collect_tables(loaded):
         for t in tables:
             assert f'id="table-{t.key}"' in html
     n_png = sum(1 for k in written if k.endswith(".png"))
@@ -171,8 +169,7 @@ def test_two_shards_of_one_run_make_one_table(tmp_path):
 def test_runs_on_two_gpu_types_get_a_table_each(tmp_path):
     write_run(tmp_path / "cpu", efficiency_rows(run_id="run-cpu"), CPU_ENV)
     write_run(tmp_path / "gpu", efficiency_rows(run_id="run-gpu", device="cuda:0"), GPU_ENV)
-    rows, _ = load_runs([tmp_path])
-    tables = [t for t in efficiency_tables(rows) if t.metric == "train_wps"]
+    tables = [t for t in efficiency_tables(load_runs([tmp_path])) if t.metric == "train_wps"]
     assert sorted(t.hardware for t in tables) == ["CPU (Test CPU 9000)", "NVIDIA A100-SXM4-80GB"]
 
 
@@ -192,18 +189,80 @@ def test_kernel_tables_split_by_head_dim_and_other_tasks_are_kept(tmp_path):
     for variant, ms in (("sdpa_bias", 2.0), ("alibi_triton", 1.0)):
         for d in (64, 128):
             for L in (1024, 2048):
-                row = base_row("kernels", "kernels", variant, {"seq_len": L, "head_dim": d}, "run-k",
-                               settings={"baseline": "sdpa_bias"})
+                row = base_row("kernels", "kernels", variant, {"seq_len": L, "head_dim": d}, "run-k")
                 row["metrics"] = {"fwdbwd_ms": ms * L / 1024, "fwdbwd_tflops": 10 / ms, "fwd_ms": ms,
                                   "bwd_ms": ms, "peak_mem_bytes": L * 1024}
                 rows.append(row)
     precision = base_row("precision", "precision", "alibi", {"dtype": "bf16"}, "run-k")
     precision["metrics"] = {"max_abs_err": 0.004}
-    write_run(tmp_path, rows + [precision], suite="kernels")
-    frame, _ = load_runs(tmp_path)
-    sections = dict(collect_tables(frame))
+    write_run(tmp_path, rows + [precision], suite="kernels", baseline="sdpa_bias")
+    sections = dict(collect_tables(load_runs(tmp_path)))
     ms_tables = [t for t in sections["Kernels"] if t.metric == "fwdbwd_ms"]
     assert [t.extra["rest"] for t in ms_tables] == [{"head_dim": 64}, {"head_dim": 128}]
     assert ms_tables[0].cell("alibi_triton", 2048).text == "2 (0.50x)"
     (err,) = sections["Precision"]
     assert err.metric == "max_abs_err" and err.cell("alibi", "bf16").text == "0.004"
+
+
+def _kernel_rows(variants=("alibi_triton", "triton_no_bias", "sdpa_causal")) -> list[dict]:
+    """fwdbwd_ms = (k + 1) ms for the k-th variant at L=1024, twice that at 2048."""
+    rows = []
+    for k, variant in enumerate(variants):
+        for L in (1024, 2048):
+            row = base_row("kernels", "kernels", variant, {"seq_len": L, "head_dim": 64}, "run-k")
+            row["metrics"] = {"fwdbwd_ms": (k + 1) * L / 1024, "fwd_ms": 1.0, "bwd_ms": 1.0,
+                              "fwdbwd_tflops": 10.0 / (k + 1), "peak_mem_bytes": (k + 1) * L * 1024}
+            rows.append(row)
+    return rows
+
+
+def test_kernels_report_has_ratios_against_the_suites_baseline_from_run_json(tmp_path):
+    # The kernels suite's baseline is triton_no_bias; rows never store it, run.json does.
+    write_run(tmp_path, _kernel_rows(), baseline="triton_no_bias")
+    written = build_report([tmp_path], tmp_path / "out")
+    (table,) = [t for t in kernel_tables(load_runs(tmp_path)) if t.metric == "fwdbwd_ms"]
+    assert table.extra["baseline"] == "triton_no_bias" and "ratio to triton_no_bias" in table.caption
+    assert table.cell("alibi_triton", 1024).text == "1 (0.50x)"
+    assert table.cell("sdpa_causal", 2048).ratio == pytest.approx(1.5)
+    (mem,) = [t for t in kernel_tables(load_runs(tmp_path)) if t.metric == "peak_mem_bytes"]
+    assert mem.cell("alibi_triton", 1024).text == "1.00 MiB (0.50x)"
+    assert "No ratios" not in written["report.md"].read_text()
+
+
+def test_an_explicit_baseline_wins_over_run_json(tmp_path):
+    write_run(tmp_path, _kernel_rows(), baseline="triton_no_bias")
+    (table,) = [t for t in kernel_tables(load_runs(tmp_path), baseline="sdpa_causal") if t.metric == "fwdbwd_ms"]
+    assert table.cell("alibi_triton", 1024).text == "1 (0.33x)" and "ratio to sdpa_causal" in table.caption
+    parser = argparse.ArgumentParser()
+    add_report_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["report", str(tmp_path), "--out", str(tmp_path / "o"), "--baseline", "sdpa_causal"])
+    assert args.func(args) == 0
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "| alibi_triton | 1 (0.33x) | 2 (0.33x) |" in md
+
+
+def test_a_suite_without_baseline_has_no_ratios_and_says_so(tmp_path):
+    write_run(tmp_path, _kernel_rows(), baseline=None)
+    (table,) = [t for t in kernel_tables(load_runs(tmp_path)) if t.metric == "fwdbwd_ms"]
+    assert table.cell("alibi_triton", 1024).text == "1" and table.cell("alibi_triton", 1024).ratio is None
+    assert "No ratios: the suite names no baseline" in table.caption
+
+
+def test_a_run_without_run_json_falls_back_to_sinusoidal(tmp_path):
+    write_run(tmp_path, efficiency_rows(), meta=False)
+    table = _table(efficiency_tables(load_runs(tmp_path)), "train_wps")
+    assert table.extra["baseline"] == "sinusoidal" and table.cell("alibi", 256).text == "25.8k (0.99x)"
+
+
+def test_method_order_and_tabulated_metrics_come_from_run_json(tmp_path):
+    order = ["alibi", "sinusoidal", "alibi_triton", "t5_bias", "rotary"]
+    write_run(tmp_path, efficiency_rows(), methods=order, metrics=["j_per_token", "train_wps"])
+    loaded = load_runs(tmp_path)
+    tables = efficiency_tables(loaded)
+    assert all(t.rows == order for t in tables)
+    # declaration order: the suite's metrics plus those declared table=True (both memories, eval_wps)
+    assert [t.metric for t in tables] == ["train_wps", "eval_wps", "peak_mem_train_bytes", "peak_mem_eval_bytes",
+                                          "j_per_token"]
+    assert _table(tables, "j_per_token").title.startswith("Training energy per token (J/token)")
+    assert "(lower is better)" in _table(tables, "peak_mem_train_bytes").caption
+    assert loaded.metas[str(tmp_path / "efficiency" / "run-a")].methods == order

@@ -114,16 +114,26 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, capsys):
     assert all(r["status"] == "ok" for r in rows)
     out = capsys.readouterr().out
     assert "2 case(s) run, 1 already done" in out and (run_dir / "table.md").exists()
+    # run.json: what was run, written at the start; the run's table reads its order and baseline
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert {k: meta[k] for k in ("suite", "version", "task", "baseline", "methods", "metrics", "grid")} == {
+        "suite": "t", "version": 1, "task": "_testing", "baseline": "sinusoidal",
+        "methods": ["sinusoidal", "rotary", "alibi"], "metrics": ["value"], "grid": {"n": [1]}}
+    assert meta["settings"]["flag_file"] == str(flag)
+    table = (run_dir / "table.md").read_text()
+    assert "| method \\ n | 1 |\n| --- | ---: |\n| sinusoidal | 1000 (1.00x) |\n| rotary | 1000 (1.00x) |" in table
+    assert "Value, t" in out and "table.csv" in out
 
 
 def test_torn_last_line_is_ignored_and_repaired(tmp_path):
     path = tmp_path / "cases.jsonl"
-    runner.append_row(path, {"case_id": "a", "status": "ok"})
+    a, c = ({"case_id": x, "method": "m", "status": "ok", "params": {}, "metrics": {}} for x in "ac")
+    runner.append_row(path, a)
     with open(path, "a") as fh:
         fh.write('{"case_id": "b", "sta')  # a runner killed in the middle of a write
     assert [r["case_id"] for r in runner.read_rows(path)] == ["a"]
-    runner.append_row(path, {"case_id": "c", "status": "ok"})
-    assert path.read_text().splitlines() == ['{"case_id": "a", "status": "ok"}', '{"case_id": "c", "status": "ok"}']
+    runner.append_row(path, c)
+    assert path.read_text().splitlines() == [json.dumps(a), json.dumps(c)]
 
 
 def test_fresh_and_explicit_run_ids(tmp_path):

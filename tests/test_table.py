@@ -1,71 +1,110 @@
-"""The comparison table: methods x lengths per metric, ratios to the baseline from the same rows."""
-import pandas as pd
+"""The one table model and renderer: the run's own table.md/table.csv, terminal text, number formats."""
+import csv
+import io
+
 import pytest
 
-from posbench import table
+from posbench import fmt, render
+from posbench.rows import load_runs
+from posbench.table import Cell, Table, run_tables
+from report_fixtures import base_row, write_run
+
+GiB = 1 << 30
 
 
 def row(method, seq_len, status="ok", train=None, eval_=None, mem=None):
-    metrics = {"train_wps": train, "eval_wps": eval_, "peak_mem_train_bytes": mem} if status == "ok" else {}
-    return {"method": method, "params": {"seq_len": seq_len}, "status": status, "metrics": metrics}
+    r = base_row("efficiency", "efficiency", method, {"seq_len": seq_len}, "run-t", status=status)
+    if status == "ok":
+        r["metrics"] = {"train_wps": train, "eval_wps": eval_, "peak_mem_train_bytes": mem}
+    return r
 
 
 ROWS = [
-    row("sinusoidal", 512, train=26_000.0, eval_=77_800.0, mem=19.2e9),
-    row("alibi", 512, train=25_800.0, eval_=76_400.0, mem=19.3e9),
+    row("sinusoidal", 512, train=26_000.0, eval_=77_800.0, mem=18.0 * GiB),
+    row("alibi", 512, train=25_800.0, eval_=76_400.0, mem=18.18 * GiB),
     row("t5_bias", 512, status="oom"),
-    row("sinusoidal", 1024, train=20_000.0, eval_=60_000.0, mem=25e9),
-    row("alibi", 1024, train=21_000.0, eval_=30_000.0, mem=25e9),
+    row("sinusoidal", 1024, train=20_000.0, eval_=60_000.0, mem=25 * GiB),
+    row("alibi", 1024, train=21_000.0, eval_=30_000.0, mem=25 * GiB),
     row("t5_bias", 1024, status="unavailable"),
 ]
 METRICS = ["train_wps", "eval_wps", "peak_mem_train_bytes"]
+ORDER = ["sinusoidal", "t5_bias", "alibi"]
 
 
-def test_layout_rows_columns_and_cells():
-    t = table.build(ROWS, METRICS, "sinusoidal", ["sinusoidal", "t5_bias", "alibi"])
-    assert list(t.index) == ["sinusoidal", "t5_bias", "alibi"]
-    assert list(t.columns) == [(title, f"L={L}") for title in ("Train words/s", "Eval words/s", "Train memory")
-                               for L in (512, 1024)]
-    assert t.loc["alibi", ("Train words/s", "L=512")] == "25.8k (0.99x)"
-    assert t.loc["sinusoidal", ("Eval words/s", "L=512")] == "77.8k (1.00x)"
-    assert t.loc["alibi", ("Train memory", "L=512")] == "19.3 GB (1.01x)"
-    assert t.loc["t5_bias", ("Train words/s", "L=512")] == "oom"
-    assert t.loc["t5_bias", ("Eval words/s", "L=1024")] == "unavailable"
+def tables_of(tmp_path, rows=ROWS, baseline="sinusoidal", methods=ORDER):
+    write_run(tmp_path, rows, baseline=baseline, metrics=METRICS, methods=methods)
+    return run_tables(load_runs(tmp_path))
 
 
-def test_ratios_are_computed_from_the_rows():
-    r = table.ratios(ROWS, "eval_wps", "sinusoidal")
-    assert r.loc["alibi", 512] == pytest.approx(76_400 / 77_800)
-    assert r.loc["alibi", 1024] == pytest.approx(0.5)
-    assert r.loc["sinusoidal"].tolist() == [1.0, 1.0]
-    assert pd.isna(r.loc["t5_bias", 512])
+def test_run_tables_layout_rows_columns_and_cells(tmp_path):
+    tables = tables_of(tmp_path)
+    assert [t.metric for t in tables] == METRICS  # the suite's metrics, no others
+    train, evals, mem = tables
+    assert train.title == "Training speed (words/s), efficiency" and mem.title == "Peak training memory, efficiency"
+    assert all(t.rows == ORDER and t.columns == [512, 1024] for t in tables)  # run.json's method order
+    assert train.cell("alibi", 512).text == "25.8k (0.99x)"
+    assert evals.cell("sinusoidal", 512).text == "77.8k (1.00x)"
+    assert mem.cell("alibi", 512).text == "18.2 GiB (1.01x)"  # binary units, named
+    assert train.cell("t5_bias", 512).text == "OOM" and evals.cell("t5_bias", 1024).text == "unavailable"
+    assert evals.cell("alibi", 1024).ratio == pytest.approx(0.5)
 
 
-def test_no_ratio_when_the_baseline_failed():
+def test_no_ratio_when_the_baseline_failed(tmp_path):
     rows = [row("sinusoidal", 64, status="error"), row("alibi", 64, train=1000.0, eval_=1.0, mem=1e6)]
-    t = table.build(rows, ["train_wps"], "sinusoidal")
-    assert t.loc["alibi", ("Train words/s", "L=64")] == "1.0k" and t.loc["sinusoidal"].tolist() == ["error"]
+    train = tables_of(tmp_path, rows, methods=["sinusoidal", "alibi"])[0]
+    assert train.cell("alibi", 64).text == "1.00k" and train.cell("alibi", 64).ratio is None
+    assert train.cell("sinusoidal", 64).text == "error"
+
+
+def test_ok_case_without_the_metric_says_not_applicable(tmp_path):
+    rows = ROWS + [row("nope", 512, train=25_000.0, eval_=None, mem=18.0 * GiB)]
+    train, evals, _ = tables_of(tmp_path, rows, methods=ORDER + ["nope"])
+    assert evals.cell("nope", 512).text == "n/a"
+    assert train.cell("nope", 512).text == "25.0k (0.96x)"
+
+
+def test_run_tables_keep_only_the_given_cases(tmp_path):
+    write_run(tmp_path, ROWS, metrics=METRICS, methods=ORDER)
+    (train, _, _) = run_tables(load_runs(tmp_path), {r["case_id"] for r in ROWS if r["params"]["seq_len"] == 512})
+    assert train.columns == [512]
+
+
+def test_run_files_markdown_and_cell_csv(tmp_path):
+    tables = tables_of(tmp_path)
+    md_path, csv_path = render.write_run_files(tables, tmp_path, note="note line")
+    md = md_path.read_text().splitlines()
+    assert md[0] == "note line" and md[2] == "**Training speed (words/s), efficiency**"
+    assert md[4] == "| method \\ seq_len | 512 | 1024 |"
+    assert "| t5_bias | OOM | unavailable |" in md and "| alibi | 25.8k (0.99x) | 21.0k (1.05x) |" in md
+    cells = list(csv.DictReader(io.StringIO(csv_path.read_text())))
+    assert list(cells[0]) == render.CELL_COLUMNS and len(cells) == 3 * 3 * 2
+    alibi = next(c for c in cells if c["metric"] == "train_wps" and c["method"] == "alibi"
+                 and c["column"] == "seq_len=512")
+    assert float(alibi["value"]) == 25_800.0 and float(alibi["ratio"]) == pytest.approx(25_800 / 26_000)
+    assert alibi["text"] == "25.8k (0.99x)" and alibi["case_id"] == ROWS[1]["case_id"]
+    oom = next(c for c in cells if c["method"] == "t5_bias" and c["column"] == "seq_len=512")
+    assert (oom["value"], oom["status"], oom["text"]) == ("", "oom", "OOM")
+
+
+def test_terminal_text_is_aligned():
+    t = Table(key="k", title="T", caption="", task="x", metric="m", unit="", column_header="L", columns=[1, 22],
+              rows=["a", "long_name"], cells={("a", 1): Cell("1.00k"), ("long_name", 22): Cell("3")})
+    lines = render.to_text(t).splitlines()
+    assert lines == ["T", "method \\ L      1  22", "a           1.00k   —", "long_name       —   3"]
 
 
 def test_formats():
-    assert table.fmt("train_wps", 25_812.0) == "25.8k" and table.fmt("eval_wps", 1_234_567) == "1.23M"
-    assert table.fmt("peak_mem_train_bytes", 526e6) == "526 MB" and table.fmt("x", None) == "n/a"
+    assert fmt.count(25_812.0) == "25.8k" and fmt.count(1_234_567) == "1.23M" and fmt.count(512) == "512"
+    assert fmt.nbytes(526 * (1 << 20)) == "526 MiB" and fmt.nbytes(17.9 * GiB) == "17.9 GiB"
+    assert fmt.nbytes(2048) == "2.00 KiB" and fmt.nbytes(12) == "12 B"
+    assert fmt.number(None) == "n/a" and fmt.number(float("nan"), "count") == "n/a"
+    assert fmt.number(3.14159, "ppl") == "3.14" and fmt.number(0.0123456) == "0.01235"
+    assert fmt.number(2.0, "ms") == "2" and fmt.number(7.0, "int") == "7"
+    assert fmt.ratio(0.987) == "0.99x" and fmt.status("oom") == "OOM" and fmt.status("timeout") == "timeout"
 
 
-def test_markdown_and_csv_files(tmp_path):
-    t = table.build(ROWS, METRICS, "sinusoidal")
-    table.write(t, tmp_path, note="note line")
-    md = (tmp_path / "table.md").read_text().splitlines()
-    assert md[0] == "note line"
-    assert md[2] == ("| method | Train words/s L=512 | Train words/s L=1024 | Eval words/s L=512 | "
-                     "Eval words/s L=1024 | Train memory L=512 | Train memory L=1024 |")
-    assert md[6].startswith("| t5_bias | oom | unavailable |")
-    csv = pd.read_csv(tmp_path / "table.csv", index_col=0)
-    assert csv.loc["alibi", "Train words/s L=512"] == "25.8k (0.99x)"
-
-
-def test_ok_case_without_the_metric_says_not_applicable():
-    rows = ROWS + [row("nope", 512, train=25_000.0, eval_=None, mem=19.0e9)]
-    t = table.build(rows, METRICS, "sinusoidal", ["sinusoidal", "t5_bias", "alibi", "nope"])
-    assert t.loc["nope", ("Eval words/s", "L=512")] == "n/a"
-    assert t.loc["nope", ("Train words/s", "L=512")] == "25.0k (0.96x)"
+def test_a_cell_can_carry_an_interval():
+    # Confidence intervals travel in the same cell text: value, ratio, interval of the ratio.
+    assert fmt.value_with_ratio(25_800.0, "count", 0.99, (0.97, 1.01)) == "25.8k (0.99x [0.97, 1.01])"
+    assert fmt.value_with_ratio(25_800.0, "count") == "25.8k"
+    assert fmt.interval(1.5 * GiB, 2 * GiB, "bytes") == "[1.50 GiB, 2.00 GiB]"

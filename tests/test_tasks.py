@@ -84,3 +84,39 @@ def test_kernels_suite_rejects_unknown_variant(tmp_path):
     path.write_text(text)
     with pytest.raises(suitemod.SuiteError, match=r"k.yaml:\d+: methods\[3\]: unknown kernels variant 'sdpa_casual' \(did you mean 'sdpa_causal'\?\)"):
         suitemod.load(str(path))
+
+
+def test_task_contract_is_a_protocol_checked_on_import(tmp_path, monkeypatch):
+    assert isinstance(tasks.get("kernels"), tasks.VariantTask)  # its methods are kernel variants
+    assert isinstance(tasks.get("_testing"), tasks.Task) and not isinstance(tasks.get("_testing"), tasks.VariantTask)
+    (tmp_path / "no_metrics_task.py").write_text("Settings = Params = object\ndef run(case): return {}\n")
+    (tmp_path / "str_metrics_task.py").write_text(
+        "Settings = Params = object\nMETRICS = {'x': 'a string'}\ndef run(case): return {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(tasks.TASKS, "nometrics", "no_metrics_task")
+    monkeypatch.setitem(tasks.TASKS, "strmetrics", "str_metrics_task")
+    with pytest.raises(TypeError, match=r"^task 'nometrics' \(no_metrics_task\) lacks METRICS; a task module "
+                                        r"defines Settings, Params, METRICS and run\(case\)$"):
+        tasks.get("nometrics")
+    with pytest.raises(TypeError, match=r"^task 'strmetrics': METRICS\['x'\] is not a posbench.tasks.Metric$"):
+        tasks.get("strmetrics")
+    assert tasks.metrics_of("not-a-task") == {}
+
+
+def test_metrics_are_declared_once_with_families():
+    ext = tasks.get("extrapolation").METRICS
+    assert tasks.find_metric(ext, "ppl@sliding@512@s1") is ext["ppl@*"] and ext["ppl@*"].higher_is_better is False
+    assert tasks.find_metric(ext, "ppl_at_train_len").fmt == "ppl" and tasks.find_metric(ext, "nothing") is None
+    eff = tasks.get("efficiency").METRICS
+    assert (eff["train_wps"].higher_is_better, eff["train_wps"].fmt, eff["train_wps"].table) == (True, "count", True)
+    assert eff["train_wps_min"].higher_is_better is None and eff["peak_mem_train_bytes"].fmt == "bytes"
+    for name in tasks.names(include_hidden=True):  # every declaration of every task is a titled Metric
+        assert all(isinstance(m, tasks.Metric) and m.title for m in tasks.get(name).METRICS.values())
+
+
+def test_a_seed_spread_is_declared_with_its_metric_and_never_compared():
+    ext = tasks.get("extrapolation").METRICS
+    std = tasks.find_metric(ext, "ppl@nonoverlapping@64_std")  # not the ppl@* family itself
+    assert (std.title, std.fmt, std.higher_is_better) == ("Perplexity, std over seeds", "ppl", None)
+    assert tasks.find_metric(ext, "ppl_at_max_len_std").unit == "perplexity"
+    assert tasks.find_metric(ext, "nothing_std") is None and ext["n_seeds"].higher_is_better is None

@@ -7,13 +7,21 @@ A task module (``posbench/tasks/<name>.py``) defines:
   override are validated against it; unknown keys are rejected.
 - ``Params``: a pydantic model of one grid point (e.g. ``seq_len``); a suite's grid axes must be
   its fields, and every grid value is validated against the field.
-- ``METRICS``: ``{metric name: "unit, what it is"}``; a suite's ``metrics`` (the ones its table and
-  progress lines show) must be keys of it.
+- ``METRICS``: ``{metric name: Metric(...)}``, the one declaration of each metric's title, unit,
+  direction (higher is better, lower is better, or not compared) and number format; tables,
+  charts, progress lines and ``bench.py compare`` all read it. A key ``"ppl@*"`` declares a family
+  (``ppl@nonoverlapping@512``, ...). A suite's ``metrics`` (the ones its table and progress lines
+  show) must be keys of it.
 - ``run(case: Case) -> {"metrics": {name: number | None}, "series": {name: list | dict}}``. It
   runs in a worker process (``posbench.worker``), one case per process; with ``nproc`` > 1 (or
   under torchrun) on every rank at once, with the process group already joined
   (``posbench.distributed``), and rank 0's return value is the result. Raise ``Diverged`` for a
   non-finite loss; ``MemoryError`` / ``torch.cuda.OutOfMemoryError`` become status ``oom``.
+
+Optionally, a task whose suite ``methods`` are its own variants rather than position methods (the
+kernels task) also defines ``METHODS`` (the variant names) and ``unavailable(case) -> reason |
+None``. ``Task`` and ``VariantTask`` below are the typed form of this contract; ``get`` checks a
+module against it.
 
 Modules are imported lazily, so a worker imports only its own task (the test task does not
 import torch, which keeps the runner's tests fast). Names starting with ``_`` are test-only and
@@ -22,8 +30,8 @@ hidden from listings.
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
-from typing import Optional
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Literal, Optional, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,6 +42,75 @@ TASKS: dict[str, str] = {
     "kernels": "posbench.tasks.kernels",
     "_testing": "posbench.tasks._testing",
 }
+
+
+Format = Literal["count", "bytes", "ms", "ppl", "plain", "int"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric, declared once in its task's ``METRICS``.
+
+    ``higher_is_better``: True (words/s, TFLOP/s), False (memory, time, perplexity) or None
+    (counts and spreads such as ``n_params`` or ``train_wps_min``: shown, never compared).
+    ``fmt`` names a formatter of ``posbench.fmt`` (``count``: 25.8k; ``bytes``: binary units,
+    GiB/MiB; ``ms``/``plain``: 4 significant digits; ``ppl``: 2 decimals; ``int``).
+    ``table``: reports draw a table and chart of it even when the suite's ``metrics`` omit it.
+    """
+
+    title: str
+    unit: str
+    doc: str
+    higher_is_better: Optional[bool] = None
+    fmt: Format = "plain"
+    table: bool = False
+
+
+@runtime_checkable
+class Task(Protocol):
+    """What a task module provides (see the module docstring)."""
+
+    Settings: type  # a TaskSettings subclass
+    Params: type  # a pydantic model of one grid point
+    METRICS: dict[str, Metric]
+    run: Callable[[Any], dict]
+
+
+@runtime_checkable
+class VariantTask(Task, Protocol):
+    """A task whose suite ``methods`` are its own variants (kernels), not position methods."""
+
+    METHODS: Any  # the variant names (a dict or list)
+    unavailable: Callable[[Any], Optional[str]]
+
+
+SPREAD_SUFFIX = "_std"  # a seed-averaged metric m carries m_std: its spread over seeds
+
+
+def find_metric(metrics: dict[str, Metric], name: str) -> Optional[Metric]:
+    """The declaration of ``name``: its own key, else its family ``<head>@*`` (``ppl@sliding@512``).
+
+    ``<m>_std`` of a declared ``m`` is declared with it: same unit and format, never compared
+    (a spread is not better or worse by itself).
+    """
+    if name in metrics:
+        return metrics[name]
+    if name.endswith(SPREAD_SUFFIX):
+        base = find_metric(metrics, name[: -len(SPREAD_SUFFIX)])
+        if base is None:
+            return None
+        return replace(base, title=f"{base.title}, std over seeds", doc=f"sample std over seeds of: {base.doc}",
+                       higher_is_better=None, table=False)
+    head, at, _ = name.partition("@")
+    return metrics.get(f"{head}@*") if at else None
+
+
+def metrics_of(name: str) -> dict[str, Metric]:
+    """The ``METRICS`` of task ``name``; an empty dict for a task this installation does not know."""
+    try:
+        return get(name).METRICS
+    except KeyError:
+        return {}
 
 
 class Diverged(Exception):
@@ -66,8 +143,17 @@ def names(include_hidden: bool = False) -> list[str]:
     return sorted(n for n in TASKS if include_hidden or not n.startswith("_"))
 
 
-def get(name: str) -> ModuleType:
-    """The task module; an unknown name raises ``KeyError`` with the known ones."""
+def get(name: str) -> Task:
+    """The task module; an unknown name raises ``KeyError``, a module that breaks the contract a
+    one-line ``TypeError`` saying what it lacks."""
     if name not in TASKS:
         raise KeyError(name)
-    return importlib.import_module(TASKS[name])
+    module = importlib.import_module(TASKS[name])
+    if not isinstance(module, Task):
+        missing = [k for k in ("Settings", "Params", "METRICS", "run") if not hasattr(module, k)]
+        raise TypeError(f"task {name!r} ({TASKS[name]}) lacks {', '.join(missing)}; a task module defines "
+                        "Settings, Params, METRICS and run(case)")
+    bad = next((k for k, v in module.METRICS.items() if not isinstance(v, Metric)), None)
+    if bad is not None:
+        raise TypeError(f"task {name!r}: METRICS[{bad!r}] is not a posbench.tasks.Metric")
+    return module

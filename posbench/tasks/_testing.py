@@ -15,12 +15,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import Diverged, TaskSettings
+from . import Diverged, Metric, TaskSettings
 
 Behaviour = Literal["ok", "sleep", "raise", "crash", "kill", "oom", "alloc", "nan", "interrupt_once", "fail_rank"]
 
-METRICS = {"value": "the grid point's n times 1000", "pid": "the worker's process id",
-           "world_size": "ranks the case ran on (WORLD_SIZE)"}
+METRICS = {"value": Metric("Value", "", "the grid point's n times 1000", True),
+           "pid": Metric("Worker pid", "", "the worker's process id", None, "int"),
+           "world_size": Metric("Ranks", "", "ranks the case ran on (WORLD_SIZE)", None, "int")}
 
 
 class Settings(TaskSettings):

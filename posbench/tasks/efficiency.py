@@ -30,35 +30,50 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import PRESETS, ModelConfig
-from . import Diverged, TaskSettings
+from . import Diverged, Metric, TaskSettings
 
 # torch, numpy and the model are imported inside the functions that run a case: validating a
 # suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
 
+M = Metric  # the declarations below read as a table
 METRICS = {
-    "train_wps": "tokens/s, median over windows of full optimizer steps",
-    "train_wps_min": "tokens/s, slowest training window",
-    "train_wps_max": "tokens/s, fastest training window",
-    "eval_wps": "tokens/s, median over windows of no-grad forwards",
-    "eval_wps_min": "tokens/s, slowest evaluation window",
-    "eval_wps_max": "tokens/s, fastest evaluation window",
-    "peak_mem_train_bytes": "bytes; CUDA max_memory_allocated, CPU peak resident set, training phase",
-    "peak_mem_train_reserved_bytes": "bytes; CUDA max_memory_reserved in training (null on CPU)",
-    "peak_mem_eval_bytes": "bytes; as peak_mem_train_bytes, evaluation phase",
-    "peak_mem_eval_reserved_bytes": "bytes; CUDA max_memory_reserved in evaluation (null on CPU)",
-    "energy_j": "joules drawn by the GPU over the measured training windows (NVML; null without)",
-    "j_per_token": "joules per trained token (energy_j / tokens in the measured windows)",
-    "eval_energy_j": "joules over the measured evaluation windows (NVML; null without)",
-    "eval_j_per_token": "joules per evaluated token",
-    "train_loss": "mean loss of the last training window (random tokens: about ln(vocab))",
-    "mem_base_bytes": "bytes in use before both phases: model and data (CPU: also the Python and torch runtime)",
-    "peak_mem_train_bytes_mean": "bytes; peak_mem_train_bytes averaged over ranks (= it in one process)",
-    "peak_mem_eval_bytes_mean": "bytes; peak_mem_eval_bytes averaged over ranks",
-    "world_size": "data-parallel ranks; words/s and energy are totals over them",
-    "n_params": "parameters of the model",
-    "batch_size": "sequences per step: tokens_per_step // seq_len",
-    "tokens_per_step": "tokens per step actually used: batch_size * seq_len",
-    "threads": "torch CPU threads in the worker",
+    "train_wps": M("Training speed", "words/s", "tokens/s, median over windows of full optimizer steps",
+                   True, "count", table=True),
+    "train_wps_min": M("Training speed, slowest window", "words/s", "tokens/s, slowest training window", None, "count"),
+    "train_wps_max": M("Training speed, fastest window", "words/s", "tokens/s, fastest training window", None, "count"),
+    "eval_wps": M("Evaluation speed", "words/s", "tokens/s, median over windows of no-grad forwards",
+                  True, "count", table=True),
+    "eval_wps_min": M("Evaluation speed, slowest window", "words/s", "tokens/s, slowest evaluation window", None, "count"),
+    "eval_wps_max": M("Evaluation speed, fastest window", "words/s", "tokens/s, fastest evaluation window", None, "count"),
+    "peak_mem_train_bytes": M("Peak training memory", "bytes", "CUDA max_memory_allocated, CPU peak resident set, "
+                              "training phase", False, "bytes", table=True),
+    "peak_mem_train_reserved_bytes": M("Peak training memory reserved", "bytes",
+                                       "CUDA max_memory_reserved in training (null on CPU)", False, "bytes"),
+    "peak_mem_eval_bytes": M("Peak evaluation memory", "bytes", "as peak_mem_train_bytes, evaluation phase",
+                             False, "bytes", table=True),
+    "peak_mem_eval_reserved_bytes": M("Peak evaluation memory reserved", "bytes",
+                                      "CUDA max_memory_reserved in evaluation (null on CPU)", False, "bytes"),
+    "energy_j": M("Training energy", "J", "joules drawn by the GPU over the measured training windows "
+                  "(NVML; null without)", False),
+    "j_per_token": M("Training energy per token", "J/token", "joules per trained token "
+                     "(energy_j / tokens in the measured windows)", False),
+    "eval_energy_j": M("Evaluation energy", "J", "joules over the measured evaluation windows (NVML; null without)",
+                       False),
+    "eval_j_per_token": M("Evaluation energy per token", "J/token", "joules per evaluated token", False),
+    "train_loss": M("Training loss", "nats/token", "mean loss of the last training window "
+                    "(random tokens: about ln(vocab))"),
+    "mem_base_bytes": M("Base memory", "bytes", "in use before both phases: model and data (CPU: also the "
+                        "Python and torch runtime)", None, "bytes"),
+    "peak_mem_train_bytes_mean": M("Peak training memory, mean over ranks", "bytes",
+                                   "peak_mem_train_bytes averaged over ranks (= it in one process)", None, "bytes"),
+    "peak_mem_eval_bytes_mean": M("Peak evaluation memory, mean over ranks", "bytes",
+                                  "peak_mem_eval_bytes averaged over ranks", None, "bytes"),
+    "world_size": M("Ranks", "", "data-parallel ranks; words/s and energy are totals over them", None, "int"),
+    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+    "batch_size": M("Batch size", "sequences", "sequences per step: tokens_per_step // seq_len", None, "int"),
+    "tokens_per_step": M("Tokens per step", "tokens", "tokens per step actually used: batch_size * seq_len",
+                         None, "int"),
+    "threads": M("Threads", "", "torch CPU threads in the worker", None, "int"),
 }
 
 

@@ -20,21 +20,31 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..config import PRESETS
-from . import TaskSettings
+from . import Metric, TaskSettings
 
 # torch, the corpus and the model are imported inside the functions that run a case: validating a
 # suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
 
+M = Metric
 METRICS = {
-    "ppl_at_train_len": "perplexity at L_valid = L_train, non-overlapping",
-    "ppl_at_max_len": "perplexity at the longest L_valid, non-overlapping",
-    "best_ppl": "best achievable perplexity of the corpus (synthetic Markov source, long run), else null",
-    "best_ppl_eval": "perplexity of the true source on the evaluated tokens (synthetic), else null",
-    "final_train_loss": "training loss at the last step (nats/token)",
-    "train_steps": "optimizer steps",
-    "train_tokens": "tokens trained on",
-    "train_seconds": "wall-clock training time (s)",
-    "n_params": "parameters of the model",
+    "ppl_at_train_len": M("Perplexity at L_train", "perplexity", "perplexity at L_valid = L_train, non-overlapping",
+                          False, "ppl"),
+    "ppl_at_max_len": M("Perplexity at the longest L_valid", "perplexity",
+                        "perplexity at the longest L_valid, non-overlapping", False, "ppl"),
+    "ppl@*": M("Perplexity", "perplexity", "ppl@<mode>@<L_valid>[@interp]: perplexity of one evaluation",
+               False, "ppl"),
+    "best_ppl": M("Best achievable perplexity", "perplexity", "best achievable perplexity of the corpus "
+                  "(synthetic Markov source, long run), else null", None, "ppl"),
+    "best_ppl_eval": M("Source perplexity on the evaluated tokens", "perplexity",
+                       "perplexity of the true source on the evaluated tokens (synthetic), else null", None, "ppl"),
+    "final_train_loss": M("Final training loss", "nats/token", "training loss at the last step (nats/token)"),
+    "train_steps": M("Training steps", "steps", "optimizer steps", None, "int"),
+    "train_tokens": M("Training tokens", "tokens", "tokens trained on", None, "count"),
+    "train_seconds": M("Training time", "s", "wall-clock training time (s)"),
+    "reused_checkpoint": M("Reused checkpoint", "", "1 when the model came from the case's checkpoint", None, "int"),
+    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+    "n_seeds": M("Seeds", "", "seeds averaged (with `seeds`): every metric m is their mean, m_std the spread",
+                 None, "int"),
 }
 
 

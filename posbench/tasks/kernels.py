@@ -13,19 +13,36 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import TaskSettings
+from . import Metric, TaskSettings
 
 # The variants posbench.kernel_bench implements (it reads this list). Named here, and torch and
 # the kernels imported inside the functions, so that validating a suite imports no torch.
 METHODS = ["alibi_triton", "triton_no_bias", "sdpa_float_bias", "sdpa_causal", "flex_alibi"]
 
+M = Metric
 METRICS = {
-    "fwd_ms": "forward time (ms), median over reps", "bwd_ms": "backward time (ms), median",
-    "fwdbwd_ms": "forward + backward time (ms), median",
-    "fwd_tflops": "forward TFLOP/s (4*B*H*L^2*d, halved for causal)", "bwd_tflops": "backward TFLOP/s (2.5x forward FLOPs)",
-    "fwdbwd_tflops": "forward + backward TFLOP/s",
-    "peak_mem_bytes": "measured peak memory of one forward + backward (CUDA), else null",
-    "predicted_bias_bytes": "B*H*L^2*bytes: what a materialised bias would take",
+    "fwdbwd_ms": M("Kernel forward+backward time", "ms", "forward + backward time (ms), median", False, "ms", table=True),
+    "fwd_ms": M("Kernel forward time", "ms", "forward time (ms), median over reps", False, "ms", table=True),
+    "bwd_ms": M("Kernel backward time", "ms", "backward time (ms), median", False, "ms", table=True),
+    "fwdbwd_tflops": M("Kernel forward+backward throughput", "TFLOP/s", "forward + backward TFLOP/s", True,
+                       table=True),
+    "fwd_tflops": M("Kernel forward throughput", "TFLOP/s", "forward TFLOP/s (4*B*H*L^2*d, halved for causal)", True),
+    "bwd_tflops": M("Kernel backward throughput", "TFLOP/s", "backward TFLOP/s (2.5x forward FLOPs)", True),
+    "peak_mem_bytes": M("Kernel peak memory", "bytes", "measured peak memory of one forward + backward (CUDA), "
+                        "else null", False, "bytes", table=True),
+    "predicted_bias_bytes": M("Materialised bias size", "bytes", "B*H*L^2*bytes: what a materialised bias would take",
+                              None, "bytes"),
+    "fwd_ms_min": M("Kernel forward time, fastest rep", "ms", "forward time (ms), fastest rep", None, "ms"),
+    "fwd_ms_max": M("Kernel forward time, slowest rep", "ms", "forward time (ms), slowest rep", None, "ms"),
+    "bwd_ms_min": M("Kernel backward time, fastest rep", "ms", "backward time (ms), fastest rep", None, "ms"),
+    "bwd_ms_max": M("Kernel backward time, slowest rep", "ms", "backward time (ms), slowest rep", None, "ms"),
+    "fwdbwd_ms_min": M("Kernel forward+backward time, fastest rep", "ms", "fastest rep", None, "ms"),
+    "fwdbwd_ms_max": M("Kernel forward+backward time, slowest rep", "ms", "slowest rep", None, "ms"),
+    "flops_fwd": M("Forward FLOPs", "FLOP", "4*B*H*L^2*d, halved for causal", None, "count"),
+    "batch": M("Batch", "", "batch size of the point", None, "int"),
+    "heads": M("Heads", "", "attention heads of the point", None, "int"),
+    "seq_len": M("Sequence length", "tokens", "sequence length of the point", None, "int"),
+    "head_dim": M("Head dimension", "", "head dimension of the point", None, "int"),
 }
 
 

@@ -19,14 +19,25 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from . import Metric
 from .extrapolation import Settings as TrainEvalSettings
 from .extrapolation import checkpoint_path, eval_cell, open_corpus, trained_model
 
+M = Metric
 METRICS = {
-    "last_window_distinct@float16": "median over heads of distinct float16 bias values in the last window",
-    "last_window_distinct@bfloat16": "the same for bfloat16",
-    "last_window_distinct@float32": "the same for float32 (every position distinct)",
-    "ppl_diff_at_max_len": "perplexity with the bias in the compute dtype minus with a float32 bias, longest L_valid",
+    "last_window_distinct@float16": M("Distinct float16 bias values, last window", "values",
+                                      "median over heads of distinct float16 bias values in the last window",
+                                      True, "int"),
+    "last_window_distinct@bfloat16": M("Distinct bfloat16 bias values, last window", "values",
+                                       "the same for bfloat16", True, "int"),
+    "last_window_distinct@float32": M("Distinct float32 bias values, last window", "values",
+                                      "the same for float32 (every position distinct)", True, "int"),
+    "ppl_diff_at_max_len": M("Perplexity cost of the compute-dtype bias", "perplexity",
+                             "perplexity with the bias in the compute dtype minus with a float32 bias, "
+                             "longest L_valid", None, "ppl"),
+    "ppl_diff@*": M("Perplexity cost of the compute-dtype bias", "perplexity",
+                    "ppl_diff@<L_valid>: compute-dtype bias minus float32 bias", None, "ppl"),
+    "ppl@*": M("Perplexity", "perplexity", "ppl@<float32|compute>_bias@<L_valid>", False, "ppl"),
 }
 
 

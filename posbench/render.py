@@ -1,16 +1,25 @@
-"""Writing a ``Table`` as Markdown, CSV, LaTeX or an HTML fragment.
+"""Writing ``Table``s: Markdown, CSV, LaTeX, an HTML fragment, terminal text, and a run's own
+``table.md`` / ``table.csv``.
 
-All four show the same cell texts, so a number quoted from a paper draft (LaTeX) can be found in
-the Markdown summary and, through the HTML report, traced to its stored row.
+The one renderer of posbench: the end of a run and ``bench.py report`` both write through it.
+Every form shows the same cell texts, so a number quoted from a paper draft (LaTeX) can be found
+in the Markdown summary and, through the HTML report, traced to its stored row.
 """
 from __future__ import annotations
 
 import csv
 import html
 import io
+from pathlib import Path
 
-from .report_data import row_anchor
-from .report_tables import Table
+from .fsutil import atomic_write_text
+from .table import Table
+
+
+def row_anchor(run_id, case_id) -> str:
+    """The HTML id of a row in the report's appendix; table cells link to it."""
+    raw = f"row-{run_id}-{case_id}"
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in raw)
 
 
 def _grid(table: Table) -> list[list[str]]:
@@ -95,3 +104,44 @@ def to_html(table: Table) -> str:
         parts.append(f"<tr><th>{esc(row)}</th>{''.join(tds)}</tr>")
     parts.append("</tbody></table>")
     return "\n".join(parts)
+
+
+def to_text(table: Table) -> str:
+    """Aligned plain text for the terminal: the title, then the grid in padded columns."""
+    grid = _grid(table)
+    widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
+    lines = [table.title]
+    for r in grid:
+        lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]))
+    return "\n".join(lines) + "\n"
+
+
+# Columns of a run's table.csv: one line per cell, so tables with different columns share a file.
+CELL_COLUMNS = ["metric", "method", "column", "value", "ratio", "text", "status", "case_id", "run_id"]
+
+
+def cells_csv(tables: list[Table]) -> str:
+    """Every cell of ``tables``, one line each (``CELL_COLUMNS``): raw value, ratio and the text shown.
+
+    ``column`` is ``<axis>=<value>`` (``seq_len=512``); other grid parameters of a table are
+    in its ``metric`` field after the name (``fwd_ms head_dim=64``).
+    """
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    out.writerow(CELL_COLUMNS)
+    for t in tables:
+        rest = " ".join(f"{k}={v}" for k, v in t.extra.get("rest", {}).items())
+        for row in t.rows:
+            for col in t.columns:
+                c = t.cell(row, col)
+                out.writerow([f"{t.metric} {rest}".strip(), row, f"{t.column_header}={col}",
+                              "" if c.value is None else repr(c.value), "" if c.ratio is None else f"{c.ratio:.6g}",
+                              c.text, c.status, c.case_id or "", c.run_id or ""])
+    return buf.getvalue()
+
+
+def write_run_files(tables: list[Table], folder: Path, note: str = "") -> list[Path]:
+    """A run's ``table.md`` (``note``, then every table) and ``table.csv`` (``cells_csv``), atomically."""
+    md = (note + "\n\n" if note else "") + "\n".join(to_markdown(t) for t in tables)
+    return [atomic_write_text(Path(folder) / "table.md", md),
+            atomic_write_text(Path(folder) / "table.csv", cells_csv(tables))]

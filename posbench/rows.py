@@ -1,0 +1,307 @@
+"""The results a run folder holds, and the one way everything reads them.
+
+A run folder ``results/<suite>/<run-id>/`` holds::
+
+    run.json      what was run: suite, version, task, baseline, method order, metrics, settings, grid
+    env.json      where it ran: versions, git commit, CPU, GPU (posbench.env)
+    cases.jsonl   one JSON row per finished case, appended as cases end (ROW_KEYS)
+
+The runner (resume), ``bench.py report`` and ``bench.py compare`` all read through this module,
+so they agree on three rules:
+
+- **A row's shape** (``check_row``): a JSON object with ``case_id``, ``method``, ``status`` (strings),
+  ``params`` and ``metrics`` (objects; metric values are numbers or null). A row that breaks this
+  is a one-line ``RowsError`` naming the file and line.
+- **A torn last line** (a process killed mid-write) is skipped; a bad line anywhere else is an error.
+- **The latest row of a case** (``latest``): rows ordered by ``started_at`` (rows without one
+  first), ties kept in the order read; the last one wins. A retried case appends a newer row.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from .fsutil import atomic_write_text
+
+CASES_FILE = "cases.jsonl"
+ENV_FILE = "env.json"
+RUN_FILE = "run.json"
+RUN_FORMAT = 1  # run.json's own version: bump when its keys change meaning
+
+# Keys of a row, in the order the runner writes them.
+ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message", "metrics", "series",
+            "info", "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
+            "git_commit", "traceback")
+_REQUIRED = {"case_id": str, "method": str, "status": str, "params": dict, "metrics": dict}
+_OPTIONAL_DICTS = ("series", "settings", "info")
+# Used when a run was written before run.json existed (format 0): the suites' old default.
+LEGACY_BASELINE = "sinusoidal"
+
+
+class RowsError(ValueError):
+    """A folder holds no run, or a stored file cannot be read; the message names file and line."""
+
+
+# ---------------------------------------------------------------------------------------------
+# cases.jsonl
+
+
+def check_row(row: Any, where: str) -> dict:
+    """``row`` if it has the shape of a result row, else a ``RowsError`` saying what is wrong."""
+    if not isinstance(row, dict):
+        raise RowsError(f"{where}: expected a JSON object per line, got {type(row).__name__}")
+    for key, kind in _REQUIRED.items():
+        if key not in row:
+            raise RowsError(f"{where}: row has no {key!r}; a row needs {', '.join(_REQUIRED)}")
+        if not isinstance(row[key], kind):
+            raise RowsError(f"{where}: {key}: expected {'an object' if kind is dict else 'a string'}, "
+                            f"got {type(row[key]).__name__}")
+    for key in _OPTIONAL_DICTS:
+        if row.get(key) is not None and not isinstance(row[key], dict):
+            raise RowsError(f"{where}: {key}: expected an object, got {type(row[key]).__name__}")
+    for name, value in row["metrics"].items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise RowsError(f"{where}: metrics.{name}: expected a number or null, got {json.dumps(value)[:40]}")
+    return row
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """Every row of a ``cases.jsonl`` in file order; ``[]`` when the file does not exist yet.
+
+    A last line that is not JSON is a write cut short and is skipped (the runner cuts it off
+    before appending); a bad line before it raises ``RowsError`` naming file and line.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if lineno == last:
+                break
+            raise RowsError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
+        rows.append(check_row(row, f"{path}:{lineno}"))
+    return rows
+
+
+def _order(row: dict) -> str:
+    started = row.get("started_at")
+    return started if isinstance(started, str) else ""
+
+
+def latest(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r["case_id"]) -> dict[Any, dict]:
+    """``key(row)`` -> the latest row (module docstring); keys keep the order they first appear.
+
+    The default key is the case id (one run folder, or "this case, whichever run"); reports
+    use ``(run_id, case_id)`` so each run keeps its own row.
+    """
+    rows = list(rows)
+    first_seen = {}
+    for r in rows:
+        first_seen.setdefault(key(r), len(first_seen))
+    out: dict[Any, dict] = {}
+    for r in sorted(rows, key=_order):  # stable: equal times keep the order read
+        out[key(r)] = r
+    return dict(sorted(out.items(), key=lambda kv: first_seen[kv[0]]))
+
+
+def _finite(value):
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+# ---------------------------------------------------------------------------------------------
+# run.json
+
+
+@dataclass
+class RunMeta:
+    """What ``run.json`` records: enough to lay out tables and read ratios without the suite file."""
+
+    suite: str
+    version: int
+    task: str
+    baseline: Optional[str]
+    methods: list[str]
+    metrics: list[str]
+    settings: dict = field(default_factory=dict)
+    grid: dict = field(default_factory=dict)
+    profile: str = ""
+    device: str = ""
+    run_id: str = ""
+    posbench_version: str = ""
+    written_at: str = ""
+    format: int = RUN_FORMAT
+
+    @classmethod
+    def of_suite(cls, suite, device: str, run_id: str) -> "RunMeta":
+        """The record of a resolved ``posbench.suite.Suite`` about to run on ``device``."""
+        from . import __version__
+
+        settings = suite.settings.model_dump() if hasattr(suite.settings, "model_dump") else dict(suite.settings)
+        return cls(suite=suite.name, version=suite.version, task=suite.task, baseline=suite.baseline,
+                   methods=list(suite.methods), metrics=list(suite.metrics), settings=settings,
+                   grid={k: list(v) for k, v in suite.grid.items()}, profile=suite.profile, device=device,
+                   run_id=run_id, posbench_version=__version__,
+                   written_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def write_run_meta(run_dir: str | Path, meta: RunMeta) -> Path:
+    """``run_dir/run.json``, written atomically (a reader sees the old file or the new one)."""
+    return atomic_write_text(Path(run_dir) / RUN_FILE, json.dumps(asdict(meta), indent=2, default=str) + "\n")
+
+
+def read_run_meta(run_dir: str | Path) -> Optional[RunMeta]:
+    """The run's ``run.json``, or None for a run written before posbench kept one."""
+    path = Path(run_dir) / RUN_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RowsError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise RowsError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    known = {f.name for f in fields(RunMeta)}
+    missing = [k for k in ("suite", "version", "task", "baseline", "methods", "metrics") if k not in data]
+    if missing:
+        raise RowsError(f"{path}: no {missing[0]!r}; run.json needs suite, version, task, baseline, methods, metrics")
+    if not isinstance(data["methods"], list) or not isinstance(data["metrics"], list):
+        raise RowsError(f"{path}: methods and metrics must be lists")
+    return RunMeta(**{k: v for k, v in data.items() if k in known})
+
+
+# ---------------------------------------------------------------------------------------------
+# env.json and hardware labels
+
+
+def read_env(run_dir: str | Path) -> dict:
+    path = Path(run_dir) / ENV_FILE
+    if not path.is_file():
+        return {}
+    try:
+        env = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RowsError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    return env if isinstance(env, dict) else {}
+
+
+def gpu_name(env: dict) -> Optional[str]:
+    """The GPU model NVML reported, or None when NVML was unavailable (CPU runs)."""
+    nvml = env.get("nvml")
+    if isinstance(nvml, dict):
+        name = nvml.get("name")
+        if isinstance(name, list):  # several GPUs: they are the same model in any sane run
+            name = name[0] if name else None
+        return str(name) if name else None
+    return None
+
+
+def cpu_model(env: dict) -> Optional[str]:
+    """The CPU model from env.json, which may store it as a string or as a dict."""
+    cpu = env.get("cpu")
+    if isinstance(cpu, dict):
+        for key in ("model", "name", "brand"):
+            if cpu.get(key):
+                return str(cpu[key])
+        return None
+    return str(cpu) if cpu else None
+
+
+def hardware_label(env: dict, device: Optional[str]) -> str:
+    """A short machine name for captions and for splitting tables: the GPU, else the CPU."""
+    gpu = gpu_name(env)
+    if gpu and str(device or "").startswith("cuda"):
+        return gpu
+    cpu = cpu_model(env)
+    if cpu:
+        return f"CPU ({cpu})" if not gpu else f"{device} ({cpu})"
+    return str(device or "unknown device")
+
+
+# ---------------------------------------------------------------------------------------------
+# Several run folders as one table of rows (reports, compare)
+
+
+def find_run_dirs(path: str | Path) -> list[Path]:
+    """Run folders at or below ``path``: every folder that holds a ``cases.jsonl``, sorted.
+
+    Accepting a parent folder lets users pass ``results/efficiency`` or a downloaded artifact
+    without knowing the run id inside it.
+    """
+    path = Path(path)
+    if (path / CASES_FILE).is_file():
+        return [path]
+    if not path.is_dir():
+        raise RowsError(f"{path}: no such folder")
+    found = sorted(p.parent for p in path.rglob(CASES_FILE))
+    if not found:
+        raise RowsError(f"{path}: no {CASES_FILE} in this folder or below it")
+    return found
+
+
+@dataclass
+class Runs:
+    """Rows of several run folders: ``rows`` a DataFrame (one line per case and run, the stored
+    keys plus ``source``, the run folder, and ``hardware``, a machine label), ``envs`` and
+    ``metas`` each keyed by ``source`` (``metas[source]`` is None for a run without run.json)."""
+
+    rows: Any  # pandas.DataFrame
+    envs: dict[str, dict]
+    metas: dict[str, Optional[RunMeta]]
+
+    def meta_of(self, sources: Iterable[str]) -> Optional[RunMeta]:
+        """The run.json of the first of ``sources`` that has one (shards of a run share it)."""
+        for s in sources:
+            if self.metas.get(s) is not None:
+                return self.metas[s]
+        return None
+
+
+def load_runs(dirs) -> Runs:
+    """Merge the runs stored in ``dirs`` (run folders or folders above them).
+
+    Each (run_id, case_id) keeps its latest row (a resumed run, or shards that overlap); the
+    same case in different runs is kept, one row per run.
+    """
+    import pandas as pd  # only readers of several runs need it; the runner does not
+
+    if isinstance(dirs, (str, Path)):
+        dirs = [dirs]
+    run_dirs: list[Path] = []
+    for d in dirs:
+        for run_dir in find_run_dirs(d):
+            if run_dir not in run_dirs:
+                run_dirs.append(run_dir)
+    records, envs, metas = [], {}, {}
+    for run_dir in run_dirs:
+        source = str(run_dir)
+        env, meta = read_env(run_dir), read_run_meta(run_dir)
+        envs[source], metas[source] = env, meta
+        for row in read_rows(run_dir / CASES_FILE):
+            row = dict(row)
+            for key in ("series", "settings", "info"):
+                if not isinstance(row.get(key), dict):
+                    row[key] = {}
+            row["metrics"] = {k: _finite(v) for k, v in row["metrics"].items()}
+            row.setdefault("run_id", run_dir.name)
+            row.setdefault("task", meta.task if meta else None)
+            row.setdefault("suite", meta.suite if meta else run_dir.parent.name)
+            row["source"] = source
+            row["hardware"] = hardware_label(env, row.get("device"))
+            records.append(row)
+    records = list(latest(records, key=lambda r: (r["run_id"], r["case_id"])).values())
+    frame = pd.DataFrame.from_records(records)
+    for column in ROW_KEYS + ("source", "hardware"):
+        if column not in frame.columns:
+            frame[column] = None
+    return Runs(frame.reset_index(drop=True), envs, metas)
