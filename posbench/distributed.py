@@ -86,9 +86,9 @@ def teardown(sync: bool = True) -> None:
     if d is not None:
         if sync:
             d.barrier()
-        # Objects of the finished work that hold the group (a DistributedDataParallel's reducer
-        # in a reference cycle, a failed collective's Work in a traceback) go now, while the
-        # interpreter is whole; otherwise they die during its shutdown (see ``_leave_at_exit``).
+        # Whatever of the finished work still holds the group or its Work objects through a
+        # reference cycle (a failed collective's exception and traceback, for one) goes now,
+        # while the interpreter is whole, not during its shutdown (see ``_leave_at_exit``).
         gc.collect()
         d.destroy_process_group()
 
