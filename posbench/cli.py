@@ -43,7 +43,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", required=True, help="suite name (suites/NAME.yaml) or path to a YAML file")
     p.add_argument("--profile", help="profile of the suite (default: cpu on a CPU, gpu on CUDA)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available, else cpu")
-    p.add_argument("--methods", help="comma-separated subset of the suite's methods")
+    p.add_argument("--methods", help="comma-separated methods to run: the suite's, or any registered one "
+                                      "(a plugin from --methods-dir too), which joins this run and its table")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting (VALUE is YAML: 3, bfloat16, [64, 128]); grid.AXIS=[...] "
                         "replaces a grid axis (repeatable)")
@@ -128,7 +129,7 @@ def _under_torchrun(suite, device, dry_run: bool) -> bool:
 
 def cmd_run(args) -> int:
     from . import distributed
-    from .runner import Interrupted, RanksOutOfStep, default_run_id, parse_shard, plan, run_suite
+    from .runner import Interrupted, RanksOutOfStep, default_run_id, parse_shard, plan, run_suite, with_methods
 
     _load_methods_dirs(args)
     suite, device = _resolve(args)
@@ -140,6 +141,7 @@ def cmd_run(args) -> int:
 
         suite.methods = suitemod.expand_methods(suite.methods + ["all"], tasks.get(suite.task))
         methods = suitemod.expand_methods(methods, tasks.get(suite.task))
+    suite = with_methods(suite, methods)  # a method the suite does not list joins this run's table
     shard = parse_shard(args.shard) if args.shard else None
     in_process = _under_torchrun(suite, device, args.dry_run)
     if args.dry_run:
@@ -255,6 +257,38 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    """Every conformance check on one method, one line each; exit 0 only when none failed."""
+    from . import registry
+
+    _load_methods_dirs(args)
+    origin = registry.require(args.method)  # an unknown name: one line with "did you mean"
+    from . import testing
+
+    print(f"conformance of {args.method} ({origin}) on {args.device}:")
+    results = testing.run_all(args.method, device=args.device)
+    counts = {"pass": 0, "FAIL": 0, "unavailable": 0}
+    for key, outcome in results.items():
+        if outcome is None:
+            state, why = "pass", ""
+        elif outcome.startswith(testing.UNAVAILABLE):
+            state, why = "unavailable", outcome.removeprefix(testing.UNAVAILABLE)
+        else:
+            state, why = "FAIL", outcome.removeprefix(f"{args.method}: ")
+        counts[state] += 1
+        print(f"  {key:<26} {state}" + (f": {why}" if why else ""))
+    print(f"{counts['pass']} passed, {counts['FAIL']} failed, {counts['unavailable']} unavailable here")
+    # Unavailable checks say what this machine cannot run; they fail nothing, but a method
+    # with no check run at all has not been shown to work.
+    return 0 if counts["FAIL"] == 0 and counts["pass"] > 0 else 1
+
+
+def _add_check(p):
+    p.add_argument("method", help="a registered method name (see: bench.py list)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to run the checks (default: cpu)")
+    _common(p)
+
+
 def _add_validate(p):
     p.add_argument("suite", help="suite name or path")
     _common(p)
@@ -276,6 +310,9 @@ COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
     "list": ("list methods (with availability) and suites", _add_list, cmd_list,
              "examples:\n  python bench.py list\n  python bench.py list --check\n"
              "  python bench.py list --methods-dir ~/my_methods\n"),
+    "check": ("run the conformance checks on one method (float32 and bfloat16)", _add_check, cmd_check,
+              "examples:\n  python bench.py check alibi\n  python bench.py check mine --methods-dir ~/my_methods\n"
+              "exit status: 0 when no check failed, 1 when one did (or none could run here)\n"),
 }
 
 

@@ -1,4 +1,5 @@
-"""The model's shape: ``ModelConfig``, the presets, and ``model_config(preset, ...)``.
+"""The model's shape (``ModelConfig``, the presets, ``model_config(preset, ...)``) and the retrieval
+probes' (``ProbeConfig``).
 
 Plain dataclasses without torch, so that validating a suite (which checks a preset name and
 ``model_overrides`` keys) stays fast; ``posbench.method`` and ``posbench.model`` re-export them.
@@ -71,3 +72,27 @@ def model_config(preset: str, method: str = "sinusoidal", **overrides) -> ModelC
     if unknown:
         raise ValueError(f"unknown model option(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
     return ModelConfig(**{**PRESETS[preset], "method": method, **overrides})
+
+
+# ---------------------------------------------------------------------------------------------
+# Retrieval probe shapes (posbench.probes builds the examples; the retrieval task's settings
+# check their consistency with this class when a suite is validated, without numpy)
+
+PROBES = ("passkey", "mqar", "copy", "reverse")
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    n_symbols: int = 16  # alphabet of keys, values and segments ("digits")
+    key_len: int = 5  # passkey: symbols in the key
+    n_pairs: int = 8  # mqar: key-value pairs
+    n_queries: int = 4  # mqar: queried keys (distinct, <= n_pairs)
+    segment_len: int = 8  # copy / reverse: symbols in the segment
+    filler_len: int = 5  # tokens in the repeated filler phrase
+
+    def __post_init__(self):
+        if self.n_symbols < 2 or self.key_len < 1 or self.segment_len < 1 or self.filler_len < 1:
+            raise ValueError("probes: need n_symbols >= 2 and key_len, segment_len, filler_len >= 1")
+        if not 1 <= self.n_queries <= self.n_pairs <= self.n_symbols:
+            raise ValueError(f"probes: need 1 <= n_queries <= n_pairs <= n_symbols, got n_queries={self.n_queries}, "
+                             f"n_pairs={self.n_pairs}, n_symbols={self.n_symbols}")

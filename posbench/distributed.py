@@ -15,6 +15,8 @@ What the helpers guarantee:
 """
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 from datetime import timedelta
 from typing import Sequence
@@ -69,6 +71,10 @@ def init_from_env(device: str, timeout_s: float | None = None) -> bool:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     kwargs = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
     dist.init_process_group(backend=backend, **kwargs)
+    # A rank that leaves without ``teardown`` (a case failed on it alone, an exception) must still
+    # destroy the group before the interpreter shuts down: see ``_leave_at_exit``.
+    atexit.unregister(_leave_at_exit)  # once, however often a group is joined
+    atexit.register(_leave_at_exit)
     return True
 
 
@@ -80,7 +86,27 @@ def teardown(sync: bool = True) -> None:
     if d is not None:
         if sync:
             d.barrier()
+        # Whatever of the finished work still holds the group or its Work objects through a
+        # reference cycle (a failed collective's exception and traceback, for one) goes now,
+        # while the interpreter is whole, not during its shutdown (see ``_leave_at_exit``).
+        gc.collect()
         d.destroy_process_group()
+
+
+def _leave_at_exit() -> None:
+    """atexit: destroy a process group that is still there (no barrier: peers may be gone).
+
+    Why: gloo runs collectives on worker threads of its own. A process that exits with the
+    group alive (a rank whose case failed alone returns without ``teardown``; a peer waits for
+    it in a collective) leaves those threads holding work with tensors owned by Python; they are
+    released while the interpreter finalizes, a thread then cannot take the GIL, and the C++
+    runtime aborts the process ("terminate called without an active exception", SIGABRT).
+    Destroying the group here joins those threads while Python is still whole.
+    """
+    try:
+        teardown(sync=False)
+    except Exception:  # exiting anyway; a group that cannot be destroyed is not worth a traceback
+        pass
 
 
 def barrier() -> None:

@@ -7,7 +7,10 @@ separated). Packages expose classes through the entry-point group ``posbench.met
 
 Listing names (``bench.py list``, checking a suite's ``methods``) reads the files instead of
 importing them (``listing``): a method file imports torch, and the commands that only list or
-validate answer in well under a second without it. ``get`` and ``build`` import.
+validate answer in well under a second without it. ``get`` and ``build`` import the one file
+that defines the name asked for, so a broken plugin file costs only the commands that use it:
+``listing`` skips a file it can neither read nor import with a one-line warning naming it, and
+``get`` of a name in that file raises the import error.
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ _ORIGINS: dict[str, str] = {}
 _SCANNED: set[str] = set()
 _discovered = False
 _extra_dirs: list[Path] = []
+_BROKEN: dict[str, str] = {}  # file -> why it cannot be loaded (warned about once)
 
 
 def _origin(cls: type) -> str:
@@ -93,6 +97,9 @@ def _import_file(path: Path) -> None:
         raise
     except Exception as exc:  # a broken plugin must say which file broke
         sys.modules.pop(module_name, None)
+        _SCANNED.discard(str(path))  # asking again says why again
+        for name in [n for n, o in _ORIGINS.items() if o == str(path)]:
+            unregister(name)  # classes registered before the error: the file did not load
         raise RegistryError(f"error importing method file {path}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -110,11 +117,34 @@ def scan_dir(folder: str | os.PathLike) -> None:
 
 
 def add_methods_dir(folder: str | os.PathLike) -> None:
-    """Scan ``folder`` now and on every later discovery (the CLI's ``--methods-dir``)."""
+    """Look in ``folder`` too from now on (the CLI's ``--methods-dir``); its files are read when
+    names are listed and imported when one of their methods is used, not here."""
     folder = Path(folder)
+    _method_files(folder)  # a missing folder is an error now, where the user typed it
     if folder not in _extra_dirs:
         _extra_dirs.append(folder)
-    scan_dir(folder)
+
+
+def _skip_broken(path: Path, why: str) -> None:
+    """Remember a file that cannot be loaded and say so once, on one line, naming the file."""
+    where = str(path.resolve())
+    if where not in _BROKEN:
+        _BROKEN[where] = why
+        print(f"warning: method file {where} skipped: {why}", file=sys.stderr)
+
+
+def _try_import(path: Path) -> bool:
+    """Import a method file; a file that fails is skipped with a warning (False). Two files
+    claiming one name stay an error: which of them is meant cannot be guessed."""
+    try:
+        _import_file(path)
+        return True
+    except RegistryError as exc:
+        if str(exc).startswith("duplicate method name"):
+            raise
+        cause = exc.__cause__
+        _skip_broken(path, f"{type(cause).__name__}: {cause}" if cause else str(exc))
+        return False
 
 
 def _folders() -> list[Path]:
@@ -138,12 +168,14 @@ def _load_entry_points() -> None:
 
 
 def discover(force: bool = False) -> dict[str, type[PositionMethod]]:
-    """Scan built-in, extra and entry-point methods once; return name -> class."""
+    """Import built-in, extra and entry-point methods once (skipping, with a warning, files
+    that fail to import); return name -> class."""
     global _discovered
     if _discovered and not force:
         return dict(_METHODS)
     for folder in _folders():
-        scan_dir(folder)
+        for path in _method_files(folder):
+            _try_import(path)
     _load_entry_points()
     _discovered = True
     return dict(_METHODS)
@@ -201,6 +233,17 @@ def _parse_names(path: Path, mtime_ns: int, size: int) -> list[str] | None:
     return names
 
 
+def _syntax_error(path: Path) -> str | None:
+    """``SyntaxError: invalid syntax (line 3)`` when the file does not parse, else None."""
+    try:
+        ast.parse(path.read_bytes(), str(path))
+    except SyntaxError as exc:
+        return f"{type(exc).__name__}: {exc.msg} (line {exc.lineno})"
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def listing() -> dict[str, str]:
     """name -> origin (the file) of every method, by name; a duplicate name is an error naming both.
 
@@ -212,7 +255,12 @@ def listing() -> dict[str, str]:
             where = str(path.resolve())
             literal = _literal_names(path)
             if literal is None:
-                _import_file(path)
+                syntax = _syntax_error(path)
+                if syntax:  # importing it would fail the same way
+                    _skip_broken(path, syntax)
+                    continue
+                if not _try_import(path):
+                    continue
                 literal = [name for name, o in _ORIGINS.items() if o == where]
             for name in literal:
                 if found.get(name, where) != where:
@@ -238,7 +286,8 @@ def names() -> list[str]:
 def _unknown(name: str, known: list[str]) -> RegistryError:
     close = difflib.get_close_matches(str(name), known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return RegistryError(f"unknown method {name!r}{hint}; known methods: {', '.join(known)}")
+    broken = f"; skipped (cannot load): {', '.join(_BROKEN)}" if _BROKEN else ""
+    return RegistryError(f"unknown method {name!r}{hint}; known methods: {', '.join(known)}{broken}")
 
 
 def require(name: str) -> str:
@@ -266,11 +315,18 @@ def origin(name: str) -> str:
 
 
 def get(name: str) -> type[PositionMethod]:
-    """The class registered as ``name``; an unknown name lists the known ones with a suggestion."""
-    methods = discover()
-    if name in methods:
-        return methods[name]
-    raise _unknown(name, sorted(methods))
+    """The class registered as ``name``, importing only the file that defines it; an unknown name
+    lists the known ones with a suggestion. A file that fails to import raises, naming it."""
+    if name in _METHODS:
+        return _METHODS[name]
+    where = require(name)
+    if Path(where).is_file():
+        _import_file(Path(where))
+    if name not in _METHODS:  # registered under a name reading could not see: import everything
+        discover()
+    if name in _METHODS:
+        return _METHODS[name]
+    raise _unknown(name, sorted(_METHODS))
 
 
 def build(cfg: ModelConfig) -> PositionMethod:

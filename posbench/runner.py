@@ -31,6 +31,7 @@ fresh worker process and its own row (``round`` 1..k); resume and ``retry_failed
 """
 from __future__ import annotations
 
+import difflib
 import errno
 import fcntl
 import json
@@ -364,14 +365,33 @@ def in_shard(cases: list[Case], shard: tuple[int, int] | None) -> list[Case]:
     return [c for k, c in enumerate(cases) if k % n == i]
 
 
+def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
+    """The suite with ``--methods`` names it does not list appended, for this run: any registered
+    method (a plugin from ``--methods-dir`` or ``POSBENCH_METHODS_PATH`` too) runs in the same
+    run folder and table as the suite's own. A task that compares its own variants (``METHODS``)
+    takes only those. An unknown name is one line with a "did you mean"."""
+    import dataclasses
+
+    from . import registry, tasks
+
+    extra = [m for m in dict.fromkeys(methods or []) if m not in suite.methods]
+    if not extra:
+        return suite
+    own = getattr(tasks.get(suite.task), "METHODS", None)
+    known = list(own) if own is not None else registry.names()
+    for name in extra:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SuiteError(f"--methods: unknown method {name!r}{hint}; allowed: the suite's methods "
+                             f"or any registered one: {', '.join(known)}")
+    return dataclasses.replace(suite, methods=suite.methods + extra)
+
+
 def _select(suite: Suite, device: str, methods: list[str] | None, methods_dirs: list[str], run_id: str,
             shard: tuple[int, int] | None) -> list[Case]:
     check_name(run_id, "--run-id")
-    if methods:
-        unknown = [m for m in methods if m not in suite.methods]
-        if unknown:
-            raise SuiteError(f"--methods: {unknown[0]}: not a method of suite {suite.name!r}; "
-                             f"allowed: {', '.join(suite.methods)}")
+    suite = with_methods(suite, methods)  # a name the suite does not list joins it (or is refused)
     return [c for c in in_shard(suite.cases(device, run_id, methods_dirs), shard)
             if not methods or c.method in methods]
 
@@ -432,6 +452,14 @@ def make_row(case: Case, result: dict, started: datetime, duration: float, commi
     return {k: row[k] for k in ROW_KEYS}
 
 
+def is_terminal(stream) -> bool:
+    """Whether ``stream`` is an interactive terminal (a progress bar can redraw in place)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 def run_suite(*args, **kwargs) -> RunResult:
     """Run the suite (see ``_run_suite``) holding the run folder's lock, released at the end."""
     held: list[int] = []
@@ -470,6 +498,7 @@ def _run_suite(
         run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         run_id = _broadcast(run_id, in_process)  # the clocks of ranks may straddle a second
     run_dir = Path(results) / suite.name / run_id
+    suite = with_methods(suite, methods)  # so the rows of added methods are this run's rows too
     methods_dirs = [str(Path(d).resolve()) for d in methods_dirs or []]
     todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)  # checks first
     if main:
@@ -497,8 +526,10 @@ def _run_suite(
         _record_machine(run_dir, "start", device)
     out = RunResult(run_dir, run_id, skipped=len(done))
     rounds = max((rounds_of(c) for c, _r in todo), default=1)
+    # The bar redraws one line with carriage returns: on a terminal. In a log (output not a
+    # terminal) those frames pile up, so there the per-case lines of ``on_row`` are the progress.
     bar = tqdm(total=len(todo), desc=suite.name, unit="round" if rounds > 1 else "case", file=sys.stderr,
-               disable=not progress or not main)
+               disable=not progress or not main or not is_terminal(sys.stderr))
     try:
         for i, (case, rnd) in enumerate(todo):
             started, t0 = datetime.now(timezone.utc), time.perf_counter()

@@ -405,12 +405,14 @@ def find(ref: str | Path) -> Path:
     path = Path(ref)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
-            raise SuiteError(f"{path}: <file>: no such file; allowed: a suite name ({', '.join(names())}) or a path")
+            raise SuiteError(f"{path}: no such file; allowed: a suite name ({', '.join(names())}) or a path")
         return path
     candidate = SUITES_DIR / f"{ref}.yaml"
     if candidate.is_file():
         return candidate
-    raise SuiteError(f"{ref}: <file>: no such suite; allowed: a suite name ({', '.join(names())}) or a path")
+    close = difflib.get_close_matches(str(ref), names(), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise SuiteError(f"no such suite {str(ref)!r}{hint}; allowed: a suite name ({', '.join(names())}) or a path")
 
 
 def display_path(path: Path) -> str:

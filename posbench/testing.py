@@ -2,7 +2,8 @@
 
 ``tests/test_conformance.py`` runs every check on every method the registry finds, so a plugin
 dropped into ``methods/`` is tested the moment it exists. A check raises ``ConformanceError``
-with a message that names the method and what went wrong; use ``run_all`` outside pytest.
+with a message that names the method and what went wrong; use ``run_all`` outside pytest, or
+``python bench.py check METHOD``, which prints its outcome one line per check.
 
 The kit's model has 3 heads of dimension 32: an odd head count catches slope and reshape
 mistakes, and 32 is the smallest head dimension fused kernels must support.
@@ -237,20 +238,44 @@ CHECKS: dict[str, Callable] = {
 DTYPES = (torch.float32, torch.bfloat16)
 
 
+UNAVAILABLE = "unavailable: "  # how run_all marks a check the method cannot run here
+
+
 def run_all(method: str, device="cpu", dtypes=DTYPES) -> dict[str, str | None]:
-    """Every check in every dtype: ``{"causal/float32": None or the failure or the skip reason}``."""
+    """Every check in every dtype, never raising: ``{"causal/float32": outcome}`` where the
+    outcome is ``None`` when the check passed, ``"unavailable: <the method's reason>"`` when the
+    method does not run in that dtype on ``device`` (nothing was checked), and otherwise the
+    failure, one line. Whatever the plugin raises (in ``__init__``, in ``unavailable``, on
+    import) is that check's failure, ``"<ExcType>: <message>"``, not a crash of the kit."""
     out: dict[str, str | None] = {}
     for dtype in dtypes:
         dname = str(dtype).removeprefix("torch.")
-        reason = unavailable(method, dtype, device)
+        try:
+            reason = unavailable(method, dtype, device)
+            broken = None
+        except Exception as exc:  # e.g. the method file does not import
+            reason, broken = None, _one_line(exc)
         for name, fn in CHECKS.items():
             key = f"{name}/{dname}"
-            if reason:
-                out[key] = f"unavailable: {reason}"
-                continue
-            try:
-                fn(method, dtype, device)
-                out[key] = None
-            except ConformanceError as exc:
-                out[key] = str(exc)
+            if broken:
+                out[key] = broken
+            elif reason:
+                out[key] = UNAVAILABLE + reason
+            else:
+                out[key] = _outcome(fn, method, dtype, device)
     return out
+
+
+def _outcome(fn: Callable, method: str, dtype, device) -> str | None:
+    try:
+        fn(method, dtype, device)
+        return None
+    except ConformanceError as exc:
+        return str(exc)
+    except Exception as exc:  # a plugin that raises fails the check; the other checks still run
+        return f"{method}: {_one_line(exc)}"
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")

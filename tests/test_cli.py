@@ -104,7 +104,8 @@ print("RESULT", code, heavy)
 
 
 @pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["list"], ["schema"], ["validate", "efficiency"],
-                                  ["validate", "extrapolation"], ["validate", "precision"], ["validate", "kernels"]],
+                                  ["validate", "extrapolation"], ["validate", "precision"], ["validate", "kernels"],
+                                  ["validate", "decode"], ["validate", "retrieval"]],
                          ids=" ".join)
 def test_startup_commands_import_no_torch(args):
     env = {k: v for k, v in os.environ.items() if k != "POSBENCH_METHODS_PATH"}

@@ -189,3 +189,31 @@ def test_bad_shard_is_one_line(tmp_path, capsys):
     path = _suite(tmp_path, ["sinusoidal"])
     assert cli.main(["--suite", str(path), "--shard", "2/2", "--dry-run"]) == cli.EXIT_USAGE
     assert "--shard: '2/2': shard index out of range" in capsys.readouterr().err
+
+
+LEAVE_WITHOUT_TEARDOWN = """
+import atexit, os, sys
+import torch.distributed as dist
+from posbench import distributed
+# Registered before the group exists, so it runs after posbench's exit handler (atexit is LIFO).
+atexit.register(lambda: print("initialized at exit:", dist.is_initialized(), flush=True))
+distributed.init_from_env("cpu", timeout_s=30)
+distributed.all_reduce_sum([1.0])  # a collective ran: gloo's threads have had work
+sys.exit(3 if os.environ["RANK"] == "1" else 0)  # rank 1 leaves as a failed worker rank does
+"""
+
+
+def test_a_rank_that_leaves_without_teardown_destroys_its_group_before_python_shuts_down(tmp_path):
+    """Rank 1 exits (like a worker rank whose case failed alone) without calling ``teardown``:
+    the group is destroyed at exit while the interpreter is whole, not torn down during its
+    finalization (where gloo's threads could abort the process: SIGABRT)."""
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", LEAVE_WITHOUT_TEARDOWN], cwd=tmp_path, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", RANK=str(r),
+                                       LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port)))
+             for r in range(WORLD)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 3], outs
+    assert all("initialized at exit: False" in out for out in outs), outs

@@ -27,6 +27,7 @@ def clean_registry():
     for name in set(registry._METHODS) - before:
         registry.unregister(name)
     registry._extra_dirs.clear()
+    registry._BROKEN.clear()
 
 
 def write_plugin(folder, filename, name, cls="Plugin"):
@@ -51,8 +52,9 @@ def test_extra_folder_from_environment(tmp_path, monkeypatch, clean_registry):
 
 def test_duplicate_name_names_both_files(tmp_path, clean_registry):
     write_plugin(tmp_path / "dup", "again.py", "alibi")
+    registry.add_methods_dir(tmp_path / "dup")  # read when names are wanted, not here
     with pytest.raises(registry.RegistryError) as err:
-        registry.add_methods_dir(tmp_path / "dup")
+        registry.names()
     msg = str(err.value)
     assert "duplicate method name 'alibi'" in msg
     assert "methods/alibi.py" in msg and "dup/again.py" in msg
@@ -139,3 +141,34 @@ def test_listing_finds_a_duplicate_without_importing(tmp_path, monkeypatch, clea
 
 def test_listing_agrees_with_importing_for_the_builtin_methods():
     assert {name: registry.origin(name) for name in registry.discover()} == registry.listing()
+
+
+def test_a_broken_plugin_file_is_skipped_with_a_one_line_warning(tmp_path, monkeypatch, capsys, clean_registry):
+    """A file that does not parse, and one that parses but fails to import (its name cannot be
+    read), are skipped by listing with a warning naming each; the other methods still work."""
+    write_plugin(tmp_path / "mixed", "good.py", "good_method")
+    (tmp_path / "mixed" / "syntax.py").write_text("def oops(:\n")
+    (tmp_path / "mixed" / "fails.py").write_text(PLUGIN.format(cls="P", name="x").replace('name = "x"', 'name = "a" + "b"')
+                                                 + "raise RuntimeError('boom at import')\n")
+    monkeypatch.setenv(registry.ENV_PATH, str(tmp_path / "mixed"))
+    found = registry.listing()
+    assert "good_method" in found and "alibi" in found
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"warning: method file {tmp_path / 'mixed' / 'fails.py'} skipped: RuntimeError: boom at import",
+                   f"warning: method file {tmp_path / 'mixed' / 'syntax.py'} skipped: SyntaxError: invalid syntax (line 1)"]
+    registry.listing()
+    assert capsys.readouterr().err == ""  # once per file
+    assert registry.get("good_method").name == "good_method"
+    with pytest.raises(registry.RegistryError, match=r"unknown method 'ab'; .*skipped \(cannot load\): .*fails.py"):
+        registry.get("ab")
+
+
+def test_get_imports_only_the_file_that_defines_the_name(tmp_path, monkeypatch, clean_registry):
+    write_plugin(tmp_path / "two", "used.py", "used_method")
+    other = write_plugin(tmp_path / "two", "other.py", "other_method")
+    other.write_text(other.read_text() + "raise RuntimeError('imported')\n")  # importing it would fail
+    monkeypatch.setenv(registry.ENV_PATH, str(tmp_path / "two"))
+    assert registry.get("used_method").name == "used_method"
+    assert str(other.resolve()) not in registry._SCANNED
+    with pytest.raises(registry.RegistryError, match=r"error importing method file .*other.py: RuntimeError: imported"):
+        registry.get("other_method")  # the method asked for is broken: that is an error naming its file

@@ -3,7 +3,9 @@
 Cases use the test-only task ``_testing`` (its workers do not import torch), and each test spawns
 as few workers as it can: every status comes from one run.
 """
+import io
 import json
+import sys
 import textwrap
 
 import pytest
@@ -142,9 +144,36 @@ def test_fresh_and_explicit_run_ids(tmp_path):
     assert runner.default_run_id(suite, "cpu") == f"default-cpu-{suite.fingerprint()}"
     todo, done = runner.plan(suite, "cpu", tmp_path / "nothing", False, None, [], "x")
     assert [c.id for c in todo] == ["sinusoidal/n=1"] and done == {}
-    with pytest.raises(suitemod.SuiteError, match="--methods: alibi: not a method of suite 't'; allowed: sinusoidal"):
-        runner.plan(suite, "cpu", tmp_path / "nothing", False, ["alibi"], [], "x")
+    # --methods may name a registered method the suite does not list: it joins this run.
+    todo, _ = runner.plan(suite, "cpu", tmp_path / "nothing", False, ["alibi", "sinusoidal"], [], "x")
+    assert [c.id for c in todo] == ["sinusoidal/n=1", "alibi/n=1"]
+    with pytest.raises(suitemod.SuiteError, match=r"--methods: unknown method 'rotray' \(did you mean 'rotary'\?\); "
+                                                  r"allowed: the suite's methods or any registered one: .*alibi"):
+        runner.plan(suite, "cpu", tmp_path / "nothing", False, ["rotray"], [], "x")
 
 
 def test_non_finite_metrics_become_null():
     assert runner._finite({"a": float("nan"), "b": 1.5, "c": None}) == {"a": None, "b": 1.5, "c": None}
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["log", "terminal"])
+def test_progress_is_one_line_per_case_when_output_is_not_a_terminal(tmp_path, monkeypatch, capsys, terminal):
+    from posbench import cli
+
+    path = make_suite(tmp_path, ["sinusoidal", "rotary"], grid="[1, 2]", timeout_s=30)
+    err = _Terminal() if terminal else io.StringIO()  # StringIO.isatty() is False, as for a log file
+    monkeypatch.setattr(sys, "stderr", err)
+    assert cli.main(["--suite", str(path), "--results", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    case_lines = [line for line in out.splitlines() if line.startswith("[")]
+    assert [line.split()[0:2] for line in case_lines] == [["[1/4]", "sinusoidal"], ["[2/4]", "rotary"],
+                                                         ["[3/4]", "sinusoidal"], ["[4/4]", "rotary"]]
+    if terminal:
+        assert "\r" in err.getvalue() and "4/4" in err.getvalue()  # the bar, redrawn in place
+    else:
+        assert err.getvalue() == ""  # no bar frames in a log

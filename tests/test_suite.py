@@ -137,8 +137,10 @@ def test_unknown_profile(tmp_path):
 
 def test_suite_by_name_and_shipped_efficiency_profiles():
     assert suitemod.find("efficiency").name == "efficiency.yaml"
-    with pytest.raises(SuiteError, match="no such suite; allowed: a suite name"):
+    with pytest.raises(SuiteError, match="^no such suite 'nope_not_here'; allowed: a suite name"):
         suitemod.find("nope_not_here")
+    with pytest.raises(SuiteError, match=r"^no such suite 'efficency' \(did you mean 'efficiency'\?\); allowed"):
+        suitemod.find("efficency")
 
 
 def test_run_id_ignores_methods_but_follows_settings(tmp_path):

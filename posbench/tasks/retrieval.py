@@ -20,18 +20,17 @@ L_valid whose accuracy stays >= ``threshold`` (RULER).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .. import probes as P  # numpy only
 from ..config import PRESETS
 from ..stats import effective_length, wilson_interval
 from . import Metric, TaskSettings
 from .extrapolation import CorpusSettings, open_corpus
 
-# torch, the model and the scoring (posbench.retrieval) are imported inside run(): validating a
-# suite imports this module for its Settings, and must not wait for torch.
+# torch, numpy, the probes, the model and the scoring (posbench.retrieval) are imported inside
+# the functions: validating or listing suites imports this module, and must not wait for them.
 
 M = Metric
 METRICS = {
@@ -71,7 +70,7 @@ class Settings(TaskSettings):
     precision: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     eval_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     mix: float = Field(0.5, ge=0.0, le=1.0, description="fraction of training rows that are probe examples")
-    train_probes: list[ProbeName] = Field(list(P.PROBES), min_length=1,
+    train_probes: list[ProbeName] = Field(list(get_args(ProbeName)), min_length=1,
                                           description="probes in the training mix (one model serves them all)")
     n_symbols: int = Field(16, ge=2, description="alphabet of keys, values and segments")
     key_len: int = Field(5, ge=1, description="passkey: symbols in the key")
@@ -96,8 +95,11 @@ class Settings(TaskSettings):
         self.probe_config()  # one line on inconsistent probe shapes
         return self
 
-    def probe_config(self) -> P.ProbeConfig:
-        return P.ProbeConfig(n_symbols=self.n_symbols, key_len=self.key_len, n_pairs=self.n_pairs,
+    def probe_config(self):
+        """posbench.probes.ProbeConfig of these settings (it checks the shapes agree)."""
+        from ..config import ProbeConfig
+
+        return ProbeConfig(n_symbols=self.n_symbols, key_len=self.key_len, n_pairs=self.n_pairs,
                              n_queries=self.n_queries, segment_len=self.segment_len, filler_len=self.filler_len)
 
 
@@ -142,6 +144,7 @@ def run(case) -> dict:
     import torch
 
     from .. import registry
+    from .. import probes as P
     from ..retrieval import eval_length, trained_model
 
     s, L, probe = case.settings, case.params.L_train, case.params.probe
