@@ -84,7 +84,16 @@ def read_rows(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    raw = path.read_bytes().split(b"\n")
+    last_raw = max((i for i, line in enumerate(raw, 1) if line.strip()), default=0)
+    lines = []
+    for lineno, line in enumerate(raw, 1):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            if lineno == last_raw:  # a write cut inside a multi-byte character
+                break
+            raise RowsError(f"{path}:{lineno}: not UTF-8 text") from None
     last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
     rows = []
     for lineno, line in enumerate(lines, 1):
@@ -262,6 +271,8 @@ def read_env(run_dir: str | Path) -> dict:
         return {}
     try:
         env = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise RowsError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise RowsError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
     return env if isinstance(env, dict) else {}

@@ -132,3 +132,18 @@ def test_load_runs_reports_a_malformed_row(tmp_path):
     (run_dir / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(RowsError, match=rf"^{run_dir}/cases.jsonl:4: params: expected an object, got str$"):
         load_runs(tmp_path)
+
+
+def test_bytes_that_are_not_utf8_name_file_and_line(tmp_path):
+    good = json.dumps(_row()).encode()
+    path = tmp_path / "cases.jsonl"
+    path.write_bytes(good + b"\n" + b'{"case_id": "\xff\xfe"}\n' + good + b"\n")
+    with pytest.raises(RowsError, match=r"cases.jsonl:2: not UTF-8 text$"):
+        read_rows(path)
+    # a last line cut inside a multi-byte character is a torn write: skipped like torn JSON
+    path.write_bytes(good + b"\n" + good[:-3] + "é".encode()[:1] + b"\n")
+    assert [r["case_id"] for r in read_rows(path)] == ["a/n=1"]
+    env = tmp_path / "env.json"
+    env.write_bytes(b'{"python": "\xff"}')
+    with pytest.raises(RowsError, match=r"env.json: not UTF-8 text$"):
+        rowsmod.read_env(tmp_path)
