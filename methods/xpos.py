@@ -11,7 +11,6 @@ position c (n - c and -(m - c)), which leaves every product unchanged and keeps 
 (the paper's code centres positions the same way). Options: ``base`` (10000), ``scale_base``
 (512), ``gamma`` (0.4). The paper's blockwise causal attention at inference is not part of it.
 """
-import math
 
 import torch
 

@@ -13,7 +13,7 @@ Positions must increase along the sequence and ``q_pos`` must be the last Tq ent
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F

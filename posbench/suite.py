@@ -294,7 +294,7 @@ def _bad_number(value: Any, path: tuple = ()) -> tuple[tuple, str, str] | None:
     if isinstance(value, float) and not math.isfinite(value):
         return path, f"non-finite number {value}", "finite numbers"
     if isinstance(value, int) and not -INT_LIMIT <= value < INT_LIMIT:
-        return path, f"integer {value} does not fit in 64 bits", f"-2**63 <= n < 2**63"
+        return path, f"integer {value} does not fit in 64 bits", "-2**63 <= n < 2**63"
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         bad = _bad_number(item, path + (key,))
@@ -704,7 +704,6 @@ def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: di
                        "overrides that give a valid model (positive sizes, d_model divisible by n_heads)") from None
     options = getattr(settings, "method_options", None)
     if options and getattr(task, "METHODS", None) is None:
-        from . import registry
 
         base = source.get("method_options", ("settings", "method_options"))
         for method, opts in options.items():

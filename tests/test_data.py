@@ -5,7 +5,6 @@ import hashlib
 import http.server
 import io
 import math
-import os
 import socket
 import threading
 import zipfile

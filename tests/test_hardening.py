@@ -5,7 +5,6 @@ user would; the test names say which.
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap

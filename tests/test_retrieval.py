@@ -1,6 +1,5 @@
 """The retrieval suite: probe generators, the oracle, chance level, Wilson intervals, effective
 length, KV-cache greedy decoding, the charts against their table, the suite, and tiny runs."""
-import math
 
 import numpy as np
 import pytest

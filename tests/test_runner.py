@@ -6,7 +6,6 @@ as few workers as it can: every status comes from one run.
 import io
 import json
 import sys
-import textwrap
 
 import pytest
 
