@@ -704,7 +704,6 @@ def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: di
                        "overrides that give a valid model (positive sizes, d_model divisible by n_heads)") from None
     options = getattr(settings, "method_options", None)
     if options and getattr(task, "METHODS", None) is None:
-
         base = source.get("method_options", ("settings", "method_options"))
         for method, opts in options.items():
             if method not in methods:
