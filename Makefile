@@ -8,7 +8,7 @@ SUITE ?= efficiency
 BENCH_ARGS ?=
 BIN := $(VENV)/bin
 
-.PHONY: install bench test test-fast kernels-bench gpu-check clean
+.PHONY: install bench test lint test-fast kernels-bench gpu-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ bench: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/python -m ruff check .
 
 kernels-bench: install
 	$(BIN)/python -m pytest -q tests/test_kernel_benchmark.py --benchmark-only --benchmark-group-by=group

@@ -265,17 +265,36 @@ def worker_command(case: Case, case_file: Path, result_file: Path) -> list[str]:
     return [sys.executable, "-P"] + worker
 
 
+# glibc's allocator adapts its mmap threshold to the largest block a process has freed, so two
+# processes running the same code can differ 2-3x on a CPU: a decode step of the tiny model at
+# C = 4096, B = 8 took 64-102 ms after a prefill that freed nothing large (every 16 MiB KV-cache
+# concatenation a fresh mmap, page-faulted in) and 29-40 ms once the threshold was fixed; which
+# method happened to free a large block first decided its "speed". Every CPU worker therefore gets
+# one fixed policy (blocks up to 32 MiB from the heap, which is not trimmed back below 1 GiB);
+# a user's own MALLOC_* settings win.
+CPU_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+
+
+def worker_env(case: Case) -> dict[str, str]:
+    """The environment of ``case``'s worker process(es)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONSAFEPATH"] = "1"  # as -P, also for the ranks torchrun starts
+    threads = case.settings.get("threads")
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    if case.device == "cpu":
+        for key, value in CPU_MALLOC_ENV.items():
+            env.setdefault(key, value)
+    return env
+
+
 def run_worker(case: Case, timeout_s: float) -> dict:
     """Run ``case`` in a fresh process (or torchrun's ranks); its result or how it died."""
     with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         case_file, result_file, log_file = (Path(tmp) / n for n in ("case.json", "result.json", "worker.log"))
         case_file.write_text(json.dumps(case.to_json()))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
-        env["PYTHONSAFEPATH"] = "1"  # as -P, also for the ranks torchrun starts
-        threads = case.settings.get("threads")
-        if threads:
-            env["OMP_NUM_THREADS"] = str(threads)
+        env = worker_env(case)
         with open(log_file, "wb") as log:
             # A session of its own: Ctrl-C reaches only the runner, which then ends the worker
             # (and anything it started) as a group.
@@ -519,6 +538,8 @@ def _run_suite(
     if main:
         write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
     environment = envmod.collect(device)
+    if device == "cpu":  # what every worker runs under (worker_env): part of what was measured
+        environment["worker_malloc"] = {k: os.environ.get(k, v) for k, v in CPU_MALLOC_ENV.items()}
     if main:
         write_env(run_dir / "env.json", environment)
     commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")

@@ -17,3 +17,13 @@ def real_data_dir():
     if not raw or not (Path(raw) / "wikitext-2" / "valid.txt").is_file():
         pytest.skip("needs WikiText-2 in POSBENCH_DATA_DIR (a folder with wikitext-2/valid.txt)")
     return Path(raw)
+
+
+@pytest.fixture(autouse=True)
+def _no_busy_machine_warning(request, monkeypatch):
+    """Runs started in a test process print no "machine is busy" line: tests that read stderr
+    must not depend on what else the machine runs. tests/test_env.py tests the warning itself."""
+    if not request.module.__name__.endswith("test_env"):
+        from posbench import env
+
+        monkeypatch.setattr(env, "busy_warning", lambda state: None)

@@ -263,7 +263,7 @@ def test_first_decode_step_frees_the_prefill_bias(method, builder):
 # --- the task ---------------------------------------------------------------------------------
 
 SMALL = {"model": "tiny", "model_overrides": {"n_layers": 1, "d_model": 64, "n_heads": 2, "d_ff": 64},
-         "dtype": "float32", "decode_tokens": 32, "warmup_rounds": 1, "rounds": 2}
+         "dtype": "float32", "decode_tokens": 32, "warmup_repeats": 1, "repeats": 2}
 
 
 class FakeDevice:
@@ -292,14 +292,14 @@ class FakeDevice:
 
 def test_task_metrics_from_the_timings(tmp_path, monkeypatch):
     n = SMALL["decode_tokens"]
-    # Per round: the prefill, then n decode steps. Round 0 is the warm-up and is not counted.
-    rounds = [(9.0, [9.0] * n), (0.010, [0.001 * (i + 1) for i in range(n)]), (0.030, [0.002] * n)]
-    fake = FakeDevice([t for pre, steps in rounds for t in [pre] + steps])
+    # Per repeat: the prefill, then n decode steps. Repeat 0 is the warm-up and is not counted.
+    repeats = [(9.0, [9.0] * n), (0.010, [0.001 * (i + 1) for i in range(n)]), (0.030, [0.002] * n)]
+    fake = FakeDevice([t for pre, steps in repeats for t in [pre] + steps])
     monkeypatch.setattr(posbench.measure, "make_device", lambda kind: fake)  # run() imports it from there
     task, case = make_case("decode", "alibi", {"context": 24, "batch": 3}, SMALL, tmp_path)
     out = task.run(case)
     m, series = out["metrics"], out["series"]
-    assert not fake.times  # every scripted window was used: 3 rounds of 1 + n
+    assert not fake.times  # every scripted window was used: 3 repeats of 1 + n
     assert m["ttft_ms"] == pytest.approx(20.0) and (m["ttft_ms_min"], m["ttft_ms_max"]) == pytest.approx((10.0, 30.0))
     assert m["prefill_wps"] == pytest.approx(3 * 24 / 0.020)
     steps_ms = [1.0 * (i + 1) for i in range(n)] + [2.0] * n
@@ -308,7 +308,7 @@ def test_task_metrics_from_the_timings(tmp_path, monkeypatch):
     assert (m["tpot_ms_min"], m["tpot_ms_max"]) == pytest.approx((1.0, float(n)))
     round_rates = [3 * n / sum(0.001 * (i + 1) for i in range(n)), 3 * n / (0.002 * n)]
     assert m["decode_wps"] == pytest.approx(statistics.median(round_rates))
-    assert series["ttft_ms_rounds"] == pytest.approx([10.0, 30.0]) and len(series["tpot_ms_steps"]) == 2 * n
+    assert series["ttft_ms_repeats"] == pytest.approx([10.0, 30.0]) and len(series["tpot_ms_steps"]) == 2 * n
     # 1 layer x (k, v) x B 3 x H 2 x C 24 x head_dim 32 x 4 bytes
     assert m["kv_cache_bytes"] == 2 * 3 * 2 * 24 * 32 * 4
     # Two resets per round (before the prefill, after the first decode step); the last round's
@@ -316,12 +316,12 @@ def test_task_metrics_from_the_timings(tmp_path, monkeypatch):
     assert fake.resets == 6
     assert (m["peak_mem_prefill_bytes"], m["peak_mem_decode_bytes"]) == (5005, 5006)
     assert m["peak_mem_decode_reserved_bytes"] == 8006 and m["mem_base_bytes"] == 1000
-    assert "CUDA events" in out["info"]["timing"] and "1 warm-up round" in out["info"]["timing"]
+    assert "CUDA events" in out["info"]["timing"] and "1 warm-up repeat" in out["info"]["timing"]
     assert out["info"]["compute_dtype"] == "float32"
 
 
 def test_task_runs_on_cpu_and_records_perf_counter(tmp_path):
-    task, case = make_case("decode", "t5_bias", {"context": 16, "batch": 2}, {**SMALL, "warmup_rounds": 0},
+    task, case = make_case("decode", "t5_bias", {"context": 16, "batch": 2}, {**SMALL, "warmup_repeats": 0},
                            tmp_path)
     out = task.run(case)
     m = out["metrics"]
@@ -334,6 +334,7 @@ def test_task_runs_on_cpu_and_records_perf_counter(tmp_path):
 
 @pytest.mark.parametrize("bad,match", [
     ({"decode_tokens": 8}, "greater than or equal to 32"),
+    ({"repeats": 0}, "greater than or equal to 1"),
     ({"rounds": 0}, "greater than or equal to 1"),
     ({"model_overrides": {"n_lyers": 2}}, "unknown ModelConfig field"),
 ])

@@ -176,3 +176,21 @@ def test_progress_is_one_line_per_case_when_output_is_not_a_terminal(tmp_path, m
         assert "\r" in err.getvalue() and "4/4" in err.getvalue()  # the bar, redrawn in place
     else:
         assert err.getvalue() == ""  # no bar frames in a log
+
+
+def test_cpu_workers_share_one_allocator_policy(tmp_path, monkeypatch):
+    """glibc's adaptive mmap threshold made a CPU decode step 2-3x slower or faster depending on
+    what the process had freed before: every CPU worker gets the same fixed MALLOC_* policy, a
+    user's own setting wins, CUDA workers are left alone, and env.json records it."""
+    path = make_suite(tmp_path, ["sinusoidal"])
+    suite = suitemod.resolve(suitemod.load(path), "default")
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "123")
+    (case,) = suite.cases("cpu", "x")
+    env = runner.worker_env(case)
+    assert env["MALLOC_MMAP_THRESHOLD_"] == str(32 << 20) and env["MALLOC_TRIM_THRESHOLD_"] == "123"
+    (gpu_case,) = suite.cases("cuda", "x")
+    assert "MALLOC_MMAP_THRESHOLD_" not in runner.worker_env(gpu_case)
+    result = runner.run_suite(suite, "cpu", tmp_path / "results", progress=False)
+    recorded = json.loads((result.run_dir / "env.json").read_text())["worker_malloc"]
+    assert recorded == {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": "123"}

@@ -84,7 +84,7 @@ def test_ci_runs_make_test_on_push_and_pull_request():
     doc = _load(CI)
     assert {"push", "pull_request"} <= set(doc["on"])
     (job,) = doc["jobs"].values()
-    assert [s["run"] for s in job["steps"] if s.get("run", "").startswith("make")] == ["make test"]
+    assert [s["run"] for s in job["steps"] if s.get("run", "").startswith("make")] == ["make lint", "make test"]
     assert any(s.get("with", {}).get("cache") == "pip" for s in job["steps"])
     data_step = next(s["run"] for s in job["steps"] if "POSBENCH_DATA_DIR" in s.get("run", ""))
     assert "if [ -d" in data_step  # only when a corpus folder exists

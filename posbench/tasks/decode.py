@@ -15,11 +15,13 @@ One case = one method at context length C (``context``) and batch B (``batch``):
 3. Memory: ``kv_cache_bytes`` (keys and values of all layers after the prefill) and the peak
    memory of each phase: the prefill's from its start, the decode's from the end of the first
    decode step (by then what the prefill left behind is freed); both include weights and cache.
-A round is one prefill and its decode; ``warmup_rounds`` uncounted rounds come first, then
-``rounds`` measured ones. Timing (``measure.make_device``): on CUDA, CUDA events around every
-step read after a synchronize (each step starts with an empty queue); on CPU,
-``time.perf_counter`` around every step, and the medians over all rounds ride over a shared
-machine's drift. ``info.timing`` records which.
+A repeat is one prefill and its decode; ``warmup_repeats`` uncounted repeats come first, then
+``repeats`` measured ones, in one process. Timing (``measure.make_device``): on CUDA, CUDA events
+around every step read after a synchronize (each step starts with an empty queue); on CPU,
+``time.perf_counter`` around every step. ``info.timing`` records which. ``rounds`` (the runner's
+interleaved rounds, as in the efficiency suite) runs every method of a grid point once per round,
+round-robin, each in a fresh process; readers take the median over rounds and pair each
+method's ratio to the baseline by round.
 
 The model runs in ``dtype`` (``model.to(dtype)``: serving keeps no float32 master weights), so
 the cache is stored in that dtype; position tables stay float32 (``register_position_buffer``).
@@ -43,7 +45,7 @@ from . import Metric, TaskSettings
 M = Metric  # the declarations below read as a table
 METRICS = {
     "ttft_ms": M("Time to first token (prefill)", "ms", "prefill of the (B, C) prompt into the KV cache and the "
-                 "argmax of its last logits, median over rounds; lower is better", False, "ms", table=True),
+                 "argmax of its last logits, median over repeats; lower is better", False, "ms", table=True),
     "ttft_ms_min": M("Time to first token, fastest", "ms", "fastest prefill", None, "ms"),
     "ttft_ms_max": M("Time to first token, slowest", "ms", "slowest prefill", None, "ms"),
     "prefill_wps": M("Prefill speed", "tokens/s", "B * C / ttft_ms; higher is better", True, "count"),
@@ -53,20 +55,22 @@ METRICS = {
                      "lower is better", False, "ms", table=True),
     "tpot_ms_min": M("Time per output token, fastest", "ms", "fastest decode step", None, "ms"),
     "tpot_ms_max": M("Time per output token, slowest", "ms", "slowest decode step", None, "ms"),
-    "decode_wps": M("Decode speed", "tokens/s", "B * decode_tokens / decode time of a round, median over rounds; "
+    "decode_wps": M("Decode speed", "tokens/s", "B * decode_tokens / decode time of a repeat, median over repeats; "
                     "higher is better", True, "count", table=True),
     "kv_cache_bytes": M("KV-cache size", "bytes", "keys and values of every layer after the prefill (C tokens); "
                         "lower is better", False, "bytes", table=True),
     "peak_mem_prefill_bytes": M("Peak prefill memory", "bytes", "CUDA max_memory_allocated, CPU peak resident set, "
-                                "prefill phase (largest over rounds); lower is better", False, "bytes"),
+                                "prefill phase (largest over repeats); lower is better", False, "bytes"),
     "peak_mem_prefill_reserved_bytes": M("Peak prefill memory reserved", "bytes",
                                          "CUDA max_memory_reserved in the prefill (null on CPU)", False, "bytes"),
     "peak_mem_decode_bytes": M("Peak decode memory", "bytes", "as peak_mem_prefill_bytes, decode steps 2..n "
                                "(weights and cache included); lower is better", False, "bytes", table=True),
     "peak_mem_decode_reserved_bytes": M("Peak decode memory reserved", "bytes",
                                         "CUDA max_memory_reserved in decoding (null on CPU)", False, "bytes"),
-    "mem_base_bytes": M("Base memory", "bytes", "in use before the first round: model and prompt (CPU: also the "
+    "mem_base_bytes": M("Base memory", "bytes", "in use before the first repeat: model and prompt (CPU: also the "
                         "Python and torch runtime)", None, "bytes"),
+    "n_rounds": M("Rounds", "", "interleaved rounds that finished ok; every other metric is the median over them",
+                  None, "int"),
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
     "threads": M("Threads", "", "torch CPU threads in the worker", None, "int"),
 }
@@ -78,9 +82,12 @@ class Settings(TaskSettings):
     method_options: dict[str, dict] = Field(
         default_factory=dict, description="per method: constructor options, e.g. {alibi: {bias_dtype: compute}}")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="dtype of weights and cache")
-    decode_tokens: int = Field(32, ge=32, description="greedy tokens generated (and timed) per round")
-    warmup_rounds: int = Field(1, ge=0, description="uncounted rounds (prefill + decode) before the measured ones")
-    rounds: int = Field(3, ge=1, description="measured rounds; TTFT is the median over them, TPOT over all their steps")
+    decode_tokens: int = Field(32, ge=32, description="greedy tokens generated (and timed) per repeat")
+    warmup_repeats: int = Field(1, ge=0, description="uncounted repeats (prefill + decode) before the measured ones")
+    repeats: int = Field(3, ge=1, description="measured repeats in one process; TTFT is the median over them, TPOT "
+                         "over all their steps")
+    rounds: int = Field(1, ge=1, description="interleaved rounds (runner): every method of a grid point once per "
+                        "round, round-robin, each round a fresh process; ratios paired by round")
 
     @field_validator("model_overrides")
     @classmethod
@@ -137,8 +144,8 @@ def run(case) -> dict:
         state["token"] = greedy(decode_step(model, state["cache"], state["token"]))
 
     with torch.inference_mode(), last_position_only(model):
-        for r in range(s.warmup_rounds + s.rounds):
-            state.clear()  # the last round's cache goes before this round's prefill allocates
+        for r in range(s.warmup_repeats + s.repeats):
+            state.clear()  # the last repeat's cache goes before this repeat's prefill allocates
             dev.reset_peak()
             prefill_s = dev.time_window(do_prefill, 1)
             prefill_peak = dev.peak()
@@ -149,7 +156,7 @@ def run(case) -> dict:
             # are still allocated, and they belong to the prefill's peak.
             dev.reset_peak()
             steps += [dev.time_window(do_step, 1) for _ in range(s.decode_tokens - 1)]
-            if r < s.warmup_rounds:
+            if r < s.warmup_repeats:
                 continue
             ttft.append(prefill_s * 1e3)
             step_s.extend(steps)
@@ -170,12 +177,12 @@ def run(case) -> dict:
         reserved = [v["reserved"] for v in values if v["reserved"] is not None]
         metrics[f"peak_mem_{phase}_bytes"] = max(allocated) if allocated else None
         metrics[f"peak_mem_{phase}_reserved_bytes"] = max(reserved) if reserved else None
-    series = {"ttft_ms_rounds": ttft, "tpot_ms_steps": tpot, "decode_wps_rounds": decode_wps}
+    series = {"ttft_ms_repeats": ttft, "tpot_ms_steps": tpot, "decode_wps_repeats": decode_wps}
     info = {**model.info(device, dtype), "timing": _timing_note(dev.kind, s), "weights": f"model.to({s.dtype})"}
     return {"metrics": metrics, "series": series, "info": info}
 
 
 def _timing_note(kind: str, s: Settings) -> str:
     clock = "CUDA events per step after a synchronize" if kind == "cuda" else "time.perf_counter per step"
-    return (f"{clock}; {s.warmup_rounds} warm-up round(s), then {s.rounds} round(s) of 1 prefill + "
-            f"{s.decode_tokens} decode steps; medians over rounds (TTFT) and over all measured steps (TPOT)")
+    return (f"{clock}; {s.warmup_repeats} warm-up repeat(s), then {s.repeats} repeat(s) of 1 prefill + "
+            f"{s.decode_tokens} decode steps; medians over repeats (TTFT) and over all measured steps (TPOT)")
