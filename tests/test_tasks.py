@@ -120,3 +120,15 @@ def test_a_seed_spread_is_declared_with_its_metric_and_never_compared():
     assert (std.title, std.fmt, std.higher_is_better) == ("Perplexity, std over seeds", "ppl", None)
     assert tasks.find_metric(ext, "ppl_at_max_len_std").unit == "perplexity"
     assert tasks.find_metric(ext, "nothing_std") is None and ext["n_seeds"].higher_is_better is None
+
+
+def test_every_task_with_model_overrides_accepts_only_model_fields():
+    from posbench import tasks
+
+    with pytest.raises(ValueError, match=r"unknown ModelConfig field\(s\) n_lyers; allowed: .*n_layers"):
+        tasks.known_model_fields({"n_lyers": 2})
+    assert tasks.known_model_fields({"n_layers": 2}) == {"n_layers": 2}
+    for name in ("efficiency", "extrapolation", "decode", "retrieval"):
+        validators = tasks.get(name).Settings.__pydantic_decorators__.field_validators.values()
+        assert any(v.info.fields == ("model_overrides",) and v.func.__name__ == "known_model_fields"
+                   for v in validators), name

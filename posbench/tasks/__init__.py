@@ -124,6 +124,20 @@ class Unavailable(Exception):
     ``unavailable`` with the message as its reason."""
 
 
+def known_model_fields(value: dict) -> dict:
+    """Validator of a task's ``model_overrides``: only ``ModelConfig`` fields (the method and its
+    options come from the suite, not from overrides)."""
+    from dataclasses import fields
+
+    from ..config import ModelConfig
+
+    allowed = {f.name for f in fields(ModelConfig)} - {"method", "method_options"}
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise ValueError(f"unknown ModelConfig field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    return value
+
+
 class TaskSettings(BaseModel):
     """Settings every task accepts; they steer the runner and the worker rather than the task."""
 

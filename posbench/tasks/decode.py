@@ -31,13 +31,12 @@ server does: the (B, C, V) logits of a 267k vocabulary would be the largest tens
 from __future__ import annotations
 
 import statistics
-from dataclasses import fields
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..config import PRESETS, ModelConfig
-from . import Metric, TaskSettings
+from ..config import PRESETS
+from . import Metric, TaskSettings, known_model_fields
 
 # torch, the model and the decoding steps (posbench.decoding) are imported inside run():
 # validating a suite imports this module for its Settings, and must not wait for torch.
@@ -89,14 +88,7 @@ class Settings(TaskSettings):
     rounds: int = Field(1, ge=1, description="interleaved rounds (runner): every method of a grid point once per "
                         "round, round-robin, each round a fresh process; ratios paired by round")
 
-    @field_validator("model_overrides")
-    @classmethod
-    def _known_fields(cls, value):
-        allowed = {f.name for f in fields(ModelConfig)} - {"method", "method_options"}
-        unknown = sorted(set(value) - allowed)
-        if unknown:
-            raise ValueError(f"unknown ModelConfig field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-        return value
+    _known_fields = field_validator("model_overrides")(known_model_fields)
 
 
 class Params(BaseModel):

@@ -24,13 +24,12 @@ adds a gradient scaler.
 """
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..config import PRESETS, ModelConfig
-from . import Diverged, Metric, TaskSettings
+from ..config import PRESETS
+from . import Diverged, Metric, TaskSettings, known_model_fields
 
 # torch, numpy and the model are imported inside the functions that run a case: validating a
 # suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
@@ -95,14 +94,7 @@ class Settings(TaskSettings):
                         "round, round-robin, each round in a fresh process; ratios to the baseline are paired "
                         "by round (median and bootstrap 95% interval)")
 
-    @field_validator("model_overrides")
-    @classmethod
-    def _known_fields(cls, value):
-        allowed = {f.name for f in fields(ModelConfig)} - {"method", "method_options"}
-        unknown = sorted(set(value) - allowed)
-        if unknown:
-            raise ValueError(f"unknown ModelConfig field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-        return value
+    _known_fields = field_validator("model_overrides")(known_model_fields)
 
 
 class Params(BaseModel):

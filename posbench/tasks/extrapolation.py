@@ -17,10 +17,10 @@ import math
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..config import PRESETS
-from . import Metric, TaskSettings
+from . import Metric, TaskSettings, known_model_fields
 
 # torch, the corpus and the model are imported inside the functions that run a case: validating a
 # suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
@@ -75,7 +75,8 @@ class CorpusSettings(BaseModel):
 
 class Settings(TaskSettings):
     model: Literal[tuple(PRESETS)] = Field(description="model preset")  # type: ignore[valid-type]
-    model_overrides: dict[str, int] = Field(default_factory=dict)
+    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
+    _known_fields = field_validator("model_overrides")(known_model_fields)
     method_options: dict[str, dict] = Field(default_factory=dict, description="per method: constructor options")
     corpus: CorpusSettings = Field(default_factory=CorpusSettings)
     steps: Optional[int] = Field(None, ge=1, description="training budget in optimizer steps ...")

@@ -22,11 +22,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..config import PRESETS
 from ..stats import effective_length, wilson_interval
-from . import Metric, TaskSettings
+from . import Metric, TaskSettings, known_model_fields
 from .extrapolation import CorpusSettings, open_corpus
 
 # torch, numpy, the probes, the model and the scoring (posbench.retrieval) are imported inside
@@ -59,7 +59,8 @@ ProbeName = Literal["passkey", "mqar", "copy", "reverse"]
 
 class Settings(TaskSettings):
     model: Literal[tuple(PRESETS)] = Field(description="model preset")  # type: ignore[valid-type]
-    model_overrides: dict[str, int] = Field(default_factory=dict)
+    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
+    _known_fields = field_validator("model_overrides")(known_model_fields)
     method_options: dict[str, dict] = Field(default_factory=dict, description="per method: constructor options")
     corpus: CorpusSettings = Field(default_factory=CorpusSettings, description="language-model text of the mix")
     steps: Optional[int] = Field(None, ge=1, description="training budget in optimizer steps ...")
