@@ -17,23 +17,18 @@ half-precision bias costs; the kernel's arithmetic is float32 in both cases.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
 from posbench.alibi import alibi_slopes
-from posbench.method import ModelConfig, PositionCache, PositionMethod
+from posbench.kernels import FusedKernelMethod
+from posbench.method import ModelConfig
 from posbench.registry import register
 
 BIAS_DTYPES = ("float32", "compute")
 
 
-def _interpreter_on() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
-
-
 @register
-class AlibiTriton(PositionMethod):
+class AlibiTriton(FusedKernelMethod):
     name = "alibi_triton"
 
     def __init__(self, cfg: ModelConfig, bias_dtype: str = "float32"):
@@ -44,23 +39,12 @@ class AlibiTriton(PositionMethod):
         self.slope_values = alibi_slopes(cfg.n_heads)
         # Slopes per device, kept out of the module's buffers so model.half() cannot round them.
         self._slopes: dict[str, torch.Tensor] = {}
-        self._scales = PositionCache()
 
     def _slopes_on(self, device: torch.device) -> torch.Tensor:
         key = str(device)
         if key not in self._slopes:
             self._slopes[key] = torch.tensor(self.slope_values, dtype=torch.float32, device=device)  # (H,)
         return self._slopes[key]
-
-    def _pos_scale(self, k_pos: torch.Tensor) -> float:
-        """Spacing of the positions: 1 for integer positions, else measured once per tensor."""
-        if not k_pos.is_floating_point() or k_pos.numel() < 2:
-            return 1.0
-
-        def measure() -> float:
-            return float((k_pos[-1] - k_pos[0]).item()) / (k_pos.numel() - 1)
-
-        return self._scales.get((k_pos,), measure)
 
     def attn_backend(self, device, dtype) -> str:
         return "triton fused, bias in kernel (float32)" if self.bias_dtype == "float32" else \
@@ -73,23 +57,6 @@ class AlibiTriton(PositionMethod):
             q, k, v, self._slopes_on(q.device),
             pos_scale=self._pos_scale(k_pos), bias_dtype=self.bias_dtype,
         )
-
-    @classmethod
-    def unavailable(cls, device, dtype):
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return "needs a CUDA GPU and triton"
-        device_type = torch.device(device).type
-        if _interpreter_on():
-            if device_type != "cpu":
-                return "TRITON_INTERPRET=1 runs Triton kernels on CPU tensors only"
-            if dtype == torch.bfloat16:
-                return "bfloat16 is not supported by the Triton interpreter"
-            return None
-        if device_type != "cuda" or not torch.cuda.is_available():
-            return "needs a CUDA GPU and triton"
-        return None
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, bias_dtype={self.bias_dtype!r}"

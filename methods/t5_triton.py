@@ -16,21 +16,14 @@ shared by all layers through a ``PositionCache``); the kernel floors factor * in
 """
 from __future__ import annotations
 
-import os
-
-import torch
 from torch import nn
 
-from posbench.method import PositionCache, PositionMethod
+from posbench.kernels import FusedKernelMethod
 from posbench.registry import register
 
 
-def _interpreter_on() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
-
-
 @register
-class T5Triton(PositionMethod):
+class T5Triton(FusedKernelMethod):
     name = "t5_triton"
 
     def __init__(self, cfg, num_buckets: int = 32, max_distance: int = 128):
@@ -42,17 +35,6 @@ class T5Triton(PositionMethod):
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, cfg.n_heads)  # (buckets, H)
         nn.init.normal_(self.table.weight, std=0.02)
-        self._scales = PositionCache()
-
-    def _pos_scale(self, k_pos: torch.Tensor) -> float:
-        """Spacing of the positions: 1 for integer positions, else measured once per tensor."""
-        if not k_pos.is_floating_point() or k_pos.numel() < 2:
-            return 1.0
-
-        def measure() -> float:
-            return float((k_pos[-1] - k_pos[0]).item()) / (k_pos.numel() - 1)
-
-        return self._scales.get((k_pos,), measure)
 
     def attend(self, q, k, v, q_pos, k_pos, layer):
         from posbench.kernels.t5_attention import t5_attention
@@ -61,23 +43,6 @@ class T5Triton(PositionMethod):
             q, k, v, self.table.weight, pos_scale=self._pos_scale(k_pos),
             num_buckets=self.num_buckets, max_distance=self.max_distance,
         )
-
-    @classmethod
-    def unavailable(cls, device, dtype):
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            return "needs a CUDA GPU and triton"
-        device_type = torch.device(device).type
-        if _interpreter_on():
-            if device_type != "cpu":
-                return "TRITON_INTERPRET=1 runs Triton kernels on CPU tensors only"
-            if dtype == torch.bfloat16:
-                return "bfloat16 is not supported by the Triton interpreter"
-            return None
-        if device_type != "cuda" or not torch.cuda.is_available():
-            return "needs a CUDA GPU and triton"
-        return None
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, num_buckets={self.num_buckets}, max_distance={self.max_distance}"

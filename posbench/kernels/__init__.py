@@ -1,1 +1,52 @@
-"""Fused attention kernels (Triton)."""
+"""Fused attention kernels (Triton), and what the methods that run them share.
+
+Importing this package imports torch but not triton: the kernels' modules import it.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..method import PositionCache, PositionMethod
+
+
+def interpreter_on() -> bool:
+    """Whether Triton kernels run under the interpreter (numpy on CPU tensors)."""
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+class FusedKernelMethod(PositionMethod):
+    """Base of the position methods whose ``attend`` is one fused Triton kernel (alibi_triton,
+    t5_triton): where they can run, and the position spacing they pass to the kernel."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self._scales = PositionCache()
+
+    def _pos_scale(self, k_pos: torch.Tensor) -> float:
+        """Spacing of the positions: 1 for integer positions, else measured once per tensor."""
+        if not k_pos.is_floating_point() or k_pos.numel() < 2:
+            return 1.0
+
+        def measure() -> float:
+            return float((k_pos[-1] - k_pos[0]).item()) / (k_pos.numel() - 1)
+
+        return self._scales.get((k_pos,), measure)
+
+    @classmethod
+    def unavailable(cls, device, dtype):
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "needs a CUDA GPU and triton"
+        device_type = torch.device(device).type
+        if interpreter_on():
+            if device_type != "cpu":
+                return "TRITON_INTERPRET=1 runs Triton kernels on CPU tensors only"
+            if dtype == torch.bfloat16:
+                return "bfloat16 is not supported by the Triton interpreter"
+            return None
+        if device_type != "cuda" or not torch.cuda.is_available():
+            return "needs a CUDA GPU and triton"
+        return None
