@@ -133,7 +133,7 @@ def ppl_chart(table: Table) -> plt.Figure:
         vline = ax.axvline(l_train, color="0.3", linestyle="--", linewidth=1, label=f"L_train = {l_train}")
         vline.set_gid("L_train")
     best = table.extra.get("best_ppl")
-    if best is not None:
+    if best is not None and not table.extra.get("bound_row"):  # the per-column bound is drawn as a row
         ax.axhline(best, color="0.6", linestyle=":", linewidth=1, label=f"best achievable ({best:.2f})").set_gid("best_ppl")
     values = [c.value for c in table.cells.values() if c.value is not None]
     # Sinusoidal perplexity explodes past L_train; a log y keeps the good methods readable then.

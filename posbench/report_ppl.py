@@ -84,14 +84,41 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
         for lv in columns:
             table.cells[(label, lv)] = _ppl_cell(r, entries[r.case_id].get(lv))
     table.extra["methods"] = {label: r.method for label, r in zip(table.rows, rows)}
+    bounds = _bounds(entries, columns)
+    if bounds:
+        # The true source's perplexity on exactly the tokens each column scored (synthetic
+        # sources): the floor every method's cell should be read against.
+        table.rows.append(BOUND_ROW)
+        table.extra["bound_row"] = BOUND_ROW
+        for lv in columns:
+            value = bounds.get(lv)
+            table.cells[(BOUND_ROW, lv)] = Cell(text=fmt.ppl(value) if value is not None else "—", value=value,
+                                                status="ok" if value is not None else "missing")
     table.caption = (
         f"Perplexity (lower is better) of models trained on L_train = {l_train} tokens, "
         f"{describe_mode(key)}; columns are L_valid, the evaluation length. "
         f"{hardware}, commit {table.commit}. "
-        + (f"Best achievable perplexity of the corpus: {best:.2f}. " if best is not None else "")
+        + (f"Row '{BOUND_ROW}': the true source's perplexity on exactly the tokens of that column "
+           "(best_ppl_eval), the best any model can score there. " if bounds else "")
+        + (f"Long-run entropy bound of the corpus: {best:.2f}. " if best is not None else "")
         + "OOM: the evaluation ran out of memory."
     )
     return table
+
+
+BOUND_ROW = "bound (true source)"
+
+
+def _bounds(entries: dict, columns: list) -> dict:
+    """L_valid -> the source's perplexity on the evaluated tokens, from the first entry that has it."""
+    out = {}
+    for lv in columns:
+        for per_case in entries.values():
+            value = (per_case.get(lv) or {}).get("best_ppl_eval")
+            if value is not None:
+                out[lv] = float(value)
+                break
+    return out
 
 
 def _ppl_cell(row, entry: dict | None) -> Cell:

@@ -268,5 +268,10 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
             continue
         column = "seq_len" if "seq_len" in meta.grid else next(iter(meta.grid), "case")
         part = frame[frame["source"] == source]
+        if meta.task == "extrapolation":  # the paper's layout: methods x L_valid, with the bound
+            from .report_ppl import extrapolation_tables
+
+            out += extrapolation_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas))
+            continue
         out += metric_tables(runs, meta.task, None, column, meta.metrics, frame=part)
     return out

@@ -177,7 +177,7 @@ def test_distance_beyond_the_training_length_is_allowed():
     assert near.log_loss(x) > source.log_loss(x)
 
 
-def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path):
+def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path, capsys):
     results = tmp_path / "results"
     corpus = "{kind: synthetic-copy, size: 20000, synthetic: {vocab: 16, copy_prob: 0.5, max_distance: 6}}"
     args = ["--suite", "extrapolation", "--profile", "cpu", "--device", "cpu", "--results", str(results),
@@ -199,6 +199,21 @@ def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path):
     curves = row["series"]["best_per_position_loss"]
     assert set(curves) == {"nonoverlapping@8", "nonoverlapping@16", "sliding@8", "sliding@16"}
     assert len(curves["sliding@16"]) == 16 and all(v is not None for v in curves["nonoverlapping@16"])
+    # The run prints the paper's layout (methods x L_valid, per evaluation mode) with the exact
+    # bound as the last row of each table, beside every cell.
+    out = capsys.readouterr().out
+    bound_lines = [line for line in out.splitlines() if line.startswith("bound (true source)")]
+    assert len(bound_lines) == 2  # nonoverlapping and sliding
+    assert all(line.split()[-2:] == [f"{exact:.2f}"] * 2 for line in bound_lines)
+    from posbench import charts
+    from posbench.report_ppl import BOUND_ROW, extrapolation_tables
+    from posbench.rows import load_runs
+
+    table = extrapolation_tables(load_runs(rows_file.parent))[0]
+    assert table.rows == ["alibi", BOUND_ROW] and table.cell(BOUND_ROW, 16).value == pytest.approx(exact)
+    fig = charts.ppl_chart(table)
+    gids = {line.get_gid() for line in fig.axes[0].lines}
+    assert f"method:{BOUND_ROW}" in gids and "best_ppl" not in gids  # the bound of these tokens, not the long run
 
 
 def test_precision_perplexity_study_reports_the_bound(tmp_path):
