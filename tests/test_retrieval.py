@@ -298,10 +298,14 @@ def test_settings_errors_are_one_line(tmp_path):
 
 def test_suite_validates_with_both_profiles():
     loaded = suitemod.load("retrieval")
-    for profile in ("cpu", "gpu"):
-        s = suitemod.resolve(loaded, profile)
-        assert s.task == "retrieval"
-        assert list(s.grid["probe"]) == list(P.PROBES)
+    for profile in ("default", "cpu", "gpu"):
+        assert suitemod.resolve(loaded, profile).task == "retrieval"
+    assert list(suitemod.resolve(loaded, "gpu").grid["probe"]) == list(P.PROBES)
+    # The cpu budget teaches the tiny model passkey only when it trains on passkey alone (measured:
+    # the four-probe mix taught it nothing in 4000 steps), so the cpu profile is passkey's.
+    cpu_probe = suitemod.resolve(loaded, "cpu")
+    assert cpu_probe.grid["probe"] == ["passkey"] and cpu_probe.settings.train_probes == ["passkey"]
+    assert cpu_probe.settings.mix == 1.0
     gpu = suitemod.resolve(loaded, "gpu")
     assert gpu.grid["L_train"] == [512, 1024] and max(gpu.settings.L_valid_factors) * 1024 == 16384
     cpu = suitemod.resolve(loaded, "cpu")
