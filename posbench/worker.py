@@ -124,6 +124,21 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+def prepare(case: Case) -> None:
+    """What every task needs before it runs, done once here rather than in each task: torch's
+    CPU threads (``threads``) and the method folders the suite names (``--methods-dir``)."""
+    threads = getattr(case.settings, "threads", None)
+    if threads:
+        import torch  # only then: the test-only task runs without torch
+
+        torch.set_num_threads(threads)
+    if case.methods_dirs:
+        from . import registry
+
+        for folder in case.methods_dirs:
+            registry.add_methods_dir(folder)
+
+
 def run_case(raw: dict, limit_memory: bool = True) -> dict:
     task = tasks.get(raw["task"])
     case = Case(**raw)
@@ -132,6 +147,7 @@ def run_case(raw: dict, limit_memory: bool = True) -> dict:
     limit = case.settings.memory_limit_mb if limit_memory else None
     apply_memory_limit(limit)
     try:
+        prepare(case)
         out = task.run(case)
         return {"status": "ok", "message": "", "traceback": "", "metrics": out.get("metrics", {}),
                 "series": out.get("series", {}), "info": out.get("info", {})}

@@ -110,7 +110,11 @@ def case(method="sinusoidal", seq_len=16, **settings):
 
 
 def test_efficiency_task_on_cpu_reports_every_metric():
-    out = efficiency.run(case())
+    from posbench.worker import prepare
+
+    c = case()
+    prepare(c)  # as the worker does before every task: threads=1
+    out = efficiency.run(c)
     m = out["metrics"]
     assert m["batch_size"] == 4 and m["tokens_per_step"] == 64 and m["threads"] == 1
     assert m["n_params"] > 0 and math.isfinite(m["train_loss"])

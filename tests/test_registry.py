@@ -172,3 +172,24 @@ def test_get_imports_only_the_file_that_defines_the_name(tmp_path, monkeypatch, 
     assert str(other.resolve()) not in registry._SCANNED
     with pytest.raises(registry.RegistryError, match=r"error importing method file .*other.py: RuntimeError: imported"):
         registry.get("other_method")  # the method asked for is broken: that is an error naming its file
+
+
+def test_the_worker_prepares_threads_and_method_folders_once_for_every_task(tmp_path, clean_registry):
+    """worker.prepare, not each task, sets torch's threads and loads the suite's method folders."""
+    import torch
+
+    from posbench.case import Case
+    from posbench.tasks import _testing
+    from posbench.worker import prepare
+
+    write_plugin(tmp_path / "plugins", "prepared.py", "prepared_here")
+    case = Case(suite="s", task="_testing", method="sinusoidal", params=_testing.Params(n=1),
+                settings=_testing.Settings(threads=1), device="cpu", profile="default", run_id="r",
+                methods_dirs=[str(tmp_path / "plugins")])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        prepare(case)
+        assert torch.get_num_threads() == 1 and "prepared_here" in registry.names()
+    finally:
+        torch.set_num_threads(before)

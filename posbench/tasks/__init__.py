@@ -15,8 +15,10 @@ A task module (``posbench/tasks/<name>.py``) defines:
 - ``run(case: Case) -> {"metrics": {name: number | None}, "series": {name: list | dict}}``. It
   runs in a worker process (``posbench.worker``), one case per process; with ``nproc`` > 1 (or
   under torchrun) on every rank at once, with the process group already joined
-  (``posbench.distributed``), and rank 0's return value is the result. Raise ``Diverged`` for a
-  non-finite loss; ``MemoryError`` / ``torch.cuda.OutOfMemoryError`` become status ``oom``.
+  (``posbench.distributed``), and rank 0's return value is the result. The worker has already
+  set torch's CPU threads and loaded the suite's method folders (``worker.prepare``). Raise
+  ``Diverged`` for a non-finite loss; ``MemoryError`` / ``torch.cuda.OutOfMemoryError`` become
+  status ``oom``.
 
 Optionally, a task whose suite ``methods`` are its own variants rather than position methods (the
 kernels task) also defines ``METHODS`` (the variant names) and ``unavailable(case) -> reason |

@@ -105,16 +105,11 @@ class Params(BaseModel):
 def run(case) -> dict:
     import torch
 
-    from .. import registry
     from ..decoding import decode_step, greedy, kv_cache_bytes, last_position_only, prefill
     from ..measure import make_device, summarize
     from ..model import TransformerLM, model_config
 
     s, p = case.settings, case.params
-    if s.threads:
-        torch.set_num_threads(s.threads)
-    for folder in case.methods_dirs:
-        registry.add_methods_dir(folder)
     device = torch.device(case.device)
     dev = make_device(case.device)
     dtype = getattr(torch, s.dtype)  # "float32" | "bfloat16" | "float16"

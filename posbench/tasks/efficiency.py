@@ -106,7 +106,7 @@ class Params(BaseModel):
 def run(case) -> dict:
     import torch
 
-    from .. import distributed, registry
+    from .. import distributed
     from ..measure import make_device
     from ..model import TransformerLM, lm_loss, model_config
 
@@ -114,10 +114,6 @@ def run(case) -> dict:
     batch = s.tokens_per_step // L
     if batch < 1:
         raise ValueError(f"tokens_per_step {s.tokens_per_step} < seq_len {L}: no full sequence fits in a step")
-    if s.threads:
-        torch.set_num_threads(s.threads)
-    for folder in case.methods_dirs:
-        registry.add_methods_dir(folder)
     device = torch.device(case.device)
     dev = make_device(case.device)
     dtype = getattr(torch, s.dtype)  # float32, bfloat16 or float16 (Settings.dtype)

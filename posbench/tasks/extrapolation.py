@@ -204,15 +204,7 @@ def source_bound(oracle, Lv: int, mode: str, s: Settings) -> tuple[float, list[f
 
 
 def run(case) -> dict:
-    import torch
-
-    from .. import registry
-
     s, L = case.settings, case.params.L_train
-    if s.threads:
-        torch.set_num_threads(s.threads)
-    for folder in case.methods_dirs:
-        registry.add_methods_dir(folder)
     corpus = open_corpus(s.corpus)
     seeds = s.seeds or [s.seed]
     runs = []

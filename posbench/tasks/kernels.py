@@ -91,12 +91,8 @@ def unavailable(case) -> str | None:
 
 
 def run(case) -> dict:
-    import torch
-
     from ..kernel_bench import run_kernel_point
 
-    if case.settings.threads:
-        torch.set_num_threads(case.settings.threads)
     args = _point_args(case)
     row = run_kernel_point(case.method, **args, warmup=case.settings.warmup, reps=case.settings.reps)
     if row.get("status") == "unavailable":

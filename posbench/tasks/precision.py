@@ -63,11 +63,7 @@ class Params(BaseModel):
 
 
 def run(case) -> dict:
-    import torch  # here, not at the top: validating a suite imports this module for its Settings
-
     s = case.settings
-    if s.threads:
-        torch.set_num_threads(s.threads)
     if case.params.study == "bias_counts":
         return _bias_counts(case, s)
     return _bias_dtype_ppl(case, s)
@@ -95,11 +91,8 @@ def _bias_dtype_ppl(case, s) -> dict:
     import numpy as np
     import torch
 
-    from .. import registry
     from ..model import TransformerLM
 
-    for folder in case.methods_dirs:
-        registry.add_methods_dir(folder)
     L = case.params.L_train
     corpus = open_corpus(s.corpus)
     # One training per method and length, shared by every case that evaluates it.

@@ -144,15 +144,10 @@ def summarize(cells: list[dict], L: int, threshold: float) -> dict:
 def run(case) -> dict:
     import torch
 
-    from .. import registry
     from .. import probes as P
     from ..retrieval import eval_length, trained_model
 
     s, L, probe = case.settings, case.params.L_train, case.params.probe
-    if s.threads:
-        torch.set_num_threads(s.threads)
-    for folder in case.methods_dirs:
-        registry.add_methods_dir(folder)
     cfg = s.probe_config()
     for Lv in [f * L for f in s.L_valid_factors]:
         if Lv < P.min_length(probe, cfg):
