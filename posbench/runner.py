@@ -275,6 +275,11 @@ def worker_command(case: Case, case_file: Path, result_file: Path) -> list[str]:
 CPU_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
+def cpu_malloc_env() -> dict[str, str]:
+    """The allocator policy of CPU workers: ``CPU_MALLOC_ENV`` where the user set nothing."""
+    return {key: os.environ.get(key, value) for key, value in CPU_MALLOC_ENV.items()}
+
+
 def worker_env(case: Case) -> dict[str, str]:
     """The environment of ``case``'s worker process(es)."""
     env = dict(os.environ)
@@ -284,8 +289,7 @@ def worker_env(case: Case) -> dict[str, str]:
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     if case.device == "cpu":
-        for key, value in CPU_MALLOC_ENV.items():
-            env.setdefault(key, value)
+        env.update(cpu_malloc_env())
     return env
 
 
@@ -539,7 +543,7 @@ def _run_suite(
         write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
     environment = envmod.collect(device)
     if device == "cpu":  # what every worker runs under (worker_env): part of what was measured
-        environment["worker_malloc"] = {k: os.environ.get(k, v) for k, v in CPU_MALLOC_ENV.items()}
+        environment["worker_malloc"] = cpu_malloc_env()
     if main:
         write_env(run_dir / "env.json", environment)
     commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
