@@ -37,7 +37,8 @@ class ALiBi(PositionMethod):
 
     def bias(self, q_pos, k_pos, dtype) -> torch.Tensor:
         """(1, H, Tq, Tk) bias with the causal mask folded in as -inf; float32, or ``dtype`` when
-        bias_dtype is "compute". Built once per positions tensors, shared by every layer."""
+        bias_dtype is "compute". Cached per positions tensors across forward passes (training
+        repeats the same positions every step)."""
         out = torch.float32 if self.bias_dtype == "float32" else dtype
 
         def build():
@@ -56,5 +57,9 @@ class ALiBi(PositionMethod):
         # A float32 bias with half-precision q, k: SDPA wants the mask in the query's dtype.
         return "explicit float32 (B*H*L*L scores)"
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
-        return causal_attention(q, k, v, self.bias(q_pos, k_pos, q.dtype), masked=True)
+    def prepare(self, q_pos, k_pos, dtype) -> torch.Tensor:
+        return self.bias(q_pos, k_pos, dtype)  # (1, H, Tq, Tk), shared by every layer
+
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        bias = state if state is not None else self.bias(q_pos, k_pos, q.dtype)
+        return causal_attention(q, k, v, bias, masked=True)

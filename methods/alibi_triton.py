@@ -8,8 +8,8 @@ indices, so memory stays O(T) instead of the O(H T^2) of a materialised bias.
 Positions: the kernel takes positions as indices times one factor. Integer positions are taken to
 be consecutive (the harness passes aranges; ``q_pos`` is the last Tq entries of ``k_pos``), so they
 need no look at their values. Float positions (interpolation) give the factor
-(k_pos[-1] - k_pos[0]) / (Tk - 1), read once per position tensor (one host sync per forward pass,
-shared by all layers through a ``PositionCache``); that is meant for evaluation, not training.
+(k_pos[-1] - k_pos[0]) / (Tk - 1), read once per forward pass by ``prepare`` (one host sync,
+shared by all layers); that is meant for evaluation, not training.
 
 Option ``bias_dtype``: "float32" (default) adds the float32 bias to float32 scores. "compute"
 rounds slope * distance to the input dtype inside the kernel before adding it, to study what a
@@ -50,12 +50,13 @@ class AlibiTriton(FusedKernelMethod):
         return "triton fused, bias in kernel (float32)" if self.bias_dtype == "float32" else \
             f"triton fused, bias rounded to {str(dtype).removeprefix('torch.')}"
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        scale = state if state is not None else self._pos_scale(k_pos)
         from posbench.kernels.alibi_attention import alibi_attention
 
         return alibi_attention(  # (B, H, Tq, hd)
             q, k, v, self._slopes_on(q.device),
-            pos_scale=self._pos_scale(k_pos), bias_dtype=self.bias_dtype,
+            pos_scale=scale, bias_dtype=self.bias_dtype,
         )
 
     def extra_repr(self) -> str:

@@ -13,8 +13,8 @@ position, so longer inputs reuse the range training saw. |c| and |L| are used, s
 positive; ``eps`` = 1e-6 guards the division. One MLP shared by all layers.
 
 Speed: i - j, max-normaliser inputs and the causal mask are functions of the positions, cached per
-positions tensor; the bias (H, Tq, Tk) is built once per forward and shared by every layer
-(``posbench.forward_bias``). It costs a (Tq, Tk, mlp_width) hidden layer per forward.
+positions tensor; the bias (H, Tq, Tk) is built once per forward (``prepare``) and shared by
+every layer. It costs a (Tq, Tk, mlp_width) hidden layer per forward.
 The MLP's weights are plain parameters drawn like ``nn.Linear``'s default (the model re-draws every
 ``nn.Linear`` at std 0.02, which would start the bias at ~1e-4).
 """
@@ -23,8 +23,7 @@ import math
 import torch
 from torch import nn
 
-from posbench.forward_bias import ForwardBias, biased_attention
-from posbench.method import PositionCache, PositionMethod, causal_mask
+from posbench.method import PositionCache, PositionMethod, biased_attention, causal_mask
 from posbench.registry import register
 
 
@@ -49,7 +48,6 @@ class Fire(PositionMethod):
         self.w2 = nn.Parameter(torch.empty(h, mlp_width).uniform_(-bound, bound))  # (H, W)
         self.b2 = nn.Parameter(torch.empty(h).uniform_(-bound, bound))  # (H,)
         self._cache = PositionCache()
-        self._shared = ForwardBias(cfg.n_layers)
 
     def _layout(self, q_pos, k_pos):
         """(distance (Tq, Tk), query positions (Tq, 1), mask 0/-inf (Tq, Tk) or None), float32,
@@ -87,11 +85,9 @@ class Fire(PositionMethod):
             bias = bias + mask
         return bias.to(dtype)
 
-    def embed(self, x, pos):
-        self._shared.arm()
-        return x
+    def prepare(self, q_pos, k_pos, dtype) -> torch.Tensor:
+        return self.bias(q_pos, k_pos, dtype)  # (H, Tq, Tk), shared by every layer of this forward
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
-        key = (q.dtype, torch.is_grad_enabled()) + tuple(p._version for p in self.parameters())
-        bias = self._shared.get(q_pos, k_pos, key, layer, lambda: self.bias(q_pos, k_pos, q.dtype))
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        bias = state if state is not None else self.bias(q_pos, k_pos, q.dtype)
         return biased_attention(q, k, v, bias)

@@ -12,14 +12,13 @@ as with the authors' in-place clamp of the parameter data). Initialisation ``r1 
 ``r2 ~ U(0, 1)`` per head (the authors' released code). One pair per head, shared by all layers.
 
 Speed: |i - j| and the causal mask are functions of the positions, cached per positions tensor;
-the bias (H, Tq, Tk) depends on r1, r2 and is built once per forward pass and shared by every
-layer (``posbench.forward_bias``).
+the bias (H, Tq, Tk) depends on r1, r2 and is built once per forward pass (``prepare``) and
+shared by every layer.
 """
 import torch
 from torch import nn
 
-from posbench.forward_bias import ForwardBias, biased_attention
-from posbench.method import PositionCache, PositionMethod, causal_mask
+from posbench.method import PositionCache, PositionMethod, biased_attention, causal_mask
 from posbench.registry import register
 
 
@@ -35,7 +34,6 @@ class KerpleLog(PositionMethod):
         self.r1 = nn.Parameter(torch.rand(cfg.n_heads) * 2)  # (H,)
         self.r2 = nn.Parameter(torch.rand(cfg.n_heads))  # (H,)
         self._cache = PositionCache()
-        self._shared = ForwardBias(cfg.n_layers)
 
     def _positive(self, r: torch.Tensor) -> torch.Tensor:
         """max(r, eps) in value, identity in gradient."""
@@ -65,11 +63,9 @@ class KerpleLog(PositionMethod):
             bias = bias + mask
         return bias.to(dtype)
 
-    def embed(self, x, pos):
-        self._shared.arm()
-        return x
+    def prepare(self, q_pos, k_pos, dtype) -> torch.Tensor:
+        return self.bias(q_pos, k_pos, dtype)  # (H, Tq, Tk), shared by every layer of this forward
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
-        key = (q.dtype, self.r1._version, self.r2._version, torch.is_grad_enabled())
-        bias = self._shared.get(q_pos, k_pos, key, layer, lambda: self.bias(q_pos, k_pos, q.dtype))
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        bias = state if state is not None else self.bias(q_pos, k_pos, q.dtype)
         return biased_attention(q, k, v, bias)

@@ -66,7 +66,7 @@ class Learned(PositionMethod):
             return rows
         return torch.lerp(rows, self.weight.index_select(0, hi), frac.to(rows.dtype))
 
-    def embed(self, x, pos):
+    def embed(self, x, pos, state=None):
         return x + self.table(pos).to(x.dtype)[None]
 
     def extra_repr(self) -> str:

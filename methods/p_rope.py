@@ -29,8 +29,14 @@ class PRoPE(PositionMethod):
         with torch.no_grad():  # before any table is built from it
             self.rope.inv_freq[self.rotated :] = 0.0
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
-        return self.rope.attend(q, k, v, q_pos, k_pos, layer)
+    def prepare(self, q_pos, k_pos, dtype):
+        return self.rope.prepare(q_pos, k_pos, dtype)
+
+    def encode_qk(self, q, k, layer, state):
+        return self.rope.encode_qk(q, k, layer, state)
+
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        return self.rope.attend(q, k, v, q_pos, k_pos, layer, state)
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, fraction={self.fraction}, rotated_pairs={self.rotated}"

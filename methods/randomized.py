@@ -15,6 +15,8 @@ paper samples at test time as well; with consecutive test positions the model me
 smaller than the typical gap max_len / T of training, which is what the extrapolation rows of this
 method measure.
 """
+from typing import Any, NamedTuple
+
 import torch
 
 from posbench import registry
@@ -22,6 +24,14 @@ from posbench.method import PositionMethod
 from posbench.registry import register
 
 BASES = ("rotary", "sinusoidal")
+
+
+class Drawn(NamedTuple):
+    """``prepare``'s state: the positions drawn for this training forward (None in evaluation)
+    and the base method's own state for the positions it will see."""
+
+    pos: torch.Tensor | None
+    inner: Any
 
 
 @register
@@ -36,7 +46,6 @@ class Randomized(PositionMethod):
             raise ValueError(f"randomized: max_len must be a positive integer, got {max_len!r}")
         self.base, self.max_len = base, max_len
         self.inner = registry.get(base)(cfg)
-        self._drawn: tuple[torch.Tensor, torch.Tensor] | None = None  # (given pos, sampled pos)
 
     def sample(self, length: int, device) -> torch.Tensor:
         """(length,) int64: an ordered random subset of [0, max_len)."""
@@ -45,19 +54,27 @@ class Randomized(PositionMethod):
                              f"{self.max_len}; allowed: max_len >= the training length")
         return torch.randperm(self.max_len, device=device)[:length].sort().values
 
-    def embed(self, x, pos):
-        self._drawn = None
-        if self.training:
-            self._drawn = (pos, self.sample(pos.shape[0], pos.device))
-            pos = self._drawn[1]
-        return self.inner.embed(x, pos)
+    def prepare(self, q_pos, k_pos, dtype) -> Drawn:
+        if not self.training or k_pos.shape != q_pos.shape:  # evaluation, or a KV cache
+            return Drawn(None, self.inner.prepare(q_pos, k_pos, dtype))
+        # One draw serves embed and every layer of this training forward.
+        drawn = self.sample(q_pos.shape[0], q_pos.device)
+        return Drawn(drawn, self.inner.prepare(drawn, drawn, dtype))
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
-        drawn = self._drawn
-        if self.training and drawn is not None and drawn[0] is q_pos and k_pos.shape == q_pos.shape:
-            # The same draw in every layer of this forward (training has no KV cache: k_pos is q_pos).
-            q_pos = k_pos = drawn[1]
-        return self.inner.attend(q, k, v, q_pos, k_pos, layer)
+    def embed(self, x, pos, state: Drawn | None = None):
+        if state is None:
+            return self.inner.embed(x, pos)
+        return self.inner.embed(x, pos if state.pos is None else state.pos, state.inner)
+
+    def encode_qk(self, q, k, layer, state: Drawn):
+        return self.inner.encode_qk(q, k, layer, state.inner)
+
+    def attend(self, q, k, v, q_pos, k_pos, layer, state: Drawn | None = None):
+        if state is None:  # outside a model forward: the positions given
+            return self.inner.attend(q, k, v, q_pos, k_pos, layer)
+        if state.pos is not None:
+            q_pos = k_pos = state.pos
+        return self.inner.attend(q, k, v, q_pos, k_pos, layer, state.inner)
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, base={self.base!r}, max_len={self.max_len}"

@@ -27,10 +27,18 @@ class RopeNopeHybrid(PositionMethod):
     def is_nope(self, layer: int) -> bool:
         return (layer + 1) % self.every == 0
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
+    def prepare(self, q_pos, k_pos, dtype):
+        return self.rope.prepare(q_pos, k_pos, dtype)
+
+    def encode_qk(self, q, k, layer, state):
+        if self.is_nope(layer):  # this layer's cached keys stay unrotated
+            return q, k
+        return self.rope.encode_qk(q, k, layer, state)
+
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         if self.is_nope(layer):
             return causal_attention(q, k, v)
-        return self.rope.attend(q, k, v, q_pos, k_pos, layer)
+        return self.rope.attend(q, k, v, q_pos, k_pos, layer, state)
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, every={self.every}"

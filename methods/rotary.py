@@ -31,12 +31,24 @@ Registered rows: ``rotary_pi``, ``rotary_ntk`` (static factor 8, bloc97's zero-s
 Do not combine them with the extrapolation task's ``interpolate`` (positions already scaled).
 """
 import math
+from typing import NamedTuple
 
 import torch
 from torch.autograd.function import once_differentiable
 
 from posbench.method import PositionCache, PositionMethod, causal_attention
 from posbench.registry import register
+
+
+class RotaryState(NamedTuple):
+    """What ``prepare`` hands every layer: cos, sin (T, hd/2) in the compute dtype and whether
+    ``encode_qk`` rotates (cos/sin of q_pos: the KV cache then holds rotated keys) or ``attend``
+    rotates q and every key (cos/sin of k_pos: dynamic scaling, whose angles depend on the length
+    so far, so a key rotated earlier would be wrong now)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+    in_encode: bool
 
 
 @register
@@ -57,23 +69,13 @@ class Rotary(PositionMethod):
             self.register_buffer("trained_len", torch.zeros((), dtype=torch.long))
         inv_freq = base ** (-torch.arange(0, hd, 2, dtype=torch.float32) / hd)  # (hd/2,)
         self.register_position_buffer("inv_freq", inv_freq)
-        self._table: dict[str, torch.Tensor] = {}  # device -> (N, hd/2) angles, grown by doubling
         self._cache = PositionCache()
 
     def _angles(self, pos: torch.Tensor) -> torch.Tensor:
-        """(T, hd/2) float32 angles for positions (T,)."""
-        if pos.is_floating_point() or pos.numel() == 0:
-            return pos.to(torch.float32)[:, None] * self.inv_freq[None, :]
-        key = str(pos.device)
-        table = self._table.get(key)
-        # Reading pos.max() synchronises a GPU, but this runs only on a PositionCache miss: once
-        # per new positions tensor, not once per layer or per step.
-        need = int(pos.max()) + 1
-        if table is None or table.shape[0] < need:
-            size = max(need, 2048, 0 if table is None else 2 * table.shape[0])
-            table = torch.arange(size, device=pos.device, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
-            self._table[key] = table
-        return table[pos]
+        """(T, hd/2) float32 angles for positions (T,): the same float32 products a table of
+        arange * inv_freq would hold, computed for the rows asked (one row per decode step, and
+        no read of pos.max() to size a table: no GPU synchronisation)."""
+        return pos.to(torch.float32)[:, None] * self.inv_freq[None, :]
 
     def _cos_sin(self, pos: torch.Tensor, dtype):
         def build():
@@ -111,29 +113,48 @@ class Rotary(PositionMethod):
         ramp = ((ratio - self.yarn_alpha) / (self.yarn_beta - self.yarn_alpha)).clamp(0.0, 1.0)
         return (1 - ramp) * theta / s + ramp * theta, 0.1 * math.log(s) + 1.0
 
-    def _scaled_cos_sin(self, pos: torch.Tensor, dtype):
+    def _scaled_cos_sin(self, pos: torch.Tensor, k_pos: torch.Tensor, dtype):
+        """cos, sin (T, hd/2) of the scaled angles at ``pos``, with the factor for a model whose
+        keys are at ``k_pos`` (dynamic scaling: the length so far)."""
         def build():
-            s, L_train = self.scale_factor(pos)
+            s, L_train = self.scale_factor(k_pos)
             theta, mscale = self.scaled_inv_freq(s, L_train)
             ang = pos.to(torch.float64)[:, None] * theta[None, :]
             return (ang.cos() * mscale).to(dtype), (ang.sin() * mscale).to(dtype)
 
-        return self._cache.get((pos, self.trained_len), build, extra=(dtype, "scaled"))
+        return self._cache.get((pos, k_pos, self.trained_len), build, extra=(dtype, "scaled"))
 
     @staticmethod
     def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x (B, H, T, hd); cos, sin (T, hd/2). Rotates channel pairs (i, i + hd/2)."""
         return _RotateQK.apply(x, None, cos, sin)[0]
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
+    def dynamic(self) -> bool:
+        """Whether the angles depend on the evaluation length (scaled, null factor, eval mode)."""
+        return self.scaling != "none" and self.factor is None and not self.training
+
+    def _state(self, q_pos, k_pos, dtype, in_encode: bool) -> RotaryState:
+        pos = q_pos if in_encode else k_pos
+        if self.scaling != "none" and not self.training:
+            return RotaryState(*self._scaled_cos_sin(pos, k_pos, dtype), in_encode)
+        return RotaryState(*self._cos_sin(pos, dtype), in_encode)
+
+    def prepare(self, q_pos, k_pos, dtype) -> RotaryState:
         if self.scaling != "none" and self.training:
             self.trained_len.clamp_(min=k_pos.shape[0])  # on the device: no host sync
-        if self.scaling != "none" and not self.training:
-            cos_k, sin_k = self._scaled_cos_sin(k_pos, q.dtype)
-        else:
-            cos_k, sin_k = self._cos_sin(k_pos, q.dtype)
-        # q_pos is the tail of k_pos, so its cos/sin are the tail of the keys'.
-        q, k = _RotateQK.apply(q, k, cos_k, sin_k)
+        return self._state(q_pos, k_pos, dtype, in_encode=not self.dynamic())
+
+    def encode_qk(self, q, k, layer, state: RotaryState):
+        if not state.in_encode:
+            return q, k
+        return _RotateQK.apply(q, k, state.cos, state.sin)
+
+    def attend(self, q, k, v, q_pos, k_pos, layer, state: RotaryState | None = None):
+        if state is None:  # raw q, k outside a model forward: rotate them all here
+            state = self._state(q_pos, k_pos, q.dtype, in_encode=False)
+        if not state.in_encode:
+            # cos/sin of k_pos; q_pos is the tail of k_pos, so the queries' are the tail of the keys'.
+            q, k = _RotateQK.apply(q, k, state.cos, state.sin)
         return causal_attention(q, k, v)
 
 

@@ -26,5 +26,5 @@ class Sinusoidal(PositionMethod):
         pe = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (T, D/2, 2): interleaved sin, cos
         return pe.flatten(1)[:, : self.cfg.d_model]
 
-    def embed(self, x, pos):
+    def embed(self, x, pos, state=None):
         return x + self.table(pos).to(x.dtype)[None]

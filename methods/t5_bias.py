@@ -8,9 +8,9 @@ beyond falls in the last bucket. One table, shared by all layers (as in T5, wher
 layer owns it). Float distances (interpolation) are floored before bucketing.
 
 Speed (measure with the efficiency suite's interleaved rounds): the bias is the same in every layer
-of one forward pass, so it is gathered once per forward (in the first layer) and the same tensor
-object is reused by the later layers; autograd sums the gradients of its uses, and the table's
-gradient is computed once per backward instead of once per layer. The gather reads the
+of one forward pass, so ``prepare`` gathers it once per forward and every layer gets the same
+tensor; autograd sums the gradients of its uses, and the table's gradient is computed once per
+backward instead of once per layer. The gather reads the
 transposed (H, buckets) table with ``index_select`` along the bucket axis, which gives the
 (H, Tq, Tk) layout directly and whose backward (an ``index_add``) is several times faster on a
 CPU than the embedding backward. The causal mask is folded into that gather: future keys
@@ -23,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from posbench.method import PositionCache, PositionMethod, causal_attention, causal_explicit_attention, causal_mask
+from posbench.method import PositionCache, PositionMethod, biased_attention, causal_mask
 from posbench.registry import register
 
 
@@ -49,12 +49,7 @@ class T5Bias(PositionMethod):
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, cfg.n_heads)  # (buckets, H)
         nn.init.normal_(self.table.weight, std=0.02)
-        self._cache = PositionCache()
-        # The bias of the forward pass in progress: armed by ``embed`` (called once at the bottom
-        # of every forward), filled by the first layer, dropped by the last. Direct calls of
-        # ``attend`` outside a model forward never see it, so no tensor outlives its graph.
-        self._forward_bias: tuple | None = None  # (q_pos, k_pos, key, bias)
-        self._armed = False
+        self._cache = PositionCache()  # bucket layouts per positions, across forwards
 
     def buckets(self, q_pos, k_pos) -> torch.Tensor:
         """(Tq, Tk) bucket ids, cached per positions tensors."""
@@ -92,35 +87,14 @@ class T5Bias(PositionMethod):
         bias = weight.t().index_select(1, index)
         return bias.view(weight.shape[1], q_pos.shape[0], k_pos.shape[0]).to(dtype)
 
-    def embed(self, x, pos):
-        self._forward_bias, self._armed = None, True
-        return x
-
-    def _shared_bias(self, q_pos, k_pos, dtype, layer) -> torch.Tensor:
-        if not self._armed:
-            return self.bias(q_pos, k_pos, dtype)
-        key = (dtype, self.table.weight._version, torch.is_grad_enabled())
-        hit = self._forward_bias
-        if hit is not None and hit[0] is q_pos and hit[1] is k_pos and hit[2] == key:
-            bias = hit[3]
-        else:
-            bias = self.bias(q_pos, k_pos, dtype)
-        if layer >= self.cfg.n_layers - 1:  # the last layer: the forward pass is done with it
-            self._forward_bias, self._armed = None, False
-        else:
-            self._forward_bias = (q_pos, k_pos, key, bias)
-        return bias
+    def prepare(self, q_pos, k_pos, dtype) -> torch.Tensor:
+        return self.bias(q_pos, k_pos, dtype)  # (H, Tq, Tk), shared by every layer of this forward
 
     def attn_backend(self, device, dtype) -> str:
         if dtype == torch.float32 and torch.device(device).type == "cpu":
             return "explicit float32, causal blocks (learned bias)"
         return f"sdpa + {str(dtype).removeprefix('torch.')} bias (learned)"
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
-        bias = self._shared_bias(q_pos, k_pos, q.dtype, layer)
-        if bias.requires_grad and q.dtype == torch.float32 and q.device.type == "cpu":
-            # A bias that needs a gradient sends CPU SDPA to its math path; the explicit
-            # computation is the same arithmetic without that path's extra passes, and it skips
-            # the key blocks that are entirely in the future.
-            return causal_explicit_attention(q, k, v, bias)
-        return causal_attention(q, k, v, bias, masked=True)
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        bias = state if state is not None else self.bias(q_pos, k_pos, q.dtype)
+        return biased_attention(q, k, v, bias)

@@ -10,8 +10,8 @@ returns the table's gradient.
 
 Positions: integer positions are taken to be consecutive (the harness passes aranges), so the
 distance is the index distance. Float positions (interpolation) give the factor
-(k_pos[-1] - k_pos[0]) / (Tk - 1), read once per position tensor (one host sync per forward pass,
-shared by all layers through a ``PositionCache``); the kernel floors factor * index distance, as
+(k_pos[-1] - k_pos[0]) / (Tk - 1), read once per forward pass by ``prepare`` (one host sync,
+shared by all layers); the kernel floors factor * index distance, as
 ``t5_bias`` floors the float distance (equal for power-of-two factors such as 0.25).
 """
 from __future__ import annotations
@@ -36,11 +36,12 @@ class T5Triton(FusedKernelMethod):
         self.table = nn.Embedding(num_buckets, cfg.n_heads)  # (buckets, H)
         nn.init.normal_(self.table.weight, std=0.02)
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        scale = state if state is not None else self._pos_scale(k_pos)
         from posbench.kernels.t5_attention import t5_attention
 
         return t5_attention(  # (B, H, Tq, hd)
-            q, k, v, self.table.weight, pos_scale=self._pos_scale(k_pos),
+            q, k, v, self.table.weight, pos_scale=scale,
             num_buckets=self.num_buckets, max_distance=self.max_distance,
         )
 

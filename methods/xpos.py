@@ -52,6 +52,11 @@ class XPos(PositionMethod):
 
         return self._cache.get((k_pos,), build, extra=(dtype,))
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
-        cos_q, sin_q, cos_k, sin_k = self.tables(k_pos, q.dtype)
+    def prepare(self, q_pos, k_pos, dtype):
+        # Keys are scaled relative to the middle key position, which moves as a KV cache grows,
+        # so encode_qk leaves keys alone and attend scales every key of this forward.
+        return self.tables(k_pos, dtype)
+
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        cos_q, sin_q, cos_k, sin_k = state if state is not None else self.tables(k_pos, q.dtype)
         return causal_attention(self._rotate(q, cos_q, sin_q), self._rotate(k, cos_k, sin_k), v)

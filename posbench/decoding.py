@@ -23,9 +23,10 @@ def last_position_only(model: TransformerLM):
         handle.remove()
 
 
-def prefill(model: TransformerLM, prompt: torch.Tensor) -> tuple[KVCache, torch.Tensor]:
-    """A new cache holding ``prompt`` (B, C); returns it and the (B, V) logits of its last position."""
-    cache = model.new_cache()
+def prefill(model: TransformerLM, prompt: torch.Tensor, capacity: int = 0) -> tuple[KVCache, torch.Tensor]:
+    """A new cache holding ``prompt`` (B, C); returns it and the (B, V) logits of its last position.
+    ``capacity``: slots to allocate (prompt + tokens to come), so decoding never grows the cache."""
+    cache = model.new_cache(capacity)
     logits = model(prompt, cache=cache)  # (B, C or 1, V)
     return cache, logits[:, -1]
 
@@ -46,7 +47,7 @@ def generate(model: TransformerLM, prompt: torch.Tensor, steps: int) -> tuple[to
     Returns the tokens (B, steps) and the logits (B, steps, V) each was chosen from: the first
     from the prefill, the others from decode steps whose input is the token before them.
     """
-    cache, logits = prefill(model, prompt)
+    cache, logits = prefill(model, prompt, capacity=prompt.shape[1] + steps)
     tokens, all_logits = [greedy(logits)], [logits]
     for _ in range(steps - 1):
         logits = decode_step(model, cache, tokens[-1])
@@ -56,5 +57,6 @@ def generate(model: TransformerLM, prompt: torch.Tensor, steps: int) -> tuple[to
 
 
 def kv_cache_bytes(cache: KVCache) -> int:
-    """Bytes of the keys and values held for every layer (the position tensor is not counted)."""
-    return sum(t.numel() * t.element_size() for t in cache.keys + cache.values if t is not None)
+    """Bytes of the keys and values held for every layer (spare capacity and the position tensor
+    are not counted)."""
+    return cache.nbytes()

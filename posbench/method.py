@@ -1,11 +1,24 @@
 """The one contract every position method implements, and the attention helpers they share.
 
-A method is an ``nn.Module`` owned by the model (one instance, shared by all layers). The model
-calls ``embed`` once at the bottom of the network and ``attend`` in every layer. Positions are
-explicit tensors, so KV-cache decoding (``q_pos=[t]``, ``k_pos=[0..t]``) and interpolation
-(positions scaled by ``L_train / L_eval``, hence float) need no special case in any method.
+A method is an ``nn.Module`` owned by the model (one instance, shared by all layers). Per model
+forward, the model calls, in this order:
 
-Causality is by index with bottom-right alignment: query row i (of Tq) sees key columns
+1. ``state = prepare(q_pos, k_pos, dtype)`` once, before anything else: whatever the method
+   computes from the positions and its parameters for this forward (a bias, cos/sin tables, a
+   draw of random positions). Every layer gets the same object, so a bias is built once per
+   forward and its gradient flows back once, with no hidden state on the module.
+2. ``embed(x, pos, state)`` once at the bottom of the network.
+3. In every layer, ``encode_qk(q, k, layer, state)`` on this chunk's queries and keys (both at
+   positions ``q_pos``) before the keys enter the KV cache: rotary rotates them here, so the cache
+   holds rotated keys and a decode step rotates one new key, not the whole cache.
+4. Then ``attend(q, k, v, q_pos, k_pos, layer, state)``, k and v holding every key so far.
+
+``attend`` called with ``state=None`` (outside a model, in tests) takes raw q and k and does the
+whole computation itself, so it is also the plain reference of the pipeline above.
+
+Positions are explicit tensors, so KV-cache decoding (``q_pos=[t]``, ``k_pos=[0..t]``) and
+interpolation (positions scaled by ``L_train / L_eval``, hence float) need no special case in any
+method. Causality is by index with bottom-right alignment: query row i (of Tq) sees key columns
 j <= i + (Tk - Tq). That is the usual rule for a KV cache, and it lets the common case
 (Tq == Tk, no bias) go to ``scaled_dot_product_attention(is_causal=True)``, PyTorch's fastest path.
 Positions must increase along the sequence and ``q_pos`` must be the last Tq entries of ``k_pos``.
@@ -57,18 +70,30 @@ class PositionMethod(nn.Module):
                 self._buffers[name] = old.to(device=new.device)
         return out
 
-    def embed(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def prepare(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> Any:
+        """Once per model forward, before ``embed``: the state every layer's ``encode_qk`` and
+        ``attend`` receive. q_pos (Tq,) this forward's positions, k_pos (Tk,) every key's (the KV
+        cache's and then q_pos), dtype the compute dtype of q and k. Default: nothing."""
+        return None
+
+    def embed(self, x: torch.Tensor, pos: torch.Tensor, state: Any = None) -> torch.Tensor:
         """x: (B, T, D) token embeddings; pos: (T,) positions. Default: no position information."""
         return x
 
+    def encode_qk(self, q: torch.Tensor, k: torch.Tensor, layer: int, state: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """q, k (B, H, Tq, hd): this forward's queries and keys, both at positions q_pos, before the
+        keys are appended to the KV cache. Default: unchanged."""
+        return q, k
+
     def attend(
         self,
-        q: torch.Tensor,  # (B, H, Tq, hd)
-        k: torch.Tensor,  # (B, H, Tk, hd)
+        q: torch.Tensor,  # (B, H, Tq, hd), as encode_qk returned it (raw when state is None)
+        k: torch.Tensor,  # (B, H, Tk, hd), as encode_qk returned each key (raw when state is None)
         v: torch.Tensor,  # (B, H, Tk, hd)
         q_pos: torch.Tensor,  # (Tq,)
         k_pos: torch.Tensor,  # (Tk,)
         layer: int,
+        state: Any = None,  # what prepare returned; None: a call outside a model forward
     ) -> torch.Tensor:  # (B, H, Tq, hd)
         """Causal attention of every layer. Default: plain scaled dot-product attention."""
         return causal_attention(q, k, v)
@@ -179,6 +204,34 @@ def causal_explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
         keys = end + tk - tq
         outs.append(explicit_attention(qb, k.narrow(-2, 0, keys), v.narrow(-2, 0, keys), bb.narrow(-1, 0, keys)))
     return torch.cat(outs, dim=-2)
+
+
+def biased_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
+    """Causal attention with a bias (H, Tq, Tk) that already holds -inf on future keys.
+
+    A bias that needs a gradient (learned: t5_bias, kerple_log, fire) sends CPU SDPA to its math
+    path; on a CPU in float32 the explicit computation is the same arithmetic without that path's
+    extra passes, and it skips the key blocks entirely in the future."""
+    if bias.requires_grad and q.dtype == torch.float32 and q.device.type == "cpu":
+        return causal_explicit_attention(q, k, v, bias)
+    return causal_attention(q, k, v, bias, masked=True)
+
+
+def check_interface(cls: type) -> None:
+    """Raise a one-line TypeError when a method class's hooks do not take the interface's
+    arguments (a plugin written for the interface before ``prepare`` and ``state``)."""
+    import inspect
+
+    wanted = {"embed": ("x", "pos", "state"), "encode_qk": ("q", "k", "layer", "state"),
+              "attend": ("q", "k", "v", "q_pos", "k_pos", "layer", "state"), "prepare": ("q_pos", "k_pos", "dtype")}
+    for hook, names in wanted.items():
+        params = list(inspect.signature(getattr(cls, hook)).parameters.values())[1:]  # without self
+        if any(p.kind is p.VAR_POSITIONAL for p in params):
+            continue
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(positional) < len(names):
+            raise TypeError(f"method {cls.name!r}: {hook} takes ({', '.join(p.name for p in positional)}); "
+                            f"allowed: {hook}(self, {', '.join(names)}) (see posbench.method)")
 
 
 class PositionCache:

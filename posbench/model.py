@@ -7,28 +7,82 @@ all layers: ``embed`` runs once at the bottom, ``attend`` runs in every layer.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from . import registry
 from .config import PRESETS, ModelConfig, model_config  # noqa: F401  (re-exported)
-from .method import PositionMethod
+from .method import PositionMethod, check_interface
 
 
-@dataclass
 class KVCache:
-    """Keys, values and key positions seen so far, one (k, v) pair per layer."""
+    """Keys, values and key positions seen so far, one (keys, values) buffer pair per layer.
 
-    keys: list[torch.Tensor | None] = field(default_factory=list)  # each (B, H, T_past, hd)
-    values: list[torch.Tensor | None] = field(default_factory=list)
-    pos: torch.Tensor | None = None  # (T_past,)
+    Each buffer is (B, H, capacity, hd) and grows by doubling: a decode step writes its one new
+    slot in place instead of copying the whole cache (``torch.cat`` at every step made every
+    method's step cost O(C) copies), and layers see views of the first ``length`` slots. Keys are
+    stored as the method's ``encode_qk`` returned them (rotary: rotated). ``capacity`` preallocates
+    that many slots at the first write (prompt + tokens to generate: no growth while decoding).
+    With autograd recording (a cache fed with gradients on), chunks are concatenated into new
+    tensors instead, because writing into a buffer in place would invalidate the saved views.
+    """
+
+    def __init__(self, n_layers: int, capacity: int = 0):
+        self.capacity = capacity
+        self._k: list[torch.Tensor | None] = [None] * n_layers  # each (B, H, capacity, hd)
+        self._v: list[torch.Tensor | None] = [None] * n_layers
+        self.pos: torch.Tensor | None = None  # (length,)
+        self.default_pos = True  # every chunk so far had the model's default positions
 
     @property
     def length(self) -> int:
         return 0 if self.pos is None else self.pos.shape[0]
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write this chunk's k, v (B, H, T, hd) at slots start .. start+T of ``layer``; return
+        (B, H, start+T, hd) views of every key and value so far."""
+        end = start + k.shape[2]
+        buf_k, buf_v = self._k[layer], self._v[layer]
+        if buf_k is not None and buf_k.shape[:2] != k.shape[:2]:
+            raise ValueError(f"KVCache: a chunk of shape {tuple(k.shape)} after chunks of batch and heads "
+                             f"{tuple(buf_k.shape[:2])}; allowed: the same (B, H) in every call")
+        if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+            past_k = buf_k[:, :, :start] if buf_k is not None else k[:, :, :0]
+            past_v = buf_v[:, :, :start] if buf_v is not None else v[:, :, :0]
+            self._k[layer], self._v[layer] = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
+            return self._k[layer], self._v[layer]
+        if buf_k is None or buf_k.shape[2] < end or buf_k.dtype != k.dtype:
+            size = max(end, self.capacity, 2 * (buf_k.shape[2] if buf_k is not None else 0))
+            new_k = k.new_empty(k.shape[0], k.shape[1], size, k.shape[3])
+            new_v = v.new_empty(v.shape[0], v.shape[1], size, v.shape[3])
+            if buf_k is not None and start:
+                new_k[:, :, :start] = buf_k[:, :, :start]
+                new_v[:, :, :start] = buf_v[:, :, :start]
+            self._k[layer], self._v[layer] = buf_k, buf_v = new_k, new_v
+        buf_k[:, :, start:end] = k
+        buf_v[:, :, start:end] = v
+        return buf_k[:, :, :end], buf_v[:, :, :end]
+
+    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(keys, values) views of the ``length`` slots held, per layer that has any."""
+        n = self.length
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in zip(self._k, self._v) if k is not None]
+
+    def nbytes(self) -> int:
+        """Bytes of the keys and values held (``length`` slots of every layer; spare capacity and
+        the position tensor are not counted)."""
+        return sum(t.numel() * t.element_size() for pair in self.layers() for t in pair)
+
+    def fork(self) -> "KVCache":
+        """An independent copy to decode a branch into: its writes never touch this cache."""
+        other = KVCache(len(self._k), self.capacity)
+        n = self.length
+        for i, (k, v) in enumerate(zip(self._k, self._v)):
+            if k is not None:
+                other._k[i], other._v[i] = k[:, :, :n].clone(), v[:, :, :n].clone()
+        other.pos, other.default_pos = self.pos, self.default_pos
+        return other
 
 
 class Block(nn.Module):
@@ -43,18 +97,15 @@ class Block(nn.Module):
         self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, method: PositionMethod, q_pos, k_pos, cache: KVCache | None):
+    def forward(self, x, method: PositionMethod, q_pos, k_pos, cache: KVCache | None, state):
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
         # (B, T, D) -> (B, H, T, hd)
         q, k, v = (z.view(b, t, self.n_heads, -1).transpose(1, 2) for z in (q, k, v))
+        q, k = method.encode_qk(q, k, self.index, state)  # this chunk's, at q_pos
         if cache is not None:
-            past_k, past_v = cache.keys[self.index], cache.values[self.index]
-            if past_k is not None:
-                k = torch.cat([past_k, k], dim=2)
-                v = torch.cat([past_v, v], dim=2)
-            cache.keys[self.index], cache.values[self.index] = k, v
-        o = method.attend(q, k, v, q_pos, k_pos, self.index)  # (B, H, T, hd)
+            k, v = cache.append(self.index, k, v, k_pos.shape[0] - t)  # (B, H, Tk, hd)
+        o = method.attend(q, k, v, q_pos, k_pos, self.index, state)  # (B, H, T, hd)
         o = o.transpose(1, 2).reshape(b, t, d)
         x = x + self.drop(self.proj(o))
         return x + self.drop(self.ff(self.ln2(x)))
@@ -73,6 +124,7 @@ class TransformerLM(nn.Module):
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.method = registry.build(cfg)
+        check_interface(type(self.method))
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
@@ -115,23 +167,37 @@ class TransformerLM(nn.Module):
             self._arange = torch.arange(size, device=device)
         return self._arange[start:need]
 
-    def new_cache(self) -> KVCache:
-        return KVCache(keys=[None] * self.cfg.n_layers, values=[None] * self.cfg.n_layers)
+    def new_cache(self, capacity: int = 0) -> KVCache:
+        """An empty KV cache; ``capacity`` slots are allocated at its first write (0: as needed,
+        growing by doubling)."""
+        return KVCache(self.cfg.n_layers, capacity)
+
+    def compute_dtype(self, device) -> torch.dtype:
+        """The dtype q and k will have in this forward: autocast's where it is on, else the
+        weights' (what ``prepare`` is told, so a bias is built in the dtype attention needs)."""
+        device_type = torch.device(device).type
+        if torch.is_autocast_enabled(device_type):
+            return torch.get_autocast_dtype(device_type)
+        return self.blocks[0].qkv.weight.dtype if len(self.blocks) else self.tok.weight.dtype
 
     def forward(self, idx: torch.Tensor, pos: torch.Tensor | None = None, cache: KVCache | None = None):
         b, t = idx.shape
         past = cache.length if cache is not None else 0
-        if pos is None:
-            pos = self.positions(past, t, idx.device)
+        default = pos is None
+        if default:
+            upto = self.positions(0, past + t, idx.device)  # (past + T,): one arange's slice, no copy
+            pos = upto[past:]
         elif pos.shape != (t,):
             raise ValueError(f"pos must have shape ({t},), got {tuple(pos.shape)}")
-        k_pos = pos
-        if cache is not None:
-            k_pos = pos if cache.pos is None else torch.cat([cache.pos, pos])
-            cache.pos = k_pos
-        x = self.drop(self.method.embed(self.tok(idx) * self.cfg.token_scale, pos))  # (B, T, D)
+        k_pos = pos  # (Tk,): the cached keys' positions, then this chunk's
+        if cache is not None and cache.pos is not None:
+            k_pos = upto if default and cache.default_pos else torch.cat([cache.pos, pos])
+        state = self.method.prepare(pos, k_pos, self.compute_dtype(idx.device))
+        x = self.drop(self.method.embed(self.tok(idx) * self.cfg.token_scale, pos, state))  # (B, T, D)
         for blk in self.blocks:
-            x = blk(x, self.method, pos, k_pos, cache)
+            x = blk(x, self.method, pos, k_pos, cache, state)
+        if cache is not None:
+            cache.pos, cache.default_pos = k_pos, default and cache.default_pos
         x = self.ln_f(x)
         return F.linear(x, self.tok.weight)  # tied output embedding, (B, T, V)
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from . import probes as P
-from .model import KVCache, TransformerLM, model_config
+from .model import TransformerLM, model_config
 from .train import TrainConfig, load_checkpoint, train
 
 
@@ -71,12 +71,6 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
 # ---------------------------------------------------------------------------------- evaluation
 
 
-def fork(cache: KVCache) -> KVCache:
-    """A branch of ``cache`` to decode into. Layers replace their entries with new tensors
-    (``torch.cat``), so sharing the old ones leaves the trunk untouched."""
-    return KVCache(keys=list(cache.keys), values=list(cache.values), pos=cache.pos)
-
-
 @torch.no_grad()
 def greedy_answers(model, tokens: torch.Tensor, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
     """Greedy answers through the KV cache: one (B, end - start) tensor per span.
@@ -91,7 +85,7 @@ def greedy_answers(model, tokens: torch.Tensor, spans: list[tuple[int, int]]) ->
         logits = model(tokens[:, cursor:start], cache=cache)  # (B, start - cursor, V)
         nxt = logits[:, -1].argmax(-1)  # (B,)
         answer = [nxt]
-        branch = fork(cache)
+        branch = cache.fork()  # a copy: the answer decoded into it never reaches the trunk
         for _ in range(end - start - 1):
             nxt = model(nxt[:, None], cache=branch)[:, -1].argmax(-1)
             answer.append(nxt)

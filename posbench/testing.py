@@ -160,6 +160,33 @@ def check_kv_decode(method, dtype, device):
         _fail(method, f"KV-cache decode differs from the full forward by {err:.3g} (tolerance {tol:.3g})")
 
 
+def check_prepared_attend(method, dtype, device):
+    """The model's pipeline (``prepare`` once, ``encode_qk`` on each chunk's q and k, the keys
+    kept as encoded, then ``attend`` with the state) equals ``attend`` on raw q and k without a
+    state, for a square chunk and for a chunk after cached keys (Tq < Tk)."""
+    m = build(method, dtype, device).method
+    hd, g = kit_config(method).head_dim, torch.Generator().manual_seed(13)
+    for past, tq in ((0, 9), (11, 5), (20, 1)):
+        tk = past + tq
+        q, k, v = (torch.randn(BATCH, 3, n, hd, generator=g).to(device=device, dtype=dtype) for n in (tq, tk, tk))
+        k_pos = torch.arange(tk, device=device)
+        q_pos = k_pos[past:]
+        with torch.no_grad():
+            want = m.attend(q, k, v, q_pos, k_pos, 1)
+            keys = []
+            if past:  # the earlier chunk, as the KV cache holds it
+                state = m.prepare(k_pos[:past], k_pos[:past], dtype)
+                keys.append(m.encode_qk(q.new_zeros(BATCH, 3, past, hd), k[:, :, :past], 1, state)[1])
+            state = m.prepare(q_pos, k_pos, dtype)
+            q_enc, k_new = m.encode_qk(q, k[:, :, past:], 1, state)
+            got = m.attend(q_enc, torch.cat(keys + [k_new], dim=2), v, q_pos, k_pos, 1, state)
+        err = (got.double() - want.double()).abs().max().item()
+        tol = DECODE_TOL.get(dtype, 1e-2) * max(1.0, want.abs().max().item())
+        if not err <= tol:
+            _fail(method, f"prepare/encode_qk/attend with Tq={tq}, Tk={tk} differ from attend on raw q, k "
+                          f"(state None) by {err:.3g} (tolerance {tol:.3g})")
+
+
 def check_state_dict(method, dtype, device):
     """state_dict -> bytes -> a fresh model (other seed) reproduces the outputs exactly."""
     a = build(method, dtype, device, seed=5)
@@ -232,6 +259,7 @@ CHECKS: dict[str, Callable] = {
     "deterministic": check_deterministic,
     "long": check_long,
     "kv_decode": check_kv_decode,
+    "prepared_attend": check_prepared_attend,
     "state_dict": check_state_dict,
     "far_positions": check_far_positions,
 }

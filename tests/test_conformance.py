@@ -45,7 +45,7 @@ class Peeking(PositionMethod):
 
     name = "broken_peeking"
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
 
@@ -54,7 +54,7 @@ class IndexPositions(PositionMethod):
 
     name = "broken_index_positions"
 
-    def embed(self, x, pos):
+    def embed(self, x, pos, state=None):
         # A ramp across channels (a constant shift would vanish in LayerNorm).
         ramp = torch.linspace(-1, 1, x.shape[-1], dtype=x.dtype)
         return x + torch.arange(x.shape[1], dtype=x.dtype)[None, :, None] * ramp * 0.1
@@ -75,7 +75,7 @@ class Noisy(PositionMethod):
 
     name = "broken_noisy"
 
-    def attend(self, q, k, v, q_pos, k_pos, layer):
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         return causal_attention(q, k, v) + torch.randn_like(q) * 1e-3
 
 
@@ -84,8 +84,38 @@ class NonFiniteLong(PositionMethod):
 
     name = "broken_long"
 
-    def embed(self, x, pos):
+    def embed(self, x, pos, state=None):
         return x + torch.where(pos[None, :, None] >= testing.TRAIN_LEN, float("nan"), 0.0).to(x.dtype)
+
+
+class ScaledKeysOnlyInModel(PositionMethod):
+    """Scales keys in encode_qk, but its attend on raw q, k (state None) forgets to: the model and
+    a direct call disagree."""
+
+    name = "broken_scaled_keys"
+
+    def encode_qk(self, q, k, layer, state):
+        return q, k * 2.0
+
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        return causal_attention(q, k, v)
+
+
+class OldSignature(PositionMethod):
+    """Written for the interface before ``prepare``: attend takes no state."""
+
+    name = "broken_old_signature"
+
+    def attend(self, q, k, v, q_pos, k_pos, layer):
+        return causal_attention(q, k, v)
+
+
+def test_a_plugin_without_state_gets_one_line_naming_the_hook(temporary_method):
+    name = temporary_method(OldSignature)
+    with pytest.raises(TypeError) as err:
+        testing.build(name)
+    assert str(err.value) == ("method 'broken_old_signature': attend takes (q, k, v, q_pos, k_pos, layer); allowed: "
+                              "attend(self, q, k, v, q_pos, k_pos, layer, state) (see posbench.method)")
 
 
 class RoundedTable(PositionMethod):
@@ -98,7 +128,7 @@ class RoundedTable(PositionMethod):
         d = cfg.d_model
         self.register_buffer("inv_freq", 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float32) / d), persistent=False)
 
-    def embed(self, x, pos):
+    def embed(self, x, pos, state=None):
         ang = pos.float()[:, None] * self.inv_freq.float()[None, :]
         return x + torch.cat([ang.sin(), ang.cos()], dim=-1).to(x.dtype)[None]
 
@@ -129,6 +159,7 @@ def test_position_buffers_stay_float32_through_casts():
         (DeadParameter, "gradients", "no gradient reached parameter method.unused"),
         (Noisy, "deterministic", "different outputs"),
         (NonFiniteLong, "long", "non-finite"),
+        (ScaledKeysOnlyInModel, "prepared_attend", "differ from attend on raw q, k"),
     ],
 )
 def test_kit_catches_broken_method(temporary_method, cls, check, message):

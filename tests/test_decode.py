@@ -197,12 +197,16 @@ def test_bias_work_per_step_does_not_grow_with_layers(method):
 
 def _broken_alibi(kind: str):
     """``alibi`` with a decode path that does too much: the whole (H, Tk, Tk) square sliced to
-    its last row ("quadratic"), or the row rebuilt by every layer ("per_layer")."""
+    its last row ("quadratic"), or the row rebuilt by every layer, ignoring the state ``prepare``
+    built once ("per_layer")."""
     from posbench.alibi import alibi_bias
     from posbench.method import mask_bias
 
     class Broken(registry.get("alibi")):
         name = f"broken_alibi_{kind}"
+
+        def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+            return super().attend(q, k, v, q_pos, k_pos, layer, None if kind == "per_layer" else state)
 
         def bias(self, q_pos, k_pos, dtype):
             if kind == "per_layer":

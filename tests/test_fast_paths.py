@@ -103,7 +103,7 @@ def _t5_model(seed, dtype):
 def _per_layer_reference(m):
     """The plain formulation: the bias gathered in every layer, masked, through SDPA."""
 
-    def attend(q, k, v, q_pos, k_pos, layer):
+    def attend(q, k, v, q_pos, k_pos, layer, state=None):
         bias = m.table(m.buckets(q_pos, k_pos)).permute(2, 0, 1).to(q.dtype)
         return causal_attention(q, k, v, bias)
 

@@ -283,8 +283,9 @@ def test_randomized_uses_the_draw_in_every_layer_while_training(base):
     idx = torch.randint(0, 256, (2, 12))
     seen = []
     inner_embed, inner_attend = m.inner.embed, m.inner.attend
-    m.inner.embed = lambda x, pos: seen.append(("embed", pos)) or inner_embed(x, pos)
-    m.inner.attend = lambda q, k, v, qp, kp, layer: seen.append((layer, qp, kp)) or inner_attend(q, k, v, qp, kp, layer)
+    m.inner.embed = lambda x, pos, state=None: seen.append(("embed", pos)) or inner_embed(x, pos, state)
+    m.inner.attend = lambda q, k, v, qp, kp, layer, state=None: seen.append((layer, qp, kp)) or \
+        inner_attend(q, k, v, qp, kp, layer, state)
     torch.manual_seed(3)
     model.train()(idx)
     torch.manual_seed(3)

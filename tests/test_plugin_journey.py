@@ -29,7 +29,7 @@ MINE = textwrap.dedent('''
     class Mine(PositionMethod):
         name = "mine"
 
-        def attend(self, q, k, v, q_pos, k_pos, layer):
+        def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
             # (Tq, Tk) distances from float32 positions, then one slope per head: (H, Tq, Tk)
             dist = (q_pos.float()[:, None] - k_pos.float()[None, :]).clamp(min=0)
             slopes = 0.5 ** torch.arange(1, q.shape[1] + 1, device=q.device, dtype=torch.float32)

@@ -8,7 +8,6 @@ import torch
 from posbench import charts_retrieval as charts
 from posbench import probes as P
 from posbench import suite as suitemod
-from posbench.model import KVCache
 from posbench.stats import effective_length, wilson_interval
 from posbench import retrieval as RE
 from posbench.tasks import retrieval as R
@@ -66,16 +65,29 @@ def test_generator_bad_input_is_one_line():
 # --- the oracle and chance, through the same KV-cache decoding the task uses ------------------
 
 
+class History:
+    """A test double's KV cache: the token history (B, T), replaced by a new tensor per call, and
+    ``fork`` as ``KVCache.fork``: the branch's tokens never reach the trunk."""
+
+    def __init__(self, tokens=None):
+        self.tokens = tokens
+
+    def append(self, idx):
+        self.tokens = idx if self.tokens is None else torch.cat([self.tokens, idx], 1)
+        return self.tokens
+
+    def fork(self):
+        return History(self.tokens)
+
+
 class OracleModel:
-    """Test double: logits one-hot on the oracle's next token. Its "cache" keeps the token
-    history in ``keys[0]`` (B, T), replaced by a new tensor on every call like a real layer."""
+    """Test double: logits one-hot on the oracle's next token."""
 
     def new_cache(self):
-        return KVCache(keys=[None], values=[None])
+        return History()
 
     def __call__(self, idx, cache):
-        hist = idx if cache.keys[0] is None else torch.cat([cache.keys[0], idx], 1)
-        cache.keys[0] = hist
+        hist = cache.append(idx)
         logits = torch.zeros(idx.shape[0], idx.shape[1], VOCAB.vocab_size)
         for b in range(idx.shape[0]):
             logits[b, -1, P.oracle_next(VOCAB, hist[b].numpy())] = 1.0
@@ -89,7 +101,7 @@ class GuessingModel:
         self.g = torch.Generator().manual_seed(seed)
 
     def new_cache(self):
-        return KVCache(keys=[None], values=[None])
+        return History()
 
     def __call__(self, idx, cache):
         logits = torch.full((idx.shape[0], idx.shape[1], VOCAB.vocab_size), -1e9)
@@ -111,7 +123,7 @@ def test_decoding_uses_its_own_predictions_and_true_context():
     # the first answer token can depend on the prompt; the trunk must still see true answers.
     class Echo(OracleModel):
         def __call__(self, idx, cache):
-            cache.keys[0] = idx if cache.keys[0] is None else torch.cat([cache.keys[0], idx], 1)
+            cache.append(idx)
             return torch.nn.functional.one_hot(idx, VOCAB.vocab_size).float()
 
     batch = P.generate("mqar", VOCAB, 40, 3, seed=0)

@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from ..method import PositionCache, PositionMethod
+from ..method import PositionMethod
 
 
 def interpreter_on() -> bool:
@@ -20,19 +20,15 @@ class FusedKernelMethod(PositionMethod):
     """Base of the position methods whose ``attend`` is one fused Triton kernel (alibi_triton,
     t5_triton): where they can run, and the position spacing they pass to the kernel."""
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self._scales = PositionCache()
-
     def _pos_scale(self, k_pos: torch.Tensor) -> float:
-        """Spacing of the positions: 1 for integer positions, else measured once per tensor."""
+        """Spacing of the positions: 1 for integer positions, else read from their ends (one host
+        synchronisation, once per forward: ``prepare``)."""
         if not k_pos.is_floating_point() or k_pos.numel() < 2:
             return 1.0
+        return float((k_pos[-1] - k_pos[0]).item()) / (k_pos.numel() - 1)
 
-        def measure() -> float:
-            return float((k_pos[-1] - k_pos[0]).item()) / (k_pos.numel() - 1)
-
-        return self._scales.get((k_pos,), measure)
+    def prepare(self, q_pos, k_pos, dtype) -> float:
+        return self._pos_scale(k_pos)  # the kernel's position spacing, shared by every layer
 
     @classmethod
     def unavailable(cls, device, dtype):

@@ -124,7 +124,8 @@ def run(case) -> dict:
     state: dict = {}
 
     def do_prefill():
-        state["cache"], logits = prefill(model, prompt)
+        # Capacity for the prompt and every token to come: decoding writes one slot per step.
+        state["cache"], logits = prefill(model, prompt, capacity=p.context + s.decode_tokens)
         state["token"] = greedy(logits)
 
     def do_step():
