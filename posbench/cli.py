@@ -320,12 +320,13 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bench.py", description="posbench: what a position method costs and how well it extrapolates.",
         epilog="with no subcommand, 'run' is assumed:\n  python bench.py --suite efficiency",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("--debug", action="store_true", help="on an error, also print its traceback (any position)")
     sub = p.add_subparsers(dest="command", metavar="{" + ",".join(ALL_COMMANDS) + "}")
     for name, (help_, add, handler, examples) in COMMANDS.items():
+        # No abbreviations: `validate --methods rotray` must not be read as --methods-dir.
         sp = sub.add_parser(name, help=help_, description=help_, epilog=examples,
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         add(sp)
         sp.set_defaults(handler=handler)
     from .cli_report import add_compare_parser, add_report_parser
@@ -333,7 +334,7 @@ def parser() -> argparse.ArgumentParser:
     for add in (add_report_parser, add_compare_parser):
         sp = add(sub)
         sp.set_defaults(handler=sp.get_default("func"))
-    sp = sub.add_parser("download", help="download a corpus (WikiText-103) into a data folder",
+    sp = sub.add_parser("download", allow_abbrev=False, help="download a corpus (WikiText-103) into a data folder",
                         epilog="examples:\n  python bench.py download wikitext-103 --data ~/data\n"
                                "  python bench.py download wikitext-103 --data ~/data --url https://example.org/wikitext-103-v1.zip\n"
                                "  python bench.py download wikitext-103 --data ~/data --archive ~/Downloads/wikitext-103-v1.zip\n",

@@ -43,6 +43,17 @@ def test_invalid_suite_runs_nothing_and_writes_nothing(tmp_path, capsys):
     assert not results.exists()
 
 
+def test_options_are_never_abbreviated(capsys):
+    # `validate` has no --methods; argparse would otherwise read it as --methods-dir and answer
+    # "methods folder rotray does not exist".
+    with pytest.raises(SystemExit):
+        cli.main(["validate", "efficiency", "--methods", "rotray"])
+    assert "unrecognized arguments: --methods rotray" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["list", "--methods-d", "x"])
+    assert "unrecognized arguments: --methods-d" in capsys.readouterr().err
+
+
 def test_bad_set_value_is_one_line(suite_file, tmp_path, capsys):
     code = cli.main(["run", "--suite", str(suite_file), "--set", "timeout_s=[1", "--results", str(tmp_path / "r")])
     assert code == cli.EXIT_USAGE
