@@ -9,6 +9,8 @@ from posbench.report_ppl import extrapolation_tables
 from posbench.table import efficiency_tables
 from report_fixtures import EFF_METHODS, L_VALID, LENGTHS, PPL_METHODS, efficiency_rows, extrapolation_rows, write_run
 
+GIB = float(1 << 30)
+
 
 def _by_gid(ax, prefix):
     return {line.get_gid().split(":", 1)[1]: line for line in ax.get_lines()
@@ -47,15 +49,18 @@ def test_words_per_second_chart_plots_the_table(frame, tmp_path):
     assert "<svg" in paths["svg"].read_text()[:500]
 
 
-def test_memory_chart_ticks_in_binary_units(frame):
+def test_memory_chart_is_in_gib_from_zero(frame):
     table = next(t for t in efficiency_tables(frame) if t.metric == "peak_mem_train_bytes")
     fig = charts.metric_chart(table)
     ax = fig.axes[0]
     fig.canvas.draw()
+    assert ax.get_ylim()[0] == 0  # memory axes start at zero
+    assert ax.get_ylabel() == "Peak training memory (GiB)" and "(GiB)" in ax.get_title()
     labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
-    assert labels and all(label.endswith((" MiB", " GiB")) for label in labels)
+    assert labels[0] == "0" and all(float(label) <= 1.0 for label in labels)  # plain GiB numbers, unit in the label
     line = _by_gid(ax, "method:")["sinusoidal"]
-    assert list(line.get_ydata()) == [table.cell("sinusoidal", L).value for L in LENGTHS]
+    assert list(line.get_ydata()) == [table.cell("sinusoidal", L).value / GIB for L in LENGTHS]
+    assert table.cell("sinusoidal", 1024).text.startswith(f"{table.cell('sinusoidal', 1024).value / GIB:.3f} GiB")
 
 
 def test_extrapolation_chart_is_figure_one(frame):
