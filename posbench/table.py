@@ -405,7 +405,8 @@ def decode_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:
 
 def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
     """The tables printed at the end of a run: the suite's ``metrics`` (run.json) for its task,
-    methods x the first grid axis (``seq_len`` when there is one)."""
+    methods x the first grid axis (``seq_len`` when there is one); a metric declared ``shown_in``
+    another prints that one (a family: ``posbench.table.family_tables``)."""
     frame = runs.rows if case_ids is None else runs.rows[runs.rows["case_id"].isin(case_ids)]
     out = []
     for source in ordered(frame["source"]):
@@ -419,5 +420,8 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
 
             out += extrapolation_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas))
             continue
-        out += metric_tables(runs, meta.task, None, column, meta.metrics, frame=part)
+        declared = metrics_of(meta.task)
+        # a metric the task shows inside another table (precision's per-dtype counts) prints that table
+        names = ordered(describe(declared, m).shown_in or m for m in meta.metrics)
+        out += metric_tables(runs, meta.task, None, column, names, frame=part)
     return out

@@ -113,3 +113,16 @@ def test_a_cell_can_carry_an_interval():
     assert fmt.value_with_ratio(25_800.0, "count", 0.99, (0.96, 1.00)) == "25.8k (0.99x ±0.03)"
     assert fmt.value_with_ratio(25_800.0, "count") == "25.8k"
     assert fmt.interval(1.5 * GiB, 2 * GiB, "bytes") == "[1.50 GiB, 2.00 GiB]"
+
+
+def test_run_tables_print_the_family_table_a_suite_metric_is_shown_in(tmp_path):
+    from report_fixtures import PRECISION_SUITE_METRICS, precision_rows
+
+    write_run(tmp_path, precision_rows(), metrics=PRECISION_SUITE_METRICS, baseline=None)
+    tables = run_tables(load_runs(tmp_path))
+    # last_window_distinct@float16 and @bfloat16 are columns of one table; ppl_diff_at_max_len of ppl_diff@*
+    assert [t.metric for t in tables] == ["last_window_distinct@*", "ppl_diff@*"]
+    text = render.to_text(tables[0]).splitlines()
+    assert text[1].split() == ["method", "\\", "dtype", "float32", "float16", "bfloat16"]
+    assert text[2].split() == ["alibi", "256", "31", "4"]
+    assert render.to_text(tables[1]).splitlines()[2].split() == ["alibi", "0.06", "0.50", "2.00"]
