@@ -118,8 +118,9 @@ def _plot_rows(ax, table: Table, methods: dict | None = None) -> str:
     """
     scale = _scale(table)
     cells = [table.cell(row, col) for row in table.rows for col in table.columns]
+    # one kind of bar per chart; a spread of zero width (one window) draws nothing and is not named
     kind = ("ratio" if any(c.ratio_interval is not None for c in cells)
-            else "spread" if any(c.spread is not None for c in cells) else "")
+            else "spread" if any(c.spread is not None and c.spread[1] > c.spread[0] for c in cells) else "")
     any_failed = False
     for index, row in enumerate(table.rows):
         name = (methods or {}).get(row, row)
@@ -198,7 +199,9 @@ def metric_chart(table: Table) -> plt.Figure:
         ax.set_xticks(table.columns, [str(c) for c in table.columns])
     label = table.title.split(",")[0]
     if table.fmt == "bytes":
-        ax.set_ylim(bottom=0)
+        top = max([y for line in ax.get_lines() if (line.get_gid() or "").startswith("method:")
+                   for y in line.get_ydata()] + [0.0])
+        ax.set_ylim(0, top * 1.1 or 1.0)  # from zero, with the tallest point clear of the frame
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))  # GiB, as the axis label says
     elif is_perplexity(table):
         perplexity_axis(ax)

@@ -59,8 +59,10 @@ def test_memory_chart_is_in_gib_from_zero(frame):
     fig.canvas.draw()
     assert ax.get_ylim()[0] == 0  # memory axes start at zero
     assert ax.get_ylabel() == "Peak training memory (GiB)" and "(GiB)" in ax.get_title()
-    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
-    assert labels[0] == "0" and all(float(label) <= 1.0 for label in labels)  # plain GiB numbers, unit in the label
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text() and t.get_position()[1] <= ax.get_ylim()[1]]
+    top = max(c.value for c in table.cells.values() if c.value is not None) / GIB
+    assert ax.get_ylim()[1] == pytest.approx(1.1 * top)  # the tallest point clear of the frame
+    assert labels[0] == "0" and all(0 <= float(label) <= 1.1 * top for label in labels)  # GiB numbers
     line = _by_gid(ax, "method:")["sinusoidal"]
     assert list(line.get_ydata()) == [table.cell("sinusoidal", L).value / GIB for L in LENGTHS]
     assert table.cell("sinusoidal", 1024).text.startswith(f"{table.cell('sinusoidal', 1024).value / GIB:.3f} GiB")
@@ -222,3 +224,16 @@ def test_unavailable_is_said_once_per_legend_entry(tmp_path):
     assert legend.count("alibi_triton (unavailable)") == 2
     assert all(text.count("(unavailable)") <= 1 for text in legend)
     plt.close("all")
+
+
+def test_a_spread_of_zero_width_draws_no_bars_and_names_none(tmp_path):
+    rows = efficiency_rows()
+    for row in rows:
+        for key in ("train_wps_min", "train_wps_max"):
+            if key in row["metrics"]:
+                row["metrics"][key] = row["metrics"]["train_wps"]  # one measured window
+    table = next(t for t in efficiency_tables(load_runs(write_run(tmp_path, rows))) if t.metric == "train_wps")
+    fig = charts.metric_chart(table)
+    assert not [c for c in fig.axes[0].collections if (c.get_gid() or "").startswith("errorbar:")]
+    assert "bars:" not in " ".join(t.get_text() for t in fig.texts)
+    plt.close(fig)
