@@ -57,8 +57,8 @@ METRICS = {
                        "perplexity of the true source on the evaluated tokens (synthetic sources), else null",
                        None, "ppl"),
     # the training of the bias_dtype_ppl study, declared as the extrapolation task declares it
-    **{k: EXTRAPOLATION_METRICS[k] for k in ("final_train_loss", "train_steps", "train_tokens", "train_seconds",
-                                             "reused_checkpoint", "n_params")},
+    **{k: EXTRAPOLATION_METRICS[k] for k in ("best_ppl", "final_train_loss", "train_steps", "train_tokens",
+                                             "train_seconds", "reused_checkpoint", "n_params")},
 }
 
 
