@@ -20,7 +20,7 @@ import pandas as pd
 from . import bootstrap, fmt
 from .env import was_busy
 from .rows import LEGACY_BASELINE, RunMeta, Runs
-from .tasks import Metric, find_metric, is_housekeeping, metrics_of, spread_of
+from .tasks import SPREAD_SUFFIXES, Metric, find_metric, is_housekeeping, metrics_of, spread_of
 
 
 @dataclass
@@ -176,7 +176,7 @@ def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column:
         names = metrics if metrics is not None else choose_metrics(group, declared, meta)
         for name in names:
             if family_head(name) is not None:
-                tables += family_tables(suite, hardware, task, group, name, declared[name], meta)
+                tables += family_tables(suite, hardware, task, group, name, describe(declared, name), meta)
         plain = [n for n in names if family_head(n) is None]
         if names and not plain:
             continue
@@ -198,8 +198,9 @@ def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: 
     head = family_head(key)
     tables = []
     for params, members in by_params(group).items():
-        found = {r.case_id: {k: v for k, v in r.metrics.items() if k.startswith(head + "@") and _is_number(v)}
-                 for r in members}
+        found = {r.case_id: {k: v for k, v in r.metrics.items()
+                             if k.startswith(head + "@") and _is_number(v) and not k.endswith(SPREAD_SUFFIXES)}
+                 for r in members}  # a member's <m>_std (seeds) is its error bar, not a column
         if not any(found.values()):
             continue
         shown = [r for r in members if found[r.case_id] or r.status != "ok"]

@@ -280,3 +280,17 @@ def test_report_in_chromium_at_1400px_does_not_scroll_sideways(report, tmp_path)
     wide = _layout(binary, _wide_report(tmp_path)["report.html"].read_text(), tmp_path, "wide")
     assert max(right for kind, *_, right in wide["boxes"] if kind == "table") > 1400  # it is that wide
     assert wide["scrollWidth"] <= wide["clientWidth"]
+
+
+def test_a_family_members_spread_over_seeds_is_its_error_bar_not_a_column(tmp_path):
+    rows = precision_rows()
+    for row in rows:
+        for key in [k for k in row["metrics"] if k.startswith("ppl@")]:
+            row["metrics"][f"{key}_std"] = 0.5
+    write_run(tmp_path, rows, metrics=PRECISION_SUITE_METRICS, baseline=None)
+    section = _section(collect_sections(load_runs(tmp_path)), "Precision")
+    ppl = section.blocks[1].table
+    assert ppl.metric == "ppl@*" and ppl.columns == PRECISION_L_VALID
+    value = ppl.cell("alibi, compute_bias", 2048).value
+    assert ppl.cell("alibi, compute_bias", 2048).spread == (value - 0.5, value + 0.5)
+    assert ppl.extra["spread"] == "± std over seeds"
