@@ -16,7 +16,9 @@ matplotlib.use("Agg")  # before pyplot: no display on CI runners and GPU boxes
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .charts import line_style, marker_size  # noqa: E402
 from .stats import effective_length, wilson_interval  # noqa: E402
+from .table import Cell, Table, short_commit, slug  # noqa: E402
 
 
 def _ok_rows(rows, probe=None):
@@ -74,6 +76,42 @@ def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
     return "\n".join(lines)
 
 
+def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
+    """``markdown_table`` as a report ``Table``: methods (with L_train when there are several) x
+    L_valid, each cell ``30% [11, 60]`` (Wilson 95%) linked to its case, then the effective length."""
+    table = [t for t in accuracy_table(rows, threshold) if t["probe"] == probe]
+    lengths = sorted({t["L_valid"] for t in table})
+    ok = [r for r in _ok_rows(rows, probe)]
+    several = len({t["L_train"] for t in table}) > 1
+    hardware = next((r.get("hardware") for r in ok if r.get("hardware")), "")
+    out = Table(key=slug(f"retrieval-{probe}-accuracy-{hardware}"),
+                title=f"{probe}: accuracy (Wilson 95% interval)", caption="", task="retrieval",
+                metric=f"acc {probe}", unit="fraction", column_header="L_valid", columns=lengths + ["effective length"],
+                rows=[], hardware=hardware, commit=short_commit(r.get("git_commit") for r in ok),
+                extra={"higher_is_better": True})
+    case_of = {(r["method"], r["params"]["L_train"]): r for r in ok}
+    for m in dict.fromkeys(t["method"] for t in table):
+        for L in sorted({t["L_train"] for t in table if t["method"] == m}):
+            label = f"{m}, L_train={L}" if several else m
+            out.rows.append(label)
+            row = case_of.get((m, L), {})
+            link = {"case_id": row.get("case_id"), "run_id": row.get("run_id")}
+            cells = {t["L_valid"]: t for t in table if t["method"] == m and t["L_train"] == L}
+            for Lv in lengths:
+                t = cells.get(Lv)
+                if t is None or t["acc"] is None:
+                    out.cells[(label, Lv)] = Cell(text="-", status="missing", **link)
+                    continue
+                out.cells[(label, Lv)] = Cell(text=f"{100 * t['acc']:.0f}% [{100 * t['lo']:.0f}, {100 * t['hi']:.0f}]",
+                                              value=t["acc"], spread=(t["lo"], t["hi"]), **link)
+            eff = next(iter(cells.values()))["effective_length"]
+            out.cells[(label, "effective length")] = Cell(text=str(eff), value=None if eff is None else float(eff), **link)
+    out.caption = (f"Fraction of {probe} answers exactly right, counts pooled over depths, seeds and runs, with "
+                   f"its Wilson 95% interval; effective length: the longest L_valid with accuracy >= {threshold:g} "
+                   f"there and at every shorter L_valid. {out.hardware} (commit {out.commit}).")
+    return out
+
+
 def heatmap_table(rows: list[dict], method: str, L_train: int | None = None):
     """(depths, lengths, acc) of passkey for one method: acc (n_depths, n_lengths) float array,
     NaN where no sample ran. Counts of several rows (seeds, runs) are pooled."""
@@ -125,11 +163,13 @@ def accuracy_chart(rows: list[dict], probe: str, L_train: int | None = None):
     if not table:
         raise ValueError(f"accuracy chart: no results for probe {probe!r}")
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for method in dict.fromkeys(t["method"] for t in table):
+    for index, method in enumerate(dict.fromkeys(t["method"] for t in table)):
         pts = sorted((t["L_valid"], t["acc"], t["lo"], t["hi"]) for t in table if t["method"] == method)
         x, y, lo, hi = (np.array(v, dtype=float) for v in zip(*pts))
-        (line,) = ax.plot(x, y, marker="o", label=method, gid=f"method:{method}")
-        ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="none", ecolor=line.get_color(), alpha=0.5, capsize=3)
+        style = line_style(index)  # methods that coincide (all at 100%) stay apart by marker and dash
+        ax.plot(x, y, markersize=marker_size(index), markerfacecolor="none", markeredgewidth=1.3, label=method,
+                gid=f"method:{method}", **style)
+        ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="none", ecolor=style["color"], alpha=0.5, capsize=3)
     for L in sorted({t["L_train"] for t in table}):
         ax.axvline(L, linestyle="--", color="0.4", gid="L_train")
     ax.set_xscale("log", base=2)

@@ -196,7 +196,7 @@ def cmd_run(args) -> int:
         tables = run_tables(load_runs(result.run_dir), {r["case_id"] for r in result.rows})
         ratios = f"ratios are against `{suite.baseline}` in this run" if suite.baseline else "no baseline, no ratios"
         note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
-                f"run `{result.run_id}`. Words are tokens; {ratios}; memory in binary units (GiB, MiB); "
+                f"run `{result.run_id}`. Words are tokens; {ratios}; memory in GiB (2^30 bytes); "
                 f"peak memory is {'CUDA max_memory_allocated' if device == 'cuda' else 'peak resident set'}.")
         if suite.settings.nproc > 1:
             note += (f" Data parallel on {suite.settings.nproc} ranks: words/s count all ranks' tokens over "

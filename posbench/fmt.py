@@ -1,8 +1,9 @@
 """How numbers read in every table, chart, progress line and comparison: one place, one style.
 
 A metric's declaration (``posbench.tasks.Metric.fmt``) names one of the formatters in
-``FORMATS``. Memory is always in binary units and says so (``977 MiB``, ``17.9 GiB``): allocators
-and ``nvidia-smi`` count that way, and a table never mixes GB with GiB.
+``FORMATS``. Memory is always in GiB (2^30 bytes) and says so (``0.954 GiB``, ``17.9 GiB``):
+allocators and ``nvidia-smi`` count in binary units, and one unit everywhere means a console line,
+a table and a chart axis show the same number for the same value.
 """
 from __future__ import annotations
 
@@ -25,12 +26,28 @@ def count(value: float) -> str:
     return f"{value:.3g}"
 
 
+GIB = float(1 << 30)  # bytes per GiB
+
+
+def gib(value: float) -> str:
+    """A GiB count without its unit, three significant digits: 17.9, 0.679, 0.000244, 1.53e-05."""
+    x = float(value)
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    if abs(x) >= 1:
+        return _three_digits(x)
+    if abs(x) < 1e-4:  # under ~100 KiB: a run of zeros reads worse than an exponent
+        return f"{x:.2e}"
+    return f"{x:.{2 - math.floor(math.log10(abs(x)))}f}"
+
+
 def nbytes(value: float) -> str:
-    """Memory in binary units (KiB, MiB, GiB), always named."""
-    for limit, suffix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if abs(value) >= limit:
-            return f"{_three_digits(value / limit)} {suffix}"
-    return f"{value:.0f} B"
+    """Memory, always in GiB (2^30 bytes) and always named: ``17.9 GiB``, ``0.679 GiB``.
+
+    One unit everywhere (console, Markdown, HTML, charts), so two numbers never need converting
+    to be compared.
+    """
+    return f"{gib(value / GIB)} GiB"
 
 
 def plain(value: float) -> str:

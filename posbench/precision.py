@@ -316,10 +316,29 @@ def staircase_chart(
     The picture SambaNova uses to show the collapse: float32 is a straight ramp, the narrow types
     flat treads. ``path`` names the files; its suffix is replaced by .png and .svg.
     """
+    fig, positions, values = staircase_figure(n_heads, length, head, last, dtypes)
+    base = Path(path)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    png, svg = base.with_suffix(".png"), base.with_suffix(".svg")
+    fig.savefig(png, dpi=120)
+    fig.savefig(svg)
+    return StaircaseChart(figure=fig, png=png, svg=svg, positions=positions, values=values)
+
+
+def staircase_figure(
+    n_heads: int, length: int, head: int, last: int = 192, dtypes: Iterable[DtypeLike] = CHART_DTYPES
+) -> tuple[Any, np.ndarray, dict[str, np.ndarray]]:
+    """The staircase of :func:`staircase_chart`, not written: (Figure, positions, values by dtype).
+
+    Each dtype keeps its own colour, marker and line style (``posbench.charts.line_style``): where
+    float16 still matches float32 the two lines coincide, and both must stay visible.
+    """
     # Figure + its own Agg canvas rather than pyplot: no global backend switch, no figure registry
     # to leak into, and it works headless.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
+    from .charts import line_style, staggered
 
     names, (head,) = _check_settings(n_heads, length, 1, dtypes, [head])
     _check_int("last", last, 1)
@@ -331,8 +350,9 @@ def staircase_chart(
     fig = Figure(figsize=(8, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    for name, v in values.items():
-        ax.step(positions, v, where="post", label=name, linewidth=1.2)
+    for index, (name, v) in enumerate(values.items()):
+        ax.step(positions, v, where="post", label=name, linewidth=1.2, markersize=6, markerfacecolor="none",
+                markevery=staggered(index, len(values), last), gid=f"method:{name}", **line_style(index))
     slope = slopes_tensor(n_heads)[head].item()
     ax.set_title(
         f"ALiBi bias of head {head} (slope {slope:.3g}) after the cast, last {last} of {length} positions"
@@ -341,13 +361,29 @@ def staircase_chart(
     ax.set_ylabel("bias value (slope x position)")
     ax.legend(title="dtype")
     ax.grid(alpha=0.3)
+    return fig, positions, values
 
-    base = Path(path)
-    base.parent.mkdir(parents=True, exist_ok=True)
-    png, svg = base.with_suffix(".png"), base.with_suffix(".svg")
-    fig.savefig(png, dpi=120)
-    fig.savefig(svg)
-    return StaircaseChart(figure=fig, png=png, svg=svg, positions=positions, values=values)
+
+def report_charts(rows: list[dict]) -> list[tuple[str, str, Any]]:
+    """The staircases of the ``bias_counts`` rows behind a report table, redrawn from each row's
+    stored settings (the bias is a pure function of them): one per chosen head, once per distinct
+    setting (every ALiBi method has the same bias). ``(file stem, title, Figure)`` pairs, for
+    ``bench.py report`` (declared in ``posbench.tasks.precision.METRICS``)."""
+    out, seen = [], set()
+    for r in rows:
+        series = r.get("series") or {}
+        s = series.get("settings")
+        if r.get("status") != "ok" or not isinstance(s, dict):
+            continue
+        for chart in series.get("charts", []):
+            key = (s["n_heads"], s["length"], chart["head"], tuple(chart["dtypes"]))
+            if key in seen:
+                continue
+            seen.add(key)
+            fig, _, _ = staircase_figure(s["n_heads"], s["length"], chart["head"], dtypes=chart["dtypes"])
+            out.append((f"precision-staircase-head{chart['head']}-{s['n_heads']}x{s['length']}",
+                        f"ALiBi bias staircase, head {chart['head']} of {s['n_heads']}", fig))
+    return out
 
 
 def _records(table: pd.DataFrame) -> list[dict[str, Any]]:

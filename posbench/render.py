@@ -31,7 +31,7 @@ def _grid(table: Table) -> list[list[str]]:
 
 
 def _first_header(table: Table) -> str:
-    return f"method \\ {table.column_header}"
+    return f"{table.row_header} \\ {table.column_header}"
 
 
 def to_markdown(table: Table) -> str:
@@ -67,7 +67,7 @@ def latex_escape(text: str) -> str:
 def to_latex(table: Table) -> str:
     """A booktabs ``table`` environment, ready for ``\\input`` (needs ``\\usepackage{booktabs}``)."""
     grid = _grid(table)
-    header = ["method"] + [latex_escape(c) for c in grid[0][1:]]
+    header = [latex_escape(table.row_header)] + [latex_escape(c) for c in grid[0][1:]]
     lines = [
         r"\begin{table}[t]", r"\centering", r"\small",
         r"\begin{tabular}{l" + "r" * len(table.columns) + "}", r"\toprule",

@@ -2,16 +2,26 @@
 
 ``build_report(run_dirs, out_dir)`` writes::
 
-    out_dir/report.md            all tables (Markdown) + chart links + failed cases + machines
-    out_dir/report.html          one self-contained file: tables, charts, environments, rows
+    out_dir/report.md            sections of tables, each followed by its charts; run details; failed cases
+    out_dir/report.html          one self-contained file: the same, plus environments and every row
     out_dir/rows.csv             every stored row, metrics flattened (the raw numbers)
     out_dir/tables/<key>.{md,csv,tex}
     out_dir/charts/<key>.{png,svg}
+
+Each task decides its own section through its metric declarations (``posbench.tasks.Metric``):
+which metrics get a table (each followed by the charts that belong to it: its line chart, and the
+``charts`` the declaration names), which are shown inside another table (``shown_in``), and which
+are housekeeping, collected per task into one "Appendix: run details" table. Extrapolation keeps
+the paper's layout (a perplexity table per mode, then Figure 1 and the loss by position of that
+mode); retrieval adds per-probe accuracy tables with their charts.
 """
 from __future__ import annotations
 
+import importlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -20,27 +30,129 @@ from .render import to_csv, to_latex, to_markdown
 from .report_html import write_html
 from .report_ppl import extrapolation_tables
 from .rows import Runs, RowsError, load_runs
-from .table import Table, decode_tables, efficiency_tables, kernel_tables, metric_tables
+from .table import Table, decode_tables, details_tables, efficiency_tables, kernel_tables, metric_tables, ordered
+from .tasks import find_metric, metrics_of
 
-__all__ = ["build_report", "load_runs", "collect_tables", "rows_csv"]
+__all__ = ["build_report", "load_runs", "collect_tables", "collect_sections", "rows_csv", "Block", "Section"]
 
 _FIXED_TASKS = ("efficiency", "extrapolation", "kernels", "decode")
 
+# A chart source: called once when the report is written, returns (file stem, title, Figure) pairs.
+ChartSource = Callable[[], list]
 
-def collect_tables(runs: Runs, baseline: str | None = None) -> list[tuple[str, list[Table]]]:
-    """(section heading, tables) for every task present, fixed layouts first.
+
+@dataclass
+class Block:
+    """A table and the charts that belong to it; the report prints them together, in this order."""
+
+    table: Table
+    charts: list[ChartSource] = field(default_factory=list)
+    heading: str = ""  # a sub-heading above the table (retrieval: the probe)
+
+
+@dataclass
+class Section:
+    """One task's part of the report: its blocks, and its housekeeping for the appendix."""
+
+    heading: str
+    task: str
+    blocks: list[Block] = field(default_factory=list)
+    details: list[Table] = field(default_factory=list)
+
+
+def collect_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
+    """A section per task present, fixed layouts first; empty sections are left out.
 
     ``baseline``: the method ratios divide by; None takes each run's own (run.json).
     """
+    present = set(runs.rows["task"].dropna())
     sections = [
-        ("Efficiency", efficiency_tables(runs, baseline)),
-        ("Extrapolation", extrapolation_tables(runs)),
-        ("Kernels", kernel_tables(runs, baseline)),
-        ("Decode", decode_tables(runs, baseline)),
+        Section("Efficiency", "efficiency", _blocks(runs, efficiency_tables(runs, baseline))),
+        Section("Extrapolation", "extrapolation", [_ppl_block(runs, t) for t in extrapolation_tables(runs)]),
+        Section("Kernels", "kernels", _blocks(runs, kernel_tables(runs, baseline))),
+        Section("Decode", "decode", _blocks(runs, decode_tables(runs, baseline))),
     ]
-    for task in sorted(set(runs.rows["task"].dropna()) - set(_FIXED_TASKS)):
-        sections.append((task.capitalize(), metric_tables(runs, task, baseline, column="")))
-    return [(heading, tables) for heading, tables in sections if tables]
+    for task in sorted(present - set(_FIXED_TASKS)):
+        sections.append(Section(task.capitalize(), task, _blocks(runs, metric_tables(runs, task, baseline, column=""))))
+        if task == "retrieval":
+            sections.append(Section("Retrieval accuracy (Wilson 95% intervals)", task, _retrieval_blocks(runs)))
+    for section in sections:
+        if section.task in present and not any(s.details for s in sections if s.task == section.task):
+            section.details = details_tables(runs, section.task)
+    return [s for s in sections if s.blocks or s.details]
+
+
+def collect_tables(runs: Runs, baseline: str | None = None) -> list[tuple[str, list[Table]]]:
+    """(section heading, tables) of every section with tables, in report order (no appendix)."""
+    return [(s.heading, [b.table for b in s.blocks]) for s in collect_sections(runs, baseline) if s.blocks]
+
+
+def _blocks(runs: Runs, tables: list[Table]) -> list[Block]:
+    return [Block(t, _table_charts(runs, t)) for t in tables]
+
+
+def _table_charts(runs: Runs, table: Table) -> list[ChartSource]:
+    """The line chart of a table with numbers against a numeric axis, then the charts its metric's
+    declaration names (``Metric.charts``), drawn from the rows behind the table."""
+    out: list[ChartSource] = []
+    has_values = any(c.value is not None for c in table.cells.values())
+    if has_values and table.columns and all(isinstance(c, (int, float)) for c in table.columns):
+        out.append(lambda: [(table.key, table.title, charts.metric_chart(table))])
+    declared = find_metric(metrics_of(table.task), table.metric)
+    for name in (declared.charts if declared else ()):
+        out.append(_declared_chart(name, runs, table))
+    return out
+
+
+def _declared_chart(name: str, runs: Runs, table: Table) -> ChartSource:
+    module, _, attr = name.partition(":")
+    draw = getattr(importlib.import_module(module), attr)  # a typo fails here, while collecting
+
+    def source():
+        cases = {(c.run_id, c.case_id) for c in table.cells.values() if c.case_id}
+        rows = [r for r in runs.rows.to_dict("records") if (r["run_id"], r["case_id"]) in cases]
+        return draw(rows)
+
+    return source
+
+
+def _ppl_block(runs: Runs, table: Table) -> Block:
+    """Figure 1 of this table, then the loss by position of the same mode and grid point."""
+    sources: list[ChartSource] = []
+    if any(c.value is not None for c in table.cells.values()):
+        sources.append(lambda: [(table.key, table.title, charts.ppl_chart(table))])
+
+    def position_loss():
+        return [(stem, f"Loss by position: {table.title}", fig) for stem, fig in charts.position_loss_charts(runs, table)]
+
+    sources.append(position_loss)
+    return Block(table, sources)
+
+
+def _retrieval_blocks(runs: Runs) -> list[Block]:
+    """Per probe: methods x L_valid accuracy with Wilson intervals (counts pooled over rows, so
+    merged runs pool their samples), its accuracy chart, and after passkey the heatmaps."""
+    from . import charts_retrieval
+
+    records = runs.rows[runs.rows["task"] == "retrieval"].to_dict("records")
+    ok = [r for r in records if r.get("status") == "ok"]
+    blocks = []
+    for probe in ordered(r["params"]["probe"] for r in ok):
+        table = charts_retrieval.probe_table(ok, probe)
+
+        def accuracy(probe=probe):
+            return [(f"retrieval_{probe}_accuracy", f"{probe}: accuracy vs L_valid",
+                     charts_retrieval.accuracy_chart(ok, probe))]
+
+        sources = [accuracy]
+        if probe == "passkey":
+            def heatmaps():
+                return [(f"retrieval_passkey_heatmap_{m}", f"passkey heatmap: {m}", charts_retrieval.heatmap_chart(ok, m))
+                        for m in ordered(r["method"] for r in ok if r["params"]["probe"] == "passkey")]
+
+            sources.append(heatmaps)
+        blocks.append(Block(table, sources, heading=probe))
+    return blocks
 
 
 def rows_csv(rows: pd.DataFrame) -> pd.DataFrame:
@@ -50,16 +162,6 @@ def rows_csv(rows: pd.DataFrame) -> pd.DataFrame:
     flat.insert(5, "params", [json.dumps(p, sort_keys=True) for p in rows["params"]])
     metrics = pd.DataFrame(list(rows["metrics"]), index=rows.index).add_prefix("metrics.")
     return pd.concat([flat, metrics], axis=1)
-
-
-def _chart_for(table: Table):
-    if not any(c.value is not None for c in table.cells.values()):
-        return None  # every case failed: the table already says so, an empty plot adds nothing
-    if table.task == "extrapolation":
-        return charts.ppl_chart(table)
-    if table.columns and all(isinstance(c, (int, float)) for c in table.columns):
-        return charts.metric_chart(table)
-    return None
 
 
 def _failed_markdown(rows: pd.DataFrame) -> list[str]:
@@ -90,23 +192,19 @@ def _machines_markdown(runs: Runs) -> list[str]:
     return lines + [""]
 
 
-def _retrieval_markdown(rows: pd.DataFrame, out: Path, note, chart_list: list) -> list[str]:
-    """Retrieval's own view: per probe, methods x L_valid accuracy with Wilson intervals (counts
-    pooled over rows, so merged runs pool their samples), its chart, and the passkey heatmaps."""
-    from . import charts_retrieval
+UNITS_NOTE = ("Memory is in GiB (2^30 bytes) everywhere. In charts each method keeps one colour, marker and "
+              "line style; error bars show the spread the rows hold (named under each chart); perplexity "
+              "axes are logarithmic, memory axes start at zero.")
 
-    found = rows[rows["task"] == "retrieval"]
-    if found.empty:
-        return []
-    records = found.to_dict("records")
-    md = ["## Retrieval accuracy (Wilson 95% intervals)", ""]
-    for probe in dict.fromkeys(p["probe"] for p in found["params"]):
-        md += [f"### {probe}", "", charts_retrieval.markdown_table(records, probe), ""]
-    for path in charts_retrieval.write_charts(records, out / "charts"):
-        note(path)
-        chart_list.append((path.stem.replace("_", " "), path))
-        md += [f"![{path.stem}](charts/{path.name})", ""]
-    return md
+
+@dataclass
+class Drawn:
+    """A chart written to disk: what the Markdown and HTML reports embed after its table."""
+
+    stem: str
+    title: str
+    png: Path
+    table_key: str
 
 
 def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Path]:
@@ -126,33 +224,34 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
     def note(path: Path) -> None:
         written[path.relative_to(out).as_posix()] = path
 
-    sections = collect_tables(runs, baseline)
+    def write_table(table: Table) -> None:
+        for ext, text in (("md", to_markdown(table)), ("csv", to_csv(table)), ("tex", to_latex(table))):
+            path = out / "tables" / f"{table.key}.{ext}"
+            path.write_text(text, encoding="utf-8")
+            note(path)
+
+    sections = collect_sections(runs, baseline)
     title = f"posbench report: {', '.join(sorted(set(rows['suite'].dropna())))}"
-    md = [f"# {title}", ""]
+    md = [f"# {title}", "", UNITS_NOTE, ""]
     md += _machines_markdown(runs)
-    chart_list: list[tuple[str, Path]] = []
-    for heading, tables in sections:
-        md += [f"## {heading}", ""]
-        for table in tables:
-            for ext, text in (("md", to_markdown(table)), ("csv", to_csv(table)), ("tex", to_latex(table))):
-                path = out / "tables" / f"{table.key}.{ext}"
-                path.write_text(text, encoding="utf-8")
-                note(path)
+    drawn: dict[int, list[Drawn]] = {}  # id(block) -> its charts, for the HTML report
+    for section in sections:
+        if not section.blocks:
+            continue
+        md += [f"## {section.heading}", ""]
+        for block in section.blocks:
+            write_table(block.table)
+            if block.heading:
+                md += [f"### {block.heading}", ""]
+            md.append(to_markdown(block.table))
+            drawn[id(block)] = _draw(block, out / "charts", note)
+            md += [f"![{d.title}](charts/{d.png.name})\n" for d in drawn[id(block)]]
+    details = [t for s in sections for t in s.details]
+    if details:
+        md += ["## Appendix: run details", ""]
+        for table in details:
+            write_table(table)
             md.append(to_markdown(table))
-            fig = _chart_for(table)
-            if fig is not None:
-                paths = charts.save_figure(fig, out / "charts", table.key)
-                for p in paths.values():
-                    note(p)
-                chart_list.append((table.title, paths["png"]))
-                md += [f"![{table.title}](charts/{table.key}.png)", ""]
-    for stem, fig in charts.position_loss_charts(runs):
-        paths = charts.save_figure(fig, out / "charts", stem)
-        for p in paths.values():
-            note(p)
-        chart_list.append((stem, paths["png"]))
-        md += [f"![{stem}](charts/{stem}.png)", ""]
-    md += _retrieval_markdown(rows, out, note, chart_list)
     md += _failed_markdown(rows)
 
     path = out / "report.md"
@@ -161,5 +260,18 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
     path = out / "rows.csv"
     rows_csv(rows).to_csv(path, index=False)
     note(path)
-    note(write_html(out / "report.html", title, sections, chart_list, rows, envs))
+    note(write_html(out / "report.html", title, sections, drawn, rows, envs, note=UNITS_NOTE))
     return written
+
+
+def _draw(block: Block, folder: Path, note) -> list[Drawn]:
+    """Draw, write and close the block's charts one at a time (figures hold a lot of memory)."""
+    out = []
+    for source in block.charts:
+        for stem, title, fig in source():
+            paths = charts.save_figure(fig, folder, stem)
+            for p in paths.values():
+                note(p)
+            out.append(Drawn(stem, title, paths["png"], block.table.key))
+    return out
+

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import fmt
 from .rows import Runs
-from .table import Cell, Table, by_params, method_order, ordered, short_commit, slug, task_groups
+from .table import SPREAD_STD, Cell, Table, by_params, method_order, ordered, short_commit, slug, task_groups
 
 DEFAULT_MODE = ("nonoverlapping", None, False)
 
@@ -75,7 +75,7 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
         caption="",
         task="extrapolation", metric="ppl", unit="perplexity", column_header="L_valid",
         columns=columns, rows=[], hardware=hardware, commit=short_commit(group["git_commit"]),
-        extra={"L_train": l_train, "mode": key, "best_ppl": best, "params": params},
+        extra={"L_train": l_train, "mode": key, "best_ppl": best, "params": params, "suite": suite},
     )
     for r in rows:
         # A failed case keeps its row: its label says why, its cells show what did finish.
@@ -84,6 +84,8 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
         for lv in columns:
             table.cells[(label, lv)] = _ppl_cell(r, entries[r.case_id].get(lv))
     table.extra["methods"] = {label: r.method for label, r in zip(table.rows, rows)}
+    if any(c.spread is not None for c in table.cells.values()):
+        table.extra["spread"] = SPREAD_STD
     bounds = _bounds(entries, columns)
     if bounds:
         # The true source's perplexity on exactly the tokens each column scored (synthetic
@@ -137,4 +139,7 @@ def _ppl_cell(row, entry: dict | None) -> Cell:
     else:
         cell.value = float(entry["ppl"])
         cell.text = fmt.ppl(cell.value)
+        std = entry.get("ppl_std")
+        if isinstance(std, (int, float)):  # seeds averaged: their spread becomes the error bar
+            cell.spread = (cell.value - float(std), cell.value + float(std))
     return cell

@@ -20,7 +20,7 @@ import pandas as pd
 from . import bootstrap, fmt
 from .env import was_busy
 from .rows import LEGACY_BASELINE, RunMeta, Runs
-from .tasks import Metric, find_metric, metrics_of
+from .tasks import SPREAD_SUFFIXES, Metric, find_metric, is_housekeeping, metrics_of, spread_of
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Cell:
     message: str = ""
     ratio: Optional[float] = None    # value / baseline value, same run and grid point
     ratio_interval: Optional[tuple[float, float]] = None  # a confidence interval of the ratio
+    spread: Optional[tuple[float, float]] = None  # (low, high) the row holds: min-max of windows, or ± std of seeds
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Table:
     commit: str = ""
     fmt: str = "plain"               # posbench.fmt format of the values (charts' axis labels)
     extra: dict = field(default_factory=dict)      # e.g. L_train, best_ppl, baseline, for charts
+    row_header: str = "method"       # what the rows are (the run-details appendix: cases)
 
     def cell(self, row: str, column) -> Cell:
         return self.cells.get((row, column), Cell(text="—", status="missing"))
@@ -122,12 +124,30 @@ def describe(declared: dict[str, Metric], name: str) -> Metric:
 
 def choose_metrics(group: pd.DataFrame, declared: dict[str, Metric], meta: Optional[RunMeta]) -> list[str]:
     """The metrics a report tabulates: the suite's (run.json) and those declared ``table=True``,
-    in declaration order; for a task with neither, every numeric metric its rows carry."""
-    wanted = set(meta.metrics if meta else []) | {k for k, m in declared.items() if m.table}
-    names = [k for k in declared if k in wanted] + [k for k in (meta.metrics if meta else []) if k not in declared]
+    in declaration order, less those the task shows elsewhere (``shown_in``: a column of another
+    table; housekeeping: the run-details appendix). With none of these, every numeric metric the
+    rows carry that the task does not show elsewhere (all of them for an undeclared task)."""
+    suite = list(meta.metrics if meta else [])
+    wanted = set(suite) | {k for k, m in declared.items() if m.table}
+    names = [k for k in declared if k in wanted] + [k for k in suite if k not in declared]
+    names = [k for k in names if _own_table(declared, k)]
     if names:
         return ordered(names)
-    return ordered(k for m in group["metrics"] for k, v in m.items() if isinstance(v, (int, float)))
+    found = ordered(k for m in group["metrics"] for k, v in m.items() if _is_number(v))
+    return [k for k in found if _own_table(declared, k) and spread_of(declared, k) is None] if declared else found
+
+
+def _own_table(declared: dict[str, Metric], name: str) -> bool:
+    return not describe(declared, name).shown_in and not (declared and is_housekeeping(declared, name))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def family_head(name: str) -> Optional[str]:
+    """``ppl@*`` -> ``ppl``: the head of a family key, None for a plain metric name."""
+    return name[:-2] if name.endswith("@*") else None
 
 
 # -- metric tables (efficiency, kernels, anything with a numeric grid) ---------------------
@@ -154,10 +174,133 @@ def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column:
         for row in group.itertuples(index=False):
             parts.setdefault(_rest(row.params, col), []).append(row)
         names = metrics if metrics is not None else choose_metrics(group, declared, meta)
+        for name in names:
+            if family_head(name) is not None:
+                tables += family_tables(suite, hardware, task, group, name, describe(declared, name), meta)
+        plain = [n for n in names if family_head(n) is None]
+        if names and not plain:
+            continue
         for rest, rows in parts.items():
-            for name in names or ["status"]:  # no metric at all: still show the statuses
+            for name in plain or ["status"]:  # no metric at all: still show the statuses
                 tables.append(_metric_table(suite, hardware, task, rows, rest, name, describe(declared, name),
                                             col, base_method, group, meta, busy))
+    return tables
+
+
+def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: Metric,
+                  meta: Optional[RunMeta]) -> list[Table]:
+    """The table of a family ``head@*`` declared ``table=True``, one per grid point whose rows carry
+    members: rows are methods (with the key's middle parts), columns the key's last part.
+
+    ``ppl@float32_bias@256`` of method alibi is the cell (``alibi, float32_bias``, 256). A failed
+    case at that grid point keeps a row that shows its status.
+    """
+    head = family_head(key)
+    tables = []
+    for params, members in by_params(group).items():
+        found = {r.case_id: {k: v for k, v in r.metrics.items()
+                             if k.startswith(head + "@") and _is_number(v) and not k.endswith(SPREAD_SUFFIXES)}
+                 for r in members}  # a member's <m>_std (seeds) is its error bar, not a column
+        if not any(found.values()):
+            continue
+        shown = [r for r in members if found[r.case_id] or r.status != "ok"]
+        order = method_order((r.method for r in shown), meta)
+        shown.sort(key=lambda r: order.index(r.method))
+        rest_text = ", ".join(f"{k}={v}" for k, v in params)
+        axis = metric.axis or "key"
+        table = Table(
+            key=slug(f"{suite}-{head}-{hardware}-{rest_text}"),
+            title=f"{metric.title}{_unit_suffix(metric.unit)}, {suite}" + (f", {rest_text}" if rest_text else ""),
+            caption="", task=task, metric=key, unit=metric.unit, column_header=axis, columns=[], rows=[],
+            hardware=hardware, commit=short_commit(group["git_commit"]), fmt=metric.fmt,
+            extra={"baseline": None, "rest": dict(params), "higher_is_better": metric.higher_is_better,
+                   "family": head},
+        )
+        columns = []
+        for r in shown:
+            if r.status != "ok":
+                table.rows.append(r.method)
+                table.extra.setdefault("failed", []).append(r)
+                continue
+            for name, value in found[r.case_id].items():
+                *middle, column = name[len(head) + 1:].split("@")
+                column = int(column) if column.isdigit() else column
+                label = ", ".join([r.method, *middle])
+                table.rows = ordered(table.rows + [label])
+                columns.append(column)
+                cell = Cell(text=fmt.number(value, metric.fmt), value=float(value), case_id=r.case_id,
+                            run_id=r.run_id, message=str(r.message or ""))
+                cell.spread = _spread(r.metrics, name, cell.value, table.extra)
+                table.cells[(label, column)] = cell
+        columns = ordered(columns)  # words (dtypes) keep the order the rows hold them in; numbers sort
+        table.columns = sorted(columns, key=_sort_key) if all(isinstance(c, int) for c in columns) else columns
+        for r in table.extra.pop("failed", []):
+            for column in table.columns:
+                table.cells[(r.method, column)] = Cell(text=fmt.status(r.status), status=r.status, case_id=r.case_id,
+                                                       run_id=r.run_id, message=str(r.message or ""))
+        better = {True: " (higher is better)", False: " (lower is better)"}.get(metric.higher_is_better, "")
+        table.caption = (f"{metric.title}{_unit_suffix(metric.unit)}{better} on {hardware} (commit {table.commit}); "
+                         f"rows are methods, columns {axis} ({metric.doc}). "
+                         "Failed cases show their status (OOM, unavailable, error, ...).")
+        tables.append(table)
+    return tables
+
+
+SPREAD_MIN_MAX = "min-max over measured windows"
+SPREAD_STD = "± std over seeds"
+
+
+def _spread(metrics: dict, name: str, value: Optional[float], extra: dict) -> Optional[tuple[float, float]]:
+    """What the row says about the spread of ``name``: ``<name>_min``/``<name>_max`` (windows,
+    rounds), else ``value ± <name>_std`` (seeds); None when it says nothing. Which one it was goes
+    to ``extra["spread"]`` (the table's charts name it under their error bars)."""
+    lo, hi = metrics.get(f"{name}_min"), metrics.get(f"{name}_max")
+    if _is_number(lo) and _is_number(hi):
+        extra["spread"] = SPREAD_MIN_MAX
+        return float(lo), float(hi)
+    std = metrics.get(f"{name}_std")
+    if _is_number(std) and value is not None:
+        extra["spread"] = SPREAD_STD
+        return value - float(std), value + float(std)
+    return None
+
+
+def details_tables(runs: Runs, task: str) -> list[Table]:
+    """The task's housekeeping values (``posbench.tasks.is_housekeeping``: parameters, steps,
+    threads, ...) as one compact table per (suite, hardware): finished cases x those metrics.
+
+    The report puts these in its "Appendix: run details" instead of one table per value.
+    """
+    declared = metrics_of(task)
+    tables = []
+    for suite, hardware, group in task_groups(runs.rows, task):
+        def housekeeping(r) -> list[str]:
+            return [k for k, v in r.metrics.items() if _is_number(v) and is_housekeeping(declared, k)]
+
+        ok = [r for r in group.itertuples(index=False) if r.status == "ok" and housekeeping(r)]
+        names = ordered(k for r in ok for k in housekeeping(r))
+        names.sort(key=lambda k: list(declared).index(k) if k in declared else len(declared))
+        if not names:
+            continue
+        table = Table(key=slug(f"{suite}-run-details-{hardware}"), title=f"Run details, {suite}", caption="",
+                      task=task, metric="details", unit="", column_header="metric", columns=names, rows=[],
+                      hardware=hardware, commit=short_commit(group["git_commit"]), row_header="case")
+        for r in ok:
+            label = " ".join([r.method] + [f"{k}={v}" for k, v in r.params.items()])
+            if label in table.rows:  # the same case in two runs (shards of different runs)
+                label += f" ({r.run_id})"
+            table.rows.append(label)
+            for name in names:
+                value = r.metrics.get(name)
+                kind = describe(declared, name).fmt
+                table.cells[(label, name)] = Cell(
+                    text=fmt.number(value if _is_number(value) else None, kind),
+                    value=float(value) if _is_number(value) else None, case_id=r.case_id, run_id=r.run_id)
+        legend = "; ".join(f"{k}: {describe(declared, k).title}{_unit_suffix(describe(declared, k).unit)}"
+                           for k in names)
+        table.caption = (f"Housekeeping values of each finished case on {hardware} (commit {table.commit}), "
+                         f"shown, never compared. {legend}.")
+        tables.append(table)
     return tables
 
 
@@ -184,7 +327,8 @@ def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, colum
     )
     for r in rows:
         col = r.params.get(column, r.case_id)
-        table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col, r.method == base_method)
+        table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col, r.method == base_method,
+                                                    table.extra)
     paired = any(c.ratio_interval is not None for c in table.cells.values())
     if not base_method:
         ratios = "No ratios: the suite names no baseline. "
@@ -207,11 +351,13 @@ def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, colum
 
 
 def _unit_suffix(unit: str) -> str:
-    # Memory cells carry their own binary unit (MiB, GiB); "(bytes)" would misdescribe them.
-    return "" if unit in ("bytes", "", "-") else f" ({unit})"
+    # Memory is shown in GiB everywhere (posbench.fmt.nbytes), so a title says GiB, not bytes.
+    if unit == "bytes":
+        return " (GiB)"
+    return "" if unit in ("", "-") else f" ({unit})"
 
 
-def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False) -> Cell:
+def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False, extra: Optional[dict] = None) -> Cell:
     cell = Cell(text="", status=r.status, case_id=r.case_id, run_id=r.run_id, message=str(r.message or ""))
     if r.status != "ok":
         cell.text = fmt.status(r.status)
@@ -221,6 +367,7 @@ def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False) -> Ce
         cell.text = fmt.MISSING
         return cell
     cell.value = float(value)
+    cell.spread = _spread(r.metrics, name, cell.value, {} if extra is None else extra)
     base = baselines.get((r.run_id, col), baselines.get((None, col)))
     if base and base[0]:
         cell.ratio = cell.value / float(base[0])
@@ -259,7 +406,8 @@ def decode_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:
 
 def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
     """The tables printed at the end of a run: the suite's ``metrics`` (run.json) for its task,
-    methods x the first grid axis (``seq_len`` when there is one)."""
+    methods x the first grid axis (``seq_len`` when there is one); a metric declared ``shown_in``
+    another prints that one (a family: ``posbench.table.family_tables``)."""
     frame = runs.rows if case_ids is None else runs.rows[runs.rows["case_id"].isin(case_ids)]
     out = []
     for source in ordered(frame["source"]):
@@ -273,5 +421,8 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
 
             out += extrapolation_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas))
             continue
-        out += metric_tables(runs, meta.task, None, column, meta.metrics, frame=part)
+        declared = metrics_of(meta.task)
+        # a metric the task shows inside another table (precision's per-dtype counts) prints that table
+        names = ordered(describe(declared, m).shown_in or m for m in meta.metrics)
+        out += metric_tables(runs, meta.task, None, column, names, frame=part)
     return out

@@ -92,6 +92,73 @@ def extrapolation_rows(run_id="run-x", l_train=64) -> list[dict]:
     return rows
 
 
+PRECISION_DTYPES = ["float32", "float16", "bfloat16"]
+PRECISION_L_VALID = [64, 512, 2048]
+
+
+def precision_ppl(bias: str, l_valid: int) -> float:
+    """Perplexity of the bias_dtype_ppl study: 20 with a float32 bias; the compute-dtype bias costs
+    l_valid / 1024 more (it loses positions far away)."""
+    return 20.0 + (l_valid / 1024 if bias == "compute" else 0.0)
+
+
+def precision_rows(run_id="run-p") -> list[dict]:
+    """The precision suite's cpu layout: both studies for alibi; alibi_triton unavailable in both.
+
+    bias_counts: distinct values 256/31/4 for float32/float16/bfloat16 (a 8-head, 256-position
+    analysis whose staircases are drawn for heads 0 and 7). bias_dtype_ppl: ``precision_ppl``,
+    plus the training's housekeeping values.
+    """
+    rows = []
+    for study in ("bias_counts", "bias_dtype_ppl"):
+        for method in ("alibi", "alibi_triton"):
+            row = base_row("precision", "precision", method, {"study": study, "L_train": 64}, run_id)
+            if method == "alibi_triton":
+                row.update(status="unavailable", message="needs CUDA and triton")
+            elif study == "bias_counts":
+                row["metrics"] = {f"last_window_distinct@{d}": n for d, n in zip(PRECISION_DTYPES, (256, 31, 4))}
+                row["series"] = {
+                    "settings": {"n_heads": 8, "length": 256, "window": 64, "heads": [0, 7], "factor": 0.25,
+                                 "dtypes": PRECISION_DTYPES},
+                    "charts": [{"head": h, "dtypes": PRECISION_DTYPES, "png": "gone.png", "svg": "gone.svg"}
+                               for h in (0, 7)]}
+            else:
+                metrics = {"final_train_loss": 2.5, "train_steps": 200, "train_tokens": 409600, "train_seconds": 31.0,
+                           "reused_checkpoint": 0, "n_params": 120000, "best_ppl_eval": 12.0}
+                for lv in PRECISION_L_VALID:
+                    for bias in ("float32", "compute"):
+                        metrics[f"ppl@{bias}_bias@{lv}"] = precision_ppl(bias, lv)
+                    metrics[f"ppl_diff@{lv}"] = precision_ppl("compute", lv) - precision_ppl("float32", lv)
+                metrics["ppl_diff_at_max_len"] = metrics[f"ppl_diff@{PRECISION_L_VALID[-1]}"]
+                row["metrics"] = metrics
+            rows.append(row)
+    return rows
+
+
+RETRIEVAL_METHODS = ["sinusoidal", "rotary", "t5_bias", "alibi"]
+
+
+def retrieval_rows(run_id="run-r") -> list[dict]:
+    """passkey at L_train 8, L_valid 8/16, two depths, 10 samples each: every method but
+    sinusoidal scores exactly alike (10 and 6 of 10 per depth), so their lines coincide."""
+    rows = []
+    for method in RETRIEVAL_METHODS:
+        right = {8: 10, 16: 1} if method == "sinusoidal" else {8: 10, 16: 6}
+        cells = [{"L_valid": lv, "depth": d, "correct": k, "total": 10, "status": "ok", "message": ""}
+                 for lv, k in right.items() for d in (0.0, 1.0)]
+        row = base_row("retrieval", "retrieval", method, {"L_train": 8, "probe": "passkey"}, run_id)
+        acc = {lv: k / 10 for lv, k in right.items()}
+        row["metrics"] = {"acc_at_train_len": acc[8], "acc_at_max_len": acc[16],
+                          "effective_length": 16 if acc[16] >= 0.5 else 8, "chance": 0.1, "train_steps": 100,
+                          "n_params": 50000, **{f"acc@{lv}": a for lv, a in acc.items()}}
+        row["series"] = {"cells": cells}
+        rows.append(row)
+    return rows
+
+
+PRECISION_SUITE_METRICS = ["last_window_distinct@float16", "last_window_distinct@bfloat16", "ppl_diff_at_max_len"]
+
+
 def write_run(root: Path, rows: list[dict], env: dict | None = None, suite=None, run_id=None,
               baseline: str | None = "sinusoidal", metrics: list[str] | None = None,
               methods: list[str] | None = None, meta: bool = True) -> Path:

@@ -1,6 +1,7 @@
 """Suite validation: every mistake is one line naming the file, the line, the key and what is allowed."""
 import textwrap
 
+import jsonschema  # a dev dependency (pyproject.toml)
 import pytest
 
 from posbench import suite as suitemod
@@ -160,3 +161,78 @@ def test_schema_lists_suite_keys_and_task_settings():
 def test_unprintable_character_is_a_yaml_error_not_a_traceback(tmp_path):
     msg = error(tmp_path, "name: x\x07\n")
     assert msg.startswith(f"{tmp_path}/t.yaml:1: <yaml>: invalid YAML: unacceptable character")
+
+
+# -- the exported JSON Schema says what validation says --------------------------------------------
+
+
+
+@pytest.fixture(scope="module")
+def suite_schema():
+    schema = suitemod.schema()
+    jsonschema.Draft202012Validator.check_schema(schema)  # itself a valid schema
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _yaml(path):
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+def _schema_errors(validator, data) -> list[str]:
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(data)]
+
+
+def test_every_shipped_suite_follows_the_schema(suite_schema):
+    names = suitemod.names()
+    assert {"efficiency", "extrapolation", "precision", "kernels", "decode", "retrieval"} <= set(names)
+    for name in names:
+        path = suitemod.find(name)
+        assert _schema_errors(suite_schema, _yaml(path)) == [], path
+
+
+@pytest.mark.parametrize("where, key", [
+    ("settings", "tokens_per_stp"),             # misspelt suite setting
+    ("profile settings", "tokens_per_stp"),     # misspelt in a profile's overrides
+    ("grid", "seq_lne"),                        # misspelt grid axis
+    ("profile grid", "seq_lne"),
+])
+def test_schema_and_validate_both_reject_a_misspelt_key(suite_schema, tmp_path, capsys, where, key):
+    from posbench import cli
+
+    data = _yaml(suitemod.find("efficiency"))
+    if where == "settings":
+        data["settings"][key] = 1024
+    elif where == "profile settings":
+        data["profiles"]["cpu"]["settings"][key] = 1024
+    elif where == "grid":
+        data["grid"][key] = [64]
+    else:
+        data["profiles"]["cpu"]["grid"][key] = [64]
+    import yaml
+
+    path = tmp_path / "misspelt.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    errors = _schema_errors(suite_schema, data)
+    assert len(errors) == 1 and key in errors[0] and "Additional properties are not allowed" in errors[0]
+    assert cli.main(["validate", str(path)]) != 0
+    assert key in capsys.readouterr().err
+
+
+def test_schema_checks_setting_and_grid_values_per_task(suite_schema):
+    data = _yaml(suitemod.find("efficiency"))
+    data["settings"]["rounds"] = "five"
+    data["grid"]["seq_len"] = [64, "long"]
+    assert len(_schema_errors(suite_schema, data)) == 2
+    # the same key is fine for the task that has it: settings follow the suite's own task
+    data = _yaml(suitemod.find("precision"))
+    assert _schema_errors(suite_schema, data) == []
+    data["settings"]["tokens_per_step"] = 1024  # an efficiency setting, not a precision one
+    (error,) = _schema_errors(suite_schema, data)
+    assert "tokens_per_step" in error
+    schema = suitemod.schema()
+    assert schema["$defs"]["precision.Grid"]["properties"]["study"]["items"]["enum"] == ["bias_counts", "bias_dtype_ppl"]
+    # nested models of a task (its corpus settings) are hoisted and their references still resolve
+    assert schema["$defs"]["precision.SuiteSettings"]["properties"]["corpus"]["$ref"] == \
+        "#/$defs/precision.CorpusSettings"

@@ -40,11 +40,11 @@ def test_run_tables_layout_rows_columns_and_cells(tmp_path):
     tables = tables_of(tmp_path)
     assert [t.metric for t in tables] == METRICS  # the suite's metrics, no others
     train, evals, mem = tables
-    assert train.title == "Training speed (words/s), efficiency" and mem.title == "Peak training memory, efficiency"
+    assert train.title == "Training speed (words/s), efficiency" and mem.title == "Peak training memory (GiB), efficiency"
     assert all(t.rows == ORDER and t.columns == [512, 1024] for t in tables)  # run.json's method order
     assert train.cell("alibi", 512).text == "25.8k (0.99x)"
     assert evals.cell("sinusoidal", 512).text == "77.8k (1.00x)"
-    assert mem.cell("alibi", 512).text == "18.2 GiB (1.01x)"  # binary units, named
+    assert mem.cell("alibi", 512).text == "18.2 GiB (1.01x)"  # GiB, named
     assert train.cell("t5_bias", 512).text == "OOM" and evals.cell("t5_bias", 1024).text == "unavailable"
     assert evals.cell("alibi", 1024).ratio == pytest.approx(0.5)
 
@@ -95,8 +95,11 @@ def test_terminal_text_is_aligned():
 
 def test_formats():
     assert fmt.count(25_812.0) == "25.8k" and fmt.count(1_234_567) == "1.23M" and fmt.count(512) == "512"
-    assert fmt.nbytes(526 * (1 << 20)) == "526 MiB" and fmt.nbytes(17.9 * GiB) == "17.9 GiB"
-    assert fmt.nbytes(2048) == "2.00 KiB" and fmt.nbytes(12) == "12 B"
+    # Memory: one unit everywhere, GiB, always named; three significant digits.
+    assert fmt.nbytes(526 * (1 << 20)) == "0.514 GiB" and fmt.nbytes(17.9 * GiB) == "17.9 GiB"
+    assert fmt.nbytes(150 * GiB) == "150 GiB" and fmt.nbytes(1.5 * GiB) == "1.50 GiB"
+    assert fmt.nbytes(256 * 1024) == "0.000244 GiB" and fmt.nbytes(2048) == "1.91e-06 GiB" and fmt.nbytes(0) == "0 GiB"
+    assert fmt.number(977e6, "bytes") == "0.910 GiB"
     assert fmt.number(None) == "n/a" and fmt.number(float("nan"), "count") == "n/a"
     assert fmt.number(3.14159, "ppl") == "3.14" and fmt.number(0.0123456) == "0.01235"
     assert fmt.number(2.0, "ms") == "2" and fmt.number(7.0, "int") == "7"
@@ -110,3 +113,16 @@ def test_a_cell_can_carry_an_interval():
     assert fmt.value_with_ratio(25_800.0, "count", 0.99, (0.96, 1.00)) == "25.8k (0.99x ±0.03)"
     assert fmt.value_with_ratio(25_800.0, "count") == "25.8k"
     assert fmt.interval(1.5 * GiB, 2 * GiB, "bytes") == "[1.50 GiB, 2.00 GiB]"
+
+
+def test_run_tables_print_the_family_table_a_suite_metric_is_shown_in(tmp_path):
+    from report_fixtures import PRECISION_SUITE_METRICS, precision_rows
+
+    write_run(tmp_path, precision_rows(), metrics=PRECISION_SUITE_METRICS, baseline=None)
+    tables = run_tables(load_runs(tmp_path))
+    # last_window_distinct@float16 and @bfloat16 are columns of one table; ppl_diff_at_max_len of ppl_diff@*
+    assert [t.metric for t in tables] == ["last_window_distinct@*", "ppl_diff@*"]
+    text = render.to_text(tables[0]).splitlines()
+    assert text[1].split() == ["method", "\\", "dtype", "float32", "float16", "bfloat16"]
+    assert text[2].split() == ["alibi", "256", "31", "4"]
+    assert render.to_text(tables[1]).splitlines()[2].split() == ["alibi", "0.06", "0.50", "2.00"]

@@ -57,9 +57,27 @@ class Metric:
 
     ``higher_is_better``: True (words/s, TFLOP/s), False (memory, time, perplexity) or None
     (counts and spreads such as ``n_params`` or ``train_wps_min``: shown, never compared).
-    ``fmt`` names a formatter of ``posbench.fmt`` (``count``: 25.8k; ``bytes``: binary units,
-    GiB/MiB; ``ms``/``plain``: 4 significant digits; ``ppl``: 2 decimals; ``int``).
-    ``table``: reports draw a table and chart of it even when the suite's ``metrics`` omit it.
+    ``fmt`` names a formatter of ``posbench.fmt`` (``count``: 25.8k; ``bytes``: always GiB, named;
+    ``ms``/``plain``: 4 significant digits; ``ppl``: 2 decimals; ``int``).
+
+    Where ``bench.py report`` puts it (each task decides its own section):
+
+    - ``table``: a table of its own (methods x the first grid axis) followed by its chart (when the
+      columns are numbers), even when the suite's ``metrics`` omit it. A family key ``head@*``
+      with ``table`` makes one table of every member the rows carry: the last ``@`` part is the
+      column (headed ``axis``), the parts between join the method in the row label
+      (``ppl@float32_bias@256`` -> row ``alibi, float32_bias``, column 256).
+    - ``shown_in``: the key of the metric whose table already shows this value (the precision
+      suite's ``ppl_diff_at_max_len`` is the last column of ``ppl_diff@*``): no table of its own,
+      even when the suite's ``metrics`` name it (its progress lines still do).
+    - ``appendix``: housekeeping (parameters, steps, threads, batch size): one compact "Appendix:
+      run details" table per task, cases x housekeeping metrics, never a table or chart of its own.
+      None decides by the declaration: housekeeping when never compared (``higher_is_better``
+      None), not a table, not shown elsewhere and not the spread of another metric
+      (``<m>_min``/``<m>_max``/``<m>_std`` become the error bars of ``m``).
+    - ``charts``: charts that belong to this metric's table and are drawn right after it,
+      as ``"module:function"`` names; ``function(rows: list[dict]) -> [(file stem, title, Figure)]``
+      gets the stored rows of the table (precision: the bias staircases of its ``bias_counts`` study).
     """
 
     title: str
@@ -68,6 +86,10 @@ class Metric:
     higher_is_better: Optional[bool] = None
     fmt: Format = "plain"
     table: bool = False
+    appendix: Optional[bool] = None
+    shown_in: str = ""
+    axis: str = ""
+    charts: tuple[str, ...] = ()
 
 
 @runtime_checkable
@@ -107,6 +129,37 @@ def find_metric(metrics: dict[str, Metric], name: str) -> Optional[Metric]:
                        higher_is_better=None, table=False)
     head, at, _ = name.partition("@")
     return metrics.get(f"{head}@*") if at else None
+
+
+SPREAD_SUFFIXES = ("_min", "_max", SPREAD_SUFFIX)
+
+
+def spread_of(metrics: dict[str, Metric], name: str) -> Optional[str]:
+    """The metric ``name`` is a spread of (``train_wps_min`` -> ``train_wps``), if that one is declared."""
+    for suffix in SPREAD_SUFFIXES:
+        if name.endswith(suffix) and find_metric(metrics, name[: -len(suffix)]) is not None:
+            return name[: -len(suffix)]
+    return None
+
+
+def is_housekeeping(metrics: dict[str, Metric], name: str) -> bool:
+    """Whether ``name`` belongs in the report's "Appendix: run details" (see ``Metric.appendix``).
+
+    An undeclared metric is housekeeping unless it is a spread of a declared one: the task did
+    not ask for a table of it, and the appendix keeps it visible. A member of a family
+    (``acc_lo@256`` of ``acc_lo@*``) is one point of a curve, not a run detail, unless its family
+    says ``appendix=True``.
+    """
+    if spread_of(metrics, name) is not None:
+        return False
+    metric = find_metric(metrics, name)
+    if metric is None:
+        return True
+    if metric.appendix is not None:
+        return metric.appendix
+    if name not in metrics:  # a family member
+        return False
+    return metric.higher_is_better is None and not metric.table and not metric.shown_in
 
 
 def metrics_of(name: str) -> dict[str, Metric]:
