@@ -23,7 +23,8 @@ above. ``windows``: the runner gives one worker every method of a grid point and
 (``run_group``); it builds every method's model (same seed, same data, each its own optimizer),
 warms each up, then alternates measured windows between them, phase by phase (evaluation, then
 training), in a balanced order (``posbench.paired``), and records each window's words/s with its
-start time (``series``: ``<phase>_wps_windows``, ``<phase>_wps_window_t``). Tables pair a method's
+start time (``series``: ``<phase>_wps_windows``, ``<phase>_wps_window_t``, seconds since the
+group began measuring; ``info.group`` names the process). Tables pair a method's
 window w with the baseline's window w of the same process. Peak memory is a property of a
 process, so in round 1 each method first runs alone in a short process of its own
 (``memory_probe``: the per-case path with one window of one step), and its ``peak_mem_*`` and
@@ -280,6 +281,7 @@ def run_group(cases, round_: int) -> dict:
     """Every case (method) of one grid point and round in this process, paired window by window
     (module docstring); ``{case id: worker result}``. A method that fails (its memory process,
     building, warming up, a window) gets its own failure result and the others go on."""
+    import time
     import uuid
 
     import torch
@@ -307,6 +309,10 @@ def run_group(cases, round_: int) -> dict:
         m.obj = m.guard(Bench, c, batches, device, dtype)
     nvml, handle = _nvml(cases[0].device)
     first = (round_ - 1) * s.windows  # rounds go on along the balanced order
+    t0 = time.perf_counter()
+
+    def clock() -> float:  # window start times: seconds since the group began measuring
+        return time.perf_counter() - t0
 
     def measure(phase: str, steps: int):
         def window(m: Member) -> float:
@@ -324,7 +330,7 @@ def run_group(cases, round_: int) -> dict:
         if m.ok:
             m.obj.model.eval()
             m.guard(dev.time_window, m.obj.eval_step, s.warmup_steps)
-    alternate(members, "eval", s.windows, measure("eval", s.eval_steps), first)
+    alternate(members, "eval", s.windows, measure("eval", s.eval_steps), first, clock)
 
     def start_training(b: Bench) -> None:
         b.start_training(cases[0].device)
@@ -334,7 +340,7 @@ def run_group(cases, round_: int) -> dict:
 
     for m in members:
         m.guard(start_training, m.obj)
-    alternate(members, "train", s.windows, measure("train", s.measure_steps), first)
+    alternate(members, "train", s.windows, measure("train", s.measure_steps), first, clock)
 
     group = uuid.uuid4().hex[:12]
     tokens = batch * L
@@ -350,7 +356,7 @@ def run_group(cases, round_: int) -> dict:
         for phase, steps in (("eval", s.eval_steps), ("train", s.measure_steps)):
             starts, seconds = zip(*m.windows[phase])
             _wps(metrics, series, phase, tokens * steps, list(seconds))
-            series[f"{phase}_wps_window_t"] = [round(t, 3) for t in starts]
+            series[f"{phase}_wps_window_t"] = [round(t, 6) for t in starts]
             joules = b.energy[phase] if nvml is not None else None
             _energy(metrics, "eval_" if phase == "eval" else "", joules, tokens * steps * s.windows)
         metrics.update({k: v for k, v in memory.get(c.id, {}).items() if k in MEMORY_METRICS})
