@@ -416,3 +416,23 @@ def test_short_real_run_of_the_cpu_efficiency_suite_pairs_windows(tmp_path, caps
     merged = rowsmod.case_rows(runner.read_rows(run_dir / "cases.jsonl"))
     assert len(merged["alibi/seq_len=32"]["series"]["train_wps_by_window"]) == 2
     assert Path(run_dir / "table.csv").read_text().count("alibi") >= 3
+
+
+def test_evaluation_windows_have_their_own_length(monkeypatch):
+    from posbench.tasks import efficiency
+
+    calls = Counter()
+    step = efficiency.Bench.eval_step
+
+    def counted(self):
+        calls[self.model.method.name] += 1
+        return step(self)
+
+    monkeypatch.setattr(efficiency.Bench, "eval_step", counted)
+    (alone,) = _efficiency_cases(["alibi"], pairing="rounds", warmup_steps=2, windows=3, eval_measure_steps=5)
+    efficiency.run(alone)
+    assert calls == {"alibi": 2 + 3 * 5}
+    calls.clear()
+    efficiency.run_group(_efficiency_cases(["sinusoidal", "alibi"], warmup_steps=1, windows=2, eval_measure_steps=4), 2)
+    assert calls == {"sinusoidal": 1 + 2 * 4, "alibi": 1 + 2 * 4}
+    assert efficiency.Settings(model="tiny", tokens_per_step=64, measure_steps=3).eval_steps == 3
