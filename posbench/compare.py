@@ -7,7 +7,9 @@ whole interval lies below 1 - threshold (an improvement: above 1 + threshold). A
 the threshold whose interval reaches back inside it is "unchanged (within noise)". What is
 compared is what the run's table shows: a method's per-round ratio to the run's baseline (drift
 within a run cancels in it), and for the baseline itself (or a run without one) the values.
-Rows without rounds are compared point against point, as before.
+Rows without rounds are compared point against point, as before. Paired-windows rows
+(``series[m + "_by_window"]``) give per-window ratios to the baseline, grouped by round, and the
+interval resamples rounds, then windows (``posbench.bootstrap``).
 
 Cases of BASE that are missing from NEW, or not ``ok`` there, are failures (exit 1); an empty
 NEW or BASE, or runs of different suites or tasks, is bad input (exit 2).
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,7 +181,17 @@ def _interval_verdict(direction: int, interval: tuple[float, float], ratio: floa
     return "noise" if _verdict(direction, ratio, threshold) != "same" else "same"
 
 
+def _windows(row, metric: str) -> list | None:
+    """The row's paired-windows rounds of ``metric`` (``series[m + "_by_window"]``), if any."""
+    values = (row.series or {}).get(f"{metric}_by_window") if isinstance(row.series, dict) else None
+    return values if isinstance(values, list) and any(values) else None
+
+
 def _rounds(row, metric: str) -> list | None:
+    windows = _windows(row, metric)
+    if windows is not None:  # the values themselves, a list per round
+        clusters = bootstrap.value_clusters(windows)
+        return clusters if len(bootstrap.pooled(clusters)) >= 2 else None
     values = (row.series or {}).get(f"{metric}_by_round") if isinstance(row.series, dict) else None
     if not isinstance(values, list):
         return None
@@ -189,17 +200,18 @@ def _rounds(row, metric: str) -> list | None:
 
 
 def _samples(row, metric: str, base_row) -> tuple[list | None, str]:
-    """Per-round samples of ``metric`` and what they are: the ratio to the run's baseline row,
-    paired by round, when there is one; else the values themselves."""
+    """Samples of ``metric`` and what they are: the ratio to the run's baseline row, paired by
+    round (paired windows: by window, a list per round), when there is one; else the values."""
     ours = _rounds(row, metric)
     if ours is None:
         return None, ""
     if base_row is not None:
-        theirs = (base_row.series or {}).get(f"{metric}_by_round")
-        mine = row.series.get(f"{metric}_by_round")
+        theirs = _windows(base_row, metric) or (base_row.series or {}).get(f"{metric}_by_round")
+        mine = _windows(row, metric) or row.series.get(f"{metric}_by_round")
         if isinstance(theirs, list):
-            ratios = bootstrap.paired_ratios(mine, theirs)
-            if len(ratios) >= 2:
+            ratios = (bootstrap.window_clusters(mine, theirs) if bootstrap.is_windowed(mine) or bootstrap.is_windowed(theirs)
+                      else bootstrap.paired_ratios(mine, theirs))
+            if len(bootstrap.pooled(ratios)) >= 2:
                 return ratios, f"ratio to {base_row.method}"
     return ours, ""
 
@@ -210,7 +222,7 @@ def _compare_rounds(case_id, base, new, metric, direction, threshold, base_ref, 
     n, n_basis = _samples(new, metric, new_ref)
     if b is None or n is None or b_basis != n_basis:
         return None
-    mb, mn = statistics.median(b), statistics.median(n)
+    mb, mn = bootstrap.median_of(b), bootstrap.median_of(n)
     interval = bootstrap.ratio_of_medians_interval(n, b)
     if not mb or interval is None:
         return None

@@ -21,6 +21,12 @@ so they agree on three rules:
   holds every round's value of each metric (index r-1, null for a round without one), and
   ``metrics["n_rounds"]`` counts the ok rounds. Tables pair these lists with the baseline's, round
   by round (``posbench.bootstrap``).
+- **Paired windows** (rows with ``info.pairing == "windows"``, measured with the other methods of
+  their grid point in one process, ``info.group`` naming it): a metric ``m`` with a per-window
+  series ``series[m + "_windows"]`` also gets ``series[m + "_by_window"]``, per round ``{"group",
+  "values"}`` (null for a round without an ok row). Tables and compare pair those window by window
+  with the baseline's of the same group, which is what cancels the machine's drift
+  (``posbench.bootstrap.window_clusters``). Such a case is merged even when it has one round.
 """
 from __future__ import annotations
 
@@ -148,7 +154,7 @@ def merge_rounds(rows: list[dict]) -> dict:
     (prefixed ``round r:``) and traceback; ``--retry-failed`` re-runs just that round. A case
     with a single row (one round, or a run from before rounds) comes back unchanged.
     """
-    if len(rows) == 1:
+    if len(rows) == 1 and not group_of(rows[0]):
         return dict(rows[0])  # one round (or a row from before rounds): nothing to merge
     rows = sorted(rows, key=round_of)
     ok = [r for r in rows if r["status"] == "ok"]
@@ -171,6 +177,14 @@ def merge_rounds(rows: list[dict]) -> dict:
         values = [v for v in by_round if v is not None]
         metrics[name] = _median(values) if values else None
         series[f"{name}_by_round"] = by_round
+    for name in names:  # paired windows: each round's windows, with the process they came from
+        by_window: list = [None] * n
+        for r in ok:
+            values = (r.get("series") or {}).get(f"{name}_windows")
+            if group_of(r) and isinstance(values, list):
+                by_window[round_of(r) - 1] = {"group": group_of(r), "values": values}
+        if any(by_window):
+            series[f"{name}_by_window"] = by_window
     if not ok:
         metrics = dict(out["metrics"])
     metrics["n_rounds"] = len(ok)
@@ -178,6 +192,14 @@ def merge_rounds(rows: list[dict]) -> dict:
     if len(rows) > 1:
         out["duration_s"] = sum(float(r.get("duration_s") or 0) for r in rows)
     return out
+
+
+def group_of(row: dict) -> Optional[str]:
+    """The process (``info.group``) a paired-windows row was measured in; None for other rows."""
+    info = row.get("info")
+    if isinstance(info, dict) and info.get("pairing") == "windows" and isinstance(info.get("group"), str):
+        return info["group"]
+    return None
 
 
 def _median(values: list):

@@ -28,6 +28,17 @@ round 1 of each method, then round 2, ... (``schedule``), so the methods of a po
 machine's drift and their per-round ratios cancel it (``posbench.bootstrap``). Each round is a
 fresh worker process and its own row (``round`` 1..k); resume and ``retry_failed`` work per
 (case, round), and readers merge a case's rounds (``posbench.rows.merge_rounds``).
+
+Paired windows. With ``pairing: windows`` the unit a worker process runs is a group: every case
+of one grid point and round (``jobs``), measured together by the task's ``run_group``, which
+alternates short measured windows between the methods (``posbench.paired``), so their ratios
+cancel drift that per-process rounds leave in. Each case still gets its own row per round. A
+method that fails inside the group gets its own failure row and the others go on; a group
+process that dies or times out (limit: ``timeout_s`` per case of the group) gives every case of
+the group that row. Resume and ``retry_failed`` stay per (case, round): the missing cases of a
+point and round run together in one group (a case re-run alone pairs with the baseline by its
+round's median, ``posbench.bootstrap.window_clusters``). Rows are saved when the group ends, so
+an interrupted group runs again whole.
 """
 from __future__ import annotations
 
@@ -295,9 +306,29 @@ def worker_env(case: Case) -> dict[str, str]:
 
 def run_worker(case: Case, timeout_s: float) -> dict:
     """Run ``case`` in a fresh process (or torchrun's ranks); its result or how it died."""
+    return _spawn(case, case.to_json(), timeout_s)
+
+
+def run_group_worker(cases: list[Case], round_: int, timeout_s: float) -> list[dict]:
+    """Run ``cases`` (one grid point and round) together in one fresh worker process
+    (``worker.run_group``); a result per case, in order. A process that died or timed out gives
+    every case its outcome, naming the methods that shared the process."""
+    result = _spawn(cases[0], {"group": [c.to_json() for c in cases], "round": round_}, timeout_s)
+    if isinstance(result.get("group"), list) and len(result["group"]) == len(cases):
+        return result["group"]
+    if result.get("status") == "ok" or "group" in result:  # a worker that broke the protocol
+        result = {"status": "error", "message": "the group worker returned no result per case", "traceback": ""}
+    if len(cases) > 1:
+        result = dict(result, message=f"{result['message']} (one process for {', '.join(c.method for c in cases)})")
+    return [dict(result) for _ in cases]
+
+
+def _spawn(case: Case, payload: dict, timeout_s: float) -> dict:
+    """Run the worker on ``payload`` (a case, or a group of cases like ``case``) in a fresh
+    process; the result file's content, or how the process died."""
     with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         case_file, result_file, log_file = (Path(tmp) / n for n in ("case.json", "result.json", "worker.log"))
-        case_file.write_text(json.dumps(case.to_json()))
+        case_file.write_text(json.dumps(payload))
         env = worker_env(case)
         with open(log_file, "wb") as log:
             # A session of its own: Ctrl-C reaches only the runner, which then ends the worker
@@ -440,6 +471,42 @@ def schedule(cases: list[Case]) -> list[tuple[Case, int]]:
     return out
 
 
+def pairing_of(case: Case) -> str:
+    """The suite's ``pairing`` setting: ``rounds`` (a process per case and round) or ``windows``."""
+    return case.settings.get("pairing") or "rounds"
+
+
+def jobs(todo: list[tuple[Case, int]]) -> list[tuple[list[Case], int]]:
+    """The worker processes of a run, in order: (cases, round). A case alone, or with ``pairing:
+    windows`` every case of ``todo`` of one grid point and round together (schedule order)."""
+    out: list[tuple[list[Case], int]] = []
+    groups: dict[tuple, list[Case]] = {}
+    for case, rnd in todo:
+        if pairing_of(case) != "windows":
+            out.append(([case], rnd))
+            continue
+        key = (json.dumps(case.params, sort_keys=True, default=str), rnd)
+        if key not in groups:
+            groups[key] = []
+            out.append((groups[key], rnd))
+        groups[key].append(case)
+    return out
+
+
+def check_pairing(suite: Suite, in_process: bool) -> None:
+    """``pairing: windows`` needs a task that can run a group and one process per group."""
+    from . import tasks
+
+    if getattr(suite.settings, "pairing", "rounds") != "windows":
+        return
+    if not hasattr(tasks.get(suite.task), "run_group"):
+        raise SuiteError(f"pairing: windows: task {suite.task!r} cannot measure several methods in one process; "
+                         "allowed: pairing: rounds")
+    if in_process:
+        raise SuiteError("pairing: windows runs every method of a grid point in one worker process, which a run "
+                         "under torchrun (ranks in-process) cannot do; allowed: pairing: rounds")
+
+
 def plan_rounds(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
                 methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None,
                 problems: list[str] | None = None) -> tuple[list[tuple[Case, int]], dict[tuple, dict]]:
@@ -521,6 +588,7 @@ def _run_suite(
         run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         run_id = _broadcast(run_id, in_process)  # the clocks of ranks may straddle a second
     run_dir = Path(results) / suite.name / run_id
+    check_pairing(suite, in_process)
     suite = with_methods(suite, methods)  # so the rows of added methods are this run's rows too
     methods_dirs = [str(Path(d).resolve()) for d in methods_dirs or []]
     todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)  # checks first
@@ -556,27 +624,26 @@ def _run_suite(
     bar = tqdm(total=len(todo), desc=suite.name, unit="round" if rounds > 1 else "case", file=sys.stderr,
                disable=not progress or not main or not is_terminal(sys.stderr))
     try:
-        for i, (case, rnd) in enumerate(todo):
+        for i, (job, rnd) in enumerate(jobs(todo)):
             started, t0 = datetime.now(timezone.utc), time.perf_counter()
-            bar.set_postfix_str(f"{case.id} round {rnd}/{rounds_of(case)}" if rounds > 1 else case.id)
-            case.out_dir = str(run_dir)
-            reason = unavailable_reason(case)
-            if reason:
-                result = {"status": "unavailable", "message": reason}
-            elif in_process:
-                result = run_on_ranks(case, f"posbench/{run_id}/{i}/{rnd}")
-            else:
-                result = run_worker(case, case.settings["timeout_s"])
-            row = make_row(case, result, started, time.perf_counter() - t0, commit, rnd)
-            if main:
-                save_row(run_dir / "cases.jsonl", row)
-            out.ran += 1
-            bar.update(1)
-            if on_row and main:
-                on_row(row, i + 1, len(todo))
-            if result.get("out_of_step"):
-                bar.close()
-                raise RanksOutOfStep(run_dir, row)
+            what = job[0].id if len(job) == 1 else f"{len(job)} methods at {_point(job[0])}"
+            bar.set_postfix_str(f"{what} round {rnd}/{rounds_of(job[0])}" if rounds > 1 else what)
+            for case in job:
+                case.out_dir = str(run_dir)
+            results = _run_job(job, rnd, in_process, f"posbench/{run_id}/{i}/{rnd}")
+            # A group's wall time is shared out among its cases (rows of a case sum to its time).
+            duration = (time.perf_counter() - t0) / len(job)
+            for case, result in zip(job, results):
+                row = make_row(case, result, started, duration, commit, rnd)
+                if main:
+                    save_row(run_dir / "cases.jsonl", row)
+                out.ran += 1
+                bar.update(1)
+                if on_row and main:
+                    on_row(row, out.ran, len(todo))
+                if result.get("out_of_step"):
+                    bar.close()
+                    raise RanksOutOfStep(run_dir, row)
     except KeyboardInterrupt:
         bar.close()
         raise Interrupted(run_dir, run_id, out.ran, len(todo)) from None
@@ -589,6 +656,30 @@ def _run_suite(
     if main:
         out.rows = [r for cid, r in case_rows(read_usable_rows(run_dir / "cases.jsonl")).items() if cid in wanted]
     return out
+
+
+def _point(case: Case) -> str:
+    return " ".join(f"{k}={v}" for k, v in case.params.items())
+
+
+def _run_job(job: list[Case], rnd: int, in_process: bool, key: str) -> list[dict]:
+    """The results of one job of ``jobs``: a case alone in its worker, or a group in one worker.
+    A case its method cannot run here is ``unavailable`` without a worker."""
+    results: dict[str, dict] = {}
+    runnable = []
+    for case in job:
+        reason = unavailable_reason(case)
+        if reason:
+            results[case.id] = {"status": "unavailable", "message": reason}
+        else:
+            runnable.append(case)
+    if runnable and pairing_of(runnable[0]) == "windows":
+        timeout = runnable[0].settings["timeout_s"] * len(runnable)
+        results.update(zip((c.id for c in runnable), run_group_worker(runnable, rnd, timeout)))
+    elif runnable:
+        (case,) = runnable
+        results[case.id] = run_on_ranks(case, key) if in_process else run_worker(case, case.settings["timeout_s"])
+    return [results[c.id] for c in job]
 
 
 def _record_machine(run_dir: Path, when: str, device: str) -> None:

@@ -330,8 +330,13 @@ def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, colum
         table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col, r.method == base_method,
                                                     table.extra)
     paired = any(c.ratio_interval is not None for c in table.cells.values())
+    windowed = any(f"{name}_by_window" in (r.series if isinstance(r.series, dict) else {}) for r in rows)
     if not base_method:
         ratios = "No ratios: the suite names no baseline. "
+    elif paired and windowed:
+        ratios = (f"In brackets: ratio to {base_method} in the same run, the median of per-window ratios (paired "
+                  "windows: a grid point's methods alternated short measured windows in one process per round), "
+                  "± half the width of its bootstrap 95% interval (rounds, then windows resampled). ")
     elif paired:
         ratios = (f"In brackets: ratio to {base_method} in the same run, the median of per-round ratios "
                   "(interleaved rounds), ± half the width of its bootstrap 95% interval. ")
@@ -383,8 +388,12 @@ def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False, extra
 
 
 def _by_round(r, name: str) -> Optional[list]:
-    """The row's per-round values of ``name`` (``series[name + "_by_round"]``), if it has rounds."""
+    """The row's per-round values of ``name`` (``series[name + "_by_round"]``), if it has rounds;
+    with paired windows each round's windows (``series[name + "_by_window"]``, any number of rounds)."""
     series = r.series if isinstance(r.series, dict) else {}
+    windows = series.get(f"{name}_by_window")
+    if isinstance(windows, list) and windows:
+        return windows
     values = series.get(f"{name}_by_round")
     return values if isinstance(values, list) and len(values) >= 2 else None
 

@@ -13,6 +13,12 @@ status 1, so torchrun stops the other ranks, which may be waiting for it in a co
 runner reads them back with ``read_result``: any rank's failure makes the row, the earliest one
 if several ranks failed (the first is the cause, the others its echo).
 
+Groups (``pairing: windows``): the runner may hand one worker several cases of one grid point and
+round, ``{"group": [CASE, ...], "round": r}``; the task's ``run_group`` measures them together
+(``posbench.paired``) and RESULT.json is ``{"group": [RESULT, ...]}``, one per case in order. A
+method that fails inside the group has its own failure result; only a failure outside every
+method (or the process dying) fails the whole group.
+
 Result: ``{"status", "message", "traceback", "metrics", "series"}``. Status ``oom`` for
 ``MemoryError``, ``torch.cuda.OutOfMemoryError`` and torch's CPU allocator failing (what an
 ``RLIMIT_AS`` limit produces); ``diverged`` for ``tasks.Diverged``; ``unavailable`` for ``tasks.Unavailable`` (the message is the
@@ -139,18 +145,47 @@ def prepare(case: Case) -> None:
             registry.add_methods_dir(folder)
 
 
-def run_case(raw: dict, limit_memory: bool = True) -> dict:
-    task = tasks.get(raw["task"])
+def typed_case(task, raw: dict) -> Case:
+    """The case of ``raw`` (runner JSON) with the task's typed ``settings`` and ``params``."""
     case = Case(**raw)
     case.settings = task.Settings.model_validate(raw["settings"])
     case.params = task.Params.model_validate(raw["params"])
+    return case
+
+
+def ok_result(out: dict) -> dict:
+    """A task's return value as an ``ok`` result."""
+    return {"status": "ok", "message": "", "traceback": "", "metrics": out.get("metrics", {}),
+            "series": out.get("series", {}), "info": out.get("info", {})}
+
+
+def run_group(raw: dict) -> dict:
+    """Several cases of one grid point and round in this one process (module docstring):
+    ``{"group": [result per case]}``. The memory limit is per case, so the group gets
+    ``memory_limit_mb`` times the number of cases."""
+    task = tasks.get(raw["group"][0]["task"])
+    cases = [typed_case(task, c) for c in raw["group"]]
+    limit = cases[0].settings.memory_limit_mb
+    limit = limit * len(cases) if limit else None
+    apply_memory_limit(limit)
+    try:
+        prepare(cases[0])
+        out = task.run_group(cases, raw.get("round", 1))
+    except Exception as exc:  # outside every method: the whole group failed the same way
+        return {"group": [failure(exc, limit)] * len(cases)}
+    missing = {"status": "error", "message": "the task returned no result for this case", "traceback": "",
+               "metrics": {}, "series": {}}
+    return {"group": [out.get(c.id, missing) for c in cases]}
+
+
+def run_case(raw: dict, limit_memory: bool = True) -> dict:
+    task = tasks.get(raw["task"])
+    case = typed_case(task, raw)
     limit = case.settings.memory_limit_mb if limit_memory else None
     apply_memory_limit(limit)
     try:
         prepare(case)
-        out = task.run(case)
-        return {"status": "ok", "message": "", "traceback": "", "metrics": out.get("metrics", {}),
-                "series": out.get("series", {}), "info": out.get("info", {})}
+        return ok_result(task.run(case))
     except Exception as exc:  # every failure becomes a row; the suite goes on
         return failure(exc, limit)
 
@@ -212,6 +247,9 @@ def main(argv: list[str]) -> int:
         arm()
     case_path, result_path = Path(argv[0]), Path(argv[1])
     raw = json.loads(case_path.read_text())
+    if "group" in raw:
+        write_json(result_path, run_group(raw))
+        return 0
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return main_distributed(raw, result_path)
     write_json(result_path, run_case(raw))

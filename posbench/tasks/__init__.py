@@ -20,6 +20,11 @@ A task module (``posbench/tasks/<name>.py``) defines:
   ``Diverged`` for a non-finite loss; ``MemoryError`` / ``torch.cuda.OutOfMemoryError`` become
   status ``oom``.
 
+Optionally, a task whose ``Settings`` has ``pairing`` defines ``run_group(cases, round) ->
+{case id: worker result}``: with ``pairing: windows`` the runner hands it every case of one grid
+point and round in one worker process (``posbench.paired``); a case that fails there gets its own
+failure result (``posbench.worker.failure``) and the others go on.
+
 Optionally, a task whose suite ``methods`` are its own variants rather than position methods (the
 kernels task) also defines ``METHODS`` (the variant names) and ``unavailable(case) -> reason |
 None``. ``Task`` and ``VariantTask`` below are the typed form of this contract; ``get`` checks a

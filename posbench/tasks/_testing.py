@@ -4,6 +4,10 @@ The runner's tests select it with ``task: _testing`` in suites they write to a t
 to produce every status (ok, error, crash, timeout, oom, diverged, interrupt) in a worker that
 starts in a fraction of a second. Behaviour ``fail_rank`` makes rank ``fail_rank`` (setting) of a distributed case raise while
 the others wait for it in a barrier, as a rank failing mid-training leaves its peers.
+
+With ``pairing: windows`` the runner hands a grid point's cases of one round to ``run_group`` in
+one process: each case does what its behaviour says there, a raising one fails alone, and
+``crash``/``kill``/``interrupt_once`` end the whole process (as a real group's crash would).
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ class Settings(TaskSettings):
     flag_file: str = ""  # "interrupt_once": interrupt the runner only while this file is absent
     fail_rank: int = 1  # behaviour "fail_rank": this rank raises, the others wait in a barrier
     rounds: int = Field(1, ge=1, description="interleaved rounds (as the efficiency task's)")
+    pairing: Literal["rounds", "windows"] = Field("rounds", description="as the efficiency task's")
 
 
 class Params(BaseModel):
@@ -75,3 +80,18 @@ def run(case) -> dict:
             time.sleep(30)  # the runner kills us long before this ends
     return {"metrics": {"value": case.params.n * 1000, "pid": os.getpid(),
                         "world_size": int(os.environ.get("WORLD_SIZE", "1"))}, "series": {"steps": [1, 2, 3]}}
+
+
+def run_group(cases, round_: int) -> dict:
+    """Every case in this one process, in order; a case that raises gets its own failure."""
+    from ..paired import Member
+    from ..worker import ok_result
+
+    out = {}
+    for case in cases:
+        member = Member(case.id)
+        result = member.guard(run, case)
+        if member.ok:
+            result["info"] = {"pairing": "windows", "group_size": str(len(cases)), "round": str(round_)}
+        out[case.id] = ok_result(result) if member.ok else member.failure
+    return out

@@ -5,7 +5,8 @@ each position method, trained and evaluated at input length L on one GPU. "Words
 
 One case = one method at one ``seq_len``:
 1. Evaluation: ``model.eval()``, no grad; every forward is a batch of non-overlapping windows of
-   length L. ``warmup_steps`` forwards, then ``windows`` windows of ``measure_steps`` forwards.
+   length L. ``warmup_steps`` forwards, then ``windows`` windows of ``eval_measure_steps``
+   (default ``measure_steps``) forwards.
 2. Training: full optimizer steps (forward, loss, backward, AdamW step, ``zero_grad(set_to_none)``),
    ``warmup_steps`` first, then ``windows`` windows of ``measure_steps`` steps.
 Evaluation runs first so that on a CPU (where a freed allocation may stay resident) its peak is
@@ -17,6 +18,18 @@ window starts after a barrier. Words/s is then the global rate: all ranks' token
 slowest rank's window time (``distributed.global_rates``). Peak memory is per rank: the
 ``peak_mem_*`` metrics are the maximum over ranks, ``*_mean`` the mean; energy is summed.
 
+Pairing (``pairing``). ``rounds``: each case (and round) runs alone in its worker process, as
+above. ``windows``: the runner gives one worker every method of a grid point and round
+(``run_group``); it builds every method's model (same seed, same data, each its own optimizer),
+warms each up, then alternates measured windows between them, phase by phase (evaluation, then
+training), in a balanced order (``posbench.paired``), and records each window's words/s with its
+start time (``series``: ``<phase>_wps_windows``, ``<phase>_wps_window_t``, seconds since the
+group began measuring; ``info.group`` names the process). Tables pair a method's
+window w with the baseline's window w of the same process. Peak memory is a property of a
+process, so in round 1 each method first runs alone in a short process of its own
+(``memory_probe``: the per-case path with one window of one step), and its ``peak_mem_*`` and
+``mem_base_bytes`` go into the round-1 row (``info.memory`` says so).
+
 Token ids are random (seeded): speed and memory do not depend on the values, and random data
 keeps the suite free of a corpus download. Mixed precision (``bfloat16``/``float16``) runs
 float32 weights and AdamW under ``torch.autocast``, as fairseq's fp16 training did; float16
@@ -24,9 +37,9 @@ adds a gradient scaler.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..config import PRESETS
 from . import Diverged, Metric, TaskSettings, known_model_fields
@@ -76,6 +89,10 @@ METRICS = {
     "n_rounds": M("Rounds", "", "rounds that finished ok; every other metric is the median over them "
                   "(series <metric>_by_round: each round's value)", None, "int"),
 }
+# Metrics a paired-windows row takes from the method's own memory process (``memory_probe``).
+MEMORY_METRICS = ("peak_mem_train_bytes", "peak_mem_train_reserved_bytes", "peak_mem_eval_bytes",
+                  "peak_mem_eval_reserved_bytes", "peak_mem_train_bytes_mean", "peak_mem_eval_bytes_mean",
+                  "mem_base_bytes")
 
 
 class Settings(TaskSettings):
@@ -87,14 +104,32 @@ class Settings(TaskSettings):
     tokens_per_step: int = Field(ge=1, description="tokens per optimizer step; batch = tokens_per_step // seq_len")
     warmup_steps: int = Field(2, ge=0, description="steps (and forwards) run before timing, per phase")
     measure_steps: int = Field(5, ge=1, description="steps per measured window")
+    eval_measure_steps: Optional[int] = Field(
+        None, ge=1, description="forwards per measured evaluation window; default: measure_steps (a forward costs "
+        "about a third of a training step, so equal windows in time take about 3x more)")
     windows: int = Field(3, ge=1, description="measured windows per phase; median, min, max are reported")
     lr: float = Field(1e-4, gt=0, description="AdamW learning rate")
     power_interval_s: float = Field(0.1, gt=0, description="NVML power sampling period (s)")
     rounds: int = Field(1, ge=1, description="interleaved rounds: every method of a grid point is measured once per "
                         "round, round-robin, each round in a fresh process; ratios to the baseline are paired "
                         "by round (median and bootstrap 95% interval)")
+    pairing: Literal["rounds", "windows"] = Field(
+        "rounds", description="rounds: each method alone in its process per round, ratios paired by round; "
+        "windows: every method of a grid point in one process per round, alternating measured windows, ratios "
+        "paired window by window (peak memory from a short process per method)")
 
     _known_fields = field_validator("model_overrides")(known_model_fields)
+
+    @model_validator(mode="after")
+    def _windows_in_one_process(self):
+        if self.pairing == "windows" and self.nproc > 1:
+            raise ValueError("pairing: windows measures every method of a grid point in one process; "
+                             "allowed: nproc 1, or pairing: rounds")
+        return self
+
+    @property
+    def eval_steps(self) -> int:
+        return self.eval_measure_steps or self.measure_steps
 
 
 class Params(BaseModel):
@@ -103,28 +138,106 @@ class Params(BaseModel):
     seq_len: int = Field(ge=1, description="input length L of training and evaluation")
 
 
+def _batch_size(s, L: int) -> int:
+    batch = s.tokens_per_step // L
+    if batch < 1:
+        raise ValueError(f"tokens_per_step {s.tokens_per_step} < seq_len {L}: no full sequence fits in a step")
+    return batch
+
+
+def _batches(case, batch: int, device) -> list:
+    """Two batches (B, L+1) of seeded random token ids, made up front and alternated: no data
+    work inside the timed windows. Every method of a seed gets the same ones."""
+    import torch
+
+    from .. import distributed
+    from ..model import model_config
+
+    s = case.settings
+    vocab = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}),
+                         **s.model_overrides).vocab_size
+    g = torch.Generator().manual_seed(s.seed + distributed.rank())  # each rank its own data
+    return [torch.randint(0, vocab, (batch, case.params.seq_len + 1), generator=g).to(device) for _ in range(2)]
+
+
+class Bench:
+    """One method's model at one length with its data: an evaluation step, and after
+    ``start_training`` a training step (forward, loss, backward, AdamW step, zero_grad)."""
+
+    def __init__(self, case, batches: list, device, dtype):
+        import torch
+
+        from .. import distributed
+        from ..model import TransformerLM, model_config
+
+        s = case.settings
+        torch.manual_seed(s.seed)  # every method starts from the same seed
+        cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}),
+                           **s.model_overrides)
+        self.model = TransformerLM(cfg).to(device)
+        self.device, self.dtype, self.batches, self.counter = device, dtype, batches, 0
+        self.autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+        self.lr, self.distributed = s.lr, distributed
+        self.energy = {"eval": 0.0, "train": 0.0}  # joules over measured windows (NVML)
+        self.train_loss: Optional[float] = None
+
+    def _next(self):
+        x = self.batches[self.counter % 2]
+        self.counter += 1
+        return x
+
+    def eval_step(self) -> None:
+        import torch
+
+        x = self._next()
+        with torch.no_grad(), self.autocast:
+            self.model(x[:, :-1])
+
+    def start_training(self, device_kind: str) -> None:
+        import torch
+
+        self.model.train()
+        self.ddp = self.distributed.wrap_ddp(self.model, device_kind)  # ``model`` itself in one process
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
+        self.loss_sum = torch.zeros((), device=self.device)  # summed on device: reading it would synchronize
+
+    def train_step(self) -> None:
+        from ..model import lm_loss
+
+        x = self._next()
+        with self.autocast:
+            logits = self.ddp(x[:, :-1])  # (B, L, V)
+        loss = lm_loss(logits, x[:, 1:])
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        self.opt.zero_grad(set_to_none=True)
+        self.loss_sum.add_(loss.detach())
+
+    def check_loss(self, name: str, steps: int) -> None:
+        """The mean loss since the last check; Diverged when it is not finite. One read per
+        window (it synchronizes), averaged over ranks so every rank reaches the same verdict."""
+        mean = float(self.distributed.all_reduce_mean([self.loss_sum.item()])[0]) / steps
+        if mean != mean or mean in (float("inf"), float("-inf")):
+            raise Diverged(f"non-finite training loss ({mean}) in {name}")
+        self.train_loss = mean
+        self.loss_sum.zero_()
+
+
 def run(case) -> dict:
     import torch
 
     from .. import distributed
     from ..measure import make_device
-    from ..model import TransformerLM, lm_loss, model_config
 
     s, L = case.settings, case.params.seq_len
-    batch = s.tokens_per_step // L
-    if batch < 1:
-        raise ValueError(f"tokens_per_step {s.tokens_per_step} < seq_len {L}: no full sequence fits in a step")
+    batch = _batch_size(s, L)
     device = torch.device(case.device)
     dev = make_device(case.device)
     dtype = getattr(torch, s.dtype)  # float32, bfloat16 or float16 (Settings.dtype)
-    torch.manual_seed(s.seed)
-    cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **s.model_overrides)
-    model = TransformerLM(cfg).to(device)
-    vocab = model.cfg.vocab_size
-    g = torch.Generator().manual_seed(s.seed + distributed.rank())  # each rank its own data
-    # Two batches made up front (B, L+1), alternated: no data work inside the timed windows.
-    batches = [torch.randint(0, vocab, (batch, L + 1), generator=g).to(device) for _ in range(2)]
-    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+    bench = Bench(case, _batches(case, batch, device), device, dtype)
+    model = bench.model
     nvml, handle = _nvml(case.device)
     tokens = batch * L
     metrics = {"n_params": model.num_parameters(), "batch_size": batch, "tokens_per_step": tokens,
@@ -134,52 +247,125 @@ def run(case) -> dict:
 
     # --- evaluation -------------------------------------------------------------------------
     model.eval()
-    counter = [0]
-
-    def eval_step():
-        x = batches[counter[0] % 2]
-        counter[0] += 1
-        with torch.no_grad(), autocast:
-            model(x[:, :-1])
-
-    eval_s, energy = _phase(dev, eval_step, s, nvml, handle)
-    _wps(metrics, series, "eval", tokens * s.measure_steps, eval_s)
+    eval_s, energy = _phase(dev, bench.eval_step, s, nvml, handle, steps=s.eval_steps)
+    _wps(metrics, series, "eval", tokens * s.eval_steps, eval_s)
     _peak(metrics, "eval", dev.peak())
-    _energy(metrics, "eval_", energy, tokens * s.measure_steps * s.windows * distributed.world_size())
+    _energy(metrics, "eval_", energy, tokens * s.eval_steps * s.windows * distributed.world_size())
 
     # --- training ---------------------------------------------------------------------------
-    model.train()
-    ddp = distributed.wrap_ddp(model, case.device)  # ``model`` itself in one process
-    opt = torch.optim.AdamW(model.parameters(), lr=s.lr)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    loss_sum = torch.zeros((), device=device)  # summed on device: reading it would synchronize
-
-    def train_step():
-        x = batches[counter[0] % 2]
-        counter[0] += 1
-        with autocast:
-            logits = ddp(x[:, :-1])  # (B, L, V)
-        loss = lm_loss(logits, x[:, 1:])
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
-        loss_sum.add_(loss.detach())
-
-    def after_window(name: str, steps: int):
-        # One read per window (it synchronizes); a NaN anywhere in the window makes the sum NaN.
-        # Averaged over ranks so that every rank reaches the same verdict (outside the timing).
-        mean = float(distributed.all_reduce_mean([loss_sum.item()])[0]) / steps
-        if mean != mean or mean in (float("inf"), float("-inf")):
-            raise Diverged(f"non-finite training loss ({mean}) in {name}")
-        metrics["train_loss"] = mean
-        loss_sum.zero_()
-
-    train_s, energy = _phase(dev, train_step, s, nvml, handle, after_window=after_window)
+    bench.start_training(case.device)
+    train_s, energy = _phase(dev, bench.train_step, s, nvml, handle, after_window=bench.check_loss)
+    metrics["train_loss"] = bench.train_loss
     _wps(metrics, series, "train", tokens * s.measure_steps, train_s)
     _peak(metrics, "train", dev.peak())
     _energy(metrics, "", energy, tokens * s.measure_steps * s.windows * distributed.world_size())
     return {"metrics": metrics, "series": series, "info": model.info(device, dtype)}
+
+
+# ---------------------------------------------------------------------------------------------
+# pairing: windows
+
+
+def memory_probe(case) -> dict:
+    """``case`` run alone in a fresh worker process with one window of one step per phase (after
+    the warm-up): the worker's result, whose peak memory is this method's alone."""
+    from ..case import Case
+    from ..runner import run_worker
+
+    raw = case.to_json()
+    raw["settings"].update(pairing="rounds", rounds=1, windows=1, measure_steps=1, eval_measure_steps=1)
+    return run_worker(Case(**raw), case.settings.timeout_s)
+
+
+def run_group(cases, round_: int) -> dict:
+    """Every case (method) of one grid point and round in this process, paired window by window
+    (module docstring); ``{case id: worker result}``. A method that fails (its memory process,
+    building, warming up, a window) gets its own failure result and the others go on."""
+    import time
+    import uuid
+
+    import torch
+
+    from ..measure import PowerSampler, make_device
+    from ..paired import Member, alternate
+    from ..worker import ok_result
+
+    s, L = cases[0].settings, cases[0].params.seq_len
+    members = [Member(c.id) for c in cases]
+    memory: dict[str, dict] = {}
+    if round_ == 1:  # peak memory: each method alone in a short process, before any timing here
+        for m, c in zip(members, cases):
+            probe = memory_probe(c)
+            if probe["status"] == "ok":
+                memory[c.id] = probe["metrics"]
+            else:
+                m.failure = dict(probe, message=f"memory process: {probe['message']}", metrics={}, series={})
+    batch = _batch_size(s, L)
+    device = torch.device(cases[0].device)
+    dev = make_device(cases[0].device)
+    dtype = getattr(torch, s.dtype)
+    batches = _batches(cases[0], batch, device)  # one set of data for every method
+    for m, c in zip(members, cases):
+        m.obj = m.guard(Bench, c, batches, device, dtype)
+    nvml, handle = _nvml(cases[0].device)
+    first = (round_ - 1) * s.windows  # rounds go on along the balanced order
+    t0 = time.perf_counter()
+
+    def clock() -> float:  # window start times: seconds since the group began measuring
+        return time.perf_counter() - t0
+
+    def measure(phase: str, steps: int):
+        def window(m: Member) -> float:
+            b = m.obj
+            step = b.eval_step if phase == "eval" else b.train_step
+            with PowerSampler(nvml, handle, s.power_interval_s) as power:
+                seconds = dev.time_window(step, steps)
+            b.energy[phase] += power.energy_j or 0.0
+            if phase == "train":
+                b.check_loss(f"window {len(m.windows[phase])}", steps)
+            return seconds
+        return window
+
+    for m in members:
+        if m.ok:
+            m.obj.model.eval()
+            m.guard(dev.time_window, m.obj.eval_step, s.warmup_steps)
+    alternate(members, "eval", s.windows, measure("eval", s.eval_steps), first, clock)
+
+    def start_training(b: Bench) -> None:
+        b.start_training(cases[0].device)
+        if s.warmup_steps:
+            dev.time_window(b.train_step, s.warmup_steps)
+            b.check_loss("warm-up", s.warmup_steps)
+
+    for m in members:
+        m.guard(start_training, m.obj)
+    alternate(members, "train", s.windows, measure("train", s.measure_steps), first, clock)
+
+    group = uuid.uuid4().hex[:12]
+    tokens = batch * L
+    out = {}
+    for m, c in zip(members, cases):
+        if not m.ok:
+            out[c.id] = m.failure
+            continue
+        b = m.obj
+        metrics = {"n_params": b.model.num_parameters(), "batch_size": batch, "tokens_per_step": tokens,
+                   "threads": torch.get_num_threads(), "world_size": 1, "train_loss": b.train_loss}
+        series: dict = {}
+        for phase, steps in (("eval", s.eval_steps), ("train", s.measure_steps)):
+            starts, seconds = zip(*m.windows[phase])
+            _wps(metrics, series, phase, tokens * steps, list(seconds))
+            series[f"{phase}_wps_window_t"] = [round(t, 6) for t in starts]
+            joules = b.energy[phase] if nvml is not None else None
+            _energy(metrics, "eval_" if phase == "eval" else "", joules, tokens * steps * s.windows)
+        metrics.update({k: v for k, v in memory.get(c.id, {}).items() if k in MEMORY_METRICS})
+        info = dict(b.model.info(device, dtype), pairing="windows", group=group, group_methods=str(len(cases)),
+                    window_order="williams",
+                    memory=("peak memory from this method's own process (one window of one step per phase)"
+                            if c.id in memory else "peak memory in the round-1 row (the method's own process)"))
+        out[c.id] = ok_result({"metrics": metrics, "series": series, "info": info})
+    return out
 
 
 def _nvml(device: str):
@@ -191,8 +377,9 @@ def _nvml(device: str):
     return (nvml, handle) if nvml is not None else (None, None)
 
 
-def _phase(dev, step, s, nvml, handle, after_window=None) -> tuple[list[float], float | None]:
-    """Warm up, then time ``s.windows`` windows; (seconds per window, joules over the windows)."""
+def _phase(dev, step, s, nvml, handle, after_window=None, steps: int | None = None) -> tuple[list[float], float | None]:
+    """Warm up, then time ``s.windows`` windows of ``steps`` (default ``s.measure_steps``) steps;
+    (seconds per window, joules over the windows)."""
     from .. import distributed
     from ..measure import PowerSampler
 
@@ -201,13 +388,14 @@ def _phase(dev, step, s, nvml, handle, after_window=None) -> tuple[list[float], 
         dev.time_window(step, s.warmup_steps)
         if after_window:
             after_window("warm-up", s.warmup_steps)
+    steps = steps or s.measure_steps
     seconds = []
     with PowerSampler(nvml, handle, s.power_interval_s) as power:
         for w in range(s.windows):
             distributed.barrier()  # ranks start each window together (a no-op in one process)
-            seconds.append(dev.time_window(step, s.measure_steps))
+            seconds.append(dev.time_window(step, steps))
             if after_window:
-                after_window(f"window {w}", s.measure_steps)
+                after_window(f"window {w}", steps)
     energy = power.energy_j
     if distributed.is_distributed():  # all GPUs' energy; unknown if any rank has no NVML
         total = float(distributed.all_reduce_sum([float("nan") if energy is None else energy])[0])
