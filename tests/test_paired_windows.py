@@ -320,7 +320,7 @@ def broken_methods():
     class BrokenStep(PositionMethod):
         name = "broken_step"
 
-        def attend(self, q, k, v, q_pos, k_pos, layer):
+        def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
             import torch
 
             if torch.is_grad_enabled():
