@@ -42,7 +42,7 @@ MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 LINESTYLES = ["-", "--", "-.", ":"]
 
 BAR_NOTES = {
-    "ratio": "bars: 95% interval of the ratio to {baseline} (interleaved rounds)",
+    "ratio": "bars: 95% interval of the ratio to {baseline} (paired in time: rounds or windows, see the table)",
     "spread": "bars: {spread}",
 }
 
