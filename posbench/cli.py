@@ -104,7 +104,10 @@ def case_line(row: dict, metrics: list[str]) -> str:
     if row["status"] == "ok":
         declared = tasks.metrics_of(row.get("task", ""))
         kind = {m: getattr(tasks.find_metric(declared, m), "fmt", "plain") for m in metrics}
-        detail = "  ".join(f"{m} {fmt.number(row['metrics'].get(m), kind[m])}" for m in metrics)
+        # A metric the row does not hold at all is measured elsewhere (paired windows: peak
+        # memory in the round-1 row): leave it out rather than print n/a.
+        detail = "  ".join(f"{m} {fmt.number(row['metrics'].get(m), kind[m])}" for m in metrics
+                           if m in row["metrics"])
     else:
         detail = row["message"]
     return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({row['duration_s']:.1f} s)"

@@ -131,3 +131,11 @@ def test_list_check_imports_methods_and_says_availability(capsys):
     assert cli.main(["list", "--check"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("methods (availability on ") and re.search(r"^  rotary +available ", out, re.M)
+
+
+def test_case_line_leaves_out_metrics_measured_in_another_row_and_says_n_a_for_missing_values():
+    row = {"method": "rotary", "params": {"seq_len": 64}, "settings": {"rounds": 5}, "round": 2, "status": "ok",
+           "task": "efficiency", "metrics": {"train_wps": 15100.0, "eval_wps": None}, "duration_s": 4.7}
+    line = cli.case_line(row, ["train_wps", "eval_wps", "peak_mem_train_bytes"])
+    assert line.startswith("rotary        seq_len=64 round 2/5 ok          train_wps 15.1k  eval_wps n/a  (4.7 s)")
+    assert "peak_mem" not in line
