@@ -27,3 +27,21 @@ def _no_busy_machine_warning(request, monkeypatch):
         from posbench import env
 
         monkeypatch.setattr(env, "busy_warning", lambda state: None)
+
+
+@pytest.fixture
+def never_here():
+    """A method that is never available, registered for one test (its runs give unavailable rows)."""
+    from posbench import registry
+    from posbench.method import PositionMethod
+
+    @registry.register
+    class NeverHere(PositionMethod):
+        name = "never_here"
+
+        @classmethod
+        def unavailable(cls, device, dtype):
+            return "needs a machine that does not exist"
+
+    yield "never_here"
+    registry.unregister("never_here")

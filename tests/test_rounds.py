@@ -135,13 +135,21 @@ def _drifting_rounds(n=8, ratio=0.9, seed=1):
     return method, base, drift
 
 
+def recovers_planted_ratio(method, base, speeds, pairs: int, tol: float, width: float, planted=0.9):
+    """Paired ratios of ``method`` and ``base`` (drifting together by ``speeds``) give back the
+    planted ratio within ``tol``, from ``pairs`` pairs, with an interval narrower than ``width``
+    that holds the ratio (and the planted one, up to ``tol / 2``); returns the interval."""
+    assert max(speeds) / min(speeds) > 1.2  # absolute speeds wander by more than 20%
+    ratio, interval, n = bootstrap.paired_ratio(method, base)
+    assert n == pairs and ratio == pytest.approx(planted, abs=tol)
+    assert interval[0] <= ratio <= interval[1] and interval[1] - interval[0] < width
+    assert interval[0] - tol / 2 < planted < interval[1] + tol / 2
+    return interval
+
+
 def test_paired_ratio_recovers_a_planted_ratio_under_20_percent_drift():
     method, base, drift = _drifting_rounds()
-    assert max(drift) / min(drift) > 1.2  # absolute speeds wander by more than 20%
-    ratio, interval, pairs = bootstrap.paired_ratio(method, base)
-    assert pairs == 8 and ratio == pytest.approx(0.9, abs=0.005)
-    assert interval[0] <= ratio <= interval[1] and interval[1] - interval[0] < 0.02
-    assert interval[0] < 0.9 < interval[1] or ratio == pytest.approx(0.9, abs=0.003)
+    interval = recovers_planted_ratio(method, base, drift, pairs=8, tol=0.005, width=0.02)
     # Unpaired (medians of each side) the drift stays in: far wider.
     wide = bootstrap.ratio_of_medians_interval(method, base)
     assert wide[1] - wide[0] > 5 * (interval[1] - interval[0])

@@ -9,10 +9,8 @@ import sys
 
 import pytest
 
-from posbench import cli, registry, runner
+from posbench import cli, runner
 from posbench import suite as suitemod
-from posbench.method import PositionMethod
-from posbench.registry import register
 
 SUITE = """\
 name: t
@@ -34,22 +32,6 @@ def make_suite(tmp_path, methods, grid="[1]", **settings):
     path = tmp_path / "t.yaml"
     path.write_text(SUITE.format(methods=json.dumps(methods), grid=grid, settings=body))
     return path
-
-
-@pytest.fixture
-def never_here():
-    """A method that is never available, registered for one test."""
-
-    @register
-    class NeverHere(PositionMethod):
-        name = "never_here"
-
-        @classmethod
-        def unavailable(cls, device, dtype):
-            return "needs a machine that does not exist"
-
-    yield "never_here"
-    registry.unregister("never_here")
 
 
 def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
