@@ -107,13 +107,18 @@ def score(model, batch: P.ProbeBatch, device, batch_size: int) -> np.ndarray:
 def eval_length(model, probe: str, vocab: P.ProbeVocab, Lv: int, s, device) -> tuple[list, list]:
     """Cells (one per depth for passkey, else one) and mqar distance buckets at one L_valid."""
     seed = 2**31 + s.seed  # disjoint from the training draws (below 2**31)
+    # Examples of Lv + 1 tokens, as training's rows of L_train + 1: the model reads positions
+    # 0..Lv-1 and the last answer token is only predicted. With Lv tokens every answer sat one
+    # position earlier than in training, and sinusoidal scored 0% at L_train on a checkpoint that
+    # scores 100% on examples shaped as in training.
+    n = Lv + 1
     if probe == "passkey":
         per_depth = math.ceil(s.eval_samples / len(s.depths))
-        plan = [(d, P.generate(probe, vocab, Lv, per_depth, seed, depth=d)) for d in s.depths]
+        plan = [(d, P.generate(probe, vocab, n, per_depth, seed, depth=d)) for d in s.depths]
     elif probe == "mqar":
-        plan = [(None, P.generate(probe, vocab, Lv, math.ceil(s.eval_samples / vocab.cfg.n_queries), seed))]
+        plan = [(None, P.generate(probe, vocab, n, math.ceil(s.eval_samples / vocab.cfg.n_queries), seed))]
     else:
-        plan = [(None, P.generate(probe, vocab, Lv, s.eval_samples, seed))]
+        plan = [(None, P.generate(probe, vocab, n, s.eval_samples, seed))]
     cells, distance = [], defaultdict(lambda: [0, 0])
     for depth, batch in plan:
         cell = {"L_valid": Lv, "depth": depth, "correct": 0, "total": 0, "status": "ok", "message": ""}

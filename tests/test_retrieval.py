@@ -1,6 +1,8 @@
 """The retrieval suite: probe generators, the oracle, chance level, Wilson intervals, effective
 length, KV-cache greedy decoding, the charts against their table, the suite, and tiny runs."""
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -367,3 +369,17 @@ def test_report_has_retrieval_tables_with_intervals_and_charts(tmp_path):
     assert f"30% [{100 * lo:.0f}, {100 * hi:.0f}]" in md  # alibi at L_valid 16: 3 of 10
     assert "charts/retrieval_passkey_accuracy.png" in md and "charts/retrieval_passkey_heatmap_alibi.png" in md
     assert {"charts/retrieval_passkey_accuracy.png", "charts/retrieval_passkey_heatmap_sinusoidal.png"} <= set(written)
+
+
+def test_evaluation_examples_are_shaped_as_training_rows(monkeypatch):
+    # Training rows hold L_train + 1 tokens (inputs and shifted targets); an evaluation at L_valid
+    # must use L_valid + 1, or every answer sits one position earlier than training put it (an
+    # absolute method then scores 0% at L_train on a model that retrieves perfectly).
+    seen = []
+    monkeypatch.setattr(RE, "score", lambda model, batch, device, bs: seen.append(batch.tokens.shape) or
+                        np.ones((len(batch.tokens), len(batch.spans)), dtype=bool))
+    s = types.SimpleNamespace(seed=0, depths=[0.0, 1.0], eval_samples=4, eval_batch_size=4)
+    train_row = next(RE.mixed_batches(np.zeros(200, dtype=np.int64), VOCAB, ["passkey"], 40, 2, 1.0, 0))
+    cells, _ = RE.eval_length(None, "passkey", VOCAB, 40, s, "cpu")
+    assert train_row.shape == (2, 41) and seen == [(2, 41), (2, 41)]
+    assert [c["L_valid"] for c in cells] == [40, 40] and all(c["correct"] == c["total"] == 2 for c in cells)
