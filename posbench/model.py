@@ -2,11 +2,13 @@
 
 Pre-LayerNorm blocks, tied input/output embeddings (Baevski & Auli 2018, the ALiBi paper's base
 model), and a KV cache for incremental decoding. The position method is one module shared by
-all layers: ``embed`` runs once at the bottom, ``attend`` runs in every layer.
+all layers: ``prepare`` runs once per forward and its state goes to ``embed`` (once, at the
+bottom) and to ``encode_qk`` and ``attend`` in every layer (``posbench.method``).
 """
 from __future__ import annotations
 
 import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
