@@ -12,9 +12,9 @@ way many libraries do), for the precision study.
 """
 import torch
 
-from posbench.alibi import alibi_bias, slopes_tensor
-from posbench.method import PositionCache, PositionMethod, causal_attention, mask_bias
-from posbench.registry import register
+from posbench.core.alibi_math import alibi_bias, slopes_tensor
+from posbench.core.method import PositionCache, PositionMethod, causal_attention, mask_bias
+from posbench.core.registry import register
 
 BIAS_DTYPES = ("float32", "compute")
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import torch
 
-from posbench.alibi import alibi_slopes
+from posbench.core.alibi_math import alibi_slopes
 from posbench.kernels import FusedKernelMethod
-from posbench.method import ModelConfig
-from posbench.registry import register
+from posbench.core.method import ModelConfig
+from posbench.core.registry import register
 
 BIAS_DTYPES = ("float32", "compute")
 

@@ -23,8 +23,8 @@ import math
 import torch
 from torch import nn
 
-from posbench.method import PositionCache, PositionMethod, biased_attention, causal_mask
-from posbench.registry import register
+from posbench.core.method import PositionCache, PositionMethod, biased_attention, causal_mask
+from posbench.core.registry import register
 
 
 @register

@@ -17,8 +17,8 @@ within the rows training used.
 import torch
 from torch import nn
 
-from posbench.method import PositionCache, PositionMethod
-from posbench.registry import register
+from posbench.core.method import PositionCache, PositionMethod
+from posbench.core.registry import register
 
 BEYOND = ("clamp", "error")
 

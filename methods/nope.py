@@ -4,8 +4,8 @@ A causal decoder can still infer order from the mask (Haviv et al. 2022, "Transf
 Models without Positional Encodings Still Learn Positional Information"). This file is the whole
 plugin: subclass ``PositionMethod``, set ``name``, override ``embed`` and/or ``attend``.
 """
-from posbench.method import PositionMethod
-from posbench.registry import register
+from posbench.core.method import PositionMethod
+from posbench.core.registry import register
 
 
 @register

@@ -9,9 +9,9 @@ and ``base`` (10000). Everything else (tables, caching, fused rotation) is the `
 """
 import torch
 
-from posbench import registry
-from posbench.method import PositionMethod
-from posbench.registry import register
+from posbench.core import registry
+from posbench.core.method import PositionMethod
+from posbench.core.registry import register
 
 
 @register

@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 
 import torch
 
-from posbench import registry
-from posbench.method import PositionMethod
-from posbench.registry import register
+from posbench.core import registry
+from posbench.core.method import PositionMethod
+from posbench.core.registry import register
 
 BASES = ("rotary", "sinusoidal")
 

@@ -36,8 +36,8 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
-from posbench.method import PositionCache, PositionMethod, causal_attention
-from posbench.registry import register
+from posbench.core.method import PositionCache, PositionMethod, causal_attention
+from posbench.core.registry import register
 
 
 class RotaryState(NamedTuple):

@@ -6,8 +6,8 @@ at any position (and at fractional ones, for interpolation) with no table to out
 """
 import torch
 
-from posbench.method import PositionMethod
-from posbench.registry import register
+from posbench.core.method import PositionMethod
+from posbench.core.registry import register
 
 
 @register

@@ -23,8 +23,8 @@ import math
 import torch
 from torch import nn
 
-from posbench.method import PositionCache, PositionMethod, biased_attention, causal_mask
-from posbench.registry import register
+from posbench.core.method import PositionCache, PositionMethod, biased_attention, causal_mask
+from posbench.core.registry import register
 
 
 def relative_position_bucket(distance: torch.Tensor, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from torch import nn
 
 from posbench.kernels import FusedKernelMethod
-from posbench.registry import register
+from posbench.core.registry import register
 
 
 @register

@@ -14,9 +14,9 @@ position c (n - c and -(m - c)), which leaves every product unchanged and keeps 
 
 import torch
 
-from posbench import registry
-from posbench.method import PositionCache, PositionMethod, causal_attention
-from posbench.registry import register
+from posbench.core import registry
+from posbench.core.method import PositionCache, PositionMethod, causal_attention
+from posbench.core.registry import register
 
 
 @register

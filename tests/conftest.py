@@ -24,7 +24,7 @@ def _no_busy_machine_warning(request, monkeypatch):
     """Runs started in a test process print no "machine is busy" line: tests that read stderr
     must not depend on what else the machine runs. tests/test_env.py tests the warning itself."""
     if not request.module.__name__.endswith("test_env"):
-        from posbench import env
+        from posbench.engine import env
 
         monkeypatch.setattr(env, "busy_warning", lambda state: None)
 
@@ -32,8 +32,8 @@ def _no_busy_machine_warning(request, monkeypatch):
 @pytest.fixture
 def never_here():
     """A method that is never available, registered for one test (its runs give unavailable rows)."""
-    from posbench import registry
-    from posbench.method import PositionMethod
+    from posbench.core import registry
+    from posbench.core.method import PositionMethod
 
     @registry.register
     class NeverHere(PositionMethod):

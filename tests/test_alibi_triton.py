@@ -16,9 +16,9 @@ import torch.nn.functional as F
 
 triton = pytest.importorskip("triton")
 
-from posbench.alibi import alibi_bias, slopes_tensor  # noqa: E402
+from posbench.core.alibi_math import alibi_bias, slopes_tensor  # noqa: E402
 from posbench.kernels import alibi_attention as ka  # noqa: E402
-from posbench.method import ModelConfig, causal_mask  # noqa: E402
+from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
 
 if not ka.INTERPRETED and not torch.cuda.is_available():
     pytest.skip("ALiBi-Triton needs a CUDA GPU or TRITON_INTERPRET=1", allow_module_level=True)
@@ -221,7 +221,7 @@ def test_bad_bias_dtype():
 
 
 def _method(**options):
-    from posbench import registry
+    from posbench.core import registry
 
     cfg = ModelConfig(n_heads=4, d_model=128, method="alibi_triton", method_options=options)
     return registry.build(cfg)
@@ -240,7 +240,7 @@ def test_method_with_float_positions_matches_reference():
 
 
 def test_method_options_and_unavailable(monkeypatch):
-    from posbench.registry import RegistryError
+    from posbench.core.registry import RegistryError
 
     assert _method(bias_dtype="compute").bias_dtype == "compute"
     with pytest.raises(ValueError, match="bias_dtype must be one of"):

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from posbench import registry
-from posbench.method import ModelConfig, explicit_attention, mask_bias
-from posbench.model import TransformerLM, model_config
+from posbench.core import registry
+from posbench.core.method import ModelConfig, explicit_attention, mask_bias
+from posbench.core.model import TransformerLM, model_config
 
 CPU_METHODS = [m for m in registry.names() if registry.get(m).unavailable(torch.device("cpu"), torch.float32) is None]
 

@@ -5,10 +5,10 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.colors import to_rgba
 
-from posbench import charts
-from posbench.report import collect_sections, load_runs
-from posbench.report_ppl import extrapolation_tables
-from posbench.table import efficiency_tables, metric_tables
+from posbench.report import charts
+from posbench.report.build import collect_sections, load_runs
+from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
+from posbench.report.table import efficiency_tables, metric_tables
 from report_fixtures import (EFF_METHODS, L_VALID, LENGTHS, PPL_METHODS, PRECISION_SUITE_METRICS, base_row,
                              efficiency_rows, extrapolation_rows, precision_rows, retrieval_rows, write_run)
 

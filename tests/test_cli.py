@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from posbench import cli, registry
-from posbench import suite as suitemod
+from posbench.cli import app as cli
+from posbench.core import registry
+from posbench.run import suite as suitemod
 
 from test_suite import VALID as SUITE  # the same valid suite the validation tests start from
 
@@ -104,7 +105,7 @@ def test_list_without_check_reads_methods_from_their_files(capsys):
 # alone takes seconds to import, and these must answer in well under 1.5 s.
 STARTUP = """
 import sys
-from posbench import cli
+from posbench.cli import app as cli
 try:
     code = cli.main({args!r})
 except SystemExit as exc:  # --help leaves through argparse

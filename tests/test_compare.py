@@ -5,8 +5,8 @@ import argparse
 
 import pytest
 
-from posbench.cli_report import add_compare_parser
-from posbench.compare import compare_runs, main_compare, metric_direction
+from posbench.cli.report_cmds import add_compare_parser
+from posbench.report.compare import compare_runs, main_compare, metric_direction
 from report_fixtures import CPU_ENV, GPU_ENV, efficiency_rows, extrapolation_rows, write_run
 
 
@@ -36,7 +36,8 @@ def test_metric_directions_come_from_the_tasks_declarations():
 
 
 def test_a_declared_direction_decides_the_verdict(tmp_path, monkeypatch):
-    from posbench.tasks import Metric, efficiency
+    from posbench.core.task import Metric
+    from posbench.tasks import efficiency
 
     # Declare train_wps lower-is-better: the same 10% fall becomes an improvement.
     monkeypatch.setitem(efficiency.METRICS, "train_wps", Metric("Training speed", "words/s", "", False, "count"))

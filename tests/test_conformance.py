@@ -2,9 +2,10 @@
 import pytest
 import torch
 
-from posbench import registry, testing
-from posbench.method import PositionMethod, causal_attention
-from posbench.registry import register
+from posbench.core import registry
+from posbench.core import conformance as testing
+from posbench.core.method import PositionMethod, causal_attention
+from posbench.core.registry import register
 
 METHODS = registry.names()
 
@@ -115,7 +116,7 @@ def test_a_plugin_without_state_gets_one_line_naming_the_hook(temporary_method):
     with pytest.raises(TypeError) as err:
         testing.build(name)
     assert str(err.value) == ("method 'broken_old_signature': attend takes (q, k, v, q_pos, k_pos, layer); allowed: "
-                              "attend(self, q, k, v, q_pos, k_pos, layer, state) (see posbench.method)")
+                              "attend(self, q, k, v, q_pos, k_pos, layer, state) (see posbench.core.method)")
 
 
 class RoundedTable(PositionMethod):
@@ -141,7 +142,7 @@ def test_kit_catches_a_position_table_rounded_by_model_to(temporary_method):
 
 
 def test_position_buffers_stay_float32_through_casts():
-    from posbench.method import ModelConfig
+    from posbench.core.method import ModelConfig
 
     for name in ("sinusoidal", "rotary", "alibi"):
         m = registry.build(ModelConfig(method=name))

@@ -15,10 +15,10 @@ import pytest
 import torch
 from torch import nn
 
-from posbench import markov
-from posbench.data import DataError, batches, build_vocab, load_corpus
-from posbench.download import download_wikitext103
-from posbench.evaluate import evaluate, positions, window_plan
+from posbench.data import markov
+from posbench.data.corpus import DataError, batches, build_vocab, load_corpus
+from posbench.data.download import download_wikitext103
+from posbench.engine.evaluate import evaluate, positions, window_plan
 
 
 @pytest.fixture(autouse=True)

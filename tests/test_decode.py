@@ -10,10 +10,11 @@ import torch
 import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from posbench import registry, testing
-from posbench.model import TransformerLM, model_config
-import posbench.measure
-from posbench import decoding
+from posbench.core import registry
+from posbench.core import conformance as testing
+from posbench.core.model import TransformerLM, model_config
+import posbench.engine.timing
+from posbench.tasks.decode import generation as decoding
 from posbench.tasks import decode
 from test_tasks import make_case
 
@@ -199,8 +200,8 @@ def _broken_alibi(kind: str):
     """``alibi`` with a decode path that does too much: the whole (H, Tk, Tk) square sliced to
     its last row ("quadratic"), or the row rebuilt by every layer, ignoring the state ``prepare``
     built once ("per_layer")."""
-    from posbench.alibi import alibi_bias
-    from posbench.method import mask_bias
+    from posbench.core.alibi_math import alibi_bias
+    from posbench.core.method import mask_bias
 
     class Broken(registry.get("alibi")):
         name = f"broken_alibi_{kind}"
@@ -299,7 +300,7 @@ def test_task_metrics_from_the_timings(tmp_path, monkeypatch):
     # Per repeat: the prefill, then n decode steps. Repeat 0 is the warm-up and is not counted.
     repeats = [(9.0, [9.0] * n), (0.010, [0.001 * (i + 1) for i in range(n)]), (0.030, [0.002] * n)]
     fake = FakeDevice([t for pre, steps in repeats for t in [pre] + steps])
-    monkeypatch.setattr(posbench.measure, "make_device", lambda kind: fake)  # run() imports it from there
+    monkeypatch.setattr(posbench.engine.timing, "make_device", lambda kind: fake)  # run() imports it from there
     task, case = make_case("decode", "alibi", {"context": 24, "batch": 3}, SMALL, tmp_path)
     out = task.run(case)
     m, series = out["metrics"], out["series"]
@@ -348,7 +349,7 @@ def test_settings_reject_bad_values(tmp_path, bad, match):
 
 
 def test_suite_declares_latencies_lower_is_better():
-    from posbench.compare import metric_direction
+    from posbench.report.compare import metric_direction
 
     for metric in ("ttft_ms", "tpot_ms", "tpot_p90_ms", "kv_cache_bytes", "peak_mem_decode_bytes"):
         assert metric_direction("decode", metric) == -1 and "lower is better" in decode.METRICS[metric].doc
@@ -360,7 +361,7 @@ def test_suite_declares_latencies_lower_is_better():
 def test_report_has_decode_tables_with_ratios_to_the_baseline(tmp_path):
     from report_fixtures import base_row, write_run
 
-    from posbench.report import collect_tables, load_runs
+    from posbench.report.build import collect_tables, load_runs
 
     tpot = {"sinusoidal": 2.0, "alibi": 3.0}  # ms at C = 256; doubles at 1024
     rows = []

@@ -17,11 +17,14 @@ import numpy as np
 import pytest
 import torch
 
-from posbench import cli, distributed, report, runner
-from posbench.evaluate import evaluate
-from posbench.method import ModelConfig
-from posbench.model import TransformerLM
-from posbench.train import TrainConfig, train
+from posbench.cli import app as cli
+from posbench.engine import distributed
+from posbench.report import build as report
+from posbench.run import runner
+from posbench.engine.evaluate import evaluate
+from posbench.core.method import ModelConfig
+from posbench.core.model import TransformerLM
+from posbench.engine.train import TrainConfig, train
 from test_runner import make_suite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,7 +197,7 @@ def test_bad_shard_is_one_line(tmp_path, capsys):
 LEAVE_WITHOUT_TEARDOWN = """
 import atexit, os, sys
 import torch.distributed as dist
-from posbench import distributed
+from posbench.engine import distributed
 # Registered before the group exists, so it runs after posbench's exit handler (atexit is LIFO).
 atexit.register(lambda: print("initialized at exit:", dist.is_initialized(), flush=True))
 distributed.init_from_env("cpu", timeout_s=30)

@@ -3,7 +3,7 @@ import json
 import sys
 import types
 
-from posbench import env
+from posbench.engine import env
 
 
 def make_pynvml(fail_init=False, unsupported=()):

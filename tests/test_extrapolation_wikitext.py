@@ -12,10 +12,10 @@ each method is trained once (module fixture) and evaluated at 1x and 4x L_train.
 import pytest
 import torch
 
-from posbench.data import batches, load_corpus
-from posbench.evaluate import evaluate
-from posbench.model import TransformerLM, model_config
-from posbench.train import TrainConfig, train
+from posbench.data.corpus import batches, load_corpus
+from posbench.engine.evaluate import evaluate
+from posbench.core.model import TransformerLM, model_config
+from posbench.engine.train import TrainConfig, train
 
 L_TRAIN = 64
 STEPS = 300  # fewer and sinusoidal has not yet tied itself to the positions it saw

@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from posbench import registry
-from posbench.method import ModelConfig, causal_attention, causal_explicit_attention, causal_mask, mask_bias
-from posbench.model import TransformerLM, lm_loss
+from posbench.core import registry
+from posbench.core.method import ModelConfig, causal_attention, causal_explicit_attention, causal_mask, mask_bias
+from posbench.core.model import TransformerLM, lm_loss
 
 DTYPES = [torch.float32, torch.bfloat16]
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}

@@ -1,6 +1,6 @@
 import pytest
 
-from posbench.fsutil import WriteError, atomic_write_text
+from posbench.core.files import WriteError, atomic_write_text
 
 
 def test_atomic_write_replaces_whole_file_and_leaves_no_temp(tmp_path):

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from posbench import cli, runner
-from posbench import suite as suitemod
-from posbench.suite import SuiteError
+from posbench.cli import app as cli
+from posbench.run import runner
+from posbench.run import suite as suitemod
+from posbench.run.suite import SuiteError
 
 from test_suite import VALID
 
@@ -175,7 +176,7 @@ def test_method_options_for_a_method_not_in_the_suite(tmp_path):
 
 
 def test_method_options_not_in_the_constructor_signature(tmp_path):
-    from posbench import registry
+    from posbench.core import registry
     import inspect
 
     taken = [p for p in inspect.signature(registry.get("alibi").__init__).parameters if p not in ("self", "cfg")]
@@ -230,7 +231,7 @@ def test_run_id_must_be_a_plain_folder_name(tmp_path, run_id, capsys):
 def test_planted_checkpoint_does_not_run_code(tmp_path):
     import torch
 
-    from posbench.train import load_checkpoint
+    from posbench.engine.train import load_checkpoint
 
     marker = tmp_path / "pwned"
 
@@ -292,7 +293,7 @@ def test_second_runner_gets_one_line_naming_the_holder(tmp_path, capsys):
     run_dir = tmp_path / "res" / "t" / "r"
     run_dir.mkdir(parents=True)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from posbench.runner import lock_run_dir; "
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from posbench.run.runner import lock_run_dir; "
          "lock_run_dir(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)", str(run_dir)],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
@@ -460,8 +461,8 @@ def test_corrupt_rows_are_skipped_and_reported_with_file_and_line(tmp_path, caps
 
 
 def test_memory_limit_too_small_is_oom_and_names_the_limit(tmp_path):
-    from posbench.registry import RegistryError
-    from posbench.worker import classify, failure
+    from posbench.core.registry import RegistryError
+    from posbench.run.worker import classify, failure
 
     try:
         try:
@@ -537,7 +538,7 @@ def test_offline_download_leaves_no_empty_folder(tmp_path, capsys):
 def test_download_tries_mirrors_in_order(server, tmp_path, monkeypatch):
     import hashlib
 
-    from posbench import download
+    from posbench.data import download
 
     assert download.WIKITEXT103_MIRRORS[0] == download.WIKITEXT103_URL and len(download.WIKITEXT103_MIRRORS) > 1
     digest = hashlib.sha256(_zip_bytes()).hexdigest()
@@ -557,7 +558,7 @@ def test_download_tries_mirrors_in_order(server, tmp_path, monkeypatch):
 def test_download_url_and_archive_from_the_command_line(server, tmp_path, capsys, monkeypatch):
     import hashlib
 
-    from posbench import download
+    from posbench.data import download
 
     monkeypatch.setattr(download, "WIKITEXT103_SHA256", hashlib.sha256(_zip_bytes()).hexdigest())
     monkeypatch.setattr(download.download_wikitext103, "__defaults__",
@@ -581,7 +582,7 @@ def test_download_url_and_archive_from_the_command_line(server, tmp_path, capsys
 def test_constructor_options_read_from_source_match_the_signature():
     import inspect
 
-    from posbench import registry
+    from posbench.core import registry
 
     for name in registry.names():
         params = inspect.signature(registry.get(name).__init__).parameters

@@ -1,4 +1,4 @@
-"""Kernel benchmark: unit tests of posbench.kernel_bench, and the ``alibi-kernels`` benchmark group.
+"""Kernel benchmark: unit tests of posbench.tasks.kernels.variants, and the ``alibi-kernels`` benchmark group.
 
 The benchmarks use the pytest-benchmark ``benchmark`` fixture, so the normal run skips them
 (pyproject's addopts has --benchmark-skip); ``make kernels-bench`` runs only them. On a CPU they
@@ -11,7 +11,7 @@ import importlib.util
 import pytest
 import torch
 
-from posbench import kernel_bench as kb
+from posbench.tasks.kernels import variants as kb
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TIMING_KEYS = [f"{p}_{s}" for p in ("fwd", "bwd", "fwdbwd") for s in ("ms", "ms_min", "ms_max", "tflops")]
@@ -100,7 +100,7 @@ def test_sdpa_t5_bias_variant_equals_the_fused_t5_kernel():
 
 
 def _case(method: str, **settings):
-    from posbench.case import Case
+    from posbench.core.case import Case
 
     base = dict(batch=1, heads=2, dtype="float32", warmup=0, reps=1, allow_interpreter=False)
     return Case(suite="kernels", task="kernels", method=method, params={"seq_len": 16, "head_dim": 32},
@@ -121,7 +121,7 @@ def test_kernels_task_decides_availability_without_running_a_kernel(monkeypatch)
 def test_unavailable_found_in_the_worker_is_an_unavailable_row(monkeypatch):
     """A variant that turns out not to run (found by trying, in the worker) is a row with status
     unavailable and the reason, not an error."""
-    from posbench import worker
+    from posbench.run import worker
 
     def refuse(*args, **kwargs):
         raise kb.Unavailable("no SDPA backend runs this point: MATH: nope")

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from posbench.model import KVCache, TransformerLM, model_config
+from posbench.core.model import KVCache, TransformerLM, model_config
 
 import methods.rotary as rotary_module  # noqa: E402  (the file the registry loaded)
 

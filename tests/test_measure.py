@@ -6,9 +6,9 @@ import types
 import pytest
 import torch
 
-from posbench import measure
-from posbench.case import Case
-from posbench.tasks import Diverged
+from posbench.engine import timing as measure
+from posbench.core.case import Case
+from posbench.core.task import Diverged
 from posbench.tasks import efficiency
 
 
@@ -110,7 +110,7 @@ def case(method="sinusoidal", seq_len=16, **settings):
 
 
 def test_efficiency_task_on_cpu_reports_every_metric():
-    from posbench.worker import prepare
+    from posbench.run.worker import prepare
 
     c = case()
     prepare(c)  # as the worker does before every task: threads=1
@@ -133,10 +133,10 @@ def test_efficiency_rejects_a_step_smaller_than_one_sequence():
 
 
 def test_efficiency_non_finite_loss_is_diverged(monkeypatch):
-    import posbench.model
+    import posbench.core.model
 
-    # run() imports lm_loss from posbench.model when it starts (no torch at module import).
-    monkeypatch.setattr(posbench.model, "lm_loss", lambda logits, targets: logits.float().mean() * float("nan"))
+    # run() imports lm_loss from posbench.core.model when it starts (no torch at module import).
+    monkeypatch.setattr(posbench.core.model, "lm_loss", lambda logits, targets: logits.float().mean() * float("nan"))
     with pytest.raises(Diverged, match="non-finite training loss"):
         efficiency.run(case(warmup_steps=0))
 
@@ -144,7 +144,7 @@ def test_efficiency_non_finite_loss_is_diverged(monkeypatch):
 def test_efficiency_passes_method_options_to_the_method():
     out = efficiency.run(case("alibi", method_options={"alibi": {"bias_dtype": "compute"}}))
     assert out["metrics"]["train_wps"] > 0
-    from posbench.registry import RegistryError
+    from posbench.core.registry import RegistryError
 
     with pytest.raises(RegistryError, match=r"method 'alibi': unknown option\(s\) slope"):
         efficiency.run(case("alibi", method_options={"alibi": {"slope": 1}}))

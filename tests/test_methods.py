@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from posbench import registry
-from posbench.alibi import alibi_bias, alibi_slopes
-from posbench.method import ModelConfig, causal_attention, causal_mask
-from posbench.model import TransformerLM, model_config
+from posbench.core import registry
+from posbench.core.alibi_math import alibi_bias, alibi_slopes
+from posbench.core.method import ModelConfig, causal_attention, causal_mask
+from posbench.core.model import TransformerLM, model_config
 
 
 def method(name, **cfg):

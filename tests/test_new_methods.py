@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from posbench import registry
-from posbench.method import ModelConfig
-from posbench.model import TransformerLM
+from posbench.core import registry
+from posbench.core.method import ModelConfig
+from posbench.core.model import TransformerLM
 
 NEW = ["learned", "kerple_log", "xpos", "p_rope", "rope_nope_hybrid", "fire", "randomized"]
 
@@ -435,7 +435,7 @@ profiles:
 
 
 def load_suite(tmp_path, methods="[sinusoidal, alibi]", profile="all"):
-    from posbench import suite as suitemod
+    from posbench.run import suite as suitemod
 
     path = tmp_path / "t.yaml"
     path.write_text(SUITE.format(methods=methods, profile=profile))
@@ -453,7 +453,7 @@ def test_registry_expands_all_to_every_method_once():
 
 @pytest.mark.parametrize("methods", ["all", "[all]"])
 def test_suite_methods_all_and_profile_methods(tmp_path, methods):
-    from posbench import suite as suitemod
+    from posbench.run import suite as suitemod
 
     loaded = load_suite(tmp_path, methods=methods, profile="[sinusoidal, learned]")
     assert suitemod.resolve(loaded, "default").methods == registry.names()
@@ -464,7 +464,7 @@ def test_suite_methods_all_and_profile_methods(tmp_path, methods):
 
 
 def test_suite_profile_methods_errors_name_the_line(tmp_path):
-    from posbench.suite import SuiteError
+    from posbench.run.suite import SuiteError
 
     with pytest.raises(SuiteError, match=r"t.yaml:14: profiles.every.methods\[1\]: unknown method 'lerned'"):
         load_suite(tmp_path, profile="[sinusoidal, lerned]")
@@ -474,7 +474,7 @@ def test_suite_profile_methods_errors_name_the_line(tmp_path):
 
 @pytest.mark.parametrize("name", ["extrapolation", "efficiency"])
 def test_cpu_all_profiles_run_every_method_and_defaults_stay_small(name):
-    from posbench import suite as suitemod
+    from posbench.run import suite as suitemod
 
     loaded = suitemod.load(name)
     assert suitemod.resolve(loaded, "cpu-all").methods == registry.names()
@@ -485,7 +485,7 @@ def test_cpu_all_profiles_run_every_method_and_defaults_stay_small(name):
 
 
 def test_cli_methods_all_runs_every_method(tmp_path, capsys):
-    from posbench import cli
+    from posbench.cli import app as cli
 
     code = cli.main(["run", "--suite", "efficiency", "--profile", "cpu", "--methods", "all", "--dry-run",
                      "--results", str(tmp_path / "r")])

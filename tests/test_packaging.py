@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from posbench import registry
+from posbench.core import registry
 
 REPO = Path(__file__).resolve().parent.parent
 BUILTIN_METHODS = sorted(p.stem for p in (REPO / "methods").glob("*.py") if not p.name.startswith("_"))
@@ -81,7 +81,7 @@ def installed(tmp_path_factory) -> Installed:
 
 
 def test_wheel_holds_methods_and_suites_inside_the_package(installed):
-    shown = subprocess.run([str(installed.python), "-c", "import posbench, posbench.registry as r, posbench.suite as s;"
+    shown = subprocess.run([str(installed.python), "-c", "import posbench, posbench.core.registry as r, posbench.run.suite as s;"
                             "print(posbench.__file__); print(r.BUILTIN_DIR); print(s.SUITES_DIR)"],
                            cwd=installed.cwd, env=installed.env, capture_output=True, text=True, timeout=300)
     assert shown.returncode == 0, shown.stderr

@@ -11,12 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from posbench import bootstrap, cli, paired, registry, runner, worker
-from posbench import rows as rowsmod
-from posbench import suite as suitemod
-from posbench.method import PositionMethod
-from posbench.registry import register
-from posbench.table import metric_tables
+from posbench.report import bootstrap
+from posbench.cli import app as cli
+from posbench.engine import windows as paired
+from posbench.core import registry
+from posbench.run import runner
+from posbench.run import worker
+from posbench.report import rows as rowsmod
+from posbench.run import suite as suitemod
+from posbench.core.method import PositionMethod
+from posbench.core.registry import register
+from posbench.report.table import metric_tables
 from report_fixtures import write_run
 from test_rounds import recovers_planted_ratio
 from test_runner import make_suite
@@ -166,7 +171,7 @@ def test_merged_rows_keep_each_rounds_windows_and_tables_pair_them(tmp_path):
 
 
 def test_compare_pairs_windows_within_each_run(tmp_path):
-    from posbench.compare import compare_runs
+    from posbench.report.compare import compare_runs
 
     one = _window_rows(*_drifting_windows(seed=1, ratio=0.9)[:2], run_id="run-1")
     two = _window_rows(*_drifting_windows(seed=2, ratio=0.9)[:2], run_id="run-2")
@@ -316,7 +321,7 @@ def broken_methods():
 
 
 def _efficiency_cases(methods, **settings):
-    from posbench.case import Case
+    from posbench.core.case import Case
     from posbench.tasks import efficiency
 
     base = dict(model="tiny", tokens_per_step=64, warmup_steps=1, measure_steps=1, eval_measure_steps=2,
@@ -366,7 +371,7 @@ def test_short_real_run_of_the_cpu_efficiency_suite_pairs_windows(tmp_path, caps
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "cannot_build.py").write_text(
-        "from posbench.method import PositionMethod\nfrom posbench.registry import register\n\n\n@register\n"
+        "from posbench.core.method import PositionMethod\nfrom posbench.core.registry import register\n\n\n@register\n"
         "class CannotBuild(PositionMethod):\n    name = 'cannot_build'\n\n    def __init__(self, cfg):\n"
         "        raise RuntimeError('cannot build this one')\n")
     code = cli.main(["--suite", "efficiency", "--profile", "cpu", "--methods", "sinusoidal,alibi,cannot_build",

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from posbench import registry, testing
+from posbench.core import registry
+from posbench.core import conformance as testing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,8 +22,8 @@ MINE = textwrap.dedent('''
     """A linear distance bias with one slope per head, from float32 positions."""
     import torch
 
-    from posbench.method import PositionMethod, causal_attention
-    from posbench.registry import register
+    from posbench.core.method import PositionMethod, causal_attention
+    from posbench.core.registry import register
 
 
     @register
@@ -37,8 +38,8 @@ MINE = textwrap.dedent('''
 ''')
 
 RAISES = textwrap.dedent('''
-    from posbench.method import PositionMethod
-    from posbench.registry import register
+    from posbench.core.method import PositionMethod
+    from posbench.core.registry import register
 
 
     @register
@@ -98,7 +99,7 @@ def test_the_whole_journey_list_check_run_report(outside):
 
 
 def registry_rows(run_dir: Path) -> list[dict]:
-    from posbench import runner
+    from posbench.run import runner
 
     return list(runner.latest(runner.read_rows(run_dir / "cases.jsonl")).values())
 
@@ -135,7 +136,7 @@ def test_run_all_survives_a_plugin_that_raises_and_says_what_its_values_mean(tmp
 
 
 def test_check_says_unavailable_with_the_reason(monkeypatch, capsys):
-    from posbench import cli
+    from posbench.cli import app as cli
 
     monkeypatch.setattr(testing, "unavailable", lambda method, dtype, device="cpu": "needs a GPU")
     assert cli.main(["check", "nope"]) == 1  # nothing could be checked here

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-import posbench.alibi as alibi
-from posbench import precision as P
+import posbench.core.alibi_math as alibi
+from posbench.tasks.precision import analysis as P
 
 ALL = list(P.DTYPES)
 DEFAULT_HEADS = (0, 15, 31)

@@ -5,13 +5,13 @@ import textwrap
 
 import pytest
 
-from posbench import registry
-from posbench.method import ModelConfig
+from posbench.core import registry
+from posbench.core.method import ModelConfig
 
 PLUGIN = textwrap.dedent(
     '''
-    from posbench.method import PositionMethod
-    from posbench.registry import register
+    from posbench.core.method import PositionMethod
+    from posbench.core.registry import register
 
     @register
     class {cls}(PositionMethod):
@@ -178,9 +178,9 @@ def test_the_worker_prepares_threads_and_method_folders_once_for_every_task(tmp_
     """worker.prepare, not each task, sets torch's threads and loads the suite's method folders."""
     import torch
 
-    from posbench.case import Case
+    from posbench.core.case import Case
     from posbench.tasks import _testing
-    from posbench.worker import prepare
+    from posbench.run.worker import prepare
 
     write_plugin(tmp_path / "plugins", "prepared.py", "prepared_here")
     case = Case(suite="s", task="_testing", method="sinusoidal", params=_testing.Params(n=1),

@@ -8,12 +8,12 @@ import re
 
 import pytest
 
-from posbench.cli_report import add_report_parser
-from posbench.report import build_report, collect_tables, load_runs
-from posbench.render import row_anchor
-from posbench.report_ppl import extrapolation_tables
-from posbench.rows import RowsError
-from posbench.table import efficiency_tables, kernel_tables
+from posbench.cli.report_cmds import add_report_parser
+from posbench.report.build import build_report, collect_tables, load_runs
+from posbench.report.render import row_anchor
+from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
+from posbench.report.rows import RowsError
+from posbench.report.table import efficiency_tables, kernel_tables
 from report_fixtures import (CPU_ENV, base_row, EFF_METHODS, GPU_ENV, L_VALID, LENGTHS, PPL_METHODS,
                              efficiency_rows, extrapolation_rows, ppl_value, write_run)
 

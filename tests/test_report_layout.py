@@ -20,7 +20,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from posbench.report import build_report, collect_sections, load_runs
+from posbench.report.build import build_report, collect_sections, load_runs
 from report_fixtures import (PRECISION_L_VALID, PRECISION_SUITE_METRICS, efficiency_rows, extrapolation_rows,
                              precision_ppl, precision_rows, retrieval_rows, write_run)
 
@@ -181,7 +181,7 @@ def test_html_charts_follow_the_table_they_belong_to(runs, report):
 
 
 def test_html_keeps_wide_content_inside_the_page():
-    from posbench.report_html import _STYLE
+    from posbench.report.html import _STYLE
 
     # images shrink to the column; tables (run details, all rows) scroll inside their own box
     assert re.search(r"figure\.chart img \{[^}]*max-width: 100%", _STYLE)

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from posbench import charts_retrieval as charts
-from posbench import probes as P
-from posbench import suite as suitemod
-from posbench.stats import effective_length, wilson_interval
-from posbench import retrieval as RE
+from posbench.tasks.retrieval import accuracy_charts as charts
+from posbench.tasks.retrieval import probes as P
+from posbench.run import suite as suitemod
+from posbench.report.stats import effective_length, wilson_interval
+from posbench.tasks.retrieval import train_eval as RE
 from posbench.tasks import retrieval as R
 from tests.test_tasks import make_case
 
@@ -331,8 +331,8 @@ def test_suite_validates_with_both_profiles():
 
 
 def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
-    from posbench import cli
-    from posbench.runner import read_rows
+    from posbench.cli import app as cli
+    from posbench.run.runner import read_rows
 
     sets = ["model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}", "steps=3", "warmup_steps=1",
             "batch_size=4", "eval_samples=4", "eval_batch_size=4", "L_valid_factors=[1, 2]",
@@ -353,7 +353,7 @@ def test_report_has_retrieval_tables_with_intervals_and_charts(tmp_path):
     methods x L_valid accuracy with Wilson intervals (pooled counts), and the charts."""
     from report_fixtures import base_row, write_run
 
-    from posbench.report import build_report
+    from posbench.report.build import build_report
 
     rows = []
     for method, cells in (("alibi", [_cell(8, 0.0, 10, 10), _cell(16, 0.0, 3, 10)]),

@@ -7,9 +7,13 @@ import statistics
 
 import pytest
 
-from posbench import bootstrap, cli, render, rows as rowsmod, runner
-from posbench import suite as suitemod
-from posbench.table import metric_tables
+from posbench.report import bootstrap
+from posbench.cli import app as cli
+from posbench.report import render
+from posbench.report import rows as rowsmod
+from posbench.run import runner
+from posbench.run import suite as suitemod
+from posbench.report.table import metric_tables
 from report_fixtures import write_run
 from test_runner import make_suite
 
@@ -201,7 +205,7 @@ def test_tables_show_the_paired_ratio_with_its_interval_csv_bounds_and_chart_err
     assert base_line.split(",")[4:7] == ["1", "", ""]  # the baseline against itself: 1, no interval
     assert table.cell("sinusoidal", 64).text.endswith("(1.00x)")
 
-    from posbench.charts import metric_chart
+    from posbench.report.charts import metric_chart
 
     fig = metric_chart(table)
     bars = {c.get_gid(): c for c in fig.axes[0].collections}

@@ -1,12 +1,12 @@
-"""posbench.rows: a row's shape, reading cases.jsonl, the latest row per case, run.json, loading runs."""
+"""posbench.report.rows: a row's shape, reading cases.jsonl, the latest row per case, run.json, loading runs."""
 import json
 import re
 
 import pytest
 
-from posbench import rows as rowsmod
-from posbench import tasks
-from posbench.rows import RowsError, RunMeta, check_row, latest, load_runs, read_rows, read_run_meta, write_run_meta
+from posbench.report import rows as rowsmod
+from posbench.core import task as tasks
+from posbench.report.rows import RowsError, RunMeta, check_row, latest, load_runs, read_rows, read_run_meta, write_run_meta
 from report_fixtures import base_row, efficiency_rows, write_run
 
 
@@ -101,7 +101,7 @@ def test_run_meta_round_trip_and_errors(tmp_path):
 
 
 def test_run_meta_of_a_suite(tmp_path):
-    from posbench import suite as suitemod
+    from posbench.run import suite as suitemod
 
     suite = suitemod.resolve(suitemod.load("kernels"), "cpu")
     meta = RunMeta.of_suite(suite, "cpu", "run-1")

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from posbench import cli, runner
-from posbench import suite as suitemod
+from posbench.cli import app as cli
+from posbench.run import runner
+from posbench.run import suite as suitemod
 
 SUITE = """\
 name: t
@@ -144,7 +145,7 @@ class _Terminal(io.StringIO):
 
 @pytest.mark.parametrize("terminal", [False, True], ids=["log", "terminal"])
 def test_progress_is_one_line_per_case_when_output_is_not_a_terminal(tmp_path, monkeypatch, capsys, terminal):
-    from posbench import cli
+    from posbench.cli import app as cli
 
     path = make_suite(tmp_path, ["sinusoidal", "rotary"], grid="[1, 2]", timeout_s=30)
     err = _Terminal() if terminal else io.StringIO()  # StringIO.isatty() is False, as for a log file

@@ -4,8 +4,8 @@ import textwrap
 import jsonschema  # a dev dependency (pyproject.toml)
 import pytest
 
-from posbench import suite as suitemod
-from posbench.suite import SuiteError
+from posbench.run import suite as suitemod
+from posbench.run.suite import SuiteError
 
 VALID = """\
 name: t
@@ -199,7 +199,7 @@ def test_every_shipped_suite_follows_the_schema(suite_schema):
     ("profile grid", "seq_lne"),
 ])
 def test_schema_and_validate_both_reject_a_misspelt_key(suite_schema, tmp_path, capsys, where, key):
-    from posbench import cli
+    from posbench.cli import app as cli
 
     data = _yaml(suitemod.find("efficiency"))
     if where == "settings":

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from posbench import cli
-from posbench import synthetic_copy as sc
-from posbench.data import DataError, load_corpus
-from posbench.evaluate import evaluate, evaluate_source
+from posbench.cli import app as cli
+from posbench.data import synthetic_copy as sc
+from posbench.data.corpus import DataError, load_corpus
+from posbench.engine.evaluate import evaluate, evaluate_source
 
 SMALL = dict(vocab=3, branching=2, jump=0.2, copy_prob=0.4, max_distance=3, decay=0.6)
 
@@ -205,9 +205,9 @@ def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path, capsys):
     bound_lines = [line for line in out.splitlines() if line.startswith("bound (true source)")]
     assert len(bound_lines) == 2  # nonoverlapping and sliding
     assert all(line.split()[-2:] == [f"{exact:.2f}"] * 2 for line in bound_lines)
-    from posbench import charts
-    from posbench.report_ppl import BOUND_ROW, extrapolation_tables
-    from posbench.rows import load_runs
+    from posbench.report import charts
+    from posbench.tasks.extrapolation.ppl_tables import BOUND_ROW, extrapolation_tables
+    from posbench.report.rows import load_runs
 
     table = extrapolation_tables(load_runs(rows_file.parent))[0]
     assert table.rows == ["alibi", BOUND_ROW] and table.cell(BOUND_ROW, 16).value == pytest.approx(exact)

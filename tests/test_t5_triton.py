@@ -17,10 +17,10 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from posbench import registry  # noqa: E402
+from posbench.core import registry
 from posbench.kernels import fused_attention as fa  # noqa: E402
 from posbench.kernels import t5_attention as kt  # noqa: E402
-from posbench.method import ModelConfig, causal_mask  # noqa: E402
+from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
 
 if not kt.INTERPRETED and not torch.cuda.is_available():
     pytest.skip("T5-Triton needs a CUDA GPU or TRITON_INTERPRET=1", allow_module_level=True)
@@ -211,7 +211,7 @@ def test_method_equals_t5_bias_with_the_same_table():
 
 
 def test_method_options_and_unavailable(monkeypatch):
-    from posbench.registry import RegistryError
+    from posbench.core.registry import RegistryError
 
     assert _method(num_buckets=16, max_distance=64).num_buckets == 16
     with pytest.raises(ValueError, match="num_buckets must be a power of two"):

@@ -4,9 +4,10 @@ import io
 
 import pytest
 
-from posbench import fmt, render
-from posbench.rows import load_runs
-from posbench.table import Cell, Table, run_tables
+from posbench.report import numbers as fmt
+from posbench.report import render
+from posbench.report.rows import load_runs
+from posbench.report.table import Cell, Table, run_tables
 from report_fixtures import base_row, write_run
 
 GiB = 1 << 30

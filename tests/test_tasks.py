@@ -1,9 +1,9 @@
 """The extrapolation, precision and kernels tasks, run in-process on tiny settings."""
 import pytest
 
-from posbench import suite as suitemod
-from posbench import tasks
-from posbench.case import Case
+from posbench.run import suite as suitemod
+from posbench.core import task as tasks
+from posbench.core.case import Case
 
 
 def make_case(task_name, method, params, settings, tmp_path):
@@ -98,7 +98,7 @@ def test_task_contract_is_a_protocol_checked_on_import(tmp_path, monkeypatch):
     with pytest.raises(TypeError, match=r"^task 'nometrics' \(no_metrics_task\) lacks METRICS; a task module "
                                         r"defines Settings, Params, METRICS and run\(case\)$"):
         tasks.get("nometrics")
-    with pytest.raises(TypeError, match=r"^task 'strmetrics': METRICS\['x'\] is not a posbench.tasks.Metric$"):
+    with pytest.raises(TypeError, match=r"^task 'strmetrics': METRICS\['x'\] is not a posbench.core.task.Metric$"):
         tasks.get("strmetrics")
     assert tasks.metrics_of("not-a-task") == {}
 
@@ -123,7 +123,7 @@ def test_a_seed_spread_is_declared_with_its_metric_and_never_compared():
 
 
 def test_every_task_with_model_overrides_accepts_only_model_fields():
-    from posbench import tasks
+    from posbench.core import task as tasks
 
     with pytest.raises(ValueError, match=r"unknown ModelConfig field\(s\) n_lyers; allowed: .*n_layers"):
         tasks.known_model_fields({"n_lyers": 2})

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from posbench.model import TransformerLM, model_config
-from posbench.train import Diverged, TrainConfig, autocast_dtype, load_checkpoint, lr_at, train
+from posbench.core.model import TransformerLM, model_config
+from posbench.engine.train import Diverged, TrainConfig, autocast_dtype, load_checkpoint, lr_at, train
 
 
 def repeating_batches(seed=0, batch=4, seq=16, vocab=16):

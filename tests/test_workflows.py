@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posbench.cli_report import add_compare_parser, add_report_parser
+from posbench.cli.report_cmds import add_compare_parser, add_report_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"

@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from ..method import PositionMethod
+from posbench.core.method import PositionMethod
 
 
 def interpreter_on() -> bool:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from . import fused_attention as fa
-from .fused_attention import DTYPES, HEAD_DIMS, INTERPRETED  # noqa: F401  (re-exported)
+from posbench.kernels import fused_attention as fa
+from posbench.kernels.fused_attention import DTYPES, HEAD_DIMS, INTERPRETED  # noqa: F401  (re-exported)
 
 BIAS_DTYPES = ("float32", "compute")
 

@@ -40,7 +40,7 @@ def compile_one(job: tuple) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from . import fused_attention as fa
+    from posbench.kernels import fused_attention as fa
 
     kernel, index, arch, dclass, head_dim, bias, *target = job
     name, kind = KERNELS[kernel]
@@ -83,7 +83,7 @@ def fits(row: dict, target: int | None = None) -> bool:
 def claims() -> list[tuple]:
     """(kernel, config index, compile arch, dtype class, head dim, bias, claimed target) for every
     claim in CONFIGS."""
-    from . import fused_attention as fa
+    from posbench.kernels import fused_attention as fa
 
     jobs = []
     for kernel, (_, kind) in KERNELS.items():
@@ -112,7 +112,7 @@ def table(rows: list[dict]) -> str:
 def sweep(jobs: int) -> list[dict]:
     """Largest head dim each (kernel, config, arch, dtype class) fits with the T5 bias (the larger
     of the two biases in registers; the check mode compiles ALiBi too)."""
-    from . import fused_attention as fa
+    from posbench.kernels import fused_attention as fa
 
     todo = {
         (k, i, a, d): list(HEAD_DIMS)

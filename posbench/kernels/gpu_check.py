@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CONFORMANCE = """
 import torch
-from posbench import testing
+from posbench.core import conformance as testing
 bad = 0
 for method in ("alibi_triton", "t5_triton"):
     for key, outcome in testing.run_all(method, device="cuda", dtypes=(torch.float32, torch.bfloat16)).items():

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from . import fused_attention as fa
-from .fused_attention import DTYPES, HEAD_DIMS, INTERPRETED  # noqa: F401  (re-exported)
+from posbench.kernels import fused_attention as fa
+from posbench.kernels.fused_attention import DTYPES, HEAD_DIMS, INTERPRETED  # noqa: F401  (re-exported)
 
 
 def _check_inputs(q, k, v, table, pos_scale, num_buckets, max_distance) -> None:

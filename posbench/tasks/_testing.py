@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import Diverged, Metric, TaskSettings
+from posbench.core.task import Diverged, Metric, TaskSettings
 
 Behaviour = Literal["ok", "sleep", "raise", "crash", "kill", "oom", "alloc", "nan", "interrupt_once", "fail_rank"]
 
@@ -84,8 +84,8 @@ def run(case) -> dict:
 
 def run_group(cases, round_: int) -> dict:
     """Every case in this one process, in order; a case that raises gets its own failure."""
-    from ..paired import Member
-    from ..worker import ok_result
+    from posbench.engine.windows import Member
+    from posbench.core.outcome import ok_result
 
     out = {}
     for case in cases:

@@ -1,0 +1,414 @@
+"""Command line: ``python bench.py [run] --suite NAME``, ``validate``, ``schema``, ``list``.
+
+Subcommands live in ``COMMANDS`` (name -> help, add_arguments, handler), so new ones (report,
+compare, download) are one entry each. With no subcommand, ``run`` is assumed. A user's mistake
+(an invalid suite, an unknown method) is one line on stderr and exit status 2, never a
+traceback; Ctrl-C during a run is exit status 130 with the command that resumes it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable
+
+from posbench.run import suite as suitemod
+from posbench.core.files import WriteError
+from posbench.run.suite import SuiteError
+
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+
+RUN_EXAMPLES = """examples:
+  python bench.py --suite efficiency                      # profile follows the device
+  python bench.py --suite efficiency --profile cpu --methods sinusoidal,alibi
+  python bench.py --suite efficiency --set warmup_steps=5 --set "grid.seq_len=[128, 256]"
+  python bench.py --suite suites/mine.yaml --dry-run      # list the cases, run nothing
+  python bench.py --suite efficiency --retry-failed       # re-run error and timeout cases
+  python bench.py --suite efficiency --shard 0/2          # half the cases (machine 0 of 2)
+  python bench.py --suite efficiency --set nproc=2        # each case on 2 ranks via torchrun
+  torchrun --nproc_per_node 2 bench.py --suite efficiency # every case on torchrun's 2 ranks
+"""
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--methods-dir", action="append", default=[], metavar="DIR",
+                   help="also load methods from DIR/*.py (repeatable)")
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", required=True, help="suite name (suites/NAME.yaml) or path to a YAML file")
+    p.add_argument("--profile", help="profile of the suite (default: cpu on a CPU, gpu on CUDA)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available, else cpu")
+    p.add_argument("--methods", help="comma-separated methods to run: the suite's, or any registered one "
+                                      "(a plugin from --methods-dir too), which joins this run and its table")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting (VALUE is YAML: 3, bfloat16, [64, 128]); grid.AXIS=[...] "
+                        "replaces a grid axis (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="print the cases and stop")
+    p.add_argument("--fresh", action="store_true", help="start a new run folder instead of resuming")
+    p.add_argument("--run-id", help="run folder name under results/<suite>/ (to resume a --fresh run)")
+    p.add_argument("--retry-failed", action="store_true", help="re-run cases whose last row is error or timeout")
+    p.add_argument("--results", default="results", help="results root (default: results/)")
+    p.add_argument("--data", metavar="DIR",
+                   help="a WikiText folder: suites that train (extrapolation, precision) use it instead of "
+                        "their default corpus (sets corpus={kind: wikitext, path: DIR})")
+    p.add_argument("--shard", metavar="I/N",
+                   help="run shard I of N: case k of the suite's full case list when k %% N == I; shards share "
+                        "the run id, so their folders merge in 'bench.py report'")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    _common(p)
+
+
+def _load_methods_dirs(args) -> None:
+    from posbench.core import registry
+
+    for folder in args.methods_dir:
+        registry.add_methods_dir(folder)
+
+
+def _resolve(args):
+    from posbench.run.runner import detect_device
+
+    loaded = suitemod.load(args.suite)
+    if getattr(args, "data", None):
+        if "corpus" not in loaded.task.Settings.model_fields:
+            raise SuiteError(f"--data: suite {loaded.file.name!r} (task {loaded.file.task}) reads no corpus; "
+                             "allowed with: extrapolation, precision")
+        if not Path(args.data).is_dir():
+            raise SuiteError(f"--data: {args.data} is not a folder; give a folder holding a WikiText corpus")
+        args.set = list(args.set) + [f"corpus={{kind: wikitext, path: {json.dumps(str(Path(args.data).resolve()))}}}"]
+    device = args.device or detect_device()
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SuiteError("--device cuda: CUDA is not available here; allowed: cpu")
+    profile = args.profile or suitemod.PROFILE_FOR_DEVICE[device]
+    if args.profile is None and profile not in loaded.file.profiles:
+        profile = suitemod.DEFAULT_PROFILE
+    return suitemod.resolve(loaded, profile, suitemod.parse_set(args.set)), device
+
+
+def case_line(row: dict, metrics: list[str]) -> str:
+    """``[3/15] alibi  seq_len=128  ok  train_wps 25.8k  eval_wps 77.8k  (4.1 s)``."""
+    from posbench.report import numbers as fmt
+    from posbench.core import task as tasks
+
+    params = " ".join(f"{k}={v}" for k, v in row["params"].items())
+    rounds = (row.get("settings") or {}).get("rounds") or 1
+    if rounds > 1:  # interleaved rounds: say which one this row is
+        params += f" round {row.get('round')}/{rounds}"
+    if row["status"] == "ok":
+        declared = tasks.metrics_of(row.get("task", ""))
+        kind = {m: getattr(tasks.find_metric(declared, m), "fmt", "plain") for m in metrics}
+        # A metric the row does not hold at all is measured elsewhere (paired windows: peak
+        # memory in the round-1 row): leave it out rather than print n/a.
+        detail = "  ".join(f"{m} {fmt.number(row['metrics'].get(m), kind[m])}" for m in metrics
+                           if m in row["metrics"])
+    else:
+        detail = row["message"]
+    return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({row['duration_s']:.1f} s)"
+
+
+def _under_torchrun(suite, device, dry_run: bool) -> bool:
+    """bench.py launched by torchrun: join its process group; every case then runs on all ranks
+    in-process, and ``nproc`` becomes the launched world size (so it is in the run id)."""
+    from posbench.engine import distributed
+
+    world = distributed.env_world_size()
+    if world <= 1:
+        return False
+    if suite.settings.nproc not in (1, world) and os.environ.get("RANK", "0") == "0":
+        print(f"note: under torchrun every case runs on its {world} ranks; the suite's nproc "
+              f"{suite.settings.nproc} does not apply", file=sys.stderr)
+    suite.settings = suite.settings.model_copy(update={"nproc": world})
+    if not dry_run:
+        distributed.init_from_env(device, timeout_s=suite.settings.timeout_s)
+    return True
+
+
+def cmd_run(args) -> int:
+    from posbench.engine import distributed
+    from posbench.run.runner import Interrupted, RanksOutOfStep, default_run_id, parse_shard, plan, run_suite, with_methods
+
+    _load_methods_dirs(args)
+    suite, device = _resolve(args)
+    if args.run_id is not None:  # a folder under results/<suite>/: never a path that leaves it
+        suitemod.check_name(args.run_id, "--run-id")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    if methods and "all" in methods:  # the group: every registered method joins this suite's run
+        from posbench.core import task as tasks
+
+        suite.methods = suitemod.expand_methods(suite.methods + ["all"], tasks.get(suite.task))
+        methods = suitemod.expand_methods(methods, tasks.get(suite.task))
+    suite = with_methods(suite, methods)  # a method the suite does not list joins this run's table
+    shard = parse_shard(args.shard) if args.shard else None
+    in_process = _under_torchrun(suite, device, args.dry_run)
+    if args.dry_run:
+        if os.environ.get("RANK", "0") != "0":
+            return 0
+        run_id = args.run_id or default_run_id(suite, device)
+        run_dir = Path(args.results) / suite.name / run_id
+        todo, done = plan(suite, device, run_dir, args.retry_failed, methods, args.methods_dir, run_id, shard)
+        print(f"suite {suite.name} ({suite.task}), profile {suite.profile}, device {device}, run {run_id}")
+        print(f"settings: {json.dumps(suite.settings.model_dump())}")
+        for case in todo:
+            print(f"  run   {case.id}")
+        for cid, row in done.items():
+            if cid not in {c.id for c in todo}:
+                print(f"  done  {cid} ({row['status']})")
+        print(f"{len(todo)} case(s) to run, {len(done)} already in {run_dir}")
+        return 0
+
+    def on_row(row, i, n):
+        from tqdm import tqdm
+
+        tqdm.write(f"[{i}/{n}] " + case_line(row, suite.metrics), file=sys.stdout)
+
+    finished = False
+    try:
+        result = run_suite(suite, device, Path(args.results), run_id=args.run_id, fresh=args.fresh,
+                           retry_failed=args.retry_failed, methods=methods, methods_dirs=args.methods_dir,
+                           on_row=on_row, progress=not args.quiet, shard=shard, in_process=in_process)
+        finished = True
+    except RanksOutOfStep as exc:
+        print(f"RanksOutOfStep: {exc}", file=sys.stderr)
+        return 1
+    except Interrupted as exc:
+        argv = [a for a in sys.argv[1:] if a != "--fresh"]
+        if "--run-id" not in argv:
+            argv += ["--run-id", exc.run_id]
+        print(f"\ninterrupted: {exc.done} of {exc.total} cases finished and saved in {exc.run_dir}/cases.jsonl\n"
+              f"resume with: python bench.py {shlex.join(argv)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        if in_process:
+            distributed.teardown(sync=finished)
+    if os.environ.get("RANK", "0") != "0":
+        return 0  # rank 0 alone reports under torchrun
+    print(f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl")
+    if result.rows and suite.metrics:
+        from posbench.report.render import to_text, write_run_files
+        from posbench.report.rows import load_runs
+        from posbench.report.table import run_tables
+
+        # Read back from the run folder: the same rows and tables ``bench.py report`` shows.
+        tables = run_tables(load_runs(result.run_dir), {r["case_id"] for r in result.rows})
+        ratios = f"ratios are against `{suite.baseline}` in this run" if suite.baseline else "no baseline, no ratios"
+        note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
+                f"run `{result.run_id}`. Words are tokens; {ratios}; memory in GiB (2^30 bytes); "
+                f"peak memory is {'CUDA max_memory_allocated' if device == 'cuda' else 'peak resident set'}.")
+        if suite.settings.nproc > 1:
+            note += (f" Data parallel on {suite.settings.nproc} ranks: words/s count all ranks' tokens over "
+                     "the slowest rank's time; peak memory is the largest rank's.")
+        try:
+            write_run_files(tables, result.run_dir, note)
+        except OSError as exc:
+            what = str(exc) if isinstance(exc, WriteError) else f"cannot write {result.run_dir}: {exc.strerror or exc}"
+            raise WriteError(f"{what}; the rows are saved in cases.jsonl ('bench.py report' writes the tables "
+                             "again)") from None
+        print("\n" + "\n".join(to_text(t) for t in tables))
+        print(f"table: {result.run_dir}/table.md, {result.run_dir}/table.csv")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    _load_methods_dirs(args)
+    loaded = suitemod.load(args.suite)
+    f = loaded.file
+    profiles = ", ".join(f.profiles) or "none"
+    print(f"ok: {suitemod.display_path(loaded.path)}: task {f.task}, {len(f.methods)} methods, profiles: {profiles}")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    print(json.dumps(suitemod.schema(), indent=2))
+    return 0
+
+
+def cmd_list(args) -> int:
+    from posbench.core import registry
+
+    _load_methods_dirs(args)
+    methods = registry.listing()  # read from the files: listing alone imports no torch
+    width = max([14] + [len(n) for n in methods])  # rotary_dynamic_ntk is 18
+    if args.check or args.device:
+        import torch
+
+        from posbench.run.runner import detect_device
+
+        device = args.device or detect_device()
+        print(f"methods (availability on {device}, float32):")
+        for name, origin in methods.items():
+            reason = registry.get(name).unavailable(torch.device(device), torch.float32)
+            print(f"  {name:<{width}} {'available' if not reason else 'unavailable: ' + reason:<40} {origin}")
+    else:
+        print("methods (--check: whether each runs here):")
+        for name, origin in methods.items():
+            print(f"  {name:<{width}} {origin}")
+    print("suites:")
+    for name in suitemod.names():
+        try:
+            loaded = suitemod.load(name)
+            first = loaded.file.description.split(". ")[0].rstrip(".")  # the first sentence
+            print(f"  {name:<14} {first}")
+        except SuiteError as exc:
+            print(f"  {name:<14} INVALID: {exc}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    """Every conformance check on one method, one line each; exit 0 only when none failed."""
+    from posbench.core import registry
+
+    _load_methods_dirs(args)
+    origin = registry.require(args.method)  # an unknown name: one line with "did you mean"
+    from posbench.core import conformance as testing
+
+    print(f"conformance of {args.method} ({origin}) on {args.device}:")
+    results = testing.run_all(args.method, device=args.device)
+    counts = {"pass": 0, "FAIL": 0, "unavailable": 0}
+    for key, outcome in results.items():
+        if outcome is None:
+            state, why = "pass", ""
+        elif outcome.startswith(testing.UNAVAILABLE):
+            state, why = "unavailable", outcome.removeprefix(testing.UNAVAILABLE)
+        else:
+            state, why = "FAIL", outcome.removeprefix(f"{args.method}: ")
+        counts[state] += 1
+        print(f"  {key:<26} {state}" + (f": {why}" if why else ""))
+    print(f"{counts['pass']} passed, {counts['FAIL']} failed, {counts['unavailable']} unavailable here")
+    # Unavailable checks say what this machine cannot run; they fail nothing, but a method
+    # with no check run at all has not been shown to work.
+    return 0 if counts["FAIL"] == 0 and counts["pass"] > 0 else 1
+
+
+def _add_check(p):
+    p.add_argument("method", help="a registered method name (see: bench.py list)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to run the checks (default: cpu)")
+    _common(p)
+
+
+def _add_validate(p):
+    p.add_argument("suite", help="suite name or path")
+    _common(p)
+
+
+def _add_list(p):
+    p.add_argument("--check", action="store_true",
+                   help="also say whether each method runs on this machine (imports torch: a few seconds)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="check availability on DEVICE (implies --check)")
+    _common(p)
+
+
+COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
+    "run": ("run a suite (the default subcommand)", add_run_arguments, cmd_run, RUN_EXAMPLES),
+    "validate": ("check a suite file without running it", _add_validate, cmd_validate,
+                 "examples:\n  python bench.py validate efficiency\n  python bench.py validate suites/mine.yaml\n"),
+    "schema": ("print the JSON Schema of suite files", lambda p: None, cmd_schema,
+               "examples:\n  python bench.py schema > suite.schema.json\n"),
+    "list": ("list methods (with availability) and suites", _add_list, cmd_list,
+             "examples:\n  python bench.py list\n  python bench.py list --check\n"
+             "  python bench.py list --methods-dir ~/my_methods\n"),
+    "check": ("run the conformance checks on one method (float32 and bfloat16)", _add_check, cmd_check,
+              "examples:\n  python bench.py check alibi\n  python bench.py check mine --methods-dir ~/my_methods\n"
+              "exit status: 0 when no check failed, 1 when one did (or none could run here)\n"),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="bench.py", description="posbench: what a position method costs and how well it extrapolates.",
+        epilog="with no subcommand, 'run' is assumed:\n  python bench.py --suite efficiency",
+        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    p.add_argument("--debug", action="store_true", help="on an error, also print its traceback (any position)")
+    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(ALL_COMMANDS) + "}")
+    for name, (help_, add, handler, examples) in COMMANDS.items():
+        # No abbreviations: `validate --methods rotray` must not be read as --methods-dir.
+        sp = sub.add_parser(name, help=help_, description=help_, epilog=examples,
+                            formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+        add(sp)
+        sp.set_defaults(handler=handler)
+    from posbench.cli.report_cmds import add_compare_parser, add_report_parser
+
+    for add in (add_report_parser, add_compare_parser):
+        sp = add(sub)
+        sp.set_defaults(handler=sp.get_default("func"))
+    sp = sub.add_parser("download", allow_abbrev=False, help="download a corpus (WikiText-103) into a data folder",
+                        epilog="examples:\n  python bench.py download wikitext-103 --data ~/data\n"
+                               "  python bench.py download wikitext-103 --data ~/data --url https://example.org/wikitext-103-v1.zip\n"
+                               "  python bench.py download wikitext-103 --data ~/data --archive ~/Downloads/wikitext-103-v1.zip\n",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp.add_argument("corpus", choices=["wikitext-103"])
+    sp.add_argument("--data", required=True, metavar="DIR", help="data folder (creates DIR/wikitext-103/)")
+    sp.add_argument("--url", action="append", default=[], metavar="URL",
+                    help="download from URL instead of the built-in mirrors (repeatable; tried in order; "
+                         "the checksum is still checked)")
+    sp.add_argument("--archive", metavar="FILE", help="use a wikitext-103-v1.zip already on disk (checksum checked)")
+    sp.set_defaults(handler=cmd_download)
+    return p
+
+
+ALL_COMMANDS = list(COMMANDS) + ["report", "compare", "download"]
+
+
+def cmd_download(args) -> int:
+    from posbench.data.corpus import DataError
+    from posbench.data.download import download_wikitext103
+
+    try:
+        folder = download_wikitext103(args.data, urls=args.url, archive=args.archive)
+    except DataError as exc:
+        print(f"DataError: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"WikiText-103 is in {folder}; run: python bench.py --suite extrapolation --data {args.data}")
+    return 0
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for an error: its type, then what went wrong (an OSError: which file and why)."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror and type(exc) is not WriteError:
+        text = f"{exc.filename}: {exc.strerror}"
+    else:
+        lines = str(exc).strip().splitlines()
+        text = lines[0] if lines else ""
+    return f"{type(exc).__name__}: {text}".rstrip(": ")
+
+
+def _user_errors() -> tuple[type, ...]:
+    """Exception types that mean bad input or a bad environment, taken from the modules that
+    define them when they are loaded (a module that was never imported raised nothing)."""
+    kinds: list[type] = [SuiteError, OSError]
+    for module, name in (("posbench.data.corpus", "DataError"), ("posbench.core.registry", "RegistryError"),
+                         ("posbench.run.runner", "RunLocked"), ("posbench.report.rows", "RowsError")):
+        if module in sys.modules:
+            kinds.append(getattr(sys.modules[module], name))
+    return tuple(kinds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command. A user's mistake (an invalid suite or flag, a locked or corrupt run folder,
+    a file that cannot be written) is one line on stderr and exit status 2; anything else is one
+    line and status 1. ``--debug`` (anywhere on the line) adds the traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    if not argv or (argv[0] not in ALL_COMMANDS and argv[0] not in ("-h", "--help")):
+        argv = ["run"] + argv
+    args = parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except _user_errors() as exc:
+        if debug:
+            traceback.print_exc()
+        print(error_line(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # a bug, not bad input: still one line unless asked for more
+        if debug:
+            traceback.print_exc()
+        print(f"{error_line(exc)} (an internal error; run again with --debug for the traceback)", file=sys.stderr)
+        return 1

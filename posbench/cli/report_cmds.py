@@ -1,0 +1,85 @@
+"""Subcommands ``report`` and ``compare`` for ``bench.py`` / ``posbench``.
+
+``posbench/cli.py`` wires them in::
+
+    sub = parser.add_subparsers(dest="command")
+    add_report_parser(sub)
+    add_compare_parser(sub)
+    ...
+    return args.func(args)          # each handler returns the exit code
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+REPORT_EPILOG = """examples:
+  bench.py report results/efficiency/2024-06-01T12-00-00
+  bench.py report results/efficiency/run-a100 results/efficiency/run-h100 --out report/
+"""
+COMPARE_EPILOG = """examples:
+  bench.py compare results/efficiency/last-week results/efficiency/today
+  bench.py compare base/ new/ --threshold 0.1 --markdown compare.md
+
+with rounds, a regression is a NEW/BASE whose whole 95% interval lies beyond the threshold;
+exit code: 0 no regression, 1 a regression or a case of BASE missing from NEW,
+2 unreadable or empty input, or runs of different suites or tasks
+"""
+
+
+def main_report(args) -> int:
+    """Handler of ``report``: build tables and charts, print where they went."""
+    from posbench.report.build import build_report  # matplotlib is only imported when a report is made
+    from posbench.report.rows import RowsError
+
+    out = args.out or "report"
+    try:
+        written = build_report(args.run_dirs, out, baseline=args.baseline)
+    except RowsError as exc:
+        print(f"posbench report: {exc}", file=sys.stderr)
+        return 2
+    tables = sum(1 for k in written if k.startswith("tables/") and k.endswith(".md"))
+    charts = sum(1 for k in written if k.startswith("charts/") and k.endswith(".png"))
+    print(f"wrote {tables} tables and {charts} charts to {out}/ "
+          f"(open {written['report.html']}; Markdown summary {written['report.md']})")
+    return 0
+
+
+def add_report_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``report RUN_DIR... [--out DIR] [--baseline METHOD]``."""
+    p = subparsers.add_parser(
+        "report", help="tables and charts from stored runs (no re-running)",
+        description="Regenerate Markdown/CSV/LaTeX tables, PNG/SVG charts and a single-file HTML "
+                    "report from the rows stored in one or more run folders (merged).",
+        epilog=REPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="a run folder (with cases.jsonl) or a folder above run folders")
+    p.add_argument("--out", metavar="DIR", default=None, help="where to write (default: ./report)")
+    p.add_argument("--baseline", metavar="METHOD", default=None,
+                   help="method the ratios divide by (default: each run's baseline from its run.json; "
+                        "sinusoidal for runs without one)")
+    p.set_defaults(func=main_report)
+    return p
+
+
+def add_compare_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``compare BASE NEW [--threshold 0.05] [--markdown FILE]``."""
+    p = subparsers.add_parser(
+        "compare", help="compare two runs metric by metric; exit 1 on a regression",
+        description="Ratio NEW/BASE per case and metric; changes beyond the threshold are "
+                    "improvements or regressions.",
+        epilog=COMPARE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("base", metavar="BASE", help="run folder (or a folder above run folders) to compare against")
+    p.add_argument("new", metavar="NEW", help="run folder (or a folder above run folders) to judge")
+    p.add_argument("--threshold", type=float, default=0.05,
+                   help="relative change that counts (default 0.05 = 5%%)")
+    p.add_argument("--markdown", metavar="FILE", default=None, help="also write the summary here")
+    p.set_defaults(func=main_compare)
+    return p
+
+
+def main_compare(args) -> int:
+    """Handler of ``compare``; pandas is only imported when a comparison is made."""
+    from posbench.report.compare import main_compare as compare
+
+    return compare(args)

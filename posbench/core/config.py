@@ -1,0 +1,98 @@
+"""The model's shape (``ModelConfig``, the presets, ``model_config(preset, ...)``) and the retrieval
+probes' (``ProbeConfig``).
+
+Plain dataclasses without torch, so that validating a suite (which checks a preset name and
+``model_overrides`` keys) stays fast; ``posbench.core.method`` and ``posbench.core.model`` re-export them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class ModelConfig:
+    """Shape of the language model; a method reads what it needs (heads, head_dim, d_model)."""
+
+    vocab_size: int = 256
+    n_layers: int = 2
+    d_model: int = 128
+    n_heads: int = 4
+    d_ff: int = 512
+    dropout: float = 0.0
+    # Token embeddings are multiplied by this; None means sqrt(d_model), fairseq's transformer_lm
+    # (the ALiBi paper's base model), with embedding init std d_model^-0.5, so tokens enter the
+    # network at unit scale and a sinusoidal table (amplitude 1) does not drown them.
+    embed_scale: float | None = None
+    method: str = "sinusoidal"
+    method_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for key in ("vocab_size", "n_layers", "d_model", "n_heads", "d_ff"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"model config: {key} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"model config: d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+            )
+        if self.embed_scale is not None and not (isinstance(self.embed_scale, (int, float)) and self.embed_scale > 0):
+            raise ValueError(f"model config: embed_scale must be a positive number or null, got {self.embed_scale!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model config: dropout must be in [0, 1), got {self.dropout!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def token_scale(self) -> float:
+        """The factor token embeddings are multiplied by (``embed_scale`` resolved)."""
+        return math.sqrt(self.d_model) if self.embed_scale is None else float(self.embed_scale)
+
+
+# Presets. tiny: about 1M parameters, for CPU runs. wt103 and cc100-1.3b: the ALiBi paper's models
+# (Press et al. 2022, section 4). The paper's WikiText-103 vocabulary is about 267k words; presets
+# leave vocab_size to the corpus.
+PRESETS: dict[str, dict] = {
+    "tiny": dict(n_layers=4, d_model=128, n_heads=4, d_ff=512, vocab_size=256),
+    "small": dict(n_layers=6, d_model=384, n_heads=6, d_ff=1536, vocab_size=256),
+    "wt103": dict(n_layers=16, d_model=1024, n_heads=8, d_ff=4096, vocab_size=267744),
+    "cc100-1.3b": dict(n_layers=25, d_model=2048, n_heads=16, d_ff=8192, vocab_size=50265),
+}
+
+
+def model_config(preset: str, method: str = "sinusoidal", **overrides) -> ModelConfig:
+    """A ``ModelConfig`` from a preset name with keyword overrides; unknown names are one line."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown model preset {preset!r}; allowed: {', '.join(PRESETS)}")
+    allowed = {f.name for f in fields(ModelConfig)}
+    unknown = sorted(set(overrides) - allowed)
+    if unknown:
+        raise ValueError(f"unknown model option(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    return ModelConfig(**{**PRESETS[preset], "method": method, **overrides})
+
+
+# ---------------------------------------------------------------------------------------------
+# Retrieval probe shapes (posbench.tasks.retrieval.probes builds the examples; the retrieval task's settings
+# check their consistency with this class when a suite is validated, without numpy)
+
+PROBES = ("passkey", "mqar", "copy", "reverse")
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    n_symbols: int = 16  # alphabet of keys, values and segments ("digits")
+    key_len: int = 5  # passkey: symbols in the key
+    n_pairs: int = 8  # mqar: key-value pairs
+    n_queries: int = 4  # mqar: queried keys (distinct, <= n_pairs)
+    segment_len: int = 8  # copy / reverse: symbols in the segment
+    filler_len: int = 5  # tokens in the repeated filler phrase
+
+    def __post_init__(self):
+        if self.n_symbols < 2 or self.key_len < 1 or self.segment_len < 1 or self.filler_len < 1:
+            raise ValueError("probes: need n_symbols >= 2 and key_len, segment_len, filler_len >= 1")
+        if not 1 <= self.n_queries <= self.n_pairs <= self.n_symbols:
+            raise ValueError(f"probes: need 1 <= n_queries <= n_pairs <= n_symbols, got n_queries={self.n_queries}, "
+                             f"n_pairs={self.n_pairs}, n_symbols={self.n_symbols}")

@@ -1,0 +1,342 @@
+"""Finding position methods: ``methods/*.py``, extra folders, and the ``posbench.methods`` entry points.
+
+A method file defines a ``PositionMethod`` subclass and decorates it with ``@register``. Scanning a
+folder imports each ``*.py`` file in it (files starting with ``_`` are skipped), which runs the
+decorators. Extra folders come from ``--methods-dir`` or ``POSBENCH_METHODS_PATH`` (``os.pathsep``
+separated). Packages expose classes through the entry-point group ``posbench.methods``.
+
+Listing names (``bench.py list``, checking a suite's ``methods``) reads the files instead of
+importing them (``listing``): a method file imports torch, and the commands that only list or
+validate answer in well under a second without it. ``get`` and ``build`` import the one file
+that defines the name asked for, so a broken plugin file costs only the commands that use it:
+``listing`` skips a file it can neither read nor import with a one-line warning naming it, and
+``get`` of a name in that file raises the import error.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from posbench import builtin_dir
+
+if TYPE_CHECKING:  # posbench.core.method imports torch; only what needs a class imports it
+    from posbench.core.method import ModelConfig, PositionMethod
+
+BUILTIN_DIR = builtin_dir("methods")  # the checkout's methods/, or posbench/methods/ in a wheel
+ENV_PATH = "POSBENCH_METHODS_PATH"
+ENTRY_POINT_GROUP = "posbench.methods"
+
+
+class RegistryError(ValueError):
+    """A duplicate, unknown or malformed method; the message is one line for the user."""
+
+
+_METHODS: dict[str, type[PositionMethod]] = {}
+_ORIGINS: dict[str, str] = {}
+_SCANNED: set[str] = set()
+_discovered = False
+_extra_dirs: list[Path] = []
+_BROKEN: dict[str, str] = {}  # file -> why it cannot be loaded (warned about once)
+
+
+def _origin(cls: type) -> str:
+    try:
+        return str(Path(inspect.getfile(cls)).resolve())
+    except (TypeError, OSError):
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def register(cls: type[PositionMethod]) -> type[PositionMethod]:
+    """Class decorator: add a method under ``cls.name``. A second file using the name is an error."""
+    from posbench.core.method import PositionMethod
+
+    if not (isinstance(cls, type) and issubclass(cls, PositionMethod)):
+        raise RegistryError(f"@register expects a PositionMethod subclass, got {cls!r}")
+    name = getattr(cls, "name", "")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise RegistryError(f"{_origin(cls)}: method name must be an identifier, got {name!r}")
+    origin = _origin(cls)
+    if name in _METHODS and _ORIGINS[name] != origin:
+        raise RegistryError(f"duplicate method name {name!r}: defined in {_ORIGINS[name]} and in {origin}")
+    _METHODS[name] = cls
+    _ORIGINS[name] = origin
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Remove a method (tests use this to clean up after registering a throw-away one)."""
+    _METHODS.pop(name, None)
+    _ORIGINS.pop(name, None)
+
+
+def _import_file(path: Path) -> None:
+    path = path.resolve()
+    if str(path) in _SCANNED:
+        return
+    _SCANNED.add(str(path))
+    # A unique module name per file, so two folders may both hold e.g. "alibi.py".
+    tag = hashlib.sha1(str(path).encode()).hexdigest()[:8]
+    module_name = f"posbench_methods_{path.stem}_{tag}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise RegistryError(f"cannot import method file {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except RegistryError:
+        raise
+    except Exception as exc:  # a broken plugin must say which file broke
+        sys.modules.pop(module_name, None)
+        _SCANNED.discard(str(path))  # asking again says why again
+        for name in [n for n, o in _ORIGINS.items() if o == str(path)]:
+            unregister(name)  # classes registered before the error: the file did not load
+        raise RegistryError(f"error importing method file {path}: {type(exc).__name__}: {exc}") from exc
+
+
+def _method_files(folder: str | os.PathLike) -> list[Path]:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise RegistryError(f"methods folder {folder} does not exist or is not a folder")
+    return [path for path in sorted(folder.glob("*.py")) if not path.name.startswith("_")]
+
+
+def scan_dir(folder: str | os.PathLike) -> None:
+    """Import every ``*.py`` in ``folder`` (not recursive)."""
+    for path in _method_files(folder):
+        _import_file(path)
+
+
+def add_methods_dir(folder: str | os.PathLike) -> None:
+    """Look in ``folder`` too from now on (the CLI's ``--methods-dir``); its files are read when
+    names are listed and imported when one of their methods is used, not here."""
+    folder = Path(folder)
+    _method_files(folder)  # a missing folder is an error now, where the user typed it
+    if folder not in _extra_dirs:
+        _extra_dirs.append(folder)
+
+
+def _skip_broken(path: Path, why: str) -> None:
+    """Remember a file that cannot be loaded and say so once, on one line, naming the file."""
+    where = str(path.resolve())
+    if where not in _BROKEN:
+        _BROKEN[where] = why
+        print(f"warning: method file {where} skipped: {why}", file=sys.stderr)
+
+
+def _try_import(path: Path) -> bool:
+    """Import a method file; a file that fails is skipped with a warning (False). Two files
+    claiming one name stay an error: which of them is meant cannot be guessed."""
+    try:
+        _import_file(path)
+        return True
+    except RegistryError as exc:
+        if str(exc).startswith("duplicate method name"):
+            raise
+        cause = exc.__cause__
+        _skip_broken(path, f"{type(cause).__name__}: {cause}" if cause else str(exc))
+        return False
+
+
+def _folders() -> list[Path]:
+    """Built-in methods, then ``POSBENCH_METHODS_PATH``, then ``--methods-dir`` folders."""
+    env = [Path(entry.strip()) for entry in os.environ.get(ENV_PATH, "").split(os.pathsep) if entry.strip()]
+    return [BUILTIN_DIR] + env + _extra_dirs
+
+
+def _load_entry_points() -> None:
+    from posbench.core.method import PositionMethod
+
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as exc:
+            raise RegistryError(f"entry point {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
+        if isinstance(obj, type) and issubclass(obj, PositionMethod):
+            if _METHODS.get(obj.name) is not obj:
+                register(obj)
+        # A module entry point registers its classes through @register when it is loaded.
+
+
+def discover(force: bool = False) -> dict[str, type[PositionMethod]]:
+    """Import built-in, extra and entry-point methods once (skipping, with a warning, files
+    that fail to import); return name -> class."""
+    global _discovered
+    if _discovered and not force:
+        return dict(_METHODS)
+    for folder in _folders():
+        for path in _method_files(folder):
+            _try_import(path)
+    _load_entry_points()
+    _discovered = True
+    return dict(_METHODS)
+
+
+def _is_register(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "register") or (
+        isinstance(node, ast.Attribute) and node.attr == "register")
+
+
+def _class_name(node: ast.ClassDef) -> str | None:
+    """The string literal assigned to ``name`` in the class body, if it is one."""
+    for stmt in node.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+        if any(isinstance(t, ast.Name) and t.id == "name" for t in targets):
+            value = stmt.value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value.isidentifier():
+                return value.value
+            return None
+    return None
+
+
+def _literal_names(path: Path) -> list[str] | None:
+    """The names a method file registers, read from its source without running it: each
+    ``@register`` class's ``name = "..."``. None when the file does what reading cannot follow
+    (a computed or inherited name, ``register`` called or renamed); the caller then imports it."""
+    try:
+        stat = path.stat()
+        return _parse_names(path, stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        return None  # importing the file raises the error that names it
+
+
+@functools.lru_cache(maxsize=None)
+def _parse_names(path: Path, mtime_ns: int, size: int) -> list[str] | None:
+    """``_literal_names`` of one version of the file (validating a suite lists methods per name)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+    names: list[str] = []
+    decorators: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for dec in filter(_is_register, node.decorator_list):
+                decorators.add(id(dec))
+                name = _class_name(node)
+                if name is None:
+                    return None
+                names.append(name)
+        elif isinstance(node, ast.alias) and node.name == "register" and node.asname not in (None, "register"):
+            return None
+    if any(_is_register(node) and id(node) not in decorators for node in ast.walk(tree)):
+        return None
+    return names
+
+
+def _syntax_error(path: Path) -> str | None:
+    """``SyntaxError: invalid syntax (line 3)`` when the file does not parse, else None."""
+    try:
+        ast.parse(path.read_bytes(), str(path))
+    except SyntaxError as exc:
+        return f"{type(exc).__name__}: {exc.msg} (line {exc.lineno})"
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def listing() -> dict[str, str]:
+    """name -> origin (the file) of every method, by name; a duplicate name is an error naming both.
+
+    Method files whose names are literals are read, not imported, and entry points are loaded only
+    when a package declares some, so listing imports no torch where the methods allow it."""
+    found: dict[str, str] = {}
+    for folder in _folders():
+        for path in _method_files(folder):
+            where = str(path.resolve())
+            literal = _literal_names(path)
+            if literal is None:
+                syntax = _syntax_error(path)
+                if syntax:  # importing it would fail the same way
+                    _skip_broken(path, syntax)
+                    continue
+                if not _try_import(path):
+                    continue
+                literal = [name for name, o in _ORIGINS.items() if o == where]
+            for name in literal:
+                if found.get(name, where) != where:
+                    raise RegistryError(f"duplicate method name {name!r}: defined in {found[name]} and in {where}")
+                found[name] = where
+    if _entry_points_declared():
+        discover()
+    for name, where in _ORIGINS.items():  # entry points, and classes registered from code
+        found.setdefault(name, where)
+    return dict(sorted(found.items()))
+
+
+@functools.lru_cache(maxsize=None)
+def _entry_points_declared() -> bool:
+    """Whether an installed package declares methods (installed packages do not change in a run)."""
+    return bool(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def names() -> list[str]:
+    return list(listing())
+
+
+def _unknown(name: str, known: list[str]) -> RegistryError:
+    close = difflib.get_close_matches(str(name), known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    broken = f"; skipped (cannot load): {', '.join(_BROKEN)}" if _BROKEN else ""
+    return RegistryError(f"unknown method {name!r}{hint}; known methods: {', '.join(known)}{broken}")
+
+
+def require(name: str) -> str:
+    """The file defining method ``name``, without importing it; ``get``'s error when unknown."""
+    found = listing()
+    if name not in found:
+        raise _unknown(name, list(found))
+    return found[name]
+
+
+# Method groups a suite or --methods may name instead of methods: "all" is every registered method.
+GROUPS = ("all",)
+
+
+def expand(names: list[str]) -> list[str]:
+    """``names`` with each group replaced by its methods (those not already listed, sorted)."""
+    out = [n for n in names if n not in GROUPS]
+    if "all" in names:
+        out += [n for n in listing() if n not in out]  # read from the files: no torch import
+    return out
+
+
+def origin(name: str) -> str:
+    return require(name)
+
+
+def get(name: str) -> type[PositionMethod]:
+    """The class registered as ``name``, importing only the file that defines it; an unknown name
+    lists the known ones with a suggestion. A file that fails to import raises, naming it."""
+    if name in _METHODS:
+        return _METHODS[name]
+    where = require(name)
+    if Path(where).is_file():
+        _import_file(Path(where))
+    if name not in _METHODS:  # registered under a name reading could not see: import everything
+        discover()
+    if name in _METHODS:
+        return _METHODS[name]
+    raise _unknown(name, sorted(_METHODS))
+
+
+def build(cfg: ModelConfig) -> PositionMethod:
+    """Instantiate ``cfg.method`` with ``cfg.method_options``; bad options are one clear line."""
+    cls = get(cfg.method)
+    allowed = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "cfg")]
+    unknown = sorted(set(cfg.method_options) - set(allowed))
+    if unknown:
+        raise RegistryError(
+            f"method {cfg.method!r}: unknown option(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(allowed) or 'none'}"
+        )
+    return cls(cfg, **cfg.method_options)

@@ -1,0 +1,232 @@
+"""Task registry: what a suite's ``task:`` key names, and the contract every task module meets.
+
+A task module (``posbench/tasks/<name>.py``) defines:
+
+- ``Settings``: a pydantic model subclassing ``TaskSettings`` (so it inherits the runner's own
+  settings: timeout, memory limit, threads, seed). Suite ``settings`` merged with the profile's
+  override are validated against it; unknown keys are rejected.
+- ``Params``: a pydantic model of one grid point (e.g. ``seq_len``); a suite's grid axes must be
+  its fields, and every grid value is validated against the field.
+- ``METRICS``: ``{metric name: Metric(...)}``, the one declaration of each metric's title, unit,
+  direction (higher is better, lower is better, or not compared) and number format; tables,
+  charts, progress lines and ``bench.py compare`` all read it. A key ``"ppl@*"`` declares a family
+  (``ppl@nonoverlapping@512``, ...). A suite's ``metrics`` (the ones its table and progress lines
+  show) must be keys of it.
+- ``run(case: Case) -> {"metrics": {name: number | None}, "series": {name: list | dict}}``. It
+  runs in a worker process (``posbench.run.worker``), one case per process; with ``nproc`` > 1 (or
+  under torchrun) on every rank at once, with the process group already joined
+  (``posbench.engine.distributed``), and rank 0's return value is the result. The worker has already
+  set torch's CPU threads and loaded the suite's method folders (``worker.prepare``). Raise
+  ``Diverged`` for a non-finite loss; ``MemoryError`` / ``torch.cuda.OutOfMemoryError`` become
+  status ``oom``.
+
+Optionally, a task whose ``Settings`` has ``pairing`` defines ``run_group(cases, round) ->
+{case id: worker result}``: with ``pairing: windows`` the runner hands it every case of one grid
+point and round in one worker process (``posbench.engine.windows``); a case that fails there gets its own
+failure result (``posbench.run.worker.failure``) and the others go on.
+
+Optionally, a task whose suite ``methods`` are its own variants rather than position methods (the
+kernels task) also defines ``METHODS`` (the variant names) and ``unavailable(case) -> reason |
+None``. ``Task`` and ``VariantTask`` below are the typed form of this contract; ``get`` checks a
+module against it.
+
+Modules are imported lazily, so a worker imports only its own task (the test task does not
+import torch, which keeps the runner's tests fast). Names starting with ``_`` are test-only and
+hidden from listings.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Literal, Optional, Protocol, runtime_checkable
+
+from posbench.core.outcome import Diverged, Unavailable  # noqa: F401  (a task raises them; re-exported)
+from pydantic import BaseModel, ConfigDict, Field
+
+TASKS: dict[str, str] = {
+    "efficiency": "posbench.tasks.efficiency",
+    "extrapolation": "posbench.tasks.extrapolation",
+    "precision": "posbench.tasks.precision",
+    "kernels": "posbench.tasks.kernels",
+    "decode": "posbench.tasks.decode",
+    "retrieval": "posbench.tasks.retrieval",
+    "_testing": "posbench.tasks._testing",
+}
+
+
+Format = Literal["count", "bytes", "ms", "ppl", "plain", "int"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric, declared once in its task's ``METRICS``.
+
+    ``higher_is_better``: True (words/s, TFLOP/s), False (memory, time, perplexity) or None
+    (counts and spreads such as ``n_params`` or ``train_wps_min``: shown, never compared).
+    ``fmt`` names a formatter of ``posbench.report.numbers`` (``count``: 25.8k; ``bytes``: always GiB, named;
+    ``ms``/``plain``: 4 significant digits; ``ppl``: 2 decimals; ``int``).
+
+    Where ``bench.py report`` puts it (each task decides its own section):
+
+    - ``table``: a table of its own (methods x the first grid axis) followed by its chart (when the
+      columns are numbers), even when the suite's ``metrics`` omit it. A family key ``head@*``
+      with ``table`` makes one table of every member the rows carry: the last ``@`` part is the
+      column (headed ``axis``), the parts between join the method in the row label
+      (``ppl@float32_bias@256`` -> row ``alibi, float32_bias``, column 256).
+    - ``shown_in``: the key of the metric whose table already shows this value (the precision
+      suite's ``ppl_diff_at_max_len`` is the last column of ``ppl_diff@*``): no table of its own,
+      even when the suite's ``metrics`` name it (its progress lines still do).
+    - ``appendix``: housekeeping (parameters, steps, threads, batch size): one compact "Appendix:
+      run details" table per task, cases x housekeeping metrics, never a table or chart of its own.
+      None decides by the declaration: housekeeping when never compared (``higher_is_better``
+      None), not a table, not shown elsewhere and not the spread of another metric
+      (``<m>_min``/``<m>_max``/``<m>_std`` become the error bars of ``m``).
+    - ``charts``: charts that belong to this metric's table and are drawn right after it,
+      as ``"module:function"`` names; ``function(rows: list[dict]) -> [(file stem, title, Figure)]``
+      gets the stored rows of the table (precision: the bias staircases of its ``bias_counts`` study).
+    """
+
+    title: str
+    unit: str
+    doc: str
+    higher_is_better: Optional[bool] = None
+    fmt: Format = "plain"
+    table: bool = False
+    appendix: Optional[bool] = None
+    shown_in: str = ""
+    axis: str = ""
+    charts: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Task(Protocol):
+    """What a task module provides (see the module docstring)."""
+
+    Settings: type  # a TaskSettings subclass
+    Params: type  # a pydantic model of one grid point
+    METRICS: dict[str, Metric]
+    run: Callable[[Any], dict]
+
+
+@runtime_checkable
+class VariantTask(Task, Protocol):
+    """A task whose suite ``methods`` are its own variants (kernels), not position methods."""
+
+    METHODS: Any  # the variant names (a dict or list)
+    unavailable: Callable[[Any], Optional[str]]
+
+
+SPREAD_SUFFIX = "_std"  # a seed-averaged metric m carries m_std: its spread over seeds
+
+
+def find_metric(metrics: dict[str, Metric], name: str) -> Optional[Metric]:
+    """The declaration of ``name``: its own key, else its family ``<head>@*`` (``ppl@sliding@512``).
+
+    ``<m>_std`` of a declared ``m`` is declared with it: same unit and format, never compared
+    (a spread is not better or worse by itself).
+    """
+    if name in metrics:
+        return metrics[name]
+    if name.endswith(SPREAD_SUFFIX):
+        base = find_metric(metrics, name[: -len(SPREAD_SUFFIX)])
+        if base is None:
+            return None
+        return replace(base, title=f"{base.title}, std over seeds", doc=f"sample std over seeds of: {base.doc}",
+                       higher_is_better=None, table=False)
+    head, at, _ = name.partition("@")
+    return metrics.get(f"{head}@*") if at else None
+
+
+SPREAD_SUFFIXES = ("_min", "_max", SPREAD_SUFFIX)
+
+
+def spread_of(metrics: dict[str, Metric], name: str) -> Optional[str]:
+    """The metric ``name`` is a spread of (``train_wps_min`` -> ``train_wps``), if that one is declared."""
+    for suffix in SPREAD_SUFFIXES:
+        if name.endswith(suffix) and find_metric(metrics, name[: -len(suffix)]) is not None:
+            return name[: -len(suffix)]
+    return None
+
+
+def is_housekeeping(metrics: dict[str, Metric], name: str) -> bool:
+    """Whether ``name`` belongs in the report's "Appendix: run details" (see ``Metric.appendix``).
+
+    An undeclared metric is housekeeping unless it is a spread of a declared one: the task did
+    not ask for a table of it, and the appendix keeps it visible. A member of a family
+    (``acc_lo@256`` of ``acc_lo@*``) is one point of a curve, not a run detail, unless its family
+    says ``appendix=True``.
+    """
+    if spread_of(metrics, name) is not None:
+        return False
+    metric = find_metric(metrics, name)
+    if metric is None:
+        return True
+    if metric.appendix is not None:
+        return metric.appendix
+    if name not in metrics:  # a family member
+        return False
+    return metric.higher_is_better is None and not metric.table and not metric.shown_in
+
+
+def metrics_of(name: str) -> dict[str, Metric]:
+    """The ``METRICS`` of task ``name``; an empty dict for a task this installation does not know."""
+    try:
+        return get(name).METRICS
+    except KeyError:
+        return {}
+
+
+def known_model_fields(value: dict) -> dict:
+    """Validator of a task's ``model_overrides``: only ``ModelConfig`` fields (the method and its
+    options come from the suite, not from overrides)."""
+    from dataclasses import fields
+
+    from posbench.core.config import ModelConfig
+
+    allowed = {f.name for f in fields(ModelConfig)} - {"method", "method_options"}
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise ValueError(f"unknown ModelConfig field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    return value
+
+
+class TaskSettings(BaseModel):
+    """Settings every task accepts; they steer the runner and the worker rather than the task."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    timeout_s: float = Field(600.0, gt=0, description="wall-clock limit of one case's worker process (s)")
+    memory_limit_mb: Optional[int] = Field(
+        None, ge=1, description="RLIMIT_AS of the worker (virtual address space, MiB; Linux only)"
+    )
+    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (OMP_NUM_THREADS); default: torch's")
+    seed: int = Field(0, description="seed of weights and token ids")
+    nproc: int = Field(1, ge=1, description="data-parallel processes per case: the runner launches the case "
+                       "through torchrun (one rank per GPU on CUDA); 1: one plain worker process")
+
+
+def register_task(name: str, module: str) -> None:
+    """Make ``task: name`` resolve to the importable module ``module``."""
+    if name in TASKS and TASKS[name] != module:
+        raise ValueError(f"duplicate task name {name!r}: {TASKS[name]} and {module}")
+    TASKS[name] = module
+
+
+def names(include_hidden: bool = False) -> list[str]:
+    return sorted(n for n in TASKS if include_hidden or not n.startswith("_"))
+
+
+def get(name: str) -> Task:
+    """The task module; an unknown name raises ``KeyError``, a module that breaks the contract a
+    one-line ``TypeError`` saying what it lacks."""
+    if name not in TASKS:
+        raise KeyError(name)
+    module = importlib.import_module(TASKS[name])
+    if not isinstance(module, Task):
+        missing = [k for k in ("Settings", "Params", "METRICS", "run") if not hasattr(module, k)]
+        raise TypeError(f"task {name!r} ({TASKS[name]}) lacks {', '.join(missing)}; a task module defines "
+                        "Settings, Params, METRICS and run(case)")
+    bad = next((k for k, v in module.METRICS.items() if not isinstance(v, Metric)), None)
+    if bad is not None:
+        raise TypeError(f"task {name!r}: METRICS[{bad!r}] is not a posbench.core.task.Metric")
+    return module

@@ -1,0 +1,175 @@
+"""Fetching WikiText-103 into a data folder (the one corpus too large to ship or commit).
+
+The archive is Salesforce's ``wikitext-103-v1.zip`` (Merity et al. 2016, CC BY-SA). Its size and
+SHA-256 are the ones published with the Hugging Face ``wikitext`` dataset; the MD5 that torchtext
+uses (9ddaacaf6af0710eda8c456decff7832) names the same file.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+from posbench.data.corpus import DataError
+
+WIKITEXT103_URL = "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip"
+# Tried in order; the same archive (same SHA-256) from each. The second is the dataset author's
+# own host. More can be given with --url, or a copy fetched by hand with --archive.
+WIKITEXT103_MIRRORS = (
+    WIKITEXT103_URL,
+    "https://wikitext.smerity.com/wikitext-103-v1.zip",
+)
+WIKITEXT103_SHA256 = "242ba0f20b329cfdf1ccc61e9e9e5b59becf189db7f7a81cd2a0e2fc31539590"
+WIKITEXT103_BYTES = 190_229_076
+SPLIT_FILES = ("wiki.train.tokens", "wiki.valid.tokens", "wiki.test.tokens")
+
+
+def _log(quiet: bool, msg: str) -> None:
+    if not quiet:
+        print(msg, file=sys.stderr)
+
+
+def _fetch(url: str, dest: Path, timeout: float, quiet: bool) -> tuple[str, int]:
+    """Stream ``url`` into ``dest``; returns (sha256 hex, bytes). Network failures -> DataError."""
+    h, size = hashlib.sha256(), 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp, open(dest, "wb") as out:
+            total = int(resp.headers.get("Content-Length") or 0)
+            next_report = 0.0
+            for block in iter(lambda: resp.read(1 << 20), b""):
+                out.write(block)
+                h.update(block)
+                size += len(block)
+                if total and size / total >= next_report:
+                    _log(quiet, f"download: {size / 2**20:.0f} / {total / 2**20:.0f} MiB")
+                    next_report += 0.1
+    except urllib.error.HTTPError as e:
+        dest.unlink(missing_ok=True)
+        raise DataError(f"download failed: HTTP {e.code} {e.reason} for {url}") from None
+    except (urllib.error.URLError, OSError) as e:
+        dest.unlink(missing_ok=True)
+        reason = getattr(e, "reason", e)
+        raise DataError(
+            f"download failed: cannot reach {url} ({reason}); are you offline? Fetch the zip by "
+            f"hand and unzip its wiki.*.tokens into {dest.parent}"
+        ) from None
+    return h.hexdigest(), size
+
+
+def _extract(archive: Path, folder: Path) -> None:
+    """Write the three split files (by base name, so no archive path escapes ``folder``)."""
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            members = {Path(n).name: n for n in zf.namelist() if Path(n).name in SPLIT_FILES}
+            missing = [f for f in SPLIT_FILES if f not in members]
+            if missing:
+                raise DataError(f"download: {archive.name} lacks {', '.join(missing)}")
+            for name, member in members.items():
+                tmp = folder / (name + ".part")
+                with zf.open(member) as src, open(tmp, "wb") as out:
+                    while block := src.read(1 << 20):
+                        out.write(block)
+                tmp.replace(folder / name)  # whole files only: a crash leaves no truncated split
+    except zipfile.BadZipFile as e:
+        raise DataError(f"download: {archive} is not a valid zip ({e})") from None
+
+
+def _sha256_file(path: Path) -> tuple[str, int]:
+    h, size = hashlib.sha256(), 0
+    try:
+        with open(path, "rb") as fh:
+            while block := fh.read(1 << 20):
+                h.update(block)
+                size += len(block)
+    except OSError as e:
+        raise DataError(f"download: cannot read {path}: {e.strerror or e}") from None
+    return h.hexdigest(), size
+
+
+def _check(digest: str, size: int, sha256: str | None, source: str) -> None:
+    if sha256 is not None and digest != sha256.lower():
+        raise DataError(f"download: checksum mismatch for {source}: expected sha256 {sha256}, got {digest} "
+                        f"({size} bytes)")
+
+
+def _target_folder(dest) -> Path:
+    """``dest/wikitext-103``; a DataError when ``dest`` (or that folder) is an existing file."""
+    dest = Path(dest).expanduser()
+    for path in (dest, dest / "wikitext-103"):
+        if path.exists() and not path.is_dir():
+            raise DataError(f"download: --data {dest}: {path} is a file, not a folder; allowed: a folder "
+                            "(created when missing)")
+    return dest / "wikitext-103"
+
+
+def download_wikitext103(
+    dest,
+    url: str | None = None,
+    sha256: str | None = WIKITEXT103_SHA256,
+    *,
+    urls: list[str] | None = None,
+    archive: str | Path | None = None,
+    timeout: float = 60.0,
+    keep_archive: bool = False,
+    quiet: bool = False,
+) -> Path:
+    """Download and unpack WikiText-103 into ``dest/wikitext-103/``; returns that folder.
+
+    Sources, first that works: ``archive`` (a zip already on disk, e.g. fetched by hand; it is
+    left in place), else ``url`` / ``urls``, else the mirrors in ``WIKITEXT103_MIRRORS`` in order.
+    Every source's SHA-256 is checked against ``sha256`` (None skips the check; the computed value
+    is printed either way): a mismatching download is deleted and the next mirror tried. Skips
+    everything when the three ``wiki.*.tokens`` files are already there. Any failure is one
+    DataError line naming each source and why, and leaves no folder it created behind.
+    """
+    folder = _target_folder(dest)
+    if all((folder / f).is_file() for f in SPLIT_FILES):
+        _log(quiet, f"download: WikiText-103 already in {folder}")
+        return folder
+    created = [p for p in (folder.parent, folder) if not p.exists()]  # removed again on failure
+    try:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise DataError(f"download: cannot create {folder}: {e.strerror or e}") from None
+        if archive is not None:
+            archive = Path(archive).expanduser()
+            if not archive.is_file():
+                raise DataError(f"download: --archive {archive}: no such file; allowed: a downloaded "
+                                "wikitext-103-v1.zip")
+            digest, size = _sha256_file(archive)
+            _log(quiet, f"download: {archive}: {size} bytes, sha256 {digest}")
+            _check(digest, size, sha256, str(archive))
+            _extract(archive, folder)
+            return folder
+        sources = ([url] if url else []) + list(urls or []) or list(WIKITEXT103_MIRRORS)
+        failures = []
+        for source in sources:
+            target = folder / Path(source.split("?")[0]).name
+            _log(quiet, f"download: {source} -> {target}")
+            try:
+                digest, size = _fetch(source, target, timeout, quiet)
+                _log(quiet, f"download: {size} bytes, sha256 {digest}")
+                _check(digest, size, sha256, source)
+            except DataError as e:
+                target.unlink(missing_ok=True)
+                failures.append(str(e) + ("; the file was removed" if "checksum" in str(e) else ""))
+                continue
+            _extract(target, folder)
+            if not keep_archive:
+                target.unlink(missing_ok=True)
+            return folder
+        if len(failures) == 1:
+            raise DataError(failures[0])
+        raise DataError(f"download failed from every source ({len(failures)}): " + "; ".join(failures)
+                        + "; fetch the zip by hand and pass --archive FILE")
+    except BaseException:
+        for path in reversed(created):  # only folders this call made, and only when empty
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+        raise

@@ -1,0 +1,127 @@
+"""The ``synthetic-copy`` source: a sparse Markov chain mixed with copies from a fixed distance back.
+
+Why: a pure Markov chain needs no positions, so every fair position method scores the same on
+it. Here a token is, with probability ``c``, a copy of the token ``d`` steps back, with ``d``
+drawn from a fixed distribution ``w`` over 1..D; a model that knows how far back each token is
+can put its copy mass on the right tokens, one that does not has to spread it.
+
+The process, one stream x_0, x_1, ... (a split is one stream, so the closed form is exact on it):
+
+- x_0 ~ pi, the chain's stationary distribution.
+- For t >= 1, with probability 1 - c: x_t ~ P(. | x_{t-1}) (order-1 chain, see ``posbench.data.markov``);
+  with probability c: draw d from w restricted to the distances that exist, 1..min(D, t)
+  (renormalised: w_d / W_t with W_t = sum_{d <= min(D, t)} w_d), and set x_t = x_{t-d}.
+
+Every x_t then has marginal pi (a chain step and a copy both keep it), and the true predictive
+probability is, in closed form,
+
+    p(x_t = v | x_<t) = (1 - c) P(v | x_{t-1}) + c * sum_{d <= min(D, t)} (w_d / W_t) [x_{t-d} = v].
+
+Distance weights: w_d proportional to ``decay ** (d - 1)`` for d = 1..D (``decay`` 1 is uniform).
+For t >= D the process is an order-D Markov process, so a model that sees the last D tokens can
+reach the closed form; with less context it cannot (the bound is then a lower bound).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from posbench.data import markov
+
+# The defaults of the extrapolation cpu profile: tiny model, L_train 64 (see README).
+DEFAULTS = dict(vocab=64, branching=4, jump=0.05, copy_prob=0.5, max_distance=8, decay=1.0)
+
+
+@dataclass(frozen=True)
+class CopySource:
+    """A chain plus the copy rule; build one with :func:`make_source`."""
+
+    chain: markov.MarkovChain  # order 1
+    copy_prob: float  # c
+    weights: np.ndarray  # (D,) float64 w_1..w_D, sums to 1
+
+    @property
+    def vocab(self) -> int:
+        return self.chain.vocab
+
+    @property
+    def max_distance(self) -> int:
+        return len(self.weights)
+
+    def sample(self, n_streams: int, length: int, seed: int) -> np.ndarray:
+        """(n_streams, length) int64: independent streams of the process, each from its own t = 0.
+
+        All randomness is drawn up front from ``seed``; the loop over time only looks up the
+        chain step or the copied token, for every stream at once.
+        """
+        rng = np.random.default_rng(seed)
+        S, T, D = n_streams, length, self.max_distance
+        x = np.zeros((S, T), dtype=np.int64)
+        if T == 0:
+            return x
+        x[:, 0] = rng.choice(self.vocab, size=S, p=self.chain.stationary())
+        copy = rng.random((S, T)) < self.copy_prob
+        u_copy = rng.random((S, T))  # picks the distance by inverse cdf of w restricted to 1..min(D, t)
+        u_succ = rng.random((S, T))  # picks the chain's favourite successor
+        jumped = rng.random((S, T)) < self.chain.jump
+        jump_to = rng.integers(0, self.vocab, size=(S, T))
+        cdf_w = np.cumsum(self.weights)  # (D,)
+        cdf_succ = np.cumsum(self.chain.weight, axis=1)  # (V, b)
+        cdf_succ[:, -1] = 1.0  # rounding must not leave the last successor below u
+        rows = np.arange(S)
+        for t in range(1, T):
+            m = min(D, t)
+            # d - 1 = number of cdf entries <= u * W_t: inverse cdf of the renormalised w.
+            d = 1 + np.searchsorted(cdf_w[:m], u_copy[:, t] * cdf_w[m - 1], side="right")
+            d = np.minimum(d, m)  # u * W_t == W_t by rounding
+            prev = x[:, t - 1]
+            pick = (u_succ[:, t, None] > cdf_succ[prev]).sum(axis=1)
+            step = np.where(jumped[:, t], jump_to[:, t], self.chain.succ[prev, pick])
+            x[:, t] = np.where(copy[:, t], x[rows, t - d], step)
+        return x
+
+    def token_loss(self, x) -> np.ndarray:
+        """-log p(x_t | x_<t) for every token of one stream (1-D) or of each row (2-D), float64.
+
+        Position 0 of each stream has no past and is NaN; every other entry is the closed form of
+        the module docstring, the stream's first token being its t = 0.
+        """
+        x = np.asarray(x, dtype=np.int64)
+        one = x.ndim == 1
+        x = np.atleast_2d(x)  # (S, T)
+        S, T = x.shape
+        out = np.full((S, T), np.nan)
+        if T < 2:
+            return out[0] if one else out
+        D = self.max_distance
+        copy_mass = np.zeros((S, T))  # sum_d w_d [x_{t-d} = x_t], before renormalising
+        for d in range(1, min(D, T - 1) + 1):
+            copy_mass[:, d:] += self.weights[d - 1] * (x[:, d:] == x[:, :-d])
+        t = np.arange(1, T)
+        W = np.cumsum(self.weights)[np.minimum(t, D) - 1]  # (T-1,) mass of the distances that exist
+        chain_p = self.chain.probs()[x[:, :-1], x[:, 1:]]  # (S, T-1)
+        p = (1.0 - self.copy_prob) * chain_p + self.copy_prob * copy_mass[:, 1:] / W
+        out[:, 1:] = -np.log(p)
+        return out[0] if one else out
+
+    def log_loss(self, x) -> float:
+        """Mean of :meth:`token_loss` over every scored token (all but each stream's first)."""
+        return float(np.nanmean(self.token_loss(x)))
+
+
+def distance_weights(max_distance: int, decay: float) -> np.ndarray:
+    """(D,) float64 w_d proportional to decay ** (d - 1), d = 1..D."""
+    w = float(decay) ** np.arange(max_distance, dtype=np.float64)
+    return w / w.sum()
+
+
+def make_source(*, vocab: int, branching: int, jump: float, copy_prob: float, max_distance: int,
+                decay: float, seed: int) -> CopySource:
+    """The source drawn deterministically from ``seed`` (the chain; w is fixed by the options)."""
+    if not 0.0 <= copy_prob < 1.0 or max_distance < 1 or not 0.0 < decay <= 1.0:
+        raise ValueError(
+            f"synthetic-copy: need 0 <= copy_prob < 1, max_distance >= 1, 0 < decay <= 1; "
+            f"got copy_prob={copy_prob}, max_distance={max_distance}, decay={decay}")
+    chain = markov.random_chain(vocab=vocab, order=1, branching=branching, jump=jump, seed=seed)
+    return CopySource(chain, float(copy_prob), distance_weights(int(max_distance), decay))

@@ -1,0 +1,174 @@
+"""Training a language model for the extrapolation study: AdamW, warm-up then cosine decay,
+gradient clipping, mixed precision on CUDA, checkpoints, and divergence detection.
+
+Determinism on CPU: the model, the batch order and dropout all derive from seeds, so two runs of
+the same case give identical loss curves (tested). CUDA kernels may still reorder sums.
+
+Data parallel: under torch.distributed (torchrun) the model is wrapped in DistributedDataParallel
+and each rank trains on its slice of the same global batch (``batch_size`` stays global), so the
+loss curve matches one process up to float rounding; only rank 0 writes the checkpoint.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import pickle
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from posbench.engine import distributed
+from posbench.core.model import TransformerLM, lm_loss
+from posbench.core.outcome import Diverged
+
+
+@dataclass
+class TrainConfig:
+    seq_len: int = 64  # L_train
+    batch_size: int = 16
+    steps: int | None = None  # budget in optimizer steps ...
+    tokens: int | None = None  # ... or in tokens (steps = tokens // (batch_size * seq_len))
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    grad_clip: float = 1.0
+    precision: str = "auto"  # auto | float32 | bfloat16 | float16 (mixed precision needs CUDA)
+    seed: int = 0
+    log_every: int = 10
+
+    def total_steps(self) -> int:
+        if (self.steps is None) == (self.tokens is None):
+            raise ValueError("training budget: give exactly one of steps or tokens")
+        if self.steps is not None:
+            n = self.steps
+        else:
+            n = self.tokens // (self.batch_size * self.seq_len)
+        if n < 1:
+            raise ValueError(f"training budget gives {n} steps; it must allow at least one step")
+        return n
+
+
+def lr_at(step: int, cfg: TrainConfig, total: int) -> float:
+    """Linear warm-up for ``warmup_steps``, then cosine decay to ``lr * min_lr_ratio``."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps)
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cosine)
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype, or None for plain float32. Mixed precision is a CUDA feature here."""
+    allowed = ("auto", "float32", "bfloat16", "float16")
+    if precision not in allowed:
+        raise ValueError(f"precision must be one of {', '.join(allowed)}, got {precision!r}")
+    if device.type != "cuda":
+        if precision in ("bfloat16", "float16"):
+            raise ValueError(f"precision {precision} needs a CUDA device; use float32 or auto on {device.type}")
+        return None
+    if precision == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return None if precision == "float32" else getattr(torch, precision)
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    tokens: int
+    seconds: float
+    final_loss: float
+    curve: list[tuple[int, float]]  # (step, loss) every log_every steps and at the end
+
+
+def train(
+    model: TransformerLM,
+    batches: Iterator[torch.Tensor],  # yields (B, T+1) token ids
+    cfg: TrainConfig,
+    device: torch.device | str = "cpu",
+    checkpoint: str | Path | None = None,
+) -> TrainResult:
+    """Train ``model`` in place; save ``{model, train_config, result}`` to ``checkpoint`` if given."""
+    device = torch.device(device)
+    total = cfg.total_steps()
+    amp = autocast_dtype(cfg.precision, device)
+    torch.manual_seed(cfg.seed)
+    model.to(device).train()
+    ddp = distributed.wrap_ddp(model, device.type)  # ``model`` itself in one process
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=cfg.betas,
+    )
+    # float16 needs loss scaling to keep small gradients representable; bfloat16 does not.
+    scaler = torch.amp.GradScaler("cuda") if amp == torch.float16 else None
+    curve: list[tuple[int, float]] = []
+    start = time.perf_counter()
+    loss_value = float("nan")
+    for step in range(total):
+        batch = distributed.split_batch(next(batches)).to(device, non_blocking=True)
+        inputs, targets = batch[:, :-1], batch[:, 1:]
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg, total)
+        ctx = torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
+        with ctx:
+            loss = lm_loss(ddp(inputs), targets)
+        if step % cfg.log_every == 0 or step == total - 1:
+            # The only synchronisation, every log_every steps. Ranks hold equal slices, so the
+            # mean of their means is the global batch's loss (and every rank sees one verdict).
+            loss_value = float(distributed.all_reduce_mean([loss.item()])[0])
+            if not math.isfinite(loss_value):
+                raise Diverged(f"loss became {loss_value} at step {step}")
+            curve.append((step, loss_value))
+        opt.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+    seconds = time.perf_counter() - start
+    result = TrainResult(total, total * cfg.batch_size * cfg.seq_len, seconds, loss_value, curve)
+    model.eval()
+    if checkpoint is not None and distributed.is_main():
+        save_checkpoint(checkpoint, model, cfg, result)
+    distributed.barrier()  # no rank moves on while the checkpoint is half written
+    return result
+
+
+def save_checkpoint(path, model: TransformerLM, cfg: TrainConfig, result: TrainResult) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(
+        {"model_config": asdict(model.cfg), "model": model.state_dict(), "train_config": asdict(cfg),
+         "result": asdict(result)},
+        tmp,
+    )
+    tmp.replace(path)  # atomic: an interrupted save never leaves a truncated checkpoint
+
+
+def load_checkpoint(path, device="cpu") -> tuple[TransformerLM, dict]:
+    """The trained model (eval mode) and the checkpoint's metadata."""
+    from posbench.core.method import ModelConfig
+
+    # weights_only: a checkpoint holds tensors and plain containers only, so unpickling may
+    # build nothing else; a planted file that would run code on load is refused instead.
+    try:
+        blob = torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ValueError(f"{path}: not a plain posbench checkpoint, refused without running it ({first}); "
+                         "allowed: checkpoints written by posbench (delete this file to retrain)") from None
+    model = TransformerLM(ModelConfig(**blob["model_config"]))
+    model.load_state_dict(blob["model"])
+    return model.to(device).eval(), blob

@@ -1,0 +1,1 @@
+"""posbench.report"""

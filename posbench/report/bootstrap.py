@@ -1,0 +1,191 @@
+"""Ratios of repeated measurements and their bootstrap confidence intervals.
+
+A run with ``rounds: k`` times every method of a grid point once per round, round-robin, so
+round r of a method and round r of the baseline were measured minutes apart at most, under
+the same machine drift. ``paired_ratios`` divides them round by round; the median of those
+ratios is the cell's ratio, and ``bootstrap_interval`` its 95% percentile-bootstrap interval
+(resample the ratios with replacement, take the median of each resample, keep the middle 95%).
+Drift that hits both methods of a round alike cancels in the ratio, so the interval is narrow
+even when absolute speeds wander by 20%.
+
+``ratio_of_medians_interval`` is the unpaired form for ``bench.py compare``: two runs were not
+measured at the same moments, so each side is resampled on its own.
+
+Paired windows (``pairing: windows``, see ``posbench.engine.windows``): every method of a grid point runs
+in one process per round, alternating short measured windows, so method window w and baseline
+window w were measured about a second apart. A round then arrives as ``{"group": id, "values":
+[one number per window]}`` (``posbench.report.rows.merge_rounds``) and ``window_clusters`` pairs it window
+by window when both rounds come from the same process (same ``group``), else by the rounds'
+medians (a round re-run alone). The ratio is the median over every pair of every round; its
+interval is a two-level (cluster) bootstrap: resample rounds, then windows within each round, so
+what differs between processes (a round that ran slow for the method alone) widens it and the
+many windows of one process cannot pretend to be independent runs.
+
+Plain Python (no numpy): rows, tables and compare use it, and samples are at most a few hundred.
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from typing import Optional, Sequence, Union
+
+Samples = Union[Sequence[float], Sequence[Sequence[float]]]  # flat, or clusters (one list per round)
+
+LEVEL = 0.95
+RESAMPLES = 2000
+SEED = 0  # fixed: the same rows always give the same interval (tables are reproducible)
+
+
+def _number(x) -> Optional[float]:
+    if x is None or isinstance(x, bool):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def paired_ratios(values: Sequence, base: Sequence) -> list[float]:
+    """``values[r] / base[r]`` for every round r where both are finite numbers and base != 0.
+
+    Both sequences are indexed by round (``None`` for a round that has no value).
+    """
+    out = []
+    for v, b in zip(values, base):
+        v, b = _number(v), _number(b)
+        if v is not None and b:
+            out.append(v / b)
+    return out
+
+
+def _round_value(entry) -> Optional[float]:
+    """A round's single value: the number itself, or the median of a paired-windows round."""
+    if isinstance(entry, dict):
+        values = [v for v in map(_number, entry.get("values") or []) if v is not None]
+        return statistics.median(values) if values else None
+    return _number(entry)
+
+
+def is_windowed(values: Sequence) -> bool:
+    """Whether ``values`` are paired-windows rounds (``{"group", "values"}`` entries)."""
+    return any(isinstance(v, dict) for v in values)
+
+
+def window_clusters(values: Sequence, base: Sequence) -> list[list[float]]:
+    """Per round, the ratios ``values / base`` (module docstring): window by window when both
+    rounds were measured in the same process (equal ``group``), else one ratio of the rounds'
+    medians. Rounds where either side has no value are left out; plain numbers pair as numbers."""
+    clusters = []
+    for v, b in zip(values, base):
+        if isinstance(v, dict) and isinstance(b, dict) and v.get("group") and v.get("group") == b.get("group"):
+            ratios = paired_ratios(v.get("values") or [], b.get("values") or [])
+        else:
+            ratios = paired_ratios([_round_value(v)], [_round_value(b)])
+        if ratios:
+            clusters.append(ratios)
+    return clusters
+
+
+def value_clusters(values: Sequence) -> list[list[float]]:
+    """The values themselves in the shape ``window_clusters`` gives ratios: a list per round."""
+    out = []
+    for entry in values:
+        xs = [v for v in map(_number, entry.get("values") or [] if isinstance(entry, dict) else [entry])
+              if v is not None]
+        if xs:
+            out.append(xs)
+    return out
+
+
+def _clustered(xs: Samples) -> bool:
+    return bool(xs) and all(isinstance(x, (list, tuple)) for x in xs)
+
+
+def pooled(xs: Samples) -> list[float]:
+    """Every value of ``xs``: the clusters joined, or the flat list as it is."""
+    return [float(v) for group in xs for v in group] if _clustered(xs) else [float(v) for v in xs]
+
+
+def median_of(xs: Samples) -> float:
+    """The median of every value (clusters pooled)."""
+    return statistics.median(pooled(xs))
+
+
+def _resampled_median(rng: random.Random, xs: Samples, clustered: bool) -> float:
+    if not clustered:
+        return statistics.median(rng.choices(xs, k=len(xs)))
+    pool: list[float] = []
+    for group in rng.choices(xs, k=len(xs)):  # rounds with replacement ...
+        pool += rng.choices(group, k=len(group))  # ... then windows within each drawn round
+    return statistics.median(pool)
+
+
+def _percentile(sorted_xs: list[float], q: float) -> float:
+    """Linear interpolation between order statistics, q in [0, 1]."""
+    pos = q * (len(sorted_xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+def bootstrap_interval(xs: Samples, level: float = LEVEL, resamples: int = RESAMPLES,
+                       seed: int = SEED) -> Optional[tuple[float, float]]:
+    """Percentile-bootstrap interval of the median of ``xs``; None with fewer than 2 values.
+
+    ``xs`` flat: values resampled with replacement. ``xs`` a list of clusters (a list of values
+    per round): the two-level bootstrap of the module docstring.
+    """
+    clustered = _clustered(xs)
+    xs = [[float(v) for v in group] for group in xs if len(group)] if clustered else [float(x) for x in xs]
+    if len(pooled(xs)) < 2:
+        return None
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    rng = random.Random(seed)
+    medians = sorted(_resampled_median(rng, xs, clustered) for _ in range(resamples))
+    tail = (1 - level) / 2
+    return _percentile(medians, tail), _percentile(medians, 1 - tail)
+
+
+def paired_ratio(values: Sequence, base: Sequence) -> tuple[Optional[float], Optional[tuple[float, float]], int]:
+    """(median of the per-round ratios, its bootstrap interval, number of pairs). Paired-windows
+    rounds (``is_windowed``) pair window by window (``window_clusters``): the median over every
+    pair, a cluster-bootstrap interval, and the number of pairs."""
+    ratios: Samples = (window_clusters(values, base) if is_windowed(values) or is_windowed(base)
+                       else paired_ratios(values, base))
+    n = len(pooled(ratios))
+    if not n:
+        return None, None, 0
+    return median_of(ratios), bootstrap_interval(ratios), n
+
+
+def _clean(xs: Samples) -> tuple[Samples, bool]:
+    if _clustered(xs):
+        groups = [[v for v in map(_number, group) if v is not None] for group in xs]
+        return [g for g in groups if g], True
+    return [v for v in map(_number, xs) if v is not None], False
+
+
+def ratio_of_medians_interval(new: Samples, base: Samples, level: float = LEVEL, resamples: int = RESAMPLES,
+                              seed: int = SEED) -> Optional[tuple[float, float]]:
+    """Interval of median(new) / median(base) for unpaired samples (two runs): each side is
+    resampled independently (a side given as clusters, per round, with the two-level bootstrap).
+    None unless both sides have at least 2 values."""
+    (new, new_clustered), (base, base_clustered) = _clean(new), _clean(base)
+    if len(pooled(new)) < 2 or len(pooled(base)) < 2:
+        return None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(resamples):
+        b = _resampled_median(rng, base, base_clustered)
+        if b:
+            ratios.append(_resampled_median(rng, new, new_clustered) / b)
+    if not ratios:
+        return None
+    ratios.sort()
+    tail = (1 - level) / 2
+    return _percentile(ratios, tail), _percentile(ratios, 1 - tail)
+
+
+def half_width(ratio: float, interval: tuple[float, float]) -> float:
+    """The ``±`` a table shows: the larger distance from the ratio to either bound."""
+    return max(ratio - interval[0], interval[1] - ratio)

@@ -1,0 +1,372 @@
+"""``bench.py compare BASE NEW``: per case and metric, NEW/BASE ratios against a threshold.
+
+Noise-aware when the runs have interleaved rounds (``series[m + "_by_round"]``, see
+``posbench.report.rows.merge_rounds``): NEW/BASE then comes with a bootstrap 95% interval
+(``posbench.report.bootstrap.ratio_of_medians_interval``), and a change is a regression only when the
+whole interval lies below 1 - threshold (an improvement: above 1 + threshold). A ratio beyond
+the threshold whose interval reaches back inside it is "unchanged (within noise)". What is
+compared is what the run's table shows: a method's per-round ratio to the run's baseline (drift
+within a run cancels in it), and for the baseline itself (or a run without one) the values.
+Rows without rounds are compared point against point, as before. Paired-windows rows
+(``series[m + "_by_window"]``) give per-window ratios to the baseline, grouped by round, and the
+interval resamples rounds, then windows (``posbench.report.bootstrap``).
+
+Cases of BASE that are missing from NEW, or not ``ok`` there, are failures (exit 1); an empty
+NEW or BASE, or runs of different suites or tasks, is bad input (exit 2).
+
+In the manner of asv: a regression is a number (train words/s fell by 10%, beyond a 5%
+threshold), not an impression. Which way is better comes from each task's metric declarations
+(``posbench.core.task.Metric.higher_is_better``): words/s and TFLOP/s higher, memory, milliseconds
+and perplexity lower; metrics declared without a direction (counts such as ``n_params``, the
+``_min``/``_max`` spreads) and undeclared ones are not compared. A case that
+finished before and fails now (``ok`` -> ``oom``) is a regression too. Cases found in only one
+run are listed, and differing hardware is called out, because then the ratio measures machines,
+not code.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+
+from posbench.report import bootstrap
+from posbench.report import numbers as fmt
+from posbench.tasks.extrapolation.ppl_tables import eval_mode_key
+from posbench.report.rows import RowsError, cpu_model, gpu_name, latest, load_runs
+from posbench.core.task import find_metric, metrics_of
+
+
+def metric_direction(task: str, name: str) -> int | None:
+    """+1 when higher is better, -1 when lower is better, None for metrics not compared.
+
+    Read from the task's declaration of ``name``; spreads (``_min``/``_max``) are declared
+    without a direction: the median carries the comparison, and comparing the extremes would
+    double the noise-driven alarms.
+    """
+    metric = find_metric(metrics_of(task), name) if task else None
+    if metric is None or metric.higher_is_better is None:
+        return None
+    return 1 if metric.higher_is_better else -1
+
+
+def _fmt(task: str, metric: str, value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    declared = find_metric(metrics_of(task), metric) if task else None
+    return fmt.number(value, declared.fmt if declared else "plain")
+
+
+@dataclass
+class MetricChange:
+    case_id: str
+    method: str
+    task: str
+    metric: str                     # a metric name, or "status" for ok <-> failed
+    base: float | str | None
+    new: float | str | None
+    ratio: float | None             # new / base
+    verdict: str                    # "regression" | "improvement" | "same" | "noise"
+    interval: tuple[float, float] | None = None  # bootstrap 95% interval of ratio (rounds)
+    basis: str = ""                 # "" (the values) or "ratio to <baseline>" (paired in each run)
+
+
+@dataclass
+class ComparisonResult:
+    base_dir: str
+    new_dir: str
+    threshold: float
+    changes: list[MetricChange] = field(default_factory=list)
+    in_both: list[str] = field(default_factory=list)
+    only_in_base: list[str] = field(default_factory=list)
+    only_in_new: list[str] = field(default_factory=list)
+    hardware_warnings: list[str] = field(default_factory=list)
+    base_commits: list[str] = field(default_factory=list)
+    new_commits: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[MetricChange]:
+        return [c for c in self.changes if c.verdict == "regression"]
+
+    @property
+    def improvements(self) -> list[MetricChange]:
+        return [c for c in self.changes if c.verdict == "improvement"]
+
+    @property
+    def within_noise(self) -> list[MetricChange]:
+        return [c for c in self.changes if c.verdict == "noise"]
+
+    @property
+    def exit_code(self) -> int:
+        """1 on any regression or any case of BASE missing from NEW (CI fails), else 0."""
+        return 1 if self.regressions or self.only_in_base else 0
+
+    def markdown(self) -> str:
+        """A summary for a pull request or ``$GITHUB_STEP_SUMMARY``."""
+        pct = f"{self.threshold:.0%}"
+        lines = [
+            "## posbench compare", "",
+            f"Base: `{self.base_dir}` (commit {', '.join(self.base_commits) or 'unknown'}); "
+            f"new: `{self.new_dir}` (commit {', '.join(self.new_commits) or 'unknown'}). "
+            f"Threshold: {pct} either way.", "",
+        ]
+        lines += [f"> **Warning:** {w}" for w in self.hardware_warnings]
+        if self.hardware_warnings:
+            lines.append("")
+        lines += [f"**{len(self.regressions)} regression(s), {len(self.improvements)} improvement(s)** "
+                  f"over {len(self.in_both)} case(s) found in both runs; {len(self.within_noise)} change(s) "
+                  "beyond the threshold are unchanged (within noise)."
+                  + (f" **{len(self.only_in_base)} case(s) of base are missing from new (failures).**"
+                     if self.only_in_base else ""), ""]
+        for title, items in (("Regressions", self.regressions), ("Improvements", self.improvements),
+                             ("Unchanged (within noise)", self.within_noise)):
+            if items:
+                lines += [f"### {title}", "", "| case | metric | base | new | new/base | 95% interval |",
+                          "| --- | --- | ---: | ---: | ---: | ---: |"]
+                for c in items:
+                    ratio = f"{c.ratio:.3f}x" if c.ratio is not None else "—"
+                    interval = f"[{c.interval[0]:.3f}, {c.interval[1]:.3f}]" if c.interval else "—"
+                    metric = f"{c.metric} ({c.basis})" if c.basis else c.metric
+                    # A ratio to the baseline reads as one (0.900x), values in the metric's format.
+                    show = (lambda v: f"{v:.3f}x") if c.basis else (lambda v: _fmt(c.task, c.metric, v))
+                    lines.append(f"| {c.case_id} | {metric} | {show(c.base)} | {show(c.new)} | {ratio} | {interval} |")
+                lines.append("")
+        for title, ids in (("Only in base: missing from new, failures", self.only_in_base),
+                           ("Only in new", self.only_in_new)):
+            if ids:
+                lines += [f"### {title} ({len(ids)})", ""] + [f"- `{i}`" for i in ids] + [""]
+        return "\n".join(lines)
+
+
+def case_metrics(row) -> dict[str, float | None]:
+    """Comparable numbers of a row: its metrics plus a ``ppl@mode@L_valid`` per evaluation.
+
+    Evaluations are read from ``series["evals"]`` so that an OOM evaluation (ppl null) is seen
+    even when the runner stored no flat ``ppl@...`` copy; a stored flat copy wins.
+    """
+    values = {k: v for k, v in row.metrics.items()
+              if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
+    for entry in row.series.get("evals", []) or []:
+        mode, stride, interpolate = eval_mode_key(entry)
+        key = f"ppl@{mode}@{entry.get('L_valid')}"
+        key += f"@s{stride}" if stride else ""
+        key += "@interp" if interpolate else ""
+        ppl = entry.get("ppl") if entry.get("status", "ok") == "ok" else None
+        values.setdefault(key, ppl)
+    return values
+
+
+def _verdict(direction: int, ratio: float, threshold: float) -> str:
+    gain = ratio if direction > 0 else 1.0 / ratio
+    if gain < 1.0 - threshold:
+        return "regression"
+    if gain > 1.0 + threshold:
+        return "improvement"
+    return "same"
+
+
+def _interval_verdict(direction: int, interval: tuple[float, float], ratio: float, threshold: float) -> str:
+    """Regression only when the whole interval is beyond 1 - threshold, improvement beyond
+    1 + threshold; a point beyond the threshold with an interval reaching back is noise."""
+    lo, hi = interval if direction > 0 else (1.0 / interval[1], 1.0 / interval[0])
+    if hi < 1.0 - threshold:
+        return "regression"
+    if lo > 1.0 + threshold:
+        return "improvement"
+    return "noise" if _verdict(direction, ratio, threshold) != "same" else "same"
+
+
+def _windows(row, metric: str) -> list | None:
+    """The row's paired-windows rounds of ``metric`` (``series[m + "_by_window"]``), if any."""
+    values = (row.series or {}).get(f"{metric}_by_window") if isinstance(row.series, dict) else None
+    return values if isinstance(values, list) and any(values) else None
+
+
+def _rounds(row, metric: str) -> list | None:
+    windows = _windows(row, metric)
+    if windows is not None:  # the values themselves, a list per round
+        clusters = bootstrap.value_clusters(windows)
+        return clusters if len(bootstrap.pooled(clusters)) >= 2 else None
+    values = (row.series or {}).get(f"{metric}_by_round") if isinstance(row.series, dict) else None
+    if not isinstance(values, list):
+        return None
+    values = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return values if len(values) >= 2 else None
+
+
+def _samples(row, metric: str, base_row) -> tuple[list | None, str]:
+    """Samples of ``metric`` and what they are: the ratio to the run's baseline row, paired by
+    round (paired windows: by window, a list per round), when there is one; else the values."""
+    ours = _rounds(row, metric)
+    if ours is None:
+        return None, ""
+    if base_row is not None:
+        theirs = _windows(base_row, metric) or (base_row.series or {}).get(f"{metric}_by_round")
+        mine = _windows(row, metric) or row.series.get(f"{metric}_by_round")
+        if isinstance(theirs, list):
+            ratios = (bootstrap.window_clusters(mine, theirs) if bootstrap.is_windowed(mine) or bootstrap.is_windowed(theirs)
+                      else bootstrap.paired_ratios(mine, theirs))
+            if len(bootstrap.pooled(ratios)) >= 2:
+                return ratios, f"ratio to {base_row.method}"
+    return ours, ""
+
+
+def _compare_rounds(case_id, base, new, metric, direction, threshold, base_ref, new_ref) -> MetricChange | None:
+    """NEW/BASE with an interval from the rounds of both, or None when either lacks rounds."""
+    b, b_basis = _samples(base, metric, base_ref)
+    n, n_basis = _samples(new, metric, new_ref)
+    if b is None or n is None or b_basis != n_basis:
+        return None
+    mb, mn = bootstrap.median_of(b), bootstrap.median_of(n)
+    interval = bootstrap.ratio_of_medians_interval(n, b)
+    if not mb or interval is None:
+        return None
+    ratio = mn / mb
+    return MetricChange(case_id, new.method, new.task, metric, mb if b_basis else base.metrics.get(metric),
+                        mn if n_basis else new.metrics.get(metric), ratio,
+                        _interval_verdict(direction, interval, ratio, threshold), interval, n_basis)
+
+
+def _compare_case(case_id: str, base, new, threshold: float, base_ref=None, new_ref=None) -> list[MetricChange]:
+    if base.status != new.status and "ok" in (base.status, new.status):
+        verdict = "regression" if base.status == "ok" else "improvement"
+        return [MetricChange(case_id, new.method, new.task, "status", base.status, new.status, None, verdict)]
+    if base.status != "ok":
+        return []  # failed both times: nothing measured to compare
+    changes = []
+    base_values, new_values = case_metrics(base), case_metrics(new)
+    for metric in sorted(set(base_values) | set(new_values)):
+        direction = metric_direction(new.task, metric)
+        if direction is None:
+            continue
+        b, n = base_values.get(metric), new_values.get(metric)
+        if b is None and n is None:
+            continue
+        if b is None or n is None:
+            # A number that vanished (an evaluation now OOMs) is lost ground; one that appeared is gained.
+            verdict = "regression" if n is None else "improvement"
+            changes.append(MetricChange(case_id, new.method, new.task, metric, b, n, None, verdict))
+            continue
+        if b == 0 or any(math.isnan(float(x)) for x in (b, n)):
+            continue  # no meaningful ratio
+        noisy = _compare_rounds(case_id, base, new, metric, direction, threshold, base_ref, new_ref)
+        if noisy is not None:
+            changes.append(noisy)
+            continue
+        ratio = float(n) / float(b)
+        changes.append(MetricChange(case_id, new.method, new.task, metric, b, n, ratio,
+                                    _verdict(direction, ratio, threshold)))
+    return changes
+
+
+def _baseline_rows(rows: pd.DataFrame, metas: dict) -> dict[tuple, object]:
+    """(source, case_id) -> the row of the run's baseline method at the same grid point (same run), for
+    cases of runs whose run.json names a baseline; the baseline's own cases map to nothing."""
+    by_point = {}
+    for r in rows.to_dict("records"):
+        by_point[(r["source"], r["method"], json_key(r["params"]))] = r
+    out = {}
+    for r in rows.to_dict("records"):
+        meta = metas.get(r["source"])
+        if meta is None or not meta.baseline or r["method"] == meta.baseline:
+            continue
+        ref = by_point.get((r["source"], meta.baseline, json_key(r["params"])))
+        if ref is not None and ref["status"] == "ok":
+            out[(r["source"], r["case_id"])] = SimpleNamespace(**ref)
+    return out
+
+
+def json_key(params) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def _latest_per_case(rows: pd.DataFrame) -> dict[str, object]:
+    """case_id -> row; when several runs hold a case, the latest (``posbench.report.rows.latest``) counts."""
+    return {cid: SimpleNamespace(**r) for cid, r in latest(rows.to_dict("records")).items()}
+
+
+def _hardware(rows: pd.DataFrame, envs: dict) -> dict[str, set]:
+    return {
+        "GPU": {g for g in (gpu_name(e) for e in envs.values()) if g},
+        "CPU": {c for c in (cpu_model(e) for e in envs.values()) if c},
+        "device": {str(d).split(":")[0] for d in rows["device"].dropna()},
+    }
+
+
+def hardware_warnings(base_rows, base_envs, new_rows, new_envs) -> list[str]:
+    """One line per hardware property (GPU name, CPU model, device type) that differs."""
+    base_hw, new_hw = _hardware(base_rows, base_envs), _hardware(new_rows, new_envs)
+    out = []
+    for prop in ("GPU", "CPU", "device"):
+        if base_hw[prop] != new_hw[prop]:
+            b = ", ".join(sorted(base_hw[prop])) or "none"
+            n = ", ".join(sorted(new_hw[prop])) or "none"
+            out.append(f"{prop} differs: base ran on {b}, new on {n}; "
+                       "ratios compare machines as well as code.")
+    return out
+
+
+def suite_warnings(base_metas: dict, new_metas: dict) -> list[str]:
+    """A line per suite whose version differs between the runs (run.json): its results may not
+    be comparable, which is what bumping ``version`` says."""
+    versions = {}
+    for side, metas in (("base", base_metas), ("new", new_metas)):
+        for meta in metas.values():
+            if meta is not None:
+                versions.setdefault(meta.suite, {}).setdefault(side, set()).add(meta.version)
+    return [f"suite {suite} version differs: base ran v{', v'.join(map(str, sorted(v['base'])))}, new "
+            f"v{', v'.join(map(str, sorted(v['new'])))}; the suite says old results may not be comparable."
+            for suite, v in versions.items() if len(v) == 2 and v["base"] != v["new"]]
+
+
+def compare_runs(base_dir, new_dir, threshold: float = 0.05) -> ComparisonResult:
+    """Compare the runs under ``new_dir`` against those under ``base_dir`` case by case."""
+    if not 0 <= threshold < 1:
+        raise ValueError(f"threshold must be in [0, 1), got {threshold}")
+    base_runs, new_runs = load_runs(base_dir), load_runs(new_dir)
+    base_rows, base_envs = base_runs.rows, base_runs.envs
+    new_rows, new_envs = new_runs.rows, new_runs.envs
+    for side, path, rows in (("base", base_dir, base_rows), ("new", new_dir, new_rows)):
+        if len(rows) == 0:
+            raise RowsError(f"{path}: the {side} run has no rows (empty cases.jsonl); nothing to compare")
+    for what in ("suite", "task"):
+        b, n = set(base_rows[what].dropna()), set(new_rows[what].dropna())
+        if b != n:
+            raise ValueError(f"base and new are different {what}s (base: {', '.join(sorted(map(str, b)))}; new: "
+                             f"{', '.join(sorted(map(str, n)))}); compare runs of the same suite and task")
+    base, new = _latest_per_case(base_rows), _latest_per_case(new_rows)
+    result = ComparisonResult(
+        base_dir=str(base_dir), new_dir=str(new_dir), threshold=threshold,
+        in_both=sorted(set(base) & set(new)), only_in_base=sorted(set(base) - set(new)), only_in_new=sorted(set(new) - set(base)),
+        hardware_warnings=hardware_warnings(base_rows, base_envs, new_rows, new_envs)
+        + suite_warnings(base_runs.metas, new_runs.metas),
+        base_commits=sorted({str(c)[:10] for c in base_rows["git_commit"].dropna()}),
+        new_commits=sorted({str(c)[:10] for c in new_rows["git_commit"].dropna()}),
+    )
+    base_refs, new_refs = _baseline_rows(base_rows, base_runs.metas), _baseline_rows(new_rows, new_runs.metas)
+    for case_id in result.in_both:
+        b, n = base[case_id], new[case_id]
+        result.changes += _compare_case(case_id, b, n, threshold, base_refs.get((b.source, case_id)),
+                                        new_refs.get((n.source, case_id)))
+    return result
+
+
+def main_compare(args) -> int:
+    """CLI handler: print the Markdown summary, optionally write it; 1 on a regression or a case
+    of BASE missing from NEW, 2 on bad input (unreadable or empty runs, different suites/tasks)."""
+    try:
+        result = compare_runs(args.base, args.new, threshold=args.threshold)
+    except (RowsError, ValueError) as exc:
+        print(f"posbench compare: {exc}", file=sys.stderr)
+        return 2
+    text = result.markdown()
+    print(text)
+    if getattr(args, "markdown", None):
+        Path(args.markdown).write_text(text + "\n", encoding="utf-8")
+    return result.exit_code

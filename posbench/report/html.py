@@ -1,0 +1,106 @@
+"""The single-file HTML report: tables, embedded charts, environments and an appendix of rows.
+
+One file, no external assets, so it survives being attached to an issue or downloaded from a CI
+artifact. Each chart (``<figure class="chart" data-table="KEY">``) sits right below the table it
+belongs to (``<table id="table-KEY">``), and the page never scrolls sideways: wide tables scroll
+inside their own box. Each table cell links to its row in the appendix (anchor ``row-<run_id>-<case_id>``)
+and names the case and run in its tooltip: every number can be traced to what produced it.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from posbench.report.render import row_anchor, to_html
+
+# Nothing may make the page wider than the window: images shrink to the column, wide tables
+# scroll inside their own box, and long unbroken words (paths, case ids) wrap.
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222;
+       overflow-wrap: anywhere; }
+.scroll { max-width: 100%; overflow-x: auto; margin: 1em 0 1.5em; }
+table { border-collapse: collapse; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; overflow-wrap: normal; }
+th:first-child { text-align: left; }
+caption { caption-side: top; text-align: left; padding-bottom: 0.4em; overflow-wrap: anywhere; }
+td.bad { background: #fdecea; }
+td a { color: inherit; text-decoration: none; }
+tr:target { background: #fff6c2; }
+figure.chart { margin: 0 0 2em; max-width: 100%; }
+figure.chart img { max-width: 100%; height: auto; display: block; }
+pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; max-width: 100%; }
+.appendix td { text-align: left; vertical-align: top; font-size: 0.85em; overflow-wrap: anywhere; min-width: 6em; }
+"""
+
+
+def _figure_html(title: str, png: Path, table_key: str) -> str:
+    """An embedded chart that names the table it belongs to (``data-table``), right below it."""
+    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    esc = html.escape(title)
+    return (f'<figure class="chart" data-table="{html.escape(table_key)}"><img alt="{esc}" '
+            f'src="data:image/png;base64,{data}"><figcaption>{esc}</figcaption></figure>')
+
+
+def _scroll(fragment: str) -> str:
+    return f'<div class="scroll">{fragment}</div>'
+
+
+def _compact(value) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _appendix(rows: pd.DataFrame) -> str:
+    """Every stored row, with an anchor; series are summarised (they can be long)."""
+    head = ["run_id", "case_id", "task", "method", "params", "status", "message", "metrics",
+            "series", "hardware", "device", "duration_s", "git_commit"]
+    out = ['<table class="appendix"><thead><tr>'
+           + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+    for r in rows.itertuples(index=False):
+        series = ", ".join(f"{k}[{len(v)}]" for k, v in (r.series or {}).items())
+        values = [r.run_id, r.case_id, r.task, r.method, _compact(r.params), r.status, r.message or "",
+                  _compact(r.metrics), series, r.hardware, r.device, r.duration_s, r.git_commit]
+        cells = "".join(f"<td>{html.escape(str(v))}</td>" for v in values)
+        out.append(f'<tr id="{row_anchor(r.run_id, r.case_id)}">{cells}</tr>')
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def write_html(path: Path, title: str, sections: list, drawn: dict, rows: pd.DataFrame,
+               envs: dict[str, dict], note: str = "") -> Path:
+    """Write ``report.html``: each section's tables, every table followed by its charts (``drawn``:
+    ``id(block)`` -> charts written, embedded as base64), then the run details, environments and
+    every stored row."""
+    esc = html.escape
+    body = [f"<h1>{esc(title)}</h1>",
+            f"<p>{len(rows)} stored rows from {len(envs)} run folder(s). Hover a cell for its case "
+            "and run; click it to jump to the stored row in the appendix.</p>"]
+    if note:
+        body.append(f"<p>{esc(note)}</p>")
+    for section in sections:
+        if not section.blocks:
+            continue
+        body.append(f"<h2>{esc(section.heading)}</h2>")
+        for block in section.blocks:
+            if block.heading:
+                body.append(f"<h3>{esc(block.heading)}</h3>")
+            body.append(_scroll(to_html(block.table)))
+            body += [_figure_html(d.title, d.png, d.table_key) for d in drawn.get(id(block), [])]
+    details = [t for s in sections for t in s.details]
+    if details:
+        body.append("<h2>Appendix: run details</h2>")
+        body += [_scroll(to_html(t)) for t in details]
+    body.append("<h2>Environments</h2>")
+    for source, env in envs.items():
+        body.append(f"<h3>{esc(source)}</h3><pre>{esc(json.dumps(env, indent=2, sort_keys=True, default=str))}</pre>")
+    body.append("<h2>Appendix: all stored rows</h2>")
+    body.append(_scroll(_appendix(rows)))
+    doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+           f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>\n"
+           + "\n".join(body) + "\n</body></html>\n")
+    path.write_text(doc, encoding="utf-8")
+    return path

@@ -1,0 +1,111 @@
+"""How numbers read in every table, chart, progress line and comparison: one place, one style.
+
+A metric's declaration (``posbench.core.task.Metric.fmt``) names one of the formatters in
+``FORMATS``. Memory is always in GiB (2^30 bytes) and says so (``0.954 GiB``, ``17.9 GiB``):
+allocators and ``nvidia-smi`` count in binary units, and one unit everywhere means a console line,
+a table and a chart axis show the same number for the same value.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+MISSING = "n/a"  # a case that ran but has no number for this metric
+
+
+def _three_digits(x: float) -> str:
+    # Three significant digits, keeping trailing zeros (26.0k, not 26k), so columns line up.
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
+
+
+def count(value: float) -> str:
+    """Words/s, parameters and the like: 25.8k, 1.23M, 2.00G."""
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")):
+        if abs(value) >= limit:
+            return _three_digits(value / limit) + suffix
+    return f"{value:.3g}"
+
+
+GIB = float(1 << 30)  # bytes per GiB
+
+
+def gib(value: float) -> str:
+    """A GiB count without its unit, three significant digits: 17.9, 0.679, 0.000244, 1.53e-05."""
+    x = float(value)
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    if abs(x) >= 1:
+        return _three_digits(x)
+    if abs(x) < 1e-4:  # under ~100 KiB: a run of zeros reads worse than an exponent
+        return f"{x:.2e}"
+    return f"{x:.{2 - math.floor(math.log10(abs(x)))}f}"
+
+
+def nbytes(value: float) -> str:
+    """Memory, always in GiB (2^30 bytes) and always named: ``17.9 GiB``, ``0.679 GiB``.
+
+    One unit everywhere (console, Markdown, HTML, charts), so two numbers never need converting
+    to be compared.
+    """
+    return f"{gib(value / GIB)} GiB"
+
+
+def plain(value: float) -> str:
+    """Four significant digits: milliseconds, TFLOP/s, joules, anything without a better form."""
+    return f"{value:.4g}"
+
+
+def ppl(value: float) -> str:
+    """Perplexity with two decimals, as the paper prints it."""
+    return f"{value:.2f}"
+
+
+def integer(value: float) -> str:
+    return f"{value:.0f}"
+
+
+FORMATS: dict[str, Callable[[float], str]] = {
+    "count": count, "bytes": nbytes, "ms": plain, "plain": plain, "ppl": ppl, "int": integer,
+}
+
+
+def number(value, kind: str = "plain") -> str:
+    """``value`` in the format ``kind`` (a key of ``FORMATS``); ``n/a`` for None or NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return MISSING
+    if isinstance(value, str):
+        return value
+    return FORMATS.get(kind, plain)(float(value))
+
+
+def ratio(value: Optional[float]) -> str:
+    """A ratio to a baseline: ``0.99x``."""
+    return "—" if value is None else f"{value:.2f}x"
+
+
+def interval(lo: float, hi: float, kind: str = "plain") -> str:
+    """A confidence interval in the value's own format: ``[25.1k, 26.3k]``."""
+    return f"[{number(lo, kind)}, {number(hi, kind)}]"
+
+
+def plus_minus(ratio_: float, ratio_interval: tuple[float, float]) -> str:
+    """The half-width of a ratio's interval as a table shows it: ``±0.01`` (the larger side of an
+    asymmetric interval, so the ± never understates it; the CSV keeps both bounds)."""
+    return f"±{max(ratio_ - ratio_interval[0], ratio_interval[1] - ratio_, 0.0):.2f}"
+
+
+def value_with_ratio(value, kind: str, ratio_: Optional[float] = None,
+                     ratio_interval: Optional[tuple[float, float]] = None) -> str:
+    """A table cell: ``25.8k (0.99x)``; with an interval on the ratio ``25.8k (0.99x ±0.01)``."""
+    text = number(value, kind)
+    if ratio_ is None:
+        return text
+    inside = ratio(ratio_)
+    if ratio_interval is not None:
+        inside += " " + plus_minus(ratio_, ratio_interval)
+    return f"{text} ({inside})"
+
+
+def status(name: str) -> str:
+    """A failed case's cell: ``OOM`` for out of memory, the status itself otherwise."""
+    return "OOM" if name == "oom" else name

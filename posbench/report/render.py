@@ -1,0 +1,150 @@
+"""Writing ``Table``s: Markdown, CSV, LaTeX, an HTML fragment, terminal text, and a run's own
+``table.md`` / ``table.csv``.
+
+The one renderer of posbench: the end of a run and ``bench.py report`` both write through it.
+Every form shows the same cell texts, so a number quoted from a paper draft (LaTeX) can be found
+in the Markdown summary and, through the HTML report, traced to its stored row.
+"""
+from __future__ import annotations
+
+import csv
+import html
+import io
+from pathlib import Path
+
+from posbench.core.files import atomic_write_text
+from posbench.report.table import Table
+
+
+def row_anchor(run_id, case_id) -> str:
+    """The HTML id of a row in the report's appendix; table cells link to it."""
+    raw = f"row-{run_id}-{case_id}"
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in raw)
+
+
+def _grid(table: Table) -> list[list[str]]:
+    """Header row then one row per method, all as text."""
+    out = [[_first_header(table)] + [str(c) for c in table.columns]]
+    for row in table.rows:
+        out.append([row] + [table.cell(row, c).text for c in table.columns])
+    return out
+
+
+def _first_header(table: Table) -> str:
+    return f"{table.row_header} \\ {table.column_header}"
+
+
+def to_markdown(table: Table) -> str:
+    """A GitHub-flavoured table with the title above and the caption below (in italics)."""
+    grid = _grid(table)
+
+    def line(cells):
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    lines = [f"**{table.title}**", "", line(grid[0]),
+             "|" + "|".join([" --- "] + [" ---: "] * len(table.columns)) + "|"]
+    lines += [line(r) for r in grid[1:]]
+    lines += ["", f"*{table.caption}*", ""]
+    return "\n".join(lines)
+
+
+def to_csv(table: Table) -> str:
+    """The table as displayed (the values with ratios and statuses); ``rows.csv`` has raw numbers."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(_grid(table))
+    return buf.getvalue()
+
+
+_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}",
+                  "—": "---"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in str(text))
+
+
+def to_latex(table: Table) -> str:
+    """A booktabs ``table`` environment, ready for ``\\input`` (needs ``\\usepackage{booktabs}``)."""
+    grid = _grid(table)
+    header = [latex_escape(table.row_header)] + [latex_escape(c) for c in grid[0][1:]]
+    lines = [
+        r"\begin{table}[t]", r"\centering", r"\small",
+        r"\begin{tabular}{l" + "r" * len(table.columns) + "}", r"\toprule",
+        f"& \\multicolumn{{{max(len(table.columns), 1)}}}{{c}}{{{latex_escape(table.column_header)}}} \\\\",
+        " & ".join(header) + r" \\", r"\midrule",
+    ]
+    lines += [" & ".join(latex_escape(c) for c in r) + r" \\" for r in grid[1:]]
+    lines += [r"\bottomrule", r"\end{tabular}",
+              f"\\caption{{{latex_escape(table.title)}. {latex_escape(table.caption)}}}",
+              f"\\label{{tab:{table.key}}}", r"\end{table}", ""]
+    return "\n".join(lines)
+
+
+def to_html(table: Table) -> str:
+    """An HTML table whose cells link to their row in the appendix and name it in ``title``."""
+    esc = html.escape
+    parts = [f'<table class="results" id="table-{esc(table.key)}">',
+             f"<caption><b>{esc(table.title)}</b><br>{esc(table.caption)}</caption>",
+             "<thead><tr><th>" + esc(_first_header(table)) + "</th>"
+             + "".join(f"<th>{esc(str(c))}</th>" for c in table.columns) + "</tr></thead><tbody>"]
+    for row in table.rows:
+        tds = []
+        for col in table.columns:
+            cell = table.cell(row, col)
+            if cell.case_id is None:
+                tds.append(f"<td>{esc(cell.text)}</td>")
+                continue
+            tip = f"case_id={cell.case_id}; run_id={cell.run_id}; status={cell.status}"
+            if cell.message:
+                tip += f"; {cell.message}"
+            cls = "ok" if cell.status == "ok" else "bad"
+            tds.append(f'<td class="{cls}" title="{esc(tip)}"><a href="#{row_anchor(cell.run_id, cell.case_id)}">'
+                       f"{esc(cell.text)}</a></td>")
+        parts.append(f"<tr><th>{esc(row)}</th>{''.join(tds)}</tr>")
+    parts.append("</tbody></table>")
+    return "\n".join(parts)
+
+
+def to_text(table: Table) -> str:
+    """Aligned plain text for the terminal: the title, then the grid in padded columns."""
+    grid = _grid(table)
+    widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
+    lines = [table.title]
+    for r in grid:
+        lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]))
+    return "\n".join(lines) + "\n"
+
+
+# Columns of a run's table.csv: one line per cell, so tables with different columns share a file.
+CELL_COLUMNS = ["metric", "method", "column", "value", "ratio", "ratio_lo", "ratio_hi", "text", "status", "case_id",
+                "run_id"]
+
+
+def cells_csv(tables: list[Table]) -> str:
+    """Every cell of ``tables``, one line each (``CELL_COLUMNS``): raw value, ratio, the bounds of the
+    ratio's 95% interval (empty without rounds) and the text shown.
+
+    ``column`` is ``<axis>=<value>`` (``seq_len=512``); other grid parameters of a table are
+    in its ``metric`` field after the name (``fwd_ms head_dim=64``).
+    """
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    out.writerow(CELL_COLUMNS)
+    for t in tables:
+        rest = " ".join(f"{k}={v}" for k, v in t.extra.get("rest", {}).items())
+        for row in t.rows:
+            for col in t.columns:
+                c = t.cell(row, col)
+                out.writerow([f"{t.metric} {rest}".strip(), row, f"{t.column_header}={col}",
+                              "" if c.value is None else repr(c.value), "" if c.ratio is None else f"{c.ratio:.6g}",
+                              *(("", "") if c.ratio_interval is None else (f"{x:.6g}" for x in c.ratio_interval)),
+                              c.text, c.status, c.case_id or "", c.run_id or ""])
+    return buf.getvalue()
+
+
+def write_run_files(tables: list[Table], folder: Path, note: str = "") -> list[Path]:
+    """A run's ``table.md`` (``note``, then every table) and ``table.csv`` (``cells_csv``), atomically."""
+    md = (note + "\n\n" if note else "") + "\n".join(to_markdown(t) for t in tables)
+    return [atomic_write_text(Path(folder) / "table.md", md),
+            atomic_write_text(Path(folder) / "table.csv", cells_csv(tables))]

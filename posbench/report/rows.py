@@ -1,0 +1,414 @@
+"""The results a run folder holds, and the one way everything reads them.
+
+A run folder ``results/<suite>/<run-id>/`` holds::
+
+    run.json      what was run: suite, version, task, baseline, method order, metrics, settings, grid
+    env.json      where it ran: versions, git commit, CPU, GPU (posbench.engine.env)
+    cases.jsonl   one JSON row per finished case, appended as cases end (ROW_KEYS)
+
+The runner (resume), ``bench.py report`` and ``bench.py compare`` all read through this module,
+so they agree on three rules:
+
+- **A row's shape** (``check_row``): a JSON object with ``case_id``, ``method``, ``status`` (strings),
+  ``params`` and ``metrics`` (objects; metric values are numbers or null). A row that breaks this
+  is a one-line ``RowsError`` naming the file and line.
+- **A torn last line** (a process killed mid-write) is skipped; a bad line anywhere else is an error.
+- **The latest row of a case** (``latest``): rows ordered by ``started_at`` (rows without one
+  first), ties kept in the order read; the last one wins. A retried case appends a newer row.
+- **Rounds** (``merge_rounds``): a suite with ``rounds: k`` stores one row per case and round
+  (``round`` 1..k; a row without one is round 1). The latest row counts per (case, round), and
+  readers see one row per case: metrics are medians over its ok rounds, ``series[m + "_by_round"]``
+  holds every round's value of each metric (index r-1, null for a round without one), and
+  ``metrics["n_rounds"]`` counts the ok rounds. Tables pair these lists with the baseline's, round
+  by round (``posbench.report.bootstrap``).
+- **Paired windows** (rows with ``info.pairing == "windows"``, measured with the other methods of
+  their grid point in one process, ``info.group`` naming it): a metric ``m`` with a per-window
+  series ``series[m + "_windows"]`` also gets ``series[m + "_by_window"]``, per round ``{"group",
+  "values"}`` (null for a round without an ok row). Tables and compare pair those window by window
+  with the baseline's of the same group, which is what cancels the machine's drift
+  (``posbench.report.bootstrap.window_clusters``). Such a case is merged even when it has one round.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+from posbench.core.files import atomic_write_text
+
+CASES_FILE = "cases.jsonl"
+ENV_FILE = "env.json"
+RUN_FILE = "run.json"
+RUN_FORMAT = 1  # run.json's own version: bump when its keys change meaning
+
+# Keys of a row, in the order the runner writes them.
+ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message", "metrics", "series",
+            "info", "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
+            "git_commit", "traceback", "round")
+_REQUIRED = {"case_id": str, "method": str, "status": str, "params": dict, "metrics": dict}
+_OPTIONAL_DICTS = ("series", "settings", "info")
+# Used when a run was written before run.json existed (format 0): the suites' old default.
+LEGACY_BASELINE = "sinusoidal"
+
+
+class RowsError(ValueError):
+    """A folder holds no run, or a stored file cannot be read; the message names file and line."""
+
+
+# ---------------------------------------------------------------------------------------------
+# cases.jsonl
+
+
+def check_row(row: Any, where: str) -> dict:
+    """``row`` if it has the shape of a result row, else a ``RowsError`` saying what is wrong."""
+    if not isinstance(row, dict):
+        raise RowsError(f"{where}: expected a JSON object per line, got {type(row).__name__}")
+    for key, kind in _REQUIRED.items():
+        if key not in row:
+            raise RowsError(f"{where}: row has no {key!r}; a row needs {', '.join(_REQUIRED)}")
+        if not isinstance(row[key], kind):
+            raise RowsError(f"{where}: {key}: expected {'an object' if kind is dict else 'a string'}, "
+                            f"got {type(row[key]).__name__}")
+    for key in _OPTIONAL_DICTS:
+        if row.get(key) is not None and not isinstance(row[key], dict):
+            raise RowsError(f"{where}: {key}: expected an object, got {type(row[key]).__name__}")
+    for name, value in row["metrics"].items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise RowsError(f"{where}: metrics.{name}: expected a number or null, got {json.dumps(value)[:40]}")
+    return row
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """Every row of a ``cases.jsonl`` in file order; ``[]`` when the file does not exist yet.
+
+    A last line that is not JSON is a write cut short and is skipped (the runner cuts it off
+    before appending); a bad line before it raises ``RowsError`` naming file and line.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    raw = path.read_bytes().split(b"\n")
+    last_raw = max((i for i, line in enumerate(raw, 1) if line.strip()), default=0)
+    lines = []
+    for lineno, line in enumerate(raw, 1):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            if lineno == last_raw:  # a write cut inside a multi-byte character
+                break
+            raise RowsError(f"{path}:{lineno}: not UTF-8 text") from None
+    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if lineno == last:
+                break
+            raise RowsError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
+        rows.append(check_row(row, f"{path}:{lineno}"))
+    return rows
+
+
+def _order(row: dict) -> str:
+    started = row.get("started_at")
+    return started if isinstance(started, str) else ""
+
+
+def latest(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r["case_id"]) -> dict[Any, dict]:
+    """``key(row)`` -> the latest row (module docstring); keys keep the order they first appear.
+
+    The default key is the case id (one run folder, or "this case, whichever run"); reports
+    use ``(run_id, case_id)`` so each run keeps its own row.
+    """
+    rows = list(rows)
+    first_seen = {}
+    for r in rows:
+        first_seen.setdefault(key(r), len(first_seen))
+    out: dict[Any, dict] = {}
+    for r in sorted(rows, key=_order):  # stable: equal times keep the order read
+        out[key(r)] = r
+    return dict(sorted(out.items(), key=lambda kv: first_seen[kv[0]]))
+
+
+def round_of(row: dict) -> int:
+    """The row's round, 1-based; rows written before rounds existed are round 1."""
+    r = row.get("round")
+    return r if isinstance(r, int) and not isinstance(r, bool) and r >= 1 else 1
+
+
+def latest_rounds(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r["case_id"]) -> dict[Any, dict]:
+    """``(key(row), round)`` -> the latest row of that case and round (``latest`` per round)."""
+    return latest(rows, key=lambda r: (key(r), round_of(r)))
+
+
+def merge_rounds(rows: list[dict]) -> dict:
+    """One row for a case from its rows of different rounds (the latest of each; module docstring).
+
+    Status: ``ok`` when every stored round is ok, else the first failed round's status, message
+    (prefixed ``round r:``) and traceback; ``--retry-failed`` re-runs just that round. A case
+    with a single row (one round, or a run from before rounds) comes back unchanged.
+    """
+    if len(rows) == 1 and not group_of(rows[0]):
+        return dict(rows[0])  # one round (or a row from before rounds): nothing to merge
+    rows = sorted(rows, key=round_of)
+    ok = [r for r in rows if r["status"] == "ok"]
+    failed = [r for r in rows if r["status"] != "ok"]
+    out = dict(ok[0] if ok else rows[0])
+    if failed:
+        first = failed[0]
+        out.update(status=first["status"], message=first.get("message", ""), traceback=first.get("traceback", ""))
+        if len(rows) > 1:
+            out["message"] = f"round {round_of(first)}: {out['message']}"
+    n = max(round_of(r) for r in rows)
+    names = list(dict.fromkeys(k for r in ok for k in r["metrics"]))
+    metrics, series = {}, dict(out.get("series") or {})
+    for name in names:
+        by_round: list = [None] * n
+        for r in ok:
+            value = _finite(r["metrics"].get(name))
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                by_round[round_of(r) - 1] = value
+        values = [v for v in by_round if v is not None]
+        metrics[name] = _median(values) if values else None
+        series[f"{name}_by_round"] = by_round
+    for name in names:  # paired windows: each round's windows, with the process they came from
+        by_window: list = [None] * n
+        for r in ok:
+            values = (r.get("series") or {}).get(f"{name}_windows")
+            if group_of(r) and isinstance(values, list):
+                by_window[round_of(r) - 1] = {"group": group_of(r), "values": values}
+        if any(by_window):
+            series[f"{name}_by_window"] = by_window
+    if not ok:
+        metrics = dict(out["metrics"])
+    metrics["n_rounds"] = len(ok)
+    out.update(metrics=metrics, series=series, round=None)
+    if len(rows) > 1:
+        out["duration_s"] = sum(float(r.get("duration_s") or 0) for r in rows)
+    return out
+
+
+def group_of(row: dict) -> Optional[str]:
+    """The process (``info.group``) a paired-windows row was measured in; None for other rows."""
+    info = row.get("info")
+    if isinstance(info, dict) and info.get("pairing") == "windows" and isinstance(info.get("group"), str):
+        return info["group"]
+    return None
+
+
+def _median(values: list):
+    values = sorted(values)
+    mid = len(values) // 2
+    if len(values) % 2:
+        return values[mid]
+    return (values[mid - 1] + values[mid]) / 2
+
+
+def case_rows(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r["case_id"]) -> dict[Any, dict]:
+    """``key(row)`` -> one merged row per case: the latest row of each round, then ``merge_rounds``."""
+    groups: dict[Any, list] = {}
+    for (k, _round), row in latest_rounds(rows, key).items():
+        groups.setdefault(k, []).append(row)
+    return {k: merge_rounds(group) for k, group in groups.items()}
+
+
+def _finite(value):
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+# ---------------------------------------------------------------------------------------------
+# run.json
+
+
+@dataclass
+class RunMeta:
+    """What ``run.json`` records: enough to lay out tables and read ratios without the suite file."""
+
+    suite: str
+    version: int
+    task: str
+    baseline: Optional[str]
+    methods: list[str]
+    metrics: list[str]
+    settings: dict = field(default_factory=dict)
+    grid: dict = field(default_factory=dict)
+    profile: str = ""
+    device: str = ""
+    run_id: str = ""
+    posbench_version: str = ""
+    written_at: str = ""
+    format: int = RUN_FORMAT
+
+    @classmethod
+    def of_suite(cls, suite, device: str, run_id: str) -> "RunMeta":
+        """The record of a resolved ``posbench.run.suite.Suite`` about to run on ``device``."""
+        from posbench import __version__
+
+        settings = suite.settings.model_dump() if hasattr(suite.settings, "model_dump") else dict(suite.settings)
+        return cls(suite=suite.name, version=suite.version, task=suite.task, baseline=suite.baseline,
+                   methods=list(suite.methods), metrics=list(suite.metrics), settings=settings,
+                   grid={k: list(v) for k, v in suite.grid.items()}, profile=suite.profile, device=device,
+                   run_id=run_id, posbench_version=__version__,
+                   written_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def write_run_meta(run_dir: str | Path, meta: RunMeta) -> Path:
+    """``run_dir/run.json``, written atomically (a reader sees the old file or the new one)."""
+    return atomic_write_text(Path(run_dir) / RUN_FILE, json.dumps(asdict(meta), indent=2, default=str) + "\n")
+
+
+def read_run_meta(run_dir: str | Path) -> Optional[RunMeta]:
+    """The run's ``run.json``, or None for a run written before posbench kept one."""
+    path = Path(run_dir) / RUN_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RowsError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise RowsError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    known = {f.name for f in fields(RunMeta)}
+    missing = [k for k in ("suite", "version", "task", "baseline", "methods", "metrics") if k not in data]
+    if missing:
+        raise RowsError(f"{path}: no {missing[0]!r}; run.json needs suite, version, task, baseline, methods, metrics")
+    if not isinstance(data["methods"], list) or not isinstance(data["metrics"], list):
+        raise RowsError(f"{path}: methods and metrics must be lists")
+    return RunMeta(**{k: v for k, v in data.items() if k in known})
+
+
+# ---------------------------------------------------------------------------------------------
+# env.json and hardware labels
+
+
+def read_env(run_dir: str | Path) -> dict:
+    path = Path(run_dir) / ENV_FILE
+    if not path.is_file():
+        return {}
+    try:
+        env = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise RowsError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise RowsError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    return env if isinstance(env, dict) else {}
+
+
+def gpu_name(env: dict) -> Optional[str]:
+    """The GPU model NVML reported, or None when NVML was unavailable (CPU runs)."""
+    nvml = env.get("nvml")
+    if isinstance(nvml, dict):
+        name = nvml.get("name")
+        if isinstance(name, list):  # several GPUs: they are the same model in any sane run
+            name = name[0] if name else None
+        return str(name) if name else None
+    return None
+
+
+def cpu_model(env: dict) -> Optional[str]:
+    """The CPU model from env.json, which may store it as a string or as a dict."""
+    cpu = env.get("cpu")
+    if isinstance(cpu, dict):
+        for key in ("model", "name", "brand"):
+            if cpu.get(key):
+                return str(cpu[key])
+        return None
+    return str(cpu) if cpu else None
+
+
+def hardware_label(env: dict, device: Optional[str]) -> str:
+    """A short machine name for captions and for splitting tables: the GPU, else the CPU."""
+    gpu = gpu_name(env)
+    if gpu and str(device or "").startswith("cuda"):
+        return gpu
+    cpu = cpu_model(env)
+    if cpu:
+        return f"CPU ({cpu})" if not gpu else f"{device} ({cpu})"
+    return str(device or "unknown device")
+
+
+# ---------------------------------------------------------------------------------------------
+# Several run folders as one table of rows (reports, compare)
+
+
+def find_run_dirs(path: str | Path) -> list[Path]:
+    """Run folders at or below ``path``: every folder that holds a ``cases.jsonl``, sorted.
+
+    Accepting a parent folder lets users pass ``results/efficiency`` or a downloaded artifact
+    without knowing the run id inside it.
+    """
+    path = Path(path)
+    if (path / CASES_FILE).is_file():
+        return [path]
+    if not path.is_dir():
+        raise RowsError(f"{path}: no such folder")
+    found = sorted(p.parent for p in path.rglob(CASES_FILE))
+    if not found:
+        raise RowsError(f"{path}: no {CASES_FILE} in this folder or below it")
+    return found
+
+
+@dataclass
+class Runs:
+    """Rows of several run folders: ``rows`` a DataFrame (one line per case and run, the stored
+    keys plus ``source``, the run folder, and ``hardware``, a machine label), ``envs`` and
+    ``metas`` each keyed by ``source`` (``metas[source]`` is None for a run without run.json)."""
+
+    rows: Any  # pandas.DataFrame
+    envs: dict[str, dict]
+    metas: dict[str, Optional[RunMeta]]
+
+    def meta_of(self, sources: Iterable[str]) -> Optional[RunMeta]:
+        """The run.json of the first of ``sources`` that has one (shards of a run share it)."""
+        for s in sources:
+            if self.metas.get(s) is not None:
+                return self.metas[s]
+        return None
+
+
+def load_runs(dirs) -> Runs:
+    """Merge the runs stored in ``dirs`` (run folders or folders above them).
+
+    Each (run_id, case_id) keeps its latest row per round (a resumed run, or shards that overlap),
+    its rounds merged into one row (``merge_rounds``); the same case in different runs is kept,
+    one row per run.
+    """
+    import pandas as pd  # only readers of several runs need it; the runner does not
+
+    if isinstance(dirs, (str, Path)):
+        dirs = [dirs]
+    run_dirs: list[Path] = []
+    for d in dirs:
+        for run_dir in find_run_dirs(d):
+            if run_dir not in run_dirs:
+                run_dirs.append(run_dir)
+    records, envs, metas = [], {}, {}
+    for run_dir in run_dirs:
+        source = str(run_dir)
+        env, meta = read_env(run_dir), read_run_meta(run_dir)
+        envs[source], metas[source] = env, meta
+        for row in read_rows(run_dir / CASES_FILE):
+            row = dict(row)
+            for key in ("series", "settings", "info"):
+                if not isinstance(row.get(key), dict):
+                    row[key] = {}
+            row["metrics"] = {k: _finite(v) for k, v in row["metrics"].items()}
+            row.setdefault("run_id", run_dir.name)
+            row.setdefault("task", meta.task if meta else None)
+            row.setdefault("suite", meta.suite if meta else run_dir.parent.name)
+            row["source"] = source
+            row["hardware"] = hardware_label(env, row.get("device"))
+            records.append(row)
+    # The latest row per (run, case, round), then one row per (run, case): rounds merged.
+    records = list(case_rows(records, key=lambda r: (r["run_id"], r["case_id"])).values())
+    frame = pd.DataFrame.from_records(records)
+    for column in ROW_KEYS + ("source", "hardware"):
+        if column not in frame.columns:
+            frame[column] = None
+    return Runs(frame.reset_index(drop=True), envs, metas)

@@ -1,0 +1,438 @@
+"""Comparison tables built from stored rows: methods as rows, a grid parameter as columns.
+
+The one table model of posbench: the table printed and written (``table.md``) at the end of a
+run and every table of ``bench.py report`` are built here and rendered by ``posbench.report.render``.
+A ``Table`` keeps, for every cell, the number a chart plots, the text a reader sees and the
+``case_id``/``run_id`` it came from, so renderers and charts draw from the same data and the
+HTML report can link each number to its row. Cells of failed cases show their status (``OOM``,
+``unavailable``, ...) instead of disappearing.
+
+Titles, units and number formats come from the task's metric declarations
+(``posbench.core.task.Metric``); the baseline and the method order from the run's ``run.json``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import pandas as pd
+
+from posbench.report import bootstrap
+from posbench.report import numbers as fmt
+from posbench.engine.env import was_busy
+from posbench.report.rows import LEGACY_BASELINE, RunMeta, Runs
+from posbench.core.task import SPREAD_SUFFIXES, Metric, find_metric, is_housekeeping, metrics_of, spread_of
+
+
+@dataclass
+class Cell:
+    text: str
+    value: Optional[float] = None    # what a chart plots; None when there is no number
+    status: str = "ok"               # the case's (or evaluation's) status
+    case_id: Optional[str] = None
+    run_id: Optional[str] = None
+    message: str = ""
+    ratio: Optional[float] = None    # value / baseline value, same run and grid point
+    ratio_interval: Optional[tuple[float, float]] = None  # a confidence interval of the ratio
+    spread: Optional[tuple[float, float]] = None  # (low, high) the row holds: min-max of windows, or ± std of seeds
+
+
+@dataclass
+class Table:
+    key: str                         # file stem, unique within a report
+    title: str
+    caption: str
+    task: str
+    metric: str
+    unit: str
+    column_header: str
+    columns: list
+    rows: list[str]
+    cells: dict = field(default_factory=dict)      # (row, column) -> Cell
+    hardware: str = ""
+    commit: str = ""
+    fmt: str = "plain"               # posbench.report.numbers format of the values (charts' axis labels)
+    extra: dict = field(default_factory=dict)      # e.g. L_train, best_ppl, baseline, for charts
+    row_header: str = "method"       # what the rows are (the run-details appendix: cases)
+
+    def cell(self, row: str, column) -> Cell:
+        return self.cells.get((row, column), Cell(text="—", status="missing"))
+
+
+# -- grouping ------------------------------------------------------------------------------
+
+def slug(text: str) -> str:
+    out = "".join(ch if ch.isalnum() else "-" for ch in str(text).lower())
+    while "--" in out:
+        out = out.replace("--", "-")
+    return out.strip("-")
+
+
+def ordered(values) -> list:
+    """Unique values in first-seen order."""
+    return list(dict.fromkeys(values))
+
+
+def _sort_key(value):
+    # Grid values are usually numbers; mixing types must not break sorting.
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
+
+
+def short_commit(commits) -> str:
+    """The distinct commits of some rows, shortened, for a caption."""
+    commits = ordered(c[:10] for c in commits if isinstance(c, str) and c)  # skips None/NaN
+    return ", ".join(commits) if commits else "unknown commit"
+
+
+def task_groups(frame: pd.DataFrame, task: str):
+    """Rows of one task split per (suite, hardware): one set of tables per machine."""
+    rows = frame[frame["task"] == task]
+    for (suite, hardware), group in rows.groupby(["suite", "hardware"], sort=False, dropna=False):
+        yield suite, hardware, group
+
+
+def by_params(group: pd.DataFrame) -> dict[tuple, list]:
+    """Rows (as named tuples) per grid point, e.g. one list per L_train, in stored order."""
+    out: dict[tuple, list] = {}
+    for row in group.itertuples(index=False):
+        out.setdefault(tuple(sorted(row.params.items())), []).append(row)
+    return out
+
+
+def _rest(params: dict, column: str) -> tuple:
+    """Grid parameters other than the column one; rows that differ in these get their own table."""
+    return tuple(sorted((k, v) for k, v in params.items() if k != column))
+
+
+def method_order(present, meta: Optional[RunMeta]) -> list[str]:
+    """The suite's method order (run.json), then methods it does not list in the order read."""
+    present = ordered(present)
+    first = [m for m in (meta.methods if meta else []) if m in present]
+    return first + [m for m in present if m not in first]
+
+
+def baseline_for(meta: Optional[RunMeta], override: Optional[str]) -> Optional[str]:
+    """An explicit ``--baseline`` wins; else the run.json's (None: no ratios); else the old default."""
+    if override is not None:
+        return override or None
+    return meta.baseline if meta is not None else LEGACY_BASELINE
+
+
+def describe(declared: dict[str, Metric], name: str) -> Metric:
+    """The declaration of ``name``; an undeclared metric is shown plainly and never compared."""
+    return find_metric(declared, name) or Metric(title=name, unit="", doc="")
+
+
+def choose_metrics(group: pd.DataFrame, declared: dict[str, Metric], meta: Optional[RunMeta]) -> list[str]:
+    """The metrics a report tabulates: the suite's (run.json) and those declared ``table=True``,
+    in declaration order, less those the task shows elsewhere (``shown_in``: a column of another
+    table; housekeeping: the run-details appendix). With none of these, every numeric metric the
+    rows carry that the task does not show elsewhere (all of them for an undeclared task)."""
+    suite = list(meta.metrics if meta else [])
+    wanted = set(suite) | {k for k, m in declared.items() if m.table}
+    names = [k for k in declared if k in wanted] + [k for k in suite if k not in declared]
+    names = [k for k in names if _own_table(declared, k)]
+    if names:
+        return ordered(names)
+    found = ordered(k for m in group["metrics"] for k, v in m.items() if _is_number(v))
+    return [k for k in found if _own_table(declared, k) and spread_of(declared, k) is None] if declared else found
+
+
+def _own_table(declared: dict[str, Metric], name: str) -> bool:
+    return not describe(declared, name).shown_in and not (declared and is_housekeeping(declared, name))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def family_head(name: str) -> Optional[str]:
+    """``ppl@*`` -> ``ppl``: the head of a family key, None for a plain metric name."""
+    return name[:-2] if name.endswith("@*") else None
+
+
+# -- metric tables (efficiency, kernels, anything with a numeric grid) ---------------------
+
+def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column: str = "seq_len",
+                  metrics: Optional[list[str]] = None, frame: Optional[pd.DataFrame] = None) -> list[Table]:
+    """One table per metric, per (suite, hardware, other grid params): methods x ``column``.
+
+    ``metrics`` None: ``choose_metrics``. ``frame``: a subset of ``runs.rows`` to tabulate.
+    Cells show the value and, when the baseline method has an ok row at the same grid point,
+    the ratio to it, e.g. ``25.8k (0.99x)``; with interleaved rounds the median of the per-round
+    ratios and its bootstrap interval, ``25.8k (0.99x ±0.01)``. The baseline is looked up in the same run first
+    (a ratio is only fair within one run), then on the same machine (shards of one run).
+    """
+    declared = metrics_of(task)
+    tables = []
+    for suite, hardware, group in task_groups(runs.rows if frame is None else frame, task):
+        meta = runs.meta_of(ordered(group["source"]))
+        busy = any(was_busy(runs.envs.get(source, {})) for source in ordered(group["source"]))
+        base_method = baseline_for(meta, baseline)
+        params = ordered(k for p in group["params"] for k in p)
+        col = column if column in params else (params[0] if params else "case")
+        parts: dict[tuple, list] = {}
+        for row in group.itertuples(index=False):
+            parts.setdefault(_rest(row.params, col), []).append(row)
+        names = metrics if metrics is not None else choose_metrics(group, declared, meta)
+        for name in names:
+            if family_head(name) is not None:
+                tables += family_tables(suite, hardware, task, group, name, describe(declared, name), meta)
+        plain = [n for n in names if family_head(n) is None]
+        if names and not plain:
+            continue
+        for rest, rows in parts.items():
+            for name in plain or ["status"]:  # no metric at all: still show the statuses
+                tables.append(_metric_table(suite, hardware, task, rows, rest, name, describe(declared, name),
+                                            col, base_method, group, meta, busy))
+    return tables
+
+
+def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: Metric,
+                  meta: Optional[RunMeta]) -> list[Table]:
+    """The table of a family ``head@*`` declared ``table=True``, one per grid point whose rows carry
+    members: rows are methods (with the key's middle parts), columns the key's last part.
+
+    ``ppl@float32_bias@256`` of method alibi is the cell (``alibi, float32_bias``, 256). A failed
+    case at that grid point keeps a row that shows its status.
+    """
+    head = family_head(key)
+    tables = []
+    for params, members in by_params(group).items():
+        found = {r.case_id: {k: v for k, v in r.metrics.items()
+                             if k.startswith(head + "@") and _is_number(v) and not k.endswith(SPREAD_SUFFIXES)}
+                 for r in members}  # a member's <m>_std (seeds) is its error bar, not a column
+        if not any(found.values()):
+            continue
+        shown = [r for r in members if found[r.case_id] or r.status != "ok"]
+        order = method_order((r.method for r in shown), meta)
+        shown.sort(key=lambda r: order.index(r.method))
+        rest_text = ", ".join(f"{k}={v}" for k, v in params)
+        axis = metric.axis or "key"
+        table = Table(
+            key=slug(f"{suite}-{head}-{hardware}-{rest_text}"),
+            title=f"{metric.title}{_unit_suffix(metric.unit)}, {suite}" + (f", {rest_text}" if rest_text else ""),
+            caption="", task=task, metric=key, unit=metric.unit, column_header=axis, columns=[], rows=[],
+            hardware=hardware, commit=short_commit(group["git_commit"]), fmt=metric.fmt,
+            extra={"baseline": None, "rest": dict(params), "higher_is_better": metric.higher_is_better,
+                   "family": head},
+        )
+        columns = []
+        for r in shown:
+            if r.status != "ok":
+                table.rows.append(r.method)
+                table.extra.setdefault("failed", []).append(r)
+                continue
+            for name, value in found[r.case_id].items():
+                *middle, column = name[len(head) + 1:].split("@")
+                column = int(column) if column.isdigit() else column
+                label = ", ".join([r.method, *middle])
+                table.rows = ordered(table.rows + [label])
+                columns.append(column)
+                cell = Cell(text=fmt.number(value, metric.fmt), value=float(value), case_id=r.case_id,
+                            run_id=r.run_id, message=str(r.message or ""))
+                cell.spread = _spread(r.metrics, name, cell.value, table.extra)
+                table.cells[(label, column)] = cell
+        columns = ordered(columns)  # words (dtypes) keep the order the rows hold them in; numbers sort
+        table.columns = sorted(columns, key=_sort_key) if all(isinstance(c, int) for c in columns) else columns
+        for r in table.extra.pop("failed", []):
+            for column in table.columns:
+                table.cells[(r.method, column)] = Cell(text=fmt.status(r.status), status=r.status, case_id=r.case_id,
+                                                       run_id=r.run_id, message=str(r.message or ""))
+        better = {True: " (higher is better)", False: " (lower is better)"}.get(metric.higher_is_better, "")
+        table.caption = (f"{metric.title}{_unit_suffix(metric.unit)}{better} on {hardware} (commit {table.commit}); "
+                         f"rows are methods, columns {axis} ({metric.doc}). "
+                         "Failed cases show their status (OOM, unavailable, error, ...).")
+        tables.append(table)
+    return tables
+
+
+SPREAD_MIN_MAX = "min-max over measured windows"
+SPREAD_STD = "± std over seeds"
+
+
+def _spread(metrics: dict, name: str, value: Optional[float], extra: dict) -> Optional[tuple[float, float]]:
+    """What the row says about the spread of ``name``: ``<name>_min``/``<name>_max`` (windows,
+    rounds), else ``value ± <name>_std`` (seeds); None when it says nothing. Which one it was goes
+    to ``extra["spread"]`` (the table's charts name it under their error bars)."""
+    lo, hi = metrics.get(f"{name}_min"), metrics.get(f"{name}_max")
+    if _is_number(lo) and _is_number(hi):
+        extra["spread"] = SPREAD_MIN_MAX
+        return float(lo), float(hi)
+    std = metrics.get(f"{name}_std")
+    if _is_number(std) and value is not None:
+        extra["spread"] = SPREAD_STD
+        return value - float(std), value + float(std)
+    return None
+
+
+def details_tables(runs: Runs, task: str) -> list[Table]:
+    """The task's housekeeping values (``posbench.core.task.is_housekeeping``: parameters, steps,
+    threads, ...) as one compact table per (suite, hardware): finished cases x those metrics.
+
+    The report puts these in its "Appendix: run details" instead of one table per value.
+    """
+    declared = metrics_of(task)
+    tables = []
+    for suite, hardware, group in task_groups(runs.rows, task):
+        def housekeeping(r) -> list[str]:
+            return [k for k, v in r.metrics.items() if _is_number(v) and is_housekeeping(declared, k)]
+
+        ok = [r for r in group.itertuples(index=False) if r.status == "ok" and housekeeping(r)]
+        names = ordered(k for r in ok for k in housekeeping(r))
+        names.sort(key=lambda k: list(declared).index(k) if k in declared else len(declared))
+        if not names:
+            continue
+        table = Table(key=slug(f"{suite}-run-details-{hardware}"), title=f"Run details, {suite}", caption="",
+                      task=task, metric="details", unit="", column_header="metric", columns=names, rows=[],
+                      hardware=hardware, commit=short_commit(group["git_commit"]), row_header="case")
+        for r in ok:
+            label = " ".join([r.method] + [f"{k}={v}" for k, v in r.params.items()])
+            if label in table.rows:  # the same case in two runs (shards of different runs)
+                label += f" ({r.run_id})"
+            table.rows.append(label)
+            for name in names:
+                value = r.metrics.get(name)
+                kind = describe(declared, name).fmt
+                table.cells[(label, name)] = Cell(
+                    text=fmt.number(value if _is_number(value) else None, kind),
+                    value=float(value) if _is_number(value) else None, case_id=r.case_id, run_id=r.run_id)
+        legend = "; ".join(f"{k}: {describe(declared, k).title}{_unit_suffix(describe(declared, k).unit)}"
+                           for k in names)
+        table.caption = (f"Housekeeping values of each finished case on {hardware} (commit {table.commit}), "
+                         f"shown, never compared. {legend}.")
+        tables.append(table)
+    return tables
+
+
+def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, column, base_method, group,
+                  meta, busy: bool = False) -> Table:
+    methods = method_order((r.method for r in rows), meta)
+    columns = sorted(ordered(r.params.get(column, r.case_id) for r in rows), key=_sort_key)
+    baselines = {}  # (run_id or None, column) -> (value, per-round values or None)
+    for r in rows:
+        value = r.metrics.get(name)
+        if r.method == base_method and r.status == "ok" and value is not None:
+            col = r.params.get(column, r.case_id)
+            entry = (value, _by_round(r, name))
+            baselines.setdefault((r.run_id, col), entry)
+            baselines.setdefault((None, col), entry)
+    rest_text = ", ".join(f"{k}={v}" for k, v in rest)
+    unit = _unit_suffix(metric.unit)
+    table = Table(
+        key=slug(f"{suite}-{name}-{hardware}-{rest_text}"),
+        title=f"{metric.title}{unit}, {suite}" + (f", {rest_text}" if rest_text else ""),
+        caption="", task=task, metric=name, unit=metric.unit, column_header=column, columns=columns,
+        rows=methods, hardware=hardware, commit=short_commit(group["git_commit"]), fmt=metric.fmt,
+        extra={"baseline": base_method, "rest": dict(rest), "higher_is_better": metric.higher_is_better},
+    )
+    for r in rows:
+        col = r.params.get(column, r.case_id)
+        table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col, r.method == base_method,
+                                                    table.extra)
+    paired = any(c.ratio_interval is not None for c in table.cells.values())
+    windowed = any(f"{name}_by_window" in (r.series if isinstance(r.series, dict) else {}) for r in rows)
+    if not base_method:
+        ratios = "No ratios: the suite names no baseline. "
+    elif paired and windowed:
+        ratios = (f"In brackets: ratio to {base_method} in the same run, the median of per-window ratios (paired "
+                  "windows: a grid point's methods alternated short measured windows in one process per round), "
+                  "± half the width of its bootstrap 95% interval (rounds, then windows resampled). ")
+    elif paired:
+        ratios = (f"In brackets: ratio to {base_method} in the same run, the median of per-round ratios "
+                  "(interleaved rounds), ± half the width of its bootstrap 95% interval. ")
+    elif baselines:
+        ratios = f"In brackets: ratio to {base_method} in the same run. "
+    elif base_method in methods:
+        ratios = f"No ratios: baseline {base_method} has no finished case. "
+    else:
+        ratios = f"No ratios: baseline {base_method} was not run. "
+    better = {True: " (higher is better)", False: " (lower is better)"}.get(metric.higher_is_better, "")
+    table.caption = (f"{metric.title}{unit}{better} on {hardware} (commit {table.commit}); rows are methods, "
+                     f"columns {column}. " + ratios + "Failed cases show their status (OOM, unavailable, error, ...).")
+    if busy:
+        table.caption += (" Measured on a busy machine (other processes competed for it; env.json \"machine\" "
+                          "says which): speeds are noisier than usual.")
+    return table
+
+
+def _unit_suffix(unit: str) -> str:
+    # Memory is shown in GiB everywhere (posbench.report.numbers.nbytes), so a title says GiB, not bytes.
+    if unit == "bytes":
+        return " (GiB)"
+    return "" if unit in ("", "-") else f" ({unit})"
+
+
+def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False, extra: Optional[dict] = None) -> Cell:
+    cell = Cell(text="", status=r.status, case_id=r.case_id, run_id=r.run_id, message=str(r.message or ""))
+    if r.status != "ok":
+        cell.text = fmt.status(r.status)
+        return cell
+    value = r.metrics.get(name)
+    if value is None:
+        cell.text = fmt.MISSING
+        return cell
+    cell.value = float(value)
+    cell.spread = _spread(r.metrics, name, cell.value, {} if extra is None else extra)
+    base = baselines.get((r.run_id, col), baselines.get((None, col)))
+    if base and base[0]:
+        cell.ratio = cell.value / float(base[0])
+        ours = _by_round(r, name)
+        if ours is not None and base[1] is not None and not is_baseline:  # 1.00x against itself: no interval
+            # Interleaved rounds: the ratio of each round to the baseline's same round, then the
+            # median; drift shared by the round cancels. Needs 2+ pairs for an interval.
+            ratio, interval, pairs = bootstrap.paired_ratio(ours, base[1])
+            if pairs >= 2:
+                cell.ratio, cell.ratio_interval = ratio, interval
+    cell.text = fmt.value_with_ratio(cell.value, kind, cell.ratio, cell.ratio_interval)
+    return cell
+
+
+def _by_round(r, name: str) -> Optional[list]:
+    """The row's per-round values of ``name`` (``series[name + "_by_round"]``), if it has rounds;
+    with paired windows each round's windows (``series[name + "_by_window"]``, any number of rounds)."""
+    series = r.series if isinstance(r.series, dict) else {}
+    windows = series.get(f"{name}_by_window")
+    if isinstance(windows, list) and windows:
+        return windows
+    values = series.get(f"{name}_by_round")
+    return values if isinstance(values, list) and len(values) >= 2 else None
+
+
+def efficiency_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:
+    """Words/s and peak memory: methods x seq_len, with baseline ratios."""
+    return metric_tables(runs, "efficiency", baseline)
+
+
+def kernel_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:
+    """Kernel timings, throughput and memory: variants x seq_len, split by head_dim and the rest."""
+    return metric_tables(runs, "kernels", baseline)
+
+
+def decode_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:
+    """TPOT, TTFT, decode speed and memory: methods x context length C, one table per batch."""
+    return metric_tables(runs, "decode", baseline, column="context")
+
+
+def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
+    """The tables printed at the end of a run: the suite's ``metrics`` (run.json) for its task,
+    methods x the first grid axis (``seq_len`` when there is one); a metric declared ``shown_in``
+    another prints that one (a family: ``posbench.report.table.family_tables``)."""
+    frame = runs.rows if case_ids is None else runs.rows[runs.rows["case_id"].isin(case_ids)]
+    out = []
+    for source in ordered(frame["source"]):
+        meta = runs.metas.get(source)
+        if meta is None or not meta.metrics:
+            continue
+        column = "seq_len" if "seq_len" in meta.grid else next(iter(meta.grid), "case")
+        part = frame[frame["source"] == source]
+        if meta.task == "extrapolation":  # the paper's layout: methods x L_valid, with the bound
+            from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
+
+            out += extrapolation_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas))
+            continue
+        declared = metrics_of(meta.task)
+        # a metric the task shows inside another table (precision's per-dtype counts) prints that table
+        names = ordered(describe(declared, m).shown_in or m for m in meta.metrics)
+        out += metric_tables(runs, meta.task, None, column, names, frame=part)
+    return out

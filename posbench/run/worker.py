@@ -1,0 +1,196 @@
+"""Runs one case in its own process: ``python -m posbench.run.worker CASE.json RESULT.json``.
+
+The runner starts one worker per case, so a crash, a hang or an out-of-memory costs one row and
+peak memory is about this case alone. The result file is written only when the task returned or
+raised (to a temporary name, then renamed), so a missing file means the process died: the runner
+turns that into an ``error`` row with the exit code or signal.
+
+Under torchrun (``nproc`` > 1: the runner starts ``python -m torch.distributed.run ... -m
+posbench.run.worker``) every rank runs this module: it joins the process group from the environment
+and runs the case. Rank 0 alone writes RESULT.json when it succeeds; a rank that fails writes
+``RESULT.rank<N>.json`` (message ``rank N: ExcType: msg``, and when it failed) and exits with
+status 1, so torchrun stops the other ranks, which may be waiting for it in a collective. The
+runner reads them back with ``read_result``: any rank's failure makes the row, the earliest one
+if several ranks failed (the first is the cause, the others its echo).
+
+Groups (``pairing: windows``): the runner may hand one worker several cases of one grid point and
+round, ``{"group": [CASE, ...], "round": r}``; the task's ``run_group`` measures them together
+(``posbench.engine.windows``) and RESULT.json is ``{"group": [RESULT, ...]}``, one per case in order. A
+method that fails inside the group has its own failure result; only a failure outside every
+method (or the process dying) fails the whole group.
+
+Result: ``{"status", "message", "traceback", "metrics", "series"}``. Status ``oom`` for
+``MemoryError``, ``torch.cuda.OutOfMemoryError`` and torch's CPU allocator failing (what an
+``RLIMIT_AS`` limit produces); ``diverged`` for ``tasks.Diverged``; ``unavailable`` for ``tasks.Unavailable`` (the message is the
+reason); ``error`` for anything else.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from posbench.core import task as tasks
+from posbench.core.outcome import OOM_TEXT, failure, memory_cause, ok_result, one_line  # noqa: F401  (re-exported)
+from posbench.core.case import Case
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int | None = None):
+    """A function that makes the process calling it get SIGKILL when its parent dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``), and exit at once if the parent (pid ``parent``) is already gone;
+    None off Linux. The runner passes it as Popen's ``preexec_fn`` (it runs in the child between
+    fork and exec, and the setting survives exec); a rank under torchrun calls it at start. The
+    libc lookup happens here, in the caller, so the forked child only makes the call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if parent is not None and os.getppid() != parent:  # it died before the line above
+            os._exit(1)
+
+    return arm
+
+
+def apply_memory_limit(limit_mb: int | None) -> None:
+    """Cap the address space (Linux RLIMIT_AS): allocations past it fail instead of swapping."""
+    if limit_mb is None:
+        return
+    import resource
+
+    limit = limit_mb * 2**20
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def prepare(case: Case) -> None:
+    """What every task needs before it runs, done once here rather than in each task: torch's
+    CPU threads (``threads``) and the method folders the suite names (``--methods-dir``)."""
+    threads = getattr(case.settings, "threads", None)
+    if threads:
+        import torch  # only then: the test-only task runs without torch
+
+        torch.set_num_threads(threads)
+    if case.methods_dirs:
+        from posbench.core import registry
+
+        for folder in case.methods_dirs:
+            registry.add_methods_dir(folder)
+
+
+def typed_case(task, raw: dict) -> Case:
+    """The case of ``raw`` (runner JSON) with the task's typed ``settings`` and ``params``."""
+    case = Case(**raw)
+    case.settings = task.Settings.model_validate(raw["settings"])
+    case.params = task.Params.model_validate(raw["params"])
+    return case
+
+
+def run_group(raw: dict) -> dict:
+    """Several cases of one grid point and round in this one process (module docstring):
+    ``{"group": [result per case]}``. The memory limit is per case, so the group gets
+    ``memory_limit_mb`` times the number of cases."""
+    task = tasks.get(raw["group"][0]["task"])
+    cases = [typed_case(task, c) for c in raw["group"]]
+    limit = cases[0].settings.memory_limit_mb
+    limit = limit * len(cases) if limit else None
+    apply_memory_limit(limit)
+    try:
+        prepare(cases[0])
+        out = task.run_group(cases, raw.get("round", 1))
+    except Exception as exc:  # outside every method: the whole group failed the same way
+        return {"group": [failure(exc, limit)] * len(cases)}
+    missing = {"status": "error", "message": "the task returned no result for this case", "traceback": "",
+               "metrics": {}, "series": {}}
+    return {"group": [out.get(c.id, missing) for c in cases]}
+
+
+def run_case(raw: dict, limit_memory: bool = True) -> dict:
+    task = tasks.get(raw["task"])
+    case = typed_case(task, raw)
+    limit = case.settings.memory_limit_mb if limit_memory else None
+    apply_memory_limit(limit)
+    try:
+        prepare(case)
+        return ok_result(task.run(case))
+    except Exception as exc:  # every failure becomes a row; the suite goes on
+        return failure(exc, limit)
+
+
+def rank_failure(result: dict, rank: int) -> dict:
+    """A failed rank's result, its message naming the rank."""
+    return dict(result, message=f"rank {rank}: {result['message']}", rank=rank)
+
+
+def first_failure(results: list[dict]) -> dict | None:
+    """The failure that came first: when one rank fails, its peers fail next, waiting for it."""
+    failed = [r for r in results if r.get("status", "error") != "ok"]
+    return min(failed, key=lambda r: r.get("failed_at", float("inf"))) if failed else None
+
+
+def rank_file(result_path: Path, rank: int | str) -> Path:
+    return result_path.with_name(f"{result_path.stem}.rank{rank}{result_path.suffix}")
+
+
+def read_result(result_path: Path) -> dict | None:
+    """The case's outcome: a rank's failure if any rank wrote one, else RESULT.json, else None."""
+    failures = [json.loads(p.read_text()) for p in result_path.parent.glob(rank_file(result_path, "*").name)]
+    failure = first_failure(failures)
+    if failure is not None:
+        return failure
+    return json.loads(result_path.read_text()) if result_path.exists() else None
+
+
+def write_json(path: Path, result: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, allow_nan=True))
+    os.replace(tmp, path)  # a reader sees the whole file or none
+
+
+def main_distributed(raw: dict, result_path: Path) -> int:
+    """One rank of a torchrun launch (see the module docstring)."""
+    from posbench.engine import distributed
+
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        distributed.init_from_env(raw["device"], timeout_s=raw["settings"].get("timeout_s"))
+    except Exception as exc:
+        result = {"status": "error", "message": one_line(exc), "traceback": traceback.format_exc(),
+                  "failed_at": time.time()}
+    else:
+        result = run_case(raw)
+    if result["status"] != "ok":
+        write_json(rank_file(result_path, rank), rank_failure(result, rank))
+        return 1
+    if rank == 0:
+        write_json(result_path, result)
+    distributed.teardown()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    arm = die_with_parent(os.getppid())  # torchrun's ranks too: they die with torchrun
+    if arm is not None:
+        arm()
+    case_path, result_path = Path(argv[0]), Path(argv[1])
+    raw = json.loads(case_path.read_text())
+    if "group" in raw:
+        write_json(result_path, run_group(raw))
+        return 0
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return main_distributed(raw, result_path)
+    write_json(result_path, run_case(raw))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,433 @@
+"""Efficiency: training and evaluation words/s and peak memory of one method at one length.
+
+The ALiBi paper's efficiency table (Press et al. 2022, Table 1 / Figure 1): the same model with
+each position method, trained and evaluated at input length L on one GPU. "Words" are tokens.
+
+One case = one method at one ``seq_len``:
+1. Evaluation: ``model.eval()``, no grad; every forward is a batch of non-overlapping windows of
+   length L. ``warmup_steps`` forwards, then ``windows`` windows of ``eval_measure_steps``
+   (default ``measure_steps``) forwards.
+2. Training: full optimizer steps (forward, loss, backward, AdamW step, ``zero_grad(set_to_none)``),
+   ``warmup_steps`` first, then ``windows`` windows of ``measure_steps`` steps.
+Evaluation runs first so that on a CPU (where a freed allocation may stay resident) its peak is
+not inflated by the optimizer state; each phase resets the peak before it starts.
+
+Data parallel (torchrun, or ``nproc`` > 1): every rank runs ``tokens_per_step`` tokens per step
+(per device, as the paper counts them), training goes through DistributedDataParallel, and each
+window starts after a barrier. Words/s is then the global rate: all ranks' tokens over the
+slowest rank's window time (``distributed.global_rates``). Peak memory is per rank: the
+``peak_mem_*`` metrics are the maximum over ranks, ``*_mean`` the mean; energy is summed.
+
+Pairing (``pairing``). ``rounds``: each case (and round) runs alone in its worker process, as
+above. ``windows``: the runner gives one worker every method of a grid point and round
+(``run_group``); it builds every method's model (same seed, same data, each its own optimizer),
+warms each up, then alternates measured windows between them, phase by phase (evaluation, then
+training), in a balanced order (``posbench.engine.windows``), and records each window's words/s with its
+start time (``series``: ``<phase>_wps_windows``, ``<phase>_wps_window_t``, seconds since the
+group began measuring; ``info.group`` names the process). Tables pair a method's
+window w with the baseline's window w of the same process. Peak memory is a property of a
+process, so in round 1 each method first runs alone in a short process of its own
+(``memory_probe``: the per-case path with one window of one step), and its ``peak_mem_*`` and
+``mem_base_bytes`` go into the round-1 row (``info.memory`` says so).
+
+Token ids are random (seeded): speed and memory do not depend on the values, and random data
+keeps the suite free of a corpus download. Mixed precision (``bfloat16``/``float16``) runs
+float32 weights and AdamW under ``torch.autocast``, as fairseq's fp16 training did; float16
+adds a gradient scaler.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from posbench.core.config import PRESETS
+from posbench.core.task import Diverged, Metric, TaskSettings, known_model_fields
+
+# torch, numpy and the model are imported inside the functions that run a case: validating a
+# suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
+
+M = Metric  # the declarations below read as a table
+METRICS = {
+    "train_wps": M("Training speed", "words/s", "tokens/s, median over windows of full optimizer steps",
+                   True, "count", table=True),
+    "train_wps_min": M("Training speed, slowest window", "words/s", "tokens/s, slowest training window", None, "count"),
+    "train_wps_max": M("Training speed, fastest window", "words/s", "tokens/s, fastest training window", None, "count"),
+    "eval_wps": M("Evaluation speed", "words/s", "tokens/s, median over windows of no-grad forwards",
+                  True, "count", table=True),
+    "eval_wps_min": M("Evaluation speed, slowest window", "words/s", "tokens/s, slowest evaluation window", None, "count"),
+    "eval_wps_max": M("Evaluation speed, fastest window", "words/s", "tokens/s, fastest evaluation window", None, "count"),
+    "peak_mem_train_bytes": M("Peak training memory", "bytes", "CUDA max_memory_allocated, CPU peak resident set, "
+                              "training phase", False, "bytes", table=True),
+    "peak_mem_train_reserved_bytes": M("Peak training memory reserved", "bytes",
+                                       "CUDA max_memory_reserved in training (null on CPU)", False, "bytes"),
+    "peak_mem_eval_bytes": M("Peak evaluation memory", "bytes", "as peak_mem_train_bytes, evaluation phase",
+                             False, "bytes", table=True),
+    "peak_mem_eval_reserved_bytes": M("Peak evaluation memory reserved", "bytes",
+                                      "CUDA max_memory_reserved in evaluation (null on CPU)", False, "bytes"),
+    "energy_j": M("Training energy", "J", "joules drawn by the GPU over the measured training windows "
+                  "(NVML; null without)", False),
+    "j_per_token": M("Training energy per token", "J/token", "joules per trained token "
+                     "(energy_j / tokens in the measured windows)", False),
+    "eval_energy_j": M("Evaluation energy", "J", "joules over the measured evaluation windows (NVML; null without)",
+                       False),
+    "eval_j_per_token": M("Evaluation energy per token", "J/token", "joules per evaluated token", False),
+    "train_loss": M("Training loss", "nats/token", "mean loss of the last training window "
+                    "(random tokens: about ln(vocab))"),
+    "mem_base_bytes": M("Base memory", "bytes", "in use before both phases: model and data (CPU: also the "
+                        "Python and torch runtime)", None, "bytes"),
+    "peak_mem_train_bytes_mean": M("Peak training memory, mean over ranks", "bytes",
+                                   "peak_mem_train_bytes averaged over ranks (= it in one process)", None, "bytes"),
+    "peak_mem_eval_bytes_mean": M("Peak evaluation memory, mean over ranks", "bytes",
+                                  "peak_mem_eval_bytes averaged over ranks", None, "bytes"),
+    "world_size": M("Ranks", "", "data-parallel ranks; words/s and energy are totals over them", None, "int"),
+    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+    "batch_size": M("Batch size", "sequences", "sequences per step: tokens_per_step // seq_len", None, "int"),
+    "tokens_per_step": M("Tokens per step", "tokens", "tokens per step actually used: batch_size * seq_len",
+                         None, "int"),
+    "threads": M("Threads", "", "torch CPU threads in the worker", None, "int"),
+    "n_rounds": M("Rounds", "", "rounds that finished ok; every other metric is the median over them "
+                  "(series <metric>_by_round: each round's value)", None, "int"),
+}
+# Metrics a paired-windows row takes from the method's own memory process (``memory_probe``).
+MEMORY_METRICS = ("peak_mem_train_bytes", "peak_mem_train_reserved_bytes", "peak_mem_eval_bytes",
+                  "peak_mem_eval_reserved_bytes", "peak_mem_train_bytes_mean", "peak_mem_eval_bytes_mean",
+                  "mem_base_bytes")
+
+
+class Settings(TaskSettings):
+    model: Literal[tuple(PRESETS)] = Field(description="model preset (posbench.core.model.PRESETS)")  # type: ignore[valid-type]
+    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. vocab_size")
+    method_options: dict[str, dict] = Field(
+        default_factory=dict, description="per method: constructor options, e.g. {alibi: {bias_dtype: compute}}")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    tokens_per_step: int = Field(ge=1, description="tokens per optimizer step; batch = tokens_per_step // seq_len")
+    warmup_steps: int = Field(2, ge=0, description="steps (and forwards) run before timing, per phase")
+    measure_steps: int = Field(5, ge=1, description="steps per measured window")
+    eval_measure_steps: Optional[int] = Field(
+        None, ge=1, description="forwards per measured evaluation window; default: measure_steps (a forward costs "
+        "about a third of a training step, so equal windows in time take about 3x more)")
+    windows: int = Field(3, ge=1, description="measured windows per phase; median, min, max are reported")
+    lr: float = Field(1e-4, gt=0, description="AdamW learning rate")
+    power_interval_s: float = Field(0.1, gt=0, description="NVML power sampling period (s)")
+    rounds: int = Field(1, ge=1, description="interleaved rounds: every method of a grid point is measured once per "
+                        "round, round-robin, each round in a fresh process; ratios to the baseline are paired "
+                        "by round (median and bootstrap 95% interval)")
+    pairing: Literal["rounds", "windows"] = Field(
+        "rounds", description="rounds: each method alone in its process per round, ratios paired by round; "
+        "windows: every method of a grid point in one process per round, alternating measured windows, ratios "
+        "paired window by window (peak memory from a short process per method)")
+
+    _known_fields = field_validator("model_overrides")(known_model_fields)
+
+    @model_validator(mode="after")
+    def _windows_in_one_process(self):
+        if self.pairing == "windows" and self.nproc > 1:
+            raise ValueError("pairing: windows measures every method of a grid point in one process; "
+                             "allowed: nproc 1, or pairing: rounds")
+        return self
+
+    @property
+    def eval_steps(self) -> int:
+        return self.eval_measure_steps or self.measure_steps
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    seq_len: int = Field(ge=1, description="input length L of training and evaluation")
+
+
+def _batch_size(s, L: int) -> int:
+    batch = s.tokens_per_step // L
+    if batch < 1:
+        raise ValueError(f"tokens_per_step {s.tokens_per_step} < seq_len {L}: no full sequence fits in a step")
+    return batch
+
+
+def _batches(case, batch: int, device) -> list:
+    """Two batches (B, L+1) of seeded random token ids, made up front and alternated: no data
+    work inside the timed windows. Every method of a seed gets the same ones."""
+    import torch
+
+    from posbench.engine import distributed
+    from posbench.core.model import model_config
+
+    s = case.settings
+    vocab = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}),
+                         **s.model_overrides).vocab_size
+    g = torch.Generator().manual_seed(s.seed + distributed.rank())  # each rank its own data
+    return [torch.randint(0, vocab, (batch, case.params.seq_len + 1), generator=g).to(device) for _ in range(2)]
+
+
+class Bench:
+    """One method's model at one length with its data: an evaluation step, and after
+    ``start_training`` a training step (forward, loss, backward, AdamW step, zero_grad)."""
+
+    def __init__(self, case, batches: list, device, dtype):
+        import torch
+
+        from posbench.engine import distributed
+        from posbench.core.model import TransformerLM, model_config
+
+        s = case.settings
+        torch.manual_seed(s.seed)  # every method starts from the same seed
+        cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}),
+                           **s.model_overrides)
+        self.model = TransformerLM(cfg).to(device)
+        self.device, self.dtype, self.batches, self.counter = device, dtype, batches, 0
+        self.autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+        self.lr, self.distributed = s.lr, distributed
+        self.energy = {"eval": 0.0, "train": 0.0}  # joules over measured windows (NVML)
+        self.train_loss: Optional[float] = None
+
+    def _next(self):
+        x = self.batches[self.counter % 2]
+        self.counter += 1
+        return x
+
+    def eval_step(self) -> None:
+        import torch
+
+        x = self._next()
+        with torch.no_grad(), self.autocast:
+            self.model(x[:, :-1])
+
+    def start_training(self, device_kind: str) -> None:
+        import torch
+
+        self.model.train()
+        self.ddp = self.distributed.wrap_ddp(self.model, device_kind)  # ``model`` itself in one process
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
+        self.loss_sum = torch.zeros((), device=self.device)  # summed on device: reading it would synchronize
+
+    def train_step(self) -> None:
+        from posbench.core.model import lm_loss
+
+        x = self._next()
+        with self.autocast:
+            logits = self.ddp(x[:, :-1])  # (B, L, V)
+        loss = lm_loss(logits, x[:, 1:])
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        self.opt.zero_grad(set_to_none=True)
+        self.loss_sum.add_(loss.detach())
+
+    def check_loss(self, name: str, steps: int) -> None:
+        """The mean loss since the last check; Diverged when it is not finite. One read per
+        window (it synchronizes), averaged over ranks so every rank reaches the same verdict."""
+        mean = float(self.distributed.all_reduce_mean([self.loss_sum.item()])[0]) / steps
+        if mean != mean or mean in (float("inf"), float("-inf")):
+            raise Diverged(f"non-finite training loss ({mean}) in {name}")
+        self.train_loss = mean
+        self.loss_sum.zero_()
+
+
+def run(case) -> dict:
+    import torch
+
+    from posbench.engine import distributed
+    from posbench.engine.timing import make_device
+
+    s, L = case.settings, case.params.seq_len
+    batch = _batch_size(s, L)
+    device = torch.device(case.device)
+    dev = make_device(case.device)
+    dtype = getattr(torch, s.dtype)  # float32, bfloat16 or float16 (Settings.dtype)
+    bench = Bench(case, _batches(case, batch, device), device, dtype)
+    model = bench.model
+    nvml, handle = _nvml(case.device)
+    tokens = batch * L
+    metrics = {"n_params": model.num_parameters(), "batch_size": batch, "tokens_per_step": tokens,
+               "threads": torch.get_num_threads(), "mem_base_bytes": dev.in_use(),
+               "world_size": distributed.world_size()}
+    series = {}
+
+    # --- evaluation -------------------------------------------------------------------------
+    model.eval()
+    eval_s, energy = _phase(dev, bench.eval_step, s, nvml, handle, steps=s.eval_steps)
+    _wps(metrics, series, "eval", tokens * s.eval_steps, eval_s)
+    _peak(metrics, "eval", dev.peak())
+    _energy(metrics, "eval_", energy, tokens * s.eval_steps * s.windows * distributed.world_size())
+
+    # --- training ---------------------------------------------------------------------------
+    bench.start_training(case.device)
+    train_s, energy = _phase(dev, bench.train_step, s, nvml, handle, after_window=bench.check_loss)
+    metrics["train_loss"] = bench.train_loss
+    _wps(metrics, series, "train", tokens * s.measure_steps, train_s)
+    _peak(metrics, "train", dev.peak())
+    _energy(metrics, "", energy, tokens * s.measure_steps * s.windows * distributed.world_size())
+    return {"metrics": metrics, "series": series, "info": model.info(device, dtype)}
+
+
+# ---------------------------------------------------------------------------------------------
+# pairing: windows
+
+
+def memory_probe(case) -> dict:
+    """``case`` run alone in a fresh worker process with one window of one step per phase (after
+    the warm-up): the worker's result, whose peak memory is this method's alone."""
+    from posbench.core.case import Case
+    from posbench.run.runner import run_worker
+
+    raw = case.to_json()
+    raw["settings"].update(pairing="rounds", rounds=1, windows=1, measure_steps=1, eval_measure_steps=1)
+    return run_worker(Case(**raw), case.settings.timeout_s)
+
+
+def run_group(cases, round_: int) -> dict:
+    """Every case (method) of one grid point and round in this process, paired window by window
+    (module docstring); ``{case id: worker result}``. A method that fails (its memory process,
+    building, warming up, a window) gets its own failure result and the others go on."""
+    import time
+    import uuid
+
+    import torch
+
+    from posbench.engine.timing import PowerSampler, make_device
+    from posbench.engine.windows import Member, alternate
+    from posbench.core.outcome import ok_result
+
+    s, L = cases[0].settings, cases[0].params.seq_len
+    members = [Member(c.id) for c in cases]
+    memory: dict[str, dict] = {}
+    if round_ == 1:  # peak memory: each method alone in a short process, before any timing here
+        for m, c in zip(members, cases):
+            probe = memory_probe(c)
+            if probe["status"] == "ok":
+                memory[c.id] = probe["metrics"]
+            else:
+                m.failure = dict(probe, message=f"memory process: {probe['message']}", metrics={}, series={})
+    batch = _batch_size(s, L)
+    device = torch.device(cases[0].device)
+    dev = make_device(cases[0].device)
+    dtype = getattr(torch, s.dtype)
+    batches = _batches(cases[0], batch, device)  # one set of data for every method
+    for m, c in zip(members, cases):
+        m.obj = m.guard(Bench, c, batches, device, dtype)
+    nvml, handle = _nvml(cases[0].device)
+    first = (round_ - 1) * s.windows  # rounds go on along the balanced order
+    t0 = time.perf_counter()
+
+    def clock() -> float:  # window start times: seconds since the group began measuring
+        return time.perf_counter() - t0
+
+    def measure(phase: str, steps: int):
+        def window(m: Member) -> float:
+            b = m.obj
+            step = b.eval_step if phase == "eval" else b.train_step
+            with PowerSampler(nvml, handle, s.power_interval_s) as power:
+                seconds = dev.time_window(step, steps)
+            b.energy[phase] += power.energy_j or 0.0
+            if phase == "train":
+                b.check_loss(f"window {len(m.windows[phase])}", steps)
+            return seconds
+        return window
+
+    for m in members:
+        if m.ok:
+            m.obj.model.eval()
+            m.guard(dev.time_window, m.obj.eval_step, s.warmup_steps)
+    alternate(members, "eval", s.windows, measure("eval", s.eval_steps), first, clock)
+
+    def start_training(b: Bench) -> None:
+        b.start_training(cases[0].device)
+        if s.warmup_steps:
+            dev.time_window(b.train_step, s.warmup_steps)
+            b.check_loss("warm-up", s.warmup_steps)
+
+    for m in members:
+        m.guard(start_training, m.obj)
+    alternate(members, "train", s.windows, measure("train", s.measure_steps), first, clock)
+
+    group = uuid.uuid4().hex[:12]
+    tokens = batch * L
+    out = {}
+    for m, c in zip(members, cases):
+        if not m.ok:
+            out[c.id] = m.failure
+            continue
+        b = m.obj
+        metrics = {"n_params": b.model.num_parameters(), "batch_size": batch, "tokens_per_step": tokens,
+                   "threads": torch.get_num_threads(), "world_size": 1, "train_loss": b.train_loss}
+        series: dict = {}
+        for phase, steps in (("eval", s.eval_steps), ("train", s.measure_steps)):
+            starts, seconds = zip(*m.windows[phase])
+            _wps(metrics, series, phase, tokens * steps, list(seconds))
+            series[f"{phase}_wps_window_t"] = [round(t, 6) for t in starts]
+            joules = b.energy[phase] if nvml is not None else None
+            _energy(metrics, "eval_" if phase == "eval" else "", joules, tokens * steps * s.windows)
+        metrics.update({k: v for k, v in memory.get(c.id, {}).items() if k in MEMORY_METRICS})
+        info = dict(b.model.info(device, dtype), pairing="windows", group=group, group_methods=str(len(cases)),
+                    window_order="williams",
+                    memory=("peak memory from this method's own process (one window of one step per phase)"
+                            if c.id in memory else "peak memory in the round-1 row (the method's own process)"))
+        out[c.id] = ok_result({"metrics": metrics, "series": series, "info": info})
+    return out
+
+
+def _nvml(device: str):
+    if device != "cuda":
+        return None, None
+    from posbench.engine.env import open_nvml
+
+    nvml, handle = open_nvml()
+    return (nvml, handle) if nvml is not None else (None, None)
+
+
+def _phase(dev, step, s, nvml, handle, after_window=None, steps: int | None = None) -> tuple[list[float], float | None]:
+    """Warm up, then time ``s.windows`` windows of ``steps`` (default ``s.measure_steps``) steps;
+    (seconds per window, joules over the windows)."""
+    from posbench.engine import distributed
+    from posbench.engine.timing import PowerSampler
+
+    dev.reset_peak()
+    if s.warmup_steps:
+        dev.time_window(step, s.warmup_steps)
+        if after_window:
+            after_window("warm-up", s.warmup_steps)
+    steps = steps or s.measure_steps
+    seconds = []
+    with PowerSampler(nvml, handle, s.power_interval_s) as power:
+        for w in range(s.windows):
+            distributed.barrier()  # ranks start each window together (a no-op in one process)
+            seconds.append(dev.time_window(step, steps))
+            if after_window:
+                after_window(f"window {w}", steps)
+    energy = power.energy_j
+    if distributed.is_distributed():  # all GPUs' energy; unknown if any rank has no NVML
+        total = float(distributed.all_reduce_sum([float("nan") if energy is None else energy])[0])
+        energy = None if total != total else total
+    return seconds, energy
+
+
+def _wps(metrics, series, phase, tokens_per_window, seconds):
+    # One process: tokens / seconds per window. Distributed: all ranks' tokens over the slowest.
+    from posbench.engine import distributed
+    from posbench.engine.timing import summarize
+
+    rates = distributed.global_rates(tokens_per_window, seconds)
+    metrics[f"{phase}_wps"], metrics[f"{phase}_wps_min"], metrics[f"{phase}_wps_max"] = summarize(rates)
+    series[f"{phase}_wps_windows"] = rates
+
+
+def _peak(metrics, phase, peak):
+    """Peak memory per rank: the maximum over ranks (what must fit) and the mean."""
+    from posbench.engine import distributed
+
+    allocated = peak["allocated"]
+    if allocated is not None:
+        metrics[f"peak_mem_{phase}_bytes"] = int(distributed.all_reduce_max([allocated])[0])
+        metrics[f"peak_mem_{phase}_bytes_mean"] = float(distributed.all_reduce_mean([allocated])[0])
+    else:
+        metrics[f"peak_mem_{phase}_bytes"] = metrics[f"peak_mem_{phase}_bytes_mean"] = None
+    reserved = peak["reserved"]
+    metrics[f"peak_mem_{phase}_reserved_bytes"] = (
+        int(distributed.all_reduce_max([reserved])[0]) if reserved is not None else None)
+
+
+def _energy(metrics, prefix, joules, tokens):
+    metrics[f"{prefix}energy_j"] = joules
+    metrics[f"{prefix}j_per_token"] = joules / tokens if joules is not None else None

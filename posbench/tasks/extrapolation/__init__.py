@@ -1,0 +1,306 @@
+"""Extrapolation: train at L_train, evaluate perplexity at L_valid = L, 2L, 4L, ... (train short,
+test long; Press et al. 2022, Figure 1 and Tables 2-5).
+
+One case = one method at one ``L_train``:
+1. Train a fresh model on the corpus's ``train`` split (``posbench.engine.train``), or reuse the case's
+   checkpoint when an earlier run of the same case left one (``reuse_checkpoint``), so evaluation
+   can be re-run without retraining. The checkpoint lives beside the results.
+2. Evaluate on the ``valid`` split at every L_valid, in every mode: ``nonoverlapping`` (the
+   paper's default), ``sliding`` (stride ``stride``), and with ``interpolate: true`` the same
+   again with positions scaled by L_train / L_valid (Chen et al. 2023 for rotary; for ALiBi the
+   bias scaling of SambaNova's "ALiBi Deep Dive"). One L_valid that runs out of memory becomes an
+   ``oom`` cell; the other cells still run.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from posbench.core.config import PRESETS
+from posbench.core.task import Metric, TaskSettings, known_model_fields
+
+# torch, the corpus and the model are imported inside the functions that run a case: validating a
+# suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
+
+M = Metric
+METRICS = {
+    "ppl_at_train_len": M("Perplexity at L_train", "perplexity", "perplexity at L_valid = L_train, non-overlapping",
+                          False, "ppl"),
+    "ppl_at_max_len": M("Perplexity at the longest L_valid", "perplexity",
+                        "perplexity at the longest L_valid, non-overlapping", False, "ppl"),
+    "ppl@*": M("Perplexity", "perplexity", "ppl@<mode>@<L_valid>[@interp]: perplexity of one evaluation",
+               False, "ppl"),
+    "best_ppl": M("Best achievable perplexity", "perplexity", "best achievable perplexity of the corpus "
+                  "(synthetic sources, long run), else null", None, "ppl"),
+    "best_ppl_eval": M("Source perplexity on the evaluated tokens", "perplexity",
+                       "perplexity of the true source on the evaluated tokens (synthetic sources), "
+                       "else null; each cell of series.evals has its own, series.best_per_position_loss the curves", None, "ppl"),
+    "final_train_loss": M("Final training loss", "nats/token", "training loss at the last step (nats/token)"),
+    "train_steps": M("Training steps", "steps", "optimizer steps", None, "int"),
+    "train_tokens": M("Training tokens", "tokens", "tokens trained on", None, "count"),
+    "train_seconds": M("Training time", "s", "wall-clock training time (s)"),
+    "reused_checkpoint": M("Reused checkpoint", "", "1 when the model came from the case's checkpoint", None, "int"),
+    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+    "n_seeds": M("Seeds", "", "seeds averaged (with `seeds`): every metric m is their mean, m_std the spread",
+                 None, "int"),
+}
+
+
+class CorpusSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    kind: Literal["synthetic", "synthetic-copy", "wikitext", "wikitext-103", "wikitext-2", "text"] = "synthetic"
+    path: Optional[str] = Field(None, description="data folder or file; default $POSBENCH_DATA_DIR (--data sets it)")
+    level: Optional[Literal["word", "byte"]] = Field(
+        None, description="text: word or byte (default byte); WikiText is word level only (for WikiText bytes use "
+        "kind: text with the folder's files)")
+    splits: Optional[dict[str, str]] = Field(None, description="corpus split -> file split, e.g. {train: test}")
+    size: Optional[int] = Field(None, ge=1, description="cap on tokens per split (synthetic: training tokens)")
+    seed: int = 0
+    synthetic: dict[str, Union[int, float]] = Field(
+        default_factory=dict, description="synthetic: vocab, order, branching, jump; synthetic-copy: vocab, "
+        "branching, jump, copy_prob, max_distance, decay")
+
+    @model_validator(mode="after")
+    def _word_level_wikitext(self):
+        # Said before anything runs, instead of training a word-level model under "byte".
+        if self.kind.startswith("wikitext") and self.level == "byte":
+            raise ValueError(f"corpus: kind {self.kind} is word level only; for bytes use kind: text, "
+                             "path: <folder>, level: byte, splits: {train: test.txt, valid: valid.txt}")
+        return self
+
+
+class Settings(TaskSettings):
+    model: Literal[tuple(PRESETS)] = Field(description="model preset")  # type: ignore[valid-type]
+    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
+    _known_fields = field_validator("model_overrides")(known_model_fields)
+    method_options: dict[str, dict] = Field(default_factory=dict, description="per method: constructor options")
+    corpus: CorpusSettings = Field(default_factory=CorpusSettings)
+    steps: Optional[int] = Field(None, ge=1, description="training budget in optimizer steps ...")
+    tokens: Optional[int] = Field(None, ge=1, description="... or in tokens")
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    warmup_steps: int = Field(50, ge=0)
+    precision: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    eval_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    L_valid_factors: list[int] = Field([1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train")
+    modes: list[Literal["nonoverlapping", "sliding"]] = Field(["nonoverlapping", "sliding"], min_length=1)
+    stride: int = Field(1, ge=1, description="sliding-window stride S (1 is the paper's analysis; capped at L_valid)")
+    interpolate: bool = Field(False, description="also evaluate with positions scaled by L_train / L_valid")
+    eval_tokens: Optional[int] = Field(None, ge=2, description="use the first N tokens of the valid split")
+    eval_batch_size: int = Field(8, ge=1)
+    reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint of this case instead of retraining")
+    seeds: Optional[list[int]] = Field(
+        None, min_length=1, description="train and evaluate once per seed (weights and batch order); metrics are "
+        "the mean, with <metric>_std (sample std) and n_seeds; replaces `seed`")
+
+    @model_validator(mode="after")
+    def _one_budget(self):
+        if (self.steps is None) == (self.tokens is None):
+            raise ValueError("give exactly one training budget: steps or tokens")
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct, got {self.seeds}")
+        return self
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    L_train: int = Field(ge=2, description="training length")
+
+
+def checkpoint_path(case, name: str | None = None) -> Path | None:
+    """Where this case's trained model is kept: ``<run folder>/checkpoints/<case id>.pt``."""
+    if not getattr(case, "out_dir", ""):
+        return None
+    return Path(case.out_dir) / "checkpoints" / ((name or case.id).replace("/", "__") + ".pt")
+
+
+def open_corpus(c: CorpusSettings):
+    """The corpus the settings name. WikiText-2 as shipped has no training file: its test split
+    trains (as the data README suggests), and the row says so through ``corpus``."""
+    from posbench.data.corpus import DataError, load_corpus
+
+    splits = c.splits
+    if c.kind.startswith("wikitext") and splits is None:
+        try:
+            return load_corpus(c.kind, path=c.path, seed=c.seed, size=c.size)
+        except DataError as exc:
+            if "train" not in str(exc):
+                raise
+            splits = {"train": "test", "valid": "valid"}
+    options = dict(c.synthetic) if c.kind in ("synthetic", "synthetic-copy") else {}
+    level = c.level or ("word" if c.kind.startswith("wikitext") else "byte")
+    return load_corpus(c.kind, path=c.path, level=level, seed=c.seed, splits=splits, size=c.size, **options)
+
+
+def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_options: dict, seed: int):
+    """Train at L with ``seed`` (or load the checkpoint an earlier run of this case left);
+    (model, metrics, series)."""
+    import torch
+
+    from posbench.data.corpus import batches
+    from posbench.core.model import TransformerLM, model_config
+    from posbench.engine.train import TrainConfig, load_checkpoint, train
+
+    metrics: dict = {}
+    series: dict = {}
+    overrides = {"vocab_size": corpus.vocab_size, **s.model_overrides}
+    cfg = model_config(s.model, case.method, method_options=method_options, **overrides)
+    if ckpt is not None and ckpt.exists() and s.reuse_checkpoint:
+        model, blob = load_checkpoint(ckpt, case.device)
+        r = blob["result"]
+        curve, final, steps, tokens, seconds, reused = r["curve"], r["final_loss"], r["steps"], r["tokens"], r["seconds"], 1
+    else:
+        torch.manual_seed(seed)
+        model = TransformerLM(cfg)
+        tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
+                           warmup_steps=s.warmup_steps, precision=s.precision, seed=seed)
+        r = train(model, batches(corpus.split("train"), L, s.batch_size, seed=seed), tcfg, case.device, ckpt)
+        curve, final, steps, tokens, seconds, reused = r.curve, r.final_loss, r.steps, r.tokens, r.seconds, 0
+    series["train_loss"] = [list(p) for p in curve]
+    series["corpus"] = corpus.describe()
+    metrics.update(final_train_loss=final, train_steps=steps, train_tokens=tokens, train_seconds=seconds,
+                   reused_checkpoint=reused, n_params=model.num_parameters(), best_ppl=corpus.best_ppl)
+    return model, metrics, series
+
+
+def eval_cell(model, tokens, L: int, Lv: int, mode: str, s: Settings, device, interpolate: bool = False):
+    """One (mode, L_valid) evaluation as a cell dict, and its per-position curve (None on OOM)."""
+    import torch
+
+    from posbench.engine.evaluate import evaluate
+
+    stride = min(s.stride, Lv) if mode == "sliding" else None
+    cell = {"mode": mode, "L_valid": Lv, "stride": stride, "interpolate": interpolate,
+            "ppl": None, "loss": None, "tokens": 0, "status": "ok", "message": ""}
+    try:
+        r = evaluate(model, tokens, Lv, mode=mode, stride=stride, batch_size=s.eval_batch_size,
+                     interpolate_from=L if interpolate else None, max_tokens=s.eval_tokens, device=device)
+    except (MemoryError, torch.cuda.OutOfMemoryError) as exc:
+        text = str(exc).splitlines()
+        cell.update(status="oom", message=f"{type(exc).__name__}: {text[0] if text else ''}")
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+        return cell, None
+    cell.update(ppl=r.ppl, loss=r.loss, tokens=r.n_tokens_scored)
+    return cell, [float(x) for x in r.per_position_loss]
+
+
+def source_bound(oracle, Lv: int, mode: str, s: Settings) -> tuple[float, list[float]] | None:
+    """The true source's perplexity and per-position loss on exactly the tokens ``eval_cell`` scores
+    at (mode, Lv), or None without a known source. ``oracle``: ``Corpus.oracle_token_loss`` of the
+    evaluated tokens."""
+    if oracle is None:
+        return None
+    from posbench.engine.evaluate import evaluate_source
+
+    stride = min(s.stride, Lv) if mode == "sliding" else None
+    b = evaluate_source(oracle, Lv, mode=mode, stride=stride, max_tokens=s.eval_tokens)
+    return b.ppl, [float(x) for x in b.per_position_loss]
+
+
+def run(case) -> dict:
+    s, L = case.settings, case.params.L_train
+    corpus = open_corpus(s.corpus)
+    seeds = s.seeds or [s.seed]
+    runs = []
+    for seed in seeds:
+        # One checkpoint per seed; a single seed keeps the case id as its name (older run folders).
+        name = case.id if len(seeds) == 1 else f"{case.id}@seed{seed}"
+        runs.append(run_one_seed(case, s, corpus, L, seed, checkpoint_path(case, name)))
+    return combine_seeds(runs, seeds)
+
+
+def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None) -> dict:
+    """Train (or reload) and evaluate one model: the task's result for one seed."""
+    import numpy as np
+    import torch
+
+    model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed)
+    valid = corpus.split("valid")
+    oracle = corpus.oracle_token_loss(valid[: s.eval_tokens])  # (N,) or None
+    metrics["best_ppl_eval"] = None if oracle is None else math.exp(float(np.nanmean(oracle)))
+    eval_dtype = getattr(torch, s.eval_dtype)
+    info = model.info(case.device, eval_dtype)
+    model = model.to(eval_dtype)
+    evals, curves, best_curves = [], {}, {}
+    for interpolate in ([False, True] if s.interpolate else [False]):
+        for mode in s.modes:
+            for factor in s.L_valid_factors:
+                Lv = factor * L
+                cell, curve = eval_cell(model, valid, L, Lv, mode, s, case.device, interpolate)
+                evals.append(cell)
+                key = f"{mode}@{Lv}" + ("@interp" if interpolate else "")
+                bound = source_bound(oracle, Lv, mode, s)
+                if bound is not None:
+                    cell["best_ppl_eval"], best_curves[key] = bound
+                if curve is not None:
+                    curves[key] = curve
+                    metrics[f"ppl@{key}"] = cell["ppl"]
+    series["evals"] = evals
+    series["per_position_loss"] = curves
+    if oracle is not None:
+        series["best_per_position_loss"] = best_curves
+    by = {(e["mode"], e["L_valid"], e["interpolate"]): e["ppl"] for e in evals}
+    metrics["ppl_at_train_len"] = by.get(("nonoverlapping", L, False))
+    metrics["ppl_at_max_len"] = by.get(("nonoverlapping", max(s.L_valid_factors) * L, False))
+    for key in ("ppl_at_train_len", "ppl_at_max_len"):
+        if metrics[key] is not None and not math.isfinite(metrics[key]):
+            metrics[key] = None
+    return {"metrics": metrics, "series": series, "info": info}
+
+
+def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
+    """One result from one per seed. A single seed is returned as it is. Several: every numeric
+    metric becomes the mean over the seeds that have it, with ``<metric>_std`` (sample standard
+    deviation, ddof 1), ``n_seeds`` and ``series["<metric>_by_seed"]`` (None where a seed has no
+    value); the evaluation cells carry ``ppl_std``; per-position curves are averaged; each seed's
+    training curve is kept under ``series["train_loss_by_seed"]``."""
+    if len(runs) == 1:
+        return runs[0]
+    metrics: dict = {"n_seeds": len(runs)}
+    series: dict = {"seeds": list(seeds)}
+    for key in runs[0]["metrics"]:
+        values = [r["metrics"].get(key) for r in runs]
+        numbers = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+        if not numbers:
+            metrics[key] = None
+            continue
+        metrics[key] = sum(numbers) / len(numbers)
+        metrics[f"{key}_std"] = _std(numbers)
+        series[f"{key}_by_seed"] = values
+    first = runs[0]["series"]
+    series["corpus"] = first.get("corpus")
+    series["train_loss_by_seed"] = [r["series"]["train_loss"] for r in runs]
+    series["train_loss"] = first["train_loss"]
+    cells = []
+    for i, cell in enumerate(first["evals"]):
+        ppls = [r["series"]["evals"][i]["ppl"] for r in runs]
+        ok = [p for p in ppls if p is not None and math.isfinite(p)]
+        merged = dict(cell, ppl=sum(ok) / len(ok) if ok else None, ppl_std=_std(ok) if ok else None,
+                      ppl_by_seed=ppls, n_seeds=len(ok))
+        merged["status"] = "ok" if len(ok) == len(ppls) else next(
+            r["series"]["evals"][i]["status"] for r in runs if r["series"]["evals"][i]["status"] != "ok")
+        cells.append(merged)
+    series["evals"] = cells
+    curves = {}
+    for key in first["per_position_loss"]:
+        per = [r["series"]["per_position_loss"].get(key) for r in runs]
+        if all(c is not None for c in per):
+            curves[key] = [sum(vals) / len(vals) for vals in zip(*per)]
+    series["per_position_loss"] = curves
+    if "best_per_position_loss" in first:  # the source's curves: the same tokens for every seed
+        series["best_per_position_loss"] = first["best_per_position_loss"]
+    return {"metrics": metrics, "series": series, "info": runs[0]["info"]}
+
+
+def _std(values: list[float]) -> float:
+    """Sample standard deviation (ddof 1); 0.0 for a single value."""
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))

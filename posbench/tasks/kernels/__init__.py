@@ -1,0 +1,102 @@
+"""Kernels: the fused ALiBi- and T5-Triton attention kernels against the alternatives, one shape each.
+
+The suite's ``methods`` are kernel variants (``posbench.tasks.kernels.variants.VARIANTS``), not position
+methods: ``alibi_triton`` and ``t5_triton`` (the fused kernels), ``triton_no_bias`` (the same
+kernel with no bias: the cost of a bias), ``sdpa_float_bias`` / ``sdpa_t5_bias`` (SDPA with a
+materialised ALiBi / T5 bias; the backend PyTorch chose is recorded), ``sdpa_causal`` (no bias),
+``flex_alibi`` / ``flex_t5`` (FlexAttention ``score_mod``s with a causal block mask) and
+``flash_alibi`` (FlashAttention-2's ``alibi_slopes``). Timing, TFLOP/s and memory are defined in
+``posbench/kernel_bench.py``.
+
+Availability is decided in two places. Before a worker starts, ``unavailable`` answers what needs
+no kernel (a package or a GPU missing). Whatever needs a kernel to run (a compile error, no SDPA
+backend for the point) is found by ``run`` inside the worker, so a hang or a crash there costs
+one row and not the suite; it raises ``tasks.Unavailable``, which makes an ``unavailable`` row.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from posbench.core.task import Metric, TaskSettings, Unavailable
+
+# The variants posbench.tasks.kernels.variants implements (it reads this list). Named here, and torch and
+# the kernels imported inside the functions, so that validating a suite imports no torch.
+METHODS = [
+    "alibi_triton", "t5_triton", "triton_no_bias", "sdpa_float_bias", "sdpa_t5_bias", "sdpa_causal",
+    "flex_alibi", "flex_t5", "flash_alibi",
+]
+
+M = Metric
+METRICS = {
+    "fwdbwd_ms": M("Kernel forward+backward time", "ms", "forward + backward time (ms), median", False, "ms", table=True),
+    "fwd_ms": M("Kernel forward time", "ms", "forward time (ms), median over reps", False, "ms", table=True),
+    "bwd_ms": M("Kernel backward time", "ms", "backward time (ms), median", False, "ms", table=True),
+    "fwdbwd_tflops": M("Kernel forward+backward throughput", "TFLOP/s", "forward + backward TFLOP/s", True,
+                       table=True),
+    "fwd_tflops": M("Kernel forward throughput", "TFLOP/s", "forward TFLOP/s (4*B*H*L^2*d, halved for causal)", True),
+    "bwd_tflops": M("Kernel backward throughput", "TFLOP/s", "backward TFLOP/s (2.5x forward FLOPs)", True),
+    "peak_mem_bytes": M("Kernel peak memory", "bytes", "measured peak memory of one forward + backward (CUDA), "
+                        "else null", False, "bytes", table=True),
+    "predicted_bias_bytes": M("Materialised bias size", "bytes", "B*H*L^2*bytes: what a materialised bias would take",
+                              None, "bytes"),
+    "fwd_ms_min": M("Kernel forward time, fastest rep", "ms", "forward time (ms), fastest rep", None, "ms"),
+    "fwd_ms_max": M("Kernel forward time, slowest rep", "ms", "forward time (ms), slowest rep", None, "ms"),
+    "bwd_ms_min": M("Kernel backward time, fastest rep", "ms", "backward time (ms), fastest rep", None, "ms"),
+    "bwd_ms_max": M("Kernel backward time, slowest rep", "ms", "backward time (ms), slowest rep", None, "ms"),
+    "fwdbwd_ms_min": M("Kernel forward+backward time, fastest rep", "ms", "fastest rep", None, "ms"),
+    "fwdbwd_ms_max": M("Kernel forward+backward time, slowest rep", "ms", "slowest rep", None, "ms"),
+    "flops_fwd": M("Forward FLOPs", "FLOP", "4*B*H*L^2*d, halved for causal", None, "count"),
+    "batch": M("Batch", "", "batch size of the point", None, "int"),
+    "heads": M("Heads", "", "attention heads of the point", None, "int"),
+    "seq_len": M("Sequence length", "tokens", "sequence length of the point", None, "int"),
+    "head_dim": M("Head dimension", "", "head dimension of the point", None, "int"),
+}
+
+
+class Settings(TaskSettings):
+    batch: int = Field(4, ge=1)
+    heads: int = Field(16, ge=1)
+    dtype: Literal["float32", "float16", "bfloat16"] = "bfloat16"
+    warmup: int = Field(5, ge=0)
+    reps: int = Field(20, ge=1)
+    allow_interpreter: bool = Field(False, description="run Triton rows under TRITON_INTERPRET=1 on CPU (slow)")
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    seq_len: int = Field(ge=1)
+    head_dim: Literal[32, 64, 128] = 64
+
+
+def _point_args(case, seq_len=None) -> dict:
+    import torch
+
+    s, p = case.settings, case.params
+    get = (lambda k: s[k]) if isinstance(s, dict) else (lambda k: getattr(s, k))
+    params = p if isinstance(p, dict) else p.model_dump()
+    return dict(batch=get("batch"), heads=get("heads"), seq_len=seq_len or params["seq_len"],
+                head_dim=params["head_dim"], dtype=getattr(torch, get("dtype")), device=case.device,
+                allow_interpreter=get("allow_interpreter"))
+
+
+def unavailable(case) -> str | None:
+    """Decided before a worker starts, without running a kernel (see the module docstring)."""
+    from posbench.tasks.kernels.variants import static_reason
+
+    args = _point_args(case)
+    return static_reason(case.method, args["device"], args["dtype"], args["allow_interpreter"])
+
+
+def run(case) -> dict:
+    from posbench.tasks.kernels.variants import run_kernel_point
+
+    args = _point_args(case)
+    row = run_kernel_point(case.method, **args, warmup=case.settings.warmup, reps=case.settings.reps)
+    if row.get("status") == "unavailable":
+        raise Unavailable(row["reason"])
+    metrics = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    info = {k: v for k, v in row.items() if isinstance(v, str)}
+    return {"metrics": metrics, "series": {}, "info": info}  # info: backend, kernel config (strings)

@@ -1,0 +1,140 @@
+"""Precision: what half-precision does to ALiBi (SambaNova, "ALiBi Deep Dive: Interpolation and
+Precision", 2023; summary in the README).
+
+Two studies, the suite's grid axis ``study``:
+
+- ``bias_counts``: the BLOOM-style bias (float32 ``slope * position``, then cast) and the number
+  of distinct values per head and window of positions for float32, float16, bfloat16 and float8,
+  also after scaling by an interpolation factor; tables and staircase charts
+  (``posbench.tasks.precision.analysis``). Independent of training; runs in seconds.
+- ``bias_dtype_ppl``: train the method in float32 at ``L_train`` (or reuse the checkpoint), then
+  evaluate in ``eval_dtype`` (bfloat16 by default) with the bias kept in float32 and with the bias
+  cast to the compute dtype, at each L_valid. ``ppl_diff@L`` = compute - float32.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from posbench.core.task import Metric
+from posbench.tasks.extrapolation import METRICS as EXTRAPOLATION_METRICS
+from posbench.tasks.extrapolation import Settings as TrainEvalSettings
+from posbench.tasks.extrapolation import checkpoint_path, eval_cell, open_corpus, source_bound, trained_model
+
+M = Metric
+_DISTINCT = "last_window_distinct@*"
+# The report's precision section: the distinct-value table of the bias_counts study with its
+# staircase charts, then perplexity by bias dtype and its cost; training and model sizes go to
+# the run-details appendix. The per-dtype and longest-length values the suite's progress lines
+# print are columns of those tables (shown_in), not tables of one value each.
+METRICS = {
+    _DISTINCT: M("Distinct bias values in the last window", "",
+                 "last_window_distinct@<dtype>: median over heads of distinct bias values in the last window of "
+                 "positions after the cast", True, "int", table=True, axis="dtype",
+                 charts=("posbench.tasks.precision.analysis:report_charts",)),
+    "last_window_distinct@float16": M("Distinct float16 bias values, last window", "values",
+                                      "median over heads of distinct float16 bias values in the last window",
+                                      True, "int", shown_in=_DISTINCT),
+    "last_window_distinct@bfloat16": M("Distinct bfloat16 bias values, last window", "values",
+                                       "the same for bfloat16", True, "int", shown_in=_DISTINCT),
+    "last_window_distinct@float32": M("Distinct float32 bias values, last window", "values",
+                                      "the same for float32 (every position distinct)", True, "int",
+                                      shown_in=_DISTINCT),
+    "ppl@*": M("Perplexity by bias dtype", "perplexity", "ppl@<float32|compute>_bias@<L_valid>: perplexity "
+               "in eval_dtype with the bias kept in float32 or cast to the compute dtype", False, "ppl",
+               table=True, axis="L_valid"),
+    "ppl_diff@*": M("Perplexity cost of the compute-dtype bias", "perplexity",
+                    "ppl_diff@<L_valid>: compute-dtype bias minus float32 bias", None, "ppl", table=True,
+                    axis="L_valid", appendix=False),
+    "ppl_diff_at_max_len": M("Perplexity cost of the compute-dtype bias", "perplexity",
+                             "perplexity with the bias in the compute dtype minus with a float32 bias, "
+                             "longest L_valid", None, "ppl", shown_in="ppl_diff@*"),
+    "best_ppl_eval": M("Source perplexity on the evaluated tokens", "perplexity",
+                       "perplexity of the true source on the evaluated tokens (synthetic sources), else null",
+                       None, "ppl"),
+    # the training of the bias_dtype_ppl study, declared as the extrapolation task declares it
+    **{k: EXTRAPOLATION_METRICS[k] for k in ("best_ppl", "final_train_loss", "train_steps", "train_tokens",
+                                             "train_seconds", "reused_checkpoint", "n_params")},
+}
+
+
+class Settings(TrainEvalSettings):
+    eval_dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    analysis_heads: int = Field(32, ge=1, description="bias_counts: number of heads (BLOOM-7B: 32)")
+    analysis_length: int = Field(8192, ge=1, description="bias_counts: positions")
+    analysis_window: int = Field(1000, ge=1, description="bias_counts: positions per window")
+    analysis_chart_heads: list[int] = Field([0, 15, 31], min_length=1)
+    analysis_factor: float = Field(0.25, gt=0, description="interpolation factor applied to the bias")
+    analysis_dtypes: list[str] = Field(["float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"])
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    study: Literal["bias_counts", "bias_dtype_ppl"]
+    L_train: int = Field(64, ge=2)
+
+
+def run(case) -> dict:
+    s = case.settings
+    if case.params.study == "bias_counts":
+        return _bias_counts(case, s)
+    return _bias_dtype_ppl(case, s)
+
+
+def _bias_counts(case, s) -> dict:
+    from posbench.tasks.precision.analysis import run_precision_case
+
+    out_dir = Path(case.out_dir or ".") / "precision"
+    result = run_precision_case({
+        "n_heads": s.analysis_heads, "length": s.analysis_length, "window": s.analysis_window,
+        "heads": s.analysis_chart_heads, "factor": s.analysis_factor, "dtypes": s.analysis_dtypes,
+        "out_dir": str(out_dir),
+    })
+    metrics = {}
+    for dtype in s.analysis_dtypes:
+        counts = sorted(r["distinct"] for r in result["last_window"] if r["dtype"] == dtype)
+        if counts:
+            metrics[f"last_window_distinct@{dtype}"] = counts[len(counts) // 2]
+    (out_dir / "tables.md").write_text(result["markdown"] + "\n")
+    return {"metrics": metrics, "series": {k: v for k, v in result.items() if k != "markdown"}}
+
+
+def _bias_dtype_ppl(case, s) -> dict:
+    import numpy as np
+    import torch
+
+    from posbench.core.model import TransformerLM
+
+    L = case.params.L_train
+    corpus = open_corpus(s.corpus)
+    # One training per method and length, shared by every case that evaluates it.
+    ckpt = checkpoint_path(case, f"{case.method}__L_train={L}")
+    model, metrics, series = trained_model(case, s, corpus, L, ckpt, {"bias_dtype": "float32"}, s.seed)
+    valid = corpus.split("valid")
+    oracle = corpus.oracle_token_loss(valid[: s.eval_tokens])  # (N,) or None
+    metrics["best_ppl_eval"] = None if oracle is None else math.exp(float(np.nanmean(oracle)))
+    dtype = getattr(torch, s.eval_dtype)
+    evals = []
+    for bias_dtype in ("float32", "compute"):
+        variant = TransformerLM(dataclasses.replace(model.cfg, method_options={"bias_dtype": bias_dtype}))
+        variant.load_state_dict(model.state_dict())
+        variant = variant.to(device=case.device, dtype=dtype).eval()
+        for factor in s.L_valid_factors:
+            cell, _ = eval_cell(variant, valid, L, factor * L, "nonoverlapping", s, case.device)
+            cell["bias_dtype"] = bias_dtype
+            bound = source_bound(oracle, factor * L, "nonoverlapping", s)
+            if bound is not None:
+                cell["best_ppl_eval"] = bound[0]
+            evals.append(cell)
+            metrics[f"ppl@{bias_dtype}_bias@{factor * L}"] = cell["ppl"]
+    for factor in s.L_valid_factors:
+        a, b = metrics.get(f"ppl@float32_bias@{factor * L}"), metrics.get(f"ppl@compute_bias@{factor * L}")
+        metrics[f"ppl_diff@{factor * L}"] = None if a is None or b is None else b - a
+    metrics["ppl_diff_at_max_len"] = metrics[f"ppl_diff@{max(s.L_valid_factors) * L}"]
+    series["evals"] = evals
+    return {"metrics": metrics, "series": series, "info": model.info(case.device, dtype)}

@@ -1,0 +1,172 @@
+"""Retrieval: can a method *use* what is far away? Train at L_train on language-model text mixed
+with retrieval probes (``posbench.tasks.retrieval.probes``), then test the probes at L_valid = L_train x factor.
+
+One case = one method, one ``L_train`` and one ``probe`` (passkey, mqar, copy, reverse):
+1. Train a fresh model (``posbench.engine.train``) on batches whose rows are, with probability ``mix``,
+   a probe example (probes of ``train_probes``: by default all four, so one model per method
+   serves every probe case and is trained once; its checkpoint is shared) and otherwise a window
+   of the corpus (the synthetic Markov source by default, or ``--data``). The mix, budget and
+   probe shapes are settings, the same for every method.
+2. At every L_valid: prefill the prompt through the KV cache (``model.new_cache()``) and greedily
+   decode each answer, so any method that passes the conformance kit (decoding equals the full
+   forward) is scored by the same path. An answer counts when every decoded token is right
+   (passkey, copy, reverse: one outcome per example; mqar: one per query, as in Zoology).
+   Passkey runs a depth x length grid: the needle-in-a-haystack heatmap.
+
+Rows carry outcome counts (``series.cells``: correct, total per L_valid and depth), so reports
+recompute Wilson intervals (``posbench.report.stats``) after merging; ``effective_length`` is the longest
+L_valid whose accuracy stays >= ``threshold`` (RULER).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from posbench.core.config import PRESETS
+from posbench.report.stats import effective_length, wilson_interval
+from posbench.core.task import Metric, TaskSettings, known_model_fields
+from posbench.tasks.extrapolation import CorpusSettings, open_corpus
+
+# torch, numpy, the probes, the model and the scoring (posbench.tasks.retrieval.train_eval) are imported inside
+# the functions: validating or listing suites imports this module, and must not wait for them.
+
+M = Metric
+METRICS = {
+    "acc_at_train_len": M("Accuracy at L_train", "fraction", "fraction of answers exactly right at L_valid = L_train",
+                          True, "plain", table=True),
+    "acc_at_max_len": M("Accuracy at the longest L_valid", "fraction", "accuracy at the longest L_valid", True,
+                        "plain", table=True),
+    "effective_length": M("Effective length", "tokens", "longest L_valid with accuracy >= threshold at it and "
+                          "every shorter L_valid (RULER)", True, "int", table=True),
+    "acc@*": M("Accuracy", "fraction", "acc@<L_valid>: fraction of answers exactly right (counts summed over "
+               "depths)", True),
+    "acc_lo@*": M("Accuracy, Wilson 95% lower bound", "fraction", "acc_lo@<L_valid>", None),
+    "acc_hi@*": M("Accuracy, Wilson 95% upper bound", "fraction", "acc_hi@<L_valid>", None),
+    "chance": M("Chance accuracy", "fraction", "accuracy of uniform guessing over the answer symbols", None),
+    "final_train_loss": M("Final training loss", "nats/token", "training loss at the last step (LM text and probes)"),
+    "train_steps": M("Training steps", "steps", "optimizer steps", None, "int"),
+    "train_tokens": M("Training tokens", "tokens", "tokens trained on", None, "count"),
+    "train_seconds": M("Training time", "s", "wall-clock training time (s); 0 when the model came from another "
+                       "case's checkpoint"),
+    "reused_checkpoint": M("Reused checkpoint", "", "1 when the model came from a checkpoint", None, "int"),
+    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+}
+
+ProbeName = Literal["passkey", "mqar", "copy", "reverse"]
+
+
+class Settings(TaskSettings):
+    model: Literal[tuple(PRESETS)] = Field(description="model preset")  # type: ignore[valid-type]
+    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
+    _known_fields = field_validator("model_overrides")(known_model_fields)
+    method_options: dict[str, dict] = Field(default_factory=dict, description="per method: constructor options")
+    corpus: CorpusSettings = Field(default_factory=CorpusSettings, description="language-model text of the mix")
+    steps: Optional[int] = Field(None, ge=1, description="training budget in optimizer steps ...")
+    tokens: Optional[int] = Field(None, ge=1, description="... or in tokens")
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    warmup_steps: int = Field(50, ge=0)
+    precision: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    eval_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    mix: float = Field(0.5, ge=0.0, le=1.0, description="fraction of training rows that are probe examples")
+    train_probes: list[ProbeName] = Field(list(get_args(ProbeName)), min_length=1,
+                                          description="probes in the training mix (one model serves them all)")
+    n_symbols: int = Field(16, ge=2, description="alphabet of keys, values and segments")
+    key_len: int = Field(5, ge=1, description="passkey: symbols in the key")
+    n_pairs: int = Field(8, ge=1, description="mqar: key-value pairs")
+    n_queries: int = Field(4, ge=1, description="mqar: queries per example")
+    segment_len: int = Field(8, ge=1, description="copy/reverse: symbols in the segment")
+    filler_len: int = Field(5, ge=1, description="tokens of the repeated filler phrase")
+    L_valid_factors: list[int] = Field([1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train")
+    depths: list[float] = Field([0.0, 0.25, 0.5, 0.75, 1.0], min_length=1,
+                                description="passkey: needle depths of the heatmap (0 = start, 1 = end)")
+    eval_samples: int = Field(100, ge=1, description="answers scored per L_valid (passkey: split over depths)")
+    eval_batch_size: int = Field(16, ge=1)
+    threshold: float = Field(0.5, ge=0.0, le=1.0, description="accuracy an L_valid needs for effective_length")
+    reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint instead of retraining")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if (self.steps is None) == (self.tokens is None):
+            raise ValueError("give exactly one training budget: steps or tokens")
+        if any(not 0.0 <= d <= 1.0 for d in self.depths):
+            raise ValueError(f"depths must lie in [0, 1], got {self.depths}")
+        self.probe_config()  # one line on inconsistent probe shapes
+        return self
+
+    def probe_config(self):
+        """posbench.tasks.retrieval.probes.ProbeConfig of these settings (it checks the shapes agree)."""
+        from posbench.core.config import ProbeConfig
+
+        return ProbeConfig(n_symbols=self.n_symbols, key_len=self.key_len, n_pairs=self.n_pairs,
+                             n_queries=self.n_queries, segment_len=self.segment_len, filler_len=self.filler_len)
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    L_train: int = Field(ge=2, description="training length")
+    probe: ProbeName = Field(description="retrieval probe evaluated")
+
+
+def checkpoint_path(case, s: Settings) -> Path | None:
+    """``<run>/checkpoints/retrieval__<method>__L_train=<L>[__<probe>].pt``: with several training
+    probes one model (and file) serves every probe case of the method."""
+    if not getattr(case, "out_dir", ""):
+        return None
+    tail = "" if len(s.train_probes) > 1 else f"__{s.train_probes[0]}"
+    return Path(case.out_dir) / "checkpoints" / f"retrieval__{case.method}__L_train={case.params.L_train}{tail}.pt"
+
+
+def summarize(cells: list[dict], L: int, threshold: float) -> dict:
+    """Per-L_valid metrics from cells: acc@L (counts summed over depths), its Wilson interval,
+    acc_at_train_len, acc_at_max_len and effective_length. A length with an oom cell has no
+    accuracy."""
+    counts: dict[int, list] = {}
+    for c in cells:
+        entry = counts.setdefault(c["L_valid"], [0, 0, True])
+        entry[0] += c["correct"]
+        entry[1] += c["total"]
+        entry[2] &= c["status"] == "ok"
+    metrics, acc = {}, {}
+    for Lv, (k, n, ok) in sorted(counts.items()):
+        acc[Lv] = k / n if ok and n else None
+        lo, hi = wilson_interval(k, n) if ok and n else (None, None)
+        metrics.update({f"acc@{Lv}": acc[Lv], f"acc_lo@{Lv}": lo, f"acc_hi@{Lv}": hi})
+    metrics["acc_at_train_len"] = acc.get(L)
+    metrics["acc_at_max_len"] = acc[max(acc)] if acc else None
+    metrics["effective_length"] = effective_length(acc, threshold)
+    return metrics
+
+
+def run(case) -> dict:
+    import torch
+
+    from posbench.tasks.retrieval import probes as P
+    from posbench.tasks.retrieval.train_eval import eval_length, trained_model
+
+    s, L, probe = case.settings, case.params.L_train, case.params.probe
+    cfg = s.probe_config()
+    for Lv in [f * L for f in s.L_valid_factors]:
+        if Lv < P.min_length(probe, cfg):
+            raise ValueError(f"retrieval: L_valid {Lv} is too short for probe {probe} "
+                             f"(it needs {P.min_length(probe, cfg)} tokens)")
+    corpus = open_corpus(s.corpus)
+    vocab = P.ProbeVocab(corpus.vocab_size, cfg)
+    model, metrics = trained_model(case, s, vocab, corpus.split("train"), checkpoint_path(case, s))
+    eval_dtype = getattr(torch, s.eval_dtype)
+    info = model.info(case.device, eval_dtype)
+    model = model.to(eval_dtype).eval()
+    cells, by_distance = [], []
+    for factor in s.L_valid_factors:
+        c, d = eval_length(model, probe, vocab, factor * L, s, case.device)
+        cells += c
+        by_distance += d
+    metrics.update(summarize(cells, L, s.threshold))
+    metrics["chance"] = P.chance(probe, cfg)
+    series = {"cells": cells, "corpus": corpus.describe(), "threshold": s.threshold}
+    if probe == "mqar":
+        series["by_distance"] = by_distance
+    return {"metrics": metrics, "series": series, "info": info}

@@ -1,0 +1,202 @@
+"""Tables and charts of the retrieval suite, computed from result rows alone.
+
+Rows are the runner's result rows (``method``, ``params`` with ``L_train`` and ``probe``,
+``status``, ``series.cells``). Every accuracy is recomputed from the outcome counts the rows
+carry (``correct``, ``total``), so merged runs and reports get exact Wilson intervals, and the
+charts plot the table's numbers, so a picture never disagrees with its table. Lines carry a
+``gid`` (``method:<name>``, ``L_train``) so tests find them without relying on colours.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: no display on CI runners and GPU boxes
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from posbench.report.charts import line_style, marker_size  # noqa: E402
+from posbench.report.stats import effective_length, wilson_interval  # noqa: E402
+from posbench.report.table import Cell, Table, short_commit, slug  # noqa: E402
+
+
+def _ok_rows(rows, probe=None):
+    for r in rows:
+        if r.get("status", "ok") != "ok" or r.get("task", "retrieval") != "retrieval":
+            continue
+        if probe is not None and r["params"]["probe"] != probe:
+            continue
+        yield r
+
+
+def accuracy_table(rows: list[dict], threshold: float = 0.5) -> list[dict]:
+    """One entry per (method, probe, L_train, L_valid): counts summed over depths (and over rows,
+    so merged seeds or runs pool their samples), accuracy, Wilson 95% interval, and the
+    effective length of that (method, probe, L_train) at ``threshold``."""
+    counts: dict[tuple, list] = {}
+    for r in _ok_rows(rows):
+        key = (r["method"], r["params"]["probe"], r["params"]["L_train"])
+        for c in r["series"]["cells"]:
+            entry = counts.setdefault(key + (c["L_valid"],), [0, 0, True])
+            entry[0] += c["correct"]
+            entry[1] += c["total"]
+            entry[2] &= c["status"] == "ok"
+    table = []
+    for (method, probe, L, Lv), (k, n, ok) in sorted(counts.items()):
+        acc = k / n if ok and n else None
+        lo, hi = wilson_interval(k, n) if ok and n else (None, None)
+        table.append({"method": method, "probe": probe, "L_train": L, "L_valid": Lv, "correct": k,
+                      "total": n, "acc": acc, "lo": lo, "hi": hi})
+    eff: dict[tuple, dict] = {}
+    for t in table:
+        eff.setdefault((t["method"], t["probe"], t["L_train"]), {})[t["L_valid"]] = t["acc"]
+    for t in table:
+        t["effective_length"] = effective_length(eff[(t["method"], t["probe"], t["L_train"])], threshold)
+    return table
+
+
+def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
+    """Methods x L_valid accuracy (Wilson 95% interval) for one probe, plus effective length."""
+    table = [t for t in accuracy_table(rows, threshold) if t["probe"] == probe]
+    lengths = sorted({t["L_valid"] for t in table})
+    methods = list(dict.fromkeys(t["method"] for t in table))
+    lines = ["| method | L_train | " + " | ".join(f"L={Lv}" for Lv in lengths) + " | effective length |",
+             "|---|---|" + "---|" * len(lengths) + "---|"]
+    for m in methods:
+        for L in sorted({t["L_train"] for t in table if t["method"] == m}):
+            cells = {t["L_valid"]: t for t in table if t["method"] == m and t["L_train"] == L}
+            text = []
+            for Lv in lengths:
+                t = cells.get(Lv)
+                text.append("-" if t is None or t["acc"] is None else
+                            f"{100 * t['acc']:.0f}% [{100 * t['lo']:.0f}, {100 * t['hi']:.0f}]")
+            eff = next(iter(cells.values()))["effective_length"]
+            lines.append(f"| {m} | {L} | " + " | ".join(text) + f" | {eff} |")
+    return "\n".join(lines)
+
+
+def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
+    """``markdown_table`` as a report ``Table``: methods (with L_train when there are several) x
+    L_valid, each cell ``30% [11, 60]`` (Wilson 95%) linked to its case, then the effective length."""
+    table = [t for t in accuracy_table(rows, threshold) if t["probe"] == probe]
+    lengths = sorted({t["L_valid"] for t in table})
+    ok = [r for r in _ok_rows(rows, probe)]
+    several = len({t["L_train"] for t in table}) > 1
+    hardware = next((r.get("hardware") for r in ok if r.get("hardware")), "")
+    out = Table(key=slug(f"retrieval-{probe}-accuracy-{hardware}"),
+                title=f"{probe}: accuracy (Wilson 95% interval)", caption="", task="retrieval",
+                metric=f"acc {probe}", unit="fraction", column_header="L_valid", columns=lengths + ["effective length"],
+                rows=[], hardware=hardware, commit=short_commit(r.get("git_commit") for r in ok),
+                extra={"higher_is_better": True})
+    case_of = {(r["method"], r["params"]["L_train"]): r for r in ok}
+    for m in dict.fromkeys(t["method"] for t in table):
+        for L in sorted({t["L_train"] for t in table if t["method"] == m}):
+            label = f"{m}, L_train={L}" if several else m
+            out.rows.append(label)
+            row = case_of.get((m, L), {})
+            link = {"case_id": row.get("case_id"), "run_id": row.get("run_id")}
+            cells = {t["L_valid"]: t for t in table if t["method"] == m and t["L_train"] == L}
+            for Lv in lengths:
+                t = cells.get(Lv)
+                if t is None or t["acc"] is None:
+                    out.cells[(label, Lv)] = Cell(text="-", status="missing", **link)
+                    continue
+                out.cells[(label, Lv)] = Cell(text=f"{100 * t['acc']:.0f}% [{100 * t['lo']:.0f}, {100 * t['hi']:.0f}]",
+                                              value=t["acc"], spread=(t["lo"], t["hi"]), **link)
+            eff = next(iter(cells.values()))["effective_length"]
+            out.cells[(label, "effective length")] = Cell(text=str(eff), value=None if eff is None else float(eff), **link)
+    out.caption = (f"Fraction of {probe} answers exactly right, counts pooled over depths, seeds and runs, with "
+                   f"its Wilson 95% interval; effective length: the longest L_valid with accuracy >= {threshold:g} "
+                   f"there and at every shorter L_valid. {out.hardware} (commit {out.commit}).")
+    return out
+
+
+def heatmap_table(rows: list[dict], method: str, L_train: int | None = None):
+    """(depths, lengths, acc) of passkey for one method: acc (n_depths, n_lengths) float array,
+    NaN where no sample ran. Counts of several rows (seeds, runs) are pooled."""
+    counts: dict[tuple, list] = {}
+    for r in _ok_rows(rows, "passkey"):
+        if r["method"] != method or (L_train is not None and r["params"]["L_train"] != L_train):
+            continue
+        for c in r["series"]["cells"]:
+            if c["status"] == "ok" and c["total"]:
+                entry = counts.setdefault((c["depth"], c["L_valid"]), [0, 0])
+                entry[0] += c["correct"]
+                entry[1] += c["total"]
+    depths = sorted({d for d, _ in counts})
+    lengths = sorted({Lv for _, Lv in counts})
+    acc = np.full((len(depths), len(lengths)), np.nan)
+    for (d, Lv), (k, n) in counts.items():
+        acc[depths.index(d), lengths.index(Lv)] = k / n
+    return depths, lengths, acc
+
+
+def heatmap_chart(rows: list[dict], method: str, L_train: int | None = None):
+    """Needle-in-a-haystack heatmap of one method: passkey accuracy, depth (rows, 0 = needle at
+    the start) x L_valid (columns). Returns the Figure; the image's array is the table's."""
+    depths, lengths, acc = heatmap_table(rows, method, L_train)
+    if not lengths:
+        raise ValueError(f"heatmap: no passkey results for method {method!r}")
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(lengths), 1.2 + 0.5 * len(depths)))
+    im = ax.imshow(acc, vmin=0.0, vmax=1.0, cmap="RdYlGn", aspect="auto")
+    ax.set_xticks(range(len(lengths)), [str(Lv) for Lv in lengths])
+    ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
+    for i in range(len(depths)):
+        for j in range(len(lengths)):
+            if not np.isnan(acc[i, j]):
+                ax.text(j, i, f"{100 * acc[i, j]:.0f}", ha="center", va="center", fontsize=8)
+    ax.set_xlabel("L_valid (tokens)")
+    ax.set_ylabel("needle depth")
+    title = f"passkey: {method}" + (f" (L_train {L_train})" if L_train else "")
+    ax.set_title(title, fontsize=10)
+    fig.colorbar(im, ax=ax, label="accuracy")
+    fig.tight_layout()
+    return fig
+
+
+def accuracy_chart(rows: list[dict], probe: str, L_train: int | None = None):
+    """Accuracy vs L_valid per method for one probe: log-2 x axis, Wilson 95% error bars, and a
+    dashed vertical line at L_train (gid ``L_train``)."""
+    table = [t for t in accuracy_table(rows) if t["probe"] == probe and t["acc"] is not None
+             and (L_train is None or t["L_train"] == L_train)]
+    if not table:
+        raise ValueError(f"accuracy chart: no results for probe {probe!r}")
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for index, method in enumerate(dict.fromkeys(t["method"] for t in table)):
+        pts = sorted((t["L_valid"], t["acc"], t["lo"], t["hi"]) for t in table if t["method"] == method)
+        x, y, lo, hi = (np.array(v, dtype=float) for v in zip(*pts))
+        style = line_style(index)  # methods that coincide (all at 100%) stay apart by marker and dash
+        ax.plot(x, y, markersize=marker_size(index), markerfacecolor="none", markeredgewidth=1.3, label=method,
+                gid=f"method:{method}", **style)
+        ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="none", ecolor=style["color"], alpha=0.5, capsize=3)
+    for L in sorted({t["L_train"] for t in table}):
+        ax.axvline(L, linestyle="--", color="0.4", gid="L_train")
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("L_valid (tokens, log scale)")
+    ax.set_ylabel("accuracy")
+    ax.set_title(f"{probe}: accuracy vs evaluation length (dashed: L_train)", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def write_charts(rows: list[dict], folder) -> list[Path]:
+    """Every retrieval chart of ``rows`` as PNG in ``folder``: one accuracy chart per probe and
+    one passkey heatmap per method. Returns the paths written."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    ok = list(_ok_rows(rows))
+    written = []
+    for probe in dict.fromkeys(r["params"]["probe"] for r in ok):
+        written.append(_save(accuracy_chart(ok, probe), folder / f"retrieval_{probe}_accuracy.png"))
+    for method in dict.fromkeys(r["method"] for r in ok if r["params"]["probe"] == "passkey"):
+        written.append(_save(heatmap_chart(ok, method), folder / f"retrieval_passkey_heatmap_{method}.png"))
+    return written
+
+
+def _save(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,172 @@
+"""Retrieval probes: synthetic prompts whose answer sits far back in the context.
+
+Four probes (the ``retrieval`` task's grid axis ``probe``), each a sequence of exactly ``length``
+tokens whose last part is the answer:
+
+- ``passkey`` (landmark attention, YaRN): repeated filler with a needle ``MARK d1..dk END`` at a
+  chosen depth, then ``ASK d1..dk``; the answer is the k-symbol key.
+- ``mqar`` (Zoology's multi-query associative recall): ``k1 v1 ... kN vN`` at the start, filler,
+  then Q queries ``QUERY k v`` for distinct keys; each value is a one-token answer.
+- ``copy`` / ``reverse`` (Kazemnejad et al. 2023): a random segment ``MARK s1..sn END`` at a
+  depth in filler, then ``COPY s1..sn`` or ``REVERSE sn..s1``.
+
+Probe tokens live after the language-model vocabulary (ids ``base ..``), so one model reads both
+LM text and probes. The filler is a fixed phrase of ``filler_len`` tokens repeated, as in the
+landmark-attention prompt ("The grass is green. The sky is blue. ..."): it carries no
+information, so only the needle can answer the question.
+
+Everything is drawn from ``numpy.random.default_rng`` seeded by (seed, probe, length, depth), so a
+batch is a pure function of its arguments. The answer positions (``spans``) depend only on the
+probe and the length, never on the draw, so a batch of examples decodes together.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from posbench.core.config import PROBES, ProbeConfig  # noqa: F401 (re-exported: defined where no numpy is needed)
+
+
+class ProbeVocab:
+    """Token ids of the probes, starting at ``base`` (the LM vocabulary's size).
+
+    Layout: filler phrase (filler_len), MARK, END, ASK, COPY, REVERSE, QUERY, then the symbols.
+    """
+
+    SPECIALS = ("MARK", "END", "ASK", "COPY", "REVERSE", "QUERY")
+
+    def __init__(self, base: int, cfg: ProbeConfig):
+        self.base, self.cfg = base, cfg
+        self.filler = np.arange(cfg.filler_len, dtype=np.int64) + base  # (filler_len,)
+        for i, name in enumerate(self.SPECIALS):
+            setattr(self, name, base + cfg.filler_len + i)
+        self.first_symbol = base + cfg.filler_len + len(self.SPECIALS)
+        self.size = cfg.filler_len + len(self.SPECIALS) + cfg.n_symbols  # probe tokens added
+
+    @property
+    def vocab_size(self) -> int:
+        """LM vocabulary plus probe tokens: the model's vocabulary."""
+        return self.base + self.size
+
+    def is_symbol(self, ids: np.ndarray) -> np.ndarray:
+        return (ids >= self.first_symbol) & (ids < self.first_symbol + self.cfg.n_symbols)
+
+
+@dataclass
+class ProbeBatch:
+    tokens: np.ndarray  # (n, length) int64: prompt and answers, the whole sequence
+    spans: list[tuple[int, int]]  # answer spans [start, end), the same for every row, in order
+    depth: np.ndarray  # (n,) float: where the needle sits in the filler, 0 = start, 1 = end (mqar: 0)
+    distance: np.ndarray  # (n, n_spans) int: tokens from the information to its question
+
+
+def min_length(probe: str, cfg: ProbeConfig) -> int:
+    """Shortest sequence that holds the probe (with no filler)."""
+    if probe == "passkey":
+        return 2 * cfg.key_len + 3
+    if probe == "mqar":
+        return 2 * cfg.n_pairs + 3 * cfg.n_queries
+    if probe in ("copy", "reverse"):
+        return 2 * cfg.segment_len + 3
+    raise ValueError(f"unknown probe {probe!r}; allowed: {', '.join(PROBES)}")
+
+
+def chance(probe: str, cfg: ProbeConfig) -> float:
+    """Accuracy of guessing every answer symbol uniformly: per example for passkey/copy/reverse
+    (exact match of the whole answer), per query for mqar."""
+    n = {"passkey": cfg.key_len, "mqar": 1, "copy": cfg.segment_len, "reverse": cfg.segment_len}[probe]
+    return float(cfg.n_symbols) ** -n
+
+
+def _rng(seed: int, probe: str, length: int, depth: float | None) -> np.random.Generator:
+    depth_code = -1 if depth is None else int(round(depth * 1_000_000))
+    return np.random.default_rng([seed, PROBES.index(probe), length, depth_code + 1])
+
+
+def generate(probe: str, vocab: ProbeVocab, length: int, n: int, seed: int,
+             depth: float | None = None) -> ProbeBatch:
+    """``n`` examples of ``probe`` of exactly ``length`` tokens; deterministic in its arguments.
+
+    depth: needle position in [0, 1] (passkey, copy, reverse); None draws one per example.
+    """
+    cfg = vocab.cfg
+    need = min_length(probe, cfg)
+    if length < need:
+        raise ValueError(f"probe {probe}: length {length} is too short; it needs at least {need} tokens")
+    if depth is not None and not 0.0 <= depth <= 1.0:
+        raise ValueError(f"probe depth must be in [0, 1], got {depth}")
+    rng = _rng(seed, probe, length, depth)
+    if probe == "mqar":
+        return _mqar(vocab, length, n, rng)
+    return _needle(probe, vocab, length, n, rng, depth)
+
+
+def _filler(vocab: ProbeVocab, n: int, length: int) -> np.ndarray:
+    """(n, length) rows of the repeated filler phrase."""
+    phrase = vocab.filler[np.arange(length) % len(vocab.filler)]
+    return np.broadcast_to(phrase, (n, length)).copy()
+
+
+def _needle(probe, vocab: ProbeVocab, length, n, rng, depth) -> ProbeBatch:
+    cfg = vocab.cfg
+    k = cfg.key_len if probe == "passkey" else cfg.segment_len
+    question = {"passkey": vocab.ASK, "copy": vocab.COPY, "reverse": vocab.REVERSE}[probe]
+    symbols = rng.integers(0, cfg.n_symbols, size=(n, k)) + vocab.first_symbol  # (n, k)
+    free = length - (k + 2) - (k + 1)  # filler tokens around the needle
+    depths = rng.random(n) if depth is None else np.full(n, float(depth))
+    starts = np.rint(depths * free).astype(np.int64)  # (n,) needle's first token (MARK)
+    tokens = _filler(vocab, n, length)
+    rows = np.arange(n)[:, None]
+    tokens[rows, starts[:, None] + np.arange(k + 2)] = np.concatenate(
+        [np.full((n, 1), vocab.MARK), symbols, np.full((n, 1), vocab.END)], axis=1)
+    answer = symbols[:, ::-1] if probe == "reverse" else symbols
+    tokens[:, length - k - 1] = question
+    tokens[:, length - k:] = answer
+    distance = (length - k - 1) - starts  # question token minus MARK
+    return ProbeBatch(tokens, [(length - k, length)], depths, distance[:, None])
+
+
+def _mqar(vocab: ProbeVocab, length, n, rng) -> ProbeBatch:
+    cfg = vocab.cfg
+    N, Q = cfg.n_pairs, cfg.n_queries
+    # Distinct keys per row: the N smallest of n_symbols random numbers; values may repeat.
+    keys = np.argsort(rng.random((n, cfg.n_symbols)), axis=1)[:, :N] + vocab.first_symbol  # (n, N)
+    values = rng.integers(0, cfg.n_symbols, size=(n, N)) + vocab.first_symbol  # (n, N)
+    asked = np.argsort(rng.random((n, N)), axis=1)[:, :Q]  # (n, Q) which pairs are queried, in order
+    tokens = _filler(vocab, n, length)
+    tokens[:, 0 : 2 * N : 2] = keys
+    tokens[:, 1 : 2 * N : 2] = values
+    rows = np.arange(n)[:, None]
+    q0 = length - 3 * Q  # first QUERY token
+    tokens[:, q0::3] = vocab.QUERY
+    tokens[:, q0 + 1::3] = keys[rows, asked]
+    tokens[:, q0 + 2::3] = values[rows, asked]
+    spans = [(q0 + 3 * j + 2, q0 + 3 * j + 3) for j in range(Q)]
+    distance = (q0 + 3 * np.arange(Q) + 1)[None, :] - 2 * asked  # query key minus pair key
+    return ProbeBatch(tokens, spans, np.zeros(n), distance)
+
+
+def oracle_next(vocab: ProbeVocab, history: np.ndarray) -> int:
+    """The next answer token, read off the prompt alone: proves every answer is recoverable.
+
+    ``history`` (T,) ends inside an answer: after the last question token and the answer so far.
+    """
+    h = np.asarray(history)
+    marks = np.flatnonzero(np.isin(h, [vocab.ASK, vocab.COPY, vocab.REVERSE, vocab.QUERY]))
+    if len(marks) == 0:
+        raise ValueError("oracle: the history holds no question token")
+    a = int(marks[-1])
+    if h[a] == vocab.QUERY:
+        key = h[a + 1]
+        pairs_end = int(np.flatnonzero(h == vocab.QUERY)[0])
+        for i in range(0, pairs_end - 1, 2):  # pairs block: k1 v1 k2 v2 ...
+            if h[i] == key:
+                return int(h[i + 1])
+        raise ValueError("oracle: the queried key is not among the pairs")
+    start = int(np.flatnonzero(h == vocab.MARK)[0])
+    end = start + 1 + int(np.flatnonzero(h[start + 1:] == vocab.END)[0])
+    segment = h[start + 1 : end]
+    if h[a] == vocab.REVERSE:
+        segment = segment[::-1]
+    return int(segment[len(h) - a - 1])

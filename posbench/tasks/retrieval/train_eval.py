@@ -1,0 +1,143 @@
+"""The retrieval task's training mix and its greedy scoring through the KV cache
+(``posbench.tasks.retrieval`` runs them; ``s`` is that task's Settings)."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from posbench.tasks.retrieval import probes as P
+from posbench.core.model import TransformerLM, model_config
+from posbench.engine.train import TrainConfig, load_checkpoint, train
+
+
+# ------------------------------------------------------------------------------------ training
+
+
+def mixed_batches(lm_tokens: np.ndarray, vocab: P.ProbeVocab, train_probes: list[str], seq_len: int,
+                  batch_size: int, mix: float, seed: int):
+    """Endless (B, T+1) int64 batches: each row is a probe example with probability ``mix`` (a
+    probe of ``train_probes`` at a random depth), else a random window of ``lm_tokens``."""
+    rng = np.random.default_rng([seed, 7])
+    n = len(lm_tokens)
+    if mix < 1.0 and n < seq_len + 1:
+        raise ValueError(f"retrieval: the corpus has {n} training tokens, fewer than L_train+1 = {seq_len + 1}")
+    span = np.arange(seq_len + 1)
+    while True:
+        out = np.empty((batch_size, seq_len + 1), dtype=np.int64)
+        is_probe = rng.random(batch_size) < mix
+        which = rng.integers(0, len(train_probes), size=batch_size)
+        for i, probe in enumerate(train_probes):
+            rows = np.flatnonzero(is_probe & (which == i))
+            if len(rows):
+                batch_seed = int(rng.integers(0, 2**31))  # training seeds stay below 2**31, eval's above
+                out[rows] = P.generate(probe, vocab, seq_len + 1, len(rows), batch_seed).tokens
+        lm_rows = np.flatnonzero(~is_probe)
+        if len(lm_rows):
+            starts = rng.integers(0, n - seq_len, size=len(lm_rows))
+            out[lm_rows] = lm_tokens[starts[:, None] + span[None, :]]
+        yield torch.from_numpy(out)
+
+
+def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Path | None):
+    """(model, metrics): trained at L_train on the mix, or loaded from this method's checkpoint."""
+    L = case.params.L_train
+    overrides = {"vocab_size": vocab.vocab_size, **s.model_overrides}
+    cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **overrides)
+    if ckpt is not None and ckpt.exists() and s.reuse_checkpoint:
+        model, blob = load_checkpoint(ckpt, case.device)
+        r, reused = blob["result"], 1
+        final, steps, tokens, seconds = r["final_loss"], r["steps"], r["tokens"], 0.0
+    else:
+        for probe in s.train_probes:
+            if P.min_length(probe, vocab.cfg) > L + 1:
+                raise ValueError(f"retrieval: L_train {L} is too short to train on probe {probe} "
+                                 f"(it needs {P.min_length(probe, vocab.cfg) - 1} tokens)")
+        torch.manual_seed(s.seed)
+        model = TransformerLM(cfg)
+        tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
+                           warmup_steps=s.warmup_steps, precision=s.precision, seed=s.seed)
+        data = mixed_batches(lm_tokens, vocab, s.train_probes, L, s.batch_size, s.mix, s.seed)
+        r = train(model, data, tcfg, case.device, ckpt)
+        final, steps, tokens, seconds, reused = r.final_loss, r.steps, r.tokens, r.seconds, 0
+    metrics = dict(final_train_loss=final, train_steps=steps, train_tokens=tokens, train_seconds=seconds,
+                   reused_checkpoint=reused, n_params=model.num_parameters())
+    return model, metrics
+
+
+# ---------------------------------------------------------------------------------- evaluation
+
+
+@torch.no_grad()
+def greedy_answers(model, tokens: torch.Tensor, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+    """Greedy answers through the KV cache: one (B, end - start) tensor per span.
+
+    tokens (B, T): the whole sequence. For each span the trunk cache is prefilled with the true
+    tokens before it, and a fork decodes the answer token by token from its own predictions; the
+    trunk then continues with the true answer, so a wrong answer never leaks into the next query.
+    """
+    cache = model.new_cache()
+    cursor, out = 0, []
+    for start, end in spans:
+        logits = model(tokens[:, cursor:start], cache=cache)  # (B, start - cursor, V)
+        nxt = logits[:, -1].argmax(-1)  # (B,)
+        answer = [nxt]
+        branch = cache.fork()  # a copy: the answer decoded into it never reaches the trunk
+        for _ in range(end - start - 1):
+            nxt = model(nxt[:, None], cache=branch)[:, -1].argmax(-1)
+            answer.append(nxt)
+        out.append(torch.stack(answer, dim=1))
+        cursor = start
+    return out
+
+
+def score(model, batch: P.ProbeBatch, device, batch_size: int) -> np.ndarray:
+    """(n, n_spans) bool: whether each answer was decoded exactly."""
+    rows = []
+    for i in range(0, len(batch.tokens), batch_size):
+        tokens = torch.from_numpy(batch.tokens[i : i + batch_size]).to(device)
+        answers = greedy_answers(model, tokens, batch.spans)
+        rows.append(torch.stack([(a == tokens[:, s:e]).all(dim=1) for a, (s, e) in zip(answers, batch.spans)], 1))
+    return torch.cat(rows).cpu().numpy()
+
+
+def eval_length(model, probe: str, vocab: P.ProbeVocab, Lv: int, s, device) -> tuple[list, list]:
+    """Cells (one per depth for passkey, else one) and mqar distance buckets at one L_valid."""
+    seed = 2**31 + s.seed  # disjoint from the training draws (below 2**31)
+    # Examples of Lv + 1 tokens, as training's rows of L_train + 1: the model reads positions
+    # 0..Lv-1 and the last answer token is only predicted. With Lv tokens every answer sat one
+    # position earlier than in training, and sinusoidal scored 0% at L_train on a checkpoint that
+    # scores 100% on examples shaped as in training.
+    n = Lv + 1
+    if probe == "passkey":
+        per_depth = math.ceil(s.eval_samples / len(s.depths))
+        plan = [(d, P.generate(probe, vocab, n, per_depth, seed, depth=d)) for d in s.depths]
+    elif probe == "mqar":
+        plan = [(None, P.generate(probe, vocab, n, math.ceil(s.eval_samples / vocab.cfg.n_queries), seed))]
+    else:
+        plan = [(None, P.generate(probe, vocab, n, s.eval_samples, seed))]
+    cells, distance = [], defaultdict(lambda: [0, 0])
+    for depth, batch in plan:
+        cell = {"L_valid": Lv, "depth": depth, "correct": 0, "total": 0, "status": "ok", "message": ""}
+        try:
+            ok = score(model, batch, device, s.eval_batch_size)  # (n, n_spans)
+        except (MemoryError, torch.cuda.OutOfMemoryError) as exc:
+            text = str(exc).splitlines()
+            cell.update(status="oom", message=f"{type(exc).__name__}: {text[0] if text else ''}")
+            if torch.device(device).type == "cuda":
+                torch.cuda.empty_cache()
+            cells.append(cell)
+            continue
+        cell.update(correct=int(ok.sum()), total=int(ok.size))
+        cells.append(cell)
+        if probe == "mqar":
+            # Distance buckets: powers of two, bucket b holds distances in (b/2, b].
+            buckets = 2 ** np.ceil(np.log2(np.maximum(batch.distance, 1))).astype(np.int64)
+            for b, hit in zip(buckets.ravel(), ok.ravel()):
+                distance[int(b)][0] += int(hit)
+                distance[int(b)][1] += 1
+    by_distance = [{"L_valid": Lv, "distance": b, "correct": c, "total": t} for b, (c, t) in sorted(distance.items())]
+    return cells, by_distance
