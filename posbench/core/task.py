@@ -27,8 +27,8 @@ failure result (``posbench.run.worker.failure``) and the others go on.
 
 Optionally, a task whose suite ``methods`` are its own variants rather than position methods (the
 kernels task) also defines ``METHODS`` (the variant names) and ``unavailable(case) -> reason |
-None``. ``Task`` and ``VariantTask`` below are the typed form of this contract; ``get`` checks a
-module against it.
+None``. ``Task`` below is the typed form of the required parts; ``get`` checks a module against it
+and hands back a ``LoadedTask``, which answers every optional part with its default.
 
 Modules are imported lazily, so a worker imports only its own task (the test task does not
 import torch, which keeps the runner's tests fast). Names starting with ``_`` are test-only and
@@ -106,14 +106,6 @@ class Task(Protocol):
     Params: type  # a pydantic model of one grid point
     METRICS: dict[str, Metric]
     run: Callable[[Any], dict]
-
-
-@runtime_checkable
-class VariantTask(Task, Protocol):
-    """A task whose suite ``methods`` are its own variants (kernels), not position methods."""
-
-    METHODS: Any  # the variant names (a dict or list)
-    unavailable: Callable[[Any], Optional[str]]
 
 
 SPREAD_SUFFIX = "_std"  # a seed-averaged metric m carries m_std: its spread over seeds
@@ -216,9 +208,55 @@ def names(include_hidden: bool = False) -> list[str]:
     return sorted(n for n in TASKS if include_hidden or not n.startswith("_"))
 
 
-def get(name: str) -> Task:
-    """The task module; an unknown name raises ``KeyError``, a module that breaks the contract a
-    one-line ``TypeError`` saying what it lacks."""
+class LoadedTask:
+    """A task module seen through the contract: the required parts checked once (``get``), every
+    optional part answered with its default when the module leaves it out, so the runner, the
+    suite loader, the CLI and the report ask the task and never probe the module.
+
+    Optional parts and their defaults (``OPTIONAL``):
+
+    - ``METHODS``: the task's own variants (kernels) instead of position methods; default None.
+    - ``unavailable(case) -> reason | None``: why a case of those variants cannot run here, known
+      before any worker starts; default: always available (position methods answer for themselves).
+    - ``run_group(cases, round) -> {case id: result}``: the paired-windows group run; default
+      None, and ``groups`` is False.
+    """
+
+    OPTIONAL: dict[str, Any] = {"METHODS": None, "unavailable": None, "run_group": None}
+
+    def __init__(self, name: str, module: Any):
+        self.name = name
+        self.module = module
+
+    def __repr__(self) -> str:
+        return f"<task {self.name!r} ({self.module.__name__})>"
+
+    def __getattr__(self, attr: str) -> Any:
+        # Settings, Params, METRICS, run and whatever else the module holds (a test's monkeypatch
+        # on the module is seen here too: nothing is copied)
+        if attr in LoadedTask.OPTIONAL:
+            return getattr(self.module, attr, LoadedTask.OPTIONAL[attr])
+        return getattr(self.module, attr)
+
+    @property
+    def own_methods(self) -> bool:
+        """Whether the suite's ``methods`` are this task's variants, not position methods."""
+        return self.METHODS is not None
+
+    @property
+    def groups(self) -> bool:
+        """Whether the task can measure a grid point's methods together (``pairing: windows``)."""
+        return self.run_group is not None
+
+    def unavailable_reason(self, case: Any) -> Optional[str]:
+        """Why ``case`` cannot run here, known without a worker (own variants only), or None."""
+        check = self.unavailable
+        return check(case) if check is not None else None
+
+
+def get(name: str) -> LoadedTask:
+    """The task through its contract; an unknown name raises ``KeyError``, a module that breaks
+    the contract a one-line ``TypeError`` saying what it lacks."""
     if name not in TASKS:
         raise KeyError(name)
     module = importlib.import_module(TASKS[name])
@@ -229,4 +267,4 @@ def get(name: str) -> Task:
     bad = next((k for k, v in module.METRICS.items() if not isinstance(v, Metric)), None)
     if bad is not None:
         raise TypeError(f"task {name!r}: METRICS[{bad!r}] is not a posbench.core.task.Metric")
-    return module
+    return LoadedTask(name, module)

@@ -258,8 +258,8 @@ def unavailable_reason(case: Case) -> Optional[str]:
     from posbench.core import task as tasks
 
     task = tasks.get(case.task)
-    if isinstance(task, tasks.VariantTask):  # tasks whose "methods" are not position methods
-        return task.unavailable(case)
+    if task.own_methods:  # tasks whose "methods" are not position methods answer for their variants
+        return task.unavailable_reason(case)
     dtype = getattr(torch, case.settings.get("dtype", "float32"))
     return registry.get(case.method).unavailable(torch.device(case.device), dtype)
 
@@ -433,8 +433,8 @@ def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
     extra = [m for m in dict.fromkeys(methods or []) if m not in suite.methods]
     if not extra:
         return suite
-    own = getattr(tasks.get(suite.task), "METHODS", None)
-    known = list(own) if own is not None else registry.names()
+    task = tasks.get(suite.task)
+    known = list(task.METHODS) if task.own_methods else registry.names()
     for name in extra:
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1)
@@ -501,7 +501,7 @@ def check_pairing(suite: Suite, in_process: bool) -> None:
 
     if getattr(suite.settings, "pairing", "rounds") != "windows":
         return
-    if not hasattr(tasks.get(suite.task), "run_group"):
+    if not tasks.get(suite.task).groups:
         raise SuiteError(f"pairing: windows: task {suite.task!r} cannot measure several methods in one process; "
                          "allowed: pairing: rounds")
     if in_process:

@@ -488,9 +488,8 @@ def expand_methods(names: list[str], task=None) -> list[str]:
     a task that compares its own (``task.METHODS``)."""
     from posbench.core import registry
 
-    own = getattr(task, "METHODS", None)
-    if own is not None and "all" in names:
-        return [n for n in names if n != "all"] + [n for n in own if n not in names]
+    if task is not None and task.own_methods and "all" in names:
+        return [n for n in names if n != "all"] + [n for n in task.METHODS if n not in names]
     return registry.expand(names)
 
 
@@ -504,7 +503,7 @@ def _check_task(loaded: Loaded):
 
 def _check_methods(loaded: Loaded, task=None) -> None:
     f, where = loaded.file, display_path(loaded.path)
-    own = getattr(task, "METHODS", None)  # a task that compares other things (kernel variants)
+    own = task.METHODS if task is not None else None  # a task that compares other things (kernel variants)
     _check_method_list(loaded, f.methods, (), own)
     for name, prof in f.profiles.items():
         if prof.methods is not None:
@@ -704,7 +703,7 @@ def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: di
             raise fail(source.get("model_overrides", ("settings", "model_overrides")), problem,
                        "overrides that give a valid model (positive sizes, d_model divisible by n_heads)") from None
     options = getattr(settings, "method_options", None)
-    if options and getattr(task, "METHODS", None) is None:
+    if options and not task.own_methods:
         base = source.get("method_options", ("settings", "method_options"))
         for method, opts in options.items():
             if method not in methods:
