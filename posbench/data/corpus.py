@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -28,7 +29,7 @@ import torch
 
 from posbench.data import markov
 from posbench.data import synthetic_copy
-from posbench.data.token_cache import (CACHE_ENV, EOS, UNK, FORMAT_VERSION, build_vocab, cache_root,  # noqa: F401  (re-exported)
+from posbench.data.token_cache import (CACHE_ENV, EOS, UNK, DataError, FORMAT_VERSION, build_vocab, cache_root,  # noqa: F401  (re-exported)
                                        dtype_for, cached, build_word_splits, build_holdout, build_byte_splits)
 
 DATA_ENV = "POSBENCH_DATA_DIR"
@@ -40,10 +41,6 @@ SYNTH_DEFAULTS = dict(vocab=64, order=2, branching=4, jump=0.05)
 SYNTH_TRAIN_TOKENS = 1_000_000
 # Training streams of synthetic-copy: each starts at its own t = 0, so they sample in parallel.
 COPY_TRAIN_STREAMS = 64
-
-
-class DataError(ValueError):
-    """A missing folder, split or file, or a failed download; the message is one line for the user."""
 
 
 class Corpus:
@@ -143,12 +140,38 @@ def _data_dir(path: str | os.PathLike | None, what: str) -> Path:
     return folder
 
 
+def _source_file(path: Path) -> bool:
+    """Whether a source file is there: True for a regular file (or a link to one), False when
+    nothing is; a DataError when something else is (a FIFO, a device such as ``/dev/zero``, a
+    folder, a dangling link). Such an entry is never read, and never taken for a missing split
+    (which could make a run train on another split without a word)."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        if os.path.islink(path):
+            raise DataError(f"{path} is a link to nothing; allowed: a regular file") from None
+        return False
+    except OSError as exc:
+        raise DataError(f"{path} cannot be read ({exc.strerror}); allowed: a readable regular file") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError(f"{path} is not a regular file ({_file_kind(st.st_mode)}); allowed: a regular file")
+    return True
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
 def _wikitext_folder(root: Path, kind: str) -> Path:
     """``root`` itself if it holds WikiText files, else its ``wikitext-103``/``wikitext-2`` child."""
     children = [kind] if kind != "wikitext" else ["wikitext-103", "wikitext-2"]
     candidates = [root] + [root / c for c in children]
     for c in candidates:
-        if any((c / n).is_file() for names in WIKITEXT_FILES.values() for n in names):
+        if any(_source_file(c / n) for names in WIKITEXT_FILES.values() for n in names):
             return c
     looked = ", ".join(str(c) for c in candidates)
     raise DataError(
@@ -159,7 +182,7 @@ def _wikitext_folder(root: Path, kind: str) -> Path:
 def _wikitext_split_file(folder: Path, file_split: str, kind: str) -> Path:
     names = WIKITEXT_FILES.get(file_split, (f"wiki.{file_split}.tokens", f"{file_split}.txt"))
     for n in names:
-        if (folder / n).is_file():
+        if _source_file(folder / n):
             return folder / n
     hint = DOWNLOAD_HINT
     if file_split == "train":
@@ -172,7 +195,7 @@ def _wikitext_split_file(folder: Path, file_split: str, kind: str) -> Path:
 def _load_wikitext(kind, path, splits, size) -> Corpus:
     folder = _wikitext_folder(_data_dir(path, kind), kind)
     if splits is None:
-        present = [s for s in WIKITEXT_FILES if any((folder / n).is_file() for n in WIKITEXT_FILES[s])]
+        present = [s for s in WIKITEXT_FILES if any(_source_file(folder / n) for n in WIKITEXT_FILES[s])]
         splits = {s: s for s in (["train"] if "train" not in present else []) + present}
     if "train" not in splits:
         raise DataError(f"{kind}: splits {splits} must name a 'train' split (the vocabulary comes from it)")
@@ -199,7 +222,7 @@ def _load_text(path, level, splits, size, valid_fraction) -> Corpus:
         split_files = {"all": [Path(p).expanduser() for p in raw]}
     for fs in split_files.values():
         for f in fs:
-            if not f.is_file():
+            if not _source_file(f):
                 raise DataError(f"text: file {f} not found")
     files = [f for fs in split_files.values() for f in fs]
     name = f"{files[0].stem} ({level})"

@@ -20,6 +20,11 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+class DataError(ValueError):
+    """A missing folder, split or file, a damaged cache, or a failed download; the message is one
+    line for the user."""
+
+
 CACHE_ENV = "POSBENCH_CACHE_DIR"
 EOS, UNK = "<eos>", "<unk>"  # WikiText's end-of-line and unknown-word tokens
 FORMAT_VERSION = 1  # bump when tokenization changes, so old caches are not reused
@@ -64,8 +69,11 @@ def cached(kind: str, settings: dict, files: Sequence[Path], build) -> tuple[Pat
     root = cache_root()
     folder = root / f"{kind}_{_cache_key(kind, settings, files)}"
     meta_path = folder / "meta.json"
-    if meta_path.exists():
-        return folder, json.loads(meta_path.read_text())
+    if os.path.lexists(folder):
+        problem = damage(folder)
+        if problem is None:
+            return folder, json.loads(meta_path.read_text())
+        _discard(folder, problem)  # rebuilt below from the sources, which are still there
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=root))
     try:
@@ -80,6 +88,61 @@ def cached(kind: str, settings: dict, files: Sequence[Path], build) -> tuple[Pat
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return folder, json.loads(meta_path.read_text())
+
+
+# Token ids are stored raw; only these dtypes are ever memory-mapped (``meta.json`` is data, and a
+# dtype such as ``object`` would make numpy read pointers out of the file).
+DTYPES = {"uint8": 1, "uint16": 2, "uint32": 4}
+
+
+def damage(folder: Path) -> str | None:
+    """What is wrong with a cache folder, or None when it is whole: ``meta.json`` readable with
+    every split's ``n_tokens`` and an allowed ``dtype``, and each ``<split>.bin`` a regular file of
+    exactly ``n_tokens`` x itemsize bytes (a truncated file would silently train on what is left)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return "is not a folder"
+    meta_path = folder / "meta.json"
+    if meta_path.is_symlink() or not meta_path.is_file():
+        return "has no meta.json"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return "has an unreadable meta.json"
+    splits = meta.get("splits") if isinstance(meta, dict) else None
+    if not isinstance(splits, dict) or not splits or not isinstance(meta.get("vocab_size"), int):
+        return "has a meta.json without splits or vocab_size"
+    for name, info in splits.items():
+        n, dtype = (info.get("n_tokens"), info.get("dtype")) if isinstance(info, dict) else (None, None)
+        if dtype not in DTYPES:
+            return f"names dtype {dtype!r} for split {name!r} (allowed: {', '.join(DTYPES)})"
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            return f"names no token count for split {name!r}"
+        path = folder / f"{name}.bin"
+        if n == 0:
+            continue
+        if path.is_symlink() or not path.is_file():
+            return f"has no regular file {path.name}"
+        if path.stat().st_size != n * DTYPES[dtype]:
+            return f"has {path.name} of {path.stat().st_size} bytes where meta.json says {n * DTYPES[dtype]}"
+    return None
+
+
+def _discard(folder: Path, problem: str) -> None:
+    """Move a damaged cache folder out of the way (then delete it), so it is rebuilt; a folder that
+    cannot be moved is refused with one line naming it."""
+    import sys
+
+    aside = folder.with_name(f".damaged-{folder.name}-{os.getpid()}")
+    try:
+        os.rename(folder, aside)  # a link is renamed, never followed
+    except OSError as exc:
+        raise DataError(f"token cache {folder} {problem} and cannot be moved aside ({exc.strerror}); "
+                        "delete that folder and run again") from None
+    print(f"posbench: token cache {folder} {problem}; rebuilding it", file=sys.stderr)
+    if aside.is_symlink() or not aside.is_dir():
+        aside.unlink()
+    else:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _sha256(path: Path) -> str:
