@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -32,30 +34,62 @@ def _log(quiet: bool, msg: str) -> None:
         print(msg, file=sys.stderr)
 
 
-def _fetch(url: str, dest: Path, timeout: float, quiet: bool) -> tuple[str, int]:
-    """Stream ``url`` into ``dest``; returns (sha256 hex, bytes). Network failures -> DataError."""
+# Bounds of one source: a server that trickles a byte every few seconds never trips a socket
+# timeout, and ``file:///dev/zero`` never ends, so every download has a deadline and a size cap.
+DEADLINE_S = 3600.0
+MAX_BYTES = 2 * WIKITEXT103_BYTES
+SCHEMES = ("https", "http", "file")
+
+
+def check_url(url: str) -> str:
+    """``url`` when it can be fetched (a scheme of ``SCHEMES`` and a place), else a DataError line."""
+    parts = urllib.parse.urlsplit(url.strip()) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in SCHEMES or not (parts.netloc or parts.path):
+        raise DataError(f"download: --url {url!r} is not a URL posbench fetches; allowed: "
+                        f"{', '.join(s + '://...' for s in SCHEMES)}")
+    return url.strip()
+
+
+def _fetch(url: str, dest: Path, timeout: float, quiet: bool, deadline_s: float = DEADLINE_S,
+           max_bytes: int = MAX_BYTES) -> tuple[str, int]:
+    """Stream ``url`` into ``dest``; returns (sha256 hex, bytes). Network failures, a source that
+    passes ``deadline_s`` or sends more than ``max_bytes`` -> DataError; whatever ends the fetch
+    (Ctrl-C too) removes the partial file."""
     h, size = hashlib.sha256(), 0
+    started = time.monotonic()
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp, open(dest, "wb") as out:
             total = int(resp.headers.get("Content-Length") or 0)
+            if total > max_bytes:
+                raise DataError(f"download: {url} is {total} bytes, more than the {max_bytes} allowed")
             next_report = 0.0
-            for block in iter(lambda: resp.read(1 << 20), b""):
+            read = getattr(resp, "read1", resp.read)  # what has arrived, not a full MiB: a slow source still checks the clock
+            while block := read(1 << 20):
                 out.write(block)
                 h.update(block)
                 size += len(block)
+                if size > max_bytes:
+                    raise DataError(f"download: {url} sent more than {max_bytes} bytes (the archive is "
+                                    f"{WIKITEXT103_BYTES}); stopped")
+                if time.monotonic() - started > deadline_s:
+                    raise DataError(f"download: {url} took longer than {deadline_s:.0f} s ({size} bytes so "
+                                    "far); stopped")
                 if total and size / total >= next_report:
                     _log(quiet, f"download: {size / 2**20:.0f} / {total / 2**20:.0f} MiB")
                     next_report += 0.1
     except urllib.error.HTTPError as e:
         dest.unlink(missing_ok=True)
         raise DataError(f"download failed: HTTP {e.code} {e.reason} for {url}") from None
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, OSError, ValueError) as e:
         dest.unlink(missing_ok=True)
         reason = getattr(e, "reason", e)
         raise DataError(
             f"download failed: cannot reach {url} ({reason}); are you offline? Fetch the zip by "
             f"hand and unzip its wiki.*.tokens into {dest.parent}"
         ) from None
+    except BaseException:  # our own DataError, Ctrl-C, SIGTERM: no partial file stays behind
+        dest.unlink(missing_ok=True)
+        raise
     return h.hexdigest(), size
 
 
@@ -145,10 +179,11 @@ def download_wikitext103(
             _check(digest, size, sha256, str(archive))
             _extract(archive, folder)
             return folder
-        sources = ([url] if url else []) + list(urls or []) or list(WIKITEXT103_MIRRORS)
+        given = ([url] if url is not None else []) + list(urls or [])
+        sources = [check_url(u) for u in given] or list(WIKITEXT103_MIRRORS)
         failures = []
         for source in sources:
-            target = folder / Path(source.split("?")[0]).name
+            target = folder / ((Path(urllib.parse.urlsplit(source).path).name or "wikitext-103-v1.zip") + ".part")
             _log(quiet, f"download: {source} -> {target}")
             try:
                 digest, size = _fetch(source, target, timeout, quiet)
@@ -159,7 +194,9 @@ def download_wikitext103(
                 failures.append(str(e) + ("; the file was removed" if "checksum" in str(e) else ""))
                 continue
             _extract(target, folder)
-            if not keep_archive:
+            if keep_archive:
+                target.replace(target.with_suffix(""))  # checked whole: it loses its .part
+            else:
                 target.unlink(missing_ok=True)
             return folder
         if len(failures) == 1:
