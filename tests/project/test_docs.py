@@ -95,6 +95,7 @@ def test_readme_tells_the_ci_commands():
     assert "make bench" in readme and "make test-fast" in readme and "make docs-results" in readme
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_makefile_has_the_docs_results_target(tmp_path):
     venv = tmp_path / "venv"

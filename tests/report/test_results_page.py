@@ -7,6 +7,7 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
 import yaml
 
 from posbench.report import results_page
@@ -115,3 +116,38 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert results_page.main(["--out", str(tmp_path / "out"), str(tmp_path / "missing")]) == 2
     assert "no such folder" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def _dry_run(argv: list[str], cwd: Path) -> tuple[str, dict]:
+    """The run id and resolved settings ``bench.py ... --dry-run`` prints (nothing is run or written)."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(repo / "bench.py"), *argv, "--dry-run", "--results", str(cwd / "r")],
+                         capture_output=True, text=True, timeout=300, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    run_id = lines[0].rsplit(" run ", 1)[1]
+    settings = json.loads(lines[1].removeprefix("settings: "))
+    return run_id, settings
+
+
+@pytest.mark.subprocess
+def test_rebuilt_command_resolves_to_the_same_settings_and_run_id(tmp_path):
+    """The command on a page, given to bench.py, resolves to the run's settings and run id."""
+    original = ["--suite", "efficiency", "--profile", "cpu", "--device", "cpu", "--methods", "sinusoidal,alibi",
+                "--set", "lr=0.00002", "--set", "windows=3", "--set", "method_options={alibi: {bias_dtype: compute}}",
+                "--set", "grid.seq_len=[64, 96]"]
+    run_id, settings = _dry_run(original, tmp_path)
+    run_dir = tmp_path / "results" / "efficiency" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "cases.jsonl").write_text(json.dumps({
+        "case_id": "efficiency/alibi/seq_len=64", "method": "alibi", "status": "error", "params": {"seq_len": 64},
+        "metrics": {}, "device": "cpu", "run_id": run_id}) + "\n")
+    write_run_meta(run_dir, RunMeta(suite="efficiency", version=4, task="efficiency", baseline="sinusoidal",
+                                    methods=["sinusoidal", "alibi"], metrics=["train_wps"], settings=settings,
+                                    grid={"seq_len": [64, 96]}, profile="cpu", device="cpu", run_id=run_id))
+    argv = shlex.split(results_page.RunSection(run_dir).command.replace("\\\n", " "))
+    assert argv[:2] == ["python", "bench.py"]
+    assert _dry_run(argv[2:], tmp_path) == (run_id, settings)
