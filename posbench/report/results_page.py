@@ -1,0 +1,255 @@
+"""Result pages for ``docs/results/``: a run's tables with when, where, at which commit and with
+which command they were measured, generated from its run folder so they are never copied by hand.
+
+``make docs-results RUNS="results/<suite>/<run-id> ..."`` runs ``python -m
+posbench.report.results_page --out docs/results RUN...``. Each run folder (or every run folder
+below a folder given) is read with the report's own readers (``posbench.report.rows.load_runs``,
+``posbench.report.table.run_tables``, ``posbench.report.render.to_markdown``: the tables are the
+ones printed at the end of the run). Runs of one suite on one machine share a page,
+``<out>/<suite>-<machine slug>.md``, one section per run in the order given; a page is rewritten
+whole, so it holds exactly the runs named on the command line that made it.
+
+Each section says: the suite and its version, task and profile, the run id, the dates the rows
+were measured, the posbench commit (with its dirty flag, and every other commit the rows name),
+the machine (CPU and thread count, GPU from NVML, whether it was busy), the Python, torch and CUDA
+versions, and the command that reproduces the run. That command is ``run.json``'s ``command``
+when the runner recorded one; otherwise it is rebuilt from ``run.json``: suite, profile, device
+and methods, then one ``--set`` per setting and per grid axis with the value the run used, so it
+reproduces the run's settings whatever the suite file says today (a run with the same suite
+version lands on the same run id, whose hash covers exactly those settings and that grid).
+
+Bad input (no run folder, a malformed row, a run without ``run.json``) is one line on stderr and
+exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from posbench.report.render import to_markdown
+from posbench.report.rows import RUN_FILE, RowsError, RunMeta, cpu_model, find_run_dirs, gpu_name, load_runs
+from posbench.report.table import run_tables, slug
+
+DEFAULT_OUT = Path("docs/results")
+GENERATOR = "make docs-results"
+
+
+class PageError(ValueError):
+    """A run folder that cannot become a page; the message names it."""
+
+
+def _dumps_value(value: Any) -> str:
+    """A ``--set`` value as YAML flow text that the suite loader reads back as ``value``
+    (``yaml.safe_dump`` writes floats such as 1e-05 as ``1.0e-05``, which YAML 1.1 reads as a float)."""
+    import yaml
+
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30, sort_keys=False).strip()
+    if text.endswith("\n..."):  # a plain scalar ends its document with '...'
+        text = text[: -len("\n...")].strip()
+    elif text.endswith("..."):
+        text = text[: -len("...")].strip()
+    return text
+
+
+def reconstruct_command(meta: RunMeta) -> list[str]:
+    """The argv of ``python bench.py`` that reruns ``meta``'s suite with the settings and grid it used."""
+    argv = ["python", "bench.py", "--suite", meta.suite]
+    if meta.profile:
+        argv += ["--profile", meta.profile]
+    if meta.device:
+        argv += ["--device", meta.device]
+    if meta.methods:
+        argv += ["--methods", ",".join(meta.methods)]
+    for key, value in meta.settings.items():
+        argv += ["--set", f"{key}={_dumps_value(value)}"]
+    for axis, values in meta.grid.items():
+        argv += ["--set", f"grid.{axis}={_dumps_value(list(values))}"]
+    return argv
+
+
+def recorded_command(run_dir: Path) -> Optional[str]:
+    """``run.json``'s ``command`` (a string or an argv list), when the runner wrote one."""
+    try:
+        data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    command = data.get("command") if isinstance(data, dict) else None
+    if isinstance(command, list) and all(isinstance(a, str) for a in command):
+        return shlex.join(command)
+    return command if isinstance(command, str) and command.strip() else None
+
+
+def format_command(argv: list[str]) -> str:
+    """One shell command, one option per line (a backslash ends every line but the last)."""
+    parts, i = [], 0
+    while i < len(argv):
+        if argv[i].startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            parts.append(f"{argv[i]} {shlex.quote(argv[i + 1])}")
+            i += 2
+        else:
+            parts.append(shlex.quote(argv[i]))
+            i += 1
+    head = [p for p in parts if not p.startswith("--")]
+    options = [p for p in parts if p.startswith("--")]
+    return " \\\n    ".join([" ".join(head)] + options)
+
+
+def machine_of(env: dict, device: str) -> dict[str, str]:
+    """The machine lines of a page: CPU (with its thread count), GPU, software versions."""
+    cpu = cpu_model(env) or "unknown CPU"
+    if env.get("cpu_count"):
+        cpu += f", {env['cpu_count']} logical CPUs"
+    if env.get("torch_threads"):
+        cpu += f" (torch threads at start: {env['torch_threads']})"
+    gpu = gpu_name(env) or env.get("gpu") or "none"
+    nvml = env.get("nvml")
+    if isinstance(nvml, dict) and nvml.get("driver"):
+        gpu += f" (driver {nvml['driver']})"
+    return {"device": device or env.get("device") or "unknown", "cpu": cpu, "gpu": str(gpu),
+            "os": str(env.get("os") or "unknown"), "python": str(env.get("python") or "unknown"),
+            "torch": str(env.get("torch") or "unknown"), "cuda": str(env.get("cuda") or "none"),
+            "triton": str(env.get("triton") or "unknown")}
+
+
+def _busy(env: dict) -> Optional[str]:
+    machine = env.get("machine")
+    if not isinstance(machine, dict):
+        return None
+    busy = [when for when, state in machine.items() if isinstance(state, dict) and state.get("busy")]
+    return ", ".join(busy) if busy else None
+
+
+class RunSection:
+    """One run folder read for a page: its metadata, environment, rows' dates and commits, tables."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        runs = load_runs(run_dir)
+        source = str(run_dir)
+        self.meta = runs.metas.get(source)
+        if self.meta is None:
+            raise PageError(f"{run_dir}: no {RUN_FILE}; a results page needs the run's record "
+                            "(runs written before posbench kept run.json: re-run the suite)")
+        self.env = runs.envs.get(source, {})
+        rows = runs.rows
+        self.device = self.meta.device or next((d for d in rows["device"] if isinstance(d, str) and d), "")
+        self.hardware = next((h for h in rows["hardware"] if isinstance(h, str) and h), "unknown machine")
+        started = sorted(s for s in rows["started_at"] if isinstance(s, str) and s)
+        self.dates = (started[0], started[-1]) if started else None
+        commits = [str(c) for c in rows["git_commit"] if isinstance(c, str) and c]
+        self.commits = list(dict.fromkeys(commits))
+        self.statuses = rows["status"].value_counts().to_dict()
+        self.tables = run_tables(runs)
+        self.command = recorded_command(run_dir) or format_command(reconstruct_command(self.meta))
+        self.command_recorded = recorded_command(run_dir) is not None
+
+    @property
+    def page_name(self) -> str:
+        return f"{slug(self.meta.suite)}-{slug(self.hardware)}.md"
+
+    def commit_line(self) -> str:
+        commit = str(self.env.get("git_commit") or "unknown")
+        dirty = self.env.get("git_dirty")
+        text = f"`{commit}`" + (" (with uncommitted changes: `git_dirty` true)" if dirty else "")
+        others = [c for c in self.commits if c.removesuffix("-dirty") != commit]
+        if others:
+            text += "; rows also name " + ", ".join(f"`{c}`" for c in others) + " (the run was resumed)"
+        return text
+
+    def markdown(self) -> str:
+        m, machine = self.meta, machine_of(self.env, self.device)
+        if self.dates:
+            first, last = self.dates
+            when = first[:10] if first[:10] == last[:10] else f"{first[:10]} to {last[:10]}"
+            when += f" (rows started {first} to {last})"
+        else:
+            when = f"unknown (run.json written {m.written_at or 'at an unknown time'})"
+        status = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items()))
+        lines = [
+            f"## Run `{m.run_id or self.run_dir.name}`",
+            "",
+            f"- **Suite**: `{m.suite}` version {m.version}, task `{m.task}`, profile `{m.profile or 'default'}`",
+            f"- **Run folder**: `{self.run_dir.as_posix()}` (cases: {status})",
+            f"- **Date**: {when}",
+            f"- **posbench commit**: {self.commit_line()}; posbench {self.env.get('posbench_version') or m.posbench_version or 'unknown'}",
+            f"- **Machine**: device `{machine['device']}`; CPU: {machine['cpu']}; GPU: {machine['gpu']}; {machine['os']}",
+            f"- **Software**: Python {machine['python']}, torch {machine['torch']}, CUDA {machine['cuda']}, "
+            f"triton {machine['triton']}",
+        ]
+        busy = _busy(self.env)
+        if busy:
+            lines.append(f"- **Busy machine**: env.json `machine` says other processes competed for it ({busy})")
+        lines += ["", "Command to reproduce" + (" (as the runner recorded it):" if self.command_recorded else
+                                                 " (rebuilt from run.json: every setting and grid axis as the run used it):"),
+                  "", "```bash", self.command, "```", ""]
+        if self.tables:
+            lines += [to_markdown(t) for t in self.tables]
+        else:
+            lines += ["*No tables: the run has no finished case of the suite's metrics.*", ""]
+        return "\n".join(lines)
+
+
+def page_text(sections: list[RunSection], sources: list[str]) -> str:
+    first = sections[0]
+    head = [
+        f"# {first.meta.suite} on {first.hardware}",
+        "",
+        f"Generated by `{GENERATOR}` (`posbench/report/results_page.py`) from the run folder(s) below; "
+        "do not edit by hand. Regenerate with:",
+        "",
+        "```bash",
+        f'{GENERATOR} RUNS="{" ".join(sources)}"',
+        "```",
+        "",
+        "",
+    ]
+    return "\n".join(head) + "\n\n".join(s.markdown() for s in sections).rstrip() + "\n"
+
+
+def write_pages(paths: list[str | Path], out: str | Path = DEFAULT_OUT) -> list[Path]:
+    """Write one page per (suite, machine) of the runs at or below ``paths``; return the pages."""
+    run_dirs: list[Path] = []
+    for path in paths:
+        for run_dir in find_run_dirs(path):
+            if run_dir not in run_dirs:
+                run_dirs.append(run_dir)
+    pages: dict[str, list[RunSection]] = {}
+    for run_dir in run_dirs:
+        section = RunSection(run_dir)
+        pages.setdefault(section.page_name, []).append(section)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, sections in pages.items():
+        sources = [s.run_dir.as_posix() for s in sections]
+        path = out / name
+        path.write_text(page_text(sections, sources), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m posbench.report.results_page",
+                                     description="Write docs/results pages from run folders.")
+    parser.add_argument("runs", nargs="*", metavar="RUN", help="run folders (results/<suite>/<run-id>) or folders above them")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="where the pages go (default: docs/results)")
+    args = parser.parse_args(argv)
+    if not args.runs:
+        print('error: no run folder given; usage: make docs-results RUNS="results/<suite>/<run-id> ..."', file=sys.stderr)
+        return 2
+    try:
+        written = write_pages(args.runs, args.out)
+    except (RowsError, PageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""``posbench.report.results_page``: a docs/results page built from a run folder the test writes
+says what was run, when, at which commit, on which machine, with which command, and holds the
+run's tables (the same text ``bench.py report`` renders)."""
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from posbench.report import results_page
+from posbench.report.rows import RunMeta, write_run_meta
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+SETTINGS = {"model": "tiny", "dtype": "float32", "tokens_per_step": 1024, "lr": 1e-05, "windows": 3,
+            "eval_measure_steps": None, "method_options": {"alibi": {"bias_dtype": "compute"}}, "pairing": "windows"}
+CPU_ENV = {"posbench_version": "0.1.0", "git_commit": COMMIT, "git_dirty": False, "python": "3.12.1",
+           "torch": "2.13.0+cpu", "cuda": "not built with CUDA", "triton": "3.4.0", "os": "Linux-6.1-x86_64",
+           "cpu": "Test CPU 9000", "cpu_count": 2, "torch_threads": 2, "device": "cpu",
+           "nvml": "unavailable: needs CUDA and NVML (pip install nvidia-ml-py)"}
+GPU_ENV = {**CPU_ENV, "torch": "2.13.0+cu128", "cuda": "12.8", "device": "cuda", "gpu": "NVIDIA H100 80GB HBM3",
+           "nvml": {"name": "NVIDIA H100 80GB HBM3", "driver": "570.1"}}
+WPS = {"sinusoidal": 20000.0, "alibi": 19000.0}
+
+
+def write_run(root: Path, run_id: str, env: dict, device: str = "cpu", command=None) -> Path:
+    """An efficiency run of two methods at two lengths, written as the runner writes it."""
+    run_dir = root / "results" / "efficiency" / run_id
+    run_dir.mkdir(parents=True)
+    with (run_dir / "cases.jsonl").open("w") as fh:
+        for i, (method, wps) in enumerate(WPS.items()):
+            for seq_len in (64, 128):
+                fh.write(json.dumps({
+                    "case_id": f"efficiency/{method}/seq_len={seq_len}", "suite": "efficiency", "task": "efficiency",
+                    "method": method, "params": {"seq_len": seq_len}, "status": "ok", "message": "",
+                    "metrics": {"train_wps": wps * 64 / seq_len, "eval_wps": 3 * wps}, "series": {}, "info": {},
+                    "settings": SETTINGS, "device": device, "profile": "cpu", "run_id": run_id,
+                    "started_at": f"2026-11-23T21:0{i}:00+00:00", "duration_s": 2.0,
+                    "posbench_version": "0.1.0", "git_commit": COMMIT}) + "\n")
+    (run_dir / "env.json").write_text(json.dumps(env))
+    write_run_meta(run_dir, RunMeta(suite="efficiency", version=4, task="efficiency", baseline="sinusoidal",
+                                    methods=list(WPS), metrics=["train_wps", "eval_wps"], settings=SETTINGS,
+                                    grid={"seq_len": [64, 128]}, profile="cpu", device=device, run_id=run_id,
+                                    posbench_version="0.1.0", written_at="2026-11-23T20:59:59+00:00"))
+    if command is not None:
+        data = json.loads((run_dir / "run.json").read_text())
+        (run_dir / "run.json").write_text(json.dumps({**data, "command": command}))
+    return run_dir
+
+
+def test_page_names_suite_run_date_commit_machine_torch_command_and_tables(tmp_path):
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
+    (page,) = results_page.write_pages([run_dir], tmp_path / "docs" / "results")
+    assert page.name == "efficiency-cpu-test-cpu-9000.md"
+    text = page.read_text()
+    assert text.startswith("# efficiency on CPU (Test CPU 9000)")
+    assert f'make docs-results RUNS="{run_dir.as_posix()}"' in text
+    for field in ("**Suite**: `efficiency` version 4, task `efficiency`, profile `cpu`",
+                  "## Run `cpu-cpu-1a2b3c4d`",
+                  "**Date**: 2026-11-23 (rows started 2026-11-23T21:00:00+00:00 to 2026-11-23T21:01:00+00:00)",
+                  f"**posbench commit**: `{COMMIT}`;",
+                  "CPU: Test CPU 9000, 2 logical CPUs", "GPU: none",
+                  "torch 2.13.0+cpu", "Python 3.12.1"):
+        assert field in text, field
+    # the tables: the run's own (ratios to the baseline), rendered as the report renders them
+    assert "**Training speed (words/s), efficiency**" in text
+    assert "| alibi | 19.0k (0.95x) | 9.50k (0.95x) |" in text
+    assert "**Evaluation speed (words/s), efficiency**" in text
+
+
+def test_rebuilt_command_reruns_the_settings_and_grid_the_run_used(tmp_path):
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
+    section = results_page.RunSection(run_dir)
+    assert not section.command_recorded
+    argv = shlex.split(section.command.replace("\\\n", " "))
+    assert argv[:10] == ["python", "bench.py", "--suite", "efficiency", "--profile", "cpu", "--device", "cpu",
+                         "--methods", "sinusoidal,alibi"]
+    sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    # every value reads back (with the suite loader's YAML) as the value the run used
+    parsed = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in sets)}
+    assert parsed == {**SETTINGS, "grid.seq_len": [64, 128]}
+    assert isinstance(parsed["lr"], float)
+
+
+def test_recorded_command_wins_and_gpu_runs_get_their_own_page(tmp_path):
+    cpu_run = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
+    gpu_run = write_run(tmp_path, "gpu-cuda-5e6f7a8b", GPU_ENV, device="cuda",
+                        command=["python", "bench.py", "--suite", "efficiency", "--profile", "gpu"])
+    pages = results_page.write_pages([tmp_path / "results"], tmp_path / "out")
+    assert sorted(p.name for p in pages) == ["efficiency-cpu-test-cpu-9000.md", "efficiency-nvidia-h100-80gb-hbm3.md"]
+    gpu = (tmp_path / "out" / "efficiency-nvidia-h100-80gb-hbm3.md").read_text()
+    assert "python bench.py --suite efficiency --profile gpu\n" in gpu and "as the runner recorded it" in gpu
+    assert "GPU: NVIDIA H100 80GB HBM3 (driver 570.1)" in gpu and "CUDA 12.8" in gpu
+    assert gpu_run.as_posix() in gpu and cpu_run.as_posix() not in gpu
+
+
+def test_two_runs_of_a_suite_on_one_machine_share_a_page(tmp_path):
+    first = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
+    second = write_run(tmp_path, "rep2", CPU_ENV)
+    (page,) = results_page.write_pages([first, second], tmp_path / "out")
+    text = page.read_text()
+    assert text.index("## Run `cpu-cpu-1a2b3c4d`") < text.index("## Run `rep2`")
+    assert f'RUNS="{first.as_posix()} {second.as_posix()}"' in text
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    assert results_page.main([]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    run_dir = write_run(tmp_path, "old", CPU_ENV)
+    (run_dir / "run.json").unlink()
+    assert results_page.main(["--out", str(tmp_path / "out"), str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no run.json" in err
+    assert results_page.main(["--out", str(tmp_path / "out"), str(tmp_path / "missing")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def _dry_run(argv: list[str], cwd: Path) -> tuple[str, dict]:
+    """The run id and resolved settings ``bench.py ... --dry-run`` prints (nothing is run or written)."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(repo / "bench.py"), *argv, "--dry-run", "--results", str(cwd / "r")],
+                         capture_output=True, text=True, timeout=300, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    run_id = lines[0].rsplit(" run ", 1)[1]
+    settings = json.loads(lines[1].removeprefix("settings: "))
+    return run_id, settings
+
+
+@pytest.mark.subprocess
+def test_rebuilt_command_resolves_to_the_same_settings_and_run_id(tmp_path):
+    """The command on a page, given to bench.py, resolves to the run's settings and run id."""
+    original = ["--suite", "efficiency", "--profile", "cpu", "--device", "cpu", "--methods", "sinusoidal,alibi",
+                "--set", "lr=0.00002", "--set", "windows=3", "--set", "method_options={alibi: {bias_dtype: compute}}",
+                "--set", "grid.seq_len=[64, 96]"]
+    run_id, settings = _dry_run(original, tmp_path)
+    run_dir = tmp_path / "results" / "efficiency" / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "cases.jsonl").write_text(json.dumps({
+        "case_id": "efficiency/alibi/seq_len=64", "method": "alibi", "status": "error", "params": {"seq_len": 64},
+        "metrics": {}, "device": "cpu", "run_id": run_id}) + "\n")
+    write_run_meta(run_dir, RunMeta(suite="efficiency", version=4, task="efficiency", baseline="sinusoidal",
+                                    methods=["sinusoidal", "alibi"], metrics=["train_wps"], settings=settings,
+                                    grid={"seq_len": [64, 96]}, profile="cpu", device="cpu", run_id=run_id))
+    argv = shlex.split(results_page.RunSection(run_dir).command.replace("\\\n", " "))
+    assert argv[:2] == ["python", "bench.py"]
+    assert _dry_run(argv[2:], tmp_path) == (run_id, settings)
