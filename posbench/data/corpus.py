@@ -32,6 +32,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from posbench.core.outcome import PosbenchError
 from posbench.data import markov
 from posbench.data import synthetic_copy
 
@@ -49,7 +50,7 @@ SYNTH_TRAIN_TOKENS = 1_000_000
 COPY_TRAIN_STREAMS = 64
 
 
-class DataError(ValueError):
+class DataError(PosbenchError, ValueError):
     """A missing folder, split or file, or a failed download; the message is one line for the user."""
 
 
