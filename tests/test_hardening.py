@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from posbench.cli import app as cli
-from posbench.run import runner
+from posbench.run import folder, runner
 from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
 
@@ -280,7 +280,7 @@ def test_workers_do_not_import_from_the_current_folder(tmp_path, monkeypatch):
     make_suite(tmp_path)
     monkeypatch.chdir(cwd)
     suite = suitemod.resolve(suitemod.load(tmp_path / "t.yaml"), "default")
-    result = runner.run_suite(suite, "cpu", tmp_path / "res", progress=False)
+    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False))
     assert [r["status"] for r in result.rows] == ["ok"], result.rows[0]["message"]
     assert not marker.exists()
 
@@ -334,9 +334,9 @@ def test_worker_dies_with_a_killed_runner_and_its_temp_dir_is_cleaned(tmp_path):
     make_suite(tmp_path, extra="  behaviour: sleep\n  sleep_s: 60\n")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    code = ("import sys; from pathlib import Path; from posbench import runner, suite as s; "
+    code = ("import sys; from pathlib import Path; from posbench.run import runner, suite as s; "
             "su = s.resolve(s.load(sys.argv[1]), 'default'); "
-            "runner.run_suite(su, 'cpu', Path(sys.argv[2]), progress=False)")
+            "runner.run_suite(su, runner.RunOptions('cpu', Path(sys.argv[2]), progress=False))")
     bench = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "t.yaml"), str(tmp_path / "res")],
                              env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)})
     try:
@@ -398,7 +398,7 @@ def test_table_write_failure_keeps_the_rows(tmp_path, capsys):
 
 def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, capsys, monkeypatch):
     make_suite(tmp_path, methods=("sinusoidal", "rotary", "alibi"))
-    real, calls = runner.append_row, []
+    real, calls = folder.append_row, []
 
     def disk_full_after_one(path, row):
         calls.append(row["case_id"])
@@ -406,7 +406,7 @@ def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, ca
             raise OSError(28, "No space left on device", str(path))
         real(path, row)
 
-    monkeypatch.setattr(runner, "append_row", disk_full_after_one)
+    monkeypatch.setattr(folder, "append_row", disk_full_after_one)
     monkeypatch.setattr(runner.save_row, "__defaults__", ((0.01, 0.01),))
     assert cli.main(run_args(tmp_path)) == cli.EXIT_USAGE
     err = capsys.readouterr().err
@@ -415,21 +415,21 @@ def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, ca
                    "finished but its row is not saved: fix the folder, then re-run the same command "
                    "(it resumes and runs that case again)\n")
     assert calls == ["sinusoidal/n=1"] + ["rotary/n=1"] * 3  # retried, and the run stopped there
-    monkeypatch.setattr(runner, "append_row", real)
+    monkeypatch.setattr(folder, "append_row", real)
     assert cli.main(run_args(tmp_path)) == 0
     assert [r["case_id"] for r in runner.read_usable_rows(run_dir / "cases.jsonl")] == [
         "sinusoidal/n=1", "rotary/n=1", "alibi/n=1"]
 
 
 def test_a_row_write_that_fails_once_is_retried(tmp_path, monkeypatch):
-    real, fails = runner.append_row, [OSError(5, "Input/output error")]
+    real, fails = folder.append_row, [OSError(5, "Input/output error")]
 
     def flaky(path, row):
         if fails:
             raise fails.pop()
         real(path, row)
 
-    monkeypatch.setattr(runner, "append_row", flaky)
+    monkeypatch.setattr(folder, "append_row", flaky)
     row = {"case_id": "a", "status": "ok", "method": "m", "params": {}, "metrics": {}}
     runner.save_row(tmp_path / "cases.jsonl", row, retries=(0.01,))
     assert runner.read_usable_rows(tmp_path / "cases.jsonl") == [row]
@@ -462,7 +462,7 @@ def test_corrupt_rows_are_skipped_and_reported_with_file_and_line(tmp_path, caps
 
 def test_memory_limit_too_small_is_oom_and_names_the_limit(tmp_path):
     from posbench.core.registry import RegistryError
-    from posbench.run.worker import classify, failure
+    from posbench.core.outcome import classify, failure
 
     try:
         try:
@@ -477,7 +477,7 @@ def test_memory_limit_too_small_is_oom_and_names_the_limit(tmp_path):
                                             "  windows: 1\n", grid="[16]").replace("[sinusoidal, alibi]",
                                                                                    "[sinusoidal]"))
     suite = suitemod.resolve(suitemod.load(path), "default")
-    (row,) = runner.run_suite(suite, "cpu", tmp_path / "res", progress=False).rows
+    (row,) = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False)).rows
     assert row["status"] == "oom"
     assert row["message"].startswith("out of memory under memory_limit_mb 150")
     assert "methods/" not in row["message"]

@@ -100,10 +100,10 @@ def test_sdpa_t5_bias_variant_equals_the_fused_t5_kernel():
 
 
 def _case(method: str, **settings):
-    from posbench.core.case import Case
+    from posbench.core.case import CaseSpec
 
     base = dict(batch=1, heads=2, dtype="float32", warmup=0, reps=1, allow_interpreter=False)
-    return Case(suite="kernels", task="kernels", method=method, params={"seq_len": 16, "head_dim": 32},
+    return CaseSpec(suite="kernels", task="kernels", method=method, params={"seq_len": 16, "head_dim": 32},
                 settings={**base, **settings}, device="cpu", profile="cpu", run_id="t")
 
 

@@ -203,8 +203,8 @@ def test_a_group_is_one_process_with_a_row_per_case_and_a_failing_method_fails_a
     _, suite = _suite(tmp_path, ["sinusoidal", "rotary", "alibi"], grid="[1, 2]", rounds=2,
                       by_method={"rotary/n=1": "raise", "alibi/n=2": "nan"})
     seen = []
-    result = runner.run_suite(suite, "cpu", tmp_path / "res", progress=False,
-                              on_row=lambda row, i, n: seen.append((row["case_id"], row["round"], i, n)))
+    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False,
+                                                       on_row=lambda row, i, n: seen.append((row["case_id"], row["round"], i, n))))
     assert [s[2:] for s in seen] == [(i, 12) for i in range(1, 13)]  # progress counts cases
     stored = runner.read_rows(result.run_dir / "cases.jsonl")
     by_key = {(r["case_id"], r["round"]): r for r in stored}
@@ -230,7 +230,7 @@ def test_a_group_is_one_process_with_a_row_per_case_and_a_failing_method_fails_a
 def test_a_crashed_group_gives_every_case_of_it_an_error_row(tmp_path, never_here):
     _, suite = _suite(tmp_path, ["sinusoidal", "rotary", never_here], grid="[1, 2]",
                       by_method={"rotary/n=2": "kill"}, timeout_s=20)
-    result = runner.run_suite(suite, "cpu", tmp_path / "res", progress=False)
+    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False))
     rows = {r["case_id"]: r for r in result.rows}
     assert {cid: r["status"] for cid, r in rows.items()} == {
         "sinusoidal/n=1": "ok", "rotary/n=1": "ok", "never_here/n=1": "unavailable",
@@ -243,7 +243,7 @@ def test_a_crashed_group_gives_every_case_of_it_an_error_row(tmp_path, never_her
 
 def test_a_group_past_its_time_limit_times_out_every_case_of_it(tmp_path):
     _, suite = _suite(tmp_path, ["sinusoidal", "rotary"], by_method={"rotary": "sleep"}, sleep_s=60, timeout_s=1)
-    result = runner.run_suite(suite, "cpu", tmp_path / "res", progress=False)
+    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False))
     # the limit is timeout_s per case of the group: 2 s for two
     assert [(r["status"], r["message"]) for r in result.rows] == [
         ("timeout", "no result after 2 s; worker killed (one process for sinusoidal, rotary)")] * 2
@@ -275,7 +275,8 @@ def test_resume_runs_only_the_missing_case_rounds_and_retry_reruns_one(tmp_path,
     (run_dir / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     todo, _ = runner.plan_rounds(suite, "cpu", run_dir, True, None, [], run_dir.name)
     assert [([c.id for c in cases], r) for cases, r in runner.jobs(todo)] == [(["rotary/n=2"], 2)]
-    again = runner.run_suite(suite, "cpu", tmp_path / "res", run_id=run_dir.name, retry_failed=True, progress=False)
+    again = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", run_id=run_dir.name, retry_failed=True,
+                                                      progress=False))
     assert again.ran == 1 and all(r["status"] == "ok" for r in again.rows)
 
 

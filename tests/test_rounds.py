@@ -43,8 +43,8 @@ def test_each_round_is_a_fresh_process_and_a_row_and_progress_counts_rounds(tmp_
     path = make_suite(tmp_path, ["sinusoidal", "rotary"], rounds=2)
     suite = suitemod.resolve(suitemod.load(path), "default")
     seen = []
-    result = runner.run_suite(suite, "cpu", tmp_path / "res", progress=False,
-                              on_row=lambda row, i, n: seen.append((row["case_id"], row["round"], i, n)))
+    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False,
+                                                       on_row=lambda row, i, n: seen.append((row["case_id"], row["round"], i, n))))
     assert seen == [("sinusoidal/n=1", 1, 1, 4), ("rotary/n=1", 1, 2, 4), ("rotary/n=1", 2, 3, 4),
                     ("sinusoidal/n=1", 2, 4, 4)]
     stored = runner.read_rows(result.run_dir / "cases.jsonl")
@@ -91,7 +91,7 @@ def test_resume_mid_round_runs_each_remaining_round_once(tmp_path, capsys):
 def test_retry_failed_reruns_only_the_failed_round(tmp_path):
     path = make_suite(tmp_path, ["sinusoidal", "rotary"], rounds=3)
     suite = suitemod.resolve(suitemod.load(path), "default")
-    result = runner.run_suite(suite, "cpu", tmp_path / "res", progress=False)
+    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False))
     cases = result.run_dir / "cases.jsonl"
     lines = cases.read_text().splitlines()
     broken = [json.loads(line) for line in lines]
@@ -104,7 +104,7 @@ def test_retry_failed_reruns_only_the_failed_round(tmp_path):
 
     todo, _ = runner.plan_rounds(suite, "cpu", result.run_dir, True, None, [], result.run_id)
     assert _ids(todo) == [("rotary/n=1", 2)]
-    again = runner.run_suite(suite, "cpu", tmp_path / "res", retry_failed=True, progress=False)
+    again = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", retry_failed=True, progress=False))
     assert again.ran == 1
     assert {r["case_id"]: r["status"] for r in again.rows} == {"sinusoidal/n=1": "ok", "rotary/n=1": "ok"}
 

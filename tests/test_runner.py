@@ -43,7 +43,7 @@ def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
                       by_method={k: v for k, v in behaviours.items()} | {"rotary/n=2": "crash", "alibi/n=2": "ok",
                                                                          "t5_bias/n=2": "ok"})
     suite = suitemod.resolve(suitemod.load(path), "default")
-    result = runner.run_suite(suite, "cpu", tmp_path / "results", progress=False)
+    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "results", progress=False))
     rows = {r["case_id"]: r for r in result.rows}
     status = {cid: r["status"] for cid, r in rows.items()}
     assert status == {
@@ -69,10 +69,10 @@ def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
     assert (result.run_dir / "env.json").exists()
 
     # Same command again: everything is done. --retry-failed re-runs error and timeout only.
-    again = runner.run_suite(suite, "cpu", tmp_path / "results", progress=False, methods=["rotary"])
+    again = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "results", progress=False, methods=["rotary"]))
     assert again.ran == 0
-    retried = runner.run_suite(suite, "cpu", tmp_path / "results", progress=False, retry_failed=True,
-                               methods=["rotary"])
+    retried = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "results", progress=False, retry_failed=True,
+                                                        methods=["rotary"]))
     assert retried.ran == 2
     lines = (result.run_dir / "cases.jsonl").read_text().splitlines()
     assert len(lines) == 14 and len(runner.latest(json.loads(x) for x in lines)) == 12
@@ -174,6 +174,6 @@ def test_cpu_workers_share_one_allocator_policy(tmp_path, monkeypatch):
     assert env["MALLOC_MMAP_THRESHOLD_"] == str(32 << 20) and env["MALLOC_TRIM_THRESHOLD_"] == "123"
     (gpu_case,) = suite.cases("cuda", "x")
     assert "MALLOC_MMAP_THRESHOLD_" not in runner.worker_env(gpu_case)
-    result = runner.run_suite(suite, "cpu", tmp_path / "results", progress=False)
+    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "results", progress=False))
     recorded = json.loads((result.run_dir / "env.json").read_text())["worker_malloc"]
     assert recorded == {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": "123"}

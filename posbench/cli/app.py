@@ -16,22 +16,61 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from posbench.run import suite as suitemod
 from posbench.core.files import WriteError
+from posbench.core.outcome import PosbenchError
+from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 
-RUN_EXAMPLES = """examples:
-  python bench.py --suite efficiency                      # profile follows the device
-  python bench.py --suite efficiency --profile cpu --methods sinusoidal,alibi
-  python bench.py --suite efficiency --set warmup_steps=5 --set "grid.seq_len=[128, 256]"
-  python bench.py --suite suites/mine.yaml --dry-run      # list the cases, run nothing
-  python bench.py --suite efficiency --retry-failed       # re-run error and timeout cases
-  python bench.py --suite efficiency --shard 0/2          # half the cases (machine 0 of 2)
-  python bench.py --suite efficiency --set nproc=2        # each case on 2 ranks via torchrun
-  torchrun --nproc_per_node 2 bench.py --suite efficiency # every case on torchrun's 2 ranks
-"""
+def run_examples(suite: str) -> str:
+    """The epilog of ``run``: examples on ``suite`` (``example_suite``), comments in one column."""
+    lines = [
+        (f"python bench.py --suite {suite}", "profile follows the device"),
+        (f"python bench.py --suite {suite} --profile cpu --methods sinusoidal,alibi", ""),
+        (f'python bench.py --suite {suite} --set warmup_steps=5 --set "grid.seq_len=[128, 256]"', ""),
+        ("python bench.py --suite suites/mine.yaml --dry-run", "list the cases, run nothing"),
+        (f"python bench.py --suite {suite} --retry-failed", "re-run error and timeout cases"),
+        (f"python bench.py --suite {suite} --shard 0/2", "half the cases (machine 0 of 2)"),
+        (f"python bench.py --suite {suite} --set nproc=2", "each case on 2 ranks via torchrun"),
+        (f"torchrun --nproc_per_node 2 bench.py --suite {suite}", "every case on torchrun's 2 ranks"),
+    ]
+    return "examples:\n" + "".join(f"  {cmd:<56}# {note}\n" if note else f"  {cmd}\n" for cmd, note in lines)
+
+
+def _shipped_suites():
+    """(name, data) of every shipped suite file, read as data: no task imported, nothing checked."""
+    for name in suitemod.names():
+        try:
+            data, _ = suitemod.load_yaml((suitemod.SUITES_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, suitemod.YamlProblem):
+            continue
+        if isinstance(data, dict):
+            yield name, data
+
+
+def example_suite() -> str:
+    """The shipped suite the help examples name: the first whose settings have ``warmup_steps``
+    and whose grid has ``seq_len``, so every example runs as written (``--help`` imports no task);
+    ``NAME`` when no shipped suite fits."""
+    for name, data in _shipped_suites():
+        settings, grid = data.get("settings"), data.get("grid")
+        if isinstance(settings, dict) and isinstance(grid, dict) and "warmup_steps" in settings and "seq_len" in grid:
+            return name
+    return "NAME"
+
+
+def corpus_suite() -> str:
+    """A shipped suite whose task reads a corpus (``corpus_tasks``), for the download hint."""
+    readers = corpus_tasks()
+    return next((name for name, data in _shipped_suites() if data.get("task") in readers), "NAME")
+
+
+def corpus_tasks() -> list[str]:
+    """The tasks that read a corpus (their ``Settings`` declare ``corpus``, what ``--data`` sets)."""
+    from posbench.core import task as tasks
+
+    return [name for name in tasks.names() if "corpus" in tasks.get(name).Settings.model_fields]
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -54,7 +93,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retry-failed", action="store_true", help="re-run cases whose last row is error or timeout")
     p.add_argument("--results", default="results", help="results root (default: results/)")
     p.add_argument("--data", metavar="DIR",
-                   help="a WikiText folder: suites that train (extrapolation, precision) use it instead of "
+                   help="a WikiText folder: suites whose task reads a corpus (a corpus setting) use it instead of "
                         "their default corpus (sets corpus={kind: wikitext, path: DIR})")
     p.add_argument("--shard", metavar="I/N",
                    help="run shard I of N: case k of the suite's full case list when k %% N == I; shards share "
@@ -77,7 +116,7 @@ def _resolve(args):
     if getattr(args, "data", None):
         if "corpus" not in loaded.task.Settings.model_fields:
             raise SuiteError(f"--data: suite {loaded.file.name!r} (task {loaded.file.task}) reads no corpus; "
-                             "allowed with: extrapolation, precision")
+                             f"allowed with: {', '.join(corpus_tasks())}")
         if not Path(args.data).is_dir():
             raise SuiteError(f"--data: {args.data} is not a folder; give a folder holding a WikiText corpus")
         args.set = list(args.set) + [f"corpus={{kind: wikitext, path: {json.dumps(str(Path(args.data).resolve()))}}}"]
@@ -133,7 +172,8 @@ def _under_torchrun(suite, device, dry_run: bool) -> bool:
 
 def cmd_run(args) -> int:
     from posbench.engine import distributed
-    from posbench.run.runner import Interrupted, RanksOutOfStep, default_run_id, parse_shard, plan, run_suite, with_methods
+    from posbench.run.runner import (Interrupted, RanksOutOfStep, RunOptions, default_run_id, parse_shard, plan,
+                                     run_suite, with_methods)
 
     _load_methods_dirs(args)
     suite, device = _resolve(args)
@@ -171,9 +211,11 @@ def cmd_run(args) -> int:
 
     finished = False
     try:
-        result = run_suite(suite, device, Path(args.results), run_id=args.run_id, fresh=args.fresh,
-                           retry_failed=args.retry_failed, methods=methods, methods_dirs=args.methods_dir,
-                           on_row=on_row, progress=not args.quiet, shard=shard, in_process=in_process)
+        options = RunOptions(device=device, results=Path(args.results), run_id=args.run_id, fresh=args.fresh,
+                             retry_failed=args.retry_failed, methods=tuple(methods) if methods is not None else None,
+                             methods_dirs=tuple(args.methods_dir), on_row=on_row, progress=not args.quiet,
+                             shard=shard, in_process=in_process)
+        result = run_suite(suite, options)
         finished = True
     except RanksOutOfStep as exc:
         print(f"RanksOutOfStep: {exc}", file=sys.stderr)
@@ -305,10 +347,12 @@ def _add_list(p):
     _common(p)
 
 
+# name -> (help, add_arguments, handler, examples); in examples, {suite} is ``example_suite()``
+# and {run_examples} is ``run_examples`` of it.
 COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
-    "run": ("run a suite (the default subcommand)", add_run_arguments, cmd_run, RUN_EXAMPLES),
+    "run": ("run a suite (the default subcommand)", add_run_arguments, cmd_run, "{run_examples}"),
     "validate": ("check a suite file without running it", _add_validate, cmd_validate,
-                 "examples:\n  python bench.py validate efficiency\n  python bench.py validate suites/mine.yaml\n"),
+                 "examples:\n  python bench.py validate {suite}\n  python bench.py validate suites/mine.yaml\n"),
     "schema": ("print the JSON Schema of suite files", lambda p: None, cmd_schema,
                "examples:\n  python bench.py schema > suite.schema.json\n"),
     "list": ("list methods (with availability) and suites", _add_list, cmd_list,
@@ -321,15 +365,17 @@ COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
 
 
 def parser() -> argparse.ArgumentParser:
+    suite = example_suite()
     p = argparse.ArgumentParser(
         prog="bench.py", description="posbench: what a position method costs and how well it extrapolates.",
-        epilog="with no subcommand, 'run' is assumed:\n  python bench.py --suite efficiency",
+        epilog=f"with no subcommand, 'run' is assumed:\n  python bench.py --suite {suite}",
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("--debug", action="store_true", help="on an error, also print its traceback (any position)")
     sub = p.add_subparsers(dest="command", metavar="{" + ",".join(ALL_COMMANDS) + "}")
     for name, (help_, add, handler, examples) in COMMANDS.items():
         # No abbreviations: `validate --methods rotray` must not be read as --methods-dir.
-        sp = sub.add_parser(name, help=help_, description=help_, epilog=examples,
+        epilog = examples.replace("{run_examples}", run_examples(suite)).replace("{suite}", suite)
+        sp = sub.add_parser(name, help=help_, description=help_, epilog=epilog,
                             formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         add(sp)
         sp.set_defaults(handler=handler)
@@ -365,7 +411,7 @@ def cmd_download(args) -> int:
     except DataError as exc:
         print(f"DataError: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"WikiText-103 is in {folder}; run: python bench.py --suite extrapolation --data {args.data}")
+    print(f"WikiText-103 is in {folder}; run: python bench.py --suite {corpus_suite()} --data {args.data}")
     return 0
 
 
@@ -377,17 +423,6 @@ def error_line(exc: BaseException) -> str:
         lines = str(exc).strip().splitlines()
         text = lines[0] if lines else ""
     return f"{type(exc).__name__}: {text}".rstrip(": ")
-
-
-def _user_errors() -> tuple[type, ...]:
-    """Exception types that mean bad input or a bad environment, taken from the modules that
-    define them when they are loaded (a module that was never imported raised nothing)."""
-    kinds: list[type] = [SuiteError, OSError]
-    for module, name in (("posbench.data.corpus", "DataError"), ("posbench.core.registry", "RegistryError"),
-                         ("posbench.run.runner", "RunLocked"), ("posbench.report.rows", "RowsError")):
-        if module in sys.modules:
-            kinds.append(getattr(sys.modules[module], name))
-    return tuple(kinds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -402,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return args.handler(args)
-    except _user_errors() as exc:
+    except (PosbenchError, OSError) as exc:  # bad input, or a file or folder the OS refused
         if debug:
             traceback.print_exc()
         print(error_line(exc), file=sys.stderr)

@@ -14,11 +14,11 @@ import argparse
 import sys
 
 REPORT_EPILOG = """examples:
-  bench.py report results/efficiency/2024-06-01T12-00-00
-  bench.py report results/efficiency/run-a100 results/efficiency/run-h100 --out report/
+  bench.py report results/SUITE/2024-06-01T12-00-00
+  bench.py report results/SUITE/run-a100 results/SUITE/run-h100 --out report/
 """
 COMPARE_EPILOG = """examples:
-  bench.py compare results/efficiency/last-week results/efficiency/today
+  bench.py compare results/SUITE/last-week results/SUITE/today
   bench.py compare base/ new/ --threshold 0.1 --markdown compare.md
 
 with rounds, a regression is a NEW/BASE whose whole 95% interval lies beyond the threshold;

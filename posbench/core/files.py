@@ -10,8 +10,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from posbench.core.outcome import PosbenchError
 
-class WriteError(OSError):
+
+class WriteError(PosbenchError, OSError):
     """A file could not be written; the message is one line naming the file and the reason."""
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from posbench import builtin_dir
+from posbench.core.outcome import PosbenchError
 
 if TYPE_CHECKING:  # posbench.core.method imports torch; only what needs a class imports it
     from posbench.core.method import ModelConfig, PositionMethod
@@ -36,7 +37,7 @@ ENV_PATH = "POSBENCH_METHODS_PATH"
 ENTRY_POINT_GROUP = "posbench.methods"
 
 
-class RegistryError(ValueError):
+class RegistryError(PosbenchError, ValueError):
     """A duplicate, unknown or malformed method; the message is one line for the user."""
 
 

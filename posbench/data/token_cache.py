@@ -20,7 +20,9 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-class DataError(ValueError):
+from posbench.core.outcome import PosbenchError
+
+class DataError(PosbenchError, ValueError):
     """A missing folder, split or file, a damaged cache, or a failed download; the message is one
     line for the user."""
 

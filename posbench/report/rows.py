@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from posbench.core.files import atomic_write_text
+from posbench.core.outcome import PosbenchError
 
 CASES_FILE = "cases.jsonl"
 ENV_FILE = "env.json"
@@ -54,7 +55,7 @@ _OPTIONAL_DICTS = ("series", "settings", "info")
 LEGACY_BASELINE = "sinusoidal"
 
 
-class RowsError(ValueError):
+class RowsError(PosbenchError, ValueError):
     """A folder holds no run, or a stored file cannot be read; the message names file and line."""
 
 

@@ -31,11 +31,12 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import fields
 from pathlib import Path
 
 from posbench.core import task as tasks
 from posbench.core.outcome import OOM_TEXT, failure, memory_cause, ok_result, one_line  # noqa: F401  (re-exported)
-from posbench.core.case import Case
+from posbench.core.case import Case, CaseSpec, JsonDict
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -87,12 +88,13 @@ def prepare(case: Case) -> None:
             registry.add_methods_dir(folder)
 
 
-def typed_case(task, raw: dict) -> Case:
-    """The case of ``raw`` (runner JSON) with the task's typed ``settings`` and ``params``."""
-    case = Case(**raw)
-    case.settings = task.Settings.model_validate(raw["settings"])
-    case.params = task.Params.model_validate(raw["params"])
-    return case
+def typed_case(task: tasks.LoadedTask, raw: JsonDict) -> Case:
+    """The case of ``raw`` (a ``CaseSpec``'s JSON, from the runner) with the task's typed
+    ``params`` and ``settings`` (``posbench.core.case``)."""
+    spec = CaseSpec.from_json(raw)
+    shared = {f.name: getattr(spec, f.name) for f in fields(spec) if f.name not in ("params", "settings")}
+    return Case(**shared, params=task.Params.model_validate(spec.params),
+                settings=task.Settings.model_validate(spec.settings))
 
 
 def run_group(raw: dict) -> dict:

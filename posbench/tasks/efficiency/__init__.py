@@ -269,12 +269,11 @@ def run(case) -> dict:
 def memory_probe(case) -> dict:
     """``case`` run alone in a fresh worker process with one window of one step per phase (after
     the warm-up): the worker's result, whose peak memory is this method's alone."""
-    from posbench.core.case import Case
-    from posbench.run.runner import run_worker
+    from posbench.run.launch import run_worker
 
-    raw = case.to_json()
-    raw["settings"].update(pairing="rounds", rounds=1, windows=1, measure_steps=1, eval_measure_steps=1)
-    return run_worker(Case(**raw), case.settings.timeout_s)
+    spec = case.spec()
+    spec.settings.update(pairing="rounds", rounds=1, windows=1, measure_steps=1, eval_measure_steps=1)
+    return run_worker(spec, case.settings.timeout_s)
 
 
 def run_group(cases, round_: int) -> dict:

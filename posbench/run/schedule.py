@@ -1,0 +1,157 @@
+"""What a run does, in which order: shards, interleaved rounds, paired-window groups, resume.
+
+``plan_rounds`` turns a suite into the (case, round) pairs still to run in a run folder, in the
+order they run (``schedule``: per grid point, round 1 of every method, then round 2, ..., each
+round starting one method later); ``jobs`` cuts that into worker processes (a case alone, or with
+``pairing: windows`` every case of one grid point and round together). Resume and
+``retry_failed`` work per (case, round): a case with a row is not run again unless its latest row
+is ``error`` or ``timeout`` and failures are retried. ``in_shard`` keeps case k of the suite's full
+list when k % n == i, so shards split the same way on every machine.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from pathlib import Path
+
+from posbench.core.case import CaseSpec
+from posbench.report.rows import case_rows, latest_rounds
+from posbench.run.folder import read_usable_rows
+from posbench.run.suite import Suite, SuiteError, check_name
+
+RETRYABLE = ("error", "timeout")
+
+
+def default_run_id(suite: Suite, device: str) -> str:
+    return f"{suite.profile}-{device}-{suite.fingerprint()}"
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` -> (i, n) with 0 <= i < n."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SuiteError(f"--shard: {text!r}: expected i/n, e.g. 0/2; allowed: 0 <= i < n") from None
+    if not 0 <= i < n:
+        raise SuiteError(f"--shard: {text!r}: shard index out of range; allowed: 0 <= i < n")
+    return i, n
+
+
+def in_shard(cases: list[CaseSpec], shard: tuple[int, int] | None) -> list[CaseSpec]:
+    """Shard i of n: case k of the suite's full list when k % n == i. The full list (before
+    --methods) makes the split the same on every machine whatever else the command says."""
+    if shard is None:
+        return cases
+    i, n = shard
+    return [c for k, c in enumerate(cases) if k % n == i]
+
+
+def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
+    """The suite with ``--methods`` names it does not list appended, for this run: any registered
+    method (a plugin from ``--methods-dir`` or ``POSBENCH_METHODS_PATH`` too) runs in the same
+    run folder and table as the suite's own. A task that compares its own variants (``METHODS``)
+    takes only those. An unknown name is one line with a "did you mean"."""
+    from posbench.core import registry
+    from posbench.core import task as tasks
+
+    extra = [m for m in dict.fromkeys(methods or []) if m not in suite.methods]
+    if not extra:
+        return suite
+    task = tasks.get(suite.task)
+    known = list(task.METHODS) if task.own_methods else registry.names()
+    for name in extra:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SuiteError(f"--methods: unknown method {name!r}{hint}; allowed: the suite's methods "
+                             f"or any registered one: {', '.join(known)}")
+    return dataclasses.replace(suite, methods=suite.methods + extra)
+
+
+def _select(suite: Suite, device: str, methods: list[str] | None, methods_dirs: list[str], run_id: str,
+            shard: tuple[int, int] | None) -> list[CaseSpec]:
+    check_name(run_id, "--run-id")
+    suite = with_methods(suite, methods)  # a name the suite does not list joins it (or is refused)
+    return [c for c in in_shard(suite.cases(device, run_id, methods_dirs), shard)
+            if not methods or c.method in methods]
+
+
+def rounds_of(case: CaseSpec) -> int:
+    """The suite's ``rounds`` setting (tasks without it measure once)."""
+    return int(case.settings.get("rounds", 1) or 1)
+
+
+def schedule(cases: list[CaseSpec]) -> list[tuple[CaseSpec, int]]:
+    """(case, round) in the order they run: per grid point, round 1 of every method, then round
+    2, ...; each round starts one method later than the last, so no method is always first
+    after a grid point change. Methods of one point are then timed at the same moments of
+    machine drift, which their per-round ratios cancel (``posbench.report.bootstrap``)."""
+    points: dict[str, list[CaseSpec]] = {}
+    for c in cases:  # suite order: grid points outer, methods inner
+        points.setdefault(json.dumps(c.params, sort_keys=True, default=str), []).append(c)
+    out = []
+    for group in points.values():
+        for r in range(1, max(rounds_of(c) for c in group) + 1):
+            shift = (r - 1) % len(group)
+            out += [(c, r) for c in group[shift:] + group[:shift] if r <= rounds_of(c)]
+    return out
+
+
+def pairing_of(case: CaseSpec) -> str:
+    """The suite's ``pairing`` setting: ``rounds`` (a process per case and round) or ``windows``."""
+    return case.settings.get("pairing") or "rounds"
+
+
+def jobs(todo: list[tuple[CaseSpec, int]]) -> list[tuple[list[CaseSpec], int]]:
+    """The worker processes of a run, in order: (cases, round). A case alone, or with ``pairing:
+    windows`` every case of ``todo`` of one grid point and round together (schedule order)."""
+    out: list[tuple[list[CaseSpec], int]] = []
+    groups: dict[tuple, list[CaseSpec]] = {}
+    for case, rnd in todo:
+        if pairing_of(case) != "windows":
+            out.append(([case], rnd))
+            continue
+        key = (json.dumps(case.params, sort_keys=True, default=str), rnd)
+        if key not in groups:
+            groups[key] = []
+            out.append((groups[key], rnd))
+        groups[key].append(case)
+    return out
+
+
+def check_pairing(suite: Suite, in_process: bool) -> None:
+    """``pairing: windows`` needs a task that can run a group and one process per group."""
+    from posbench.core import task as tasks
+
+    if getattr(suite.settings, "pairing", "rounds") != "windows":
+        return
+    if not tasks.get(suite.task).groups:
+        raise SuiteError(f"pairing: windows: task {suite.task!r} cannot measure several methods in one process; "
+                         "allowed: pairing: rounds")
+    if in_process:
+        raise SuiteError("pairing: windows runs every method of a grid point in one worker process, which a run "
+                         "under torchrun (ranks in-process) cannot do; allowed: pairing: rounds")
+
+
+def plan_rounds(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
+                methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None,
+                problems: list[str] | None = None) -> tuple[list[tuple[CaseSpec, int]], dict[tuple, dict]]:
+    """((case, round) to run, (case_id, round) -> finished row) for this run folder: resume and
+    ``retry_failed`` work round by round. Unusable lines of its cases.jsonl are skipped and
+    described in ``problems``."""
+    cases = _select(suite, device, methods, methods_dirs, run_id, shard)
+    done = latest_rounds(read_usable_rows(run_dir / "cases.jsonl", problems))
+    todo = [(c, r) for c, r in schedule(cases)
+            if (c.id, r) not in done or (retry_failed and done[(c.id, r)]["status"] in RETRYABLE)]
+    return todo, done
+
+
+def plan(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
+         methods_dirs: list[str], run_id: str,
+         shard: tuple[int, int] | None = None) -> tuple[list[CaseSpec], dict[str, dict]]:
+    """(cases with a round to run, case_id -> finished row, its rounds merged) for this folder."""
+    todo, _ = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
+    cases = list({c.id: c for c, _r in todo}.values())
+    return cases, case_rows(read_usable_rows(run_dir / "cases.jsonl"))
+
