@@ -25,6 +25,7 @@ from posbench.core.task import Metric
 from posbench.tasks.extrapolation import METRICS as EXTRAPOLATION_METRICS
 from posbench.tasks.extrapolation import Settings as TrainEvalSettings
 from posbench.tasks.extrapolation import checkpoint_path, eval_cell, open_corpus, source_bound, trained_model
+from posbench.tasks.extrapolation import compare_values as _evaluation_values
 
 M = Metric
 _DISTINCT = "last_window_distinct@*"
@@ -62,6 +63,12 @@ METRICS = {
                                              "train_seconds", "reused_checkpoint", "n_params")},
 }
 
+
+
+def compare_values(row) -> dict:
+    """For ``bench.py compare`` (``posbench.core.task.LoadedTask``): the bias_dtype_ppl evaluations
+    are the extrapolation task's cells, read the same way (the float32-bias cell of a length first)."""
+    return _evaluation_values(row)
 
 
 class Settings(TrainEvalSettings):
