@@ -8,7 +8,8 @@ from matplotlib.colors import to_rgba
 from posbench.report import charts
 from posbench.report.build import collect_sections, load_runs
 from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
-from posbench.report.table import efficiency_tables, metric_tables
+from posbench.report.table import metric_tables
+from posbench.tasks.extrapolation import ppl_charts
 from report_fixtures import (EFF_METHODS, L_VALID, LENGTHS, PPL_METHODS, PRECISION_SUITE_METRICS, base_row,
                              efficiency_rows, extrapolation_rows, precision_rows, retrieval_rows, write_run)
 
@@ -28,7 +29,7 @@ def frame(tmp_path):
 
 
 def test_words_per_second_chart_plots_the_table(frame, tmp_path):
-    table = next(t for t in efficiency_tables(frame) if t.metric == "train_wps")
+    table = next(t for t in metric_tables(frame, "efficiency") if t.metric == "train_wps")
     fig = charts.metric_chart(table)
     (ax,) = fig.axes
     lines = _by_gid(ax, "method:")
@@ -53,7 +54,7 @@ def test_words_per_second_chart_plots_the_table(frame, tmp_path):
 
 
 def test_memory_chart_is_in_gib_from_zero(frame):
-    table = next(t for t in efficiency_tables(frame) if t.metric == "peak_mem_train_bytes")
+    table = next(t for t in metric_tables(frame, "efficiency") if t.metric == "peak_mem_train_bytes")
     fig = charts.metric_chart(table)
     ax = fig.axes[0]
     fig.canvas.draw()
@@ -70,7 +71,7 @@ def test_memory_chart_is_in_gib_from_zero(frame):
 
 def test_extrapolation_chart_is_figure_one(frame):
     table = extrapolation_tables(frame)[0]
-    fig = charts.ppl_chart(table)
+    fig = ppl_charts.ppl_chart(table)
     (ax,) = fig.axes
     lines = _by_gid(ax, "method:")
     assert list(lines) == PPL_METHODS
@@ -89,7 +90,7 @@ def test_extrapolation_chart_is_figure_one(frame):
 
 
 def test_position_loss_chart(frame):
-    ((stem, fig),) = charts.position_loss_charts(frame)
+    ((stem, fig),) = ppl_charts.position_loss_charts(frame)
     ax = fig.axes[0]
     assert "position-loss" in stem and "512" in stem
     lines = _by_gid(ax, "method:")
@@ -153,7 +154,7 @@ def test_line_styles_are_a_deterministic_cycle_by_method_order():
 
 def test_coinciding_memory_lines_all_show_in_the_chart(frame):
     # The fixture's memory differs by a few bytes between methods: the lines lie on top of each other.
-    table = next(t for t in efficiency_tables(frame) if t.metric == "peak_mem_train_bytes")
+    table = next(t for t in metric_tables(frame, "efficiency") if t.metric == "peak_mem_train_bytes")
     lines = _by_gid(charts.metric_chart(table).axes[0], "method:")
     drawn = {m: list(line.get_ydata()) for m, line in lines.items() if len(line.get_xdata())}
     assert len(drawn) == 4 and drawn["rotary"] == pytest.approx(drawn["alibi"], rel=1e-6)
@@ -161,7 +162,7 @@ def test_coinciding_memory_lines_all_show_in_the_chart(frame):
 
 
 def test_error_bars_show_the_min_max_the_rows_hold(frame):
-    table = next(t for t in efficiency_tables(frame) if t.metric == "train_wps")
+    table = next(t for t in metric_tables(frame, "efficiency") if t.metric == "train_wps")
     rows = {(r["method"], r["params"]["seq_len"]): r["metrics"] for r in efficiency_rows() if r["status"] == "ok"}
     assert table.cell("rotary", 512).spread == (rows[("rotary", 512)]["train_wps_min"], rows[("rotary", 512)]["train_wps_max"])
     fig = charts.metric_chart(table)
@@ -184,7 +185,7 @@ def test_error_bars_show_the_spread_over_seeds_of_perplexity(tmp_path):
             if entry["ppl"] is not None:
                 entry["ppl_std"] = 0.1 * entry["ppl"]
     table = extrapolation_tables(load_runs(write_run(tmp_path, rows)))[0]
-    fig = charts.ppl_chart(table)
+    fig = ppl_charts.ppl_chart(table)
     bars = {c.get_gid(): c for c in fig.axes[0].collections}
     (first, *_) = bars["errorbar:alibi"].get_segments()
     value = table.cell("alibi", 64).value
@@ -199,7 +200,7 @@ def test_every_perplexity_chart_has_a_log_y_axis(tmp_path):
     nonoverlapping, sliding = extrapolation_tables(loaded)
     assert sliding.columns == [128]  # one column, a range far under 10x: still log
     for table in (nonoverlapping, sliding):
-        assert charts.ppl_chart(table).axes[0].get_yscale() == "log"
+        assert ppl_charts.ppl_chart(table).axes[0].get_yscale() == "log"
     precision = {t.metric: t for t in metric_tables(loaded, "precision", column="")}
     assert charts.is_perplexity(precision["ppl@*"]) and charts.metric_chart(precision["ppl@*"]).axes[0].get_yscale() == "log"
     # a difference of perplexities can be zero or negative: linear, and not called a perplexity
@@ -217,9 +218,9 @@ def test_unavailable_is_said_once_per_legend_entry(tmp_path):
     loaded = load_runs(tmp_path)
     table = extrapolation_tables(loaded)[0]
     assert "alibi_triton (unavailable)" in table.rows  # the table's own label already says it
-    legend = [t.get_text() for t in charts.ppl_chart(table).axes[0].get_legend().get_texts()]
+    legend = [t.get_text() for t in ppl_charts.ppl_chart(table).axes[0].get_legend().get_texts()]
     assert "alibi_triton (unavailable)" in legend
-    train = next(t for t in efficiency_tables(loaded) if t.metric == "train_wps")
+    train = next(t for t in metric_tables(loaded, "efficiency") if t.metric == "train_wps")
     legend += [t.get_text() for t in charts.metric_chart(train).axes[0].get_legend().get_texts()]
     assert legend.count("alibi_triton (unavailable)") == 2
     assert all(text.count("(unavailable)") <= 1 for text in legend)
@@ -232,7 +233,7 @@ def test_a_spread_of_zero_width_draws_no_bars_and_names_none(tmp_path):
         for key in ("train_wps_min", "train_wps_max"):
             if key in row["metrics"]:
                 row["metrics"][key] = row["metrics"]["train_wps"]  # one measured window
-    table = next(t for t in efficiency_tables(load_runs(write_run(tmp_path, rows))) if t.metric == "train_wps")
+    table = next(t for t in metric_tables(load_runs(write_run(tmp_path, rows)), "efficiency") if t.metric == "train_wps")
     fig = charts.metric_chart(table)
     assert not [c for c in fig.axes[0].collections if (c.get_gid() or "").startswith("errorbar:")]
     assert "bars:" not in " ".join(t.get_text() for t in fig.texts)

@@ -13,7 +13,7 @@ from posbench.report.build import build_report, collect_tables, load_runs
 from posbench.report.render import row_anchor
 from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
 from posbench.report.rows import RowsError
-from posbench.report.table import efficiency_tables, kernel_tables
+from posbench.report.table import metric_tables
 from report_fixtures import (CPU_ENV, base_row, EFF_METHODS, GPU_ENV, L_VALID, LENGTHS, PPL_METHODS,
                              efficiency_rows, extrapolation_rows, ppl_value, write_run)
 
@@ -58,7 +58,7 @@ def test_load_runs_names_the_folder_without_runs(tmp_path):
 
 
 def test_efficiency_table_layout_ratios_and_failed_cells(runs):
-    table = _table(efficiency_tables(load_runs(runs)), "train_wps")
+    table = _table(metric_tables(load_runs(runs), "efficiency"), "train_wps")
     assert table.rows == EFF_METHODS
     assert table.columns == LENGTHS
     by_case = {(r["method"], r["params"]["seq_len"]): r for r in efficiency_rows()}
@@ -80,7 +80,7 @@ def test_efficiency_table_layout_ratios_and_failed_cells(runs):
 
 
 def test_memory_table_uses_binary_units(runs):
-    table = _table(efficiency_tables(load_runs(runs)), "peak_mem_train_bytes")
+    table = _table(metric_tables(load_runs(runs), "efficiency"), "peak_mem_train_bytes")
     assert table.cell("sinusoidal", 1024).text == "0.954 GiB (1.00x)"
     assert table.title.startswith("Peak training memory (GiB)")
     assert table.cell("sinusoidal", 1024).value == 1024 * 1_000_000 + len("sinusoidal")
@@ -170,7 +170,7 @@ def test_two_shards_of_one_run_make_one_table(tmp_path):
 def test_runs_on_two_gpu_types_get_a_table_each(tmp_path):
     write_run(tmp_path / "cpu", efficiency_rows(run_id="run-cpu"), CPU_ENV)
     write_run(tmp_path / "gpu", efficiency_rows(run_id="run-gpu", device="cuda:0"), GPU_ENV)
-    tables = [t for t in efficiency_tables(load_runs([tmp_path])) if t.metric == "train_wps"]
+    tables = [t for t in metric_tables(load_runs([tmp_path]), "efficiency") if t.metric == "train_wps"]
     assert sorted(t.hardware for t in tables) == ["CPU (Test CPU 9000)", "NVIDIA A100-SXM4-80GB"]
 
 
@@ -221,18 +221,18 @@ def test_kernels_report_has_ratios_against_the_suites_baseline_from_run_json(tmp
     # The kernels suite's baseline is triton_no_bias; rows never store it, run.json does.
     write_run(tmp_path, _kernel_rows(), baseline="triton_no_bias")
     written = build_report([tmp_path], tmp_path / "out")
-    (table,) = [t for t in kernel_tables(load_runs(tmp_path)) if t.metric == "fwdbwd_ms"]
+    (table,) = [t for t in metric_tables(load_runs(tmp_path), "kernels") if t.metric == "fwdbwd_ms"]
     assert table.extra["baseline"] == "triton_no_bias" and "ratio to triton_no_bias" in table.caption
     assert table.cell("alibi_triton", 1024).text == "1 (0.50x)"
     assert table.cell("sdpa_causal", 2048).ratio == pytest.approx(1.5)
-    (mem,) = [t for t in kernel_tables(load_runs(tmp_path)) if t.metric == "peak_mem_bytes"]
+    (mem,) = [t for t in metric_tables(load_runs(tmp_path), "kernels") if t.metric == "peak_mem_bytes"]
     assert mem.cell("alibi_triton", 1024).text == "0.000977 GiB (0.50x)"
     assert "No ratios" not in written["report.md"].read_text()
 
 
 def test_an_explicit_baseline_wins_over_run_json(tmp_path):
     write_run(tmp_path, _kernel_rows(), baseline="triton_no_bias")
-    (table,) = [t for t in kernel_tables(load_runs(tmp_path), baseline="sdpa_causal") if t.metric == "fwdbwd_ms"]
+    (table,) = [t for t in metric_tables(load_runs(tmp_path), "kernels", baseline="sdpa_causal") if t.metric == "fwdbwd_ms"]
     assert table.cell("alibi_triton", 1024).text == "1 (0.33x)" and "ratio to sdpa_causal" in table.caption
     parser = argparse.ArgumentParser()
     add_report_parser(parser.add_subparsers(dest="command"))
@@ -244,14 +244,14 @@ def test_an_explicit_baseline_wins_over_run_json(tmp_path):
 
 def test_a_suite_without_baseline_has_no_ratios_and_says_so(tmp_path):
     write_run(tmp_path, _kernel_rows(), baseline=None)
-    (table,) = [t for t in kernel_tables(load_runs(tmp_path)) if t.metric == "fwdbwd_ms"]
+    (table,) = [t for t in metric_tables(load_runs(tmp_path), "kernels") if t.metric == "fwdbwd_ms"]
     assert table.cell("alibi_triton", 1024).text == "1" and table.cell("alibi_triton", 1024).ratio is None
     assert "No ratios: the suite names no baseline" in table.caption
 
 
 def test_a_run_without_run_json_falls_back_to_sinusoidal(tmp_path):
     write_run(tmp_path, efficiency_rows(), meta=False)
-    table = _table(efficiency_tables(load_runs(tmp_path)), "train_wps")
+    table = _table(metric_tables(load_runs(tmp_path), "efficiency"), "train_wps")
     assert table.extra["baseline"] == "sinusoidal" and table.cell("alibi", 256).text == "25.8k (0.99x)"
 
 
@@ -259,7 +259,7 @@ def test_method_order_and_tabulated_metrics_come_from_run_json(tmp_path):
     order = ["alibi", "sinusoidal", "alibi_triton", "t5_bias", "rotary"]
     write_run(tmp_path, efficiency_rows(), methods=order, metrics=["j_per_token", "train_wps"])
     loaded = load_runs(tmp_path)
-    tables = efficiency_tables(loaded)
+    tables = metric_tables(loaded, "efficiency")
     assert all(t.rows == order for t in tables)
     # declaration order: the suite's metrics plus those declared table=True (both memories, eval_wps)
     assert [t.metric for t in tables] == ["train_wps", "eval_wps", "peak_mem_train_bytes", "peak_mem_eval_bytes",

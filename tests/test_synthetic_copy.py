@@ -205,13 +205,13 @@ def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path, capsys):
     bound_lines = [line for line in out.splitlines() if line.startswith("bound (true source)")]
     assert len(bound_lines) == 2  # nonoverlapping and sliding
     assert all(line.split()[-2:] == [f"{exact:.2f}"] * 2 for line in bound_lines)
-    from posbench.report import charts
+    from posbench.tasks.extrapolation.ppl_charts import ppl_chart
     from posbench.tasks.extrapolation.ppl_tables import BOUND_ROW, extrapolation_tables
     from posbench.report.rows import load_runs
 
     table = extrapolation_tables(load_runs(rows_file.parent))[0]
     assert table.rows == ["alibi", BOUND_ROW] and table.cell(BOUND_ROW, 16).value == pytest.approx(exact)
-    fig = charts.ppl_chart(table)
+    fig = ppl_chart(table)
     gids = {line.get_gid() for line in fig.axes[0].lines}
     assert f"method:{BOUND_ROW}" in gids and "best_ppl" not in gids  # the bound of these tokens, not the long run
 

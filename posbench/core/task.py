@@ -1,6 +1,6 @@
 """Task registry: what a suite's ``task:`` key names, and the contract every task module meets.
 
-A task module (``posbench/tasks/<name>.py``) defines:
+A task module (``posbench/tasks/<name>/``, a package owning its helpers) defines:
 
 - ``Settings``: a pydantic model subclassing ``TaskSettings`` (so it inherits the runner's own
   settings: timeout, memory limit, threads, seed). Suite ``settings`` merged with the profile's
@@ -29,6 +29,12 @@ Optionally, a task whose suite ``methods`` are its own variants rather than posi
 kernels task) also defines ``METHODS`` (the variant names) and ``unavailable(case) -> reason |
 None``. ``Task`` below is the typed form of the required parts; ``get`` checks a module against it
 and hands back a ``LoadedTask``, which answers every optional part with its default.
+
+Its part of the report is optional too (``LoadedTask.REPORT``): by default ``bench.py report``
+gives a task one section of tables built from its ``METRICS`` declarations (each followed by its
+charts), headed by its name and placed after the tasks that declare a place; ``bench.py compare``
+compares the numbers in its rows' ``metrics``. A task with a layout of its own declares it here,
+so the report and compare never name a task.
 
 Modules are imported lazily, so a worker imports only its own task (the test task does not
 import torch, which keeps the runner's tests fast). Names starting with ``_`` are test-only and
@@ -83,7 +89,8 @@ class Metric:
       (``<m>_min``/``<m>_max``/``<m>_std`` become the error bars of ``m``).
     - ``charts``: charts that belong to this metric's table and are drawn right after it,
       as ``"module:function"`` names; ``function(rows: list[dict]) -> [(file stem, title, Figure)]``
-      gets the stored rows of the table (precision: the bias staircases of its ``bias_counts`` study).
+      gets the stored rows of the table (precision: the bias staircases of its ``bias_counts`` study,
+      ``posbench.tasks.precision.staircase:report_charts``).
     """
 
     title: str
@@ -220,9 +227,29 @@ class LoadedTask:
       before any worker starts; default: always available (position methods answer for themselves).
     - ``run_group(cases, round) -> {case id: result}``: the paired-windows group run; default
       None, and ``groups`` is False.
+
+    The report's parts (``REPORT``; ``runs`` is a ``posbench.report.rows.Runs``):
+
+    - ``TITLE``: the heading of the task's report section; default None: ``title`` is the name,
+      capitalised.
+    - ``REPORT_ORDER``: where the section stands, lower first; default ``LAST``: after every task
+      that declares a place, tasks of the same place by name.
+    - ``REPORT_COLUMN``: the grid axis a metric table spreads over its columns; default "": the
+      first axis the rows carry.
+    - ``report_sections(runs, baseline) -> [posbench.report.sections.Section]``: the task's own
+      sections (tables with their charts), replacing the metric tables of its ``METRICS``;
+      ``posbench.report.sections.metric_section`` builds those for a task that adds to them.
+      Default None.
+    - ``summary_tables(runs) -> [posbench.report.table.Table]``: the tables printed at the end of
+      a run, replacing the metric tables of the suite's ``metrics``; default None.
+    - ``compare_values(row) -> {name: number | None}``: numbers of a stored row that ``bench.py
+      compare`` reads beyond its ``metrics`` (a metric of the same name wins); default None.
     """
 
-    OPTIONAL: dict[str, Any] = {"METHODS": None, "unavailable": None, "run_group": None}
+    LAST = 1000  # the report place of a task that declares none
+    REPORT: dict[str, Any] = {"TITLE": None, "REPORT_ORDER": LAST, "REPORT_COLUMN": "", "report_sections": None,
+                              "summary_tables": None, "compare_values": None}
+    OPTIONAL: dict[str, Any] = {"METHODS": None, "unavailable": None, "run_group": None, **REPORT}
 
     def __init__(self, name: str, module: Any):
         self.name = name
@@ -248,10 +275,23 @@ class LoadedTask:
         """Whether the task can measure a grid point's methods together (``pairing: windows``)."""
         return self.run_group is not None
 
+    @property
+    def title(self) -> str:
+        """The heading of the task's report section."""
+        return self.TITLE or self.name.capitalize()
+
     def unavailable_reason(self, case: Any) -> Optional[str]:
         """Why ``case`` cannot run here, known without a worker (own variants only), or None."""
         check = self.unavailable
         return check(case) if check is not None else None
+
+
+def find(name: str) -> Optional[LoadedTask]:
+    """``get(name)``, or None for a task this installation does not know (rows of another one's)."""
+    try:
+        return get(name)
+    except KeyError:
+        return None
 
 
 def get(name: str) -> LoadedTask:

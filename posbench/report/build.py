@@ -8,151 +8,28 @@
     out_dir/tables/<key>.{md,csv,tex}
     out_dir/charts/<key>.{png,svg}
 
-Each task decides its own section through its metric declarations (``posbench.core.task.Metric``):
-which metrics get a table (each followed by the charts that belong to it: its line chart, and the
-``charts`` the declaration names), which are shown inside another table (``shown_in``), and which
-are housekeeping, collected per task into one "Appendix: run details" table. Extrapolation keeps
-the paper's layout (a perplexity table per mode, then Figure 1 and the loss by position of that
-mode); retrieval adds per-probe accuracy tables with their charts.
+Each task decides its own section (``posbench.report.sections``): by default, through its metric
+declarations (``posbench.core.task.Metric``), which metrics get a table (each followed by the
+charts that belong to it: its line chart, and the ``charts`` the declaration names), which are
+shown inside another table (``shown_in``), and which are housekeeping, collected per task into one
+"Appendix: run details" table; a task with a layout of its own builds its sections itself.
 """
 from __future__ import annotations
 
-import importlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
 from posbench.report import charts
-from posbench.report.render import to_csv, to_latex, to_markdown
 from posbench.report.html import write_html
-from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
+from posbench.report.render import to_csv, to_latex, to_markdown
 from posbench.report.rows import Runs, RowsError, load_runs
-from posbench.report.table import Table, decode_tables, details_tables, efficiency_tables, kernel_tables, metric_tables, ordered
-from posbench.core.task import find_metric, metrics_of
+from posbench.report.sections import Block, Section, collect_sections, collect_tables
+from posbench.report.table import Table
 
 __all__ = ["build_report", "load_runs", "collect_tables", "collect_sections", "rows_csv", "Block", "Section"]
-
-_FIXED_TASKS = ("efficiency", "extrapolation", "kernels", "decode")
-
-# A chart source: called once when the report is written, returns (file stem, title, Figure) pairs.
-ChartSource = Callable[[], list]
-
-
-@dataclass
-class Block:
-    """A table and the charts that belong to it; the report prints them together, in this order."""
-
-    table: Table
-    charts: list[ChartSource] = field(default_factory=list)
-    heading: str = ""  # a sub-heading above the table (retrieval: the probe)
-
-
-@dataclass
-class Section:
-    """One task's part of the report: its blocks, and its housekeeping for the appendix."""
-
-    heading: str
-    task: str
-    blocks: list[Block] = field(default_factory=list)
-    details: list[Table] = field(default_factory=list)
-
-
-def collect_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
-    """A section per task present, fixed layouts first; empty sections are left out.
-
-    ``baseline``: the method ratios divide by; None takes each run's own (run.json).
-    """
-    present = set(runs.rows["task"].dropna())
-    sections = [
-        Section("Efficiency", "efficiency", _blocks(runs, efficiency_tables(runs, baseline))),
-        Section("Extrapolation", "extrapolation", [_ppl_block(runs, t) for t in extrapolation_tables(runs)]),
-        Section("Kernels", "kernels", _blocks(runs, kernel_tables(runs, baseline))),
-        Section("Decode", "decode", _blocks(runs, decode_tables(runs, baseline))),
-    ]
-    for task in sorted(present - set(_FIXED_TASKS)):
-        sections.append(Section(task.capitalize(), task, _blocks(runs, metric_tables(runs, task, baseline, column=""))))
-        if task == "retrieval":
-            sections.append(Section("Retrieval accuracy (Wilson 95% intervals)", task, _retrieval_blocks(runs)))
-    for section in sections:
-        if section.task in present and not any(s.details for s in sections if s.task == section.task):
-            section.details = details_tables(runs, section.task)
-    return [s for s in sections if s.blocks or s.details]
-
-
-def collect_tables(runs: Runs, baseline: str | None = None) -> list[tuple[str, list[Table]]]:
-    """(section heading, tables) of every section with tables, in report order (no appendix)."""
-    return [(s.heading, [b.table for b in s.blocks]) for s in collect_sections(runs, baseline) if s.blocks]
-
-
-def _blocks(runs: Runs, tables: list[Table]) -> list[Block]:
-    return [Block(t, _table_charts(runs, t)) for t in tables]
-
-
-def _table_charts(runs: Runs, table: Table) -> list[ChartSource]:
-    """The line chart of a table with numbers against a numeric axis, then the charts its metric's
-    declaration names (``Metric.charts``), drawn from the rows behind the table."""
-    out: list[ChartSource] = []
-    has_values = any(c.value is not None for c in table.cells.values())
-    if has_values and table.columns and all(isinstance(c, (int, float)) for c in table.columns):
-        out.append(lambda: [(table.key, table.title, charts.metric_chart(table))])
-    declared = find_metric(metrics_of(table.task), table.metric)
-    for name in (declared.charts if declared else ()):
-        out.append(_declared_chart(name, runs, table))
-    return out
-
-
-def _declared_chart(name: str, runs: Runs, table: Table) -> ChartSource:
-    module, _, attr = name.partition(":")
-    draw = getattr(importlib.import_module(module), attr)  # a typo fails here, while collecting
-
-    def source():
-        cases = {(c.run_id, c.case_id) for c in table.cells.values() if c.case_id}
-        rows = [r for r in runs.rows.to_dict("records") if (r["run_id"], r["case_id"]) in cases]
-        return draw(rows)
-
-    return source
-
-
-def _ppl_block(runs: Runs, table: Table) -> Block:
-    """Figure 1 of this table, then the loss by position of the same mode and grid point."""
-    sources: list[ChartSource] = []
-    if any(c.value is not None for c in table.cells.values()):
-        sources.append(lambda: [(table.key, table.title, charts.ppl_chart(table))])
-
-    def position_loss():
-        return [(stem, f"Loss by position: {table.title}", fig) for stem, fig in charts.position_loss_charts(runs, table)]
-
-    sources.append(position_loss)
-    return Block(table, sources)
-
-
-def _retrieval_blocks(runs: Runs) -> list[Block]:
-    """Per probe: methods x L_valid accuracy with Wilson intervals (counts pooled over rows, so
-    merged runs pool their samples), its accuracy chart, and after passkey the heatmaps."""
-    from posbench.tasks.retrieval import accuracy_charts as charts_retrieval
-
-    records = runs.rows[runs.rows["task"] == "retrieval"].to_dict("records")
-    ok = [r for r in records if r.get("status") == "ok"]
-    blocks = []
-    for probe in ordered(r["params"]["probe"] for r in ok):
-        table = charts_retrieval.probe_table(ok, probe)
-
-        def accuracy(probe=probe):
-            return [(f"retrieval_{probe}_accuracy", f"{probe}: accuracy vs L_valid",
-                     charts_retrieval.accuracy_chart(ok, probe))]
-
-        sources = [accuracy]
-        if probe == "passkey":
-            def heatmaps():
-                return [(f"retrieval_passkey_heatmap_{m}", f"passkey heatmap: {m}", charts_retrieval.heatmap_chart(ok, m))
-                        for m in ordered(r["method"] for r in ok if r["params"]["probe"] == "passkey")]
-
-            sources.append(heatmaps)
-        blocks.append(Block(table, sources, heading=probe))
-    return blocks
 
 
 def rows_csv(rows: pd.DataFrame) -> pd.DataFrame:

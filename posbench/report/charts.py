@@ -29,9 +29,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogFormatter  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
-from posbench.report import numbers as fmt
-from posbench.report.rows import Runs  # noqa: E402
-from posbench.report.table import Table, by_params, short_commit, slug, task_groups  # noqa: E402
+from posbench.report import numbers as fmt  # noqa: E402
+from posbench.report.table import Table  # noqa: E402
 
 FIGSIZE = (6.4, 4.4)
 UNAVAILABLE = " (unavailable)"
@@ -65,13 +64,13 @@ def staggered(index: int, count: int, points: int, marks: int = 12) -> tuple[int
     return (index * step // max(count, 1), step)
 
 
-def _caption(fig, hardware: str, commit: str, note: str = "") -> None:
+def caption(fig, hardware: str, commit: str, note: str = "") -> None:
     # The device and commit travel with the picture: charts get pasted without their report.
     text = f"{hardware} · commit {commit}" + (f" · {note}" if note else "")
     fig.text(0.01, 0.01, text, fontsize=7, color="0.35", ha="left", va="bottom")
 
 
-def _new_figure():
+def new_figure():
     fig, ax = plt.subplots(figsize=FIGSIZE)
     fig.subplots_adjust(left=0.16, bottom=0.17, top=0.88, right=0.97)
     return fig, ax
@@ -83,8 +82,9 @@ def _scale(table: Table) -> float:
 
 
 def is_perplexity(table: Table) -> bool:
-    """A perplexity chart (log y): perplexity values, lower is better; not a difference of two."""
-    return table.fmt == "ppl" and (table.task == "extrapolation" or table.extra.get("higher_is_better") is False)
+    """A perplexity chart (log y): perplexity values, lower is better; not a difference of two
+    (declared without a direction)."""
+    return table.fmt == "ppl" and table.extra.get("higher_is_better") is False
 
 
 def perplexity_axis(ax) -> None:
@@ -109,7 +109,7 @@ def _mark_failed(ax, xs, label: str, color) -> None:
     marks.set_gid(f"failed:{label}")
 
 
-def _plot_rows(ax, table: Table, methods: dict | None = None) -> str:
+def plot_rows(ax, table: Table, methods: dict | None = None) -> str:
     """One line per table row through its numeric cells; failed cells become top-edge marks.
 
     An unavailable method has no points; it still gets a legend entry saying so (once, even when
@@ -175,14 +175,14 @@ def _spread_error(cell) -> tuple[float, float]:
     return max(cell.value - lo, 0.0), max(hi - cell.value, 0.0)
 
 
-def _bar_note(kind: str, table: Table) -> str:
+def bar_note(kind: str, table: Table) -> str:
     if not kind:
         return ""
     return BAR_NOTES[kind].format(baseline=table.extra.get("baseline"),
                                   spread=table.extra.get("spread", "the spread the rows hold"))
 
 
-def _numeric_columns(table: Table) -> bool:
+def numeric_columns(table: Table) -> bool:
     return bool(table.columns) and all(isinstance(c, (int, float)) for c in table.columns)
 
 
@@ -192,9 +192,9 @@ def metric_chart(table: Table) -> plt.Figure:
     Lengths are usually powers of two, so the x axis is log base 2. Memory is plotted in GiB from
     zero; a perplexity on a log axis (``perplexity_axis``).
     """
-    fig, ax = _new_figure()
-    kind = _plot_rows(ax, table)
-    if _numeric_columns(table) and min(table.columns) > 0:
+    fig, ax = new_figure()
+    kind = plot_rows(ax, table)
+    if numeric_columns(table) and min(table.columns) > 0:
         ax.set_xscale("log", base=2)
         ax.set_xticks(table.columns, [str(c) for c in table.columns])
     label = table.title.split(",")[0]
@@ -212,98 +212,8 @@ def metric_chart(table: Table) -> plt.Figure:
     ax.set_title(table.title, fontsize=10)
     ax.grid(True, alpha=0.3, which="both" if is_perplexity(table) else "major")
     ax.legend(fontsize=8)
-    _caption(fig, table.hardware, table.commit, _bar_note(kind, table))
+    caption(fig, table.hardware, table.commit, bar_note(kind, table))
     return fig
-
-
-def ppl_chart(table: Table) -> plt.Figure:
-    """The paper's Figure 1: perplexity against L_valid (log x, log y), a dashed line at L_train."""
-    fig, ax = _new_figure()
-    kind = _plot_rows(ax, table, table.extra.get("methods"))
-    ax.set_xscale("log", base=2)
-    if _numeric_columns(table):
-        ax.set_xticks(table.columns, [str(c) for c in table.columns])
-    l_train = table.extra.get("L_train")
-    if l_train:
-        vline = ax.axvline(l_train, color="0.3", linestyle="--", linewidth=1, label=f"L_train = {l_train}")
-        vline.set_gid("L_train")
-    best = table.extra.get("best_ppl")
-    if best is not None and not table.extra.get("bound_row"):  # the per-column bound is drawn as a row
-        ax.axhline(best, color="0.6", linestyle=":", linewidth=1, label=f"best achievable ({best:.2f})").set_gid("best_ppl")
-    perplexity_axis(ax)
-    ax.set_xlabel("L_valid, evaluation length (tokens)")
-    ax.set_ylabel("Perplexity (lower is better, log scale)")
-    ax.set_title(table.title, fontsize=9)
-    ax.grid(True, alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    _caption(fig, table.hardware, table.commit, _bar_note(kind, table))
-    return fig
-
-
-def position_loss_charts(runs: Runs, table: Table | None = None) -> list[tuple[str, plt.Figure]]:
-    """Loss by token position, one figure per (suite, hardware, L_train, mode) at the longest L_valid.
-
-    Shows *where* a method breaks down: a curve that climbs after the L_train line extrapolates
-    badly. ``table``: only the figure that belongs to that extrapolation table (same suite,
-    machine, grid point and evaluation mode); the report draws it right below the table.
-    Returns ``(file stem, figure)`` pairs.
-    """
-    out = []
-    for suite, hardware, group in task_groups(runs.rows, "extrapolation"):
-        if table is not None and (suite, hardware) != (table.extra.get("suite"), table.hardware):
-            continue
-        for params, members in by_params(group).items():
-            if table is not None and dict(params) != table.extra.get("params"):
-                continue
-            out += _position_figures(suite, hardware, dict(params), members, table)
-    return out
-
-
-def _curve_key(key: str) -> tuple[str, int, bool] | None:
-    """``nonoverlapping@512`` / ``sliding@512@interp`` -> (mode, L_valid, interpolated)."""
-    mode, _, rest = key.partition("@")
-    length, _, tail = rest.partition("@")
-    return (mode, int(length), tail == "interp") if length.isdigit() else None
-
-
-def _position_figures(suite, hardware, params, members, table: Table | None = None):
-    longest: dict[tuple[str, bool], int] = {}
-    for r in members:
-        for key in r.series.get("per_position_loss", {}) or {}:
-            parsed = _curve_key(key)
-            if parsed is not None:
-                mode, length, interp = parsed
-                longest[(mode, interp)] = max(longest.get((mode, interp), 0), length)
-    if table is not None:
-        mode, _stride, interp = table.extra.get("mode", ("nonoverlapping", None, False))
-        longest = {k: v for k, v in longest.items() if k == (mode, bool(interp))}
-    commit = short_commit(r.git_commit for r in members)
-    l_train = params.get("L_train")
-    order = list(dict.fromkeys(r.method for r in members))
-    figures = []
-    for (mode, interp), length in longest.items():
-        key = f"{mode}@{length}" + ("@interp" if interp else "")
-        fig, ax = _new_figure()
-        for r in members:
-            losses = (r.series.get("per_position_loss") or {}).get(key)
-            if losses:
-                index = order.index(r.method)
-                (line,) = ax.plot(range(1, len(losses) + 1), losses, linewidth=1.2, markersize=6,
-                                  markerfacecolor="none", markevery=staggered(index, len(order), len(losses)),
-                                  label=r.method, **line_style(index))
-                line.set_gid(f"method:{r.method}")
-        if l_train:
-            ax.axvline(l_train, color="0.3", linestyle="--", linewidth=1, label=f"L_train = {l_train}").set_gid("L_train")
-        ax.set_xlabel("Token position in the evaluation window")
-        ax.set_ylabel("Loss (nats per token)")
-        what = f"{mode}" + (", interpolated" if interp else "")
-        ax.set_title(f"Loss by position, L_train = {l_train}, {what} @ L_valid = {length}", fontsize=10)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-        _caption(fig, hardware, commit)
-        stem = f"{suite}-position-loss-L{l_train}-{mode}" + ("-interp" if interp else "") + f"-{length}-{hardware}"
-        figures.append((slug(stem), fig))
-    return figures
 
 
 def save_figure(fig: plt.Figure, out_dir: Path, stem: str) -> dict[str, Path]:

@@ -36,9 +36,8 @@ import pandas as pd
 
 from posbench.report import bootstrap
 from posbench.report import numbers as fmt
-from posbench.tasks.extrapolation.ppl_tables import eval_mode_key
+from posbench.core.task import find, find_metric, metrics_of
 from posbench.report.rows import RowsError, cpu_model, gpu_name, latest, load_runs
-from posbench.core.task import find_metric, metrics_of
 
 
 def metric_direction(task: str, name: str) -> int | None:
@@ -145,20 +144,17 @@ class ComparisonResult:
 
 
 def case_metrics(row) -> dict[str, float | None]:
-    """Comparable numbers of a row: its metrics plus a ``ppl@mode@L_valid`` per evaluation.
-
-    Evaluations are read from ``series["evals"]`` so that an OOM evaluation (ppl null) is seen
-    even when the runner stored no flat ``ppl@...`` copy; a stored flat copy wins.
+    """Comparable numbers of a row: its metrics, plus those its task reads from the rest of the row
+    (``compare_values``, ``posbench.core.task.LoadedTask``: e.g. one per evaluation cell, so that
+    a cell that ran out of memory is seen even when the runner stored no flat copy of it); a
+    stored metric of the same name wins.
     """
     values = {k: v for k, v in row.metrics.items()
               if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
-    for entry in row.series.get("evals", []) or []:
-        mode, stride, interpolate = eval_mode_key(entry)
-        key = f"ppl@{mode}@{entry.get('L_valid')}"
-        key += f"@s{stride}" if stride else ""
-        key += "@interp" if interpolate else ""
-        ppl = entry.get("ppl") if entry.get("status", "ok") == "ok" else None
-        values.setdefault(key, ppl)
+    task = find(row.task) if isinstance(row.task, str) and row.task else None
+    if task is not None and task.compare_values is not None:
+        for key, value in task.compare_values(row).items():
+            values.setdefault(key, value)
     return values
 
 

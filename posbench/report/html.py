@@ -39,7 +39,7 @@ pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; m
 
 def _figure_html(title: str, png: Path, table_key: str) -> str:
     """An embedded chart that names the table it belongs to (``data-table``), right below it."""
-    data = base64.b64encode(png.read_bytes()).decode("ascii")
+    data = str(base64.b64encode(png.read_bytes()), "ascii")
     esc = html.escape(title)
     return (f'<figure class="chart" data-table="{html.escape(table_key)}"><img alt="{esc}" '
             f'src="data:image/png;base64,{data}"><figcaption>{esc}</figcaption></figure>')

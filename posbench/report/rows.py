@@ -96,7 +96,7 @@ def read_rows(path: str | Path) -> list[dict]:
     lines = []
     for lineno, line in enumerate(raw, 1):
         try:
-            lines.append(line.decode("utf-8"))
+            lines.append(str(line, "utf-8"))  # raises UnicodeDecodeError on bad bytes
         except UnicodeDecodeError:
             if lineno == last_raw:  # a write cut inside a multi-byte character
                 break
@@ -341,7 +341,7 @@ def hardware_label(env: dict, device: Optional[str]) -> str:
 def find_run_dirs(path: str | Path) -> list[Path]:
     """Run folders at or below ``path``: every folder that holds a ``cases.jsonl``, sorted.
 
-    Accepting a parent folder lets users pass ``results/efficiency`` or a downloaded artifact
+    Accepting a parent folder lets users pass ``results/<suite>`` or a downloaded artifact
     without knowing the run id inside it.
     """
     path = Path(path)

@@ -3,7 +3,7 @@
 Accuracies are counts of outcomes (``correct`` of ``total``), so their uncertainty is binomial.
 The Wilson score interval (Wilson 1927) is used rather than the normal ("Wald") one because it
 stays inside [0, 1] and keeps close to its nominal coverage at 0%, 100% and small samples, which
-is exactly where retrieval accuracies live.
+is exactly where accuracies of long-range probes live.
 """
 from __future__ import annotations
 

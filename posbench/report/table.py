@@ -21,7 +21,7 @@ from posbench.report import bootstrap
 from posbench.report import numbers as fmt
 from posbench.engine.env import was_busy
 from posbench.report.rows import LEGACY_BASELINE, RunMeta, Runs
-from posbench.core.task import SPREAD_SUFFIXES, Metric, find_metric, is_housekeeping, metrics_of, spread_of
+from posbench.core.task import SPREAD_SUFFIXES, Metric, find, find_metric, is_housekeeping, metrics_of, spread_of
 
 
 @dataclass
@@ -151,7 +151,7 @@ def family_head(name: str) -> Optional[str]:
     return name[:-2] if name.endswith("@*") else None
 
 
-# -- metric tables (efficiency, kernels, anything with a numeric grid) ---------------------
+# -- metric tables (anything with a numeric grid) -----------------------------------------
 
 def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column: str = "seq_len",
                   metrics: Optional[list[str]] = None, frame: Optional[pd.DataFrame] = None) -> list[Table]:
@@ -399,25 +399,11 @@ def _by_round(r, name: str) -> Optional[list]:
     return values if isinstance(values, list) and len(values) >= 2 else None
 
 
-def efficiency_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:
-    """Words/s and peak memory: methods x seq_len, with baseline ratios."""
-    return metric_tables(runs, "efficiency", baseline)
-
-
-def kernel_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:
-    """Kernel timings, throughput and memory: variants x seq_len, split by head_dim and the rest."""
-    return metric_tables(runs, "kernels", baseline)
-
-
-def decode_tables(runs: Runs, baseline: Optional[str] = None) -> list[Table]:
-    """TPOT, TTFT, decode speed and memory: methods x context length C, one table per batch."""
-    return metric_tables(runs, "decode", baseline, column="context")
-
-
 def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
     """The tables printed at the end of a run: the suite's ``metrics`` (run.json) for its task,
     methods x the first grid axis (``seq_len`` when there is one); a metric declared ``shown_in``
-    another prints that one (a family: ``posbench.report.table.family_tables``)."""
+    another prints that one (a family: ``posbench.report.table.family_tables``). A task that
+    declares ``summary_tables`` prints its own instead (``posbench.core.task.LoadedTask``)."""
     frame = runs.rows if case_ids is None else runs.rows[runs.rows["case_id"].isin(case_ids)]
     out = []
     for source in ordered(frame["source"]):
@@ -426,13 +412,12 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
             continue
         column = "seq_len" if "seq_len" in meta.grid else next(iter(meta.grid), "case")
         part = frame[frame["source"] == source]
-        if meta.task == "extrapolation":  # the paper's layout: methods x L_valid, with the bound
-            from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
-
-            out += extrapolation_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas))
+        task = find(meta.task)
+        if task is not None and task.summary_tables is not None:  # a layout of the task's own
+            out += task.summary_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas))
             continue
         declared = metrics_of(meta.task)
-        # a metric the task shows inside another table (precision's per-dtype counts) prints that table
+        # a metric the task shows inside another table (a per-dtype count of a family) prints that table
         names = ordered(describe(declared, m).shown_in or m for m in meta.metrics)
         out += metric_tables(runs, meta.task, None, column, names, frame=part)
     return out

@@ -73,6 +73,10 @@ METRICS = {
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
     "threads": M("Threads", "", "torch CPU threads in the worker", None, "int"),
 }
+# The report (posbench.core.task.LoadedTask.REPORT): after the kernels section, methods x the
+# context length C, a table per batch.
+REPORT_ORDER = 40
+REPORT_COLUMN = "context"
 
 
 class Settings(TaskSettings):

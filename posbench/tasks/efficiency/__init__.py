@@ -89,6 +89,9 @@ METRICS = {
     "n_rounds": M("Rounds", "", "rounds that finished ok; every other metric is the median over them "
                   "(series <metric>_by_round: each round's value)", None, "int"),
 }
+# The report (posbench.core.task.LoadedTask.REPORT): the first section, methods x seq_len.
+REPORT_ORDER = 10
+REPORT_COLUMN = "seq_len"
 # Metrics a paired-windows row takes from the method's own memory process (``memory_probe``).
 MEMORY_METRICS = ("peak_mem_train_bytes", "peak_mem_train_reserved_bytes", "peak_mem_eval_bytes",
                   "peak_mem_eval_reserved_bytes", "peak_mem_train_bytes_mean", "peak_mem_eval_bytes_mean",

@@ -304,3 +304,32 @@ def _std(values: list[float]) -> float:
         return 0.0
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+# -- its part of the report (posbench.core.task.LoadedTask.REPORT) ------------------------------
+# The paper's layout: a perplexity table per evaluation mode, methods x L_valid, each followed by
+# Figure 1 and the loss by position. Its modules import the report (pandas, matplotlib), so they
+# are imported only when a report, a run's summary or a comparison asks.
+
+REPORT_ORDER = 20  # after the efficiency section, before the kernels section
+
+
+def report_sections(runs, baseline=None) -> list:
+    """The perplexity tables with their charts (no ratios: a perplexity is read against the bound)."""
+    from posbench.tasks.extrapolation.ppl_charts import ppl_sections
+
+    return ppl_sections(runs)
+
+
+def summary_tables(runs) -> list:
+    """The perplexity tables, printed at the end of a run."""
+    from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
+
+    return extrapolation_tables(runs)
+
+
+def compare_values(row) -> dict:
+    """A perplexity per evaluation cell (``ppl@<mode>@<L_valid>...``), OOM cells included."""
+    from posbench.tasks.extrapolation.ppl_tables import eval_values
+
+    return eval_values(row)

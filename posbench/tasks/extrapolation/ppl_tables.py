@@ -2,7 +2,9 @@
 
 One table per (suite, hardware, L_train, evaluation mode): the paper reports nonoverlapping and
 sliding-window numbers separately, and mixing them in one table would compare unlike things.
-Rows are methods, columns ``L_valid``; an evaluation that ran out of memory reads ``OOM``.
+Rows are methods, columns ``L_valid``; an evaluation that ran out of memory reads ``OOM``. These
+are the task's report tables (with their charts: ``posbench.tasks.extrapolation.ppl_charts``) and
+the tables printed at the end of a run; ``eval_values`` gives ``bench.py compare`` the same cells.
 """
 from __future__ import annotations
 
@@ -16,6 +18,21 @@ DEFAULT_MODE = ("nonoverlapping", None, False)
 def eval_mode_key(entry: dict) -> tuple:
     """(mode, stride, interpolate) of one ``series["evals"]`` entry."""
     return (entry.get("mode", "nonoverlapping"), entry.get("stride"), bool(entry.get("interpolate")))
+
+
+def eval_values(row) -> dict:
+    """A ``ppl@<mode>@<L_valid>[@s<stride>][@interp]`` per evaluation of a stored row, for ``bench.py
+    compare``: read from ``series["evals"]`` so that an OOM evaluation (ppl null) is seen even when
+    the runner stored no flat ``ppl@...`` copy (a stored flat copy wins: compare reads it first)."""
+    values: dict = {}
+    for entry in row.series.get("evals", []) or []:
+        mode, stride, interpolate = eval_mode_key(entry)
+        key = f"ppl@{mode}@{entry.get('L_valid')}"
+        key += f"@s{stride}" if stride else ""
+        key += "@interp" if interpolate else ""
+        ppl = entry.get("ppl") if entry.get("status", "ok") == "ok" else None
+        values.setdefault(key, ppl)
+    return values
 
 
 def describe_mode(key: tuple) -> str:

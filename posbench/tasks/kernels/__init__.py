@@ -53,6 +53,10 @@ METRICS = {
     "seq_len": M("Sequence length", "tokens", "sequence length of the point", None, "int"),
     "head_dim": M("Head dimension", "", "head dimension of the point", None, "int"),
 }
+# The report (posbench.core.task.LoadedTask.REPORT): after the extrapolation section, variants x
+# seq_len, a table per head_dim.
+REPORT_ORDER = 30
+REPORT_COLUMN = "seq_len"
 
 
 class Settings(TaskSettings):

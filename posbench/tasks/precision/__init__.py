@@ -5,8 +5,9 @@ Two studies, the suite's grid axis ``study``:
 
 - ``bias_counts``: the BLOOM-style bias (float32 ``slope * position``, then cast) and the number
   of distinct values per head and window of positions for float32, float16, bfloat16 and float8,
-  also after scaling by an interpolation factor; tables and staircase charts
-  (``posbench.tasks.precision.analysis``). Independent of training; runs in seconds.
+  also after scaling by an interpolation factor; tables (``posbench.tasks.precision.analysis``)
+  and staircase charts (``posbench.tasks.precision.staircase``). Independent of training; runs
+  in seconds.
 - ``bias_dtype_ppl``: train the method in float32 at ``L_train`` (or reuse the checkpoint), then
   evaluate in ``eval_dtype`` (bfloat16 by default) with the bias kept in float32 and with the bias
   cast to the compute dtype, at each L_valid. ``ppl_diff@L`` = compute - float32.
@@ -24,6 +25,7 @@ from posbench.core.task import Metric
 from posbench.tasks.extrapolation import METRICS as EXTRAPOLATION_METRICS
 from posbench.tasks.extrapolation import Settings as TrainEvalSettings
 from posbench.tasks.extrapolation import checkpoint_path, eval_cell, open_corpus, source_bound, trained_model
+from posbench.tasks.extrapolation import compare_values as _evaluation_values
 
 M = Metric
 _DISTINCT = "last_window_distinct@*"
@@ -35,7 +37,7 @@ METRICS = {
     _DISTINCT: M("Distinct bias values in the last window", "",
                  "last_window_distinct@<dtype>: median over heads of distinct bias values in the last window of "
                  "positions after the cast", True, "int", table=True, axis="dtype",
-                 charts=("posbench.tasks.precision.analysis:report_charts",)),
+                 charts=("posbench.tasks.precision.staircase:report_charts",)),
     "last_window_distinct@float16": M("Distinct float16 bias values, last window", "values",
                                       "median over heads of distinct float16 bias values in the last window",
                                       True, "int", shown_in=_DISTINCT),
@@ -60,6 +62,13 @@ METRICS = {
     **{k: EXTRAPOLATION_METRICS[k] for k in ("best_ppl", "final_train_loss", "train_steps", "train_tokens",
                                              "train_seconds", "reused_checkpoint", "n_params")},
 }
+
+
+
+def compare_values(row) -> dict:
+    """For ``bench.py compare`` (``posbench.core.task.LoadedTask``): the bias_dtype_ppl evaluations
+    are the extrapolation task's cells, read the same way (the float32-bias cell of a length first)."""
+    return _evaluation_values(row)
 
 
 class Settings(TrainEvalSettings):
@@ -87,8 +96,6 @@ def run(case) -> dict:
 
 
 def _bias_counts(case, s) -> dict:
-    from posbench.tasks.precision.analysis import run_precision_case
-
     out_dir = Path(case.out_dir or ".") / "precision"
     result = run_precision_case({
         "n_heads": s.analysis_heads, "length": s.analysis_length, "window": s.analysis_window,
@@ -102,6 +109,54 @@ def _bias_counts(case, s) -> dict:
             metrics[f"last_window_distinct@{dtype}"] = counts[len(counts) // 2]
     (out_dir / "tables.md").write_text(result["markdown"] + "\n")
     return {"metrics": metrics, "series": {k: v for k, v in result.items() if k != "markdown"}}
+
+
+def _records(table) -> list[dict]:
+    # Plain Python scalars so json.dumps takes the result without a custom encoder.
+    rows = table.to_dict("records")
+    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in rows]
+
+
+def run_precision_case(settings: dict) -> dict:
+    """The bias_counts study: analyze + tables + one staircase chart per chosen head, as a JSON-ready dict.
+
+    The charts draw the requested dtypes among CHART_DTYPES (all requested ones if none is).
+
+    ``settings`` keys (all optional but out_dir): n_heads, length, window, heads, factor,
+    dtypes (names), out_dir (where the charts go).
+    """
+    from posbench.tasks.precision.analysis import analyze, format_tables
+    from posbench.tasks.precision.staircase import CHART_DTYPES, staircase_chart
+
+    known = {"n_heads", "length", "window", "heads", "factor", "dtypes", "out_dir"}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"precision: unknown settings {unknown}; allowed: {', '.join(sorted(known))}")
+    if "out_dir" not in settings:
+        raise ValueError("precision: settings need out_dir (folder for the charts)")
+    args = {k: settings[k] for k in ("n_heads", "length", "window", "factor") if k in settings}
+    for key in ("heads", "dtypes"):
+        if key in settings:
+            args[key] = tuple(settings[key])
+    report = analyze(**args)
+    s = report.settings
+    out_dir = Path(settings["out_dir"])
+    chart_dtypes = [d for d in s["dtypes"] if d in CHART_DTYPES] or s["dtypes"]  # see CHART_DTYPES
+    charts = []
+    for head in s["heads"]:
+        chart = staircase_chart(s["n_heads"], s["length"], head, out_dir / f"alibi_staircase_head{head}",
+                                dtypes=chart_dtypes)
+        charts.append({"head": head, "dtypes": chart_dtypes, "png": str(chart.png), "svg": str(chart.svg)})
+    return {
+        "settings": s,
+        "notes": report.notes,
+        "counts": _records(report.counts),
+        "last_window": _records(report.last_window),
+        "scaled_counts": _records(report.scaled_counts),
+        "scaled_last_window": _records(report.scaled_last_window),
+        "charts": charts,
+        "markdown": format_tables(report),
+    }
 
 
 def _bias_dtype_ppl(case, s) -> dict:

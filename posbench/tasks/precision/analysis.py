@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -32,9 +30,6 @@ DTYPES: dict[str, torch.dtype] = {
     if (dt := getattr(torch, name, None)) is not None
 }
 DEFAULT_DTYPES: tuple[str, ...] = tuple(DTYPES)
-# The chart leaves float8 out by default: its treads are hundreds of bias units wide at 8192 and
-# float8_e4m3fn saturates at 448, so those lines would flatten the y-axis and hide the staircase.
-CHART_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
 
 DtypeLike = str | torch.dtype
 
@@ -47,7 +42,7 @@ def resolve_dtype(dtype: DtypeLike) -> tuple[str, torch.dtype]:
     raise ValueError(f"precision: unknown dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
 
 
-def _check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
+def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
     """One-line ValueError unless value is an int in [low, high]."""
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
     if ok and high is not None:
@@ -68,8 +63,8 @@ def bloom_bias(
     BLOOM loses the precision. BLOOM's bias is positive (``slope * key position``); softmax is
     shift-invariant per query, so it is equivalent to the paper's ``-slope * (i - j)``.
     """
-    _check_int("n_heads", n_heads, 1)
-    _check_int("length", length, 1)
+    check_int("n_heads", n_heads, 1)
+    check_int("length", length, 1)
     _, dt = resolve_dtype(dtype)
     slopes = slopes_tensor(n_heads)  # (H,) float32
     positions = torch.arange(length, dtype=torch.float32)  # (L,)
@@ -81,8 +76,8 @@ def bloom_bias(
 
 def window_bounds(length: int, window: int) -> list[tuple[int, int]]:
     """[start, end) of each window; the last one is shorter when window does not divide length."""
-    _check_int("length", length, 1)
-    _check_int("window", window, 1)
+    check_int("length", length, 1)
+    check_int("window", window, 1)
     return [(s, min(s + window, length)) for s in range(0, length, window)]
 
 
@@ -107,7 +102,7 @@ def count_distinct(bias_row_values: torch.Tensor, window: int = 1000) -> list[in
     window does not divide L; :func:`window_bounds` gives the extents. All full windows are counted
     in one batched sort, the partial tail in a second.
     """
-    _check_int("window", window, 1)
+    check_int("window", window, 1)
     x = torch.as_tensor(bias_row_values)
     if x.dim() not in (1, 2) or x.shape[-1] < 1:
         raise ValueError(
@@ -176,14 +171,14 @@ class PrecisionReport:
     notes: list[str] = field(default_factory=list)
 
 
-def _check_settings(n_heads, length, window, dtypes, heads) -> tuple[list[str], list[int]]:
-    _check_int("n_heads", n_heads, 1)
-    _check_int("length", length, 1)
-    _check_int("window", window, 1)
+def check_settings(n_heads, length, window, dtypes, heads) -> tuple[list[str], list[int]]:
+    check_int("n_heads", n_heads, 1)
+    check_int("length", length, 1)
+    check_int("window", window, 1)
     names = [resolve_dtype(d)[0] for d in dtypes]
     if not names:
         raise ValueError(f"precision: dtypes is empty; allowed: {', '.join(DTYPES)}")
-    idx = [_check_int("head", h, 0, n_heads - 1) for h in heads]
+    idx = [check_int("head", h, 0, n_heads - 1) for h in heads]
     return names, idx
 
 
@@ -200,7 +195,7 @@ def analyze(
     Defaults are the study's: BLOOM-7B's 32 heads, 8192 positions, windows of 1000, and the
     2048 -> 8192 interpolation factor 0.25.
     """
-    names, idx = _check_settings(n_heads, length, window, dtypes, heads)
+    names, idx = check_settings(n_heads, length, window, dtypes, heads)
     if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
         raise ValueError(f"precision: factor must be a finite number > 0, got {factor!r}")
     last_start = window_bounds(length, window)[-1][0]
@@ -285,147 +280,3 @@ def format_tables(report: PrecisionReport) -> str:
     out += ["", f"### Last window, positions {_window_label(start, end, window)}, every head", "",
             _markdown(["dtype", "min", "median", "max", f"heads 0..{s['n_heads'] - 1}"], rows)]
     return "\n".join(out) + "\n"
-
-
-@dataclass
-class StaircaseChart:
-    """A drawn staircase: the Figure (still open, so its Axes can be inspected), the files written,
-    and the arrays plotted, keyed by dtype name."""
-
-    figure: Any  # matplotlib.figure.Figure
-    png: Path
-    svg: Path
-    positions: np.ndarray  # (last,)
-    values: dict[str, np.ndarray]  # dtype -> (last,) bias after the cast, as float64
-
-    @property
-    def paths(self) -> list[Path]:
-        return [self.png, self.svg]
-
-
-def staircase_chart(
-    n_heads: int,
-    length: int,
-    head: int,
-    path: str | Path,
-    last: int = 192,
-    dtypes: Iterable[DtypeLike] = CHART_DTYPES,
-) -> StaircaseChart:
-    """Step plot of one head's bias over its last ``last`` positions, one line per dtype.
-
-    The picture SambaNova uses to show the collapse: float32 is a straight ramp, the narrow types
-    flat treads. ``path`` names the files; its suffix is replaced by .png and .svg.
-    """
-    fig, positions, values = staircase_figure(n_heads, length, head, last, dtypes)
-    base = Path(path)
-    base.parent.mkdir(parents=True, exist_ok=True)
-    png, svg = base.with_suffix(".png"), base.with_suffix(".svg")
-    fig.savefig(png, dpi=120)
-    fig.savefig(svg)
-    return StaircaseChart(figure=fig, png=png, svg=svg, positions=positions, values=values)
-
-
-def staircase_figure(
-    n_heads: int, length: int, head: int, last: int = 192, dtypes: Iterable[DtypeLike] = CHART_DTYPES
-) -> tuple[Any, np.ndarray, dict[str, np.ndarray]]:
-    """The staircase of :func:`staircase_chart`, not written: (Figure, positions, values by dtype).
-
-    Each dtype keeps its own colour, marker and line style (``posbench.report.charts.line_style``): where
-    float16 still matches float32 the two lines coincide, and both must stay visible.
-    """
-    # Figure + its own Agg canvas rather than pyplot: no global backend switch, no figure registry
-    # to leak into, and it works headless.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    from posbench.report.charts import line_style, staggered
-
-    names, (head,) = _check_settings(n_heads, length, 1, dtypes, [head])
-    _check_int("last", last, 1)
-    last = min(last, length)
-    bias32 = bloom_bias(n_heads, length, "float32")[head, length - last :]  # (last,)
-    positions = np.arange(length - last, length)
-    values = {n: bias32.to(DTYPES[n]).to(torch.float64).numpy() for n in names}
-
-    fig = Figure(figsize=(8, 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for index, (name, v) in enumerate(values.items()):
-        ax.step(positions, v, where="post", label=name, linewidth=1.2, markersize=6, markerfacecolor="none",
-                markevery=staggered(index, len(values), last), gid=f"method:{name}", **line_style(index))
-    slope = slopes_tensor(n_heads)[head].item()
-    ax.set_title(
-        f"ALiBi bias of head {head} (slope {slope:.3g}) after the cast, last {last} of {length} positions"
-    )
-    ax.set_xlabel("key position")
-    ax.set_ylabel("bias value (slope x position)")
-    ax.legend(title="dtype")
-    ax.grid(alpha=0.3)
-    return fig, positions, values
-
-
-def report_charts(rows: list[dict]) -> list[tuple[str, str, Any]]:
-    """The staircases of the ``bias_counts`` rows behind a report table, redrawn from each row's
-    stored settings (the bias is a pure function of them): one per chosen head, once per distinct
-    setting (every ALiBi method has the same bias). ``(file stem, title, Figure)`` pairs, for
-    ``bench.py report`` (declared in ``posbench.tasks.precision.METRICS``)."""
-    out, seen = [], set()
-    for r in rows:
-        series = r.get("series") or {}
-        s = series.get("settings")
-        if r.get("status") != "ok" or not isinstance(s, dict):
-            continue
-        for chart in series.get("charts", []):
-            key = (s["n_heads"], s["length"], chart["head"], tuple(chart["dtypes"]))
-            if key in seen:
-                continue
-            seen.add(key)
-            fig, _, _ = staircase_figure(s["n_heads"], s["length"], chart["head"], dtypes=chart["dtypes"])
-            out.append((f"precision-staircase-head{chart['head']}-{s['n_heads']}x{s['length']}",
-                        f"ALiBi bias staircase, head {chart['head']} of {s['n_heads']}", fig))
-    return out
-
-
-def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
-    # Plain Python scalars so json.dumps takes the result without a custom encoder.
-    rows = table.to_dict("records")
-    return [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in rows]
-
-
-def run_precision_case(settings: dict) -> dict:
-    """Runner entry: analyze + tables + one staircase chart per chosen head, as a JSON-ready dict.
-
-    The charts draw the requested dtypes among CHART_DTYPES (all requested ones if none is).
-
-    ``settings`` keys (all optional but out_dir): n_heads, length, window, heads, factor,
-    dtypes (names), out_dir (where the charts go).
-    """
-    known = {"n_heads", "length", "window", "heads", "factor", "dtypes", "out_dir"}
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise ValueError(f"precision: unknown settings {unknown}; allowed: {', '.join(sorted(known))}")
-    if "out_dir" not in settings:
-        raise ValueError("precision: settings need out_dir (folder for the charts)")
-    args = {k: settings[k] for k in ("n_heads", "length", "window", "factor") if k in settings}
-    for key in ("heads", "dtypes"):
-        if key in settings:
-            args[key] = tuple(settings[key])
-    report = analyze(**args)
-    s = report.settings
-    out_dir = Path(settings["out_dir"])
-    chart_dtypes = [d for d in s["dtypes"] if d in CHART_DTYPES] or s["dtypes"]  # see CHART_DTYPES
-    charts = []
-    for head in s["heads"]:
-        chart = staircase_chart(s["n_heads"], s["length"], head, out_dir / f"alibi_staircase_head{head}",
-                                dtypes=chart_dtypes)
-        charts.append({"head": head, "dtypes": chart_dtypes, "png": str(chart.png), "svg": str(chart.svg)})
-    return {
-        "settings": s,
-        "notes": report.notes,
-        "counts": _records(report.counts),
-        "last_window": _records(report.last_window),
-        "scaled_counts": _records(report.scaled_counts),
-        "scaled_last_window": _records(report.scaled_last_window),
-        "charts": charts,
-        "markdown": format_tables(report),
-    }

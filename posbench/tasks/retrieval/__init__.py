@@ -54,6 +54,16 @@ METRICS = {
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
 }
 
+
+def report_sections(runs, baseline=None) -> list:
+    """Its report (``posbench.core.task.LoadedTask.REPORT``): the metric tables of ``METRICS``, then
+    per probe the accuracy with Wilson intervals, its chart and the passkey heatmaps
+    (``posbench.tasks.retrieval.accuracy_charts``, imported here: it needs matplotlib)."""
+    from posbench.tasks.retrieval.accuracy_charts import accuracy_sections
+
+    return accuracy_sections(runs, baseline)
+
+
 ProbeName = Literal["passkey", "mqar", "copy", "reverse"]
 
 

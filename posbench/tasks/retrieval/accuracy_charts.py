@@ -1,4 +1,4 @@
-"""Tables and charts of the retrieval suite, computed from result rows alone.
+"""Tables and charts of the retrieval suite, computed from result rows alone: the task's report.
 
 Rows are the runner's result rows (``method``, ``params`` with ``L_train`` and ``probe``,
 ``status``, ``series.cells``). Every accuracy is recomputed from the outcome counts the rows
@@ -17,8 +17,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from posbench.report.charts import line_style, marker_size  # noqa: E402
+from posbench.report.rows import Runs  # noqa: E402
+from posbench.report.sections import Block, Section, metric_section  # noqa: E402
 from posbench.report.stats import effective_length, wilson_interval  # noqa: E402
-from posbench.report.table import Cell, Table, short_commit, slug  # noqa: E402
+from posbench.report.table import Cell, Table, ordered, short_commit, slug  # noqa: E402
 
 
 def _ok_rows(rows, probe=None):
@@ -180,6 +182,36 @@ def accuracy_chart(rows: list[dict], probe: str, L_train: int | None = None):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def accuracy_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
+    """The task's report: the metric tables of its declarations, then a section of per-probe
+    accuracy tables with Wilson intervals (``probe_blocks``)."""
+    return [metric_section(runs, "retrieval", baseline),
+            Section("Retrieval accuracy (Wilson 95% intervals)", "retrieval", probe_blocks(runs))]
+
+
+def probe_blocks(runs: Runs) -> list[Block]:
+    """Per probe: methods x L_valid accuracy with Wilson intervals (counts pooled over rows, so
+    merged runs pool their samples), its accuracy chart, and after passkey the heatmaps."""
+    records = runs.rows[runs.rows["task"] == "retrieval"].to_dict("records")
+    ok = [r for r in records if r.get("status") == "ok"]
+    blocks = []
+    for probe in ordered(r["params"]["probe"] for r in ok):
+        table = probe_table(ok, probe)
+
+        def accuracy(probe=probe):
+            return [(f"retrieval_{probe}_accuracy", f"{probe}: accuracy vs L_valid", accuracy_chart(ok, probe))]
+
+        sources = [accuracy]
+        if probe == "passkey":
+            def heatmaps():
+                return [(f"retrieval_passkey_heatmap_{m}", f"passkey heatmap: {m}", heatmap_chart(ok, m))
+                        for m in ordered(r["method"] for r in ok if r["params"]["probe"] == "passkey")]
+
+            sources.append(heatmaps)
+        blocks.append(Block(table, sources, heading=probe))
+    return blocks
 
 
 def write_charts(rows: list[dict], folder) -> list[Path]:

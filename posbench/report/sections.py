@@ -1,0 +1,112 @@
+"""The sections of a report: one or more per task present, each a list of tables with their charts.
+
+What a section holds is the task's to say (``posbench.core.task.LoadedTask.REPORT``): by default
+the metric tables of its ``METRICS`` declarations (``metric_section``), each followed by the
+charts that belong to it; a task with a layout of its own hands back its own sections
+(``report_sections``), built from ``Block`` and ``Section`` here. Sections stand in the order
+the tasks declare (``REPORT_ORDER``), then by task name. Tasks are looked up by name through
+``posbench.core.task``, never imported here: a task's own tables and charts live in its package,
+above the report.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from posbench.core.task import LoadedTask, find, find_metric, metrics_of
+from posbench.report import charts
+from posbench.report.rows import Runs
+from posbench.report.table import Table, details_tables, metric_tables
+
+# A chart source: called once when the report is written, returns (file stem, title, Figure) triples.
+ChartSource = Callable[[], list]
+
+
+@dataclass
+class Block:
+    """A table and the charts that belong to it; the report prints them together, in this order."""
+
+    table: Table
+    charts: list[ChartSource] = field(default_factory=list)
+    heading: str = ""  # a sub-heading above the table (a task's own blocks: one per probe, say)
+
+
+@dataclass
+class Section:
+    """One part of a task's report: its blocks, and (in its first section) its housekeeping for
+    the appendix."""
+
+    heading: str
+    task: str
+    blocks: list[Block] = field(default_factory=list)
+    details: list[Table] = field(default_factory=list)
+
+
+def collect_sections(runs: Runs, baseline: Optional[str] = None) -> list[Section]:
+    """The sections of every task present, in the tasks' declared order; empty ones are left out.
+
+    ``baseline``: the method ratios divide by; None takes each run's own (run.json).
+    """
+    present = set(runs.rows["task"].dropna())
+    tasks = {name: find(name) for name in present}
+    sections: list[Section] = []
+    for name in sorted(present, key=lambda n: (_place(tasks[n]), n)):
+        task = tasks[name]
+        if task is not None and task.report_sections is not None:
+            sections += task.report_sections(runs, baseline)
+        else:
+            sections.append(metric_section(runs, name, baseline))
+    for section in sections:
+        if section.task in present and not any(s.details for s in sections if s.task == section.task):
+            section.details = details_tables(runs, section.task)
+    return [s for s in sections if s.blocks or s.details]
+
+
+def collect_tables(runs: Runs, baseline: Optional[str] = None) -> list[tuple[str, list[Table]]]:
+    """(section heading, tables) of every section with tables, in report order (no appendix)."""
+    return [(s.heading, [b.table for b in s.blocks]) for s in collect_sections(runs, baseline) if s.blocks]
+
+
+def _place(task: Optional[LoadedTask]) -> int:
+    return task.REPORT_ORDER if task is not None else LoadedTask.LAST
+
+
+def metric_section(runs: Runs, name: str, baseline: Optional[str] = None) -> Section:
+    """The default section of task ``name``: a table per metric its declarations and its suite's
+    ``metrics`` ask for (``posbench.report.table.metric_tables``), methods x its ``REPORT_COLUMN``,
+    each followed by its charts. A task this installation does not know gets one too (every number
+    its rows carry), headed by its name."""
+    task = find(name)
+    heading, column = (task.title, task.REPORT_COLUMN) if task is not None else (name.capitalize(), "")
+    return Section(heading, name, metric_blocks(runs, metric_tables(runs, name, baseline, column=column)))
+
+
+def metric_blocks(runs: Runs, tables: list[Table]) -> list[Block]:
+    """Each table with its charts (``table_charts``)."""
+    return [Block(t, table_charts(runs, t)) for t in tables]
+
+
+def table_charts(runs: Runs, table: Table) -> list[ChartSource]:
+    """The line chart of a table with numbers against a numeric axis, then the charts its metric's
+    declaration names (``Metric.charts``), drawn from the rows behind the table."""
+    out: list[ChartSource] = []
+    has_values = any(c.value is not None for c in table.cells.values())
+    if has_values and table.columns and all(isinstance(c, (int, float)) for c in table.columns):
+        out.append(lambda: [(table.key, table.title, charts.metric_chart(table))])
+    declared = find_metric(metrics_of(table.task), table.metric)
+    for name in (declared.charts if declared else ()):
+        out.append(_declared_chart(name, runs, table))
+    return out
+
+
+def _declared_chart(name: str, runs: Runs, table: Table) -> ChartSource:
+    module, _, attr = name.partition(":")
+    draw = getattr(importlib.import_module(module), attr)  # a typo fails here, while collecting
+
+    def source():
+        cases = {(c.run_id, c.case_id) for c in table.cells.values() if c.case_id}
+        rows = [r for r in runs.rows.to_dict("records") if (r["run_id"], r["case_id"]) in cases]
+        return draw(rows)
+
+    return source

@@ -1,0 +1,127 @@
+"""The extrapolation section of a report: the paper's Figure 1 and the loss by token position.
+
+Each perplexity table (``posbench.tasks.extrapolation.ppl_tables``: one per suite, machine,
+L_train and evaluation mode) is followed by its Figure 1 (perplexity against L_valid) and by the
+loss by position of the same grid point and mode at the longest L_valid, where a method that
+extrapolates badly shows its curve climbing past the L_train line. The charts follow the report's
+conventions (``posbench.report.charts``: one colour, marker and line style per method, log
+perplexity axes, the device and commit under the plot).
+"""
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from posbench.report.charts import (bar_note, caption, line_style, new_figure, numeric_columns, perplexity_axis,
+                                    plot_rows, staggered)
+from posbench.report.rows import Runs
+from posbench.report.sections import Block, ChartSource, Section
+from posbench.report.table import Table, by_params, short_commit, slug, task_groups
+from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
+
+
+def ppl_sections(runs: Runs) -> list[Section]:
+    """The task's report section: each perplexity table with its two charts."""
+    return [Section("Extrapolation", "extrapolation", [ppl_block(runs, t) for t in extrapolation_tables(runs)])]
+
+
+def ppl_block(runs: Runs, table: Table) -> Block:
+    """Figure 1 of this table, then the loss by position of the same mode and grid point."""
+    sources: list[ChartSource] = []
+    if any(c.value is not None for c in table.cells.values()):
+        sources.append(lambda: [(table.key, table.title, ppl_chart(table))])
+
+    def position_loss():
+        return [(stem, f"Loss by position: {table.title}", fig) for stem, fig in position_loss_charts(runs, table)]
+
+    sources.append(position_loss)
+    return Block(table, sources)
+
+
+def ppl_chart(table: Table) -> Figure:
+    """The paper's Figure 1: perplexity against L_valid (log x, log y), a dashed line at L_train."""
+    fig, ax = new_figure()
+    kind = plot_rows(ax, table, table.extra.get("methods"))
+    ax.set_xscale("log", base=2)
+    if numeric_columns(table):
+        ax.set_xticks(table.columns, [str(c) for c in table.columns])
+    l_train = table.extra.get("L_train")
+    if l_train:
+        vline = ax.axvline(l_train, color="0.3", linestyle="--", linewidth=1, label=f"L_train = {l_train}")
+        vline.set_gid("L_train")
+    best = table.extra.get("best_ppl")
+    if best is not None and not table.extra.get("bound_row"):  # the per-column bound is drawn as a row
+        ax.axhline(best, color="0.6", linestyle=":", linewidth=1, label=f"best achievable ({best:.2f})").set_gid("best_ppl")
+    perplexity_axis(ax)
+    ax.set_xlabel("L_valid, evaluation length (tokens)")
+    ax.set_ylabel("Perplexity (lower is better, log scale)")
+    ax.set_title(table.title, fontsize=9)
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    caption(fig, table.hardware, table.commit, bar_note(kind, table))
+    return fig
+
+
+def position_loss_charts(runs: Runs, table: Table | None = None) -> list[tuple[str, Figure]]:
+    """Loss by token position, one figure per (suite, hardware, L_train, mode) at the longest L_valid.
+
+    Shows *where* a method breaks down: a curve that climbs after the L_train line extrapolates
+    badly. ``table``: only the figure that belongs to that extrapolation table (same suite,
+    machine, grid point and evaluation mode); the report draws it right below the table.
+    Returns ``(file stem, figure)`` pairs.
+    """
+    out = []
+    for suite, hardware, group in task_groups(runs.rows, "extrapolation"):
+        if table is not None and (suite, hardware) != (table.extra.get("suite"), table.hardware):
+            continue
+        for params, members in by_params(group).items():
+            if table is not None and dict(params) != table.extra.get("params"):
+                continue
+            out += _position_figures(suite, hardware, dict(params), members, table)
+    return out
+
+
+def _curve_key(key: str) -> tuple[str, int, bool] | None:
+    """``nonoverlapping@512`` / ``sliding@512@interp`` -> (mode, L_valid, interpolated)."""
+    mode, _, rest = key.partition("@")
+    length, _, tail = rest.partition("@")
+    return (mode, int(length), tail == "interp") if length.isdigit() else None
+
+
+def _position_figures(suite, hardware, params, members, table: Table | None = None):
+    longest: dict[tuple[str, bool], int] = {}
+    for r in members:
+        for key in r.series.get("per_position_loss", {}) or {}:
+            parsed = _curve_key(key)
+            if parsed is not None:
+                mode, length, interp = parsed
+                longest[(mode, interp)] = max(longest.get((mode, interp), 0), length)
+    if table is not None:
+        mode, _stride, interp = table.extra.get("mode", ("nonoverlapping", None, False))
+        longest = {k: v for k, v in longest.items() if k == (mode, bool(interp))}
+    commit = short_commit(r.git_commit for r in members)
+    l_train = params.get("L_train")
+    order = list(dict.fromkeys(r.method for r in members))
+    figures = []
+    for (mode, interp), length in longest.items():
+        key = f"{mode}@{length}" + ("@interp" if interp else "")
+        fig, ax = new_figure()
+        for r in members:
+            losses = (r.series.get("per_position_loss") or {}).get(key)
+            if losses:
+                index = order.index(r.method)
+                (line,) = ax.plot(range(1, len(losses) + 1), losses, linewidth=1.2, markersize=6,
+                                  markerfacecolor="none", markevery=staggered(index, len(order), len(losses)),
+                                  label=r.method, **line_style(index))
+                line.set_gid(f"method:{r.method}")
+        if l_train:
+            ax.axvline(l_train, color="0.3", linestyle="--", linewidth=1, label=f"L_train = {l_train}").set_gid("L_train")
+        ax.set_xlabel("Token position in the evaluation window")
+        ax.set_ylabel("Loss (nats per token)")
+        what = f"{mode}" + (", interpolated" if interp else "")
+        ax.set_title(f"Loss by position, L_train = {l_train}, {what} @ L_valid = {length}", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        caption(fig, hardware, commit)
+        stem = f"{suite}-position-loss-L{l_train}-{mode}" + ("-interp" if interp else "") + f"-{length}-{hardware}"
+        figures.append((slug(stem), fig))
+    return figures
