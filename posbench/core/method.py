@@ -277,7 +277,8 @@ def adapt_hooks(method: PositionMethod) -> PositionMethod:
     it is built): a hook written without ``state`` (``def embed(self, x, pos)``) gets an instance
     attribute that drops it; an ``embed`` or ``attend`` that requires ``state`` gets one that
     passes None when a caller leaves it out (a call outside a model). Hooks that take the
-    interface's arguments are left as they are (every built-in method's). A hook that cannot work raises the one-line ``TypeError`` of ``check_interface``."""
+    interface's arguments are left as they are (every built-in method's). A hook that cannot
+    work raises the one-line ``TypeError`` of ``check_interface``."""
     cls = type(method)
     check_interface(cls)
     for hook, names in HOOK_ARGS.items():
@@ -342,3 +343,13 @@ class PositionCache:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def __getattr__(name: str):
+    # ``from posbench.core.method import BiasMethod`` (and the old ``posbench.method``): the plugin
+    # API from one module. core.bias imports this module, so it is looked up on first use.
+    if name == "BiasMethod":
+        from posbench.core.bias import BiasMethod
+
+        return BiasMethod
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
