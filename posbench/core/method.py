@@ -344,12 +344,3 @@ class PositionCache:
     def clear(self) -> None:
         self._entries.clear()
 
-
-def __getattr__(name: str):
-    # ``from posbench.core.method import BiasMethod`` (and the old ``posbench.method``): the plugin
-    # API from one module. core.bias imports this module, so it is looked up on first use.
-    if name == "BiasMethod":
-        from posbench.core.bias import BiasMethod
-
-        return BiasMethod
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -152,9 +152,3 @@ def test_attn_backend_says_which_path_the_bias_takes():
     assert t5.attn_backend("cpu", torch.float32) == "explicit float32, causal blocks (learned bias)"
     assert t5.attn_backend("cuda", torch.bfloat16) == "sdpa + bfloat16 bias (learned)"
 
-
-def test_bias_method_is_part_of_the_plugin_api_under_the_old_path_too():
-    from posbench.method import BiasMethod as old_path
-    from posbench.core.method import BiasMethod as from_method
-
-    assert old_path is from_method is BiasMethod
