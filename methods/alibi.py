@@ -2,9 +2,9 @@
 
 No position embeddings; every layer adds -m_h * (i - j) to the score of query i and key j, with a
 fixed slope m_h per head from the paper's geometric sequence, not scaled by 1/sqrt(d). The bias
-is built in float32 from the position tensors and cached (per positions, length and device), with
-the causal mask folded in as -inf, then passed to SDPA as a (1, H, Tq, Tk) mask so PyTorch
-broadcasts it over the batch.
+is built in float32 from the position tensors; it depends on nothing else, so ``BiasMethod``
+caches it (causal mask folded in as -inf) per positions and dtype, and it reaches SDPA as a
+(1, H, Tq, Tk) mask that PyTorch broadcasts over the batch.
 
 ``bias_dtype``: "float32" (default; SambaNova's "ALiBi Deep Dive" shows a half-precision bias
 collapses neighbouring distances onto one value) or "compute" (cast to the compute dtype, the
@@ -13,7 +13,7 @@ way many libraries do), for the precision study.
 import torch
 
 from posbench.core.alibi_math import alibi_bias, slopes_tensor
-from posbench.core.method import PositionCache, PositionMethod, causal_attention, mask_bias
+from posbench.core.bias import BiasMethod
 from posbench.core.registry import register
 
 BIAS_DTYPES = ("float32", "compute")
@@ -24,7 +24,7 @@ def _short(dtype: torch.dtype) -> str:
 
 
 @register
-class ALiBi(PositionMethod):
+class ALiBi(BiasMethod):
     name = "alibi"
 
     def __init__(self, cfg, bias_dtype: str = "float32"):
@@ -33,33 +33,19 @@ class ALiBi(PositionMethod):
             raise ValueError(f"alibi: bias_dtype must be one of {', '.join(BIAS_DTYPES)}, got {bias_dtype!r}")
         self.bias_dtype = bias_dtype
         self.register_position_buffer("slopes", slopes_tensor(cfg.n_heads))  # (H,)
-        self._cache = PositionCache()
+
+    def _out_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        return torch.float32 if self.bias_dtype == "float32" else dtype
 
     def bias(self, q_pos, k_pos, dtype) -> torch.Tensor:
-        """(1, H, Tq, Tk) bias with the causal mask folded in as -inf; float32, or ``dtype`` when
-        bias_dtype is "compute". Cached per positions tensors across forward passes (training
-        repeats the same positions every step)."""
-        out = torch.float32 if self.bias_dtype == "float32" else dtype
+        """(1, H, Tq, Tk) -m_h (i - j), unmasked; float32, or ``dtype`` when bias_dtype is "compute"."""
+        return alibi_bias(self.slopes, q_pos, k_pos).to(self._out_dtype(dtype))[None]
 
-        def build():
-            if q_pos.shape[0] == 1:
-                # A decode step: its k_pos is new every step, so no earlier entry will be asked
-                # for again, and the prefill's (1, H, C, C) bias would otherwise stay alive
-                # through the first decode steps. The row built here is (1, H, 1, C).
-                self._cache.clear()
-            return mask_bias(alibi_bias(self.slopes, q_pos, k_pos).to(out))[None]
-
-        return self._cache.get((q_pos, k_pos), build, extra=(out,))
+    def bias_key(self, dtype) -> tuple:
+        return (self._out_dtype(dtype),)  # fixed slopes: the bias is a function of the positions
 
     def attn_backend(self, device, dtype) -> str:
         if dtype == torch.float32 or self.bias_dtype == "compute":
             return f"sdpa + {'float32' if dtype == torch.float32 else _short(dtype)} bias"
         # A float32 bias with half-precision q, k: SDPA wants the mask in the query's dtype.
         return "explicit float32 (B*H*L*L scores)"
-
-    def prepare(self, q_pos, k_pos, dtype) -> torch.Tensor:
-        return self.bias(q_pos, k_pos, dtype)  # (1, H, Tq, Tk), shared by every layer
-
-    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
-        bias = state if state is not None else self.bias(q_pos, k_pos, q.dtype)
-        return causal_attention(q, k, v, bias, masked=True)

@@ -12,9 +12,9 @@ psi(max(L, i)) is the "progressive interpolation": the MLP's input stays in [0, 
 position, so longer inputs reuse the range training saw. |c| and |L| are used, so both stay
 positive; ``eps`` = 1e-6 guards the division. One MLP shared by all layers.
 
-Speed: i - j, max-normaliser inputs and the causal mask are functions of the positions, cached per
-positions tensor; the bias (H, Tq, Tk) is built once per forward (``prepare``) and shared by
-every layer. It costs a (Tq, Tk, mlp_width) hidden layer per forward.
+Speed: i - j and the max-normaliser inputs are functions of the positions, cached per positions
+tensor; the bias (H, Tq, Tk) is built once per forward (``BiasMethod.prepare``, which also masks
+the future keys) and shared by every layer. It costs a (Tq, Tk, mlp_width) hidden layer per forward.
 The MLP's weights are plain parameters drawn like ``nn.Linear``'s default (the model re-draws every
 ``nn.Linear`` at std 0.02, which would start the bias at ~1e-4).
 """
@@ -23,12 +23,12 @@ import math
 import torch
 from torch import nn
 
-from posbench.core.method import PositionCache, PositionMethod, biased_attention, causal_mask
+from posbench.core.bias import BiasMethod
 from posbench.core.registry import register
 
 
 @register
-class Fire(PositionMethod):
+class Fire(BiasMethod):
     name = "fire"
 
     def __init__(self, cfg, mlp_width: int = 32, init_c: float = 0.1, init_L: float = 512.0, eps: float = 1e-6):
@@ -47,47 +47,30 @@ class Fire(PositionMethod):
         self.b1 = nn.Parameter(torch.empty(mlp_width).uniform_(-1.0, 1.0))  # (W,)
         self.w2 = nn.Parameter(torch.empty(h, mlp_width).uniform_(-bound, bound))  # (H, W)
         self.b2 = nn.Parameter(torch.empty(h).uniform_(-bound, bound))  # (H,)
-        self._cache = PositionCache()
 
     def _layout(self, q_pos, k_pos):
-        """(distance (Tq, Tk), query positions (Tq, 1), mask 0/-inf (Tq, Tk) or None), float32,
-        cached per positions tensors. Future keys get distance 0 (masked anyway)."""
+        """(distance (Tq, Tk), query positions (Tq, 1)), float32, cached per positions tensors.
+        Future keys get distance 0 (masked anyway)."""
 
         def build():
             qp, kp = q_pos.to(torch.float32), k_pos.to(torch.float32)
-            distance = (qp[:, None] - kp[None, :]).clamp(min=0)
-            tq, tk = distance.shape
-            mask = None
-            if tq > 1:
-                mask = torch.zeros(tq, tk, device=distance.device)
-                mask.masked_fill_(~causal_mask(tq, tk, distance.device), float("-inf"))
-            return distance, qp[:, None], mask
+            return (qp[:, None] - kp[None, :]).clamp(min=0), qp[:, None]
 
         return self._cache.get((q_pos, k_pos), build)
 
     def normalized_distance(self, q_pos, k_pos) -> torch.Tensor:
         """(Tq, Tk) psi(i - j) / psi(max(L, i)), the MLP's input."""
-        distance, qp, _ = self._layout(q_pos, k_pos)
+        distance, qp = self._layout(q_pos, k_pos)
         c = self.c.float().abs()
         threshold = (self.L_multiplier.float() * self.init_L).abs()
         normaliser = torch.log1p(c * torch.maximum(qp, threshold)) + self.eps  # (Tq, 1)
         return torch.log1p(c * distance) / normaliser
 
     def bias(self, q_pos, k_pos, dtype=torch.float32) -> torch.Tensor:
-        """(H, Tq, Tk) f_theta(normalised distance) with -inf on future keys, in ``dtype``."""
+        """(H, Tq, Tk) f_theta(normalised distance) in ``dtype``, unmasked."""
         x = self.normalized_distance(q_pos, k_pos)
         tq, tk = x.shape
         hidden = torch.relu(x.reshape(-1, 1) * self.w1.float() + self.b1.float())  # (Tq * Tk, W)
         # (H, W) @ (W, Tq * Tk): the (H, Tq, Tk) layout attention wants, no permute
         bias = torch.addmm(self.b2.float()[:, None], self.w2.float(), hidden.t()).view(-1, tq, tk)
-        mask = self._layout(q_pos, k_pos)[2]
-        if mask is not None:
-            bias = bias + mask
         return bias.to(dtype)
-
-    def prepare(self, q_pos, k_pos, dtype) -> torch.Tensor:
-        return self.bias(q_pos, k_pos, dtype)  # (H, Tq, Tk), shared by every layer of this forward
-
-    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
-        bias = state if state is not None else self.bias(q_pos, k_pos, q.dtype)
-        return biased_attention(q, k, v, bias)

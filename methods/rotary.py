@@ -37,7 +37,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from posbench.core.method import PositionCache, PositionMethod, causal_attention
-from posbench.core.registry import register
+from posbench.core.registry import register, register_variants
 
 
 class RotaryState(NamedTuple):
@@ -175,46 +175,34 @@ def _check_scaling(scaling, factor, train_len, yarn_alpha, yarn_beta) -> None:
         raise ValueError(f"rotary: need 0 < yarn_alpha < yarn_beta, got {yarn_alpha!r} and {yarn_beta!r}")
 
 
-# The scaled rows: ``rotary`` with one scaling fixed (its other options stay settable). Each is a
-# class with a literal name so that listing methods reads this file instead of importing torch.
-@register
-class RotaryPI(Rotary):
-    """rotary with scaling='pi' (position interpolation)"""
-
-    name = "rotary_pi"
-
-    def __init__(self, cfg, factor: float | None = None, train_len: int | None = None, base: float = 10000.0):
-        super().__init__(cfg, base=base, scaling="pi", factor=factor, train_len=train_len)
-
-
-@register
-class RotaryNTK(Rotary):
-    """rotary with scaling='ntk' (static NTK-aware base, factor 8 unless set)"""
-
-    name = "rotary_ntk"
-
-    def __init__(self, cfg, factor: float | None = 8.0, train_len: int | None = None, base: float = 10000.0):
-        super().__init__(cfg, base=base, scaling="ntk", factor=factor, train_len=train_len)
+# The scaled rows: ``rotary`` with one scaling fixed (and, for ``rotary_ntk``, the factor's
+# default); their other options (factor, train_len, base) stay settable. A literal table, so that
+# listing methods reads the names from this file instead of importing torch.
+SCALED = {
+    "rotary_pi": {"scaling": "pi", "factor": None},  # position interpolation
+    "rotary_ntk": {"scaling": "ntk", "factor": 8.0},  # static NTK-aware base, bloc97's factor 8
+    "rotary_dynamic_ntk": {"scaling": "dynamic_ntk", "factor": None},  # the base grows with the length
+    "rotary_yarn": {"scaling": "yarn", "factor": None},  # per-frequency interpolation and temperature
+}
 
 
-@register
-class RotaryDynamicNTK(Rotary):
-    """rotary with scaling='dynamic_ntk' (the base grows with the current length)"""
+def scaled_variant(name: str, fixed: dict) -> type[Rotary]:
+    """The method class of one row of ``SCALED``: ``rotary`` with ``fixed["scaling"]``, and
+    ``fixed["factor"]`` as the default of its option ``factor``."""
+    scaling, default_factor = fixed["scaling"], fixed["factor"]
 
-    name = "rotary_dynamic_ntk"
+    class ScaledRotary(Rotary):
+        def __init__(self, cfg, factor: float | None = default_factor, train_len: int | None = None,
+                     base: float = 10000.0):
+            super().__init__(cfg, base=base, scaling=scaling, factor=factor, train_len=train_len)
 
-    def __init__(self, cfg, factor: float | None = None, train_len: int | None = None, base: float = 10000.0):
-        super().__init__(cfg, base=base, scaling="dynamic_ntk", factor=factor, train_len=train_len)
+    ScaledRotary.name = name
+    ScaledRotary.__name__ = ScaledRotary.__qualname__ = f"Rotary_{scaling}"
+    ScaledRotary.__doc__ = f"rotary with scaling={scaling!r} (factor {default_factor} unless set)"
+    return ScaledRotary
 
 
-@register
-class RotaryYaRN(Rotary):
-    """rotary with scaling='yarn' (per-frequency interpolation and attention temperature)"""
-
-    name = "rotary_yarn"
-
-    def __init__(self, cfg, factor: float | None = None, train_len: int | None = None, base: float = 10000.0):
-        super().__init__(cfg, base=base, scaling="yarn", factor=factor, train_len=train_len)
+register_variants(SCALED, scaled_variant)
 
 
 def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float) -> torch.Tensor:

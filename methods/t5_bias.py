@@ -8,8 +8,8 @@ beyond falls in the last bucket. One table, shared by all layers (as in T5, wher
 layer owns it). Float distances (interpolation) are floored before bucketing.
 
 Speed (measure with the efficiency suite's interleaved rounds): the bias is the same in every layer
-of one forward pass, so ``prepare`` gathers it once per forward and every layer gets the same
-tensor; autograd sums the gradients of its uses, and the table's gradient is computed once per
+of one forward pass, so ``prepare`` (``BiasMethod``'s) gathers it once per forward and every layer
+gets the same tensor; autograd sums the gradients of its uses, and the table's gradient is computed once per
 backward instead of once per layer. The gather reads the
 transposed (H, buckets) table with ``index_select`` along the bucket axis, which gives the
 (H, Tq, Tk) layout directly and whose backward (an ``index_add``) is several times faster on a
@@ -23,7 +23,8 @@ import math
 import torch
 from torch import nn
 
-from posbench.core.method import PositionCache, PositionMethod, biased_attention, causal_mask
+from posbench.core.bias import BiasMethod
+from posbench.core.method import causal_mask
 from posbench.core.registry import register
 
 
@@ -41,15 +42,15 @@ def relative_position_bucket(distance: torch.Tensor, num_buckets: int = 32, max_
 
 
 @register
-class T5Bias(PositionMethod):
+class T5Bias(BiasMethod):
     name = "t5_bias"
+    bias_masked = True  # the gather reads -inf for future keys: no masking pass
 
     def __init__(self, cfg, num_buckets: int = 32, max_distance: int = 128):
         super().__init__(cfg)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, cfg.n_heads)  # (buckets, H)
         nn.init.normal_(self.table.weight, std=0.02)
-        self._cache = PositionCache()  # bucket layouts per positions, across forwards
 
     def buckets(self, q_pos, k_pos) -> torch.Tensor:
         """(Tq, Tk) bucket ids, cached per positions tensors."""
@@ -86,15 +87,3 @@ class T5Bias(PositionMethod):
         # (H, buckets) -> (H, Tq * Tk): already the layout attention wants, no permute
         bias = weight.t().index_select(1, index)
         return bias.view(weight.shape[1], q_pos.shape[0], k_pos.shape[0]).to(dtype)
-
-    def prepare(self, q_pos, k_pos, dtype) -> torch.Tensor:
-        return self.bias(q_pos, k_pos, dtype)  # (H, Tq, Tk), shared by every layer of this forward
-
-    def attn_backend(self, device, dtype) -> str:
-        if dtype == torch.float32 and torch.device(device).type == "cpu":
-            return "explicit float32, causal blocks (learned bias)"
-        return f"sdpa + {str(dtype).removeprefix('torch.')} bias (learned)"
-
-    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
-        bias = state if state is not None else self.bias(q_pos, k_pos, q.dtype)
-        return biased_attention(q, k, v, bias)

@@ -240,10 +240,11 @@ def test_counter_counts_created_elements_not_views():
     assert counter.elements == 30
 
 
-@pytest.mark.parametrize("method,builder", [("alibi", "bias"), ("t5_bias", "_layout")])
+@pytest.mark.parametrize("method,builder", [("alibi", "prepare"), ("t5_bias", "_layout")])
 def test_first_decode_step_frees_the_prefill_bias(method, builder):
-    """The prefill's (H, C, C) bias (alibi) or (C, C) bucket layout (t5_bias) is cached for the
-    layers of its forward; the first decode step must let it go, not hold it for 4 more steps."""
+    """The prefill's (H, C, C) bias (alibi: masked and cached by BiasMethod.prepare) or (C, C)
+    bucket layout (t5_bias) is cached for the layers of its forward; the first decode step must
+    let it go, not hold it for 4 more steps."""
     model = tiny(method)
     original = getattr(model.method, builder)
     big = []

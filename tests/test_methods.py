@@ -71,10 +71,12 @@ def test_alibi_scores_equal_closed_form():
 def test_alibi_bias_is_float32_and_cached_per_positions():
     m = method("alibi")
     pos = torch.arange(12)
-    a = m.bias(pos, pos, torch.bfloat16)
+    assert m.bias(pos, pos, torch.bfloat16).dtype == torch.float32
+    # prepare (BiasMethod's) caches alibi's bias, a function of the positions alone
+    a = m.prepare(pos, pos, torch.bfloat16)
     assert a.dtype == torch.float32
-    assert m.bias(pos, pos, torch.bfloat16) is a  # same positions tensor: cached, not rebuilt
-    assert m.bias(torch.arange(12), torch.arange(12), torch.bfloat16) is not a
+    assert m.prepare(pos, pos, torch.bfloat16) is a  # same positions tensor: cached, not rebuilt
+    assert m.prepare(torch.arange(12), torch.arange(12), torch.bfloat16) is not a
 
 
 def test_alibi_bias_dtype_compute_casts_and_bad_value_is_one_line():

@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from posbench.core import method as method_contract
 from posbench.core import registry
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
@@ -56,6 +57,18 @@ def _fail(method: str, what: str) -> None:
 
 def unavailable(method: str, dtype, device="cpu") -> str | None:
     return registry.get(method).unavailable(torch.device(device), dtype)
+
+
+def interface_problem(method: str) -> str | None:
+    """The one line naming the hook of ``method`` the model cannot call (``def attend(self, q, k,
+    v)``), or None. Every check builds a model, which would fail each time with this same line,
+    so it is asked once, before the checks. A method that does not load at all is not this one's
+    to report (None): the checks say why it does not load."""
+    try:
+        cls = registry.get(method)
+    except Exception:
+        return None
+    return method_contract.interface_problem(cls)
 
 
 # --- the checks ------------------------------------------------------------------------------
@@ -267,6 +280,7 @@ DTYPES = (torch.float32, torch.bfloat16)
 
 
 UNAVAILABLE = "unavailable: "  # how run_all marks a check the method cannot run here
+INTERFACE = "interface"  # run_all's only key when the method's hooks cannot be called
 
 
 def run_all(method: str, device="cpu", dtypes=DTYPES) -> dict[str, str | None]:
@@ -274,7 +288,12 @@ def run_all(method: str, device="cpu", dtypes=DTYPES) -> dict[str, str | None]:
     outcome is ``None`` when the check passed, ``"unavailable: <the method's reason>"`` when the
     method does not run in that dtype on ``device`` (nothing was checked), and otherwise the
     failure, one line. Whatever the plugin raises (in ``__init__``, in ``unavailable``, on
-    import) is that check's failure, ``"<ExcType>: <message>"``, not a crash of the kit."""
+    import) is that check's failure, ``"<ExcType>: <message>"``, not a crash of the kit.
+    A hook signature the model cannot call is reported once, as the only entry:
+    ``{"interface": "<method>: method '<method>': attend takes (...); allowed: ..."}``."""
+    problem = interface_problem(method)
+    if problem:
+        return {INTERFACE: f"{method}: {problem}"}
     out: dict[str, str | None] = {}
     for dtype in dtypes:
         dname = str(dtype).removeprefix("torch.")

@@ -16,6 +16,11 @@ forward, the model calls, in this order:
 ``attend`` called with ``state=None`` (outside a model, in tests) takes raw q and k and does the
 whole computation itself, so it is also the plain reference of the pipeline above.
 
+A hook that ignores ``state`` may leave it out (``def embed(self, x, pos)``): the model adapts
+it once when it is built (``adapt_hooks``); a signature that cannot work is one ``TypeError``
+line naming the hook. Methods that only add a bias to the scores subclass ``BiasMethod``
+(``posbench.core.bias``) and write ``bias(q_pos, k_pos, dtype)`` alone.
+
 Positions are explicit tensors, so KV-cache decoding (``q_pos=[t]``, ``k_pos=[0..t]``) and
 interpolation (positions scaled by ``L_train / L_eval``, hence float) need no special case in any
 method. Causality is by index with bottom-right alignment: query row i (of Tq) sees key columns
@@ -25,7 +30,9 @@ Positions must increase along the sequence and ``q_pos`` must be the last Tq ent
 """
 from __future__ import annotations
 
+import inspect
 import math
+import types
 from typing import Any, ClassVar
 
 import torch
@@ -217,21 +224,88 @@ def biased_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
     return causal_attention(q, k, v, bias, masked=True)
 
 
-def check_interface(cls: type) -> None:
-    """Raise a one-line TypeError when a method class's hooks do not take the interface's
-    arguments (a plugin written for the interface before ``prepare`` and ``state``)."""
-    import inspect
+# ---------------------------------------------------------------------------------------------
+# Hook signatures: a hook that ignores ``state`` may leave it out
 
-    wanted = {"embed": ("x", "pos", "state"), "encode_qk": ("q", "k", "layer", "state"),
-              "attend": ("q", "k", "v", "q_pos", "k_pos", "layer", "state"), "prepare": ("q_pos", "k_pos", "dtype")}
-    for hook, names in wanted.items():
-        params = list(inspect.signature(getattr(cls, hook)).parameters.values())[1:]  # without self
-        if any(p.kind is p.VAR_POSITIONAL for p in params):
+
+# The positional arguments of each hook after ``self``. The last of embed's, encode_qk's and
+# attend's is ``state``, which a hook may leave out; prepare takes all three.
+HOOK_ARGS = {
+    "embed": ("x", "pos", "state"),
+    "encode_qk": ("q", "k", "layer", "state"),
+    "attend": ("q", "k", "v", "q_pos", "k_pos", "layer", "state"),
+    "prepare": ("q_pos", "k_pos", "dtype"),
+}
+
+
+def _accepts(fn, n: int) -> bool:
+    """Whether ``fn(self, a1, ..., an)`` binds: n positional arguments, no required keyword."""
+    params = list(inspect.signature(fn).parameters.values())[1:]  # without self
+    if any(p.kind is p.KEYWORD_ONLY and p.default is p.empty for p in params):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = sum(p.default is p.empty for p in positional)
+    return required <= n and (n <= len(positional) or any(p.kind is p.VAR_POSITIONAL for p in params))
+
+
+def interface_problem(cls: type) -> str | None:
+    """One line naming the first hook of method class ``cls`` the model cannot call, or None when
+    every hook takes the interface's arguments, with or without ``state``."""
+    for hook, names in HOOK_ARGS.items():
+        fn = getattr(cls, hook)
+        if _accepts(fn, len(names)) or (hook != "prepare" and _accepts(fn, len(names) - 1)):
             continue
-        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if len(positional) < len(names):
-            raise TypeError(f"method {cls.name!r}: {hook} takes ({', '.join(p.name for p in positional)}); "
-                            f"allowed: {hook}(self, {', '.join(names)}) (see posbench.core.method)")
+        params = list(inspect.signature(fn).parameters.values())[1:]
+        takes = ", ".join({p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name for p in params)
+        allowed = f"{hook}(self, {', '.join(names)})"
+        if hook != "prepare":
+            allowed += f" or {hook}(self, {', '.join(names[:-1])})"
+        name = getattr(cls, "name", "") or cls.__name__
+        return f"method {name!r}: {hook} takes ({takes}); allowed: {allowed} (see posbench.core.method)"
+    return None
+
+
+def check_interface(cls: type) -> None:
+    """Raise a one-line TypeError when a hook of method class ``cls`` cannot be called."""
+    problem = interface_problem(cls)
+    if problem:
+        raise TypeError(problem)
+
+
+def adapt_hooks(method: PositionMethod) -> PositionMethod:
+    """Make every hook of ``method`` callable the interface's way, once (the model does this when
+    it is built): a hook written without ``state`` (``def embed(self, x, pos)``) gets an instance
+    attribute that drops it; an ``embed`` or ``attend`` that requires ``state`` gets one that
+    passes None when a caller leaves it out (a call outside a model). Hooks that take the
+    interface's arguments are left as they are (every built-in method's). A hook that cannot
+    work raises the one-line ``TypeError`` of ``check_interface``."""
+    cls = type(method)
+    check_interface(cls)
+    for hook, names in HOOK_ARGS.items():
+        if hook == "prepare":
+            continue
+        fn, n = getattr(cls, hook), len(names)
+        with_state, without = _accepts(fn, n), _accepts(fn, n - 1)
+        if with_state and (without or hook == "encode_qk"):  # encode_qk is always given the state
+            continue
+        state_name = list(inspect.signature(fn).parameters)[n] if with_state else None  # [0] is self
+        # A bound method: copy.deepcopy rebinds it to the copy (the kit's float64 reference).
+        setattr(method, hook, types.MethodType(_adapter(hook, n, state_name), method))
+    return method
+
+
+def _adapter(hook: str, n: int, state_name: str | None):
+    def call(self, *args, **kwargs):
+        state = kwargs.pop("state", None)
+        if len(args) == n:  # the model passes state positionally, last
+            *args, state = args
+        fn = getattr(type(self), hook)
+        if state_name is None:
+            return fn(self, *args, **kwargs)
+        return fn(self, *args, **{state_name: state}, **kwargs)
+
+    call.__name__ = hook
+    return call
 
 
 class PositionCache:
@@ -269,3 +343,4 @@ class PositionCache:
 
     def clear(self) -> None:
         self._entries.clear()
+

@@ -15,7 +15,7 @@ from torch import nn
 
 from posbench.core import registry
 from posbench.core.config import PRESETS, ModelConfig, model_config  # noqa: F401  (re-exported)
-from posbench.core.method import PositionMethod, check_interface
+from posbench.core.method import PositionMethod, adapt_hooks
 
 
 class KVCache:
@@ -125,8 +125,7 @@ class TransformerLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.method = registry.build(cfg)
-        check_interface(type(self.method))
+        self.method = adapt_hooks(registry.build(cfg))  # hooks without state: adapted once, here
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)

@@ -73,6 +73,19 @@ def register(cls: type[PositionMethod]) -> type[PositionMethod]:
     return cls
 
 
+def register_variants(table: dict[str, dict], make) -> None:
+    """Register ``make(name, options)`` for every ``name -> options`` row of ``table``: a family of
+    methods built by one class (rotary's scaled variants). ``table`` should be a module-level dict
+    literal with string keys, so that listing reads the names from the file without importing it;
+    ``make`` must return a ``PositionMethod`` subclass whose ``name`` is the row's."""
+    for name, options in table.items():
+        cls = make(name, options)
+        if getattr(cls, "name", None) != name:
+            raise RegistryError(f"register_variants: {make.__name__}({name!r}, ...) made a method named "
+                                f"{getattr(cls, 'name', None)!r}; allowed: the row's name {name!r}")
+        register(cls)
+
+
 def unregister(name: str) -> None:
     """Remove a method (tests use this to clean up after registering a throw-away one)."""
     _METHODS.pop(name, None)
@@ -182,9 +195,31 @@ def discover(force: bool = False) -> dict[str, type[PositionMethod]]:
     return dict(_METHODS)
 
 
-def _is_register(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Name) and node.id == "register") or (
-        isinstance(node, ast.Attribute) and node.attr == "register")
+def _is_register(node: ast.AST, name: str = "register") -> bool:
+    return (isinstance(node, ast.Name) and node.id == name) or (isinstance(node, ast.Attribute) and node.attr == name)
+
+
+def _variant_names(tree: ast.Module) -> list[str] | None:
+    """The keys of the tables passed to ``register_variants(TABLE, make)``, each a dict literal
+    (inline, or assigned once at module level) with identifier keys; None when one is not."""
+    literals: dict[str, ast.AST] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            literals[stmt.targets[0].id] = stmt.value if stmt.targets[0].id not in literals else None
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and _is_register(node.func, "register_variants")):
+            continue
+        table = node.args[0] if node.args else None
+        if isinstance(table, ast.Name):
+            table = literals.get(table.id)
+        if not isinstance(table, ast.Dict):
+            return None
+        for key in table.keys:
+            if not (isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.isidentifier()):
+                return None
+            names.append(key.value)
+    return names
 
 
 def _class_name(node: ast.ClassDef) -> str | None:
@@ -201,8 +236,10 @@ def _class_name(node: ast.ClassDef) -> str | None:
 
 def _literal_names(path: Path) -> list[str] | None:
     """The names a method file registers, read from its source without running it: each
-    ``@register`` class's ``name = "..."``. None when the file does what reading cannot follow
-    (a computed or inherited name, ``register`` called or renamed); the caller then imports it."""
+    ``@register`` class's ``name = "..."`` and the keys of each literal table given to
+    ``register_variants``. None when the file does what reading cannot follow (a computed or
+    inherited name, ``register`` called or renamed, a table that is not a literal); the caller
+    then imports it."""
     try:
         stat = path.stat()
         return _parse_names(path, stat.st_mtime_ns, stat.st_size)
@@ -227,11 +264,13 @@ def _parse_names(path: Path, mtime_ns: int, size: int) -> list[str] | None:
                 if name is None:
                     return None
                 names.append(name)
-        elif isinstance(node, ast.alias) and node.name == "register" and node.asname not in (None, "register"):
+        elif isinstance(node, ast.alias) and node.name in ("register", "register_variants") and \
+                node.asname not in (None, node.name):
             return None
     if any(_is_register(node) and id(node) not in decorators for node in ast.walk(tree)):
         return None
-    return names
+    variants = _variant_names(tree)
+    return None if variants is None else names + variants
 
 
 def _syntax_error(path: Path) -> str | None:
