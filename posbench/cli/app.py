@@ -429,13 +429,13 @@ def error_line(exc: BaseException) -> str:
     else:
         lines = str(exc).strip().splitlines()
         text = lines[0] if lines else ""
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # a non-UTF-8 argument, shown escaped
+    text = str(text.encode("utf-8", "backslashreplace"), "utf-8")  # a non-UTF-8 argument, shown escaped
     return f"{getattr(exc, 'kind', None) or type(exc).__name__}: {text}".rstrip(": ")
 
 
 def not_a_command(word: str) -> str:
     """The line for ``bench.py frobnicate``: not a command, and which ones are."""
-    shown = word.encode("utf-8", "backslashreplace").decode("utf-8")
+    shown = str(word.encode("utf-8", "backslashreplace"), "utf-8")
     return (f"bench.py: {shown!r} is not a command; commands: {', '.join(ALL_COMMANDS)} (with no command, 'run' is "
             "assumed: python bench.py --suite NAME)")
 

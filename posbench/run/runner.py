@@ -169,14 +169,15 @@ def ask_unavailable(cases: list[CaseSpec], methods_dirs: Sequence[str] = ()) -> 
 
     if not remote:
         return out
-    try:
-        ask(list(remote.values()), "asking the methods whether they run here")
-        return out
-    except isolated.PosbenchError:
-        pass
     by_method: dict[str, list[CaseSpec]] = {}
     for case in remote.values():
         by_method.setdefault(case.method, []).append(case)
+    if len(by_method) > 1:
+        try:
+            ask(list(remote.values()), "asking the methods whether they run here")
+            return out
+        except isolated.PosbenchError:
+            pass
     for method, batch in by_method.items():
         try:
             ask(batch, f"method {method}")

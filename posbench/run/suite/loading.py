@@ -282,7 +282,7 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         try:
             item.encode("utf-8")
         except UnicodeEncodeError:  # bytes the shell passed that are not UTF-8 (surrogate escapes)
-            shown = item.encode("utf-8", "backslashreplace").decode("utf-8")
+            shown = str(item.encode("utf-8", "backslashreplace"), "utf-8")
             raise SuiteError(f"--set {shown}: not UTF-8 text; allowed: key=value in UTF-8") from None
         key, sep, value = item.partition("=")
         key = key.strip()
