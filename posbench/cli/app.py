@@ -3,7 +3,10 @@
 Subcommands live in ``COMMANDS`` (name -> help, add_arguments, handler), so new ones (report,
 compare, download) are one entry each. With no subcommand, ``run`` is assumed. A user's mistake
 (an invalid suite, an unknown method) is one line on stderr and exit status 2, never a
-traceback; Ctrl-C during a run is exit status 130 with the command that resumes it.
+traceback; Ctrl-C during a run is exit status 130 with the command that resumes it, SIGTERM the
+same with 143, and either during another command one line. Method files are user code: ``list``
+and ``check`` (``method_cmds``) and the names ``run``/``validate`` read from them are asked in a
+child process with a time limit (``posbench.run.isolated``).
 """
 from __future__ import annotations
 
@@ -252,7 +255,6 @@ def cmd_run(args) -> int:
         tqdm.write(f"[{i}/{n}] " + case_line(row, suite.metrics), file=sys.stdout)
 
     finished = False
-    terminate = _on_sigterm()
     try:
         options = RunOptions(device=device, results=Path(args.results), run_id=args.run_id, fresh=args.fresh,
                              retry_failed=args.retry_failed, methods=tuple(methods) if methods is not None else None,
@@ -272,7 +274,6 @@ def cmd_run(args) -> int:
               f"resume with: python bench.py {shlex.join(argv)}", file=sys.stderr)
         return 128 + exc.signum
     finally:
-        terminate()
         if in_process:
             distributed.teardown(sync=finished)
     if os.environ.get("RANK", "0") != "0":
@@ -453,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0] not in ALL_COMMANDS and argv[0] not in ("-h", "--help")):
         argv = ["run"] + argv
     args = parser().parse_args(argv)
+    restore = _on_sigterm()  # SIGTERM ends any command as Ctrl-C does, with status 143
     try:
         return args.handler(args)
     except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) outside a run's own handling: one line
@@ -474,3 +476,5 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"{error_line(exc)} (an internal error; run again with --debug for the traceback)", file=sys.stderr)
         return 1
+    finally:
+        restore()

@@ -116,3 +116,45 @@ def test_killing_a_writer_at_random_moments_never_loses_a_complete_row(tmp_path)
     problems: list[str] = []
     folder.read_usable_rows(path, problems)
     assert problems == []  # every torn tail was cut off, nothing else
+
+
+def random_json(rng: random.Random, depth: int = 0):
+    kind = rng.randrange(7 if depth < 4 else 4)
+    if kind == 0:
+        return rng.choice([None, True, False])
+    if kind == 1:
+        return rng.choice([0, -1, 10**400, 1e308, rng.random()])
+    if kind == 2:
+        return "".join(chr(rng.randrange(1, 0x3000)) for _ in range(rng.randrange(8)))
+    if kind == 3:
+        return rng.choice(["", "=cmd", "\t", "ok"])
+    if kind == 4:
+        return [random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
+    keys = ["case_id", "status", "round", "metrics", "params", "method", "x"]
+    base = row(rng.randrange(5)) if kind == 6 else {}
+    return dict(base, **{rng.choice(keys): random_json(rng, depth + 1) for _ in range(rng.randrange(4))})
+
+
+def test_resume_reading_survives_random_bytes_random_json_and_deep_nesting(tmp_path):
+    """Fuzz (bounded): a line of random bytes, random JSON, a 100,000-deep list: resume skips each
+    bad line with a warning naming file and line, keeps the good rows, and never raises."""
+    rng = random.Random(2026)
+    path = tmp_path / "cases.jsonl"
+    for trial in range(200):
+        lines = [line(0)]
+        for _ in range(rng.randrange(1, 6)):
+            pick = rng.randrange(3)
+            if pick == 0:
+                lines.append(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))).replace(b"\n", b" ") + b"\n")
+            elif pick == 1:
+                lines.append(json.dumps(random_json(rng)).encode() + b"\n")
+            else:
+                lines.append(line(trial + 1))
+        if trial % 50 == 0:
+            lines.append(b"[" * 100_000 + b"]" * 100_000 + b"\n")
+        path.write_bytes(b"".join(lines))
+        problems: list[str] = []
+        found = folder.read_usable_rows(path, problems)
+        assert found[0]["case_id"] == "m/n=0"
+        assert all(p.startswith(f"{path}:") and p.endswith("; line skipped") for p in problems)
+        assert len(found) + len(problems) == sum(1 for raw in lines if raw.strip())

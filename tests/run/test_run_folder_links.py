@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from posbench.cli import app as cli
-from posbench.core.files import UnsafeFile, read_regular
+from posbench.core import files
 from posbench.run import folder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,10 +60,10 @@ def test_append_row_and_the_lock_never_follow_a_link(tmp_path):
     outside = tmp_path / "precious.txt"
     outside.write_text("keep\n")
     (tmp_path / "cases.jsonl").symlink_to(outside)
-    with pytest.raises(UnsafeFile, match="symbolic link"):
+    with pytest.raises(files.UnsafeFile, match="symbolic link"):
         folder.append_row(tmp_path / "cases.jsonl", {"case_id": "x"})
     (tmp_path / ".lock").symlink_to(outside)
-    with pytest.raises(UnsafeFile, match="symbolic link"):
+    with pytest.raises(files.UnsafeFile, match="symbolic link"):
         folder.lock_run_dir(tmp_path)
     assert outside.read_text() == "keep\n"
 
@@ -80,13 +80,13 @@ def test_write_env_replaces_a_link_instead_of_writing_through_it(tmp_path):
 def test_read_regular_refuses_fifos_and_devices_without_blocking(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    with pytest.raises(UnsafeFile, match="not a regular file .a FIFO."):
-        read_regular(fifo)
-    with pytest.raises(UnsafeFile, match="not a regular file"):
-        read_regular("/dev/zero")
+    with pytest.raises(files.UnsafeFile, match="not a regular file .a FIFO."):
+        files.read_regular(fifo)
+    with pytest.raises(files.UnsafeFile, match="not a regular file"):
+        files.read_regular("/dev/zero")
     (tmp_path / "zero").symlink_to("/dev/zero")
-    with pytest.raises(UnsafeFile, match="symbolic link"):
-        read_regular(tmp_path / "zero")
+    with pytest.raises(files.UnsafeFile, match="symbolic link"):
+        files.read_regular(tmp_path / "zero")
 
 
 @pytest.mark.parametrize("kind", ["fifo", "zero"])
