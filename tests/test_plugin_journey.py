@@ -135,12 +135,27 @@ def test_run_all_survives_a_plugin_that_raises_and_says_what_its_values_mean(tmp
     assert testing.run_all("nope", dtypes=(testing.torch.float32,)) == {f"{c}/float32": None for c in testing.CHECKS}
 
 
-def test_check_says_unavailable_with_the_reason(monkeypatch, capsys):
-    from posbench.cli import app as cli
+NEEDS_GPU = textwrap.dedent('''
+    from posbench.core.method import PositionMethod
+    from posbench.core.registry import register
 
-    monkeypatch.setattr(testing, "unavailable", lambda method, dtype, device="cpu": "needs a GPU")
-    assert cli.main(["check", "nope"]) == 1  # nothing could be checked here
-    out = capsys.readouterr().out
+
+    @register
+    class NeedsGpu(PositionMethod):
+        name = "needs_gpu"
+
+        @classmethod
+        def unavailable(cls, device, dtype):
+            return "needs a GPU"
+''')
+
+
+def test_check_says_unavailable_with_the_reason(outside):
+    # ``check`` runs the checks in a child process (posbench.run.isolated): a plugin says it.
+    (outside / "plugins" / "needs_gpu.py").write_text(NEEDS_GPU)
+    checked = bench("check", "needs_gpu", "--methods-dir", str(outside / "plugins"), cwd=outside)
+    assert checked.returncode == 1  # nothing could be checked here
+    out = checked.stdout
     assert "  causal/float32             unavailable: needs a GPU" in out
     assert out.rstrip().endswith(f"0 passed, 0 failed, {2 * len(testing.CHECKS)} unavailable here")
 

@@ -3,7 +3,10 @@
 Subcommands live in ``COMMANDS`` (name -> help, add_arguments, handler), so new ones (report,
 compare, download) are one entry each. With no subcommand, ``run`` is assumed. A user's mistake
 (an invalid suite, an unknown method) is one line on stderr and exit status 2, never a
-traceback; Ctrl-C during a run is exit status 130 with the command that resumes it.
+traceback; Ctrl-C during a run is exit status 130 with the command that resumes it, SIGTERM the
+same with 143, and either during another command one line. Method files are user code: ``list``
+and ``check`` (``method_cmds``) and the names ``run``/``validate`` read from them are asked in a
+child process with a time limit (``posbench.run.isolated``).
 """
 from __future__ import annotations
 
@@ -11,12 +14,14 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
 import traceback
 from pathlib import Path
 from typing import Callable
 
 from posbench.core.files import WriteError
+from posbench.cli.method_cmds import CHECK_TIMEOUT_S, cmd_check, cmd_list, method_listing, positive_seconds
 from posbench.core.outcome import PosbenchError
 from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
@@ -103,16 +108,23 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _load_methods_dirs(args) -> None:
+    """Add the --methods-dir folders, after reading every method file once in a child process
+    with a time limit (``method_listing``): a file this process would import to learn its names
+    (a computed name) must not hang or end the command here."""
     from posbench.core import registry
 
     for folder in args.methods_dir:
         registry.add_methods_dir(folder)
+    method_listing(args.methods_dir)
 
 
 def _resolve(args):
     from posbench.run.runner import detect_device
 
     loaded = suitemod.load(args.suite)
+    if getattr(args, "data", None) is not None and not args.data.strip():
+        raise SuiteError("--data: empty; give a folder holding a WikiText corpus (or leave --data out for the "
+                         "suite's own corpus)")
     if getattr(args, "data", None):
         if "corpus" not in loaded.task.Settings.model_fields:
             raise SuiteError(f"--data: suite {loaded.file.name!r} (task {loaded.file.task}) reads no corpus; "
@@ -149,8 +161,35 @@ def case_line(row: dict, metrics: list[str]) -> str:
         detail = "  ".join(f"{m} {fmt.number(row['metrics'].get(m), kind[m])}" for m in metrics
                            if m in row["metrics"])
     else:
-        detail = row["message"]
+        detail = short_message(row["message"])
     return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({row['duration_s']:.1f} s)"
+
+
+MESSAGE_SHOWN = 300  # characters of a row's message a progress line shows
+
+
+def short_message(message: str) -> str:
+    """A row's message for one progress line: its first line, at most ``MESSAGE_SHOWN`` characters,
+    saying when it was cut (the row keeps the whole message)."""
+    text = str(message)
+    first = text.splitlines()[0] if text.strip() else ""
+    if len(first) <= MESSAGE_SHOWN and first == text.strip():
+        return first
+    return f"{first[:MESSAGE_SHOWN]}... (message cut: {len(text)} characters in the row)"
+
+
+def check_run_flags(args) -> list[str] | None:
+    """The --methods list (None: the suite's), after refusing flags that contradict or say nothing."""
+    if args.fresh and args.retry_failed:
+        raise SuiteError("--fresh and --retry-failed contradict each other: --fresh starts a new run folder, which "
+                         "has no failed cases to retry; allowed: one of them")
+    if args.methods is None:
+        return None
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not methods:
+        raise SuiteError(f"--methods: {args.methods!r} names no method; allowed: comma-separated method names "
+                         "(see: bench.py list), or leave --methods out for the suite's methods")
+    return methods
 
 
 def _under_torchrun(suite, device, dry_run: bool) -> bool:
@@ -175,11 +214,11 @@ def cmd_run(args) -> int:
     from posbench.run.runner import (Interrupted, RanksOutOfStep, RunOptions, default_run_id, parse_shard, plan,
                                      run_suite, with_methods)
 
+    methods = check_run_flags(args)
     _load_methods_dirs(args)
     suite, device = _resolve(args)
     if args.run_id is not None:  # a folder under results/<suite>/: never a path that leaves it
         suitemod.check_name(args.run_id, "--run-id")
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     if methods and "all" in methods:  # the group: every registered method joins this suite's run
         from posbench.core import task as tasks
 
@@ -193,15 +232,21 @@ def cmd_run(args) -> int:
             return 0
         run_id = args.run_id or default_run_id(suite, device)
         run_dir = Path(args.results) / suite.name / run_id
+        if args.fresh:  # a new folder (named when the run starts): nothing of an old one counts
+            run_dir = None
         todo, done = plan(suite, device, run_dir, args.retry_failed, methods, args.methods_dir, run_id, shard)
-        print(f"suite {suite.name} ({suite.task}), profile {suite.profile}, device {device}, run {run_id}")
+        shown = f"{run_id}-<date>-<time> (new, --fresh)" if args.fresh else run_id
+        print(f"suite {suite.name} ({suite.task}), profile {suite.profile}, device {device}, run {shown}")
         print(f"settings: {json.dumps(suite.settings.model_dump())}")
         for case in todo:
             print(f"  run   {case.id}")
         for cid, row in done.items():
             if cid not in {c.id for c in todo}:
                 print(f"  done  {cid} ({row['status']})")
-        print(f"{len(todo)} case(s) to run, {len(done)} already in {run_dir}")
+        if args.fresh:
+            print(f"{len(todo)} case(s) to run in a new run folder under {Path(args.results) / suite.name}/ (--fresh)")
+        else:
+            print(f"{len(todo)} case(s) to run, {len(done)} already in {run_dir}")
         return 0
 
     def on_row(row, i, n):
@@ -224,9 +269,10 @@ def cmd_run(args) -> int:
         argv = [a for a in sys.argv[1:] if a != "--fresh"]
         if "--run-id" not in argv:
             argv += ["--run-id", exc.run_id]
-        print(f"\ninterrupted: {exc.done} of {exc.total} cases finished and saved in {exc.run_dir}/cases.jsonl\n"
+        how = "terminated (SIGTERM)" if exc.signum == signal.SIGTERM else "interrupted"
+        print(f"\n{how}: {exc.done} of {exc.total} cases finished and saved in {exc.run_dir}/cases.jsonl\n"
               f"resume with: python bench.py {shlex.join(argv)}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return 128 + exc.signum
     finally:
         if in_process:
             distributed.teardown(sync=finished)
@@ -258,6 +304,22 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _on_sigterm() -> Callable[[], None]:
+    """Make SIGTERM raise ``Terminated`` (a KeyboardInterrupt: the run ends as on Ctrl-C, the
+    worker killed and the resume command printed, with status 143); returns what restores the
+    previous handler. Off the main thread (signals cannot be set there) nothing changes."""
+    from posbench.run.runner import Terminated
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
 def cmd_validate(args) -> int:
     _load_methods_dirs(args)
     loaded = suitemod.load(args.suite)
@@ -272,66 +334,11 @@ def cmd_schema(args) -> int:
     return 0
 
 
-def cmd_list(args) -> int:
-    from posbench.core import registry
-
-    _load_methods_dirs(args)
-    methods = registry.listing()  # read from the files: listing alone imports no torch
-    width = max([14] + [len(n) for n in methods])  # rotary_dynamic_ntk is 18
-    if args.check or args.device:
-        import torch
-
-        from posbench.run.runner import detect_device
-
-        device = args.device or detect_device()
-        print(f"methods (availability on {device}, float32):")
-        for name, origin in methods.items():
-            reason = registry.get(name).unavailable(torch.device(device), torch.float32)
-            print(f"  {name:<{width}} {'available' if not reason else 'unavailable: ' + reason:<40} {origin}")
-    else:
-        print("methods (--check: whether each runs here):")
-        for name, origin in methods.items():
-            print(f"  {name:<{width}} {origin}")
-    print("suites:")
-    for name in suitemod.names():
-        try:
-            loaded = suitemod.load(name)
-            first = loaded.file.description.split(". ")[0].rstrip(".")  # the first sentence
-            print(f"  {name:<14} {first}")
-        except SuiteError as exc:
-            print(f"  {name:<14} INVALID: {exc}")
-    return 0
-
-
-def cmd_check(args) -> int:
-    """Every conformance check on one method, one line each; exit 0 only when none failed."""
-    from posbench.core import registry
-
-    _load_methods_dirs(args)
-    origin = registry.require(args.method)  # an unknown name: one line with "did you mean"
-    from posbench.core import conformance as testing
-
-    print(f"conformance of {args.method} ({origin}) on {args.device}:")
-    results = testing.run_all(args.method, device=args.device)
-    counts = {"pass": 0, "FAIL": 0, "unavailable": 0}
-    for key, outcome in results.items():
-        if outcome is None:
-            state, why = "pass", ""
-        elif outcome.startswith(testing.UNAVAILABLE):
-            state, why = "unavailable", outcome.removeprefix(testing.UNAVAILABLE)
-        else:
-            state, why = "FAIL", outcome.removeprefix(f"{args.method}: ")
-        counts[state] += 1
-        print(f"  {key:<26} {state}" + (f": {why}" if why else ""))
-    print(f"{counts['pass']} passed, {counts['FAIL']} failed, {counts['unavailable']} unavailable here")
-    # Unavailable checks say what this machine cannot run; they fail nothing, but a method
-    # with no check run at all has not been shown to work.
-    return 0 if counts["FAIL"] == 0 and counts["pass"] > 0 else 1
-
-
 def _add_check(p):
     p.add_argument("method", help="a registered method name (see: bench.py list)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to run the checks (default: cpu)")
+    p.add_argument("--timeout", type=positive_seconds, default=CHECK_TIMEOUT_S, metavar="SECONDS",
+                   help=f"time limit for all the checks (default: {CHECK_TIMEOUT_S:g}); they run in a child process")
     _common(p)
 
 
@@ -416,13 +423,22 @@ def cmd_download(args) -> int:
 
 
 def error_line(exc: BaseException) -> str:
-    """One line for an error: its type, then what went wrong (an OSError: which file and why)."""
+    """One line for an error: its type, then what went wrong (an OSError: which file and why).
+    An error a child process answered with (``isolated.UserCodeError``) keeps its own type's name."""
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror and type(exc) is not WriteError:
         text = f"{exc.filename}: {exc.strerror}"
     else:
         lines = str(exc).strip().splitlines()
         text = lines[0] if lines else ""
-    return f"{type(exc).__name__}: {text}".rstrip(": ")
+    text = str(text.encode("utf-8", "backslashreplace"), "utf-8")  # a non-UTF-8 argument, shown escaped
+    return f"{getattr(exc, 'kind', None) or type(exc).__name__}: {text}".rstrip(": ")
+
+
+def not_a_command(word: str) -> str:
+    """The line for ``bench.py frobnicate``: not a command, and which ones are."""
+    shown = str(word.encode("utf-8", "backslashreplace"), "utf-8")
+    return (f"bench.py: {shown!r} is not a command; commands: {', '.join(ALL_COMMANDS)} (with no command, 'run' is "
+            "assumed: python bench.py --suite NAME)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -432,11 +448,24 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
+    if argv and not argv[0].startswith("-") and argv[0] not in ALL_COMMANDS:
+        print(not_a_command(argv[0]), file=sys.stderr)
+        return EXIT_USAGE
     if not argv or (argv[0] not in ALL_COMMANDS and argv[0] not in ("-h", "--help")):
         argv = ["run"] + argv
     args = parser().parse_args(argv)
+    restore = _on_sigterm()  # SIGTERM ends any command as Ctrl-C does, with status 143
     try:
         return args.handler(args)
+    except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) outside a run's own handling: one line
+        from posbench.run.runner import Terminated
+
+        if debug:
+            traceback.print_exc()
+        signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted (Ctrl-C)"
+        print(f"\n{how}: bench.py {argv[0]} stopped", file=sys.stderr)
+        return 128 + signum
     except (PosbenchError, OSError) as exc:  # bad input, or a file or folder the OS refused
         if debug:
             traceback.print_exc()
@@ -447,3 +476,5 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"{error_line(exc)} (an internal error; run again with --debug for the traceback)", file=sys.stderr)
         return 1
+    finally:
+        restore()

@@ -7,6 +7,7 @@ renamed over the target, so a crash or a full disk never leaves a half-written o
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -39,3 +40,79 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             except OSError:
                 pass
     return path
+
+
+class UnsafeFile(PosbenchError, OSError):
+    """A file posbench will not read or write: a symbolic link, a FIFO or a device where a regular
+    file belongs (following it could block, exhaust memory or write outside the folder)."""
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+
+def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that never follows a symbolic link at ``path`` and accepts only a regular file
+    there (a FIFO opens without blocking, then is refused): the descriptor, or ``UnsafeFile``."""
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        try:
+            found = os.lstat(path).st_mode
+        except OSError:
+            raise exc from None  # the open's own error (no such file, no permission)
+        if stat.S_ISLNK(found):
+            raise UnsafeFile(f"{path} is a symbolic link; posbench does not follow links in a run folder "
+                             "(allowed: a regular file; remove the link)") from None
+        if not stat.S_ISREG(found):
+            raise UnsafeFile(f"{path} is not a regular file ({_kind(found)}); allowed: a regular file "
+                             "(remove it)") from None
+        raise exc from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(f"{path} is not a regular file ({_kind(st.st_mode)}); allowed: a regular file "
+                             "(remove it)")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of the regular file at ``path``, read without following a link; a FIFO, a device
+    or a link is ``UnsafeFile`` and a file over ``limit`` bytes too (nothing blocks, nothing
+    unbounded is read). A missing file raises ``FileNotFoundError`` as ``open`` does."""
+    fd = open_nofollow(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read() if limit is None else fh.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise UnsafeFile(f"{path}: larger than {limit} bytes; allowed: a file posbench wrote")
+    return data
+
+
+def refuse_links(folder: str | os.PathLike) -> None:
+    """``UnsafeFile`` (one line) when ``folder`` is a symbolic link or holds one: files of a run
+    folder are written in place, and a planted link would send a write outside ``results/``."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise UnsafeFile(f"{folder}: the run folder is a symbolic link; posbench does not follow links in a "
+                         "run folder (allowed: a real folder; remove the link or pick another --run-id)")
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        if entry.is_symlink():
+            raise UnsafeFile(f"{folder}: holds a symbolic link, {entry.name} -> {os.readlink(entry.path)}; "
+                             "posbench does not follow links in a run folder (allowed: regular files; remove the "
+                             "link or pick another --run-id)")

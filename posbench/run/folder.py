@@ -25,7 +25,7 @@ from pathlib import Path
 
 from posbench import __version__
 from posbench.core.case import CaseSpec
-from posbench.core.files import WriteError, atomic_write_text
+from posbench.core.files import WriteError, atomic_write_text, open_nofollow, read_regular
 from posbench.core.outcome import PosbenchError
 from posbench.report.rows import ROW_KEYS, RowsError, check_row
 
@@ -33,14 +33,19 @@ from posbench.report.rows import ROW_KEYS, RowsError, check_row
 # ``read_usable_rows`` is the runner's lenient reading for resuming.
 
 
+MAX_LINE = 64 << 20  # a row longer than this (64 MiB) is not one posbench wrote: skipped, never parsed
+
+
 def read_usable_rows(path: Path, problems: list[str] | None = None) -> list[dict]:
     """Every usable row of ``cases.jsonl``, for resuming a run. Unlike ``rows.read_rows`` (which
     stops at the first bad line), a line that is not UTF-8, not JSON or not a row
     (``rows.check_row``) is skipped and described in ``problems`` naming the file and line, so a
     damaged line costs its case a re-run, not the whole run. A torn last line (a runner killed
-    mid-write) is skipped silently: the next append cuts it off."""
+    mid-write) is skipped silently: the next append cuts it off. A complete row without its final
+    newline counts (the next append keeps it). Only a regular file is read (``read_regular``: a
+    link, a FIFO or a device is refused in one line, so nothing blocks or reads without end)."""
     try:
-        data = path.read_bytes()
+        data = read_regular(path)
     except (FileNotFoundError, NotADirectoryError):  # no run yet (the CLI says why it cannot start one)
         return []
     lines = data.split(b"\n")
@@ -49,30 +54,71 @@ def read_usable_rows(path: Path, problems: list[str] | None = None) -> list[dict
         if not raw.strip():
             continue
         try:
+            if len(raw) > MAX_LINE:
+                raise ValueError(f"a line of {len(raw)} bytes (allowed: up to {MAX_LINE})")
             rows.append(check_row(json.loads(str(raw, "utf-8")), f"{path}:{n}"))
             continue
         except UnicodeDecodeError:
             why = f"{path}:{n}: not UTF-8 text"
         except json.JSONDecodeError as exc:
             why = f"{path}:{n}: not JSON ({exc.msg})"
-        except RowsError as exc:
-            why = str(exc)
+        except RecursionError:
+            why = f"{path}:{n}: JSON nested too deeply"
+        except (RowsError, ValueError) as exc:
+            why = str(exc) if isinstance(exc, RowsError) else f"{path}:{n}: {exc}"
         if n < len(lines) and problems is not None:  # n == len(lines): a torn tail, no newline yet
             problems.append(f"{why}; line skipped")
     return rows
 
 
+CHECKED_TAIL = 64 << 20  # a last line without newline up to this size is read to see whether it is whole
+
+
+def _last_line_start(fh, size: int, chunk: int = 1 << 16) -> int:
+    """Offset where the file's last line begins (just after its last newline; 0 when it has none),
+    searched backwards chunk by chunk however long that line is."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        fh.seek(start)
+        cut = fh.read(end - start).rfind(b"\n")
+        if cut >= 0:
+            return start + cut + 1
+        end = start
+    return 0
+
+
+def _repair_tail(fh, size: int) -> None:
+    """The file does not end with a newline: its last line is either a whole JSON value that lost
+    only its newline (kept: the newline is added) or a row torn mid-write (cut off, and only it:
+    never anything before its line). A tail too long to check is kept on a line of its own
+    (readers skip it with a warning), so nothing complete is ever deleted."""
+    start = _last_line_start(fh, size)
+    if size - start <= CHECKED_TAIL:
+        fh.seek(start)
+        try:
+            json.loads(str(fh.read(size - start), "utf-8"))
+            whole = True
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            whole = False
+        if not whole:
+            fh.truncate(start)
+            return
+    fh.seek(size)
+    fh.write(b"\n")
+
+
 def append_row(path: Path, row: dict) -> None:
-    """Append one line durably; first cut off a torn tail so the file stays one row per line."""
+    """Append one line durably; first repair a last line without newline (``_repair_tail``) so the
+    file stays one row per line. The file is opened without following a link (``open_nofollow``)."""
     data = (json.dumps(row, allow_nan=False) + "\n").encode()
-    with open(path, "ab+") as fh:
+    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)
+    with os.fdopen(fd, "rb+") as fh:
         size = fh.seek(0, os.SEEK_END)
         if size:
-            fh.seek(max(0, size - 65536))
-            tail = fh.read()
-            if not tail.endswith(b"\n"):
-                cut = tail.rfind(b"\n")
-                fh.truncate(size - len(tail) + cut + 1 if cut >= 0 else 0)
+            fh.seek(size - 1)
+            if fh.read(1) != b"\n":
+                _repair_tail(fh, size)
         fh.seek(0, os.SEEK_END)
         fh.write(data)
         fh.flush()
@@ -109,7 +155,9 @@ def lock_run_dir(run_dir: Path) -> int:
     A second runner on the same folder would run every case again and time them while competing."""
     path = run_dir / ".lock"
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except PosbenchError:
+        raise
     except OSError as exc:
         raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
@@ -121,8 +169,12 @@ def lock_run_dir(run_dir: Path) -> int:
             raise WriteError(f"cannot lock {path}: {exc.strerror or exc}") from None
         raise RunLocked(f"{run_dir}: the run folder is in use by process {holder} (another bench.py); "
                         "allowed: wait for it to finish, or pick another --run-id") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:  # a full disk: name the file
+        os.close(fd)
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
     return fd
 
 
@@ -154,9 +206,9 @@ def write_env(path: Path, environment: dict) -> None:
     """env.json, written atomically; an existing one is kept unless it is unreadable (an empty
     file left by an older version, a torn write), which is rewritten."""
     try:
-        if isinstance(json.loads(path.read_text(encoding="utf-8")), dict):
+        if isinstance(json.loads(str(read_regular(path, 64 << 20), "utf-8")), dict):
             return
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         pass
     atomic_write_text(path, json.dumps(environment, indent=2) + "\n")
 

@@ -48,6 +48,7 @@ here as before.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -67,12 +68,19 @@ from posbench.run.schedule import (RETRYABLE, check_pairing, default_run_id, in_
 from posbench.run.suite import Suite, check_name
 
 
-class Interrupted(Exception):
-    """Ctrl-C: the current worker was killed; ``cases.jsonl`` holds every finished case."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an exception by the CLI's handler so that it ends a run the way Ctrl-C
+    does (the worker killed, the resume command printed), with exit status 143."""
 
-    def __init__(self, run_dir: Path, run_id: str, done: int, total: int):
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM: the current worker was killed; ``cases.jsonl`` holds every finished case.
+    ``signum`` is the signal (SIGINT or SIGTERM)."""
+
+    def __init__(self, run_dir: Path, run_id: str, done: int, total: int, signum: int = signal.SIGINT):
         super().__init__(f"interrupted after {done} of {total} cases")
         self.run_dir, self.run_id, self.done, self.total = run_dir, run_id, done, total
+        self.signum = int(signum)
 
 
 def detect_device() -> str:
@@ -119,6 +127,69 @@ def unavailable_reason(case: CaseSpec) -> Optional[str]:
         return task.unavailable_reason(case)
     dtype = getattr(torch, case.settings.get("dtype", "float32"))
     return registry.get(case.method).unavailable(torch.device(case.device), dtype)
+
+
+UNAVAILABLE_TIMEOUT_S = 120.0  # asking every method of a run whether it runs here (imports torch)
+
+
+def _loaded_here(case: CaseSpec) -> bool:
+    """Whether asking ``case`` runs no code this process has not run: a task's own variants, or a
+    method class already registered here (from code, or a file imported before)."""
+    from posbench.core import registry
+    from posbench.core import task as tasks
+
+    return tasks.get(case.task).own_methods or case.method in registry._METHODS
+
+
+def ask_unavailable(cases: list[CaseSpec], methods_dirs: Sequence[str] = ()) -> dict[str, Optional[dict]]:
+    """case id -> None (its worker runs it), an ``unavailable`` result (the method's reason), or an
+    ``error`` result (asking failed: the method file does not import, exits or blocks). Methods
+    whose files are not loaded here are asked in one child process with a time limit
+    (``posbench.run.isolated``); when that child fails, each method again in a child of its own,
+    so one bad method file costs its own rows only."""
+    from posbench.run import isolated
+
+    out: dict[str, Optional[dict]] = {}
+    remote: dict[str, CaseSpec] = {}
+    for case in cases:
+        if case.id in out or case.id in remote:
+            continue
+        if _loaded_here(case):
+            reason = unavailable_reason(case)
+            out[case.id] = {"status": "unavailable", "message": reason} if reason else None
+        else:
+            remote[case.id] = case
+
+    def ask(batch: list[CaseSpec], what: str) -> None:
+        answers = isolated.call("posbench.run.isolated:unavailable", {"cases": [c.to_json() for c in batch]},
+                                UNAVAILABLE_TIMEOUT_S, methods_dirs, what)
+        for case, (reason, error) in zip(batch, answers):
+            out[case.id] = (_asking_failed(case, error) if error else
+                            {"status": "unavailable", "message": reason} if reason else None)
+
+    if not remote:
+        return out
+    by_method: dict[str, list[CaseSpec]] = {}
+    for case in remote.values():
+        by_method.setdefault(case.method, []).append(case)
+    if len(by_method) > 1:
+        try:
+            ask(list(remote.values()), "asking the methods whether they run here")
+            return out
+        except isolated.PosbenchError:
+            pass
+    for method, batch in by_method.items():
+        try:
+            ask(batch, f"method {method}")
+        except isolated.PosbenchError as exc:
+            for case in batch:
+                out[case.id] = _asking_failed(case, str(exc))
+    return out
+
+
+def _asking_failed(case: CaseSpec, why: str) -> dict:
+    return {"status": "error", "message": f"cannot ask {case.method} whether it runs here: {why}",
+            "traceback": "", "metrics": {}, "series": {}}
 
 
 def is_terminal(stream) -> bool:
@@ -207,13 +278,15 @@ def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], com
     bar = tqdm(total=len(todo), desc=suite.name, unit="round" if rounds > 1 else "case", file=sys.stderr,
                disable=not o.progress or not main or not is_terminal(sys.stderr))
     try:
+        # Method files are user code: asked in a child with a time limit (``ask_unavailable``).
+        answers = {} if o.in_process else ask_unavailable([c for c, _r in todo], o.methods_dirs)
         for i, (job, rnd) in enumerate(jobs(todo)):
             started, t0 = datetime.now(timezone.utc), time.perf_counter()
             what = job[0].id if len(job) == 1 else f"{len(job)} methods at {_point(job[0])}"
             bar.set_postfix_str(f"{what} round {rnd}/{rounds_of(job[0])}" if rounds > 1 else what)
             for case in job:
                 case.out_dir = str(run_dir)
-            results = _run_job(job, rnd, o.in_process, f"posbench/{run_id}/{i}/{rnd}")
+            results = _run_job(job, rnd, o.in_process, f"posbench/{run_id}/{i}/{rnd}", answers)
             # A group's wall time is shared out among its cases (rows of a case sum to its time).
             duration = (time.perf_counter() - t0) / len(job)
             for case, result in zip(job, results):
@@ -227,9 +300,10 @@ def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], com
                 if result.get("out_of_step"):
                     bar.close()
                     raise RanksOutOfStep(run_dir, row)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         bar.close()
-        raise Interrupted(run_dir, run_id, out.ran, len(todo)) from None
+        signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+        raise Interrupted(run_dir, run_id, out.ran, len(todo), signum) from None
     bar.close()
 
 
@@ -237,15 +311,21 @@ def _point(case: CaseSpec) -> str:
     return " ".join(f"{k}={v}" for k, v in case.params.items())
 
 
-def _run_job(job: list[CaseSpec], rnd: int, in_process: bool, key: str) -> list[dict]:
+def _run_job(job: list[CaseSpec], rnd: int, in_process: bool, key: str,
+             answers: dict[str, Optional[dict]] | None = None) -> list[dict]:
     """The results of one job of ``jobs``: a case alone in its worker, or a group in one worker.
-    A case its method cannot run here is ``unavailable`` without a worker."""
+    A case its method cannot run here is ``unavailable`` without a worker (``answers``: what
+    ``ask_unavailable`` found; a case not in it is asked here, in this process)."""
     results: dict[str, dict] = {}
     runnable = []
     for case in job:
-        reason = unavailable_reason(case)
-        if reason:
-            results[case.id] = {"status": "unavailable", "message": reason}
+        if answers is not None and case.id in answers:
+            answer = answers[case.id]
+        else:
+            reason = unavailable_reason(case)
+            answer = {"status": "unavailable", "message": reason} if reason else None
+        if answer is not None:
+            results[case.id] = answer
         else:
             runnable.append(case)
     if runnable and pairing_of(runnable[0]) == "windows":

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from posbench.core.case import CaseSpec
+from posbench.core.files import refuse_links
 from posbench.report.rows import case_rows, latest_rounds
 from posbench.run.folder import read_usable_rows
 from posbench.run.suite import Suite, SuiteError, check_name
@@ -134,24 +135,27 @@ def check_pairing(suite: Suite, in_process: bool) -> None:
                          "under torchrun (ranks in-process) cannot do; allowed: pairing: rounds")
 
 
-def plan_rounds(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
+def plan_rounds(suite: Suite, device: str, run_dir: Path | None, retry_failed: bool, methods: list[str] | None,
                 methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None,
                 problems: list[str] | None = None) -> tuple[list[tuple[CaseSpec, int]], dict[tuple, dict]]:
     """((case, round) to run, (case_id, round) -> finished row) for this run folder: resume and
     ``retry_failed`` work round by round. Unusable lines of its cases.jsonl are skipped and
     described in ``problems``."""
     cases = _select(suite, device, methods, methods_dirs, run_id, shard)
+    if run_dir is None:  # no folder yet (a --fresh dry run): every (case, round) runs
+        return schedule(cases), {}
+    refuse_links(run_dir)  # a planted link: refused before anything in the folder is read or written
     done = latest_rounds(read_usable_rows(run_dir / "cases.jsonl", problems))
     todo = [(c, r) for c, r in schedule(cases)
             if (c.id, r) not in done or (retry_failed and done[(c.id, r)]["status"] in RETRYABLE)]
     return todo, done
 
 
-def plan(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
+def plan(suite: Suite, device: str, run_dir: Path | None, retry_failed: bool, methods: list[str] | None,
          methods_dirs: list[str], run_id: str,
          shard: tuple[int, int] | None = None) -> tuple[list[CaseSpec], dict[str, dict]]:
     """(cases with a round to run, case_id -> finished row, its rounds merged) for this folder."""
     todo, _ = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
     cases = list({c.id: c for c, _r in todo}.values())
-    return cases, case_rows(read_usable_rows(run_dir / "cases.jsonl"))
+    return cases, {} if run_dir is None else case_rows(read_usable_rows(run_dir / "cases.jsonl"))
 

@@ -45,13 +45,13 @@ def test_the_cli_builds_the_options_from_its_flags(tmp_path, monkeypatch, capsys
 
     monkeypatch.setattr(runner, "run_suite", fake_run_suite)
     code = cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--methods", "rotary",
-                     "--methods-dir", str(plugins), "--retry-failed", "--fresh", "--run-id", "mine",
+                     "--methods-dir", str(plugins), "--fresh", "--run-id", "mine",
                      "--shard", "1/2", "--quiet", "--device", "cpu"])
     assert code == 0, capsys.readouterr().err
     ((suite, options),) = seen
     assert suite.name == "t" and suite.methods == ["sinusoidal", "rotary"]
     assert options.device == "cpu" and options.results == tmp_path / "res"
-    assert (options.run_id, options.fresh, options.retry_failed, options.shard) == ("mine", True, True, (1, 2))
+    assert (options.run_id, options.fresh, options.retry_failed, options.shard) == ("mine", True, False, (1, 2))
     assert list(options.methods) == ["rotary"] and list(options.methods_dirs) == [str(plugins)]
     assert options.progress is False and options.in_process is False and callable(options.on_row)
     assert "0 case(s) run, 0 already done" in capsys.readouterr().out

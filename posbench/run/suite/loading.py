@@ -279,6 +279,11 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     inline mapping, no alias bombs, finite numbers, 64-bit integers)."""
     out = {}
     for item in items:
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError:  # bytes the shell passed that are not UTF-8 (surrogate escapes)
+            shown = str(item.encode("utf-8", "backslashreplace"), "utf-8")
+            raise SuiteError(f"--set {shown}: not UTF-8 text; allowed: key=value in UTF-8") from None
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:

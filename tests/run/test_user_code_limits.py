@@ -1,0 +1,107 @@
+"""Method files are user code: importing one that blocks or calls sys.exit neither hangs nor
+silently ends `run`, `list --methods-dir` or `check` (issue 26, hangs). The answer is a row (run)
+or one line (list, check)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+PLUGIN = """import {module}
+{action}
+from posbench.core.method import PositionMethod
+from posbench.core.registry import register
+
+
+@register
+class Plugin(PositionMethod):
+    name = {name}
+"""
+EXITS = dict(module="sys", action="sys.exit(3)")
+BLOCKS = dict(module="time", action="time.sleep(1000)")
+
+# The CLI with short time limits (the defaults are minutes): a hang shows as the subprocess
+# running past its own timeout, which fails the test instead of hanging it.
+BENCH = """
+import sys
+from posbench.cli import app, method_cmds
+from posbench.run import runner
+method_cmds.LIST_TIMEOUT_S = method_cmds.IMPORT_TIMEOUT_S = float(sys.argv[1])
+runner.UNAVAILABLE_TIMEOUT_S = float(sys.argv[1])
+sys.exit(app.main(sys.argv[2:]))
+"""
+
+
+def bench(cwd: Path, *args: str, limit: float = 20.0, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", BENCH, str(limit), *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
+                                                "OMP_NUM_THREADS": "1"})
+
+
+def plugin(folder: Path, file: str, kind: dict, name: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / file).write_text(PLUGIN.format(name=name, **kind))
+    return folder
+
+
+def suite(tmp_path: Path, methods: str) -> Path:
+    path = tmp_path / "t.yaml"
+    path.write_text(f"name: t\ndescription: d\nversion: 1\ntask: _testing\nmethods: [{methods}]\ngrid:\n  n: [1]\n")
+    return path
+
+
+def rows(tmp_path: Path) -> dict:
+    (run_dir,) = (tmp_path / "results" / "t").iterdir()
+    lines = (run_dir / "cases.jsonl").read_text().splitlines()
+    return {r["method"]: r for r in map(json.loads, lines)}
+
+
+def test_run_a_plugin_that_exits_at_import_is_an_error_row_and_the_others_run(tmp_path):
+    plugins = plugin(tmp_path / "plugins", "exits.py", EXITS, '"exits"')
+    proc = bench(tmp_path, "--suite", str(suite(tmp_path, "sinusoidal, exits")), "--methods-dir", str(plugins),
+                 "--results", "results", "--quiet", limit=120)
+    assert proc.returncode == 0, proc.stderr
+    found = rows(tmp_path)
+    assert found["sinusoidal"]["status"] == "ok"
+    assert found["exits"]["status"] == "error"
+    assert "cannot ask exits whether it runs here" in found["exits"]["message"]
+    assert "exit code 3" in found["exits"]["message"]
+
+
+def test_run_a_plugin_that_blocks_at_import_is_a_row_after_the_time_limit(tmp_path):
+    plugins = plugin(tmp_path / "plugins", "blocks.py", BLOCKS, '"blocks"')
+    proc = bench(tmp_path, "--suite", str(suite(tmp_path, "blocks")), "--methods-dir", str(plugins),
+                 "--results", "results", "--quiet", limit=5)
+    assert proc.returncode == 0, proc.stderr
+    found = rows(tmp_path)["blocks"]
+    assert found["status"] == "error" and "no answer after 5 s" in found["message"]
+
+
+@pytest.mark.parametrize("kind, says", [(EXITS, "exit code 3"), (BLOCKS, "no answer after 5 s")], ids=["exits", "blocks"])
+def test_list_with_a_plugin_whose_name_needs_an_import_is_one_line(tmp_path, kind, says):
+    # A computed name: listing must import the file to learn it.
+    plugins = plugin(tmp_path / "plugins", "late.py", kind, '"la" + "te"')
+    proc = bench(tmp_path, "list", "--methods-dir", str(plugins), limit=5)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and says in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("kind, says", [(EXITS, "exit code 3"), (BLOCKS, "no answer after 5 s")], ids=["exits", "blocks"])
+def test_check_with_a_plugin_that_exits_or_blocks_at_import_is_one_line(tmp_path, kind, says):
+    plugins = plugin(tmp_path / "plugins", "bad.py", kind, '"bad"')
+    proc = bench(tmp_path, "check", "bad", "--methods-dir", str(plugins), limit=5)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and says in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_check_runs_the_checks_under_a_time_limit(tmp_path):
+    slow = PLUGIN.format(module="time", action="", name='"slow"') + (
+        "\n    def __init__(self, cfg):\n        time.sleep(1000)\n")
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "slow.py").write_text(slow)
+    proc = bench(tmp_path, "check", "slow", "--methods-dir", str(tmp_path / "plugins"), "--timeout", "20", limit=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "the checks of slow: no answer after 20 s" in proc.stderr and proc.stderr.count("\n") == 1
