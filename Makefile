@@ -36,7 +36,7 @@ lint: install
 	$(BIN)/python -m ruff check .
 
 kernels-bench: install
-	$(BIN)/python -m pytest -q tests/test_kernel_benchmark.py --benchmark-only --benchmark-group-by=group
+	$(BIN)/python -m pytest -q tests/tasks/test_kernel_benchmark.py --benchmark-only --benchmark-group-by=group
 
 # On a CUDA machine: compiled kernel tests, conformance on CUDA, a short kernels suite and a short
 # efficiency run, summarised in $(GPU_CHECK_OUT)/gpu-check.md (posbench/kernels/gpu_check.py).

@@ -16,7 +16,7 @@ import pytest
 from posbench.core import registry
 from posbench.core import conformance as testing
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 MINE = textwrap.dedent('''
     """A linear distance bias with one slope per head, from float32 positions."""
@@ -106,7 +106,7 @@ def registry_rows(run_dir: Path) -> list[dict]:
 
 def test_conformance_test_of_pytest_sees_a_plugin_named_by_the_environment(outside):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **{registry.ENV_PATH: str(outside / "plugins")})
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_conformance.py"),
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "core" / "test_conformance.py"),
                            "-k", "test_conformance and mine and float32", "-rA"],
                           cwd=outside, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]

@@ -2,12 +2,8 @@
 from __future__ import annotations
 
 import hashlib
-import http.server
-import io
 import math
 import socket
-import threading
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +15,7 @@ from posbench.data import markov
 from posbench.data.corpus import DataError, batches, build_vocab, load_corpus
 from posbench.data.download import download_wikitext103
 from posbench.engine.evaluate import evaluate, positions, window_plan
+from tests.helpers.archives import wikitext_zip_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -198,38 +195,8 @@ def test_batches_shape_contiguity_and_determinism():
 # ---------------------------------------------------------------- download (127.0.0.1 only)
 
 
-def _zip_bytes() -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for split in ("train", "valid", "test"):
-            zf.writestr(f"wikitext-103/wiki.{split}.tokens", f" = {split} = \n the {split} text . \n")
-    return buf.getvalue()
-
-
-@pytest.fixture
-def server(tmp_path):
-    """A local HTTP server for tmp_path/www on a random port; yields its base URL."""
-    www = tmp_path / "www"
-    www.mkdir()
-    (www / "wikitext-103-v1.zip").write_bytes(_zip_bytes())
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, directory=str(www), **kw)
-
-        def log_message(self, *a):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-
-
 def test_download_verifies_and_extracts(server, tmp_path):
-    digest = hashlib.sha256(_zip_bytes()).hexdigest()
+    digest = hashlib.sha256(wikitext_zip_bytes()).hexdigest()
     folder = download_wikitext103(tmp_path / "data", url=f"{server}/wikitext-103-v1.zip",
                                   sha256=digest, quiet=True)
     assert folder == tmp_path / "data" / "wikitext-103"

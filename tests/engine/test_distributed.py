@@ -25,9 +25,9 @@ from posbench.engine.evaluate import evaluate
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM
 from posbench.engine.train import TrainConfig, train
-from test_runner import make_suite
+from tests.helpers.suites import make_suite
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORLD = 2
 
 

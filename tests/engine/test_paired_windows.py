@@ -22,9 +22,9 @@ from posbench.run import suite as suitemod
 from posbench.core.method import PositionMethod
 from posbench.core.registry import register
 from posbench.report.table import metric_tables
-from report_fixtures import write_run
-from test_rounds import recovers_planted_ratio
-from test_runner import make_suite
+from tests.helpers.ratios import recovers_planted_ratio
+from tests.helpers.report_rows import write_run
+from tests.helpers.suites import make_suite
 
 
 # -- the window order ---------------------------------------------------------------------------

@@ -304,7 +304,7 @@ def test_compile_report_every_config_fits_its_targets_on_sm80_and_sm90():
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "posbench.kernels.compile_report"], env=env, capture_output=True, text=True,
-        timeout=3000, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        timeout=3000, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
     if proc.returncode and "ptxas" in proc.stderr and "not found" in proc.stderr:
         pytest.skip("triton's bundled ptxas is missing")

@@ -1,6 +1,6 @@
 """The methods of issue 16 against plain references of their papers' formulas.
 
-The conformance kit (tests/test_conformance.py) already runs every check on each of them; these
+The conformance kit (tests/core/test_conformance.py) already runs every check on each of them; these
 tests pin the mathematics: each method's output equals a direct float64 computation of the
 formula in its docstring.
 """

@@ -22,7 +22,7 @@ import pytest
 
 from posbench.core import registry
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BUILTIN_METHODS = sorted(p.stem for p in (REPO / "methods").glob("*.py") if not p.name.startswith("_"))
 BUILTIN_SUITES = sorted(p.stem for p in (REPO / "suites").glob("*.yaml"))
 

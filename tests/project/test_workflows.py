@@ -18,7 +18,7 @@ import yaml
 
 from posbench.cli.report_cmds import add_compare_parser, add_report_parser
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 CI, GPU = WORKFLOWS / "ci.yml", WORKFLOWS / "gpu-bench.yml"
 # Subcommands owned by posbench/cli.py (the runner's); ours are read from the parsers below.
@@ -94,7 +94,7 @@ def test_gpu_bench_runs_a_chosen_suite_reports_compares_and_uploads():
     doc = _load(GPU)
     suite_input = doc["on"]["workflow_dispatch"]["inputs"]["suite"]
     assert suite_input["type"] == "choice"
-    shipped = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "suites").glob("*.yaml"))
+    shipped = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "suites").glob("*.yaml"))
     assert sorted(suite_input["options"]) == shipped  # every shipped suite can be run on demand
     (job,) = doc["jobs"].values()
     weekly = job["strategy"]["matrix"]["suite"].split("||")[1].split("'")[1]

@@ -9,7 +9,7 @@ from posbench.report import charts
 from posbench.report.build import collect_sections, load_runs
 from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
 from posbench.report.table import efficiency_tables, metric_tables
-from report_fixtures import (EFF_METHODS, L_VALID, LENGTHS, PPL_METHODS, PRECISION_SUITE_METRICS, base_row,
+from tests.helpers.report_rows import (EFF_METHODS, L_VALID, LENGTHS, PPL_METHODS, PRECISION_SUITE_METRICS, base_row,
                              efficiency_rows, extrapolation_rows, precision_rows, retrieval_rows, write_run)
 
 GIB = float(1 << 30)

@@ -7,7 +7,7 @@ import pytest
 
 from posbench.cli.report_cmds import add_compare_parser
 from posbench.report.compare import compare_runs, main_compare, metric_direction
-from report_fixtures import CPU_ENV, GPU_ENV, efficiency_rows, extrapolation_rows, write_run
+from tests.helpers.report_rows import CPU_ENV, GPU_ENV, efficiency_rows, extrapolation_rows, write_run
 
 
 def _args(base, new, *extra):

@@ -14,7 +14,7 @@ from posbench.report.render import row_anchor
 from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
 from posbench.report.rows import RowsError
 from posbench.report.table import efficiency_tables, kernel_tables
-from report_fixtures import (CPU_ENV, base_row, EFF_METHODS, GPU_ENV, L_VALID, LENGTHS, PPL_METHODS,
+from tests.helpers.report_rows import (CPU_ENV, base_row, EFF_METHODS, GPU_ENV, L_VALID, LENGTHS, PPL_METHODS,
                              efficiency_rows, extrapolation_rows, ppl_value, write_run)
 
 

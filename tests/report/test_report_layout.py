@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import pytest
 
 from posbench.report.build import build_report, collect_sections, load_runs
-from report_fixtures import (PRECISION_L_VALID, PRECISION_SUITE_METRICS, efficiency_rows, extrapolation_rows,
+from tests.helpers.report_rows import (PRECISION_L_VALID, PRECISION_SUITE_METRICS, efficiency_rows, extrapolation_rows,
                              precision_ppl, precision_rows, retrieval_rows, write_run)
 
 

@@ -7,7 +7,7 @@ import pytest
 from posbench.report import rows as rowsmod
 from posbench.core import task as tasks
 from posbench.report.rows import RowsError, RunMeta, check_row, latest, load_runs, read_rows, read_run_meta, write_run_meta
-from report_fixtures import base_row, efficiency_rows, write_run
+from tests.helpers.report_rows import base_row, efficiency_rows, write_run
 
 
 def _write(path, lines: list[str], end="\n"):

@@ -8,7 +8,7 @@ from posbench.report import numbers as fmt
 from posbench.report import render
 from posbench.report.rows import load_runs
 from posbench.report.table import Cell, Table, run_tables
-from report_fixtures import base_row, write_run
+from tests.helpers.report_rows import base_row, write_run
 
 GiB = 1 << 30
 
@@ -117,7 +117,7 @@ def test_a_cell_can_carry_an_interval():
 
 
 def test_run_tables_print_the_family_table_a_suite_metric_is_shown_in(tmp_path):
-    from report_fixtures import PRECISION_SUITE_METRICS, precision_rows
+    from tests.helpers.report_rows import PRECISION_SUITE_METRICS, precision_rows
 
     write_run(tmp_path, precision_rows(), metrics=PRECISION_SUITE_METRICS, baseline=None)
     tables = run_tables(load_runs(tmp_path))

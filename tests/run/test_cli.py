@@ -12,9 +12,9 @@ from posbench.cli import app as cli
 from posbench.core import registry
 from posbench.run import suite as suitemod
 
-from test_suite import VALID as SUITE  # the same valid suite the validation tests start from
+from tests.helpers.suites import VALID as SUITE  # the same valid suite the validation tests start from
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

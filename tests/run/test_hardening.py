@@ -18,9 +18,9 @@ from posbench.run import runner
 from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
 
-from test_suite import VALID
+from tests.helpers.suites import VALID
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path, text, name="t.yaml") -> Path:
@@ -510,7 +510,7 @@ def test_bench_py_process_exit_code_and_one_line(tmp_path):
 # ---------------------------------------------------------------- download
 
 
-from test_data import _zip_bytes, server  # noqa: E402,F401  (the localhost server fixture)
+from tests.helpers.archives import wikitext_zip_bytes  # noqa: E402  (served by the `server` fixture, tests/conftest.py)
 
 
 def test_download_into_a_file_is_one_line(tmp_path, capsys):
@@ -541,7 +541,7 @@ def test_download_tries_mirrors_in_order(server, tmp_path, monkeypatch):
     from posbench.data import download
 
     assert download.WIKITEXT103_MIRRORS[0] == download.WIKITEXT103_URL and len(download.WIKITEXT103_MIRRORS) > 1
-    digest = hashlib.sha256(_zip_bytes()).hexdigest()
+    digest = hashlib.sha256(wikitext_zip_bytes()).hexdigest()
     monkeypatch.setattr(download, "WIKITEXT103_MIRRORS", (f"{server}/gone.zip", f"{server}/wikitext-103-v1.zip"))
     folder = download.download_wikitext103(tmp_path / "d", sha256=digest, quiet=True)
     assert sorted(p.name for p in folder.iterdir()) == ["wiki.test.tokens", "wiki.train.tokens", "wiki.valid.tokens"]
@@ -560,17 +560,17 @@ def test_download_url_and_archive_from_the_command_line(server, tmp_path, capsys
 
     from posbench.data import download
 
-    monkeypatch.setattr(download, "WIKITEXT103_SHA256", hashlib.sha256(_zip_bytes()).hexdigest())
+    monkeypatch.setattr(download, "WIKITEXT103_SHA256", hashlib.sha256(wikitext_zip_bytes()).hexdigest())
     monkeypatch.setattr(download.download_wikitext103, "__defaults__",
                         (None, download.WIKITEXT103_SHA256))  # the CLI uses the default checksum
     assert cli.main(["download", "wikitext-103", "--data", str(tmp_path / "a"),
                      "--url", f"{server}/wikitext-103-v1.zip"]) == 0
     assert (tmp_path / "a" / "wikitext-103" / "wiki.valid.tokens").is_file()
     archive = tmp_path / "wikitext-103-v1.zip"
-    archive.write_bytes(_zip_bytes())
+    archive.write_bytes(wikitext_zip_bytes())
     assert cli.main(["download", "wikitext-103", "--data", str(tmp_path / "b"), "--archive", str(archive)]) == 0
     assert (tmp_path / "b" / "wikitext-103" / "wiki.test.tokens").is_file() and archive.exists()
-    archive.write_bytes(_zip_bytes() + b"tampered")
+    archive.write_bytes(wikitext_zip_bytes() + b"tampered")
     capsys.readouterr()
     assert cli.main(["download", "wikitext-103", "--data", str(tmp_path / "c"), "--archive", str(archive)]) \
         == cli.EXIT_USAGE

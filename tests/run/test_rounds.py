@@ -14,8 +14,9 @@ from posbench.report import rows as rowsmod
 from posbench.run import runner
 from posbench.run import suite as suitemod
 from posbench.report.table import metric_tables
-from report_fixtures import write_run
-from test_runner import make_suite
+from tests.helpers.ratios import recovers_planted_ratio
+from tests.helpers.report_rows import write_run
+from tests.helpers.suites import make_suite
 
 
 def _ids(todo):
@@ -137,18 +138,6 @@ def _drifting_rounds(n=8, ratio=0.9, seed=1):
     base = [1000.0 * d * (1 + rng.gauss(0, 0.003)) for d in drift]
     method = [1000.0 * ratio * d * (1 + rng.gauss(0, 0.003)) for d in drift]
     return method, base, drift
-
-
-def recovers_planted_ratio(method, base, speeds, pairs: int, tol: float, width: float, planted=0.9):
-    """Paired ratios of ``method`` and ``base`` (drifting together by ``speeds``) give back the
-    planted ratio within ``tol``, from ``pairs`` pairs, with an interval narrower than ``width``
-    that holds the ratio (and the planted one, up to ``tol / 2``); returns the interval."""
-    assert max(speeds) / min(speeds) > 1.2  # absolute speeds wander by more than 20%
-    ratio, interval, n = bootstrap.paired_ratio(method, base)
-    assert n == pairs and ratio == pytest.approx(planted, abs=tol)
-    assert interval[0] <= ratio <= interval[1] and interval[1] - interval[0] < width
-    assert interval[0] - tol / 2 < planted < interval[1] + tol / 2
-    return interval
 
 
 def test_paired_ratio_recovers_a_planted_ratio_under_20_percent_drift():

@@ -12,28 +12,7 @@ import pytest
 from posbench.cli import app as cli
 from posbench.run import runner
 from posbench.run import suite as suitemod
-
-SUITE = """\
-name: t
-description: runner test
-version: 1
-task: _testing
-methods: {methods}
-baseline: sinusoidal
-metrics: [value]
-grid:
-  n: {grid}
-settings:
-{settings}
-"""
-
-
-def make_suite(tmp_path, methods, grid="[1]", **settings):
-    body = "\n".join(f"  {k}: {json.dumps(v)}" for k, v in settings.items()) or "  {}"
-    path = tmp_path / "t.yaml"
-    path.write_text(SUITE.format(methods=json.dumps(methods), grid=grid, settings=body))
-    return path
-
+from tests.helpers.suites import make_suite
 
 def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
     behaviours = {"sinusoidal/n=1": "ok", "sinusoidal/n=2": "nan", "rotary": "raise", "t5_bias": "kill",

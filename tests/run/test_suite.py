@@ -6,26 +6,8 @@ import pytest
 
 from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
+from tests.helpers.suites import VALID
 
-VALID = """\
-name: t
-description: a test suite
-version: 1
-task: _testing
-methods: [sinusoidal, alibi]
-baseline: sinusoidal
-metrics: [value]
-grid:
-  n: [1, 2]
-settings:
-  timeout_s: 30
-profiles:
-  cpu:
-    settings:
-      behaviour: sleep
-    grid:
-      n: [3]
-"""
 
 
 def write(tmp_path, text, name="t.yaml"):

@@ -16,9 +16,9 @@ from posbench.core.model import TransformerLM, model_config
 import posbench.engine.timing
 from posbench.tasks.decode import generation as decoding
 from posbench.tasks import decode
-from test_tasks import make_case
+from tests.helpers.cases import make_case
 
-SUITE = yaml.safe_load((Path(__file__).resolve().parent.parent / "suites" / "decode.yaml").read_text())
+SUITE = yaml.safe_load((Path(__file__).resolve().parents[2] / "suites" / "decode.yaml").read_text())
 CPU_CONTEXTS = SUITE["profiles"]["cpu"]["grid"]["context"]  # 256, 1024, 4096
 DECODE_TOKENS = SUITE["profiles"]["cpu"]["settings"]["decode_tokens"]
 METHODS = registry.names()
@@ -359,7 +359,7 @@ def test_suite_declares_latencies_lower_is_better():
 
 
 def test_report_has_decode_tables_with_ratios_to_the_baseline(tmp_path):
-    from report_fixtures import base_row, write_run
+    from tests.helpers.report_rows import base_row, write_run
 
     from posbench.report.build import collect_tables, load_runs
 

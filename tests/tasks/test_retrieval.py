@@ -13,7 +13,7 @@ from posbench.run import suite as suitemod
 from posbench.report.stats import effective_length, wilson_interval
 from posbench.tasks.retrieval import train_eval as RE
 from posbench.tasks import retrieval as R
-from tests.test_tasks import make_case
+from tests.helpers.cases import make_case
 
 CFG = P.ProbeConfig(n_symbols=10, key_len=4, n_pairs=6, n_queries=3, segment_len=5, filler_len=3)
 VOCAB = P.ProbeVocab(20, CFG)
@@ -351,7 +351,7 @@ def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
 def test_report_has_retrieval_tables_with_intervals_and_charts(tmp_path):
     """`bench.py report` on a retrieval run: the generic metric tables, then per probe the
     methods x L_valid accuracy with Wilson intervals (pooled counts), and the charts."""
-    from report_fixtures import base_row, write_run
+    from tests.helpers.report_rows import base_row, write_run
 
     from posbench.report.build import build_report
 

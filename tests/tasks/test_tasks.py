@@ -3,16 +3,7 @@ import pytest
 
 from posbench.run import suite as suitemod
 from posbench.core import task as tasks
-from posbench.core.case import Case
-
-
-def make_case(task_name, method, params, settings, tmp_path):
-    task = tasks.get(task_name)
-    case = Case(suite="t", task=task_name, method=method, params=params, settings=settings, device="cpu",
-                profile="cpu", run_id="r", out_dir=str(tmp_path))
-    case.settings = task.Settings.model_validate(settings)
-    case.params = task.Params.model_validate(params)
-    return task, case
+from tests.helpers.cases import make_case
 
 
 TINY = {
