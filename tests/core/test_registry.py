@@ -7,6 +7,7 @@ import pytest
 
 from posbench.core import registry
 from posbench.core.method import ModelConfig
+from tests.helpers.methods import NEW
 
 PLUGIN = textwrap.dedent(
     '''
@@ -193,3 +194,15 @@ def test_the_worker_prepares_threads_and_method_folders_once_for_every_task(tmp_
         assert torch.get_num_threads() == 1 and "prepared_here" in registry.names()
     finally:
         torch.set_num_threads(before)
+
+
+# --- the method group `all` (suites and the CLI: tests/run/test_method_groups.py)
+
+
+def test_registry_expands_all_to_every_method_once():
+    every = registry.names()
+    assert registry.expand(["all"]) == every
+    assert set(NEW) | {"rotary_pi", "rotary_ntk", "rotary_dynamic_ntk", "rotary_yarn"} <= set(every)
+    mixed = registry.expand(["rotary", "all"])
+    assert mixed[0] == "rotary" and sorted(mixed) == every
+    assert registry.expand(["sinusoidal", "alibi"]) == ["sinusoidal", "alibi"]

@@ -84,3 +84,25 @@ def test_cuda_precision_choice_with_fake_bf16_support(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     assert autocast_dtype("auto", torch.device("cuda")) == torch.bfloat16
     assert autocast_dtype("float16", torch.device("cuda")) == torch.float16
+
+
+# --- security (issue 13's hardening)
+
+
+def test_planted_checkpoint_does_not_run_code(tmp_path):
+    import torch
+
+    from posbench.engine.train import load_checkpoint
+
+    marker = tmp_path / "pwned"
+
+    class Planted:
+        def __reduce__(self):
+            return exec, (f"open({str(marker)!r}, 'w').write('ran')",)
+
+    path = tmp_path / "model.pt"
+    torch.save({"model_config": Planted(), "model": {}}, path)
+    with pytest.raises(ValueError, match=r"model.pt: not a plain posbench checkpoint, refused without running it"):
+        load_checkpoint(path)
+    assert not marker.exists()
+

@@ -12,8 +12,8 @@ import torch
 from posbench.core import registry
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM
+from tests.helpers.methods import NEW
 
-NEW = ["learned", "kerple_log", "xpos", "p_rope", "rope_nope_hybrid", "fire", "randomized"]
 
 
 def method(name, **options):
@@ -412,84 +412,3 @@ def test_rotary_scaling_bad_options_are_one_line():
     q, k, v = qkv(4, 4, d=HD)
     with pytest.raises(ValueError, match="rotary: scaling 'yarn' needs L_train"):
         m.attend(q, k, v, torch.arange(4), torch.arange(4), 0)
-
-
-# --- the method group `all` --------------------------------------------------------------------
-
-SUITE = """\
-name: t
-description: a test suite
-version: 1
-task: _testing
-methods: {methods}
-baseline: sinusoidal
-metrics: [value]
-grid:
-  n: [1]
-settings:
-  timeout_s: 30
-profiles:
-  every:
-    methods: {profile}
-"""
-
-
-def load_suite(tmp_path, methods="[sinusoidal, alibi]", profile="all"):
-    from posbench.run import suite as suitemod
-
-    path = tmp_path / "t.yaml"
-    path.write_text(SUITE.format(methods=methods, profile=profile))
-    return suitemod.load(path)
-
-
-def test_registry_expands_all_to_every_method_once():
-    every = registry.names()
-    assert registry.expand(["all"]) == every
-    assert set(NEW) | {"rotary_pi", "rotary_ntk", "rotary_dynamic_ntk", "rotary_yarn"} <= set(every)
-    mixed = registry.expand(["rotary", "all"])
-    assert mixed[0] == "rotary" and sorted(mixed) == every
-    assert registry.expand(["sinusoidal", "alibi"]) == ["sinusoidal", "alibi"]
-
-
-@pytest.mark.parametrize("methods", ["all", "[all]"])
-def test_suite_methods_all_and_profile_methods(tmp_path, methods):
-    from posbench.run import suite as suitemod
-
-    loaded = load_suite(tmp_path, methods=methods, profile="[sinusoidal, learned]")
-    assert suitemod.resolve(loaded, "default").methods == registry.names()
-    assert suitemod.resolve(loaded, "every").methods == ["sinusoidal", "learned"]
-    loaded = load_suite(tmp_path)
-    assert suitemod.resolve(loaded, "default").methods == ["sinusoidal", "alibi"]
-    assert suitemod.resolve(loaded, "every").methods == registry.names()
-
-
-def test_suite_profile_methods_errors_name_the_line(tmp_path):
-    from posbench.run.suite import SuiteError
-
-    with pytest.raises(SuiteError, match=r"t.yaml:14: profiles.every.methods\[1\]: unknown method 'lerned'"):
-        load_suite(tmp_path, profile="[sinusoidal, lerned]")
-    with pytest.raises(SuiteError, match=r"t.yaml:14: profiles.every.methods\[1\]: 'xpos' is listed twice"):
-        load_suite(tmp_path, profile="[xpos, xpos]")
-
-
-@pytest.mark.parametrize("name", ["extrapolation", "efficiency"])
-def test_cpu_all_profiles_run_every_method_and_defaults_stay_small(name):
-    from posbench.run import suite as suitemod
-
-    loaded = suitemod.load(name)
-    assert suitemod.resolve(loaded, "cpu-all").methods == registry.names()
-    cpu, cpu_all = suitemod.resolve(loaded, "cpu"), suitemod.resolve(loaded, "cpu-all")
-    assert cpu_all.settings == cpu.settings and cpu_all.grid == cpu.grid  # the cpu profile, all methods
-    for profile in ("default", "cpu", "gpu"):
-        assert not set(suitemod.resolve(loaded, profile).methods) & set(NEW)
-
-
-def test_cli_methods_all_runs_every_method(tmp_path, capsys):
-    from posbench.cli import app as cli
-
-    code = cli.main(["run", "--suite", "efficiency", "--profile", "cpu", "--methods", "all", "--dry-run",
-                     "--results", str(tmp_path / "r")])
-    assert code == 0
-    out = capsys.readouterr().out
-    for name in registry.names():
-        assert f"run   {name}/seq_len=64" in out
