@@ -67,6 +67,7 @@ def outside(tmp_path):
     return tmp_path
 
 
+@pytest.mark.subprocess
 def test_the_whole_journey_list_check_run_report(outside):
     plugins = str(outside / "plugins")
     listed = bench("list", "--methods-dir", plugins, cwd=outside)
@@ -104,6 +105,7 @@ def registry_rows(run_dir: Path) -> list[dict]:
     return list(runner.latest(runner.read_rows(run_dir / "cases.jsonl")).values())
 
 
+@pytest.mark.subprocess
 def test_conformance_test_of_pytest_sees_a_plugin_named_by_the_environment(outside):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **{registry.ENV_PATH: str(outside / "plugins")})
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "core" / "test_conformance.py"),
@@ -113,6 +115,7 @@ def test_conformance_test_of_pytest_sees_a_plugin_named_by_the_environment(outsi
     assert f"{len(testing.CHECKS)} passed" in proc.stdout and "[mine-" in proc.stdout
 
 
+@pytest.mark.subprocess
 def test_check_reports_a_plugin_that_raises_as_failed_checks(outside):
     (outside / "plugins" / "raises.py").write_text(RAISES)
     checked = bench("check", "raises_in_init", "--methods-dir", str(outside / "plugins"), cwd=outside)
@@ -145,6 +148,7 @@ def test_check_says_unavailable_with_the_reason(monkeypatch, capsys):
     assert out.rstrip().endswith(f"0 passed, 0 failed, {2 * len(testing.CHECKS)} unavailable here")
 
 
+@pytest.mark.subprocess
 def test_a_plugin_file_that_does_not_parse_blocks_only_what_uses_it(outside):
     (outside / "plugins" / "broken.py").write_text("def oops(:\n")
     listed = bench("list", "--methods-dir", str(outside / "plugins"), cwd=outside)
@@ -157,6 +161,7 @@ def test_a_plugin_file_that_does_not_parse_blocks_only_what_uses_it(outside):
     assert valid.returncode == 0 and valid.stdout.startswith("ok: ") and warning in valid.stderr
 
 
+@pytest.mark.subprocess
 def test_typos_get_did_you_mean(outside):
     suite = bench("--suite", "efficency", "--dry-run", cwd=outside)
     assert suite.returncode == 2

@@ -86,6 +86,7 @@ def test_missing_folder_is_one_line(tmp_path):
         registry.scan_dir(tmp_path / "nowhere")
 
 
+@pytest.mark.subprocess
 def test_entry_point_group(tmp_path):
     """A package exposing a class under the `posbench.methods` entry-point group is found."""
     pkg = tmp_path / "site"

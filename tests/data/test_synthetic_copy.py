@@ -177,6 +177,7 @@ def test_distance_beyond_the_training_length_is_allowed():
     assert near.log_loss(x) > source.log_loss(x)
 
 
+@pytest.mark.subprocess
 def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path, capsys):
     results = tmp_path / "results"
     corpus = "{kind: synthetic-copy, size: 20000, synthetic: {vocab: 16, copy_prob: 0.5, max_distance: 6}}"

@@ -94,12 +94,14 @@ def one_process():
     return _work()
 
 
+@pytest.mark.subprocess
 def test_ddp_training_matches_one_process_with_the_same_global_batch(two_ranks, one_process):
     assert len(two_ranks["curve"]) == len(one_process["curve"]) == 6
     np.testing.assert_allclose(two_ranks["curve"], one_process["curve"], rtol=1e-5)
     assert one_process["curve"][-1] < one_process["curve"][0]  # it trained: the comparison means something
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("mode", ["nonoverlapping", "sliding"])
 def test_distributed_perplexity_equals_one_process(two_ranks, one_process, mode):
     got, want = two_ranks["evals"][mode], one_process["evals"][mode]
@@ -108,6 +110,7 @@ def test_distributed_perplexity_equals_one_process(two_ranks, one_process, mode)
     np.testing.assert_allclose(got["per_pos"], want["per_pos"], rtol=1e-9)
 
 
+@pytest.mark.subprocess
 def test_global_words_per_second_is_all_tokens_over_the_slowest_rank(two_ranks):
     assert distributed.global_rate([100, 100], [1.0, 2.0]) == 100.0
     # Window 0: slowest 2 s, window 1: slowest 3 s; 200 tokens in each.
@@ -133,6 +136,7 @@ def _rows(results: Path) -> dict[str, dict]:
     return runner.latest(runner.read_rows(run_dir / "cases.jsonl"))
 
 
+@pytest.mark.subprocess
 def test_runner_launches_torchrun_and_a_failing_rank_is_an_error_row(tmp_path):
     path = _suite(tmp_path, ["sinusoidal", "rotary"], nproc=2, timeout_s=60, by_method={"sinusoidal": "fail_rank"})
     assert cli.main(["--suite", str(path), "--results", str(tmp_path / "r"), "--quiet"]) == 0
@@ -149,6 +153,7 @@ def _torchrun_bench(tmp_path, path):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.subprocess
 def test_bench_under_torchrun_runs_cases_in_process_and_rank0_writes(tmp_path):
     # "raise" fails on every rank alike: an error row, and the next case still runs.
     path = _suite(tmp_path, ["sinusoidal", "rotary", "alibi"], timeout_s=60, by_method={"rotary": "raise"})
@@ -161,6 +166,7 @@ def test_bench_under_torchrun_runs_cases_in_process_and_rank0_writes(tmp_path):
     assert proc.stdout.count("case(s) run") == 1  # rank 0 alone reports
 
 
+@pytest.mark.subprocess
 def test_bench_under_torchrun_stops_after_a_rank_fails_alone(tmp_path):
     # Rank 1 raises while rank 0 waits in a barrier until the process group's timeout (timeout_s):
     # the row names rank 1, and the run stops rather than trust collectives out of step.
@@ -171,6 +177,7 @@ def test_bench_under_torchrun_stops_after_a_rank_fails_alone(tmp_path):
     assert list(rows) == ["sinusoidal/n=1"] and rows["sinusoidal/n=1"]["status"] == "error"
 
 
+@pytest.mark.subprocess
 def test_shards_cover_every_case_once_and_merge_into_one_table(tmp_path):
     methods = ["sinusoidal", "rotary", "alibi"]
     path = _suite(tmp_path, methods, grid="[1, 2]", timeout_s=30)
@@ -206,6 +213,7 @@ sys.exit(3 if os.environ["RANK"] == "1" else 0)  # rank 1 leaves as a failed wor
 """
 
 
+@pytest.mark.subprocess
 def test_a_rank_that_leaves_without_teardown_destroys_its_group_before_python_shuts_down(tmp_path):
     """Rank 1 exits (like a worker rank whose case failed alone) without calling ``teardown``:
     the group is destroyed at exit while the interpreter is whole, not torn down during its

@@ -199,6 +199,7 @@ def test_jobs_group_a_grid_points_cases_per_round(tmp_path):
     assert [len(cases) for cases, _ in runner.jobs(runner.schedule(plain.cases("cpu")))] == [1, 1]
 
 
+@pytest.mark.subprocess
 def test_a_group_is_one_process_with_a_row_per_case_and_a_failing_method_fails_alone(tmp_path):
     _, suite = _suite(tmp_path, ["sinusoidal", "rotary", "alibi"], grid="[1, 2]", rounds=2,
                       by_method={"rotary/n=1": "raise", "alibi/n=2": "nan"})
@@ -227,6 +228,7 @@ def test_a_group_is_one_process_with_a_row_per_case_and_a_failing_method_fails_a
         "sinusoidal/n=2": "ok", "rotary/n=2": "ok", "alibi/n=2": "diverged"}
 
 
+@pytest.mark.subprocess
 def test_a_crashed_group_gives_every_case_of_it_an_error_row(tmp_path, never_here):
     _, suite = _suite(tmp_path, ["sinusoidal", "rotary", never_here], grid="[1, 2]",
                       by_method={"rotary/n=2": "kill"}, timeout_s=20)
@@ -241,6 +243,7 @@ def test_a_crashed_group_gives_every_case_of_it_an_error_row(tmp_path, never_her
     assert rows["never_here/n=2"]["message"] == "needs a machine that does not exist"
 
 
+@pytest.mark.subprocess
 def test_a_group_past_its_time_limit_times_out_every_case_of_it(tmp_path):
     _, suite = _suite(tmp_path, ["sinusoidal", "rotary"], by_method={"rotary": "sleep"}, sleep_s=60, timeout_s=1)
     result = runner.run_suite(suite, "cpu", tmp_path / "res", progress=False)
@@ -249,6 +252,7 @@ def test_a_group_past_its_time_limit_times_out_every_case_of_it(tmp_path):
         ("timeout", "no result after 2 s; worker killed (one process for sinusoidal, rotary)")] * 2
 
 
+@pytest.mark.subprocess
 def test_resume_runs_only_the_missing_case_rounds_and_retry_reruns_one(tmp_path, capsys):
     flag = tmp_path / "interrupted.flag"
     path, suite = _suite(tmp_path, ["sinusoidal", "rotary", "alibi"], grid="[1, 2]", rounds=2,
@@ -367,6 +371,7 @@ def test_a_failure_outside_every_method_fails_the_whole_group():
     assert out[0]["message"] == "ValueError: tokens_per_step 8 < seq_len 16: no full sequence fits in a step"
 
 
+@pytest.mark.subprocess
 def test_short_real_run_of_the_cpu_efficiency_suite_pairs_windows(tmp_path, capsys):
     plugins = tmp_path / "plugins"
     plugins.mkdir()

@@ -291,6 +291,7 @@ def test_tile_configs_offered_per_target_and_length_key():
 # The compiled (GPU) path, checked without a GPU
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_compile_report_every_config_fits_its_targets_on_sm80_and_sm90():
     """Interpreter tests cannot see GPU-only compile errors, register spills or shared memory

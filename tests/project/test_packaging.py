@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILTIN_METHODS = sorted(p.stem for p in (REPO / "methods").glob("*.py") if not p.name.startswith("_"))
 BUILTIN_SUITES = sorted(p.stem for p in (REPO / "suites").glob("*.yaml"))
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]  # builds a wheel, installs it, runs its console script
 
 
 class Installed:

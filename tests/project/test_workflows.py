@@ -58,12 +58,14 @@ def _our_subcommands() -> set[str]:
     return set(sub.choices)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("path", [CI, GPU], ids=["ci", "gpu-bench"])
 def test_workflow_matches_the_github_schema(path):
     result = _validate(path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.subprocess
 def test_schema_check_rejects_a_broken_workflow(tmp_path):
     broken = tmp_path / "broken.yml"
     broken.write_text("on: push\njobs:\n  test:\n    steps:\n      - run: make test\n    runs_on: ubuntu-latest\n")

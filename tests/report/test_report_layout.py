@@ -239,6 +239,7 @@ def _wide_report(tmp_path) -> dict:
     return build_report([write_run(tmp_path / "wide-runs", wide)], tmp_path / "wide")
 
 
+@pytest.mark.subprocess
 def test_a_wide_table_sits_in_its_own_scroll_box(tmp_path):
     html = _wide_report(tmp_path)["report.html"].read_text()
     assert html.count('<div class="scroll"><table class="results"') == html.count('<table class="results"') > 0
@@ -254,6 +255,7 @@ def _layout(binary: str, html: str, tmp_path: Path, name: str) -> dict:
     return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(_chromium() is None, reason="no Chromium/Chrome found (PATH, $POSBENCH_CHROMIUM, Playwright); "
                     "install one (Debian: apt-get install chromium-headless-shell) to screenshot report.html")
 def test_report_in_chromium_at_1400px_does_not_scroll_sideways(report, tmp_path):

@@ -115,6 +115,7 @@ print("RESULT", code, heavy)
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["list"], ["schema"], ["validate", "efficiency"],
                                   ["validate", "extrapolation"], ["validate", "precision"], ["validate", "kernels"],
                                   ["validate", "decode"], ["validate", "retrieval"]],

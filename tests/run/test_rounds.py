@@ -40,6 +40,7 @@ def test_schedule_interleaves_methods_round_by_round_per_grid_point(tmp_path):
     assert _ids(runner.schedule(plain.cases("cpu"))) == [("sinusoidal/n=1", 1), ("rotary/n=1", 1)]
 
 
+@pytest.mark.subprocess
 def test_each_round_is_a_fresh_process_and_a_row_and_progress_counts_rounds(tmp_path):
     path = make_suite(tmp_path, ["sinusoidal", "rotary"], rounds=2)
     suite = suitemod.resolve(suitemod.load(path), "default")
@@ -64,6 +65,7 @@ def test_each_round_is_a_fresh_process_and_a_row_and_progress_counts_rounds(tmp_
         assert {"load_avg", "busy_processes", "n_busy_processes", "cpu_freq", "busy"} <= set(state)
 
 
+@pytest.mark.subprocess
 def test_resume_mid_round_runs_each_remaining_round_once(tmp_path, capsys):
     flag = tmp_path / "interrupted.flag"
     # rotary interrupts the runner in its first round: sinusoidal's round 1 is done, the round is not.
@@ -89,6 +91,7 @@ def test_resume_mid_round_runs_each_remaining_round_once(tmp_path, capsys):
     assert todo == [] and len(done) == 6
 
 
+@pytest.mark.subprocess
 def test_retry_failed_reruns_only_the_failed_round(tmp_path):
     path = make_suite(tmp_path, ["sinusoidal", "rotary"], rounds=3)
     suite = suitemod.resolve(suitemod.load(path), "default")

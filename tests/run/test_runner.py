@@ -14,6 +14,7 @@ from posbench.run import runner
 from posbench.run import suite as suitemod
 from tests.helpers.suites import make_suite
 
+@pytest.mark.subprocess
 def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
     behaviours = {"sinusoidal/n=1": "ok", "sinusoidal/n=2": "nan", "rotary": "raise", "t5_bias": "kill",
                   "alibi": "sleep", "nope/n=1": "oom", "nope/n=2": "alloc"}
@@ -57,6 +58,7 @@ def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
     assert len(lines) == 14 and len(runner.latest(json.loads(x) for x in lines)) == 12
 
 
+@pytest.mark.subprocess
 def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, capsys):
     flag = tmp_path / "interrupted.flag"
     path = make_suite(tmp_path, ["sinusoidal", "rotary", "alibi"], by_method={"rotary": "interrupt_once"},
@@ -122,6 +124,7 @@ class _Terminal(io.StringIO):
         return True
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("terminal", [False, True], ids=["log", "terminal"])
 def test_progress_is_one_line_per_case_when_output_is_not_a_terminal(tmp_path, monkeypatch, capsys, terminal):
     from posbench.cli import app as cli
@@ -140,6 +143,7 @@ def test_progress_is_one_line_per_case_when_output_is_not_a_terminal(tmp_path, m
         assert err.getvalue() == ""  # no bar frames in a log
 
 
+@pytest.mark.subprocess
 def test_cpu_workers_share_one_allocator_policy(tmp_path, monkeypatch):
     """glibc's adaptive mmap threshold made a CPU decode step 2-3x slower or faster depending on
     what the process had freed before: every CPU worker gets the same fixed MALLOC_* policy, a

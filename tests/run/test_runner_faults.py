@@ -45,6 +45,7 @@ def run_args(tmp_path, *more) -> list[str]:
             "--quiet", "--run-id", "r", *more]
 
 
+@pytest.mark.subprocess
 def test_workers_do_not_import_from_the_current_folder(tmp_path, monkeypatch):
     cwd = tmp_path / "here"
     (cwd / "posbench").mkdir(parents=True)
@@ -63,6 +64,7 @@ def test_workers_do_not_import_from_the_current_folder(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- faults during a run
 
 
+@pytest.mark.subprocess
 def test_second_runner_gets_one_line_naming_the_holder(tmp_path, capsys):
     make_suite(tmp_path)
     run_dir = tmp_path / "res" / "t" / "r"
@@ -104,6 +106,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
 def test_worker_dies_with_a_killed_runner_and_its_temp_dir_is_cleaned(tmp_path):
     make_suite(tmp_path, extra="  behaviour: sleep\n  sleep_s: 60\n")
@@ -137,6 +140,7 @@ def test_worker_dies_with_a_killed_runner_and_its_temp_dir_is_cleaned(tmp_path):
     assert not any(p.exists() for p in stale) and live.exists()  # a live runner's folder stays
 
 
+@pytest.mark.subprocess
 def test_empty_or_binary_env_json_is_rewritten(tmp_path, capsys):
     make_suite(tmp_path)
     run_dir = tmp_path / "res" / "t" / "r"
@@ -158,6 +162,7 @@ def test_env_json_write_failure_is_one_line(tmp_path, capsys):
     assert err == f"WriteError: cannot write {run_dir}/env.json: Is a directory\n"
 
 
+@pytest.mark.subprocess
 def test_table_write_failure_keeps_the_rows(tmp_path, capsys):
     make_suite(tmp_path)
     path = tmp_path / "t.yaml"
@@ -171,6 +176,7 @@ def test_table_write_failure_keeps_the_rows(tmp_path, capsys):
     assert [r["status"] for r in runner.read_usable_rows(run_dir / "cases.jsonl")] == ["ok"]
 
 
+@pytest.mark.subprocess
 def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, capsys, monkeypatch):
     make_suite(tmp_path, methods=("sinusoidal", "rotary", "alibi"))
     real, calls = runner.append_row, []
@@ -210,6 +216,7 @@ def test_a_row_write_that_fails_once_is_retried(tmp_path, monkeypatch):
     assert runner.read_usable_rows(tmp_path / "cases.jsonl") == [row]
 
 
+@pytest.mark.subprocess
 def test_corrupt_rows_are_skipped_and_reported_with_file_and_line(tmp_path, capsys):
     make_suite(tmp_path, methods=("sinusoidal", "rotary"))
     run_dir = tmp_path / "res" / "t" / "r"
@@ -235,6 +242,7 @@ def test_corrupt_rows_are_skipped_and_reported_with_file_and_line(tmp_path, caps
     assert "Traceback" not in captured.err
 
 
+@pytest.mark.subprocess
 def test_memory_limit_too_small_is_oom_and_names_the_limit(tmp_path):
     from posbench.core.registry import RegistryError
     from posbench.core.outcome import classify, failure

@@ -201,6 +201,7 @@ def test_run_id_must_be_a_plain_folder_name(tmp_path, run_id, capsys):
     assert not results.exists() and not (tmp_path / "x").exists()
 
 
+@pytest.mark.subprocess
 def test_bench_py_process_exit_code_and_one_line(tmp_path):
     bad = write_suite(tmp_path, VALID + "x: &a [*a]\n")
     proc = subprocess.run([sys.executable, str(REPO / "bench.py"), "validate", str(bad)], capture_output=True,

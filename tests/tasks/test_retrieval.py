@@ -330,6 +330,7 @@ def test_suite_validates_with_both_profiles():
     assert hi - lo <= 0.2
 
 
+@pytest.mark.subprocess
 def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
     from posbench.cli import app as cli
     from posbench.run.runner import read_rows
