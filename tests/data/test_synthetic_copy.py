@@ -218,7 +218,7 @@ def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path, capsys):
 
 
 def test_precision_perplexity_study_reports_the_bound(tmp_path):
-    from test_tasks import TINY, make_case
+    from tests.helpers.cases import TINY, make_case
 
     settings = {**TINY, "interpolate": False, "modes": ["nonoverlapping"],
                 "corpus": {"kind": "synthetic-copy", "size": 20000, "synthetic": {"vocab": 16, "max_distance": 6}}}
@@ -230,7 +230,7 @@ def test_precision_perplexity_study_reports_the_bound(tmp_path):
 
 
 def test_seed_averaged_rows_keep_the_bound(tmp_path):
-    from test_tasks import TINY, make_case
+    from tests.helpers.cases import TINY, make_case
 
     settings = {**TINY, "interpolate": False, "seeds": [0, 1], "L_valid_factors": [1, 2],
                 "corpus": {"kind": "synthetic-copy", "size": 20000, "synthetic": {"vocab": 16, "max_distance": 6}}}

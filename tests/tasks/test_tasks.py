@@ -3,15 +3,7 @@ import pytest
 
 from posbench.run import suite as suitemod
 from posbench.core import task as tasks
-from tests.helpers.cases import make_case
-
-
-TINY = {
-    "model": "tiny", "model_overrides": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
-    "corpus": {"kind": "synthetic", "synthetic": {"vocab": 16, "order": 1, "branching": 2, "jump": 0.05}, "size": 20000},
-    "steps": 4, "batch_size": 4, "warmup_steps": 1, "L_valid_factors": [1, 2], "modes": ["nonoverlapping", "sliding"],
-    "stride": 4, "eval_tokens": 300, "eval_batch_size": 8, "interpolate": True,
-}
+from tests.helpers.cases import TINY, make_case
 
 
 def test_extrapolation_task_cells_checkpoint_and_reuse(tmp_path):
