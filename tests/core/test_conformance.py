@@ -6,13 +6,19 @@ from posbench.core import registry
 from posbench.core import conformance as testing
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.registry import register
+from tests.helpers.marks import SLOW_WHEN_INTERPRETED, interpreted
 
 METHODS = registry.names()
+# `slow` (left out by `make test-fast`, run by `make test`): the Triton methods where their kernels are
+# interpreted (tests/helpers/marks.py), and the kv_decode check, token by token (seconds per method;
+# tests/tasks/test_decode.py and tests/core/test_kv_cache.py check decoding in the quick set).
+METHOD_PARAMS = [pytest.param(m, marks=SLOW_WHEN_INTERPRETED) if interpreted(m) else m for m in METHODS]
+CHECK_PARAMS = [pytest.param(c, marks=pytest.mark.slow) if c == "kv_decode" else c for c in testing.CHECKS]
 
 
 @pytest.mark.parametrize("dtype", testing.DTYPES, ids=lambda d: str(d).removeprefix("torch."))
-@pytest.mark.parametrize("check", list(testing.CHECKS))
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("check", CHECK_PARAMS)
+@pytest.mark.parametrize("method", METHOD_PARAMS)
 def test_conformance(method, check, dtype):
     reason = testing.unavailable(method, dtype)
     if reason:

@@ -19,6 +19,7 @@ triton = pytest.importorskip("triton")
 from posbench.core.alibi_math import alibi_bias, slopes_tensor  # noqa: E402
 from posbench.kernels import alibi_attention as ka  # noqa: E402
 from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
+from tests.helpers.marks import slow_when_interpreted  # noqa: E402
 
 if not ka.INTERPRETED and not torch.cuda.is_available():
     pytest.skip("ALiBi-Triton needs a CUDA GPU or TRITON_INTERPRET=1", allow_module_level=True)
@@ -88,6 +89,7 @@ def _case_id(case) -> str:
     return f"B{b}H{h}-q{tq}k{tk}-d{d}-{str(dtype).removeprefix('torch.')}"
 
 
+@slow_when_interpreted
 @pytest.mark.parametrize("b,h,tq,tk,d,dtype", CASES, ids=[_case_id(c) for c in CASES])
 def test_matches_float64_reference(b, h, tq, tk, d, dtype):
     seed = _seed()
@@ -100,6 +102,7 @@ def test_matches_float64_reference(b, h, tq, tk, d, dtype):
     _assert_fa_bound(fused, same, exact, dtype, seed)
 
 
+@slow_when_interpreted
 @pytest.mark.parametrize(
     "blocks,tq,tk,d",
     [((16, 32, 1, 1), 70, 70, 32), ((32, 16, 1, 1), 40, 75, 32), ((16, 16, 1, 1), 33, 33, 128)],
@@ -116,6 +119,7 @@ def test_block_shapes_and_head_dim_128(blocks, tq, tk, d):
     _assert_fa_bound(fused, same, exact, torch.float32, seed)
 
 
+@slow_when_interpreted
 @pytest.mark.parametrize("tq,tk", [(64, 64), (20, 64)])
 def test_zero_slopes_and_no_bias_equal_causal_sdpa(tq, tk):
     seed = _seed()
@@ -171,6 +175,7 @@ def test_compute_bias_dtype_rounds_the_bias():
     assert (rounded - exact_rounded).abs().max().item() < gap / 10, f"compute bias (seed {seed})"
 
 
+@slow_when_interpreted
 def test_non_contiguous_inputs_and_output_gradient():
     """(B, T, H, hd) projections transposed to (B, H, T, hd) are read through their strides."""
     seed = _seed()

@@ -21,6 +21,7 @@ from posbench.core import registry
 from posbench.kernels import fused_attention as fa  # noqa: E402
 from posbench.kernels import t5_attention as kt  # noqa: E402
 from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
+from tests.helpers.marks import slow_when_interpreted  # noqa: E402
 
 if not kt.INTERPRETED and not torch.cuda.is_available():
     pytest.skip("T5-Triton needs a CUDA GPU or TRITON_INTERPRET=1", allow_module_level=True)
@@ -88,6 +89,7 @@ def _case_id(case) -> str:
     return f"B{b}H{h}-q{tq}k{tk}-d{d}-{str(dtype).removeprefix('torch.')}"
 
 
+@slow_when_interpreted
 @pytest.mark.parametrize("b,h,tq,tk,d,dtype", CASES, ids=[_case_id(c) for c in CASES])
 def test_matches_float64_reference_with_dtable(b, h, tq, tk, d, dtype):
     seed = _seed()
@@ -100,6 +102,7 @@ def test_matches_float64_reference_with_dtable(b, h, tq, tk, d, dtype):
     assert fused[4].dtype == tensors[3].dtype and fused[4].abs().sum() > 0, f"dtable (seed {seed})"
 
 
+@slow_when_interpreted
 @pytest.mark.parametrize(
     "blocks,tq,tk,d",
     [((16, 32, 1, 1), 40, 170, 32), ((32, 16, 1, 1), 30, 200, 32), ((16, 16, 1, 1), 20, 160, 128)],
@@ -151,6 +154,7 @@ def test_in_kernel_bucket_equals_t5_bias_bucket_function(pos_scale):
     assert (expected[far:] == 31).all() and distance[far - 1].floor() < 128, far
 
 
+@slow_when_interpreted
 def test_dtable_is_deterministic():
     seed = _seed()
     tensors = _inputs(1, 2, 40, 170, 32, torch.float32)

@@ -17,6 +17,7 @@ import posbench.engine.timing
 from posbench.tasks.decode import generation as decoding
 from posbench.tasks import decode
 from tests.helpers.cases import make_case
+from tests.helpers.marks import SLOW_WHEN_INTERPRETED, interpreted
 
 SUITE = yaml.safe_load((Path(__file__).resolve().parents[2] / "suites" / "decode.yaml").read_text())
 CPU_CONTEXTS = SUITE["profiles"]["cpu"]["grid"]["context"]  # 256, 1024, 4096
@@ -50,9 +51,13 @@ def _decode_cases():
     cases = []
     for method in METHODS:
         contexts = INTERPRETED_CONTEXTS if _interpreted(method) else [67] + CPU_CONTEXTS
+        # `slow` (left out by `make test-fast`): an interpreted kernel, or the longest context (4096).
+        slow = SLOW_WHEN_INTERPRETED if interpreted(method) else []
         for c in contexts:
-            cases.append(pytest.param(method, c, torch.float32, id=f"{method}-C{c}-float32"))
-        cases.append(pytest.param(method, CPU_CONTEXTS[0], torch.bfloat16, id=f"{method}-C{CPU_CONTEXTS[0]}-bfloat16"))
+            marks = slow + ([pytest.mark.slow] if c >= 4096 and not slow else [])
+            cases.append(pytest.param(method, c, torch.float32, id=f"{method}-C{c}-float32", marks=marks))
+        cases.append(pytest.param(method, CPU_CONTEXTS[0], torch.bfloat16, id=f"{method}-C{CPU_CONTEXTS[0]}-bfloat16",
+                                  marks=slow))
     return cases
 
 
