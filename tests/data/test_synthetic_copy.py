@@ -26,6 +26,7 @@ def closed_form(source, prefix: tuple, v: int) -> float:
     return math.exp(-source.token_loss(np.array(prefix + (v,)))[-1])
 
 
+@pytest.mark.slow  # 2 x 200,000 sampled streams counted in Python
 @pytest.mark.parametrize("seed", [0, 1])
 def test_closed_form_equals_brute_force_counts(seed):
     # Short streams, so t < D (the renormalised copy distribution) is most of what is checked;
@@ -229,6 +230,7 @@ def test_precision_perplexity_study_reports_the_bound(tmp_path):
     assert len(out["series"]["evals"]) == 4 and all(c["best_ppl_eval"] == pytest.approx(bound) for c in out["series"]["evals"])
 
 
+@pytest.mark.slow  # trains two seeds
 def test_seed_averaged_rows_keep_the_bound(tmp_path):
     from tests.helpers.cases import TINY, make_case
 

@@ -335,6 +335,7 @@ def _efficiency_cases(methods, **settings):
             for m in methods]
 
 
+@pytest.mark.slow  # times 3 evaluation and 3 training windows per method
 def test_efficiency_group_alternates_windows_and_a_broken_method_fails_alone(broken_methods):
     from posbench.tasks import efficiency
 
