@@ -10,13 +10,16 @@ from tests.helpers.marks import SLOW_WHEN_INTERPRETED, interpreted
 
 METHODS = registry.names()
 # `slow` (left out by `make test-fast`, run by `make test`): the Triton methods where their kernels are
-# interpreted (tests/helpers/marks.py), and the kv_decode check, token by token (seconds per method;
-# tests/tasks/test_decode.py and tests/core/test_kv_cache.py check decoding in the quick set).
+# interpreted (tests/helpers/marks.py); the kv_decode check, token by token (seconds per method;
+# tests/tasks/test_decode.py and tests/core/test_kv_cache.py check decoding in the quick set); and
+# every check again in bfloat16 (the quick set runs them all in float32).
 METHOD_PARAMS = [pytest.param(m, marks=SLOW_WHEN_INTERPRETED) if interpreted(m) else m for m in METHODS]
 CHECK_PARAMS = [pytest.param(c, marks=pytest.mark.slow) if c == "kv_decode" else c for c in testing.CHECKS]
+DTYPE_PARAMS = [pytest.param(d, marks=pytest.mark.slow if d == torch.bfloat16 else [], id=str(d).removeprefix("torch."))
+                for d in testing.DTYPES]
 
 
-@pytest.mark.parametrize("dtype", testing.DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 @pytest.mark.parametrize("check", CHECK_PARAMS)
 @pytest.mark.parametrize("method", METHOD_PARAMS)
 def test_conformance(method, check, dtype):

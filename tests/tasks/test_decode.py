@@ -51,10 +51,10 @@ def _decode_cases():
     cases = []
     for method in METHODS:
         contexts = INTERPRETED_CONTEXTS if _interpreted(method) else [67] + CPU_CONTEXTS
-        # `slow` (left out by `make test-fast`): an interpreted kernel, or the longest context (4096).
+        # `slow` (left out by `make test-fast`): an interpreted kernel, or a long context (1024, 4096).
         slow = SLOW_WHEN_INTERPRETED if interpreted(method) else []
         for c in contexts:
-            marks = slow + ([pytest.mark.slow] if c >= 4096 and not slow else [])
+            marks = slow + ([pytest.mark.slow] if c >= 1024 and not slow else [])
             cases.append(pytest.param(method, c, torch.float32, id=f"{method}-C{c}-float32", marks=marks))
         cases.append(pytest.param(method, CPU_CONTEXTS[0], torch.bfloat16, id=f"{method}-C{CPU_CONTEXTS[0]}-bfloat16",
                                   marks=slow))
