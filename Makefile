@@ -29,14 +29,21 @@ install: $(TORCH_STAMP)
 bench: install
 	$(BIN)/python bench.py --suite $(SUITE) $(BENCH_ARGS)
 
+# Everything, slow and subprocess tests included: what .ci/run and CI call.
 test: install
 	$(BIN)/python -m pytest -q
+
+# The quick loop while editing: every test but those marked `slow` (long-running) or `subprocess`
+# (they start a process: bench.py, the runner's workers, torchrun, make, pip), under 2 minutes on a
+# 2-core machine. The markers are registered in pyproject.toml ([tool.pytest.ini_options]).
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow and not subprocess"
 
 lint: install
 	$(BIN)/python -m ruff check .
 
 kernels-bench: install
-	$(BIN)/python -m pytest -q tests/test_kernel_benchmark.py --benchmark-only --benchmark-group-by=group
+	$(BIN)/python -m pytest -q tests/tasks/test_kernel_benchmark.py --benchmark-only --benchmark-group-by=group
 
 # On a CUDA machine: compiled kernel tests, conformance on CUDA, a short kernels suite and a short
 # efficiency run, summarised in $(GPU_CHECK_OUT)/gpu-check.md (posbench/kernels/gpu_check.py).

@@ -1,13 +1,17 @@
 # Triton decides at import time whether to compile kernels or interpret them with numpy, so the
 # variable must be set before any test module imports triton: the ALiBi-Triton tests then run on
 # CPU tensors. A machine with a GPU can export TRITON_INTERPRET=0 to test the compiled kernels.
+import http.server
 import os
+import threading
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
+from tests.helpers.archives import wikitext_zip_bytes  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +26,7 @@ def real_data_dir():
 @pytest.fixture(autouse=True)
 def _no_busy_machine_warning(request, monkeypatch):
     """Runs started in a test process print no "machine is busy" line: tests that read stderr
-    must not depend on what else the machine runs. tests/test_env.py tests the warning itself."""
+    must not depend on what else the machine runs. tests/engine/test_env.py tests the warning itself."""
     if not request.module.__name__.endswith("test_env"):
         from posbench.engine import env
 
@@ -45,3 +49,26 @@ def never_here():
 
     yield "never_here"
     registry.unregister("never_here")
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A local HTTP server (a thread of the test process) for tmp_path/www on a random port of
+    127.0.0.1, serving wikitext-103-v1.zip (tests/helpers/archives.py); yields its base URL."""
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "wikitext-103-v1.zip").write_bytes(wikitext_zip_bytes())
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, directory=str(www), **kw)
+
+        def log_message(self, *a):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()

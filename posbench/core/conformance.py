@@ -1,6 +1,6 @@
 """Conformance kit: the checks every registered position method must pass.
 
-``tests/test_conformance.py`` runs every check on every method the registry finds, so a plugin
+``tests/core/test_conformance.py`` runs every check on every method the registry finds, so a plugin
 dropped into ``methods/`` is tested the moment it exists. A check raises ``ConformanceError``
 with a message that names the method and what went wrong; use ``run_all`` outside pytest, or
 ``python bench.py check METHOD``, which prints its outcome one line per check.

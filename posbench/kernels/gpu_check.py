@@ -54,8 +54,8 @@ def steps(py: str, results: Path, report: Path) -> list[tuple[str, list[str], in
     bench = [py, "bench.py"]
     return [
         ("devices", ["sh", "-c", f"nvidia-smi; {py} -c '{VERSIONS}'"], 60),
-        ("kernel-tests", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", "tests/test_alibi_triton.py",
-                          "tests/test_t5_triton.py", "tests/test_kernel_benchmark.py"], 150),
+        ("kernel-tests", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", "tests/kernels/test_alibi_triton.py",
+                          "tests/kernels/test_t5_triton.py", "tests/tasks/test_kernel_benchmark.py"], 150),
         ("conformance", [py, "-c", CONFORMANCE], 90),
         ("kernels", bench + ["run", "--suite", "kernels", "--profile", "gpu", "--device", "cuda", "--fresh",
                              "--results", str(results), "--set", "grid.seq_len=[2048, 8192]",

@@ -1,0 +1,26 @@
+"""Marks that depend on the machine: a test that runs a Triton kernel through the interpreter is `slow`.
+
+Where TRITON_INTERPRET=1 (tests/conftest.py sets it unless the environment says otherwise, so on a
+machine without a GPU) the fused kernels run at numpy speed on CPU tensors: right, but seconds per
+call. On a GPU (TRITON_INTERPRET=0) the same tests are quick, and `make gpu-check` runs the kernel
+tests with ``-m "not slow"``, so there they carry no mark.
+"""
+from __future__ import annotations
+
+import pytest
+
+from posbench.core import registry
+from posbench.kernels import interpreter_on
+
+# pytest.param(..., marks=SLOW_WHEN_INTERPRETED) or pytestmark = SLOW_WHEN_INTERPRETED
+SLOW_WHEN_INTERPRETED = [pytest.mark.slow] if interpreter_on() else []
+
+
+def slow_when_interpreted(test):
+    """Decorator: ``test`` is marked slow where Triton kernels are interpreted."""
+    return pytest.mark.slow(test) if interpreter_on() else test
+
+
+def interpreted(method: str) -> bool:
+    """Whether ``method`` runs a fused Triton kernel (methods/*_triton.py) that this process interprets."""
+    return interpreter_on() and registry.origin(method).endswith("_triton.py")

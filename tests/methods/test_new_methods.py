@@ -1,0 +1,414 @@
+"""The methods of issue 16 against plain references of their papers' formulas.
+
+The conformance kit (tests/core/test_conformance.py) already runs every check on each of them; these
+tests pin the mathematics: each method's output equals a direct float64 computation of the
+formula in its docstring.
+"""
+import math
+
+import pytest
+import torch
+
+from posbench.core import registry
+from posbench.core.method import ModelConfig
+from posbench.core.model import TransformerLM
+from tests.helpers.methods import NEW
+
+
+
+def method(name, **options):
+    cfg = ModelConfig(d_model=64, n_heads=4, n_layers=4, method=name, method_options=options)
+    return registry.build(cfg)
+
+
+def reference_attention(q, k, v, bias=None):
+    """softmax(q k^T / sqrt(d) + bias) v in float64, causal (bottom-right aligned)."""
+    q, k, v = q.double(), k.double(), v.double()
+    tq, tk = q.shape[-2], k.shape[-2]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias.double()
+    i = torch.arange(tq)[:, None] + (tk - tq)
+    j = torch.arange(tk)[None, :]
+    scores = scores.masked_fill(j > i, float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
+def qkv(tq, tk, h=4, d=16, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, h, tq, d, generator=g).to(dtype)
+    k = torch.randn(2, h, tk, d, generator=g).to(dtype)
+    v = torch.randn(2, h, tk, d, generator=g).to(dtype)
+    return q, k, v
+
+
+def rotate_reference(x, pos, inv_freq):
+    """Rotary on channel pairs (i, i + d/2) by angle pos * inv_freq_i, float64."""
+    ang = pos.double()[:, None] * inv_freq.double()[None, :]
+    c, s = ang.cos(), ang.sin()
+    x1, x2 = x.double().chunk(2, -1)
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+
+
+def test_every_new_method_is_registered():
+    assert set(NEW) <= set(registry.names())
+
+
+# --- learned -----------------------------------------------------------------------------------
+
+
+def test_learned_adds_table_rows_and_interpolates_float_positions():
+    m = method("learned", max_positions=32)
+    x = torch.randn(2, 5, 64)
+    pos = torch.arange(3, 8)
+    torch.testing.assert_close(m.embed(x, pos), x + m.weight[3:8][None])
+    half = torch.tensor([0.0, 2.5, 7.25])
+    expected = torch.stack([m.weight[0], 0.5 * (m.weight[2] + m.weight[3]), 0.75 * m.weight[7] + 0.25 * m.weight[8]])
+    torch.testing.assert_close(m.table(half), expected)
+
+
+def test_learned_clamps_beyond_the_table_by_default():
+    m = method("learned", max_positions=8)
+    out = m.table(torch.tensor([6, 7, 8, 100]))
+    for row in out[1:]:
+        torch.testing.assert_close(row, m.weight[7])
+    torch.testing.assert_close(m.table(torch.tensor([9.5])), m.weight[7][None])
+
+
+def test_learned_error_beyond_the_table_is_one_line():
+    m = method("learned", max_positions=8, beyond="error")
+    m.table(torch.arange(8))  # inside: fine
+    with pytest.raises(ValueError, match=r"^learned: position 8 is beyond the table of 8 positions; allowed"):
+        m.table(torch.arange(9))
+    with pytest.raises(ValueError, match="beyond must be one of clamp, error"):
+        method("learned", beyond="wrap")
+    with pytest.raises(ValueError, match="max_positions must be a positive integer"):
+        method("learned", max_positions=0)
+
+
+def test_learned_table_starts_at_fairseq_scale():
+    m = method("learned")
+    assert m.weight.shape == (1024, 64)
+    assert m.weight.std().item() == pytest.approx(64**-0.5, rel=0.05)
+    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, method="learned"))
+    assert model.method.weight.std().item() == pytest.approx(64**-0.5, rel=0.05)  # not re-initialised
+
+
+# --- kerple_log --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tq, tk", [(9, 9), (3, 11), (1, 7)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_kerple_log_equals_formula(tq, tk, seed):
+    torch.manual_seed(seed)
+    m = method("kerple_log")
+    q, k, v = qkv(tq, tk, seed=seed)
+    pos = torch.arange(tk)
+    out = m.attend(q, k, v, pos[-tq:], pos, 0)
+    r1, r2 = m.r1.detach().double(), m.r2.detach().double()
+    assert (r1 > 0).all() and (r1 < 2).all() and (r2 > 0).all() and (r2 < 1).all()  # paper's init
+    dist = (pos[-tq:, None] - pos[None, :]).abs().double()
+    bias = -r1[:, None, None] * torch.log1p(r2[:, None, None] * dist)
+    torch.testing.assert_close(out.double(), reference_attention(q, k, v, bias), rtol=1e-5, atol=1e-5)
+
+
+def test_kerple_log_keeps_r_positive_with_gradient():
+    m = method("kerple_log")
+    with torch.no_grad():
+        m.r1.fill_(-1.0)
+        m.r2.fill_(-3.0)
+    pos = torch.arange(5)
+    bias = m.bias(pos, pos)
+    # r clamped to eps = 0.01: -0.01 * log(1 + 0.01 * 4) at distance 4
+    assert bias[0, 4, 0].item() == pytest.approx(-0.01 * math.log(1.04), rel=1e-5)
+    bias[:, 4, 0].sum().backward()
+    assert (m.r1.grad != 0).all() and (m.r2.grad != 0).all()
+
+
+def test_kerple_log_bias_is_shared_by_layers_in_one_forward():
+    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, n_layers=3, method="kerple_log"))
+    built = []
+    original = model.method.bias
+    model.method.bias = lambda *a, **kw: built.append(1) or original(*a, **kw)
+    model(torch.randint(0, 256, (2, 10)))
+    assert len(built) == 1
+    model(torch.randint(0, 256, (2, 10)))
+    assert len(built) == 2  # a new forward builds again (the parameters may have changed)
+
+
+# --- xpos --------------------------------------------------------------------------------------
+
+
+def xpos_reference(q, k, q_pos, k_pos, base=10000.0, scale_base=512.0, gamma=0.4):
+    """xPos q and k in float64, exponents not centred: q zeta^(n/gamma), k zeta^(-m/gamma)."""
+    d = q.shape[-1]
+    i2 = torch.arange(0, d, 2, dtype=torch.float64)
+    inv_freq = base ** (-i2 / d)
+    zeta = (i2 / d + gamma) / (1 + gamma)
+    up = lambda p, sign: (zeta[None, :] ** (sign * p.double()[:, None] / scale_base)).repeat(1, 2)
+    return rotate_reference(q, q_pos, inv_freq) * up(q_pos, 1), rotate_reference(k, k_pos, inv_freq) * up(k_pos, -1)
+
+
+@pytest.mark.parametrize("tq, tk, start", [(9, 9, 0), (3, 11, 100), (1, 7, 2000)])
+def test_xpos_equals_formula(tq, tk, start):
+    m = method("xpos")
+    q, k, v = qkv(tq, tk, seed=tk)
+    pos = torch.arange(start, start + tk)
+    out = m.attend(q, k, v, pos[-tq:], pos, 0)
+    rq, rk = xpos_reference(q, k, pos[-tq:], pos)
+    torch.testing.assert_close(out.double(), reference_attention(rq, rk, v), rtol=1e-4, atol=1e-4)
+
+
+def test_xpos_zeta_values_and_decay():
+    m = method("xpos")  # head_dim 16
+    zeta = m.log_zeta.exp()
+    assert zeta[0].item() == pytest.approx(0.4 / 1.4) and zeta[-1].item() == pytest.approx((14 / 16 + 0.4) / 1.4)
+    # Same q and k at every position: the score decays with distance (zeta < 1).
+    x = torch.ones(1, 1, 2000, 16)
+    pos = torch.arange(2000)
+    cos_q, sin_q, cos_k, sin_k = m.tables(pos, torch.float32)
+    qq, kk = m._rotate(x, cos_q, sin_q), m._rotate(x, cos_k, sin_k)
+    # a zero angle (cos 1, sin 0) isolates the decay: compare |scales| products
+    scale = (cos_q**2 + sin_q**2).sqrt()[-1] * (cos_k**2 + sin_k**2).sqrt()  # (T, hd/2), query at 1999
+    expected = zeta[None, :].double() ** ((1999 - pos.double())[:, None] / 512)
+    torch.testing.assert_close(scale.double(), expected, rtol=1e-4, atol=1e-7)
+    assert torch.isfinite(qq).all() and torch.isfinite(kk).all()
+
+
+# --- p_rope ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fraction, rotated", [(0.75, 6), (0.25, 2), (1.0, 8), (0.0, 0)])
+def test_p_rope_rotates_the_highest_fraction_of_frequencies(fraction, rotated):
+    m = method("p_rope", fraction=fraction)  # head_dim 16: 8 pairs
+    assert m.rotated == rotated
+    q, k, v = qkv(6, 10, d=16, seed=rotated)
+    pos = torch.arange(10) + 37
+    inv_freq = 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    inv_freq[rotated:] = 0.0
+    rq, rk = rotate_reference(q, pos[-6:], inv_freq), rotate_reference(k, pos, inv_freq)
+    out = m.attend(q, k, v, pos[-6:], pos, 0)
+    torch.testing.assert_close(out.double(), reference_attention(rq, rk, v), rtol=1e-5, atol=1e-5)
+
+
+def test_p_rope_zero_is_nope_and_bad_fraction_is_one_line():
+    m = method("p_rope", fraction=0.0)
+    q, k, v = qkv(5, 5)
+    pos = torch.arange(5) + 3
+    torch.testing.assert_close(m.attend(q, k, v, pos, pos, 0).double(), reference_attention(q, k, v), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"p_rope: fraction must be a number in \[0, 1\]"):
+        method("p_rope", fraction=1.5)
+
+
+# --- rope_nope_hybrid --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("every, nope_layers", [(4, {3}), (2, {1, 3}), (1, {0, 1, 2, 3})])
+def test_rope_nope_hybrid_layers(every, nope_layers):
+    m = method("rope_nope_hybrid", every=every)  # 4 layers
+    q, k, v = qkv(7, 7, d=16)
+    pos = torch.arange(7) + 5
+    inv_freq = 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    rope = reference_attention(rotate_reference(q, pos, inv_freq), rotate_reference(k, pos, inv_freq), v)
+    nope = reference_attention(q, k, v)
+    for layer in range(4):
+        out = m.attend(q, k, v, pos, pos, layer).double()
+        torch.testing.assert_close(out, nope if layer in nope_layers else rope, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="rope_nope_hybrid: every must be a positive integer"):
+        method("rope_nope_hybrid", every=0)
+
+
+# --- fire --------------------------------------------------------------------------------------
+
+
+def fire_reference_bias(m, q_pos, k_pos):
+    """The paper's formula, element by element in float64 (a loop: a reference, not a fast path)."""
+    c = abs(m.c.item())
+    L = abs(m.L_multiplier.item() * m.init_L)
+    w1, b1, w2, b2 = (p.detach().double() for p in (m.w1, m.b1, m.w2, m.b2))
+    out = torch.zeros(w2.shape[0], len(q_pos), len(k_pos), dtype=torch.float64)
+    for a, i in enumerate(q_pos.tolist()):
+        for b, j in enumerate(k_pos.tolist()):
+            x = math.log(c * max(i - j, 0) + 1) / (math.log(c * max(L, i) + 1) + m.eps)
+            out[:, a, b] = w2 @ torch.relu(w1 * x + b1) + b2
+    return out
+
+
+@pytest.mark.parametrize("tq, tk, start, init_L", [(9, 9, 0, 512.0), (3, 11, 40, 8.0), (1, 7, 700, 512.0)])
+def test_fire_equals_formula(tq, tk, start, init_L):
+    torch.manual_seed(tk)
+    m = method("fire", init_L=init_L)
+    q, k, v = qkv(tq, tk, seed=tk)
+    pos = torch.arange(start, start + tk)
+    bias = fire_reference_bias(m, pos[-tq:], pos)
+    out = m.attend(q, k, v, pos[-tq:], pos, 0)
+    torch.testing.assert_close(out.double(), reference_attention(q, k, v, bias), rtol=1e-4, atol=1e-4)
+
+
+def test_fire_progressive_interpolation_keeps_inputs_in_unit_range():
+    m = method("fire", init_L=16.0)
+    pos = torch.arange(4096)
+    x = m.normalized_distance(pos[-1:], pos)
+    assert x.max().item() == pytest.approx(1.0, abs=1e-5) and x.min().item() == 0.0
+    inside = m.normalized_distance(torch.tensor([8]), torch.arange(9))
+    # query 8 < L = 16: divided by psi(16), so its longest distance maps below 1
+    assert inside[0, 0].item() == pytest.approx(math.log(0.1 * 8 + 1) / math.log(0.1 * 16 + 1), rel=1e-5)
+    with pytest.raises(ValueError, match="fire: init_L must be a positive number"):
+        method("fire", init_L=0)
+
+
+# --- randomized --------------------------------------------------------------------------------
+
+
+def test_randomized_samples_an_ordered_subset_in_training_only():
+    m = method("randomized", max_len=100)
+    torch.manual_seed(0)
+    draws = [m.sample(20, "cpu") for _ in range(50)]
+    for d in draws:
+        assert d.shape == (20,) and (d[1:] > d[:-1]).all() and d.min() >= 0 and d.max() < 100
+    assert len({tuple(d.tolist()) for d in draws}) == 50  # random
+    counts = torch.bincount(torch.cat(draws), minlength=100).double()
+    assert counts.min() > 0 and counts.std() / counts.mean() < 0.5  # uniform over the range, not a prefix
+    with pytest.raises(ValueError, match="randomized: a training sequence of 101 tokens is longer than max_len 100"):
+        m.sample(101, "cpu")
+    with pytest.raises(ValueError, match="randomized: base must be one of rotary, sinusoidal"):
+        method("randomized", base="alibi")
+
+
+@pytest.mark.parametrize("base", ["rotary", "sinusoidal"])
+def test_randomized_uses_the_draw_in_every_layer_while_training(base):
+    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, n_layers=3, method="randomized",
+                                      method_options={"base": base, "max_len": 64}))
+    m = model.method
+    idx = torch.randint(0, 256, (2, 12))
+    seen = []
+    inner_embed, inner_attend = m.inner.embed, m.inner.attend
+    m.inner.embed = lambda x, pos, state=None: seen.append(("embed", pos)) or inner_embed(x, pos, state)
+    m.inner.attend = lambda q, k, v, qp, kp, layer, state=None: seen.append((layer, qp, kp)) or \
+        inner_attend(q, k, v, qp, kp, layer, state)
+    torch.manual_seed(3)
+    model.train()(idx)
+    torch.manual_seed(3)
+    expected = m.sample(12, "cpu")
+    assert torch.equal(seen[0][1], expected) and not torch.equal(expected, torch.arange(12))
+    for _, qp, kp in seen[1:]:
+        assert torch.equal(qp, expected) and torch.equal(kp, expected)
+    seen.clear()
+    model.eval()(idx)
+    assert torch.equal(seen[0][1], torch.arange(12))
+    assert all(torch.equal(kp, torch.arange(12)) for _, _, kp in seen[1:])
+    # The training forward equals the base method's at the drawn positions.
+    plain = TransformerLM(ModelConfig(d_model=64, n_heads=4, n_layers=3, method=base))
+    plain.load_state_dict(model.state_dict(), strict=False)
+    torch.manual_seed(3)
+    model.train()
+    out = model(idx)
+    torch.testing.assert_close(out, plain.train()(idx, pos=expected))
+
+
+# --- rotary scaling ----------------------------------------------------------------------------
+
+HD = 16
+THETA = 10000.0 ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD)
+
+
+def scaled_reference(scaling, s, L_train):
+    """(theta', mscale) from the papers' formulas, written out independently."""
+    if scaling == "pi":  # Chen et al. 2023: positions m / s
+        return THETA / s, 1.0
+    if scaling in ("ntk", "dynamic_ntk"):  # bloc97 / emozilla: base * s^(d / (d - 2))
+        return (10000.0 * s ** (HD / (HD - 2))) ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD), 1.0
+    out = []  # YaRN, Peng et al. 2024, alpha 1, beta 32
+    for t in THETA.tolist():
+        r = L_train / (2 * math.pi / t)
+        g = 0.0 if r < 1 else 1.0 if r > 32 else (r - 1) / 31
+        out.append((1 - g) * t / s + g * t)
+    return torch.tensor(out, dtype=torch.float64), 0.1 * math.log(s) + 1
+
+
+@pytest.mark.parametrize("scaling", ["pi", "ntk", "dynamic_ntk", "yarn"])
+@pytest.mark.parametrize("tq, tk", [(20, 20), (1, 37)])
+def test_rotary_scaling_equals_formula_beyond_train_len(scaling, tq, tk):
+    m = method("rotary", scaling=scaling, train_len=8).eval()
+    q, k, v = qkv(tq, tk, d=HD, seed=tk)
+    pos = torch.arange(tk)
+    s = tk / 8  # dynamic: evaluation length over L_train
+    theta, mscale = scaled_reference(scaling, s, 8)
+    rq = rotate_reference(q, pos[-tq:], theta) * mscale
+    rk = rotate_reference(k, pos, theta) * mscale
+    out = m.attend(q, k, v, pos[-tq:], pos, 0)
+    torch.testing.assert_close(out.double(), reference_attention(rq, rk, v), rtol=1e-4, atol=1e-4)
+
+
+def test_yarn_reference_values_from_the_paper():
+    # sqrt(1/t) = 0.1 ln(s) + 1: 1.27726 at s = 16; and theta of the highest
+    # frequency pair (wavelength 2 pi < L_train / 32 for L_train 4096) is kept, the lowest divided by s.
+    m = method("rotary", scaling="yarn", factor=16, train_len=4096)
+    theta, mscale = m.scaled_inv_freq(16.0, 4096)
+    assert mscale == pytest.approx(1.27726, abs=1e-5)
+    assert theta[0].item() == pytest.approx(1.0) and theta[-1].item() == pytest.approx(THETA[-1].item() / 16)
+
+
+@pytest.mark.parametrize("scaling", ["pi", "ntk", "dynamic_ntk", "yarn"])
+def test_rotary_scaling_is_plain_rotary_within_train_len_and_in_training(scaling):
+    plain = method("rotary").eval()
+    m = method("rotary", scaling=scaling, train_len=32).eval()
+    q, k, v = qkv(32, 32, d=HD)
+    pos = torch.arange(32)
+    torch.testing.assert_close(m.attend(q, k, v, pos, pos, 0), plain.attend(q, k, v, pos, pos, 0))
+    long = torch.arange(64)
+    q, k, v = qkv(64, 64, d=HD)
+    assert not torch.allclose(m.attend(q, k, v, long, long, 0), plain.attend(q, k, v, long, long, 0))
+    m.train()
+    torch.testing.assert_close(m.attend(q, k, v, long, long, 0), plain.attend(q, k, v, long, long, 0))
+
+
+def test_rotary_scaling_records_train_len_in_training_and_keeps_it_in_state_dict():
+    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, method="rotary_pi"))
+    assert model.method.trained_len.item() == 0
+    model.train()(torch.randint(0, 256, (2, 24)))
+    assert model.method.trained_len.item() == 24
+    model(torch.randint(0, 256, (2, 10)))
+    assert model.method.trained_len.item() == 24  # the longest
+    fresh = TransformerLM(ModelConfig(d_model=64, n_heads=4, method="rotary_pi"))
+    fresh.load_state_dict(model.state_dict())
+    assert fresh.method.scale_factor(torch.arange(96)) == (4.0, 24)
+    assert method("rotary_ntk").factor == 8.0 and method("rotary_yarn").scaling == "yarn"
+
+
+@pytest.mark.parametrize("name", ["rotary_pi", "rotary_ntk", "rotary_dynamic_ntk", "rotary_yarn"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_scaling_kv_decode(name, dtype):
+    """Static factor: decoding equals the full forward. Dynamic factor: decoding step t equals the
+    full forward of the first t + 1 tokens (each step sees the factor of its own length)."""
+    torch.manual_seed(0)
+    model = TransformerLM(ModelConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, method=name,
+                                      method_options={"train_len": 8})).to(dtype).eval()
+    idx = torch.randint(0, 64, (2, 30))
+    tol = 1e-4 if dtype == torch.float32 else 5e-2
+    with torch.no_grad():
+        cache = model.new_cache()
+        steps = [model(idx[:, :4], cache=cache)[:, -1]]
+        steps += [model(idx[:, t : t + 1], cache=cache)[:, -1] for t in range(4, 30)]
+        for t in (3, 12, 29):
+            last = model(idx[:, : t + 1])[:, -1].float()
+            scale = max(1.0, last.abs().max().item())
+            assert (steps[t - 3].float() - last).abs().max().item() <= tol * scale
+        if name == "rotary_ntk":  # static: the whole sequence, not only each prefix's last token
+            full = model(idx).float()
+            assert (torch.stack(steps[1:], 1).float() - full[:, 4:]).abs().max().item() <= tol * max(1.0, full.abs().max().item())
+
+
+def test_rotary_scaling_bad_options_are_one_line():
+    with pytest.raises(ValueError, match="rotary: scaling must be one of none, pi, ntk, dynamic_ntk, yarn"):
+        method("rotary", scaling="longrope")
+    with pytest.raises(ValueError, match="rotary: factor must be a number >= 1"):
+        method("rotary", scaling="pi", factor=0.5)
+    with pytest.raises(ValueError, match="rotary: factor does not apply to scaling 'dynamic_ntk'"):
+        method("rotary", scaling="dynamic_ntk", factor=2)
+    with pytest.raises(ValueError, match="rotary: train_len must be a positive integer"):
+        method("rotary", scaling="pi", train_len=0)
+    m = method("rotary", scaling="yarn", factor=4).eval()
+    q, k, v = qkv(4, 4, d=HD)
+    with pytest.raises(ValueError, match="rotary: scaling 'yarn' needs L_train"):
+        m.attend(q, k, v, torch.arange(4), torch.arange(4), 0)

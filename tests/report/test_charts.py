@@ -1,0 +1,240 @@
+"""Charts checked for what a reader sees: lines, labels, scales, marks, and values equal to the tables."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pytest
+from matplotlib.colors import to_rgba
+
+from posbench.report import charts
+from posbench.report.build import collect_sections, load_runs
+from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
+from posbench.report.table import metric_tables
+from posbench.tasks.extrapolation import ppl_charts
+from tests.helpers.report_rows import (EFF_METHODS, L_VALID, LENGTHS, PPL_METHODS, PRECISION_SUITE_METRICS, base_row,
+                             efficiency_rows, extrapolation_rows, precision_rows, retrieval_rows, write_run)
+
+GIB = float(1 << 30)
+
+
+def _by_gid(ax, prefix):
+    return {line.get_gid().split(":", 1)[1]: line for line in ax.get_lines()
+            if (line.get_gid() or "").startswith(prefix)}
+
+
+@pytest.fixture
+def frame(tmp_path):
+    write_run(tmp_path, efficiency_rows())
+    write_run(tmp_path, extrapolation_rows())
+    return load_runs(tmp_path)
+
+
+def test_words_per_second_chart_plots_the_table(frame, tmp_path):
+    table = next(t for t in metric_tables(frame, "efficiency") if t.metric == "train_wps")
+    fig = charts.metric_chart(table)
+    (ax,) = fig.axes
+    lines = _by_gid(ax, "method:")
+    assert list(lines) == EFF_METHODS
+    for method, line in lines.items():
+        expected = [(L, table.cell(method, L).value) for L in LENGTHS if table.cell(method, L).value is not None]
+        assert list(zip(line.get_xdata(), line.get_ydata())) == expected
+    assert len(lines["alibi_triton"].get_xdata()) == 0  # unavailable: no points, no OOM marks
+    assert list(_by_gid(ax, "failed:")) == ["t5_bias"]
+    assert list(_by_gid(ax, "failed:")["t5_bias"].get_xdata()) == [1024]
+    assert ax.get_xscale() == "log"
+    assert ax.get_title() == "Training speed (words/s), efficiency"
+    assert ax.get_xlabel() == "seq_len (tokens)" and "words/s" in ax.get_ylabel()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "alibi_triton (unavailable)" in legend and "x: OOM / failed" in legend
+    caption = " ".join(t.get_text() for t in fig.texts)
+    assert "Test CPU 9000" in caption and "abc1234def" in caption
+
+    paths = charts.save_figure(fig, tmp_path / "charts", "train")
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in paths["svg"].read_text()[:500]
+
+
+def test_memory_chart_is_in_gib_from_zero(frame):
+    table = next(t for t in metric_tables(frame, "efficiency") if t.metric == "peak_mem_train_bytes")
+    fig = charts.metric_chart(table)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    assert ax.get_ylim()[0] == 0  # memory axes start at zero
+    assert ax.get_ylabel() == "Peak training memory (GiB)" and "(GiB)" in ax.get_title()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text() and t.get_position()[1] <= ax.get_ylim()[1]]
+    top = max(c.value for c in table.cells.values() if c.value is not None) / GIB
+    assert ax.get_ylim()[1] == pytest.approx(1.1 * top)  # the tallest point clear of the frame
+    assert labels[0] == "0" and all(0 <= float(label) <= 1.1 * top for label in labels)  # GiB numbers
+    line = _by_gid(ax, "method:")["sinusoidal"]
+    assert list(line.get_ydata()) == [table.cell("sinusoidal", L).value / GIB for L in LENGTHS]
+    assert table.cell("sinusoidal", 1024).text.startswith(f"{table.cell('sinusoidal', 1024).value / GIB:.3f} GiB")
+
+
+def test_extrapolation_chart_is_figure_one(frame):
+    table = extrapolation_tables(frame)[0]
+    fig = ppl_charts.ppl_chart(table)
+    (ax,) = fig.axes
+    lines = _by_gid(ax, "method:")
+    assert list(lines) == PPL_METHODS
+    for method, line in lines.items():
+        expected = [table.cell(method, lv).value for lv in L_VALID if table.cell(method, lv).value is not None]
+        assert list(line.get_ydata()) == expected
+    assert ax.get_xscale() == "log"
+    (l_train,) = [line for line in ax.get_lines() if line.get_gid() == "L_train"]
+    assert list(l_train.get_xdata()) == [64, 64]
+    # rotary's OOM at 512: an 'x' at the very top of the axes (y in axes coordinates)
+    oom = _by_gid(ax, "failed:")["rotary"]
+    assert oom.get_marker() == "x" and list(oom.get_xdata()) == [512] and list(oom.get_ydata()) == [1.0]
+    assert oom.get_clip_on() is False
+    assert "nonoverlapping" in ax.get_title()
+    assert ax.get_xlabel().startswith("L_valid") and "Perplexity" in ax.get_ylabel()
+
+
+def test_position_loss_chart(frame):
+    ((stem, fig),) = ppl_charts.position_loss_charts(frame)
+    ax = fig.axes[0]
+    assert "position-loss" in stem and "512" in stem
+    lines = _by_gid(ax, "method:")
+    # rotary OOMed at 512 so it has no per-position curve there
+    assert list(lines) == ["sinusoidal", "alibi"]
+    assert len(lines["alibi"].get_ydata()) == 512
+    assert ax.get_xlabel().startswith("Token position") and "Loss" in ax.get_ylabel()
+
+
+# -- every method visible, spreads drawn, one convention per axis kind ---------------------------
+
+def _all_report_figures(tmp_path):
+    """Every chart the report draws for efficiency, extrapolation, precision and retrieval runs,
+    as (stem, Figure), through the report's own sections (so a new chart kind is covered)."""
+    write_run(tmp_path, efficiency_rows(), metrics=["train_wps", "eval_wps", "peak_mem_train_bytes"])
+    write_run(tmp_path, extrapolation_rows())
+    write_run(tmp_path, precision_rows(), metrics=PRECISION_SUITE_METRICS, baseline=None)
+    write_run(tmp_path, retrieval_rows())
+    figures = []
+    for section in collect_sections(load_runs(tmp_path)):
+        for block in section.blocks:
+            for source in block.charts:
+                figures += [(stem, fig) for stem, _title, fig in source()]
+    return figures
+
+
+def _style(line) -> tuple:
+    return (to_rgba(line.get_color()), line.get_marker(), line.get_linestyle())
+
+
+def test_every_methods_line_stays_visible_when_lines_coincide(tmp_path):
+    figures = _all_report_figures(tmp_path)
+    stems = [stem for stem, _ in figures]
+    # the kinds of line chart the report draws, each with lines that coincide in the fixtures
+    for kind in ("peak-mem-train", "ppl-l64-nonoverlapping", "position-loss", "precision-staircase",
+                 "precision-ppl-cpu", "retrieval_passkey_accuracy"):
+        assert any(kind in stem for stem in stems), kind
+    checked = 0
+    for stem, fig in figures:
+        for ax in fig.axes:
+            lines = [line for line in ax.get_lines() if (line.get_gid() or "").startswith("method:")]
+            styles = [_style(line) for line in lines]
+            assert len(set(styles)) == len(styles), (stem, styles)  # no two share colour, marker and dash
+            # nor marker alone: lines stay apart without colour too (print, colour blindness)
+            assert len({line.get_marker() for line in lines}) == len(lines), stem
+            assert len({line.get_linestyle() for line in lines}) == min(len(lines), len(charts.LINESTYLES)), stem
+            for line in lines:
+                if len(line.get_xdata()):
+                    assert line.get_marker() not in ("None", "", None) and line.get_markerfacecolor() == "none"
+            checked += len(lines) > 1
+        plt.close(fig)
+    assert checked >= 8
+
+
+def test_line_styles_are_a_deterministic_cycle_by_method_order():
+    styles = [tuple(charts.line_style(i).values()) for i in range(20)]
+    assert len(set(styles)) == 20 and styles == [tuple(charts.line_style(i).values()) for i in range(20)]
+    assert len({charts.line_style(i)["marker"] for i in range(10)}) == 10
+    assert [charts.marker_size(i) for i in range(3)] == [11.0, 9.5, 8.0]  # markers at one point nest
+
+
+def test_coinciding_memory_lines_all_show_in_the_chart(frame):
+    # The fixture's memory differs by a few bytes between methods: the lines lie on top of each other.
+    table = next(t for t in metric_tables(frame, "efficiency") if t.metric == "peak_mem_train_bytes")
+    lines = _by_gid(charts.metric_chart(table).axes[0], "method:")
+    drawn = {m: list(line.get_ydata()) for m, line in lines.items() if len(line.get_xdata())}
+    assert len(drawn) == 4 and drawn["rotary"] == pytest.approx(drawn["alibi"], rel=1e-6)
+    assert len({_style(lines[m]) for m in drawn}) == 4 and len({lines[m].get_markersize() for m in drawn}) == 4
+
+
+def test_error_bars_show_the_min_max_the_rows_hold(frame):
+    table = next(t for t in metric_tables(frame, "efficiency") if t.metric == "train_wps")
+    rows = {(r["method"], r["params"]["seq_len"]): r["metrics"] for r in efficiency_rows() if r["status"] == "ok"}
+    assert table.cell("rotary", 512).spread == (rows[("rotary", 512)]["train_wps_min"], rows[("rotary", 512)]["train_wps_max"])
+    fig = charts.metric_chart(table)
+    bars = {c.get_gid(): c for c in fig.axes[0].collections}
+    for method in ("sinusoidal", "rotary", "t5_bias", "alibi"):
+        segments = bars[f"errorbar:{method}"].get_segments()
+        lengths = [L for L in LENGTHS if (method, L) in rows]
+        assert len(segments) == len(lengths)
+        for segment, L in zip(segments, lengths):
+            assert list(segment[:, 1]) == pytest.approx([rows[(method, L)]["train_wps_min"],
+                                                         rows[(method, L)]["train_wps_max"]])
+    assert "errorbar:alibi_triton" not in bars
+    assert "bars: min-max over measured windows" in " ".join(t.get_text() for t in fig.texts)
+
+
+def test_error_bars_show_the_spread_over_seeds_of_perplexity(tmp_path):
+    rows = extrapolation_rows()
+    for row in rows:
+        for entry in row["series"]["evals"]:
+            if entry["ppl"] is not None:
+                entry["ppl_std"] = 0.1 * entry["ppl"]
+    table = extrapolation_tables(load_runs(write_run(tmp_path, rows)))[0]
+    fig = ppl_charts.ppl_chart(table)
+    bars = {c.get_gid(): c for c in fig.axes[0].collections}
+    (first, *_) = bars["errorbar:alibi"].get_segments()
+    value = table.cell("alibi", 64).value
+    assert list(first[:, 1]) == pytest.approx([0.9 * value, 1.1 * value])
+    assert "bars: ± std over seeds" in " ".join(t.get_text() for t in fig.texts)
+
+
+def test_every_perplexity_chart_has_a_log_y_axis(tmp_path):
+    write_run(tmp_path, extrapolation_rows())
+    write_run(tmp_path, precision_rows(), metrics=PRECISION_SUITE_METRICS, baseline=None)
+    loaded = load_runs(tmp_path)
+    nonoverlapping, sliding = extrapolation_tables(loaded)
+    assert sliding.columns == [128]  # one column, a range far under 10x: still log
+    for table in (nonoverlapping, sliding):
+        assert ppl_charts.ppl_chart(table).axes[0].get_yscale() == "log"
+    precision = {t.metric: t for t in metric_tables(loaded, "precision", column="")}
+    assert charts.is_perplexity(precision["ppl@*"]) and charts.metric_chart(precision["ppl@*"]).axes[0].get_yscale() == "log"
+    # a difference of perplexities can be zero or negative: linear, and not called a perplexity
+    assert not charts.is_perplexity(precision["ppl_diff@*"])
+    assert charts.metric_chart(precision["ppl_diff@*"]).axes[0].get_yscale() == "linear"
+    plt.close("all")
+
+
+def test_unavailable_is_said_once_per_legend_entry(tmp_path):
+    rows = extrapolation_rows()
+    missing = base_row("extrapolation", "extrapolation", "alibi_triton", {"L_train": 64}, "run-x",
+                       status="unavailable", message="needs CUDA and triton")
+    write_run(tmp_path, rows + [missing])
+    write_run(tmp_path, efficiency_rows())
+    loaded = load_runs(tmp_path)
+    table = extrapolation_tables(loaded)[0]
+    assert "alibi_triton (unavailable)" in table.rows  # the table's own label already says it
+    legend = [t.get_text() for t in ppl_charts.ppl_chart(table).axes[0].get_legend().get_texts()]
+    assert "alibi_triton (unavailable)" in legend
+    train = next(t for t in metric_tables(loaded, "efficiency") if t.metric == "train_wps")
+    legend += [t.get_text() for t in charts.metric_chart(train).axes[0].get_legend().get_texts()]
+    assert legend.count("alibi_triton (unavailable)") == 2
+    assert all(text.count("(unavailable)") <= 1 for text in legend)
+    plt.close("all")
+
+
+def test_a_spread_of_zero_width_draws_no_bars_and_names_none(tmp_path):
+    rows = efficiency_rows()
+    for row in rows:
+        for key in ("train_wps_min", "train_wps_max"):
+            if key in row["metrics"]:
+                row["metrics"][key] = row["metrics"]["train_wps"]  # one measured window
+    table = next(t for t in metric_tables(load_runs(write_run(tmp_path, rows)), "efficiency") if t.metric == "train_wps")
+    fig = charts.metric_chart(table)
+    assert not [c for c in fig.axes[0].collections if (c.get_gid() or "").startswith("errorbar:")]
+    assert "bars:" not in " ".join(t.get_text() for t in fig.texts)
+    plt.close(fig)

@@ -1,0 +1,234 @@
+"""compare: ratios per case and metric, threshold, exit code, one-sided cases, hardware warnings."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from posbench.cli.report_cmds import add_compare_parser
+from posbench.report.compare import compare_runs, main_compare, metric_direction
+from tests.helpers.report_rows import CPU_ENV, GPU_ENV, efficiency_rows, extrapolation_rows, write_run
+
+
+def _args(base, new, *extra):
+    parser = argparse.ArgumentParser()
+    add_compare_parser(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["compare", str(base), str(new), *extra])
+
+
+def _with_train_wps_scaled(rows, factor):
+    for row in rows:
+        if row["metrics"].get("train_wps") is not None:
+            row["metrics"]["train_wps"] *= factor
+    return rows
+
+
+def test_metric_directions_come_from_the_tasks_declarations():
+    assert metric_direction("efficiency", "train_wps") == 1 and metric_direction("kernels", "fwdbwd_tflops") == 1
+    assert metric_direction("efficiency", "peak_mem_train_bytes") == -1 and metric_direction("kernels", "fwd_ms") == -1
+    assert metric_direction("extrapolation", "ppl@nonoverlapping@512") == -1  # the ppl@* family
+    assert metric_direction("efficiency", "j_per_token") == -1
+    for task, ignored in (("efficiency", "n_params"), ("efficiency", "batch_size"), ("extrapolation", "best_ppl"),
+                          ("efficiency", "train_wps_min"), ("kernels", "fwd_ms_max")):
+        assert metric_direction(task, ignored) is None
+    # no guessing from names: an undeclared metric or an unknown task is not compared
+    assert metric_direction("efficiency", "other_wps") is None and metric_direction("mine", "train_wps") is None
+
+
+def test_a_declared_direction_decides_the_verdict(tmp_path, monkeypatch):
+    from posbench.core.task import Metric
+    from posbench.tasks import efficiency
+
+    # Declare train_wps lower-is-better: the same 10% fall becomes an improvement.
+    monkeypatch.setitem(efficiency.METRICS, "train_wps", Metric("Training speed", "words/s", "", False, "count"))
+    base = write_run(tmp_path / "base", efficiency_rows())
+    new = write_run(tmp_path / "new", _with_train_wps_scaled(efficiency_rows(), 0.9))
+    result = compare_runs(base, new)
+    assert result.regressions == [] and {c.metric for c in result.improvements} == {"train_wps"}
+
+
+def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path, capsys):
+    base = write_run(tmp_path / "base", efficiency_rows())
+    new = write_run(tmp_path / "new", efficiency_rows())
+    lines = (new / "cases.jsonl").read_text().splitlines()
+    lines[2] = lines[2].replace('"status": "ok"', '"status": 3', 1)
+    (new / "cases.jsonl").write_text("\n".join(lines) + "\n")
+    assert main_compare(_args(base, new)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"posbench compare: {new}/cases.jsonl:3: status: expected a string, got int"
+
+
+def test_identical_runs_pass(tmp_path, capsys):
+    base = write_run(tmp_path / "base", efficiency_rows() + extrapolation_rows(run_id="run-a"),
+                     suite="mixed")
+    new = write_run(tmp_path / "new", efficiency_rows() + extrapolation_rows(run_id="run-a"),
+                    suite="mixed")
+    result = compare_runs(base, new)
+    assert result.regressions == [] and result.improvements == []
+    assert result.only_in_base == [] == result.only_in_new and result.hardware_warnings == []
+    assert {c.ratio for c in result.changes} == {1.0}
+    assert main_compare(_args(base, new)) == 0
+    assert "**0 regression(s), 0 improvement(s)** over 18 case(s)" in capsys.readouterr().out
+
+
+def test_planted_ten_percent_train_wps_regression_fails(tmp_path):
+    base = write_run(tmp_path / "base", efficiency_rows())
+    new = write_run(tmp_path / "new", _with_train_wps_scaled(efficiency_rows(), 0.9))
+    result = compare_runs(base, new, threshold=0.05)
+    regressed = {(c.case_id, c.metric) for c in result.regressions}
+    ok_cases = {r["case_id"] for r in efficiency_rows() if r["status"] == "ok"}
+    assert regressed == {(case, "train_wps") for case in ok_cases}
+    assert all(c.ratio == pytest.approx(0.9) for c in result.regressions)
+    assert result.exit_code == 1
+    md_path = tmp_path / "compare.md"
+    assert main_compare(_args(base, new, "--markdown", str(md_path))) == 1
+    md = md_path.read_text()
+    assert "### Regressions" in md and "| efficiency/alibi/seq_len=256 | train_wps |" in md and "0.900x" in md
+    # a looser threshold accepts the same change
+    assert compare_runs(base, new, threshold=0.15).regressions == []
+    assert main_compare(_args(base, new, "--threshold", "0.15")) == 0
+
+
+def test_faster_and_smaller_is_an_improvement(tmp_path):
+    base = write_run(tmp_path / "base", efficiency_rows())
+    rows = _with_train_wps_scaled(efficiency_rows(), 1.2)
+    for row in rows:
+        if "peak_mem_train_bytes" in row["metrics"]:
+            row["metrics"]["peak_mem_train_bytes"] *= 0.5
+    result = compare_runs(base, write_run(tmp_path / "new", rows))
+    assert {c.metric for c in result.improvements} == {"train_wps", "peak_mem_train_bytes"}
+    assert result.exit_code == 0
+
+
+def test_more_memory_and_a_new_oom_are_regressions(tmp_path):
+    base = write_run(tmp_path / "base", efficiency_rows())
+    rows = efficiency_rows()
+    rows[0]["metrics"]["peak_mem_train_bytes"] *= 1.5
+    rows[1].update(status="oom", metrics={})
+    result = compare_runs(base, write_run(tmp_path / "new", rows))
+    got = {(c.case_id, c.metric, c.verdict) for c in result.regressions}
+    assert got == {(rows[0]["case_id"], "peak_mem_train_bytes", "regression"),
+                   (rows[1]["case_id"], "status", "regression")}
+
+
+def test_an_evaluation_that_now_ooms_is_a_perplexity_regression(tmp_path):
+    base = write_run(tmp_path / "base", extrapolation_rows())
+    rows = extrapolation_rows()
+    alibi_512 = next(e for e in rows[2]["series"]["evals"] if e["L_valid"] == 512)
+    alibi_512.update(status="oom", ppl=None)
+    result = compare_runs(base, write_run(tmp_path / "new", rows))
+    (reg,) = result.regressions
+    assert (reg.method, reg.metric, reg.new) == ("alibi", "ppl@nonoverlapping@512", None)
+
+
+def test_cases_in_only_one_run_are_listed(tmp_path):
+    rows = efficiency_rows()
+    base = write_run(tmp_path / "base", rows[:-1])
+    new = write_run(tmp_path / "new", rows[1:])
+    result = compare_runs(base, new)
+    assert result.only_in_base == [rows[0]["case_id"]]
+    assert result.only_in_new == [rows[-1]["case_id"]]
+    md = result.markdown()
+    assert "### Only in base: missing from new, failures (1)" in md and f"- `{rows[0]['case_id']}`" in md
+    assert "### Only in new (1)" in md
+    # a case of BASE that NEW lacks fails the comparison; one only NEW has does not
+    assert result.exit_code == 1 and result.regressions == []
+    assert compare_runs(write_run(tmp_path / "b2", rows[:-1]), write_run(tmp_path / "n2", rows)).exit_code == 0
+
+
+def test_different_hardware_is_warned(tmp_path):
+    base = write_run(tmp_path / "base", efficiency_rows(), CPU_ENV)
+    new = write_run(tmp_path / "new", efficiency_rows(device="cuda:0"), GPU_ENV)
+    result = compare_runs(base, new)
+    text = " ".join(result.hardware_warnings)
+    assert "GPU differs" in text and "NVIDIA A100-SXM4-80GB" in text
+    assert "device differs" in text
+    assert "**Warning:** GPU differs" in result.markdown()
+
+
+def test_unreadable_input_exits_2(tmp_path, capsys):
+    assert main_compare(_args(tmp_path / "missing", tmp_path / "missing")) == 2
+    assert "no such folder" in capsys.readouterr().err
+
+
+def test_a_different_suite_version_is_warned(tmp_path):
+    base = write_run(tmp_path / "base", efficiency_rows())
+    new = write_run(tmp_path / "new", efficiency_rows())
+    meta = (new / "run.json").read_text().replace('"version": 1', '"version": 2')
+    (new / "run.json").write_text(meta)
+    (warning,) = compare_runs(base, new).hardware_warnings
+    assert warning.startswith("suite efficiency version differs: base ran v1, new v2")
+
+
+# -- noise-aware verdicts with interleaved rounds ---------------------------------------------------
+
+def _rounds_run(root, base_values, alibi_ratios, suite="efficiency", task="efficiency"):
+    """A run with rounds: sinusoidal's train_wps per round and alibi's as ratios to it, per round."""
+    rows = []
+    for name, values in (("sinusoidal", base_values), ("alibi", [b * r for b, r in zip(base_values, alibi_ratios)])):
+        for r, v in enumerate(values, 1):
+            rows.append({"case_id": f"{name}/seq_len=64", "suite": suite, "task": task, "method": name,
+                         "params": {"seq_len": 64}, "status": "ok", "message": "", "metrics": {"train_wps": v},
+                         "series": {}, "info": {}, "settings": {}, "device": "cpu", "profile": "cpu", "run_id": "r",
+                         "started_at": f"2026-01-01T00:{r:02d}:00+00:00", "duration_s": 1.0,
+                         "posbench_version": "x", "git_commit": "abc", "traceback": "", "round": r})
+    return write_run(root, rows, metrics=["train_wps"])
+
+
+DRIFT = [1000.0, 800.0, 1150.0, 900.0, 1050.0]  # the machine's speed per round: +-20%
+
+
+def test_separated_intervals_are_a_regression_overlapping_ones_within_noise(tmp_path, capsys):
+    base = _rounds_run(tmp_path / "base", DRIFT, [0.90, 0.91, 0.89, 0.90, 0.905])
+    # Separated: alibi now 0.80x sinusoidal in every round, although absolute speeds drift 20%.
+    slow = _rounds_run(tmp_path / "slow", [d * 0.97 for d in reversed(DRIFT)], [0.80, 0.81, 0.79, 0.80, 0.805])
+    result = compare_runs(base, slow, threshold=0.05)
+    (reg,) = result.regressions
+    assert (reg.case_id, reg.metric, reg.basis) == ("alibi/seq_len=64", "train_wps", "ratio to sinusoidal")
+    assert reg.ratio == pytest.approx(0.80 / 0.90, abs=0.005) and reg.interval[1] < 0.95
+    assert main_compare(_args(base, slow)) == 1
+    out = capsys.readouterr().out
+    assert "| alibi/seq_len=64 | train_wps (ratio to sinusoidal) | 0.900x | 0.800x | 0.889x |" in out
+    assert "95% interval" in out
+    # The baseline itself is compared on its values: 3% slower is within the threshold.
+    (same,) = [c for c in result.changes if c.case_id == "sinusoidal/seq_len=64"]
+    assert same.verdict == "same" and same.basis == "" and same.interval is not None
+
+    # Overlapping: the median ratio fell 8%, but the rounds scatter so widely that the interval
+    # reaches back above 0.95: unchanged (within noise), not a regression.
+    noisy = _rounds_run(tmp_path / "noisy", DRIFT, [0.70, 0.95, 0.83, 0.99, 0.76])
+    result = compare_runs(base, noisy, threshold=0.05)
+    assert result.regressions == [] and result.exit_code == 0
+    (noise,) = result.within_noise
+    assert noise.ratio < 0.95 and noise.interval[0] < 0.95 < noise.interval[1]
+    assert "1 change(s) beyond the threshold are unchanged (within noise)" in result.markdown()
+    assert "### Unchanged (within noise)" in result.markdown()
+
+    # Improvement likewise: the whole interval above 1 + threshold.
+    fast = _rounds_run(tmp_path / "fast", DRIFT, [1.00, 1.01, 0.99, 1.00, 1.005])
+    (imp,) = compare_runs(base, fast).improvements
+    assert imp.interval[0] > 1.05
+
+
+def test_empty_new_run_and_different_suites_are_bad_input(tmp_path, capsys):
+    base = _rounds_run(tmp_path / "base", DRIFT, [0.9] * 5)
+    empty = tmp_path / "empty" / "efficiency" / "r"
+    empty.mkdir(parents=True)
+    (empty / "cases.jsonl").write_text("")
+    assert main_compare(_args(base, empty)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"posbench compare: {empty}: the new run has no rows (empty cases.jsonl); nothing to compare"
+    other = _rounds_run(tmp_path / "other", DRIFT, [0.9] * 5, suite="kernels", task="kernels")
+    assert main_compare(_args(base, other)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("posbench compare: base and new are different suites (base: efficiency; new: kernels)")
+    assert len(err.splitlines()) == 1
+
+
+def test_a_partial_new_run_fails(tmp_path):
+    rows = efficiency_rows()
+    base = write_run(tmp_path / "base", rows)
+    ok_in_base = next(r for r in rows if r["status"] == "ok")
+    partial = [r for r in rows if r is not ok_in_base]
+    result = compare_runs(base, write_run(tmp_path / "new", partial))
+    assert result.only_in_base == [ok_in_base["case_id"]] and result.exit_code == 1

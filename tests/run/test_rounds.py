@@ -1,0 +1,214 @@
+"""Interleaved rounds: the schedule, one process and one row per round, resume and retry per
+round, merged rows, paired ratios with bootstrap intervals (a planted drift cancels), and the
+tables' ``0.98x ±0.01`` cells with their CSV bounds and chart error bars."""
+import json
+import random
+import statistics
+
+import pytest
+
+from posbench.report import bootstrap
+from posbench.cli import app as cli
+from posbench.report import render
+from posbench.report import rows as rowsmod
+from posbench.run import runner
+from posbench.run import suite as suitemod
+from posbench.report.table import metric_tables
+from tests.helpers.ratios import recovers_planted_ratio
+from tests.helpers.report_rows import write_run
+from tests.helpers.suites import make_suite
+
+
+def _ids(todo):
+    return [(c.id, r) for c, r in todo]
+
+
+# -- schedule, fresh processes, per-round rows --------------------------------------------------
+
+def test_schedule_interleaves_methods_round_by_round_per_grid_point(tmp_path):
+    path = make_suite(tmp_path, ["sinusoidal", "rotary", "alibi"], grid="[1, 2]", rounds=3)
+    suite = suitemod.resolve(suitemod.load(path), "default")
+    todo = runner.schedule(suite.cases("cpu"))
+    # Per point: round 1 of every method, then round 2 starting one method later, then round 3.
+    m1 = ["sinusoidal/n=1", "rotary/n=1", "alibi/n=1"]
+    expected = [(m1[i], 1) for i in (0, 1, 2)] + [(m1[i], 2) for i in (1, 2, 0)] + [(m1[i], 3) for i in (2, 0, 1)]
+    assert _ids(todo)[:9] == expected
+    assert _ids(todo)[9:12] == [("sinusoidal/n=2", 1), ("rotary/n=2", 1), ("alibi/n=2", 1)]
+    assert len(todo) == 18
+    # Without the setting every case runs once, in suite order.
+    plain = suitemod.resolve(suitemod.load(make_suite(tmp_path, ["sinusoidal", "rotary"])), "default")
+    assert _ids(runner.schedule(plain.cases("cpu"))) == [("sinusoidal/n=1", 1), ("rotary/n=1", 1)]
+
+
+@pytest.mark.subprocess
+def test_each_round_is_a_fresh_process_and_a_row_and_progress_counts_rounds(tmp_path):
+    path = make_suite(tmp_path, ["sinusoidal", "rotary"], rounds=2)
+    suite = suitemod.resolve(suitemod.load(path), "default")
+    seen = []
+    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False,
+                                                       on_row=lambda row, i, n: seen.append((row["case_id"], row["round"], i, n))))
+    assert seen == [("sinusoidal/n=1", 1, 1, 4), ("rotary/n=1", 1, 2, 4), ("rotary/n=1", 2, 3, 4),
+                    ("sinusoidal/n=1", 2, 4, 4)]
+    stored = runner.read_rows(result.run_dir / "cases.jsonl")
+    assert [(r["case_id"], r["round"]) for r in stored] == [s[:2] for s in seen]
+    assert len({r["metrics"]["pid"] for r in stored}) == 4  # one worker process per case and round
+    # The run's rows: one per case, rounds merged, every round's value kept.
+    merged = {r["case_id"]: r for r in result.rows}
+    assert set(merged) == {"sinusoidal/n=1", "rotary/n=1"}
+    sin = merged["sinusoidal/n=1"]
+    assert sin["metrics"]["value"] == 1000 and sin["metrics"]["n_rounds"] == 2
+    assert sin["series"]["value_by_round"] == [1000, 1000] and len(set(sin["series"]["pid_by_round"])) == 2
+    # env.json says how busy the machine was at the start and at the end of the run.
+    env = json.loads((result.run_dir / "env.json").read_text())
+    assert set(env["machine"]) == {"start", "end"}
+    for state in env["machine"].values():
+        assert {"load_avg", "busy_processes", "n_busy_processes", "cpu_freq", "busy"} <= set(state)
+
+
+@pytest.mark.subprocess
+def test_resume_mid_round_runs_each_remaining_round_once(tmp_path, capsys):
+    flag = tmp_path / "interrupted.flag"
+    # rotary interrupts the runner in its first round: sinusoidal's round 1 is done, the round is not.
+    path = make_suite(tmp_path, ["sinusoidal", "rotary", "alibi"], by_method={"rotary": "interrupt_once"},
+                      flag_file=str(flag), rounds=2)
+    args = ["--suite", str(path), "--device", "cpu", "--results", str(tmp_path / "res"), "--quiet"]
+    assert cli.main(args) == cli.EXIT_INTERRUPTED
+    assert "interrupted: 1 of 6 cases finished" in capsys.readouterr().err
+    run_dir = next((tmp_path / "res" / "t").iterdir())
+    first = runner.read_rows(run_dir / "cases.jsonl")
+    assert [(r["case_id"], r["round"]) for r in first] == [("sinusoidal/n=1", 1)]
+
+    assert cli.main(args) == 0
+    stored = runner.read_rows(run_dir / "cases.jsonl")
+    assert [(r["case_id"], r["round"]) for r in stored] == [
+        ("sinusoidal/n=1", 1), ("rotary/n=1", 1), ("alibi/n=1", 1),
+        ("rotary/n=1", 2), ("alibi/n=1", 2), ("sinusoidal/n=1", 2)]
+    assert stored[0] == first[0] and all(r["status"] == "ok" for r in stored)
+    assert "5 case(s) run, 1 already done" in capsys.readouterr().out
+    # A third call finds every round done.
+    suite = suitemod.resolve(suitemod.load(path), "default")
+    todo, done = runner.plan_rounds(suite, "cpu", run_dir, False, None, [], run_dir.name)
+    assert todo == [] and len(done) == 6
+
+
+@pytest.mark.subprocess
+def test_retry_failed_reruns_only_the_failed_round(tmp_path):
+    path = make_suite(tmp_path, ["sinusoidal", "rotary"], rounds=3)
+    suite = suitemod.resolve(suitemod.load(path), "default")
+    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False))
+    cases = result.run_dir / "cases.jsonl"
+    lines = cases.read_text().splitlines()
+    broken = [json.loads(line) for line in lines]
+    target = next(i for i, r in enumerate(broken) if (r["case_id"], r["round"]) == ("rotary/n=1", 2))
+    broken[target].update(status="error", message="ValueError: boom")
+    cases.write_text("".join(json.dumps(r) + "\n" for r in broken))
+    merged = rowsmod.case_rows(runner.read_rows(cases))["rotary/n=1"]
+    assert merged["status"] == "error" and merged["message"] == "round 2: ValueError: boom"
+    assert merged["series"]["value_by_round"] == [1000, None, 1000] and merged["metrics"]["n_rounds"] == 2
+
+    todo, _ = runner.plan_rounds(suite, "cpu", result.run_dir, True, None, [], result.run_id)
+    assert _ids(todo) == [("rotary/n=1", 2)]
+    again = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", retry_failed=True, progress=False))
+    assert again.ran == 1
+    assert {r["case_id"]: r["status"] for r in again.rows} == {"sinusoidal/n=1": "ok", "rotary/n=1": "ok"}
+
+
+def test_merge_rounds_takes_medians_and_keeps_single_rows_as_they_are():
+    def row(r, value, status="ok"):
+        return {"case_id": "a/n=1", "method": "a", "status": status, "params": {"n": 1}, "round": r,
+                "metrics": {"value": value, "mem": 10}, "series": {"w": [r]}, "duration_s": 1.0,
+                "started_at": f"2026-01-01T00:00:0{r}+00:00", "message": "", "traceback": ""}
+
+    merged = rowsmod.merge_rounds([row(3, 30.0), row(1, 10.0), row(2, 50.0)])
+    assert merged["metrics"] == {"value": 30.0, "mem": 10, "n_rounds": 3}
+    assert merged["series"]["value_by_round"] == [10.0, 50.0, 30.0] and merged["duration_s"] == 3.0
+    assert merged["series"]["w"] == [1]  # the first round's own series
+    single = row(1, 10.0)
+    assert rowsmod.merge_rounds([single]) == single
+    # The latest row per round wins (a retried round), then rounds merge.
+    retried = dict(row(2, 70.0), started_at="2026-01-01T00:00:09+00:00")
+    out = rowsmod.case_rows([row(1, 10.0), row(2, 50.0), retried])["a/n=1"]
+    assert out["series"]["value_by_round"] == [10.0, 70.0]
+
+
+# -- paired ratios and the bootstrap ----------------------------------------------------------
+
+def _drifting_rounds(n=8, ratio=0.9, seed=1):
+    """Baseline and method speeds per round under a machine drift of +-20% between rounds
+    (shared by the two methods of a round) and 0.3% independent noise per measurement."""
+    rng = random.Random(seed)
+    drift = [1.0 + 0.2 * (1 if r % 2 else -1) * rng.random() for r in range(n)]
+    base = [1000.0 * d * (1 + rng.gauss(0, 0.003)) for d in drift]
+    method = [1000.0 * ratio * d * (1 + rng.gauss(0, 0.003)) for d in drift]
+    return method, base, drift
+
+
+def test_paired_ratio_recovers_a_planted_ratio_under_20_percent_drift():
+    method, base, drift = _drifting_rounds()
+    interval = recovers_planted_ratio(method, base, drift, pairs=8, tol=0.005, width=0.02)
+    # Unpaired (medians of each side) the drift stays in: far wider.
+    wide = bootstrap.ratio_of_medians_interval(method, base)
+    assert wide[1] - wide[0] > 5 * (interval[1] - interval[0])
+
+
+def test_bootstrap_interval_basics():
+    assert bootstrap.bootstrap_interval([1.0]) is None and bootstrap.bootstrap_interval([]) is None
+    xs = [0.97, 0.98, 0.99, 1.0, 1.01]
+    lo, hi = bootstrap.bootstrap_interval(xs)
+    assert lo <= statistics.median(xs) <= hi and 0.97 <= lo and hi <= 1.01
+    assert bootstrap.bootstrap_interval(xs) == (lo, hi)  # seeded: the same rows give the same interval
+    lo2, hi2 = bootstrap.bootstrap_interval([x * 10 - 9 for x in xs])  # ten times the spread
+    assert hi2 - lo2 > 5 * (hi - lo)
+    with pytest.raises(ValueError, match="level must be in"):
+        bootstrap.bootstrap_interval(xs, level=1.5)
+    # rounds without a value (None, NaN) or a zero baseline drop out of the pairs
+    assert bootstrap.paired_ratios([2.0, None, 3.0, float("nan"), 5.0], [1.0, 1.0, 0.0, 1.0, 2.0]) == [2.0, 2.5]
+    assert bootstrap.paired_ratio([], []) == (None, None, 0)
+
+
+def _round_rows(method, base, run_id="run-r"):
+    rows = []
+    for name, values in (("sinusoidal", base), ("alibi", method)):
+        for r, v in enumerate(values, 1):
+            rows.append({"case_id": f"{name}/seq_len=64", "suite": "efficiency", "task": "efficiency",
+                         "method": name, "params": {"seq_len": 64}, "status": "ok", "message": "",
+                         "metrics": {"train_wps": v}, "series": {}, "info": {}, "settings": {"rounds": len(values)},
+                         "device": "cpu", "profile": "cpu", "run_id": run_id,
+                         "started_at": f"2026-01-01T00:{r:02d}:00+00:00", "duration_s": 1.0,
+                         "posbench_version": "x", "git_commit": "abc", "traceback": "", "round": r})
+    return rows
+
+
+def test_tables_show_the_paired_ratio_with_its_interval_csv_bounds_and_chart_error_bars(tmp_path):
+    method, base, _ = _drifting_rounds(n=6, ratio=0.98)
+    run = write_run(tmp_path, _round_rows(method, base), metrics=["train_wps"], methods=["sinusoidal", "alibi"])
+    (table,) = metric_tables(rowsmod.load_runs(run), "efficiency", metrics=["train_wps"])
+    cell = table.cell("alibi", 64)
+    ratio, interval, _ = bootstrap.paired_ratio(method, base)
+    assert cell.ratio == ratio and cell.ratio_interval == interval and ratio == pytest.approx(0.98, abs=0.005)
+    assert cell.value == statistics.median(method)
+    assert cell.text.endswith(f"(0.98x ±{bootstrap.half_width(ratio, interval):.2f})")
+    assert "median of per-round ratios" in table.caption and "busy" not in table.caption
+    csv_rows = render.cells_csv([table]).splitlines()
+    assert csv_rows[0].split(",")[4:7] == ["ratio", "ratio_lo", "ratio_hi"]
+    line = next(r for r in csv_rows if r.startswith("train_wps,alibi,"))
+    assert line.split(",")[5:7] == [f"{interval[0]:.6g}", f"{interval[1]:.6g}"]
+    base_line = next(r for r in csv_rows if r.startswith("train_wps,sinusoidal,"))
+    assert base_line.split(",")[4:7] == ["1", "", ""]  # the baseline against itself: 1, no interval
+    assert table.cell("sinusoidal", 64).text.endswith("(1.00x)")
+
+    from posbench.report.charts import metric_chart
+
+    fig = metric_chart(table)
+    bars = {c.get_gid(): c for c in fig.axes[0].collections}
+    (segment,) = bars["errorbar:alibi"].get_segments()  # one bar, at L=64: value x bounds / ratio
+    assert segment[:, 1] == pytest.approx([cell.value * b / ratio for b in interval])
+    assert "errorbar:sinusoidal" not in bars  # the baseline against itself: no interval, no bar
+
+
+def test_a_busy_machine_is_named_in_the_caption(tmp_path):
+    method, base, _ = _drifting_rounds(n=3)
+    busy = {"cpu": "Test CPU", "machine": {"start": {"busy": True}, "end": {"busy": False}}}
+    run = write_run(tmp_path, _round_rows(method, base), env=busy, metrics=["train_wps"])
+    (table,) = metric_tables(rowsmod.load_runs(run), "efficiency", metrics=["train_wps"])
+    assert "Measured on a busy machine" in table.caption

@@ -1,0 +1,386 @@
+"""The retrieval suite: probe generators, the oracle, chance level, Wilson intervals, effective
+length, KV-cache greedy decoding, the charts against their table, the suite, and tiny runs."""
+
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from posbench.tasks.retrieval import accuracy_charts as charts
+from posbench.tasks.retrieval import probes as P
+from posbench.run import suite as suitemod
+from posbench.report.stats import effective_length, wilson_interval
+from posbench.tasks.retrieval import train_eval as RE
+from posbench.tasks import retrieval as R
+from tests.helpers.cases import make_case
+
+CFG = P.ProbeConfig(n_symbols=10, key_len=4, n_pairs=6, n_queries=3, segment_len=5, filler_len=3)
+VOCAB = P.ProbeVocab(20, CFG)
+
+
+# --- generators -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("probe", P.PROBES)
+def test_generators_are_deterministic_and_seeded(probe):
+    a = P.generate(probe, VOCAB, 61, 7, seed=3)
+    b = P.generate(probe, VOCAB, 61, 7, seed=3)
+    c = P.generate(probe, VOCAB, 61, 7, seed=4)
+    assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.distance, b.distance)
+    assert not np.array_equal(a.tokens, c.tokens)
+    assert a.tokens.shape == (7, 61) and a.tokens.dtype == np.int64
+    assert a.tokens.min() >= VOCAB.base and a.tokens.max() < VOCAB.vocab_size
+    for s, e in a.spans:  # answers are symbols, right after a question token or a queried key
+        assert VOCAB.is_symbol(a.tokens[:, s:e]).all()
+
+
+def test_layouts():
+    pk = P.generate("passkey", VOCAB, 40, 5, seed=0, depth=0.0)
+    assert (pk.tokens[:, 0] == VOCAB.MARK).all() and (pk.tokens[:, 5] == VOCAB.END).all()
+    assert np.array_equal(pk.tokens[:, 1:5], pk.tokens[:, 36:40]) and (pk.tokens[:, 35] == VOCAB.ASK).all()
+    assert pk.spans == [(36, 40)] and (pk.distance[:, 0] == 35).all()
+    end = P.generate("passkey", VOCAB, 40, 5, seed=0, depth=1.0)
+    assert (end.tokens[:, 29] == VOCAB.MARK).all() and (end.tokens[:, 34] == VOCAB.END).all()
+    rev = P.generate("reverse", VOCAB, 30, 4, seed=1, depth=0.5)
+    start = int(np.flatnonzero(rev.tokens[0] == VOCAB.MARK)[0])
+    assert np.array_equal(rev.tokens[:, start + 1:start + 6][:, ::-1], rev.tokens[:, 25:30])
+    mq = P.generate("mqar", VOCAB, 50, 4, seed=2)
+    assert mq.spans == [(43, 44), (46, 47), (49, 50)]
+    assert all(len(set(row[0:12:2])) == 6 for row in mq.tokens)  # distinct keys
+    assert (mq.tokens[:, [41, 44, 47]] == VOCAB.QUERY).all()
+    # filler: the repeated phrase wherever nothing else sits
+    assert list(mq.tokens[0, 12:15]) == list(VOCAB.filler[[0, 1, 2]])
+
+
+def test_generator_bad_input_is_one_line():
+    with pytest.raises(ValueError, match="too short; it needs at least 11 tokens"):
+        P.generate("passkey", VOCAB, 10, 1, 0)
+    with pytest.raises(ValueError, match="unknown probe 'nope'; allowed: passkey, mqar, copy, reverse"):
+        P.generate("nope", VOCAB, 40, 1, 0)
+    with pytest.raises(ValueError, match="depth must be in"):
+        P.generate("copy", VOCAB, 40, 1, 0, depth=1.5)
+    with pytest.raises(ValueError, match="n_queries <= n_pairs <= n_symbols"):
+        P.ProbeConfig(n_symbols=4, n_pairs=6)
+
+
+# --- the oracle and chance, through the same KV-cache decoding the task uses ------------------
+
+
+class History:
+    """A test double's KV cache: the token history (B, T), replaced by a new tensor per call, and
+    ``fork`` as ``KVCache.fork``: the branch's tokens never reach the trunk."""
+
+    def __init__(self, tokens=None):
+        self.tokens = tokens
+
+    def append(self, idx):
+        self.tokens = idx if self.tokens is None else torch.cat([self.tokens, idx], 1)
+        return self.tokens
+
+    def fork(self):
+        return History(self.tokens)
+
+
+class OracleModel:
+    """Test double: logits one-hot on the oracle's next token."""
+
+    def new_cache(self):
+        return History()
+
+    def __call__(self, idx, cache):
+        hist = cache.append(idx)
+        logits = torch.zeros(idx.shape[0], idx.shape[1], VOCAB.vocab_size)
+        for b in range(idx.shape[0]):
+            logits[b, -1, P.oracle_next(VOCAB, hist[b].numpy())] = 1.0
+        return logits
+
+
+class GuessingModel:
+    """Uniform logits over the answer symbols (ties broken at random): a chance-level guesser."""
+
+    def __init__(self, seed):
+        self.g = torch.Generator().manual_seed(seed)
+
+    def new_cache(self):
+        return History()
+
+    def __call__(self, idx, cache):
+        logits = torch.full((idx.shape[0], idx.shape[1], VOCAB.vocab_size), -1e9)
+        sym = slice(VOCAB.first_symbol, VOCAB.first_symbol + CFG.n_symbols)
+        logits[:, :, sym] = 1e-6 * torch.rand(idx.shape[0], idx.shape[1], CFG.n_symbols, generator=self.g)
+        return logits
+
+
+@pytest.mark.parametrize("probe", P.PROBES)
+@pytest.mark.parametrize("length", [29, 64, 203])
+def test_oracle_reaches_100_percent(probe, length):
+    batch = P.generate(probe, VOCAB, length, 6, seed=length)
+    ok = RE.score(OracleModel(), batch, "cpu", batch_size=4)
+    assert ok.shape == (6, len(batch.spans)) and ok.all()
+
+
+def test_decoding_uses_its_own_predictions_and_true_context():
+    # A model that echoes its input token: decoding a span feeds back its own guesses, so only
+    # the first answer token can depend on the prompt; the trunk must still see true answers.
+    class Echo(OracleModel):
+        def __call__(self, idx, cache):
+            cache.append(idx)
+            return torch.nn.functional.one_hot(idx, VOCAB.vocab_size).float()
+
+    batch = P.generate("mqar", VOCAB, 40, 3, seed=0)
+    tokens = torch.from_numpy(batch.tokens)
+    answers = RE.greedy_answers(Echo(), tokens, batch.spans)
+    for (s, _), a in zip(batch.spans, answers):
+        assert torch.equal(a[:, 0], tokens[:, s - 1])  # the queried key, echoed
+    batch = P.generate("copy", VOCAB, 40, 2, seed=0)
+    (a,) = RE.greedy_answers(Echo(), torch.from_numpy(batch.tokens), batch.spans)
+    assert (a == VOCAB.COPY).all()  # echoes the question, then its own echo
+
+
+@pytest.mark.parametrize("probe", ["mqar", "passkey"])
+def test_uniform_guesser_scores_chance(probe):
+    cfg = CFG if probe == "mqar" else P.ProbeConfig(n_symbols=10, key_len=1, n_pairs=6, n_queries=3,
+                                                     segment_len=5, filler_len=3)
+    global VOCAB
+    saved, VOCAB = VOCAB, P.ProbeVocab(20, cfg)
+    try:
+        batch = P.generate(probe, VOCAB, 40, 1200, seed=5)
+        ok = RE.score(GuessingModel(0), batch, "cpu", batch_size=400)
+    finally:
+        VOCAB = saved
+    lo, hi = wilson_interval(int(ok.sum()), ok.size)
+    assert P.chance(probe, cfg) == pytest.approx(0.1)
+    assert lo < 0.1 < hi and hi - lo < 0.05
+
+
+# --- statistics -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k,n,lo,hi", [
+    # Newcombe (1998), Statistics in Medicine 17:857, Table I, method 3 (score, no continuity correction)
+    (81, 263, 0.2553, 0.3662), (15, 148, 0.0624, 0.1605), (0, 20, 0.0, 0.1611), (1, 29, 0.0061, 0.1718),
+])
+def test_wilson_interval_known_values(k, n, lo, hi):
+    got = wilson_interval(k, n)
+    assert got == pytest.approx((lo, hi), abs=6e-5)
+
+
+def test_wilson_interval_edges():
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    for n in range(1, 300):  # the ends are exact, never rounding noise beyond p
+        assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
+        assert all(lo <= k / n <= hi for k in (0, n // 3, n) for lo, hi in [wilson_interval(k, n)])
+    z2 = 1.959963984540054**2
+    assert wilson_interval(29, 29) == pytest.approx((29 / (29 + z2), 1.0))  # all correct: low end n / (n + z^2)
+    lo, hi = wilson_interval(50, 100)
+    assert lo == pytest.approx(1 - hi) and hi - lo < 0.2  # symmetric at 50%, +-10% at n = 100
+    with pytest.raises(ValueError, match="0 <= correct <= total"):
+        wilson_interval(5, 4)
+
+
+def test_effective_length():
+    assert effective_length({64: 0.9, 128: 0.6, 256: 0.3, 512: 0.7}, 0.5) == 128  # must *stay* above
+    assert effective_length({64: 0.4, 128: 0.9}, 0.5) == 0
+    assert effective_length({64: 0.9, 128: None, 256: 0.9}, 0.5) == 64
+    assert effective_length({64: 1.0, 128: 1.0}, 1.0) == 128
+
+
+# --- charts and table -----------------------------------------------------------------------
+
+
+def _row(method, probe, cells, L=8):
+    return {"method": method, "task": "retrieval", "status": "ok", "params": {"L_train": L, "probe": probe},
+            "metrics": {}, "series": {"cells": cells}}
+
+
+def _cell(Lv, depth, k, n):
+    return {"L_valid": Lv, "depth": depth, "correct": k, "total": n, "status": "ok", "message": ""}
+
+
+ROWS = [
+    _row("alibi", "passkey", [_cell(Lv, d, k, 10) for Lv, ks in ((8, (10, 9)), (16, (7, 3)), (32, (2, 0)))
+                              for d, k in zip((0.0, 1.0), ks)]),
+    _row("rotary", "passkey", [_cell(8, 0.0, 10, 10), _cell(8, 1.0, 10, 10), _cell(16, 0.0, 0, 10),
+                               _cell(16, 1.0, 1, 10)]),
+    _row("alibi", "passkey", [_cell(8, 0.0, 5, 10)]),  # a second seed: pooled with the first
+    _row("alibi", "mqar", [_cell(8, None, 30, 40), _cell(16, None, 12, 40)]),
+    {**_row("nope", "mqar", []), "status": "error"},
+]
+
+
+def test_table_recomputes_intervals_and_effective_length():
+    table = charts.accuracy_table(ROWS, threshold=0.5)
+    t = {(r["method"], r["probe"], r["L_valid"]): r for r in table}
+    assert (t["alibi", "passkey", 8]["correct"], t["alibi", "passkey", 8]["total"]) == (24, 30)
+    assert t["alibi", "passkey", 8]["acc"] == pytest.approx(0.8)
+    assert (t["alibi", "passkey", 8]["lo"], t["alibi", "passkey", 8]["hi"]) == wilson_interval(24, 30)
+    assert t["alibi", "passkey", 8]["effective_length"] == 16 and t["rotary", "passkey", 8]["effective_length"] == 8
+    assert t["alibi", "mqar", 16]["acc"] == pytest.approx(0.3) and t["alibi", "mqar", 16]["effective_length"] == 8
+    assert not any(r["method"] == "nope" for r in table)  # failed rows are left out
+    md = charts.markdown_table(ROWS, "mqar")
+    assert "| alibi | 8 | 75% [" in md and md.rstrip().endswith("| 8 |")
+
+
+def test_heatmap_values_equal_the_table():
+    depths, lengths, acc = charts.heatmap_table(ROWS, "alibi")
+    assert depths == [0.0, 1.0] and lengths == [8, 16, 32]
+    fig = charts.heatmap_chart(ROWS, "alibi")
+    shown = np.asarray(fig.axes[0].images[0].get_array())
+    assert np.allclose(shown, acc)
+    # ... and the heatmap's cells pooled over depth are the table's accuracies
+    table = {r["L_valid"]: r for r in charts.accuracy_table(ROWS) if r["method"] == "alibi" and r["probe"] == "passkey"}
+    # (depth 0 at L=8 pooled two rows: 20 samples against 10 at depth 1, so weight by samples)
+    weights = {8: [20, 10], 16: [10, 10], 32: [10, 10]}
+    for j, Lv in enumerate(lengths):
+        assert np.average(shown[:, j], weights=weights[Lv]) == pytest.approx(table[Lv]["acc"])
+    assert shown[0, 0] == pytest.approx(15 / 20) and shown[1, 2] == 0.0
+    with pytest.raises(ValueError, match="no passkey results for method 'nope'"):
+        charts.heatmap_chart(ROWS, "nope")
+
+
+def test_accuracy_chart_log_x_dashed_L_train_and_table_values(tmp_path):
+    fig = charts.accuracy_chart(ROWS, "passkey")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    (vline,) = [ln for ln in ax.lines if ln.get_gid() == "L_train"]
+    assert vline.get_linestyle() == "--" and list(vline.get_xdata()) == [8, 8]
+    table = {(r["method"], r["L_valid"]): r["acc"] for r in charts.accuracy_table(ROWS) if r["probe"] == "passkey"}
+    for ln in ax.lines:
+        if (gid := ln.get_gid() or "").startswith("method:"):
+            m = gid.split(":", 1)[1]
+            assert [table[m, int(x)] for x in ln.get_xdata()] == pytest.approx(list(ln.get_ydata()))
+    paths = charts.write_charts(ROWS, tmp_path)
+    assert {p.name for p in paths} == {"retrieval_passkey_accuracy.png", "retrieval_mqar_accuracy.png",
+                                       "retrieval_passkey_heatmap_alibi.png", "retrieval_passkey_heatmap_rotary.png"}
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+# --- task and suite -------------------------------------------------------------------------
+
+TINY = {
+    "model": "tiny", "model_overrides": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
+    "corpus": {"kind": "synthetic", "synthetic": {"vocab": 16, "order": 1, "branching": 2, "jump": 0.05}, "size": 20000},
+    "steps": 3, "batch_size": 4, "warmup_steps": 1, "L_valid_factors": [1, 2], "eval_samples": 6,
+    "eval_batch_size": 4, "n_symbols": 8, "key_len": 3, "n_pairs": 4, "n_queries": 2, "segment_len": 4,
+    "depths": [0.0, 0.5, 1.0], "mix": 0.5,
+}
+
+
+def test_mixed_batches_mix_probes_and_text():
+    lm = np.arange(1000) % 16
+    it = RE.mixed_batches(lm, P.ProbeVocab(16, CFG), ["passkey", "copy"], 40, 64, 0.5, seed=0)
+    b = next(it)
+    assert b.shape == (64, 41)
+    probe_rows = (b >= 16).any(dim=1)
+    assert 16 < int(probe_rows.sum()) < 48  # about half
+    assert torch.equal(b, next(RE.mixed_batches(lm, P.ProbeVocab(16, CFG), ["passkey", "copy"], 40, 64, 0.5, seed=0)))
+    all_text = next(RE.mixed_batches(lm, P.ProbeVocab(16, CFG), ["mqar"], 40, 8, 0.0, seed=0))
+    assert (all_text < 16).all()
+
+
+def test_task_runs_shares_the_checkpoint_and_counts(tmp_path):
+    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "passkey"}, TINY, tmp_path)
+    out = task.run(case)
+    cells = out["series"]["cells"]
+    assert [(c["L_valid"], c["depth"]) for c in cells] == [(Lv, d) for Lv in (16, 32) for d in (0.0, 0.5, 1.0)]
+    assert all(c["total"] == 2 and 0 <= c["correct"] <= 2 for c in cells)  # ceil(6 / 3) per depth
+    m = out["metrics"]
+    k = sum(c["correct"] for c in cells if c["L_valid"] == 32)
+    assert m["acc@32"] == m["acc_at_max_len"] == k / 6
+    assert (m["acc_lo@32"], m["acc_hi@32"]) == wilson_interval(k, 6)
+    assert m["chance"] == 8.0**-3 and m["reused_checkpoint"] == 0 and m["train_steps"] == 3
+    assert (tmp_path / "checkpoints" / "retrieval__alibi__L_train=16.pt").exists()
+    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "mqar"}, TINY, tmp_path)
+    out = task.run(case)  # the same model, loaded: trained once per method
+    assert out["metrics"]["reused_checkpoint"] == 1
+    assert sum(c["total"] for c in out["series"]["cells"] if c["L_valid"] == 16) == 6  # 3 examples x 2 queries
+    assert sum(d["total"] for d in out["series"]["by_distance"]) == 12
+
+
+def test_settings_errors_are_one_line(tmp_path):
+    with pytest.raises(ValueError, match="exactly one training budget"):
+        make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**TINY, "tokens": 100}, tmp_path)
+    with pytest.raises(ValueError, match="n_queries <= n_pairs"):
+        make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**TINY, "n_queries": 9}, tmp_path)
+    with pytest.raises(ValueError, match="probe"):
+        make_case("retrieval", "alibi", {"L_train": 16, "probe": "needle"}, TINY, tmp_path)
+    task, case = make_case("retrieval", "alibi", {"L_train": 4, "probe": "copy"}, TINY, tmp_path)
+    with pytest.raises(ValueError, match="L_valid 4 is too short for probe copy"):
+        task.run(case)
+
+
+def test_suite_validates_with_both_profiles():
+    loaded = suitemod.load("retrieval")
+    for profile in ("default", "cpu", "gpu"):
+        assert suitemod.resolve(loaded, profile).task == "retrieval"
+    assert list(suitemod.resolve(loaded, "gpu").grid["probe"]) == list(P.PROBES)
+    # The cpu budget teaches the tiny model passkey only when it trains on passkey alone (measured:
+    # the four-probe mix taught it nothing in 4000 steps), so the cpu profile is passkey's.
+    cpu_probe = suitemod.resolve(loaded, "cpu")
+    assert cpu_probe.grid["probe"] == ["passkey"] and cpu_probe.settings.train_probes == ["passkey"]
+    assert cpu_probe.settings.mix == 1.0
+    gpu = suitemod.resolve(loaded, "gpu")
+    assert gpu.grid["L_train"] == [512, 1024] and max(gpu.settings.L_valid_factors) * 1024 == 16384
+    cpu = suitemod.resolve(loaded, "cpu")
+    assert cpu.grid["L_train"] == [64] and max(cpu.settings.L_valid_factors) * 64 == 512
+    assert set(cpu.methods) == {"sinusoidal", "rotary", "t5_bias", "alibi", "alibi_triton", "nope"}
+    # +-10%: a 50% accuracy over eval_samples outcomes has a Wilson interval at most 20 points wide
+    lo, hi = wilson_interval(cpu.settings.eval_samples // 2, cpu.settings.eval_samples)
+    assert hi - lo <= 0.2
+
+
+@pytest.mark.subprocess
+def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
+    from posbench.cli import app as cli
+    from posbench.run.runner import read_rows
+
+    sets = ["model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}", "steps=3", "warmup_steps=1",
+            "batch_size=4", "eval_samples=4", "eval_batch_size=4", "L_valid_factors=[1, 2]",
+            "corpus={kind: synthetic, size: 20000}", "grid.L_train=[32]", "grid.probe=[passkey]", "threads=1"]
+    argv = ["--suite", "retrieval", "--profile", "cpu", "--device", "cpu", "--methods", "alibi,nope",
+            "--results", str(tmp_path), "--quiet"]
+    assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
+    assert "effective_length" in capsys.readouterr().out
+    (run_dir,) = (tmp_path / "retrieval").iterdir()
+    rows = read_rows(run_dir / "cases.jsonl")
+    assert sorted(r["method"] for r in rows) == ["alibi", "nope"] and {r["status"] for r in rows} == {"ok"}
+    assert {r["L_valid"] for r in charts.accuracy_table(rows)} == {32, 64}
+    assert len(charts.write_charts(rows, tmp_path / "charts")) == 3  # accuracy chart + 2 heatmaps
+
+
+def test_report_has_retrieval_tables_with_intervals_and_charts(tmp_path):
+    """`bench.py report` on a retrieval run: the generic metric tables, then per probe the
+    methods x L_valid accuracy with Wilson intervals (pooled counts), and the charts."""
+    from tests.helpers.report_rows import base_row, write_run
+
+    from posbench.report.build import build_report
+
+    rows = []
+    for method, cells in (("alibi", [_cell(8, 0.0, 10, 10), _cell(16, 0.0, 3, 10)]),
+                          ("sinusoidal", [_cell(8, 0.0, 9, 10), _cell(16, 0.0, 0, 10)])):
+        row = base_row("retrieval", "retrieval", method, {"L_train": 8, "probe": "passkey"}, "run-r")
+        row["metrics"] = R.summarize(cells, 8, 0.5)
+        row["series"] = {"cells": cells}
+        rows.append(row)
+    written = build_report([write_run(tmp_path / "runs", rows)], tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## Retrieval accuracy (Wilson 95% intervals)" in md and "### passkey" in md
+    lo, hi = wilson_interval(3, 10)
+    assert f"30% [{100 * lo:.0f}, {100 * hi:.0f}]" in md  # alibi at L_valid 16: 3 of 10
+    assert "charts/retrieval_passkey_accuracy.png" in md and "charts/retrieval_passkey_heatmap_alibi.png" in md
+    assert {"charts/retrieval_passkey_accuracy.png", "charts/retrieval_passkey_heatmap_sinusoidal.png"} <= set(written)
+
+
+def test_evaluation_examples_are_shaped_as_training_rows(monkeypatch):
+    # Training rows hold L_train + 1 tokens (inputs and shifted targets); an evaluation at L_valid
+    # must use L_valid + 1, or every answer sits one position earlier than training put it (an
+    # absolute method then scores 0% at L_train on a model that retrieves perfectly).
+    seen = []
+    monkeypatch.setattr(RE, "score", lambda model, batch, device, bs: seen.append(batch.tokens.shape) or
+                        np.ones((len(batch.tokens), len(batch.spans)), dtype=bool))
+    s = types.SimpleNamespace(seed=0, depths=[0.0, 1.0], eval_samples=4, eval_batch_size=4)
+    train_row = next(RE.mixed_batches(np.zeros(200, dtype=np.int64), VOCAB, ["passkey"], 40, 2, 1.0, 0))
+    cells, _ = RE.eval_length(None, "passkey", VOCAB, 40, s, "cpu")
+    assert train_row.shape == (2, 41) and seen == [(2, 41), (2, 41)]
+    assert [c["L_valid"] for c in cells] == [40, 40] and all(c["correct"] == c["total"] == 2 for c in cells)
