@@ -132,7 +132,21 @@ def test_builtin_hooks_are_not_wrapped():
         assert not {"embed", "encode_qk", "attend"} & set(vars(model.method)), name
 
 
-def test_a_signature_that_cannot_work_is_one_line_reported_once(plugin, capsys):
+UNWORKABLE_FILE = """
+from posbench.method import PositionMethod
+from posbench.registry import register
+
+
+@register
+class Unworkable(PositionMethod):
+    name = "unworkable_hooks"
+
+    def embed(self, x):
+        return x
+"""
+
+
+def test_a_signature_that_cannot_work_is_one_line_reported_once(plugin, capsys, tmp_path):
     name = plugin(Unworkable)
     line = ("method 'unworkable_hooks': embed takes (x); allowed: embed(self, x, pos, state) or "
             "embed(self, x, pos) (see posbench.core.method)")
@@ -144,7 +158,11 @@ def test_a_signature_that_cannot_work_is_one_line_reported_once(plugin, capsys):
 
     from posbench.cli import app as cli
 
-    assert cli.main(["check", name]) == 1
+    registry.unregister(name)  # `check` imports method files in a child process: the same class, from a file
+    plugin_dir = tmp_path / "plugins"
+    plugin_dir.mkdir()
+    (plugin_dir / "unworkable.py").write_text(UNWORKABLE_FILE)
+    assert cli.main(["check", name, "--methods-dir", str(plugin_dir)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[1:] == [f"  {testing.INTERFACE:<26} FAIL: {line}", "0 passed, 1 failed, 0 unavailable here"]
 
