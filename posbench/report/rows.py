@@ -91,7 +91,8 @@ def read_rows(path: str | Path, problems: Optional[list[str]] = None,
             where = f"{path}:{lineno}"
             try:
                 if raw is None:
-                    raise RowsError(f"{where}: longer than {stored.MAX_LINE >> 20} MiB")
+                    raise RowsError(f"{where}: longer than {stored.size_text(stored.MAX_LINE)}; allowed: lines "
+                                    "up to that")
                 try:
                     text = str(raw, "utf-8")
                 except UnicodeDecodeError:
@@ -279,9 +280,9 @@ def _read_json(path: Path) -> Any:
         raise RowsError(f"{path}: not JSON (nested deeper than {stored.MAX_DEPTH} levels)") from None
     except ValueError as exc:
         raise RowsError(f"{path}: not JSON ({str(exc).splitlines()[0][:80]})") from None
-    if isinstance(value, (dict, list)) and stored.too_deep(value):
-        raise RowsError(f"{path}: JSON nested deeper than {stored.MAX_DEPTH} levels; allowed: at most "
-                        f"{stored.MAX_DEPTH}")
+    why = stored.walk_problem(value)
+    if why:
+        raise RowsError(f"{path}: {why}")
     return value
 
 

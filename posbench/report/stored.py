@@ -46,6 +46,11 @@ class RowsError(PosbenchError, ValueError):
     """A folder holds no run, or a stored file cannot be read; the message names file and line."""
 
 
+def size_text(n: int) -> str:
+    """``16 MiB`` for a whole number of MiB, else ``1,000 bytes``."""
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n:,} bytes"
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket")):
@@ -80,21 +85,24 @@ def open_regular(path: Path) -> Optional[BinaryIO]:
     return os.fdopen(fd, "rb")
 
 
-def read_small(path: Path, limit: int = MAX_FILE) -> Optional[bytes]:
+def read_small(path: Path, limit: Optional[int] = None) -> Optional[bytes]:
     """The bytes of a small regular file (run.json, env.json), None when it does not exist."""
+    limit = MAX_FILE if limit is None else limit
     fh = open_regular(path)
     if fh is None:
         return None
     with fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
-        raise RowsError(f"{path}: larger than {limit >> 20} MiB; allowed: a JSON file up to that size")
+        raise RowsError(f"{path}: larger than {size_text(limit)}; allowed: a JSON file up to that size")
     return data
 
 
-def lines(fh: BinaryIO, limit: int = MAX_LINE) -> Iterator[tuple[int, Optional[bytes], bool]]:
-    """(line number, the line without its newline or None when longer than ``limit``, whether it
-    ended with a newline) for every line; at most ``limit`` bytes of one line are held at once."""
+def lines(fh: BinaryIO, limit: Optional[int] = None) -> Iterator[tuple[int, Optional[bytes], bool]]:
+    """(line number, the line without its newline or None when longer than ``limit`` (default
+    ``MAX_LINE``), whether it ended with a newline) for every line; at most ``limit`` bytes of one
+    line are held at once."""
+    limit = MAX_LINE if limit is None else limit
     lineno = 0
     while True:
         line = fh.readline(limit + 1)
@@ -116,16 +124,34 @@ def lines(fh: BinaryIO, limit: int = MAX_LINE) -> Iterator[tuple[int, Optional[b
         yield lineno, None, ended
 
 
-def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether ``value`` nests lists and objects deeper than ``limit`` (iterative: no recursion)."""
-    stack = [(value, 1)]
+def walk_problem(value: Any, limit: Optional[int] = None) -> Optional[str]:
+    """What no reader should meet anywhere in a stored value: nesting deeper than ``limit``
+    (default ``MAX_DEPTH``) or an integer beyond ±2^63 (it overflows every float conversion).
+    Iterative: no recursion, whatever the depth."""
+    limit = MAX_DEPTH if limit is None else limit
+    stack: list = [(value, 1, None)]  # (item, depth, (parent's entry, key)): the path is built only for a message
     while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
+        item, depth, where = stack.pop()
+        if isinstance(item, int) and not isinstance(item, bool):
+            if not -MAX_INT <= item <= MAX_INT:
+                return (_path(where) + f"an integer of {len(str(abs(item)))} digits; allowed: integers within "
+                        "±2^63")
+            continue
         if depth > limit:
-            return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
-    return False
+            return f"JSON nested deeper than {limit} levels; allowed: at most {limit}"
+        pairs = item.items() if isinstance(item, dict) else enumerate(item)
+        stack.extend((c, depth + 1, (where, k)) for k, c in pairs if isinstance(c, (dict, list, int)))
+    return None
+
+
+def _path(where) -> str:
+    """``metrics.train_wps: `` for the nested entry ``where`` points at ("" at the top)."""
+    parts = []
+    while where is not None:
+        where, key = where
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    text = "".join(reversed(parts)).lstrip(".")
+    return f"{text}: " if text else ""
 
 
 def loads(text: str) -> Any:
@@ -138,8 +164,9 @@ def loads(text: str) -> Any:
         raise ValueError(f"not JSON (nested deeper than {MAX_DEPTH} levels)") from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
         raise ValueError(f"not JSON ({str(exc).splitlines()[0][:80]})") from None
-    if isinstance(value, (dict, list)) and too_deep(value):
-        raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels; allowed: at most {MAX_DEPTH}")
+    why = walk_problem(value)
+    if why:
+        raise ValueError(why)
     return value
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 from posbench.report import bootstrap
 from posbench.report import numbers as fmt
 from posbench.engine.env import was_busy
+from posbench.report.names import slug  # noqa: F401  (tasks build their table keys with it)
 from posbench.report.rows import LEGACY_BASELINE, RunMeta, Runs
 from posbench.core.task import SPREAD_SUFFIXES, Metric, find, find_metric, is_housekeeping, metrics_of, spread_of
 
@@ -61,13 +62,6 @@ class Table:
 
 
 # -- grouping ------------------------------------------------------------------------------
-
-def slug(text: str) -> str:
-    out = "".join(ch if ch.isalnum() else "-" for ch in str(text).lower())
-    while "--" in out:
-        out = out.replace("--", "-")
-    return out.strip("-")
-
 
 def ordered(values) -> list:
     """Unique values in first-seen order."""

@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from posbench.report.charts import line_style, marker_size  # noqa: E402
+from posbench.report.names import file_stem  # noqa: E402
 from posbench.report.rows import Runs  # noqa: E402
 from posbench.report.sections import Block, Section, metric_section  # noqa: E402
 from posbench.report.stats import effective_length, wilson_interval  # noqa: E402
@@ -201,12 +202,12 @@ def probe_blocks(runs: Runs) -> list[Block]:
         table = probe_table(ok, probe)
 
         def accuracy(probe=probe):
-            return [(f"retrieval_{probe}_accuracy", f"{probe}: accuracy vs L_valid", accuracy_chart(ok, probe))]
+            return [(f"retrieval_{file_stem(probe)}_accuracy", f"{probe}: accuracy vs L_valid", accuracy_chart(ok, probe))]
 
         sources = [accuracy]
         if probe == "passkey":
             def heatmaps():
-                return [(f"retrieval_passkey_heatmap_{m}", f"passkey heatmap: {m}", heatmap_chart(ok, m))
+                return [(f"retrieval_passkey_heatmap_{file_stem(m)}", f"passkey heatmap: {m}", heatmap_chart(ok, m))
                         for m in ordered(r["method"] for r in ok if r["params"]["probe"] == "passkey")]
 
             sources.append(heatmaps)
@@ -222,9 +223,9 @@ def write_charts(rows: list[dict], folder) -> list[Path]:
     ok = list(_ok_rows(rows))
     written = []
     for probe in dict.fromkeys(r["params"]["probe"] for r in ok):
-        written.append(_save(accuracy_chart(ok, probe), folder / f"retrieval_{probe}_accuracy.png"))
+        written.append(_save(accuracy_chart(ok, probe), folder / f"retrieval_{file_stem(probe)}_accuracy.png"))
     for method in dict.fromkeys(r["method"] for r in ok if r["params"]["probe"] == "passkey"):
-        written.append(_save(heatmap_chart(ok, method), folder / f"retrieval_passkey_heatmap_{method}.png"))
+        written.append(_save(heatmap_chart(ok, method), folder / f"retrieval_passkey_heatmap_{file_stem(method)}.png"))
     return written
 
 
