@@ -43,7 +43,7 @@ def rows_csv(rows: pd.DataFrame) -> pd.DataFrame:
     # no cell a spreadsheet would run as a formula (csv_cell); numbers stay numbers
     out.columns = [csv_cell(str(c)) for c in out.columns]
     for column in out.columns:
-        if out[column].dtype == object:
+        if not pd.api.types.is_numeric_dtype(out[column]):  # text (object or pandas' string dtype)
             out[column] = out[column].map(csv_cell)
     return out
 

@@ -137,6 +137,8 @@ def walk_problem(value: Any, limit: Optional[int] = None) -> Optional[str]:
                 return (_path(where) + f"an integer of {len(str(abs(item)))} digits; allowed: integers within "
                         "±2^63")
             continue
+        if not isinstance(item, (dict, list)):  # true/false
+            continue
         if depth > limit:
             return f"JSON nested deeper than {limit} levels; allowed: at most {limit}"
         pairs = item.items() if isinstance(item, dict) else enumerate(item)
