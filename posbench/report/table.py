@@ -220,7 +220,7 @@ def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: 
                 continue
             for name, value in found[r.case_id].items():
                 *middle, column = name[len(head) + 1:].split("@")
-                column = int(column) if column.isdigit() else column
+                column = int(column) if column.isascii() and column.isdigit() and len(column) < 16 else column
                 label = ", ".join([r.method, *middle])
                 table.rows = ordered(table.rows + [label])
                 columns.append(column)
