@@ -34,6 +34,7 @@ MAX_DEPTH = 64         # JSON nesting (rows nest 4 or 5 levels)
 MAX_ROUNDS = 10_000    # a row's "round"
 MAX_WINDOWS = 10_000   # values in one series of windows or rounds (what the bootstrap resamples)
 MAX_INT = 1 << 63      # integers beyond this do not round-trip through a float's integer range
+MAX_NAME = 4096        # characters of a name (case id, method, metric, parameter value): they fill every table
 
 _REQUIRED = {"case_id": str, "method": str, "status": str, "params": dict, "metrics": dict}
 _OPTIONAL_DICTS = ("series", "settings", "info")
@@ -204,6 +205,13 @@ def check_row(row: Any, where: str) -> dict:
     for key in _OPTIONAL_STRINGS:
         if row.get(key) is not None and not isinstance(row[key], str):
             raise RowsError(f"{where}: {key}: expected a string or null, got {type(row[key]).__name__}")
+    names = [(k, row[k]) for k in ("case_id", "method", "status")]
+    names += [(k, row.get(k)) for k in _OPTIONAL_STRINGS if k not in ("message", "traceback")]
+    names += [(f"metrics key {k[:40]!r}", k) for k in row["metrics"]] + [(f"params key {k[:40]!r}", k) for k in row["params"]]
+    names += [(f"params.{k}", v) for k, v in row["params"].items()]
+    for key, text in names:
+        if isinstance(text, str) and len(text) > MAX_NAME:
+            raise RowsError(f"{where}: {key}: {len(text):,} characters; allowed: names up to {MAX_NAME:,}")
     for name, value in row["metrics"].items():
         if value is not None and not is_number(value):
             raise RowsError(f"{where}: metrics.{name}: expected a number or null, got {_show(value)}")

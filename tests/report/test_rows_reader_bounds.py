@@ -168,3 +168,18 @@ def test_finding_run_folders_does_not_follow_a_link_loop(tmp_path):
     (run_dir / "loop").symlink_to(tmp_path / "results")
     with within(20):
         assert find_run_dirs(tmp_path / "results") == [run_dir]
+
+
+@pytest.mark.parametrize("change, what", [
+    (lambda r: r.update(method="m" * 5000), "method: 5,000 characters"),
+    (lambda r: r["params"].update(seq_len=8, note="n" * 5000), "params.note: 5,000 characters"),
+    (lambda r: r["metrics"].update({"w" * 5000: 1.0}), "metrics key 'wwww"),
+])
+def test_a_name_of_thousands_of_characters_makes_the_row_invalid(tmp_path, change, what):
+    bad = _row("b")
+    change(bad)
+    path = _lines(tmp_path / "cases.jsonl", _row("a"), bad)
+    problems = []
+    assert [r["case_id"] for r in read_rows(path, problems)] == ["a"]
+    assert len(problems) == 1 and what in problems[0] and "allowed: names up to 4,096" in problems[0]
+    assert len(problems[0]) < 300
