@@ -38,21 +38,25 @@ SEED = 0  # fixed: the same rows always give the same interval (tables are repro
 
 
 def _number(x) -> Optional[float]:
-    if x is None or isinstance(x, bool):
+    if x is None or isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None  # a string or a list in a stored series is no number
+    try:
+        x = float(x)
+    except OverflowError:
         return None
-    x = float(x)
     return x if math.isfinite(x) else None
 
 
 def paired_ratios(values: Sequence, base: Sequence) -> list[float]:
-    """``values[r] / base[r]`` for every round r where both are finite numbers and base != 0.
+    """``values[r] / base[r]`` for every round r where both are positive finite numbers (a ratio
+    of a zero or a negative number means nothing) and the quotient is finite.
 
     Both sequences are indexed by round (``None`` for a round that has no value).
     """
     out = []
     for v, b in zip(values, base):
         v, b = _number(v), _number(b)
-        if v is not None and b:
+        if v is not None and b is not None and v > 0 and b > 0 and math.isfinite(v / b):
             out.append(v / b)
     return out
 

@@ -24,7 +24,8 @@ import pandas as pd
 
 from posbench.report import charts
 from posbench.report.html import write_html
-from posbench.report.render import to_csv, to_latex, to_markdown
+from posbench.report.names import Stems, unique_keys
+from posbench.report.render import capped, csv_cell, to_csv, to_latex, to_markdown
 from posbench.report.rows import Runs, RowsError, load_runs
 from posbench.report.sections import Block, Section, collect_sections, collect_tables
 from posbench.report.table import Table
@@ -38,7 +39,13 @@ def rows_csv(rows: pd.DataFrame) -> pd.DataFrame:
                  "device", "profile", "git_commit", "started_at", "duration_s"]].copy()
     flat.insert(5, "params", [json.dumps(p, sort_keys=True) for p in rows["params"]])
     metrics = pd.DataFrame(list(rows["metrics"]), index=rows.index).add_prefix("metrics.")
-    return pd.concat([flat, metrics], axis=1)
+    out = pd.concat([flat, metrics], axis=1)
+    # no cell a spreadsheet would run as a formula (csv_cell); numbers stay numbers
+    out.columns = [csv_cell(str(c)) for c in out.columns]
+    for column in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[column]):  # text (object or pandas' string dtype)
+            out[column] = out[column].map(csv_cell)
+    return out
 
 
 def _failed_markdown(rows: pd.DataFrame) -> list[str]:
@@ -48,7 +55,7 @@ def _failed_markdown(rows: pd.DataFrame) -> list[str]:
     lines = ["## Cases that did not finish", "", "| run_id | case_id | status | message |",
              "| --- | --- | --- | --- |"]
     for r in bad.itertuples(index=False):
-        message = str(r.message or "").replace("|", "\\|").replace("\n", " ")[:200]
+        message = capped(str(r.message or "").replace("|", "\\|").replace("\n", " "), 200)
         lines.append(f"| {r.run_id} | {r.case_id} | {r.status} | {message} |")
     return lines + [""]
 
@@ -108,6 +115,10 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
             note(path)
 
     sections = collect_sections(runs, baseline)
+    # one file and one HTML id per table: keys that collide (machine names that differ only in
+    # punctuation) each get a hash of what the table shows
+    unique_keys([b.table for s in sections for b in s.blocks] + [t for s in sections for t in s.details])
+    stems = Stems()
     title = f"posbench report: {', '.join(sorted(set(rows['suite'].dropna())))}"
     md = [f"# {title}", "", UNITS_NOTE, ""]
     md += _machines_markdown(runs)
@@ -121,7 +132,7 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
             if block.heading:
                 md += [f"### {block.heading}", ""]
             md.append(to_markdown(block.table))
-            drawn[id(block)] = _draw(block, out / "charts", note)
+            drawn[id(block)] = _draw(block, out / "charts", note, stems)
             md += [f"![{d.title}](charts/{d.png.name})\n" for d in drawn[id(block)]]
     details = [t for s in sections for t in s.details]
     if details:
@@ -141,11 +152,13 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
     return written
 
 
-def _draw(block: Block, folder: Path, note) -> list[Drawn]:
-    """Draw, write and close the block's charts one at a time (figures hold a lot of memory)."""
+def _draw(block: Block, folder: Path, note, stems: Stems) -> list[Drawn]:
+    """Draw, write and close the block's charts one at a time (figures hold a lot of memory).
+    File stems go through ``stems``: safe and unique whatever text a task built them from."""
     out = []
     for source in block.charts:
         for stem, title, fig in source():
+            stem = stems.take(stem, title)
             paths = charts.save_figure(fig, folder, stem)
             for p in paths.values():
                 note(p)

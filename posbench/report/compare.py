@@ -129,11 +129,12 @@ class ComparisonResult:
                 lines += [f"### {title}", "", "| case | metric | base | new | new/base | 95% interval |",
                           "| --- | --- | ---: | ---: | ---: | ---: |"]
                 for c in items:
-                    ratio = f"{c.ratio:.3f}x" if c.ratio is not None else "—"
-                    interval = f"[{c.interval[0]:.3f}, {c.interval[1]:.3f}]" if c.interval else "—"
+                    ratio = fmt.ratio(c.ratio, 3)
+                    interval = (f"[{fmt.ratio(c.interval[0], 3)[:-1]}, {fmt.ratio(c.interval[1], 3)[:-1]}]"
+                                if c.interval else "—")
                     metric = f"{c.metric} ({c.basis})" if c.basis else c.metric
                     # A ratio to the baseline reads as one (0.900x), values in the metric's format.
-                    show = (lambda v: f"{v:.3f}x") if c.basis else (lambda v: _fmt(c.task, c.metric, v))
+                    show = (lambda v: fmt.ratio(v, 3)) if c.basis else (lambda v: _fmt(c.task, c.metric, v))
                     lines.append(f"| {c.case_id} | {metric} | {show(c.base)} | {show(c.new)} | {ratio} | {interval} |")
                 lines.append("")
         for title, ids in (("Only in base: missing from new, failures", self.only_in_base),
@@ -220,10 +221,10 @@ def _compare_rounds(case_id, base, new, metric, direction, threshold, base_ref, 
     if b is None or n is None or b_basis != n_basis:
         return None
     mb, mn = bootstrap.median_of(b), bootstrap.median_of(n)
-    interval = bootstrap.ratio_of_medians_interval(n, b)
-    if not mb or interval is None:
+    ratio = fmt.ratio_of(mn, mb)  # None when either is not positive: no ratio, never a regression
+    interval = bootstrap.ratio_of_medians_interval(n, b) if ratio is not None else None
+    if interval is None or not all(math.isfinite(x) and x > 0 for x in interval):
         return None
-    ratio = mn / mb
     return MetricChange(case_id, new.method, new.task, metric, mb if b_basis else base.metrics.get(metric),
                         mn if n_basis else new.metrics.get(metric), ratio,
                         _interval_verdict(direction, interval, ratio, threshold), interval, n_basis)
@@ -249,13 +250,13 @@ def _compare_case(case_id: str, base, new, threshold: float, base_ref=None, new_
             verdict = "regression" if n is None else "improvement"
             changes.append(MetricChange(case_id, new.method, new.task, metric, b, n, None, verdict))
             continue
-        if b == 0 or any(math.isnan(float(x)) for x in (b, n)):
-            continue  # no meaningful ratio
+        ratio = fmt.ratio_of(n, b)
+        if ratio is None:
+            continue  # a zero, a negative number or an overflow: no meaningful ratio, never a regression
         noisy = _compare_rounds(case_id, base, new, metric, direction, threshold, base_ref, new_ref)
         if noisy is not None:
             changes.append(noisy)
             continue
-        ratio = float(n) / float(b)
         changes.append(MetricChange(case_id, new.method, new.task, metric, b, n, ratio,
                                     _verdict(direction, ratio, threshold)))
     return changes

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from posbench.report.render import row_anchor, to_html
+from posbench.report.render import capped, row_anchor, to_html
 
 # Nothing may make the page wider than the window: images shrink to the column, wide tables
 # scroll inside their own box, and long unbroken words (paths, case ids) wrap.
@@ -60,8 +60,9 @@ def _appendix(rows: pd.DataFrame) -> str:
     out = ['<table class="appendix"><thead><tr>'
            + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
     for r in rows.itertuples(index=False):
-        series = ", ".join(f"{k}[{len(v)}]" for k, v in (r.series or {}).items())
-        values = [r.run_id, r.case_id, r.task, r.method, _compact(r.params), r.status, r.message or "",
+        series = ", ".join(f"{k}[{len(v)}]" if isinstance(v, (list, dict)) else str(k)
+                           for k, v in (r.series if isinstance(r.series, dict) else {}).items())
+        values = [r.run_id, r.case_id, r.task, r.method, _compact(r.params), r.status, capped(r.message),
                   _compact(r.metrics), series, r.hardware, r.device, r.duration_s, r.git_commit]
         cells = "".join(f"<td>{html.escape(str(v))}</td>" for v in values)
         out.append(f'<tr id="{row_anchor(r.run_id, r.case_id)}">{cells}</tr>')

@@ -11,15 +11,20 @@ import math
 from typing import Callable, Optional
 
 MISSING = "n/a"  # a case that ran but has no number for this metric
+HUGE = 1e15  # from here on every format writes an exponent: no number prints as 300 digits
 
 
 def _three_digits(x: float) -> str:
     # Three significant digits, keeping trailing zeros (26.0k, not 26k), so columns line up.
+    if not math.isfinite(x) or abs(x) >= HUGE:
+        return f"{x:.3g}"
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
 
 
 def count(value: float) -> str:
     """Words/s, parameters and the like: 25.8k, 1.23M, 2.00G."""
+    if not math.isfinite(value) or abs(value) >= HUGE:
+        return f"{value:.3g}"
     for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")):
         if abs(value) >= limit:
             return _three_digits(value / limit) + suffix
@@ -57,11 +62,11 @@ def plain(value: float) -> str:
 
 def ppl(value: float) -> str:
     """Perplexity with two decimals, as the paper prints it."""
-    return f"{value:.2f}"
+    return f"{value:.3g}" if not math.isfinite(value) or abs(value) >= HUGE else f"{value:.2f}"
 
 
 def integer(value: float) -> str:
-    return f"{value:.0f}"
+    return f"{value:.3g}" if not math.isfinite(value) or abs(value) >= HUGE else f"{value:.0f}"
 
 
 FORMATS: dict[str, Callable[[float], str]] = {
@@ -75,12 +80,35 @@ def number(value, kind: str = "plain") -> str:
         return MISSING
     if isinstance(value, str):
         return value
-    return FORMATS.get(kind, plain)(float(value))
+    try:
+        value = float(value)
+    except (TypeError, ValueError, OverflowError):  # not a number a table can show
+        return MISSING
+    return FORMATS.get(kind, plain)(value)
 
 
-def ratio(value: Optional[float]) -> str:
-    """A ratio to a baseline: ``0.99x``."""
-    return "—" if value is None else f"{value:.2f}x"
+def ratio(value: Optional[float], digits: int = 2) -> str:
+    """A ratio to a baseline: ``0.99x`` (``digits`` decimals; a ratio of 10,000 or more, or under
+    0.01, with an exponent: ``1e+300x``)."""
+    if value is None:
+        return "—"
+    if not math.isfinite(value) or value and not 0.01 <= abs(value) < 1e4:
+        return f"{value:.3g}x"
+    return f"{value:.{digits}f}x"
+
+
+def ratio_of(value, base) -> Optional[float]:
+    """``value / base`` when both are positive finite numbers and the quotient is finite, else None:
+    a ratio of a zero, a negative number or an overflow means nothing (tables show ``n/a``,
+    compare leaves it out)."""
+    try:
+        v, b = float(value), float(base)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not (math.isfinite(v) and math.isfinite(b) and v > 0 and b > 0):
+        return None
+    r = v / b
+    return r if math.isfinite(r) and r > 0 else None
 
 
 def interval(lo: float, hi: float, kind: str = "plain") -> str:
@@ -91,7 +119,8 @@ def interval(lo: float, hi: float, kind: str = "plain") -> str:
 def plus_minus(ratio_: float, ratio_interval: tuple[float, float]) -> str:
     """The half-width of a ratio's interval as a table shows it: ``±0.01`` (the larger side of an
     asymmetric interval, so the ± never understates it; the CSV keeps both bounds)."""
-    return f"±{max(ratio_ - ratio_interval[0], ratio_interval[1] - ratio_, 0.0):.2f}"
+    half = max(ratio_ - ratio_interval[0], ratio_interval[1] - ratio_, 0.0)
+    return f"±{half:.3g}" if not math.isfinite(half) or half >= 1e4 else f"±{half:.2f}"
 
 
 def value_with_ratio(value, kind: str, ratio_: Optional[float] = None,

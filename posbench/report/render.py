@@ -10,16 +10,53 @@ from __future__ import annotations
 import csv
 import html
 import io
+import re
 from pathlib import Path
 
 from posbench.core.files import atomic_write_text
+from posbench.report.names import short_hash
 from posbench.report.table import Table
 
 
+# Spreadsheets run a cell that starts with one of these as a formula (OWASP, "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_cell(value):
+    """``value`` as a CSV cell that no spreadsheet runs: a string starting with ``=``, ``+``,
+    ``-``, ``@``, a tab or a carriage return gets a leading single quote (OWASP's rule); numbers,
+    and strings that are plain numbers (``-1.5``), stay as they are."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def csv_text(grid) -> str:
+    """Rows of cells as CSV text, every cell through ``csv_cell``."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows([csv_cell(c) for c in row] for row in grid)
+    return buf.getvalue()
+
+
+MESSAGE_CAP = 500  # characters of a row's message shown in a report; the row keeps it whole
+
+
+def capped(message: str, cap: int = MESSAGE_CAP) -> str:
+    """``message`` cut to ``cap`` characters, saying so: a 3 MB traceback must not fill a report."""
+    message = str(message or "")
+    if len(message) <= cap:
+        return message
+    return f"{message[:cap]}... [cut: {len(message):,} characters in all; the stored row keeps them]"
+
+
 def row_anchor(run_id, case_id) -> str:
-    """The HTML id of a row in the report's appendix; table cells link to it."""
+    """The HTML id of a row in the report's appendix; table cells link to it. Characters an id
+    should not hold become ``_``, and then a hash of the raw text is appended, so two cases that
+    differ only in punctuation never share an id."""
     raw = f"row-{run_id}-{case_id}"
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in raw)
+    safe = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-_.") else "_" for ch in raw)
+    return safe if safe == raw else f"{safe[:120]}-{short_hash(raw)}"
 
 
 def _grid(table: Table) -> list[list[str]]:
@@ -49,10 +86,9 @@ def to_markdown(table: Table) -> str:
 
 
 def to_csv(table: Table) -> str:
-    """The table as displayed (the values with ratios and statuses); ``rows.csv`` has raw numbers."""
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(_grid(table))
-    return buf.getvalue()
+    """The table as displayed (the values with ratios and statuses); ``rows.csv`` has raw numbers.
+    Cells that a spreadsheet would run as formulas are neutralised (``csv_cell``)."""
+    return csv_text(_grid(table))
 
 
 _LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
@@ -97,7 +133,7 @@ def to_html(table: Table) -> str:
                 continue
             tip = f"case_id={cell.case_id}; run_id={cell.run_id}; status={cell.status}"
             if cell.message:
-                tip += f"; {cell.message}"
+                tip += f"; {capped(cell.message)}"
             cls = "ok" if cell.status == "ok" else "bad"
             tds.append(f'<td class="{cls}" title="{esc(tip)}"><a href="#{row_anchor(cell.run_id, cell.case_id)}">'
                        f"{esc(cell.text)}</a></td>")
@@ -128,19 +164,17 @@ def cells_csv(tables: list[Table]) -> str:
     ``column`` is ``<axis>=<value>`` (``seq_len=512``); other grid parameters of a table are
     in its ``metric`` field after the name (``fwd_ms head_dim=64``).
     """
-    buf = io.StringIO()
-    out = csv.writer(buf, lineterminator="\n")
-    out.writerow(CELL_COLUMNS)
+    lines = [CELL_COLUMNS]
     for t in tables:
         rest = " ".join(f"{k}={v}" for k, v in t.extra.get("rest", {}).items())
         for row in t.rows:
             for col in t.columns:
                 c = t.cell(row, col)
-                out.writerow([f"{t.metric} {rest}".strip(), row, f"{t.column_header}={col}",
+                lines.append([f"{t.metric} {rest}".strip(), row, f"{t.column_header}={col}",
                               "" if c.value is None else repr(c.value), "" if c.ratio is None else f"{c.ratio:.6g}",
                               *(("", "") if c.ratio_interval is None else (f"{x:.6g}" for x in c.ratio_interval)),
                               c.text, c.status, c.case_id or "", c.run_id or ""])
-    return buf.getvalue()
+    return csv_text(lines)
 
 
 def write_run_files(tables: list[Table], folder: Path, note: str = "") -> list[Path]:

@@ -32,6 +32,8 @@ from typing import Any, Optional
 
 from posbench.report.render import to_markdown
 from posbench.report.rows import RUN_FILE, RowsError, RunMeta, cpu_model, find_run_dirs, gpu_name, load_runs
+from posbench.report.names import short_hash
+from posbench.report.stored import open_regular
 from posbench.report.table import run_tables, slug
 
 DEFAULT_OUT = Path("docs/results")
@@ -217,19 +219,49 @@ def write_pages(paths: list[str | Path], out: str | Path = DEFAULT_OUT) -> list[
         for run_dir in find_run_dirs(path):
             if run_dir not in run_dirs:
                 run_dirs.append(run_dir)
-    pages: dict[str, list[RunSection]] = {}
+    by_machine: dict[tuple, list[RunSection]] = {}
     for run_dir in run_dirs:
         section = RunSection(run_dir)
-        pages.setdefault(section.page_name, []).append(section)
+        by_machine.setdefault((section.meta.suite, section.hardware), []).append(section)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, sections in pages.items():
+    for name, sections in _page_names(by_machine, out).items():
         sources = [s.run_dir.as_posix() for s in sections]
         path = out / name
         path.write_text(page_text(sections, sources), encoding="utf-8")
         written.append(path)
     return written
+
+
+def _page_names(by_machine: dict[tuple, list[RunSection]], out: Path) -> dict[str, list[RunSection]]:
+    """A file name per (suite, machine): ``<suite>-<machine slug>.md``, plus a hash of the raw names
+    when two machines' slugs collide (``Acme X-1``, ``Acme X 1``) here, or the page already there
+    belongs to another machine, so no machine's page overwrites another's."""
+    names = {key: sections[0].page_name for key, sections in by_machine.items()}
+    counts: dict[str, int] = {}
+    for name in names.values():
+        counts[name] = counts.get(name, 0) + 1
+    pages = {}
+    for (suite, hardware), sections in by_machine.items():
+        name = names[(suite, hardware)]
+        if counts[name] > 1 or _page_of_another(out / name, suite, hardware):
+            name = f"{name.removesuffix('.md')}-{short_hash(suite + chr(31) + hardware)}.md"
+        pages[name] = sections
+    return pages
+
+
+def _page_of_another(path: Path, suite: str, hardware: str) -> bool:
+    """Whether ``path`` is a page this module wrote for another (suite, machine): its heading says."""
+    try:
+        fh = open_regular(path)  # never opens a FIFO planted there
+    except RowsError:
+        return True
+    if fh is None:
+        return False
+    with fh:
+        first = str(fh.readline(4096), "utf-8", "replace").rstrip("\n")
+    return first.startswith("# ") and first != f"# {suite} on {hardware}"
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -9,10 +9,11 @@ A run folder ``results/<suite>/<run-id>/`` holds::
 The runner (resume), ``bench.py report`` and ``bench.py compare`` all read through this module,
 so they agree on three rules:
 
-- **A row's shape** (``check_row``): a JSON object with ``case_id``, ``method``, ``status`` (strings),
-  ``params`` and ``metrics`` (objects; metric values are numbers or null). A row that breaks this
-  is a one-line ``RowsError`` naming the file and line.
-- **A torn last line** (a process killed mid-write) is skipped; a bad line anywhere else is an error.
+- **A row's shape** (``check_row``, ``posbench.report.stored``): a JSON object with ``case_id``,
+  ``method``, ``status`` (strings), ``params`` (scalars; those the task's grid requires, of their
+  type) and ``metrics`` (numbers or null), sane numbers, ``round`` at most ``stored.MAX_ROUNDS``.
+  Files are read within bounds (regular files only, bounded lines and nesting). A line that breaks
+  a rule is skipped with one warning naming file and line; a torn last line is skipped silently.
 - **The latest row of a case** (``latest``): rows ordered by ``started_at`` (rows without one
   first), ties kept in the order read; the last one wins. A retried case appends a newer row.
 - **Rounds** (``merge_rounds``): a suite with ``rounds: k`` stores one row per case and round
@@ -32,13 +33,16 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+import os
+import sys
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from posbench.core.files import atomic_write_text
-from posbench.core.outcome import PosbenchError
+from posbench.report import stored
+from posbench.report.stored import RowsError, check_params, check_row  # noqa: F401  (re-exported: the runner checks rows)
 
 CASES_FILE = "cases.jsonl"
 ENV_FILE = "env.json"
@@ -49,70 +53,64 @@ RUN_FORMAT = 1  # run.json's own version: bump when its keys change meaning
 ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message", "metrics", "series",
             "info", "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
             "git_commit", "traceback", "round")
-_REQUIRED = {"case_id": str, "method": str, "status": str, "params": dict, "metrics": dict}
-_OPTIONAL_DICTS = ("series", "settings", "info")
 # Used when a run was written before run.json existed (format 0): the suites' old default.
 LEGACY_BASELINE = "sinusoidal"
-
-
-class RowsError(PosbenchError, ValueError):
-    """A folder holds no run, or a stored file cannot be read; the message names file and line."""
 
 
 # ---------------------------------------------------------------------------------------------
 # cases.jsonl
 
 
-def check_row(row: Any, where: str) -> dict:
-    """``row`` if it has the shape of a result row, else a ``RowsError`` saying what is wrong."""
-    if not isinstance(row, dict):
-        raise RowsError(f"{where}: expected a JSON object per line, got {type(row).__name__}")
-    for key, kind in _REQUIRED.items():
-        if key not in row:
-            raise RowsError(f"{where}: row has no {key!r}; a row needs {', '.join(_REQUIRED)}")
-        if not isinstance(row[key], kind):
-            raise RowsError(f"{where}: {key}: expected {'an object' if kind is dict else 'a string'}, "
-                            f"got {type(row[key]).__name__}")
-    for key in _OPTIONAL_DICTS:
-        if row.get(key) is not None and not isinstance(row[key], dict):
-            raise RowsError(f"{where}: {key}: expected an object, got {type(row[key]).__name__}")
-    for name, value in row["metrics"].items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise RowsError(f"{where}: metrics.{name}: expected a number or null, got {json.dumps(value)[:40]}")
-    return row
+def warn(problem: str) -> None:
+    """The one way a skipped line or row is told when the caller collects no ``problems``."""
+    print(f"warning: {problem}", file=sys.stderr)
 
 
-def read_rows(path: str | Path) -> list[dict]:
-    """Every row of a ``cases.jsonl`` in file order; ``[]`` when the file does not exist yet.
+def read_rows(path: str | Path, problems: Optional[list[str]] = None,
+              check: Optional[Callable[[dict, str], Any]] = None) -> list[dict]:
+    """Every usable row of a ``cases.jsonl`` in file order; ``[]`` when the file does not exist yet.
 
-    A last line that is not JSON is a write cut short and is skipped (the runner cuts it off
-    before appending); a bad line before it raises ``RowsError`` naming file and line.
+    A line that is not UTF-8, not JSON (or nested too deep, or longer than ``stored.MAX_LINE``) or
+    not a row (``check_row``) is skipped with one warning naming file and line, appended to
+    ``problems`` (printed when it is None): a damaged line costs its case, never the run. A last
+    line without its newline that does not parse is a write cut short and is skipped silently (the
+    runner cuts it off before appending). A file that is not a regular file is a ``RowsError``.
+    ``check(row, "file:line")``: a further test of each row (``load_runs``: the task's parameters),
+    raising ``RowsError`` to skip it.
     """
     path = Path(path)
-    if not path.exists():
+    fh = stored.open_regular(path)
+    if fh is None:
         return []
-    raw = path.read_bytes().split(b"\n")
-    last_raw = max((i for i, line in enumerate(raw, 1) if line.strip()), default=0)
-    lines = []
-    for lineno, line in enumerate(raw, 1):
-        try:
-            lines.append(str(line, "utf-8"))  # raises UnicodeDecodeError on bad bytes
-        except UnicodeDecodeError:
-            if lineno == last_raw:  # a write cut inside a multi-byte character
-                break
-            raise RowsError(f"{path}:{lineno}: not UTF-8 text") from None
-    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
+    report = warn if problems is None else problems.append
     rows = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if lineno == last:
-                break
-            raise RowsError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
-        rows.append(check_row(row, f"{path}:{lineno}"))
+    with fh:
+        for lineno, raw, ended in stored.lines(fh):
+            if raw is not None and not raw.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                if raw is None:
+                    raise RowsError(f"{where}: longer than {stored.size_text(stored.MAX_LINE)}; allowed: lines "
+                                    "up to that")
+                try:
+                    text = str(raw, "utf-8")
+                except UnicodeDecodeError:
+                    if not ended:  # a write cut inside a multi-byte character
+                        break
+                    raise RowsError(f"{where}: not UTF-8 text") from None
+                try:
+                    row = stored.loads(text)
+                except ValueError as exc:
+                    if not ended:  # a torn last line
+                        break
+                    raise RowsError(f"{where}: {exc}") from None
+                check_row(row, where)
+                if check is not None:
+                    check(row, where)
+                rows.append(row)
+            except RowsError as exc:
+                report(f"{exc}; line skipped")
     return rows
 
 
@@ -138,9 +136,10 @@ def latest(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r["case_
 
 
 def round_of(row: dict) -> int:
-    """The row's round, 1-based; rows written before rounds existed are round 1."""
+    """The row's round, 1-based; rows written before rounds existed are round 1 (``check_row``
+    bounds it by ``stored.MAX_ROUNDS``)."""
     r = row.get("round")
-    return r if isinstance(r, int) and not isinstance(r, bool) and r >= 1 else 1
+    return r if isinstance(r, int) and not isinstance(r, bool) and 1 <= r <= stored.MAX_ROUNDS else 1
 
 
 def latest_rounds(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r["case_id"]) -> dict[Any, dict]:
@@ -264,24 +263,70 @@ def write_run_meta(run_dir: str | Path, meta: RunMeta) -> Path:
     return atomic_write_text(Path(run_dir) / RUN_FILE, json.dumps(asdict(meta), indent=2, default=str) + "\n")
 
 
-def read_run_meta(run_dir: str | Path) -> Optional[RunMeta]:
-    """The run's ``run.json``, or None for a run written before posbench kept one."""
-    path = Path(run_dir) / RUN_FILE
-    if not path.is_file():
-        return None
+def _read_json(path: Path) -> Any:
+    """A stored JSON file (run.json, env.json), read within bounds; missing: ``...`` (Ellipsis)."""
+    data = stored.read_small(path)
+    if data is None:
+        return ...
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = str(data, "utf-8")
+    except UnicodeDecodeError:
+        raise RowsError(f"{path}: not UTF-8 text") from None
+    try:
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RowsError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise RowsError(f"{path}: not JSON (nested deeper than {stored.MAX_DEPTH} levels)") from None
+    except ValueError as exc:
+        raise RowsError(f"{path}: not JSON ({str(exc).splitlines()[0][:80]})") from None
+    why = stored.walk_problem(value)
+    if why:
+        raise RowsError(f"{path}: {why}")
+    return value
+
+
+_STR, _LIST_OF_STR = "a string", "a list of strings"
+_META_TYPES = {"suite": _STR, "version": "a whole number", "task": _STR, "baseline": "a string or null",
+               "methods": _LIST_OF_STR, "metrics": _LIST_OF_STR, "settings": "an object",
+               "grid": "an object of lists", "profile": _STR, "device": _STR, "run_id": _STR,
+               "posbench_version": _STR, "written_at": _STR, "format": "a whole number"}
+
+
+def _meta_type_ok(key: str, value: Any) -> bool:
+    kind = _META_TYPES[key]
+    if kind == _STR:
+        return isinstance(value, str)
+    if kind == "a whole number":
+        return isinstance(value, int) and not isinstance(value, bool) and abs(value) < stored.MAX_INT
+    if kind == "a string or null":
+        return value is None or isinstance(value, str)
+    if kind == _LIST_OF_STR:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "an object":
+        return isinstance(value, dict)
+    return isinstance(value, dict) and all(isinstance(v, list) for v in value.values())
+
+
+def read_run_meta(run_dir: str | Path) -> Optional[RunMeta]:
+    """The run's ``run.json``, or None for a run written before posbench kept one. A file that is
+    not a regular file, not UTF-8, not JSON, or whose keys have the wrong types is a one-line
+    ``RowsError`` naming it and the key."""
+    path = Path(run_dir) / RUN_FILE
+    data = _read_json(path)
+    if data is ...:
+        return None
     if not isinstance(data, dict):
         raise RowsError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    known = {f.name for f in fields(RunMeta)}
     missing = [k for k in ("suite", "version", "task", "baseline", "methods", "metrics") if k not in data]
     if missing:
         raise RowsError(f"{path}: no {missing[0]!r}; run.json needs suite, version, task, baseline, methods, metrics")
     if not isinstance(data["methods"], list) or not isinstance(data["metrics"], list):
         raise RowsError(f"{path}: methods and metrics must be lists")
-    return RunMeta(**{k: v for k, v in data.items() if k in known})
+    for key, kind in _META_TYPES.items():
+        if key in data and not _meta_type_ok(key, data[key]):
+            raise RowsError(f"{path}: {key}: expected {kind}, got {type(data[key]).__name__}")
+    return RunMeta(**{k: v for k, v in data.items() if k in _META_TYPES})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,15 +334,8 @@ def read_run_meta(run_dir: str | Path) -> Optional[RunMeta]:
 
 
 def read_env(run_dir: str | Path) -> dict:
-    path = Path(run_dir) / ENV_FILE
-    if not path.is_file():
-        return {}
-    try:
-        env = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise RowsError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise RowsError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    """The run's ``env.json``; ``{}`` when there is none or it holds no object."""
+    env = _read_json(Path(run_dir) / ENV_FILE)
     return env if isinstance(env, dict) else {}
 
 
@@ -345,11 +383,12 @@ def find_run_dirs(path: str | Path) -> list[Path]:
     without knowing the run id inside it.
     """
     path = Path(path)
-    if (path / CASES_FILE).is_file():
+    if os.path.lexists(path / CASES_FILE):  # whatever it is: read_rows refuses a FIFO or a device in one line
         return [path]
     if not path.is_dir():
         raise RowsError(f"{path}: no such folder")
-    found = sorted(p.parent for p in path.rglob(CASES_FILE))
+    # os.walk does not follow links to folders: a link loop cannot make the search endless
+    found = sorted(Path(folder) for folder, _dirs, files in os.walk(path) if CASES_FILE in files)
     if not found:
         raise RowsError(f"{path}: no {CASES_FILE} in this folder or below it")
     return found
@@ -364,6 +403,7 @@ class Runs:
     rows: Any  # pandas.DataFrame
     envs: dict[str, dict]
     metas: dict[str, Optional[RunMeta]]
+    problems: list[str] = field(default_factory=list)  # lines skipped, one warning each
 
     def meta_of(self, sources: Iterable[str]) -> Optional[RunMeta]:
         """The run.json of the first of ``sources`` that has one (shards of a run share it)."""
@@ -373,12 +413,14 @@ class Runs:
         return None
 
 
-def load_runs(dirs) -> Runs:
+def load_runs(dirs, report: Optional[Callable[[str], Any]] = None) -> Runs:
     """Merge the runs stored in ``dirs`` (run folders or folders above them).
 
     Each (run_id, case_id) keeps its latest row per round (a resumed run, or shards that overlap),
     its rounds merged into one row (``merge_rounds``); the same case in different runs is kept,
-    one row per run.
+    one row per run. A line or row that cannot be used (``read_rows``; parameters the row's task
+    needs, ``check_params``) is skipped with one warning naming file and line, handed to
+    ``report`` (default: printed to stderr) and kept in ``Runs.problems``.
     """
     import pandas as pd  # only readers of several runs need it; the runner does not
 
@@ -389,27 +431,34 @@ def load_runs(dirs) -> Runs:
         for run_dir in find_run_dirs(d):
             if run_dir not in run_dirs:
                 run_dirs.append(run_dir)
-    records, envs, metas = [], {}, {}
+    records, envs, metas, problems = [], {}, {}, []
     for run_dir in run_dirs:
         source = str(run_dir)
         env, meta = read_env(run_dir), read_run_meta(run_dir)
         envs[source], metas[source] = env, meta
-        for row in read_rows(run_dir / CASES_FILE):
+        default_task = meta.task if meta else None
+
+        def task_params(row: dict, where: str, default_task=default_task) -> None:
+            check_params(row, row.get("task") or default_task, where)
+
+        for row in read_rows(run_dir / CASES_FILE, problems, check=task_params):
             row = dict(row)
             for key in ("series", "settings", "info"):
                 if not isinstance(row.get(key), dict):
                     row[key] = {}
             row["metrics"] = {k: _finite(v) for k, v in row["metrics"].items()}
-            row.setdefault("run_id", run_dir.name)
-            row.setdefault("task", meta.task if meta else None)
-            row.setdefault("suite", meta.suite if meta else run_dir.parent.name)
+            row["run_id"] = row.get("run_id") or run_dir.name
+            row["task"] = row.get("task") or default_task
+            row["suite"] = row.get("suite") or (meta.suite if meta else run_dir.parent.name)
             row["source"] = source
             row["hardware"] = hardware_label(env, row.get("device"))
             records.append(row)
+    for problem in problems:
+        (warn if report is None else report)(problem)
     # The latest row per (run, case, round), then one row per (run, case): rounds merged.
     records = list(case_rows(records, key=lambda r: (r["run_id"], r["case_id"])).values())
     frame = pd.DataFrame.from_records(records)
     for column in ROW_KEYS + ("source", "hardware"):
         if column not in frame.columns:
             frame[column] = None
-    return Runs(frame.reset_index(drop=True), envs, metas)
+    return Runs(frame.reset_index(drop=True), envs, metas, problems)

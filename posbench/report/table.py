@@ -12,6 +12,7 @@ Titles, units and number formats come from the task's metric declarations
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -20,6 +21,7 @@ import pandas as pd
 from posbench.report import bootstrap
 from posbench.report import numbers as fmt
 from posbench.engine.env import was_busy
+from posbench.report.names import slug  # noqa: F401  (tasks build their table keys with it)
 from posbench.report.rows import LEGACY_BASELINE, RunMeta, Runs
 from posbench.core.task import SPREAD_SUFFIXES, Metric, find, find_metric, is_housekeeping, metrics_of, spread_of
 
@@ -60,13 +62,6 @@ class Table:
 
 
 # -- grouping ------------------------------------------------------------------------------
-
-def slug(text: str) -> str:
-    out = "".join(ch if ch.isalnum() else "-" for ch in str(text).lower())
-    while "--" in out:
-        out = out.replace("--", "-")
-    return out.strip("-")
-
 
 def ordered(values) -> list:
     """Unique values in first-seen order."""
@@ -225,7 +220,7 @@ def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: 
                 continue
             for name, value in found[r.case_id].items():
                 *middle, column = name[len(head) + 1:].split("@")
-                column = int(column) if column.isdigit() else column
+                column = int(column) if column.isascii() and column.isdigit() and len(column) < 16 else column
                 label = ", ".join([r.method, *middle])
                 table.rows = ordered(table.rows + [label])
                 columns.append(column)
@@ -375,15 +370,19 @@ def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False, extra
     cell.value = float(value)
     cell.spread = _spread(r.metrics, name, cell.value, {} if extra is None else extra)
     base = baselines.get((r.run_id, col), baselines.get((None, col)))
-    if base and base[0]:
-        cell.ratio = cell.value / float(base[0])
+    if base:
+        cell.ratio = fmt.ratio_of(cell.value, base[0])  # None for a zero, negative or overflowing pair
         ours = _by_round(r, name)
-        if ours is not None and base[1] is not None and not is_baseline:  # 1.00x against itself: no interval
+        if cell.ratio is not None and ours is not None and base[1] is not None and not is_baseline:
             # Interleaved rounds: the ratio of each round to the baseline's same round, then the
-            # median; drift shared by the round cancels. Needs 2+ pairs for an interval.
+            # median; drift shared by the round cancels. Needs 2+ pairs for an interval
+            # (1.00x against itself: no interval).
             ratio, interval, pairs = bootstrap.paired_ratio(ours, base[1])
-            if pairs >= 2:
+            if pairs >= 2 and ratio is not None and math.isfinite(ratio) and all(map(math.isfinite, interval or [])):
                 cell.ratio, cell.ratio_interval = ratio, interval
+        if cell.ratio is None:
+            cell.text = f"{fmt.number(cell.value, kind)} ({fmt.MISSING})"
+            return cell
     cell.text = fmt.value_with_ratio(cell.value, kind, cell.ratio, cell.ratio_interval)
     return cell
 

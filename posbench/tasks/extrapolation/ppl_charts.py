@@ -16,7 +16,7 @@ from posbench.report.charts import (bar_note, caption, line_style, new_figure, n
 from posbench.report.rows import Runs
 from posbench.report.sections import Block, ChartSource, Section
 from posbench.report.table import Table, by_params, short_commit, slug, task_groups
-from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
+from posbench.tasks.extrapolation.ppl_tables import curves, extrapolation_tables
 
 
 def ppl_sections(runs: Runs) -> list[Section]:
@@ -84,13 +84,13 @@ def _curve_key(key: str) -> tuple[str, int, bool] | None:
     """``nonoverlapping@512`` / ``sliding@512@interp`` -> (mode, L_valid, interpolated)."""
     mode, _, rest = key.partition("@")
     length, _, tail = rest.partition("@")
-    return (mode, int(length), tail == "interp") if length.isdigit() else None
+    return (mode, int(length), tail == "interp") if length.isascii() and length.isdigit() and len(length) < 13 else None
 
 
 def _position_figures(suite, hardware, params, members, table: Table | None = None):
     longest: dict[tuple[str, bool], int] = {}
     for r in members:
-        for key in r.series.get("per_position_loss", {}) or {}:
+        for key in curves(r):
             parsed = _curve_key(key)
             if parsed is not None:
                 mode, length, interp = parsed
@@ -106,7 +106,7 @@ def _position_figures(suite, hardware, params, members, table: Table | None = No
         key = f"{mode}@{length}" + ("@interp" if interp else "")
         fig, ax = new_figure()
         for r in members:
-            losses = (r.series.get("per_position_loss") or {}).get(key)
+            losses = curves(r).get(key)
             if losses:
                 index = order.index(r.method)
                 (line,) = ax.plot(range(1, len(losses) + 1), losses, linewidth=1.2, markersize=6,

@@ -8,11 +8,50 @@ the tables printed at the end of a run; ``eval_values`` gives ``bench.py compare
 """
 from __future__ import annotations
 
+import math
+
 from posbench.report import numbers as fmt
 from posbench.report.rows import Runs
 from posbench.report.table import SPREAD_STD, Cell, Table, by_params, method_order, ordered, short_commit, slug, task_groups
 
 DEFAULT_MODE = ("nonoverlapping", None, False)
+MAX_LENGTH = 1 << 40  # an L_valid or stride beyond this is no evaluation anyone ran
+
+
+def _count(value, low: int = 1) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_LENGTH
+
+
+def _finite_or_none(value) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and math.isfinite(value))
+
+
+def evals(row) -> list[dict]:
+    """The well-formed entries of a stored row's ``series["evals"]``: objects whose ``mode`` is a
+    string, ``L_valid`` a positive whole number, ``stride`` one or null, ``ppl``/``ppl_std``/
+    ``best_ppl_eval`` finite numbers or null, ``status``/``message`` strings. A stored file may
+    hold anything; an entry of another shape is left out rather than failing the report."""
+    series = row.series if isinstance(getattr(row, "series", None), dict) else {}
+    entries = series.get("evals")
+    out = []
+    for e in entries if isinstance(entries, list) else []:
+        if not (isinstance(e, dict) and isinstance(e.get("mode", ""), str) and _count(e.get("L_valid"))
+                and (e.get("stride") is None or _count(e.get("stride")))
+                and all(_finite_or_none(e.get(k)) for k in ("ppl", "ppl_std", "best_ppl_eval"))
+                and isinstance(e.get("status", "ok"), str) and isinstance(e.get("message") or "", str)
+                and isinstance(e.get("interpolate") or False, bool)):
+            continue
+        out.append(e)
+    return out
+
+
+def curves(row, key: str = "per_position_loss") -> dict[str, list]:
+    """The well-formed curves of a stored row's ``series[key]``: lists of finite numbers by name."""
+    series = row.series if isinstance(getattr(row, "series", None), dict) else {}
+    stored = series.get(key)
+    return {k: v for k, v in (stored.items() if isinstance(stored, dict) else ())
+            if isinstance(v, list) and v and all(_finite_or_none(x) and x is not None for x in v)}
 
 
 def eval_mode_key(entry: dict) -> tuple:
@@ -25,7 +64,7 @@ def eval_values(row) -> dict:
     compare``: read from ``series["evals"]`` so that an OOM evaluation (ppl null) is seen even when
     the runner stored no flat ``ppl@...`` copy (a stored flat copy wins: compare reads it first)."""
     values: dict = {}
-    for entry in row.series.get("evals", []) or []:
+    for entry in evals(row):
         mode, stride, interpolate = eval_mode_key(entry)
         key = f"ppl@{mode}@{entry.get('L_valid')}"
         key += f"@s{stride}" if stride else ""
@@ -69,7 +108,7 @@ def extrapolation_tables(runs: Runs) -> list[Table]:
         order = method_order(group["method"], runs.meta_of(ordered(group["source"])))
         for params, rows in by_params(group).items():
             rows = sorted(rows, key=lambda r: order.index(r.method))  # the suite's method order
-            modes = ordered(eval_mode_key(e) for r in rows for e in r.series.get("evals", []))
+            modes = ordered(eval_mode_key(e) for r in rows for e in evals(r))
             for key in modes or [DEFAULT_MODE]:
                 tables.append(_ppl_table(suite, hardware, dict(params), rows, key, group))
     return tables
@@ -78,12 +117,14 @@ def extrapolation_tables(runs: Runs) -> list[Table]:
 def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
     l_train = params.get("L_train")
     entries = {
-        r.case_id: {e.get("L_valid"): e for e in r.series.get("evals", []) if eval_mode_key(e) == key}
+        r.case_id: {e.get("L_valid"): e for e in evals(r) if eval_mode_key(e) == key}
         for r in rows
     }
     columns = sorted({lv for per_case in entries.values() for lv in per_case if lv is not None})
     if not columns:  # nothing evaluated at all: fall back to the grid the suite asked for
-        columns = list(next((r.settings.get("L_valid") for r in rows if r.settings.get("L_valid")), []))
+        asked = next((r.settings.get("L_valid") for r in rows if isinstance(r.settings, dict)
+                      and isinstance(r.settings.get("L_valid"), list)), [])
+        columns = sorted({lv for lv in asked if _count(lv)})
     others = ", ".join(f"{k}={v}" for k, v in params.items() if k != "L_train")
     best = _best_ppl(rows)
     table = Table(

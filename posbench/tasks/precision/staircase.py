@@ -107,10 +107,12 @@ def report_charts(rows: list[dict]) -> list[tuple[str, str, Any]]:
     out, seen = [], set()
     for r in rows:
         series = r.get("series") or {}
-        s = series.get("settings")
+        s = series.get("settings") if isinstance(series, dict) else None
         if r.get("status") != "ok" or not isinstance(s, dict):
             continue
-        for chart in series.get("charts", []):
+        for chart in series.get("charts") if isinstance(series.get("charts"), list) else []:
+            if not _drawable(s, chart):
+                continue  # a stored row may hold anything: what cannot be redrawn within bounds is left out
             key = (s["n_heads"], s["length"], chart["head"], tuple(chart["dtypes"]))
             if key in seen:
                 continue
@@ -119,3 +121,18 @@ def report_charts(rows: list[dict]) -> list[tuple[str, str, Any]]:
             out.append((f"precision-staircase-head{chart['head']}-{s['n_heads']}x{s['length']}",
                         f"ALiBi bias staircase, head {chart['head']} of {s['n_heads']}", fig))
     return out
+
+
+MAX_BIAS_VALUES = 1 << 26  # n_heads x length of a redrawn bias (256 MB of float32 at most)
+
+
+def _drawable(settings: dict, chart) -> bool:
+    """Whether a stored chart can be redrawn: whole numbers in range (heads x positions within
+    ``MAX_BIAS_VALUES``), a head among them, dtypes this module knows."""
+    def whole(x, low=1):
+        return isinstance(x, int) and not isinstance(x, bool) and low <= x <= MAX_BIAS_VALUES
+
+    n_heads, length = settings.get("n_heads"), settings.get("length")
+    return (whole(n_heads) and whole(length) and n_heads * length <= MAX_BIAS_VALUES and isinstance(chart, dict)
+            and whole(chart.get("head"), 0) and chart["head"] < n_heads and isinstance(chart.get("dtypes"), list)
+            and bool(chart["dtypes"]) and all(isinstance(d, str) and d in DTYPES for d in chart["dtypes"]))

@@ -17,16 +17,44 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from posbench.report.charts import line_style, marker_size  # noqa: E402
+from posbench.report.names import file_stem  # noqa: E402
 from posbench.report.rows import Runs  # noqa: E402
 from posbench.report.sections import Block, Section, metric_section  # noqa: E402
 from posbench.report.stats import effective_length, wilson_interval  # noqa: E402
 from posbench.report.table import Cell, Table, ordered, short_commit, slug  # noqa: E402
 
 
+MAX_COUNT = 1 << 53  # samples in one cell: beyond this a count is no count anyone ran
+
+
+def _whole(value, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_COUNT
+
+
+def cells(row) -> list[dict]:
+    """The well-formed entries of a stored row's ``series["cells"]``: ``L_valid`` a positive whole
+    number, ``depth`` a number in [0, 1] or null (probes without a needle), ``0 <= correct <= total``
+    whole numbers, ``status`` a string. A stored file may hold anything; an entry of another shape
+    is left out."""
+    series = row.get("series") if isinstance(row.get("series"), dict) else {}
+    stored = series.get("cells")
+    return [c for c in (stored if isinstance(stored, list) else [])
+            if isinstance(c, dict) and _whole(c.get("L_valid"), 1) and _whole(c.get("total"))
+            and _whole(c.get("correct")) and c["correct"] <= c["total"] and isinstance(c.get("status", "ok"), str)
+            and (c.get("depth") is None or _fraction(c["depth"]))]
+
+
+def _fraction(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+
+
 def _ok_rows(rows, probe=None):
     for r in rows:
         if r.get("status", "ok") != "ok" or r.get("task", "retrieval") != "retrieval":
             continue
+        params = r.get("params") if isinstance(r.get("params"), dict) else {}
+        if not isinstance(params.get("probe"), str) or not _whole(params.get("L_train"), 1):
+            continue  # the report's reader skipped such a row already (posbench.report.stored.check_params)
         if probe is not None and r["params"]["probe"] != probe:
             continue
         yield r
@@ -39,11 +67,11 @@ def accuracy_table(rows: list[dict], threshold: float = 0.5) -> list[dict]:
     counts: dict[tuple, list] = {}
     for r in _ok_rows(rows):
         key = (r["method"], r["params"]["probe"], r["params"]["L_train"])
-        for c in r["series"]["cells"]:
+        for c in cells(r):
             entry = counts.setdefault(key + (c["L_valid"],), [0, 0, True])
             entry[0] += c["correct"]
             entry[1] += c["total"]
-            entry[2] &= c["status"] == "ok"
+            entry[2] &= c.get("status", "ok") == "ok"
     table = []
     for (method, probe, L, Lv), (k, n, ok) in sorted(counts.items()):
         acc = k / n if ok and n else None
@@ -121,8 +149,8 @@ def heatmap_table(rows: list[dict], method: str, L_train: int | None = None):
     for r in _ok_rows(rows, "passkey"):
         if r["method"] != method or (L_train is not None and r["params"]["L_train"] != L_train):
             continue
-        for c in r["series"]["cells"]:
-            if c["status"] == "ok" and c["total"]:
+        for c in cells(r):
+            if c.get("status", "ok") == "ok" and c["total"] and c.get("depth") is not None:
                 entry = counts.setdefault((c["depth"], c["L_valid"]), [0, 0])
                 entry[0] += c["correct"]
                 entry[1] += c["total"]
@@ -201,13 +229,16 @@ def probe_blocks(runs: Runs) -> list[Block]:
         table = probe_table(ok, probe)
 
         def accuracy(probe=probe):
-            return [(f"retrieval_{probe}_accuracy", f"{probe}: accuracy vs L_valid", accuracy_chart(ok, probe))]
+            if not any(t["probe"] == probe and t["acc"] is not None for t in accuracy_table(ok)):
+                return []  # every cell failed: the table says so, there is nothing to draw
+            return [(f"retrieval_{file_stem(probe)}_accuracy", f"{probe}: accuracy vs L_valid", accuracy_chart(ok, probe))]
 
         sources = [accuracy]
         if probe == "passkey":
             def heatmaps():
-                return [(f"retrieval_passkey_heatmap_{m}", f"passkey heatmap: {m}", heatmap_chart(ok, m))
-                        for m in ordered(r["method"] for r in ok if r["params"]["probe"] == "passkey")]
+                return [(f"retrieval_passkey_heatmap_{file_stem(m)}", f"passkey heatmap: {m}", heatmap_chart(ok, m))
+                        for m in ordered(r["method"] for r in ok if r["params"]["probe"] == "passkey")
+                        if heatmap_table(ok, m)[1]]
 
             sources.append(heatmaps)
         blocks.append(Block(table, sources, heading=probe))
@@ -222,9 +253,9 @@ def write_charts(rows: list[dict], folder) -> list[Path]:
     ok = list(_ok_rows(rows))
     written = []
     for probe in dict.fromkeys(r["params"]["probe"] for r in ok):
-        written.append(_save(accuracy_chart(ok, probe), folder / f"retrieval_{probe}_accuracy.png"))
+        written.append(_save(accuracy_chart(ok, probe), folder / f"retrieval_{file_stem(probe)}_accuracy.png"))
     for method in dict.fromkeys(r["method"] for r in ok if r["params"]["probe"] == "passkey"):
-        written.append(_save(heatmap_chart(ok, method), folder / f"retrieval_passkey_heatmap_{method}.png"))
+        written.append(_save(heatmap_chart(ok, method), folder / f"retrieval_passkey_heatmap_{file_stem(method)}.png"))
     return written
 
 
