@@ -285,7 +285,9 @@ def cmd_run(args) -> int:
         from posbench.report.table import run_tables
 
         # Read back from the run folder: the same rows and tables ``bench.py report`` shows.
-        tables = run_tables(load_runs(result.run_dir), {r["case_id"] for r in result.rows})
+        # A skipped line was already named when the run resumed: not named twice.
+        runs = load_runs(result.run_dir, report=lambda _problem: None)
+        tables = run_tables(runs, {r["case_id"] for r in result.rows})
         ratios = f"ratios are against `{suite.baseline}` in this run" if suite.baseline else "no baseline, no ratios"
         note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
                 f"run `{result.run_id}`. Words are tokens; {ratios}; memory in GiB (2^30 bytes); "

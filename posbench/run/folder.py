@@ -27,7 +27,7 @@ from posbench import __version__
 from posbench.core.case import CaseSpec
 from posbench.core.files import WriteError, atomic_write_text, open_nofollow, read_regular
 from posbench.core.outcome import PosbenchError
-from posbench.report.rows import ROW_KEYS, RowsError, check_row
+from posbench.report.rows import ROW_KEYS, read_rows
 
 # Reading rows (``read_rows``) and the latest row per case (``latest``) live in posbench.report.rows;
 # ``read_usable_rows`` is the runner's lenient reading for resuming.
@@ -37,38 +37,13 @@ MAX_LINE = 64 << 20  # a row longer than this (64 MiB) is not one posbench wrote
 
 
 def read_usable_rows(path: Path, problems: list[str] | None = None) -> list[dict]:
-    """Every usable row of ``cases.jsonl``, for resuming a run. Unlike ``rows.read_rows`` (which
-    stops at the first bad line), a line that is not UTF-8, not JSON or not a row
-    (``rows.check_row``) is skipped and described in ``problems`` naming the file and line, so a
-    damaged line costs its case a re-run, not the whole run. A torn last line (a runner killed
-    mid-write) is skipped silently: the next append cuts it off. A complete row without its final
-    newline counts (the next append keeps it). Only a regular file is read (``read_regular``: a
-    link, a FIFO or a device is refused in one line, so nothing blocks or reads without end)."""
-    try:
-        data = read_regular(path)
-    except (FileNotFoundError, NotADirectoryError):  # no run yet (the CLI says why it cannot start one)
-        return []
-    lines = data.split(b"\n")
-    rows = []
-    for n, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            if len(raw) > MAX_LINE:
-                raise ValueError(f"a line of {len(raw)} bytes (allowed: up to {MAX_LINE})")
-            rows.append(check_row(json.loads(str(raw, "utf-8")), f"{path}:{n}"))
-            continue
-        except UnicodeDecodeError:
-            why = f"{path}:{n}: not UTF-8 text"
-        except json.JSONDecodeError as exc:
-            why = f"{path}:{n}: not JSON ({exc.msg})"
-        except RecursionError:
-            why = f"{path}:{n}: JSON nested too deeply"
-        except (RowsError, ValueError) as exc:
-            why = str(exc) if isinstance(exc, RowsError) else f"{path}:{n}: {exc}"
-        if n < len(lines) and problems is not None:  # n == len(lines): a torn tail, no newline yet
-            problems.append(f"{why}; line skipped")
-    return rows
+    """Every usable row of ``cases.jsonl``, for resuming a run, through the one rows reader
+    (``posbench.report.rows.read_rows``, as report and compare read them): a line that is not
+    UTF-8, not JSON, nested too deep, too long or not a row is skipped and described in
+    ``problems`` naming the file and line, so a damaged line costs its case a re-run, not the
+    whole run; a torn last line is skipped silently (the next append cuts it off); a complete row
+    without its final newline counts (the next append keeps it); only a regular file is read."""
+    return read_rows(path, [] if problems is None else problems)
 
 
 CHECKED_TAIL = 64 << 20  # a last line without newline up to this size is read to see whether it is whole
