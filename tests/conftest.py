@@ -72,3 +72,29 @@ def server(tmp_path):
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _processes_are_marked(request, monkeypatch):
+    """A test that starts a process carries the ``subprocess`` mark, so ``make test-fast`` (which
+    leaves those out) stays fast and the mark stays true: an unmarked test that starts one fails,
+    naming the command."""
+    if request.node.get_closest_marker("subprocess") is not None:
+        yield
+        return
+    import subprocess
+
+    started: list[str] = []
+    real_init = subprocess.Popen.__init__
+
+    def recording_init(self, args, *rest, **kwargs):
+        argv = [args] if isinstance(args, (str, bytes)) else list(args)
+        # milliseconds, not seconds: git (the commit in env.json) and uname (the stdlib's platform module)
+        if Path(str(argv[0])).name not in ("git", "uname"):
+            started.append(str(args)[:120])
+        real_init(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", recording_init)
+    yield
+    if started:
+        pytest.fail(f"this test starts a process ({started[0]}); mark it @pytest.mark.subprocess", pytrace=False)

@@ -146,6 +146,7 @@ class Unworkable(PositionMethod):
 """
 
 
+@pytest.mark.subprocess
 def test_a_signature_that_cannot_work_is_one_line_reported_once(plugin, capsys, tmp_path):
     name = plugin(Unworkable)
     line = ("method 'unworkable_hooks': embed takes (x); allowed: embed(self, x, pos, state) or "

@@ -24,6 +24,7 @@ def clean_registry():
         registry.unregister(name)
 
 
+@pytest.mark.subprocess
 def test_listing_reads_the_rotary_table_without_importing_torch():
     code = ("import sys; from posbench.core import registry; found = registry.listing(); "
             "print(sorted(n for n in found if n.startswith('rotary')), 'torch' in sys.modules)")

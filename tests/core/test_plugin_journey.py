@@ -153,6 +153,7 @@ NEEDS_GPU = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.subprocess
 def test_check_says_unavailable_with_the_reason(outside):
     # ``check`` runs the checks in a child process (posbench.run.isolated): a plugin says it.
     (outside / "plugins" / "needs_gpu.py").write_text(NEEDS_GPU)

@@ -195,6 +195,7 @@ def test_shards_cover_every_case_once_and_merge_into_one_table(tmp_path):
         (m, n) for m in methods for n in (1, 2)}
 
 
+@pytest.mark.subprocess
 def test_bad_shard_is_one_line(tmp_path, capsys):
     path = _suite(tmp_path, ["sinusoidal"])
     assert cli.main(["--suite", str(path), "--shard", "2/2", "--dry-run"]) == cli.EXIT_USAGE

@@ -9,7 +9,7 @@ import pytest
 from posbench.report.build import build_report
 from posbench.report.compare import compare_runs, main_compare
 from posbench.report.rows import load_runs
-from report_fixtures import efficiency_rows, retrieval_rows, write_run
+from tests.helpers.report_rows import efficiency_rows, retrieval_rows, write_run
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -147,7 +147,7 @@ def test_a_3_mb_message_is_cut_in_the_report_and_kept_whole_in_the_row(tmp_path)
 
 
 def test_a_family_metric_whose_column_is_4000_digits_is_a_word_not_a_crash(tmp_path):
-    from report_fixtures import precision_rows
+    from tests.helpers.report_rows import precision_rows
 
     rows = precision_rows()
     ok = next(r for r in rows if r["status"] == "ok" and "final_train_loss" in r["metrics"])

@@ -9,7 +9,7 @@ from posbench.report.build import build_report
 from posbench.report.render import cells_csv, csv_cell
 from posbench.report.rows import load_runs
 from posbench.report.table import run_tables
-from report_fixtures import efficiency_rows, write_run
+from tests.helpers.report_rows import efficiency_rows, write_run
 
 DANGEROUS = ("=", "+", "-", "@", "\t", "\r")
 

@@ -6,7 +6,7 @@ from posbench.report.build import build_report
 from posbench.report.names import Stems, file_stem, slug, unique_keys
 from posbench.report.render import row_anchor
 from posbench.report.results_page import write_pages
-from report_fixtures import CPU_ENV, efficiency_rows, retrieval_rows, write_run
+from tests.helpers.report_rows import CPU_ENV, efficiency_rows, retrieval_rows, write_run
 
 
 def _two_machines(tmp_path):

@@ -7,7 +7,7 @@ import time
 
 from posbench.report.rows import ROW_KEYS, RowsError, check_row, load_runs, read_rows
 from posbench.report.sections import collect_sections
-from report_fixtures import efficiency_rows, extrapolation_rows, retrieval_rows, write_run
+from tests.helpers.report_rows import efficiency_rows, extrapolation_rows, retrieval_rows, write_run
 
 SEED = 26
 BUDGET_S = 3.0

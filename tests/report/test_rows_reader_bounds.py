@@ -12,7 +12,7 @@ from posbench.report import rows as rowsmod
 from posbench.report import stored
 from posbench.report.build import build_report
 from posbench.report.rows import RowsError, case_rows, find_run_dirs, load_runs, read_rows, read_run_meta
-from report_fixtures import base_row, efficiency_rows, write_run
+from tests.helpers.report_rows import base_row, efficiency_rows, write_run
 
 
 @contextmanager

@@ -24,6 +24,7 @@ def suite_file(tmp_path):
     return path
 
 
+@pytest.mark.subprocess
 def test_validate_ok_and_invalid(suite_file, tmp_path, capsys):
     assert cli.main(["validate", str(suite_file)]) == 0
     assert "ok:" in capsys.readouterr().out
@@ -35,6 +36,7 @@ def test_validate_ok_and_invalid(suite_file, tmp_path, capsys):
                   "baseline, metrics, grid, settings, profiles\n"
 
 
+@pytest.mark.subprocess
 def test_invalid_suite_runs_nothing_and_writes_nothing(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text(SUITE.replace("[sinusoidal, alibi]", "[sinusoidal, alibbi]"))
@@ -55,6 +57,7 @@ def test_options_are_never_abbreviated(capsys):
     assert "unrecognized arguments: --methods-d" in capsys.readouterr().err
 
 
+@pytest.mark.subprocess
 def test_bad_set_value_is_one_line(suite_file, tmp_path, capsys):
     code = cli.main(["run", "--suite", str(suite_file), "--set", "timeout_s=[1", "--results", str(tmp_path / "r")])
     assert code == cli.EXIT_USAGE
@@ -62,6 +65,7 @@ def test_bad_set_value_is_one_line(suite_file, tmp_path, capsys):
     assert err.startswith("SuiteError: --set timeout_s=[1: timeout_s: value is not YAML") and err.count("\n") == 1
 
 
+@pytest.mark.subprocess
 def test_dry_run_lists_cases_and_writes_nothing(suite_file, tmp_path, capsys):
     results = tmp_path / "results"
     args = ["--suite", str(suite_file), "--device", "cpu", "--results", str(results), "--dry-run",
@@ -79,6 +83,7 @@ def test_schema_is_json_schema(capsys):
     assert schema["title"] == "SuiteFile" and "methods" in schema["properties"]
 
 
+@pytest.mark.subprocess
 def test_list_shows_methods_with_availability_and_suites(capsys):
     assert cli.main(["list", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
@@ -92,6 +97,7 @@ def test_help_has_examples(capsys):
     assert "python bench.py --suite efficiency --profile cpu" in capsys.readouterr().out
 
 
+@pytest.mark.subprocess
 def test_list_without_check_reads_methods_from_their_files(capsys):
     assert cli.main(["list"]) == 0
     methods, suites = capsys.readouterr().out.split("suites:\n")
@@ -129,6 +135,7 @@ def test_startup_commands_import_no_torch(args):
     assert proc.stdout.splitlines()[-1] == "RESULT 0 []"
 
 
+@pytest.mark.subprocess
 def test_list_check_imports_methods_and_says_availability(capsys):
     assert cli.main(["list", "--check"]) == 0
     out = capsys.readouterr().out

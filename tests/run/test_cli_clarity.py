@@ -29,6 +29,7 @@ def one_line(capsys) -> str:
     return captured.err
 
 
+@pytest.mark.subprocess
 def test_fresh_dry_run_names_no_old_folder_and_lists_every_case(tmp_path, suite, capsys):
     results = str(tmp_path / "results")
     assert cli.main(["--suite", str(suite), "--results", results, "--quiet"]) == 0
@@ -52,6 +53,7 @@ def test_methods_that_name_no_method_are_refused(suite, capsys, value):
     assert f"--methods: {value!r} names no method" in one_line(capsys)
 
 
+@pytest.mark.subprocess
 def test_an_empty_data_folder_is_refused(suite, capsys):
     assert cli.main(["--suite", str(suite), "--data", "", "--dry-run"]) == cli.EXIT_USAGE
     assert "--data: empty" in one_line(capsys)
@@ -64,6 +66,7 @@ def test_a_mistyped_command_says_it_is_not_one_and_lists_the_commands(capsys):
     assert all(name in err for name in cli.ALL_COMMANDS)
 
 
+@pytest.mark.subprocess
 def test_a_set_value_that_is_not_utf8_is_one_line(suite, capsys):
     value = os.fsdecode(b"warmup_steps=\xff")  # what Python makes of the shell's raw bytes
     assert cli.main(["--suite", str(suite), "--set", value, "--dry-run"]) == cli.EXIT_USAGE
@@ -117,6 +120,7 @@ def test_ctrl_c_in_report_and_download_is_one_line_and_exit_130(monkeypatch, cap
     assert err.strip() == f"interrupted (Ctrl-C): bench.py {command[0]} stopped" and "Traceback" not in err
 
 
+@pytest.mark.subprocess
 def test_sigterm_during_a_run_prints_the_resume_command_and_exits_143(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text(SUITE + "settings:\n  by_method: {alibi: sleep}\n  sleep_s: 60\n")

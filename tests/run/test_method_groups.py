@@ -65,6 +65,7 @@ def test_cpu_all_profiles_run_every_method_and_defaults_stay_small(name):
         assert not set(suitemod.resolve(loaded, profile).methods) & set(NEW)
 
 
+@pytest.mark.subprocess
 def test_cli_methods_all_runs_every_method(tmp_path, capsys):
     from posbench.cli import app as cli
 

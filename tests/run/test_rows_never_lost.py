@@ -7,6 +7,8 @@ import inspect
 import json
 import os
 import random
+
+import pytest
 import signal
 import subprocess
 import sys
@@ -78,6 +80,7 @@ while True:
 """
 
 
+@pytest.mark.subprocess
 def test_killing_a_writer_at_random_moments_never_loses_a_complete_row(tmp_path):
     """Bounded: about 4 s of writers killed with SIGKILL at random moments; between writers the
     test leaves what a crash mid-write leaves (a torn prefix of a row, at times larger than 64 KiB,
@@ -98,6 +101,11 @@ def test_killing_a_writer_at_random_moments_never_loses_a_complete_row(tmp_path)
         written = [int(x) for x in out.split()]
         confirmed += written
         next_id = (max(written) if written else next_id) + 1000  # ids never repeat
+        if path.exists() and not path.read_bytes().endswith(b"\n"):
+            # the kill landed mid-write: the next run's first append repairs that before anything
+            # else can be left behind (one crash per tail, as in life), so repair it the same way
+            with open(path, "r+b") as fh:
+                folder._repair_tail(fh, path.stat().st_size)
         tail = line(next_id, "t" * rng.choice([10, 100_000]))
         if rng.random() < 0.3:  # a whole row that lost only its newline
             with open(path, "ab") as fh:

@@ -32,6 +32,7 @@ def run_dir_of(tmp_path, suite, capsys) -> Path:
 
 
 @pytest.mark.parametrize("name", [".lock", "cases.jsonl", "run.json", "env.json", "table.md", "table.csv"])
+@pytest.mark.subprocess
 def test_a_planted_link_is_refused_in_one_line_and_its_target_untouched(tmp_path, suite, capsys, name):
     run_dir = run_dir_of(tmp_path, suite, capsys)
     run_dir.mkdir(parents=True)
@@ -45,6 +46,7 @@ def test_a_planted_link_is_refused_in_one_line_and_its_target_untouched(tmp_path
     assert not (run_dir / "cases.jsonl").exists() or (run_dir / "cases.jsonl").is_symlink()
 
 
+@pytest.mark.subprocess
 def test_a_run_folder_that_is_a_link_is_refused(tmp_path, suite, capsys):
     run_dir = run_dir_of(tmp_path, suite, capsys)
     elsewhere = tmp_path / "elsewhere"
@@ -91,6 +93,7 @@ def test_read_regular_refuses_fifos_and_devices_without_blocking(tmp_path):
 
 @pytest.mark.parametrize("kind", ["fifo", "zero"])
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "resume"])
+@pytest.mark.subprocess
 def test_a_fifo_or_dev_zero_as_cases_jsonl_neither_blocks_nor_fills_memory(tmp_path, suite, capsys, kind, dry_run):
     run_dir = run_dir_of(tmp_path, suite, capsys)
     run_dir.mkdir(parents=True)

@@ -32,6 +32,7 @@ def test_run_options_are_frozen_with_the_old_defaults():
         options.fresh = True
 
 
+@pytest.mark.subprocess
 def test_the_cli_builds_the_options_from_its_flags(tmp_path, monkeypatch, capsys):
     path = tmp_path / "t.yaml"
     path.write_text(SUITE)
@@ -57,6 +58,7 @@ def test_the_cli_builds_the_options_from_its_flags(tmp_path, monkeypatch, capsys
     assert "0 case(s) run, 0 already done" in capsys.readouterr().out
 
 
+@pytest.mark.subprocess
 def test_a_run_through_the_options_writes_rows_and_reports_each(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text(SUITE.replace("n: [1, 2]", "n: [1]"))

@@ -153,6 +153,7 @@ def test_empty_or_binary_env_json_is_rewritten(tmp_path, capsys):
     assert leftovers == []  # the atomic write left no temp file
 
 
+@pytest.mark.subprocess
 def test_env_json_write_failure_is_one_line(tmp_path, capsys):
     make_suite(tmp_path)
     run_dir = tmp_path / "res" / "t" / "r"
@@ -269,6 +270,7 @@ def test_memory_limit_too_small_is_oom_and_names_the_limit(tmp_path):
 # ---------------------------------------------------------------- bench.py: one line, --debug
 
 
+@pytest.mark.subprocess
 def test_no_traceback_for_bad_input_and_debug_shows_one(tmp_path, capsys):
     make_suite(tmp_path)
     results = tmp_path / "file"

@@ -180,6 +180,7 @@ def test_every_shipped_suite_follows_the_schema(suite_schema):
     ("grid", "seq_lne"),                        # misspelt grid axis
     ("profile grid", "seq_lne"),
 ])
+@pytest.mark.subprocess
 def test_schema_and_validate_both_reject_a_misspelt_key(suite_schema, tmp_path, capsys, where, key):
     from posbench.cli import app as cli
 

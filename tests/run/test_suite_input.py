@@ -191,6 +191,7 @@ def test_suite_name_must_be_a_plain_folder_name(tmp_path, name):
 
 
 @pytest.mark.parametrize("run_id", ["../x", "/tmp/x", "..", "a/b", ""])
+@pytest.mark.subprocess
 def test_run_id_must_be_a_plain_folder_name(tmp_path, run_id, capsys):
     path = write_suite(tmp_path, VALID)
     results = tmp_path / "results"

@@ -59,6 +59,7 @@ def rows(tmp_path: Path) -> dict:
     return {r["method"]: r for r in map(json.loads, lines)}
 
 
+@pytest.mark.subprocess
 def test_run_a_plugin_that_exits_at_import_is_an_error_row_and_the_others_run(tmp_path):
     plugins = plugin(tmp_path / "plugins", "exits.py", EXITS, '"exits"')
     proc = bench(tmp_path, "--suite", str(suite(tmp_path, "sinusoidal, exits")), "--methods-dir", str(plugins),
@@ -71,6 +72,7 @@ def test_run_a_plugin_that_exits_at_import_is_an_error_row_and_the_others_run(tm
     assert "exit code 3" in found["exits"]["message"]
 
 
+@pytest.mark.subprocess
 def test_run_a_plugin_that_blocks_at_import_is_a_row_after_the_time_limit(tmp_path):
     plugins = plugin(tmp_path / "plugins", "blocks.py", BLOCKS, '"blocks"')
     proc = bench(tmp_path, "--suite", str(suite(tmp_path, "blocks")), "--methods-dir", str(plugins),
@@ -81,6 +83,7 @@ def test_run_a_plugin_that_blocks_at_import_is_a_row_after_the_time_limit(tmp_pa
 
 
 @pytest.mark.parametrize("kind, says", [(EXITS, "exit code 3"), (BLOCKS, "no answer after 5 s")], ids=["exits", "blocks"])
+@pytest.mark.subprocess
 def test_list_with_a_plugin_whose_name_needs_an_import_is_one_line(tmp_path, kind, says):
     # A computed name: listing must import the file to learn it.
     plugins = plugin(tmp_path / "plugins", "late.py", kind, '"la" + "te"')
@@ -90,6 +93,7 @@ def test_list_with_a_plugin_whose_name_needs_an_import_is_one_line(tmp_path, kin
 
 
 @pytest.mark.parametrize("kind, says", [(EXITS, "exit code 3"), (BLOCKS, "no answer after 5 s")], ids=["exits", "blocks"])
+@pytest.mark.subprocess
 def test_check_with_a_plugin_that_exits_or_blocks_at_import_is_one_line(tmp_path, kind, says):
     plugins = plugin(tmp_path / "plugins", "bad.py", kind, '"bad"')
     proc = bench(tmp_path, "check", "bad", "--methods-dir", str(plugins), limit=5)
@@ -97,6 +101,7 @@ def test_check_with_a_plugin_that_exits_or_blocks_at_import_is_one_line(tmp_path
     assert proc.stderr.count("\n") == 1 and says in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.subprocess
 def test_check_runs_the_checks_under_a_time_limit(tmp_path):
     slow = PLUGIN.format(module="time", action="", name='"slow"') + (
         "\n    def __init__(self, cfg):\n        time.sleep(1000)\n")

@@ -42,6 +42,7 @@ def test_any_posbench_error_is_one_line_and_exit_2(monkeypatch, capsys):
     assert capsys.readouterr().err == "PluginsError: plugins.yaml: something the user wrote\n"
 
 
+@pytest.mark.subprocess
 def test_data_flag_names_the_tasks_whose_settings_read_a_corpus(tmp_path, capsys):
     path = tmp_path / "t.yaml"
     path.write_text("name: t\ndescription: d\nversion: 1\ntask: _testing\nmethods: [sinusoidal]\n"
