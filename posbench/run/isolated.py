@@ -19,9 +19,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from posbench.core.outcome import PosbenchError
+
+if TYPE_CHECKING:  # the child imports what it needs when asked: listing stays light
+    from posbench.core.case import CaseSpec
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 TEMP_PREFIX = "posbench-"  # as ``folder.TEMP_PREFIX``: a killed runner's leftovers are removed
@@ -141,7 +144,6 @@ def unavailable(cases: list[dict]) -> list[list]:
     raised (a method file that does not import)."""
     from posbench.core.case import CaseSpec
     from posbench.core.outcome import one_line
-    from posbench.run.runner import unavailable_reason
 
     out = []
     for raw in cases:
@@ -182,3 +184,17 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def unavailable_reason(case: CaseSpec) -> Optional[str]:
+    """The method's own answer for this device and dtype, decided without a worker."""
+    import torch
+
+    from posbench.core import registry
+    from posbench.core import task as tasks
+
+    task = tasks.get(case.task)
+    if task.own_methods:  # tasks whose "methods" are not position methods answer for their variants
+        return task.unavailable_reason(case)
+    dtype = getattr(torch, case.settings.get("dtype", "float32"))
+    return registry.get(case.method).unavailable(torch.device(case.device), dtype)

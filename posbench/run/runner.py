@@ -59,6 +59,7 @@ from typing import Callable, Optional, Sequence
 from posbench.core.case import CaseSpec
 from posbench.core.files import WriteError
 from posbench.report.rows import ROW_KEYS, RunMeta, case_rows, latest, read_rows, write_run_meta  # noqa: F401
+from posbench.run.isolated import unavailable_reason  # noqa: F401  (re-exported)
 from posbench.run.folder import (RowNotSaved, RunLocked, _finite, append_row, clean_stale_temp_dirs,  # noqa: F401
                                  lock_run_dir, make_row, read_usable_rows, record_machine, save_row, write_env)
 from posbench.run.launch import cpu_malloc_env, run_group_worker, run_worker, worker_command, worker_env  # noqa: F401
@@ -113,20 +114,6 @@ class RunResult:
     rows: list[dict] = field(default_factory=list)  # latest row per case of this run
     ran: int = 0
     skipped: int = 0
-
-
-def unavailable_reason(case: CaseSpec) -> Optional[str]:
-    """The method's own answer for this device and dtype, decided without a worker."""
-    import torch
-
-    from posbench.core import registry
-    from posbench.core import task as tasks
-
-    task = tasks.get(case.task)
-    if task.own_methods:  # tasks whose "methods" are not position methods answer for their variants
-        return task.unavailable_reason(case)
-    dtype = getattr(torch, case.settings.get("dtype", "float32"))
-    return registry.get(case.method).unavailable(torch.device(case.device), dtype)
 
 
 UNAVAILABLE_TIMEOUT_S = 120.0  # asking every method of a run whether it runs here (imports torch)
