@@ -99,7 +99,11 @@ def test_matches_float64_reference_with_dtable(b, h, tq, tk, d, dtype):
     same = _fwd_bwd(_reference, tensors, grad)
     exact = _fwd_bwd(_reference, tensors, grad, torch.float64)
     _assert_fa_bound(fused, same, exact, dtype, seed)
-    assert fused[4].dtype == tensors[3].dtype and fused[4].abs().sum() > 0, f"dtable (seed {seed})"
+    assert fused[4].dtype == tensors[3].dtype, f"dtable (seed {seed})"
+    if tk > 1:  # the bias gets a gradient; with one key the softmax is 1 whatever the bias: exactly none
+        assert fused[4].abs().sum() > 0, f"dtable (seed {seed})"
+    else:
+        assert exact[4].abs().max().item() == 0.0, f"dtable (seed {seed})"
 
 
 @slow_when_interpreted
