@@ -98,3 +98,23 @@ def _processes_are_marked(request, monkeypatch):
     yield
     if started:
         pytest.fail(f"this test starts a process ({started[0]}); mark it @pytest.mark.subprocess", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_plugin_folder_outlives_its_test():
+    """A test that runs the CLI with ``--methods-dir tmp/...`` adds that folder, and the methods it
+    imported, to this process's registry; later tests compare ``bench.py list`` (read in a child)
+    with the registry here, so a test's temporary plugins leave with it. Classes registered from
+    code (fixtures such as ``never_here``) are their own tests' business."""
+    import tempfile
+
+    from posbench.core import registry
+
+    dirs, names = list(registry._extra_dirs), set(registry._ORIGINS)
+    yield
+    tmp = str(Path(tempfile.gettempdir()).resolve())
+    registry._extra_dirs[:] = dirs
+    for name, origin in list(registry._ORIGINS.items()):
+        if name not in names and origin.startswith(tmp):
+            registry.unregister(name)
+    registry._SCANNED.difference_update({f for f in registry._SCANNED if str(f).startswith(tmp)})
