@@ -65,13 +65,13 @@ def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int
             raise UnsafeFile(f"{path} is a symbolic link; posbench does not follow links in a run folder "
                              "(allowed: a regular file; remove the link)") from None
         if not stat.S_ISREG(found):
-            raise UnsafeFile(f"{path} is not a regular file ({_kind(found)}); allowed: a regular file "
+            raise UnsafeFile(f"{path} is not a regular file ({file_kind(found)}); allowed: a regular file "
                              "(remove it)") from None
         raise exc from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(f"{path} is not a regular file ({_kind(st.st_mode)}); allowed: a regular file "
+            raise UnsafeFile(f"{path} is not a regular file ({file_kind(st.st_mode)}); allowed: a regular file "
                              "(remove it)")
         os.set_blocking(fd, True)
     except BaseException:
@@ -80,7 +80,8 @@ def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int
     return fd
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a ``stat`` mode that is not a regular file is, in words, for one-line errors."""
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket")):
         if test(mode):

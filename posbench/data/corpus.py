@@ -27,6 +27,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from posbench.core.files import file_kind
 from posbench.data import markov
 from posbench.data import synthetic_copy
 from posbench.data.token_cache import (CACHE_ENV, EOS, UNK, DataError, FORMAT_VERSION, build_vocab, cache_root,  # noqa: F401  (re-exported)
@@ -154,16 +155,8 @@ def _source_file(path: Path) -> bool:
     except OSError as exc:
         raise DataError(f"{path} cannot be read ({exc.strerror}); allowed: a readable regular file") from None
     if not stat.S_ISREG(st.st_mode):
-        raise DataError(f"{path} is not a regular file ({_file_kind(st.st_mode)}); allowed: a regular file")
+        raise DataError(f"{path} is not a regular file ({file_kind(st.st_mode)}); allowed: a regular file")
     return True
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a plain file"
 
 
 def _wikitext_folder(root: Path, kind: str) -> Path:

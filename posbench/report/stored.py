@@ -25,6 +25,7 @@ import typing
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Literal, Optional
 
+from posbench.core.files import file_kind
 from posbench.core.outcome import PosbenchError
 from posbench.core.task import find
 
@@ -52,14 +53,6 @@ def size_text(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n:,} bytes"
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a plain file"
-
-
 def open_regular(path: Path) -> Optional[BinaryIO]:
     """``path`` opened for binary reading, None when it does not exist; anything but a regular
     file (after links) is a ``RowsError``. Checked before opening and again on the open file, and
@@ -71,7 +64,7 @@ def open_regular(path: Path) -> Optional[BinaryIO]:
     except OSError as exc:
         raise RowsError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise RowsError(f"{path}: {_kind(st.st_mode)}, not a regular file; allowed: a regular file")
+        raise RowsError(f"{path}: {file_kind(st.st_mode)}, not a regular file; allowed: a regular file")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -81,7 +74,7 @@ def open_regular(path: Path) -> Optional[BinaryIO]:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise RowsError(f"{path}: {_kind(mode)}, not a regular file; allowed: a regular file")
+        raise RowsError(f"{path}: {file_kind(mode)}, not a regular file; allowed: a regular file")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
