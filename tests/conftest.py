@@ -52,6 +52,23 @@ def never_here():
 
 
 @pytest.fixture
+def plugin():
+    """``plugin(cls)`` registers a method class for one test and returns its name."""
+    from posbench.core import registry
+
+    added = []
+
+    def add(cls):
+        registry.register(cls)
+        added.append(cls.name)
+        return cls.name
+
+    yield add
+    for name in added:
+        registry.unregister(name)
+
+
+@pytest.fixture
 def server(tmp_path):
     """A local HTTP server (a thread of the test process) for tmp_path/www on a random port of
     127.0.0.1, serving wikitext-103-v1.zip (tests/helpers/archives.py); yields its base URL."""

@@ -42,20 +42,6 @@ class TinyFixed(BiasMethod):
         return ()  # nothing but the positions
 
 
-@pytest.fixture
-def plugin():
-    added = []
-
-    def add(cls):
-        registry.register(cls)
-        added.append(cls.name)
-        return cls.name
-
-    yield add
-    for name in added:
-        registry.unregister(name)
-
-
 @pytest.mark.parametrize("cls", [TinyLearned, TinyFixed], ids=lambda c: c.name)
 def test_a_plugin_that_writes_only_bias_passes_the_conformance_kit(plugin, cls):
     name = plugin(cls)

@@ -66,20 +66,6 @@ class Unworkable(PositionMethod):
         return x
 
 
-@pytest.fixture
-def plugin():
-    added = []
-
-    def add(cls):
-        registry.register(cls)
-        added.append(cls.name)
-        return cls.name
-
-    yield add
-    for name in added:
-        registry.unregister(name)
-
-
 def test_hooks_without_state_work_in_the_model_and_outside_it(plugin):
     name = plugin(Natural)
     model = TransformerLM(ModelConfig(d_model=64, n_heads=4, n_layers=2, method=name))

@@ -76,3 +76,7 @@ def efficiency_suite(extra: str = "", grid: str = "[64]") -> str:
           model: tiny
           tokens_per_step: 128
         """) + extra
+
+
+# The smallest suite of the test task: two methods, two grid points (no torch in the worker).
+TWO_METHODS = "name: t\ndescription: d\nversion: 1\ntask: _testing\nmethods: [sinusoidal, alibi]\ngrid:\n  n: [1, 2]\n"

@@ -12,8 +12,9 @@ import pytest
 
 from posbench.cli import app as cli
 
+from tests.helpers.suites import TWO_METHODS as SUITE
+
 REPO = Path(__file__).resolve().parents[2]
-SUITE = "name: t\ndescription: d\nversion: 1\ntask: _testing\nmethods: [sinusoidal, alibi]\ngrid:\n  n: [1, 2]\n"
 
 
 @pytest.fixture
