@@ -24,7 +24,6 @@ exit status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any, Optional
 from posbench.report.render import to_markdown
 from posbench.report.rows import RUN_FILE, RowsError, RunMeta, cpu_model, find_run_dirs, gpu_name, load_runs
 from posbench.report.names import short_hash
-from posbench.report.stored import open_regular
+from posbench.report.stored import loads, open_regular, read_small
 from posbench.report.table import run_tables, slug
 
 DEFAULT_OUT = Path("docs/results")
@@ -75,9 +74,10 @@ def reconstruct_command(meta: RunMeta) -> list[str]:
 
 def recorded_command(run_dir: Path) -> Optional[str]:
     """``run.json``'s ``command`` (a string or an argv list), when the runner wrote one."""
-    try:
-        data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # through the bounded reader: a FIFO or a huge run.json neither blocks nor fills memory
+        raw = read_small(run_dir / RUN_FILE)
+        data = loads(str(raw, "utf-8")) if raw is not None else None
+    except (OSError, ValueError):  # RowsError and NotJson are ValueErrors
         return None
     command = data.get("command") if isinstance(data, dict) else None
     if isinstance(command, list) and all(isinstance(a, str) for a in command):

@@ -273,17 +273,10 @@ def _read_json(path: Path) -> Any:
     except UnicodeDecodeError:
         raise RowsError(f"{path}: not UTF-8 text") from None
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RowsError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
-    except RecursionError:
-        raise RowsError(f"{path}: not JSON (nested deeper than {stored.MAX_DEPTH} levels)") from None
-    except ValueError as exc:
-        raise RowsError(f"{path}: not JSON ({str(exc).splitlines()[0][:80]})") from None
-    why = stored.walk_problem(value)
-    if why:
-        raise RowsError(f"{path}: {why}")
-    return value
+        return stored.loads(text)
+    except stored.NotJson as exc:
+        line = f":{exc.lineno}" if exc.lineno else ""
+        raise RowsError(f"{path}{line}: {exc}") from None
 
 
 _STR, _LIST_OF_STR = "a string", "a list of strings"

@@ -150,19 +150,28 @@ def _path(where) -> str:
     return f"{text}: " if text else ""
 
 
+class NotJson(ValueError):
+    """Why a text is not usable JSON, in a few words; ``lineno``: the line of a parse error, if any."""
+
+    def __init__(self, why: str, lineno: Optional[int] = None):
+        super().__init__(why)
+        self.lineno = lineno
+
+
 def loads(text: str) -> Any:
-    """``json.loads`` with bounded nesting; every failure is a ``ValueError`` with a short reason."""
+    """``json.loads`` with bounded nesting; every failure is a ``NotJson`` (a ``ValueError``) with
+    a short reason."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON ({exc.msg})") from None
+        raise NotJson(f"not JSON ({exc.msg})", exc.lineno) from None
     except RecursionError:
-        raise ValueError(f"not JSON (nested deeper than {MAX_DEPTH} levels)") from None
+        raise NotJson(f"not JSON (nested deeper than {MAX_DEPTH} levels)") from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise ValueError(f"not JSON ({str(exc).splitlines()[0][:80]})") from None
+        raise NotJson(f"not JSON ({str(exc).splitlines()[0][:80]})") from None
     why = walk_problem(value)
     if why:
-        raise ValueError(why)
+        raise NotJson(why)
     return value
 
 
