@@ -26,9 +26,11 @@ def test_test_fast_leaves_out_slow_and_subprocess_and_test_runs_everything(pytes
     phony = re.search(r"^\.PHONY:(.*)$", text, flags=re.M).group(1).split()
     assert {"test", "test-fast"} <= set(phony)
     (fast,) = _recipe("test-fast")
-    assert fast == '$(BIN)/python -m pytest -q -m "not slow and not subprocess"'
+    workers = "-n $(TEST_WORKERS) --dist loadscope"  # pytest-xdist workers, a module per worker
+    assert fast == f'$(BIN)/python -m pytest -q {workers} -m "not slow and not subprocess"'
     (everything,) = _recipe("test")
-    assert everything == "$(BIN)/python -m pytest -q"  # CI's command (.ci/run): no marker left out
+    assert everything == f"$(BIN)/python -m pytest -q {workers}"  # CI's command (.ci/run): no marker left out
+    assert re.search(r"^TEST_WORKERS \?= 2$", text, flags=re.M)
     # Both markers are registered, and a misspelt one is an error rather than a silently empty selection.
     # (pyproject.toml's [tool.pytest.ini_options], as pytest read it)
     registered = {m.split(":")[0] for m in pytestconfig.getini("markers")}
@@ -47,4 +49,4 @@ def test_make_test_fast_runs_pytest_without_slow_and_subprocess_tests(tmp_path):
     stamp = next(line.split()[-1] for line in install.splitlines() if line.startswith("touch"))
     Path(stamp).touch()  # installed: make -n shows the test command alone
     out = subprocess.run(make + ["test-fast"], capture_output=True, text=True, check=True).stdout
-    assert f'{venv}/bin/python -m pytest -q -m "not slow and not subprocess"' in out
+    assert f'{venv}/bin/python -m pytest -q -n 2 --dist loadscope -m "not slow and not subprocess"' in out
