@@ -185,7 +185,10 @@ def pick(listing: str, name: str) -> dict | None:
 # -- decide --------------------------------------------------------------------------------------
 
 def read_baseline(folder: Path) -> dict | None:
-    """The baseline's record (``baseline.json``), or None when no baseline was downloaded."""
+    """The baseline's record (``baseline.json``), or None when no baseline was downloaded (no
+    folder); a downloaded folder without its record is bad input, not "no baseline"."""
+    if not folder.is_dir():
+        return None
     _, stored = _posbench()
     path = folder / BASELINE_FILE
     try:
@@ -194,7 +197,7 @@ def read_baseline(folder: Path) -> dict | None:
     except (stored.RowsError, stored.NotJson, UnicodeDecodeError) as exc:
         raise Bad(f"{path}: {exc}") from None
     if record is None:
-        return None
+        raise Bad(f"{path}: missing; a baseline artifact holds its record beside results/")
     if not isinstance(record, dict) or not all(isinstance(record.get(k), str) and record[k]
                                                for k in ("suite", "gpu_model", "run_id")):
         raise Bad(f"{path}: expected an object with suite, gpu_model and run_id (strings)")
@@ -207,7 +210,7 @@ def decide(new_dir: Path, baseline_dir: Path, accept: bool, stage: Path, run: di
     old one is compared with for the record, not judged). Stages in ``stage`` the baseline the run
     publishes: this run, or the downloaded baseline unchanged."""
     new = locate(new_dir)
-    base = read_baseline(baseline_dir) if baseline_dir.is_dir() else None
+    base = read_baseline(baseline_dir)
     where = f"{new['suite']} on {new['gpu_model']}"
     this = f"run {run['run_id']} (commit {run['commit'][:10]})"
     if base is not None and not accept:

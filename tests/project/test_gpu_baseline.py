@@ -74,6 +74,10 @@ def test_a_baseline_of_the_same_gpu_model_is_compared_and_carried_forward(tmp_pa
     for rel in ("baseline.json", "results/efficiency/run-a/cases.jsonl"):
         assert (tmp_path / "stage" / rel).read_bytes() == (tmp_path / "baseline" / rel).read_bytes()
     assert not (tmp_path / "stage" / "results" / "efficiency" / "run-b").exists()
+    # a downloaded baseline without its record is bad input, not "no baseline yet"
+    (tmp_path / "baseline" / "baseline.json").unlink()
+    proc, out, _ = decide(tmp_path, gpu_run(tmp_path / "third", run_id="run-c"), tmp_path / "baseline", tmp_path / "s3")
+    assert proc.returncode == 2 and out == {} and "baseline.json: missing" in proc.stderr
 
 
 def test_a_baseline_of_another_gpu_model_is_refused_unless_accepted(tmp_path):

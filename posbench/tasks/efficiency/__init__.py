@@ -112,7 +112,8 @@ class Settings(TaskSettings):
         "about a third of a training step, so equal windows in time take about 3x more)")
     windows: int = Field(3, ge=1, description="measured windows per phase; median, min, max are reported")
     lr: float = Field(1e-4, gt=0, description="AdamW learning rate")
-    power_interval_s: float = Field(0.1, gt=0, description="NVML power sampling period (s)")
+    power_interval_s: float = Field(0.1, gt=0, description="NVML power sampling period (s), where the GPU has no "
+                                    "energy counter (info.energy_source: nvml-power-sampling)")
     rounds: int = Field(1, ge=1, description="interleaved rounds: every method of a grid point is measured once per "
                         "round, round-robin, each round in a fresh process; ratios to the baseline are paired "
                         "by round (median and bootstrap 95% interval)")
@@ -324,8 +325,8 @@ def run_group(cases, round_: int) -> dict:
             step = b.eval_step if phase == "eval" else b.train_step
             with meter:
                 seconds = dev.time_window(step, steps)
-            # None once any window has no number (no NVML, or the counter restarted)
-            b.energy[phase] = None if b.energy[phase] is None or meter.last_j is None else b.energy[phase] + meter.last_j
+            joules = meter.last_j  # None once any window has no number (no NVML, or the counter restarted)
+            b.energy[phase] = None if b.energy[phase] is None or joules is None else b.energy[phase] + joules
             if phase == "train":
                 b.check_loss(f"window {len(m.windows[phase])}", steps)
             return seconds
@@ -364,8 +365,8 @@ def run_group(cases, round_: int) -> dict:
             series[f"{phase}_wps_window_t"] = [round(t, 6) for t in starts]
             _energy(metrics, "eval_" if phase == "eval" else "", b.energy[phase], tokens * steps * s.windows)
         metrics.update({k: v for k, v in memory.get(c.id, {}).items() if k in MEMORY_METRICS})
-        info = dict(b.model.info(device, dtype), energy_source=meter.source, pairing="windows", group=group, group_methods=str(len(cases)),
-                    window_order="williams",
+        info = dict(b.model.info(device, dtype), energy_source=meter.source, pairing="windows", group=group,
+                    group_methods=str(len(cases)), window_order="williams",
                     memory=("peak memory from this method's own process (one window of one step per phase)"
                             if c.id in memory else "peak memory in the round-1 row (the method's own process)"))
         out[c.id] = ok_result({"metrics": metrics, "series": series, "info": info})
