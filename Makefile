@@ -14,11 +14,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-# The install stamp names the torch spec (hashed: a spec may hold < > , *), so
-# `make test TORCH_SPEC=torch==2.14.1` reinstalls instead of silently keeping the old torch.
-TORCH_STAMP := $(VENV)/.installed-$(shell printf '%s' '$(TORCH_SPEC)' | cksum | cut -d' ' -f1)
+# The install stamp names the torch spec and pyproject.toml's content (hashed: a spec may hold
+# < > , *), so `make test TORCH_SPEC=torch==2.14.1` or a changed dependency reinstalls, and a fresh
+# checkout of the same pyproject.toml (newer on disk) does not: the GPU workflow keeps its venv
+# outside the workspace (VENV=...) across checkouts.
+TORCH_STAMP := $(VENV)/.installed-$(shell { printf '%s\n' '$(TORCH_SPEC)'; cat pyproject.toml; } | cksum | cut -d' ' -f1)
 
-$(TORCH_STAMP): $(BIN)/python pyproject.toml
+$(TORCH_STAMP): $(BIN)/python
 	rm -f $(VENV)/.installed-*
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[dev]"

@@ -23,7 +23,8 @@ COMPARE_EPILOG = """examples:
 
 with rounds, a regression is a NEW/BASE whose whole 95% interval lies beyond the threshold;
 exit code: 0 no regression, 1 a regression or a case of BASE missing from NEW,
-2 unreadable or empty input, or runs of different suites or tasks
+2 unreadable or empty input, runs of different suites or tasks, or runs on different GPU
+models (unless --allow-other-hardware: then a warning)
 """
 
 
@@ -63,7 +64,7 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def add_compare_parser(subparsers) -> argparse.ArgumentParser:
-    """Register ``compare BASE NEW [--threshold 0.05] [--markdown FILE]``."""
+    """Register ``compare BASE NEW [--threshold 0.05] [--markdown FILE] [--allow-other-hardware]``."""
     p = subparsers.add_parser(
         "compare", help="compare two runs metric by metric; exit 1 on a regression",
         description="Ratio NEW/BASE per case and metric; changes beyond the threshold are "
@@ -74,6 +75,8 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--threshold", type=float, default=0.05,
                    help="relative change that counts (default 0.05 = 5%%)")
     p.add_argument("--markdown", metavar="FILE", default=None, help="also write the summary here")
+    p.add_argument("--allow-other-hardware", action="store_true",
+                   help="compare runs made on different GPU models (refused by default: exit 2), with a warning")
     p.set_defaults(func=main_compare)
     return p
 

@@ -1,8 +1,8 @@
 """Timing, peak memory and energy, behind a small device boundary.
 
-Every CUDA call the harness makes for measuring lives in ``CudaDevice`` and ``PowerSampler``, so
-tests can drive those paths on a CPU with fakes (monkeypatched ``torch.cuda`` functions, a fake
-``pynvml`` module).
+Every CUDA call the harness makes for measuring lives in ``CudaDevice``, ``EnergyMeter`` and
+``PowerSampler``, so tests can drive those paths on a CPU with fakes (monkeypatched ``torch.cuda``
+functions, a fake ``pynvml`` module).
 
 - Timing: a window is ``steps`` calls of a step function; on CUDA it is bracketed by CUDA events
   and read after ``torch.cuda.synchronize()``, so queued kernels are counted and asynchronous
@@ -12,6 +12,12 @@ tests can drive those paths on a CPU with fakes (monkeypatched ``torch.cuda`` fu
   (``echo 5 > /proc/self/clear_refs``), so each phase gets its own peak; where that is not
   possible ``ru_maxrss`` is a high-water mark since the worker started (``peak_resettable`` says
   which). One process per case keeps either number about this case alone.
+- Energy (``EnergyMeter``): NVML's cumulative energy counter (``nvmlDeviceGetTotalEnergyConsumption``,
+  millijoules since the driver loaded, Volta and newer), read after a synchronize at both ends of
+  each measured window: the delta is the window's energy. Where the GPU lacks the counter, board
+  power (``nvmlDeviceGetPowerUsage``) sampled in a thread and integrated (``PowerSampler``); on
+  A100 and newer that call returns power averaged over about a second, so short windows are only
+  roughly measured by it. ``energy_source`` says which, for ``info.energy_source`` in every row.
 """
 from __future__ import annotations
 
@@ -130,8 +136,108 @@ def make_device(kind: str):
     raise ValueError(f"unknown device {kind!r}; allowed: cpu, cuda")
 
 
+ENERGY_COUNTER = "nvml-energy-counter"
+POWER_SAMPLING = "nvml-power-sampling"
+ENERGY_NEEDS_CUDA = "unavailable: needs CUDA"
+# pynvml's error classes meaning "this GPU or driver has no such counter": fall back to sampling.
+_NOT_SUPPORTED = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound")
+
+
+def _not_supported(nvml, exc: BaseException) -> bool:
+    classes = tuple(c for c in (getattr(nvml, name, None) for name in _NOT_SUPPORTED) if isinstance(c, type))
+    return isinstance(exc, classes) if classes else False
+
+
+def energy_source(nvml, handle, device: str = "cuda") -> str:
+    """How energy is measured here: ``ENERGY_COUNTER``, ``POWER_SAMPLING``, or ``unavailable: <why>``.
+
+    Probes the counter once: a GPU older than Volta (or a driver or binding without the call)
+    answers NotSupported / FunctionNotFound, and power sampling takes over. Any other NVML error
+    leaves energy unavailable with NVML's message rather than failing the case's speed numbers.
+    """
+    if device != "cuda":
+        return ENERGY_NEEDS_CUDA
+    if nvml is None:
+        from posbench.engine.env import NVML_UNAVAILABLE
+
+        return NVML_UNAVAILABLE
+    read = getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
+    if read is None:  # a pynvml older than the call
+        return POWER_SAMPLING
+    try:
+        read(handle)
+    except Exception as exc:  # pynvml's NVMLError (nvml.NVMLError), or whatever a broken binding raises
+        if _not_supported(nvml, exc):
+            return POWER_SAMPLING
+        reason = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"unavailable: NVML energy counter: {reason}"
+    return ENERGY_COUNTER
+
+
+class EnergyMeter:
+    """Joules per measured window: ``with meter: <one window>``, as often as there are windows.
+
+    ``windows`` holds each window's joules (None where the window could not be measured),
+    ``last_j`` the latest, ``energy_j`` their sum (None when energy is unavailable or any window
+    lacks a number). ``source`` is ``energy_source``'s answer, probed once. ``synchronize`` (the
+    device's) runs before each counter read, so work queued before the window is not counted in
+    it and work of the window is. Without NVML or CUDA it records None per window.
+    """
+
+    def __init__(self, nvml, handle, interval_s: float = 0.1, synchronize: Callable[[], None] | None = None,
+                 device: str = "cuda", source: str | None = None):
+        self.nvml, self.handle, self.interval_s = nvml, handle, interval_s
+        self.synchronize = synchronize or (lambda: None)
+        self.source = source or energy_source(nvml, handle, device)
+        self.windows: list[Optional[float]] = []
+        self._start_mj: Optional[int] = None
+        self._sampler: Optional[PowerSampler] = None
+
+    @property
+    def available(self) -> bool:
+        return self.source in (ENERGY_COUNTER, POWER_SAMPLING)
+
+    def _read_mj(self) -> int:
+        self.synchronize()
+        return int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
+
+    def __enter__(self):
+        if self.source == ENERGY_COUNTER:
+            self._start_mj = self._read_mj()
+        elif self.source == POWER_SAMPLING:
+            self._sampler = PowerSampler(self.nvml, self.handle, self.interval_s).__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.source == ENERGY_COUNTER:
+            if exc_type is None:
+                delta_mj = self._read_mj() - self._start_mj
+                # A negative delta: the counter restarted (driver reloaded) inside the window.
+                self.windows.append(delta_mj / 1000.0 if delta_mj >= 0 else None)
+        elif self._sampler is not None:
+            self._sampler.__exit__(exc_type, exc, tb)
+            if exc_type is None:
+                self.windows.append(self._sampler.energy_j)
+            self._sampler = None
+        elif exc_type is None:
+            self.windows.append(None)
+        return False
+
+    @property
+    def last_j(self) -> Optional[float]:
+        return self.windows[-1] if self.windows else None
+
+    @property
+    def energy_j(self) -> Optional[float]:
+        if not self.available or not self.windows or any(j is None for j in self.windows):
+            return None
+        return sum(self.windows)
+
+
 class PowerSampler:
     """Samples board power through NVML every ``interval_s`` in a thread; integrates energy.
+
+    The fallback of ``EnergyMeter`` on GPUs without NVML's energy counter.
 
     ``with PowerSampler(nvml, handle) as p: ...`` then ``p.energy_j`` (trapezoid rule over the
     samples, joules) and ``p.samples`` [(t_s, watts)]. Without NVML (``nvml is None``) it records

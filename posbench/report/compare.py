@@ -21,7 +21,9 @@ and perplexity lower; metrics declared without a direction (counts such as ``n_p
 ``_min``/``_max`` spreads) and undeclared ones are not compared. A case that
 finished before and fails now (``ok`` -> ``oom``) is a regression too. Cases found in only one
 run are listed, and differing hardware is called out, because then the ratio measures machines,
-not code.
+not code: runs on different GPU models (env.json's NVML name) are refused as bad input (exit 2)
+unless ``allow_other_hardware`` (``--allow-other-hardware``), which compares them with a warning;
+a different CPU model or device type is warned about.
 """
 from __future__ import annotations
 
@@ -309,6 +311,29 @@ def hardware_warnings(base_rows, base_envs, new_rows, new_envs) -> list[str]:
     return out
 
 
+class OtherHardware(ValueError):
+    """BASE and NEW ran on different GPU models: their ratios would compare GPUs, not code."""
+
+
+def _gpu_models(envs: dict, rows: pd.DataFrame) -> str:
+    models = sorted({g for g in (gpu_name(e) for e in envs.values()) if g})
+    if models:
+        return ", ".join(models)
+    devices = sorted({str(d).split(":")[0] for d in rows["device"].dropna()})
+    return "no GPU model recorded" + (f" (device {', '.join(devices)})" if devices else "")
+
+
+def check_same_gpu(base_rows, base_envs, new_rows, new_envs) -> None:
+    """``OtherHardware`` (one line naming both sides' GPU models) when they differ; a run whose
+    env.json names no GPU (a CPU run, or a GPU run without NVML) differs from one that names one."""
+    base_hw, new_hw = _hardware(base_rows, base_envs), _hardware(new_rows, new_envs)
+    if base_hw["GPU"] != new_hw["GPU"]:
+        raise OtherHardware(
+            f"base and new ran on different GPU models (base: {_gpu_models(base_envs, base_rows)}; new: "
+            f"{_gpu_models(new_envs, new_rows)}): their ratios would compare GPUs, not code; compare runs of one "
+            "GPU model, or pass --allow-other-hardware to compare them anyway")
+
+
 def suite_warnings(base_metas: dict, new_metas: dict) -> list[str]:
     """A line per suite whose version differs between the runs (run.json): its results may not
     be comparable, which is what bumping ``version`` says."""
@@ -322,8 +347,9 @@ def suite_warnings(base_metas: dict, new_metas: dict) -> list[str]:
             for suite, v in versions.items() if len(v) == 2 and v["base"] != v["new"]]
 
 
-def compare_runs(base_dir, new_dir, threshold: float = 0.05) -> ComparisonResult:
-    """Compare the runs under ``new_dir`` against those under ``base_dir`` case by case."""
+def compare_runs(base_dir, new_dir, threshold: float = 0.05, allow_other_hardware: bool = False) -> ComparisonResult:
+    """Compare the runs under ``new_dir`` against those under ``base_dir`` case by case; runs on
+    different GPU models raise ``OtherHardware`` unless ``allow_other_hardware``."""
     if not 0 <= threshold < 1:
         raise ValueError(f"threshold must be in [0, 1), got {threshold}")
     base_runs, new_runs = load_runs(base_dir), load_runs(new_dir)
@@ -337,6 +363,8 @@ def compare_runs(base_dir, new_dir, threshold: float = 0.05) -> ComparisonResult
         if b != n:
             raise ValueError(f"base and new are different {what}s (base: {', '.join(sorted(map(str, b)))}; new: "
                              f"{', '.join(sorted(map(str, n)))}); compare runs of the same suite and task")
+    if not allow_other_hardware:
+        check_same_gpu(base_rows, base_envs, new_rows, new_envs)
     base, new = _latest_per_case(base_rows), _latest_per_case(new_rows)
     result = ComparisonResult(
         base_dir=str(base_dir), new_dir=str(new_dir), threshold=threshold,
@@ -356,12 +384,17 @@ def compare_runs(base_dir, new_dir, threshold: float = 0.05) -> ComparisonResult
 
 def main_compare(args) -> int:
     """CLI handler: print the Markdown summary, optionally write it; 1 on a regression or a case
-    of BASE missing from NEW, 2 on bad input (unreadable or empty runs, different suites/tasks)."""
+    of BASE missing from NEW, 2 on bad input (unreadable or empty runs, different suites/tasks,
+    different GPU models without ``--allow-other-hardware``)."""
+    allow = bool(getattr(args, "allow_other_hardware", False))
     try:
-        result = compare_runs(args.base, args.new, threshold=args.threshold)
+        result = compare_runs(args.base, args.new, threshold=args.threshold, allow_other_hardware=allow)
     except (RowsError, ValueError) as exc:
         print(f"posbench compare: {exc}", file=sys.stderr)
         return 2
+    for line in result.hardware_warnings:
+        if allow and line.startswith("GPU differs"):
+            print(f"warning: {line} (--allow-other-hardware)", file=sys.stderr)
     text = result.markdown()
     print(text)
     if getattr(args, "markdown", None):

@@ -333,14 +333,17 @@ def read_env(run_dir: str | Path) -> dict:
 
 
 def gpu_name(env: dict) -> Optional[str]:
-    """The GPU model NVML reported, or None when NVML was unavailable (CPU runs)."""
+    """The GPU model NVML reported, else torch's name for it (env.json ``gpu``: a GPU run without
+    NVML), or None (CPU runs)."""
     nvml = env.get("nvml")
     if isinstance(nvml, dict):
         name = nvml.get("name")
         if isinstance(name, list):  # several GPUs: they are the same model in any sane run
             name = name[0] if name else None
-        return str(name) if name else None
-    return None
+        if name:
+            return str(name)
+    torch_name = env.get("gpu")
+    return torch_name if isinstance(torch_name, str) and torch_name else None
 
 
 def cpu_model(env: dict) -> Optional[str]:

@@ -356,6 +356,7 @@ def test_efficiency_group_alternates_windows_and_a_broken_method_fails_alone(bro
             assert m[f"{phase}_wps"] == statistics.median(series[f"{phase}_wps_windows"])
         assert "peak_mem_train_bytes" not in m and "round-1 row" in r["info"]["memory"]
         assert m["batch_size"] == 4 and math.isfinite(m["train_loss"])
+        assert m["energy_j"] is None and r["info"]["energy_source"] == "unavailable: needs CUDA"
     # The two methods' windows interleave in time, phase by phase: evaluation, then training.
     times = sorted((t, k, phase) for k, r in ok.items() for phase in ("eval", "train")
                    for t in r["series"][f"{phase}_wps_window_t"])

@@ -124,6 +124,7 @@ def test_efficiency_task_on_cpu_reports_every_metric():
         assert len(out["series"][f"{phase}_wps_windows"]) == 3
         assert m[f"peak_mem_{phase}_bytes"] > 0 and m[f"peak_mem_{phase}_reserved_bytes"] is None
     assert m["energy_j"] is None and m["j_per_token"] is None  # no NVML on a CPU
+    assert out["info"]["energy_source"] == "unavailable: needs CUDA"
     assert set(m) <= set(efficiency.METRICS)
 
 

@@ -1,4 +1,5 @@
-"""The Makefile's install stamp follows TORCH_SPEC (a new spec reinstalls; the same one does not)."""
+"""The Makefile's install stamp follows TORCH_SPEC and pyproject.toml's content (a new spec or
+dependency reinstalls; the same ones do not, however new the files are on disk)."""
 import shutil
 import subprocess
 from pathlib import Path
@@ -30,3 +31,31 @@ def test_install_stamp_depends_on_torch_spec(tmp_path):
     again = plan(venv, "torch==2.14.1")
     assert 'pip install -q "torch==2.14.1"' in again and "rm -f" in again
 
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_install_stamp_follows_pyproject_content_not_its_age(tmp_path):
+    """A fresh checkout writes pyproject.toml anew (newer than the stamp): a venv kept outside the
+    workspace (the GPU workflow's) is still installed; a changed dependency reinstalls."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(ROOT / name, checkout / name)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+
+    def plan_here() -> str:
+        return subprocess.run(["make", "-n", "-C", str(checkout), "install", f"VENV={venv}", "TORCH_SPEC=torch==2.13.0"],
+                              capture_output=True, text=True, check=True).stdout
+
+    first = plan_here()
+    stamp = next(line.split()[-1] for line in first.splitlines() if line.startswith("touch"))
+    Path(stamp).touch()
+    (checkout / "pyproject.toml").write_text((checkout / "pyproject.toml").read_text())  # checked out again
+    assert "pip install" not in plan_here()
+    with (checkout / "pyproject.toml").open("a") as fh:
+        fh.write("\n# a new dependency\n")
+    again = plan_here()
+    assert 'pip install -q -e ".[dev]"' in again and "rm -f" in again

@@ -6,6 +6,7 @@ target that was renamed or a ``bench.py`` subcommand nobody registered, on any m
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -92,24 +93,94 @@ def test_ci_runs_make_test_on_push_and_pull_request():
     assert "if [ -d" in data_step  # only when a corpus folder exists
 
 
-def test_gpu_bench_runs_a_chosen_suite_reports_compares_and_uploads():
+def _steps(job: dict, needle: str, key: str = "run") -> list[dict]:
+    return [s for s in job["steps"] if needle in str(s.get(key, ""))]
+
+
+def _script_subcommands() -> set[str]:
+    spec = importlib.util.spec_from_file_location("gpu_baseline", ROOT / ".github" / "scripts" / "gpu_baseline.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    parser = module._parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return set(sub.choices)
+
+
+def test_gpu_bench_runs_a_chosen_suite_on_the_gpu_and_reports_on_a_cpu_runner():
     doc = _load(GPU)
     suite_input = doc["on"]["workflow_dispatch"]["inputs"]["suite"]
     assert suite_input["type"] == "choice"
-    shipped = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "suites").glob("*.yaml"))
+    shipped = sorted(p.stem for p in (ROOT / "suites").glob("*.yaml"))
     assert sorted(suite_input["options"]) == shipped  # every shipped suite can be run on demand
-    (job,) = doc["jobs"].values()
-    weekly = job["strategy"]["matrix"]["suite"].split("||")[1].split("'")[1]
+    bench, report = doc["jobs"]["bench"], doc["jobs"]["report"]
+    weekly = bench["strategy"]["matrix"]["suite"].split("||")[1].split("'")[1]
     assert sorted(json.loads(weekly)) == shipped  # ... and runs every week
+    assert report["strategy"]["matrix"] == bench["strategy"]["matrix"]  # a report leg per bench leg
     assert doc["on"]["schedule"][0]["cron"]
-    (job,) = doc["jobs"].values()
-    assert job["runs-on"] == ["self-hosted", "linux", "gpu"]
-    scripts = "\n".join(_scripts(doc))
-    assert 'make bench SUITE="$SUITE"' in scripts and "--profile gpu" in scripts
-    assert "bench.py report" in scripts and "bench.py compare" in scripts
-    assert "$GITHUB_STEP_SUMMARY" in scripts
-    download = next(s for s in job["steps"] if "download-artifact" in s.get("uses", ""))
-    assert download["continue-on-error"] is True
-    upload = next(s for s in job["steps"] if "upload-artifact" in s.get("uses", ""))
-    assert upload["with"]["retention-days"] > 0 and upload["if"] == "always()"
+    assert bench["runs-on"] == ["self-hosted", "linux", "gpu"]
+    # the report job: a CPU runner, after the GPU job, also when a bench leg failed
+    assert report["runs-on"] == "ubuntu-latest" and report["needs"] == "bench" and "!cancelled()" in report["if"]
+    bench_scripts, report_scripts = "\n".join(_scripts({"jobs": {"b": bench}})), "\n".join(_scripts({"jobs": {"r": report}}))
+    assert 'make bench SUITE="$SUITE"' in bench_scripts and "--profile gpu" in bench_scripts
+    assert "bench.py" not in bench_scripts  # no CPU work holds the GPU
+    assert "bench.py report" in report_scripts and "bench.py compare" in report_scripts
+    assert "$GITHUB_STEP_SUMMARY" in report_scripts
     assert "BENCH_ARGS" in (ROOT / "Makefile").read_text()  # how --profile reaches bench.py
+    # every subcommand of the decision script the workflow runs exists
+    used = set(re.findall(r'"\$SCRIPT"\s+([a-z][\w-]*)', "\n".join(_scripts(doc))))
+    assert used == _script_subcommands() == {"venv-dir", "locate", "pick", "decide"}
+    assert doc["env"]["SCRIPT"] == ".github/scripts/gpu_baseline.py"
+
+
+def test_gpu_bench_keeps_its_venv_outside_the_workspace():
+    bench = _load(GPU)["jobs"]["bench"]
+    (venv,) = _steps(bench, "venv-dir")
+    assert '--root "$RUNNER_TOOL_CACHE/' in venv["run"] and venv["id"] == "venv"
+    (make,) = _steps(bench, "make bench")
+    assert 'VENV="$VENV_DIR"' in make["run"] and make["env"]["VENV_DIR"] == "${{ steps.venv.outputs.dir }}"
+    # the spec the venv was keyed by is the one make installs (the dispatch input, else the Makefile's)
+    assert 'TORCH_SPEC="$SPEC"' in make["run"] and make["env"]["SPEC"] == "${{ steps.venv.outputs.torch_spec }}"
+    assert bench["env"]["TORCH_SPEC"] == "${{ inputs.torch_spec }}"
+    assert ".venv" not in "\n".join(s.get("run", "") for s in bench["steps"])
+
+
+def test_gpu_bench_names_artifacts_and_baselines_by_gpu_model():
+    doc = _load(GPU)
+    bench, report = doc["jobs"]["bench"], doc["jobs"]["report"]
+    (locate,) = _steps(bench, "locate")
+    assert locate["id"] == "run"
+    (handover,) = _steps(bench, "upload-artifact", "uses")
+    assert handover["with"]["name"] == "bench-${{ matrix.suite }}-${{ steps.run.outputs.gpu_slug }}"
+    assert handover["if"].startswith("always()")
+    (download_run,) = [s for s in _steps(report, "download-artifact", "uses") if "pattern" in s["with"]]
+    assert download_run["with"]["pattern"] == "bench-${{ matrix.suite }}-*"  # the GPU job's hand-over
+    (pick,) = _steps(report, "pick")
+    baseline = "baseline-${{ matrix.suite }}-${{ steps.run.outputs.gpu_slug }}"
+    assert pick["env"]["NAME"] == baseline and "actions/artifacts?name=$NAME" in pick["run"]
+    (download_base,) = [s for s in _steps(report, "download-artifact", "uses") if "run-id" in s["with"]]
+    assert download_base["if"] == "steps.pick.outputs.found == 'true'"  # none yet: nothing to download
+    assert download_base["with"]["run-id"] == "${{ steps.pick.outputs.run_id }}"
+    assert download_base["with"]["name"] == "${{ steps.pick.outputs.name }}"
+    (publish,) = [s for s in _steps(report, "upload-artifact", "uses") if s["with"]["name"] == baseline]
+    assert publish["if"] == "always() && steps.decide.outputs.staged == 'true'"  # also after a regression
+    assert publish["with"]["path"] == "next-baseline/" and publish["with"]["retention-days"] > 0
+    assert doc["permissions"]["actions"] == "read"
+
+
+def test_gpu_bench_accepts_a_run_as_the_new_baseline_by_hand():
+    doc = _load(GPU)
+    accept = doc["on"]["workflow_dispatch"]["inputs"]["accept_baseline"]
+    assert accept["type"] == "boolean" and accept["default"] is False
+    report = doc["jobs"]["report"]
+    (decide,) = _steps(report, "decide")
+    assert decide["id"] == "decide" and '--accept "$ACCEPT"' in decide["run"]
+    assert decide["env"]["ACCEPT"] == "${{ inputs.accept_baseline && 'true' || 'false' }}"  # the weekly run: false
+    assert "--stage next-baseline" in decide["run"] and "--baseline baseline" in decide["run"]
+    (compare,) = _steps(report, "bench.py compare")
+    assert compare["if"] == "steps.decide.outputs.compare == 'true'"
+    assert compare["env"]["FAIL_ON_REGRESSION"] == "${{ steps.decide.outputs.fail_on_regression }}"
+    assert compare["env"]["BASE"] == "${{ steps.decide.outputs.base }}"
+    # a regression (exit 1) fails the job unless the run was accepted; bad input (2) always does
+    run = compare["run"]
+    assert 'if [ "$status" -eq 1 ] && [ "$FAIL_ON_REGRESSION" != true ]; then status=0; fi' in run
+    assert run.rstrip().endswith("exit $status") and "--allow-other-hardware" not in run

@@ -1,4 +1,5 @@
-"""compare: ratios per case and metric, threshold, exit code, one-sided cases, hardware warnings."""
+"""compare: ratios per case and metric, threshold, exit code, one-sided cases, hardware warnings, runs
+on different GPU models refused unless --allow-other-hardware."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +7,7 @@ import argparse
 import pytest
 
 from posbench.cli.report_cmds import add_compare_parser
-from posbench.report.compare import compare_runs, main_compare, metric_direction
+from posbench.report.compare import OtherHardware, compare_runs, main_compare, metric_direction
 from tests.helpers.report_rows import CPU_ENV, GPU_ENV, efficiency_rows, extrapolation_rows, write_run
 
 
@@ -137,14 +138,53 @@ def test_cases_in_only_one_run_are_listed(tmp_path):
     assert compare_runs(write_run(tmp_path / "b2", rows[:-1]), write_run(tmp_path / "n2", rows)).exit_code == 0
 
 
-def test_different_hardware_is_warned(tmp_path):
+def test_different_hardware_is_warned_when_allowed(tmp_path):
     base = write_run(tmp_path / "base", efficiency_rows(), CPU_ENV)
     new = write_run(tmp_path / "new", efficiency_rows(device="cuda:0"), GPU_ENV)
-    result = compare_runs(base, new)
+    with pytest.raises(OtherHardware, match="base: no GPU model recorded \\(device cpu\\); new: NVIDIA A100-SXM4-80GB"):
+        compare_runs(base, new)
+    result = compare_runs(base, new, allow_other_hardware=True)
     text = " ".join(result.hardware_warnings)
     assert "GPU differs" in text and "NVIDIA A100-SXM4-80GB" in text
     assert "device differs" in text
     assert "**Warning:** GPU differs" in result.markdown()
+    cpu_b = write_run(tmp_path / "cpu-b", efficiency_rows(), CPU_ENV)
+    other_cpu = write_run(tmp_path / "cpu-n", efficiency_rows(), {**CPU_ENV, "cpu": "Other CPU 1"})
+    (cpu_warning,) = compare_runs(cpu_b, other_cpu).hardware_warnings  # another CPU model: a warning only
+    assert cpu_warning.startswith("CPU differs: base ran on Test CPU 9000, new on Other CPU 1")
+
+
+H100_ENV = {**GPU_ENV, "nvml": {"name": "NVIDIA H100 80GB HBM3", "driver": "550.54"}}
+
+
+def test_runs_on_different_gpu_models_are_refused_unless_allowed(tmp_path, capsys):
+    base = write_run(tmp_path / "base", efficiency_rows(device="cuda:0"), GPU_ENV)
+    new = write_run(tmp_path / "new", efficiency_rows(device="cuda:0"), H100_ENV)
+    assert main_compare(_args(base, new)) == 2
+    out = capsys.readouterr()
+    assert out.out == ""  # nothing compared
+    assert out.err == ("posbench compare: base and new ran on different GPU models (base: NVIDIA A100-SXM4-80GB; "
+                       "new: NVIDIA H100 80GB HBM3): their ratios would compare GPUs, not code; compare runs of one "
+                       "GPU model, or pass --allow-other-hardware to compare them anyway\n")
+    # allowed: it warns, compares and passes (the rows are the same)
+    assert main_compare(_args(base, new, "--allow-other-hardware")) == 0
+    out = capsys.readouterr()
+    assert out.err.startswith("warning: GPU differs: base ran on NVIDIA A100-SXM4-80GB, new on NVIDIA H100 80GB HBM3")
+    assert "**Warning:** GPU differs" in out.out and "0 regression(s)" in out.out
+    # a slower H100 run is still judged when allowed
+    slower = write_run(tmp_path / "slower", _with_train_wps_scaled(efficiency_rows(device="cuda:0"), 0.8), H100_ENV)
+    assert main_compare(_args(base, slower, "--allow-other-hardware")) == 1
+
+
+def test_the_same_gpu_model_compares_and_torch_names_it_without_nvml(tmp_path):
+    base = write_run(tmp_path / "base", efficiency_rows(device="cuda:0"), GPU_ENV)
+    new = write_run(tmp_path / "new", efficiency_rows(device="cuda:0"), {**GPU_ENV, "driver": "555.1"})
+    assert compare_runs(base, new).hardware_warnings == []
+    # without NVML, env.json's torch name of the GPU is the model
+    no_nvml = {**GPU_ENV, "nvml": "unavailable: needs CUDA and NVML", "gpu": "NVIDIA A100-SXM4-80GB"}
+    assert compare_runs(base, write_run(tmp_path / "torch-named", efficiency_rows(device="cuda:0"), no_nvml)).exit_code == 0
+    with pytest.raises(OtherHardware, match="new: NVIDIA H100 80GB HBM3"):
+        compare_runs(base, write_run(tmp_path / "h", efficiency_rows(device="cuda:0"), {**no_nvml, "gpu": "NVIDIA H100 80GB HBM3"}))
 
 
 def test_unreadable_input_exits_2(tmp_path, capsys):

@@ -112,7 +112,8 @@ class Settings(TaskSettings):
         "about a third of a training step, so equal windows in time take about 3x more)")
     windows: int = Field(3, ge=1, description="measured windows per phase; median, min, max are reported")
     lr: float = Field(1e-4, gt=0, description="AdamW learning rate")
-    power_interval_s: float = Field(0.1, gt=0, description="NVML power sampling period (s)")
+    power_interval_s: float = Field(0.1, gt=0, description="NVML power sampling period (s), where the GPU has no "
+                                    "energy counter (info.energy_source: nvml-power-sampling)")
     rounds: int = Field(1, ge=1, description="interleaved rounds: every method of a grid point is measured once per "
                         "round, round-robin, each round in a fresh process; ratios to the baseline are paired "
                         "by round (median and bootstrap 95% interval)")
@@ -181,7 +182,7 @@ class Bench:
         self.device, self.dtype, self.batches, self.counter = device, dtype, batches, 0
         self.autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
         self.lr, self.distributed = s.lr, distributed
-        self.energy = {"eval": 0.0, "train": 0.0}  # joules over measured windows (NVML)
+        self.energy = {"eval": 0.0, "train": 0.0}  # joules over measured windows (NVML; None: unmeasured)
         self.train_loss: Optional[float] = None
 
     def _next(self):
@@ -232,7 +233,7 @@ def run(case) -> dict:
     import torch
 
     from posbench.engine import distributed
-    from posbench.engine.timing import make_device
+    from posbench.engine.timing import energy_source, make_device
 
     s, L = case.settings, case.params.seq_len
     batch = _batch_size(s, L)
@@ -262,7 +263,8 @@ def run(case) -> dict:
     _wps(metrics, series, "train", tokens * s.measure_steps, train_s)
     _peak(metrics, "train", dev.peak())
     _energy(metrics, "", energy, tokens * s.measure_steps * s.windows * distributed.world_size())
-    return {"metrics": metrics, "series": series, "info": model.info(device, dtype)}
+    info = dict(model.info(device, dtype), energy_source=energy_source(nvml, handle, dev.kind))
+    return {"metrics": metrics, "series": series, "info": info}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,7 +290,7 @@ def run_group(cases, round_: int) -> dict:
 
     import torch
 
-    from posbench.engine.timing import PowerSampler, make_device
+    from posbench.engine.timing import EnergyMeter, make_device
     from posbench.engine.windows import Member, alternate
     from posbench.core.outcome import ok_result
 
@@ -310,6 +312,7 @@ def run_group(cases, round_: int) -> dict:
     for m, c in zip(members, cases):
         m.obj = m.guard(Bench, c, batches, device, dtype)
     nvml, handle = _nvml(cases[0].device)
+    meter = EnergyMeter(nvml, handle, s.power_interval_s, dev.synchronize, device=dev.kind)
     first = (round_ - 1) * s.windows  # rounds go on along the balanced order
     t0 = time.perf_counter()
 
@@ -320,9 +323,10 @@ def run_group(cases, round_: int) -> dict:
         def window(m: Member) -> float:
             b = m.obj
             step = b.eval_step if phase == "eval" else b.train_step
-            with PowerSampler(nvml, handle, s.power_interval_s) as power:
+            with meter:
                 seconds = dev.time_window(step, steps)
-            b.energy[phase] += power.energy_j or 0.0
+            joules = meter.last_j  # None once any window has no number (no NVML, or the counter restarted)
+            b.energy[phase] = None if b.energy[phase] is None or joules is None else b.energy[phase] + joules
             if phase == "train":
                 b.check_loss(f"window {len(m.windows[phase])}", steps)
             return seconds
@@ -359,11 +363,10 @@ def run_group(cases, round_: int) -> dict:
             starts, seconds = zip(*m.windows[phase])
             _wps(metrics, series, phase, tokens * steps, list(seconds))
             series[f"{phase}_wps_window_t"] = [round(t, 6) for t in starts]
-            joules = b.energy[phase] if nvml is not None else None
-            _energy(metrics, "eval_" if phase == "eval" else "", joules, tokens * steps * s.windows)
+            _energy(metrics, "eval_" if phase == "eval" else "", b.energy[phase], tokens * steps * s.windows)
         metrics.update({k: v for k, v in memory.get(c.id, {}).items() if k in MEMORY_METRICS})
-        info = dict(b.model.info(device, dtype), pairing="windows", group=group, group_methods=str(len(cases)),
-                    window_order="williams",
+        info = dict(b.model.info(device, dtype), energy_source=meter.source, pairing="windows", group=group,
+                    group_methods=str(len(cases)), window_order="williams",
                     memory=("peak memory from this method's own process (one window of one step per phase)"
                             if c.id in memory else "peak memory in the round-1 row (the method's own process)"))
         out[c.id] = ok_result({"metrics": metrics, "series": series, "info": info})
@@ -381,9 +384,10 @@ def _nvml(device: str):
 
 def _phase(dev, step, s, nvml, handle, after_window=None, steps: int | None = None) -> tuple[list[float], float | None]:
     """Warm up, then time ``s.windows`` windows of ``steps`` (default ``s.measure_steps``) steps;
-    (seconds per window, joules over the windows)."""
+    (seconds per window, joules over the windows: NVML's energy counter, or sampled power where
+    the GPU lacks it; ``posbench.engine.timing.EnergyMeter``)."""
     from posbench.engine import distributed
-    from posbench.engine.timing import PowerSampler
+    from posbench.engine.timing import EnergyMeter
 
     dev.reset_peak()
     if s.warmup_steps:
@@ -392,13 +396,14 @@ def _phase(dev, step, s, nvml, handle, after_window=None, steps: int | None = No
             after_window("warm-up", s.warmup_steps)
     steps = steps or s.measure_steps
     seconds = []
-    with PowerSampler(nvml, handle, s.power_interval_s) as power:
-        for w in range(s.windows):
-            distributed.barrier()  # ranks start each window together (a no-op in one process)
+    meter = EnergyMeter(nvml, handle, s.power_interval_s, dev.synchronize, device=dev.kind)
+    for w in range(s.windows):
+        distributed.barrier()  # ranks start each window together (a no-op in one process)
+        with meter:  # energy of the window alone: the loss check after it is not counted
             seconds.append(dev.time_window(step, steps))
-            if after_window:
-                after_window(f"window {w}", steps)
-    energy = power.energy_j
+        if after_window:
+            after_window(f"window {w}", steps)
+    energy = meter.energy_j
     if distributed.is_distributed():  # all GPUs' energy; unknown if any rank has no NVML
         total = float(distributed.all_reduce_sum([float("nan") if energy is None else energy])[0])
         energy = None if total != total else total
