@@ -18,17 +18,24 @@ KV-cache decoding, the length so far): the "dynamic" form, 1 within L_train.
     becomes base * s^(d / (d - 2)), so the lowest frequency is interpolated by s and the highest
     is kept. A static factor needs no L_train.
   * ``dynamic_ntk`` - Dynamic NTK (emozilla 2023, "Dynamically Scaled RoPE", r/LocalLLaMA): ``ntk``
-    with s = max(1, L / L_train) recomputed per length; ``factor`` must stay null.
+    recomputed per length. ``factor`` null: s = max(1, L / L_train). ``factor`` f: Hugging Face's
+    convention (transformers' ``_compute_dynamic_ntk_parameters``), s = max(1, f L / L_train - (f - 1));
+    f = 1 is the null form.
   * ``yarn`` - YaRN (Peng, Quesnelle, Fan, Shippole 2024, "YaRN: Efficient Context Window Extension
-    of Large Language Models", ICLR): per pair, r_i = L_train / lambda_i with wavelength
-    lambda_i = 2 pi / theta_i, ramp g_i = clamp((r_i - alpha) / (beta - alpha), 0, 1) with alpha = 1,
-    beta = 32 (``yarn_alpha``, ``yarn_beta``); theta_i' = (1 - g_i) theta_i / s + g_i theta_i, and the
-    attention temperature sqrt(1/t) = 0.1 ln(s) + 1 multiplies q and k (cos and sin). With factor
-    null this is the paper's Dynamic-YaRN.
+    of Large Language Models", ICLR): theta_i' = (1 - g_i) theta_i / s + g_i theta_i with a ramp g_i
+    (1: keep the pair, 0: interpolate it) and the attention temperature sqrt(1/t) = 0.1 ln(s) + 1 on
+    q and k (cos and sin). ``yarn_ramp`` "index" (default): the YaRN authors' code and Hugging Face's
+    ``_compute_yarn_parameters``, linear in the pair index i between the pairs that turn beta = 32
+    (``yarn_beta``, beta_fast) and alpha = 1 (``yarn_alpha``, beta_slow) times within L_train,
+    floored and ceiled: g_i = 1 - clamp((i - lo) / (hi - lo), 0, 1). "ratio": the paper's formula,
+    linear in r_i = L_train / lambda_i (wavelength lambda_i = 2 pi / theta_i), g_i = clamp((r_i - alpha)
+    / (beta - alpha), 0, 1). With factor null this is the paper's Dynamic-YaRN.
 Until L_train is known (a fresh model that never trained, no ``train_len``) a null factor is 1.
 Registered rows: ``rotary_pi``, ``rotary_ntk`` (static factor 8, bloc97's zero-shot setting),
-``rotary_dynamic_ntk``, ``rotary_yarn`` (dynamic), each taking ``factor``, ``train_len``, ``base``.
-Do not combine them with the extrapolation task's ``interpolate`` (positions already scaled).
+``rotary_dynamic_ntk``, ``rotary_yarn`` (dynamic), each taking ``factor``, ``train_len``, ``base``;
+``rotary_llama3`` and ``rotary_longrope`` subclass ``Rotary`` in their own files
+(``scaled_inv_freq`` is the one hook a scaling overrides). Do not combine them with the
+extrapolation task's ``interpolate`` (positions already scaled).
 """
 import math
 from typing import NamedTuple
@@ -54,16 +61,22 @@ class RotaryState(NamedTuple):
 @register
 class Rotary(PositionMethod):
     name = "rotary"
+    # The scalings this class computes (a subclass for another scaling names its own) and those
+    # whose angles depend on the evaluation length whatever the factor (so keys are rotated per step).
+    scalings = ("none", "pi", "ntk", "dynamic_ntk", "yarn")
+    length_dependent = ("dynamic_ntk",)
 
     def __init__(self, cfg, base: float = 10000.0, scaling: str = "none", factor: float | None = None,
-                 train_len: int | None = None, yarn_alpha: float = 1.0, yarn_beta: float = 32.0):
+                 train_len: int | None = None, yarn_alpha: float = 1.0, yarn_beta: float = 32.0,
+                 yarn_ramp: str = "index"):
         super().__init__(cfg)
         hd = cfg.head_dim
         if hd % 2:
-            raise ValueError(f"rotary needs an even head_dim, got {hd}")
-        _check_scaling(scaling, factor, train_len, yarn_alpha, yarn_beta)
+            raise ValueError(f"{self.name} needs an even head_dim, got {hd}")
+        _check_scaling(self.name, self.scalings, scaling, factor, train_len)
+        _check_yarn(yarn_alpha, yarn_beta, yarn_ramp)
         self.base, self.scaling, self.factor, self.train_len = float(base), scaling, factor, train_len
-        self.yarn_alpha, self.yarn_beta = float(yarn_alpha), float(yarn_beta)
+        self.yarn_alpha, self.yarn_beta, self.yarn_ramp = float(yarn_alpha), float(yarn_beta), yarn_ramp
         if scaling != "none":
             # Longest training sequence seen (0: none yet); persistent, so checkpoints keep it.
             self.register_buffer("trained_len", torch.zeros((), dtype=torch.long))
@@ -84,41 +97,74 @@ class Rotary(PositionMethod):
 
         return self._cache.get((pos,), build, extra=(dtype,))
 
+    def known_train_len(self) -> int:
+        """L_train: the option ``train_len``, else the longest training sequence seen (0: none)."""
+        return self.train_len or int(self.trained_len)
+
+    def factor_at(self, length: int, L_train: int) -> float:
+        """The factor s at evaluation length ``length`` (keys 0 .. length-1)."""
+        f = self.factor
+        if f is not None and self.scaling != "dynamic_ntk":
+            return float(f)  # static
+        if not L_train or length <= 0:
+            return 1.0
+        if f is None:
+            return max(1.0, length / L_train)
+        return max(1.0, f * length / L_train - (f - 1))  # Hugging Face's dynamic NTK
+
     def scale_factor(self, k_pos: torch.Tensor) -> tuple[float, int]:
         """(s, L_train) for evaluation at key positions ``k_pos`` (reads two numbers to the host;
         called once per positions tensor)."""
-        L_train = self.train_len or int(self.trained_len)
-        if self.factor is not None:
-            return float(self.factor), L_train
-        if not L_train or k_pos.numel() == 0:
-            return 1.0, L_train
-        return max(1.0, (float(k_pos[-1]) + 1) / L_train), L_train
+        L_train = self.known_train_len()
+        length = int(k_pos[-1]) + 1 if k_pos.numel() else 0
+        return self.factor_at(length, L_train), L_train
 
-    def scaled_inv_freq(self, s: float, L_train: int) -> tuple[torch.Tensor, float]:
-        """(theta' (hd/2,) float64 per position, attention factor on q and k) for factor s."""
+    def base_inv_freq(self) -> torch.Tensor:
+        """(hd/2,) float64 theta_i = base^(-2i/hd), the unscaled frequencies."""
         hd = self.cfg.head_dim
         i2 = torch.arange(0, hd, 2, dtype=torch.float64, device=self.inv_freq.device)
-        theta = self.base ** (-i2 / hd)
+        return self.base ** (-i2 / hd)
+
+    def scaled_inv_freq(self, s: float, L_train: int, length: int | None = None) -> tuple[torch.Tensor, float]:
+        """(theta' (hd/2,) float64 per position, attention factor on q and k) for factor s at
+        evaluation length ``length`` (the one hook a subclass's scaling overrides)."""
+        hd = self.cfg.head_dim
+        theta = self.base_inv_freq()
         if self.scaling == "pi":
             return theta / s, 1.0
         if self.scaling in ("ntk", "dynamic_ntk"):
+            i2 = torch.arange(0, hd, 2, dtype=torch.float64, device=theta.device)
             return (self.base * s ** (hd / (hd - 2))) ** (-i2 / hd), 1.0
+        if self.scaling == "none":
+            return theta, 1.0
         # yarn: "NTK-by-parts" interpolation plus the attention temperature
-        if s > 1.0 and not L_train:
-            raise ValueError("rotary: scaling 'yarn' needs L_train for its ramp; allowed: set train_len, "
-                             "or train the model first")
+        self.need_train_len(s, L_train)
         if s == 1.0:
             return theta, 1.0
-        ratio = L_train / (2 * math.pi / theta)  # r_i: wavelengths of pair i within L_train
-        ramp = ((ratio - self.yarn_alpha) / (self.yarn_beta - self.yarn_alpha)).clamp(0.0, 1.0)
-        return (1 - ramp) * theta / s + ramp * theta, 0.1 * math.log(s) + 1.0
+        keep = yarn_keep(theta, self.base, L_train, self.yarn_alpha, self.yarn_beta, self.yarn_ramp)  # g_i
+        return (1 - keep) * theta / s + keep * theta, 0.1 * math.log(s) + 1.0
+
+    def need_train_len(self, s: float, L_train: int) -> None:
+        if s > 1.0 and not L_train:
+            raise ValueError(f"{self.name}: scaling {self.scaling!r} needs L_train for its ramp; allowed: set "
+                             "train_len, or train the model first")
+
+    def frequencies(self, length: int) -> tuple[torch.Tensor, float]:
+        """(theta' (hd/2,) float64, attention factor) this method rotates by when it evaluates
+        ``length`` tokens (positions 0 .. length-1) in evaluation mode: what a reference is checked
+        against (``bench.py verify``)."""
+        if self.scaling == "none":
+            return self.base_inv_freq(), 1.0
+        L_train = self.known_train_len()
+        return self.scaled_inv_freq(self.factor_at(length, L_train), L_train, length)
 
     def _scaled_cos_sin(self, pos: torch.Tensor, k_pos: torch.Tensor, dtype):
         """cos, sin (T, hd/2) of the scaled angles at ``pos``, with the factor for a model whose
         keys are at ``k_pos`` (dynamic scaling: the length so far)."""
         def build():
             s, L_train = self.scale_factor(k_pos)
-            theta, mscale = self.scaled_inv_freq(s, L_train)
+            length = int(k_pos[-1]) + 1 if k_pos.numel() else 0
+            theta, mscale = self.scaled_inv_freq(s, L_train, length)
             ang = pos.to(torch.float64)[:, None] * theta[None, :]
             return (ang.cos() * mscale).to(dtype), (ang.sin() * mscale).to(dtype)
 
@@ -130,8 +176,11 @@ class Rotary(PositionMethod):
         return _RotateQK.apply(x, None, cos, sin)[0]
 
     def dynamic(self) -> bool:
-        """Whether the angles depend on the evaluation length (scaled, null factor, eval mode)."""
-        return self.scaling != "none" and self.factor is None and not self.training
+        """Whether the angles depend on the evaluation length (scaled, eval mode, a null factor
+        or a scaling whose factor is always per length)."""
+        if self.scaling == "none" or self.training:
+            return False
+        return self.factor is None or self.scaling in self.length_dependent
 
     def _state(self, q_pos, k_pos, dtype, in_encode: bool) -> RotaryState:
         pos = q_pos if in_encode else k_pos
@@ -158,21 +207,51 @@ class Rotary(PositionMethod):
         return causal_attention(q, k, v)
 
 
-SCALINGS = ("none", "pi", "ntk", "dynamic_ntk", "yarn")
+YARN_RAMPS = ("index", "ratio")
 
 
-def _check_scaling(scaling, factor, train_len, yarn_alpha, yarn_beta) -> None:
-    if scaling not in SCALINGS:
-        raise ValueError(f"rotary: scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
+def yarn_keep(theta: torch.Tensor, base: float, L_train: int, alpha: float, beta: float, ramp: str) -> torch.Tensor:
+    """YaRN's g_i (hd/2,) float64: 1 keeps pair i's frequency, 0 divides it by s.
+
+    "index": the YaRN authors' ``find_correction_range`` / ``linear_ramp_mask`` (Hugging Face's
+    ``_compute_yarn_parameters``, ``truncate`` on): the fractional pair index at which a pair turns
+    n times within L_train is d ln(L_train / (2 pi n)) / (2 ln base); lo = floor of it for n = beta,
+    hi = ceil for n = alpha, clipped to [0, d - 1] as they clip it, and g falls linearly from 1 at
+    pair lo to 0 at pair hi. "ratio": the paper's eq. 18, linear in r_i = L_train / lambda_i."""
+    if ramp == "ratio":
+        ratio = L_train / (2 * math.pi / theta)  # r_i: wavelengths of pair i within L_train
+        return ((ratio - alpha) / (beta - alpha)).clamp(0.0, 1.0)
+    d = 2 * theta.shape[0]
+
+    def pair_turning(n: float) -> float:
+        return d * math.log(L_train / (n * 2 * math.pi)) / (2 * math.log(base))
+
+    lo, hi = max(math.floor(pair_turning(beta)), 0), min(math.ceil(pair_turning(alpha)), d - 1)
+    if lo == hi:
+        hi += 0.001  # as the reference code: no division by zero
+    i = torch.arange(theta.shape[0], dtype=torch.float64, device=theta.device)
+    return 1.0 - ((i - lo) / (hi - lo)).clamp(0.0, 1.0)
+
+
+SCALINGS = Rotary.scalings
+
+
+def _check_scaling(name, scalings, scaling, factor, train_len) -> None:
+    if scaling not in scalings:
+        raise ValueError(f"{name}: scaling must be one of {', '.join(scalings)}, got {scaling!r} (Llama 3.1's and "
+                         "LongRoPE's scalings are the methods rotary_llama3 and rotary_longrope)")
     if factor is not None and not (isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor >= 1):
-        raise ValueError(f"rotary: factor must be a number >= 1 or null (per evaluation length), got {factor!r}")
-    if factor is not None and scaling == "dynamic_ntk":
-        raise ValueError("rotary: factor does not apply to scaling 'dynamic_ntk' (its factor is L / L_train); "
-                         "allowed: null, or scaling 'ntk' for a static factor")
+        raise ValueError(f"{name}: factor must be a number >= 1 or null (per evaluation length), got {factor!r}")
     if train_len is not None and not (isinstance(train_len, int) and not isinstance(train_len, bool) and train_len >= 1):
-        raise ValueError(f"rotary: train_len must be a positive integer or null (recorded in training), got {train_len!r}")
+        raise ValueError(f"{name}: train_len must be a positive integer or null (recorded in training), got {train_len!r}")
+
+
+def _check_yarn(yarn_alpha, yarn_beta, yarn_ramp) -> None:
     if not 0 < yarn_alpha < yarn_beta:
         raise ValueError(f"rotary: need 0 < yarn_alpha < yarn_beta, got {yarn_alpha!r} and {yarn_beta!r}")
+    if yarn_ramp not in YARN_RAMPS:
+        raise ValueError(f"rotary: yarn_ramp must be one of {', '.join(YARN_RAMPS)} (the authors' code, the paper's "
+                         f"formula), got {yarn_ramp!r}")
 
 
 # The scaled rows: ``rotary`` with one scaling fixed (and, for ``rotary_ntk``, the factor's

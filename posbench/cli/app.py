@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from posbench.core.files import WriteError
+from posbench.cli import verify_cmds
 from posbench.cli.method_cmds import CHECK_TIMEOUT_S, cmd_check, cmd_list, method_listing, positive_seconds
 from posbench.core.outcome import PosbenchError
 from posbench.run import suite as suitemod
@@ -370,6 +371,7 @@ COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
     "check": ("run the conformance checks on one method (float32 and bfloat16)", _add_check, cmd_check,
               "examples:\n  python bench.py check alibi\n  python bench.py check mine --methods-dir ~/my_methods\n"
               "exit status: 0 when no check failed, 1 when one did (or none could run here)\n"),
+    "verify": (verify_cmds.HELP, verify_cmds.add_arguments, verify_cmds.cmd_verify, verify_cmds.EXAMPLES),
 }
 
 
