@@ -22,6 +22,7 @@ from typing import Callable
 
 from posbench.core.files import WriteError
 from posbench.cli.method_cmds import CHECK_TIMEOUT_S, cmd_check, cmd_list, method_listing, positive_seconds
+from posbench.cli.sweep_cmds import SWEEP_EXAMPLES, add_sweep_arguments, pool_options
 from posbench.core.outcome import PosbenchError
 from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
@@ -39,7 +40,7 @@ def run_examples(suite: str) -> str:
         (f"python bench.py --suite {suite} --shard 0/2", "half the cases (machine 0 of 2)"),
         (f"python bench.py --suite {suite} --set nproc=2", "each case on 2 ranks via torchrun"),
         (f"torchrun --nproc_per_node 2 bench.py --suite {suite}", "every case on torchrun's 2 ranks"),
-    ]
+    ] + [(c.format(suite=suite, train_suite=corpus_suite()), n) for c, n in SWEEP_EXAMPLES]
     return "examples:\n" + "".join(f"  {cmd:<56}# {note}\n" if note else f"  {cmd}\n" for cmd, note in lines)
 
 
@@ -104,6 +105,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="run shard I of N: case k of the suite's full case list when k %% N == I; shards share "
                         "the run id, so their folders merge in 'bench.py report'")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_sweep_arguments(p)
     _common(p)
 
 
@@ -227,6 +229,7 @@ def cmd_run(args) -> int:
     suite = with_methods(suite, methods)  # a method the suite does not list joins this run's table
     shard = parse_shard(args.shard) if args.shard else None
     in_process = _under_torchrun(suite, device, args.dry_run)
+    pooled = pool_options(args, device)
     if args.dry_run:
         if os.environ.get("RANK", "0") != "0":
             return 0
@@ -259,7 +262,7 @@ def cmd_run(args) -> int:
         options = RunOptions(device=device, results=Path(args.results), run_id=args.run_id, fresh=args.fresh,
                              retry_failed=args.retry_failed, methods=tuple(methods) if methods is not None else None,
                              methods_dirs=tuple(args.methods_dir), on_row=on_row, progress=not args.quiet,
-                             shard=shard, in_process=in_process)
+                             shard=shard, in_process=in_process, **pooled)
         result = run_suite(suite, options)
         finished = True
     except RanksOutOfStep as exc:
