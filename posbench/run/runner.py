@@ -67,7 +67,8 @@ from posbench.core.files import WriteError
 from posbench.report.rows import ROW_KEYS, RunMeta, case_rows, latest, read_rows, write_run_meta  # noqa: F401
 from posbench.run.isolated import unavailable_reason  # noqa: F401  (re-exported)
 from posbench.run.folder import (RowNotSaved, RunLocked, _finite, append_row, clean_stale_temp_dirs,  # noqa: F401
-                                 lock_run_dir, make_row, read_usable_rows, record_machine, save_row, write_env)
+                                 lock_run_dir, make_row, read_usable_rows, read_usable_run_rows, record_machine,
+                                 save_row, write_env)
 from posbench.run.launch import cpu_malloc_env, run_group_worker, run_worker, worker_command, worker_env  # noqa: F401
 from posbench.run.ranks import RanksOutOfStep, broadcast, run_on_ranks
 from posbench.run.schedule import (RETRYABLE, check_pairing, default_run_id, in_shard, jobs, pairing_of,  # noqa: F401
@@ -275,7 +276,7 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     # table has the baseline even when this command ran only some methods.
     wanted = {c.id for c in suite.cases(device, run_id)}
     if main:
-        out.rows = [r for cid, r in case_rows(read_usable_rows(run_dir / "cases.jsonl")).items() if cid in wanted]
+        out.rows = [r for cid, r in case_rows(read_usable_run_rows(run_dir)).items() if cid in wanted]
     return out
 
 

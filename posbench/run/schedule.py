@@ -19,7 +19,7 @@ from pathlib import Path
 from posbench.core.case import CaseSpec
 from posbench.core.files import refuse_links
 from posbench.report.rows import case_rows, latest_rounds
-from posbench.run.folder import read_usable_rows
+from posbench.run.folder import read_usable_run_rows
 from posbench.run.suite import Suite, SuiteError, check_name
 from posbench.run.units import is_timed, shard_cases
 
@@ -147,7 +147,8 @@ def plan_rounds(suite: Suite, device: str, run_dir: Path | None, retry_failed: b
     if run_dir is None:  # no folder yet (a --fresh dry run): every (case, round) runs
         return schedule(cases), {}
     refuse_links(run_dir)  # a planted link: refused before anything in the folder is read or written
-    done = latest_rounds(read_usable_rows(run_dir / "cases.jsonl", problems))
+    refuse_links(run_dir / "rows")  # a launched sweep's per-task rows files (posbench.report.rows.ROWS_DIR)
+    done = latest_rounds(read_usable_run_rows(run_dir, problems))
     todo = [(c, r) for c, r in schedule(cases)
             if (c.id, r) not in done or (retry_failed and done[(c.id, r)]["status"] in RETRYABLE)]
     return todo, done
@@ -159,5 +160,5 @@ def plan(suite: Suite, device: str, run_dir: Path | None, retry_failed: bool, me
     """(cases with a round to run, case_id -> finished row, its rounds merged) for this folder."""
     todo, _ = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
     cases = list({c.id: c for c, _r in todo}.values())
-    return cases, {} if run_dir is None else case_rows(read_usable_rows(run_dir / "cases.jsonl"))
+    return cases, {} if run_dir is None else case_rows(read_usable_run_rows(run_dir))
 
