@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -65,6 +67,12 @@ class UnitTask:
 
         run_dir, name = Path(spec["run_dir"]), spec["name"]
         job_id = _job_id()
+        # Slurm's SIGTERM (scancel, preemption, the time limit) reaches the worker too: what it
+        # then reports is the job's end, not the case's, so no row is written for it and no
+        # further job starts; the requeued task runs it again, or ``settle`` writes the row
+        # with the job's state.
+        terminating = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: terminating.set())
         with state.UnitLock(run_dir, name):  # a requeued twin waits here; failure rows are not written meanwhile
             left = {(CaseSpec.from_json(c).id, r) for c, r in state.missing(run_dir, spec)}
             todo = [(CaseSpec.from_json(c), r) for c, r in spec["todo"] if (CaseSpec.from_json(c).id, r) in left]
@@ -72,12 +80,16 @@ class UnitTask:
             path = state.rows_path(run_dir, name)
 
             def emit(case, result, started, duration, rnd):
+                if terminating.is_set() and result["status"] != "ok":
+                    return
                 row = make_row(case, result, started, duration, spec["commit"], rnd)
                 row["info"] = {**(row["info"] or {}), **info}
                 save_row(path, row)
 
             answers = ask_unavailable([c for c, _r in todo], spec["methods_dirs"])
-            run_jobs(todo, run_dir, spec["run_id"], answers, emit)
+            run_jobs(todo, run_dir, spec["run_id"], answers, emit, stopped=terminating)
+            if terminating.is_set():
+                return {"unit": spec["key"], "ran": None}
             atomic_write_text(run_dir / ROWS_DIR / f"{name}.done", json.dumps({"job_id": job_id, "at": _now()}))
         return {"unit": spec["key"], "ran": len(todo)}
 
