@@ -106,7 +106,7 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
         tqdm.write(f"[{count[0]}/{total}] " + case_line(row, suite.metrics), file=sys.stdout)
 
     try:
-        slurm.follow(out, on_row, poll_s=1.0 if args.launcher == "local" else 10.0)
+        slurm.follow(out, on_row, poll_s=slurm.POLL_S[args.launcher])
     except KeyboardInterrupt:
         bar.close()
         print(f"\nstopped following; the tasks keep running: python bench.py status {out.run_dir}", file=sys.stderr)

@@ -41,6 +41,10 @@ from posbench.run.suite import Suite, check_name
 from posbench.run.units import Unit, is_timed, split
 
 
+# How often the follower looks at the rows and asks the scheduler (squeue) about the tasks.
+POLL_S = {"local": 1.0, "slurm": 10.0}
+
+
 class LauncherError(PosbenchError):
     """submitit missing, or a submission refused; ``str()`` is the one line to print."""
 
@@ -86,7 +90,10 @@ class UnitTask:
                 row["info"] = {**(row["info"] or {}), **info}
                 save_row(path, row)
 
-            answers = ask_unavailable([c for c, _r in todo], spec["methods_dirs"])
+            # Asked once by the submitter (method files are user code, asked in a child there).
+            answers = spec.get("answers")
+            if answers is None:
+                answers = ask_unavailable([c for c, _r in todo], spec["methods_dirs"])
             run_jobs(todo, run_dir, spec["run_id"], answers, emit, stopped=terminating)
             if terminating.is_set():
                 return {"unit": spec["key"], "ran": None}
@@ -183,13 +190,17 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
                                     f"allowed: wait (bench.py status {run_dir}) or the same --launcher")
         record.update(launcher=kind, command=command, commit=commit, device=device, folder=state.JOBS_DIR)
         out = Submitted(run_dir, run_id, record)
+        from posbench.run.runner import ask_unavailable
+
+        answers = ask_unavailable([c for c, _r in todo], dirs)  # once, not in every array task
         specs = []
         for unit in split(todo, is_timed(suite.task)):
             old = record["units"].get(unit.key)
             if old is not None and state.job_state(record, run_dir, old).active:
                 out.busy.append(unit.key)
                 continue
-            specs.append(_spec(unit, run_dir, run_id, commit, dirs))
+            specs.append(dict(_spec(unit, run_dir, run_id, commit, dirs),
+                              answers={c.id: answers.get(c.id) for c, _r in unit.todo}))
         if kind == "local":
             # submitit's local executor has no array throttle: the follower starts the rest. All
             # tasks share this machine, so a timed task's units run one at a time (as --parallel).

@@ -38,15 +38,6 @@ class Unit:
         """The key as a file name stem (a Slurm task's ``rows/<name>.jsonl``)."""
         return file_stem(self.key)
 
-    @property
-    def case_ids(self) -> list[str]:
-        return list(dict.fromkeys(c.id for c, _r in self.todo))
-
-    @property
-    def nproc(self) -> int:
-        """Processes (GPUs on CUDA) one case of the unit needs at once."""
-        return max((int(c.settings.get("nproc", 1) or 1) for c, _r in self.todo), default=1)
-
 
 def is_timed(task: str) -> bool:
     """Whether task ``task`` compares timings within a grid point (its unit is the point)."""

@@ -105,20 +105,24 @@ def start(folder: Path) -> dict[str, str]:
 
 
 def stop(folder: Path) -> None:
-    """End slurmd, slurmctld and munged (by the pids they wrote), waiting for each."""
+    """End slurmd, slurmctld and munged (by the pids they wrote): SIGTERM, and SIGKILL after 2 s."""
     for name in ("slurmd", "slurmctld", "munged"):
         pid_file = folder / f"{name}.pid"
         try:
             pid = int(pid_file.read_text().strip())
         except (OSError, ValueError):
             continue
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-        for _ in range(100):
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # a daemon of this temporary cluster only
             try:
-                os.kill(pid, 0)
+                os.kill(pid, sig)
             except ProcessLookupError:
                 break
-            time.sleep(0.1)
+            for _ in range(20):
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.1)
+            else:
+                continue
+            break

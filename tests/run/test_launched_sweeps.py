@@ -83,9 +83,12 @@ def _wait(condition, timeout_s=60.0):
 
 
 @pytest.mark.subprocess
-def test_a_slurm_job_array_runs_four_units_and_resumes_a_cancelled_task(tmp_path, slurm, capsys):
+def test_a_slurm_job_array_runs_four_units_and_resumes_a_cancelled_task(tmp_path, slurm, capsys, monkeypatch):
+    from posbench.run import slurm as launcher
+
+    monkeypatch.setitem(launcher.POLL_S, "slurm", 0.5)  # the follower asks squeue often: a quick test
     path = make_suite(tmp_path, ["sinusoidal", "alibi"], grid="[1, 2, 3, 4]", threads=1, timeout_s=60,
-                      sleep_s=5, by_method={"alibi/n=2": "sleep"})
+                      sleep_s=3, by_method={"alibi/n=2": "sleep"})
     argv = ["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--quiet",
             "--launcher", "slurm", "--set", "launcher.time_min=5", "--set", "launcher.cpus_per_task=1"]
     assert cli.main(argv + ["--detach"]) == 0

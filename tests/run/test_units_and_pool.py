@@ -154,13 +154,13 @@ def test_a_pooled_run_gives_every_worker_its_units_gpu_and_records_it(tmp_path, 
 
 @pytest.mark.subprocess
 def test_parallel_runs_untimed_cases_side_by_side_and_a_timed_task_refuses_it(tmp_path, monkeypatch, capsys, untimed):
-    path = make_suite(tmp_path, ["sinusoidal", "rotary", "alibi"], behaviour="sleep", sleep_s=0.3, threads=1)
+    path = make_suite(tmp_path, ["sinusoidal", "rotary"], behaviour="sleep", sleep_s=0.3, threads=1)
     code = cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--parallel", "2", "--quiet",
                      "--device", "cpu"])
     assert code == 0, capsys.readouterr().err
     rows = runner.read_rows(next((tmp_path / "res" / "t").iterdir()) / "cases.jsonl")
-    assert {r["info"]["pool_slot"] for r in rows} == {"0", "1"} and len(rows) == 3
-    assert len({r["metrics"]["pid"] for r in rows}) == 3
+    assert {r["info"]["pool_slot"] for r in rows} == {"0", "1"} and len(rows) == 2
+    assert len({r["metrics"]["pid"] for r in rows}) == 2
     monkeypatch.setattr("posbench.tasks._testing.TIMED", True, raising=False)
     capsys.readouterr()
     assert cli.main(["--suite", str(path), "--results", str(tmp_path / "res2"), "--parallel", "2",
@@ -168,3 +168,24 @@ def test_parallel_runs_untimed_cases_side_by_side_and_a_timed_task_refuses_it(tm
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "PoolError: --parallel 2: task '_testing' times its methods" in err
     assert not (tmp_path / "res2").exists()  # refused before anything is written
+
+
+@pytest.mark.subprocess
+def test_ctrl_c_in_a_pooled_run_kills_every_running_worker_and_keeps_saved_rows(tmp_path):
+    from posbench.run import launch
+
+    path = make_suite(tmp_path, ["sinusoidal", "alibi"], grid="[1, 2]", threads=1, behaviour="sleep", sleep_s=60,
+                      by_method={"sinusoidal/n=1": "ok"})
+
+    def interrupt(row, i, n):
+        raise KeyboardInterrupt  # as Ctrl-C in the thread that saves rows
+
+    suite = suitemod.resolve(suitemod.load(path), "default")
+    t0 = time.monotonic()
+    with pytest.raises(runner.Interrupted) as info:
+        runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False, gpus=("0", "1"),
+                                                  on_row=interrupt))
+    assert time.monotonic() - t0 < 50  # the 60 s sleepers were killed, not waited for
+    assert not launch._RUNNING  # no worker left running
+    rows = runner.read_rows(info.value.run_dir / "cases.jsonl")
+    assert [r["case_id"] for r in rows] == ["sinusoidal/n=1"]  # the row saved before Ctrl-C stays; no killed-worker rows
