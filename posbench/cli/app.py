@@ -23,6 +23,8 @@ from typing import Callable
 from posbench.core.files import WriteError
 from posbench.cli import verify_cmds
 from posbench.cli.method_cmds import CHECK_TIMEOUT_S, cmd_check, cmd_list, method_listing, positive_seconds
+from posbench.cli.sweep_cmds import (SWEEP_EXAMPLES, add_status_arguments, add_sweep_arguments, cmd_status,
+                                    launch_sweep, pool_options)
 from posbench.core.outcome import PosbenchError
 from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
@@ -40,7 +42,7 @@ def run_examples(suite: str) -> str:
         (f"python bench.py --suite {suite} --shard 0/2", "half the cases (machine 0 of 2)"),
         (f"python bench.py --suite {suite} --set nproc=2", "each case on 2 ranks via torchrun"),
         (f"torchrun --nproc_per_node 2 bench.py --suite {suite}", "every case on torchrun's 2 ranks"),
-    ]
+    ] + [(c.format(suite=suite, train_suite=corpus_suite()), n) for c, n in SWEEP_EXAMPLES]
     return "examples:\n" + "".join(f"  {cmd:<56}# {note}\n" if note else f"  {cmd}\n" for cmd, note in lines)
 
 
@@ -105,6 +107,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="run shard I of N: case k of the suite's full case list when k %% N == I; shards share "
                         "the run id, so their folders merge in 'bench.py report'")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_sweep_arguments(p)
     _common(p)
 
 
@@ -228,6 +231,9 @@ def cmd_run(args) -> int:
     suite = with_methods(suite, methods)  # a method the suite does not list joins this run's table
     shard = parse_shard(args.shard) if args.shard else None
     in_process = _under_torchrun(suite, device, args.dry_run)
+    pooled = pool_options(args, device)
+    if args.launcher and not args.dry_run:
+        return launch_sweep(args, suite, device, methods, shard)
     if args.dry_run:
         if os.environ.get("RANK", "0") != "0":
             return 0
@@ -260,7 +266,7 @@ def cmd_run(args) -> int:
         options = RunOptions(device=device, results=Path(args.results), run_id=args.run_id, fresh=args.fresh,
                              retry_failed=args.retry_failed, methods=tuple(methods) if methods is not None else None,
                              methods_dirs=tuple(args.methods_dir), on_row=on_row, progress=not args.quiet,
-                             shard=shard, in_process=in_process)
+                             shard=shard, in_process=in_process, **pooled)
         result = run_suite(suite, options)
         finished = True
     except RanksOutOfStep as exc:
@@ -281,30 +287,35 @@ def cmd_run(args) -> int:
         return 0  # rank 0 alone reports under torchrun
     print(f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl")
     if result.rows and suite.metrics:
-        from posbench.report.render import to_text, write_run_files
-        from posbench.report.rows import load_runs
-        from posbench.report.table import run_tables
-
-        # Read back from the run folder: the same rows and tables ``bench.py report`` shows.
-        # A skipped line was already named when the run resumed: not named twice.
-        runs = load_runs(result.run_dir, report=lambda _problem: None)
-        tables = run_tables(runs, {r["case_id"] for r in result.rows})
-        ratios = f"ratios are against `{suite.baseline}` in this run" if suite.baseline else "no baseline, no ratios"
-        note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
-                f"run `{result.run_id}`. Words are tokens; {ratios}; memory in GiB (2^30 bytes); "
-                f"peak memory is {'CUDA max_memory_allocated' if device == 'cuda' else 'peak resident set'}.")
-        if suite.settings.nproc > 1:
-            note += (f" Data parallel on {suite.settings.nproc} ranks: words/s count all ranks' tokens over "
-                     "the slowest rank's time; peak memory is the largest rank's.")
-        try:
-            write_run_files(tables, result.run_dir, note)
-        except OSError as exc:
-            what = str(exc) if isinstance(exc, WriteError) else f"cannot write {result.run_dir}: {exc.strerror or exc}"
-            raise WriteError(f"{what}; the rows are saved in cases.jsonl ('bench.py report' writes the tables "
-                             "again)") from None
-        print("\n" + "\n".join(to_text(t) for t in tables))
-        print(f"table: {result.run_dir}/table.md, {result.run_dir}/table.csv")
+        print_tables(result.run_dir, result.run_id, {r["case_id"] for r in result.rows}, suite, device)
     return 0
+
+
+def print_tables(run_dir: Path, run_id: str, case_ids: set, suite, device: str) -> None:
+    """The end-of-run tables, read back from the run folder (what ``bench.py report`` shows), into
+    table.md / table.csv and printed."""
+    from posbench.report.render import to_text, write_run_files
+    from posbench.report.rows import load_runs
+    from posbench.report.table import run_tables
+
+    # A skipped line was already named when the run resumed: not named twice.
+    runs = load_runs(run_dir, report=lambda _problem: None)
+    tables = run_tables(runs, case_ids)
+    ratios = f"ratios are against `{suite.baseline}` in this run" if suite.baseline else "no baseline, no ratios"
+    note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
+            f"run `{run_id}`. Words are tokens; {ratios}; memory in GiB (2^30 bytes); "
+            f"peak memory is {'CUDA max_memory_allocated' if device == 'cuda' else 'peak resident set'}.")
+    if suite.settings.nproc > 1:
+        note += (f" Data parallel on {suite.settings.nproc} ranks: words/s count all ranks' tokens over "
+                 "the slowest rank's time; peak memory is the largest rank's.")
+    try:
+        write_run_files(tables, run_dir, note)
+    except OSError as exc:
+        what = str(exc) if isinstance(exc, WriteError) else f"cannot write {run_dir}: {exc.strerror or exc}"
+        raise WriteError(f"{what}; the rows are saved in cases.jsonl ('bench.py report' writes the tables "
+                         "again)") from None
+    print("\n" + "\n".join(to_text(t) for t in tables))
+    print(f"table: {run_dir}/table.md, {run_dir}/table.csv")
 
 
 def _on_sigterm() -> Callable[[], None]:
@@ -372,6 +383,8 @@ COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
               "examples:\n  python bench.py check alibi\n  python bench.py check mine --methods-dir ~/my_methods\n"
               "exit status: 0 when no check failed, 1 when one did (or none could run here)\n"),
     "verify": (verify_cmds.HELP, verify_cmds.add_arguments, verify_cmds.cmd_verify, verify_cmds.EXAMPLES),
+    "status": ("where a launched sweep stands: queued/running/done/failed per unit", add_status_arguments,
+               cmd_status, "examples:\n  python bench.py status results/{suite}/RUN_ID\n"),
 }
 
 
@@ -458,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0] not in ALL_COMMANDS and argv[0] not in ("-h", "--help")):
         argv = ["run"] + argv
     args = parser().parse_args(argv)
+    args.argv = argv[1:] if argv[:1] == ["run"] else argv  # what a launched sweep records to resubmit
     restore = _on_sigterm()  # SIGTERM ends any command as Ctrl-C does, with status 143
     try:
         return args.handler(args)

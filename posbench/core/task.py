@@ -227,6 +227,10 @@ class LoadedTask:
       before any worker starts; default: always available (position methods answer for themselves).
     - ``run_group(cases, round) -> {case id: result}``: the paired-windows group run; default
       None, and ``groups`` is False.
+    - ``TIMED``: whether the task's numbers are timings compared between the methods of a grid
+      point (ratios to a baseline), so a sweep spread over devices keeps every method of a point
+      on one device (``posbench.run.units``); default None: timed when its ``Settings`` pairs
+      methods in ``rounds`` or it can ``run_group``.
 
     The report's parts (``REPORT``; ``runs`` is a ``posbench.report.rows.Runs``):
 
@@ -249,7 +253,7 @@ class LoadedTask:
     LAST = 1000  # the report place of a task that declares none
     REPORT: dict[str, Any] = {"TITLE": None, "REPORT_ORDER": LAST, "REPORT_COLUMN": "", "report_sections": None,
                               "summary_tables": None, "compare_values": None}
-    OPTIONAL: dict[str, Any] = {"METHODS": None, "unavailable": None, "run_group": None, **REPORT}
+    OPTIONAL: dict[str, Any] = {"METHODS": None, "unavailable": None, "run_group": None, "TIMED": None, **REPORT}
 
     def __init__(self, name: str, module: Any):
         self.name = name
@@ -274,6 +278,13 @@ class LoadedTask:
     def groups(self) -> bool:
         """Whether the task can measure a grid point's methods together (``pairing: windows``)."""
         return self.run_group is not None
+
+    @property
+    def timed(self) -> bool:
+        """Whether the methods of a grid point are timed against each other (``TIMED``)."""
+        if self.TIMED is not None:
+            return bool(self.TIMED)
+        return "rounds" in self.Settings.model_fields or self.groups
 
     @property
     def title(self) -> str:

@@ -5,9 +5,12 @@ A run folder ``results/<suite>/<run-id>/`` holds::
     run.json      what was run: suite, version, task, baseline, method order, metrics, settings, grid
     env.json      where it ran: versions, git commit, CPU, GPU (posbench.engine.env)
     cases.jsonl   one JSON row per finished case, appended as cases end (ROW_KEYS)
+    rows/*.jsonl  a launched sweep (``--launcher slurm|local``): each array task's own rows file,
+                  ``rows/<unit>.jsonl`` (rows from many nodes never go to one file)
 
-The runner (resume), ``bench.py report`` and ``bench.py compare`` all read through this module,
-so they agree on three rules:
+The runner (resume), ``bench.py report`` and ``bench.py compare`` all read through this module
+(``read_run_rows``: ``cases.jsonl`` and then every ``rows/*.jsonl``, merged), so they agree on
+three rules:
 
 - **A row's shape** (``check_row``, ``posbench.report.stored``): a JSON object with ``case_id``,
   ``method``, ``status`` (strings), ``params`` (scalars; those the task's grid requires, of their
@@ -45,6 +48,7 @@ from posbench.report import stored
 from posbench.report.stored import RowsError, check_params, check_row  # noqa: F401  (re-exported: the runner checks rows)
 
 CASES_FILE = "cases.jsonl"
+ROWS_DIR = "rows"  # a launched sweep's per-task rows files: rows/<unit>.jsonl
 ENV_FILE = "env.json"
 RUN_FILE = "run.json"
 RUN_FORMAT = 1  # run.json's own version: bump when its keys change meaning
@@ -111,6 +115,32 @@ def read_rows(path: str | Path, problems: Optional[list[str]] = None,
                 rows.append(row)
             except RowsError as exc:
                 report(f"{exc}; line skipped")
+    return rows
+
+
+def rows_files(run_dir: str | Path) -> list[Path]:
+    """The rows files of a run folder: ``cases.jsonl``, then ``rows/*.jsonl`` sorted by name. A
+    ``rows`` that is a link is a ``RowsError`` (a run folder's links are never followed); a link
+    or anything but a file inside it is left for ``read_rows`` to refuse by name."""
+    run_dir = Path(run_dir)
+    folder = run_dir / ROWS_DIR
+    if folder.is_symlink():
+        raise RowsError(f"{folder}: a symbolic link; posbench does not follow links in a run folder")
+    try:
+        names = sorted(e.name for e in os.scandir(folder) if e.name.endswith(".jsonl"))
+    except (FileNotFoundError, NotADirectoryError):
+        names = []
+    return [run_dir / CASES_FILE] + [folder / n for n in names]
+
+
+def read_run_rows(run_dir: str | Path, problems: Optional[list[str]] = None,
+                  check: Optional[Callable[[dict, str], Any]] = None) -> list[dict]:
+    """Every usable row of a run folder (``read_rows`` of each of ``rows_files``, in that order):
+    the one reader of a run's rows, for resume, report and compare alike. Which row of a case
+    counts is ``latest``'s rule (``started_at``), whichever file holds it."""
+    rows: list[dict] = []
+    for path in rows_files(run_dir):
+        rows += read_rows(path, problems, check)
     return rows
 
 
@@ -437,7 +467,7 @@ def load_runs(dirs, report: Optional[Callable[[str], Any]] = None) -> Runs:
         def task_params(row: dict, where: str, default_task=default_task) -> None:
             check_params(row, row.get("task") or default_task, where)
 
-        for row in read_rows(run_dir / CASES_FILE, problems, check=task_params):
+        for row in read_run_rows(run_dir, problems, check=task_params):
             row = dict(row)
             for key in ("series", "settings", "info"):
                 if not isinstance(row.get(key), dict):

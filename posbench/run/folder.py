@@ -27,7 +27,7 @@ from posbench import __version__
 from posbench.core.case import CaseSpec
 from posbench.core.files import WriteError, atomic_write_text, open_nofollow, read_regular
 from posbench.core.outcome import PosbenchError
-from posbench.report.rows import ROW_KEYS, read_rows
+from posbench.report.rows import ROW_KEYS, read_rows, read_run_rows
 
 # Reading rows (``read_rows``) and the latest row per case (``latest``) live in posbench.report.rows;
 # ``read_usable_rows`` is the runner's lenient reading for resuming.
@@ -44,6 +44,12 @@ def read_usable_rows(path: Path, problems: list[str] | None = None) -> list[dict
     whole run; a torn last line is skipped silently (the next append cuts it off); a complete row
     without its final newline counts (the next append keeps it); only a regular file is read."""
     return read_rows(path, [] if problems is None else problems)
+
+
+def read_usable_run_rows(run_dir: Path, problems: list[str] | None = None) -> list[dict]:
+    """``read_usable_rows`` of the whole run folder: ``cases.jsonl`` and a launched sweep's
+    per-task ``rows/*.jsonl`` (``posbench.report.rows.read_run_rows``)."""
+    return read_run_rows(run_dir, [] if problems is None else problems)
 
 
 CHECKED_TAIL = 64 << 20  # a last line without newline up to this size is read to see whether it is whole

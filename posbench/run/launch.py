@@ -5,7 +5,10 @@ with ``nproc`` > 1, torchrun's ranks of it), in a session of its own, killed wit
 (``PR_SET_PDEATHSIG``), under ``timeout_s``. What it wrote to RESULT.json is the outcome; a
 process that died without one gets an ``error`` (or ``oom``) outcome with its exit code or
 signal and the tail of its output; one that ran out of time, ``timeout``. ``worker_env`` is the
-environment every worker gets (the package on PYTHONPATH, threads, a fixed CPU allocator policy).
+environment every worker gets (the package on PYTHONPATH, threads, a fixed CPU allocator policy),
+plus what its caller adds (``env``: the local pool's ``CUDA_VISIBLE_DEVICES``). Workers started
+from several threads at once (``posbench.run.pool``) are tracked, so ``kill_running`` can end
+every one of them when the run is interrupted.
 """
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
+from typing import Optional
 
 from posbench.core.case import CaseSpec
 from posbench.run.folder import TEMP_PREFIX
@@ -65,16 +70,18 @@ def worker_env(case: CaseSpec) -> dict[str, str]:
     return env
 
 
-def run_worker(case: CaseSpec, timeout_s: float) -> dict:
-    """Run ``case`` in a fresh process (or torchrun's ranks); its result or how it died."""
-    return _spawn(case, case.to_json(), timeout_s)
+def run_worker(case: CaseSpec, timeout_s: float, env: Optional[dict[str, str]] = None) -> dict:
+    """Run ``case`` in a fresh process (or torchrun's ranks); its result or how it died. ``env``:
+    variables added to ``worker_env`` (the pool's device)."""
+    return _spawn(case, case.to_json(), timeout_s, env)
 
 
-def run_group_worker(cases: list[CaseSpec], round_: int, timeout_s: float) -> list[dict]:
+def run_group_worker(cases: list[CaseSpec], round_: int, timeout_s: float,
+                     env: Optional[dict[str, str]] = None) -> list[dict]:
     """Run ``cases`` (one grid point and round) together in one fresh worker process
     (``worker.run_group``); a result per case, in order. A process that died or timed out gives
     every case its outcome, naming the methods that shared the process."""
-    result = _spawn(cases[0], {"group": [c.to_json() for c in cases], "round": round_}, timeout_s)
+    result = _spawn(cases[0], {"group": [c.to_json() for c in cases], "round": round_}, timeout_s, env)
     if isinstance(result.get("group"), list) and len(result["group"]) == len(cases):
         return result["group"]
     if result.get("status") == "ok" or "group" in result:  # a worker that broke the protocol
@@ -84,21 +91,38 @@ def run_group_worker(cases: list[CaseSpec], round_: int, timeout_s: float) -> li
     return [dict(result) for _ in cases]
 
 
-def _spawn(case: CaseSpec, payload: dict, timeout_s: float) -> dict:
+_RUNNING: set[subprocess.Popen] = set()  # workers now running, from any thread
+_RUNNING_LOCK = threading.Lock()
+
+
+def kill_running() -> int:
+    """End every worker now running (the pool's, interrupted); how many there were."""
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        _kill(proc, grace_s=5.0)
+    return len(procs)
+
+
+def _spawn(case: CaseSpec, payload: dict, timeout_s: float, extra_env: Optional[dict[str, str]] = None) -> dict:
     """Run the worker on ``payload`` (a case, or a group of cases like ``case``) in a fresh
     process; the result file's content, or how the process died."""
     with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         case_file, result_file, log_file = (Path(tmp) / n for n in ("case.json", "result.json", "worker.log"))
         case_file.write_text(json.dumps(payload))
-        env = worker_env(case)
+        env = dict(worker_env(case), **(extra_env or {}))
         with open(log_file, "wb") as log:
             # A session of its own: Ctrl-C reaches only the runner, which then ends the worker
             # (and anything it started) as a group.
             # preexec_fn: the worker gets SIGKILL when this process dies (kill -9 of bench.py
             # must not leave it running beside the resumed run).
+            # (PR_SET_PDEATHSIG fires when the *thread* that started the worker ends: a pool
+            # thread waits for its worker, so that is the same moment.)
             proc = subprocess.Popen(worker_command(case, case_file, result_file),
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
                                     preexec_fn=die_with_parent(os.getpid()))
+            with _RUNNING_LOCK:
+                _RUNNING.add(proc)
             try:
                 code = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -108,6 +132,9 @@ def _spawn(case: CaseSpec, payload: dict, timeout_s: float) -> dict:
             except BaseException:  # KeyboardInterrupt: never leave a worker behind
                 _kill(proc)
                 raise
+            finally:
+                with _RUNNING_LOCK:
+                    _RUNNING.discard(proc)
         result = read_result(result_file)  # torchrun's exit code says less than the rank files
         if result is not None:
             return result

@@ -20,8 +20,13 @@ failed (``worker.read_result``). When bench.py itself runs under torchrun (``WOR
 every rank runs this runner and each case runs in-process on the already-joined process group
 (``in_process=True``): rank 0 plans and broadcasts the case list, ranks exchange their outcomes
 through the rendezvous store, and rank 0 alone writes rows. Sharding (``shard=(i, n)``) keeps
-case k of the suite's full case list when k % n == i; shards share the run id, so their folders
-merge in ``bench.py report``.
+unit k of the suite's full list when k % n == i (``posbench.run.units``: a grid point with every
+method for a timed task, a case otherwise); shards share the run id, so their folders merge in
+``bench.py report``.
+
+The local pool (``gpus`` or ``parallel``, ``posbench.run.pool``) runs units side by side, one
+per slot (a unit's own GPUs, or a CPU turn for untimed tasks); this thread alone saves rows and
+draws the one progress bar, and each row of a pooled run records its unit and GPUs in ``info``.
 
 Rounds. A suite setting ``rounds: k`` measures every case k times, interleaved: per grid point,
 round 1 of each method, then round 2, ... (``schedule``), so the methods of a point share the
@@ -41,7 +46,8 @@ round's median, ``posbench.report.bootstrap.window_clusters``). Rows are saved w
 an interrupted group runs again whole.
 
 Modules: ``folder`` (the run folder's files), ``schedule`` (shards, rounds, groups, resume),
-``launch`` (worker processes), ``ranks`` (cases in-process under torchrun), and here the run loop
+``units`` and ``pool`` (the unit of distribution, the local pool), ``launch`` (worker processes),
+``ranks`` (cases in-process under torchrun), ``slurm`` (sweeps as job arrays), and here the run loop
 (``run_suite``, steered by a ``RunOptions``). The names the CLI and tests use are importable from
 here as before.
 """
@@ -61,7 +67,8 @@ from posbench.core.files import WriteError
 from posbench.report.rows import ROW_KEYS, RunMeta, case_rows, latest, read_rows, write_run_meta  # noqa: F401
 from posbench.run.isolated import unavailable_reason  # noqa: F401  (re-exported)
 from posbench.run.folder import (RowNotSaved, RunLocked, _finite, append_row, clean_stale_temp_dirs,  # noqa: F401
-                                 lock_run_dir, make_row, read_usable_rows, record_machine, save_row, write_env)
+                                 lock_run_dir, make_row, read_usable_rows, read_usable_run_rows, record_machine,
+                                 save_row, write_env)
 from posbench.run.launch import cpu_malloc_env, run_group_worker, run_worker, worker_command, worker_env  # noqa: F401
 from posbench.run.ranks import RanksOutOfStep, broadcast, run_on_ranks
 from posbench.run.schedule import (RETRYABLE, check_pairing, default_run_id, in_shard, jobs, pairing_of,  # noqa: F401
@@ -105,6 +112,8 @@ class RunOptions:
     progress: bool = True  # a progress bar on a terminal
     shard: Optional[tuple[int, int]] = None  # (i, n): case k of the suite when k % n == i
     in_process: bool = False  # bench.py under torchrun: cases run on the joined ranks (``ranks``)
+    gpus: Optional[Sequence[str]] = None  # the local pool: a unit per GPU (``pool``; --gpus)
+    parallel: int = 1  # the local pool on a CPU: units side by side, for untimed tasks (--parallel)
 
 
 @dataclass
@@ -187,6 +196,23 @@ def is_terminal(stream) -> bool:
         return False
 
 
+def pool_slots(suite: Suite, o: RunOptions) -> Optional[list]:
+    """The local pool's slots for this run (``posbench.run.pool``), or None: one job at a time."""
+    from posbench.run import pool
+    from posbench.run.units import is_timed
+
+    if o.gpus is None and o.parallel == 1:
+        return None
+    if o.in_process:
+        raise pool.PoolError("--gpus / --parallel start a worker per unit, which a run under torchrun (cases on its "
+                             "joined ranks) cannot do; allowed: one of the two")
+    if o.gpus is not None:
+        if o.parallel != 1:
+            raise pool.PoolError("--gpus and --parallel both say how many units run at once; allowed: one of them")
+        return pool.gpu_slots(list(o.gpus), int(suite.settings.nproc))
+    return pool.cpu_slots(o.parallel, is_timed(suite.task), suite.task)
+
+
 def run_suite(suite: Suite, options: RunOptions) -> RunResult:
     """Run ``suite`` as ``options`` say, holding the run folder's lock, released at the end."""
     held: list[int] = []
@@ -212,6 +238,7 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
         run_id = broadcast(run_id, in_process)  # the clocks of ranks may straddle a second
     run_dir = Path(o.results) / suite.name / run_id
     check_pairing(suite, in_process)
+    slots = pool_slots(suite, o)  # refused before anything is written
     suite = with_methods(suite, methods)  # so the rows of added methods are this run's rows too
     methods_dirs = [str(Path(d).resolve()) for d in o.methods_dirs]
     todo, done = plan_rounds(suite, device, run_dir, o.retry_failed, methods, methods_dirs, run_id,
@@ -242,20 +269,21 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     if main:
         record_machine(run_dir, "start", device)
     out = RunResult(run_dir, run_id, skipped=len(done))
-    _run_todo(suite, o, todo, commit, out, main)
+    _run_todo(suite, o, todo, commit, out, main, slots)
     if main:
         record_machine(run_dir, "end", device)
     # Every case of the suite this run folder holds, also those of earlier narrowed runs, so the
     # table has the baseline even when this command ran only some methods.
     wanted = {c.id for c in suite.cases(device, run_id)}
     if main:
-        out.rows = [r for cid, r in case_rows(read_usable_rows(run_dir / "cases.jsonl")).items() if cid in wanted]
+        out.rows = [r for cid, r in case_rows(read_usable_run_rows(run_dir)).items() if cid in wanted]
     return out
 
 
 def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], commit: str, out: RunResult,
-              main: bool) -> None:
-    """Run the (case, round)s of ``todo`` job by job, a row saved as each case ends (``out`` counts)."""
+              main: bool, slots: Optional[list] = None) -> None:
+    """Run the (case, round)s of ``todo``, a row saved as each case ends (``out`` counts): job by job,
+    or unit by unit on the local pool's ``slots`` (``posbench.run.pool``), rows saved here either way."""
     from tqdm import tqdm
 
     run_dir, run_id = out.run_dir, out.run_id
@@ -264,29 +292,48 @@ def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], com
     # terminal) those frames pile up, so there the per-case lines of ``on_row`` are the progress.
     bar = tqdm(total=len(todo), desc=suite.name, unit="round" if rounds > 1 else "case", file=sys.stderr,
                disable=not o.progress or not main or not is_terminal(sys.stderr))
+
+    def emit(case: CaseSpec, result: dict, started: datetime, duration: float, rnd: int,
+             info: Optional[dict] = None) -> None:
+        row = make_row(case, result, started, duration, commit, rnd)
+        if info:  # where the pool ran it: which unit, which GPUs
+            row["info"] = {**(row["info"] or {}), **info}
+        if main:
+            save_row(run_dir / "cases.jsonl", row)
+        out.ran += 1
+        bar.update(1)
+        if o.on_row and main:
+            o.on_row(row, out.ran, len(todo))
+        if result.get("out_of_step"):
+            raise RanksOutOfStep(run_dir, row)
+
+    def describe(job: list[CaseSpec], rnd: int) -> None:
+        what = job[0].id if len(job) == 1 else f"{len(job)} methods at {_point(job[0])}"
+        bar.set_postfix_str(f"{what} round {rnd}/{rounds_of(job[0])}" if rounds > 1 else what)
+
     try:
         # Method files are user code: asked in a child with a time limit (``ask_unavailable``).
         answers = {} if o.in_process else ask_unavailable([c for c, _r in todo], o.methods_dirs)
-        for i, (job, rnd) in enumerate(jobs(todo)):
-            started, t0 = datetime.now(timezone.utc), time.perf_counter()
-            what = job[0].id if len(job) == 1 else f"{len(job)} methods at {_point(job[0])}"
-            bar.set_postfix_str(f"{what} round {rnd}/{rounds_of(job[0])}" if rounds > 1 else what)
-            for case in job:
-                case.out_dir = str(run_dir)
-            results = _run_job(job, rnd, o.in_process, f"posbench/{run_id}/{i}/{rnd}", answers)
-            # A group's wall time is shared out among its cases (rows of a case sum to its time).
-            duration = (time.perf_counter() - t0) / len(job)
-            for case, result in zip(job, results):
-                row = make_row(case, result, started, duration, commit, rnd)
-                if main:
-                    save_row(run_dir / "cases.jsonl", row)
-                out.ran += 1
-                bar.update(1)
-                if o.on_row and main:
-                    o.on_row(row, out.ran, len(todo))
-                if result.get("out_of_step"):
-                    bar.close()
-                    raise RanksOutOfStep(run_dir, row)
+        if not slots:
+            run_jobs(todo, run_dir, run_id, answers, emit, in_process=o.in_process, describe=describe)
+        else:
+            from posbench.run import pool, units
+
+            busy: dict[int, str] = {}
+
+            def run_unit(unit, slot, report, stopped) -> None:
+                info = dict(slot.info(), unit=unit.key)
+                run_jobs(unit.todo, run_dir, run_id, answers, lambda *what: report(*what, info), env=slot.env(),
+                         stopped=stopped)
+
+            def on_start(unit, slot) -> None:
+                busy[slot.index] = unit.key
+                bar.set_postfix_str(f"{len(busy)} slots: " + ", ".join(busy[i] for i in sorted(busy)))
+
+            pool.run_units(units.split(todo, units.is_timed(suite.task)), slots, run_unit, emit, on_start)
+    except RanksOutOfStep:
+        bar.close()
+        raise
     except KeyboardInterrupt as exc:
         bar.close()
         signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
@@ -294,12 +341,33 @@ def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], com
     bar.close()
 
 
+def run_jobs(todo: list[tuple[CaseSpec, int]], run_dir: Path, run_id: str, answers: dict[str, Optional[dict]],
+             emit: Callable[..., None], in_process: bool = False, env: Optional[dict[str, str]] = None,
+             stopped=None, describe: Optional[Callable[[list[CaseSpec], int], None]] = None) -> None:
+    """Run ``todo`` job by job (``jobs``: a case, or a paired-windows group) and call ``emit(case,
+    result, started, duration, round)`` for each case as its job ends. ``env`` goes to every
+    worker (a pool slot's GPUs); ``stopped`` (an Event) set: no further job starts."""
+    for i, (job, rnd) in enumerate(jobs(todo)):
+        if stopped is not None and stopped.is_set():
+            return
+        started, t0 = datetime.now(timezone.utc), time.perf_counter()
+        if describe is not None:
+            describe(job, rnd)
+        for case in job:
+            case.out_dir = str(run_dir)
+        results = _run_job(job, rnd, in_process, f"posbench/{run_id}/{i}/{rnd}", answers, env)
+        # A group's wall time is shared out among its cases (rows of a case sum to its time).
+        duration = (time.perf_counter() - t0) / len(job)
+        for case, result in zip(job, results):
+            emit(case, result, started, duration, rnd)
+
+
 def _point(case: CaseSpec) -> str:
     return " ".join(f"{k}={v}" for k, v in case.params.items())
 
 
 def _run_job(job: list[CaseSpec], rnd: int, in_process: bool, key: str,
-             answers: dict[str, Optional[dict]] | None = None) -> list[dict]:
+             answers: dict[str, Optional[dict]] | None = None, env: Optional[dict[str, str]] = None) -> list[dict]:
     """The results of one job of ``jobs``: a case alone in its worker, or a group in one worker.
     A case its method cannot run here is ``unavailable`` without a worker (``answers``: what
     ``ask_unavailable`` found; a case not in it is asked here, in this process)."""
@@ -317,8 +385,9 @@ def _run_job(job: list[CaseSpec], rnd: int, in_process: bool, key: str,
             runnable.append(case)
     if runnable and pairing_of(runnable[0]) == "windows":
         timeout = runnable[0].settings["timeout_s"] * len(runnable)
-        results.update(zip((c.id for c in runnable), run_group_worker(runnable, rnd, timeout)))
+        results.update(zip((c.id for c in runnable), run_group_worker(runnable, rnd, timeout, env)))
     elif runnable:
         (case,) = runnable
-        results[case.id] = run_on_ranks(case, key) if in_process else run_worker(case, case.settings["timeout_s"])
+        results[case.id] = (run_on_ranks(case, key) if in_process else
+                            run_worker(case, case.settings["timeout_s"], env))
     return [results[c.id] for c in job]

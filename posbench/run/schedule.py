@@ -5,8 +5,9 @@ order they run (``schedule``: per grid point, round 1 of every method, then roun
 round starting one method later); ``jobs`` cuts that into worker processes (a case alone, or with
 ``pairing: windows`` every case of one grid point and round together). Resume and
 ``retry_failed`` work per (case, round): a case with a row is not run again unless its latest row
-is ``error`` or ``timeout`` and failures are retried. ``in_shard`` keeps case k of the suite's full
-list when k % n == i, so shards split the same way on every machine.
+is ``error`` or ``timeout`` and failures are retried. ``in_shard`` keeps unit k of the suite's full
+list when k % n == i (``posbench.run.units``: a grid point with every method for a timed task, a
+case otherwise), so shards split the same way on every machine and no ratio spans two shards.
 """
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from pathlib import Path
 from posbench.core.case import CaseSpec
 from posbench.core.files import refuse_links
 from posbench.report.rows import case_rows, latest_rounds
-from posbench.run.folder import read_usable_rows
+from posbench.run.folder import read_usable_run_rows
 from posbench.run.suite import Suite, SuiteError, check_name
+from posbench.run.units import is_timed, shard_cases
 
 RETRYABLE = ("error", "timeout")
 
@@ -39,13 +41,12 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def in_shard(cases: list[CaseSpec], shard: tuple[int, int] | None) -> list[CaseSpec]:
-    """Shard i of n: case k of the suite's full list when k % n == i. The full list (before
-    --methods) makes the split the same on every machine whatever else the command says."""
-    if shard is None:
-        return cases
-    i, n = shard
-    return [c for k, c in enumerate(cases) if k % n == i]
+def in_shard(cases: list[CaseSpec], shard: tuple[int, int] | None, timed: bool = False) -> list[CaseSpec]:
+    """Shard i of n: unit k of the suite's full list when k % n == i (``units.shard_cases``: a
+    timed task's unit is a grid point with every method, so its ratios stay within one shard).
+    The full list (before --methods) makes the split the same on every machine whatever else the
+    command says."""
+    return shard_cases(cases, shard, timed)
 
 
 def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
@@ -74,7 +75,8 @@ def _select(suite: Suite, device: str, methods: list[str] | None, methods_dirs: 
             shard: tuple[int, int] | None) -> list[CaseSpec]:
     check_name(run_id, "--run-id")
     suite = with_methods(suite, methods)  # a name the suite does not list joins it (or is refused)
-    return [c for c in in_shard(suite.cases(device, run_id, methods_dirs), shard)
+    timed = is_timed(suite.task) if shard is not None else False
+    return [c for c in in_shard(suite.cases(device, run_id, methods_dirs), shard, timed)
             if not methods or c.method in methods]
 
 
@@ -145,7 +147,8 @@ def plan_rounds(suite: Suite, device: str, run_dir: Path | None, retry_failed: b
     if run_dir is None:  # no folder yet (a --fresh dry run): every (case, round) runs
         return schedule(cases), {}
     refuse_links(run_dir)  # a planted link: refused before anything in the folder is read or written
-    done = latest_rounds(read_usable_rows(run_dir / "cases.jsonl", problems))
+    refuse_links(run_dir / "rows")  # a launched sweep's per-task rows files (posbench.report.rows.ROWS_DIR)
+    done = latest_rounds(read_usable_run_rows(run_dir, problems))
     todo = [(c, r) for c, r in schedule(cases)
             if (c.id, r) not in done or (retry_failed and done[(c.id, r)]["status"] in RETRYABLE)]
     return todo, done
@@ -157,5 +160,5 @@ def plan(suite: Suite, device: str, run_dir: Path | None, retry_failed: bool, me
     """(cases with a round to run, case_id -> finished row, its rounds merged) for this folder."""
     todo, _ = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
     cases = list({c.id: c for c, _r in todo}.values())
-    return cases, {} if run_dir is None else case_rows(read_usable_rows(run_dir / "cases.jsonl"))
+    return cases, {} if run_dir is None else case_rows(read_usable_run_rows(run_dir))
 

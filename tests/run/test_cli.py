@@ -33,7 +33,7 @@ def test_validate_ok_and_invalid(suite_file, tmp_path, capsys):
     assert cli.main(["validate", str(bad)]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert err == f"SuiteError: {bad}:4: speed: unknown key; allowed: name, description, version, task, methods, " \
-                  "baseline, metrics, grid, settings, profiles\n"
+                  "baseline, metrics, grid, settings, profiles, launcher\n"
 
 
 @pytest.mark.subprocess

@@ -27,6 +27,7 @@ from posbench import builtin_dir
 from posbench.core import task as tasks
 from posbench.core.case import CaseSpec
 from posbench.core.task import LoadedTask
+from posbench.run.suite.launcher import Launcher
 from posbench.run.suite.method_options import constructor_options
 from posbench.run.suite.suite_errors import PLAIN_NAME, SuiteError, describe, error_at, key_name
 from posbench.run.suite.yaml_reader import MAX_FILE_BYTES, KeyLines, YamlProblem, bad_number, load_yaml
@@ -49,6 +50,7 @@ class Profile(BaseModel):
     grid: Optional[dict[str, Annotated[list[Scalar], Field(min_length=1)]]] = Field(
         None, min_length=1, description="replaces the suite's grid axes it names"
     )
+    launcher: Optional[dict[str, Any]] = Field(None, description="overrides of the suite's launcher keys")
 
 
 class SuiteFile(BaseModel):
@@ -68,6 +70,8 @@ class SuiteFile(BaseModel):
     )
     settings: dict[str, Any] = Field(default_factory=dict, description="validated against the task's Settings")
     profiles: dict[str, Profile] = Field(default_factory=dict, description="e.g. cpu, gpu")
+    launcher: dict[str, Any] = Field(default_factory=dict, description="--launcher slurm: where and how long each "
+                                     "array task runs (posbench.run.suite.launcher.Launcher); not in the run id")
 
 
 @dataclass
@@ -86,6 +90,7 @@ class Suite:
     settings: BaseModel  # the task's Settings
     profile: str
     profiles: list[str] = field(default_factory=list)
+    launcher: Launcher = field(default_factory=Launcher)  # --launcher slurm's parameters (not in the run id)
 
     def cases(self, device: str, run_id: str = "", methods_dirs: list[str] | None = None) -> list[CaseSpec]:
         """Grid points outer, methods inner: an interrupted run has every method at the first points."""
@@ -325,8 +330,16 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
     grid_source = {axis: ("grid", axis) for axis in grid}
     for axis, values in (prof.grid or {}).items():
         grid[axis], grid_source[axis] = list(values), ("profiles", profile, "grid", axis)
+    launcher: dict[str, Any] = {}
+    launcher_source: dict[str, tuple] = {}
+    for key, value in f.launcher.items():
+        launcher[key], launcher_source[key] = value, ("launcher", key)
+    for key, value in (prof.launcher or {}).items():
+        launcher[key], launcher_source[key] = value, ("profiles", profile, "launcher", key)
     for key, value in (sets or {}).items():
-        if key.startswith("grid."):
+        if key.startswith("launcher."):
+            launcher[key[len("launcher."):]], launcher_source[key[len("launcher."):]] = value, ("--set", key)
+        elif key.startswith("grid."):
             axis = key[len("grid."):]
             grid[axis] = value if isinstance(value, list) else [value]
             grid_source[axis] = ("--set", key)
@@ -347,12 +360,20 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
         problem, allowed = describe(err, task.Settings, loc)
         base = source.get(loc[0], ("settings", loc[0])) if loc else ("settings",)
         raise fail(base + loc[1:], problem, allowed) from None
+    try:
+        launch = Launcher.model_validate(launcher)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        problem, allowed = describe(err, Launcher, loc)
+        base = launcher_source.get(loc[0], ("launcher", loc[0])) if loc else ("launcher",)
+        raise fail(base + loc[1:] if base[0] != "--set" else base, problem, allowed) from None
     _check_grid(grid, grid_source, task.Params, fail)
     _check_across(settings, source, grid, grid_source, list(f.methods), task, fail)
     return Suite(
         path=loaded.path, name=f.name, description=f.description, version=f.version, task=f.task,
         methods=expand_methods(prof.methods or f.methods, task), baseline=f.baseline, metrics=list(f.metrics), grid=grid,
-        settings=settings, profile=profile, profiles=list(f.profiles),
+        settings=settings, profile=profile, profiles=list(f.profiles), launcher=launch,
     )
 
 

@@ -57,6 +57,9 @@ METRICS = {
 # seq_len, a table per head_dim.
 REPORT_ORDER = 30
 REPORT_COLUMN = "seq_len"
+# Timings compared between variants of one shape: a sweep over several devices keeps a shape's
+# variants on one device (posbench.core.task.LoadedTask.timed).
+TIMED = True
 
 
 class Settings(TaskSettings):

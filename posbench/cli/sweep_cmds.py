@@ -1,0 +1,156 @@
+"""bench.py's sweep flags and the ``status`` command: a sweep spread over GPUs or Slurm nodes.
+
+``run``'s ``--gpus`` / ``--parallel`` (the local pool, ``posbench.run.pool``) and ``--launcher
+slurm|local`` (a job array through submitit, ``posbench.run.slurm``) are added to its parser
+here; ``bench.py status RUN`` prints where a launched sweep stands, per unit, and the command
+that resubmits what failed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from posbench.run.pool import PoolError
+
+SWEEP_EXAMPLES = [
+    ("python bench.py --suite {suite} --gpus all", "a unit (a grid point's methods) per GPU"),
+    ("python bench.py --suite {train_suite} --parallel 2", "two training cases at once on a CPU"),
+    ("python bench.py --suite {suite} --launcher slurm --set launcher.partition=dev", "a Slurm job array"),
+    ("python bench.py status results/{suite}/RUN_ID", "queued/running/done/failed per unit"),
+]
+
+
+def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpus", metavar="IDS",
+                   help="run units side by side, one per GPU: comma-separated CUDA device ids or 'all' (a unit is a "
+                        "grid point with every method for timed tasks, a case otherwise)")
+    p.add_argument("--parallel", type=int, default=1, metavar="N",
+                   help="on a CPU: N cases at once (tasks that train; timed tasks refuse it)")
+    p.add_argument("--launcher", choices=["slurm", "local"],
+                   help="submit the sweep through submitit: one job array, a task per unit (pip install "
+                        "posbench[slurm]); Slurm parameters in the suite's launcher: block or --set launcher.KEY=VALUE")
+    p.add_argument("--detach", action="store_true",
+                   help="with --launcher: submit and return (follow with bench.py status RUN)")
+
+
+def pool_options(args, device: str) -> dict:
+    """``RunOptions`` fields of the pool flags (``gpus``, ``parallel``), refused in one line
+    where they cannot apply."""
+    from posbench.run import pool
+
+    check_launcher_flags(args)
+    if args.parallel != 1 and args.gpus is not None:
+        raise PoolError("--gpus and --parallel both say how many units run at once; allowed: one of them")
+    if args.gpus is not None:
+        if device != "cuda":
+            raise PoolError(f"--gpus: the run is on {device}; allowed: --gpus with --device cuda, or --parallel N "
+                            "on a CPU")
+        return {"gpus": tuple(pool.parse_gpus(args.gpus))}
+    if args.parallel != 1 and device != "cpu":
+        raise PoolError("--parallel: on CUDA units run one per GPU; allowed: --gpus IDS (or all)")
+    return {"parallel": args.parallel}
+
+
+def check_launcher_flags(args) -> None:
+    if args.detach and not args.launcher:
+        raise PoolError("--detach: only a launched sweep can be left running; allowed: with --launcher slurm|local")
+    if args.launcher and (args.gpus is not None or args.parallel != 1):
+        raise PoolError("--launcher runs a unit per array task; --gpus / --parallel are for a run on this machine; "
+                        "allowed: one of them")
+
+
+
+def resubmit_command(command: list[str], run_id: str) -> str:
+    """The recorded command with ``--run-id RUN --retry-failed`` (``--fresh``/``--detach`` dropped)."""
+    import shlex
+
+    argv, skip = [], False
+    for a in command:
+        if skip:
+            skip = False
+            continue
+        if a == "--run-id":
+            skip = True
+            continue
+        if a in ("--fresh", "--detach", "--retry-failed") or a.startswith("--run-id="):
+            continue
+        argv.append(a)
+    return "python bench.py " + shlex.join(argv + ["--run-id", run_id, "--retry-failed"])
+
+
+def launch_sweep(args, suite, device: str, methods, shard) -> int:
+    """``run --launcher slurm|local``: submit (``posbench.run.slurm``), then follow unless ``--detach``."""
+    from tqdm import tqdm
+
+    from posbench.run import slurm
+
+    out = slurm.submit(suite, args.launcher, device, Path(args.results), list(getattr(args, "argv", [])),
+                       args.run_id, args.fresh, args.retry_failed, methods, tuple(args.methods_dir), shard)
+    jobs = sorted({out.record["units"][k]["job_id"].split("_")[0] for k in out.units})
+    print(f"submitted {len(out.units) + len(out.waiting)} unit(s) of {suite.name} ({args.launcher}"
+          f"{', job ' + ', '.join(jobs) if jobs and args.launcher == 'slurm' else ''}) in {out.run_dir}"
+          + (f"; {len(out.busy)} unit(s) still queued or running from before, left alone" if out.busy else ""))
+    if args.detach or not (out.units or out.waiting):
+        print(f"follow with: python bench.py status {out.run_dir}")
+        return 0
+    total = sum(len(out.record["units"][k]["todo"]) for k in out.units) + sum(len(s["todo"]) for s in out.waiting)
+    from posbench.cli.app import case_line
+
+    bar = tqdm(total=total, desc=suite.name, unit="case", file=sys.stderr, disable=args.quiet or not sys.stderr.isatty())
+    count = [0]
+
+    def on_row(row):
+        count[0] += 1
+        bar.update(1)
+        tqdm.write(f"[{count[0]}/{total}] " + case_line(row, suite.metrics), file=sys.stdout)
+
+    try:
+        slurm.follow(out, on_row, poll_s=slurm.POLL_S[args.launcher])
+    except KeyboardInterrupt:
+        bar.close()
+        print(f"\nstopped following; the tasks keep running: python bench.py status {out.run_dir}", file=sys.stderr)
+        return 130
+    bar.close()
+    code = print_status(out.run_dir)
+    if suite.metrics:
+        from posbench.cli.app import print_tables
+
+        wanted = {c.id for c in suite.cases(device, out.run_id)}
+        print_tables(out.run_dir, out.run_id, wanted, suite, device)
+    return code
+
+
+def print_status(run_dir: Path) -> int:
+    """Per unit: queued / running / done / failed, and the command that resubmits what failed."""
+    from posbench.report.rows import latest_rounds, read_run_rows
+    from posbench.run import sweep_state as state
+
+    record = state.read_record(run_dir)
+    if record is None:
+        raise PoolError(f"{run_dir}: no {state.RECORD_FILE}; allowed: a run folder of a sweep started with "
+                        "--launcher slurm|local")
+    states = state.settle(run_dir, record)
+    rows = latest_rounds(read_run_rows(run_dir))
+    lines, counts = [], {"queued": 0, "running": 0, "done": 0, "failed": 0}
+    for key, unit in record["units"].items():
+        s = states[key]
+        word, n = state.unit_status(s, unit, rows)
+        counts[word] += 1
+        how = "" if word == "done" else f"  {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "") + (
+            f" {s.reason}" if s.reason else "")
+        lines.append(f"  {key:<28} {word:<8} {n}/{len(unit['todo'])} cases  job {unit['job_id']}{how}")
+    print(f"{run_dir} ({record['launcher']}, {len(lines)} units): "
+          + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    print("\n".join(lines))
+    if counts["failed"]:
+        print(f"resubmit what failed: {resubmit_command(record.get('command') or [], run_dir.name)}")
+    return 0
+
+
+def cmd_status(args) -> int:
+    return print_status(Path(args.run))
+
+
+def add_status_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="the run folder of a launched sweep (results/<suite>/<run-id>)")

@@ -1,0 +1,258 @@
+"""A sweep as one job array through submitit: ``--launcher slurm`` (or ``local``, the same path
+through submitit's local executor). Needs ``pip install posbench[slurm]``.
+
+``submit`` plans the run as ``run_suite`` does (the run folder's lock held while it plans and
+submits, resume and ``--retry-failed`` per (case, round)), cuts what is left into units
+(``posbench.run.units``) and submits one array task per unit, with the suite's ``launcher:``
+parameters (``posbench.run.suite.launcher``). It records the job ids in ``launcher.json``
+(``posbench.run.sweep_state``) and then follows the sweep (rows as they land, failure rows for
+tasks that die) until every task has ended, or returns at once with ``detach``.
+
+Each array task (``UnitTask``) runs its unit's jobs exactly as a local run does (a worker process
+per case or paired-windows group, ``posbench.run.runner.run_jobs``) and appends its rows to its
+own ``rows/<unit>.jsonl`` in the shared run folder: rows from many nodes are never appended to one
+file over a shared filesystem, and the one rows reader merges them (``report.rows.read_run_rows``).
+A preempted or timed-out task is requeued by submitit (``checkpoint``) and skips the cases that
+already have a row; ``kill -9`` of the submitting process loses nothing, since it writes no row.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Optional
+
+from posbench.core.case import CaseSpec
+from posbench.core.files import WriteError, atomic_write_text
+from posbench.core.outcome import PosbenchError
+from posbench.report.rows import ROWS_DIR, latest_rounds, read_run_rows, write_run_meta, RunMeta
+from posbench.run import sweep_state as state
+from posbench.run.folder import clean_stale_temp_dirs, lock_run_dir, make_row, save_row, write_env
+from posbench.run.launch import PACKAGE_ROOT
+from posbench.run.schedule import check_pairing, default_run_id, plan_rounds, with_methods
+from posbench.run.suite import Suite, check_name
+from posbench.run.units import Unit, is_timed, split
+
+
+# How often the follower looks at the rows and asks the scheduler (squeue) about the tasks.
+POLL_S = {"local": 1.0, "slurm": 10.0}
+
+
+class LauncherError(PosbenchError):
+    """submitit missing, or a submission refused; ``str()`` is the one line to print."""
+
+
+def _submitit():
+    try:
+        import submitit
+    except ImportError:
+        raise LauncherError("--launcher needs submitit; allowed: pip install 'posbench[slurm]' (or pip install "
+                            "submitit), or leave --launcher out") from None
+    return submitit
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")  # as rows' started_at
+
+
+class UnitTask:
+    """One array task: the unit's (case, round)s still without a row since submission, rows into
+    ``rows/<unit>.jsonl``, ``rows/<unit>.done`` at the end. Requeued as it is (``checkpoint``)."""
+
+    def __call__(self, spec: dict) -> dict:
+        from posbench.run.runner import ask_unavailable, run_jobs
+
+        run_dir, name = Path(spec["run_dir"]), spec["name"]
+        job_id = _job_id()
+        # Slurm's SIGTERM (scancel, preemption, the time limit) reaches the worker too: what it
+        # then reports is the job's end, not the case's, so no row is written for it and no
+        # further job starts; the requeued task runs it again, or ``settle`` writes the row
+        # with the job's state.
+        terminating = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: terminating.set())
+        with state.UnitLock(run_dir, name):  # a requeued twin waits here; failure rows are not written meanwhile
+            left = {(CaseSpec.from_json(c).id, r) for c, r in state.missing(run_dir, spec)}
+            todo = [(CaseSpec.from_json(c), r) for c, r in spec["todo"] if (CaseSpec.from_json(c).id, r) in left]
+            info = {"unit": spec["key"], "job_id": job_id, "host": socket.gethostname()}
+            path = state.rows_path(run_dir, name)
+
+            def emit(case, result, started, duration, rnd):
+                if terminating.is_set() and result["status"] != "ok":
+                    return
+                row = make_row(case, result, started, duration, spec["commit"], rnd)
+                row["info"] = {**(row["info"] or {}), **info}
+                save_row(path, row)
+
+            # Asked once by the submitter (method files are user code, asked in a child there).
+            answers = spec.get("answers")
+            if answers is None:
+                answers = ask_unavailable([c for c, _r in todo], spec["methods_dirs"])
+            run_jobs(todo, run_dir, spec["run_id"], answers, emit, stopped=terminating)
+            if terminating.is_set():
+                return {"unit": spec["key"], "ran": None}
+            atomic_write_text(run_dir / ROWS_DIR / f"{name}.done", json.dumps({"job_id": job_id, "at": _now()}))
+        return {"unit": spec["key"], "ran": len(todo)}
+
+    def checkpoint(self, spec: dict):
+        """Preemption or the time limit: submitit requeues this same task (it resumes)."""
+        return _submitit().helpers.DelayedSubmission(self, spec)
+
+
+def _job_id() -> str:
+    if os.environ.get("SLURM_ARRAY_JOB_ID"):
+        return f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID', '0')}"
+    return os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID") or str(os.getppid())
+
+
+def executor(kind: str, folder: Path, suite: Suite, device: str):
+    """A submitit executor for ``kind`` with the suite's launcher parameters."""
+    submitit = _submitit()
+    p = suite.launcher
+    nproc = int(suite.settings.nproc)
+    gpus = p.gpus_per_task if p.gpus_per_task is not None else (nproc if device == "cuda" else 0)
+    # The array task imports posbench from where this one does (a checkout or an install).
+    setup = [f"export PYTHONPATH={PACKAGE_ROOT}${{PYTHONPATH:+:$PYTHONPATH}}"] + list(p.setup)
+    if kind == "local":
+        ex = submitit.LocalExecutor(folder=folder, python=sys.executable)
+        ex.update_parameters(timeout_min=p.time_min, gpus_per_node=gpus, setup=setup)
+        return ex
+    ex = submitit.SlurmExecutor(folder=folder, python=sys.executable)
+    params = dict(time=p.time_min, array_parallelism=p.array_parallelism, setup=setup, job_name=f"posbench-{suite.name}",
+                  ntasks_per_node=1, nodes=1, additional_parameters=dict(p.additional))
+    if gpus:
+        params["gpus_per_task"] = gpus
+    for key, value in (("partition", p.partition), ("account", p.account), ("qos", p.qos),
+                       ("constraint", p.constraint), ("cpus_per_task", p.cpus_per_task)):
+        if value is not None:
+            params[key] = value
+    if p.mem_gb is not None:
+        params["mem"] = f"{int(p.mem_gb * 1024)}M"
+    ex.update_parameters(**params)
+    return ex
+
+
+@dataclass
+class Submitted:
+    run_dir: Path
+    run_id: str
+    record: dict
+    units: list[str] = field(default_factory=list)  # keys submitted now
+    busy: list[str] = field(default_factory=list)  # keys left alone: their task is still queued or running
+    waiting: list[dict] = field(default_factory=list)  # local: specs submitted as earlier ones end
+    executor: object = None  # what submits them
+    parallelism: int = 1 << 30  # local: tasks at once
+
+
+def submit(suite: Suite, kind: str, device: str, results: Path, command: list[str], run_id: Optional[str] = None,
+           fresh: bool = False, retry_failed: bool = False, methods: Optional[list[str]] = None,
+           methods_dirs: tuple = (), shard=None) -> Submitted:
+    """Plan under the run folder's lock, submit one array task per unit left, record the jobs."""
+    from posbench.engine import env as envmod
+
+    if run_id is not None:
+        check_name(run_id, "--run-id")
+    run_id = run_id or default_run_id(suite, device)
+    if fresh:
+        run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(results) / suite.name / run_id
+    check_pairing(suite, False)
+    suite = with_methods(suite, methods)
+    dirs = [str(Path(d).resolve()) for d in methods_dirs]
+    plan_rounds(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard)  # checks before writing
+    try:
+        (run_dir / ROWS_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteError(f"cannot create {run_dir}: {exc.strerror or exc}") from None
+    fd = lock_run_dir(run_dir)
+    try:
+        clean_stale_temp_dirs()
+        problems: list[str] = []
+        todo, _done = plan_rounds(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard, problems)
+        for problem in problems:
+            print(f"warning: {problem}", file=sys.stderr)
+        write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
+        environment = envmod.collect(device)
+        write_env(run_dir / "env.json", environment)
+        (run_dir / "cases.jsonl").touch()  # the folder is a run folder to every reader from now on
+        commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
+        record = state.read_record(run_dir) or {"format": 1, "units": {}}
+        if record["units"] and record.get("launcher") != kind:
+            states = state.settle(run_dir, record)
+            if any(s.active for s in states.values()):
+                raise LauncherError(f"{run_dir}: tasks of a {record.get('launcher')} launch are still queued or running; "
+                                    f"allowed: wait (bench.py status {run_dir}) or the same --launcher")
+        record.update(launcher=kind, command=command, commit=commit, device=device, folder=state.JOBS_DIR)
+        out = Submitted(run_dir, run_id, record)
+        from posbench.run.runner import ask_unavailable
+
+        answers = ask_unavailable([c for c, _r in todo], dirs)  # once, not in every array task
+        specs = []
+        for unit in split(todo, is_timed(suite.task)):
+            old = record["units"].get(unit.key)
+            if old is not None and state.job_state(record, run_dir, old).active:
+                out.busy.append(unit.key)
+                continue
+            specs.append(dict(_spec(unit, run_dir, run_id, commit, dirs),
+                              answers={c.id: answers.get(c.id) for c, _r in unit.todo}))
+        if kind == "local":
+            # submitit's local executor has no array throttle: the follower starts the rest. All
+            # tasks share this machine, so a timed task's units run one at a time (as --parallel).
+            out.parallelism = 1 if is_timed(suite.task) else suite.launcher.array_parallelism
+            specs, out.waiting = specs[:out.parallelism], specs[out.parallelism:]
+        out.executor = executor(kind, run_dir / state.JOBS_DIR, suite, device)
+        _submit_specs(out, specs, out.executor)
+        return out
+    finally:
+        os.close(fd)
+
+
+def _spec(unit: Unit, run_dir: Path, run_id: str, commit: str, dirs: list[str]) -> dict:
+    return {"key": unit.key, "name": unit.name, "run_dir": str(run_dir.resolve()), "run_id": run_id, "commit": commit,
+            "methods_dirs": dirs, "todo": [[c.to_json(), r] for c, r in unit.todo], "submitted_at": _now()}
+
+
+def _submit_specs(out: Submitted, specs: list[dict], ex) -> None:
+    if not specs:
+        return
+    for spec in specs:
+        spec["submitted_at"] = _now()
+    jobs = ex.map_array(UnitTask(), specs)  # one job array, a task per unit
+    for spec, job in zip(specs, jobs):
+        out.record["units"][spec["key"]] = dict(spec, job_id=str(job.job_id))
+        out.units.append(spec["key"])
+    state.write_record(out.run_dir, out.record)  # before anything else: status finds the jobs from here
+
+
+def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
+           poll_s: float = 2.0) -> dict[str, state.JobState]:
+    """Until every submitted task has ended: rows as they land (``on_row``), failure rows for tasks
+    that died (``sweep_state.settle``), and, for the local launcher, the next tasks as slots free."""
+    seen: set = set()
+    while True:
+        states = state.settle(out.run_dir, out.record)
+        rows = latest_rounds(read_run_rows(out.run_dir, []))
+        for key in out.record["units"]:
+            unit = out.record["units"][key]
+            for case, rnd in unit["todo"]:
+                row = rows.get((CaseSpec.from_json(case).id, rnd))
+                mark = (key, CaseSpec.from_json(case).id, rnd)
+                if row is not None and str(row.get("started_at") or "") >= unit["submitted_at"] and mark not in seen:
+                    seen.add(mark)
+                    if on_row is not None:
+                        on_row(row)
+        active = sum(1 for s in states.values() if s.active)
+        if out.waiting and active < out.parallelism:
+            free = out.parallelism - active
+            batch, out.waiting = out.waiting[:free], out.waiting[free:]
+            _submit_specs(out, batch, out.executor)
+            continue
+        if not active and not out.waiting:
+            return states
+        time.sleep(poll_s)

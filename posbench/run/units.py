@@ -1,0 +1,77 @@
+"""The unit of distribution: what one device runs whole when a sweep is spread out.
+
+A shard (``--shard i/n``), a slot of the local pool (``--gpus``, ``--parallel``) and a Slurm
+array task (``--launcher slurm``) each run whole units, never part of one:
+
+- a **timed** task (``posbench.core.task.LoadedTask.timed``: its numbers are timings compared
+  between the methods of a grid point, paired in rounds or measured in one group process) has one
+  unit per grid point, holding every method and every round of it. Every ratio to the baseline
+  then divides two speeds measured on the same device, which is what the paired rounds and
+  windows exist for; spreading a point's methods over two GPUs would put the drift (and the
+  difference between the GPUs) back into the ratio.
+- any other task (training and evaluating a model per case) has one unit per case (all its
+  rounds): cases share no number, so they go wherever a device is free.
+
+A unit's ``key`` is readable and stable (``seq_len=128`` or ``alibi/L_train=64``, the case id);
+``name`` is the file-safe form used for a Slurm task's rows file (``report.names.file_stem``).
+Units keep the order their first (case, round) has in the schedule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from posbench.core.case import CaseSpec
+from posbench.report.names import file_stem
+
+
+@dataclass
+class Unit:
+    """One unit: its key and the (case, round)s it runs, in schedule order."""
+
+    key: str
+    timed: bool
+    todo: list[tuple[CaseSpec, int]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The key as a file name stem (a Slurm task's ``rows/<name>.jsonl``)."""
+        return file_stem(self.key)
+
+
+def is_timed(task: str) -> bool:
+    """Whether task ``task`` compares timings within a grid point (its unit is the point)."""
+    from posbench.core import task as tasks
+
+    return tasks.get(task).timed
+
+
+def point_key(case: CaseSpec) -> str:
+    """``seq_len=128`` (``head_dim=64/seq_len=1024`` for several axes, in grid order)."""
+    return "/".join(f"{k}={v}" for k, v in case.params.items()) or "point"
+
+
+def unit_key(case: CaseSpec, timed: bool) -> str:
+    """The key of the unit ``case`` belongs to."""
+    return point_key(case) if timed else case.id
+
+
+def split(todo: list[tuple[CaseSpec, int]], timed: bool) -> list[Unit]:
+    """The (case, round)s of ``todo`` as units, each keeping the schedule's order within it."""
+    units: dict[str, Unit] = {}
+    for case, rnd in todo:
+        key = unit_key(case, timed)
+        units.setdefault(key, Unit(key, timed)).todo.append((case, rnd))
+    return list(units.values())
+
+
+def shard_cases(cases: list[CaseSpec], shard: Optional[tuple[int, int]], timed: bool) -> list[CaseSpec]:
+    """Shard i of n of the suite's full case list: the cases of unit k when k % n == i (units in
+    suite order), so every shard holds whole grid points of a timed task and the split is the
+    same on every machine."""
+    if shard is None:
+        return cases
+    i, n = shard
+    keys = list(dict.fromkeys(unit_key(c, timed) for c in cases))
+    kept = {k for j, k in enumerate(keys) if j % n == i}
+    return [c for c in cases if unit_key(c, timed) in kept]

@@ -1,0 +1,191 @@
+"""The unit of distribution (a timed task's grid point with every method, else a case), shards
+of whole units, and the local pool: a unit per slot (its own GPUs, from a fake device list here),
+never two units on one device at once, ``--parallel`` refused for timed tasks."""
+import threading
+import time
+
+import pytest
+
+from posbench.cli import app as cli
+from posbench.core import task as tasks
+from posbench.run import pool, runner, units
+from posbench.run import suite as suitemod
+from tests.helpers.suites import make_suite
+
+METHODS = ["sinusoidal", "rotary", "alibi"]
+
+
+@pytest.fixture
+def untimed(monkeypatch):
+    """The test task seen as a training task (one unit per case)."""
+    monkeypatch.setattr("posbench.tasks._testing.TIMED", False, raising=False)
+
+
+def _suite(tmp_path, grid="[1, 2, 3]", **settings):
+    return suitemod.resolve(suitemod.load(make_suite(tmp_path, METHODS, grid=grid, **settings)), "default")
+
+
+def test_a_timed_task_has_a_unit_per_grid_point_and_a_training_task_one_per_case(tmp_path, untimed):
+    suite = _suite(tmp_path, rounds=2)
+    todo = runner.schedule(suite.cases("cpu"))
+    by_point = units.split(todo, timed=True)
+    assert [u.key for u in by_point] == ["n=1", "n=2", "n=3"]
+    # Every method and every round of the point, in the schedule's interleaved order.
+    assert [(c.id, r) for c, r in by_point[0].todo] == [(c.id, r) for c, r in todo[:6]]
+    assert {c.method for c, _r in by_point[1].todo} == set(METHODS)
+    by_case = units.split(todo, timed=False)
+    assert [u.key for u in by_case][:3] == ["sinusoidal/n=1", "rotary/n=1", "alibi/n=1"] and len(by_case) == 9
+    assert all(len(u.todo) == 2 for u in by_case)  # a case's rounds stay together
+    assert by_case[0].name == "sinusoidal-n-1-" + by_case[0].name.rsplit("-", 1)[1]  # file-safe, hashed
+    # The contract: the test task pairs methods in rounds (timed) unless it says otherwise.
+    assert tasks.get("_testing").timed is False  # the fixture's declaration wins
+    assert tasks.get("kernels").timed and tasks.get("efficiency").timed and not tasks.get("extrapolation").timed
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_shards_of_the_efficiency_suite_keep_each_grid_point_whole(n):
+    # The real efficiency suite's gpu profile: 6 methods x 4 lengths. Shard by case index would
+    # give shard 0 sinusoidal, t5_bias, alibi_triton at every length (the issue's example).
+    suite = suitemod.resolve(suitemod.load("efficiency"), "gpu")
+    shards = [runner.plan_rounds(suite, "cuda", None, False, None, [], "r", (i, n))[0] for i in range(n)]
+    points = [{c.params["seq_len"] for c, _r in todo} for todo in shards]
+    assert set().union(*points) == set(suite.grid["seq_len"]) and sum(map(len, points)) == len(suite.grid["seq_len"])
+    for todo in shards:  # every method of each of its points, every round
+        for seq_len in {c.params["seq_len"] for c, _r in todo}:
+            here = [(c.method, r) for c, r in todo if c.params["seq_len"] == seq_len]
+            assert sorted(here) == sorted((m, r) for m in suite.methods for r in range(1, 4))
+
+
+def test_shards_of_a_training_task_split_cases(tmp_path, untimed):
+    suite = _suite(tmp_path, grid="[1]")
+    shards = [[c.id for c, _r in runner.plan_rounds(suite, "cpu", None, False, None, [], "r", (i, 2))[0]]
+              for i in (0, 1)]
+    assert shards == [["sinusoidal/n=1", "alibi/n=1"], ["rotary/n=1"]]
+
+
+def test_gpu_lists_and_cpu_slots_are_checked_in_one_line():
+    assert pool.parse_gpus("all", ["0", "1"]) == ["0", "1"]
+    assert pool.parse_gpus(" 1,0 ", ["0", "1"]) == ["1", "0"]
+    for text, words in [("0,0", "GPU 0 is listed twice"), ("0,5", "no GPU 5 here; allowed: 0, 1"),
+                        ("0,,1", "expected comma-separated device ids")]:
+        with pytest.raises(pool.PoolError, match=words):
+            pool.parse_gpus(text, ["0", "1"])
+    with pytest.raises(pool.PoolError, match="--gpus all: no GPU is visible here"):
+        pool.parse_gpus("all", [])
+    slots = pool.gpu_slots(["0", "1", "2", "3", "4"], 2)  # nproc 2: two GPUs a slot, one left idle
+    assert [s.gpus for s in slots] == [("0", "1"), ("2", "3")] and slots[1].env() == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    with pytest.raises(pool.PoolError, match="a case needs 4 GPUs"):
+        pool.gpu_slots(["0", "1"], 4)
+    with pytest.raises(pool.PoolError, match="times its methods against each other"):
+        pool.cpu_slots(2, True, "efficiency")
+    assert len(pool.cpu_slots(3, False, "extrapolation")) == 3
+
+
+def test_the_pool_runs_each_unit_on_one_slot_and_never_two_at_once_on_a_slot(tmp_path):
+    suite = _suite(tmp_path, grid="[1, 2, 3, 4, 5]")
+    todo = runner.schedule(suite.cases("cpu"))
+    spans, emitted, lock = [], [], threading.Lock()
+
+    def run_unit(unit, slot, emit, stopped):
+        t0 = time.perf_counter()
+        time.sleep(0.05)
+        with lock:
+            spans.append((slot.gpus, unit.key, t0, time.perf_counter()))
+        for case, rnd in unit.todo:
+            emit(case.id, slot.gpus)
+
+    main_thread = threading.get_ident()
+    slots = pool.gpu_slots(["0", "1"], 1)
+    pool.run_units(units.split(todo, True), slots, run_unit, lambda *what: emitted.append(what + (threading.get_ident(),)))
+    assert sorted(k for _g, k, *_ in spans) == ["n=1", "n=2", "n=3", "n=4", "n=5"]
+    for gpus in (("0",), ("1",)):  # per device: one unit after the other
+        mine = sorted((a, b) for g, _k, a, b in spans if g == gpus)
+        assert mine and all(b <= a2 for (_a, b), (a2, _b2) in zip(mine, mine[1:]))
+    assert len(emitted) == 15 and all(t == main_thread for *_x, t in emitted)  # rows come back to the caller
+    by_case = {cid: gpus for cid, gpus, _t in emitted}
+    for n in range(1, 6):  # every method of a point on the same device
+        assert len({by_case[f"{m}/n={n}"] for m in METHODS}) == 1
+
+
+def test_an_error_in_a_slot_stops_the_pool_and_is_raised(tmp_path):
+    suite = _suite(tmp_path)
+    started = []
+
+    def run_unit(unit, slot, emit, stopped):
+        started.append(unit.key)
+        if unit.key == "n=1":
+            raise RuntimeError("slot broke")
+        stopped.wait(5)
+
+    with pytest.raises(RuntimeError, match="slot broke"):
+        pool.run_units(units.split(runner.schedule(suite.cases("cpu")), True), pool.gpu_slots(["0", "1"], 1),
+                       run_unit, lambda *what: None)
+    assert "n=3" not in started
+
+
+@pytest.mark.subprocess
+def test_a_pooled_run_gives_every_worker_its_units_gpu_and_records_it(tmp_path, monkeypatch):
+    # Fake device list on a CPU: CUDA_VISIBLE_DEVICES is what each worker gets, and the rows say so.
+    path = make_suite(tmp_path, ["sinusoidal", "alibi"], grid="[1, 2]", behaviour="sleep", sleep_s=0.2, threads=1)
+    suite = suitemod.resolve(suitemod.load(path), "default")
+    seen, lock, real = [], threading.Lock(), runner.run_worker
+
+    def recording(case, timeout_s, env=None):
+        t0 = time.perf_counter()
+        result = real(case, timeout_s, env)
+        with lock:
+            seen.append(((env or {}).get("CUDA_VISIBLE_DEVICES"), case.params["n"], t0, time.perf_counter()))
+        return result
+
+    monkeypatch.setattr(runner, "run_worker", recording)
+    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False, gpus=("0", "1")))
+    rows = runner.read_rows(result.run_dir / "cases.jsonl")
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}
+    device_of = {}
+    for r in rows:
+        assert r["info"]["unit"] == f"n={r['params']['n']}"
+        device_of.setdefault(r["params"]["n"], set()).add(r["info"]["cuda_visible_devices"])
+    assert all(len(d) == 1 for d in device_of.values()) and set().union(*device_of.values()) <= {"0", "1"}
+    for gpu in ("0", "1"):  # never two timed units (nor two workers) at once on one device
+        spans = sorted((a, b, n) for g, n, a, b in seen if g == gpu)
+        assert all(b <= a2 for (_a, b, _n), (a2, _b2, _n2) in zip(spans, spans[1:]))
+    assert {g for g, *_ in seen} == {"0", "1"}
+
+
+@pytest.mark.subprocess
+def test_parallel_runs_untimed_cases_side_by_side_and_a_timed_task_refuses_it(tmp_path, monkeypatch, capsys, untimed):
+    path = make_suite(tmp_path, ["sinusoidal", "rotary"], behaviour="sleep", sleep_s=0.3, threads=1)
+    code = cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--parallel", "2", "--quiet",
+                     "--device", "cpu"])
+    assert code == 0, capsys.readouterr().err
+    rows = runner.read_rows(next((tmp_path / "res" / "t").iterdir()) / "cases.jsonl")
+    assert {r["info"]["pool_slot"] for r in rows} == {"0", "1"} and len(rows) == 2
+    assert len({r["metrics"]["pid"] for r in rows}) == 2
+    monkeypatch.setattr("posbench.tasks._testing.TIMED", True, raising=False)
+    capsys.readouterr()
+    assert cli.main(["--suite", str(path), "--results", str(tmp_path / "res2"), "--parallel", "2",
+                     "--device", "cpu"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "PoolError: --parallel 2: task '_testing' times its methods" in err
+    assert not (tmp_path / "res2").exists()  # refused before anything is written
+
+
+@pytest.mark.subprocess
+def test_ctrl_c_in_a_pooled_run_kills_every_running_worker_and_keeps_saved_rows(tmp_path):
+    from posbench.run import launch
+
+    path = make_suite(tmp_path, ["sinusoidal", "alibi"], grid="[1, 2]", threads=1, behaviour="sleep", sleep_s=60,
+                      by_method={"sinusoidal/n=1": "ok"})
+
+    def interrupt(row, i, n):
+        raise KeyboardInterrupt  # as Ctrl-C in the thread that saves rows
+
+    suite = suitemod.resolve(suitemod.load(path), "default")
+    t0 = time.monotonic()
+    with pytest.raises(runner.Interrupted) as info:
+        runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False, gpus=("0", "1"),
+                                                  on_row=interrupt))
+    assert time.monotonic() - t0 < 50  # the 60 s sleepers were killed, not waited for
+    assert not launch._RUNNING  # no worker left running
+    rows = runner.read_rows(info.value.run_dir / "cases.jsonl")
+    assert [r["case_id"] for r in rows] == ["sinusoidal/n=1"]  # the row saved before Ctrl-C stays; no killed-worker rows
