@@ -30,8 +30,11 @@ recomputing in backward instead of saving probabilities. The plan takes the firs
   with ``is_causal`` and one extra head dimension (PyTorch's flash kernel);
 - ``distance``: ``bias_relative = True`` (the bias depends on p_i - p_j only) and consecutive
   integer positions: the bias is one row, ``bias(k_pos[-1:], k_pos)``, and every tile a view of it;
-- ``tiles``: anything else (a plugin that writes only ``bias``, FIRE, float positions): each tile
-  is ``masked_bias`` of the block's positions.
+- ``dense``: anything else (a plugin that writes only ``bias``, FIRE, float positions): the
+  masked bias (H, Tq, Tk) built once per forward, each tile a view of it (the bias's square and
+  its gradient stay, once per forward; no layer saves probabilities);
+- ``tiles``: ``bias_per_block = True`` instead of dense: each tile is ``masked_bias`` of the
+  block's positions, built in every layer (no square at all; for a cheap bias).
 
 A single query (a decode step) and devices other than a CPU keep the masked bias and SDPA (on a
 GPU the Triton kernels are the fast path). ``attn_backend`` names the path a row's training took.
@@ -46,6 +49,8 @@ Optional, for speed:
 - ``bias_relative = True``: the bias is a function of p_i - p_j alone (ALiBi, T5, KERPLE), so at
   consecutive integer positions it is given by one row (the ``distance`` plan above).
 - ``linear_slopes()``: (H,) slopes when the bias is exactly -m_h (p_i - p_j) (the ``linear`` plan).
+- ``bias_per_block = True``: ``bias`` is cheap enough to build per block in every layer (the
+  ``tiles`` plan: never an (H, L, L) tensor, at the cost of building the bias 3 x layers times).
 """
 from __future__ import annotations
 
@@ -53,7 +58,7 @@ from typing import ClassVar, Hashable
 
 import torch
 
-from posbench.core.blocked_attention import BLOCK_ROWS, BiasTiles, DistanceRow, blocked_bias_attention, linear_bias_sdpa
+from posbench.core.blocked_attention import BLOCK_ROWS, BiasTiles, DenseBias, DistanceRow, blocked_bias_attention, linear_bias_sdpa
 from posbench.core.method import ModelConfig, PositionCache, PositionMethod, biased_attention, causal_mask
 
 # The linear plan rounds each score at the magnitude of m * L / 2 (blocked_attention's
@@ -85,8 +90,12 @@ class BlockedBias:
             self.kind = "distance"
             row = method.bias(k_pos[-1:], k_pos, dtype)  # (..., 1, Tk): the last query against every key
             self.row = row.reshape(-1, tk)  # (h, Tk): row[t] is the bias at distance Tk - 1 - t
-        else:
+        elif method.bias_per_block:
             self.kind = "tiles"
+        else:
+            self.kind = "dense"
+            bias = method.masked_bias(q_pos, k_pos, dtype)
+            self.bias = bias.reshape(-1, *bias.shape[-2:]).expand(-1, tq, tk)  # (h, Tq, Tk)
 
     def attend(self, q, k, v) -> torch.Tensor:
         if self.kind == "linear":
@@ -95,6 +104,8 @@ class BlockedBias:
         rows = BLOCK_ROWS
         if self.kind == "distance":
             return blocked_bias_attention(q, k, v, DistanceRow(self.row, k.shape[-2], rows, cdt), (self.row,), rows)
+        if self.kind == "dense":
+            return blocked_bias_attention(q, k, v, DenseBias(self.bias, cdt), (self.bias,), rows)
         q_pos, k_pos, method, dtype = self.q_pos, self.k_pos, self.method, self.dtype
 
         def tile(r0: int, n: int, nk: int) -> torch.Tensor:  # (..., n, nk), future keys -inf
@@ -120,6 +131,7 @@ class BiasMethod(PositionMethod):
 
     bias_masked: ClassVar[bool] = False  # True: bias() already holds -inf on future keys
     bias_relative: ClassVar[bool] = False  # True: bias() depends on q_pos - k_pos alone
+    bias_per_block: ClassVar[bool] = False  # True: bias() is cheap enough to build per block and layer
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
@@ -196,6 +208,8 @@ class BiasMethod(PositionMethod):
             if self.linear_slopes() is not None and dtype in (torch.float32, torch.float64):
                 return "sdpa causal + slope column (linear bias, no L x L)"
             if self.bias_relative:
-                return f"blocked {_short(torch.float64 if dtype == torch.float64 else torch.float32)}, distance row (no L x L)"
-            return "blocked float32, bias tiles (no L x L)"
+                return "blocked float32, distance row (no L x L)"
+            if self.bias_per_block:
+                return "blocked float32, bias tiles per block (no L x L)"
+            return "blocked float32, one (H, L, L) bias per forward"
         return f"sdpa + {_short(dtype)} bias" + (" (learned)" if learned else "")

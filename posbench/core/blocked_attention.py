@@ -16,9 +16,13 @@ The bias tile of a block comes from a ``source``:
   bias against every key, ``bias(k_pos[-1:], k_pos)`` (H, Tk). A tile is a strided view of that
   row (no copy), and the row's gradient is the sum of the tiles' gradients along their
   diagonals. T5's table gradient flows through that row, once per forward.
-- ``BiasTiles``: any other bias (FIRE, plugins, float positions): each tile is
-  ``masked_bias(q_pos[block], k_pos[:keys])`` built by the method's own ``bias``, and backward
-  builds it again under autograd to take the gradient of the method's parameters.
+- ``DenseBias``: any other bias (FIRE, plugins, float positions), built once per forward as
+  (H, Tq, Tk) and shared by the layers, each tile a view of it: the bias's square stays (one per
+  forward, as before), the layers' B x H x L x L probabilities are no longer saved.
+- ``BiasTiles``: a bias cheap to build block by block (a plugin's opt-in): each tile is
+  ``masked_bias(q_pos[block], k_pos[:keys])``, and backward builds it again under autograd to
+  take the gradient of the method's parameters; no square at all, but the bias is built in every
+  layer, forward and backward (FIRE's MLP that way measured several times slower).
 
 Both work with the query rows of a block in reverse order: then the Toeplitz tile's two strides
 are +1 (with rows in order, one of them would be -1, which a strided view cannot have). The
@@ -63,6 +67,31 @@ class DistanceRow:
 
     def grads(self) -> tuple:
         return (None if self.grad is None else self.grad[:, : self.tk],)
+
+
+class DenseBias:
+    """Tiles sliced from a bias built once per forward (h, Tq, Tk), future keys -inf: for a bias
+    that is neither a function of the distance nor cheap to build block by block (FIRE's MLP).
+    The square of the bias (and of its gradient) is kept, once per forward for every layer; the
+    probabilities of each layer are not."""
+
+    def __init__(self, bias: torch.Tensor, dtype: torch.dtype):
+        self.rev = bias.detach().to(dtype).flip(-2)  # (h, Tq, Tk), rows reversed once per call
+        self.heads, self.tq = bias.shape[0], bias.shape[1]
+        self.grad: torch.Tensor | None = None
+
+    def tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
+        return self.rev[:, self.tq - r0 - n:self.tq - r0, :nk]  # rows r0+n-1 .. r0: a view
+
+    backward_tile = tile
+
+    def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor) -> None:
+        if self.grad is None:
+            self.grad = torch.zeros_like(self.rev)
+        self.grad[:, self.tq - r0 - n:self.tq - r0, :nk] += dtile
+
+    def grads(self) -> tuple:
+        return (None if self.grad is None else self.grad.flip(-2),)
 
 
 class BiasTiles:
@@ -202,7 +231,7 @@ def linear_bias_sdpa(q, k, v, slopes: torch.Tensor, k_pos: torch.Tensor) -> torc
     softmax_j(s_ij - m p_i + m p_j) = softmax_j(s_ij + m (p_j - p_mid)): the -m p_i term (and any
     constant p_mid) is the same for every key of row i and cancels. One extra head dimension carries it: q' = [q, 1],
     k' = [k, m (p_j - p_mid) / scale], so scale * q'.k' = scale * q.k + m (p_j - p_mid). Exact
-    in exact arithmetic; in floating point the score s + m (p_j - p_last) is rounded at the
+    in exact arithmetic; in floating point the score s + m (p_j - p_mid) is rounded at the
     magnitude of m * L / 2 (float32 at L 2048, m 1/2: ~3e-5 off the float64 output where the
     blocked path is ~5e-7; tests/core/test_blocked_attention.py), which is why this path is taken in float32 and float64 only: in
     bfloat16 or float16 that rounding (8 or 11 bits at a magnitude of ~1000) would wreck the
@@ -213,6 +242,9 @@ def linear_bias_sdpa(q, k, v, slopes: torch.Tensor, k_pos: torch.Tensor) -> torc
     # Relative to the middle key: |m (p_j - p_mid)| <= m L / 2, half the rounding of p_last.
     rel = (k_pos - k_pos[k_pos.shape[0] // 2]).to(q.dtype)  # (Tk,): exact for integer positions
     kx = (slopes.to(q.dtype)[:, None] * rel[None, :]) * (1.0 / scale)  # (H, Tk)
-    qa = torch.cat([q, q.new_ones(b, h, tq, 1)], -1)
+    qa = torch.cat([q, q.new_ones(b, h, tq, 1)], -1)  # (B, H, Tq, hd + 1)
     ka = torch.cat([k, kx.expand(b, h, -1)[..., None]], -1)
-    return torch.nn.functional.scaled_dot_product_attention(qa, ka, v, is_causal=True, scale=scale)
+    # v gets a zero column too: PyTorch's CPU flash kernel wants one head dimension for q, k, v
+    # (with v's 32 against q's 33 SDPA falls back to its math path, which saves B x H x L x L).
+    va = torch.cat([v, v.new_zeros(b, h, v.shape[-2], 1)], -1)
+    return torch.nn.functional.scaled_dot_product_attention(qa, ka, va, is_causal=True, scale=scale)[..., :-1]
