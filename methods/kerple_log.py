@@ -13,7 +13,7 @@ as with the authors' in-place clamp of the parameter data). Initialisation ``r1 
 
 Speed: |i - j| is a function of the positions, cached per positions tensor; the bias depends on
 r1, r2 and is built once per forward pass (``BiasMethod.prepare``) and shared by every layer. On a
-CPU a forward of 128 queries or more builds one row (H, Tk) of it and attends by blocks
+CPU a forward of 512 queries or more builds one row (H, Tk) of it and attends by blocks
 (``BiasMethod``'s distance plan), never the (H, L, L) square.
 """
 import torch

@@ -14,7 +14,7 @@ backward instead of once per layer. The gather reads the
 transposed (H, buckets) table with ``index_select`` along the bucket axis, which gives the
 (H, Tq, Tk) layout directly and whose backward (an ``index_add``) is several times faster on a
 CPU than the embedding backward. The causal mask is folded into that gather: future keys
-read an extra table row of -inf. On a CPU, a forward of 128 queries or more goes by blocks
+read an extra table row of -inf. On a CPU, a forward of 512 queries or more goes by blocks
 (``BiasMethod``'s distance plan): the bias is one gathered row (H, Tk), the last query against
 every key, every block's tile a view of it, and the table's gradient flows back through that row
 once per backward; no (H, L, L) bias, no saved probabilities.

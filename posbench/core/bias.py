@@ -65,8 +65,11 @@ from posbench.core.method import ModelConfig, PositionCache, PositionMethod, bia
 # linear_bias_sdpa); beyond this max slope x span of positions the distance plan is taken.
 LINEAR_SPAN = 2048.0
 # Fewer query rows than this: the masked bias and SDPA (or the explicit path); the square is small
-# and one fused call beats a Python loop over blocks.
-BLOCKED_MIN_ROWS = 128
+# and one fused call beats a Python loop over blocks. Measured (attention forward + backward,
+# 4 heads of 32, one thread): at L 256 the mask path took 1.04x is_causal SDPA and T5's explicit
+# path 1.09x, the slope column 1.22x and blocks of 64 rows 1.19x; at L 2048 those were 1.76x,
+# 5.9x, 1.16x and 1.22x. docs/kernels.md has the numbers.
+BLOCKED_MIN_ROWS = 512
 
 
 def _short(dtype: torch.dtype) -> str:

@@ -37,7 +37,7 @@ import math
 
 import torch
 
-BLOCK_ROWS = 128  # rows per query block; measured on a CPU, see docs/kernels.md
+BLOCK_ROWS = 64  # rows per query block: 64 beat 128 and 256 at L 256 and 2048 on a CPU (docs/kernels.md)
 
 
 class DistanceRow:

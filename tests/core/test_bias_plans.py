@@ -129,10 +129,10 @@ def test_a_plugin_with_only_bias_passes_the_conformance_kit_on_the_blocked_path(
 def test_a_training_step_saves_no_square_of_scores(name):
     """Autograd keeps nothing of shape (..., L, L) for backward (the plain path saved every layer's
     B x H x L x L probabilities, and T5's bias, its gradient and layout were squares too); the
-    default thresholds, L 160 (two blocks of 128). FIRE's plan keeps one (H, L, L) bias per forward."""
+    default thresholds, L 520 (9 blocks of 64). FIRE's plan keeps one (H, L, L) bias per forward."""
     torch.manual_seed(0)
     model = TransformerLM(ModelConfig(vocab_size=32, n_layers=2, d_model=64, n_heads=2, d_ff=64, method=name))
-    length = 160
+    length = 520
     idx = torch.randint(0, 32, (1, length + 1))
     shapes = []
 
