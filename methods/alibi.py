@@ -3,7 +3,9 @@
 No position embeddings; every layer adds -m_h * (i - j) to the score of query i and key j, with a
 fixed slope m_h per head from the paper's geometric sequence, not scaled by 1/sqrt(d). The bias
 is built in float32 from the position tensors; it depends on nothing else, so ``BiasMethod``
-caches it (causal mask folded in as -inf) per positions and dtype, and it reaches SDPA as a
+caches it per positions and dtype. On a CPU, ``BiasMethod``'s linear plan runs it as plain SDPA
+with ``is_causal`` and one extra head dimension (``linear_slopes``; float32 and float64), or by
+blocks from one distance row (half precision, Tq < Tk); a decode step and a GPU pass SDPA a
 (1, H, Tq, Tk) mask that PyTorch broadcasts over the batch.
 
 ``bias_dtype``: "float32" (default; SambaNova's "ALiBi Deep Dive" shows a half-precision bias
@@ -26,6 +28,7 @@ def _short(dtype: torch.dtype) -> str:
 @register
 class ALiBi(BiasMethod):
     name = "alibi"
+    bias_relative = True  # -m (p_i - p_j): a function of the distance
 
     def __init__(self, cfg, bias_dtype: str = "float32"):
         super().__init__(cfg)
@@ -44,7 +47,14 @@ class ALiBi(BiasMethod):
     def bias_key(self, dtype) -> tuple:
         return (self._out_dtype(dtype),)  # fixed slopes: the bias is a function of the positions
 
+    def linear_slopes(self):
+        """The slopes, for BiasMethod's linear plan (ALiBi as SDPA with is_causal); None with
+        bias_dtype "compute", whose bias is rounded to the compute dtype on purpose."""
+        return self.slopes if self.bias_dtype == "float32" else None
+
     def attn_backend(self, device, dtype) -> str:
+        if torch.device(device).type == "cpu":
+            return super().attn_backend(device, dtype)
         if dtype == torch.float32 or self.bias_dtype == "compute":
             return f"sdpa + {'float32' if dtype == torch.float32 else _short(dtype)} bias"
         # A float32 bias with half-precision q, k: SDPA wants the mask in the query's dtype.

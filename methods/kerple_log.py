@@ -11,9 +11,10 @@ eps = 0.01 and a straight-through gradient (a head clamped at eps can still lear
 as with the authors' in-place clamp of the parameter data). Initialisation ``r1 ~ U(0, 2)``,
 ``r2 ~ U(0, 1)`` per head (the authors' released code). One pair per head, shared by all layers.
 
-Speed: |i - j| is a function of the positions, cached per positions tensor; the bias (H, Tq, Tk)
-depends on r1, r2 and is built once per forward pass (``BiasMethod.prepare``, which also masks the
-future keys) and shared by every layer.
+Speed: |i - j| is a function of the positions, cached per positions tensor; the bias depends on
+r1, r2 and is built once per forward pass (``BiasMethod.prepare``) and shared by every layer. On a
+CPU a forward of 512 queries or more builds one row (H, Tk) of it and attends by blocks
+(``BiasMethod``'s distance plan), never the (H, L, L) square.
 """
 import torch
 from torch import nn
@@ -25,6 +26,7 @@ from posbench.core.registry import register
 @register
 class KerpleLog(BiasMethod):
     name = "kerple_log"
+    bias_relative = True  # a function of |p_i - p_j|
 
     def __init__(self, cfg, eps: float = 0.01):
         super().__init__(cfg)

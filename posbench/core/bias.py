@@ -17,8 +17,27 @@ its scores in float32). ``BiasMethod`` does the rest of the method contract:
 - ``attend`` attends with the prepared bias or, called with ``state=None`` outside a model, with
   the bias built right there from the positions and its parameters, uncached: the plain
   reference the prepared path is checked against (the conformance kit's ``prepared_attend``);
-- ``attend_bias(q, k, v, bias)`` is the one attention call of every bias method. A blocked or
-  flash attention path for biases replaces it here, for all of them at once.
+- ``attend_bias(q, k, v, bias)`` is the one attention call of every bias method; ``bias`` is the
+  masked bias tensor or a ``BlockedBias`` plan (below).
+
+Long inputs without the L x L square (``posbench.core.blocked_attention``): on a CPU, ``prepare``
+of a forward with more than one query returns a ``BlockedBias`` plan instead of the (H, Tq, Tk)
+bias, and attention forms each block's bias tile itself, skipping the causal upper triangle and
+recomputing in backward instead of saving probabilities. The plan takes the first of:
+
+- ``linear``: ``linear_slopes()`` gives per-head slopes m (the bias is -m (p_i - p_j), ALiBi),
+  float32 or float64, Tq == Tk, and m * L small enough (``LINEAR_SPAN``): ALiBi as plain SDPA
+  with ``is_causal`` and one extra head dimension (PyTorch's flash kernel);
+- ``distance``: ``bias_relative = True`` (the bias depends on p_i - p_j only) and consecutive
+  integer positions: the bias is one row, ``bias(k_pos[-1:], k_pos)``, and every tile a view of it;
+- ``dense``: anything else (a plugin that writes only ``bias``, FIRE, float positions): the
+  masked bias (H, Tq, Tk) built once per forward, each tile a view of it (the bias's square and
+  its gradient stay, once per forward; no layer saves probabilities);
+- ``tiles``: ``bias_per_block = True`` instead of dense: each tile is ``masked_bias`` of the
+  block's positions, built in every layer (no square at all; for a cheap bias).
+
+A single query (a decode step) and devices other than a CPU keep the masked bias and SDPA (on a
+GPU the Triton kernels are the fast path). ``attn_backend`` names the path a row's training took.
 
 Optional, for speed:
 - ``bias_key(dtype)``: what the bias depends on besides the positions, when it may be kept across
@@ -27,6 +46,11 @@ Optional, for speed:
   with learned parameters must be.
 - ``bias_masked = True``: ``bias`` already holds -inf on every future key (t5_bias folds the mask
   into its gather at no cost); the base then adds no masking pass.
+- ``bias_relative = True``: the bias is a function of p_i - p_j alone (ALiBi, T5, KERPLE), so at
+  consecutive integer positions it is given by one row (the ``distance`` plan above).
+- ``linear_slopes()``: (H,) slopes when the bias is exactly -m_h (p_i - p_j) (the ``linear`` plan).
+- ``bias_per_block = True``: ``bias`` is cheap enough to build per block in every layer (the
+  ``tiles`` plan: never an (H, L, L) tensor, at the cost of building the bias 3 x layers times).
 """
 from __future__ import annotations
 
@@ -34,7 +58,74 @@ from typing import ClassVar, Hashable
 
 import torch
 
+from posbench.core.blocked_attention import BLOCK_ROWS, BiasTiles, DenseBias, DistanceRow, blocked_bias_attention, linear_bias_sdpa
 from posbench.core.method import ModelConfig, PositionCache, PositionMethod, biased_attention, causal_mask
+
+# The linear plan rounds each score at the magnitude of m * L / 2 (blocked_attention's
+# linear_bias_sdpa); beyond this max slope x span of positions the distance plan is taken.
+LINEAR_SPAN = 2048.0
+# Fewer query rows than this: the masked bias and SDPA (or the explicit path); the square is small
+# and one fused call beats a Python loop over blocks. Measured (attention forward + backward,
+# 4 heads of 32, one thread): at L 256 the mask path took 1.04x is_causal SDPA and T5's explicit
+# path 1.09x, the slope column 1.22x and blocks of 64 rows 1.19x; at L 2048 those were 1.76x,
+# 5.9x, 1.16x and 1.22x. docs/kernels.md has the numbers.
+BLOCKED_MIN_ROWS = 512
+
+
+def _short(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class BlockedBias:
+    """A forward's bias as a plan for ``blocked_attention`` (see the module docstring): ``kind``
+    is "linear", "distance" or "tiles"; it attends with ``attend(q, k, v)``."""
+
+    def __init__(self, method: "BiasMethod", q_pos, k_pos, dtype: torch.dtype):
+        self.q_pos, self.k_pos, self.dtype = q_pos, k_pos, dtype
+        self.slopes = method.linear_slopes()
+        tq, tk = q_pos.shape[0], k_pos.shape[0]
+        self.row = None
+        self.method = method
+        if (self.slopes is not None and dtype in (torch.float32, torch.float64) and tq == tk
+                and float(self.slopes.abs().max()) * _span(k_pos) <= LINEAR_SPAN):
+            self.kind = "linear"
+        elif method.bias_relative and _consecutive(k_pos):
+            self.kind = "distance"
+            row = method.bias(k_pos[-1:], k_pos, dtype)  # (..., 1, Tk): the last query against every key
+            self.row = row.reshape(-1, tk)  # (h, Tk): row[t] is the bias at distance Tk - 1 - t
+        elif method.bias_per_block:
+            self.kind = "tiles"
+        else:
+            self.kind = "dense"
+            bias = method.masked_bias(q_pos, k_pos, dtype)
+            self.bias = bias.reshape(-1, *bias.shape[-2:]).expand(-1, tq, tk)  # (h, Tq, Tk)
+
+    def attend(self, q, k, v) -> torch.Tensor:
+        if self.kind == "linear":
+            return linear_bias_sdpa(q, k, v, self.slopes.to(q.device), self.k_pos)
+        cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+        rows = BLOCK_ROWS
+        if self.kind == "distance":
+            return blocked_bias_attention(q, k, v, DistanceRow(self.row, k.shape[-2], rows, cdt), (self.row,), rows)
+        if self.kind == "dense":
+            return blocked_bias_attention(q, k, v, DenseBias(self.bias, cdt), (self.bias,), rows)
+        q_pos, k_pos, method, dtype = self.q_pos, self.k_pos, self.method, self.dtype
+
+        def tile(r0: int, n: int, nk: int) -> torch.Tensor:  # (..., n, nk), future keys -inf
+            return method.masked_bias(q_pos[r0:r0 + n], k_pos[:nk], dtype)
+
+        params = tuple(p for p in method.parameters() if p.requires_grad) if torch.is_grad_enabled() else ()
+        return blocked_bias_attention(q, k, v, BiasTiles(tile, params, cdt), params, rows)
+
+
+
+def _span(k_pos: torch.Tensor) -> float:
+    return float(k_pos[-1] - k_pos[0]) if k_pos.numel() > 1 else 0.0
+
+
+def _consecutive(k_pos: torch.Tensor) -> bool:
+    """Integer positions p_0, p_0 + 1, ..., (increasing, as the method contract requires)."""
+    return not k_pos.is_floating_point() and int(k_pos[-1] - k_pos[0]) == k_pos.numel() - 1
 
 
 class BiasMethod(PositionMethod):
@@ -42,6 +133,8 @@ class BiasMethod(PositionMethod):
     ``bias`` (and ``bias_key`` for a bias that may be cached). See the module docstring."""
 
     bias_masked: ClassVar[bool] = False  # True: bias() already holds -inf on future keys
+    bias_relative: ClassVar[bool] = False  # True: bias() depends on q_pos - k_pos alone
+    bias_per_block: ClassVar[bool] = False  # True: bias() is cheap enough to build per block and layer
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
@@ -58,6 +151,10 @@ class BiasMethod(PositionMethod):
         (a tuple of hashables); None: built afresh every forward (the default)."""
         return None
 
+    def linear_slopes(self) -> torch.Tensor | None:
+        """(H,) slopes m when the bias is exactly -m_h (p_i - p_j) (ALiBi); None otherwise."""
+        return None
+
     def masked_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """``bias`` with -inf on every future key (bottom-right aligned), uncached."""
         out = self.bias(q_pos, k_pos, dtype)
@@ -68,12 +165,18 @@ class BiasMethod(PositionMethod):
         # masked_fill broadcasts: an (H, 1, Tk) bias comes out (H, Tq, Tk), a (1, Tq, Tk) one stays.
         return out.masked_fill(~causal_mask(tq, tk, out.device), float("-inf"))
 
-    def prepare(self, q_pos, k_pos, dtype) -> torch.Tensor:
-        """The masked bias every layer of this forward attends with, cached when ``bias_key``
-        says it may be."""
+    def blocked_here(self, q_pos: torch.Tensor) -> bool:
+        """Whether a forward at ``q_pos`` attends by blocks (a ``BlockedBias`` plan): on a CPU, with
+        at least ``BLOCKED_MIN_ROWS`` queries."""
+        return q_pos.device.type == "cpu" and q_pos.shape[0] >= BLOCKED_MIN_ROWS
+
+    def prepare(self, q_pos, k_pos, dtype) -> torch.Tensor | BlockedBias:
+        """What every layer of this forward attends with: a ``BlockedBias`` plan where
+        ``blocked_here``, else the masked bias; cached when ``bias_key`` says it may be."""
+        blocked = self.blocked_here(q_pos)
         key = self.bias_key(dtype)
         if key is None:
-            return self.masked_bias(q_pos, k_pos, dtype)
+            return BlockedBias(self, q_pos, k_pos, dtype) if blocked else self.masked_bias(q_pos, k_pos, dtype)
 
         def build():
             if q_pos.shape[0] == 1:
@@ -81,9 +184,9 @@ class BiasMethod(PositionMethod):
                 # for again, and the prefill's (H, C, C) bias would otherwise stay alive through
                 # the first decode steps. What is built here is one (H, 1, C) row.
                 self._cache.clear()
-            return self.masked_bias(q_pos, k_pos, dtype)
+            return BlockedBias(self, q_pos, k_pos, dtype) if blocked else self.masked_bias(q_pos, k_pos, dtype)
 
-        return self._cache.get((q_pos, k_pos), build, extra=("bias", *key))
+        return self._cache.get((q_pos, k_pos), build, extra=("bias", blocked, *key))
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         """q (B, H, Tq, hd), k, v (B, H, Tk, hd) -> (B, H, Tq, hd), with the prepared bias, or
@@ -91,16 +194,25 @@ class BiasMethod(PositionMethod):
         bias = state if state is not None else self.masked_bias(q_pos, k_pos, q.dtype)
         return self.attend_bias(q, k, v, bias)
 
-    def attend_bias(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """Causal attention with a bias that already holds -inf on future keys: the one place a
-        bias method attends (a fused path for biases plugs in here)."""
+    def attend_bias(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias) -> torch.Tensor:
+        """Causal attention with ``bias``: a ``BlockedBias`` plan, or a bias tensor that already
+        holds -inf on future keys. The one place a bias method attends."""
+        if isinstance(bias, BlockedBias):
+            return bias.attend(q, k, v)
         return biased_attention(q, k, v, bias)
 
     def attn_backend(self, device, dtype) -> str:
-        """What ``attend_bias`` runs in training: a learned bias (one that needs a gradient) in
-        float32 on a CPU takes the explicit computation over causal blocks, anything else SDPA
-        with the bias as its mask (a method whose bias keeps another dtype says so itself)."""
+        """What ``attend_bias`` runs in training at integer positions 0..L-1 with L of at least
+        ``BLOCKED_MIN_ROWS`` (shorter inputs take the masked bias's path, as a GPU does): on a
+        CPU the ``BlockedBias`` plan's kind; elsewhere SDPA with the bias as its mask (a method
+        whose bias keeps another dtype says so itself)."""
         learned = any(p.requires_grad for p in self.parameters())
-        if learned and dtype == torch.float32 and torch.device(device).type == "cpu":
-            return "explicit float32, causal blocks (learned bias)"
-        return f"sdpa + {str(dtype).removeprefix('torch.')} bias" + (" (learned)" if learned else "")
+        if torch.device(device).type == "cpu":
+            if self.linear_slopes() is not None and dtype in (torch.float32, torch.float64):
+                return "sdpa causal + slope column (linear bias, no L x L)"
+            if self.bias_relative:
+                return "blocked float32, distance row (no L x L)"
+            if self.bias_per_block:
+                return "blocked float32, bias tiles per block (no L x L)"
+            return "blocked float32, one (H, L, L) bias per forward"
+        return f"sdpa + {_short(dtype)} bias" + (" (learned)" if learned else "")

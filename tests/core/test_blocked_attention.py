@@ -1,0 +1,139 @@
+"""posbench.core.blocked_attention: attention with a bias by query blocks (no L x L square), and
+ALiBi as SDPA with one extra head dimension, against a plain float64 reference on random inputs:
+several seeds, odd lengths, Tq < Tk, float32 and half dtypes, outputs and every gradient."""
+import math
+
+import pytest
+import torch
+
+from posbench.core.alibi_math import slopes_tensor
+from posbench.core.blocked_attention import (BiasTiles, DistanceRow, antidiagonal_sums, blocked_bias_attention,
+                                             linear_bias_sdpa)
+from posbench.core.method import causal_mask
+
+# Scores and softmax are float32 whatever q's dtype; half inputs round q, k, v and the output.
+TOL = {torch.float32: 2e-5, torch.bfloat16: 3e-2, torch.float16: 5e-3}
+
+
+def reference(q, k, v, bias):
+    """float64 softmax(q k^T / sqrt(hd) + bias, causal bottom-right) v; bias (h, Tq, Tk)."""
+    q, k, v = q.double(), k.double(), v.double()
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + bias.double()
+    scores = scores.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], "cpu"), float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
+def inputs(seed, b, h, tq, tk, hd, dtype):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, tq, hd, generator=g)
+    k, v = (torch.randn(b, h, tk, hd, generator=g) for _ in range(2))
+    by_distance = torch.randn(h, tk, generator=g)  # (h, Tk): the bias at distance d is [:, d]
+    return [x.to(dtype).requires_grad_() for x in (q, k, v)] + [by_distance.requires_grad_()]
+
+
+def distance_bias(by_distance, tq, tk):
+    """(h, Tq, Tk) gathered from the per-distance values (future keys read distance 0, masked)."""
+    pos = torch.arange(tk)
+    return by_distance[:, (pos[-tq:, None] - pos[None, :]).clamp(min=0)]
+
+
+def close(got, want, dtype, what):
+    scale = max(1.0, want.abs().max().item())
+    err = (got.double() - want).abs().max().item() / scale
+    assert err <= TOL[dtype], f"{what}: {err:.3g} of its scale (tolerance {TOL[dtype]:g})"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("tq, tk, rows", [(1, 1, 4), (7, 7, 4), (33, 33, 8), (100, 100, 16), (5, 13, 2),
+                                          (257, 257, 64), (1, 9, 4), (40, 41, 128)])
+@pytest.mark.parametrize("source", ["distance", "tiles"])
+def test_blocked_attention_equals_the_float64_reference_with_every_gradient(seed, tq, tk, rows, source):
+    dtype = torch.float32
+    q, k, v, by_distance = inputs(seed, 2, 3, tq, tk, 16, dtype)
+    want = reference(q, k, v, distance_bias(by_distance, tq, tk))
+    grad_out = torch.randn(want.shape, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64)
+    wants = torch.autograd.grad(want, (q, k, v, by_distance), grad_out)
+    if source == "distance":
+        row = by_distance.flip(-1)  # row[t]: the bias at distance Tk - 1 - t
+        out = blocked_bias_attention(q, k, v, DistanceRow(row, tk, rows, torch.float32), (row,), rows)
+    else:
+        def tile(r0, n, nk):  # rows r0 .. r0+n, keys 0 .. nk, future keys -inf
+            b = distance_bias(by_distance, tq, tk)[:, r0:r0 + n, :nk]
+            return b.masked_fill(~causal_mask(n, nk, "cpu"), float("-inf"))
+        out = blocked_bias_attention(q, k, v, BiasTiles(tile, (by_distance,), torch.float32), (by_distance,), rows)
+    gots = torch.autograd.grad(out, (q, k, v, by_distance), grad_out.float())
+    close(out, want, dtype, "output")
+    for name, got, w in zip(("dq", "dk", "dv", "dbias"), gots, wants):
+        close(got, w, dtype, name)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_blocked_attention_in_half_precision_computes_scores_in_float32(dtype):
+    q, k, v, by_distance = inputs(3, 1, 2, 70, 75, 32, dtype)
+    want = reference(q, k, v, distance_bias(by_distance, 70, 75))
+    row = by_distance.flip(-1)
+    out = blocked_bias_attention(q, k, v, DistanceRow(row, 75, 16, torch.float32), (row,), 16)
+    assert out.dtype == dtype
+    close(out, want, dtype, "output")
+    grad_out = torch.randn(want.shape, dtype=torch.float64)
+    got = torch.autograd.grad(out, (k, by_distance), grad_out.to(dtype))
+    for name, g, w in zip(("dk", "dbias"), got, torch.autograd.grad(want, (k, by_distance), grad_out)):
+        close(g, w, dtype, name)
+
+
+def test_a_bias_shared_by_the_heads_gets_one_gradient():
+    q, k, v, by_distance = inputs(4, 2, 3, 20, 20, 8, torch.float32)
+    shared = by_distance[:1].detach().requires_grad_()  # (1, Tk): every head the same bias
+    want = reference(q, k, v, distance_bias(shared, 20, 20))
+    row = shared.flip(-1)
+    out = blocked_bias_attention(q, k, v, DistanceRow(row, 20, 8, torch.float32), (row,), 8)
+    close(out, want, torch.float32, "output")
+    (got,) = torch.autograd.grad(out.sum(), shared)
+    (w,) = torch.autograd.grad(want.sum(), shared)
+    close(got, w, torch.float32, "dbias")
+
+
+@pytest.mark.parametrize("n, c", [(1, 1), (3, 5), (8, 8), (6, 2)])
+def test_antidiagonal_sums_add_each_antidiagonal(n, c):
+    m = torch.randn(2, n, c)
+    want = torch.zeros(2, n + c - 1)
+    for i in range(n):
+        for j in range(c):
+            want[:, i + j] += m[:, i, j]
+    torch.testing.assert_close(antidiagonal_sums(m), want)
+
+
+def alibi_reference(q, k, v, slopes, pos):
+    bias = -slopes.double()[:, None, None] * (pos.double()[:, None] - pos.double()[None, :])
+    return reference(q, k, v, bias)
+
+
+@pytest.mark.parametrize("seed, length, pos_scale", [(0, 7, 1), (1, 100, 1), (2, 257, 1), (3, 64, 0.37)])
+def test_alibi_as_sdpa_with_an_extra_head_dimension_equals_the_reference(seed, length, pos_scale):
+    q, k, v, _ = inputs(seed, 2, 4, length, length, 32, torch.float32)
+    slopes = slopes_tensor(4)
+    pos = torch.arange(length) if pos_scale == 1 else torch.arange(length) * pos_scale  # float: interpolated
+    want = alibi_reference(q, k, v, slopes, pos)
+    out = linear_bias_sdpa(q, k, v, slopes, pos)
+    close(out, want, torch.float32, "output")
+    grad_out = torch.randn(want.shape, dtype=torch.float64)
+    for name, g, w in zip(("dq", "dk", "dv"), torch.autograd.grad(out, (q, k, v), grad_out.float()),
+                          torch.autograd.grad(want, (q, k, v), grad_out)):
+        close(g, w, torch.float32, name)
+
+
+def test_alibi_as_sdpa_rounds_scores_at_the_magnitude_of_slope_times_length():
+    """The reason the linear plan stops at LINEAR_SPAN and is never taken in half precision: its
+    error grows with m * L (here L 1024, m 1/2: measured ~1.5e-5; 2048: ~3e-5), where the
+    blocked path stays at float32's rounding of the softmax."""
+    q, k, v, by_distance = inputs(5, 1, 2, 1024, 1024, 32, torch.float32)
+    slopes = torch.tensor([0.5, 0.125])
+    pos = torch.arange(1024)
+    with torch.no_grad():
+        want = alibi_reference(q, k, v, slopes, pos)
+        linear = (linear_bias_sdpa(q, k, v, slopes, pos).double() - want).abs().max().item()
+        row = (-slopes[:, None] * torch.arange(1023, -1, -1)[None]).float()  # the bias at distance 1023 - t
+        blocked = blocked_bias_attention(q, k, v, DistanceRow(row, 1024, 128, torch.float32), (), 128)
+        blocked = (blocked.double() - want).abs().max().item()
+    assert linear <= 1e-4 and blocked <= 2e-6
+    assert linear > blocked
