@@ -9,7 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from posbench.engine import env, tracking
 from posbench.engine.train import TrainConfig, train
-from tests.engine.test_train import repeating_batches, small_model
+from tests.helpers.training import repeating_batches, small_model
 from tests.helpers.cases import TINY, make_case
 
 
