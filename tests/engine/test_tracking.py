@@ -175,3 +175,32 @@ def test_efficiency_logs_only_between_timed_windows(tmp_path, monkeypatch):
     monkeypatch.setattr(task.module, "memory_probe", lambda c: {"status": "ok", "metrics": {}})
     task.run_group([case, other], 2)  # round 2: windows 2 and 3 of each case
     assert sorted(s for t, s in seen if t == "train/tokens_per_s") == [2, 2, 3, 3]
+
+
+def test_log_flag_sets_the_workers_writers_and_refuses_wandb_when_absent(monkeypatch):
+    import importlib.util
+
+    from posbench.cli.app import set_log
+    from posbench.run.suite import SuiteError
+
+    monkeypatch.delenv(tracking.LOG_ENV, raising=False)
+    set_log("none")
+    assert tracking.requested() == ["none"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(SuiteError, match=r"^--log wandb: the wandb package is not installed \(pip install wandb\)"):
+        set_log("wandb")
+
+
+@pytest.mark.subprocess  # wandb.init starts its service process
+def test_real_wandb_offline_run_in_the_case_folder(tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="wandb is an optional extra (pip install 'posbench[wandb]')")
+    monkeypatch.setenv(tracking.LOG_ENV, "wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    with tracking.open_tracker(tmp_path / "case", "alibi/L_train=8", {"method": "alibi"}) as t:
+        t.scalars({"train/loss": 2.5, "train/lr": 1e-3}, 0)
+        t.window("eval", 0, 123.0)  # a step behind nothing: W&B's own step is never used
+    (data,) = (tmp_path / "case" / "wandb").glob("offline-run-*/run-*.wandb")
+    blob = data.read_bytes()
+    assert b"train/loss" in blob and b"eval/tokens_per_s" in blob
