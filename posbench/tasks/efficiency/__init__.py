@@ -369,7 +369,8 @@ def run_group(cases, round_: int) -> dict:
             b.energy[phase] += power.energy_j or 0.0
             if phase == "train":
                 b.check_loss(f"window {len(m.windows[phase])}", steps)
-            trackers[m.key].window(phase, first + len(m.windows[phase]), tokens * steps / seconds, b.train_loss)
+            trackers[m.key].window(phase, first + len(m.windows[phase]), tokens * steps / seconds,
+                                   b.train_loss if phase == "train" else None)
             return seconds
         return window
 
