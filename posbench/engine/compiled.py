@@ -6,8 +6,8 @@ measures kernel launches). The tasks that time (efficiency, decode) do, with ``c
 
 1. ``compile_module(module, mode)``: ``torch.compile`` with the default backend (inductor);
    nothing is compiled yet (dynamo compiles at the first call).
-2. ``first_call(fn)``: the first call(s), timed on their own: compilation plus one run of each
-   compiled graph. That time is the row's compile-time metric and never enters a measured
+2. ``settle(fn)``: the first calls (``first_call`` each), until one compiles nothing new, timed
+   on their own: compilation plus a run of each compiled graph. That time is the row's compile-time metric and never enters a measured
    window; a compiler that fails becomes ``Unavailable`` with its one-line reason (the row's
    status ``unavailable``), so a method that does not compile is a row that says why, not a
    traceback, and the other methods go on.
@@ -101,6 +101,35 @@ def first_call(fn: Callable[[], Any], what: str, clock: Callable[[Callable[[], A
         if not is_compiler_error(exc):
             raise
         raise Unavailable(f"torch.compile failed for {what}: {reason(exc)}") from exc
+
+
+def compiles() -> int:
+    """Graphs dynamo has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+SETTLE_CALLS = 4  # first calls at most until one compiles nothing new
+
+
+def settle(fn: Callable[[], Any], what: str, clock: Callable[[Callable[[], Any]], float] | None = None
+           ) -> tuple[float, int]:
+    """``first_call`` until a call compiles no new graph: (seconds of them all, calls).
+
+    One call is not always enough: the first call of a model fills its lazily built tables (the
+    positions' ``arange``, a method's cached bias), and the graph compiled with them empty guards
+    on that, so the second call compiles again; a decode step compiles a second time with a
+    dynamic cache length. Every such call is compile time, and the windows that follow run under
+    ``no_recompile``. After ``SETTLE_CALLS`` calls it stops (the windows then say what still recompiles)."""
+    total, calls = 0.0, 0
+    while calls < SETTLE_CALLS:
+        before = compiles()
+        total += first_call(fn, what, clock)
+        calls += 1
+        if compiles() == before:
+            break
+    return total, calls
 
 
 def no_recompile(on: bool = True):

@@ -69,8 +69,8 @@ METRICS = {
                                         "CUDA max_memory_reserved in decoding (null on CPU)", False, "bytes"),
     "mem_base_bytes": M("Base memory", "bytes", "in use before the first repeat: model and prompt (CPU: also the "
                         "Python and torch runtime)", None, "bytes"),
-    "compile_s": M("Compile time", "s", "compile: true: the compiling repeat (a prefill and decode_tokens steps), "
-                   "timed apart from the measured repeats", None),
+    "compile_s": M("Compile time", "s", "compile: true: the compiling repeats (a prefill and decode_tokens steps each, "
+                   "until one compiles nothing new), timed apart from the measured repeats", None),
     "n_rounds": M("Rounds", "", "interleaved rounds that finished ok; every other metric is the median over them",
                   None, "int"),
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
@@ -152,7 +152,7 @@ def run(case) -> dict:
     graph_breaks = compiled.graph_breaks() if s.compile else 0
     with torch.inference_mode(), last_position_only(model):
         if s.compile:
-            metrics["compile_s"] = compiled.first_call(compile_repeat, case.method, lambda fn: dev.time_window(fn, 1))
+            metrics["compile_s"], _ = compiled.settle(compile_repeat, case.method, lambda fn: dev.time_window(fn, 1))
             state.clear()
         # A recompilation in a measured repeat would time the compiler: an error instead.
         with compiled.no_recompile(s.compile):

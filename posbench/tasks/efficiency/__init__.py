@@ -87,8 +87,8 @@ METRICS = {
     "tokens_per_step": M("Tokens per step", "tokens", "tokens per step actually used: batch_size * seq_len",
                          None, "int"),
     "threads": M("Threads", "", "torch CPU threads in the worker", None, "int"),
-    "eval_compile_s": M("Compile time, evaluation", "s", "compile: true: first forward, compiling, timed apart", None),
-    "train_compile_s": M("Compile time, training", "s", "compile: true: first training step, compiling", None),
+    "eval_compile_s": M("Compile time, evaluation", "s", "compile: true: first forwards, compiling, timed apart", None),
+    "train_compile_s": M("Compile time, training", "s", "compile: true: first training steps, compiling", None),
     "n_rounds": M("Rounds", "", "rounds that finished ok; every other metric is the median over them "
                   "(series <metric>_by_round: each round's value)", None, "int"),
 }
@@ -239,16 +239,16 @@ class Bench:
         self.loss_sum.zero_()
 
     def compile_now(self, phase: str, dev) -> None:
-        """compile: true: the phase's first step, which compiles, timed apart (``compile_s``) before
-        its warm-up; a compiler failure is ``Unavailable`` with the compiler's reason."""
+        """compile: true: the phase's first steps, which compile (``compiled.settle``), timed apart
+        (``compile_s``) before its warm-up; a compiler failure is ``Unavailable`` with its reason."""
         if not self.compile:
             return
         step = self.eval_step if phase == "eval" else self.train_step
         before = compiled.graph_breaks()
-        self.compile_s[phase] = compiled.first_call(step, f"{self.method} ({phase})", lambda fn: dev.time_window(fn, 1))
+        self.compile_s[phase], calls = compiled.settle(step, f"{self.method} ({phase})", lambda fn: dev.time_window(fn, 1))
         self.graph_breaks += compiled.graph_breaks() - before
         if phase == "train":
-            self.check_loss("the compiling step", 1)
+            self.check_loss("the compiling steps", calls)
 
     def info(self) -> dict:
         """The model's info, with how the steps ran (``compile``) and the compile times."""
