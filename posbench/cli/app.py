@@ -108,6 +108,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "the run id, so their folders merge in 'bench.py report'")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_sweep_arguments(p)
+    p.add_argument("--log", choices=["wandb", "none"],
+                   help="training curves: TensorBoard event files are written whenever tensorboard is installed; "
+                        "wandb adds a W&B run per case (needs wandb; WANDB_MODE=offline keeps it local), none "
+                        "writes no curves")
     _common(p)
 
 
@@ -196,6 +200,20 @@ def check_run_flags(args) -> list[str] | None:
     return methods
 
 
+def set_log(choice: str | None) -> None:
+    """--log: the workers read ``POSBENCH_LOG`` (``posbench.engine.tracking``); wandb must import."""
+    import importlib.util
+
+    from posbench.engine import tracking
+
+    if choice is None:
+        return
+    if choice == "wandb" and importlib.util.find_spec("wandb") is None:
+        raise SuiteError("--log wandb: the wandb package is not installed (pip install wandb); allowed: leave --log "
+                         "out (TensorBoard event files are written whenever tensorboard is installed), or --log none")
+    os.environ[tracking.LOG_ENV] = choice
+
+
 def _under_torchrun(suite, device, dry_run: bool) -> bool:
     """bench.py launched by torchrun: join its process group; every case then runs on all ranks
     in-process, and ``nproc`` becomes the launched world size (so it is in the run id)."""
@@ -219,6 +237,7 @@ def cmd_run(args) -> int:
                                      run_suite, with_methods)
 
     methods = check_run_flags(args)
+    set_log(args.log)
     _load_methods_dirs(args)
     suite, device = _resolve(args)
     if args.run_id is not None:  # a folder under results/<suite>/: never a path that leaves it

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from posbench import __version__
+from posbench.engine import tracking
 
 REPO = Path(__file__).resolve().parents[2]
 NVML_UNAVAILABLE = "unavailable: needs CUDA and NVML (pip install nvidia-ml-py)"
@@ -125,6 +126,7 @@ def collect(device: str) -> dict[str, Any]:
         "device": device,
         "gpu": torch.cuda.get_device_name() if cuda and device == "cuda" else None,
         "nvml": nvml_info() if device == "cuda" else NVML_UNAVAILABLE,
+        "tracking": tracking.status(),  # training curves' writers, or "absent: ..." (one line)
     }
 
 

@@ -27,6 +27,9 @@ Under torch.distributed every rank must call ``evaluate``: whole batches of wind
 round-robin (``distributed.shard_batches``), so each forward pass is the one a single process
 runs, and the per-position loss sums and counts are all-reduced in float64. Perplexity and the
 per-position curves then equal the single-process values up to the order of float64 additions.
+
+With a ``tracker`` (``posbench.engine.tracking``) the result is also logged, at ``step`` (the
+model's last training step), as ``eval/<mode>@<L_valid>[@interp]/ppl`` and ``/loss``.
 """
 from __future__ import annotations
 
@@ -169,6 +172,8 @@ def evaluate(
     interpolate_from: int | None = None,
     max_tokens: int | None = None,
     device=None,
+    tracker=None,
+    step: int = 0,
 ) -> EvalResult:
     """Perplexity of ``model`` on ``tokens`` (1-D ids: numpy array, memmap or tensor).
 
@@ -177,6 +182,7 @@ def evaluate(
     interpolate_from: an L_train; positions become j * L_train / L_valid (float).
     max_tokens: use only the first max_tokens tokens of the stream (max_tokens - 1 are scored).
     device: where inputs go; default the model's parameters' device.
+    tracker, step: log the perplexity and loss to this tracker at this step (module docstring).
     """
     stride = _mode_stride(mode, stride, L_valid)
     if isinstance(tokens, torch.Tensor):
@@ -222,6 +228,9 @@ def evaluate(
     loss = float(sums.sum() / n)
     with np.errstate(invalid="ignore", divide="ignore"):
         per_pos = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    if tracker is not None:
+        key = f"eval/{mode}@{L_valid}" + ("@interp" if interpolate_from is not None else "")
+        tracker.scalars({f"{key}/ppl": math.exp(loss), f"{key}/loss": loss}, step)
     return EvalResult(
         mode=mode,
         L_valid=L_valid,

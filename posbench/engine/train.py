@@ -7,6 +7,10 @@ the same case give identical loss curves (tested). CUDA kernels may still reorde
 Data parallel: under torch.distributed (torchrun) the model is wrapped in DistributedDataParallel
 and each rank trains on its slice of the same global batch (``batch_size`` stays global), so the
 loss curve matches one process up to float rounding; only rank 0 writes the checkpoint.
+
+Curves: with a ``tracker`` (``posbench.engine.tracking``) every logged step also goes there as
+``train/loss``, ``train/lr`` and ``train/tokens_per_s`` (tokens since the previous logged step over
+the seconds since then; both clocks read right after the loss's ``item()``, which synchronizes).
 """
 from __future__ import annotations
 
@@ -91,8 +95,10 @@ def train(
     cfg: TrainConfig,
     device: torch.device | str = "cpu",
     checkpoint: str | Path | None = None,
+    tracker=None,
 ) -> TrainResult:
-    """Train ``model`` in place; save ``{model, train_config, result}`` to ``checkpoint`` if given."""
+    """Train ``model`` in place; save ``{model, train_config, result}`` to ``checkpoint`` if given;
+    log the curves to ``tracker`` (a ``posbench.engine.tracking.Tracker``) if given."""
     device = torch.device(device)
     total = cfg.total_steps()
     amp = autocast_dtype(cfg.precision, device)
@@ -109,6 +115,8 @@ def train(
     scaler = torch.amp.GradScaler("cuda") if amp == torch.float16 else None
     curve: list[tuple[int, float]] = []
     start = time.perf_counter()
+    last_log = (start, -1)  # (clock, step) of the previous logged step: tokens/s between logs
+    tokens_per_step = cfg.batch_size * cfg.seq_len
     loss_value = float("nan")
     for step in range(total):
         batch = distributed.split_batch(next(batches)).to(device, non_blocking=True)
@@ -125,6 +133,12 @@ def train(
             if not math.isfinite(loss_value):
                 raise Diverged(f"loss became {loss_value} at step {step}")
             curve.append((step, loss_value))
+            if tracker is not None:
+                now = time.perf_counter()
+                tracker.scalars({"train/loss": loss_value, "train/lr": opt.param_groups[0]["lr"],
+                                 "train/tokens_per_s": (step - last_log[1]) * tokens_per_step / (now - last_log[0])},
+                                step)
+                last_log = (now, step)
         opt.zero_grad(set_to_none=True)
         if scaler is not None:
             scaler.scale(loss).backward()

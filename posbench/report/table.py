@@ -345,10 +345,21 @@ def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, colum
     better = {True: " (higher is better)", False: " (lower is better)"}.get(metric.higher_is_better, "")
     table.caption = (f"{metric.title}{unit}{better} on {hardware} (commit {table.commit}); rows are methods, "
                      f"columns {column}. " + ratios + "Failed cases show their status (OOM, unavailable, error, ...).")
+    table.caption += compile_note(rows)
     if busy:
         table.caption += (" Measured on a busy machine (other processes competed for it; env.json \"machine\" "
                           "says which): speeds are noisier than usual.")
     return table
+
+
+def compile_note(rows) -> str:
+    """How the rows ran, for a task with a ``compile`` setting (torch.compile); "" for the others."""
+    said = {bool(r.settings["compile"]) for r in rows if isinstance(r.settings, dict) and "compile" in r.settings}
+    if said == {True}:
+        return " Compiled with torch.compile (compile time measured apart, excluded from the numbers)."
+    if said == {False}:
+        return " Eager PyTorch (compile: false)."
+    return " Mixed: some rows compiled with torch.compile, some eager (their settings' compile)." if said else ""
 
 
 def _unit_suffix(unit: str) -> str:

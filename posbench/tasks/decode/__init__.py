@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from posbench.core.config import PRESETS
 from posbench.core.task import Metric, TaskSettings, known_model_fields
+from posbench.engine import compiled
 
 # torch, the model and the decoding steps (posbench.tasks.decode.generation) are imported inside run():
 # validating a suite imports this module for its Settings, and must not wait for torch.
@@ -68,6 +69,8 @@ METRICS = {
                                         "CUDA max_memory_reserved in decoding (null on CPU)", False, "bytes"),
     "mem_base_bytes": M("Base memory", "bytes", "in use before the first repeat: model and prompt (CPU: also the "
                         "Python and torch runtime)", None, "bytes"),
+    "compile_s": M("Compile time", "s", "compile: true: the compiling repeats (a prefill and decode_tokens steps each, "
+                   "until one compiles nothing new), timed apart from the measured repeats", None),
     "n_rounds": M("Rounds", "", "interleaved rounds that finished ok; every other metric is the median over them",
                   None, "int"),
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
@@ -91,6 +94,10 @@ class Settings(TaskSettings):
                          "over all their steps")
     rounds: int = Field(1, ge=1, description="interleaved rounds (runner): every method of a grid point once per "
                         "round, round-robin, each round a fresh process; ratios paired by round")
+    compile: bool = Field(
+        False, description="run the model through torch.compile (inductor; mode reduce-overhead, i.e. CUDA graphs, on "
+        "CUDA); one uncounted repeat compiles the prefill and the decode step, timed apart (compile_s); a method the "
+        "compiler fails on gets an unavailable row with the compiler's reason")
 
     _known_fields = field_validator("model_overrides")(known_model_fields)
 
@@ -120,6 +127,8 @@ def run(case) -> dict:
     torch.manual_seed(s.seed)
     cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **s.model_overrides)
     model = TransformerLM(cfg).to(device=device, dtype=dtype).eval()
+    mode = compiled.mode_for(case.device, decode=True)
+    run_model = compiled.compile_module(model, mode) if s.compile else model  # what prefill and steps call
     g = torch.Generator().manual_seed(s.seed)
     prompt = torch.randint(0, cfg.vocab_size, (p.batch, p.context), generator=g).to(device)  # (B, C)
     metrics = {"n_params": model.num_parameters(), "threads": torch.get_num_threads(), "mem_base_bytes": dev.in_use()}
@@ -129,33 +138,44 @@ def run(case) -> dict:
 
     def do_prefill():
         # Capacity for the prompt and every token to come: decoding writes one slot per step.
-        state["cache"], logits = prefill(model, prompt, capacity=p.context + s.decode_tokens)
+        state["cache"], logits = prefill(run_model, prompt, capacity=p.context + s.decode_tokens)
         state["token"] = greedy(logits)
 
     def do_step():
-        state["token"] = greedy(decode_step(model, state["cache"], state["token"]))
+        state["token"] = greedy(decode_step(run_model, state["cache"], state["token"]))
 
+    def compile_repeat():  # compile: true: a prefill and every decode step once, compiling, uncounted
+        do_prefill()
+        for _ in range(s.decode_tokens):
+            do_step()
+
+    graph_breaks = compiled.graph_breaks() if s.compile else 0
     with torch.inference_mode(), last_position_only(model):
-        for r in range(s.warmup_repeats + s.repeats):
-            state.clear()  # the last repeat's cache goes before this repeat's prefill allocates
-            dev.reset_peak()
-            prefill_s = dev.time_window(do_prefill, 1)
-            prefill_peak = dev.peak()
-            kv_bytes = kv_cache_bytes(state["cache"])
-            steps = [dev.time_window(do_step, 1)]
-            # The decode peak starts after the first step: until then the prefill's transient
-            # tensors (and a method's cached (H, C, C) bias, dropped at the first decode step)
-            # are still allocated, and they belong to the prefill's peak.
-            dev.reset_peak()
-            steps += [dev.time_window(do_step, 1) for _ in range(s.decode_tokens - 1)]
-            if r < s.warmup_repeats:
-                continue
-            ttft.append(prefill_s * 1e3)
-            step_s.extend(steps)
-            decode_wps.append(p.batch * len(steps) / sum(steps))
-            peaks["prefill"].append(prefill_peak)
-            peaks["decode"].append(dev.peak())
-        state.clear()
+        if s.compile:
+            metrics["compile_s"], _ = compiled.settle(compile_repeat, case.method, lambda fn: dev.time_window(fn, 1))
+            state.clear()
+        # A recompilation in a measured repeat would time the compiler: an error instead.
+        with compiled.no_recompile(s.compile):
+            for r in range(s.warmup_repeats + s.repeats):
+                state.clear()  # the last repeat's cache goes before this repeat's prefill allocates
+                dev.reset_peak()
+                prefill_s = dev.time_window(do_prefill, 1)
+                prefill_peak = dev.peak()
+                kv_bytes = kv_cache_bytes(state["cache"])
+                steps = [dev.time_window(do_step, 1)]
+                # The decode peak starts after the first step: until then the prefill's transient
+                # tensors (and a method's cached (H, C, C) bias, dropped at the first decode step)
+                # are still allocated, and they belong to the prefill's peak.
+                dev.reset_peak()
+                steps += [dev.time_window(do_step, 1) for _ in range(s.decode_tokens - 1)]
+                if r < s.warmup_repeats:
+                    continue
+                ttft.append(prefill_s * 1e3)
+                step_s.extend(steps)
+                decode_wps.append(p.batch * len(steps) / sum(steps))
+                peaks["prefill"].append(prefill_peak)
+                peaks["decode"].append(dev.peak())
+            state.clear()
 
     tpot = [t * 1e3 for t in step_s]
     metrics["ttft_ms"], metrics["ttft_ms_min"], metrics["ttft_ms_max"] = summarize(ttft)
@@ -170,7 +190,10 @@ def run(case) -> dict:
         metrics[f"peak_mem_{phase}_bytes"] = max(allocated) if allocated else None
         metrics[f"peak_mem_{phase}_reserved_bytes"] = max(reserved) if reserved else None
     series = {"ttft_ms_repeats": ttft, "tpot_ms_steps": tpot, "decode_wps_repeats": decode_wps}
-    info = {**model.info(device, dtype), "timing": _timing_note(dev.kind, s), "weights": f"model.to({s.dtype})"}
+    info = {**model.info(device, dtype), "timing": _timing_note(dev.kind, s), "weights": f"model.to({s.dtype})",
+            "compile": compiled.describe(mode, s.compile)}
+    if s.compile:
+        info["compile_graph_breaks"] = str(compiled.graph_breaks() - graph_breaks)
     return {"metrics": metrics, "series": series, "info": info}
 
 

@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from posbench.core.config import PRESETS
 from posbench.core.task import Diverged, Metric, TaskSettings, known_model_fields
+from posbench.engine import compiled, tracking
 
 # torch, numpy and the model are imported inside the functions that run a case: validating a
 # suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
@@ -86,6 +87,8 @@ METRICS = {
     "tokens_per_step": M("Tokens per step", "tokens", "tokens per step actually used: batch_size * seq_len",
                          None, "int"),
     "threads": M("Threads", "", "torch CPU threads in the worker", None, "int"),
+    "eval_compile_s": M("Compile time, evaluation", "s", "compile: true: first forwards, compiling, timed apart", None),
+    "train_compile_s": M("Compile time, training", "s", "compile: true: first training steps, compiling", None),
     "n_rounds": M("Rounds", "", "rounds that finished ok; every other metric is the median over them "
                   "(series <metric>_by_round: each round's value)", None, "int"),
 }
@@ -117,6 +120,10 @@ class Settings(TaskSettings):
     rounds: int = Field(1, ge=1, description="interleaved rounds: every method of a grid point is measured once per "
                         "round, round-robin, each round in a fresh process; ratios to the baseline are paired "
                         "by round (median and bootstrap 95% interval)")
+    compile: bool = Field(
+        False, description="run the model through torch.compile (inductor); each phase's first step (compilation) "
+        "is timed apart (eval_compile_s, train_compile_s) and never enters warm-up or windows; a method the compiler "
+        "fails on gets an unavailable row with the compiler's reason")
     pairing: Literal["rounds", "windows"] = Field(
         "rounds", description="rounds: each method alone in its process per round, ratios paired by round; "
         "windows: every method of a grid point in one process per round, alternating measured windows, ratios "
@@ -179,6 +186,9 @@ class Bench:
         cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}),
                            **s.model_overrides)
         self.model = TransformerLM(cfg).to(device)
+        # compile: true: the steps call the compiled module (engine.compiled); compiled at the first call.
+        self.method, self.compile, self.compile_s, self.graph_breaks = case.method, s.compile, {}, 0
+        self.forward = compiled.compile_module(self.model) if s.compile else self.model
         self.device, self.dtype, self.batches, self.counter = device, dtype, batches, 0
         self.autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
         self.lr, self.distributed = s.lr, distributed
@@ -195,13 +205,14 @@ class Bench:
 
         x = self._next()
         with torch.no_grad(), self.autocast:
-            self.model(x[:, :-1])
+            self.forward(x[:, :-1])
 
     def start_training(self, device_kind: str) -> None:
         import torch
 
         self.model.train()
         self.ddp = self.distributed.wrap_ddp(self.model, device_kind)  # ``model`` itself in one process
+        self.train_forward = compiled.compile_module(self.ddp) if self.compile else self.ddp
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.dtype == torch.float16)
         self.loss_sum = torch.zeros((), device=self.device)  # summed on device: reading it would synchronize
@@ -211,7 +222,7 @@ class Bench:
 
         x = self._next()
         with self.autocast:
-            logits = self.ddp(x[:, :-1])  # (B, L, V)
+            logits = self.train_forward(x[:, :-1])  # (B, L, V)
         loss = lm_loss(logits, x[:, 1:])
         self.scaler.scale(loss).backward()
         self.scaler.step(self.opt)
@@ -228,6 +239,28 @@ class Bench:
         self.train_loss = mean
         self.loss_sum.zero_()
 
+    def compile_now(self, phase: str, dev) -> None:
+        """compile: true: the phase's first steps, which compile (``compiled.settle``), timed apart
+        (``compile_s``) before its warm-up; a compiler failure is ``Unavailable`` with its reason."""
+        if not self.compile:
+            return
+        step = self.eval_step if phase == "eval" else self.train_step
+        before = compiled.graph_breaks()
+        self.compile_s[phase], calls = compiled.settle(step, f"{self.method} ({phase})", lambda fn: dev.time_window(fn, 1))
+        self.graph_breaks += compiled.graph_breaks() - before
+        if phase == "train":
+            self.check_loss("the compiling steps", calls)
+
+    def info(self) -> dict:
+        """The model's info, with how the steps ran (``compile``) and the compile times."""
+        out = dict(self.model.info(self.device, self.dtype), compile=compiled.describe(None, self.compile))
+        if self.compile:
+            out["compile_graph_breaks"] = str(self.graph_breaks)
+        return out
+
+    def compile_metrics(self) -> dict:  # eval_compile_s, train_compile_s
+        return {f"{phase}_compile_s": seconds for phase, seconds in self.compile_s.items()}
+
 
 def run(case) -> dict:
     import torch
@@ -243,6 +276,7 @@ def run(case) -> dict:
     bench = Bench(case, _batches(case, batch, device), device, dtype)
     model = bench.model
     nvml, handle = _nvml(case.device)
+    tracker = tracking.for_case(case)  # words/s and loss per window, logged after its clock stopped
     tokens = batch * L
     metrics = {"n_params": model.num_parameters(), "batch_size": batch, "tokens_per_step": tokens,
                "threads": torch.get_num_threads(), "mem_base_bytes": dev.in_use(),
@@ -251,19 +285,28 @@ def run(case) -> dict:
 
     # --- evaluation -------------------------------------------------------------------------
     model.eval()
-    eval_s, energy = _phase(dev, bench.eval_step, s, nvml, handle, steps=s.eval_steps)
+    bench.compile_now("eval", dev)
+    with compiled.no_recompile(s.compile):
+        eval_s, energy = _phase(dev, bench.eval_step, s, nvml, handle, steps=s.eval_steps,
+                                log=lambda w, sec: tracker.window("eval", w, tokens * s.eval_steps / sec))
     _wps(metrics, series, "eval", tokens * s.eval_steps, eval_s)
     _peak(metrics, "eval", dev.peak())
     _energy(metrics, "eval_", energy, tokens * s.eval_steps * s.windows * distributed.world_size())
 
     # --- training ---------------------------------------------------------------------------
     bench.start_training(case.device)
-    train_s, energy = _phase(dev, bench.train_step, s, nvml, handle, after_window=bench.check_loss)
+    bench.compile_now("train", dev)
+    with compiled.no_recompile(s.compile):
+        train_s, energy = _phase(dev, bench.train_step, s, nvml, handle, after_window=bench.check_loss,
+                                 log=lambda w, sec: tracker.window("train", w, tokens * s.measure_steps / sec,
+                                                                   bench.train_loss))
+    tracker.close()
     metrics["train_loss"] = bench.train_loss
     _wps(metrics, series, "train", tokens * s.measure_steps, train_s)
     _peak(metrics, "train", dev.peak())
     _energy(metrics, "", energy, tokens * s.measure_steps * s.windows * distributed.world_size())
-    info = dict(model.info(device, dtype), energy_source=energy_source(nvml, handle, dev.kind))
+    metrics.update(bench.compile_metrics())
+    info = dict(bench.info(), energy_source=energy_source(nvml, handle, dev.kind))
     return {"metrics": metrics, "series": series, "info": info}
 
 
@@ -314,6 +357,7 @@ def run_group(cases, round_: int) -> dict:
     nvml, handle = _nvml(cases[0].device)
     meter = EnergyMeter(nvml, handle, s.power_interval_s, dev.synchronize, device=dev.kind)
     first = (round_ - 1) * s.windows  # rounds go on along the balanced order
+    trackers = {m.key: tracking.for_case(c) for m, c in zip(members, cases)}  # logged between windows
     t0 = time.perf_counter()
 
     def clock() -> float:  # window start times: seconds since the group began measuring
@@ -329,27 +373,38 @@ def run_group(cases, round_: int) -> dict:
             b.energy[phase] = None if b.energy[phase] is None or joules is None else b.energy[phase] + joules
             if phase == "train":
                 b.check_loss(f"window {len(m.windows[phase])}", steps)
+            trackers[m.key].window(phase, first + len(m.windows[phase]), tokens * steps / seconds,
+                                   b.train_loss if phase == "train" else None)
             return seconds
         return window
 
+    tokens = batch * L
     for m in members:
         if m.ok:
             m.obj.model.eval()
-            m.guard(dev.time_window, m.obj.eval_step, s.warmup_steps)
-    alternate(members, "eval", s.windows, measure("eval", s.eval_steps), first, clock)
+            m.guard(m.obj.compile_now, "eval", dev)
+        if m.ok:
+            with compiled.no_recompile(s.compile):
+                m.guard(dev.time_window, m.obj.eval_step, s.warmup_steps)
+    with compiled.no_recompile(s.compile):
+        alternate(members, "eval", s.windows, measure("eval", s.eval_steps), first, clock)
 
     def start_training(b: Bench) -> None:
         b.start_training(cases[0].device)
+        b.compile_now("train", dev)
         if s.warmup_steps:
-            dev.time_window(b.train_step, s.warmup_steps)
+            with compiled.no_recompile(s.compile):
+                dev.time_window(b.train_step, s.warmup_steps)
             b.check_loss("warm-up", s.warmup_steps)
 
     for m in members:
         m.guard(start_training, m.obj)
-    alternate(members, "train", s.windows, measure("train", s.measure_steps), first, clock)
+    with compiled.no_recompile(s.compile):
+        alternate(members, "train", s.windows, measure("train", s.measure_steps), first, clock)
+    for t in trackers.values():
+        t.close()
 
     group = uuid.uuid4().hex[:12]
-    tokens = batch * L
     out = {}
     for m, c in zip(members, cases):
         if not m.ok:
@@ -365,7 +420,8 @@ def run_group(cases, round_: int) -> dict:
             series[f"{phase}_wps_window_t"] = [round(t, 6) for t in starts]
             _energy(metrics, "eval_" if phase == "eval" else "", b.energy[phase], tokens * steps * s.windows)
         metrics.update({k: v for k, v in memory.get(c.id, {}).items() if k in MEMORY_METRICS})
-        info = dict(b.model.info(device, dtype), energy_source=meter.source, pairing="windows", group=group,
+        metrics.update(b.compile_metrics())
+        info = dict(b.info(), energy_source=meter.source, pairing="windows", group=group,
                     group_methods=str(len(cases)), window_order="williams",
                     memory=("peak memory from this method's own process (one window of one step per phase)"
                             if c.id in memory else "peak memory in the round-1 row (the method's own process)"))
@@ -382,10 +438,11 @@ def _nvml(device: str):
     return (nvml, handle) if nvml is not None else (None, None)
 
 
-def _phase(dev, step, s, nvml, handle, after_window=None, steps: int | None = None) -> tuple[list[float], float | None]:
+def _phase(dev, step, s, nvml, handle, after_window=None, steps: int | None = None,
+           log=None) -> tuple[list[float], float | None]:
     """Warm up, then time ``s.windows`` windows of ``steps`` (default ``s.measure_steps``) steps;
     (seconds per window, joules over the windows: NVML's energy counter, or sampled power where
-    the GPU lacks it; ``posbench.engine.timing.EnergyMeter``)."""
+    the GPU lacks it; ``posbench.engine.timing.EnergyMeter``). ``log(window, seconds)`` after each window."""
     from posbench.engine import distributed
     from posbench.engine.timing import EnergyMeter
 
@@ -403,6 +460,8 @@ def _phase(dev, step, s, nvml, handle, after_window=None, steps: int | None = No
             seconds.append(dev.time_window(step, steps))
         if after_window:
             after_window(f"window {w}", steps)
+        if log:
+            log(w, seconds[-1])
     energy = meter.energy_j
     if distributed.is_distributed():  # all GPUs' energy; unknown if any rank has no NVML
         total = float(distributed.all_reduce_sum([float("nan") if energy is None else energy])[0])

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from posbench.core.config import PRESETS
 from posbench.core.task import Metric, TaskSettings, known_model_fields
+from posbench.engine import tracking
 
 # torch, the corpus and the model are imported inside the functions that run a case: validating a
 # suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
@@ -137,9 +138,10 @@ def open_corpus(c: CorpusSettings):
     return load_corpus(c.kind, path=c.path, level=level, seed=c.seed, splits=splits, size=c.size, **options)
 
 
-def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_options: dict, seed: int):
+def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_options: dict, seed: int,
+                  tracker=None):
     """Train at L with ``seed`` (or load the checkpoint an earlier run of this case left);
-    (model, metrics, series)."""
+    (model, metrics, series). ``tracker``: where the training curves go (``engine.tracking``)."""
     import torch
 
     from posbench.data.corpus import batches
@@ -159,7 +161,8 @@ def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_o
         model = TransformerLM(cfg)
         tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
                            warmup_steps=s.warmup_steps, precision=s.precision, seed=seed)
-        r = train(model, batches(corpus.split("train"), L, s.batch_size, seed=seed), tcfg, case.device, ckpt)
+        r = train(model, batches(corpus.split("train"), L, s.batch_size, seed=seed), tcfg, case.device, ckpt,
+                  tracker=tracker)
         curve, final, steps, tokens, seconds, reused = r.curve, r.final_loss, r.steps, r.tokens, r.seconds, 0
     series["train_loss"] = [list(p) for p in curve]
     series["corpus"] = corpus.describe()
@@ -168,8 +171,10 @@ def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_o
     return model, metrics, series
 
 
-def eval_cell(model, tokens, L: int, Lv: int, mode: str, s: Settings, device, interpolate: bool = False):
-    """One (mode, L_valid) evaluation as a cell dict, and its per-position curve (None on OOM)."""
+def eval_cell(model, tokens, L: int, Lv: int, mode: str, s: Settings, device, interpolate: bool = False,
+              tracker=None, step: int = 0):
+    """One (mode, L_valid) evaluation as a cell dict, and its per-position curve (None on OOM);
+    its perplexity also goes to ``tracker`` at ``step`` when given."""
     import torch
 
     from posbench.engine.evaluate import evaluate
@@ -179,7 +184,8 @@ def eval_cell(model, tokens, L: int, Lv: int, mode: str, s: Settings, device, in
             "ppl": None, "loss": None, "tokens": 0, "status": "ok", "message": ""}
     try:
         r = evaluate(model, tokens, Lv, mode=mode, stride=stride, batch_size=s.eval_batch_size,
-                     interpolate_from=L if interpolate else None, max_tokens=s.eval_tokens, device=device)
+                     interpolate_from=L if interpolate else None, max_tokens=s.eval_tokens, device=device,
+                     tracker=tracker, step=step)
     except (MemoryError, torch.cuda.OutOfMemoryError) as exc:
         text = str(exc).splitlines()
         cell.update(status="oom", message=f"{type(exc).__name__}: {text[0] if text else ''}")
@@ -211,16 +217,20 @@ def run(case) -> dict:
     for seed in seeds:
         # One checkpoint per seed; a single seed keeps the case id as its name (older run folders).
         name = case.id if len(seeds) == 1 else f"{case.id}@seed{seed}"
-        runs.append(run_one_seed(case, s, corpus, L, seed, checkpoint_path(case, name)))
+        # Curves in <run>/cases/<name>/ (engine.tracking): TensorBoard when installed.
+        with tracking.for_case(case, name) as tracker:
+            runs.append(run_one_seed(case, s, corpus, L, seed, checkpoint_path(case, name), tracker))
     return combine_seeds(runs, seeds)
 
 
-def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None) -> dict:
-    """Train (or reload) and evaluate one model: the task's result for one seed."""
+def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None, tracker=None) -> dict:
+    """Train (or reload) and evaluate one model: the task's result for one seed; its curves go to
+    ``tracker`` (evaluations at the last training step)."""
     import numpy as np
     import torch
 
-    model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed)
+    model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed,
+                                           tracker)
     valid = corpus.split("valid")
     oracle = corpus.oracle_token_loss(valid[: s.eval_tokens])  # (N,) or None
     metrics["best_ppl_eval"] = None if oracle is None else math.exp(float(np.nanmean(oracle)))
@@ -232,7 +242,8 @@ def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None
         for mode in s.modes:
             for factor in s.L_valid_factors:
                 Lv = factor * L
-                cell, curve = eval_cell(model, valid, L, Lv, mode, s, case.device, interpolate)
+                cell, curve = eval_cell(model, valid, L, Lv, mode, s, case.device, interpolate, tracker,
+                                        max(0, metrics["train_steps"] - 1))
                 evals.append(cell)
                 key = f"{mode}@{Lv}" + ("@interp" if interpolate else "")
                 bound = source_bound(oracle, Lv, mode, s)

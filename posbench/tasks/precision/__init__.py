@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from posbench.core.task import Metric
+from posbench.engine import tracking
 from posbench.tasks.extrapolation import METRICS as EXTRAPOLATION_METRICS
 from posbench.tasks.extrapolation import Settings as TrainEvalSettings
 from posbench.tasks.extrapolation import checkpoint_path, eval_cell, open_corpus, source_bound, trained_model
@@ -169,7 +170,8 @@ def _bias_dtype_ppl(case, s) -> dict:
     corpus = open_corpus(s.corpus)
     # One training per method and length, shared by every case that evaluates it.
     ckpt = checkpoint_path(case, f"{case.method}__L_train={L}")
-    model, metrics, series = trained_model(case, s, corpus, L, ckpt, {"bias_dtype": "float32"}, s.seed)
+    with tracking.for_case(case, ckpt.stem if ckpt is not None else None) as tracker:  # training curves
+        model, metrics, series = trained_model(case, s, corpus, L, ckpt, {"bias_dtype": "float32"}, s.seed, tracker)
     valid = corpus.split("valid")
     oracle = corpus.oracle_token_loss(valid[: s.eval_tokens])  # (N,) or None
     metrics["best_ppl_eval"] = None if oracle is None else math.exp(float(np.nanmean(oracle)))

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from posbench.core.config import PRESETS
 from posbench.report.stats import effective_length, wilson_interval
 from posbench.core.task import Metric, TaskSettings, known_model_fields
+from posbench.engine import tracking
 from posbench.tasks.extrapolation import CorpusSettings, open_corpus
 
 # torch, numpy, the probes, the model and the scoring (posbench.tasks.retrieval.train_eval) are imported inside
@@ -165,16 +166,21 @@ def run(case) -> dict:
                              f"(it needs {P.min_length(probe, cfg)} tokens)")
     corpus = open_corpus(s.corpus)
     vocab = P.ProbeVocab(corpus.vocab_size, cfg)
-    model, metrics = trained_model(case, s, vocab, corpus.split("train"), checkpoint_path(case, s))
-    eval_dtype = getattr(torch, s.eval_dtype)
-    info = model.info(case.device, eval_dtype)
-    model = model.to(eval_dtype).eval()
-    cells, by_distance = [], []
-    for factor in s.L_valid_factors:
-        c, d = eval_length(model, probe, vocab, factor * L, s, case.device)
-        cells += c
-        by_distance += d
-    metrics.update(summarize(cells, L, s.threshold))
+    ckpt = checkpoint_path(case, s)
+    # Curves in <run>/cases/<checkpoint name>/ (engine.tracking), beside the other probes' accuracy.
+    with tracking.for_case(case, ckpt.stem if ckpt is not None else None) as tracker:
+        model, metrics = trained_model(case, s, vocab, corpus.split("train"), ckpt, tracker)
+        eval_dtype = getattr(torch, s.eval_dtype)
+        info = model.info(case.device, eval_dtype)
+        model = model.to(eval_dtype).eval()
+        cells, by_distance = [], []
+        for factor in s.L_valid_factors:
+            c, d = eval_length(model, probe, vocab, factor * L, s, case.device)
+            cells += c
+            by_distance += d
+        metrics.update(summarize(cells, L, s.threshold))
+        tracker.scalars({f"eval/{probe}/acc@{factor * L}": metrics.get(f"acc@{factor * L}")
+                         for factor in s.L_valid_factors}, max(0, metrics["train_steps"] - 1))
     metrics["chance"] = P.chance(probe, cfg)
     series = {"cells": cells, "corpus": corpus.describe(), "threshold": s.threshold}
     if probe == "mqar":

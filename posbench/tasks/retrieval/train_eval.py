@@ -42,8 +42,9 @@ def mixed_batches(lm_tokens: np.ndarray, vocab: P.ProbeVocab, train_probes: list
         yield torch.from_numpy(out)
 
 
-def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Path | None):
-    """(model, metrics): trained at L_train on the mix, or loaded from this method's checkpoint."""
+def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Path | None, tracker=None):
+    """(model, metrics): trained at L_train on the mix, or loaded from this method's checkpoint;
+    the training curves go to ``tracker`` (``posbench.engine.tracking``) when given."""
     L = case.params.L_train
     overrides = {"vocab_size": vocab.vocab_size, **s.model_overrides}
     cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **overrides)
@@ -61,7 +62,7 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
         tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
                            warmup_steps=s.warmup_steps, precision=s.precision, seed=s.seed)
         data = mixed_batches(lm_tokens, vocab, s.train_probes, L, s.batch_size, s.mix, s.seed)
-        r = train(model, data, tcfg, case.device, ckpt)
+        r = train(model, data, tcfg, case.device, ckpt, tracker=tracker)
         final, steps, tokens, seconds, reused = r.final_loss, r.steps, r.tokens, r.seconds, 0
     metrics = dict(final_train_loss=final, train_steps=steps, train_tokens=tokens, train_seconds=seconds,
                    reused_checkpoint=reused, n_params=model.num_parameters())

@@ -1,0 +1,150 @@
+"""``compile: true``: a model through ``torch.compile``, its compile time measured apart.
+
+What users train and serve with is compiled PyTorch, and a method's cost under the compiler can
+differ from its eager cost (rotary's elementwise ops fuse; a tiny decoding model run eagerly
+measures kernel launches). The tasks that time (efficiency, decode) do, with ``compile: true``:
+
+1. ``compile_module(module, mode)``: ``torch.compile`` with the default backend (inductor);
+   nothing is compiled yet (dynamo compiles at the first call).
+2. ``settle(fn)``: the first calls (``first_call`` each), until one compiles nothing new, timed
+   on their own: compilation plus a run of each compiled graph. That time is the row's compile-time metric and never enters a measured
+   window; a compiler that fails becomes ``Unavailable`` with its one-line reason (the row's
+   status ``unavailable``), so a method that does not compile is a row that says why, not a
+   traceback, and the other methods go on.
+3. ``no_recompile(on)`` around warm-up and windows: a recompilation there would put compile time
+   inside a window, so it is an error instead (``torch.compiler.set_stance("fail_on_recompile")``).
+
+``mode``: None (inductor's default) everywhere, except decoding on CUDA, which uses
+``"reduce-overhead"`` (CUDA graphs: one graph launch per decode step instead of one launch per
+kernel). ``describe`` is the line a row's ``info.compile`` holds; ``graph_breaks`` counts where
+dynamo split a model into several graphs (each break runs Python between the graphs).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Callable, Optional
+
+from posbench.core.outcome import Unavailable
+
+REASON_CHARS = 300  # a compiler's reason is cut to this many characters (the traceback has the rest)
+
+
+def mode_for(device: str, decode: bool) -> Optional[str]:
+    """The ``torch.compile`` mode: CUDA graphs for decoding on CUDA, inductor's default otherwise."""
+    return "reduce-overhead" if decode and device == "cuda" else None
+
+
+def describe(mode: Optional[str], enabled: bool = True) -> str:
+    """The row's ``info.compile``: how the timed steps ran."""
+    if not enabled:
+        return "eager (no torch.compile)"
+    return (f"torch.compile (inductor, mode {mode or 'default'}); the first call (compilation) is timed apart "
+            "and excluded from warm-up and windows")
+
+
+RECOMPILE_LIMIT = 64  # compiled variants of one frame: every method's model (eval and train) in a paired group
+
+
+def compile_module(module, mode: Optional[str] = None):
+    """``torch.compile(module)`` (lazy: compiles at the first call).
+
+    Every model's forward is one code object, so the methods of a paired-windows group (and the
+    evaluation and training graph of each) share one frame's cache: dynamo's default limit of 8
+    entries would run the ninth variant eagerly without a word. The limit is raised, and hitting
+    it is made an error, so a row that says compiled never timed eager code."""
+    import torch
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
+    dynamo_config.fail_on_recompile_limit_hit = True
+    return torch.compile(module, mode=mode)
+
+
+def reason(exc: BaseException) -> str:
+    """The compiler's reason in one line: the first line of ``exc`` and, in brackets, that of the
+    error at the bottom of its chain (dynamo wraps the op's or the backend's own error); cut to
+    ``REASON_CHARS``."""
+    def first(e: BaseException) -> str:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+
+    root, seen = exc, {id(exc)}
+    while True:
+        nxt = getattr(root, "inner_exception", None) or root.__cause__ or root.__context__
+        if not isinstance(nxt, BaseException) or id(nxt) in seen:
+            break
+        root = nxt
+        seen.add(id(root))
+    text = first(exc) if root is exc else f"{first(exc)} ({first(root)})"
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
+
+
+def is_compiler_error(exc: BaseException) -> bool:
+    """Whether ``exc`` came from the compiler (dynamo, AOTAutograd or a backend), not the model."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    return isinstance(exc, TorchDynamoException)
+
+
+def first_call(fn: Callable[[], Any], what: str, clock: Callable[[Callable[[], Any]], float] | None = None) -> float:
+    """Seconds of ``fn()``, the call that compiles; a compiler failure raises ``Unavailable``
+    ("torch.compile failed for <what>: <reason>"). ``clock(fn)``: how to time it (default
+    ``time.perf_counter`` around it; the tasks pass their device's window clock)."""
+    try:
+        if clock is not None:
+            return clock(fn)
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+    except Exception as exc:
+        if not is_compiler_error(exc):
+            raise
+        raise Unavailable(f"torch.compile failed for {what}: {reason(exc)}") from exc
+
+
+def compiles() -> int:
+    """Graphs dynamo has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+SETTLE_CALLS = 4  # first calls at most until one compiles nothing new
+
+
+def settle(fn: Callable[[], Any], what: str, clock: Callable[[Callable[[], Any]], float] | None = None
+           ) -> tuple[float, int]:
+    """``first_call`` until a call compiles no new graph: (seconds of them all, calls).
+
+    One call is not always enough: the first call of a model fills its lazily built tables (the
+    positions' ``arange``, a method's cached bias), and the graph compiled with them empty guards
+    on that, so the second call compiles again; a decode step compiles a second time with a
+    dynamic cache length. Every such call is compile time, and the windows that follow run under
+    ``no_recompile``. After ``SETTLE_CALLS`` calls it stops (the windows then say what still recompiles)."""
+    total, calls = 0.0, 0
+    while calls < SETTLE_CALLS:
+        before = compiles()
+        total += first_call(fn, what, clock)
+        calls += 1
+        if compiles() == before:
+            break
+    return total, calls
+
+
+def no_recompile(on: bool = True):
+    """A context where a compiled function that would recompile raises instead (nothing when
+    ``on`` is False, or on a torch without ``set_stance``)."""
+    import torch
+
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    if not on or set_stance is None:
+        return contextlib.nullcontext()
+    return set_stance("fail_on_recompile")
+
+
+def graph_breaks() -> int:
+    """Graph breaks dynamo has counted in this process so far (take a difference around a compile)."""
+    from torch._dynamo.utils import counters
+
+    return int(sum(counters["graph_break"].values()))
