@@ -36,32 +36,76 @@ def test_generators_are_deterministic_and_seeded(probe):
 
 
 def test_layouts():
-    pk = P.generate("passkey", VOCAB, 40, 5, seed=0, depth=0.0)
-    assert (pk.tokens[:, 0] == VOCAB.MARK).all() and (pk.tokens[:, 5] == VOCAB.END).all()
-    assert np.array_equal(pk.tokens[:, 1:5], pk.tokens[:, 36:40]) and (pk.tokens[:, 35] == VOCAB.ASK).all()
-    assert pk.spans == [(36, 40)] and (pk.distance[:, 0] == 35).all()
-    end = P.generate("passkey", VOCAB, 40, 5, seed=0, depth=1.0)
-    assert (end.tokens[:, 29] == VOCAB.MARK).all() and (end.tokens[:, 34] == VOCAB.END).all()
+    pk = P.generate("passkey", VOCAB, 41, 5, seed=0, depth=0.0)
+    assert (pk.tokens[:, 0] == VOCAB.BOS).all()  # the start token of every probe example
+    assert (pk.tokens[:, 1] == VOCAB.MARK).all() and (pk.tokens[:, 6] == VOCAB.END).all()
+    assert np.array_equal(pk.tokens[:, 2:6], pk.tokens[:, 37:41]) and (pk.tokens[:, 36] == VOCAB.ASK).all()
+    assert pk.spans == [(37, 41)] and (pk.distance[:, 0] == 35).all()
+    end = P.generate("passkey", VOCAB, 41, 5, seed=0, depth=1.0)
+    assert (end.tokens[:, 30] == VOCAB.MARK).all() and (end.tokens[:, 35] == VOCAB.END).all()
     rev = P.generate("reverse", VOCAB, 30, 4, seed=1, depth=0.5)
     start = int(np.flatnonzero(rev.tokens[0] == VOCAB.MARK)[0])
     assert np.array_equal(rev.tokens[:, start + 1:start + 6][:, ::-1], rev.tokens[:, 25:30])
     mq = P.generate("mqar", VOCAB, 50, 4, seed=2)
+    assert (mq.tokens[:, 0] == VOCAB.BOS).all()
     assert mq.spans == [(43, 44), (46, 47), (49, 50)]
-    assert all(len(set(row[0:12:2])) == 6 for row in mq.tokens)  # distinct keys
+    assert all(len(set(row[1:13:2])) == 6 for row in mq.tokens)  # distinct keys
     assert (mq.tokens[:, [41, 44, 47]] == VOCAB.QUERY).all()
     # filler: the repeated phrase wherever nothing else sits
-    assert list(mq.tokens[0, 12:15]) == list(VOCAB.filler[[0, 1, 2]])
+    assert list(mq.tokens[0, 13:16]) == list(VOCAB.filler[[1, 2, 0]])
+
+
+def test_mqar_keys_and_values_come_from_disjoint_alphabets():
+    # Zoology's MQAR: a queried key never appears as a value (one shared alphabet: 40% of rows)
+    mq = P.generate("mqar", VOCAB, 60, 300, seed=7)
+    keys, values = mq.tokens[:, 1:13:2], mq.tokens[:, 2:13:2]
+    assert ((keys >= VOCAB.first_key) & (keys < VOCAB.first_key + CFG.n_keys)).all()
+    assert VOCAB.is_symbol(values).all() and not VOCAB.is_symbol(keys).any()
+    assert VOCAB.first_key == VOCAB.first_symbol + CFG.n_symbols
+    assert VOCAB.vocab_size == 20 + CFG.filler_len + len(P.ProbeVocab.SPECIALS) + CFG.n_symbols + CFG.n_keys
+    assert len(np.unique(keys)) == CFG.n_keys  # every key of the alphabet is drawn somewhere
+
+
+@pytest.mark.parametrize("probe", ["copy", "reverse"])
+def test_segments_repeat_no_symbol_while_they_fit_the_alphabet(probe):
+    batch = P.generate(probe, VOCAB, 40, 200, seed=3)
+    starts = [int(np.flatnonzero(row == VOCAB.MARK)[0]) for row in batch.tokens]
+    segments = np.stack([row[s + 1:s + 1 + CFG.segment_len] for row, s in zip(batch.tokens, starts)])
+    assert all(len(set(seg)) == CFG.segment_len for seg in segments)
+    assert P.chance(probe, CFG) == pytest.approx(1 / (10 * 9 * 8 * 7 * 6))
+    long = P.ProbeConfig(n_symbols=3, segment_len=5, n_pairs=3, n_queries=1, n_keys=4)  # longer than the alphabet
+    assert not P.distinct_segment(long) and P.chance(probe, long) == pytest.approx(3.0**-5)
+    batch = P.generate(probe, P.ProbeVocab(0, long), 30, 50, seed=0)
+    assert batch.tokens.shape == (50, 30)
+
+
+def test_answers_only_targets_keep_answer_tokens_and_lm_rows():
+    lm = np.arange(200, dtype=np.int64) % 20
+    gen = RE.mixed_batches(lm, VOCAB, ["passkey", "mqar"], 40, 16, 0.5, seed=0, answers_only=True)
+    for _ in range(3):
+        ids, targets = next(gen)
+        assert ids.shape == (16, 41) and targets.shape == (16, 40)
+        for row, target in zip(ids.numpy(), targets.numpy()):
+            if row[0] != VOCAB.BOS:  # a language-model window: every target kept
+                assert np.array_equal(target, row[1:])
+                continue
+            kept = np.flatnonzero(target != -100)
+            spans = [(37, 41)] if row[36] == VOCAB.ASK else [(40 - 3 * j, 41 - 3 * j) for j in range(CFG.n_queries)]
+            assert sorted(kept + 1) == sorted(i for s, e in spans for i in range(s, e))
+            assert np.array_equal(target[kept], row[kept + 1])
+    plain = next(RE.mixed_batches(lm, VOCAB, ["passkey"], 40, 4, 0.5, seed=0))
+    assert isinstance(plain, torch.Tensor) and plain.shape == (4, 41)
 
 
 def test_generator_bad_input_is_one_line():
-    with pytest.raises(ValueError, match="too short; it needs at least 11 tokens"):
-        P.generate("passkey", VOCAB, 10, 1, 0)
+    with pytest.raises(ValueError, match="too short; it needs at least 12 tokens"):
+        P.generate("passkey", VOCAB, 11, 1, 0)
     with pytest.raises(ValueError, match="unknown probe 'nope'; allowed: passkey, mqar, copy, reverse"):
         P.generate("nope", VOCAB, 40, 1, 0)
     with pytest.raises(ValueError, match="depth must be in"):
         P.generate("copy", VOCAB, 40, 1, 0, depth=1.5)
-    with pytest.raises(ValueError, match="n_queries <= n_pairs <= n_symbols"):
-        P.ProbeConfig(n_symbols=4, n_pairs=6)
+    with pytest.raises(ValueError, match="n_queries <= n_pairs <= n_keys"):
+        P.ProbeConfig(n_keys=4, n_pairs=6)
 
 
 # --- the oracle and chance, through the same KV-cache decoding the task uses ------------------
@@ -218,8 +262,50 @@ def test_table_recomputes_intervals_and_effective_length():
     assert t["alibi", "passkey", 8]["effective_length"] == 16 and t["rotary", "passkey", 8]["effective_length"] == 8
     assert t["alibi", "mqar", 16]["acc"] == pytest.approx(0.3) and t["alibi", "mqar", 16]["effective_length"] == 8
     assert not any(r["method"] == "nope" for r in table)  # failed rows are left out
-    md = charts.markdown_table(ROWS, "mqar")
-    assert "| alibi | 8 | 75% [" in md and md.rstrip().endswith("| 8 |")
+    md = charts.markdown_table(_with_bar(ROWS, 0.7), "mqar")
+    assert "| alibi | 8 | 75% [" in md and "| 8 |\n\n1 of 1 learnt the task at L_train (accuracy >= 70%)" in md
+
+
+def _with_bar(rows, bar):
+    return [{**r, "series": {**r["series"], "learned_threshold": bar}} for r in rows]
+
+
+def test_a_method_that_did_not_learn_has_no_effective_length_in_tables_and_charts():
+    # The rows' learned_threshold (default 0.9): alibi's passkey at L_train pools 24/30 = 80% and
+    # did not learn; rotary's 20/20 did. One of two learnt: nothing to compare, a broken profile.
+    table = charts.accuracy_table(ROWS)
+    verdicts = {(t["method"], t["probe"]): t["learned"] for t in table}
+    assert verdicts == {("alibi", "passkey"): False, ("rotary", "passkey"): True, ("alibi", "mqar"): False}
+    assert charts.learned_threshold(ROWS) == 0.9 and charts.learned_threshold(_with_bar(ROWS, 0.75)) == 0.75
+    md = charts.markdown_table(ROWS, "passkey")
+    assert "| alibi | 8 | 80% [" in md and "| not learnt at L_train |" in md and "| rotary | 8 | 100% [" in md
+    assert "BROKEN PROFILE: 1 of 2 learnt the task at L_train (accuracy >= 90%)" in md
+    t = charts.probe_table(ROWS, "passkey")
+    assert t.cell("alibi", "effective length").text == "not learnt at L_train"
+    assert t.cell("alibi", "effective length").value is None and t.cell("rotary", "effective length").value == 8.0
+    assert t.title.endswith("BROKEN PROFILE: 1 of 2 learnt the task at L_train")
+    assert "1 of 2 learnt the task at L_train (accuracy >= 90%) and are compared beyond it; not learnt at L_train: " \
+           "alibi." in t.caption
+    ok = charts.probe_table(_with_bar(ROWS, 0.8), "passkey")  # at a bar of 80% both learnt: comparable
+    assert "BROKEN" not in ok.title and ok.cell("alibi", "effective length").text == "16"
+    assert "2 of 2 learnt" in ok.caption
+    chart = charts.accuracy_chart(ROWS, "passkey")
+    lines = {ln.get_gid(): ln for ln in chart.axes[0].lines}
+    assert lines["method:alibi"].get_label() == "alibi (not learnt at L_train)"
+    assert lines["method:alibi"].get_linestyle() == ":" and lines["method:rotary"].get_label() == "rotary"
+    assert charts.heatmap_chart(ROWS, "alibi").axes[0].get_title().endswith(", not learnt at L_train")
+    assert not charts.heatmap_chart(ROWS, "rotary").axes[0].get_title().endswith("not learnt at L_train")
+
+
+def test_summarize_records_learned_and_hides_the_length_of_an_unlearnt_task():
+    cells = [_cell(8, None, 9, 10), _cell(16, None, 6, 10), _cell(32, None, 1, 10)]
+    m = R.summarize(cells, 8, threshold=0.5, learned_threshold=0.9)
+    assert m["learned"] == 1 and m["effective_length"] == 16 and m["acc_at_train_len"] == 0.9
+    m = R.summarize(cells, 8, threshold=0.5, learned_threshold=0.95)
+    assert m["learned"] == 0 and m["effective_length"] is None and m["acc@16"] == 0.6
+    oom = [{**_cell(8, None, 0, 0), "status": "oom"}, _cell(16, None, 6, 10)]
+    m = R.summarize(oom, 8, threshold=0.5, learned_threshold=0.9)
+    assert m["learned"] is None and m["effective_length"] is None
 
 
 def test_heatmap_values_equal_the_table():
