@@ -100,6 +100,8 @@ class Settings(TaskSettings):
     mix: float = Field(0.5, ge=0.0, le=1.0, description="fraction of training rows that are probe examples")
     train_probes: list[ProbeName] = Field(list(get_args(ProbeName)), min_length=1,
                                           description="probes in the training mix (one model serves them all)")
+    model_per_probe: bool = Field(False, description="each probe case trains its own model on its probe alone "
+                                  "(train_probes is then not used)")
     n_symbols: int = Field(16, ge=2, description="value alphabet: passkey digits, copy segments, mqar values")
     n_keys: int = Field(16, ge=1, description="mqar: key alphabet, disjoint from the values (Zoology)")
     key_len: int = Field(5, ge=1, description="passkey: symbols in the key")
@@ -144,12 +146,18 @@ class Params(BaseModel):
     probe: ProbeName = Field(description="retrieval probe evaluated")
 
 
+def training_probes(case, s: Settings) -> list[str]:
+    """The probes the case's model trains on: its own with ``model_per_probe``, else ``train_probes``."""
+    return [case.params.probe] if s.model_per_probe else list(s.train_probes)
+
+
 def checkpoint_path(case, s: Settings) -> Path | None:
     """``<run>/checkpoints/retrieval__<method>__L_train=<L>[__<probe>].pt``: with several training
     probes one model (and file) serves every probe case of the method."""
     if not getattr(case, "out_dir", ""):
         return None
-    tail = "" if len(s.train_probes) > 1 else f"__{s.train_probes[0]}"
+    probes = training_probes(case, s)
+    tail = "" if len(probes) > 1 else f"__{probes[0]}"
     return Path(case.out_dir) / "checkpoints" / f"retrieval__{case.method}__L_train={case.params.L_train}{tail}.pt"
 
 
@@ -190,7 +198,8 @@ def run(case) -> dict:
                              f"(it needs {P.min_length(probe, cfg)} tokens)")
     corpus = open_corpus(s.corpus)
     vocab = P.ProbeVocab(corpus.vocab_size, cfg)
-    model, metrics = trained_model(case, s, vocab, corpus.split("train"), checkpoint_path(case, s))
+    model, metrics = trained_model(case, s, vocab, corpus.split("train"), checkpoint_path(case, s),
+                                   training_probes(case, s))
     eval_dtype = getattr(torch, s.eval_dtype)
     info = model.info(case.device, eval_dtype)
     model = model.to(eval_dtype).eval()

@@ -9,9 +9,11 @@ tokens that starts with ``BOS`` and whose last part is the answer:
   filler, then Q queries ``QUERY k v`` for distinct keys; each value is a one-token answer. Keys
   and values come from disjoint alphabets (Zoology's MQAR): a key never appears as a value.
 - ``copy`` / ``reverse`` (Kazemnejad et al. 2023): a random segment ``MARK s1..sn END`` at a
-  depth in filler, then ``COPY s1..sn`` or ``REVERSE sn..s1``. A segment repeats no symbol while
-  it fits in the alphabet (with 8 of 16 symbols drawn with replacement, 88% of segments repeated
-  one, and a symbol that occurs twice gives an induction head two places to continue from).
+  depth in filler, then ``COPY s1..sn`` or ``REVERSE sn..s1``.
+
+A passkey key and a copy segment repeat no symbol while they fit in the alphabet: with 8 of 16
+symbols drawn with replacement, 88% of segments repeated one, and a symbol that occurs twice gives
+the induction head that copies "what followed this symbol" two places to continue from.
 
 Why ``BOS``: the first position is where a model without positions (NoPE) and a causal model in
 general anchor their attention (the "attention sink"); every example has the same one.
@@ -83,17 +85,18 @@ def min_length(probe: str, cfg: ProbeConfig) -> int:
 
 def chance(probe: str, cfg: ProbeConfig) -> float:
     """Accuracy of guessing every answer symbol uniformly: per example for passkey/copy/reverse
-    (exact match of the whole answer; a segment without repeats has n!/(n-k)! orders), per query
+    (exact match of the whole answer; k distinct symbols of n have n!/(n-k)! orders), per query
     for mqar."""
-    if probe in ("copy", "reverse") and distinct_segment(cfg):
-        return 1.0 / math.perm(cfg.n_symbols, cfg.segment_len)
     n = {"passkey": cfg.key_len, "mqar": 1, "copy": cfg.segment_len, "reverse": cfg.segment_len}[probe]
+    if probe != "mqar" and distinct_symbols(probe, cfg):
+        return 1.0 / math.perm(cfg.n_symbols, n)
     return float(cfg.n_symbols) ** -n
 
 
-def distinct_segment(cfg: ProbeConfig) -> bool:
-    """Whether copy/reverse segments repeat no symbol (they do only when longer than the alphabet)."""
-    return cfg.segment_len <= cfg.n_symbols
+def distinct_symbols(probe: str, cfg: ProbeConfig) -> bool:
+    """Whether a passkey key or a copy/reverse segment repeats no symbol: it does only when it is
+    longer than the alphabet."""
+    return (cfg.key_len if probe == "passkey" else cfg.segment_len) <= cfg.n_symbols
 
 
 def _rng(seed: int, probe: str, length: int, depth: float | None) -> np.random.Generator:
@@ -131,7 +134,7 @@ def _needle(probe, vocab: ProbeVocab, length, n, rng, depth) -> ProbeBatch:
     cfg = vocab.cfg
     k = cfg.key_len if probe == "passkey" else cfg.segment_len
     question = {"passkey": vocab.ASK, "copy": vocab.COPY, "reverse": vocab.REVERSE}[probe]
-    if probe != "passkey" and distinct_segment(cfg):  # k distinct symbols in random order
+    if distinct_symbols(probe, cfg):  # k distinct symbols in random order
         symbols = np.argsort(rng.random((n, cfg.n_symbols)), axis=1)[:, :k] + vocab.first_symbol  # (n, k)
     else:
         symbols = rng.integers(0, cfg.n_symbols, size=(n, k)) + vocab.first_symbol  # (n, k)

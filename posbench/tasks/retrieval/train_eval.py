@@ -54,8 +54,9 @@ def mixed_batches(lm_tokens: np.ndarray, vocab: P.ProbeVocab, train_probes: list
         yield (torch.from_numpy(out), torch.from_numpy(targets)) if answers_only else torch.from_numpy(out)
 
 
-def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Path | None):
-    """(model, metrics): trained at L_train on the mix, or loaded from this method's checkpoint."""
+def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Path | None, probes: list[str]):
+    """(model, metrics): trained at L_train on the mix of ``probes`` and text, or loaded from the
+    checkpoint."""
     L = case.params.L_train
     overrides = {"vocab_size": vocab.vocab_size, **s.model_overrides}
     cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **overrides)
@@ -64,7 +65,7 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
         r, reused = blob["result"], 1
         final, steps, tokens, seconds = r["final_loss"], r["steps"], r["tokens"], 0.0
     else:
-        for probe in s.train_probes:
+        for probe in probes:
             if P.min_length(probe, vocab.cfg) > L + 1:
                 raise ValueError(f"retrieval: L_train {L} is too short to train on probe {probe} "
                                  f"(it needs {P.min_length(probe, vocab.cfg) - 1} tokens)")
@@ -72,7 +73,7 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
         model = TransformerLM(cfg)
         tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
                            warmup_steps=s.warmup_steps, precision=s.precision, seed=s.seed)
-        data = mixed_batches(lm_tokens, vocab, s.train_probes, L, s.batch_size, s.mix, s.seed, s.loss == "answers")
+        data = mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, s.seed, s.loss == "answers")
         r = train(model, data, tcfg, case.device, ckpt)
         final, steps, tokens, seconds, reused = r.final_loss, r.steps, r.tokens, r.seconds, 0
     metrics = dict(final_train_loss=final, train_steps=steps, train_tokens=tokens, train_seconds=seconds,
