@@ -402,11 +402,11 @@ def test_suite_validates_with_both_profiles():
     for profile in ("default", "cpu", "gpu"):
         assert suitemod.resolve(loaded, profile).task == "retrieval"
     assert list(suitemod.resolve(loaded, "gpu").grid["probe"]) == list(P.PROBES)
-    # The cpu profile: passkey, mqar and copy, each learnt by its own model on its answers alone
-    # (the four-probe mix taught the tiny model nothing in 4000 steps).
+    # The cpu profile: passkey, mqar and copy, each trained by its own model (the four-probe mix
+    # taught the tiny model nothing in 4000 steps).
     cpu = suitemod.resolve(loaded, "cpu")
     assert cpu.grid["probe"] == ["passkey", "mqar", "copy"] and cpu.settings.model_per_probe
-    assert cpu.settings.mix == 1.0 and cpu.settings.loss == "answers" and cpu.settings.learned_threshold == 0.9
+    assert cpu.settings.mix == 1.0 and cpu.settings.loss == "all" and cpu.settings.learned_threshold == 0.9
     gpu = suitemod.resolve(loaded, "gpu")
     assert gpu.grid["L_train"] == [512, 1024] and max(gpu.settings.L_valid_factors) * 1024 == 16384
     assert cpu.grid["L_train"] == [64] and max(cpu.settings.L_valid_factors) * 64 == 512
