@@ -83,16 +83,19 @@ PROBES = ("passkey", "mqar", "copy", "reverse")
 
 @dataclass(frozen=True)
 class ProbeConfig:
-    n_symbols: int = 16  # alphabet of keys, values and segments ("digits")
+    n_symbols: int = 16  # value alphabet: passkey digits, copy segments, mqar values
     key_len: int = 5  # passkey: symbols in the key
     n_pairs: int = 8  # mqar: key-value pairs
     n_queries: int = 4  # mqar: queried keys (distinct, <= n_pairs)
     segment_len: int = 8  # copy / reverse: symbols in the segment
     filler_len: int = 5  # tokens in the repeated filler phrase
+    # mqar keys come from an alphabet of their own, disjoint from the values (Zoology's MQAR): with
+    # one shared alphabet a queried key also appeared as a value in 40% of rows
+    n_keys: int = 16
 
     def __post_init__(self):
         if self.n_symbols < 2 or self.key_len < 1 or self.segment_len < 1 or self.filler_len < 1:
             raise ValueError("probes: need n_symbols >= 2 and key_len, segment_len, filler_len >= 1")
-        if not 1 <= self.n_queries <= self.n_pairs <= self.n_symbols:
-            raise ValueError(f"probes: need 1 <= n_queries <= n_pairs <= n_symbols, got n_queries={self.n_queries}, "
-                             f"n_pairs={self.n_pairs}, n_symbols={self.n_symbols}")
+        if not 1 <= self.n_queries <= self.n_pairs <= self.n_keys:
+            raise ValueError(f"probes: need 1 <= n_queries <= n_pairs <= n_keys, got n_queries={self.n_queries}, "
+                             f"n_pairs={self.n_pairs}, n_keys={self.n_keys}")

@@ -36,32 +36,76 @@ def test_generators_are_deterministic_and_seeded(probe):
 
 
 def test_layouts():
-    pk = P.generate("passkey", VOCAB, 40, 5, seed=0, depth=0.0)
-    assert (pk.tokens[:, 0] == VOCAB.MARK).all() and (pk.tokens[:, 5] == VOCAB.END).all()
-    assert np.array_equal(pk.tokens[:, 1:5], pk.tokens[:, 36:40]) and (pk.tokens[:, 35] == VOCAB.ASK).all()
-    assert pk.spans == [(36, 40)] and (pk.distance[:, 0] == 35).all()
-    end = P.generate("passkey", VOCAB, 40, 5, seed=0, depth=1.0)
-    assert (end.tokens[:, 29] == VOCAB.MARK).all() and (end.tokens[:, 34] == VOCAB.END).all()
+    pk = P.generate("passkey", VOCAB, 41, 5, seed=0, depth=0.0)
+    assert (pk.tokens[:, 0] == VOCAB.BOS).all()  # the start token of every probe example
+    assert (pk.tokens[:, 1] == VOCAB.MARK).all() and (pk.tokens[:, 6] == VOCAB.END).all()
+    assert np.array_equal(pk.tokens[:, 2:6], pk.tokens[:, 37:41]) and (pk.tokens[:, 36] == VOCAB.ASK).all()
+    assert pk.spans == [(37, 41)] and (pk.distance[:, 0] == 35).all()
+    end = P.generate("passkey", VOCAB, 41, 5, seed=0, depth=1.0)
+    assert (end.tokens[:, 30] == VOCAB.MARK).all() and (end.tokens[:, 35] == VOCAB.END).all()
     rev = P.generate("reverse", VOCAB, 30, 4, seed=1, depth=0.5)
     start = int(np.flatnonzero(rev.tokens[0] == VOCAB.MARK)[0])
     assert np.array_equal(rev.tokens[:, start + 1:start + 6][:, ::-1], rev.tokens[:, 25:30])
     mq = P.generate("mqar", VOCAB, 50, 4, seed=2)
+    assert (mq.tokens[:, 0] == VOCAB.BOS).all()
     assert mq.spans == [(43, 44), (46, 47), (49, 50)]
-    assert all(len(set(row[0:12:2])) == 6 for row in mq.tokens)  # distinct keys
+    assert all(len(set(row[1:13:2])) == 6 for row in mq.tokens)  # distinct keys
     assert (mq.tokens[:, [41, 44, 47]] == VOCAB.QUERY).all()
     # filler: the repeated phrase wherever nothing else sits
-    assert list(mq.tokens[0, 12:15]) == list(VOCAB.filler[[0, 1, 2]])
+    assert list(mq.tokens[0, 13:16]) == list(VOCAB.filler[[1, 2, 0]])
+
+
+def test_mqar_keys_and_values_come_from_disjoint_alphabets():
+    # Zoology's MQAR: a queried key never appears as a value (one shared alphabet: 40% of rows)
+    mq = P.generate("mqar", VOCAB, 60, 300, seed=7)
+    keys, values = mq.tokens[:, 1:13:2], mq.tokens[:, 2:13:2]
+    assert ((keys >= VOCAB.first_key) & (keys < VOCAB.first_key + CFG.n_keys)).all()
+    assert VOCAB.is_symbol(values).all() and not VOCAB.is_symbol(keys).any()
+    assert VOCAB.first_key == VOCAB.first_symbol + CFG.n_symbols
+    assert VOCAB.vocab_size == 20 + CFG.filler_len + len(P.ProbeVocab.SPECIALS) + CFG.n_symbols + CFG.n_keys
+    assert len(np.unique(keys)) == CFG.n_keys  # every key of the alphabet is drawn somewhere
+
+
+@pytest.mark.parametrize("probe, k", [("copy", 5), ("reverse", 5), ("passkey", 4)])
+def test_keys_and_segments_repeat_no_symbol_while_they_fit_the_alphabet(probe, k):
+    batch = P.generate(probe, VOCAB, 40, 200, seed=3)
+    starts = [int(np.flatnonzero(row == VOCAB.MARK)[0]) for row in batch.tokens]
+    segments = np.stack([row[s + 1:s + 1 + k] for row, s in zip(batch.tokens, starts)])
+    assert all(len(set(seg)) == k for seg in segments)
+    assert P.chance(probe, CFG) == pytest.approx(1 / np.prod(np.arange(10, 10 - k, -1)))
+    long = P.ProbeConfig(n_symbols=3, segment_len=5, key_len=5, n_pairs=3, n_queries=1, n_keys=4)  # longer than the alphabet
+    assert not P.distinct_symbols(probe, long) and P.chance(probe, long) == pytest.approx(3.0**-5)
+    batch = P.generate(probe, P.ProbeVocab(0, long), 30, 50, seed=0)
+    assert batch.tokens.shape == (50, 30)
+
+
+def test_answers_only_targets_keep_answer_tokens_and_lm_rows():
+    lm = np.arange(200, dtype=np.int64) % 20
+    gen = RE.mixed_batches(lm, VOCAB, ["passkey", "mqar"], 40, 16, 0.5, seed=0, answers_only=True)
+    for _ in range(3):
+        ids, targets = next(gen)
+        assert ids.shape == (16, 41) and targets.shape == (16, 40)
+        for row, target in zip(ids.numpy(), targets.numpy()):
+            if row[0] != VOCAB.BOS:  # a language-model window: every target kept
+                assert np.array_equal(target, row[1:])
+                continue
+            kept = np.flatnonzero(target != -100)
+            spans = [(37, 41)] if row[36] == VOCAB.ASK else [(40 - 3 * j, 41 - 3 * j) for j in range(CFG.n_queries)]
+            assert sorted(kept + 1) == sorted(i for s, e in spans for i in range(s, e))
+            assert np.array_equal(target[kept], row[kept + 1])
+    plain = next(RE.mixed_batches(lm, VOCAB, ["passkey"], 40, 4, 0.5, seed=0))
+    assert isinstance(plain, torch.Tensor) and plain.shape == (4, 41)
 
 
 def test_generator_bad_input_is_one_line():
-    with pytest.raises(ValueError, match="too short; it needs at least 11 tokens"):
-        P.generate("passkey", VOCAB, 10, 1, 0)
+    with pytest.raises(ValueError, match="too short; it needs at least 12 tokens"):
+        P.generate("passkey", VOCAB, 11, 1, 0)
     with pytest.raises(ValueError, match="unknown probe 'nope'; allowed: passkey, mqar, copy, reverse"):
         P.generate("nope", VOCAB, 40, 1, 0)
     with pytest.raises(ValueError, match="depth must be in"):
         P.generate("copy", VOCAB, 40, 1, 0, depth=1.5)
-    with pytest.raises(ValueError, match="n_queries <= n_pairs <= n_symbols"):
-        P.ProbeConfig(n_symbols=4, n_pairs=6)
+    with pytest.raises(ValueError, match="n_queries <= n_pairs <= n_keys"):
+        P.ProbeConfig(n_keys=4, n_pairs=6)
 
 
 # --- the oracle and chance, through the same KV-cache decoding the task uses ------------------
@@ -218,8 +262,50 @@ def test_table_recomputes_intervals_and_effective_length():
     assert t["alibi", "passkey", 8]["effective_length"] == 16 and t["rotary", "passkey", 8]["effective_length"] == 8
     assert t["alibi", "mqar", 16]["acc"] == pytest.approx(0.3) and t["alibi", "mqar", 16]["effective_length"] == 8
     assert not any(r["method"] == "nope" for r in table)  # failed rows are left out
-    md = charts.markdown_table(ROWS, "mqar")
-    assert "| alibi | 8 | 75% [" in md and md.rstrip().endswith("| 8 |")
+    md = charts.markdown_table(_with_bar(ROWS, 0.7), "mqar")
+    assert "| alibi | 8 | 75% [" in md and "| 8 |\n\n1 of 1 learnt the task at L_train (accuracy >= 70%)" in md
+
+
+def _with_bar(rows, bar):
+    return [{**r, "series": {**r["series"], "learned_threshold": bar}} for r in rows]
+
+
+def test_a_method_that_did_not_learn_has_no_effective_length_in_tables_and_charts():
+    # The rows' learned_threshold (default 0.9): alibi's passkey at L_train pools 24/30 = 80% and
+    # did not learn; rotary's 20/20 did. One of two learnt: nothing to compare, a broken profile.
+    table = charts.accuracy_table(ROWS)
+    verdicts = {(t["method"], t["probe"]): t["learned"] for t in table}
+    assert verdicts == {("alibi", "passkey"): False, ("rotary", "passkey"): True, ("alibi", "mqar"): False}
+    assert charts.learned_threshold(ROWS) == 0.9 and charts.learned_threshold(_with_bar(ROWS, 0.75)) == 0.75
+    md = charts.markdown_table(ROWS, "passkey")
+    assert "| alibi | 8 | 80% [" in md and "| not learnt at L_train |" in md and "| rotary | 8 | 100% [" in md
+    assert "BROKEN PROFILE: 1 of 2 learnt the task at L_train (accuracy >= 90%)" in md
+    t = charts.probe_table(ROWS, "passkey")
+    assert t.cell("alibi", "effective length").text == "not learnt at L_train"
+    assert t.cell("alibi", "effective length").value is None and t.cell("rotary", "effective length").value == 8.0
+    assert t.title.endswith("BROKEN PROFILE: 1 of 2 learnt the task at L_train")
+    assert "1 of 2 learnt the task at L_train (accuracy >= 90%) and are compared beyond it; not learnt at L_train: " \
+           "alibi." in t.caption
+    ok = charts.probe_table(_with_bar(ROWS, 0.8), "passkey")  # at a bar of 80% both learnt: comparable
+    assert "BROKEN" not in ok.title and ok.cell("alibi", "effective length").text == "16"
+    assert "2 of 2 learnt" in ok.caption
+    chart = charts.accuracy_chart(ROWS, "passkey")
+    lines = {ln.get_gid(): ln for ln in chart.axes[0].lines}
+    assert lines["method:alibi"].get_label() == "alibi (not learnt at L_train)"
+    assert lines["method:alibi"].get_linestyle() == ":" and lines["method:rotary"].get_label() == "rotary"
+    assert charts.heatmap_chart(ROWS, "alibi").axes[0].get_title().endswith(", not learnt at L_train")
+    assert not charts.heatmap_chart(ROWS, "rotary").axes[0].get_title().endswith("not learnt at L_train")
+
+
+def test_summarize_records_learned_and_hides_the_length_of_an_unlearnt_task():
+    cells = [_cell(8, None, 9, 10), _cell(16, None, 6, 10), _cell(32, None, 1, 10)]
+    m = R.summarize(cells, 8, threshold=0.5, learned_threshold=0.9)
+    assert m["learned"] == 1 and m["effective_length"] == 16 and m["acc_at_train_len"] == 0.9
+    m = R.summarize(cells, 8, threshold=0.5, learned_threshold=0.95)
+    assert m["learned"] == 0 and m["effective_length"] is None and m["acc@16"] == 0.6
+    oom = [{**_cell(8, None, 0, 0), "status": "oom"}, _cell(16, None, 6, 10)]
+    m = R.summarize(oom, 8, threshold=0.5, learned_threshold=0.9)
+    assert m["learned"] is None and m["effective_length"] is None
 
 
 def test_heatmap_values_equal_the_table():
@@ -289,7 +375,8 @@ def test_task_runs_shares_the_checkpoint_and_counts(tmp_path):
     k = sum(c["correct"] for c in cells if c["L_valid"] == 32)
     assert m["acc@32"] == m["acc_at_max_len"] == k / 6
     assert (m["acc_lo@32"], m["acc_hi@32"]) == wilson_interval(k, 6)
-    assert m["chance"] == 8.0**-3 and m["reused_checkpoint"] == 0 and m["train_steps"] == 3
+    assert m["chance"] == 1 / (8 * 7 * 6) and m["reused_checkpoint"] == 0 and m["train_steps"] == 3
+    assert m["learned"] == int(m["acc@16"] >= 0.9) and out["series"]["learned_threshold"] == 0.9
     assert (tmp_path / "checkpoints" / "retrieval__alibi__L_train=16.pt").exists()
     task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "mqar"}, TINY, tmp_path)
     out = task.run(case)  # the same model, loaded: trained once per method
@@ -315,19 +402,30 @@ def test_suite_validates_with_both_profiles():
     for profile in ("default", "cpu", "gpu"):
         assert suitemod.resolve(loaded, profile).task == "retrieval"
     assert list(suitemod.resolve(loaded, "gpu").grid["probe"]) == list(P.PROBES)
-    # The cpu budget teaches the tiny model passkey only when it trains on passkey alone (measured:
-    # the four-probe mix taught it nothing in 4000 steps), so the cpu profile is passkey's.
-    cpu_probe = suitemod.resolve(loaded, "cpu")
-    assert cpu_probe.grid["probe"] == ["passkey"] and cpu_probe.settings.train_probes == ["passkey"]
-    assert cpu_probe.settings.mix == 1.0
+    # The cpu profile: passkey, mqar and copy, each trained by its own model (the four-probe mix
+    # taught the tiny model nothing in 4000 steps).
+    cpu = suitemod.resolve(loaded, "cpu")
+    assert cpu.grid["probe"] == ["passkey", "mqar", "copy"] and cpu.settings.model_per_probe
+    assert cpu.settings.mix == 1.0 and cpu.settings.loss == "all" and cpu.settings.learned_threshold == 0.9
     gpu = suitemod.resolve(loaded, "gpu")
     assert gpu.grid["L_train"] == [512, 1024] and max(gpu.settings.L_valid_factors) * 1024 == 16384
-    cpu = suitemod.resolve(loaded, "cpu")
     assert cpu.grid["L_train"] == [64] and max(cpu.settings.L_valid_factors) * 64 == 512
-    assert set(cpu.methods) == {"sinusoidal", "rotary", "t5_bias", "alibi", "alibi_triton", "nope"}
+    assert set(cpu.methods) == {"sinusoidal", "rotary", "t5_bias", "alibi", "nope"}
     # +-10%: a 50% accuracy over eval_samples outcomes has a Wilson interval at most 20 points wide
     lo, hi = wilson_interval(cpu.settings.eval_samples // 2, cpu.settings.eval_samples)
     assert hi - lo <= 0.2
+
+
+def test_model_per_probe_trains_each_probe_case_its_own_model(tmp_path):
+    settings = {**TINY, "model_per_probe": True, "loss": "answers", "mix": 1.0}
+    for probe in ("passkey", "copy"):
+        task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": probe}, settings, tmp_path)
+        assert R.training_probes(case, case.settings) == [probe]
+        out = task.run(case)
+        assert out["metrics"]["reused_checkpoint"] == 0  # not the other probe's model
+        assert (tmp_path / "checkpoints" / f"retrieval__alibi__L_train=16__{probe}.pt").exists()
+    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, TINY, tmp_path)
+    assert R.training_probes(case, case.settings) == list(P.PROBES)
 
 
 @pytest.mark.subprocess
@@ -345,6 +443,15 @@ def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
     (run_dir,) = (tmp_path / "retrieval").iterdir()
     rows = read_rows(run_dir / "cases.jsonl")
     assert sorted(r["method"] for r in rows) == ["alibi", "nope"] and {r["status"] for r in rows} == {"ok"}
+    # table.md: accuracy per L_valid with its Wilson interval, the learn-first verdict under it
+    md = (run_dir / "table.md").read_text()
+    assert "**passkey: accuracy (Wilson 95% interval)" in md and "| method \\ L_valid | 32 | 64 | effective length |" in md
+    table = {(t["method"], t["L_valid"]): t for t in charts.accuracy_table(rows)}
+    for method in ("alibi", "nope"):
+        t = table[method, 64]
+        assert f"{100 * t['acc']:.0f}% [{100 * t['lo']:.0f}, {100 * t['hi']:.0f}]" in md
+    assert "learnt the task at L_train (accuracy >= 90%)" in md
+    assert "Accuracy at L_train (fraction)" not in md  # no one-cell summary tables
     assert {r["L_valid"] for r in charts.accuracy_table(rows)} == {32, 64}
     assert len(charts.write_charts(rows, tmp_path / "charts")) == 3  # accuracy chart + 2 heatmaps
 

@@ -231,6 +231,9 @@ def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None
 
     model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed,
                                            tracker)
+    from posbench.tasks.extrapolation.bucket_coverage import untrained_buckets
+
+    series["untrained_buckets"] = untrained_buckets(model.method, L)  # None: the method buckets no distance
     valid = corpus.split("valid")
     oracle = corpus.oracle_token_loss(valid[: s.eval_tokens])  # (N,) or None
     metrics["best_ppl_eval"] = None if oracle is None else math.exp(float(np.nanmean(oracle)))
@@ -304,6 +307,7 @@ def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
         if all(c is not None for c in per):
             curves[key] = [sum(vals) / len(vals) for vals in zip(*per)]
     series["per_position_loss"] = curves
+    series["untrained_buckets"] = first.get("untrained_buckets")  # the same L_train for every seed
     if "best_per_position_loss" in first:  # the source's curves: the same tokens for every seed
         series["best_per_position_loss"] = first["best_per_position_loss"]
     return {"metrics": metrics, "series": series, "info": runs[0]["info"]}

@@ -162,8 +162,17 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
            "(best_ppl_eval), the best any model can score there. " if bounds else "")
         + (f"Long-run entropy bound of the corpus: {best:.2f}. " if best is not None else "")
         + "OOM: the evaluation ran out of memory."
+        + "".join(f" {note}" for note in ordered(_bucket_notes(rows, l_train)))
     )
     return table
+
+
+def _bucket_notes(rows, l_train) -> list[str]:
+    """Per method that left distance buckets untrained at this L_train (T5's bias), one sentence."""
+    from posbench.tasks.extrapolation.bucket_coverage import caption_note
+
+    series = [(r.method, r.series if isinstance(getattr(r, "series", None), dict) else {}) for r in rows]
+    return [n for n in (caption_note(m, l_train, s.get("untrained_buckets")) for m, s in series) if n]
 
 
 BOUND_ROW = "bound (true source)"

@@ -16,6 +16,11 @@ One case = one method, one ``L_train`` and one ``probe`` (passkey, mqar, copy, r
 Rows carry outcome counts (``series.cells``: correct, total per L_valid and depth), so reports
 recompute Wilson intervals (``posbench.report.stats``) after merging; ``effective_length`` is the longest
 L_valid whose accuracy stays >= ``threshold`` (RULER).
+
+Learn first, then compare (``posbench.report.learn_first``): a row records ``learned`` (accuracy at
+L_train >= ``learned_threshold``); a model that did not learn the task has no effective length
+(its tables say "not learnt at L_train"), and a run where fewer than two methods learnt is a
+broken profile, named so in its table titles.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from typing import Literal, Optional, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from posbench.core.config import PRESETS
+from posbench.report.learn_first import comparable_length, learned
 from posbench.report.stats import effective_length, wilson_interval
 from posbench.core.task import Metric, TaskSettings, known_model_fields
 from posbench.engine import tracking
@@ -36,11 +42,14 @@ from posbench.tasks.extrapolation import CorpusSettings, open_corpus
 M = Metric
 METRICS = {
     "acc_at_train_len": M("Accuracy at L_train", "fraction", "fraction of answers exactly right at L_valid = L_train",
-                          True, "plain", table=True),
+                          True, "plain", shown_in="acc@*"),
     "acc_at_max_len": M("Accuracy at the longest L_valid", "fraction", "accuracy at the longest L_valid", True,
-                        "plain", table=True),
+                        "plain", shown_in="acc@*"),
     "effective_length": M("Effective length", "tokens", "longest L_valid with accuracy >= threshold at it and "
-                          "every shorter L_valid (RULER)", True, "int", table=True),
+                          "every shorter L_valid (RULER); none when the task was not learnt at L_train", True, "int",
+                          shown_in="acc@*"),
+    "learned": M("Learnt at L_train", "", "1 when accuracy at L_train >= learned_threshold (learn first, then "
+                 "compare), else 0", None, "int", appendix=False, shown_in="acc@*"),
     "acc@*": M("Accuracy", "fraction", "acc@<L_valid>: fraction of answers exactly right (counts summed over "
                "depths)", True),
     "acc_lo@*": M("Accuracy, Wilson 95% lower bound", "fraction", "acc_lo@<L_valid>", None),
@@ -65,6 +74,14 @@ def report_sections(runs, baseline=None) -> list:
     return accuracy_sections(runs, baseline)
 
 
+def summary_tables(runs) -> list:
+    """The tables printed at the end of a run (its ``table.md``): per probe, accuracy per L_valid
+    with its Wilson interval, and the effective length or "not learnt at L_train"."""
+    from posbench.tasks.retrieval.accuracy_charts import summary_tables as tables
+
+    return tables(runs)
+
+
 ProbeName = Literal["passkey", "mqar", "copy", "reverse"]
 
 
@@ -84,7 +101,10 @@ class Settings(TaskSettings):
     mix: float = Field(0.5, ge=0.0, le=1.0, description="fraction of training rows that are probe examples")
     train_probes: list[ProbeName] = Field(list(get_args(ProbeName)), min_length=1,
                                           description="probes in the training mix (one model serves them all)")
-    n_symbols: int = Field(16, ge=2, description="alphabet of keys, values and segments")
+    model_per_probe: bool = Field(False, description="each probe case trains its own model on its probe alone "
+                                  "(train_probes is then not used)")
+    n_symbols: int = Field(16, ge=2, description="value alphabet: passkey digits, copy segments, mqar values")
+    n_keys: int = Field(16, ge=1, description="mqar: key alphabet, disjoint from the values (Zoology)")
     key_len: int = Field(5, ge=1, description="passkey: symbols in the key")
     n_pairs: int = Field(8, ge=1, description="mqar: key-value pairs")
     n_queries: int = Field(4, ge=1, description="mqar: queries per example")
@@ -96,6 +116,10 @@ class Settings(TaskSettings):
     eval_samples: int = Field(100, ge=1, description="answers scored per L_valid (passkey: split over depths)")
     eval_batch_size: int = Field(16, ge=1)
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="accuracy an L_valid needs for effective_length")
+    learned_threshold: float = Field(0.9, ge=0.0, le=1.0, description="accuracy at L_train a model needs to count "
+                                     "as having learnt the task; below it, no effective length is reported")
+    loss: Literal["all", "answers"] = Field("all", description="training loss on every token, or on probe answers "
+                                            "only (language-model rows keep every token)")
     reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint instead of retraining")
 
     @model_validator(mode="after")
@@ -112,7 +136,8 @@ class Settings(TaskSettings):
         from posbench.core.config import ProbeConfig
 
         return ProbeConfig(n_symbols=self.n_symbols, key_len=self.key_len, n_pairs=self.n_pairs,
-                             n_queries=self.n_queries, segment_len=self.segment_len, filler_len=self.filler_len)
+                           n_queries=self.n_queries, segment_len=self.segment_len, filler_len=self.filler_len,
+                           n_keys=self.n_keys)
 
 
 class Params(BaseModel):
@@ -122,19 +147,25 @@ class Params(BaseModel):
     probe: ProbeName = Field(description="retrieval probe evaluated")
 
 
+def training_probes(case, s: Settings) -> list[str]:
+    """The probes the case's model trains on: its own with ``model_per_probe``, else ``train_probes``."""
+    return [case.params.probe] if s.model_per_probe else list(s.train_probes)
+
+
 def checkpoint_path(case, s: Settings) -> Path | None:
     """``<run>/checkpoints/retrieval__<method>__L_train=<L>[__<probe>].pt``: with several training
     probes one model (and file) serves every probe case of the method."""
     if not getattr(case, "out_dir", ""):
         return None
-    tail = "" if len(s.train_probes) > 1 else f"__{s.train_probes[0]}"
+    probes = training_probes(case, s)
+    tail = "" if len(probes) > 1 else f"__{probes[0]}"
     return Path(case.out_dir) / "checkpoints" / f"retrieval__{case.method}__L_train={case.params.L_train}{tail}.pt"
 
 
-def summarize(cells: list[dict], L: int, threshold: float) -> dict:
+def summarize(cells: list[dict], L: int, threshold: float, learned_threshold: float = 0.0) -> dict:
     """Per-L_valid metrics from cells: acc@L (counts summed over depths), its Wilson interval,
-    acc_at_train_len, acc_at_max_len and effective_length. A length with an oom cell has no
-    accuracy."""
+    acc_at_train_len, acc_at_max_len, learned (1/0; None without an accuracy at L_train) and
+    effective_length (None unless learnt). A length with an oom cell has no accuracy."""
     counts: dict[int, list] = {}
     for c in cells:
         entry = counts.setdefault(c["L_valid"], [0, 0, True])
@@ -148,7 +179,9 @@ def summarize(cells: list[dict], L: int, threshold: float) -> dict:
         metrics.update({f"acc@{Lv}": acc[Lv], f"acc_lo@{Lv}": lo, f"acc_hi@{Lv}": hi})
     metrics["acc_at_train_len"] = acc.get(L)
     metrics["acc_at_max_len"] = acc[max(acc)] if acc else None
-    metrics["effective_length"] = effective_length(acc, threshold)
+    verdict = learned(acc.get(L), learned_threshold)
+    metrics["learned"] = None if verdict is None else int(verdict)
+    metrics["effective_length"] = comparable_length(verdict, effective_length(acc, threshold))
     return metrics
 
 
@@ -169,7 +202,8 @@ def run(case) -> dict:
     ckpt = checkpoint_path(case, s)
     # Curves in <run>/cases/<checkpoint name>/ (engine.tracking), beside the other probes' accuracy.
     with tracking.for_case(case, ckpt.stem if ckpt is not None else None) as tracker:
-        model, metrics = trained_model(case, s, vocab, corpus.split("train"), ckpt, tracker)
+        model, metrics = trained_model(case, s, vocab, corpus.split("train"), ckpt, training_probes(case, s),
+                                       tracker)
         eval_dtype = getattr(torch, s.eval_dtype)
         info = model.info(case.device, eval_dtype)
         model = model.to(eval_dtype).eval()
@@ -178,11 +212,12 @@ def run(case) -> dict:
             c, d = eval_length(model, probe, vocab, factor * L, s, case.device)
             cells += c
             by_distance += d
-        metrics.update(summarize(cells, L, s.threshold))
+        metrics.update(summarize(cells, L, s.threshold, s.learned_threshold))
         tracker.scalars({f"eval/{probe}/acc@{factor * L}": metrics.get(f"acc@{factor * L}")
                          for factor in s.L_valid_factors}, max(0, metrics["train_steps"] - 1))
     metrics["chance"] = P.chance(probe, cfg)
-    series = {"cells": cells, "corpus": corpus.describe(), "threshold": s.threshold}
+    series = {"cells": cells, "corpus": corpus.describe(), "threshold": s.threshold,
+              "learned_threshold": s.learned_threshold}
     if probe == "mqar":
         series["by_distance"] = by_distance
     return {"metrics": metrics, "series": series, "info": info}

@@ -5,6 +5,11 @@ Rows are the runner's result rows (``method``, ``params`` with ``L_train`` and `
 carry (``correct``, ``total``), so merged runs and reports get exact Wilson intervals, and the
 charts plot the table's numbers, so a picture never disagrees with its table. Lines carry a
 ``gid`` (``method:<name>``, ``L_train``) so tests find them without relying on colours.
+
+Learn first, then compare (``posbench.report.learn_first``): a (method, probe, L_train) whose pooled
+accuracy at L_train is below the rows' ``learned_threshold`` shows "not learnt at L_train" instead
+of an effective length, is drawn apart (grey, dotted, so named in the legend), and each table's
+caption says how many methods were comparable; fewer than two is a broken profile, in the title.
 """
 from __future__ import annotations
 
@@ -17,14 +22,23 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from posbench.report.charts import line_style, marker_size  # noqa: E402
+from posbench.report.learn_first import NOT_LEARNT, comparability, learned, length_text  # noqa: E402
 from posbench.report.names import file_stem  # noqa: E402
 from posbench.report.rows import Runs  # noqa: E402
-from posbench.report.sections import Block, Section, metric_section  # noqa: E402
+from posbench.report.sections import Block, Section  # noqa: E402
 from posbench.report.stats import effective_length, wilson_interval  # noqa: E402
 from posbench.report.table import Cell, Table, ordered, short_commit, slug  # noqa: E402
 
 
 MAX_COUNT = 1 << 53  # samples in one cell: beyond this a count is no count anyone ran
+DEFAULT_LEARNED_THRESHOLD = 0.9  # the task's Settings default: rows written before the rule carry none
+
+
+def learned_threshold(rows) -> float:
+    """The ``learned_threshold`` the rows were run with (the highest, if they differ)."""
+    found = [r["series"].get("learned_threshold") for r in rows if isinstance(r.get("series"), dict)]
+    found = [t for t in found if _fraction(t)]
+    return max(found) if found else DEFAULT_LEARNED_THRESHOLD
 
 
 def _whole(value, low: int = 0) -> bool:
@@ -62,8 +76,9 @@ def _ok_rows(rows, probe=None):
 
 def accuracy_table(rows: list[dict], threshold: float = 0.5) -> list[dict]:
     """One entry per (method, probe, L_train, L_valid): counts summed over depths (and over rows,
-    so merged seeds or runs pool their samples), accuracy, Wilson 95% interval, and the
-    effective length of that (method, probe, L_train) at ``threshold``."""
+    so merged seeds or runs pool their samples), accuracy, Wilson 95% interval, whether that
+    (method, probe, L_train) learnt the task (``learned``: its pooled accuracy at L_train against
+    the rows' ``learned_threshold``) and its effective length at ``threshold``."""
     counts: dict[tuple, list] = {}
     for r in _ok_rows(rows):
         key = (r["method"], r["params"]["probe"], r["params"]["L_train"])
@@ -81,13 +96,23 @@ def accuracy_table(rows: list[dict], threshold: float = 0.5) -> list[dict]:
     eff: dict[tuple, dict] = {}
     for t in table:
         eff.setdefault((t["method"], t["probe"], t["L_train"]), {})[t["L_valid"]] = t["acc"]
+    bar = learned_threshold(list(_ok_rows(rows)))
     for t in table:
-        t["effective_length"] = effective_length(eff[(t["method"], t["probe"], t["L_train"])], threshold)
+        acc = eff[(t["method"], t["probe"], t["L_train"])]
+        t["effective_length"] = effective_length(acc, threshold)
+        t["learned"] = learned(acc.get(t["L_train"]), bar)
+        t["learned_threshold"] = bar
     return table
 
 
+def _verdicts(table: list[dict], several: bool) -> dict:
+    """{row label: learned} of one probe's table entries (label: method, with L_train if several)."""
+    return {(f"{t['method']}, L_train={t['L_train']}" if several else t["method"]): t["learned"] for t in table}
+
+
 def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
-    """Methods x L_valid accuracy (Wilson 95% interval) for one probe, plus effective length."""
+    """Methods x L_valid accuracy (Wilson 95% interval) for one probe, plus effective length (or
+    "not learnt at L_train"), then how many methods were comparable."""
     table = [t for t in accuracy_table(rows, threshold) if t["probe"] == probe]
     lengths = sorted({t["L_valid"] for t in table})
     methods = list(dict.fromkeys(t["method"] for t in table))
@@ -101,8 +126,11 @@ def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
                 t = cells.get(Lv)
                 text.append("-" if t is None or t["acc"] is None else
                             f"{100 * t['acc']:.0f}% [{100 * t['lo']:.0f}, {100 * t['hi']:.0f}]")
-            eff = next(iter(cells.values()))["effective_length"]
+            first = next(iter(cells.values()))
+            eff = length_text(first["learned"], first["effective_length"])
             lines.append(f"| {m} | {L} | " + " | ".join(text) + f" | {eff} |")
+    if table:  # how many methods were comparable, under the table
+        lines += ["", comparability(_verdicts(table, True), learned_threshold(list(_ok_rows(rows)))).note()]
     return "\n".join(lines)
 
 
@@ -134,11 +162,18 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
                     continue
                 out.cells[(label, Lv)] = Cell(text=f"{100 * t['acc']:.0f}% [{100 * t['lo']:.0f}, {100 * t['hi']:.0f}]",
                                               value=t["acc"], spread=(t["lo"], t["hi"]), **link)
-            eff = next(iter(cells.values()))["effective_length"]
-            out.cells[(label, "effective length")] = Cell(text=str(eff), value=None if eff is None else float(eff), **link)
+            first = next(iter(cells.values()))
+            eff = first["effective_length"] if first["learned"] else None
+            out.cells[(label, "effective length")] = Cell(text=length_text(first["learned"], first["effective_length"]),
+                                                          value=None if eff is None else float(eff), **link)
+    verdicts = comparability(_verdicts(table, several), learned_threshold(ok))
+    out.title += verdicts.title_suffix()
+    out.extra["learnt"], out.extra["not_learnt"] = verdicts.learnt, verdicts.not_learnt
     out.caption = (f"Fraction of {probe} answers exactly right, counts pooled over depths, seeds and runs, with "
                    f"its Wilson 95% interval; effective length: the longest L_valid with accuracy >= {threshold:g} "
-                   f"there and at every shorter L_valid. {out.hardware} (commit {out.commit}).")
+                   f"there and at every shorter L_valid, given only for a model that learnt the task at L_train "
+                   f"(accuracy >= {verdicts.threshold:.0%}; otherwise '{NOT_LEARNT}'). {verdicts.note()} "
+                   f"{out.hardware} (commit {out.commit}).")
     return out
 
 
@@ -179,6 +214,10 @@ def heatmap_chart(rows: list[dict], method: str, L_train: int | None = None):
     ax.set_xlabel("L_valid (tokens)")
     ax.set_ylabel("needle depth")
     title = f"passkey: {method}" + (f" (L_train {L_train})" if L_train else "")
+    verdicts = {t["learned"] for t in accuracy_table(rows) if t["method"] == method and t["probe"] == "passkey"
+                and (L_train is None or t["L_train"] == L_train)}
+    if False in verdicts:
+        title += f", {NOT_LEARNT}"
     ax.set_title(title, fontsize=10)
     fig.colorbar(im, ax=ax, label="accuracy")
     fig.tight_layout()
@@ -187,7 +226,8 @@ def heatmap_chart(rows: list[dict], method: str, L_train: int | None = None):
 
 def accuracy_chart(rows: list[dict], probe: str, L_train: int | None = None):
     """Accuracy vs L_valid per method for one probe: log-2 x axis, Wilson 95% error bars, and a
-    dashed vertical line at L_train (gid ``L_train``)."""
+    dashed vertical line at L_train (gid ``L_train``). A method that did not learn the task at
+    L_train is drawn grey and dotted, "(not learnt at L_train)" in its legend entry."""
     table = [t for t in accuracy_table(rows) if t["probe"] == probe and t["acc"] is not None
              and (L_train is None or t["L_train"] == L_train)]
     if not table:
@@ -197,7 +237,11 @@ def accuracy_chart(rows: list[dict], probe: str, L_train: int | None = None):
         pts = sorted((t["L_valid"], t["acc"], t["lo"], t["hi"]) for t in table if t["method"] == method)
         x, y, lo, hi = (np.array(v, dtype=float) for v in zip(*pts))
         style = line_style(index)  # methods that coincide (all at 100%) stay apart by marker and dash
-        ax.plot(x, y, markersize=marker_size(index), markerfacecolor="none", markeredgewidth=1.3, label=method,
+        label = method
+        if any(t["learned"] is False for t in table if t["method"] == method):
+            style = {**style, "color": "0.6", "linestyle": ":"}
+            label = f"{method} ({NOT_LEARNT})"
+        ax.plot(x, y, markersize=marker_size(index), markerfacecolor="none", markeredgewidth=1.3, label=label,
                 gid=f"method:{method}", **style)
         ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="none", ecolor=style["color"], alpha=0.5, capsize=3)
     for L in sorted({t["L_train"] for t in table}):
@@ -213,10 +257,17 @@ def accuracy_chart(rows: list[dict], probe: str, L_train: int | None = None):
 
 
 def accuracy_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
-    """The task's report: the metric tables of its declarations, then a section of per-probe
-    accuracy tables with Wilson intervals (``probe_blocks``)."""
-    return [metric_section(runs, "retrieval", baseline),
-            Section("Retrieval accuracy (Wilson 95% intervals)", "retrieval", probe_blocks(runs))]
+    """The task's report: per probe, accuracy per L_valid with Wilson intervals (``probe_blocks``);
+    the summary metrics (accuracy at L_train and at the longest L_valid, effective length,
+    learned) are columns of those tables, not one-cell tables of their own. The run details go
+    to the appendix (``posbench.report.sections.collect_sections``)."""
+    return [Section("Retrieval accuracy (Wilson 95% intervals)", "retrieval", probe_blocks(runs))]
+
+
+def summary_tables(runs: Runs) -> list[Table]:
+    """The tables printed at the end of a run: per probe, accuracy per L_valid with its Wilson
+    interval and the effective length (or "not learnt at L_train")."""
+    return [b.table for b in probe_blocks(runs)]
 
 
 def probe_blocks(runs: Runs) -> list[Block]:

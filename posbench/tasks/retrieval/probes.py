@@ -1,14 +1,22 @@
 """Retrieval probes: synthetic prompts whose answer sits far back in the context.
 
 Four probes (the ``retrieval`` task's grid axis ``probe``), each a sequence of exactly ``length``
-tokens whose last part is the answer:
+tokens that starts with ``BOS`` and whose last part is the answer:
 
 - ``passkey`` (landmark attention, YaRN): repeated filler with a needle ``MARK d1..dk END`` at a
   chosen depth, then ``ASK d1..dk``; the answer is the k-symbol key.
-- ``mqar`` (Zoology's multi-query associative recall): ``k1 v1 ... kN vN`` at the start, filler,
-  then Q queries ``QUERY k v`` for distinct keys; each value is a one-token answer.
+- ``mqar`` (Zoology's multi-query associative recall): ``k1 v1 ... kN vN`` right after ``BOS``,
+  filler, then Q queries ``QUERY k v`` for distinct keys; each value is a one-token answer. Keys
+  and values come from disjoint alphabets (Zoology's MQAR): a key never appears as a value.
 - ``copy`` / ``reverse`` (Kazemnejad et al. 2023): a random segment ``MARK s1..sn END`` at a
   depth in filler, then ``COPY s1..sn`` or ``REVERSE sn..s1``.
+
+A passkey key and a copy segment repeat no symbol while they fit in the alphabet: with 8 of 16
+symbols drawn with replacement, 88% of segments repeated one, and a symbol that occurs twice gives
+the induction head that copies "what followed this symbol" two places to continue from.
+
+Why ``BOS``: the first position is where a model without positions (NoPE) and a causal model in
+general anchor their attention (the "attention sink"); every example has the same one.
 
 Probe tokens live after the language-model vocabulary (ids ``base ..``), so one model reads both
 LM text and probes. The filler is a fixed phrase of ``filler_len`` tokens repeated, as in the
@@ -21,6 +29,7 @@ probe and the length, never on the draw, so a batch of examples decodes together
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,10 +40,11 @@ from posbench.core.config import PROBES, ProbeConfig  # noqa: F401 (re-exported:
 class ProbeVocab:
     """Token ids of the probes, starting at ``base`` (the LM vocabulary's size).
 
-    Layout: filler phrase (filler_len), MARK, END, ASK, COPY, REVERSE, QUERY, then the symbols.
+    Layout: filler phrase (filler_len), BOS, MARK, END, ASK, COPY, REVERSE, QUERY, the value
+    symbols (n_symbols: passkey digits, segments, mqar values), then the mqar keys (n_keys).
     """
 
-    SPECIALS = ("MARK", "END", "ASK", "COPY", "REVERSE", "QUERY")
+    SPECIALS = ("BOS", "MARK", "END", "ASK", "COPY", "REVERSE", "QUERY")
 
     def __init__(self, base: int, cfg: ProbeConfig):
         self.base, self.cfg = base, cfg
@@ -42,7 +52,8 @@ class ProbeVocab:
         for i, name in enumerate(self.SPECIALS):
             setattr(self, name, base + cfg.filler_len + i)
         self.first_symbol = base + cfg.filler_len + len(self.SPECIALS)
-        self.size = cfg.filler_len + len(self.SPECIALS) + cfg.n_symbols  # probe tokens added
+        self.first_key = self.first_symbol + cfg.n_symbols
+        self.size = cfg.filler_len + len(self.SPECIALS) + cfg.n_symbols + cfg.n_keys  # probe tokens added
 
     @property
     def vocab_size(self) -> int:
@@ -62,21 +73,30 @@ class ProbeBatch:
 
 
 def min_length(probe: str, cfg: ProbeConfig) -> int:
-    """Shortest sequence that holds the probe (with no filler)."""
+    """Shortest sequence that holds the probe (BOS, no filler)."""
     if probe == "passkey":
-        return 2 * cfg.key_len + 3
+        return 2 * cfg.key_len + 4
     if probe == "mqar":
-        return 2 * cfg.n_pairs + 3 * cfg.n_queries
+        return 1 + 2 * cfg.n_pairs + 3 * cfg.n_queries
     if probe in ("copy", "reverse"):
-        return 2 * cfg.segment_len + 3
+        return 2 * cfg.segment_len + 4
     raise ValueError(f"unknown probe {probe!r}; allowed: {', '.join(PROBES)}")
 
 
 def chance(probe: str, cfg: ProbeConfig) -> float:
     """Accuracy of guessing every answer symbol uniformly: per example for passkey/copy/reverse
-    (exact match of the whole answer), per query for mqar."""
+    (exact match of the whole answer; k distinct symbols of n have n!/(n-k)! orders), per query
+    for mqar."""
     n = {"passkey": cfg.key_len, "mqar": 1, "copy": cfg.segment_len, "reverse": cfg.segment_len}[probe]
+    if probe != "mqar" and distinct_symbols(probe, cfg):
+        return 1.0 / math.perm(cfg.n_symbols, n)
     return float(cfg.n_symbols) ** -n
+
+
+def distinct_symbols(probe: str, cfg: ProbeConfig) -> bool:
+    """Whether a passkey key or a copy/reverse segment repeats no symbol: it does only when it is
+    longer than the alphabet."""
+    return (cfg.key_len if probe == "passkey" else cfg.segment_len) <= cfg.n_symbols
 
 
 def _rng(seed: int, probe: str, length: int, depth: float | None) -> np.random.Generator:
@@ -103,19 +123,24 @@ def generate(probe: str, vocab: ProbeVocab, length: int, n: int, seed: int,
 
 
 def _filler(vocab: ProbeVocab, n: int, length: int) -> np.ndarray:
-    """(n, length) rows of the repeated filler phrase."""
+    """(n, length) rows of BOS then the repeated filler phrase."""
     phrase = vocab.filler[np.arange(length) % len(vocab.filler)]
-    return np.broadcast_to(phrase, (n, length)).copy()
+    tokens = np.broadcast_to(phrase, (n, length)).copy()
+    tokens[:, 0] = vocab.BOS
+    return tokens
 
 
 def _needle(probe, vocab: ProbeVocab, length, n, rng, depth) -> ProbeBatch:
     cfg = vocab.cfg
     k = cfg.key_len if probe == "passkey" else cfg.segment_len
     question = {"passkey": vocab.ASK, "copy": vocab.COPY, "reverse": vocab.REVERSE}[probe]
-    symbols = rng.integers(0, cfg.n_symbols, size=(n, k)) + vocab.first_symbol  # (n, k)
-    free = length - (k + 2) - (k + 1)  # filler tokens around the needle
+    if distinct_symbols(probe, cfg):  # k distinct symbols in random order
+        symbols = np.argsort(rng.random((n, cfg.n_symbols)), axis=1)[:, :k] + vocab.first_symbol  # (n, k)
+    else:
+        symbols = rng.integers(0, cfg.n_symbols, size=(n, k)) + vocab.first_symbol  # (n, k)
+    free = length - 1 - (k + 2) - (k + 1)  # filler tokens around the needle (after BOS)
     depths = rng.random(n) if depth is None else np.full(n, float(depth))
-    starts = np.rint(depths * free).astype(np.int64)  # (n,) needle's first token (MARK)
+    starts = 1 + np.rint(depths * free).astype(np.int64)  # (n,) needle's first token (MARK)
     tokens = _filler(vocab, n, length)
     rows = np.arange(n)[:, None]
     tokens[rows, starts[:, None] + np.arange(k + 2)] = np.concatenate(
@@ -130,20 +155,21 @@ def _needle(probe, vocab: ProbeVocab, length, n, rng, depth) -> ProbeBatch:
 def _mqar(vocab: ProbeVocab, length, n, rng) -> ProbeBatch:
     cfg = vocab.cfg
     N, Q = cfg.n_pairs, cfg.n_queries
-    # Distinct keys per row: the N smallest of n_symbols random numbers; values may repeat.
-    keys = np.argsort(rng.random((n, cfg.n_symbols)), axis=1)[:, :N] + vocab.first_symbol  # (n, N)
+    # Distinct keys per row from the key alphabet: the N smallest of n_keys random numbers;
+    # values from the value alphabet, and they may repeat (as in Zoology).
+    keys = np.argsort(rng.random((n, cfg.n_keys)), axis=1)[:, :N] + vocab.first_key  # (n, N)
     values = rng.integers(0, cfg.n_symbols, size=(n, N)) + vocab.first_symbol  # (n, N)
     asked = np.argsort(rng.random((n, N)), axis=1)[:, :Q]  # (n, Q) which pairs are queried, in order
     tokens = _filler(vocab, n, length)
-    tokens[:, 0 : 2 * N : 2] = keys
-    tokens[:, 1 : 2 * N : 2] = values
+    tokens[:, 1 : 1 + 2 * N : 2] = keys
+    tokens[:, 2 : 2 + 2 * N : 2] = values
     rows = np.arange(n)[:, None]
     q0 = length - 3 * Q  # first QUERY token
     tokens[:, q0::3] = vocab.QUERY
     tokens[:, q0 + 1::3] = keys[rows, asked]
     tokens[:, q0 + 2::3] = values[rows, asked]
     spans = [(q0 + 3 * j + 2, q0 + 3 * j + 3) for j in range(Q)]
-    distance = (q0 + 3 * np.arange(Q) + 1)[None, :] - 2 * asked  # query key minus pair key
+    distance = (q0 + 3 * np.arange(Q) + 1)[None, :] - (1 + 2 * asked)  # query key minus pair key
     return ProbeBatch(tokens, spans, np.zeros(n), distance)
 
 
@@ -160,7 +186,7 @@ def oracle_next(vocab: ProbeVocab, history: np.ndarray) -> int:
     if h[a] == vocab.QUERY:
         key = h[a + 1]
         pairs_end = int(np.flatnonzero(h == vocab.QUERY)[0])
-        for i in range(0, pairs_end - 1, 2):  # pairs block: k1 v1 k2 v2 ...
+        for i in range(1, pairs_end - 1, 2):  # pairs block after BOS: k1 v1 k2 v2 ...
             if h[i] == key:
                 return int(h[i + 1])
         raise ValueError("oracle: the queried key is not among the pairs")

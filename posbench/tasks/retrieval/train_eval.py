@@ -18,9 +18,12 @@ from posbench.engine.train import TrainConfig, load_checkpoint, train
 
 
 def mixed_batches(lm_tokens: np.ndarray, vocab: P.ProbeVocab, train_probes: list[str], seq_len: int,
-                  batch_size: int, mix: float, seed: int):
+                  batch_size: int, mix: float, seed: int, answers_only: bool = False):
     """Endless (B, T+1) int64 batches: each row is a probe example with probability ``mix`` (a
-    probe of ``train_probes`` at a random depth), else a random window of ``lm_tokens``."""
+    probe of ``train_probes`` at a random depth), else a random window of ``lm_tokens``.
+
+    ``answers_only``: yield (ids (B, T+1), targets (B, T)) instead, the targets of a probe row
+    -100 (no loss) everywhere but at its answers; language-model rows keep every target."""
     rng = np.random.default_rng([seed, 7])
     n = len(lm_tokens)
     if mix < 1.0 and n < seq_len + 1:
@@ -28,23 +31,33 @@ def mixed_batches(lm_tokens: np.ndarray, vocab: P.ProbeVocab, train_probes: list
     span = np.arange(seq_len + 1)
     while True:
         out = np.empty((batch_size, seq_len + 1), dtype=np.int64)
+        targets = out[:, 1:].copy() if answers_only else None
         is_probe = rng.random(batch_size) < mix
         which = rng.integers(0, len(train_probes), size=batch_size)
         for i, probe in enumerate(train_probes):
             rows = np.flatnonzero(is_probe & (which == i))
             if len(rows):
                 batch_seed = int(rng.integers(0, 2**31))  # training seeds stay below 2**31, eval's above
-                out[rows] = P.generate(probe, vocab, seq_len + 1, len(rows), batch_seed).tokens
+                batch = P.generate(probe, vocab, seq_len + 1, len(rows), batch_seed)
+                out[rows] = batch.tokens
+                if answers_only:
+                    keep = np.full((len(rows), seq_len), -100, dtype=np.int64)
+                    for start, end in batch.spans:  # target j is token j + 1
+                        keep[:, start - 1:end - 1] = batch.tokens[:, start:end]
+                    targets[rows] = keep
         lm_rows = np.flatnonzero(~is_probe)
         if len(lm_rows):
             starts = rng.integers(0, n - seq_len, size=len(lm_rows))
             out[lm_rows] = lm_tokens[starts[:, None] + span[None, :]]
-        yield torch.from_numpy(out)
+            if answers_only:
+                targets[lm_rows] = out[lm_rows, 1:]
+        yield (torch.from_numpy(out), torch.from_numpy(targets)) if answers_only else torch.from_numpy(out)
 
 
-def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Path | None, tracker=None):
-    """(model, metrics): trained at L_train on the mix, or loaded from this method's checkpoint;
-    the training curves go to ``tracker`` (``posbench.engine.tracking``) when given."""
+def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Path | None, probes: list[str],
+                  tracker=None):
+    """(model, metrics): trained at L_train on the mix of ``probes`` and text, or loaded from the
+    checkpoint; the training curves go to ``tracker`` (``posbench.engine.tracking``) when given."""
     L = case.params.L_train
     overrides = {"vocab_size": vocab.vocab_size, **s.model_overrides}
     cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **overrides)
@@ -53,7 +66,7 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
         r, reused = blob["result"], 1
         final, steps, tokens, seconds = r["final_loss"], r["steps"], r["tokens"], 0.0
     else:
-        for probe in s.train_probes:
+        for probe in probes:
             if P.min_length(probe, vocab.cfg) > L + 1:
                 raise ValueError(f"retrieval: L_train {L} is too short to train on probe {probe} "
                                  f"(it needs {P.min_length(probe, vocab.cfg) - 1} tokens)")
@@ -61,7 +74,7 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
         model = TransformerLM(cfg)
         tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
                            warmup_steps=s.warmup_steps, precision=s.precision, seed=s.seed)
-        data = mixed_batches(lm_tokens, vocab, s.train_probes, L, s.batch_size, s.mix, s.seed)
+        data = mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, s.seed, s.loss == "answers")
         r = train(model, data, tcfg, case.device, ckpt, tracker=tracker)
         final, steps, tokens, seconds, reused = r.final_loss, r.steps, r.tokens, r.seconds, 0
     metrics = dict(final_train_loss=final, train_steps=steps, train_tokens=tokens, train_seconds=seconds,
