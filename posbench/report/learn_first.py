@@ -1,0 +1,90 @@
+"""Learn first, then compare: a length-generalisation number means something only for a model that
+learnt the task at its training length.
+
+A method whose accuracy at L_train stays below the suite's ``learned_threshold`` never learnt the
+task, so its accuracy beyond L_train (and an effective length of 0 or L_train) says nothing about
+length: tables show ``NOT_LEARNT`` instead of an effective length, charts draw it apart, and the
+report says how many methods were comparable. A run where fewer than two methods learnt (or the
+only one did not) compares nothing: a broken profile, named loudly (``BROKEN``) in the table title.
+
+Task-neutral: any task with an accuracy at its training length (retrieval probes, algorithmic
+length-generalisation tasks) imports this module; it names no task.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+NOT_LEARNT = "not learnt at L_train"
+BROKEN = "BROKEN PROFILE"
+
+
+def learned(accuracy: Optional[float], threshold: float) -> Optional[bool]:
+    """Whether a model learnt the task: its accuracy at L_train is >= ``threshold``. None when
+    there is no accuracy (the L_train evaluation failed or did not run): unknown, not a verdict."""
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"learned_threshold must lie in [0, 1], got {threshold!r}")
+    if accuracy is None or isinstance(accuracy, bool) or not isinstance(accuracy, (int, float)) \
+            or not math.isfinite(accuracy):
+        return None
+    return accuracy >= threshold
+
+
+def length_text(is_learned: Optional[bool], effective_length: Optional[int]) -> str:
+    """The text of an effective-length cell: the length when the task was learnt, ``NOT_LEARNT``
+    when it was not, ``-`` when unknown."""
+    if is_learned is False:
+        return NOT_LEARNT
+    if is_learned is None or effective_length is None:
+        return "-"
+    return str(effective_length)
+
+
+def comparable_length(is_learned: Optional[bool], effective_length: Optional[int]) -> Optional[int]:
+    """The effective length a row may report: None unless the task was learnt at L_train."""
+    return effective_length if is_learned else None
+
+
+@dataclass
+class Comparability:
+    """Which methods (or any row labels) of one table learnt the task, and what that allows."""
+
+    threshold: float
+    learnt: list[str] = field(default_factory=list)
+    not_learnt: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)  # no accuracy at L_train
+
+    @property
+    def total(self) -> int:
+        return len(self.learnt) + len(self.not_learnt) + len(self.unknown)
+
+    @property
+    def broken(self) -> bool:
+        """Nothing to compare: fewer than two rows learnt (one row: it did not learn)."""
+        return len(self.learnt) < min(2, self.total)
+
+    def note(self) -> str:
+        """One sentence for a caption: how many were comparable, which were not."""
+        text = (f"{len(self.learnt)} of {self.total} learnt the task at L_train (accuracy >= {self.threshold:.0%}) "
+                "and are compared beyond it")
+        if self.not_learnt:
+            text += f"; {NOT_LEARNT}: {', '.join(self.not_learnt)}"
+        if self.unknown:
+            text += f"; no accuracy at L_train: {', '.join(self.unknown)}"
+        text += "."
+        if self.broken:
+            text = f"{BROKEN}: {text} This profile compares nothing: fix its training before reading it."
+        return text
+
+    def title_suffix(self) -> str:
+        """What a table title adds: nothing when two or more learnt, a loud mark when broken."""
+        return f" — {BROKEN}: {len(self.learnt)} of {self.total} learnt the task at L_train" if self.broken else ""
+
+
+def comparability(verdicts: Mapping[str, Optional[bool]], threshold: float) -> Comparability:
+    """Group labels by their ``learned`` verdict, in the mapping's order."""
+    out = Comparability(threshold)
+    for label, verdict in verdicts.items():
+        {True: out.learnt, False: out.not_learnt, None: out.unknown}[verdict].append(label)
+    return out
