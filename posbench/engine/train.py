@@ -87,7 +87,7 @@ class TrainResult:
 
 def train(
     model: TransformerLM,
-    batches: Iterator[torch.Tensor],  # yields (B, T+1) token ids
+    batches: Iterator,  # yields (B, T+1) token ids, or (ids, targets (B, T) with -100 where no loss is taken)
     cfg: TrainConfig,
     device: torch.device | str = "cpu",
     checkpoint: str | Path | None = None,
@@ -111,8 +111,13 @@ def train(
     start = time.perf_counter()
     loss_value = float("nan")
     for step in range(total):
-        batch = distributed.split_batch(next(batches)).to(device, non_blocking=True)
-        inputs, targets = batch[:, :-1], batch[:, 1:]
+        batch = next(batches)
+        if isinstance(batch, tuple):  # (ids (B, T+1), targets (B, T)): -100 marks a token with no loss
+            ids, targets = (distributed.split_batch(t).to(device, non_blocking=True) for t in batch)
+            inputs = ids[:, :-1]
+        else:
+            batch = distributed.split_batch(batch).to(device, non_blocking=True)
+            inputs, targets = batch[:, :-1], batch[:, 1:]
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg, total)
         ctx = torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
