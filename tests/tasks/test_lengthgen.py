@@ -137,3 +137,28 @@ def test_suite_profiles():
     gpu = suitemod.resolve(loaded, "gpu")
     assert {"reverse", "duplicate", "parity", "modular_arithmetic", "copy", "addition", "sort"} <= set(gpu.grid["task"])
     assert max(gpu.settings.test_lengths(max(gpu.grid["L_train"]))) >= 4 * max(gpu.grid["L_train"])
+
+
+def test_report_and_run_summary_show_the_accuracy_tables(tmp_path):
+    """`bench.py report` on a lengthgen run: the metric tables, then per algorithmic task the
+    methods x n accuracy with Wilson intervals and the learn-first marking; the end-of-run
+    summary prints the same per-task tables."""
+    from posbench.report.build import build_report
+    from posbench.report.rows import load_runs
+    from posbench.report.table import run_tables
+    from tests.helpers.report_rows import base_row, write_run
+
+    rows = []
+    for method, cells in (("randomized", _cells((4, 20, 20), (8, 12, 20))), ("rotary", _cells((4, 10, 20), (8, 0, 20)))):
+        row = base_row("lengthgen", "lengthgen", method, {"L_train": 4, "task": "reverse"}, "run-l")
+        row["metrics"] = LG.summarize(cells, 4, 0.9)
+        row["series"] = {"cells": cells, "learned_threshold": 0.9, "source": "Ruoss et al. 2023"}
+        rows.append(row)
+    folder = write_run(tmp_path / "runs", rows, baseline="rotary", metrics=["acc_at_train_len", "acc_beyond"])
+    build_report([folder], tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    lo, hi = wilson_interval(12, 20)
+    assert "### reverse" in md and f"60% [{100 * lo:.0f}, {100 * hi:.0f}]" in md
+    assert NOT_LEARNT in md and BROKEN in md  # one of two learnt: nothing to compare
+    (summary,) = run_tables(load_runs([folder]))
+    assert summary.columns == [4, 8, T.BEYOND, T.LEARNT]
