@@ -31,6 +31,8 @@ def test_tiny_case_end_to_end(tmp_path):
     k = cells[1]["correct"]
     assert m["acc@6"] == m["acc_at_max_len"] == m["acc_beyond"] == k / 6
     assert (m["acc_lo@6"], m["acc_hi@6"]) == wilson_interval(k, 6)
+    assert cells[1]["token_total"] == 6 * 6 and k * 6 <= cells[1]["token_correct"] <= 36
+    assert m["token_acc_beyond"] == cells[1]["token_correct"] / 36
     assert m["learned"] == int(m["acc@3"] >= 0.9) and m["chance_at_train_len"] == 2.0**-3
     assert m["train_steps"] == 3 and m["train_examples"] == 12 and np.isfinite(m["final_train_loss"])
     assert out["series"]["learned_threshold"] == 0.9 and out["series"]["source"] == "Ruoss et al. 2023"

@@ -39,6 +39,8 @@ METRICS = {
     "acc_beyond": M("Accuracy beyond L_train", "fraction", "answers exactly right, pooled over every test length "
                     "n > L_train (the papers' average over unseen lengths); compare only rows that learnt",
                     True, "plain", table=True),
+    "token_acc_beyond": M("Per-token accuracy beyond L_train", "fraction", "answer tokens right (argmax given the "
+                          "true prefix), pooled over every n > L_train: Ruoss et al.'s measure", True, "plain"),
     "acc_at_max_len": M("Accuracy at the longest n", "fraction", "accuracy at the longest test length", True, "plain"),
     "learned": M("Learnt at L_train", "", "1 when accuracy at L_train >= learned_threshold, else 0", None, "int",
                  appendix=False),
@@ -113,6 +115,9 @@ def summarize(cells: list[dict], L: int, threshold: float) -> dict:
     metrics["acc_beyond"] = k / total if ok else None
     metrics["acc_at_train_len"] = acc.get(L)
     metrics["acc_at_max_len"] = acc[max(acc)] if acc else None
+    over = [c for c in cells if c["n"] > L and c["status"] == "ok" and c.get("token_total")]
+    hits, total = sum(c["token_correct"] for c in over), sum(c["token_total"] for c in over)
+    metrics["token_acc_beyond"] = hits / total if total and len(over) == sum(c["n"] > L for c in cells) else None
     verdict = learned(acc.get(L), threshold)
     metrics["learned"] = None if verdict is None else int(verdict)
     return metrics

@@ -41,12 +41,20 @@ def _with_targets(batch: A.Batch) -> tuple[torch.Tensor, torch.Tensor]:
 
 @torch.no_grad()
 def exact_match(model, batch: A.Batch, device, batch_size: int) -> np.ndarray:
-    """(rows,) bool: whether greedy decoding would write each row's whole answer exactly.
+    """(rows,) bool: whether greedy decoding would write each row's whole answer exactly
+    (``token_hits(...).all(axis=1)``)."""
+    return token_hits(model, batch, device, batch_size).all(axis=1)
 
-    One teacher-forced forward: greedy decoding reproduces the answer exactly if and only if, at
+
+@torch.no_grad()
+def token_hits(model, batch: A.Batch, device, batch_size: int) -> np.ndarray:
+    """(rows, answer tokens) bool: whether the argmax given the true prefix is the true token.
+
+    A row is right as a whole (exact match) when all its tokens are: greedy decoding reproduces
+    the answer exactly if and only if, at
     every answer position, the argmax given the true prefix is the true token (by induction: up to
-    the first miss the decoded prefix is the true one). So this equals decoding through the KV
-    cache (tested) for every method whose incremental decoding equals its full forward (the
+    the first miss the decoded prefix is the true one). So the exact match equals decoding through
+    the KV cache (tested) for every method whose incremental decoding equals its full forward (the
     conformance kit checks that), at the cost of one forward.
     """
     a = batch.answer
@@ -55,22 +63,24 @@ def exact_match(model, batch: A.Batch, device, batch_size: int) -> np.ndarray:
         tokens = torch.from_numpy(batch.tokens[i : i + batch_size]).to(device)
         logits = model(tokens[:, : a.stop - 1])  # (B, a.stop - 1, V): positions that predict the answer
         pred = logits[:, a.start - 1 : a.stop - 1].argmax(-1)  # (B, m)
-        out.append((pred == tokens[:, a]).all(dim=1))
+        out.append(pred == tokens[:, a])
     return torch.cat(out).cpu().numpy()
 
 
 def eval_length(model, task: A.AlgoTask, n: int, s, device) -> dict:
-    """One cell: exact-match outcomes of ``s.eval_samples`` fresh examples of length ``n`` (an
-    out-of-memory becomes the cell's status; the other lengths go on)."""
-    cell = {"n": n, "correct": 0, "total": 0, "status": "ok", "message": ""}
+    """One cell: exact-match outcomes of ``s.eval_samples`` fresh examples of length ``n``, and
+    the answer tokens right (Ruoss et al.'s per-token accuracy); an out-of-memory becomes the
+    cell's status, the other lengths go on."""
+    cell = {"n": n, "correct": 0, "total": 0, "token_correct": 0, "token_total": 0, "status": "ok", "message": ""}
     batch = A.generate(task.name, n, s.eval_samples, A.EVAL_SEED + s.seed)
     try:
-        ok = exact_match(model, batch, device, s.eval_batch_size)
+        hits = token_hits(model, batch, device, s.eval_batch_size)  # (rows, answer tokens)
     except (MemoryError, torch.cuda.OutOfMemoryError) as exc:
         text = str(exc).splitlines()
         cell.update(status="oom", message=f"{type(exc).__name__}: {text[0] if text else ''}")
         if torch.device(device).type == "cuda":
             torch.cuda.empty_cache()
         return cell
-    cell.update(correct=int(ok.sum()), total=int(ok.size))
+    whole = hits.all(axis=1)
+    cell.update(correct=int(whole.sum()), total=int(whole.size), token_correct=int(hits.sum()), token_total=int(hits.size))
     return cell
