@@ -9,11 +9,17 @@ training on short ones, and can only rely on their order. One draw per forward p
 where the paper draws per sequence: the harness passes one position vector per batch), from
 torch's global generator, so a seeded run is reproducible.
 
-Only in training mode (``model.train()``): evaluation uses the positions it is given (0 .. T-1,
-or interpolated ones), so it is deterministic and KV-cache decoding equals the full forward. The
-paper samples at test time as well; with consecutive test positions the model meets gaps of 1,
+By default (``eval_positions: given``) only in training mode (``model.train()``): evaluation uses
+the positions it is given (0 .. T-1, or interpolated ones), so it is deterministic and KV-cache
+decoding equals the full forward. With consecutive test positions the model meets gaps of 1,
 smaller than the typical gap max_len / T of training, which is what the extrapolation rows of this
 method measure.
+
+``eval_positions: sampled`` is the paper's protocol: evaluation draws an ordered subset of [0,
+max_len) per forward too, so a test sequence meets the positions training taught (the DeepMind
+reference draws in every forward, training or not). It is for scoring with full forwards
+(teacher-forced exact match, perplexity windows): a decoding step through a KV cache would read
+positions of another draw, so it is refused with one line.
 """
 from typing import Any, NamedTuple
 
@@ -24,6 +30,7 @@ from posbench.core.method import PositionMethod
 from posbench.core.registry import register
 
 BASES = ("rotary", "sinusoidal")
+EVAL_POSITIONS = ("given", "sampled")
 
 
 class Drawn(NamedTuple):
@@ -38,24 +45,32 @@ class Drawn(NamedTuple):
 class Randomized(PositionMethod):
     name = "randomized"
 
-    def __init__(self, cfg, base: str = "rotary", max_len: int = 2048):
+    def __init__(self, cfg, base: str = "rotary", max_len: int = 2048, eval_positions: str = "given"):
         super().__init__(cfg)
         if base not in BASES:
             raise ValueError(f"randomized: base must be one of {', '.join(BASES)}, got {base!r}")
         if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
             raise ValueError(f"randomized: max_len must be a positive integer, got {max_len!r}")
-        self.base, self.max_len = base, max_len
+        if eval_positions not in EVAL_POSITIONS:
+            raise ValueError(f"randomized: eval_positions must be one of {', '.join(EVAL_POSITIONS)}, "
+                             f"got {eval_positions!r}")
+        self.base, self.max_len, self.eval_positions = base, max_len, eval_positions
         self.inner = registry.get(base)(cfg)
 
     def sample(self, length: int, device) -> torch.Tensor:
         """(length,) int64: an ordered random subset of [0, max_len)."""
         if length > self.max_len:
-            raise ValueError(f"randomized: a training sequence of {length} tokens is longer than max_len "
-                             f"{self.max_len}; allowed: max_len >= the training length")
+            what = "a training" if self.training else "an evaluated"
+            raise ValueError(f"randomized: {what} sequence of {length} tokens is longer than max_len "
+                             f"{self.max_len}; allowed: max_len >= the longest sequence drawn for")
         return torch.randperm(self.max_len, device=device)[:length].sort().values
 
     def prepare(self, q_pos, k_pos, dtype) -> Drawn:
-        if not self.training or k_pos.shape != q_pos.shape:  # evaluation, or a KV cache
+        draws = self.training or self.eval_positions == "sampled"
+        if draws and k_pos.shape != q_pos.shape and not self.training:
+            raise ValueError("randomized: eval_positions 'sampled' draws the positions of each full forward; "
+                             "decoding through a KV cache needs eval_positions 'given'")
+        if not draws or k_pos.shape != q_pos.shape:  # evaluation at the given positions, or a KV cache
             return Drawn(None, self.inner.prepare(q_pos, k_pos, dtype))
         # One draw serves embed and every layer of this training forward.
         drawn = self.sample(q_pos.shape[0], q_pos.device)
@@ -77,4 +92,4 @@ class Randomized(PositionMethod):
         return self.inner.attend(q, k, v, q_pos, k_pos, layer, state.inner)
 
     def extra_repr(self) -> str:
-        return f"name={self.name!r}, base={self.base!r}, max_len={self.max_len}"
+        return f"name={self.name!r}, base={self.base!r}, max_len={self.max_len}, eval_positions={self.eval_positions!r}"

@@ -56,6 +56,7 @@ TASKS: dict[str, str] = {
     "kernels": "posbench.tasks.kernels",
     "decode": "posbench.tasks.decode",
     "retrieval": "posbench.tasks.retrieval",
+    "lengthgen": "posbench.tasks.lengthgen",
     "_testing": "posbench.tasks._testing",
 }
 

@@ -41,3 +41,27 @@ def effective_length(acc_by_length: dict[int, float | None], threshold: float) -
             break
         best = length
     return best
+
+
+def pooled_counts(cells, key: str) -> dict:
+    """{cell[key]: (correct, total, every cell ok)}, sorted by key: the outcome counts of the cells
+    that share a key (a length) summed, so merged seeds and runs pool their samples. A cell whose
+    ``status`` is not ok (out of memory) marks its key as failed."""
+    counts: dict = {}
+    for c in cells:
+        entry = counts.setdefault(c[key], [0, 0, True])
+        entry[0] += c["correct"]
+        entry[1] += c["total"]
+        entry[2] &= c.get("status", "ok") == "ok"
+    return {k: tuple(v) for k, v in sorted(counts.items())}
+
+
+def accuracy_metrics(counts: dict) -> tuple[dict, dict]:
+    """(metrics, accuracy) of ``pooled_counts``: ``acc@k``, ``acc_lo@k``, ``acc_hi@k`` (Wilson 95%)
+    per key, and {key: accuracy}; a failed or empty key has None."""
+    metrics, acc = {}, {}
+    for k, (correct, total, ok) in counts.items():
+        acc[k] = correct / total if ok and total else None
+        lo, hi = wilson_interval(correct, total) if ok and total else (None, None)
+        metrics.update({f"acc@{k}": acc[k], f"acc_lo@{k}": lo, f"acc_hi@{k}": hi})
+    return metrics, acc

@@ -271,3 +271,28 @@ def test_randomized_uses_the_draw_in_every_layer_while_training(base):
     model.train()
     out = model(idx)
     torch.testing.assert_close(out, plain.train()(idx, pos=expected))
+
+
+def test_randomized_eval_positions_sampled_draws_in_evaluation_too():
+    # The paper's protocol: evaluation draws positions as training does (one draw per forward);
+    # a KV-cache decoding step would read another draw, so it is refused with one line.
+    model = TransformerLM(ModelConfig(d_model=32, n_heads=2, n_layers=2, method="randomized",
+                                      method_options={"max_len": 64, "eval_positions": "sampled"})).eval()
+    plain = TransformerLM(ModelConfig(d_model=32, n_heads=2, n_layers=2, method="rotary"))
+    plain.load_state_dict(model.state_dict(), strict=False)
+    idx = torch.randint(0, 256, (2, 12))
+    torch.manual_seed(5)
+    out = model(idx)
+    torch.manual_seed(5)
+    drawn = model.method.sample(12, "cpu")
+    assert not torch.equal(drawn, torch.arange(12))
+    torch.testing.assert_close(out, plain.eval()(idx, pos=drawn))
+    cache = model.new_cache()
+    model(idx[:, :5], cache=cache)
+    with pytest.raises(ValueError, match="randomized: eval_positions 'sampled' draws the positions of each full"):
+        model(idx[:, 5:6], cache=cache)
+    with pytest.raises(ValueError, match="randomized: eval_positions must be one of given, sampled, got 'random'"):
+        method("randomized", eval_positions="random")
+    with pytest.raises(ValueError, match="randomized: an evaluated sequence of 65 tokens is longer than max_len 64"):
+        model(torch.randint(0, 256, (1, 65)))
+

@@ -20,7 +20,7 @@ from posbench.report.sections import collect_sections
 from posbench.report.table import run_tables
 
 REPORT_DIR = Path(posbench.__file__).parent / "report"
-TASK_NAMES = ("efficiency", "extrapolation", "precision", "kernels", "decode", "retrieval")
+TASK_NAMES = ("efficiency", "extrapolation", "precision", "kernels", "decode", "retrieval", "lengthgen")
 
 # A plugin task with a report of its own: a first section before every built-in one, one table per
 # row (its "score" at each "width"), a run summary of one table, and a number compare reads from
@@ -129,4 +129,4 @@ def test_defaults_of_a_task_that_declares_nothing(plugin):
 def test_built_in_sections_keep_their_order():
     places = {name: task_registry.get(name).REPORT_ORDER for name in TASK_NAMES}
     assert sorted(TASK_NAMES, key=lambda n: (places[n], n)) == [
-        "efficiency", "extrapolation", "kernels", "decode", "precision", "retrieval"]
+        "efficiency", "extrapolation", "kernels", "decode", "lengthgen", "precision", "retrieval"]

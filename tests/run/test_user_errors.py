@@ -9,7 +9,7 @@ from posbench.core import task as tasks
 from posbench.core.outcome import PosbenchError
 
 REPO = Path(__file__).resolve().parents[2]
-TASK_NAMES = re.compile(r"\b(efficiency|extrapolation|precision|kernels|decode|retrieval)\b", re.I)
+TASK_NAMES = re.compile(r"\b(efficiency|extrapolation|precision|kernels|decode|retrieval|lengthgen)\b", re.I)
 
 
 def test_user_facing_errors_share_the_base_and_keep_their_old_one():

@@ -1,0 +1,164 @@
+"""Lengthgen: does a method generalise an algorithm to longer inputs than it was trained on?
+
+The algorithmic tasks of Ruoss et al. 2023 (reverse, duplicate, parity, modular arithmetic,
+missing duplicate) and Kazemnejad et al. 2023 (copy, addition, sort), as sequence-to-sequence
+rows ``BOS input SEP answer`` for the decoder-only model (``posbench.data.algorithmic``).
+
+One case = one method, one ``L_train`` and one ``task``:
+1. Train a fresh model on examples of lengths drawn uniformly from 1..L_train (one length per
+   batch), the loss on the answer tokens only (``posbench.engine.train`` with a loss mask).
+2. At every test length n = factor x L_train: the fraction of fresh examples whose whole answer
+   greedy decoding writes exactly (the papers' exact match; one teacher-forced forward,
+   ``train_eval.exact_match``), with its Wilson 95% interval.
+3. Learn first: the row records whether the method learnt the task at L_train (accuracy at n =
+   L_train >= ``learned_threshold``); the tables mark a method that did not "not learnt at
+   L_train" instead of comparing its accuracy beyond L_train.
+
+Rows carry the outcome counts (``series.cells``: n, correct, total), so reports recompute the
+intervals after merging runs (``posbench.tasks.lengthgen.tables``).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from posbench.core.config import PRESETS
+from posbench.core.task import Metric, TaskSettings, known_model_fields
+from posbench.data.algorithmic import TASKS as ALGO_TASKS
+from posbench.report.stats import accuracy_metrics, pooled_counts
+from posbench.report.learn_first import learned
+
+# torch, the model and training (posbench.tasks.lengthgen.train_eval) are imported inside run():
+# validating or listing suites imports this module, and must not wait for them.
+
+M = Metric
+METRICS = {
+    "acc_at_train_len": M("Accuracy at L_train", "fraction", "fraction of answers exactly right at n = L_train",
+                          True, "plain", table=True),
+    "acc_beyond": M("Accuracy beyond L_train", "fraction", "answers exactly right, pooled over every test length "
+                    "n > L_train (the papers' average over unseen lengths); compare only rows that learnt",
+                    True, "plain", table=True),
+    "token_acc_beyond": M("Per-token accuracy beyond L_train", "fraction", "answer tokens right (argmax given the "
+                          "true prefix), pooled over every n > L_train: Ruoss et al.'s measure", True, "plain"),
+    "acc_at_max_len": M("Accuracy at the longest n", "fraction", "accuracy at the longest test length", True, "plain"),
+    "learned": M("Learnt at L_train", "", "1 when accuracy at L_train >= learned_threshold, else 0", None, "int",
+                 appendix=False),
+    "acc@*": M("Accuracy", "fraction", "acc@<n>: fraction of answers exactly right at length n", True),
+    "acc_lo@*": M("Accuracy, Wilson 95% lower bound", "fraction", "acc_lo@<n>", None),
+    "acc_hi@*": M("Accuracy, Wilson 95% upper bound", "fraction", "acc_hi@<n>", None),
+    "chance_at_train_len": M("Chance accuracy at L_train", "fraction", "exact match of uniform guessing at "
+                             "n = L_train", None),
+    "final_train_loss": M("Final training loss", "nats/token", "answer-token loss at the last step"),
+    "train_steps": M("Training steps", "steps", "optimizer steps", None, "int"),
+    "train_examples": M("Training examples", "", "examples trained on", None, "count"),
+    "train_seconds": M("Training time", "s", "wall-clock training time (s)"),
+    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+}
+
+TaskName = Literal[tuple(ALGO_TASKS)]  # type: ignore[valid-type]
+
+
+class Settings(TaskSettings):
+    model: Literal[tuple(PRESETS)] = Field(description="model preset")  # type: ignore[valid-type]
+    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
+    _known_fields = field_validator("model_overrides")(known_model_fields)
+    method_options: dict[str, dict] = Field(default_factory=dict, description="per method: constructor options")
+    steps: int = Field(ge=1, description="training budget in optimizer steps (one length per batch)")
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    warmup_steps: int = Field(50, ge=0)
+    precision: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    eval_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    test_factors: list[float] = Field([0.5, 1.0, 2.0, 4.0], min_length=1,
+                                      description="test lengths n = round(factor * L_train); 1 must be among them")
+    eval_samples: int = Field(200, ge=1, description="examples scored per test length")
+    eval_batch_size: int = Field(100, ge=1)
+    learned_threshold: float = Field(0.9, ge=0.0, le=1.0,
+                                     description="accuracy at L_train a method needs to count as having learnt")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if any(f <= 0 for f in self.test_factors):
+            raise ValueError(f"test_factors must be > 0, got {self.test_factors}")
+        if 1.0 not in self.test_factors:
+            raise ValueError(f"test_factors must include 1 (the learn-first check at L_train), got {self.test_factors}")
+        return self
+
+    def test_lengths(self, L: int) -> list[int]:
+        """The test lengths at L_train = L, ascending, each at least 1."""
+        return sorted({max(1, round(f * L)) for f in self.test_factors})
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    L_train: int = Field(ge=1, description="longest training length (lengths 1..L_train are trained)")
+    task: TaskName = Field(description="algorithmic task (posbench.data.algorithmic)")
+
+
+def beyond(counts: dict, L: int) -> tuple[int, int, bool]:
+    """(correct, total, usable) pooled over every length n > L of ``pooled_counts``; usable when
+    there is such a length, every one of its cells is ok and it holds outcomes."""
+    over = [counts[n] for n in counts if n > L]
+    k, total = sum(b[0] for b in over), sum(b[1] for b in over)
+    return k, total, bool(over) and total > 0 and all(b[2] for b in over)
+
+
+def summarize(cells: list[dict], L: int, threshold: float) -> dict:
+    """Per-length metrics from cells (counts pooled over cells of one length): acc@n with its
+    Wilson interval, acc_at_train_len, acc_beyond (pooled over n > L), acc_at_max_len and the
+    learnt flag. A length with a failed cell has no accuracy."""
+    counts = pooled_counts(cells, "n")
+    metrics, acc = accuracy_metrics(counts)
+    k, total, ok = beyond(counts, L)
+    metrics["acc_beyond"] = k / total if ok else None
+    metrics["acc_at_train_len"] = acc.get(L)
+    metrics["acc_at_max_len"] = acc[max(acc)] if acc else None
+    over = [c for c in cells if c["n"] > L and c["status"] == "ok" and c.get("token_total")]
+    hits, total = sum(c["token_correct"] for c in over), sum(c["token_total"] for c in over)
+    metrics["token_acc_beyond"] = hits / total if total and len(over) == sum(c["n"] > L for c in cells) else None
+    verdict = learned(acc.get(L), threshold)
+    metrics["learned"] = None if verdict is None else int(verdict)
+    return metrics
+
+
+def run(case) -> dict:
+    import torch
+
+    from posbench.data import algorithmic as A
+    from posbench.tasks.lengthgen.train_eval import eval_length, train_model
+
+    s, L = case.settings, case.params.L_train
+    task = A.get(case.params.task)
+    model, metrics = train_model(case, s, task)
+    eval_dtype = getattr(torch, s.eval_dtype)
+    info = model.info(case.device, eval_dtype)
+    model = model.to(eval_dtype).eval()
+    cells = [eval_length(model, task, n, s, case.device) for n in s.test_lengths(L)]
+    metrics.update(summarize(cells, L, s.learned_threshold))
+    metrics["chance_at_train_len"] = task.chance(L)
+    series = {"cells": cells, "learned_threshold": s.learned_threshold, "source": task.source,
+              "format": "BOS input SEP answer; loss on the answer; exact match of the whole answer"}
+    return {"metrics": metrics, "series": series, "info": info}
+
+
+# -- its part of the report (posbench.core.task.LoadedTask.REPORT) ------------------------------
+# The tables import the report's table model (pandas), so they are imported only when asked.
+
+TITLE = "Length generalisation (algorithmic tasks)"
+
+
+def report_sections(runs, baseline=None) -> list:
+    """The metric tables of ``METRICS``, then per task the accuracy per test length with Wilson
+    intervals and the learn-first marking (``posbench.tasks.lengthgen.tables``)."""
+    from posbench.tasks.lengthgen.tables import lengthgen_sections
+
+    return lengthgen_sections(runs, baseline)
+
+
+def summary_tables(runs) -> list:
+    """Per task: methods x test length accuracy with its interval, printed at the end of a run."""
+    from posbench.tasks.lengthgen.tables import accuracy_tables
+
+    return accuracy_tables(runs.rows[runs.rows["task"] == "lengthgen"].to_dict("records"))

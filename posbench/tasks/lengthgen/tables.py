@@ -1,0 +1,128 @@
+"""The lengthgen task's tables, computed from result rows alone: per algorithmic task, methods x
+test length n, each cell the exact-match accuracy with its Wilson 95% interval, then the accuracy
+pooled beyond L_train and whether the method learnt the task at L_train.
+
+Learn first (``posbench.report.learn_first``): a method whose accuracy at L_train is below the
+run's ``learned_threshold`` shows ``not learnt at L_train`` in place of its accuracy beyond
+L_train, the caption says how many methods were comparable, and a table where fewer than two
+learnt says BROKEN PROFILE in its title. Accuracies are recomputed from the outcome counts rows
+carry (``series.cells``), so merged runs pool their samples.
+"""
+from __future__ import annotations
+
+from posbench.report.learn_first import NOT_LEARNT, comparability, learned
+from posbench.report.rows import Runs
+from posbench.report.sections import Block, Section, metric_section
+from posbench.report.stats import pooled_counts, wilson_interval
+from posbench.report.table import Cell, Table, ordered, short_commit, slug
+from posbench.tasks.lengthgen import beyond
+
+MAX_COUNT = 1 << 53
+BEYOND, LEARNT = "beyond L_train", "learnt at L_train"
+
+
+def _whole(value, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_COUNT
+
+
+def cells(row) -> list[dict]:
+    """The well-formed entries of a stored row's ``series["cells"]`` (``n`` a positive whole
+    number, ``0 <= correct <= total`` whole numbers, ``status`` a string); others are left out."""
+    series = row.get("series") if isinstance(row.get("series"), dict) else {}
+    stored = series.get("cells")
+    return [c for c in (stored if isinstance(stored, list) else [])
+            if isinstance(c, dict) and _whole(c.get("n"), 1) and _whole(c.get("total")) and _whole(c.get("correct"))
+            and c["correct"] <= c["total"] and isinstance(c.get("status", "ok"), str)]
+
+
+def _threshold(row, default: float = 0.9) -> float:
+    series = row.get("series") if isinstance(row.get("series"), dict) else {}
+    t = series.get("learned_threshold", default)
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t <= 1 else default
+
+
+def _ok_rows(rows):
+    for r in rows:
+        if r.get("status", "ok") != "ok" or r.get("task", "lengthgen") != "lengthgen":
+            continue
+        params = r.get("params") if isinstance(r.get("params"), dict) else {}
+        if isinstance(params.get("task"), str) and _whole(params.get("L_train"), 1):
+            yield r
+
+
+def _pooled(rows) -> dict[int, tuple[int, int, bool]]:
+    """n -> (correct, total, every cell ok), pooled over the rows' cells."""
+    return pooled_counts([c for r in rows for c in cells(r)], "n")
+
+
+def _text(k: int, total: int) -> tuple[str, float, tuple[float, float]]:
+    lo, hi = wilson_interval(k, total)
+    acc = k / total
+    return f"{100 * acc:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}]", acc, (lo, hi)
+
+
+def task_table(rows: list[dict], task: str) -> Table:
+    """Methods (with L_train when there are several) x test length n for one algorithmic task."""
+    ok = [r for r in _ok_rows(rows) if r["params"]["task"] == task]
+    groups: dict[tuple[str, int], list] = {}
+    for r in ok:
+        groups.setdefault((r["method"], r["params"]["L_train"]), []).append(r)
+    pooled = {key: _pooled(rs) for key, rs in groups.items()}
+    lengths = sorted({n for p in pooled.values() for n in p})
+    several = len({L for _, L in groups}) > 1
+    hardware = next((r.get("hardware") for r in ok if r.get("hardware")), "")
+    threshold = _threshold(ok[0]) if ok else 0.9
+    out = Table(key=slug(f"lengthgen-{task}-accuracy-{hardware}"), title="", caption="", task="lengthgen",
+                metric=f"acc {task}", unit="fraction", column_header="n (input length)",
+                columns=lengths + [BEYOND, LEARNT], rows=[], hardware=hardware,
+                commit=short_commit(r.get("git_commit") for r in ok), extra={"higher_is_better": True})
+    verdicts = {}
+    for (method, L), rs in groups.items():
+        label = f"{method}, L_train={L}" if several else method
+        out.rows.append(label)
+        link = {"case_id": rs[0].get("case_id"), "run_id": rs[0].get("run_id")}
+        counts = pooled[(method, L)]
+        for n in lengths:
+            k, total, fine = counts.get(n, (0, 0, False))
+            if not (fine and total):
+                out.cells[(label, n)] = Cell(text="-", status="missing", **link)
+                continue
+            text, acc, spread = _text(k, total)
+            out.cells[(label, n)] = Cell(text=text, value=acc, spread=spread, **link)
+        at_L = counts.get(L)
+        verdict = learned(at_L[0] / at_L[1], threshold) if at_L and at_L[2] and at_L[1] else None
+        verdicts[label] = verdict
+        out.cells[(label, LEARNT)] = Cell(text={True: "yes", False: "no", None: "-"}[verdict],
+                                          value=None if verdict is None else float(verdict), **link)
+        k, total, usable = beyond(counts, L)
+        if verdict is False:
+            out.cells[(label, BEYOND)] = Cell(text=NOT_LEARNT, **link)
+        elif usable:
+            text, acc, spread = _text(k, total)
+            out.cells[(label, BEYOND)] = Cell(text=text, value=acc, spread=spread, **link)
+        else:
+            out.cells[(label, BEYOND)] = Cell(text="-", status="missing", **link)
+    comp = comparability(verdicts, threshold)
+    source = next((r["series"].get("source") for r in ok if isinstance(r.get("series"), dict)
+                   and isinstance(r["series"].get("source"), str)), "")
+    out.title = f"{task}: exact-match accuracy per length n (Wilson 95% interval){comp.title_suffix()}"
+    out.caption = (f"{task} ({source}): fraction of answers whose every token greedy decoding writes right, at input "
+                   f"length n, counts pooled over seeds and runs, with its Wilson 95% interval; trained on n = 1.."
+                   f"L_train; '{BEYOND}' pools every tested n > L_train. {comp.note()} {out.hardware} "
+                   f"(commit {out.commit}).")
+    return out
+
+
+def accuracy_tables(rows: list[dict]) -> list[Table]:
+    """One ``task_table`` per algorithmic task the rows hold, in first-seen order."""
+    ok = list(_ok_rows(rows))
+    return [task_table(ok, task) for task in ordered(r["params"]["task"] for r in ok)]
+
+
+def lengthgen_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
+    """The task's report: the metric tables of its declarations, then one accuracy table per
+    algorithmic task."""
+    records = runs.rows[runs.rows["task"] == "lengthgen"].to_dict("records")
+    blocks = [Block(t, [], heading=t.metric.removeprefix("acc ")) for t in accuracy_tables(records)]
+    return [metric_section(runs, "lengthgen", baseline),
+            Section("Length generalisation: accuracy per length (Wilson 95% intervals)", "lengthgen", blocks)]
