@@ -1,0 +1,56 @@
+"""The examples in `bench.py`'s help: which shipped suite they name, read from the suite files as
+data (``--help`` imports no task and checks nothing)."""
+from __future__ import annotations
+
+from posbench.cli.sweep_cmds import SWEEP_EXAMPLES
+from posbench.run import suite as suitemod
+
+
+def run_examples(suite: str) -> str:
+    """The epilog of ``run``: examples on ``suite`` (``example_suite``), comments in one column."""
+    lines = [
+        (f"python bench.py --suite {suite}", "profile follows the device"),
+        (f"python bench.py --suite {suite} --profile cpu --methods sinusoidal,alibi", ""),
+        (f'python bench.py --suite {suite} --set warmup_steps=5 --set "grid.seq_len=[128, 256]"', ""),
+        ("python bench.py --suite suites/mine.yaml --dry-run", "list the cases, run nothing"),
+        (f"python bench.py --suite {suite} --retry-failed", "re-run error and timeout cases"),
+        (f"python bench.py --suite {suite} --shard 0/2", "half the cases (machine 0 of 2)"),
+        (f"python bench.py --suite {suite} --set nproc=2", "each case on 2 ranks via torchrun"),
+        (f"torchrun --nproc_per_node 2 bench.py --suite {suite}", "every case on torchrun's 2 ranks"),
+    ] + [(c.format(suite=suite, train_suite=corpus_suite()), n) for c, n in SWEEP_EXAMPLES]
+    return "examples:\n" + "".join(f"  {cmd:<56}# {note}\n" if note else f"  {cmd}\n" for cmd, note in lines)
+
+
+def _shipped_suites():
+    """(name, data) of every shipped suite file, read as data: no task imported, nothing checked."""
+    for name in suitemod.names():
+        try:
+            data, _ = suitemod.load_yaml((suitemod.SUITES_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, suitemod.YamlProblem):
+            continue
+        if isinstance(data, dict):
+            yield name, data
+
+
+def example_suite() -> str:
+    """The shipped suite the help examples name: the first whose settings have ``warmup_steps``
+    and whose grid has ``seq_len``, so every example runs as written (``--help`` imports no task);
+    ``NAME`` when no shipped suite fits."""
+    for name, data in _shipped_suites():
+        settings, grid = data.get("settings"), data.get("grid")
+        if isinstance(settings, dict) and isinstance(grid, dict) and "warmup_steps" in settings and "seq_len" in grid:
+            return name
+    return "NAME"
+
+
+def corpus_suite() -> str:
+    """A shipped suite whose task reads a corpus (``corpus_tasks``), for the download hint."""
+    readers = corpus_tasks()
+    return next((name for name, data in _shipped_suites() if data.get("task") in readers), "NAME")
+
+
+def corpus_tasks() -> list[str]:
+    """The tasks that read a corpus (their ``Settings`` declare ``corpus``, what ``--data`` sets)."""
+    from posbench.core import task as tasks
+
+    return [name for name in tasks.names() if "corpus" in tasks.get(name).Settings.model_fields]
