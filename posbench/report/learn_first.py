@@ -7,7 +7,7 @@ length: tables show ``NOT_LEARNT`` instead of an effective length, charts draw i
 report says how many methods were comparable. A run where fewer than two methods learnt (or the
 only one did not) compares nothing: a broken profile, named loudly (``BROKEN``) in the table title.
 
-Task-neutral: any task with an accuracy at its training length (retrieval probes, algorithmic
+Task-neutral: any task with an accuracy at its training length (probes of what lies far back, algorithmic
 length-generalisation tasks) imports this module; it names no task.
 """
 from __future__ import annotations
