@@ -103,6 +103,9 @@ def test_rotary_rotates_only_the_new_key_per_decode_step(monkeypatch):
 
 
 def test_dynamic_rotary_keeps_raw_keys_and_rotates_them_with_the_current_length(monkeypatch):
+    # Seeded: unseeded, 1 draw in 40 differed by 1.2e-4 (float32 rounding of the two paths); a
+    # wrong rotation of a cached key differs by O(1).
+    torch.manual_seed(0)
     model = TransformerLM(model_config("tiny", "rotary_dynamic_ntk", n_layers=1)).eval()
     model.method.trained_len.fill_(8)  # beyond 8 tokens the base grows with the length
     rows = []
@@ -114,7 +117,7 @@ def test_dynamic_rotary_keeps_raw_keys_and_rotates_them_with_the_current_length(
         full = model(idx)
         cache = model.new_cache()
         parts = [model(idx[:, :10], cache=cache)] + [model(idx[:, t:t + 1], cache=cache) for t in range(10, 14)]
-    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=3e-4, atol=3e-4)
     assert rows[-2:] == [1, 14]  # the last step: its query, and every key so far
 
 
