@@ -164,3 +164,10 @@ def test_report_and_run_summary_show_the_accuracy_tables(tmp_path):
     assert NOT_LEARNT in md and BROKEN in md  # one of two learnt: nothing to compare
     (summary,) = run_tables(load_runs([folder]))
     assert summary.columns == [4, 8, T.BEYOND, T.LEARNT]
+
+
+def test_settings_name_every_generator_without_importing_numpy():
+    from posbench.data.algorithmic import TASKS
+    from posbench.tasks.lengthgen import TASK_NAMES
+
+    assert TASK_NAMES == tuple(TASKS)
