@@ -43,7 +43,9 @@ def describe(mode: Optional[str], enabled: bool = True) -> str:
             "and excluded from warm-up and windows")
 
 
-RECOMPILE_LIMIT = 64  # compiled variants of one frame: every method's model (eval and train) in a paired group
+# Compiled variants of one frame: every method's model in a paired group (cpu-all: about 20), each
+# with an evaluation and a training graph, and each of those compiled again once its lazy tables exist.
+RECOMPILE_LIMIT = 256
 
 
 def compile_module(module, mode: Optional[str] = None):
@@ -57,6 +59,7 @@ def compile_module(module, mode: Optional[str] = None):
     import torch._dynamo.config as dynamo_config
 
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
+    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
     dynamo_config.fail_on_recompile_limit_hit = True
     return torch.compile(module, mode=mode)
 
