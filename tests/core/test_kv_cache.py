@@ -1,10 +1,11 @@
 """The KV cache and the per-forward method pipeline (prepare, encode_qk, attend) that fills it."""
+import sys
+
 import pytest
 import torch
 
 from posbench.core.model import KVCache, TransformerLM, model_config
 
-import methods.rotary as rotary_module  # noqa: E402  (the file the registry loaded)
 
 
 def _chunk(t, b=2, h=3, hd=4, seed=0):
@@ -86,10 +87,11 @@ def test_rotary_rotates_only_the_new_key_per_decode_step(monkeypatch):
     # The cache holds rotated keys, so a decode step rotates one query and one key (T = 1), and
     # the positions stay slices of the model's one arange (no concatenation per step).
     rows = []
+    model = TransformerLM(model_config("tiny", "rotary", n_layers=3)).eval()
+    rotary_module = sys.modules[type(model.method).__module__]  # the module object the registry loaded
     real = rotary_module._rotated
     monkeypatch.setattr(rotary_module, "_rotated", lambda x, cos, sin, sign: rows.append(x.shape[-2]) or
                         real(x, cos, sin, sign))
-    model = TransformerLM(model_config("tiny", "rotary", n_layers=3)).eval()
     idx = torch.randint(0, 256, (1, 30))
     with torch.no_grad():
         cache = model.new_cache()
@@ -109,6 +111,7 @@ def test_dynamic_rotary_keeps_raw_keys_and_rotates_them_with_the_current_length(
     model = TransformerLM(model_config("tiny", "rotary_dynamic_ntk", n_layers=1)).eval()
     model.method.trained_len.fill_(8)  # beyond 8 tokens the base grows with the length
     rows = []
+    rotary_module = sys.modules[type(model.method).__module__]  # the module object the registry loaded
     real = rotary_module._rotated
     monkeypatch.setattr(rotary_module, "_rotated", lambda x, cos, sin, sign: rows.append(x.shape[-2]) or
                         real(x, cos, sin, sign))

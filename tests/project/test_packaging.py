@@ -145,3 +145,13 @@ def test_console_script_and_bench_py_behave_the_same(installed, args):
         assert same_root(script.stdout) == same_root(bench.stdout)
     else:
         assert script.stdout == bench.stdout
+
+
+def test_every_package_folder_is_in_the_wheel_list():
+    # The wheel lists its packages by hand (pyproject.toml); a new task package left out of it
+    # installs a posbench whose `list` fails (posbench.tasks.lengthgen was, once).
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "posbench").rglob("__init__.py")}
+    assert folders - listed == set()
