@@ -293,6 +293,10 @@ def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sign: float)
         cos, sin = cos[cos.shape[-2] - t :], sin[sin.shape[-2] - t :]
     half = x.shape[-1] // 2
     x1, x2 = x.split(half, dim=-1)
+    if torch.compiler.is_compiling():
+        # The same formula, out of place: dynamo cannot trace out= into a view (a graph break per
+        # layer), and the compiler fuses these elementwise ops into one kernel anyway.
+        return torch.cat((x1 * cos - sign * x2 * sin, x2 * cos + sign * x1 * sin), dim=-1)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     o1, o2 = out.split(half, dim=-1)
     torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-sign)

@@ -331,6 +331,11 @@ class PositionCache:
         return tuple(parts) + extra
 
     def get(self, tensors: tuple[torch.Tensor, ...], build, extra: tuple = ()):
+        if torch.compiler.is_compiling():
+            # Under torch.compile the graph holds the computation (and the compiler keeps what
+            # is constant): keying on storage pointers and version counters would break the graph
+            # at every layer, a cost the eager path does not pay (an unfair compiled comparison).
+            return build()
         key = self._key(tensors, extra)
         hit = self._entries.get(key)
         if hit is not None:
