@@ -201,7 +201,9 @@ def unit_status(state: JobState, unit: dict, rows: dict) -> tuple[str, int]:
     todo = unit["todo"]
     have = [rows.get((CaseSpec.from_json(c).id, r)) for c, r in todo]
     n = sum(1 for row in have if row is not None and str(row.get("started_at") or "") >= unit["submitted_at"])
-    if state.active:
-        return ("queued" if state.state in QUEUED else "running"), n
     bad = any(row is not None and row["status"] in FAILED_STATUSES for row in have)
+    if state.active and not (n == len(todo) and not bad):
+        # (a task whose every case has an ok row is done, though its process may still be exiting:
+        # the scheduler reads RUNNING for a moment after the last row is written)
+        return ("queued" if state.state in QUEUED else "running"), n
     return ("failed" if bad or n < len(todo) else "done"), n

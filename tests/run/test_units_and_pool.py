@@ -189,3 +189,22 @@ def test_ctrl_c_in_a_pooled_run_kills_every_running_worker_and_keeps_saved_rows(
     assert not launch._RUNNING  # no worker left running
     rows = runner.read_rows(info.value.run_dir / "cases.jsonl")
     assert [r["case_id"] for r in rows] == ["sinusoidal/n=1"]  # the row saved before Ctrl-C stays; no killed-worker rows
+
+
+def test_a_unit_whose_cases_all_have_ok_rows_is_done_while_its_process_exits():
+    # follow() ends on the last row; the scheduler may still read RUNNING for that task a moment
+    # later, and `status` then said "running" for a finished unit (seen once in CI).
+    from posbench.core.case import CaseSpec
+    from posbench.run.sweep_state import JobState, unit_status
+
+    spec = {"suite": "t", "task": "efficiency", "method": "alibi", "params": {"seq_len": 8}, "settings": {},
+            "device": "cpu", "run_id": "r", "profile": "cpu"}
+    unit = {"todo": [[spec, 1]], "submitted_at": "2026-11-24T00:00:00"}
+    case_id = CaseSpec.from_json(spec).id
+    ok = {(case_id, 1): {"status": "ok", "started_at": "2026-11-24T00:00:01"}}
+    err = {(case_id, 1): {"status": "error", "started_at": "2026-11-24T00:00:01"}}
+    assert unit_status(JobState("RUNNING"), unit, ok) == ("done", 1)
+    assert unit_status(JobState("RUNNING"), unit, err) == ("running", 1)  # may still write a later row
+    assert unit_status(JobState("RUNNING"), unit, {}) == ("running", 0)
+    assert unit_status(JobState("PENDING"), unit, {}) == ("queued", 0)
+    assert unit_status(JobState("COMPLETED"), unit, err) == ("failed", 1)
