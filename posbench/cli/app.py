@@ -23,6 +23,7 @@ from typing import Callable
 from posbench.core.files import WriteError
 from posbench.cli import verify_cmds
 from posbench.cli.method_cmds import CHECK_TIMEOUT_S, cmd_check, cmd_list, method_listing, positive_seconds
+from posbench.cli.run_output import MESSAGE_SHOWN, case_line, print_tables, short_message  # noqa: F401 (bench.py's API)
 from posbench.cli.help_text import corpus_suite, corpus_tasks, example_suite, run_examples
 from posbench.cli.sweep_cmds import (add_status_arguments, add_sweep_arguments, cmd_status,
                                     launch_sweep, pool_options)
@@ -101,40 +102,6 @@ def _resolve(args):
     if args.profile is None and profile not in loaded.file.profiles:
         profile = suitemod.DEFAULT_PROFILE
     return suitemod.resolve(loaded, profile, suitemod.parse_set(args.set)), device
-
-
-def case_line(row: dict, metrics: list[str]) -> str:
-    """``[3/15] alibi  seq_len=128  ok  train_wps 25.8k  eval_wps 77.8k  (4.1 s)``."""
-    from posbench.report import numbers as fmt
-    from posbench.core import task as tasks
-
-    params = " ".join(f"{k}={v}" for k, v in row["params"].items())
-    rounds = (row.get("settings") or {}).get("rounds") or 1
-    if rounds > 1:  # interleaved rounds: say which one this row is
-        params += f" round {row.get('round')}/{rounds}"
-    if row["status"] == "ok":
-        declared = tasks.metrics_of(row.get("task", ""))
-        kind = {m: getattr(tasks.find_metric(declared, m), "fmt", "plain") for m in metrics}
-        # A metric the row does not hold at all is measured elsewhere (paired windows: peak
-        # memory in the round-1 row): leave it out rather than print n/a.
-        detail = "  ".join(f"{m} {fmt.number(row['metrics'].get(m), kind[m])}" for m in metrics
-                           if m in row["metrics"])
-    else:
-        detail = short_message(row["message"])
-    return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({row['duration_s']:.1f} s)"
-
-
-MESSAGE_SHOWN = 300  # characters of a row's message a progress line shows
-
-
-def short_message(message: str) -> str:
-    """A row's message for one progress line: its first line, at most ``MESSAGE_SHOWN`` characters,
-    saying when it was cut (the row keeps the whole message)."""
-    text = str(message)
-    first = text.splitlines()[0] if text.strip() else ""
-    if len(first) <= MESSAGE_SHOWN and first == text.strip():
-        return first
-    return f"{first[:MESSAGE_SHOWN]}... (message cut: {len(text)} characters in the row)"
 
 
 def check_run_flags(args) -> list[str] | None:
@@ -259,33 +226,6 @@ def cmd_run(args) -> int:
     if result.rows and suite.metrics:
         print_tables(result.run_dir, result.run_id, {r["case_id"] for r in result.rows}, suite, device)
     return 0
-
-
-def print_tables(run_dir: Path, run_id: str, case_ids: set, suite, device: str) -> None:
-    """The end-of-run tables, read back from the run folder (what ``bench.py report`` shows), into
-    table.md / table.csv and printed."""
-    from posbench.report.render import to_text, write_run_files
-    from posbench.report.rows import load_runs
-    from posbench.report.table import run_tables
-
-    # A skipped line was already named when the run resumed: not named twice.
-    runs = load_runs(run_dir, report=lambda _problem: None)
-    tables = run_tables(runs, case_ids)
-    ratios = f"ratios are against `{suite.baseline}` in this run" if suite.baseline else "no baseline, no ratios"
-    note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
-            f"run `{run_id}`. Words are tokens; {ratios}; memory in GiB (2^30 bytes); "
-            f"peak memory is {'CUDA max_memory_allocated' if device == 'cuda' else 'peak resident set'}.")
-    if suite.settings.nproc > 1:
-        note += (f" Data parallel on {suite.settings.nproc} ranks: words/s count all ranks' tokens over "
-                 "the slowest rank's time; peak memory is the largest rank's.")
-    try:
-        write_run_files(tables, run_dir, note)
-    except OSError as exc:
-        what = str(exc) if isinstance(exc, WriteError) else f"cannot write {run_dir}: {exc.strerror or exc}"
-        raise WriteError(f"{what}; the rows are saved in cases.jsonl ('bench.py report' writes the tables "
-                         "again)") from None
-    print("\n" + "\n".join(to_text(t) for t in tables))
-    print(f"table: {run_dir}/table.md, {run_dir}/table.csv")
 
 
 def _on_sigterm() -> Callable[[], None]:

@@ -95,7 +95,7 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
         print(f"follow with: python bench.py status {out.run_dir}")
         return 0
     total = sum(len(out.record["units"][k]["todo"]) for k in out.units) + sum(len(s["todo"]) for s in out.waiting)
-    from posbench.cli.app import case_line
+    from posbench.cli.run_output import case_line
 
     bar = tqdm(total=total, desc=suite.name, unit="case", file=sys.stderr, disable=args.quiet or not sys.stderr.isatty())
     count = [0]
@@ -114,7 +114,7 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
     bar.close()
     code = print_status(out.run_dir)
     if suite.metrics:
-        from posbench.cli.app import print_tables
+        from posbench.cli.run_output import print_tables
 
         wanted = {c.id for c in suite.cases(device, out.run_id)}
         print_tables(out.run_dir, out.run_id, wanted, suite, device)
