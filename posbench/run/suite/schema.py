@@ -6,6 +6,7 @@ and ``Params`` for its ``settings`` and ``grid`` (see ``schema``).
 from __future__ import annotations
 
 from posbench.core import task as tasks
+from posbench.run.suite.launcher import Launcher
 from posbench.run.suite.loading import SuiteFile
 
 
@@ -27,6 +28,14 @@ def schema() -> dict:
     out["properties"]["methods"] = {"anyOf": [out["properties"]["methods"], group],
                                     "description": out["properties"]["methods"].get("description", "")}
     defs["Profile"]["properties"]["methods"]["anyOf"].append(group)
+    # `launcher:` is read as a dict and validated by Launcher once a profile and --set are merged
+    # in (loading.resolve); the schema names its keys, so a misspelt one is flagged as typed too.
+    defs["Launcher"] = _hoisted(Launcher.model_json_schema(), "Launcher.", defs)
+    ref = {"$ref": "#/$defs/Launcher"}
+    out["properties"]["launcher"] = {**ref, "description": out["properties"]["launcher"].get("description", "")}
+    profile_launcher = defs["Profile"]["properties"]["launcher"]
+    defs["Profile"]["properties"]["launcher"] = {"anyOf": [ref, {"type": "null"}],
+                                                 "description": profile_launcher.get("description", "")}
     branches = []
     for name in tasks.names():
         task = tasks.get(name)
