@@ -24,6 +24,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -63,7 +64,7 @@ def _now() -> str:
 
 
 class UnitTask:
-    """One array task: the unit's (case, round)s still without a row since submission, rows into
+    """One array task: the unit's (case, round)s still without a row of this submission, rows into
     ``rows/<unit>.jsonl``, ``rows/<unit>.done`` at the end. Requeued as it is (``checkpoint``)."""
 
     def __call__(self, spec: dict) -> dict:
@@ -80,7 +81,8 @@ class UnitTask:
         with state.UnitLock(run_dir, name):  # a requeued twin waits here; failure rows are not written meanwhile
             left = {(CaseSpec.from_json(c).id, r) for c, r in state.missing(run_dir, spec)}
             todo = [(CaseSpec.from_json(c), r) for c, r in spec["todo"] if (CaseSpec.from_json(c).id, r) in left]
-            info = {"unit": spec["key"], "job_id": job_id, "host": socket.gethostname()}
+            info = {"unit": spec["key"], "job_id": job_id, "host": socket.gethostname(),
+                    "submission": spec.get("submission")}  # which rows are this submission's (sweep_state)
             path = state.rows_path(run_dir, name)
 
             def emit(case, result, started, duration, rnd):
@@ -222,7 +224,9 @@ def _submit_specs(out: Submitted, specs: list[dict], ex) -> None:
     if not specs:
         return
     for spec in specs:
-        spec["submitted_at"] = _now()
+        # The token names this submission in every row written for it (sweep_state.of_submission);
+        # a requeued task keeps it, a resubmission gets a new one.
+        spec["submitted_at"], spec["submission"] = _now(), uuid.uuid4().hex
     jobs = ex.map_array(UnitTask(), specs)  # one job array, a task per unit
     for spec, job in zip(specs, jobs):
         out.record["units"][spec["key"]] = dict(spec, job_id=str(job.job_id))
@@ -243,7 +247,7 @@ def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
             for case, rnd in unit["todo"]:
                 row = rows.get((CaseSpec.from_json(case).id, rnd))
                 mark = (key, CaseSpec.from_json(case).id, rnd)
-                if row is not None and str(row.get("started_at") or "") >= unit["submitted_at"] and mark not in seen:
+                if state.of_submission(row, unit) and mark not in seen:
                     seen.add(mark)
                     if on_row is not None:
                         on_row(row)

@@ -2,8 +2,10 @@
 
 ``launcher.json`` in the run folder records what was submitted: the launcher (``slurm`` or
 ``local``), the command, and per unit (``posbench.run.units``) the job id of its array task, when
-it was submitted and the (case, round)s it runs (as case JSON, so a row can be written for a case
-whose task died). A resubmission replaces the entries of the units it submits again.
+it was submitted, a token naming that submission and the (case, round)s it runs (as case JSON, so
+a row can be written for a case whose task died). A resubmission replaces the entries of the units
+it submits again. Which rows belong to a submission is its token in the rows' ``info``
+(``of_submission``), never a comparison of clocks.
 
 A task's state is asked of the scheduler without trusting anything a job left behind: Slurm's
 ``squeue``, then ``scontrol show job`` (kept a few minutes after the end), then ``sacct`` (where
@@ -152,15 +154,30 @@ def log_tail(run_dir: Path, job_id: str, limit: int = 3000) -> str:
     return "\n".join(parts)
 
 
+def of_submission(row: Optional[dict], unit: dict) -> bool:
+    """Whether ``row`` was written for this submission of ``unit``: by its array task (or the same
+    task requeued) or by ``settle`` for it, both of which put the submission's token in the row's
+    ``info``.
+
+    Not ``started_at >= submitted_at``: both are whole seconds, so a failure row that ``settle``
+    wrote in the same second as the resubmission (``status``, then the resubmit command at once, as
+    a script or a test does) read as the new task's own row; the task then skipped that case as
+    done, and ``status`` said failed. Nor would a clock comparison survive a node whose clock runs
+    behind the submitter's. A record written before tokens existed has only the clock to go by."""
+    if row is None:
+        return False
+    token = unit.get("submission")
+    if token is None:
+        return str(row.get("started_at") or "") >= unit["submitted_at"]
+    info = row.get("info")
+    return isinstance(info, dict) and info.get("submission") == token
+
+
 def missing(run_dir: Path, unit: dict, rows: Optional[dict] = None) -> list[tuple[dict, int]]:
-    """The unit's submitted (case JSON, round)s without a row since it was submitted."""
+    """The unit's submitted (case JSON, round)s without a row of this submission (``of_submission``)."""
     latest = latest_rounds(read_run_rows(run_dir, [])) if rows is None else rows
-    out = []
-    for case, rnd in unit["todo"]:
-        row = latest.get((CaseSpec.from_json(case).id, rnd))
-        if row is None or str(row.get("started_at") or "") < unit["submitted_at"]:
-            out.append((case, rnd))
-    return out
+    return [(case, rnd) for case, rnd in unit["todo"]
+            if not of_submission(latest.get((CaseSpec.from_json(case).id, rnd)), unit)]
 
 
 def settle(run_dir: Path, record: dict) -> dict[str, JobState]:
@@ -192,7 +209,8 @@ def fail_cases(run_dir: Path, record: dict, unit: dict, state: JobState, left: l
     now = datetime.now(timezone.utc)
     for case, rnd in left:
         row = make_row(CaseSpec.from_json(case), result, now, 0.0, record.get("commit", ""), rnd)
-        row["info"] = {"unit": unit["key"], "job_id": unit["job_id"], "job_state": state.state}
+        row["info"] = {"unit": unit["key"], "job_id": unit["job_id"], "job_state": state.state,
+                       "submission": unit.get("submission")}
         save_row(rows_path(run_dir, unit["name"]), row)
 
 
@@ -200,7 +218,7 @@ def unit_status(state: JobState, unit: dict, rows: dict) -> tuple[str, int]:
     """(queued | running | done | failed, cases of the unit with a row)."""
     todo = unit["todo"]
     have = [rows.get((CaseSpec.from_json(c).id, r)) for c, r in todo]
-    n = sum(1 for row in have if row is not None and str(row.get("started_at") or "") >= unit["submitted_at"])
+    n = sum(1 for row in have if of_submission(row, unit))
     bad = any(row is not None and row["status"] in FAILED_STATUSES for row in have)
     if state.active and not (n == len(todo) and not bad):
         # (a task whose every case has an ok row is done, though its process may still be exiting:
