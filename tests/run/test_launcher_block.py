@@ -2,7 +2,6 @@
 over them, ``--set launcher.KEY=VALUE`` over both; a misspelt key or a bad value is one line
 naming where it stands and what is allowed; ``bench.py schema`` names the same keys; the values
 reach submitit's Slurm executor; none of it changes the run id."""
-import textwrap
 
 import jsonschema
 import pytest
