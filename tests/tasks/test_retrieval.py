@@ -81,7 +81,7 @@ def test_keys_and_segments_repeat_no_symbol_while_they_fit_the_alphabet(probe, k
 
 def test_answers_only_targets_keep_answer_tokens_and_lm_rows():
     lm = np.arange(200, dtype=np.int64) % 20
-    gen = RE.mixed_batches(lm, VOCAB, ["passkey", "mqar"], 40, 16, 0.5, seed=0, answers_only=True)
+    gen = RE.mixed_batches(lm, VOCAB, ["passkey", "mqar"], 40, 16, 0.5, seed=0, loss="answers")
     for _ in range(3):
         ids, targets = next(gen)
         assert ids.shape == (16, 41) and targets.shape == (16, 40)
@@ -95,6 +95,29 @@ def test_answers_only_targets_keep_answer_tokens_and_lm_rows():
             assert np.array_equal(target[kept], row[kept + 1])
     plain = next(RE.mixed_batches(lm, VOCAB, ["passkey"], 40, 4, 0.5, seed=0))
     assert isinstance(plain, torch.Tensor) and plain.shape == (4, 41)
+
+
+@pytest.mark.parametrize("probe", ["passkey", "mqar", "copy"])
+def test_predictable_targets_drop_only_the_random_draws_outside_the_answers(probe):
+    lm = np.arange(200, dtype=np.int64) % 20
+    ids, targets = next(RE.mixed_batches(lm, VOCAB, [probe], 40, 8, 1.0, seed=1, loss="predictable"))
+    batch = P.generate(probe, VOCAB, 41, 1, seed=0)  # the spans depend on the probe and length only
+    answer = {i - 1 for s, e in batch.spans for i in range(s, e)}  # target positions of the answers
+    for row, target in zip(ids.numpy(), targets.numpy()):
+        nxt = row[1:]
+        dropped = np.flatnonzero(target == -100)
+        assert len(dropped) > 0 and not answer & set(dropped.tolist())
+        assert VOCAB.is_draw(nxt[dropped]).all()  # only draws lose their loss ...
+        kept = np.flatnonzero(target != -100)
+        assert np.array_equal(target[kept], nxt[kept])
+        drawn_outside = [j for j in range(len(nxt)) if VOCAB.is_draw(nxt[j:j + 1])[0] and j not in answer]
+        assert sorted(dropped.tolist()) == drawn_outside  # ... and every draw outside the answers does
+        assert all(target[j] == nxt[j] for j in answer)
+
+
+def test_an_unknown_loss_is_one_line():
+    with pytest.raises(ValueError, match="loss 'some' is not known; allowed: all, answers, predictable"):
+        next(RE.mixed_batches(np.zeros(100, dtype=np.int64), VOCAB, ["passkey"], 40, 2, 1.0, 0, loss="some"))
 
 
 def test_generator_bad_input_is_one_line():

@@ -118,8 +118,9 @@ class Settings(TaskSettings):
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="accuracy an L_valid needs for effective_length")
     learned_threshold: float = Field(0.9, ge=0.0, le=1.0, description="accuracy at L_train a model needs to count "
                                      "as having learnt the task; below it, no effective length is reported")
-    loss: Literal["all", "answers"] = Field("all", description="training loss on every token, or on probe answers "
-                                            "only (language-model rows keep every token)")
+    loss: Literal["all", "answers", "predictable"] = Field(
+        "all", description="training loss of probe rows: every token, the answers only, or every token but the "
+        "random draws outside the answers (needle symbols, mqar keys and values); language-model rows keep every token")
     reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint instead of retraining")
 
     @model_validator(mode="after")

@@ -63,6 +63,11 @@ class ProbeVocab:
     def is_symbol(self, ids: np.ndarray) -> np.ndarray:
         return (ids >= self.first_symbol) & (ids < self.first_symbol + self.cfg.n_symbols)
 
+    def is_draw(self, ids: np.ndarray) -> np.ndarray:
+        """Whether each id is a random draw (a value symbol or an mqar key): outside an answer such
+        a token cannot be predicted, and its loss only teaches the draw's statistics."""
+        return (ids >= self.first_symbol) & (ids < self.first_key + self.cfg.n_keys)
+
 
 @dataclass
 class ProbeBatch:

@@ -18,12 +18,17 @@ from posbench.engine.train import TrainConfig, load_checkpoint, train
 
 
 def mixed_batches(lm_tokens: np.ndarray, vocab: P.ProbeVocab, train_probes: list[str], seq_len: int,
-                  batch_size: int, mix: float, seed: int, answers_only: bool = False):
+                  batch_size: int, mix: float, seed: int, loss: str = "all"):
     """Endless (B, T+1) int64 batches: each row is a probe example with probability ``mix`` (a
     probe of ``train_probes`` at a random depth), else a random window of ``lm_tokens``.
 
-    ``answers_only``: yield (ids (B, T+1), targets (B, T)) instead, the targets of a probe row
-    -100 (no loss) everywhere but at its answers; language-model rows keep every target."""
+    ``loss`` other than ``all``: yield (ids (B, T+1), targets (B, T)) instead, where -100 marks a
+    target with no loss in a probe row: ``answers`` keeps its answers only; ``predictable`` keeps
+    every target but the random draws outside the answers (the needle's symbols, mqar's keys and
+    values, the queried keys: tokens nothing before them predicts, whose loss teaches only the
+    draw's statistics, e.g. "a key repeats no symbol"). Language-model rows keep every target."""
+    if loss not in ("all", "answers", "predictable"):
+        raise ValueError(f"retrieval: loss {loss!r} is not known; allowed: all, answers, predictable")
     rng = np.random.default_rng([seed, 7])
     n = len(lm_tokens)
     if mix < 1.0 and n < seq_len + 1:
@@ -31,7 +36,7 @@ def mixed_batches(lm_tokens: np.ndarray, vocab: P.ProbeVocab, train_probes: list
     span = np.arange(seq_len + 1)
     while True:
         out = np.empty((batch_size, seq_len + 1), dtype=np.int64)
-        targets = out[:, 1:].copy() if answers_only else None
+        targets = out[:, 1:].copy() if loss != "all" else None
         is_probe = rng.random(batch_size) < mix
         which = rng.integers(0, len(train_probes), size=batch_size)
         for i, probe in enumerate(train_probes):
@@ -40,18 +45,25 @@ def mixed_batches(lm_tokens: np.ndarray, vocab: P.ProbeVocab, train_probes: list
                 batch_seed = int(rng.integers(0, 2**31))  # training seeds stay below 2**31, eval's above
                 batch = P.generate(probe, vocab, seq_len + 1, len(rows), batch_seed)
                 out[rows] = batch.tokens
-                if answers_only:
-                    keep = np.full((len(rows), seq_len), -100, dtype=np.int64)
-                    for start, end in batch.spans:  # target j is token j + 1
-                        keep[:, start - 1:end - 1] = batch.tokens[:, start:end]
-                    targets[rows] = keep
+                if loss != "all":
+                    targets[rows] = _probe_targets(batch, vocab, loss)
         lm_rows = np.flatnonzero(~is_probe)
         if len(lm_rows):
             starts = rng.integers(0, n - seq_len, size=len(lm_rows))
             out[lm_rows] = lm_tokens[starts[:, None] + span[None, :]]
-            if answers_only:
+            if loss != "all":
                 targets[lm_rows] = out[lm_rows, 1:]
-        yield (torch.from_numpy(out), torch.from_numpy(targets)) if answers_only else torch.from_numpy(out)
+        yield (torch.from_numpy(out), torch.from_numpy(targets)) if loss != "all" else torch.from_numpy(out)
+
+
+def _probe_targets(batch: P.ProbeBatch, vocab: P.ProbeVocab, loss: str) -> np.ndarray:
+    """(n, T) targets of a probe batch of T + 1 tokens for ``loss`` answers/predictable; -100 = no loss."""
+    nxt = batch.tokens[:, 1:]  # target j is token j + 1
+    answer = np.zeros(nxt.shape, dtype=bool)
+    for start, end in batch.spans:
+        answer[:, start - 1:end - 1] = True
+    keep = answer if loss == "answers" else answer | ~vocab.is_draw(nxt)
+    return np.where(keep, nxt, -100)
 
 
 def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Path | None, probes: list[str],
@@ -74,7 +86,7 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
         model = TransformerLM(cfg)
         tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
                            warmup_steps=s.warmup_steps, precision=s.precision, seed=s.seed)
-        data = mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, s.seed, s.loss == "answers")
+        data = mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, s.seed, s.loss)
         r = train(model, data, tcfg, case.device, ckpt, tracker=tracker)
         final, steps, tokens, seconds, reused = r.final_loss, r.steps, r.tokens, r.seconds, 0
     metrics = dict(final_train_loss=final, train_steps=steps, train_tokens=tokens, train_seconds=seconds,
