@@ -429,7 +429,7 @@ def test_suite_validates_with_both_profiles():
     # taught the tiny model nothing in 4000 steps).
     cpu = suitemod.resolve(loaded, "cpu")
     assert cpu.grid["probe"] == ["passkey", "mqar", "copy"] and cpu.settings.model_per_probe
-    assert cpu.settings.mix == 1.0 and cpu.settings.loss == "all" and cpu.settings.learned_threshold == 0.9
+    assert cpu.settings.mix == 1.0 and cpu.settings.loss == "predictable" and cpu.settings.learned_threshold == 0.9
     gpu = suitemod.resolve(loaded, "gpu")
     assert gpu.grid["L_train"] == [512, 1024] and max(gpu.settings.L_valid_factors) * 1024 == 16384
     assert cpu.grid["L_train"] == [64] and max(cpu.settings.L_valid_factors) * 64 == 512
