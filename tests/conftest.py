@@ -3,9 +3,17 @@
 # CPU tensors. A machine with a GPU can export TRITON_INTERPRET=0 to test the compiled kernels.
 import http.server
 import os
+import signal
 import threading
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# Ctrl-C is part of what the runner tests (interrupt, then resume): a task sends SIGINT to its
+# runner. A shell without job control starts a background command (`make test &`, some CI agents)
+# with SIGINT ignored, every child inherits that, and Python then installs no KeyboardInterrupt
+# handler: those tests saw exit 0 instead of 130 (4 failures in one such run). Restore Ctrl-C.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from pathlib import Path  # noqa: E402
 
