@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from posbench.core.bias import BiasMethod
+from posbench.core.piecewise_bias import RatioPieces, relu_mlp_pieces
 from posbench.core.registry import register
 
 
@@ -61,10 +62,22 @@ class Fire(BiasMethod):
     def normalized_distance(self, q_pos, k_pos) -> torch.Tensor:
         """(Tq, Tk) psi(i - j) / psi(max(L, i)), the MLP's input."""
         distance, qp = self._layout(q_pos, k_pos)
+        return torch.log1p(self.c.float().abs() * distance) / self._normaliser(qp)  # (Tq, Tk) / (Tq, 1)
+
+    def _normaliser(self, qp: torch.Tensor) -> torch.Tensor:
+        """psi(max(L, i)) + eps for query positions qp (float32, any shape)."""
         c = self.c.float().abs()
         threshold = (self.L_multiplier.float() * self.init_L).abs()
-        normaliser = torch.log1p(c * torch.maximum(qp, threshold)) + self.eps  # (Tq, 1)
-        return torch.log1p(c * distance) / normaliser
+        return torch.log1p(c * torch.maximum(qp, threshold)) + self.eps
+
+    def bias_pieces(self, q_pos, k_pos) -> RatioPieces:
+        """The bias as g(psi(i - j) / psi(max(L, i))), g the MLP as its 33 linear pieces: one
+        (Tk,) row of psi, one (Tq,) column of normalisers, (H, 33) tables (consecutive integer
+        positions; ``BiasMethod``'s piecewise plan: no (Tq, Tk) tensor)."""
+        kp = k_pos.to(torch.float32)
+        row = torch.log1p(self.c.float().abs() * (kp[-1] - kp))  # (Tk,): psi at distance Tk - 1 - t
+        z = self._normaliser(q_pos.to(torch.float32))  # (Tq,)
+        return RatioPieces(row, z, *relu_mlp_pieces(self.w1.float(), self.b1.float(), self.w2.float(), self.b2.float()))
 
     def bias(self, q_pos, k_pos, dtype=torch.float32) -> torch.Tensor:
         """(H, Tq, Tk) f_theta(normalised distance) in ``dtype``, unmasked."""
