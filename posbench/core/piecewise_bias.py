@@ -94,10 +94,12 @@ class PiecewiseRatio:
         self.below = torch.searchsorted(row.flip(0).contiguous(), self.z[:, None] * bp[None, :], right=True)
         a, b = pieces.slopes.detach().to(dtype), pieces.intercepts.detach().to(dtype)
         self.heads, self.width = a.shape[0], bp.shape[0]
-        self.a = torch.cat([a.new_zeros(self.heads, 1), a], 1).contiguous()  # (H, W + 2): piece 0 first
-        self.b = torch.cat([b.new_full((self.heads, 1), float("-inf")), b], 1).contiguous()
+        # (2H, W + 2): slopes over intercepts, piece 0 (the future keys: 0 x - inf) first; one
+        # gather per tile reads both
+        self.ab = torch.cat([torch.cat([a.new_zeros(self.heads, 1), a], 1),
+                             torch.cat([b.new_full((self.heads, 1), float("-inf")), b], 1)]).contiguous()
         self._saved = None  # (x, ends, A[seg]) of the tile backward is about to use
-        self.g_row = self.g_z = self.g_a = self.g_b = None
+        self.g_row = self.g_z = self.g_ab = None
 
     def _ends(self, r0: int, n: int, nk: int) -> torch.Tensor:
         """(n, W + 1) run ends of the reversed rows, non-increasing: [keys before the future,
@@ -116,8 +118,8 @@ class PiecewiseRatio:
         steps.scatter_add_(1, ends, steps.new_full(ends.shape, -1))
         steps[:, 0] += self.width + 1
         seg = steps[:, :nk].cumsum(1, dtype=torch.int32).view(-1)  # (n * nk,) 0 for future keys
-        a = self.a.index_select(1, seg).view(self.heads, n, nk)
-        out = self.b.index_select(1, seg).view(self.heads, n, nk).addcmul_(a, x)  # (H, n, nk)
+        ab = self.ab.index_select(1, seg).view(2, self.heads, n, nk)
+        a, out = ab[0], ab[1].addcmul_(ab[0], x)  # (H, n, nk): B[seg] + A[seg] x
         if keep:
             self._saved = (x, ends, a)
         return out
@@ -132,8 +134,8 @@ class PiecewiseRatio:
         """g (H, n, nk): the gradient of the tile (zero on future keys, whose probability is 0)."""
         x, ends, a = self._saved
         self._saved = None
-        if self.g_a is None:
-            self.g_a, self.g_b = torch.zeros_like(self.a), torch.zeros_like(self.b)
+        if self.g_ab is None:
+            self.g_ab = torch.zeros_like(self.ab)  # (2H, W + 2), as ``ab``
             self.g_row, self.g_z = torch.zeros_like(self.padded), torch.zeros_like(self.z)
         h = self.heads
         du = (g * a).sum(0).div_(self.z[r0:r0 + n].flip(0)[:, None])  # (n, nk): dL/dx / z = dL/du
@@ -143,12 +145,15 @@ class PiecewiseRatio:
         # Per piece p >= 1: sum over keys ends[p] <= j < ends[p-1] = prefix(ends[p-1]) - prefix(ends[p]),
         # prefix(e) the sum over j < e, read from an inclusive cumulative sum at e - 1.
         ends = torch.cat([ends, ends.new_zeros(n, 1)], 1)  # (n, W + 2): the last piece ends at key 0
-        at = (ends - 1).clamp_(min=0).expand(h, -1, -1)
-        for acc, t in ((self.g_b, g), (self.g_a, g * x)):
-            prefix = t.cumsum(-1).gather(-1, at).mul_(ends > 0).sum(1)  # (H, W + 2)
-            acc[:, 1:] += prefix[:, :-1] - prefix[:, 1:]
+        both = torch.empty(2, h, n, nk, dtype=g.dtype, device=g.device)  # [G x, G]: for A, for B
+        torch.mul(g, x, out=both[0])
+        both[1] = g
+        at = (ends - 1).clamp_(min=0).expand(2 * h, -1, -1)
+        prefix = both.view(2 * h, n, nk).cumsum(-1).gather(-1, at).mul_(ends > 0).sum(1)  # (2H, W + 2)
+        self.g_ab[:, 1:] += prefix[:, :-1] - prefix[:, 1:]
 
     def grads(self) -> tuple:
-        if self.g_a is None:
+        if self.g_ab is None:
             return (None,) * 4
-        return self.g_row[: self.tk], self.g_z, self.g_a[:, 1:], self.g_b[:, 1:]
+        h = self.heads
+        return self.g_row[: self.tk], self.g_z, self.g_ab[:h, 1:], self.g_ab[h:, 1:]
