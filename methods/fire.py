@@ -12,9 +12,14 @@ psi(max(L, i)) is the "progressive interpolation": the MLP's input stays in [0, 
 position, so longer inputs reuse the range training saw. |c| and |L| are used, so both stay
 positive; ``eps`` = 1e-6 guards the division. One MLP shared by all layers.
 
-Speed: i - j and the max-normaliser inputs are functions of the positions, cached per positions
-tensor; the bias (H, Tq, Tk) is built once per forward (``BiasMethod.prepare``, which also masks
-the future keys) and shared by every layer. It costs a (Tq, Tk, mlp_width) hidden layer per forward.
+Speed: below 512 queries (and on a GPU) the bias (H, Tq, Tk) is built once per forward
+(``BiasMethod.prepare``, which also masks the future keys) and shared by every layer, at the cost
+of a (Tq, Tk, mlp_width) hidden layer; i - j and the query positions are cached per positions
+tensor. From 512 queries on a CPU, ``bias_pieces`` hands ``BiasMethod``'s piecewise plan the
+exact same bias in O(L) pieces: f_theta is a ReLU MLP of a scalar, so it is linear between its
+mlp_width breakpoints -b1/w1 (``posbench.core.piecewise_bias.relu_mlp_pieces``), and
+psi(i - j) / psi(max(L, i)) is one (L,) row of psi over one (L,) column of normalisers; every
+attention block forms its tile from those, and no (H, L, L) bias or hidden layer exists.
 The MLP's weights are plain parameters drawn like ``nn.Linear``'s default (the model re-draws every
 ``nn.Linear`` at std 0.02, which would start the bias at ~1e-4).
 """

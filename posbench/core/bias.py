@@ -30,7 +30,10 @@ recomputing in backward instead of saving probabilities. The plan takes the firs
   with ``is_causal`` and one extra head dimension (PyTorch's flash kernel);
 - ``distance``: ``bias_relative = True`` (the bias depends on p_i - p_j only) and consecutive
   integer positions: the bias is one row, ``bias(k_pos[-1:], k_pos)``, and every tile a view of it;
-- ``dense``: anything else (a plugin that writes only ``bias``, FIRE, float positions): the
+- ``piecewise``: ``bias_pieces`` gives the bias as g_h(u(p_i - p_j) / z_i), g piecewise linear,
+  at consecutive integer positions (FIRE: ``posbench.core.piecewise_bias``): each tile from one
+  (Tk,) row of u, one (Tq,) column of z and (H, pieces) tables, no square;
+- ``dense``: anything else (a plugin that writes only ``bias``, float positions): the
   masked bias (H, Tq, Tk) built once per forward, each tile a view of it (the bias's square and
   its gradient stay, once per forward; no layer saves probabilities);
 - ``tiles``: ``bias_per_block = True`` instead of dense: each tile is ``masked_bias`` of the
@@ -49,6 +52,7 @@ Optional, for speed:
 - ``bias_relative = True``: the bias is a function of p_i - p_j alone (ALiBi, T5, KERPLE), so at
   consecutive integer positions it is given by one row (the ``distance`` plan above).
 - ``linear_slopes()``: (H,) slopes when the bias is exactly -m_h (p_i - p_j) (the ``linear`` plan).
+- ``bias_pieces(q_pos, k_pos)``: the bias as a ``RatioPieces`` (the ``piecewise`` plan above).
 - ``bias_per_block = True``: ``bias`` is cheap enough to build per block in every layer (the
   ``tiles`` plan: never an (H, L, L) tensor, at the cost of building the bias 3 x layers times).
 """
@@ -79,7 +83,7 @@ def _short(dtype: torch.dtype) -> str:
 
 class BlockedBias:
     """A forward's bias as a plan for ``blocked_attention`` (see the module docstring): ``kind``
-    is "linear", "distance" or "tiles"; it attends with ``attend(q, k, v)``."""
+    is "linear", "distance", "piecewise", "tiles" or "dense"; it attends with ``attend(q, k, v)``."""
 
     def __init__(self, method: "BiasMethod", q_pos, k_pos, dtype: torch.dtype):
         self.q_pos, self.k_pos, self.dtype = q_pos, k_pos, dtype
