@@ -12,9 +12,14 @@ psi(max(L, i)) is the "progressive interpolation": the MLP's input stays in [0, 
 position, so longer inputs reuse the range training saw. |c| and |L| are used, so both stay
 positive; ``eps`` = 1e-6 guards the division. One MLP shared by all layers.
 
-Speed: i - j and the max-normaliser inputs are functions of the positions, cached per positions
-tensor; the bias (H, Tq, Tk) is built once per forward (``BiasMethod.prepare``, which also masks
-the future keys) and shared by every layer. It costs a (Tq, Tk, mlp_width) hidden layer per forward.
+Speed: below 512 queries (and on a GPU) the bias (H, Tq, Tk) is built once per forward
+(``BiasMethod.prepare``, which also masks the future keys) and shared by every layer, at the cost
+of a (Tq, Tk, mlp_width) hidden layer; i - j and the query positions are cached per positions
+tensor. From 512 queries on a CPU, ``bias_pieces`` hands ``BiasMethod``'s piecewise plan the
+exact same bias in O(L) pieces: f_theta is a ReLU MLP of a scalar, so it is linear between its
+mlp_width breakpoints -b1/w1 (``posbench.core.piecewise_bias.relu_mlp_pieces``), and
+psi(i - j) / psi(max(L, i)) is one (L,) row of psi over one (L,) column of normalisers; every
+attention block forms its tile from those, and no (H, L, L) bias or hidden layer exists.
 The MLP's weights are plain parameters drawn like ``nn.Linear``'s default (the model re-draws every
 ``nn.Linear`` at std 0.02, which would start the bias at ~1e-4).
 """
@@ -24,6 +29,7 @@ import torch
 from torch import nn
 
 from posbench.core.bias import BiasMethod
+from posbench.core.piecewise_bias import RatioPieces, relu_mlp_pieces
 from posbench.core.registry import register
 
 
@@ -61,10 +67,22 @@ class Fire(BiasMethod):
     def normalized_distance(self, q_pos, k_pos) -> torch.Tensor:
         """(Tq, Tk) psi(i - j) / psi(max(L, i)), the MLP's input."""
         distance, qp = self._layout(q_pos, k_pos)
+        return torch.log1p(self.c.float().abs() * distance) / self._normaliser(qp)  # (Tq, Tk) / (Tq, 1)
+
+    def _normaliser(self, qp: torch.Tensor) -> torch.Tensor:
+        """psi(max(L, i)) + eps for query positions qp (float32, any shape)."""
         c = self.c.float().abs()
         threshold = (self.L_multiplier.float() * self.init_L).abs()
-        normaliser = torch.log1p(c * torch.maximum(qp, threshold)) + self.eps  # (Tq, 1)
-        return torch.log1p(c * distance) / normaliser
+        return torch.log1p(c * torch.maximum(qp, threshold)) + self.eps
+
+    def bias_pieces(self, q_pos, k_pos) -> RatioPieces:
+        """The bias as g(psi(i - j) / psi(max(L, i))), g the MLP as its 33 linear pieces: one
+        (Tk,) row of psi, one (Tq,) column of normalisers, (H, 33) tables (consecutive integer
+        positions; ``BiasMethod``'s piecewise plan: no (Tq, Tk) tensor)."""
+        kp = k_pos.to(torch.float32)
+        row = torch.log1p(self.c.float().abs() * (kp[-1] - kp))  # (Tk,): psi at distance Tk - 1 - t
+        z = self._normaliser(q_pos.to(torch.float32))  # (Tq,)
+        return RatioPieces(row, z, *relu_mlp_pieces(self.w1.float(), self.b1.float(), self.w2.float(), self.b2.float()))
 
     def bias(self, q_pos, k_pos, dtype=torch.float32) -> torch.Tensor:
         """(H, Tq, Tk) f_theta(normalised distance) in ``dtype``, unmasked."""

@@ -30,7 +30,10 @@ recomputing in backward instead of saving probabilities. The plan takes the firs
   with ``is_causal`` and one extra head dimension (PyTorch's flash kernel);
 - ``distance``: ``bias_relative = True`` (the bias depends on p_i - p_j only) and consecutive
   integer positions: the bias is one row, ``bias(k_pos[-1:], k_pos)``, and every tile a view of it;
-- ``dense``: anything else (a plugin that writes only ``bias``, FIRE, float positions): the
+- ``piecewise``: ``bias_pieces`` gives the bias as g_h(u(p_i - p_j) / z_i), g piecewise linear,
+  at consecutive integer positions (FIRE: ``posbench.core.piecewise_bias``): each tile from one
+  (Tk,) row of u, one (Tq,) column of z and (H, pieces) tables, no square;
+- ``dense``: anything else (a plugin that writes only ``bias``, float positions): the
   masked bias (H, Tq, Tk) built once per forward, each tile a view of it (the bias's square and
   its gradient stay, once per forward; no layer saves probabilities);
 - ``tiles``: ``bias_per_block = True`` instead of dense: each tile is ``masked_bias`` of the
@@ -49,6 +52,7 @@ Optional, for speed:
 - ``bias_relative = True``: the bias is a function of p_i - p_j alone (ALiBi, T5, KERPLE), so at
   consecutive integer positions it is given by one row (the ``distance`` plan above).
 - ``linear_slopes()``: (H,) slopes when the bias is exactly -m_h (p_i - p_j) (the ``linear`` plan).
+- ``bias_pieces(q_pos, k_pos)``: the bias as a ``RatioPieces`` (the ``piecewise`` plan above).
 - ``bias_per_block = True``: ``bias`` is cheap enough to build per block in every layer (the
   ``tiles`` plan: never an (H, L, L) tensor, at the cost of building the bias 3 x layers times).
 """
@@ -60,6 +64,7 @@ import torch
 
 from posbench.core.blocked_attention import BLOCK_ROWS, BiasTiles, DenseBias, DistanceRow, blocked_bias_attention, linear_bias_sdpa
 from posbench.core.method import ModelConfig, PositionCache, PositionMethod, biased_attention, causal_mask
+from posbench.core.piecewise_bias import PiecewiseRatio, RatioPieces
 
 # The linear plan rounds each score at the magnitude of m * L / 2 (blocked_attention's
 # linear_bias_sdpa); beyond this max slope x span of positions the distance plan is taken.
@@ -78,13 +83,13 @@ def _short(dtype: torch.dtype) -> str:
 
 class BlockedBias:
     """A forward's bias as a plan for ``blocked_attention`` (see the module docstring): ``kind``
-    is "linear", "distance" or "tiles"; it attends with ``attend(q, k, v)``."""
+    is "linear", "distance", "piecewise", "tiles" or "dense"; it attends with ``attend(q, k, v)``."""
 
     def __init__(self, method: "BiasMethod", q_pos, k_pos, dtype: torch.dtype):
         self.q_pos, self.k_pos, self.dtype = q_pos, k_pos, dtype
         self.slopes = method.linear_slopes()
         tq, tk = q_pos.shape[0], k_pos.shape[0]
-        self.row = None
+        self.row = self.pieces = None
         self.method = method
         if (self.slopes is not None and dtype in (torch.float32, torch.float64) and tq == tk
                 and float(self.slopes.abs().max()) * _span(k_pos) <= LINEAR_SPAN):
@@ -93,6 +98,8 @@ class BlockedBias:
             self.kind = "distance"
             row = method.bias(k_pos[-1:], k_pos, dtype)  # (..., 1, Tk): the last query against every key
             self.row = row.reshape(-1, tk)  # (h, Tk): row[t] is the bias at distance Tk - 1 - t
+        elif _consecutive(k_pos) and (pieces := method.bias_pieces(q_pos, k_pos)) is not None:
+            self.kind, self.pieces = "piecewise", pieces
         elif method.bias_per_block:
             self.kind = "tiles"
         else:
@@ -107,6 +114,10 @@ class BlockedBias:
         rows = BLOCK_ROWS
         if self.kind == "distance":
             return blocked_bias_attention(q, k, v, DistanceRow(self.row, k.shape[-2], rows, cdt), (self.row,), rows)
+        if self.kind == "piecewise":
+            p = self.pieces
+            inputs = (p.row, p.z, p.slopes, p.intercepts)
+            return blocked_bias_attention(q, k, v, PiecewiseRatio(p, k.shape[-2], rows, cdt), inputs, rows)
         if self.kind == "dense":
             return blocked_bias_attention(q, k, v, DenseBias(self.bias, cdt), (self.bias,), rows)
         q_pos, k_pos, method, dtype = self.q_pos, self.k_pos, self.method, self.dtype
@@ -153,6 +164,12 @@ class BiasMethod(PositionMethod):
 
     def linear_slopes(self) -> torch.Tensor | None:
         """(H,) slopes m when the bias is exactly -m_h (p_i - p_j) (ALiBi); None otherwise."""
+        return None
+
+    def bias_pieces(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> RatioPieces | None:
+        """The bias as a piecewise-linear function of u(p_i - p_j) / z_i at consecutive integer
+        positions (``posbench.core.piecewise_bias``; FIRE), for the piecewise plan; None (the
+        default): the method has no such form."""
         return None
 
     def masked_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -212,6 +229,8 @@ class BiasMethod(PositionMethod):
                 return "sdpa causal + slope column (linear bias, no L x L)"
             if self.bias_relative:
                 return "blocked float32, distance row (no L x L)"
+            if type(self).bias_pieces is not BiasMethod.bias_pieces:
+                return "blocked float32, piecewise-linear bias tiles (no L x L)"
             if self.bias_per_block:
                 return "blocked float32, bias tiles per block (no L x L)"
             return "blocked float32, one (H, L, L) bias per forward"

@@ -1,7 +1,8 @@
 """``BiasMethod``'s plans for attending without the L x L square (linear, distance, tiles): every
 bias method, built in or a plugin that writes only ``bias``, gets one with no code of its own, and
 attending with it equals the plain path (the masked bias, state None) in outputs and in the
-gradients of q, k, v and of the method's parameters (T5's table, KERPLE's r1 and r2, FIRE's MLP)."""
+gradients of q, k, v and of the method's parameters (T5's table, KERPLE's r1 and r2, FIRE's MLP, c and
+L; FIRE's piecewise plan has tests of its own in test_piecewise_bias.py)."""
 import pytest
 import torch
 from torch import nn
@@ -67,7 +68,7 @@ PLUGINS = {c.name: c for c in (Wave, WaveTiles)}
 
 
 @pytest.mark.parametrize("name, kind", [("alibi", "linear"), ("t5_bias", "distance"), ("kerple_log", "distance"),
-                                        ("fire", "dense"), ("wave_bias", "dense"), ("wave_tiles_bias", "tiles")])
+                                        ("fire", "piecewise"), ("wave_bias", "dense"), ("wave_tiles_bias", "tiles")])
 def test_each_bias_method_gets_its_plan(blocked, name, kind):
     m = build(name)
     pos = torch.arange(20)
@@ -125,11 +126,11 @@ def test_a_plugin_with_only_bias_passes_the_conformance_kit_on_the_blocked_path(
     assert {key: outcome for key, outcome in results.items() if outcome is not None} == {}
 
 
-@pytest.mark.parametrize("name", ["alibi", "t5_bias", "kerple_log"])
+@pytest.mark.parametrize("name", ["alibi", "t5_bias", "kerple_log", "fire"])
 def test_a_training_step_saves_no_square_of_scores(name):
     """Autograd keeps nothing of shape (..., L, L) for backward (the plain path saved every layer's
     B x H x L x L probabilities, and T5's bias, its gradient and layout were squares too); the
-    default thresholds, L 520 (9 blocks of 64). FIRE's plan keeps one (H, L, L) bias per forward."""
+    default thresholds, L 520 (9 blocks of 64). FIRE's piecewise plan keeps no bias square either."""
     torch.manual_seed(0)
     model = TransformerLM(ModelConfig(vocab_size=32, n_layers=2, d_model=64, n_heads=2, d_ff=64, method=name))
     length = 520

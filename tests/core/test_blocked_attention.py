@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from posbench.core.alibi_math import slopes_tensor
-from posbench.core.blocked_attention import (BiasTiles, DistanceRow, antidiagonal_sums, blocked_bias_attention,
-                                             linear_bias_sdpa)
+from posbench.core.blocked_attention import (BiasTiles, DenseBias, DistanceRow, antidiagonal_sums,
+                                             blocked_bias_attention, forward_only, linear_bias_sdpa)
 from posbench.core.method import causal_mask
 
 # Scores and softmax are float32 whatever q's dtype; half inputs round q, k, v and the output.
@@ -65,6 +65,26 @@ def test_blocked_attention_equals_the_float64_reference_with_every_gradient(seed
     close(out, want, dtype, "output")
     for name, got, w in zip(("dq", "dk", "dv", "dbias"), gots, wants):
         close(got, w, dtype, name)
+
+
+@pytest.mark.parametrize("seed, tq, tk, rows", [(0, 33, 33, 8), (1, 5, 13, 2), (2, 100, 100, 16), (3, 1, 9, 4)])
+@pytest.mark.parametrize("source", ["distance", "dense", "tiles"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_forward_without_autograd_equals_the_float64_reference(seed, tq, tk, rows, source, dtype):
+    """``forward_only`` (batch row by batch row, fused softmax, no log-sum-exp): what a prefill or an
+    evaluation runs, with no input requiring a gradient or under no_grad."""
+    q, k, v, by_distance = inputs(seed, 3, 2, tq, tk, 16, dtype)
+    bias = distance_bias(by_distance, tq, tk).detach()
+    want = reference(q, k, v, bias)
+    masked = bias.masked_fill(~causal_mask(tq, tk, "cpu"), float("-inf"))
+    sources = {"distance": lambda: DistanceRow(by_distance.flip(-1), tk, rows, torch.float32),
+               "dense": lambda: DenseBias(masked, torch.float32),
+               "tiles": lambda: BiasTiles(lambda r0, n, nk: masked[:, r0:r0 + n, :nk], (), torch.float32)}
+    with torch.no_grad():
+        got = blocked_bias_attention(q, k, v, sources[source](), (by_distance,), rows)
+    assert got.dtype == dtype
+    close(got, want, dtype, "output")
+    close(forward_only(q.detach(), k.detach(), v.detach(), sources[source](), rows), want, dtype, "output")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

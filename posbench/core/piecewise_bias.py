@@ -1,0 +1,159 @@
+"""A bias that is a piecewise-linear function of a ratio, formed tile by tile without an L x L tensor.
+
+    b_h(i, j) = g_h(x_ij),    x_ij = u(p_i - p_j) / z_i,
+
+with u a function of the distance (one (Tk,) row at consecutive integer positions), z one number per
+query row, and g_h piecewise linear in the scalar x: per-head slopes A and intercepts B on pieces
+shared by the heads, cut at sorted breakpoints. FIRE is exactly this (u = psi, z = psi(max(L, i)),
+g its one-hidden-layer ReLU MLP): a ReLU MLP from R to R^H with W hidden units is linear between
+its W breakpoints -b1_k / w1_k (``relu_mlp_pieces``), so g(x) = A[seg(x)] x + B[seg(x)] equals the
+MLP, not an approximation of it.
+
+``PiecewiseRatio`` is a tile source for ``blocked_attention.BlockedBiasAttention``: a tile
+(H, n, nk) is x from a strided view of the u row divided by a column of z, its piece by
+``bucketize``, then two gathers from the (H, pieces) tables. Backward needs per piece and head the
+sums of the tile's gradient G and of G x (the gradients of A and B; autograd carries them to the
+MLP's weights through the tiny tables), and dL/dx = sum_h G_h A_h[seg] for u's row and z's column.
+The breakpoints move with the weights, but g is continuous across them, so no gradient flows
+through the pieces' boundaries. Nothing of size (Tq, Tk) outlives a tile.
+
+Future keys read u = ``PAD`` from the row's pad: x lands far below every breakpoint, in an extra
+piece 0 with slope 0 and intercept -inf, so the tile holds -inf there without a masking pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from posbench.core.blocked_attention import antidiagonal_sums
+
+PAD = -1e30  # u of a future key: x = PAD / z <= -1e28 for any z in (0, 100): below FLOOR
+FLOOR = -1e20  # the upper bound of piece 0 (the future keys')
+CLAMP = 1e19  # breakpoints are clamped to +-CLAMP: x of a real key is finite and far inside
+
+
+@dataclass
+class RatioPieces:
+    """What a method hands ``BiasMethod``'s piecewise plan (see the module docstring)."""
+
+    row: torch.Tensor  # (Tk,): row[t] = u at distance Tk - 1 - t (the last query against key t)
+    z: torch.Tensor  # (Tq,): the divisor of query row i, > 0
+    breakpoints: torch.Tensor  # (W,) sorted ascending; piece p is (bp[p-1], bp[p]]
+    slopes: torch.Tensor  # (H, W + 1): A, per head and piece
+    intercepts: torch.Tensor  # (H, W + 1): B
+
+
+def relu_mlp_pieces(w1, b1, w2, b2):
+    """The pieces of x -> w2 relu(w1 x + b1) + b2 (w1, b1 (W,), w2 (H, W), b2 (H,)): sorted
+    breakpoints (W,), slopes and intercepts (H, W + 1), differentiable in the four weights.
+
+    Unit k is active (w1_k x + b1_k > 0) on the pieces above its breakpoint when w1_k > 0, on
+    those up to it when w1_k < 0, everywhere or nowhere when w1_k = 0 (by the sign of b1_k):
+    piece p lies above the breakpoint of rank r exactly when p > r."""
+    with torch.no_grad():
+        t = torch.where(w1 != 0, -b1 / torch.where(w1 != 0, w1, 1), CLAMP).clamp(-CLAMP, CLAMP)  # (W,)
+        breakpoints, order = torch.sort(t)
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(order.numel(), device=order.device)
+        above = torch.arange(order.numel() + 1, device=order.device)[:, None] > rank[None, :]  # (W + 1, W)
+        active = torch.where(w1 > 0, above, torch.where(w1 < 0, ~above, (b1 > 0).expand_as(above)))
+        m = active.to(w2.dtype).t()  # (W, W + 1)
+    slopes = (w2 * w1) @ m  # (H, W + 1)
+    intercepts = b2[:, None] + (w2 * b1) @ m
+    return breakpoints, slopes, intercepts
+
+
+def piecewise_reference(pieces: RatioPieces, x: torch.Tensor) -> torch.Tensor:
+    """g(x) for any x: (H, *x.shape). The plain reading of the tables (tests, and a bias() that
+    wants the same numbers without blocks)."""
+    seg = torch.bucketize(x, pieces.breakpoints.to(x.dtype))
+    return pieces.slopes.to(x.dtype)[:, seg] * x + pieces.intercepts.to(x.dtype)[:, seg]
+
+
+class PiecewiseRatio:
+    """The tiles of a ``RatioPieces`` bias for ``BlockedBiasAttention``, rows reversed as its other
+    sources: reversed row i' of block r0..r0+n against key j has distance nk - 1 - i' - j, i.e.
+    u = ``row[Tk - nk + i' + j]`` (a strided view) and z = ``z[r0 + n - 1 - i']``.
+
+    Pieces without ``bucketize`` (a binary search per entry, 10x the rest of a tile): u grows
+    with the distance, so along a reversed row x falls and the pieces are runs of keys. Per row
+    and breakpoint t_k, the number of keys with u > t_k z_i comes from one ``searchsorted`` of
+    the (Tq, W) products t_k z_i into the sorted u row, once per forward; a tile's piece ids
+    are then a cumulative sum of its rows' run ends. A key within rounding of a breakpoint may
+    take the piece next to x's own: g is continuous there, so its value moves by rounding only.
+    Backward sums G and G x per piece from the same run ends and cumulative sums of the rows."""
+
+    def __init__(self, pieces: RatioPieces, tk: int, rows: int, dtype: torch.dtype):
+        self.tk = tk
+        row = pieces.row.detach().to(dtype)
+        self.padded = torch.cat([row, row.new_full((rows - 1,), PAD)])  # (Tk + rows - 1,)
+        self.z = pieces.z.detach().to(dtype)  # (Tq,)
+        bp = pieces.breakpoints.detach().to(dtype).clamp(-CLAMP, CLAMP)  # (W,)
+        # (Tq, W): how many distances d have u(d) <= t_k z_i (row.flip(0) is u by distance, ascending)
+        self.below = torch.searchsorted(row.flip(0).contiguous(), self.z[:, None] * bp[None, :], right=True)
+        a, b = pieces.slopes.detach().to(dtype), pieces.intercepts.detach().to(dtype)
+        self.heads, self.width = a.shape[0], bp.shape[0]
+        # (2H, W + 2): slopes over intercepts, piece 0 (the future keys: 0 x - inf) first; one
+        # gather per tile reads both
+        self.ab = torch.cat([torch.cat([a.new_zeros(self.heads, 1), a], 1),
+                             torch.cat([b.new_full((self.heads, 1), float("-inf")), b], 1)]).contiguous()
+        self._saved = None  # (x, ends, A[seg]) of the tile backward is about to use
+        self.g_row = self.g_z = self.g_ab = None
+
+    def _ends(self, r0: int, n: int, nk: int) -> torch.Tensor:
+        """(n, W + 1) run ends of the reversed rows, non-increasing: [keys before the future,
+        then per breakpoint the keys with u > t_k z]; piece p holds keys ends[p] <= j < ends[p-1]."""
+        real = torch.arange(nk, nk - n, -1, device=self.below.device)[:, None]  # (n, 1): d_max + 1 = nk - i'
+        over = (real - self.below[r0:r0 + n].flip(0)).clamp_(min=0)  # (n, W)
+        return torch.cat([real, over], 1)
+
+    def _tile(self, r0: int, n: int, nk: int, keep: bool) -> torch.Tensor:
+        p = self.padded
+        u = p.as_strided((n, nk), (1, 1), p.storage_offset() + self.tk - nk)  # (n, nk), rows reversed
+        x = u / self.z[r0:r0 + n].flip(0)[:, None]
+        ends = self._ends(r0, n, nk)
+        # piece id of key j: how many run ends exceed j = (W + 1) - how many are <= j
+        steps = torch.zeros(n, nk + 1, dtype=torch.int32, device=x.device)
+        steps.scatter_add_(1, ends, steps.new_full(ends.shape, -1))
+        steps[:, 0] += self.width + 1
+        seg = steps[:, :nk].cumsum(1, dtype=torch.int32).view(-1)  # (n * nk,) 0 for future keys
+        ab = self.ab.index_select(1, seg).view(2, self.heads, n, nk)
+        a, out = ab[0], ab[1].addcmul_(ab[0], x)  # (H, n, nk): B[seg] + A[seg] x
+        if keep:
+            self._saved = (x, ends, a)
+        return out
+
+    def tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
+        return self._tile(r0, n, nk, False)
+
+    def backward_tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
+        return self._tile(r0, n, nk, True)
+
+    def backward(self, r0: int, n: int, nk: int, g: torch.Tensor) -> None:
+        """g (H, n, nk): the gradient of the tile (zero on future keys, whose probability is 0)."""
+        x, ends, a = self._saved
+        self._saved = None
+        if self.g_ab is None:
+            self.g_ab = torch.zeros_like(self.ab)  # (2H, W + 2), as ``ab``
+            self.g_row, self.g_z = torch.zeros_like(self.padded), torch.zeros_like(self.z)
+        h = self.heads
+        du = (g * a).sum(0).div_(self.z[r0:r0 + n].flip(0)[:, None])  # (n, nk): dL/dx / z = dL/du
+        start = self.tk - nk
+        self.g_row[start:start + n + nk - 1] += antidiagonal_sums(du[None])[0]
+        self.g_z[r0:r0 + n] -= (du * x).sum(-1).flip(0)  # dL/dz = -sum_j dL/dx x / z
+        # Per piece p >= 1: sum over keys ends[p] <= j < ends[p-1] = prefix(ends[p-1]) - prefix(ends[p]),
+        # prefix(e) the sum over j < e, read from an inclusive cumulative sum at e - 1.
+        ends = torch.cat([ends, ends.new_zeros(n, 1)], 1)  # (n, W + 2): the last piece ends at key 0
+        both = torch.empty(2, h, n, nk, dtype=g.dtype, device=g.device)  # [G x, G]: for A, for B
+        torch.mul(g, x, out=both[0])
+        both[1] = g
+        at = (ends - 1).clamp_(min=0).expand(2 * h, -1, -1)
+        prefix = both.view(2 * h, n, nk).cumsum(-1).gather(-1, at).mul_(ends > 0).sum(1)  # (2H, W + 2)
+        self.g_ab[:, 1:] += prefix[:, :-1] - prefix[:, 1:]
+
+    def grads(self) -> tuple:
+        if self.g_ab is None:
+            return (None,) * 4
+        h = self.heads
+        return self.g_row[: self.tk], self.g_z, self.g_ab[:h, 1:], self.g_ab[h:, 1:]
