@@ -352,22 +352,19 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
                               f"allowed: {allowed}")
         return error_at(where, lines, path, problem, allowed)
 
-    try:
-        settings = task.Settings.model_validate(merged)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(err["loc"])
-        problem, allowed = describe(err, task.Settings, loc)
-        base = source.get(loc[0], ("settings", loc[0])) if loc else ("settings",)
-        raise fail(base + loc[1:], problem, allowed) from None
-    try:
-        launch = Launcher.model_validate(launcher)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(err["loc"])
-        problem, allowed = describe(err, Launcher, loc)
-        base = launcher_source.get(loc[0], ("launcher", loc[0])) if loc else ("launcher",)
-        raise fail(base + loc[1:] if base[0] != "--set" else base, problem, allowed) from None
+    def validated(model, values: dict, sources: dict, block: str):
+        """``values`` as a ``model``; its first error names where the bad value came from."""
+        try:
+            return model.model_validate(values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = tuple(err["loc"])
+            problem, allowed = describe(err, model, loc)
+            base = sources.get(loc[0], (block, loc[0])) if loc else (block,)
+            raise fail(base + loc[1:], problem, allowed) from None
+
+    settings = validated(task.Settings, merged, source, "settings")
+    launch = validated(Launcher, launcher, launcher_source, "launcher")
     _check_grid(grid, grid_source, task.Params, fail)
     _check_across(settings, source, grid, grid_source, list(f.methods), task, fail)
     return Suite(
