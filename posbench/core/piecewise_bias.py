@@ -64,13 +64,6 @@ def relu_mlp_pieces(w1, b1, w2, b2):
     return breakpoints, slopes, intercepts
 
 
-def piecewise_reference(pieces: RatioPieces, x: torch.Tensor) -> torch.Tensor:
-    """g(x) for any x: (H, *x.shape). The plain reading of the tables (tests, and a bias() that
-    wants the same numbers without blocks)."""
-    seg = torch.bucketize(x, pieces.breakpoints.to(x.dtype))
-    return pieces.slopes.to(x.dtype)[:, seg] * x + pieces.intercepts.to(x.dtype)[:, seg]
-
-
 class PiecewiseRatio:
     """The tiles of a ``RatioPieces`` bias for ``BlockedBiasAttention``, rows reversed as its other
     sources: reversed row i' of block r0..r0+n against key j has distance nk - 1 - i' - j, i.e.

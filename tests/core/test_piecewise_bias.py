@@ -11,12 +11,18 @@ from posbench.core import bias as bias_module
 from posbench.core import registry
 from posbench.core.blocked_attention import blocked_bias_attention
 from posbench.core.method import ModelConfig, causal_mask
-from posbench.core.piecewise_bias import PiecewiseRatio, RatioPieces, piecewise_reference, relu_mlp_pieces
+from posbench.core.piecewise_bias import PiecewiseRatio, RatioPieces, relu_mlp_pieces
 
 
 def mlp(x, w1, b1, w2, b2):
     """(H, *x.shape): the plain MLP w2 relu(w1 x + b1) + b2."""
     return torch.einsum("...w,hw->h...", torch.relu(x[..., None] * w1 + b1), w2) + b2.view(-1, *[1] * x.dim())
+
+
+def piecewise_reference(pieces: RatioPieces, x: torch.Tensor) -> torch.Tensor:
+    """g(x) for any x: (H, *x.shape), the plain reading of the tables (a binary search per entry)."""
+    seg = torch.bucketize(x, pieces.breakpoints.to(x.dtype))
+    return pieces.slopes.to(x.dtype)[:, seg] * x + pieces.intercepts.to(x.dtype)[:, seg]
 
 
 def weights(seed, width=32, heads=3, dtype=torch.float64):
