@@ -11,6 +11,10 @@ loss curve matches one process up to float rounding; only rank 0 writes the chec
 Curves: with a ``tracker`` (``posbench.engine.tracking``) every logged step also goes there as
 ``train/loss``, ``train/lr`` and ``train/tokens_per_s`` (tokens since the previous logged step over
 the seconds since then; both clocks read right after the loss's ``item()``, which synchronizes).
+
+Train to criterion: ``until(steps_done)`` is asked after every optimizer step and ends training
+when it says so. The budget (``steps`` or ``tokens``) stays the cap and still sets the learning-rate
+schedule, so a stopped model is exactly the full run's model at that step (tested).
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import pickle
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -87,6 +91,7 @@ class TrainResult:
     seconds: float
     final_loss: float
     curve: list[tuple[int, float]]  # (step, loss) every log_every steps and at the end
+    stopped_early: bool = False  # ``until`` ended training before the budget
 
 
 def train(
@@ -96,9 +101,11 @@ def train(
     device: torch.device | str = "cpu",
     checkpoint: str | Path | None = None,
     tracker=None,
+    until: Callable[[int], bool] | None = None,
 ) -> TrainResult:
     """Train ``model`` in place; save ``{model, train_config, result}`` to ``checkpoint`` if given;
-    log the curves to ``tracker`` (a ``posbench.engine.tracking.Tracker``) if given."""
+    log the curves to ``tracker`` (a ``posbench.engine.tracking.Tracker``) if given; stop early
+    when ``until(steps done)`` returns True (train to criterion)."""
     device = torch.device(device)
     total = cfg.total_steps()
     amp = autocast_dtype(cfg.precision, device)
@@ -118,6 +125,23 @@ def train(
     last_log = (start, -1)  # (clock, step) of the previous logged step: tokens/s between logs
     tokens_per_step = cfg.batch_size * cfg.seq_len
     loss_value = float("nan")
+
+    def log(step: int, loss: torch.Tensor) -> None:
+        nonlocal loss_value, last_log
+        # The only synchronisation, every log_every steps. Ranks hold equal slices, so the
+        # mean of their means is the global batch's loss (and every rank sees one verdict).
+        loss_value = float(distributed.all_reduce_mean([loss.item()])[0])
+        if not math.isfinite(loss_value):
+            raise Diverged(f"loss became {loss_value} at step {step}")
+        curve.append((step, loss_value))
+        if tracker is not None:
+            now = time.perf_counter()
+            tracker.scalars({"train/loss": loss_value, "train/lr": opt.param_groups[0]["lr"],
+                             "train/tokens_per_s": (step - last_log[1]) * tokens_per_step / (now - last_log[0])},
+                            step)
+            last_log = (now, step)
+
+    done, stopped = total, False
     for step in range(total):
         batch = next(batches)
         if isinstance(batch, tuple):  # (ids (B, T+1), targets (B, T)): -100 marks a token with no loss
@@ -132,18 +156,7 @@ def train(
         with ctx:
             loss = lm_loss(ddp(inputs), targets)
         if step % cfg.log_every == 0 or step == total - 1:
-            # The only synchronisation, every log_every steps. Ranks hold equal slices, so the
-            # mean of their means is the global batch's loss (and every rank sees one verdict).
-            loss_value = float(distributed.all_reduce_mean([loss.item()])[0])
-            if not math.isfinite(loss_value):
-                raise Diverged(f"loss became {loss_value} at step {step}")
-            curve.append((step, loss_value))
-            if tracker is not None:
-                now = time.perf_counter()
-                tracker.scalars({"train/loss": loss_value, "train/lr": opt.param_groups[0]["lr"],
-                                 "train/tokens_per_s": (step - last_log[1]) * tokens_per_step / (now - last_log[0])},
-                                step)
-                last_log = (now, step)
+            log(step, loss)
         opt.zero_grad(set_to_none=True)
         if scaler is not None:
             scaler.scale(loss).backward()
@@ -155,8 +168,13 @@ def train(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
+        if until is not None and step < total - 1 and until(step + 1):
+            if curve[-1][0] != step:  # the final loss is the last step's, as at the end of the budget
+                log(step, loss)
+            done, stopped = step + 1, True
+            break
     seconds = time.perf_counter() - start
-    result = TrainResult(total, total * cfg.batch_size * cfg.seq_len, seconds, loss_value, curve)
+    result = TrainResult(done, done * cfg.batch_size * cfg.seq_len, seconds, loss_value, curve, stopped)
     model.eval()
     if checkpoint is not None and distributed.is_main():
         save_checkpoint(checkpoint, model, cfg, result)

@@ -38,6 +38,35 @@ def test_training_learns_and_is_deterministic(tmp_path):
     assert a.tokens == 60 * 4 * 16 and a.steps == 60
 
 
+def test_until_stops_on_the_full_runs_trajectory(tmp_path):
+    # Train to criterion: the budget still sets the lr schedule, so stopping at step 7 of 20 leaves
+    # exactly the model a 20-step run has after 7 steps, and the result counts 7 steps.
+    cfg = TrainConfig(seq_len=16, batch_size=4, steps=20, lr=3e-3, warmup_steps=3, log_every=5)
+    snapshots, asked = {}, []
+    full = small_model()
+
+    def watch(done):
+        snapshots[done] = {k: v.clone() for k, v in full.state_dict().items()}
+        return False
+
+    whole = train(full, repeating_batches(), cfg, until=watch)
+    assert not whole.stopped_early and whole.steps == 20 and sorted(snapshots) == list(range(1, 20))
+
+    def at_seven(done):
+        asked.append(done)
+        return done == 7
+
+    stopped_model = small_model()
+    r = train(stopped_model, repeating_batches(), cfg, checkpoint=tmp_path / "s.pt", until=at_seven)
+    assert asked == list(range(1, 8)) and r.stopped_early
+    assert (r.steps, r.tokens) == (7, 7 * 4 * 16)
+    assert r.curve[-1][0] == 6 and [s for s, _ in r.curve] == [0, 5, 6]  # the last step's loss is logged
+    assert r.curve[:2] == whole.curve[:2]
+    for k, v in stopped_model.state_dict().items():
+        assert torch.equal(v, snapshots[7][k]), k
+    assert load_checkpoint(tmp_path / "s.pt")[1]["result"]["stopped_early"] is True
+
+
 def test_checkpoint_round_trip(tmp_path):
     cfg = TrainConfig(seq_len=16, batch_size=4, steps=3, warmup_steps=1)
     model = small_model("rotary")

@@ -13,6 +13,7 @@ from posbench.run import suite as suitemod
 from posbench.report.stats import effective_length, wilson_interval
 from posbench.tasks.retrieval import train_eval as RE
 from posbench.tasks import retrieval as R
+from posbench.core.model import TransformerLM, model_config
 from tests.helpers.cases import make_case
 
 CFG = P.ProbeConfig(n_symbols=10, key_len=4, n_pairs=6, n_queries=3, segment_len=5, filler_len=3)
@@ -203,6 +204,28 @@ def test_decoding_uses_its_own_predictions_and_true_context():
     batch = P.generate("copy", VOCAB, 40, 2, seed=0)
     (a,) = RE.greedy_answers(Echo(), torch.from_numpy(batch.tokens), batch.spans)
     assert (a == VOCAB.COPY).all()  # echoes the question, then its own echo
+
+
+@pytest.mark.parametrize("probe", P.PROBES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_teacher_forced_exact_match_equals_greedy_decoding(probe, seed):
+    # The stop criterion scores with one forward; it must agree with the evaluation's greedy
+    # decoding. An untrained model gets most answers wrong, so the batch is rewritten span by span
+    # to the model's own greedy answers in half of the rows: both must then say right exactly there.
+    torch.manual_seed(seed)
+    model = TransformerLM(model_config("tiny", "alibi", n_layers=2, d_model=32, n_heads=2, d_ff=64,
+                                       vocab_size=VOCAB.vocab_size)).eval()
+    batch = P.generate(probe, VOCAB, 37, 6, seed=seed)
+    assert np.array_equal(RE.teacher_forced(model, batch, "cpu", 4), RE.score(model, batch, "cpu", 4))
+    rows = np.arange(0, 6, 2)
+    for k, (s, e) in enumerate(batch.spans):  # span k's greedy answer depends on spans < k only
+        answers = RE.greedy_answers(model, torch.from_numpy(batch.tokens), batch.spans)
+        batch.tokens[rows, s:e] = answers[k][rows].numpy()
+    want = np.zeros((6, len(batch.spans)), dtype=bool)
+    want[rows] = True
+    forced = RE.teacher_forced(model, batch, "cpu", 4)
+    assert np.array_equal(RE.score(model, batch, "cpu", 4)[rows], want[rows]) and forced[rows].all()
+    assert np.array_equal(forced, RE.score(model, batch, "cpu", 4))
 
 
 @pytest.mark.parametrize("probe", ["mqar", "passkey"])
@@ -408,6 +431,42 @@ def test_task_runs_shares_the_checkpoint_and_counts(tmp_path):
     assert sum(d["total"] for d in out["series"]["by_distance"]) == 12
 
 
+def test_train_to_criterion_stops_at_the_check_that_reaches_stop_at_acc(tmp_path):
+    base = {**TINY, "model_per_probe": True, "steps": 9, "check_every": 3, "check_samples": 5}
+    seen = []
+
+    class Tracker:
+        def scalars(self, values, step):
+            if "check/acc" in values:
+                seen.append((step, values["check/acc"]))
+
+    # stop_at_acc 0: the first check (after 3 steps) stops training.
+    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**base, "stop_at_acc": 0.0},
+                           tmp_path / "a")
+    model, m = RE.trained_model(case, case.settings, P.ProbeVocab(16, case.settings.probe_config()),
+                                np.arange(2000) % 16, None, ["copy"], Tracker())
+    assert (m["train_steps"], m["stopped_at_step"], m["train_tokens"]) == (3, 3, 3 * 4 * 16)
+    assert [s for s, _ in seen] == [2] and m["check_acc"] == seen[0][1]
+    # stop_at_acc 1 on a model that cannot reach it: the whole budget; the check at the last
+    # step is not asked (training ends there anyway).
+    seen.clear()
+    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**base, "stop_at_acc": 1.0},
+                           tmp_path / "b")
+    out = task.run(case)
+    m = out["metrics"]
+    assert m["train_steps"] == 9 and m["stopped_at_step"] is None and 0.0 <= m["check_acc"] < 1.0
+    # reloaded from its checkpoint, the row still says whether training stopped early
+    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**base, "stop_at_acc": 0.0},
+                           tmp_path / "a")
+    first = task.run(case)["metrics"]
+    again = task.run(case)["metrics"]
+    assert first["stopped_at_step"] == 3 and again["reused_checkpoint"] == 1 and again["stopped_at_step"] == 3
+    # without stop_at_acc nothing is checked
+    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, base, tmp_path / "c")
+    m = task.run(case)["metrics"]
+    assert m["train_steps"] == 9 and m["stopped_at_step"] is None and m["check_acc"] is None
+
+
 def test_settings_errors_are_one_line(tmp_path):
     with pytest.raises(ValueError, match="exactly one training budget"):
         make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**TINY, "tokens": 100}, tmp_path)
@@ -430,6 +489,8 @@ def test_suite_validates_with_both_profiles():
     cpu = suitemod.resolve(loaded, "cpu")
     assert cpu.grid["probe"] == ["passkey", "mqar", "copy"] and cpu.settings.model_per_probe
     assert cpu.settings.mix == 1.0 and cpu.settings.loss == "predictable" and cpu.settings.learned_threshold == 0.9
+    # train to criterion, with a bar above learned_threshold so a stopped model passes it at evaluation
+    assert cpu.settings.stop_at_acc == 0.98 > cpu.settings.learned_threshold and cpu.settings.steps == 3000
     gpu = suitemod.resolve(loaded, "gpu")
     assert gpu.grid["L_train"] == [512, 1024] and max(gpu.settings.L_valid_factors) * 1024 == 16384
     assert cpu.grid["L_train"] == [64] and max(cpu.settings.L_valid_factors) * 64 == 512

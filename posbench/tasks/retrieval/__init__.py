@@ -57,6 +57,11 @@ METRICS = {
     "chance": M("Chance accuracy", "fraction", "accuracy of uniform guessing over the answer symbols", None),
     "final_train_loss": M("Final training loss", "nats/token", "training loss at the last step (LM text and probes)"),
     "train_steps": M("Training steps", "steps", "optimizer steps", None, "int"),
+    "stopped_at_step": M("Stopped at step", "steps", "train to criterion (stop_at_acc): the step where the held-out "
+                         "accuracy at L_train reached stop_at_acc and training stopped; none when it trained the "
+                         "whole budget", None, "int"),
+    "check_acc": M("Held-out accuracy at the last check", "fraction", "teacher-forced exact match of held-out probe "
+                   "examples at L_train at the last check of stop_at_acc; none without checks", None),
     "train_tokens": M("Training tokens", "tokens", "tokens trained on", None, "count"),
     "train_seconds": M("Training time", "s", "wall-clock training time (s); 0 when the model came from another "
                        "case's checkpoint"),
@@ -122,6 +127,12 @@ class Settings(TaskSettings):
         "all", description="training loss of probe rows: every token, the answers only, or every token but the "
         "random draws outside the answers (needle symbols, mqar keys and values); language-model rows keep every token")
     reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint instead of retraining")
+    stop_at_acc: Optional[float] = Field(
+        None, ge=0.0, le=1.0, description="train to criterion: stop once the exact-match accuracy of held-out "
+        "probe examples at L_train (teacher-forced, which equals greedy decoding's) reaches this, checked every "
+        "check_every steps; the budget stays the cap and sets the lr schedule. None: train the whole budget")
+    check_every: int = Field(100, ge=1, description="steps between the held-out checks of stop_at_acc")
+    check_samples: int = Field(200, ge=1, description="held-out examples per check (mqar: scored per query)")
 
     @model_validator(mode="after")
     def _check(self):

@@ -75,7 +75,7 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
     cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **overrides)
     if ckpt is not None and ckpt.exists() and s.reuse_checkpoint:
         model, blob = load_checkpoint(ckpt, case.device)
-        r, reused = blob["result"], 1
+        r, reused = blob["result"], 1  # a TrainResult as a dict
         final, steps, tokens, seconds = r["final_loss"], r["steps"], r["tokens"], 0.0
     else:
         for probe in probes:
@@ -87,11 +87,40 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
         tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
                            warmup_steps=s.warmup_steps, precision=s.precision, seed=s.seed)
         data = mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, s.seed, s.loss)
-        r = train(model, data, tcfg, case.device, ckpt, tracker=tracker)
+        check = None if s.stop_at_acc is None else Criterion(model, vocab, probes, L, s, case.device, tracker)
+        r = train(model, data, tcfg, case.device, ckpt, tracker=tracker, until=check)
         final, steps, tokens, seconds, reused = r.final_loss, r.steps, r.tokens, r.seconds, 0
+        r = {"stopped_early": r.stopped_early, "check_acc": None if check is None else check.last}
     metrics = dict(final_train_loss=final, train_steps=steps, train_tokens=tokens, train_seconds=seconds,
-                   reused_checkpoint=reused, n_params=model.num_parameters())
+                   reused_checkpoint=reused, n_params=model.num_parameters(),
+                   stopped_at_step=steps if r.get("stopped_early") else None, check_acc=r.get("check_acc"))
     return model, metrics
+
+
+class Criterion:
+    """Train to criterion: ``until`` for ``posbench.engine.train.train``. Every ``check_every`` steps,
+    the exact-match accuracy of ``check_samples`` held-out examples of the training probes at L_train
+    (its own seeds, apart from training's and evaluation's); True once it reaches ``stop_at_acc``.
+    The accuracy goes to the tracker as ``check/acc``; ``last`` keeps the latest."""
+
+    def __init__(self, model, vocab: P.ProbeVocab, probes: list[str], L: int, s, device, tracker=None):
+        self.model, self.s, self.device, self.tracker = model, s, device, tracker
+        seed = 2**31 + 2**30 + s.seed  # evaluation draws from 2**31 + seed, training below 2**31
+        n = -(-s.check_samples // len(probes))
+        self.batches = [P.generate(p, vocab, L + 1, n, seed + i) for i, p in enumerate(probes)]
+        self.last: float | None = None
+
+    def __call__(self, steps_done: int) -> bool:
+        if steps_done % self.s.check_every:
+            return False
+        was = self.model.training
+        self.model.eval()
+        ok = [teacher_forced(self.model, b, self.device, self.s.eval_batch_size) for b in self.batches]
+        self.model.train(was)
+        self.last = float(np.concatenate([o.ravel() for o in ok]).mean())
+        if self.tracker is not None:
+            self.tracker.scalars({"check/acc": self.last}, steps_done - 1)
+        return self.last >= self.s.stop_at_acc
 
 
 # ---------------------------------------------------------------------------------- evaluation
@@ -118,6 +147,19 @@ def greedy_answers(model, tokens: torch.Tensor, spans: list[tuple[int, int]]) ->
         out.append(torch.stack(answer, dim=1))
         cursor = start
     return out
+
+
+@torch.no_grad()
+def teacher_forced(model, batch: P.ProbeBatch, device, batch_size: int) -> np.ndarray:
+    """(n, n_spans) bool: whether every answer token is the argmax of one forward over the true
+    sequence. Equal to ``score``'s greedy decoding (tested): a greedy answer is exactly right only
+    if each of its tokens is, each predicted from the true prefix; one forward is cheaper."""
+    rows = []
+    for i in range(0, len(batch.tokens), batch_size):
+        tokens = torch.from_numpy(batch.tokens[i : i + batch_size]).to(device)  # (b, T)
+        pred = model(tokens[:, :-1]).argmax(-1)  # (b, T - 1): pred[:, j] guesses tokens[:, j + 1]
+        rows.append(torch.stack([(pred[:, s - 1:e - 1] == tokens[:, s:e]).all(dim=1) for s, e in batch.spans], 1))
+    return torch.cat(rows).cpu().numpy()
 
 
 def score(model, batch: P.ProbeBatch, device, batch_size: int) -> np.ndarray:
