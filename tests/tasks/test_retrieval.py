@@ -316,6 +316,16 @@ def _with_bar(rows, bar):
     return [{**r, "series": {**r["series"], "learned_threshold": bar}} for r in rows]
 
 
+def test_the_probe_table_says_how_many_steps_each_model_trained_and_whether_it_stopped():
+    rows = [{**r, "metrics": m} for r, m in zip(ROWS[:2], ({"train_steps": 1700, "stopped_at_step": 1700},
+                                                           {"train_steps": 3000, "stopped_at_step": None}))]
+    t = charts.probe_table(rows, "passkey")
+    assert t.columns[-1] == "steps" and "'stopped' where training stopped on reaching stop_at_acc" in t.caption
+    assert t.cell("alibi", "steps").text == "1700 (stopped)" and t.cell("rotary", "steps").text == "3000"
+    assert charts.probe_table(ROWS, "passkey").cell("alibi", "steps").text == "-"  # rows that do not say
+    assert charts.steps_text({"train_steps": True}) == charts.steps_text("junk") == "-"
+
+
 def test_a_method_that_did_not_learn_has_no_effective_length_in_tables_and_charts():
     # The rows' learned_threshold (default 0.9): alibi's passkey at L_train pools 24/30 = 80% and
     # did not learn; rotary's 20/20 did. One of two learnt: nothing to compare, a broken profile.

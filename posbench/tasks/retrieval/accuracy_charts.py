@@ -144,7 +144,8 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
     hardware = next((r.get("hardware") for r in ok if r.get("hardware")), "")
     out = Table(key=slug(f"retrieval-{probe}-accuracy-{hardware}"),
                 title=f"{probe}: accuracy (Wilson 95% interval)", caption="", task="retrieval",
-                metric=f"acc {probe}", unit="fraction", column_header="L_valid", columns=lengths + ["effective length"],
+                metric=f"acc {probe}", unit="fraction", column_header="L_valid",
+                columns=lengths + ["effective length", "steps"],
                 rows=[], hardware=hardware, commit=short_commit(r.get("git_commit") for r in ok),
                 extra={"higher_is_better": True})
     case_of = {(r["method"], r["params"]["L_train"]): r for r in ok}
@@ -166,15 +167,29 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
             eff = first["effective_length"] if first["learned"] else None
             out.cells[(label, "effective length")] = Cell(text=length_text(first["learned"], first["effective_length"]),
                                                           value=None if eff is None else float(eff), **link)
+            out.cells[(label, "steps")] = Cell(text=steps_text(row.get("metrics", {})), **link)
     verdicts = comparability(_verdicts(table, several), learned_threshold(ok))
     out.title += verdicts.title_suffix()
     out.extra["learnt"], out.extra["not_learnt"] = verdicts.learnt, verdicts.not_learnt
     out.caption = (f"Fraction of {probe} answers exactly right, counts pooled over depths, seeds and runs, with "
                    f"its Wilson 95% interval; effective length: the longest L_valid with accuracy >= {threshold:g} "
                    f"there and at every shorter L_valid, given only for a model that learnt the task at L_train "
-                   f"(accuracy >= {verdicts.threshold:.0%}; otherwise '{NOT_LEARNT}'). {verdicts.note()} "
+                   f"(accuracy >= {verdicts.threshold:.0%}; otherwise '{NOT_LEARNT}'); steps: optimizer steps "
+                   f"trained, 'stopped' where training stopped on reaching stop_at_acc (train to criterion). "
+                   f"{verdicts.note()} "
                    f"{out.hardware} (commit {out.commit}).")
     return out
+
+
+def steps_text(metrics) -> str:
+    """``1700 (stopped)`` when training stopped at its criterion, ``3000`` when it ran the whole
+    budget, ``-`` when the row's metrics do not say."""
+    if not isinstance(metrics, dict):
+        return "-"
+    steps = metrics.get("train_steps")
+    if not _whole(steps, 1):
+        return "-"
+    return f"{steps} (stopped)" if metrics.get("stopped_at_step") is not None else f"{steps}"
 
 
 def heatmap_table(rows: list[dict], method: str, L_train: int | None = None):
