@@ -471,6 +471,7 @@ def test_train_to_criterion_stops_at_the_check_that_reaches_stop_at_acc(tmp_path
     first = task.run(case)["metrics"]
     again = task.run(case)["metrics"]
     assert first["stopped_at_step"] == 3 and again["reused_checkpoint"] == 1 and again["stopped_at_step"] == 3
+    assert first["check_acc"] is not None and again["check_acc"] is None  # not saved in the checkpoint
     # without stop_at_acc nothing is checked
     task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, base, tmp_path / "c")
     m = task.run(case)["metrics"]

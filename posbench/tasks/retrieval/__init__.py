@@ -61,7 +61,8 @@ METRICS = {
                          "accuracy at L_train reached stop_at_acc and training stopped; none when it trained the "
                          "whole budget", None, "int"),
     "check_acc": M("Held-out accuracy at the last check", "fraction", "teacher-forced exact match of held-out probe "
-                   "examples at L_train at the last check of stop_at_acc; none without checks", None),
+                   "examples at L_train at the last check of stop_at_acc; none without checks or when the model came from "
+                   "a checkpoint", None),
     "train_tokens": M("Training tokens", "tokens", "tokens trained on", None, "count"),
     "train_seconds": M("Training time", "s", "wall-clock training time (s); 0 when the model came from another "
                        "case's checkpoint"),

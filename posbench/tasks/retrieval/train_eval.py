@@ -77,6 +77,7 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
         model, blob = load_checkpoint(ckpt, case.device)
         r, reused = blob["result"], 1  # a TrainResult as a dict
         final, steps, tokens, seconds = r["final_loss"], r["steps"], r["tokens"], 0.0
+        stopped, check_acc = r.get("stopped_early", False), None  # the check's accuracy is not saved
     else:
         for probe in probes:
             if P.min_length(probe, vocab.cfg) > L + 1:
@@ -90,10 +91,10 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
         check = None if s.stop_at_acc is None else Criterion(model, vocab, probes, L, s, case.device, tracker)
         r = train(model, data, tcfg, case.device, ckpt, tracker=tracker, until=check)
         final, steps, tokens, seconds, reused = r.final_loss, r.steps, r.tokens, r.seconds, 0
-        r = {"stopped_early": r.stopped_early, "check_acc": None if check is None else check.last}
+        stopped, check_acc = r.stopped_early, None if check is None else check.last
     metrics = dict(final_train_loss=final, train_steps=steps, train_tokens=tokens, train_seconds=seconds,
                    reused_checkpoint=reused, n_params=model.num_parameters(),
-                   stopped_at_step=steps if r.get("stopped_early") else None, check_acc=r.get("check_acc"))
+                   stopped_at_step=steps if stopped else None, check_acc=check_acc)
     return model, metrics
 
 
