@@ -141,7 +141,7 @@ def train(
                             step)
             last_log = (now, step)
 
-    done, stopped = total, False
+    done = total
     for step in range(total):
         batch = next(batches)
         if isinstance(batch, tuple):  # (ids (B, T+1), targets (B, T)): -100 marks a token with no loss
@@ -171,10 +171,10 @@ def train(
         if until is not None and step < total - 1 and until(step + 1):
             if curve[-1][0] != step:  # the final loss is the last step's, as at the end of the budget
                 log(step, loss)
-            done, stopped = step + 1, True
+            done = step + 1
             break
     seconds = time.perf_counter() - start
-    result = TrainResult(done, done * cfg.batch_size * cfg.seq_len, seconds, loss_value, curve, stopped)
+    result = TrainResult(done, done * cfg.batch_size * cfg.seq_len, seconds, loss_value, curve, done < total)
     model.eval()
     if checkpoint is not None and distributed.is_main():
         save_checkpoint(checkpoint, model, cfg, result)

@@ -216,14 +216,14 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(probe, seed):
     model = TransformerLM(model_config("tiny", "alibi", n_layers=2, d_model=32, n_heads=2, d_ff=64,
                                        vocab_size=VOCAB.vocab_size)).eval()
     batch = P.generate(probe, VOCAB, 37, 6, seed=seed)
-    assert np.array_equal(RE.teacher_forced(model, batch, "cpu", 4), RE.score(model, batch, "cpu", 4))
+    assert np.array_equal(RE.score(model, batch, "cpu", 4, RE.forced_answers), RE.score(model, batch, "cpu", 4))
     rows = np.arange(0, 6, 2)
     for k, (s, e) in enumerate(batch.spans):  # span k's greedy answer depends on spans < k only
         answers = RE.greedy_answers(model, torch.from_numpy(batch.tokens), batch.spans)
         batch.tokens[rows, s:e] = answers[k][rows].numpy()
     want = np.zeros((6, len(batch.spans)), dtype=bool)
     want[rows] = True
-    forced = RE.teacher_forced(model, batch, "cpu", 4)
+    forced = RE.score(model, batch, "cpu", 4, RE.forced_answers)
     assert np.array_equal(RE.score(model, batch, "cpu", 4)[rows], want[rows]) and forced[rows].all()
     assert np.array_equal(forced, RE.score(model, batch, "cpu", 4))
 

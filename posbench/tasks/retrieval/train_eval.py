@@ -116,7 +116,7 @@ class Criterion:
             return False
         was = self.model.training
         self.model.eval()
-        ok = [teacher_forced(self.model, b, self.device, self.s.eval_batch_size) for b in self.batches]
+        ok = [score(self.model, b, self.device, self.s.eval_batch_size, forced_answers) for b in self.batches]
         self.model.train(was)
         self.last = float(np.concatenate([o.ravel() for o in ok]).mean())
         if self.tracker is not None:
@@ -151,25 +151,23 @@ def greedy_answers(model, tokens: torch.Tensor, spans: list[tuple[int, int]]) ->
 
 
 @torch.no_grad()
-def teacher_forced(model, batch: P.ProbeBatch, device, batch_size: int) -> np.ndarray:
-    """(n, n_spans) bool: whether every answer token is the argmax of one forward over the true
-    sequence. Equal to ``score``'s greedy decoding (tested): a greedy answer is exactly right only
-    if each of its tokens is, each predicted from the true prefix; one forward is cheaper."""
-    rows = []
-    for i in range(0, len(batch.tokens), batch_size):
-        tokens = torch.from_numpy(batch.tokens[i : i + batch_size]).to(device)  # (b, T)
-        pred = model(tokens[:, :-1]).argmax(-1)  # (b, T - 1): pred[:, j] guesses tokens[:, j + 1]
-        rows.append(torch.stack([(pred[:, s - 1:e - 1] == tokens[:, s:e]).all(dim=1) for s, e in batch.spans], 1))
-    return torch.cat(rows).cpu().numpy()
+def forced_answers(model, tokens: torch.Tensor, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+    """Each span's argmax predictions from one forward over the true sequence tokens (B, T): one
+    (B, end - start) tensor per span. Exactly right where ``greedy_answers`` is (tested): a greedy
+    answer is right only if each of its tokens is, each predicted from the true prefix."""
+    pred = model(tokens[:, :-1]).argmax(-1)  # (B, T - 1): pred[:, j] guesses tokens[:, j + 1]
+    return [pred[:, s - 1:e - 1] for s, e in spans]
 
 
-def score(model, batch: P.ProbeBatch, device, batch_size: int) -> np.ndarray:
-    """(n, n_spans) bool: whether each answer was decoded exactly."""
+def score(model, batch: P.ProbeBatch, device, batch_size: int, answers=greedy_answers) -> np.ndarray:
+    """(n, n_spans) bool: whether each answer was exactly right, decoded by ``answers``
+    (``greedy_answers`` through the KV cache, or ``forced_answers``, one forward, for the
+    training's held-out checks)."""
     rows = []
     for i in range(0, len(batch.tokens), batch_size):
         tokens = torch.from_numpy(batch.tokens[i : i + batch_size]).to(device)
-        answers = greedy_answers(model, tokens, batch.spans)
-        rows.append(torch.stack([(a == tokens[:, s:e]).all(dim=1) for a, (s, e) in zip(answers, batch.spans)], 1))
+        decoded = answers(model, tokens, batch.spans)
+        rows.append(torch.stack([(a == tokens[:, s:e]).all(dim=1) for a, (s, e) in zip(decoded, batch.spans)], 1))
     return torch.cat(rows).cpu().numpy()
 
 
