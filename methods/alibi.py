@@ -3,8 +3,9 @@
 No position embeddings; every layer adds -m_h * (i - j) to the score of query i and key j, with a
 fixed slope m_h per head from the paper's geometric sequence, not scaled by 1/sqrt(d). The bias
 is built in float32 from the position tensors; it depends on nothing else, so ``BiasMethod``
-caches it per positions and dtype. On a CPU, ``BiasMethod``'s linear plan runs it as plain SDPA
-with ``is_causal`` and one extra head dimension (``linear_slopes``; float32 and float64), or by
+caches it per positions and dtype. On a CPU, ``BiasMethod``'s linear plan runs it as PyTorch's
+flash kernel with ``is_causal`` and a per-key (1, H, 1, Tk) mask (``linear_slopes``; float32 and
+float64), or by
 blocks from one distance row (half precision, Tq < Tk); a decode step and a GPU pass SDPA a
 (1, H, Tq, Tk) mask that PyTorch broadcasts over the batch.
 

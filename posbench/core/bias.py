@@ -26,8 +26,9 @@ bias, and attention forms each block's bias tile itself, skipping the causal upp
 recomputing in backward instead of saving probabilities. The plan takes the first of:
 
 - ``linear``: ``linear_slopes()`` gives per-head slopes m (the bias is -m (p_i - p_j), ALiBi),
-  float32 or float64, Tq == Tk, and m * L small enough (``LINEAR_SPAN``): ALiBi as plain SDPA
-  with ``is_causal`` and one extra head dimension (PyTorch's flash kernel);
+  float32 or float64, Tq == Tk, and m * L small enough (``LINEAR_SPAN``): ALiBi as PyTorch's
+  flash kernel with ``is_causal`` and a (1, H, 1, Tk) mask, since the bias of row i is
+  m p_j plus a constant (``blocked_attention.linear_bias_sdpa``);
 - ``distance``: ``bias_relative = True`` (the bias depends on p_i - p_j only) and consecutive
   integer positions: the bias is one row, ``bias(k_pos[-1:], k_pos)``, and every tile a view of it;
 - ``piecewise``: ``bias_pieces`` gives the bias as g_h(u(p_i - p_j) / z_i), g piecewise linear,
@@ -62,7 +63,8 @@ from typing import ClassVar, Hashable
 
 import torch
 
-from posbench.core.blocked_attention import BLOCK_ROWS, BiasTiles, DenseBias, DistanceRow, blocked_bias_attention, linear_bias_sdpa
+from posbench.core.blocked_attention import (BLOCK_ROWS, CPU_FLASH_WITH_MASK, BiasTiles, DenseBias, DistanceRow, blocked_bias_attention,
+                                            linear_bias_sdpa)
 from posbench.core.method import ModelConfig, PositionCache, PositionMethod, biased_attention, causal_mask
 from posbench.core.piecewise_bias import PiecewiseRatio, RatioPieces
 
@@ -75,6 +77,8 @@ LINEAR_SPAN = 2048.0
 # path 1.09x, the slope column 1.22x and blocks of 64 rows 1.19x; at L 2048 those were 1.76x,
 # 5.9x, 1.16x and 1.22x. docs/kernels.md has the numbers.
 BLOCKED_MIN_ROWS = 512
+# What the linear plan runs on a CPU whose torch has the flash op with a mask (torch 2.3 on).
+LINEAR_BACKEND = "sdpa flash causal + per-key slope mask (linear bias, no L x L)"
 
 
 def _short(dtype: torch.dtype) -> str:
@@ -226,6 +230,8 @@ class BiasMethod(PositionMethod):
         learned = any(p.requires_grad for p in self.parameters())
         if torch.device(device).type == "cpu":
             if self.linear_slopes() is not None and dtype in (torch.float32, torch.float64):
+                if CPU_FLASH_WITH_MASK is not None:
+                    return LINEAR_BACKEND
                 return "sdpa causal + slope column (linear bias, no L x L)"
             if self.bias_relative:
                 return "blocked float32, distance row (no L x L)"

@@ -50,7 +50,7 @@ def test_position_signal_below_token_signal_at_init(method, preset):
 def test_model_info_names_scale_and_attention_path():
     model = TransformerLM(model_config("tiny", "alibi"))
     info = model.info("cpu", torch.float32)
-    assert info == {"embed_scale": "11.3137", "attn_backend": "sdpa causal + slope column (linear bias, no L x L)", "compute_dtype": "float32"}
+    assert info == {"embed_scale": "11.3137", "attn_backend": "sdpa flash causal + per-key slope mask (linear bias, no L x L)", "compute_dtype": "float32"}
     assert "explicit" in model.info("cuda", torch.bfloat16)["attn_backend"]
     compute = TransformerLM(model_config("tiny", "alibi", method_options={"bias_dtype": "compute"}))
     assert compute.info("cuda", torch.bfloat16)["attn_backend"] == "sdpa + bfloat16 bias"

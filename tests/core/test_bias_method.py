@@ -138,5 +138,12 @@ def test_attn_backend_says_which_path_the_bias_takes():
     assert t5.attn_backend("cpu", torch.float32) == "blocked float32, distance row (no L x L)"
     assert t5.attn_backend("cuda", torch.bfloat16) == "sdpa + bfloat16 bias (learned)"
     alibi = registry.build(ModelConfig(method="alibi"))
-    assert alibi.attn_backend("cpu", torch.float32) == "sdpa causal + slope column (linear bias, no L x L)"
+    assert alibi.attn_backend("cpu", torch.float32) == "sdpa flash causal + per-key slope mask (linear bias, no L x L)"
     assert alibi.attn_backend("cpu", torch.bfloat16) == "blocked float32, distance row (no L x L)"
+
+
+def test_attn_backend_names_the_head_column_when_torch_lacks_the_masked_cpu_flash_op(monkeypatch):
+    from posbench.core import bias
+    monkeypatch.setattr(bias, "CPU_FLASH_WITH_MASK", None)
+    alibi = registry.build(ModelConfig(method="alibi"))
+    assert alibi.attn_backend("cpu", torch.float32) == "sdpa causal + slope column (linear bias, no L x L)"

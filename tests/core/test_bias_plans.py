@@ -76,7 +76,7 @@ def test_each_bias_method_gets_its_plan(blocked, name, kind):
     assert isinstance(plan, BlockedBias) and plan.kind == kind
     assert m.prepare(pos[-1:], pos, torch.float32).shape[-2:] == (1, 20)  # a decode step: the bias row
     assert m.prepare(pos * 0.5, pos * 0.5, torch.float32).kind in {"linear", "dense", "tiles"}  # float positions
-    if name == "alibi":  # half precision would round the slope column: the distance plan instead
+    if name == "alibi":  # half precision would round the per-key slope mask: the distance plan instead
         assert m.prepare(pos, pos, torch.bfloat16).kind == "distance"
         assert m.prepare(pos[-5:], pos, torch.float32).kind == "distance"  # Tq < Tk
         assert build(name, bias_dtype="compute").prepare(pos, pos, torch.float32).kind == "distance"

@@ -1,5 +1,5 @@
 """posbench.core.blocked_attention: attention with a bias by query blocks (no L x L square), and
-ALiBi as SDPA with one extra head dimension, against a plain float64 reference on random inputs:
+ALiBi as flash attention with a per-key mask (or one extra head dimension), against a plain float64 reference on random inputs:
 several seeds, odd lengths, Tq < Tk, float32 and half dtypes, outputs and every gradient."""
 import math
 
@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from posbench.core.alibi_math import slopes_tensor
-from posbench.core.blocked_attention import (BiasTiles, DenseBias, DistanceRow, antidiagonal_sums,
-                                             blocked_bias_attention, forward_only, linear_bias_sdpa)
+from posbench.core import blocked_attention
+from posbench.core.blocked_attention import (BiasTiles, DenseBias, DistanceRow, antidiagonal_sums, blocked_bias_attention,
+                                             forward_only, head_column_sdpa, linear_bias_sdpa)
 from posbench.core.method import causal_mask
 
 # Scores and softmax are float32 whatever q's dtype; half inputs round q, k, v and the output.
@@ -128,13 +129,47 @@ def alibi_reference(q, k, v, slopes, pos):
     return reference(q, k, v, bias)
 
 
-@pytest.mark.parametrize("seed, length, pos_scale", [(0, 7, 1), (1, 100, 1), (2, 257, 1), (3, 64, 0.37)])
-def test_alibi_as_sdpa_with_an_extra_head_dimension_equals_the_reference(seed, length, pos_scale):
-    q, k, v, _ = inputs(seed, 2, 4, length, length, 32, torch.float32)
+def head_column(q, k, v, slopes, pos):
+    """linear_bias_sdpa's other path (devices without the CPU flash op): one extra head dimension."""
+    rel = (pos - pos[pos.shape[0] // 2]).to(q.dtype)
+    return head_column_sdpa(q, k, v, slopes.to(q.dtype)[:, None] * rel[None, :])
+
+
+def test_alibi_on_a_cpu_takes_the_flash_op_with_a_per_key_mask(monkeypatch):
+    """torch 2.13's CPU flash op takes a mask beside is_causal; linear_bias_sdpa must use it (the
+    head column costs 1.14x at head dim 33) and must give the head column's output when it is absent."""
+    assert blocked_attention.CPU_FLASH_WITH_MASK is not None
+    q, k, v, _ = inputs(7, 2, 4, 65, 65, 32, torch.float32)
+    slopes, pos = slopes_tensor(4), torch.arange(65)
+    calls = []
+    real = blocked_attention.key_bias_flash
+    monkeypatch.setattr(blocked_attention, "key_bias_flash", lambda *a: calls.append(1) or real(*a))
+    with torch.no_grad():
+        flash = linear_bias_sdpa(q, k, v, slopes, pos)
+        assert calls == [1]
+        monkeypatch.setattr(blocked_attention, "CPU_FLASH_WITH_MASK", None)
+        column = linear_bias_sdpa(q, k, v, slopes, pos)
+    assert calls == [1]
+    torch.testing.assert_close(flash, column, atol=2e-5, rtol=0)
+    torch.testing.assert_close(column, head_column(q, k, v, slopes, pos), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("path", [linear_bias_sdpa, head_column])
+@pytest.mark.parametrize("seed, length, pos_scale, dtype", [(0, 7, 1, torch.float32), (1, 100, 1, torch.float32),
+                                                            (2, 257, 1, torch.float32), (3, 64, 0.37, torch.float32),
+                                                            (4, 131, 1, torch.float64)])
+def test_alibi_as_sdpa_with_a_key_bias_equals_the_reference(path, seed, length, pos_scale, dtype):
+    q, k, v, _ = inputs(seed, 2, 4, length, length, 32, dtype)
     slopes = slopes_tensor(4)
     pos = torch.arange(length) if pos_scale == 1 else torch.arange(length) * pos_scale  # float: interpolated
     want = alibi_reference(q, k, v, slopes, pos)
-    out = linear_bias_sdpa(q, k, v, slopes, pos)
+    out = path(q, k, v, slopes, pos)
+    if dtype == torch.float64:
+        torch.testing.assert_close(out, want, atol=1e-12, rtol=0)
+        for g, w in zip(torch.autograd.grad(out, (q, k, v), torch.ones_like(out)),
+                        torch.autograd.grad(want, (q, k, v), torch.ones_like(want))):
+            torch.testing.assert_close(g, w, atol=1e-12, rtol=0)
+        return
     close(out, want, torch.float32, "output")
     grad_out = torch.randn(want.shape, dtype=torch.float64)
     for name, g, w in zip(("dq", "dk", "dv"), torch.autograd.grad(out, (q, k, v), grad_out.float()),
@@ -142,7 +177,8 @@ def test_alibi_as_sdpa_with_an_extra_head_dimension_equals_the_reference(seed, l
         close(g, w, torch.float32, name)
 
 
-def test_alibi_as_sdpa_rounds_scores_at_the_magnitude_of_slope_times_length():
+@pytest.mark.parametrize("path", [linear_bias_sdpa, head_column])
+def test_alibi_as_sdpa_rounds_scores_at_the_magnitude_of_slope_times_length(path):
     """The reason the linear plan stops at LINEAR_SPAN and is never taken in half precision: its
     error grows with m * L (here L 1024, m 1/2: measured ~1.5e-5; 2048: ~3e-5), where the
     blocked path stays at float32's rounding of the softmax."""
@@ -151,7 +187,7 @@ def test_alibi_as_sdpa_rounds_scores_at_the_magnitude_of_slope_times_length():
     pos = torch.arange(1024)
     with torch.no_grad():
         want = alibi_reference(q, k, v, slopes, pos)
-        linear = (linear_bias_sdpa(q, k, v, slopes, pos).double() - want).abs().max().item()
+        linear = (path(q, k, v, slopes, pos).double() - want).abs().max().item()
         row = (-slopes[:, None] * torch.arange(1023, -1, -1)[None]).float()  # the bias at distance 1023 - t
         blocked = blocked_bias_attention(q, k, v, DistanceRow(row, 1024, 128, torch.float32), (), 128)
         blocked = (blocked.double() - want).abs().max().item()
