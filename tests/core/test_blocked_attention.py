@@ -44,6 +44,7 @@ def close(got, want, dtype, what):
     assert err <= TOL[dtype], f"{what}: {err:.3g} of its scale (tolerance {TOL[dtype]:g})"
 
 
+@pytest.mark.usefixtures("block_kernel")
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("tq, tk, rows", [(1, 1, 4), (7, 7, 4), (33, 33, 8), (100, 100, 16), (5, 13, 2),
                                           (257, 257, 64), (1, 9, 4), (40, 41, 128)])
@@ -68,6 +69,7 @@ def test_blocked_attention_equals_the_float64_reference_with_every_gradient(seed
         close(got, w, dtype, name)
 
 
+@pytest.mark.usefixtures("block_kernel")
 @pytest.mark.parametrize("seed, tq, tk, rows", [(0, 33, 33, 8), (1, 5, 13, 2), (2, 100, 100, 16), (3, 1, 9, 4)])
 @pytest.mark.parametrize("source", ["distance", "dense", "tiles"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -88,6 +90,7 @@ def test_the_forward_without_autograd_equals_the_float64_reference(seed, tq, tk,
     close(forward_only(q.detach(), k.detach(), v.detach(), sources[source](), rows), want, dtype, "output")
 
 
+@pytest.mark.usefixtures("block_kernel")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_blocked_attention_in_half_precision_computes_scores_in_float32(dtype):
     q, k, v, by_distance = inputs(3, 1, 2, 70, 75, 32, dtype)
@@ -102,6 +105,7 @@ def test_blocked_attention_in_half_precision_computes_scores_in_float32(dtype):
         close(g, w, dtype, name)
 
 
+@pytest.mark.usefixtures("block_kernel")
 def test_a_bias_shared_by_the_heads_gets_one_gradient():
     q, k, v, by_distance = inputs(4, 2, 3, 20, 20, 8, torch.float32)
     shared = by_distance[:1].detach().requires_grad_()  # (1, Tk): every head the same bias
@@ -193,3 +197,23 @@ def test_alibi_as_sdpa_rounds_scores_at_the_magnitude_of_slope_times_length(path
         blocked = (blocked.double() - want).abs().max().item()
     assert linear <= 1e-4 and blocked <= 2e-6
     assert linear > blocked
+
+
+def test_on_a_cpu_every_block_goes_through_the_flash_op_with_its_tile_as_the_mask(monkeypatch):
+    """Training forward and forward-only: one flash call per query block, its mask the block's
+    bias tile (h, n, nk) read in place, the block's keys only (the causal upper triangle skipped)."""
+    real, calls = blocked_attention.CPU_FLASH_WITH_MASK, []
+
+    def counting(qb, kb, vb, dropout, causal, attn_mask, scale):
+        calls.append((qb.shape[-2], kb.shape[-2], tuple(attn_mask.shape), causal))
+        return real(qb, kb, vb, dropout, causal, attn_mask=attn_mask, scale=scale)
+
+    monkeypatch.setattr(blocked_attention, "CPU_FLASH_WITH_MASK", counting)
+    q, k, v, by_distance = inputs(3, 2, 3, 20, 20, 8, torch.float32)
+    row = by_distance.flip(-1)
+    blocked_bias_attention(q, k, v, DistanceRow(row, 20, 8, torch.float32), (row,), 8).sum().backward()
+    with torch.no_grad():
+        blocked_bias_attention(q, k, v, DistanceRow(row, 20, 8, torch.float32), (), 8)
+    per_pass = [(8, 8, (1, 3, 8, 8), False), (8, 16, (1, 3, 8, 16), False), (4, 20, (1, 3, 4, 20), False)]
+    assert calls == per_pass * 2
+    assert by_distance.grad is not None and by_distance.grad.abs().sum() > 0

@@ -57,6 +57,7 @@ def reference(q, k, v, bias):
     return torch.softmax(scores, -1) @ v
 
 
+@pytest.mark.usefixtures("block_kernel")
 @pytest.mark.parametrize("seed, tq, tk, rows", [(0, 37, 37, 8), (1, 13, 29, 4), (2, 1, 9, 4), (3, 64, 64, 64), (4, 50, 50, 7)])
 def test_piecewise_tiles_equal_the_float64_reference_with_every_gradient(seed, tq, tk, rows):
     g = torch.Generator().manual_seed(seed)
