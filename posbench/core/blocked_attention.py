@@ -236,7 +236,7 @@ class BlockedBiasAttention(torch.autograd.Function):
             dq[:, :, r0:r0 + n] = torch.matmul(ds, k_blk).flip(-2)
             dk[:, :, :nk] += torch.matmul(ds.transpose(-1, -2), qb)
             if ctx.n_inputs and any(ctx.needs_input_grad[5:]):
-                dtile = ds.sum(0)  # (H, n, nk): the bias is shared by the batch
+                dtile = _batch_sum(ds)  # (H, n, nk): the bias is shared by the batch
                 if source.heads == 1:  # one bias for every head
                     dtile = dtile.sum(0, keepdim=True)
                 source.backward(r0, n, nk, dtile)
@@ -244,6 +244,17 @@ class BlockedBiasAttention(torch.autograd.Function):
         dq.mul_(scale)  # the scores were (q * scale) k^T; dk came from the scaled q already
         grads = source.grads() if ctx.n_inputs else ()
         return (dq.to(dout.dtype), dk.to(dout.dtype), dv.to(dout.dtype), None, None, *grads)
+
+
+def _batch_sum(ds: torch.Tensor) -> torch.Tensor:
+    """(B, H, n, nk) -> (H, n, nk), the sum over the batch: a view at B 1, else adds of the batch
+    rows (at B 2 half the time of ``ds.sum(0)``, which at B 1 still costs a pass over the tile)."""
+    if ds.shape[0] == 1:
+        return ds[0]
+    out = ds[0].clone()
+    for i in range(1, ds.shape[0]):
+        out.add_(ds[i])
+    return out
 
 
 def blocked_bias_attention(q, k, v, source, inputs: tuple = (), rows: int = BLOCK_ROWS) -> torch.Tensor:

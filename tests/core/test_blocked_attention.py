@@ -49,9 +49,10 @@ def close(got, want, dtype, what):
 @pytest.mark.parametrize("tq, tk, rows", [(1, 1, 4), (7, 7, 4), (33, 33, 8), (100, 100, 16), (5, 13, 2),
                                           (257, 257, 64), (1, 9, 4), (40, 41, 128)])
 @pytest.mark.parametrize("source", ["distance", "tiles"])
-def test_blocked_attention_equals_the_float64_reference_with_every_gradient(seed, tq, tk, rows, source):
+@pytest.mark.parametrize("batch", [1, 3])  # the bias's gradient sums the batch (a view at batch 1)
+def test_blocked_attention_equals_the_float64_reference_with_every_gradient(seed, tq, tk, rows, source, batch):
     dtype = torch.float32
-    q, k, v, by_distance = inputs(seed, 2, 3, tq, tk, 16, dtype)
+    q, k, v, by_distance = inputs(seed, batch, 3, tq, tk, 16, dtype)
     want = reference(q, k, v, distance_bias(by_distance, tq, tk))
     grad_out = torch.randn(want.shape, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64)
     wants = torch.autograd.grad(want, (q, k, v, by_distance), grad_out)
