@@ -63,8 +63,8 @@ from typing import ClassVar, Hashable
 
 import torch
 
-from posbench.core.blocked_attention import (BLOCK_ROWS, CPU_FLASH_WITH_MASK, BiasTiles, DenseBias, DistanceRow, blocked_bias_attention,
-                                            linear_bias_sdpa)
+from posbench.core import blocked_attention
+from posbench.core.blocked_attention import BLOCK_ROWS, BiasTiles, DenseBias, DistanceRow, blocked_bias_attention, linear_bias_sdpa
 from posbench.core.method import ModelConfig, PositionCache, PositionMethod, biased_attention, causal_mask
 from posbench.core.piecewise_bias import PiecewiseRatio, RatioPieces
 
@@ -230,14 +230,16 @@ class BiasMethod(PositionMethod):
         learned = any(p.requires_grad for p in self.parameters())
         if torch.device(device).type == "cpu":
             if self.linear_slopes() is not None and dtype in (torch.float32, torch.float64):
-                if CPU_FLASH_WITH_MASK is not None:
+                if blocked_attention.CPU_FLASH_WITH_MASK is not None:
                     return LINEAR_BACKEND
                 return "sdpa causal + slope column (linear bias, no L x L)"
+            # Each block's forward is PyTorch's CPU flash op where torch has it (block_softmax)
+            blocked = "blocked float32" + (" (flash op per block)" if blocked_attention.CPU_FLASH_WITH_MASK is not None else "")
             if self.bias_relative:
-                return "blocked float32, distance row (no L x L)"
+                return f"{blocked}, distance row (no L x L)"
             if type(self).bias_pieces is not BiasMethod.bias_pieces:
-                return "blocked float32, piecewise-linear bias tiles (no L x L)"
+                return f"{blocked}, piecewise-linear bias tiles (no L x L)"
             if self.bias_per_block:
-                return "blocked float32, bias tiles per block (no L x L)"
-            return "blocked float32, one (H, L, L) bias per forward"
+                return f"{blocked}, bias tiles per block (no L x L)"
+            return f"{blocked}, one (H, L, L) bias per forward"
         return f"sdpa + {_short(dtype)} bias" + (" (learned)" if learned else "")

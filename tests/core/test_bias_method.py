@@ -131,19 +131,21 @@ def test_the_builtin_bias_methods_use_the_shared_path(name):
 
 def test_attn_backend_says_which_path_the_bias_takes():
     cfg = ModelConfig(d_model=64, n_heads=4)
-    assert TinyLearned(cfg).attn_backend("cpu", torch.float32) == "blocked float32, one (H, L, L) bias per forward"
+    assert TinyLearned(cfg).attn_backend("cpu", torch.float32) == "blocked float32 (flash op per block), one (H, L, L) bias per forward"
     assert TinyLearned(cfg).attn_backend("cuda", torch.bfloat16) == "sdpa + bfloat16 bias (learned)"
     assert TinyFixed(cfg).attn_backend("cuda", torch.float32) == "sdpa + float32 bias"
     t5 = registry.build(ModelConfig(method="t5_bias"))
-    assert t5.attn_backend("cpu", torch.float32) == "blocked float32, distance row (no L x L)"
+    assert t5.attn_backend("cpu", torch.float32) == "blocked float32 (flash op per block), distance row (no L x L)"
     assert t5.attn_backend("cuda", torch.bfloat16) == "sdpa + bfloat16 bias (learned)"
     alibi = registry.build(ModelConfig(method="alibi"))
     assert alibi.attn_backend("cpu", torch.float32) == "sdpa flash causal + per-key slope mask (linear bias, no L x L)"
-    assert alibi.attn_backend("cpu", torch.bfloat16) == "blocked float32, distance row (no L x L)"
+    assert alibi.attn_backend("cpu", torch.bfloat16) == "blocked float32 (flash op per block), distance row (no L x L)"
 
 
-def test_attn_backend_names_the_head_column_when_torch_lacks_the_masked_cpu_flash_op(monkeypatch):
-    from posbench.core import bias
-    monkeypatch.setattr(bias, "CPU_FLASH_WITH_MASK", None)
+def test_attn_backend_names_the_plain_paths_when_torch_lacks_the_masked_cpu_flash_op(monkeypatch):
+    from posbench.core import blocked_attention
+    monkeypatch.setattr(blocked_attention, "CPU_FLASH_WITH_MASK", None)
     alibi = registry.build(ModelConfig(method="alibi"))
     assert alibi.attn_backend("cpu", torch.float32) == "sdpa causal + slope column (linear bias, no L x L)"
+    t5 = registry.build(ModelConfig(method="t5_bias"))
+    assert t5.attn_backend("cpu", torch.float32) == "blocked float32, distance row (no L x L)"
