@@ -145,6 +145,9 @@ def load_yaml(text: str) -> tuple[Any, Any]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
+        if "nesting depth" in problem:  # libyaml's own limit (PyYAML 6.0.4 on): the same refusal
+            raise YamlProblem(mark.line + 1 if mark else 1, "<yaml>", "nesting too deep",
+                              "a few levels of mappings and lists") from None
         raise YamlProblem(mark.line + 1 if mark else 1, "<yaml>", f"invalid YAML: {problem}",
                           "YAML 1.1 syntax") from None
     except yaml.YAMLError as exc:  # e.g. a character YAML does not allow; no mark to point at
