@@ -229,12 +229,10 @@ class BiasMethod(PositionMethod):
         whose bias keeps another dtype says so itself)."""
         learned = any(p.requires_grad for p in self.parameters())
         if torch.device(device).type == "cpu":
+            flash = blocked_attention.flash_here(device)  # torch has the CPU flash op with a mask
             if self.linear_slopes() is not None and dtype in (torch.float32, torch.float64):
-                if blocked_attention.CPU_FLASH_WITH_MASK is not None:
-                    return LINEAR_BACKEND
-                return "sdpa causal + slope column (linear bias, no L x L)"
-            # Each block's forward is PyTorch's CPU flash op where torch has it (block_softmax)
-            blocked = "blocked float32" + (" (flash op per block)" if blocked_attention.CPU_FLASH_WITH_MASK is not None else "")
+                return LINEAR_BACKEND if flash else "sdpa causal + slope column (linear bias, no L x L)"
+            blocked = "blocked float32" + (" (flash op per block)" if flash else "")  # block_softmax
             if self.bias_relative:
                 return f"{blocked}, distance row (no L x L)"
             if type(self).bias_pieces is not BiasMethod.bias_pieces:

@@ -55,6 +55,11 @@ def _cpu_flash_with_mask():
 CPU_FLASH_WITH_MASK = _cpu_flash_with_mask()
 
 
+def flash_here(device) -> bool:
+    """Whether attention on ``device`` goes through ``CPU_FLASH_WITH_MASK``: a CPU, with the op."""
+    return CPU_FLASH_WITH_MASK is not None and torch.device(device).type == "cpu"
+
+
 def block_softmax(qb, kb, vb, tile) -> tuple[torch.Tensor, torch.Tensor]:
     """One query block's attention: qb (B, H, n, hd) already scaled, kb, vb (B, H, nk, hd), tile
     (h, n, nk) the bias with -inf on future keys -> (softmax(qb kb^T + tile) vb (B, H, n, hd),
@@ -62,9 +67,8 @@ def block_softmax(qb, kb, vb, tile) -> tuple[torch.Tensor, torch.Tensor]:
     (the tile may be a strided view; it is read, never copied): at L 2048 a layer's training
     forward with a T5 distance row took 20.1 ms this way and 26 ms with the passes below, causal
     SDPA 19.1 ms (docs/kernels.md). Elsewhere, or without the op, the same in plain ops."""
-    if CPU_FLASH_WITH_MASK is not None and qb.device.type == "cpu":
-        out, lse = CPU_FLASH_WITH_MASK(qb, kb, vb, 0.0, False, attn_mask=tile[None], scale=1.0)
-        return out, lse
+    if flash_here(qb.device):
+        return CPU_FLASH_WITH_MASK(qb, kb, vb, 0.0, False, attn_mask=tile[None], scale=1.0)
     s = torch.matmul(qb, kb.transpose(-1, -2)).add_(tile)  # (B, H, n, nk)
     m = s.amax(-1, keepdim=True)
     s.sub_(m).exp_()
@@ -279,7 +283,7 @@ def forward_only(q, k, v, source, rows: int) -> torch.Tensor:
     cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
     qs = q.to(cdt) * (1.0 / math.sqrt(hd))  # (B, H, Tq, hd)
     kc, vc = k.to(cdt), v.to(cdt)  # (B, H, Tk, hd)
-    flash = CPU_FLASH_WITH_MASK is not None and q.device.type == "cpu"
+    flash = flash_here(q.device)
     out = torch.empty(b, h, tq, v.shape[-1], dtype=cdt, device=q.device)
     for r0 in range(0, tq, rows):
         n = min(rows, tq - r0)
@@ -313,7 +317,7 @@ def linear_bias_sdpa(q, k, v, slopes: torch.Tensor, k_pos: torch.Tensor) -> torc
     # Relative to the middle key: |m (p_j - p_mid)| <= m L / 2, half the rounding of p_last.
     rel = (k_pos - k_pos[k_pos.shape[0] // 2]).to(q.dtype)  # (Tk,): exact for integer positions
     key_bias = slopes.to(q.dtype)[:, None] * rel[None, :]  # (H, Tk)
-    if q.device.type == "cpu" and CPU_FLASH_WITH_MASK is not None:
+    if flash_here(q.device):
         return key_bias_flash(q, k, v, key_bias)
     return head_column_sdpa(q, k, v, key_bias)
 
