@@ -1,25 +1,7 @@
-"""Algorithmic length-generalisation tasks as sequence-to-sequence examples for a decoder-only LM.
-
-Two families:
-
-- Ruoss et al. 2023 (randomized positional encodings; their tasks are Delétang et al. 2023's
-  Chomsky-hierarchy tasks): ``reverse`` (reverse a binary string), ``duplicate`` (the binary
-  string twice), ``parity`` (parity of the ones), ``modular_arithmetic`` (an expression of
-  numbers mod 5 with + - *, usual precedence), ``missing_duplicate`` (the symbol hidden in a
-  doubled binary string).
-- Kazemnejad et al. 2023 (NoPE): ``copy`` (16 symbols), ``addition`` (two n-digit decimal
-  numbers, the sum's n+1 digits most significant first, as in their example), ``sort`` (digits,
-  ascending).
-
-An example of length n (the task's input length: symbols of the string, operands of the
-expression, digits of each addend) is one row ``BOS x_1 .. x_k SEP y_1 .. y_m``; the answer is
-``y`` and the loss falls on it alone (``answer_mask``). Token ids: 0 BOS, 1 SEP, then the task's
-symbols from 2. Every row of a batch has the same n, so a batch needs no padding and its answer
-span is one slice (``Batch.answer``).
-
-Draws come from ``numpy.random.default_rng([seed, task index, n])``: a batch is a pure function of
-(task, n, rows, seed). Training draws seeds below 2**31 and evaluation above (``EVAL_SEED``), so
-the two streams never share a draw.
+"""Algorithmic length-generalisation tasks (Ruoss et al. 2023; Kazemnejad et al. 2023) as rows
+``BOS x SEP y`` for a decoder-only LM, the loss on the answer ``y`` alone; tasks and format are in
+docs/tasks/lengthgen.md. A batch is a pure function of (task, n, rows, seed), drawn from
+``default_rng([seed, task index, n])``; evaluation seeds start at ``EVAL_SEED``, above training's.
 """
 from __future__ import annotations
 

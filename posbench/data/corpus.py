@@ -1,20 +1,7 @@
-"""Corpora behind one interface, tokenized once and cached as memory-mapped token ids.
-
-Kinds (``load_corpus(kind, ...)``):
-
-- ``wikitext`` (aliases ``wikitext-103``, ``wikitext-2``): a folder in the WikiText format,
-  ``wiki.{train,valid,test}.tokens`` or ``{train,valid,test}.txt``. Word level: whitespace tokens,
-  every line ends with ``<eos>``, ``<unk>`` is an ordinary token, and the vocabulary comes from
-  the split used for training; words it lacks map to ``<unk>``.
-- ``text``: UTF-8 text file(s), ``level="byte"`` (vocabulary 256) or ``level="word"``.
-- ``synthetic``: an order-2 sparse Markov chain drawn from ``seed`` (see ``posbench.data.markov``);
-  needs no files and knows its best achievable perplexity.
-- ``synthetic-copy``: an order-1 sparse chain mixed with copies of the token d steps back (see
-  ``posbench.data.synthetic_copy``); rewards knowing positions, and its true predictive probability
-  is known in closed form, so the best perplexity on any evaluated sample is exact.
-
-Tokenizing and the cache folders (``$POSBENCH_CACHE_DIR`` or ``~/.cache/posbench``) are
-``posbench.data.token_cache``'s; this module picks the source and hands out the splits.
+"""Corpora behind one interface (``load_corpus(kind, ...)``): WikiText, text files, and the
+synthetic sources that know their best achievable perplexity; the kinds are described in
+docs/data.md. Tokenizing and the cache are ``posbench.data.token_cache``'s; this module picks the
+source and hands out the splits.
 """
 from __future__ import annotations
 
@@ -75,23 +62,14 @@ class Corpus:
         return arr if self.size is None else arr[: self.size]
 
     def oracle_ppl(self, tokens) -> float | None:
-        """Perplexity of the true source on exactly these tokens (synthetic corpora), else None.
-
-        ``best_ppl`` is the source's long-run bound; a short evaluation sample can be easier or
-        harder than that, so rows compare a model with the source on the tokens it was scored on.
-        The source conditions on its order; the first ``order`` tokens of the sample are not scored.
-        """
+        """Perplexity of the true source on exactly these tokens (synthetic corpora), else None;
+        unlike the long-run ``best_ppl``, it matches the sample. The first ``order`` tokens are not scored."""
         loss = self.oracle_token_loss(tokens)
         return None if loss is None else math.exp(float(np.nanmean(loss)))
 
     def oracle_token_loss(self, tokens) -> np.ndarray | None:
-        """(N,) float64 -log p(x_t | x_<t) of the true source for every token of a stream that
-        starts at the split's first token, NaN where the source scores nothing (t = 0, and t < order
-        for a Markov chain); None for corpora without a known source.
-
-        ``synthetic-copy`` splits are single streams from t = 0, so on a split's prefix this is
-        exactly the probability the generator used.
-        """
+        """(N,) float64 -log p(x_t | x_<t) of the true source on a stream from the split's first
+        token (NaN where it scores nothing: t = 0, t < order); None without a known source."""
         if self.kind not in ("synthetic", "synthetic-copy"):
             return None
         x = np.asarray(tokens, dtype=np.int64)
@@ -142,10 +120,8 @@ def _data_dir(path: str | os.PathLike | None, what: str) -> Path:
 
 
 def _source_file(path: Path) -> bool:
-    """Whether a source file is there: True for a regular file (or a link to one), False when
-    nothing is; a DataError when something else is (a FIFO, a device such as ``/dev/zero``, a
-    folder, a dangling link). Such an entry is never read, and never taken for a missing split
-    (which could make a run train on another split without a word)."""
+    """True for a regular file (or a link to one), False when nothing is there, a DataError for
+    anything else (FIFO, device, folder, dangling link): never read, never taken for a missing split."""
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -307,21 +283,13 @@ def load_corpus(
     valid_fraction: float = 0.1,
     **synthetic_options,
 ) -> Corpus:
-    """Open (building and caching on first use) one corpus.
+    """Open one corpus, building and caching it on first use.
 
-    kind: ``synthetic`` | ``synthetic-copy`` | ``wikitext`` (``wikitext-103`` / ``wikitext-2`` pick that subfolder of
-        the data folder) | ``text``.
-    path: wikitext: the data folder (default ``$POSBENCH_DATA_DIR``); the folder itself or its
-        ``wikitext-103``/``wikitext-2`` child must hold the split files. text: a file or list of
-        files (or the base folder of ``splits``).
-    level: text only, ``"word"`` or ``"byte"``; WikiText is always word level.
-    seed, synthetic_options: synthetic (vocab, order, branching, jump) and synthetic-copy (vocab,
-        branching, jump, copy_prob, max_distance, decay) only.
-    splits: wikitext: ``{corpus split: file split}``, e.g. ``{"train": "test", "valid": "valid"}``
-        for WikiText-2 without its training file. text: ``{split: file(s)}``; without it one
-        stream is cut into ``train`` and its last ``valid_fraction`` as ``valid``.
-    size: synthetic kinds: training tokens (valid/test get a tenth, at least 10k). Others: a cap on
-        the tokens of every split, for quick runs.
+    ``path``: WikiText's data folder (default ``$POSBENCH_DATA_DIR``; it or its ``wikitext-103`` /
+    ``wikitext-2`` child holds the splits), or text's file(s). ``splits``: WikiText's ``{corpus
+    split: file split}``, text's ``{split: file(s)}`` (else the last ``valid_fraction`` of one
+    stream is ``valid``). ``size``: synthetic training tokens (valid/test a tenth, >= 10k), else a
+    cap on every split. ``synthetic_options``: the synthetic kinds' options only.
     """
     if kind not in KINDS:
         raise DataError(f"unknown corpus kind {kind!r}; choose from {', '.join(KINDS)}")
@@ -349,12 +317,8 @@ def load_corpus(
 def batches(
     tokens: np.ndarray, seq_len: int, batch_size: int, *, seed: int, steps: int | None = None
 ) -> Iterator[torch.Tensor]:
-    """Training batches: (B, T+1) int64 tensors of contiguous tokens at random offsets.
-
-    Inputs are ``batch[:, :-1]`` and targets ``batch[:, 1:]``. Offsets are uniform over every
-    start that fits and come from ``seed`` alone, so two runs with one seed see the same data.
-    Endless unless ``steps`` is given.
-    """
+    """(B, T+1) int64 batches of contiguous tokens at uniform random offsets drawn from ``seed``
+    alone (one seed, one data order); endless unless ``steps`` is given."""
     n = len(tokens)
     if n < seq_len + 1:
         raise DataError(f"batches: need at least seq_len+1 = {seq_len + 1} tokens, the split has {n}")

@@ -1,8 +1,6 @@
-"""Fetching WikiText-103 into a data folder (the one corpus too large to ship or commit).
-
-The archive is Salesforce's ``wikitext-103-v1.zip`` (Merity et al. 2016, CC BY-SA). Its size and
-SHA-256 are the ones published with the Hugging Face ``wikitext`` dataset; the MD5 that torchtext
-uses (9ddaacaf6af0710eda8c456decff7832) names the same file.
+"""Fetching WikiText-103 into a data folder (the one corpus too large to ship or commit): Salesforce's
+``wikitext-103-v1.zip`` (Merity et al. 2016, CC BY-SA), checked against the SHA-256 published with
+the Hugging Face ``wikitext`` dataset (torchtext's MD5 9ddaacaf6af0710eda8c456decff7832 names it too).
 """
 from __future__ import annotations
 
@@ -150,15 +148,11 @@ def download_wikitext103(
     keep_archive: bool = False,
     quiet: bool = False,
 ) -> Path:
-    """Download and unpack WikiText-103 into ``dest/wikitext-103/``; returns that folder.
-
-    Sources, first that works: ``archive`` (a zip already on disk, e.g. fetched by hand; it is
-    left in place), else ``url`` / ``urls``, else the mirrors in ``WIKITEXT103_MIRRORS`` in order.
-    Every source's SHA-256 is checked against ``sha256`` (None skips the check; the computed value
-    is printed either way): a mismatching download is deleted and the next mirror tried. Skips
-    everything when the three ``wiki.*.tokens`` files are already there. Any failure is one
-    DataError line naming each source and why, and leaves no folder it created behind.
-    """
+    """Download and unpack WikiText-103 into ``dest/wikitext-103/`` (nothing to do when its three
+    ``wiki.*.tokens`` are there); returns that folder. Sources, first that works: ``archive`` (left
+    in place), ``url``/``urls``, then ``WIKITEXT103_MIRRORS``; each is checked against ``sha256``
+    (None skips it), a mismatch deleted. A failure is one DataError naming every source and why,
+    leaving no folder it created."""
     folder = _target_folder(dest)
     if all((folder / f).is_file() for f in SPLIT_FILES):
         _log(quiet, f"download: WikiText-103 already in {folder}")

@@ -1,14 +1,8 @@
-"""A sparse random Markov chain: the synthetic corpus, with an exactly known best perplexity.
+"""A sparse random Markov chain: the ``synthetic`` corpus, with an exactly known best perplexity.
 
-The chain has order ``k`` over ``V`` symbols, so a state is the last k symbols, encoded as the
-base-V number ``s = x_{t-k} * V^(k-1) + ... + x_{t-1}`` in ``[0, V^k)``. Each state has
-``branching`` distinct favourite successors with Dirichlet(1) weights; with probability
-``jump`` the next symbol is instead uniform over all V. The jump keeps the chain irreducible and
-aperiodic, so it has one stationary distribution and a sample's average log loss converges to the
-entropy rate; the sparse part is what a model must learn from the last k tokens.
-
-Entropy rate (nats/token) = sum_s pi(s) * H(P(. | s)), computed exactly from the stationary
-distribution pi by power iteration; ``exp(rate)`` is the best perplexity any model can reach.
+A state is the last k symbols as a base-V number in [0, V^k); each has ``branching`` favourite
+successors, and with probability ``jump`` the next symbol is uniform (irreducible, aperiodic).
+The entropy rate comes exactly from the stationary distribution (docs/data.md).
 """
 from __future__ import annotations
 
@@ -65,12 +59,9 @@ class MarkovChain:
         return float(self.stationary() @ h)
 
     def sample(self, n: int, seed: int, n_streams: int = 64) -> np.ndarray:
-        """(n,) int64 symbols: ``n_streams`` independent stationary runs, concatenated.
-
-        Running streams side by side turns ~n Python steps into ~n/n_streams vectorized ones; a
-        seam between two streams is one token in n/n_streams whose context is the other stream,
-        too rare to move the measured perplexity.
-        """
+        """(n,) int64 symbols: ``n_streams`` independent stationary runs, concatenated."""
+        # Side-by-side streams vectorise the loop; a seam is one token in n/n_streams, too rare to
+        # move the measured perplexity.
         rng = np.random.default_rng(seed)
         streams = max(1, min(n_streams, n))
         steps = -(-n // streams)
@@ -125,10 +116,8 @@ def random_chain(vocab: int, order: int, branching: int, jump: float, seed: int)
 
 
 def empirical_conditional_entropy(symbols: np.ndarray, vocab: int, order: int) -> float:
-    """Plug-in estimate of H(X_t | previous ``order`` symbols) in nats from n-gram counts.
-
-    Biased low by about (non-empty cells - states) / (2n), so it needs n well above vocab**(order+1).
-    """
+    """Plug-in estimate of H(X_t | previous ``order`` symbols) in nats from n-gram counts; biased
+    low by about (non-empty cells - states) / (2n), so n must be well above vocab**(order+1)."""
     x = np.asarray(symbols, dtype=np.int64)
     ctx = np.zeros(len(x) - order, dtype=np.int64)
     for i in range(order):

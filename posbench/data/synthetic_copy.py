@@ -1,25 +1,9 @@
-"""The ``synthetic-copy`` source: a sparse Markov chain mixed with copies from a fixed distance back.
+"""The ``synthetic-copy`` source: a sparse order-1 Markov chain mixed with copies from d back.
 
-Why: a pure Markov chain needs no positions, so every fair position method scores the same on
-it. Here a token is, with probability ``c``, a copy of the token ``d`` steps back, with ``d``
-drawn from a fixed distribution ``w`` over 1..D; a model that knows how far back each token is
-can put its copy mass on the right tokens, one that does not has to spread it.
-
-The process, one stream x_0, x_1, ... (a split is one stream, so the closed form is exact on it):
-
-- x_0 ~ pi, the chain's stationary distribution.
-- For t >= 1, with probability 1 - c: x_t ~ P(. | x_{t-1}) (order-1 chain, see ``posbench.data.markov``);
-  with probability c: draw d from w restricted to the distances that exist, 1..min(D, t)
-  (renormalised: w_d / W_t with W_t = sum_{d <= min(D, t)} w_d), and set x_t = x_{t-d}.
-
-Every x_t then has marginal pi (a chain step and a copy both keep it), and the true predictive
-probability is, in closed form,
-
-    p(x_t = v | x_<t) = (1 - c) P(v | x_{t-1}) + c * sum_{d <= min(D, t)} (w_d / W_t) [x_{t-d} = v].
-
-Distance weights: w_d proportional to ``decay ** (d - 1)`` for d = 1..D (``decay`` 1 is uniform).
-For t >= D the process is an order-D Markov process, so a model that sees the last D tokens can
-reach the closed form; with less context it cannot (the bound is then a lower bound).
+A pure chain needs no positions, so every fair method scores the same on it; here, with
+probability c, x_t copies x_{t-d} (d ~ w over 1..min(D, t), w_d ∝ decay^(d-1)), which a model
+that knows distances can exploit. The true predictive probability is known in closed form on
+every split (one stream from t = 0); the process and its formula are in docs/data.md.
 """
 from __future__ import annotations
 
@@ -50,11 +34,8 @@ class CopySource:
         return len(self.weights)
 
     def sample(self, n_streams: int, length: int, seed: int) -> np.ndarray:
-        """(n_streams, length) int64: independent streams of the process, each from its own t = 0.
-
-        All randomness is drawn up front from ``seed``; the loop over time only looks up the
-        chain step or the copied token, for every stream at once.
-        """
+        """(n_streams, length) int64 independent streams, each from its own t = 0; all randomness
+        is drawn up front from ``seed``, the loop over time only looks tokens up."""
         rng = np.random.default_rng(seed)
         S, T, D = n_streams, length, self.max_distance
         x = np.zeros((S, T), dtype=np.int64)
@@ -82,11 +63,8 @@ class CopySource:
         return x
 
     def token_loss(self, x) -> np.ndarray:
-        """-log p(x_t | x_<t) for every token of one stream (1-D) or of each row (2-D), float64.
-
-        Position 0 of each stream has no past and is NaN; every other entry is the closed form of
-        the module docstring, the stream's first token being its t = 0.
-        """
+        """float64 -log p(x_t | x_<t) (the closed form) for every token of one stream (1-D) or of
+        each row (2-D), the first token being t = 0; NaN at t = 0, which has no past."""
         x = np.asarray(x, dtype=np.int64)
         one = x.ndim == 1
         x = np.atleast_2d(x)  # (S, T)

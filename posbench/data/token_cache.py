@@ -1,10 +1,6 @@
 """The token cache and the tokenizers that fill it: a corpus is tokenized once and kept as
-memory-mapped token ids.
-
-Cache: ``$POSBENCH_CACHE_DIR`` or ``~/.cache/posbench``, one folder per corpus named by a hash of
-the source files' (path, size, mtime) and the tokenizer settings, holding ``<split>.bin`` (raw
-uint8/16/32 ids) and ``meta.json``. A changed source file gets a new key, so no stale reads. A
-folder is built in a temporary directory and renamed into place, so a reader never sees half of one.
+memory-mapped ids in ``$POSBENCH_CACHE_DIR`` (or ``~/.cache/posbench``), one folder per hash of the
+source files' (path, size, mtime) and the tokenizer settings, so a changed source gets a new key.
 ``posbench.data.corpus`` chooses what to build; this module builds and finds it.
 """
 from __future__ import annotations
@@ -63,11 +59,8 @@ def dtype_for(vocab_size: int) -> str:
 
 
 def cached(kind: str, settings: dict, files: Sequence[Path], build) -> tuple[Path, dict]:
-    """Folder and meta of a cached corpus, calling ``build(tmp_dir) -> meta`` on a miss.
-
-    ``build`` writes ``<split>.bin`` files into a private temporary folder that is renamed into
-    place whole, so a crash or a second process building the same key never leaves half a cache.
-    """
+    """Folder and meta of a cached corpus, calling ``build(tmp_dir) -> meta`` on a miss; the folder
+    is renamed into place whole, so a crash or a second builder never leaves half a cache."""
     root = cache_root()
     folder = root / f"{kind}_{_cache_key(kind, settings, files)}"
     meta_path = folder / "meta.json"
@@ -98,9 +91,8 @@ DTYPES = {"uint8": 1, "uint16": 2, "uint32": 4}
 
 
 def damage(folder: Path) -> str | None:
-    """What is wrong with a cache folder, or None when it is whole: ``meta.json`` readable with
-    every split's ``n_tokens`` and an allowed ``dtype``, and each ``<split>.bin`` a regular file of
-    exactly ``n_tokens`` x itemsize bytes (a truncated file would silently train on what is left)."""
+    """What is wrong with a cache folder, or None when ``meta.json`` and every ``<split>.bin`` (of
+    exactly ``n_tokens`` x itemsize bytes: a truncated one would train on the rest) are whole."""
     if folder.is_symlink() or not folder.is_dir():
         return "is not a folder"
     meta_path = folder / "meta.json"
