@@ -17,12 +17,10 @@ def interpreter_on() -> bool:
 
 
 class FusedKernelMethod(PositionMethod):
-    """Base of the position methods whose ``attend`` is one fused Triton kernel (alibi_triton,
-    t5_triton): where they can run, and the position spacing they pass to the kernel."""
+    """Base of the methods whose ``attend`` is one fused Triton kernel (alibi_triton, t5_triton)."""
 
     def _pos_scale(self, k_pos: torch.Tensor) -> float:
-        """Spacing of the positions: 1 for integer positions, else read from their ends (one host
-        synchronisation, once per forward: ``prepare``)."""
+        """Spacing of the positions: 1 for integers, else read from their ends (one host sync)."""
         if not k_pos.is_floating_point() or k_pos.numel() < 2:
             return 1.0
         return float((k_pos[-1] - k_pos[0]).item()) / (k_pos.numel() - 1)

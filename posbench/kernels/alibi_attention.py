@@ -1,17 +1,8 @@
 """Causal attention with an ALiBi bias computed inside one fused Triton kernel.
 
-Same mathematics as the ``alibi`` method (Press, Smith, Lewis 2022, "Train Short, Test Long"):
-
-    score_ij = (q_i . k_j) / sqrt(d) + slope_h * pos_scale * (j - i_abs),   i_abs = i + (Tk - Tq)
-
-with the bias not scaled by 1/sqrt(d), and causality by index with bottom-right alignment (query
-row i sees keys j <= i_abs). The kernels live in ``posbench.kernels.fused_attention`` (shared with
-T5-Triton and the no-bias baseline): FlashAttention tiling, the bias of a tile formed in registers
-from its row and column indices, masking only on the diagonal tiles, autotuned tile sizes. This
-module checks the inputs and names the ALiBi options.
-
-On a machine without a GPU the kernels run on CPU tensors under ``TRITON_INTERPRET=1`` (Triton's
-numpy interpreter, float32 and float16 only), set before the first import of triton.
+The ``alibi`` method's mathematics (Press, Smith, Lewis 2022), run by the shared kernels of
+``posbench.kernels.fused_attention``; this module checks the inputs and names the ALiBi options.
+Design and limits: docs/kernels.md.
 """
 from __future__ import annotations
 
@@ -52,14 +43,11 @@ def alibi_attention(
     blocks_fwd: tuple[int, int, int, int] | None = None,
     blocks_bwd: tuple[int, int, int, int] | None = None,
 ) -> torch.Tensor:  # (B, H, Tq, hd), q's dtype
-    """Causal softmax(q k^T / sqrt(hd) + slope_h * pos_scale * (j - i_abs)) v, fused, differentiable.
+    """Causal softmax(q k^T / sqrt(hd) + slope_h * pos_scale * (j - i_abs)) v, fused, differentiable
+    (slopes get no gradient); i_abs = i + (Tk - Tq), bottom-right aligned as in KV decoding.
 
-    Query row i sits at absolute position i_abs = i + (Tk - Tq) (bottom-right alignment, the KV
-    cache case), so positions are indices times ``pos_scale`` (interpolation passes a factor < 1).
-    ``use_bias=False`` runs the same kernels as plain causal attention. ``bias_dtype="compute"``
-    rounds the float32 bias to the input dtype before adding it (precision studies); scores and
-    softmax stay float32 either way. ``blocks_fwd``/``blocks_bwd`` pin the tile sizes as
-    (BLOCK_M, BLOCK_N, num_warps, num_stages) instead of autotuning. Slopes get no gradient.
+    ``use_bias=False``: plain causal attention. ``bias_dtype="compute"``: the bias rounded to the
+    input dtype before it is added. ``blocks_*`` pin (BLOCK_M, BLOCK_N, warps, stages).
     """
     _check_inputs(q, k, v, slopes, bias_dtype)
     slopes = slopes.detach().to(torch.float32).contiguous()

@@ -1,19 +1,11 @@
 """Compile the fused attention kernels for GPU targets without a GPU and report their resources.
 
-For every kernel (forward, dK/dV, dQ), tile configuration (``fused_attention.CONFIGS``), target
-(sm_80: A100; sm_90: H100) and dtype class (float32, half), Triton compiles the kernel at the head
-dim the configuration claims to fit, and ptxas's verbose log gives registers per thread and spill
-bytes; Triton's metadata gives the shared memory. A configuration *fits* a target when it spills
-nothing and its shared memory is within the target's per-block limit; sm_86/sm_89 (RTX 30/40,
-A10, L4) take sm_80's code with 99 KB of shared memory.
+For every kernel, tile config (``fused_attention.CONFIGS``), target and dtype class, ptxas's log
+gives registers and spill bytes and Triton's metadata the shared memory; a config *fits* a target
+when it spills nothing and stays within shared memory. Needs triton's bundled ptxas only.
 
     TRITON_INTERPRET=0 python -m posbench.kernels.compile_report            # check the claims
     TRITON_INTERPRET=0 python -m posbench.kernels.compile_report --sweep    # find them (slow)
-
-``--sweep`` compiles every configuration at head dims 128, 64, 32 (largest first, stopping at the
-first that fits) and prints the ``fits`` table to paste into ``CONFIGS``. The default mode
-compiles each claim with the ALiBi and the T5 bias and exits 1 if any claim spills or exceeds
-shared memory. Needs triton's bundled ptxas (no GPU, no CUDA driver).
 """
 from __future__ import annotations
 

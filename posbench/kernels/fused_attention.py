@@ -1,49 +1,9 @@
 """Causal flash attention with a position bias computed inside the kernel: none, ALiBi or T5.
 
-One set of Triton kernels serves three biases, chosen at compile time by the constexpr ``BIAS``:
-
-- ``NO_BIAS``: plain causal attention (the benchmark's baseline for what a bias costs);
-- ``ALIBI`` (Press, Smith, Lewis 2022): ``slope_h * pos_scale * (j - i_abs)``;
-- ``T5`` (Raffel et al. 2020, section 2.1): ``table[bucket(i_abs - j), h]``, a learned table over
-  32 relative-position buckets (exact below 16, log-spaced up to 128, the last bucket beyond),
-  the bucket computed in registers from the distance, the table read by gather (it is 32 x H
-  floats, cached), and the table's gradient produced by the backward pass.
-
-score_ij = q_i . k_j / sqrt(d) + bias_ij, unscaled bias; causality by index with bottom-right
-alignment: query row i sits at absolute position i_abs = i + (Tk - Tq) and sees keys j <= i_abs.
-
-The kernels follow FlashAttention (Dao et al. 2022, Algorithm 1) with the FlashAttention-2 loop
-order (Dao 2023): Q, K, V are read in tiles, the softmax is computed online with a running row max
-m and row sum l, and no (Tq, Tk) score matrix nor (H, Tq, Tk) bias exists in memory. Tiles wholly
-above the causal diagonal are never visited. The visited key range of a query block is split, as
-FlashAttention-2 does, into *full* tiles (every entry visible: no mask) and *diagonal* tiles (the
-only ones that pay for the causal and length masks). For T5 the full tiles are split once more:
-tiles whose every distance is at least ``max_distance`` all fall in the last bucket, so their
-bias is one scalar per head (no bucket arithmetic, no gather); only the few tiles within
-``max_distance`` of the diagonal compute buckets. The backward pass recomputes the scores from the
-saved log-sum-exp: one kernel per key block for dK/dV and one per query block for dQ (no atomics).
-
-dTable (T5): dL/dtable[b, h] is the sum of dScore over the entries whose bucket is b. The dQ kernel
-already forms dScore for every visible entry of its query block, so each of its programs sums its
-own entries per bucket into a (buckets,) vector (far tiles add their whole sum to the last bucket;
-near tiles loop over the buckets the tile holds) and stores it in its own row of a float32
-(B*H, query blocks, buckets) buffer; one torch reduction over batches and blocks gives the table
-gradient. Trade-off: a global ``atomic_add`` per program would need no buffer, but float atomics
-add in whatever order the programs finish, so the gradient would change in its last bits from run
-to run; the buffer (B*H*blocks*32*4 bytes, kilobytes) plus a reduction is deterministic for a given
-tile configuration. (Autotuning may pick a different BLOCK_M on another run or GPU, which regroups
-the sums and moves the float32 result by rounding only.)
-
-Bias, scores and softmax statistics are float32 whatever the input dtype; the forward and backward
-kernels build scores through one ``@triton.jit`` helper, so they agree bit for bit.
-
-Tiles: ``@triton.autotune`` picks (BLOCK_M, BLOCK_N, num_warps, num_stages) per kernel, keyed on
-the bias kind, head dim, dtype and the key length rounded up to a power of two (so KV-cache
-decoding does not retune at every step); ``CONFIGS`` lists the candidates and the GPU targets each
-was found to fit (``python -m posbench.kernels.compile_report``). Under ``TRITON_INTERPRET=1`` (numpy on CPU
-tensors, float32 and float16 only) one small config runs: many cheap tiles that exercise the
-multi-block paths at the short lengths tests use. The variable must be set before this module is
-imported, because ``triton.jit`` decides at decoration time whether to compile or interpret.
+One set of Triton kernels (FlashAttention-2 loop order) serves the three biases, chosen by the
+constexpr ``BIAS``; design, tiles, dTable and limits are in docs/kernels.md. Set
+``TRITON_INTERPRET=1`` before this module is imported to run on CPU tensors: ``triton.jit``
+decides at decoration time whether to compile or interpret.
 """
 from __future__ import annotations
 
@@ -71,10 +31,8 @@ NEVER_FAR = 1 << 30
 
 
 class TileConfig:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) and, per GPU target, the largest head dim at which
-    it compiles without register spills and within shared memory, for half (float16/bfloat16)
-    and float32 inputs: ``sm80=(half, fp32)`` for A100, ``sm86`` for sm_86/sm_89 (99 KB of shared
-    memory: RTX 30/40, A10, L4, with sm_80's code), ``sm90`` for H100; 0 = not offered."""
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) and, per target, the largest head dim it fits
+    without spills, as ``sm80=(half, fp32)``; sm86 covers sm_86/sm_89; 0 = not offered."""
 
     def __init__(self, block_m, block_n, warps, stages, sm80, sm86, sm90):
         self.block_m, self.block_n, self.warps, self.stages = block_m, block_n, warps, stages
@@ -136,8 +94,7 @@ def dtype_class(dtype) -> str:
 
 
 def configs_for(kernel: str, arch: int, dtype: torch.dtype, head_dim: int) -> list[TileConfig]:
-    """The configs of ``kernel`` ("fwd" or "bwd") that fit ``arch``; where none does (see
-    ``CONFIGS``), the last one, which stays within every target's shared memory but spills."""
+    """The configs of ``kernel`` ("fwd"/"bwd") that fit ``arch``; else the last, which spills."""
     arch = 90 if arch >= 90 else 86 if arch > 80 else 80  # sm_86/sm_89: sm_80's code, 99 KB of shared memory
     chosen = [c for c in CONFIGS[kernel] if c.allows(arch, dtype_class(dtype), head_dim)]
     return chosen or [CONFIGS[kernel][-1]]
@@ -186,14 +143,10 @@ def _bucket(
     NUM_BUCKETS: tl.constexpr,
     MAX_DISTANCE: tl.constexpr,
 ):
-    """(BM, BN) int32 causal T5 bucket of the distance n = floor(pos_scale * (i_abs - j)), n < 0 -> 0.
-
-    The same arithmetic as methods/t5_bias.py's ``relative_position_bucket`` in float32:
-    max_exact + trunc(log(n / max_exact) / log(max_distance / max_exact) * (buckets - max_exact)).
-    Away from n = max_exact (log 1 = 0, exact everywhere) and n = max_distance (clamped anyway) the
-    float32 value is at least 0.01 from an integer for 32/128, so a GPU log that differs from
-    numpy's by an ulp gives the same bucket.
-    """
+    """(BM, BN) int32 causal T5 bucket of n = floor(pos_scale * (i_abs - j)), n < 0 -> 0: the
+    arithmetic of methods/t5_bias.py's ``relative_position_bucket``, in float32."""
+    # For 32/128 the float32 log term stays >= 0.01 from an integer (except at n = max_exact,
+    # exact, and n = max_distance, clamped), so a GPU log an ulp off numpy's gives the same bucket.
     dist = offs_m_abs[:, None] - offs_n[None, :]  # (BM, BN) int32
     if SCALED:
         dist = tl.floor(dist.to(tl.float32) * pos_scale).to(tl.int32)
@@ -226,10 +179,8 @@ def _scores(
     NUM_BUCKETS: tl.constexpr,
     MAX_DISTANCE: tl.constexpr,
 ):
-    """Scores of one tile in log2 units, float32: (qk * sm_scale + bias) * log2(e), -inf where masked.
-
-    The single place where the bias is defined, shared by the forward and both backward kernels.
-    """
+    """Scores of one tile in log2 units, float32: (qk * sm_scale + bias) * log2(e), -inf where
+    masked. The one place the bias is defined, shared by the forward and backward kernels."""
     s = qk * sm_scale
     if BIAS == 1:  # ALiBi
         # (j - i_abs) is exact in float32 up to 2^24 positions; the product is rounded once.
@@ -456,10 +407,8 @@ def _bwd_dkdv_kernel(
     MAX_DISTANCE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
-    """One program: dK, dV of BLOCK_N keys; loops over the query blocks that can see them.
-
-    DK and DV are contiguous (B, H, Tk, D) buffers, whatever the layout of K and V.
-    """
+    """One program: dK, dV of BLOCK_N keys over the query blocks that see them; DK and DV are
+    contiguous (B, H, Tk, D) buffers, whatever the layout of K and V."""
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // n_heads
@@ -685,11 +634,8 @@ def _launch(kernel, tuned, blocks, grid_len, bh, args, consts):
 
 
 class BiasSpec:
-    """What the kernels need to know about the bias, fixed for one call.
-
-    ``tensor``: ALiBi slopes (H,) or the T5 table (buckets, H) (the table gets a gradient);
-    ``far_dist``: T5's smallest distance index from which every entry is in the last bucket.
-    """
+    """The bias of one call: ``tensor`` is ALiBi's slopes (H,) or T5's table (buckets, H);
+    ``far_dist`` is T5's smallest distance from which every entry is in the last bucket."""
 
     def __init__(self, kind: int, tensor: torch.Tensor, pos_scale: float = 1.0, bias_round: bool = False,
                  num_buckets: int = 32, max_distance: int = 128):

@@ -1,20 +1,8 @@
 """``make gpu-check``: on a CUDA machine, everything the CPU cannot check about the kernels, in one go.
 
-Steps (each in its own process, its log kept, its time and exit status in the report):
-
-1. ``devices``: nvidia-smi and the torch / triton / flash_attn versions;
-2. ``kernel-tests``: the kernel tests with compiled kernels (``TRITON_INTERPRET=0``) on the GPU:
-   ALiBi- and T5-Triton against the float64 reference, dTable included, and the benchmark's units;
-3. ``conformance``: the conformance kit for ``alibi_triton`` and ``t5_triton`` on CUDA
-   (float32 and bfloat16);
-4. ``kernels``: a short kernels suite (every variant; the optional ones, flex and flash_attn, are
-   ``unavailable`` rows when missing), L = 2048 and 8192, head dim 64;
-5. ``efficiency``: a short efficiency run (sinusoidal, t5_bias, t5_triton, alibi, alibi_triton at
-   L = 1024, few steps);
-6. ``report``: ``bench.py report`` of both runs.
-
-Writes ``OUT/gpu-check.md`` (the summary, with the suite tables) and ``OUT/logs/*.log``; exit status
-1 if a step failed. Budgeted for under 10 minutes on one H100; each step has its own time limit.
+Runs each step of ``steps`` in its own process (compiled kernel tests, conformance, short kernels
+and efficiency runs, their report) and writes ``OUT/gpu-check.md`` and ``OUT/logs/*.log``; exit
+status 1 if a step failed. What each step covers: docs/kernels.md.
 
     python -m posbench.kernels.gpu_check --out results/gpu-check
 """

@@ -1,18 +1,8 @@
 """Causal attention with the T5 relative-position bias computed inside one fused Triton kernel.
 
-Same mathematics as the ``t5_bias`` method (Raffel et al. 2020, section 2.1):
-
-    score_ij = (q_i . k_j) / sqrt(d) + table[bucket(i_abs - j), h],   i_abs = i + (Tk - Tq)
-
-with causal buckets (32 by default: distances below 16 exact, log-spaced up to max distance 128,
-the last bucket beyond) and one table (buckets, H) shared by all layers. Where ``t5_bias``
-gathers an (H, Tq, Tk) bias and hands it to attention, here each tile computes its buckets from
-its row and column indices and reads the 32 x H table directly, so nothing of size T^2 is stored;
-the backward pass returns dTable, the table's gradient (per-program partial sums and one
-reduction: see ``posbench.kernels.fused_attention`` for the determinism trade-off).
-
-Positions: indices times ``pos_scale`` (1 for the harness's integer aranges), the distance floored
-before bucketing as ``t5_bias`` floors float distances.
+The ``t5_bias`` method's mathematics (Raffel et al. 2020): each tile computes its buckets from its
+indices and reads the (buckets, H) table, so no T^2 bias is stored; the backward pass returns the
+table's gradient. Kernels in ``posbench.kernels.fused_attention``; design in docs/kernels.md.
 """
 from __future__ import annotations
 
@@ -56,11 +46,8 @@ def t5_attention(
     blocks_fwd: tuple[int, int, int, int] | None = None,
     blocks_bwd: tuple[int, int, int, int] | None = None,
 ) -> torch.Tensor:  # (B, H, Tq, hd), q's dtype
-    """Causal softmax(q k^T / sqrt(hd) + table[bucket(floor(pos_scale * (i_abs - j))), h]) v, fused.
-
-    Differentiable with respect to q, k, v and ``table``. ``blocks_fwd``/``blocks_bwd`` pin the
-    tile sizes as (BLOCK_M, BLOCK_N, num_warps, num_stages) instead of autotuning.
-    """
+    """Causal softmax(q k^T / sqrt(hd) + table[bucket(floor(pos_scale * (i_abs - j))), h]) v, fused,
+    differentiable in q, k, v and ``table``; ``blocks_*`` pin (BLOCK_M, BLOCK_N, warps, stages)."""
     _check_inputs(q, k, v, table, pos_scale, num_buckets, max_distance)
     spec = fa.BiasSpec(fa.T5, table, pos_scale=pos_scale, num_buckets=num_buckets, max_distance=max_distance)
     return fa.fused_attention(q, k, v, spec, blocks_fwd, blocks_bwd)
