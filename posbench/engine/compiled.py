@@ -1,23 +1,8 @@
 """``compile: true``: a model through ``torch.compile``, its compile time measured apart.
 
-What users train and serve with is compiled PyTorch, and a method's cost under the compiler can
-differ from its eager cost (rotary's elementwise ops fuse; a tiny decoding model run eagerly
-measures kernel launches). The tasks that time (efficiency, decode) do, with ``compile: true``:
-
-1. ``compile_module(module, mode)``: ``torch.compile`` with the default backend (inductor);
-   nothing is compiled yet (dynamo compiles at the first call).
-2. ``settle(fn)``: the first calls (``first_call`` each), until one compiles nothing new, timed
-   on their own: compilation plus a run of each compiled graph. That time is the row's compile-time metric and never enters a measured
-   window; a compiler that fails becomes ``Unavailable`` with its one-line reason (the row's
-   status ``unavailable``), so a method that does not compile is a row that says why, not a
-   traceback, and the other methods go on.
-3. ``no_recompile(on)`` around warm-up and windows: a recompilation there would put compile time
-   inside a window, so it is an error instead (``torch.compiler.set_stance("fail_on_recompile")``).
-
-``mode``: None (inductor's default) everywhere, except decoding on CUDA, which uses
-``"reduce-overhead"`` (CUDA graphs: one graph launch per decode step instead of one launch per
-kernel). ``describe`` is the line a row's ``info.compile`` holds; ``graph_breaks`` counts where
-dynamo split a model into several graphs (each break runs Python between the graphs).
+The timing tasks compile the model (``compile_module``), time its first calls on their own until
+one compiles nothing new (``settle``; a compiler failure is an ``Unavailable`` row), and run
+warm-up and windows under ``no_recompile``. Why and what rows record: docs/measuring-speed.md.
 """
 from __future__ import annotations
 
@@ -49,12 +34,10 @@ RECOMPILE_LIMIT = 256
 
 
 def compile_module(module, mode: Optional[str] = None):
-    """``torch.compile(module)`` (lazy: compiles at the first call).
-
-    Every model's forward is one code object, so the methods of a paired-windows group (and the
-    evaluation and training graph of each) share one frame's cache: dynamo's default limit of 8
-    entries would run the ninth variant eagerly without a word. The limit is raised, and hitting
-    it is made an error, so a row that says compiled never timed eager code."""
+    """``torch.compile(module)``, lazy: it compiles at the first call."""
+    # Every model's forward is one code object, so a paired group's methods share one frame's
+    # cache: past dynamo's default limit of 8 the ninth variant would run eagerly without a word.
+    # The limit is raised, and hitting it made an error, so a compiled row never timed eager code.
     import torch
     import torch._dynamo.config as dynamo_config
 
@@ -66,8 +49,7 @@ def compile_module(module, mode: Optional[str] = None):
 
 def reason(exc: BaseException) -> str:
     """The compiler's reason in one line: the first line of ``exc`` and, in brackets, that of the
-    error at the bottom of its chain (dynamo wraps the op's or the backend's own error); cut to
-    ``REASON_CHARS``."""
+    root of its chain (dynamo wraps the real error); cut to ``REASON_CHARS``."""
     def first(e: BaseException) -> str:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
@@ -91,9 +73,8 @@ def is_compiler_error(exc: BaseException) -> bool:
 
 
 def first_call(fn: Callable[[], Any], what: str, clock: Callable[[Callable[[], Any]], float] | None = None) -> float:
-    """Seconds of ``fn()``, the call that compiles; a compiler failure raises ``Unavailable``
-    ("torch.compile failed for <what>: <reason>"). ``clock(fn)``: how to time it (default
-    ``time.perf_counter`` around it; the tasks pass their device's window clock)."""
+    """Seconds of ``fn()``, the call that compiles, timed by ``clock(fn)`` (default perf_counter);
+    a compiler failure raises ``Unavailable("torch.compile failed for <what>: <reason>")``."""
     try:
         if clock is not None:
             return clock(fn)
@@ -118,13 +99,10 @@ SETTLE_CALLS = 4  # first calls at most until one compiles nothing new
 
 def settle(fn: Callable[[], Any], what: str, clock: Callable[[Callable[[], Any]], float] | None = None
            ) -> tuple[float, int]:
-    """``first_call`` until a call compiles no new graph: (seconds of them all, calls).
-
-    One call is not always enough: the first call of a model fills its lazily built tables (the
-    positions' ``arange``, a method's cached bias), and the graph compiled with them empty guards
-    on that, so the second call compiles again; a decode step compiles a second time with a
-    dynamic cache length. Every such call is compile time, and the windows that follow run under
-    ``no_recompile``. After ``SETTLE_CALLS`` calls it stops (the windows then say what still recompiles)."""
+    """``first_call`` until a call compiles no new graph, at most ``SETTLE_CALLS``: (seconds, calls)."""
+    # One call is not enough: the first fills lazily built tables (positions' arange, a cached
+    # bias) and the graph guarded on them empty compiles again; a decode step recompiles once
+    # with a dynamic cache length.
     total, calls = 0.0, 0
     while calls < SETTLE_CALLS:
         before = compiles()

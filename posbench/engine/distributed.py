@@ -1,17 +1,9 @@
 """Data parallelism through ``torch.distributed``, kept in one place so tasks stay readable.
 
-posbench never starts ranks itself: ``torchrun`` (``python -m torch.distributed.run``) does, and
-sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``. ``init_from_env``
-joins that group (nccl on CUDA, gloo on CPU); without those variables every helper here is the
-single-process identity, so single-process behaviour is unchanged.
-
-What the helpers guarantee:
-- ``split_batch``: each rank trains on a fixed contiguous slice of the *global* batch, so the
-  data a step sees does not depend on the number of ranks (same loss curve, up to rounding).
-- ``shard_batches``: evaluation shards whole batches of windows (not single windows), so every
-  forward pass has the same inputs and shape as in one process and only the float64 sums that
-  ``all_reduce_sum`` adds differ in order: perplexity matches to ~1e-15.
-- ``global_rate``: distributed words/s is all ranks' tokens over the slowest rank's seconds.
+``torchrun`` starts the ranks and sets ``RANK``, ``WORLD_SIZE``, ...; ``init_from_env`` joins that
+group (nccl on CUDA, gloo on CPU), and without those variables every helper here is the
+single-process identity. What the batch split, the evaluation shards and the global rate
+guarantee: docs/distributed.md.
 """
 from __future__ import annotations
 
@@ -56,10 +48,7 @@ def is_main() -> bool:
 
 def init_from_env(device: str, timeout_s: float | None = None) -> bool:
     """Join torchrun's process group; True when this call created it (then call ``teardown``).
-
-    ``timeout_s`` bounds every collective: a rank whose peer died raises instead of waiting for
-    torch's default (10-30 min).
-    """
+    ``timeout_s`` bounds every collective, so a rank whose peer died raises instead of waiting."""
     import torch
     import torch.distributed as dist
 
@@ -79,9 +68,8 @@ def init_from_env(device: str, timeout_s: float | None = None) -> bool:
 
 
 def teardown(sync: bool = True) -> None:
-    """Leave the process group. ``sync`` first waits for every rank, so no rank destroys the group
-    while a peer still talks to it (gloo then aborts the process); pass False after a failure,
-    when peers may never arrive."""
+    """Leave the process group; ``sync`` first waits for every rank (a group destroyed under a
+    talking peer aborts it under gloo): pass False after a failure, when peers may never arrive."""
     d = _dist()
     if d is not None:
         if sync:
@@ -94,15 +82,9 @@ def teardown(sync: bool = True) -> None:
 
 
 def _leave_at_exit() -> None:
-    """atexit: destroy a process group that is still there (no barrier: peers may be gone).
-
-    Why: gloo runs collectives on worker threads of its own. A process that exits with the
-    group alive (a rank whose case failed alone returns without ``teardown``; a peer waits for
-    it in a collective) leaves those threads holding work with tensors owned by Python; they are
-    released while the interpreter finalizes, a thread then cannot take the GIL, and the C++
-    runtime aborts the process ("terminate called without an active exception", SIGABRT).
-    Destroying the group here joins those threads while Python is still whole.
-    """
+    """atexit: destroy a process group that is still there (no barrier: peers may be gone)."""
+    # gloo's worker threads hold Python-owned tensors; left to interpreter shutdown they cannot
+    # take the GIL and the process dies with SIGABRT ("terminate called without an active exception").
     try:
         teardown(sync=False)
     except Exception:  # exiting anyway; a group that cannot be destroyed is not worth a traceback
@@ -142,10 +124,8 @@ def all_reduce_mean(values) -> np.ndarray:
 
 
 def global_rate(tokens: Sequence[float], seconds: Sequence[float]) -> float:
-    """Words/s of one window run by every rank at once: all tokens over the slowest rank's time.
-
-    The window ends when its last rank ends, so the slowest rank sets the time; pure, for tests.
-    """
+    """Words/s of one window run by every rank at once: all tokens over the slowest rank's time
+    (the window ends when its last rank does); pure, for tests."""
     return float(sum(tokens)) / max(seconds)
 
 

@@ -1,8 +1,5 @@
-"""The environment a run measured in, written as ``env.json`` beside ``cases.jsonl``.
-
-Nothing here may crash a run: a missing tool or library becomes a string saying so. GPU details
-come from NVML (``import pynvml``, from the nvidia-ml-py package); without CUDA or NVML the
-``nvml`` entry is the string ``NVML_UNAVAILABLE``.
+"""The environment a run measured in, written as ``env.json`` beside ``cases.jsonl``. Nothing
+here may crash a run: a missing tool or library (NVML, from nvidia-ml-py) becomes a string saying so.
 """
 from __future__ import annotations
 
@@ -228,12 +225,9 @@ def gpu_processes(nvml=None, handle=None) -> list[dict] | str:
 
 def machine_state(device: str, proc: Path = Path("/proc"), sample_s: float = SAMPLE_S, nvml=None,
                   handle=None, sys_cpu: Path = Path("/sys/devices/system/cpu")) -> dict[str, Any]:
-    """Load average, other busy processes, CPU frequency and (CUDA) other GPU processes, now.
-
-    ``other_cpu``: cores all other processes used together. ``busy`` is True when another process
-    used a quarter of a core or more, others together half a core, the 1-minute load average
-    exceeds the number of CPUs, or (CUDA) another process holds the GPU.
-    """
+    """Load average, other busy processes, CPU frequency and (CUDA) other GPU processes, now;
+    ``busy`` when one process used ``BUSY_SHARE`` of a core, all ``BUSY_TOTAL``, the load average
+    exceeds the CPUs, or another process holds the GPU."""
     try:
         load = [round(x, 2) for x in os.getloadavg()]
     except OSError:

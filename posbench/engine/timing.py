@@ -1,23 +1,8 @@
 """Timing, peak memory and energy, behind a small device boundary.
 
 Every CUDA call the harness makes for measuring lives in ``CudaDevice``, ``EnergyMeter`` and
-``PowerSampler``, so tests can drive those paths on a CPU with fakes (monkeypatched ``torch.cuda``
-functions, a fake ``pynvml`` module).
-
-- Timing: a window is ``steps`` calls of a step function; on CUDA it is bracketed by CUDA events
-  and read after ``torch.cuda.synchronize()``, so queued kernels are counted and asynchronous
-  launches are not mistaken for work done. On CPU, ``time.perf_counter`` around the window.
-- Peak memory: on CUDA ``max_memory_allocated`` / ``max_memory_reserved`` since the last
-  ``reset_peak``. On CPU the process's peak resident set (VmHWM): Linux lets a process reset it
-  (``echo 5 > /proc/self/clear_refs``), so each phase gets its own peak; where that is not
-  possible ``ru_maxrss`` is a high-water mark since the worker started (``peak_resettable`` says
-  which). One process per case keeps either number about this case alone.
-- Energy (``EnergyMeter``): NVML's cumulative energy counter (``nvmlDeviceGetTotalEnergyConsumption``,
-  millijoules since the driver loaded, Volta and newer), read after a synchronize at both ends of
-  each measured window: the delta is the window's energy. Where the GPU lacks the counter, board
-  power (``nvmlDeviceGetPowerUsage``) sampled in a thread and integrated (``PowerSampler``); on
-  A100 and newer that call returns power averaged over about a second, so short windows are only
-  roughly measured by it. ``energy_source`` says which, for ``info.energy_source`` in every row.
+``PowerSampler``, so tests drive those paths on a CPU with fakes (``torch.cuda``, ``pynvml``).
+What each clock, peak and energy source measures: docs/measuring-speed.md.
 """
 from __future__ import annotations
 
@@ -40,6 +25,7 @@ class CpuDevice:
     kind = "cpu"
 
     def __init__(self):
+        # False where /proc/self/clear_refs is not writable: peaks are then ru_maxrss, since start.
         self.peak_resettable = self._clear_refs()
 
     def synchronize(self) -> None:
@@ -149,12 +135,8 @@ def _not_supported(nvml, exc: BaseException) -> bool:
 
 
 def energy_source(nvml, handle, device: str = "cuda") -> str:
-    """How energy is measured here: ``ENERGY_COUNTER``, ``POWER_SAMPLING``, or ``unavailable: <why>``.
-
-    Probes the counter once: a GPU older than Volta (or a driver or binding without the call)
-    answers NotSupported / FunctionNotFound, and power sampling takes over. Any other NVML error
-    leaves energy unavailable with NVML's message rather than failing the case's speed numbers.
-    """
+    """How energy is measured here: ``ENERGY_COUNTER``, ``POWER_SAMPLING`` (the counter's probe
+    answers NotSupported/FunctionNotFound), or ``unavailable: <why>``, never an exception."""
     if device != "cuda":
         return ENERGY_NEEDS_CUDA
     if nvml is None:
@@ -175,14 +157,9 @@ def energy_source(nvml, handle, device: str = "cuda") -> str:
 
 
 class EnergyMeter:
-    """Joules per measured window: ``with meter: <one window>``, as often as there are windows.
-
-    ``windows`` holds each window's joules (None where the window could not be measured),
-    ``last_j`` the latest, ``energy_j`` their sum (None when energy is unavailable or any window
-    lacks a number). ``source`` is ``energy_source``'s answer, probed once. ``synchronize`` (the
-    device's) runs before each counter read, so work queued before the window is not counted in
-    it and work of the window is. Without NVML or CUDA it records None per window.
-    """
+    """Joules per measured window (``with meter: <one window>``): ``windows`` (None where not
+    measured), ``last_j``, and ``energy_j`` their sum, None when any window lacks a number.
+    ``synchronize`` runs before each counter read, so the window holds exactly its own work."""
 
     def __init__(self, nvml, handle, interval_s: float = 0.1, synchronize: Callable[[], None] | None = None,
                  device: str = "cuda", source: str | None = None):
@@ -235,14 +212,8 @@ class EnergyMeter:
 
 
 class PowerSampler:
-    """Samples board power through NVML every ``interval_s`` in a thread; integrates energy.
-
-    The fallback of ``EnergyMeter`` on GPUs without NVML's energy counter.
-
-    ``with PowerSampler(nvml, handle) as p: ...`` then ``p.energy_j`` (trapezoid rule over the
-    samples, joules) and ``p.samples`` [(t_s, watts)]. Without NVML (``nvml is None``) it records
-    nothing and ``energy_j`` is None.
-    """
+    """``EnergyMeter``'s fallback: board power sampled every ``interval_s`` in a thread
+    (``samples``: [(t_s, watts)]); ``energy_j`` integrates them (trapezoid), None without NVML."""
 
     def __init__(self, nvml, handle, interval_s: float = 0.1):
         self.nvml, self.handle, self.interval_s = nvml, handle, interval_s

@@ -1,27 +1,8 @@
 """Training curves to watch while a case runs: TensorBoard event files, and W&B on request.
 
-A tracker takes scalars ``(tag, value, step)`` and hands them to its writers:
-
-- TensorBoard (the default whenever the ``tensorboard`` package is importable; ``pip install
-  posbench[track]``): event files written with tensorboard's own ``EventFileWriter``, one
-  ``simple_value`` per scalar, as TensorBoard's scalar dashboard and its ``EventAccumulator``
-  read them. No torch ``SummaryWriter``: it would pull in torch's copy of the protobufs for
-  nothing. Events are flushed every ``FLUSH_S`` seconds by the writer's own thread and on close,
-  so ``tensorboard --logdir results/`` shows a curve while the model trains.
-- W&B (``bench.py --log wandb``, which sets ``POSBENCH_LOG=wandb`` for the workers; needs the
-  ``wandb`` package): one W&B run per tracker, in the case's folder; ``WANDB_MODE=offline``
-  keeps it on disk (``wandb sync`` uploads it later). Every scalar carries its own ``step``
-  field (``define_metric``), because W&B's own step may never go back and the efficiency task
-  logs evaluation windows 0..n and then training windows 0..n.
-
-Where: ``<run folder>/cases/<name>/`` (``case_folder``), ``name`` the trained model's name (its
-checkpoint's stem, the case id for the efficiency task). Without a run folder (a task called
-directly) nothing is written. Only rank 0 writes under torch.distributed.
-
-What each task logs (tags): ``train/loss``, ``train/lr``, ``train/tokens_per_s`` every
-``log_every`` optimizer steps (``posbench.engine.train``); ``eval/<mode>@<L_valid>/ppl`` and
-``/loss`` when an evaluation is computed (``posbench.engine.evaluate``), at the last training
-step; the efficiency task's words/s per measured window, logged after the window's clock stopped.
+A ``Tracker`` hands scalars ``(tag, value, step)`` to its writers, in ``<run folder>/cases/<name>/``
+and only on rank 0; without a run folder nothing is written. Tags, folders and set-up:
+docs/watching-training.md.
 """
 from __future__ import annotations
 
@@ -101,6 +82,9 @@ def case_folder(out_dir: str | os.PathLike | None, name: str) -> Optional[Path]:
 class TensorBoardWriter:
     """Scalars as TensorBoard events (``simple_value``) in ``folder``."""
 
+    # tensorboard's own EventFileWriter, not torch's SummaryWriter, which would pull in torch's
+    # copy of the protobufs for nothing; it flushes every FLUSH_S from its own thread.
+
     def __init__(self, folder: Path):
         from tensorboard.compat.proto import event_pb2, summary_pb2
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
@@ -119,6 +103,9 @@ class TensorBoardWriter:
 
 class WandbWriter:
     """One W&B run in ``folder``/wandb; every scalar is logged with its own ``step`` field."""
+
+    # Its own step (define_metric): W&B's step may never go back, and the efficiency task logs
+    # evaluation windows 0..n, then training windows 0..n.
 
     def __init__(self, folder: Path, name: str, config: dict):
         import wandb

@@ -1,20 +1,9 @@
 """Paired windows: several methods measured in one process, short window by short window.
 
-A shared (virtual) CPU changes speed by 10-25% over seconds to minutes, and a process may run
-faster or slower than the next one for its whole life. Timing each method in its own process
-(``pairing: rounds``) leaves that drift in every ratio. Here one process holds every method's
-model of a grid point and alternates measured windows between them: window w of each method,
-then window w + 1 of each, ... A method's window w and the baseline's window w are then about a
-second apart, and their ratio cancels whatever the machine did over longer spans
-(``posbench.report.bootstrap.window_clusters``).
-
-The order within a window is a row of a Williams design (``window_order``): over a cycle of
-windows every method runs in every position equally often and follows every other method
-equally often, so neither "runs first" nor "runs after the method with the big cache footprint"
-favours anyone.
-
-A method that raises (building its model, warming up, in a window) is out from then on, with its
-own failure result (``posbench.run.worker.failure``); the others go on.
+One process holds every method's model of a grid point and alternates measured windows between
+them in the order of a Williams design, so a method's window and the baseline's are about a second
+apart and their ratio cancels slower drift (docs/measuring-speed.md). A method that raises is out
+from then on, with its own failure result; the others go on.
 """
 from __future__ import annotations
 
@@ -24,13 +13,9 @@ from typing import Any, Callable, Optional
 
 
 def window_order(n: int, index: int) -> list[int]:
-    """Row ``index`` of a Williams design for ``n`` methods: the order of window ``index``.
-
-    Row 0 is 0, 1, n-1, 2, n-2, ...; row i adds i to every entry (mod n). For even n the n rows
-    hold every ordered pair (a right before b) exactly once; for odd n the reversed rows follow
-    (a cycle of 2n) and every ordered pair occurs twice. Every position holds every method equally
-    often over a cycle.
-    """
+    """Row ``index`` of a Williams design for ``n`` methods (the order of window ``index``): over a
+    cycle (n rows, 2n for odd n) every method holds every position, and follows every other, equally often."""
+    # Row 0 is 0, 1, n-1, 2, n-2, ...; row i adds i (mod n); odd n appends the reversed rows.
     if n < 1:
         raise ValueError(f"window_order: n must be at least 1, got {n}")
     first, lo, hi = [0], 1, n - 1
@@ -80,10 +65,8 @@ class Member:
 
 def alternate(members: list[Member], phase: str, windows: int, measure: Callable[[Member], float],
               first_window: int = 0, clock: Callable[[], float] = time.time) -> None:
-    """Run ``windows`` windows of every member, interleaved: for w = 0..windows-1 the members in
-    the order ``window_order(len(members), first_window + w)``, each ``measure(member)`` (seconds
-    of one window). ``member.windows[phase]`` gets (start time from ``clock``, seconds) per window;
-    a member that raises fails and is skipped from then on."""
+    """``windows`` windows of every member, interleaved in ``window_order``; ``measure(member)``
+    returns one window's seconds, appended with its start to ``member.windows[phase]``."""
     for m in members:
         m.windows.setdefault(phase, [])
     for w in range(windows):
