@@ -1,15 +1,7 @@
 """posbench: measure what a positional-encoding method costs and how well it extrapolates.
 
-The packages follow the data flow (docs/architecture.md):
-
-    core/     the method contract, the shared model, the registry, the task contract, outcomes
-    data/     corpora and synthetic sources
-    kernels/  the fused Triton attention kernels
-    engine/   what a task runs on: device clocks, ranks, paired windows, training, evaluation
-    report/   rows -> tables, charts, report, compare
-    tasks/    one package per task (its run, its helpers, its report section)
-    run/      suites -> cases -> runner -> worker
-    cli/      bench.py's commands
+Its packages (core, data, kernels, engine, report, tasks, run, cli), what each holds and what it
+may import: docs/architecture.md.
 """
 import importlib
 import importlib.abc
@@ -21,12 +13,8 @@ __version__ = "0.1.0"
 
 
 def builtin_dir(name: str) -> Path:
-    """The folder of the built-in ``methods`` or ``suites``.
-
-    A developer edits the checkout's top-level ``methods/`` and ``suites/``; the wheel ships those
-    same folders as ``posbench/methods/`` and ``posbench/suites/`` (pyproject's package-dir), so an
-    installed package looks inside itself and a checkout (or an editable install) one level up.
-    """
+    """The folder of the built-in ``methods`` or ``suites``: inside the package in a wheel, else the
+    checkout's top level (docs/architecture.md, Packaging)."""
     here = Path(__file__).resolve().parent
     inside = here / name
     return inside if inside.is_dir() else here.parent / name

@@ -1,8 +1,6 @@
-"""ALiBi mathematics shared by the `alibi` and `alibi_triton` methods and the precision study.
-
-Press, Smith, Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
-Extrapolation" (ICLR 2022). The bias added to the score of query i and key j is -m_h * (i - j),
-with one fixed slope m_h per head and no 1/sqrt(d) scaling.
+"""ALiBi mathematics shared by the `alibi` and `alibi_triton` methods and the precision study
+(Press, Smith, Lewis, ICLR 2022): the score of query i and key j gets -m_h * (i - j), one fixed
+slope per head, not scaled by 1/sqrt(d).
 """
 from __future__ import annotations
 
@@ -12,12 +10,8 @@ import torch
 
 
 def alibi_slopes(n_heads: int) -> list[float]:
-    """Head slopes exactly as the paper's reference code builds them.
-
-    For a power of two n the slopes are the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^(-8)
-    (8 heads: 1/2, 1/4, ..., 1/256). Otherwise take the slopes of the closest smaller power of two
-    p, then the missing n - p heads from every other slope of the 2p-head sequence.
-    """
+    """Head slopes as the paper's reference code builds them: 2^(-8/n), 2^(-16/n), ..., 2^(-8) for a
+    power of two n; else the closest smaller power of two p's, then every other of 2p's for the rest."""
     if not isinstance(n_heads, int) or n_heads < 1:
         raise ValueError(f"alibi_slopes: n_heads must be a positive integer, got {n_heads!r}")
 
@@ -37,10 +31,7 @@ def slopes_tensor(n_heads: int, device=None) -> torch.Tensor:
 
 
 def alibi_bias(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
-    """(H, Tq, Tk) float32 bias -m_h * (q_pos_i - k_pos_j); causal masking is not applied here.
-
-    Positions may be integers or floats (interpolation scales them); the product is formed in
-    float32 whatever the compute dtype, as the SambaNova precision study recommends.
-    """
+    """(H, Tq, Tk) float32 bias -m_h * (q_pos_i - k_pos_j), unmasked; integer or float positions,
+    the product formed in float32 whatever the compute dtype (as the SambaNova study recommends)."""
     dist = q_pos.to(torch.float32)[:, None] - k_pos.to(torch.float32)[None, :]  # (Tq, Tk)
     return -slopes.to(torch.float32)[:, None, None] * dist[None]

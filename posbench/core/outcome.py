@@ -1,10 +1,8 @@
 """What became of a case, and the errors posbench names: the lowest module of the house.
 
-A task raises ``Diverged`` (non-finite loss) or ``Unavailable`` (cannot run here, found by trying);
-the worker turns whatever a task returned or raised into a result with ``ok_result`` / ``failure``
-(status ``ok``, ``oom``, ``diverged``, ``unavailable`` or ``error``), and the runner makes a row
-of it. ``PosbenchError`` is the base of every error that is the user's input, not a bug: the CLI
-prints its one line and exits 2 (a traceback is for posbench's own faults).
+A task raises ``Diverged`` or ``Unavailable``; the worker turns what it returned or raised into a
+result (``ok_result`` / ``failure``: ``ok``, ``oom``, ``diverged``, ``unavailable``, ``error``).
+``PosbenchError`` is the user's bad input, not a bug: the CLI prints its one line and exits 2.
 """
 from __future__ import annotations
 
@@ -68,9 +66,8 @@ def classify(exc: BaseException) -> str:
 
 
 def failure(exc: BaseException, limit_mb: int | None = None) -> dict:
-    """The result of a case that raised ``exc``. An allocation failure is ``oom`` wherever it
-    happened, and under a memory limit its message names the limit rather than the file that
-    happened to be loading (an import that ran out of memory is not that file's fault)."""
+    """The result of a case that raised ``exc``: an allocation failure anywhere is ``oom``, and under
+    a memory limit its message names the limit, not the file that happened to be loading."""
     status = classify(exc)
     message = str(exc) if status == "unavailable" else one_line(exc)  # the reason, as the runner gives it
     if status == "oom" and limit_mb is not None:

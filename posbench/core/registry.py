@@ -1,16 +1,9 @@
 """Finding position methods: ``methods/*.py``, extra folders, and the ``posbench.methods`` entry points.
 
-A method file defines a ``PositionMethod`` subclass and decorates it with ``@register``. Scanning a
-folder imports each ``*.py`` file in it (files starting with ``_`` are skipped), which runs the
-decorators. Extra folders come from ``--methods-dir`` or ``POSBENCH_METHODS_PATH`` (``os.pathsep``
-separated). Packages expose classes through the entry-point group ``posbench.methods``.
-
-Listing names (``bench.py list``, checking a suite's ``methods``) reads the files instead of
-importing them (``listing``): a method file imports torch, and the commands that only list or
-validate answer in well under a second without it. ``get`` and ``build`` import the one file
-that defines the name asked for, so a broken plugin file costs only the commands that use it:
-``listing`` skips a file it can neither read nor import with a one-line warning naming it, and
-``get`` of a name in that file raises the import error.
+Scanning a folder imports each ``*.py`` not starting with ``_``, which runs its ``@register``
+decorators; extra folders come from ``--methods-dir`` or ``POSBENCH_METHODS_PATH``. Listing names
+(``listing``) reads the files instead, so ``list`` and ``validate`` need no torch; ``get`` and
+``build`` import the one file that defines a name, so a broken plugin fails only its own users.
 """
 from __future__ import annotations
 
@@ -74,10 +67,8 @@ def register(cls: type[PositionMethod]) -> type[PositionMethod]:
 
 
 def register_variants(table: dict[str, dict], make) -> None:
-    """Register ``make(name, options)`` for every ``name -> options`` row of ``table``: a family of
-    methods built by one class (rotary's scaled variants). ``table`` should be a module-level dict
-    literal with string keys, so that listing reads the names from the file without importing it;
-    ``make`` must return a ``PositionMethod`` subclass whose ``name`` is the row's."""
+    """Register ``make(name, options)``, a ``PositionMethod`` subclass named ``name``, for every row of
+    ``table``: keep it a module-level dict literal, so ``listing`` reads the names without importing."""
     for name, options in table.items():
         cls = make(name, options)
         if getattr(cls, "name", None) != name:
@@ -235,11 +226,8 @@ def _class_name(node: ast.ClassDef) -> str | None:
 
 
 def _literal_names(path: Path) -> list[str] | None:
-    """The names a method file registers, read from its source without running it: each
-    ``@register`` class's ``name = "..."`` and the keys of each literal table given to
-    ``register_variants``. None when the file does what reading cannot follow (a computed or
-    inherited name, ``register`` called or renamed, a table that is not a literal); the caller
-    then imports it."""
+    """The names a method file registers, read from its source (``@register`` classes' literal
+    ``name``, literal ``register_variants`` tables); None, so the caller imports it, otherwise."""
     try:
         stat = path.stat()
         return _parse_names(path, stat.st_mtime_ns, stat.st_size)
@@ -285,10 +273,8 @@ def _syntax_error(path: Path) -> str | None:
 
 
 def listing() -> dict[str, str]:
-    """name -> origin (the file) of every method, by name; a duplicate name is an error naming both.
-
-    Method files whose names are literals are read, not imported, and entry points are loaded only
-    when a package declares some, so listing imports no torch where the methods allow it."""
+    """name -> origin (the file) of every method; a duplicate name is an error naming both. A file it
+    can neither read nor import is skipped with a one-line warning; entry points load only if declared."""
     found: dict[str, str] = {}
     for folder in _folders():
         for path in _method_files(folder):
