@@ -5,37 +5,16 @@ gradients of q, k, v and of the method's parameters (T5's table, KERPLE's r1 and
 L; FIRE's piecewise plan has tests of its own in test_piecewise_bias.py)."""
 import pytest
 import torch
-from torch import nn
 
 from posbench.core import bias as bias_module
 from posbench.core import conformance as testing
 from posbench.core import registry
-from posbench.core.bias import BiasMethod, BlockedBias
+from posbench.core.bias import BlockedBias
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
+from tests.helpers.bias_plugins import PLUGINS, Wave, WaveTiles
 
 BUILTIN = ["alibi", "t5_bias", "kerple_log", "fire"]
-
-
-class Wave(BiasMethod):
-    """A plugin with a bias that is not a function of the distance: only ``bias``."""
-
-    name = "wave_bias"
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.amp = nn.Parameter(torch.linspace(0.2, 0.8, cfg.n_heads))  # (H,)
-
-    def bias(self, q_pos, k_pos, dtype):
-        qp, kp = q_pos.float()[:, None], k_pos.float()[None, :]
-        return self.amp.float()[:, None, None] * torch.sin(0.3 * qp - 0.1 * kp)  # (H, Tq, Tk)
-
-
-class WaveTiles(Wave):
-    """The same plugin, cheap enough to have its bias built block by block (the tiles plan)."""
-
-    name = "wave_tiles_bias"
-    bias_per_block = True
 
 
 @pytest.fixture
@@ -62,9 +41,6 @@ def qkv(seed, tq, tk, dtype):
     q = torch.randn(2, 3, tq, 32, generator=g)
     k, v = (torch.randn(2, 3, tk, 32, generator=g) for _ in range(2))
     return [x.to(dtype).requires_grad_() for x in (q, k, v)]
-
-
-PLUGINS = {c.name: c for c in (Wave, WaveTiles)}
 
 
 @pytest.mark.parametrize("name, kind", [("alibi", "linear"), ("t5_bias", "distance"), ("kerple_log", "distance"),
