@@ -2,14 +2,14 @@
 bias method, built in or a plugin that writes only ``bias``, gets one with no code of its own, and
 attending with it equals the plain path (the masked bias, state None) in outputs and in the
 gradients of q, k, v and of the method's parameters (T5's table, KERPLE's r1 and r2, FIRE's MLP, c and
-L; FIRE's piecewise plan has tests of its own in test_piecewise_bias.py)."""
+L; FIRE's piecewise plan has tests of its own in tests/attention/test_piecewise_bias.py)."""
 import pytest
 import torch
 
-from posbench.core import bias as bias_module
+from posbench.attention import plans
+from posbench.attention.plans import Plan
 from posbench.core import conformance as testing
 from posbench.core import registry
-from posbench.core.bias import BlockedBias
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
 from tests.helpers.bias_plugins import PLUGINS, Wave, WaveTiles
@@ -20,8 +20,8 @@ BUILTIN = ["alibi", "t5_bias", "kerple_log", "fire"]
 @pytest.fixture
 def blocked(monkeypatch):
     """Blocks at every length, of 8 rows: short inputs run the blocked plans over several blocks."""
-    monkeypatch.setattr(bias_module, "BLOCKED_MIN_ROWS", 2)
-    monkeypatch.setattr(bias_module, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(plans, "BLOCKED_MIN_ROWS", 2)
+    monkeypatch.setattr(plans, "BLOCK_ROWS", 8)
 
 
 def build(name, seed=0, **options):
@@ -49,7 +49,7 @@ def test_each_bias_method_gets_its_plan(blocked, name, kind):
     m = build(name)
     pos = torch.arange(20)
     plan = m.prepare(pos, pos, torch.float32)
-    assert isinstance(plan, BlockedBias) and plan.kind == kind
+    assert isinstance(plan, Plan) and plan.kind == kind
     assert m.prepare(pos[-1:], pos, torch.float32).shape[-2:] == (1, 20)  # a decode step: the bias row
     assert m.prepare(pos * 0.5, pos * 0.5, torch.float32).kind in {"linear", "dense", "tiles"}  # float positions
     if name == "alibi":  # half precision would round the per-key slope mask: the distance plan instead

@@ -3,7 +3,7 @@ build per block (the tiles plan): the paths no built-in method takes."""
 import torch
 from torch import nn
 
-from posbench.core.bias import BiasMethod
+from posbench.core.bias import BiasForm, BiasMethod
 
 
 class Wave(BiasMethod):
@@ -24,7 +24,9 @@ class WaveTiles(Wave):
     """The same plugin, cheap enough to have its bias built block by block (the tiles plan)."""
 
     name = "wave_tiles_bias"
-    bias_per_block = True
+
+    def bias_form(self, dtype):
+        return BiasForm(per_block=True)
 
 
 PLUGINS = {c.name: c for c in (Wave, WaveTiles)}
