@@ -37,10 +37,8 @@ class PositionMethod(nn.Module):
     def register_position_buffer(self, name: str, tensor: torch.Tensor) -> None:
         """A non-persistent buffer computed from positions (inv_freq, slopes, cos/sin tables).
 
-        It follows ``model.to(device)`` but never loses precision to ``model.to(bfloat16)`` (or
-        ``.half()``): a bfloat16 ``inv_freq`` puts the rotary angle at position 16384 off by ~20
-        rad. Casts to a wider float type (float64, for a reference) are kept. Compute it in
-        float32 (or float64, then cast) from the positions.
+        It follows ``model.to(device)`` but never narrows with ``model.to(bfloat16)`` (a bfloat16
+        ``inv_freq`` puts the rotary angle at position 16384 off by ~20 rad); wider casts are kept.
         """
         self.register_buffer(name, tensor, persistent=False)
         self._position_buffers.add(name)
@@ -147,12 +145,10 @@ def check_interface(cls: type) -> None:
 
 
 def adapt_hooks(method: PositionMethod) -> PositionMethod:
-    """Make every hook of ``method`` callable the interface's way, once (the model does this when
-    it is built): a hook written without ``state`` (``def embed(self, x, pos)``) gets an instance
-    attribute that drops it; an ``embed`` or ``attend`` that requires ``state`` gets one that
-    passes None when a caller leaves it out (a call outside a model). Hooks that take the
-    interface's arguments are left as they are (every built-in method's). A hook that cannot
-    work raises the one-line ``TypeError`` of ``check_interface``."""
+    """Make every hook of ``method`` callable the interface's way, once, when the model is built:
+    a hook without ``state`` gets an instance attribute that drops it, an ``embed`` or ``attend``
+    that requires it one that passes None; a hook that cannot work raises ``check_interface``'s
+    one-line ``TypeError``."""
     cls = type(method)
     check_interface(cls)
     for hook, names in HOOK_ARGS.items():
@@ -185,11 +181,9 @@ def _adapter(hook: str, n: int, state_name: str | None):
 class PositionCache:
     """Memoises a function of the position tensors across the layers of one forward pass.
 
-    The model hands the same ``q_pos``/``k_pos`` tensor objects to every layer (and reuses them
-    across steps of the same length), so a key of storage pointer, version, shape, dtype and
-    device identifies their values without reading them (no GPU synchronisation). The cache holds
-    a reference to the tensors it keys on, so their storage cannot be freed and reused meanwhile.
-    """
+    The model hands every layer the same ``q_pos``/``k_pos`` tensors, so storage pointer, version,
+    shape, dtype and device identify their values without reading them (no GPU sync); the cache
+    holds the tensors it keys on, so their storage cannot be reused meanwhile."""
 
     def __init__(self, capacity: int = 4):
         self.capacity = capacity

@@ -121,3 +121,14 @@ def test_a_training_step_saves_no_square_of_scores(name):
         loss = lm_loss(model(idx[:, :-1]), idx[:, 1:])
     loss.backward()
     assert shapes and not [s for s in shapes if len(s) >= 2 and s[-1] >= length and s[-2] >= length]
+
+
+@pytest.mark.parametrize("name", BUILTIN + list(PLUGINS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_plan_a_long_training_forward_takes_is_the_one_its_row_names(name, dtype):
+    """``attn_backend`` is the name of the plan ``prepare`` builds at integer positions 0..L-1
+    from ``BLOCKED_MIN_ROWS`` queries on: one choice, not a second decision tree of strings."""
+    m = build(name)
+    pos = torch.arange(plans.BLOCKED_MIN_ROWS + 8)
+    plan = m.prepare(pos, pos, dtype)
+    assert isinstance(plan, Plan) and plan.name == m.attn_backend("cpu", dtype)
