@@ -1,11 +1,7 @@
-"""Causal attention with a bias by query blocks, never an L x L square (FlashAttention's algorithm in
-plain PyTorch ops, for a CPU and any device without a fused kernel).
-
-A block ending at query row r1 sees the keys before r1 + (Tk - Tq) only, so the causal upper
-triangle is skipped; a block's scores against all its keys fit at once (the exact softmax).
-Forward keeps q, k, v, the output and each row's log-sum-exp; backward recomputes each block's
-probabilities. Rows of a block are reversed, so a Toeplitz tile is a view with strides +1
-(``tiles.py``). Scores, softmax and bias are float32 (float64 for float64 inputs) whatever q's
+"""Causal attention with a bias by query blocks, never an L x L square: FlashAttention's algorithm
+in plain PyTorch ops, for a CPU and any device without a fused kernel. Each block sees only the
+keys it may (the causal triangle skipped); backward recomputes the probabilities from each row's
+log-sum-exp. Scores, softmax and bias are float32 (float64 for float64 inputs) whatever q's
 dtype. docs/kernels.md has the design and the timings.
 """
 from __future__ import annotations

@@ -24,13 +24,9 @@ def causal_attention(
     bias: torch.Tensor | None = None,
     masked: bool = False,
 ) -> torch.Tensor:
-    """Causal SDPA; ``bias`` (H, Tq, Tk) or (1, H, Tq, Tk), added to the scores unscaled.
-
-    Without a bias: ``is_causal=True`` when square, no mask for one query (a decode step). With
-    one: the mask folded in as -inf (``masked=True``: already done, ``mask_bias``), a batch
-    dimension of 1 that SDPA broadcasts; a bias in another dtype than q (float32 with half-precision
-    compute) takes the explicit float32 path, as SDPA wants the mask in q's dtype.
-    """
+    """Causal SDPA; ``bias`` (H, Tq, Tk) or (1, H, Tq, Tk), added to the scores unscaled, the mask
+    folded in as -inf (``masked=True``: already done). A bias in another dtype than q takes the
+    explicit float32 path, as SDPA wants the mask in q's dtype."""
     tq, tk = q.shape[-2], k.shape[-2]
     if bias is None:
         if tq == tk:

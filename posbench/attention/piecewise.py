@@ -32,11 +32,8 @@ class RatioPieces:
 
 def relu_mlp_pieces(w1, b1, w2, b2):
     """The pieces of x -> w2 relu(w1 x + b1) + b2 (w1, b1 (W,), w2 (H, W), b2 (H,)): sorted
-    breakpoints (W,), slopes and intercepts (H, W + 1), differentiable in the four weights.
-
-    Unit k is active (w1_k x + b1_k > 0) on the pieces above its breakpoint when w1_k > 0, on
-    those up to it when w1_k < 0, everywhere or nowhere when w1_k = 0 (by the sign of b1_k):
-    piece p lies above the breakpoint of rank r exactly when p > r."""
+    breakpoints (W,), slopes and intercepts (H, W + 1), differentiable in the four weights. Unit
+    k is active above its breakpoint when w1_k > 0, below it when w1_k < 0."""
     with torch.no_grad():
         t = torch.where(w1 != 0, -b1 / torch.where(w1 != 0, w1, 1), CLAMP).clamp(-CLAMP, CLAMP)  # (W,)
         breakpoints, order = torch.sort(t)

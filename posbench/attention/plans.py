@@ -1,8 +1,6 @@
-"""The ways to attend with a bias, as small plan objects, and the one function that picks them.
+"""The ways to attend with a bias, as small plan objects, and ``choose_plan``, which picks them.
 
 A plan's ``name`` is what a row records as ``info.attn_backend``; ``attend(q, k, v)`` attends.
-On a CPU a forward of ``BLOCKED_MIN_ROWS`` queries or more attends by blocks (no L x L square);
-shorter ones, decode steps and other devices attend with the masked bias (``MaskedPlan``).
 docs/kernels.md describes each plan and why it is chosen where it is.
 """
 from __future__ import annotations

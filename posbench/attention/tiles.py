@@ -1,6 +1,7 @@
 """Where a block of the blocked path gets its bias tile (h, n, nk), rows reversed, future keys -inf.
 
-Each source has ``tile``, ``backward_tile``, ``backward`` (the tile's gradient) and ``grads``.
+Rows are reversed so a Toeplitz tile is a strided view with strides +1. Each source has ``tile``,
+``backward_tile``, ``backward`` (the tile's gradient) and ``grads``.
 """
 from __future__ import annotations
 
@@ -101,11 +102,8 @@ class BiasTiles:
 
 
 def antidiagonal_sums(m: torch.Tensor) -> torch.Tensor:
-    """(h, n, c) -> (h, n + c - 1): ``out[:, u] = sum over i + j = u of m[:, i, j]``.
-
-    A skewed strided view: copy m into a buffer padded with n - 1 zeros on the left of each row;
-    read with a row stride one less than the buffer's, row i is shifted left by i, so column u
-    of the view holds m[i, u - i] (or a zero of the pad), and a sum over the rows is the answer."""
+    """(h, n, c) -> (h, n + c - 1): ``out[:, u] = sum over i + j = u of m[:, i, j]``, by a skewed
+    view (row stride one less than the zero-padded buffer's) summed over the rows."""
     h, n, c = m.shape
     w = c + n - 1
     buf = m.new_empty(h, n, w)

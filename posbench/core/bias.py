@@ -6,10 +6,10 @@ ALiBi, T5's relative bias, KERPLE and FIRE differ only in the bias they build; a
     bias(q_pos, k_pos, dtype) -> (H, Tq, Tk)   # or a shape that broadcasts to it, e.g. (1, Tq, Tk)
 
 the bias on the score q_i . k_j / sqrt(hd), unscaled, in ``dtype`` (or float32, kept exact), and
-optionally ``bias_form(dtype)``: a ``BiasForm`` saying what else is known of the bias (its slopes,
-a function of the distance alone, its pieces, already masked, cacheable), from which attention picks a
-faster plan. The base builds the bias once per forward, masks the future keys and hands it to
-every layer; ``attend`` with ``state=None`` builds it right there, the plain reference.
+optionally ``bias_form(dtype)``: a ``BiasForm`` saying what else is known of the bias (its
+slopes, a function of the distance alone, its pieces, already masked, cacheable), from which
+attention picks a faster plan. The base builds the bias once per forward, masks the future keys
+and hands it to every layer; ``attend`` with ``state=None`` builds it there, the plain reference.
 """
 from __future__ import annotations
 
