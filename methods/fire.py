@@ -12,14 +12,10 @@ psi(max(L, i)) is the "progressive interpolation": the MLP's input stays in [0, 
 position, so longer inputs reuse the range training saw. |c| and |L| are used, so both stay
 positive; ``eps`` = 1e-6 guards the division. One MLP shared by all layers.
 
-Speed: below 512 queries (and on a GPU) the bias (H, Tq, Tk) is built once per forward
-(``BiasMethod.prepare``, which also masks the future keys) and shared by every layer, at the cost
-of a (Tq, Tk, mlp_width) hidden layer; i - j and the query positions are cached per positions
-tensor. From 512 queries on a CPU, ``bias_pieces`` hands ``BiasMethod``'s piecewise plan the
-exact same bias in O(L) pieces: f_theta is a ReLU MLP of a scalar, so it is linear between its
-mlp_width breakpoints -b1/w1 (``posbench.core.piecewise_bias.relu_mlp_pieces``), and
-psi(i - j) / psi(max(L, i)) is one (L,) row of psi over one (L,) column of normalisers; every
-attention block forms its tile from those, and no (H, L, L) bias or hidden layer exists.
+The bias (H, Tq, Tk) is built once per forward and shared by every layer. f_theta is a ReLU MLP of
+a scalar, so it is linear between its mlp_width breakpoints: ``ratio_pieces`` gives the same bias
+as O(L) pieces (one row of psi, one column of normalisers), its declared form, from which
+attention forms it tile by tile with no (H, L, L) tensor (docs/kernels.md).
 The MLP's weights are plain parameters drawn like ``nn.Linear``'s default (the model re-draws every
 ``nn.Linear`` at std 0.02, which would start the bias at ~1e-4).
 """
@@ -28,8 +24,8 @@ import math
 import torch
 from torch import nn
 
-from posbench.core.bias import BiasMethod
-from posbench.core.piecewise_bias import RatioPieces, relu_mlp_pieces
+from posbench.attention.piecewise import RatioPieces, relu_mlp_pieces
+from posbench.core.bias import BiasForm, BiasMethod
 from posbench.core.registry import register
 
 
@@ -75,10 +71,12 @@ class Fire(BiasMethod):
         threshold = (self.L_multiplier.float() * self.init_L).abs()
         return torch.log1p(c * torch.maximum(qp, threshold)) + self.eps
 
-    def bias_pieces(self, q_pos, k_pos) -> RatioPieces:
-        """The bias as g(psi(i - j) / psi(max(L, i))), g the MLP as its 33 linear pieces: one
-        (Tk,) row of psi, one (Tq,) column of normalisers, (H, 33) tables (consecutive integer
-        positions; ``BiasMethod``'s piecewise plan: no (Tq, Tk) tensor)."""
+    def bias_form(self, dtype) -> BiasForm:
+        return BiasForm(pieces=self.ratio_pieces)
+
+    def ratio_pieces(self, q_pos, k_pos) -> RatioPieces:
+        """The bias as g(psi(i - j) / psi(max(L, i))), g the MLP as its linear pieces: one (Tk,)
+        row of psi, one (Tq,) column of normalisers, (H, W + 1) tables (consecutive positions)."""
         kp = k_pos.to(torch.float32)
         row = torch.log1p(self.c.float().abs() * (kp[-1] - kp))  # (Tk,): psi at distance Tk - 1 - t
         z = self._normaliser(q_pos.to(torch.float32))  # (Tq,)

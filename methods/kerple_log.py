@@ -11,22 +11,19 @@ eps = 0.01 and a straight-through gradient (a head clamped at eps can still lear
 as with the authors' in-place clamp of the parameter data). Initialisation ``r1 ~ U(0, 2)``,
 ``r2 ~ U(0, 1)`` per head (the authors' released code). One pair per head, shared by all layers.
 
-Speed: |i - j| is a function of the positions, cached per positions tensor; the bias depends on
-r1, r2 and is built once per forward pass (``BiasMethod.prepare``) and shared by every layer. On a
-CPU a forward of 512 queries or more builds one row (H, Tk) of it and attends by blocks
-(``BiasMethod``'s distance plan), never the (H, L, L) square.
+|i - j| is cached per positions tensor; the bias (a function of the distance) is built once per
+forward and shared by every layer.
 """
 import torch
 from torch import nn
 
-from posbench.core.bias import BiasMethod
+from posbench.core.bias import BiasForm, BiasMethod
 from posbench.core.registry import register
 
 
 @register
 class KerpleLog(BiasMethod):
     name = "kerple_log"
-    bias_relative = True  # a function of |p_i - p_j|
 
     def __init__(self, cfg, eps: float = 0.01):
         super().__init__(cfg)
@@ -35,6 +32,9 @@ class KerpleLog(BiasMethod):
         self.eps = float(eps)
         self.r1 = nn.Parameter(torch.rand(cfg.n_heads) * 2)  # (H,)
         self.r2 = nn.Parameter(torch.rand(cfg.n_heads))  # (H,)
+
+    def bias_form(self, dtype) -> BiasForm:
+        return BiasForm(relative=True)  # a function of |p_i - p_j|
 
     def _positive(self, r: torch.Tensor) -> torch.Tensor:
         """max(r, eps) in value, identity in gradient."""

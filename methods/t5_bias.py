@@ -7,24 +7,17 @@ by 1/sqrt(d)). Causal bucketing with T5's defaults: 32 buckets, max distance 128
 beyond falls in the last bucket. One table, shared by all layers (as in T5, where only the first
 layer owns it). Float distances (interpolation) are floored before bucketing.
 
-Speed (measure with the efficiency suite's interleaved rounds): the bias is the same in every layer
-of one forward pass, so ``prepare`` (``BiasMethod``'s) gathers it once per forward and every layer
-gets the same tensor; autograd sums the gradients of its uses, and the table's gradient is computed once per
-backward instead of once per layer. The gather reads the
-transposed (H, buckets) table with ``index_select`` along the bucket axis, which gives the
-(H, Tq, Tk) layout directly and whose backward (an ``index_add``) is several times faster on a
-CPU than the embedding backward. The causal mask is folded into that gather: future keys
-read an extra table row of -inf. On a CPU, a forward of 512 queries or more goes by blocks
-(``BiasMethod``'s distance plan): the bias is one gathered row (H, Tk), the last query against
-every key, every block's tile a view of it, and the table's gradient flows back through that row
-once per backward; no (H, L, L) bias, no saved probabilities.
+The bias is the same in every layer of one forward, so ``BiasMethod.prepare`` gathers it once and
+every layer shares it (the table's gradient is computed once per backward). The gather reads the
+transposed (H, buckets) table with ``index_select``, which gives the (H, Tq, Tk) layout directly
+and a fast backward on a CPU; future keys read an extra row of -inf (the mask at no cost).
 """
 import math
 
 import torch
 from torch import nn
 
-from posbench.core.bias import BiasMethod
+from posbench.core.bias import BiasForm, BiasMethod
 from posbench.core.method import causal_mask
 from posbench.core.registry import register
 
@@ -45,14 +38,17 @@ def relative_position_bucket(distance: torch.Tensor, num_buckets: int = 32, max_
 @register
 class T5Bias(BiasMethod):
     name = "t5_bias"
-    bias_masked = True  # the gather reads -inf for future keys: no masking pass
-    bias_relative = True  # a function of the bucket of p_i - p_j
+    # a function of the bucket of p_i - p_j; the gather reads -inf for future keys (no masking pass)
+    FORM = BiasForm(relative=True, masked=True)
 
     def __init__(self, cfg, num_buckets: int = 32, max_distance: int = 128):
         super().__init__(cfg)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, cfg.n_heads)  # (buckets, H)
         nn.init.normal_(self.table.weight, std=0.02)
+
+    def bias_form(self, dtype) -> BiasForm:
+        return self.FORM
 
     def buckets(self, q_pos, k_pos) -> torch.Tensor:
         """(Tq, Tk) bucket ids, cached per positions tensors."""

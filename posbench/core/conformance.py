@@ -60,10 +60,8 @@ def unavailable(method: str, dtype, device="cpu") -> str | None:
 
 
 def interface_problem(method: str) -> str | None:
-    """The one line naming the hook of ``method`` the model cannot call (``def attend(self, q, k,
-    v)``), or None. Every check builds a model, which would fail each time with this same line,
-    so it is asked once, before the checks. A method that does not load at all is not this one's
-    to report (None): the checks say why it does not load."""
+    """The one line naming the hook of ``method`` the model cannot call, or None (also for a
+    method that does not load: the checks say why). Asked once, before the checks."""
     try:
         cls = registry.get(method)
     except Exception:
@@ -284,13 +282,10 @@ INTERFACE = "interface"  # run_all's only key when the method's hooks cannot be 
 
 
 def run_all(method: str, device="cpu", dtypes=DTYPES) -> dict[str, str | None]:
-    """Every check in every dtype, never raising: ``{"causal/float32": outcome}`` where the
-    outcome is ``None`` when the check passed, ``"unavailable: <the method's reason>"`` when the
-    method does not run in that dtype on ``device`` (nothing was checked), and otherwise the
-    failure, one line. Whatever the plugin raises (in ``__init__``, in ``unavailable``, on
-    import) is that check's failure, ``"<ExcType>: <message>"``, not a crash of the kit.
-    A hook signature the model cannot call is reported once, as the only entry:
-    ``{"interface": "<method>: method '<method>': attend takes (...); allowed: ..."}``."""
+    """Every check in every dtype, never raising: ``{"causal/float32": outcome}``, the outcome
+    None (passed), ``"unavailable: <reason>"`` or the failure in one line (whatever the plugin
+    raises is ``"<ExcType>: <message>"``). A hook the model cannot call is the only entry,
+    ``{"interface": "<the line>"}``."""
     problem = interface_problem(method)
     if problem:
         return {INTERFACE: f"{method}: {problem}"}

@@ -21,13 +21,10 @@ from posbench.core.method import PositionMethod, adapt_hooks
 class KVCache:
     """Keys, values and key positions seen so far, one (keys, values) buffer pair per layer.
 
-    Each buffer is (B, H, capacity, hd) and grows by doubling: a decode step writes its one new
-    slot in place instead of copying the whole cache (``torch.cat`` at every step made every
-    method's step cost O(C) copies), and layers see views of the first ``length`` slots. Keys are
-    stored as the method's ``encode_qk`` returned them (rotary: rotated). ``capacity`` preallocates
-    that many slots at the first write (prompt + tokens to generate: no growth while decoding).
-    With autograd recording (a cache fed with gradients on), chunks are concatenated into new
-    tensors instead, because writing into a buffer in place would invalidate the saved views.
+    Each buffer is (B, H, capacity, hd), grown by doubling, so a decode step writes one slot in
+    place; layers see views of the first ``length`` slots. Keys are stored as ``encode_qk``
+    returned them. With autograd recording, chunks are concatenated instead (writing in place
+    would invalidate saved views).
     """
 
     def __init__(self, n_layers: int, capacity: int = 0):

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from posbench.core import registry
-from posbench.core.method import ModelConfig, explicit_attention, mask_bias
+from posbench.attention.masked import explicit_attention, mask_bias
+from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, model_config
 
 CPU_METHODS = [m for m in registry.names() if registry.get(m).unavailable(torch.device("cpu"), torch.float32) is None]

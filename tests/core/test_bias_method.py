@@ -9,7 +9,7 @@ from torch import nn
 
 from posbench.core import conformance as testing
 from posbench.core import registry
-from posbench.core.bias import BiasMethod
+from posbench.core.bias import BiasForm, BiasMethod
 from posbench.core.method import ModelConfig, causal_mask
 from posbench.core.model import TransformerLM
 
@@ -38,8 +38,8 @@ class TinyFixed(BiasMethod):
         dist = q_pos.float()[:, None] - k_pos.float()[None, :]
         return -torch.log1p(dist.clamp(min=0))[None]  # (1, Tq, Tk) float32 whatever the dtype
 
-    def bias_key(self, dtype):
-        return ()  # nothing but the positions
+    def bias_form(self, dtype):
+        return BiasForm(cache_key=())  # nothing but the positions
 
 
 @pytest.mark.parametrize("cls", [TinyLearned, TinyFixed], ids=lambda c: c.name)
@@ -83,7 +83,7 @@ def test_prepare_builds_the_bias_once_per_forward_and_masks_the_future():
     idx = torch.randint(0, 256, (2, 10))
     model(idx)
     assert len(calls) == 1
-    model(idx)  # alibi's bias depends on the positions only (bias_key): cached across forwards
+    model(idx)  # alibi's bias depends on the positions only (its form's cache_key): cached across forwards
     assert len(calls) == 1
     pos = torch.arange(5)
     masked = m.prepare(pos, pos, torch.float32)
@@ -105,7 +105,8 @@ def test_a_learned_bias_is_built_every_forward_and_a_fixed_one_is_cached():
 
 def test_a_bias_already_masked_is_not_masked_again():
     class Premasked(TinyLearned):
-        bias_masked = True
+        def bias_form(self, dtype):
+            return BiasForm(masked=True)
 
         def bias(self, q_pos, k_pos, dtype):
             return torch.zeros(1, q_pos.shape[0], k_pos.shape[0])
@@ -143,8 +144,8 @@ def test_attn_backend_says_which_path_the_bias_takes():
 
 
 def test_attn_backend_names_the_plain_paths_when_torch_lacks_the_masked_cpu_flash_op(monkeypatch):
-    from posbench.core import blocked_attention
-    monkeypatch.setattr(blocked_attention, "CPU_FLASH_WITH_MASK", None)
+    from posbench.attention import cpu_flash
+    monkeypatch.setattr(cpu_flash, "CPU_FLASH_WITH_MASK", None)
     alibi = registry.build(ModelConfig(method="alibi"))
     assert alibi.attn_backend("cpu", torch.float32) == "sdpa causal + slope column (linear bias, no L x L)"
     t5 = registry.build(ModelConfig(method="t5_bias"))

@@ -2,47 +2,26 @@
 bias method, built in or a plugin that writes only ``bias``, gets one with no code of its own, and
 attending with it equals the plain path (the masked bias, state None) in outputs and in the
 gradients of q, k, v and of the method's parameters (T5's table, KERPLE's r1 and r2, FIRE's MLP, c and
-L; FIRE's piecewise plan has tests of its own in test_piecewise_bias.py)."""
+L; FIRE's piecewise plan has tests of its own in tests/attention/test_piecewise_bias.py)."""
 import pytest
 import torch
-from torch import nn
 
-from posbench.core import bias as bias_module
+from posbench.attention import plans
+from posbench.attention.plans import Plan
 from posbench.core import conformance as testing
 from posbench.core import registry
-from posbench.core.bias import BiasMethod, BlockedBias
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
+from tests.helpers.bias_plugins import PLUGINS, Wave, WaveTiles
 
 BUILTIN = ["alibi", "t5_bias", "kerple_log", "fire"]
-
-
-class Wave(BiasMethod):
-    """A plugin with a bias that is not a function of the distance: only ``bias``."""
-
-    name = "wave_bias"
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.amp = nn.Parameter(torch.linspace(0.2, 0.8, cfg.n_heads))  # (H,)
-
-    def bias(self, q_pos, k_pos, dtype):
-        qp, kp = q_pos.float()[:, None], k_pos.float()[None, :]
-        return self.amp.float()[:, None, None] * torch.sin(0.3 * qp - 0.1 * kp)  # (H, Tq, Tk)
-
-
-class WaveTiles(Wave):
-    """The same plugin, cheap enough to have its bias built block by block (the tiles plan)."""
-
-    name = "wave_tiles_bias"
-    bias_per_block = True
 
 
 @pytest.fixture
 def blocked(monkeypatch):
     """Blocks at every length, of 8 rows: short inputs run the blocked plans over several blocks."""
-    monkeypatch.setattr(bias_module, "BLOCKED_MIN_ROWS", 2)
-    monkeypatch.setattr(bias_module, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(plans, "BLOCKED_MIN_ROWS", 2)
+    monkeypatch.setattr(plans, "BLOCK_ROWS", 8)
 
 
 def build(name, seed=0, **options):
@@ -64,16 +43,13 @@ def qkv(seed, tq, tk, dtype):
     return [x.to(dtype).requires_grad_() for x in (q, k, v)]
 
 
-PLUGINS = {c.name: c for c in (Wave, WaveTiles)}
-
-
 @pytest.mark.parametrize("name, kind", [("alibi", "linear"), ("t5_bias", "distance"), ("kerple_log", "distance"),
                                         ("fire", "piecewise"), ("wave_bias", "dense"), ("wave_tiles_bias", "tiles")])
 def test_each_bias_method_gets_its_plan(blocked, name, kind):
     m = build(name)
     pos = torch.arange(20)
     plan = m.prepare(pos, pos, torch.float32)
-    assert isinstance(plan, BlockedBias) and plan.kind == kind
+    assert isinstance(plan, Plan) and plan.kind == kind
     assert m.prepare(pos[-1:], pos, torch.float32).shape[-2:] == (1, 20)  # a decode step: the bias row
     assert m.prepare(pos * 0.5, pos * 0.5, torch.float32).kind in {"linear", "dense", "tiles"}  # float positions
     if name == "alibi":  # half precision would round the per-key slope mask: the distance plan instead
@@ -145,3 +121,14 @@ def test_a_training_step_saves_no_square_of_scores(name):
         loss = lm_loss(model(idx[:, :-1]), idx[:, 1:])
     loss.backward()
     assert shapes and not [s for s in shapes if len(s) >= 2 and s[-1] >= length and s[-2] >= length]
+
+
+@pytest.mark.parametrize("name", BUILTIN + list(PLUGINS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_plan_a_long_training_forward_takes_is_the_one_its_row_names(name, dtype):
+    """``attn_backend`` is the name of the plan ``prepare`` builds at integer positions 0..L-1
+    from ``BLOCKED_MIN_ROWS`` queries on: one choice, not a second decision tree of strings."""
+    m = build(name)
+    pos = torch.arange(plans.BLOCKED_MIN_ROWS + 8)
+    plan = m.prepare(pos, pos, dtype)
+    assert isinstance(plan, Plan) and plan.name == m.attn_backend("cpu", dtype)

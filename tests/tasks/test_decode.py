@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from posbench.core import registry
 from posbench.core import conformance as testing
 from posbench.core.model import TransformerLM, model_config
-from posbench.core.bias import BLOCKED_MIN_ROWS
+from posbench.attention.plans import BLOCKED_MIN_ROWS
 import posbench.engine.timing
 from posbench.tasks.decode import generation as decoding
 from posbench.tasks import decode
@@ -208,7 +208,7 @@ def _broken_alibi(kind: str):
     its last row ("quadratic"), or the row rebuilt by every layer, ignoring the state ``prepare``
     built once ("per_layer")."""
     from posbench.core.alibi_math import alibi_bias
-    from posbench.core.method import mask_bias
+    from posbench.attention.masked import mask_bias
 
     class Broken(registry.get("alibi")):
         name = f"broken_alibi_{kind}"

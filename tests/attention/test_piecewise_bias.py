@@ -1,4 +1,4 @@
-"""posbench.core.piecewise_bias: a ReLU MLP as its exact linear pieces, the ``PiecewiseRatio`` tiles
+"""posbench.attention.piecewise: a ReLU MLP as its exact linear pieces, the ``PiecewiseRatio`` tiles
 by query blocks against a float64 reference (outputs and the gradients of q, k, v, the u row, the z
 column and the tables), and FIRE's piecewise plan against FIRE's formula in float64 (odd lengths,
 Tq < Tk, query positions past the threshold and below it, every parameter's gradient)."""
@@ -7,11 +7,12 @@ import math
 import pytest
 import torch
 
-from posbench.core import bias as bias_module
+from posbench.attention import plans
+from posbench.attention.blocked import blocked_bias_attention
+from posbench.attention.masked import causal_mask
+from posbench.attention.piecewise import PiecewiseRatio, RatioPieces, relu_mlp_pieces
 from posbench.core import registry
-from posbench.core.blocked_attention import blocked_bias_attention
-from posbench.core.method import ModelConfig, causal_mask
-from posbench.core.piecewise_bias import PiecewiseRatio, RatioPieces, relu_mlp_pieces
+from posbench.core.method import ModelConfig
 
 
 def mlp(x, w1, b1, w2, b2):
@@ -95,8 +96,8 @@ def fire_bias64(m, q_pos, k_pos):
 @pytest.mark.parametrize("seed, tq, tk, start, init_L", [(0, 41, 41, 0, 8.0), (1, 11, 30, 3, 16.0), (2, 33, 33, 0, 512.0),
                                                            (3, 1, 13, 100, 8.0)])
 def test_fire_piecewise_plan_equals_fire_in_float64_with_every_gradient(monkeypatch, seed, tq, tk, start, init_L):
-    monkeypatch.setattr(bias_module, "BLOCKED_MIN_ROWS", 1)
-    monkeypatch.setattr(bias_module, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(plans, "BLOCKED_MIN_ROWS", 1)
+    monkeypatch.setattr(plans, "BLOCK_ROWS", 8)
     torch.manual_seed(seed)
     m = registry.build(ModelConfig(method="fire", d_model=48, n_heads=3, method_options={"init_L": init_L}))
     with torch.no_grad():

@@ -1,24 +1,10 @@
-"""A bias that is a piecewise-linear function of a ratio, formed tile by tile without an L x L tensor.
+"""A bias g_h(u(p_i - p_j) / z_i), g piecewise linear, formed tile by tile without an L x L tensor.
 
-    b_h(i, j) = g_h(x_ij),    x_ij = u(p_i - p_j) / z_i,
-
-with u a function of the distance (one (Tk,) row at consecutive integer positions), z one number per
-query row, and g_h piecewise linear in the scalar x: per-head slopes A and intercepts B on pieces
-shared by the heads, cut at sorted breakpoints. FIRE is exactly this (u = psi, z = psi(max(L, i)),
-g its one-hidden-layer ReLU MLP): a ReLU MLP from R to R^H with W hidden units is linear between
-its W breakpoints -b1_k / w1_k (``relu_mlp_pieces``), so g(x) = A[seg(x)] x + B[seg(x)] equals the
-MLP, not an approximation of it.
-
-``PiecewiseRatio`` is a tile source for ``blocked_attention.BlockedBiasAttention``: a tile
-(H, n, nk) is x from a strided view of the u row divided by a column of z, its piece by
-``bucketize``, then two gathers from the (H, pieces) tables. Backward needs per piece and head the
-sums of the tile's gradient G and of G x (the gradients of A and B; autograd carries them to the
-MLP's weights through the tiny tables), and dL/dx = sum_h G_h A_h[seg] for u's row and z's column.
-The breakpoints move with the weights, but g is continuous across them, so no gradient flows
-through the pieces' boundaries. Nothing of size (Tq, Tk) outlives a tile.
-
-Future keys read u = ``PAD`` from the row's pad: x lands far below every breakpoint, in an extra
-piece 0 with slope 0 and intercept -inf, so the tile holds -inf there without a masking pass.
+u is one (Tk,) row at consecutive integer positions, z one number per query row, g per-head slopes
+and intercepts on pieces shared by the heads. FIRE is exactly this: its ReLU MLP of a scalar is
+linear between its breakpoints (``relu_mlp_pieces``), so the pieces equal the MLP. Future keys
+read u = ``PAD`` and land in a piece 0 of slope 0 and intercept -inf. docs/kernels.md derives the
+tiles and their backward.
 """
 from __future__ import annotations
 
@@ -26,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from posbench.core.blocked_attention import antidiagonal_sums
+from posbench.attention.tiles import antidiagonal_sums
 
 PAD = -1e30  # u of a future key: x = PAD / z <= -1e28 for any z in (0, 100): below FLOOR
 FLOOR = -1e20  # the upper bound of piece 0 (the future keys')
@@ -35,7 +21,7 @@ CLAMP = 1e19  # breakpoints are clamped to +-CLAMP: x of a real key is finite an
 
 @dataclass
 class RatioPieces:
-    """What a method hands ``BiasMethod``'s piecewise plan (see the module docstring)."""
+    """The bias in pieces, for the piecewise plan (see the module docstring)."""
 
     row: torch.Tensor  # (Tk,): row[t] = u at distance Tk - 1 - t (the last query against key t)
     z: torch.Tensor  # (Tq,): the divisor of query row i, > 0
@@ -46,11 +32,8 @@ class RatioPieces:
 
 def relu_mlp_pieces(w1, b1, w2, b2):
     """The pieces of x -> w2 relu(w1 x + b1) + b2 (w1, b1 (W,), w2 (H, W), b2 (H,)): sorted
-    breakpoints (W,), slopes and intercepts (H, W + 1), differentiable in the four weights.
-
-    Unit k is active (w1_k x + b1_k > 0) on the pieces above its breakpoint when w1_k > 0, on
-    those up to it when w1_k < 0, everywhere or nowhere when w1_k = 0 (by the sign of b1_k):
-    piece p lies above the breakpoint of rank r exactly when p > r."""
+    breakpoints (W,), slopes and intercepts (H, W + 1), differentiable in the four weights. Unit
+    k is active above its breakpoint when w1_k > 0, below it when w1_k < 0."""
     with torch.no_grad():
         t = torch.where(w1 != 0, -b1 / torch.where(w1 != 0, w1, 1), CLAMP).clamp(-CLAMP, CLAMP)  # (W,)
         breakpoints, order = torch.sort(t)
@@ -65,17 +48,12 @@ def relu_mlp_pieces(w1, b1, w2, b2):
 
 
 class PiecewiseRatio:
-    """The tiles of a ``RatioPieces`` bias for ``BlockedBiasAttention``, rows reversed as its other
-    sources: reversed row i' of block r0..r0+n against key j has distance nk - 1 - i' - j, i.e.
-    u = ``row[Tk - nk + i' + j]`` (a strided view) and z = ``z[r0 + n - 1 - i']``.
-
-    Pieces without ``bucketize`` (a binary search per entry, 10x the rest of a tile): u grows
-    with the distance, so along a reversed row x falls and the pieces are runs of keys. Per row
-    and breakpoint t_k, the number of keys with u > t_k z_i comes from one ``searchsorted`` of
-    the (Tq, W) products t_k z_i into the sorted u row, once per forward; a tile's piece ids
-    are then a cumulative sum of its rows' run ends. A key within rounding of a breakpoint may
-    take the piece next to x's own: g is continuous there, so its value moves by rounding only.
-    Backward sums G and G x per piece from the same run ends and cumulative sums of the rows."""
+    """The tiles of a ``RatioPieces`` bias, rows reversed as the other tile sources: reversed row
+    i' of block r0..r0+n against key j reads u = ``row[Tk - nk + i' + j]`` (a strided view) and
+    z = ``z[r0 + n - 1 - i']``. u grows with the distance, so the pieces are runs of keys: one
+    ``searchsorted`` per forward gives each row's run ends, a tile's piece ids are their cumulative
+    sum (no ``bucketize``). A key within rounding of a breakpoint may take the next piece: g is
+    continuous there. Backward sums G and G x per piece from the same run ends."""
 
     def __init__(self, pieces: RatioPieces, tk: int, rows: int, dtype: torch.dtype):
         self.tk = tk

@@ -1,7 +1,7 @@
-"""Fixtures shared by the core tests."""
+"""Fixtures shared by the attention tests."""
 import pytest
 
-from posbench.core import blocked_attention
+from posbench.attention import cpu_flash
 
 
 @pytest.fixture(params=["cpu flash op", "plain ops"])
@@ -10,7 +10,7 @@ def block_kernel(request, monkeypatch):
     tile as its mask (what a CPU takes), and through the plain-ops softmax (every other device,
     and a torch without that op)."""
     if request.param == "plain ops":
-        monkeypatch.setattr(blocked_attention, "CPU_FLASH_WITH_MASK", None)
+        monkeypatch.setattr(cpu_flash, "CPU_FLASH_WITH_MASK", None)
     else:
-        assert blocked_attention.CPU_FLASH_WITH_MASK is not None, "torch's CPU flash op takes no attn_mask"
+        assert cpu_flash.CPU_FLASH_WITH_MASK is not None, "torch's CPU flash op takes no attn_mask"
     return request.param

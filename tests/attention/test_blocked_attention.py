@@ -1,4 +1,4 @@
-"""posbench.core.blocked_attention: attention with a bias by query blocks (no L x L square), and
+"""posbench.attention (blocked.py, tiles.py, linear.py): attention with a bias by query blocks (no L x L square), and
 ALiBi as flash attention with a per-key mask (or one extra head dimension), against a plain float64 reference on random inputs:
 several seeds, odd lengths, Tq < Tk, float32 and half dtypes, outputs and every gradient."""
 import math
@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from posbench.core.alibi_math import slopes_tensor
-from posbench.core import blocked_attention
-from posbench.core.blocked_attention import (BiasTiles, DenseBias, DistanceRow, antidiagonal_sums, blocked_bias_attention,
-                                             forward_only, head_column_sdpa, linear_bias_sdpa)
-from posbench.core.method import causal_mask
+from posbench.attention import cpu_flash, linear
+from posbench.attention.blocked import blocked_bias_attention, forward_only
+from posbench.attention.linear import head_column_sdpa, linear_bias_sdpa
+from posbench.attention.masked import causal_mask
+from posbench.attention.tiles import BiasTiles, DenseBias, DistanceRow, antidiagonal_sums
 
 # Scores and softmax are float32 whatever q's dtype; half inputs round q, k, v and the output.
 TOL = {torch.float32: 2e-5, torch.bfloat16: 3e-2, torch.float16: 5e-3}
@@ -143,16 +144,16 @@ def head_column(q, k, v, slopes, pos):
 def test_alibi_on_a_cpu_takes_the_flash_op_with_a_per_key_mask(monkeypatch):
     """torch 2.13's CPU flash op takes a mask beside is_causal; linear_bias_sdpa must use it (the
     head column costs 1.14x at head dim 33) and must give the head column's output when it is absent."""
-    assert blocked_attention.CPU_FLASH_WITH_MASK is not None
+    assert cpu_flash.CPU_FLASH_WITH_MASK is not None
     q, k, v, _ = inputs(7, 2, 4, 65, 65, 32, torch.float32)
     slopes, pos = slopes_tensor(4), torch.arange(65)
     calls = []
-    real = blocked_attention.key_bias_flash
-    monkeypatch.setattr(blocked_attention, "key_bias_flash", lambda *a: calls.append(1) or real(*a))
+    real = linear.key_bias_flash
+    monkeypatch.setattr(linear, "key_bias_flash", lambda *a: calls.append(1) or real(*a))
     with torch.no_grad():
         flash = linear_bias_sdpa(q, k, v, slopes, pos)
         assert calls == [1]
-        monkeypatch.setattr(blocked_attention, "CPU_FLASH_WITH_MASK", None)
+        monkeypatch.setattr(cpu_flash, "CPU_FLASH_WITH_MASK", None)
         column = linear_bias_sdpa(q, k, v, slopes, pos)
     assert calls == [1]
     torch.testing.assert_close(flash, column, atol=2e-5, rtol=0)
@@ -203,13 +204,13 @@ def test_alibi_as_sdpa_rounds_scores_at_the_magnitude_of_slope_times_length(path
 def test_on_a_cpu_every_block_goes_through_the_flash_op_with_its_tile_as_the_mask(monkeypatch):
     """Training forward and forward-only: one flash call per query block, its mask the block's
     bias tile (h, n, nk) read in place, the block's keys only (the causal upper triangle skipped)."""
-    real, calls = blocked_attention.CPU_FLASH_WITH_MASK, []
+    real, calls = cpu_flash.CPU_FLASH_WITH_MASK, []
 
     def counting(qb, kb, vb, dropout, causal, attn_mask, scale):
         calls.append((qb.shape[-2], kb.shape[-2], tuple(attn_mask.shape), causal))
         return real(qb, kb, vb, dropout, causal, attn_mask=attn_mask, scale=scale)
 
-    monkeypatch.setattr(blocked_attention, "CPU_FLASH_WITH_MASK", counting)
+    monkeypatch.setattr(cpu_flash, "CPU_FLASH_WITH_MASK", counting)
     q, k, v, by_distance = inputs(3, 2, 3, 20, 20, 8, torch.float32)
     row = by_distance.flip(-1)
     blocked_bias_attention(q, k, v, DistanceRow(row, 20, 8, torch.float32), (row,), 8).sum().backward()

@@ -1,0 +1,142 @@
+"""Causal attention with a bias by query blocks, never an L x L square: FlashAttention's algorithm
+in plain PyTorch ops, for a CPU and any device without a fused kernel. Each block sees only the
+keys it may (the causal triangle skipped); backward recomputes the probabilities from each row's
+log-sum-exp. Scores, softmax and bias are float32 (float64 for float64 inputs) whatever q's
+dtype. docs/kernels.md has the design and the timings.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from posbench.attention import cpu_flash
+from posbench.attention.cpu_flash import flash_here
+
+BLOCK_ROWS = 64  # rows per query block: 64 beat 128 and 256 at L 256 and 2048 on a CPU (docs/kernels.md)
+
+
+def block_softmax(qb, kb, vb, tile) -> tuple[torch.Tensor, torch.Tensor]:
+    """One query block's attention: qb (B, H, n, hd) already scaled, kb, vb (B, H, nk, hd), tile
+    (h, n, nk) the bias with -inf on future keys -> (softmax(qb kb^T + tile) vb (B, H, n, hd),
+    its log-sum-exp per row (B, H, n)). On a CPU, PyTorch's flash op with the tile as its mask
+    (a strided view is read, never copied); elsewhere the same in plain ops."""
+    if flash_here(qb.device):
+        return cpu_flash.flash_attention(qb, kb, vb, False, tile[None], 1.0)
+    s = torch.matmul(qb, kb.transpose(-1, -2)).add_(tile)  # (B, H, n, nk)
+    m = s.amax(-1, keepdim=True)
+    s.sub_(m).exp_()
+    denom = s.sum(-1, keepdim=True)
+    return torch.matmul(s, vb).div_(denom), m.add_(denom.log_()).squeeze(-1)
+
+
+class BlockedBiasAttention(torch.autograd.Function):
+    """softmax(q k^T / sqrt(hd) + bias) v, causal (bottom-right aligned), by query blocks.
+    ``inputs``: the tensors the source's tiles depend on (their gradients)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, source, rows, *inputs):
+        with torch.autocast(q.device.type, enabled=False):  # scores stay float32 under autocast
+            return BlockedBiasAttention._forward(ctx, q, k, v, source, rows, inputs)
+
+    @staticmethod
+    def _forward(ctx, q, k, v, source, rows, inputs):
+        b, h, tq, hd = q.shape
+        tk = k.shape[-2]
+        cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+        qs = q.to(cdt) * (1.0 / math.sqrt(hd))  # (B, H, Tq, hd): scaling q is cheaper than the scores
+        kc, vc = k.to(cdt), v.to(cdt)
+        out = torch.empty(b, h, tq, v.shape[-1], dtype=cdt, device=q.device)
+        lse = torch.empty(b, h, tq, dtype=cdt, device=q.device)  # log-sum-exp, reversed within blocks
+        for r0 in range(0, tq, rows):
+            n = min(rows, tq - r0)
+            nk = r0 + n + tk - tq
+            o, lse[:, :, r0:r0 + n] = block_softmax(qs[:, :, r0:r0 + n].flip(-2), kc[:, :, :nk], vc[:, :, :nk],
+                                                    source.tile(r0, n, nk))
+            out[:, :, r0:r0 + n] = o.flip(-2)
+        ctx.source, ctx.rows, ctx.n_inputs = source, rows, len(inputs)
+        ctx.save_for_backward(qs, kc, vc, out, lse)
+        return out.to(v.dtype)
+
+    @staticmethod
+    def backward(ctx, dout):
+        with torch.autocast(dout.device.type, enabled=False):
+            return BlockedBiasAttention._backward(ctx, dout)
+
+    @staticmethod
+    def _backward(ctx, dout):
+        qs, kc, vc, out, lse = ctx.saved_tensors
+        source, rows = ctx.source, ctx.rows
+        b, h, tq, hd = qs.shape
+        tk = kc.shape[-2]
+        do = dout.to(qs.dtype)
+        delta = (do * out).sum(-1, keepdim=True)  # (B, H, Tq, 1): rowsum(dP * P) = rowsum(dO * O)
+        dq = torch.empty_like(qs)
+        dk, dv = torch.zeros_like(kc), torch.zeros_like(vc)
+        for r0 in range(0, tq, rows):
+            n = min(rows, tq - r0)
+            nk = r0 + n + tk - tq
+            qb, dob = qs[:, :, r0:r0 + n].flip(-2), do[:, :, r0:r0 + n].flip(-2)  # (B, H, n, hd)
+            k_blk, v_blk = kc[:, :, :nk], vc[:, :, :nk]
+            p = torch.matmul(qb, k_blk.transpose(-1, -2))  # (B, H, n, nk): scores, then probabilities
+            p.add_(source.backward_tile(r0, n, nk)).sub_(lse[:, :, r0:r0 + n, None]).exp_()
+            dv[:, :, :nk] += torch.matmul(p.transpose(-1, -2), dob)
+            ds = torch.matmul(dob, v_blk.transpose(-1, -2))  # dP, then dS = P (dP - delta)
+            ds.sub_(delta[:, :, r0:r0 + n].flip(-2)).mul_(p)
+            dq[:, :, r0:r0 + n] = torch.matmul(ds, k_blk).flip(-2)
+            dk[:, :, :nk] += torch.matmul(ds.transpose(-1, -2), qb)
+            if ctx.n_inputs and any(ctx.needs_input_grad[5:]):
+                dtile = _batch_sum(ds)  # (H, n, nk): the bias is shared by the batch
+                if source.heads == 1:  # one bias for every head
+                    dtile = dtile.sum(0, keepdim=True)
+                source.backward(r0, n, nk, dtile)
+        scale = 1.0 / math.sqrt(hd)
+        dq.mul_(scale)  # the scores were (q * scale) k^T; dk came from the scaled q already
+        grads = source.grads() if ctx.n_inputs else ()
+        return (dq.to(dout.dtype), dk.to(dout.dtype), dv.to(dout.dtype), None, None, *grads)
+
+
+def _batch_sum(ds: torch.Tensor) -> torch.Tensor:
+    """(B, H, n, nk) -> (H, n, nk), the sum over the batch: a view at B 1, else adds of the batch
+    rows (faster than ``ds.sum(0)`` on a CPU)."""
+    if ds.shape[0] == 1:
+        return ds[0]
+    out = ds[0].clone()
+    for i in range(1, ds.shape[0]):
+        out.add_(ds[i])
+    return out
+
+
+def blocked_bias_attention(q, k, v, source, inputs: tuple = (), rows: int = BLOCK_ROWS) -> torch.Tensor:
+    """q (B, H, Tq, hd), k, v (B, H, Tk, hd) -> (B, H, Tq, hd), with the bias tiles of ``source``
+    (``tiles.py``, ``piecewise.py``) and ``inputs`` the tensors
+    those tiles depend on. Without autograd (a prefill, an evaluation) it runs ``forward_only``."""
+    if not torch.is_grad_enabled() or not any(t.requires_grad for t in (q, k, v, *inputs)):
+        with torch.autocast(q.device.type, enabled=False):
+            return forward_only(q, k, v, source, rows)
+    return BlockedBiasAttention.apply(q, k, v, source, rows, *inputs)
+
+
+def forward_only(q, k, v, source, rows: int) -> torch.Tensor:
+    """The blocked forward with nothing kept for backward (a prefill, an evaluation). On a CPU each
+    block is ``block_softmax``'s flash op; elsewhere one batch row at a time, so the scores
+    (H, n, nk) stay in cache through ``baddbmm`` (bias and scores in one pass) and one softmax."""
+    b, h, tq, hd = q.shape
+    tk = k.shape[-2]
+    cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    qs = q.to(cdt) * (1.0 / math.sqrt(hd))  # (B, H, Tq, hd)
+    kc, vc = k.to(cdt), v.to(cdt)  # (B, H, Tk, hd)
+    flash = flash_here(q.device)
+    out = torch.empty(b, h, tq, v.shape[-1], dtype=cdt, device=q.device)
+    for r0 in range(0, tq, rows):
+        n = min(rows, tq - r0)
+        nk = r0 + n + tk - tq
+        tile = source.tile(r0, n, nk)  # (h, n, nk), rows reversed
+        qb = qs[:, :, r0:r0 + n].flip(-2)  # (B, H, n, hd)
+        if flash:
+            out[:, :, r0:r0 + n] = block_softmax(qb, kc[:, :, :nk], vc[:, :, :nk], tile)[0].flip(-2)
+            continue
+        for i in range(b):
+            s = torch.baddbmm(tile, qb[i], kc[i, :, :nk].transpose(-1, -2))  # (H, n, nk): bias + scores
+            out[i, :, r0:r0 + n] = torch.bmm(torch.softmax(s, -1), vc[i, :, :nk]).flip(-2)
+    return out.to(v.dtype)

@@ -1,0 +1,31 @@
+"""``BiasForm``: what a bias method may declare about its bias besides ``bias()`` itself.
+
+The plan that attends with the bias is chosen from it (``plans.choose_plan``); no field changes
+what is computed, only how: a method that declares nothing gets the plain plans.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Hashable
+
+import torch
+
+from posbench.attention.piecewise import RatioPieces
+
+
+@dataclass(frozen=True, eq=False)
+class BiasForm:
+    # (H,): the bias is exactly linear, -slopes_h (p_i - p_j) (ALiBi)
+    slopes: torch.Tensor | None = None
+    # the bias is a function of p_i - p_j alone (ALiBi, T5, KERPLE)
+    relative: bool = False
+    # (q_pos, k_pos) -> the bias as g_h(u(p_i - p_j) / z_i), g piecewise linear (FIRE)
+    pieces: Callable[[torch.Tensor, torch.Tensor], RatioPieces] | None = None
+    # bias() is cheap enough to build block by block in every layer
+    per_block: bool = False
+    # bias() already holds -inf on every future key (no masking pass)
+    masked: bool = False
+    # what else the bias depends on, when it may be kept across forwards (None: built every forward)
+    cache_key: tuple[Hashable, ...] | None = None
+    # the dtype bias() returns when it is not the compute dtype (a float32 bias kept exact)
+    dtype: torch.dtype | None = None

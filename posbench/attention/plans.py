@@ -1,0 +1,216 @@
+"""The ways to attend with a bias, as small plan objects, and ``choose_plan``, which picks them.
+
+A plan's ``name`` is what a row records as ``info.attn_backend``; ``attend(q, k, v)`` attends.
+docs/kernels.md describes each plan and why it is chosen where it is.
+"""
+from __future__ import annotations
+
+from typing import ClassVar, Iterator, Protocol
+
+import torch
+
+from posbench.attention.blocked import BLOCK_ROWS, blocked_bias_attention
+from posbench.attention.cpu_flash import flash_here
+from posbench.attention.form import BiasForm
+from posbench.attention.linear import LINEAR_SPAN, linear_bias_sdpa
+from posbench.attention.masked import biased_attention
+from posbench.attention.piecewise import PiecewiseRatio
+from posbench.attention.tiles import BiasTiles, DenseBias, DistanceRow
+
+# Fewer queries than this: the masked bias; the square is small and one fused call beats a Python
+# loop over blocks (docs/kernels.md).
+BLOCKED_MIN_ROWS = 512
+# What the linear plan runs on a CPU whose torch has the flash op with a mask.
+LINEAR_BACKEND = "sdpa flash causal + per-key slope mask (linear bias, no L x L)"
+
+
+class BiasSource(Protocol):
+    """What a plan reads of a bias method (``posbench.core.bias.BiasMethod``)."""
+
+    def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor: ...
+
+    def masked_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor: ...
+
+    def parameters(self) -> Iterator[torch.Tensor]: ...
+
+
+class Plan:
+    """One forward's way to attend. Subclasses: ``label`` (the name), ``__init__`` (what every layer
+    shares: a row, pieces, a bias), ``attend``."""
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self, source: BiasSource, form: BiasForm, q_pos, k_pos, dtype: torch.dtype):
+        self.source, self.form, self.q_pos, self.k_pos, self.dtype = source, form, q_pos, k_pos, dtype
+
+    @classmethod
+    def label(cls, device, dtype: torch.dtype, form: BiasForm, learned: bool) -> str:
+        raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        return self.label(self.q_pos.device, self.dtype, self.form, learned(self.source))
+
+    @classmethod
+    def build(cls, source: BiasSource, form: BiasForm, q_pos, k_pos, dtype: torch.dtype):
+        """What every layer of the forward attends with (a plan; ``MaskedPlan``: the masked bias)."""
+        return cls(source, form, q_pos, k_pos, dtype)
+
+    def attend(self, q, k, v) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class MaskedPlan(Plan):
+    """The bias (H, Tq, Tk) with -inf on future keys, built once per forward: SDPA with it as the
+    mask, or the explicit float32 path (a bias in another dtype than q; a learned bias on a CPU)."""
+
+    kind = "masked"
+
+    @classmethod
+    def label(cls, device, dtype, form, learned):
+        if form.dtype is not None and form.dtype != dtype:
+            return "explicit float32 (B*H*L*L scores)"
+        return f"sdpa + {str(dtype).removeprefix('torch.')} bias" + (" (learned)" if learned else "")
+
+    @classmethod
+    def build(cls, source, form, q_pos, k_pos, dtype) -> torch.Tensor:
+        return source.masked_bias(q_pos, k_pos, dtype)
+
+
+class LinearPlan(Plan):
+    """ALiBi's -m_h (p_i - p_j) as one number per head and key (``linear.py``), Tq == Tk."""
+
+    kind = "linear"
+
+    @classmethod
+    def label(cls, device, dtype, form, learned):
+        return LINEAR_BACKEND if flash_here(device) else "sdpa causal + slope column (linear bias, no L x L)"
+
+    def attend(self, q, k, v):
+        return linear_bias_sdpa(q, k, v, self.form.slopes.to(q.device), self.k_pos)
+
+
+class BlockedPlan(Plan):
+    """Attention by query blocks (``blocked.py``) with the tiles of ``tiles(tk, cdt)``."""
+
+    what: ClassVar[str] = ""  # the end of the name: where the tiles come from
+
+    @classmethod
+    def label(cls, device, dtype, form, learned):
+        return "blocked float32" + (" (flash op per block)" if flash_here(device) else "") + ", " + cls.what
+
+    def tiles(self, tk: int, cdt: torch.dtype) -> tuple:
+        """(tile source, the tensors its tiles depend on)."""
+        raise NotImplementedError
+
+    def attend(self, q, k, v):
+        cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+        source, inputs = self.tiles(k.shape[-2], cdt)
+        return blocked_bias_attention(q, k, v, source, inputs, BLOCK_ROWS)
+
+
+class DistancePlan(BlockedPlan):
+    """A bias of the distance alone at consecutive positions: every tile a view of one row."""
+
+    kind, what = "distance", "distance row (no L x L)"
+
+    def __init__(self, source, form, q_pos, k_pos, dtype):
+        super().__init__(source, form, q_pos, k_pos, dtype)
+        row = source.bias(k_pos[-1:], k_pos, dtype)  # (..., 1, Tk): the last query against every key
+        self.row = row.reshape(-1, k_pos.shape[0])  # (h, Tk): row[t] is the bias at distance Tk - 1 - t
+
+    def tiles(self, tk, cdt):
+        return DistanceRow(self.row, tk, BLOCK_ROWS, cdt), (self.row,)
+
+
+class PiecewisePlan(BlockedPlan):
+    """A piecewise-linear bias of a ratio (``piecewise.py``): tiles from a row, a column, tables."""
+
+    kind, what = "piecewise", "piecewise-linear bias tiles (no L x L)"
+
+    def __init__(self, source, form, q_pos, k_pos, dtype):
+        super().__init__(source, form, q_pos, k_pos, dtype)
+        self.pieces = form.pieces(q_pos, k_pos)
+
+    def tiles(self, tk, cdt):
+        p = self.pieces
+        return PiecewiseRatio(p, tk, BLOCK_ROWS, cdt), (p.row, p.z, p.slopes, p.intercepts)
+
+
+class DensePlan(BlockedPlan):
+    """Any other bias: the masked (H, Tq, Tk) bias built once per forward, each tile a view."""
+
+    kind, what = "dense", "one (H, L, L) bias per forward"
+
+    def __init__(self, source, form, q_pos, k_pos, dtype):
+        super().__init__(source, form, q_pos, k_pos, dtype)
+        bias = source.masked_bias(q_pos, k_pos, dtype)
+        self.bias = bias.reshape(-1, *bias.shape[-2:]).expand(-1, q_pos.shape[0], k_pos.shape[0])  # (h, Tq, Tk)
+
+    def tiles(self, tk, cdt):
+        return DenseBias(self.bias, cdt), (self.bias,)
+
+
+class TilesPlan(BlockedPlan):
+    """A bias cheap to build per block: each tile built from the block's positions in every layer."""
+
+    kind, what = "tiles", "bias tiles per block (no L x L)"
+
+    def tiles(self, tk, cdt):
+        q_pos, k_pos, source, dtype = self.q_pos, self.k_pos, self.source, self.dtype
+
+        def tile(r0: int, n: int, nk: int) -> torch.Tensor:  # (..., n, nk), future keys -inf
+            return source.masked_bias(q_pos[r0:r0 + n], k_pos[:nk], dtype)
+
+        params = tuple(p for p in source.parameters() if p.requires_grad) if torch.is_grad_enabled() else ()
+        return BiasTiles(tile, params, cdt), params
+
+
+def choose_plan(device, dtype: torch.dtype, form: BiasForm, q_pos: torch.Tensor, k_pos: torch.Tensor) -> type[Plan]:
+    """The plan for attention on ``device`` in compute ``dtype`` at positions q_pos (Tq,), k_pos
+    (Tk,), for a bias of ``form``. The first that applies: the masked bias (not a CPU, or fewer
+    than ``BLOCKED_MIN_ROWS`` queries); linear (float32 or float64, Tq == Tk, max slope x span
+    at most ``LINEAR_SPAN``); distance, piecewise (consecutive integer positions); tiles; dense."""
+    tq, tk = q_pos.shape[0], k_pos.shape[0]
+    if torch.device(device).type != "cpu" or tq < BLOCKED_MIN_ROWS:
+        return MaskedPlan
+    if (form.slopes is not None and dtype in (torch.float32, torch.float64) and tq == tk
+            and float(form.slopes.abs().max()) * _span(k_pos) <= LINEAR_SPAN):
+        return LinearPlan
+    if form.relative and _consecutive(k_pos):
+        return DistancePlan
+    if form.pieces is not None and _consecutive(k_pos):
+        return PiecewisePlan
+    return TilesPlan if form.per_block else DensePlan
+
+
+def prepare(source: BiasSource, form: BiasForm, q_pos, k_pos, dtype: torch.dtype):
+    """What every layer of a forward attends with: a plan, or the masked bias tensor."""
+    return choose_plan(q_pos.device, dtype, form, q_pos, k_pos).build(source, form, q_pos, k_pos, dtype)
+
+
+def attend(q, k, v, prepared) -> torch.Tensor:
+    """Causal attention with what ``prepare`` returned (or a masked bias tensor)."""
+    if isinstance(prepared, Plan):
+        return prepared.attend(q, k, v)
+    return biased_attention(q, k, v, prepared)
+
+
+def training_name(source: BiasSource, form: BiasForm, device, dtype: torch.dtype) -> str:
+    """The name of the plan a training forward at positions 0..L-1, L = ``BLOCKED_MIN_ROWS``,
+    takes on ``device`` (what a row records; shorter inputs take the masked bias, as a GPU does)."""
+    pos = torch.arange(BLOCKED_MIN_ROWS)
+    return choose_plan(device, dtype, form, pos, pos).label(device, dtype, form, learned(source))
+
+
+def learned(source: BiasSource) -> bool:
+    return any(p.requires_grad for p in source.parameters())
+
+
+def _span(k_pos: torch.Tensor) -> float:
+    return float(k_pos[-1] - k_pos[0]) if k_pos.numel() > 1 else 0.0
+
+
+def _consecutive(k_pos: torch.Tensor) -> bool:
+    """Integer positions p_0, p_0 + 1, ..., (increasing, as the method contract requires)."""
+    return not k_pos.is_floating_point() and int(k_pos[-1] - k_pos[0]) == k_pos.numel() - 1

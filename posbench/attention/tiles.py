@@ -1,0 +1,112 @@
+"""Where a block of the blocked path gets its bias tile (h, n, nk), rows reversed, future keys -inf.
+
+Rows are reversed so a Toeplitz tile is a strided view with strides +1. Each source has ``tile``,
+``backward_tile``, ``backward`` (the tile's gradient) and ``grads``.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class DistanceRow:
+    """Tiles of a bias that depends on the distance between query and key only, from one row
+    (h, Tk): ``row[t]`` is the bias at distance Tk - 1 - t. The future keys read -inf from a pad."""
+
+    def __init__(self, row: torch.Tensor, tk: int, rows: int, dtype: torch.dtype):
+        self.tk = tk
+        pad = row.new_full((row.shape[0], rows - 1), float("-inf"), dtype=dtype)
+        self.padded = torch.cat([row.detach().to(dtype), pad], 1)  # (h, Tk + rows - 1)
+        self.heads = row.shape[0]
+        self.grad: torch.Tensor | None = None
+
+    def tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
+        """(h, n, nk): the bias of query rows r0 .. r0+n (reversed) against keys 0 .. nk.
+        Reversed row i', key j: distance nk - 1 - i' - j, i.e. ``row[Tk - nk + i' + j]``."""
+        p = self.padded
+        return p.as_strided((p.shape[0], n, nk), (p.stride(0), 1, 1), p.storage_offset() + self.tk - nk)
+
+    backward_tile = tile  # backward reads the same view
+
+    def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor) -> None:
+        if self.grad is None:
+            self.grad = torch.zeros_like(self.padded)
+        start = self.tk - nk
+        self.grad[:, start:start + n + nk - 1] += antidiagonal_sums(dtile)
+
+    def grads(self) -> tuple:
+        return (None if self.grad is None else self.grad[:, : self.tk],)
+
+
+class DenseBias:
+    """Tiles sliced from a bias built once per forward (h, Tq, Tk), future keys -inf: any other
+    bias. The square of the bias (and its gradient) is kept, once per forward; no layer's
+    probabilities are."""
+
+    def __init__(self, bias: torch.Tensor, dtype: torch.dtype):
+        self.rev = bias.detach().to(dtype).flip(-2)  # (h, Tq, Tk), rows reversed once per call
+        self.heads, self.tq = bias.shape[0], bias.shape[1]
+        self.grad: torch.Tensor | None = None
+
+    def tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
+        return self.rev[:, self.tq - r0 - n:self.tq - r0, :nk]  # rows r0+n-1 .. r0: a view
+
+    backward_tile = tile
+
+    def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor) -> None:
+        if self.grad is None:
+            self.grad = torch.zeros_like(self.rev)
+        self.grad[:, self.tq - r0 - n:self.tq - r0, :nk] += dtile
+
+    def grads(self) -> tuple:
+        return (None if self.grad is None else self.grad.flip(-2),)
+
+
+class BiasTiles:
+    """Tiles built by a callable ``tile_fn(r0, n, nk) -> (h, n, nk)`` (rows in order, future
+    keys -inf) from ``inputs`` (the tensors it depends on: the method's parameters); backward
+    builds each tile again under autograd and takes the inputs' gradients."""
+
+    def __init__(self, tile_fn, inputs: tuple, dtype: torch.dtype):
+        self.tile_fn, self.inputs, self.dtype = tile_fn, inputs, dtype
+        self.acc: list[torch.Tensor | None] = [None] * len(inputs)
+        self.heads = 1
+        self._graph: torch.Tensor | None = None  # the tile backward built under autograd
+
+    def tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
+        t = self.tile_fn(r0, n, nk)
+        t = t.reshape(-1, *t.shape[-2:]).to(self.dtype).flip(-2)  # (h, n, nk), rows reversed
+        self.heads = t.shape[0]
+        return t
+
+    def backward_tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
+        """The tile, built once under autograd: its values for the probabilities, its graph for
+        ``backward``."""
+        with torch.enable_grad():
+            t = self.tile(r0, n, nk)
+        self._graph = t if t.requires_grad else None
+        return t.detach()
+
+    def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor) -> None:
+        t, self._graph = self._graph, None
+        wanted = [i for i, x in enumerate(self.inputs) if x.requires_grad]
+        if t is None or not wanted:
+            return
+        grads = torch.autograd.grad(t, [self.inputs[i] for i in wanted], dtile.to(t.dtype), allow_unused=True,
+                                    retain_graph=True)  # a tile may share a graph with others (tests)
+        for i, g in zip(wanted, grads):
+            if g is not None:
+                self.acc[i] = g if self.acc[i] is None else self.acc[i] + g
+
+    def grads(self) -> tuple:
+        return tuple(self.acc)
+
+
+def antidiagonal_sums(m: torch.Tensor) -> torch.Tensor:
+    """(h, n, c) -> (h, n + c - 1): ``out[:, u] = sum over i + j = u of m[:, i, j]``, by a skewed
+    view (row stride one less than the zero-padded buffer's) summed over the rows."""
+    h, n, c = m.shape
+    w = c + n - 1
+    buf = m.new_empty(h, n, w)
+    buf[:, :, : n - 1] = 0
+    buf[:, :, n - 1:] = m
+    return buf.as_strided((h, n, w), (n * w, w - 1, 1), n - 1).sum(1)
