@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from posbench.run.pool import PoolError
+from posbench.store.sweep import RECORD_FILE, read_record
 
 SWEEP_EXAMPLES = [
     ("python bench.py --suite {suite} --gpus all", "a unit (a grid point's methods) per GPU"),
@@ -123,12 +124,12 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
 
 def print_status(run_dir: Path) -> int:
     """Per unit: queued / running / done / failed, and the command that resubmits what failed."""
-    from posbench.report.rows import latest_rounds, read_run_rows
+    from posbench.store.rows import latest_rounds, read_run_rows
     from posbench.run import sweep_state as state
 
-    record = state.read_record(run_dir)
+    record = read_record(run_dir)
     if record is None:
-        raise PoolError(f"{run_dir}: no {state.RECORD_FILE}; allowed: a run folder of a sweep started with "
+        raise PoolError(f"{run_dir}: no {RECORD_FILE}; allowed: a run folder of a sweep started with "
                         "--launcher slurm|local")
     states = state.settle(run_dir, record)
     rows = latest_rounds(read_run_rows(run_dir))

@@ -26,7 +26,8 @@ from posbench.report import charts
 from posbench.report.html import write_html
 from posbench.report.names import Stems, unique_keys
 from posbench.report.render import capped, csv_cell, to_csv, to_latex, to_markdown
-from posbench.report.rows import Runs, RowsError, load_runs
+from posbench.report.rows import Runs, load_runs
+from posbench.store.bounds import RowsError
 from posbench.report.sections import Block, Section, collect_sections, collect_tables
 from posbench.report.table import Table
 

@@ -39,7 +39,9 @@ import pandas as pd
 from posbench.report import bootstrap
 from posbench.report import numbers as fmt
 from posbench.core.task import find, find_metric, metrics_of
-from posbench.report.rows import RowsError, cpu_model, gpu_name, latest, load_runs
+from posbench.report.rows import cpu_model, gpu_name, load_runs
+from posbench.store.bounds import RowsError
+from posbench.store.rows import latest
 
 
 def metric_direction(task: str, name: str) -> int | None:

@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from posbench.report.render import to_markdown
-from posbench.report.rows import RUN_FILE, RowsError, RunMeta, cpu_model, find_run_dirs, gpu_name, load_runs
+from posbench.report.rows import cpu_model, find_run_dirs, gpu_name, load_runs
+from posbench.store.bounds import RowsError
+from posbench.store.meta import RUN_FILE, RunMeta
 from posbench.report.names import short_hash
-from posbench.report.stored import loads, open_regular, read_small
+from posbench.store.bounds import loads, open_regular, read_small
 from posbench.report.table import run_tables, slug
 
 DEFAULT_OUT = Path("docs/results")

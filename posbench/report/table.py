@@ -22,7 +22,8 @@ from posbench.report import bootstrap
 from posbench.report import numbers as fmt
 from posbench.engine.env import was_busy
 from posbench.report.names import slug  # noqa: F401  (tasks build their table keys with it)
-from posbench.report.rows import LEGACY_BASELINE, RunMeta, Runs
+from posbench.report.rows import Runs
+from posbench.store.meta import LEGACY_BASELINE, RunMeta
 from posbench.core.task import SPREAD_SUFFIXES, Metric, find, find_metric, is_housekeeping, metrics_of, spread_of
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from posbench.core.case import CaseSpec
-from posbench.run.folder import TEMP_PREFIX
+from posbench.run.machine import TEMP_PREFIX
 from posbench.run.worker import OOM_TEXT, die_with_parent, read_result
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]

@@ -64,15 +64,15 @@ from typing import Callable, Optional, Sequence
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import WriteError
-from posbench.report.rows import ROW_KEYS, RunMeta, case_rows, latest, read_rows, write_run_meta  # noqa: F401
-from posbench.run.isolated import unavailable_reason  # noqa: F401  (re-exported)
-from posbench.run.folder import (RowNotSaved, RunLocked, _finite, append_row, clean_stale_temp_dirs,  # noqa: F401
-                                 lock_run_dir, make_row, read_usable_rows, read_usable_run_rows, record_machine,
-                                 save_row, write_env)
-from posbench.run.launch import cpu_malloc_env, run_group_worker, run_worker, worker_command, worker_env  # noqa: F401
+from posbench.run.isolated import unavailable_reason
+from posbench.run.launch import cpu_malloc_env, run_group_worker, run_worker
+from posbench.run.machine import clean_stale_temp_dirs, record_machine
 from posbench.run.ranks import RanksOutOfStep, broadcast, run_on_ranks
-from posbench.run.schedule import (RETRYABLE, check_pairing, default_run_id, in_shard, jobs, pairing_of,  # noqa: F401
-                                   parse_shard, plan, plan_rounds, rounds_of, schedule, with_methods)
+from posbench.run.schedule import check_pairing, default_run_id, jobs, pairing_of, plan_rounds, rounds_of, with_methods
+from posbench.store.meta import RunMeta, write_run_meta
+from posbench.store.row import make_row
+from posbench.store.rows import case_rows, read_usable_run_rows
+from posbench.store.writing import lock_run_dir, save_row, write_env
 from posbench.run.suite import Suite, check_name
 
 
@@ -295,9 +295,7 @@ def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], com
 
     def emit(case: CaseSpec, result: dict, started: datetime, duration: float, rnd: int,
              info: Optional[dict] = None) -> None:
-        row = make_row(case, result, started, duration, commit, rnd)
-        if info:  # where the pool ran it: which unit, which GPUs
-            row["info"] = {**(row["info"] or {}), **info}
+        row = make_row(case, result, started, duration, commit, rnd, info)  # info: the pool's unit, GPUs
         if main:
             save_row(run_dir / "cases.jsonl", row)
         out.ran += 1

@@ -18,10 +18,9 @@ from pathlib import Path
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import refuse_links
-from posbench.report.rows import case_rows, latest_rounds
-from posbench.run.folder import read_usable_run_rows
 from posbench.run.suite import Suite, SuiteError, check_name
 from posbench.run.units import is_timed, shard_cases
+from posbench.store.rows import ROWS_DIR, case_rows, latest_rounds, read_usable_run_rows
 
 RETRYABLE = ("error", "timeout")
 
@@ -147,7 +146,7 @@ def plan_rounds(suite: Suite, device: str, run_dir: Path | None, retry_failed: b
     if run_dir is None:  # no folder yet (a --fresh dry run): every (case, round) runs
         return schedule(cases), {}
     refuse_links(run_dir)  # a planted link: refused before anything in the folder is read or written
-    refuse_links(run_dir / "rows")  # a launched sweep's per-task rows files (posbench.report.rows.ROWS_DIR)
+    refuse_links(run_dir / ROWS_DIR)  # a launched sweep's per-task rows files
     done = latest_rounds(read_usable_run_rows(run_dir, problems))
     todo = [(c, r) for c, r in schedule(cases)
             if (c.id, r) not in done or (retry_failed and done[(c.id, r)]["status"] in RETRYABLE)]

@@ -17,7 +17,6 @@ already have a row; ``kill -9`` of the submitting process loses nothing, since i
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -31,15 +30,19 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from posbench.core.case import CaseSpec
-from posbench.core.files import WriteError, atomic_write_text
+from posbench.core.files import WriteError
 from posbench.core.outcome import PosbenchError
-from posbench.report.rows import ROWS_DIR, latest_rounds, read_run_rows, write_run_meta, RunMeta
 from posbench.run import sweep_state as state
-from posbench.run.folder import clean_stale_temp_dirs, lock_run_dir, make_row, save_row, write_env
 from posbench.run.launch import PACKAGE_ROOT
+from posbench.run.machine import clean_stale_temp_dirs
 from posbench.run.schedule import check_pairing, default_run_id, plan_rounds, with_methods
 from posbench.run.suite import Suite, check_name
 from posbench.run.units import Unit, is_timed, split
+from posbench.store import sweep
+from posbench.store.meta import RunMeta, write_run_meta
+from posbench.store.row import make_row
+from posbench.store.rows import ROWS_DIR, latest_rounds, read_run_rows
+from posbench.store.writing import lock_run_dir, save_row, write_env
 
 
 # How often the follower looks at the rows and asks the scheduler (squeue) about the tasks.
@@ -78,19 +81,17 @@ class UnitTask:
         # with the job's state.
         terminating = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: terminating.set())
-        with state.UnitLock(run_dir, name):  # a requeued twin waits here; failure rows are not written meanwhile
-            left = {(CaseSpec.from_json(c).id, r) for c, r in state.missing(run_dir, spec)}
+        with sweep.UnitLock(run_dir, name):  # a requeued twin waits here; failure rows are not written meanwhile
+            left = {(CaseSpec.from_json(c).id, r) for c, r in sweep.missing(run_dir, spec)}
             todo = [(CaseSpec.from_json(c), r) for c, r in spec["todo"] if (CaseSpec.from_json(c).id, r) in left]
             info = {"unit": spec["key"], "job_id": job_id, "host": socket.gethostname(),
                     "submission": spec.get("submission")}  # which rows are this submission's (sweep_state)
-            path = state.rows_path(run_dir, name)
+            path = sweep.rows_path(run_dir, name)
 
             def emit(case, result, started, duration, rnd):
                 if terminating.is_set() and result["status"] != "ok":
                     return
-                row = make_row(case, result, started, duration, spec["commit"], rnd)
-                row["info"] = {**(row["info"] or {}), **info}
-                save_row(path, row)
+                save_row(path, make_row(case, result, started, duration, spec["commit"], rnd, info))
 
             # Asked once by the submitter (method files are user code, asked in a child there).
             answers = spec.get("answers")
@@ -99,7 +100,7 @@ class UnitTask:
             run_jobs(todo, run_dir, spec["run_id"], answers, emit, stopped=terminating)
             if terminating.is_set():
                 return {"unit": spec["key"], "ran": None}
-            atomic_write_text(run_dir / ROWS_DIR / f"{name}.done", json.dumps({"job_id": job_id, "at": _now()}))
+            sweep.mark_done(run_dir, name, job_id, _now())
         return {"unit": spec["key"], "ran": len(todo)}
 
     def checkpoint(self, spec: dict):
@@ -184,13 +185,13 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         write_env(run_dir / "env.json", environment)
         (run_dir / "cases.jsonl").touch()  # the folder is a run folder to every reader from now on
         commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
-        record = state.read_record(run_dir) or {"format": 1, "units": {}}
+        record = sweep.read_record(run_dir) or {"format": 1, "units": {}}
         if record["units"] and record.get("launcher") != kind:
             states = state.settle(run_dir, record)
             if any(s.active for s in states.values()):
                 raise LauncherError(f"{run_dir}: tasks of a {record.get('launcher')} launch are still queued or running; "
                                     f"allowed: wait (bench.py status {run_dir}) or the same --launcher")
-        record.update(launcher=kind, command=command, commit=commit, device=device, folder=state.JOBS_DIR)
+        record.update(launcher=kind, command=command, commit=commit, device=device, folder=sweep.JOBS_DIR)
         out = Submitted(run_dir, run_id, record)
         from posbench.run.runner import ask_unavailable
 
@@ -208,7 +209,7 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
             # tasks share this machine, so a timed task's units run one at a time (as --parallel).
             out.parallelism = 1 if is_timed(suite.task) else suite.launcher.array_parallelism
             specs, out.waiting = specs[:out.parallelism], specs[out.parallelism:]
-        out.executor = executor(kind, run_dir / state.JOBS_DIR, suite, device)
+        out.executor = executor(kind, run_dir / sweep.JOBS_DIR, suite, device)
         _submit_specs(out, specs, out.executor)
         return out
     finally:
@@ -231,7 +232,7 @@ def _submit_specs(out: Submitted, specs: list[dict], ex) -> None:
     for spec, job in zip(specs, jobs):
         out.record["units"][spec["key"]] = dict(spec, job_id=str(job.job_id))
         out.units.append(spec["key"])
-    state.write_record(out.run_dir, out.record)  # before anything else: status finds the jobs from here
+    sweep.write_record(out.run_dir, out.record)  # before anything else: status finds the jobs from here
 
 
 def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
@@ -247,7 +248,7 @@ def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
             for case, rnd in unit["todo"]:
                 row = rows.get((CaseSpec.from_json(case).id, rnd))
                 mark = (key, CaseSpec.from_json(case).id, rnd)
-                if state.of_submission(row, unit) and mark not in seen:
+                if sweep.of_submission(row, unit) and mark not in seen:
                     seen.add(mark)
                     if on_row is not None:
                         on_row(row)

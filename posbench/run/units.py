@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from posbench.core.case import CaseSpec
-from posbench.report.names import file_stem
+from posbench.store.names import file_stem
 
 
 @dataclass

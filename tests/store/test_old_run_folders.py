@@ -15,7 +15,8 @@ from pathlib import Path
 from posbench.cli.app import main
 from posbench.run import suite as suitemod
 from posbench.run.schedule import plan_rounds
-from posbench.report.rows import case_rows, latest_rounds, read_run_meta, read_run_rows
+from posbench.store.meta import read_run_meta
+from posbench.store.rows import case_rows, latest_rounds, read_run_rows
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -1,0 +1,116 @@
+"""A launched sweep's files in its run folder: ``launcher.json`` (what was submitted: per unit its
+array task's job id, a token naming the submission and the (case, round)s it runs, as case
+JSON), each unit's ``rows/<unit>.jsonl``, ``.lock`` (held by the live task) and ``.done``, and
+submitit's logs. Which rows belong to a submission is its token in the rows' ``info``
+(``of_submission``), never a comparison of clocks.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+from posbench.core.case import CaseSpec
+from posbench.core.files import atomic_write_text, open_nofollow, read_regular
+from posbench.store.rows import ROWS_DIR, latest_rounds, read_run_rows
+
+RECORD_FILE = "launcher.json"
+JOBS_DIR = "slurm"  # submitit's folder: sbatch scripts, pickles, logs (%j_%t_log.out/err)
+
+
+def read_record(run_dir: Path) -> Optional[dict]:
+    """The run folder's ``launcher.json``, or None when the run was never launched."""
+    try:
+        data = read_regular(run_dir / RECORD_FILE, 64 << 20)
+    except FileNotFoundError:
+        return None
+    record = json.loads(str(data, "utf-8"))
+    return record if isinstance(record, dict) and isinstance(record.get("units"), dict) else None
+
+
+def write_record(run_dir: Path, record: dict) -> None:
+    atomic_write_text(run_dir / RECORD_FILE, json.dumps(record, indent=1) + "\n")
+
+
+def rows_path(run_dir: Path, name: str) -> Path:
+    return run_dir / ROWS_DIR / f"{name}.jsonl"
+
+
+class UnitLock:
+    """flock on ``rows/<unit>.lock``: held by the array task while it runs, so nobody writes
+    failure rows for a task that is alive. ``wait`` False: ``held`` says whether it was taken."""
+
+    def __init__(self, run_dir: Path, name: str, wait: bool = True):
+        (run_dir / ROWS_DIR).mkdir(parents=True, exist_ok=True)
+        self.fd = open_nofollow(run_dir / ROWS_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            self.held = True
+        except BlockingIOError:
+            self.held = False
+
+    def __enter__(self) -> "UnitLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)
+
+
+def done_path(run_dir: Path, name: str) -> Path:
+    """``rows/<unit>.done``: the unit's array task finished (JSON: its job id and when)."""
+    return run_dir / ROWS_DIR / f"{name}.done"
+
+
+def mark_done(run_dir: Path, name: str, job_id: str, at: str) -> None:
+    atomic_write_text(done_path(run_dir, name), json.dumps({"job_id": job_id, "at": at}))
+
+
+def finished(run_dir: Path, unit: dict) -> bool:
+    """Whether this submission's task of ``unit`` wrote its ``.done``."""
+    try:
+        return json.loads(str(read_regular(done_path(run_dir, unit["name"]), 1 << 16), "utf-8")).get("job_id") == unit["job_id"]
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def log_tail(run_dir: Path, job_id: str, limit: int = 3000) -> str:
+    """The end of the array task's stderr and stdout logs (submitit's ``%j_%t_log.err/out``)."""
+    parts = []
+    for suffix in ("err", "out"):
+        path = run_dir / JOBS_DIR / f"{job_id}_0_log.{suffix}"
+        try:
+            data = read_regular(path, 64 << 20)
+        except OSError:
+            continue
+        parts.append(f"--- {path.name} ---\n" + str(data[-limit:], "utf-8", errors="replace"))
+    return "\n".join(parts)
+
+
+def of_submission(row: Optional[dict], unit: dict) -> bool:
+    """Whether ``row`` was written for this submission of ``unit``: by its array task (or the same
+    task requeued) or by ``settle`` for it, both of which put the submission's token in the row's
+    ``info``.
+
+    Not ``started_at >= submitted_at``: both are whole seconds, so a failure row that ``settle``
+    wrote in the same second as the resubmission (``status``, then the resubmit command at once, as
+    a script or a test does) read as the new task's own row; the task then skipped that case as
+    done, and ``status`` said failed. Nor would a clock comparison survive a node whose clock runs
+    behind the submitter's. A record written before tokens existed has only the clock to go by."""
+    if row is None:
+        return False
+    token = unit.get("submission")
+    if token is None:
+        return str(row.get("started_at") or "") >= unit["submitted_at"]
+    info = row.get("info")
+    return isinstance(info, dict) and info.get("submission") == token
+
+
+def missing(run_dir: Path, unit: dict, rows: Optional[dict] = None) -> list[tuple[dict, int]]:
+    """The unit's submitted (case JSON, round)s without a row of this submission (``of_submission``)."""
+    latest = latest_rounds(read_run_rows(run_dir, [])) if rows is None else rows
+    return [(case, rnd) for case, rnd in unit["todo"]
+            if not of_submission(latest.get((CaseSpec.from_json(case).id, rnd)), unit)]
+
+
