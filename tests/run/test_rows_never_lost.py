@@ -71,7 +71,7 @@ def test_a_large_complete_row_without_its_newline_is_kept(tmp_path):
 WRITER = """
 import sys
 from pathlib import Path
-from posbench.run import folder
+from posbench.store.writing import append_row
 {row}
 path, i, big = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 while True:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from posbench.cli import app as cli
-from posbench.run import folder, runner
+from posbench.run import runner
+from posbench.store import writing
 from posbench.run import suite as suitemod
 from tests.helpers.suites import efficiency_suite, write_suite
 from posbench.run.machine import clean_stale_temp_dirs
@@ -73,7 +74,7 @@ def test_second_runner_gets_one_line_naming_the_holder(tmp_path, capsys):
     run_dir = tmp_path / "res" / "t" / "r"
     run_dir.mkdir(parents=True)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from posbench.run.runner import lock_run_dir; "
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from posbench.store.writing import lock_run_dir; "
          "lock_run_dir(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)", str(run_dir)],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
@@ -206,7 +207,7 @@ def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, ca
             raise OSError(28, "No space left on device", str(path))
         real(path, row)
 
-    monkeypatch.setattr(folder, "append_row", disk_full_after_one)
+    monkeypatch.setattr(writing, "append_row", disk_full_after_one)
     monkeypatch.setattr(save_row, "__defaults__", ((0.01, 0.01),))
     assert cli.main(run_args(tmp_path)) == cli.EXIT_USAGE
     err = capsys.readouterr().err
@@ -215,7 +216,7 @@ def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, ca
                    "finished but its row is not saved: fix the folder, then re-run the same command "
                    "(it resumes and runs that case again)\n")
     assert calls == ["sinusoidal/n=1"] + ["rotary/n=1"] * 3  # retried, and the run stopped there
-    monkeypatch.setattr(folder, "append_row", real)
+    monkeypatch.setattr(writing, "append_row", real)
     assert cli.main(run_args(tmp_path)) == 0
     assert [r["case_id"] for r in read_usable_rows(run_dir / "cases.jsonl")] == [
         "sinusoidal/n=1", "rotary/n=1", "alibi/n=1"]
@@ -229,7 +230,7 @@ def test_a_row_write_that_fails_once_is_retried(tmp_path, monkeypatch):
             raise fails.pop()
         real(path, row)
 
-    monkeypatch.setattr(folder, "append_row", flaky)
+    monkeypatch.setattr(writing, "append_row", flaky)
     row = {"case_id": "a", "status": "ok", "method": "m", "params": {}, "metrics": {}}
     save_row(tmp_path / "cases.jsonl", row, retries=(0.01,))
     assert read_usable_rows(tmp_path / "cases.jsonl") == [row]
