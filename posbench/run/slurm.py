@@ -11,7 +11,7 @@ tasks that die) until every task has ended, or returns at once with ``detach``.
 Each array task (``UnitTask``) runs its unit's jobs exactly as a local run does (a worker process
 per case or paired-windows group, ``posbench.run.runner.run_jobs``) and appends its rows to its
 own ``rows/<unit>.jsonl`` in the shared run folder: rows from many nodes are never appended to one
-file over a shared filesystem, and the one rows reader merges them (``report.rows.read_run_rows``).
+file over a shared filesystem, and the one rows reader merges them (``store.rows.read_run_rows``).
 A preempted or timed-out task is requeued by submitit (``checkpoint``) and skips the cases that
 already have a row; ``kill -9`` of the submitting process loses nothing, since it writes no row.
 """
@@ -41,7 +41,7 @@ from posbench.run.units import Unit, is_timed, split
 from posbench.store import sweep
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.store.row import make_row
-from posbench.store.rows import ROWS_DIR, latest_rounds, read_run_rows
+from posbench.store.rows import ROWS_DIR
 from posbench.store.writing import lock_run_dir, save_row, write_env
 
 
@@ -185,9 +185,10 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         write_env(run_dir / "env.json", environment)
         (run_dir / "cases.jsonl").touch()  # the folder is a run folder to every reader from now on
         commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
-        record = sweep.read_record(run_dir) or {"format": 1, "units": {}}
+        current = sweep.Sweep.read(run_dir)  # what an earlier launch left: its record, rows, finished units
+        record = current.record if current else {"format": 1, "units": {}}
         if record["units"] and record.get("launcher") != kind:
-            states = state.settle(run_dir, record)
+            states, current = state.settled(current)
             if any(s.active for s in states.values()):
                 raise LauncherError(f"{run_dir}: tasks of a {record.get('launcher')} launch are still queued or running; "
                                     f"allowed: wait (bench.py status {run_dir}) or the same --launcher")
@@ -199,7 +200,7 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         specs = []
         for unit in split(todo, is_timed(suite.task)):
             old = record["units"].get(unit.key)
-            if old is not None and state.job_state(record, run_dir, old).active:
+            if old is not None and state.job_state(record, old, unit.key in current.done).active:
                 out.busy.append(unit.key)
                 continue
             specs.append(dict(_spec(unit, run_dir, run_id, commit, dirs),
@@ -241,15 +242,11 @@ def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
     that died (``sweep_state.settle``), and, for the local launcher, the next tasks as slots free."""
     seen: set = set()
     while True:
-        states = state.settle(out.run_dir, out.record)
-        rows = latest_rounds(read_run_rows(out.run_dir, []))
-        for key in out.record["units"]:
-            unit = out.record["units"][key]
-            for case, rnd in unit["todo"]:
-                row = rows.get((CaseSpec.from_json(case).id, rnd))
-                mark = (key, CaseSpec.from_json(case).id, rnd)
-                if sweep.of_submission(row, unit) and mark not in seen:
-                    seen.add(mark)
+        states, now = state.settled(sweep.Sweep.read(out.run_dir, out.record))
+        for key, unit in out.record["units"].items():
+            for cid, rnd, row in now.landed(unit):
+                if (key, cid, rnd) not in seen:
+                    seen.add((key, cid, rnd))
                     if on_row is not None:
                         on_row(row)
         active = sum(1 for s in states.values() if s.active)

@@ -12,15 +12,11 @@ from __future__ import annotations
 import re
 import subprocess
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
 from posbench.core.case import CaseSpec
-from posbench.store.row import Result, make_row
-from posbench.store.rows import latest_rounds, read_run_rows
-from posbench.store.sweep import UnitLock, finished, log_tail, missing, of_submission, rows_path
-from posbench.store.writing import save_row
+from posbench.store.sweep import Sweep, of_submission
 
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
           "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD", "STOPPED"}
@@ -81,45 +77,46 @@ def local_state(job_id: str) -> JobState:
     return JobState("ENDED", reason="the local task's process is gone")
 
 
-def job_state(record: dict, run_dir: Path, unit: dict) -> JobState:
-    """The state of a unit's array task (COMPLETED once it wrote ``rows/<unit>.done``)."""
-    if finished(run_dir, unit):
+def job_state(record: dict, unit: dict, done: bool) -> JobState:
+    """The state of a unit's array task (COMPLETED once it wrote ``rows/<unit>.done``: ``done``)."""
+    if done:
         return JobState("COMPLETED", "0:0")
     return (slurm_state if record["launcher"] == "slurm" else local_state)(unit["job_id"])
 
 
 def settle(run_dir: Path, record: dict) -> dict[str, JobState]:
-    """Each unit's state; for a task that ended without finishing, a failure row per case it left
-    without one (written under the unit's lock, which a live task holds)."""
+    """Each unit's state (``settled``'s)."""
+    return settled(Sweep.read(run_dir, record))[0]
+
+
+def settled(sweep: Sweep, warn: bool = False) -> tuple[dict[str, JobState], Sweep]:
+    """Each unit's state, and the sweep read again after asking: for a task that ended without
+    finishing, a failure row per case it left without one (``Sweep.fail_left``)."""
     states: dict[str, JobState] = {}
-    rows = latest_rounds(read_run_rows(run_dir, []))
-    for key, unit in record["units"].items():
-        state = states[key] = job_state(record, run_dir, unit)
+    for key, unit in sweep.record["units"].items():
+        state = states[key] = job_state(sweep.record, unit, key in sweep.done)
         if state.active or state.state == "COMPLETED":
             continue
-        left = missing(run_dir, unit, rows)
-        if not left:
-            continue
-        with UnitLock(run_dir, unit["name"], wait=False) as lock:
-            if not lock.held:  # the task is alive after all (its state was stale)
-                continue
-            fail_cases(run_dir, record, unit, state, missing(run_dir, unit))
-    return states
-
-
-def fail_cases(run_dir: Path, record: dict, unit: dict, state: JobState, left: list[tuple[dict, int]]) -> None:
-    code = f", exit code {state.exit_code}" if state.exit_code else ""
-    why = f" ({state.reason})" if state.reason else ""
-    result = Result(STATUS_OF_STATE.get(state.state, "error"),
-                    f"{record['launcher']} array task {unit['job_id']} (unit {unit['key']}) ended {state.state}"
-                    f"{code}{why} before this case finished; resubmit: bench.py status {run_dir}",
-                    log_tail(run_dir, unit["job_id"]))
-    now = datetime.now(timezone.utc)
-    for case, rnd in left:
+        code = f", exit code {state.exit_code}" if state.exit_code else ""
+        why = f" ({state.reason})" if state.reason else ""
+        message = (f"{sweep.record['launcher']} array task {unit['job_id']} (unit {unit['key']}) ended "
+                   f"{state.state}{code}{why} before this case finished; resubmit: bench.py status {sweep.run_dir}")
         info = {"unit": unit["key"], "job_id": unit["job_id"], "job_state": state.state,
                 "submission": unit.get("submission")}
-        row = make_row(CaseSpec.from_json(case), result, now, 0.0, record.get("commit", ""), rnd, info)
-        save_row(rows_path(run_dir, unit["name"]), row)
+        sweep.fail_left(unit, STATUS_OF_STATE.get(state.state, "error"), message, info)
+    # Read after asking the states: a row that landed meanwhile is not missed.
+    return states, Sweep.read(sweep.run_dir, sweep.record, warn)
+
+
+def status(run_dir: Path) -> Optional[tuple[dict, list[tuple[str, dict, JobState, str, int]]]]:
+    """``(record, [(key, unit, state, queued|running|done|failed, cases with a row)])``, failure
+    rows written first (``settled``); None when the run was never launched."""
+    sweep = Sweep.read(run_dir)
+    if sweep is None:
+        return None
+    states, sweep = settled(sweep, warn=True)
+    return sweep.record, [(key, unit, states[key], *unit_status(states[key], unit, sweep.rows))
+                          for key, unit in sweep.record["units"].items()]
 
 
 def unit_status(state: JobState, unit: dict, rows: dict) -> tuple[str, int]:

@@ -9,12 +9,16 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import atomic_write_text, open_nofollow, read_regular
+from posbench.store.row import Result, make_row
 from posbench.store.rows import ROWS_DIR, latest_rounds, read_run_rows
+from posbench.store.writing import save_row
 
 RECORD_FILE = "launcher.json"
 JOBS_DIR = "slurm"  # submitit's folder: sbatch scripts, pickles, logs (%j_%t_log.out/err)
@@ -114,3 +118,49 @@ def missing(run_dir: Path, unit: dict, rows: Optional[dict] = None) -> list[tupl
             if not of_submission(latest.get((CaseSpec.from_json(case).id, rnd)), unit)]
 
 
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A launched sweep as its folder holds it at one moment, read once (``read``): the record,
+    the latest row of each (case, round), and the units whose task wrote its ``.done``."""
+
+    run_dir: Path
+    record: dict
+    rows: dict  # (case id, round) -> latest row
+    done: frozenset  # unit keys
+
+    @classmethod
+    def read(cls, run_dir: Path, record: Optional[dict] = None, warn: bool = False) -> Optional["Sweep"]:
+        """The sweep now (``record``: the one in hand, else ``launcher.json``); None when the run
+        was never launched. ``warn``: skipped rows are printed (else left unsaid)."""
+        record = read_record(run_dir) if record is None else record
+        if record is None:
+            return None
+        rows = latest_rounds(read_run_rows(run_dir, None if warn else []))
+        return cls(run_dir, record, rows, frozenset(k for k, u in record["units"].items() if finished(run_dir, u)))
+
+    def landed(self, unit: dict) -> list[tuple[str, int, dict]]:
+        """(case id, round, row) of the unit's cases that have a row of this submission, in order."""
+        out = []
+        for case, rnd in unit["todo"]:
+            cid = CaseSpec.from_json(case).id
+            if of_submission(self.rows.get((cid, rnd)), unit):
+                out.append((cid, rnd, self.rows[(cid, rnd)]))
+        return out
+
+    def fail_left(self, unit: dict, status: str, message: str, info: dict) -> None:
+        """A ``status`` row (``message``, the log's tail as traceback, ``info``) for each case of
+        ``unit`` still without a row of this submission, written under the unit's lock (a live
+        task holds it: then nothing is written)."""
+        if not missing(self.run_dir, unit, self.rows):
+            return
+        with UnitLock(self.run_dir, unit["name"], wait=False) as lock:
+            if not lock.held:  # the task is alive after all (its state was stale)
+                return
+            left = missing(self.run_dir, unit)  # the rows as they are now that the task cannot write
+            result = Result(status, message, log_tail(self.run_dir, unit["job_id"]))
+            now = datetime.now(timezone.utc)
+            for case, rnd in left:
+                row = make_row(CaseSpec.from_json(case), result, now, 0.0, self.record.get("commit", ""), rnd, info)
+                save_row(rows_path(self.run_dir, unit["name"]), row)
