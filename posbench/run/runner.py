@@ -68,7 +68,7 @@ from posbench.run.isolated import unavailable_reason
 from posbench.run.launch import cpu_malloc_env, run_group_worker, run_worker
 from posbench.run.machine import clean_stale_temp_dirs, record_machine
 from posbench.run.ranks import RanksOutOfStep, broadcast, run_on_ranks
-from posbench.run.schedule import check_pairing, default_run_id, jobs, pairing_of, plan_rounds, rounds_of, with_methods
+from posbench.run.schedule import Plan, default_run_id, pairing_of, plan_run, rounds_of
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.store.row import make_row
 from posbench.store.rows import case_rows, read_usable_run_rows
@@ -237,27 +237,23 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
         run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         run_id = broadcast(run_id, in_process)  # the clocks of ranks may straddle a second
     run_dir = Path(o.results) / suite.name / run_id
-    check_pairing(suite, in_process)
-    slots = pool_slots(suite, o)  # refused before anything is written
-    suite = with_methods(suite, methods)  # so the rows of added methods are this run's rows too
     methods_dirs = [str(Path(d).resolve()) for d in o.methods_dirs]
-    todo, done = plan_rounds(suite, device, run_dir, o.retry_failed, methods, methods_dirs, run_id,
-                             o.shard)  # checks first
-    if main:
+    slots = pool_slots(suite, o)  # refused before anything is written
+
+    def take_folder() -> bool:
+        if not main:
+            return False
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise WriteError(f"cannot create {run_dir}: {exc.strerror or exc}") from None
         held_locks.append(lock_run_dir(run_dir))
         clean_stale_temp_dirs()
-        problems: list[str] = []
-        # Planned again under the lock: the rows as they are now that no one else writes them.
-        todo, done = plan_rounds(suite, device, run_dir, o.retry_failed, methods, methods_dirs, run_id, o.shard,
-                                 problems)
-        for problem in problems:
-            print(f"warning: {problem}", file=sys.stderr)
-    # Rank 0's view of the run folder decides (other nodes may not even see it).
-    todo, done = broadcast((todo, done), in_process)
+        return True
+
+    plan = plan_run(suite, device, run_dir, o.retry_failed, methods, methods_dirs, run_id, o.shard, in_process,
+                    take_folder)
+    suite = plan.suite
     if main:
         write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
     environment = envmod.collect(device)
@@ -268,8 +264,8 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
     if main:
         record_machine(run_dir, "start", device)
-    out = RunResult(run_dir, run_id, skipped=len(done))
-    _run_todo(suite, o, todo, commit, out, main, slots)
+    out = RunResult(run_dir, run_id, skipped=len(plan.done))
+    _run_todo(plan, o, commit, out, main, slots)
     if main:
         record_machine(run_dir, "end", device)
     # Every case of the suite this run folder holds, also those of earlier narrowed runs, so the
@@ -280,12 +276,13 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     return out
 
 
-def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], commit: str, out: RunResult,
-              main: bool, slots: Optional[list] = None) -> None:
-    """Run the (case, round)s of ``todo``, a row saved as each case ends (``out`` counts): job by job,
+def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool,
+              slots: Optional[list] = None) -> None:
+    """Run the plan's (case, round)s, a row saved as each case ends (``out`` counts): job by job,
     or unit by unit on the local pool's ``slots`` (``posbench.run.pool``), rows saved here either way."""
     from tqdm import tqdm
 
+    suite, todo = plan.suite, plan.todo
     run_dir, run_id = out.run_dir, out.run_id
     rounds = max((rounds_of(c) for c, _r in todo), default=1)
     # The bar redraws one line with carriage returns: on a terminal. In a log (output not a
@@ -313,22 +310,22 @@ def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], com
         # Method files are user code: asked in a child with a time limit (``ask_unavailable``).
         answers = {} if o.in_process else ask_unavailable([c for c, _r in todo], o.methods_dirs)
         if not slots:
-            run_jobs(todo, run_dir, run_id, answers, emit, in_process=o.in_process, describe=describe)
+            run_jobs(plan.jobs, run_dir, run_id, answers, emit, in_process=o.in_process, describe=describe)
         else:
-            from posbench.run import pool, units
+            from posbench.run import pool
 
             busy: dict[int, str] = {}
 
             def run_unit(unit, slot, report, stopped) -> None:
                 info = dict(slot.info(), unit=unit.key)
-                run_jobs(unit.todo, run_dir, run_id, answers, lambda *what: report(*what, info), env=slot.env(),
+                run_jobs(unit.jobs, run_dir, run_id, answers, lambda *what: report(*what, info), env=slot.env(),
                          stopped=stopped)
 
             def on_start(unit, slot) -> None:
                 busy[slot.index] = unit.key
                 bar.set_postfix_str(f"{len(busy)} slots: " + ", ".join(busy[i] for i in sorted(busy)))
 
-            pool.run_units(units.split(todo, units.is_timed(suite.task)), slots, run_unit, emit, on_start)
+            pool.run_units(plan.units, slots, run_unit, emit, on_start)
     except RanksOutOfStep:
         bar.close()
         raise
@@ -339,13 +336,13 @@ def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], com
     bar.close()
 
 
-def run_jobs(todo: list[tuple[CaseSpec, int]], run_dir: Path, run_id: str, answers: dict[str, Optional[dict]],
+def run_jobs(jobs: list[tuple[list[CaseSpec], int]], run_dir: Path, run_id: str, answers: dict[str, Optional[dict]],
              emit: Callable[..., None], in_process: bool = False, env: Optional[dict[str, str]] = None,
              stopped=None, describe: Optional[Callable[[list[CaseSpec], int], None]] = None) -> None:
-    """Run ``todo`` job by job (``jobs``: a case, or a paired-windows group) and call ``emit(case,
-    result, started, duration, round)`` for each case as its job ends. ``env`` goes to every
-    worker (a pool slot's GPUs); ``stopped`` (an Event) set: no further job starts."""
-    for i, (job, rnd) in enumerate(jobs(todo)):
+    """Run ``jobs`` (``schedule.jobs``: a case, or a paired-windows group, and its round) one by one
+    and call ``emit(case, result, started, duration, round)`` for each case as its job ends. ``env``
+    goes to every worker (a pool slot's GPUs); ``stopped`` (an Event) set: no further job starts."""
+    for i, (job, rnd) in enumerate(jobs):
         if stopped is not None and stopped.is_set():
             return
         started, t0 = datetime.now(timezone.utc), time.perf_counter()

@@ -14,12 +14,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Optional
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import refuse_links
+from posbench.run.ranks import broadcast
 from posbench.run.suite import Suite, SuiteError, check_name
-from posbench.run.units import is_timed, shard_cases
+from posbench.run.units import Unit, is_timed, shard_cases, split
 from posbench.store.rows import ROWS_DIR, case_rows, latest_rounds, read_usable_run_rows
 
 RETRYABLE = ("error", "timeout")
@@ -161,3 +165,44 @@ def plan(suite: Suite, device: str, run_dir: Path | None, retry_failed: bool, me
     cases = list({c.id: c for c, _r in todo}.values())
     return cases, {} if run_dir is None else case_rows(read_usable_run_rows(run_dir))
 
+
+
+@dataclass
+class Plan:
+    """A run's plan, made once (``plan_run``) and handed on: the suite with ``--methods`` joined,
+    the (case, round)s still to run in schedule order, the finished rows ((case_id, round) ->
+    row), whether the task is timed, and the todo cut into worker processes (``jobs``) and into
+    units with their jobs (``units``, for the local pool and array tasks)."""
+
+    suite: Suite
+    todo: list[tuple[CaseSpec, int]]
+    done: dict[tuple, dict]
+    timed: bool
+    jobs: list[tuple[list[CaseSpec], int]] = field(init=False)
+    units: list[Unit] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.jobs = jobs(self.todo)
+        self.units = split(self.todo, self.timed)
+        for unit in self.units:
+            unit.jobs = jobs(unit.todo)
+
+
+def plan_run(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
+             methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None, in_process: bool = False,
+             lock: Optional[Callable[[], bool]] = None) -> Plan:
+    """Every check of a run, then its plan. ``lock()``, called once the checks passed (nothing is
+    written before), takes the run folder (``True``: this process writes it); the
+    plan is then made again from the rows as they are under the lock, and rank 0's plan is every
+    rank's (``in_process``)."""
+    check_pairing(suite, in_process)
+    suite = with_methods(suite, methods)  # so the rows of added methods are this run's rows too
+    timed = is_timed(suite.task)
+    todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
+    if lock is not None and lock():
+        problems: list[str] = []
+        todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, problems)
+        for problem in problems:
+            print(f"warning: {problem}", file=sys.stderr)
+    todo, done = broadcast((todo, done), in_process)  # rank 0's view of the folder decides
+    return Plan(suite, todo, done, timed)

@@ -35,9 +35,9 @@ from posbench.core.outcome import PosbenchError
 from posbench.run import sweep_state as state
 from posbench.run.launch import PACKAGE_ROOT
 from posbench.run.machine import clean_stale_temp_dirs
-from posbench.run.schedule import check_pairing, default_run_id, plan_rounds, with_methods
+from posbench.run.schedule import default_run_id, jobs, plan_run
 from posbench.run.suite import Suite, check_name
-from posbench.run.units import Unit, is_timed, split
+from posbench.run.units import Unit
 from posbench.store import sweep
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.store.row import make_row
@@ -97,7 +97,7 @@ class UnitTask:
             answers = spec.get("answers")
             if answers is None:
                 answers = ask_unavailable([c for c, _r in todo], spec["methods_dirs"])
-            run_jobs(todo, run_dir, spec["run_id"], answers, emit, stopped=terminating)
+            run_jobs(jobs(todo), run_dir, spec["run_id"], answers, emit, stopped=terminating)
             if terminating.is_set():
                 return {"unit": spec["key"], "ran": None}
             sweep.mark_done(run_dir, name, job_id, _now())
@@ -165,21 +165,21 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
     if fresh:
         run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(results) / suite.name / run_id
-    check_pairing(suite, False)
-    suite = with_methods(suite, methods)
     dirs = [str(Path(d).resolve()) for d in methods_dirs]
-    plan_rounds(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard)  # checks before writing
-    try:
-        (run_dir / ROWS_DIR).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise WriteError(f"cannot create {run_dir}: {exc.strerror or exc}") from None
-    fd = lock_run_dir(run_dir)
-    try:
+    held: list[int] = []
+
+    def take_folder() -> bool:
+        try:
+            (run_dir / ROWS_DIR).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WriteError(f"cannot create {run_dir}: {exc.strerror or exc}") from None
+        held.append(lock_run_dir(run_dir))
         clean_stale_temp_dirs()
-        problems: list[str] = []
-        todo, _done = plan_rounds(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard, problems)
-        for problem in problems:
-            print(f"warning: {problem}", file=sys.stderr)
+        return True
+
+    try:
+        plan = plan_run(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard, lock=take_folder)
+        suite = plan.suite
         write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
         environment = envmod.collect(device)
         write_env(run_dir / "env.json", environment)
@@ -196,9 +196,9 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         out = Submitted(run_dir, run_id, record)
         from posbench.run.runner import ask_unavailable
 
-        answers = ask_unavailable([c for c, _r in todo], dirs)  # once, not in every array task
+        answers = ask_unavailable([c for c, _r in plan.todo], dirs)  # once, not in every array task
         specs = []
-        for unit in split(todo, is_timed(suite.task)):
+        for unit in plan.units:
             old = record["units"].get(unit.key)
             if old is not None and state.job_state(record, old, unit.key in current.done).active:
                 out.busy.append(unit.key)
@@ -208,13 +208,14 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         if kind == "local":
             # submitit's local executor has no array throttle: the follower starts the rest. All
             # tasks share this machine, so a timed task's units run one at a time (as --parallel).
-            out.parallelism = 1 if is_timed(suite.task) else suite.launcher.array_parallelism
+            out.parallelism = 1 if plan.timed else suite.launcher.array_parallelism
             specs, out.waiting = specs[:out.parallelism], specs[out.parallelism:]
         out.executor = executor(kind, run_dir / sweep.JOBS_DIR, suite, device)
         _submit_specs(out, specs, out.executor)
         return out
     finally:
-        os.close(fd)
+        for fd in held:
+            os.close(fd)
 
 
 def _spec(unit: Unit, run_dir: Path, run_id: str, commit: str, dirs: list[str]) -> dict:
@@ -229,8 +230,8 @@ def _submit_specs(out: Submitted, specs: list[dict], ex) -> None:
         # The token names this submission in every row written for it (sweep_state.of_submission);
         # a requeued task keeps it, a resubmission gets a new one.
         spec["submitted_at"], spec["submission"] = _now(), uuid.uuid4().hex
-    jobs = ex.map_array(UnitTask(), specs)  # one job array, a task per unit
-    for spec, job in zip(specs, jobs):
+    array = ex.map_array(UnitTask(), specs)  # one job array, a task per unit
+    for spec, job in zip(specs, array):
         out.record["units"][spec["key"]] = dict(spec, job_id=str(job.job_id))
         out.units.append(spec["key"])
     sweep.write_record(out.run_dir, out.record)  # before anything else: status finds the jobs from here

@@ -32,6 +32,7 @@ class Unit:
     key: str
     timed: bool
     todo: list[tuple[CaseSpec, int]] = field(default_factory=list)
+    jobs: list[tuple[list[CaseSpec], int]] = field(default_factory=list)  # its worker processes (``schedule.jobs``)
 
     @property
     def name(self) -> str:
