@@ -1,13 +1,9 @@
-"""What a run does, in which order: shards, interleaved rounds, paired-window groups, resume.
+"""What a run does, in which order: the ``Plan`` (``plan_run``), made once and handed on.
 
-``plan_rounds`` turns a suite into the (case, round) pairs still to run in a run folder, in the
-order they run (``schedule``: per grid point, round 1 of every method, then round 2, ..., each
-round starting one method later); ``jobs`` cuts that into worker processes (a case alone, or with
-``pairing: windows`` every case of one grid point and round together). Resume and
-``retry_failed`` work per (case, round): a case with a row is not run again unless its latest row
-is ``error`` or ``timeout`` and failures are retried. ``in_shard`` keeps unit k of the suite's full
-list when k % n == i (``posbench.run.units``: a grid point with every method for a timed task, a
-case otherwise), so shards split the same way on every machine and no ratio spans two shards.
+Per grid point, round 1 of every method, then round 2, ..., each round one method later
+(``schedule``); ``jobs`` cuts that into worker processes (with ``pairing: windows`` a grid
+point's cases of one round share one). Resume and ``retry_failed`` work per (case, round).
+Shards split the suite's full list by unit (``posbench.run.units``).
 """
 from __future__ import annotations
 
@@ -44,14 +40,6 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def in_shard(cases: list[CaseSpec], shard: tuple[int, int] | None, timed: bool = False) -> list[CaseSpec]:
-    """Shard i of n: unit k of the suite's full list when k % n == i (``units.shard_cases``: a
-    timed task's unit is a grid point with every method, so its ratios stay within one shard).
-    The full list (before --methods) makes the split the same on every machine whatever else the
-    command says."""
-    return shard_cases(cases, shard, timed)
-
-
 def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
     """The suite with ``--methods`` names it does not list appended, for this run: any registered
     method (a plugin from ``--methods-dir`` or ``POSBENCH_METHODS_PATH`` too) runs in the same
@@ -75,11 +63,15 @@ def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
 
 
 def _select(suite: Suite, device: str, methods: list[str] | None, methods_dirs: list[str], run_id: str,
-            shard: tuple[int, int] | None) -> list[CaseSpec]:
+            shard: tuple[int, int] | None, timed: bool | None = None) -> list[CaseSpec]:
+    """The cases to run: shard i of n of the suite's full list (``units.shard_cases``: a timed
+    task's unit is a grid point with every method, so its ratios stay within one shard; the full
+    list, before ``--methods``, splits the same on every machine), then ``--methods``."""
     check_name(run_id, "--run-id")
     suite = with_methods(suite, methods)  # a name the suite does not list joins it (or is refused)
-    timed = is_timed(suite.task) if shard is not None else False
-    return [c for c in in_shard(suite.cases(device, run_id, methods_dirs), shard, timed)
+    if shard is not None and timed is None:
+        timed = is_timed(suite.task)
+    return [c for c in shard_cases(suite.cases(device, run_id, methods_dirs), shard, bool(timed))
             if not methods or c.method in methods]
 
 
@@ -142,11 +134,12 @@ def check_pairing(suite: Suite, in_process: bool) -> None:
 
 def plan_rounds(suite: Suite, device: str, run_dir: Path | None, retry_failed: bool, methods: list[str] | None,
                 methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None,
-                problems: list[str] | None = None) -> tuple[list[tuple[CaseSpec, int]], dict[tuple, dict]]:
+                problems: list[str] | None = None,
+                timed: bool | None = None) -> tuple[list[tuple[CaseSpec, int]], dict[tuple, dict]]:
     """((case, round) to run, (case_id, round) -> finished row) for this run folder: resume and
     ``retry_failed`` work round by round. Unusable lines of its cases.jsonl are skipped and
-    described in ``problems``."""
-    cases = _select(suite, device, methods, methods_dirs, run_id, shard)
+    described in ``problems``; ``timed``: the task's, when the caller knows it."""
+    cases = _select(suite, device, methods, methods_dirs, run_id, shard, timed)
     if run_dir is None:  # no folder yet (a --fresh dry run): every (case, round) runs
         return schedule(cases), {}
     refuse_links(run_dir)  # a planted link: refused before anything in the folder is read or written
@@ -198,10 +191,11 @@ def plan_run(suite: Suite, device: str, run_dir: Path, retry_failed: bool, metho
     check_pairing(suite, in_process)
     suite = with_methods(suite, methods)  # so the rows of added methods are this run's rows too
     timed = is_timed(suite.task)
-    todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
+    todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, None, timed)
     if lock is not None and lock():
         problems: list[str] = []
-        todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, problems)
+        todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, problems,
+                                 timed)
         for problem in problems:
             print(f"warning: {problem}", file=sys.stderr)
     todo, done = broadcast((todo, done), in_process)  # rank 0's view of the folder decides
