@@ -41,7 +41,7 @@ from posbench.run.units import Unit
 from posbench.store import sweep
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.store.row import make_row
-from posbench.store.rows import ROWS_DIR
+from posbench.store.rows import ROWS_DIR, latest_rounds, read_run_rows
 from posbench.store.writing import lock_run_dir, save_row, write_env
 
 
@@ -82,7 +82,8 @@ class UnitTask:
         terminating = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: terminating.set())
         with sweep.UnitLock(run_dir, name):  # a requeued twin waits here; failure rows are not written meanwhile
-            left = {(CaseSpec.from_json(c).id, r) for c, r in sweep.missing(run_dir, spec)}
+            rows = latest_rounds(read_run_rows(run_dir, []))
+            left = {(CaseSpec.from_json(c).id, r) for c, r in sweep.missing(spec, rows)}
             todo = [(CaseSpec.from_json(c), r) for c, r in spec["todo"] if (CaseSpec.from_json(c).id, r) in left]
             info = {"unit": spec["key"], "job_id": job_id, "host": socket.gethostname(),
                     "submission": spec.get("submission")}  # which rows are this submission's (sweep_state)
@@ -243,7 +244,7 @@ def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
     that died (``sweep_state.settle``), and, for the local launcher, the next tasks as slots free."""
     seen: set = set()
     while True:
-        states, now = state.settled(sweep.Sweep.read(out.run_dir, out.record))
+        states, now = state.settled(sweep.Sweep.of(out.run_dir, out.record))
         for key, unit in out.record["units"].items():
             for cid, rnd, row in now.landed(unit):
                 if (key, cid, rnd) not in seen:

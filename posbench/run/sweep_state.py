@@ -86,7 +86,7 @@ def job_state(record: dict, unit: dict, done: bool) -> JobState:
 
 def settle(run_dir: Path, record: dict) -> dict[str, JobState]:
     """Each unit's state (``settled``'s)."""
-    return settled(Sweep.read(run_dir, record))[0]
+    return settled(Sweep.of(run_dir, record))[0]
 
 
 def settled(sweep: Sweep, warn: bool = False) -> tuple[dict[str, JobState], Sweep]:
@@ -105,7 +105,7 @@ def settled(sweep: Sweep, warn: bool = False) -> tuple[dict[str, JobState], Swee
                 "submission": unit.get("submission")}
         sweep.fail_left(unit, STATUS_OF_STATE.get(state.state, "error"), message, info)
     # Read after asking the states: a row that landed meanwhile is not missed.
-    return states, Sweep.read(sweep.run_dir, sweep.record, warn)
+    return states, Sweep.of(sweep.run_dir, sweep.record, warn)
 
 
 def status(run_dir: Path) -> Optional[tuple[dict, list[tuple[str, dict, JobState, str, int]]]]:

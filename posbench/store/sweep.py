@@ -111,13 +111,11 @@ def of_submission(row: Optional[dict], unit: dict) -> bool:
     return isinstance(info, dict) and info.get("submission") == token
 
 
-def missing(run_dir: Path, unit: dict, rows: Optional[dict] = None) -> list[tuple[dict, int]]:
-    """The unit's submitted (case JSON, round)s without a row of this submission (``of_submission``)."""
-    latest = latest_rounds(read_run_rows(run_dir, [])) if rows is None else rows
+def missing(unit: dict, rows: dict) -> list[tuple[dict, int]]:
+    """The unit's submitted (case JSON, round)s without a row of this submission in ``rows``
+    ((case id, round) -> latest row)."""
     return [(case, rnd) for case, rnd in unit["todo"]
-            if not of_submission(latest.get((CaseSpec.from_json(case).id, rnd)), unit)]
-
-
+            if not of_submission(rows.get((CaseSpec.from_json(case).id, rnd)), unit)]
 
 
 @dataclass(frozen=True)
@@ -131,14 +129,16 @@ class Sweep:
     done: frozenset  # unit keys
 
     @classmethod
-    def read(cls, run_dir: Path, record: Optional[dict] = None, warn: bool = False) -> Optional["Sweep"]:
-        """The sweep now (``record``: the one in hand, else ``launcher.json``); None when the run
-        was never launched. ``warn``: skipped rows are printed (else left unsaid)."""
-        record = read_record(run_dir) if record is None else record
-        if record is None:
-            return None
-        rows = latest_rounds(read_run_rows(run_dir, None if warn else []))
-        return cls(run_dir, record, rows, frozenset(k for k, u in record["units"].items() if finished(run_dir, u)))
+    def read(cls, run_dir: Path, warn: bool = False) -> Optional["Sweep"]:
+        """The sweep ``launcher.json`` records (``of``); None when the run was never launched."""
+        record = read_record(run_dir)
+        return None if record is None else cls.of(run_dir, record, warn)
+
+    @classmethod
+    def of(cls, run_dir: Path, record: dict, warn: bool = False) -> "Sweep":
+        """The sweep of ``record`` as the folder holds it now. ``warn``: skipped rows are printed."""
+        done = frozenset(k for k, u in record["units"].items() if finished(run_dir, u))
+        return cls(run_dir, record, latest_rounds(read_run_rows(run_dir, None if warn else [])), done)
 
     def landed(self, unit: dict) -> list[tuple[str, int, dict]]:
         """(case id, round, row) of the unit's cases that have a row of this submission, in order."""
@@ -153,12 +153,13 @@ class Sweep:
         """A ``status`` row (``message``, the log's tail as traceback, ``info``) for each case of
         ``unit`` still without a row of this submission, written under the unit's lock (a live
         task holds it: then nothing is written)."""
-        if not missing(self.run_dir, unit, self.rows):
+        if not missing(unit, self.rows):
             return
         with UnitLock(self.run_dir, unit["name"], wait=False) as lock:
             if not lock.held:  # the task is alive after all (its state was stale)
                 return
-            left = missing(self.run_dir, unit)  # the rows as they are now that the task cannot write
+            # The rows as they are now that the task cannot write any.
+            left = missing(unit, latest_rounds(read_run_rows(self.run_dir, [])))
             result = Result(status, message, log_tail(self.run_dir, unit["job_id"]))
             now = datetime.now(timezone.utc)
             for case, rnd in left:

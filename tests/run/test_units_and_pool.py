@@ -217,7 +217,6 @@ def test_a_row_belongs_to_a_submission_by_its_token_not_by_the_clock():
     # Rows' times are whole seconds: a failure row written in the same second as the resubmission is
     # still the old submission's (the new task once took it for its own, skipped the case, and status
     # said failed); a row the new task wrote is its own even where its node's clock runs behind.
-    from pathlib import Path
 
     from posbench.core.case import CaseSpec
     from posbench.run.sweep_state import JobState, unit_status
@@ -231,7 +230,7 @@ def test_a_row_belongs_to_a_submission_by_its_token_not_by_the_clock():
     behind = {"status": "ok", "started_at": "2026-11-24T00:00:03+00:00", "info": {"submission": "new"}}
     assert not of_submission(old, unit) and of_submission(behind, unit)
     assert not of_submission(None, unit) and not of_submission(dict(behind, info=None), unit)
-    assert missing(Path("unread"), unit, {key: old}) == [(spec, 1)] and missing(Path("unread"), unit, {key: behind}) == []
+    assert missing(unit, {key: old}) == [(spec, 1)] and missing(unit, {key: behind}) == []
     assert unit_status(JobState("COMPLETED"), unit, {key: old}) == ("failed", 0)
     assert unit_status(JobState("COMPLETED"), unit, {key: behind}) == ("done", 1)
     # A record written before tokens: the clock is all there is.
