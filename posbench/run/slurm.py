@@ -42,7 +42,7 @@ from posbench.store import sweep
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.store.row import make_row
 from posbench.store.rows import ROWS_DIR, latest_rounds, read_run_rows
-from posbench.store.writing import lock_run_dir, save_row, write_env
+from posbench.store.writing import UnitLock, lock_run_dir, save_row, write_env
 
 
 # How often the follower looks at the rows and asks the scheduler (squeue) about the tasks.
@@ -81,7 +81,7 @@ class UnitTask:
         # with the job's state.
         terminating = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: terminating.set())
-        with sweep.UnitLock(run_dir, name):  # a requeued twin waits here; failure rows are not written meanwhile
+        with UnitLock(run_dir, name):  # a requeued twin waits here; failure rows are not written meanwhile
             rows = latest_rounds(read_run_rows(run_dir, []))
             left = {(CaseSpec.from_json(c).id, r) for c, r in sweep.missing(spec, rows)}
             todo = [(CaseSpec.from_json(c), r) for c, r in spec["todo"] if (CaseSpec.from_json(c).id, r) in left]
@@ -246,7 +246,7 @@ def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
     while True:
         states, now = state.settled(sweep.Sweep.of(out.run_dir, out.record))
         for key, unit in out.record["units"].items():
-            for cid, rnd, row in now.landed(unit):
+            for cid, rnd, row in now.landed[key]:
                 if (key, cid, rnd) not in seen:
                     seen.add((key, cid, rnd))
                     if on_row is not None:

@@ -6,19 +6,17 @@ submitit's logs. Which rows belong to a submission is its token in the rows' ``i
 """
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
 from posbench.core.case import CaseSpec
-from posbench.core.files import atomic_write_text, open_nofollow, read_regular
+from posbench.core.files import atomic_write_text, read_regular
 from posbench.store.row import Result, make_row
 from posbench.store.rows import ROWS_DIR, latest_rounds, read_run_rows
-from posbench.store.writing import save_row
+from posbench.store.writing import UnitLock, save_row
 
 RECORD_FILE = "launcher.json"
 JOBS_DIR = "slurm"  # submitit's folder: sbatch scripts, pickles, logs (%j_%t_log.out/err)
@@ -40,26 +38,6 @@ def write_record(run_dir: Path, record: dict) -> None:
 
 def rows_path(run_dir: Path, name: str) -> Path:
     return run_dir / ROWS_DIR / f"{name}.jsonl"
-
-
-class UnitLock:
-    """flock on ``rows/<unit>.lock``: held by the array task while it runs, so nobody writes
-    failure rows for a task that is alive. ``wait`` False: ``held`` says whether it was taken."""
-
-    def __init__(self, run_dir: Path, name: str, wait: bool = True):
-        (run_dir / ROWS_DIR).mkdir(parents=True, exist_ok=True)
-        self.fd = open_nofollow(run_dir / ROWS_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            self.held = True
-        except BlockingIOError:
-            self.held = False
-
-    def __enter__(self) -> "UnitLock":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        os.close(self.fd)
 
 
 def done_path(run_dir: Path, name: str) -> Path:
@@ -127,6 +105,7 @@ class Sweep:
     record: dict
     rows: dict  # (case id, round) -> latest row
     done: frozenset  # unit keys
+    landed: dict  # unit key -> [(case id, round, row)] of this submission, in the unit's order
 
     @classmethod
     def read(cls, run_dir: Path, warn: bool = False) -> Optional["Sweep"]:
@@ -138,16 +117,12 @@ class Sweep:
     def of(cls, run_dir: Path, record: dict, warn: bool = False) -> "Sweep":
         """The sweep of ``record`` as the folder holds it now. ``warn``: skipped rows are printed."""
         done = frozenset(k for k, u in record["units"].items() if finished(run_dir, u))
-        return cls(run_dir, record, latest_rounds(read_run_rows(run_dir, None if warn else [])), done)
-
-    def landed(self, unit: dict) -> list[tuple[str, int, dict]]:
-        """(case id, round, row) of the unit's cases that have a row of this submission, in order."""
-        out = []
-        for case, rnd in unit["todo"]:
-            cid = CaseSpec.from_json(case).id
-            if of_submission(self.rows.get((cid, rnd)), unit):
-                out.append((cid, rnd, self.rows[(cid, rnd)]))
-        return out
+        rows = latest_rounds(read_run_rows(run_dir, None if warn else []))
+        landed = {key: [(cid, rnd, rows[(cid, rnd)]) for cid, rnd in
+                        ((CaseSpec.from_json(case).id, rnd) for case, rnd in unit["todo"])
+                        if of_submission(rows.get((cid, rnd)), unit)]
+                  for key, unit in record["units"].items()}
+        return cls(run_dir, record, rows, done, landed)
 
     def fail_left(self, unit: dict, status: str, message: str, info: dict) -> None:
         """A ``status`` row (``message``, the log's tail as traceback, ``info``) for each case of

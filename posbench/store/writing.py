@@ -2,7 +2,8 @@
 
 A row is appended, flushed and fsynced as its case ends (``append_row``, retried by
 ``save_row``); a torn last line is cut off first, a complete one only gets its newline back.
-``.lock`` (flock, the holder's PID) keeps a second runner out of the folder.
+``.lock`` (flock, the holder's PID) keeps a second runner out of the folder; ``rows/<unit>.lock``
+(``UnitLock``) is held by a launched sweep's live array task.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from posbench.core.files import WriteError, atomic_write_text, open_nofollow, read_regular
 from posbench.core.outcome import PosbenchError
+from posbench.store.rows import ROWS_DIR
 
 
 CHECKED_TAIL = 64 << 20  # a last line without newline up to this size is read to see whether it is whole
@@ -135,3 +137,21 @@ def write_env(path: Path, environment: dict) -> None:
     atomic_write_text(path, json.dumps(environment, indent=2) + "\n")
 
 
+class UnitLock:
+    """flock on ``rows/<unit>.lock``: held by the array task while it runs, so nobody writes
+    failure rows for a task that is alive. ``wait`` False: ``held`` says whether it was taken."""
+
+    def __init__(self, run_dir: Path, name: str, wait: bool = True):
+        (run_dir / ROWS_DIR).mkdir(parents=True, exist_ok=True)
+        self.fd = open_nofollow(run_dir / ROWS_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            self.held = True
+        except BlockingIOError:
+            self.held = False
+
+    def __enter__(self) -> "UnitLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)
