@@ -133,8 +133,8 @@ class Sweep:
         with UnitLock(self.run_dir, unit["name"], wait=False) as lock:
             if not lock.held:  # the task is alive after all (its state was stale)
                 return
-            # The rows as they are now that the task cannot write any.
-            left = missing(unit, latest_rounds(read_run_rows(self.run_dir, [])))
+            now_rows = latest_rounds(read_run_rows(self.run_dir, []))  # as they are now that the task cannot write
+            left = missing(unit, now_rows)
             result = Result(status, message, log_tail(self.run_dir, unit["job_id"]))
             now = datetime.now(timezone.utc)
             for case, rnd in left:
