@@ -41,6 +41,7 @@ from posbench.report import numbers as fmt
 from posbench.core.task import find, find_metric, metrics_of
 from posbench.report.rows import cpu_model, gpu_name, load_runs
 from posbench.store.bounds import RowsError
+from posbench.store.row import by_round, by_window
 from posbench.store.rows import latest
 
 
@@ -185,7 +186,7 @@ def _interval_verdict(direction: int, interval: tuple[float, float], ratio: floa
 
 def _windows(row, metric: str) -> list | None:
     """The row's paired-windows rounds of ``metric`` (``series[m + "_by_window"]``), if any."""
-    values = (row.series or {}).get(f"{metric}_by_window") if isinstance(row.series, dict) else None
+    values = by_window(row.series, metric)
     return values if isinstance(values, list) and any(values) else None
 
 
@@ -194,7 +195,7 @@ def _rounds(row, metric: str) -> list | None:
     if windows is not None:  # the values themselves, a list per round
         clusters = bootstrap.value_clusters(windows)
         return clusters if len(bootstrap.pooled(clusters)) >= 2 else None
-    values = (row.series or {}).get(f"{metric}_by_round") if isinstance(row.series, dict) else None
+    values = by_round(row.series, metric)
     if not isinstance(values, list):
         return None
     values = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
@@ -208,8 +209,8 @@ def _samples(row, metric: str, base_row) -> tuple[list | None, str]:
     if ours is None:
         return None, ""
     if base_row is not None:
-        theirs = _windows(base_row, metric) or (base_row.series or {}).get(f"{metric}_by_round")
-        mine = _windows(row, metric) or row.series.get(f"{metric}_by_round")
+        theirs = _windows(base_row, metric) or by_round(base_row.series, metric)
+        mine = _windows(row, metric) or by_round(row.series, metric)
         if isinstance(theirs, list):
             ratios = (bootstrap.window_clusters(mine, theirs) if bootstrap.is_windowed(mine) or bootstrap.is_windowed(theirs)
                       else bootstrap.paired_ratios(mine, theirs))

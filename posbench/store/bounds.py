@@ -28,6 +28,7 @@ from typing import Any, BinaryIO, Iterator, Literal, Optional
 from posbench.core.files import file_kind
 from posbench.core.outcome import PosbenchError
 from posbench.core.task import find
+from posbench.store.row import BOUNDED_SERIES
 
 MAX_LINE = 16 << 20    # bytes in one cases.jsonl line (a row with long series is a few MiB)
 MAX_FILE = 64 << 20    # bytes in run.json / env.json
@@ -41,7 +42,6 @@ _REQUIRED = {"case_id": str, "method": str, "status": str, "params": dict, "metr
 _OPTIONAL_DICTS = ("series", "settings", "info")
 _OPTIONAL_STRINGS = ("suite", "task", "message", "device", "profile", "run_id", "started_at", "posbench_version",
                      "git_commit", "traceback")
-_BOUNDED_SERIES = ("_windows", "_by_round", "_by_window")
 
 
 class RowsError(PosbenchError, ValueError):
@@ -236,7 +236,7 @@ def check_row(row: Any, where: str) -> dict:
     if r is not None and not (isinstance(r, int) and not isinstance(r, bool) and 1 <= r <= MAX_ROUNDS):
         raise RowsError(f"{where}: round: expected a whole number from 1 to {MAX_ROUNDS} or null, got {_show(r)}")
     for name, values in (row.get("series") or {}).items():
-        if name.endswith(_BOUNDED_SERIES) and isinstance(values, list):
+        if name.endswith(BOUNDED_SERIES) and isinstance(values, list):
             if len(values) > MAX_WINDOWS or any(isinstance(v, dict) and isinstance(v.get("values"), list)
                                                 and len(v["values"]) > MAX_WINDOWS for v in values):
                 raise RowsError(f"{where}: series.{name}: more than {MAX_WINDOWS} values; allowed: at most "

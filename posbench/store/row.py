@@ -2,7 +2,7 @@
 
 On disk a row stays one JSON object (``ROW_KEYS``), and a metric's spread, rounds and windows
 stay encoded in key names (``m_min``/``m_max``/``m_std``, ``series[m + "_windows"]``,
-``m + "_by_round"``, ``m + "_by_window"``, ``metrics["n_rounds"]``, families ``head@...``).
+``m + "_by_round"``, ``m + "_by_window"``, ``metrics["n_rounds"]``).
 This module is the one place that spells those names: ``Row.from_json``/``to_json`` round-trip
 today's rows unchanged, and readers ask a row for ``spread``, ``by_round``, ``windows``,
 ``by_window`` or ``n_rounds`` instead of building names themselves.
@@ -14,19 +14,14 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Optional
 
+from posbench.core.task import SPREAD_SUFFIXES  # _min, _max over windows or rounds; _std over seeds
+
 # Keys of a row, in the order the runner writes them.
 ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message", "metrics", "series",
             "info", "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
             "git_commit", "traceback", "round")
 
-SPREAD_SUFFIXES = ("_min", "_max", "_std")  # windows or rounds (min, max); seeds (std)
 N_ROUNDS = "n_rounds"  # a merged row's count of ok rounds (``posbench.store.rows.merge_rounds``)
-
-
-def family_head(name: str) -> Optional[str]:
-    """``ppl@*`` -> ``ppl``: the head of a family key, None for a plain metric name."""
-    head, at, _ = name.partition("@")
-    return head if at else None
 
 
 def spread_base(name: str) -> Optional[str]:
@@ -135,7 +130,7 @@ class Row:
 
     # What the names encode, read in one place.
     def spread(self, name: str) -> Optional[Spread]:
-        return spread_of(self.metrics, name)
+        return spread_in(self.metrics, name)
 
     def by_round(self, name: str) -> Optional[list]:
         return by_round(self.series, name)
@@ -151,7 +146,7 @@ class Row:
         return self.metrics.get(N_ROUNDS)
 
 
-def spread_of(metrics: dict, name: str) -> Optional[Spread]:
+def spread_in(metrics: dict, name: str) -> Optional[Spread]:
     """``metrics``' spread of ``name`` (``name_min``/``name_max``, else ``name_std``), None when it has none."""
     if not isinstance(metrics, dict):
         return None
@@ -161,34 +156,48 @@ def spread_of(metrics: dict, name: str) -> Optional[Spread]:
     return Spread(lo, hi, std)
 
 
+def windows_key(name: str) -> str:
+    """``series[windows_key(m)]``: the per-window values of ``m`` one process measured."""
+    return f"{name}_windows"
+
+
+def by_round_key(name: str) -> str:
+    """``series[by_round_key(m)]``: a merged row's value of ``m`` in each round (index r-1, null for
+    a round without one)."""
+    return f"{name}_by_round"
+
+
+def by_window_key(name: str) -> str:
+    """``series[by_window_key(m)]``: a merged row's windows of ``m`` per round, ``{"group",
+    "values"}`` (null: a round without an ok row)."""
+    return f"{name}_by_window"
+
+
 def _series(series: Any, key: str) -> Any:
     return series.get(key) if isinstance(series, dict) else None
 
 
 def windows(series: Any, name: str) -> Any:
-    """The per-window values of ``name`` one process measured (``series[name + "_windows"]``)."""
-    return _series(series, f"{name}_windows")
+    return _series(series, windows_key(name))
 
 
 def by_round(series: Any, name: str) -> Any:
-    """A merged row's value of ``name`` in each round (index r-1; null for a round without one)."""
-    return _series(series, f"{name}_by_round")
+    return _series(series, by_round_key(name))
 
 
 def by_window(series: Any, name: str) -> Any:
-    """A merged row's windows of ``name`` per round: ``{"group", "values"}`` (null: no ok row)."""
-    return _series(series, f"{name}_by_window")
+    return _series(series, by_window_key(name))
 
 
 def set_rounds(series: dict, name: str, values: list) -> None:
-    series[f"{name}_by_round"] = values
+    series[by_round_key(name)] = values
 
 
 def set_by_window(series: dict, name: str, values: list) -> None:
-    series[f"{name}_by_window"] = values
+    series[by_window_key(name)] = values
 
 
-BOUNDED_SERIES = ("_windows", "_by_round", "_by_window")  # lists a reader bounds (``bounds.MAX_WINDOWS``)
+BOUNDED_SERIES = (windows_key(""), by_round_key(""), by_window_key(""))  # lists a reader bounds (``bounds.MAX_WINDOWS``)
 
 
 def make_row(case, result: Result | dict, started: datetime, duration: float, commit: str, round_: int = 1,
