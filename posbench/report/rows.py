@@ -50,11 +50,8 @@ def hardware_label(env: dict, device: Optional[str]) -> str:
 
 
 def find_run_dirs(path: str | Path) -> list[Path]:
-    """Run folders at or below ``path``: every folder that holds a ``cases.jsonl``, sorted.
-
-    Accepting a parent folder lets users pass ``results/<suite>`` or a downloaded artifact
-    without knowing the run id inside it.
-    """
+    """Run folders at or below ``path`` (each holding a ``cases.jsonl``), sorted: a parent folder or
+    a downloaded artifact works without knowing the run id inside it."""
     path = Path(path)
     if os.path.lexists(path / CASES_FILE):  # whatever it is: read_rows refuses a FIFO or a device in one line
         return [path]
@@ -87,14 +84,9 @@ class Runs:
 
 
 def load_runs(dirs, report: Optional[Callable[[str], Any]] = None) -> Runs:
-    """Merge the runs stored in ``dirs`` (run folders or folders above them).
-
-    Each (run_id, case_id) keeps its latest row per round (a resumed run, or shards that overlap),
-    its rounds merged into one row (``merge_rounds``); the same case in different runs is kept,
-    one row per run. A line or row that cannot be used (``read_rows``; parameters the row's task
-    needs, ``check_params``) is skipped with one warning naming file and line, handed to
-    ``report`` (default: printed to stderr) and kept in ``Runs.problems``.
-    """
+    """The runs stored in ``dirs`` (run folders or folders above them), one row per (run, case):
+    its rounds merged (``case_rows``). Unusable lines or rows (``read_rows``, ``check_params``) are
+    skipped with one warning each, handed to ``report`` (default: stderr) and kept in ``problems``."""
     import pandas as pd  # only readers of several runs need it; the runner does not
 
     if isinstance(dirs, (str, Path)):

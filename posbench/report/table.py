@@ -1,14 +1,9 @@
 """Comparison tables built from stored rows: methods as rows, a grid parameter as columns.
 
-The one table model of posbench: the table printed and written (``table.md``) at the end of a
-run and every table of ``bench.py report`` are built here and rendered by ``posbench.report.render``.
-A ``Table`` keeps, for every cell, the number a chart plots, the text a reader sees and the
-``case_id``/``run_id`` it came from, so renderers and charts draw from the same data and the
-HTML report can link each number to its row. Cells of failed cases show their status (``OOM``,
-``unavailable``, ...) instead of disappearing.
-
-Titles, units and number formats come from the task's metric declarations
-(``posbench.core.task.Metric``); the baseline and the method order from the run's ``run.json``.
+The one table model: the end of a run and ``bench.py report`` build ``Table``s here and render
+them with ``posbench.report.render``. Each cell keeps its number, its text and the row it came
+from; failed cases show their status. Titles, units and formats come from the task's metric
+declarations, the baseline and method order from ``run.json``.
 """
 from __future__ import annotations
 
@@ -155,13 +150,9 @@ def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column:
                   declared: Optional[dict[str, Metric]] = None) -> list[Table]:
     """One table per metric, per (suite, hardware, other grid params): methods x ``column``.
 
-    ``metrics`` None: ``choose_metrics``. ``frame``: a subset of ``runs.rows`` to tabulate.
-    ``declared``: the task's metrics, when the caller has them already.
-    Cells show the value and, when the baseline method has an ok row at the same grid point,
-    the ratio to it, e.g. ``25.8k (0.99x)``; with interleaved rounds the median of the per-round
-    ratios and its bootstrap interval, ``25.8k (0.99x ±0.01)``. The baseline is looked up in the same run first
-    (a ratio is only fair within one run), then on the same machine (shards of one run).
-    """
+    ``metrics`` None: ``choose_metrics``; ``frame``: a subset of ``runs.rows``; ``declared``: the
+    task's metrics when the caller has them. A cell shows the value and its ratio to the baseline
+    of the same run (else of the same machine), with rounds ``25.8k (0.99x ±0.01)``."""
     declared = metrics_of(task) if declared is None else declared
     tables = []
     for suite, hardware, group in task_groups(runs.rows if frame is None else frame, task):
@@ -189,12 +180,9 @@ def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column:
 
 def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: Metric,
                   meta: Optional[RunMeta]) -> list[Table]:
-    """The table of a family ``head@*`` declared ``table=True``, one per grid point whose rows carry
-    members: rows are methods (with the key's middle parts), columns the key's last part.
-
-    ``ppl@float32_bias@256`` of method alibi is the cell (``alibi, float32_bias``, 256). A failed
-    case at that grid point keeps a row that shows its status.
-    """
+    """The tables of a family ``head@*`` declared ``table=True``, one per grid point: rows are methods
+    (with the key's middle parts), columns its last part (``ppl@float32_bias@256`` of alibi is
+    the cell (``alibi, float32_bias``, 256)); a failed case keeps a row showing its status."""
     head = family_head(key)
     tables = []
     for params, members in by_params(group).items():
@@ -267,11 +255,8 @@ def _spread(metrics: dict, name: str, value: Optional[float], extra: dict) -> Op
 
 
 def details_tables(runs: Runs, task: str) -> list[Table]:
-    """The task's housekeeping values (``posbench.core.task.is_housekeeping``: parameters, steps,
-    threads, ...) as one compact table per (suite, hardware): finished cases x those metrics.
-
-    The report puts these in its "Appendix: run details" instead of one table per value.
-    """
+    """The task's housekeeping values (``is_housekeeping``: parameters, steps, threads, ...), one
+    table per (suite, hardware) of finished cases, for the report's "Appendix: run details"."""
     declared = metrics_of(task)
     tables = []
     for suite, hardware, group in task_groups(runs.rows, task):

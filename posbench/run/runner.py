@@ -1,55 +1,10 @@
-"""Runs a suite: one worker process per case, rows appended as cases end, resumable.
+"""Runs a suite: one worker process per case (or paired-windows group), rows saved as cases end,
+resumable (``run_suite``, steered by a ``RunOptions``).
 
-Layout (``posbench.run.folder``): ``<results>/<suite>/<run-id>/cases.jsonl`` (one JSON row per case, appended, flushed and
-fsynced as each case ends), ``run.json`` (the suite's name, version, task, baseline, method
-order, metrics, settings and grid; rewritten atomically whenever the run starts or resumes),
-``env.json`` (written when the run starts), and at the end ``table.md`` / ``table.csv``.
-``posbench.report.rows`` reads them all.
-
-The run id is ``<profile>-<device>-<hash of version, task, settings and grid>``, so the same
-command lands in the same folder and resumes: a case with a row is not run again. Every status
-counts as done; ``retry_failed`` re-runs cases whose latest row is ``error`` or ``timeout`` (their
-new row is appended; readers take the last row per case). ``fresh`` starts a new folder (the id
-gets a time suffix), ``run_id`` picks one by name. The method list is not in the hash, so running
-more methods later adds them to the same run and table.
-
-Distributed cases. A suite with ``nproc: N`` > 1 has each case launched as ``python -m
-torch.distributed.run --standalone --nproc_per_node N -m posbench.run.worker ...``: torchrun starts
-and watches the ranks, one case at a time on the node; the worker's rank files say which rank
-failed (``worker.read_result``). When bench.py itself runs under torchrun (``WORLD_SIZE`` > 1),
-every rank runs this runner and each case runs in-process on the already-joined process group
-(``in_process=True``): rank 0 plans and broadcasts the case list, ranks exchange their outcomes
-through the rendezvous store, and rank 0 alone writes rows. Sharding (``shard=(i, n)``) keeps
-unit k of the suite's full list when k % n == i (``posbench.run.units``: a grid point with every
-method for a timed task, a case otherwise); shards share the run id, so their folders merge in
-``bench.py report``.
-
-The local pool (``gpus`` or ``parallel``, ``posbench.run.pool``) runs units side by side, one
-per slot (a unit's own GPUs, or a CPU turn for untimed tasks); this thread alone saves rows and
-draws the one progress bar, and each row of a pooled run records its unit and GPUs in ``info``.
-
-Rounds. A suite setting ``rounds: k`` measures every case k times, interleaved: per grid point,
-round 1 of each method, then round 2, ... (``schedule``), so the methods of a point share the
-machine's drift and their per-round ratios cancel it (``posbench.report.bootstrap``). Each round is a
-fresh worker process and its own row (``round`` 1..k); resume and ``retry_failed`` work per
-(case, round), and readers merge a case's rounds (``posbench.report.rows.merge_rounds``).
-
-Paired windows. With ``pairing: windows`` the unit a worker process runs is a group: every case
-of one grid point and round (``jobs``), measured together by the task's ``run_group``, which
-alternates short measured windows between the methods (``posbench.engine.windows``), so their ratios
-cancel drift that per-process rounds leave in. Each case still gets its own row per round. A
-method that fails inside the group gets its own failure row and the others go on; a group
-process that dies or times out (limit: ``timeout_s`` per case of the group) gives every case of
-the group that row. Resume and ``retry_failed`` stay per (case, round): the missing cases of a
-point and round run together in one group (a case re-run alone pairs with the baseline by its
-round's median, ``posbench.report.bootstrap.window_clusters``). Rows are saved when the group ends, so
-an interrupted group runs again whole.
-
-Modules: ``folder`` (the run folder's files), ``schedule`` (shards, rounds, groups, resume),
-``units`` and ``pool`` (the unit of distribution, the local pool), ``launch`` (worker processes),
-``ranks`` (cases in-process under torchrun), ``slurm`` (sweeps as job arrays), and here the run loop
-(``run_suite``, steered by a ``RunOptions``). The names the CLI and tests use are importable from
-here as before.
+The run folder is ``<results>/<suite>/<run id>`` (``posbench.store``); the id hashes version,
+task, settings and grid, so the same command resumes. The plan (resume, rounds, shards, groups)
+is ``posbench.run.schedule``'s; the local pool ``pool``; bench.py under torchrun ``ranks``.
+docs/reliability.md, docs/distributed.md and docs/many-gpus.md tell the whole story.
 """
 from __future__ import annotations
 

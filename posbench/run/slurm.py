@@ -1,19 +1,10 @@
-"""A sweep as one job array through submitit: ``--launcher slurm`` (or ``local``, the same path
-through submitit's local executor). Needs ``pip install posbench[slurm]``.
+"""A sweep as one job array through submitit: ``--launcher slurm`` (or ``local``). Needs
+``pip install posbench[slurm]``.
 
-``submit`` plans the run as ``run_suite`` does (the run folder's lock held while it plans and
-submits, resume and ``--retry-failed`` per (case, round)), cuts what is left into units
-(``posbench.run.units``) and submits one array task per unit, with the suite's ``launcher:``
-parameters (``posbench.run.suite.launcher``). It records the job ids in ``launcher.json``
-(``posbench.run.sweep_state``) and then follows the sweep (rows as they land, failure rows for
-tasks that die) until every task has ended, or returns at once with ``detach``.
-
-Each array task (``UnitTask``) runs its unit's jobs exactly as a local run does (a worker process
-per case or paired-windows group, ``posbench.run.runner.run_jobs``) and appends its rows to its
-own ``rows/<unit>.jsonl`` in the shared run folder: rows from many nodes are never appended to one
-file over a shared filesystem, and the one rows reader merges them (``store.rows.read_run_rows``).
-A preempted or timed-out task is requeued by submitit (``checkpoint``) and skips the cases that
-already have a row; ``kill -9`` of the submitting process loses nothing, since it writes no row.
+``submit`` plans under the run folder's lock (``schedule.plan_run``), submits an array task per
+unit and records it in ``launcher.json``; ``follow`` reports rows as they land until every task
+ended. Each task (``UnitTask``) runs its unit's jobs as a local run does, into its own
+``rows/<unit>.jsonl``; a requeued task skips what has a row. docs/many-gpus.md.
 """
 from __future__ import annotations
 

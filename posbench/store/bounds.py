@@ -1,18 +1,8 @@
 """Reading stored files without trusting them: bounded, regular files only, every value checked.
 
-A run folder may come from anywhere (a CI artifact, a colleague's disk, a damaged copy), so what
-``posbench.report.rows`` reads passes through here first:
-
-- **Regular files only** (``open_regular``): a ``cases.jsonl``, ``run.json`` or ``env.json`` that is
-  a FIFO, a device (a link to ``/dev/zero``) or a folder is refused in one line; it is checked with
-  ``os.stat`` and opened non-blocking, so nothing waits on a FIFO.
-- **Bounded lines** (``lines``): a line over ``MAX_LINE`` bytes is skipped (never held whole in
-  memory); a JSON file over ``MAX_FILE`` bytes is refused.
-- **Bounded nesting** (``loads``): JSON nested deeper than ``MAX_DEPTH`` is a bad line, never a
-  ``RecursionError``.
-- **Sane values** (``check_row``): numbers fit a float (no 400-digit integers), parameter values
-  are scalars, ``round`` is at most ``MAX_ROUNDS`` and a series of windows or rounds at most
-  ``MAX_WINDOWS`` long, so no row makes a reader allocate a billion slots.
+A run folder may come from anywhere, so what the store reads passes through here: regular files
+only, opened non-blocking (``open_regular``); bounded lines and files (``lines``, ``read_small``);
+bounded JSON nesting (``loads``); sane values (``check_row``, ``check_params``). docs/reliability.md.
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
-"""The rows of a run folder, read the one way resume, report and compare all read them.
+"""The rows of a run folder (``cases.jsonl``, then a launched sweep's ``rows/<unit>.jsonl``), read
+the one way resume, report and compare all read them.
 
-``cases.jsonl`` (and a launched sweep's ``rows/<unit>.jsonl``) hold one JSON row per case and
-round. Three rules (docs/reports.md, "What a run folder holds"):
-
-- **A row's shape** (``bounds.check_row``); a line that breaks it is skipped with one warning
-  naming file and line, a torn last line silently.
-- **The latest row of a case or round** (``latest``): ordered by ``started_at``, the last wins.
-- **Rounds and paired windows** (``merge_rounds``): one row per case, metrics the medians of its
-  ok rounds, each round's values and windows beside them (``posbench.store.row``).
+A line that is not a row (``bounds.check_row``) is skipped with one warning naming file and
+line, a torn last line silently; of several rows of a case and round the one started last counts
+(``latest``); a case's rounds merge into one row (``merge_rounds``: metrics the medians of its ok
+rounds, each round's values and windows beside them). docs/reports.md, docs/measuring-speed.md.
 """
 from __future__ import annotations
 
@@ -34,16 +31,11 @@ def warn(problem: str) -> None:
 
 def read_rows(path: str | Path, problems: Optional[list[str]] = None,
               check: Optional[Callable[[dict, str], Any]] = None) -> list[dict]:
-    """Every usable row of a ``cases.jsonl`` in file order; ``[]`` when the file does not exist yet.
+    """Every usable row of a ``cases.jsonl`` in file order (``[]`` when there is none yet).
 
-    A line that is not UTF-8, not JSON (or nested too deep, or longer than ``bounds.MAX_LINE``) or
-    not a row (``check_row``) is skipped with one warning naming file and line, appended to
-    ``problems`` (printed when it is None): a damaged line costs its case, never the run. A last
-    line without its newline that does not parse is a write cut short and is skipped silently (the
-    runner cuts it off before appending). A file that is not a regular file is a ``RowsError``.
-    ``check(row, "file:line")``: a further test of each row (``load_runs``: the task's parameters),
-    raising ``RowsError`` to skip it.
-    """
+    A line that is not UTF-8, not JSON, too long or deep, or not a row (``check_row``, then
+    ``check(row, "file:line")``) is skipped with one warning in ``problems`` (printed when None); a
+    torn last line silently. Anything but a regular file is a ``RowsError``."""
     path = Path(path)
     fh = bounds.open_regular(path)
     if fh is None:
@@ -123,11 +115,8 @@ def _order(row: dict) -> str:
 
 
 def latest(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r["case_id"]) -> dict[Any, dict]:
-    """``key(row)`` -> the latest row (module docstring); keys keep the order they first appear.
-
-    The default key is the case id (one run folder, or "this case, whichever run"); reports
-    use ``(run_id, case_id)`` so each run keeps its own row.
-    """
+    """``key(row)`` -> the latest row (the one started last; ties: read last), keys in first-seen
+    order. Default key: the case id; reports use ``(run_id, case_id)``."""
     rows = list(rows)
     first_seen = {}
     for r in rows:
@@ -151,12 +140,8 @@ def latest_rounds(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r
 
 
 def merge_rounds(rows: list[dict]) -> dict:
-    """One row for a case from its rows of different rounds (the latest of each; module docstring).
-
-    Status: ``ok`` when every stored round is ok, else the first failed round's status, message
-    (prefixed ``round r:``) and traceback; ``--retry-failed`` re-runs just that round. A case
-    with a single row (one round, or a run from before rounds) comes back unchanged.
-    """
+    """One row for a case from the latest row of each of its rounds. Status ``ok`` when every round
+    is, else the first failed round's (message prefixed ``round r:``); a single row comes back as is."""
     if len(rows) == 1 and not group_of(rows[0]):
         return dict(rows[0])  # one round (or a row from before rounds): nothing to merge
     rows = sorted(rows, key=round_of)

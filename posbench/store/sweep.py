@@ -71,15 +71,9 @@ def log_tail(run_dir: Path, job_id: str, limit: int = 3000) -> str:
 
 
 def of_submission(row: Optional[dict], unit: dict) -> bool:
-    """Whether ``row`` was written for this submission of ``unit``: by its array task (or the same
-    task requeued) or by ``settle`` for it, both of which put the submission's token in the row's
-    ``info``.
-
-    Not ``started_at >= submitted_at``: both are whole seconds, so a failure row that ``settle``
-    wrote in the same second as the resubmission (``status``, then the resubmit command at once, as
-    a script or a test does) read as the new task's own row; the task then skipped that case as
-    done, and ``status`` said failed. Nor would a clock comparison survive a node whose clock runs
-    behind the submitter's. A record written before tokens existed has only the clock to go by."""
+    """Whether ``row`` was written for this submission of ``unit`` (its token in the row's ``info``,
+    put there by the array task or by ``settle``). Never by comparing clocks: whole seconds, and a
+    node's clock may run behind; only a record from before tokens has the clock to go by."""
     if row is None:
         return False
     token = unit.get("submission")
