@@ -84,7 +84,7 @@ def schedule(cases: list[CaseSpec]) -> list[tuple[CaseSpec, int]]:
     """(case, round) in the order they run: per grid point, round 1 of every method, then round
     2, ...; each round starts one method later than the last, so no method is always first
     after a grid point change. Methods of one point are then timed at the same moments of
-    machine drift, which their per-round ratios cancel (``posbench.report.bootstrap``)."""
+    machine drift, which their per-round ratios cancel (the report's bootstrap takes those ratios)."""
     points: dict[str, list[CaseSpec]] = {}
     for c in cases:  # suite order: grid points outer, methods inner
         points.setdefault(json.dumps(c.params, sort_keys=True, default=str), []).append(c)

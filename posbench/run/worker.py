@@ -17,7 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from posbench.core import task as tasks
-from posbench.core.outcome import OOM_TEXT, failure, memory_cause, ok_result, one_line  # noqa: F401  (re-exported)
+from posbench.core.outcome import failure, ok_result, one_line
 from posbench.core.case import Case, CaseSpec, JsonDict
 
 
