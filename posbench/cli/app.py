@@ -151,8 +151,9 @@ def _under_torchrun(suite, device, dry_run: bool) -> bool:
 
 def cmd_run(args) -> int:
     from posbench.engine import distributed
-    from posbench.run.runner import (Interrupted, RanksOutOfStep, RunOptions, default_run_id, parse_shard, plan,
-                                     run_suite, with_methods)
+    from posbench.run.ranks import RanksOutOfStep
+    from posbench.run.runner import Interrupted, RunOptions, run_suite
+    from posbench.run.schedule import default_run_id, parse_shard, plan, with_methods
 
     methods = check_run_flags(args)
     set_log(args.log)

@@ -31,7 +31,7 @@ models (unless --allow-other-hardware: then a warning)
 def main_report(args) -> int:
     """Handler of ``report``: build tables and charts, print where they went."""
     from posbench.report.build import build_report  # matplotlib is only imported when a report is made
-    from posbench.report.rows import RowsError
+    from posbench.store.bounds import RowsError
 
     out = args.out or "report"
     try:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from posbench.run.pool import PoolError
+from posbench.store.sweep import RECORD_FILE
 
 SWEEP_EXAMPLES = [
     ("python bench.py --suite {suite} --gpus all", "a unit (a grid point's methods) per GPU"),
@@ -123,19 +124,15 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
 
 def print_status(run_dir: Path) -> int:
     """Per unit: queued / running / done / failed, and the command that resubmits what failed."""
-    from posbench.report.rows import latest_rounds, read_run_rows
     from posbench.run import sweep_state as state
 
-    record = state.read_record(run_dir)
-    if record is None:
-        raise PoolError(f"{run_dir}: no {state.RECORD_FILE}; allowed: a run folder of a sweep started with "
+    found = state.status(run_dir)
+    if found is None:
+        raise PoolError(f"{run_dir}: no {RECORD_FILE}; allowed: a run folder of a sweep started with "
                         "--launcher slurm|local")
-    states = state.settle(run_dir, record)
-    rows = latest_rounds(read_run_rows(run_dir))
+    record, units = found
     lines, counts = [], {"queued": 0, "running": 0, "done": 0, "failed": 0}
-    for key, unit in record["units"].items():
-        s = states[key]
-        word, n = state.unit_status(s, unit, rows)
+    for key, unit, s, word, n in units:
         counts[word] += 1
         how = "" if word == "done" else f"  {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "") + (
             f" {s.reason}" if s.reason else "")

@@ -1,27 +1,9 @@
-"""Ratios of repeated measurements and their bootstrap confidence intervals.
+"""Ratios of repeated measurements and their bootstrap confidence intervals (plain Python).
 
-A run with ``rounds: k`` times every method of a grid point once per round, round-robin, so
-round r of a method and round r of the baseline were measured minutes apart at most, under
-the same machine drift. ``paired_ratios`` divides them round by round; the median of those
-ratios is the cell's ratio, and ``bootstrap_interval`` its 95% percentile-bootstrap interval
-(resample the ratios with replacement, take the median of each resample, keep the middle 95%).
-Drift that hits both methods of a round alike cancels in the ratio, so the interval is narrow
-even when absolute speeds wander by 20%.
-
-``ratio_of_medians_interval`` is the unpaired form for ``bench.py compare``: two runs were not
-measured at the same moments, so each side is resampled on its own.
-
-Paired windows (``pairing: windows``, see ``posbench.engine.windows``): every method of a grid point runs
-in one process per round, alternating short measured windows, so method window w and baseline
-window w were measured about a second apart. A round then arrives as ``{"group": id, "values":
-[one number per window]}`` (``posbench.report.rows.merge_rounds``) and ``window_clusters`` pairs it window
-by window when both rounds come from the same process (same ``group``), else by the rounds'
-medians (a round re-run alone). The ratio is the median over every pair of every round; its
-interval is a two-level (cluster) bootstrap: resample rounds, then windows within each round, so
-what differs between processes (a round that ran slow for the method alone) widens it and the
-many windows of one process cannot pretend to be independent runs.
-
-Plain Python (no numpy): rows, tables and compare use it, and samples are at most a few hundred.
+``paired_ratios``: round r of a method over round r of the baseline (drift shared by a round
+cancels), ``bootstrap_interval`` the percentile interval of their median; ``window_clusters``:
+paired windows, resampled rounds then windows; ``ratio_of_medians_interval``: the unpaired form
+for ``compare``. docs/measuring-speed.md.
 """
 from __future__ import annotations
 

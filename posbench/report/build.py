@@ -1,18 +1,8 @@
 """``bench.py report``: regenerate every table and chart from stored rows, without re-running.
 
-``build_report(run_dirs, out_dir)`` writes::
-
-    out_dir/report.md            sections of tables, each followed by its charts; run details; failed cases
-    out_dir/report.html          one self-contained file: the same, plus environments and every row
-    out_dir/rows.csv             every stored row, metrics flattened (the raw numbers)
-    out_dir/tables/<key>.{md,csv,tex}
-    out_dir/charts/<key>.{png,svg}
-
-Each task decides its own section (``posbench.report.sections``): by default, through its metric
-declarations (``posbench.core.task.Metric``), which metrics get a table (each followed by the
-charts that belong to it: its line chart, and the ``charts`` the declaration names), which are
-shown inside another table (``shown_in``), and which are housekeeping, collected per task into one
-"Appendix: run details" table; a task with a layout of its own builds its sections itself.
+``build_report(run_dirs, out_dir)`` writes ``report.md``, ``report.html`` (self-contained),
+``rows.csv``, ``tables/<key>.{md,csv,tex}`` and ``charts/<key>.{png,svg}``; each task's section
+comes from ``posbench.report.sections``. docs/reports.md.
 """
 from __future__ import annotations
 
@@ -26,7 +16,8 @@ from posbench.report import charts
 from posbench.report.html import write_html
 from posbench.report.names import Stems, unique_keys
 from posbench.report.render import capped, csv_cell, to_csv, to_latex, to_markdown
-from posbench.report.rows import Runs, RowsError, load_runs
+from posbench.report.rows import Runs, load_runs
+from posbench.store.bounds import RowsError
 from posbench.report.sections import Block, Section, collect_sections, collect_tables
 from posbench.report.table import Table
 
@@ -92,11 +83,8 @@ class Drawn:
 
 
 def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Path]:
-    """Write every table and chart for the runs in ``run_dirs`` under ``out_dir``.
-
-    ``run_dirs`` may be run folders or folders above them; several are merged (shards, one run
-    per machine). Returns ``{path relative to out_dir: absolute path}`` of everything written.
-    """
+    """Write every table and chart for the runs in ``run_dirs`` (merged) under ``out_dir``; returns
+    ``{path relative to out_dir: absolute path}`` of everything written."""
     runs = load_runs(run_dirs)
     rows, envs = runs.rows, runs.envs
     if rows.empty:

@@ -1,22 +1,9 @@
-"""Charts drawn from report tables with matplotlib (Agg backend: no display needed).
+"""Charts drawn from report tables with matplotlib (Agg backend).
 
-Every function returns the ``Figure`` so tests (and notebooks) can inspect what a reader would
-see before anything is written; ``save_figure`` writes PNG and SVG and closes it. Lines carry a
-``gid`` (``method:<name>``, ``failed:<name>``, ``L_train``) so a test can find them without
-depending on colours or legend order. The y-values plotted are the table cells' values (memory
-in GiB, as every table prints it), so a chart never disagrees with its table.
-
-Conventions every chart follows:
-
-- Each method's line has its own colour, marker *and* line style (``line_style``, by the
-  method's place in the suite's order) and hollow markers, so methods whose lines coincide
-  (rotary, t5_bias and alibi often score alike) stay visible on top of each other.
-- Error bars wherever the rows hold a spread: the 95% interval of the ratio to the baseline with
-  interleaved rounds, else min-max over measured windows, else ± std over seeds; the caption
-  line under the plot says which.
-- Memory axes start at zero and are in GiB; perplexity axes are logarithmic (one convention for
-  every perplexity chart: sinusoidal's blow-up past L_train and the small gaps between good
-  methods both stay readable).
+Each function returns its ``Figure`` (``save_figure`` writes PNG and SVG); lines carry a ``gid``
+(``method:<name>``, ``failed:<name>``) for tests; the values plotted are the table cells'. Every
+method has its own colour, marker and line style; error bars wherever rows hold a spread; memory
+in GiB from zero, perplexity on a log axis (docs/reports.md).
 """
 from __future__ import annotations
 
@@ -110,12 +97,8 @@ def _mark_failed(ax, xs, label: str, color) -> None:
 
 
 def plot_rows(ax, table: Table, methods: dict | None = None) -> str:
-    """One line per table row through its numeric cells; failed cells become top-edge marks.
-
-    An unavailable method has no points; it still gets a legend entry saying so (once, even when
-    the row label already says it), and no marks (an 'x' means "ran and failed here", which it
-    did not). Returns the kind of error bars drawn: ``ratio``, ``spread`` or "".
-    """
+    """One line per table row through its numeric cells; failed cells become top-edge marks, an
+    unavailable method only a legend entry. Returns the error bars drawn: ``ratio``, ``spread`` or ""."""
     scale = _scale(table)
     cells = [table.cell(row, col) for row in table.rows for col in table.columns]
     # one kind of bar per chart; a spread of zero width (one window) draws nothing and is not named

@@ -1,29 +1,9 @@
 """``bench.py compare BASE NEW``: per case and metric, NEW/BASE ratios against a threshold.
 
-Noise-aware when the runs have interleaved rounds (``series[m + "_by_round"]``, see
-``posbench.report.rows.merge_rounds``): NEW/BASE then comes with a bootstrap 95% interval
-(``posbench.report.bootstrap.ratio_of_medians_interval``), and a change is a regression only when the
-whole interval lies below 1 - threshold (an improvement: above 1 + threshold). A ratio beyond
-the threshold whose interval reaches back inside it is "unchanged (within noise)". What is
-compared is what the run's table shows: a method's per-round ratio to the run's baseline (drift
-within a run cancels in it), and for the baseline itself (or a run without one) the values.
-Rows without rounds are compared point against point, as before. Paired-windows rows
-(``series[m + "_by_window"]``) give per-window ratios to the baseline, grouped by round, and the
-interval resamples rounds, then windows (``posbench.report.bootstrap``).
-
-Cases of BASE that are missing from NEW, or not ``ok`` there, are failures (exit 1); an empty
-NEW or BASE, or runs of different suites or tasks, is bad input (exit 2).
-
-In the manner of asv: a regression is a number (train words/s fell by 10%, beyond a 5%
-threshold), not an impression. Which way is better comes from each task's metric declarations
-(``posbench.core.task.Metric.higher_is_better``): words/s and TFLOP/s higher, memory, milliseconds
-and perplexity lower; metrics declared without a direction (counts such as ``n_params``, the
-``_min``/``_max`` spreads) and undeclared ones are not compared. A case that
-finished before and fails now (``ok`` -> ``oom``) is a regression too. Cases found in only one
-run are listed, and differing hardware is called out, because then the ratio measures machines,
-not code: runs on different GPU models (env.json's NVML name) are refused as bad input (exit 2)
-unless ``allow_other_hardware`` (``--allow-other-hardware``), which compares them with a warning;
-a different CPU model or device type is warned about.
+With interleaved rounds or paired windows the ratio carries a bootstrap 95% interval and a change
+counts only when the whole interval is beyond the threshold; a case that finished before and fails
+now is a regression; different GPU models are refused unless ``allow_other_hardware``. Which way is
+better comes from the tasks' metric declarations. docs/reports.md (`bench.py compare`).
 """
 from __future__ import annotations
 
@@ -39,16 +19,15 @@ import pandas as pd
 from posbench.report import bootstrap
 from posbench.report import numbers as fmt
 from posbench.core.task import find, find_metric, metrics_of
-from posbench.report.rows import RowsError, cpu_model, gpu_name, latest, load_runs
+from posbench.report.rows import cpu_model, gpu_name, load_runs
+from posbench.store.bounds import RowsError
+from posbench.store.row import by_round, by_window
+from posbench.store.rows import latest
 
 
 def metric_direction(task: str, name: str) -> int | None:
-    """+1 when higher is better, -1 when lower is better, None for metrics not compared.
-
-    Read from the task's declaration of ``name``; spreads (``_min``/``_max``) are declared
-    without a direction: the median carries the comparison, and comparing the extremes would
-    double the noise-driven alarms.
-    """
+    """+1 when higher is better, -1 when lower is better, None for metrics not compared (the
+    declaration's; spreads have none: comparing extremes would double the noise-driven alarms)."""
     metric = find_metric(metrics_of(task), name) if task else None
     if metric is None or metric.higher_is_better is None:
         return None
@@ -183,7 +162,7 @@ def _interval_verdict(direction: int, interval: tuple[float, float], ratio: floa
 
 def _windows(row, metric: str) -> list | None:
     """The row's paired-windows rounds of ``metric`` (``series[m + "_by_window"]``), if any."""
-    values = (row.series or {}).get(f"{metric}_by_window") if isinstance(row.series, dict) else None
+    values = by_window(row.series, metric)
     return values if isinstance(values, list) and any(values) else None
 
 
@@ -192,7 +171,7 @@ def _rounds(row, metric: str) -> list | None:
     if windows is not None:  # the values themselves, a list per round
         clusters = bootstrap.value_clusters(windows)
         return clusters if len(bootstrap.pooled(clusters)) >= 2 else None
-    values = (row.series or {}).get(f"{metric}_by_round") if isinstance(row.series, dict) else None
+    values = by_round(row.series, metric)
     if not isinstance(values, list):
         return None
     values = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
@@ -206,8 +185,8 @@ def _samples(row, metric: str, base_row) -> tuple[list | None, str]:
     if ours is None:
         return None, ""
     if base_row is not None:
-        theirs = _windows(base_row, metric) or (base_row.series or {}).get(f"{metric}_by_round")
-        mine = _windows(row, metric) or row.series.get(f"{metric}_by_round")
+        theirs = _windows(base_row, metric) or by_round(base_row.series, metric)
+        mine = _windows(row, metric) or by_round(row.series, metric)
         if isinstance(theirs, list):
             ratios = (bootstrap.window_clusters(mine, theirs) if bootstrap.is_windowed(mine) or bootstrap.is_windowed(theirs)
                       else bootstrap.paired_ratios(mine, theirs))

@@ -1,9 +1,6 @@
 """How numbers read in every table, chart, progress line and comparison: one place, one style.
 
-A metric's declaration (``posbench.core.task.Metric.fmt``) names one of the formatters in
-``FORMATS``. Memory is always in GiB (2^30 bytes) and says so (``0.954 GiB``, ``17.9 GiB``):
-allocators and ``nvidia-smi`` count in binary units, and one unit everywhere means a console line,
-a table and a chart axis show the same number for the same value.
+A metric's ``fmt`` names a formatter of ``FORMATS``; memory is always in GiB (2^30 bytes).
 """
 from __future__ import annotations
 

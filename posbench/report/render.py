@@ -1,9 +1,5 @@
 """Writing ``Table``s: Markdown, CSV, LaTeX, an HTML fragment, terminal text, and a run's own
-``table.md`` / ``table.csv``.
-
-The one renderer of posbench: the end of a run and ``bench.py report`` both write through it.
-Every form shows the same cell texts, so a number quoted from a paper draft (LaTeX) can be found
-in the Markdown summary and, through the HTML report, traced to its stored row.
+``table.md`` / ``table.csv``; every form shows the same cell texts.
 """
 from __future__ import annotations
 
@@ -158,12 +154,8 @@ CELL_COLUMNS = ["metric", "method", "column", "value", "ratio", "ratio_lo", "rat
 
 
 def cells_csv(tables: list[Table]) -> str:
-    """Every cell of ``tables``, one line each (``CELL_COLUMNS``): raw value, ratio, the bounds of the
-    ratio's 95% interval (empty without rounds) and the text shown.
-
-    ``column`` is ``<axis>=<value>`` (``seq_len=512``); other grid parameters of a table are
-    in its ``metric`` field after the name (``fwd_ms head_dim=64``).
-    """
+    """Every cell of ``tables``, one line each (``CELL_COLUMNS``): value, ratio, its 95% interval and
+    the text; ``column`` is ``<axis>=<value>``, other grid parameters follow the metric name."""
     lines = [CELL_COLUMNS]
     for t in tables:
         rest = " ".join(f"{k}={v}" for k, v in t.extra.get("rest", {}).items())

@@ -1,25 +1,9 @@
-"""Result pages for ``docs/results/``: a run's tables with when, where, at which commit and with
-which command they were measured, generated from its run folder so they are never copied by hand.
+"""Result pages for ``docs/results/`` (``make docs-results RUNS=...``), generated from run folders
+so measured numbers are never copied by hand.
 
-``make docs-results RUNS="results/<suite>/<run-id> ..."`` runs ``python -m
-posbench.report.results_page --out docs/results RUN...``. Each run folder (or every run folder
-below a folder given) is read with the report's own readers (``posbench.report.rows.load_runs``,
-``posbench.report.table.run_tables``, ``posbench.report.render.to_markdown``: the tables are the
-ones printed at the end of the run). Runs of one suite on one machine share a page,
-``<out>/<suite>-<machine slug>.md``, one section per run in the order given; a page is rewritten
-whole, so it holds exactly the runs named on the command line that made it.
-
-Each section says: the suite and its version, task and profile, the run id, the dates the rows
-were measured, the posbench commit (with its dirty flag, and every other commit the rows name),
-the machine (CPU and thread count, GPU from NVML, whether it was busy), the Python, torch and CUDA
-versions, and the command that reproduces the run. That command is ``run.json``'s ``command``
-when the runner recorded one; otherwise it is rebuilt from ``run.json``: suite, profile, device
-and methods, then one ``--set`` per setting and per grid axis with the value the run used, so it
-reproduces the run's settings whatever the suite file says today (a run with the same suite
-version lands on the same run id, whose hash covers exactly those settings and that grid).
-
-Bad input (no run folder, a malformed row, a run without ``run.json``) is one line on stderr and
-exit status 2.
+Runs of one suite on one machine share a page, one section per run: its tables (as printed at the
+end of the run), dates, commit, machine, versions, and the command that reproduces it. Bad input
+is one line on stderr and exit status 2.
 """
 from __future__ import annotations
 
@@ -30,9 +14,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from posbench.report.render import to_markdown
-from posbench.report.rows import RUN_FILE, RowsError, RunMeta, cpu_model, find_run_dirs, gpu_name, load_runs
+from posbench.report.rows import cpu_model, find_run_dirs, gpu_name, load_runs
+from posbench.store.bounds import RowsError
+from posbench.store.meta import RUN_FILE, RunMeta
 from posbench.report.names import short_hash
-from posbench.report.stored import loads, open_regular, read_small
+from posbench.store.bounds import loads, open_regular, read_small
 from posbench.report.table import run_tables, slug
 
 DEFAULT_OUT = Path("docs/results")

@@ -1,12 +1,7 @@
 """The sections of a report: one or more per task present, each a list of tables with their charts.
 
-What a section holds is the task's to say (``posbench.core.task.LoadedTask.REPORT``): by default
-the metric tables of its ``METRICS`` declarations (``metric_section``), each followed by the
-charts that belong to it; a task with a layout of its own hands back its own sections
-(``report_sections``), built from ``Block`` and ``Section`` here. Sections stand in the order
-the tasks declare (``REPORT_ORDER``), then by task name. Tasks are looked up by name through
-``posbench.core.task``, never imported here: a task's own tables and charts live in its package,
-above the report.
+By default a task's metric tables (``metric_section``); a task with a layout of its own hands back
+its own (``Block``, ``Section``). Tasks are looked up through ``posbench.core.task``, never imported.
 """
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """Comparison tables built from stored rows: methods as rows, a grid parameter as columns.
 
-The one table model of posbench: the table printed and written (``table.md``) at the end of a
-run and every table of ``bench.py report`` are built here and rendered by ``posbench.report.render``.
-A ``Table`` keeps, for every cell, the number a chart plots, the text a reader sees and the
-``case_id``/``run_id`` it came from, so renderers and charts draw from the same data and the
-HTML report can link each number to its row. Cells of failed cases show their status (``OOM``,
-``unavailable``, ...) instead of disappearing.
-
-Titles, units and number formats come from the task's metric declarations
-(``posbench.core.task.Metric``); the baseline and the method order from the run's ``run.json``.
+The one table model: the end of a run and ``bench.py report`` build ``Table``s here and render
+them with ``posbench.report.render``. Each cell keeps its number, its text and the row it came
+from; failed cases show their status. Titles, units and formats come from the task's metric
+declarations, the baseline and method order from ``run.json``.
 """
 from __future__ import annotations
 
@@ -22,7 +17,9 @@ from posbench.report import bootstrap
 from posbench.report import numbers as fmt
 from posbench.engine.env import was_busy
 from posbench.report.names import slug  # noqa: F401  (tasks build their table keys with it)
-from posbench.report.rows import LEGACY_BASELINE, RunMeta, Runs
+from posbench.report.rows import Runs
+from posbench.store.meta import LEGACY_BASELINE, RunMeta
+from posbench.store.row import by_round, by_window, by_window_key, spread_in
 from posbench.core.task import SPREAD_SUFFIXES, Metric, find, find_metric, is_housekeeping, metrics_of, spread_of
 
 
@@ -149,16 +146,14 @@ def family_head(name: str) -> Optional[str]:
 # -- metric tables (anything with a numeric grid) -----------------------------------------
 
 def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column: str = "seq_len",
-                  metrics: Optional[list[str]] = None, frame: Optional[pd.DataFrame] = None) -> list[Table]:
+                  metrics: Optional[list[str]] = None, frame: Optional[pd.DataFrame] = None,
+                  declared: Optional[dict[str, Metric]] = None) -> list[Table]:
     """One table per metric, per (suite, hardware, other grid params): methods x ``column``.
 
-    ``metrics`` None: ``choose_metrics``. ``frame``: a subset of ``runs.rows`` to tabulate.
-    Cells show the value and, when the baseline method has an ok row at the same grid point,
-    the ratio to it, e.g. ``25.8k (0.99x)``; with interleaved rounds the median of the per-round
-    ratios and its bootstrap interval, ``25.8k (0.99x ±0.01)``. The baseline is looked up in the same run first
-    (a ratio is only fair within one run), then on the same machine (shards of one run).
-    """
-    declared = metrics_of(task)
+    ``metrics`` None: ``choose_metrics``; ``frame``: a subset of ``runs.rows``; ``declared``: the
+    task's metrics when the caller has them. A cell shows the value and its ratio to the baseline
+    of the same run (else of the same machine), with rounds ``25.8k (0.99x ±0.01)``."""
+    declared = metrics_of(task) if declared is None else declared
     tables = []
     for suite, hardware, group in task_groups(runs.rows if frame is None else frame, task):
         meta = runs.meta_of(ordered(group["source"]))
@@ -185,12 +180,9 @@ def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column:
 
 def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: Metric,
                   meta: Optional[RunMeta]) -> list[Table]:
-    """The table of a family ``head@*`` declared ``table=True``, one per grid point whose rows carry
-    members: rows are methods (with the key's middle parts), columns the key's last part.
-
-    ``ppl@float32_bias@256`` of method alibi is the cell (``alibi, float32_bias``, 256). A failed
-    case at that grid point keeps a row that shows its status.
-    """
+    """The tables of a family ``head@*`` declared ``table=True``, one per grid point: rows are methods
+    (with the key's middle parts), columns its last part (``ppl@float32_bias@256`` of alibi is
+    the cell (``alibi, float32_bias``, 256)); a failed case keeps a row showing its status."""
     head = family_head(key)
     tables = []
     for params, members in by_params(group).items():
@@ -224,10 +216,10 @@ def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: 
                 label = ", ".join([r.method, *middle])
                 table.rows = ordered(table.rows + [label])
                 columns.append(column)
-                cell = Cell(text=fmt.number(value, metric.fmt), value=float(value), case_id=r.case_id,
-                            run_id=r.run_id, message=str(r.message or ""))
-                cell.spread = _spread(r.metrics, name, cell.value, table.extra)
-                table.cells[(label, column)] = cell
+                spread = _spread(r.metrics, name, float(value), table.extra)
+                table.cells[(label, column)] = Cell(text=fmt.number(value, metric.fmt), value=float(value),
+                                                    case_id=r.case_id, run_id=r.run_id, message=str(r.message or ""),
+                                                    spread=spread)
         columns = ordered(columns)  # words (dtypes) keep the order the rows hold them in; numbers sort
         table.columns = sorted(columns, key=_sort_key) if all(isinstance(c, int) for c in columns) else columns
         for r in table.extra.pop("failed", []):
@@ -250,23 +242,21 @@ def _spread(metrics: dict, name: str, value: Optional[float], extra: dict) -> Op
     """What the row says about the spread of ``name``: ``<name>_min``/``<name>_max`` (windows,
     rounds), else ``value ± <name>_std`` (seeds); None when it says nothing. Which one it was goes
     to ``extra["spread"]`` (the table's charts name it under their error bars)."""
-    lo, hi = metrics.get(f"{name}_min"), metrics.get(f"{name}_max")
-    if _is_number(lo) and _is_number(hi):
+    spread = spread_in(metrics, name)
+    if spread is None:
+        return None
+    if _is_number(spread.lo) and _is_number(spread.hi):
         extra["spread"] = SPREAD_MIN_MAX
-        return float(lo), float(hi)
-    std = metrics.get(f"{name}_std")
-    if _is_number(std) and value is not None:
+        return float(spread.lo), float(spread.hi)
+    if _is_number(spread.std) and value is not None:
         extra["spread"] = SPREAD_STD
-        return value - float(std), value + float(std)
+        return value - float(spread.std), value + float(spread.std)
     return None
 
 
 def details_tables(runs: Runs, task: str) -> list[Table]:
-    """The task's housekeeping values (``posbench.core.task.is_housekeeping``: parameters, steps,
-    threads, ...) as one compact table per (suite, hardware): finished cases x those metrics.
-
-    The report puts these in its "Appendix: run details" instead of one table per value.
-    """
+    """The task's housekeeping values (``is_housekeeping``: parameters, steps, threads, ...), one
+    table per (suite, hardware) of finished cases, for the report's "Appendix: run details"."""
     declared = metrics_of(task)
     tables = []
     for suite, hardware, group in task_groups(runs.rows, task):
@@ -326,7 +316,7 @@ def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, colum
         table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col, r.method == base_method,
                                                     table.extra)
     paired = any(c.ratio_interval is not None for c in table.cells.values())
-    windowed = any(f"{name}_by_window" in (r.series if isinstance(r.series, dict) else {}) for r in rows)
+    windowed = any(by_window_key(name) in (r.series if isinstance(r.series, dict) else {}) for r in rows)
     if not base_method:
         ratios = "No ratios: the suite names no baseline. "
     elif paired and windowed:
@@ -382,8 +372,8 @@ def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False, extra
     cell.spread = _spread(r.metrics, name, cell.value, {} if extra is None else extra)
     base = baselines.get((r.run_id, col), baselines.get((None, col)))
     if base:
-        cell.ratio = fmt.ratio_of(cell.value, base[0])  # None for a zero, negative or overflowing pair
         ours = _by_round(r, name)
+        cell.ratio = fmt.ratio_of(cell.value, base[0])  # None for a zero, negative or overflowing pair
         if cell.ratio is not None and ours is not None and base[1] is not None and not is_baseline:
             # Interleaved rounds: the ratio of each round to the baseline's same round, then the
             # median; drift shared by the round cancels. Needs 2+ pairs for an interval
@@ -401,11 +391,10 @@ def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False, extra
 def _by_round(r, name: str) -> Optional[list]:
     """The row's per-round values of ``name`` (``series[name + "_by_round"]``), if it has rounds;
     with paired windows each round's windows (``series[name + "_by_window"]``, any number of rounds)."""
-    series = r.series if isinstance(r.series, dict) else {}
-    windows = series.get(f"{name}_by_window")
+    windows = by_window(r.series, name)
     if isinstance(windows, list) and windows:
         return windows
-    values = series.get(f"{name}_by_round")
+    values = by_round(r.series, name)
     return values if isinstance(values, list) and len(values) >= 2 else None
 
 
@@ -429,5 +418,5 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
         declared = metrics_of(meta.task)
         # a metric the task shows inside another table (a per-dtype count of a family) prints that table
         names = ordered(describe(declared, m).shown_in or m for m in meta.metrics)
-        out += metric_tables(runs, meta.task, None, column, names, frame=part)
+        out += metric_tables(runs, meta.task, None, column, names, frame=part, declared=declared)
     return out

@@ -1,13 +1,8 @@
 """User code asked in a child process with a time limit: ``call(target, kwargs, timeout_s)``.
 
-Method files (``methods/*.py``, a ``--methods-dir`` plugin, ``POSBENCH_METHODS_PATH``) are user
-code: importing one may block, call ``sys.exit`` or crash the interpreter. Whatever the runner or
-the CLI needs from them before a worker exists (a method's ``unavailable`` answer, the names a
-folder registers, the conformance checks) is asked here, in ``python -P -m posbench.run.isolated``:
-the child loads the method folders, calls ``target`` (``"module:function"``, one of the functions
-below) with ``kwargs`` and writes its JSON answer to a file. A child that exits without an answer
-or runs past ``timeout_s`` is ``UserCodeFailed``, one line saying which; the child's stderr (the
-registry's warnings) is passed on, its stdout is dropped.
+Method files may block, exit or crash the interpreter, so what the runner or CLI needs from them
+before a worker exists (``unavailable``, the names a folder registers, the conformance checks)
+is asked in ``python -P -m posbench.run.isolated``; a child without an answer is ``UserCodeFailed``.
 """
 from __future__ import annotations
 

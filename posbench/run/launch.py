@@ -1,14 +1,9 @@
 """Worker processes: how a case (or a group of cases) is launched, watched and ended.
 
-Each case runs in a fresh ``python -P -m posbench.run.worker CASE.json RESULT.json`` process (or,
-with ``nproc`` > 1, torchrun's ranks of it), in a session of its own, killed with its runner
-(``PR_SET_PDEATHSIG``), under ``timeout_s``. What it wrote to RESULT.json is the outcome; a
-process that died without one gets an ``error`` (or ``oom``) outcome with its exit code or
-signal and the tail of its output; one that ran out of time, ``timeout``. ``worker_env`` is the
-environment every worker gets (the package on PYTHONPATH, threads, a fixed CPU allocator policy),
-plus what its caller adds (``env``: the local pool's ``CUDA_VISIBLE_DEVICES``). Workers started
-from several threads at once (``posbench.run.pool``) are tracked, so ``kill_running`` can end
-every one of them when the run is interrupted.
+A fresh ``python -P -m posbench.run.worker`` (or torchrun's ranks) per job, in its own session,
+killed with its runner (``PR_SET_PDEATHSIG``), under ``timeout_s``; a process that died without a
+result gets an ``error``/``oom``/``timeout`` result. ``worker_env`` is every worker's environment;
+``kill_running`` ends the workers of every pool thread on an interrupt.
 """
 from __future__ import annotations
 
@@ -23,8 +18,9 @@ from pathlib import Path
 from typing import Optional
 
 from posbench.core.case import CaseSpec
-from posbench.run.folder import TEMP_PREFIX
-from posbench.run.worker import OOM_TEXT, die_with_parent, read_result
+from posbench.run.machine import TEMP_PREFIX
+from posbench.core.outcome import OOM_TEXT
+from posbench.run.worker import die_with_parent, read_result
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 

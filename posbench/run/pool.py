@@ -1,16 +1,8 @@
 """The local pool: units of a sweep run side by side, one per slot (``--gpus``, ``--parallel``).
 
-A slot is what one unit (``posbench.run.units``) holds while it runs: on CUDA, its own GPUs
-(``--gpus 0,1,2,3`` or ``--gpus all``; a case with ``nproc`` N takes N of them, so a slot is N
-GPUs), given to every worker of the unit as ``CUDA_VISIBLE_DEVICES``; on a CPU, just a turn
-(``--parallel N``). Each slot runs one unit at a time, so no two units ever share a GPU, and a
-timed task (its numbers are timings compared between methods) refuses ``--parallel``: two
-units on the same CPU cores would slow each other, and the ratios would measure the sharing.
-
-The threads here only wait for worker processes (``posbench.run.launch``); whatever a unit's
-jobs produce goes back to the calling thread (``run_units``' ``emit``), which alone saves rows
-and draws the one progress bar of the sweep. Ctrl-C or SIGTERM there ends every running worker
-(``launch.kill_running``) and drops what they would still report: rows already saved stay.
+A slot is a unit's own GPUs (``CUDA_VISIBLE_DEVICES``) or, on a CPU, a turn; a timed task refuses
+``--parallel`` (units sharing cores would time the sharing). The threads only wait for workers;
+the calling thread alone saves rows (``run_units``' ``emit``). docs/many-gpus.md.
 """
 from __future__ import annotations
 

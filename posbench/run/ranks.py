@@ -1,10 +1,8 @@
 """bench.py under torchrun: every rank runs the runner, and each case runs in-process on the ranks.
 
-When bench.py itself runs under torchrun (``WORLD_SIZE`` > 1), the process group is already
-joined: rank 0 plans and ``broadcast``s the case list, every rank runs each case in-process
-(``run_on_ranks``), the ranks exchange their outcomes through the rendezvous store (not through
-collectives, which a failed rank may have left out of step), and rank 0 alone writes rows. Ranks
-that ended a case differently stop the run (``RanksOutOfStep``) after its row is written.
+Rank 0 plans (``broadcast``), every rank runs each case (``run_on_ranks``), outcomes travel
+through the rendezvous store (not collectives a failed rank may have left out of step), rank 0
+alone writes rows; ranks that ended a case differently stop the run (``RanksOutOfStep``).
 """
 from __future__ import annotations
 

@@ -1,55 +1,10 @@
-"""Runs a suite: one worker process per case, rows appended as cases end, resumable.
+"""Runs a suite: one worker process per case (or paired-windows group), rows saved as cases end,
+resumable (``run_suite``, steered by a ``RunOptions``).
 
-Layout (``posbench.run.folder``): ``<results>/<suite>/<run-id>/cases.jsonl`` (one JSON row per case, appended, flushed and
-fsynced as each case ends), ``run.json`` (the suite's name, version, task, baseline, method
-order, metrics, settings and grid; rewritten atomically whenever the run starts or resumes),
-``env.json`` (written when the run starts), and at the end ``table.md`` / ``table.csv``.
-``posbench.report.rows`` reads them all.
-
-The run id is ``<profile>-<device>-<hash of version, task, settings and grid>``, so the same
-command lands in the same folder and resumes: a case with a row is not run again. Every status
-counts as done; ``retry_failed`` re-runs cases whose latest row is ``error`` or ``timeout`` (their
-new row is appended; readers take the last row per case). ``fresh`` starts a new folder (the id
-gets a time suffix), ``run_id`` picks one by name. The method list is not in the hash, so running
-more methods later adds them to the same run and table.
-
-Distributed cases. A suite with ``nproc: N`` > 1 has each case launched as ``python -m
-torch.distributed.run --standalone --nproc_per_node N -m posbench.run.worker ...``: torchrun starts
-and watches the ranks, one case at a time on the node; the worker's rank files say which rank
-failed (``worker.read_result``). When bench.py itself runs under torchrun (``WORLD_SIZE`` > 1),
-every rank runs this runner and each case runs in-process on the already-joined process group
-(``in_process=True``): rank 0 plans and broadcasts the case list, ranks exchange their outcomes
-through the rendezvous store, and rank 0 alone writes rows. Sharding (``shard=(i, n)``) keeps
-unit k of the suite's full list when k % n == i (``posbench.run.units``: a grid point with every
-method for a timed task, a case otherwise); shards share the run id, so their folders merge in
-``bench.py report``.
-
-The local pool (``gpus`` or ``parallel``, ``posbench.run.pool``) runs units side by side, one
-per slot (a unit's own GPUs, or a CPU turn for untimed tasks); this thread alone saves rows and
-draws the one progress bar, and each row of a pooled run records its unit and GPUs in ``info``.
-
-Rounds. A suite setting ``rounds: k`` measures every case k times, interleaved: per grid point,
-round 1 of each method, then round 2, ... (``schedule``), so the methods of a point share the
-machine's drift and their per-round ratios cancel it (``posbench.report.bootstrap``). Each round is a
-fresh worker process and its own row (``round`` 1..k); resume and ``retry_failed`` work per
-(case, round), and readers merge a case's rounds (``posbench.report.rows.merge_rounds``).
-
-Paired windows. With ``pairing: windows`` the unit a worker process runs is a group: every case
-of one grid point and round (``jobs``), measured together by the task's ``run_group``, which
-alternates short measured windows between the methods (``posbench.engine.windows``), so their ratios
-cancel drift that per-process rounds leave in. Each case still gets its own row per round. A
-method that fails inside the group gets its own failure row and the others go on; a group
-process that dies or times out (limit: ``timeout_s`` per case of the group) gives every case of
-the group that row. Resume and ``retry_failed`` stay per (case, round): the missing cases of a
-point and round run together in one group (a case re-run alone pairs with the baseline by its
-round's median, ``posbench.report.bootstrap.window_clusters``). Rows are saved when the group ends, so
-an interrupted group runs again whole.
-
-Modules: ``folder`` (the run folder's files), ``schedule`` (shards, rounds, groups, resume),
-``units`` and ``pool`` (the unit of distribution, the local pool), ``launch`` (worker processes),
-``ranks`` (cases in-process under torchrun), ``slurm`` (sweeps as job arrays), and here the run loop
-(``run_suite``, steered by a ``RunOptions``). The names the CLI and tests use are importable from
-here as before.
+The run folder is ``<results>/<suite>/<run id>`` (``posbench.store``); the id hashes version,
+task, settings and grid, so the same command resumes. The plan (resume, rounds, shards, groups)
+is ``posbench.run.schedule``'s; the local pool ``pool``; bench.py under torchrun ``ranks``.
+docs/reliability.md, docs/distributed.md and docs/many-gpus.md tell the whole story.
 """
 from __future__ import annotations
 
@@ -64,15 +19,15 @@ from typing import Callable, Optional, Sequence
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import WriteError
-from posbench.report.rows import ROW_KEYS, RunMeta, case_rows, latest, read_rows, write_run_meta  # noqa: F401
-from posbench.run.isolated import unavailable_reason  # noqa: F401  (re-exported)
-from posbench.run.folder import (RowNotSaved, RunLocked, _finite, append_row, clean_stale_temp_dirs,  # noqa: F401
-                                 lock_run_dir, make_row, read_usable_rows, read_usable_run_rows, record_machine,
-                                 save_row, write_env)
-from posbench.run.launch import cpu_malloc_env, run_group_worker, run_worker, worker_command, worker_env  # noqa: F401
+from posbench.run.isolated import unavailable_reason
+from posbench.run.launch import cpu_malloc_env, run_group_worker, run_worker
+from posbench.run.machine import clean_stale_temp_dirs, record_machine
 from posbench.run.ranks import RanksOutOfStep, broadcast, run_on_ranks
-from posbench.run.schedule import (RETRYABLE, check_pairing, default_run_id, in_shard, jobs, pairing_of,  # noqa: F401
-                                   parse_shard, plan, plan_rounds, rounds_of, schedule, with_methods)
+from posbench.run.schedule import Plan, default_run_id, pairing_of, plan_run, rounds_of
+from posbench.store.meta import RunMeta, write_run_meta
+from posbench.store.row import make_row
+from posbench.store.rows import case_rows, read_usable_run_rows
+from posbench.store.writing import lock_run_dir, save_row, write_env
 from posbench.run.suite import Suite, check_name
 
 
@@ -237,27 +192,23 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
         run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         run_id = broadcast(run_id, in_process)  # the clocks of ranks may straddle a second
     run_dir = Path(o.results) / suite.name / run_id
-    check_pairing(suite, in_process)
-    slots = pool_slots(suite, o)  # refused before anything is written
-    suite = with_methods(suite, methods)  # so the rows of added methods are this run's rows too
     methods_dirs = [str(Path(d).resolve()) for d in o.methods_dirs]
-    todo, done = plan_rounds(suite, device, run_dir, o.retry_failed, methods, methods_dirs, run_id,
-                             o.shard)  # checks first
-    if main:
+    slots = pool_slots(suite, o)  # refused before anything is written
+
+    def take_folder() -> bool:
+        if not main:
+            return False
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise WriteError(f"cannot create {run_dir}: {exc.strerror or exc}") from None
         held_locks.append(lock_run_dir(run_dir))
         clean_stale_temp_dirs()
-        problems: list[str] = []
-        # Planned again under the lock: the rows as they are now that no one else writes them.
-        todo, done = plan_rounds(suite, device, run_dir, o.retry_failed, methods, methods_dirs, run_id, o.shard,
-                                 problems)
-        for problem in problems:
-            print(f"warning: {problem}", file=sys.stderr)
-    # Rank 0's view of the run folder decides (other nodes may not even see it).
-    todo, done = broadcast((todo, done), in_process)
+        return True
+
+    plan = plan_run(suite, device, run_dir, o.retry_failed, methods, methods_dirs, run_id, o.shard, in_process,
+                    take_folder)
+    suite = plan.suite
     if main:
         write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
     environment = envmod.collect(device)
@@ -268,8 +219,8 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
     if main:
         record_machine(run_dir, "start", device)
-    out = RunResult(run_dir, run_id, skipped=len(done))
-    _run_todo(suite, o, todo, commit, out, main, slots)
+    out = RunResult(run_dir, run_id, skipped=len(plan.done))
+    _run_todo(plan, o, commit, out, main, slots)
     if main:
         record_machine(run_dir, "end", device)
     # Every case of the suite this run folder holds, also those of earlier narrowed runs, so the
@@ -280,12 +231,13 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     return out
 
 
-def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], commit: str, out: RunResult,
-              main: bool, slots: Optional[list] = None) -> None:
-    """Run the (case, round)s of ``todo``, a row saved as each case ends (``out`` counts): job by job,
+def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool,
+              slots: Optional[list] = None) -> None:
+    """Run the plan's (case, round)s, a row saved as each case ends (``out`` counts): job by job,
     or unit by unit on the local pool's ``slots`` (``posbench.run.pool``), rows saved here either way."""
     from tqdm import tqdm
 
+    suite, todo = plan.suite, plan.todo
     run_dir, run_id = out.run_dir, out.run_id
     rounds = max((rounds_of(c) for c, _r in todo), default=1)
     # The bar redraws one line with carriage returns: on a terminal. In a log (output not a
@@ -295,9 +247,7 @@ def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], com
 
     def emit(case: CaseSpec, result: dict, started: datetime, duration: float, rnd: int,
              info: Optional[dict] = None) -> None:
-        row = make_row(case, result, started, duration, commit, rnd)
-        if info:  # where the pool ran it: which unit, which GPUs
-            row["info"] = {**(row["info"] or {}), **info}
+        row = make_row(case, result, started, duration, commit, rnd, info)  # info: the pool's unit, GPUs
         if main:
             save_row(run_dir / "cases.jsonl", row)
         out.ran += 1
@@ -315,22 +265,22 @@ def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], com
         # Method files are user code: asked in a child with a time limit (``ask_unavailable``).
         answers = {} if o.in_process else ask_unavailable([c for c, _r in todo], o.methods_dirs)
         if not slots:
-            run_jobs(todo, run_dir, run_id, answers, emit, in_process=o.in_process, describe=describe)
+            run_jobs(plan.jobs, run_dir, run_id, answers, emit, in_process=o.in_process, describe=describe)
         else:
-            from posbench.run import pool, units
+            from posbench.run import pool
 
             busy: dict[int, str] = {}
 
             def run_unit(unit, slot, report, stopped) -> None:
                 info = dict(slot.info(), unit=unit.key)
-                run_jobs(unit.todo, run_dir, run_id, answers, lambda *what: report(*what, info), env=slot.env(),
+                run_jobs(unit.jobs, run_dir, run_id, answers, lambda *what: report(*what, info), env=slot.env(),
                          stopped=stopped)
 
             def on_start(unit, slot) -> None:
                 busy[slot.index] = unit.key
                 bar.set_postfix_str(f"{len(busy)} slots: " + ", ".join(busy[i] for i in sorted(busy)))
 
-            pool.run_units(units.split(todo, units.is_timed(suite.task)), slots, run_unit, emit, on_start)
+            pool.run_units(plan.units, slots, run_unit, emit, on_start)
     except RanksOutOfStep:
         bar.close()
         raise
@@ -341,13 +291,13 @@ def _run_todo(suite: Suite, o: RunOptions, todo: list[tuple[CaseSpec, int]], com
     bar.close()
 
 
-def run_jobs(todo: list[tuple[CaseSpec, int]], run_dir: Path, run_id: str, answers: dict[str, Optional[dict]],
+def run_jobs(jobs: list[tuple[list[CaseSpec], int]], run_dir: Path, run_id: str, answers: dict[str, Optional[dict]],
              emit: Callable[..., None], in_process: bool = False, env: Optional[dict[str, str]] = None,
              stopped=None, describe: Optional[Callable[[list[CaseSpec], int], None]] = None) -> None:
-    """Run ``todo`` job by job (``jobs``: a case, or a paired-windows group) and call ``emit(case,
-    result, started, duration, round)`` for each case as its job ends. ``env`` goes to every
-    worker (a pool slot's GPUs); ``stopped`` (an Event) set: no further job starts."""
-    for i, (job, rnd) in enumerate(jobs(todo)):
+    """Run ``jobs`` (``schedule.jobs``: a case, or a paired-windows group, and its round) one by one
+    and call ``emit(case, result, started, duration, round)`` for each case as its job ends. ``env``
+    goes to every worker (a pool slot's GPUs); ``stopped`` (an Event) set: no further job starts."""
+    for i, (job, rnd) in enumerate(jobs):
         if stopped is not None and stopped.is_set():
             return
         started, t0 = datetime.now(timezone.utc), time.perf_counter()

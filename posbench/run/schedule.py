@@ -1,27 +1,26 @@
-"""What a run does, in which order: shards, interleaved rounds, paired-window groups, resume.
+"""What a run does, in which order: the ``Plan`` (``plan_run``), made once and handed on.
 
-``plan_rounds`` turns a suite into the (case, round) pairs still to run in a run folder, in the
-order they run (``schedule``: per grid point, round 1 of every method, then round 2, ..., each
-round starting one method later); ``jobs`` cuts that into worker processes (a case alone, or with
-``pairing: windows`` every case of one grid point and round together). Resume and
-``retry_failed`` work per (case, round): a case with a row is not run again unless its latest row
-is ``error`` or ``timeout`` and failures are retried. ``in_shard`` keeps unit k of the suite's full
-list when k % n == i (``posbench.run.units``: a grid point with every method for a timed task, a
-case otherwise), so shards split the same way on every machine and no ratio spans two shards.
+Per grid point, round 1 of every method, then round 2, ..., each round one method later
+(``schedule``); ``jobs`` cuts that into worker processes (with ``pairing: windows`` a grid
+point's cases of one round share one). Resume and ``retry_failed`` work per (case, round).
+Shards split the suite's full list by unit (``posbench.run.units``).
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import json
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Optional
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import refuse_links
-from posbench.report.rows import case_rows, latest_rounds
-from posbench.run.folder import read_usable_run_rows
+from posbench.run.ranks import broadcast
 from posbench.run.suite import Suite, SuiteError, check_name
-from posbench.run.units import is_timed, shard_cases
+from posbench.run.units import Unit, is_timed, shard_cases, split
+from posbench.store.rows import ROWS_DIR, case_rows, latest_rounds, read_usable_run_rows
 
 RETRYABLE = ("error", "timeout")
 
@@ -39,14 +38,6 @@ def parse_shard(text: str) -> tuple[int, int]:
     if not 0 <= i < n:
         raise SuiteError(f"--shard: {text!r}: shard index out of range; allowed: 0 <= i < n")
     return i, n
-
-
-def in_shard(cases: list[CaseSpec], shard: tuple[int, int] | None, timed: bool = False) -> list[CaseSpec]:
-    """Shard i of n: unit k of the suite's full list when k % n == i (``units.shard_cases``: a
-    timed task's unit is a grid point with every method, so its ratios stay within one shard).
-    The full list (before --methods) makes the split the same on every machine whatever else the
-    command says."""
-    return shard_cases(cases, shard, timed)
 
 
 def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
@@ -72,11 +63,15 @@ def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
 
 
 def _select(suite: Suite, device: str, methods: list[str] | None, methods_dirs: list[str], run_id: str,
-            shard: tuple[int, int] | None) -> list[CaseSpec]:
+            shard: tuple[int, int] | None, timed: bool | None = None) -> list[CaseSpec]:
+    """The cases to run: shard i of n of the suite's full list (``units.shard_cases``: a timed
+    task's unit is a grid point with every method, so its ratios stay within one shard; the full
+    list, before ``--methods``, splits the same on every machine), then ``--methods``."""
     check_name(run_id, "--run-id")
     suite = with_methods(suite, methods)  # a name the suite does not list joins it (or is refused)
-    timed = is_timed(suite.task) if shard is not None else False
-    return [c for c in in_shard(suite.cases(device, run_id, methods_dirs), shard, timed)
+    if shard is not None and timed is None:
+        timed = is_timed(suite.task)
+    return [c for c in shard_cases(suite.cases(device, run_id, methods_dirs), shard, bool(timed))
             if not methods or c.method in methods]
 
 
@@ -89,7 +84,7 @@ def schedule(cases: list[CaseSpec]) -> list[tuple[CaseSpec, int]]:
     """(case, round) in the order they run: per grid point, round 1 of every method, then round
     2, ...; each round starts one method later than the last, so no method is always first
     after a grid point change. Methods of one point are then timed at the same moments of
-    machine drift, which their per-round ratios cancel (``posbench.report.bootstrap``)."""
+    machine drift, which their per-round ratios cancel (the report's bootstrap takes those ratios)."""
     points: dict[str, list[CaseSpec]] = {}
     for c in cases:  # suite order: grid points outer, methods inner
         points.setdefault(json.dumps(c.params, sort_keys=True, default=str), []).append(c)
@@ -139,15 +134,16 @@ def check_pairing(suite: Suite, in_process: bool) -> None:
 
 def plan_rounds(suite: Suite, device: str, run_dir: Path | None, retry_failed: bool, methods: list[str] | None,
                 methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None,
-                problems: list[str] | None = None) -> tuple[list[tuple[CaseSpec, int]], dict[tuple, dict]]:
+                problems: list[str] | None = None,
+                timed: bool | None = None) -> tuple[list[tuple[CaseSpec, int]], dict[tuple, dict]]:
     """((case, round) to run, (case_id, round) -> finished row) for this run folder: resume and
     ``retry_failed`` work round by round. Unusable lines of its cases.jsonl are skipped and
-    described in ``problems``."""
-    cases = _select(suite, device, methods, methods_dirs, run_id, shard)
+    described in ``problems``; ``timed``: the task's, when the caller knows it."""
+    cases = _select(suite, device, methods, methods_dirs, run_id, shard, timed)
     if run_dir is None:  # no folder yet (a --fresh dry run): every (case, round) runs
         return schedule(cases), {}
     refuse_links(run_dir)  # a planted link: refused before anything in the folder is read or written
-    refuse_links(run_dir / "rows")  # a launched sweep's per-task rows files (posbench.report.rows.ROWS_DIR)
+    refuse_links(run_dir / ROWS_DIR)  # a launched sweep's per-task rows files
     done = latest_rounds(read_usable_run_rows(run_dir, problems))
     todo = [(c, r) for c, r in schedule(cases)
             if (c.id, r) not in done or (retry_failed and done[(c.id, r)]["status"] in RETRYABLE)]
@@ -162,3 +158,45 @@ def plan(suite: Suite, device: str, run_dir: Path | None, retry_failed: bool, me
     cases = list({c.id: c for c, _r in todo}.values())
     return cases, {} if run_dir is None else case_rows(read_usable_run_rows(run_dir))
 
+
+
+@dataclass
+class Plan:
+    """A run's plan, made once (``plan_run``) and handed on: the suite with ``--methods`` joined,
+    the (case, round)s still to run in schedule order, the finished rows ((case_id, round) ->
+    row), whether the task is timed, and the todo cut into worker processes (``jobs``) and into
+    units with their jobs (``units``, for the local pool and array tasks)."""
+
+    suite: Suite
+    todo: list[tuple[CaseSpec, int]]
+    done: dict[tuple, dict]
+    timed: bool
+    jobs: list[tuple[list[CaseSpec], int]] = field(init=False)
+    units: list[Unit] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.jobs = jobs(self.todo)
+        self.units = split(self.todo, self.timed)
+        for unit in self.units:
+            unit.jobs = jobs(unit.todo)
+
+
+def plan_run(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
+             methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None, in_process: bool = False,
+             lock: Optional[Callable[[], bool]] = None) -> Plan:
+    """Every check of a run, then its plan. ``lock()``, called once the checks passed (nothing is
+    written before), takes the run folder (``True``: this process writes it); the
+    plan is then made again from the rows as they are under the lock, and rank 0's plan is every
+    rank's (``in_process``)."""
+    check_pairing(suite, in_process)
+    suite = with_methods(suite, methods)  # so the rows of added methods are this run's rows too
+    timed = is_timed(suite.task)
+    todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, None, timed)
+    if lock is not None and lock():
+        problems: list[str] = []
+        todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, problems,
+                                 timed)
+        for problem in problems:
+            print(f"warning: {problem}", file=sys.stderr)
+    todo, done = broadcast((todo, done), in_process)  # rank 0's view of the folder decides
+    return Plan(suite, todo, done, timed)

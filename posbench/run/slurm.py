@@ -1,23 +1,13 @@
-"""A sweep as one job array through submitit: ``--launcher slurm`` (or ``local``, the same path
-through submitit's local executor). Needs ``pip install posbench[slurm]``.
+"""A sweep as one job array through submitit: ``--launcher slurm`` (or ``local``). Needs
+``pip install posbench[slurm]``.
 
-``submit`` plans the run as ``run_suite`` does (the run folder's lock held while it plans and
-submits, resume and ``--retry-failed`` per (case, round)), cuts what is left into units
-(``posbench.run.units``) and submits one array task per unit, with the suite's ``launcher:``
-parameters (``posbench.run.suite.launcher``). It records the job ids in ``launcher.json``
-(``posbench.run.sweep_state``) and then follows the sweep (rows as they land, failure rows for
-tasks that die) until every task has ended, or returns at once with ``detach``.
-
-Each array task (``UnitTask``) runs its unit's jobs exactly as a local run does (a worker process
-per case or paired-windows group, ``posbench.run.runner.run_jobs``) and appends its rows to its
-own ``rows/<unit>.jsonl`` in the shared run folder: rows from many nodes are never appended to one
-file over a shared filesystem, and the one rows reader merges them (``report.rows.read_run_rows``).
-A preempted or timed-out task is requeued by submitit (``checkpoint``) and skips the cases that
-already have a row; ``kill -9`` of the submitting process loses nothing, since it writes no row.
+``submit`` plans under the run folder's lock (``schedule.plan_run``), submits an array task per
+unit and records it in ``launcher.json``; ``follow`` reports rows as they land until every task
+ended. Each task (``UnitTask``) runs its unit's jobs as a local run does, into its own
+``rows/<unit>.jsonl``; a requeued task skips what has a row. docs/many-gpus.md.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -31,15 +21,19 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from posbench.core.case import CaseSpec
-from posbench.core.files import WriteError, atomic_write_text
+from posbench.core.files import WriteError
 from posbench.core.outcome import PosbenchError
-from posbench.report.rows import ROWS_DIR, latest_rounds, read_run_rows, write_run_meta, RunMeta
 from posbench.run import sweep_state as state
-from posbench.run.folder import clean_stale_temp_dirs, lock_run_dir, make_row, save_row, write_env
 from posbench.run.launch import PACKAGE_ROOT
-from posbench.run.schedule import check_pairing, default_run_id, plan_rounds, with_methods
+from posbench.run.machine import clean_stale_temp_dirs
+from posbench.run.schedule import default_run_id, jobs, plan_run
 from posbench.run.suite import Suite, check_name
-from posbench.run.units import Unit, is_timed, split
+from posbench.run.units import Unit
+from posbench.store import sweep
+from posbench.store.meta import RunMeta, write_run_meta
+from posbench.store.row import make_row
+from posbench.store.rows import ROWS_DIR, latest_rounds, read_run_rows
+from posbench.store.writing import UnitLock, lock_run_dir, save_row, write_env
 
 
 # How often the follower looks at the rows and asks the scheduler (squeue) about the tasks.
@@ -78,28 +72,27 @@ class UnitTask:
         # with the job's state.
         terminating = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: terminating.set())
-        with state.UnitLock(run_dir, name):  # a requeued twin waits here; failure rows are not written meanwhile
-            left = {(CaseSpec.from_json(c).id, r) for c, r in state.missing(run_dir, spec)}
+        with UnitLock(run_dir, name):  # a requeued twin waits here; failure rows are not written meanwhile
+            rows = latest_rounds(read_run_rows(run_dir, []))
+            left = {(CaseSpec.from_json(c).id, r) for c, r in sweep.missing(spec, rows)}
             todo = [(CaseSpec.from_json(c), r) for c, r in spec["todo"] if (CaseSpec.from_json(c).id, r) in left]
             info = {"unit": spec["key"], "job_id": job_id, "host": socket.gethostname(),
                     "submission": spec.get("submission")}  # which rows are this submission's (sweep_state)
-            path = state.rows_path(run_dir, name)
+            path = sweep.rows_path(run_dir, name)
 
             def emit(case, result, started, duration, rnd):
                 if terminating.is_set() and result["status"] != "ok":
                     return
-                row = make_row(case, result, started, duration, spec["commit"], rnd)
-                row["info"] = {**(row["info"] or {}), **info}
-                save_row(path, row)
+                save_row(path, make_row(case, result, started, duration, spec["commit"], rnd, info))
 
             # Asked once by the submitter (method files are user code, asked in a child there).
             answers = spec.get("answers")
             if answers is None:
                 answers = ask_unavailable([c for c, _r in todo], spec["methods_dirs"])
-            run_jobs(todo, run_dir, spec["run_id"], answers, emit, stopped=terminating)
+            run_jobs(jobs(todo), run_dir, spec["run_id"], answers, emit, stopped=terminating)
             if terminating.is_set():
                 return {"unit": spec["key"], "ran": None}
-            atomic_write_text(run_dir / ROWS_DIR / f"{name}.done", json.dumps({"job_id": job_id, "at": _now()}))
+            sweep.mark_done(run_dir, name, job_id, _now())
         return {"unit": spec["key"], "ran": len(todo)}
 
     def checkpoint(self, spec: dict):
@@ -164,41 +157,42 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
     if fresh:
         run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(results) / suite.name / run_id
-    check_pairing(suite, False)
-    suite = with_methods(suite, methods)
     dirs = [str(Path(d).resolve()) for d in methods_dirs]
-    plan_rounds(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard)  # checks before writing
-    try:
-        (run_dir / ROWS_DIR).mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise WriteError(f"cannot create {run_dir}: {exc.strerror or exc}") from None
-    fd = lock_run_dir(run_dir)
-    try:
+    held: list[int] = []
+
+    def take_folder() -> bool:
+        try:
+            (run_dir / ROWS_DIR).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WriteError(f"cannot create {run_dir}: {exc.strerror or exc}") from None
+        held.append(lock_run_dir(run_dir))
         clean_stale_temp_dirs()
-        problems: list[str] = []
-        todo, _done = plan_rounds(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard, problems)
-        for problem in problems:
-            print(f"warning: {problem}", file=sys.stderr)
+        return True
+
+    try:
+        plan = plan_run(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard, lock=take_folder)
+        suite = plan.suite
         write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
         environment = envmod.collect(device)
         write_env(run_dir / "env.json", environment)
         (run_dir / "cases.jsonl").touch()  # the folder is a run folder to every reader from now on
         commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
-        record = state.read_record(run_dir) or {"format": 1, "units": {}}
+        current = sweep.Sweep.read(run_dir)  # what an earlier launch left: its record, rows, finished units
+        record = current.record if current else {"format": 1, "units": {}}
         if record["units"] and record.get("launcher") != kind:
-            states = state.settle(run_dir, record)
+            states, current = state.settled(current)
             if any(s.active for s in states.values()):
                 raise LauncherError(f"{run_dir}: tasks of a {record.get('launcher')} launch are still queued or running; "
                                     f"allowed: wait (bench.py status {run_dir}) or the same --launcher")
-        record.update(launcher=kind, command=command, commit=commit, device=device, folder=state.JOBS_DIR)
+        record.update(launcher=kind, command=command, commit=commit, device=device, folder=sweep.JOBS_DIR)
         out = Submitted(run_dir, run_id, record)
         from posbench.run.runner import ask_unavailable
 
-        answers = ask_unavailable([c for c, _r in todo], dirs)  # once, not in every array task
+        answers = ask_unavailable([c for c, _r in plan.todo], dirs)  # once, not in every array task
         specs = []
-        for unit in split(todo, is_timed(suite.task)):
+        for unit in plan.units:
             old = record["units"].get(unit.key)
-            if old is not None and state.job_state(record, run_dir, old).active:
+            if old is not None and state.job_state(record, old, unit.key in current.done).active:
                 out.busy.append(unit.key)
                 continue
             specs.append(dict(_spec(unit, run_dir, run_id, commit, dirs),
@@ -206,13 +200,14 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         if kind == "local":
             # submitit's local executor has no array throttle: the follower starts the rest. All
             # tasks share this machine, so a timed task's units run one at a time (as --parallel).
-            out.parallelism = 1 if is_timed(suite.task) else suite.launcher.array_parallelism
+            out.parallelism = 1 if plan.timed else suite.launcher.array_parallelism
             specs, out.waiting = specs[:out.parallelism], specs[out.parallelism:]
-        out.executor = executor(kind, run_dir / state.JOBS_DIR, suite, device)
+        out.executor = executor(kind, run_dir / sweep.JOBS_DIR, suite, device)
         _submit_specs(out, specs, out.executor)
         return out
     finally:
-        os.close(fd)
+        for fd in held:
+            os.close(fd)
 
 
 def _spec(unit: Unit, run_dir: Path, run_id: str, commit: str, dirs: list[str]) -> dict:
@@ -227,11 +222,11 @@ def _submit_specs(out: Submitted, specs: list[dict], ex) -> None:
         # The token names this submission in every row written for it (sweep_state.of_submission);
         # a requeued task keeps it, a resubmission gets a new one.
         spec["submitted_at"], spec["submission"] = _now(), uuid.uuid4().hex
-    jobs = ex.map_array(UnitTask(), specs)  # one job array, a task per unit
-    for spec, job in zip(specs, jobs):
+    array = ex.map_array(UnitTask(), specs)  # one job array, a task per unit
+    for spec, job in zip(specs, array):
         out.record["units"][spec["key"]] = dict(spec, job_id=str(job.job_id))
         out.units.append(spec["key"])
-    state.write_record(out.run_dir, out.record)  # before anything else: status finds the jobs from here
+    sweep.write_record(out.run_dir, out.record)  # before anything else: status finds the jobs from here
 
 
 def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
@@ -240,15 +235,11 @@ def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
     that died (``sweep_state.settle``), and, for the local launcher, the next tasks as slots free."""
     seen: set = set()
     while True:
-        states = state.settle(out.run_dir, out.record)
-        rows = latest_rounds(read_run_rows(out.run_dir, []))
-        for key in out.record["units"]:
-            unit = out.record["units"][key]
-            for case, rnd in unit["todo"]:
-                row = rows.get((CaseSpec.from_json(case).id, rnd))
-                mark = (key, CaseSpec.from_json(case).id, rnd)
-                if state.of_submission(row, unit) and mark not in seen:
-                    seen.add(mark)
+        states, now = state.settled(sweep.Sweep.of(out.run_dir, out.record))
+        for key, unit in out.record["units"].items():
+            for cid, rnd, row in now.landed[key]:
+                if (key, cid, rnd) not in seen:
+                    seen.add((key, cid, rnd))
                     if on_row is not None:
                         on_row(row)
         active = sum(1 for s in states.values() if s.active)

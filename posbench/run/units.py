@@ -1,20 +1,8 @@
 """The unit of distribution: what one device runs whole when a sweep is spread out.
 
-A shard (``--shard i/n``), a slot of the local pool (``--gpus``, ``--parallel``) and a Slurm
-array task (``--launcher slurm``) each run whole units, never part of one:
-
-- a **timed** task (``posbench.core.task.LoadedTask.timed``: its numbers are timings compared
-  between the methods of a grid point, paired in rounds or measured in one group process) has one
-  unit per grid point, holding every method and every round of it. Every ratio to the baseline
-  then divides two speeds measured on the same device, which is what the paired rounds and
-  windows exist for; spreading a point's methods over two GPUs would put the drift (and the
-  difference between the GPUs) back into the ratio.
-- any other task (training and evaluating a model per case) has one unit per case (all its
-  rounds): cases share no number, so they go wherever a device is free.
-
-A unit's ``key`` is readable and stable (``seq_len=128`` or ``alibi/L_train=64``, the case id);
-``name`` is the file-safe form used for a Slurm task's rows file (``report.names.file_stem``).
-Units keep the order their first (case, round) has in the schedule.
+A shard, a pool slot and a Slurm array task each run whole units: for a timed task a grid point
+with every method and round (its ratios divide speeds of one device), otherwise a case. ``key``
+is readable (``seq_len=128``, a case id); ``name`` its file-safe form (``rows/<name>.jsonl``).
 """
 from __future__ import annotations
 
@@ -22,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from posbench.core.case import CaseSpec
-from posbench.report.names import file_stem
+from posbench.store.names import file_stem
 
 
 @dataclass
@@ -32,6 +20,7 @@ class Unit:
     key: str
     timed: bool
     todo: list[tuple[CaseSpec, int]] = field(default_factory=list)
+    jobs: list[tuple[list[CaseSpec], int]] = field(default_factory=list)  # its worker processes (``schedule.jobs``)
 
     @property
     def name(self) -> str:

@@ -1,28 +1,10 @@
 """Runs one case in its own process: ``python -m posbench.run.worker CASE.json RESULT.json``.
 
-The runner starts one worker per case, so a crash, a hang or an out-of-memory costs one row and
-peak memory is about this case alone. The result file is written only when the task returned or
-raised (to a temporary name, then renamed), so a missing file means the process died: the runner
-turns that into an ``error`` row with the exit code or signal.
-
-Under torchrun (``nproc`` > 1: the runner starts ``python -m torch.distributed.run ... -m
-posbench.run.worker``) every rank runs this module: it joins the process group from the environment
-and runs the case. Rank 0 alone writes RESULT.json when it succeeds; a rank that fails writes
-``RESULT.rank<N>.json`` (message ``rank N: ExcType: msg``, and when it failed) and exits with
-status 1, so torchrun stops the other ranks, which may be waiting for it in a collective. The
-runner reads them back with ``read_result``: any rank's failure makes the row, the earliest one
-if several ranks failed (the first is the cause, the others its echo).
-
-Groups (``pairing: windows``): the runner may hand one worker several cases of one grid point and
-round, ``{"group": [CASE, ...], "round": r}``; the task's ``run_group`` measures them together
-(``posbench.engine.windows``) and RESULT.json is ``{"group": [RESULT, ...]}``, one per case in order. A
-method that fails inside the group has its own failure result; only a failure outside every
-method (or the process dying) fails the whole group.
-
-Result: ``{"status", "message", "traceback", "metrics", "series"}``. Status ``oom`` for
-``MemoryError``, ``torch.cuda.OutOfMemoryError`` and torch's CPU allocator failing (what an
-``RLIMIT_AS`` limit produces); ``diverged`` for ``tasks.Diverged``; ``unavailable`` for ``tasks.Unavailable`` (the message is the
-reason); ``error`` for anything else.
+RESULT.json (``{"status", "message", "traceback", "metrics", "series"}``, or ``{"group": [...]}``
+for a paired-windows group) is written only when the task returned or raised, so a missing file
+means the process died. Under torchrun every rank runs this module; rank 0 writes RESULT.json, a
+failing rank ``RESULT.rank<N>.json`` (``read_result`` takes the earliest failure). Statuses:
+``oom`` (allocation failures), ``diverged``, ``unavailable``, else ``error`` (docs/reliability.md).
 """
 from __future__ import annotations
 
@@ -35,7 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from posbench.core import task as tasks
-from posbench.core.outcome import OOM_TEXT, failure, memory_cause, ok_result, one_line  # noqa: F401  (re-exported)
+from posbench.core.outcome import failure, ok_result, one_line
 from posbench.core.case import Case, CaseSpec, JsonDict
 
 

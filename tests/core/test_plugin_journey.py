@@ -15,6 +15,7 @@ import pytest
 
 from posbench.core import registry
 from posbench.core import conformance as testing
+from posbench.store.rows import latest, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,9 +101,8 @@ def test_the_whole_journey_list_check_run_report(outside):
 
 
 def registry_rows(run_dir: Path) -> list[dict]:
-    from posbench.run import runner
 
-    return list(runner.latest(runner.read_rows(run_dir / "cases.jsonl")).values())
+    return list(latest(read_rows(run_dir / "cases.jsonl")).values())
 
 
 @pytest.mark.subprocess

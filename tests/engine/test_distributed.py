@@ -20,12 +20,12 @@ import torch
 from posbench.cli import app as cli
 from posbench.engine import distributed
 from posbench.report import build as report
-from posbench.run import runner
 from posbench.engine.evaluate import evaluate
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM
 from posbench.engine.train import TrainConfig, train
 from tests.helpers.suites import make_suite
+from posbench.store.rows import latest, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = 2
@@ -133,7 +133,7 @@ def _suite(tmp_path, methods, grid="[1]", **settings) -> Path:
 
 def _rows(results: Path) -> dict[str, dict]:
     (run_dir,) = (results / "t").iterdir()
-    return runner.latest(runner.read_rows(run_dir / "cases.jsonl"))
+    return latest(read_rows(run_dir / "cases.jsonl"))
 
 
 @pytest.mark.subprocess

@@ -25,6 +25,8 @@ from posbench.report.table import metric_tables
 from tests.helpers.ratios import recovers_planted_ratio
 from tests.helpers.report_rows import write_run
 from tests.helpers.suites import make_suite
+from posbench.run.schedule import check_pairing, jobs, plan_rounds, schedule
+from posbench.store.rows import case_rows, read_rows
 
 
 # -- the window order ---------------------------------------------------------------------------
@@ -152,12 +154,12 @@ def _window_rows(method_rounds, base_rounds, run_id="run-w"):
 def test_merged_rows_keep_each_rounds_windows_and_tables_pair_them(tmp_path):
     method, base, _ = _drifting_windows(rounds=3, windows=10, ratio=0.95)
     rows = _window_rows(method, base)
-    merged = rowsmod.case_rows(rows)["alibi/seq_len=64"]
+    merged = case_rows(rows)["alibi/seq_len=64"]
     assert merged["series"]["train_wps_by_window"] == [{"group": f"g{r}", "values": method[r]["values"]}
                                                         for r in range(3)]
     assert merged["metrics"]["n_rounds"] == 3
     # one round of a paired-windows case is merged too (its windows still pair)
-    (single,) = rowsmod.case_rows(rows[:1]).values()
+    (single,) = case_rows(rows[:1]).values()
     assert single["series"]["train_wps_by_window"] == [base[0]]
 
     run = write_run(tmp_path, rows, metrics=["train_wps"], methods=["sinusoidal", "alibi"])
@@ -191,12 +193,12 @@ def _suite(tmp_path, methods, **settings):
 
 def test_jobs_group_a_grid_points_cases_per_round(tmp_path):
     _, suite = _suite(tmp_path, ["sinusoidal", "rotary", "alibi"], grid="[1, 2]", rounds=2)
-    jobs = runner.jobs(runner.schedule(suite.cases("cpu")))
-    assert [([c.id for c in cases], r) for cases, r in jobs] == [
+    grouped = jobs(schedule(suite.cases("cpu")))
+    assert [([c.id for c in cases], r) for cases, r in grouped] == [
         (["sinusoidal/n=1", "rotary/n=1", "alibi/n=1"], 1), (["rotary/n=1", "alibi/n=1", "sinusoidal/n=1"], 2),
         (["sinusoidal/n=2", "rotary/n=2", "alibi/n=2"], 1), (["rotary/n=2", "alibi/n=2", "sinusoidal/n=2"], 2)]
     _, plain = _suite(tmp_path, ["sinusoidal", "rotary"], pairing="rounds")
-    assert [len(cases) for cases, _ in runner.jobs(runner.schedule(plain.cases("cpu")))] == [1, 1]
+    assert [len(cases) for cases, _ in jobs(schedule(plain.cases("cpu")))] == [1, 1]
 
 
 @pytest.mark.subprocess
@@ -207,7 +209,7 @@ def test_a_group_is_one_process_with_a_row_per_case_and_a_failing_method_fails_a
     result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False,
                                                        on_row=lambda row, i, n: seen.append((row["case_id"], row["round"], i, n))))
     assert [s[2:] for s in seen] == [(i, 12) for i in range(1, 13)]  # progress counts cases
-    stored = runner.read_rows(result.run_dir / "cases.jsonl")
+    stored = read_rows(result.run_dir / "cases.jsonl")
     by_key = {(r["case_id"], r["round"]): r for r in stored}
     assert len(by_key) == 12
     # one worker process per (grid point, round): its cases share the pid, the next group has another
@@ -261,12 +263,12 @@ def test_resume_runs_only_the_missing_case_rounds_and_retry_reruns_one(tmp_path,
     assert cli.main(args) == cli.EXIT_INTERRUPTED  # in the first group of n=2
     assert "interrupted: 6 of 12 cases finished" in capsys.readouterr().err
     run_dir = next((tmp_path / "res" / "t").iterdir())
-    first = runner.read_rows(run_dir / "cases.jsonl")
+    first = read_rows(run_dir / "cases.jsonl")
     assert sorted((r["case_id"], r["round"]) for r in first) == sorted(
         (f"{m}/n=1", r) for m in ("sinusoidal", "rotary", "alibi") for r in (1, 2))
 
     assert cli.main(args) == 0
-    stored = runner.read_rows(run_dir / "cases.jsonl")
+    stored = read_rows(run_dir / "cases.jsonl")
     assert stored[:6] == first and len(stored) == 12
     assert sorted((r["case_id"], r["round"]) for r in stored[6:]) == sorted(
         (f"{m}/n=2", r) for m in ("sinusoidal", "rotary", "alibi") for r in (1, 2))
@@ -277,8 +279,8 @@ def test_resume_runs_only_the_missing_case_rounds_and_retry_reruns_one(tmp_path,
     target = next(i for i, r in enumerate(lines) if (r["case_id"], r["round"]) == ("rotary/n=2", 2))
     lines[target].update(status="error", message="ValueError: boom")
     (run_dir / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    todo, _ = runner.plan_rounds(suite, "cpu", run_dir, True, None, [], run_dir.name)
-    assert [([c.id for c in cases], r) for cases, r in runner.jobs(todo)] == [(["rotary/n=2"], 2)]
+    todo, _ = plan_rounds(suite, "cpu", run_dir, True, None, [], run_dir.name)
+    assert [([c.id for c in cases], r) for cases, r in jobs(todo)] == [(["rotary/n=2"], 2)]
     again = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", run_id=run_dir.name, retry_failed=True,
                                                       progress=False))
     assert again.ran == 1 and all(r["status"] == "ok" for r in again.rows)
@@ -290,7 +292,7 @@ def test_windows_pairing_needs_one_process(tmp_path):
     _, suite = _suite(tmp_path, ["sinusoidal"])
     with pytest.raises(suitemod.SuiteError, match="pairing: windows runs every method of a grid point in one worker "
                                                   "process, which a run under torchrun"):
-        runner.check_pairing(suite, in_process=True)
+        check_pairing(suite, in_process=True)
     with pytest.raises(ValueError, match="pairing: windows measures every method of a grid point in one process; "
                                          "allowed: nproc 1, or pairing: rounds"):
         efficiency.Settings(model="tiny", tokens_per_step=64, pairing="windows", nproc=2)
@@ -390,7 +392,7 @@ def test_short_real_run_of_the_cpu_efficiency_suite_pairs_windows(tmp_path, caps
     out = capsys.readouterr().out
     assert code == 0, out
     (run_dir,) = (tmp_path / "res" / "efficiency").iterdir()
-    rows = {(r["method"], r["round"]): r for r in runner.read_rows(run_dir / "cases.jsonl")}
+    rows = {(r["method"], r["round"]): r for r in read_rows(run_dir / "cases.jsonl")}
     assert set(rows) == {(m, r) for m in ("sinusoidal", "alibi", "cannot_build") for r in (1, 2)}
     # cannot_build fails alone: in its memory process (round 1), in the group (round 2)
     assert rows[("cannot_build", 1)]["message"] == "memory process: RuntimeError: cannot build this one"
@@ -409,7 +411,7 @@ def test_short_real_run_of_the_cpu_efficiency_suite_pairs_windows(tmp_path, caps
     train = table.split("**Training speed")[1].split("**Evaluation speed")[0]
     alibi = next(line for line in train.splitlines() if line.startswith("| alibi"))
     assert "x ±" in alibi and "median of per-window ratios (paired windows" in table
-    merged = rowsmod.case_rows(runner.read_rows(run_dir / "cases.jsonl"))
+    merged = case_rows(read_rows(run_dir / "cases.jsonl"))
     assert len(merged["alibi/seq_len=32"]["series"]["train_wps_by_window"]) == 2
     assert Path(run_dir / "table.csv").read_text().count("alibi") >= 3
 

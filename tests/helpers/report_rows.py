@@ -9,7 +9,7 @@ import json
 import math
 from pathlib import Path
 
-from posbench.report.rows import RunMeta, write_run_meta
+from posbench.store.meta import RunMeta, write_run_meta
 
 LENGTHS = [256, 512, 1024]
 EFF_METHODS = ["sinusoidal", "rotary", "t5_bias", "alibi", "alibi_triton"]

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from posbench.report import results_page
-from posbench.report.rows import RunMeta, write_run_meta
+from posbench.store.meta import RunMeta, write_run_meta
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 SETTINGS = {"model": "tiny", "dtype": "float32", "tokens_per_step": 1024, "lr": 1e-05, "windows": 3,

@@ -3,10 +3,13 @@ import json
 
 import pytest
 
-from posbench.report import rows as rowsmod
 from posbench.core import task as tasks
-from posbench.report.rows import RowsError, RunMeta, check_row, latest, load_runs, read_rows, read_run_meta, write_run_meta
+from posbench.report.rows import load_runs
+from posbench.store.bounds import RowsError, check_row
+from posbench.store.meta import RunMeta, read_run_meta, write_run_meta
+from posbench.store.rows import latest, read_rows
 from tests.helpers.report_rows import base_row, efficiency_rows, write_run
+from posbench.store.meta import RUN_FILE, read_env
 
 
 def _write(path, lines: list[str], end="\n"):
@@ -89,7 +92,7 @@ def test_run_meta_round_trip_and_errors(tmp_path):
                    methods=["alibi_triton", "triton_no_bias"], metrics=["fwdbwd_ms"], settings={"reps": 20},
                    grid={"seq_len": [512]}, profile="gpu", device="cuda", run_id="r")
     path = write_run_meta(tmp_path, meta)
-    assert path == tmp_path / rowsmod.RUN_FILE and read_run_meta(tmp_path) == meta
+    assert path == tmp_path / RUN_FILE and read_run_meta(tmp_path) == meta
     assert json.loads(path.read_text())["baseline"] == "triton_no_bias"
     assert read_run_meta(tmp_path / "old-run") is None  # runs written before run.json existed
     path.write_text('{"suite": "k"}')
@@ -149,4 +152,4 @@ def test_bytes_that_are_not_utf8_name_file_and_line(tmp_path):
     env = tmp_path / "env.json"
     env.write_bytes(b'{"python": "\xff"}')
     with pytest.raises(RowsError, match=r"env.json: not UTF-8 text$"):
-        rowsmod.read_env(tmp_path)
+        read_env(tmp_path)

@@ -5,7 +5,10 @@ import random
 import signal
 import time
 
-from posbench.report.rows import ROW_KEYS, RowsError, check_row, load_runs, read_rows
+from posbench.report.rows import load_runs
+from posbench.store.bounds import RowsError, check_row
+from posbench.store.row import ROW_KEYS
+from posbench.store.rows import read_rows
 from posbench.report.sections import collect_sections
 from tests.helpers.report_rows import efficiency_rows, extrapolation_rows, retrieval_rows, write_run
 

@@ -7,11 +7,13 @@ import os
 import pytest
 
 from posbench.report import rows as rowsmod
-from posbench.report.rows import RowsError
-from posbench.run import runner
+from posbench.store.bounds import RowsError
 from posbench.run import suite as suitemod
 from tests.helpers.report_rows import efficiency_rows, write_run
 from tests.helpers.suites import make_suite
+from posbench.run.schedule import plan_rounds
+from posbench.store.row import make_row
+from posbench.store.rows import read_run_rows, rows_files
 
 
 def _write(path, rows):
@@ -27,7 +29,7 @@ def test_report_reads_cases_jsonl_and_every_task_rows_file_as_one_run(tmp_path):
     late = dict(rows[0], metrics={**rows[0]["metrics"], "train_wps": 1.0}, started_at="2024-06-02T00:00:00+00:00")
     _write(run_dir / "rows" / "zz-retry.jsonl", [late])  # a retried case in a later task file
     (run_dir / "rows" / "notes.txt").write_text("not rows")  # only *.jsonl files are rows
-    assert [p.name for p in rowsmod.rows_files(run_dir)] == ["cases.jsonl", "seq_len-256-x.jsonl",
+    assert [p.name for p in rows_files(run_dir)] == ["cases.jsonl", "seq_len-256-x.jsonl",
                                                              "seq_len-512-y.jsonl", "zz-retry.jsonl"]
     runs = rowsmod.load_runs(tmp_path)
     assert len(runs.rows) == len(rows) and set(runs.rows["source"]) == {str(run_dir)}
@@ -41,7 +43,7 @@ def test_a_bad_line_in_a_task_file_is_named_and_skipped(tmp_path):
     (run_dir / "rows").mkdir()
     (run_dir / "rows" / "u.jsonl").write_text(json.dumps(rows[2]) + "\n{broken\n")
     problems = []
-    got = rowsmod.read_run_rows(run_dir, problems)
+    got = read_run_rows(run_dir, problems)
     assert [r["case_id"] for r in got] == [r["case_id"] for r in rows[:3]]
     assert len(problems) == 1 and f"{run_dir / 'rows' / 'u.jsonl'}:2" in problems[0]
 
@@ -51,17 +53,17 @@ def test_a_rows_folder_that_is_a_link_is_refused(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     os.symlink(tmp_path / "elsewhere", run_dir / "rows")
     with pytest.raises(RowsError, match="symbolic link"):
-        rowsmod.read_run_rows(run_dir)
+        read_run_rows(run_dir)
 
 
 def test_resume_skips_cases_whose_rows_are_in_task_files(tmp_path):
     suite = suitemod.resolve(suitemod.load(make_suite(tmp_path, ["sinusoidal", "alibi"], grid="[1, 2]")), "default")
     run_dir = tmp_path / "res" / "t" / "r"
     cases = {c.id: c for c in suite.cases("cpu", "r")}
-    done = runner.make_row(cases["alibi/n=2"], {"status": "ok", "metrics": {"value": 2000}},
+    done = make_row(cases["alibi/n=2"], {"status": "ok", "metrics": {"value": 2000}},
                            __import__("datetime").datetime.now(), 0.1, "abc")
     _write(run_dir / "rows" / "n-2-abcd.jsonl", [done])
     (run_dir / "cases.jsonl").touch()
-    todo, finished = runner.plan_rounds(suite, "cpu", run_dir, False, None, [], "r")
+    todo, finished = plan_rounds(suite, "cpu", run_dir, False, None, [], "r")
     assert [c.id for c, _r in todo] == ["sinusoidal/n=1", "alibi/n=1", "sinusoidal/n=2"]
     assert list(finished) == [("alibi/n=2", 1)]

@@ -8,11 +8,15 @@ from contextlib import contextmanager
 
 import pytest
 
-from posbench.report import rows as rowsmod
-from posbench.report import stored
+from posbench.store import bounds as stored
 from posbench.report.build import build_report
-from posbench.report.rows import RowsError, case_rows, find_run_dirs, load_runs, read_rows, read_run_meta
+from posbench.report.rows import find_run_dirs, load_runs
+from posbench.store.bounds import RowsError
+from posbench.store.meta import read_run_meta
+from posbench.store.rows import case_rows, read_rows
 from tests.helpers.report_rows import base_row, efficiency_rows, write_run
+from posbench.store.bounds import MAX_LINE, MAX_ROUNDS, MAX_WINDOWS
+from posbench.store.meta import read_env
 
 
 @contextmanager
@@ -80,7 +84,7 @@ def test_a_line_longer_than_the_bound_is_skipped_without_holding_it(tmp_path, mo
 
 
 def test_the_default_line_bound_is_16_mib_and_a_longer_line_is_skipped(tmp_path):
-    assert stored.MAX_LINE == 16 << 20
+    assert MAX_LINE == 16 << 20
     path = tmp_path / "cases.jsonl"
     with path.open("w") as fh:
         fh.write(json.dumps(_row("a")) + "\n")
@@ -115,10 +119,10 @@ def test_deep_or_huge_json_in_run_and_env_files_is_one_line(tmp_path, name):
 def test_a_billion_rounds_make_the_row_invalid_not_a_billion_slots(tmp_path):
     path = _lines(tmp_path / "cases.jsonl", _row("a", round=1, metrics={"train_wps": 1.0}),
                   _row("a", round=1_000_000_000, metrics={"train_wps": 1.0}),
-                  _row("a", round=stored.MAX_ROUNDS, metrics={"train_wps": 2.0}))
+                  _row("a", round=MAX_ROUNDS, metrics={"train_wps": 2.0}))
     problems = []
     rows = read_rows(path, problems)
-    assert [r["round"] for r in rows] == [1, stored.MAX_ROUNDS]
+    assert [r["round"] for r in rows] == [1, MAX_ROUNDS]
     assert problems == [f"{path}:2: round: expected a whole number from 1 to 10000 or null, got 1000000000; "
                         "line skipped"]
     merged = case_rows(rows)["a"]  # the largest allowed round: 10,000 slots, no more
@@ -126,8 +130,8 @@ def test_a_billion_rounds_make_the_row_invalid_not_a_billion_slots(tmp_path):
 
 
 def test_a_series_of_more_windows_than_the_bound_makes_the_row_invalid(tmp_path):
-    many = _row("b", series={"train_wps_windows": [1.0] * (stored.MAX_WINDOWS + 1)})
-    nested = _row("c", series={"train_wps_by_window": [{"group": "g", "values": [1.0] * (stored.MAX_WINDOWS + 1)}]})
+    many = _row("b", series={"train_wps_windows": [1.0] * (MAX_WINDOWS + 1)})
+    nested = _row("c", series={"train_wps_by_window": [{"group": "g", "values": [1.0] * (MAX_WINDOWS + 1)}]})
     path = _lines(tmp_path / "cases.jsonl", _row("a"), many, nested)
     problems = []
     assert [r["case_id"] for r in read_rows(path, problems)] == ["a"]
@@ -160,7 +164,7 @@ def test_a_huge_env_json_is_refused_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(stored, "MAX_FILE", 1000)
     (tmp_path / "env.json").write_text(json.dumps({"x": "y" * 5000}))
     with pytest.raises(RowsError, match=r"env.json: larger than 1,000 bytes; allowed: a JSON file up to that size$"):
-        rowsmod.read_env(tmp_path)
+        read_env(tmp_path)
 
 
 def test_finding_run_folders_does_not_follow_a_link_loop(tmp_path):

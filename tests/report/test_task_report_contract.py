@@ -15,7 +15,8 @@ import pytest
 import posbench
 from posbench.core import task as task_registry
 from posbench.report.compare import case_metrics
-from posbench.report.rows import RunMeta, load_runs, write_run_meta
+from posbench.report.rows import load_runs
+from posbench.store.meta import RunMeta, write_run_meta
 from posbench.report.sections import collect_sections
 from posbench.report.table import run_tables
 

@@ -15,11 +15,13 @@ from posbench.report import rows as rowsmod
 from posbench.run import sweep_state
 from tests.helpers import slurm_cluster
 from tests.helpers.suites import make_suite
+from posbench.store.rows import read_run_rows
+from posbench.store.sweep import read_record
 
 
 def _rows_by_case(run_dir):
     out = {}
-    for row in rowsmod.read_run_rows(run_dir):
+    for row in read_run_rows(run_dir):
         out.setdefault(row["case_id"], []).append(row)
     return out
 
@@ -54,7 +56,7 @@ def test_the_local_executor_runs_a_unit_per_task_and_a_killed_task_resumes(tmp_p
     # In a test process that had already loaded the methods (a CI worker after earlier tests) it
     # took under a second and did so about 2 runs in 5: the new task then read the old failure row
     # as its own, skipped alibi and status said "0 done, 1 failed". Rows now name their submission
-    # (sweep_state.of_submission); pinning the clock here makes that race happen every time.
+    # (of_submission); pinning the clock here makes that race happen every time.
     from posbench.run import slurm as launcher
 
     monkeypatch.setattr(launcher, "_now", lambda: failed["started_at"])
@@ -64,7 +66,7 @@ def test_the_local_executor_runs_a_unit_per_task_and_a_killed_task_resumes(tmp_p
     rows = _rows_by_case(run_dir)
     assert len(rows["sinusoidal/n=1"]) == 1  # finished cases are not run again
     assert [r["status"] for r in rows["alibi/n=1"]] == ["error", "ok"]
-    record = sweep_state.read_record(run_dir)
+    record = read_record(run_dir)
     assert record["units"]["n=1"]["submitted_at"] == failed["started_at"]  # the pinned clock took effect
     assert rows["alibi/n=1"][1]["info"]["submission"] == record["units"]["n=1"]["submission"] != \
         failed["info"]["submission"]

@@ -17,6 +17,8 @@ from posbench.report.table import metric_tables
 from tests.helpers.ratios import recovers_planted_ratio
 from tests.helpers.report_rows import write_run
 from tests.helpers.suites import make_suite
+from posbench.run.schedule import plan_rounds, schedule
+from posbench.store.rows import case_rows, merge_rounds, read_rows
 
 
 def _ids(todo):
@@ -28,7 +30,7 @@ def _ids(todo):
 def test_schedule_interleaves_methods_round_by_round_per_grid_point(tmp_path):
     path = make_suite(tmp_path, ["sinusoidal", "rotary", "alibi"], grid="[1, 2]", rounds=3)
     suite = suitemod.resolve(suitemod.load(path), "default")
-    todo = runner.schedule(suite.cases("cpu"))
+    todo = schedule(suite.cases("cpu"))
     # Per point: round 1 of every method, then round 2 starting one method later, then round 3.
     m1 = ["sinusoidal/n=1", "rotary/n=1", "alibi/n=1"]
     expected = [(m1[i], 1) for i in (0, 1, 2)] + [(m1[i], 2) for i in (1, 2, 0)] + [(m1[i], 3) for i in (2, 0, 1)]
@@ -37,7 +39,7 @@ def test_schedule_interleaves_methods_round_by_round_per_grid_point(tmp_path):
     assert len(todo) == 18
     # Without the setting every case runs once, in suite order.
     plain = suitemod.resolve(suitemod.load(make_suite(tmp_path, ["sinusoidal", "rotary"])), "default")
-    assert _ids(runner.schedule(plain.cases("cpu"))) == [("sinusoidal/n=1", 1), ("rotary/n=1", 1)]
+    assert _ids(schedule(plain.cases("cpu"))) == [("sinusoidal/n=1", 1), ("rotary/n=1", 1)]
 
 
 @pytest.mark.subprocess
@@ -49,7 +51,7 @@ def test_each_round_is_a_fresh_process_and_a_row_and_progress_counts_rounds(tmp_
                                                        on_row=lambda row, i, n: seen.append((row["case_id"], row["round"], i, n))))
     assert seen == [("sinusoidal/n=1", 1, 1, 4), ("rotary/n=1", 1, 2, 4), ("rotary/n=1", 2, 3, 4),
                     ("sinusoidal/n=1", 2, 4, 4)]
-    stored = runner.read_rows(result.run_dir / "cases.jsonl")
+    stored = read_rows(result.run_dir / "cases.jsonl")
     assert [(r["case_id"], r["round"]) for r in stored] == [s[:2] for s in seen]
     assert len({r["metrics"]["pid"] for r in stored}) == 4  # one worker process per case and round
     # The run's rows: one per case, rounds merged, every round's value kept.
@@ -75,11 +77,11 @@ def test_resume_mid_round_runs_each_remaining_round_once(tmp_path, capsys):
     assert cli.main(args) == cli.EXIT_INTERRUPTED
     assert "interrupted: 1 of 6 cases finished" in capsys.readouterr().err
     run_dir = next((tmp_path / "res" / "t").iterdir())
-    first = runner.read_rows(run_dir / "cases.jsonl")
+    first = read_rows(run_dir / "cases.jsonl")
     assert [(r["case_id"], r["round"]) for r in first] == [("sinusoidal/n=1", 1)]
 
     assert cli.main(args) == 0
-    stored = runner.read_rows(run_dir / "cases.jsonl")
+    stored = read_rows(run_dir / "cases.jsonl")
     assert [(r["case_id"], r["round"]) for r in stored] == [
         ("sinusoidal/n=1", 1), ("rotary/n=1", 1), ("alibi/n=1", 1),
         ("rotary/n=1", 2), ("alibi/n=1", 2), ("sinusoidal/n=1", 2)]
@@ -87,7 +89,7 @@ def test_resume_mid_round_runs_each_remaining_round_once(tmp_path, capsys):
     assert "5 case(s) run, 1 already done" in capsys.readouterr().out
     # A third call finds every round done.
     suite = suitemod.resolve(suitemod.load(path), "default")
-    todo, done = runner.plan_rounds(suite, "cpu", run_dir, False, None, [], run_dir.name)
+    todo, done = plan_rounds(suite, "cpu", run_dir, False, None, [], run_dir.name)
     assert todo == [] and len(done) == 6
 
 
@@ -102,11 +104,11 @@ def test_retry_failed_reruns_only_the_failed_round(tmp_path):
     target = next(i for i, r in enumerate(broken) if (r["case_id"], r["round"]) == ("rotary/n=1", 2))
     broken[target].update(status="error", message="ValueError: boom")
     cases.write_text("".join(json.dumps(r) + "\n" for r in broken))
-    merged = rowsmod.case_rows(runner.read_rows(cases))["rotary/n=1"]
+    merged = case_rows(read_rows(cases))["rotary/n=1"]
     assert merged["status"] == "error" and merged["message"] == "round 2: ValueError: boom"
     assert merged["series"]["value_by_round"] == [1000, None, 1000] and merged["metrics"]["n_rounds"] == 2
 
-    todo, _ = runner.plan_rounds(suite, "cpu", result.run_dir, True, None, [], result.run_id)
+    todo, _ = plan_rounds(suite, "cpu", result.run_dir, True, None, [], result.run_id)
     assert _ids(todo) == [("rotary/n=1", 2)]
     again = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", retry_failed=True, progress=False))
     assert again.ran == 1
@@ -119,15 +121,15 @@ def test_merge_rounds_takes_medians_and_keeps_single_rows_as_they_are():
                 "metrics": {"value": value, "mem": 10}, "series": {"w": [r]}, "duration_s": 1.0,
                 "started_at": f"2026-01-01T00:00:0{r}+00:00", "message": "", "traceback": ""}
 
-    merged = rowsmod.merge_rounds([row(3, 30.0), row(1, 10.0), row(2, 50.0)])
+    merged = merge_rounds([row(3, 30.0), row(1, 10.0), row(2, 50.0)])
     assert merged["metrics"] == {"value": 30.0, "mem": 10, "n_rounds": 3}
     assert merged["series"]["value_by_round"] == [10.0, 50.0, 30.0] and merged["duration_s"] == 3.0
     assert merged["series"]["w"] == [1]  # the first round's own series
     single = row(1, 10.0)
-    assert rowsmod.merge_rounds([single]) == single
+    assert merge_rounds([single]) == single
     # The latest row per round wins (a retried round), then rounds merge.
     retried = dict(row(2, 70.0), started_at="2026-01-01T00:00:09+00:00")
-    out = rowsmod.case_rows([row(1, 10.0), row(2, 50.0), retried])["a/n=1"]
+    out = case_rows([row(1, 10.0), row(2, 50.0), retried])["a/n=1"]
     assert out["series"]["value_by_round"] == [10.0, 70.0]
 
 

@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from posbench.run import folder
+from posbench.store.rows import read_usable_rows
+from posbench.store.writing import _repair_tail, append_row
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,14 +33,14 @@ def line(i: int, message: str = "") -> bytes:
 
 
 def ids(path: Path) -> list[str]:
-    return [r["case_id"] for r in folder.read_usable_rows(path)]
+    return [r["case_id"] for r in read_usable_rows(path)]
 
 
 def test_a_torn_tail_longer_than_64_kib_costs_only_itself(tmp_path):
     path = tmp_path / "cases.jsonl"
     torn = line(9, "x" * 200_000)[:150_000]  # a large error message, cut while the disk filled
     path.write_bytes(line(1) + line(2) + line(3) + torn)
-    folder.append_row(path, row(4))
+    append_row(path, row(4))
     assert ids(path) == ["m/n=1", "m/n=2", "m/n=3", "m/n=4"]
     assert path.read_bytes() == line(1) + line(2) + line(3) + line(4)
 
@@ -47,7 +48,7 @@ def test_a_torn_tail_longer_than_64_kib_costs_only_itself(tmp_path):
 def test_a_torn_tail_with_no_newline_in_the_whole_file_is_cut_alone(tmp_path):
     path = tmp_path / "cases.jsonl"
     path.write_bytes(line(1, "y" * 100_000)[:90_000])
-    folder.append_row(path, row(2))
+    append_row(path, row(2))
     assert path.read_bytes() == line(2)
 
 
@@ -55,7 +56,7 @@ def test_a_complete_row_without_its_newline_is_kept_and_counted(tmp_path):
     path = tmp_path / "cases.jsonl"
     path.write_bytes(line(1) + line(2).rstrip(b"\n"))
     assert ids(path) == ["m/n=1", "m/n=2"]  # resume counts it as done ...
-    folder.append_row(path, row(3))
+    append_row(path, row(3))
     assert ids(path) == ["m/n=1", "m/n=2", "m/n=3"]  # ... and the next append keeps it
     assert path.read_bytes() == line(1) + line(2) + line(3)
 
@@ -63,18 +64,18 @@ def test_a_complete_row_without_its_newline_is_kept_and_counted(tmp_path):
 def test_a_large_complete_row_without_its_newline_is_kept(tmp_path):
     path = tmp_path / "cases.jsonl"
     path.write_bytes(line(1) + line(2, "z" * 300_000).rstrip(b"\n"))
-    folder.append_row(path, row(3))
+    append_row(path, row(3))
     assert ids(path) == ["m/n=1", "m/n=2", "m/n=3"]
 
 
 WRITER = """
 import sys
 from pathlib import Path
-from posbench.run import folder
+from posbench.store.writing import append_row
 {row}
 path, i, big = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 while True:
-    folder.append_row(path, row(i, "m" * (big if i % 3 == 0 else 10)))
+    append_row(path, row(i, "m" * (big if i % 3 == 0 else 10)))
     print(i, flush=True)  # after append_row returned: this row is complete
     i += 1
 """
@@ -105,7 +106,7 @@ def test_killing_a_writer_at_random_moments_never_loses_a_complete_row(tmp_path)
             # the kill landed mid-write: the next run's first append repairs that before anything
             # else can be left behind (one crash per tail, as in life), so repair it the same way
             with open(path, "r+b") as fh:
-                folder._repair_tail(fh, path.stat().st_size)
+                _repair_tail(fh, path.stat().st_size)
         tail = line(next_id, "t" * rng.choice([10, 100_000]))
         if rng.random() < 0.3:  # a whole row that lost only its newline
             with open(path, "ab") as fh:
@@ -115,14 +116,14 @@ def test_killing_a_writer_at_random_moments_never_loses_a_complete_row(tmp_path)
             with open(path, "ab") as fh:
                 fh.write(tail[:rng.randrange(1, len(tail) - 1)])
         next_id += 1
-    folder.append_row(path, row(next_id))
+    append_row(path, row(next_id))
     confirmed.append(next_id)
     found = [int(cid.split("=")[1]) for cid in ids(path)]
     assert len(found) == len(set(found))
     missing = sorted(set(confirmed) - set(found))
     assert not missing, f"complete rows lost: {missing[:10]}"
     problems: list[str] = []
-    folder.read_usable_rows(path, problems)
+    read_usable_rows(path, problems)
     assert problems == []  # every torn tail was cut off, nothing else
 
 
@@ -162,7 +163,7 @@ def test_resume_reading_survives_random_bytes_random_json_and_deep_nesting(tmp_p
             lines.append(b"[" * 100_000 + b"]" * 100_000 + b"\n")
         path.write_bytes(b"".join(lines))
         problems: list[str] = []
-        found = folder.read_usable_rows(path, problems)
+        found = read_usable_rows(path, problems)
         assert found[0]["case_id"] == "m/n=0"
         assert all(p.startswith(f"{path}:") and p.endswith("; line skipped") for p in problems)
         assert len(found) + len(problems) == sum(1 for raw in lines if raw.strip())

@@ -11,9 +11,10 @@ import pytest
 
 from posbench.cli import app as cli
 from posbench.core import files
-from posbench.run import folder
 
 from tests.helpers.suites import TWO_METHODS as SUITE
+from posbench.core.files import WriteError
+from posbench.store.writing import append_row, lock_run_dir, write_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -64,10 +65,10 @@ def test_append_row_and_the_lock_never_follow_a_link(tmp_path):
     outside.write_text("keep\n")
     (tmp_path / "cases.jsonl").symlink_to(outside)
     with pytest.raises(files.UnsafeFile, match="symbolic link"):
-        folder.append_row(tmp_path / "cases.jsonl", {"case_id": "x"})
+        append_row(tmp_path / "cases.jsonl", {"case_id": "x"})
     (tmp_path / ".lock").symlink_to(outside)
     with pytest.raises(files.UnsafeFile, match="symbolic link"):
-        folder.lock_run_dir(tmp_path)
+        lock_run_dir(tmp_path)
     assert outside.read_text() == "keep\n"
 
 
@@ -76,7 +77,7 @@ def test_write_env_replaces_a_link_instead_of_writing_through_it(tmp_path):
     outside.write_text("[1]\n")  # not a dict: write_env rewrites env.json
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "env.json").symlink_to(outside)
-    folder.write_env(tmp_path / "run" / "env.json", {"a": 1})
+    write_env(tmp_path / "run" / "env.json", {"a": 1})
     assert outside.read_text() == "[1]\n" and not (tmp_path / "run" / "env.json").is_symlink()
 
 
@@ -115,6 +116,6 @@ def test_a_full_disk_while_writing_the_lock_names_the_file(tmp_path, monkeypatch
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "pwrite", full)
-    with pytest.raises(folder.WriteError) as info:
-        folder.lock_run_dir(tmp_path)
+    with pytest.raises(WriteError) as info:
+        lock_run_dir(tmp_path)
     assert str(info.value) == f"cannot write {tmp_path / '.lock'}: No space left on device"

@@ -7,6 +7,7 @@ import pytest
 
 from posbench.cli import app as cli
 from posbench.run import runner
+from posbench.run.schedule import default_run_id
 
 SUITE = """\
 name: t
@@ -70,6 +71,6 @@ def test_a_run_through_the_options_writes_rows_and_reports_each(tmp_path):
                                 on_row=lambda row, i, n: lines.append((row["case_id"], i, n)))
     result = runner.run_suite(suite, options)
     assert lines == [("rotary/n=1", 1, 1)]
-    assert result.ran == 1 and result.run_id == runner.default_run_id(suite, "cpu")
+    assert result.ran == 1 and result.run_id == default_run_id(suite, "cpu")
     stored = [json.loads(x) for x in (result.run_dir / "cases.jsonl").read_text().splitlines()]
     assert [(r["case_id"], r["status"]) for r in stored] == [("rotary/n=1", "ok")]

@@ -13,6 +13,11 @@ from posbench.cli import app as cli
 from posbench.run import runner
 from posbench.run import suite as suitemod
 from tests.helpers.suites import make_suite
+from posbench.run.launch import worker_env
+from posbench.run.schedule import default_run_id, plan
+from posbench.store.row import ROW_KEYS, finite_metrics
+from posbench.store.rows import latest, read_rows
+from posbench.store.writing import append_row
 
 @pytest.mark.subprocess
 def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
@@ -33,7 +38,7 @@ def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
         "nope/n=2": "oom", "never_here/n=2": "unavailable",
     }
     ok = rows["sinusoidal/n=1"]
-    assert set(ok) == set(runner.ROW_KEYS)
+    assert set(ok) == set(ROW_KEYS)
     assert ok["metrics"]["value"] == 1000 and ok["series"] == {"steps": [1, 2, 3]} and ok["params"] == {"n": 1}
     assert ok["run_id"] == result.run_id and ok["settings"]["timeout_s"] == 3.0 and ok["device"] == "cpu"
     raised = rows["rotary/n=1"]
@@ -55,7 +60,7 @@ def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
                                                         methods=["rotary"]))
     assert retried.ran == 2
     lines = (result.run_dir / "cases.jsonl").read_text().splitlines()
-    assert len(lines) == 14 and len(runner.latest(json.loads(x) for x in lines)) == 12
+    assert len(lines) == 14 and len(latest(json.loads(x) for x in lines)) == 12
 
 
 @pytest.mark.subprocess
@@ -68,12 +73,12 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "interrupted: 1 of 3 cases finished" in err and "resume with: python bench.py" in err
     run_dir = next((tmp_path / "res" / "t").iterdir())
-    first = runner.read_rows(run_dir / "cases.jsonl")
+    first = read_rows(run_dir / "cases.jsonl")
     assert [r["case_id"] for r in first] == ["sinusoidal/n=1"]
     assert (run_dir / "cases.jsonl").read_bytes().endswith(b"\n")
 
     assert cli.main(args) == 0
-    rows = runner.read_rows(run_dir / "cases.jsonl")
+    rows = read_rows(run_dir / "cases.jsonl")
     assert [r["case_id"] for r in rows] == ["sinusoidal/n=1", "rotary/n=1", "alibi/n=1"]
     assert rows[0] == first[0]  # the finished case was not run again
     assert all(r["status"] == "ok" for r in rows)
@@ -93,30 +98,30 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, capsys):
 def test_torn_last_line_is_ignored_and_repaired(tmp_path):
     path = tmp_path / "cases.jsonl"
     a, c = ({"case_id": x, "method": "m", "status": "ok", "params": {}, "metrics": {}} for x in "ac")
-    runner.append_row(path, a)
+    append_row(path, a)
     with open(path, "a") as fh:
         fh.write('{"case_id": "b", "sta')  # a runner killed in the middle of a write
-    assert [r["case_id"] for r in runner.read_rows(path)] == ["a"]
-    runner.append_row(path, c)
+    assert [r["case_id"] for r in read_rows(path)] == ["a"]
+    append_row(path, c)
     assert path.read_text().splitlines() == [json.dumps(a), json.dumps(c)]
 
 
 def test_fresh_and_explicit_run_ids(tmp_path):
     path = make_suite(tmp_path, ["sinusoidal"])
     suite = suitemod.resolve(suitemod.load(path), "default")
-    assert runner.default_run_id(suite, "cpu") == f"default-cpu-{suite.fingerprint()}"
-    todo, done = runner.plan(suite, "cpu", tmp_path / "nothing", False, None, [], "x")
+    assert default_run_id(suite, "cpu") == f"default-cpu-{suite.fingerprint()}"
+    todo, done = plan(suite, "cpu", tmp_path / "nothing", False, None, [], "x")
     assert [c.id for c in todo] == ["sinusoidal/n=1"] and done == {}
     # --methods may name a registered method the suite does not list: it joins this run.
-    todo, _ = runner.plan(suite, "cpu", tmp_path / "nothing", False, ["alibi", "sinusoidal"], [], "x")
+    todo, _ = plan(suite, "cpu", tmp_path / "nothing", False, ["alibi", "sinusoidal"], [], "x")
     assert [c.id for c in todo] == ["sinusoidal/n=1", "alibi/n=1"]
     with pytest.raises(suitemod.SuiteError, match=r"--methods: unknown method 'rotray' \(did you mean 'rotary'\?\); "
                                                   r"allowed: the suite's methods or any registered one: .*alibi"):
-        runner.plan(suite, "cpu", tmp_path / "nothing", False, ["rotray"], [], "x")
+        plan(suite, "cpu", tmp_path / "nothing", False, ["rotray"], [], "x")
 
 
 def test_non_finite_metrics_become_null():
-    assert runner._finite({"a": float("nan"), "b": 1.5, "c": None}) == {"a": None, "b": 1.5, "c": None}
+    assert finite_metrics({"a": float("nan"), "b": 1.5, "c": None}) == {"a": None, "b": 1.5, "c": None}
 
 
 class _Terminal(io.StringIO):
@@ -153,10 +158,10 @@ def test_cpu_workers_share_one_allocator_policy(tmp_path, monkeypatch):
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "123")
     (case,) = suite.cases("cpu", "x")
-    env = runner.worker_env(case)
+    env = worker_env(case)
     assert env["MALLOC_MMAP_THRESHOLD_"] == str(32 << 20) and env["MALLOC_TRIM_THRESHOLD_"] == "123"
     (gpu_case,) = suite.cases("cuda", "x")
-    assert "MALLOC_MMAP_THRESHOLD_" not in runner.worker_env(gpu_case)
+    assert "MALLOC_MMAP_THRESHOLD_" not in worker_env(gpu_case)
     result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "results", progress=False))
     recorded = json.loads((result.run_dir / "env.json").read_text())["worker_malloc"]
     assert recorded == {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": "123"}

@@ -14,9 +14,13 @@ from pathlib import Path
 import pytest
 
 from posbench.cli import app as cli
-from posbench.run import folder, runner
+from posbench.run import runner
+from posbench.store import writing
 from posbench.run import suite as suitemod
 from tests.helpers.suites import efficiency_suite, write_suite
+from posbench.run.machine import clean_stale_temp_dirs
+from posbench.store.rows import read_usable_rows
+from posbench.store.writing import append_row, save_row
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,7 +74,7 @@ def test_second_runner_gets_one_line_naming_the_holder(tmp_path, capsys):
     run_dir = tmp_path / "res" / "t" / "r"
     run_dir.mkdir(parents=True)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from posbench.run.runner import lock_run_dir; "
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from posbench.store.writing import lock_run_dir; "
          "lock_run_dir(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)", str(run_dir)],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
@@ -151,7 +155,7 @@ def test_worker_dies_with_a_killed_runner_and_its_temp_dir_is_cleaned(tmp_path):
         bench.kill()
     live = tmp / f"posbench-{os.getpid()}-keep"
     live.mkdir()
-    assert runner.clean_stale_temp_dirs(str(tmp)) == stale
+    assert clean_stale_temp_dirs(str(tmp)) == stale
     assert not any(p.exists() for p in stale) and live.exists()  # a live runner's folder stays
 
 
@@ -189,13 +193,13 @@ def test_table_write_failure_keeps_the_rows(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"WriteError: cannot write {run_dir}/table.md: Is a directory; the rows are saved")
     assert err.count("\n") == 1
-    assert [r["status"] for r in runner.read_usable_rows(run_dir / "cases.jsonl")] == ["ok"]
+    assert [r["status"] for r in read_usable_rows(run_dir / "cases.jsonl")] == ["ok"]
 
 
 @pytest.mark.subprocess
 def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, capsys, monkeypatch):
     make_suite(tmp_path, methods=("sinusoidal", "rotary", "alibi"))
-    real, calls = folder.append_row, []
+    real, calls = append_row, []
 
     def disk_full_after_one(path, row):
         calls.append(row["case_id"])
@@ -203,8 +207,8 @@ def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, ca
             raise OSError(28, "No space left on device", str(path))
         real(path, row)
 
-    monkeypatch.setattr(folder, "append_row", disk_full_after_one)
-    monkeypatch.setattr(runner.save_row, "__defaults__", ((0.01, 0.01),))
+    monkeypatch.setattr(writing, "append_row", disk_full_after_one)
+    monkeypatch.setattr(save_row, "__defaults__", ((0.01, 0.01),))
     assert cli.main(run_args(tmp_path)) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     run_dir = tmp_path / "res" / "t" / "r"
@@ -212,24 +216,24 @@ def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, ca
                    "finished but its row is not saved: fix the folder, then re-run the same command "
                    "(it resumes and runs that case again)\n")
     assert calls == ["sinusoidal/n=1"] + ["rotary/n=1"] * 3  # retried, and the run stopped there
-    monkeypatch.setattr(folder, "append_row", real)
+    monkeypatch.setattr(writing, "append_row", real)
     assert cli.main(run_args(tmp_path)) == 0
-    assert [r["case_id"] for r in runner.read_usable_rows(run_dir / "cases.jsonl")] == [
+    assert [r["case_id"] for r in read_usable_rows(run_dir / "cases.jsonl")] == [
         "sinusoidal/n=1", "rotary/n=1", "alibi/n=1"]
 
 
 def test_a_row_write_that_fails_once_is_retried(tmp_path, monkeypatch):
-    real, fails = folder.append_row, [OSError(5, "Input/output error")]
+    real, fails = append_row, [OSError(5, "Input/output error")]
 
     def flaky(path, row):
         if fails:
             raise fails.pop()
         real(path, row)
 
-    monkeypatch.setattr(folder, "append_row", flaky)
+    monkeypatch.setattr(writing, "append_row", flaky)
     row = {"case_id": "a", "status": "ok", "method": "m", "params": {}, "metrics": {}}
-    runner.save_row(tmp_path / "cases.jsonl", row, retries=(0.01,))
-    assert runner.read_usable_rows(tmp_path / "cases.jsonl") == [row]
+    save_row(tmp_path / "cases.jsonl", row, retries=(0.01,))
+    assert read_usable_rows(tmp_path / "cases.jsonl") == [row]
 
 
 @pytest.mark.subprocess
@@ -243,7 +247,7 @@ def test_corrupt_rows_are_skipped_and_reported_with_file_and_line(tmp_path, caps
     path.write_bytes(good + b"{}\n[1, 2]\n" + b'{"case_id": null, "status": "ok"}\n' + b"\xff\xfe{}\n"
                      + b"not json\n" + b'{"case_id": "x", "sta')  # the last one torn: silently ignored
     problems = []
-    rows = runner.read_usable_rows(path, problems)
+    rows = read_usable_rows(path, problems)
     assert [r["case_id"] for r in rows] == ["sinusoidal/n=1"]
     expected = {2: "row has no 'case_id'", 3: "expected a JSON object per line, got list",
                 4: "case_id: expected a string, got NoneType", 5: "not UTF-8 text", 6: "not JSON (Expecting value)"}

@@ -11,6 +11,9 @@ from posbench.core import task as tasks
 from posbench.run import pool, runner, units
 from posbench.run import suite as suitemod
 from tests.helpers.suites import make_suite
+from posbench.run.launch import run_worker
+from posbench.run.schedule import plan_rounds, schedule
+from posbench.store.rows import read_rows
 
 METHODS = ["sinusoidal", "rotary", "alibi"]
 
@@ -27,7 +30,7 @@ def _suite(tmp_path, grid="[1, 2, 3]", **settings):
 
 def test_a_timed_task_has_a_unit_per_grid_point_and_a_training_task_one_per_case(tmp_path, untimed):
     suite = _suite(tmp_path, rounds=2)
-    todo = runner.schedule(suite.cases("cpu"))
+    todo = schedule(suite.cases("cpu"))
     by_point = units.split(todo, timed=True)
     assert [u.key for u in by_point] == ["n=1", "n=2", "n=3"]
     # Every method and every round of the point, in the schedule's interleaved order.
@@ -47,7 +50,7 @@ def test_shards_of_the_efficiency_suite_keep_each_grid_point_whole(n):
     # The real efficiency suite's gpu profile: 6 methods x 4 lengths. Shard by case index would
     # give shard 0 sinusoidal, t5_bias, alibi_triton at every length (the issue's example).
     suite = suitemod.resolve(suitemod.load("efficiency"), "gpu")
-    shards = [runner.plan_rounds(suite, "cuda", None, False, None, [], "r", (i, n))[0] for i in range(n)]
+    shards = [plan_rounds(suite, "cuda", None, False, None, [], "r", (i, n))[0] for i in range(n)]
     points = [{c.params["seq_len"] for c, _r in todo} for todo in shards]
     assert set().union(*points) == set(suite.grid["seq_len"]) and sum(map(len, points)) == len(suite.grid["seq_len"])
     for todo in shards:  # every method of each of its points, every round
@@ -58,7 +61,7 @@ def test_shards_of_the_efficiency_suite_keep_each_grid_point_whole(n):
 
 def test_shards_of_a_training_task_split_cases(tmp_path, untimed):
     suite = _suite(tmp_path, grid="[1]")
-    shards = [[c.id for c, _r in runner.plan_rounds(suite, "cpu", None, False, None, [], "r", (i, 2))[0]]
+    shards = [[c.id for c, _r in plan_rounds(suite, "cpu", None, False, None, [], "r", (i, 2))[0]]
               for i in (0, 1)]
     assert shards == [["sinusoidal/n=1", "alibi/n=1"], ["rotary/n=1"]]
 
@@ -83,7 +86,7 @@ def test_gpu_lists_and_cpu_slots_are_checked_in_one_line():
 
 def test_the_pool_runs_each_unit_on_one_slot_and_never_two_at_once_on_a_slot(tmp_path):
     suite = _suite(tmp_path, grid="[1, 2, 3, 4, 5]")
-    todo = runner.schedule(suite.cases("cpu"))
+    todo = schedule(suite.cases("cpu"))
     spans, emitted, lock = [], [], threading.Lock()
 
     def run_unit(unit, slot, emit, stopped):
@@ -118,7 +121,7 @@ def test_an_error_in_a_slot_stops_the_pool_and_is_raised(tmp_path):
         stopped.wait(5)
 
     with pytest.raises(RuntimeError, match="slot broke"):
-        pool.run_units(units.split(runner.schedule(suite.cases("cpu")), True), pool.gpu_slots(["0", "1"], 1),
+        pool.run_units(units.split(schedule(suite.cases("cpu")), True), pool.gpu_slots(["0", "1"], 1),
                        run_unit, lambda *what: None)
     assert "n=3" not in started
 
@@ -128,7 +131,7 @@ def test_a_pooled_run_gives_every_worker_its_units_gpu_and_records_it(tmp_path, 
     # Fake device list on a CPU: CUDA_VISIBLE_DEVICES is what each worker gets, and the rows say so.
     path = make_suite(tmp_path, ["sinusoidal", "alibi"], grid="[1, 2]", behaviour="sleep", sleep_s=0.2, threads=1)
     suite = suitemod.resolve(suitemod.load(path), "default")
-    seen, lock, real = [], threading.Lock(), runner.run_worker
+    seen, lock, real = [], threading.Lock(), run_worker
 
     def recording(case, timeout_s, env=None):
         t0 = time.perf_counter()
@@ -139,7 +142,7 @@ def test_a_pooled_run_gives_every_worker_its_units_gpu_and_records_it(tmp_path, 
 
     monkeypatch.setattr(runner, "run_worker", recording)
     result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False, gpus=("0", "1")))
-    rows = runner.read_rows(result.run_dir / "cases.jsonl")
+    rows = read_rows(result.run_dir / "cases.jsonl")
     assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}
     device_of = {}
     for r in rows:
@@ -158,7 +161,7 @@ def test_parallel_runs_untimed_cases_side_by_side_and_a_timed_task_refuses_it(tm
     code = cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--parallel", "2", "--quiet",
                      "--device", "cpu"])
     assert code == 0, capsys.readouterr().err
-    rows = runner.read_rows(next((tmp_path / "res" / "t").iterdir()) / "cases.jsonl")
+    rows = read_rows(next((tmp_path / "res" / "t").iterdir()) / "cases.jsonl")
     assert {r["info"]["pool_slot"] for r in rows} == {"0", "1"} and len(rows) == 2
     assert len({r["metrics"]["pid"] for r in rows}) == 2
     monkeypatch.setattr("posbench.tasks._testing.TIMED", True, raising=False)
@@ -187,7 +190,7 @@ def test_ctrl_c_in_a_pooled_run_kills_every_running_worker_and_keeps_saved_rows(
                                                   on_row=interrupt))
     assert time.monotonic() - t0 < 50  # the 60 s sleepers were killed, not waited for
     assert not launch._RUNNING  # no worker left running
-    rows = runner.read_rows(info.value.run_dir / "cases.jsonl")
+    rows = read_rows(info.value.run_dir / "cases.jsonl")
     assert [r["case_id"] for r in rows] == ["sinusoidal/n=1"]  # the row saved before Ctrl-C stays; no killed-worker rows
 
 
@@ -214,10 +217,10 @@ def test_a_row_belongs_to_a_submission_by_its_token_not_by_the_clock():
     # Rows' times are whole seconds: a failure row written in the same second as the resubmission is
     # still the old submission's (the new task once took it for its own, skipped the case, and status
     # said failed); a row the new task wrote is its own even where its node's clock runs behind.
-    from pathlib import Path
 
     from posbench.core.case import CaseSpec
-    from posbench.run.sweep_state import JobState, missing, of_submission, unit_status
+    from posbench.run.sweep_state import JobState, unit_status
+    from posbench.store.sweep import missing, of_submission
 
     spec = {"suite": "t", "task": "efficiency", "method": "alibi", "params": {"seq_len": 8}, "settings": {},
             "device": "cpu", "run_id": "r", "profile": "cpu"}
@@ -227,7 +230,7 @@ def test_a_row_belongs_to_a_submission_by_its_token_not_by_the_clock():
     behind = {"status": "ok", "started_at": "2026-11-24T00:00:03+00:00", "info": {"submission": "new"}}
     assert not of_submission(old, unit) and of_submission(behind, unit)
     assert not of_submission(None, unit) and not of_submission(dict(behind, info=None), unit)
-    assert missing(Path("unread"), unit, {key: old}) == [(spec, 1)] and missing(Path("unread"), unit, {key: behind}) == []
+    assert missing(unit, {key: old}) == [(spec, 1)] and missing(unit, {key: behind}) == []
     assert unit_status(JobState("COMPLETED"), unit, {key: old}) == ("failed", 0)
     assert unit_status(JobState("COMPLETED"), unit, {key: behind}) == ("done", 1)
     # A record written before tokens: the clock is all there is.

@@ -16,8 +16,8 @@ def test_user_facing_errors_share_the_base_and_keep_their_old_one():
     from posbench.core.files import WriteError
     from posbench.core.registry import RegistryError
     from posbench.data.corpus import DataError
-    from posbench.report.rows import RowsError
-    from posbench.run.folder import RowNotSaved, RunLocked
+    from posbench.store.bounds import RowsError
+    from posbench.store.writing import RowNotSaved, RunLocked
     from posbench.run.suite import SuiteError
 
     for kind in (SuiteError, RegistryError, DataError, RowsError, WriteError, RowNotSaved, RunLocked):

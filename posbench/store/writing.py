@@ -1,55 +1,22 @@
-"""The run folder's files: rows appended durably, the one-runner lock, env.json, worker temp dirs.
+"""Writing into a run folder: rows appended durably, the one-writer lock, ``env.json``.
 
-``cases.jsonl`` holds one JSON row per case and round, appended, flushed and fsynced as each
-ends (``append_row``, retried by ``save_row``); resuming reads it leniently (``read_usable_rows``:
-a damaged line costs its case a re-run, not the run). ``.lock`` (flock, the holder's PID) keeps a
-second runner out; ``env.json`` records the environment and how busy the machine was at the start
-and the end; worker temp folders are named for their runner so the next run can remove those of
-a runner that was killed. Rows are built here too (``make_row``), in ``ROW_KEYS`` order.
-``posbench.report.rows`` reads all of it back.
+A row is appended, flushed and fsynced as its case ends (``append_row``, retried by
+``save_row``); a torn last line is cut off first, a complete one only gets its newline back.
+``.lock`` (flock, the holder's PID) keeps a second runner out of the folder; ``rows/<unit>.lock``
+(``UnitLock``) is held by a launched sweep's live array task.
 """
 from __future__ import annotations
 
 import errno
 import fcntl
 import json
-import math
 import os
-import re
-import shutil
-import sys
-import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
-from posbench import __version__
-from posbench.core.case import CaseSpec
 from posbench.core.files import WriteError, atomic_write_text, open_nofollow, read_regular
 from posbench.core.outcome import PosbenchError
-from posbench.report.rows import ROW_KEYS, read_rows, read_run_rows
-
-# Reading rows (``read_rows``) and the latest row per case (``latest``) live in posbench.report.rows;
-# ``read_usable_rows`` is the runner's lenient reading for resuming.
-
-
-MAX_LINE = 64 << 20  # a row longer than this (64 MiB) is not one posbench wrote: skipped, never parsed
-
-
-def read_usable_rows(path: Path, problems: list[str] | None = None) -> list[dict]:
-    """Every usable row of ``cases.jsonl``, for resuming a run, through the one rows reader
-    (``posbench.report.rows.read_rows``, as report and compare read them): a line that is not
-    UTF-8, not JSON, nested too deep, too long or not a row is skipped and described in
-    ``problems`` naming the file and line, so a damaged line costs its case a re-run, not the
-    whole run; a torn last line is skipped silently (the next append cuts it off); a complete row
-    without its final newline counts (the next append keeps it); only a regular file is read."""
-    return read_rows(path, [] if problems is None else problems)
-
-
-def read_usable_run_rows(run_dir: Path, problems: list[str] | None = None) -> list[dict]:
-    """``read_usable_rows`` of the whole run folder: ``cases.jsonl`` and a launched sweep's
-    per-task ``rows/*.jsonl`` (``posbench.report.rows.read_run_rows``)."""
-    return read_run_rows(run_dir, [] if problems is None else problems)
+from posbench.store.rows import ROWS_DIR
 
 
 CHECKED_TAIL = 64 << 20  # a last line without newline up to this size is read to see whether it is whole
@@ -159,30 +126,6 @@ def lock_run_dir(run_dir: Path) -> int:
     return fd
 
 
-TEMP_PREFIX = "posbench-"  # worker temp folders: posbench-<runner pid>-<random>
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
-def clean_stale_temp_dirs(root: str | None = None) -> list[Path]:
-    """Remove worker temp folders whose runner is gone (killed with -9: nothing ran its cleanup)."""
-    removed = []
-    for path in Path(root or tempfile.gettempdir()).glob(TEMP_PREFIX + "*"):
-        m = re.fullmatch(re.escape(TEMP_PREFIX) + r"(\d+)-.*", path.name)
-        if m and path.is_dir() and not _alive(int(m.group(1))):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
 def write_env(path: Path, environment: dict) -> None:
     """env.json, written atomically; an existing one is kept unless it is unreadable (an empty
     file left by an older version, a torn write), which is rewritten."""
@@ -194,32 +137,21 @@ def write_env(path: Path, environment: dict) -> None:
     atomic_write_text(path, json.dumps(environment, indent=2) + "\n")
 
 
-def _finite(metrics: dict) -> dict:
-    """JSON has no NaN: non-finite numbers become null (the status says what went wrong)."""
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+class UnitLock:
+    """flock on ``rows/<unit>.lock``: held by the array task while it runs, so nobody writes
+    failure rows for a task that is alive. ``wait`` False: ``held`` says whether it was taken."""
 
+    def __init__(self, run_dir: Path, name: str, wait: bool = True):
+        (run_dir / ROWS_DIR).mkdir(parents=True, exist_ok=True)
+        self.fd = open_nofollow(run_dir / ROWS_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            self.held = True
+        except BlockingIOError:
+            self.held = False
 
-def make_row(case: CaseSpec, result: dict, started: datetime, duration: float, commit: str, round_: int = 1) -> dict:
-    row = {
-        "case_id": case.id, "suite": case.suite, "task": case.task, "method": case.method,
-        "params": case.params, "status": result["status"], "message": result.get("message", ""),
-        "metrics": _finite(result.get("metrics", {})), "series": result.get("series", {}),
-        "info": result.get("info", {}), "settings": case.settings, "device": case.device, "profile": case.profile, "run_id": case.run_id,
-        "started_at": started.isoformat(timespec="seconds"), "duration_s": round(duration, 3),
-        "posbench_version": __version__, "git_commit": commit, "traceback": result.get("traceback", ""),
-        "round": round_,
-    }
-    return {k: row[k] for k in ROW_KEYS}
+    def __enter__(self) -> "UnitLock":
+        return self
 
-
-def record_machine(run_dir: Path, when: str, device: str) -> None:
-    """How busy the machine is now, into env.json ("machine": {"start", "end"}); a one-line
-    warning when other processes compete for the CPU or GPU."""
-    from posbench.engine import env as envmod
-
-    state = envmod.machine_state(device)
-    envmod.record_machine(run_dir, when, state)
-    warning = envmod.busy_warning(state)
-    if warning:
-        print(f"posbench ({when} of run): {warning}", file=sys.stderr)
-
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)

@@ -1,18 +1,8 @@
 """Reading stored files without trusting them: bounded, regular files only, every value checked.
 
-A run folder may come from anywhere (a CI artifact, a colleague's disk, a damaged copy), so what
-``posbench.report.rows`` reads passes through here first:
-
-- **Regular files only** (``open_regular``): a ``cases.jsonl``, ``run.json`` or ``env.json`` that is
-  a FIFO, a device (a link to ``/dev/zero``) or a folder is refused in one line; it is checked with
-  ``os.stat`` and opened non-blocking, so nothing waits on a FIFO.
-- **Bounded lines** (``lines``): a line over ``MAX_LINE`` bytes is skipped (never held whole in
-  memory); a JSON file over ``MAX_FILE`` bytes is refused.
-- **Bounded nesting** (``loads``): JSON nested deeper than ``MAX_DEPTH`` is a bad line, never a
-  ``RecursionError``.
-- **Sane values** (``check_row``): numbers fit a float (no 400-digit integers), parameter values
-  are scalars, ``round`` is at most ``MAX_ROUNDS`` and a series of windows or rounds at most
-  ``MAX_WINDOWS`` long, so no row makes a reader allocate a billion slots.
+A run folder may come from anywhere, so what the store reads passes through here: regular files
+only, opened non-blocking (``open_regular``); bounded lines and files (``lines``, ``read_small``);
+bounded JSON nesting (``loads``); sane values (``check_row``, ``check_params``). docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -28,6 +18,7 @@ from typing import Any, BinaryIO, Iterator, Literal, Optional
 from posbench.core.files import file_kind
 from posbench.core.outcome import PosbenchError
 from posbench.core.task import find
+from posbench.store.row import BOUNDED_SERIES
 
 MAX_LINE = 16 << 20    # bytes in one cases.jsonl line (a row with long series is a few MiB)
 MAX_FILE = 64 << 20    # bytes in run.json / env.json
@@ -41,7 +32,6 @@ _REQUIRED = {"case_id": str, "method": str, "status": str, "params": dict, "metr
 _OPTIONAL_DICTS = ("series", "settings", "info")
 _OPTIONAL_STRINGS = ("suite", "task", "message", "device", "profile", "run_id", "started_at", "posbench_version",
                      "git_commit", "traceback")
-_BOUNDED_SERIES = ("_windows", "_by_round", "_by_window")
 
 
 class RowsError(PosbenchError, ValueError):
@@ -236,7 +226,7 @@ def check_row(row: Any, where: str) -> dict:
     if r is not None and not (isinstance(r, int) and not isinstance(r, bool) and 1 <= r <= MAX_ROUNDS):
         raise RowsError(f"{where}: round: expected a whole number from 1 to {MAX_ROUNDS} or null, got {_show(r)}")
     for name, values in (row.get("series") or {}).items():
-        if name.endswith(_BOUNDED_SERIES) and isinstance(values, list):
+        if name.endswith(BOUNDED_SERIES) and isinstance(values, list):
             if len(values) > MAX_WINDOWS or any(isinstance(v, dict) and isinstance(v.get("values"), list)
                                                 and len(v["values"]) > MAX_WINDOWS for v in values):
                 raise RowsError(f"{where}: series.{name}: more than {MAX_WINDOWS} values; allowed: at most "

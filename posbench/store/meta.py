@@ -1,0 +1,125 @@
+"""``run.json`` (what was run: ``RunMeta``) and ``env.json`` (where it ran), written and read
+within bounds."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+from posbench.core.files import atomic_write_text
+from posbench.store import bounds
+from posbench.store.bounds import RowsError
+
+ENV_FILE = "env.json"
+RUN_FILE = "run.json"
+RUN_FORMAT = 1  # run.json's own version: bump when its keys change meaning
+# Used when a run was written before run.json existed (format 0): the suites' old default.
+LEGACY_BASELINE = "sinusoidal"
+
+
+
+
+@dataclass
+class RunMeta:
+    """What ``run.json`` records: enough to lay out tables and read ratios without the suite file."""
+
+    suite: str
+    version: int
+    task: str
+    baseline: Optional[str]
+    methods: list[str]
+    metrics: list[str]
+    settings: dict = field(default_factory=dict)
+    grid: dict = field(default_factory=dict)
+    profile: str = ""
+    device: str = ""
+    run_id: str = ""
+    posbench_version: str = ""
+    written_at: str = ""
+    format: int = RUN_FORMAT
+
+    @classmethod
+    def of_suite(cls, suite, device: str, run_id: str) -> "RunMeta":
+        """The record of a resolved ``posbench.run.suite.Suite`` about to run on ``device``."""
+        from posbench import __version__
+
+        settings = suite.settings.model_dump() if hasattr(suite.settings, "model_dump") else dict(suite.settings)
+        return cls(suite=suite.name, version=suite.version, task=suite.task, baseline=suite.baseline,
+                   methods=list(suite.methods), metrics=list(suite.metrics), settings=settings,
+                   grid={k: list(v) for k, v in suite.grid.items()}, profile=suite.profile, device=device,
+                   run_id=run_id, posbench_version=__version__,
+                   written_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def write_run_meta(run_dir: str | Path, meta: RunMeta) -> Path:
+    """``run_dir/run.json``, written atomically (a reader sees the old file or the new one)."""
+    return atomic_write_text(Path(run_dir) / RUN_FILE, json.dumps(asdict(meta), indent=2, default=str) + "\n")
+
+
+def _read_json(path: Path) -> Any:
+    """A stored JSON file (run.json, env.json), read within bounds; missing: ``...`` (Ellipsis)."""
+    data = bounds.read_small(path)
+    if data is None:
+        return ...
+    try:
+        text = str(data, "utf-8")
+    except UnicodeDecodeError:
+        raise RowsError(f"{path}: not UTF-8 text") from None
+    try:
+        return bounds.loads(text)
+    except bounds.NotJson as exc:
+        line = f":{exc.lineno}" if exc.lineno else ""
+        raise RowsError(f"{path}{line}: {exc}") from None
+
+
+_STR, _LIST_OF_STR = "a string", "a list of strings"
+_META_TYPES = {"suite": _STR, "version": "a whole number", "task": _STR, "baseline": "a string or null",
+               "methods": _LIST_OF_STR, "metrics": _LIST_OF_STR, "settings": "an object",
+               "grid": "an object of lists", "profile": _STR, "device": _STR, "run_id": _STR,
+               "posbench_version": _STR, "written_at": _STR, "format": "a whole number"}
+
+
+def _meta_type_ok(key: str, value: Any) -> bool:
+    kind = _META_TYPES[key]
+    if kind == _STR:
+        return isinstance(value, str)
+    if kind == "a whole number":
+        return isinstance(value, int) and not isinstance(value, bool) and abs(value) < bounds.MAX_INT
+    if kind == "a string or null":
+        return value is None or isinstance(value, str)
+    if kind == _LIST_OF_STR:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "an object":
+        return isinstance(value, dict)
+    return isinstance(value, dict) and all(isinstance(v, list) for v in value.values())
+
+
+def read_run_meta(run_dir: str | Path) -> Optional[RunMeta]:
+    """The run's ``run.json``, or None for a run written before posbench kept one. A file that is
+    not a regular file, not UTF-8, not JSON, or whose keys have the wrong types is a one-line
+    ``RowsError`` naming it and the key."""
+    path = Path(run_dir) / RUN_FILE
+    data = _read_json(path)
+    if data is ...:
+        return None
+    if not isinstance(data, dict):
+        raise RowsError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    missing = [k for k in ("suite", "version", "task", "baseline", "methods", "metrics") if k not in data]
+    if missing:
+        raise RowsError(f"{path}: no {missing[0]!r}; run.json needs suite, version, task, baseline, methods, metrics")
+    if not isinstance(data["methods"], list) or not isinstance(data["metrics"], list):
+        raise RowsError(f"{path}: methods and metrics must be lists")
+    for key, kind in _META_TYPES.items():
+        if key in data and not _meta_type_ok(key, data[key]):
+            raise RowsError(f"{path}: {key}: expected {kind}, got {type(data[key]).__name__}")
+    return RunMeta(**{k: v for k, v in data.items() if k in _META_TYPES})
+
+
+
+
+def read_env(run_dir: str | Path) -> dict:
+    """The run's ``env.json``; ``{}`` when there is none or it holds no object."""
+    env = _read_json(Path(run_dir) / ENV_FILE)
+    return env if isinstance(env, dict) else {}
