@@ -209,3 +209,19 @@ def load_checkpoint(path, device="cpu") -> tuple[TransformerLM, dict]:
     model = TransformerLM(ModelConfig(**blob["model_config"]))
     model.load_state_dict(blob["model"])
     return model.to(device).eval(), blob
+
+
+def trained_model(cfg, tcfg: TrainConfig, batches: Callable[[], Iterator], device, ckpt: Path | None = None,
+                  reuse: bool = False, tracker=None, until: Callable[[TransformerLM], Callable] | None = None
+                  ) -> tuple[TransformerLM, TrainResult, bool]:
+    """(model, result, reused): the ``ModelConfig`` ``cfg`` seeded with ``tcfg.seed`` and trained on
+    ``batches()`` (saved to ``ckpt``), or, with ``reuse``, loaded from the ``ckpt`` an earlier run
+    left. ``until(model)`` gives the stop criterion of ``train``, if any."""
+    if ckpt is not None and reuse and ckpt.exists():
+        model, blob = load_checkpoint(ckpt, device)
+        return model, TrainResult(**blob["result"]), True
+    torch.manual_seed(tcfg.seed)
+    model = TransformerLM(cfg)
+    data = batches()
+    check = until(model) if until is not None else None
+    return model, train(model, data, tcfg, device, ckpt, tracker=tracker, until=check), False

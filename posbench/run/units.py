@@ -3,7 +3,7 @@
 A shard (``--shard i/n``), a slot of the local pool (``--gpus``, ``--parallel``) and a Slurm
 array task (``--launcher slurm``) each run whole units, never part of one:
 
-- a **timed** task (``posbench.core.task.LoadedTask.timed``: its numbers are timings compared
+- a **timed** task (``posbench.core.task.Task.timed``: its numbers are timings compared
   between the methods of a grid point, paired in rounds or measured in one group process) has one
   unit per grid point, holding every method and every round of it. Every ratio to the baseline
   then divides two speeds measured on the same device, which is what the paired rounds and

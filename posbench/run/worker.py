@@ -88,13 +88,15 @@ def prepare(case: Case) -> None:
             registry.add_methods_dir(folder)
 
 
-def typed_case(task: tasks.LoadedTask, raw: JsonDict) -> Case:
+def typed_case(task: tasks.Task, raw: JsonDict) -> Case:
     """The case of ``raw`` (a ``CaseSpec``'s JSON, from the runner) with the task's typed
     ``params`` and ``settings`` (``posbench.core.case``)."""
     spec = CaseSpec.from_json(raw)
     shared = {f.name: getattr(spec, f.name) for f in fields(spec) if f.name not in ("params", "settings")}
+    from posbench.run.launch import run_worker  # launch imports this module
+
     return Case(**shared, params=task.Params.model_validate(spec.params),
-                settings=task.Settings.model_validate(spec.settings))
+                settings=task.Settings.model_validate(spec.settings), run_alone=run_worker)
 
 
 def run_group(raw: dict) -> dict:

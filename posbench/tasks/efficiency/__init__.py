@@ -39,10 +39,9 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from posbench.core.config import PRESETS
-from posbench.core.task import Diverged, Metric, TaskSettings, known_model_fields
+from posbench.core.task import Diverged, Metric, ModelSettings, Task, case_model_config
 from posbench.engine import compiled, tracking
 
 # torch, numpy and the model are imported inside the functions that run a case: validating a
@@ -92,20 +91,13 @@ METRICS = {
     "n_rounds": M("Rounds", "", "rounds that finished ok; every other metric is the median over them "
                   "(series <metric>_by_round: each round's value)", None, "int"),
 }
-# The report (posbench.core.task.LoadedTask.REPORT): the first section, methods x seq_len.
-REPORT_ORDER = 10
-REPORT_COLUMN = "seq_len"
 # Metrics a paired-windows row takes from the method's own memory process (``memory_probe``).
 MEMORY_METRICS = ("peak_mem_train_bytes", "peak_mem_train_reserved_bytes", "peak_mem_eval_bytes",
                   "peak_mem_eval_reserved_bytes", "peak_mem_train_bytes_mean", "peak_mem_eval_bytes_mean",
                   "mem_base_bytes")
 
 
-class Settings(TaskSettings):
-    model: Literal[tuple(PRESETS)] = Field(description="model preset (posbench.core.model.PRESETS)")  # type: ignore[valid-type]
-    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. vocab_size")
-    method_options: dict[str, dict] = Field(
-        default_factory=dict, description="per method: constructor options, e.g. {alibi: {bias_dtype: compute}}")
+class Settings(ModelSettings):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     tokens_per_step: int = Field(ge=1, description="tokens per optimizer step; batch = tokens_per_step // seq_len")
     warmup_steps: int = Field(2, ge=0, description="steps (and forwards) run before timing, per phase")
@@ -128,8 +120,6 @@ class Settings(TaskSettings):
         "rounds", description="rounds: each method alone in its process per round, ratios paired by round; "
         "windows: every method of a grid point in one process per round, alternating measured windows, ratios "
         "paired window by window (peak memory from a short process per method)")
-
-    _known_fields = field_validator("model_overrides")(known_model_fields)
 
     @model_validator(mode="after")
     def _windows_in_one_process(self):
@@ -162,11 +152,9 @@ def _batches(case, batch: int, device) -> list:
     import torch
 
     from posbench.engine import distributed
-    from posbench.core.model import model_config
 
     s = case.settings
-    vocab = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}),
-                         **s.model_overrides).vocab_size
+    vocab = case_model_config(case).vocab_size
     g = torch.Generator().manual_seed(s.seed + distributed.rank())  # each rank its own data
     return [torch.randint(0, vocab, (batch, case.params.seq_len + 1), generator=g).to(device) for _ in range(2)]
 
@@ -179,13 +167,11 @@ class Bench:
         import torch
 
         from posbench.engine import distributed
-        from posbench.core.model import TransformerLM, model_config
+        from posbench.core.model import TransformerLM
 
         s = case.settings
         torch.manual_seed(s.seed)  # every method starts from the same seed
-        cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}),
-                           **s.model_overrides)
-        self.model = TransformerLM(cfg).to(device)
+        self.model = TransformerLM(case_model_config(case)).to(device)
         # compile: true: the steps call the compiled module (engine.compiled); compiled at the first call.
         self.method, self.compile, self.compile_s, self.graph_breaks = case.method, s.compile, {}, 0
         self.forward = compiled.compile_module(self.model) if s.compile else self.model
@@ -316,12 +302,11 @@ def run(case) -> dict:
 
 def memory_probe(case) -> dict:
     """``case`` run alone in a fresh worker process with one window of one step per phase (after
-    the warm-up): the worker's result, whose peak memory is this method's alone."""
-    from posbench.run.launch import run_worker
-
+    the warm-up, through the runner's ``case.run_alone``): the worker's result, whose peak memory
+    is this method's alone."""
     spec = case.spec()
     spec.settings.update(pairing="rounds", rounds=1, windows=1, measure_steps=1, eval_measure_steps=1)
-    return run_worker(spec, case.settings.timeout_s)
+    return case.run_alone(spec, case.settings.timeout_s)
 
 
 def run_group(cases, round_: int) -> dict:
@@ -497,3 +482,7 @@ def _peak(metrics, phase, peak):
 def _energy(metrics, prefix, joules, tokens):
     metrics[f"{prefix}energy_j"] = joules
     metrics[f"{prefix}j_per_token"] = joules / tokens if joules is not None else None
+
+
+# The report: the first section, methods x seq_len.
+TASK = Task(Settings, Params, METRICS, run, run_group=run_group, REPORT_ORDER=10, REPORT_COLUMN="seq_len")

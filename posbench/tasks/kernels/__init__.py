@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from posbench.core.task import Metric, TaskSettings, Unavailable
+from posbench.core.task import Metric, Task, TaskSettings, Unavailable
 
 # The variants posbench.tasks.kernels.variants implements (it reads this list). Named here, and torch and
 # the kernels imported inside the functions, so that validating a suite imports no torch.
@@ -53,13 +53,6 @@ METRICS = {
     "seq_len": M("Sequence length", "tokens", "sequence length of the point", None, "int"),
     "head_dim": M("Head dimension", "", "head dimension of the point", None, "int"),
 }
-# The report (posbench.core.task.LoadedTask.REPORT): after the extrapolation section, variants x
-# seq_len, a table per head_dim.
-REPORT_ORDER = 30
-REPORT_COLUMN = "seq_len"
-# Timings compared between variants of one shape: a sweep over several devices keeps a shape's
-# variants on one device (posbench.core.task.LoadedTask.timed).
-TIMED = True
 
 
 class Settings(TaskSettings):
@@ -107,3 +100,10 @@ def run(case) -> dict:
     metrics = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     info = {k: v for k, v in row.items() if isinstance(v, str)}
     return {"metrics": metrics, "series": {}, "info": info}  # info: backend, kernel config (strings)
+
+
+# The report: after the extrapolation section, variants x seq_len, a table per head_dim. TIMED:
+# timings compared between the variants of one shape, so a sweep over several devices keeps a
+# shape's variants on one device.
+TASK = Task(Settings, Params, METRICS, run, METHODS=METHODS, unavailable=unavailable, TIMED=True,
+            REPORT_ORDER=30, REPORT_COLUMN="seq_len")

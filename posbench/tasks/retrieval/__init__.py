@@ -27,14 +27,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from posbench.core.config import PRESETS
+from posbench.core.task import Metric, Task
+from posbench.engine import tracking
 from posbench.report.learn_first import comparable_length, learned
 from posbench.report.stats import effective_length, wilson_interval
-from posbench.core.task import Metric, TaskSettings, known_model_fields
-from posbench.engine import tracking
-from posbench.tasks.extrapolation import CorpusSettings, open_corpus
+from posbench.tasks.training import CorpusSettings, TrainSettings, open_corpus
 
 # torch, numpy, the probes, the model and the scoring (posbench.tasks.retrieval.train_eval) are imported inside
 # the functions: validating or listing suites imports this module, and must not wait for them.
@@ -72,7 +71,7 @@ METRICS = {
 
 
 def report_sections(runs, baseline=None) -> list:
-    """Its report (``posbench.core.task.LoadedTask.REPORT``): the metric tables of ``METRICS``, then
+    """Its report: the metric tables of ``METRICS``, then
     per probe the accuracy with Wilson intervals, its chart and the passkey heatmaps
     (``posbench.tasks.retrieval.accuracy_charts``, imported here: it needs matplotlib)."""
     from posbench.tasks.retrieval.accuracy_charts import accuracy_sections
@@ -91,19 +90,9 @@ def summary_tables(runs) -> list:
 ProbeName = Literal["passkey", "mqar", "copy", "reverse"]
 
 
-class Settings(TaskSettings):
-    model: Literal[tuple(PRESETS)] = Field(description="model preset")  # type: ignore[valid-type]
-    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
-    _known_fields = field_validator("model_overrides")(known_model_fields)
-    method_options: dict[str, dict] = Field(default_factory=dict, description="per method: constructor options")
+class Settings(TrainSettings):
     corpus: CorpusSettings = Field(default_factory=CorpusSettings, description="language-model text of the mix")
-    steps: Optional[int] = Field(None, ge=1, description="training budget in optimizer steps ...")
-    tokens: Optional[int] = Field(None, ge=1, description="... or in tokens")
     batch_size: int = Field(32, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    warmup_steps: int = Field(50, ge=0)
-    precision: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    eval_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     mix: float = Field(0.5, ge=0.0, le=1.0, description="fraction of training rows that are probe examples")
     train_probes: list[ProbeName] = Field(list(get_args(ProbeName)), min_length=1,
                                           description="probes in the training mix (one model serves them all)")
@@ -137,8 +126,6 @@ class Settings(TaskSettings):
 
     @model_validator(mode="after")
     def _check(self):
-        if (self.steps is None) == (self.tokens is None):
-            raise ValueError("give exactly one training budget: steps or tokens")
         if any(not 0.0 <= d <= 1.0 for d in self.depths):
             raise ValueError(f"depths must lie in [0, 1], got {self.depths}")
         self.probe_config()  # one line on inconsistent probe shapes
@@ -168,7 +155,7 @@ def training_probes(case, s: Settings) -> list[str]:
 def checkpoint_path(case, s: Settings) -> Path | None:
     """``<run>/checkpoints/retrieval__<method>__L_train=<L>[__<probe>].pt``: with several training
     probes one model (and file) serves every probe case of the method."""
-    if not getattr(case, "out_dir", ""):
+    if not case.out_dir:
         return None
     probes = training_probes(case, s)
     tail = "" if len(probes) > 1 else f"__{probes[0]}"
@@ -234,3 +221,6 @@ def run(case) -> dict:
     if probe == "mqar":
         series["by_distance"] = by_distance
     return {"metrics": metrics, "series": series, "info": info}
+
+
+TASK = Task(Settings, Params, METRICS, run, report_sections=report_sections, summary_tables=summary_tables)
