@@ -1,14 +1,7 @@
-"""Suite files: load the YAML, validate it, resolve a profile, expand the cases.
-
-Every problem is one ``SuiteError`` (``posbench.run.suite.suite_errors``): a single line
-``<file>:<line>: <key>: <problem>; allowed: <what is>``. Validation happens in full before
-anything runs or is written, and covers every profile, so ``bench.py validate`` catches a mistake
-in the ``gpu`` profile on a laptop.
-
-Layers: the YAML is read as data (``yaml_reader``); ``SuiteFile`` (pydantic, strict,
-``extra="forbid"``) checks the shape of the file; the task's ``Settings`` checks the merged
-settings (file, then profile, then ``--set``); the task's ``Params`` checks every grid value; the
-method registry checks method names, and ``method_options`` the options given to each.
+"""Suite files: load the YAML, validate it in full (every profile) before anything runs, resolve a
+profile and ``--set`` into a ``Suite`` that holds its task, expand the cases. Layers: the YAML
+(``yaml_reader``), the file's shape (``SuiteFile``), the task's ``Settings`` and ``Params``, the
+method registry and ``method_options``; every problem is one ``SuiteError`` line.
 """
 from __future__ import annotations
 

@@ -1,32 +1,6 @@
-"""Decode: what a position method costs at inference time, with a KV cache.
-
-Serving is prefill plus token-by-token decoding, and position methods differ there again: ALiBi
-and T5 build one bias row per generated token, rotary rotates the keys, a fused kernel runs with
-a single query row. The two numbers serving stacks quote are time to first token and time per
-output token.
-
-One case = one method at context length C (``context``) and batch B (``batch``):
-1. Prefill: a (B, C) prompt of random token ids (seeded; speed does not depend on the values) in
-   one forward through ``model.new_cache()``; the first generated token is the argmax of the last
-   position's logits. ``ttft_ms`` is the time of both.
-2. Decode: ``decode_tokens`` greedy steps, each one token per sequence fed with the cache (the
-   context grows from C to C + decode_tokens - 1); every step is timed on its own, so ``tpot_ms``
-   (median) and ``tpot_p90_ms`` describe the distribution of per-token latencies.
-3. Memory: ``kv_cache_bytes`` (keys and values of all layers after the prefill) and the peak
-   memory of each phase: the prefill's from its start, the decode's from the end of the first
-   decode step (by then what the prefill left behind is freed); both include weights and cache.
-A repeat is one prefill and its decode; ``warmup_repeats`` uncounted repeats come first, then
-``repeats`` measured ones, in one process. Timing (``measure.make_device``): on CUDA, CUDA events
-around every step read after a synchronize (each step starts with an empty queue); on CPU,
-``time.perf_counter`` around every step. ``info.timing`` records which. ``rounds`` (the runner's
-interleaved rounds, as in the efficiency suite) runs every method of a grid point once per round,
-round-robin, each in a fresh process; readers take the median over rounds and pair each
-method's ratio to the baseline by round.
-
-The model runs in ``dtype`` (``model.to(dtype)``: serving keeps no float32 master weights), so
-the cache is stored in that dtype; position tables stay float32 (``register_position_buffer``).
-Only the last position's logits are computed in the prefill (``last_position_only``), as a
-server does: the (B, C, V) logits of a 267k vocabulary would be the largest tensor of the run.
+"""Decode: what a position method costs at inference time with a KV cache: time to first token
+(prefill), time per output token (greedy decode steps, each timed) and memory, at context C and
+batch B. How a case runs and is timed: docs/tasks/decode.md.
 """
 from __future__ import annotations
 

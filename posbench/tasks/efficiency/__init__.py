@@ -1,39 +1,7 @@
-"""Efficiency: training and evaluation words/s and peak memory of one method at one length.
-
-The ALiBi paper's efficiency table (Press et al. 2022, Table 1 / Figure 1): the same model with
-each position method, trained and evaluated at input length L on one GPU. "Words" are tokens.
-
-One case = one method at one ``seq_len``:
-1. Evaluation: ``model.eval()``, no grad; every forward is a batch of non-overlapping windows of
-   length L. ``warmup_steps`` forwards, then ``windows`` windows of ``eval_measure_steps``
-   (default ``measure_steps``) forwards.
-2. Training: full optimizer steps (forward, loss, backward, AdamW step, ``zero_grad(set_to_none)``),
-   ``warmup_steps`` first, then ``windows`` windows of ``measure_steps`` steps.
-Evaluation runs first so that on a CPU (where a freed allocation may stay resident) its peak is
-not inflated by the optimizer state; each phase resets the peak before it starts.
-
-Data parallel (torchrun, or ``nproc`` > 1): every rank runs ``tokens_per_step`` tokens per step
-(per device, as the paper counts them), training goes through DistributedDataParallel, and each
-window starts after a barrier. Words/s is then the global rate: all ranks' tokens over the
-slowest rank's window time (``distributed.global_rates``). Peak memory is per rank: the
-``peak_mem_*`` metrics are the maximum over ranks, ``*_mean`` the mean; energy is summed.
-
-Pairing (``pairing``). ``rounds``: each case (and round) runs alone in its worker process, as
-above. ``windows``: the runner gives one worker every method of a grid point and round
-(``run_group``); it builds every method's model (same seed, same data, each its own optimizer),
-warms each up, then alternates measured windows between them, phase by phase (evaluation, then
-training), in a balanced order (``posbench.engine.windows``), and records each window's words/s with its
-start time (``series``: ``<phase>_wps_windows``, ``<phase>_wps_window_t``, seconds since the
-group began measuring; ``info.group`` names the process). Tables pair a method's
-window w with the baseline's window w of the same process. Peak memory is a property of a
-process, so in round 1 each method first runs alone in a short process of its own
-(``memory_probe``: the per-case path with one window of one step), and its ``peak_mem_*`` and
-``mem_base_bytes`` go into the round-1 row (``info.memory`` says so).
-
-Token ids are random (seeded): speed and memory do not depend on the values, and random data
-keeps the suite free of a corpus download. Mixed precision (``bfloat16``/``float16``) runs
-float32 weights and AdamW under ``torch.autocast``, as fairseq's fp16 training did; float16
-adds a gradient scaler.
+"""Efficiency: training and evaluation words/s and peak memory of one method at one length (the ALiBi
+paper's Table 1 / Figure 1). One case per process (``run``), or every method of a grid point in one
+process with alternating windows (``run_group``, ``pairing: windows``). How a case runs, data
+parallel, pairing and the memory probe: docs/tasks/efficiency.md.
 """
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""Extrapolation: train at L_train, evaluate perplexity at L_valid = L, 2L, 4L, ... (train short,
-test long; Press et al. 2022, Figure 1 and Tables 2-5).
-
-One case = one method at one ``L_train``:
-1. Train a fresh model on the corpus's ``train`` split (``posbench.engine.train``), or reuse the case's
-   checkpoint when an earlier run of the same case left one (``reuse_checkpoint``), so evaluation
-   can be re-run without retraining. The checkpoint lives beside the results.
-2. Evaluate on the ``valid`` split at every L_valid, in every mode: ``nonoverlapping`` (the
-   paper's default), ``sliding`` (stride ``stride``), and with ``interpolate: true`` the same
-   again with positions scaled by L_train / L_valid (Chen et al. 2023 for rotary; for ALiBi the
-   bias scaling of SambaNova's "ALiBi Deep Dive"). One L_valid that runs out of memory becomes an
-   ``oom`` cell; the other cells still run.
+"""Extrapolation: train at L_train, evaluate perplexity at L_valid = L, 2L, 4L, ... (Press et al.
+2022, Figure 1 and Tables 2-5), non-overlapping and sliding, optionally with interpolated
+positions; the case's checkpoint is reused when present. Details: docs/tasks/extrapolation.md.
 """
 from __future__ import annotations
 

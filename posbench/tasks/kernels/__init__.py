@@ -1,17 +1,7 @@
-"""Kernels: the fused ALiBi- and T5-Triton attention kernels against the alternatives, one shape each.
-
-The suite's ``methods`` are kernel variants (``posbench.tasks.kernels.variants.VARIANTS``), not position
-methods: ``alibi_triton`` and ``t5_triton`` (the fused kernels), ``triton_no_bias`` (the same
-kernel with no bias: the cost of a bias), ``sdpa_float_bias`` / ``sdpa_t5_bias`` (SDPA with a
-materialised ALiBi / T5 bias; the backend PyTorch chose is recorded), ``sdpa_causal`` (no bias),
-``flex_alibi`` / ``flex_t5`` (FlexAttention ``score_mod``s with a causal block mask) and
-``flash_alibi`` (FlashAttention-2's ``alibi_slopes``). Timing, TFLOP/s and memory are defined in
-``posbench/kernel_bench.py``.
-
-Availability is decided in two places. Before a worker starts, ``unavailable`` answers what needs
-no kernel (a package or a GPU missing). Whatever needs a kernel to run (a compile error, no SDPA
-backend for the point) is found by ``run`` inside the worker, so a hang or a crash there costs
-one row and not the suite; it raises ``tasks.Unavailable``, which makes an ``unavailable`` row.
+"""Kernels: the fused ALiBi- and T5-Triton attention kernels against the alternatives, one shape
+each. The suite's ``methods`` are the variants of ``METHODS`` (``variants.py`` times them); what
+needs no kernel to decide is ``unavailable`` before a worker starts, the rest a row of ``run``.
+Details: docs/tasks/kernels.md.
 """
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
-"""Lengthgen: does a method generalise an algorithm to longer inputs than it was trained on?
-
-The algorithmic tasks of Ruoss et al. 2023 (reverse, duplicate, parity, modular arithmetic,
-missing duplicate) and Kazemnejad et al. 2023 (copy, addition, sort), as sequence-to-sequence
-rows ``BOS input SEP answer`` for the decoder-only model (``posbench.data.algorithmic``).
-
-One case = one method, one ``L_train`` and one ``task``:
-1. Train a fresh model on examples of lengths drawn uniformly from 1..L_train (one length per
-   batch), the loss on the answer tokens only (``posbench.engine.train`` with a loss mask).
-2. At every test length n = factor x L_train: the fraction of fresh examples whose whole answer
-   greedy decoding writes exactly (the papers' exact match; one teacher-forced forward,
-   ``train_eval.exact_match``), with its Wilson 95% interval.
-3. Learn first: the row records whether the method learnt the task at L_train (accuracy at n =
-   L_train >= ``learned_threshold``); the tables mark a method that did not "not learnt at
-   L_train" instead of comparing its accuracy beyond L_train.
-
-Rows carry the outcome counts (``series.cells``: n, correct, total), so reports recompute the
-intervals after merging runs (``posbench.tasks.lengthgen.tables``).
+"""Lengthgen: does a method generalise an algorithm (Ruoss et al. 2023, Kazemnejad et al. 2023) to
+longer inputs than it was trained on? Train on lengths 1..L_train, score exact match at each test
+length, learn first, then compare. How a case runs: docs/tasks/lengthgen.md.
 """
 from __future__ import annotations
 

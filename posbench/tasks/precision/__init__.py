@@ -1,16 +1,6 @@
-"""Precision: what half-precision does to ALiBi (SambaNova, "ALiBi Deep Dive: Interpolation and
-Precision", 2023; summary in the README).
-
-Two studies, the suite's grid axis ``study``:
-
-- ``bias_counts``: the BLOOM-style bias (float32 ``slope * position``, then cast) and the number
-  of distinct values per head and window of positions for float32, float16, bfloat16 and float8,
-  also after scaling by an interpolation factor; tables (``posbench.tasks.precision.analysis``)
-  and staircase charts (``posbench.tasks.precision.staircase``). Independent of training; runs
-  in seconds.
-- ``bias_dtype_ppl``: train the method in float32 at ``L_train`` (or reuse the checkpoint), then
-  evaluate in ``eval_dtype`` (bfloat16 by default) with the bias kept in float32 and with the bias
-  cast to the compute dtype, at each L_valid. ``ppl_diff@L`` = compute - float32.
+"""Precision: what half precision does to ALiBi (SambaNova's "ALiBi Deep Dive", 2023): distinct
+bias values per dtype (``bias_counts``) and the perplexity cost of a compute-dtype bias
+(``bias_dtype_ppl``). Details: docs/tasks/precision.md.
 """
 from __future__ import annotations
 

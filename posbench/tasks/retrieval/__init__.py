@@ -1,26 +1,6 @@
-"""Retrieval: can a method *use* what is far away? Train at L_train on language-model text mixed
-with retrieval probes (``posbench.tasks.retrieval.probes``), then test the probes at L_valid = L_train x factor.
-
-One case = one method, one ``L_train`` and one ``probe`` (passkey, mqar, copy, reverse):
-1. Train a fresh model (``posbench.engine.train``) on batches whose rows are, with probability ``mix``,
-   a probe example (probes of ``train_probes``: by default all four, so one model per method
-   serves every probe case and is trained once; its checkpoint is shared) and otherwise a window
-   of the corpus (the synthetic Markov source by default, or ``--data``). The mix, budget and
-   probe shapes are settings, the same for every method.
-2. At every L_valid: prefill the prompt through the KV cache (``model.new_cache()``) and greedily
-   decode each answer, so any method that passes the conformance kit (decoding equals the full
-   forward) is scored by the same path. An answer counts when every decoded token is right
-   (passkey, copy, reverse: one outcome per example; mqar: one per query, as in Zoology).
-   Passkey runs a depth x length grid: the needle-in-a-haystack heatmap.
-
-Rows carry outcome counts (``series.cells``: correct, total per L_valid and depth), so reports
-recompute Wilson intervals (``posbench.report.stats``) after merging; ``effective_length`` is the longest
-L_valid whose accuracy stays >= ``threshold`` (RULER).
-
-Learn first, then compare (``posbench.report.learn_first``): a row records ``learned`` (accuracy at
-L_train >= ``learned_threshold``); a model that did not learn the task has no effective length
-(its tables say "not learnt at L_train"), and a run where fewer than two methods learnt is a
-broken profile, named so in its table titles.
+"""Retrieval: can a method use what is far away? Train at L_train on text mixed with retrieval
+probes (``probes``), then score the probes' answers, decoded through the KV cache, at L_valid =
+L_train x factor; Wilson intervals, effective length, learn first. Details: docs/tasks/retrieval.md.
 """
 from __future__ import annotations
 
