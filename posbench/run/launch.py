@@ -24,7 +24,8 @@ from typing import Optional
 
 from posbench.core.case import CaseSpec
 from posbench.run.folder import TEMP_PREFIX
-from posbench.run.worker import OOM_TEXT, die_with_parent, read_result
+from posbench.core.outcome import OOM_TEXT
+from posbench.run.handoff import die_with_parent, read_result
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
