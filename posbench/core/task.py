@@ -1,5 +1,6 @@
 """The task contract: ``Task`` (what a task package declares as ``TASK``), ``Metric`` (one metric,
-declared once), ``TaskSettings`` and the registry of task names.
+declared once), ``TaskSettings`` and ``ModelSettings`` with ``case_model_config`` (the settings
+block and the model config of every task that builds a model), and the registry of task names.
 
 A task is imported only when asked for by name, so a worker imports its own task alone; names
 starting with ``_`` are test-only and hidden from listings. The contract in full:
@@ -36,7 +37,8 @@ def _registered_in_env() -> dict[str, str]:
     return {name: module for name, _, module in pairs}
 
 
-TASKS.update(_registered_in_env())
+for _name, _module in _registered_in_env().items():
+    TASKS.setdefault(_name, _module)  # a built-in name keeps its task
 
 Format = Literal["count", "bytes", "ms", "ppl", "plain", "int"]
 # A chart drawn after a metric's table: the table's stored rows -> [(file stem, title, Figure)].
