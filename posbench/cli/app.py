@@ -162,10 +162,8 @@ def cmd_run(args) -> int:
     if args.run_id is not None:  # a folder under results/<suite>/: never a path that leaves it
         suitemod.check_name(args.run_id, "--run-id")
     if methods and "all" in methods:  # the group: every registered method joins this suite's run
-        from posbench.core import task as tasks
-
-        suite.methods = suitemod.expand_methods(suite.methods + ["all"], tasks.get(suite.task))
-        methods = suitemod.expand_methods(methods, tasks.get(suite.task))
+        suite.methods = suitemod.expand_methods(suite.methods + ["all"], suite.task_spec)
+        methods = suitemod.expand_methods(methods, suite.task_spec)
     suite = with_methods(suite, methods)  # a method the suite does not list joins this run's table
     shard = parse_shard(args.shard) if args.shard else None
     in_process = _under_torchrun(suite, device, args.dry_run)

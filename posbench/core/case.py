@@ -1,23 +1,12 @@
-"""One case of a suite: a method at one grid point, with the settings it runs under.
-
-A case exists in two forms, one per side of the process boundary:
-
-- ``CaseSpec``: the case as JSON-ready data (``params`` and ``settings`` plain dicts). The suite
-  expands a grid into specs, the runner schedules them, writes them to the worker's case file
-  (``to_json``) and copies their fields into rows; a task's ``unavailable(case)`` is asked with a
-  spec too, before any worker starts.
-- ``Case[P, S]``: the same case with typed ``params`` and ``settings``, the task's pydantic
-  ``Params`` and ``Settings`` models. The worker builds it from the spec's JSON
-  (``posbench.run.worker.typed_case``) and hands it to ``task.run`` / ``task.run_group``, so a task
-  reads ``case.settings.warmup_steps`` checked and typed, never a dict.
-
-Both have the same ``id`` and the same ``to_json``; ``Case.spec()`` goes back to the JSON form
-(a task that starts a worker of its own, such as the efficiency memory probe, does that).
+"""One case of a suite: a method at one grid point, with the settings it runs under, in its two
+forms: ``CaseSpec`` (JSON-ready dicts: what the suite expands, the runner schedules and the worker's
+case file holds) and ``Case`` (the task's typed ``Params`` and ``Settings``: what a task runs).
+Both have the same ``id`` and ``to_json``; ``Case.spec()`` goes back to the JSON form.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Generic, TypeVar, Union
+from typing import Callable, Generic, Optional, TypeVar, Union
 
 from pydantic import BaseModel
 
@@ -73,6 +62,9 @@ class Case(_CaseFields, Generic[P, S]):
 
     params: P
     settings: S
+    # The runner's way to run a spec alone in a fresh worker process: (spec, timeout_s) -> its
+    # result (a task that needs a process of its own, e.g. the efficiency memory probe). Not data.
+    run_alone: Optional[Callable[[CaseSpec, float], dict]] = field(default=None, repr=False, compare=False)
 
     @property
     def id(self) -> str:

@@ -1,53 +1,22 @@
-"""Task registry: what a suite's ``task:`` key names, and the contract every task module meets.
+"""The task contract: ``Task`` (what a task package declares as ``TASK``), ``Metric`` (one metric,
+declared once), ``TaskSettings`` and ``ModelSettings`` with ``case_model_config`` (the settings
+block and the model config of every task that builds a model), and the registry of task names.
 
-A task module (``posbench/tasks/<name>/``, a package owning its helpers) defines:
-
-- ``Settings``: a pydantic model subclassing ``TaskSettings`` (so it inherits the runner's own
-  settings: timeout, memory limit, threads, seed). Suite ``settings`` merged with the profile's
-  override are validated against it; unknown keys are rejected.
-- ``Params``: a pydantic model of one grid point (e.g. ``seq_len``); a suite's grid axes must be
-  its fields, and every grid value is validated against the field.
-- ``METRICS``: ``{metric name: Metric(...)}``, the one declaration of each metric's title, unit,
-  direction (higher is better, lower is better, or not compared) and number format; tables,
-  charts, progress lines and ``bench.py compare`` all read it. A key ``"ppl@*"`` declares a family
-  (``ppl@nonoverlapping@512``, ...). A suite's ``metrics`` (the ones its table and progress lines
-  show) must be keys of it.
-- ``run(case: Case) -> {"metrics": {name: number | None}, "series": {name: list | dict}}``. It
-  runs in a worker process (``posbench.run.worker``), one case per process; with ``nproc`` > 1 (or
-  under torchrun) on every rank at once, with the process group already joined
-  (``posbench.engine.distributed``), and rank 0's return value is the result. The worker has already
-  set torch's CPU threads and loaded the suite's method folders (``worker.prepare``). Raise
-  ``Diverged`` for a non-finite loss; ``MemoryError`` / ``torch.cuda.OutOfMemoryError`` become
-  status ``oom``.
-
-Optionally, a task whose ``Settings`` has ``pairing`` defines ``run_group(cases, round) ->
-{case id: worker result}``: with ``pairing: windows`` the runner hands it every case of one grid
-point and round in one worker process (``posbench.engine.windows``); a case that fails there gets its own
-failure result (``posbench.run.worker.failure``) and the others go on.
-
-Optionally, a task whose suite ``methods`` are its own variants rather than position methods (the
-kernels task) also defines ``METHODS`` (the variant names) and ``unavailable(case) -> reason |
-None``. ``Task`` below is the typed form of the required parts; ``get`` checks a module against it
-and hands back a ``LoadedTask``, which answers every optional part with its default.
-
-Its part of the report is optional too (``LoadedTask.REPORT``): by default ``bench.py report``
-gives a task one section of tables built from its ``METRICS`` declarations (each followed by its
-charts), headed by its name and placed after the tasks that declare a place; ``bench.py compare``
-compares the numbers in its rows' ``metrics``. A task with a layout of its own declares it here,
-so the report and compare never name a task.
-
-Modules are imported lazily, so a worker imports only its own task (the test task does not
-import torch, which keeps the runner's tests fast). Names starting with ``_`` are test-only and
-hidden from listings.
+A task is imported only when asked for by name, so a worker imports its own task alone; names
+starting with ``_`` are test-only and hidden from listings. The contract in full:
+docs/tasks/contract.md.
 """
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Literal, Optional, Protocol, runtime_checkable
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, ClassVar, Literal, Optional, Sequence
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from posbench.core.config import PRESETS, ModelConfig, model_config
 from posbench.core.outcome import Diverged, Unavailable  # noqa: F401  (a task raises them; re-exported)
-from pydantic import BaseModel, ConfigDict, Field
 
 TASKS: dict[str, str] = {
     "efficiency": "posbench.tasks.efficiency",
@@ -57,42 +26,30 @@ TASKS: dict[str, str] = {
     "decode": "posbench.tasks.decode",
     "retrieval": "posbench.tasks.retrieval",
     "lengthgen": "posbench.tasks.lengthgen",
-    "_testing": "posbench.tasks._testing",
 }
+# Tasks registered in a parent process (``register_task``), as name=module,name=module: the
+# workers it starts inherit the variable, so they find those tasks too.
+TASKS_ENV = "POSBENCH_TASKS"
 
+
+def _registered_in_env() -> dict[str, str]:
+    pairs = (item.partition("=") for item in os.environ.get(TASKS_ENV, "").split(",") if item)
+    return {name: module for name, _, module in pairs}
+
+
+for _name, _module in _registered_in_env().items():
+    TASKS.setdefault(_name, _module)  # a built-in name keeps its task
 
 Format = Literal["count", "bytes", "ms", "ppl", "plain", "int"]
+# A chart drawn after a metric's table: the table's stored rows -> [(file stem, title, Figure)].
+ChartFunction = Callable[[list], list]
 
 
 @dataclass(frozen=True)
 class Metric:
-    """One metric, declared once in its task's ``METRICS``.
-
-    ``higher_is_better``: True (words/s, TFLOP/s), False (memory, time, perplexity) or None
-    (counts and spreads such as ``n_params`` or ``train_wps_min``: shown, never compared).
-    ``fmt`` names a formatter of ``posbench.report.numbers`` (``count``: 25.8k; ``bytes``: always GiB, named;
-    ``ms``/``plain``: 4 significant digits; ``ppl``: 2 decimals; ``int``).
-
-    Where ``bench.py report`` puts it (each task decides its own section):
-
-    - ``table``: a table of its own (methods x the first grid axis) followed by its chart (when the
-      columns are numbers), even when the suite's ``metrics`` omit it. A family key ``head@*``
-      with ``table`` makes one table of every member the rows carry: the last ``@`` part is the
-      column (headed ``axis``), the parts between join the method in the row label
-      (``ppl@float32_bias@256`` -> row ``alibi, float32_bias``, column 256).
-    - ``shown_in``: the key of the metric whose table already shows this value (the precision
-      suite's ``ppl_diff_at_max_len`` is the last column of ``ppl_diff@*``): no table of its own,
-      even when the suite's ``metrics`` name it (its progress lines still do).
-    - ``appendix``: housekeeping (parameters, steps, threads, batch size): one compact "Appendix:
-      run details" table per task, cases x housekeeping metrics, never a table or chart of its own.
-      None decides by the declaration: housekeeping when never compared (``higher_is_better``
-      None), not a table, not shown elsewhere and not the spread of another metric
-      (``<m>_min``/``<m>_max``/``<m>_std`` become the error bars of ``m``).
-    - ``charts``: charts that belong to this metric's table and are drawn right after it,
-      as ``"module:function"`` names; ``function(rows: list[dict]) -> [(file stem, title, Figure)]``
-      gets the stored rows of the table (precision: the bias staircases of its ``bias_counts`` study,
-      ``posbench.tasks.precision.staircase:report_charts``).
-    """
+    """One metric of a task's ``METRICS``: title, unit, direction (``higher_is_better`` None: never
+    compared), format (a ``posbench.report.numbers`` formatter) and where the report puts it
+    (docs/tasks/contract.md#metrics)."""
 
     title: str
     unit: str
@@ -103,28 +60,15 @@ class Metric:
     appendix: Optional[bool] = None
     shown_in: str = ""
     axis: str = ""
-    charts: tuple[str, ...] = ()
-
-
-@runtime_checkable
-class Task(Protocol):
-    """What a task module provides (see the module docstring)."""
-
-    Settings: type  # a TaskSettings subclass
-    Params: type  # a pydantic model of one grid point
-    METRICS: dict[str, Metric]
-    run: Callable[[Any], dict]
+    charts: tuple[ChartFunction, ...] = ()
 
 
 SPREAD_SUFFIX = "_std"  # a seed-averaged metric m carries m_std: its spread over seeds
 
 
 def find_metric(metrics: dict[str, Metric], name: str) -> Optional[Metric]:
-    """The declaration of ``name``: its own key, else its family ``<head>@*`` (``ppl@sliding@512``).
-
-    ``<m>_std`` of a declared ``m`` is declared with it: same unit and format, never compared
-    (a spread is not better or worse by itself).
-    """
+    """The declaration of ``name``: its own key, else its family ``<head>@*``; ``<m>_std`` of a
+    declared ``m`` is declared with it (never compared)."""
     if name in metrics:
         return metrics[name]
     if name.endswith(SPREAD_SUFFIX):
@@ -149,13 +93,8 @@ def spread_of(metrics: dict[str, Metric], name: str) -> Optional[str]:
 
 
 def is_housekeeping(metrics: dict[str, Metric], name: str) -> bool:
-    """Whether ``name`` belongs in the report's "Appendix: run details" (see ``Metric.appendix``).
-
-    An undeclared metric is housekeeping unless it is a spread of a declared one: the task did
-    not ask for a table of it, and the appendix keeps it visible. A member of a family
-    (``acc_lo@256`` of ``acc_lo@*``) is one point of a curve, not a run detail, unless its family
-    says ``appendix=True``.
-    """
+    """Whether ``name`` belongs in the report's "Appendix: run details" (``Metric.appendix``); an
+    undeclared metric does unless it is a spread, a family member does not unless its family says so."""
     if spread_of(metrics, name) is not None:
         return False
     metric = find_metric(metrics, name)
@@ -170,19 +109,12 @@ def is_housekeeping(metrics: dict[str, Metric], name: str) -> bool:
 
 def metrics_of(name: str) -> dict[str, Metric]:
     """The ``METRICS`` of task ``name``; an empty dict for a task this installation does not know."""
-    try:
-        return get(name).METRICS
-    except KeyError:
-        return {}
+    task = find(name)
+    return task.METRICS if task is not None else {}
 
 
 def known_model_fields(value: dict) -> dict:
-    """Validator of a task's ``model_overrides``: only ``ModelConfig`` fields (the method and its
-    options come from the suite, not from overrides)."""
-    from dataclasses import fields
-
-    from posbench.core.config import ModelConfig
-
+    """Validator of ``model_overrides``: ``ModelConfig`` fields only (method and options come from the suite)."""
     allowed = {f.name for f in fields(ModelConfig)} - {"method", "method_options"}
     unknown = sorted(set(value) - allowed)
     if unknown:
@@ -205,70 +137,51 @@ class TaskSettings(BaseModel):
                        "through torchrun (one rank per GPU on CUDA); 1: one plain worker process")
 
 
-def register_task(name: str, module: str) -> None:
-    """Make ``task: name`` resolve to the importable module ``module``."""
-    if name in TASKS and TASKS[name] != module:
-        raise ValueError(f"duplicate task name {name!r}: {TASKS[name]} and {module}")
-    TASKS[name] = module
+class ModelSettings(TaskSettings):
+    """The model a case builds: a preset, overrides of its fields, options per method."""
+
+    model: Literal[tuple(PRESETS)] = Field(description="model preset (posbench.core.model.PRESETS)")  # type: ignore[valid-type]
+    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
+    _known_fields = field_validator("model_overrides")(known_model_fields)
+    method_options: dict[str, dict] = Field(
+        default_factory=dict, description="per method: constructor options, e.g. {alibi: {bias_dtype: compute}}")
 
 
-def names(include_hidden: bool = False) -> list[str]:
-    return sorted(n for n in TASKS if include_hidden or not n.startswith("_"))
+def case_model_config(case, method_options: Optional[dict] = None, **defaults) -> ModelConfig:
+    """The ``ModelConfig`` of ``case`` (its settings are ``ModelSettings``): ``defaults`` (e.g. the
+    corpus's ``vocab_size``) under the suite's ``model_overrides``; ``method_options`` replace the
+    suite's options for this method."""
+    s = case.settings
+    options = s.method_options.get(case.method, {}) if method_options is None else method_options
+    return model_config(s.model, case.method, method_options=options, **{**defaults, **s.model_overrides})
 
 
-class LoadedTask:
-    """A task module seen through the contract: the required parts checked once (``get``), every
-    optional part answered with its default when the module leaves it out, so the runner, the
-    suite loader, the CLI and the report ask the task and never probe the module.
+@dataclass(frozen=True)
+class Task:
+    """What a task package declares as ``TASK``: the four required parts, then every optional
+    part with its default (docs/tasks/contract.md). ``name`` and ``module`` are filled in by ``get``."""
 
-    Optional parts and their defaults (``OPTIONAL``):
+    LAST: ClassVar[int] = 1000  # the report place of a task that declares none
 
-    - ``METHODS``: the task's own variants (kernels) instead of position methods; default None.
-    - ``unavailable(case) -> reason | None``: why a case of those variants cannot run here, known
-      before any worker starts; default: always available (position methods answer for themselves).
-    - ``run_group(cases, round) -> {case id: result}``: the paired-windows group run; default
-      None, and ``groups`` is False.
-    - ``TIMED``: whether the task's numbers are timings compared between the methods of a grid
-      point (ratios to a baseline), so a sweep spread over devices keeps every method of a point
-      on one device (``posbench.run.units``); default None: timed when its ``Settings`` pairs
-      methods in ``rounds`` or it can ``run_group``.
-
-    The report's parts (``REPORT``; ``runs`` is a ``posbench.report.rows.Runs``):
-
-    - ``TITLE``: the heading of the task's report section; default None: ``title`` is the name,
-      capitalised.
-    - ``REPORT_ORDER``: where the section stands, lower first; default ``LAST``: after every task
-      that declares a place, tasks of the same place by name.
-    - ``REPORT_COLUMN``: the grid axis a metric table spreads over its columns; default "": the
-      first axis the rows carry.
-    - ``report_sections(runs, baseline) -> [posbench.report.sections.Section]``: the task's own
-      sections (tables with their charts), replacing the metric tables of its ``METRICS``;
-      ``posbench.report.sections.metric_section`` builds those for a task that adds to them.
-      Default None.
-    - ``summary_tables(runs) -> [posbench.report.table.Table]``: the tables printed at the end of
-      a run, replacing the metric tables of the suite's ``metrics``; default None.
-    - ``compare_values(row) -> {name: number | None}``: numbers of a stored row that ``bench.py
-      compare`` reads beyond its ``metrics`` (a metric of the same name wins); default None.
-    """
-
-    LAST = 1000  # the report place of a task that declares none
-    REPORT: dict[str, Any] = {"TITLE": None, "REPORT_ORDER": LAST, "REPORT_COLUMN": "", "report_sections": None,
-                              "summary_tables": None, "compare_values": None}
-    OPTIONAL: dict[str, Any] = {"METHODS": None, "unavailable": None, "run_group": None, "TIMED": None, **REPORT}
-
-    def __init__(self, name: str, module: Any):
-        self.name = name
-        self.module = module
+    Settings: type  # a TaskSettings subclass: the suite's settings
+    Params: type  # a pydantic model of one grid point
+    METRICS: dict[str, Metric]
+    run: Callable[[Any], dict]  # case -> {"metrics": {...}, "series": {...}}
+    METHODS: Optional[Sequence[str]] = None  # the task's own variants instead of position methods
+    unavailable: Optional[Callable[[Any], Optional[str]]] = None  # case -> why not here (own variants)
+    run_group: Optional[Callable[[list, int], dict]] = None  # (cases, round) -> {case id: result}
+    TIMED: Optional[bool] = None  # None: timed when Settings has rounds or the task can run_group
+    TITLE: Optional[str] = None  # the report heading; None: the name, capitalised
+    REPORT_ORDER: int = LAST
+    REPORT_COLUMN: str = ""  # the grid axis of the metric tables' columns; "": the first
+    report_sections: Optional[Callable[..., list]] = None  # (runs, baseline) -> [Section]
+    summary_tables: Optional[Callable[[Any], list]] = None  # runs -> [Table] printed after a run
+    compare_values: Optional[Callable[[Any], dict]] = None  # row -> numbers compare reads beyond metrics
+    name: str = ""
+    module: Any = None
 
     def __repr__(self) -> str:
-        return f"<task {self.name!r} ({self.module.__name__})>"
-
-    def __getattr__(self, attr: str) -> Any:
-        # Settings, Params, METRICS, run and whatever else the module holds (a test's monkeypatch
-        # on the module is seen here too: nothing is copied)
-        if attr in LoadedTask.OPTIONAL:
-            return getattr(self.module, attr, LoadedTask.OPTIONAL[attr])
-        return getattr(self.module, attr)
+        return f"<task {self.name!r} ({self.module.__name__ if self.module is not None else '?'})>"
 
     @property
     def own_methods(self) -> bool:
@@ -282,23 +195,35 @@ class LoadedTask:
 
     @property
     def timed(self) -> bool:
-        """Whether the methods of a grid point are timed against each other (``TIMED``)."""
+        """Whether the methods of a grid point are timed against each other (one device per point)."""
         if self.TIMED is not None:
-            return bool(self.TIMED)
+            return self.TIMED
         return "rounds" in self.Settings.model_fields or self.groups
 
     @property
     def title(self) -> str:
-        """The heading of the task's report section."""
         return self.TITLE or self.name.capitalize()
 
     def unavailable_reason(self, case: Any) -> Optional[str]:
         """Why ``case`` cannot run here, known without a worker (own variants only), or None."""
-        check = self.unavailable
-        return check(case) if check is not None else None
+        return self.unavailable(case) if self.unavailable is not None else None
 
 
-def find(name: str) -> Optional[LoadedTask]:
+def register_task(name: str, module: str) -> None:
+    """Make ``task: name`` resolve to the module ``module`` (which declares ``TASK``), here and in
+    the worker processes started from here."""
+    if name in TASKS and TASKS[name] != module:
+        raise ValueError(f"duplicate task name {name!r}: {TASKS[name]} and {module}")
+    TASKS[name] = module
+    inherited = {**_registered_in_env(), name: module}
+    os.environ[TASKS_ENV] = ",".join(f"{n}={m}" for n, m in inherited.items())
+
+
+def names(include_hidden: bool = False) -> list[str]:
+    return sorted(n for n in TASKS if include_hidden or not n.startswith("_"))
+
+
+def find(name: str) -> Optional[Task]:
     """``get(name)``, or None for a task this installation does not know (rows of another one's)."""
     try:
         return get(name)
@@ -306,17 +231,17 @@ def find(name: str) -> Optional[LoadedTask]:
         return None
 
 
-def get(name: str) -> LoadedTask:
-    """The task through its contract; an unknown name raises ``KeyError``, a module that breaks
-    the contract a one-line ``TypeError`` saying what it lacks."""
+def get(name: str) -> Task:
+    """The task registered as ``name``; an unknown name raises ``KeyError``, a module that breaks
+    the contract a one-line ``TypeError``."""
     if name not in TASKS:
         raise KeyError(name)
     module = importlib.import_module(TASKS[name])
-    if not isinstance(module, Task):
-        missing = [k for k in ("Settings", "Params", "METRICS", "run") if not hasattr(module, k)]
-        raise TypeError(f"task {name!r} ({TASKS[name]}) lacks {', '.join(missing)}; a task module defines "
-                        "Settings, Params, METRICS and run(case)")
-    bad = next((k for k, v in module.METRICS.items() if not isinstance(v, Metric)), None)
+    task = vars(module).get("TASK")
+    if not isinstance(task, Task):
+        raise TypeError(f"task {name!r} ({TASKS[name]}) lacks TASK; a task module defines "
+                        "TASK = posbench.core.task.Task(Settings, Params, METRICS, run, ...)")
+    bad = next((k for k, v in task.METRICS.items() if not isinstance(v, Metric)), None)
     if bad is not None:
         raise TypeError(f"task {name!r}: METRICS[{bad!r}] is not a posbench.core.task.Metric")
-    return LoadedTask(name, module)
+    return replace(task, name=name, module=module)

@@ -1,20 +1,9 @@
-"""Training a language model for the extrapolation study: AdamW, warm-up then cosine decay,
-gradient clipping, mixed precision on CUDA, checkpoints, and divergence detection.
-
-Determinism on CPU: the model, the batch order and dropout all derive from seeds, so two runs of
-the same case give identical loss curves (tested). CUDA kernels may still reorder sums.
-
-Data parallel: under torch.distributed (torchrun) the model is wrapped in DistributedDataParallel
-and each rank trains on its slice of the same global batch (``batch_size`` stays global), so the
-loss curve matches one process up to float rounding; only rank 0 writes the checkpoint.
-
-Curves: with a ``tracker`` (``posbench.engine.tracking``) every logged step also goes there as
-``train/loss``, ``train/lr`` and ``train/tokens_per_s`` (tokens since the previous logged step over
-the seconds since then; both clocks read right after the loss's ``item()``, which synchronizes).
-
-Train to criterion: ``until(steps_done)`` is asked after every optimizer step and ends training
-when it says so. The budget (``steps`` or ``tokens``) stays the cap and still sets the learning-rate
-schedule, so a stopped model is exactly the full run's model at that step (tested).
+"""Training a language model: AdamW, warm-up then cosine decay, gradient clipping, mixed precision
+on CUDA, checkpoints, divergence detection, curves to a tracker (docs/watching-training.md), and
+``trained_model``, the train-or-reuse-the-checkpoint step every training task calls. Seeded, so
+deterministic on CPU; under torchrun each rank trains its slice of the global batch (DDP) and
+rank 0 writes the checkpoint. ``until(steps_done)`` stops early while the budget still sets the
+lr schedule, so a stopped model is the full run's model at that step.
 """
 from __future__ import annotations
 
@@ -209,3 +198,19 @@ def load_checkpoint(path, device="cpu") -> tuple[TransformerLM, dict]:
     model = TransformerLM(ModelConfig(**blob["model_config"]))
     model.load_state_dict(blob["model"])
     return model.to(device).eval(), blob
+
+
+def trained_model(cfg, tcfg: TrainConfig, batches: Callable[[], Iterator], device, ckpt: Path | None = None,
+                  reuse: bool = False, tracker=None, until: Callable[[TransformerLM], Callable] | None = None
+                  ) -> tuple[TransformerLM, TrainResult, bool]:
+    """(model, result, reused): the ``ModelConfig`` ``cfg`` seeded with ``tcfg.seed`` and trained on
+    ``batches()`` (saved to ``ckpt``), or, with ``reuse``, loaded from the ``ckpt`` an earlier run
+    left. ``until(model)`` gives the stop criterion of ``train``, if any."""
+    if ckpt is not None and reuse and ckpt.exists():
+        model, blob = load_checkpoint(ckpt, device)
+        return model, TrainResult(**blob["result"]), True
+    torch.manual_seed(tcfg.seed)
+    model = TransformerLM(cfg)
+    data = batches()
+    check = until(model) if until is not None else None
+    return model, train(model, data, tcfg, device, ckpt, tracker=tracker, until=check), False

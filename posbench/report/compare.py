@@ -127,7 +127,7 @@ class ComparisonResult:
 
 def case_metrics(row) -> dict[str, float | None]:
     """Comparable numbers of a row: its metrics, plus those its task reads from the rest of the row
-    (``compare_values``, ``posbench.core.task.LoadedTask``: e.g. one per evaluation cell, so that
+    (``compare_values``, ``posbench.core.task.Task``: e.g. one per evaluation cell, so that
     a cell that ran out of memory is seen even when the runner stored no flat copy of it); a
     stored metric of the same name wins.
     """

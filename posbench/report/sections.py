@@ -5,11 +5,10 @@ its own (``Block``, ``Section``). Tasks are looked up through ``posbench.core.ta
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from posbench.core.task import LoadedTask, find, find_metric, metrics_of
+from posbench.core.task import Task, find, find_metric, metrics_of
 from posbench.report import charts
 from posbench.report.rows import Runs
 from posbench.report.table import Table, details_tables, metric_tables
@@ -63,8 +62,8 @@ def collect_tables(runs: Runs, baseline: Optional[str] = None) -> list[tuple[str
     return [(s.heading, [b.table for b in s.blocks]) for s in collect_sections(runs, baseline) if s.blocks]
 
 
-def _place(task: Optional[LoadedTask]) -> int:
-    return task.REPORT_ORDER if task is not None else LoadedTask.LAST
+def _place(task: Optional[Task]) -> int:
+    return task.REPORT_ORDER if task is not None else Task.LAST
 
 
 def metric_section(runs: Runs, name: str, baseline: Optional[str] = None) -> Section:
@@ -90,15 +89,12 @@ def table_charts(runs: Runs, table: Table) -> list[ChartSource]:
     if has_values and table.columns and all(isinstance(c, (int, float)) for c in table.columns):
         out.append(lambda: [(table.key, table.title, charts.metric_chart(table))])
     declared = find_metric(metrics_of(table.task), table.metric)
-    for name in (declared.charts if declared else ()):
-        out.append(_declared_chart(name, runs, table))
+    for draw in (declared.charts if declared else ()):
+        out.append(_declared_chart(draw, runs, table))
     return out
 
 
-def _declared_chart(name: str, runs: Runs, table: Table) -> ChartSource:
-    module, _, attr = name.partition(":")
-    draw = getattr(importlib.import_module(module), attr)  # a typo fails here, while collecting
-
+def _declared_chart(draw: Callable[[list], list], runs: Runs, table: Table) -> ChartSource:
     def source():
         cases = {(c.run_id, c.case_id) for c in table.cells.values() if c.case_id}
         rows = [r for r in runs.rows.to_dict("records") if (r["run_id"], r["case_id"]) in cases]

@@ -402,7 +402,7 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
     """The tables printed at the end of a run: the suite's ``metrics`` (run.json) for its task,
     methods x the first grid axis (``seq_len`` when there is one); a metric declared ``shown_in``
     another prints that one (a family: ``posbench.report.table.family_tables``). A task that
-    declares ``summary_tables`` prints its own instead (``posbench.core.task.LoadedTask``)."""
+    declares ``summary_tables`` prints its own instead (``posbench.core.task.Task``)."""
     frame = runs.rows if case_ids is None else runs.rows[runs.rows["case_id"].isin(case_ids)]
     out = []
     for source in ordered(frame["source"]):

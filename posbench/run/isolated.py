@@ -49,7 +49,7 @@ def call(target: str, kwargs: dict, timeout_s: float, methods_dirs: Sequence[str
                                        "methods_dirs": [str(Path(d).resolve()) for d in methods_dirs]}))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
-        from posbench.run.worker import die_with_parent
+        from posbench.run.handoff import die_with_parent
 
         with open(err, "wb") as err_fh:
             proc = subprocess.Popen([sys.executable, "-P", "-m", "posbench.run.isolated", str(request), str(answer)],
@@ -150,7 +150,7 @@ def unavailable(cases: list[dict]) -> list[list]:
 
 
 def main(argv: list[str]) -> int:
-    from posbench.run.worker import die_with_parent
+    from posbench.run.handoff import die_with_parent
 
     arm = die_with_parent(os.getppid())
     if arm is not None:

@@ -20,7 +20,7 @@ from typing import Optional
 from posbench.core.case import CaseSpec
 from posbench.run.machine import TEMP_PREFIX
 from posbench.core.outcome import OOM_TEXT
-from posbench.run.worker import die_with_parent, read_result
+from posbench.run.handoff import die_with_parent, read_result
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from posbench.core.case import CaseSpec
-from posbench.run.worker import first_failure, rank_failure, run_case
+from posbench.run.handoff import first_failure
+from posbench.run.worker import rank_failure, run_case
 
 T = TypeVar("T")
 

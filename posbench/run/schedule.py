@@ -46,12 +46,11 @@ def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
     run folder and table as the suite's own. A task that compares its own variants (``METHODS``)
     takes only those. An unknown name is one line with a "did you mean"."""
     from posbench.core import registry
-    from posbench.core import task as tasks
 
     extra = [m for m in dict.fromkeys(methods or []) if m not in suite.methods]
     if not extra:
         return suite
-    task = tasks.get(suite.task)
+    task = suite.task_spec
     known = list(task.METHODS) if task.own_methods else registry.names()
     for name in extra:
         if name not in known:
@@ -120,11 +119,9 @@ def jobs(todo: list[tuple[CaseSpec, int]]) -> list[tuple[list[CaseSpec], int]]:
 
 def check_pairing(suite: Suite, in_process: bool) -> None:
     """``pairing: windows`` needs a task that can run a group and one process per group."""
-    from posbench.core import task as tasks
-
     if getattr(suite.settings, "pairing", "rounds") != "windows":
         return
-    if not tasks.get(suite.task).groups:
+    if not suite.task_spec.groups:
         raise SuiteError(f"pairing: windows: task {suite.task!r} cannot measure several methods in one process; "
                          "allowed: pairing: rounds")
     if in_process:

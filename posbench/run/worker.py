@@ -19,30 +19,7 @@ from pathlib import Path
 from posbench.core import task as tasks
 from posbench.core.outcome import failure, ok_result, one_line
 from posbench.core.case import Case, CaseSpec, JsonDict
-
-
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def die_with_parent(parent: int | None = None):
-    """A function that makes the process calling it get SIGKILL when its parent dies (Linux
-    ``prctl(PR_SET_PDEATHSIG)``), and exit at once if the parent (pid ``parent``) is already gone;
-    None off Linux. The runner passes it as Popen's ``preexec_fn`` (it runs in the child between
-    fork and exec, and the setting survives exec); a rank under torchrun calls it at start. The
-    libc lookup happens here, in the caller, so the forked child only makes the call."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-    import signal
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if parent is not None and os.getppid() != parent:  # it died before the line above
-            os._exit(1)
-
-    return arm
+from posbench.run.handoff import die_with_parent, rank_file
 
 
 def apply_memory_limit(limit_mb: int | None) -> None:
@@ -70,13 +47,15 @@ def prepare(case: Case) -> None:
             registry.add_methods_dir(folder)
 
 
-def typed_case(task: tasks.LoadedTask, raw: JsonDict) -> Case:
+def typed_case(task: tasks.Task, raw: JsonDict) -> Case:
     """The case of ``raw`` (a ``CaseSpec``'s JSON, from the runner) with the task's typed
     ``params`` and ``settings`` (``posbench.core.case``)."""
     spec = CaseSpec.from_json(raw)
     shared = {f.name: getattr(spec, f.name) for f in fields(spec) if f.name not in ("params", "settings")}
+    from posbench.run.launch import run_worker
+
     return Case(**shared, params=task.Params.model_validate(spec.params),
-                settings=task.Settings.model_validate(spec.settings))
+                settings=task.Settings.model_validate(spec.settings), run_alone=run_worker)
 
 
 def run_group(raw: dict) -> dict:
@@ -113,25 +92,6 @@ def run_case(raw: dict, limit_memory: bool = True) -> dict:
 def rank_failure(result: dict, rank: int) -> dict:
     """A failed rank's result, its message naming the rank."""
     return dict(result, message=f"rank {rank}: {result['message']}", rank=rank)
-
-
-def first_failure(results: list[dict]) -> dict | None:
-    """The failure that came first: when one rank fails, its peers fail next, waiting for it."""
-    failed = [r for r in results if r.get("status", "error") != "ok"]
-    return min(failed, key=lambda r: r.get("failed_at", float("inf"))) if failed else None
-
-
-def rank_file(result_path: Path, rank: int | str) -> Path:
-    return result_path.with_name(f"{result_path.stem}.rank{rank}{result_path.suffix}")
-
-
-def read_result(result_path: Path) -> dict | None:
-    """The case's outcome: a rank's failure if any rank wrote one, else RESULT.json, else None."""
-    failures = [json.loads(p.read_text()) for p in result_path.parent.glob(rank_file(result_path, "*").name)]
-    failure = first_failure(failures)
-    if failure is not None:
-        return failure
-    return json.loads(result_path.read_text()) if result_path.exists() else None
 
 
 def write_json(path: Path, result: dict) -> None:

@@ -1,6 +1,3 @@
 """The tasks: one package per task (``efficiency/``, ``extrapolation/``, ...), each owning its
-helpers and its report section. The contract they meet and the registry of their names live in
-``posbench.core.task``; it imports a task's package only when a suite names it."""
-from posbench.core.task import (  # noqa: F401  (re-exported: the names plugins and older code use)
-    TASKS, LoadedTask, Metric, Task, TaskSettings, find_metric, get, metrics_of, names, register_task,
-)
+helpers and its report section and declaring its ``TASK``; ``training`` holds what the tasks that
+train a model on a corpus share. The contract and the registry live in ``posbench.core.task``."""

@@ -181,7 +181,7 @@ def test_the_worker_prepares_threads_and_method_folders_once_for_every_task(tmp_
     import torch
 
     from posbench.core.case import Case
-    from posbench.tasks import _testing
+    from tests.helpers import testing_task as _testing
     from posbench.run.worker import prepare
 
     write_plugin(tmp_path / "plugins", "prepared.py", "prepared_here")

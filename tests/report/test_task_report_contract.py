@@ -29,12 +29,10 @@ TASK_NAMES = ("efficiency", "extrapolation", "precision", "kernels", "decode", "
 PLUGIN = textwrap.dedent('''
     from pydantic import BaseModel
 
-    from posbench.core.task import Metric, TaskSettings
+    from posbench.core.task import Metric, Task, TaskSettings
 
     METRICS = {"score": Metric("Score", "", "a made-up score", True),
                "series_score": Metric("Series score", "", "read from the series", True)}
-    TITLE = "Own report"
-    REPORT_ORDER = 5
 
     class Settings(TaskSettings):
         pass
@@ -58,6 +56,9 @@ PLUGIN = textwrap.dedent('''
 
     def compare_values(row):
         return {"series_score": row.series.get("score"), "score": -1.0}
+
+    TASK = Task(Settings, Params, METRICS, run, TITLE="Own report", REPORT_ORDER=5, report_sections=report_sections,
+                summary_tables=summary_tables, compare_values=compare_values)
 ''')
 
 
@@ -120,7 +121,7 @@ def test_a_task_declares_its_title_place_sections_summary_and_compare_values(tmp
 
 def test_defaults_of_a_task_that_declares_nothing(plugin):
     loaded = task_registry.get("_testing")
-    assert loaded.title == "_testing" and loaded.REPORT_ORDER == task_registry.LoadedTask.LAST
+    assert loaded.title == "_testing" and loaded.REPORT_ORDER == task_registry.Task.LAST
     assert loaded.REPORT_COLUMN == "" and loaded.report_sections is None
     assert loaded.summary_tables is None and loaded.compare_values is None
     assert task_registry.get(plugin).title == "Own report"

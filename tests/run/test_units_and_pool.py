@@ -1,6 +1,7 @@
 """The unit of distribution (a timed task's grid point with every method, else a case), shards
 of whole units, and the local pool: a unit per slot (its own GPUs, from a fake device list here),
 never two units on one device at once, ``--parallel`` refused for timed tasks."""
+import dataclasses
 import threading
 import time
 
@@ -10,6 +11,7 @@ from posbench.cli import app as cli
 from posbench.core import task as tasks
 from posbench.run import pool, runner, units
 from posbench.run import suite as suitemod
+from tests.helpers import testing_task
 from tests.helpers.suites import make_suite
 from posbench.run.launch import run_worker
 from posbench.run.schedule import plan_rounds, schedule
@@ -21,7 +23,7 @@ METHODS = ["sinusoidal", "rotary", "alibi"]
 @pytest.fixture
 def untimed(monkeypatch):
     """The test task seen as a training task (one unit per case)."""
-    monkeypatch.setattr("posbench.tasks._testing.TIMED", False, raising=False)
+    monkeypatch.setattr(testing_task, "TASK", dataclasses.replace(testing_task.TASK, TIMED=False))
 
 
 def _suite(tmp_path, grid="[1, 2, 3]", **settings):
@@ -164,7 +166,7 @@ def test_parallel_runs_untimed_cases_side_by_side_and_a_timed_task_refuses_it(tm
     rows = read_rows(next((tmp_path / "res" / "t").iterdir()) / "cases.jsonl")
     assert {r["info"]["pool_slot"] for r in rows} == {"0", "1"} and len(rows) == 2
     assert len({r["metrics"]["pid"] for r in rows}) == 2
-    monkeypatch.setattr("posbench.tasks._testing.TIMED", True, raising=False)
+    monkeypatch.setattr(testing_task, "TASK", dataclasses.replace(testing_task.TASK, TIMED=True))
     capsys.readouterr()
     assert cli.main(["--suite", str(path), "--results", str(tmp_path / "res2"), "--parallel", "2",
                      "--device", "cpu"]) == cli.EXIT_USAGE

@@ -2,11 +2,14 @@
 silently ends `run`, `list --methods-dir` or `check` (issue 26, hangs). The answer is a row (run)
 or one line (list, check)."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from posbench.core.task import TASKS_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,7 +41,7 @@ sys.exit(app.main(sys.argv[2:]))
 def bench(cwd: Path, *args: str, limit: float = 20.0, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", BENCH, str(limit), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
-                                                "OMP_NUM_THREADS": "1"})
+                                                "OMP_NUM_THREADS": "1", TASKS_ENV: os.environ[TASKS_ENV]})
 
 
 def plugin(folder: Path, file: str, kind: dict, name: str) -> Path:

@@ -69,18 +69,18 @@ def test_kernels_suite_rejects_unknown_variant(tmp_path):
         suitemod.load(str(path))
 
 
-def test_task_contract_is_a_protocol_checked_on_import(tmp_path, monkeypatch):
+def test_task_contract_is_checked_on_import(tmp_path, monkeypatch):
     assert tasks.get("kernels").own_methods and tasks.get("kernels").unavailable is not None  # kernel variants
-    assert isinstance(tasks.get("_testing").module, tasks.Task) and not tasks.get("_testing").own_methods
+    assert isinstance(tasks.get("_testing"), tasks.Task) and not tasks.get("_testing").own_methods
     assert tasks.get("_testing").unavailable_reason(None) is None  # the default: available
     (tmp_path / "no_metrics_task.py").write_text("Settings = Params = object\ndef run(case): return {}\n")
     (tmp_path / "str_metrics_task.py").write_text(
-        "Settings = Params = object\nMETRICS = {'x': 'a string'}\ndef run(case): return {}\n")
+        "from posbench.core.task import Task\nTASK = Task(object, object, {'x': 'a string'}, lambda case: {})\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(tasks.TASKS, "nometrics", "no_metrics_task")
     monkeypatch.setitem(tasks.TASKS, "strmetrics", "str_metrics_task")
-    with pytest.raises(TypeError, match=r"^task 'nometrics' \(no_metrics_task\) lacks METRICS; a task module "
-                                        r"defines Settings, Params, METRICS and run\(case\)$"):
+    with pytest.raises(TypeError, match=r"^task 'nometrics' \(no_metrics_task\) lacks TASK; a task module "
+                                        r"defines TASK = posbench.core.task.Task\(Settings, Params, METRICS, run, \.\.\.\)$"):
         tasks.get("nometrics")
     with pytest.raises(TypeError, match=r"^task 'strmetrics': METRICS\['x'\] is not a posbench.core.task.Metric$"):
         tasks.get("strmetrics")

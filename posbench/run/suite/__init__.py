@@ -1,17 +1,6 @@
-"""Suite files, from YAML on disk to a validated ``Suite`` and its cases.
-
-One module per concern:
-
-- ``yaml_reader``: the YAML read as data (a safe loader: nothing in a file runs code), with key
-  lines and caps on what a small file can cost;
-- ``suite_errors``: the one-line ``SuiteError`` (``<file>:<line>: <key>: <problem>; allowed: ...``);
-- ``loading``: ``load`` (parse and check a file in full), ``resolve`` (a profile and ``--set``
-  applied: a ``Suite``), ``parse_set``, the ``SuiteFile`` model;
-- ``method_options``: the options a method's constructor takes (for ``method_options``);
-- ``schema``: the JSON Schema of suite files (``bench.py schema``).
-
-The names callers use are re-exported here (``from posbench.run import suite as suitemod;
-suitemod.load(...)``).
+"""Suite files, from YAML on disk to a validated ``Suite`` and its cases: ``yaml_reader`` (safe,
+bounded reading), ``suite_errors`` (the one-line ``SuiteError``), ``loading`` (``load``,
+``resolve``, ``parse_set``), ``method_options``, ``schema``. Callers use the names re-exported here.
 """
 from posbench.run.suite.loading import (DEFAULT_PROFILE, PROFILE_FOR_DEVICE, SUITES_DIR, Loaded, Profile,  # noqa: F401
                                         Suite, SuiteFile, _parse, display_path, expand_methods, find, load, names,

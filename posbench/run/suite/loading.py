@@ -1,14 +1,7 @@
-"""Suite files: load the YAML, validate it, resolve a profile, expand the cases.
-
-Every problem is one ``SuiteError`` (``posbench.run.suite.suite_errors``): a single line
-``<file>:<line>: <key>: <problem>; allowed: <what is>``. Validation happens in full before
-anything runs or is written, and covers every profile, so ``bench.py validate`` catches a mistake
-in the ``gpu`` profile on a laptop.
-
-Layers: the YAML is read as data (``yaml_reader``); ``SuiteFile`` (pydantic, strict,
-``extra="forbid"``) checks the shape of the file; the task's ``Settings`` checks the merged
-settings (file, then profile, then ``--set``); the task's ``Params`` checks every grid value; the
-method registry checks method names, and ``method_options`` the options given to each.
+"""Suite files: load the YAML, validate it in full (every profile) before anything runs, resolve a
+profile and ``--set`` into a ``Suite`` that holds its task, expand the cases. Layers: the YAML
+(``yaml_reader``), the file's shape (``SuiteFile``), the task's ``Settings`` and ``Params``, the
+method registry and ``method_options``; every problem is one ``SuiteError`` line.
 """
 from __future__ import annotations
 
@@ -26,7 +19,7 @@ from pydantic import ValidationError
 from posbench import builtin_dir
 from posbench.core import task as tasks
 from posbench.core.case import CaseSpec
-from posbench.core.task import LoadedTask
+from posbench.core.task import ModelSettings, Task
 from posbench.run.suite.launcher import Launcher
 from posbench.run.suite.method_options import constructor_options
 from posbench.run.suite.suite_errors import PLAIN_NAME, SuiteError, describe, error_at, key_name
@@ -82,13 +75,14 @@ class Suite:
     name: str
     description: str
     version: int
-    task: str
+    task: str  # the name, as the file and run.json carry it
     methods: list[str]
     baseline: Optional[str]
     metrics: list[str]
     grid: dict[str, list[Any]]
     settings: BaseModel  # the task's Settings
     profile: str
+    task_spec: Task  # the task itself (posbench.core.task.get(task))
     profiles: list[str] = field(default_factory=list)
     launcher: Launcher = field(default_factory=Launcher)  # --launcher slurm's parameters (not in the run id)
 
@@ -172,7 +166,7 @@ class Loaded:
     path: Path
     file: SuiteFile
     lines: KeyLines
-    task: Optional[LoadedTask]  # the task, through its contract (None until checked)
+    task: Optional[Task]  # the task (None until checked)
 
 
 def load(ref: str | Path) -> Loaded:
@@ -220,7 +214,7 @@ def _method_group_as_list(data) -> None:
             holder["methods"] = [holder["methods"]]
 
 
-def expand_methods(names: list[str], task: Optional[LoadedTask] = None) -> list[str]:
+def expand_methods(names: list[str], task: Optional[Task] = None) -> list[str]:
     """Method names with the group ``all`` expanded: every registered method, or every variant of
     a task that compares its own (``task.METHODS``)."""
     from posbench.core import registry
@@ -238,7 +232,7 @@ def _check_task(loaded: Loaded):
                     ", ".join(tasks.names())) from None
 
 
-def _check_methods(loaded: Loaded, task: Optional[LoadedTask] = None) -> None:
+def _check_methods(loaded: Loaded, task: Optional[Task] = None) -> None:
     f, where = loaded.file, display_path(loaded.path)
     own = task.METHODS if task is not None else None  # a task that compares other things (kernel variants)
     _check_method_list(loaded, f.methods, (), own)
@@ -370,7 +364,7 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
     return Suite(
         path=loaded.path, name=f.name, description=f.description, version=f.version, task=f.task,
         methods=expand_methods(prof.methods or f.methods, task), baseline=f.baseline, metrics=list(f.metrics), grid=grid,
-        settings=settings, profile=profile, profiles=list(f.profiles), launcher=launch,
+        settings=settings, profile=profile, task_spec=task, profiles=list(f.profiles), launcher=launch,
     )
 
 
@@ -403,23 +397,24 @@ def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: di
                   fail) -> None:
     """Checks that need several keys at once (each field alone passed its own bounds), so that
     no such mistake waits for a worker to find it."""
-    tokens = getattr(settings, "tokens_per_step", None)
-    if tokens is not None:
+    if "tokens_per_step" in type(settings).model_fields:
+        tokens = settings.tokens_per_step
         for i, seq_len in enumerate(grid.get("seq_len", [])):
             if seq_len > tokens:  # the batch (tokens_per_step // seq_len) would be empty
                 raise fail(grid_source["seq_len"] + (i,), f"seq_len {seq_len} is longer than tokens_per_step {tokens}",
                            f"seq_len <= tokens_per_step ({tokens}), or a larger tokens_per_step")
-    preset, overrides = getattr(settings, "model", None), getattr(settings, "model_overrides", None)
-    if preset is not None and overrides:
+    if not isinstance(settings, ModelSettings):
+        return
+    if settings.model_overrides:
         from posbench.core.config import model_config
 
         try:
-            model_config(preset, **overrides)
+            model_config(settings.model, **settings.model_overrides)
         except (ValueError, TypeError) as exc:
             problem = str(exc).removeprefix("model config: ")
             raise fail(source.get("model_overrides", ("settings", "model_overrides")), problem,
                        "overrides that give a valid model (positive sizes, d_model divisible by n_heads)") from None
-    options = getattr(settings, "method_options", None)
+    options = settings.method_options
     if options and not task.own_methods:
         base = source.get("method_options", ("settings", "method_options"))
         for method, opts in options.items():

@@ -1,14 +1,7 @@
-"""Suite YAML read as data: a safe loader, key lines for messages, and bounded cost.
-
-A suite is data: it is read with a safe loader (no tags that build objects, so nothing in a file
-runs code) and every way a small file can make the loader or the validator do a lot of work is
-capped before that work: the file size, the node count after alias expansion (an "alias bomb" is a
-few nested anchors that expand to billions of nodes), the digits of an integer and the nesting
-depth. Duplicate keys (PyYAML keeps the last silently) and non-scalar keys are refused.
-
-Problems are ``YamlProblem`` (line, key, problem, allowed); ``posbench.run.suite.loading`` turns
-them into the one-line ``SuiteError``. ``KeyLines`` finds the line of a key path for every later
-message, and ``bad_number`` refuses non-finite floats and integers beyond 64 bits.
+"""Suite YAML read as data: a safe loader (nothing in a file runs code), caps on what a small file
+can cost (size, nodes after alias expansion, integer digits, depth), duplicate and non-scalar
+keys refused. Problems are ``YamlProblem``; ``KeyLines`` finds a key's line for later messages;
+``bad_number`` refuses non-finite floats and integers beyond 64 bits.
 """
 from __future__ import annotations
 

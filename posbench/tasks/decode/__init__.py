@@ -1,42 +1,15 @@
-"""Decode: what a position method costs at inference time, with a KV cache.
-
-Serving is prefill plus token-by-token decoding, and position methods differ there again: ALiBi
-and T5 build one bias row per generated token, rotary rotates the keys, a fused kernel runs with
-a single query row. The two numbers serving stacks quote are time to first token and time per
-output token.
-
-One case = one method at context length C (``context``) and batch B (``batch``):
-1. Prefill: a (B, C) prompt of random token ids (seeded; speed does not depend on the values) in
-   one forward through ``model.new_cache()``; the first generated token is the argmax of the last
-   position's logits. ``ttft_ms`` is the time of both.
-2. Decode: ``decode_tokens`` greedy steps, each one token per sequence fed with the cache (the
-   context grows from C to C + decode_tokens - 1); every step is timed on its own, so ``tpot_ms``
-   (median) and ``tpot_p90_ms`` describe the distribution of per-token latencies.
-3. Memory: ``kv_cache_bytes`` (keys and values of all layers after the prefill) and the peak
-   memory of each phase: the prefill's from its start, the decode's from the end of the first
-   decode step (by then what the prefill left behind is freed); both include weights and cache.
-A repeat is one prefill and its decode; ``warmup_repeats`` uncounted repeats come first, then
-``repeats`` measured ones, in one process. Timing (``measure.make_device``): on CUDA, CUDA events
-around every step read after a synchronize (each step starts with an empty queue); on CPU,
-``time.perf_counter`` around every step. ``info.timing`` records which. ``rounds`` (the runner's
-interleaved rounds, as in the efficiency suite) runs every method of a grid point once per round,
-round-robin, each in a fresh process; readers take the median over rounds and pair each
-method's ratio to the baseline by round.
-
-The model runs in ``dtype`` (``model.to(dtype)``: serving keeps no float32 master weights), so
-the cache is stored in that dtype; position tables stay float32 (``register_position_buffer``).
-Only the last position's logits are computed in the prefill (``last_position_only``), as a
-server does: the (B, C, V) logits of a 267k vocabulary would be the largest tensor of the run.
+"""Decode: what a position method costs at inference time with a KV cache: time to first token
+(prefill), time per output token (greedy decode steps, each timed) and memory, at context C and
+batch B. How a case runs and is timed: docs/tasks/decode.md.
 """
 from __future__ import annotations
 
 import statistics
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from posbench.core.config import PRESETS
-from posbench.core.task import Metric, TaskSettings, known_model_fields
+from posbench.core.task import Metric, ModelSettings, Task, case_model_config
 from posbench.engine import compiled
 
 # torch, the model and the decoding steps (posbench.tasks.decode.generation) are imported inside run():
@@ -76,17 +49,9 @@ METRICS = {
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
     "threads": M("Threads", "", "torch CPU threads in the worker", None, "int"),
 }
-# The report (posbench.core.task.LoadedTask.REPORT): after the kernels section, methods x the
-# context length C, a table per batch.
-REPORT_ORDER = 40
-REPORT_COLUMN = "context"
 
 
-class Settings(TaskSettings):
-    model: Literal[tuple(PRESETS)] = Field(description="model preset (posbench.core.model.PRESETS)")  # type: ignore[valid-type]
-    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. vocab_size")
-    method_options: dict[str, dict] = Field(
-        default_factory=dict, description="per method: constructor options, e.g. {alibi: {bias_dtype: compute}}")
+class Settings(ModelSettings):
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="dtype of weights and cache")
     decode_tokens: int = Field(32, ge=32, description="greedy tokens generated (and timed) per repeat")
     warmup_repeats: int = Field(1, ge=0, description="uncounted repeats (prefill + decode) before the measured ones")
@@ -98,8 +63,6 @@ class Settings(TaskSettings):
         False, description="run the model through torch.compile (inductor; mode reduce-overhead, i.e. CUDA graphs, on "
         "CUDA); one uncounted repeat compiles the prefill and the decode step, timed apart (compile_s); a method the "
         "compiler fails on gets an unavailable row with the compiler's reason")
-
-    _known_fields = field_validator("model_overrides")(known_model_fields)
 
 
 class Params(BaseModel):
@@ -118,14 +81,14 @@ def run(case) -> dict:
 
     from posbench.tasks.decode.generation import decode_step, greedy, kv_cache_bytes, last_position_only, prefill
     from posbench.engine.timing import make_device, summarize
-    from posbench.core.model import TransformerLM, model_config
+    from posbench.core.model import TransformerLM
 
     s, p = case.settings, case.params
     device = torch.device(case.device)
     dev = make_device(case.device)
     dtype = getattr(torch, s.dtype)  # "float32" | "bfloat16" | "float16"
     torch.manual_seed(s.seed)
-    cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **s.model_overrides)
+    cfg = case_model_config(case)
     model = TransformerLM(cfg).to(device=device, dtype=dtype).eval()
     mode = compiled.mode_for(case.device, decode=True)
     run_model = compiled.compile_module(model, mode) if s.compile else model  # what prefill and steps call
@@ -201,3 +164,7 @@ def _timing_note(kind: str, s: Settings) -> str:
     clock = "CUDA events per step after a synchronize" if kind == "cuda" else "time.perf_counter per step"
     return (f"{clock}; {s.warmup_repeats} warm-up repeat(s), then {s.repeats} repeat(s) of 1 prefill + "
             f"{s.decode_tokens} decode steps; medians over repeats (TTFT) and over all measured steps (TPOT)")
+
+
+# The report: after the kernels section, methods x the context length C, a table per batch.
+TASK = Task(Settings, Params, METRICS, run, REPORT_ORDER=40, REPORT_COLUMN="context")

@@ -1,48 +1,15 @@
-"""Efficiency: training and evaluation words/s and peak memory of one method at one length.
-
-The ALiBi paper's efficiency table (Press et al. 2022, Table 1 / Figure 1): the same model with
-each position method, trained and evaluated at input length L on one GPU. "Words" are tokens.
-
-One case = one method at one ``seq_len``:
-1. Evaluation: ``model.eval()``, no grad; every forward is a batch of non-overlapping windows of
-   length L. ``warmup_steps`` forwards, then ``windows`` windows of ``eval_measure_steps``
-   (default ``measure_steps``) forwards.
-2. Training: full optimizer steps (forward, loss, backward, AdamW step, ``zero_grad(set_to_none)``),
-   ``warmup_steps`` first, then ``windows`` windows of ``measure_steps`` steps.
-Evaluation runs first so that on a CPU (where a freed allocation may stay resident) its peak is
-not inflated by the optimizer state; each phase resets the peak before it starts.
-
-Data parallel (torchrun, or ``nproc`` > 1): every rank runs ``tokens_per_step`` tokens per step
-(per device, as the paper counts them), training goes through DistributedDataParallel, and each
-window starts after a barrier. Words/s is then the global rate: all ranks' tokens over the
-slowest rank's window time (``distributed.global_rates``). Peak memory is per rank: the
-``peak_mem_*`` metrics are the maximum over ranks, ``*_mean`` the mean; energy is summed.
-
-Pairing (``pairing``). ``rounds``: each case (and round) runs alone in its worker process, as
-above. ``windows``: the runner gives one worker every method of a grid point and round
-(``run_group``); it builds every method's model (same seed, same data, each its own optimizer),
-warms each up, then alternates measured windows between them, phase by phase (evaluation, then
-training), in a balanced order (``posbench.engine.windows``), and records each window's words/s with its
-start time (``series``: ``<phase>_wps_windows``, ``<phase>_wps_window_t``, seconds since the
-group began measuring; ``info.group`` names the process). Tables pair a method's
-window w with the baseline's window w of the same process. Peak memory is a property of a
-process, so in round 1 each method first runs alone in a short process of its own
-(``memory_probe``: the per-case path with one window of one step), and its ``peak_mem_*`` and
-``mem_base_bytes`` go into the round-1 row (``info.memory`` says so).
-
-Token ids are random (seeded): speed and memory do not depend on the values, and random data
-keeps the suite free of a corpus download. Mixed precision (``bfloat16``/``float16``) runs
-float32 weights and AdamW under ``torch.autocast``, as fairseq's fp16 training did; float16
-adds a gradient scaler.
+"""Efficiency: training and evaluation words/s and peak memory of one method at one length (the ALiBi
+paper's Table 1 / Figure 1). One case per process (``run``), or every method of a grid point in one
+process with alternating windows (``run_group``, ``pairing: windows``). How a case runs, data
+parallel, pairing and the memory probe: docs/tasks/efficiency.md.
 """
 from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from posbench.core.config import PRESETS
-from posbench.core.task import Diverged, Metric, TaskSettings, known_model_fields
+from posbench.core.task import Diverged, Metric, ModelSettings, Task, case_model_config
 from posbench.engine import compiled, tracking
 
 # torch, numpy and the model are imported inside the functions that run a case: validating a
@@ -92,20 +59,13 @@ METRICS = {
     "n_rounds": M("Rounds", "", "rounds that finished ok; every other metric is the median over them "
                   "(series <metric>_by_round: each round's value)", None, "int"),
 }
-# The report (posbench.core.task.LoadedTask.REPORT): the first section, methods x seq_len.
-REPORT_ORDER = 10
-REPORT_COLUMN = "seq_len"
 # Metrics a paired-windows row takes from the method's own memory process (``memory_probe``).
 MEMORY_METRICS = ("peak_mem_train_bytes", "peak_mem_train_reserved_bytes", "peak_mem_eval_bytes",
                   "peak_mem_eval_reserved_bytes", "peak_mem_train_bytes_mean", "peak_mem_eval_bytes_mean",
                   "mem_base_bytes")
 
 
-class Settings(TaskSettings):
-    model: Literal[tuple(PRESETS)] = Field(description="model preset (posbench.core.model.PRESETS)")  # type: ignore[valid-type]
-    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. vocab_size")
-    method_options: dict[str, dict] = Field(
-        default_factory=dict, description="per method: constructor options, e.g. {alibi: {bias_dtype: compute}}")
+class Settings(ModelSettings):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     tokens_per_step: int = Field(ge=1, description="tokens per optimizer step; batch = tokens_per_step // seq_len")
     warmup_steps: int = Field(2, ge=0, description="steps (and forwards) run before timing, per phase")
@@ -128,8 +88,6 @@ class Settings(TaskSettings):
         "rounds", description="rounds: each method alone in its process per round, ratios paired by round; "
         "windows: every method of a grid point in one process per round, alternating measured windows, ratios "
         "paired window by window (peak memory from a short process per method)")
-
-    _known_fields = field_validator("model_overrides")(known_model_fields)
 
     @model_validator(mode="after")
     def _windows_in_one_process(self):
@@ -162,11 +120,9 @@ def _batches(case, batch: int, device) -> list:
     import torch
 
     from posbench.engine import distributed
-    from posbench.core.model import model_config
 
     s = case.settings
-    vocab = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}),
-                         **s.model_overrides).vocab_size
+    vocab = case_model_config(case).vocab_size
     g = torch.Generator().manual_seed(s.seed + distributed.rank())  # each rank its own data
     return [torch.randint(0, vocab, (batch, case.params.seq_len + 1), generator=g).to(device) for _ in range(2)]
 
@@ -179,13 +135,11 @@ class Bench:
         import torch
 
         from posbench.engine import distributed
-        from posbench.core.model import TransformerLM, model_config
+        from posbench.core.model import TransformerLM
 
         s = case.settings
         torch.manual_seed(s.seed)  # every method starts from the same seed
-        cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}),
-                           **s.model_overrides)
-        self.model = TransformerLM(cfg).to(device)
+        self.model = TransformerLM(case_model_config(case)).to(device)
         # compile: true: the steps call the compiled module (engine.compiled); compiled at the first call.
         self.method, self.compile, self.compile_s, self.graph_breaks = case.method, s.compile, {}, 0
         self.forward = compiled.compile_module(self.model) if s.compile else self.model
@@ -316,12 +270,11 @@ def run(case) -> dict:
 
 def memory_probe(case) -> dict:
     """``case`` run alone in a fresh worker process with one window of one step per phase (after
-    the warm-up): the worker's result, whose peak memory is this method's alone."""
-    from posbench.run.launch import run_worker
-
+    the warm-up, through the runner's ``case.run_alone``): the worker's result, whose peak memory
+    is this method's alone."""
     spec = case.spec()
     spec.settings.update(pairing="rounds", rounds=1, windows=1, measure_steps=1, eval_measure_steps=1)
-    return run_worker(spec, case.settings.timeout_s)
+    return case.run_alone(spec, case.settings.timeout_s)
 
 
 def run_group(cases, round_: int) -> dict:
@@ -497,3 +450,7 @@ def _peak(metrics, phase, peak):
 def _energy(metrics, prefix, joules, tokens):
     metrics[f"{prefix}energy_j"] = joules
     metrics[f"{prefix}j_per_token"] = joules / tokens if joules is not None else None
+
+
+# The report: the first section, methods x seq_len.
+TASK = Task(Settings, Params, METRICS, run, run_group=run_group, REPORT_ORDER=10, REPORT_COLUMN="seq_len")

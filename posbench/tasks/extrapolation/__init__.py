@@ -1,27 +1,18 @@
-"""Extrapolation: train at L_train, evaluate perplexity at L_valid = L, 2L, 4L, ... (train short,
-test long; Press et al. 2022, Figure 1 and Tables 2-5).
-
-One case = one method at one ``L_train``:
-1. Train a fresh model on the corpus's ``train`` split (``posbench.engine.train``), or reuse the case's
-   checkpoint when an earlier run of the same case left one (``reuse_checkpoint``), so evaluation
-   can be re-run without retraining. The checkpoint lives beside the results.
-2. Evaluate on the ``valid`` split at every L_valid, in every mode: ``nonoverlapping`` (the
-   paper's default), ``sliding`` (stride ``stride``), and with ``interpolate: true`` the same
-   again with positions scaled by L_train / L_valid (Chen et al. 2023 for rotary; for ALiBi the
-   bias scaling of SambaNova's "ALiBi Deep Dive"). One L_valid that runs out of memory becomes an
-   ``oom`` cell; the other cells still run.
+"""Extrapolation: train at L_train, evaluate perplexity at L_valid = L, 2L, 4L, ... (Press et al.
+2022, Figure 1 and Tables 2-5), non-overlapping and sliding, optionally with interpolated
+positions; the case's checkpoint is reused when present. Details: docs/tasks/extrapolation.md.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from posbench.core.config import PRESETS
-from posbench.core.task import Metric, TaskSettings, known_model_fields
+from posbench.core.task import Metric, Task, case_model_config
 from posbench.engine import tracking
+from posbench.tasks.training import TrainSettings, open_corpus
 
 # torch, the corpus and the model are imported inside the functions that run a case: validating a
 # suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
@@ -50,43 +41,7 @@ METRICS = {
 }
 
 
-class CorpusSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    kind: Literal["synthetic", "synthetic-copy", "wikitext", "wikitext-103", "wikitext-2", "text"] = "synthetic"
-    path: Optional[str] = Field(None, description="data folder or file; default $POSBENCH_DATA_DIR (--data sets it)")
-    level: Optional[Literal["word", "byte"]] = Field(
-        None, description="text: word or byte (default byte); WikiText is word level only (for WikiText bytes use "
-        "kind: text with the folder's files)")
-    splits: Optional[dict[str, str]] = Field(None, description="corpus split -> file split, e.g. {train: test}")
-    size: Optional[int] = Field(None, ge=1, description="cap on tokens per split (synthetic: training tokens)")
-    seed: int = 0
-    synthetic: dict[str, Union[int, float]] = Field(
-        default_factory=dict, description="synthetic: vocab, order, branching, jump; synthetic-copy: vocab, "
-        "branching, jump, copy_prob, max_distance, decay")
-
-    @model_validator(mode="after")
-    def _word_level_wikitext(self):
-        # Said before anything runs, instead of training a word-level model under "byte".
-        if self.kind.startswith("wikitext") and self.level == "byte":
-            raise ValueError(f"corpus: kind {self.kind} is word level only; for bytes use kind: text, "
-                             "path: <folder>, level: byte, splits: {train: test.txt, valid: valid.txt}")
-        return self
-
-
-class Settings(TaskSettings):
-    model: Literal[tuple(PRESETS)] = Field(description="model preset")  # type: ignore[valid-type]
-    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
-    _known_fields = field_validator("model_overrides")(known_model_fields)
-    method_options: dict[str, dict] = Field(default_factory=dict, description="per method: constructor options")
-    corpus: CorpusSettings = Field(default_factory=CorpusSettings)
-    steps: Optional[int] = Field(None, ge=1, description="training budget in optimizer steps ...")
-    tokens: Optional[int] = Field(None, ge=1, description="... or in tokens")
-    batch_size: int = Field(16, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    warmup_steps: int = Field(50, ge=0)
-    precision: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    eval_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+class Settings(TrainSettings):
     L_valid_factors: list[int] = Field([1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train")
     modes: list[Literal["nonoverlapping", "sliding"]] = Field(["nonoverlapping", "sliding"], min_length=1)
     stride: int = Field(1, ge=1, description="sliding-window stride S (1 is the paper's analysis; capped at L_valid)")
@@ -99,9 +54,7 @@ class Settings(TaskSettings):
         "the mean, with <metric>_std (sample std) and n_seeds; replaces `seed`")
 
     @model_validator(mode="after")
-    def _one_budget(self):
-        if (self.steps is None) == (self.tokens is None):
-            raise ValueError("give exactly one training budget: steps or tokens")
+    def _distinct_seeds(self):
         if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct, got {self.seeds}")
         return self
@@ -115,59 +68,24 @@ class Params(BaseModel):
 
 def checkpoint_path(case, name: str | None = None) -> Path | None:
     """Where this case's trained model is kept: ``<run folder>/checkpoints/<case id>.pt``."""
-    if not getattr(case, "out_dir", ""):
+    if not case.out_dir:
         return None
     return Path(case.out_dir) / "checkpoints" / ((name or case.id).replace("/", "__") + ".pt")
-
-
-def open_corpus(c: CorpusSettings):
-    """The corpus the settings name. WikiText-2 as shipped has no training file: its test split
-    trains (as the data README suggests), and the row says so through ``corpus``."""
-    from posbench.data.corpus import DataError, load_corpus
-
-    splits = c.splits
-    if c.kind.startswith("wikitext") and splits is None:
-        try:
-            return load_corpus(c.kind, path=c.path, seed=c.seed, size=c.size)
-        except DataError as exc:
-            if "train" not in str(exc):
-                raise
-            splits = {"train": "test", "valid": "valid"}
-    options = dict(c.synthetic) if c.kind in ("synthetic", "synthetic-copy") else {}
-    level = c.level or ("word" if c.kind.startswith("wikitext") else "byte")
-    return load_corpus(c.kind, path=c.path, level=level, seed=c.seed, splits=splits, size=c.size, **options)
 
 
 def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_options: dict, seed: int,
                   tracker=None):
     """Train at L with ``seed`` (or load the checkpoint an earlier run of this case left);
     (model, metrics, series). ``tracker``: where the training curves go (``engine.tracking``)."""
-    import torch
-
     from posbench.data.corpus import batches
-    from posbench.core.model import TransformerLM, model_config
-    from posbench.engine.train import TrainConfig, load_checkpoint, train
+    from posbench.engine.train import trained_model as train_or_load
 
-    metrics: dict = {}
-    series: dict = {}
-    overrides = {"vocab_size": corpus.vocab_size, **s.model_overrides}
-    cfg = model_config(s.model, case.method, method_options=method_options, **overrides)
-    if ckpt is not None and ckpt.exists() and s.reuse_checkpoint:
-        model, blob = load_checkpoint(ckpt, case.device)
-        r = blob["result"]
-        curve, final, steps, tokens, seconds, reused = r["curve"], r["final_loss"], r["steps"], r["tokens"], r["seconds"], 1
-    else:
-        torch.manual_seed(seed)
-        model = TransformerLM(cfg)
-        tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
-                           warmup_steps=s.warmup_steps, precision=s.precision, seed=seed)
-        r = train(model, batches(corpus.split("train"), L, s.batch_size, seed=seed), tcfg, case.device, ckpt,
-                  tracker=tracker)
-        curve, final, steps, tokens, seconds, reused = r.curve, r.final_loss, r.steps, r.tokens, r.seconds, 0
-    series["train_loss"] = [list(p) for p in curve]
-    series["corpus"] = corpus.describe()
-    metrics.update(final_train_loss=final, train_steps=steps, train_tokens=tokens, train_seconds=seconds,
-                   reused_checkpoint=reused, n_params=model.num_parameters(), best_ppl=corpus.best_ppl)
+    cfg = case_model_config(case, method_options, vocab_size=corpus.vocab_size)
+    model, r, reused = train_or_load(cfg, s.train_config(L, seed), lambda: batches(corpus.split("train"), L,
+                                     s.batch_size, seed=seed), case.device, ckpt, s.reuse_checkpoint, tracker)
+    series = {"train_loss": [list(p) for p in r.curve], "corpus": corpus.describe()}
+    metrics = dict(final_train_loss=r.final_loss, train_steps=r.steps, train_tokens=r.tokens, train_seconds=r.seconds,
+                   reused_checkpoint=int(reused), n_params=model.num_parameters(), best_ppl=corpus.best_ppl)
     return model, metrics, series
 
 
@@ -321,12 +239,10 @@ def _std(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
-# -- its part of the report (posbench.core.task.LoadedTask.REPORT) ------------------------------
+# -- its part of the report ----------------------------------------------------------------------
 # The paper's layout: a perplexity table per evaluation mode, methods x L_valid, each followed by
 # Figure 1 and the loss by position. Its modules import the report (pandas, matplotlib), so they
 # are imported only when a report, a run's summary or a comparison asks.
-
-REPORT_ORDER = 20  # after the efficiency section, before the kernels section
 
 
 def report_sections(runs, baseline=None) -> list:
@@ -348,3 +264,7 @@ def compare_values(row) -> dict:
     from posbench.tasks.extrapolation.ppl_tables import eval_values
 
     return eval_values(row)
+
+
+TASK = Task(Settings, Params, METRICS, run, REPORT_ORDER=20,  # after efficiency, before kernels
+            report_sections=report_sections, summary_tables=summary_tables, compare_values=compare_values)

@@ -1,11 +1,5 @@
-"""Which relative-distance buckets a model never trained: T5's bias at a short L_train.
-
-T5's bias (``t5_bias``, ``t5_triton``: 32 buckets, max distance 128) reads one learned scalar per
-head and bucket. Training at L_train sees distances 0 .. L_train - 1 only, so at L_train 64 the
-buckets of distances >= 67 (27-31, the clamp bucket 31 included) keep their initial values (std
-0.02, about 0), whatever the trained buckets learnt for the distances they cover. The paper (Press et al. 2022) trains at
-L_train >= 512, where every bucket is trained. A row records what its method left untrained,
-so its table's caption can say so (``caption_note``) instead of blaming T5 for our set-up.
+"""Which relative-distance buckets of T5's bias a model trained at a short L_train never saw, so a
+table's caption can say so (``caption_note``). Why it matters: docs/tasks/extrapolation.md.
 """
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""The extrapolation section of a report: the paper's Figure 1 and the loss by token position.
-
-Each perplexity table (``posbench.tasks.extrapolation.ppl_tables``: one per suite, machine,
-L_train and evaluation mode) is followed by its Figure 1 (perplexity against L_valid) and by the
-loss by position of the same grid point and mode at the longest L_valid, where a method that
-extrapolates badly shows its curve climbing past the L_train line. The charts follow the report's
-conventions (``posbench.report.charts``: one colour, marker and line style per method, log
-perplexity axes, the device and commit under the plot).
+"""The extrapolation section of a report: each perplexity table followed by the paper's Figure 1
+(perplexity against L_valid) and the loss by token position at the longest L_valid.
 """
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Extrapolation tables: perplexity of models trained at ``L_train``, evaluated at each ``L_valid``.
-
-One table per (suite, hardware, L_train, evaluation mode): the paper reports nonoverlapping and
-sliding-window numbers separately, and mixing them in one table would compare unlike things.
-Rows are methods, columns ``L_valid``; an evaluation that ran out of memory reads ``OOM``. These
-are the task's report tables (with their charts: ``posbench.tasks.extrapolation.ppl_charts``) and
-the tables printed at the end of a run; ``eval_values`` gives ``bench.py compare`` the same cells.
+"""Extrapolation tables: perplexity of models trained at ``L_train`` at each ``L_valid``, one table
+per (suite, hardware, L_train, evaluation mode), ``OOM`` where an evaluation ran out of memory;
+the report's and the run summary's tables, and (``eval_values``) the cells compare reads.
 """
 from __future__ import annotations
 

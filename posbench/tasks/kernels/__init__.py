@@ -1,17 +1,7 @@
-"""Kernels: the fused ALiBi- and T5-Triton attention kernels against the alternatives, one shape each.
-
-The suite's ``methods`` are kernel variants (``posbench.tasks.kernels.variants.VARIANTS``), not position
-methods: ``alibi_triton`` and ``t5_triton`` (the fused kernels), ``triton_no_bias`` (the same
-kernel with no bias: the cost of a bias), ``sdpa_float_bias`` / ``sdpa_t5_bias`` (SDPA with a
-materialised ALiBi / T5 bias; the backend PyTorch chose is recorded), ``sdpa_causal`` (no bias),
-``flex_alibi`` / ``flex_t5`` (FlexAttention ``score_mod``s with a causal block mask) and
-``flash_alibi`` (FlashAttention-2's ``alibi_slopes``). Timing, TFLOP/s and memory are defined in
-``posbench/kernel_bench.py``.
-
-Availability is decided in two places. Before a worker starts, ``unavailable`` answers what needs
-no kernel (a package or a GPU missing). Whatever needs a kernel to run (a compile error, no SDPA
-backend for the point) is found by ``run`` inside the worker, so a hang or a crash there costs
-one row and not the suite; it raises ``tasks.Unavailable``, which makes an ``unavailable`` row.
+"""Kernels: the fused ALiBi- and T5-Triton attention kernels against the alternatives, one shape
+each. The suite's ``methods`` are the variants of ``METHODS`` (``variants.py`` times them); what
+needs no kernel to decide is ``unavailable`` before a worker starts, the rest a row of ``run``.
+Details: docs/tasks/kernels.md.
 """
 from __future__ import annotations
 
@@ -19,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from posbench.core.task import Metric, TaskSettings, Unavailable
+from posbench.core.task import Metric, Task, TaskSettings, Unavailable
 
 # The variants posbench.tasks.kernels.variants implements (it reads this list). Named here, and torch and
 # the kernels imported inside the functions, so that validating a suite imports no torch.
@@ -53,13 +43,6 @@ METRICS = {
     "seq_len": M("Sequence length", "tokens", "sequence length of the point", None, "int"),
     "head_dim": M("Head dimension", "", "head dimension of the point", None, "int"),
 }
-# The report (posbench.core.task.LoadedTask.REPORT): after the extrapolation section, variants x
-# seq_len, a table per head_dim.
-REPORT_ORDER = 30
-REPORT_COLUMN = "seq_len"
-# Timings compared between variants of one shape: a sweep over several devices keeps a shape's
-# variants on one device (posbench.core.task.LoadedTask.timed).
-TIMED = True
 
 
 class Settings(TaskSettings):
@@ -107,3 +90,10 @@ def run(case) -> dict:
     metrics = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     info = {k: v for k, v in row.items() if isinstance(v, str)}
     return {"metrics": metrics, "series": {}, "info": info}  # info: backend, kernel config (strings)
+
+
+# The report: after the extrapolation section, variants x seq_len, a table per head_dim. TIMED:
+# timings compared between the variants of one shape, so a sweep over several devices keeps a
+# shape's variants on one device.
+TASK = Task(Settings, Params, METRICS, run, METHODS=METHODS, unavailable=unavailable, TIMED=True,
+            REPORT_ORDER=30, REPORT_COLUMN="seq_len")

@@ -1,34 +1,7 @@
-"""Kernel-level benchmark of causal attention with and without a position bias, one point at a time.
-
-For one (batch, heads, seq_len, head_dim, dtype, device) point, ``run_kernel_point`` times forward,
-backward and forward+backward of one attention variant, derives TFLOP/s, and reports peak memory
-next to the size a materialised bias would take. The variants:
-
-- ``alibi_triton``: the fused kernel, ALiBi bias computed per tile (posbench.kernels.alibi_attention).
-- ``t5_triton``: the fused kernel with the T5 bucket bias computed per tile and the table's
-  gradient (posbench.kernels.t5_attention).
-- ``triton_no_bias``: the same kernel with no bias: what a bias itself costs.
-- ``sdpa_float_bias``: PyTorch SDPA with the ALiBi bias materialised as a float (B, H, L, L)
-  tensor in the input dtype with the causal mask folded in as -inf, as BLOOM-style code does;
-  the backend PyTorch can run it with (flash, efficient, math, tried in that order) is recorded.
-- ``sdpa_t5_bias``: SDPA with the T5 bias gathered from a learned table into a (B, H, L, L) tensor
-  (``t5_bias``'s bucket function), the table's gradient included, as T5 implementations do.
-- ``sdpa_causal``: SDPA with ``is_causal=True`` and no bias, PyTorch's fastest path.
-- ``flex_alibi`` / ``flex_t5``: ``torch.nn.attention.flex_attention`` (compiled) with an ALiBi or
-  T5 ``score_mod`` (T5: a per-distance bucket vector and the table, both captured; the table
-  gets a gradient) and a causal block mask.
-- ``flash_alibi``: FlashAttention-2's ``flash_attn_func(..., causal=True, alibi_slopes=...)``
-  when the ``flash_attn`` package is importable.
-
-The materialised biases are built inside the timed forward, because the fused kernels build
-theirs inside the forward as well. FLOPs follow the FlashAttention papers (Dao et al. 2022,
-Dao 2023): forward 4 * B * H * L^2 * d, halved for a causal mask; backward 2.5 times forward.
-Triton on CPU tensors needs the numpy interpreter, far too slow to time usefully, so the Triton
-rows are unavailable on CPU unless ``allow_interpreter=True`` and TRITON_INTERPRET=1.
-
-``static_reason`` decides what can be decided without running anything (a missing package, no
-GPU); everything that runs a kernel (``prepare_point``) belongs in the worker process, where a
-hang or crash costs one row.
+"""The kernels task's variants: ``run_kernel_point`` times forward, backward and forward+backward
+of one attention variant at one (batch, heads, seq_len, head_dim, dtype, device) point, with
+TFLOP/s and peak memory; ``static_reason`` decides availability without running a kernel.
+The variants, FLOP counts and timing: docs/tasks/kernels.md.
 """
 from __future__ import annotations
 

@@ -1,32 +1,17 @@
-"""Lengthgen: does a method generalise an algorithm to longer inputs than it was trained on?
-
-The algorithmic tasks of Ruoss et al. 2023 (reverse, duplicate, parity, modular arithmetic,
-missing duplicate) and Kazemnejad et al. 2023 (copy, addition, sort), as sequence-to-sequence
-rows ``BOS input SEP answer`` for the decoder-only model (``posbench.data.algorithmic``).
-
-One case = one method, one ``L_train`` and one ``task``:
-1. Train a fresh model on examples of lengths drawn uniformly from 1..L_train (one length per
-   batch), the loss on the answer tokens only (``posbench.engine.train`` with a loss mask).
-2. At every test length n = factor x L_train: the fraction of fresh examples whose whole answer
-   greedy decoding writes exactly (the papers' exact match; one teacher-forced forward,
-   ``train_eval.exact_match``), with its Wilson 95% interval.
-3. Learn first: the row records whether the method learnt the task at L_train (accuracy at n =
-   L_train >= ``learned_threshold``); the tables mark a method that did not "not learnt at
-   L_train" instead of comparing its accuracy beyond L_train.
-
-Rows carry the outcome counts (``series.cells``: n, correct, total), so reports recompute the
-intervals after merging runs (``posbench.tasks.lengthgen.tables``).
+"""Lengthgen: does a method generalise an algorithm (Ruoss et al. 2023, Kazemnejad et al. 2023) to
+longer inputs than it was trained on? Train on lengths 1..L_train, score exact match at each test
+length, learn first, then compare. How a case runs: docs/tasks/lengthgen.md.
 """
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from posbench.core.config import PRESETS
-from posbench.core.task import Metric, TaskSettings, known_model_fields
-from posbench.report.stats import accuracy_metrics, pooled_counts
+from posbench.core.task import Metric, ModelSettings, Task
 from posbench.report.learn_first import learned
+from posbench.report.stats import accuracy_metrics, pooled_counts
+from posbench.tasks.training import EvalDtype, Precision
 
 # torch, the model and training (posbench.tasks.lengthgen.train_eval) are imported inside run():
 # validating or listing suites imports this module, and must not wait for them.
@@ -62,17 +47,13 @@ TASK_NAMES = ("reverse", "duplicate", "parity", "modular_arithmetic", "missing_d
 TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
 
 
-class Settings(TaskSettings):
-    model: Literal[tuple(PRESETS)] = Field(description="model preset")  # type: ignore[valid-type]
-    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
-    _known_fields = field_validator("model_overrides")(known_model_fields)
-    method_options: dict[str, dict] = Field(default_factory=dict, description="per method: constructor options")
+class Settings(ModelSettings):
     steps: int = Field(ge=1, description="training budget in optimizer steps (one length per batch)")
     batch_size: int = Field(64, ge=1)
     lr: float = Field(1e-3, gt=0)
     warmup_steps: int = Field(50, ge=0)
-    precision: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    eval_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    precision: Precision = "auto"
+    eval_dtype: EvalDtype = "float32"
     test_factors: list[float] = Field([0.5, 1.0, 2.0, 4.0], min_length=1,
                                       description="test lengths n = round(factor * L_train); 1 must be among them")
     eval_samples: int = Field(200, ge=1, description="examples scored per test length")
@@ -146,11 +127,8 @@ def run(case) -> dict:
     return {"metrics": metrics, "series": series, "info": info}
 
 
-# -- its part of the report (posbench.core.task.LoadedTask.REPORT) ------------------------------
+# -- its part of the report ----------------------------------------------------------------------
 # The tables import the report's table model (pandas), so they are imported only when asked.
-
-TITLE = "Length generalisation (algorithmic tasks)"
-
 
 def report_sections(runs, baseline=None) -> list:
     """The metric tables of ``METRICS``, then per task the accuracy per test length with Wilson
@@ -165,3 +143,7 @@ def summary_tables(runs) -> list:
     from posbench.tasks.lengthgen.tables import accuracy_tables
 
     return accuracy_tables(runs.rows[runs.rows["task"] == "lengthgen"].to_dict("records"))
+
+
+TASK = Task(Settings, Params, METRICS, run, TITLE="Length generalisation (algorithmic tasks)",
+            report_sections=report_sections, summary_tables=summary_tables)

@@ -1,12 +1,6 @@
-"""The lengthgen task's tables, computed from result rows alone: per algorithmic task, methods x
-test length n, each cell the exact-match accuracy with its Wilson 95% interval, then the accuracy
-pooled beyond L_train and whether the method learnt the task at L_train.
-
-Learn first (``posbench.report.learn_first``): a method whose accuracy at L_train is below the
-run's ``learned_threshold`` shows ``not learnt at L_train`` in place of its accuracy beyond
-L_train, the caption says how many methods were comparable, and a table where fewer than two
-learnt says BROKEN PROFILE in its title. Accuracies are recomputed from the outcome counts rows
-carry (``series.cells``), so merged runs pool their samples.
+"""The lengthgen task's tables, from result rows alone: per algorithmic task, methods x test
+length, exact-match accuracy with its Wilson interval (recomputed from the rows' counts), the
+accuracy beyond L_train and the learn-first marking. Details: docs/tasks/lengthgen.md.
 """
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
-"""Precision: what half-precision does to ALiBi (SambaNova, "ALiBi Deep Dive: Interpolation and
-Precision", 2023; summary in the README).
-
-Two studies, the suite's grid axis ``study``:
-
-- ``bias_counts``: the BLOOM-style bias (float32 ``slope * position``, then cast) and the number
-  of distinct values per head and window of positions for float32, float16, bfloat16 and float8,
-  also after scaling by an interpolation factor; tables (``posbench.tasks.precision.analysis``)
-  and staircase charts (``posbench.tasks.precision.staircase``). Independent of training; runs
-  in seconds.
-- ``bias_dtype_ppl``: train the method in float32 at ``L_train`` (or reuse the checkpoint), then
-  evaluate in ``eval_dtype`` (bfloat16 by default) with the bias kept in float32 and with the bias
-  cast to the compute dtype, at each L_valid. ``ppl_diff@L`` = compute - float32.
+"""Precision: what half precision does to ALiBi (SambaNova's "ALiBi Deep Dive", 2023): distinct
+bias values per dtype (``bias_counts``) and the perplexity cost of a compute-dtype bias
+(``bias_dtype_ppl``). Details: docs/tasks/precision.md.
 """
 from __future__ import annotations
 
@@ -21,12 +11,21 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from posbench.core.task import Metric
+from posbench.core.task import Metric, Task
 from posbench.engine import tracking
 from posbench.tasks.extrapolation import METRICS as EXTRAPOLATION_METRICS
 from posbench.tasks.extrapolation import Settings as TrainEvalSettings
-from posbench.tasks.extrapolation import checkpoint_path, eval_cell, open_corpus, source_bound, trained_model
-from posbench.tasks.extrapolation import compare_values as _evaluation_values
+from posbench.tasks.extrapolation import checkpoint_path, eval_cell, source_bound, trained_model
+from posbench.tasks.extrapolation import compare_values
+from posbench.tasks.training import open_corpus
+
+
+def staircase_charts(rows: list[dict]) -> list:
+    """The staircase charts of the distinct-value table (imported here only when a report draws them)."""
+    from posbench.tasks.precision.staircase import report_charts
+
+    return report_charts(rows)
+
 
 M = Metric
 _DISTINCT = "last_window_distinct@*"
@@ -38,7 +37,7 @@ METRICS = {
     _DISTINCT: M("Distinct bias values in the last window", "",
                  "last_window_distinct@<dtype>: median over heads of distinct bias values in the last window of "
                  "positions after the cast", True, "int", table=True, axis="dtype",
-                 charts=("posbench.tasks.precision.staircase:report_charts",)),
+                 charts=(staircase_charts,)),
     "last_window_distinct@float16": M("Distinct float16 bias values, last window", "values",
                                       "median over heads of distinct float16 bias values in the last window",
                                       True, "int", shown_in=_DISTINCT),
@@ -63,13 +62,6 @@ METRICS = {
     **{k: EXTRAPOLATION_METRICS[k] for k in ("best_ppl", "final_train_loss", "train_steps", "train_tokens",
                                              "train_seconds", "reused_checkpoint", "n_params")},
 }
-
-
-
-def compare_values(row) -> dict:
-    """For ``bench.py compare`` (``posbench.core.task.LoadedTask``): the bias_dtype_ppl evaluations
-    are the extrapolation task's cells, read the same way (the float32-bias cell of a length first)."""
-    return _evaluation_values(row)
 
 
 class Settings(TrainEvalSettings):
@@ -195,3 +187,7 @@ def _bias_dtype_ppl(case, s) -> dict:
     metrics["ppl_diff_at_max_len"] = metrics[f"ppl_diff@{max(s.L_valid_factors) * L}"]
     series["evals"] = evals
     return {"metrics": metrics, "series": series, "info": model.info(case.device, dtype)}
+
+
+# compare reads the bias_dtype_ppl evaluations as the extrapolation task's cells
+TASK = Task(Settings, Params, METRICS, run, compare_values=compare_values)

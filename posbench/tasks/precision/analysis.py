@@ -1,15 +1,6 @@
-"""How many distinct values an ALiBi bias keeps once it is cast to a low-precision dtype.
-
-Reproduces the precision half of SambaNova Systems, "ALiBi Deep Dive: Interpolation and
-Precision" (2023). BLOOM's ``build_alibi_tensor`` forms the bias as ``slope * position``
-(positions 0..L-1) in float32 and then casts the whole tensor to the model dtype. A float with p
-significand bits spaces its values 2^(e-p) apart in the binade [2^e, 2^(e+1)), so once that
-spacing exceeds the slope, neighbouring positions round to the same bias value and the linear
-bias becomes a staircase: the model can no longer tell those keys apart by distance. Counting
-the distinct values of each head's row in windows of positions measures the damage.
-
-Slopes come from :func:`posbench.core.alibi_math.alibi_slopes` (Press et al., ICLR 2022), the same
-sequence BLOOM uses.
+"""How many distinct values an ALiBi bias keeps once it is cast to a low-precision dtype (the
+precision half of SambaNova's "ALiBi Deep Dive", 2023), counted per head in windows of
+positions. Why it collapses: docs/tasks/precision.md.
 """
 from __future__ import annotations
 

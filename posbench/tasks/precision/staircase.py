@@ -1,10 +1,6 @@
-"""Staircase charts of the precision study: one ALiBi head's bias after the cast, one line per dtype.
-
-The picture SambaNova uses to show the collapse (``posbench.tasks.precision.analysis`` counts it):
-float32 is a straight ramp, the narrow types flat treads. ``staircase_chart`` draws and writes one
-while a ``bias_counts`` case runs; ``report_charts`` redraws them for ``bench.py report`` from the
-settings the rows stored (the bias is a pure function of them), declared in
-``posbench.tasks.precision.METRICS`` as the charts of the distinct-value table.
+"""Staircase charts of the precision study: one ALiBi head's bias after the cast, one line per
+dtype. ``staircase_chart`` writes one while a ``bias_counts`` case runs; ``report_charts`` redraws
+them for ``bench.py report`` from the settings the rows stored.
 """
 from __future__ import annotations
 

@@ -1,40 +1,19 @@
-"""Retrieval: can a method *use* what is far away? Train at L_train on language-model text mixed
-with retrieval probes (``posbench.tasks.retrieval.probes``), then test the probes at L_valid = L_train x factor.
-
-One case = one method, one ``L_train`` and one ``probe`` (passkey, mqar, copy, reverse):
-1. Train a fresh model (``posbench.engine.train``) on batches whose rows are, with probability ``mix``,
-   a probe example (probes of ``train_probes``: by default all four, so one model per method
-   serves every probe case and is trained once; its checkpoint is shared) and otherwise a window
-   of the corpus (the synthetic Markov source by default, or ``--data``). The mix, budget and
-   probe shapes are settings, the same for every method.
-2. At every L_valid: prefill the prompt through the KV cache (``model.new_cache()``) and greedily
-   decode each answer, so any method that passes the conformance kit (decoding equals the full
-   forward) is scored by the same path. An answer counts when every decoded token is right
-   (passkey, copy, reverse: one outcome per example; mqar: one per query, as in Zoology).
-   Passkey runs a depth x length grid: the needle-in-a-haystack heatmap.
-
-Rows carry outcome counts (``series.cells``: correct, total per L_valid and depth), so reports
-recompute Wilson intervals (``posbench.report.stats``) after merging; ``effective_length`` is the longest
-L_valid whose accuracy stays >= ``threshold`` (RULER).
-
-Learn first, then compare (``posbench.report.learn_first``): a row records ``learned`` (accuracy at
-L_train >= ``learned_threshold``); a model that did not learn the task has no effective length
-(its tables say "not learnt at L_train"), and a run where fewer than two methods learnt is a
-broken profile, named so in its table titles.
+"""Retrieval: can a method use what is far away? Train at L_train on text mixed with retrieval
+probes (``probes``), then score the probes' answers, decoded through the KV cache, at L_valid =
+L_train x factor; Wilson intervals, effective length, learn first. Details: docs/tasks/retrieval.md.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal, Optional, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from posbench.core.config import PRESETS
+from posbench.core.task import Metric, Task
+from posbench.engine import tracking
 from posbench.report.learn_first import comparable_length, learned
 from posbench.report.stats import effective_length, wilson_interval
-from posbench.core.task import Metric, TaskSettings, known_model_fields
-from posbench.engine import tracking
-from posbench.tasks.extrapolation import CorpusSettings, open_corpus
+from posbench.tasks.training import CorpusSettings, TrainSettings, open_corpus
 
 # torch, numpy, the probes, the model and the scoring (posbench.tasks.retrieval.train_eval) are imported inside
 # the functions: validating or listing suites imports this module, and must not wait for them.
@@ -72,7 +51,7 @@ METRICS = {
 
 
 def report_sections(runs, baseline=None) -> list:
-    """Its report (``posbench.core.task.LoadedTask.REPORT``): the metric tables of ``METRICS``, then
+    """Its report: the metric tables of ``METRICS``, then
     per probe the accuracy with Wilson intervals, its chart and the passkey heatmaps
     (``posbench.tasks.retrieval.accuracy_charts``, imported here: it needs matplotlib)."""
     from posbench.tasks.retrieval.accuracy_charts import accuracy_sections
@@ -91,19 +70,9 @@ def summary_tables(runs) -> list:
 ProbeName = Literal["passkey", "mqar", "copy", "reverse"]
 
 
-class Settings(TaskSettings):
-    model: Literal[tuple(PRESETS)] = Field(description="model preset")  # type: ignore[valid-type]
-    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
-    _known_fields = field_validator("model_overrides")(known_model_fields)
-    method_options: dict[str, dict] = Field(default_factory=dict, description="per method: constructor options")
+class Settings(TrainSettings):
     corpus: CorpusSettings = Field(default_factory=CorpusSettings, description="language-model text of the mix")
-    steps: Optional[int] = Field(None, ge=1, description="training budget in optimizer steps ...")
-    tokens: Optional[int] = Field(None, ge=1, description="... or in tokens")
     batch_size: int = Field(32, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    warmup_steps: int = Field(50, ge=0)
-    precision: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    eval_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     mix: float = Field(0.5, ge=0.0, le=1.0, description="fraction of training rows that are probe examples")
     train_probes: list[ProbeName] = Field(list(get_args(ProbeName)), min_length=1,
                                           description="probes in the training mix (one model serves them all)")
@@ -137,8 +106,6 @@ class Settings(TaskSettings):
 
     @model_validator(mode="after")
     def _check(self):
-        if (self.steps is None) == (self.tokens is None):
-            raise ValueError("give exactly one training budget: steps or tokens")
         if any(not 0.0 <= d <= 1.0 for d in self.depths):
             raise ValueError(f"depths must lie in [0, 1], got {self.depths}")
         self.probe_config()  # one line on inconsistent probe shapes
@@ -168,7 +135,7 @@ def training_probes(case, s: Settings) -> list[str]:
 def checkpoint_path(case, s: Settings) -> Path | None:
     """``<run>/checkpoints/retrieval__<method>__L_train=<L>[__<probe>].pt``: with several training
     probes one model (and file) serves every probe case of the method."""
-    if not getattr(case, "out_dir", ""):
+    if not case.out_dir:
         return None
     probes = training_probes(case, s)
     tail = "" if len(probes) > 1 else f"__{probes[0]}"
@@ -234,3 +201,6 @@ def run(case) -> dict:
     if probe == "mqar":
         series["by_distance"] = by_distance
     return {"metrics": metrics, "series": series, "info": info}
+
+
+TASK = Task(Settings, Params, METRICS, run, report_sections=report_sections, summary_tables=summary_tables)

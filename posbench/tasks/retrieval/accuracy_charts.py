@@ -1,15 +1,6 @@
-"""Tables and charts of the retrieval suite, computed from result rows alone: the task's report.
-
-Rows are the runner's result rows (``method``, ``params`` with ``L_train`` and ``probe``,
-``status``, ``series.cells``). Every accuracy is recomputed from the outcome counts the rows
-carry (``correct``, ``total``), so merged runs and reports get exact Wilson intervals, and the
-charts plot the table's numbers, so a picture never disagrees with its table. Lines carry a
-``gid`` (``method:<name>``, ``L_train``) so tests find them without relying on colours.
-
-Learn first, then compare (``posbench.report.learn_first``): a (method, probe, L_train) whose pooled
-accuracy at L_train is below the rows' ``learned_threshold`` shows "not learnt at L_train" instead
-of an effective length, is drawn apart (grey, dotted, so named in the legend), and each table's
-caption says how many methods were comparable; fewer than two is a broken profile, in the title.
+"""The retrieval task's report tables and charts, from result rows alone: accuracies recomputed
+from the rows' outcome counts (exact Wilson intervals after merging runs), charts that plot the
+table's numbers, learn first, then compare. Details: docs/tasks/retrieval.md.
 """
 from __future__ import annotations
 

@@ -1,31 +1,7 @@
-"""Retrieval probes: synthetic prompts whose answer sits far back in the context.
-
-Four probes (the ``retrieval`` task's grid axis ``probe``), each a sequence of exactly ``length``
-tokens that starts with ``BOS`` and whose last part is the answer:
-
-- ``passkey`` (landmark attention, YaRN): repeated filler with a needle ``MARK d1..dk END`` at a
-  chosen depth, then ``ASK d1..dk``; the answer is the k-symbol key.
-- ``mqar`` (Zoology's multi-query associative recall): ``k1 v1 ... kN vN`` right after ``BOS``,
-  filler, then Q queries ``QUERY k v`` for distinct keys; each value is a one-token answer. Keys
-  and values come from disjoint alphabets (Zoology's MQAR): a key never appears as a value.
-- ``copy`` / ``reverse`` (Kazemnejad et al. 2023): a random segment ``MARK s1..sn END`` at a
-  depth in filler, then ``COPY s1..sn`` or ``REVERSE sn..s1``.
-
-A passkey key and a copy segment repeat no symbol while they fit in the alphabet: with 8 of 16
-symbols drawn with replacement, 88% of segments repeated one, and a symbol that occurs twice gives
-the induction head that copies "what followed this symbol" two places to continue from.
-
-Why ``BOS``: the first position is where a model without positions (NoPE) and a causal model in
-general anchor their attention (the "attention sink"); every example has the same one.
-
-Probe tokens live after the language-model vocabulary (ids ``base ..``), so one model reads both
-LM text and probes. The filler is a fixed phrase of ``filler_len`` tokens repeated, as in the
-landmark-attention prompt ("The grass is green. The sky is blue. ..."): it carries no
-information, so only the needle can answer the question.
-
-Everything is drawn from ``numpy.random.default_rng`` seeded by (seed, probe, length, depth), so a
-batch is a pure function of its arguments. The answer positions (``spans``) depend only on the
-probe and the length, never on the draw, so a batch of examples decodes together.
+"""The retrieval probes (passkey, mqar, copy, reverse): synthetic prompts of exactly ``length``
+tokens, starting with ``BOS``, whose last part is the answer; a batch is a pure function of its
+arguments (seeded numpy draws) and its answer spans depend only on probe and length.
+Each probe's layout: docs/tasks/retrieval.md.
 """
 from __future__ import annotations
 

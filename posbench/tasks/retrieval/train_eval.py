@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from posbench.core.task import case_model_config
+from posbench.engine.train import trained_model as trained_model_of
 from posbench.tasks.retrieval import probes as P
-from posbench.core.model import TransformerLM, model_config
-from posbench.engine.train import TrainConfig, load_checkpoint, train
 
 
 # ------------------------------------------------------------------------------------ training
@@ -71,30 +71,29 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
     """(model, metrics): trained at L_train on the mix of ``probes`` and text, or loaded from the
     checkpoint; the training curves go to ``tracker`` (``posbench.engine.tracking``) when given."""
     L = case.params.L_train
-    overrides = {"vocab_size": vocab.vocab_size, **s.model_overrides}
-    cfg = model_config(s.model, case.method, method_options=s.method_options.get(case.method, {}), **overrides)
-    if ckpt is not None and ckpt.exists() and s.reuse_checkpoint:
-        model, blob = load_checkpoint(ckpt, case.device)
-        r, reused = blob["result"], 1  # a TrainResult as a dict
-        final, steps, tokens, seconds = r["final_loss"], r["steps"], r["tokens"], 0.0
-        stopped, check_acc = r.get("stopped_early", False), None  # the check's accuracy is not saved
-    else:
+
+    def data():
         for probe in probes:
             if P.min_length(probe, vocab.cfg) > L + 1:
                 raise ValueError(f"retrieval: L_train {L} is too short to train on probe {probe} "
                                  f"(it needs {P.min_length(probe, vocab.cfg) - 1} tokens)")
-        torch.manual_seed(s.seed)
-        model = TransformerLM(cfg)
-        tcfg = TrainConfig(seq_len=L, batch_size=s.batch_size, steps=s.steps, tokens=s.tokens, lr=s.lr,
-                           warmup_steps=s.warmup_steps, precision=s.precision, seed=s.seed)
-        data = mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, s.seed, s.loss)
-        check = None if s.stop_at_acc is None else Criterion(model, vocab, probes, L, s, case.device, tracker)
-        r = train(model, data, tcfg, case.device, ckpt, tracker=tracker, until=check)
-        final, steps, tokens, seconds, reused = r.final_loss, r.steps, r.tokens, r.seconds, 0
-        stopped, check_acc = r.stopped_early, None if check is None else check.last
-    metrics = dict(final_train_loss=final, train_steps=steps, train_tokens=tokens, train_seconds=seconds,
-                   reused_checkpoint=reused, n_params=model.num_parameters(),
-                   stopped_at_step=steps if stopped else None, check_acc=check_acc)
+        return mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, s.seed, s.loss)
+
+    checks = []  # the criterion this training made, whose last accuracy the row reports
+
+    def until(model):
+        if s.stop_at_acc is None:
+            return None
+        checks.append(Criterion(model, vocab, probes, L, s, case.device, tracker))
+        return checks[0]
+
+    model, r, reused = trained_model_of(case_model_config(case, vocab_size=vocab.vocab_size), s.train_config(L, s.seed),
+                                        data, case.device, ckpt, s.reuse_checkpoint, tracker, until)
+    check = checks[0] if checks else None  # None: loaded (its accuracy is not saved) or no criterion
+    metrics = dict(final_train_loss=r.final_loss, train_steps=r.steps, train_tokens=r.tokens,
+                   train_seconds=0.0 if reused else r.seconds, reused_checkpoint=int(reused),
+                   n_params=model.num_parameters(), stopped_at_step=r.steps if r.stopped_early else None,
+                   check_acc=None if check is None else check.last)
     return model, metrics
 
 

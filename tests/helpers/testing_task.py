@@ -1,13 +1,10 @@
-"""Test-only task: each case does what its ``behaviour`` says, without importing torch.
+"""The test-only task ``_testing`` (registered by tests/conftest.py): each case does what its
+``behaviour`` says, without importing torch, so the runner's tests produce every status (ok,
+error, crash, timeout, oom, diverged, interrupt) in a worker that starts in a fraction of a second.
 
-The runner's tests select it with ``task: _testing`` in suites they write to a temporary folder,
-to produce every status (ok, error, crash, timeout, oom, diverged, interrupt) in a worker that
-starts in a fraction of a second. Behaviour ``fail_rank`` makes rank ``fail_rank`` (setting) of a distributed case raise while
-the others wait for it in a barrier, as a rank failing mid-training leaves its peers.
-
-With ``pairing: windows`` the runner hands a grid point's cases of one round to ``run_group`` in
-one process: each case does what its behaviour says there, a raising one fails alone, and
-``crash``/``kill``/``interrupt_once`` end the whole process (as a real group's crash would).
+``fail_rank``: that rank of a distributed case raises while the others wait in a barrier. With
+``pairing: windows`` a raising case fails alone in ``run_group``; ``crash``/``kill``/
+``interrupt_once`` end the whole process, as a real group's crash would.
 """
 from __future__ import annotations
 
@@ -19,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from posbench.core.task import Diverged, Metric, TaskSettings
+from posbench.core.task import Diverged, Metric, Task, TaskSettings
 
 Behaviour = Literal["ok", "sleep", "raise", "crash", "kill", "oom", "alloc", "nan", "interrupt_once", "fail_rank"]
 
@@ -95,3 +92,6 @@ def run_group(cases, round_: int) -> dict:
             result["info"] = {"pairing": "windows", "group_size": str(len(cases)), "round": str(round_)}
         out[case.id] = ok_result(result) if member.ok else member.failure
     return out
+
+
+TASK = Task(Settings, Params, METRICS, run, run_group=run_group)
