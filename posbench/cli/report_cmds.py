@@ -46,13 +46,16 @@ def main_report(args) -> int:
     return 0
 
 
+def _subcommand(subparsers, name: str, epilog: str, **texts) -> argparse.ArgumentParser:
+    """A subcommand whose epilog keeps its examples' line breaks."""
+    return subparsers.add_parser(name, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter, **texts)
+
+
 def add_report_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``report RUN_DIR... [--out DIR] [--baseline METHOD]``."""
-    p = subparsers.add_parser(
-        "report", help="tables and charts from stored runs (no re-running)",
-        description="Regenerate Markdown/CSV/LaTeX tables, PNG/SVG charts and a single-file HTML "
-                    "report from the rows stored in one or more run folders (merged).",
-        epilog=REPORT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _subcommand(subparsers, "report", REPORT_EPILOG, help="tables and charts from stored runs (no re-running)",
+                    description="Regenerate Markdown/CSV/LaTeX tables, PNG/SVG charts and a single-file HTML "
+                                "report from the rows stored in one or more run folders (merged).")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                    help="a run folder (with cases.jsonl) or a folder above run folders")
     p.add_argument("--out", metavar="DIR", default=None, help="where to write (default: ./report)")
@@ -65,11 +68,9 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
 
 def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``compare BASE NEW [--threshold 0.05] [--markdown FILE] [--allow-other-hardware]``."""
-    p = subparsers.add_parser(
-        "compare", help="compare two runs metric by metric; exit 1 on a regression",
-        description="Ratio NEW/BASE per case and metric; changes beyond the threshold are "
-                    "improvements or regressions.",
-        epilog=COMPARE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _subcommand(subparsers, "compare", COMPARE_EPILOG, help="compare two runs metric by metric; exit 1 on a regression",
+                    description="Ratio NEW/BASE per case and metric; changes beyond the threshold are "
+                                "improvements or regressions.")
     p.add_argument("base", metavar="BASE", help="run folder (or a folder above run folders) to compare against")
     p.add_argument("new", metavar="NEW", help="run folder (or a folder above run folders) to judge")
     p.add_argument("--threshold", type=float, default=0.05,
