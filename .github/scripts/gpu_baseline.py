@@ -115,9 +115,16 @@ def _posbench():
     """posbench's run-folder reader, from this checkout (not whichever posbench is installed)."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from posbench.report import rows, stored
+    from types import SimpleNamespace
 
-    return rows, stored
+    from posbench.report.rows import find_run_dirs, gpu_name
+    from posbench.store import bounds
+    from posbench.store.meta import read_env, read_run_meta
+    from posbench.store.rows import CASES_FILE
+
+    rows = SimpleNamespace(find_run_dirs=find_run_dirs, gpu_name=gpu_name, CASES_FILE=CASES_FILE,
+                           read_run_meta=read_run_meta, read_env=read_env)
+    return rows, bounds
 
 
 def slug(model: str) -> str:
