@@ -102,7 +102,15 @@ def load_runs(dirs, report: Optional[Callable[[str], Any]] = None,
             if run_dir not in run_dirs:
                 run_dirs.append(run_dir)
     records, envs, metas, problems = [], {}, {}, []
-    tasks: dict[str, Optional[Task]] = {}  # each task name looked up once
+    tasks: dict[str, Optional[Task]] = {}
+
+    def task_of(name: Any) -> Optional[Task]:  # each task name looked up once
+        if not isinstance(name, str) or not name:
+            return None
+        if name not in tasks:
+            tasks[name] = find_task(name)
+        return tasks[name]
+
     for run_dir in run_dirs:
         source = str(run_dir)
         env, meta = read_env(run_dir), read_run_meta(run_dir)
@@ -111,9 +119,7 @@ def load_runs(dirs, report: Optional[Callable[[str], Any]] = None,
 
         def task_params(row: dict, where: str, default_task=default_task) -> None:
             name = row.get("task") or default_task
-            if isinstance(name, str) and name and name not in tasks:
-                tasks[name] = find_task(name)
-            task = tasks.get(name) if isinstance(name, str) else None
+            task = task_of(name)
             check_params(row, name, task.Params if task is not None else None, where)
 
         for row in read_run_rows(run_dir, problems, check=task_params):
@@ -128,9 +134,8 @@ def load_runs(dirs, report: Optional[Callable[[str], Any]] = None,
             row["source"] = source
             row["hardware"] = hardware_label(env, row.get("device"))
             records.append(row)
-    for name in {r["task"] for r in records} - set(tasks):
-        if isinstance(name, str) and name:
-            tasks[name] = find_task(name)
+    for record in records:
+        task_of(record["task"])
     for problem in problems:
         (warn if report is None else report)(problem)
     # The latest row per (run, case, round), then one row per (run, case): rounds merged.

@@ -246,11 +246,11 @@ def _kinds(annotation) -> Optional[tuple]:
     return None
 
 
-def check_params(row: dict, task_name: Any, params: Optional[type], where: str) -> None:
+def check_params(row: dict, task_name: Any, grid: Optional[type], where: str) -> None:
     """A ``RowsError`` unless ``row["params"]`` holds every parameter the grid of task ``task_name``
-    requires (``params``: its ``Params``, whose fields the task's tables read), each of the type
-    declared; ``params`` None (a task this installation does not know) is not checked."""
-    declared = getattr(params, "model_fields", None) if params is not None else None
+    requires (``grid``: its ``Params``, whose fields the task's tables read), each of the type
+    declared; ``grid`` None (a task this installation does not know) is not checked."""
+    declared = getattr(grid, "model_fields", None) if grid is not None else None
     if not declared:
         return
     params = row["params"]
