@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, ClassVar, Literal, Optional, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -105,6 +105,34 @@ def is_housekeeping(metrics: dict[str, Metric], name: str) -> bool:
     if name not in metrics:  # a family member
         return False
     return metric.higher_is_better is None and not metric.table and not metric.shown_in
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a task's ``METRICS`` say of one metric name a report meets (``declare``)."""
+
+    metric: Metric  # its declaration; an undeclared name gets a plain one: shown, never compared
+    housekeeping: bool  # ``is_housekeeping``: the run-details appendix
+    spread_of: Optional[str]  # ``spread_of``: the declared metric it is a spread of
+
+
+@dataclass(frozen=True)
+class Declarations:
+    """A task's ``METRICS`` (empty for a task this installation does not know) and, for every name
+    a report asked about in one ``declare`` call, what they say of it: tables read this, never ask again."""
+
+    metrics: dict[str, Metric]
+    of: dict[str, Declared]
+
+
+def declare(metrics: dict[str, Metric], names: Iterable[str]) -> Declarations:
+    """``metrics``' word on each of ``names`` and on each of their own keys."""
+    of: dict[str, Declared] = {}
+    for name in (*metrics, *names):
+        if name not in of:
+            metric = find_metric(metrics, name) or Metric(title=name, unit="", doc="")
+            of[name] = Declared(metric, is_housekeeping(metrics, name), spread_of(metrics, name))
+    return Declarations(metrics, of)
 
 
 def metrics_of(name: str) -> dict[str, Metric]:

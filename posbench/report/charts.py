@@ -71,7 +71,7 @@ def _scale(table: Table) -> float:
 def is_perplexity(table: Table) -> bool:
     """A perplexity chart (log y): perplexity values, lower is better; not a difference of two
     (declared without a direction)."""
-    return table.fmt == "ppl" and table.extra.get("higher_is_better") is False
+    return table.fmt == "ppl" and table.higher_is_better is False
 
 
 def perplexity_axis(ax) -> None:
@@ -161,8 +161,8 @@ def _spread_error(cell) -> tuple[float, float]:
 def bar_note(kind: str, table: Table) -> str:
     if not kind:
         return ""
-    return BAR_NOTES[kind].format(baseline=table.extra.get("baseline"),
-                                  spread=table.extra.get("spread", "the spread the rows hold"))
+    return BAR_NOTES[kind].format(baseline=table.baseline,
+                                  spread=table.spread or "the spread the rows hold")
 
 
 def numeric_columns(table: Table) -> bool:

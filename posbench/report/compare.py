@@ -3,7 +3,8 @@
 With interleaved rounds or paired windows the ratio carries a bootstrap 95% interval and a change
 counts only when the whole interval is beyond the threshold; a case that finished before and fails
 now is a regression; different GPU models are refused unless ``allow_other_hardware``. Which way is
-better comes from the tasks' metric declarations. docs/reports.md (`bench.py compare`).
+better comes from the tasks' metric declarations, resolved with the rows (``Runs.tasks``).
+docs/reports.md (`bench.py compare`).
 """
 from __future__ import annotations
 
@@ -18,28 +19,35 @@ import pandas as pd
 
 from posbench.report import bootstrap
 from posbench.report import numbers as fmt
-from posbench.core.task import find, find_metric, metrics_of
+from posbench.core.task import Metric, Task, find, find_metric
 from posbench.report.rows import cpu_model, gpu_name, load_runs
 from posbench.store.bounds import RowsError
 from posbench.store.row import by_round, by_window
 from posbench.store.rows import latest
 
 
-def metric_direction(task: str, name: str) -> int | None:
+def _declared(task: str, tasks: dict[str, Task] | None) -> dict[str, Metric]:
+    """The ``METRICS`` of ``task``: from the tasks the rows came with, else (a caller without
+    rows) from the registry; none for a task this installation does not know."""
+    known = tasks.get(task) if tasks is not None else find(task) if task else None
+    return known.METRICS if known is not None else {}
+
+
+def metric_direction(task: str, name: str, tasks: dict[str, Task] | None = None) -> int | None:
     """+1 when higher is better, -1 when lower is better, None for metrics not compared (the
     declaration's; spreads have none: comparing extremes would double the noise-driven alarms)."""
-    metric = find_metric(metrics_of(task), name) if task else None
+    metric = find_metric(_declared(task, tasks), name) if task else None
     if metric is None or metric.higher_is_better is None:
         return None
     return 1 if metric.higher_is_better else -1
 
 
-def _fmt(task: str, metric: str, value) -> str:
+def _fmt(task: str, metric: str, value, tasks: dict[str, Task] | None) -> str:
     if value is None:
         return "—"
     if isinstance(value, str):
         return value
-    declared = find_metric(metrics_of(task), metric) if task else None
+    declared = find_metric(_declared(task, tasks), metric) if task else None
     return fmt.number(value, declared.fmt if declared else "plain")
 
 
@@ -69,6 +77,7 @@ class ComparisonResult:
     hardware_warnings: list[str] = field(default_factory=list)
     base_commits: list[str] = field(default_factory=list)
     new_commits: list[str] = field(default_factory=list)
+    tasks: dict[str, Task] | None = None  # the runs' tasks (None: looked up by name)
 
     @property
     def regressions(self) -> list[MetricChange]:
@@ -115,7 +124,7 @@ class ComparisonResult:
                                 if c.interval else "—")
                     metric = f"{c.metric} ({c.basis})" if c.basis else c.metric
                     # A ratio to the baseline reads as one (0.900x), values in the metric's format.
-                    show = (lambda v: fmt.ratio(v, 3)) if c.basis else (lambda v: _fmt(c.task, c.metric, v))
+                    show = (lambda v: fmt.ratio(v, 3)) if c.basis else (lambda v: _fmt(c.task, c.metric, v, self.tasks))
                     lines.append(f"| {c.case_id} | {metric} | {show(c.base)} | {show(c.new)} | {ratio} | {interval} |")
                 lines.append("")
         for title, ids in (("Only in base: missing from new, failures", self.only_in_base),
@@ -125,7 +134,7 @@ class ComparisonResult:
         return "\n".join(lines)
 
 
-def case_metrics(row) -> dict[str, float | None]:
+def case_metrics(row, tasks: dict[str, Task] | None = None) -> dict[str, float | None]:
     """Comparable numbers of a row: its metrics, plus those its task reads from the rest of the row
     (``compare_values``, ``posbench.core.task.Task``: e.g. one per evaluation cell, so that
     a cell that ran out of memory is seen even when the runner stored no flat copy of it); a
@@ -133,7 +142,8 @@ def case_metrics(row) -> dict[str, float | None]:
     """
     values = {k: v for k, v in row.metrics.items()
               if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
-    task = find(row.task) if isinstance(row.task, str) and row.task else None
+    name = row.task if isinstance(row.task, str) else ""
+    task = (tasks.get(name) if tasks is not None else find(name)) if name else None
     if task is not None and task.compare_values is not None:
         for key, value in task.compare_values(row).items():
             values.setdefault(key, value)
@@ -211,16 +221,17 @@ def _compare_rounds(case_id, base, new, metric, direction, threshold, base_ref, 
                         _interval_verdict(direction, interval, ratio, threshold), interval, n_basis)
 
 
-def _compare_case(case_id: str, base, new, threshold: float, base_ref=None, new_ref=None) -> list[MetricChange]:
+def _compare_case(case_id: str, base, new, threshold: float, base_ref=None, new_ref=None,
+                  tasks: dict[str, Task] | None = None) -> list[MetricChange]:
     if base.status != new.status and "ok" in (base.status, new.status):
         verdict = "regression" if base.status == "ok" else "improvement"
         return [MetricChange(case_id, new.method, new.task, "status", base.status, new.status, None, verdict)]
     if base.status != "ok":
         return []  # failed both times: nothing measured to compare
     changes = []
-    base_values, new_values = case_metrics(base), case_metrics(new)
+    base_values, new_values = case_metrics(base, tasks), case_metrics(new, tasks)
     for metric in sorted(set(base_values) | set(new_values)):
-        direction = metric_direction(new.task, metric)
+        direction = metric_direction(new.task, metric, tasks)
         if direction is None:
             continue
         b, n = base_values.get(metric), new_values.get(metric)
@@ -352,12 +363,13 @@ def compare_runs(base_dir, new_dir, threshold: float = 0.05, allow_other_hardwar
         + suite_warnings(base_runs.metas, new_runs.metas),
         base_commits=sorted({str(c)[:10] for c in base_rows["git_commit"].dropna()}),
         new_commits=sorted({str(c)[:10] for c in new_rows["git_commit"].dropna()}),
+        tasks={**base_runs.tasks, **new_runs.tasks},
     )
     base_refs, new_refs = _baseline_rows(base_rows, base_runs.metas), _baseline_rows(new_rows, new_runs.metas)
     for case_id in result.in_both:
         b, n = base[case_id], new[case_id]
         result.changes += _compare_case(case_id, b, n, threshold, base_refs.get((b.source, case_id)),
-                                        new_refs.get((n.source, case_id)))
+                                        new_refs.get((n.source, case_id)), result.tasks)
     return result
 
 

@@ -158,7 +158,7 @@ def cells_csv(tables: list[Table]) -> str:
     the text; ``column`` is ``<axis>=<value>``, other grid parameters follow the metric name."""
     lines = [CELL_COLUMNS]
     for t in tables:
-        rest = " ".join(f"{k}={v}" for k, v in t.extra.get("rest", {}).items())
+        rest = " ".join(f"{k}={v}" for k, v in t.rest.items())
         for row in t.rows:
             for col in t.columns:
                 c = t.cell(row, col)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
+from posbench.core.task import Task, find
 from posbench.store.bounds import RowsError, check_params
 from posbench.store.meta import RunMeta, read_env, read_run_meta
 from posbench.store.row import ROW_KEYS
@@ -68,12 +69,14 @@ def find_run_dirs(path: str | Path) -> list[Path]:
 class Runs:
     """Rows of several run folders: ``rows`` a DataFrame (one line per case and run, the stored
     keys plus ``source``, the run folder, and ``hardware``, a machine label), ``envs`` and
-    ``metas`` each keyed by ``source`` (``metas[source]`` is None for a run without run.json)."""
+    ``metas`` each keyed by ``source`` (``metas[source]`` is None for a run without run.json),
+    ``tasks`` the tasks of the rows that this installation knows, by name: what the report reads."""
 
     rows: Any  # pandas.DataFrame
     envs: dict[str, dict]
     metas: dict[str, Optional[RunMeta]]
     problems: list[str] = field(default_factory=list)  # lines skipped, one warning each
+    tasks: dict[str, Task] = field(default_factory=dict)
 
     def meta_of(self, sources: Iterable[str]) -> Optional[RunMeta]:
         """The run.json of the first of ``sources`` that has one (shards of a run share it)."""
@@ -83,10 +86,12 @@ class Runs:
         return None
 
 
-def load_runs(dirs, report: Optional[Callable[[str], Any]] = None) -> Runs:
+def load_runs(dirs, report: Optional[Callable[[str], Any]] = None,
+              find_task: Callable[[str], Optional[Task]] = find) -> Runs:
     """The runs stored in ``dirs`` (run folders or folders above them), one row per (run, case):
-    its rounds merged (``case_rows``). Unusable lines or rows (``read_rows``, ``check_params``) are
-    skipped with one warning each, handed to ``report`` (default: stderr) and kept in ``problems``."""
+    its rounds merged (``case_rows``), with their tasks (``find_task``: a name -> the task, None for
+    one unknown here). Unusable lines or rows (``read_rows``, ``check_params``) are skipped with one
+    warning each, handed to ``report`` (default: stderr) and kept in ``problems``."""
     import pandas as pd  # only readers of several runs need it; the runner does not
 
     if isinstance(dirs, (str, Path)):
@@ -97,6 +102,15 @@ def load_runs(dirs, report: Optional[Callable[[str], Any]] = None) -> Runs:
             if run_dir not in run_dirs:
                 run_dirs.append(run_dir)
     records, envs, metas, problems = [], {}, {}, []
+    tasks: dict[str, Optional[Task]] = {}
+
+    def task_of(name: Any) -> Optional[Task]:  # each task name looked up once
+        if not isinstance(name, str) or not name:
+            return None
+        if name not in tasks:
+            tasks[name] = find_task(name)
+        return tasks[name]
+
     for run_dir in run_dirs:
         source = str(run_dir)
         env, meta = read_env(run_dir), read_run_meta(run_dir)
@@ -104,7 +118,9 @@ def load_runs(dirs, report: Optional[Callable[[str], Any]] = None) -> Runs:
         default_task = meta.task if meta else None
 
         def task_params(row: dict, where: str, default_task=default_task) -> None:
-            check_params(row, row.get("task") or default_task, where)
+            name = row.get("task") or default_task
+            task = task_of(name)
+            check_params(row, name, task.Params if task is not None else None, where)
 
         for row in read_run_rows(run_dir, problems, check=task_params):
             row = dict(row)
@@ -118,6 +134,8 @@ def load_runs(dirs, report: Optional[Callable[[str], Any]] = None) -> Runs:
             row["source"] = source
             row["hardware"] = hardware_label(env, row.get("device"))
             records.append(row)
+    for record in records:
+        task_of(record["task"])
     for problem in problems:
         (warn if report is None else report)(problem)
     # The latest row per (run, case, round), then one row per (run, case): rounds merged.
@@ -126,4 +144,4 @@ def load_runs(dirs, report: Optional[Callable[[str], Any]] = None) -> Runs:
     for column in ROW_KEYS + ("source", "hardware"):
         if column not in frame.columns:
             frame[column] = None
-    return Runs(frame.reset_index(drop=True), envs, metas, problems)
+    return Runs(frame.reset_index(drop=True), envs, metas, problems, {k: t for k, t in tasks.items() if t is not None})

@@ -1,14 +1,14 @@
 """The sections of a report: one or more per task present, each a list of tables with their charts.
 
 By default a task's metric tables (``metric_section``); a task with a layout of its own hands back
-its own (``Block``, ``Section``). Tasks are looked up through ``posbench.core.task``, never imported.
+its own (``Block``, ``Section``). The tasks come resolved with the rows (``Runs.tasks``), never imported.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from posbench.core.task import Task, find, find_metric, metrics_of
+from posbench.core.task import Task, find_metric
 from posbench.report import charts
 from posbench.report.rows import Runs
 from posbench.report.table import Table, details_tables, metric_tables
@@ -43,7 +43,7 @@ def collect_sections(runs: Runs, baseline: Optional[str] = None) -> list[Section
     ``baseline``: the method ratios divide by; None takes each run's own (run.json).
     """
     present = set(runs.rows["task"].dropna())
-    tasks = {name: find(name) for name in present}
+    tasks = {name: runs.tasks.get(name) for name in present}
     sections: list[Section] = []
     for name in sorted(present, key=lambda n: (_place(tasks[n]), n)):
         task = tasks[name]
@@ -71,7 +71,7 @@ def metric_section(runs: Runs, name: str, baseline: Optional[str] = None) -> Sec
     ``metrics`` ask for (``posbench.report.table.metric_tables``), methods x its ``REPORT_COLUMN``,
     each followed by its charts. A task this installation does not know gets one too (every number
     its rows carry), headed by its name."""
-    task = find(name)
+    task = runs.tasks.get(name)
     heading, column = (task.title, task.REPORT_COLUMN) if task is not None else (name.capitalize(), "")
     return Section(heading, name, metric_blocks(runs, metric_tables(runs, name, baseline, column=column)))
 
@@ -88,7 +88,8 @@ def table_charts(runs: Runs, table: Table) -> list[ChartSource]:
     has_values = any(c.value is not None for c in table.cells.values())
     if has_values and table.columns and all(isinstance(c, (int, float)) for c in table.columns):
         out.append(lambda: [(table.key, table.title, charts.metric_chart(table))])
-    declared = find_metric(metrics_of(table.task), table.metric)
+    task = runs.tasks.get(table.task)
+    declared = find_metric(task.METRICS, table.metric) if task is not None else None
     for draw in (declared.charts if declared else ()):
         out.append(_declared_chart(draw, runs, table))
     return out

@@ -20,7 +20,7 @@ from posbench.report.names import slug  # noqa: F401  (tasks build their table k
 from posbench.report.rows import Runs
 from posbench.store.meta import LEGACY_BASELINE, RunMeta
 from posbench.store.row import by_round, by_window, by_window_key, spread_in
-from posbench.core.task import SPREAD_SUFFIXES, Metric, find, find_metric, is_housekeeping, metrics_of, spread_of
+from posbench.core.task import SPREAD_SUFFIXES, Declarations, Metric, declare
 
 
 @dataclass
@@ -51,8 +51,12 @@ class Table:
     hardware: str = ""
     commit: str = ""
     fmt: str = "plain"               # posbench.report.numbers format of the values (charts' axis labels)
-    extra: dict = field(default_factory=dict)      # e.g. L_train, best_ppl, baseline, for charts
+    extra: dict = field(default_factory=dict)      # a task's own chart data (its charts read it)
     row_header: str = "method"       # what the rows are (the run-details appendix: cases)
+    baseline: Optional[str] = None   # the method the ratios divide by (None: no ratios)
+    rest: dict = field(default_factory=dict)       # the other grid parameters the table's rows share
+    higher_is_better: Optional[bool] = None        # the metric's direction (None: never compared)
+    spread: str = ""                 # what the cells' spreads are (SPREAD_MIN_MAX, SPREAD_STD): charts name it
 
     def cell(self, row: str, column) -> Cell:
         return self.cells.get((row, column), Cell(text="—", status="missing"))
@@ -110,28 +114,34 @@ def baseline_for(meta: Optional[RunMeta], override: Optional[str]) -> Optional[s
     return meta.baseline if meta is not None else LEGACY_BASELINE
 
 
-def describe(declared: dict[str, Metric], name: str) -> Metric:
-    """The declaration of ``name``; an undeclared metric is shown plainly and never compared."""
-    return find_metric(declared, name) or Metric(title=name, unit="", doc="")
+def declared_in(runs: Runs, task: str, frame: pd.DataFrame, names=()) -> Declarations:
+    """The task's declarations of its own metrics, of ``names``, of the suites' and of those
+    ``frame``'s rows hold, resolved in one call; a task this installation does not know declares none."""
+    known = runs.tasks.get(task)
+    found = [k for m in frame["metrics"] if isinstance(m, dict) for k in m]
+    suites = [k for meta in runs.metas.values() if meta is not None for k in meta.metrics]
+    return declare(known.METRICS if known is not None else {}, [*names, *suites, *found, "status"])
 
 
-def choose_metrics(group: pd.DataFrame, declared: dict[str, Metric], meta: Optional[RunMeta]) -> list[str]:
+def choose_metrics(group: pd.DataFrame, declared: Declarations, meta: Optional[RunMeta]) -> list[str]:
     """The metrics a report tabulates: the suite's (run.json) and those declared ``table=True``,
     in declaration order, less those the task shows elsewhere (``shown_in``: a column of another
     table; housekeeping: the run-details appendix). With none of these, every numeric metric the
     rows carry that the task does not show elsewhere (all of them for an undeclared task)."""
+    own = declared.metrics
     suite = list(meta.metrics if meta else [])
-    wanted = set(suite) | {k for k, m in declared.items() if m.table}
-    names = [k for k in declared if k in wanted] + [k for k in suite if k not in declared]
+    wanted = set(suite) | {k for k, m in own.items() if m.table}
+    names = [k for k in own if k in wanted] + [k for k in suite if k not in own]
     names = [k for k in names if _own_table(declared, k)]
     if names:
         return ordered(names)
     found = ordered(k for m in group["metrics"] for k, v in m.items() if _is_number(v))
-    return [k for k in found if _own_table(declared, k) and spread_of(declared, k) is None] if declared else found
+    return [k for k in found if _own_table(declared, k) and declared.of[k].spread_of is None] if own else found
 
 
-def _own_table(declared: dict[str, Metric], name: str) -> bool:
-    return not describe(declared, name).shown_in and not (declared and is_housekeeping(declared, name))
+def _own_table(declared: Declarations, name: str) -> bool:
+    said = declared.of[name]
+    return not said.metric.shown_in and not (declared.metrics and said.housekeeping)
 
 
 def _is_number(value) -> bool:
@@ -147,15 +157,17 @@ def family_head(name: str) -> Optional[str]:
 
 def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column: str = "seq_len",
                   metrics: Optional[list[str]] = None, frame: Optional[pd.DataFrame] = None,
-                  declared: Optional[dict[str, Metric]] = None) -> list[Table]:
+                  declared: Optional[Declarations] = None) -> list[Table]:
     """One table per metric, per (suite, hardware, other grid params): methods x ``column``.
 
     ``metrics`` None: ``choose_metrics``; ``frame``: a subset of ``runs.rows``; ``declared``: the
-    task's metrics when the caller has them. A cell shows the value and its ratio to the baseline
-    of the same run (else of the same machine), with rounds ``25.8k (0.99x ±0.01)``."""
-    declared = metrics_of(task) if declared is None else declared
+    caller's ``declared_in`` of them. A cell shows the value and its ratio to the baseline of the
+    same run (else of the same machine), with rounds ``25.8k (0.99x ±0.01)``."""
+    frame = runs.rows if frame is None else frame
+    if declared is None:
+        declared = declared_in(runs, task, frame[frame["task"] == task], metrics or ())
     tables = []
-    for suite, hardware, group in task_groups(runs.rows if frame is None else frame, task):
+    for suite, hardware, group in task_groups(frame, task):
         meta = runs.meta_of(ordered(group["source"]))
         busy = any(was_busy(runs.envs.get(source, {})) for source in ordered(group["source"]))
         base_method = baseline_for(meta, baseline)
@@ -167,13 +179,13 @@ def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column:
         names = metrics if metrics is not None else choose_metrics(group, declared, meta)
         for name in names:
             if family_head(name) is not None:
-                tables += family_tables(suite, hardware, task, group, name, describe(declared, name), meta)
+                tables += family_tables(suite, hardware, task, group, name, declared.of[name].metric, meta)
         plain = [n for n in names if family_head(n) is None]
         if names and not plain:
             continue
         for rest, rows in parts.items():
             for name in plain or ["status"]:  # no metric at all: still show the statuses
-                tables.append(_metric_table(suite, hardware, task, rows, rest, name, describe(declared, name),
+                tables.append(_metric_table(suite, hardware, task, rows, rest, name, declared.of[name].metric,
                                             col, base_method, group, meta, busy))
     return tables
 
@@ -201,14 +213,13 @@ def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: 
             title=f"{metric.title}{_unit_suffix(metric.unit)}, {suite}" + (f", {rest_text}" if rest_text else ""),
             caption="", task=task, metric=key, unit=metric.unit, column_header=axis, columns=[], rows=[],
             hardware=hardware, commit=short_commit(group["git_commit"]), fmt=metric.fmt,
-            extra={"baseline": None, "rest": dict(params), "higher_is_better": metric.higher_is_better,
-                   "family": head},
+            rest=dict(params), higher_is_better=metric.higher_is_better,
         )
-        columns = []
+        columns, failed = [], []
         for r in shown:
             if r.status != "ok":
                 table.rows.append(r.method)
-                table.extra.setdefault("failed", []).append(r)
+                failed.append(r)
                 continue
             for name, value in found[r.case_id].items():
                 *middle, column = name[len(head) + 1:].split("@")
@@ -216,13 +227,13 @@ def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: 
                 label = ", ".join([r.method, *middle])
                 table.rows = ordered(table.rows + [label])
                 columns.append(column)
-                spread = _spread(r.metrics, name, float(value), table.extra)
+                spread = _spread(r.metrics, name, float(value), table)
                 table.cells[(label, column)] = Cell(text=fmt.number(value, metric.fmt), value=float(value),
                                                     case_id=r.case_id, run_id=r.run_id, message=str(r.message or ""),
                                                     spread=spread)
         columns = ordered(columns)  # words (dtypes) keep the order the rows hold them in; numbers sort
         table.columns = sorted(columns, key=_sort_key) if all(isinstance(c, int) for c in columns) else columns
-        for r in table.extra.pop("failed", []):
+        for r in failed:
             for column in table.columns:
                 table.cells[(r.method, column)] = Cell(text=fmt.status(r.status), status=r.status, case_id=r.case_id,
                                                        run_id=r.run_id, message=str(r.message or ""))
@@ -238,18 +249,20 @@ SPREAD_MIN_MAX = "min-max over measured windows"
 SPREAD_STD = "± std over seeds"
 
 
-def _spread(metrics: dict, name: str, value: Optional[float], extra: dict) -> Optional[tuple[float, float]]:
+def _spread(metrics: dict, name: str, value: Optional[float], table: Optional[Table]) -> Optional[tuple[float, float]]:
     """What the row says about the spread of ``name``: ``<name>_min``/``<name>_max`` (windows,
     rounds), else ``value ± <name>_std`` (seeds); None when it says nothing. Which one it was goes
-    to ``extra["spread"]`` (the table's charts name it under their error bars)."""
+    to ``table.spread`` (the table's charts name it under their error bars)."""
     spread = spread_in(metrics, name)
     if spread is None:
         return None
     if _is_number(spread.lo) and _is_number(spread.hi):
-        extra["spread"] = SPREAD_MIN_MAX
+        if table is not None:
+            table.spread = SPREAD_MIN_MAX
         return float(spread.lo), float(spread.hi)
     if _is_number(spread.std) and value is not None:
-        extra["spread"] = SPREAD_STD
+        if table is not None:
+            table.spread = SPREAD_STD
         return value - float(spread.std), value + float(spread.std)
     return None
 
@@ -257,15 +270,16 @@ def _spread(metrics: dict, name: str, value: Optional[float], extra: dict) -> Op
 def details_tables(runs: Runs, task: str) -> list[Table]:
     """The task's housekeeping values (``is_housekeeping``: parameters, steps, threads, ...), one
     table per (suite, hardware) of finished cases, for the report's "Appendix: run details"."""
-    declared = metrics_of(task)
+    declared = declared_in(runs, task, runs.rows[runs.rows["task"] == task])
+    order = list(declared.metrics)
     tables = []
     for suite, hardware, group in task_groups(runs.rows, task):
         def housekeeping(r) -> list[str]:
-            return [k for k, v in r.metrics.items() if _is_number(v) and is_housekeeping(declared, k)]
+            return [k for k, v in r.metrics.items() if _is_number(v) and declared.of[k].housekeeping]
 
         ok = [r for r in group.itertuples(index=False) if r.status == "ok" and housekeeping(r)]
         names = ordered(k for r in ok for k in housekeeping(r))
-        names.sort(key=lambda k: list(declared).index(k) if k in declared else len(declared))
+        names.sort(key=lambda k: order.index(k) if k in declared.metrics else len(order))
         if not names:
             continue
         table = Table(key=slug(f"{suite}-run-details-{hardware}"), title=f"Run details, {suite}", caption="",
@@ -278,11 +292,11 @@ def details_tables(runs: Runs, task: str) -> list[Table]:
             table.rows.append(label)
             for name in names:
                 value = r.metrics.get(name)
-                kind = describe(declared, name).fmt
+                kind = declared.of[name].metric.fmt
                 table.cells[(label, name)] = Cell(
                     text=fmt.number(value if _is_number(value) else None, kind),
                     value=float(value) if _is_number(value) else None, case_id=r.case_id, run_id=r.run_id)
-        legend = "; ".join(f"{k}: {describe(declared, k).title}{_unit_suffix(describe(declared, k).unit)}"
+        legend = "; ".join(f"{k}: {declared.of[k].metric.title}{_unit_suffix(declared.of[k].metric.unit)}"
                            for k in names)
         table.caption = (f"Housekeeping values of each finished case on {hardware} (commit {table.commit}), "
                          f"shown, never compared. {legend}.")
@@ -309,12 +323,12 @@ def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, colum
         title=f"{metric.title}{unit}, {suite}" + (f", {rest_text}" if rest_text else ""),
         caption="", task=task, metric=name, unit=metric.unit, column_header=column, columns=columns,
         rows=methods, hardware=hardware, commit=short_commit(group["git_commit"]), fmt=metric.fmt,
-        extra={"baseline": base_method, "rest": dict(rest), "higher_is_better": metric.higher_is_better},
+        baseline=base_method, rest=dict(rest), higher_is_better=metric.higher_is_better,
     )
     for r in rows:
         col = r.params.get(column, r.case_id)
         table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col, r.method == base_method,
-                                                    table.extra)
+                                                    table)
     paired = any(c.ratio_interval is not None for c in table.cells.values())
     windowed = any(by_window_key(name) in (r.series if isinstance(r.series, dict) else {}) for r in rows)
     if not base_method:
@@ -359,7 +373,7 @@ def _unit_suffix(unit: str) -> str:
     return "" if unit in ("", "-") else f" ({unit})"
 
 
-def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False, extra: Optional[dict] = None) -> Cell:
+def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False, table: Optional[Table] = None) -> Cell:
     cell = Cell(text="", status=r.status, case_id=r.case_id, run_id=r.run_id, message=str(r.message or ""))
     if r.status != "ok":
         cell.text = fmt.status(r.status)
@@ -369,7 +383,7 @@ def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False, extra
         cell.text = fmt.MISSING
         return cell
     cell.value = float(value)
-    cell.spread = _spread(r.metrics, name, cell.value, {} if extra is None else extra)
+    cell.spread = _spread(r.metrics, name, cell.value, table)
     base = baselines.get((r.run_id, col), baselines.get((None, col)))
     if base:
         ours = _by_round(r, name)
@@ -411,12 +425,12 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
             continue
         column = "seq_len" if "seq_len" in meta.grid else next(iter(meta.grid), "case")
         part = frame[frame["source"] == source]
-        task = find(meta.task)
+        task = runs.tasks.get(meta.task)
         if task is not None and task.summary_tables is not None:  # a layout of the task's own
-            out += task.summary_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas))
+            out += task.summary_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas, tasks=runs.tasks))
             continue
-        declared = metrics_of(meta.task)
+        declared = declared_in(runs, meta.task, part, meta.metrics)
         # a metric the task shows inside another table (a per-dtype count of a family) prints that table
-        names = ordered(describe(declared, m).shown_in or m for m in meta.metrics)
+        names = ordered(declared.of[m].metric.shown_in or m for m in meta.metrics)
         out += metric_tables(runs, meta.task, None, column, names, frame=part, declared=declared)
     return out

@@ -17,7 +17,6 @@ from typing import Any, BinaryIO, Iterator, Literal, Optional
 
 from posbench.core.files import file_kind
 from posbench.core.outcome import PosbenchError
-from posbench.core.task import find
 from posbench.store.row import BOUNDED_SERIES
 
 MAX_LINE = 16 << 20    # bytes in one cases.jsonl line (a row with long series is a few MiB)
@@ -247,12 +246,11 @@ def _kinds(annotation) -> Optional[tuple]:
     return None
 
 
-def check_params(row: dict, task_name: Any, where: str) -> None:
-    """A ``RowsError`` unless ``row["params"]`` holds every parameter its task's grid requires
-    (``Params``: the task's tables read them), each of the type declared; a task this
-    installation does not know is not checked."""
-    task = find(task_name) if isinstance(task_name, str) and task_name else None
-    declared = getattr(getattr(task, "Params", None), "model_fields", None) if task is not None else None
+def check_params(row: dict, task_name: Any, grid: Optional[type], where: str) -> None:
+    """A ``RowsError`` unless ``row["params"]`` holds every parameter the grid of task ``task_name``
+    requires (``grid``: its ``Params``, whose fields the task's tables read), each of the type
+    declared; ``grid`` None (a task this installation does not know) is not checked."""
+    declared = getattr(grid, "model_fields", None) if grid is not None else None
     if not declared:
         return
     params = row["params"]

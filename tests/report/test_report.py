@@ -199,7 +199,7 @@ def test_kernel_tables_split_by_head_dim_and_other_tasks_are_kept(tmp_path):
     write_run(tmp_path, rows + [other], suite="kernels", baseline="sdpa_bias")
     sections = dict(collect_tables(load_runs(tmp_path)))
     ms_tables = [t for t in sections["Kernels"] if t.metric == "fwdbwd_ms"]
-    assert [t.extra["rest"] for t in ms_tables] == [{"head_dim": 64}, {"head_dim": 128}]
+    assert [t.rest for t in ms_tables] == [{"head_dim": 64}, {"head_dim": 128}]
     assert ms_tables[0].cell("alibi_triton", 2048).text == "2 (0.50x)"
     (err,) = sections["Mystery"]  # undeclared: every number it carries gets a table
     assert err.metric == "max_abs_err" and err.cell("alibi", "bf16").text == "0.004"
@@ -222,7 +222,7 @@ def test_kernels_report_has_ratios_against_the_suites_baseline_from_run_json(tmp
     write_run(tmp_path, _kernel_rows(), baseline="triton_no_bias")
     written = build_report([tmp_path], tmp_path / "out")
     (table,) = [t for t in metric_tables(load_runs(tmp_path), "kernels") if t.metric == "fwdbwd_ms"]
-    assert table.extra["baseline"] == "triton_no_bias" and "ratio to triton_no_bias" in table.caption
+    assert table.baseline == "triton_no_bias" and "ratio to triton_no_bias" in table.caption
     assert table.cell("alibi_triton", 1024).text == "1 (0.50x)"
     assert table.cell("sdpa_causal", 2048).ratio == pytest.approx(1.5)
     (mem,) = [t for t in metric_tables(load_runs(tmp_path), "kernels") if t.metric == "peak_mem_bytes"]
@@ -252,7 +252,7 @@ def test_a_suite_without_baseline_has_no_ratios_and_says_so(tmp_path):
 def test_a_run_without_run_json_falls_back_to_sinusoidal(tmp_path):
     write_run(tmp_path, efficiency_rows(), meta=False)
     table = _table(metric_tables(load_runs(tmp_path), "efficiency"), "train_wps")
-    assert table.extra["baseline"] == "sinusoidal" and table.cell("alibi", 256).text == "25.8k (0.99x)"
+    assert table.baseline == "sinusoidal" and table.cell("alibi", 256).text == "25.8k (0.99x)"
 
 
 def test_method_order_and_tabulated_metrics_come_from_run_json(tmp_path):

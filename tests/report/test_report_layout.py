@@ -296,4 +296,4 @@ def test_a_family_members_spread_over_seeds_is_its_error_bar_not_a_column(tmp_pa
     assert ppl.metric == "ppl@*" and ppl.columns == PRECISION_L_VALID
     value = ppl.cell("alibi, compute_bias", 2048).value
     assert ppl.cell("alibi, compute_bias", 2048).spread == (value - 0.5, value + 0.5)
-    assert ppl.extra["spread"] == "± std over seeds"
+    assert ppl.spread == "± std over seeds"

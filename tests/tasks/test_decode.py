@@ -382,8 +382,8 @@ def test_report_has_decode_tables_with_ratios_to_the_baseline(tmp_path):
                 rows.append(row)
     sections = dict(collect_tables(load_runs([write_run(tmp_path, rows)])))
     tables = [t for t in sections["Decode"] if t.metric == "tpot_ms"]
-    assert sorted(t.extra["rest"]["batch"] for t in tables) == [1, 8]  # one table per batch
-    eight = next(t for t in tables if t.extra["rest"]["batch"] == 8)
+    assert sorted(t.rest["batch"] for t in tables) == [1, 8]  # one table per batch
+    eight = next(t for t in tables if t.rest["batch"] == 8)
     assert eight.columns == [256, 1024] and eight.rows == ["sinusoidal", "alibi"]
     cell = eight.cells[("alibi", 1024)]
     assert cell.value == pytest.approx(96.0) and cell.ratio == pytest.approx(1.5)

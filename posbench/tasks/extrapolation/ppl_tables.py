@@ -139,7 +139,7 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
             table.cells[(label, lv)] = _ppl_cell(r, entries[r.case_id].get(lv))
     table.extra["methods"] = {label: r.method for label, r in zip(table.rows, rows)}
     if any(c.spread is not None for c in table.cells.values()):
-        table.extra["spread"] = SPREAD_STD
+        table.spread = SPREAD_STD
     bounds = _bounds(entries, columns)
     if bounds:
         # The true source's perplexity on exactly the tokens each column scored (synthetic

@@ -138,7 +138,7 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
                 metric=f"acc {probe}", unit="fraction", column_header="L_valid",
                 columns=lengths + ["effective length", "steps"],
                 rows=[], hardware=hardware, commit=short_commit(r.get("git_commit") for r in ok),
-                extra={"higher_is_better": True})
+                higher_is_better=True)
     case_of = {(r["method"], r["params"]["L_train"]): r for r in ok}
     for m in dict.fromkeys(t["method"] for t in table):
         for L in sorted({t["L_train"] for t in table if t["method"] == m}):
