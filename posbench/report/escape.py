@@ -12,10 +12,11 @@ import re
 # Line breaks of any kind (and other control characters) would start a new Markdown block: a
 # forged heading, table row or fence. Inside one line they become spaces.
 _BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
-# Markdown punctuation that could open a code span, a link, emphasis or a table cell (``_`` is
-# left: names hold it, and inside a word it emphasises nothing), and a backslash that would escape
-# the punctuation after it (before a space or a letter it is literal: ``method \ seq_len``).
-_MD_PUNCT = re.compile(r"\\(?=[!-/:-@\[-`{-~]|$)|[`*\[\]|~]")
+# Markdown punctuation that could open a code span, emphasis or a table cell, the ``]`` that
+# would make a link or image (``](``, ``][``; an interval ``[11, 60]`` stays as it reads; ``_`` is
+# left too: names hold it, and inside a word it emphasises nothing), and a backslash that would
+# escape the punctuation after it (before a space or a letter it is literal: ``method \ seq_len``).
+_MD_PUNCT = re.compile(r"\\(?=[!-/:-@\[-`{-~]|$)|[`*|~]|\](?=[(\[])")
 _TICKS = re.compile(r"`+")
 
 

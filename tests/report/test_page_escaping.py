@@ -81,5 +81,6 @@ def test_the_helpers_keep_text_literal():
     assert md_text("a|b\nc") == "a\\|b c"
     assert md_text("method \\ seq_len") == "method \\ seq_len"  # a backslash before a space is literal
     assert md_text("x\\") == "x\\\\"
+    assert md_text("[click](javascript:x) [11, 60]") == "[click\\](javascript:x) [11, 60]"
     assert md_code("a`b") == "``a`b``" and md_code("`x") == "`` `x ``"
     assert md_fence("```\nrm", "bash") == "````bash\n```\nrm\n````"
