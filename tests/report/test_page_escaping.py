@@ -9,7 +9,7 @@ import re
 from posbench.report import results_page
 from posbench.report.build import build_report
 from posbench.report.escape import md_code, md_fence, md_text
-from tests.report.test_results_page import CPU_ENV, write_run
+from tests.helpers.result_runs import CPU_ENV, write_run
 
 EVIL_METHOD = "ali|bi<script>alert(1)</script>\n| forged | row |\n# Forged method heading"
 EVIL_ENV = {**CPU_ENV, "cpu": "CPU<script>x</script>\n# Forged heading", "torch": "2.0\n```\n# Forged in fence\n```"}
