@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -122,13 +123,16 @@ def _time_limit(seconds: float | None):
             raise _ImportTimedOut()
 
     old = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    started = time.monotonic()
+    before, _ = signal.setitimer(signal.ITIMER_REAL, seconds)  # a timer someone else set: restored below
     try:
         yield
     finally:
         armed[0] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        if before:
+            signal.setitimer(signal.ITIMER_REAL, max(before - (time.monotonic() - started), 1e-3))
 
 
 def _import_file(path: Path, limit_s: float | None = None) -> None:
