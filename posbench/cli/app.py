@@ -124,12 +124,26 @@ def set_log(choice: str | None) -> None:
 
     from posbench.engine import tracking
 
-    if choice is None:
+    if choice is None:  # POSBENCH_LOG from the environment: refused up front as --log is
+        try:
+            tracking.check_request()
+        except ValueError as exc:
+            raise SuiteError(str(exc)) from None
         return
     if choice == "wandb" and importlib.util.find_spec("wandb") is None:
         raise SuiteError("--log wandb: the wandb package is not installed (pip install wandb); allowed: leave --log "
                          "out (TensorBoard event files are written whenever tensorboard is installed), or --log none")
     os.environ[tracking.LOG_ENV] = choice
+
+
+def check_results(results: str) -> None:
+    """--results where TensorBoard cannot write (a path that is not UTF-8): one line, up front."""
+    from posbench.engine import tracking
+
+    try:
+        tracking.check_path(results, "--results")
+    except ValueError as exc:
+        raise SuiteError(str(exc)) from None
 
 
 def _under_torchrun(suite, device, dry_run: bool) -> bool:
@@ -157,6 +171,7 @@ def cmd_run(args) -> int:
 
     methods = check_run_flags(args)
     set_log(args.log)
+    check_results(args.results)
     _load_methods_dirs(args)
     suite, device = _resolve(args)
     if args.run_id is not None:  # a folder under results/<suite>/: never a path that leaves it

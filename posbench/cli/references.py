@@ -1,6 +1,8 @@
 """The published numbers posbench reproduces (``posbench/references.yaml``), and checking each.
 
-The file is plain data, read with ``yaml.safe_load``: a mapping with ``format`` (this reader's,
+The file is plain data, read through one bounded reader (``read_file``: a regular file of at most
+``MAX_BYTES``, the suite files' safe YAML loader with its caps: no duplicate key, no alias bomb,
+no deep nesting, no integer over 30 digits; sizes within ``LIMITS``): a mapping with ``format`` (this reader's,
 1), ``version`` (bumped when an entry changes meaning) and ``references``, a list of entries each
 with an ``id``, a ``source`` (who published it, where) and a ``check``, one of ``CHECKS``:
 
@@ -30,6 +32,8 @@ from posbench.core.outcome import PosbenchError
 FORMAT = 1
 DEFAULT_FILE = Path(__file__).resolve().parents[1] / "references.yaml"
 MAX_BYTES = 1 << 20  # a references file is a page of numbers, not a data set
+# Sizes a check allocates for, bounded before anything is built (a head_dim of 1e9 asked for 4 GB).
+LIMITS = {"heads": (1, 4096), "head_dim": (2, 1 << 16), "length": (1, 1 << 24)}
 
 
 class ReferencesError(PosbenchError, ValueError):
@@ -56,28 +60,15 @@ RULES = ("every", "mean")
 
 def load(path: str | Path | None = None) -> tuple[int, list[dict]]:
     """(version, entries) of a references file, every entry checked for shape; one line if not."""
-    import yaml
-
     path = Path(path) if path is not None else DEFAULT_FILE
-    try:
-        if not path.is_file():
-            raise ReferencesError(f"{path}: no such file (a references file is YAML: format, version, references)")
-        raw = path.read_bytes()[: MAX_BYTES + 1]
-        if len(raw) > MAX_BYTES:
-            raise ReferencesError(f"{path}: larger than {MAX_BYTES} bytes; a references file is a page of numbers")
-        data = yaml.safe_load(str(raw, "utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        mark = getattr(exc, "problem_mark", None)
-        first = str(getattr(exc, "problem", None) or exc).strip().splitlines()
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ReferencesError(f"{path}: not a readable YAML file{where}: {first[0] if first else type(exc).__name__}") from None
+    data = read_file(path)
     if not isinstance(data, dict) or set(data) != {"format", "version", "references"}:
-        got = sorted(data) if isinstance(data, dict) else type(data).__name__
+        got = sorted(map(str, data)) if isinstance(data, dict) else type(data).__name__
         raise ReferencesError(f"{path}: the root must be a mapping with exactly format, version, references; got {got}")
-    if data["format"] != FORMAT:
-        raise ReferencesError(f"{path}: format {data['format']!r} is not one this posbench reads; allowed: {FORMAT}")
+    if not _is_int(data["format"]) or data["format"] != FORMAT:
+        raise ReferencesError(f"{path}: format {_show(data['format'])} is not one this posbench reads; allowed: {FORMAT}")
     if not _is_int(data["version"]) or data["version"] < 1:
-        raise ReferencesError(f"{path}: version must be a positive integer, got {data['version']!r}")
+        raise ReferencesError(f"{path}: version must be a positive integer, got {_show(data['version'])}")
     entries = data["references"]
     if not isinstance(entries, list) or not entries:
         raise ReferencesError(f"{path}: references must be a non-empty list of entries")
@@ -85,6 +76,38 @@ def load(path: str | Path | None = None) -> tuple[int, list[dict]]:
     for n, entry in enumerate(entries, 1):
         _check_entry(path, n, entry, seen)
     return data["version"], entries
+
+
+def read_file(path: Path) -> Any:
+    """The parsed YAML of ``path``: a regular file (a FIFO or device never blocks) of at most
+    ``MAX_BYTES``, read with the suite files' loader (``posbench.run.suite.yaml_reader``)."""
+    from posbench.run.suite.yaml_reader import YamlProblem, load_yaml
+    from posbench.store.bounds import RowsError, open_regular
+
+    try:
+        fh = open_regular(path)
+        if fh is None:
+            raise ReferencesError(f"{path}: no such file (a references file is YAML: format, version, references)")
+        with fh:
+            raw = fh.read(MAX_BYTES + 1)
+    except (OSError, RowsError) as exc:
+        raise ReferencesError(str(exc) if isinstance(exc, RowsError) else f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_BYTES:
+        raise ReferencesError(f"{path}: larger than {MAX_BYTES} bytes; allowed: a page of numbers up to that size")
+    try:
+        return load_yaml(str(raw, "utf-8"))[0]
+    except UnicodeDecodeError as exc:
+        raise ReferencesError(f"{path}: not UTF-8 (byte {exc.start}); allowed: a UTF-8 YAML file") from None
+    except YamlProblem as p:
+        key = "" if p.key == "<yaml>" else f"{p.key}: "
+        raise ReferencesError(f"{path}: not a readable YAML file (line {p.line}): {key}{p.problem}; "
+                              f"allowed: {p.allowed}") from None
+
+
+def _show(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters: a message names a value, never prints a big one."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _is_int(v: Any) -> bool:
@@ -105,22 +128,30 @@ def _check_entry(path: Path, n: int, entry: Any, seen: set[str]) -> None:
     if entry["id"] in seen:
         raise ReferencesError(f"{where}: duplicate id; each entry needs its own")
     seen.add(entry["id"])
-    if entry.get("check") not in KEYS:
-        raise ReferencesError(f"{where}: check {entry.get('check')!r} is not one of {', '.join(KEYS)}")
+    if not isinstance(entry.get("check"), str) or entry["check"] not in KEYS:
+        raise ReferencesError(f"{where}: check {_show(entry.get('check'))} is not one of {', '.join(KEYS)}")
     required, optional = KEYS[entry["check"]]
     missing = sorted((required | {"source"}) - set(entry))
-    unknown = sorted(set(entry) - required - optional - COMMON)
+    unknown = sorted(map(str, set(entry) - required - optional - COMMON))
     if missing or unknown:
         what = f"missing {', '.join(missing)}" if missing else f"unknown key(s) {', '.join(map(str, unknown))}"
         raise ReferencesError(f"{where}: {what}; allowed: {', '.join(sorted(required | optional | COMMON))}")
-    problem = SHAPES[entry["check"]](entry)
+    problem = SHAPES[entry["check"]](entry) or _size_problem(entry)
     if problem:
         raise ReferencesError(f"{where}: {problem}")
 
 
+def _size_problem(e: dict) -> str | None:
+    """A size beyond ``LIMITS`` (checked before any check allocates for it)."""
+    for key, (least, most) in LIMITS.items():
+        if key in e and e[key] > most:
+            return f"{key} {e[key]} is too large; allowed: {least} to {most}"
+    return None
+
+
 def _shape_slopes(e: dict) -> str | None:
     if not _is_int(e["heads"]) or e["heads"] < 1:
-        return f"heads must be a positive integer, got {e['heads']!r}"
+        return f"heads must be a positive integer, got {_show(e['heads'])}"
     if not (isinstance(e["slopes"], list) and len(e["slopes"]) == e["heads"] and all(map(_is_number, e["slopes"]))):
         return f"slopes must be a list of {e['heads']} numbers"
     return None
@@ -149,7 +180,7 @@ def _shape_rows(e: dict) -> str | None:
             return f"{key} must be a mapping of names to values rows must have"
     if e["check"] == "ordering":
         if e.get("rule", "every") not in RULES:
-            return f"rule must be one of {', '.join(RULES)}, got {e['rule']!r}"
+            return f"rule must be one of {', '.join(RULES)}, got {_show(e['rule'])}"
         return None
     bounds = [k for k in ("equals", "min", "max") if k in e]
     if not bounds or ("equals" in e and len(bounds) > 1) or not all(_is_number(e[k]) for k in bounds):

@@ -117,3 +117,21 @@ def refuse_links(folder: str | os.PathLike) -> None:
             raise UnsafeFile(f"{folder}: holds a symbolic link, {entry.name} -> {os.readlink(entry.path)}; "
                              "posbench does not follow links in a run folder (allowed: regular files; remove the "
                              "link or pick another --run-id)")
+
+
+def own_folder(path: str | os.PathLike) -> Path:
+    """``path`` made (with its parents) and checked to be a real folder, not a link to one: the
+    folders posbench writes into below a run folder (``checkpoints/``, ``cases/<name>/``) must
+    not send a write outside it. ``UnsafeFile`` (one line) otherwise."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        pass  # a link or a file: named below
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        raise UnsafeFile(f"{path} is a symbolic link; posbench does not follow links in a run folder "
+                         "(allowed: a real folder; remove the link)")
+    if not stat.S_ISDIR(mode):
+        raise UnsafeFile(f"{path} is {file_kind(mode)}; allowed: a folder (remove it)")
+    return path

@@ -8,14 +8,19 @@ decorators; extra folders come from ``--methods-dir`` or ``POSBENCH_METHODS_PATH
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import functools
 import hashlib
 import importlib.metadata
 import importlib.util
 import inspect
+import math
 import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +33,10 @@ if TYPE_CHECKING:  # posbench.core.method imports torch; only what needs a class
 BUILTIN_DIR = builtin_dir("methods")  # the checkout's methods/, or posbench/methods/ in a wheel
 ENV_PATH = "POSBENCH_METHODS_PATH"
 ENTRY_POINT_GROUP = "posbench.methods"
+# A method file imports in well under a second once torch is loaded; one that blocks at import
+# is cut after this when its names are listed or ``check`` loads it (not in a case's worker).
+IMPORT_LIMIT_S = 5.0
+IMPORT_LIMIT_ENV = "POSBENCH_IMPORT_TIMEOUT_S"
 
 
 class RegistryError(PosbenchError, ValueError):
@@ -40,6 +49,7 @@ _SCANNED: set[str] = set()
 _discovered = False
 _extra_dirs: list[Path] = []
 _BROKEN: dict[str, str] = {}  # file -> why it cannot be loaded (warned about once)
+_TIMED_OUT: dict[str, float] = {}  # file -> the limit its import was cut at: not waited for again
 
 
 def _origin(cls: type) -> str:
@@ -83,7 +93,49 @@ def unregister(name: str) -> None:
     _ORIGINS.pop(name, None)
 
 
-def _import_file(path: Path) -> None:
+class _ImportTimedOut(BaseException):
+    """Raised into a blocked import by the timer (a BaseException: a plugin's ``except Exception``
+    cannot swallow it)."""
+
+
+def import_limit_s() -> float:
+    """``POSBENCH_IMPORT_TIMEOUT_S`` when it is a positive number, else ``IMPORT_LIMIT_S``."""
+    try:
+        value = float(os.environ.get(IMPORT_LIMIT_ENV) or IMPORT_LIMIT_S)
+    except ValueError:
+        return IMPORT_LIMIT_S
+    return value if 0 < value < math.inf else IMPORT_LIMIT_S
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None):
+    """Interrupt the block after ``seconds`` (SIGALRM; only on the main thread, else no limit).
+    torch is imported first: its import is not the method file's to pay for."""
+    if seconds is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+    import posbench.core.method  # noqa: F401  (torch)
+
+    armed = [True]
+
+    def expire(signum, frame):
+        if armed[0]:
+            raise _ImportTimedOut()
+
+    old = signal.signal(signal.SIGALRM, expire)
+    started = time.monotonic()
+    before, _ = signal.setitimer(signal.ITIMER_REAL, seconds)  # a timer someone else set: restored below
+    try:
+        yield
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        if before:
+            signal.setitimer(signal.ITIMER_REAL, max(before - (time.monotonic() - started), 1e-3))
+
+
+def _import_file(path: Path, limit_s: float | None = None) -> None:
     path = path.resolve()
     if str(path) in _SCANNED:
         return
@@ -97,14 +149,19 @@ def _import_file(path: Path) -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        with _time_limit(limit_s):
+            spec.loader.exec_module(module)
     except RegistryError:
         raise
-    except Exception as exc:  # a broken plugin must say which file broke
+    except (Exception, _ImportTimedOut) as exc:  # a broken plugin must say which file broke
         sys.modules.pop(module_name, None)
         _SCANNED.discard(str(path))  # asking again says why again
         for name in [n for n, o in _ORIGINS.items() if o == str(path)]:
             unregister(name)  # classes registered before the error: the file did not load
+        if isinstance(exc, _ImportTimedOut):
+            _TIMED_OUT[str(path)] = limit_s
+            exc = TimeoutError(f"its import did not finish within {limit_s:g} s (does it block at import?); "
+                               f"allowed: a method file that imports in seconds ({IMPORT_LIMIT_ENV} sets the limit)")
         raise RegistryError(f"error importing method file {path}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -138,11 +195,13 @@ def _skip_broken(path: Path, why: str) -> None:
         print(f"warning: method file {where} skipped: {why}", file=sys.stderr)
 
 
-def _try_import(path: Path) -> bool:
+def _try_import(path: Path, limit_s: float | None = None) -> bool:
     """Import a method file; a file that fails is skipped with a warning (False). Two files
     claiming one name stay an error: which of them is meant cannot be guessed."""
+    if str(path.resolve()) in _TIMED_OUT:
+        return False
     try:
-        _import_file(path)
+        _import_file(path, limit_s)
         return True
     except RegistryError as exc:
         if str(exc).startswith("duplicate method name"):
@@ -285,7 +344,7 @@ def listing() -> dict[str, str]:
                 if syntax:  # importing it would fail the same way
                     _skip_broken(path, syntax)
                     continue
-                if not _try_import(path):
+                if not _try_import(path, import_limit_s()):  # a file that blocks: skipped in seconds
                     continue
                 literal = [name for name, o in _ORIGINS.items() if o == where]
             for name in literal:
@@ -312,7 +371,8 @@ def names() -> list[str]:
 def _unknown(name: str, known: list[str]) -> RegistryError:
     close = difflib.get_close_matches(str(name), known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    broken = f"; skipped (cannot load): {', '.join(_BROKEN)}" if _BROKEN else ""
+    cut = {p: f"{p} (its import did not finish within {s:g} s)" for p, s in _TIMED_OUT.items()}
+    broken = f"; skipped (cannot load): {', '.join(cut.get(p, p) for p in _BROKEN)}" if _BROKEN else ""
     return RegistryError(f"unknown method {name!r}{hint}; known methods: {', '.join(known)}{broken}")
 
 
@@ -326,6 +386,15 @@ def require(name: str) -> str:
 
 # Method groups a suite or --methods may name instead of methods: "all" is every registered method.
 GROUPS = ("all",)
+
+
+def load_limited(method: str) -> str:
+    """The file defining ``method``, imported within ``import_limit_s`` (``bench.py check``)."""
+    origin = require(method)
+    if Path(origin).is_file():
+        _import_file(Path(origin), import_limit_s())
+    get(method)
+    return origin
 
 
 def expand(names: list[str]) -> list[str]:

@@ -4,6 +4,7 @@ the Hugging Face ``wikitext`` dataset (torchtext's MD5 9ddaacaf6af0710eda8c456de
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import sys
 import time
@@ -33,8 +34,11 @@ def _log(quiet: bool, msg: str) -> None:
 
 
 # Bounds of one source: a server that trickles a byte every few seconds never trips a socket
-# timeout, and ``file:///dev/zero`` never ends, so every download has a deadline and a size cap.
+# timeout, and ``file:///dev/zero`` never ends, so every download has a deadline and a size cap;
+# a source silent for STALL_S fails, and so does one whose rate, once STALL_S have passed, could
+# not finish the archive within the deadline.
 DEADLINE_S = 3600.0
+STALL_S = 60.0
 MAX_BYTES = 2 * WIKITEXT103_BYTES
 SCHEMES = ("https", "http", "file")
 
@@ -48,15 +52,27 @@ def check_url(url: str) -> str:
     return url.strip()
 
 
+def _too_slow(url: str, size: int, total: int, elapsed: float, deadline_s: float) -> str | None:
+    """Why a source whose average rate cannot finish within ``deadline_s`` is given up, or None."""
+    expected = total or WIKITEXT103_BYTES
+    rate = size / elapsed
+    if rate > 0 and elapsed + (expected - size) / rate <= deadline_s:
+        return None
+    return (f"download: {url} sends {rate / 1024:.1f} KiB/s ({size} bytes in {elapsed:.0f} s): too slow to "
+            f"finish {expected} bytes within {deadline_s:.0f} s; stopped")
+
+
 def _fetch(url: str, dest: Path, timeout: float, quiet: bool, deadline_s: float = DEADLINE_S,
-           max_bytes: int = MAX_BYTES) -> tuple[str, int]:
+           max_bytes: int = MAX_BYTES, *, stall_s: float | None = None) -> tuple[str, int]:
     """Stream ``url`` into ``dest``; returns (sha256 hex, bytes). Network failures, a source that
-    passes ``deadline_s`` or sends more than ``max_bytes`` -> DataError; whatever ends the fetch
+    passes ``deadline_s``, sends more than ``max_bytes``, goes silent for ``stall_s`` (default
+    ``STALL_S``) or is too slow to finish, and a full disk -> DataError; whatever ends the fetch
     (Ctrl-C too) removes the partial file."""
     h, size = hashlib.sha256(), 0
+    stall_s = STALL_S if stall_s is None else stall_s
     started = time.monotonic()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp, open(dest, "wb") as out:
+        with urllib.request.urlopen(url, timeout=min(timeout, stall_s)) as resp, open(dest, "wb") as out:
             total = int(resp.headers.get("Content-Length") or 0)
             if total > max_bytes:
                 raise DataError(f"download: {url} is {total} bytes, more than the {max_bytes} allowed")
@@ -69,9 +85,13 @@ def _fetch(url: str, dest: Path, timeout: float, quiet: bool, deadline_s: float 
                 if size > max_bytes:
                     raise DataError(f"download: {url} sent more than {max_bytes} bytes (the archive is "
                                     f"{WIKITEXT103_BYTES}); stopped")
-                if time.monotonic() - started > deadline_s:
+                elapsed = time.monotonic() - started
+                if elapsed > deadline_s:
                     raise DataError(f"download: {url} took longer than {deadline_s:.0f} s ({size} bytes so "
                                     "far); stopped")
+                slow = _too_slow(url, size, total, elapsed, deadline_s) if elapsed > stall_s else None
+                if slow:
+                    raise DataError(slow)
                 if total and size / total >= next_report:
                     _log(quiet, f"download: {size / 2**20:.0f} / {total / 2**20:.0f} MiB")
                     next_report += 0.1
@@ -80,6 +100,12 @@ def _fetch(url: str, dest: Path, timeout: float, quiet: bool, deadline_s: float 
         raise DataError(f"download failed: HTTP {e.code} {e.reason} for {url}") from None
     except (urllib.error.URLError, OSError, ValueError) as e:
         dest.unlink(missing_ok=True)
+        if isinstance(e, TimeoutError):  # the socket's own timeout after connecting: the source went silent
+            raise DataError(f"download: {url} sent nothing for {stall_s:g} s ({size} bytes so far); stopped, "
+                            "the partial file was removed") from None
+        if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+            raise DataError(f"download: no space left on {dest.parent} after {size} bytes of {url}; the "
+                            "partial file was removed (free space there, or pass --data another folder)") from None
         reason = getattr(e, "reason", e)
         raise DataError(
             f"download failed: cannot reach {url} ({reason}); are you offline? Fetch the zip by "

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
+from posbench.core.files import own_folder
+
 LOG_ENV = "POSBENCH_LOG"  # comma-separated extra writers for the workers: "wandb"; "none" turns all off
 EXTRA_WRITERS = ("wandb",)
 FLUSH_S = 10.0  # seconds between the TensorBoard writer's flushes while a case runs
@@ -70,6 +72,29 @@ def requested(value: Optional[str] = None) -> list[str]:
     if bad:
         raise ValueError(f"{LOG_ENV}: unknown writer {bad[0]!r}; allowed: {', '.join(EXTRA_WRITERS)}, none")
     return names
+
+
+def check_request() -> None:
+    """``POSBENCH_LOG`` as ``--log`` is checked, before any case runs: an unknown writer, or wandb
+    where it does not import, is a one-line ValueError (not an error row per case)."""
+    if "wandb" in requested() and importlib.util.find_spec("wandb") is None:
+        raise ValueError(f"{LOG_ENV}=wandb: the wandb package is not installed (pip install wandb); allowed: "
+                         f"unset {LOG_ENV} (TensorBoard event files are written whenever tensorboard is installed), "
+                         "or none")
+
+
+def check_path(path: str | os.PathLike, what: str) -> None:
+    """A one-line ValueError when event files would go under ``path`` and it is not UTF-8:
+    TensorBoard's writer cannot name such a folder (it failed every training case)."""
+    try:
+        os.fsencode(os.path.abspath(path)).decode("utf-8")
+        return
+    except UnicodeDecodeError:
+        pass
+    if "none" in requested() or tensorboard_version() is None:
+        return
+    raise ValueError(f"{what} {os.fsdecode(os.path.abspath(path))!a}: the path is not UTF-8, and TensorBoard's "
+                     f"writer cannot write event files there; allowed: a UTF-8 path, or --log none")
 
 
 def case_folder(out_dir: str | os.PathLike | None, name: str) -> Optional[Path]:
@@ -172,7 +197,9 @@ def open_tracker(folder: Optional[Path], name: str = "", config: Optional[dict[s
     extra = requested()
     if folder is None or not distributed.is_main() or "none" in extra:
         return Tracker()
-    folder.mkdir(parents=True, exist_ok=True)
+    check_path(folder, "training curves:")
+    own_folder(folder.parent)  # cases/ and cases/<name>/: real folders, never a link out of the run
+    own_folder(folder)
     writers: list[Writer] = []
     if tensorboard_version() is not None:
         writers.append(TensorBoardWriter(folder))

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-import pickle
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
 
 from posbench.engine import distributed
+from posbench.engine.checkpoint import reused_model, save_checkpoint
 from posbench.core.model import TransformerLM, lm_loss
 from posbench.core.outcome import Diverged
 
@@ -171,44 +171,16 @@ def train(
     return result
 
 
-def save_checkpoint(path, model: TransformerLM, cfg: TrainConfig, result: TrainResult) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(
-        {"model_config": asdict(model.cfg), "model": model.state_dict(), "train_config": asdict(cfg),
-         "result": asdict(result)},
-        tmp,
-    )
-    tmp.replace(path)  # atomic: an interrupted save never leaves a truncated checkpoint
-
-
-def load_checkpoint(path, device="cpu") -> tuple[TransformerLM, dict]:
-    """The trained model (eval mode) and the checkpoint's metadata."""
-    from posbench.core.method import ModelConfig
-
-    # weights_only: a checkpoint holds tensors and plain containers only, so unpickling may
-    # build nothing else; a planted file that would run code on load is refused instead.
-    try:
-        blob = torch.load(path, map_location=device, weights_only=True)
-    except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise ValueError(f"{path}: not a plain posbench checkpoint, refused without running it ({first}); "
-                         "allowed: checkpoints written by posbench (delete this file to retrain)") from None
-    model = TransformerLM(ModelConfig(**blob["model_config"]))
-    model.load_state_dict(blob["model"])
-    return model.to(device).eval(), blob
-
-
 def trained_model(cfg, tcfg: TrainConfig, batches: Callable[[], Iterator], device, ckpt: Path | None = None,
                   reuse: bool = False, tracker=None, until: Callable[[TransformerLM], Callable] | None = None
                   ) -> tuple[TransformerLM, TrainResult, bool]:
     """(model, result, reused): the ``ModelConfig`` ``cfg`` seeded with ``tcfg.seed`` and trained on
     ``batches()`` (saved to ``ckpt``), or, with ``reuse``, loaded from the ``ckpt`` an earlier run
     left. ``until(model)`` gives the stop criterion of ``train``, if any."""
-    if ckpt is not None and reuse and ckpt.exists():
-        model, blob = load_checkpoint(ckpt, device)
-        return model, TrainResult(**blob["result"]), True
+    if ckpt is not None and reuse and (ckpt.exists() or ckpt.is_symlink()):
+        found = reused_model(ckpt, cfg, tcfg, device)  # None: not this case's model (it says why)
+        if found is not None:
+            return found[0], TrainResult(**found[1]["result"]), True
     torch.manual_seed(tcfg.seed)
     model = TransformerLM(cfg)
     data = batches()

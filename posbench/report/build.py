@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from posbench.report import charts
+from posbench.report.escape import md_code, md_text
 from posbench.report.html import write_html
 from posbench.report.names import Stems, unique_keys
 from posbench.report.render import capped, csv_cell, to_csv, to_latex, to_markdown
@@ -46,8 +47,8 @@ def _failed_markdown(rows: pd.DataFrame) -> list[str]:
     lines = ["## Cases that did not finish", "", "| run_id | case_id | status | message |",
              "| --- | --- | --- | --- |"]
     for r in bad.itertuples(index=False):
-        message = capped(str(r.message or "").replace("|", "\\|").replace("\n", " "), 200)
-        lines.append(f"| {r.run_id} | {r.case_id} | {r.status} | {message} |")
+        cells = (r.run_id, r.case_id, r.status, capped(str(r.message or ""), 200))
+        lines.append("| " + " | ".join(md_text(c) for c in cells) + " |")
     return lines + [""]
 
 
@@ -60,9 +61,10 @@ def _machines_markdown(runs: Runs) -> list[str]:
         suite = (f"suite {meta.suite} v{meta.version}, baseline {meta.baseline or 'none'}, " if meta
                  else "no run.json (baseline sinusoidal assumed), ")
         lines.append(
-            f"- `{source}`: {len(run_rows)} rows on {hardware or 'unknown hardware'}, {suite}commit "
-            f"`{str(env.get('git_commit', 'unknown'))[:10]}`, posbench {env.get('posbench_version', '?')}, "
-            f"torch {env.get('torch', '?')}, CUDA {env.get('cuda', 'none')}"
+            f"- {md_code(source)}: {len(run_rows)} rows on {md_text(hardware or 'unknown hardware')}, "
+            f"{md_text(suite)}commit {md_code(str(env.get('git_commit', 'unknown'))[:10])}, posbench "
+            f"{md_text(env.get('posbench_version', '?'))}, torch {md_text(env.get('torch', '?'))}, "
+            f"CUDA {md_text(env.get('cuda', 'none'))}"
         )
     return lines + [""]
 
@@ -108,20 +110,20 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
     unique_keys([b.table for s in sections for b in s.blocks] + [t for s in sections for t in s.details])
     stems = Stems()
     title = f"posbench report: {', '.join(sorted(set(rows['suite'].dropna())))}"
-    md = [f"# {title}", "", UNITS_NOTE, ""]
+    md = [f"# {md_text(title)}", "", UNITS_NOTE, ""]
     md += _machines_markdown(runs)
     drawn: dict[int, list[Drawn]] = {}  # id(block) -> its charts, for the HTML report
     for section in sections:
         if not section.blocks:
             continue
-        md += [f"## {section.heading}", ""]
+        md += [f"## {md_text(section.heading)}", ""]
         for block in section.blocks:
             write_table(block.table)
             if block.heading:
-                md += [f"### {block.heading}", ""]
+                md += [f"### {md_text(block.heading)}", ""]
             md.append(to_markdown(block.table))
             drawn[id(block)] = _draw(block, out / "charts", note, stems)
-            md += [f"![{d.title}](charts/{d.png.name})\n" for d in drawn[id(block)]]
+            md += [f"![{md_text(d.title)}](charts/{d.png.name})\n" for d in drawn[id(block)]]
     details = [t for s in sections for t in s.details]
     if details:
         md += ["## Appendix: run details", ""]

@@ -9,12 +9,12 @@ and names the case and run in its tooltip: every number can be traced to what pr
 from __future__ import annotations
 
 import base64
-import html
 import json
 from pathlib import Path
 
 import pandas as pd
 
+from posbench.report.escape import html_text
 from posbench.report.render import capped, row_anchor, to_html
 
 # Nothing may make the page wider than the window: images shrink to the column, wide tables
@@ -40,8 +40,8 @@ pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; font-size: 0.8em; m
 def _figure_html(title: str, png: Path, table_key: str) -> str:
     """An embedded chart that names the table it belongs to (``data-table``), right below it."""
     data = str(base64.b64encode(png.read_bytes()), "ascii")
-    esc = html.escape(title)
-    return (f'<figure class="chart" data-table="{html.escape(table_key)}"><img alt="{esc}" '
+    esc = html_text(title)
+    return (f'<figure class="chart" data-table="{html_text(table_key)}"><img alt="{esc}" '
             f'src="data:image/png;base64,{data}"><figcaption>{esc}</figcaption></figure>')
 
 
@@ -64,7 +64,7 @@ def _appendix(rows: pd.DataFrame) -> str:
                            for k, v in (r.series if isinstance(r.series, dict) else {}).items())
         values = [r.run_id, r.case_id, r.task, r.method, _compact(r.params), r.status, capped(r.message),
                   _compact(r.metrics), series, r.hardware, r.device, r.duration_s, r.git_commit]
-        cells = "".join(f"<td>{html.escape(str(v))}</td>" for v in values)
+        cells = "".join(f"<td>{html_text(str(v))}</td>" for v in values)
         out.append(f'<tr id="{row_anchor(r.run_id, r.case_id)}">{cells}</tr>')
     out.append("</tbody></table>")
     return "\n".join(out)
@@ -75,7 +75,7 @@ def write_html(path: Path, title: str, sections: list, drawn: dict, rows: pd.Dat
     """Write ``report.html``: each section's tables, every table followed by its charts (``drawn``:
     ``id(block)`` -> charts written, embedded as base64), then the run details, environments and
     every stored row."""
-    esc = html.escape
+    esc = html_text
     body = [f"<h1>{esc(title)}</h1>",
             f"<p>{len(rows)} stored rows from {len(envs)} run folder(s). Hover a cell for its case "
             "and run; click it to jump to the stored row in the appendix.</p>"]

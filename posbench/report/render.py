@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import csv
-import html
 import io
 import re
 from pathlib import Path
 
 from posbench.core.files import atomic_write_text
+from posbench.report.escape import html_text, md_text
 from posbench.report.names import short_hash
 from posbench.report.table import Table
 
@@ -72,12 +72,12 @@ def to_markdown(table: Table) -> str:
     grid = _grid(table)
 
     def line(cells):
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+        return "| " + " | ".join(md_text(c) for c in cells) + " |"
 
-    lines = [f"**{table.title}**", "", line(grid[0]),
+    lines = [f"**{md_text(table.title)}**", "", line(grid[0]),
              "|" + "|".join([" --- "] + [" ---: "] * len(table.columns)) + "|"]
     lines += [line(r) for r in grid[1:]]
-    lines += ["", f"*{table.caption}*", ""]
+    lines += ["", f"*{md_text(table.caption)}*", ""]
     return "\n".join(lines)
 
 
@@ -115,7 +115,7 @@ def to_latex(table: Table) -> str:
 
 def to_html(table: Table) -> str:
     """An HTML table whose cells link to their row in the appendix and name it in ``title``."""
-    esc = html.escape
+    esc = html_text
     parts = [f'<table class="results" id="table-{esc(table.key)}">',
              f"<caption><b>{esc(table.title)}</b><br>{esc(table.caption)}</caption>",
              "<thead><tr><th>" + esc(_first_header(table)) + "</th>"

@@ -1,40 +1,19 @@
 """Every download is bounded (deadline, size cap, fetchable URL) and leaves no partial file,
 whatever ends it (issue 26: hangs and unbounded memory)."""
-import http.server
-import threading
 import time
 
 import pytest
 
 from posbench.data import download
 from posbench.data.corpus import DataError
+from tests.helpers.http_servers import Trickle, serving
 
 
 @pytest.fixture
 def trickle():
     """A localhost server that sends one byte every 0.05 s, forever (a socket timeout never trips)."""
-
-    class Slow(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
-            try:
-                for _ in range(2000):
-                    self.wfile.write(b"x")
-                    self.wfile.flush()
-                    time.sleep(0.05)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-        def log_message(self, *a):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/w.zip"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(Trickle) as url:
+        yield url
 
 
 def test_a_trickling_server_meets_the_deadline(trickle, tmp_path):
