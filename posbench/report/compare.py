@@ -19,6 +19,7 @@ import pandas as pd
 
 from posbench.report import bootstrap
 from posbench.report import numbers as fmt
+from posbench.report.escape import md_code, md_text
 from posbench.core.task import Metric, Task, find, find_metric
 from posbench.report.rows import cpu_model, gpu_name, load_runs
 from posbench.store.bounds import RowsError
@@ -101,11 +102,11 @@ class ComparisonResult:
         pct = f"{self.threshold:.0%}"
         lines = [
             "## posbench compare", "",
-            f"Base: `{self.base_dir}` (commit {', '.join(self.base_commits) or 'unknown'}); "
-            f"new: `{self.new_dir}` (commit {', '.join(self.new_commits) or 'unknown'}). "
+            f"Base: {md_code(self.base_dir)} (commit {md_text(', '.join(self.base_commits) or 'unknown')}); "
+            f"new: {md_code(self.new_dir)} (commit {md_text(', '.join(self.new_commits) or 'unknown')}). "
             f"Threshold: {pct} either way.", "",
         ]
-        lines += [f"> **Warning:** {w}" for w in self.hardware_warnings]
+        lines += [f"> **Warning:** {md_text(w)}" for w in self.hardware_warnings]
         if self.hardware_warnings:
             lines.append("")
         lines += [f"**{len(self.regressions)} regression(s), {len(self.improvements)} improvement(s)** "
@@ -125,12 +126,12 @@ class ComparisonResult:
                     metric = f"{c.metric} ({c.basis})" if c.basis else c.metric
                     # A ratio to the baseline reads as one (0.900x), values in the metric's format.
                     show = (lambda v: fmt.ratio(v, 3)) if c.basis else (lambda v: _fmt(c.task, c.metric, v, self.tasks))
-                    lines.append(f"| {c.case_id} | {metric} | {show(c.base)} | {show(c.new)} | {ratio} | {interval} |")
+                    lines.append(f"| {md_text(c.case_id)} | {md_text(metric)} | {show(c.base)} | {show(c.new)} | {ratio} | {interval} |")
                 lines.append("")
         for title, ids in (("Only in base: missing from new, failures", self.only_in_base),
                            ("Only in new", self.only_in_new)):
             if ids:
-                lines += [f"### {title} ({len(ids)})", ""] + [f"- `{i}`" for i in ids] + [""]
+                lines += [f"### {title} ({len(ids)})", ""] + [f"- {md_code(i)}" for i in ids] + [""]
         return "\n".join(lines)
 
 

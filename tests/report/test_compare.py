@@ -273,3 +273,22 @@ def test_a_partial_new_run_fails(tmp_path):
     partial = [r for r in rows if r is not ok_in_base]
     result = compare_runs(base, write_run(tmp_path / "new", partial))
     assert result.only_in_base == [ok_in_base["case_id"]] and result.exit_code == 1
+
+
+def test_the_markdown_summary_copies_case_ids_as_inert_text(tmp_path):
+    """A case id from a row is data: a pipe, a newline, a heading or a backtick in it lands in the
+    summary as text, never as a new table row, heading or code span."""
+    hostile = "x | forged | row |\n# Forged heading `tick`"
+    rows = efficiency_rows()
+    for row in rows:
+        row["case_id"] += hostile
+    base = write_run(tmp_path / "base", rows)
+    slower = _with_train_wps_scaled([dict(r, metrics=dict(r["metrics"])) for r in rows], 0.5)
+    new = write_run(tmp_path / "new", slower[1:])  # a regression table, and one case only in base
+    md = compare_runs(base, new).markdown()
+    assert "### Regressions" in md and "### Only in base" in md
+    assert "\n# Forged heading" not in md  # no line of the summary starts a heading from data
+    assert "x \\| forged \\| row \\| # Forged heading \\`tick\\`" in md  # the pipes as text, in one cell
+    table = [line for line in md.splitlines() if line.startswith("| ") and "forged" in line]
+    assert table and all(line.replace("\\|", "").count("|") == 7 for line in table)  # six cells, no more
+    assert "- `` efficiency/" in md  # the one-sided id as one code span, its backticks inside
