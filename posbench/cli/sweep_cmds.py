@@ -105,6 +105,9 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
           f"{', job ' + ', '.join(jobs) if jobs and args.launcher == 'slurm' else ''}) in {out.run_dir}"
           + (f"; {len(out.busy)} unit(s) still queued or running from before, left alone" if out.busy else ""))
     if args.detach or not (out.units or out.waiting):
+        if out.waiting:
+            print(f"{len(out.waiting)} unit(s) wait for a free slot (launcher.array_parallelism) and start only "
+                  "while a submitter follows the sweep: run the same command again without --detach to start them")
         print(f"follow with: python bench.py status {out.run_dir}")
         return 0
     total = sum(len(out.record["units"][k]["todo"]) for k in out.units) + sum(len(s["todo"]) for s in out.waiting)

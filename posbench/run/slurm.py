@@ -262,7 +262,9 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
             # submitit's local executor has no array throttle: the follower starts the rest. All
             # tasks share this machine, so a timed task's units run one at a time (as --parallel).
             out.parallelism = 1 if plan.timed else suite.launcher.array_parallelism
-            specs, out.waiting = specs[:out.parallelism], specs[out.parallelism:]
+            # (tasks of an earlier submission still running take their slots)
+            start = max(0, out.parallelism - len(out.busy))
+            specs, out.waiting = specs[:start], specs[start:]
         out.executor = executor(kind, run_dir / sweep.JOBS_DIR, suite, device)
         _submit_specs(out, specs, out.executor)
         return out

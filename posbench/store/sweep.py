@@ -109,7 +109,7 @@ def check_record(path: Path, record) -> dict:
             if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], int)
                     and not isinstance(item[1], bool) and 1 <= item[1] <= bounds.MAX_ROUNDS):
                 raise _bad(path, where, "todo: expected a list of [case, round >= 1]")
-            _check_case(path, where, item[0])
+            _check_case(path, f"{where}: todo", item[0])
     return record
 
 
