@@ -151,7 +151,7 @@ def print_status(run_dir: Path) -> int:
         counts[word] += 1
         how = "" if word == "done" else f"  {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "") + (
             f" {s.reason}" if s.reason else "")
-        lines.append(f"  {key:<28} {word:<8} {n}/{len(unit['todo'])} cases  job {unit['job_id']}{how}")
+        lines.append(f"  {key:<28} {word:<8} {n}/{len(unit['todo'])} cases  job {unit['job_id'] or '-'}{how}")
     print(f"{run_dir} ({record['launcher']}, {len(lines)} units): "
           + ", ".join(f"{v} {k}" for k, v in counts.items()))
     print("\n".join(lines))

@@ -82,11 +82,12 @@ class UnitTask:
                 return {"unit": key, "ran": 0}  # a later submission took this unit over: it runs it
             rows = latest_rounds(read_run_rows(run_dir, []))
             left = {(CaseSpec.from_json(c).id, r) for c, r in sweep.missing(spec, rows)}
-            over = spec.get("over") or {}
+            over = spec.get("over")  # (None: submitted before marks were recorded)
             # A (case, round) whose latest row changed since the submitter planned was run by
             # someone else meanwhile (a task finishing, a plain run): not run again.
             todo = [(case, r) for case, r in ((CaseSpec.from_json(c), r) for c, r in spec["todo"])
-                    if (case.id, r) in left and sweep.row_mark(rows.get((case.id, r))) == over.get(f"{case.id}|{r}")]
+                    if (case.id, r) in left and (over is None or
+                                                 sweep.row_mark(rows.get((case.id, r))) == over.get(f"{case.id}|{r}"))]
             info = {"unit": key, "job_id": job_id, "host": socket.gethostname(),
                     "submission": spec.get("submission")}  # which rows are this submission's (sweep_state)
             path = sweep.rows_path(run_dir, key)

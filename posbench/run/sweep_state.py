@@ -148,7 +148,7 @@ def settled(sweep: Sweep, warn: bool = False) -> tuple[dict[str, JobState], Swee
             continue
         code = f", exit code {state.exit_code}" if state.exit_code else ""
         why = f" ({state.reason})" if state.reason else ""
-        message = (f"{sweep.record['launcher']} array task {unit['job_id']} (unit {unit['key']}) ended "
+        message = (f"{sweep.record['launcher']} array task {unit['job_id'] or '(not started)'} (unit {unit['key']}) ended "
                    f"{state.state}{code}{why} before this case finished; resubmit: bench.py status {sweep.run_dir}")
         info = {"unit": unit["key"], "job_id": unit["job_id"], "job_state": state.state,
                 "submission": unit.get("submission")}
