@@ -174,9 +174,11 @@ def setup_refusal(suite: Suite, allowed: bool) -> None:
 def preflight(kind: str) -> None:
     """What a launch needs before any run file is written: submitit, and sbatch for Slurm."""
     _submitit()
-    if kind == "slurm" and shutil.which("sbatch") is None:
-        raise LauncherError("--launcher slurm: no sbatch on this machine's PATH (Slurm is not installed or not "
-                            "loaded); allowed: run on a Slurm login node, --launcher local, or leave --launcher out")
+    missing = [tool for tool in ("sbatch", "srun") if kind == "slurm" and shutil.which(tool) is None]
+    if missing:
+        raise LauncherError(f"--launcher slurm: no {' or '.join(missing)} on this machine's PATH (Slurm is not "
+                            "installed or not loaded); allowed: run on a Slurm login node, --launcher local, or "
+                            "leave --launcher out")
 
 
 def submit(suite: Suite, kind: str, device: str, results: Path, command: list[str], run_id: Optional[str] = None,
@@ -266,7 +268,11 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
             # (tasks of an earlier submission still running take their slots)
             start = max(0, out.parallelism - len(out.busy))
             specs, out.waiting = specs[:start], specs[start:]
-        out.executor = executor(kind, run_dir / sweep.JOBS_DIR, suite, device)
+        try:
+            out.executor = executor(kind, run_dir / sweep.JOBS_DIR, suite, device)
+        except RuntimeError as exc:  # submitit's own check of the cluster
+            raise LauncherError(f"--launcher {kind}: {str(exc).strip()[:300]}; allowed: --launcher local, or leave "
+                                "--launcher out") from None
         _submit_specs(out, specs, out.executor)
         return out
     finally:
