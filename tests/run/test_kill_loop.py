@@ -19,7 +19,9 @@ import pytest
 from posbench.run import sweep_state
 from posbench.store.rows import read_run_rows
 from tests.helpers.suites import make_suite
-from tests.run.test_sweep_hardening import REPO, _end_tasks
+from tests.helpers.sweep_tasks import end_tasks
+
+REPO = Path(__file__).resolve().parents[2]
 
 ITERATIONS = int(os.environ.get("POSBENCH_KILL_LOOP_ITERATIONS", "5"))
 POINTS = max(10, ITERATIONS)  # grid points; two methods each, a unit (grid point) per array task
@@ -71,7 +73,7 @@ def test_a_kill_loop_loses_no_row_and_runs_no_case_twice(tmp_path):
         _wait_idle(run_dir)
     finally:
         if run_dir is not None:
-            _end_tasks(run_dir)
+            end_tasks(run_dir)
     rows = read_run_rows(run_dir)
     ok = Counter(r["case_id"] for r in rows if r["status"] == "ok")
     ended = Counter(line.split()[1] for line in log.read_text().splitlines() if line.startswith("end "))

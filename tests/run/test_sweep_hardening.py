@@ -8,7 +8,6 @@ import os
 import random
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from posbench.run import suite as suitemod
 from posbench.store.names import file_stem
 from posbench.store.rows import read_run_rows
 from tests.helpers.suites import make_suite
+from tests.helpers.sweep_tasks import end_tasks
 
 REPO = Path(__file__).resolve().parents[2]
 NO_PID = "4194303"  # above the default pid_max: no such process
@@ -302,37 +302,6 @@ def test_launcher_slurm_without_slurm_is_one_line_and_leaves_no_files(tmp_path, 
 
 # ---- launches that start real local tasks ----
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[-1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _end_tasks(run_dir: Path) -> None:
-    """Kill what a launch left running (its local tasks and their workers)."""
-    try:
-        record = json.loads((run_dir / "launcher.json").read_text())
-    except (OSError, ValueError):
-        return
-    for unit in record["units"].values():
-        if unit.get("job_id", "").isdigit():
-            for pid in _descendants(int(unit["job_id"])) + [int(unit["job_id"])]:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-
-
 def _wait_done(run_dir: Path, keys, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -368,7 +337,7 @@ def test_a_plain_run_beside_a_detached_launch_refuses(tmp_path, capsys, monkeypa
         assert "tasks of a launched sweep still run here" in err and "n=1" in err
         _wait_done(run_dir, ["n=1"])
     finally:
-        _end_tasks(run_dir)
+        end_tasks(run_dir)
     assert _runs(log) == {"sinusoidal/n=1": 1}
     assert len(read_run_rows(run_dir)) == 1
 
@@ -396,7 +365,7 @@ def test_resubmitting_while_a_task_finishes_runs_no_case_twice(tmp_path, capsys,
     try:
         assert cli.main(argv + ["--run-id", run_dir.name]) == 0
     finally:
-        _end_tasks(run_dir)
+        end_tasks(run_dir)
     rows = read_run_rows(run_dir)
     assert sorted(r["case_id"] for r in rows) == ["alibi/n=1", "sinusoidal/n=1"], rows
     assert _runs(log) == {"alibi/n=1": 1, "sinusoidal/n=1": 1}
@@ -429,7 +398,7 @@ def test_kill_9_of_the_submitter_loses_no_unit_and_a_rerun_runs_no_case_twice(tm
         if proc.poll() is None:
             proc.kill()
         if run_dir is not None:
-            _end_tasks(run_dir)
+            end_tasks(run_dir)
     assert _runs(log) == {f"sinusoidal/n={n}": 1 for n in range(1, 5)}
     ok = [r["case_id"] for r in read_run_rows(run_dir) if r["status"] == "ok"]
     assert sorted(ok) == [f"sinusoidal/n={n}" for n in range(1, 5)]
@@ -464,7 +433,7 @@ def test_detach_through_a_pipe_returns_when_the_launch_is_done(tmp_path):
     finally:
         proc.kill()
         for run_dir in (tmp_path / "res" / "t").glob("*"):
-            _end_tasks(run_dir)
+            end_tasks(run_dir)
     assert proc.returncode == 0, err
     assert time.monotonic() - start < 35 and "follow with" in out
 
