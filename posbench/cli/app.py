@@ -264,6 +264,12 @@ def cmd_validate(args) -> int:
     f = loaded.file
     profiles = ", ".join(f.profiles) or "none"
     print(f"ok: {suitemod.display_path(loaded.path)}: task {f.task}, {len(f.methods)} methods, profiles: {profiles}")
+    setup = [line for block in [f.launcher] + [p.launcher or {} for p in f.profiles.values()]
+             for line in (block.get("setup") or []) if isinstance(block, dict)]
+    if setup:
+        shown = "; ".join(map(str, setup))
+        print(f"warning: launcher.setup runs shell commands before each launched task ({shown[:300]}); "
+              "--launcher refuses them unless --allow-setup-commands is given", file=sys.stderr)
     return 0
 
 

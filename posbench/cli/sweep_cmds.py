@@ -33,6 +33,9 @@ def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
                         "posbench[slurm]); Slurm parameters in the suite's launcher: block or --set launcher.KEY=VALUE")
     p.add_argument("--detach", action="store_true",
                    help="with --launcher: submit and return (follow with bench.py status RUN)")
+    p.add_argument("--allow-setup-commands", action="store_true",
+                   help="with --launcher: run the shell lines of the suite's launcher.setup before each task "
+                        "(without it a suite that has them is refused)")
 
 
 def pool_options(args, device: str) -> dict:
@@ -54,6 +57,14 @@ def pool_options(args, device: str) -> dict:
 
 
 def check_launcher_flags(args) -> None:
+    from posbench.run.pool import MAX_PARALLEL
+
+    if not 1 <= args.parallel <= MAX_PARALLEL:  # before anything is sized by it
+        shown = str(args.parallel) if len(str(args.parallel)) <= 24 else str(args.parallel)[:24] + "..."
+        raise PoolError(f"--parallel {shown}: allowed: a whole number from 1 to {MAX_PARALLEL}")
+    if getattr(args, "allow_setup_commands", False) and not args.launcher:
+        raise PoolError("--allow-setup-commands: only a launched sweep runs the suite's launcher.setup; allowed: "
+                        "with --launcher slurm|local")
     if args.detach and not args.launcher:
         raise PoolError("--detach: only a launched sweep can be left running; allowed: with --launcher slurm|local")
     if args.launcher and (args.gpus is not None or args.parallel != 1):
@@ -87,12 +98,16 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
     from posbench.run import slurm
 
     out = slurm.submit(suite, args.launcher, device, Path(args.results), list(getattr(args, "argv", [])),
-                       args.run_id, args.fresh, args.retry_failed, methods, tuple(args.methods_dir), shard)
+                       args.run_id, args.fresh, args.retry_failed, methods, tuple(args.methods_dir), shard,
+                       allow_setup=args.allow_setup_commands)
     jobs = sorted({out.record["units"][k]["job_id"].split("_")[0] for k in out.units})
     print(f"submitted {len(out.units) + len(out.waiting)} unit(s) of {suite.name} ({args.launcher}"
           f"{', job ' + ', '.join(jobs) if jobs and args.launcher == 'slurm' else ''}) in {out.run_dir}"
           + (f"; {len(out.busy)} unit(s) still queued or running from before, left alone" if out.busy else ""))
     if args.detach or not (out.units or out.waiting):
+        if out.waiting:
+            print(f"{len(out.waiting)} unit(s) wait for a free slot (launcher.array_parallelism) and start only "
+                  "while a submitter follows the sweep: run the same command again without --detach to start them")
         print(f"follow with: python bench.py status {out.run_dir}")
         return 0
     total = sum(len(out.record["units"][k]["todo"]) for k in out.units) + sum(len(s["todo"]) for s in out.waiting)
@@ -136,7 +151,7 @@ def print_status(run_dir: Path) -> int:
         counts[word] += 1
         how = "" if word == "done" else f"  {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "") + (
             f" {s.reason}" if s.reason else "")
-        lines.append(f"  {key:<28} {word:<8} {n}/{len(unit['todo'])} cases  job {unit['job_id']}{how}")
+        lines.append(f"  {key:<28} {word:<8} {n}/{len(unit['todo'])} cases  job {unit['job_id'] or '-'}{how}")
     print(f"{run_dir} ({record['launcher']}, {len(lines)} units): "
           + ", ".join(f"{v} {k}" for k, v in counts.items()))
     print("\n".join(lines))

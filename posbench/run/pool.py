@@ -16,6 +16,9 @@ from posbench.core.outcome import PosbenchError
 from posbench.run.units import Unit
 
 
+MAX_PARALLEL = 1024  # --parallel: slots (threads) at once; more is a typo, not a machine
+
+
 class PoolError(PosbenchError):
     """A bad ``--gpus`` / ``--parallel``; ``str()`` is the one line to print."""
 
@@ -78,8 +81,8 @@ def gpu_slots(gpus: Sequence[str], per_slot: int) -> list[Slot]:
 
 def cpu_slots(parallel: int, timed: bool, task: str) -> list[Slot]:
     """``--parallel N`` slots on a CPU; a timed task refuses more than one (module docstring)."""
-    if parallel < 1:
-        raise PoolError(f"--parallel {parallel}: allowed: a whole number >= 1")
+    if not 1 <= parallel <= MAX_PARALLEL:
+        raise PoolError(f"--parallel {str(parallel)[:24]}: allowed: a whole number from 1 to {MAX_PARALLEL}")
     if parallel > 1 and timed:
         raise PoolError(f"--parallel {parallel}: task {task!r} times its methods against each other, and two units "
                         "on the same CPU would slow each other (the ratios would measure the sharing); allowed: "

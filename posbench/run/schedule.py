@@ -23,6 +23,20 @@ from posbench.run.units import Unit, is_timed, shard_cases, split
 from posbench.store.rows import ROWS_DIR, case_rows, latest_rounds, read_usable_run_rows
 
 RETRYABLE = ("error", "timeout")
+MAX_CASES = 100_000  # cases one suite may expand to (grid points x methods): a run of more is not a benchmark
+
+
+def check_size(suite: Suite) -> int:
+    """The number of cases ``suite`` expands to, counted before any is made; more than
+    ``MAX_CASES`` is one line (a 1000 x 1000 grid would fill the memory first)."""
+    n = len(suite.methods)
+    for axis, values in suite.grid.items():
+        n *= len(values)
+        if n > MAX_CASES:
+            raise SuiteError(f"suite {suite.name}: its grid and methods expand to more than {MAX_CASES:,} cases "
+                             f"(at axis {axis!r}); allowed: at most {MAX_CASES:,} (split the grid into suites or "
+                             "profiles)")
+    return n
 
 
 def default_run_id(suite: Suite, device: str) -> str:
@@ -68,6 +82,7 @@ def _select(suite: Suite, device: str, methods: list[str] | None, methods_dirs: 
     list, before ``--methods``, splits the same on every machine), then ``--methods``."""
     check_name(run_id, "--run-id")
     suite = with_methods(suite, methods)  # a name the suite does not list joins it (or is refused)
+    check_size(suite)
     if shard is not None and timed is None:
         timed = is_timed(suite.task)
     return [c for c in shard_cases(suite.cases(device, run_id, methods_dirs), shard, bool(timed))
@@ -157,6 +172,19 @@ def plan(suite: Suite, device: str, run_dir: Path | None, retry_failed: bool, me
 
 
 
+def refuse_beside_launch(run_dir: Path) -> None:
+    """``RunLocked`` (one line naming them) while tasks of a launched sweep may run in ``run_dir``."""
+    from posbench.run.sweep_state import busy_units
+    from posbench.store.writing import RunLocked
+
+    busy = busy_units(run_dir)
+    if busy:
+        shown = ", ".join(f"{key} (job {job or 'not started yet'})" for key, job in busy[:3])
+        raise RunLocked(f"{run_dir}: tasks of a launched sweep still run here: {shown}"
+                        f"{f' and {len(busy) - 3} more' if len(busy) > 3 else ''}; allowed: wait for them "
+                        f"(bench.py status {run_dir}), or pick another --run-id")
+
+
 @dataclass
 class Plan:
     """A run's plan, made once (``plan_run``) and handed on: the suite with ``--methods`` joined,
@@ -180,16 +208,19 @@ class Plan:
 
 def plan_run(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
              methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None, in_process: bool = False,
-             lock: Optional[Callable[[], bool]] = None) -> Plan:
+             lock: Optional[Callable[[], bool]] = None, launched: bool = False) -> Plan:
     """Every check of a run, then its plan. ``lock()``, called once the checks passed (nothing is
     written before), takes the run folder (``True``: this process writes it); the
     plan is then made again from the rows as they are under the lock, and rank 0's plan is every
-    rank's (``in_process``)."""
+    rank's (``in_process``). A plain run (not ``launched``) refuses a folder where a launch's
+    tasks may still run: both would run the same cases."""
     check_pairing(suite, in_process)
     suite = with_methods(suite, methods)  # so the rows of added methods are this run's rows too
     timed = is_timed(suite.task)
     todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, None, timed)
     if lock is not None and lock():
+        if not launched:
+            refuse_beside_launch(run_dir)
         problems: list[str] = []
         todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, problems,
                                  timed)

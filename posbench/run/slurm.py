@@ -8,7 +8,10 @@ ended. Each task (``UnitTask``) runs its unit's jobs as a local run does, into i
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
+import shutil
 import signal
 import socket
 import sys
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from posbench.core.case import CaseSpec
-from posbench.core.files import WriteError
+from posbench.core.files import WriteError, open_nofollow
 from posbench.core.outcome import PosbenchError
 from posbench.run import sweep_state as state
 from posbench.run.launch import PACKAGE_ROOT
@@ -64,7 +67,7 @@ class UnitTask:
     def __call__(self, spec: dict) -> dict:
         from posbench.run.runner import ask_unavailable, run_jobs
 
-        run_dir, name = Path(spec["run_dir"]), spec["name"]
+        run_dir, key = Path(spec["run_dir"]), spec["key"]
         job_id = _job_id()
         # Slurm's SIGTERM (scancel, preemption, the time limit) reaches the worker too: what it
         # then reports is the job's end, not the case's, so no row is written for it and no
@@ -72,13 +75,22 @@ class UnitTask:
         # with the job's state.
         terminating = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: terminating.set())
-        with UnitLock(run_dir, name):  # a requeued twin waits here; failure rows are not written meanwhile
+        sweep.check_folder(run_dir)
+        with UnitLock(run_dir, key):  # a requeued twin waits here; failure rows are not written meanwhile
+            record = sweep.read_record(run_dir)
+            if record is None or (record["units"].get(key) or {}).get("submission") != spec.get("submission"):
+                return {"unit": key, "ran": 0}  # a later submission took this unit over: it runs it
             rows = latest_rounds(read_run_rows(run_dir, []))
             left = {(CaseSpec.from_json(c).id, r) for c, r in sweep.missing(spec, rows)}
-            todo = [(CaseSpec.from_json(c), r) for c, r in spec["todo"] if (CaseSpec.from_json(c).id, r) in left]
-            info = {"unit": spec["key"], "job_id": job_id, "host": socket.gethostname(),
+            over = spec.get("over")  # (None: submitted before marks were recorded)
+            # A (case, round) whose latest row changed since the submitter planned was run by
+            # someone else meanwhile (a task finishing, a plain run): not run again.
+            todo = [(case, r) for case, r in ((CaseSpec.from_json(c), r) for c, r in spec["todo"])
+                    if (case.id, r) in left and (over is None or
+                                                 sweep.row_mark(rows.get((case.id, r))) == over.get(f"{case.id}|{r}"))]
+            info = {"unit": key, "job_id": job_id, "host": socket.gethostname(),
                     "submission": spec.get("submission")}  # which rows are this submission's (sweep_state)
-            path = sweep.rows_path(run_dir, name)
+            path = sweep.rows_path(run_dir, key)
 
             def emit(case, result, started, duration, rnd):
                 if terminating.is_set() and result["status"] != "ok":
@@ -91,9 +103,9 @@ class UnitTask:
                 answers = ask_unavailable([c for c, _r in todo], spec["methods_dirs"])
             run_jobs(jobs(todo), run_dir, spec["run_id"], answers, emit, stopped=terminating)
             if terminating.is_set():
-                return {"unit": spec["key"], "ran": None}
-            sweep.mark_done(run_dir, name, job_id, _now())
-        return {"unit": spec["key"], "ran": len(todo)}
+                return {"unit": key, "ran": None}
+            sweep.mark_done(run_dir, key, job_id, _now())
+        return {"unit": key, "ran": len(todo)}
 
     def checkpoint(self, spec: dict):
         """Preemption or the time limit: submitit requeues this same task (it resumes)."""
@@ -112,8 +124,11 @@ def executor(kind: str, folder: Path, suite: Suite, device: str):
     p = suite.launcher
     nproc = int(suite.settings.nproc)
     gpus = p.gpus_per_task if p.gpus_per_task is not None else (nproc if device == "cuda" else 0)
-    # The array task imports posbench from where this one does (a checkout or an install).
-    setup = [f"export PYTHONPATH={PACKAGE_ROOT}${{PYTHONPATH:+:$PYTHONPATH}}"] + list(p.setup)
+    # The array task imports posbench from where this one does (a checkout or an install): set in
+    # the environment it inherits (``_starting``) and, for sbatch's script, quoted (a path may hold
+    # a space). The suite's own setup lines run only with --allow-setup-commands (``submit``).
+    export = f"export PYTHONPATH={shlex.quote(str(PACKAGE_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}"
+    setup = [export] + list(p.setup) if (p.setup or kind == "slurm") else []
     if kind == "local":
         ex = submitit.LocalExecutor(folder=folder, python=sys.executable)
         ex.update_parameters(timeout_min=p.time_min, gpus_per_node=gpus, setup=setup)
@@ -145,12 +160,37 @@ class Submitted:
     parallelism: int = 1 << 30  # local: tasks at once
 
 
+def setup_refusal(suite: Suite, allowed: bool) -> None:
+    """A suite's ``launcher.setup`` lines are shell commands: run only when the user opts in on the
+    command line (``--allow-setup-commands``), each time; otherwise one line naming them."""
+    lines = list(suite.launcher.setup)
+    if lines and not allowed:
+        shown = "; ".join(lines)
+        raise LauncherError(f"suite {suite.name}'s launcher.setup runs shell commands before each task: "
+                            f"{shown[:300]}{'...' if len(shown) > 300 else ''}; allowed: --allow-setup-commands "
+                            "to run them (this time), or remove launcher.setup")
+
+
+def preflight(kind: str) -> None:
+    """What a launch needs before any run file is written: submitit, and sbatch for Slurm."""
+    _submitit()
+    missing = [tool for tool in ("sbatch", "srun") if kind == "slurm" and shutil.which(tool) is None]
+    if missing:
+        raise LauncherError(f"--launcher slurm: no {' or '.join(missing)} on this machine's PATH (Slurm is not "
+                            "installed or not loaded); allowed: run on a Slurm login node, --launcher local, or "
+                            "leave --launcher out")
+
+
 def submit(suite: Suite, kind: str, device: str, results: Path, command: list[str], run_id: Optional[str] = None,
            fresh: bool = False, retry_failed: bool = False, methods: Optional[list[str]] = None,
-           methods_dirs: tuple = (), shard=None) -> Submitted:
-    """Plan under the run folder's lock, submit one array task per unit left, record the jobs."""
+           methods_dirs: tuple = (), shard=None, allow_setup: bool = False) -> Submitted:
+    """Plan under the run folder's lock; decide, under each unit's lock, what is left (job state
+    and rows as they are then); record every unit in ``launcher.json`` before any task starts;
+    then start them (``_submit_specs``)."""
     from posbench.engine import env as envmod
 
+    setup_refusal(suite, allow_setup)
+    preflight(kind)
     if run_id is not None:
         check_name(run_id, "--run-id")
     run_id = run_id or default_run_id(suite, device)
@@ -159,6 +199,7 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
     run_dir = Path(results) / suite.name / run_id
     dirs = [str(Path(d).resolve()) for d in methods_dirs]
     held: list[int] = []
+    unit_locks: list[UnitLock] = []
 
     def take_folder() -> bool:
         try:
@@ -170,8 +211,10 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         return True
 
     try:
-        plan = plan_run(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard, lock=take_folder)
+        plan = plan_run(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard, lock=take_folder,
+                        launched=True)
         suite = plan.suite
+        sweep.check_folder(run_dir)
         write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
         environment = envmod.collect(device)
         write_env(run_dir / "env.json", environment)
@@ -186,47 +229,112 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
                                     f"allowed: wait (bench.py status {run_dir}) or the same --launcher")
         record.update(launcher=kind, command=command, commit=commit, device=device, folder=sweep.JOBS_DIR)
         out = Submitted(run_dir, run_id, record)
-        from posbench.run.runner import ask_unavailable
-
-        answers = ask_unavailable([c for c, _r in plan.todo], dirs)  # once, not in every array task
-        specs = []
+        # The decision, per unit, under its lock (a live task holds it): its job's state and the
+        # rows as they are now, not as they were when the plan was made.
+        chosen: list[Unit] = []
         for unit in plan.units:
+            lock = UnitLock(run_dir, unit.key, wait=False)
             old = record["units"].get(unit.key)
-            if old is not None and state.job_state(record, old, unit.key in current.done).active:
+            # (no run_dir: the lock is held here, so only the job's own state is asked)
+            if not lock.held or (old is not None and
+                                 state.job_state(record, old, current is not None and unit.key in current.done).active):
+                lock.close()
                 out.busy.append(unit.key)
                 continue
-            specs.append(dict(_spec(unit, run_dir, run_id, commit, dirs),
-                              answers={c.id: answers.get(c.id) for c, _r in unit.todo}))
+            unit_locks.append(lock)
+            chosen.append(unit)
+        now_rows = latest_rounds(read_run_rows(run_dir, []))
+        specs = []
+        for unit in chosen:
+            todo = [(c, r) for c, r in unit.todo
+                    if sweep.row_mark(now_rows.get((c.id, r))) == sweep.row_mark(plan.done.get((c.id, r)))]
+            if todo:
+                specs.append(_spec(unit.key, todo, run_dir, run_id, commit, dirs, now_rows))
+        for spec in specs:  # recorded before any task starts: a killed submitter loses no unit
+            record["units"][spec["key"]] = dict(spec, job_id="")
+        sweep.write_record(run_dir, record)
+        for lock in unit_locks:  # a task of an older submission that starts now sees it was replaced
+            lock.close()
+        from posbench.run.runner import ask_unavailable
+
+        answers = ask_unavailable([CaseSpec.from_json(c) for spec in specs for c, _r in spec["todo"]], dirs)
+        for spec in specs:
+            spec["answers"] = {CaseSpec.from_json(c).id: answers.get(CaseSpec.from_json(c).id)
+                               for c, _r in spec["todo"]}
         if kind == "local":
             # submitit's local executor has no array throttle: the follower starts the rest. All
             # tasks share this machine, so a timed task's units run one at a time (as --parallel).
             out.parallelism = 1 if plan.timed else suite.launcher.array_parallelism
-            specs, out.waiting = specs[:out.parallelism], specs[out.parallelism:]
-        out.executor = executor(kind, run_dir / sweep.JOBS_DIR, suite, device)
+            # (tasks of an earlier submission still running take their slots)
+            start = max(0, out.parallelism - len(out.busy))
+            specs, out.waiting = specs[:start], specs[start:]
+        try:
+            out.executor = executor(kind, run_dir / sweep.JOBS_DIR, suite, device)
+        except RuntimeError as exc:  # submitit's own check of the cluster
+            raise LauncherError(f"--launcher {kind}: {str(exc).strip()[:300]}; allowed: --launcher local, or leave "
+                                "--launcher out") from None
         _submit_specs(out, specs, out.executor)
         return out
     finally:
+        for lock in unit_locks:
+            lock.close()
         for fd in held:
             os.close(fd)
 
 
-def _spec(unit: Unit, run_dir: Path, run_id: str, commit: str, dirs: list[str]) -> dict:
-    return {"key": unit.key, "name": unit.name, "run_dir": str(run_dir.resolve()), "run_id": run_id, "commit": commit,
-            "methods_dirs": dirs, "todo": [[c.to_json(), r] for c, r in unit.todo], "submitted_at": _now()}
+def _spec(key: str, todo: list, run_dir: Path, run_id: str, commit: str, dirs: list[str], rows: dict) -> dict:
+    """A unit's task as submitted: its (case, round)s, the mark of each one's latest row now
+    (``over``: the task skips one that changed since), and the token naming this submission."""
+    return {"key": key, "name": sweep.unit_file(key), "run_dir": str(run_dir.resolve()), "run_id": run_id,
+            "commit": commit, "methods_dirs": dirs, "todo": [[c.to_json(), r] for c, r in todo],
+            "over": {f"{c.id}|{r}": sweep.row_mark(rows.get((c.id, r))) for c, r in todo},
+            "submitted_at": _now(), "submission": uuid.uuid4().hex, "submitter": state.submitter()}
+
+
+@contextlib.contextmanager
+def _starting(log: Path):
+    """While tasks start: the environment they inherit imports this posbench, and their stdio is
+    ``log``, not this process's (``--detach | cat`` returns once the launch is done)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(fd) for fd in (0, 1, 2)]
+    old_path = os.environ.get("PYTHONPATH")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    out_fd = open_nofollow(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    null_fd = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null_fd, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), old_path]))
+        yield
+    finally:
+        for fd, copy in zip((0, 1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(out_fd)
+        os.close(null_fd)
+        if old_path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_path
 
 
 def _submit_specs(out: Submitted, specs: list[dict], ex) -> None:
+    """Start ``specs`` (already in the record, without job id) as one job array; record their ids."""
     if not specs:
         return
-    for spec in specs:
-        # The token names this submission in every row written for it (sweep_state.of_submission);
-        # a requeued task keeps it, a resubmission gets a new one.
-        spec["submitted_at"], spec["submission"] = _now(), uuid.uuid4().hex
-    array = ex.map_array(UnitTask(), specs)  # one job array, a task per unit
+    try:
+        with _starting(out.run_dir / sweep.JOBS_DIR / "launch.log"):
+            array = ex.map_array(UnitTask(), specs)  # one job array, a task per unit
+    except (OSError, RuntimeError, ValueError) as exc:  # sbatch refused (submitit raises its own errors)
+        why = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
+        raise LauncherError(f"{out.record.get('launcher')} could not start the tasks: {why[0][:300]}; "
+                            f"the units are recorded (bench.py status {out.run_dir} resubmits them)") from None
     for spec, job in zip(specs, array):
         out.record["units"][spec["key"]] = dict(spec, job_id=str(job.job_id))
         out.units.append(spec["key"])
-    sweep.write_record(out.run_dir, out.record)  # before anything else: status finds the jobs from here
+    sweep.write_record(out.run_dir, out.record)  # status finds the jobs from here
 
 
 def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
@@ -242,7 +350,7 @@ def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
                     seen.add((key, cid, rnd))
                     if on_row is not None:
                         on_row(row)
-        active = sum(1 for s in states.values() if s.active)
+        active = sum(1 for s in states.values() if s.active and s.state != "WAITING")
         if out.waiting and active < out.parallelism:
             free = out.parallelism - active
             batch, out.waiting = out.waiting[:free], out.waiting[free:]

@@ -2,25 +2,30 @@
 rows for tasks that died (its files: ``posbench.store.sweep``).
 
 A task's state comes from Slurm's ``squeue``, then ``scontrol show job`` (kept a few minutes after
-the end), then ``sacct``; a local task is its controller process. A task that ended without its
+the end), then ``sacct``; a local task is its controller process, or whoever holds its unit's
+lock (the task itself, when a wrapper died). A unit recorded but not started yet (no job id) is
+WAITING while its submitter lives, NOT_STARTED after. A task that ended without its
 ``.done`` gets, for each of its cases without a row, an ``error`` / ``timeout`` / ``oom`` row
 naming the job's state, exit code and the tail of its log (``settle``): nothing is read back
 from submitit's pickles, since data never runs code.
 """
 from __future__ import annotations
 
+import os
 import re
+import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from posbench.core.case import CaseSpec
-from posbench.store.sweep import Sweep, of_submission
+from posbench.store.sweep import Sweep, check_folder, of_submission, read_record
+from posbench.store.writing import unit_locked
 
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
-          "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD", "STOPPED"}
-QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
+          "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD", "STOPPED", "WAITING"}
+QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "WAITING"}
 STATUS_OF_STATE = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "OUT_OF_MEMORY": "oom"}
 FAILED_STATUSES = ("error", "timeout", "oom")
 
@@ -77,11 +82,55 @@ def local_state(job_id: str) -> JobState:
     return JobState("ENDED", reason="the local task's process is gone")
 
 
-def job_state(record: dict, unit: dict, done: bool) -> JobState:
-    """The state of a unit's array task (COMPLETED once it wrote ``rows/<unit>.done``: ``done``)."""
+def _start_time(pid: int) -> str:
+    """A process's start time in clock ticks (``/proc/<pid>/stat``), "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def submitter() -> dict:
+    """This process as a unit's ``submitter`` in ``launcher.json`` (it starts the units still WAITING)."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "start": _start_time(os.getpid())}
+
+
+def submitter_alive(unit: dict) -> bool:
+    """Whether the process that recorded ``unit`` (and starts it) still runs."""
+    who = unit.get("submitter")
+    if not isinstance(who, dict) or who.get("host") != socket.gethostname() or not isinstance(who.get("pid"), int):
+        return False
+    return bool(who.get("start")) and _start_time(who["pid"]) == who.get("start")
+
+
+def job_state(record: dict, unit: dict, done: bool, run_dir: Optional[Path] = None) -> JobState:
+    """The state of a unit's array task (COMPLETED once it wrote ``rows/<unit>.done``: ``done``).
+    ``run_dir``: a local task whose process looks gone but whose unit lock is held is RUNNING."""
     if done:
         return JobState("COMPLETED", "0:0")
-    return (slurm_state if record["launcher"] == "slurm" else local_state)(unit["job_id"])
+    if not unit["job_id"]:
+        if submitter_alive(unit):
+            return JobState("WAITING", reason="recorded; its submitter starts it as a slot frees")
+        if run_dir is not None and unit_locked(run_dir, unit["key"]):
+            return JobState("RUNNING", reason="its task holds the unit's lock")
+        return JobState("NOT_STARTED", reason="the submitter ended before starting this task")
+    if record["launcher"] == "slurm":
+        return slurm_state(unit["job_id"])
+    found = local_state(unit["job_id"])
+    if not found.active and run_dir is not None and unit_locked(run_dir, unit["key"]):
+        return JobState("RUNNING", reason="its task holds the unit's lock")
+    return found
+
+
+def busy_units(run_dir: Path) -> list[tuple[str, str]]:
+    """(unit key, job id) of a launch's tasks that may still run in ``run_dir`` (queued, running,
+    or waiting for their submitter): a plain run there would run their cases too."""
+    record = read_record(run_dir)
+    if record is None:
+        return []
+    sweep = Sweep.of(run_dir, record)
+    return [(key, unit["job_id"]) for key, unit in record["units"].items()
+            if job_state(record, unit, key in sweep.done, run_dir).active]
 
 
 def settle(run_dir: Path, record: dict) -> dict[str, JobState]:
@@ -94,12 +143,12 @@ def settled(sweep: Sweep, warn: bool = False) -> tuple[dict[str, JobState], Swee
     finishing, a failure row per case it left without one (``Sweep.fail_left``)."""
     states: dict[str, JobState] = {}
     for key, unit in sweep.record["units"].items():
-        state = states[key] = job_state(sweep.record, unit, key in sweep.done)
+        state = states[key] = job_state(sweep.record, unit, key in sweep.done, sweep.run_dir)
         if state.active or state.state == "COMPLETED":
             continue
         code = f", exit code {state.exit_code}" if state.exit_code else ""
         why = f" ({state.reason})" if state.reason else ""
-        message = (f"{sweep.record['launcher']} array task {unit['job_id']} (unit {unit['key']}) ended "
+        message = (f"{sweep.record['launcher']} array task {unit['job_id'] or '(not started)'} (unit {unit['key']}) ended "
                    f"{state.state}{code}{why} before this case finished; resubmit: bench.py status {sweep.run_dir}")
         info = {"unit": unit["key"], "job_id": unit["job_id"], "job_state": state.state,
                 "submission": unit.get("submission")}
@@ -111,6 +160,7 @@ def settled(sweep: Sweep, warn: bool = False) -> tuple[dict[str, JobState], Swee
 def status(run_dir: Path) -> Optional[tuple[dict, list[tuple[str, dict, JobState, str, int]]]]:
     """``(record, [(key, unit, state, queued|running|done|failed, cases with a row)])``, failure
     rows written first (``settled``); None when the run was never launched."""
+    check_folder(run_dir)  # no link followed, before anything is read or written
     sweep = Sweep.read(run_dir)
     if sweep is None:
         return None

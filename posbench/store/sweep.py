@@ -1,8 +1,9 @@
-"""A launched sweep's files in its run folder: ``launcher.json`` (what was submitted: per unit its
-array task's job id, a token naming the submission and the (case, round)s it runs, as case
-JSON), each unit's ``rows/<unit>.jsonl``, ``.lock`` (held by the live task) and ``.done``, and
-submitit's logs. Which rows belong to a submission is its token in the rows' ``info``
-(``of_submission``), never a comparison of clocks.
+"""A launched sweep's files in its run folder: ``launcher.json`` (per unit its array task's job
+id, a token naming the submission and the (case, round)s it runs), each unit's
+``rows/<unit>.jsonl``, ``.lock`` (held by the live task) and ``.done``, and submitit's logs.
+Which rows belong to a submission is its token in the rows' ``info`` (``of_submission``).
+``launcher.json`` is data: read within bounds and checked key by key (``read_record``); no file
+name is ever taken from it (``unit_file`` derives them from the unit key). docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
+import re
+
 from posbench.core.case import CaseSpec
-from posbench.core.files import atomic_write_text, read_regular
+from posbench.core.files import UnsafeFile, atomic_write_text, read_regular, refuse_links
+from posbench.store import bounds
+from posbench.store.bounds import RowsError
+from posbench.store.names import file_stem, short_hash
 from posbench.store.row import Result, make_row
 from posbench.store.rows import ROWS_DIR, latest_rounds, read_run_rows
 from posbench.store.writing import UnitLock, save_row
@@ -22,52 +28,155 @@ RECORD_FILE = "launcher.json"
 JOBS_DIR = "slurm"  # submitit's folder: sbatch scripts, pickles, logs (%j_%t_log.out/err)
 
 
-def read_record(run_dir: Path) -> Optional[dict]:
-    """The run folder's ``launcher.json``, or None when the run was never launched."""
+class RecordError(RowsError):
+    """``launcher.json`` is unusable (not JSON, too deep, not UTF-8, a key missing or of the wrong
+    type, a name that is not the unit's); ``str()`` is the one line to print."""
+
+
+JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,20})?")  # a Slurm (array) job id or a local PID; "" not yet started
+TOKEN = re.compile(r"[0-9a-f]{1,64}")
+
+
+def unit_file(key: str) -> str:
+    """The unit's file name stem (``rows/<stem>.jsonl``): a safe function of its key, never read
+    from ``launcher.json``."""
+    return file_stem(key)
+
+
+def check_folder(run_dir: Path) -> None:
+    """A run folder whose files the sweep machinery may write: not a link, nor holding one at
+    its top, in ``rows/`` or ``slurm/`` (``UnsafeFile``, one line)."""
+    if run_dir.is_symlink():
+        raise UnsafeFile(f"{run_dir}: the run folder is a symbolic link; posbench does not follow links in a run "
+                         "folder (allowed: the real folder)")
+    for folder in (run_dir, run_dir / ROWS_DIR, run_dir / JOBS_DIR):
+        refuse_links(folder)
+
+
+def _bad(path: Path, where: str, what: str) -> RecordError:
+    return RecordError(f"{path}: {where}: {what}; allowed: the launcher.json bench.py wrote (or remove it and "
+                       "launch again)")
+
+
+def _check_case(path: Path, where: str, raw) -> None:
+    if not isinstance(raw, dict):
+        raise _bad(path, where, "expected a case object")
+    for key in ("suite", "task", "method", "device", "profile", "run_id"):
+        if not isinstance(raw.get(key), str):
+            raise _bad(path, where, f"{key}: expected a string")
+    if not isinstance(raw.get("params"), dict) or not isinstance(raw.get("settings"), dict):
+        raise _bad(path, where, "params and settings: expected objects")
     try:
-        data = read_regular(run_dir / RECORD_FILE, 64 << 20)
-    except FileNotFoundError:
+        CaseSpec.from_json(raw)
+    except TypeError:
+        raise _bad(path, where, "not a case (unknown or missing keys)") from None
+
+
+def check_record(path: Path, record) -> dict:
+    """``record`` checked key by key (``RecordError`` naming the first bad one), or returned."""
+    if not isinstance(record, dict):
+        raise _bad(path, "top level", f"expected an object, got {type(record).__name__}")
+    units = record.get("units")
+    if not isinstance(units, dict):
+        raise _bad(path, "units", "missing or not an object")
+    if record.get("launcher") not in ("slurm", "local") and units:
+        raise _bad(path, "launcher", "expected slurm or local")
+    command = record.get("command", [])
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        raise _bad(path, "command", "expected a list of strings")
+    for key in ("commit", "device"):
+        if not isinstance(record.get(key, ""), str):
+            raise _bad(path, key, "expected a string")
+    for key, unit in units.items():
+        where = f"unit {key[:80]!r}"
+        if not isinstance(unit, dict):
+            raise _bad(path, where, "expected an object")
+        if unit.get("key") != key:
+            raise _bad(path, where, "key: expected the unit's own key")
+        if unit.get("name") != unit_file(key):  # a name from data never becomes a path
+            raise _bad(path, where, f"name: expected {unit_file(key)!r} (the unit's file name)")
+        if not isinstance(unit.get("job_id"), str) or not (unit["job_id"] == "" or JOB_ID.fullmatch(unit["job_id"])):
+            raise _bad(path, where, "job_id: expected a job id (digits, or digits_digits)")
+        if unit.get("submission") is not None and not (isinstance(unit["submission"], str)
+                                                       and TOKEN.fullmatch(unit["submission"])):
+            raise _bad(path, where, "submission: expected a hex token or null")
+        if not isinstance(unit.get("submitted_at"), str):
+            raise _bad(path, where, "submitted_at: expected a string")
+        todo = unit.get("todo")
+        if not isinstance(todo, list):
+            raise _bad(path, where, "todo: expected a list of [case, round]")
+        for item in todo:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], int)
+                    and not isinstance(item[1], bool) and 1 <= item[1] <= bounds.MAX_ROUNDS):
+                raise _bad(path, where, "todo: expected a list of [case, round >= 1]")
+            _check_case(path, f"{where}: todo", item[0])
+    return record
+
+
+def read_record(run_dir: Path) -> Optional[dict]:
+    """The run folder's ``launcher.json`` (bounded, checked: ``check_record``), or None when the
+    run was never launched. Unusable: ``RecordError``, one line."""
+    path = run_dir / RECORD_FILE
+    data = bounds.read_small(path)
+    if data is None:
         return None
-    record = json.loads(str(data, "utf-8"))
-    return record if isinstance(record, dict) and isinstance(record.get("units"), dict) else None
+    try:
+        text = str(data, "utf-8")
+    except UnicodeDecodeError:
+        raise RecordError(f"{path}: not UTF-8 text; allowed: the launcher.json bench.py wrote") from None
+    try:
+        record = bounds.loads(text)
+    except bounds.NotJson as exc:
+        raise RecordError(f"{path}: {exc}; allowed: the launcher.json bench.py wrote") from None
+    return check_record(path, record)
 
 
 def write_record(run_dir: Path, record: dict) -> None:
     atomic_write_text(run_dir / RECORD_FILE, json.dumps(record, indent=1) + "\n")
 
 
-def rows_path(run_dir: Path, name: str) -> Path:
-    return run_dir / ROWS_DIR / f"{name}.jsonl"
+def rows_path(run_dir: Path, key: str) -> Path:
+    """``rows/<unit>.jsonl`` of the unit ``key``."""
+    return run_dir / ROWS_DIR / f"{unit_file(key)}.jsonl"
 
 
-def done_path(run_dir: Path, name: str) -> Path:
+def done_path(run_dir: Path, key: str) -> Path:
     """``rows/<unit>.done``: the unit's array task finished (JSON: its job id and when)."""
-    return run_dir / ROWS_DIR / f"{name}.done"
+    return run_dir / ROWS_DIR / f"{unit_file(key)}.done"
 
 
-def mark_done(run_dir: Path, name: str, job_id: str, at: str) -> None:
-    atomic_write_text(done_path(run_dir, name), json.dumps({"job_id": job_id, "at": at}))
+def mark_done(run_dir: Path, key: str, job_id: str, at: str) -> None:
+    atomic_write_text(done_path(run_dir, key), json.dumps({"job_id": job_id, "at": at}))
 
 
 def finished(run_dir: Path, unit: dict) -> bool:
     """Whether this submission's task of ``unit`` wrote its ``.done``."""
     try:
-        return json.loads(str(read_regular(done_path(run_dir, unit["name"]), 1 << 16), "utf-8")).get("job_id") == unit["job_id"]
-    except (OSError, ValueError, AttributeError):
+        return bool(unit["job_id"]) and json.loads(str(read_regular(done_path(run_dir, unit["key"]), 1 << 16),
+                                                        "utf-8")).get("job_id") == unit["job_id"]
+    except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
 
 def log_tail(run_dir: Path, job_id: str, limit: int = 3000) -> str:
     """The end of the array task's stderr and stdout logs (submitit's ``%j_%t_log.err/out``)."""
     parts = []
+    if not JOB_ID.fullmatch(job_id):  # checked by read_record too: a job id from data names no other file
+        return ""
     for suffix in ("err", "out"):
         path = run_dir / JOBS_DIR / f"{job_id}_0_log.{suffix}"
         try:
             data = read_regular(path, 64 << 20)
-        except OSError:
+        except (OSError, RowsError):
             continue
         parts.append(f"--- {path.name} ---\n" + str(data[-limit:], "utf-8", errors="replace"))
     return "\n".join(parts)
+
+
+def row_mark(row: Optional[dict]) -> Optional[str]:
+    """A short hash of a row (None for none): a (case, round)'s latest row at planning time, so a
+    task can tell that another process ran the case since (``UnitTask`` then skips it)."""
+    return None if row is None else short_hash(json.dumps(row, sort_keys=True, default=str))
 
 
 def of_submission(row: Optional[dict], unit: dict) -> bool:
@@ -124,7 +233,7 @@ class Sweep:
         task holds it: then nothing is written)."""
         if not missing(unit, self.rows):
             return
-        with UnitLock(self.run_dir, unit["name"], wait=False) as lock:
+        with UnitLock(self.run_dir, unit["key"], wait=False) as lock:
             if not lock.held:  # the task is alive after all (its state was stale)
                 return
             now_rows = latest_rounds(read_run_rows(self.run_dir, []))  # as they are now that the task cannot write
@@ -133,4 +242,4 @@ class Sweep:
             now = datetime.now(timezone.utc)
             for case, rnd in left:
                 row = make_row(CaseSpec.from_json(case), result, now, 0.0, self.record.get("commit", ""), rnd, info)
-                save_row(rows_path(self.run_dir, unit["name"]), row)
+                save_row(rows_path(self.run_dir, unit["key"]), row)

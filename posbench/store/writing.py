@@ -16,6 +16,7 @@ from pathlib import Path
 
 from posbench.core.files import WriteError, atomic_write_text, open_nofollow, read_regular
 from posbench.core.outcome import PosbenchError
+from posbench.store.names import file_stem
 from posbench.store.rows import ROWS_DIR
 
 
@@ -138,20 +139,35 @@ def write_env(path: Path, environment: dict) -> None:
 
 
 class UnitLock:
-    """flock on ``rows/<unit>.lock``: held by the array task while it runs, so nobody writes
-    failure rows for a task that is alive. ``wait`` False: ``held`` says whether it was taken."""
+    """flock on ``rows/<unit>.lock`` (its name a safe function of the unit ``key``): held by the
+    array task while it runs, so nobody writes failure rows for, or resubmits, a task that is
+    alive. ``wait`` False: ``held`` says whether it was taken."""
 
-    def __init__(self, run_dir: Path, name: str, wait: bool = True):
+    def __init__(self, run_dir: Path, key: str, wait: bool = True):
         (run_dir / ROWS_DIR).mkdir(parents=True, exist_ok=True)
-        self.fd = open_nofollow(run_dir / ROWS_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = open_nofollow(run_dir / ROWS_DIR / f"{file_stem(key)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             self.held = True
         except BlockingIOError:
             self.held = False
 
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
     def __enter__(self) -> "UnitLock":
         return self
 
     def __exit__(self, *exc) -> None:
-        os.close(self.fd)
+        self.close()
+
+
+def unit_locked(run_dir: Path, key: str) -> bool:
+    """Whether a live process (the unit's array task) holds ``rows/<unit>.lock`` now."""
+    try:
+        with UnitLock(run_dir, key, wait=False) as lock:
+            return not lock.held
+    except OSError:
+        return False

@@ -44,7 +44,24 @@ class Params(BaseModel):
     n: int = 1
 
 
+def _log_run(word: str, case) -> None:
+    """``POSBENCH_TESTING_RUN_LOG``: a line per case started and ended, appended (kill-loop tests
+    count from it how often each case ran)."""
+    path = os.environ.get("POSBENCH_TESTING_RUN_LOG")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(f"{word} {case.id} {os.getpid()}\n")
+
+
 def run(case) -> dict:
+    _log_run("start", case)
+    try:
+        return _run(case)
+    finally:
+        _log_run("end", case)
+
+
+def _run(case) -> dict:
     s = case.settings
     what = s.by_method.get(case.id, s.by_method.get(case.method, s.behaviour))
     rank = int(os.environ.get("RANK", "0"))
