@@ -57,6 +57,7 @@ def call(target: str, kwargs: dict, timeout_s: float, methods_dirs: Sequence[str
                                     start_new_session=True, env=env, preexec_fn=die_with_parent(os.getpid()))
             try:
                 code = proc.wait(timeout=timeout_s)
+                _kill(proc)  # what a method file forked there ends with it
             except subprocess.TimeoutExpired:
                 _kill(proc)
                 raise UserCodeFailed(f"{what}: no answer after {timeout_s:g} s (a method file blocks at import or "
@@ -83,9 +84,10 @@ def call(target: str, kwargs: dict, timeout_s: float, methods_dirs: Sequence[str
 
 
 def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's session: the child and whatever it started (gone already: nothing to do)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
 

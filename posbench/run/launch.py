@@ -121,6 +121,7 @@ def _spawn(case: CaseSpec, payload: dict, timeout_s: float, extra_env: Optional[
                 _RUNNING.add(proc)
             try:
                 code = proc.wait(timeout=timeout_s)
+                _end_group(proc.pid)
             except subprocess.TimeoutExpired:
                 _kill(proc)
                 return {"status": "timeout", "message": f"no result after {timeout_s:g} s; worker killed",
@@ -144,6 +145,16 @@ def _spawn(case: CaseSpec, payload: dict, timeout_s: float, extra_env: Optional[
             return {"status": "oom", "message": f"worker ran out of memory{under} and died ({how})",
                     "traceback": tail}
         return {"status": "error", "message": f"worker died without a result ({how})", "traceback": tail}
+
+
+def _end_group(pgid: int) -> None:
+    """SIGKILL what the ended worker left in its session (a plugin that forked a child): nothing
+    of a case outlives it. The kernel keeps a group's id from being reused while a member lives,
+    so the id names that group only; a child that made a session of its own is out of reach."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the worker left nothing behind
 
 
 def _kill(proc: subprocess.Popen, grace_s: float = 30.0) -> None:

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,49 @@ def test_check_runs_the_checks_under_a_time_limit(tmp_path):
     proc = bench(tmp_path, "check", "slow", "--methods-dir", str(tmp_path / "plugins"), "--timeout", "20", limit=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "the checks of slow: no answer after 20 s" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+FORKS = """import os
+import sys
+import time
+from pathlib import Path
+if os.fork() == 0:  # a child that would outlive the worker
+    Path({pids!r}, str(os.getpid())).touch()
+    time.sleep(120)
+    os._exit(0)
+from posbench.core.method import PositionMethod
+from posbench.core.registry import register
+
+
+@register
+class Forks(PositionMethod):
+    name = "forks"
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its parent's wait is missing
+
+
+@pytest.mark.subprocess
+def test_a_plugin_that_forks_leaves_no_process_behind(tmp_path):
+    """Issue 44: a method file that forks at import (in the worker, and in the process that asks
+    whether it runs here) must not leave its child running after bench.py exits."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "forks.py").write_text(FORKS.format(pids=str(pids)))
+    proc = bench(tmp_path, "--suite", str(suite(tmp_path, "forks")), "--methods-dir", str(tmp_path / "plugins"),
+                 "--results", str(tmp_path / "results"))
+    assert proc.returncode == 0, proc.stderr
+    assert rows(tmp_path)["forks"]["status"] == "ok"
+    forked = [int(p.name) for p in pids.iterdir()]
+    assert forked, "the plugin's child never started"
+    deadline = time.monotonic() + 10
+    while any(map(_alive, forked)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in forked if _alive(pid)], "a forked child outlived bench.py"
