@@ -63,3 +63,57 @@ def test_a_fifo_as_references_file_is_one_line_not_a_hang(tmp_path, capsys):
     done.set()
     err = capsys.readouterr().err
     assert code == 2 and err == f"ReferencesError: {fifo}: a FIFO, not a regular file; allowed: a regular file\n"
+
+
+HOSTILE_LINES = ("!!python/object/apply:os.system [echo pwned]", "x: &a [*a]", "[" * 300, "9" * 5000, "\x00\x01",
+                 "key: {a: [", "\t- tab: 1", "references: 3", "- {id: " + "z" * 10000 + "}", "format: 2",
+                 "version: [1, 2]", "check: rope\nhead_dim: 1e30", "length: -5", "? [a, b]\n: c", "...", "---\n---")
+
+
+def _mutate(text: str, rng) -> str:
+    lines = text.splitlines()
+    for _ in range(rng.randint(1, 3)):
+        kind, i = rng.randrange(6), rng.randrange(len(lines))
+        if kind == 0:  # a byte flipped
+            line = lines[i] or " "
+            j = rng.randrange(len(line))
+            lines[i] = line[:j] + chr(rng.choice([rng.randrange(32, 127), rng.randrange(0, 32), 0x2028, 0xFEFF])) + line[j + 1:]
+        elif kind == 1:  # cut short
+            return "\n".join(lines)[: rng.randrange(len(text))]
+        elif kind == 2:  # a key given twice
+            lines.insert(i, lines[i])
+        elif kind == 3:  # a line gone
+            del lines[i]
+        elif kind == 4:  # a hostile line spliced in, at the indentation found there
+            indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
+            lines.insert(i, indent + rng.choice(HOSTILE_LINES))
+        else:  # a value swapped for another type
+            head, sep, _ = lines[i].partition(": ")
+            if sep:
+                lines[i] = head + sep + rng.choice(["[1, 2]", "{a: 1}", "null", "9" * 40, "-1", "''", "1e400"])
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.slow
+def test_fuzzed_references_files_end_in_one_line_or_a_verdict(tmp_path, capsys):
+    """300 seeded mutations of the shipped references file: each gives a verdict (exit 0 or 1) or
+    one line (exit 2), never a traceback or an internal error, and writes nothing."""
+    import random
+    from pathlib import Path
+
+    import posbench
+
+    shipped = (Path(posbench.__file__).parent / "references.yaml").read_text(encoding="utf-8")
+    rng, path = random.Random(44), tmp_path / "refs.yaml"
+    codes = {}
+    for n in range(300):
+        path.write_text(_mutate(shipped, rng), encoding="utf-8", errors="surrogatepass")
+        code = cli.main(["verify", "--references", str(path)])
+        out = capsys.readouterr()
+        codes[code] = codes.get(code, 0) + 1
+        assert code in (0, 1, 2), (n, code, out)
+        assert "Traceback" not in out.err and "internal error" not in out.err, (n, out.err[-2000:])
+        if code == 2:
+            assert out.err.count("\n") == 1 and out.err.startswith("ReferencesError: "), (n, out.err[-2000:])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["refs.yaml"]
+    assert codes.get(2, 0) > 100 and codes.get(0, 0) + codes.get(1, 0) > 10, codes  # both kinds were reached
