@@ -8,12 +8,12 @@ name is ever taken from it (``unit_file`` derives them from the unit key). docs/
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
-
-import re
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import UnsafeFile, atomic_write_text, read_regular, refuse_links
@@ -49,8 +49,21 @@ def check_folder(run_dir: Path) -> None:
     if run_dir.is_symlink():
         raise UnsafeFile(f"{run_dir}: the run folder is a symbolic link; posbench does not follow links in a run "
                          "folder (allowed: the real folder)")
-    for folder in (run_dir, run_dir / ROWS_DIR, run_dir / JOBS_DIR):
+    for folder in (run_dir, run_dir / ROWS_DIR):
         refuse_links(folder)
+    jobs = run_dir / JOBS_DIR
+    if jobs.is_symlink():
+        refuse_links(jobs)  # its one-line refusal of a linked folder
+    if jobs.is_dir():
+        # submitit links each array's .submission_file_<hash>.sh to its <job>_submission.sh beside
+        # it: a link of its own making, inside the folder; any other link is refused.
+        real = jobs.resolve()
+        for entry in os.scandir(jobs):
+            if entry.is_symlink() and not (entry.name.startswith(".submission_file_")
+                                           and Path(os.path.realpath(entry.path)).parent == real):
+                raise UnsafeFile(f"{jobs}: holds a symbolic link, {entry.name} -> {os.readlink(entry.path)}; posbench "
+                                 "does not follow links in a run folder (allowed: regular files and submitit's own "
+                                 "submission links; remove the link or pick another --run-id)")
 
 
 def _bad(path: Path, where: str, what: str) -> RecordError:

@@ -111,6 +111,24 @@ def test_status_refuses_a_linked_rows_folder(tmp_path, capsys):
     assert list(elsewhere.iterdir()) == []
 
 
+
+def test_status_allows_submitits_own_link_in_slurm_and_refuses_any_other(tmp_path, capsys):
+    """submitit links .submission_file_<hash>.sh to the array's submission script beside it (a
+    real Slurm launch makes one); a link to anywhere else in slurm/ is refused."""
+    run_dir = _record_folder(tmp_path)
+    jobs = run_dir / "slurm"
+    jobs.mkdir(exist_ok=True)
+    (jobs / "1_submission.sh").write_text("#!/bin/sh\n")
+    (jobs / ".submission_file_0123abcd.sh").symlink_to(jobs / "1_submission.sh")
+    code, _out, err = _status(run_dir, capsys)
+    assert "symbolic link" not in err, err
+    elsewhere = tmp_path / "elsewhere.sh"
+    elsewhere.write_text("x")
+    (jobs / ".submission_file_ffff.sh").symlink_to(elsewhere)
+    code, _out, err = _status(run_dir, capsys)
+    _one_line_refusal(code, err)
+    assert "symbolic link" in err and elsewhere.read_text() == "x"
+
 NAMED = {
     "not JSON": b"{not json",
     "nested deep": b"[" * 100_000 + b"]" * 100_000,
