@@ -18,6 +18,7 @@ _BREAKS = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 # escape the punctuation after it (before a space or a letter it is literal: ``method \ seq_len``).
 _MD_PUNCT = re.compile(r"\\(?=[!-/:-@\[-`{-~]|$)|[`*|~]|\](?=[(\[])")
 _TICKS = re.compile(r"`+")
+_GE = re.compile(r"&gt;=")
 
 
 def one_line(text) -> str:
@@ -28,7 +29,10 @@ def one_line(text) -> str:
 def md_text(text) -> str:
     """Running Markdown text or a table cell that shows ``text`` literally: one line, HTML
     characters as entities, Markdown punctuation backslash-escaped."""
-    return _MD_PUNCT.sub(lambda m: "\\" + m.group(0), html.escape(one_line(text), quote=False))
+    text = _MD_PUNCT.sub(lambda m: "\\" + m.group(0), html.escape(one_line(text), quote=False))
+    # A comparison reads as written ("accuracy >= 90%"): with every < an entity no tag can close,
+    # and inside a line > starts no quote (at the start it is escaped).
+    return text[:4] + _GE.sub(">=", text[4:]) if text.startswith("&gt;") else _GE.sub(">=", text)
 
 
 def _fence_for(text: str, least: int) -> str:
