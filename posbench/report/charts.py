@@ -6,6 +6,7 @@ other metrics (perplexity: log axis) as lines. Artists carry a ``gid`` (``method
 """
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -317,7 +318,10 @@ def bar_chart(table: Table) -> plt.Figure:
                         va="bottom", fontsize=6, gid="ratio")
     ax.set_xticks(range(len(table.columns)), [str(c) for c in table.columns])
     ax.set_xlim(-0.5, len(table.columns) - 0.5)
-    ax.set_ylim(0, max(ys_all(ax) + [0.0]) * 1.1 or 1.0)
+    tops = [y for y in ys_all(ax) if math.isfinite(y)]
+    high, low = max(tops + [0.0]), min(tops + [0.0])  # from zero; a negative value (a bad row) below it
+    ax.set_ylim(low * 1.1 if math.isfinite(low * 1.1) else low,
+                (high * 1.1 if math.isfinite(high * 1.1) else high) or 1.0)
     ax.yaxis.set_major_formatter(table_formatter(table))  # memory in GiB, as the axis label says
     ax.set_xlabel(f"{table.column_header} (tokens)" if table.column_header == "seq_len" else table.column_header)
     ax.set_ylabel(table.title.split(",")[0])
@@ -354,7 +358,10 @@ def _headroom(fig, ax) -> None:
             return
         low, high = ax.get_ylim()
         # the notes' pixel height is fixed: grow the range by the share of the axes they overflow
-        ax.set_ylim(low, high * (1 + (top - ax.bbox.y1 + 4) / max(ax.bbox.height, 1.0)) * 1.05)
+        raised = low + (high - low) * (1 + (top - ax.bbox.y1 + 4) / max(ax.bbox.height, 1.0)) * 1.05
+        if not math.isfinite(raised):
+            return  # a bar near the float limit (a bad row): its note may leave the axes
+        ax.set_ylim(low, raised)
 
 
 def save_figure(fig: plt.Figure, out_dir: Path, stem: str) -> dict[str, Path]:
