@@ -47,8 +47,7 @@ def marker_size(index: int) -> float:
 
 
 def staggered(index: int, count: int, points: int, marks: int = 12) -> tuple[int, int]:
-    """``markevery`` for a long curve: about ``marks`` markers, each of ``count`` curves starting at
-    its own offset, so curves that coincide show their markers side by side."""
+    """``markevery`` for a long curve: about ``marks`` markers, each curve at its own offset."""
     step = max(1, points // marks)
     return (index * step // max(count, 1), step)
 
@@ -102,10 +101,7 @@ def perplexity_axis(ax) -> None:
 
 
 def _mark_failed(ax, xs, label: str, color) -> None:
-    """An 'x' at the top edge of the axes for each grid point that ran out of memory or failed.
-
-    y is in axes coordinates (1.0 = top) so the mark stays visible whatever the data range.
-    """
+    """An 'x' at the top edge (axes coordinates: visible whatever the data range) per failed point."""
     if not xs:
         return
     top = blended_transform_factory(ax.transData, ax.transAxes)
@@ -160,9 +156,8 @@ def plot_rows(ax, table: Table, methods: dict | None = None) -> str:
 
 
 def _ratio_error(cell) -> tuple[float, float]:
-    """Error bar (below, above) of a cell from the 95% interval of its ratio to the baseline,
-    mapped onto its value (value x bound / ratio): how far the method's line may sit relative
-    to the baseline's, the quantity interleaved rounds measure well. (0, 0) without an interval."""
+    """Error bar (below, above) of a cell: its ratio's 95% interval mapped onto its value
+    (value x bound / ratio); (0, 0) without an interval."""
     if cell.ratio_interval is None or not cell.ratio or cell.value is None:
         return 0.0, 0.0
     lo, hi = cell.ratio_interval
