@@ -20,6 +20,7 @@ from posbench.report.render import capped, csv_cell, to_csv, to_latex, to_markdo
 from posbench.report.rows import Runs, load_runs
 from posbench.store.bounds import RowsError
 from posbench.report.sections import Block, Section, collect_sections, collect_tables
+from posbench.report.superseded import superseded
 from posbench.report.table import Table
 
 __all__ = ["build_report", "load_runs", "collect_tables", "collect_sections", "rows_csv", "Block", "Section"]
@@ -112,6 +113,9 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
     title = f"posbench report: {', '.join(sorted(set(rows['suite'].dropna())))}"
     md = [f"# {md_text(title)}", "", UNITS_NOTE, ""]
     md += _machines_markdown(runs)
+    replaced = superseded(rows, [b.table for s in sections for b in s.blocks])
+    if replaced:  # rows no table shows: said, never silently dropped
+        md += ["## Superseded rows", ""] + [f"- {md_text(s.line())}" for s in replaced] + [""]
     drawn: dict[int, list[Drawn]] = {}  # id(block) -> its charts, for the HTML report
     for section in sections:
         if not section.blocks:
@@ -138,7 +142,7 @@ def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Pa
     path = out / "rows.csv"
     rows_csv(rows).to_csv(path, index=False)
     note(path)
-    note(write_html(out / "report.html", title, sections, drawn, rows, envs, note=UNITS_NOTE))
+    note(write_html(out / "report.html", title, sections, drawn, rows, envs, note=UNITS_NOTE, superseded=replaced))
     return written
 
 

@@ -1,19 +1,21 @@
 """Charts drawn from report tables with matplotlib (Agg backend).
 
-Each function returns its ``Figure`` (``save_figure`` writes PNG and SVG); lines carry a ``gid``
-(``method:<name>``, ``failed:<name>``) for tests; the values plotted are the table cells'. Every
-method has its own colour, marker and line style; error bars wherever rows hold a spread; memory
-in GiB from zero, perplexity on a log axis (docs/reports.md).
+Speed, time and memory as grouped bars from zero, each annotated with its ratio to the baseline;
+other metrics (perplexity: log axis) as lines. Artists carry a ``gid`` (``method:<name>``,
+``failed:<name>``, ``errorbar:<name>``) for tests; values are the table cells' (docs/reports.md).
 """
 from __future__ import annotations
 
+import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: CI runners and GPU boxes have no display
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogFormatter  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+from matplotlib.ticker import Formatter, LogFormatter  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
 from posbench.report import numbers as fmt  # noqa: E402
@@ -45,16 +47,32 @@ def marker_size(index: int) -> float:
 
 
 def staggered(index: int, count: int, points: int, marks: int = 12) -> tuple[int, int]:
-    """``markevery`` for a long curve: about ``marks`` markers, each of ``count`` curves starting at
-    its own offset, so curves that coincide show their markers side by side."""
+    """``markevery`` for a long curve: about ``marks`` markers, each curve at its own offset."""
     step = max(1, points // marks)
     return (index * step // max(count, 1), step)
 
 
+# Metrics drawn as bars from zero: a paper's speed and memory figures (ALiBi, Figure 1).
+BAR_UNITS = {"words/s", "tokens/s", "bytes", "ms", "s", "TFLOP/s", "FLOP", "J", "J/token"}
+HATCHES = ["", "//", "..", "xx", "\\\\", "++", "oo", "--", "||", "**"]
+
+
 def caption(fig, hardware: str, commit: str, note: str = "") -> None:
     # The device and commit travel with the picture: charts get pasted without their report.
+    # Wrapped to the figure's width (about 150 characters of 7 pt per 6.4 in), never cut.
     text = f"{hardware} · commit {commit}" + (f" · {note}" if note else "")
-    fig.text(0.01, 0.01, text, fontsize=7, color="0.35", ha="left", va="bottom")
+    width = int(fig.get_figwidth() * 19)
+    fig.text(0.01, 0.01, "\n".join(textwrap.wrap(text, width)), fontsize=7, color="0.35", ha="left", va="bottom",
+             gid="caption")
+
+
+def fit(fig) -> None:
+    """Lay out ``fig`` so titles, labels and the caption lie inside it: tight layout above the
+    caption's height. Call last, after every artist is added."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    foot = max([t.get_window_extent(renderer).y1 for t in fig.texts if t.get_gid() == "caption"] + [0.0])
+    fig.tight_layout(rect=(0, min(foot / fig.bbox.height + 0.01, 0.4), 1, 1))
 
 
 def new_figure():
@@ -83,10 +101,7 @@ def perplexity_axis(ax) -> None:
 
 
 def _mark_failed(ax, xs, label: str, color) -> None:
-    """An 'x' at the top edge of the axes for each grid point that ran out of memory or failed.
-
-    y is in axes coordinates (1.0 = top) so the mark stays visible whatever the data range.
-    """
+    """An 'x' at the top edge (axes coordinates: visible whatever the data range) per failed point."""
     if not xs:
         return
     top = blended_transform_factory(ax.transData, ax.transAxes)
@@ -141,9 +156,8 @@ def plot_rows(ax, table: Table, methods: dict | None = None) -> str:
 
 
 def _ratio_error(cell) -> tuple[float, float]:
-    """Error bar (below, above) of a cell from the 95% interval of its ratio to the baseline,
-    mapped onto its value (value x bound / ratio): how far the method's line may sit relative
-    to the baseline's, the quantity interleaved rounds measure well. (0, 0) without an interval."""
+    """Error bar (below, above) of a cell: its ratio's 95% interval mapped onto its value
+    (value x bound / ratio); (0, 0) without an interval."""
     if cell.ratio_interval is None or not cell.ratio or cell.value is None:
         return 0.0, 0.0
     lo, hi = cell.ratio_interval
@@ -169,12 +183,46 @@ def numeric_columns(table: Table) -> bool:
     return bool(table.columns) and all(isinstance(c, (int, float)) for c in table.columns)
 
 
-def metric_chart(table: Table) -> plt.Figure:
-    """A metric (words/s, memory, ms) against sequence length, one line per method.
+class UniqueFormatter(Formatter):
+    """Ticks in ``label``'s format, with more significant digits where two would read alike
+    (``12.7k`` twice on a zoomed axis, ``0.00`` for every tick of a tiny difference)."""
 
-    Lengths are usually powers of two, so the x axis is log base 2. Memory is plotted in GiB from
-    zero; a perplexity on a log axis (``perplexity_axis``).
-    """
+    def __init__(self, label):
+        self.label = label
+
+    def __call__(self, value, pos=None):
+        return self.label(value)
+
+    def format_ticks(self, values):
+        labels = [self.label(v) for v in values]
+        for digits in range(3, 10):
+            if len(set(labels)) == len(labels):
+                break
+            labels = [_minus_zero(f"{v:.{digits}g}") for v in values]
+        return labels
+
+
+def _minus_zero(text: str) -> str:
+    return "0" if text in ("-0", "−0") else text
+
+
+def table_formatter(table: Table) -> Formatter:
+    """The y ticks of a table's chart: GiB numbers for memory, else the metric's own format."""
+    if table.fmt == "bytes":
+        return UniqueFormatter(lambda v: _minus_zero(f"{v:g}"))
+    return UniqueFormatter(lambda v: _minus_zero(fmt.number(v, table.fmt)))
+
+
+def is_bar(table: Table) -> bool:
+    """Speed, time and memory: bars from zero (their size is what a reader compares)."""
+    return table.unit in BAR_UNITS
+
+
+def metric_chart(table: Table) -> plt.Figure:
+    """A metric against the table's column (sequence length): grouped bars for speed, time and
+    memory (``bar_chart``); else one line per method, log-2 x, perplexity on a log y."""
+    if is_bar(table):
+        return bar_chart(table)
     fig, ax = new_figure()
     kind = plot_rows(ax, table)
     if numeric_columns(table) and min(table.columns) > 0:
@@ -185,18 +233,130 @@ def metric_chart(table: Table) -> plt.Figure:
         top = max([y for line in ax.get_lines() if (line.get_gid() or "").startswith("method:")
                    for y in line.get_ydata()] + [0.0])
         ax.set_ylim(0, top * 1.1 or 1.0)  # from zero, with the tallest point clear of the frame
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))  # GiB, as the axis label says
+        ax.yaxis.set_major_formatter(table_formatter(table))  # GiB, as the axis label says
     elif is_perplexity(table):
         perplexity_axis(ax)
     else:  # the axis reads like the table: the metric's declared format (25.8k)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt.number(v, table.fmt)))
+        ax.yaxis.set_major_formatter(table_formatter(table))
     ax.set_xlabel(f"{table.column_header} (tokens)" if table.column_header == "seq_len" else table.column_header)
     ax.set_ylabel(label)
-    ax.set_title(table.title, fontsize=10)
+    ax.set_title(table.title, fontsize=10, wrap=True)
     ax.grid(True, alpha=0.3, which="both" if is_perplexity(table) else "major")
     ax.legend(fontsize=8)
     caption(fig, table.hardware, table.commit, bar_note(kind, table))
+    fit(fig)
     return fig
+
+
+def bar_label(cell) -> str:
+    """A bar's note: its ratio to the baseline, with the interval where the table has one."""
+    if cell.ratio is None:
+        return ""
+    if cell.ratio_interval is None:
+        return f"{cell.ratio:.2f}x"
+    lo, hi = cell.ratio_interval
+    return f"{cell.ratio:.2f}x [{lo:.2f}, {hi:.2f}]"
+
+
+def bar_chart(table: Table) -> plt.Figure:
+    """Grouped bars from zero: one group per column (length), one bar per method (its own colour
+    and hatch), each bar annotated with its ratio to the baseline (and interval); failed cells an
+    'x' on the axis, an unavailable method a legend entry only."""
+    scale = _scale(table)
+    fig, ax = new_figure()
+    cells = [table.cell(row, col) for row in table.rows for col in table.columns]
+    kind = ("ratio" if any(c.ratio_interval is not None for c in cells)
+            else "spread" if any(c.spread is not None and c.spread[1] > c.spread[0] for c in cells) else "")
+    width = 0.8 / max(len(table.rows), 1)
+    handles, labels, notes, failed_any = [], [], [], False
+    for index, row in enumerate(table.rows):
+        color, hatch = COLORS[index % len(COLORS)], HATCHES[index % len(HATCHES)]
+        xs, ys, err, failed, statuses = [], [], ([], []), [], set()
+        for group, col in enumerate(table.columns):
+            cell = table.cell(row, col)
+            statuses.add(cell.status)
+            x = group - 0.4 + width * (index + 0.5)
+            if cell.value is not None:
+                xs.append(x)
+                ys.append(cell.value / scale)
+                lo, hi = _ratio_error(cell) if kind == "ratio" else _spread_error(cell)
+                err[0].append(lo / scale)
+                err[1].append(hi / scale)
+                notes.append((x, cell.value / scale + hi / scale, bar_label(cell)))
+            elif cell.status not in ("ok", "missing", "unavailable"):
+                failed.append(x)
+        bars = ax.bar(xs, ys, width=width * 0.9, color=color, hatch=hatch, edgecolor="0.2", linewidth=0.6)
+        for patch in bars.patches:
+            patch.set_gid(f"method:{row}")
+        if any(err[0]) or any(err[1]):
+            lines = ax.errorbar(xs, ys, yerr=list(err), fmt="none", ecolor="0.15", capsize=2, elinewidth=0.9)
+            for segments in lines.lines[2]:
+                segments.set_gid(f"errorbar:{row}")
+        if failed:
+            failed_any = True
+            (marks,) = ax.plot(failed, [0.0] * len(failed), linestyle="none", marker="x", markersize=9,
+                               markeredgewidth=2, color=color, clip_on=False, label=f"_failed {row}")
+            marks.set_gid(f"failed:{row}")
+        label = row
+        if not xs and statuses == {"unavailable"} and not row.endswith(UNAVAILABLE):
+            label = row + UNAVAILABLE
+        handles.append(Rectangle((0, 0), 1, 1, facecolor=color, hatch=hatch, edgecolor="0.2", linewidth=0.6))
+        labels.append(label)
+    if failed_any:
+        (proxy,) = ax.plot([], [], linestyle="none", marker="x", color="0.3", label="x: OOM / failed")
+        proxy.set_gid("legend:failed")
+        handles.append(proxy)
+        labels.append("x: OOM / failed")
+    for x, top, text in notes:
+        if text:
+            ax.annotate(text, (x, top), xytext=(0, 2), textcoords="offset points", rotation=90, ha="center",
+                        va="bottom", fontsize=6, gid="ratio")
+    ax.set_xticks(range(len(table.columns)), [str(c) for c in table.columns])
+    ax.set_xlim(-0.5, len(table.columns) - 0.5)
+    tops = [y for y in ys_all(ax) if math.isfinite(y)]
+    high, low = max(tops + [0.0]), min(tops + [0.0])  # from zero; a negative value (a bad row) below it
+    ax.set_ylim(low * 1.1 if math.isfinite(low * 1.1) else low,
+                (high * 1.1 if math.isfinite(high * 1.1) else high) or 1.0)
+    ax.yaxis.set_major_formatter(table_formatter(table))  # memory in GiB, as the axis label says
+    ax.set_xlabel(f"{table.column_header} (tokens)" if table.column_header == "seq_len" else table.column_header)
+    ax.set_ylabel(table.title.split(",")[0])
+    ax.set_title(table.title, fontsize=10, wrap=True)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    note = bar_note(kind, table)
+    if notes and any(text for *_, text in notes):
+        note = f"above each bar: ratio to {table.baseline}" + (" [95% interval]" if kind == "ratio" else "") + (
+            f"; {note}" if note else "")
+    caption(fig, table.hardware, table.commit, note)
+    fit(fig)
+    _headroom(fig, ax)
+    return fig
+
+
+def ys_all(ax) -> list[float]:
+    """Tops of the bars and error bars of ``ax`` (data units)."""
+    tops = [p.get_height() for p in ax.patches if (p.get_gid() or "").startswith("method:")]
+    for c in ax.collections:
+        if (c.get_gid() or "").startswith("errorbar:"):
+            tops += [float(seg[:, 1].max()) for seg in c.get_segments()]
+    return tops
+
+
+def _headroom(fig, ax) -> None:
+    """Raise the y limit until every bar's note lies inside the axes (notes keep their size in points)."""
+    renderer = fig.canvas.get_renderer()
+    for _ in range(4):
+        fig.canvas.draw()
+        top = max([a.get_window_extent(renderer).y1 for a in ax.texts] + [0.0])
+        if top <= ax.bbox.y1 - 2:
+            return
+        low, high = ax.get_ylim()
+        # the notes' pixel height is fixed: grow the range by the share of the axes they overflow
+        raised = low + (high - low) * (1 + (top - ax.bbox.y1 + 4) / max(ax.bbox.height, 1.0)) * 1.05
+        if not math.isfinite(raised):
+            return  # a bar near the float limit (a bad row): its note may leave the axes
+        ax.set_ylim(low, raised)
 
 
 def save_figure(fig: plt.Figure, out_dir: Path, stem: str) -> dict[str, Path]:

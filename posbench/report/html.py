@@ -71,14 +71,18 @@ def _appendix(rows: pd.DataFrame) -> str:
 
 
 def write_html(path: Path, title: str, sections: list, drawn: dict, rows: pd.DataFrame,
-               envs: dict[str, dict], note: str = "") -> Path:
+               envs: dict[str, dict], note: str = "", superseded: list = ()) -> Path:
     """Write ``report.html``: each section's tables, every table followed by its charts (``drawn``:
     ``id(block)`` -> charts written, embedded as base64), then the run details, environments and
     every stored row."""
     esc = html_text
     body = [f"<h1>{esc(title)}</h1>",
-            f"<p>{len(rows)} stored rows from {len(envs)} run folder(s). Hover a cell for its case "
+            f"<p>{len(rows)} stored rows from {len(envs)} run folder(s)"
+            + (f", {sum(s.count for s in superseded)} of them superseded (below)" if superseded else "")
+            + ". Hover a cell for its case "
             "and run; click it to jump to the stored row in the appendix.</p>"]
+    if superseded:  # rows no table shows (a later run of the same case replaced them)
+        body.append('<ul class="superseded">' + "".join(f"<li>{esc(s.line())}</li>" for s in superseded) + "</ul>")
     if note:
         body.append(f"<p>{esc(note)}</p>")
     for section in sections:

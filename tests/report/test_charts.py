@@ -28,25 +28,43 @@ def frame(tmp_path):
     return load_runs(tmp_path)
 
 
+def _bars(ax) -> dict:
+    """{method: its bars, left to right} of a bar chart."""
+    out: dict = {}
+    for patch in ax.patches:
+        if (patch.get_gid() or "").startswith("method:"):
+            out.setdefault(patch.get_gid().split(":", 1)[1], []).append(patch)
+    return out
+
+
+def _group(x: float) -> int:
+    """The column (group) a bar or mark at ``x`` belongs to: groups sit at 0, 1, 2 ..."""
+    return round(x)
+
+
 def test_words_per_second_chart_plots_the_table(frame, tmp_path):
     table = next(t for t in metric_tables(frame, "efficiency") if t.metric == "train_wps")
     fig = charts.metric_chart(table)
     (ax,) = fig.axes
-    lines = _by_gid(ax, "method:")
-    assert list(lines) == EFF_METHODS
-    for method, line in lines.items():
+    bars = _bars(ax)
+    assert list(bars) == [m for m in EFF_METHODS if m != "alibi_triton"]  # unavailable: no bars
+    for method, patches in bars.items():
         expected = [(L, table.cell(method, L).value) for L in LENGTHS if table.cell(method, L).value is not None]
-        assert list(zip(line.get_xdata(), line.get_ydata())) == expected
-    assert len(lines["alibi_triton"].get_xdata()) == 0  # unavailable: no points, no OOM marks
-    assert list(_by_gid(ax, "failed:")) == ["t5_bias"]
-    assert list(_by_gid(ax, "failed:")["t5_bias"].get_xdata()) == [1024]
-    assert ax.get_xscale() == "log"
+        drawn = [(LENGTHS[_group(p.get_x() + p.get_width() / 2)], p.get_height()) for p in patches]
+        assert drawn == expected and all(p.get_y() == 0 for p in patches)  # bars from zero
+    assert list(_by_gid(ax, "failed:")) == ["t5_bias"]  # no OOM marks for the unavailable method
+    assert [LENGTHS[_group(x)] for x in _by_gid(ax, "failed:")["t5_bias"].get_xdata()] == [1024]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(L) for L in LENGTHS]
     assert ax.get_title() == "Training speed (words/s), efficiency"
     assert ax.get_xlabel() == "seq_len (tokens)" and "words/s" in ax.get_ylabel()
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "alibi_triton (unavailable)" in legend and "x: OOM / failed" in legend
     caption = " ".join(t.get_text() for t in fig.texts)
     assert "Test CPU 9000" in caption and "abc1234def" in caption
+    assert "ratio to sinusoidal" in caption.replace("\n", " ")
+    # each bar says its ratio to the baseline
+    notes = [t.get_text() for t in ax.texts]
+    assert notes.count("1.00x") == 3 and f"{table.cell('alibi', 256).ratio:.2f}x" in notes
 
     paths = charts.save_figure(fig, tmp_path / "charts", "train")
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -62,10 +80,10 @@ def test_memory_chart_is_in_gib_from_zero(frame):
     assert ax.get_ylabel() == "Peak training memory (GiB)" and "(GiB)" in ax.get_title()
     labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text() and t.get_position()[1] <= ax.get_ylim()[1]]
     top = max(c.value for c in table.cells.values() if c.value is not None) / GIB
-    assert ax.get_ylim()[1] == pytest.approx(1.1 * top)  # the tallest point clear of the frame
-    assert labels[0] == "0" and all(0 <= float(label) <= 1.1 * top for label in labels)  # GiB numbers
-    line = _by_gid(ax, "method:")["sinusoidal"]
-    assert list(line.get_ydata()) == [table.cell("sinusoidal", L).value / GIB for L in LENGTHS]
+    assert ax.get_ylim()[1] >= 1.1 * top  # the tallest bar (and its note) clear of the frame
+    assert labels[0] == "0" and all(0 <= float(label) <= ax.get_ylim()[1] for label in labels)  # GiB numbers
+    bars = _bars(ax)["sinusoidal"]
+    assert [p.get_height() for p in bars] == [table.cell("sinusoidal", L).value / GIB for L in LENGTHS]
     assert table.cell("sinusoidal", 1024).text.startswith(f"{table.cell('sinusoidal', 1024).value / GIB:.3f} GiB")
 
 
@@ -153,12 +171,14 @@ def test_line_styles_are_a_deterministic_cycle_by_method_order():
 
 
 def test_coinciding_memory_lines_all_show_in_the_chart(frame):
-    # The fixture's memory differs by a few bytes between methods: the lines lie on top of each other.
+    # The fixture's memory differs by a few bytes between methods: as bars side by side each shows.
     table = next(t for t in metric_tables(frame, "efficiency") if t.metric == "peak_mem_train_bytes")
-    lines = _by_gid(charts.metric_chart(table).axes[0], "method:")
-    drawn = {m: list(line.get_ydata()) for m, line in lines.items() if len(line.get_xdata())}
+    bars = _bars(charts.metric_chart(table).axes[0])
+    drawn = {m: [p.get_height() for p in patches] for m, patches in bars.items()}
     assert len(drawn) == 4 and drawn["rotary"] == pytest.approx(drawn["alibi"], rel=1e-6)
-    assert len({_style(lines[m]) for m in drawn}) == 4 and len({lines[m].get_markersize() for m in drawn}) == 4
+    firsts = [patches[0] for patches in bars.values()]
+    assert len({(to_rgba(p.get_facecolor()), p.get_hatch()) for p in firsts}) == 4  # colour and hatch apart
+    assert len({p.get_x() for p in firsts}) == 4  # side by side, none hidden behind another
 
 
 def test_error_bars_show_the_min_max_the_rows_hold(frame):

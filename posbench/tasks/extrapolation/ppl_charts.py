@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from posbench.report.charts import (bar_note, caption, line_style, new_figure, numeric_columns, perplexity_axis,
+from posbench.report.charts import (bar_note, caption, fit, line_style, new_figure, numeric_columns, perplexity_axis,
                                     plot_rows, staggered)
 from posbench.report.rows import Runs
 from posbench.report.sections import Block, ChartSource, Section
@@ -48,10 +48,11 @@ def ppl_chart(table: Table) -> Figure:
     perplexity_axis(ax)
     ax.set_xlabel("L_valid, evaluation length (tokens)")
     ax.set_ylabel("Perplexity (lower is better, log scale)")
-    ax.set_title(table.title, fontsize=9)
+    ax.set_title(table.title, fontsize=9, wrap=True)
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize=8)
     caption(fig, table.hardware, table.commit, bar_note(kind, table))
+    fit(fig)
     return fig
 
 
@@ -116,6 +117,7 @@ def _position_figures(suite, hardware, params, members, table: Table | None = No
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
         caption(fig, hardware, commit)
+        fit(fig)
         stem = f"{suite}-position-loss-L{l_train}-{mode}" + ("-interp" if interp else "") + f"-{length}-{hardware}"
         figures.append((slug(stem), fig))
     return figures
