@@ -26,9 +26,9 @@ class Superseded:
 def superseded(rows, tables: list[Table]) -> list[Superseded]:
     """The runs whose rows ``tables`` replaced (``rows``: the report's DataFrame). A row is replaced
     when no cell links it while a cell links another run's row of the same case; a table that
-    pools its runs (``extra["pooled"]``: counts summed over runs) replaces none of its cases."""
+    pools its runs (``Table.pooled``: counts summed over runs) replaces none of its cases."""
     shown = {(c.run_id, c.case_id) for t in tables for c in t.cells.values() if c.case_id}
-    pooled = {c.case_id for t in tables if t.extra.get("pooled") for c in t.cells.values() if c.case_id}
+    pooled = {c.case_id for t in tables if t.pooled for c in t.cells.values() if c.case_id}
     by_case: dict[str, set] = {}
     for run_id, case_id in shown:
         by_case.setdefault(case_id, set()).add(run_id)

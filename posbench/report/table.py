@@ -57,6 +57,7 @@ class Table:
     rest: dict = field(default_factory=dict)       # the other grid parameters the table's rows share
     higher_is_better: Optional[bool] = None        # the metric's direction (None: never compared)
     spread: str = ""                 # what the cells' spreads are (SPREAD_MIN_MAX, SPREAD_STD): charts name it
+    pooled: bool = False             # cells sum the counts of every run of a case: no run supersedes another
 
     def cell(self, row: str, column) -> Cell:
         return self.cells.get((row, column), Cell(text="—", status="missing"))

@@ -10,7 +10,7 @@ from posbench.report.build import collect_sections, load_runs
 from posbench.report.table import metric_tables
 from posbench.tasks.retrieval.accuracy_charts import heatmap_chart
 from tests.helpers.report_rows import (PRECISION_SUITE_METRICS, base_row, efficiency_rows, extrapolation_rows,
-                                       precision_rows, retrieval_rows, write_run)
+                                       lengthgen_rows, precision_rows, retrieval_rows, write_run)
 
 SLACK = 1.0  # pixels
 
@@ -38,18 +38,6 @@ def kernels_rows(run_id="run-k") -> list[dict]:
                               "fwdbwd_ms": 3 * factor * L / 1000, "fwd_tflops": 5.0 / factor,
                               "peak_mem_bytes": factor * L * L * 4}
             rows.append(row)
-    return rows
-
-
-def lengthgen_rows(run_id="run-l") -> list[dict]:
-    rows = []
-    for method in ("sinusoidal", "alibi"):
-        cells = [{"n": n, "correct": 10 if n <= 8 else (2 if method == "sinusoidal" else 7), "total": 10,
-                  "status": "ok"} for n in (4, 8, 12, 16)]
-        row = base_row("lengthgen", "lengthgen", method, {"L_train": 8, "task": "copy"}, run_id)
-        row["metrics"] = {"acc_at_train_len": 1.0, "acc_at_max_len": cells[-1]["correct"] / 10, "learned": 1}
-        row["series"] = {"cells": cells, "learned_threshold": 0.9}
-        rows.append(row)
     return rows
 
 

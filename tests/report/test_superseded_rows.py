@@ -3,7 +3,7 @@ and report.html, instead of dropping them silently; runs of different cases or p
 from __future__ import annotations
 
 from posbench.report.build import build_report
-from tests.helpers.report_rows import efficiency_rows, retrieval_rows, write_run
+from tests.helpers.report_rows import efficiency_rows, lengthgen_rows, retrieval_rows, write_run
 
 LINE = "run run-a's {n} rows superseded by run run-b (same case, newer)"
 
@@ -40,3 +40,5 @@ def test_runs_of_other_cases_and_pooled_counts_supersede_nothing(tmp_path):
     assert "superseded" not in md and "superseded" not in html.split("</style>")[1]
     md, _ = _report(tmp_path / "pooled", retrieval_rows("run-a"), retrieval_rows("run-b"))
     assert "superseded" not in md  # retrieval pools both runs' counts
+    md, _ = _report(tmp_path / "pooled-lengthgen", lengthgen_rows("run-a"), lengthgen_rows("run-b"))
+    assert "superseded" not in md  # lengthgen's accuracy tables pool both runs' counts too

@@ -69,7 +69,8 @@ def task_table(rows: list[dict], task: str) -> Table:
     out = Table(key=slug(f"lengthgen-{task}-accuracy-{hardware}"), title="", caption="", task="lengthgen",
                 metric=f"acc {task}", unit="fraction", column_header="n (input length)",
                 columns=lengths + [BEYOND, LEARNT], rows=[], hardware=hardware,
-                commit=short_commit(r.get("git_commit") for r in ok), higher_is_better=True)
+                commit=short_commit(r.get("git_commit") for r in ok), higher_is_better=True,
+                pooled=True)  # counts of every run of a case pooled: no run supersedes another
     verdicts = {}
     for (method, L), rs in groups.items():
         label = f"{method}, L_train={L}" if several else method

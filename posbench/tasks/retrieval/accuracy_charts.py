@@ -162,7 +162,7 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
     verdicts = comparability(_verdicts(table, several), learned_threshold(ok))
     out.title += verdicts.title_suffix()
     out.extra["learnt"], out.extra["not_learnt"] = verdicts.learnt, verdicts.not_learnt
-    out.extra["pooled"] = True  # counts of every run of a case pooled: no run supersedes another
+    out.pooled = True  # counts of every run of a case pooled: no run supersedes another
     out.caption = (f"Fraction of {probe} answers exactly right, counts pooled over depths, seeds and runs, with "
                    f"its Wilson 95% interval; effective length: the longest L_valid with accuracy >= {threshold:g} "
                    f"there and at every shorter L_valid, given only for a model that learnt the task at L_train "
