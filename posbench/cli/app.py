@@ -32,6 +32,13 @@ from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+# A run whose rows and tables were written but where a case ended error/timeout/oom/diverged
+# (``unavailable`` is a verdict about this machine, not a failure): CI must not go green on it.
+EXIT_CASES_FAILED = 3
+FAILED_STATUSES = ("error", "timeout", "oom", "diverged")
+EXIT_CODES = ("exit status: 0 every case ran (or is unavailable here), 1 an internal error, 2 bad input, "
+              "3 a case ended error/timeout/oom/diverged (rows and tables still written; --allow-failures "
+              "gives 0), 130/143 interrupted (Ctrl-C/SIGTERM)")
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods-dir", action="append", default=[], metavar="DIR",
@@ -59,6 +66,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="run shard I of N: case k of the suite's full case list when k %% N == I; shards share "
                         "the run id, so their folders merge in 'bench.py report'")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--allow-failures", action="store_true",
+                   help=f"exit 0 even when a case ended {'/'.join(FAILED_STATUSES)} (default: exit {EXIT_CASES_FAILED})")
     add_sweep_arguments(p)
     p.add_argument("--log", choices=["wandb", "none"],
                    help="training curves: TensorBoard event files are written whenever tensorboard is installed; "
@@ -193,6 +202,7 @@ def cmd_run(args) -> int:
         if args.fresh:  # a new folder (named when the run starts): nothing of an old one counts
             run_dir = None
         todo, done = plan(suite, device, run_dir, args.retry_failed, methods, args.methods_dir, run_id, shard)
+        check_corpora([case.settings.get("corpus") for case in todo])
         shown = f"{run_id}-<date>-<time> (new, --fresh)" if args.fresh else run_id
         print(f"suite {suite.name} ({suite.task}), profile {suite.profile}, device {device}, run {shown}")
         print(f"settings: {json.dumps(suite.settings.model_dump())}")
@@ -239,7 +249,35 @@ def cmd_run(args) -> int:
     print(f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl")
     if result.rows and suite.metrics:
         print_tables(result.run_dir, result.run_id, {r["case_id"] for r in result.rows}, suite, device)
-    return 0
+    return failed_exit(result.rows, args.allow_failures)
+
+
+def failed_exit(rows: list[dict], allow_failures: bool) -> int:
+    """0, or ``EXIT_CASES_FAILED`` with one line on stderr naming how many cases failed and how."""
+    failed = [r for r in rows if r.get("status") in FAILED_STATUSES]
+    if not failed:
+        return 0
+    counts = ", ".join(f"{sum(r['status'] == s for r in failed)} {s}" for s in FAILED_STATUSES
+                       if any(r["status"] == s for r in failed))
+    if allow_failures:
+        print(f"note: {len(failed)} case(s) failed ({counts}); exit 0 (--allow-failures)", file=sys.stderr)
+        return 0
+    print(f"{len(failed)} case(s) failed ({counts}); exit status {EXIT_CASES_FAILED} "
+          "(--allow-failures gives 0; --retry-failed re-runs error and timeout)", file=sys.stderr)
+    return EXIT_CASES_FAILED
+
+
+def check_corpora(corpora) -> None:
+    """Each corpus setting (a dict, or None for a task that reads none) names files that exist: a
+    DataError (one line, exit 2) before anything runs, nothing read or tokenized."""
+    from posbench.data.sources import check_source
+
+    seen = set()
+    for c in corpora:
+        key = json.dumps(c, sort_keys=True)
+        if isinstance(c, dict) and key not in seen:
+            seen.add(key)
+            check_source(c.get("kind", "synthetic"), path=c.get("path"), splits=c.get("splits"))
 
 
 def _on_sigterm() -> Callable[[], None]:
@@ -262,6 +300,11 @@ def cmd_validate(args) -> int:
     _load_methods_dirs(args)
     loaded = suitemod.load(args.suite)
     f = loaded.file
+    if args.data is not None:  # as run's --data: the corpus of every profile, in DIR
+        for profile in [suitemod.DEFAULT_PROFILE] + [p for p in f.profiles if p != suitemod.DEFAULT_PROFILE]:
+            args.set, args.device, args.profile = [], "cpu", profile
+            suite, _ = _resolve(args)
+            check_corpora([suite.settings.model_dump().get("corpus")])
     profiles = ", ".join(f.profiles) or "none"
     print(f"ok: {suitemod.display_path(loaded.path)}: task {f.task}, {len(f.methods)} methods, profiles: {profiles}")
     setup = [line for block in [f.launcher] + [p.launcher or {} for p in f.profiles.values()]
@@ -288,6 +331,8 @@ def _add_check(p):
 
 def _add_validate(p):
     p.add_argument("suite", help="suite name or path")
+    p.add_argument("--data", metavar="DIR", help="also check that DIR holds the corpus the suite reads under "
+                   "each profile (as run's --data; exit 2 when it does not)")
     _common(p)
 
 
@@ -301,9 +346,10 @@ def _add_list(p):
 # name -> (help, add_arguments, handler, examples); in examples, {suite} is ``example_suite()``
 # and {run_examples} is ``run_examples`` of it.
 COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
-    "run": ("run a suite (the default subcommand)", add_run_arguments, cmd_run, "{run_examples}"),
+    "run": ("run a suite (the default subcommand)", add_run_arguments, cmd_run, "{run_examples}" + EXIT_CODES + "\n"),
     "validate": ("check a suite file without running it", _add_validate, cmd_validate,
-                 "examples:\n  python bench.py validate {suite}\n  python bench.py validate suites/mine.yaml\n"),
+                 "examples:\n  python bench.py validate {suite}\n  python bench.py validate suites/mine.yaml\n"
+                 "  python bench.py validate {corpus_suite} --data ~/data\n"),
     "schema": ("print the JSON Schema of suite files", lambda p: None, cmd_schema,
                "examples:\n  python bench.py schema > suite.schema.json\n"),
     "list": ("list methods (with availability) and suites", _add_list, cmd_list,
@@ -329,6 +375,7 @@ def parser() -> argparse.ArgumentParser:
     for name, (help_, add, handler, examples) in COMMANDS.items():
         # No abbreviations: `validate --methods rotray` must not be read as --methods-dir.
         epilog = examples.replace("{run_examples}", run_examples(suite)).replace("{suite}", suite)
+        epilog = epilog.replace("{corpus_suite}", corpus_suite()) if "{corpus_suite}" in epilog else epilog
         sp = sub.add_parser(name, help=help_, description=help_, epilog=epilog,
                             formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         add(sp)
