@@ -110,7 +110,17 @@ def _resolve(args):
     profile = args.profile or suitemod.PROFILE_FOR_DEVICE[device]
     if args.profile is None and profile not in loaded.file.profiles:
         profile = suitemod.DEFAULT_PROFILE
-    return suitemod.resolve(loaded, profile, suitemod.parse_set(args.set)), device
+    suite = suitemod.resolve(loaded, profile, suitemod.parse_set(args.set))
+    warn_short_budget(suite.settings)
+    return suite, device
+
+
+def warn_short_budget(settings) -> None:
+    """One line when ``steps`` ends before the warm-up does: the learning rate would never peak."""
+    steps, warmup = getattr(settings, "steps", None), getattr(settings, "warmup_steps", None)
+    if isinstance(steps, int) and isinstance(warmup, int) and steps < warmup:
+        print(f"warning: steps {steps} is below warmup_steps {warmup}: the learning rate never reaches lr; "
+              f"set warmup_steps below {steps} (--set warmup_steps=N)", file=sys.stderr)
 
 
 def check_run_flags(args) -> list[str] | None:
@@ -367,10 +377,11 @@ COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
 def parser() -> argparse.ArgumentParser:
     suite = example_suite()
     p = argparse.ArgumentParser(
-        prog="bench.py", description="posbench: what a position method costs and how well it extrapolates.",
+        prog=prog_name(), description="posbench: what a position method costs and how well it extrapolates.",
         epilog=f"with no subcommand, 'run' is assumed:\n  python bench.py --suite {suite}",
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("--debug", action="store_true", help="on an error, also print its traceback (any position)")
+    p.add_argument("--version", action="version", version=f"posbench {_version()}")
     sub = p.add_subparsers(dest="command", metavar="{" + ",".join(ALL_COMMANDS) + "}")
     for name, (help_, add, handler, examples) in COMMANDS.items():
         # No abbreviations: `validate --methods rotray` must not be read as --methods-dir.
@@ -428,10 +439,21 @@ def error_line(exc: BaseException) -> str:
     return f"{getattr(exc, 'kind', None) or type(exc).__name__}: {text}".rstrip(": ")
 
 
+def prog_name() -> str:
+    """What usage lines call the program: ``posbench`` when run as the installed command, else ``bench.py``."""
+    return "posbench" if Path(sys.argv[0]).name == "posbench" else "bench.py"
+
+
+def _version() -> str:
+    from posbench import __version__
+
+    return __version__
+
+
 def not_a_command(word: str) -> str:
     """The line for ``bench.py frobnicate``: not a command, and which ones are."""
     shown = str(word.encode("utf-8", "backslashreplace"), "utf-8")
-    return (f"bench.py: {shown!r} is not a command; commands: {', '.join(ALL_COMMANDS)} (with no command, 'run' is "
+    return (f"{prog_name()}: {shown!r} is not a command; commands: {', '.join(ALL_COMMANDS)} (with no command, 'run' is "
             "assumed: python bench.py --suite NAME)")
 
 
@@ -445,13 +467,22 @@ def main(argv: list[str] | None = None) -> int:
     if argv and not argv[0].startswith("-") and argv[0] not in ALL_COMMANDS:
         print(not_a_command(argv[0]), file=sys.stderr)
         return EXIT_USAGE
-    if not argv or (argv[0] not in ALL_COMMANDS and argv[0] not in ("-h", "--help")):
+    if not argv or (argv[0] not in ALL_COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run"] + argv
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(argv)
+    except BrokenPipeError:  # `--help | head -1`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     args.argv = argv[1:] if argv[:1] == ["run"] else argv  # what a launched sweep records to resubmit
     restore = _on_sigterm()  # SIGTERM ends any command as Ctrl-C does, with status 143
     try:
-        return args.handler(args)
+        code = args.handler(args)
+        sys.stdout.flush()  # a closed pipe (`schema | head -1`) shows here, not at exit
+        return code
+    except BrokenPipeError:  # the reader stopped reading: what it read is all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) outside a run's own handling: one line
         from posbench.run.runner import Terminated
 
