@@ -67,6 +67,7 @@ grid:
 settings:
   model: tiny
   steps: 5
+  warmup_steps: 0
   corpus: {corpus}
 """
 
