@@ -24,6 +24,8 @@ from posbench.core.files import WriteError
 from posbench.cli import verify_cmds
 from posbench.cli.method_cmds import CHECK_TIMEOUT_S, cmd_check, cmd_list, method_listing, positive_seconds
 from posbench.cli.run_output import MESSAGE_SHOWN, case_line, print_tables, short_message  # noqa: F401 (bench.py's API)
+from posbench.cli.run_output import (EXIT_CASES_FAILED, EXIT_CODES, FAILED_STATUSES, check_corpora,  # noqa: F401
+                                     failed_exit, warn_short_budget)
 from posbench.cli.help_text import corpus_suite, corpus_tasks, example_suite, run_examples
 from posbench.cli.sweep_cmds import (add_status_arguments, add_sweep_arguments, cmd_status,
                                     launch_sweep, pool_options)
@@ -32,13 +34,6 @@ from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
-# A run whose rows and tables were written but where a case ended error/timeout/oom/diverged
-# (``unavailable`` is a verdict about this machine, not a failure): CI must not go green on it.
-EXIT_CASES_FAILED = 3
-FAILED_STATUSES = ("error", "timeout", "oom", "diverged")
-EXIT_CODES = ("exit status: 0 every case ran (or is unavailable here), 1 an internal error, 2 bad input, "
-              "3 a case ended error/timeout/oom/diverged (rows and tables still written; --allow-failures "
-              "gives 0), 130/143 interrupted (Ctrl-C/SIGTERM)")
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods-dir", action="append", default=[], metavar="DIR",
@@ -113,14 +108,6 @@ def _resolve(args):
     suite = suitemod.resolve(loaded, profile, suitemod.parse_set(args.set))
     warn_short_budget(suite.settings)
     return suite, device
-
-
-def warn_short_budget(settings) -> None:
-    """One line when ``steps`` ends before the warm-up does: the learning rate would never peak."""
-    steps, warmup = getattr(settings, "steps", None), getattr(settings, "warmup_steps", None)
-    if isinstance(steps, int) and isinstance(warmup, int) and steps < warmup:
-        print(f"warning: steps {steps} is below warmup_steps {warmup}: the learning rate never reaches lr; "
-              f"set warmup_steps below {steps} (--set warmup_steps=N)", file=sys.stderr)
 
 
 def check_run_flags(args) -> list[str] | None:
@@ -260,34 +247,6 @@ def cmd_run(args) -> int:
     if result.rows and suite.metrics:
         print_tables(result.run_dir, result.run_id, {r["case_id"] for r in result.rows}, suite, device)
     return failed_exit(result.rows, args.allow_failures)
-
-
-def failed_exit(rows: list[dict], allow_failures: bool) -> int:
-    """0, or ``EXIT_CASES_FAILED`` with one line on stderr naming how many cases failed and how."""
-    failed = [r for r in rows if r.get("status") in FAILED_STATUSES]
-    if not failed:
-        return 0
-    counts = ", ".join(f"{sum(r['status'] == s for r in failed)} {s}" for s in FAILED_STATUSES
-                       if any(r["status"] == s for r in failed))
-    if allow_failures:
-        print(f"note: {len(failed)} case(s) failed ({counts}); exit 0 (--allow-failures)", file=sys.stderr)
-        return 0
-    print(f"{len(failed)} case(s) failed ({counts}); exit status {EXIT_CASES_FAILED} "
-          "(--allow-failures gives 0; --retry-failed re-runs error and timeout)", file=sys.stderr)
-    return EXIT_CASES_FAILED
-
-
-def check_corpora(corpora) -> None:
-    """Each corpus setting (a dict, or None for a task that reads none) names files that exist: a
-    DataError (one line, exit 2) before anything runs, nothing read or tokenized."""
-    from posbench.data.sources import check_source
-
-    seen = set()
-    for c in corpora:
-        key = json.dumps(c, sort_keys=True)
-        if isinstance(c, dict) and key not in seen:
-            seen.add(key)
-            check_source(c.get("kind", "synthetic"), path=c.get("path"), splits=c.get("splits"))
 
 
 def _on_sigterm() -> Callable[[], None]:
