@@ -24,6 +24,8 @@ from posbench.core.files import WriteError
 from posbench.cli import verify_cmds
 from posbench.cli.method_cmds import CHECK_TIMEOUT_S, cmd_check, cmd_list, method_listing, positive_seconds
 from posbench.cli.run_output import MESSAGE_SHOWN, case_line, print_tables, short_message  # noqa: F401 (bench.py's API)
+from posbench.cli.run_output import (EXIT_CASES_FAILED, EXIT_CODES, FAILED_STATUSES, check_corpora,  # noqa: F401
+                                     failed_exit, warn_short_budget)
 from posbench.cli.help_text import corpus_suite, corpus_tasks, example_suite, run_examples
 from posbench.cli.sweep_cmds import (add_status_arguments, add_sweep_arguments, cmd_status,
                                     launch_sweep, pool_options)
@@ -59,6 +61,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="run shard I of N: case k of the suite's full case list when k %% N == I; shards share "
                         "the run id, so their folders merge in 'bench.py report'")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--allow-failures", action="store_true",
+                   help=f"exit 0 even when a case ended {'/'.join(FAILED_STATUSES)} (default: exit {EXIT_CASES_FAILED})")
     add_sweep_arguments(p)
     p.add_argument("--log", choices=["wandb", "none"],
                    help="training curves: TensorBoard event files are written whenever tensorboard is installed; "
@@ -101,7 +105,9 @@ def _resolve(args):
     profile = args.profile or suitemod.PROFILE_FOR_DEVICE[device]
     if args.profile is None and profile not in loaded.file.profiles:
         profile = suitemod.DEFAULT_PROFILE
-    return suitemod.resolve(loaded, profile, suitemod.parse_set(args.set)), device
+    suite = suitemod.resolve(loaded, profile, suitemod.parse_set(args.set))
+    warn_short_budget(suite.settings)
+    return suite, device
 
 
 def check_run_flags(args) -> list[str] | None:
@@ -193,6 +199,7 @@ def cmd_run(args) -> int:
         if args.fresh:  # a new folder (named when the run starts): nothing of an old one counts
             run_dir = None
         todo, done = plan(suite, device, run_dir, args.retry_failed, methods, args.methods_dir, run_id, shard)
+        check_corpora([case.settings.get("corpus") for case in todo])
         shown = f"{run_id}-<date>-<time> (new, --fresh)" if args.fresh else run_id
         print(f"suite {suite.name} ({suite.task}), profile {suite.profile}, device {device}, run {shown}")
         print(f"settings: {json.dumps(suite.settings.model_dump())}")
@@ -239,7 +246,7 @@ def cmd_run(args) -> int:
     print(f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl")
     if result.rows and suite.metrics:
         print_tables(result.run_dir, result.run_id, {r["case_id"] for r in result.rows}, suite, device)
-    return 0
+    return failed_exit(result.rows, args.allow_failures)
 
 
 def _on_sigterm() -> Callable[[], None]:
@@ -262,6 +269,11 @@ def cmd_validate(args) -> int:
     _load_methods_dirs(args)
     loaded = suitemod.load(args.suite)
     f = loaded.file
+    if args.data is not None:  # as run's --data: the corpus of every profile, in DIR
+        for profile in [suitemod.DEFAULT_PROFILE] + [p for p in f.profiles if p != suitemod.DEFAULT_PROFILE]:
+            args.set, args.device, args.profile = [], "cpu", profile
+            suite, _ = _resolve(args)
+            check_corpora([suite.settings.model_dump().get("corpus")])
     profiles = ", ".join(f.profiles) or "none"
     print(f"ok: {suitemod.display_path(loaded.path)}: task {f.task}, {len(f.methods)} methods, profiles: {profiles}")
     setup = [line for block in [f.launcher] + [p.launcher or {} for p in f.profiles.values()]
@@ -288,6 +300,8 @@ def _add_check(p):
 
 def _add_validate(p):
     p.add_argument("suite", help="suite name or path")
+    p.add_argument("--data", metavar="DIR", help="also check that DIR holds the corpus the suite reads under "
+                   "each profile (as run's --data; exit 2 when it does not)")
     _common(p)
 
 
@@ -301,9 +315,10 @@ def _add_list(p):
 # name -> (help, add_arguments, handler, examples); in examples, {suite} is ``example_suite()``
 # and {run_examples} is ``run_examples`` of it.
 COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
-    "run": ("run a suite (the default subcommand)", add_run_arguments, cmd_run, "{run_examples}"),
+    "run": ("run a suite (the default subcommand)", add_run_arguments, cmd_run, "{run_examples}" + EXIT_CODES + "\n"),
     "validate": ("check a suite file without running it", _add_validate, cmd_validate,
-                 "examples:\n  python bench.py validate {suite}\n  python bench.py validate suites/mine.yaml\n"),
+                 "examples:\n  python bench.py validate {suite}\n  python bench.py validate suites/mine.yaml\n"
+                 "  python bench.py validate {corpus_suite} --data ~/data\n"),
     "schema": ("print the JSON Schema of suite files", lambda p: None, cmd_schema,
                "examples:\n  python bench.py schema > suite.schema.json\n"),
     "list": ("list methods (with availability) and suites", _add_list, cmd_list,
@@ -321,14 +336,16 @@ COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
 def parser() -> argparse.ArgumentParser:
     suite = example_suite()
     p = argparse.ArgumentParser(
-        prog="bench.py", description="posbench: what a position method costs and how well it extrapolates.",
+        prog=prog_name(), description="posbench: what a position method costs and how well it extrapolates.",
         epilog=f"with no subcommand, 'run' is assumed:\n  python bench.py --suite {suite}",
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("--debug", action="store_true", help="on an error, also print its traceback (any position)")
+    p.add_argument("--version", action="version", version=f"posbench {_version()}")
     sub = p.add_subparsers(dest="command", metavar="{" + ",".join(ALL_COMMANDS) + "}")
     for name, (help_, add, handler, examples) in COMMANDS.items():
         # No abbreviations: `validate --methods rotray` must not be read as --methods-dir.
         epilog = examples.replace("{run_examples}", run_examples(suite)).replace("{suite}", suite)
+        epilog = epilog.replace("{corpus_suite}", corpus_suite()) if "{corpus_suite}" in epilog else epilog
         sp = sub.add_parser(name, help=help_, description=help_, epilog=epilog,
                             formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         add(sp)
@@ -381,10 +398,21 @@ def error_line(exc: BaseException) -> str:
     return f"{getattr(exc, 'kind', None) or type(exc).__name__}: {text}".rstrip(": ")
 
 
+def prog_name() -> str:
+    """What usage lines call the program: ``posbench`` when run as the installed command, else ``bench.py``."""
+    return "posbench" if Path(sys.argv[0]).name == "posbench" else "bench.py"
+
+
+def _version() -> str:
+    from posbench import __version__
+
+    return __version__
+
+
 def not_a_command(word: str) -> str:
     """The line for ``bench.py frobnicate``: not a command, and which ones are."""
     shown = str(word.encode("utf-8", "backslashreplace"), "utf-8")
-    return (f"bench.py: {shown!r} is not a command; commands: {', '.join(ALL_COMMANDS)} (with no command, 'run' is "
+    return (f"{prog_name()}: {shown!r} is not a command; commands: {', '.join(ALL_COMMANDS)} (with no command, 'run' is "
             "assumed: python bench.py --suite NAME)")
 
 
@@ -398,13 +426,22 @@ def main(argv: list[str] | None = None) -> int:
     if argv and not argv[0].startswith("-") and argv[0] not in ALL_COMMANDS:
         print(not_a_command(argv[0]), file=sys.stderr)
         return EXIT_USAGE
-    if not argv or (argv[0] not in ALL_COMMANDS and argv[0] not in ("-h", "--help")):
+    if not argv or (argv[0] not in ALL_COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run"] + argv
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(argv)
+    except BrokenPipeError:  # `--help | head -1`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     args.argv = argv[1:] if argv[:1] == ["run"] else argv  # what a launched sweep records to resubmit
     restore = _on_sigterm()  # SIGTERM ends any command as Ctrl-C does, with status 143
     try:
-        return args.handler(args)
+        code = args.handler(args)
+        sys.stdout.flush()  # a closed pipe (`schema | head -1`) shows here, not at exit
+        return code
+    except BrokenPipeError:  # the reader stopped reading: what it read is all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) outside a run's own handling: one line
         from posbench.run.runner import Terminated
 

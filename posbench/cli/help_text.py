@@ -18,7 +18,7 @@ def run_examples(suite: str) -> str:
         (f"python bench.py --suite {suite} --set nproc=2", "each case on 2 ranks via torchrun"),
         (f"torchrun --nproc_per_node 2 bench.py --suite {suite}", "every case on torchrun's 2 ranks"),
     ] + [(c.format(suite=suite, train_suite=corpus_suite()), n) for c, n in SWEEP_EXAMPLES]
-    return "examples:\n" + "".join(f"  {cmd:<56}# {note}\n" if note else f"  {cmd}\n" for cmd, note in lines)
+    return "examples:\n" + "".join(f"  {cmd:<55} # {note}\n" if note else f"  {cmd}\n" for cmd, note in lines)
 
 
 def _shipped_suites():

@@ -2,6 +2,8 @@
 run folder, as `bench.py report` shows them). Shared by `bench.py run` and launched sweeps."""
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 from posbench.core.files import WriteError
@@ -66,3 +68,48 @@ def print_tables(run_dir: Path, run_id: str, case_ids: set, suite, device: str) 
                          "again)") from None
     print("\n" + "\n".join(to_text(t) for t in tables))
     print(f"table: {run_dir}/table.md, {run_dir}/table.csv")
+
+
+# A run whose rows and tables were written but where a case ended error/timeout/oom/diverged
+# (``unavailable`` is a verdict about this machine, not a failure): CI must not go green on it.
+EXIT_CASES_FAILED = 3
+FAILED_STATUSES = ("error", "timeout", "oom", "diverged")
+EXIT_CODES = ("exit status: 0 every case ran (or is unavailable here), 1 an internal error, 2 bad input, "
+              "3 a case ended error/timeout/oom/diverged (rows and tables still written; --allow-failures "
+              "gives 0), 130/143 interrupted (Ctrl-C/SIGTERM)")
+
+
+def failed_exit(rows: list[dict], allow_failures: bool) -> int:
+    """0, or ``EXIT_CASES_FAILED`` with one line on stderr naming how many cases failed and how."""
+    failed = [r for r in rows if r.get("status") in FAILED_STATUSES]
+    if not failed:
+        return 0
+    counts = ", ".join(f"{sum(r['status'] == s for r in failed)} {s}" for s in FAILED_STATUSES
+                       if any(r["status"] == s for r in failed))
+    if allow_failures:
+        print(f"note: {len(failed)} case(s) failed ({counts}); exit 0 (--allow-failures)", file=sys.stderr)
+        return 0
+    print(f"{len(failed)} case(s) failed ({counts}); exit status {EXIT_CASES_FAILED} "
+          "(--allow-failures gives 0; --retry-failed re-runs error and timeout)", file=sys.stderr)
+    return EXIT_CASES_FAILED
+
+
+def check_corpora(corpora) -> None:
+    """Each corpus setting (a dict, or None for a task that reads none) names files that exist: a
+    DataError (one line, exit 2) before anything runs, nothing read or tokenized."""
+    from posbench.data.sources import check_source
+
+    seen = set()
+    for c in corpora:
+        key = json.dumps(c, sort_keys=True)
+        if isinstance(c, dict) and key not in seen:
+            seen.add(key)
+            check_source(c.get("kind", "synthetic"), path=c.get("path"), splits=c.get("splits"))
+
+
+def warn_short_budget(settings) -> None:
+    """One line when ``steps`` ends before the warm-up does: the learning rate would never peak."""
+    steps, warmup = getattr(settings, "steps", None), getattr(settings, "warmup_steps", None)
+    if isinstance(steps, int) and isinstance(warmup, int) and steps < warmup:
+        print(f"warning: steps {steps} is below warmup_steps {warmup}: the learning rate never reaches lr; "
+              f"set warmup_steps below {steps} (--set warmup_steps=N)", file=sys.stderr)

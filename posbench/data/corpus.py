@@ -7,23 +7,20 @@ from __future__ import annotations
 
 import math
 import os
-import stat
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 
-from posbench.core.files import file_kind
 from posbench.data import markov
 from posbench.data import synthetic_copy
+from posbench.data.sources import (DATA_ENV, DOWNLOAD_HINT, WIKITEXT_FILES, check_source,  # noqa: F401 (re-exported)
+                                   data_dir as _data_dir, source_file as _source_file, text_files,
+                                   wikitext_folder as _wikitext_folder)
 from posbench.data.token_cache import (CACHE_ENV, EOS, UNK, DataError, FORMAT_VERSION, build_vocab, cache_root,  # noqa: F401  (re-exported)
                                        dtype_for, cached, build_word_splits, build_holdout, build_byte_splits)
 
-DATA_ENV = "POSBENCH_DATA_DIR"
-DOWNLOAD_HINT = "run `python bench.py download wikitext-103 --data DIR`"
-# File names tried for each WikiText split, in order.
-WIKITEXT_FILES = {s: (f"wiki.{s}.tokens", f"{s}.txt") for s in ("train", "valid", "test")}
 # The synthetic corpus's chain: 64 symbols, each 2-symbol context has 4 likely successors.
 SYNTH_DEFAULTS = dict(vocab=64, order=2, branching=4, jump=0.05)
 SYNTH_TRAIN_TOKENS = 1_000_000
@@ -108,46 +105,6 @@ class Corpus:
 # ---------------------------------------------------------------- kinds
 
 
-def _data_dir(path: str | os.PathLike | None, what: str) -> Path:
-    """The explicit folder, else ``$POSBENCH_DATA_DIR``; a DataError naming both when neither is set."""
-    raw = path if path is not None else os.environ.get(DATA_ENV)
-    if raw is None:
-        raise DataError(f"{what}: no data folder given; pass path=DIR (--data DIR) or set {DATA_ENV}")
-    folder = Path(raw).expanduser()
-    if not folder.exists():
-        raise DataError(f"{what}: data folder {folder} does not exist; {DOWNLOAD_HINT}")
-    return folder
-
-
-def _source_file(path: Path) -> bool:
-    """True for a regular file (or a link to one), False when nothing is there, a DataError for
-    anything else (FIFO, device, folder, dangling link): never read, never taken for a missing split."""
-    try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        if os.path.islink(path):
-            raise DataError(f"{path} is a link to nothing; allowed: a regular file") from None
-        return False
-    except OSError as exc:
-        raise DataError(f"{path} cannot be read ({exc.strerror}); allowed: a readable regular file") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise DataError(f"{path} is not a regular file ({file_kind(st.st_mode)}); allowed: a regular file")
-    return True
-
-
-def _wikitext_folder(root: Path, kind: str) -> Path:
-    """``root`` itself if it holds WikiText files, else its ``wikitext-103``/``wikitext-2`` child."""
-    children = [kind] if kind != "wikitext" else ["wikitext-103", "wikitext-2"]
-    candidates = [root] + [root / c for c in children]
-    for c in candidates:
-        if any(_source_file(c / n) for names in WIKITEXT_FILES.values() for n in names):
-            return c
-    looked = ", ".join(str(c) for c in candidates)
-    raise DataError(
-        f"{kind}: no WikiText files (wiki.valid.tokens or valid.txt, ...) in {looked}; {DOWNLOAD_HINT}"
-    )
-
-
 def _wikitext_split_file(folder: Path, file_split: str, kind: str) -> Path:
     names = WIKITEXT_FILES.get(file_split, (f"wiki.{file_split}.tokens", f"{file_split}.txt"))
     for n in names:
@@ -178,21 +135,7 @@ def _load_wikitext(kind, path, splits, size) -> Corpus:
 def _load_text(path, level, splits, size, valid_fraction) -> Corpus:
     if level not in ("byte", "word"):
         raise DataError(f"text: level must be 'byte' or 'word', got {level!r}")
-    if splits is not None:  # {split: file or [files]}, relative names resolved against path
-        base = Path(path).expanduser() if path is not None else Path(".")
-        split_files = {
-            s: [base / f for f in ([fs] if isinstance(fs, (str, os.PathLike)) else fs)]
-            for s, fs in splits.items()
-        }
-    else:
-        if path is None:
-            raise DataError("text: give path=FILE (or a list of files) or splits={'train': FILE, ...}")
-        raw = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-        split_files = {"all": [Path(p).expanduser() for p in raw]}
-    for fs in split_files.values():
-        for f in fs:
-            if not _source_file(f):
-                raise DataError(f"text: file {f} not found")
+    split_files = text_files(path, splits)
     files = [f for fs in split_files.values() for f in fs]
     name = f"{files[0].stem} ({level})"
     if splits is None:

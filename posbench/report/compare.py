@@ -109,9 +109,12 @@ class ComparisonResult:
         lines += [f"> **Warning:** {md_text(w)}" for w in self.hardware_warnings]
         if self.hardware_warnings:
             lines.append("")
+        if self.within_noise:
+            noise = f"; {len(self.within_noise)} change(s) beyond the threshold are unchanged (within noise)."
+        else:  # "0 change(s) ... are unchanged" read as a riddle
+            noise = "; no change beyond the threshold." if not (self.regressions or self.improvements) else "."
         lines += [f"**{len(self.regressions)} regression(s), {len(self.improvements)} improvement(s)** "
-                  f"over {len(self.in_both)} case(s) found in both runs; {len(self.within_noise)} change(s) "
-                  "beyond the threshold are unchanged (within noise)."
+                  f"over {len(self.in_both)} case(s) found in both runs{noise}"
                   + (f" **{len(self.only_in_base)} case(s) of base are missing from new (failures).**"
                      if self.only_in_base else ""), ""]
         for title, items in (("Regressions", self.regressions), ("Improvements", self.improvements),

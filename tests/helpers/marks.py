@@ -7,6 +7,8 @@ tests with ``-m "not slow"``, so there they carry no mark.
 """
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from posbench.core import registry
@@ -24,3 +26,9 @@ def slow_when_interpreted(test):
 def interpreted(method: str) -> bool:
     """Whether ``method`` runs a fused Triton kernel (methods/*_triton.py) that this process interprets."""
     return interpreter_on() and registry.origin(method).endswith("_triton.py")
+
+
+def needs_binaries(*names: str):
+    """Skip mark: the test needs these programs on PATH (a Slurm client: srun, sbatch); the reason names the absent ones."""
+    absent = [n for n in names if shutil.which(n) is None]
+    return pytest.mark.skipif(bool(absent), reason=f"not on PATH: {', '.join(absent)} (Debian's slurm-client installs them)")

@@ -8,6 +8,7 @@ import pytest
 
 from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
+from tests.helpers.marks import needs_binaries
 from tests.helpers.suites import VALID
 
 BLOCK = """\
@@ -119,6 +120,7 @@ def test_the_schema_names_the_launcher_keys_in_the_suite_and_its_profiles(tmp_pa
     assert list(error.absolute_path) == ["launcher", "time_min"]
 
 
+@needs_binaries("srun", "sbatch")  # submitit's SlurmExecutor asks for srun when built
 def test_the_launcher_block_reaches_submitits_slurm_executor(tmp_path):
     pytest.importorskip("submitit")
     from posbench.run import slurm

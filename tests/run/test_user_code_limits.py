@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from posbench.cli.app import EXIT_CASES_FAILED
 from posbench.core.task import TASKS_ENV
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +69,7 @@ def test_run_a_plugin_that_exits_at_import_is_an_error_row_and_the_others_run(tm
     plugins = plugin(tmp_path / "plugins", "exits.py", EXITS, '"exits"')
     proc = bench(tmp_path, "--suite", str(suite(tmp_path, "sinusoidal, exits")), "--methods-dir", str(plugins),
                  "--results", "results", "--quiet", limit=120)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == EXIT_CASES_FAILED, proc.stderr  # the run ended, an error row in it (issue 42)
     found = rows(tmp_path)
     assert found["sinusoidal"]["status"] == "ok"
     assert found["exits"]["status"] == "error"
@@ -81,7 +82,7 @@ def test_run_a_plugin_that_blocks_at_import_is_a_row_after_the_time_limit(tmp_pa
     plugins = plugin(tmp_path / "plugins", "blocks.py", BLOCKS, '"blocks"')
     proc = bench(tmp_path, "--suite", str(suite(tmp_path, "blocks")), "--methods-dir", str(plugins),
                  "--results", "results", "--quiet", limit=5)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == EXIT_CASES_FAILED, proc.stderr  # the run ended, an error row in it (issue 42)
     found = rows(tmp_path)["blocks"]
     assert found["status"] == "error" and "no answer after 5 s" in found["message"]
 
