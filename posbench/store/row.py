@@ -24,14 +24,6 @@ ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message",
 N_ROUNDS = "n_rounds"  # a merged row's count of ok rounds (``posbench.store.rows.merge_rounds``)
 
 
-def spread_base(name: str) -> Optional[str]:
-    """``train_wps_min`` -> ``train_wps``; None for a name that is no spread's."""
-    for suffix in SPREAD_SUFFIXES:
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return name[:-len(suffix)]
-    return None
-
-
 @dataclass(frozen=True)
 class Spread:
     """What a row says about a metric's spread: ``lo``/``hi`` over windows or rounds, or ``std``
