@@ -12,7 +12,7 @@ way many libraries do), for the precision study.
 import torch
 
 from posbench.core.alibi_math import alibi_bias, slopes_tensor
-from posbench.core.bias import BiasForm, BiasMethod
+from posbench.attention.bias import BiasForm, BiasMethod
 from posbench.core.registry import register
 
 BIAS_DTYPES = ("float32", "compute")

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from posbench.attention.piecewise import RatioPieces, relu_mlp_pieces
-from posbench.core.bias import BiasForm, BiasMethod
+from posbench.attention.bias import BiasForm, BiasMethod
 from posbench.core.registry import register
 
 

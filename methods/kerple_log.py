@@ -17,7 +17,7 @@ forward and shared by every layer.
 import torch
 from torch import nn
 
-from posbench.core.bias import BiasForm, BiasMethod
+from posbench.attention.bias import BiasForm, BiasMethod
 from posbench.core.registry import register
 
 

@@ -17,7 +17,7 @@ import math
 import torch
 from torch import nn
 
-from posbench.core.bias import BiasForm, BiasMethod
+from posbench.attention.bias import BiasForm, BiasMethod
 from posbench.core.method import causal_mask
 from posbench.core.registry import register
 

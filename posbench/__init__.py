@@ -7,17 +7,8 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
-from pathlib import Path
 
 __version__ = "0.1.0"
-
-
-def builtin_dir(name: str) -> Path:
-    """The folder of the built-in ``methods`` or ``suites``: inside the package in a wheel, else the
-    checkout's top level (docs/architecture.md, Packaging)."""
-    here = Path(__file__).resolve().parent
-    inside = here / name
-    return inside if inside.is_dir() else here.parent / name
 
 
 # The plugin API's old module paths, kept working after the modules moved into packages: a plugin
@@ -31,6 +22,7 @@ LEGACY_MODULES = {
     "posbench.model": "posbench.core.model",
     "posbench.alibi": "posbench.core.alibi_math",
     "posbench.testing": "posbench.core.conformance",
+    "posbench.core.bias": "posbench.attention.bias",  # BiasMethod moved beside the plans it chooses
 }
 
 

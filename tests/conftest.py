@@ -19,7 +19,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from posbench.core.task import register_task  # noqa: E402
+from posbench.tasks import register_task  # noqa: E402
 from tests.helpers.archives import wikitext_zip_bytes  # noqa: E402
 
 # The test-only task: registered here, and through the environment in every worker and bench.py

@@ -1,4 +1,5 @@
-"""Attention kernels in plain PyTorch and the plans that choose among them for a bias method.
+"""Attention for bias methods: ``BiasMethod`` (bias.py), the plans that attend with its bias
+(plans.py: ``choose_plan``) and the kernels in plain PyTorch they run.
 
-Below ``posbench.core``: imports torch and itself only. ``plans.py`` is the way in.
+Above ``posbench.core`` (the method contract and the plain masked attention), below the methods.
 """

@@ -13,9 +13,9 @@ from posbench.attention.blocked import BLOCK_ROWS, blocked_bias_attention
 from posbench.attention.cpu_flash import flash_here
 from posbench.attention.form import BiasForm
 from posbench.attention.linear import LINEAR_SPAN, linear_bias_sdpa
-from posbench.attention.masked import biased_attention
 from posbench.attention.piecewise import PiecewiseRatio
 from posbench.attention.tiles import BiasTiles, DenseBias, DistanceRow
+from posbench.core.masked import biased_attention
 
 # Fewer queries than this: the masked bias; the square is small and one fused call beats a Python
 # loop over blocks (docs/kernels.md).
@@ -25,7 +25,7 @@ LINEAR_BACKEND = "sdpa flash causal + per-key slope mask (linear bias, no L x L)
 
 
 class BiasSource(Protocol):
-    """What a plan reads of a bias method (``posbench.core.bias.BiasMethod``)."""
+    """What a plan reads of a bias method (``posbench.attention.bias.BiasMethod``)."""
 
     def bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor: ...
 

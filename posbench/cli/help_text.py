@@ -51,6 +51,6 @@ def corpus_suite() -> str:
 
 def corpus_tasks() -> list[str]:
     """The tasks that read a corpus (their ``Settings`` declare ``corpus``, what ``--data`` sets)."""
-    from posbench.core import task as tasks
+    from posbench import tasks
 
     return [name for name in tasks.names() if "corpus" in tasks.get(name).Settings.model_fields]

@@ -274,13 +274,14 @@ def check_value(e: dict, runs) -> Result:
 
 
 def check_ordering(e: dict, runs) -> Result:
-    from posbench.core import task as tasks
+    from posbench import tasks
+    from posbench.core.task import find_metric
 
     rows, why = suite_rows(e, runs)
     if why:
         return Result(e["id"], "skipped", why)
     task = rows[0]["task"]
-    declared = tasks.find_metric(tasks.metrics_of(task or ""), e["metric"])
+    declared = find_metric(tasks.metrics_of(task or ""), e["metric"])
     higher = getattr(declared, "higher_is_better", None)
     if higher is None:
         return Result(e["id"], "skipped", f"task {task} declares no direction for metric {e['metric']}")

@@ -31,11 +31,12 @@ models (unless --allow-other-hardware: then a warning)
 def main_report(args) -> int:
     """Handler of ``report``: build tables and charts, print where they went."""
     from posbench.report.build import build_report  # matplotlib is only imported when a report is made
+    from posbench import tasks
     from posbench.store.bounds import RowsError
 
     out = args.out or "report"
     try:
-        written = build_report(args.run_dirs, out, baseline=args.baseline)
+        written = build_report(args.run_dirs, out, baseline=args.baseline, find_task=tasks.find)
     except RowsError as exc:
         print(f"posbench report: {exc}", file=sys.stderr)
         return 2
@@ -84,6 +85,7 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
 
 def main_compare(args) -> int:
     """Handler of ``compare``; pandas is only imported when a comparison is made."""
+    from posbench import tasks
     from posbench.report.compare import main_compare as compare
 
-    return compare(args)
+    return compare(args, find_task=tasks.find)

@@ -12,7 +12,8 @@ from posbench.core.files import WriteError
 def case_line(row: dict, metrics: list[str]) -> str:
     """``[3/15] alibi  seq_len=128  ok  train_wps 25.8k  eval_wps 77.8k  (4.1 s)``."""
     from posbench.report import numbers as fmt
-    from posbench.core import task as tasks
+    from posbench import tasks
+    from posbench.core.task import find_metric
 
     params = " ".join(f"{k}={v}" for k, v in row["params"].items())
     rounds = (row.get("settings") or {}).get("rounds") or 1
@@ -20,7 +21,7 @@ def case_line(row: dict, metrics: list[str]) -> str:
         params += f" round {row.get('round')}/{rounds}"
     if row["status"] == "ok":
         declared = tasks.metrics_of(row.get("task", ""))
-        kind = {m: getattr(tasks.find_metric(declared, m), "fmt", "plain") for m in metrics}
+        kind = {m: getattr(find_metric(declared, m), "fmt", "plain") for m in metrics}
         # A metric the row does not hold at all is measured elsewhere (paired windows: peak
         # memory in the round-1 row): leave it out rather than print n/a.
         detail = "  ".join(f"{m} {fmt.number(row['metrics'].get(m), kind[m])}" for m in metrics
@@ -46,12 +47,13 @@ def short_message(message: str) -> str:
 def print_tables(run_dir: Path, run_id: str, case_ids: set, suite, device: str) -> None:
     """The end-of-run tables, read back from the run folder (what ``bench.py report`` shows), into
     table.md / table.csv and printed."""
+    from posbench import tasks
     from posbench.report.render import to_text, write_run_files
     from posbench.report.rows import load_runs
     from posbench.report.table import run_tables
 
     # A skipped line was already named when the run resumed: not named twice.
-    runs = load_runs(run_dir, report=lambda _problem: None)
+    runs = load_runs(run_dir, report=lambda _problem: None, find_task=tasks.find)
     tables = run_tables(runs, case_ids)
     ratios = f"ratios are against `{suite.baseline}` in this run" if suite.baseline else "no baseline, no ratios"
     note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "

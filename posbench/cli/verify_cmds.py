@@ -29,9 +29,10 @@ def cmd_verify(args) -> int:
     version, entries = references.load(args.references)
     runs = None
     if args.runs:
+        from posbench import tasks
         from posbench.report.rows import load_runs
 
-        runs = load_runs(args.runs)  # a skipped line is named on stderr; a missing folder is one line
+        runs = load_runs(args.runs, find_task=tasks.find)  # a skipped line is named on stderr; a missing folder is one line
     results = references.check_all(entries, runs)
     width = max(len(r.id) for r in results)
     for r in results:

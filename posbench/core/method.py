@@ -5,7 +5,7 @@ once, then in every layer ``encode_qk(q, k, layer, state)`` (before the keys ent
 and ``attend(q, k, v, q_pos, k_pos, layer, state)``; ``attend`` with ``state=None`` is the plain
 reference. A hook may leave ``state`` out (``adapt_hooks``). Positions are explicit tensors, so
 KV decoding and interpolation need no special case; causality is bottom-right aligned. Bias
-methods subclass ``posbench.core.bias.BiasMethod``. docs/adding-a-method.md has the details.
+methods subclass ``posbench.attention.bias.BiasMethod``. docs/adding-a-method.md has the details.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 # Re-exported: methods and plugins import these from here (the documented plugin API).
-from posbench.attention.masked import causal_attention, causal_mask  # noqa: F401
+from posbench.core.masked import causal_attention, causal_mask  # noqa: F401
 from posbench.core.config import ModelConfig  # defined without torch; methods import it from here
 
 

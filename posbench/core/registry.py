@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from posbench import builtin_dir
+from posbench.core.builtin import builtin_dir
 from posbench.core.outcome import PosbenchError
 
 if TYPE_CHECKING:  # posbench.core.method imports torch; only what needs a class imports it

@@ -1,15 +1,10 @@
 """The task contract: ``Task`` (what a task package declares as ``TASK``), ``Metric`` (one metric,
 declared once), ``TaskSettings`` and ``ModelSettings`` with ``case_model_config`` (the settings
-block and the model config of every task that builds a model), and the registry of task names.
-
-A task is imported only when asked for by name, so a worker imports its own task alone; names
-starting with ``_`` are test-only and hidden from listings. The contract in full:
-docs/tasks/contract.md.
+block and the model config of every task that builds a model). The registry of task names is
+``posbench.tasks``. The contract in full: docs/tasks/contract.md.
 """
 from __future__ import annotations
 
-import importlib
-import os
 from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, ClassVar, Iterable, Literal, Optional, Sequence
 
@@ -17,28 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from posbench.core.config import PRESETS, ModelConfig, model_config
 from posbench.core.outcome import Diverged, Unavailable  # noqa: F401  (a task raises them; re-exported)
-
-TASKS: dict[str, str] = {
-    "efficiency": "posbench.tasks.efficiency",
-    "extrapolation": "posbench.tasks.extrapolation",
-    "precision": "posbench.tasks.precision",
-    "kernels": "posbench.tasks.kernels",
-    "decode": "posbench.tasks.decode",
-    "retrieval": "posbench.tasks.retrieval",
-    "lengthgen": "posbench.tasks.lengthgen",
-}
-# Tasks registered in a parent process (``register_task``), as name=module,name=module: the
-# workers it starts inherit the variable, so they find those tasks too.
-TASKS_ENV = "POSBENCH_TASKS"
-
-
-def _registered_in_env() -> dict[str, str]:
-    pairs = (item.partition("=") for item in os.environ.get(TASKS_ENV, "").split(",") if item)
-    return {name: module for name, _, module in pairs}
-
-
-for _name, _module in _registered_in_env().items():
-    TASKS.setdefault(_name, _module)  # a built-in name keeps its task
 
 Format = Literal["count", "bytes", "ms", "ppl", "plain", "int"]
 # A chart drawn after a metric's table: the table's stored rows -> [(file stem, title, Figure)].
@@ -135,12 +108,6 @@ def declare(metrics: dict[str, Metric], names: Iterable[str]) -> Declarations:
     return Declarations(metrics, of)
 
 
-def metrics_of(name: str) -> dict[str, Metric]:
-    """The ``METRICS`` of task ``name``; an empty dict for a task this installation does not know."""
-    task = find(name)
-    return task.METRICS if task is not None else {}
-
-
 def known_model_fields(value: dict) -> dict:
     """Validator of ``model_overrides``: ``ModelConfig`` fields only (method and options come from the suite)."""
     allowed = {f.name for f in fields(ModelConfig)} - {"method", "method_options"}
@@ -235,41 +202,3 @@ class Task:
     def unavailable_reason(self, case: Any) -> Optional[str]:
         """Why ``case`` cannot run here, known without a worker (own variants only), or None."""
         return self.unavailable(case) if self.unavailable is not None else None
-
-
-def register_task(name: str, module: str) -> None:
-    """Make ``task: name`` resolve to the module ``module`` (which declares ``TASK``), here and in
-    the worker processes started from here."""
-    if name in TASKS and TASKS[name] != module:
-        raise ValueError(f"duplicate task name {name!r}: {TASKS[name]} and {module}")
-    TASKS[name] = module
-    inherited = {**_registered_in_env(), name: module}
-    os.environ[TASKS_ENV] = ",".join(f"{n}={m}" for n, m in inherited.items())
-
-
-def names(include_hidden: bool = False) -> list[str]:
-    return sorted(n for n in TASKS if include_hidden or not n.startswith("_"))
-
-
-def find(name: str) -> Optional[Task]:
-    """``get(name)``, or None for a task this installation does not know (rows of another one's)."""
-    try:
-        return get(name)
-    except KeyError:
-        return None
-
-
-def get(name: str) -> Task:
-    """The task registered as ``name``; an unknown name raises ``KeyError``, a module that breaks
-    the contract a one-line ``TypeError``."""
-    if name not in TASKS:
-        raise KeyError(name)
-    module = importlib.import_module(TASKS[name])
-    task = vars(module).get("TASK")
-    if not isinstance(task, Task):
-        raise TypeError(f"task {name!r} ({TASKS[name]}) lacks TASK; a task module defines "
-                        "TASK = posbench.core.task.Task(Settings, Params, METRICS, run, ...)")
-    bad = next((k for k, v in task.METRICS.items() if not isinstance(v, Metric)), None)
-    if bad is not None:
-        raise TypeError(f"task {name!r}: METRICS[{bad!r}] is not a posbench.core.task.Metric")
-    return replace(task, name=name, module=module)

@@ -85,10 +85,11 @@ class Drawn:
     table_key: str
 
 
-def build_report(run_dirs, out_dir, baseline: str | None = None) -> dict[str, Path]:
+def build_report(run_dirs, out_dir, baseline: str | None = None, find_task=None) -> dict[str, Path]:
     """Write every table and chart for the runs in ``run_dirs`` (merged) under ``out_dir``; returns
-    ``{path relative to out_dir: absolute path}`` of everything written."""
-    runs = load_runs(run_dirs)
+    ``{path relative to out_dir: absolute path}`` of everything written. ``find_task``: a task name
+    -> its task (the CLI's registry lookup), as in ``load_runs``."""
+    runs = load_runs(run_dirs, find_task=find_task)
     rows, envs = runs.rows, runs.envs
     if rows.empty:
         raise RowsError(f"{', '.join(map(str, run_dirs))}: the runs hold no rows")

@@ -20,7 +20,7 @@ import pandas as pd
 from posbench.report import bootstrap
 from posbench.report import numbers as fmt
 from posbench.report.escape import md_code, md_text
-from posbench.core.task import Metric, Task, find, find_metric
+from posbench.core.task import Metric, Task, find_metric
 from posbench.report.rows import cpu_model, gpu_name, load_runs
 from posbench.store.bounds import RowsError
 from posbench.store.row import by_round, by_window
@@ -28,9 +28,8 @@ from posbench.store.rows import latest
 
 
 def _declared(task: str, tasks: dict[str, Task] | None) -> dict[str, Metric]:
-    """The ``METRICS`` of ``task``: from the tasks the rows came with, else (a caller without
-    rows) from the registry; none for a task this installation does not know."""
-    known = tasks.get(task) if tasks is not None else find(task) if task else None
+    """The ``METRICS`` of ``task``: from the tasks the rows came with; none for a task unknown."""
+    known = tasks.get(task) if tasks is not None and task else None
     return known.METRICS if known is not None else {}
 
 
@@ -147,7 +146,7 @@ def case_metrics(row, tasks: dict[str, Task] | None = None) -> dict[str, float |
     values = {k: v for k, v in row.metrics.items()
               if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
     name = row.task if isinstance(row.task, str) else ""
-    task = (tasks.get(name) if tasks is not None else find(name)) if name else None
+    task = tasks.get(name) if tasks is not None and name else None
     if task is not None and task.compare_values is not None:
         for key, value in task.compare_values(row).items():
             values.setdefault(key, value)
@@ -341,12 +340,14 @@ def suite_warnings(base_metas: dict, new_metas: dict) -> list[str]:
             for suite, v in versions.items() if len(v) == 2 and v["base"] != v["new"]]
 
 
-def compare_runs(base_dir, new_dir, threshold: float = 0.05, allow_other_hardware: bool = False) -> ComparisonResult:
+def compare_runs(base_dir, new_dir, threshold: float = 0.05, allow_other_hardware: bool = False,
+                 find_task=None) -> ComparisonResult:
     """Compare the runs under ``new_dir`` against those under ``base_dir`` case by case; runs on
-    different GPU models raise ``OtherHardware`` unless ``allow_other_hardware``."""
+    different GPU models raise ``OtherHardware`` unless ``allow_other_hardware``; ``find_task`` as
+    in ``load_runs``."""
     if not 0 <= threshold < 1:
         raise ValueError(f"threshold must be in [0, 1), got {threshold}")
-    base_runs, new_runs = load_runs(base_dir), load_runs(new_dir)
+    base_runs, new_runs = load_runs(base_dir, find_task=find_task), load_runs(new_dir, find_task=find_task)
     base_rows, base_envs = base_runs.rows, base_runs.envs
     new_rows, new_envs = new_runs.rows, new_runs.envs
     for side, path, rows in (("base", base_dir, base_rows), ("new", new_dir, new_rows)):
@@ -377,13 +378,13 @@ def compare_runs(base_dir, new_dir, threshold: float = 0.05, allow_other_hardwar
     return result
 
 
-def main_compare(args) -> int:
+def main_compare(args, find_task=None) -> int:
     """CLI handler: print the Markdown summary, optionally write it; 1 on a regression or a case
     of BASE missing from NEW, 2 on bad input (unreadable or empty runs, different suites/tasks,
     different GPU models without ``--allow-other-hardware``)."""
     allow = bool(getattr(args, "allow_other_hardware", False))
     try:
-        result = compare_runs(args.base, args.new, threshold=args.threshold, allow_other_hardware=allow)
+        result = compare_runs(args.base, args.new, threshold=args.threshold, allow_other_hardware=allow, find_task=find_task)
     except (RowsError, ValueError) as exc:
         print(f"posbench compare: {exc}", file=sys.stderr)
         return 2

@@ -116,9 +116,9 @@ def _busy(env: dict) -> Optional[str]:
 class RunSection:
     """One run folder read for a page: its metadata, environment, rows' dates and commits, tables."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, find_task=None):
         self.run_dir = run_dir
-        runs = load_runs(run_dir)
+        runs = load_runs(run_dir, find_task=find_task)
         source = str(run_dir)
         self.meta = runs.metas.get(source)
         if self.meta is None:
@@ -204,8 +204,9 @@ def page_text(sections: list[RunSection], sources: list[str]) -> str:
     return "\n".join(head) + "\n\n".join(s.markdown() for s in sections).rstrip() + "\n"
 
 
-def write_pages(paths: list[str | Path], out: str | Path = DEFAULT_OUT) -> list[Path]:
-    """Write one page per (suite, machine) of the runs at or below ``paths``; return the pages."""
+def write_pages(paths: list[str | Path], out: str | Path = DEFAULT_OUT, find_task=None) -> list[Path]:
+    """Write one page per (suite, machine) of the runs at or below ``paths``; return the pages.
+    ``find_task``: a task name -> its task (the CLI's registry lookup), as in ``load_runs``."""
     run_dirs: list[Path] = []
     for path in paths:
         for run_dir in find_run_dirs(path):
@@ -213,7 +214,7 @@ def write_pages(paths: list[str | Path], out: str | Path = DEFAULT_OUT) -> list[
                 run_dirs.append(run_dir)
     by_machine: dict[tuple, list[RunSection]] = {}
     for run_dir in run_dirs:
-        section = RunSection(run_dir)
+        section = RunSection(run_dir, find_task)
         by_machine.setdefault((section.meta.suite, section.hardware), []).append(section)
     out = Path(out)
     try:
@@ -258,8 +259,8 @@ def _page_of_another(path: Path, suite: str, hardware: str) -> bool:
     return first.startswith("# ") and first != page_heading(suite, hardware)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m posbench.report.results_page",
+def main(argv: Optional[list[str]] = None, find_task=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m posbench.cli.results_page",
                                      description="Write docs/results pages from run folders.")
     parser.add_argument("runs", nargs="*", metavar="RUN", help="run folders (results/<suite>/<run-id>) or folders above them")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where the pages go (default: docs/results)")
@@ -268,7 +269,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print('error: no run folder given; usage: make docs-results RUNS="results/<suite>/<run-id> ..."', file=sys.stderr)
         return 2
     try:
-        written = write_pages(args.runs, args.out)
+        written = write_pages(args.runs, args.out, find_task)
     except (RowsError, PageError, WriteError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -276,6 +277,3 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(path)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from posbench.core.task import Task, find
+from posbench.core.task import Task
 from posbench.store.bounds import RowsError, check_params
 from posbench.store.meta import RunMeta, read_env, read_run_meta
 from posbench.store.row import ROW_KEYS
@@ -87,10 +87,11 @@ class Runs:
 
 
 def load_runs(dirs, report: Optional[Callable[[str], Any]] = None,
-              find_task: Callable[[str], Optional[Task]] = find) -> Runs:
+              find_task: Optional[Callable[[str], Optional[Task]]] = None) -> Runs:
     """The runs stored in ``dirs`` (run folders or folders above them), one row per (run, case):
     its rounds merged (``case_rows``), with their tasks (``find_task``: a name -> the task, None for
-    one unknown here). Unusable lines or rows (``read_rows``, ``check_params``) are skipped with one
+    one unknown here: the CLI hands its registry's lookup; left out, no task is known). Unusable
+    lines or rows (``read_rows``, ``check_params``) are skipped with one
     warning each, handed to ``report`` (default: stderr) and kept in ``problems``."""
     import pandas as pd  # only readers of several runs need it; the runner does not
 
@@ -108,7 +109,7 @@ def load_runs(dirs, report: Optional[Callable[[str], Any]] = None,
         if not isinstance(name, str) or not name:
             return None
         if name not in tasks:
-            tasks[name] = find_task(name)
+            tasks[name] = find_task(name) if find_task is not None else None
         return tasks[name]
 
     for run_dir in run_dirs:

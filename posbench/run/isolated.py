@@ -188,7 +188,7 @@ def unavailable_reason(case: CaseSpec) -> Optional[str]:
     import torch
 
     from posbench.core import registry
-    from posbench.core import task as tasks
+    from posbench import tasks
 
     task = tasks.get(case.task)
     if task.own_methods:  # tasks whose "methods" are not position methods answer for their variants

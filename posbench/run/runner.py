@@ -87,7 +87,7 @@ def _loaded_here(case: CaseSpec) -> bool:
     """Whether asking ``case`` runs no code this process has not run: a task's own variants, or a
     method class already registered here (from code, or a file imported before)."""
     from posbench.core import registry
-    from posbench.core import task as tasks
+    from posbench import tasks
 
     return tasks.get(case.task).own_methods or case.method in registry._METHODS
 

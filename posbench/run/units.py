@@ -30,7 +30,7 @@ class Unit:
 
 def is_timed(task: str) -> bool:
     """Whether task ``task`` compares timings within a grid point (its unit is the point)."""
-    from posbench.core import task as tasks
+    from posbench import tasks
 
     return tasks.get(task).timed
 

@@ -16,7 +16,8 @@ import traceback
 from dataclasses import fields
 from pathlib import Path
 
-from posbench.core import task as tasks
+from posbench import tasks
+from posbench.core.task import Task
 from posbench.core.outcome import failure, ok_result, one_line
 from posbench.core.case import Case, CaseSpec, JsonDict
 from posbench.run.handoff import die_with_parent, rank_file
@@ -47,7 +48,7 @@ def prepare(case: Case) -> None:
             registry.add_methods_dir(folder)
 
 
-def typed_case(task: tasks.Task, raw: JsonDict) -> Case:
+def typed_case(task: Task, raw: JsonDict) -> Case:
     """The case of ``raw`` (a ``CaseSpec``'s JSON, from the runner) with the task's typed
     ``params`` and ``settings`` (``posbench.core.case``)."""
     spec = CaseSpec.from_json(raw)

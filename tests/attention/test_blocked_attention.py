@@ -10,7 +10,7 @@ from posbench.core.alibi_math import slopes_tensor
 from posbench.attention import cpu_flash, linear
 from posbench.attention.blocked import blocked_bias_attention, forward_only
 from posbench.attention.linear import head_column_sdpa, linear_bias_sdpa
-from posbench.attention.masked import causal_mask
+from posbench.core.masked import causal_mask
 from posbench.attention.tiles import BiasTiles, DenseBias, DistanceRow, antidiagonal_sums
 
 # Scores and softmax are float32 whatever q's dtype; half inputs round q, k, v and the output.

@@ -9,7 +9,7 @@ import torch
 
 from posbench.attention import plans
 from posbench.attention.blocked import blocked_bias_attention
-from posbench.attention.masked import causal_mask
+from posbench.core.masked import causal_mask
 from posbench.attention.piecewise import PiecewiseRatio, RatioPieces, relu_mlp_pieces
 from posbench.core import registry
 from posbench.core.method import ModelConfig

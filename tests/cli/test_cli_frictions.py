@@ -12,6 +12,7 @@ from posbench import __version__
 from posbench.cli import app as cli
 from posbench.report.compare import compare_runs
 from tests.helpers.report_rows import efficiency_rows, write_run
+from posbench.tasks import find as find_task
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,7 +49,7 @@ def test_a_reader_that_stops_early_gets_exit_0_and_no_traceback(argv):
 def test_compare_with_nothing_changed_says_so_plainly(tmp_path):
     base = write_run(tmp_path / "base", efficiency_rows())
     new = write_run(tmp_path / "new", efficiency_rows())
-    md = compare_runs(base, new).markdown()
+    md = compare_runs(base, new, find_task=find_task).markdown()
     assert "found in both runs; no change beyond the threshold." in md
     assert "0 change(s)" not in md
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from posbench.core import registry
-from posbench.attention.masked import explicit_attention, mask_bias
+from posbench.core.masked import explicit_attention, mask_bias
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, model_config
 

@@ -9,7 +9,7 @@ from torch import nn
 
 from posbench.core import conformance as testing
 from posbench.core import registry
-from posbench.core.bias import BiasForm, BiasMethod
+from posbench.attention.bias import BiasForm, BiasMethod
 from posbench.core.method import ModelConfig, causal_mask
 from posbench.core.model import TransformerLM
 
@@ -150,3 +150,11 @@ def test_attn_backend_names_the_plain_paths_when_torch_lacks_the_masked_cpu_flas
     assert alibi.attn_backend("cpu", torch.float32) == "sdpa causal + slope column (linear bias, no L x L)"
     t5 = registry.build(ModelConfig(method="t5_bias"))
     assert t5.attn_backend("cpu", torch.float32) == "blocked float32, distance row (no L x L)"
+
+
+def test_the_old_plugin_path_names_the_same_bias_method():
+    # docs/adding-a-method.md: plugins written against posbench.core.bias keep working, and see
+    # the very classes the built-in methods subclass (isinstance and the registry agree).
+    from posbench.core.bias import BiasForm as OldForm, BiasMethod as OldMethod
+
+    assert OldMethod is BiasMethod and OldForm is BiasForm

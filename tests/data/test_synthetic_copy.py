@@ -11,6 +11,7 @@ from posbench.cli import app as cli
 from posbench.data import synthetic_copy as sc
 from posbench.data.corpus import DataError, load_corpus
 from posbench.engine.evaluate import evaluate, evaluate_source
+from posbench.tasks import find as find_task
 
 SMALL = dict(vocab=3, branching=2, jump=0.2, copy_prob=0.4, max_distance=3, decay=0.6)
 
@@ -211,7 +212,7 @@ def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path, capsys):
     from posbench.tasks.extrapolation.ppl_tables import BOUND_ROW, extrapolation_tables
     from posbench.report.rows import load_runs
 
-    table = extrapolation_tables(load_runs(rows_file.parent))[0]
+    table = extrapolation_tables(load_runs(rows_file.parent, find_task=find_task))[0]
     assert table.rows == ["alibi", BOUND_ROW] and table.cell(BOUND_ROW, 16).value == pytest.approx(exact)
     fig = ppl_chart(table)
     gids = {line.get_gid() for line in fig.axes[0].lines}

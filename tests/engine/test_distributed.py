@@ -27,6 +27,7 @@ from posbench.core.model import TransformerLM
 from posbench.engine.train import TrainConfig, train
 from tests.helpers.suites import make_suite
 from posbench.store.rows import latest, read_rows
+from posbench.tasks import find as find_task
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = 2
@@ -191,7 +192,7 @@ def test_shards_cover_every_case_once_and_merge_into_one_table(tmp_path):
     every = {f"{m}/n={n}" for n in (1, 2) for m in methods}
     assert set(shards[0]) | set(shards[1]) == every and not set(shards[0]) & set(shards[1])
     assert len({r["run_id"] for s in shards for r in s.values()}) == 1  # one run id: the folders merge
-    runs = report.load_runs([tmp_path / "m0", tmp_path / "m1"])
+    runs = report.load_runs([tmp_path / "m0", tmp_path / "m1"], find_task=find_task)
     ((_, tables),) = report.collect_tables(runs, "sinusoidal")
     (value,) = [t for t in tables if t.metric == "value"]
     assert {(r, c) for (r, c), cell in value.cells.items() if cell.value is not None} == {

@@ -29,6 +29,7 @@ from tests.helpers.report_rows import write_run
 from tests.helpers.suites import make_suite
 from posbench.run.schedule import check_pairing, jobs, plan_rounds, schedule
 from posbench.store.rows import case_rows, read_rows
+from posbench.tasks import find as find_task
 
 
 # -- the window order ---------------------------------------------------------------------------
@@ -165,7 +166,7 @@ def test_merged_rows_keep_each_rounds_windows_and_tables_pair_them(tmp_path):
     assert single["series"]["train_wps_by_window"] == [base[0]]
 
     run = write_run(tmp_path, rows, metrics=["train_wps"], methods=["sinusoidal", "alibi"])
-    (table,) = metric_tables(rowsmod.load_runs(run), "efficiency", metrics=["train_wps"])
+    (table,) = metric_tables(rowsmod.load_runs(run, find_task=find_task), "efficiency", metrics=["train_wps"])
     cell = table.cell("alibi", 64)
     ratio, interval, pairs = bootstrap.paired_ratio(method, base)
     assert pairs == 30 and cell.ratio == ratio and cell.ratio_interval == interval
@@ -179,7 +180,7 @@ def test_compare_pairs_windows_within_each_run(tmp_path):
 
     one = _window_rows(*_drifting_windows(seed=1, ratio=0.9)[:2], run_id="run-1")
     two = _window_rows(*_drifting_windows(seed=2, ratio=0.9)[:2], run_id="run-2")
-    result = compare_runs(write_run(tmp_path / "a", one), write_run(tmp_path / "b", two))
+    result = compare_runs(write_run(tmp_path / "a", one), write_run(tmp_path / "b", two), find_task=find_task)
     (change,) = [c for c in result.changes if c.case_id == "alibi/seq_len=64"]
     # each run's per-window ratio to its own baseline: the different drift of the runs cancels
     assert change.basis == "ratio to sinusoidal" and change.ratio == pytest.approx(1.0, abs=0.01)

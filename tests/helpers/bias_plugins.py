@@ -3,7 +3,7 @@ build per block (the tiles plan): the paths no built-in method takes."""
 import torch
 from torch import nn
 
-from posbench.core.bias import BiasForm, BiasMethod
+from posbench.attention.bias import BiasForm, BiasMethod
 
 
 class Wave(BiasMethod):

@@ -3,7 +3,7 @@ the tiny extrapolation settings (``TINY``: a one-layer model on a small syntheti
 that the task tests start from."""
 from __future__ import annotations
 
-from posbench.core import task as tasks
+from posbench import tasks
 from posbench.core.case import Case
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from posbench.core import registry
-from posbench.attention.masked import causal_attention, causal_explicit_attention, causal_mask, mask_bias
+from posbench.core.masked import causal_attention, causal_explicit_attention, causal_mask, mask_bias
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
 

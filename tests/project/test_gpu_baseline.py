@@ -18,6 +18,7 @@ import pytest
 
 from posbench.report.compare import compare_runs
 from tests.helpers.report_rows import CPU_ENV, GPU_ENV, efficiency_rows, write_run
+from posbench.tasks import find as find_task
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / ".github" / "scripts" / "gpu_baseline.py"
@@ -98,7 +99,7 @@ def test_an_accepted_slowdown_stops_failing_later_runs(tmp_path):
     decide(tmp_path, gpu_run(tmp_path / "week1"), tmp_path / "none", tmp_path / "b1")
     slower = gpu_run(tmp_path / "week2", scale=0.8, run_id="run-b")  # a torch upgrade cost 20%
     proc, out, _ = decide(tmp_path, slower, tmp_path / "b1", tmp_path / "b2-rejected")
-    assert out["fail_on_regression"] == "true" and compare_runs(out["base"], slower).exit_code == 1  # fails
+    assert out["fail_on_regression"] == "true" and compare_runs(out["base"], slower, find_task=find_task).exit_code == 1  # fails
     # someone accepts it: compared for the record, not judged, and it becomes the baseline
     proc, out, summary = decide(tmp_path, slower, tmp_path / "b1", tmp_path / "b2", accept="true", run_id="202")
     assert proc.returncode == 0, proc.stderr
@@ -110,7 +111,7 @@ def test_an_accepted_slowdown_stops_failing_later_runs(tmp_path):
     # the next week's run, as slow as the accepted one, passes against it
     week3 = gpu_run(tmp_path / "week3", scale=0.8, run_id="run-c")
     proc, out, _ = decide(tmp_path, week3, tmp_path / "b2", tmp_path / "b3", run_id="303")
-    assert out["mode"] == "compare" and compare_runs(out["base"], week3).exit_code == 0
+    assert out["mode"] == "compare" and compare_runs(out["base"], week3, find_task=find_task).exit_code == 0
 
 
 def _artifact(id_, name, created, run_id, expired=False):

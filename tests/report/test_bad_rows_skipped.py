@@ -10,6 +10,7 @@ from posbench.report.build import build_report
 from posbench.report.compare import compare_runs, main_compare
 from posbench.report.rows import load_runs
 from tests.helpers.report_rows import efficiency_rows, retrieval_rows, write_run
+from posbench.tasks import find as find_task
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -45,13 +46,13 @@ def test_a_bad_row_is_skipped_with_one_warning_in_report_and_compare(tmp_path, c
     _write_lines(new, [json.dumps(r) + "\n" for r in _put(clean, index, change)])
     where = f"{new}/cases.jsonl:{index + 1}: "
 
-    written = build_report([new], tmp_path / "out")
+    written = build_report([new], tmp_path / "out", find_task=find_task)
     err = capsys.readouterr().err
     assert err.count("warning: ") == 1 and f"warning: {where}{message}" in err and "; line skipped" in err
     with open(written["rows.csv"]) as fh:
         assert len(list(csv.DictReader(fh))) == len(clean) - 1  # every other row is there
 
-    result = compare_runs(base, new)
+    result = compare_runs(base, new, find_task=find_task)
     err = capsys.readouterr().err
     assert f"warning: {where}{message}" in err
     assert result.only_in_base == [clean[index]["case_id"]]  # the skipped case counts as missing
@@ -66,18 +67,18 @@ def test_100000_deep_json_is_skipped_by_report_and_compare(tmp_path, capsys):
     lines.insert(5, json.dumps(dict(clean[0], case_id="deep", series={"x": json.loads("[" * 60 + "]" * 60)}))[:-1]
                  .replace('"series": {"x": ', '"series": {"x": ' + "[" * 1000) + "]" * 1000 + "}\n")
     _write_lines(new, lines)
-    build_report([new], tmp_path / "out")
+    build_report([new], tmp_path / "out", find_task=find_task)
     err = capsys.readouterr().err
     assert f"{new}/cases.jsonl:3: not JSON (nested deeper than 64 levels); line skipped" in err
     assert f"{new}/cases.jsonl:6: " in err and "Traceback" not in err
-    assert compare_runs(base, new).only_in_base == []
+    assert compare_runs(base, new, find_task=find_task).only_in_base == []
 
 
 def test_a_retrieval_row_without_L_train_is_skipped_not_a_key_error(tmp_path, capsys):
     rows = retrieval_rows()
     del rows[1]["params"]["L_train"]
     run_dir = write_run(tmp_path, rows)
-    written = build_report([run_dir], tmp_path / "out")
+    written = build_report([run_dir], tmp_path / "out", find_task=find_task)
     err = capsys.readouterr().err
     assert (f"warning: {run_dir}/cases.jsonl:2: params: no 'L_train'; rows of task retrieval need L_train, probe; "
             "line skipped") in err
@@ -89,7 +90,7 @@ def test_a_malformed_run_json_in_compare_is_one_line_exit_2(tmp_path, capsys):
     new = write_run(tmp_path / "new", efficiency_rows())
     (new / "run.json").write_bytes(b'{"suite": "\xff"}')
     args = type("A", (), {"base": str(base), "new": str(new), "threshold": 0.05, "markdown": None})()
-    assert main_compare(args) == 2
+    assert main_compare(args, find_task=find_task) == 2
     assert capsys.readouterr().err.strip() == f"posbench compare: {new}/run.json: not UTF-8 text"
 
 
@@ -103,33 +104,33 @@ def _wps(rows, method, seq_len, value):
 def test_a_baseline_of_zero_shows_the_ratio_as_n_a_and_compare_does_not_crash(tmp_path):
     rows = _wps(efficiency_rows(), "sinusoidal", 256, 0.0)
     run_dir = write_run(tmp_path / "new", rows)
-    runs = load_runs(run_dir)
+    runs = load_runs(run_dir, find_task=find_task)
     from posbench.report.sections import collect_tables
 
     table = next(t for _, ts in collect_tables(runs) for t in ts if t.metric == "train_wps")
     assert table.cell("rotary", 256).text == "24.0k (n/a)" and table.cell("rotary", 256).ratio is None
     assert table.cell("rotary", 512).ratio is not None
     base = write_run(tmp_path / "base", efficiency_rows())
-    result = compare_runs(base, run_dir)
+    result = compare_runs(base, run_dir, find_task=find_task)
     assert not [c for c in result.changes if c.case_id.endswith("sinusoidal/seq_len=256") and c.metric == "train_wps"]
 
 
 def test_negative_and_huge_metrics_print_sanely_give_no_ratio_and_are_no_regression(tmp_path):
     rows = _wps(_wps(efficiency_rows(), "alibi", 512, -5.0), "rotary", 512, 1e308)
     run_dir = write_run(tmp_path / "new", rows)
-    written = build_report([run_dir], tmp_path / "out")
+    written = build_report([run_dir], tmp_path / "out", find_task=find_task)
     md = written["report.md"].read_text()
     assert not re.search(r"\d{20}", md), "a number printed with 20 or more digits"
     assert "-5.00 (n/a)" in md and "1e+308" in md
     assert not re.search(r"-\d[\d.]*x", md), "a negative ratio"
     base = write_run(tmp_path / "base", efficiency_rows())
-    result = compare_runs(base, run_dir)
+    result = compare_runs(base, run_dir, find_task=find_task)
     flagged = {(c.case_id.split("/")[1], c.metric) for c in result.regressions}
     assert ("alibi", "train_wps") not in flagged
     text = result.markdown()
     assert not re.search(r"\d{20}", text)
     # a negative baseline against a positive value: no ratio either way, never a regression
-    result = compare_runs(run_dir, base)
+    result = compare_runs(run_dir, base, find_task=find_task)
     assert ("alibi", "train_wps") not in {(c.case_id.split("/")[1], c.metric) for c in result.regressions}
 
 
@@ -138,7 +139,7 @@ def test_a_3_mb_message_is_cut_in_the_report_and_kept_whole_in_the_row(tmp_path)
     failed = next(r for r in rows if r["status"] == "oom")
     failed["message"] = "x" * 3_000_000
     run_dir = write_run(tmp_path, rows)
-    written = build_report([run_dir], tmp_path / "out")
+    written = build_report([run_dir], tmp_path / "out", find_task=find_task)
     html = written["report.html"].read_text()
     assert "x" * 3_000_000 not in html and html.count("x" * 501) == 0
     assert "[cut: 3,000,000 characters in all; the stored row keeps them]" in html
@@ -153,5 +154,5 @@ def test_a_family_metric_whose_column_is_4000_digits_is_a_word_not_a_crash(tmp_p
     ok = next(r for r in rows if r["status"] == "ok" and "final_train_loss" in r["metrics"])
     ok["metrics"]["ppl@float32_bias@" + "9" * 4000] = 20.0
     run_dir = write_run(tmp_path, rows)
-    written = build_report([run_dir], tmp_path / "out")
+    written = build_report([run_dir], tmp_path / "out", find_task=find_task)
     assert all(len(p.name) < 255 for p in written.values())

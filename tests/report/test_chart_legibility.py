@@ -11,6 +11,7 @@ from posbench.report.table import metric_tables
 from posbench.tasks.retrieval.accuracy_charts import heatmap_chart
 from tests.helpers.report_rows import (PRECISION_SUITE_METRICS, base_row, efficiency_rows, extrapolation_rows,
                                        lengthgen_rows, precision_rows, retrieval_rows, write_run)
+from posbench.tasks import find as find_task
 
 SLACK = 1.0  # pixels
 
@@ -61,7 +62,7 @@ def every_figure(tmp_path):
     write_run(tmp_path, kernels_rows(), metrics=["fwd_ms", "fwd_tflops", "peak_mem_bytes"])
     write_run(tmp_path, lengthgen_rows(), baseline=None)
     figures = []
-    for section in collect_sections(load_runs(tmp_path)):
+    for section in collect_sections(load_runs(tmp_path, find_task=find_task)):
         for block in section.blocks:
             for source in block.charts:
                 figures += [(stem, fig) for stem, _title, fig in source()]
@@ -74,7 +75,7 @@ def paired_table(root):
     """The training-speed table as interleaved rounds give it: each ratio with its 95% interval
     (the longest bar notes and footer: "... rounds or windows, see the table" was cut before)."""
     write_run(root, efficiency_rows(), metrics=["train_wps"])
-    table = next(t for t in metric_tables(load_runs(root), "efficiency") if t.metric == "train_wps")
+    table = next(t for t in metric_tables(load_runs(root, find_task=find_task), "efficiency") if t.metric == "train_wps")
     for cell in table.cells.values():
         if cell.ratio is not None and cell.ratio != 1:
             cell.ratio_interval = (cell.ratio * 0.99, cell.ratio * 1.012)
@@ -132,7 +133,7 @@ def test_every_chart_kind_is_legible(tmp_path):
 @pytest.mark.parametrize("metric", ["train_wps", "peak_mem_train_bytes"])
 def test_speed_and_memory_are_bars_from_zero_with_ratio_notes(tmp_path, metric):
     write_run(tmp_path, efficiency_rows(), metrics=[metric])
-    (section,) = [s for s in collect_sections(load_runs(tmp_path)) if s.task == "efficiency"]
+    (section,) = [s for s in collect_sections(load_runs(tmp_path, find_task=find_task)) if s.task == "efficiency"]
     block = next(b for b in section.blocks if b.table.metric == metric)
     ((_stem, _title, fig),) = block.charts[0]()
     (ax,) = [a for a in fig.axes]

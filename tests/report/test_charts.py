@@ -12,6 +12,7 @@ from posbench.report.table import metric_tables
 from posbench.tasks.extrapolation import ppl_charts
 from tests.helpers.report_rows import (EFF_METHODS, L_VALID, LENGTHS, PPL_METHODS, PRECISION_SUITE_METRICS, base_row,
                              efficiency_rows, extrapolation_rows, precision_rows, retrieval_rows, write_run)
+from posbench.tasks import find as find_task
 
 GIB = float(1 << 30)
 
@@ -25,7 +26,7 @@ def _by_gid(ax, prefix):
 def frame(tmp_path):
     write_run(tmp_path, efficiency_rows())
     write_run(tmp_path, extrapolation_rows())
-    return load_runs(tmp_path)
+    return load_runs(tmp_path, find_task=find_task)
 
 
 def _bars(ax) -> dict:
@@ -128,7 +129,7 @@ def _all_report_figures(tmp_path):
     write_run(tmp_path, precision_rows(), metrics=PRECISION_SUITE_METRICS, baseline=None)
     write_run(tmp_path, retrieval_rows())
     figures = []
-    for section in collect_sections(load_runs(tmp_path)):
+    for section in collect_sections(load_runs(tmp_path, find_task=find_task)):
         for block in section.blocks:
             for source in block.charts:
                 figures += [(stem, fig) for stem, _title, fig in source()]
@@ -204,7 +205,7 @@ def test_error_bars_show_the_spread_over_seeds_of_perplexity(tmp_path):
         for entry in row["series"]["evals"]:
             if entry["ppl"] is not None:
                 entry["ppl_std"] = 0.1 * entry["ppl"]
-    table = extrapolation_tables(load_runs(write_run(tmp_path, rows)))[0]
+    table = extrapolation_tables(load_runs(write_run(tmp_path, rows), find_task=find_task))[0]
     fig = ppl_charts.ppl_chart(table)
     bars = {c.get_gid(): c for c in fig.axes[0].collections}
     (first, *_) = bars["errorbar:alibi"].get_segments()
@@ -216,7 +217,7 @@ def test_error_bars_show_the_spread_over_seeds_of_perplexity(tmp_path):
 def test_every_perplexity_chart_has_a_log_y_axis(tmp_path):
     write_run(tmp_path, extrapolation_rows())
     write_run(tmp_path, precision_rows(), metrics=PRECISION_SUITE_METRICS, baseline=None)
-    loaded = load_runs(tmp_path)
+    loaded = load_runs(tmp_path, find_task=find_task)
     nonoverlapping, sliding = extrapolation_tables(loaded)
     assert sliding.columns == [128]  # one column, a range far under 10x: still log
     for table in (nonoverlapping, sliding):
@@ -235,7 +236,7 @@ def test_unavailable_is_said_once_per_legend_entry(tmp_path):
                        status="unavailable", message="needs CUDA and triton")
     write_run(tmp_path, rows + [missing])
     write_run(tmp_path, efficiency_rows())
-    loaded = load_runs(tmp_path)
+    loaded = load_runs(tmp_path, find_task=find_task)
     table = extrapolation_tables(loaded)[0]
     assert "alibi_triton (unavailable)" in table.rows  # the table's own label already says it
     legend = [t.get_text() for t in ppl_charts.ppl_chart(table).axes[0].get_legend().get_texts()]
@@ -253,7 +254,7 @@ def test_a_spread_of_zero_width_draws_no_bars_and_names_none(tmp_path):
         for key in ("train_wps_min", "train_wps_max"):
             if key in row["metrics"]:
                 row["metrics"][key] = row["metrics"]["train_wps"]  # one measured window
-    table = next(t for t in metric_tables(load_runs(write_run(tmp_path, rows)), "efficiency") if t.metric == "train_wps")
+    table = next(t for t in metric_tables(load_runs(write_run(tmp_path, rows), find_task=find_task), "efficiency") if t.metric == "train_wps")
     fig = charts.metric_chart(table)
     assert not [c for c in fig.axes[0].collections if (c.get_gid() or "").startswith("errorbar:")]
     assert "bars:" not in " ".join(t.get_text() for t in fig.texts)

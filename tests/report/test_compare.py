@@ -9,6 +9,12 @@ import pytest
 from posbench.cli.report_cmds import add_compare_parser
 from posbench.report.compare import OtherHardware, compare_runs, main_compare, metric_direction
 from tests.helpers.report_rows import CPU_ENV, GPU_ENV, efficiency_rows, extrapolation_rows, write_run
+from posbench.tasks import find as find_task
+
+from posbench import tasks as _registry  # noqa: E402
+
+# The tasks this installation knows, as the CLI hands them to the report.
+KNOWN_TASKS = {name: _registry.get(name) for name in _registry.names(include_hidden=True)}
 
 
 def _args(base, new, *extra):
@@ -25,15 +31,15 @@ def _with_train_wps_scaled(rows, factor):
 
 
 def test_metric_directions_come_from_the_tasks_declarations():
-    assert metric_direction("efficiency", "train_wps") == 1 and metric_direction("kernels", "fwdbwd_tflops") == 1
-    assert metric_direction("efficiency", "peak_mem_train_bytes") == -1 and metric_direction("kernels", "fwd_ms") == -1
-    assert metric_direction("extrapolation", "ppl@nonoverlapping@512") == -1  # the ppl@* family
-    assert metric_direction("efficiency", "j_per_token") == -1
+    assert metric_direction("efficiency", "train_wps", KNOWN_TASKS) == 1 and metric_direction("kernels", "fwdbwd_tflops", KNOWN_TASKS) == 1
+    assert metric_direction("efficiency", "peak_mem_train_bytes", KNOWN_TASKS) == -1 and metric_direction("kernels", "fwd_ms", KNOWN_TASKS) == -1
+    assert metric_direction("extrapolation", "ppl@nonoverlapping@512", KNOWN_TASKS) == -1  # the ppl@* family
+    assert metric_direction("efficiency", "j_per_token", KNOWN_TASKS) == -1
     for task, ignored in (("efficiency", "n_params"), ("efficiency", "batch_size"), ("extrapolation", "best_ppl"),
                           ("efficiency", "train_wps_min"), ("kernels", "fwd_ms_max")):
-        assert metric_direction(task, ignored) is None
+        assert metric_direction(task, ignored, KNOWN_TASKS) is None
     # no guessing from names: an undeclared metric or an unknown task is not compared
-    assert metric_direction("efficiency", "other_wps") is None and metric_direction("mine", "train_wps") is None
+    assert metric_direction("efficiency", "other_wps", KNOWN_TASKS) is None and metric_direction("mine", "train_wps", KNOWN_TASKS) is None
 
 
 def test_a_declared_direction_decides_the_verdict(tmp_path, monkeypatch):
@@ -44,7 +50,7 @@ def test_a_declared_direction_decides_the_verdict(tmp_path, monkeypatch):
     monkeypatch.setitem(efficiency.METRICS, "train_wps", Metric("Training speed", "words/s", "", False, "count"))
     base = write_run(tmp_path / "base", efficiency_rows())
     new = write_run(tmp_path / "new", _with_train_wps_scaled(efficiency_rows(), 0.9))
-    result = compare_runs(base, new)
+    result = compare_runs(base, new, find_task=find_task)
     assert result.regressions == [] and {c.metric for c in result.improvements} == {"train_wps"}
 
 
@@ -54,7 +60,7 @@ def test_a_malformed_row_is_skipped_with_one_warning_naming_file_and_line(tmp_pa
     lines = (new / "cases.jsonl").read_text().splitlines()
     lines[2] = lines[2].replace('"status": "ok"', '"status": 3', 1)
     (new / "cases.jsonl").write_text("\n".join(lines) + "\n")
-    assert main_compare(_args(base, new)) == 1  # its case is missing from new: a failure, not an internal error
+    assert main_compare(_args(base, new), find_task=find_task) == 1  # its case is missing from new: a failure, not an internal error
     captured = capsys.readouterr()
     assert captured.err.strip() == f"warning: {new}/cases.jsonl:3: status: expected a string, got int; line skipped"
     assert "1 case(s) of base are missing from new" in captured.out
@@ -65,30 +71,30 @@ def test_identical_runs_pass(tmp_path, capsys):
                      suite="mixed")
     new = write_run(tmp_path / "new", efficiency_rows() + extrapolation_rows(run_id="run-a"),
                     suite="mixed")
-    result = compare_runs(base, new)
+    result = compare_runs(base, new, find_task=find_task)
     assert result.regressions == [] and result.improvements == []
     assert result.only_in_base == [] == result.only_in_new and result.hardware_warnings == []
     assert {c.ratio for c in result.changes} == {1.0}
-    assert main_compare(_args(base, new)) == 0
+    assert main_compare(_args(base, new), find_task=find_task) == 0
     assert "**0 regression(s), 0 improvement(s)** over 18 case(s)" in capsys.readouterr().out
 
 
 def test_planted_ten_percent_train_wps_regression_fails(tmp_path):
     base = write_run(tmp_path / "base", efficiency_rows())
     new = write_run(tmp_path / "new", _with_train_wps_scaled(efficiency_rows(), 0.9))
-    result = compare_runs(base, new, threshold=0.05)
+    result = compare_runs(base, new, threshold=0.05, find_task=find_task)
     regressed = {(c.case_id, c.metric) for c in result.regressions}
     ok_cases = {r["case_id"] for r in efficiency_rows() if r["status"] == "ok"}
     assert regressed == {(case, "train_wps") for case in ok_cases}
     assert all(c.ratio == pytest.approx(0.9) for c in result.regressions)
     assert result.exit_code == 1
     md_path = tmp_path / "compare.md"
-    assert main_compare(_args(base, new, "--markdown", str(md_path))) == 1
+    assert main_compare(_args(base, new, "--markdown", str(md_path)), find_task=find_task) == 1
     md = md_path.read_text()
     assert "### Regressions" in md and "| efficiency/alibi/seq_len=256 | train_wps |" in md and "0.900x" in md
     # a looser threshold accepts the same change
-    assert compare_runs(base, new, threshold=0.15).regressions == []
-    assert main_compare(_args(base, new, "--threshold", "0.15")) == 0
+    assert compare_runs(base, new, threshold=0.15, find_task=find_task).regressions == []
+    assert main_compare(_args(base, new, "--threshold", "0.15"), find_task=find_task) == 0
 
 
 def test_faster_and_smaller_is_an_improvement(tmp_path):
@@ -97,7 +103,7 @@ def test_faster_and_smaller_is_an_improvement(tmp_path):
     for row in rows:
         if "peak_mem_train_bytes" in row["metrics"]:
             row["metrics"]["peak_mem_train_bytes"] *= 0.5
-    result = compare_runs(base, write_run(tmp_path / "new", rows))
+    result = compare_runs(base, write_run(tmp_path / "new", rows), find_task=find_task)
     assert {c.metric for c in result.improvements} == {"train_wps", "peak_mem_train_bytes"}
     assert result.exit_code == 0
 
@@ -107,7 +113,7 @@ def test_more_memory_and_a_new_oom_are_regressions(tmp_path):
     rows = efficiency_rows()
     rows[0]["metrics"]["peak_mem_train_bytes"] *= 1.5
     rows[1].update(status="oom", metrics={})
-    result = compare_runs(base, write_run(tmp_path / "new", rows))
+    result = compare_runs(base, write_run(tmp_path / "new", rows), find_task=find_task)
     got = {(c.case_id, c.metric, c.verdict) for c in result.regressions}
     assert got == {(rows[0]["case_id"], "peak_mem_train_bytes", "regression"),
                    (rows[1]["case_id"], "status", "regression")}
@@ -118,7 +124,7 @@ def test_an_evaluation_that_now_ooms_is_a_perplexity_regression(tmp_path):
     rows = extrapolation_rows()
     alibi_512 = next(e for e in rows[2]["series"]["evals"] if e["L_valid"] == 512)
     alibi_512.update(status="oom", ppl=None)
-    result = compare_runs(base, write_run(tmp_path / "new", rows))
+    result = compare_runs(base, write_run(tmp_path / "new", rows), find_task=find_task)
     (reg,) = result.regressions
     assert (reg.method, reg.metric, reg.new) == ("alibi", "ppl@nonoverlapping@512", None)
 
@@ -127,7 +133,7 @@ def test_cases_in_only_one_run_are_listed(tmp_path):
     rows = efficiency_rows()
     base = write_run(tmp_path / "base", rows[:-1])
     new = write_run(tmp_path / "new", rows[1:])
-    result = compare_runs(base, new)
+    result = compare_runs(base, new, find_task=find_task)
     assert result.only_in_base == [rows[0]["case_id"]]
     assert result.only_in_new == [rows[-1]["case_id"]]
     md = result.markdown()
@@ -135,22 +141,22 @@ def test_cases_in_only_one_run_are_listed(tmp_path):
     assert "### Only in new (1)" in md
     # a case of BASE that NEW lacks fails the comparison; one only NEW has does not
     assert result.exit_code == 1 and result.regressions == []
-    assert compare_runs(write_run(tmp_path / "b2", rows[:-1]), write_run(tmp_path / "n2", rows)).exit_code == 0
+    assert compare_runs(write_run(tmp_path / "b2", rows[:-1]), write_run(tmp_path / "n2", rows), find_task=find_task).exit_code == 0
 
 
 def test_different_hardware_is_warned_when_allowed(tmp_path):
     base = write_run(tmp_path / "base", efficiency_rows(), CPU_ENV)
     new = write_run(tmp_path / "new", efficiency_rows(device="cuda:0"), GPU_ENV)
     with pytest.raises(OtherHardware, match="base: no GPU model recorded \\(device cpu\\); new: NVIDIA A100-SXM4-80GB"):
-        compare_runs(base, new)
-    result = compare_runs(base, new, allow_other_hardware=True)
+        compare_runs(base, new, find_task=find_task)
+    result = compare_runs(base, new, allow_other_hardware=True, find_task=find_task)
     text = " ".join(result.hardware_warnings)
     assert "GPU differs" in text and "NVIDIA A100-SXM4-80GB" in text
     assert "device differs" in text
     assert "**Warning:** GPU differs" in result.markdown()
     cpu_b = write_run(tmp_path / "cpu-b", efficiency_rows(), CPU_ENV)
     other_cpu = write_run(tmp_path / "cpu-n", efficiency_rows(), {**CPU_ENV, "cpu": "Other CPU 1"})
-    (cpu_warning,) = compare_runs(cpu_b, other_cpu).hardware_warnings  # another CPU model: a warning only
+    (cpu_warning,) = compare_runs(cpu_b, other_cpu, find_task=find_task).hardware_warnings  # another CPU model: a warning only
     assert cpu_warning.startswith("CPU differs: base ran on Test CPU 9000, new on Other CPU 1")
 
 
@@ -160,35 +166,35 @@ H100_ENV = {**GPU_ENV, "nvml": {"name": "NVIDIA H100 80GB HBM3", "driver": "550.
 def test_runs_on_different_gpu_models_are_refused_unless_allowed(tmp_path, capsys):
     base = write_run(tmp_path / "base", efficiency_rows(device="cuda:0"), GPU_ENV)
     new = write_run(tmp_path / "new", efficiency_rows(device="cuda:0"), H100_ENV)
-    assert main_compare(_args(base, new)) == 2
+    assert main_compare(_args(base, new), find_task=find_task) == 2
     out = capsys.readouterr()
     assert out.out == ""  # nothing compared
     assert out.err == ("posbench compare: base and new ran on different GPU models (base: NVIDIA A100-SXM4-80GB; "
                        "new: NVIDIA H100 80GB HBM3): their ratios would compare GPUs, not code; compare runs of one "
                        "GPU model, or pass --allow-other-hardware to compare them anyway\n")
     # allowed: it warns, compares and passes (the rows are the same)
-    assert main_compare(_args(base, new, "--allow-other-hardware")) == 0
+    assert main_compare(_args(base, new, "--allow-other-hardware"), find_task=find_task) == 0
     out = capsys.readouterr()
     assert out.err.startswith("warning: GPU differs: base ran on NVIDIA A100-SXM4-80GB, new on NVIDIA H100 80GB HBM3")
     assert "**Warning:** GPU differs" in out.out and "0 regression(s)" in out.out
     # a slower H100 run is still judged when allowed
     slower = write_run(tmp_path / "slower", _with_train_wps_scaled(efficiency_rows(device="cuda:0"), 0.8), H100_ENV)
-    assert main_compare(_args(base, slower, "--allow-other-hardware")) == 1
+    assert main_compare(_args(base, slower, "--allow-other-hardware"), find_task=find_task) == 1
 
 
 def test_the_same_gpu_model_compares_and_torch_names_it_without_nvml(tmp_path):
     base = write_run(tmp_path / "base", efficiency_rows(device="cuda:0"), GPU_ENV)
     new = write_run(tmp_path / "new", efficiency_rows(device="cuda:0"), {**GPU_ENV, "driver": "555.1"})
-    assert compare_runs(base, new).hardware_warnings == []
+    assert compare_runs(base, new, find_task=find_task).hardware_warnings == []
     # without NVML, env.json's torch name of the GPU is the model
     no_nvml = {**GPU_ENV, "nvml": "unavailable: needs CUDA and NVML", "gpu": "NVIDIA A100-SXM4-80GB"}
-    assert compare_runs(base, write_run(tmp_path / "torch-named", efficiency_rows(device="cuda:0"), no_nvml)).exit_code == 0
+    assert compare_runs(base, write_run(tmp_path / "torch-named", efficiency_rows(device="cuda:0"), no_nvml), find_task=find_task).exit_code == 0
     with pytest.raises(OtherHardware, match="new: NVIDIA H100 80GB HBM3"):
-        compare_runs(base, write_run(tmp_path / "h", efficiency_rows(device="cuda:0"), {**no_nvml, "gpu": "NVIDIA H100 80GB HBM3"}))
+        compare_runs(base, write_run(tmp_path / "h", efficiency_rows(device="cuda:0"), {**no_nvml, "gpu": "NVIDIA H100 80GB HBM3"}), find_task=find_task)
 
 
 def test_unreadable_input_exits_2(tmp_path, capsys):
-    assert main_compare(_args(tmp_path / "missing", tmp_path / "missing")) == 2
+    assert main_compare(_args(tmp_path / "missing", tmp_path / "missing"), find_task=find_task) == 2
     assert "no such folder" in capsys.readouterr().err
 
 
@@ -197,7 +203,7 @@ def test_a_different_suite_version_is_warned(tmp_path):
     new = write_run(tmp_path / "new", efficiency_rows())
     meta = (new / "run.json").read_text().replace('"version": 1', '"version": 2')
     (new / "run.json").write_text(meta)
-    (warning,) = compare_runs(base, new).hardware_warnings
+    (warning,) = compare_runs(base, new, find_task=find_task).hardware_warnings
     assert warning.startswith("suite efficiency version differs: base ran v1, new v2")
 
 
@@ -223,11 +229,11 @@ def test_separated_intervals_are_a_regression_overlapping_ones_within_noise(tmp_
     base = _rounds_run(tmp_path / "base", DRIFT, [0.90, 0.91, 0.89, 0.90, 0.905])
     # Separated: alibi now 0.80x sinusoidal in every round, although absolute speeds drift 20%.
     slow = _rounds_run(tmp_path / "slow", [d * 0.97 for d in reversed(DRIFT)], [0.80, 0.81, 0.79, 0.80, 0.805])
-    result = compare_runs(base, slow, threshold=0.05)
+    result = compare_runs(base, slow, threshold=0.05, find_task=find_task)
     (reg,) = result.regressions
     assert (reg.case_id, reg.metric, reg.basis) == ("alibi/seq_len=64", "train_wps", "ratio to sinusoidal")
     assert reg.ratio == pytest.approx(0.80 / 0.90, abs=0.005) and reg.interval[1] < 0.95
-    assert main_compare(_args(base, slow)) == 1
+    assert main_compare(_args(base, slow), find_task=find_task) == 1
     out = capsys.readouterr().out
     assert "| alibi/seq_len=64 | train_wps (ratio to sinusoidal) | 0.900x | 0.800x | 0.889x |" in out
     assert "95% interval" in out
@@ -238,7 +244,7 @@ def test_separated_intervals_are_a_regression_overlapping_ones_within_noise(tmp_
     # Overlapping: the median ratio fell 8%, but the rounds scatter so widely that the interval
     # reaches back above 0.95: unchanged (within noise), not a regression.
     noisy = _rounds_run(tmp_path / "noisy", DRIFT, [0.70, 0.95, 0.83, 0.99, 0.76])
-    result = compare_runs(base, noisy, threshold=0.05)
+    result = compare_runs(base, noisy, threshold=0.05, find_task=find_task)
     assert result.regressions == [] and result.exit_code == 0
     (noise,) = result.within_noise
     assert noise.ratio < 0.95 and noise.interval[0] < 0.95 < noise.interval[1]
@@ -247,7 +253,7 @@ def test_separated_intervals_are_a_regression_overlapping_ones_within_noise(tmp_
 
     # Improvement likewise: the whole interval above 1 + threshold.
     fast = _rounds_run(tmp_path / "fast", DRIFT, [1.00, 1.01, 0.99, 1.00, 1.005])
-    (imp,) = compare_runs(base, fast).improvements
+    (imp,) = compare_runs(base, fast, find_task=find_task).improvements
     assert imp.interval[0] > 1.05
 
 
@@ -256,11 +262,11 @@ def test_empty_new_run_and_different_suites_are_bad_input(tmp_path, capsys):
     empty = tmp_path / "empty" / "efficiency" / "r"
     empty.mkdir(parents=True)
     (empty / "cases.jsonl").write_text("")
-    assert main_compare(_args(base, empty)) == 2
+    assert main_compare(_args(base, empty), find_task=find_task) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"posbench compare: {empty}: the new run has no rows (empty cases.jsonl); nothing to compare"
     other = _rounds_run(tmp_path / "other", DRIFT, [0.9] * 5, suite="kernels", task="kernels")
-    assert main_compare(_args(base, other)) == 2
+    assert main_compare(_args(base, other), find_task=find_task) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("posbench compare: base and new are different suites (base: efficiency; new: kernels)")
     assert len(err.splitlines()) == 1
@@ -271,7 +277,7 @@ def test_a_partial_new_run_fails(tmp_path):
     base = write_run(tmp_path / "base", rows)
     ok_in_base = next(r for r in rows if r["status"] == "ok")
     partial = [r for r in rows if r is not ok_in_base]
-    result = compare_runs(base, write_run(tmp_path / "new", partial))
+    result = compare_runs(base, write_run(tmp_path / "new", partial), find_task=find_task)
     assert result.only_in_base == [ok_in_base["case_id"]] and result.exit_code == 1
 
 
@@ -285,7 +291,7 @@ def test_the_markdown_summary_copies_case_ids_as_inert_text(tmp_path):
     base = write_run(tmp_path / "base", rows)
     slower = _with_train_wps_scaled([dict(r, metrics=dict(r["metrics"])) for r in rows], 0.5)
     new = write_run(tmp_path / "new", slower[1:])  # a regression table, and one case only in base
-    md = compare_runs(base, new).markdown()
+    md = compare_runs(base, new, find_task=find_task).markdown()
     assert "### Regressions" in md and "### Only in base" in md
     assert "\n# Forged heading" not in md  # no line of the summary starts a heading from data
     assert "x \\| forged \\| row \\| # Forged heading \\`tick\\`" in md  # the pipes as text, in one cell

@@ -10,6 +10,7 @@ from posbench.report.render import cells_csv, csv_cell
 from posbench.report.rows import load_runs
 from posbench.report.table import run_tables
 from tests.helpers.report_rows import efficiency_rows, write_run
+from posbench.tasks import find as find_task
 
 DANGEROUS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -55,7 +56,7 @@ def _assert_safe(text: str, where: str):
 
 def test_rows_csv_and_every_table_csv_of_a_report_are_neutralised(tmp_path):
     run_dir = write_run(tmp_path, _hostile_rows(), metrics=["train_wps", "=evil"])
-    written = build_report([run_dir], tmp_path / "out")
+    written = build_report([run_dir], tmp_path / "out", find_task=find_task)
     csvs = [p for k, p in written.items() if k.endswith(".csv")]
     assert written["rows.csv"] in csvs and any(k.startswith("tables/") for k in written if k.endswith(".csv"))
     for path in csvs:
@@ -68,6 +69,6 @@ def test_rows_csv_and_every_table_csv_of_a_report_are_neutralised(tmp_path):
 
 def test_a_runs_table_csv_is_neutralised(tmp_path):
     run_dir = write_run(tmp_path, _hostile_rows(), metrics=["train_wps"])
-    text = cells_csv(run_tables(load_runs(run_dir)))
+    text = cells_csv(run_tables(load_runs(run_dir, find_task=find_task)))
     _assert_safe(text, "table.csv")
     assert "'=cmd|' /C calc'!A0" in _cells(text)

@@ -10,6 +10,7 @@ from posbench.report import results_page
 from posbench.report.build import build_report
 from posbench.report.escape import md_code, md_fence, md_text
 from tests.helpers.result_runs import CPU_ENV, write_run
+from posbench.tasks import find as find_task
 
 EVIL_METHOD = "ali|bi<script>alert(1)</script>\n| forged | row |\n# Forged method heading"
 EVIL_ENV = {**CPU_ENV, "cpu": "CPU<script>x</script>\n# Forged heading", "torch": "2.0\n```\n# Forged in fence\n```"}
@@ -44,7 +45,7 @@ def assert_inert_markdown(text: str) -> None:
 
 
 def test_results_page_escapes_every_field_from_the_run_folder(tmp_path):
-    (page,) = results_page.write_pages([hostile_run(tmp_path)], tmp_path / "out")
+    (page,) = results_page.write_pages([hostile_run(tmp_path)], tmp_path / "out", find_task=find_task)
     text = page.read_text()
     assert_inert_markdown(text)
     assert "ali\\|bi&lt;script&gt;alert(1)&lt;/script&gt; \\| forged \\| row \\|" in text
@@ -55,13 +56,13 @@ def test_results_page_escapes_every_field_from_the_run_folder(tmp_path):
 
 def test_results_page_rewrites_its_own_page_with_an_escaped_heading(tmp_path):
     run = hostile_run(tmp_path)
-    (first,) = results_page.write_pages([run], tmp_path / "out")
-    (again,) = results_page.write_pages([run], tmp_path / "out")
+    (first,) = results_page.write_pages([run], tmp_path / "out", find_task=find_task)
+    (again,) = results_page.write_pages([run], tmp_path / "out", find_task=find_task)
     assert again == first  # the escaped heading is recognised as this machine's page
 
 
 def test_report_markdown_and_html_escape_rows_and_env(tmp_path):
-    written = build_report([hostile_run(tmp_path)], tmp_path / "report")
+    written = build_report([hostile_run(tmp_path)], tmp_path / "report", find_task=find_task)
     for key, path in written.items():
         if key.endswith(".md"):
             assert_inert_markdown(path.read_text())

@@ -16,6 +16,7 @@ from posbench.store.bounds import RowsError
 from posbench.report.table import metric_tables
 from tests.helpers.report_rows import (CPU_ENV, base_row, EFF_METHODS, GPU_ENV, L_VALID, LENGTHS, PPL_METHODS,
                              efficiency_rows, extrapolation_rows, ppl_value, write_run)
+from posbench.tasks import find as find_task
 
 
 def _table(tables, metric):
@@ -31,7 +32,7 @@ def runs(tmp_path):
 
 
 def test_load_runs_finds_run_folders_below_a_parent_and_keeps_run_columns(runs):
-    loaded = load_runs([runs])
+    loaded = load_runs([runs], find_task=find_task)
     rows, envs = loaded.rows, loaded.envs
     assert len(rows) == 15 + 3
     assert set(rows["run_id"]) == {"run-a", "run-x"}
@@ -46,7 +47,7 @@ def test_load_runs_keeps_the_last_row_of_a_resumed_case_and_skips_a_torn_line(tm
     run_dir = write_run(tmp_path, rows + [retry])
     with (run_dir / "cases.jsonl").open("a") as fh:
         fh.write('{"case_id": "half a li')  # killed mid-write
-    frame = load_runs(run_dir).rows
+    frame = load_runs(run_dir, find_task=find_task).rows
     assert len(frame) == 15
     first = frame[frame["case_id"] == rows[0]["case_id"]].iloc[0]
     assert first["metrics"]["train_wps"] == 12345.0
@@ -54,11 +55,11 @@ def test_load_runs_keeps_the_last_row_of_a_resumed_case_and_skips_a_torn_line(tm
 
 def test_load_runs_names_the_folder_without_runs(tmp_path):
     with pytest.raises(RowsError, match="no cases.jsonl"):
-        load_runs(tmp_path)
+        load_runs(tmp_path, find_task=find_task)
 
 
 def test_efficiency_table_layout_ratios_and_failed_cells(runs):
-    table = _table(metric_tables(load_runs(runs), "efficiency"), "train_wps")
+    table = _table(metric_tables(load_runs(runs, find_task=find_task), "efficiency"), "train_wps")
     assert table.rows == EFF_METHODS
     assert table.columns == LENGTHS
     by_case = {(r["method"], r["params"]["seq_len"]): r for r in efficiency_rows()}
@@ -80,14 +81,14 @@ def test_efficiency_table_layout_ratios_and_failed_cells(runs):
 
 
 def test_memory_table_uses_binary_units(runs):
-    table = _table(metric_tables(load_runs(runs), "efficiency"), "peak_mem_train_bytes")
+    table = _table(metric_tables(load_runs(runs, find_task=find_task), "efficiency"), "peak_mem_train_bytes")
     assert table.cell("sinusoidal", 1024).text == "0.954 GiB (1.00x)"
     assert table.title.startswith("Peak training memory (GiB)")
     assert table.cell("sinusoidal", 1024).value == 1024 * 1_000_000 + len("sinusoidal")
 
 
 def test_extrapolation_table_per_mode_with_oom_and_caption(runs):
-    tables = extrapolation_tables(load_runs(runs))
+    tables = extrapolation_tables(load_runs(runs, find_task=find_task))
     assert [t.extra["mode"] for t in tables] == [("nonoverlapping", None, False), ("sliding", 32, False)]
     table = tables[0]
     assert table.rows == PPL_METHODS and table.columns == L_VALID
@@ -108,15 +109,15 @@ def test_a_failed_extrapolation_case_keeps_its_row(tmp_path):
     rows = extrapolation_rows()
     rows[1].update(status="diverged", message="loss became NaN at step 40")
     rows[1]["series"] = {}
-    table = extrapolation_tables(load_runs(write_run(tmp_path, rows)))[0]
+    table = extrapolation_tables(load_runs(write_run(tmp_path, rows), find_task=find_task))[0]
     assert "rotary (diverged)" in table.rows
     assert [table.cell("rotary (diverged)", lv).text for lv in L_VALID] == ["diverged"] * 4
 
 
 def test_build_report_writes_markdown_csv_latex_for_every_table(runs, tmp_path):
     out = tmp_path / "out"
-    written = build_report([runs], out)
-    keys = [t.key for _, tables in collect_tables(load_runs(runs)) for t in tables]
+    written = build_report([runs], out, find_task=find_task)
+    keys = [t.key for _, tables in collect_tables(load_runs(runs, find_task=find_task)) for t in tables]
     assert len(keys) == 4 + 2  # four efficiency metrics, two evaluation modes
     for key in keys:
         for ext in ("md", "csv", "tex"):
@@ -137,9 +138,9 @@ def test_build_report_writes_markdown_csv_latex_for_every_table(runs, tmp_path):
 
 
 def test_html_report_embeds_tables_charts_environments_and_row_anchors(runs, tmp_path):
-    written = build_report([runs], tmp_path / "out")
+    written = build_report([runs], tmp_path / "out", find_task=find_task)
     html = written["report.html"].read_text()
-    loaded = load_runs(runs)
+    loaded = load_runs(runs, find_task=find_task)
     rows = loaded.rows
     for _, tables in collect_tables(loaded):
         for t in tables:
@@ -159,7 +160,7 @@ def test_two_shards_of_one_run_make_one_table(tmp_path):
     rows = efficiency_rows()
     write_run(tmp_path / "shard0", rows[:7])
     write_run(tmp_path / "shard1", rows[7:])
-    written = build_report([tmp_path / "shard0", tmp_path / "shard1"], tmp_path / "out")
+    written = build_report([tmp_path / "shard0", tmp_path / "shard1"], tmp_path / "out", find_task=find_task)
     train = [k for k in written if "train-wps" in k and k.endswith(".md")]
     assert len(train) == 1
     text = written[train[0]].read_text()
@@ -170,7 +171,7 @@ def test_two_shards_of_one_run_make_one_table(tmp_path):
 def test_runs_on_two_gpu_types_get_a_table_each(tmp_path):
     write_run(tmp_path / "cpu", efficiency_rows(run_id="run-cpu"), CPU_ENV)
     write_run(tmp_path / "gpu", efficiency_rows(run_id="run-gpu", device="cuda:0"), GPU_ENV)
-    tables = [t for t in metric_tables(load_runs([tmp_path]), "efficiency") if t.metric == "train_wps"]
+    tables = [t for t in metric_tables(load_runs([tmp_path], find_task=find_task), "efficiency") if t.metric == "train_wps"]
     assert sorted(t.hardware for t in tables) == ["CPU (Test CPU 9000)", "NVIDIA A100-SXM4-80GB"]
 
 
@@ -197,7 +198,7 @@ def test_kernel_tables_split_by_head_dim_and_other_tasks_are_kept(tmp_path):
     other = base_row("kernels", "mystery", "alibi", {"dtype": "bf16"}, "run-k")  # a task this install lacks
     other["metrics"] = {"max_abs_err": 0.004}
     write_run(tmp_path, rows + [other], suite="kernels", baseline="sdpa_bias")
-    sections = dict(collect_tables(load_runs(tmp_path)))
+    sections = dict(collect_tables(load_runs(tmp_path, find_task=find_task)))
     ms_tables = [t for t in sections["Kernels"] if t.metric == "fwdbwd_ms"]
     assert [t.rest for t in ms_tables] == [{"head_dim": 64}, {"head_dim": 128}]
     assert ms_tables[0].cell("alibi_triton", 2048).text == "2 (0.50x)"
@@ -220,19 +221,19 @@ def _kernel_rows(variants=("alibi_triton", "triton_no_bias", "sdpa_causal")) -> 
 def test_kernels_report_has_ratios_against_the_suites_baseline_from_run_json(tmp_path):
     # The kernels suite's baseline is triton_no_bias; rows never store it, run.json does.
     write_run(tmp_path, _kernel_rows(), baseline="triton_no_bias")
-    written = build_report([tmp_path], tmp_path / "out")
-    (table,) = [t for t in metric_tables(load_runs(tmp_path), "kernels") if t.metric == "fwdbwd_ms"]
+    written = build_report([tmp_path], tmp_path / "out", find_task=find_task)
+    (table,) = [t for t in metric_tables(load_runs(tmp_path, find_task=find_task), "kernels") if t.metric == "fwdbwd_ms"]
     assert table.baseline == "triton_no_bias" and "ratio to triton_no_bias" in table.caption
     assert table.cell("alibi_triton", 1024).text == "1 (0.50x)"
     assert table.cell("sdpa_causal", 2048).ratio == pytest.approx(1.5)
-    (mem,) = [t for t in metric_tables(load_runs(tmp_path), "kernels") if t.metric == "peak_mem_bytes"]
+    (mem,) = [t for t in metric_tables(load_runs(tmp_path, find_task=find_task), "kernels") if t.metric == "peak_mem_bytes"]
     assert mem.cell("alibi_triton", 1024).text == "0.000977 GiB (0.50x)"
     assert "No ratios" not in written["report.md"].read_text()
 
 
 def test_an_explicit_baseline_wins_over_run_json(tmp_path):
     write_run(tmp_path, _kernel_rows(), baseline="triton_no_bias")
-    (table,) = [t for t in metric_tables(load_runs(tmp_path), "kernels", baseline="sdpa_causal") if t.metric == "fwdbwd_ms"]
+    (table,) = [t for t in metric_tables(load_runs(tmp_path, find_task=find_task), "kernels", baseline="sdpa_causal") if t.metric == "fwdbwd_ms"]
     assert table.cell("alibi_triton", 1024).text == "1 (0.33x)" and "ratio to sdpa_causal" in table.caption
     parser = argparse.ArgumentParser()
     add_report_parser(parser.add_subparsers(dest="command"))
@@ -244,21 +245,21 @@ def test_an_explicit_baseline_wins_over_run_json(tmp_path):
 
 def test_a_suite_without_baseline_has_no_ratios_and_says_so(tmp_path):
     write_run(tmp_path, _kernel_rows(), baseline=None)
-    (table,) = [t for t in metric_tables(load_runs(tmp_path), "kernels") if t.metric == "fwdbwd_ms"]
+    (table,) = [t for t in metric_tables(load_runs(tmp_path, find_task=find_task), "kernels") if t.metric == "fwdbwd_ms"]
     assert table.cell("alibi_triton", 1024).text == "1" and table.cell("alibi_triton", 1024).ratio is None
     assert "No ratios: the suite names no baseline" in table.caption
 
 
 def test_a_run_without_run_json_falls_back_to_sinusoidal(tmp_path):
     write_run(tmp_path, efficiency_rows(), meta=False)
-    table = _table(metric_tables(load_runs(tmp_path), "efficiency"), "train_wps")
+    table = _table(metric_tables(load_runs(tmp_path, find_task=find_task), "efficiency"), "train_wps")
     assert table.baseline == "sinusoidal" and table.cell("alibi", 256).text == "25.8k (0.99x)"
 
 
 def test_method_order_and_tabulated_metrics_come_from_run_json(tmp_path):
     order = ["alibi", "sinusoidal", "alibi_triton", "t5_bias", "rotary"]
     write_run(tmp_path, efficiency_rows(), methods=order, metrics=["j_per_token", "train_wps"])
-    loaded = load_runs(tmp_path)
+    loaded = load_runs(tmp_path, find_task=find_task)
     tables = metric_tables(loaded, "efficiency")
     assert all(t.rows == order for t in tables)
     # declaration order: the suite's metrics plus those declared table=True (both memories, eval_wps)

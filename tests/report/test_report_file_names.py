@@ -7,6 +7,7 @@ from posbench.report.names import Stems, file_stem, slug, unique_keys
 from posbench.report.render import row_anchor
 from posbench.report.results_page import write_pages
 from tests.helpers.report_rows import CPU_ENV, efficiency_rows, retrieval_rows, write_run
+from posbench.tasks import find as find_task
 
 
 def _two_machines(tmp_path):
@@ -22,7 +23,7 @@ def _ids(html: str) -> list[str]:
 def test_two_machines_differing_in_punctuation_keep_their_own_tables_charts_and_ids(tmp_path):
     a, b = _two_machines(tmp_path)
     out = tmp_path / "out"
-    written = build_report([a, b], out)
+    written = build_report([a, b], out, find_task=find_task)
     tables = [k for k in written if k.startswith("tables/") and k.endswith(".md")]
     on_disk = sorted(p.relative_to(out).as_posix() for p in (out / "tables").glob("*.md"))
     assert sorted(tables) == on_disk  # the count the report prints is the files it wrote
@@ -39,8 +40,8 @@ def test_two_machines_differing_in_punctuation_keep_their_own_tables_charts_and_
 
 def test_names_are_stable_from_one_report_to_the_next(tmp_path):
     a, b = _two_machines(tmp_path)
-    first = sorted(build_report([a, b], tmp_path / "one"))
-    second = sorted(build_report([a, b], tmp_path / "two"))
+    first = sorted(build_report([a, b], tmp_path / "one", find_task=find_task))
+    second = sorted(build_report([a, b], tmp_path / "two", find_task=find_task))
     assert first == second
 
 
@@ -53,7 +54,7 @@ def test_a_method_or_probe_with_a_slash_never_writes_outside_the_report(tmp_path
     run_dir = write_run(tmp_path / "runs", rows)
     before = {p for p in tmp_path.rglob("*")}
     out = tmp_path / "deep" / "out"
-    written = build_report([run_dir], out)
+    written = build_report([run_dir], out, find_task=find_task)
     created = {p for p in tmp_path.rglob("*")} - before
     assert all(out in p.parents or p == out or p == out.parent for p in created), sorted(created)[:5]
     for key, path in written.items():
@@ -89,11 +90,11 @@ def test_unique_keys_hash_every_table_of_a_colliding_group():
 
 def test_results_pages_of_machines_differing_in_punctuation_stay_apart(tmp_path):
     a, b = _two_machines(tmp_path)
-    pages = write_pages([a, b], tmp_path / "pages")
+    pages = write_pages([a, b], tmp_path / "pages", find_task=find_task)
     assert len(pages) == 2 and len({p.name for p in pages}) == 2
     texts = sorted(p.read_text().splitlines()[0] for p in pages)
     assert texts == ["# efficiency on CPU (Acme X 1)", "# efficiency on CPU (Acme X-1)"]
     # written one at a time, the second machine's page does not overwrite the first's either
-    one = write_pages([a], tmp_path / "apart")
-    two = write_pages([b], tmp_path / "apart")
+    one = write_pages([a], tmp_path / "apart", find_task=find_task)
+    two = write_pages([b], tmp_path / "apart", find_task=find_task)
     assert one[0] != two[0] and one[0].read_text().startswith("# efficiency on CPU (Acme X-1)")

@@ -23,6 +23,7 @@ import pytest
 from posbench.report.build import build_report, collect_sections, load_runs
 from tests.helpers.report_rows import (PRECISION_L_VALID, PRECISION_SUITE_METRICS, efficiency_rows, extrapolation_rows,
                              precision_ppl, precision_rows, retrieval_rows, write_run)
+from posbench.tasks import find as find_task
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def runs(tmp_path):
 
 @pytest.fixture
 def report(runs, tmp_path):
-    return build_report([runs], tmp_path / "out")
+    return build_report([runs], tmp_path / "out", find_task=find_task)
 
 
 # -- the precision section: its own tables, its staircases, its housekeeping in the appendix -----
@@ -50,7 +51,7 @@ def _section(sections, heading):
 @pytest.mark.parametrize("meta", [True, False], ids=["run.json", "no run.json"])
 def test_precision_section_is_its_tables_not_one_table_per_value(tmp_path, meta):
     write_run(tmp_path, precision_rows(), metrics=PRECISION_SUITE_METRICS, baseline=None, meta=meta)
-    section = _section(collect_sections(load_runs(tmp_path)), "Precision")
+    section = _section(collect_sections(load_runs(tmp_path, find_task=find_task)), "Precision")
     distinct, ppl, diff = (b.table for b in section.blocks)
     assert [t.metric for t in (distinct, ppl, diff)] == ["last_window_distinct@*", "ppl@*", "ppl_diff@*"]
     # bias_counts: methods x dtype, in the order the study lists them
@@ -74,7 +75,7 @@ def test_precision_section_is_its_tables_not_one_table_per_value(tmp_path, meta)
 
 def test_precision_staircases_follow_the_distinct_value_table(tmp_path):
     write_run(tmp_path, precision_rows(), metrics=PRECISION_SUITE_METRICS, baseline=None)
-    section = _section(collect_sections(load_runs(tmp_path)), "Precision")
+    section = _section(collect_sections(load_runs(tmp_path, find_task=find_task)), "Precision")
     distinct = section.blocks[0]
     drawn = [(stem, title) for source in distinct.charts for stem, title, _ in source()]
     plt.close("all")
@@ -87,7 +88,7 @@ def test_precision_staircases_follow_the_distinct_value_table(tmp_path):
 
 
 def test_housekeeping_values_go_to_the_appendix_not_to_tables(runs):
-    sections = collect_sections(load_runs(runs))
+    sections = collect_sections(load_runs(runs, find_task=find_task))
     tabulated = {b.table.metric for s in sections for b in s.blocks}
     housekeeping = {"n_params", "batch_size", "train_steps", "train_tokens", "reused_checkpoint", "chance"}
     assert not tabulated & housekeeping
@@ -168,7 +169,7 @@ def test_html_charts_follow_the_table_they_belong_to(runs, report):
             charts_after[value] += 1
         elif kind == "h2":
             last_table = None  # a chart never crosses into the next section
-    sections = collect_sections(load_runs(runs))
+    sections = collect_sections(load_runs(runs, find_task=find_task))
     for section in sections:
         for block in section.blocks:
             drawn = [fig for source in block.charts for _, _, fig in source()]
@@ -237,7 +238,7 @@ def _wide_report(tmp_path) -> dict:
             row["params"] = {"seq_len": L}
             row["case_id"] = f"efficiency/{row['method']}/seq_len={L}"
             wide.append(row)
-    return build_report([write_run(tmp_path / "wide-runs", wide)], tmp_path / "wide")
+    return build_report([write_run(tmp_path / "wide-runs", wide)], tmp_path / "wide", find_task=find_task)
 
 
 @pytest.mark.subprocess
@@ -291,7 +292,7 @@ def test_a_family_members_spread_over_seeds_is_its_error_bar_not_a_column(tmp_pa
         for key in [k for k in row["metrics"] if k.startswith("ppl@")]:
             row["metrics"][f"{key}_std"] = 0.5
     write_run(tmp_path, rows, metrics=PRECISION_SUITE_METRICS, baseline=None)
-    section = _section(collect_sections(load_runs(tmp_path)), "Precision")
+    section = _section(collect_sections(load_runs(tmp_path, find_task=find_task)), "Precision")
     ppl = section.blocks[1].table
     assert ppl.metric == "ppl@*" and ppl.columns == PRECISION_L_VALID
     value = ppl.cell("alibi, compute_bias", 2048).value

@@ -13,10 +13,11 @@ import yaml
 from posbench.report import results_page
 from posbench.store.meta import RunMeta, write_run_meta
 from tests.helpers.result_runs import COMMIT, CPU_ENV, GPU_ENV, SETTINGS, write_run
+from posbench.tasks import find as find_task
 
 def test_page_names_suite_run_date_commit_machine_torch_command_and_tables(tmp_path):
     run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
-    (page,) = results_page.write_pages([run_dir], tmp_path / "docs" / "results")
+    (page,) = results_page.write_pages([run_dir], tmp_path / "docs" / "results", find_task=find_task)
     assert page.name == "efficiency-cpu-test-cpu-9000.md"
     text = page.read_text()
     assert text.startswith("# efficiency on CPU (Test CPU 9000)")
@@ -36,7 +37,7 @@ def test_page_names_suite_run_date_commit_machine_torch_command_and_tables(tmp_p
 
 def test_rebuilt_command_reruns_the_settings_and_grid_the_run_used(tmp_path):
     run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
-    section = results_page.RunSection(run_dir)
+    section = results_page.RunSection(run_dir, find_task=find_task)
     assert not section.command_recorded
     argv = shlex.split(section.command.replace("\\\n", " "))
     assert argv[:10] == ["python", "bench.py", "--suite", "efficiency", "--profile", "cpu", "--device", "cpu",
@@ -52,7 +53,7 @@ def test_recorded_command_wins_and_gpu_runs_get_their_own_page(tmp_path):
     cpu_run = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
     gpu_run = write_run(tmp_path, "gpu-cuda-5e6f7a8b", GPU_ENV, device="cuda",
                         command=["python", "bench.py", "--suite", "efficiency", "--profile", "gpu"])
-    pages = results_page.write_pages([tmp_path / "results"], tmp_path / "out")
+    pages = results_page.write_pages([tmp_path / "results"], tmp_path / "out", find_task=find_task)
     assert sorted(p.name for p in pages) == ["efficiency-cpu-test-cpu-9000.md", "efficiency-nvidia-h100-80gb-hbm3.md"]
     gpu = (tmp_path / "out" / "efficiency-nvidia-h100-80gb-hbm3.md").read_text()
     assert "python bench.py --suite efficiency --profile gpu\n" in gpu and "as the runner recorded it" in gpu
@@ -63,7 +64,7 @@ def test_recorded_command_wins_and_gpu_runs_get_their_own_page(tmp_path):
 def test_two_runs_of_a_suite_on_one_machine_share_a_page(tmp_path):
     first = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
     second = write_run(tmp_path, "rep2", CPU_ENV)
-    (page,) = results_page.write_pages([first, second], tmp_path / "out")
+    (page,) = results_page.write_pages([first, second], tmp_path / "out", find_task=find_task)
     text = page.read_text()
     assert text.index("## Run `cpu-cpu-1a2b3c4d`") < text.index("## Run `rep2`")
     assert f'RUNS="{first.as_posix()} {second.as_posix()}"' in text
@@ -112,6 +113,6 @@ def test_rebuilt_command_resolves_to_the_same_settings_and_run_id(tmp_path):
     write_run_meta(run_dir, RunMeta(suite="efficiency", version=4, task="efficiency", baseline="sinusoidal",
                                     methods=["sinusoidal", "alibi"], metrics=["train_wps"], settings=settings,
                                     grid={"seq_len": [64, 96]}, profile="cpu", device="cpu", run_id=run_id))
-    argv = shlex.split(results_page.RunSection(run_dir).command.replace("\\\n", " "))
+    argv = shlex.split(results_page.RunSection(run_dir, find_task=find_task).command.replace("\\\n", " "))
     assert argv[:2] == ["python", "bench.py"]
     assert _dry_run(argv[2:], tmp_path) == (run_id, settings)

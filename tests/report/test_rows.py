@@ -3,13 +3,14 @@ import json
 
 import pytest
 
-from posbench.core import task as tasks
+from posbench import tasks
 from posbench.report.rows import load_runs
 from posbench.store.bounds import RowsError, check_row
 from posbench.store.meta import RunMeta, read_run_meta, write_run_meta
 from posbench.store.rows import latest, read_rows
 from tests.helpers.report_rows import base_row, efficiency_rows, write_run
 from posbench.store.meta import RUN_FILE, read_env
+from posbench.tasks import find as find_task
 
 
 def _write(path, lines: list[str], end="\n"):
@@ -120,7 +121,7 @@ def test_load_runs_keeps_latest_per_run_and_case_and_carries_metas(tmp_path):
     retry["metrics"]["train_wps"] = 1.0
     retry["started_at"] = "2024-06-01T13:00:00+00:00"
     run_dir = write_run(tmp_path, [retry] + rows)  # the retry is first in the file but started later
-    runs = load_runs(tmp_path)
+    runs = load_runs(tmp_path, find_task=find_task)
     assert len(runs.rows) == 15
     first = runs.rows[runs.rows["case_id"] == rows[0]["case_id"]].iloc[0]
     assert first["metrics"]["train_wps"] == 1.0
@@ -134,7 +135,7 @@ def test_load_runs_skips_a_malformed_row_with_one_warning(tmp_path):
     rows[3]["params"] = "seq_len=512"
     (run_dir / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     said = []
-    runs = load_runs(tmp_path, report=said.append)
+    runs = load_runs(tmp_path, report=said.append, find_task=find_task)
     assert len(runs.rows) == len(rows) - 1
     assert said == runs.problems == [f"{run_dir}/cases.jsonl:4: params: expected an object, got str; line skipped"]
 

@@ -11,6 +11,7 @@ from posbench.store.row import ROW_KEYS
 from posbench.store.rows import read_rows
 from posbench.report.sections import collect_sections
 from tests.helpers.report_rows import efficiency_rows, extrapolation_rows, retrieval_rows, write_run
+from posbench.tasks import find as find_task
 
 SEED = 26
 BUDGET_S = 3.0
@@ -103,7 +104,7 @@ def test_randomly_damaged_rows_never_fail_loading_or_tabulating(tmp_path):
             rows = [_damaged(rng, r) if rng.random() < 0.3 else r for r in clean]
             (run_dir / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
             try:
-                runs = load_runs(run_dir, report=lambda _p: None)
+                runs = load_runs(run_dir, report=lambda _p: None, find_task=find_task)
             except RowsError:
                 continue
             if len(runs.rows):

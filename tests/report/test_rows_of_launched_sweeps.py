@@ -14,6 +14,7 @@ from tests.helpers.suites import make_suite
 from posbench.run.schedule import plan_rounds
 from posbench.store.row import make_row
 from posbench.store.rows import read_run_rows, rows_files
+from posbench.tasks import find as find_task
 
 
 def _write(path, rows):
@@ -31,7 +32,7 @@ def test_report_reads_cases_jsonl_and_every_task_rows_file_as_one_run(tmp_path):
     (run_dir / "rows" / "notes.txt").write_text("not rows")  # only *.jsonl files are rows
     assert [p.name for p in rows_files(run_dir)] == ["cases.jsonl", "seq_len-256-x.jsonl",
                                                              "seq_len-512-y.jsonl", "zz-retry.jsonl"]
-    runs = rowsmod.load_runs(tmp_path)
+    runs = rowsmod.load_runs(tmp_path, find_task=find_task)
     assert len(runs.rows) == len(rows) and set(runs.rows["source"]) == {str(run_dir)}
     first = runs.rows[runs.rows["case_id"] == rows[0]["case_id"]].iloc[0]
     assert first["metrics"]["train_wps"] == 1.0  # the latest row, from the task's file

@@ -17,6 +17,7 @@ from posbench.store.rows import case_rows, read_rows
 from tests.helpers.report_rows import base_row, efficiency_rows, write_run
 from posbench.store.bounds import MAX_LINE, MAX_ROUNDS, MAX_WINDOWS
 from posbench.store.meta import read_env
+from posbench.tasks import find as find_task
 
 
 @contextmanager
@@ -56,12 +57,12 @@ def test_a_stored_file_that_is_no_regular_file_is_refused_in_one_line_without_bl
     else:
         target.mkdir()
     with within(10), pytest.raises(RowsError) as err:
-        load_runs(run_dir)
+        load_runs(run_dir, find_task=find_task)
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"{target}: ")
     assert "not a regular file; allowed: a regular file" in message
     with within(10), pytest.raises(RowsError):  # the report says the same line (bench.py report exits 2)
-        build_report([run_dir], tmp_path / "out")
+        build_report([run_dir], tmp_path / "out", find_task=find_task)
 
 
 def test_read_rows_refuses_a_fifo_and_a_device_itself(tmp_path):
@@ -112,7 +113,7 @@ def test_deep_or_huge_json_in_run_and_env_files_is_one_line(tmp_path, name):
                        ('{"x": ' + "9" * 400 + "}", "an integer of 400 digits")):
         (run_dir / name).write_text(text)
         with pytest.raises(RowsError) as err:
-            load_runs(run_dir)
+            load_runs(run_dir, find_task=find_task)
         assert str(err.value).startswith(f"{run_dir / name}: ") and what in str(err.value)
 
 

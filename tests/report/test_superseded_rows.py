@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from posbench.report.build import build_report
 from tests.helpers.report_rows import efficiency_rows, lengthgen_rows, retrieval_rows, write_run
+from posbench.tasks import find as find_task
 
 LINE = "run run-a's {n} rows superseded by run run-b (same case, newer)"
 
@@ -12,7 +13,7 @@ def _report(tmp_path, *runs):
     root = tmp_path / "runs"
     for rows in runs:
         write_run(root, rows, metrics=["train_wps"])
-    build_report([root], tmp_path / "out")
+    build_report([root], tmp_path / "out", find_task=find_task)
     return (tmp_path / "out" / "report.md").read_text(), (tmp_path / "out" / "report.html").read_text()
 
 

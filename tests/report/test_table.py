@@ -9,6 +9,7 @@ from posbench.report import render
 from posbench.report.rows import load_runs
 from posbench.report.table import Cell, Table, run_tables
 from tests.helpers.report_rows import base_row, write_run
+from posbench.tasks import find as find_task
 
 GiB = 1 << 30
 
@@ -34,7 +35,7 @@ ORDER = ["sinusoidal", "t5_bias", "alibi"]
 
 def tables_of(tmp_path, rows=ROWS, baseline="sinusoidal", methods=ORDER):
     write_run(tmp_path, rows, baseline=baseline, metrics=METRICS, methods=methods)
-    return run_tables(load_runs(tmp_path))
+    return run_tables(load_runs(tmp_path, find_task=find_task))
 
 
 def test_run_tables_layout_rows_columns_and_cells(tmp_path):
@@ -66,7 +67,7 @@ def test_ok_case_without_the_metric_says_not_applicable(tmp_path):
 
 def test_run_tables_keep_only_the_given_cases(tmp_path):
     write_run(tmp_path, ROWS, metrics=METRICS, methods=ORDER)
-    (train, _, _) = run_tables(load_runs(tmp_path), {r["case_id"] for r in ROWS if r["params"]["seq_len"] == 512})
+    (train, _, _) = run_tables(load_runs(tmp_path, find_task=find_task), {r["case_id"] for r in ROWS if r["params"]["seq_len"] == 512})
     assert train.columns == [512]
 
 
@@ -120,7 +121,7 @@ def test_run_tables_print_the_family_table_a_suite_metric_is_shown_in(tmp_path):
     from tests.helpers.report_rows import PRECISION_SUITE_METRICS, precision_rows
 
     write_run(tmp_path, precision_rows(), metrics=PRECISION_SUITE_METRICS, baseline=None)
-    tables = run_tables(load_runs(tmp_path))
+    tables = run_tables(load_runs(tmp_path, find_task=find_task))
     # last_window_distinct@float16 and @bfloat16 are columns of one table; ppl_diff_at_max_len of ppl_diff@*
     assert [t.metric for t in tables] == ["last_window_distinct@*", "ppl_diff@*"]
     text = render.to_text(tables[0]).splitlines()

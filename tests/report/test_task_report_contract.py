@@ -13,12 +13,13 @@ from types import SimpleNamespace
 import pytest
 
 import posbench
-from posbench.core import task as task_registry
+from posbench import tasks as task_registry
 from posbench.report.compare import case_metrics
 from posbench.report.rows import load_runs
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.report.sections import collect_sections
 from posbench.report.table import run_tables
+from posbench.tasks import find as find_task
 
 REPORT_DIR = Path(posbench.__file__).parent / "report"
 TASK_NAMES = ("efficiency", "extrapolation", "precision", "kernels", "decode", "retrieval", "lengthgen")
@@ -102,7 +103,7 @@ def test_a_task_declares_its_title_place_sections_summary_and_compare_values(tmp
     rows = [_row(plugin, m, {"width": w}, {"score": s * w}) for m, s in (("a", 1.0), ("b", 2.0)) for w in (2, 4)]
     _write(tmp_path / "runs", rows, ["score"])
     _write(tmp_path / "runs", [_row("_testing", "a", {"n": 1}, {"value": 1000.0})], ["value"])
-    runs = load_runs([tmp_path / "runs"])
+    runs = load_runs([tmp_path / "runs"], find_task=find_task)
 
     sections = collect_sections(runs)
     # the plugin's place (5) is before every built-in task; the empty section is left out; an
@@ -116,7 +117,7 @@ def test_a_task_declares_its_title_place_sections_summary_and_compare_values(tmp
     assert summary.metric == "score"
 
     row = SimpleNamespace(**_row(plugin, "a", {"width": 2}, {"score": 3.0}, {"score": 7.0}))
-    assert case_metrics(row) == {"score": 3.0, "series_score": 7.0}  # a stored metric wins
+    assert case_metrics(row, {plugin: find_task(plugin)}) == {"score": 3.0, "series_score": 7.0}  # a stored metric wins
 
 
 def test_defaults_of_a_task_that_declares_nothing(plugin):

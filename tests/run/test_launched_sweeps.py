@@ -17,6 +17,7 @@ from tests.helpers import slurm_cluster
 from tests.helpers.suites import make_suite
 from posbench.store.rows import read_run_rows
 from posbench.store.sweep import read_record
+from posbench.tasks import find as find_task
 
 
 def _rows_by_case(run_dir):
@@ -71,7 +72,7 @@ def test_the_local_executor_runs_a_unit_per_task_and_a_killed_task_resumes(tmp_p
     assert rows["alibi/n=1"][1]["info"]["submission"] == record["units"]["n=1"]["submission"] != \
         failed["info"]["submission"]
     assert {r["info"]["unit"] for rs in rows.values() for r in rs} == {"n=1"}
-    runs = rowsmod.load_runs(run_dir)
+    runs = rowsmod.load_runs(run_dir, find_task=find_task)
     assert sorted(runs.rows["status"]) == ["ok", "ok"]
 
 

@@ -19,6 +19,7 @@ from tests.helpers.report_rows import write_run
 from tests.helpers.suites import make_suite
 from posbench.run.schedule import plan_rounds, schedule
 from posbench.store.rows import case_rows, merge_rounds, read_rows
+from posbench.tasks import find as find_task
 
 
 def _ids(todo):
@@ -184,7 +185,7 @@ def _round_rows(method, base, run_id="run-r"):
 def test_tables_show_the_paired_ratio_with_its_interval_csv_bounds_and_chart_error_bars(tmp_path):
     method, base, _ = _drifting_rounds(n=6, ratio=0.98)
     run = write_run(tmp_path, _round_rows(method, base), metrics=["train_wps"], methods=["sinusoidal", "alibi"])
-    (table,) = metric_tables(rowsmod.load_runs(run), "efficiency", metrics=["train_wps"])
+    (table,) = metric_tables(rowsmod.load_runs(run, find_task=find_task), "efficiency", metrics=["train_wps"])
     cell = table.cell("alibi", 64)
     ratio, interval, _ = bootstrap.paired_ratio(method, base)
     assert cell.ratio == ratio and cell.ratio_interval == interval and ratio == pytest.approx(0.98, abs=0.005)
@@ -212,5 +213,5 @@ def test_a_busy_machine_is_named_in_the_caption(tmp_path):
     method, base, _ = _drifting_rounds(n=3)
     busy = {"cpu": "Test CPU", "machine": {"start": {"busy": True}, "end": {"busy": False}}}
     run = write_run(tmp_path, _round_rows(method, base), env=busy, metrics=["train_wps"])
-    (table,) = metric_tables(rowsmod.load_runs(run), "efficiency", metrics=["train_wps"])
+    (table,) = metric_tables(rowsmod.load_runs(run, find_task=find_task), "efficiency", metrics=["train_wps"])
     assert "Measured on a busy machine" in table.caption

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from posbench.cli import app as cli
-from posbench.core import task as tasks
+from posbench import tasks
 from posbench.run import pool, runner, units
 from posbench.run import suite as suitemod
 from tests.helpers import testing_task

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from posbench.cli.app import EXIT_CASES_FAILED
-from posbench.core.task import TASKS_ENV
+from posbench.tasks import TASKS_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 

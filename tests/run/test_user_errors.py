@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from posbench.cli import app as cli
-from posbench.core import task as tasks
+from posbench import tasks
 from posbench.core.outcome import PosbenchError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,6 +19,12 @@ from posbench.tasks.decode import generation as decoding
 from posbench.tasks import decode
 from tests.helpers.cases import make_case
 from tests.helpers.marks import SLOW_WHEN_INTERPRETED, interpreted
+from posbench.tasks import find as find_task
+
+from posbench import tasks as _registry  # noqa: E402
+
+# The tasks this installation knows, as the CLI hands them to the report.
+KNOWN_TASKS = {name: _registry.get(name) for name in _registry.names(include_hidden=True)}
 
 SUITE = yaml.safe_load((Path(__file__).resolve().parents[2] / "suites" / "decode.yaml").read_text())
 CPU_CONTEXTS = SUITE["profiles"]["cpu"]["grid"]["context"]  # 256, 1024, 4096
@@ -208,7 +214,7 @@ def _broken_alibi(kind: str):
     its last row ("quadratic"), or the row rebuilt by every layer, ignoring the state ``prepare``
     built once ("per_layer")."""
     from posbench.core.alibi_math import alibi_bias
-    from posbench.attention.masked import mask_bias
+    from posbench.core.masked import mask_bias
 
     class Broken(registry.get("alibi")):
         name = f"broken_alibi_{kind}"
@@ -360,9 +366,9 @@ def test_suite_declares_latencies_lower_is_better():
     from posbench.report.compare import metric_direction
 
     for metric in ("ttft_ms", "tpot_ms", "tpot_p90_ms", "kv_cache_bytes", "peak_mem_decode_bytes"):
-        assert metric_direction("decode", metric) == -1 and "lower is better" in decode.METRICS[metric].doc
+        assert metric_direction("decode", metric, KNOWN_TASKS) == -1 and "lower is better" in decode.METRICS[metric].doc
     for metric in ("prefill_wps", "decode_wps"):
-        assert metric_direction("decode", metric) == 1 and "higher is better" in decode.METRICS[metric].doc
+        assert metric_direction("decode", metric, KNOWN_TASKS) == 1 and "higher is better" in decode.METRICS[metric].doc
     assert set(SUITE["metrics"]) <= set(decode.METRICS)
 
 
@@ -380,7 +386,7 @@ def test_report_has_decode_tables_with_ratios_to_the_baseline(tmp_path):
                 row["metrics"] = {"tpot_ms": ms * context / 256 * batch, "tpot_p90_ms": 1.0, "ttft_ms": 1.0,
                                   "decode_wps": 1.0, "kv_cache_bytes": 1e6, "peak_mem_decode_bytes": 2e6}
                 rows.append(row)
-    sections = dict(collect_tables(load_runs([write_run(tmp_path, rows)])))
+    sections = dict(collect_tables(load_runs([write_run(tmp_path, rows)], find_task=find_task)))
     tables = [t for t in sections["Decode"] if t.metric == "tpot_ms"]
     assert sorted(t.rest["batch"] for t in tables) == [1, 8]  # one table per batch
     eight = next(t for t in tables if t.rest["batch"] == 8)

@@ -7,6 +7,7 @@ from posbench.report.build import load_runs
 from posbench.tasks.extrapolation.bucket_coverage import caption_note, untrained_buckets
 from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
 from tests.helpers.report_rows import extrapolation_rows, write_run
+from posbench.tasks import find as find_task
 
 
 def _method(name, **options):
@@ -44,7 +45,7 @@ def test_the_perplexity_table_caption_carries_the_note(tmp_path):
     rows[0]["series"]["untrained_buckets"] = {"untrained": [27, 28, 29, 30, 31], "num_buckets": 32,
                                               "first_distance": 67}
     rows[1]["series"]["untrained_buckets"] = None
-    tables = extrapolation_tables(load_runs(write_run(tmp_path, rows)))
+    tables = extrapolation_tables(load_runs(write_run(tmp_path, rows), find_task=find_task))
     for table in tables:
         assert table.caption.count("were never trained at L_train = 64") == 1
         assert f"{rows[0]['method']}: 5 of its 32 distance buckets" in table.caption

@@ -17,6 +17,7 @@ from posbench.tasks.lengthgen import tables as T
 from posbench.tasks.lengthgen import train_eval as TE
 from posbench.tasks.retrieval.train_eval import greedy_answers
 from tests.helpers.cases import make_case
+from posbench.tasks import find as find_task
 
 TINY = {"model": "tiny", "model_overrides": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
         "steps": 3, "batch_size": 4, "warmup_steps": 1, "test_factors": [1, 2], "eval_samples": 6,
@@ -157,12 +158,12 @@ def test_report_and_run_summary_show_the_accuracy_tables(tmp_path):
         row["series"] = {"cells": cells, "learned_threshold": 0.9, "source": "Ruoss et al. 2023"}
         rows.append(row)
     folder = write_run(tmp_path / "runs", rows, baseline="rotary", metrics=["acc_at_train_len", "acc_beyond"])
-    build_report([folder], tmp_path / "report")
+    build_report([folder], tmp_path / "report", find_task=find_task)
     md = (tmp_path / "report" / "report.md").read_text()
     lo, hi = wilson_interval(12, 20)
     assert "### reverse" in md and f"60% [{100 * lo:.0f}, {100 * hi:.0f}]" in md
     assert NOT_LEARNT in md and BROKEN in md  # one of two learnt: nothing to compare
-    (summary,) = run_tables(load_runs([folder]))
+    (summary,) = run_tables(load_runs([folder], find_task=find_task))
     assert summary.columns == [4, 8, T.BEYOND, T.LEARNT]
 
 

@@ -15,6 +15,7 @@ from posbench.tasks.retrieval import train_eval as RE
 from posbench.tasks import retrieval as R
 from posbench.core.model import TransformerLM, model_config
 from tests.helpers.cases import make_case
+from posbench.tasks import find as find_task
 
 CFG = P.ProbeConfig(n_symbols=10, key_len=4, n_pairs=6, n_queries=3, segment_len=5, filler_len=3)
 VOCAB = P.ProbeVocab(20, CFG)
@@ -565,7 +566,7 @@ def test_report_has_retrieval_tables_with_intervals_and_charts(tmp_path):
         row["metrics"] = R.summarize(cells, 8, 0.5)
         row["series"] = {"cells": cells}
         rows.append(row)
-    written = build_report([write_run(tmp_path / "runs", rows)], tmp_path / "report")
+    written = build_report([write_run(tmp_path / "runs", rows)], tmp_path / "report", find_task=find_task)
     md = (tmp_path / "report" / "report.md").read_text()
     assert "## Retrieval accuracy (Wilson 95% intervals)" in md and "### passkey" in md
     lo, hi = wilson_interval(3, 10)

@@ -2,7 +2,8 @@
 import pytest
 
 from posbench.run import suite as suitemod
-from posbench.core import task as tasks
+from posbench import tasks
+from posbench.core.task import find_metric, known_model_fields
 from tests.helpers.cases import TINY, make_case
 
 
@@ -89,8 +90,8 @@ def test_task_contract_is_checked_on_import(tmp_path, monkeypatch):
 
 def test_metrics_are_declared_once_with_families():
     ext = tasks.get("extrapolation").METRICS
-    assert tasks.find_metric(ext, "ppl@sliding@512@s1") is ext["ppl@*"] and ext["ppl@*"].higher_is_better is False
-    assert tasks.find_metric(ext, "ppl_at_train_len").fmt == "ppl" and tasks.find_metric(ext, "nothing") is None
+    assert find_metric(ext, "ppl@sliding@512@s1") is ext["ppl@*"] and ext["ppl@*"].higher_is_better is False
+    assert find_metric(ext, "ppl_at_train_len").fmt == "ppl" and find_metric(ext, "nothing") is None
     eff = tasks.get("efficiency").METRICS
     assert (eff["train_wps"].higher_is_better, eff["train_wps"].fmt, eff["train_wps"].table) == (True, "count", True)
     assert eff["train_wps_min"].higher_is_better is None and eff["peak_mem_train_bytes"].fmt == "bytes"
@@ -100,18 +101,18 @@ def test_metrics_are_declared_once_with_families():
 
 def test_a_seed_spread_is_declared_with_its_metric_and_never_compared():
     ext = tasks.get("extrapolation").METRICS
-    std = tasks.find_metric(ext, "ppl@nonoverlapping@64_std")  # not the ppl@* family itself
+    std = find_metric(ext, "ppl@nonoverlapping@64_std")  # not the ppl@* family itself
     assert (std.title, std.fmt, std.higher_is_better) == ("Perplexity, std over seeds", "ppl", None)
-    assert tasks.find_metric(ext, "ppl_at_max_len_std").unit == "perplexity"
-    assert tasks.find_metric(ext, "nothing_std") is None and ext["n_seeds"].higher_is_better is None
+    assert find_metric(ext, "ppl_at_max_len_std").unit == "perplexity"
+    assert find_metric(ext, "nothing_std") is None and ext["n_seeds"].higher_is_better is None
 
 
 def test_every_task_with_model_overrides_accepts_only_model_fields():
-    from posbench.core import task as tasks
+    from posbench import tasks
 
     with pytest.raises(ValueError, match=r"unknown ModelConfig field\(s\) n_lyers; allowed: .*n_layers"):
-        tasks.known_model_fields({"n_lyers": 2})
-    assert tasks.known_model_fields({"n_layers": 2}) == {"n_layers": 2}
+        known_model_fields({"n_lyers": 2})
+    assert known_model_fields({"n_layers": 2}) == {"n_layers": 2}
     for name in ("efficiency", "extrapolation", "decode", "retrieval"):
         validators = tasks.get(name).Settings.__pydantic_decorators__.field_validators.values()
         assert any(v.info.fields == ("model_overrides",) and v.func.__name__ == "known_model_fields"

@@ -16,8 +16,8 @@ from typing import Annotated, Any, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter
 from pydantic import ValidationError
 
-from posbench import builtin_dir
-from posbench.core import task as tasks
+from posbench.core.builtin import builtin_dir
+from posbench import tasks
 from posbench.core.case import CaseSpec
 from posbench.core.task import ModelSettings, Task
 from posbench.run.suite.launcher import Launcher
@@ -54,7 +54,7 @@ class SuiteFile(BaseModel):
     name: str = Field(pattern=PLAIN_NAME, max_length=100, description="results go to results/<name>/")
     description: str
     version: int = Field(ge=1, description="bump when a change makes old results incomparable")
-    task: str = Field(description="a registered task (posbench.core.task.names())")
+    task: str = Field(description="a registered task (posbench.tasks.names())")
     methods: list[str] = Field(min_length=1, description="method names from the registry, or `all`")
     baseline: Optional[str] = Field(None, description="the method ratios are taken against; one of methods")
     metrics: list[str] = Field(default_factory=list, description="metrics shown in tables and progress lines")
@@ -82,7 +82,7 @@ class Suite:
     grid: dict[str, list[Any]]
     settings: BaseModel  # the task's Settings
     profile: str
-    task_spec: Task  # the task itself (posbench.core.task.get(task))
+    task_spec: Task  # the task itself (posbench.tasks.get(task))
     profiles: list[str] = field(default_factory=list)
     launcher: Launcher = field(default_factory=Launcher)  # --launcher slurm's parameters (not in the run id)
 

@@ -5,7 +5,7 @@ and ``Params`` for its ``settings`` and ``grid`` (see ``schema``).
 """
 from __future__ import annotations
 
-from posbench.core import task as tasks
+from posbench import tasks
 from posbench.run.suite.launcher import Launcher
 from posbench.run.suite.loading import SuiteFile
 

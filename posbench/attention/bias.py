@@ -17,7 +17,7 @@ import torch
 
 from posbench.attention import plans
 from posbench.attention.form import BiasForm
-from posbench.attention.masked import causal_mask
+from posbench.core.masked import causal_mask
 from posbench.core.method import ModelConfig, PositionCache, PositionMethod
 
 __all__ = ["BiasForm", "BiasMethod"]
