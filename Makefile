@@ -56,8 +56,9 @@ kernels-bench: install
 # Uses the venv when there is one, else $(PYTHON) as it is (a GPU box with torch and triton).
 GPU_CHECK_OUT ?= results/gpu-check
 GPU_CHECK_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+# DRY=1: print the steps with their time limits and the total, run nothing (any machine).
 gpu-check:
-	$(GPU_CHECK_PYTHON) -m posbench.kernels.gpu_check --out $(GPU_CHECK_OUT) --python $(GPU_CHECK_PYTHON)
+	$(GPU_CHECK_PYTHON) -m posbench.kernels.gpu_check --out $(GPU_CHECK_OUT) --python $(GPU_CHECK_PYTHON) $(if $(DRY),--dry-run)
 
 # Result pages for docs/results/ from run folders (posbench/cli/results_page.py): one page per
 # suite and machine with the date, commit, machine, the command that reproduces the run and its tables.

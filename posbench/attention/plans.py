@@ -10,6 +10,7 @@ from typing import ClassVar, Iterator, Protocol
 import torch
 
 from posbench.attention.blocked import BLOCK_ROWS, blocked_bias_attention
+from posbench.attention import flex
 from posbench.attention.cpu_flash import flash_here
 from posbench.attention.form import BiasForm
 from posbench.attention.linear import LINEAR_SPAN, linear_bias_sdpa
@@ -166,12 +167,45 @@ class TilesPlan(BlockedPlan):
         return BiasTiles(tile, params, cdt), params
 
 
+class FlexPlan(Plan):
+    """FlexAttention on CUDA (``flex.py``): the bias read inside the fused kernel through a
+    ``score_mod`` made from the form (slopes, a distance row, else the bias by index)."""
+
+    kind = "flex"
+
+    @classmethod
+    def label(cls, device, dtype, form, learned):
+        what = ("linear score_mod (no L x L)" if form.slopes is not None
+                else "distance-row score_mod (no L x L)" if form.relative
+                else "(H, L, L) bias score_mod")
+        return "flex_attention, " + what + (" (learned)" if learned else "")
+
+    def __init__(self, source, form, q_pos, k_pos, dtype):
+        super().__init__(source, form, q_pos, k_pos, dtype)
+        tq = q_pos.shape[0]
+        self.block_mask = flex.causal_block_mask(tq, k_pos.shape[0], str(q_pos.device))  # shared by the layers
+        if form.slopes is not None:
+            self.score_mod = flex.linear_score_mod(form.slopes.to(q_pos.device), q_pos, k_pos)
+        elif form.relative and _consecutive(k_pos) and _last_of(q_pos, k_pos):
+            row = source.bias(k_pos[-1:], k_pos, dtype)  # (..., 1, Tk): the last query against every key
+            self.score_mod = flex.distance_score_mod(row.reshape(-1, k_pos.shape[0]), tq)
+        else:
+            bias = source.bias(q_pos, k_pos, dtype)  # (H or 1, Tq or 1, Tk): the block mask masks
+            self.score_mod = flex.dense_score_mod(bias.reshape(-1, *bias.shape[-2:]))
+
+    def attend(self, q, k, v):
+        return flex.flex_attend(q, k, v, self.score_mod, self.block_mask)
+
+
 def choose_plan(device, dtype: torch.dtype, form: BiasForm, q_pos: torch.Tensor, k_pos: torch.Tensor) -> type[Plan]:
     """The plan for attention on ``device`` in compute ``dtype`` at positions q_pos (Tq,), k_pos
-    (Tk,), for a bias of ``form``. The first that applies: the masked bias (not a CPU, or fewer
+    (Tk,), for a bias of ``form``. The first that applies: FlexAttention (CUDA with a torch that
+    has it, at least ``FLEX_MIN_ROWS`` queries); the masked bias (not a CPU, or fewer
     than ``BLOCKED_MIN_ROWS`` queries); linear (float32 or float64, Tq == Tk, max slope x span
     at most ``LINEAR_SPAN``); distance, piecewise (consecutive integer positions); tiles; dense."""
     tq, tk = q_pos.shape[0], k_pos.shape[0]
+    if tq >= flex.FLEX_MIN_ROWS and flex.flex_available(device):
+        return FlexPlan
     if torch.device(device).type != "cpu" or tq < BLOCKED_MIN_ROWS:
         return MaskedPlan
     if (form.slopes is not None and dtype in (torch.float32, torch.float64) and tq == tk
@@ -209,6 +243,11 @@ def learned(source: BiasSource) -> bool:
 
 def _span(k_pos: torch.Tensor) -> float:
     return float(k_pos[-1] - k_pos[0]) if k_pos.numel() > 1 else 0.0
+
+
+def _last_of(q_pos: torch.Tensor, k_pos: torch.Tensor) -> bool:
+    """The queries are the last Tq keys' positions (a forward, or a prefill after a cache)."""
+    return int(q_pos[-1]) == int(k_pos[-1]) and int(q_pos[-1] - q_pos[0]) == q_pos.numel() - 1
 
 
 def _consecutive(k_pos: torch.Tensor) -> bool:

@@ -1,10 +1,11 @@
 """``make gpu-check``: on a CUDA machine, everything the CPU cannot check about the kernels, in one go.
 
-Runs each step of ``steps`` in its own process (compiled kernel tests, conformance, short kernels
-and efficiency runs, their report) and writes ``OUT/gpu-check.md`` and ``OUT/logs/*.log``; exit
-status 1 if a step failed. What each step covers: docs/kernels.md.
+Runs each step of ``steps`` in its own process, each under its time limit (compiled kernel tests,
+conformance, FlexAttention parity, short kernels and efficiency runs, their report and results
+page) and writes ``OUT/gpu-check.md``, ``OUT/docs-results/`` and ``OUT/logs/*.log``; exit status 1
+if a step failed. What each step covers: docs/kernels.md.
 
-    python -m posbench.kernels.gpu_check --out results/gpu-check
+    python -m posbench.kernels.gpu_check --out results/gpu-check [--dry-run]
 """
 from __future__ import annotations
 
@@ -37,23 +38,82 @@ print("flash_attn", __import__("flash_attn").__version__ if spec else "not insta
 """
 
 
-def steps(py: str, results: Path, report: Path) -> list[tuple[str, list[str], int]]:
+FLEX_CHECK = """
+import torch
+from posbench.kernels.gpu_check import flex_parity
+lines = flex_parity("cuda", (torch.float32, torch.bfloat16), backward=True)
+print(*lines, sep="\\n")
+raise SystemExit(1 if any(" FAILED" in line for line in lines) else 0)
+"""
+
+# Every step's time limit, in seconds: the whole check must fit the 8 minutes of the one device
+# call a session is lent (../shared/GPU-CHECKLIST.md); tests/kernels/test_gpu_check.py holds the sum.
+BUDGET_S = 480
+
+
+def steps(py: str, results: Path, report: Path, page: Path) -> list[tuple[str, list[str], int]]:
     """(name, command, time limit in s) of every step."""
     bench = [py, "bench.py"]
     return [
-        ("devices", ["sh", "-c", f"nvidia-smi; {py} -c '{VERSIONS}'"], 60),
+        ("devices", ["sh", "-c", f"nvidia-smi; {py} -c '{VERSIONS}'"], 20),
         ("kernel-tests", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", "tests/kernels/test_alibi_triton.py",
-                          "tests/kernels/test_t5_triton.py", "tests/tasks/test_kernel_benchmark.py"], 150),
-        ("conformance", [py, "-c", CONFORMANCE], 90),
+                          "tests/kernels/test_t5_triton.py", "tests/tasks/test_kernel_benchmark.py"], 120),
+        ("conformance", [py, "-c", CONFORMANCE], 60),
+        ("flex", [py, "-c", FLEX_CHECK], 45),
         ("kernels", bench + ["run", "--suite", "kernels", "--profile", "gpu", "--device", "cuda", "--fresh",
                              "--results", str(results), "--set", "grid.seq_len=[2048, 8192]",
-                             "--set", "grid.head_dim=[64]", "--set", "reps=10", "--set", "timeout_s=120", "--quiet"], 240),
+                             "--set", "grid.head_dim=[64]", "--set", "reps=10", "--set", "timeout_s=60", "--quiet"], 75),
+        # the mission's methods, the fused kernels and one method that only FlexAttention serves
         ("efficiency", bench + ["run", "--suite", "efficiency", "--profile", "gpu", "--device", "cuda", "--fresh",
-                                "--results", str(results), "--methods", "sinusoidal,t5_bias,t5_triton,alibi,alibi_triton",
-                                "--set", "grid.seq_len=[1024]", "--set", "warmup_steps=2", "--set", "measure_steps=5",
-                                "--set", "windows=1", "--set", "timeout_s=120", "--quiet"], 180),
-        ("report", bench + ["report", str(results), "--out", str(report)], 60),
+                                "--results", str(results), "--methods", "sinusoidal,rotary,t5_bias,alibi,alibi_triton,kerple_log",
+                                "--set", "grid.seq_len=[1024, 4096]", "--set", "warmup_steps=2", "--set", "measure_steps=5",
+                                "--set", "windows=1", "--set", "timeout_s=60", "--quiet"], 120),
+        ("report", bench + ["report", str(results), "--out", str(report)], 25),
+        ("results-page", [py, "-m", "posbench.cli.results_page", "--out", str(page), str(results)], 15),
     ]
+
+
+def flex_parity(device: str, dtypes=("float32",), backward: bool = False) -> list[str]:
+    """Every bias method's attention through ``FlexPlan`` against the masked-bias reference at
+    L 256 (and Tq 130 < Tk 256): the output, and with ``backward`` the gradients of q, k, v and
+    of the method's parameters. One line per method, dtype and check."""
+    import torch
+
+    from posbench.attention import plans
+    from posbench.attention.bias import BiasMethod
+    from posbench.core import registry
+    from posbench.core.method import ModelConfig
+
+    lines = []
+    tol = {torch.float32: 2e-5, torch.bfloat16: 3e-2, torch.float16: 3e-3}
+    for name, cls in sorted(registry.discover().items()):
+        if not issubclass(cls, BiasMethod):
+            continue
+        for dtype in (getattr(torch, d) if isinstance(d, str) else d for d in dtypes):
+            torch.manual_seed(0)
+            method = cls(ModelConfig(d_model=64, n_heads=4, method=name)).to(device)
+            for tq, tk in ((256, 256), (130, 256)):
+                q_pos, k_pos = torch.arange(tk - tq, tk, device=device), torch.arange(tk, device=device)
+                q, k, v = (torch.randn(2, 4, t, 16, device=device, dtype=dtype, requires_grad=backward)
+                           for t in (tq, tk, tk))
+                form = method.bias_form(dtype)
+                with torch.set_grad_enabled(backward):
+                    out = plans.FlexPlan(method, form, q_pos, k_pos, dtype).attend(q, k, v)
+                    ref = plans.attend(q, k, v, method.masked_bias(q_pos, k_pos, dtype))
+                err = (out.float() - ref.float()).abs().max().item()
+                what = [("out", err)]
+                if backward:
+                    inputs = [q, k, v, *(p for p in method.parameters() if p.requires_grad)]
+                    grad = torch.randn_like(out)
+                    got = torch.autograd.grad(out, inputs, grad, allow_unused=True)
+                    want = torch.autograd.grad(ref, inputs, grad, allow_unused=True)
+                    what += [(f"grad{i}", (a.float() - b.float()).abs().max().item())
+                             for i, (a, b) in enumerate(zip(got, want)) if a is not None and b is not None]
+                for check, e in what:
+                    ok = e <= tol[dtype] * (1 + 10 * (check != "out"))
+                    lines.append(f"{name} {str(dtype).removeprefix('torch.')} Tq={tq} Tk={tk} {check}: "
+                                 f"{e:.2e}{'' if ok else ' FAILED'}")
+    return lines
 
 
 def run(out: Path, py: str) -> int:
@@ -62,7 +122,7 @@ def run(out: Path, py: str) -> int:
     env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     lines = ["# gpu-check", "", "| step | status | seconds | log |", "|---|---|---|---|"]
     failed = 0
-    for name, cmd, limit in steps(py, out / "results", out / "report"):
+    for name, cmd, limit in steps(py, out / "results", out / "report", out / "docs-results"):
         t0 = time.perf_counter()
         log = logs / f"{name}.log"
         with open(log, "w") as fh:
@@ -78,16 +138,29 @@ def run(out: Path, py: str) -> int:
         lines += ["", f"## {table.parent.parent.name} ({table.parent.name})", "", table.read_text()]
     tests = (logs / "kernel-tests.log").read_text().strip().splitlines()
     lines += ["", "## kernel tests (compiled)", "", *(tests[-1:] or ["(no output)"])]
+    flex_lines = (logs / "flex.log").read_text().strip().splitlines()
+    lines += ["", "## FlexAttention against the masked bias (forward and backward)", "", "```", *flex_lines[-80:], "```"]
     (out / "gpu-check.md").write_text("\n".join(lines) + "\n")
     print(f"report: {out / 'gpu-check.md'}")
     return 1 if failed else 0
+
+
+def plan(out: Path, py: str) -> list[str]:
+    """The dry run: every step with its time limit and command, then ``total: N s``."""
+    rows = steps(py, out / "results", out / "report", out / "docs-results")
+    lines = [f"{name:<13} {limit:>4} s  {' '.join(' '.join(cmd).split())[:150]}" for name, cmd, limit in rows]
+    return lines + [f"total: {sum(limit for _, _, limit in rows)} s (budget {BUDGET_S} s)"]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="kernel checks that need a CUDA GPU")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "gpu-check")
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--dry-run", action="store_true", help="print the steps and their time limits; run nothing")
     args = parser.parse_args(argv)
+    if args.dry_run:
+        print(*plan(args.out, args.python), sep="\n")
+        return 0
     import torch
 
     if not torch.cuda.is_available():

@@ -1,0 +1,102 @@
+"""FlexAttention for a bias method on CUDA: its bias as a ``score_mod``, causality as a block mask.
+
+A bias method without a fused kernel of its own (T5, KERPLE, FIRE, any plugin's bias) would
+otherwise take the masked (H, Tq, Tk) bias and SDPA on a GPU: gigabytes per layer at 16k. Here
+the bias becomes a function of (head, query index, key index) read inside FlexAttention's fused
+kernel, from what the method's ``BiasForm`` declares (docs/kernels.md, "FlexAttention"):
+
+- slopes (ALiBi): ``-slopes[h] * (q_pos[i] - k_pos[j])``, nothing of size L x L;
+- a function of the distance at consecutive positions: one (H, Tk) row, read at ``j - i``;
+- anything else: the bias the method builds, (H, Tq, Tk) or a broadcast of it, read by index.
+
+Compiled once per process (``torch.compile`` of ``flex_attention``; it recompiles per shape by
+itself). Off CUDA it runs unfused and eager, forward only: what the CPU tests hold to the reference.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import torch
+
+# Fewer queries than this (a decode step, a short prompt): the masked bias is small, and a fused
+# kernel launch buys nothing. FlexAttention's own block is 128 rows.
+FLEX_MIN_ROWS = 128
+
+ScoreMod = Callable[..., torch.Tensor]  # (score, b, h, q_idx, kv_idx) -> score
+
+
+def flex_available(device) -> bool:
+    """Whether a bias method's attention on ``device`` can take FlexAttention: a CUDA device and
+    a torch that ships it (2.5 and later)."""
+    if torch.device(device).type != "cuda":
+        return False
+    try:
+        from torch.nn.attention import flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def linear_score_mod(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> ScoreMod:
+    """ALiBi's ``-m_h (p_i - p_j)``: slopes (H,), positions (Tq,), (Tk,) in float32."""
+    m, qp, kp = slopes.float(), q_pos.float(), k_pos.float()
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score - m[h] * (qp[q_idx] - kp[kv_idx])
+
+    return score_mod
+
+
+def distance_score_mod(row: torch.Tensor, tq: int) -> ScoreMod:
+    """A bias of the distance alone, keys at consecutive positions and the queries the last ``tq``
+    of them: ``row`` (H or 1, Tk), row[t] the bias at distance Tk - 1 - t (the last query's row)."""
+    heads, tk = row.shape
+    offset = tk - tq  # query i sits at key index i + offset
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        # a future key (masked by the block mask, yet scored inside a partial block) reads distance 0
+        t = torch.clamp(tk - 1 - (q_idx + offset) + kv_idx, max=tk - 1)
+        return score + row[h if heads > 1 else 0, t]
+
+    return score_mod
+
+
+def dense_score_mod(bias: torch.Tensor) -> ScoreMod:
+    """Any bias: (H or 1, Tq or 1, Tk) read by index (a broadcast dimension reads its one entry)."""
+    heads, rows, _ = bias.shape
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + bias[h if heads > 1 else 0, q_idx if rows > 1 else 0, kv_idx]
+
+    return score_mod
+
+
+@functools.lru_cache(maxsize=64)
+def causal_block_mask(tq: int, tk: int, device: str):
+    """Bottom-right aligned causality (query i sees keys j <= i + Tk - Tq) as a block mask, made
+    once per shape and device."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    offset = tk - tq
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx + offset >= kv_idx
+
+    return create_block_mask(causal, None, None, tq, tk, device=device)
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(device_type: str) -> Callable:
+    """``flex_attention`` compiled into one fused kernel on CUDA; eager (unfused) elsewhere."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device_type == "cuda":
+        return torch.compile(flex_attention, dynamic=False)
+    return flex_attention
+
+
+def flex_attend(q, k, v, score_mod: ScoreMod, block_mask) -> torch.Tensor:
+    """q (B, H, Tq, hd), k, v (B, H, Tk, hd) -> (B, H, Tq, hd): attention with ``score_mod`` added
+    to q . k / sqrt(hd), under ``block_mask`` (``causal_block_mask(Tq, Tk, device)``)."""
+    return kernel(q.device.type)(q, k, v, score_mod=score_mod, block_mask=block_mask)

@@ -1,0 +1,60 @@
+"""``make gpu-check`` (posbench/kernels/gpu_check.py): its plan fits the eight minutes of one device
+call, its dry run works on any machine, and its FlexAttention check holds every bias method to the
+masked reference (forward here; forward and backward on CUDA)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from posbench.attention.bias import BiasMethod
+from posbench.core import registry
+from posbench.kernels import gpu_check
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_dry_run_prints_every_step_with_its_limit_and_a_total_within_eight_minutes(capsys, tmp_path):
+    assert gpu_check.main(["--dry-run", "--out", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    names = [name for name, _, _ in gpu_check.steps("python", tmp_path, tmp_path, tmp_path)]
+    assert [line.split()[0] for line in lines[:-1]] == names
+    assert {"kernel-tests", "conformance", "flex", "kernels", "efficiency", "report", "results-page"} <= set(names)
+    total = int(lines[-1].split()[1])
+    assert lines[-1].startswith("total: ") and total == sum(limit for _, _, limit in gpu_check.steps("p", tmp_path, tmp_path, tmp_path))
+    assert total <= 480 and gpu_check.BUDGET_S == 480
+    assert not any(tmp_path.iterdir())  # a dry run writes nothing
+
+
+def test_the_efficiency_step_runs_the_mission_methods_and_a_flex_method_at_1024_and_4096(tmp_path):
+    (cmd,) = [c for name, c, _ in gpu_check.steps("python", tmp_path, tmp_path, tmp_path) if name == "efficiency"]
+    methods = cmd[cmd.index("--methods") + 1].split(",")
+    assert {"sinusoidal", "rotary", "t5_bias", "alibi", "alibi_triton", "kerple_log"} <= set(methods)
+    assert "grid.seq_len=[1024, 4096]" in cmd and "--allow-failures" not in cmd  # a failed case fails the step
+
+
+@pytest.mark.subprocess
+def test_make_gpu_check_dry_1_prints_the_plan(tmp_path):
+    out = subprocess.run(["make", "-s", "gpu-check", "DRY=1", f"GPU_CHECK_PYTHON={sys.executable}",
+                          f"GPU_CHECK_OUT={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "total: 480 s (budget 480 s)"
+
+
+def test_without_cuda_the_check_says_so_in_one_line(capsys, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the real check would run")
+    assert gpu_check.main(["--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == "gpu-check needs a CUDA GPU (torch.cuda.is_available() is False)"
+
+
+def test_the_flex_check_covers_every_bias_method_and_passes_forward_on_this_cpu():
+    lines = gpu_check.flex_parity("cpu", ("float32",), backward=False)
+    bias = sorted(n for n, c in registry.discover().items() if issubclass(c, BiasMethod))
+    assert sorted({line.split()[0] for line in lines}) == bias and len(lines) == 2 * len(bias)
+    assert not [line for line in lines if "FAILED" in line], lines
