@@ -48,12 +48,20 @@ def test_position_signal_below_token_signal_at_init(method, preset):
         assert ratio == pytest.approx(math.sqrt(0.5), rel=0.05)  # sin/cos of amplitude 1: rms 1/sqrt(2)
 
 
-def test_model_info_names_scale_and_attention_path():
+def test_model_info_names_scale_and_attention_path(monkeypatch):
+    from posbench.attention import flex
+
     model = TransformerLM(model_config("tiny", "alibi"))
     info = model.info("cpu", torch.float32)
     assert info == {"embed_scale": "11.3137", "attn_backend": "sdpa flash causal + per-key slope mask (linear bias, no L x L)", "compute_dtype": "float32"}
-    assert "explicit" in model.info("cuda", torch.bfloat16)["attn_backend"]
     compute = TransformerLM(model_config("tiny", "alibi", method_options={"bias_dtype": "compute"}))
+    # a GPU with FlexAttention: the float32 bias as a linear score_mod; rounded to bf16, one row
+    monkeypatch.setattr(flex, "flex_available", lambda device: torch.device(device).type == "cuda")
+    assert model.info("cuda", torch.bfloat16)["attn_backend"] == "flex_attention, linear score_mod (no L x L)"
+    assert compute.info("cuda", torch.bfloat16)["attn_backend"] == "flex_attention, distance-row score_mod (no L x L)"
+    # without it: the masked bias
+    monkeypatch.setattr(flex, "flex_available", lambda device: False)
+    assert "explicit" in model.info("cuda", torch.bfloat16)["attn_backend"]
     assert compute.info("cuda", torch.bfloat16)["attn_backend"] == "sdpa + bfloat16 bias"
 
 

@@ -130,7 +130,11 @@ def test_the_builtin_bias_methods_use_the_shared_path(name):
     assert not {"prepare", "attend", "attend_bias"} & set(vars(cls)), f"{name} writes its own attention path"
 
 
-def test_attn_backend_says_which_path_the_bias_takes():
+def test_attn_backend_says_which_path_the_bias_takes(monkeypatch):
+    from posbench.attention import flex
+    # a GPU whose torch lacks FlexAttention: the masked bias (tests/attention/test_flex_attention.py
+    # has the names a GPU with it gives)
+    monkeypatch.setattr(flex, "flex_available", lambda device: False)
     cfg = ModelConfig(d_model=64, n_heads=4)
     assert TinyLearned(cfg).attn_backend("cpu", torch.float32) == "blocked float32 (flash op per block), one (H, L, L) bias per forward"
     assert TinyLearned(cfg).attn_backend("cuda", torch.bfloat16) == "sdpa + bfloat16 bias (learned)"
