@@ -27,6 +27,7 @@ class Line:
     text: str
     table: str = ""
     alarm: bool = False
+    lead: str = ""  # the start of ``text`` that names the table (the HTML links only that)
 
 
 def case_counts(rows: pd.DataFrame) -> Line:
@@ -79,7 +80,8 @@ def table_line(table: Table) -> Line | None:
         best = f" Best: {', '.join(r for r, v in values.items() if v == top)}."  # ties: all of them
     what = f"ratio to {table.baseline}" if with_ratio else "values"
     better = {True: " (higher is better)", False: " (lower is better)"}.get(table.higher_is_better, "")
-    return Line(f"{table.title}, at {table.column_header} {col}, {what}{better}: {'; '.join(parts)}.{best}", table.key)
+    return Line(f"{table.title}, at {table.column_header} {col}, {what}{better}: {'; '.join(parts)}.{best}", table.key,
+                lead=table.title)
 
 
 def _no_ratio_line(table: Table) -> Line | None:
@@ -87,7 +89,7 @@ def _no_ratio_line(table: Table) -> Line | None:
     if not any(c.value is not None for c in table.cells.values()):
         return None
     why = "was not run" if table.baseline not in table.rows else "has no finished case"
-    return Line(f"{table.title}: no ratios, baseline {table.baseline} {why}.", table.key)
+    return Line(f"{table.title}: no ratios, baseline {table.baseline} {why}.", table.key, lead=table.title)
 
 
 def verdict_lines(table: Table) -> list[Line]:
@@ -95,11 +97,12 @@ def verdict_lines(table: Table) -> list[Line]:
     not learnt at L_train (their cells), which are not compared beyond it."""
     out = []
     if BROKEN in table.title:
-        out.append(Line(f"{table.title}: compares nothing; fix its training before reading it.", table.key, True))
+        out.append(Line(f"{table.title}: compares nothing; fix its training before reading it.", table.key, True,
+                        table.title))
     not_learnt = [r for r in table.rows if any(table.cell(r, c).text == NOT_LEARNT for c in table.columns)]
     if not_learnt and BROKEN not in table.title:
         out.append(Line(f"{table.title}: {NOT_LEARNT}, so not compared beyond it: {', '.join(not_learnt)}.",
-                        table.key))
+                        table.key, lead=table.title))
     return out
 
 

@@ -63,12 +63,13 @@ def _table(table) -> str:
 
 
 def _summary(lines: list[Line]) -> str:
-    """The headline lines (``posbench.report.headline``), each linked to the table it reads."""
+    """The headline lines (``posbench.report.headline``), each naming the table it reads as a link."""
     items = []
     for line in lines:
         text = html_text(line.text)
         if line.table:
-            text = f'<a href="#table-{html_text(line.table)}">{text}</a>'
+            lead = line.lead if line.lead and line.text.startswith(line.lead) else line.text
+            text = f'<a href="#table-{html_text(line.table)}">{html_text(lead)}</a>{html_text(line.text[len(lead):])}'
         items.append(f'<li class="alarm">{text}</li>' if line.alarm else f"<li>{text}</li>")
     return '<section class="summary" id="summary"><h2>Summary</h2><ul>' + "".join(items) + "</ul></section>"
 

@@ -4,6 +4,7 @@ of their own, figures that do not repeat their title, and the CI job summary
 from __future__ import annotations
 
 import re
+from html import unescape as html_unescape
 
 import pytest
 
@@ -79,7 +80,7 @@ def test_a_ratio_with_an_interval_is_shown_with_it_and_ties_are_all_best():
 def test_a_table_that_should_have_ratios_says_why_it_has_none():
     table = _table(rows=["alibi"], cells={("alibi", 512): Cell("9.2k", 9_200.0)})
     assert hl.table_line(table) == hl.Line("Training speed (words/s), efficiency: no ratios, baseline sinusoidal "
-                                           "was not run.", "t")
+                                           "was not run.", "t", lead="Training speed (words/s), efficiency")
     table.rows.append("sinusoidal")
     table.cells[("sinusoidal", 512)] = Cell("OOM", status="oom")
     assert hl.table_line(table).text.endswith("baseline sinusoidal has no finished case.")
@@ -91,21 +92,24 @@ def test_learn_first_verdicts_reach_the_summary():
                    cells={("nope", "effective length"): Cell(NOT_LEARNT), ("rotary", "effective length"): Cell(NOT_LEARNT),
                           ("alibi", "effective length"): Cell("16", 16.0)})
     assert hl.verdict_lines(table) == [hl.Line(f"passkey: accuracy: {NOT_LEARNT}, so not compared beyond it: nope, "
-                                               "rotary.", "t")]
+                                               "rotary.", "t", lead="passkey: accuracy")]
     table.title += f" — {BROKEN}: 1 of 3 learnt the task at L_train"
     (line,) = hl.verdict_lines(table)
     assert line.alarm and line.text.endswith("compares nothing; fix its training before reading it.")
 
 
-def test_html_opens_with_the_summary_and_links_each_line_to_its_table(report):
+def test_html_opens_with_the_summary_and_links_each_line_to_its_table(runs, report):
     html = report["report.html"].read_text()
     summary = re.search(r'<section class="summary" id="summary"><h2>Summary</h2><ul>(.*?)</ul></section>', html)
     assert summary and html.index("<h1>") < summary.start() < html.index('<table class="results"')
     items = re.findall(r"<li( class=\"alarm\")?>(.*?)</li>", summary.group(1))
     assert items[0] == (' class="alarm"', "26 cases: 20 ok, 5 unavailable here, 1 failed (1 oom).")
     ids = set(re.findall(r'<table class="results" id="(table-[^"]+)"', html))
-    links = [re.match(r'<a href="#([^"]+)">', text).group(1) for _, text in items[1:]]
-    assert links and set(links) <= ids
+    links = [re.match(r'<a href="#([^"]+)">([^<]+)</a>', text) for _, text in items[1:]]
+    assert links and {m.group(1) for m in links} <= ids
+    # the link is the table's name; the numbers after it read as plain text
+    titles = {f"table-{t.key}": t.title for s in collect_sections(load_runs(runs)) for t in (b.table for b in s.blocks)}
+    assert all(html_unescape(m.group(2)) == titles[m.group(1)] for m in links)
 
 
 def test_captions_sit_above_their_tables_at_a_measure_of_their_own_and_figures_repeat_no_title(report):
