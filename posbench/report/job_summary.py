@@ -4,7 +4,7 @@ in Markdown, and the charts named as files of the uploaded artifact.
 A job summary cannot show a report's own files: ``report.md``'s image links (``charts/x.png``)
 would be broken images there. So each becomes a line naming the chart and the artifact it is in.
 
-    python -m posbench.report.job_summary RUN_DIR... --report report/ --artifact report-efficiency-H100
+    python -m posbench.report.job_summary RUN_DIR... --report report/ --artifact report-<suite>-<GPU model>
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def job_summary(run_dirs, report_dir: Path, artifact: str, baseline: str | None 
     body = CHART_LINK.sub(lambda m: f"*Chart {md_text(m['title'])}: {md_code(m['path'])} {where}.*", rest)
     out = "\n".join([head, "", *lines]) + body
     if len(out.encode("utf-8")) > SUMMARY_LIMIT:
-        cut = out.encode("utf-8")[:SUMMARY_LIMIT].decode("utf-8", "ignore").rsplit("\n", 1)[0]
+        cut = str(out.encode("utf-8")[:SUMMARY_LIMIT], "utf-8", "ignore").rsplit("\n", 1)[0]  # whole lines
         out = cut + f"\n\n*Cut at {SUMMARY_LIMIT:,} bytes (a job summary's limit): the whole report is {where}.*\n"
     return out
 
