@@ -97,9 +97,9 @@ def _appendix(rows: pd.DataFrame) -> str:
 
 def write_html(path: Path, title: str, sections: list, drawn: dict, rows: pd.DataFrame,
                envs: dict[str, dict], note: str = "", superseded: list = ()) -> Path:
-    """Write ``report.html``: the summary (``headline``), each section's tables, every table followed by its charts (``drawn``:
-    ``id(block)`` -> charts written, embedded as base64), then the run details, environments and
-    every stored row."""
+    """Write ``report.html``: the summary (``headline``), each section's tables, every table
+    followed by its charts (``drawn``: ``id(block)`` -> charts written, embedded as base64), then
+    the run details, environments and every stored row."""
     esc = html_text
     body = [f"<h1>{esc(title)}</h1>", _summary(headline(sections, rows)),
             f"<p>{len(rows)} stored rows from {len(envs)} run folder(s)"
