@@ -10,12 +10,14 @@ tests run (tests/project/test_gpu_baseline.py) instead of logic hidden in YAML.
     pick      which stored artifact is the baseline: the newest unexpired one of the exact name
               baseline-<suite>-<GPU model>, from GitHub's artifact listing
     decide    compare this run with the baseline, or make it the baseline (none yet for this suite
-              and GPU model, or accept_baseline), and stage the baseline the run publishes
+              and GPU model, or accept_baseline), and stage the baseline the run publishes; a run
+              with failed cases (error, timeout, oom, diverged) never becomes the baseline
 
 The baseline of a suite on a GPU model moves only when there is none or when a person accepts a
 run (the dispatch input accept_baseline, after an accepted slowdown such as a torch upgrade): a
 run that passes does not move it, so slow drift adds up against one reference instead of
-ratcheting. Every run re-publishes the baseline it compared against (same files, fresh
+ratcheting. A run in which a case failed (what makes bench.py exit 3) is refused as a baseline: a
+baseline with holes would let every later failure of those cases pass. Every run re-publishes the baseline it compared against (same files, fresh
 retention), so the baseline does not expire while the workflow runs at least every 90 days.
 
 Each subcommand prints one line saying what it decided and writes its step outputs to
@@ -38,6 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE_FILE = "baseline.json"
+CHECKPOINTS = "checkpoints"  # a run folder's trained models (extrapolation, retrieval): never uploaded
 # A pip requirement for torch and nothing else: it reaches make and a shell, so no quotes or spaces.
 _OP = r"(?:===|==|>=|<=|~=|!=|<|>)[0-9][0-9A-Za-z.*+!_-]*"
 SPEC = re.compile(rf"torch{_OP}(?:,{_OP})*")
@@ -117,13 +120,15 @@ def _posbench():
         sys.path.insert(0, str(ROOT))
     from types import SimpleNamespace
 
+    from posbench.cli.run_output import FAILED_STATUSES
     from posbench.report.rows import find_run_dirs, gpu_name
     from posbench.store import bounds
     from posbench.store.meta import read_env, read_run_meta
-    from posbench.store.rows import CASES_FILE
+    from posbench.store.rows import CASES_FILE, case_rows, read_run_rows
 
     rows = SimpleNamespace(find_run_dirs=find_run_dirs, gpu_name=gpu_name, CASES_FILE=CASES_FILE,
-                           read_run_meta=read_run_meta, read_env=read_env)
+                           read_run_meta=read_run_meta, read_env=read_env, case_rows=case_rows,
+                           read_run_rows=read_run_rows, FAILED_STATUSES=FAILED_STATUSES)
     return rows, bounds
 
 
@@ -146,6 +151,18 @@ def locate(folder: Path) -> dict:
                   "baseline by it")
     return {"run_dir": str(run), "suite": meta.suite if meta else run.parent.name, "gpu_model": model,
             "gpu_slug": slug(model)}
+
+
+def failed_cases(run: Path) -> dict[str, int]:
+    """How many cases of the run ended in each failed status (error, timeout, oom, diverged: what
+    makes bench.py exit 3), one merged row per case; ``unavailable`` is no failure."""
+    rows, stored = _posbench()
+    try:
+        merged = rows.case_rows(rows.read_run_rows(run, [])).values()
+    except stored.RowsError as exc:
+        raise Bad(str(exc)) from None
+    statuses = [r.get("status") for r in merged]
+    return {s: statuses.count(s) for s in rows.FAILED_STATUSES if s in statuses}
 
 
 # -- pick ----------------------------------------------------------------------------------------
@@ -214,8 +231,10 @@ def read_baseline(folder: Path) -> dict | None:
 def decide(new_dir: Path, baseline_dir: Path, accept: bool, stage: Path, run: dict) -> dict:
     """What the report job does with this run: ``mode`` compare (judged against the baseline),
     first (no baseline yet: this run becomes it) or accept (this run replaces the baseline; the
-    old one is compared with for the record, not judged). Stages in ``stage`` the baseline the run
-    publishes: this run, or the downloaded baseline unchanged."""
+    old one is compared with for the record, not judged) or refused (a case failed: the run does not
+    become the baseline, whatever accept says, and ``failed_cases`` > 0 fails the job). Stages in
+    ``stage`` the baseline the run publishes: this run (no checkpoints), or the downloaded baseline
+    unchanged."""
     new = locate(new_dir)
     base = read_baseline(baseline_dir)
     where = f"{new['suite']} on {new['gpu_model']}"
@@ -229,15 +248,32 @@ def decide(new_dir: Path, baseline_dir: Path, accept: bool, stage: Path, run: di
                       "differ; a baseline is per suite and GPU model (accept_baseline replaces it)")
     if stage.exists():
         raise Bad(f"{stage}: already exists; the staged baseline needs a new folder")
-    out = {"staged": "true", "base": str(baseline_dir / "results"), "fail_on_regression": "false"}
+    failed = failed_cases(Path(new["run_dir"]))
+    out = {"staged": "true", "base": str(baseline_dir / "results"), "fail_on_regression": "false",
+           "failed_cases": str(sum(failed.values()))}
+    holes = (f"{this} has {sum(failed.values())} failed case(s) ({', '.join(f'{n} {s}' for s, n in failed.items())})"
+             if failed else "")
     if base is not None and not accept:
         shutil.copytree(baseline_dir, stage, symlinks=True)  # re-published as it is: fresh retention
         line = (f"Baseline for {where}: run {base['run_id']} (commit {base.get('commit', '')[:10]}, "
                 f"{base.get('how', '')}). A regression beyond the threshold fails this job; to accept this run "
-                "as the new baseline, run the workflow by hand with accept_baseline.")
+                "as the new baseline, run the workflow by hand with accept_baseline."
+                + (f" This {holes}: this job fails." if failed else ""))
         return dict(out, mode="compare", compare="true", fail_on_regression="true", summary=line)
+    if failed:  # never a baseline: the old one (if any) goes on, judged against as usual
+        comparable = base is not None and base["gpu_model"] == new["gpu_model"] and base["suite"] == new["suite"]
+        if base is not None:
+            shutil.copytree(baseline_dir, stage, symlinks=True)
+        kept = (f"The baseline for {where} stays run {base['run_id']}." if base is not None
+                else f"No baseline for {where} is published until a run without failed cases.")
+        line = (f"Not made the baseline: {holes}. {kept} This job fails; fix the cases (or re-run them "
+                "with bench.py --retry-failed) and run the workflow again.")
+        return dict(out, mode="refused", staged=str(base is not None).lower(), compare=str(comparable).lower(),
+                    fail_on_regression=str(comparable).lower(), summary=line)
     run_dir = Path(new["run_dir"])
-    shutil.copytree(run_dir, stage / "results" / new["suite"] / run_dir.name, symlinks=True)
+    # Checkpoints are no part of a baseline (compare reads rows; a model is gigabytes).
+    shutil.copytree(run_dir, stage / "results" / new["suite"] / run_dir.name, symlinks=True,
+                    ignore=shutil.ignore_patterns(CHECKPOINTS))
     how = (f"accepted by {run['actor']} (accept_baseline)" if accept else
            "the first run on this GPU model, or the earlier baseline expired")
     record = {"format": 1, "suite": new["suite"], "gpu_model": new["gpu_model"], "gpu_slug": new["gpu_slug"],

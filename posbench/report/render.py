@@ -113,11 +113,20 @@ def to_latex(table: Table) -> str:
     return "\n".join(lines)
 
 
-def to_html(table: Table) -> str:
-    """An HTML table whose cells link to their row in the appendix and name it in ``title``."""
+def caption_html(table: Table) -> str:
+    """The table's title and caption as a paragraph above it (``caption-KEY``): not a ``<caption>``,
+    which a browser lays out in the table's width (a two-column table squeezed it to ~190 px);
+    the page's style gives it a reading measure of its own."""
     esc = html_text
-    parts = [f'<table class="results" id="table-{esc(table.key)}">',
-             f"<caption><b>{esc(table.title)}</b><br>{esc(table.caption)}</caption>",
+    return (f'<p class="caption" id="caption-{esc(table.key)}"><b>{esc(table.title)}</b><br>'
+            f"{esc(table.caption)}</p>")
+
+
+def to_html(table: Table) -> str:
+    """An HTML table whose cells link to their row in the appendix and name it in ``title``; its
+    caption is ``caption_html``, which it names (``aria-describedby``)."""
+    esc = html_text
+    parts = [f'<table class="results" id="table-{esc(table.key)}" aria-describedby="caption-{esc(table.key)}">',
              "<thead><tr><th>" + esc(_first_header(table)) + "</th>"
              + "".join(f"<th>{esc(str(c))}</th>" for c in table.columns) + "</tr></thead><tbody>"]
     for row in table.rows:

@@ -1,7 +1,7 @@
 """The GPU workflow's decisions, run as the script the workflow runs (.github/scripts/gpu_baseline.py):
 no baseline yet, a baseline of the same GPU model compared and carried forward, one of another GPU
-model refused, accept_baseline replacing it (an accepted slowdown stops failing later runs), which
-stored artifact is the baseline, the venv folder outside the workspace keyed by TORCH_SPEC and
+model refused, accept_baseline replacing it (an accepted slowdown stops failing later runs), a run
+with failed cases never made the baseline, which stored artifact is the baseline, the venv folder outside the workspace keyed by TORCH_SPEC and
 pyproject.toml, and the run folder's GPU model."""
 from __future__ import annotations
 
@@ -40,8 +40,11 @@ def script(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subproc
     return proc, outputs, summary.read_text()
 
 
-def gpu_run(root: Path, env=GPU_ENV, scale: float = 1.0, run_id: str = "run-a") -> Path:
-    return write_run(root, efficiency_rows(run_id=run_id, device="cuda:0", scale=scale), env)
+def gpu_run(root: Path, env=GPU_ENV, scale: float = 1.0, run_id: str = "run-a", failed: bool = False) -> Path:
+    """A GPU efficiency run: every case ok or unavailable (a run fit to be a baseline), or with
+    ``failed`` the fixture as it is, t5_bias out of memory at 1024 (bench.py exits 3 on it)."""
+    rows = efficiency_rows(run_id=run_id, device="cuda:0", scale=scale)
+    return write_run(root, rows if failed else [r for r in rows if r["status"] != "oom"], env)
 
 
 def decide(tmp_path, new: Path, baseline: Path, stage: Path, accept: str = "false", run_id: str = "101"):
@@ -201,3 +204,58 @@ def test_the_venv_lives_outside_the_workspace_keyed_by_torch_spec_and_pyproject(
     assert proc.returncode == 2 and out == {}
     assert proc.stderr.startswith("gpu_baseline.py venv-dir: TORCH_SPEC \"torch==2.13.0'; rm -rf ~\" is not a torch "
                                   "requirement; allowed:")
+
+
+def test_a_run_with_failed_cases_never_becomes_the_first_baseline(tmp_path):
+    run = gpu_run(tmp_path / "new", failed=True)
+    for accept in ("false", "true"):  # accept_baseline does not help either
+        stage = tmp_path / f"stage-{accept}"
+        proc, out, summary = decide(tmp_path, run, tmp_path / "none", stage, accept=accept)
+        assert proc.returncode == 0, proc.stderr
+        assert out["mode"] == "refused" and out["staged"] == "false" and out["compare"] == "false"
+        assert out["failed_cases"] == "1"
+        assert not stage.exists()  # nothing to publish: the publish step is skipped
+        assert proc.stdout.strip() == summary.strip() == (
+            "Not made the baseline: run 101 (commit 0123456789) has 1 failed case(s) (1 oom). No baseline for "
+            "efficiency on NVIDIA A100-SXM4-80GB is published until a run without failed cases. This job fails; "
+            "fix the cases (or re-run them with bench.py --retry-failed) and run the workflow again.")
+
+
+@pytest.mark.parametrize("status", ["error", "timeout", "diverged"])
+def test_every_failed_status_is_refused_and_unavailable_is_not(tmp_path, status):
+    rows = [r for r in efficiency_rows(device="cuda:0") if r["status"] != "oom"]
+    rows[1].update(status=status, message="boom", metrics={})
+    proc, out, _ = decide(tmp_path, write_run(tmp_path / "new", rows, GPU_ENV), tmp_path / "none", tmp_path / "s")
+    assert out["mode"] == "refused" and out["failed_cases"] == "1" and f"(1 {status})" in proc.stdout
+    # alibi_triton unavailable on every length: a verdict about the machine, not a failure
+    assert sum(r["status"] == "unavailable" for r in rows) == 3
+    proc, out, _ = decide(tmp_path, gpu_run(tmp_path / "ok"), tmp_path / "none", tmp_path / "s2")
+    assert out["mode"] == "first" and out["failed_cases"] == "0"
+
+
+def test_a_failed_run_keeps_the_old_baseline_and_is_still_compared(tmp_path):
+    decide(tmp_path, gpu_run(tmp_path / "first"), tmp_path / "none", tmp_path / "baseline")
+    broken = gpu_run(tmp_path / "second", run_id="run-b", failed=True)
+    proc, out, summary = decide(tmp_path, broken, tmp_path / "baseline", tmp_path / "stage", run_id="102")
+    assert out["mode"] == "compare" and out["failed_cases"] == "1" and out["fail_on_regression"] == "true"
+    assert summary.strip().endswith("This run 102 (commit 0123456789) has 1 failed case(s) (1 oom): this job fails.")
+    # accept_baseline on it: refused; the old baseline is re-published unchanged and judged against
+    proc, out, summary = decide(tmp_path, broken, tmp_path / "baseline", tmp_path / "stage2", accept="true",
+                                run_id="103")
+    assert proc.returncode == 0, proc.stderr
+    assert out["mode"] == "refused" and out["staged"] == "true" and out["compare"] == "true"
+    assert out["fail_on_regression"] == "true" and out["failed_cases"] == "1"
+    assert "The baseline for efficiency on NVIDIA A100-SXM4-80GB stays run 101." in summary
+    for rel in ("baseline.json", "results/efficiency/run-a/cases.jsonl"):
+        assert (tmp_path / "stage2" / rel).read_bytes() == (tmp_path / "baseline" / rel).read_bytes()
+    assert not (tmp_path / "stage2" / "results" / "efficiency" / "run-b").exists()
+
+
+def test_the_staged_baseline_holds_no_checkpoints(tmp_path):
+    run = gpu_run(tmp_path / "new")
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "extrapolation__alibi.pt").write_bytes(b"\0" * 1024)
+    proc, out, _ = decide(tmp_path, run, tmp_path / "none", tmp_path / "stage")
+    assert out["mode"] == "first", proc.stderr
+    staged = tmp_path / "stage" / "results" / "efficiency" / "run-a"
+    assert (staged / "cases.jsonl").is_file() and not (staged / "checkpoints").exists()

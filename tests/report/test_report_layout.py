@@ -1,9 +1,10 @@
 """Where things sit in the report: each task's tables with their own charts right below them, the
-housekeeping values in one appendix, and a page that does not scroll sideways at 1400 px.
+housekeeping values in one appendix, a page that does not scroll sideways at 1400 px, captions at a
+reading measure of their own (not squeezed into a narrow table's width) and the summary first.
 
 The order is checked on the HTML itself (always) and, when a Chromium is installed, on the page
-Chromium lays out: it screenshots report.html at 1400 px and reports the page's width and where
-each table and chart landed.
+Chromium lays out: it screenshots report.html at 1400 px and reports the page's width, where
+each table and chart landed, each caption's width against its table's and the summary's place.
 """
 from __future__ import annotations
 
@@ -207,12 +208,30 @@ def _chromium() -> str | None:
 
 PROBE = """<script>
 window.addEventListener('load', function () {
-  var d = document.documentElement, out = {scrollWidth: d.scrollWidth, clientWidth: d.clientWidth, boxes: []};
+  var d = document.documentElement, out = {scrollWidth: d.scrollWidth, clientWidth: d.clientWidth, boxes: [],
+                                            captions: [], summary: null};
   document.querySelectorAll('table.results, figure.chart').forEach(function (el) {
     var r = el.getBoundingClientRect();
     out.boxes.push([el.tagName.toLowerCase(), el.id.replace(/^table-/, '') || el.getAttribute('data-table'),
                     r.top + window.scrollY, r.bottom + window.scrollY, r.right]);
   });
+  // each caption: its width, its text's length, its table's width and one "ch" of its font in px
+  document.querySelectorAll('p.caption').forEach(function (el) {
+    var ch = document.createElement('span');
+    ch.style.cssText = 'display:inline-block;width:100ch;visibility:hidden';
+    el.appendChild(ch);
+    var chPx = ch.getBoundingClientRect().width / 100;
+    el.removeChild(ch);
+    var table = document.getElementById(el.id.replace(/^caption-/, 'table-'));
+    out.captions.push([el.id, el.getBoundingClientRect().width, el.textContent.length,
+                       table ? table.getBoundingClientRect().width : null, chPx,
+                       el.parentElement.getBoundingClientRect().width]);
+  });
+  var s = document.getElementById('summary');
+  if (s) {
+    var r = s.getBoundingClientRect();
+    out.summary = {top: r.top + window.scrollY, right: r.right, items: s.querySelectorAll('li').length};
+  }
   var pre = document.createElement('pre');
   pre.id = 'probe';
   pre.textContent = JSON.stringify(out);
@@ -284,6 +303,37 @@ def test_report_in_chromium_at_1400px_does_not_scroll_sideways(report, tmp_path)
     wide = _layout(binary, _wide_report(tmp_path)["report.html"].read_text(), tmp_path, "wide")
     assert max(right for kind, *_, right in wide["boxes"] if kind == "table") > 1400  # it is that wide
     assert wide["scrollWidth"] <= wide["clientWidth"]
+
+
+def _narrow_report(tmp_path) -> dict:
+    """An efficiency report at one length: two-column tables under long captions."""
+    rows = [r for r in efficiency_rows() if r["params"]["seq_len"] == 256]
+    return build_report([write_run(tmp_path / "narrow-runs", rows)], tmp_path / "narrow")
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium/Chrome found (PATH, $POSBENCH_CHROMIUM, Playwright); "
+                    "install one (Debian: apt-get install chromium-headless-shell) to lay out report.html")
+def test_in_chromium_captions_read_at_their_own_measure_and_the_summary_comes_first(report, tmp_path):
+    binary = _chromium()
+    for name, written in (("full", report), ("narrow", _narrow_report(tmp_path))):
+        layout = _layout(binary, written["report.html"].read_text(), tmp_path, name)
+        captions = layout["captions"]
+        assert len(captions) == written["report.html"].read_text().count('<p class="caption"') > 0
+        narrow = 0
+        for key, width, length, table_width, ch, column in captions:
+            assert width <= 72 * ch + 1, key  # never wider than a reading measure
+            if length > 120:  # a long caption fills its measure (or the column), whatever its table's width
+                assert width >= min(72 * ch, column) - 1, (key, width, table_width)
+            if table_width is not None and table_width < 400:  # a two-column table: ~270-310 px
+                narrow += 1
+                assert width > 1.5 * table_width, (key, width, table_width)  # not squeezed to the table
+        if name == "narrow":
+            assert narrow >= 4  # the two-column tables (words/s and memory) are there to check
+        # the summary: before every table, on the first screen, inside the page
+        summary, first_table = layout["summary"], min(top for kind, _, top, *_ in layout["boxes"] if kind == "table")
+        assert summary is not None and summary["items"] >= 2
+        assert summary["top"] < min(first_table, 1000) and summary["right"] <= layout["clientWidth"]
 
 
 def test_a_family_members_spread_over_seeds_is_its_error_bar_not_a_column(tmp_path):
