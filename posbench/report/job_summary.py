@@ -4,7 +4,7 @@ in Markdown, and the charts named as files of the uploaded artifact.
 A job summary cannot show a report's own files: ``report.md``'s image links (``charts/x.png``)
 would be broken images there. So each becomes a line naming the chart and the artifact it is in.
 
-    python -m posbench.report.job_summary RUN_DIR... --report report/ --artifact report-<suite>-<GPU model>
+    python -m posbench.cli.job_summary RUN_DIR... --report report/ --artifact report-<suite>-<GPU model>
 """
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ def summary_markdown(lines) -> list[str]:
     return out + [""]
 
 
-def job_summary(run_dirs, report_dir: Path, artifact: str, baseline: str | None = None) -> str:
+def job_summary(run_dirs, report_dir: Path, artifact: str, baseline: str | None = None, find_task=None) -> str:
     """``report.md`` of ``report_dir`` with the summary after its title and each chart link
     replaced by a line naming the chart in ``artifact``."""
-    runs = load_runs(run_dirs)
+    runs = load_runs(run_dirs, find_task=find_task)  # find_task: as load_runs
     text = (Path(report_dir) / "report.md").read_text(encoding="utf-8")
     lines = summary_markdown(headline(collect_sections(runs, baseline), runs.rows))
     head, _, rest = text.partition("\n")  # the "# posbench report: ..." title first
@@ -48,21 +48,18 @@ def job_summary(run_dirs, report_dir: Path, artifact: str, baseline: str | None 
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m posbench.report.job_summary", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, find_task=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m posbench.cli.job_summary", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="the run folders the report was built from")
     p.add_argument("--report", required=True, type=Path, help="the folder bench.py report wrote (--out)")
     p.add_argument("--artifact", default="", help="the artifact the report's charts are uploaded as")
     p.add_argument("--baseline", default=None, help="as bench.py report --baseline")
     args = p.parse_args(argv)
     try:
-        text = job_summary(args.runs, args.report, args.artifact, args.baseline)
+        text = job_summary(args.runs, args.report, args.artifact, args.baseline, find_task)
     except (RowsError, OSError) as exc:
         print(f"job_summary: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

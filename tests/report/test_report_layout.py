@@ -308,7 +308,7 @@ def test_report_in_chromium_at_1400px_does_not_scroll_sideways(report, tmp_path)
 def _narrow_report(tmp_path) -> dict:
     """An efficiency report at one length: two-column tables under long captions."""
     rows = [r for r in efficiency_rows() if r["params"]["seq_len"] == 256]
-    return build_report([write_run(tmp_path / "narrow-runs", rows)], tmp_path / "narrow")
+    return build_report([write_run(tmp_path / "narrow-runs", rows)], tmp_path / "narrow", find_task=find_task)
 
 
 @pytest.mark.subprocess

@@ -17,6 +17,7 @@ from posbench.report.learn_first import BROKEN, NOT_LEARNT
 from posbench.report.table import Cell, Table
 from tests.helpers.report_rows import (PRECISION_SUITE_METRICS, efficiency_rows, extrapolation_rows, precision_rows,
                                        retrieval_rows, write_run)
+from posbench.tasks import find as find_task
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def report(runs):
-    return build_report([runs], runs.parent / "out")  # built once: charts take seconds
+    return build_report([runs], runs.parent / "out", find_task=find_task)  # built once: charts take seconds
 
 
 def _table(**kw) -> Table:
@@ -46,7 +47,7 @@ def test_the_failed_statuses_are_those_that_make_bench_exit_3():
 
 
 def test_the_summary_counts_cases_and_reads_each_tables_ratios_at_its_last_column(runs):
-    loaded = load_runs(runs)
+    loaded = load_runs(runs, find_task=find_task)
     sections = collect_sections(loaded)
     lines = hl.headline(sections, loaded.rows)
     assert lines[0] == hl.Line("26 cases: 20 ok, 5 unavailable here, 1 failed (1 oom).", alarm=True)
@@ -108,7 +109,7 @@ def test_html_opens_with_the_summary_and_links_each_line_to_its_table(runs, repo
     links = [re.match(r'<a href="#([^"]+)">([^<]+)</a>', text) for _, text in items[1:]]
     assert links and {m.group(1) for m in links} <= ids
     # the link is the table's name; the numbers after it read as plain text
-    titles = {f"table-{t.key}": t.title for s in collect_sections(load_runs(runs)) for t in (b.table for b in s.blocks)}
+    titles = {f"table-{t.key}": t.title for s in collect_sections(load_runs(runs, find_task=find_task)) for t in (b.table for b in s.blocks)}
     assert all(html_unescape(m.group(2)) == titles[m.group(1)] for m in links)
 
 
@@ -129,7 +130,7 @@ def test_captions_sit_above_their_tables_at_a_measure_of_their_own_and_figures_r
 
 def test_the_job_summary_holds_the_summary_and_tables_and_names_charts_in_the_artifact(runs, report, tmp_path):
     out = report["report.md"].parent
-    text = js.job_summary([runs], out, "report-efficiency-NVIDIA-H100")
+    text = js.job_summary([runs], out, "report-efficiency-NVIDIA-H100", find_task=find_task)
     md = report["report.md"].read_text()
     assert "![" not in text and "](charts/" not in text
     charts = sorted(p.name for p in (out / "charts").glob("*.png"))
@@ -142,11 +143,11 @@ def test_the_job_summary_holds_the_summary_and_tables_and_names_charts_in_the_ar
 
 def test_the_job_summary_command_and_its_size_limit(runs, report, tmp_path, monkeypatch, capsys):
     out = report["report.md"].parent
-    assert js.main([str(runs), "--report", str(out), "--artifact", "report-x"]) == 0
+    assert js.main([str(runs), "--report", str(out), "--artifact", "report-x"], find_task=find_task) == 0
     assert "## Summary" in capsys.readouterr().out
     assert js.main([str(runs), "--report", str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err.startswith("job_summary: ")
     monkeypatch.setattr(js, "SUMMARY_LIMIT", 2000)
-    text = js.job_summary([runs], out, "report-x")
+    text = js.job_summary([runs], out, "report-x", find_task=find_task)
     assert len(text.encode()) < 2200 and text.rstrip().endswith(
         "*Cut at 2,000 bytes (a job summary's limit): the whole report is in the artifact `report-x`.*")
