@@ -59,6 +59,10 @@ def cmd_list(args) -> int:
         print("methods (--check: whether each runs here):")
         for name, origin in methods.items():
             print(f"  {name:<{width}} {origin}")
+    if found.get("modifiers"):
+        print("modifiers (any method takes one as METHOD+MODIFIER, e.g. rotary+ssmax):")
+        for name, origin in found["modifiers"].items():
+            print(f"  {name:<{width}} {origin}")
     print("suites:")
     for name in suitemod.names():
         try:
