@@ -81,6 +81,7 @@ def register(cls: type[PositionMethod]) -> type[PositionMethod]:
 COMPOSE_SEP = "+"
 _MODIFIERS: dict[str, type] = {}
 _MODIFIER_ORIGINS: dict[str, str] = {}
+_COMPOSED: dict[str, type] = {}  # composed name -> its class, built once
 
 
 def register_modifier(cls: type) -> type:
@@ -446,7 +447,7 @@ def _compose(name: str, base: str, mod: str) -> type[PositionMethod]:
     if getattr(cls, "name", None) != name:
         raise RegistryError(f"modifier {mod!r}: compose made a method named {getattr(cls, 'name', None)!r}; "
                             f"allowed: {name!r}")
-    _METHODS[name], _ORIGINS[name] = cls, origin
+    _COMPOSED[name] = cls  # not in _METHODS: listing() and "all" name methods, not compositions
     return cls
 
 
@@ -504,7 +505,7 @@ def get(name: str) -> type[PositionMethod]:
         return _METHODS[name]
     parts = split_composed(name)
     if parts:
-        return _compose(name, *parts)
+        return _COMPOSED.get(name) or _compose(name, *parts)
     where = require(name)
     if Path(where).is_file():
         _import_file(Path(where))
