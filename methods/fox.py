@@ -104,6 +104,8 @@ class ForgettingTransformer(PositionMethod):
         return causal_attention(q, k, v, bias)
 
     def attn_backend(self, device, dtype) -> str:
-        if torch.device(device).type == "cpu" and dtype in WIDE:
+        if dtype not in WIDE:
+            return "explicit float32 (B*H*L*L scores, data-dependent bias)"
+        if torch.device(device).type == "cpu":
             return "sdpa causal + forget-gate key column (no L x L)"
-        return "explicit float32 (B*H*L*L scores, data-dependent bias)"
+        return f"sdpa + {str(dtype).removeprefix('torch.')} (B, H, L, L) data-dependent bias"

@@ -127,3 +127,10 @@ def test_fox_bias_depends_on_the_input_not_on_positions():
 def test_fox_rejects_a_bad_gate_bias():
     with pytest.raises(ValueError, match="fox: gate_bias must be a number"):
         registry.build(ModelConfig(method="fox", method_options={"gate_bias": "high"}))
+
+
+def test_fox_names_the_attention_path_it_takes():
+    m = registry.build(ModelConfig(method="fox"))
+    assert m.attn_backend("cpu", torch.float32) == "sdpa causal + forget-gate key column (no L x L)"
+    assert m.attn_backend("cpu", torch.bfloat16).startswith("explicit float32")
+    assert m.attn_backend("cuda", torch.float32) == "sdpa + float32 (B, H, L, L) data-dependent bias"
