@@ -46,8 +46,10 @@ def cmd_list(args) -> int:
     found = method_listing(args.methods_dir, device)
     methods = found["methods"]
     width = max([14] + [len(n) for n in methods])  # rotary_dynamic_ntk is 18
+    mods = found.get("modifiers") or {}  # in the header: the lines below are one method each
+    modifiers = f"; modifiers, taken as METHOD+MODIFIER: {', '.join(f'{n} ({o})' for n, o in mods.items())}" if mods else ""
     if device:
-        print(f"methods (availability on {device}, float32):")
+        print(f"methods (availability on {device}, float32{modifiers}):")
         for name, origin in methods.items():
             if name in found["broken"]:
                 state = "cannot tell: " + found["broken"][name]
@@ -56,7 +58,7 @@ def cmd_list(args) -> int:
                 state = "available" if not reason else "unavailable: " + reason
             print(f"  {name:<{width}} {state:<40} {origin}")
     else:
-        print("methods (--check: whether each runs here):")
+        print(f"methods (--check: whether each runs here{modifiers}):")
         for name, origin in methods.items():
             print(f"  {name:<{width}} {origin}")
     print("suites:")

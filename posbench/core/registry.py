@@ -76,6 +76,27 @@ def register(cls: type[PositionMethod]) -> type[PositionMethod]:
     return cls
 
 
+# A modifier composes with any method by a composed name, METHOD+MODIFIER (rotary+ssmax): its class's
+# ``compose(base_cls)`` returns the composed method class. Modifiers are not methods of their own.
+COMPOSE_SEP = "+"
+_MODIFIERS: dict[str, type] = {}
+_MODIFIER_ORIGINS: dict[str, str] = {}
+_COMPOSED: dict[str, type] = {}  # composed name -> its class, built once
+
+
+def register_modifier(cls: type) -> type:
+    """Class decorator: a modifier named ``cls.name`` that any method takes as ``METHOD+name``."""
+    name = getattr(cls, "name", "")
+    if not isinstance(name, str) or not name.isidentifier() or not callable(getattr(cls, "compose", None)):
+        raise RegistryError(f"{_origin(cls)}: @register_modifier expects a class with an identifier name and "
+                            f"compose(base_cls), got {cls!r}")
+    origin = _origin(cls)
+    if name in _MODIFIERS and _MODIFIER_ORIGINS[name] != origin:
+        raise RegistryError(f"duplicate modifier name {name!r}: defined in {_MODIFIER_ORIGINS[name]} and in {origin}")
+    _MODIFIERS[name], _MODIFIER_ORIGINS[name] = cls, origin
+    return cls
+
+
 def register_variants(table: dict[str, dict], make) -> None:
     """Register ``make(name, options)``, a ``PositionMethod`` subclass named ``name``, for every row of
     ``table``: keep it a module-level dict literal, so ``listing`` reads the names without importing."""
@@ -368,6 +389,68 @@ def names() -> list[str]:
     return list(listing())
 
 
+@functools.lru_cache(maxsize=None)
+def _parse_modifiers(path: Path, mtime_ns: int, size: int) -> list[str]:
+    """The literal names of the ``@register_modifier`` classes of one version of a method file."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return []
+    return [name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+            and any(_is_register(d, "register_modifier") for d in node.decorator_list)
+            and (name := _class_name(node)) is not None]
+
+
+def modifiers() -> dict[str, str]:
+    """name -> origin of every modifier, read from the method files (no import) and from code."""
+    found: dict[str, str] = {}
+    for folder in _folders():
+        for path in _method_files(folder):
+            stat, where = path.stat(), str(path.resolve())
+            for name in _parse_modifiers(path, stat.st_mtime_ns, stat.st_size):
+                if found.get(name, where) != where:
+                    raise RegistryError(f"duplicate modifier name {name!r}: defined in {found[name]} and in {where}")
+                found[name] = where
+    for name, where in _MODIFIER_ORIGINS.items():
+        found.setdefault(name, where)
+    return dict(sorted(found.items()))
+
+
+def split_composed(name: str) -> tuple[str, str] | None:
+    """``("rotary", "ssmax")`` for ``"rotary+ssmax"`` (the last ``+`` splits), None for a plain name."""
+    base, sep, mod = str(name).rpartition(COMPOSE_SEP)
+    return (base, mod) if sep else None
+
+
+def _require_composed(name: str, base: str, mod: str) -> str:
+    """The modifier's file for a composed name whose parts are known, else one line naming the part."""
+    mods = modifiers()
+    if mod not in mods:
+        close = difflib.get_close_matches(mod, list(mods), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise RegistryError(f"unknown method {name!r}: {mod!r} is not a modifier{hint}; allowed: METHOD+MODIFIER "
+                            f"with a modifier from: {', '.join(mods) or 'none'}")
+    try:
+        require(base)
+    except RegistryError as exc:
+        raise RegistryError(f"unknown method {name!r}: {str(exc).split('; known methods:')[0]}; allowed: "
+                            f"METHOD+{mod} with a registered METHOD (bench.py list)") from None
+    return mods[mod]
+
+
+def _compose(name: str, base: str, mod: str) -> type[PositionMethod]:
+    """The class of composed method ``name`` (built once, then kept in the registry)."""
+    origin = _require_composed(name, base, mod)
+    if mod not in _MODIFIERS and Path(origin).is_file():
+        _import_file(Path(origin))
+    cls = _MODIFIERS[mod].compose(get(base))
+    if getattr(cls, "name", None) != name:
+        raise RegistryError(f"modifier {mod!r}: compose made a method named {getattr(cls, 'name', None)!r}; "
+                            f"allowed: {name!r}")
+    _COMPOSED[name] = cls  # not in _METHODS: listing() and "all" name methods, not compositions
+    return cls
+
+
 def _unknown(name: str, known: list[str]) -> RegistryError:
     close = difflib.get_close_matches(str(name), known, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -380,6 +463,12 @@ def require(name: str) -> str:
     """The file defining method ``name``, without importing it; ``get``'s error when unknown."""
     found = listing()
     if name not in found:
+        parts = split_composed(name)
+        if parts:
+            return _require_composed(name, *parts)
+        if name in modifiers():
+            raise RegistryError(f"unknown method {name!r}: {name!r} is a modifier, not a method; allowed: "
+                                f"METHOD+{name} (e.g. rotary+{name})")
         raise _unknown(name, list(found))
     return found[name]
 
@@ -414,6 +503,9 @@ def get(name: str) -> type[PositionMethod]:
     lists the known ones with a suggestion. A file that fails to import raises, naming it."""
     if name in _METHODS:
         return _METHODS[name]
+    parts = split_composed(name)
+    if parts:
+        return _COMPOSED.get(name) or _compose(name, *parts)
     where = require(name)
     if Path(where).is_file():
         _import_file(Path(where))

@@ -117,7 +117,7 @@ def listing(device: str | None = None) -> dict:
                 reasons[name] = registry.get(name).unavailable(torch.device(device), torch.float32)
             except Exception as exc:
                 broken[name] = one_line(exc)
-    return {"methods": methods, "reasons": reasons, "broken": broken}
+    return {"methods": methods, "reasons": reasons, "broken": broken, "modifiers": registry.modifiers()}
 
 
 def require(method: str) -> str:

@@ -67,7 +67,9 @@ def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
     task = suite.task_spec
     known = list(task.METHODS) if task.own_methods else registry.names()
     for name in extra:
-        if name not in known:
+        if name not in known and not task.own_methods and registry.split_composed(name):
+            registry.require(name)  # METHOD+MODIFIER: one line naming the part that is unknown
+        elif name not in known:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise SuiteError(f"--methods: unknown method {name!r}{hint}; allowed: the suite's methods "

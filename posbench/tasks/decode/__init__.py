@@ -30,7 +30,8 @@ METRICS = {
     "tpot_ms_max": M("Time per output token, slowest", "ms", "slowest decode step", None, "ms"),
     "decode_wps": M("Decode speed", "tokens/s", "B * decode_tokens / decode time of a repeat, median over repeats; "
                     "higher is better", True, "count", table=True),
-    "kv_cache_bytes": M("KV-cache size", "bytes", "keys and values of every layer after the prefill (C tokens); "
+    "kv_cache_bytes": M("KV-cache size", "bytes", "keys (as the method caches them: fox's carry one "
+                        "float of log f per key and head) and values of every layer after the prefill (C tokens); "
                         "lower is better", False, "bytes", table=True),
     "peak_mem_prefill_bytes": M("Peak prefill memory", "bytes", "CUDA max_memory_allocated, CPU peak resident set, "
                                 "prefill phase (largest over repeats); lower is better", False, "bytes"),

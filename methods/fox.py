@@ -1,0 +1,111 @@
+"""FoX: the Forgetting Transformer (Lin, Nikishin, He, Courville 2025, "Forgetting Transformer:
+Softmax Attention with a Forget Gate", ICLR).
+
+No position embeddings; a forget gate per head and token, f_t = sigmoid(w_h . x_t + b_h), and every
+layer adds to the score of query i and key j (unscaled by 1/sqrt(d), like ALiBi)
+
+    bias_ij = sum_{l=j+1..i} log f_l = F_i - F_j,    F = cumsum(log f) in float32.
+
+The gate reads the layer's input. The method interface hands a layer only q, k and v, so the gate
+reads this layer's raw key vector of every head, k_t (D = H x hd values): k_t = W_k LN(x_t) + b_k
+is a linear map of the normed layer input, so w_h . k_t + b_h is the paper's w'_h . LN(x_t) + b'_h
+with w'_h = W_k^T w_h (the same family of gates wherever W_k is invertible) at the paper's cost, a
+D -> H projection per token. One (w, b) per layer and head, as in the paper.
+
+F_i cancels in the softmax of row i, so attention needs only -F_j, one number per key and head:
+on a CPU in float32 (Tq == Tk) that vector rides in an extra key column through SDPA, as ALiBi's
+linear plan does (``posbench.attention.linear.head_column_sdpa``), with no L x L bias; otherwise
+the masked (B, H, Tq, Tk) float32 bias F_i - F_j. The bias depends on the input, so nothing is
+cached across forwards. The KV cache carries each cached key's log f_j (``encode_qk`` appends it
+to the key: one extra column in float32, two 16-bit halves, hi + lo, in bfloat16 or float16, so one
+float per cached key and head either way), and attend takes F = cumsum over every key. F_0 is
+left out (log f_0 := 0): it cancels, and a bias that never reads a later token keeps causality exact.
+Positions are not read at all, so interpolated positions change nothing.
+"""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from posbench.attention.linear import LINEAR_SPAN, head_column_sdpa
+from posbench.core.method import PositionMethod, causal_attention
+from posbench.core.registry import register
+
+WIDE = (torch.float32, torch.float64)  # dtypes whose key column holds log f exactly
+
+
+def pack_log_gate(k: torch.Tensor, log_f: torch.Tensor) -> torch.Tensor:
+    """k (B, H, T, hd) and log f (B, H, T) float32 -> (B, H, T, hd + 1) in float32/float64, or
+    (B, H, T, hd + 2) in a 16-bit dtype: log f as hi + lo, so its value survives to ~2^-17."""
+    if k.dtype in WIDE:
+        return torch.cat([k, log_f.to(k.dtype)[..., None]], -1)
+    hi = log_f.to(k.dtype)
+    lo = (log_f - hi.float()).to(k.dtype)
+    return torch.cat([k, hi[..., None], lo[..., None]], -1)
+
+
+def unpack_log_gate(k: torch.Tensor, hd: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse of ``pack_log_gate``: (k (B, H, T, hd), log f (B, H, T) float32 or float64)."""
+    extra = k[..., hd:]
+    log_f = extra[..., 0] if k.dtype in WIDE else extra[..., 0].float() + extra[..., 1].float()
+    return k[..., :hd], log_f.to(torch.float64 if k.dtype == torch.float64 else torch.float32)
+
+
+def fox_reference(q, k, v, log_f) -> torch.Tensor:
+    """Plain PyTorch: softmax_j(q_i . k_j / sqrt(hd) + F_i - F_j) v_j over j <= i (bottom-right
+    aligned), F = cumsum(log f) over the keys; q (B, H, Tq, hd), k, v (B, H, Tk, hd), log f (B, H, Tk)."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    big_f = log_f.double().cumsum(-1)  # (B, H, Tk)
+    scores = q.double() @ k.double().transpose(-1, -2) / q.shape[-1] ** 0.5
+    scores = scores + big_f[..., tk - tq:, None] - big_f[..., None, :]
+    i = torch.arange(tq)[:, None] + tk - tq
+    scores = scores.masked_fill(torch.arange(tk)[None, :] > i, float("-inf"))
+    return (scores.softmax(-1) @ v.double()).to(q.dtype)
+
+
+@register
+class ForgettingTransformer(PositionMethod):
+    name = "fox"
+
+    def __init__(self, cfg, gate_bias: float = 0.0):
+        super().__init__(cfg)
+        if not isinstance(gate_bias, (int, float)):
+            raise ValueError(f"fox: gate_bias must be a number, got {gate_bias!r}")
+        # (L, H, D): each layer's gate per head reads every head's key; b (L, H) starts at
+        # gate_bias (sigmoid(0) = 0.5 per step: a strong decay at start; larger b, slower forgetting).
+        self.gate_w = nn.Parameter(torch.randn(cfg.n_layers, cfg.n_heads, cfg.d_model) * 0.02)
+        self.gate_b = nn.Parameter(torch.full((cfg.n_layers, cfg.n_heads), float(gate_bias)))
+
+    def log_gate(self, k: torch.Tensor, layer: int) -> torch.Tensor:
+        """log f (B, H, T) in float32 (float64 for float64 keys) from raw keys k (B, H, T, hd)."""
+        cdt = torch.float64 if k.dtype == torch.float64 else torch.float32
+        b, h, t, hd = k.shape
+        flat = k.to(cdt).transpose(1, 2).reshape(b, t, h * hd)  # (B, T, D): every head's key
+        logits = flat @ self.gate_w[layer].to(cdt).t() + self.gate_b[layer].to(cdt)  # (B, T, H)
+        return F.logsigmoid(logits).transpose(1, 2)
+
+    def encode_qk(self, q, k, layer, state=None):
+        """The new keys with their log f appended: what the KV cache holds."""
+        return q, pack_log_gate(k, self.log_gate(k, layer))
+
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        hd = q.shape[-1]
+        if k.shape[-1] == hd:  # raw keys (a call outside a model forward): the gates from them
+            log_f = self.log_gate(k, layer)
+        else:
+            k, log_f = unpack_log_gate(k, hd)
+        # F_j = sum_{l=1..j} log f_l: log f_0 cancels; leaving it out keeps key 0's bias at 0.
+        big_f = torch.cat([torch.zeros_like(log_f[..., :1]), log_f[..., 1:]], -1).cumsum(-1)  # (B, H, Tk)
+        tq, tk = q.shape[-2], k.shape[-2]
+        if q.device.type == "cpu" and q.dtype in WIDE and tq == tk and float(-big_f[..., -1].detach().min()) <= LINEAR_SPAN:
+            # softmax_j(s_ij + F_i - F_j) = softmax_j(s_ij - F_j): one column per key, no L x L.
+            # |F_j| <= LINEAR_SPAN keeps each score's rounding at ALiBi's linear plan's bound.
+            return head_column_sdpa(q, k, v, (-big_f).to(q.dtype))
+        bias = big_f[..., tk - tq:, None] - big_f[..., None, :]  # (B, H, Tq, Tk) float32, unmasked
+        return causal_attention(q, k, v, bias)
+
+    def attn_backend(self, device, dtype) -> str:
+        if dtype not in WIDE:
+            return "explicit float32 (B*H*L*L scores, data-dependent bias)"
+        if torch.device(device).type == "cpu":
+            return "sdpa causal + forget-gate key column (no L x L)"
+        return f"sdpa + {str(dtype).removeprefix('torch.')} (B, H, L, L) data-dependent bias"
