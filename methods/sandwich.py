@@ -16,7 +16,7 @@ across forwards like ALiBi's, and attention takes the distance-row plan on a CPU
 """
 import torch
 
-from posbench.core.bias import BiasForm, BiasMethod
+from posbench.attention.bias import BiasForm, BiasMethod
 from posbench.core.registry import register
 
 
