@@ -15,7 +15,7 @@ D -> H projection per token. One (w, b) per layer and head, as in the paper.
 F_i cancels in the softmax of row i, so attention needs only -F_j, one number per key and head:
 on a CPU in float32 (Tq == Tk) that vector rides in an extra key column through SDPA, as ALiBi's
 linear plan does (``posbench.attention.linear.head_column_sdpa``), with no L x L bias; otherwise
-the masked (B, H, Tq, Tk) float32 bias F_i - F_j. The bias depends on the input, so nothing is
+the masked (B, H, Tq, Tk) float32 bias F_i - F_j; on CUDA, F_i - F_j read inside FlexAttention. The bias depends on the input, so nothing is
 cached across forwards. The KV cache carries each cached key's log f_j (``encode_qk`` appends it
 to the key: one extra column in float32, two 16-bit halves, hi + lo, in bfloat16 or float16, so one
 float per cached key and head either way), and attend takes F = cumsum over every key. F_0 is
@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from posbench.attention import flex
 from posbench.attention.linear import LINEAR_SPAN, head_column_sdpa
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.registry import register
@@ -100,12 +101,18 @@ class ForgettingTransformer(PositionMethod):
             # softmax_j(s_ij + F_i - F_j) = softmax_j(s_ij - F_j): one column per key, no L x L.
             # |F_j| <= LINEAR_SPAN keeps each score's rounding at ALiBi's linear plan's bound.
             return head_column_sdpa(q, k, v, (-big_f).to(q.dtype))
+        if tq >= flex.FLEX_MIN_ROWS and flex.flex_available(q.device):
+            # CUDA: F_i - F_j read inside FlexAttention's fused kernel (docs/kernels.md)
+            mod = flex.gate_score_mod(big_f.float(), tq)
+            return flex.flex_attend(q, k, v, mod, flex.causal_block_mask(tq, tk, str(q.device)))
         bias = big_f[..., tk - tq:, None] - big_f[..., None, :]  # (B, H, Tq, Tk) float32, unmasked
         return causal_attention(q, k, v, bias)
 
     def attn_backend(self, device, dtype) -> str:
+        if torch.device(device).type == "cpu" and dtype in WIDE:
+            return "sdpa causal + forget-gate key column (no L x L)"
+        if flex.flex_available(device):
+            return "flex_attention, forget-gate score_mod (no L x L)"
         if dtype not in WIDE:
             return "explicit float32 (B*H*L*L scores, data-dependent bias)"
-        if torch.device(device).type == "cpu":
-            return "sdpa causal + forget-gate key column (no L x L)"
         return f"sdpa + {str(dtype).removeprefix('torch.')} (B, H, L, L) data-dependent bias"

@@ -72,6 +72,17 @@ def dense_score_mod(bias: torch.Tensor) -> ScoreMod:
     return score_mod
 
 
+def gate_score_mod(big_f: torch.Tensor, tq: int) -> ScoreMod:
+    """A data-dependent bias F_i - F_j (FoX's forget gates): ``big_f`` (B, H, Tk) float32, the
+    queries the last ``tq`` keys."""
+    offset = big_f.shape[-1] - tq
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + (big_f[b, h, q_idx + offset] - big_f[b, h, kv_idx])
+
+    return score_mod
+
+
 @functools.lru_cache(maxsize=64)
 def causal_block_mask(tq: int, tk: int, device: str):
     """Bottom-right aligned causality (query i sees keys j <= i + Tk - Tq) as a block mask, made

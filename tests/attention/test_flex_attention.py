@@ -126,3 +126,25 @@ def test_a_model_forward_through_flex_equals_the_cpu_plans(name, monkeypatch):
         assert model.method.attn_backend("cpu", torch.float32).startswith("flex_attention")
         out = model(tokens)
     assert torch.allclose(out, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed, tq, tk", [(0, 130, 130), (1, 128, 201)])
+def test_fox_through_flex_equals_its_reference(seed, tq, tk, monkeypatch):
+    # FoX's bias depends on the input (forget gates), so it is no BiasMethod: on CUDA its attend
+    # hands F_i - F_j to FlexAttention itself (methods/fox.py); the choice faked on this CPU.
+    from methods.fox import fox_reference
+
+    torch.manual_seed(seed)
+    fox = registry.build(ModelConfig(d_model=H * HD, n_heads=H, n_layers=1, method="fox"))
+    q, k, v = torch.randn(2, H, tq, HD), torch.randn(2, H, tk, HD), torch.randn(2, H, tk, HD)
+    monkeypatch.setattr(flex, "flex_available", lambda device: True)
+    assert fox.attn_backend("cuda", torch.bfloat16) == "flex_attention, forget-gate score_mod (no L x L)"
+    with torch.no_grad():
+        q16 = q.bfloat16()  # 16-bit: the CPU key-column plan does not apply, so Flex is taken
+        out = fox.attend(q16, k.bfloat16(), v.bfloat16(), torch.arange(tk - tq, tk), torch.arange(tk), 0)
+        log_f = fox.log_gate(k.bfloat16(), 0)
+        log_f = torch.cat([torch.zeros_like(log_f[..., :1]), log_f[..., 1:]], -1)  # log f_0 := 0, as attend
+        ref = fox_reference(q16.double(), k.bfloat16().double(), v.bfloat16().double(), log_f.double())
+    assert (out.double() - ref).abs().max() < 0.03
+    monkeypatch.setattr(flex, "flex_available", lambda device: False)
+    assert fox.attn_backend("cuda", torch.bfloat16) == "explicit float32 (B*H*L*L scores, data-dependent bias)"

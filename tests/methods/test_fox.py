@@ -129,8 +129,13 @@ def test_fox_rejects_a_bad_gate_bias():
         registry.build(ModelConfig(method="fox", method_options={"gate_bias": "high"}))
 
 
-def test_fox_names_the_attention_path_it_takes():
+def test_fox_names_the_attention_path_it_takes(monkeypatch):
+    from posbench.attention import flex
+
     m = registry.build(ModelConfig(method="fox"))
     assert m.attn_backend("cpu", torch.float32) == "sdpa causal + forget-gate key column (no L x L)"
     assert m.attn_backend("cpu", torch.bfloat16).startswith("explicit float32")
+    monkeypatch.setattr(flex, "flex_available", lambda device: torch.device(device).type == "cuda")
+    assert m.attn_backend("cuda", torch.bfloat16) == "flex_attention, forget-gate score_mod (no L x L)"
+    monkeypatch.setattr(flex, "flex_available", lambda device: False)  # a torch without FlexAttention
     assert m.attn_backend("cuda", torch.float32) == "sdpa + float32 (B, H, L, L) data-dependent bias"
