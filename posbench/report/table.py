@@ -58,6 +58,7 @@ class Table:
     higher_is_better: Optional[bool] = None        # the metric's direction (None: never compared)
     spread: str = ""                 # what the cells' spreads are (SPREAD_MIN_MAX, SPREAD_STD): charts name it
     pooled: bool = False             # cells sum the counts of every run of a case: no run supersedes another
+    note: str = ""                   # one line under the table: the methods left out as unavailable here
 
     def cell(self, row: str, column) -> Cell:
         return self.cells.get((row, column), Cell(text="—", status="missing"))
@@ -180,15 +181,39 @@ def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column:
         names = metrics if metrics is not None else choose_metrics(group, declared, meta)
         for name in names:
             if family_head(name) is not None:
-                tables += family_tables(suite, hardware, task, group, name, declared.of[name].metric, meta)
+                tables += [set_aside_unavailable(t) for t in
+                           family_tables(suite, hardware, task, group, name, declared.of[name].metric, meta)]
         plain = [n for n in names if family_head(n) is None]
         if names and not plain:
             continue
         for rest, rows in parts.items():
             for name in plain or ["status"]:  # no metric at all: still show the statuses
-                tables.append(_metric_table(suite, hardware, task, rows, rest, name, declared.of[name].metric,
-                                            col, base_method, group, meta, busy))
+                tables.append(set_aside_unavailable(_metric_table(suite, hardware, task, rows, rest, name,
+                                                                  declared.of[name].metric, col, base_method, group,
+                                                                  meta, busy)))
     return tables
+
+
+def set_aside_unavailable(table: Table) -> Table:
+    """``table`` without the rows whose every cell is ``unavailable`` (a CUDA-only method in a CPU
+    run), named with their reason in one note under it (``note``, also ending the caption); their
+    rows stay in cases.jsonl. A table of nothing else keeps them: an empty table would say less."""
+    def statuses(row):
+        return [table.cells[(row, c)].status for c in table.columns if (row, c) in table.cells]
+
+    gone = [row for row in table.rows if statuses(row) and all(s == "unavailable" for s in statuses(row))]
+    if not gone or len(gone) == len(table.rows):
+        return table
+    reasons: dict[str, list[str]] = {}
+    for row in gone:
+        said = [table.cells[(row, c)].message.strip() for c in table.columns if (row, c) in table.cells]
+        reasons.setdefault(next((m for m in said if m), "no reason given"), []).append(row)
+    table.rows = [r for r in table.rows if r not in gone]
+    table.cells = {k: v for k, v in table.cells.items() if k[0] not in gone}
+    table.note = ("Not run on this machine (unavailable): "
+                  + "; ".join(f"{', '.join(rows)} ({reason})" for reason, rows in reasons.items()) + ".")
+    table.caption = f"{table.caption} {table.note}".strip()
+    return table
 
 
 def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: Metric,
@@ -428,7 +453,8 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
         part = frame[frame["source"] == source]
         task = runs.tasks.get(meta.task)
         if task is not None and task.summary_tables is not None:  # a layout of the task's own
-            out += task.summary_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas, tasks=runs.tasks))
+            out += [set_aside_unavailable(t) for t in
+                    task.summary_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas, tasks=runs.tasks))]
             continue
         declared = declared_in(runs, meta.task, part, meta.metrics)
         # a metric the task shows inside another table (a per-dtype count of a family) prints that table
