@@ -181,16 +181,14 @@ def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column:
         names = metrics if metrics is not None else choose_metrics(group, declared, meta)
         for name in names:
             if family_head(name) is not None:
-                tables += [set_aside_unavailable(t) for t in
-                           family_tables(suite, hardware, task, group, name, declared.of[name].metric, meta)]
+                tables += family_tables(suite, hardware, task, group, name, declared.of[name].metric, meta)
         plain = [n for n in names if family_head(n) is None]
         if names and not plain:
             continue
         for rest, rows in parts.items():
             for name in plain or ["status"]:  # no metric at all: still show the statuses
-                tables.append(set_aside_unavailable(_metric_table(suite, hardware, task, rows, rest, name,
-                                                                  declared.of[name].metric, col, base_method, group,
-                                                                  meta, busy)))
+                tables.append(_metric_table(suite, hardware, task, rows, rest, name, declared.of[name].metric,
+                                            col, base_method, group, meta, busy))
     return tables
 
 
@@ -442,7 +440,9 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
     """The tables printed at the end of a run: the suite's ``metrics`` (run.json) for its task,
     methods x the first grid axis (``seq_len`` when there is one); a metric declared ``shown_in``
     another prints that one (a family: ``posbench.report.table.family_tables``). A task that
-    declares ``summary_tables`` prints its own instead (``posbench.core.task.Task``)."""
+    declares ``summary_tables`` prints its own instead (``posbench.core.task.Task``). A method
+    unavailable on this machine is one note under each table (``set_aside_unavailable``); the
+    report keeps its row and its legend entry."""
     frame = runs.rows if case_ids is None else runs.rows[runs.rows["case_id"].isin(case_ids)]
     out = []
     for source in ordered(frame["source"]):
@@ -453,11 +453,10 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
         part = frame[frame["source"] == source]
         task = runs.tasks.get(meta.task)
         if task is not None and task.summary_tables is not None:  # a layout of the task's own
-            out += [set_aside_unavailable(t) for t in
-                    task.summary_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas, tasks=runs.tasks))]
+            out += task.summary_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas, tasks=runs.tasks))
             continue
         declared = declared_in(runs, meta.task, part, meta.metrics)
         # a metric the task shows inside another table (a per-dtype count of a family) prints that table
         names = ordered(declared.of[m].metric.shown_in or m for m in meta.metrics)
         out += metric_tables(runs, meta.task, None, column, names, frame=part, declared=declared)
-    return out
+    return [set_aside_unavailable(t) for t in out]

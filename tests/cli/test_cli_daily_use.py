@@ -1,6 +1,6 @@
 """The rest of issue 42's daily frictions (item 8): ``status`` on a plain run folder, ``--quiet``
 keeping only errors and the final summary line, CUDA-only methods set aside in one note under a
-CPU table (their rows stay in cases.jsonl), the ``report`` epilog's run ids in the form runs have,
+run's own tables (their rows stay in cases.jsonl and in the report), the ``report`` epilog's run ids in the form runs have,
 and launched sweeps (``status``, a followed sweep) exiting 3 when a case failed."""
 import json
 import re
@@ -13,7 +13,7 @@ from posbench.cli import app as cli
 from posbench.cli import report_cmds, sweep_cmds
 from posbench.report.render import to_text
 from posbench.report.rows import load_runs
-from posbench.report.table import run_tables
+from posbench.report.table import metric_tables, run_tables
 from posbench.run import suite as suitemod
 from posbench.run import sweep_state
 from posbench.run.schedule import default_run_id
@@ -126,6 +126,8 @@ def test_cuda_only_methods_leave_a_cpu_table_for_one_note_naming_them_and_why(tm
     assert "unavailable  unavailable" not in text and text.rstrip().endswith(table.note)
     assert table.caption.endswith(table.note)
     assert table.cell("t5_bias", 1024).text == "OOM"  # a failure keeps its cell
+    # the report keeps the rows (and their legend entries): only a run's own tables set them aside
+    assert "alibi_triton" in metric_tables(load_runs(run_dir), "efficiency", metrics=["train_wps"])[0].rows
     kept = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
     assert sum(r["method"] in ("alibi_triton", "t5_triton") for r in kept) == 6  # the rows stay
 
