@@ -184,7 +184,8 @@ STATUS_ORDER = ("ok", "unavailable") + FAILED_STATUSES
 
 def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = False) -> int:
     """A run folder ``bench.py run`` wrote (no launched sweep): its cases per status, one line per
-    failed case and the command that re-runs them (``quiet``: the one summary line)."""
+    failed case and the command that re-runs those ``--retry-failed`` takes (``quiet``: the one
+    summary line)."""
     from posbench.store.meta import read_run_meta
     from posbench.store.rows import CASES_FILE
 
@@ -203,13 +204,13 @@ def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = 
     if not quiet:
         for r in failed:
             print(f"  {r['case_id']:<28} {r['status']:<9} {short_message(r.get('message') or '')}")
-    if failed and meta is not None:
+    if meta is not None and any(r["status"] in ("error", "timeout") for r in failed):  # what --retry-failed re-runs
         argv = ["--suite", meta.suite] + [a for flag, value in (("--profile", meta.profile), ("--device", meta.device))
                                           if value for a in (flag, value)]
         if run_dir.parent.parent != Path("results"):
             argv += ["--results", str(run_dir.parent.parent)]
         argv += ["--run-id", run_dir.name]
-        print(f"re-run what failed: python bench.py {shlex.join(argv + ['--retry-failed'])}")
+        print(f"re-run the error and timeout cases: python bench.py {shlex.join(argv + ['--retry-failed'])}")
     return 0 if allow_failures else failed_exit(rows, False)
 
 

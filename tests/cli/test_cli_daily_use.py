@@ -29,17 +29,21 @@ def _status(run_dir, *more) -> int:
 
 
 def test_status_of_a_plain_run_folder_counts_its_cases_and_exits_3_on_a_failure(tmp_path, capsys):
-    run_dir = write_run(tmp_path / "results", efficiency_rows(), metrics=["train_wps"])
+    rows = efficiency_rows()
+    rows[0].update(status="error", message="RuntimeError: boom", metrics={})  # sinusoidal at 256
+    run_dir = write_run(tmp_path / "results", rows, metrics=["train_wps"])
     assert _status(run_dir) == cli.EXIT_CASES_FAILED
     out, err = capsys.readouterr()
     lines = out.splitlines()
     assert lines[0].startswith(f"{run_dir} (run folder, suite efficiency")
-    assert lines[0].endswith("): 15 case(s): 11 ok, 3 unavailable, 1 oom")
-    assert lines[1].split() == ["efficiency/t5_bias/seq_len=1024", "oom", "CUDA", "out", "of", "memory"]
-    rerun = shlex.split(lines[2].split(": ", 1)[1])
+    assert lines[0].endswith("): 15 case(s): 10 ok, 3 unavailable, 1 error, 1 oom")
+    assert lines[1].split() == ["efficiency/sinusoidal/seq_len=256", "error", "RuntimeError:", "boom"]
+    assert lines[2].split() == ["efficiency/t5_bias/seq_len=1024", "oom", "CUDA", "out", "of", "memory"]
+    assert lines[3].startswith("re-run the error and timeout cases: ")
+    rerun = shlex.split(lines[3].split(": ", 1)[1])
     assert rerun[:2] == ["python", "bench.py"] and rerun[-3:] == ["--run-id", "run-a", "--retry-failed"]
     assert rerun[2:4] == ["--suite", "efficiency"] and rerun[rerun.index("--results") + 1] == str(tmp_path / "results")
-    assert "1 case(s) failed (1 oom); exit status 3" in err
+    assert "2 case(s) failed (1 error, 1 oom); exit status 3" in err
     assert _status(run_dir, "--allow-failures") == 0
     assert capsys.readouterr().err == ""  # the failures are in the lines above already
 
