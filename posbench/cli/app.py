@@ -60,7 +60,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard", metavar="I/N",
                    help="run shard I of N: case k of the suite's full case list when k %% N == I; shards share "
                         "the run id, so their folders merge in 'bench.py report'")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="print only the final summary line (and errors, on stderr, with the count of failed "
+                        "cases): no progress bar, no per-case lines, no tables (table.md is still written)")
     p.add_argument("--allow-failures", action="store_true",
                    help=f"exit 0 even when a case ended {'/'.join(FAILED_STATUSES)} (default: exit {EXIT_CASES_FAILED})")
     add_sweep_arguments(p)
@@ -217,7 +219,8 @@ def cmd_run(args) -> int:
     def on_row(row, i, n):
         from tqdm import tqdm
 
-        tqdm.write(f"[{i}/{n}] " + case_line(row, suite.metrics), file=sys.stdout)
+        if not args.quiet:  # --quiet: failures are counted in one line at the end (failed_exit)
+            tqdm.write(f"[{i}/{n}] " + case_line(row, suite.metrics), file=sys.stdout)
 
     finished = False
     try:
@@ -243,9 +246,15 @@ def cmd_run(args) -> int:
             distributed.teardown(sync=finished)
     if os.environ.get("RANK", "0") != "0":
         return 0  # rank 0 alone reports under torchrun
-    print(f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl")
+    summary = f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl"
+    if not args.quiet:
+        print(summary)
     if result.rows and suite.metrics:
-        print_tables(result.run_dir, result.run_id, {r["case_id"] for r in result.rows}, suite, device)
+        table = print_tables(result.run_dir, result.run_id, {r["case_id"] for r in result.rows}, suite, device,
+                             show=not args.quiet)
+        summary += f", tables in {table}"
+    if args.quiet:  # the one line --quiet keeps: last, after the tables were written
+        print(summary)
     return failed_exit(result.rows, args.allow_failures)
 
 
@@ -328,8 +337,10 @@ COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
               "examples:\n  python bench.py check alibi\n  python bench.py check mine --methods-dir ~/my_methods\n"
               "exit status: 0 when no check failed, 1 when one did (or none could run here)\n"),
     "verify": (verify_cmds.HELP, verify_cmds.add_arguments, verify_cmds.cmd_verify, verify_cmds.EXAMPLES),
-    "status": ("where a launched sweep stands: queued/running/done/failed per unit", add_status_arguments,
-               cmd_status, "examples:\n  python bench.py status results/{suite}/RUN_ID\n"),
+    "status": ("where a run stands: a launched sweep's units (queued/running/done/failed), else the run "
+               "folder's cases per status", add_status_arguments, cmd_status,
+               "examples:\n  python bench.py status results/{suite}/RUN_ID\n"
+               f"exit status: 0, or {EXIT_CASES_FAILED} when a case failed (--allow-failures gives 0)\n"),
 }
 
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 import argparse
 import sys
 
+# Run ids as runs name their folders (posbench.run.schedule.default_run_id): <profile>-<device>-
+# <hash of settings and grid>, with -<YYYYmmdd>-<HHMMSS> for a --fresh run.
 REPORT_EPILOG = """examples:
-  bench.py report results/SUITE/2024-06-01T12-00-00
-  bench.py report results/SUITE/run-a100 results/SUITE/run-h100 --out report/
+  bench.py report results/SUITE/cpu-cpu-3f9a1c2e
+  bench.py report results/SUITE/gpu-cuda-8d04b7e1 results/SUITE/gpu-cuda-8d04b7e1-20261126-093000 --out report/
+  bench.py report results/SUITE --out report/
 """
 COMPARE_EPILOG = """examples:
-  bench.py compare results/SUITE/last-week results/SUITE/today
+  bench.py compare results/SUITE/gpu-cuda-8d04b7e1 results/SUITE/gpu-cuda-8d04b7e1-20261126-093000
   bench.py compare base/ new/ --threshold 0.1 --markdown compare.md
 
 with rounds, a regression is a NEW/BASE whose whole 95% interval lies beyond the threshold;

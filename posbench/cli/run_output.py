@@ -44,9 +44,9 @@ def short_message(message: str) -> str:
     return f"{first[:MESSAGE_SHOWN]}... (message cut: {len(text)} characters in the row)"
 
 
-def print_tables(run_dir: Path, run_id: str, case_ids: set, suite, device: str) -> None:
+def print_tables(run_dir: Path, run_id: str, case_ids: set, suite, device: str, show: bool = True) -> Path:
     """The end-of-run tables, read back from the run folder (what ``bench.py report`` shows), into
-    table.md / table.csv and printed."""
+    table.md / table.csv and printed (``show`` False: only written, for ``--quiet``); table.md's path."""
     from posbench import tasks
     from posbench.report.render import to_text, write_run_files
     from posbench.report.rows import load_runs
@@ -68,8 +68,10 @@ def print_tables(run_dir: Path, run_id: str, case_ids: set, suite, device: str) 
         what = str(exc) if isinstance(exc, WriteError) else f"cannot write {run_dir}: {exc.strerror or exc}"
         raise WriteError(f"{what}; the rows are saved in cases.jsonl ('bench.py report' writes the tables "
                          "again)") from None
-    print("\n" + "\n".join(to_text(t) for t in tables))
-    print(f"table: {run_dir}/table.md, {run_dir}/table.csv")
+    if show:
+        print("\n" + "\n".join(to_text(t) for t in tables))
+        print(f"table: {run_dir}/table.md, {run_dir}/table.csv")
+    return run_dir / "table.md"
 
 
 # A run whose rows and tables were written but where a case ended error/timeout/oom/diverged

@@ -3,14 +3,17 @@
 ``run``'s ``--gpus`` / ``--parallel`` (the local pool, ``posbench.run.pool``) and ``--launcher
 slurm|local`` (a job array through submitit, ``posbench.run.slurm``) are added to its parser
 here; ``bench.py status RUN`` prints where a launched sweep stands, per unit, and the command
-that resubmits what failed.
+that resubmits what failed, or, for a run folder ``bench.py run`` wrote, its cases per status.
+Both, and a followed sweep, exit ``EXIT_CASES_FAILED`` when a case failed (``--allow-failures``: 0).
 """
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
+from posbench.cli.run_output import EXIT_CASES_FAILED, FAILED_STATUSES, failed_exit, short_message
 from posbench.run.pool import PoolError
 from posbench.store.sweep import RECORD_FILE
 
@@ -18,7 +21,7 @@ SWEEP_EXAMPLES = [
     ("python bench.py --suite {suite} --gpus all", "a unit (a grid point's methods) per GPU"),
     ("python bench.py --suite {train_suite} --parallel 2", "two training cases at once on a CPU"),
     ("python bench.py --suite {suite} --launcher slurm --set launcher.partition=dev", "a Slurm job array"),
-    ("python bench.py status results/{suite}/RUN_ID", "queued/running/done/failed per unit"),
+    ("python bench.py status results/{suite}/RUN_ID", "a sweep's units, or a run's cases per status"),
 ]
 
 
@@ -75,8 +78,6 @@ def check_launcher_flags(args) -> None:
 
 def resubmit_command(command: list[str], run_id: str) -> str:
     """The recorded command with ``--run-id RUN --retry-failed`` (``--fresh``/``--detach`` dropped)."""
-    import shlex
-
     argv, skip = [], False
     for a in command:
         if skip:
@@ -101,9 +102,11 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
                        args.run_id, args.fresh, args.retry_failed, methods, tuple(args.methods_dir), shard,
                        allow_setup=args.allow_setup_commands)
     jobs = sorted({out.record["units"][k]["job_id"].split("_")[0] for k in out.units})
-    print(f"submitted {len(out.units) + len(out.waiting)} unit(s) of {suite.name} ({args.launcher}"
-          f"{', job ' + ', '.join(jobs) if jobs and args.launcher == 'slurm' else ''}) in {out.run_dir}"
-          + (f"; {len(out.busy)} unit(s) still queued or running from before, left alone" if out.busy else ""))
+    submitted = (f"submitted {len(out.units) + len(out.waiting)} unit(s) of {suite.name} ({args.launcher}"
+                 f"{', job ' + ', '.join(jobs) if jobs and args.launcher == 'slurm' else ''}) in {out.run_dir}"
+                 + (f"; {len(out.busy)} unit(s) still queued or running from before, left alone" if out.busy else ""))
+    if args.detach or not (out.units or out.waiting) or not args.quiet:
+        print(submitted)
     if args.detach or not (out.units or out.waiting):
         if out.waiting:
             print(f"{len(out.waiting)} unit(s) wait for a free slot (launcher.array_parallelism) and start only "
@@ -119,7 +122,8 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
     def on_row(row):
         count[0] += 1
         bar.update(1)
-        tqdm.write(f"[{count[0]}/{total}] " + case_line(row, suite.metrics), file=sys.stdout)
+        if not args.quiet:  # --quiet: failures are counted in one line at the end (failed_exit)
+            tqdm.write(f"[{count[0]}/{total}] " + case_line(row, suite.metrics), file=sys.stdout)
 
     try:
         slurm.follow(out, on_row, poll_s=slurm.POLL_S[args.launcher])
@@ -128,23 +132,23 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
         print(f"\nstopped following; the tasks keep running: python bench.py status {out.run_dir}", file=sys.stderr)
         return 130
     bar.close()
-    code = print_status(out.run_dir)
-    if suite.metrics:
+    if suite.metrics:  # the tables first: a failed sweep's exit status comes after them, as a run's does
         from posbench.cli.run_output import print_tables
 
         wanted = {c.id for c in suite.cases(device, out.run_id)}
-        print_tables(out.run_dir, out.run_id, wanted, suite, device)
-    return code
+        print_tables(out.run_dir, out.run_id, wanted, suite, device, show=not args.quiet)
+    return print_status(out.run_dir, args.allow_failures, quiet=args.quiet)
 
 
-def print_status(run_dir: Path) -> int:
-    """Per unit: queued / running / done / failed, and the command that resubmits what failed."""
+def print_status(run_dir: Path, allow_failures: bool = False, quiet: bool = False) -> int:
+    """Per unit of a launched sweep: queued / running / done / failed, and the command that
+    resubmits what failed (``quiet``: the one summary line); a run folder that was not launched:
+    ``print_run_status``. ``EXIT_CASES_FAILED`` when a case or a unit failed, unless ``allow_failures``."""
     from posbench.run import sweep_state as state
 
     found = state.status(run_dir)
     if found is None:
-        raise PoolError(f"{run_dir}: no {RECORD_FILE}; allowed: a run folder of a sweep started with "
-                        "--launcher slurm|local")
+        return print_run_status(run_dir, allow_failures, quiet)
     record, units = found
     lines, counts = [], {"queued": 0, "running": 0, "done": 0, "failed": 0}
     for key, unit, s, word, n in units:
@@ -154,15 +158,68 @@ def print_status(run_dir: Path) -> int:
         lines.append(f"  {key:<28} {word:<8} {n}/{len(unit['todo'])} cases  job {unit['job_id'] or '-'}{how}")
     print(f"{run_dir} ({record['launcher']}, {len(lines)} units): "
           + ", ".join(f"{v} {k}" for k, v in counts.items()))
-    print("\n".join(lines))
+    if not quiet:
+        print("\n".join(lines))
     if counts["failed"]:
         print(f"resubmit what failed: {resubmit_command(record.get('command') or [], run_dir.name)}")
-    return 0
+    if allow_failures:  # what failed is in the lines above: no note to add
+        return 0
+    code = failed_exit(_case_rows(run_dir), False)
+    if code == 0 and counts["failed"]:  # a unit that ended without rows
+        print(f"{counts['failed']} unit(s) failed; exit status {EXIT_CASES_FAILED} (--allow-failures gives 0)",
+              file=sys.stderr)
+        return EXIT_CASES_FAILED
+    return code
+
+
+def _case_rows(run_dir: Path) -> list[dict]:
+    """One row per case of the run folder (its rounds merged), as reports read them."""
+    from posbench.store.rows import case_rows, read_usable_run_rows
+
+    return list(case_rows(read_usable_run_rows(run_dir)).values())
+
+
+STATUS_ORDER = ("ok", "unavailable") + FAILED_STATUSES
+
+
+def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = False) -> int:
+    """A run folder ``bench.py run`` wrote (no launched sweep): its cases per status, one line per
+    failed case and the command that re-runs those ``--retry-failed`` takes (``quiet``: the one
+    summary line)."""
+    from posbench.store.meta import read_run_meta
+    from posbench.store.rows import CASES_FILE
+
+    if not (run_dir / CASES_FILE).is_file():
+        raise PoolError(f"{run_dir}: no {CASES_FILE} and no {RECORD_FILE}; allowed: a run folder "
+                        "(results/<suite>/<run-id>) that bench.py run or a launched sweep wrote")
+    rows = _case_rows(run_dir)
+    meta = read_run_meta(run_dir)
+    found = [r["status"] for r in rows]
+    order = list(STATUS_ORDER) + sorted(set(found) - set(STATUS_ORDER))
+    what = ", ".join(f"{k} {v}" for k, v in (("suite", meta.suite), ("profile", meta.profile), ("device", meta.device))
+                     if v) if meta else "no run.json"
+    print(f"{run_dir} (run folder, {what}): {len(rows)} case(s): "
+          + ", ".join(f"{found.count(s)} {s}" for s in order if s in found))
+    failed = [r for r in rows if r["status"] in FAILED_STATUSES]
+    if not quiet:
+        for r in failed:
+            print(f"  {r['case_id']:<28} {r['status']:<9} {short_message(r.get('message') or '')}")
+    if meta is not None and any(r["status"] in ("error", "timeout") for r in failed):  # what --retry-failed re-runs
+        argv = ["--suite", meta.suite] + [a for flag, value in (("--profile", meta.profile), ("--device", meta.device))
+                                          if value for a in (flag, value)]
+        if run_dir.parent.parent != Path("results"):
+            argv += ["--results", str(run_dir.parent.parent)]
+        argv += ["--run-id", run_dir.name]
+        print(f"re-run the error and timeout cases: python bench.py {shlex.join(argv + ['--retry-failed'])}")
+    return 0 if allow_failures else failed_exit(rows, False)
 
 
 def cmd_status(args) -> int:
-    return print_status(Path(args.run))
+    return print_status(Path(args.run), args.allow_failures)
 
 
 def add_status_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="the run folder of a launched sweep (results/<suite>/<run-id>)")
+    p.add_argument("run", help="a run folder (results/<suite>/<run-id>): a launched sweep's units, else its cases "
+                               "per status")
+    p.add_argument("--allow-failures", action="store_true",
+                   help=f"exit 0 even when a case failed (default: exit {EXIT_CASES_FAILED})")

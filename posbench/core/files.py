@@ -3,6 +3,8 @@
 Every metadata file of a run (``run.json``, ``env.json``, tables) goes through
 ``atomic_write_text``: the text is written to a temporary file in the same folder, fsynced, then
 renamed over the target, so a crash or a full disk never leaves a half-written or empty file.
+Files get the mode ``open()`` would give them (``new_file_mode``: 0644 under umask 022), not
+``mkstemp``'s 0600: colleagues read a shared results folder.
 """
 from __future__ import annotations
 
@@ -18,6 +20,26 @@ class WriteError(PosbenchError, OSError):
     """A file could not be written; the message is one line naming the file and the reason."""
 
 
+def new_file_mode() -> int:
+    """0o666 less this process's umask: the mode ``open()`` gives a new file (0o644 under 022)."""
+    return 0o666 & ~current_umask()
+
+
+def current_umask() -> int:
+    """The process's umask, read from ``/proc/self/status`` (Linux); elsewhere set and restored,
+    which another thread creating a file at that instant could see."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically; raise ``WriteError`` with a one-line reason."""
     path = Path(path)
@@ -25,6 +47,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, new_file_mode())  # mkstemp's 0600 would hide the file from the group
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -51,9 +74,10 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
-def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
+def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o666) -> int:
     """``os.open`` that never follows a symbolic link at ``path`` and accepts only a regular file
-    there (a FIFO opens without blocking, then is refused): the descriptor, or ``UnsafeFile``."""
+    there (a FIFO opens without blocking, then is refused): the descriptor, or ``UnsafeFile``. A
+    file it creates gets ``mode`` less the umask, as ``open()``'s."""
     try:
         fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from posbench.core.files import UnsafeFile, open_nofollow, own_folder
+from posbench.core.files import UnsafeFile, new_file_mode, open_nofollow, own_folder
 from posbench.core.model import TransformerLM
 
 SLACK_BYTES = 16 << 20  # beyond twice the tensors: configs, the loss curve, zip headers
@@ -36,6 +36,7 @@ def save_checkpoint(path, model: TransformerLM, cfg, result) -> None:
     folder = own_folder(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
+        os.fchmod(fd, new_file_mode())  # as open() would: readable by the group under umask 022
         with os.fdopen(fd, "wb") as fh:
             torch.save({"model_config": asdict(model.cfg), "model": model.state_dict(),
                         "train_config": asdict(cfg), "result": asdict(result)}, fh)

@@ -3,8 +3,10 @@ here may crash a run: a missing tool or library (NVML, from nvidia-ml-py) become
 """
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +15,10 @@ from typing import Any
 from posbench import __version__
 from posbench.engine import tracking
 
-REPO = Path(__file__).resolve().parents[2]
+PACKAGE = Path(__file__).resolve().parents[1]  # the posbench package this code runs from
+REPO = PACKAGE.parent
 NVML_UNAVAILABLE = "unavailable: needs CUDA and NVML (pip install nvidia-ml-py)"
+NO_CUDA = "none (a CPU-only build of torch)"  # env.json's "cuda" for such a build; reports print "CUDA none (...)"
 
 
 def git_commit(repo: Path = REPO) -> tuple[str, bool | None]:
@@ -27,6 +31,48 @@ def git_commit(repo: Path = REPO) -> tuple[str, bool | None]:
         return commit, dirty
     except (OSError, subprocess.SubprocessError):
         return "unknown", None
+
+
+def own_checkout(package: Path = PACKAGE) -> Path | None:
+    """The top level of posbench's own git checkout when ``package`` is its ``posbench/``, else
+    None. A wheel in ``site-packages`` inside some other repository (a project's ``.venv``) must
+    not record that repository's commit: the top level must hold ``bench.py`` and a
+    ``pyproject.toml`` naming posbench, and be git's top level."""
+    top = package.parent
+    try:
+        named = re.search(r'^name\s*=\s*"posbench"\s*$', (top / "pyproject.toml").read_text(encoding="utf-8"), re.M)
+    except (OSError, UnicodeDecodeError):
+        return None
+    if package.name != "posbench" or not named or not (top / "bench.py").is_file():
+        return None
+    try:
+        shown = subprocess.run(["git", "-C", str(top), "rev-parse", "--show-toplevel"], capture_output=True,
+                               text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return top if shown and Path(shown).resolve() == top.resolve() else None
+
+
+def installed_version() -> str:
+    """posbench's version as installed (its distribution's metadata), else ``posbench.__version__``."""
+    try:
+        return importlib.metadata.version("posbench")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return __version__
+
+
+def provenance(package: Path = PACKAGE) -> dict[str, Any]:
+    """env.json's ``git_commit``, ``git_dirty`` and ``posbench_source``: the commit when posbench runs
+    from its own checkout (``own_checkout``), else ``v<installed version>`` (rows and reports
+    show it where a commit goes) with ``git_dirty`` None."""
+    top = own_checkout(package)
+    if top is not None:
+        commit, dirty = git_commit(top)
+        if commit != "unknown":
+            return {"git_commit": commit, "git_dirty": dirty, "posbench_source": f"git checkout {top}"}
+    version = installed_version()
+    return {"git_commit": f"v{version}", "git_dirty": None,
+            "posbench_source": f"installed package, version {version} (not a git checkout of posbench)"}
 
 
 def _version(module: str) -> str:
@@ -105,15 +151,13 @@ def nvml_info(index: int | None = None) -> dict[str, Any] | str:
 def collect(device: str) -> dict[str, Any]:
     import torch
 
-    commit, dirty = git_commit()
     cuda = torch.cuda.is_available()
     return {
-        "posbench_version": __version__,
-        "git_commit": commit,
-        "git_dirty": dirty,
+        "posbench_version": installed_version(),
+        **provenance(),
         "python": sys.version.split()[0],
         "torch": torch.__version__,
-        "cuda": torch.version.cuda or "not built with CUDA",
+        "cuda": torch.version.cuda or NO_CUDA,
         "cudnn": str(torch.backends.cudnn.version()) if cuda and torch.backends.cudnn.is_available() else "not available",
         "triton": _version("triton"),
         "os": platform.platform(),

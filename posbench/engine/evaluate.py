@@ -29,7 +29,8 @@ runs, and the per-position loss sums and counts are all-reduced in float64. Perp
 per-position curves then equal the single-process values up to the order of float64 additions.
 
 With a ``tracker`` (``posbench.engine.tracking``) the result is also logged, at ``step`` (the
-model's last training step), as ``eval/<mode>@<L_valid>[@interp]/ppl`` and ``/loss``.
+model's last training step), as ``eval/<mode>@<L_valid>[@interp]/ppl`` and ``/loss``, and the
+perplexity once more at step ``L_valid`` as ``eval/<mode>[@interp]/ppl_vs_length`` (one curve).
 """
 from __future__ import annotations
 
@@ -231,6 +232,7 @@ def evaluate(
     if tracker is not None:
         key = f"eval/{mode}@{L_valid}" + ("@interp" if interpolate_from is not None else "")
         tracker.scalars({f"{key}/ppl": math.exp(loss), f"{key}/loss": loss}, step)
+        tracker.by_length(f"eval/{mode}" + ("@interp" if interpolate_from is not None else ""), L_valid, math.exp(loss))
     return EvalResult(
         mode=mode,
         L_valid=L_valid,

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from posbench.core.files import own_folder
+from posbench.core.files import open_nofollow, own_folder
 
 LOG_ENV = "POSBENCH_LOG"  # comma-separated extra writers for the workers: "wandb"; "none" turns all off
 EXTRA_WRITERS = ("wandb",)
-FLUSH_S = 10.0  # seconds between the TensorBoard writer's flushes while a case runs
+EVENT_FILE = "events.out.tfevents.posbench"  # a case's one event file ("tfevents" in the name: TensorBoard reads it)
 TRACK_HINT = "pip install 'posbench[track]'"
 
 
@@ -105,38 +105,79 @@ def case_folder(out_dir: str | os.PathLike | None, name: str) -> Optional[Path]:
 
 
 class TensorBoardWriter:
-    """Scalars as TensorBoard events (``simple_value``) in ``folder``."""
+    """Scalars as TensorBoard events (``simple_value``) appended to the case's one event file
+    (``EVENT_FILE``), each event written whole as it is logged."""
 
-    # tensorboard's own EventFileWriter, not torch's SummaryWriter, which would pull in torch's
-    # copy of the protobufs for nothing; it flushes every FLUSH_S from its own thread.
+    # Every process of a case (a round of the efficiency task, a retried case) appends to the same
+    # file, so TensorBoard shows one curve per tag, not one file per process. A process's first
+    # event is a SessionLog START at its first step: TensorBoard's reader then drops what an
+    # earlier process logged from that step on (a retried case replaces its old curve). One
+    # write(2) per record on an O_APPEND descriptor: no writer thread, nothing buffered, and two
+    # processes appending at once never interleave inside a record.
 
     def __init__(self, folder: Path):
         from tensorboard.compat.proto import event_pb2, summary_pb2
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        from tensorboard.summary.writer.record_writer import RecordWriter
 
-        self._event, self._summary = event_pb2.Event, summary_pb2.Summary
-        self._file = EventFileWriter(str(folder), flush_secs=FLUSH_S)
-        self.path = Path(self._file.get_logdir())
+        self._event, self._summary, self._session_log = event_pb2.Event, summary_pb2.Summary, event_pb2.SessionLog
+        self.path = folder / EVENT_FILE
+        self._fd: Optional[int] = open_nofollow(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        self._records = RecordWriter(self)
+        self._session = False
+        if os.fstat(self._fd).st_size == 0:
+            self._records.write(self._event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+
+    def write(self, data: bytes) -> None:  # RecordWriter's sink: one whole record
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
 
     def scalar(self, tag: str, value: float, step: int) -> None:
+        if not self._session:
+            self._session = True
+            start = self._session_log(status=self._session_log.START)
+            self._records.write(self._event(wall_time=time.time(), step=int(step), session_log=start).SerializeToString())
         summary = self._summary(value=[self._summary.Value(tag=tag, simple_value=float(value))])
-        self._file.add_event(self._event(wall_time=time.time(), step=int(step), summary=summary))
+        self._records.write(self._event(wall_time=time.time(), step=int(step), summary=summary).SerializeToString())
 
     def close(self) -> None:
-        self._file.close()  # flushes
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def last_step(folder: Optional[Path]) -> Optional[int]:
+    """The largest step of a scalar in ``folder``'s event file (``EVENT_FILE``), or None when it
+    holds none (no file, no tensorboard to read it)."""
+    path = None if folder is None else Path(folder) / EVENT_FILE
+    if path is None or not path.is_file() or tensorboard_version() is None:
+        return None
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    steps = [e.step for e in EventFileLoader(str(path)).Load() if e.HasField("summary")]
+    return max(steps) if steps else None
+
+
+def wandb_runs(folder: Path) -> int:
+    """How many W&B runs earlier processes of this case left in ``folder/wandb`` (a ``run-*`` or
+    ``offline-run-*`` folder each)."""
+    runs = folder / "wandb"
+    return sum(1 for p in runs.iterdir() if p.is_dir() and not p.is_symlink()
+               and (p.name.startswith("run-") or p.name.startswith("offline-run-"))) if runs.is_dir() else 0
 
 
 class WandbWriter:
-    """One W&B run in ``folder``/wandb; every scalar is logged with its own ``step`` field."""
+    """One W&B run in ``folder``/wandb, in the W&B group of its run id; every scalar is logged
+    with its own ``step`` field."""
 
     # Its own step (define_metric): W&B's step may never go back, and the efficiency task logs
     # evaluation windows 0..n, then training windows 0..n.
 
-    def __init__(self, folder: Path, name: str, config: dict):
+    def __init__(self, folder: Path, name: str, config: dict, group: Optional[str] = None):
         import wandb
 
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "posbench"), name=name, dir=str(folder),
-                              config=config, reinit="finish_previous")
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "posbench"), name=name, group=group,
+                              dir=str(folder), config=config, reinit="finish_previous")
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
 
@@ -169,6 +210,17 @@ class Tracker:
         for tag, value in values.items():
             self.scalar(tag, value, step)
 
+    def next_step(self) -> int:
+        """The step after the last one this case's event file holds (0 for none): where a later
+        process of the same case (a round of the efficiency task) goes on counting."""
+        last = last_step(self.folder)
+        return 0 if last is None else last + 1
+
+    def by_length(self, key: str, L_valid: int, ppl: Optional[float]) -> None:
+        """Perplexity against evaluation length as one curve: ``<key>/ppl_vs_length`` at step
+        ``L_valid`` (TensorBoard's x axis is the length)."""
+        self.scalar(f"{key}/ppl_vs_length", ppl, L_valid)
+
     def window(self, phase: str, step: int, tokens_per_s: float, loss: Optional[float] = None) -> None:
         """A timed task's measured window: ``<phase>/tokens_per_s`` (and ``train/loss``) at ``step``.
         Call it after the window's clock stopped: writing is never part of what a window times."""
@@ -190,8 +242,9 @@ class Tracker:
 
 
 def open_tracker(folder: Optional[Path], name: str = "", config: Optional[dict[str, Any]] = None) -> Tracker:
-    """The tracker of one case: TensorBoard when importable, W&B when ``POSBENCH_LOG`` asks for it,
-    nothing without a folder, off rank 0, or with ``POSBENCH_LOG=none``."""
+    """The tracker of one case: TensorBoard when importable, W&B when ``POSBENCH_LOG`` asks for it
+    (grouped by ``config["run_id"]``), nothing without a folder, off rank 0, or with
+    ``POSBENCH_LOG=none``."""
     from posbench.engine import distributed
 
     extra = requested()
@@ -204,13 +257,18 @@ def open_tracker(folder: Optional[Path], name: str = "", config: Optional[dict[s
     if tensorboard_version() is not None:
         writers.append(TensorBoardWriter(folder))
     if "wandb" in extra:
-        writers.append(WandbWriter(folder, name or folder.name, config or {}))
+        name = name or folder.name
+        earlier = wandb_runs(folder)  # a later round or a retry: a name of its own in the group
+        config = config or {}
+        writers.append(WandbWriter(folder, f"{name} #{earlier + 1}" if earlier else name, config,
+                                   str(config["run_id"]) if config.get("run_id") else None))
     return Tracker(writers, folder)
 
 
 def for_case(case, name: Optional[str] = None) -> Tracker:
     """``open_tracker`` for ``case`` (``posbench.core.case.Case``) in its run folder; ``name``:
-    the trained model's name (default the case id). W&B gets the case's settings as its config."""
+    the trained model's name (default the case id). W&B gets the case's settings as its config and
+    the run id as its group, so the same case of two runs is told apart by its group."""
     name = name or case.id
     config = {"method": case.method, "task": case.task, "suite": case.suite, "run_id": case.run_id,
               "params": case.params.model_dump(), "settings": case.settings.model_dump()}

@@ -148,13 +148,13 @@ def to_html(table: Table) -> str:
 
 
 def to_text(table: Table) -> str:
-    """Aligned plain text for the terminal: the title, then the grid in padded columns."""
+    """Aligned plain text for the terminal: the title, the grid in padded columns, its note."""
     grid = _grid(table)
     widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
     lines = [table.title]
     for r in grid:
         lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ([table.note] if table.note else [])) + "\n"
 
 
 # Columns of a run's table.csv: one line per cell, so tables with different columns share a file.

@@ -58,6 +58,7 @@ class Table:
     higher_is_better: Optional[bool] = None        # the metric's direction (None: never compared)
     spread: str = ""                 # what the cells' spreads are (SPREAD_MIN_MAX, SPREAD_STD): charts name it
     pooled: bool = False             # cells sum the counts of every run of a case: no run supersedes another
+    note: str = ""                   # one line under the table: the methods left out as unavailable here
 
     def cell(self, row: str, column) -> Cell:
         return self.cells.get((row, column), Cell(text="—", status="missing"))
@@ -189,6 +190,28 @@ def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column:
                 tables.append(_metric_table(suite, hardware, task, rows, rest, name, declared.of[name].metric,
                                             col, base_method, group, meta, busy))
     return tables
+
+
+def set_aside_unavailable(table: Table) -> Table:
+    """``table`` without the rows whose every cell is ``unavailable`` (a CUDA-only method in a CPU
+    run), named with their reason in one note under it (``note``, also ending the caption); their
+    rows stay in cases.jsonl. A table of nothing else keeps them: an empty table would say less."""
+    def statuses(row):
+        return [table.cells[(row, c)].status for c in table.columns if (row, c) in table.cells]
+
+    gone = [row for row in table.rows if statuses(row) and all(s == "unavailable" for s in statuses(row))]
+    if not gone or len(gone) == len(table.rows):
+        return table
+    reasons: dict[str, list[str]] = {}
+    for row in gone:
+        said = [table.cells[(row, c)].message.strip() for c in table.columns if (row, c) in table.cells]
+        reasons.setdefault(next((m for m in said if m), "no reason given"), []).append(row)
+    table.rows = [r for r in table.rows if r not in gone]
+    table.cells = {k: v for k, v in table.cells.items() if k[0] not in gone}
+    table.note = ("Not run on this machine (unavailable): "
+                  + "; ".join(f"{', '.join(rows)} ({reason})" for reason, rows in reasons.items()) + ".")
+    table.caption = f"{table.caption} {table.note}".strip()
+    return table
 
 
 def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: Metric,
@@ -417,7 +440,9 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
     """The tables printed at the end of a run: the suite's ``metrics`` (run.json) for its task,
     methods x the first grid axis (``seq_len`` when there is one); a metric declared ``shown_in``
     another prints that one (a family: ``posbench.report.table.family_tables``). A task that
-    declares ``summary_tables`` prints its own instead (``posbench.core.task.Task``)."""
+    declares ``summary_tables`` prints its own instead (``posbench.core.task.Task``). A method
+    unavailable on this machine is one note under each table (``set_aside_unavailable``); the
+    report keeps its row and its legend entry."""
     frame = runs.rows if case_ids is None else runs.rows[runs.rows["case_id"].isin(case_ids)]
     out = []
     for source in ordered(frame["source"]):
@@ -434,4 +459,4 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
         # a metric the task shows inside another table (a per-dtype count of a family) prints that table
         names = ordered(declared.of[m].metric.shown_in or m for m in meta.metrics)
         out += metric_tables(runs, meta.task, None, column, names, frame=part, declared=declared)
-    return out
+    return [set_aside_unavailable(t) for t in out]

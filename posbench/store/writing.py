@@ -104,7 +104,7 @@ def lock_run_dir(run_dir: Path) -> int:
     A second runner on the same folder would run every case again and time them while competing."""
     path = run_dir / ".lock"
     try:
-        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)
     except PosbenchError:
         raise
     except OSError as exc:
@@ -145,7 +145,7 @@ class UnitLock:
 
     def __init__(self, run_dir: Path, key: str, wait: bool = True):
         (run_dir / ROWS_DIR).mkdir(parents=True, exist_ok=True)
-        self.fd = open_nofollow(run_dir / ROWS_DIR / f"{file_stem(key)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = open_nofollow(run_dir / ROWS_DIR / f"{file_stem(key)}.lock", os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             self.held = True

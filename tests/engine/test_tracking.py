@@ -31,7 +31,8 @@ def test_short_extrapolation_writes_event_files_tensorboard_reads(tmp_path, monk
     assert list(folder.glob("events.out.tfevents.*")), "no event file in the case's folder"
     got = scalars(folder)
     assert set(got) == {"train/loss", "train/lr", "train/tokens_per_s", "eval/nonoverlapping@8/ppl",
-                        "eval/nonoverlapping@8/loss", "eval/nonoverlapping@16/ppl", "eval/nonoverlapping@16/loss"}
+                        "eval/nonoverlapping@8/loss", "eval/nonoverlapping@16/ppl", "eval/nonoverlapping@16/loss",
+                        "eval/nonoverlapping/ppl_vs_length"}  # perplexity against length: one curve (issue 42)
     # train() logs every log_every (10) steps and at the last one: steps 0, 10, 11.
     assert [s for s, _ in got["train/loss"]] == [0, 10, 11]
     curve = out["series"]["train_loss"]

@@ -68,7 +68,8 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, capsys):
     flag = tmp_path / "interrupted.flag"
     path = make_suite(tmp_path, ["sinusoidal", "rotary", "alibi"], by_method={"rotary": "interrupt_once"},
                       flag_file=str(flag))
-    args = ["--suite", str(path), "--device", "cpu", "--results", str(tmp_path / "res"), "--quiet"]
+    # (no --quiet: it would hide the tables this test reads from the output)
+    args = ["--suite", str(path), "--device", "cpu", "--results", str(tmp_path / "res")]
     assert cli.main(args) == cli.EXIT_INTERRUPTED
     err = capsys.readouterr().err
     assert "interrupted: 1 of 3 cases finished" in err and "resume with: python bench.py" in err

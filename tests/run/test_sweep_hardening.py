@@ -51,7 +51,8 @@ def _record_folder(tmp_path: Path, keys=("n=1", "n=2")) -> Path:
 
 def _status(run_dir, capsys):
     capsys.readouterr()
-    code = cli.main(["status", str(run_dir)])
+    # --allow-failures: these tests judge how the record is read; a failed unit alone would be exit 3
+    code = cli.main(["status", str(run_dir), "--allow-failures"])
     out = capsys.readouterr()
     return code, out.out, out.err
 

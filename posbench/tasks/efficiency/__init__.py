@@ -231,6 +231,7 @@ def run(case) -> dict:
     model = bench.model
     nvml, handle = _nvml(case.device)
     tracker = tracking.for_case(case)  # words/s and loss per window, logged after its clock stopped
+    first = tracker.next_step()  # a later round (its own process) goes on from the earlier rounds' windows
     tokens = batch * L
     metrics = {"n_params": model.num_parameters(), "batch_size": batch, "tokens_per_step": tokens,
                "threads": torch.get_num_threads(), "mem_base_bytes": dev.in_use(),
@@ -242,7 +243,7 @@ def run(case) -> dict:
     bench.compile_now("eval", dev)
     with compiled.no_recompile(s.compile):
         eval_s, energy = _phase(dev, bench.eval_step, s, nvml, handle, steps=s.eval_steps,
-                                log=lambda w, sec: tracker.window("eval", w, tokens * s.eval_steps / sec))
+                                log=lambda w, sec: tracker.window("eval", first + w, tokens * s.eval_steps / sec))
     _wps(metrics, series, "eval", tokens * s.eval_steps, eval_s)
     _peak(metrics, "eval", dev.peak())
     _energy(metrics, "eval_", energy, tokens * s.eval_steps * s.windows * distributed.world_size())
@@ -252,7 +253,7 @@ def run(case) -> dict:
     bench.compile_now("train", dev)
     with compiled.no_recompile(s.compile):
         train_s, energy = _phase(dev, bench.train_step, s, nvml, handle, after_window=bench.check_loss,
-                                 log=lambda w, sec: tracker.window("train", w, tokens * s.measure_steps / sec,
+                                 log=lambda w, sec: tracker.window("train", first + w, tokens * s.measure_steps / sec,
                                                                    bench.train_loss))
     tracker.close()
     metrics["train_loss"] = bench.train_loss
@@ -274,6 +275,7 @@ def memory_probe(case) -> dict:
     is this method's alone."""
     spec = case.spec()
     spec.settings.update(pairing="rounds", rounds=1, windows=1, measure_steps=1, eval_measure_steps=1)
+    spec.out_dir = ""  # no run folder: its one window is no curve point (the group logs the case's windows)
     return case.run_alone(spec, case.settings.timeout_s)
 
 
