@@ -19,6 +19,7 @@ from posbench.run import sweep_state
 from posbench.run.schedule import default_run_id
 from tests.helpers.report_rows import base_row, efficiency_rows, write_run
 from tests.helpers.suites import make_suite
+from posbench.tasks import find as find_task
 
 # A run folder's name: <profile>-<device>-<8 hex digits of settings and grid>, -<date>-<time> with --fresh
 RUN_ID = re.compile(r"[\w.]+-(cpu|cuda)-[0-9a-f]{8}(-\d{8}-\d{6})?")
@@ -122,7 +123,7 @@ def test_cuda_only_methods_leave_a_cpu_table_for_one_note_naming_them_and_why(tm
         rows.append(base_row("efficiency", "efficiency", "t5_triton", {"seq_len": L}, "run-a", status="unavailable",
                              message="needs a CUDA GPU and triton"))
     run_dir = write_run(tmp_path, rows, metrics=["train_wps"])
-    (table,) = run_tables(load_runs(run_dir))
+    (table,) = run_tables(load_runs(run_dir, find_task=find_task))
     assert table.rows == ["sinusoidal", "rotary", "t5_bias", "alibi"]
     assert table.note == ("Not run on this machine (unavailable): alibi_triton (needs CUDA and triton); "
                           "t5_triton (needs a CUDA GPU and triton).")
@@ -131,7 +132,7 @@ def test_cuda_only_methods_leave_a_cpu_table_for_one_note_naming_them_and_why(tm
     assert table.caption.endswith(table.note)
     assert table.cell("t5_bias", 1024).text == "OOM"  # a failure keeps its cell
     # the report keeps the rows (and their legend entries): only a run's own tables set them aside
-    assert "alibi_triton" in metric_tables(load_runs(run_dir), "efficiency", metrics=["train_wps"])[0].rows
+    assert "alibi_triton" in metric_tables(load_runs(run_dir, find_task=find_task), "efficiency", metrics=["train_wps"])[0].rows
     kept = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
     assert sum(r["method"] in ("alibi_triton", "t5_triton") for r in kept) == 6  # the rows stay
 
@@ -139,7 +140,7 @@ def test_cuda_only_methods_leave_a_cpu_table_for_one_note_naming_them_and_why(tm
 def test_a_table_of_nothing_but_unavailable_methods_keeps_showing_them(tmp_path):
     rows = [r for r in efficiency_rows() if r["method"] == "alibi_triton"]
     run_dir = write_run(tmp_path, rows, metrics=["train_wps"], baseline=None)
-    (table,) = run_tables(load_runs(run_dir))
+    (table,) = run_tables(load_runs(run_dir, find_task=find_task))
     assert table.rows == ["alibi_triton"] and table.note == ""
 
 
