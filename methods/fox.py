@@ -29,6 +29,7 @@ from torch import nn
 from posbench.attention import flex
 from posbench.attention.linear import LINEAR_SPAN, head_column_sdpa
 from posbench.core.method import PositionMethod, causal_attention
+from posbench.core.outcome import Unavailable
 from posbench.core.registry import register
 
 WIDE = (torch.float32, torch.float64)  # dtypes whose key column holds log f exactly
@@ -71,6 +72,10 @@ class ForgettingTransformer(PositionMethod):
         super().__init__(cfg)
         if not isinstance(gate_bias, (int, float)):
             raise ValueError(f"fox: gate_bias must be a number, got {gate_bias!r}")
+        if cfg.kv_heads != cfg.n_heads:
+            # the gates are per query head and ride with the keys in the KV cache, which holds fewer
+            raise Unavailable(f"fox: grouped-query attention (n_kv_heads {cfg.kv_heads} < n_heads {cfg.n_heads}) is not "
+                              "supported: its forget gates are per query head and the KV cache holds one per key head")
         # (L, H, D): each layer's gate per head reads every head's key; b (L, H) starts at
         # gate_bias (sigmoid(0) = 0.5 per step: a strong decay at start; larger b, slower forgetting).
         self.gate_w = nn.Parameter(torch.randn(cfg.n_layers, cfg.n_heads, cfg.d_model) * 0.02)

@@ -19,6 +19,9 @@ class ModelConfig:
     n_layers: int = 2
     d_model: int = 128
     n_heads: int = 4
+    # grouped-query attention: the key/value heads, each shared by n_heads / n_kv_heads query
+    # heads (1: multi-query); None: as many as the query heads (plain multi-head attention)
+    n_kv_heads: int | None = None
     d_ff: int = 512
     dropout: float = 0.0
     # Token embeddings are multiplied by this; None means sqrt(d_model), fairseq's transformer_lm
@@ -37,6 +40,10 @@ class ModelConfig:
             raise ValueError(
                 f"model config: d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
             )
+        if self.n_kv_heads is not None and not (isinstance(self.n_kv_heads, int) and not isinstance(self.n_kv_heads, bool)
+                                                and self.n_kv_heads >= 1 and self.n_heads % self.n_kv_heads == 0):
+            raise ValueError(f"model config: n_kv_heads ({self.n_kv_heads!r}) must be a positive integer dividing "
+                             f"n_heads ({self.n_heads}); allowed: a divisor of n_heads (1 = multi-query) or null")
         if self.embed_scale is not None and not (isinstance(self.embed_scale, (int, float)) and self.embed_scale > 0):
             raise ValueError(f"model config: embed_scale must be a positive number or null, got {self.embed_scale!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -45,6 +52,11 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """The key/value heads (``n_kv_heads`` resolved)."""
+        return self.n_kv_heads or self.n_heads
 
     @property
     def token_scale(self) -> float:

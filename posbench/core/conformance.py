@@ -19,6 +19,7 @@ from posbench.core import method as method_contract
 from posbench.core import registry
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
+from posbench.core.outcome import Unavailable
 
 TRAIN_LEN = 16  # the "training length" of the kit; long checks run at 4x
 BATCH = 2
@@ -31,13 +32,18 @@ class ConformanceError(AssertionError):
     pass
 
 
-def kit_config(method: str) -> ModelConfig:
-    return ModelConfig(vocab_size=64, n_layers=2, d_model=96, n_heads=3, d_ff=128, dropout=0.0, method=method)
+def kit_config(method: str, **layout) -> ModelConfig:
+    shape = {**dict(vocab_size=64, n_layers=2, d_model=96, n_heads=3, d_ff=128, dropout=0.0), **layout}
+    return ModelConfig(method=method, **shape)
 
 
-def build(method: str, dtype=torch.float32, device="cpu", seed: int = 0) -> TransformerLM:
+# Grouped-query attention in the kit: 4 query heads of dimension 32 sharing 2 key/value heads.
+GQA = dict(d_model=128, n_heads=4, n_kv_heads=2)
+
+
+def build(method: str, dtype=torch.float32, device="cpu", seed: int = 0, **layout) -> TransformerLM:
     torch.manual_seed(seed)
-    model = TransformerLM(kit_config(method))
+    model = TransformerLM(kit_config(method, **layout))
     # Learned position parameters start at 0.02-scale noise; make them large enough that a check
     # comparing outputs would notice if the method's contribution were dropped.
     for name, p in model.method.named_parameters():
@@ -171,6 +177,33 @@ def check_kv_decode(method, dtype, device):
         _fail(method, f"KV-cache decode differs from the full forward by {err:.3g} (tolerance {tol:.3g})")
 
 
+def check_gqa(method, dtype, device):
+    """Grouped-query attention (``n_kv_heads`` 2 of 4 heads): causal, the KV cache holds 2 heads,
+    and decoding with it equals the full forward. A method that cannot take the layout raises
+    ``Unavailable`` with its reason when built (reported as unavailable, never ignored)."""
+    model = build(method, dtype, device, **GQA)
+    length = 2 * TRAIN_LEN + 3
+    idx = tokens(length, device)
+    with torch.no_grad():
+        full = model(idx).float()
+        changed = idx.clone()
+        changed[:, -1] = (changed[:, -1] + 1) % 64
+        if not torch.equal(model(changed).float()[:, :-1], full[:, :-1]):
+            _fail(method, "with grouped-query attention a later token changed earlier logits")
+        cache = model.new_cache()
+        parts = [model(idx[:, :5], cache=cache)]
+        parts += [model(idx[:, t : t + 1], cache=cache) for t in range(5, length)]
+    heads = {k.shape[1] for k, _ in cache.layers()}
+    if heads != {GQA["n_kv_heads"]}:
+        _fail(method, f"with n_kv_heads {GQA['n_kv_heads']} the KV cache holds {sorted(heads)} heads")
+    inc = torch.cat(parts, dim=1).float()
+    tol = DECODE_TOL.get(dtype, 1e-2) * max(1.0, full.abs().max().item())
+    err = (full - inc).abs().max().item()
+    if not err <= tol:
+        _fail(method, f"with grouped-query attention KV-cache decode differs from the full forward by {err:.3g} "
+                      f"(tolerance {tol:.3g})")
+
+
 def check_prepared_attend(method, dtype, device):
     """The model's pipeline (``prepare`` once, ``encode_qk`` on each chunk's q and k, the keys
     kept as encoded, then ``attend`` with the state) equals ``attend`` on raw q and k without a
@@ -270,6 +303,7 @@ CHECKS: dict[str, Callable] = {
     "deterministic": check_deterministic,
     "long": check_long,
     "kv_decode": check_kv_decode,
+    "gqa": check_gqa,
     "prepared_attend": check_prepared_attend,
     "state_dict": check_state_dict,
     "far_positions": check_far_positions,
@@ -314,6 +348,8 @@ def _outcome(fn: Callable, method: str, dtype, device) -> str | None:
         return None
     except ConformanceError as exc:
         return str(exc)
+    except Unavailable as exc:  # a layout the method declines, with its reason
+        return UNAVAILABLE + str(exc)
     except Exception as exc:  # a plugin that raises fails the check; the other checks still run
         return f"{method}: {_one_line(exc)}"
 

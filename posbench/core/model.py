@@ -88,9 +88,10 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, index: int):
         super().__init__()
         self.index = index
-        self.n_heads = cfg.n_heads
+        self.n_heads, self.kv_heads = cfg.n_heads, cfg.kv_heads
+        self.kv_dim = cfg.kv_heads * cfg.head_dim  # d_model in multi-head attention
         self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * self.kv_dim)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
@@ -98,12 +99,19 @@ class Block(nn.Module):
 
     def forward(self, x, method: PositionMethod, q_pos, k_pos, cache: KVCache | None, state):
         b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        # (B, T, D) -> (B, H, T, hd)
-        q, k, v = (z.view(b, t, self.n_heads, -1).transpose(1, 2) for z in (q, k, v))
+        q, k, v = self.qkv(self.ln1(x)).split((d, self.kv_dim, self.kv_dim), dim=-1)
+        # (B, T, D) -> (B, H, T, hd); keys and values (B, Hkv, T, hd)
+        q = q.view(b, t, self.n_heads, -1).transpose(1, 2)
+        k, v = (z.view(b, t, self.kv_heads, -1).transpose(1, 2) for z in (k, v))
         q, k = method.encode_qk(q, k, self.index, state)  # this chunk's, at q_pos
         if cache is not None:
-            k, v = cache.append(self.index, k, v, k_pos.shape[0] - t)  # (B, H, Tk, hd)
+            k, v = cache.append(self.index, k, v, k_pos.shape[0] - t)  # (B, Hkv, Tk, hd): the cache holds Hkv heads
+        if self.kv_heads != self.n_heads:
+            # grouped-query attention: query head h reads key/value head h // (H / Hkv). Expanded
+            # here, per layer and for the moment of attention only, so every method's attend and
+            # every kernel takes the layout unchanged; the cache stays Hkv heads.
+            group = self.n_heads // self.kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         o = method.attend(q, k, v, q_pos, k_pos, self.index, state)  # (B, H, T, hd)
         o = o.transpose(1, 2).reshape(b, t, d)
         x = x + self.drop(self.proj(o))

@@ -286,7 +286,8 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise SuiteError(f"--set {item}: <key>: expected key=value; allowed: a settings key or grid.<axis>")
+            raise SuiteError(f"--set {item}: <key>: expected key=value; allowed: a settings key, grid.<axis> "
+                             "or model_overrides.<field>")
         if len(value) > MAX_FILE_BYTES:
             raise SuiteError(f"--set {key}: {key}: value of {len(value)} characters; allowed: at most {MAX_FILE_BYTES}")
         try:
@@ -337,6 +338,11 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
             axis = key[len("grid."):]
             grid[axis] = value if isinstance(value, list) else [value]
             grid_source[axis] = ("--set", key)
+        elif key.startswith("model_overrides.") and key.count(".") == 1:
+            # one field of the model on top of the suite's overrides: --set model_overrides.n_kv_heads=2
+            field = key[len("model_overrides."):]
+            merged["model_overrides"] = {**(merged.get("model_overrides") or {}), field: value}
+            source["model_overrides"] = ("--set", key)
         else:
             merged[key], source[key] = value, ("--set", key)
 
@@ -411,9 +417,9 @@ def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: di
         try:
             model_config(settings.model, **settings.model_overrides)
         except (ValueError, TypeError) as exc:
-            problem = str(exc).removeprefix("model config: ")
+            problem, _, allowed = str(exc).removeprefix("model config: ").partition("; allowed: ")
             raise fail(source.get("model_overrides", ("settings", "model_overrides")), problem,
-                       "overrides that give a valid model (positive sizes, d_model divisible by n_heads)") from None
+                       allowed or "overrides that give a valid model (positive sizes, d_model divisible by n_heads)") from None
     options = settings.method_options
     if options and not task.own_methods:
         base = source.get("method_options", ("settings", "method_options"))
