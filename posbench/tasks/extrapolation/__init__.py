@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from posbench.core.task import Metric, Task, case_model_config
 from posbench.engine import tracking
-from posbench.tasks.training import TrainSettings, open_corpus
+from posbench.tasks.training import BUDGET_METRICS, TrainSettings, budget_metrics, open_corpus
 
 # torch, the corpus and the model are imported inside the functions that run a case: validating a
 # suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
@@ -38,6 +38,7 @@ METRICS = {
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
     "n_seeds": M("Seeds", "", "seeds averaged (with `seeds`): every metric m is their mean, m_std the spread",
                  None, "int"),
+    **BUDGET_METRICS,
 }
 
 
@@ -85,7 +86,8 @@ def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_o
                                      s.batch_size, seed=seed), case.device, ckpt, s.reuse_checkpoint, tracker)
     series = {"train_loss": [list(p) for p in r.curve], "corpus": corpus.describe()}
     metrics = dict(final_train_loss=r.final_loss, train_steps=r.steps, train_tokens=r.tokens, train_seconds=r.seconds,
-                   reused_checkpoint=int(reused), n_params=model.num_parameters(), best_ppl=corpus.best_ppl)
+                   reused_checkpoint=int(reused), n_params=model.num_parameters(), best_ppl=corpus.best_ppl,
+                   **budget_metrics(r))
     return model, metrics, series
 
 

@@ -8,10 +8,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from posbench.core.task import Metric, ModelSettings, Task
+from posbench.core.task import Metric, Task
 from posbench.report.learn_first import learned
 from posbench.report.stats import accuracy_metrics, pooled_counts
-from posbench.tasks.training import EvalDtype, Precision
+from posbench.tasks.training import BUDGET_METRICS, BudgetSettings, EvalDtype, Precision
 
 # torch, the model and training (posbench.tasks.lengthgen.train_eval) are imported inside run():
 # validating or listing suites imports this module, and must not wait for them.
@@ -38,6 +38,7 @@ METRICS = {
     "train_examples": M("Training examples", "", "examples trained on", None, "count"),
     "train_seconds": M("Training time", "s", "wall-clock training time (s)"),
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+    **BUDGET_METRICS,
 }
 
 # The generators' names (posbench.data.algorithmic.TASKS, checked equal in tests/tasks/test_lengthgen.py),
@@ -47,8 +48,9 @@ TASK_NAMES = ("reverse", "duplicate", "parity", "modular_arithmetic", "missing_d
 TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
 
 
-class Settings(ModelSettings):
-    steps: int = Field(ge=1, description="training budget in optimizer steps (one length per batch)")
+class Settings(BudgetSettings):
+    # The budget (steps, tokens, time_s or flops: BudgetSettings); tokens and flops count every
+    # row at the longest training row's length, L_train's (rows of one batch share a length).
     batch_size: int = Field(64, ge=1)
     lr: float = Field(1e-3, gt=0)
     warmup_steps: int = Field(50, ge=0)

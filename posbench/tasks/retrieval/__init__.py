@@ -13,7 +13,7 @@ from posbench.core.task import Metric, Task
 from posbench.engine import tracking
 from posbench.report.learn_first import comparable_length, learned
 from posbench.report.stats import effective_length, wilson_interval
-from posbench.tasks.training import CorpusSettings, TrainSettings, open_corpus
+from posbench.tasks.training import BUDGET_METRICS, CorpusSettings, TrainSettings, open_corpus
 
 # torch, numpy, the probes, the model and the scoring (posbench.tasks.retrieval.train_eval) are imported inside
 # the functions: validating or listing suites imports this module, and must not wait for them.
@@ -47,6 +47,7 @@ METRICS = {
                        "case's checkpoint"),
     "reused_checkpoint": M("Reused checkpoint", "", "1 when the model came from a checkpoint", None, "int"),
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+    **BUDGET_METRICS,
 }
 
 

@@ -12,6 +12,7 @@ import torch
 from posbench.core.task import case_model_config
 from posbench.engine.train import trained_model as trained_model_of
 from posbench.tasks.retrieval import probes as P
+from posbench.tasks.training import budget_metrics
 
 
 # ------------------------------------------------------------------------------------ training
@@ -93,7 +94,7 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
     metrics = dict(final_train_loss=r.final_loss, train_steps=r.steps, train_tokens=r.tokens,
                    train_seconds=0.0 if reused else r.seconds, reused_checkpoint=int(reused),
                    n_params=model.num_parameters(), stopped_at_step=r.steps if r.stopped_early else None,
-                   check_acc=None if check is None else check.last)
+                   check_acc=None if check is None else check.last, **budget_metrics(r))
     return model, metrics
 
 
