@@ -101,6 +101,10 @@ class BudgetSettings(ModelSettings):
                                    "(posbench.engine.flops: the model's matmuls plus the method's position work)")
     budget_warmup_s: float = Field(DEFAULT_WARMUP_S, gt=0, description="time_s: seconds of timed warm-up steps "
                                    "the step count is decided from (not part of the budget)")
+    seeds: Optional[list[int]] = Field(
+        None, min_length=1, description="train and evaluate one model per seed (weights and batch order); metrics "
+        "are the mean, with <metric>_std (sample std), <metric>_seed_lo/_seed_hi (95% t interval over seeds) and "
+        "n_seeds; replaces `seed`")
 
     @model_validator(mode="after")
     def _one_budget(self):
@@ -108,6 +112,8 @@ class BudgetSettings(ModelSettings):
         if len(given) != 1:
             raise ValueError(f"give exactly one training budget: {', '.join(BUDGETS[:-1])} or {BUDGETS[-1]} "
                              f"(given: {', '.join(given) or 'none'})")
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct, got {self.seeds}")
         if self.time_s is not None and self.time_s <= self.budget_warmup_s:
             raise ValueError(f"time_s {self.time_s:g} is not above the warm-up it is decided from "
                              f"(budget_warmup_s {self.budget_warmup_s:g}); give a longer time_s or a shorter warm-up")
