@@ -94,10 +94,12 @@ def train(
     checkpoint: str | Path | None = None,
     tracker=None,
     until: Callable[[int], bool] | None = None,
+    warmup_batches: Iterator | None = None,
 ) -> TrainResult:
     """Train ``model`` in place; save ``{model, train_config, result}`` to ``checkpoint`` if given;
     log the curves to ``tracker`` (a ``posbench.engine.tracking.Tracker``) if given; stop early
-    when ``until(steps done)`` returns True (train to criterion)."""
+    when ``until(steps done)`` returns True (train to criterion). ``warmup_batches``: a time
+    budget's warm-up draws from it (a second iterator of the same data), not from ``batches``."""
     device = torch.device(device)
     kind, value = budget_of(cfg)
     amp = autocast_dtype(cfg.precision, device)
@@ -107,7 +109,8 @@ def train(
     budget: dict = {"kind": kind, "value": value}
     step_seconds = None
     if kind == "time_s":
-        step_seconds, budget["warmup_seconds"], budget["warmup_steps"] = warm_up(model, ddp, cfg, device, amp)
+        step_seconds, budget["warmup_seconds"], budget["warmup_steps"] = warm_up(model, ddp, cfg, device, amp,
+                                                                                 warmup_batches)
         budget["step_seconds"] = step_seconds
     total = steps_for(kind, value, cfg.batch_size * cfg.seq_len, flops_per_step, step_seconds)
     budget["steps"] = total
@@ -143,13 +146,7 @@ def train(
 
     done = total
     for step in range(total):
-        batch = next(batches)
-        if isinstance(batch, tuple):  # (ids (B, T+1), targets (B, T)): -100 marks a token with no loss
-            ids, targets = (distributed.split_batch(t).to(device, non_blocking=True) for t in batch)
-            inputs = ids[:, :-1]
-        else:
-            batch = distributed.split_batch(batch).to(device, non_blocking=True)
-            inputs, targets = batch[:, :-1], batch[:, 1:]
+        inputs, targets = step_inputs(next(batches), device)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg, total)
         ctx = torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
@@ -183,6 +180,16 @@ def train(
     return result
 
 
+def step_inputs(batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs (B, T), targets (B, T)) of this rank's slice of one batch: (B, T+1) token ids, or
+    (ids (B, T+1), targets (B, T)) where -100 marks a token with no loss."""
+    if isinstance(batch, tuple):
+        ids, targets = (distributed.split_batch(t).to(device, non_blocking=True) for t in batch)
+        return ids[:, :-1], targets
+    batch = distributed.split_batch(batch).to(device, non_blocking=True)
+    return batch[:, :-1], batch[:, 1:]
+
+
 def step_flops(model: TransformerLM, cfg: TrainConfig) -> int | None:
     """Counted operations of one training step (``engine.flops``); None for a method this
     installation does not know by name."""
@@ -196,20 +203,24 @@ def step_flops(model: TransformerLM, cfg: TrainConfig) -> int | None:
     return train_flops_per_step(method_cls, model.cfg, cfg.seq_len, cfg.batch_size)
 
 
-def warm_up(model: TransformerLM, ddp, cfg: TrainConfig, device: torch.device, amp) -> tuple[float, float, int]:
-    """(seconds a step, warm-up seconds, timed steps) of training steps on random tokens of the
-    run's batch shape, through the run's path (DDP, autocast, clipping), with an optimizer whose
-    lr is 0; the weights are restored after, so the run starts where it would have."""
+def warm_up(model: TransformerLM, ddp, cfg: TrainConfig, device: torch.device, amp,
+            batches: Iterator | None = None) -> tuple[float, float, int]:
+    """(seconds a step, warm-up seconds, timed steps) of training steps through the run's path
+    (its batches when given: a separate iterator of the same data, so the batch-making counts;
+    else random tokens of its batch shape; DDP, autocast, clipping), with an optimizer whose lr is
+    0; the weights are restored after, so the run starts where it would have."""
     saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
     scratch = torch.optim.AdamW(model.parameters(), lr=0.0)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    ids = distributed.split_batch(torch.randint(0, model.cfg.vocab_size, (cfg.batch_size, cfg.seq_len + 1),
-                                                generator=gen)).to(device)
+    if batches is None:
+        gen = torch.Generator().manual_seed(cfg.seed)
+        fixed = torch.randint(0, model.cfg.vocab_size, (cfg.batch_size, cfg.seq_len + 1), generator=gen)
+        batches = iter(lambda: fixed, None)
 
     def step() -> None:
+        inputs, targets = step_inputs(next(batches), device)
         ctx = torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
         with ctx:
-            loss = lm_loss(ddp(ids[:, :-1]), ids[:, 1:])
+            loss = lm_loss(ddp(inputs), targets)
         scratch.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -237,4 +248,6 @@ def trained_model(cfg, tcfg: TrainConfig, batches: Callable[[], Iterator], devic
     model = TransformerLM(cfg)
     data = batches()
     check = until(model) if until is not None else None
-    return model, train(model, data, tcfg, device, ckpt, tracker=tracker, until=check), False
+    # A time budget's warm-up times the real batch-making on a second iterator of the same data.
+    spare = batches() if tcfg.time_s is not None else None
+    return model, train(model, data, tcfg, device, ckpt, tracker=tracker, until=check, warmup_batches=spare), False

@@ -99,6 +99,16 @@ def test_time_budget_warm_up_leaves_the_weights_and_sets_the_steps(monkeypatch):
     step_s, took, n = warm_up(model, model, cfg, torch.device("cpu"), None)
     assert step_s > 0 and took > 0 and n >= MIN_TIMED_STEPS
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    # with the run's data: the warm-up draws from its own iterator (batch-making is timed too)
+    drawn = []
+
+    def spare():
+        for batch in repeating_batches(seed=5):
+            drawn.append(batch)
+            yield batch
+
+    assert warm_up(model, model, cfg, torch.device("cpu"), None, spare())[2] == len(drawn) - 1  # + the untimed step
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     # the run's steps follow the warm-up's measure (a fixed one here: no timing assertion)
     import posbench.engine.train as engine_train
 

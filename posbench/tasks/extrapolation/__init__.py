@@ -250,17 +250,20 @@ def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
 
 
 def report_sections(runs, baseline=None) -> list:
-    """The perplexity tables with their charts (no ratios: a perplexity is read against the bound)."""
+    """The perplexity tables with their charts (no ratios: a perplexity is read against the bound),
+    then the frontier (``frontier``) of runs with a compute budget or several seeds."""
+    from posbench.tasks.extrapolation.frontier import frontier_sections
     from posbench.tasks.extrapolation.ppl_charts import ppl_sections
 
-    return ppl_sections(runs)
+    return ppl_sections(runs) + frontier_sections(runs)
 
 
 def summary_tables(runs) -> list:
-    """The perplexity tables, printed at the end of a run."""
+    """The perplexity tables, then the frontier's verdict tables, printed at the end of a run."""
+    from posbench.tasks.extrapolation.frontier import frontier_tables
     from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
 
-    return extrapolation_tables(runs)
+    return extrapolation_tables(runs) + frontier_tables(runs)
 
 
 def compare_values(row) -> dict:
