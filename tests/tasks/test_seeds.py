@@ -15,8 +15,8 @@ from posbench.tasks.extrapolation.ppl_tables import _ppl_cell
 from posbench.tasks.lengthgen import tables as T
 from posbench.tasks.retrieval.accuracy_charts import accuracy_table, markdown_table
 from posbench.tasks.seeds import checkpoint_name, combine_accuracy_seeds, combine_metrics
-from tests.tasks.test_lengthgen import TINY as LG_TINY  # the tasks' own tiny settings; seeds added here
-from tests.tasks.test_retrieval import TINY as RE_TINY
+from tests.helpers.cases import LENGTHGEN_TINY as LG_TINY  # the tasks' own tiny settings; seeds added here
+from tests.helpers.cases import RETRIEVAL_TINY as RE_TINY
 
 # Three seeds of perplexity 10, 12, 14: mean 12, sample std 2, t(2) = 4.303, half-width
 # 4.303 * 2 / sqrt(3) = 4.9687.
