@@ -55,11 +55,14 @@ def find_metric(metrics: dict[str, Metric], name: str) -> Optional[Metric]:
 
 
 SPREAD_SUFFIXES = ("_min", "_max", SPREAD_SUFFIX)
+# A seed-averaged metric m also carries m_seed_lo, m_seed_hi: the 95% t interval of its mean over
+# seeds (posbench.report.stats.seed_interval); a spread of m, like m_std.
+SEED_CI_SUFFIXES = ("_seed_lo", "_seed_hi")
 
 
 def spread_of(metrics: dict[str, Metric], name: str) -> Optional[str]:
     """The metric ``name`` is a spread of (``train_wps_min`` -> ``train_wps``), if that one is declared."""
-    for suffix in SPREAD_SUFFIXES:
+    for suffix in SPREAD_SUFFIXES + SEED_CI_SUFFIXES:
         if name.endswith(suffix) and find_metric(metrics, name[: -len(suffix)]) is not None:
             return name[: -len(suffix)]
     return None

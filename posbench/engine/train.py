@@ -3,20 +3,23 @@ on CUDA, checkpoints, divergence detection, curves to a tracker (docs/watching-t
 ``trained_model``, the train-or-reuse-the-checkpoint step every training task calls. Seeded, so
 deterministic on CPU; under torchrun each rank trains its slice of the global batch (DDP) and
 rank 0 writes the checkpoint. ``until(steps_done)`` stops early while the budget still sets the
-lr schedule, so a stopped model is the full run's model at that step.
+lr schedule, so a stopped model is the full run's model at that step. The budget is steps, tokens,
+measured time or counted operations (``posbench.engine.budget``): the steps it allows are decided
+before the first step, so the schedule follows them.
 """
 from __future__ import annotations
 
 import contextlib
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
 
 from posbench.engine import distributed
+from posbench.engine.budget import DEFAULT_WARMUP_S, budget_of, measure_step_seconds, steps_for
 from posbench.engine.checkpoint import reused_model, save_checkpoint
 from posbench.core.model import TransformerLM, lm_loss
 from posbench.core.outcome import Diverged
@@ -28,6 +31,9 @@ class TrainConfig:
     batch_size: int = 16
     steps: int | None = None  # budget in optimizer steps ...
     tokens: int | None = None  # ... or in tokens (steps = tokens // (batch_size * seq_len))
+    time_s: float | None = None  # ... or in measured training seconds (engine.budget) ...
+    flops: float | None = None  # ... or in counted operations (engine.flops)
+    warmup_s: float | None = None  # time_s: seconds of the measured warm-up (None: DEFAULT_WARMUP_S)
     lr: float = 1e-3
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     warmup_steps: int = 50
@@ -38,16 +44,11 @@ class TrainConfig:
     seed: int = 0
     log_every: int = 10
 
-    def total_steps(self) -> int:
-        if (self.steps is None) == (self.tokens is None):
-            raise ValueError("training budget: give exactly one of steps or tokens")
-        if self.steps is not None:
-            n = self.steps
-        else:
-            n = self.tokens // (self.batch_size * self.seq_len)
-        if n < 1:
-            raise ValueError(f"training budget gives {n} steps; it must allow at least one step")
-        return n
+    def total_steps(self, flops_per_step: int | None = None, step_seconds: float | None = None) -> int:
+        """The steps the budget allows (``engine.budget.steps_for``); flops and time budgets need
+        the operations of a step and the measured step time."""
+        kind, value = budget_of(self)
+        return steps_for(kind, value, self.batch_size * self.seq_len, flops_per_step, step_seconds)
 
 
 def lr_at(step: int, cfg: TrainConfig, total: int) -> float:
@@ -81,6 +82,8 @@ class TrainResult:
     final_loss: float
     curve: list[tuple[int, float]]  # (step, loss) every log_every steps and at the end
     stopped_early: bool = False  # ``until`` ended training before the budget
+    flops: float | None = None  # counted training operations of the steps done (engine.flops)
+    budget: dict = field(default_factory=dict)  # kind, value, steps it allows; time_s: the warm-up's measure
 
 
 def train(
@@ -91,16 +94,27 @@ def train(
     checkpoint: str | Path | None = None,
     tracker=None,
     until: Callable[[int], bool] | None = None,
+    warmup_batches: Iterator | None = None,
 ) -> TrainResult:
     """Train ``model`` in place; save ``{model, train_config, result}`` to ``checkpoint`` if given;
     log the curves to ``tracker`` (a ``posbench.engine.tracking.Tracker``) if given; stop early
-    when ``until(steps done)`` returns True (train to criterion)."""
+    when ``until(steps done)`` returns True (train to criterion). ``warmup_batches``: a time
+    budget's warm-up draws from it (a second iterator of the same data), not from ``batches``."""
     device = torch.device(device)
-    total = cfg.total_steps()
+    kind, value = budget_of(cfg)
     amp = autocast_dtype(cfg.precision, device)
-    torch.manual_seed(cfg.seed)
     model.to(device).train()
     ddp = distributed.wrap_ddp(model, device.type)  # ``model`` itself in one process
+    flops_per_step = step_flops(model, cfg)
+    budget: dict = {"kind": kind, "value": value}
+    step_seconds = None
+    if kind == "time_s":
+        step_seconds, budget["warmup_seconds"], budget["warmup_steps"] = warm_up(model, ddp, cfg, device, amp,
+                                                                                 warmup_batches)
+        budget["step_seconds"] = step_seconds
+    total = steps_for(kind, value, cfg.batch_size * cfg.seq_len, flops_per_step, step_seconds)
+    budget["steps"] = total
+    torch.manual_seed(cfg.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -132,13 +146,7 @@ def train(
 
     done = total
     for step in range(total):
-        batch = next(batches)
-        if isinstance(batch, tuple):  # (ids (B, T+1), targets (B, T)): -100 marks a token with no loss
-            ids, targets = (distributed.split_batch(t).to(device, non_blocking=True) for t in batch)
-            inputs = ids[:, :-1]
-        else:
-            batch = distributed.split_batch(batch).to(device, non_blocking=True)
-            inputs, targets = batch[:, :-1], batch[:, 1:]
+        inputs, targets = step_inputs(next(batches), device)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg, total)
         ctx = torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
@@ -163,12 +171,67 @@ def train(
             done = step + 1
             break
     seconds = time.perf_counter() - start
-    result = TrainResult(done, done * cfg.batch_size * cfg.seq_len, seconds, loss_value, curve, done < total)
+    result = TrainResult(done, done * cfg.batch_size * cfg.seq_len, seconds, loss_value, curve, done < total,
+                         None if flops_per_step is None else float(done * flops_per_step), budget)
     model.eval()
     if checkpoint is not None and distributed.is_main():
         save_checkpoint(checkpoint, model, cfg, result)
     distributed.barrier()  # no rank moves on while the checkpoint is half written
     return result
+
+
+def step_inputs(batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs (B, T), targets (B, T)) of this rank's slice of one batch: (B, T+1) token ids, or
+    (ids (B, T+1), targets (B, T)) where -100 marks a token with no loss."""
+    if isinstance(batch, tuple):
+        ids, targets = (distributed.split_batch(t).to(device, non_blocking=True) for t in batch)
+        return ids[:, :-1], targets
+    batch = distributed.split_batch(batch).to(device, non_blocking=True)
+    return batch[:, :-1], batch[:, 1:]
+
+
+def step_flops(model: TransformerLM, cfg: TrainConfig) -> int | None:
+    """Counted operations of one training step (``engine.flops``); None for a method this
+    installation does not know by name."""
+    from posbench.core import registry
+    from posbench.engine.flops import train_flops_per_step
+
+    try:
+        method_cls = registry.get(model.cfg.method)
+    except (KeyError, ValueError):
+        return None
+    return train_flops_per_step(method_cls, model.cfg, cfg.seq_len, cfg.batch_size)
+
+
+def warm_up(model: TransformerLM, ddp, cfg: TrainConfig, device: torch.device, amp,
+            batches: Iterator | None = None) -> tuple[float, float, int]:
+    """(seconds a step, warm-up seconds, timed steps) of training steps through the run's path
+    (its batches when given: a separate iterator of the same data, so the batch-making counts;
+    else random tokens of its batch shape; DDP, autocast, clipping), with an optimizer whose lr is
+    0; the weights are restored after, so the run starts where it would have."""
+    saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    scratch = torch.optim.AdamW(model.parameters(), lr=0.0)
+    if batches is None:
+        gen = torch.Generator().manual_seed(cfg.seed)
+        fixed = torch.randint(0, model.cfg.vocab_size, (cfg.batch_size, cfg.seq_len + 1), generator=gen)
+        batches = iter(lambda: fixed, None)
+
+    def step() -> None:
+        inputs, targets = step_inputs(next(batches), device)
+        ctx = torch.autocast(device.type, dtype=amp) if amp is not None else contextlib.nullcontext()
+        with ctx:
+            loss = lm_loss(ddp(inputs), targets)
+        scratch.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        scratch.step()
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    measured = measure_step_seconds(step, cfg.warmup_s or DEFAULT_WARMUP_S, sync=sync)
+    model.load_state_dict(saved)
+    model.zero_grad(set_to_none=True)
+    # Every rank must take the same number of steps: they agree on the mean step time.
+    return float(distributed.all_reduce_mean([measured[0]])[0]), measured[1], measured[2]
 
 
 def trained_model(cfg, tcfg: TrainConfig, batches: Callable[[], Iterator], device, ckpt: Path | None = None,
@@ -185,4 +248,6 @@ def trained_model(cfg, tcfg: TrainConfig, batches: Callable[[], Iterator], devic
     model = TransformerLM(cfg)
     data = batches()
     check = until(model) if until is not None else None
-    return model, train(model, data, tcfg, device, ckpt, tracker=tracker, until=check), False
+    # A time budget's warm-up times the real batch-making on a second iterator of the same data.
+    spare = batches() if tcfg.time_s is not None else None
+    return model, train(model, data, tcfg, device, ckpt, tracker=tracker, until=check, warmup_batches=spare), False

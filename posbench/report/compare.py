@@ -1,6 +1,6 @@
 """``bench.py compare BASE NEW``: per case and metric, NEW/BASE ratios against a threshold.
 
-With interleaved rounds or paired windows the ratio carries a bootstrap 95% interval and a change
+With interleaved rounds, paired windows or several training seeds the ratio carries a bootstrap 95% interval and a change
 counts only when the whole interval is beyond the threshold; a case that finished before and fails
 now is a regression; different GPU models are refused unless ``allow_other_hardware``. Which way is
 better comes from the tasks' metric declarations, resolved with the rows (``Runs.tasks``).
@@ -179,12 +179,20 @@ def _windows(row, metric: str) -> list | None:
     return values if isinstance(values, list) and any(values) else None
 
 
+def _by_seed(row, metric: str) -> list | None:
+    """Each training seed's value of ``metric`` in a seed-averaged row (``series[m + "_by_seed"]``)."""
+    values = row.series.get(f"{metric}_by_seed") if isinstance(row.series, dict) else None
+    return values if isinstance(values, list) else None
+
+
 def _rounds(row, metric: str) -> list | None:
     windows = _windows(row, metric)
     if windows is not None:  # the values themselves, a list per round
         clusters = bootstrap.value_clusters(windows)
         return clusters if len(bootstrap.pooled(clusters)) >= 2 else None
     values = by_round(row.series, metric)
+    if not isinstance(values, list):
+        values = _by_seed(row, metric)  # a seed-averaged row: the seed-level spread
     if not isinstance(values, list):
         return None
     values = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
@@ -198,8 +206,8 @@ def _samples(row, metric: str, base_row) -> tuple[list | None, str]:
     if ours is None:
         return None, ""
     if base_row is not None:
-        theirs = _windows(base_row, metric) or by_round(base_row.series, metric)
-        mine = _windows(row, metric) or by_round(row.series, metric)
+        theirs = _windows(base_row, metric) or by_round(base_row.series, metric) or _by_seed(base_row, metric)
+        mine = _windows(row, metric) or by_round(row.series, metric) or _by_seed(row, metric)
         if isinstance(theirs, list):
             ratios = (bootstrap.window_clusters(mine, theirs) if bootstrap.is_windowed(mine) or bootstrap.is_windowed(theirs)
                       else bootstrap.paired_ratios(mine, theirs))

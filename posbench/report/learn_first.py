@@ -31,6 +31,16 @@ def learned(accuracy: Optional[float], threshold: float) -> Optional[bool]:
     return accuracy >= threshold
 
 
+def learned_over_seeds(verdicts: list[Optional[bool]]) -> Optional[bool]:
+    """Learn first, per seed: a method learnt when every seed's model did; not when any seed's did
+    not; unknown (None) when none failed but one has no accuracy at L_train."""
+    if any(v is False for v in verdicts):
+        return False
+    if not verdicts or any(v is None for v in verdicts):
+        return None
+    return True
+
+
 def length_text(is_learned: Optional[bool], effective_length: Optional[int]) -> str:
     """The text of an effective-length cell: the length when the task was learnt, ``NOT_LEARNT``
     when it was not, ``-`` when unknown."""
@@ -54,6 +64,7 @@ class Comparability:
     learnt: list[str] = field(default_factory=list)
     not_learnt: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)  # no accuracy at L_train
+    seeds: dict[str, tuple[int, int]] = field(default_factory=dict)  # label -> (seeds learnt, seeds), >= 2 seeds
 
     @property
     def total(self) -> int:
@@ -72,6 +83,8 @@ class Comparability:
             text += f"; {NOT_LEARNT}: {', '.join(self.not_learnt)}"
         if self.unknown:
             text += f"; no accuracy at L_train: {', '.join(self.unknown)}"
+        if self.seeds:  # learn first applies per seed: a label counts as learnt when all its seeds did
+            text += "; seeds learnt: " + ", ".join(f"{label} {k} of {n}" for label, (k, n) in self.seeds.items())
         text += "."
         if self.broken:
             text = f"{BROKEN}: {text} This profile compares nothing: fix its training before reading it."
@@ -82,9 +95,11 @@ class Comparability:
         return f" — {BROKEN}: {len(self.learnt)} of {self.total} learnt the task at L_train" if self.broken else ""
 
 
-def comparability(verdicts: Mapping[str, Optional[bool]], threshold: float) -> Comparability:
-    """Group labels by their ``learned`` verdict, in the mapping's order."""
-    out = Comparability(threshold)
+def comparability(verdicts: Mapping[str, Optional[bool]], threshold: float,
+                   seeds: Optional[Mapping[str, tuple[int, int]]] = None) -> Comparability:
+    """Group labels by their ``learned`` verdict, in the mapping's order; ``seeds``: label -> (seeds
+    learnt, seeds) of the labels trained with several seeds (their verdict: ``learned_over_seeds``)."""
+    out = Comparability(threshold, seeds=dict(seeds or {}))
     for label, verdict in verdicts.items():
         {True: out.learnt, False: out.not_learnt, None: out.unknown}[verdict].append(label)
     return out

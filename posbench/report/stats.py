@@ -65,3 +65,54 @@ def accuracy_metrics(counts: dict) -> tuple[dict, dict]:
         lo, hi = wilson_interval(correct, total) if ok and total else (None, None)
         metrics.update({f"acc@{k}": acc[k], f"acc_lo@{k}": lo, f"acc_hi@{k}": hi})
     return metrics, acc
+
+
+# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (any statistics table).
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+SEED_INTERVAL = "95% t interval over seeds"  # what a seed interval is, for table notes
+
+
+def t975(df: int) -> float:
+    """Student's t two-sided 95% quantile with ``df`` degrees of freedom (beyond 30: the
+    Cornish-Fisher expansion around the normal's, within 0.001)."""
+    if df < 1:
+        raise ValueError(f"t975: need at least 1 degree of freedom, got {df}")
+    if df <= len(T975):
+        return T975[df - 1]
+    z = Z95
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df * df)
+
+
+def seed_interval(values) -> tuple[float, float, float, float | None, float | None]:
+    """(mean, sample std, n, low, high) of per-seed values, finite ones only: the 95% t interval
+    of the mean over seeds, mean ± t(n-1) std / sqrt(n). A t interval rather than a bootstrap:
+    with 2 to 5 seeds a bootstrap has too few distinct resamples to give a usable interval, and
+    the t interval is exact for normal seed-to-seed noise. One seed: no interval (None, None);
+    no finite value: mean and std NaN."""
+    xs = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+    n = len(xs)
+    if n == 0:
+        return math.nan, math.nan, 0, None, None
+    mean = sum(xs) / n
+    if n == 1:
+        return mean, 0.0, 1, None, None
+    std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = t975(n - 1) * std / math.sqrt(n)
+    return mean, std, n, mean - half, mean + half
+
+
+def seed_accuracies(cells, key: str) -> dict:
+    """{cell[key]: {seed: accuracy or None}} of the cells that name their training ``seed`` (several
+    seeds' cells in one row or across rows): each seed's counts at a key pooled; None where a cell
+    of that seed and key failed or holds no outcome."""
+    counts: dict = {}
+    for c in cells:
+        if isinstance(c.get("seed"), int) and not isinstance(c.get("seed"), bool):
+            entry = counts.setdefault(c[key], {}).setdefault(c["seed"], [0, 0, True])
+            entry[0] += c["correct"]
+            entry[1] += c["total"]
+            entry[2] &= c.get("status", "ok") == "ok"
+    return {k: {seed: (a / b if ok and b else None) for seed, (a, b, ok) in sorted(by.items())}
+            for k, by in sorted(counts.items())}

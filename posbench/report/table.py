@@ -20,7 +20,7 @@ from posbench.report.names import slug  # noqa: F401  (tasks build their table k
 from posbench.report.rows import Runs
 from posbench.store.meta import LEGACY_BASELINE, RunMeta
 from posbench.store.row import by_round, by_window, by_window_key, spread_in
-from posbench.core.task import SPREAD_SUFFIXES, Declarations, Metric, declare
+from posbench.core.task import SEED_CI_SUFFIXES, SPREAD_SUFFIXES, Declarations, Metric, declare
 
 
 @dataclass
@@ -223,7 +223,7 @@ def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: 
     tables = []
     for params, members in by_params(group).items():
         found = {r.case_id: {k: v for k, v in r.metrics.items()
-                             if k.startswith(head + "@") and _is_number(v) and not k.endswith(SPREAD_SUFFIXES)}
+                             if k.startswith(head + "@") and _is_number(v) and not k.endswith(SPREAD_SUFFIXES + SEED_CI_SUFFIXES)}
                  for r in members}  # a member's <m>_std (seeds) is its error bar, not a column
         if not any(found.values()):
             continue
@@ -271,12 +271,18 @@ def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: 
 
 SPREAD_MIN_MAX = "min-max over measured windows"
 SPREAD_STD = "± std over seeds"
+SPREAD_SEED_CI = "95% t interval over seeds"  # posbench.report.stats.SEED_INTERVAL
 
 
 def _spread(metrics: dict, name: str, value: Optional[float], table: Optional[Table]) -> Optional[tuple[float, float]]:
     """What the row says about the spread of ``name``: ``<name>_min``/``<name>_max`` (windows,
     rounds), else ``value ± <name>_std`` (seeds); None when it says nothing. Which one it was goes
     to ``table.spread`` (the table's charts name it under their error bars)."""
+    lo, hi = (metrics.get(name + s) for s in SEED_CI_SUFFIXES) if isinstance(metrics, dict) else (None, None)
+    if _is_number(lo) and _is_number(hi):  # several seeds: the interval of their mean
+        if table is not None:
+            table.spread = SPREAD_SEED_CI
+        return float(lo), float(hi)
     spread = spread_in(metrics, name)
     if spread is None:
         return None

@@ -1,5 +1,6 @@
 """What the tasks that train a model on a corpus share: ``TrainSettings`` (the model, the corpus,
-the budget and the optimizer) with its ``TrainConfig``, and ``open_corpus``. Imports no torch:
+the budget and the optimizer) with its ``TrainConfig``, ``BudgetSettings`` (the budget alone, with
+``budget_metrics``, what a row records of it), and ``open_corpus``. Imports no torch:
 validating a suite reads these settings. The trained model itself: ``posbench.engine.train.trained_model``.
 """
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from posbench.core.task import ModelSettings
+from posbench.core.task import Metric, ModelSettings
 
 Precision = Literal["auto", "float32", "bfloat16", "float16"]
 EvalDtype = Literal["float32", "bfloat16", "float16"]
@@ -56,27 +57,87 @@ def open_corpus(c: CorpusSettings):
     return load_corpus(c.kind, path=c.path, level=level, seed=c.seed, splits=splits, size=c.size, **options)
 
 
-class TrainSettings(ModelSettings):
-    """A model trained on a corpus: the budget (steps or tokens) and the optimizer's settings."""
+BUDGETS = ("steps", "tokens", "time_s", "flops")  # posbench.engine.budget.BUDGETS (no torch here)
+DEFAULT_WARMUP_S = 2.0  # posbench.engine.budget.DEFAULT_WARMUP_S
+
+M = Metric
+BUDGET_METRICS = {
+    "budget_steps": M("Budget, steps", "steps", "the steps budget given", None, "int"),
+    "budget_tokens": M("Budget, tokens", "tokens", "the tokens budget given", None, "count"),
+    "budget_time_s": M("Budget, training time", "s", "the time budget given: each method trains the steps its "
+                       "measured warm-up says fit in it", None),
+    "budget_flops": M("Budget, operations", "FLOP", "the flops budget given (posbench.engine.flops)", None, "count"),
+    "budget_step_seconds": M("Warm-up seconds per step", "s", "time budget: the mean step time its warm-up "
+                             "measured, which set the steps", None),
+    "budget_warmup_seconds": M("Warm-up time", "s", "time budget: seconds the warm-up took (not part of the budget)",
+                               None),
+    "train_flops": M("Training operations", "FLOP", "counted operations of the steps trained (posbench.engine.flops)",
+                     None, "count"),
+}
+
+
+def budget_metrics(result) -> dict:
+    """What a row records of the budget of a ``posbench.engine.train.TrainResult``: the budget
+    given (``budget_<kind>``), the counted operations of the steps done, and for a time budget the
+    warm-up's step time and duration. The steps reached and the measured time are the task's
+    ``train_steps`` and ``train_seconds``."""
+    b = result.budget or {}
+    out = {"train_flops": result.flops}
+    if b.get("kind"):
+        out[f"budget_{b['kind']}"] = b["value"]
+    if b.get("kind") == "time_s":
+        out.update(budget_step_seconds=b.get("step_seconds"), budget_warmup_seconds=b.get("warmup_seconds"))
+    return out
+
+
+class BudgetSettings(ModelSettings):
+    """The training budget, exactly one of ``BUDGETS`` (docs/tasks/budgets.md), and the seeds."""
+
+    steps: Optional[int] = Field(None, ge=1, description="training budget in optimizer steps ...")
+    tokens: Optional[int] = Field(None, ge=1, description="... or in tokens (steps = tokens // (batch_size * L_train))")
+    time_s: Optional[float] = Field(None, gt=0, description="... or in measured training seconds on this device: "
+                                    "each method trains the steps a short measured warm-up says fit")
+    flops: Optional[float] = Field(None, gt=0, description="... or in counted training operations "
+                                   "(posbench.engine.flops: the model's matmuls plus the method's position work)")
+    budget_warmup_s: float = Field(DEFAULT_WARMUP_S, gt=0, description="time_s: seconds of timed warm-up steps "
+                                   "the step count is decided from (not part of the budget)")
+    seeds: Optional[list[int]] = Field(
+        None, min_length=1, description="train and evaluate one model per seed (weights and batch order); metrics "
+        "are the mean, with <metric>_std (sample std), <metric>_seed_lo/_seed_hi (95% t interval over seeds) and "
+        "n_seeds; replaces `seed`")
+
+    @model_validator(mode="after")
+    def _one_budget(self):
+        given = [k for k in BUDGETS if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one training budget: {', '.join(BUDGETS[:-1])} or {BUDGETS[-1]} "
+                             f"(given: {', '.join(given) or 'none'})")
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct, got {self.seeds}")
+        if self.time_s is not None and self.time_s <= self.budget_warmup_s:
+            raise ValueError(f"time_s {self.time_s:g} is not above the warm-up it is decided from "
+                             f"(budget_warmup_s {self.budget_warmup_s:g}); give a longer time_s or a shorter warm-up")
+        return self
+
+    def budget_config(self) -> dict:
+        """The budget fields of ``posbench.engine.train.TrainConfig``."""
+        return dict(steps=self.steps, tokens=self.tokens, time_s=self.time_s, flops=self.flops,
+                    warmup_s=self.budget_warmup_s if self.time_s is not None else None)
+
+
+class TrainSettings(BudgetSettings):
+    """A model trained on a corpus: the budget and the optimizer's settings."""
 
     corpus: CorpusSettings = Field(default_factory=CorpusSettings)
-    steps: Optional[int] = Field(None, ge=1, description="training budget in optimizer steps ...")
-    tokens: Optional[int] = Field(None, ge=1, description="... or in tokens")
     batch_size: int = Field(16, ge=1)
     lr: float = Field(1e-3, gt=0)
     warmup_steps: int = Field(50, ge=0)
     precision: Precision = "auto"
     eval_dtype: EvalDtype = "float32"
 
-    @model_validator(mode="after")
-    def _one_budget(self):
-        if (self.steps is None) == (self.tokens is None):
-            raise ValueError("give exactly one training budget: steps or tokens")
-        return self
-
     def train_config(self, seq_len: int, seed: int):
         """The ``posbench.engine.train.TrainConfig`` of these settings at ``seq_len``."""
         from posbench.engine.train import TrainConfig
 
-        return TrainConfig(seq_len=seq_len, batch_size=self.batch_size, steps=self.steps, tokens=self.tokens,
-                           lr=self.lr, warmup_steps=self.warmup_steps, precision=self.precision, seed=seed)
+        return TrainConfig(seq_len=seq_len, batch_size=self.batch_size, lr=self.lr, warmup_steps=self.warmup_steps,
+                           precision=self.precision, seed=seed, **self.budget_config())

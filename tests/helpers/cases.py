@@ -24,3 +24,17 @@ TINY = {
     "steps": 4, "batch_size": 4, "warmup_steps": 1, "L_valid_factors": [1, 2], "modes": ["nonoverlapping", "sliding"],
     "stride": 4, "eval_tokens": 300, "eval_batch_size": 8, "interpolate": True,
 }
+
+
+# The tiny settings of the lengthgen and retrieval tests (tests/tasks).
+LENGTHGEN_TINY = {"model": "tiny", "model_overrides": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
+                  "steps": 3, "batch_size": 4, "warmup_steps": 1, "test_factors": [1, 2], "eval_samples": 6,
+                  "eval_batch_size": 4}
+
+RETRIEVAL_TINY = {
+    "model": "tiny", "model_overrides": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
+    "corpus": {"kind": "synthetic", "synthetic": {"vocab": 16, "order": 1, "branching": 2, "jump": 0.05}, "size": 20000},
+    "steps": 3, "batch_size": 4, "warmup_steps": 1, "L_valid_factors": [1, 2], "eval_samples": 6,
+    "eval_batch_size": 4, "n_symbols": 8, "key_len": 3, "n_pairs": 4, "n_queries": 2, "segment_len": 4,
+    "depths": [0.0, 0.5, 1.0], "mix": 0.5,
+}

@@ -16,12 +16,10 @@ from posbench.tasks import lengthgen as LG
 from posbench.tasks.lengthgen import tables as T
 from posbench.tasks.lengthgen import train_eval as TE
 from posbench.tasks.retrieval.train_eval import greedy_answers
-from tests.helpers.cases import make_case
+from tests.helpers.cases import LENGTHGEN_TINY, make_case
 from posbench.tasks import find as find_task
 
-TINY = {"model": "tiny", "model_overrides": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
-        "steps": 3, "batch_size": 4, "warmup_steps": 1, "test_factors": [1, 2], "eval_samples": 6,
-        "eval_batch_size": 4}
+TINY = LENGTHGEN_TINY
 
 
 def test_tiny_case_end_to_end(tmp_path):

@@ -14,7 +14,7 @@ from posbench.report.stats import effective_length, wilson_interval
 from posbench.tasks.retrieval import train_eval as RE
 from posbench.tasks import retrieval as R
 from posbench.core.model import TransformerLM, model_config
-from tests.helpers.cases import make_case
+from tests.helpers.cases import RETRIEVAL_TINY, make_case
 from posbench.tasks import find as find_task
 
 CFG = P.ProbeConfig(n_symbols=10, key_len=4, n_pairs=6, n_queries=3, segment_len=5, filler_len=3)
@@ -401,13 +401,7 @@ def test_accuracy_chart_log_x_dashed_L_train_and_table_values(tmp_path):
 
 # --- task and suite -------------------------------------------------------------------------
 
-TINY = {
-    "model": "tiny", "model_overrides": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
-    "corpus": {"kind": "synthetic", "synthetic": {"vocab": 16, "order": 1, "branching": 2, "jump": 0.05}, "size": 20000},
-    "steps": 3, "batch_size": 4, "warmup_steps": 1, "L_valid_factors": [1, 2], "eval_samples": 6,
-    "eval_batch_size": 4, "n_symbols": 8, "key_len": 3, "n_pairs": 4, "n_queries": 2, "segment_len": 4,
-    "depths": [0.0, 0.5, 1.0], "mix": 0.5,
-}
+TINY = RETRIEVAL_TINY
 
 
 def test_mixed_batches_mix_probes_and_text():

@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from posbench.core.task import Metric, Task, case_model_config
 from posbench.engine import tracking
-from posbench.tasks.training import TrainSettings, open_corpus
+from posbench.report.stats import seed_interval
+from posbench.tasks.seeds import checkpoint_name, combine_metrics, seed_list
+from posbench.tasks.training import BUDGET_METRICS, TrainSettings, budget_metrics, open_corpus
 
 # torch, the corpus and the model are imported inside the functions that run a case: validating a
 # suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
@@ -34,30 +36,39 @@ METRICS = {
     "train_steps": M("Training steps", "steps", "optimizer steps", None, "int"),
     "train_tokens": M("Training tokens", "tokens", "tokens trained on", None, "count"),
     "train_seconds": M("Training time", "s", "wall-clock training time (s)"),
+    "peak_mem_train_bytes": M("Peak training memory", "bytes", "CUDA max_memory_allocated during training, CPU peak "
+                              "resident set of the worker (since training began where /proc/self/clear_refs allows, "
+                              "else since the process began); none for a reused checkpoint", None, "bytes"),
+    "train_s_per_token": M("Training time per token", "s", "train_seconds / train_tokens: the frontier's cost; none "
+                           "for a reused checkpoint", None),
     "reused_checkpoint": M("Reused checkpoint", "", "1 when the model came from the case's checkpoint", None, "int"),
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
-    "n_seeds": M("Seeds", "", "seeds averaged (with `seeds`): every metric m is their mean, m_std the spread",
-                 None, "int"),
+    "n_seeds": M("Seeds", "", "seeds averaged (with `seeds`): every metric m is their mean, m_std the spread, "
+                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", None, "int"),
+    **BUDGET_METRICS,
 }
 
 
 class Settings(TrainSettings):
     L_valid_factors: list[int] = Field([1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train")
+    L_valid: Optional[list[int]] = Field(None, min_length=1, description="evaluation lengths in tokens, the same for "
+                                         "every L_train (the frontier's target lengths); replaces L_valid_factors")
     modes: list[Literal["nonoverlapping", "sliding"]] = Field(["nonoverlapping", "sliding"], min_length=1)
     stride: int = Field(1, ge=1, description="sliding-window stride S (1 is the paper's analysis; capped at L_valid)")
     interpolate: bool = Field(False, description="also evaluate with positions scaled by L_train / L_valid")
     eval_tokens: Optional[int] = Field(None, ge=2, description="use the first N tokens of the valid split")
     eval_batch_size: int = Field(8, ge=1)
     reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint of this case instead of retraining")
-    seeds: Optional[list[int]] = Field(
-        None, min_length=1, description="train and evaluate once per seed (weights and batch order); metrics are "
-        "the mean, with <metric>_std (sample std) and n_seeds; replaces `seed`")
 
     @model_validator(mode="after")
-    def _distinct_seeds(self):
-        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds must be distinct, got {self.seeds}")
+    def _lengths(self):
+        if self.L_valid is not None and any(v < 2 for v in self.L_valid):
+            raise ValueError(f"L_valid lengths must be at least 2 tokens, got {self.L_valid}")
         return self
+
+    def valid_lengths(self, L: int) -> list[int]:
+        """The evaluation lengths at L_train = L: ``L_valid`` when given, else factor x L."""
+        return sorted(set(self.L_valid)) if self.L_valid else [f * L for f in self.L_valid_factors]
 
 
 class Params(BaseModel):
@@ -80,13 +91,25 @@ def trained_model(case, s: Settings, corpus, L: int, ckpt: Path | None, method_o
     from posbench.data.corpus import batches
     from posbench.engine.train import trained_model as train_or_load
 
+    from posbench.engine.timing import make_device
+
     cfg = case_model_config(case, method_options, vocab_size=corpus.vocab_size)
+    meter = make_device(torch_device_type(case.device))
+    meter.reset_peak()  # the training's own peak, apart from an earlier seed's and the evaluations'
     model, r, reused = train_or_load(cfg, s.train_config(L, seed), lambda: batches(corpus.split("train"), L,
                                      s.batch_size, seed=seed), case.device, ckpt, s.reuse_checkpoint, tracker)
+    peak = None if reused else meter.peak()["allocated"]
     series = {"train_loss": [list(p) for p in r.curve], "corpus": corpus.describe()}
     metrics = dict(final_train_loss=r.final_loss, train_steps=r.steps, train_tokens=r.tokens, train_seconds=r.seconds,
-                   reused_checkpoint=int(reused), n_params=model.num_parameters(), best_ppl=corpus.best_ppl)
+                   reused_checkpoint=int(reused), n_params=model.num_parameters(), best_ppl=corpus.best_ppl,
+                   peak_mem_train_bytes=peak, train_s_per_token=None if reused or not r.tokens else r.seconds / r.tokens,
+                   **budget_metrics(r))
     return model, metrics, series
+
+
+def torch_device_type(device) -> str:
+    """``cpu`` or ``cuda`` of a case's device string (``cuda:1`` -> ``cuda``)."""
+    return str(device).split(":")[0]
 
 
 def eval_cell(model, tokens, L: int, Lv: int, mode: str, s: Settings, device, interpolate: bool = False,
@@ -130,11 +153,10 @@ def source_bound(oracle, Lv: int, mode: str, s: Settings) -> tuple[float, list[f
 def run(case) -> dict:
     s, L = case.settings, case.params.L_train
     corpus = open_corpus(s.corpus)
-    seeds = s.seeds or [s.seed]
+    seeds = seed_list(s)
     runs = []
     for seed in seeds:
-        # One checkpoint per seed; a single seed keeps the case id as its name (older run folders).
-        name = case.id if len(seeds) == 1 else f"{case.id}@seed{seed}"
+        name = checkpoint_name(case.id, seed, seeds)  # one checkpoint per seed
         # Curves in <run>/cases/<name>/ (engine.tracking): TensorBoard when installed.
         with tracking.for_case(case, name) as tracker:
             runs.append(run_one_seed(case, s, corpus, L, seed, checkpoint_path(case, name), tracker))
@@ -161,8 +183,7 @@ def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None
     evals, curves, best_curves = [], {}, {}
     for interpolate in ([False, True] if s.interpolate else [False]):
         for mode in s.modes:
-            for factor in s.L_valid_factors:
-                Lv = factor * L
+            for Lv in s.valid_lengths(L):
                 cell, curve = eval_cell(model, valid, L, Lv, mode, s, case.device, interpolate, tracker,
                                         max(0, metrics["train_steps"] - 1))
                 evals.append(cell)
@@ -179,7 +200,7 @@ def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None
         series["best_per_position_loss"] = best_curves
     by = {(e["mode"], e["L_valid"], e["interpolate"]): e["ppl"] for e in evals}
     metrics["ppl_at_train_len"] = by.get(("nonoverlapping", L, False))
-    metrics["ppl_at_max_len"] = by.get(("nonoverlapping", max(s.L_valid_factors) * L, False))
+    metrics["ppl_at_max_len"] = by.get(("nonoverlapping", max(s.valid_lengths(L)), False))
     for key in ("ppl_at_train_len", "ppl_at_max_len"):
         if metrics[key] is not None and not math.isfinite(metrics[key]):
             metrics[key] = None
@@ -187,24 +208,15 @@ def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None
 
 
 def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
-    """One result from one per seed. A single seed is returned as it is. Several: every numeric
-    metric becomes the mean over the seeds that have it, with ``<metric>_std`` (sample standard
-    deviation, ddof 1), ``n_seeds`` and ``series["<metric>_by_seed"]`` (None where a seed has no
-    value); the evaluation cells carry ``ppl_std``; per-position curves are averaged; each seed's
-    training curve is kept under ``series["train_loss_by_seed"]``."""
+    """One result from one per seed. A single seed is returned as it is. Several: the metrics of
+    ``posbench.tasks.seeds.combine_metrics`` (mean, ``_std``, the 95% t interval over seeds
+    ``_seed_lo``/``_seed_hi``, ``n_seeds``, ``series["<metric>_by_seed"]``); the evaluation cells
+    carry ``ppl_std``, ``ppl_seed_lo``/``ppl_seed_hi`` and ``ppl_by_seed``; per-position curves are
+    averaged; each seed's training curve is kept under ``series["train_loss_by_seed"]``."""
     if len(runs) == 1:
         return runs[0]
-    metrics: dict = {"n_seeds": len(runs)}
-    series: dict = {"seeds": list(seeds)}
-    for key in runs[0]["metrics"]:
-        values = [r["metrics"].get(key) for r in runs]
-        numbers = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-        if not numbers:
-            metrics[key] = None
-            continue
-        metrics[key] = sum(numbers) / len(numbers)
-        metrics[f"{key}_std"] = _std(numbers)
-        series[f"{key}_by_seed"] = values
+    metrics, by_seed = combine_metrics([r["metrics"] for r in runs])
+    series: dict = {"seeds": list(seeds), **by_seed}
     first = runs[0]["series"]
     series["corpus"] = first.get("corpus")
     series["train_loss_by_seed"] = [r["series"]["train_loss"] for r in runs]
@@ -212,10 +224,10 @@ def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
     cells = []
     for i, cell in enumerate(first["evals"]):
         ppls = [r["series"]["evals"][i]["ppl"] for r in runs]
-        ok = [p for p in ppls if p is not None and math.isfinite(p)]
-        merged = dict(cell, ppl=sum(ok) / len(ok) if ok else None, ppl_std=_std(ok) if ok else None,
-                      ppl_by_seed=ppls, n_seeds=len(ok))
-        merged["status"] = "ok" if len(ok) == len(ppls) else next(
+        mean, std, n, lo, hi = seed_interval(ppls)
+        merged = dict(cell, ppl=mean if n else None, ppl_std=std if n else None, ppl_seed_lo=lo, ppl_seed_hi=hi,
+                      ppl_by_seed=ppls, n_seeds=n)
+        merged["status"] = "ok" if n == len(ppls) else next(
             r["series"]["evals"][i]["status"] for r in runs if r["series"]["evals"][i]["status"] != "ok")
         cells.append(merged)
     series["evals"] = cells
@@ -231,14 +243,6 @@ def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
     return {"metrics": metrics, "series": series, "info": runs[0]["info"]}
 
 
-def _std(values: list[float]) -> float:
-    """Sample standard deviation (ddof 1); 0.0 for a single value."""
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-
-
 # -- its part of the report ----------------------------------------------------------------------
 # The paper's layout: a perplexity table per evaluation mode, methods x L_valid, each followed by
 # Figure 1 and the loss by position. Its modules import the report (pandas, matplotlib), so they
@@ -246,17 +250,20 @@ def _std(values: list[float]) -> float:
 
 
 def report_sections(runs, baseline=None) -> list:
-    """The perplexity tables with their charts (no ratios: a perplexity is read against the bound)."""
+    """The perplexity tables with their charts (no ratios: a perplexity is read against the bound),
+    then the frontier (``frontier``) of runs with a compute budget or several seeds."""
+    from posbench.tasks.extrapolation.frontier import frontier_sections
     from posbench.tasks.extrapolation.ppl_charts import ppl_sections
 
-    return ppl_sections(runs)
+    return ppl_sections(runs) + frontier_sections(runs)
 
 
 def summary_tables(runs) -> list:
-    """The perplexity tables, printed at the end of a run."""
+    """The perplexity tables, then the frontier's verdict tables, printed at the end of a run."""
+    from posbench.tasks.extrapolation.frontier import frontier_tables
     from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
 
-    return extrapolation_tables(runs)
+    return extrapolation_tables(runs) + frontier_tables(runs)
 
 
 def compare_values(row) -> dict:

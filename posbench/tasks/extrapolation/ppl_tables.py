@@ -8,6 +8,7 @@ import math
 
 from posbench.report import numbers as fmt
 from posbench.report.rows import Runs
+from posbench.report.stats import SEED_INTERVAL
 from posbench.report.table import SPREAD_STD, Cell, Table, by_params, method_order, ordered, short_commit, slug, task_groups
 
 DEFAULT_MODE = ("nonoverlapping", None, False)
@@ -25,7 +26,7 @@ def _finite_or_none(value) -> bool:
 
 def evals(row) -> list[dict]:
     """The well-formed entries of a stored row's ``series["evals"]``: objects whose ``mode`` is a
-    string, ``L_valid`` a positive whole number, ``stride`` one or null, ``ppl``/``ppl_std``/
+    string, ``L_valid`` a positive whole number, ``stride`` one or null, ``ppl``/``ppl_std``/``ppl_seed_lo``/``ppl_seed_hi``/
     ``best_ppl_eval`` finite numbers or null, ``status``/``message`` strings. A stored file may
     hold anything; an entry of another shape is left out rather than failing the report."""
     series = row.series if isinstance(getattr(row, "series", None), dict) else {}
@@ -34,7 +35,7 @@ def evals(row) -> list[dict]:
     for e in entries if isinstance(entries, list) else []:
         if not (isinstance(e, dict) and isinstance(e.get("mode", ""), str) and _count(e.get("L_valid"))
                 and (e.get("stride") is None or _count(e.get("stride")))
-                and all(_finite_or_none(e.get(k)) for k in ("ppl", "ppl_std", "best_ppl_eval"))
+                and all(_finite_or_none(e.get(k)) for k in ("ppl", "ppl_std", "ppl_seed_lo", "ppl_seed_hi", "best_ppl_eval"))
                 and isinstance(e.get("status", "ok"), str) and isinstance(e.get("message") or "", str)
                 and isinstance(e.get("interpolate") or False, bool)):
             continue
@@ -138,7 +139,10 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
         for lv in columns:
             table.cells[(label, lv)] = _ppl_cell(r, entries[r.case_id].get(lv))
     table.extra["methods"] = {label: r.method for label, r in zip(table.rows, rows)}
-    if any(c.spread is not None for c in table.cells.values()):
+    seeded = [e for per_case in entries.values() for e in per_case.values() if _number(e.get("ppl_seed_lo"))]
+    if seeded:
+        table.spread = SEED_INTERVAL
+    elif any(c.spread is not None for c in table.cells.values()):
         table.spread = SPREAD_STD
     bounds = _bounds(entries, columns)
     if bounds:
@@ -157,6 +161,9 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
         + (f"Row '{BOUND_ROW}': the true source's perplexity on exactly the tokens of that column "
            "(best_ppl_eval), the best any model can score there. " if bounds else "")
         + (f"Long-run entropy bound of the corpus: {best:.2f}. " if best is not None else "")
+        + (f"Each cell is the mean over {max(int(e.get('n_seeds') or 0) for e in seeded)} training seeds with, "
+           f"in brackets, its {SEED_INTERVAL} (mean ± t(n-1) · std / sqrt(n)); perplexity has no interval over "
+           "evaluation tokens. " if seeded else "")
         + "OOM: the evaluation ran out of memory."
         + "".join(f" {note}" for note in ordered(_bucket_notes(rows, l_train)))
     )
@@ -202,7 +209,14 @@ def _ppl_cell(row, entry: dict | None) -> Cell:
     else:
         cell.value = float(entry["ppl"])
         cell.text = fmt.ppl(cell.value)
-        std = entry.get("ppl_std")
-        if isinstance(std, (int, float)):  # seeds averaged: their spread becomes the error bar
+        lo, hi, std = entry.get("ppl_seed_lo"), entry.get("ppl_seed_hi"), entry.get("ppl_std")
+        if _number(lo) and _number(hi):  # seeds averaged: their 95% t interval is the error bar
+            cell.spread = (float(lo), float(hi))
+            cell.text = f"{fmt.ppl(cell.value)} [{fmt.ppl(float(lo))}, {fmt.ppl(float(hi))}]"
+        elif isinstance(std, (int, float)):  # seeds averaged (older rows): their spread becomes the error bar
             cell.spread = (cell.value - float(std), cell.value + float(std))
     return cell
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

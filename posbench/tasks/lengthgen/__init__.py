@@ -8,10 +8,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from posbench.core.task import Metric, ModelSettings, Task
+from posbench.core.task import Metric, Task
 from posbench.report.learn_first import learned
 from posbench.report.stats import accuracy_metrics, pooled_counts
-from posbench.tasks.training import EvalDtype, Precision
+from posbench.tasks.seeds import combine_accuracy_seeds, seed_list
+from posbench.tasks.training import BUDGET_METRICS, BudgetSettings, EvalDtype, Precision
 
 # torch, the model and training (posbench.tasks.lengthgen.train_eval) are imported inside run():
 # validating or listing suites imports this module, and must not wait for them.
@@ -38,6 +39,11 @@ METRICS = {
     "train_examples": M("Training examples", "", "examples trained on", None, "count"),
     "train_seconds": M("Training time", "s", "wall-clock training time (s)"),
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+    "n_seeds": M("Seeds", "", "seeds trained (with `seeds`): every metric m is their mean, m_std the spread, "
+                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", None, "int"),
+    "seeds_learnt": M("Seeds learnt", "", "with `seeds`: how many seeds learnt the task at L_train (learned is 1 "
+                      "only when all did)", None, "int", appendix=False),
+    **BUDGET_METRICS,
 }
 
 # The generators' names (posbench.data.algorithmic.TASKS, checked equal in tests/tasks/test_lengthgen.py),
@@ -47,8 +53,9 @@ TASK_NAMES = ("reverse", "duplicate", "parity", "modular_arithmetic", "missing_d
 TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
 
 
-class Settings(ModelSettings):
-    steps: int = Field(ge=1, description="training budget in optimizer steps (one length per batch)")
+class Settings(BudgetSettings):
+    # The budget (steps, tokens, time_s or flops: BudgetSettings); tokens and flops count every
+    # row at the longest training row's length, L_train's (rows of one batch share a length).
     batch_size: int = Field(64, ge=1)
     lr: float = Field(1e-3, gt=0)
     warmup_steps: int = Field(50, ge=0)
@@ -115,15 +122,22 @@ def run(case) -> dict:
 
     s, L = case.settings, case.params.L_train
     task = A.get(case.params.task)
-    model, metrics = train_model(case, s, task)
-    eval_dtype = getattr(torch, s.eval_dtype)
-    info = model.info(case.device, eval_dtype)
-    model = model.to(eval_dtype).eval()
-    cells = [eval_length(model, task, n, s, case.device) for n in s.test_lengths(L)]
-    metrics.update(summarize(cells, L, s.learned_threshold))
+    seeds = seed_list(s)
+    per_seed, cells = [], []
+    for seed in seeds:  # one model per training seed; every seed scores the same examples
+        model, metrics = train_model(case, s, task, seed)
+        eval_dtype = getattr(torch, s.eval_dtype)
+        info = model.info(case.device, eval_dtype)
+        model = model.to(eval_dtype).eval()
+        mine = [eval_length(model, task, n, s, case.device) for n in s.test_lengths(L)]
+        metrics.update(summarize(mine, L, s.learned_threshold))
+        per_seed.append(metrics)
+        cells += [dict(c, seed=seed) for c in mine] if len(seeds) > 1 else mine
+    metrics, seed_series = combine_accuracy_seeds(per_seed, summarize(cells, L, s.learned_threshold),
+                                                  s.learned_threshold)
     metrics["chance_at_train_len"] = task.chance(L)
     series = {"cells": cells, "learned_threshold": s.learned_threshold, "source": task.source,
-              "format": "BOS input SEP answer; loss on the answer; exact match of the whole answer"}
+              "format": "BOS input SEP answer; loss on the answer; exact match of the whole answer", **seed_series}
     return {"metrics": metrics, "series": series, "info": info}
 
 

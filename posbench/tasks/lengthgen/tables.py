@@ -4,10 +4,10 @@ accuracy beyond L_train and the learn-first marking. Details: docs/tasks/lengthg
 """
 from __future__ import annotations
 
-from posbench.report.learn_first import NOT_LEARNT, comparability, learned
+from posbench.report.learn_first import NOT_LEARNT, comparability, learned, learned_over_seeds
 from posbench.report.rows import Runs
 from posbench.report.sections import Block, Section, metric_section
-from posbench.report.stats import pooled_counts, wilson_interval
+from posbench.report.stats import SEED_INTERVAL, pooled_counts, seed_accuracies, seed_interval, wilson_interval
 from posbench.report.table import Cell, Table, ordered, short_commit, slug
 from posbench.tasks.lengthgen import beyond
 
@@ -49,10 +49,22 @@ def _pooled(rows) -> dict[int, tuple[int, int, bool]]:
     return pooled_counts([c for r in rows for c in cells(r)], "n")
 
 
-def _text(k: int, total: int) -> tuple[str, float, tuple[float, float]]:
+def _text(k: int, total: int, by_seed: dict | None = None) -> tuple[str, float, tuple[float, float]]:
+    """``30% [11, 60]`` (Wilson 95%), then `` seeds [25, 35]`` (95% t interval over seeds) when
+    ``by_seed`` holds two or more seeds' accuracies."""
     lo, hi = wilson_interval(k, total)
     acc = k / total
-    return f"{100 * acc:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}]", acc, (lo, hi)
+    text = f"{100 * acc:.0f}% [{100 * lo:.0f}, {100 * hi:.0f}]"
+    if by_seed and len(by_seed) > 1:
+        _, _, _, slo, shi = seed_interval(list(by_seed.values()))
+        if slo is not None:  # an accuracy's interval, clipped to [0, 1]
+            text += f" seeds [{100 * max(0.0, slo):.0f}, {100 * min(1.0, shi):.0f}]"
+    return text, acc, (lo, hi)
+
+
+def _beyond_by_seed(cells_of: list[dict], L: int) -> dict:
+    """{seed: accuracy pooled over every n > L} of the cells that name a seed."""
+    return seed_accuracies([dict(c, n=0) for c in cells_of if c["n"] > L], "n").get(0, {})
 
 
 def task_table(rows: list[dict], task: str) -> Table:
@@ -71,21 +83,27 @@ def task_table(rows: list[dict], task: str) -> Table:
                 columns=lengths + [BEYOND, LEARNT], rows=[], hardware=hardware,
                 commit=short_commit(r.get("git_commit") for r in ok), higher_is_better=True,
                 pooled=True)  # counts of every run of a case pooled: no run supersedes another
-    verdicts = {}
+    verdicts, seeds_learnt = {}, {}
     for (method, L), rs in groups.items():
         label = f"{method}, L_train={L}" if several else method
         out.rows.append(label)
         link = {"case_id": rs[0].get("case_id"), "run_id": rs[0].get("run_id")}
         counts = pooled[(method, L)]
+        all_cells = [c for r in rs for c in cells(r)]
+        per_seed = seed_accuracies(all_cells, "n")  # n -> {seed: accuracy}: several training seeds
         for n in lengths:
             k, total, fine = counts.get(n, (0, 0, False))
             if not (fine and total):
                 out.cells[(label, n)] = Cell(text="-", status="missing", **link)
                 continue
-            text, acc, spread = _text(k, total)
+            text, acc, spread = _text(k, total, per_seed.get(n))
             out.cells[(label, n)] = Cell(text=text, value=acc, spread=spread, **link)
         at_L = counts.get(L)
         verdict = learned(at_L[0] / at_L[1], threshold) if at_L and at_L[2] and at_L[1] else None
+        if len(per_seed.get(L, {})) > 1:  # learn first, per seed
+            seed_verdicts = [learned(a, threshold) for a in per_seed[L].values()]
+            verdict = learned_over_seeds(seed_verdicts)
+            seeds_learnt[label] = (sum(v is True for v in seed_verdicts), len(seed_verdicts))
         verdicts[label] = verdict
         out.cells[(label, LEARNT)] = Cell(text={True: "yes", False: "no", None: "-"}[verdict],
                                           value=None if verdict is None else float(verdict), **link)
@@ -93,17 +111,21 @@ def task_table(rows: list[dict], task: str) -> Table:
         if verdict is False:
             out.cells[(label, BEYOND)] = Cell(text=NOT_LEARNT, **link)
         elif usable:
-            text, acc, spread = _text(k, total)
+            text, acc, spread = _text(k, total, _beyond_by_seed(all_cells, L))
             out.cells[(label, BEYOND)] = Cell(text=text, value=acc, spread=spread, **link)
         else:
             out.cells[(label, BEYOND)] = Cell(text="-", status="missing", **link)
-    comp = comparability(verdicts, threshold)
+    comp = comparability(verdicts, threshold, seeds_learnt)
     source = next((r["series"].get("source") for r in ok if isinstance(r.get("series"), dict)
                    and isinstance(r["series"].get("source"), str)), "")
     out.title = f"{task}: exact-match accuracy per length n (Wilson 95% interval){comp.title_suffix()}"
     out.caption = (f"{task} ({source}): fraction of answers whose every token greedy decoding writes right, at input "
                    f"length n, counts pooled over seeds and runs, with its Wilson 95% interval; trained on n = 1.."
-                   f"L_train; '{BEYOND}' pools every tested n > L_train. {comp.note()} {out.hardware} "
+                   f"L_train; '{BEYOND}' pools every tested n > L_train. "
+                   + (f"With several training seeds (each scores the same examples) the accuracy is the mean over "
+                      f"seeds and 'seeds [lo, hi]' its {SEED_INTERVAL}; a method counts as learnt only when every "
+                      "seed learnt. " if seeds_learnt else "")
+                   + f"{comp.note()} {out.hardware} "
                    f"(commit {out.commit}).")
     return out
 

@@ -9,25 +9,27 @@ from posbench.core.model import TransformerLM
 from posbench.core.task import case_model_config
 from posbench.data import algorithmic as A
 from posbench.engine.train import TrainConfig, trained_model
+from posbench.tasks.training import budget_metrics
 
 IGNORE = -100  # torch's cross_entropy ignore_index: a target the loss skips
 
 
-def train_model(case, s, task: A.AlgoTask) -> tuple[TransformerLM, dict]:
-    """(model, metrics): a fresh model trained on examples of lengths 1..L_train of ``task``,
-    the loss on the answer tokens only."""
+def train_model(case, s, task: A.AlgoTask, seed: int | None = None) -> tuple[TransformerLM, dict]:
+    """(model, metrics): a fresh model trained on examples of lengths 1..L_train of ``task`` with
+    ``seed`` (weights and examples; default the settings' ``seed``), the loss on the answer tokens only."""
     L = case.params.L_train
+    seed = s.seed if seed is None else seed
     # seq_len: the longest training row's inputs (it only sizes the engine's token count, which
     # lengthgen does not report: rows vary in length, so it reports examples instead)
-    tcfg = TrainConfig(seq_len=task.seq_len(L) - 1, batch_size=s.batch_size, steps=s.steps, lr=s.lr,
-                       warmup_steps=s.warmup_steps, precision=s.precision, seed=s.seed)
+    tcfg = TrainConfig(seq_len=task.seq_len(L) - 1, batch_size=s.batch_size, lr=s.lr,
+                       warmup_steps=s.warmup_steps, precision=s.precision, seed=seed, **s.budget_config())
 
     def batches():
-        return (_with_targets(b) for b in A.training_batches(task.name, L, s.batch_size, s.seed))
+        return (_with_targets(b) for b in A.training_batches(task.name, L, s.batch_size, seed))
 
     model, r, _ = trained_model(case_model_config(case, vocab_size=task.vocab_size), tcfg, batches, case.device)
     metrics = dict(final_train_loss=r.final_loss, train_steps=r.steps, train_examples=r.steps * s.batch_size,
-                   train_seconds=r.seconds, n_params=model.num_parameters())
+                   train_seconds=r.seconds, n_params=model.num_parameters(), **budget_metrics(r))
     return model, metrics
 
 

@@ -13,7 +13,8 @@ from posbench.core.task import Metric, Task
 from posbench.engine import tracking
 from posbench.report.learn_first import comparable_length, learned
 from posbench.report.stats import effective_length, wilson_interval
-from posbench.tasks.training import CorpusSettings, TrainSettings, open_corpus
+from posbench.tasks.seeds import checkpoint_name, combine_accuracy_seeds, seed_list
+from posbench.tasks.training import BUDGET_METRICS, CorpusSettings, TrainSettings, open_corpus
 
 # torch, numpy, the probes, the model and the scoring (posbench.tasks.retrieval.train_eval) are imported inside
 # the functions: validating or listing suites imports this module, and must not wait for them.
@@ -47,6 +48,11 @@ METRICS = {
                        "case's checkpoint"),
     "reused_checkpoint": M("Reused checkpoint", "", "1 when the model came from a checkpoint", None, "int"),
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+    "n_seeds": M("Seeds", "", "seeds trained (with `seeds`): every metric m is their mean, m_std the spread, "
+                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", None, "int"),
+    "seeds_learnt": M("Seeds learnt", "", "with `seeds`: how many seeds learnt the task at L_train (learned is 1 "
+                      "only when all did)", None, "int", appendix=False, shown_in="acc@*"),
+    **BUDGET_METRICS,
 }
 
 
@@ -179,25 +185,32 @@ def run(case) -> dict:
                              f"(it needs {P.min_length(probe, cfg)} tokens)")
     corpus = open_corpus(s.corpus)
     vocab = P.ProbeVocab(corpus.vocab_size, cfg)
-    ckpt = checkpoint_path(case, s)
-    # Curves in <run>/cases/<checkpoint name>/ (engine.tracking), beside the other probes' accuracy.
-    with tracking.for_case(case, ckpt.stem if ckpt is not None else None) as tracker:
-        model, metrics = trained_model(case, s, vocab, corpus.split("train"), ckpt, training_probes(case, s),
-                                       tracker)
-        eval_dtype = getattr(torch, s.eval_dtype)
-        info = model.info(case.device, eval_dtype)
-        model = model.to(eval_dtype).eval()
-        cells, by_distance = [], []
-        for factor in s.L_valid_factors:
-            c, d = eval_length(model, probe, vocab, factor * L, s, case.device)
-            cells += c
-            by_distance += d
-        metrics.update(summarize(cells, L, s.threshold, s.learned_threshold))
-        tracker.scalars({f"eval/{probe}/acc@{factor * L}": metrics.get(f"acc@{factor * L}")
-                         for factor in s.L_valid_factors}, max(0, metrics["train_steps"] - 1))
+    seeds, base = seed_list(s), checkpoint_path(case, s)
+    per_seed, cells, by_distance = [], [], []
+    for seed in seeds:
+        ckpt = base.with_name(checkpoint_name(base.stem, seed, seeds) + ".pt") if base is not None else None
+        # Curves in <run>/cases/<checkpoint name>/ (engine.tracking), beside the other probes' accuracy.
+        with tracking.for_case(case, ckpt.stem if ckpt is not None else None) as tracker:
+            model, metrics = trained_model(case, s, vocab, corpus.split("train"), ckpt, training_probes(case, s),
+                                           tracker, seed)
+            eval_dtype = getattr(torch, s.eval_dtype)
+            info = model.info(case.device, eval_dtype)
+            model = model.to(eval_dtype).eval()
+            mine = []
+            for factor in s.L_valid_factors:
+                c, d = eval_length(model, probe, vocab, factor * L, s, case.device)
+                mine += c
+                by_distance += [dict(x, seed=seed) for x in d] if len(seeds) > 1 else d
+            metrics.update(summarize(mine, L, s.threshold, s.learned_threshold))
+            tracker.scalars({f"eval/{probe}/acc@{factor * L}": metrics.get(f"acc@{factor * L}")
+                             for factor in s.L_valid_factors}, max(0, metrics["train_steps"] - 1))
+        per_seed.append(metrics)
+        cells += [dict(c, seed=seed) for c in mine] if len(seeds) > 1 else mine
+    pooled = summarize(cells, L, s.threshold, s.learned_threshold)
+    metrics, seed_series = combine_accuracy_seeds(per_seed, pooled, s.learned_threshold)
     metrics["chance"] = P.chance(probe, cfg)
     series = {"cells": cells, "corpus": corpus.describe(), "threshold": s.threshold,
-              "learned_threshold": s.learned_threshold}
+              "learned_threshold": s.learned_threshold, **seed_series}
     if probe == "mqar":
         series["by_distance"] = by_distance
     return {"metrics": metrics, "series": series, "info": info}

@@ -13,11 +13,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from posbench.report.charts import line_style, marker_size  # noqa: E402
-from posbench.report.learn_first import NOT_LEARNT, comparability, learned, length_text  # noqa: E402
+from posbench.report.learn_first import NOT_LEARNT, comparability, learned, learned_over_seeds, length_text  # noqa: E402
 from posbench.report.names import file_stem  # noqa: E402
 from posbench.report.rows import Runs  # noqa: E402
 from posbench.report.sections import Block, Section  # noqa: E402
-from posbench.report.stats import effective_length, wilson_interval  # noqa: E402
+from posbench.report.stats import SEED_INTERVAL, effective_length, seed_interval, wilson_interval  # noqa: E402
 from posbench.report.table import Cell, Table, ordered, short_commit, slug  # noqa: E402
 
 
@@ -69,8 +69,12 @@ def accuracy_table(rows: list[dict], threshold: float = 0.5) -> list[dict]:
     """One entry per (method, probe, L_train, L_valid): counts summed over depths (and over rows,
     so merged seeds or runs pool their samples), accuracy, Wilson 95% interval, whether that
     (method, probe, L_train) learnt the task (``learned``: its pooled accuracy at L_train against
-    the rows' ``learned_threshold``) and its effective length at ``threshold``."""
+    the rows' ``learned_threshold``) and its effective length at ``threshold``. Cells of several
+    training seeds (their ``seed``) also give, per entry, ``n_seeds``, the per-seed accuracies'
+    95% t interval (``seed_lo``, ``seed_hi``) and ``seeds_learnt``; ``learned`` is then
+    ``learned_over_seeds`` (every seed learnt)."""
     counts: dict[tuple, list] = {}
+    per_seed: dict[tuple, dict] = {}  # (method, probe, L, Lv) -> {seed: [correct, total, ok]}
     for r in _ok_rows(rows):
         key = (r["method"], r["params"]["probe"], r["params"]["L_train"])
         for c in cells(r):
@@ -78,22 +82,51 @@ def accuracy_table(rows: list[dict], threshold: float = 0.5) -> list[dict]:
             entry[0] += c["correct"]
             entry[1] += c["total"]
             entry[2] &= c.get("status", "ok") == "ok"
+            if isinstance(c.get("seed"), int):
+                one = per_seed.setdefault(key + (c["L_valid"],), {}).setdefault(c["seed"], [0, 0, True])
+                one[0] += c["correct"]
+                one[1] += c["total"]
+                one[2] &= c.get("status", "ok") == "ok"
     table = []
     for (method, probe, L, Lv), (k, n, ok) in sorted(counts.items()):
         acc = k / n if ok and n else None
         lo, hi = wilson_interval(k, n) if ok and n else (None, None)
+        seeds = {seed: (a / b if ok_ and b else None) for seed, (a, b, ok_) in per_seed.get((method, probe, L, Lv), {}).items()}
+        _, _, n_seeds, seed_lo, seed_hi = seed_interval(list(seeds.values())) if len(seeds) > 1 else (0, 0, 0, None, None)
         table.append({"method": method, "probe": probe, "L_train": L, "L_valid": Lv, "correct": k,
-                      "total": n, "acc": acc, "lo": lo, "hi": hi})
+                      "total": n, "acc": acc, "lo": lo, "hi": hi, "by_seed": seeds if len(seeds) > 1 else {},
+                      "n_seeds": n_seeds, "seed_lo": seed_lo, "seed_hi": seed_hi})
     eff: dict[tuple, dict] = {}
     for t in table:
         eff.setdefault((t["method"], t["probe"], t["L_train"]), {})[t["L_valid"]] = t["acc"]
     bar = learned_threshold(list(_ok_rows(rows)))
+    at_train = {(t["method"], t["probe"], t["L_train"]): t["by_seed"] for t in table if t["L_valid"] == t["L_train"]}
     for t in table:
         acc = eff[(t["method"], t["probe"], t["L_train"])]
         t["effective_length"] = effective_length(acc, threshold)
         t["learned"] = learned(acc.get(t["L_train"]), bar)
+        seeds = at_train.get((t["method"], t["probe"], t["L_train"])) or {}
+        if seeds:  # learn first, per seed
+            verdicts = [learned(a, bar) for a in seeds.values()]
+            t["learned"] = learned_over_seeds(verdicts)
+            t["seeds_learnt"] = (sum(v is True for v in verdicts), len(verdicts))
         t["learned_threshold"] = bar
     return table
+
+
+def _seeds_learnt(table: list[dict], several: bool) -> dict:
+    """{row label: (seeds learnt, seeds)} of the entries trained with several seeds."""
+    return {(f"{t['method']}, L_train={t['L_train']}" if several else t["method"]): t["seeds_learnt"]
+            for t in table if t.get("seeds_learnt")}
+
+
+def cell_text(t: dict) -> str:
+    """``30% [11, 60]`` (Wilson 95% over samples), then `` seeds [25, 35]`` (95% t interval of the
+    mean over seeds) when several seeds ran."""
+    text = f"{100 * t['acc']:.0f}% [{100 * t['lo']:.0f}, {100 * t['hi']:.0f}]"
+    if t.get("seed_lo") is not None:  # an accuracy's interval, clipped to [0, 1]
+        text += f" seeds [{100 * max(0.0, t['seed_lo']):.0f}, {100 * min(1.0, t['seed_hi']):.0f}]"
+    return text
 
 
 def _verdicts(table: list[dict], several: bool) -> dict:
@@ -115,13 +148,13 @@ def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
             text = []
             for Lv in lengths:
                 t = cells.get(Lv)
-                text.append("-" if t is None or t["acc"] is None else
-                            f"{100 * t['acc']:.0f}% [{100 * t['lo']:.0f}, {100 * t['hi']:.0f}]")
+                text.append("-" if t is None or t["acc"] is None else cell_text(t))
             first = next(iter(cells.values()))
             eff = length_text(first["learned"], first["effective_length"])
             lines.append(f"| {m} | {L} | " + " | ".join(text) + f" | {eff} |")
     if table:  # how many methods were comparable, under the table
-        lines += ["", comparability(_verdicts(table, True), learned_threshold(list(_ok_rows(rows)))).note()]
+        lines += ["", comparability(_verdicts(table, True), learned_threshold(list(_ok_rows(rows))),
+                                    _seeds_learnt(table, True)).note()]
     return "\n".join(lines)
 
 
@@ -152,14 +185,13 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
                 if t is None or t["acc"] is None:
                     out.cells[(label, Lv)] = Cell(text="-", status="missing", **link)
                     continue
-                out.cells[(label, Lv)] = Cell(text=f"{100 * t['acc']:.0f}% [{100 * t['lo']:.0f}, {100 * t['hi']:.0f}]",
-                                              value=t["acc"], spread=(t["lo"], t["hi"]), **link)
+                out.cells[(label, Lv)] = Cell(text=cell_text(t), value=t["acc"], spread=(t["lo"], t["hi"]), **link)
             first = next(iter(cells.values()))
             eff = first["effective_length"] if first["learned"] else None
             out.cells[(label, "effective length")] = Cell(text=length_text(first["learned"], first["effective_length"]),
                                                           value=None if eff is None else float(eff), **link)
             out.cells[(label, "steps")] = Cell(text=steps_text(row.get("metrics", {})), **link)
-    verdicts = comparability(_verdicts(table, several), learned_threshold(ok))
+    verdicts = comparability(_verdicts(table, several), learned_threshold(ok), _seeds_learnt(table, several))
     out.title += verdicts.title_suffix()
     out.extra["learnt"], out.extra["not_learnt"] = verdicts.learnt, verdicts.not_learnt
     out.pooled = True  # counts of every run of a case pooled: no run supersedes another
@@ -168,7 +200,10 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
                    f"there and at every shorter L_valid, given only for a model that learnt the task at L_train "
                    f"(accuracy >= {verdicts.threshold:.0%}; otherwise '{NOT_LEARNT}'); steps: optimizer steps "
                    f"trained, 'stopped' where training stopped on reaching stop_at_acc (train to criterion). "
-                   f"{verdicts.note()} "
+                   + (f"With several training seeds, the accuracy is the mean over seeds (each scores the same "
+                      f"samples) and 'seeds [lo, hi]' its {SEED_INTERVAL}; a method counts as learnt only when "
+                      "every seed learnt. " if any(t["n_seeds"] for t in table) else "")
+                   + f"{verdicts.note()} "
                    f"{out.hardware} (commit {out.commit}).")
     return out
 

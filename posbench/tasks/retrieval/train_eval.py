@@ -12,6 +12,7 @@ import torch
 from posbench.core.task import case_model_config
 from posbench.engine.train import trained_model as trained_model_of
 from posbench.tasks.retrieval import probes as P
+from posbench.tasks.training import budget_metrics
 
 
 # ------------------------------------------------------------------------------------ training
@@ -67,17 +68,19 @@ def _probe_targets(batch: P.ProbeBatch, vocab: P.ProbeVocab, loss: str) -> np.nd
 
 
 def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Path | None, probes: list[str],
-                  tracker=None):
-    """(model, metrics): trained at L_train on the mix of ``probes`` and text, or loaded from the
-    checkpoint; the training curves go to ``tracker`` (``posbench.engine.tracking``) when given."""
+                  tracker=None, seed: int | None = None):
+    """(model, metrics): trained at L_train on the mix of ``probes`` and text with ``seed`` (weights
+    and batches; default the settings' ``seed``), or loaded from the checkpoint; the training
+    curves go to ``tracker`` (``posbench.engine.tracking``) when given."""
     L = case.params.L_train
+    seed = s.seed if seed is None else seed
 
     def data():
         for probe in probes:
             if P.min_length(probe, vocab.cfg) > L + 1:
                 raise ValueError(f"retrieval: L_train {L} is too short to train on probe {probe} "
                                  f"(it needs {P.min_length(probe, vocab.cfg) - 1} tokens)")
-        return mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, s.seed, s.loss)
+        return mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, seed, s.loss)
 
     checks = []  # the criterion this training made, whose last accuracy the row reports
 
@@ -87,13 +90,13 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
         checks.append(Criterion(model, vocab, probes, L, s, case.device, tracker))
         return checks[0]
 
-    model, r, reused = trained_model_of(case_model_config(case, vocab_size=vocab.vocab_size), s.train_config(L, s.seed),
+    model, r, reused = trained_model_of(case_model_config(case, vocab_size=vocab.vocab_size), s.train_config(L, seed),
                                         data, case.device, ckpt, s.reuse_checkpoint, tracker, until)
     check = checks[0] if checks else None  # None: loaded (its accuracy is not saved) or no criterion
     metrics = dict(final_train_loss=r.final_loss, train_steps=r.steps, train_tokens=r.tokens,
                    train_seconds=0.0 if reused else r.seconds, reused_checkpoint=int(reused),
                    n_params=model.num_parameters(), stopped_at_step=r.steps if r.stopped_early else None,
-                   check_acc=None if check is None else check.last)
+                   check_acc=None if check is None else check.last, **budget_metrics(r))
     return model, metrics
 
 

@@ -1,0 +1,97 @@
+"""The frontier (issue 39): the Pareto front on a fixture, the verdict ("worse beyond seed-level
+noise (k of n seeds)" or "not separable"), and the frontier section of a seeded, time-budgeted
+extrapolation run (table and chart)."""
+from posbench.report.build import collect_sections, load_runs
+from posbench.report.frontier import NOT_SEPARABLE, Point, compare_points, pareto_front, verdicts
+from posbench.tasks import find as find_task
+from posbench.tasks.extrapolation.frontier import frontier_chart, frontier_tables, verdict_table
+from tests.helpers.report_rows import base_row, write_run
+
+
+def P(method, L, ppls, cost, memory=None):
+    return Point(method, L, dict(enumerate(ppls)), cost, memory)
+
+
+def test_pareto_front_on_a_fixture():
+    points = [P("alibi", 64, [11.4, 11.6, 11.8], 1.0),     # cheapest and best: on the front
+              P("sinusoidal", 128, [10.9, 11.0, 11.1], 2.0),  # dearer but better: on the front
+              P("rotary", 64, [14.0, 15.0, 16.0], 1.5),    # dearer and worse than alibi 64: dominated
+              P("t5_bias", 128, [11.0, 11.0, 11.0], 3.0),  # as good as sinusoidal 128, dearer: dominated
+              P("nope", 64, [None, None, None], 0.5),      # no quality: not a point
+              P("fire", 64, [9.0, 9.0, 9.0], None)]        # no cost: not a point
+    assert [p.label for p in pareto_front(points)] == ["alibi, L_train=64", "sinusoidal, L_train=128"]
+    # higher is better (an accuracy): the front flips
+    acc = [P("a", 8, [0.5], 1.0), P("b", 8, [0.9], 2.0), P("c", 8, [0.4], 3.0)]
+    assert [p.method for p in pareto_front(acc, lower_is_better=False)] == ["a", "b"]
+
+
+def test_verdict_beyond_the_noise_and_not_separable():
+    best = P("alibi", 64, [11.4, 11.6, 11.8], 1.0)   # 11.6 ± 4.303 * 0.2 / sqrt(3) = [11.10, 12.10]
+    far = P("sinusoidal", 64, [14.7, 15.2, 15.9], 1.0)   # [13.7, 16.8]: no overlap
+    near = P("rotary", 64, [11.5, 12.4, 11.7], 1.0)      # overlaps alibi's interval
+    chosen, said = verdicts([far, near, best])
+    assert chosen is best
+    by = {v.other.method: v for v in said}
+    assert by["sinusoidal"].separable and (by["sinusoidal"].wins, by["sinusoidal"].paired) == (3, 3)
+    assert by["sinusoidal"].text(name="ppl").startswith(
+        "worse beyond seed-level noise: alibi, L_train=64 beats it, 3 of 3 seeds, ppl 11.60 [11.10, 12.10] vs 15.27 [")
+    assert not by["rotary"].separable and (by["rotary"].wins, by["rotary"].paired) == (2, 3)  # seed 0 and 1 ...
+    assert by["rotary"].text().startswith(f"{NOT_SEPARABLE} from alibi, L_train=64 (2 of 3 seeds better)")
+    # one seed has no interval: never separable, however far apart
+    assert not compare_points(P("a", 8, [1.0], 1.0), P("b", 8, [100.0], 1.0)).separable
+
+
+def seeded_rows():
+    """Two methods at two L_train under time_s=60, three seeds; alibi 64 cheapest and best at 256."""
+    rows = []
+    ppl = {("alibi", 64): [11.4, 11.6, 11.8], ("alibi", 128): [11.5, 11.9, 12.2],
+           ("sinusoidal", 64): [30.0, 32.0, 35.0], ("sinusoidal", 128): [11.3, 12.5, 11.9]}
+    for (method, L), values in ppl.items():
+        row = base_row("frontier", "extrapolation", method, {"L_train": L}, "run-f")
+        row["metrics"] = {"budget_time_s": 60.0, "n_seeds": 3, "train_seconds": 60.0, "train_tokens": 60000.0 / (L / 64),
+                          "peak_mem_train_bytes": 1e8 * L / 64, "train_steps": 100}
+        row["series"] = {"seeds": [0, 1, 2], "evals": [
+            {"mode": "nonoverlapping", "L_valid": 256, "stride": None, "interpolate": False, "status": "ok",
+             "message": "", "ppl": sum(values) / 3, "ppl_by_seed": values, "n_seeds": 3}]}
+        rows.append(row)
+    return rows
+
+
+def test_frontier_section_of_a_seeded_time_budget_run(tmp_path):
+    runs = load_runs(write_run(tmp_path, seeded_rows()), find_task=find_task)
+    (table,) = frontier_tables(runs)
+    assert table.title == "Frontier at L_valid = 256, time_s=60: best method and what beats what"
+    assert table.rows[0] == "alibi, L_train=64" and table.cell("alibi, L_train=64", "verdict").text == "best"
+    assert table.cell("alibi, L_train=64", "s / token").value == 0.001
+    assert table.cell("alibi, L_train=64", "Pareto").text == "yes"
+    assert table.cell("alibi, L_train=128", "Pareto").text == ""  # dearer and worse
+    assert table.cell("sinusoidal, L_train=64", "verdict").text.startswith("worse beyond seed-level noise")
+    assert table.cell("sinusoidal, L_train=128", "verdict").text.startswith(NOT_SEPARABLE)
+    assert "95% t interval over seeds" in table.caption
+    fig = frontier_chart(table)
+    assert not any(line.get_gid() == "pareto" for line in fig.axes[0].lines)  # a single-point front: no line
+    two = verdict_table(("s", "cpu", "time_s=60", 256), [P("alibi", 64, [11.4, 11.6, 11.8], 1.0),
+                                                        P("sinusoidal", 128, [10.9, 11.0, 11.1], 2.0)])
+    (line,) = [line for line in frontier_chart(two).axes[0].lines if line.get_gid() == "pareto"]
+    assert list(line.get_xdata()) == [1.0, 2.0] and list(line.get_ydata()) == [11.6, 11.0]
+    section = [s for s in collect_sections(runs) if s.heading.startswith("Frontier")]
+    assert len(section) == 1 and section[0].blocks[0].table.key == table.key
+
+
+def test_no_frontier_for_a_plain_run(tmp_path):
+    rows = seeded_rows()
+    for r in rows:
+        r["metrics"] = {"train_steps": 100}
+        r["series"]["seeds"] = [0]
+    runs = load_runs(write_run(tmp_path, rows), find_task=find_task)
+    assert frontier_tables(runs) == []
+
+
+def test_frontier_settings_evaluate_fixed_target_lengths():
+    from posbench.tasks import get as get_task
+
+    settings = get_task("extrapolation").Settings.model_validate(
+        {"model": "tiny", "time_s": 30.0, "seeds": [0, 1, 2], "L_valid": [512, 128]})
+    assert settings.valid_lengths(64) == settings.valid_lengths(128) == [128, 512]  # the same for every L_train
+    assert get_task("extrapolation").Settings.model_validate({"model": "tiny", "steps": 3}).valid_lengths(8) == \
+        [8, 16, 32, 64, 128]
