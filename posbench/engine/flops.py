@@ -21,7 +21,8 @@ def matmul_flops(cfg: ModelConfig, seq_len: int) -> int:
     output projections, the two feed-forward matmuls, the scores q k^T and the weighted sum of
     v; then the tied output projection onto the vocabulary."""
     T, D, F, V = seq_len, cfg.d_model, cfg.d_ff, cfg.vocab_size
-    per_layer = 2 * T * D * 3 * D + 2 * T * D * D + 2 * 2 * T * D * F + 2 * 2 * T * T * D
+    kv = cfg.kv_heads * cfg.head_dim  # grouped-query attention projects fewer keys and values
+    per_layer = 2 * T * D * (D + 2 * kv) + 2 * T * D * D + 2 * 2 * T * D * F + 2 * 2 * T * T * D
     return cfg.n_layers * per_layer + 2 * T * D * V
 
 

@@ -68,6 +68,9 @@ def test_matmul_and_position_flops_against_a_hand_count():
     # T=3: qkv 2*3*4*12 = 288, out 2*3*4*4 = 96, ff 2*(2*3*4*8) = 384, q k^T and a v 2*(2*3*3*4) = 144;
     # tied head 2*3*4*10 = 240
     assert matmul_flops(cfg, 3) == 288 + 96 + 384 + 144 + 240
+    # grouped-query attention, one key/value head of 2: qkv 2*3*4*(4 + 2*2) = 192
+    assert matmul_flops(ModelConfig(vocab_size=10, n_layers=1, d_model=4, n_heads=2, n_kv_heads=1, d_ff=8), 3) == \
+        192 + 96 + 384 + 144 + 240
     by_hand = {"nope": 0, "sinusoidal": 3 * 4,  # a (T, D) table added once
                "rotary": 2 * 3 * 3 * 4,  # q and k rotated, 3 operations an element, one layer
                "alibi": 2 * 3 * 3, "t5_bias": 2 * 3 * 3}  # an (H, T, T) bias added in one layer
