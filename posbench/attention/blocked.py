@@ -73,26 +73,29 @@ class BlockedBiasAttention(torch.autograd.Function):
         delta = (do * out).sum(-1, keepdim=True)  # (B, H, Tq, 1): rowsum(dP * P) = rowsum(dO * O)
         dq = torch.empty_like(qs)
         dk, dv = torch.zeros_like(kc), torch.zeros_like(vc)
+        want = ctx.n_inputs and any(ctx.needs_input_grad[5:])
+        acc = source.zero_grads() if want else None  # the tiles' gradients, summed over blocks
         for r0 in range(0, tq, rows):
             n = min(rows, tq - r0)
             nk = r0 + n + tk - tq
             qb, dob = qs[:, :, r0:r0 + n].flip(-2), do[:, :, r0:r0 + n].flip(-2)  # (B, H, n, hd)
             k_blk, v_blk = kc[:, :, :nk], vc[:, :, :nk]
             p = torch.matmul(qb, k_blk.transpose(-1, -2))  # (B, H, n, nk): scores, then probabilities
-            p.add_(source.backward_tile(r0, n, nk)).sub_(lse[:, :, r0:r0 + n, None]).exp_()
+            tile, saved = source.backward_tile(r0, n, nk)
+            p.add_(tile).sub_(lse[:, :, r0:r0 + n, None]).exp_()
             dv[:, :, :nk] += torch.matmul(p.transpose(-1, -2), dob)
             ds = torch.matmul(dob, v_blk.transpose(-1, -2))  # dP, then dS = P (dP - delta)
             ds.sub_(delta[:, :, r0:r0 + n].flip(-2)).mul_(p)
             dq[:, :, r0:r0 + n] = torch.matmul(ds, k_blk).flip(-2)
             dk[:, :, :nk] += torch.matmul(ds.transpose(-1, -2), qb)
-            if ctx.n_inputs and any(ctx.needs_input_grad[5:]):
+            if acc is not None:
                 dtile = _batch_sum(ds)  # (H, n, nk): the bias is shared by the batch
-                if source.heads == 1:  # one bias for every head
+                if tile.shape[0] == 1:  # one bias for every head
                     dtile = dtile.sum(0, keepdim=True)
-                source.backward(r0, n, nk, dtile)
+                source.backward(r0, n, nk, dtile, saved, acc)
         scale = 1.0 / math.sqrt(hd)
         dq.mul_(scale)  # the scores were (q * scale) k^T; dk came from the scaled q already
-        grads = source.grads() if ctx.n_inputs else ()
+        grads = source.grads(acc) if acc is not None else (None,) * ctx.n_inputs
         return (dq.to(dout.dtype), dk.to(dout.dtype), dv.to(dout.dtype), None, None, *grads)
 
 
