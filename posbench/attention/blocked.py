@@ -44,8 +44,9 @@ class BlockedBiasAttention(torch.autograd.Function):
         b, h, tq, hd = q.shape
         tk = k.shape[-2]
         cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-        qs = q.to(cdt) * (1.0 / math.sqrt(hd))  # (B, H, Tq, hd): scaling q is cheaper than the scores
-        kc, vc = k.to(cdt), v.to(cdt)
+        # (B, H, Tq, hd) contiguous, so backward views it as (B*H, Tq, hd): scaling q is cheaper than the scores
+        qs = torch.mul(q, 1.0 / math.sqrt(hd), out=torch.empty(b, h, tq, hd, dtype=cdt, device=q.device))
+        kc, vc = k.to(cdt), v.to(cdt)  # no copy in float32: the model's k, v, which autograd keeps anyway
         out = torch.empty(b, h, tq, v.shape[-1], dtype=cdt, device=q.device)
         lse = torch.empty(b, h, tq, dtype=cdt, device=q.device)  # log-sum-exp, reversed within blocks
         for r0 in range(0, tq, rows):
@@ -68,44 +69,50 @@ class BlockedBiasAttention(torch.autograd.Function):
         qs, kc, vc, out, lse = ctx.saved_tensors
         source, rows = ctx.source, ctx.rows
         b, h, tq, hd = qs.shape
-        tk = kc.shape[-2]
-        do = dout.to(qs.dtype)
-        delta = (do * out).sum(-1, keepdim=True)  # (B, H, Tq, 1): rowsum(dP * P) = rowsum(dO * O)
-        dq = torch.empty_like(qs)
-        dk, dv = torch.zeros_like(kc), torch.zeros_like(vc)
+        tk, hv, bh = kc.shape[-2], vc.shape[-1], b * h
+        # (B*H, T, hd) batches of contiguous rows, copied here once if the model's k, v are not: a
+        # slice of keys is then a BLAS operand as it is, where a transposed (B, T, H, hd) view made
+        # matmul copy it in every block. Gradients of k and v accumulate inside the GEMM (baddbmm_).
+        q3, k3, v3 = qs.view(bh, tq, hd), kc.reshape(bh, tk, hd), vc.reshape(bh, tk, hv)
+        do3 = dout.to(qs.dtype).reshape(bh, tq, hv)
+        lse3 = lse.view(bh, tq)
+        delta = (do3 * out.view(bh, tq, hv)).sum(-1)  # (B*H, Tq): rowsum(dP * P) = rowsum(dO * O)
+        dq = torch.empty_like(q3)
+        dk, dv = torch.zeros_like(k3), torch.zeros_like(v3)
         want = ctx.n_inputs and any(ctx.needs_input_grad[5:])
         acc = source.zero_grads() if want else None  # the tiles' gradients, summed over blocks
         for r0 in range(0, tq, rows):
             n = min(rows, tq - r0)
             nk = r0 + n + tk - tq
-            qb, dob = qs[:, :, r0:r0 + n].flip(-2), do[:, :, r0:r0 + n].flip(-2)  # (B, H, n, hd)
-            k_blk, v_blk = kc[:, :, :nk], vc[:, :, :nk]
-            p = torch.matmul(qb, k_blk.transpose(-1, -2))  # (B, H, n, nk): scores, then probabilities
+            qb, dob = q3[:, r0:r0 + n].flip(1), do3[:, r0:r0 + n].flip(1)  # (B*H, n, hd), rows reversed
+            k_blk, v_blk = k3[:, :nk], v3[:, :nk]
+            p = torch.bmm(qb, k_blk.transpose(1, 2))  # (B*H, n, nk): scores, then probabilities
             tile, saved = source.backward_tile(r0, n, nk)
-            p.add_(tile).sub_(lse[:, :, r0:r0 + n, None]).exp_()
-            dv[:, :, :nk] += torch.matmul(p.transpose(-1, -2), dob)
-            ds = torch.matmul(dob, v_blk.transpose(-1, -2))  # dP, then dS = P (dP - delta)
-            ds.sub_(delta[:, :, r0:r0 + n].flip(-2)).mul_(p)
-            dq[:, :, r0:r0 + n] = torch.matmul(ds, k_blk).flip(-2)
-            dk[:, :, :nk] += torch.matmul(ds.transpose(-1, -2), qb)
+            p.view(b, h, n, nk).add_(tile)
+            p.sub_(lse3[:, r0:r0 + n, None]).exp_()
+            dv[:, :nk].baddbmm_(p.transpose(1, 2), dob)
+            ds = torch.bmm(dob, v_blk.transpose(1, 2))  # dP, then dS = P (dP - delta)
+            ds.sub_(delta[:, r0:r0 + n].flip(1)[:, :, None]).mul_(p)
+            dq[:, r0:r0 + n] = torch.bmm(ds, k_blk).flip(1)
+            dk[:, :nk].baddbmm_(ds.transpose(1, 2), qb)
             if acc is not None:
-                dtile = _batch_sum(ds)  # (H, n, nk): the bias is shared by the batch
+                dtile = _batch_sum(ds.view(b, h, n, nk))  # (H, n, nk): the bias is shared by the batch
                 if tile.shape[0] == 1:  # one bias for every head
                     dtile = dtile.sum(0, keepdim=True)
                 source.backward(r0, n, nk, dtile, saved, acc)
-        scale = 1.0 / math.sqrt(hd)
-        dq.mul_(scale)  # the scores were (q * scale) k^T; dk came from the scaled q already
+        dq.mul_(1.0 / math.sqrt(hd))  # the scores were (q * scale) k^T; dk came from the scaled q already
         grads = source.grads(acc) if acc is not None else (None,) * ctx.n_inputs
-        return (dq.to(dout.dtype), dk.to(dout.dtype), dv.to(dout.dtype), None, None, *grads)
+        return (dq.view(b, h, tq, hd).to(dout.dtype), dk.view(b, h, tk, hd).to(dout.dtype),
+                dv.view(b, h, tk, hv).to(dout.dtype), None, None, *grads)
 
 
 def _batch_sum(ds: torch.Tensor) -> torch.Tensor:
     """(B, H, n, nk) -> (H, n, nk), the sum over the batch: a view at B 1, else adds of the batch
-    rows (faster than ``ds.sum(0)`` on a CPU)."""
+    rows, the first two into a new tensor (faster than ``ds.sum(0)`` on a CPU)."""
     if ds.shape[0] == 1:
         return ds[0]
-    out = ds[0].clone()
-    for i in range(1, ds.shape[0]):
+    out = torch.add(ds[0], ds[1])
+    for i in range(2, ds.shape[0]):
         out.add_(ds[i])
     return out
 

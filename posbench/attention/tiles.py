@@ -16,7 +16,7 @@ class DistanceRow:
     (h, Tk): ``row[t]`` is the bias at distance Tk - 1 - t. The future keys read -inf from a pad."""
 
     def __init__(self, row: torch.Tensor, tk: int, rows: int, dtype: torch.dtype):
-        self.tk = tk
+        self.tk, self.rows = tk, rows
         pad = row.new_full((row.shape[0], rows - 1), float("-inf"), dtype=dtype)
         self.padded = torch.cat([row.detach().to(dtype), pad], 1)  # (h, Tk + rows - 1)
 
@@ -30,14 +30,18 @@ class DistanceRow:
         return self.tile(r0, n, nk), None  # backward reads the same view
 
     def zero_grads(self) -> list[torch.Tensor]:
-        return [torch.zeros_like(self.padded)]
+        """[(h, rows, Tk + rows - 1)]: tile gradients added where their keys sit; the row's gradient
+        is its anti-diagonal sums, taken once in ``grads`` (not once per block)."""
+        h, width = self.padded.shape
+        return [self.padded.new_zeros(h, self.rows, width)]
 
     def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor, saved, acc: list) -> None:
-        start = self.tk - nk
-        acc[0][:, start:start + n + nk - 1] += antidiagonal_sums(dtile)
+        start = self.tk - nk  # reversed row i', key j reads padded[start + i' + j]
+        acc[0][:, :n, start:start + nk] += dtile
 
     def grads(self, acc: list) -> tuple:
-        return (acc[0][:, : self.tk],)
+        # element (i', t) of the accumulator belongs to padded[t + i']: shift row i' by i'
+        return (antidiagonal_sums(acc[0])[:, : self.tk],)
 
 
 class DenseBias:
