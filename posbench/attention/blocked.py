@@ -70,31 +70,39 @@ class BlockedBiasAttention(torch.autograd.Function):
         source, rows = ctx.source, ctx.rows
         b, h, tq, hd = qs.shape
         tk, hv, bh = kc.shape[-2], vc.shape[-1], b * h
-        # (B*H, T, hd) batches of contiguous rows, copied here once if the model's k, v are not: a
-        # slice of keys is then a BLAS operand as it is, where a transposed (B, T, H, hd) view made
-        # matmul copy it in every block. Gradients of k and v accumulate inside the GEMM (baddbmm_).
-        q3, k3, v3 = qs.view(bh, tq, hd), kc.reshape(bh, tk, hd), vc.reshape(bh, tk, hv)
+        # (B*H, T, hd + 1) batches of contiguous rows, made once here: keys and values with a column
+        # of ones, so a block's queries with -lse and its dO with -delta in their extra column give
+        # the probabilities' exponent and dP - delta straight from the GEMM (no pass of their own
+        # over the block's (n, nk) scores). A slice of keys is a BLAS operand as it is (a
+        # transposed (B, T, H, hd) view made matmul copy it in every block).
+        q3 = qs.view(bh, tq, hd)
+        ka = torch.cat([kc.reshape(bh, tk, hd), kc.new_ones(bh, tk, 1)], -1)
+        va = torch.cat([vc.reshape(bh, tk, hv), vc.new_ones(bh, tk, 1)], -1)
         do3 = dout.to(qs.dtype).reshape(bh, tq, hv)
-        lse3 = lse.view(bh, tq)
-        delta = (do3 * out.view(bh, tq, hv)).sum(-1)  # (B*H, Tq): rowsum(dP * P) = rowsum(dO * O)
+        lse3 = lse.view(bh, tq)  # reversed within blocks, as the blocks' rows
+        neg_delta = (do3 * out.view(bh, tq, hv)).sum(-1).neg_()  # (B*H, Tq): -rowsum(dP * P) = -rowsum(dO * O)
         dq = torch.empty_like(q3)
-        dk, dv = torch.zeros_like(k3), torch.zeros_like(v3)
+        dk = torch.zeros(bh, tk, hd, dtype=qs.dtype, device=qs.device)
+        dv = torch.zeros(bh, tk, hv, dtype=qs.dtype, device=qs.device)
         want = ctx.n_inputs and any(ctx.needs_input_grad[5:])
         acc = source.zero_grads() if want else None  # the tiles' gradients, summed over blocks
         for r0 in range(0, tq, rows):
             n = min(rows, tq - r0)
             nk = r0 + n + tk - tq
-            qb, dob = q3[:, r0:r0 + n].flip(1), do3[:, r0:r0 + n].flip(1)  # (B*H, n, hd), rows reversed
-            k_blk, v_blk = k3[:, :nk], v3[:, :nk]
-            p = torch.bmm(qb, k_blk.transpose(1, 2))  # (B*H, n, nk): scores, then probabilities
+            # (B*H, n, hd + 1), rows reversed: [q, -lse] and [dO, -delta]
+            qb = torch.cat([q3[:, r0:r0 + n].flip(1), lse3[:, r0:r0 + n, None].neg()], -1)
+            dob = torch.cat([do3[:, r0:r0 + n], neg_delta[:, r0:r0 + n, None]], -1).flip(1)
+            k_blk, v_blk = ka[:, :nk], va[:, :nk]
             tile, saved = source.backward_tile(r0, n, nk)
-            p.view(b, h, n, nk).add_(tile)
-            p.sub_(lse3[:, r0:r0 + n, None]).exp_()
-            dv[:, :nk].baddbmm_(p.transpose(1, 2), dob)
-            ds = torch.bmm(dob, v_blk.transpose(1, 2))  # dP, then dS = P (dP - delta)
-            ds.sub_(delta[:, r0:r0 + n].flip(1)[:, :, None]).mul_(p)
-            dq[:, r0:r0 + n] = torch.bmm(ds, k_blk).flip(1)
-            dk[:, :nk].baddbmm_(ds.transpose(1, 2), qb)
+            p = torch.empty(bh, n, nk, dtype=qs.dtype, device=qs.device)  # probabilities
+            for i in range(b):  # the tile (h, n, nk) is shared by the batch: one GEMM per batch row
+                rows_i = slice(i * h, (i + 1) * h)
+                torch.baddbmm(tile, qb[rows_i], k_blk[rows_i].transpose(1, 2), out=p[rows_i])
+            p.exp_()  # exp(q k^T + tile - lse)
+            dv[:, :nk].baddbmm_(p.transpose(1, 2), dob[:, :, :hv])
+            ds = torch.bmm(dob, v_blk.transpose(1, 2)).mul_(p)  # dS = P (dP - delta)
+            dq[:, r0:r0 + n] = torch.bmm(ds, k_blk[:, :, :hd]).flip(1)
+            dk[:, :nk].baddbmm_(ds.transpose(1, 2), qb[:, :, :hd])
             if acc is not None:
                 dtile = _batch_sum(ds.view(b, h, n, nk))  # (H, n, nk): the bias is shared by the batch
                 if tile.shape[0] == 1:  # one bias for every head
