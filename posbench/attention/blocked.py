@@ -75,12 +75,12 @@ class BlockedBiasAttention(torch.autograd.Function):
         # the probabilities' exponent and dP - delta straight from the GEMM (no pass of their own
         # over the block's (n, nk) scores). A slice of keys is a BLAS operand as it is (a
         # transposed (B, T, H, hd) view made matmul copy it in every block).
-        q3 = qs.view(bh, tq, hd)
+        q3 = qs.reshape(bh, tq, hd)  # reshape, not view: compiled, qs may have another layout
         ka = torch.cat([kc.reshape(bh, tk, hd), kc.new_ones(bh, tk, 1)], -1)
         va = torch.cat([vc.reshape(bh, tk, hv), vc.new_ones(bh, tk, 1)], -1)
         do3 = dout.to(qs.dtype).reshape(bh, tq, hv)
-        lse3 = lse.view(bh, tq)  # reversed within blocks, as the blocks' rows
-        neg_delta = (do3 * out.view(bh, tq, hv)).sum(-1).neg_()  # (B*H, Tq): -rowsum(dP * P) = -rowsum(dO * O)
+        lse3 = lse.reshape(bh, tq)  # reversed within blocks, as the blocks' rows
+        neg_delta = (do3 * out.reshape(bh, tq, hv)).sum(-1).neg_()  # (B*H, Tq): -rowsum(dP * P) = -rowsum(dO * O)
         dq = torch.empty_like(q3)
         dk = torch.zeros(bh, tk, hd, dtype=qs.dtype, device=qs.device)
         dv = torch.zeros(bh, tk, hv, dtype=qs.dtype, device=qs.device)
@@ -104,14 +104,14 @@ class BlockedBiasAttention(torch.autograd.Function):
             dq[:, r0:r0 + n] = torch.bmm(ds, k_blk[:, :, :hd]).flip(1)
             dk[:, :nk].baddbmm_(ds.transpose(1, 2), qb[:, :, :hd])
             if acc is not None:
-                dtile = _batch_sum(ds.view(b, h, n, nk))  # (H, n, nk): the bias is shared by the batch
+                dtile = _batch_sum(ds.reshape(b, h, n, nk))  # (H, n, nk): the bias is shared by the batch
                 if tile.shape[0] == 1:  # one bias for every head
                     dtile = dtile.sum(0, keepdim=True)
                 source.backward(r0, n, nk, dtile, saved, acc)
         dq.mul_(1.0 / math.sqrt(hd))  # the scores were (q * scale) k^T; dk came from the scaled q already
         grads = source.grads(acc) if acc is not None else (None,) * ctx.n_inputs
-        return (dq.view(b, h, tq, hd).to(dout.dtype), dk.view(b, h, tk, hd).to(dout.dtype),
-                dv.view(b, h, tk, hv).to(dout.dtype), None, None, *grads)
+        return (dq.reshape(b, h, tq, hd).to(dout.dtype), dk.reshape(b, h, tk, hd).to(dout.dtype),
+                dv.reshape(b, h, tk, hv).to(dout.dtype), None, None, *grads)
 
 
 def _batch_sum(ds: torch.Tensor) -> torch.Tensor:
