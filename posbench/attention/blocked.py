@@ -74,14 +74,14 @@ class BlockedBiasAttention(torch.autograd.Function):
         # of ones, so a block's queries with -lse and its dO with -delta in their extra column give
         # the probabilities' exponent and dP - delta straight from the GEMM (no pass of their own
         # over the block's (n, nk) scores). A slice of keys is a BLAS operand as it is (a
-        # transposed (B, T, H, hd) view made matmul copy it in every block).
-        q3 = qs.reshape(bh, tq, hd)  # reshape, not view: compiled, qs may have another layout
-        ka = torch.cat([kc.reshape(bh, tk, hd), kc.new_ones(bh, tk, 1)], -1)
-        va = torch.cat([vc.reshape(bh, tk, hv), vc.new_ones(bh, tk, 1)], -1)
-        do3 = dout.to(qs.dtype).reshape(bh, tq, hv)
-        lse3 = lse.reshape(bh, tq)  # reversed within blocks, as the blocks' rows
-        neg_delta = (do3 * out.reshape(bh, tq, hv)).sum(-1).neg_()  # (B*H, Tq): -rowsum(dP * P) = -rowsum(dO * O)
-        dq = torch.empty_like(q3)
+        # transposed (B, T, H, hd) view made matmul copy it in every block). Only tensors made
+        # here are reshaped: compiled, a saved tensor may come in another layout than it had
+        # when traced, and inductor refuses to view it as (B*H, ...).
+        ka = torch.cat([kc, kc.new_ones(b, h, tk, 1)], -1).reshape(bh, tk, hd + 1)
+        va = torch.cat([vc, vc.new_ones(b, h, tk, 1)], -1).reshape(bh, tk, hv + 1)
+        do = dout.to(qs.dtype)
+        neg_delta = (do * out).sum(-1, keepdim=True).neg_()  # (B, H, Tq, 1): -rowsum(dP * P) = -rowsum(dO * O)
+        dq = torch.empty(bh, tq, hd, dtype=qs.dtype, device=qs.device)
         dk = torch.zeros(bh, tk, hd, dtype=qs.dtype, device=qs.device)
         dv = torch.zeros(bh, tk, hv, dtype=qs.dtype, device=qs.device)
         want = ctx.n_inputs and any(ctx.needs_input_grad[5:])
@@ -89,9 +89,9 @@ class BlockedBiasAttention(torch.autograd.Function):
         for r0 in range(0, tq, rows):
             n = min(rows, tq - r0)
             nk = r0 + n + tk - tq
-            # (B*H, n, hd + 1), rows reversed: [q, -lse] and [dO, -delta]
-            qb = torch.cat([q3[:, r0:r0 + n].flip(1), lse3[:, r0:r0 + n, None].neg()], -1)
-            dob = torch.cat([do3[:, r0:r0 + n], neg_delta[:, r0:r0 + n, None]], -1).flip(1)
+            # (B*H, n, hd + 1), rows reversed: [q, -lse] (lse is stored reversed) and [dO, -delta]
+            qb = torch.cat([qs[:, :, r0:r0 + n].flip(-2), lse[:, :, r0:r0 + n, None].neg()], -1).reshape(bh, n, hd + 1)
+            dob = torch.cat([do[:, :, r0:r0 + n], neg_delta[:, :, r0:r0 + n]], -1).flip(-2).reshape(bh, n, hv + 1)
             k_blk, v_blk = ka[:, :nk], va[:, :nk]
             tile, saved = source.backward_tile(r0, n, nk)
             p = torch.empty(bh, n, nk, dtype=qs.dtype, device=qs.device)  # probabilities

@@ -210,7 +210,7 @@ def learned(source: BiasSource) -> bool:
     return any(p.requires_grad for p in source.parameters())
 
 
-CONSECUTIVE_MESSAGE = ("compiled bias attention with at least 512 queries on a CPU takes integer positions as "
+CONSECUTIVE_MESSAGE = (f"compiled bias attention with at least {BLOCKED_MIN_ROWS} queries on a CPU takes integer positions as "
                        "consecutive (the model's default); allowed: p_0, p_0 + 1, ... or float positions")
 
 
