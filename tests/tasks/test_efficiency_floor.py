@@ -82,11 +82,21 @@ def test_the_run_summary_and_the_report_show_the_floor(tmp_path):
     assert section.heading == "Efficiency"
 
 
-def test_without_nope_the_caption_says_so_and_with_nope_as_baseline_nothing_doubles(tmp_path):
-    (table,) = floor.floor_tables(_runs(tmp_path / "a", _rows(methods=("sinusoidal", "alibi"))[0]),
-                                  metrics=["train_wps"])
-    assert "No floor: nope (no position work) was not run." in table.caption
-    assert "[" not in table.cell("alibi", 1024).text and "floor" not in table.extra
+def test_without_nope_the_table_is_unchanged_and_with_nope_as_baseline_nothing_doubles(tmp_path):
+    """A run without nope (every run made before the floor) gets the table it always had."""
+    from posbench.report.table import metric_tables
+
+    runs = _runs(tmp_path / "a", _rows(methods=("sinusoidal", "alibi"))[0])
+    (table,) = floor.floor_tables(runs, metrics=["train_wps"])
+    (plain,) = metric_tables(runs, "efficiency", metrics=["train_wps"])
+    assert table.caption == plain.caption and "floor" not in table.caption
+    assert table.cell("alibi", 1024).text == plain.cell("alibi", 1024).text and "floor" not in table.extra
+    failed = _rows()[0]
+    for row in failed:
+        if row["method"] == "nope":
+            row["status"], row["metrics"] = "error", {}
+    (no_floor,) = floor.floor_tables(_runs(tmp_path / "c", failed), metrics=["train_wps"])
+    assert "No floor: nope has no finished case." in no_floor.caption and "[" not in no_floor.cell("alibi", 1024).text
     (own,) = floor.floor_tables(_runs(tmp_path / "b", _rows()[0], baseline="nope"), metrics=["train_wps"])
     assert own.baseline == "nope" and "[" not in own.cell("alibi", 1024).text
 

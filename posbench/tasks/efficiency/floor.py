@@ -30,14 +30,12 @@ def floor_tables(runs, baseline: Optional[str] = None, column: str = "seq_len",
 def add_floor(table: Table, against: Optional[Table], floor: str = FLOOR) -> None:
     """Append to each cell of ``table`` its ratio in ``against`` (the same table with ``floor`` as the
     baseline), in square brackets; ``table.extra["floor"]`` and ``["floor_ratios"]`` keep them
-    ({"row@column": [ratio, low, high]}). A table whose baseline is the floor, or without the floor's
-    ratios, only says why in its caption."""
-    if table.baseline == floor:
-        return  # its ratios already are the floor's
+    ({"row@column": [ratio, low, high]}). A table whose baseline is the floor, or whose run did not
+    run the floor, stays as it is (the report of a run made before the floor reads the same); one
+    whose floor has no finished case says so in its caption."""
+    if table.baseline == floor or floor not in table.rows:
+        return  # its ratios already are the floor's, or there is no floor to show
     ratios = {} if against is None else {key: c for key, c in against.cells.items() if c.ratio is not None}
-    if table.rows and floor not in table.rows:
-        table.caption += f" No floor: {floor} (no position work) was not run."
-        return
     if not ratios:
         table.caption += f" No floor: {floor} has no finished case."
         return
