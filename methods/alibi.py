@@ -28,6 +28,7 @@ class ALiBi(BiasMethod):
             raise ValueError(f"alibi: bias_dtype must be one of {', '.join(BIAS_DTYPES)}, got {bias_dtype!r}")
         self.bias_dtype = bias_dtype
         self.register_position_buffer("slopes", slopes_tensor(cfg.n_heads))  # (H,)
+        self._max_slope = float(self.slopes.abs().max())  # fixed: a Python number compiled code reads
 
     def _out_dtype(self, dtype: torch.dtype) -> torch.dtype:
         return torch.float32 if self.bias_dtype == "float32" else dtype
@@ -41,4 +42,4 @@ class ALiBi(BiasMethod):
         bias_dtype "float32" exactly linear and float32 (with "compute" rounded on purpose)."""
         exact = self.bias_dtype == "float32"
         return BiasForm(relative=True, cache_key=(self._out_dtype(dtype),),
-                        slopes=self.slopes if exact else None, dtype=torch.float32 if exact else None)
+                        slopes=self.slopes if exact else None, slope_bound=self._max_slope, dtype=torch.float32 if exact else None)

@@ -44,8 +44,9 @@ class BlockedBiasAttention(torch.autograd.Function):
         b, h, tq, hd = q.shape
         tk = k.shape[-2]
         cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-        qs = q.to(cdt) * (1.0 / math.sqrt(hd))  # (B, H, Tq, hd): scaling q is cheaper than the scores
-        kc, vc = k.to(cdt), v.to(cdt)
+        # (B, H, Tq, hd) contiguous, so backward views it as (B*H, Tq, hd): scaling q is cheaper than the scores
+        qs = torch.mul(q, 1.0 / math.sqrt(hd), out=torch.empty(b, h, tq, hd, dtype=cdt, device=q.device))
+        kc, vc = k.to(cdt), v.to(cdt)  # no copy in float32: the model's k, v, which autograd keeps anyway
         out = torch.empty(b, h, tq, v.shape[-1], dtype=cdt, device=q.device)
         lse = torch.empty(b, h, tq, dtype=cdt, device=q.device)  # log-sum-exp, reversed within blocks
         for r0 in range(0, tq, rows):
@@ -68,41 +69,58 @@ class BlockedBiasAttention(torch.autograd.Function):
         qs, kc, vc, out, lse = ctx.saved_tensors
         source, rows = ctx.source, ctx.rows
         b, h, tq, hd = qs.shape
-        tk = kc.shape[-2]
+        tk, hv, bh = kc.shape[-2], vc.shape[-1], b * h
+        # (B*H, T, hd + 1) batches of contiguous rows, made once here: keys and values with a column
+        # of ones, so a block's queries with -lse and its dO with -delta in their extra column give
+        # the probabilities' exponent and dP - delta straight from the GEMM (no pass of their own
+        # over the block's (n, nk) scores). A slice of keys is a BLAS operand as it is (a
+        # transposed (B, T, H, hd) view made matmul copy it in every block). Only tensors made
+        # here are reshaped: compiled, a saved tensor may come in another layout than it had
+        # when traced, and inductor refuses to view it as (B*H, ...).
+        ka = torch.cat([kc, kc.new_ones(b, h, tk, 1)], -1).reshape(bh, tk, hd + 1)
+        va = torch.cat([vc, vc.new_ones(b, h, tk, 1)], -1).reshape(bh, tk, hv + 1)
         do = dout.to(qs.dtype)
-        delta = (do * out).sum(-1, keepdim=True)  # (B, H, Tq, 1): rowsum(dP * P) = rowsum(dO * O)
-        dq = torch.empty_like(qs)
-        dk, dv = torch.zeros_like(kc), torch.zeros_like(vc)
+        neg_delta = (do * out).sum(-1, keepdim=True).neg_()  # (B, H, Tq, 1): -rowsum(dP * P) = -rowsum(dO * O)
+        dq = torch.empty(bh, tq, hd, dtype=qs.dtype, device=qs.device)
+        dk = torch.zeros(bh, tk, hd, dtype=qs.dtype, device=qs.device)
+        dv = torch.zeros(bh, tk, hv, dtype=qs.dtype, device=qs.device)
+        want = ctx.n_inputs and any(ctx.needs_input_grad[5:])
+        acc = source.zero_grads() if want else None  # the tiles' gradients, summed over blocks
         for r0 in range(0, tq, rows):
             n = min(rows, tq - r0)
             nk = r0 + n + tk - tq
-            qb, dob = qs[:, :, r0:r0 + n].flip(-2), do[:, :, r0:r0 + n].flip(-2)  # (B, H, n, hd)
-            k_blk, v_blk = kc[:, :, :nk], vc[:, :, :nk]
-            p = torch.matmul(qb, k_blk.transpose(-1, -2))  # (B, H, n, nk): scores, then probabilities
-            p.add_(source.backward_tile(r0, n, nk)).sub_(lse[:, :, r0:r0 + n, None]).exp_()
-            dv[:, :, :nk] += torch.matmul(p.transpose(-1, -2), dob)
-            ds = torch.matmul(dob, v_blk.transpose(-1, -2))  # dP, then dS = P (dP - delta)
-            ds.sub_(delta[:, :, r0:r0 + n].flip(-2)).mul_(p)
-            dq[:, :, r0:r0 + n] = torch.matmul(ds, k_blk).flip(-2)
-            dk[:, :, :nk] += torch.matmul(ds.transpose(-1, -2), qb)
-            if ctx.n_inputs and any(ctx.needs_input_grad[5:]):
-                dtile = _batch_sum(ds)  # (H, n, nk): the bias is shared by the batch
-                if source.heads == 1:  # one bias for every head
+            # (B*H, n, hd + 1), rows reversed: [q, -lse] (lse is stored reversed) and [dO, -delta]
+            qb = torch.cat([qs[:, :, r0:r0 + n].flip(-2), lse[:, :, r0:r0 + n, None].neg()], -1).reshape(bh, n, hd + 1)
+            dob = torch.cat([do[:, :, r0:r0 + n], neg_delta[:, :, r0:r0 + n]], -1).flip(-2).reshape(bh, n, hv + 1)
+            k_blk, v_blk = ka[:, :nk], va[:, :nk]
+            tile, saved = source.backward_tile(r0, n, nk)
+            p = torch.empty(bh, n, nk, dtype=qs.dtype, device=qs.device)  # probabilities
+            for i in range(b):  # the tile (h, n, nk) is shared by the batch: one GEMM per batch row
+                rows_i = slice(i * h, (i + 1) * h)
+                torch.baddbmm(tile, qb[rows_i], k_blk[rows_i].transpose(1, 2), out=p[rows_i])
+            p.exp_()  # exp(q k^T + tile - lse)
+            dv[:, :nk].baddbmm_(p.transpose(1, 2), dob[:, :, :hv])
+            ds = torch.bmm(dob, v_blk.transpose(1, 2)).mul_(p)  # dS = P (dP - delta)
+            dq[:, r0:r0 + n] = torch.bmm(ds, k_blk[:, :, :hd]).flip(1)
+            dk[:, :nk].baddbmm_(ds.transpose(1, 2), qb[:, :, :hd])
+            if acc is not None:
+                dtile = _batch_sum(ds.reshape(b, h, n, nk))  # (H, n, nk): the bias is shared by the batch
+                if tile.shape[0] == 1:  # one bias for every head
                     dtile = dtile.sum(0, keepdim=True)
-                source.backward(r0, n, nk, dtile)
-        scale = 1.0 / math.sqrt(hd)
-        dq.mul_(scale)  # the scores were (q * scale) k^T; dk came from the scaled q already
-        grads = source.grads() if ctx.n_inputs else ()
-        return (dq.to(dout.dtype), dk.to(dout.dtype), dv.to(dout.dtype), None, None, *grads)
+                source.backward(r0, n, nk, dtile, saved, acc)
+        dq.mul_(1.0 / math.sqrt(hd))  # the scores were (q * scale) k^T; dk came from the scaled q already
+        grads = source.grads(acc) if acc is not None else (None,) * ctx.n_inputs
+        return (dq.reshape(b, h, tq, hd).to(dout.dtype), dk.reshape(b, h, tk, hd).to(dout.dtype),
+                dv.reshape(b, h, tk, hv).to(dout.dtype), None, None, *grads)
 
 
 def _batch_sum(ds: torch.Tensor) -> torch.Tensor:
     """(B, H, n, nk) -> (H, n, nk), the sum over the batch: a view at B 1, else adds of the batch
-    rows (faster than ``ds.sum(0)`` on a CPU)."""
+    rows, the first two into a new tensor (faster than ``ds.sum(0)`` on a CPU)."""
     if ds.shape[0] == 1:
         return ds[0]
-    out = ds[0].clone()
-    for i in range(1, ds.shape[0]):
+    out = torch.add(ds[0], ds[1])
+    for i in range(2, ds.shape[0]):
         out.add_(ds[i])
     return out
 

@@ -5,6 +5,7 @@ what is computed, only how: a method that declares nothing gets the plain plans.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Hashable
 
@@ -17,6 +18,9 @@ from posbench.attention.piecewise import RatioPieces
 class BiasForm:
     # (H,): the bias is exactly linear, -slopes_h (p_i - p_j) (ALiBi)
     slopes: torch.Tensor | None = None
+    # max |slopes| as a Python number, when the method knows it (read under torch.compile, where
+    # reading it from ``slopes`` would break the graph)
+    slope_bound: float | None = None
     # the bias is a function of p_i - p_j alone (ALiBi, T5, KERPLE)
     relative: bool = False
     # (q_pos, k_pos) -> the bias as g_h(u(p_i - p_j) / z_i), g piecewise linear (FIRE)
@@ -29,3 +33,11 @@ class BiasForm:
     cache_key: tuple[Hashable, ...] | None = None
     # the dtype bias() returns when it is not the compute dtype (a float32 bias kept exact)
     dtype: torch.dtype | None = None
+
+    def max_slope(self) -> float:
+        """max |slopes|: ``slope_bound``, else read from ``slopes`` (not under torch.compile)."""
+        if self.slope_bound is not None:
+            return self.slope_bound
+        if torch.compiler.is_compiling():
+            return math.inf  # unknown without reading a tensor: not the linear plan
+        return float(self.slopes.abs().max())

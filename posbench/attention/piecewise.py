@@ -69,8 +69,6 @@ class PiecewiseRatio:
         # gather per tile reads both
         self.ab = torch.cat([torch.cat([a.new_zeros(self.heads, 1), a], 1),
                              torch.cat([b.new_full((self.heads, 1), float("-inf")), b], 1)]).contiguous()
-        self._saved = None  # (x, ends, A[seg]) of the tile backward is about to use
-        self.g_row = self.g_z = self.g_ab = None
 
     def _ends(self, r0: int, n: int, nk: int) -> torch.Tensor:
         """(n, W + 1) run ends of the reversed rows, non-increasing: [keys before the future,
@@ -79,9 +77,10 @@ class PiecewiseRatio:
         over = (real - self.below[r0:r0 + n].flip(0)).clamp_(min=0)  # (n, W)
         return torch.cat([real, over], 1)
 
-    def _tile(self, r0: int, n: int, nk: int, keep: bool) -> torch.Tensor:
-        p = self.padded
-        u = p.as_strided((n, nk), (1, 1), p.storage_offset() + self.tk - nk)  # (n, nk), rows reversed
+    def _tile(self, r0: int, n: int, nk: int) -> tuple[torch.Tensor, tuple]:
+        """(the tile, (x, ends, A[seg]): what its backward uses)."""
+        start = self.tk - nk
+        u = self.padded[start:start + n + nk - 1].unfold(0, nk, 1)  # (n, nk), rows reversed: a view
         x = u / self.z[r0:r0 + n].flip(0)[:, None]
         ends = self._ends(r0, n, nk)
         # piece id of key j: how many run ends exceed j = (W + 1) - how many are <= j
@@ -90,29 +89,28 @@ class PiecewiseRatio:
         steps[:, 0] += self.width + 1
         seg = steps[:, :nk].cumsum(1, dtype=torch.int32).view(-1)  # (n * nk,) 0 for future keys
         ab = self.ab.index_select(1, seg).view(2, self.heads, n, nk)
-        a, out = ab[0], ab[1].addcmul_(ab[0], x)  # (H, n, nk): B[seg] + A[seg] x
-        if keep:
-            self._saved = (x, ends, a)
-        return out
+        a = ab[0]
+        return ab[1].addcmul_(a, x), (x, ends, a)  # (H, n, nk): B[seg] + A[seg] x
 
     def tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
-        return self._tile(r0, n, nk, False)
+        return self._tile(r0, n, nk)[0]
 
-    def backward_tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
-        return self._tile(r0, n, nk, True)
+    def backward_tile(self, r0: int, n: int, nk: int) -> tuple[torch.Tensor, tuple]:
+        return self._tile(r0, n, nk)
 
-    def backward(self, r0: int, n: int, nk: int, g: torch.Tensor) -> None:
+    def zero_grads(self) -> list[torch.Tensor]:
+        """[row (Tk + rows - 1,), z (Tq,), ab (2H, W + 2)]: as ``padded``, ``z``, ``ab``."""
+        return [torch.zeros_like(self.padded), torch.zeros_like(self.z), torch.zeros_like(self.ab)]
+
+    def backward(self, r0: int, n: int, nk: int, g: torch.Tensor, saved: tuple, acc: list) -> None:
         """g (H, n, nk): the gradient of the tile (zero on future keys, whose probability is 0)."""
-        x, ends, a = self._saved
-        self._saved = None
-        if self.g_ab is None:
-            self.g_ab = torch.zeros_like(self.ab)  # (2H, W + 2), as ``ab``
-            self.g_row, self.g_z = torch.zeros_like(self.padded), torch.zeros_like(self.z)
+        x, ends, a = saved
+        g_row, g_z, g_ab = acc
         h = self.heads
         du = (g * a).sum(0).div_(self.z[r0:r0 + n].flip(0)[:, None])  # (n, nk): dL/dx / z = dL/du
         start = self.tk - nk
-        self.g_row[start:start + n + nk - 1] += antidiagonal_sums(du[None])[0]
-        self.g_z[r0:r0 + n] -= (du * x).sum(-1).flip(0)  # dL/dz = -sum_j dL/dx x / z
+        g_row[start:start + n + nk - 1] += antidiagonal_sums(du[None])[0]
+        g_z[r0:r0 + n] -= (du * x).sum(-1).flip(0)  # dL/dz = -sum_j dL/dx x / z
         # Per piece p >= 1: sum over keys ends[p] <= j < ends[p-1] = prefix(ends[p-1]) - prefix(ends[p]),
         # prefix(e) the sum over j < e, read from an inclusive cumulative sum at e - 1.
         ends = torch.cat([ends, ends.new_zeros(n, 1)], 1)  # (n, W + 2): the last piece ends at key 0
@@ -121,10 +119,9 @@ class PiecewiseRatio:
         both[1] = g
         at = (ends - 1).clamp_(min=0).expand(2 * h, -1, -1)
         prefix = both.view(2 * h, n, nk).cumsum(-1).gather(-1, at).mul_(ends > 0).sum(1)  # (2H, W + 2)
-        self.g_ab[:, 1:] += prefix[:, :-1] - prefix[:, 1:]
+        g_ab[:, 1:] += prefix[:, :-1] - prefix[:, 1:]
 
-    def grads(self) -> tuple:
-        if self.g_ab is None:
-            return (None,) * 4
+    def grads(self, acc: list) -> tuple:
+        g_row, g_z, g_ab = acc
         h = self.heads
-        return self.g_row[: self.tk], self.g_z, self.g_ab[:h, 1:], self.g_ab[h:, 1:]
+        return g_row[: self.tk], g_z, g_ab[:h, 1:], g_ab[h:, 1:]

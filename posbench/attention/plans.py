@@ -5,6 +5,7 @@ docs/kernels.md describes each plan and why it is chosen where it is.
 """
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Iterator, Protocol
 
 import torch
@@ -202,18 +203,20 @@ def choose_plan(device, dtype: torch.dtype, form: BiasForm, q_pos: torch.Tensor,
     (Tk,), for a bias of ``form``. The first that applies: FlexAttention (CUDA with a torch that
     has it, at least ``FLEX_MIN_ROWS`` queries); the masked bias (not a CPU, or fewer
     than ``BLOCKED_MIN_ROWS`` queries); linear (float32 or float64, Tq == Tk, max slope x span
-    at most ``LINEAR_SPAN``); distance, piecewise (consecutive integer positions); tiles; dense."""
+    at most ``LINEAR_SPAN``); distance, piecewise (consecutive integer positions); tiles; dense.
+    Under torch.compile no position is read (see ``_consecutive``)."""
     tq, tk = q_pos.shape[0], k_pos.shape[0]
     if tq >= flex.FLEX_MIN_ROWS and flex.flex_available(device):
         return FlexPlan
     if torch.device(device).type != "cpu" or tq < BLOCKED_MIN_ROWS:
         return MaskedPlan
+    consecutive = _consecutive(k_pos)
     if (form.slopes is not None and dtype in (torch.float32, torch.float64) and tq == tk
-            and float(form.slopes.abs().max()) * _span(k_pos) <= LINEAR_SPAN):
+            and form.max_slope() * _span(k_pos, consecutive) <= LINEAR_SPAN):
         return LinearPlan
-    if form.relative and _consecutive(k_pos):
+    if form.relative and consecutive:
         return DistancePlan
-    if form.pieces is not None and _consecutive(k_pos):
+    if form.pieces is not None and consecutive:
         return PiecewisePlan
     return TilesPlan if form.per_block else DensePlan
 
@@ -241,8 +244,17 @@ def learned(source: BiasSource) -> bool:
     return any(p.requires_grad for p in source.parameters())
 
 
-def _span(k_pos: torch.Tensor) -> float:
-    return float(k_pos[-1] - k_pos[0]) if k_pos.numel() > 1 else 0.0
+CONSECUTIVE_MESSAGE = (f"compiled bias attention with at least {BLOCKED_MIN_ROWS} queries on a CPU takes integer positions as "
+                       "consecutive (the model's default); allowed: p_0, p_0 + 1, ... or float positions")
+
+
+def _span(k_pos: torch.Tensor, consecutive: bool) -> float:
+    """p_last - p_0; under torch.compile known only for consecutive positions (else inf)."""
+    if consecutive or k_pos.numel() < 2:
+        return float(max(k_pos.numel() - 1, 0))
+    if torch.compiler.is_compiling():
+        return math.inf
+    return float(k_pos[-1] - k_pos[0])
 
 
 def _last_of(q_pos: torch.Tensor, k_pos: torch.Tensor) -> bool:
@@ -252,4 +264,12 @@ def _last_of(q_pos: torch.Tensor, k_pos: torch.Tensor) -> bool:
 
 def _consecutive(k_pos: torch.Tensor) -> bool:
     """Integer positions p_0, p_0 + 1, ..., (increasing, as the method contract requires)."""
-    return not k_pos.is_floating_point() and int(k_pos[-1] - k_pos[0]) == k_pos.numel() - 1
+    if k_pos.is_floating_point():
+        return False
+    if torch.compiler.is_compiling():
+        # A graph cannot branch on a tensor's values (reading one breaks the graph, and every
+        # layer after it runs eagerly): integer positions are taken as consecutive, as the model
+        # makes them, and the graph checks it when it runs.
+        torch._assert_async(k_pos[-1] - k_pos[0] == k_pos.numel() - 1, CONSECUTIVE_MESSAGE)
+        return True
+    return int(k_pos[-1] - k_pos[0]) == k_pos.numel() - 1

@@ -1,7 +1,10 @@
 """Where a block of the blocked path gets its bias tile (h, n, nk), rows reversed, future keys -inf.
 
-Rows are reversed so a Toeplitz tile is a strided view with strides +1. Each source has ``tile``,
-``backward_tile``, ``backward`` (the tile's gradient) and ``grads``.
+Rows are reversed so a Toeplitz tile is a strided view with strides +1. Each source has ``tile``;
+for backward ``backward_tile`` (the tile and what its gradient needs), ``zero_grads`` (the
+accumulators), ``backward`` (adds one tile's gradient into them) and ``grads``. A source holds no
+state that backward changes: under torch.compile an autograd function may not mutate an object
+made outside it (dynamo breaks the graph there).
 """
 from __future__ import annotations
 
@@ -13,28 +16,32 @@ class DistanceRow:
     (h, Tk): ``row[t]`` is the bias at distance Tk - 1 - t. The future keys read -inf from a pad."""
 
     def __init__(self, row: torch.Tensor, tk: int, rows: int, dtype: torch.dtype):
-        self.tk = tk
+        self.tk, self.rows = tk, rows
         pad = row.new_full((row.shape[0], rows - 1), float("-inf"), dtype=dtype)
         self.padded = torch.cat([row.detach().to(dtype), pad], 1)  # (h, Tk + rows - 1)
-        self.heads = row.shape[0]
-        self.grad: torch.Tensor | None = None
 
     def tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
         """(h, n, nk): the bias of query rows r0 .. r0+n (reversed) against keys 0 .. nk.
         Reversed row i', key j: distance nk - 1 - i' - j, i.e. ``row[Tk - nk + i' + j]``."""
-        p = self.padded
-        return p.as_strided((p.shape[0], n, nk), (p.stride(0), 1, 1), p.storage_offset() + self.tk - nk)
+        start = self.tk - nk  # unfold, not as_strided: a view torch.compile traces (no storage offset read)
+        return self.padded[:, start:start + n + nk - 1].unfold(1, nk, 1)
 
-    backward_tile = tile  # backward reads the same view
+    def backward_tile(self, r0: int, n: int, nk: int) -> tuple[torch.Tensor, None]:
+        return self.tile(r0, n, nk), None  # backward reads the same view
 
-    def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor) -> None:
-        if self.grad is None:
-            self.grad = torch.zeros_like(self.padded)
-        start = self.tk - nk
-        self.grad[:, start:start + n + nk - 1] += antidiagonal_sums(dtile)
+    def zero_grads(self) -> list[torch.Tensor]:
+        """[(h, rows, Tk + rows - 1)]: tile gradients added where their keys sit; the row's gradient
+        is its anti-diagonal sums, taken once in ``grads`` (not once per block)."""
+        h, width = self.padded.shape
+        return [self.padded.new_zeros(h, self.rows, width)]
 
-    def grads(self) -> tuple:
-        return (None if self.grad is None else self.grad[:, : self.tk],)
+    def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor, saved, acc: list) -> None:
+        start = self.tk - nk  # reversed row i', key j reads padded[start + i' + j]
+        acc[0][:, :n, start:start + nk] += dtile
+
+    def grads(self, acc: list) -> tuple:
+        # element (i', t) of the accumulator belongs to padded[t + i']: shift row i' by i'
+        return (antidiagonal_sums(acc[0])[:, : self.tk],)
 
 
 class DenseBias:
@@ -44,21 +51,22 @@ class DenseBias:
 
     def __init__(self, bias: torch.Tensor, dtype: torch.dtype):
         self.rev = bias.detach().to(dtype).flip(-2)  # (h, Tq, Tk), rows reversed once per call
-        self.heads, self.tq = bias.shape[0], bias.shape[1]
-        self.grad: torch.Tensor | None = None
+        self.tq = bias.shape[1]
 
     def tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
         return self.rev[:, self.tq - r0 - n:self.tq - r0, :nk]  # rows r0+n-1 .. r0: a view
 
-    backward_tile = tile
+    def backward_tile(self, r0: int, n: int, nk: int) -> tuple[torch.Tensor, None]:
+        return self.tile(r0, n, nk), None
 
-    def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor) -> None:
-        if self.grad is None:
-            self.grad = torch.zeros_like(self.rev)
-        self.grad[:, self.tq - r0 - n:self.tq - r0, :nk] += dtile
+    def zero_grads(self) -> list[torch.Tensor]:
+        return [torch.zeros_like(self.rev)]
 
-    def grads(self) -> tuple:
-        return (None if self.grad is None else self.grad.flip(-2),)
+    def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor, saved, acc: list) -> None:
+        acc[0][:, self.tq - r0 - n:self.tq - r0, :nk] += dtile
+
+    def grads(self, acc: list) -> tuple:
+        return (acc[0].flip(-2),)
 
 
 class BiasTiles:
@@ -68,37 +76,33 @@ class BiasTiles:
 
     def __init__(self, tile_fn, inputs: tuple, dtype: torch.dtype):
         self.tile_fn, self.inputs, self.dtype = tile_fn, inputs, dtype
-        self.acc: list[torch.Tensor | None] = [None] * len(inputs)
-        self.heads = 1
-        self._graph: torch.Tensor | None = None  # the tile backward built under autograd
 
     def tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
         t = self.tile_fn(r0, n, nk)
-        t = t.reshape(-1, *t.shape[-2:]).to(self.dtype).flip(-2)  # (h, n, nk), rows reversed
-        self.heads = t.shape[0]
-        return t
+        return t.reshape(-1, *t.shape[-2:]).to(self.dtype).flip(-2)  # (h, n, nk), rows reversed
 
-    def backward_tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
-        """The tile, built once under autograd: its values for the probabilities, its graph for
-        ``backward``."""
+    def backward_tile(self, r0: int, n: int, nk: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The tile, built once under autograd: its values for the probabilities, its graph (saved)
+        for ``backward``."""
         with torch.enable_grad():
             t = self.tile(r0, n, nk)
-        self._graph = t if t.requires_grad else None
-        return t.detach()
+        return t.detach(), (t if t.requires_grad else None)
 
-    def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor) -> None:
-        t, self._graph = self._graph, None
+    def zero_grads(self) -> list[torch.Tensor | None]:
+        return [None] * len(self.inputs)  # None until a tile's graph reaches the input
+
+    def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor, saved, acc: list) -> None:
         wanted = [i for i, x in enumerate(self.inputs) if x.requires_grad]
-        if t is None or not wanted:
+        if saved is None or not wanted:
             return
-        grads = torch.autograd.grad(t, [self.inputs[i] for i in wanted], dtile.to(t.dtype), allow_unused=True,
+        grads = torch.autograd.grad(saved, [self.inputs[i] for i in wanted], dtile.to(saved.dtype), allow_unused=True,
                                     retain_graph=True)  # a tile may share a graph with others (tests)
         for i, g in zip(wanted, grads):
             if g is not None:
-                self.acc[i] = g if self.acc[i] is None else self.acc[i] + g
+                acc[i] = g if acc[i] is None else acc[i] + g
 
-    def grads(self) -> tuple:
-        return tuple(self.acc)
+    def grads(self, acc: list) -> tuple:
+        return tuple(acc)
 
 
 def antidiagonal_sums(m: torch.Tensor) -> torch.Tensor:

@@ -49,8 +49,8 @@ def close(got, want, dtype, what):
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("tq, tk, rows", [(1, 1, 4), (7, 7, 4), (33, 33, 8), (100, 100, 16), (5, 13, 2),
                                           (257, 257, 64), (1, 9, 4), (40, 41, 128)])
-@pytest.mark.parametrize("source", ["distance", "tiles"])
-@pytest.mark.parametrize("batch", [1, 3])  # the bias's gradient sums the batch (a view at batch 1)
+@pytest.mark.parametrize("source", ["distance", "tiles", "dense"])
+@pytest.mark.parametrize("batch", [1, 2, 3])  # the bias's gradient sums the batch (a view at batch 1)
 def test_blocked_attention_equals_the_float64_reference_with_every_gradient(seed, tq, tk, rows, source, batch):
     dtype = torch.float32
     q, k, v, by_distance = inputs(seed, batch, 3, tq, tk, 16, dtype)
@@ -60,6 +60,9 @@ def test_blocked_attention_equals_the_float64_reference_with_every_gradient(seed
     if source == "distance":
         row = by_distance.flip(-1)  # row[t]: the bias at distance Tk - 1 - t
         out = blocked_bias_attention(q, k, v, DistanceRow(row, tk, rows, torch.float32), (row,), rows)
+    elif source == "dense":
+        masked = distance_bias(by_distance, tq, tk).masked_fill(~causal_mask(tq, tk, "cpu"), float("-inf"))
+        out = blocked_bias_attention(q, k, v, DenseBias(masked, torch.float32), (masked,), rows)
     else:
         def tile(r0, n, nk):  # rows r0 .. r0+n, keys 0 .. nk, future keys -inf
             b = distance_bias(by_distance, tq, tk)[:, r0:r0 + n, :nk]
@@ -102,8 +105,8 @@ def test_blocked_attention_in_half_precision_computes_scores_in_float32(dtype):
     assert out.dtype == dtype
     close(out, want, dtype, "output")
     grad_out = torch.randn(want.shape, dtype=torch.float64)
-    got = torch.autograd.grad(out, (k, by_distance), grad_out.to(dtype))
-    for name, g, w in zip(("dk", "dbias"), got, torch.autograd.grad(want, (k, by_distance), grad_out)):
+    got = torch.autograd.grad(out, (q, k, v, by_distance), grad_out.to(dtype))
+    for name, g, w in zip(("dq", "dk", "dv", "dbias"), got, torch.autograd.grad(want, (q, k, v, by_distance), grad_out)):
         close(g, w, dtype, name)
 
 

@@ -135,3 +135,24 @@ def test_table_captions_say_compiled_or_eager():
     assert compile_note([Row({"compile": False})]) == " Eager PyTorch (compile: false)."
     assert compile_note([Row({"compile": True}), Row({"compile": False})]).startswith(" Mixed:")
     assert compile_note([Row({"epochs": 1}), Row(None)]) == ""  # a task without the setting: nothing said
+
+
+@pytest.mark.subprocess  # inductor runs g++
+def test_efficiency_group_of_bias_methods_compiled_at_the_blocked_length(tmp_path, monkeypatch):
+    """From 512 queries on a CPU the bias methods attend by blocks. Several of them compiled in one
+    process (a paired group) settle, then run their windows under fail_on_recompile: every case ok,
+    no graph break. Issue 45: a graph break inside the shared Block.forward made that frame a
+    compiled unit of its own, and a later model's call recompiled it and crashed the group."""
+    # batch 2: inductor may lay out a (B, H, T, hd) tensor as (B, T, H, hd), which a view as (B*H, T, hd)
+    # refuses (it did, in the blocked backward)
+    settings = {**EFFICIENCY, "tokens_per_step": 1024, "windows": 2}
+    made = [make_case("efficiency", m, {"seq_len": 512}, settings, tmp_path) for m in ("t5_bias", "kerple_log")]
+    task, cases = made[0][0], [c for _, c in made]
+    monkeypatch.setattr(task.module, "memory_probe", lambda c: {"status": "ok", "metrics": {}})
+    out = task.run_group(cases, 1)
+    for case in cases:
+        row = out[case.id]
+        assert row["status"] == "ok", row["message"]
+        assert row["info"]["compile_graph_breaks"] == "0", case.method
+        assert len(row["series"]["train_wps_windows"]) == 2
+    assert out[cases[0].id]["info"]["attn_backend"].startswith("blocked float32")  # t5_bias: the blocked path

@@ -454,5 +454,20 @@ def _energy(metrics, prefix, joules, tokens):
     metrics[f"{prefix}j_per_token"] = joules / tokens if joules is not None else None
 
 
+def report_sections(runs, baseline=None) -> list:
+    """The metric tables, methods x seq_len, each cell with its ratio to nope, the floor (``floor.py``)."""
+    from posbench.tasks.efficiency.floor import report_sections as sections
+
+    return sections(runs, baseline)
+
+
+def summary_tables(runs) -> list:
+    """The suite's metrics printed at the end of a run, with the floor (``floor.py``)."""
+    from posbench.tasks.efficiency.floor import summary_tables as tables
+
+    return tables(runs)
+
+
 # The report: the first section, methods x seq_len.
-TASK = Task(Settings, Params, METRICS, run, run_group=run_group, REPORT_ORDER=10, REPORT_COLUMN="seq_len")
+TASK = Task(Settings, Params, METRICS, run, run_group=run_group, REPORT_ORDER=10, REPORT_COLUMN="seq_len",
+            report_sections=report_sections, summary_tables=summary_tables)

@@ -1,0 +1,94 @@
+"""Where a training step's time goes, and step-time ratios to nope, on the tiny model on a CPU.
+
+    python benchmarks/step_profile.py profile t5_bias --seq-len 1024      # torch.profiler, self time
+    python benchmarks/step_profile.py ratio t5_bias kerple_log --seq-len 1024 2048 --repeats 9
+
+One thread (``torch.set_num_threads(1)``), batch x L = ``--tokens`` (2048, as the cpu-long
+profile). ``ratio`` interleaves the methods in every repeat (nope, then each method, in a rotated
+order) and prints each method's step time / nope's: the median and the range over repeats. The
+numbers are this machine's at that moment: quote them with their spread, never assert them in a
+test. The efficiency suite (``bench.py --suite efficiency --profile cpu-long``) gives the same
+ratios with paired windows and bootstrap intervals; this is the quicker loop while editing.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from posbench.core.model import TransformerLM, lm_loss, model_config
+
+
+class Step:
+    """One method's model at one length: ``run()`` is a training step (forward, loss, backward, AdamW)."""
+
+    def __init__(self, method: str, seq_len: int, tokens: int, seed: int = 0):
+        torch.manual_seed(seed)
+        self.model = TransformerLM(model_config("tiny", method)).train()
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randint(0, self.model.cfg.vocab_size, (max(tokens // seq_len, 1), seq_len + 1), generator=g)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+
+    def run(self) -> None:
+        loss = lm_loss(self.model(self.x[:, :-1]), self.x[:, 1:])
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def seconds(self, steps: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            self.run()
+        return (time.perf_counter() - t0) / steps
+
+
+def profile(method: str, seq_len: int, tokens: int, steps: int, rows: int) -> None:
+    step = Step(method, seq_len, tokens)
+    step.run()  # warm-up: lazily built tables, allocator
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step.run()
+    print(f"{method} L {seq_len}, {steps} steps, one thread")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
+
+
+def ratios(methods: list[str], seq_len: int, tokens: int, repeats: int, steps: int) -> None:
+    every = ["nope", *[m for m in methods if m != "nope"]]
+    steps_of = {m: Step(m, seq_len, tokens) for m in every}
+    for s in steps_of.values():
+        s.run()
+    times: dict[str, list[float]] = {m: [] for m in every}
+    for r in range(repeats):
+        order = every[r % len(every):] + every[:r % len(every)]  # who goes first rotates
+        for m in order:
+            times[m].append(steps_of[m].seconds(steps))
+    print(f"L {seq_len}, {tokens} tokens per step, {repeats} repeats of {steps} steps, one thread")
+    for m in every[1:]:
+        per = [t / b for t, b in zip(times[m], times["nope"])]
+        print(f"  {m:12s} / nope: median {statistics.median(per):.3f} [{min(per):.3f}-{max(per):.3f}]"
+              f"  (nope {statistics.median(times['nope']) * 1e3:.0f} ms/step)")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["profile", "ratio"])
+    ap.add_argument("methods", nargs="+")
+    ap.add_argument("--seq-len", type=int, nargs="+", default=[1024])
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--steps", type=int, default=2, help="steps per timing (ratio), or profiled steps")
+    ap.add_argument("--rows", type=int, default=25, help="operators the profile table shows")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    for seq_len in args.seq_len:
+        if args.what == "profile":
+            for m in args.methods:
+                profile(m, seq_len, args.tokens, args.steps, args.rows)
+        else:
+            ratios(args.methods, seq_len, args.tokens, args.repeats, args.steps)
+
+
+if __name__ == "__main__":
+    main()

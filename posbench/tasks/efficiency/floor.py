@@ -1,0 +1,71 @@
+"""The floor: each efficiency table shows a method's ratio to ``nope`` (no position work at all) beside
+its ratio to the suite's baseline, so a reader sees what a method costs over the model itself.
+
+The floor's ratios are formed exactly as the baseline's (``posbench.report.table.metric_tables`` with
+``nope`` as the baseline: paired windows or rounds, a bootstrap interval) and added to each cell in
+square brackets: ``25.8k (0.99x ±0.01) [1.02x ±0.01]``. docs/tasks/efficiency.md.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from posbench.report import numbers as fmt
+from posbench.report.table import Table, metric_tables, ordered
+
+FLOOR = "nope"
+TASK = "efficiency"
+
+
+def floor_tables(runs, baseline: Optional[str] = None, column: str = "seq_len",
+                 metrics: Optional[list[str]] = None, floor: str = FLOOR) -> list[Table]:
+    """``metric_tables`` of the efficiency rows in ``runs`` with the ratio to ``floor`` in every cell
+    (``add_floor``)."""
+    tables = metric_tables(runs, TASK, baseline, column, metrics)
+    floors = {t.key: t for t in metric_tables(runs, TASK, floor, column, metrics)}
+    for table in tables:
+        add_floor(table, floors.get(table.key), floor)
+    return tables
+
+
+def add_floor(table: Table, against: Optional[Table], floor: str = FLOOR) -> None:
+    """Append to each cell of ``table`` its ratio in ``against`` (the same table with ``floor`` as the
+    baseline), in square brackets; ``table.extra["floor"]`` and ``["floor_ratios"]`` keep them
+    ({"row@column": [ratio, low, high]}). A table whose baseline is the floor, or whose run did not
+    run the floor, stays as it is (the report of a run made before the floor reads the same); one
+    whose floor has no finished case says so in its caption."""
+    if table.baseline == floor or floor not in table.rows:
+        return  # its ratios already are the floor's, or there is no floor to show
+    ratios = {} if against is None else {key: c for key, c in against.cells.items() if c.ratio is not None}
+    if not ratios:
+        table.caption += f" No floor: {floor} has no finished case."
+        return
+    kept = {}
+    for key, cell in table.cells.items():
+        found = ratios.get(key)
+        if found is None or cell.value is None or key[0] == floor:
+            continue
+        inside = fmt.ratio(found.ratio)
+        if found.ratio_interval is not None:
+            inside += " " + fmt.plus_minus(found.ratio, found.ratio_interval)
+        cell.text += f" [{inside}]"
+        low, high = found.ratio_interval if found.ratio_interval is not None else (None, None)
+        kept[f"{key[0]}@{key[1]}"] = [found.ratio, low, high]
+    table.extra["floor"], table.extra["floor_ratios"] = floor, kept
+    table.caption += (f" In square brackets: ratio to {floor}, the floor (the same model with no position work), "
+                      "formed as the ratio to the baseline.")
+
+
+def summary_tables(runs) -> list[Table]:
+    """The tables printed after a run: the suite's metrics (run.json), with the floor."""
+    sources = ordered(runs.rows["source"])
+    metas = [runs.metas.get(s) for s in sources]
+    names = ordered(m for meta in metas if meta is not None for m in meta.metrics)
+    return floor_tables(runs, None, "seq_len", names or None)
+
+
+def report_sections(runs, baseline: Optional[str] = None) -> list:
+    """The report's efficiency section: the default layout (``metric_section``), with the floor."""
+    from posbench.report.sections import Section, metric_blocks
+
+    task = runs.tasks.get(TASK)
+    return [Section(task.title, TASK, metric_blocks(runs, floor_tables(runs, baseline, task.REPORT_COLUMN)))]

@@ -1,0 +1,52 @@
+"""benchmarks/step_profile.py, the tool behind issue 45's profiles and quick ratios: what it prints,
+never how fast anything was."""
+import importlib.util
+import re
+from pathlib import Path
+
+import torch
+
+PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "step_profile.py"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("step_profile", PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_step_trains_the_model_on_batch_times_length_tokens():
+    tool = _tool()
+    step = tool.Step("t5_bias", 32, 64)
+    assert tuple(step.x.shape) == (2, 33)
+    before = step.model.method.table.weight.detach().clone()
+    step.run()
+    assert not torch.equal(before, step.model.method.table.weight)
+    assert all(p.grad is None for p in step.model.parameters())
+
+
+def test_ratio_prints_each_method_against_nope_with_its_range(capsys):
+    threads = torch.get_num_threads()
+    try:
+        _tool().main(["ratio", "alibi", "nope", "--seq-len", "16", "24", "--tokens", "48", "--repeats", "3",
+                      "--steps", "1"])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert out.count("3 repeats of 1 steps, one thread") == 2 and "L 16, 48 tokens" in out and "L 24" in out
+    lines = [ln for ln in out.splitlines() if "/ nope" in ln]
+    assert len(lines) == 2 and all(ln.split()[0] == "alibi" for ln in lines)  # nope is not its own ratio
+    for ln in lines:
+        median, low, high = map(float, re.search(r"median ([\d.]+) \[([\d.]+)-([\d.]+)\]", ln).groups())
+        assert low <= median <= high
+
+
+def test_profile_prints_the_operators_by_self_time(capsys):
+    threads = torch.get_num_threads()
+    try:
+        _tool().main(["profile", "nope", "--seq-len", "16", "--tokens", "32", "--steps", "1", "--rows", "5"])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "nope L 16, 1 steps, one thread" in out and "Self CPU" in out and "aten::" in out

@@ -1,0 +1,108 @@
+"""The efficiency floor (posbench/tasks/efficiency/floor.py): nope runs in the cpu profiles and every
+table cell shows its ratio to nope beside its ratio to the baseline, paired the same way."""
+import random
+
+import pytest
+
+from posbench.report import bootstrap
+from posbench.report import rows as rowsmod
+from posbench.report.sections import collect_sections
+from posbench.report.table import run_tables
+from posbench.run import suite as suitemod
+from posbench.tasks.efficiency import floor
+from tests.helpers.report_rows import write_run
+
+# planted speeds relative to sinusoidal, the baseline
+SPEEDS = {"sinusoidal": 1.0, "alibi": 0.9, "nope": 1.05}
+
+
+def _rows(methods=tuple(SPEEDS), rounds=2, windows=12, seed=5):
+    """Paired-windows rows: per round one process level, drift shared by the methods, 0.3% noise."""
+    rng = random.Random(seed)
+    values = {m: [] for m in methods}
+    for r in range(rounds):
+        level = 1 + 0.2 * rng.uniform(-1, 1)
+        per = {m: [] for m in methods}
+        for w in range(windows):
+            drift = 1 + 0.1 * rng.uniform(-1, 1)
+            for m in methods:
+                per[m].append(1000 * level * drift * SPEEDS[m] * (1 + rng.gauss(0, 0.003)))
+        for m in methods:
+            values[m].append(per[m])
+    rows = []
+    for m in methods:
+        for r, vals in enumerate(values[m], 1):
+            rows.append({"case_id": f"{m}/seq_len=1024", "suite": "efficiency", "task": "efficiency", "method": m,
+                         "params": {"seq_len": 1024}, "status": "ok", "message": "",
+                         "metrics": {"train_wps": sorted(vals)[len(vals) // 2]},
+                         "series": {"train_wps_windows": vals, "train_wps_window_t": list(range(len(vals)))},
+                         "info": {"pairing": "windows", "group": f"g{r}"},
+                         "settings": {"rounds": rounds, "pairing": "windows"}, "device": "cpu", "profile": "cpu",
+                         "run_id": "run-f", "started_at": f"2026-01-01T00:{r:02d}:00+00:00", "duration_s": 1.0,
+                         "posbench_version": "x", "git_commit": "abc", "traceback": "", "round": r})
+    return rows, values
+
+
+def _runs(tmp_path, rows, baseline="sinusoidal"):
+    run = write_run(tmp_path, rows, metrics=["train_wps"], baseline=baseline,
+                    methods=list(dict.fromkeys(r["method"] for r in rows)))
+    return rowsmod.load_runs(run)
+
+
+def _paired(values, method, base):
+    as_rounds = [{"group": f"g{r}", "values": v} for r, v in enumerate(values[method], 1)]
+    base_rounds = [{"group": f"g{r}", "values": v} for r, v in enumerate(values[base], 1)]
+    return bootstrap.paired_ratio(as_rounds, base_rounds)
+
+
+def test_cells_show_the_ratio_to_nope_beside_the_ratio_to_the_baseline(tmp_path):
+    rows, values = _rows()
+    (table,) = floor.floor_tables(_runs(tmp_path, rows), metrics=["train_wps"])
+    cell = table.cell("alibi", 1024)
+    to_base, base_interval, _ = _paired(values, "alibi", "sinusoidal")
+    to_floor, floor_interval, pairs = _paired(values, "alibi", "nope")
+    assert pairs == 24 and to_floor == pytest.approx(0.9 / 1.05, abs=0.01)
+    assert cell.ratio == to_base and cell.ratio_interval == base_interval  # the baseline's ratio stays
+    assert cell.text.endswith(f"(0.90x ±{bootstrap.half_width(to_base, base_interval):.2f}) "
+                              f"[{to_floor:.2f}x ±{bootstrap.half_width(to_floor, floor_interval):.2f}]")
+    assert table.extra["floor"] == "nope"
+    assert table.extra["floor_ratios"]["alibi@1024"] == [to_floor, *floor_interval]
+    assert table.cell("sinusoidal", 1024).text.endswith(f"[{1 / 1.05:.2f}x ±0.00]")
+    assert "[" not in table.cell("nope", 1024).text
+    assert "In square brackets: ratio to nope, the floor" in table.caption
+
+
+def test_the_run_summary_and_the_report_show_the_floor(tmp_path):
+    runs = _runs(tmp_path, _rows()[0])
+    (printed,) = run_tables(runs)
+    assert printed.extra["floor"] == "nope" and " [" in printed.cell("alibi", 1024).text
+    (section,) = [s for s in collect_sections(runs) if s.task == "efficiency"]
+    (table,) = [b.table for b in section.blocks if b.table.metric == "train_wps"]
+    assert table.extra["floor_ratios"].keys() == {"sinusoidal@1024", "alibi@1024"}
+    assert section.heading == "Efficiency"
+
+
+def test_without_nope_the_table_is_unchanged_and_with_nope_as_baseline_nothing_doubles(tmp_path):
+    """A run without nope (every run made before the floor) gets the table it always had."""
+    from posbench.report.table import metric_tables
+
+    runs = _runs(tmp_path / "a", _rows(methods=("sinusoidal", "alibi"))[0])
+    (table,) = floor.floor_tables(runs, metrics=["train_wps"])
+    (plain,) = metric_tables(runs, "efficiency", metrics=["train_wps"])
+    assert table.caption == plain.caption and "floor" not in table.caption
+    assert table.cell("alibi", 1024).text == plain.cell("alibi", 1024).text and "floor" not in table.extra
+    failed = _rows()[0]
+    for row in failed:
+        if row["method"] == "nope":
+            row["status"], row["metrics"] = "error", {}
+    (no_floor,) = floor.floor_tables(_runs(tmp_path / "c", failed), metrics=["train_wps"])
+    assert "No floor: nope has no finished case." in no_floor.caption and "[" not in no_floor.cell("alibi", 1024).text
+    (own,) = floor.floor_tables(_runs(tmp_path / "b", _rows()[0], baseline="nope"), metrics=["train_wps"])
+    assert own.baseline == "nope" and "[" not in own.cell("alibi", 1024).text
+
+
+@pytest.mark.parametrize("profile", ["cpu", "cpu-long", "cpu-all"])
+def test_the_cpu_profiles_run_nope(profile):
+    suite = suitemod.resolve(suitemod.load("suites/efficiency.yaml"), profile)
+    methods = {c.method for c in suite.cases("cpu")}
+    assert "nope" in methods and suite.baseline == "sinusoidal"
