@@ -258,7 +258,13 @@ def _span(k_pos: torch.Tensor, consecutive: bool) -> float:
 
 
 def _last_of(q_pos: torch.Tensor, k_pos: torch.Tensor) -> bool:
-    """The queries are the last Tq keys' positions (a forward, or a prefill after a cache)."""
+    """The queries are the last Tq keys' positions (a forward, or a prefill after a cache); under
+    torch.compile taken so, as the model makes them, and checked when the graph runs."""
+    if q_pos.is_floating_point():
+        return False
+    if torch.compiler.is_compiling():
+        torch._assert_async((q_pos[-1] == k_pos[-1]) & (q_pos[-1] - q_pos[0] == q_pos.numel() - 1), CONSECUTIVE_MESSAGE)
+        return True
     return int(q_pos[-1]) == int(k_pos[-1]) and int(q_pos[-1] - q_pos[0]) == q_pos.numel() - 1
 
 

@@ -11,6 +11,7 @@ from posbench.report.table import run_tables
 from posbench.run import suite as suitemod
 from posbench.tasks.efficiency import floor
 from tests.helpers.report_rows import write_run
+from posbench.tasks import find as find_task
 
 # planted speeds relative to sinusoidal, the baseline
 SPEEDS = {"sinusoidal": 1.0, "alibi": 0.9, "nope": 1.05}
@@ -46,7 +47,7 @@ def _rows(methods=tuple(SPEEDS), rounds=2, windows=12, seed=5):
 def _runs(tmp_path, rows, baseline="sinusoidal"):
     run = write_run(tmp_path, rows, metrics=["train_wps"], baseline=baseline,
                     methods=list(dict.fromkeys(r["method"] for r in rows)))
-    return rowsmod.load_runs(run)
+    return rowsmod.load_runs(run, find_task=find_task)
 
 
 def _paired(values, method, base):
