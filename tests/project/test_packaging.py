@@ -23,7 +23,10 @@ import pytest
 from posbench.core import registry
 
 REPO = Path(__file__).resolve().parents[2]
-BUILTIN_METHODS = sorted(p.stem for p in (REPO / "methods").glob("*.py") if not p.name.startswith("_"))
+# methods/ssmax.py holds a modifier (METHOD+ssmax), not a method: listed in the header, not as a line
+MODIFIER_FILES = {Path(origin).stem for origin in registry.modifiers().values()}
+BUILTIN_METHODS = sorted(p.stem for p in (REPO / "methods").glob("*.py")
+                         if not p.name.startswith("_") and p.stem not in MODIFIER_FILES)
 BUILTIN_SUITES = sorted(p.stem for p in (REPO / "suites").glob("*.yaml"))
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]  # builds a wheel, installs it, runs its console script
@@ -100,6 +103,9 @@ def test_list_from_an_empty_folder(installed):
     listed = [line.split()[0] for line in methods_part.splitlines()[1:]]
     # rotary.py also registers rotary_pi, rotary_ntk, ...: names, not file stems
     assert listed == list(registry.listing()) and set(BUILTIN_METHODS) <= set(listed)
+    header = methods_part.splitlines()[0].replace(os.sep, "/")
+    assert MODIFIER_FILES == {"ssmax"} and "modifiers, taken as METHOD+MODIFIER: ssmax (" in header
+    assert "site-packages" in header and "posbench/methods/ssmax.py" in header
     assert all("site-packages" in line and "posbench/methods/" in line.replace(os.sep, "/")
                for line in methods_part.splitlines()[1:]), methods_part
     assert [line.split()[0] for line in suites_part.splitlines()] == BUILTIN_SUITES

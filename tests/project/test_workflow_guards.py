@@ -42,7 +42,7 @@ def test_the_suites_whose_gpu_profile_reads_wikitext_103_get_it_downloaded_and_c
     bench = _doc()["jobs"]["bench"]
     needs = sorted(s for s, kind in _gpu_corpora().items() if not kind.startswith("synthetic"))
     assert {_gpu_corpora()[s] for s in needs} == {"wikitext-103"}  # the one corpus bench.py download fetches
-    assert sorted(json.loads(bench["env"]["WIKITEXT_SUITES"])) == needs == ["extrapolation", "precision"]
+    assert sorted(json.loads(bench["env"]["WIKITEXT_SUITES"])) == needs == ["extrapolation", "frontier", "precision"]
     assert bench["env"]["POSBENCH_DATA_DIR"] == "${{ github.workspace }}/data"  # what bench.py reads
     restore, download = bench["steps"][_index(bench, "cache/restore", "uses")], bench["steps"][_index(bench, "download")]
     save = bench["steps"][_index(bench, "cache/save", "uses")]

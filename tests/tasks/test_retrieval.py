@@ -527,7 +527,7 @@ def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
             "batch_size=4", "eval_samples=4", "eval_batch_size=4", "L_valid_factors=[1, 2]",
             "corpus={kind: synthetic, size: 20000}", "grid.L_train=[32]", "grid.probe=[passkey]", "threads=1"]
     argv = ["--suite", "retrieval", "--profile", "cpu", "--device", "cpu", "--methods", "alibi,nope",
-            "--results", str(tmp_path), "--quiet"]
+            "--results", str(tmp_path)]  # not --quiet: that prints the summary line alone
     assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
     assert "effective_length" in capsys.readouterr().out
     (run_dir,) = (tmp_path / "retrieval").iterdir()
