@@ -73,5 +73,10 @@ class BiasMethod(PositionMethod):
         (state None) the bias built here from the positions: the reference path."""
         return plans.attend(q, k, v, state if state is not None else self.masked_bias(q_pos, k_pos, q.dtype))
 
+    @classmethod
+    def position_flops(cls, cfg: ModelConfig, seq_len: int) -> int:
+        """The bias (H, T, T) added to the scores in every layer (posbench.engine.flops)."""
+        return cfg.n_layers * cfg.n_heads * seq_len * seq_len
+
     def attn_backend(self, device, dtype) -> str:
         return plans.training_name(self, self.bias_form(dtype), device, dtype)

@@ -1,23 +1,8 @@
 """The published numbers posbench reproduces (``posbench/references.yaml``), and checking each.
 
-The file is plain data, read through one bounded reader (``read_file``: a regular file of at most
-``MAX_BYTES``, the suite files' safe YAML loader with its caps: no duplicate key, no alias bomb,
-no deep nesting, no integer over 30 digits; sizes within ``LIMITS``): a mapping with ``format`` (this reader's,
-1), ``version`` (bumped when an entry changes meaning) and ``references``, a list of entries each
-with an ``id``, a ``source`` (who published it, where) and a ``check``, one of ``CHECKS``:
-
-- ``alibi_slopes``: ``heads``, ``slopes``: posbench's ALiBi slopes for that head count.
-- ``rope``: ``method``, ``options``, ``head_dim``, ``length``, ``inv_freq`` ({pair: value}),
-  ``attention_factor``, ``rel``: the frequencies and attention factor a rotary method rotates by
-  when it evaluates ``length`` tokens (``frequencies``), built on one head of ``head_dim``.
-- ``value``: ``suite``, ``metric``, ``params``/``settings`` (what rows must match), ``equals`` or
-  ``min``/``max``: every matching ok row of the given runs holds such a value.
-- ``ordering``: ``suite``, ``metric``, ``better``, ``worse``, ``params``, ``rule`` (``every``:
-  at each grid point of each run; ``mean``: over them): method ``better`` beats ``worse``, in the
-  direction the suite's task declares for the metric.
-
-The first two check posbench's code and need no run; the last two read the run folders given
-(``posbench.report.rows``) and are skipped, saying why, when none of them is a run of the suite.
+Plain data through one bounded reader (``read_file``: the suite files' safe YAML loader and its
+caps, sizes within ``LIMITS``); the format and the four checks (``CHECKS``: ``alibi_slopes``,
+``rope``, ``value``, ``ordering``) are described in docs/reports.md, "The references file".
 A check answers (status, detail) with status ``pass``, ``fail`` or ``skipped``.
 """
 from __future__ import annotations

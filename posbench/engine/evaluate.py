@@ -1,36 +1,9 @@
 """Perplexity of a language model on a token stream, non-overlapping or with a sliding window.
 
-Model contract: ``model(idx: LongTensor (B, T), pos: Tensor (T,) | None = None) -> logits
-(B, T, V)``, where logits[:, j] predicts the token after idx[:, j]; ``pos=None`` means
-``arange(T)``.
-
-Which tokens are scored. A stream x[0..N-1] has N-1 predictions: x[t] for t = 1..N-1. x[0] is
-never scored, because nothing precedes it. Every forward pass reads a window of exactly L_valid
-input tokens x[s..s+L_valid-1] and predicts x[s+1..s+L_valid]; the prediction at window position
-j sees the current token and the j tokens before it (up to L_valid-1 of context). Every target is
-scored exactly once:
-
-- ``nonoverlapping`` (the paper's default): windows start at 0, L, 2L, ...; each scores all of
-  its L predictions.
-- ``sliding`` with stride S (1 <= S <= L; S=1 is the paper's analysis setting): windows start at
-  0, S, 2S, ...; the first scores all its predictions, each later one only its last S, so every
-  token after the first window has at least L-S tokens of context.
-
-The last window is aligned to the end of the stream and scores only the targets no earlier window
-scored, so every forward pass has length L_valid (one shape, batched alike) and tail tokens get
-at least the context their mode promises. With S == L the two modes are the same computation.
-
-``evaluate_source`` lays a source's known per-token loss (a synthetic corpus's exact
--log p(x_t | x_<t)) over the same plan: the bound beside each cell and each window position.
-
-Under torch.distributed every rank must call ``evaluate``: whole batches of windows are dealt out
-round-robin (``distributed.shard_batches``), so each forward pass is the one a single process
-runs, and the per-position loss sums and counts are all-reduced in float64. Perplexity and the
-per-position curves then equal the single-process values up to the order of float64 additions.
-
-With a ``tracker`` (``posbench.engine.tracking``) the result is also logged, at ``step`` (the
-model's last training step), as ``eval/<mode>@<L_valid>[@interp]/ppl`` and ``/loss``, and the
-perplexity once more at step ``L_valid`` as ``eval/<mode>[@interp]/ppl_vs_length`` (one curve).
+``model(idx (B, T), pos (T,) | None) -> logits (B, T, V)``, logits[:, j] predicting the token after
+idx[:, j]. Every window is L_valid tokens and every target is scored exactly once; which tokens
+each mode scores, the bound of a synthetic source, the data-parallel split and what is logged:
+docs/tasks/extrapolation.md, "Which tokens are scored".
 """
 from __future__ import annotations
 

@@ -31,22 +31,20 @@ def position_flops(method_cls: type, cfg: ModelConfig, seq_len: int) -> int:
     say it itself with a ``position_flops(cfg, seq_len)`` classmethod; else it is read from the
     hooks the class overrides: an ``embed`` adds a (T, D) table once; ``encode_qk`` rotates q and
     k in every layer (3 operations an element); a bias method adds its (H, T, T) bias to the
-    scores in every layer (building the bias, once a forward, is left out). A method that
+    scores in every layer (``BiasMethod.position_flops``; building the bias, once a forward, is
+    left out). A method that
     overrides only ``attend`` with its own kernel counts nothing beyond the matmuls."""
     own = getattr(method_cls, "position_flops", None)
     if own is not None:
         return int(own(cfg, seq_len))
-    from posbench.attention.bias import BiasMethod
     from posbench.core.method import PositionMethod
 
-    T, D, H, n = seq_len, cfg.d_model, cfg.n_heads, cfg.n_layers
+    T, D, n = seq_len, cfg.d_model, cfg.n_layers
     total = 0
     if method_cls.embed is not PositionMethod.embed:
         total += T * D
     if method_cls.encode_qk is not PositionMethod.encode_qk:
         total += n * 2 * ROTATION_FLOPS * T * D
-    if issubclass(method_cls, BiasMethod):
-        total += n * H * T * T
     return total
 
 
