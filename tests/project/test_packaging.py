@@ -25,8 +25,8 @@ from posbench.core import registry
 REPO = Path(__file__).resolve().parents[2]
 # methods/ssmax.py holds a modifier (METHOD+ssmax), not a method: listed in the header, not as a line
 MODIFIER_FILES = {Path(origin).stem for origin in registry.modifiers().values()}
-BUILTIN_METHODS = sorted(p.stem for p in (REPO / "methods").glob("*.py")
-                         if not p.name.startswith("_") and p.stem not in MODIFIER_FILES)
+METHOD_FILES = sorted(p.stem for p in (REPO / "methods").glob("*.py") if not p.name.startswith("_"))
+BUILTIN_METHODS = [stem for stem in METHOD_FILES if stem not in MODIFIER_FILES]
 BUILTIN_SUITES = sorted(p.stem for p in (REPO / "suites").glob("*.yaml"))
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]  # builds a wheel, installs it, runs its console script
@@ -92,7 +92,7 @@ def test_wheel_holds_methods_and_suites_inside_the_package(installed):
     package = package_file.parent
     assert package.is_relative_to(installed.venv), f"imported {package}, not the wheel's copy"
     assert methods_dir == package / "methods" and suites_dir == package / "suites"
-    assert sorted(p.stem for p in methods_dir.glob("*.py")) == BUILTIN_METHODS
+    assert sorted(p.stem for p in methods_dir.glob("*.py")) == METHOD_FILES  # the modifier's file too
     assert sorted(p.stem for p in suites_dir.glob("*.yaml")) == BUILTIN_SUITES
 
 

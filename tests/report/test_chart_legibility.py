@@ -8,6 +8,7 @@ import pytest
 from posbench.report import charts
 from posbench.report.build import collect_sections, load_runs
 from posbench.report.table import metric_tables
+from posbench.tasks.extrapolation.frontier import frontier_chart
 from posbench.tasks.retrieval.accuracy_charts import heatmap_chart
 from tests.helpers.report_rows import (PRECISION_SUITE_METRICS, base_row, efficiency_rows, extrapolation_rows,
                                        lengthgen_rows, precision_rows, retrieval_rows, write_run)
@@ -68,7 +69,22 @@ def every_figure(tmp_path):
                 figures += [(stem, fig) for stem, _title, fig in source()]
     figures.append(("retrieval-heatmap", heatmap_chart(retrieval_rows(), "alibi")))
     figures.append(("train-wps-paired", charts.metric_chart(paired_table(tmp_path / "paired"))))
+    figures.append(("frontier", frontier_chart(frontier_table())))
     return figures
+
+
+def frontier_table():
+    """The frontier's verdict table as the cpu profile gives it: 8 points, 3 seeds each, costs a
+    few percent apart (issue 39's chart: perplexity against seconds per token, the front dashed)."""
+    from posbench.report.frontier import Point
+    from posbench.tasks.extrapolation.frontier import verdict_table
+
+    points = [Point(m, L, dict(enumerate((p - 0.2, p, p + 0.2))), cost, 0.5e9)
+              for m, L, p, cost in (("alibi", 64, 10.16, 8.78e-5), ("alibi", 128, 11.06, 9.90e-5),
+                                    ("rotary", 64, 11.63, 1.06e-4), ("rotary", 128, 11.17, 9.63e-5),
+                                    ("t5_bias", 64, 14.55, 9.38e-5), ("t5_bias", 128, 14.65, 9.97e-5),
+                                    ("sinusoidal", 64, 19.06, 1.01e-4), ("sinusoidal", 128, 17.42, 9.41e-5))]
+    return verdict_table(("frontier", "CPU (AMD EPYC)", "time_s=60", 512), points)
 
 
 def paired_table(root):
@@ -109,7 +125,7 @@ def test_every_chart_kind_is_legible(tmp_path):
     stems = " ".join(stem for stem, _ in figures)
     for kind in ("train-wps", "peak-mem-train", "decode-wps", "tpot-ms", "fwd-ms", "fwd-tflops", "peak-mem-bytes",
                  "ppl-l64-nonoverlapping", "position-loss", "precision-staircase", "precision-ppl-diff", "precision-ppl-cpu",
-                 "retrieval_passkey_accuracy", "retrieval-heatmap", "train-wps-paired"):
+                 "retrieval_passkey_accuracy", "retrieval-heatmap", "train-wps-paired", "frontier"):
         assert kind in stems, kind
     problems = []
     for stem, fig in figures:
