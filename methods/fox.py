@@ -7,18 +7,19 @@ layer adds to the score of query i and key j (unscaled by 1/sqrt(d), like ALiBi)
     bias_ij = sum_{l=j+1..i} log f_l = F_i - F_j,    F = cumsum(log f) in float32.
 
 The gate reads the layer's input. The method interface hands a layer only q, k and v, so the gate
-reads this layer's raw key vector of every head, k_t (D = H x hd values): k_t = W_k LN(x_t) + b_k
+reads this layer's raw key vector of every key head, k_t (Hkv x hd values): k_t = W_k LN(x_t) + b_k
 is a linear map of the normed layer input, so w_h . k_t + b_h is the paper's w'_h . LN(x_t) + b'_h
 with w'_h = W_k^T w_h (the same family of gates wherever W_k is invertible) at the paper's cost, a
-D -> H projection per token. One (w, b) per layer and head, as in the paper.
+Dkv -> H projection per token. One (w, b) per layer and head, as in the paper.
 
 F_i cancels in the softmax of row i, so attention needs only -F_j, one number per key and head:
 on a CPU in float32 (Tq == Tk) that vector rides in an extra key column through SDPA, as ALiBi's
 linear plan does (``posbench.attention.linear.head_column_sdpa``), with no L x L bias; otherwise
-the masked (B, H, Tq, Tk) float32 bias F_i - F_j; on CUDA, F_i - F_j read inside FlexAttention. The bias depends on the input, so nothing is
-cached across forwards. The KV cache carries each cached key's log f_j (``encode_qk`` appends it
+the masked (B, H, Tq, Tk) float32 bias F_i - F_j; on CUDA, F_i - F_j read inside FlexAttention.
+The bias depends on the input, so nothing is cached across forwards. The KV cache carries each cached key's log f_j (``encode_qk`` appends it
 to the key: one extra column in float32, two 16-bit halves, hi + lo, in bfloat16 or float16, so one
-float per cached key and head either way), and attend takes F = cumsum over every key. F_0 is
+float per cached key and query head either way; under grouped-query attention a key head carries
+the gates of its G = H / Hkv query heads), and attend takes F = cumsum over every key. F_0 is
 left out (log f_0 := 0): it cancels, and a bias that never reads a later token keeps causality exact.
 Positions are not read at all, so interpolated positions change nothing.
 """
@@ -29,26 +30,40 @@ from torch import nn
 from posbench.attention import flex
 from posbench.attention.linear import LINEAR_SPAN, head_column_sdpa
 from posbench.core.method import PositionMethod, causal_attention
-from posbench.core.outcome import Unavailable
 from posbench.core.registry import register
 
 WIDE = (torch.float32, torch.float64)  # dtypes whose key column holds log f exactly
 
 
 def pack_log_gate(k: torch.Tensor, log_f: torch.Tensor) -> torch.Tensor:
-    """k (B, H, T, hd) and log f (B, H, T) float32 -> (B, H, T, hd + 1) in float32/float64, or
-    (B, H, T, hd + 2) in a 16-bit dtype: log f as hi + lo, so its value survives to ~2^-17."""
+    """k (B, Hkv, T, hd) and log f (B, Hkv, T) or (B, Hkv, T, G) float32, G query heads per key head
+    -> (B, Hkv, T, hd + G) in float32/float64, or (B, Hkv, T, hd + 2G) in a 16-bit dtype: log f as
+    hi + lo, so its value survives to ~2^-17."""
+    if log_f.dim() == 3:
+        log_f = log_f[..., None]
     if k.dtype in WIDE:
-        return torch.cat([k, log_f.to(k.dtype)[..., None]], -1)
+        return torch.cat([k, log_f.to(k.dtype)], -1)
     hi = log_f.to(k.dtype)
     lo = (log_f - hi.float()).to(k.dtype)
-    return torch.cat([k, hi[..., None], lo[..., None]], -1)
+    return torch.cat([k, hi, lo], -1)
 
 
 def unpack_log_gate(k: torch.Tensor, hd: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The inverse of ``pack_log_gate``: (k (B, H, T, hd), log f (B, H, T) float32 or float64)."""
+    """The inverse of ``pack_log_gate`` on keys expanded to the H query heads (key head h // G
+    copied to query head h): (k (B, H, T, hd), log f (B, H, T) float32 or float64), head h reading
+    its own gate, column h % G of the G its key head carries."""
     extra = k[..., hd:]
-    log_f = extra[..., 0] if k.dtype in WIDE else extra[..., 0].float() + extra[..., 1].float()
+    if k.dtype in WIDE:
+        log_f = extra
+    else:
+        g = extra.shape[-1] // 2
+        log_f = extra[..., :g].float() + extra[..., g:].float()
+    b, h, t, g = log_f.shape
+    if g == 1:
+        log_f = log_f[..., 0]
+    else:
+        own = (torch.arange(h, device=k.device) % g).view(1, h, 1, 1).expand(b, h, t, 1)
+        log_f = log_f.gather(-1, own)[..., 0]
     return k[..., :hd], log_f.to(torch.float64 if k.dtype == torch.float64 else torch.float32)
 
 
@@ -72,26 +87,31 @@ class ForgettingTransformer(PositionMethod):
         super().__init__(cfg)
         if not isinstance(gate_bias, (int, float)):
             raise ValueError(f"fox: gate_bias must be a number, got {gate_bias!r}")
-        if cfg.kv_heads != cfg.n_heads:
-            # the gates are per query head and ride with the keys in the KV cache, which holds fewer
-            raise Unavailable(f"fox: grouped-query attention (n_kv_heads {cfg.kv_heads} < n_heads {cfg.n_heads}) is not "
-                              "supported: its forget gates are per query head and the KV cache holds one per key head")
-        # (L, H, D): each layer's gate per head reads every head's key; b (L, H) starts at
-        # gate_bias (sigmoid(0) = 0.5 per step: a strong decay at start; larger b, slower forgetting).
-        self.gate_w = nn.Parameter(torch.randn(cfg.n_layers, cfg.n_heads, cfg.d_model) * 0.02)
+        # (L, H, Dkv): each layer's gate per query head reads every key head's raw key (Dkv = Hkv x hd);
+        # b (L, H) starts at gate_bias (sigmoid(0) = 0.5 per step: a strong decay at start; larger
+        # b, slower forgetting). Under grouped-query attention a key head carries the G = H / Hkv
+        # gates of the query heads that read it: one float per cached key and query head.
+        self.group = cfg.n_heads // cfg.kv_heads
+        self.gate_w = nn.Parameter(torch.randn(cfg.n_layers, cfg.n_heads, cfg.kv_heads * cfg.head_dim) * 0.02)
         self.gate_b = nn.Parameter(torch.full((cfg.n_layers, cfg.n_heads), float(gate_bias)))
 
     def log_gate(self, k: torch.Tensor, layer: int) -> torch.Tensor:
-        """log f (B, H, T) in float32 (float64 for float64 keys) from raw keys k (B, H, T, hd)."""
+        """log f (B, H, T) in float32 (float64 for float64 keys) from raw keys k (B, Hkv, T, hd), or
+        the same keys expanded to the H query heads (each key head's G copies are equal)."""
         cdt = torch.float64 if k.dtype == torch.float64 else torch.float32
+        if self.group > 1 and k.shape[1] == self.cfg.n_heads:
+            k = k[:, :: self.group]  # expanded keys: one copy per key head
         b, h, t, hd = k.shape
-        flat = k.to(cdt).transpose(1, 2).reshape(b, t, h * hd)  # (B, T, D): every head's key
+        flat = k.to(cdt).transpose(1, 2).reshape(b, t, h * hd)  # (B, T, Dkv): every key head's key
         logits = flat @ self.gate_w[layer].to(cdt).t() + self.gate_b[layer].to(cdt)  # (B, T, H)
         return F.logsigmoid(logits).transpose(1, 2)
 
     def encode_qk(self, q, k, layer, state=None):
         """The new keys with their log f appended: what the KV cache holds."""
-        return q, pack_log_gate(k, self.log_gate(k, layer))
+        log_f = self.log_gate(k, layer)  # (B, H, T)
+        b, hkv, t, _ = k.shape
+        # query head h = key head h // G, column h % G: (B, H, T) -> (B, Hkv, T, G)
+        return q, pack_log_gate(k, log_f.view(b, hkv, self.group, t).transpose(2, 3))
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         hd = q.shape[-1]

@@ -8,7 +8,6 @@ import torch
 
 from posbench.core.config import ModelConfig
 from posbench.core.model import TransformerLM
-from posbench.core.outcome import Unavailable
 
 
 def _model(method="alibi", **layout):
@@ -69,11 +68,35 @@ def test_the_kv_cache_holds_the_kv_heads_only(kv):
     assert caches[0].nbytes() * (4 // kv) == caches[1].nbytes()
 
 
-def test_fox_declines_grouped_query_attention_in_one_line():
-    with pytest.raises(Unavailable) as err:
-        _model("fox", n_kv_heads=2)
-    assert str(err.value) == ("fox: grouped-query attention (n_kv_heads 2 < n_heads 4) is not supported: its forget gates "
-                              "are per query head and the KV cache holds one per key head")
+@pytest.mark.parametrize("kv", [1, 2])
+def test_fox_under_gqa_equals_multi_head_fox_with_each_kv_head_copied_and_its_gates_per_query_head(kv):
+    # fox's gate per query head reads the raw keys of every key head. The MHA reference copies
+    # each shared key/value head to its group, and its gate weights read the first copy only.
+    gqa, mha = _model("fox", n_kv_heads=kv), _model("fox")
+    hd, d, group = 16, 64, 4 // kv
+    with torch.no_grad():
+        mha.load_state_dict({k: v for k, v in gqa.state_dict().items() if "qkv" not in k and "gate_w" not in k},
+                            strict=False)
+        for a, b in zip(gqa.blocks, mha.blocks):
+            w, bias = a.qkv.weight, a.qkv.bias
+            parts_w = [w[:d]] + [w[d + i * kv * hd: d + (i + 1) * kv * hd].view(kv, hd, d).repeat_interleave(group, 0).reshape(d, d)
+                                 for i in range(2)]
+            parts_b = [bias[:d]] + [bias[d + i * kv * hd: d + (i + 1) * kv * hd].view(kv, hd).repeat_interleave(group, 0).reshape(d)
+                                    for i in range(2)]
+            b.qkv.weight.copy_(torch.cat(parts_w))
+            b.qkv.bias.copy_(torch.cat(parts_b))
+        gate = torch.zeros_like(mha.method.gate_w).view(2, 4, 4, hd)  # (L, H, key head, hd)
+        gate[:, :, ::group] = gqa.method.gate_w.view(2, 4, kv, hd)
+        mha.method.gate_w.copy_(gate.view(2, 4, 4 * hd))
+        mha.method.gate_b.copy_(gqa.method.gate_b)
+        idx = torch.randint(0, 50, (2, 19))
+        assert torch.allclose(gqa(idx), mha(idx), atol=1e-5, rtol=1e-5)
+        # the cache holds Hkv key heads, each carrying its G query heads' gates: one float per
+        # cached key and query head beside the keys
+        cache = gqa.new_cache()
+        gqa(idx, cache=cache)
+        keys = [k for k, _ in cache.layers()]
+        assert {tuple(k.shape) for k in keys} == {(2, kv, 19, hd + group)}
 
 
 def test_a_suite_takes_n_kv_heads_from_the_command_line_and_refuses_a_bad_one_before_running(tmp_path):
