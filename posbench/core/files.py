@@ -5,8 +5,7 @@ Every metadata file of a run (``run.json``, ``env.json``, tables) goes through
 ``atomic_write_text``: the text is written to a temporary file in the same folder, fsynced, then
 renamed over the target, so a crash or a full disk never leaves a half-written or empty file.
 Files get the mode ``open()`` would give them (``new_file_mode``: 0644 under umask 022), not
-``mkstemp``'s 0600: colleagues read a shared results folder. One file is opened without
-following a link by ``posbench.core.nofollow`` (its names are importable from here too).
+``mkstemp``'s 0600: colleagues read a shared results folder.
 """
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Opening a file that must be a regular file: never through a symbolic link, never a FIFO or a
-device (``open_nofollow``, ``read_regular``), refused in one line (``UnsafeFile``). A run folder
-may hold a planted link; following it could block, exhaust memory or write outside the folder.
+device (``open_nofollow``, ``read_regular``); anything else is one line (``UnsafeFile``).
 """
 from __future__ import annotations
 

@@ -236,7 +236,7 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         for unit in plan.units:
             lock = UnitLock(run_dir, unit.key, wait=False)
             old = record["units"].get(unit.key)
-            # (the lock is held here, so only the job's own state is asked)
+            # (its lock is held here: the job's own state is what is left to ask)
             if not lock.held or (old is not None and
                                  state.job_state(record, old, current is not None and unit.key in current.done).active):
                 lock.close()

@@ -116,10 +116,8 @@ HOLDS_LOCK = JobState("RUNNING", reason="its task holds the unit's lock")
 
 
 def job_state(record: dict, unit: dict, done: bool) -> JobState:
-    """The state of a unit's array task as the scheduler (Slurm, or the local task's process)
-    tells it: COMPLETED once it wrote ``rows/<unit>.done`` (``done``); for a unit recorded but
-    not started yet, whether its submitter still lives. Where ``lock_may_tell``, the unit's lock
-    has the last word (``busy_units``, ``Sweep.settle``)."""
+    """A unit's array task as the scheduler (or the local task's process) tells it; COMPLETED once
+    it wrote ``rows/<unit>.done`` (``done``). Where ``lock_may_tell``, its unit's lock has the last word."""
     if done:
         return JobState("COMPLETED", "0:0")
     if not unit["job_id"]:
@@ -133,8 +131,7 @@ def job_state(record: dict, unit: dict, done: bool) -> JobState:
 
 def busy_units(run_dir: Path) -> list[tuple[str, str]]:
     """(unit key, job id) of a launch's tasks that may still run in ``run_dir`` (queued, running,
-    waiting for their submitter, or holding their unit's lock): a plain run there would run their
-    cases too."""
+    waiting for their submitter, holding their lock): a plain run there would run their cases too."""
     record = read_record(run_dir)
     if record is None:
         return []

@@ -135,10 +135,10 @@ class Sweep:
         return cls(run_dir, record, rows, done, landed)
 
     def settle(self, unit: dict, status: str, message: str, info: dict, ask_lock: bool = False) -> bool:
-        """For a unit whose task looks ended: under the unit's lock, taken without waiting, a
-        ``status`` row (``message``, the log's tail as traceback, ``info``) for each case still
-        without a row of this submission. True when a live task holds the lock (nothing is then
-        written). ``ask_lock``: the lock is asked even when no case is left (its holder is alive)."""
+        """A unit whose task looks ended: under its lock, taken without waiting, a ``status`` row
+        (``message``, the log's tail as traceback, ``info``) per case still without a row of this
+        submission. True when a live task holds the lock (nothing written); ``ask_lock``: asked even
+        when no case is left."""
         left = missing(unit, self.rows)
         if not left and not ask_lock:
             return False
