@@ -15,7 +15,7 @@ from pathlib import Path
 
 from posbench.cli.run_output import EXIT_CASES_FAILED, FAILED_STATUSES, failed_exit, short_message
 from posbench.run.pool import PoolError
-from posbench.store.sweep import RECORD_FILE
+from posbench.store.launch_record import RECORD_FILE
 
 SWEEP_EXAMPLES = [
     ("python bench.py --suite {suite} --gpus all", "a unit (a grid point's methods) per GPU"),

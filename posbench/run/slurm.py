@@ -17,14 +17,14 @@ import socket
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
 
 from posbench.core.case import CaseSpec
-from posbench.core.files import WriteError, open_nofollow
+from posbench.core.files import WriteError
+from posbench.core.nofollow import open_nofollow
 from posbench.core.outcome import PosbenchError
 from posbench.run import sweep_state as state
 from posbench.run.launch import PACKAGE_ROOT
@@ -32,7 +32,7 @@ from posbench.run.machine import clean_stale_temp_dirs
 from posbench.run.schedule import default_run_id, jobs, plan_run
 from posbench.run.suite import Suite, check_name
 from posbench.run.units import Unit
-from posbench.store import sweep
+from posbench.store import launch_record, sweep
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.store.row import make_row
 from posbench.store.rows import ROWS_DIR, latest_rounds, read_run_rows
@@ -77,7 +77,7 @@ class UnitTask:
         signal.signal(signal.SIGTERM, lambda *_: terminating.set())
         sweep.check_folder(run_dir)
         with UnitLock(run_dir, key):  # a requeued twin waits here; failure rows are not written meanwhile
-            record = sweep.read_record(run_dir)
+            record = launch_record.read_record(run_dir)
             if record is None or (record["units"].get(key) or {}).get("submission") != spec.get("submission"):
                 return {"unit": key, "ran": 0}  # a later submission took this unit over: it runs it
             rows = latest_rounds(read_run_rows(run_dir, []))
@@ -87,7 +87,7 @@ class UnitTask:
             # someone else meanwhile (a task finishing, a plain run): not run again.
             todo = [(case, r) for case, r in ((CaseSpec.from_json(c), r) for c, r in spec["todo"])
                     if (case.id, r) in left and (over is None or
-                                                 sweep.row_mark(rows.get((case.id, r))) == over.get(f"{case.id}|{r}"))]
+                                                 launch_record.row_mark(rows.get((case.id, r))) == over.get(f"{case.id}|{r}"))]
             info = {"unit": key, "job_id": job_id, "host": socket.gethostname(),
                     "submission": spec.get("submission")}  # which rows are this submission's (sweep_state)
             path = sweep.rows_path(run_dir, key)
@@ -215,7 +215,8 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
                         launched=True)
         suite = plan.suite
         sweep.check_folder(run_dir)
-        write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
+        meta = RunMeta.of_suite(suite, device, run_id)
+        write_run_meta(run_dir, meta)
         environment = envmod.collect(device)
         write_env(run_dir / "env.json", environment)
         (run_dir / "cases.jsonl").touch()  # the folder is a run folder to every reader from now on
@@ -235,7 +236,7 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         for unit in plan.units:
             lock = UnitLock(run_dir, unit.key, wait=False)
             old = record["units"].get(unit.key)
-            # (no run_dir: the lock is held here, so only the job's own state is asked)
+            # (its lock is held here: the job's own state is what is left to ask)
             if not lock.held or (old is not None and
                                  state.job_state(record, old, current is not None and unit.key in current.done).active):
                 lock.close()
@@ -244,15 +245,12 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
             unit_locks.append(lock)
             chosen.append(unit)
         now_rows = latest_rounds(read_run_rows(run_dir, []))
-        specs = []
-        for unit in chosen:
-            todo = [(c, r) for c, r in unit.todo
-                    if sweep.row_mark(now_rows.get((c.id, r))) == sweep.row_mark(plan.done.get((c.id, r)))]
-            if todo:
-                specs.append(_spec(unit.key, todo, run_dir, run_id, commit, dirs, now_rows))
+        entries = (launch_record.unit_entry(unit.key, unit.todo, plan.done, now_rows, run_dir, run_id, commit, dirs, _now(),
+                                    state.submitter()) for unit in chosen)
+        specs = [spec for spec in entries if spec is not None]
         for spec in specs:  # recorded before any task starts: a killed submitter loses no unit
             record["units"][spec["key"]] = dict(spec, job_id="")
-        sweep.write_record(run_dir, record)
+        launch_record.write_record(run_dir, record)
         for lock in unit_locks:  # a task of an older submission that starts now sees it was replaced
             lock.close()
         from posbench.run.runner import ask_unavailable
@@ -280,15 +278,6 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
             lock.close()
         for fd in held:
             os.close(fd)
-
-
-def _spec(key: str, todo: list, run_dir: Path, run_id: str, commit: str, dirs: list[str], rows: dict) -> dict:
-    """A unit's task as submitted: its (case, round)s, the mark of each one's latest row now
-    (``over``: the task skips one that changed since), and the token naming this submission."""
-    return {"key": key, "name": sweep.unit_file(key), "run_dir": str(run_dir.resolve()), "run_id": run_id,
-            "commit": commit, "methods_dirs": dirs, "todo": [[c.to_json(), r] for c, r in todo],
-            "over": {f"{c.id}|{r}": sweep.row_mark(rows.get((c.id, r))) for c, r in todo},
-            "submitted_at": _now(), "submission": uuid.uuid4().hex, "submitter": state.submitter()}
 
 
 @contextlib.contextmanager
@@ -334,7 +323,7 @@ def _submit_specs(out: Submitted, specs: list[dict], ex) -> None:
     for spec, job in zip(specs, array):
         out.record["units"][spec["key"]] = dict(spec, job_id=str(job.job_id))
         out.units.append(spec["key"])
-    sweep.write_record(out.run_dir, out.record)  # status finds the jobs from here
+    launch_record.write_record(out.run_dir, out.record)  # status finds the jobs from here
 
 
 def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Optional
 
 from posbench.core.case import CaseSpec
-from posbench.store.sweep import Sweep, check_folder, of_submission, read_record
+from posbench.store.launch_record import read_record
+from posbench.store.sweep import Sweep, check_folder, of_submission
 from posbench.store.writing import unit_locked
 
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
@@ -31,7 +32,7 @@ FAILED_STATUSES = ("error", "timeout", "oom")
 
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobState:
     state: str  # Slurm's word (RUNNING, CANCELLED, ...), or COMPLETED / ENDED for a local task
     exit_code: str = ""
@@ -103,34 +104,44 @@ def submitter_alive(unit: dict) -> bool:
     return bool(who.get("start")) and _start_time(who["pid"]) == who.get("start")
 
 
-def job_state(record: dict, unit: dict, done: bool, run_dir: Optional[Path] = None) -> JobState:
-    """The state of a unit's array task (COMPLETED once it wrote ``rows/<unit>.done``: ``done``).
-    ``run_dir``: a local task whose process looks gone but whose unit lock is held is RUNNING."""
+def lock_may_tell(record: dict, unit: dict, state: JobState) -> bool:
+    """Whether a task that looks ended without finishing may still run: a local task whose
+    process is gone, or one never started, is alive while it holds its unit's lock (Slurm's word
+    is taken as it is)."""
+    return (not state.active and state.state != "COMPLETED"
+            and (not unit["job_id"] or record["launcher"] != "slurm"))
+
+
+HOLDS_LOCK = JobState("RUNNING", reason="its task holds the unit's lock")
+
+
+def job_state(record: dict, unit: dict, done: bool) -> JobState:
+    """A unit's array task as the scheduler (or the local task's process) tells it; COMPLETED once
+    it wrote ``rows/<unit>.done`` (``done``). Where ``lock_may_tell``, its unit's lock has the last word."""
     if done:
         return JobState("COMPLETED", "0:0")
     if not unit["job_id"]:
         if submitter_alive(unit):
             return JobState("WAITING", reason="recorded; its submitter starts it as a slot frees")
-        if run_dir is not None and unit_locked(run_dir, unit["key"]):
-            return JobState("RUNNING", reason="its task holds the unit's lock")
         return JobState("NOT_STARTED", reason="the submitter ended before starting this task")
     if record["launcher"] == "slurm":
         return slurm_state(unit["job_id"])
-    found = local_state(unit["job_id"])
-    if not found.active and run_dir is not None and unit_locked(run_dir, unit["key"]):
-        return JobState("RUNNING", reason="its task holds the unit's lock")
-    return found
+    return local_state(unit["job_id"])
 
 
 def busy_units(run_dir: Path) -> list[tuple[str, str]]:
     """(unit key, job id) of a launch's tasks that may still run in ``run_dir`` (queued, running,
-    or waiting for their submitter): a plain run there would run their cases too."""
+    waiting for their submitter, holding their lock): a plain run there would run their cases too."""
     record = read_record(run_dir)
     if record is None:
         return []
     sweep = Sweep.of(run_dir, record)
-    return [(key, unit["job_id"]) for key, unit in record["units"].items()
-            if job_state(record, unit, key in sweep.done, run_dir).active]
+    busy = []
+    for key, unit in record["units"].items():
+        state = job_state(record, unit, key in sweep.done)
+        if state.active or (lock_may_tell(record, unit, state) and unit_locked(run_dir, key)):
+            busy.append((key, unit["job_id"]))
+    return busy
 
 
 def settle(run_dir: Path, record: dict) -> dict[str, JobState]:
@@ -140,10 +151,10 @@ def settle(run_dir: Path, record: dict) -> dict[str, JobState]:
 
 def settled(sweep: Sweep, warn: bool = False) -> tuple[dict[str, JobState], Sweep]:
     """Each unit's state, and the sweep read again after asking: for a task that ended without
-    finishing, a failure row per case it left without one (``Sweep.fail_left``)."""
+    finishing, a failure row per case it left without one (``Sweep.settle``, one call a unit)."""
     states: dict[str, JobState] = {}
     for key, unit in sweep.record["units"].items():
-        state = states[key] = job_state(sweep.record, unit, key in sweep.done, sweep.run_dir)
+        state = states[key] = job_state(sweep.record, unit, key in sweep.done)
         if state.active or state.state == "COMPLETED":
             continue
         code = f", exit code {state.exit_code}" if state.exit_code else ""
@@ -152,7 +163,9 @@ def settled(sweep: Sweep, warn: bool = False) -> tuple[dict[str, JobState], Swee
                    f"{state.state}{code}{why} before this case finished; resubmit: bench.py status {sweep.run_dir}")
         info = {"unit": unit["key"], "job_id": unit["job_id"], "job_state": state.state,
                 "submission": unit.get("submission")}
-        sweep.fail_left(unit, STATUS_OF_STATE.get(state.state, "error"), message, info)
+        tell = lock_may_tell(sweep.record, unit, state)
+        if sweep.settle(unit, STATUS_OF_STATE.get(state.state, "error"), message, info, ask_lock=tell) and tell:
+            states[key] = HOLDS_LOCK
     # Read after asking the states: a row that landed meanwhile is not missed.
     return states, Sweep.of(sweep.run_dir, sweep.record, warn)
 

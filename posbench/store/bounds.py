@@ -15,7 +15,7 @@ import typing
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Literal, Optional
 
-from posbench.core.files import file_kind
+from posbench.core.nofollow import file_kind
 from posbench.core.outcome import PosbenchError
 from posbench.store.row import BOUNDED_SERIES
 

@@ -14,7 +14,8 @@ import os
 import time
 from pathlib import Path
 
-from posbench.core.files import WriteError, atomic_write_text, open_nofollow, read_regular
+from posbench.core.files import WriteError, atomic_write_text
+from posbench.core.nofollow import open_nofollow, read_regular
 from posbench.core.outcome import PosbenchError
 from posbench.store.names import file_stem
 from posbench.store.rows import ROWS_DIR
