@@ -11,6 +11,8 @@ SENTENCES = [
     "0 1 2 3 4 5 6 7 8 9 10 42 365 2048 31415 a quick brown fox jumps over the lazy dog",
 ]
 VOCAB = 300
+L_TRAIN = 16  # the length the tests tell posbench the tiny checkpoints were trained at
+NEEDS_HF = "needs transformers and tokenizers: pip install posbench[hf]"
 
 
 def tiny_tokenizer():
