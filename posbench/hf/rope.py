@@ -113,5 +113,10 @@ class RopeRecipe:
         length = T if pos is None else int(pos[-1]) + 1  # as posbench's rotary: the last key's position + 1
         if length != self.length:
             self.apply(length)
-        position_ids = None if pos is None else pos.to(idx.device)[None].expand(idx.shape[0], -1)
-        return self.model(input_ids=idx, position_ids=position_ids, use_cache=False).logits
+        if pos is None:
+            return self.model(input_ids=idx, use_cache=False).logits
+        position_ids = pos.to(idx.device)[None].expand(idx.shape[0], -1)  # (B, T) float
+        # A mask of ones: without one, transformers reads position steps other than 1 as packed
+        # sequences and lets each token see only itself.
+        mask = torch.ones(idx.shape, dtype=torch.long, device=idx.device)
+        return self.model(input_ids=idx, position_ids=position_ids, attention_mask=mask, use_cache=False).logits

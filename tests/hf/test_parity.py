@@ -88,3 +88,18 @@ def test_frequencies_that_differ_from_posbench_are_an_error(checkpoints, monkeyp
     monkeypatch.setattr(recipe.m, "frequencies", lambda length: (theta_of(recipe.m, length)[0] * 1.001, 1.0))
     with pytest.raises(RuntimeError, match="differs from posbench's rotary_pi"):
         recipe.apply(64)
+
+
+def test_interpolated_positions_on_rope_equal_position_interpolation(checkpoints):
+    """rotary at positions j * L_train / L_valid is rotary_pi at L_valid (factor L_valid / L_train):
+    float positions reach the rotation, and every token still sees all the keys before it."""
+    from posbench.engine.evaluate import positions
+
+    ckpt = load(f"hf:{checkpoints['llama']}", torch.float32, "cpu")
+    ids = torch.randint(0, ckpt.vocab_size, (2, 4 * L_TRAIN), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        interp = PretrainedLM(ckpt, recipe_for(ckpt, "rotary", {}, L_TRAIN))(ids, positions(4 * L_TRAIN, L_TRAIN))
+        pi = PretrainedLM(ckpt, recipe_for(ckpt, "rotary_pi", {}, L_TRAIN))(ids, None)
+        plain = PretrainedLM(ckpt, recipe_for(ckpt, "rotary", {}, L_TRAIN))(ids, None)
+    torch.testing.assert_close(interp, pi, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(interp, plain, rtol=1e-5, atol=1e-5)
