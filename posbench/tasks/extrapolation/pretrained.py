@@ -22,8 +22,9 @@ def run_pretrained(case, eval_cell) -> dict:
     lm, ckpt = open_pretrained(case, L)
     tokens, corpus = pretrained_tokens(s, ckpt)
     scaled = ckpt.family == "rope" and lm.recipe.m.scaling != "none"
-    metrics = {"n_params": lm.num_parameters(), "reused_checkpoint": 1, "best_ppl": None, "best_ppl_eval": None}
-    evals, curves, probes = [], {}, {}
+    metrics = {"n_params": lm.num_parameters(), "best_ppl": None, "best_ppl_eval": None}
+    evals, curves = [], {}
+    probes: dict = {} if ckpt.tokenizer is not None else {"message": "no probe: the checkpoint has no tokenizer"}
     for interpolate in ([False, True] if s.interpolate else [False]):
         tag = "@interp" if interpolate else ""
         for mode in s.modes:
