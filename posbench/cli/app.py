@@ -57,6 +57,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="DIR",
                    help="a WikiText folder: suites whose task reads a corpus (a corpus setting) use it instead of "
                         "their default corpus (sets corpus={kind: wikitext, path: DIR})")
+    p.add_argument("--model", metavar="hf:DIR",
+                   help="evaluate a Hugging Face causal LM saved in DIR instead of training one (needs posbench[hf]; "
+                        "docs/hf-checkpoints.md); sets pretrained=hf:DIR")
     p.add_argument("--shard", metavar="I/N",
                    help="run shard I of N: case k of the suite's full case list when k %% N == I; shards share "
                         "the run id, so their folders merge in 'bench.py report'")
@@ -98,6 +101,8 @@ def _resolve(args):
         if not Path(args.data).is_dir():
             raise SuiteError(f"--data: {args.data} is not a folder; give a folder holding a WikiText corpus")
         args.set = list(args.set) + [f"corpus={{kind: wikitext, path: {json.dumps(str(Path(args.data).resolve()))}}}"]
+    if getattr(args, "model", None) is not None:
+        args.set = list(args.set) + [pretrained_setting(args.model, loaded)]
     device = args.device or detect_device()
     if device == "cuda":
         import torch
@@ -110,6 +115,25 @@ def _resolve(args):
     suite = suitemod.resolve(loaded, profile, suitemod.parse_set(args.set))
     warn_short_budget(suite.settings)
     return suite, device
+
+
+def pretrained_setting(spec: str, loaded) -> str:
+    """The ``--set`` of ``--model hf:DIR``, after one-line refusals: a task that evaluates no
+    checkpoint, a folder that is not there (or a hub id), transformers not installed."""
+    import importlib.util
+
+    from posbench.hf.checkpoint import EXTRA_HINT, folder_of
+
+    if "pretrained" not in loaded.task.Settings.model_fields:
+        from posbench import tasks
+
+        readers = [n for n in tasks.names() if "pretrained" in tasks.get(n).Settings.model_fields]
+        raise SuiteError(f"--model: suite {loaded.file.name!r} (task {loaded.file.task}) evaluates no pretrained "
+                         f"checkpoint; allowed with: {', '.join(readers)}")
+    if importlib.util.find_spec("transformers") is None:
+        raise SuiteError(f"--model {spec} needs the Hugging Face extra: {EXTRA_HINT}")
+    folder = folder_of(spec)
+    return f"pretrained={json.dumps('hf:' + str(folder))}"
 
 
 def check_run_flags(args) -> list[str] | None:

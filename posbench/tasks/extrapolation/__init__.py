@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from posbench.core.task import Metric, Task, case_model_config
 from posbench.engine import tracking
 from posbench.report.stats import seed_interval
+from posbench.tasks.pretrained import PretrainedSettings
 from posbench.tasks.seeds import checkpoint_name, combine_metrics, seed_list
 from posbench.tasks.training import BUDGET_METRICS, TrainSettings, budget_metrics, open_corpus
 
@@ -45,11 +46,13 @@ METRICS = {
     "n_params": M("Parameters", "", "parameters of the model", None, "count"),
     "n_seeds": M("Seeds", "", "seeds averaged (with `seeds`): every metric m is their mean, m_std the spread, "
                  "m_seed_lo/m_seed_hi its 95% t interval over seeds", None, "int"),
+    "passkey@*": M("Passkey accuracy", "", "passkey@<L_valid>[@interp]: share of text passkey probes answered "
+                   "exactly (pretrained checkpoints, --model hf:DIR)", True, "plain"),
     **BUDGET_METRICS,
 }
 
 
-class Settings(TrainSettings):
+class Settings(TrainSettings, PretrainedSettings):
     L_valid_factors: list[int] = Field([1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train")
     L_valid: Optional[list[int]] = Field(None, min_length=1, description="evaluation lengths in tokens, the same for "
                                          "every L_train (the frontier's target lengths); replaces L_valid_factors")
@@ -152,6 +155,10 @@ def source_bound(oracle, Lv: int, mode: str, s: Settings) -> tuple[float, list[f
 
 def run(case) -> dict:
     s, L = case.settings, case.params.L_train
+    if s.pretrained:  # --model hf:DIR: a checkpoint from disk, nothing trained
+        from posbench.tasks.extrapolation.pretrained import run_pretrained
+
+        return run_pretrained(case, eval_cell)
     corpus = open_corpus(s.corpus)
     seeds = seed_list(s)
     runs = []

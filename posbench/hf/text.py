@@ -1,0 +1,57 @@
+"""Evaluation tokens for a checkpoint: a text corpus (``text``, WikiText) read as text and encoded
+with the checkpoint's own tokenizer; a corpus of token ids (the synthetic kinds) checked against
+its vocabulary."""
+from __future__ import annotations
+
+import numpy as np
+
+from posbench.data.sources import WIKITEXT_FILES, data_dir, source_file, text_files, wikitext_folder
+from posbench.data.token_cache import DataError
+
+TEXT_KINDS = ("text", "wikitext", "wikitext-103", "wikitext-2")
+VALID_FRACTION = 0.1  # a text corpus without splits: its last tenth is valid (as load_corpus)
+
+
+def valid_text(kind: str, path=None, splits: dict | None = None) -> tuple[str, str]:
+    """(the valid split's text, where it came from) of a text or WikiText corpus; a text corpus
+    without splits is one stream whose tail the caller keeps."""
+    if kind.startswith("wikitext"):
+        folder = wikitext_folder(data_dir(path, kind), kind)
+        file_split = (splits or {}).get("valid", "valid")
+        for name in WIKITEXT_FILES.get(file_split, (f"{file_split}.txt",)):
+            if source_file(folder / name):
+                return (folder / name).read_text(encoding="utf-8", errors="replace"), str(folder / name)
+        raise DataError(f"{kind}: no {file_split} split in {folder}")
+    files = text_files(path, splits)
+    chosen = files.get("valid") or files.get("all")
+    if chosen is None:
+        raise DataError(f"text: splits {sorted(files)} name no 'valid' split; allowed: splits with valid")
+    return "".join(f.read_text(encoding="utf-8", errors="replace") for f in chosen), ", ".join(map(str, chosen))
+
+
+def encode(tokenizer, text: str) -> np.ndarray:
+    """(N,) int64 ids of ``text`` through the checkpoint's tokenizer, no special tokens added."""
+    if tokenizer is None:
+        raise DataError("the checkpoint has no tokenizer (tokenizer.json or its files beside config.json); a text "
+                        "corpus needs one; allowed: save the tokenizer with save_pretrained into the folder")
+    return np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
+
+
+def text_tokens(tokenizer, kind: str, path=None, splits=None, max_tokens: int | None = None) -> tuple[np.ndarray, dict]:
+    """(valid ids, a description for the row) of a text corpus through the tokenizer."""
+    text, source = valid_text(kind, path, splits)
+    ids = encode(tokenizer, text)
+    if kind == "text" and not (splits or {}).get("valid"):
+        ids = ids[len(ids) - int(len(ids) * VALID_FRACTION):]
+    if max_tokens is not None:
+        ids = ids[:max_tokens]
+    return ids, {"kind": kind, "source": source, "tokenizer": type(tokenizer).__name__, "valid_tokens": len(ids)}
+
+
+def check_ids(ids, vocab_size: int, corpus: str) -> None:
+    """One line when a corpus of token ids does not fit the checkpoint's vocabulary."""
+    top = int(np.max(ids)) if len(ids) else -1
+    if top >= vocab_size:
+        raise DataError(f"corpus {corpus}: token ids up to {top} do not fit the checkpoint's vocabulary of "
+                        f"{vocab_size}; allowed: a text corpus (--data DIR, or corpus: {{kind: text | wikitext}}), "
+                        "encoded with the checkpoint's tokenizer")
