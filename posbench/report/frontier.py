@@ -32,7 +32,7 @@ class Point:
     cost: Optional[float]  # the cost axis: mean over seeds (e.g. training seconds per token)
     memory: Optional[float] = None  # peak training memory (bytes), mean over seeds
     extra: dict = field(default_factory=dict)
-    decode: Optional[float] = None  # decode cost at the target length: ms per generated token
+    serving: Optional[float] = None  # serving cost at the target length: ms per generated token, KV cache
 
     @property
     def label(self) -> str:
@@ -122,7 +122,7 @@ INTERVAL_NOTE = (f"Brackets: the {SEED_INTERVAL} of the mean; 'worse beyond seed
 # -- a task's frontier: its quality, its points from rows, the verdict table and the chart ---------
 
 BUDGET_KINDS = ("time_s", "flops", "tokens", "steps")
-DECODE = "decode ms / token"
+SERVING = "serving ms / token"
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class Quality:
     lower_is_better: bool
     fmt: Callable[[float], str]
     describe: str  # the caption's first words: "Non-overlapping perplexity"
-    cost_unit: str = "s / token"  # training seconds per token (lengthgen: per example)
+    cost_unit: str = "s / token"  # training seconds per token (or per example)
     log_axis: bool = False
 
     @property
@@ -184,7 +184,7 @@ Cells = Callable[[object], Iterable[tuple[int, dict, Optional[float]]]]
 def frontier_points(runs: Runs, task: str, cells: Cells, cost: Callable[[dict], Optional[float]],
                     of: Callable[[object], str] = lambda r: "") -> dict[tuple, list[Point]]:
     """{(suite, hardware, budget, of, target): [Point]} of the finished ``task`` rows of runs that
-    ask for a frontier. ``cells(row)`` yields (target length, {seed: quality}, decode cost or None);
+    ask for a frontier. ``cells(row)`` yields (target length, {seed: quality}, serving cost or None);
     ``cost(metrics)`` is the row's cost; ``of(row)`` what else a frontier is drawn per (a probe)."""
     out: dict[tuple, list[Point]] = {}
     for suite, hardware, group in task_groups(runs.rows, task):
@@ -195,11 +195,11 @@ def frontier_points(runs: Runs, task: str, cells: Cells, cost: Callable[[dict], 
             m = r.metrics if isinstance(r.metrics, dict) else {}
             c = cost(m)
             memory = m.get("peak_mem_train_bytes")
-            for target, by_seed, decode in cells(r):
+            for target, by_seed, serving in cells(r):
                 point = Point(r.method, r.params.get("L_train"), by_seed, c if is_number(c) else None,
                               memory if is_number(memory) else None,
                               {"case_id": r.case_id, "run_id": r.run_id, "commit": r.git_commit},
-                              decode if is_number(decode) else None)
+                              serving if is_number(serving) else None)
                 out.setdefault((suite, hardware, budget_text(m), of(r), target), []).append(point)
     return out
 
@@ -217,12 +217,11 @@ def seed_values(row, metric: str) -> dict:
 
 
 def accuracy_cells(row):
-    """(length, {seed: accuracy}, decode ms per token or None) of every ``acc@<length>`` of a row
-    (retrieval's L_valid, lengthgen's n), shortest first."""
+    """(length, {seed: accuracy}, None) of every ``acc@<length>`` of a row, shortest first."""
     metrics = row.metrics if isinstance(row.metrics, dict) else {}
     lengths = sorted(int(k[4:]) for k in metrics if k.startswith("acc@") and k[4:].isdigit())
     for n in lengths:
-        yield n, seed_values(row, f"acc@{n}"), metrics.get(f"decode_tpot_ms@{n}")
+        yield n, seed_values(row, f"acc@{n}"), None
 
 
 def frontier_table(q: Quality, suite: str, hardware: str, budget: str, target: int, points: list[Point],
@@ -233,8 +232,8 @@ def frontier_table(q: Quality, suite: str, hardware: str, budget: str, target: i
     said = {v.other.label: v.text(q.fmt, q.short) for v in against}
     sign = 1 if q.lower_is_better else -1
     order = sorted(points, key=lambda p: (p.quality is None, sign * p.quality if p.quality is not None else 0.0))
-    decode = any(p.decode is not None for p in points)
-    columns = [q.name, q.cost_unit, "peak memory"] + ([DECODE] if decode else []) + ["Pareto", "verdict"]
+    serving = any(p.serving is not None for p in points)
+    columns = [q.name, q.cost_unit, "peak memory"] + ([SERVING] if serving else []) + ["Pareto", "verdict"]
     where = f"{q.target} = {target}"
     table = Table(key=slug(f"{suite}-frontier-{of + '-' if of else ''}{budget}-{q.target.replace('_', '')}{target}"
                            f"-{hardware}"),
@@ -254,19 +253,19 @@ def frontier_table(q: Quality, suite: str, hardware: str, budget: str, target: i
                                                    **link)
         table.cells[(p.label, "peak memory")] = Cell(text="—" if p.memory is None else fmt.number(p.memory, "bytes"),
                                                      value=p.memory, **link)
-        if decode:
-            table.cells[(p.label, DECODE)] = Cell(text="—" if p.decode is None else f"{p.decode:.3g}", value=p.decode,
+        if serving:
+            table.cells[(p.label, SERVING)] = Cell(text="—" if p.serving is None else f"{p.serving:.3g}", value=p.serving,
                                                   **link)
         table.cells[(p.label, "Pareto")] = Cell(text="yes" if p.label in front else "", **link)
         verdict = "best" if best is not None and p is best else said.get(p.label, f"no {q.name}")
         table.cells[(p.label, "verdict")] = Cell(text=verdict, **link)
-    decode_note = (" Decode: milliseconds per generated token with a KV cache at context "
-                   f"{target} (median over the timed steps), measured once per method and L_train in the same "
-                   "run." if decode else "")
+    serving_note = (" Serving: milliseconds per generated token with a KV cache at context "
+                    f"{target} (median over the timed steps), measured once per method and L_train in the same "
+                    "run." if serving else "")
     table.caption = (f"{q.describe}{' of ' + of if of else ''} at {where} ({q.reads}, mean over seeds) of every "
                      f"method and L_train trained under {budget}, against its cost: training {q.cost_unit.replace(' / ', ' per ')} "
                      "and peak training memory measured in the same run. Pareto: no other row is both cheaper "
-                     f"({q.cost_unit}) and better.{decode_note} {INTERVAL_NOTE} {hardware}, commit {table.commit}.")
+                     f"({q.cost_unit}) and better.{serving_note} {INTERVAL_NOTE} {hardware}, commit {table.commit}.")
     return table
 
 
