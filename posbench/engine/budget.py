@@ -65,17 +65,20 @@ def steps_for(kind: str, value: float, tokens_per_step: int, flops_per_step: Opt
 
 
 def measure_step_seconds(step: Callable[[], None], warmup_s: float, clock: Optional[Callable[[], float]] = None,
-                         sync: Callable[[], None] = lambda: None) -> tuple[float, float, int]:
+                         sync: Callable[[], None] = lambda: None,
+                         agree: Callable[[bool], bool] = lambda more: more) -> tuple[float, float, int]:
     """(mean seconds of a timed step, warm-up seconds in all, timed steps): ``step()`` once
     untimed, then timed until ``warmup_s`` has passed and at least ``MIN_TIMED_STEPS`` ran.
-    ``sync`` waits for the device (CUDA) before each reading of ``clock`` (default ``now``)."""
+    ``sync`` waits for the device (CUDA) before each reading of ``clock`` (default ``now``);
+    ``agree`` turns this process's "one more step?" into every rank's (under torchrun each
+    step is a collective, so all ranks must take the same number)."""
     clock = clock or now
     began = clock()
     step()
     sync()
     start = clock()
     n = 0
-    while n < MIN_TIMED_STEPS or clock() - start < warmup_s:
+    while agree(n < MIN_TIMED_STEPS or clock() - start < warmup_s):
         step()
         sync()
         n += 1

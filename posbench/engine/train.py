@@ -250,7 +250,10 @@ def warm_up(model: TransformerLM, ddp, cfg: TrainConfig, device: torch.device, a
         scratch.step()
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    measured = measure_step_seconds(step, cfg.warmup_s or DEFAULT_WARMUP_S, sync=sync)
+    # Under torchrun a rank goes on while any rank's clock says so: every step is a collective.
+    agree = {"agree": lambda more: bool(distributed.all_reduce_max([float(more)])[0])} \
+        if distributed.is_distributed() else {}
+    measured = measure_step_seconds(step, cfg.warmup_s or DEFAULT_WARMUP_S, sync=sync, **agree)
     model.load_state_dict(saved)
     model.zero_grad(set_to_none=True)
     # Every rank must take the same number of steps: they agree on the mean step time.

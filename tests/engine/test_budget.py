@@ -258,3 +258,16 @@ def test_time_budget_leaves_held_out_checks_out_of_its_seconds(monkeypatch):
         seq_len=16, batch_size=4, time_s=10.0, warmup_steps=1), until=check)
     assert r.steps == 20 and r.budget_seconds == pytest.approx(10.0) and checked == [4, 8, 12, 16]
     assert not r.stopped_early
+
+
+def test_warm_up_ranks_agree_on_one_more_step():
+    # two ranks' clocks disagree on when the warm-up is over: the slower one keeps both going
+    clock = FakeClock(first=0.5, each=0.25)
+    asked = []
+
+    def agree(more):  # the other rank wants 6 timed steps whatever this one's clock says
+        asked.append(more)
+        return more or len(asked) <= 6
+
+    assert measure_step_seconds(clock.step, warmup_s=1.0, clock=clock, agree=agree)[2] == 6
+    assert asked[:4] == [True] * 4 and asked[4:] == [False, False, False]
