@@ -2,19 +2,29 @@
 device) or ``flops`` (``posbench.engine.flops``), each turned into the optimizer steps a run will
 take, so the learning-rate schedule follows the steps it will reach. docs/tasks/budgets.md.
 
-A time budget is decided from a short measured warm-up: one untimed step (allocation, kernel
-choice), then timed steps until ``warmup_s`` has passed (at least ``MIN_TIMED_STEPS``); the run
-takes ``floor(time_s / mean step time)`` steps. The warm-up is not part of the budget.
+A time budget is planned from a short measured warm-up: one untimed step (allocation, kernel
+choice), then timed steps until ``warmup_s`` has passed (at least ``MIN_TIMED_STEPS``), which
+plans ``floor(time_s / mean step time)`` steps. Training then spends the budget on the real clock
+(``TimeBudget``): after every step the plan is redone from the training's own mean step time, the
+learning-rate schedule follows the latest plan, and the run stops when no further step fits. The
+warm-up is not part of the budget.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 BUDGETS = ("steps", "tokens", "time_s", "flops")
 DEFAULT_WARMUP_S = 2.0  # seconds of timed warm-up steps a time budget is decided from
 MIN_TIMED_STEPS = 3
+_EPS = 1e-9  # a budget that is an exact multiple of the step time still fits its last step
+
+
+def now() -> float:
+    """The clock budgets are measured on (a test replaces it with a fake one)."""
+    return time.perf_counter()
 
 
 def budget_of(cfg) -> tuple[str, float]:
@@ -46,7 +56,7 @@ def steps_for(kind: str, value: float, tokens_per_step: int, flops_per_step: Opt
     elif kind == "time_s":
         if not step_seconds or step_seconds <= 0:
             raise ValueError("training budget: time_s needs a measured step time")
-        n = int(value // step_seconds)
+        n = planned_steps(value, 0.0, 0, step_seconds)
     else:
         raise ValueError(f"training budget: {kind!r} is not a budget; allowed: {', '.join(BUDGETS)}")
     if n < 1:
@@ -54,19 +64,67 @@ def steps_for(kind: str, value: float, tokens_per_step: int, flops_per_step: Opt
     return n
 
 
-def measure_step_seconds(step: Callable[[], None], warmup_s: float, clock: Callable[[], float] = time.perf_counter,
-                         sync: Callable[[], None] = lambda: None) -> tuple[float, float, int]:
+def measure_step_seconds(step: Callable[[], None], warmup_s: float, clock: Optional[Callable[[], float]] = None,
+                         sync: Callable[[], None] = lambda: None,
+                         agree: Callable[[bool], bool] = lambda more: more) -> tuple[float, float, int]:
     """(mean seconds of a timed step, warm-up seconds in all, timed steps): ``step()`` once
     untimed, then timed until ``warmup_s`` has passed and at least ``MIN_TIMED_STEPS`` ran.
-    ``sync`` waits for the device (CUDA) before each reading of ``clock``."""
+    ``sync`` waits for the device (CUDA) before each reading of ``clock`` (default ``now``);
+    ``agree`` turns this process's "one more step?" into every rank's (under torchrun each
+    step is a collective, so all ranks must take the same number)."""
+    clock = clock or now
     began = clock()
     step()
     sync()
     start = clock()
     n = 0
-    while n < MIN_TIMED_STEPS or clock() - start < warmup_s:
+    while agree(n < MIN_TIMED_STEPS or clock() - start < warmup_s):
         step()
         sync()
         n += 1
     end = clock()
     return (end - start) / n, end - began, n
+
+
+def planned_steps(budget_s: float, spent_s: float, done: int, first_step_s: float) -> int:
+    """Steps a time budget of ``budget_s`` seconds will reach, ``done`` steps and ``spent_s``
+    seconds in: ``done`` plus the steps that fit in what is left at the mean step time so far
+    (``first_step_s``, the warm-up's, before the first step). Never below ``done``."""
+    step_s = spent_s / done if done else first_step_s
+    if step_s <= 0:
+        raise ValueError("training budget: time_s needs a positive step time")
+    return done + max(0, math.floor((budget_s - spent_s) / step_s + _EPS))
+
+
+class TimeBudget:
+    """A time budget spent on the real clock during training: ``tick()`` after each step,
+    ``total()`` the steps it will reach (re-planned from the steps so far), ``paused()`` around
+    work that is not training (held-out checks). ``sync`` waits for the device before a reading."""
+
+    def __init__(self, seconds: float, first_step_s: float, clock: Optional[Callable[[], float]] = None,
+                 sync: Callable[[], None] = lambda: None):
+        self.seconds, self.first_step_s, self.sync = seconds, first_step_s, sync
+        self.clock = clock or now
+        self.spent, self.done = 0.0, 0
+        self.mark = self.clock()
+
+    def tick(self) -> None:
+        """One step done: its time counts against the budget."""
+        self.sync()
+        t = self.clock()
+        self.spent += t - self.mark
+        self.mark = t
+        self.done += 1
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Time inside is not spent from the budget."""
+        self.sync()
+        self.spent += self.clock() - self.mark
+        try:
+            yield
+        finally:
+            self.mark = self.clock()
+
+    def total(self) -> int:
+        return planned_steps(self.seconds, self.spent, self.done, self.first_step_s)

@@ -4,8 +4,9 @@ on CUDA, checkpoints, divergence detection, curves to a tracker (docs/watching-t
 deterministic on CPU; under torchrun each rank trains its slice of the global batch (DDP) and
 rank 0 writes the checkpoint. ``until(steps_done)`` stops early while the budget still sets the
 lr schedule, so a stopped model is the full run's model at that step. The budget is steps, tokens,
-measured time or counted operations (``posbench.engine.budget``): the steps it allows are decided
-before the first step, so the schedule follows them.
+measured time or counted operations (``posbench.engine.budget``): steps, tokens and operations
+are turned into steps before the first one; a time budget is planned from a warm-up and spent on
+the real clock, the schedule following its re-planned step count (docs/tasks/budgets.md).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Callable, Iterator
 import torch
 
 from posbench.engine import distributed
-from posbench.engine.budget import DEFAULT_WARMUP_S, budget_of, measure_step_seconds, steps_for
+from posbench.engine.budget import DEFAULT_WARMUP_S, TimeBudget, budget_of, measure_step_seconds, steps_for
 from posbench.engine.checkpoint import reused_model, save_checkpoint
 from posbench.core.model import TransformerLM, lm_loss
 from posbench.core.outcome import Diverged
@@ -83,7 +84,8 @@ class TrainResult:
     curve: list[tuple[int, float]]  # (step, loss) every log_every steps and at the end
     stopped_early: bool = False  # ``until`` ended training before the budget
     flops: float | None = None  # counted training operations of the steps done (engine.flops)
-    budget: dict = field(default_factory=dict)  # kind, value, steps it allows; time_s: the warm-up's measure
+    budget: dict = field(default_factory=dict)  # kind, value, steps it allows (time_s: the warm-up's plan and measure)
+    budget_seconds: float | None = None  # time_s: the training time spent from the budget (held-out checks excluded)
 
 
 def train(
@@ -113,7 +115,7 @@ def train(
                                                                                  warmup_batches)
         budget["step_seconds"] = step_seconds
     total = steps_for(kind, value, cfg.batch_size * cfg.seq_len, flops_per_step, step_seconds)
-    budget["steps"] = total
+    budget["steps"] = total  # time_s: the warm-up's plan; the clock decides the steps reached
     torch.manual_seed(cfg.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -144,8 +146,14 @@ def train(
                             step)
             last_log = (now, step)
 
-    done = total
-    for step in range(total):
+    # A time budget is spent on the clock: after each step the steps it will reach are re-planned
+    # from this run's mean step time, so a noisy warm-up neither cuts training short nor runs it
+    # over, and the schedule decays to its end at the step where the budget runs out.
+    clock = None
+    if kind == "time_s":
+        clock = TimeBudget(value, step_seconds, sync=torch.cuda.synchronize if device.type == "cuda" else lambda: None)
+    step, stopped = 0, False
+    while step < total:
         inputs, targets = step_inputs(next(batches), device)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg, total)
@@ -165,19 +173,34 @@ def train(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
-        if until is not None and step < total - 1 and until(step + 1):
-            if curve[-1][0] != step:  # the final loss is the last step's, as at the end of the budget
-                log(step, loss)
-            done = step + 1
-            break
+        step += 1
+        if clock is not None:
+            clock.tick()
+            total = agreed_steps(clock.total())
+        if until is not None and step < total:
+            with clock.paused() if clock is not None else contextlib.nullcontext():
+                stopped = until(step)
+            if stopped:
+                break
+    done = step
+    if curve[-1][0] != done - 1:  # the final loss is the last step's, as at the end of the budget
+        log(done - 1, loss)
     seconds = time.perf_counter() - start
-    result = TrainResult(done, done * cfg.batch_size * cfg.seq_len, seconds, loss_value, curve, done < total,
-                         None if flops_per_step is None else float(done * flops_per_step), budget)
+    result = TrainResult(done, done * cfg.batch_size * cfg.seq_len, seconds, loss_value, curve, stopped,
+                         None if flops_per_step is None else float(done * flops_per_step), budget,
+                         None if clock is None else clock.spent)
     model.eval()
     if checkpoint is not None and distributed.is_main():
         save_checkpoint(checkpoint, model, cfg, result)
     distributed.barrier()  # no rank moves on while the checkpoint is half written
     return result
+
+
+def agreed_steps(total: int) -> int:
+    """Under torchrun every rank must take the same steps: the fewest any rank's clock allows."""
+    if not distributed.is_distributed():
+        return total
+    return int(-distributed.all_reduce_max([-total])[0])
 
 
 def step_inputs(batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -227,7 +250,10 @@ def warm_up(model: TransformerLM, ddp, cfg: TrainConfig, device: torch.device, a
         scratch.step()
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    measured = measure_step_seconds(step, cfg.warmup_s or DEFAULT_WARMUP_S, sync=sync)
+    # Under torchrun a rank goes on while any rank's clock says so: every step is a collective.
+    agree = {"agree": lambda more: bool(distributed.all_reduce_max([float(more)])[0])} \
+        if distributed.is_distributed() else {}
+    measured = measure_step_seconds(step, cfg.warmup_s or DEFAULT_WARMUP_S, sync=sync, **agree)
     model.load_state_dict(saved)
     model.zero_grad(set_to_none=True)
     # Every rank must take the same number of steps: they agree on the mean step time.

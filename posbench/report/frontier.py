@@ -1,6 +1,7 @@
 """The frontier: each method's quality against its cost at one target length and budget, the
 Pareto front, and the verdict (which method is best, and is each difference beyond the seed-level
-noise). Task-neutral: a task hands it ``Point``s. docs/tasks/frontier.md.
+noise), with its verdict table and chart. Task-neutral: a task names its ``Quality`` and how a row
+gives its values per target length (``frontier_points``). docs/tasks/frontier.md.
 
 Separable: two methods differ beyond the seed-level noise when their 95% t intervals over seeds
 (``posbench.report.stats.seed_interval``) do not overlap; otherwise "not separable". The verdict
@@ -10,9 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Iterable, Optional
 
+from posbench.report import numbers as fmt
+from posbench.report.rows import Runs
+from posbench.report.sections import Block, Section
 from posbench.report.stats import SEED_INTERVAL, seed_interval
+from posbench.report.table import Cell, Table, by_params, ordered, short_commit, slug, task_groups
 
 NOT_SEPARABLE = "not separable"
 
@@ -27,6 +32,7 @@ class Point:
     cost: Optional[float]  # the cost axis: mean over seeds (e.g. training seconds per token)
     memory: Optional[float] = None  # peak training memory (bytes), mean over seeds
     extra: dict = field(default_factory=dict)
+    serving: Optional[float] = None  # serving cost at the target length: ms per generated token, KV cache
 
     @property
     def label(self) -> str:
@@ -111,3 +117,197 @@ def verdicts(points: list[Point], lower_is_better: bool = True) -> tuple[Optiona
 INTERVAL_NOTE = (f"Brackets: the {SEED_INTERVAL} of the mean; 'worse beyond seed-level noise' when the best "
                  f"point's interval and this one's do not overlap, else '{NOT_SEPARABLE}'; 'k of n seeds': the seeds "
                  "(paired by seed) in which the best point did better.")
+
+
+# -- a task's frontier: its quality, its points from rows, the verdict table and the chart ---------
+
+BUDGET_KINDS = ("time_s", "flops", "tokens", "steps")
+SERVING = "serving ms / token"
+
+
+@dataclass(frozen=True)
+class Quality:
+    """What a task's frontier puts against cost, and how it reads."""
+
+    task: str
+    name: str  # the column and the axis: "perplexity", "accuracy"
+    short: str  # in a verdict: "ppl", "acc"
+    target: str  # the target length's name: "L_valid", "n"
+    lower_is_better: bool
+    fmt: Callable[[float], str]
+    describe: str  # the caption's first words: "Non-overlapping perplexity"
+    cost_unit: str = "s / token"  # training seconds per token (or per example)
+    log_axis: bool = False
+
+    @property
+    def reads(self) -> str:
+        return "lower is better" if self.lower_is_better else "higher is better"
+
+
+def fraction(v: float) -> str:
+    """An accuracy as the frontier shows it: three decimals, so intervals line up."""
+    return f"{v:.3f}"
+
+
+def is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def budget_text(metrics: dict) -> str:
+    """``time_s=60`` from a row's ``budget_<kind>``; older rows: ``steps=<train_steps>``."""
+    for kind in BUDGET_KINDS:
+        value = metrics.get(f"budget_{kind}")
+        if is_number(value):
+            return f"{kind}={value:g}"
+    steps = metrics.get("train_steps")
+    return f"steps={steps:g}" if is_number(steps) else "budget unknown"
+
+
+def wanted(rows) -> bool:
+    """Whether a run asks for a frontier: a compute budget (time or flops) or several seeds."""
+    for r in rows:
+        m = r.metrics if isinstance(r.metrics, dict) else {}
+        if is_number(m.get("budget_time_s")) or is_number(m.get("budget_flops")) or (m.get("n_seeds") or 0) > 1:
+            return True
+    return False
+
+
+def per_unit(metrics: dict, seconds: str, units: str) -> Optional[float]:
+    """``metrics[seconds] / metrics[units]`` (training seconds per token or example), None without both."""
+    s, n = metrics.get(seconds), metrics.get(units)
+    return s / n if is_number(s) and is_number(n) and n > 0 else None
+
+
+Cells = Callable[[object], Iterable[tuple[int, dict, Optional[float]]]]
+
+
+def frontier_points(runs: Runs, task: str, cells: Cells, cost: Callable[[dict], Optional[float]],
+                    of: Callable[[object], str] = lambda r: "") -> dict[tuple, list[Point]]:
+    """{(suite, hardware, budget, of, target): [Point]} of the finished ``task`` rows of runs that
+    ask for a frontier. ``cells(row)`` yields (target length, {seed: quality}, serving cost or None);
+    ``cost(metrics)`` is the row's cost; ``of(row)`` what else a frontier is drawn per (a probe)."""
+    out: dict[tuple, list[Point]] = {}
+    for suite, hardware, group in task_groups(runs.rows, task):
+        rows = [r for rs in by_params(group).values() for r in rs if r.status == "ok"]
+        if not wanted(rows):
+            continue
+        for r in rows:
+            m = r.metrics if isinstance(r.metrics, dict) else {}
+            c = cost(m)
+            memory = m.get("peak_mem_train_bytes")
+            for target, by_seed, serving in cells(r):
+                point = Point(r.method, r.params.get("L_train"), by_seed, c if is_number(c) else None,
+                              memory if is_number(memory) else None,
+                              {"case_id": r.case_id, "run_id": r.run_id, "commit": r.git_commit},
+                              serving if is_number(serving) else None)
+                out.setdefault((suite, hardware, budget_text(m), of(r), target), []).append(point)
+    return out
+
+
+def seed_values(row, metric: str) -> dict:
+    """{seed: value} of ``metric`` in a row: each seed's (``series["<metric>_by_seed"]``, seeds from
+    ``series["seeds"]`` or counted) or, for a single seed, the row's own."""
+    series = row.series if isinstance(row.series, dict) else {}
+    metrics = row.metrics if isinstance(row.metrics, dict) else {}
+    values = series.get(f"{metric}_by_seed")
+    if not isinstance(values, list):
+        return {0: metrics.get(metric) if is_number(metrics.get(metric)) else None}
+    seeds = series.get("seeds") if isinstance(series.get("seeds"), list) else list(range(len(values)))
+    return {s: v if is_number(v) else None for s, v in zip(seeds, values)}
+
+
+def accuracy_cells(row):
+    """(length, {seed: accuracy}, None) of every ``acc@<length>`` of a row, shortest first."""
+    metrics = row.metrics if isinstance(row.metrics, dict) else {}
+    lengths = sorted(int(k[4:]) for k in metrics if k.startswith("acc@") and k[4:].isdigit())
+    for n in lengths:
+        yield n, seed_values(row, f"acc@{n}"), None
+
+
+def frontier_table(q: Quality, suite: str, hardware: str, budget: str, target: int, points: list[Point],
+                   of: str = "") -> Table:
+    """One budget and target length: a row per (method, L_train), best first."""
+    best, against = verdicts(points, q.lower_is_better)
+    front = {p.label for p in pareto_front(points, q.lower_is_better)}
+    said = {v.other.label: v.text(q.fmt, q.short) for v in against}
+    sign = 1 if q.lower_is_better else -1
+    order = sorted(points, key=lambda p: (p.quality is None, sign * p.quality if p.quality is not None else 0.0))
+    serving = any(p.serving is not None for p in points)
+    columns = [q.name, q.cost_unit, "peak memory"] + ([SERVING] if serving else []) + ["Pareto", "verdict"]
+    where = f"{q.target} = {target}"
+    table = Table(key=slug(f"{suite}-frontier-{of + '-' if of else ''}{budget}-{q.target.replace('_', '')}{target}"
+                           f"-{hardware}"),
+                  title=f"Frontier{' of ' + of if of else ''} at {where}, {budget}: best method and what beats what",
+                  caption="", task=q.task, metric="frontier", unit=q.name, column_header="measure", columns=columns,
+                  rows=[], hardware=hardware, commit=short_commit(p.extra.get("commit") for p in points),
+                  higher_is_better=not q.lower_is_better,
+                  extra={q.target: target, "budget": budget, "points": points, "front": sorted(front), "quality": q})
+    for p in order:
+        link = {"case_id": p.extra.get("case_id"), "run_id": p.extra.get("run_id")}
+        table.rows.append(p.label)
+        mean, _, n, lo, hi = p.interval
+        text = "—" if not n else q.fmt(mean) + (f" [{q.fmt(lo)}, {q.fmt(hi)}]" if lo is not None else "")
+        table.cells[(p.label, q.name)] = Cell(text=text, value=mean if n else None,
+                                              spread=(lo, hi) if lo is not None else None, **link)
+        table.cells[(p.label, q.cost_unit)] = Cell(text="—" if p.cost is None else f"{p.cost:.3g}", value=p.cost,
+                                                   **link)
+        table.cells[(p.label, "peak memory")] = Cell(text="—" if p.memory is None else fmt.number(p.memory, "bytes"),
+                                                     value=p.memory, **link)
+        if serving:
+            table.cells[(p.label, SERVING)] = Cell(text="—" if p.serving is None else f"{p.serving:.3g}", value=p.serving,
+                                                  **link)
+        table.cells[(p.label, "Pareto")] = Cell(text="yes" if p.label in front else "", **link)
+        verdict = "best" if best is not None and p is best else said.get(p.label, f"no {q.name}")
+        table.cells[(p.label, "verdict")] = Cell(text=verdict, **link)
+    serving_note = (" Serving: milliseconds per generated token with a KV cache at context "
+                    f"{target} (median over the timed steps), measured once per method and L_train in the same "
+                    "run." if serving else "")
+    table.caption = (f"{q.describe}{' of ' + of if of else ''} at {where} ({q.reads}, mean over seeds) of every "
+                     f"method and L_train trained under {budget}, against its cost: training {q.cost_unit.replace(' / ', ' per ')} "
+                     "and peak training memory measured in the same run. Pareto: no other row is both cheaper "
+                     f"({q.cost_unit}) and better.{serving_note} {INTERVAL_NOTE} {hardware}, commit {table.commit}.")
+    return table
+
+
+def frontier_chart(table: Table):
+    """Quality against training cost, a point per (method, L_train), seed intervals as error bars,
+    the Pareto front as a line."""
+    from posbench.report.charts import caption, fit, line_style, new_figure, perplexity_axis
+
+    q: Quality = table.extra["quality"]
+    fig, ax = new_figure()
+    points = table.extra["points"]
+    methods = ordered(p.method for p in points)
+    markers = {}
+    for p in points:
+        mean, _, n, lo, hi = p.interval
+        if not n or p.cost is None:
+            continue
+        style = line_style(methods.index(p.method))
+        err = [[mean - lo], [hi - mean]] if lo is not None else None
+        bar = ax.errorbar([p.cost], [mean], yerr=err, color=style["color"], marker=style["marker"], linestyle="none",
+                          markersize=7 if p.L_train == max(q_.L_train for q_ in points) else 5, capsize=3,
+                          label=p.method if p.method not in markers else None)
+        markers[p.method] = bar
+        ax.annotate(f"L={p.L_train}", (p.cost, mean), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    front = pareto_front(points, q.lower_is_better)
+    if len(front) > 1:
+        ax.plot([p.cost for p in front], [p.quality for p in front], color="0.3", linestyle="--", linewidth=1,
+                label="Pareto front", gid="pareto")
+    if q.log_axis:
+        perplexity_axis(ax)
+    unit = q.cost_unit.replace("s / ", "seconds per ")
+    ax.set(xlabel=f"Training {unit} (cost)",
+           ylabel=f"{q.name.capitalize()} ({q.reads}{', log scale' if q.log_axis else ''})")
+    ax.set_title(table.title, fontsize=9, wrap=True)
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    caption(fig, table.hardware, table.commit, "bars: 95% t interval over seeds; dashed: the Pareto front")
+    fit(fig)
+    return fig
+
+
+def frontier_section(heading: str, task: str, tables: list[Table]) -> list[Section]:
+    """The report's frontier section of a task: each verdict table with its chart (none without tables)."""
+    blocks = [Block(t, [lambda t=t: [(t.key, t.title, frontier_chart(t))]]) for t in tables]
+    return [Section(heading, task, blocks)] if blocks else []

@@ -64,13 +64,17 @@ M = Metric
 BUDGET_METRICS = {
     "budget_steps": M("Budget, steps", "steps", "the steps budget given", None, "int"),
     "budget_tokens": M("Budget, tokens", "tokens", "the tokens budget given", None, "count"),
-    "budget_time_s": M("Budget, training time", "s", "the time budget given: each method trains the steps its "
-                       "measured warm-up says fit in it", None),
+    "budget_time_s": M("Budget, training time", "s", "the time budget given: each method trains until it is "
+                       "spent on the clock", None),
     "budget_flops": M("Budget, operations", "FLOP", "the flops budget given (posbench.engine.flops)", None, "count"),
     "budget_step_seconds": M("Warm-up seconds per step", "s", "time budget: the mean step time its warm-up "
                              "measured, which set the steps", None),
     "budget_warmup_seconds": M("Warm-up time", "s", "time budget: seconds the warm-up took (not part of the budget)",
                                None),
+    "budget_planned_steps": M("Warm-up's planned steps", "steps", "time budget: the steps the warm-up planned; "
+                              "the clock decides the steps reached (train_steps)", None, "int"),
+    "budget_seconds": M("Budget time spent", "s", "time budget: training seconds spent from the budget, measured "
+                        "on the clock (held-out checks excluded); within one step of budget_time_s", None),
     "train_flops": M("Training operations", "FLOP", "counted operations of the steps trained (posbench.engine.flops)",
                      None, "count"),
 }
@@ -79,14 +83,15 @@ BUDGET_METRICS = {
 def budget_metrics(result) -> dict:
     """What a row records of the budget of a ``posbench.engine.train.TrainResult``: the budget
     given (``budget_<kind>``), the counted operations of the steps done, and for a time budget the
-    warm-up's step time and duration. The steps reached and the measured time are the task's
+    warm-up's step time, duration and plan, and the seconds spent from the budget. The steps reached and the measured time are the task's
     ``train_steps`` and ``train_seconds``."""
     b = result.budget or {}
     out = {"train_flops": result.flops}
     if b.get("kind"):
         out[f"budget_{b['kind']}"] = b["value"]
     if b.get("kind") == "time_s":
-        out.update(budget_step_seconds=b.get("step_seconds"), budget_warmup_seconds=b.get("warmup_seconds"))
+        out.update(budget_step_seconds=b.get("step_seconds"), budget_warmup_seconds=b.get("warmup_seconds"),
+                   budget_planned_steps=b.get("steps"), budget_seconds=getattr(result, "budget_seconds", None))
     return out
 
 
@@ -96,7 +101,7 @@ class BudgetSettings(ModelSettings):
     steps: Optional[int] = Field(None, ge=1, description="training budget in optimizer steps ...")
     tokens: Optional[int] = Field(None, ge=1, description="... or in tokens (steps = tokens // (batch_size * L_train))")
     time_s: Optional[float] = Field(None, gt=0, description="... or in measured training seconds on this device: "
-                                    "each method trains the steps a short measured warm-up says fit")
+                                    "each method trains until they are spent (planned from a short warm-up)")
     flops: Optional[float] = Field(None, gt=0, description="... or in counted training operations "
                                    "(posbench.engine.flops: the model's matmuls plus the method's position work)")
     budget_warmup_s: float = Field(DEFAULT_WARMUP_S, gt=0, description="time_s: seconds of timed warm-up steps "

@@ -7,9 +7,11 @@ import torch
 
 from posbench.core import registry
 from posbench.core.config import ModelConfig
-from posbench.engine.budget import MIN_TIMED_STEPS, budget_of, measure_step_seconds, steps_for
+from posbench.engine import budget as budget_mod
+from posbench.engine.budget import (MIN_TIMED_STEPS, TimeBudget, budget_of, measure_step_seconds, planned_steps,
+                                    steps_for)
 from posbench.engine.flops import matmul_flops, position_flops, train_flops_per_step
-from posbench.engine.train import TrainConfig, step_flops, train, warm_up
+from posbench.engine.train import TrainConfig, lr_at, step_flops, train, warm_up
 from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
 from tests.helpers.training import repeating_batches, small_model
@@ -27,6 +29,14 @@ class FakeClock:
     def step(self) -> None:
         self.now += self.first if self.calls == 0 else self.each
         self.calls += 1
+
+
+def ticking(batches, clock: FakeClock, extra=lambda i: 0.0):
+    """``batches`` with the fake clock moved by one step's time (plus ``extra(i)``) as each is drawn."""
+    for i, batch in enumerate(batches):
+        clock.step()
+        clock.now += extra(i)
+        yield batch
 
 
 def test_time_budget_from_a_measured_warm_up_on_a_fake_clock():
@@ -116,7 +126,10 @@ def test_time_budget_warm_up_leaves_the_weights_and_sets_the_steps(monkeypatch):
     import posbench.engine.train as engine_train
 
     monkeypatch.setattr(engine_train, "measure_step_seconds", lambda step, warmup_s, sync: (0.125, 0.5, 3))
-    r = train(small_model("rotary"), repeating_batches(), TrainConfig(seq_len=16, batch_size=4, time_s=0.75,
+    # the run spends the budget on the clock: a fake one whose steps take the warm-up's 0.125 s
+    clock = FakeClock(first=0.125, each=0.125)
+    monkeypatch.setattr(budget_mod, "now", clock)
+    r = train(small_model("rotary"), ticking(repeating_batches(), clock), TrainConfig(seq_len=16, batch_size=4, time_s=0.75,
                                                                        warmup_s=0.05, warmup_steps=1, log_every=1))
     assert r.steps == 6 and r.budget == {"kind": "time_s", "value": 0.75, "warmup_seconds": 0.5, "warmup_steps": 3,
                                          "step_seconds": 0.125, "steps": 6}
@@ -159,3 +172,102 @@ def test_suite_accepts_each_budget(tmp_path):
         s = suitemod.resolve(suitemod.load(path), "default").settings
         kind = budget.split(":")[0]
         assert budget_of(s.train_config(8, 0))[0] == kind
+
+
+def test_time_budget_re_plans_its_steps_from_the_clock():
+    # before the first step the warm-up's step time plans; then the run's own mean step time does
+    assert planned_steps(10.0, 0.0, 0, 0.25) == 40
+    assert planned_steps(10.0, 5.0, 10, 0.25) == 20  # steps took 0.5 s, twice the warm-up's: 10 more fit
+    assert planned_steps(10.0, 1.0, 10, 0.25) == 100  # steps took 0.1 s: 90 more fit
+    assert planned_steps(0.75, 0.375, 3, 0.125) == 6  # an exact multiple keeps its last step
+    assert planned_steps(10.0, 9.9, 20, 0.25) == 20  # less than a mean step left: stop
+    assert planned_steps(10.0, 12.0, 20, 0.25) == 20  # never below the steps done
+    with pytest.raises(ValueError, match="positive step time"):
+        planned_steps(10.0, 0.0, 0, 0.0)
+    clock = FakeClock(first=1.0, each=1.0)
+    b = TimeBudget(10.0, 2.0, clock=clock)
+    assert b.total() == 5
+    clock.step()
+    b.tick()
+    assert (b.spent, b.total()) == (1.0, 10)
+    with b.paused():  # a held-out check: its time is not spent from the budget
+        clock.now += 100.0
+    clock.step()
+    b.tick()
+    assert (b.done, b.spent, b.total()) == (2, 2.0, 10)
+
+
+class Lrs:
+    """A tracker that keeps the learning rate of every logged step."""
+
+    def __init__(self):
+        self.lr = {}
+
+    def scalars(self, values, step):
+        self.lr[step] = values["train/lr"]
+
+
+@pytest.mark.parametrize("warm_up_says, plans", [(0.05, 200), (0.2, 50), (0.4, 25)])
+def test_time_budget_spends_its_seconds_whatever_the_warm_up_measured(monkeypatch, warm_up_says, plans):
+    """A warm-up that misjudges the step time (0.05 or 0.4 s against a true 0.2 s, as on a busy
+    machine) still trains 0.2 s steps until the 10 s budget is spent, and the lr decays to its end."""
+    import posbench.engine.train as engine_train
+
+    monkeypatch.setattr(engine_train, "measure_step_seconds", lambda step, warmup_s, sync: (warm_up_says, 1.0, 5))
+    clock = FakeClock(first=0.2, each=0.2)
+    monkeypatch.setattr(budget_mod, "now", clock)
+    cfg = TrainConfig(seq_len=16, batch_size=4, time_s=10.0, warmup_s=1.0, warmup_steps=5, log_every=1)
+    lrs = Lrs()
+    r = train(small_model("alibi"), ticking(repeating_batches(), clock), cfg, tracker=lrs)
+    assert r.steps == 50 and r.budget["steps"] == plans  # reached vs the warm-up's plan
+    assert abs(r.budget_seconds - 10.0) <= 0.2  # within one step of the budget
+    assert not r.stopped_early and len(r.curve) == 50
+    assert lrs.lr[49] == pytest.approx(lr_at(49, cfg, 50))  # the last step's lr is the schedule's last
+    assert lrs.lr[49] < 0.11 * cfg.lr  # decayed to its end (min_lr_ratio 0.1)
+    assert max(lrs.lr.values()) == pytest.approx(cfg.lr)
+
+
+def test_time_budget_slowing_down_mid_run_stops_on_time(monkeypatch):
+    import posbench.engine.train as engine_train
+
+    monkeypatch.setattr(engine_train, "measure_step_seconds", lambda step, warmup_s, sync: (0.1, 1.0, 10))
+    clock = FakeClock(first=0.1, each=0.1)
+    monkeypatch.setattr(budget_mod, "now", clock)
+    # from step 20 on another job shares the core: every step takes 0.3 s
+    batches = ticking(repeating_batches(), clock, extra=lambda i: 0.2 if i >= 20 else 0.0)
+    r = train(small_model("alibi"), batches, TrainConfig(seq_len=16, batch_size=4, time_s=10.0, warmup_steps=1))
+    assert r.budget["steps"] == 100  # the warm-up's plan, far off
+    assert r.steps == 46 and r.budget_seconds == pytest.approx(9.8)  # 20 x 0.1 s + 26 x 0.3 s: a 27th would pass 10 s
+
+
+def test_time_budget_leaves_held_out_checks_out_of_its_seconds(monkeypatch):
+    import posbench.engine.train as engine_train
+
+    monkeypatch.setattr(engine_train, "measure_step_seconds", lambda step, warmup_s, sync: (0.5, 1.0, 2))
+    clock = FakeClock(first=0.5, each=0.5)
+    monkeypatch.setattr(budget_mod, "now", clock)
+    checked = []
+
+    def check(done):  # a held-out check taking 3 s every 4 steps, never met
+        if done % 4 == 0:
+            clock.now += 3.0
+            checked.append(done)
+        return False
+
+    r = train(small_model("alibi"), ticking(repeating_batches(), clock), TrainConfig(
+        seq_len=16, batch_size=4, time_s=10.0, warmup_steps=1), until=check)
+    assert r.steps == 20 and r.budget_seconds == pytest.approx(10.0) and checked == [4, 8, 12, 16]
+    assert not r.stopped_early
+
+
+def test_warm_up_ranks_agree_on_one_more_step():
+    # two ranks' clocks disagree on when the warm-up is over: the slower one keeps both going
+    clock = FakeClock(first=0.5, each=0.25)
+    asked = []
+
+    def agree(more):  # the other rank wants 6 timed steps whatever this one's clock says
+        asked.append(more)
+        return more or len(asked) <= 6
+
+    assert measure_step_seconds(clock.step, warmup_s=1.0, clock=clock, agree=agree)[2] == 6
+    assert asked[:4] == [True] * 4 and asked[4:] == [False, False, False]

@@ -76,6 +76,10 @@ def _rank_main(rank: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
     assert distributed.init_from_env("cpu", timeout_s=60)
     result = _work()
+    # A time budget: each rank's clock re-plans the steps, and the ranks must agree on them.
+    timed = train(_model(), _batches(_tokens()), TrainConfig(seq_len=16, batch_size=4, time_s=1.0, warmup_s=0.2,
+                                                              warmup_steps=1, precision="float32"))
+    Path(out).with_name(f"time-budget-steps-{rank}").write_text(str(timed.steps))
     # Fake window times: rank 0 took 1 s and 3 s, rank 1 2 s and 1 s; 100 tokens each per window.
     result["rates"] = distributed.global_rates(100, [1.0, 3.0] if rank == 0 else [2.0, 1.0])
     if rank == 0:
@@ -101,6 +105,13 @@ def test_ddp_training_matches_one_process_with_the_same_global_batch(two_ranks, 
     assert len(two_ranks["curve"]) == len(one_process["curve"]) == 6
     np.testing.assert_allclose(two_ranks["curve"], one_process["curve"], rtol=1e-5)
     assert one_process["curve"][-1] < one_process["curve"][0]  # it trained: the comparison means something
+
+
+@pytest.mark.subprocess
+def test_ranks_agree_on_the_steps_of_a_time_budget(two_ranks, tmp_path_factory):
+    folder = next(tmp_path_factory.getbasetemp().glob("ddp*"))
+    steps = [int((folder / f"time-budget-steps-{r}").read_text()) for r in range(WORLD)]
+    assert steps[0] == steps[1] >= 1
 
 
 @pytest.mark.subprocess

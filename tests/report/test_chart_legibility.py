@@ -70,7 +70,19 @@ def every_figure(tmp_path):
     figures.append(("retrieval-heatmap", heatmap_chart(retrieval_rows(), "alibi")))
     figures.append(("train-wps-paired", charts.metric_chart(paired_table(tmp_path / "paired"))))
     figures.append(("frontier", frontier_chart(frontier_table())))
+    figures.append(("frontier-accuracy", frontier_chart(accuracy_frontier_table())))
     return figures
+
+
+def accuracy_frontier_table():
+    """The retrieval frontier (accuracy, higher is better, a linear axis): 4 points, 3 seeds each."""
+    from posbench.report.frontier import Point, frontier_table
+    from posbench.tasks.retrieval.frontier import QUALITY
+
+    points = [Point(m, L, dict(enumerate((a - 0.02, a, a + 0.02))), cost, 0.5e9)
+              for m, L, a, cost in (("alibi", 64, 0.93, 8.8e-5), ("alibi", 128, 0.96, 9.9e-5),
+                                    ("rotary", 64, 0.31, 1.06e-4), ("rotary", 128, 0.42, 9.6e-5))]
+    return frontier_table(QUALITY, "retrieval", "CPU (AMD EPYC)", "time_s=60", 256, points, "passkey")
 
 
 def frontier_table():
@@ -125,7 +137,7 @@ def test_every_chart_kind_is_legible(tmp_path):
     stems = " ".join(stem for stem, _ in figures)
     for kind in ("train-wps", "peak-mem-train", "decode-wps", "tpot-ms", "fwd-ms", "fwd-tflops", "peak-mem-bytes",
                  "ppl-l64-nonoverlapping", "position-loss", "precision-staircase", "precision-ppl-diff", "precision-ppl-cpu",
-                 "retrieval_passkey_accuracy", "retrieval-heatmap", "train-wps-paired", "frontier"):
+                 "retrieval_passkey_accuracy", "retrieval-heatmap", "train-wps-paired", "frontier", "frontier-accuracy"):
         assert kind in stems, kind
     problems = []
     for stem, fig in figures:

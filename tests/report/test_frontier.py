@@ -95,3 +95,72 @@ def test_frontier_settings_evaluate_fixed_target_lengths():
     assert settings.valid_lengths(64) == settings.valid_lengths(128) == [128, 512]  # the same for every L_train
     assert get_task("extrapolation").Settings.model_validate({"model": "tiny", "steps": 3}).valid_lengths(8) == \
         [8, 16, 32, 64, 128]
+
+
+def accuracy_rows(task, name, param, accs):
+    """Rows of an accuracy task under time_s=60, three seeds: ``accs[(method, L)] = {length: [acc by seed]}``."""
+    rows = []
+    for (method, L), by_length in accs.items():
+        row = base_row(task, task, method, {"L_train": L, param: name}, "run-a")
+        row["metrics"] = {"budget_time_s": 60.0, "n_seeds": 3, "train_seconds": 60.0, "train_tokens": 30000.0 * 64 / L,
+                          "train_examples": 1000.0 * 64 / L, "peak_mem_train_bytes": 1e8}
+        row["series"] = {}
+        for n, values in by_length.items():
+            row["metrics"][f"acc@{n}"] = sum(values) / len(values)
+            row["series"][f"acc@{n}_by_seed"] = values
+        rows.append(row)
+    return rows
+
+
+def test_retrieval_accuracy_frontier_on_a_fixture(tmp_path):
+    from posbench.tasks.retrieval.frontier import frontier_tables as retrieval_tables
+
+    rows = accuracy_rows("retrieval", "passkey", "probe", {
+        ("alibi", 64): {64: [1.0, 1.0, 1.0], 128: [0.90, 0.92, 0.94]},
+        ("rotary", 64): {64: [1.0, 1.0, 1.0], 128: [0.20, 0.25, 0.30]},
+        ("alibi", 128): {128: [0.95, 0.93, 0.97]}})
+    runs = load_runs(write_run(tmp_path, rows), find_task=find_task)
+    tables = {t.title: t for t in retrieval_tables(runs)}
+    t = tables["Frontier of passkey at L_valid = 128, time_s=60: best method and what beats what"]
+    # higher is better: alibi trained at 128 is best, alibi at 64 cheaper (half the s / token) and not separable
+    assert t.rows == ["alibi, L_train=128", "alibi, L_train=64", "rotary, L_train=64"]
+    assert t.cell("alibi, L_train=128", "verdict").text == "best"
+    assert t.cell("alibi, L_train=64", "verdict").text.startswith(f"{NOT_SEPARABLE} from alibi, L_train=128 (3 of 3")
+    assert t.cell("rotary, L_train=64", "verdict").text.startswith(
+        "worse beyond seed-level noise: alibi, L_train=128 beats it, 3 of 3 seeds, acc 0.950 [")
+    assert t.cell("alibi, L_train=64", "s / token").value == 0.002
+    assert [r for r in t.rows if t.cell(r, "Pareto").text == "yes"] == ["alibi, L_train=128", "alibi, L_train=64"]
+    assert "higher is better" in t.caption and "serving ms / token" not in t.columns
+    (line,) = [line for line in frontier_chart(t).axes[0].lines if line.get_gid() == "pareto"]
+    assert list(line.get_xdata()) == [0.002, 0.004]
+    section = [s for s in collect_sections(runs) if s.heading == "Frontier: retrieval accuracy against cost"]
+    assert len(section) == 1 and len(section[0].blocks) == 2  # L_valid 64 and 128
+
+
+def test_lengthgen_exact_match_frontier_on_a_fixture(tmp_path):
+    from posbench.tasks.lengthgen.frontier import frontier_tables as lengthgen_tables
+
+    rows = accuracy_rows("lengthgen", "reverse", "task", {
+        ("alibi", 8): {16: [0.50, 0.60, 0.70]}, ("nope", 8): {16: [0.55, 0.45, 0.65]}})
+    runs = load_runs(write_run(tmp_path, rows), find_task=find_task)
+    (t,) = lengthgen_tables(runs)
+    assert t.title == "Frontier of reverse at n = 16, time_s=60: best method and what beats what"
+    assert t.columns[:2] == ["exact match", "s / example"] and t.cell("nope, L_train=8", "s / example").value == 60.0 / 8000
+    assert t.cell("alibi, L_train=8", "verdict").text == "best"
+    # 0.60 [0.35, 0.85] vs 0.55 [0.30, 0.80]: the intervals overlap; alibi better in 2 of 3 seeds
+    assert t.cell("nope, L_train=8", "verdict").text == (
+        f"{NOT_SEPARABLE} from alibi, L_train=8 (2 of 3 seeds better), exact match 0.600 [0.352, 0.848] vs "
+        "0.550 [0.302, 0.798]")
+    assert any(s.heading == "Frontier: exact match against cost" for s in collect_sections(runs))
+
+
+def test_frontier_shows_the_decode_cost_at_the_target_length(tmp_path):
+    rows = seeded_rows()
+    for r in rows:
+        r["metrics"]["decode_tpot_ms@256"] = 2.0 if r["method"] == "alibi" else 3.0
+    runs = load_runs(write_run(tmp_path, rows), find_task=find_task)
+    (table,) = frontier_tables(runs)
+    assert table.columns == ["perplexity", "s / token", "peak memory", "serving ms / token", "Pareto", "verdict"]
+    assert table.cell("alibi, L_train=64", "serving ms / token").value == 2.0
+    assert table.cell("sinusoidal, L_train=128", "serving ms / token").text == "3"
+    assert "KV cache at context 256" in table.caption

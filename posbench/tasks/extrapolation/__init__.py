@@ -48,6 +48,10 @@ METRICS = {
                  "m_seed_lo/m_seed_hi its 95% t interval over seeds", None, "int"),
     "passkey@*": M("Passkey accuracy", "", "passkey@<L_valid>[@interp]: share of text passkey probes answered "
                    "exactly (pretrained checkpoints, --model hf:DIR)", True, "plain"),
+    "decode_tpot_ms@*": M("Decode time per token", "ms", "decode_tpot_ms@<L_valid>: one greedy decode step with a "
+                          "KV cache at context L_valid, batch 1, median (decode_tokens; the frontier's decode cost)",
+                          False, "ms"),
+    "decode_ttft_ms@*": M("Prefill time", "ms", "decode_ttft_ms@<L_valid>: prefill of a (1, L_valid) prompt", False, "ms"),
     **BUDGET_METRICS,
 }
 
@@ -62,6 +66,8 @@ class Settings(TrainSettings, PretrainedSettings):
     eval_tokens: Optional[int] = Field(None, ge=2, description="use the first N tokens of the valid split")
     eval_batch_size: int = Field(8, ge=1)
     reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint of this case instead of retraining")
+    decode_tokens: Optional[int] = Field(None, ge=1, description="also time this many greedy decode steps with a KV "
+                                         "cache at each L_valid (decode_tpot_ms@<L_valid>: the frontier's decode cost)")
 
     @model_validator(mode="after")
     def _lengths(self):
@@ -167,7 +173,12 @@ def run(case) -> dict:
         # Curves in <run>/cases/<name>/ (engine.tracking): TensorBoard when installed.
         with tracking.for_case(case, name) as tracker:
             runs.append(run_one_seed(case, s, corpus, L, seed, checkpoint_path(case, name), tracker))
-    return combine_seeds(runs, seeds)
+    result = combine_seeds(runs, seeds)
+    if s.decode_tokens:  # the decode cost depends on the method and length, not the weights: once a case
+        from posbench.tasks.decode.frontier import case_decode_cost
+
+        result["metrics"].update(case_decode_cost(case, s, corpus.vocab_size, s.valid_lengths(L)))
+    return result
 
 
 def run_one_seed(case, s: Settings, corpus, L: int, seed: int, ckpt: Path | None, tracker=None) -> dict:

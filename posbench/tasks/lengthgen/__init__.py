@@ -147,16 +147,18 @@ def run(case) -> dict:
 def report_sections(runs, baseline=None) -> list:
     """The metric tables of ``METRICS``, then per task the accuracy per test length with Wilson
     intervals and the learn-first marking (``posbench.tasks.lengthgen.tables``)."""
+    from posbench.tasks.lengthgen.frontier import frontier_sections
     from posbench.tasks.lengthgen.tables import lengthgen_sections
 
-    return lengthgen_sections(runs, baseline)
+    return lengthgen_sections(runs, baseline) + frontier_sections(runs)
 
 
 def summary_tables(runs) -> list:
     """Per task: methods x test length accuracy with its interval, printed at the end of a run."""
+    from posbench.tasks.lengthgen.frontier import frontier_tables
     from posbench.tasks.lengthgen.tables import accuracy_tables
 
-    return accuracy_tables(runs.rows[runs.rows["task"] == "lengthgen"].to_dict("records"))
+    return accuracy_tables(runs.rows[runs.rows["task"] == "lengthgen"].to_dict("records")) + frontier_tables(runs)
 
 
 TASK = Task(Settings, Params, METRICS, run, TITLE="Length generalisation (algorithmic tasks)",

@@ -61,16 +61,18 @@ def report_sections(runs, baseline=None) -> list:
     per probe the accuracy with Wilson intervals, its chart and the passkey heatmaps
     (``posbench.tasks.retrieval.accuracy_charts``, imported here: it needs matplotlib)."""
     from posbench.tasks.retrieval.accuracy_charts import accuracy_sections
+    from posbench.tasks.retrieval.frontier import frontier_sections
 
-    return accuracy_sections(runs, baseline)
+    return accuracy_sections(runs, baseline) + frontier_sections(runs)
 
 
 def summary_tables(runs) -> list:
     """The tables printed at the end of a run (its ``table.md``): per probe, accuracy per L_valid
     with its Wilson interval, and the effective length or "not learnt at L_train"."""
     from posbench.tasks.retrieval.accuracy_charts import summary_tables as tables
+    from posbench.tasks.retrieval.frontier import frontier_tables
 
-    return tables(runs)
+    return tables(runs) + frontier_tables(runs)
 
 
 ProbeName = Literal["passkey", "mqar", "copy", "reverse"]
