@@ -169,7 +169,7 @@ def test_report_draws_quality_against_fine_tuning_steps(tmp_path):
                                 ("alibi", "interpolate", [6.0, 3.5])):
         row = base_row("extension", "extension", method, {"L_train": 16, "recipe": recipe, "bias_dtype": "float32"},
                        "run-e")
-        row["metrics"] = {"L_target": 64, **{f"ppl@nonoverlapping@{Lv}@k{k}": p * Lv / 64 for k, p in zip((0, 20), ppl)
+        row["metrics"] = {"L_target": 64, "base_ppl_at_train_len": 3.0, "base_passkey_at_train_len": 0.25, **{f"ppl@nonoverlapping@{Lv}@k{k}": p * Lv / 64 for k, p in zip((0, 20), ppl)
                                              for Lv in (64, 128)},
                           **{f"passkey@{Lv}@k{k}": 0.5 for k in (0, 20) for Lv in (64, 128)}}
         row["series"] = {"finetune_steps": [0, 20], "L_valid": [64, 128], "modes": ["nonoverlapping"]}
@@ -184,6 +184,8 @@ def test_report_draws_quality_against_fine_tuning_steps(tmp_path):
     assert ppl.columns == [0, 20] and ppl.rows == ["rotary none", "rotary pi", "alibi interpolate, bias float32"]
     assert ppl.cell("rotary pi", 0).value == 7.0 and ppl.cell("rotary pi", 20).text == "4.00"
     assert "alibi pi, bias float32" in ppl.note and "zero-shot" in ppl.caption
+    assert "own perplexity at L_train: rotary 3.00, alibi 3.00" in ppl.caption
+    assert "own passkey accuracy at L_train: rotary 25%, alibi 25%" in tables[2].caption
     build_report([folder], tmp_path / "report", find_task=find_task)
     md = (tmp_path / "report" / "report.md").read_text()
     assert "Context extension" in md and "k (fine-tuning steps)" in md

@@ -86,9 +86,25 @@ def _table(suite, hardware, L, target, head, title, kind, rows, ks, skipped) -> 
                  f"its own warm-up). {'Lower' if kind == 'ppl' else 'Higher'} is better"
                  + (f"; mean ± std over {seeds} seeds" if seeds > 1 else "; one seed") + f". {hardware} "
                  f"(commit {t.commit}).")
+    t.caption += base_note(rows, kind)
     if skipped:
         t.note = "Unavailable (the recipe does not apply): " + "; ".join(dict.fromkeys(skipped)) + "."
     return t
+
+
+def base_note(rows, kind: str) -> str:
+    """The base models' own quality at L_train (learn first: a passkey the base never learnt
+    compares nothing at L_target)."""
+    key = "base_ppl_at_train_len" if kind == "ppl" else "base_passkey_at_train_len"
+    seen = {}
+    for r in rows:
+        value = r.metrics.get(key) if isinstance(r.metrics, dict) else None
+        if _number(value):
+            seen.setdefault(r.method, fmt.ppl(value) if kind == "ppl" else f"{100 * value:.0f}%")
+    if not seen:
+        return ""
+    what = "perplexity" if kind == "ppl" else "passkey accuracy"
+    return f" The trained models' own {what} at L_train: " + ", ".join(f"{m} {v}" for m, v in seen.items()) + "."
 
 
 def extension_sections(runs: Runs) -> list[Section]:
