@@ -200,3 +200,35 @@ def test_suite_profiles():
     assert 0 in cpu.settings.finetune_steps and cpu.settings.threads == 1
     gpu = suitemod.resolve(loaded, "gpu")
     assert gpu.settings.eval_dtype == "bfloat16" and max(gpu.grid["L_train"]) >= 512
+
+
+def test_the_base_model_lock_makes_a_second_case_wait(tmp_path):
+    import threading
+    import time
+
+    ckpt = tmp_path / "checkpoints" / "extension__rotary__L_train=16.pt"
+    order = []
+
+    def second():
+        with F.exclusive(ckpt):
+            order.append("second")
+
+    with F.exclusive(ckpt):
+        waiting = threading.Thread(target=second)
+        waiting.start()
+        time.sleep(0.3)
+        order.append("first done")
+    waiting.join(5)
+    assert order == ["first done", "second"]
+
+
+def test_seeds_average_and_keep_their_spread(tmp_path):
+    task, case = make_case("extension", "alibi", {"L_train": L_TRAIN, "recipe": "extrapolate"},
+                           {**TINY, "finetune_steps": [0], "seeds": [0, 1], "modes": ["nonoverlapping"]}, tmp_path)
+    out = task.run(case)
+    m, series = out["metrics"], out["series"]
+    assert m["n_seeds"] == 2 and len(series["ppl_at_target_by_seed"]) == 2
+    assert m["ppl_at_target"] == pytest.approx(sum(series["ppl_at_target_by_seed"]) / 2)
+    assert m["ppl_at_target_std"] >= 0 and "ppl@sliding@32@k0" not in m
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.pt")) == [
+        "extension__alibi__L_train=16@seed0.pt", "extension__alibi__L_train=16@seed1.pt"]
