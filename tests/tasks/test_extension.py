@@ -176,14 +176,19 @@ def test_report_draws_quality_against_fine_tuning_steps(tmp_path):
         rows.append(row)
     gone = base_row("extension", "extension", "alibi", {"L_train": 16, "recipe": "pi", "bias_dtype": "float32"}, "run-e")
     gone.update(status="unavailable", message="recipe pi is for rotary models")
-    folder = write_run(tmp_path / "runs", rows + [gone], baseline="rotary", metrics=["ppl_at_target"])
+    gone_too = base_row("extension", "extension", "rotary", {"L_train": 16, "recipe": "none", "bias_dtype": "compute"},
+                        "run-e")
+    gone_too.update(status="unavailable", message="bias_dtype compute: rotary adds no bias")
+    rows[0]["metrics"]["L_target"] = 64.0  # a mean over seeds
+    folder = write_run(tmp_path / "runs", rows + [gone, gone_too], baseline="rotary", metrics=["ppl_at_target"])
     tables = T.extension_tables(load_runs([folder], find_task=find_task))
     assert [t.metric for t in tables] == ["ppl@nonoverlapping@64", "ppl@nonoverlapping@128", "passkey@64",
                                           "passkey@128"]
     ppl = tables[0]
     assert ppl.columns == [0, 20] and ppl.rows == ["rotary none", "rotary pi", "alibi interpolate, bias float32"]
     assert ppl.cell("rotary pi", 0).value == 7.0 and ppl.cell("rotary pi", 20).text == "4.00"
-    assert "alibi pi, bias float32" in ppl.note and "zero-shot" in ppl.caption
+    assert ppl.note == "Unavailable (the recipe does not apply; each row says why): alibi pi; rotary none with bias compute."
+    assert "zero-shot" in ppl.caption and "L_target = 64 (" in ppl.caption and "L_target 64," in ppl.title
     assert "own perplexity at L_train: rotary 3.00, alibi 3.00" in ppl.caption
     assert "own passkey accuracy at L_train: rotary 25%, alibi 25%" in tables[2].caption
     build_report([folder], tmp_path / "report", find_task=find_task)

@@ -46,16 +46,16 @@ def extension_tables(runs: Runs) -> list[Table]:
             points.setdefault(dict(params).get("L_train"), []).extend(members)
         for L, members in points.items():
             ok = [r for r in members if r.status == "ok" and isinstance(r.metrics, dict)]
-            skipped = [row_label(r.method, r.params) for r in members if r.status == "unavailable"]
+            note = unavailable_note([r for r in members if r.status == "unavailable"])
             others = [r for r in members if r.status not in ("ok", "unavailable")]
             ks = sorted({int(k) for r in ok for k in (r.series or {}).get("finetune_steps", [])})
-            target = next((r.metrics.get("L_target") for r in ok if r.metrics.get("L_target")), None)
+            target = next((int(r.metrics["L_target"]) for r in ok if _number(r.metrics.get("L_target"))), None)
             for head, title, kind in measures(ok):
-                out.append(_table(suite, hardware, L, target, head, title, kind, ok + others, ks, skipped))
+                out.append(_table(suite, hardware, L, target, head, title, kind, ok + others, ks, note))
     return out
 
 
-def _table(suite, hardware, L, target, head, title, kind, rows, ks, skipped) -> Table:
+def _table(suite, hardware, L, target, head, title, kind, rows, ks, note) -> Table:
     seeds = max((r.metrics.get("n_seeds") or 1 for r in rows if isinstance(r.metrics, dict)), default=1)
     higher = kind != "ppl"
     t = Table(key=slug(f"{suite}-extension-{head}-L{L}-{hardware}"), title="", caption="", task="extension",
@@ -87,9 +87,19 @@ def _table(suite, hardware, L, target, head, title, kind, rows, ks, skipped) -> 
                  + (f"; mean ± std over {seeds} seeds" if seeds > 1 else "; one seed") + f". {hardware} "
                  f"(commit {t.commit}).")
     t.caption += base_note(rows, kind)
-    if skipped:
-        t.note = "Unavailable (the recipe does not apply): " + "; ".join(dict.fromkeys(skipped)) + "."
+    t.note = note
     return t
+
+
+def unavailable_note(rows) -> str:
+    """One line naming the unavailable cases by method and bias dtype: ``alibi none, pi; rotary
+    none, pi with bias compute``."""
+    by: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        by.setdefault((r.method, r.params.get("bias_dtype", "float32")), []).append(str(r.params.get("recipe")))
+    parts = [f"{method} {', '.join(recipes)}" + ("" if dtype == "float32" else f" with bias {dtype}")
+             for (method, dtype), recipes in by.items()]
+    return f"Unavailable (the recipe does not apply; each row says why): {'; '.join(parts)}." if parts else ""
 
 
 def base_note(rows, kind: str) -> str:
