@@ -88,6 +88,8 @@ def quality(model, s, vocab, valid, L_train: int, lengths: list[int], device, su
 
 
 def run_one_seed(case, s, corpus, vocab, seed: int, seeds: list[int]) -> dict:
+    """The case's result for one seed: the base model (trained or reused, under the lock), its own
+    quality at L_train, then per k the recipe's fine-tune and evaluations."""
     p = case.params
     L, L_target = p.L_train, s.target_factor * p.L_train
     lm_tokens, valid = corpus.split("train"), corpus.split("valid")
@@ -119,6 +121,7 @@ def run_one_seed(case, s, corpus, vocab, seed: int, seeds: list[int]) -> dict:
 
 
 def run_case(case) -> dict:
+    """Every seed's result, combined (``posbench.tasks.seeds.combine_metrics``) when several."""
     s = case.settings
     corpus = open_corpus(s.corpus)
     vocab = P.ProbeVocab(corpus.vocab_size, s.probe_config())
