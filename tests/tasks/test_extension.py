@@ -237,3 +237,29 @@ def test_seeds_average_and_keep_their_spread(tmp_path):
     assert m["ppl_at_target_std"] >= 0 and "ppl@sliding@32@k0" not in m
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.pt")) == [
         "extension__alibi__L_train=16@seed0.pt", "extension__alibi__L_train=16@seed1.pt"]
+
+
+@pytest.mark.subprocess
+def test_tiny_run_through_the_cli(tmp_path, capsys):
+    """`bench.py --suite extension` with both methods and three recipes: rotary's pi and alibi's
+    interpolate run, the other pairs are unavailable rows with their reasons, and the run's
+    summary prints a recipes x k table."""
+    from posbench.cli import app as cli
+    from posbench.store.rows import read_rows
+
+    sets = ["model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}", "steps=3", "warmup_steps=1",
+            "batch_size=4", "eval_samples=4", "eval_batch_size=4", "finetune_steps=[0, 2]", "finetune_batch_size=2",
+            "target_factor=2", "stride=16", "eval_tokens=200", "stop_at_acc=null", "seeds=null",
+            "corpus={kind: synthetic, size: 20000}", "grid.L_train=[16]", "grid.recipe=[pi, interpolate]",
+            "grid.bias_dtype=[float32]", "threads=1"]
+    argv = ["--suite", "extension", "--profile", "cpu", "--device", "cpu", "--results", str(tmp_path)]
+    assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
+    assert "k (fine-tuning steps)" in capsys.readouterr().out
+    (run_dir,) = (tmp_path / "extension").iterdir()
+    rows = {(r["method"], r["params"]["recipe"]): r for r in read_rows(run_dir / "cases.jsonl")}
+    assert {k: r["status"] for k, r in rows.items()} == {("rotary", "pi"): "ok", ("alibi", "interpolate"): "ok",
+                                                         ("rotary", "interpolate"): "unavailable",
+                                                         ("alibi", "pi"): "unavailable"}
+    assert rows["alibi", "pi"]["message"].startswith("recipe pi is for rotary models")
+    md = (run_dir / "table.md").read_text()
+    assert "| rotary pi |" in md and "| alibi interpolate, bias float32 |" in md
