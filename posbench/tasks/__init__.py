@@ -22,6 +22,7 @@ TASKS: dict[str, str] = {
     "decode": "posbench.tasks.decode",
     "retrieval": "posbench.tasks.retrieval",
     "lengthgen": "posbench.tasks.lengthgen",
+    "extension": "posbench.tasks.extension",
 }
 # Tasks registered in a parent process (``register_task``), as name=module,name=module: the
 # workers it starts inherit the variable, so they find those tasks too.

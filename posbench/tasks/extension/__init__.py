@@ -1,0 +1,140 @@
+"""Extension: take a model trained at L_train, apply a context-extension recipe (rotary scalings,
+ALiBi interpolation, DroPE), fine-tune k steps at L_target = target_factor x L_train (k = 0: zero-shot)
+and measure perplexity at L_target and beyond and passkey accuracy. Details: docs/tasks/extension.md.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from posbench.core.task import Metric, Task, Unavailable
+from posbench.tasks.extension.recipes import BIAS_DTYPES, RECIPES, unavailable
+from posbench.tasks.training import BUDGET_METRICS, TrainSettings
+
+# torch, the corpus, the model and training are imported inside run(): validating a suite imports
+# this module for its Settings, and `bench.py validate` must not wait for torch.
+
+M = Metric
+METRICS = {
+    "ppl_at_target_k0": M("Perplexity at L_target, zero-shot", "perplexity", "non-overlapping perplexity at "
+                          "L_target with the recipe applied and no fine-tuning (k = 0)", False, "ppl"),
+    "ppl_at_target": M("Perplexity at L_target after fine-tuning", "perplexity", "non-overlapping perplexity at "
+                       "L_target after the largest k of finetune_steps", False, "ppl"),
+    "ppl_at_max_len": M("Perplexity at the longest L_valid after fine-tuning", "perplexity", "non-overlapping "
+                        "perplexity at the longest L_valid after the largest k", False, "ppl"),
+    "passkey_at_target_k0": M("Passkey accuracy at L_target, zero-shot", "fraction", "passkey exact match at "
+                              "L_target, k = 0", True),
+    "passkey_at_target": M("Passkey accuracy at L_target after fine-tuning", "fraction", "passkey exact match at "
+                           "L_target after the largest k", True),
+    "ppl@*": M("Perplexity", "perplexity", "ppl@<mode>@<L_valid>@k<k>: perplexity after k fine-tuning steps",
+               False, "ppl"),
+    "passkey@*": M("Passkey accuracy", "fraction", "passkey@<L_valid>@k<k>: passkey exact match after k "
+                   "fine-tuning steps (counts over depths)", True),
+    "finetune_seconds@*": M("Fine-tuning time", "s", "finetune_seconds@k<k>: wall-clock time of the k-step "
+                            "fine-tune", None),
+    "finetune_loss@*": M("Final fine-tuning loss", "nats/token", "finetune_loss@k<k>: loss at the last "
+                         "fine-tuning step", None),
+    "base_ppl_at_train_len": M("Base perplexity at L_train", "perplexity", "the trained model's non-overlapping "
+                               "perplexity at L_train, before any recipe (learn first)", None, "ppl"),
+    "base_passkey_at_train_len": M("Base passkey accuracy at L_train", "fraction", "the trained model's passkey "
+                                   "accuracy at L_train, before any recipe (learn first)", None),
+    "L_target": M("L_target", "tokens", "the fine-tuning length, target_factor x L_train", None, "int"),
+    "final_train_loss": M("Final training loss", "nats/token", "training loss of the base model at its last step"),
+    "train_steps": M("Training steps", "steps", "optimizer steps of the base model", None, "int"),
+    "train_tokens": M("Training tokens", "tokens", "tokens the base model trained on", None, "count"),
+    "train_seconds": M("Training time", "s", "wall-clock training time of the base model (s); 0 when reused"),
+    "reused_checkpoint": M("Reused checkpoint", "", "1 when the base model came from a checkpoint (another "
+                           "recipe's case trained it)", None, "int"),
+    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
+    "n_seeds": M("Seeds", "", "seeds averaged (with `seeds`): every metric m is their mean, m_std the spread, "
+                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", None, "int"),
+    **BUDGET_METRICS,
+}
+
+
+class Settings(TrainSettings):
+    # The base model's budget, optimizer and corpus: TrainSettings; it trains on the corpus mixed
+    # with passkey examples (``mix``), as the retrieval task's models do, so passkey has a baseline.
+    target_factor: int = Field(4, ge=2, description="L_target = target_factor x L_train: the fine-tuning length")
+    finetune_steps: list[int] = Field([0, 100, 400], min_length=1, description="k: fine-tuning steps at L_target, "
+                                      "each a fine-tune of its own from the trained model; 0 is zero-shot")
+    finetune_lr: float = Field(2e-4, gt=0, description="peak learning rate of the fine-tune")
+    finetune_warmup_steps: int = Field(20, ge=0, description="linear warm-up of the fine-tune: min(this, "
+                                       "ceil(k / 10)) steps, then cosine decay to 10%")
+    finetune_batch_size: Optional[int] = Field(None, ge=1, description="rows per fine-tuning step; default "
+                                               "batch_size / target_factor (the base's tokens per step)")
+    L_valid_factors: list[int] = Field([1, 2], min_length=1, description="evaluation lengths: factor x L_target")
+    modes: list[Literal["nonoverlapping", "sliding"]] = Field(["nonoverlapping", "sliding"], min_length=1)
+    stride: int = Field(64, ge=1, description="sliding-window stride S (capped at L_valid)")
+    eval_tokens: Optional[int] = Field(None, ge=2, description="use the first N tokens of the valid split")
+    eval_batch_size: int = Field(8, ge=1)
+    mix: float = Field(0.5, ge=0.0, le=1.0, description="fraction of training rows that are passkey examples")
+    loss: Literal["all", "answers", "predictable"] = Field("predictable", description="loss of passkey rows "
+                                                          "(the retrieval task's setting)")
+    n_symbols: int = Field(16, ge=2, description="passkey digits")
+    key_len: int = Field(5, ge=1, description="passkey: symbols in the key")
+    filler_len: int = Field(5, ge=1, description="tokens of the repeated filler phrase")
+    depths: list[float] = Field([0.0, 0.25, 0.5, 0.75, 1.0], min_length=1, description="passkey needle depths")
+    eval_samples: int = Field(100, ge=1, description="passkey answers scored per L_valid (split over depths)")
+    stop_at_acc: Optional[float] = Field(None, ge=0.0, le=1.0, description="base model: stop once held-out passkey "
+                                         "accuracy at L_train reaches this (the retrieval task's criterion)")
+    check_every: int = Field(100, ge=1, description="steps between the held-out checks of stop_at_acc")
+    check_samples: int = Field(200, ge=1, description="held-out passkey examples per check")
+    reuse_checkpoint: bool = Field(True, description="reuse the base model another case of the run trained")
+
+    @model_validator(mode="after")
+    def _check(self):
+        ks = self.finetune_steps
+        if any(k < 0 for k in ks) or len(set(ks)) != len(ks) or 0 not in ks:
+            raise ValueError(f"finetune_steps must be distinct whole numbers >= 0 including 0 (the zero-shot point), "
+                             f"got {ks}")
+        if any(not 0.0 <= d <= 1.0 for d in self.depths):
+            raise ValueError(f"depths must lie in [0, 1], got {self.depths}")
+        self.probe_config()
+        return self
+
+    def probe_config(self):
+        """The retrieval probes' ``ProbeConfig`` (passkey only reads these three)."""
+        from posbench.core.config import ProbeConfig
+
+        return ProbeConfig(n_symbols=self.n_symbols, key_len=self.key_len, filler_len=self.filler_len)
+
+    def ks(self) -> list[int]:
+        return sorted(self.finetune_steps)
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    L_train: int = Field(ge=2, description="training length of the base model")
+    recipe: Literal[RECIPES] = Field(description="extension recipe (rotary: none, pi, ntk, yarn, longrope, "  # type: ignore[valid-type]
+                                     "llama3, drope; alibi: extrapolate, interpolate)")
+    bias_dtype: Literal[BIAS_DTYPES] = Field("float32", description="alibi: the bias in float32 or in the "  # type: ignore[valid-type]
+                                             "compute dtype while fine-tuning and evaluating")
+
+
+def run(case) -> dict:
+    reason = unavailable(case.method, case.params.recipe, case.params.bias_dtype)
+    if reason:
+        raise Unavailable(reason)
+    from posbench.tasks.extension.finetune import run_case
+
+    return run_case(case)
+
+
+def report_sections(runs, baseline=None) -> list:
+    """Per quality measure, a table of recipes x fine-tuning steps and its chart (one line per recipe)."""
+    from posbench.tasks.extension.tables import extension_sections
+
+    return extension_sections(runs)
+
+
+def summary_tables(runs) -> list:
+    from posbench.tasks.extension.tables import extension_tables
+
+    return extension_tables(runs)
+
+
+TASK = Task(Settings, Params, METRICS, run, TITLE="Context extension", REPORT_ORDER=25,
+            report_sections=report_sections, summary_tables=summary_tables)

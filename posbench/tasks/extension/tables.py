@@ -1,0 +1,123 @@
+"""The extension task's tables, from result rows alone: per (suite, machine, L_train) and quality
+measure, recipes x fine-tuning steps k (k = 0: zero-shot), each drawn as one line per recipe.
+"""
+from __future__ import annotations
+
+import math
+
+from posbench.report import numbers as fmt
+from posbench.report.rows import Runs
+from posbench.report.sections import Block, Section, table_charts
+from posbench.report.table import SPREAD_STD, Cell, Table, by_params, short_commit, slug, task_groups
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def row_label(method: str, params: dict) -> str:
+    """``rotary pi``; ALiBi with its bias dtype: ``alibi interpolate, bias compute``."""
+    label = f"{method} {params.get('recipe')}"
+    return label + (f", bias {params['bias_dtype']}" if method == "alibi" else "")
+
+
+def measures(rows) -> list[tuple[str, str, str]]:
+    """(metric head, title, format) of each quality measure the rows hold: perplexity per mode at
+    L_target and at the longest L_valid, passkey accuracy at both."""
+    series = next((r.series for r in rows if isinstance(r.series, dict) and r.series.get("L_valid")), {})
+    lengths, modes = series.get("L_valid") or [], series.get("modes") or []
+    if not lengths:
+        return []
+    picks = dict.fromkeys([lengths[0], lengths[-1]])
+    out = []
+    for mode in modes:
+        out += [(f"ppl@{mode}@{Lv}", f"Perplexity at L_valid {Lv}, {mode}", "ppl") for Lv in picks]
+    out += [(f"passkey@{Lv}", f"Passkey accuracy at L_valid {Lv}", "plain") for Lv in picks]
+    return out
+
+
+def extension_tables(runs: Runs) -> list[Table]:
+    """One table per (suite, hardware, L_train) and quality measure: a row per method and recipe
+    (and ALiBi bias dtype), a column per k; unavailable recipes are left out and named in the note."""
+    out = []
+    for suite, hardware, group in task_groups(runs.rows, "extension"):
+        points: dict[int, list] = {}
+        for params, members in by_params(group).items():
+            points.setdefault(dict(params).get("L_train"), []).extend(members)
+        for L, members in points.items():
+            ok = [r for r in members if r.status == "ok" and isinstance(r.metrics, dict)]
+            note = unavailable_note([r for r in members if r.status == "unavailable"])
+            others = [r for r in members if r.status not in ("ok", "unavailable")]
+            ks = sorted({int(k) for r in ok for k in (r.series or {}).get("finetune_steps", [])})
+            target = next((int(r.metrics["L_target"]) for r in ok if _number(r.metrics.get("L_target"))), None)
+            for head, title, kind in measures(ok):
+                out.append(_table(suite, hardware, L, target, head, title, kind, ok + others, ks, note))
+    return out
+
+
+def _table(suite, hardware, L, target, head, title, kind, rows, ks, note) -> Table:
+    seeds = max((r.metrics.get("n_seeds") or 1 for r in rows if isinstance(r.metrics, dict)), default=1)
+    higher = kind != "ppl"
+    t = Table(key=slug(f"{suite}-extension-{head}-L{L}-{hardware}"), title="", caption="", task="extension",
+              metric=head, unit="perplexity" if kind == "ppl" else "fraction", column_header="k (fine-tuning steps)",
+              columns=ks, rows=[], hardware=hardware, commit=short_commit(r.git_commit for r in rows), fmt=kind,
+              higher_is_better=higher, row_header="method, recipe", rest={"L_train": L},
+              spread=SPREAD_STD if seeds > 1 else "")
+    for r in rows:
+        label = row_label(r.method, r.params)
+        t.rows.append(label)
+        link = {"case_id": r.case_id, "run_id": r.run_id}
+        for k in ks:
+            if r.status != "ok":
+                t.cells[(label, k)] = Cell(text=r.status, status=r.status, message=str(r.message or "")[:200], **link)
+                continue
+            value, std = r.metrics.get(f"{head}@k{k}"), r.metrics.get(f"{head}@k{k}_std")
+            if not _number(value):
+                t.cells[(label, k)] = Cell(text="-", status="missing", **link)
+                continue
+            text = fmt.ppl(value) if kind == "ppl" else f"{100 * value:.0f}%"
+            spread = (value - std, value + std) if _number(std) else None
+            if spread is not None:
+                text += f" ± {fmt.ppl(std) if kind == 'ppl' else f'{100 * std:.0f}'}"
+            t.cells[(label, k)] = Cell(text=text, value=value, spread=spread, **link)
+    t.title = f"{title} after k fine-tuning steps at L_target {target}, L_train {L}"
+    t.caption = (f"Each recipe applied to the model trained at L_train = {L}, then fine-tuned k steps at L_target = "
+                 f"{target} (k = 0: zero-shot; each k its own fine-tune from the trained model, fresh optimizer, "
+                 f"its own warm-up). {'Lower' if kind == 'ppl' else 'Higher'} is better"
+                 + (f"; mean ± std over {seeds} seeds" if seeds > 1 else "; one seed") + f". {hardware} "
+                 f"(commit {t.commit}).")
+    t.caption += base_note(rows, kind)
+    t.note = note
+    return t
+
+
+def unavailable_note(rows) -> str:
+    """One line naming the unavailable cases by method and bias dtype: ``alibi none, pi; rotary
+    none, pi with bias compute``."""
+    by: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        by.setdefault((r.method, r.params.get("bias_dtype", "float32")), []).append(str(r.params.get("recipe")))
+    parts = [f"{method} {', '.join(recipes)}" + ("" if dtype == "float32" else f" with bias {dtype}")
+             for (method, dtype), recipes in by.items()]
+    return f"Unavailable (the recipe does not apply; each row says why): {'; '.join(parts)}." if parts else ""
+
+
+def base_note(rows, kind: str) -> str:
+    """The base models' own quality at L_train (learn first: a passkey the base never learnt
+    compares nothing at L_target)."""
+    key = "base_ppl_at_train_len" if kind == "ppl" else "base_passkey_at_train_len"
+    seen = {}
+    for r in rows:
+        value = r.metrics.get(key) if isinstance(r.metrics, dict) else None
+        if _number(value):
+            seen.setdefault(r.method, fmt.ppl(value) if kind == "ppl" else f"{100 * value:.0f}%")
+    if not seen:
+        return ""
+    what = "perplexity" if kind == "ppl" else "passkey accuracy"
+    return f" The trained models' own {what} at L_train: " + ", ".join(f"{m} {v}" for m, v in seen.items()) + "."
+
+
+def extension_sections(runs: Runs) -> list[Section]:
+    """Each table with its chart: quality against k, one line per recipe."""
+    tables = extension_tables(runs)
+    return [Section("Context extension", "extension", [Block(t, table_charts(runs, t)) for t in tables])]
