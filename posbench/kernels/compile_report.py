@@ -23,7 +23,7 @@ ARCHS = (80, 90)
 HEAD_DIMS = (128, 64, 32)
 KERNELS = {"fwd": ("_fwd_kernel", "fwd"), "dkdv": ("_bwd_dkdv_kernel", "bwd"), "dq": ("_bwd_dq_kernel", "bwd")}
 POINTERS = {"Q", "K", "V", "O", "DO", "DK", "DV", "DQ"}
-FLOAT_POINTERS = {"Bias", "LSE", "Delta", "DTab"}
+FLOAT_POINTERS = {"Bias", "KB", "LSE", "Delta", "DTab", "DKB"}
 
 
 def compile_one(job: tuple) -> dict:
@@ -42,6 +42,7 @@ def compile_one(job: tuple) -> dict:
     const = dict(
         HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BIAS=bias, BIAS_ROUND=bias == fa.ALIBI,
         SCALED=True, NUM_BUCKETS=32, MAX_DISTANCE=128, DOT_PRECISION="ieee" if dclass == "fp32" else "tf32",
+        KEY_BIAS=False,
     )
     sig = {
         a: "constexpr" if a in const else f"*{ptr}" if a in POINTERS else "*fp32" if a in FLOAT_POINTERS
