@@ -199,7 +199,9 @@ def _bad_inputs():
         ("dtype", (q.double(), q.double(), q.double(), s), "dtype torch.float64 not supported"),
         ("mixed dtypes", (q, q.half(), q, s), "must share one dtype"),
         ("3-D q", (q[0], q, q, s), r"q must be \(B, H, T, head_dim\)"),
-        ("k heads", (q, q[:, :1], q[:, :1], s), "k and v must be"),
+        # 3 key/value heads for 2 query heads: grouped-query attention needs Hkv dividing H
+        ("k heads", (q, torch.zeros(1, 3, 8, 32, device=DEVICE), torch.zeros(1, 3, 8, 32, device=DEVICE), s),
+         "k and v must be"),
         ("Tq > Tk", (q, q[:, :, :4], q[:, :, :4], s), "query length <= key length"),
         ("slopes", (q, q, q, torch.zeros(3)), r"slopes must have shape \(2,\)"),
         ("bfloat16", (q.bfloat16(), q.bfloat16(), q.bfloat16(), s), "bfloat16"),
