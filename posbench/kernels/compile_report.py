@@ -42,7 +42,7 @@ def compile_one(job: tuple) -> dict:
     const = dict(
         HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BIAS=bias, BIAS_ROUND=bias == fa.ALIBI,
         SCALED=True, NUM_BUCKETS=32, MAX_DISTANCE=128, DOT_PRECISION="ieee" if dclass == "fp32" else "tf32",
-        KEY_BIAS=False,
+        KEY_BIAS=False, **({"GROUP": 1} if name == "_bwd_dkdv_kernel" else {}),
     )
     sig = {
         a: "constexpr" if a in const else f"*{ptr}" if a in POINTERS else "*fp32" if a in FLOAT_POINTERS

@@ -409,7 +409,7 @@ def _bwd_dkdv_kernel(
     svb, svh, svt, svd,
     sdb, sdh, sdt, sdd,
     sbb, sbh,
-    n_heads, group, seq_q, seq_k, far_dist, LEN_KEY,
+    n_heads, seq_q, seq_k, far_dist, LEN_KEY,
     sm_scale, pos_scale,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -421,14 +421,18 @@ def _bwd_dkdv_kernel(
     MAX_DISTANCE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     KEY_BIAS: tl.constexpr,
+    # Query heads per key/value head. A constexpr: the loop over them is unrolled, so GROUP 1 is
+    # the kernel without GQA; a runtime loop kept k, v, dK and dV live across it and spilled at
+    # the offered tiles (compile report: 10 of 48 claims lost).
+    GROUP: tl.constexpr,
 ):
-    """One program: dK, dV of BLOCK_N keys of one key/value head, summed over the ``group`` query
+    """One program: dK, dV of BLOCK_N keys of one key/value head, summed over the GROUP query
     heads that read it (grouped-query attention) and the query blocks that see them; DK and DV are
     contiguous (B, Hkv, Tk, D) buffers, whatever the layout of K and V. With KEY_BIAS also each
     query head's d bias of these keys, to DKB ((B*H, Tk) float32)."""
     pid_n = tl.program_id(0)
     pid_bk = tl.program_id(1)  # batch * Hkv + key/value head
-    n_kv_heads = n_heads // group
+    n_kv_heads = n_heads // GROUP
     b = pid_bk // n_kv_heads
     hk = pid_bk % n_kv_heads
     offset = seq_k - seq_q
@@ -455,8 +459,8 @@ def _bwd_dkdv_kernel(
 
     dk = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
     dv = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
-    for g in range(0, group):
-        h = hk * group + g  # a query head of this key/value head
+    for g in tl.static_range(GROUP):
+        h = hk * GROUP + g  # a query head of this key/value head
         bh = b * n_heads + h
         bias_h = Bias + h * sbh
         bias_scalar = _bias_scalar(Bias, h, sbb, sbh, pos_scale, BIAS, NUM_BUCKETS)
@@ -753,10 +757,11 @@ class _FusedAttention(torch.autograd.Function):
         dkb = torch.empty((b, h, tk), dtype=torch.float32, device=q.device) if kb_dtype else delta
         consts = spec.consts(q.dtype, d)
         strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do), *spec.strides())
-        shape = (h, h // hkv, tq, tk, spec.far_dist, length_key(tk))
+        shape = (h, tq, tk, spec.far_dist, length_key(tk))
         _launch(  # one program per key block and key/value head: no atomics, deterministic
             _bwd_dkdv_kernel, _dkdv_tuned, blocks_bwd, (tk, "n"), b * hkv,
-            (q, k, v, bias_tensor, kb, do, lse, delta, dk, dv, dkb, *strides, *shape, sm_scale, spec.pos_scale), consts,
+            (q, k, v, bias_tensor, kb, do, lse, delta, dk, dv, dkb, *strides, *shape, sm_scale, spec.pos_scale),
+            {**consts, "GROUP": h // hkv},
         )
         # T5: one row of per-bucket partial sums per (batch*head, query block), sized for the
         # smallest BLOCK_M any config may use; rows a larger BLOCK_M leaves unwritten stay 0.
@@ -765,7 +770,7 @@ class _FusedAttention(torch.autograd.Function):
         partial = torch.zeros((b * h, dtab_blocks, spec.num_buckets), dtype=torch.float32, device=q.device)
         _launch(
             _bwd_dq_kernel, _dq_tuned, blocks_bwd, (tq, "m"), b * h,
-            (q, k, v, bias_tensor, kb, do, lse, delta, dq, partial, *strides, *shape, dtab_blocks,
+            (q, k, v, bias_tensor, kb, do, lse, delta, dq, partial, *strides, h, h // hkv, *shape[1:], dtab_blocks,
              sm_scale, spec.pos_scale), consts,
         )
         dbias = None
