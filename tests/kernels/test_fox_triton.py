@@ -9,7 +9,6 @@ random numbers each run; the seed is in every failure message.
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
@@ -24,6 +23,7 @@ from posbench.core.model import TransformerLM  # noqa: E402
 from posbench.kernels import alibi_attention as ka  # noqa: E402
 from posbench.kernels import t5_attention as kt  # noqa: E402
 from posbench.tasks.decode.generation import kv_cache_bytes  # noqa: E402
+from tests.helpers.kernels import case_id as _case_id, fresh_seed as _seed  # noqa: E402
 from tests.helpers.marks import slow_when_interpreted  # noqa: E402
 
 if not ka.INTERPRETED and not torch.cuda.is_available():
@@ -32,12 +32,6 @@ if not ka.INTERPRETED and not torch.cuda.is_available():
 DEVICE = "cpu" if ka.INTERPRETED else "cuda"
 ATOL = {torch.float32: 1e-5, torch.float16: 2e-3}
 WHAT = ("out", "dq", "dk", "dv", "dkey_bias")
-
-
-def _seed() -> int:
-    seed = int.from_bytes(os.urandom(4), "little")
-    torch.manual_seed(seed)
-    return seed
 
 
 def _forget_bias(b, h, tk, gate_bias=2.0):
@@ -100,11 +94,6 @@ CASES = [
     (1, 4, 1, 75, 32, torch.float32),  # one decoding step against a KV cache
     (1, 3, 161, 161, 32, torch.float16),
 ]
-
-
-def _case_id(case) -> str:
-    b, h, tq, tk, d, dtype = case
-    return f"B{b}H{h}-q{tq}k{tk}-d{d}-{str(dtype).removeprefix('torch.')}"
 
 
 @slow_when_interpreted
