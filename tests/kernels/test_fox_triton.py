@@ -8,7 +8,9 @@ random numbers each run; the seed is in every failure message.
 """
 from __future__ import annotations
 
+import ast
 import math
+import os
 
 import pytest
 import torch
@@ -307,3 +309,24 @@ def test_fused_methods_take_grouped_kv_heads_without_the_model_copy(monkeypatch,
         out, want = fused(idx), ref(idx)
     assert seen and set(seen) == {(4, 2, 2)}
     assert (out - want).abs().max().item() < 1e-4
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_compile_report_variants_compile_the_key_bias_and_grouped_dkdv_for_the_gpu():
+    """The compiled path the interpreter cannot see: the dK/dV kernel with FoX's key bias and 2
+    query heads per key/value head compiles for sm_90 (compile_report --variants' job), with its
+    registers and spills measured."""
+    import subprocess
+    import sys
+
+    code = ("from posbench.kernels import compile_report as cr; "
+            "print(cr.compile_one(('dkdv', 1, 90, 'half', 32, 0, 'fox+gqa2')))")
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, cwd=root)
+    if proc.returncode and "ptxas" in proc.stderr and "not found" in proc.stderr:
+        pytest.skip("triton's bundled ptxas is missing")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = ast.literal_eval(proc.stdout.strip().splitlines()[-1])  # the dict compile_one returned
+    assert row["bias"] == "none fox+gqa2" and row["registers"] > 0 and row["spill_bytes"] >= 0, row
