@@ -13,6 +13,7 @@ read, so interpolation changes nothing. Design and limits: docs/kernels.md.
 from __future__ import annotations
 
 from posbench.core import registry
+from posbench.core.method import PositionMethod
 from posbench.core.registry import register
 from posbench.kernels import FusedKernelMethod
 
@@ -20,10 +21,13 @@ Fox = registry.get("fox")
 
 
 @register
-class FoxTriton(Fox):
+class FoxTriton(Fox, FusedKernelMethod):
+    """fox's hooks; FusedKernelMethod's ``unavailable`` (CUDA and triton, or CPU tensors under
+    TRITON_INTERPRET=1 without bfloat16), and a fused-kernel method wherever the harness asks."""
+
     name = "fox_triton"
-    # the fused kernels' rule: CUDA and triton, or CPU tensors under TRITON_INTERPRET=1 without bfloat16
-    unavailable = FusedKernelMethod.__dict__["unavailable"]
+    grouped_kv = False  # fox declines grouped-query attention: its gates read every query head's keys
+    prepare = PositionMethod.prepare  # no state: positions are not read (no pos_scale, no host sync)
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         k, big_f = self.keys_and_gates(k, q.shape[-1], layer)  # raw keys, F (B, H, Tk)
