@@ -15,8 +15,9 @@ Dkv -> H projection per token. One (w, b) per layer and head, as in the paper.
 F_i cancels in the softmax of row i, so attention needs only -F_j, one number per key and head:
 on a CPU in float32 (Tq == Tk) that vector rides in an extra key column through SDPA, as ALiBi's
 linear plan does (``posbench.attention.linear.head_column_sdpa``), with no L x L bias; otherwise
-the masked (B, H, Tq, Tk) float32 bias F_i - F_j; on CUDA, F_i - F_j read inside FlexAttention.
-The bias depends on the input, so nothing is cached across forwards. The KV cache carries each cached key's log f_j (``encode_qk`` appends it
+the masked (B, H, Tq, Tk) float32 bias F_i - F_j; on CUDA, F_i - F_j read inside FlexAttention
+(``fox_triton``: -F_j inside the fused Triton kernel). The bias depends on the input, so nothing is
+cached across forwards. The KV cache carries each cached key's log f_j (``encode_qk`` appends it
 to the key: one extra column in float32, two 16-bit halves, hi + lo, in bfloat16 or float16, so one
 float per cached key and query head either way; under grouped-query attention a key head carries
 the gates of its G = H / Hkv query heads), and attend takes F = cumsum over every key. F_0 is
@@ -113,14 +114,18 @@ class ForgettingTransformer(PositionMethod):
         # query head h = key head h // G, column h % G: (B, H, T) -> (B, Hkv, T, G)
         return q, pack_log_gate(k, log_f.view(b, hkv, self.group, t).transpose(2, 3))
 
-    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
-        hd = q.shape[-1]
-        if k.shape[-1] == hd:  # raw keys (a call outside a model forward): the gates from them
+    def keys_and_gates(self, k, hd: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(raw keys (B, H, Tk, hd), F (B, H, Tk) float32) from keys as the cache holds them, or
+        from raw keys (a call outside a model forward: the gates computed from them)."""
+        if k.shape[-1] == hd:
             log_f = self.log_gate(k, layer)
         else:
             k, log_f = unpack_log_gate(k, hd)
         # F_j = sum_{l=1..j} log f_l: log f_0 cancels; leaving it out keeps key 0's bias at 0.
-        big_f = torch.cat([torch.zeros_like(log_f[..., :1]), log_f[..., 1:]], -1).cumsum(-1)  # (B, H, Tk)
+        return k, torch.cat([torch.zeros_like(log_f[..., :1]), log_f[..., 1:]], -1).cumsum(-1)
+
+    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        k, big_f = self.keys_and_gates(k, q.shape[-1], layer)  # big_f (B, H, Tk)
         tq, tk = q.shape[-2], k.shape[-2]
         if q.device.type == "cpu" and q.dtype in WIDE and tq == tk and float(-big_f[..., -1].detach().min()) <= LINEAR_SPAN:
             # softmax_j(s_ij + F_i - F_j) = softmax_j(s_ij - F_j): one column per key, no L x L.

@@ -28,6 +28,9 @@ class PositionMethod(nn.Module):
     """
 
     name: ClassVar[str] = ""
+    # True: attend takes k and v with Hkv <= H heads, (B, Hkv, Tk, hd), and query head h reads head
+    # h // (H / Hkv) itself (the fused kernels); False: the model expands them to H heads first.
+    grouped_kv: ClassVar[bool] = False
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()

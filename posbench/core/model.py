@@ -106,10 +106,10 @@ class Block(nn.Module):
         q, k = method.encode_qk(q, k, self.index, state)  # this chunk's, at q_pos
         if cache is not None:
             k, v = cache.append(self.index, k, v, k_pos.shape[0] - t)  # (B, Hkv, Tk, hd): the cache holds Hkv heads
-        if self.kv_heads != self.n_heads:
+        if self.kv_heads != self.n_heads and not method.grouped_kv:
             # grouped-query attention: query head h reads key/value head h // (H / Hkv). Expanded
-            # here, per layer and for the moment of attention only, so every method's attend and
-            # every kernel takes the layout unchanged; the cache stays Hkv heads.
+            # here, per layer and for the moment of attention only, so every method's attend
+            # takes the layout unchanged (a ``grouped_kv`` method reads it in place); the cache stays Hkv heads.
             group = self.n_heads // self.kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         o = method.attend(q, k, v, q_pos, k_pos, self.index, state)  # (B, H, T, hd)

@@ -19,6 +19,8 @@ def interpreter_on() -> bool:
 class FusedKernelMethod(PositionMethod):
     """Base of the methods whose ``attend`` is one fused Triton kernel (alibi_triton, t5_triton)."""
 
+    grouped_kv = True  # the kernels read key/value head h // (H / Hkv) in place: no expanded copy
+
     def _pos_scale(self, k_pos: torch.Tensor) -> float:
         """Spacing of the positions: 1 for integers, else read from their ends (one host sync)."""
         if not k_pos.is_floating_point() or k_pos.numel() < 2:

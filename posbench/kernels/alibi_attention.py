@@ -14,18 +14,20 @@ from posbench.kernels.fused_attention import DTYPES, HEAD_DIMS, INTERPRETED  # n
 BIAS_DTYPES = ("float32", "compute")
 
 
-def _check_inputs(q, k, v, slopes, bias_dtype: str) -> None:
+def _check_inputs(q, k, v, slopes, bias_dtype: str, key_bias) -> None:
     """Raise one-line errors for inputs the kernels cannot take."""
     name = "alibi_attention"
-    if not isinstance(slopes, torch.Tensor):
-        raise TypeError(f"{name}: slopes must be a torch.Tensor, got {type(slopes).__name__}")
+    if slopes is not None and not isinstance(slopes, torch.Tensor):
+        raise TypeError(f"{name}: slopes must be a torch.Tensor or None, got {type(slopes).__name__}")
     fa.check_qkv(name, q, k, v)
     h = q.shape[1]
-    if slopes.shape != (h,):
+    if slopes is not None and slopes.shape != (h,):
         raise ValueError(f"{name}: slopes must have shape ({h},) (one per head), got {tuple(slopes.shape)}")
-    devices = {q.device, k.device, v.device, slopes.device}
+    devices = {q.device, k.device, v.device} | ({slopes.device} if slopes is not None else set())
     if len(devices) != 1:
         raise ValueError(f"{name}: q, k, v and slopes must be on one device, got {sorted(map(str, devices))}")
+    if key_bias is not None:
+        fa.check_key_bias(name, q, k, key_bias)
     fa.check_device(name, q)
     if bias_dtype not in BIAS_DTYPES:
         raise ValueError(f"{name}: bias_dtype must be one of {', '.join(BIAS_DTYPES)}, got {bias_dtype!r}")
@@ -33,26 +35,32 @@ def _check_inputs(q, k, v, slopes, bias_dtype: str) -> None:
 
 def alibi_attention(
     q: torch.Tensor,  # (B, H, Tq, hd)
-    k: torch.Tensor,  # (B, H, Tk, hd)
-    v: torch.Tensor,  # (B, H, Tk, hd)
-    slopes: torch.Tensor,  # (H,)
+    k: torch.Tensor,  # (B, Hkv, Tk, hd), Hkv dividing H: query head h reads head h // (H / Hkv)
+    v: torch.Tensor,  # (B, Hkv, Tk, hd)
+    slopes: torch.Tensor | None,  # (H,); None: no ALiBi term
     *,
+    key_bias: torch.Tensor | None = None,  # (B, H, Tk): one more term per key, gets a gradient
     pos_scale: float = 1.0,
     use_bias: bool = True,
     bias_dtype: str = "float32",
     blocks_fwd: tuple[int, int, int, int] | None = None,
     blocks_bwd: tuple[int, int, int, int] | None = None,
 ) -> torch.Tensor:  # (B, H, Tq, hd), q's dtype
-    """Causal softmax(q k^T / sqrt(hd) + slope_h * pos_scale * (j - i_abs)) v, fused, differentiable
-    (slopes get no gradient); i_abs = i + (Tk - Tq), bottom-right aligned as in KV decoding.
+    """Causal softmax(q k^T / sqrt(hd) + slope_h * pos_scale * (j - i_abs) + key_bias_j) v, fused,
+    differentiable in q, k, v and ``key_bias`` (slopes get no gradient); i_abs = i + (Tk - Tq),
+    bottom-right aligned as in KV decoding.
 
-    ``use_bias=False``: plain causal attention. ``bias_dtype="compute"``: the bias rounded to the
-    input dtype before it is added. ``blocks_*`` pin (BLOCK_M, BLOCK_N, warps, stages).
+    ``use_bias=False`` or ``slopes=None``: no ALiBi term. ``key_bias`` is added in float32 (FoX's
+    -F_j: methods/fox_triton.py). ``bias_dtype="compute"``: the ALiBi bias rounded to the input
+    dtype before it is added. ``blocks_*`` pin (BLOCK_M, BLOCK_N, warps, stages).
     """
-    _check_inputs(q, k, v, slopes, bias_dtype)
+    _check_inputs(q, k, v, slopes, bias_dtype, key_bias)
+    if slopes is None:  # the kernels never read it (BIAS off): a stand-in with the right stride
+        slopes, use_bias = torch.zeros(q.shape[1], device=q.device), False
     slopes = slopes.detach().to(torch.float32).contiguous()
     spec = fa.BiasSpec(
         fa.ALIBI if use_bias else fa.NO_BIAS, slopes, pos_scale=pos_scale,
         bias_round=bias_dtype == "compute" and q.dtype != torch.float32,  # float32 -> float32 is a no-op
+        key_bias=key_bias,
     )
     return fa.fused_attention(q, k, v, spec, blocks_fwd, blocks_bwd)

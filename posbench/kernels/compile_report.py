@@ -6,6 +6,7 @@ when it spills nothing and stays within shared memory. Needs triton's bundled pt
 
     TRITON_INTERPRET=0 python -m posbench.kernels.compile_report            # check the claims
     TRITON_INTERPRET=0 python -m posbench.kernels.compile_report --sweep    # find them (slow)
+    TRITON_INTERPRET=0 python -m posbench.kernels.compile_report --variants # FoX's key bias, GQA
 """
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ ARCHS = (80, 90)
 HEAD_DIMS = (128, 64, 32)
 KERNELS = {"fwd": ("_fwd_kernel", "fwd"), "dkdv": ("_bwd_dkdv_kernel", "bwd"), "dq": ("_bwd_dq_kernel", "bwd")}
 POINTERS = {"Q", "K", "V", "O", "DO", "DK", "DV", "DQ"}
-FLOAT_POINTERS = {"Bias", "LSE", "Delta", "DTab"}
+FLOAT_POINTERS = {"Bias", "KB", "LSE", "Delta", "DTab", "DKB"}
+# What --variants compiles at every claim, beside the claims' own ALiBi and T5: FoX's per-key bias
+# (no position bias) and dK/dV with 2 query heads per key/value head. Reported, not claimed.
+VARIANTS = {"fox": dict(KEY_BIAS=True), "gqa2": dict(GROUP=2), "fox+gqa2": dict(KEY_BIAS=True, GROUP=2)}
 
 
 def compile_one(job: tuple) -> dict:
@@ -35,6 +39,7 @@ def compile_one(job: tuple) -> dict:
     from posbench.kernels import fused_attention as fa
 
     kernel, index, arch, dclass, head_dim, bias, *target = job
+    variant = target.pop() if target and isinstance(target[-1], str) else ""
     name, kind = KERNELS[kernel]
     fn = getattr(fa, name)
     cfg = fa.CONFIGS[kind][index]
@@ -42,7 +47,9 @@ def compile_one(job: tuple) -> dict:
     const = dict(
         HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BIAS=bias, BIAS_ROUND=bias == fa.ALIBI,
         SCALED=True, NUM_BUCKETS=32, MAX_DISTANCE=128, DOT_PRECISION="ieee" if dclass == "fp32" else "tf32",
+        KEY_BIAS=False, **({"GROUP": 1} if name == "_bwd_dkdv_kernel" else {}),
     )
+    const.update({k: v for k, v in VARIANTS.get(variant, {}).items() if k in fn.arg_names})
     sig = {
         a: "constexpr" if a in const else f"*{ptr}" if a in POINTERS else "*fp32" if a in FLOAT_POINTERS
         else "fp32" if a.endswith("scale") else "i32"
@@ -61,7 +68,7 @@ def compile_one(job: tuple) -> dict:
     spills = re.search(r"(\d+) bytes spill stores", text)
     return dict(
         kernel=kernel, config=repr(cfg), arch=arch, target=target[0] if target else arch, dtype=dclass, head_dim=head_dim,
-        bias=fa.BIAS_NAMES[bias], registers=int(regs.group(1)) if regs else -1,
+        bias=fa.BIAS_NAMES[bias] + (f" {variant}" if variant else ""), registers=int(regs.group(1)) if regs else -1,
         spill_bytes=int(spills.group(1)) if spills else -1, shared=compiled.metadata.shared,
     )
 
@@ -125,13 +132,36 @@ def sweep(jobs: int) -> list[dict]:
     return rows
 
 
+def variants(jobs: int) -> list[dict]:
+    """Every claimed (kernel, config, arch, dtype class, head dim) compiled with each of VARIANTS:
+    FoX's key bias without a position bias, GQA (dK/dV only: the other kernels take the group as
+    a number) with ALiBi and T5."""
+    from posbench.kernels import fused_attention as fa
+
+    todo = []
+    for kernel, index, arch, dclass, head_dim, _, _ in claims():
+        for variant in VARIANTS:
+            gqa = "gqa2" in variant
+            if gqa and kernel != "dkdv":
+                continue
+            for bias in (fa.ALIBI, fa.T5) if variant == "gqa2" else (fa.NO_BIAS,):
+                todo.append((kernel, index, arch, dclass, head_dim, bias, variant))
+    todo = list(dict.fromkeys(todo))
+    with ProcessPoolExecutor(jobs) as pool:
+        rows = list(pool.map(compile_one, todo))
+    return [dict(r, target=r["arch"]) for r in rows]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="find the largest head dim each config fits")
+    parser.add_argument("--variants", action="store_true", help="compile every claim with FoX's key bias and GQA (report only)")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
     args = parser.parse_args(argv)
     if args.sweep:
         rows = sweep(args.jobs)
+    elif args.variants:
+        rows = variants(args.jobs)
     else:
         wanted = claims()
         compiles = list(dict.fromkeys(job[:6] for job in wanted))  # sm_86 claims share sm_80's compiles
@@ -139,7 +169,7 @@ def main(argv=None) -> int:
             measured = dict(zip(compiles, pool.map(compile_one, compiles)))
         rows = [dict(measured[job[:6]], target=job[6]) for job in wanted]
     print(table(rows))
-    if args.sweep:
+    if args.sweep or args.variants:
         return 0
     bad = [r for r in rows if not fits(r)]
     for r in bad:

@@ -1,7 +1,10 @@
-"""Causal flash attention with a position bias computed inside the kernel: none, ALiBi or T5.
+"""Causal flash attention with a position bias computed inside the kernel: none, ALiBi or T5,
+plus, optionally, one float32 term per key and head (FoX's -F_j) with its gradient.
 
 One set of Triton kernels (FlashAttention-2 loop order) serves the three biases, chosen by the
-constexpr ``BIAS``; design, tiles, dTable and limits are in docs/kernels.md. Set
+constexpr ``BIAS`` (the per-key term by ``KEY_BIAS``); keys and values may have fewer heads than
+the queries (grouped-query attention, read in place). Design, tiles, dTable and limits are in
+docs/kernels.md. Set
 ``TRITON_INTERPRET=1`` before this module is imported to run on CPU tensors: ``triton.jit``
 decides at decoration time whether to compile or interpret.
 """
@@ -171,6 +174,7 @@ def _scores(
     stride_bucket,  # T5: table stride between buckets
     bias_scalar,  # ALiBi: slope_h * pos_scale; T5: table[last bucket, h]
     round_like,  # a tile in the input dtype: BIAS_ROUND rounds the ALiBi bias to its dtype
+    kb_base,  # KEY_BIAS: pointer to this (batch, head)'s per-key bias, (Tk,) float32
     BIAS: tl.constexpr,
     NEAR: tl.constexpr,  # T5: the tile is within max_distance of the diagonal (else one scalar)
     MASKED: tl.constexpr,  # the tile crosses the diagonal or the key length: mask it
@@ -178,6 +182,7 @@ def _scores(
     SCALED: tl.constexpr,
     NUM_BUCKETS: tl.constexpr,
     MAX_DISTANCE: tl.constexpr,
+    KEY_BIAS: tl.constexpr,  # add one float32 term per key (FoX's -F_j), whatever BIAS is
 ):
     """Scores of one tile in log2 units, float32: (qk * sm_scale + bias) * log2(e), -inf where
     masked. The one place the bias is defined, shared by the forward and backward kernels."""
@@ -196,6 +201,9 @@ def _scores(
             s = s + tl.load(bias_h + bucket * stride_bucket).to(tl.float32)
         else:
             s = s + bias_scalar
+    if KEY_BIAS:
+        # keys past seq_k read 0 here and are masked below (only diagonal tiles reach them)
+        s = s + tl.load(kb_base + offs_n, mask=offs_n < seq_k, other=0.0)[None, :]
     if MASKED:
         visible = (offs_n[None, :] <= offs_m_abs[:, None]) & (offs_n[None, :] < seq_k)
         s = tl.where(visible, s, float("-inf"))
@@ -240,10 +248,10 @@ def _query_block_ranges(start_m, offset, seq_k, far_dist, BLOCK_M: tl.constexpr,
 @triton.jit
 def _fwd_tiles(
     acc, l_i, m_i, q, k_base, v_base, lo, hi, offs_n0, offs_d, skt, skd, svt, svd,
-    offs_m_abs, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+    offs_m_abs, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, kb_base,
     BLOCK_N: tl.constexpr, BIAS: tl.constexpr, NEAR: tl.constexpr, MASKED: tl.constexpr,
     BIAS_ROUND: tl.constexpr, SCALED: tl.constexpr, NUM_BUCKETS: tl.constexpr, MAX_DISTANCE: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, KEY_BIAS: tl.constexpr,
 ):
     """Online softmax over key tiles [lo, hi) of one query block."""
     for start_n in range(lo, hi, BLOCK_N):
@@ -252,8 +260,8 @@ def _fwd_tiles(
         v = _load_rows(v_base, offs_n, offs_d, svt, svd, seq_k)  # (BN, D)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BM, BN) float32
         s = _scores(
-            qk, offs_m_abs, offs_n, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, q,
-            BIAS, NEAR, MASKED, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE,
+            qk, offs_m_abs, offs_n, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, q, kb_base,
+            BIAS, NEAR, MASKED, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, KEY_BIAS,
         )
         # Every row sees key 0, in the first tile visited, so m_new is finite from then on.
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -267,13 +275,13 @@ def _fwd_tiles(
 
 @triton.jit
 def _fwd_kernel(
-    Q, K, V, Bias, O, LSE,
+    Q, K, V, Bias, KB, O, LSE,
     sqb, sqh, sqt, sqd,
     skb, skh, skt, skd,
     svb, svh, svt, svd,
     sob, soh, sot, sod,
     sbb, sbh,
-    n_heads, seq_q, seq_k, far_dist, LEN_KEY,
+    n_heads, group, seq_q, seq_k, far_dist, LEN_KEY,
     sm_scale, pos_scale,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -284,12 +292,15 @@ def _fwd_kernel(
     NUM_BUCKETS: tl.constexpr,
     MAX_DISTANCE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    KEY_BIAS: tl.constexpr,
 ):
-    """One program: BLOCK_M query rows of one (batch, head); loops over the visible key tiles."""
+    """One program: BLOCK_M query rows of one (batch, head); loops over the visible key tiles.
+    Query head h reads key/value head h // group (grouped-query attention; group 1 otherwise)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // n_heads
     h = pid_bh % n_heads
+    hk = h // group
     offset = seq_k - seq_q  # bottom-right alignment: query row i sits at absolute position i + offset
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BM,)
@@ -298,9 +309,10 @@ def _fwd_kernel(
     offs_n0 = tl.arange(0, BLOCK_N)
     mask_m = offs_m < seq_q
     q = _load_rows(Q + b * sqb + h * sqh, offs_m, offs_d, sqt, sqd, seq_q)  # (BM, D)
-    k_base = K + b * skb + h * skh
-    v_base = V + b * svb + h * svh
+    k_base = K + b * skb + hk * skh
+    v_base = V + b * svb + hk * svh
     bias_h = Bias + h * sbh
+    kb_base = KB + pid_bh * seq_k  # (B*H, Tk) contiguous
     bias_scalar = _bias_scalar(Bias, h, sbb, sbh, pos_scale, BIAS, NUM_BUCKETS)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)  # running row max (log2 units)
@@ -310,18 +322,18 @@ def _fwd_kernel(
     far_hi, diag_lo, hi = _query_block_ranges(pid_m * BLOCK_M, offset, seq_k, far_dist, BLOCK_M, BLOCK_N)
     acc, l_i, m_i = _fwd_tiles(
         acc, l_i, m_i, q, k_base, v_base, 0, far_hi, offs_n0, offs_d, skt, skd, svt, svd, offs_m_abs, seq_k,
-        sm_scale, pos_scale, bias_h, sbb, bias_scalar,
-        BLOCK_N, BIAS, False, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+        sm_scale, pos_scale, bias_h, sbb, bias_scalar, kb_base,
+        BLOCK_N, BIAS, False, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION, KEY_BIAS,
     )
     acc, l_i, m_i = _fwd_tiles(
         acc, l_i, m_i, q, k_base, v_base, far_hi, diag_lo, offs_n0, offs_d, skt, skd, svt, svd, offs_m_abs, seq_k,
-        sm_scale, pos_scale, bias_h, sbb, bias_scalar,
-        BLOCK_N, BIAS, True, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+        sm_scale, pos_scale, bias_h, sbb, bias_scalar, kb_base,
+        BLOCK_N, BIAS, True, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION, KEY_BIAS,
     )
     acc, l_i, m_i = _fwd_tiles(
         acc, l_i, m_i, q, k_base, v_base, diag_lo, hi, offs_n0, offs_d, skt, skd, svt, svd, offs_m_abs, seq_k,
-        sm_scale, pos_scale, bias_h, sbb, bias_scalar,
-        BLOCK_N, BIAS, True, True, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+        sm_scale, pos_scale, bias_h, sbb, bias_scalar, kb_base,
+        BLOCK_N, BIAS, True, True, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION, KEY_BIAS,
     )
 
     acc = acc / l_i[:, None]
@@ -359,13 +371,13 @@ def _bwd_delta_kernel(
 
 @triton.jit
 def _dkdv_tiles(
-    dk, dv, k, v, q_base, do_base, lse_base, delta_base, lo, hi, offs_m0, offs_d, sqt, sqd, sdt, sdd,
-    offs_n, seq_q, seq_k, offset, sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+    dk, dv, dkb, k, v, q_base, do_base, lse_base, delta_base, lo, hi, offs_m0, offs_d, sqt, sqd, sdt, sdd,
+    offs_n, seq_q, seq_k, offset, sm_scale, pos_scale, bias_h, sbb, bias_scalar, kb_base,
     BLOCK_M: tl.constexpr, BIAS: tl.constexpr, NEAR: tl.constexpr, MASKED: tl.constexpr,
     BIAS_ROUND: tl.constexpr, SCALED: tl.constexpr, NUM_BUCKETS: tl.constexpr, MAX_DISTANCE: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, KEY_BIAS: tl.constexpr,
 ):
-    """dK, dV contributions of query blocks [lo, hi) to one key block."""
+    """dK, dV (and, with KEY_BIAS, the per-key column sums of dScore) of query blocks [lo, hi) to one key block."""
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + offs_m0
         mask_m = offs_m < seq_q
@@ -376,20 +388,22 @@ def _dkdv_tiles(
         delta = tl.load(delta_base + offs_m, mask=mask_m, other=0.0)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)  # (BM, BN)
         s = _scores(
-            qk, offs_m + offset, offs_n, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, q,
-            BIAS, NEAR, MASKED, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE,
+            qk, offs_m + offset, offs_n, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, q, kb_base,
+            BIAS, NEAR, MASKED, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, KEY_BIAS,
         )
         p = tl.math.exp2(s - lse[:, None])  # (BM, BN) float32, the forward's probabilities
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # (BM, BN)
-        ds = p * (dp - delta[:, None])  # dScore (natural units)
+        ds = p * (dp - delta[:, None])  # dScore (natural units); 0 where masked and in padded rows
         dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=DOT_PRECISION)
-    return dk, dv
+        if KEY_BIAS:
+            dkb += tl.sum(ds, 0)  # d bias_j = sum_i dScore_ij, in float32
+    return dk, dv, dkb
 
 
 @triton.jit
 def _bwd_dkdv_kernel(
-    Q, K, V, Bias, DO, LSE, Delta, DK, DV,
+    Q, K, V, Bias, KB, DO, LSE, Delta, DK, DV, DKB,
     sqb, sqh, sqt, sqd,
     skb, skh, skt, skd,
     svb, svh, svt, svd,
@@ -406,13 +420,21 @@ def _bwd_dkdv_kernel(
     NUM_BUCKETS: tl.constexpr,
     MAX_DISTANCE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    KEY_BIAS: tl.constexpr,
+    # Query heads per key/value head. A constexpr: the loop over them is unrolled, so GROUP 1 is
+    # the kernel without GQA; a runtime loop kept k, v, dK and dV live across it and spilled at
+    # the offered tiles (compile report: 10 of 48 claims lost).
+    GROUP: tl.constexpr,
 ):
-    """One program: dK, dV of BLOCK_N keys over the query blocks that see them; DK and DV are
-    contiguous (B, H, Tk, D) buffers, whatever the layout of K and V."""
+    """One program: dK, dV of BLOCK_N keys of one key/value head, summed over the GROUP query
+    heads that read it (grouped-query attention) and the query blocks that see them; DK and DV are
+    contiguous (B, Hkv, Tk, D) buffers, whatever the layout of K and V. With KEY_BIAS also each
+    query head's d bias of these keys, to DKB ((B*H, Tk) float32)."""
     pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = pid_bh // n_heads
-    h = pid_bh % n_heads
+    pid_bk = tl.program_id(1)  # batch * Hkv + key/value head
+    n_kv_heads = n_heads // GROUP
+    b = pid_bk // n_kv_heads
+    hk = pid_bk % n_kv_heads
     offset = seq_k - seq_q
     start_n = pid_n * BLOCK_N
 
@@ -420,12 +442,8 @@ def _bwd_dkdv_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     offs_m0 = tl.arange(0, BLOCK_M)
     mask_n = offs_n < seq_k
-    k = _load_rows(K + b * skb + h * skh, offs_n, offs_d, skt, skd, seq_k)  # (BN, D)
-    v = _load_rows(V + b * svb + h * svh, offs_n, offs_d, svt, svd, seq_k)
-    bias_h = Bias + h * sbh
-    bias_scalar = _bias_scalar(Bias, h, sbb, sbh, pos_scale, BIAS, NUM_BUCKETS)
-    q_base, do_base = Q + b * sqb + h * sqh, DO + b * sdb + h * sdh
-    lse_base, delta_base = LSE + pid_bh * seq_q, Delta + pid_bh * seq_q
+    k = _load_rows(K + b * skb + hk * skh, offs_n, offs_d, skt, skd, seq_k)  # (BN, D)
+    v = _load_rows(V + b * svb + hk * svh, offs_n, offs_d, svt, svd, seq_k)
 
     # Query blocks in order: diagonal [lo, diag_hi) (some row cannot see some key: masked), full
     # [diag_hi, far_lo), far [far_lo, seq_q). Row i sees key j iff i + offset >= j; all bounds are
@@ -441,35 +459,46 @@ def _bwd_dkdv_kernel(
 
     dk = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
     dv = tl.zeros((BLOCK_N, HEAD_DIM), tl.float32)
-    dk, dv = _dkdv_tiles(
-        dk, dv, k, v, q_base, do_base, lse_base, delta_base, lo, diag_hi, offs_m0, offs_d, sqt, sqd, sdt, sdd, offs_n, seq_q, seq_k, offset,
-        sm_scale, pos_scale, bias_h, sbb, bias_scalar,
-        BLOCK_M, BIAS, True, True, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
-    )
-    dk, dv = _dkdv_tiles(
-        dk, dv, k, v, q_base, do_base, lse_base, delta_base, diag_hi, far_lo, offs_m0, offs_d, sqt, sqd, sdt, sdd, offs_n, seq_q, seq_k, offset,
-        sm_scale, pos_scale, bias_h, sbb, bias_scalar,
-        BLOCK_M, BIAS, True, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
-    )
-    dk, dv = _dkdv_tiles(
-        dk, dv, k, v, q_base, do_base, lse_base, delta_base, far_lo, seq_q, offs_m0, offs_d, sqt, sqd, sdt, sdd, offs_n, seq_q, seq_k, offset,
-        sm_scale, pos_scale, bias_h, sbb, bias_scalar,
-        BLOCK_M, BIAS, False, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
-    )
+    for g in tl.static_range(GROUP):
+        h = hk * GROUP + g  # a query head of this key/value head
+        bh = b * n_heads + h
+        bias_h = Bias + h * sbh
+        bias_scalar = _bias_scalar(Bias, h, sbb, sbh, pos_scale, BIAS, NUM_BUCKETS)
+        q_base, do_base = Q + b * sqb + h * sqh, DO + b * sdb + h * sdh
+        lse_base, delta_base = LSE + bh * seq_q, Delta + bh * seq_q
+        kb_base = KB + bh * seq_k
+        dkb = tl.zeros((BLOCK_N,), tl.float32)
+        dk, dv, dkb = _dkdv_tiles(
+            dk, dv, dkb, k, v, q_base, do_base, lse_base, delta_base, lo, diag_hi, offs_m0, offs_d, sqt, sqd, sdt, sdd,
+            offs_n, seq_q, seq_k, offset, sm_scale, pos_scale, bias_h, sbb, bias_scalar, kb_base,
+            BLOCK_M, BIAS, True, True, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION, KEY_BIAS,
+        )
+        dk, dv, dkb = _dkdv_tiles(
+            dk, dv, dkb, k, v, q_base, do_base, lse_base, delta_base, diag_hi, far_lo, offs_m0, offs_d, sqt, sqd, sdt, sdd,
+            offs_n, seq_q, seq_k, offset, sm_scale, pos_scale, bias_h, sbb, bias_scalar, kb_base,
+            BLOCK_M, BIAS, True, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION, KEY_BIAS,
+        )
+        dk, dv, dkb = _dkdv_tiles(
+            dk, dv, dkb, k, v, q_base, do_base, lse_base, delta_base, far_lo, seq_q, offs_m0, offs_d, sqt, sqd, sdt, sdd,
+            offs_n, seq_q, seq_k, offset, sm_scale, pos_scale, bias_h, sbb, bias_scalar, kb_base,
+            BLOCK_M, BIAS, False, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION, KEY_BIAS,
+        )
+        if KEY_BIAS:
+            tl.store(DKB + bh * seq_k + offs_n, dkb, mask=mask_n)
 
     dk = dk * sm_scale
     out = offs_n[:, None] * HEAD_DIM + offs_d[None, :]
-    tl.store(DK + pid_bh * seq_k * HEAD_DIM + out, dk.to(DK.dtype.element_ty), mask=mask_n[:, None])
-    tl.store(DV + pid_bh * seq_k * HEAD_DIM + out, dv.to(DV.dtype.element_ty), mask=mask_n[:, None])
+    tl.store(DK + pid_bk * seq_k * HEAD_DIM + out, dk.to(DK.dtype.element_ty), mask=mask_n[:, None])
+    tl.store(DV + pid_bk * seq_k * HEAD_DIM + out, dv.to(DV.dtype.element_ty), mask=mask_n[:, None])
 
 
 @triton.jit
 def _dq_tiles(
     dq, dtab, q, do, lse, delta, k_base, v_base, lo, hi, offs_n0, offs_d, skt, skd, svt, svd,
-    offs_m_abs, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar,
+    offs_m_abs, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, kb_base,
     BLOCK_N: tl.constexpr, BIAS: tl.constexpr, NEAR: tl.constexpr, MASKED: tl.constexpr,
     BIAS_ROUND: tl.constexpr, SCALED: tl.constexpr, NUM_BUCKETS: tl.constexpr, MAX_DISTANCE: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, KEY_BIAS: tl.constexpr,
 ):
     """dQ (and, for T5, the per-bucket sums of dScore) over key tiles [lo, hi) of one query block."""
     bucket_ids = tl.arange(0, NUM_BUCKETS)
@@ -479,8 +508,8 @@ def _dq_tiles(
         v = _load_rows(v_base, offs_n, offs_d, svt, svd, seq_k)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         s = _scores(
-            qk, offs_m_abs, offs_n, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, q,
-            BIAS, NEAR, MASKED, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE,
+            qk, offs_m_abs, offs_n, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, q, kb_base,
+            BIAS, NEAR, MASKED, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, KEY_BIAS,
         )
         p = tl.math.exp2(s - lse[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
@@ -500,13 +529,13 @@ def _dq_tiles(
 
 @triton.jit
 def _bwd_dq_kernel(
-    Q, K, V, Bias, DO, LSE, Delta, DQ, DTab,
+    Q, K, V, Bias, KB, DO, LSE, Delta, DQ, DTab,
     sqb, sqh, sqt, sqd,
     skb, skh, skt, skd,
     svb, svh, svt, svd,
     sdb, sdh, sdt, sdd,
     sbb, sbh,
-    n_heads, seq_q, seq_k, far_dist, LEN_KEY, dtab_blocks,
+    n_heads, group, seq_q, seq_k, far_dist, LEN_KEY, dtab_blocks,
     sm_scale, pos_scale,
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -517,6 +546,7 @@ def _bwd_dq_kernel(
     NUM_BUCKETS: tl.constexpr,
     MAX_DISTANCE: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    KEY_BIAS: tl.constexpr,
 ):
     """One program: dQ of BLOCK_M query rows over the same key tiles as the forward; for T5 also
     this block's per-bucket sums of dScore, stored to row (pid_bh, pid_m) of DTab
@@ -535,8 +565,9 @@ def _bwd_dq_kernel(
     do = _load_rows(DO + b * sdb + h * sdh, offs_m, offs_d, sdt, sdd, seq_q)
     lse = tl.load(LSE + pid_bh * seq_q + offs_m, mask=mask_m, other=float("inf"))
     delta = tl.load(Delta + pid_bh * seq_q + offs_m, mask=mask_m, other=0.0)
-    k_base, v_base = K + b * skb + h * skh, V + b * svb + h * svh
+    k_base, v_base = K + b * skb + (h // group) * skh, V + b * svb + (h // group) * svh
     bias_h = Bias + h * sbh
+    kb_base = KB + pid_bh * seq_k
     bias_scalar = _bias_scalar(Bias, h, sbb, sbh, pos_scale, BIAS, NUM_BUCKETS)
 
     dq = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
@@ -544,18 +575,18 @@ def _bwd_dq_kernel(
     far_hi, diag_lo, hi = _query_block_ranges(pid_m * BLOCK_M, offset, seq_k, far_dist, BLOCK_M, BLOCK_N)
     dq, dtab = _dq_tiles(
         dq, dtab, q, do, lse, delta, k_base, v_base, 0, far_hi, offs_n0, offs_d, skt, skd, svt, svd,
-        offs_m + offset, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar,
-        BLOCK_N, BIAS, False, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+        offs_m + offset, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, kb_base,
+        BLOCK_N, BIAS, False, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION, KEY_BIAS,
     )
     dq, dtab = _dq_tiles(
         dq, dtab, q, do, lse, delta, k_base, v_base, far_hi, diag_lo, offs_n0, offs_d, skt, skd, svt, svd,
-        offs_m + offset, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar,
-        BLOCK_N, BIAS, True, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+        offs_m + offset, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, kb_base,
+        BLOCK_N, BIAS, True, False, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION, KEY_BIAS,
     )
     dq, dtab = _dq_tiles(
         dq, dtab, q, do, lse, delta, k_base, v_base, diag_lo, hi, offs_n0, offs_d, skt, skd, svt, svd,
-        offs_m + offset, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar,
-        BLOCK_N, BIAS, True, True, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION,
+        offs_m + offset, seq_k, sm_scale, pos_scale, bias_h, sbb, bias_scalar, kb_base,
+        BLOCK_N, BIAS, True, True, BIAS_ROUND, SCALED, NUM_BUCKETS, MAX_DISTANCE, DOT_PRECISION, KEY_BIAS,
     )
 
     dq = dq * sm_scale
@@ -572,6 +603,19 @@ _dq_tuned = _autotune("bwd", reset=["DTab"])(_bwd_dq_kernel)
 
 # ---------------------------------------------------------------------------------------------
 # Launch
+
+
+def check_key_bias(name: str, q, k, key_bias) -> None:
+    """One-line errors for a per-key bias the kernels cannot take: (B, H, Tk), float, q's device."""
+    if not isinstance(key_bias, torch.Tensor):
+        raise TypeError(f"{name}: key_bias must be a torch.Tensor, got {type(key_bias).__name__}")
+    want = (q.shape[0], q.shape[1], k.shape[2])
+    if tuple(key_bias.shape) != want:
+        raise ValueError(f"{name}: key_bias must have shape {want} (batch, query heads, keys), got {tuple(key_bias.shape)}")
+    if not key_bias.is_floating_point():
+        raise TypeError(f"{name}: key_bias must be a float tensor, got {key_bias.dtype}")
+    if key_bias.device != q.device:
+        raise ValueError(f"{name}: key_bias must be on q's device {q.device}, got {key_bias.device}")
 
 
 def check_device(name: str, q: torch.Tensor) -> None:
@@ -600,9 +644,9 @@ def check_qkv(name: str, q, k, v) -> None:
     b, h, tq, d = q.shape
     if d not in HEAD_DIMS:
         raise ValueError(f"{name}: head_dim {d} not supported; use one of {', '.join(map(str, HEAD_DIMS))}")
-    if k.shape != v.shape or k.shape[0] != b or k.shape[1] != h or k.shape[3] != d:
+    if k.shape != v.shape or k.shape[0] != b or k.shape[1] < 1 or h % k.shape[1] or k.shape[3] != d:
         raise ValueError(
-            f"{name}: k and v must be (B, H, Tk, head_dim) = ({b}, {h}, Tk, {d}), "
+            f"{name}: k and v must be (B, Hkv, Tk, head_dim) = ({b}, Hkv, Tk, {d}) with Hkv dividing H = {h}, "
             f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
         )
     tk = k.shape[2]
@@ -635,11 +679,13 @@ def _launch(kernel, tuned, blocks, grid_len, bh, args, consts):
 
 class BiasSpec:
     """The bias of one call: ``tensor`` is ALiBi's slopes (H,) or T5's table (buckets, H);
-    ``far_dist`` is T5's smallest distance from which every entry is in the last bucket."""
+    ``far_dist`` is T5's smallest distance from which every entry is in the last bucket;
+    ``key_bias`` (B, H, Tk), or None, one more term per key added to either (FoX's -F_j)."""
 
     def __init__(self, kind: int, tensor: torch.Tensor, pos_scale: float = 1.0, bias_round: bool = False,
-                 num_buckets: int = 32, max_distance: int = 128):
+                 num_buckets: int = 32, max_distance: int = 128, key_bias: torch.Tensor | None = None):
         self.kind, self.tensor, self.pos_scale = kind, tensor, float(pos_scale)
+        self.key_bias = key_bias
         self.bias_round, self.num_buckets, self.max_distance = bias_round, num_buckets, max_distance
         self.far_dist = far_distance(max_distance, self.pos_scale) if kind == T5 else NEVER_FAR
 
@@ -653,6 +699,7 @@ class BiasSpec:
         return dict(
             HEAD_DIM=head_dim, BIAS=self.kind, BIAS_ROUND=self.bias_round, SCALED=self.pos_scale != 1.0,
             NUM_BUCKETS=self.num_buckets, MAX_DISTANCE=self.max_distance, DOT_PRECISION=_dot_precision(dtype),
+            KEY_BIAS=self.key_bias is not None,
         )
 
 
@@ -667,31 +714,35 @@ def far_distance(max_distance: int, pos_scale: float) -> int:
 
 
 class _FusedAttention(torch.autograd.Function):
-    """Fused causal attention with an in-kernel bias; saves (q, k, v, o, lse), recomputes scores."""
+    """Fused causal attention with an in-kernel bias; saves (q, k, v, o, lse), recomputes scores.
+    k and v may hold fewer heads than q (grouped-query attention: query head h reads h // group)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias_tensor, spec, blocks_fwd, blocks_bwd):
+    def forward(ctx, q, k, v, bias_tensor, key_bias, spec, blocks_fwd, blocks_bwd):
         b, h, tq, d = q.shape
-        tk = k.shape[2]
+        hkv, tk = k.shape[1], k.shape[2]
         o = torch.empty((b, h, tq, d), dtype=q.dtype, device=q.device)  # (B, H, Tq, hd)
         lse = torch.empty((b * h, tq), dtype=torch.float32, device=q.device)  # log2 units
         sm_scale = 1.0 / math.sqrt(d)
+        # (B, H, Tk) float32, contiguous: one row per program's (batch, head); without one the kernels
+        # never read the pointer (KEY_BIAS off), so any float32 tensor stands in.
+        kb = lse if key_bias is None else key_bias.detach().to(torch.float32).contiguous()
         args = (
-            q, k, v, bias_tensor, o, lse,
+            q, k, v, bias_tensor, kb, o, lse,
             *_strides(q), *_strides(k), *_strides(v), *_strides(o), *spec.strides(),
-            h, tq, tk, spec.far_dist, length_key(tk), sm_scale, spec.pos_scale,
+            h, h // hkv, tq, tk, spec.far_dist, length_key(tk), sm_scale, spec.pos_scale,
         )
         _launch(_fwd_kernel, _fwd_tuned, blocks_fwd, (tq, "m"), b * h, args, spec.consts(q.dtype, d))
-        ctx.save_for_backward(q, k, v, bias_tensor, o, lse)
-        ctx.args = (spec, blocks_bwd, sm_scale)
+        ctx.save_for_backward(q, k, v, bias_tensor, kb, o, lse)
+        ctx.args = (spec, blocks_bwd, sm_scale, key_bias is not None and key_bias.dtype)
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, bias_tensor, o, lse = ctx.saved_tensors
-        spec, blocks_bwd, sm_scale = ctx.args
+        q, k, v, bias_tensor, kb, o, lse = ctx.saved_tensors
+        spec, blocks_bwd, sm_scale, kb_dtype = ctx.args
         b, h, tq, d = q.shape
-        tk = k.shape[2]
+        hkv, tk = k.shape[1], k.shape[2]
         if do.stride(-1) != 1:
             # Strided rows still read correctly (even stride 0 from .sum()), but a unit last
             # stride lets the GPU vectorise the loads of every dO tile.
@@ -701,14 +752,16 @@ class _FusedAttention(torch.autograd.Function):
             o, do, delta, *_strides(o), *_strides(do), h, tq, HEAD_DIM=d, BLOCK_M=32,
         )
         dq = torch.empty((b, h, tq, d), dtype=q.dtype, device=q.device)
-        dk = torch.empty((b, h, tk, d), dtype=k.dtype, device=k.device)
-        dv = torch.empty((b, h, tk, d), dtype=v.dtype, device=v.device)
+        dk = torch.empty((b, hkv, tk, d), dtype=k.dtype, device=k.device)  # summed over each group
+        dv = torch.empty((b, hkv, tk, d), dtype=v.dtype, device=v.device)
+        dkb = torch.empty((b, h, tk), dtype=torch.float32, device=q.device) if kb_dtype else delta
         consts = spec.consts(q.dtype, d)
         strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do), *spec.strides())
         shape = (h, tq, tk, spec.far_dist, length_key(tk))
-        _launch(
-            _bwd_dkdv_kernel, _dkdv_tuned, blocks_bwd, (tk, "n"), b * h,
-            (q, k, v, bias_tensor, do, lse, delta, dk, dv, *strides, *shape, sm_scale, spec.pos_scale), consts,
+        _launch(  # one program per key block and key/value head: no atomics, deterministic
+            _bwd_dkdv_kernel, _dkdv_tuned, blocks_bwd, (tk, "n"), b * hkv,
+            (q, k, v, bias_tensor, kb, do, lse, delta, dk, dv, dkb, *strides, *shape, sm_scale, spec.pos_scale),
+            {**consts, "GROUP": h // hkv},
         )
         # T5: one row of per-bucket partial sums per (batch*head, query block), sized for the
         # smallest BLOCK_M any config may use; rows a larger BLOCK_M leaves unwritten stay 0.
@@ -717,16 +770,17 @@ class _FusedAttention(torch.autograd.Function):
         partial = torch.zeros((b * h, dtab_blocks, spec.num_buckets), dtype=torch.float32, device=q.device)
         _launch(
             _bwd_dq_kernel, _dq_tuned, blocks_bwd, (tq, "m"), b * h,
-            (q, k, v, bias_tensor, do, lse, delta, dq, partial, *strides, *shape, dtab_blocks,
+            (q, k, v, bias_tensor, kb, do, lse, delta, dq, partial, *strides, h, h // hkv, *shape[1:], dtab_blocks,
              sm_scale, spec.pos_scale), consts,
         )
         dbias = None
         if spec.kind == T5 and ctx.needs_input_grad[3]:
             # (B*H, blocks, buckets) -> (buckets, H): a fixed-order reduction, deterministic.
             dbias = partial.view(b, h, dtab_blocks, spec.num_buckets).sum(dim=(0, 2)).t().to(bias_tensor.dtype)
-        return dq, dk, dv, dbias, None, None, None
+        dkey = dkb.to(kb_dtype) if kb_dtype and ctx.needs_input_grad[4] else None  # (B, H, Tk)
+        return dq, dk, dv, dbias, dkey, None, None, None
 
 
 def fused_attention(q, k, v, spec: BiasSpec, blocks_fwd=None, blocks_bwd=None) -> torch.Tensor:
     """Differentiable fused causal attention with ``spec``'s bias (inputs already checked)."""
-    return _FusedAttention.apply(q, k, v, spec.tensor, spec, blocks_fwd, blocks_bwd)
+    return _FusedAttention.apply(q, k, v, spec.tensor, spec.key_bias, spec, blocks_fwd, blocks_bwd)

@@ -22,7 +22,7 @@ CONFORMANCE = """
 import torch
 from posbench.core import conformance as testing
 bad = 0
-for method in ("alibi_triton", "t5_triton"):
+for method in ("alibi_triton", "t5_triton", "fox_triton"):
     for key, outcome in testing.run_all(method, device="cuda", dtypes=(torch.float32, torch.bfloat16)).items():
         print(f"{method} {key}: {outcome or 'ok'}")
         bad += bool(outcome) and not outcome.startswith("unavailable")
@@ -57,7 +57,8 @@ def steps(py: str, results: Path, report: Path, page: Path) -> list[tuple[str, l
     return [
         ("devices", ["sh", "-c", f"nvidia-smi; {py} -c '{VERSIONS}'"], 20),
         ("kernel-tests", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", "tests/kernels/test_alibi_triton.py",
-                          "tests/kernels/test_t5_triton.py", "tests/tasks/test_kernel_benchmark.py"], 120),
+                          "tests/kernels/test_t5_triton.py", "tests/kernels/test_fox_triton.py",
+                          "tests/tasks/test_kernel_benchmark.py"], 120),
         ("conformance", [py, "-c", CONFORMANCE], 60),
         ("flex", [py, "-c", FLEX_CHECK], 45),
         ("kernels", bench + ["run", "--suite", "kernels", "--profile", "gpu", "--device", "cuda", "--fresh",

@@ -36,8 +36,8 @@ def _check_inputs(q, k, v, table, pos_scale, num_buckets, max_distance) -> None:
 
 def t5_attention(
     q: torch.Tensor,  # (B, H, Tq, hd)
-    k: torch.Tensor,  # (B, H, Tk, hd)
-    v: torch.Tensor,  # (B, H, Tk, hd)
+    k: torch.Tensor,  # (B, Hkv, Tk, hd), Hkv dividing H: query head h reads head h // (H / Hkv)
+    v: torch.Tensor,  # (B, Hkv, Tk, hd)
     table: torch.Tensor,  # (buckets, H), gets a gradient
     *,
     pos_scale: float = 1.0,

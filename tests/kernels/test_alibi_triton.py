@@ -19,6 +19,7 @@ triton = pytest.importorskip("triton")
 from posbench.core.alibi_math import alibi_bias, slopes_tensor  # noqa: E402
 from posbench.kernels import alibi_attention as ka  # noqa: E402
 from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
+from tests.helpers.kernels import case_id as _case_id, fresh_seed as _seed  # noqa: E402
 from tests.helpers.marks import slow_when_interpreted  # noqa: E402
 
 if not ka.INTERPRETED and not torch.cuda.is_available():
@@ -26,12 +27,6 @@ if not ka.INTERPRETED and not torch.cuda.is_available():
 
 DEVICE = "cpu" if ka.INTERPRETED else "cuda"
 ATOL = {torch.float32: 1e-5, torch.float16: 2e-3}
-
-
-def _seed() -> int:
-    seed = int.from_bytes(os.urandom(4), "little")
-    torch.manual_seed(seed)
-    return seed
 
 
 def _inputs(b, h, tq, tk, d, dtype):
@@ -82,11 +77,6 @@ CASES = [
     (2, 3, 17, 100, 32, torch.float16),
     (1, 5, 64, 129, 64, torch.float32),
 ]
-
-
-def _case_id(case) -> str:
-    b, h, tq, tk, d, dtype = case
-    return f"B{b}H{h}-q{tq}k{tk}-d{d}-{str(dtype).removeprefix('torch.')}"
 
 
 @slow_when_interpreted
@@ -199,7 +189,9 @@ def _bad_inputs():
         ("dtype", (q.double(), q.double(), q.double(), s), "dtype torch.float64 not supported"),
         ("mixed dtypes", (q, q.half(), q, s), "must share one dtype"),
         ("3-D q", (q[0], q, q, s), r"q must be \(B, H, T, head_dim\)"),
-        ("k heads", (q, q[:, :1], q[:, :1], s), "k and v must be"),
+        # 3 key/value heads for 2 query heads: grouped-query attention needs Hkv dividing H
+        ("k heads", (q, torch.zeros(1, 3, 8, 32, device=DEVICE), torch.zeros(1, 3, 8, 32, device=DEVICE), s),
+         "k and v must be"),
         ("Tq > Tk", (q, q[:, :, :4], q[:, :, :4], s), "query length <= key length"),
         ("slopes", (q, q, q, torch.zeros(3)), r"slopes must have shape \(2,\)"),
         ("bfloat16", (q.bfloat16(), q.bfloat16(), q.bfloat16(), s), "bfloat16"),

@@ -10,7 +10,6 @@ diagonal tiles; explicit block shapes move the boundaries between them.
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
@@ -21,6 +20,7 @@ from posbench.core import registry
 from posbench.kernels import fused_attention as fa  # noqa: E402
 from posbench.kernels import t5_attention as kt  # noqa: E402
 from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
+from tests.helpers.kernels import case_id as _case_id, fresh_seed as _seed  # noqa: E402
 from tests.helpers.marks import slow_when_interpreted  # noqa: E402
 
 if not kt.INTERPRETED and not torch.cuda.is_available():
@@ -33,12 +33,6 @@ ATOL = {torch.float32: 1e-5, torch.float16: 2e-3}
 def relative_position_bucket(distance, num_buckets=32, max_distance=128):
     """t5_bias's own bucket function (methods/t5_bias.py), the definition the kernel must match."""
     return registry.get("t5_bias").__init__.__globals__["relative_position_bucket"](distance, num_buckets, max_distance)
-
-
-def _seed() -> int:
-    seed = int.from_bytes(os.urandom(4), "little")
-    torch.manual_seed(seed)
-    return seed
 
 
 def _reference(q, k, v, table, pos_scale=1.0):
@@ -82,11 +76,6 @@ CASES = [
     (1, 4, 1, 300, 64, torch.float16),  # one decoding step against a KV cache
     (1, 3, 161, 161, 32, torch.float16),
 ]
-
-
-def _case_id(case) -> str:
-    b, h, tq, tk, d, dtype = case
-    return f"B{b}H{h}-q{tq}k{tk}-d{d}-{str(dtype).removeprefix('torch.')}"
 
 
 @slow_when_interpreted

@@ -309,6 +309,20 @@ class FakeDevice:
         return {"allocated": 5000 + self.resets, "reserved": 8000 + self.resets}
 
 
+def test_task_reports_fox_kv_cache_with_one_extra_float_per_key_and_head(tmp_path, monkeypatch):
+    """The decode task's kv_cache_bytes for fox: alibi's keys and values plus fox's log f, one
+    float32 per cached key and head (the issue's decode line, through the task itself)."""
+    n = SMALL["decode_tokens"]
+    sizes = {}
+    for method in ("alibi", "fox"):
+        fake = FakeDevice([0.01] * 3 * (1 + n))  # 3 repeats of a prefill and n decode steps
+        monkeypatch.setattr(posbench.engine.timing, "make_device", lambda kind, fake=fake: fake)
+        task, case = make_case("decode", method, {"context": 24, "batch": 3}, SMALL, tmp_path / method)
+        sizes[method] = task.run(case)["metrics"]["kv_cache_bytes"]
+    assert sizes["alibi"] == 2 * 3 * 2 * 24 * 32 * 4  # 1 layer x (k, v) x B 3 x H 2 x C 24 x head_dim 32 x 4 bytes
+    assert sizes["fox"] - sizes["alibi"] == 3 * 2 * 24 * 4  # 1 layer x B 3 x H 2 x C 24 x 4 bytes
+
+
 def test_task_metrics_from_the_timings(tmp_path, monkeypatch):
     n = SMALL["decode_tokens"]
     # Per repeat: the prefill, then n decode steps. Repeat 0 is the warm-up and is not counted.
