@@ -275,7 +275,7 @@ def test_fox_triton_decodes_with_fox_cache_and_its_bytes():
 
 def test_fox_triton_is_fox_with_the_fused_kernels_rules(monkeypatch):
     m = registry.build(ModelConfig(n_heads=3, d_model=96, method="fox_triton", method_options={"gate_bias": 1.5}))
-    assert float(m.gate_b[0, 0].detach()) == 1.5 and not m.grouped_kv  # fox declines grouped-query attention
+    assert float(m.gate_b[0, 0].detach()) == 1.5 and not m.grouped_kv  # the model expands shared heads for it
     assert m.attn_backend("cuda", torch.bfloat16) == "triton fused, forget-gate key bias in kernel (float32)"
     cls = type(m)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -285,8 +285,15 @@ def test_fox_triton_is_fox_with_the_fused_kernels_rules(monkeypatch):
     assert cls.unavailable("cpu", torch.float32) == "needs a CUDA GPU and triton"
     monkeypatch.setitem(__import__("sys").modules, "triton", None)  # import triton -> ImportError
     assert cls.unavailable("cuda", torch.float16) == "needs a CUDA GPU and triton"
-    with pytest.raises(Exception, match="grouped-query attention .* is not supported"):
-        registry.build(ModelConfig(n_heads=4, d_model=128, n_kv_heads=2, method="fox_triton"))
+
+
+def test_fox_triton_takes_grouped_query_attention_like_fox():
+    """n_kv_heads 2 of 4: each query head reads its own gate from its key head's columns in the
+    expanded keys; the fused model's logits equal fox's."""
+    fused, ref = _pair("fox_triton", "fox", d_model=128, n_heads=4, n_kv_heads=2)
+    idx = torch.randint(0, 64, (2, 37), generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(idx), ref(idx), rtol=1e-4, atol=1e-4)
 
 
 @slow_when_interpreted
