@@ -184,10 +184,15 @@ class TransformerLM(nn.Module):
 
     def info(self, device, dtype: torch.dtype) -> dict[str, str]:
         """What a row must say about how this model computed (strings, for ``row["info"]``): the
-        token-embedding scale (results with another scale are not comparable) and the attention
-        path the position method takes on ``device`` with compute ``dtype``."""
-        return {"embed_scale": f"{self.cfg.token_scale:.6g}", "attn_backend": self.method.attn_backend(device, dtype),
-                "compute_dtype": str(dtype).removeprefix("torch.")}
+        token-embedding scale (results with another scale are not comparable), the attention
+        path the position method takes on ``device`` with compute ``dtype``, and the sliding window
+        when there is one."""
+        out = {"embed_scale": f"{self.cfg.token_scale:.6g}", "attn_backend": self.method.attn_backend(device, dtype),
+               "compute_dtype": str(dtype).removeprefix("torch.")}
+        if self.cfg.window is not None:  # results with another window are not comparable
+            layers = self.cfg.window_layers
+            out["window"] = f"{self.cfg.window}" + ("" if layers is None else f" on layers {sorted(layers)}")
+        return out
 
     def positions(self, start: int, length: int, device) -> torch.Tensor:
         """(length,) int64 positions start..start+length-1, sliced from one cached arange.

@@ -110,6 +110,12 @@ def test_only_the_triton_methods_decline_a_window():
 # --- the model --------------------------------------------------------------------------------
 
 
+def test_a_row_records_the_window():
+    assert _model(window=8, window_layers=[2, 0]).info("cpu", torch.float32)["window"] == "8 on layers [0, 2]"
+    assert _model(window=8).info("cpu", torch.float32)["window"] == "8"
+    assert "window" not in _model().info("cpu", torch.float32)
+
+
 def test_a_window_no_shorter_than_the_sequence_is_plain_causal_attention_bit_for_bit():
     idx = _idx(17)
     with torch.no_grad():
