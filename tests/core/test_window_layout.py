@@ -87,6 +87,20 @@ def test_a_suite_takes_a_window_from_the_command_line_and_refuses_bad_ones_befor
         assert str(err.value) == f"--set {key}: {line}"
 
 
+def test_model_overrides_are_checked_by_each_field_type():
+    from posbench.run.suite import SuiteError, load, parse_set, resolve
+
+    suite = resolve(load("extrapolation"), "cpu", parse_set(["model_overrides.dropout=0.3"]))
+    assert suite.settings.model_overrides == {"dropout": 0.3}  # a float field takes a number
+    for item, line in {"model_overrides.d_model=2.5": "d_model = 2.5; allowed: an integer",
+                       "model_overrides.window_layers=[a]": "window_layers = ['a']; allowed: a list of integers or null",
+                       "model_overrides.n_layers=null": "n_layers = None; allowed: an integer"}.items():
+        with pytest.raises(SuiteError) as err:
+            resolve(load("extrapolation"), "cpu", parse_set([item]))
+        key = item.partition("=")[0]
+        assert str(err.value) == f"--set {key}: {key}: {line}"
+
+
 def test_an_unknown_composed_name_is_one_line():
     with pytest.raises(registry.RegistryError) as err:
         registry.get("alibi+bogus")
