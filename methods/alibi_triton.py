@@ -30,6 +30,7 @@ BIAS_DTYPES = ("float32", "compute")
 @register
 class AlibiTriton(FusedKernelMethod):
     name = "alibi_triton"
+    no_window = "the fused kernel masks by causality alone (posbench/kernels/alibi_attention.py)"
 
     def __init__(self, cfg: ModelConfig, bias_dtype: str = "float32"):
         super().__init__(cfg)

@@ -24,13 +24,15 @@ from posbench.core.method import PositionMethod, causal_mask
 from posbench.core.registry import register
 
 
-def cope_logits(q, k, table: torch.Tensor, npos_max: int) -> torch.Tensor:
+def cope_logits(q, k, table: torch.Tensor, npos_max: int, window: int | None = None) -> torch.Tensor:
     """(B, H, Tq, Tk) CoPE logits z_ij in q's compute dtype (float32 or float64), -inf on future
-    keys; q (B, H, Tq, hd), k (B, H, Tk, hd), table (npos_max, hd)."""
+    keys (and on keys older than ``window``); q (B, H, Tq, hd), k (B, H, Tk, hd), table (npos_max, hd)."""
     tq, tk = q.shape[-2], k.shape[-2]
     scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-    scores = scores.masked_fill(~causal_mask(tq, tk, q.device), float("-inf"))
-    gates = torch.sigmoid(scores)  # 0 on future keys
+    scores = scores.masked_fill(~causal_mask(tq, tk, q.device, window), float("-inf"))
+    # 0 on future keys and outside the window: p_ij counts keys j..i only, so a window changes no
+    # position of a key it keeps
+    gates = torch.sigmoid(scores)
     pos = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=npos_max - 1)  # p_ij = sum_{t >= j} g_it
     floor = pos.floor()
     w = pos - floor
@@ -53,7 +55,7 @@ class CoPE(PositionMethod):
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-        z = cope_logits(q.to(cdt), k.to(cdt), self.table[layer], self.npos_max)
+        z = cope_logits(q.to(cdt), k.to(cdt), self.table[layer], self.npos_max, self.window(layer))
         return (z.softmax(-1) @ v.to(cdt)).to(v.dtype)
 
     def attn_backend(self, device, dtype) -> str:

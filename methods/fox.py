@@ -30,6 +30,7 @@ from torch import nn
 
 from posbench.attention import flex
 from posbench.attention.linear import LINEAR_SPAN, head_column_sdpa
+from posbench.core.masked import windowed
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.registry import register
 
@@ -127,16 +128,18 @@ class ForgettingTransformer(PositionMethod):
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         k, big_f = self.keys_and_gates(k, q.shape[-1], layer)  # big_f (B, H, Tk)
         tq, tk = q.shape[-2], k.shape[-2]
-        if q.device.type == "cpu" and q.dtype in WIDE and tq == tk and float(-big_f[..., -1].detach().min()) <= LINEAR_SPAN:
+        window = self.window(layer) if windowed(tk, self.window(layer)) else None
+        if (q.device.type == "cpu" and q.dtype in WIDE and tq == tk and window is None
+                and float(-big_f[..., -1].detach().min()) <= LINEAR_SPAN):
             # softmax_j(s_ij + F_i - F_j) = softmax_j(s_ij - F_j): one column per key, no L x L.
             # |F_j| <= LINEAR_SPAN keeps each score's rounding at ALiBi's linear plan's bound.
             return head_column_sdpa(q, k, v, (-big_f).to(q.dtype))
         if tq >= flex.FLEX_MIN_ROWS and flex.flex_available(q.device):
             # CUDA: F_i - F_j read inside FlexAttention's fused kernel (docs/kernels.md)
             mod = flex.gate_score_mod(big_f.float(), tq)
-            return flex.flex_attend(q, k, v, mod, flex.causal_block_mask(tq, tk, str(q.device)))
+            return flex.flex_attend(q, k, v, mod, flex.causal_block_mask(tq, tk, str(q.device), window))
         bias = big_f[..., tk - tq:, None] - big_f[..., None, :]  # (B, H, Tq, Tk) float32, unmasked
-        return causal_attention(q, k, v, bias)
+        return causal_attention(q, k, v, bias, window=window)
 
     def attn_backend(self, device, dtype) -> str:
         if torch.device(device).type == "cpu" and dtype in WIDE:

@@ -29,6 +29,7 @@ class FoxTriton(Fox, FusedKernelMethod):
     # Under GQA the model expands the shared heads for this method: fox's unpacking picks each query
     # head's own gate from the G its key head carries, which needs the H expanded heads.
     grouped_kv = False
+    no_window = "the fused kernel masks by causality alone (posbench/kernels/alibi_attention.py)"
     prepare = PositionMethod.prepare  # no state: positions are not read (no pos_scale, no host sync)
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):

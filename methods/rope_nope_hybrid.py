@@ -37,7 +37,7 @@ class RopeNopeHybrid(PositionMethod):
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         if self.is_nope(layer):
-            return causal_attention(q, k, v)
+            return causal_attention(q, k, v, window=self.window(layer))
         return self.rope.attend(q, k, v, q_pos, k_pos, layer, state)
 
     def extra_repr(self) -> str:

@@ -204,7 +204,7 @@ class Rotary(PositionMethod):
         if not state.in_encode:
             # cos/sin of k_pos; q_pos is the tail of k_pos, so the queries' are the tail of the keys'.
             q, k = _RotateQK.apply(q, k, state.cos, state.sin)
-        return causal_attention(q, k, v)
+        return causal_attention(q, k, v, window=self.window(layer))
 
 
 YARN_RAMPS = ("index", "ratio")

@@ -2,7 +2,8 @@
 method takes by a composed name: ``rotary+ssmax``, ``alibi+ssmax``, ``nope+ssmax``.
 
 SSMax replaces softmax_j(z_ij) by softmax_j(s log(n_i) z_ij): n_i is the number of keys query i
-sees (bottom-right aligned: Tk - Tq + i + 1, so a decode step at position t has n = t + 1) and s a
+sees (bottom-right aligned: Tk - Tq + i + 1, so a decode step at position t has n = t + 1; at most
+the layer's sliding window) and s a
 learned scale per layer and head. As the paper implements it (its section 2: "multiplying the
 query by s log n"), METHOD+ssmax multiplies each query q_i by s_{l,h} log(n_i) and lets METHOD attend:
 
@@ -25,10 +26,11 @@ from posbench.core.registry import register_modifier
 S_INIT = 0.43
 
 
-def log_key_counts(tq: int, tk: int, device) -> torch.Tensor:
-    """(Tq,) float32 log n_i, n_i = Tk - Tq + i + 1: the keys query i of a bottom-right aligned
-    causal chunk sees."""
-    return torch.arange(tk - tq + 1, tk + 1, device=device, dtype=torch.float32).log()
+def log_key_counts(tq: int, tk: int, device, window: int | None = None) -> torch.Tensor:
+    """(Tq,) float32 log n_i, n_i = Tk - Tq + i + 1 (at most ``window``): the keys query i of a
+    bottom-right aligned causal chunk sees."""
+    counts = torch.arange(tk - tq + 1, tk + 1, device=device, dtype=torch.float32)
+    return (counts if window is None else counts.clamp(max=window)).log()
 
 
 @register_modifier
@@ -54,7 +56,8 @@ class ScalableSoftmax:
         __init__.__signature__ = base_init.replace(parameters=params + [s_param])
 
         def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
-            scale = self.ssmax_s[layer].float()[:, None] * log_key_counts(q.shape[-2], k.shape[-2], q.device)
+            scale = self.ssmax_s[layer].float()[:, None] * log_key_counts(q.shape[-2], k.shape[-2], q.device,
+                                                                             self.window(layer))
             q = q * scale.to(q.dtype)[None, :, :, None]  # (B, H, Tq, hd) * (1, H, Tq, 1)
             if attend_takes_state:
                 return base.attend(self, q, k, v, q_pos, k_pos, layer, state)

@@ -25,6 +25,7 @@ from posbench.core.registry import register
 @register
 class T5Triton(FusedKernelMethod):
     name = "t5_triton"
+    no_window = "the fused kernel masks by causality alone (posbench/kernels/t5_attention.py)"
 
     def __init__(self, cfg, num_buckets: int = 32, max_distance: int = 128):
         super().__init__(cfg)

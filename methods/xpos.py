@@ -59,4 +59,4 @@ class XPos(PositionMethod):
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         cos_q, sin_q, cos_k, sin_k = state if state is not None else self.tables(k_pos, q.dtype)
-        return causal_attention(self._rotate(q, cos_q, sin_q), self._rotate(k, cos_k, sin_k), v)
+        return causal_attention(self._rotate(q, cos_q, sin_q), self._rotate(k, cos_k, sin_k), v, window=self.window(layer))

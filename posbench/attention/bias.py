@@ -70,8 +70,10 @@ class BiasMethod(PositionMethod):
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         """q (B, H, Tq, hd), k, v (B, H, Tk, hd) -> (B, H, Tq, hd), with the prepared bias, or
-        (state None) the bias built here from the positions: the reference path."""
-        return plans.attend(q, k, v, state if state is not None else self.masked_bias(q_pos, k_pos, q.dtype))
+        (state None) the bias built here from the positions: the reference path. Each query sees
+        the keys of its layer's window (``self.window(layer)``)."""
+        return plans.attend(q, k, v, state if state is not None else self.masked_bias(q_pos, k_pos, q.dtype),
+                            self.window(layer))
 
     @classmethod
     def position_flops(cls, cfg: ModelConfig, seq_len: int) -> int:

@@ -2,7 +2,8 @@
 in plain PyTorch ops, for a CPU and any device without a fused kernel. Each block sees only the
 keys it may (the causal triangle skipped); backward recomputes the probabilities from each row's
 log-sum-exp. Scores, softmax and bias are float32 (float64 for float64 inputs) whatever q's
-dtype. docs/kernels.md has the design and the timings.
+dtype. With a sliding window a block also skips the keys older than its first query's window.
+docs/kernels.md has the design and the timings.
 """
 from __future__ import annotations
 
@@ -30,17 +31,38 @@ def block_softmax(qb, kb, vb, tile) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.matmul(s, vb).div_(denom), m.add_(denom.log_()).squeeze(-1)
 
 
+def window_start(r0: int, tq: int, tk: int, window: int | None) -> int:
+    """The first key query rows r0.. see: the keys before it are older than the window of the
+    block's first query (key index r0 + Tk - Tq); 0 without a window."""
+    return 0 if window is None else max(0, r0 + tk - tq - window + 1)
+
+
+def window_tile(tile: torch.Tensor, r0: int, n: int, nk: int, k0: int, tq: int, tk: int, window: int | None):
+    """A block's tile (h, n, nk), rows reversed, narrowed to keys k0 .. nk with -inf on the keys
+    older than each row's window: (h, n, nk - k0). Without a window the tile itself."""
+    if window is None:
+        return tile
+    tile = tile[..., k0:]
+    last = r0 + n - 1 + tk - tq  # key index of the block's last query (reversed row 0)
+    if last - window < k0:  # every row's window starts at or before k0
+        return tile
+    a = last - torch.arange(n, device=tile.device)[:, None]  # (n, 1): key index of reversed row i'
+    j = torch.arange(k0, nk, device=tile.device)[None, :]
+    return tile.masked_fill(j <= a - window, float("-inf"))
+
+
 class BlockedBiasAttention(torch.autograd.Function):
     """softmax(q k^T / sqrt(hd) + bias) v, causal (bottom-right aligned), by query blocks.
-    ``inputs``: the tensors the source's tiles depend on (their gradients)."""
+    ``inputs``: the tensors the source's tiles depend on (their gradients); ``window``: the keys a
+    query sees (None: every earlier key)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, source, rows, *inputs):
+    def forward(ctx, q, k, v, source, rows, window, *inputs):
         with torch.autocast(q.device.type, enabled=False):  # scores stay float32 under autocast
-            return BlockedBiasAttention._forward(ctx, q, k, v, source, rows, inputs)
+            return BlockedBiasAttention._forward(ctx, q, k, v, source, rows, window, inputs)
 
     @staticmethod
-    def _forward(ctx, q, k, v, source, rows, inputs):
+    def _forward(ctx, q, k, v, source, rows, window, inputs):
         b, h, tq, hd = q.shape
         tk = k.shape[-2]
         cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -52,10 +74,11 @@ class BlockedBiasAttention(torch.autograd.Function):
         for r0 in range(0, tq, rows):
             n = min(rows, tq - r0)
             nk = r0 + n + tk - tq
-            o, lse[:, :, r0:r0 + n] = block_softmax(qs[:, :, r0:r0 + n].flip(-2), kc[:, :, :nk], vc[:, :, :nk],
-                                                    source.tile(r0, n, nk))
+            k0 = window_start(r0, tq, tk, window)
+            tile = window_tile(source.tile(r0, n, nk), r0, n, nk, k0, tq, tk, window)
+            o, lse[:, :, r0:r0 + n] = block_softmax(qs[:, :, r0:r0 + n].flip(-2), kc[:, :, k0:nk], vc[:, :, k0:nk], tile)
             out[:, :, r0:r0 + n] = o.flip(-2)
-        ctx.source, ctx.rows, ctx.n_inputs = source, rows, len(inputs)
+        ctx.source, ctx.rows, ctx.window, ctx.n_inputs = source, rows, window, len(inputs)
         ctx.save_for_backward(qs, kc, vc, out, lse)
         return out.to(v.dtype)
 
@@ -67,7 +90,7 @@ class BlockedBiasAttention(torch.autograd.Function):
     @staticmethod
     def _backward(ctx, dout):
         qs, kc, vc, out, lse = ctx.saved_tensors
-        source, rows = ctx.source, ctx.rows
+        source, rows, window = ctx.source, ctx.rows, ctx.window
         b, h, tq, hd = qs.shape
         tk, hv, bh = kc.shape[-2], vc.shape[-1], b * h
         # (B*H, T, hd + 1) batches of contiguous rows, made once here: keys and values with a column
@@ -84,34 +107,38 @@ class BlockedBiasAttention(torch.autograd.Function):
         dq = torch.empty(bh, tq, hd, dtype=qs.dtype, device=qs.device)
         dk = torch.zeros(bh, tk, hd, dtype=qs.dtype, device=qs.device)
         dv = torch.zeros(bh, tk, hv, dtype=qs.dtype, device=qs.device)
-        want = ctx.n_inputs and any(ctx.needs_input_grad[5:])
+        want = ctx.n_inputs and any(ctx.needs_input_grad[6:])
         acc = source.zero_grads() if want else None  # the tiles' gradients, summed over blocks
         for r0 in range(0, tq, rows):
             n = min(rows, tq - r0)
             nk = r0 + n + tk - tq
+            k0 = window_start(r0, tq, tk, window)
             # (B*H, n, hd + 1), rows reversed: [q, -lse] (lse is stored reversed) and [dO, -delta]
             qb = torch.cat([qs[:, :, r0:r0 + n].flip(-2), lse[:, :, r0:r0 + n, None].neg()], -1).reshape(bh, n, hd + 1)
             dob = torch.cat([do[:, :, r0:r0 + n], neg_delta[:, :, r0:r0 + n]], -1).flip(-2).reshape(bh, n, hv + 1)
-            k_blk, v_blk = ka[:, :nk], va[:, :nk]
+            k_blk, v_blk = ka[:, k0:nk], va[:, k0:nk]
             tile, saved = source.backward_tile(r0, n, nk)
-            p = torch.empty(bh, n, nk, dtype=qs.dtype, device=qs.device)  # probabilities
+            tile = window_tile(tile, r0, n, nk, k0, tq, tk, window)
+            p = torch.empty(bh, n, nk - k0, dtype=qs.dtype, device=qs.device)  # probabilities
             for i in range(b):  # the tile (h, n, nk) is shared by the batch: one GEMM per batch row
                 rows_i = slice(i * h, (i + 1) * h)
                 torch.baddbmm(tile, qb[rows_i], k_blk[rows_i].transpose(1, 2), out=p[rows_i])
             p.exp_()  # exp(q k^T + tile - lse)
-            dv[:, :nk].baddbmm_(p.transpose(1, 2), dob[:, :, :hv])
+            dv[:, k0:nk].baddbmm_(p.transpose(1, 2), dob[:, :, :hv])
             ds = torch.bmm(dob, v_blk.transpose(1, 2)).mul_(p)  # dS = P (dP - delta)
             dq[:, r0:r0 + n] = torch.bmm(ds, k_blk[:, :, :hd]).flip(1)
-            dk[:, :nk].baddbmm_(ds.transpose(1, 2), qb[:, :, :hd])
+            dk[:, k0:nk].baddbmm_(ds.transpose(1, 2), qb[:, :, :hd])
             if acc is not None:
-                dtile = _batch_sum(ds.reshape(b, h, n, nk))  # (H, n, nk): the bias is shared by the batch
+                dtile = _batch_sum(ds.reshape(b, h, n, nk - k0))  # (H, n, nk - k0): the bias is shared by the batch
                 if tile.shape[0] == 1:  # one bias for every head
                     dtile = dtile.sum(0, keepdim=True)
+                if k0:  # the keys the window skipped: no gradient
+                    dtile = torch.nn.functional.pad(dtile, (k0, 0))
                 source.backward(r0, n, nk, dtile, saved, acc)
         dq.mul_(1.0 / math.sqrt(hd))  # the scores were (q * scale) k^T; dk came from the scaled q already
         grads = source.grads(acc) if acc is not None else (None,) * ctx.n_inputs
         return (dq.reshape(b, h, tq, hd).to(dout.dtype), dk.reshape(b, h, tk, hd).to(dout.dtype),
-                dv.reshape(b, h, tk, hv).to(dout.dtype), None, None, *grads)
+                dv.reshape(b, h, tk, hv).to(dout.dtype), None, None, None, *grads)
 
 
 def _batch_sum(ds: torch.Tensor) -> torch.Tensor:
@@ -125,17 +152,20 @@ def _batch_sum(ds: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def blocked_bias_attention(q, k, v, source, inputs: tuple = (), rows: int = BLOCK_ROWS) -> torch.Tensor:
+def blocked_bias_attention(q, k, v, source, inputs: tuple = (), rows: int = BLOCK_ROWS,
+                           window: int | None = None) -> torch.Tensor:
     """q (B, H, Tq, hd), k, v (B, H, Tk, hd) -> (B, H, Tq, hd), with the bias tiles of ``source``
-    (``tiles.py``, ``piecewise.py``) and ``inputs`` the tensors
-    those tiles depend on. Without autograd (a prefill, an evaluation) it runs ``forward_only``."""
+    (``tiles.py``, ``piecewise.py``) and ``inputs`` the tensors those tiles depend on; ``window``:
+    the keys each query sees. Without autograd (a prefill, an evaluation) it runs ``forward_only``."""
+    if window is not None and k.shape[-2] <= window:
+        window = None  # nothing older than a window: the plain causal blocks
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in (q, k, v, *inputs)):
         with torch.autocast(q.device.type, enabled=False):
-            return forward_only(q, k, v, source, rows)
-    return BlockedBiasAttention.apply(q, k, v, source, rows, *inputs)
+            return forward_only(q, k, v, source, rows, window)
+    return BlockedBiasAttention.apply(q, k, v, source, rows, window, *inputs)
 
 
-def forward_only(q, k, v, source, rows: int) -> torch.Tensor:
+def forward_only(q, k, v, source, rows: int, window: int | None = None) -> torch.Tensor:
     """The blocked forward with nothing kept for backward (a prefill, an evaluation). On a CPU each
     block is ``block_softmax``'s flash op; elsewhere one batch row at a time, so the scores
     (H, n, nk) stay in cache through ``baddbmm`` (bias and scores in one pass) and one softmax."""
@@ -149,12 +179,13 @@ def forward_only(q, k, v, source, rows: int) -> torch.Tensor:
     for r0 in range(0, tq, rows):
         n = min(rows, tq - r0)
         nk = r0 + n + tk - tq
-        tile = source.tile(r0, n, nk)  # (h, n, nk), rows reversed
+        k0 = window_start(r0, tq, tk, window)
+        tile = window_tile(source.tile(r0, n, nk), r0, n, nk, k0, tq, tk, window)  # (h, n, nk - k0), rows reversed
         qb = qs[:, :, r0:r0 + n].flip(-2)  # (B, H, n, hd)
         if flash:
-            out[:, :, r0:r0 + n] = block_softmax(qb, kc[:, :, :nk], vc[:, :, :nk], tile)[0].flip(-2)
+            out[:, :, r0:r0 + n] = block_softmax(qb, kc[:, :, k0:nk], vc[:, :, k0:nk], tile)[0].flip(-2)
             continue
         for i in range(b):
-            s = torch.baddbmm(tile, qb[i], kc[i, :, :nk].transpose(-1, -2))  # (H, n, nk): bias + scores
-            out[i, :, r0:r0 + n] = torch.bmm(torch.softmax(s, -1), vc[i, :, :nk]).flip(-2)
+            s = torch.baddbmm(tile, qb[i], kc[i, :, k0:nk].transpose(-1, -2))  # (H, n, nk - k0): bias + scores
+            out[i, :, r0:r0 + n] = torch.bmm(torch.softmax(s, -1), vc[i, :, k0:nk]).flip(-2)
     return out.to(v.dtype)

@@ -84,15 +84,22 @@ def gate_score_mod(big_f: torch.Tensor, tq: int) -> ScoreMod:
 
 
 @functools.lru_cache(maxsize=64)
-def causal_block_mask(tq: int, tk: int, device: str):
-    """Bottom-right aligned causality (query i sees keys j <= i + Tk - Tq) as a block mask, made
-    once per shape and device."""
+def causal_block_mask(tq: int, tk: int, device: str, window: int | None = None):
+    """Bottom-right aligned causality (query i sees keys j <= i + Tk - Tq; with a ``window`` only
+    j > i + Tk - Tq - window) as a block mask, made once per shape, device and window: the blocks
+    wholly outside the window are skipped."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     offset = tk - tq
 
     def causal(b, h, q_idx, kv_idx):
         return q_idx + offset >= kv_idx
+
+    if window is not None:
+        def sliding(b, h, q_idx, kv_idx):
+            return (q_idx + offset >= kv_idx) & (q_idx + offset - kv_idx < window)
+
+        return create_block_mask(sliding, None, None, tq, tk, device=device)
 
     return create_block_mask(causal, None, None, tq, tk, device=device)
 

@@ -1,7 +1,9 @@
 """The ways to attend with a bias, as small plan objects, and ``choose_plan``, which picks them.
 
-A plan's ``name`` is what a row records as ``info.attn_backend``; ``attend(q, k, v)`` attends.
-docs/kernels.md describes each plan and why it is chosen where it is.
+A plan's ``name`` is what a row records as ``info.attn_backend``; ``attend(q, k, v, window)`` attends
+(``window``: the layer's sliding window, None for every earlier key; a plan is shared by the layers
+of a forward, so the window comes with each call). docs/kernels.md describes each plan and why it
+is chosen where it is.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from posbench.attention.form import BiasForm
 from posbench.attention.linear import LINEAR_SPAN, linear_bias_sdpa
 from posbench.attention.piecewise import PiecewiseRatio
 from posbench.attention.tiles import BiasTiles, DenseBias, DistanceRow
-from posbench.core.masked import biased_attention
+from posbench.core.masked import biased_attention, windowed
 
 # Fewer queries than this: the masked bias; the square is small and one fused call beats a Python
 # loop over blocks (docs/kernels.md).
@@ -58,7 +60,7 @@ class Plan:
         """What every layer of the forward attends with (a plan; ``MaskedPlan``: the masked bias)."""
         return cls(source, form, q_pos, k_pos, dtype)
 
-    def attend(self, q, k, v) -> torch.Tensor:
+    def attend(self, q, k, v, window: int | None = None) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -88,7 +90,13 @@ class LinearPlan(Plan):
     def label(cls, device, dtype, form, learned):
         return LINEAR_BACKEND if flash_here(device) else "sdpa causal + slope column (linear bias, no L x L)"
 
-    def attend(self, q, k, v):
+    def attend(self, q, k, v, window=None):
+        if windowed(k.shape[-2], window):
+            # one number per key cannot say "older than the window": the bias tiles by block,
+            # each block against the keys of its window only
+            cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+            source, inputs = position_tiles(self, cdt)
+            return blocked_bias_attention(q, k, v, source, inputs, BLOCK_ROWS, window)
         return linear_bias_sdpa(q, k, v, self.form.slopes.to(q.device), self.k_pos)
 
 
@@ -105,10 +113,10 @@ class BlockedPlan(Plan):
         """(tile source, the tensors its tiles depend on)."""
         raise NotImplementedError
 
-    def attend(self, q, k, v):
+    def attend(self, q, k, v, window=None):
         cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
         source, inputs = self.tiles(k.shape[-2], cdt)
-        return blocked_bias_attention(q, k, v, source, inputs, BLOCK_ROWS)
+        return blocked_bias_attention(q, k, v, source, inputs, BLOCK_ROWS, window)
 
 
 class DistancePlan(BlockedPlan):
@@ -159,13 +167,19 @@ class TilesPlan(BlockedPlan):
     kind, what = "tiles", "bias tiles per block (no L x L)"
 
     def tiles(self, tk, cdt):
-        q_pos, k_pos, source, dtype = self.q_pos, self.k_pos, self.source, self.dtype
+        return position_tiles(self, cdt)
 
-        def tile(r0: int, n: int, nk: int) -> torch.Tensor:  # (..., n, nk), future keys -inf
-            return source.masked_bias(q_pos[r0:r0 + n], k_pos[:nk], dtype)
 
-        params = tuple(p for p in source.parameters() if p.requires_grad) if torch.is_grad_enabled() else ()
-        return BiasTiles(tile, params, cdt), params
+def position_tiles(plan: Plan, cdt: torch.dtype) -> tuple:
+    """(tile source, its inputs): each block's tile built from the block's positions by the
+    plan's bias method, in every layer."""
+    q_pos, k_pos, source, dtype = plan.q_pos, plan.k_pos, plan.source, plan.dtype
+
+    def tile(r0: int, n: int, nk: int) -> torch.Tensor:  # (..., n, nk), future keys -inf
+        return source.masked_bias(q_pos[r0:r0 + n], k_pos[:nk], dtype)
+
+    params = tuple(p for p in source.parameters() if p.requires_grad) if torch.is_grad_enabled() else ()
+    return BiasTiles(tile, params, cdt), params
 
 
 class FlexPlan(Plan):
@@ -185,6 +199,7 @@ class FlexPlan(Plan):
         super().__init__(source, form, q_pos, k_pos, dtype)
         tq = q_pos.shape[0]
         self.block_mask = flex.causal_block_mask(tq, k_pos.shape[0], str(q_pos.device))  # shared by the layers
+        self.window_masks: dict[int, object] = {}  # a windowed layer's block mask, per window, made once
         if form.slopes is not None:
             self.score_mod = flex.linear_score_mod(form.slopes.to(q_pos.device), q_pos, k_pos)
         elif form.relative and _consecutive(k_pos) and _last_of(q_pos, k_pos):
@@ -194,8 +209,13 @@ class FlexPlan(Plan):
             bias = source.bias(q_pos, k_pos, dtype)  # (H or 1, Tq or 1, Tk): the block mask masks
             self.score_mod = flex.dense_score_mod(bias.reshape(-1, *bias.shape[-2:]))
 
-    def attend(self, q, k, v):
-        return flex.flex_attend(q, k, v, self.score_mod, self.block_mask)
+    def attend(self, q, k, v, window=None):
+        mask = self.block_mask
+        if windowed(k.shape[-2], window):
+            if window not in self.window_masks:
+                self.window_masks[window] = flex.causal_block_mask(q.shape[-2], k.shape[-2], str(q.device), window)
+            mask = self.window_masks[window]
+        return flex.flex_attend(q, k, v, self.score_mod, mask)
 
 
 def choose_plan(device, dtype: torch.dtype, form: BiasForm, q_pos: torch.Tensor, k_pos: torch.Tensor) -> type[Plan]:
@@ -226,11 +246,12 @@ def prepare(source: BiasSource, form: BiasForm, q_pos, k_pos, dtype: torch.dtype
     return choose_plan(q_pos.device, dtype, form, q_pos, k_pos).build(source, form, q_pos, k_pos, dtype)
 
 
-def attend(q, k, v, prepared) -> torch.Tensor:
-    """Causal attention with what ``prepare`` returned (or a masked bias tensor)."""
+def attend(q, k, v, prepared, window: int | None = None) -> torch.Tensor:
+    """Causal attention with what ``prepare`` returned (or a masked bias tensor), each query
+    within its last ``window`` keys when one is given."""
     if isinstance(prepared, Plan):
-        return prepared.attend(q, k, v)
-    return biased_attention(q, k, v, prepared)
+        return prepared.attend(q, k, v, window)
+    return biased_attention(q, k, v, prepared, window)
 
 
 def training_name(source: BiasSource, form: BiasForm, device, dtype: torch.dtype) -> str:

@@ -22,6 +22,11 @@ class ModelConfig:
     # grouped-query attention: the key/value heads, each shared by n_heads / n_kv_heads query
     # heads (1: multi-query); None: as many as the query heads (plain multi-head attention)
     n_kv_heads: int | None = None
+    # sliding-window attention: query i sees keys j with i - window < j <= i (None: every earlier
+    # key); window_layers: the indices of the windowed layers (None: every layer), e.g. every layer
+    # but each 4th, [0, 1, 2, 4, 5, 6] of 8
+    window: int | None = None
+    window_layers: list[int] | None = None
     d_ff: int = 512
     dropout: float = 0.0
     # Token embeddings are multiplied by this; None means sqrt(d_model), fairseq's transformer_lm
@@ -44,6 +49,21 @@ class ModelConfig:
                                                 and self.n_kv_heads >= 1 and self.n_heads % self.n_kv_heads == 0):
             raise ValueError(f"model config: n_kv_heads ({self.n_kv_heads!r}) must be a positive integer dividing "
                              f"n_heads ({self.n_heads}); allowed: a divisor of n_heads (1 = multi-query) or null")
+        if self.window is not None and not (isinstance(self.window, int) and not isinstance(self.window, bool)
+                                            and self.window >= 1):
+            raise ValueError(f"model config: window ({self.window!r}) must be a positive integer; allowed: an "
+                             "integer >= 1 (the keys a query sees, itself included) or null")
+        if self.window_layers is not None:
+            layers = self.window_layers
+            if not (isinstance(layers, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool)
+                                                              and 0 <= i < self.n_layers for i in layers)
+                    and len(set(layers)) == len(layers)):
+                raise ValueError(f"model config: window_layers ({layers!r}) must list distinct layer indices; "
+                                 f"allowed: a list of integers in 0..{self.n_layers - 1} (n_layers {self.n_layers}) "
+                                 "or null (every layer)")
+            if self.window is None:
+                raise ValueError("model config: window_layers is set without a window; allowed: window_layers "
+                                 "with a window (an integer >= 1)")
         if self.embed_scale is not None and not (isinstance(self.embed_scale, (int, float)) and self.embed_scale > 0):
             raise ValueError(f"model config: embed_scale must be a positive number or null, got {self.embed_scale!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -57,6 +77,12 @@ class ModelConfig:
     def kv_heads(self) -> int:
         """The key/value heads (``n_kv_heads`` resolved)."""
         return self.n_kv_heads or self.n_heads
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of layer ``layer`` (None: the layer attends to every earlier key)."""
+        if self.window is None or (self.window_layers is not None and layer not in self.window_layers):
+            return None
+        return self.window
 
     @property
     def token_scale(self) -> float:

@@ -163,18 +163,25 @@ def check_long(method, dtype, device):
 def check_kv_decode(method, dtype, device):
     """Prefill then one token at a time with a KV cache equals the full forward."""
     model = build(method, dtype, device)
-    length = 2 * TRAIN_LEN + 3
-    idx = tokens(length, device)
+    idx = tokens(2 * TRAIN_LEN + 3, device)
     with torch.no_grad():
         full = model(idx).float()
+    _decode_matches(method, model, idx, full, dtype, "")
+
+
+def _decode_matches(method, model, idx, full, dtype, layout: str, prefill: int = 5):
+    """Prefill ``prefill`` tokens of idx (B, T), then one at a time with a KV cache: the logits
+    equal ``full`` (B, T, V) within the dtype's tolerance. Returns the cache."""
+    with torch.no_grad():
         cache = model.new_cache()
-        parts = [model(idx[:, :5], cache=cache)]
-        parts += [model(idx[:, t : t + 1], cache=cache) for t in range(5, length)]
+        parts = [model(idx[:, :prefill], cache=cache)]
+        parts += [model(idx[:, t : t + 1], cache=cache) for t in range(prefill, idx.shape[1])]
     inc = torch.cat(parts, dim=1).float()
     tol = DECODE_TOL.get(dtype, 1e-2) * max(1.0, full.abs().max().item())
     err = (full - inc).abs().max().item()
     if not err <= tol:
-        _fail(method, f"KV-cache decode differs from the full forward by {err:.3g} (tolerance {tol:.3g})")
+        _fail(method, f"{layout}KV-cache decode differs from the full forward by {err:.3g} (tolerance {tol:.3g})")
+    return cache
 
 
 def check_gqa(method, dtype, device):
@@ -190,18 +197,53 @@ def check_gqa(method, dtype, device):
         changed[:, -1] = (changed[:, -1] + 1) % 64
         if not torch.equal(model(changed).float()[:, :-1], full[:, :-1]):
             _fail(method, "with grouped-query attention a later token changed earlier logits")
-        cache = model.new_cache()
-        parts = [model(idx[:, :5], cache=cache)]
-        parts += [model(idx[:, t : t + 1], cache=cache) for t in range(5, length)]
+    cache = _decode_matches(method, model, idx, full, dtype, "with grouped-query attention ")
     heads = {k.shape[1] for k, _ in cache.layers()}
     if heads != {GQA["n_kv_heads"]}:
         _fail(method, f"with n_kv_heads {GQA['n_kv_heads']} the KV cache holds {sorted(heads)} heads")
-    inc = torch.cat(parts, dim=1).float()
-    tol = DECODE_TOL.get(dtype, 1e-2) * max(1.0, full.abs().max().item())
-    err = (full - inc).abs().max().item()
-    if not err <= tol:
-        _fail(method, f"with grouped-query attention KV-cache decode differs from the full forward by {err:.3g} "
-                      f"(tolerance {tol:.3g})")
+
+
+# Sliding-window attention in the kit: each query sees its last 16 keys (itself included).
+WINDOW = 16
+
+
+def check_window(method, dtype, device):
+    """Sliding-window attention (``window`` 16 on every layer) at 2 x 16 + 3 tokens: token 0
+    changes no output beyond every layer's window (the window is honoured; within rounding, as a
+    data-dependent bias may sum over it), each layer's KV cache holds its last 16 keys, and
+    decoding with it equals the full forward. A method that cannot take a window raises
+    ``Unavailable`` when built."""
+    _windowed(method, dtype, device, dict(window=WINDOW), "with window 16", prefill=5)
+
+
+def check_gqa_window(method, dtype, device):
+    """``window`` 16 on layer 0 only, with grouped-query attention: the windowed layer's KV cache
+    holds 16 keys, the global one every key, and decoding (after a prefill longer than the
+    window) equals the full forward."""
+    _windowed(method, dtype, device, dict(GQA, window=WINDOW, window_layers=[0]),
+              "with window 16 on layer 0 and grouped-query attention", prefill=WINDOW + 4)
+
+
+def _windowed(method, dtype, device, layout: dict, what: str, prefill: int):
+    model = build(method, dtype, device, **layout)
+    length = 2 * WINDOW + 3
+    idx = tokens(length, device)
+    with torch.no_grad():
+        full = model(idx).float()
+        if "window_layers" not in layout:
+            reach = model.cfg.n_layers * (WINDOW - 1)  # a token reaches window - 1 positions further per layer
+            changed = idx.clone()
+            changed[:, 0] = (changed[:, 0] + 1) % 64
+            err = (model(changed).float()[:, reach + 1:] - full[:, reach + 1:]).abs().max().item()
+            tol = DECODE_TOL.get(dtype, 1e-2) * max(1.0, full.abs().max().item())
+            if not err <= tol:
+                _fail(method, f"{what} token 0 changed the outputs from position {reach + 1} on by {err:.3g}, beyond "
+                              f"every layer's window (tolerance {tol:.3g})")
+    cache = _decode_matches(method, model, idx, full, dtype, what + " ", prefill)
+    held = [k.shape[2] for k, _ in cache.layers()]
+    want = [WINDOW if model.cfg.layer_window(i) else length for i in range(model.cfg.n_layers)]
+    if held != want:
+        _fail(method, f"{what} the KV cache holds {held} keys per layer; expected {want}")
 
 
 def check_prepared_attend(method, dtype, device):
@@ -304,6 +346,8 @@ CHECKS: dict[str, Callable] = {
     "long": check_long,
     "kv_decode": check_kv_decode,
     "gqa": check_gqa,
+    "window": check_window,
+    "gqa_window": check_gqa_window,
     "prepared_attend": check_prepared_attend,
     "state_dict": check_state_dict,
     "far_positions": check_far_positions,

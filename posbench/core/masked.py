@@ -1,6 +1,7 @@
 """Causal attention with the mask folded into a bias tensor: SDPA, and the explicit float32 path.
 
-Causality is by index, bottom-right aligned: query row i (of Tq) sees keys j <= i + (Tk - Tq).
+Causality is by index, bottom-right aligned: query row i (of Tq) sees keys j <= i + (Tk - Tq); with
+a sliding ``window`` also only keys j > i + (Tk - Tq) - window (the last ``window``, itself included).
 """
 from __future__ import annotations
 
@@ -10,11 +11,20 @@ import torch
 import torch.nn.functional as F
 
 
-def causal_mask(tq: int, tk: int, device) -> torch.Tensor:
-    """(Tq, Tk) bool, True where key j is visible to query i (bottom-right aligned)."""
+def causal_mask(tq: int, tk: int, device, window: int | None = None) -> torch.Tensor:
+    """(Tq, Tk) bool, True where key j is visible to query i (bottom-right aligned, within
+    ``window`` keys when one is given)."""
     i = torch.arange(tq, device=device)[:, None] + (tk - tq)
     j = torch.arange(tk, device=device)[None, :]
+    if window is not None and windowed(tk, window):
+        return (j <= i) & (j > i - window)
     return j <= i
+
+
+def windowed(tk: int, window: int | None) -> bool:
+    """Whether a sliding ``window`` hides any of Tk keys from some query (the oldest query sits at
+    key index >= 0, so with Tk <= window every query sees all its causal keys)."""
+    return window is not None and tk > window
 
 
 def causal_attention(
@@ -23,11 +33,19 @@ def causal_attention(
     v: torch.Tensor,
     bias: torch.Tensor | None = None,
     masked: bool = False,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Causal SDPA; ``bias`` (H, Tq, Tk) or (1, H, Tq, Tk), added to the scores unscaled, the mask
-    folded in as -inf (``masked=True``: already done). A bias in another dtype than q takes the
-    explicit float32 path, as SDPA wants the mask in q's dtype."""
+    folded in as -inf (``masked=True``: the causal part already done). A bias in another dtype than
+    q takes the explicit float32 path, as SDPA wants the mask in q's dtype. ``window``: keys older
+    than the last ``window`` masked too."""
     tq, tk = q.shape[-2], k.shape[-2]
+    if windowed(tk, window):
+        mask = causal_mask(tq, tk, q.device, window)  # (Tq, Tk)
+        if bias is None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        bias = bias.masked_fill(~mask, float("-inf"))
+        masked = True
     if bias is None:
         if tq == tk:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -44,12 +62,13 @@ def causal_attention(
     return explicit_attention(q, k, v, bias)
 
 
-def mask_bias(bias: torch.Tensor) -> torch.Tensor:
-    """``bias`` (..., Tq, Tk) with -inf where the key is in the future of the query."""
+def mask_bias(bias: torch.Tensor, window: int | None = None) -> torch.Tensor:
+    """``bias`` (..., Tq, Tk) with -inf where the key is in the future of the query (or older
+    than its ``window``)."""
     tq, tk = bias.shape[-2], bias.shape[-1]
-    if tq == 1:  # a single query (decoding) sees every key
+    if tq == 1 and not windowed(tk, window):  # a single query (decoding) sees every key
         return bias
-    return bias.masked_fill(~causal_mask(tq, tk, bias.device), float("-inf"))
+    return bias.masked_fill(~causal_mask(tq, tk, bias.device, window), float("-inf"))
 
 
 def explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
@@ -88,10 +107,12 @@ def causal_explicit_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
     return torch.cat(outs, dim=-2)
 
 
-def biased_attention(q, k, v, bias: torch.Tensor) -> torch.Tensor:
-    """Causal attention with a bias (H, Tq, Tk) that already holds -inf on future keys. A bias that
-    needs a gradient sends CPU SDPA to its math path: on a CPU in float32 the explicit path by
-    blocks does the same arithmetic with fewer passes."""
+def biased_attention(q, k, v, bias: torch.Tensor, window: int | None = None) -> torch.Tensor:
+    """Causal attention with a bias (H, Tq, Tk) that already holds -inf on future keys (and on the
+    keys older than ``window``, added here). A bias that needs a gradient sends CPU SDPA to its
+    math path: on a CPU in float32 the explicit path by blocks does the same arithmetic with fewer passes."""
+    if windowed(k.shape[-2], window):
+        bias = bias.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], q.device, window), float("-inf"))
     if bias.requires_grad and q.dtype == torch.float32 and q.device.type == "cpu":
         return causal_explicit_attention(q, k, v, bias)
     return causal_attention(q, k, v, bias, masked=True)

@@ -19,6 +19,7 @@ from torch import nn
 # Re-exported: methods and plugins import these from here (the documented plugin API).
 from posbench.core.masked import causal_attention, causal_mask  # noqa: F401
 from posbench.core.config import ModelConfig  # defined without torch; methods import it from here
+from posbench.core.outcome import Unavailable
 
 
 class PositionMethod(nn.Module):
@@ -31,10 +32,16 @@ class PositionMethod(nn.Module):
     # True: attend takes k and v with Hkv <= H heads, (B, Hkv, Tk, hd), and query head h reads head
     # h // (H / Hkv) itself (the fused kernels); False: the model expands them to H heads first.
     grouped_kv: ClassVar[bool] = False
+    # Why the method cannot take a sliding window (``cfg.window``), or None when its attend honours
+    # ``self.window(layer)``: building it with a window then raises ``Unavailable`` with the reason.
+    no_window: ClassVar[str | None] = None
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
+        if cfg.window is not None and self.no_window:
+            raise Unavailable(f"{self.name}: sliding-window attention (window {cfg.window}) is not supported: "
+                              f"{self.no_window}")
         self._position_buffers: set[str] = set()
 
     def register_position_buffer(self, name: str, tensor: torch.Tensor) -> None:
@@ -72,6 +79,10 @@ class PositionMethod(nn.Module):
         keys are appended to the KV cache. Default: unchanged."""
         return q, k
 
+    def window(self, layer: int) -> int | None:
+        """The sliding window of ``layer`` (None: every earlier key); every ``attend`` honours it."""
+        return self.cfg.layer_window(layer)
+
     def attend(
         self,
         q: torch.Tensor,  # (B, H, Tq, hd), as encode_qk returned it (raw when state is None)
@@ -82,8 +93,9 @@ class PositionMethod(nn.Module):
         layer: int,
         state: Any = None,  # what prepare returned; None: a call outside a model forward
     ) -> torch.Tensor:  # (B, H, Tq, hd)
-        """Causal attention of every layer. Default: plain scaled dot-product attention."""
-        return causal_attention(q, k, v)
+        """Causal attention of every layer (within the layer's window). Default: plain scaled
+        dot-product attention."""
+        return causal_attention(q, k, v, window=self.window(layer))
 
     @classmethod
     def unavailable(cls, device: torch.device | str, dtype: torch.dtype) -> str | None:

@@ -22,16 +22,21 @@ class KVCache:
     """Keys, values and key positions seen so far, one (keys, values) buffer pair per layer.
 
     Each buffer is (B, H, capacity, hd), grown by doubling, so a decode step writes one slot in
-    place; layers see views of the first ``length`` slots. Keys are stored as ``encode_qk``
-    returned them. With autograd recording, chunks are concatenated instead (writing in place
+    place; layers see views of the slots they hold. Keys are stored as ``encode_qk`` returned them.
+    A layer with a sliding window (``windows[layer]``) holds only its last ``window`` keys: the
+    slots before them are dropped after each call, and the held ones moved to the buffer's start
+    when it fills. With autograd recording, chunks are concatenated instead (writing in place
     would invalidate saved views).
     """
 
-    def __init__(self, n_layers: int, capacity: int = 0):
+    def __init__(self, n_layers: int, capacity: int = 0, windows: list[int | None] | None = None):
         self.capacity = capacity
+        self.windows = list(windows) if windows is not None else [None] * n_layers
         self._k: list[torch.Tensor | None] = [None] * n_layers  # each (B, H, capacity, hd)
         self._v: list[torch.Tensor | None] = [None] * n_layers
-        self.pos: torch.Tensor | None = None  # (length,)
+        self._first = [0] * n_layers  # slots held: first .. end of each buffer
+        self._end = [0] * n_layers
+        self.pos: torch.Tensor | None = None  # (length,): every position seen, windowed layers or not
         self.default_pos = True  # every chunk so far had the model's default positions
 
     @property
@@ -39,47 +44,67 @@ class KVCache:
         return 0 if self.pos is None else self.pos.shape[0]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write this chunk's k, v (B, H, T, hd) at slots start .. start+T of ``layer``; return
-        (B, H, start+T, hd) views of every key and value so far."""
-        end = start + k.shape[2]
+        """Append this chunk's k, v (B, H, T, hd), the keys at positions start .. start+T, to
+        ``layer``; return (B, H, held + T, hd) views of the keys and values it held and of the chunk."""
+        window, t = self.windows[layer], k.shape[2]
+        # slots start .. start+T without a window; a windowed layer writes after the keys it holds
+        first, end = (0, start) if window is None else (self._first[layer], self._end[layer])
         buf_k, buf_v = self._k[layer], self._v[layer]
         if buf_k is not None and buf_k.shape[:2] != k.shape[:2]:
             raise ValueError(f"KVCache: a chunk of shape {tuple(k.shape)} after chunks of batch and heads "
                              f"{tuple(buf_k.shape[:2])}; allowed: the same (B, H) in every call")
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
-            past_k = buf_k[:, :, :start] if buf_k is not None else k[:, :, :0]
-            past_v = buf_v[:, :, :start] if buf_v is not None else v[:, :, :0]
-            self._k[layer], self._v[layer] = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
-            return self._k[layer], self._v[layer]
-        if buf_k is None or buf_k.shape[2] < end or buf_k.dtype != k.dtype:
-            size = max(end, self.capacity, 2 * (buf_k.shape[2] if buf_k is not None else 0))
+            past_k = buf_k[:, :, first:end] if buf_k is not None else k[:, :, :0]
+            past_v = buf_v[:, :, first:end] if buf_v is not None else v[:, :, :0]
+            out_k, out_v = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
+            self._k[layer], self._v[layer] = out_k, out_v
+            self._first[layer], self._end[layer] = self._keep(0, out_k.shape[2], window), out_k.shape[2]
+            return out_k, out_v
+        if buf_k is not None and buf_k.shape[2] < end + t and first and buf_k.dtype == k.dtype:
+            # a windowed layer at the end of its buffer: the held slots move to its start
+            buf_k[:, :, :end - first] = buf_k[:, :, first:end].clone()
+            buf_v[:, :, :end - first] = buf_v[:, :, first:end].clone()
+            first, end = 0, end - first
+        if buf_k is None or buf_k.shape[2] < end + t or buf_k.dtype != k.dtype:
+            need, old = end - first + t, (buf_k.shape[2] if buf_k is not None else 0)
+            # a windowed layer: room for 2 x window slots, so its held keys move once per window calls
+            size = max(need, self.capacity, 2 * old) if window is None else max(need, 2 * window)
             new_k = k.new_empty(k.shape[0], k.shape[1], size, k.shape[3])
             new_v = v.new_empty(v.shape[0], v.shape[1], size, v.shape[3])
-            if buf_k is not None and start:
-                new_k[:, :, :start] = buf_k[:, :, :start]
-                new_v[:, :, :start] = buf_v[:, :, :start]
+            if buf_k is not None and end > first:
+                new_k[:, :, :end - first] = buf_k[:, :, first:end]
+                new_v[:, :, :end - first] = buf_v[:, :, first:end]
             self._k[layer], self._v[layer] = buf_k, buf_v = new_k, new_v
-        buf_k[:, :, start:end] = k
-        buf_v[:, :, start:end] = v
-        return buf_k[:, :, :end], buf_v[:, :, :end]
+            first, end = 0, end - first
+        buf_k[:, :, end:end + t] = k
+        buf_v[:, :, end:end + t] = v
+        self._first[layer], self._end[layer] = self._keep(first, end + t, window), end + t
+        return buf_k[:, :, first:end + t], buf_v[:, :, first:end + t]
+
+    @staticmethod
+    def _keep(first: int, end: int, window: int | None) -> int:
+        """The first slot a layer keeps after a call: its last ``window`` keys (all without one)."""
+        return first if window is None else max(first, end - window)
 
     def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(keys, values) views of the ``length`` slots held, per layer that has any."""
-        n = self.length
-        return [(k[:, :, :n], v[:, :, :n]) for k, v in zip(self._k, self._v) if k is not None]
+        """(keys, values) views of the slots held, per layer that has any (a windowed layer's:
+        its last ``window``)."""
+        return [(k[:, :, a:e], v[:, :, a:e]) for k, v, a, e in zip(self._k, self._v, self._first, self._end)
+                if k is not None]
 
     def nbytes(self) -> int:
-        """Bytes of the keys and values held (``length`` slots of every layer; spare capacity and
-        the position tensor are not counted)."""
+        """Bytes of the keys and values held (the slots each layer holds; spare capacity and the
+        position tensor are not counted)."""
         return sum(t.numel() * t.element_size() for pair in self.layers() for t in pair)
 
     def fork(self) -> "KVCache":
         """An independent copy to decode a branch into: its writes never touch this cache."""
-        other = KVCache(len(self._k), self.capacity)
-        n = self.length
+        other = KVCache(len(self._k), self.capacity, self.windows)
         for i, (k, v) in enumerate(zip(self._k, self._v)):
             if k is not None:
-                other._k[i], other._v[i] = k[:, :, :n].clone(), v[:, :, :n].clone()
+                a, e = self._first[i], self._end[i]
+                other._k[i], other._v[i] = k[:, :, a:e].clone(), v[:, :, a:e].clone()
+                other._end[i] = e - a
         other.pos, other.default_pos = self.pos, self.default_pos
         return other
 
@@ -88,6 +113,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, index: int):
         super().__init__()
         self.index = index
+        self.window = cfg.layer_window(index)  # the method's attend reads it too (method.window)
         self.n_heads, self.kv_heads = cfg.n_heads, cfg.kv_heads
         self.kv_dim = cfg.kv_heads * cfg.head_dim  # d_model in multi-head attention
         self.ln1 = nn.LayerNorm(cfg.d_model)
@@ -105,7 +131,8 @@ class Block(nn.Module):
         k, v = (z.view(b, t, self.kv_heads, -1).transpose(1, 2) for z in (k, v))
         q, k = method.encode_qk(q, k, self.index, state)  # this chunk's, at q_pos
         if cache is not None:
-            k, v = cache.append(self.index, k, v, k_pos.shape[0] - t)  # (B, Hkv, Tk, hd): the cache holds Hkv heads
+            # (B, Hkv, Tk, hd): the cache holds Hkv heads (a windowed layer's Tk: its last window keys and the chunk)
+            k, v = cache.append(self.index, k, v, k_pos.shape[0] - t)
         if self.kv_heads != self.n_heads and not method.grouped_kv:
             # grouped-query attention: query head h reads key/value head h // (H / Hkv). Expanded
             # here, per layer and for the moment of attention only, so every method's attend
@@ -157,10 +184,15 @@ class TransformerLM(nn.Module):
 
     def info(self, device, dtype: torch.dtype) -> dict[str, str]:
         """What a row must say about how this model computed (strings, for ``row["info"]``): the
-        token-embedding scale (results with another scale are not comparable) and the attention
-        path the position method takes on ``device`` with compute ``dtype``."""
-        return {"embed_scale": f"{self.cfg.token_scale:.6g}", "attn_backend": self.method.attn_backend(device, dtype),
-                "compute_dtype": str(dtype).removeprefix("torch.")}
+        token-embedding scale (results with another scale are not comparable), the attention
+        path the position method takes on ``device`` with compute ``dtype``, and the sliding window
+        when there is one."""
+        out = {"embed_scale": f"{self.cfg.token_scale:.6g}", "attn_backend": self.method.attn_backend(device, dtype),
+               "compute_dtype": str(dtype).removeprefix("torch.")}
+        if self.cfg.window is not None:  # results with another window are not comparable
+            layers = self.cfg.window_layers
+            out["window"] = f"{self.cfg.window}" + ("" if layers is None else f" on layers {sorted(layers)}")
+        return out
 
     def positions(self, start: int, length: int, device) -> torch.Tensor:
         """(length,) int64 positions start..start+length-1, sliced from one cached arange.
@@ -176,7 +208,7 @@ class TransformerLM(nn.Module):
     def new_cache(self, capacity: int = 0) -> KVCache:
         """An empty KV cache; ``capacity`` slots are allocated at its first write (0: as needed,
         growing by doubling)."""
-        return KVCache(self.cfg.n_layers, capacity)
+        return KVCache(self.cfg.n_layers, capacity, [self.cfg.layer_window(i) for i in range(self.cfg.n_layers)])
 
     def compute_dtype(self, device) -> torch.dtype:
         """The dtype q and k will have in this forward: autocast's where it is on, else the
@@ -198,10 +230,21 @@ class TransformerLM(nn.Module):
         k_pos = pos  # (Tk,): the cached keys' positions, then this chunk's
         if cache is not None and cache.pos is not None:
             k_pos = upto if default and cache.default_pos else torch.cat([cache.pos, pos])
-        state = self.method.prepare(pos, k_pos, self.compute_dtype(idx.device))
+        dtype = self.compute_dtype(idx.device)
+        state = self.method.prepare(pos, k_pos, dtype)
+        keys = (k_pos, state)  # what the layers attend to: every key so far
+        window = self.cfg.window
+        if cache is not None and window is not None and past > window:
+            # windowed layers hold only their last `window` keys: their positions, and a state of
+            # their own (a bias or a table is a function of the keys' positions)
+            trimmed = k_pos[past - window:]
+            windowed = (trimmed, self.method.prepare(pos, trimmed, dtype))
+        else:
+            windowed = keys
         x = self.drop(self.method.embed(self.tok(idx) * self.cfg.token_scale, pos, state))  # (B, T, D)
         for blk in self.blocks:
-            x = blk(x, self.method, pos, k_pos, cache, state)
+            layer_pos, layer_state = keys if blk.window is None else windowed
+            x = blk(x, self.method, pos, layer_pos, cache, layer_state)
         if cache is not None:
             cache.pos, cache.default_pos = k_pos, default and cache.default_pos
         x = self.ln_f(x)

@@ -117,7 +117,22 @@ def known_model_fields(value: dict) -> dict:
     unknown = sorted(set(value) - allowed)
     if unknown:
         raise ValueError(f"unknown ModelConfig field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    nullable = {f.name for f in fields(ModelConfig) if f.default is None}
+    types = {f.name: str(f.type) for f in fields(ModelConfig)}  # "int", "float | None", "list[int] | None"
+    for key, item in value.items():
+        if types[key].startswith("list"):
+            ok, what = isinstance(item, list) and all(map(_is_int, item)), "a list of integers"
+        elif types[key].startswith("float"):
+            ok, what = _is_int(item) or isinstance(item, float), "a number"
+        else:
+            ok, what = _is_int(item), "an integer"
+        if not (ok or (item is None and key in nullable)):
+            raise ValueError(f"{key} = {item!r}; allowed: {what}" + (" or null" if key in nullable else ""))
     return value
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class TaskSettings(BaseModel):
@@ -139,7 +154,9 @@ class ModelSettings(TaskSettings):
     """The model a case builds: a preset, overrides of its fields, options per method."""
 
     model: Literal[tuple(PRESETS)] = Field(description="model preset (posbench.core.model.PRESETS)")  # type: ignore[valid-type]
-    model_overrides: dict[str, int] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
+    # values checked by known_model_fields: as the field's type (window_layers a list, dropout a
+    # number), null where the default is
+    model_overrides: dict[str, Any] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
     _known_fields = field_validator("model_overrides")(known_model_fields)
     method_options: dict[str, dict] = Field(
         default_factory=dict, description="per method: constructor options, e.g. {alibi: {bias_dtype: compute}}")

@@ -10,12 +10,14 @@ from posbench.core.registry import register
 from tests.helpers.marks import SLOW_WHEN_INTERPRETED, interpreted
 
 METHODS = registry.names()
+# the checks that decode token by token beyond the kit's length (the window checks: two layouts)
+DECODING = ("kv_decode", "window", "gqa_window")
 # `slow` (left out by `make test-fast`, run by `make test`): the Triton methods where their kernels are
 # interpreted (tests/helpers/marks.py); the kv_decode check, token by token (seconds per method;
 # tests/tasks/test_decode.py and tests/core/test_kv_cache.py check decoding in the quick set); and
 # every check again in bfloat16 (the quick set runs them all in float32).
 METHOD_PARAMS = [pytest.param(m, marks=SLOW_WHEN_INTERPRETED) if interpreted(m) else m for m in METHODS]
-CHECK_PARAMS = [pytest.param(c, marks=pytest.mark.slow) if c == "kv_decode" else c for c in testing.CHECKS]
+CHECK_PARAMS = [pytest.param(c, marks=pytest.mark.slow) if c in DECODING else c for c in testing.CHECKS]
 DTYPE_PARAMS = [pytest.param(d, marks=pytest.mark.slow if d == torch.bfloat16 else [], id=str(d).removeprefix("torch."))
                 for d in testing.DTYPES]
 
@@ -34,7 +36,8 @@ def test_conformance(method, check, dtype):
     except Unavailable as exc:
         # a layout the method declines (fox under grouped-query attention): one line naming the
         # method, never silently ignored (issue 40)
-        assert check == "gqa" and str(exc).startswith(f"{method}: ") and "\n" not in str(exc), str(exc)
+        assert check in ("gqa", "window", "gqa_window") and str(exc).startswith(f"{method}: ") and "\n" not in str(exc), \
+            str(exc)
 
 
 @pytest.mark.parametrize("method", METHODS)

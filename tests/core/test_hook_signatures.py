@@ -30,7 +30,8 @@ class Natural(PositionMethod):
 
     def attend(self, q, k, v, q_pos, k_pos, layer):
         dist = (q_pos.float()[:, None] - k_pos.float()[None, :]).clamp(min=0)
-        return causal_attention(q, k, v, bias=-self.gain.float()[:, None, None] * dist * 0.1)
+        # the layer's sliding window honoured, as the kit's window checks require (issue 40)
+        return causal_attention(q, k, v, bias=-self.gain.float()[:, None, None] * dist * 0.1, window=self.window(layer))
 
 
 class StateRequired(Natural):

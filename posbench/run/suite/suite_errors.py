@@ -93,6 +93,9 @@ def describe(err: dict, model: type, loc: tuple) -> tuple[str, str]:
     problem = err["msg"].replace("Input should be", "must be").replace("Value should have", "must have") + got
     if kind == "string_pattern_mismatch" and ctx.get("pattern") == PLAIN_NAME:
         return f"not a plain folder name{got}", PLAIN_NAME_ALLOWED
+    if kind == "value_error":  # a validator's own line: "<problem>; allowed: <what>"
+        problem, _, allowed = err["msg"].removeprefix("Value error, ").partition("; allowed: ")
+        return problem, allowed or "see `bench.py schema`"
     if kind == "literal_error":
         return problem, str(ctx.get("expected"))
     if kind in _EXPECTED:
