@@ -1,17 +1,7 @@
-"""FlexAttention for a bias method on CUDA: its bias as a ``score_mod``, causality as a block mask.
-
-A bias method without a fused kernel of its own (T5, KERPLE, FIRE, any plugin's bias) would
-otherwise take the masked (H, Tq, Tk) bias and SDPA on a GPU: gigabytes per layer at 16k. Here
-the bias becomes a function of (head, query index, key index) read inside FlexAttention's fused
-kernel, from what the method's ``BiasForm`` declares (docs/kernels.md, "FlexAttention"):
-
-- slopes (ALiBi): ``-slopes[h] * (q_pos[i] - k_pos[j])``, nothing of size L x L;
-- a function of the distance at consecutive positions: one (H, Tk) row, read at ``j - i``;
-- anything else: the bias the method builds, (H, Tq, Tk) or a broadcast of it, read by index.
-
-Compiled once per process (``torch.compile`` of ``flex_attention``; it recompiles per shape by
-itself). Off CUDA it runs unfused and eager, forward only: what the CPU tests hold to the reference.
-"""
+"""FlexAttention for a bias method on CUDA: the bias as a ``score_mod`` read from the method's
+``BiasForm`` (slopes, a distance row, or the built bias read by index), causality and a sliding
+window as a block mask; nothing of size L x L for slopes and distance rows (docs/kernels.md,
+"FlexAttention"). Off CUDA it runs unfused and eager, forward only, as the CPU tests check."""
 from __future__ import annotations
 
 import functools

@@ -1,14 +1,7 @@
-"""Training budgets: ``steps``, ``tokens``, ``time_s`` (measured training wall time on this
-device) or ``flops`` (``posbench.engine.flops``), each turned into the optimizer steps a run will
-take, so the learning-rate schedule follows the steps it will reach. docs/tasks/budgets.md.
-
-A time budget is planned from a short measured warm-up: one untimed step (allocation, kernel
-choice), then timed steps until ``warmup_s`` has passed (at least ``MIN_TIMED_STEPS``), which
-plans ``floor(time_s / mean step time)`` steps. Training then spends the budget on the real clock
-(``TimeBudget``): after every step the plan is redone from the training's own mean step time, the
-learning-rate schedule follows the latest plan, and the run stops when no further step fits. The
-warm-up is not part of the budget.
-"""
+"""Training budgets (``steps``, ``tokens``, ``time_s``, ``flops``) turned into the optimizer steps a
+run takes, so the learning-rate schedule follows them. A time budget is planned from a measured
+warm-up and then spent on the real clock (``TimeBudget``: re-planned after every step); see
+docs/tasks/budgets.md."""
 from __future__ import annotations
 
 import contextlib

@@ -1,15 +1,6 @@
-"""ALiBi of BLOOM and MPT checkpoints at posbench's positions, with the bias in float32 or in the
-model dtype.
-
-transformers builds the bias from key positions alone (softmax is shift invariant per query):
-BLOOM ``m_h * j`` cast to the model dtype and added by ``baddbmm`` in that dtype; MPT
-``m_h * (j - (T_max - 1))`` for ``max_seq_len`` keys, float32, added to the model-dtype scores
-(so in float32), and no bias at all for keys past ``max_seq_len``. The recipe builds the same form
-for the window at hand: positions p (T,) are 0..T-1 (extrapolation) or j * L_train / L_valid
-(interpolation, SambaNova's), each model's own slopes, and ``bias_dtype`` "float32" (the bias and
-its sum with the scores in float32; BLOOM's attention is replaced by one that adds in float32) or
-"compute" (rounded to the model dtype first, BLOOM's own behaviour).
-"""
+"""ALiBi of BLOOM and MPT checkpoints at posbench's positions (0..T-1, or j * L_train / L_valid
+interpolated), each model's own slopes, the bias in float32 or rounded to the model dtype as BLOOM
+does (how transformers builds each: docs/hf-checkpoints.md)."""
 from __future__ import annotations
 
 import torch

@@ -1,13 +1,6 @@
-"""posbench's rotary scalings applied to a Llama-family checkpoint through its config's rope
-parameters (``rope_scaling`` in older configs), each checked against posbench's own frequencies.
-
-For every evaluation length L the recipe writes the rope parameters transformers knows for
-posbench's scaling at that length (``none``: default; ``pi``: linear; ``ntk``: default with the
-base * s^(d/(d-2)) of bloc97; ``dynamic_ntk``: dynamic; ``yarn``, ``llama3``, ``longrope``: their
-own), rebuilds the model's rotary module from them, runs it once at L and compares its inverse
-frequencies and attention factor with ``frequencies(L)`` of the posbench method built with the
-same options: a difference is an error, never a silent other recipe.
-"""
+"""posbench's rotary scalings written into a Llama-family checkpoint's rope parameters, the model's
+rotary module rebuilt at each evaluation length and its frequencies and attention factor checked
+against posbench's own: a difference is an error, never a silent other recipe."""
 from __future__ import annotations
 
 import math

@@ -1,15 +1,6 @@
-"""Learn first, then compare: a length-generalisation number means something only for a model that
-learnt the task at its training length.
-
-A method whose accuracy at L_train stays below the suite's ``learned_threshold`` never learnt the
-task, so its accuracy beyond L_train (and an effective length of 0 or L_train) says nothing about
-length: tables show ``NOT_LEARNT`` instead of an effective length, charts draw it apart, and the
-report says how many methods were comparable. A run where fewer than two methods learnt (or the
-only one did not) compares nothing: a broken profile, named loudly (``BROKEN``) in the table title.
-
-Task-neutral: any task with an accuracy at its training length (probes of what lies far back, algorithmic
-length-generalisation tasks) imports this module; it names no task.
-"""
+"""Learn first, then compare: a method below the suite's ``learned_threshold`` at L_train never learnt
+the task, so its numbers beyond L_train say nothing about length (tables show ``NOT_LEARNT``); a run
+where fewer than two methods learnt is a ``BROKEN`` profile. Task-neutral: it names no task."""
 from __future__ import annotations
 
 import math
