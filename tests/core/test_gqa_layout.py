@@ -32,24 +32,29 @@ def test_n_kv_heads_equal_to_n_heads_is_plain_multi_head_attention_bit_for_bit()
     assert [p.shape for p in mha.parameters()] == [p.shape for p in same.parameters()]
 
 
+def _copy_shared_heads(gqa, mha, kv, hd=16, d=64):
+    """Set the MHA model's key/value projections to repeat each of the GQA model's shared heads
+    for the H / Hkv query heads of its group (queries copied as they are)."""
+    group = 4 // kv
+    for a, b in zip(gqa.blocks, mha.blocks):
+        w, bias = a.qkv.weight, a.qkv.bias  # (d + 2 kv hd, d)
+        parts_w = [w[:d]] + [w[d + i * kv * hd: d + (i + 1) * kv * hd].view(kv, hd, d).repeat_interleave(group, 0).reshape(d, d)
+                             for i in range(2)]
+        parts_b = [bias[:d]] + [bias[d + i * kv * hd: d + (i + 1) * kv * hd].view(kv, hd).repeat_interleave(group, 0).reshape(d)
+                                for i in range(2)]
+        b.qkv.weight.copy_(torch.cat(parts_w))
+        b.qkv.bias.copy_(torch.cat(parts_b))
+
+
 @pytest.mark.parametrize("method", ["alibi", "rotary", "sinusoidal", "t5_bias"])
 @pytest.mark.parametrize("kv", [1, 2])
 def test_gqa_equals_multi_head_attention_with_each_kv_head_copied_to_its_group(method, kv):
     # The reference: an MHA model whose key/value projections repeat each shared head for the
     # H / Hkv query heads of its group. Same weights otherwise: the logits must agree.
     gqa, mha = _model(method, n_kv_heads=kv), _model(method)
-    hd, d = 16, 64
-    group = 4 // kv
     with torch.no_grad():
         mha.load_state_dict({k: v for k, v in gqa.state_dict().items() if "qkv" not in k}, strict=False)
-        for a, b in zip(gqa.blocks, mha.blocks):
-            w, bias = a.qkv.weight, a.qkv.bias  # (d + 2 kv hd, d)
-            parts_w = [w[:d]] + [w[d + i * kv * hd: d + (i + 1) * kv * hd].view(kv, hd, d).repeat_interleave(group, 0).reshape(d, d)
-                                 for i in range(2)]
-            parts_b = [bias[:d]] + [bias[d + i * kv * hd: d + (i + 1) * kv * hd].view(kv, hd).repeat_interleave(group, 0).reshape(d)
-                                    for i in range(2)]
-            b.qkv.weight.copy_(torch.cat(parts_w))
-            b.qkv.bias.copy_(torch.cat(parts_b))
+        _copy_shared_heads(gqa, mha, kv)
         idx = torch.randint(0, 50, (2, 19))
         assert torch.allclose(gqa(idx), mha(idx), atol=1e-5, rtol=1e-5)
 
@@ -73,18 +78,11 @@ def test_fox_under_gqa_equals_multi_head_fox_with_each_kv_head_copied_and_its_ga
     # fox's gate per query head reads the raw keys of every key head. The MHA reference copies
     # each shared key/value head to its group, and its gate weights read the first copy only.
     gqa, mha = _model("fox", n_kv_heads=kv), _model("fox")
-    hd, d, group = 16, 64, 4 // kv
+    hd, group = 16, 4 // kv
     with torch.no_grad():
         mha.load_state_dict({k: v for k, v in gqa.state_dict().items() if "qkv" not in k and "gate_w" not in k},
                             strict=False)
-        for a, b in zip(gqa.blocks, mha.blocks):
-            w, bias = a.qkv.weight, a.qkv.bias
-            parts_w = [w[:d]] + [w[d + i * kv * hd: d + (i + 1) * kv * hd].view(kv, hd, d).repeat_interleave(group, 0).reshape(d, d)
-                                 for i in range(2)]
-            parts_b = [bias[:d]] + [bias[d + i * kv * hd: d + (i + 1) * kv * hd].view(kv, hd).repeat_interleave(group, 0).reshape(d)
-                                    for i in range(2)]
-            b.qkv.weight.copy_(torch.cat(parts_w))
-            b.qkv.bias.copy_(torch.cat(parts_b))
+        _copy_shared_heads(gqa, mha, kv)
         gate = torch.zeros_like(mha.method.gate_w).view(2, 4, 4, hd)  # (L, H, key head, hd)
         gate[:, :, ::group] = gqa.method.gate_w.view(2, 4, kv, hd)
         mha.method.gate_w.copy_(gate.view(2, 4, 4 * hd))
