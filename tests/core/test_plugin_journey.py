@@ -35,7 +35,8 @@ MINE = textwrap.dedent('''
             # (Tq, Tk) distances from float32 positions, then one slope per head: (H, Tq, Tk)
             dist = (q_pos.float()[:, None] - k_pos.float()[None, :]).clamp(min=0)
             slopes = 0.5 ** torch.arange(1, q.shape[1] + 1, device=q.device, dtype=torch.float32)
-            return causal_attention(q, k, v, bias=-slopes[:, None, None] * dist)
+            # every attend honours the layer's sliding window (None: all earlier keys)
+            return causal_attention(q, k, v, bias=-slopes[:, None, None] * dist, window=self.window(layer))
 ''')
 
 RAISES = textwrap.dedent('''

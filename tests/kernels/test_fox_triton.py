@@ -245,7 +245,8 @@ def test_fox_triton_equals_fox_in_the_model_with_gate_gradients():
     """Same state_dict as fox (gate_w, gate_b); the model's loss and every gradient agree, the
     forget gates' included (they reach the gates through d key_bias)."""
     fused, plain = _pair("fox_triton", "fox")
-    assert type(fused.method).__mro__[1] is registry.get("fox")
+    # fox_triton subclasses fox (compared by name: a test that reloads the methods makes a new class)
+    assert type(fused.method).__mro__[1].name == "fox"
     idx = torch.randint(0, 64, (2, 41), device=DEVICE)
     for model in (fused, plain):
         model(idx).float().logsumexp(-1).mean().backward()
