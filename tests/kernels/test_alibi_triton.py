@@ -19,6 +19,7 @@ triton = pytest.importorskip("triton")
 from posbench.core.alibi_math import alibi_bias, slopes_tensor  # noqa: E402
 from posbench.kernels import alibi_attention as ka  # noqa: E402
 from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
+from tests.helpers.kernels import assert_fused_unavailable_rules  # noqa: E402
 from tests.helpers.kernels import case_id as _case_id, fresh_seed as _seed  # noqa: E402
 from tests.helpers.marks import slow_when_interpreted  # noqa: E402
 
@@ -246,13 +247,8 @@ def test_method_options_and_unavailable(monkeypatch):
         _method(interpolate_scale=2.0)
     cls = type(_method())
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert cls.unavailable("cpu", torch.float32) is None
     assert cls.unavailable("cpu", torch.float16) is None
-    assert cls.unavailable("cpu", torch.bfloat16) == "bfloat16 is not supported by the Triton interpreter"
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert cls.unavailable("cpu", torch.float32) == "needs a CUDA GPU and triton"
-    monkeypatch.setitem(__import__("sys").modules, "triton", None)  # import triton -> ImportError
-    assert cls.unavailable("cuda", torch.float16) == "needs a CUDA GPU and triton"
+    assert_fused_unavailable_rules(cls, monkeypatch)
 
 
 # ---------------------------------------------------------------------------------------------

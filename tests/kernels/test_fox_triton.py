@@ -25,6 +25,7 @@ from posbench.core.model import TransformerLM  # noqa: E402
 from posbench.kernels import alibi_attention as ka  # noqa: E402
 from posbench.kernels import t5_attention as kt  # noqa: E402
 from posbench.tasks.decode.generation import kv_cache_bytes  # noqa: E402
+from tests.helpers.kernels import assert_fused_unavailable_rules  # noqa: E402
 from tests.helpers.kernels import case_id as _case_id, fresh_seed as _seed  # noqa: E402
 from tests.helpers.marks import slow_when_interpreted  # noqa: E402
 
@@ -278,14 +279,7 @@ def test_fox_triton_is_fox_with_the_fused_kernels_rules(monkeypatch):
     m = registry.build(ModelConfig(n_heads=3, d_model=96, method="fox_triton", method_options={"gate_bias": 1.5}))
     assert float(m.gate_b[0, 0].detach()) == 1.5 and not m.grouped_kv  # the model expands shared heads for it
     assert m.attn_backend("cuda", torch.bfloat16) == "triton fused, forget-gate key bias in kernel (float32)"
-    cls = type(m)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert cls.unavailable("cpu", torch.float32) is None
-    assert cls.unavailable("cpu", torch.bfloat16) == "bfloat16 is not supported by the Triton interpreter"
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert cls.unavailable("cpu", torch.float32) == "needs a CUDA GPU and triton"
-    monkeypatch.setitem(__import__("sys").modules, "triton", None)  # import triton -> ImportError
-    assert cls.unavailable("cuda", torch.float16) == "needs a CUDA GPU and triton"
+    assert_fused_unavailable_rules(type(m), monkeypatch)
 
 
 def test_fox_triton_takes_grouped_query_attention_like_fox():

@@ -20,6 +20,7 @@ from posbench.core import registry
 from posbench.kernels import fused_attention as fa  # noqa: E402
 from posbench.kernels import t5_attention as kt  # noqa: E402
 from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
+from tests.helpers.kernels import assert_fused_unavailable_rules  # noqa: E402
 from tests.helpers.kernels import case_id as _case_id, fresh_seed as _seed  # noqa: E402
 from tests.helpers.marks import slow_when_interpreted  # noqa: E402
 
@@ -215,11 +216,4 @@ def test_method_options_and_unavailable(monkeypatch):
         _method(num_buckets=24)
     with pytest.raises(RegistryError, match="unknown option"):
         _method(bias_dtype="compute")
-    cls = type(_method())
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert cls.unavailable("cpu", torch.float32) is None
-    assert cls.unavailable("cpu", torch.bfloat16) == "bfloat16 is not supported by the Triton interpreter"
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert cls.unavailable("cpu", torch.float32) == "needs a CUDA GPU and triton"
-    monkeypatch.setitem(__import__("sys").modules, "triton", None)  # import triton -> ImportError
-    assert cls.unavailable("cuda", torch.float16) == "needs a CUDA GPU and triton"
+    assert_fused_unavailable_rules(type(_method()), monkeypatch)
