@@ -222,3 +222,62 @@ def test_on_a_cpu_every_block_goes_through_the_flash_op_with_its_tile_as_the_mas
     per_pass = [(8, 8, (1, 3, 8, 8), False), (8, 16, (1, 3, 8, 16), False), (4, 20, (1, 3, 4, 20), False)]
     assert calls == per_pass * 2
     assert by_distance.grad is not None and by_distance.grad.abs().sum() > 0
+
+
+def far_constant(base, tk):
+    """(h, Tk) per-distance bias from ``base`` (h, D + 1): distance d reads base[:, min(d, D)], the
+    same at every distance >= D (T5's last bucket)."""
+    d = torch.arange(tk).clamp(max=base.shape[1] - 1)
+    return base[:, d]
+
+
+@pytest.mark.usefixtures("block_kernel")
+@pytest.mark.parametrize("seed, tq, tk, rows, far_d, window, heads", [
+    (0, 100, 100, 16, 7, None, 3), (1, 257, 257, 64, 40, None, 3), (2, 33, 33, 8, 50, None, 3),  # D >= Tk: no far key
+    (3, 5, 13, 2, 3, None, 3), (4, 70, 70, 16, 9, 20, 3), (5, 70, 70, 16, 30, 12, 3),  # a window, nearer and farther than D
+    (6, 65, 65, 16, 1, None, 3), (7, 90, 90, 32, 11, None, 1)])  # D 1: one near distance; one bias for every head
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_bias_constant_beyond_a_distance_gets_its_gradient_from_the_near_keys(seed, tq, tk, rows, far_d, window,
+                                                                                 heads, batch):
+    """``constant_from`` D (T5): on a CPU backward takes dq, dk, dv from the flash op per block and
+    the bias's gradient from the keys within D only, the far keys' total as minus the near keys'
+    (a softmax row's dS sums to 0). Every gradient, the bias's parameters' included, equals the
+    float64 reference; without the flash op (the plain-ops run) the full backward gives the same."""
+    from tests.attention.test_window_attention import reference as window_reference
+    q, k, v, _ = inputs(seed, batch, 3, tq, tk, 16, torch.float32)
+    base = torch.randn(heads, far_d + 1, generator=torch.Generator().manual_seed(seed + 11), requires_grad=True)
+    bias = distance_bias(far_constant(base, tk), tq, tk).expand(3, tq, tk)
+    want = window_reference(q, k, v, bias, window) if window else reference(q, k, v, bias)
+    grad_out = torch.randn(want.shape, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64)
+    wants = torch.autograd.grad(want, (q, k, v, base), grad_out)
+    row = far_constant(base, tk).flip(-1)  # row[t]: the bias at distance Tk - 1 - t
+    out = blocked_bias_attention(q, k, v, DistanceRow(row, tk, rows, torch.float32, constant_from=far_d), (row,),
+                                 rows, window)
+    gots = torch.autograd.grad(out, (q, k, v, base), grad_out.float())
+    close(out, want, torch.float32, "output")
+    for name, got, w in zip(("dq", "dk", "dv", "dbias"), gots, wants):
+        close(got, w, torch.float32, name)
+
+
+def test_the_banded_backward_runs_on_a_cpu_and_matches_the_full_one_where_the_bias_is_far_constant(monkeypatch):
+    """The band path is taken (the flash op's backward is called once per block) and its
+    gradients agree with the full blocked backward's to float32 rounding."""
+    from posbench.attention.blocked import BlockedBiasAttention
+    q, k, v, _ = inputs(9, 2, 3, 130, 130, 16, torch.float32)
+    base = torch.randn(3, 21, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    calls = []
+    real = cpu_flash.flash_backward
+    monkeypatch.setattr(cpu_flash, "flash_backward", lambda *a: calls.append(1) or real(*a))
+
+    def grads(far_d):
+        row = far_constant(base, 130).flip(-1)
+        out = blocked_bias_attention(q, k, v, DistanceRow(row, 130, 32, torch.float32, constant_from=far_d), (row,), 32)
+        return torch.autograd.grad(out.square().sum(), (q, k, v, base))
+
+    full = grads(None)
+    assert calls == []
+    band = grads(20)
+    assert len(calls) == 5  # ceil(130 / 32) blocks
+    for name, a, b in zip(("dq", "dk", "dv", "dbias"), band, full):
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5, msg=name)
+    assert BlockedBiasAttention._banded_backward.__doc__
