@@ -2,6 +2,7 @@
 
     python benchmarks/step_profile.py profile t5_bias --seq-len 1024      # torch.profiler, self time
     python benchmarks/step_profile.py ratio t5_bias kerple_log --seq-len 1024 2048 --repeats 9
+    python benchmarks/step_profile.py attention --seq-len 1024 2048 --repeats 9    # one layer's attention
 
 One thread (``torch.set_num_threads(1)``), batch x L = ``--tokens`` (2048, as the cpu-long
 profile). ``ratio`` interleaves the methods in every repeat (nope, then each method, in a rotated
@@ -71,10 +72,47 @@ def ratios(methods: list[str], seq_len: int, tokens: int, repeats: int, steps: i
               f"  (nope {statistics.median(times['nope']) * 1e3:.0f} ms/step)")
 
 
+def attention(seq_len: int, tokens: int, repeats: int, steps: int) -> None:
+    """One layer's attention forward + backward (4 heads of 32, batch x L = ``tokens``): causal SDPA
+    (nope's) against the blocked path with a learnt distance row, its full backward (kerple_log's)
+    and its banded one (T5's, constant from distance 113), interleaved; ratios of wall time and of
+    this thread's CPU time (on a shared machine the CPU time leaves out the time others held the core)."""
+    from posbench.attention.blocked import blocked_bias_attention
+    from posbench.attention.tiles import DistanceRow
+
+    g = torch.Generator().manual_seed(0)
+    b, h, hd = max(tokens // seq_len, 1), 4, 32
+    q, k, v = (torch.randn(b, h, seq_len, hd, generator=g).requires_grad_() for _ in range(3))
+    row, dout = torch.randn(h, seq_len, generator=g).requires_grad_(), torch.randn(b, h, seq_len, hd, generator=g)
+
+    def blocked(far):
+        return lambda: blocked_bias_attention(q, k, v, DistanceRow(row, seq_len, 64, torch.float32, far), (row,)).backward(dout)
+
+    variants = {"sdpa causal": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).backward(dout),
+                "blocked, full backward": blocked(None), "blocked, banded backward": blocked(113)}
+    wall: dict[str, list[float]] = {m: [] for m in variants}
+    cpu: dict[str, list[float]] = {m: [] for m in variants}
+    for f in variants.values():
+        f()
+    for _ in range(repeats):
+        for m, f in variants.items():
+            t0, c0 = time.perf_counter(), time.thread_time()
+            for _ in range(steps):
+                f()
+            wall[m].append((time.perf_counter() - t0) / steps)
+            cpu[m].append((time.thread_time() - c0) / steps)
+    print(f"attention, L {seq_len}, batch {b}, {repeats} repeats of {steps}, one thread")
+    for m in list(variants)[1:]:
+        for what, t in (("wall", wall), ("cpu", cpu)):
+            per = [x / y for x, y in zip(t[m], t["sdpa causal"])]
+            print(f"  {m:26s} / sdpa ({what}): median {statistics.median(per):.3f} [{min(per):.3f}-{max(per):.3f}]"
+                  f"  (sdpa {statistics.median(t['sdpa causal']) * 1e3:.1f} ms)")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["profile", "ratio"])
-    ap.add_argument("methods", nargs="+")
+    ap.add_argument("what", choices=["profile", "ratio", "attention"])
+    ap.add_argument("methods", nargs="*")
     ap.add_argument("--seq-len", type=int, nargs="+", default=[1024])
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--repeats", type=int, default=7)
@@ -83,7 +121,9 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     for seq_len in args.seq_len:
-        if args.what == "profile":
+        if args.what == "attention":
+            attention(seq_len, args.tokens, args.repeats, args.steps)
+        elif args.what == "profile":
             for m in args.methods:
                 profile(m, seq_len, args.tokens, args.steps, args.rows)
         else:
