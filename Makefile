@@ -35,9 +35,10 @@ bench: install
 # workers (TEST_WORKERS; 0 runs in this process): most of the suite waits on child processes, so two
 # workers cut CI's wall time on a 2-core machine (13 -> ~10 minutes). --dist loadscope keeps a
 # module's tests in one worker, so a module-scoped fixture (a trained model) is built once.
+# --durations=25 prints the slowest tests, so a CI log says where its time went.
 TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25
 
 # The quick loop while editing: every test but those marked `slow` (long-running) or `subprocess`
 # (they start a process: bench.py, the runner's workers, torchrun, make, pip), under 2 minutes on a
