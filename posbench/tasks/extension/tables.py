@@ -43,7 +43,9 @@ def extension_tables(runs: Runs) -> list[Table]:
     for suite, hardware, group in task_groups(runs.rows, "extension"):
         points: dict[int, list] = {}
         for params, members in by_params(group).items():
-            points.setdefault(dict(params).get("L_train"), []).extend(members)
+            for r in members:  # a checkpoint's own L_train (metric L_train) over the grid's
+                own = r.metrics.get("L_train") if isinstance(r.metrics, dict) else None
+                points.setdefault(int(own) if _number(own) else dict(params).get("L_train"), []).append(r)
         for L, members in points.items():
             ok = [r for r in members if r.status == "ok" and isinstance(r.metrics, dict)]
             note = unavailable_note([r for r in members if r.status == "unavailable"])
