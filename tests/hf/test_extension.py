@@ -124,6 +124,17 @@ def test_fine_tuning_is_unavailable_where_the_memory_does_not_hold_it(checkpoint
     assert out["metrics"]["finetune_memory_needed_bytes"] is None and out["metrics"]["ppl_at_target"] > 1
 
 
+def test_a_checkpoints_rows_are_tabled_at_its_own_L_train():
+    from types import SimpleNamespace as Row
+
+    from posbench.tasks.extension.tables import checkpoint_lengths
+
+    ok = Row(settings={"pretrained": "hf:/a"}, params={"L_train": 8}, metrics={"L_train": 32})
+    off = Row(settings={"pretrained": "hf:/a"}, params={"L_train": 8}, metrics={})  # an unavailable row
+    trained = Row(settings={}, params={"L_train": 8}, metrics={"L_target": 32})
+    assert checkpoint_lengths([ok, off, trained]) == {("hf:/a", 8): 32}
+
+
 def test_available_memory_on_cpu_is_a_positive_number_and_its_source():
     have, where = EP.available_memory("cpu")
     assert where == "unknown" or (have > 0 and "available RAM" in where)
@@ -144,7 +155,7 @@ def test_bad_input_is_one_line(checkpoints, corpus, tmp_path):
 
 
 RUNS = {  # family -> (methods, recipes, bias dtypes, extra settings)
-    "llama": ("rotary,alibi", "[drope, extrapolate]", "[float32]", []),
+    "llama": ("rotary,alibi", "[drope, extrapolate]", "[float32]", ["--set", "grid.L_train=[8]"]),
     "bloom": ("alibi", "[extrapolate]", "[float32, compute]", ["--set", "pretrained_L_train=16"]),
     "mpt": ("alibi", "[interpolate]", "[float32]", []),
 }
@@ -180,4 +191,14 @@ def test_extension_suite_runs_on_an_hf_folder(checkpoints, corpus, family, tmp_p
             assert math.isfinite(m[f"ppl@sliding@{4 * L}@k{k}"]) and m[f"ppl@nonoverlapping@{2 * L}@k{k}"] > 1
         assert m["ppl_at_target"] != m["ppl_at_target_k0"]
     table = (run / "table.md").read_text()
-    assert f"L_target {2 * L}, L_train {L}" in table  # the checkpoint's L_train, not the grid's (32 or 512)
+    assert f"L_target {2 * L}, L_train {L}" in table  # the checkpoint's L_train, not the grid's (8 or 32)
+    assert "L_train 8" not in table and "L_train 32" not in table.replace(f"L_train {L}", "")
+    if family == "llama":  # the unavailable rows join the checkpoint's table, named in its note
+        from posbench.report.rows import load_runs
+        from posbench.tasks import find as find_task
+        from posbench.tasks.extension.tables import extension_tables
+
+        tables = extension_tables(load_runs([run], find_task=find_task))
+        assert tables and {t.rest["L_train"] for t in tables} == {L}
+        assert all(t.note.startswith("Unavailable (the recipe does not apply; each row says why): alibi drope, "
+                                     "extrapolate; rotary extrapolate.") for t in tables)
