@@ -135,9 +135,38 @@ def test_a_checkpoints_rows_are_tabled_at_its_own_L_train():
     assert checkpoint_lengths([ok, off, trained]) == {("hf:/a", 8): 32}
 
 
-def test_available_memory_on_cpu_is_a_positive_number_and_its_source():
-    have, where = EP.available_memory("cpu")
-    assert where == "unknown" or (have > 0 and "available RAM" in where)
+def test_the_fine_tune_reads_only_the_train_tokens_it_needs(checkpoints, tmp_path, monkeypatch):
+    from posbench.hf import text as H
+    from posbench.tasks.pretrained import pretrained_tokens
+
+    (tmp_path / "train.txt").write_text("\n".join(SENTENCES * 30) + "\n")
+    (tmp_path / "valid.txt").write_text(SENTENCES[0])
+    ckpt = _ckpt(checkpoints, "llama")
+    whole = H.encode(ckpt.tokenizer, (tmp_path / "train.txt").read_text())
+    pieces = []
+    monkeypatch.setattr(H, "CHUNK_CHARS", 200)
+    real = H.encode
+    monkeypatch.setattr(H, "encode", lambda tok, text: pieces.append(len(text)) or real(tok, text))
+    s = _settings(checkpoints["llama"], tmp_path)
+    s["corpus"] = {"kind": "text", "path": str(tmp_path), "splits": {"train": "train.txt", "valid": "valid.txt"}}
+    settings = make_case("extension", "rotary", {"L_train": 8, "recipe": "pi"}, s, tmp_path)[1].settings
+    ids, corpus = pretrained_tokens(settings, ckpt, "train", 150)
+    assert corpus["train_tokens"] == 150 and ids.tolist() == whole[:150].tolist()  # pieces end at line breaks
+    assert 1 < len(pieces) and sum(pieces) < len((tmp_path / "train.txt").read_text()) / 2  # not all of it
+
+
+def test_available_memory_reads_the_gpu_psutil_or_proc_meminfo(monkeypatch, tmp_path):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (123_000, 456_000))
+    assert EP.available_memory("cuda:0") == (123_000, "free on cuda:0 (torch.cuda.mem_get_info)")
+    monkeypatch.setitem(__import__("sys").modules, "psutil", None)  # psutil absent: /proc/meminfo
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  2000 kB\nMemFree:  100 kB\nMemAvailable:  1500 kB\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(meminfo if path == "/proc/meminfo" else path,
+                                                                         *a, **k))
+    assert EP.available_memory("cpu") == (1500 * 1024, "available RAM (/proc/meminfo MemAvailable)")
+    meminfo.unlink()  # nothing says: no refusal
+    assert EP.available_memory("cpu") == (None, "unknown")
 
 
 def test_bad_input_is_one_line(checkpoints, corpus, tmp_path):

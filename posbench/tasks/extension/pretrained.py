@@ -10,8 +10,8 @@ import types
 import torch
 
 from posbench.core.outcome import Unavailable
-from posbench.tasks.extension.finetune import (FINETUNE_DATA_SEED, combine_seeds, finetune_config, headline,
-                                               perplexities)
+from posbench.tasks.extension.finetune import (FINETUNE_DATA_SEED, combine_seeds, finetune_batch_size,
+                                               finetune_config, headline, perplexities)
 from posbench.tasks.extension.recipes import FAMILY_RECIPES, PLAIN, SCALED_METHOD
 from posbench.tasks.seeds import seed_list
 
@@ -198,7 +198,9 @@ def run_pretrained(case) -> dict:
     n_params = sum(t.numel() for t in ckpt.model.parameters())
     need = check_memory(n_params, s, case.device) if any(s.ks()) else None
     valid, corpus = pretrained_tokens(s, ckpt)
-    train_tokens = pretrained_tokens(s, ckpt, "train")[0] if any(s.ks()) else None
+    # the fine-tunes read at most the tokens their steps consume
+    most = max(s.ks()) * finetune_batch_size(s) * s.target_factor * L + s.target_factor * L + 1
+    train_tokens = pretrained_tokens(s, ckpt, "train", most)[0] if any(s.ks()) else None
     describe = ckpt.describe()
     base = recipe_lm(ckpt, PLAIN[case.method], L, s.target_factor * L)
     base_q, _ = quality(base, s, valid, L, [L], case.device, "", s.seed)
