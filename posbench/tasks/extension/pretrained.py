@@ -196,6 +196,7 @@ def run_pretrained(case) -> dict:
     ckpt = load(s, getattr(torch, s.eval_dtype), case.device)
     L, source = trained_length(ckpt.model.config, s)
     n_params = sum(t.numel() for t in ckpt.model.parameters())
+    # checked before any evaluation, with the eval copy loaded (freed before a fine-tune): a cautious check
     need = check_memory(n_params, s, case.device) if any(s.ks()) else None
     valid, corpus = pretrained_tokens(s, ckpt)
     # the fine-tunes read at most the tokens their steps consume
