@@ -231,3 +231,11 @@ def test_extension_suite_runs_on_an_hf_folder(checkpoints, corpus, family, tmp_p
         assert tables and {t.rest["L_train"] for t in tables} == {L}
         assert all(t.note.startswith("Unavailable (the recipe does not apply; each row says why): alibi drope, "
                                      "extrapolate; rotary extrapolate.") for t in tables)
+
+
+@pytest.mark.subprocess  # the CLI reads the method files in a child process
+def test_the_extension_suite_refuses_a_hub_id_in_one_line(capsys):
+    code = cli.main(["--suite", "extension", "--model", "hf:someone/some-model", "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_USAGE and err.strip().count("\n") == 0
+    assert "looks like a Hugging Face Hub id" in err and "huggingface-cli download someone/some-model" in err
