@@ -27,7 +27,7 @@ def model_slopes(model, model_type: str) -> torch.Tensor:
 class AlibiRecipe:
     """ALiBi of a BLOOM or MPT model at given positions and bias dtype (posbench's ``alibi``)."""
 
-    def __init__(self, model, model_type: str, method: str, options: dict):
+    def __init__(self, model, model_type: str, method: str, options: dict, position_scale: float = 1.0):
         if method != "alibi":
             raise Unavailable(f"{method} cannot be applied to an ALiBi checkpoint ({model_type}); allowed: alibi "
                               "(options bias_dtype: float32 | compute; interpolate: true for interpolation)")
@@ -37,13 +37,19 @@ class AlibiRecipe:
             raise ValueError(f"alibi on an hf checkpoint: options {options!r}; allowed: bias_dtype "
                              f"{' | '.join(BIAS_DTYPES)}")
         self.model, self.model_type, self.bias_dtype = model, model_type, bias_dtype
+        # positions p * position_scale where the caller gives none (the extension task's fixed interpolation)
+        self.position_scale = position_scale
         self.slopes = model_slopes(model, model_type).to(model.device)  # (H,)
         self.pos: torch.Tensor | None = None  # (T,) float32 positions of the window being run
         self.last_bias: torch.Tensor | None = None  # the bias of the last forward, for tests and checks
-        body = model.transformer
-        if model_type == "bloom":
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Install the bias hooks for the model's current dtype (again after it changed)."""
+        body = self.model.transformer
+        if self.model_type == "bloom":
             body.build_alibi_tensor = self._bloom_bias  # called when an attention mask is given
-            if bias_dtype == "float32" and model.dtype != torch.float32:
+            if self.bias_dtype == "float32" and self.model.dtype != torch.float32:
                 for block in body.h:
                     attn = block.self_attention
                     attn.forward = _float32_bias_attention(attn)
@@ -67,9 +73,10 @@ class AlibiRecipe:
         return bias
 
     def forward(self, idx: torch.Tensor, pos: torch.Tensor | None) -> torch.Tensor:
-        """logits (B, T, V) of idx (B, T) at positions ``pos`` (T,), default 0..T-1."""
+        """logits (B, T, V) of idx (B, T) at positions ``pos`` (T,), default (0..T-1) * position_scale."""
         B, T = idx.shape
-        self.pos = (torch.arange(T, device=idx.device) if pos is None else pos.to(idx.device)).to(torch.float32)
+        plain = torch.arange(T, device=idx.device, dtype=torch.float32) * self.position_scale
+        self.pos = (plain if pos is None else pos.to(idx.device)).to(torch.float32)
         # BLOOM reads the bias hook only when handed a mask; all ones: no padding
         mask = torch.ones(B, T, dtype=torch.long, device=idx.device) if self.model_type == "bloom" else None
         return self.model(input_ids=idx, attention_mask=mask, use_cache=False).logits

@@ -100,6 +100,10 @@ class RopeRecipe:
         self.checks[length] = check
         return check
 
+    def refresh(self) -> None:
+        """Rebuild the rotary module at the next call (after the model changed dtype: float32 frequencies)."""
+        self.length = None
+
     def forward(self, idx: torch.Tensor, pos: torch.Tensor | None) -> torch.Tensor:
         """logits (B, T, V) of idx (B, T) at positions ``pos`` (T,) float, default 0..T-1."""
         T = idx.shape[1]
@@ -113,3 +117,31 @@ class RopeRecipe:
         # sequences and lets each token see only itself.
         mask = torch.ones(idx.shape, dtype=torch.long, device=idx.device)
         return self.model(input_ids=idx, position_ids=position_ids, attention_mask=mask, use_cache=False).logits
+
+
+class NoRotation(torch.nn.Module):
+    """A Llama rotary module that rotates by nothing: cos 1, sin 0."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (*position_ids.shape, self.dim)  # (B, T, rotary_dim), as the module it replaces
+        return torch.ones(shape, dtype=x.dtype, device=x.device), torch.zeros(shape, dtype=x.dtype, device=x.device)
+
+
+class DropeRecipe:
+    """DroPE (Gelberg et al. 2025) on a Llama-family model: the rotation removed, positions left to
+    the causal mask (posbench's ``nope``), recalibrated by the fine-tune."""
+
+    def __init__(self, model):
+        self.model = model
+        model.model.rotary_emb = NoRotation(2 * model.model.rotary_emb.inv_freq.numel())
+
+    def refresh(self) -> None:
+        """Nothing to rebuild: the rotation by nothing follows the model's dtype."""
+
+    def forward(self, idx: torch.Tensor, pos: torch.Tensor | None) -> torch.Tensor:
+        """logits (B, T, V) of idx (B, T); positions play no part."""
+        return self.model(input_ids=idx, use_cache=False).logits

@@ -43,18 +43,19 @@ def open_pretrained(case, L_train: int):
     return PretrainedLM(ckpt, recipe), ckpt
 
 
-def pretrained_tokens(s, ckpt):
-    """((N,) int64 valid ids, the corpus's description): a text corpus through the checkpoint's
-    tokenizer; a corpus of token ids as it is, when its ids fit the vocabulary."""
+def pretrained_tokens(s, ckpt, split: str = "valid", max_tokens: int | None = None):
+    """((N,) int64 ids of ``split`` (valid: capped at ``eval_tokens``, train at ``max_tokens``), the
+    corpus's description): text through the checkpoint's tokenizer; ids as they are, when they fit."""
     import numpy as np
 
     from posbench.hf.text import TEXT_KINDS, check_ids, text_tokens
     from posbench.tasks.training import open_corpus
 
     c = s.corpus
+    cap = s.eval_tokens if split == "valid" else max_tokens
     if c.kind in TEXT_KINDS:
-        return text_tokens(ckpt.tokenizer, c.kind, c.path, c.splits, s.eval_tokens)
+        return text_tokens(ckpt.tokenizer, c.kind, c.path, c.splits, cap, split)
     corpus = open_corpus(c)
-    ids = np.asarray(corpus.split("valid")[: s.eval_tokens], dtype=np.int64)
+    ids = np.asarray(corpus.split(split)[:cap], dtype=np.int64)
     check_ids(ids, ckpt.vocab_size, corpus.name)
     return ids, corpus.describe()

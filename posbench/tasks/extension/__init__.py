@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from posbench.core.task import Metric, Task, Unavailable
 from posbench.tasks.extension.recipes import BIAS_DTYPES, RECIPES, unavailable
+from posbench.tasks.pretrained import PretrainedSettings
 from posbench.tasks.training import BUDGET_METRICS, TrainSettings
 
 # torch, the corpus, the model and training are imported inside run(): validating a suite imports
@@ -40,6 +41,10 @@ METRICS = {
     "base_passkey_at_train_len": M("Base passkey accuracy at L_train", "fraction", "the trained model's passkey "
                                    "accuracy at L_train, before any recipe (learn first)", None),
     "L_target": M("L_target", "tokens", "the fine-tuning length, target_factor x L_train", None, "int"),
+    "L_train": M("L_train", "tokens", "a checkpoint's (--model hf:DIR) training length: pretrained_L_train or its "
+                 "config's (series.L_train_source)", None, "int"),
+    "finetune_memory_needed_bytes": M("Fine-tuning memory estimate", "bytes", "a checkpoint's parameters x 16 "
+                                      "(float32 weights, gradients, AdamW moments)", None, "count"),
     "final_train_loss": M("Final training loss", "nats/token", "training loss of the base model at its last step"),
     "train_steps": M("Training steps", "steps", "optimizer steps of the base model", None, "int"),
     "train_tokens": M("Training tokens", "tokens", "tokens the base model trained on", None, "count"),
@@ -53,7 +58,7 @@ METRICS = {
 }
 
 
-class Settings(TrainSettings):
+class Settings(TrainSettings, PretrainedSettings):
     # The base model's budget, optimizer and corpus: TrainSettings; it trains on the corpus mixed
     # with passkey examples (``mix``), as the retrieval task's models do, so passkey has a baseline.
     target_factor: int = Field(4, ge=2, description="L_target = target_factor x L_train: the fine-tuning length")
@@ -82,6 +87,11 @@ class Settings(TrainSettings):
     check_every: int = Field(100, ge=1, description="steps between the held-out checks of stop_at_acc")
     check_samples: int = Field(200, ge=1, description="held-out passkey examples per check")
     reuse_checkpoint: bool = Field(True, description="reuse the base model another case of the run trained")
+    pretrained_L_train: Optional[int] = Field(None, ge=2, description="--model hf:DIR: the checkpoint's training "
+                                              "length (default its config's max_position_embeddings or max_seq_len; "
+                                              "the grid's L_train is not read)")
+    finetune_memory_bytes: Optional[int] = Field(None, ge=0, description="--model hf:DIR: memory the fine-tune may "
+                                                 "use (default what the device has free or available)")
 
     @model_validator(mode="after")
     def _check(self):
@@ -118,6 +128,10 @@ def run(case) -> dict:
     reason = unavailable(case.method, case.params.recipe, case.params.bias_dtype)
     if reason:
         raise Unavailable(reason)
+    if case.settings.pretrained:  # --model hf:DIR: the checkpoint instead of a base model trained here
+        from posbench.tasks.extension.pretrained import run_pretrained
+
+        return run_pretrained(case)
     from posbench.tasks.extension.finetune import run_case
 
     return run_case(case)

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from posbench.engine.train import TrainConfig, train
-from posbench.tasks.extension.recipes import recipe_model
+from posbench.tasks.extension.recipes import PLAIN, recipe_model
 from posbench.tasks.extrapolation import eval_cell
 from posbench.tasks.retrieval import probes as P
 from posbench.tasks.retrieval.train_eval import eval_length, mixed_batches, trained_model
@@ -62,29 +62,50 @@ def finetune_batch_size(s) -> int:
 def finetune(model, s, vocab, lm_tokens, L_target: int, k: int, seed: int, device):
     """k steps of ``posbench.engine.train.train`` at L_target on the same mix as the base model: a
     fresh AdamW, its own warm-up (``warmup_steps``) and cosine decay; ``model`` trains in place."""
-    rows = finetune_batch_size(s)
-    cfg = TrainConfig(seq_len=L_target, batch_size=rows, steps=k, lr=s.finetune_lr, warmup_steps=warmup_steps(k, s),
-                      precision=s.precision, seed=seed)
-    data = mixed_batches(lm_tokens, vocab, PROBES, L_target, rows, s.mix, seed + FINETUNE_DATA_SEED, s.loss)
+    cfg = finetune_config(s, L_target, k, seed)
+    data = mixed_batches(lm_tokens, vocab, PROBES, L_target, cfg.batch_size, s.mix, seed + FINETUNE_DATA_SEED, s.loss)
     return train(model, data, cfg, device)
+
+
+def finetune_config(s, L_target: int, k: int, seed: int) -> TrainConfig:
+    """The k-step fine-tune's ``TrainConfig``: ``finetune_lr``, its own warm-up, then cosine decay."""
+    return TrainConfig(seq_len=L_target, batch_size=finetune_batch_size(s), steps=k, lr=s.finetune_lr,
+                       warmup_steps=warmup_steps(k, s), precision=s.precision, seed=seed)
 
 
 def quality(model, s, vocab, valid, L_train: int, lengths: list[int], device, suffix: str) -> dict:
     """``ppl@<mode>@<L_valid><suffix>`` and ``passkey@<L_valid><suffix>`` of ``model`` in the eval dtype
     (the extrapolation task's evaluation and the retrieval task's passkey probe)."""
     model = model.to(getattr(torch, s.eval_dtype)).eval()
-    out = {}
-    for mode in s.modes:
-        for Lv in lengths:
-            cell, _curve = eval_cell(model, valid, L_train, Lv, mode, s, device)
-            ok = cell["status"] == "ok" and cell["ppl"] is not None and math.isfinite(cell["ppl"])
-            out[f"ppl@{mode}@{Lv}{suffix}"] = cell["ppl"] if ok else None
+    out = perplexities(model, s, valid, L_train, lengths, device, suffix)
     for Lv in lengths:
         cells, _ = eval_length(model, "passkey", vocab, Lv, s, device)
         total = sum(c["total"] for c in cells)
         fine = all(c["status"] == "ok" for c in cells) and total
         out[f"passkey@{Lv}{suffix}"] = sum(c["correct"] for c in cells) / total if fine else None
     return out
+
+
+def perplexities(model, s, valid, L_train: int, lengths: list[int], device, suffix: str) -> dict:
+    """``ppl@<mode>@<L_valid><suffix>`` of ``model`` (``lm(idx, pos)``), None where not finite."""
+    out = {}
+    for mode in s.modes:
+        for Lv in lengths:
+            cell, _curve = eval_cell(model, valid, L_train, Lv, mode, s, device)
+            ok = cell["status"] == "ok" and cell["ppl"] is not None and math.isfinite(cell["ppl"])
+            out[f"ppl@{mode}@{Lv}{suffix}"] = cell["ppl"] if ok else None
+    return out
+
+
+def headline(metrics: dict, s, L_target: int, lengths: list[int]) -> dict:
+    """The headline metrics (non-overlapping when measured) from the per-k ones."""
+    mode = "nonoverlapping" if "nonoverlapping" in s.modes else s.modes[0]
+    first, last = s.ks()[0], s.ks()[-1]
+    return dict(ppl_at_target_k0=metrics[f"ppl@{mode}@{L_target}@k{first}"],
+                ppl_at_target=metrics[f"ppl@{mode}@{L_target}@k{last}"],
+                ppl_at_max_len=metrics[f"ppl@{mode}@{max(lengths)}@k{last}"],
+                passkey_at_target_k0=metrics[f"passkey@{L_target}@k{first}"],
+                passkey_at_target=metrics[f"passkey@{L_target}@k{last}"])
 
 
 def run_one_seed(case, s, corpus, vocab, seed: int, seeds: list[int]) -> dict:
@@ -96,7 +117,7 @@ def run_one_seed(case, s, corpus, vocab, seed: int, seeds: list[int]) -> dict:
     ckpt = base_checkpoint(case, seed, seeds)
     with exclusive(ckpt):
         base, metrics = trained_model(case, s, vocab, lm_tokens, ckpt, PROBES, None, seed)
-    base_q = quality(recipe_model(base, "none" if case.method == "rotary" else "extrapolate", L, L_target), s, vocab,
+    base_q = quality(recipe_model(base, PLAIN[case.method], L, L_target), s, vocab,
                      valid, L, [L], case.device, "")
     mode = "nonoverlapping" if "nonoverlapping" in s.modes else s.modes[0]
     metrics.update(base_ppl_at_train_len=base_q[f"ppl@{mode}@{L}"], base_passkey_at_train_len=base_q[f"passkey@{L}"],
@@ -110,12 +131,7 @@ def run_one_seed(case, s, corpus, vocab, seed: int, seeds: list[int]) -> dict:
             metrics[f"finetune_seconds@k{k}"], metrics[f"finetune_loss@k{k}"] = r.seconds, r.final_loss
             curves[f"k{k}"] = [list(c) for c in r.curve]
         metrics.update(quality(model, s, vocab, valid, L, lengths, case.device, f"@k{k}"))
-    first, last = s.ks()[0], s.ks()[-1]
-    metrics.update(ppl_at_target_k0=metrics[f"ppl@{mode}@{L_target}@k{first}"],
-                   ppl_at_target=metrics[f"ppl@{mode}@{L_target}@k{last}"],
-                   ppl_at_max_len=metrics[f"ppl@{mode}@{max(lengths)}@k{last}"],
-                   passkey_at_target_k0=metrics[f"passkey@{L_target}@k{first}"],
-                   passkey_at_target=metrics[f"passkey@{L_target}@k{last}"])
+    metrics.update(headline(metrics, s, L_target, lengths))
     info = base.info(case.device, getattr(torch, s.eval_dtype))
     return {"metrics": metrics, "series": {"finetune_loss": curves}, "info": info}
 
@@ -131,8 +147,13 @@ def run_case(case) -> dict:
                          f"(it needs {need - 1} tokens)")
     seeds = seed_list(s)
     runs = [run_one_seed(case, s, corpus, vocab, seed, seeds) for seed in seeds]
-    series = {"corpus": corpus.describe(), "modes": list(s.modes), "finetune_steps": s.ks(),
-              "L_valid": [f * s.target_factor * case.params.L_train for f in s.L_valid_factors]}
+    return combine_seeds(runs, seeds, s, case.params.L_train, corpus.describe())
+
+
+def combine_seeds(runs: list[dict], seeds: list[int], s, L_train: int, corpus: dict) -> dict:
+    """The case's result from each seed's (``combine_metrics`` when several)."""
+    series = {"corpus": corpus, "modes": list(s.modes), "finetune_steps": s.ks(),
+              "L_valid": [f * s.target_factor * L_train for f in s.L_valid_factors]}
     if len(runs) == 1:
         return {"metrics": runs[0]["metrics"], "series": {**series, **runs[0]["series"]}, "info": runs[0]["info"]}
     metrics, by_seed = combine_metrics([r["metrics"] for r in runs])

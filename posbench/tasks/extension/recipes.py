@@ -17,6 +17,7 @@ BIAS_DTYPES = ("float32", "compute")
 SCALED_METHOD = {"pi": "rotary_pi", "ntk": "rotary_ntk", "yarn": "rotary_yarn", "longrope": "rotary_longrope",
                  "llama3": "rotary_llama3"}
 FAMILY_RECIPES = {"rotary": ROTARY_RECIPES, "alibi": ALIBI_RECIPES}
+PLAIN = {"rotary": "none", "alibi": "extrapolate"}  # each method's recipe that changes nothing
 
 
 def unavailable(method: str, recipe: str, bias_dtype: str) -> Optional[str]:

@@ -42,8 +42,11 @@ def extension_tables(runs: Runs) -> list[Table]:
     out = []
     for suite, hardware, group in task_groups(runs.rows, "extension"):
         points: dict[int, list] = {}
-        for params, members in by_params(group).items():
-            points.setdefault(dict(params).get("L_train"), []).extend(members)
+        rows = [r for members in by_params(group).values() for r in members]
+        own = checkpoint_lengths(rows)
+        for r in rows:
+            key = (_checkpoint(r), r.params.get("L_train"))
+            points.setdefault(own.get(key, key[1]), []).append(r)
         for L, members in points.items():
             ok = [r for r in members if r.status == "ok" and isinstance(r.metrics, dict)]
             note = unavailable_note([r for r in members if r.status == "unavailable"])
@@ -53,6 +56,17 @@ def extension_tables(runs: Runs) -> list[Table]:
             for head, title, kind in measures(ok):
                 out.append(_table(suite, hardware, L, target, head, title, kind, ok + others, ks, note))
     return out
+
+
+def _checkpoint(r):
+    return r.settings.get("pretrained") if isinstance(r.settings, dict) else None
+
+
+def checkpoint_lengths(rows) -> dict:
+    """(checkpoint, grid L_train) -> the checkpoint's own L_train (metric ``L_train``), so that its
+    unavailable rows join the table of its ok ones."""
+    return {(_checkpoint(r), r.params.get("L_train")): int(r.metrics["L_train"]) for r in rows
+            if isinstance(r.metrics, dict) and _number(r.metrics.get("L_train"))}
 
 
 def _table(suite, hardware, L, target, head, title, kind, rows, ks, note) -> Table:
