@@ -114,8 +114,9 @@ def cost_axis(ax, costs, axis: str = "x") -> tuple[str, bool]:
     log = high / low > LOG_SPAN
     if log:
         getattr(ax, f"set_{axis}scale")("log")
-    else:  # from zero, the dearest point clear of the frame
+    else:  # from zero, the dearest point clear of the frame; 1e-4 s as "1.0 x 1e-4", not "0.00010"
         getattr(ax, f"set_{axis}lim")(0, high * 1.1)
+        ax.ticklabel_format(axis=axis, style="sci", scilimits=(-3, 4))
     return f"costs within {high / low:.2f}x of the cheapest", log
 
 
