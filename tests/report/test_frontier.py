@@ -1,6 +1,6 @@
 """The frontier (issue 39): the Pareto front on a fixture, the verdict ("worse beyond seed-level
 noise (k of n seeds)" or "not separable"), and the frontier section of a seeded, time-budgeted
-extrapolation run (table and chart)."""
+extrapolation run (table and chart, the decode cost with its spread over repeats)."""
 from posbench.report.build import collect_sections, load_runs
 from posbench.report.frontier import NOT_SEPARABLE, Point, compare_points, pareto_front, verdicts
 from posbench.tasks import find as find_task
