@@ -278,7 +278,7 @@ def frontier_table(q: Quality, suite: str, hardware: str, budget: str, target: i
 
 
 def serving_cell(p: Point, link: dict) -> Cell:
-    """The decode cost of a point: ``1.02 [0.95, 1.10]`` (median [fastest, slowest repeat]), or one pass's."""
+    """The serving cost of a point: ``1.02 [0.95, 1.10]`` (median [fastest, slowest repeat]), or one pass's."""
     if p.serving is None:
         return Cell(text="—", **link)
     text = f"{p.serving:.3g}" + (f" [{p.serving_range[0]:.3g}, {p.serving_range[1]:.3g}]" if p.serving_range else "")
