@@ -1,8 +1,9 @@
 """Charts drawn from report tables with matplotlib (Agg backend).
 
 Speed, time and memory as grouped bars from zero, each annotated with its ratio to the baseline;
-other metrics (perplexity: log axis) as lines. Artists carry a ``gid`` (``method:<name>``,
-``failed:<name>``, ``errorbar:<name>``) for tests; values are the table cells' (docs/reports.md).
+other metrics as lines (perplexity: log axis; counts and costs from zero). Artists carry a ``gid``
+(``method:<name>``, ``failed:<name>``, ``errorbar:<name>``) for tests; values are the table cells'
+(docs/reports.md).
 """
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ def staggered(index: int, count: int, points: int, marks: int = 12) -> tuple[int
 
 # Metrics drawn as bars from zero: a paper's speed and memory figures (ALiBi, Figure 1).
 BAR_UNITS = {"words/s", "tokens/s", "bytes", "ms", "s", "TFLOP/s", "FLOP", "J", "J/token"}
+# Counts drawn as lines: from zero too, so a few percent do not fill the axis.
+COUNT_UNITS = {"tokens", "steps", "sequences", "values", "examples"}
+LOG_SPAN = 10.0  # a cost axis turns log when the dearest point costs more than this times the cheapest
 HATCHES = ["", "//", "..", "xx", "\\\\", "++", "oo", "--", "||", "**"]
 
 
@@ -98,6 +102,22 @@ def perplexity_axis(ax) -> None:
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
     ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
+def cost_axis(ax, costs, axis: str = "x") -> tuple[str, bool]:
+    """Put ``costs`` on an honest ``axis``: linear from zero, or log (said in the label by the
+    caller) when they span more than ``LOG_SPAN``. Returns (the caption's spread note, log)."""
+    finite = [c for c in costs if c is not None and math.isfinite(c) and c > 0]
+    if not finite:
+        return "", False
+    low, high = min(finite), max(finite)
+    log = high / low > LOG_SPAN
+    if log:
+        getattr(ax, f"set_{axis}scale")("log")
+    else:  # from zero, the dearest point clear of the frame; 1e-4 s as "1.0 x 1e-4", not "0.00010"
+        getattr(ax, f"set_{axis}lim")(0, high * 1.1)
+        ax.ticklabel_format(axis=axis, style="sci", scilimits=(-3, 4))
+    return f"costs within {high / low:.2f}x of the cheapest", log
 
 
 def _mark_failed(ax, xs, label: str, color) -> None:
@@ -220,7 +240,8 @@ def is_bar(table: Table) -> bool:
 
 def metric_chart(table: Table) -> plt.Figure:
     """A metric against the table's column (sequence length): grouped bars for speed, time and
-    memory (``bar_chart``); else one line per method, log-2 x, perplexity on a log y."""
+    memory (``bar_chart``); else one line per method, log-2 x, perplexity on a log y, memory and
+    counts from zero."""
     if is_bar(table):
         return bar_chart(table)
     fig, ax = new_figure()
@@ -229,7 +250,7 @@ def metric_chart(table: Table) -> plt.Figure:
         ax.set_xscale("log", base=2)
         ax.set_xticks(table.columns, [str(c) for c in table.columns])
     label = table.title.split(",")[0]
-    if table.fmt == "bytes":
+    if table.fmt == "bytes" or table.unit in COUNT_UNITS:
         top = max([y for line in ax.get_lines() if (line.get_gid() or "").startswith("method:")
                    for y in line.get_ydata()] + [0.0])
         ax.set_ylim(0, top * 1.1 or 1.0)  # from zero, with the tallest point clear of the frame

@@ -33,6 +33,7 @@ class Point:
     memory: Optional[float] = None  # peak training memory (bytes), mean over seeds
     extra: dict = field(default_factory=dict)
     serving: Optional[float] = None  # serving cost at the target length: ms per generated token, KV cache
+    serving_range: Optional[tuple[float, float]] = None  # its fastest and slowest repeat (ms)
 
     @property
     def label(self) -> str:
@@ -178,13 +179,23 @@ def per_unit(metrics: dict, seconds: str, units: str) -> Optional[float]:
     return s / n if is_number(s) and is_number(n) and n > 0 else None
 
 
-Cells = Callable[[object], Iterable[tuple[int, dict, Optional[float]]]]
+# (target length, {seed: quality}, serving cost: None, ms per token, or (median, fastest, slowest) over repeats)
+Cells = Callable[[object], Iterable[tuple[int, dict, object]]]
+
+
+def serving_parts(serving) -> tuple[Optional[float], Optional[tuple[float, float]]]:
+    """(ms per token, (fastest, slowest) or None) of a cell's serving cost; non-numbers are None."""
+    if isinstance(serving, tuple):
+        ms, low, high = serving
+        spread = (low, high) if is_number(ms) and is_number(low) and is_number(high) else None
+        return (ms if is_number(ms) else None), spread
+    return (serving if is_number(serving) else None), None
 
 
 def frontier_points(runs: Runs, task: str, cells: Cells, cost: Callable[[dict], Optional[float]],
                     of: Callable[[object], str] = lambda r: "") -> dict[tuple, list[Point]]:
     """{(suite, hardware, budget, of, target): [Point]} of the finished ``task`` rows of runs that
-    ask for a frontier. ``cells(row)`` yields (target length, {seed: quality}, serving cost or None);
+    ask for a frontier. ``cells(row)`` yields (target length, {seed: quality}, serving cost: see ``Cells``);
     ``cost(metrics)`` is the row's cost; ``of(row)`` what else a frontier is drawn per (a probe)."""
     out: dict[tuple, list[Point]] = {}
     for suite, hardware, group in task_groups(runs.rows, task):
@@ -199,7 +210,7 @@ def frontier_points(runs: Runs, task: str, cells: Cells, cost: Callable[[dict], 
                 point = Point(r.method, r.params.get("L_train"), by_seed, c if is_number(c) else None,
                               memory if is_number(memory) else None,
                               {"case_id": r.case_id, "run_id": r.run_id, "commit": r.git_commit},
-                              serving if is_number(serving) else None)
+                              *serving_parts(serving))
                 out.setdefault((suite, hardware, budget_text(m), of(r), target), []).append(point)
     return out
 
@@ -254,14 +265,11 @@ def frontier_table(q: Quality, suite: str, hardware: str, budget: str, target: i
         table.cells[(p.label, "peak memory")] = Cell(text="—" if p.memory is None else fmt.number(p.memory, "bytes"),
                                                      value=p.memory, **link)
         if serving:
-            table.cells[(p.label, SERVING)] = Cell(text="—" if p.serving is None else f"{p.serving:.3g}", value=p.serving,
-                                                  **link)
+            table.cells[(p.label, SERVING)] = serving_cell(p, link)
         table.cells[(p.label, "Pareto")] = Cell(text="yes" if p.label in front else "", **link)
         verdict = "best" if best is not None and p is best else said.get(p.label, f"no {q.name}")
         table.cells[(p.label, "verdict")] = Cell(text=verdict, **link)
-    serving_note = (" Serving: milliseconds per generated token with a KV cache at context "
-                    f"{target} (median over the timed steps), measured once per method and L_train in the same "
-                    "run." if serving else "")
+    serving_note = serving_caption(points, target) if serving else ""
     table.caption = (f"{q.describe}{' of ' + of if of else ''} at {where} ({q.reads}, mean over seeds) of every "
                      f"method and L_train trained under {budget}, against its cost: training {q.cost_unit.replace(' / ', ' per ')} "
                      "and peak training memory measured in the same run. Pareto: no other row is both cheaper "
@@ -269,10 +277,27 @@ def frontier_table(q: Quality, suite: str, hardware: str, budget: str, target: i
     return table
 
 
+def serving_cell(p: Point, link: dict) -> Cell:
+    """The serving cost of a point: ``1.02 [0.95, 1.10]`` (median [fastest, slowest repeat]), or one pass's."""
+    if p.serving is None:
+        return Cell(text="—", **link)
+    text = f"{p.serving:.3g}" + (f" [{p.serving_range[0]:.3g}, {p.serving_range[1]:.3g}]" if p.serving_range else "")
+    return Cell(text=text, value=p.serving, spread=p.serving_range, **link)
+
+
+def serving_caption(points: list[Point], target: int) -> str:
+    head = f" Serving: milliseconds per generated token with a KV cache at context {target}"
+    if any(p.serving_range for p in points):
+        return (f"{head}, the median over repeats of each repeat's median step, brackets: the fastest and slowest "
+                "repeat; measured per method and L_train in the same run.")
+    return (f"{head} (median over the timed steps), measured once per method and L_train in the same run (one "
+            "pass: its spread is not known).")
+
+
 def frontier_chart(table: Table):
-    """Quality against training cost, a point per (method, L_train), seed intervals as error bars,
-    the Pareto front as a line."""
-    from posbench.report.charts import caption, fit, line_style, new_figure, perplexity_axis
+    """Quality against training cost (from zero; the caption gives the costs' spread), a point per
+    (method, L_train), seed intervals as error bars, the Pareto front as a line."""
+    from posbench.report.charts import caption, cost_axis, fit, line_style, new_figure, perplexity_axis
 
     q: Quality = table.extra["quality"]
     fig, ax = new_figure()
@@ -296,13 +321,15 @@ def frontier_chart(table: Table):
                 label="Pareto front", gid="pareto")
     if q.log_axis:
         perplexity_axis(ax)
+    spread, log_cost = cost_axis(ax, [p.cost for p in points if p.quality is not None])
     unit = q.cost_unit.replace("s / ", "seconds per ")
-    ax.set(xlabel=f"Training {unit} (cost)",
+    ax.set(xlabel=f"Training {unit} (cost{', log scale' if log_cost else ', from zero'})",
            ylabel=f"{q.name.capitalize()} ({q.reads}{', log scale' if q.log_axis else ''})")
     ax.set_title(table.title, fontsize=9, wrap=True)
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    caption(fig, table.hardware, table.commit, "bars: 95% t interval over seeds; dashed: the Pareto front")
+    caption(fig, table.hardware, table.commit,
+            "; ".join(n for n in (spread, "bars: 95% t interval over seeds", "dashed: the Pareto front") if n))
     fit(fig)
     return fig
 

@@ -1,6 +1,6 @@
 """The frontier (issue 39): the Pareto front on a fixture, the verdict ("worse beyond seed-level
 noise (k of n seeds)" or "not separable"), and the frontier section of a seeded, time-budgeted
-extrapolation run (table and chart)."""
+extrapolation run (table and chart, the decode cost with its spread over repeats)."""
 from posbench.report.build import collect_sections, load_runs
 from posbench.report.frontier import NOT_SEPARABLE, Point, compare_points, pareto_front, verdicts
 from posbench.tasks import find as find_task
@@ -164,3 +164,28 @@ def test_frontier_shows_the_decode_cost_at_the_target_length(tmp_path):
     assert table.cell("alibi, L_train=64", "serving ms / token").value == 2.0
     assert table.cell("sinusoidal, L_train=128", "serving ms / token").text == "3"
     assert "KV cache at context 256" in table.caption
+
+
+def test_frontier_table_shows_the_decode_cost_spread_over_repeats(tmp_path):
+    rows = seeded_rows()
+    for r in rows:
+        fast = r["method"] == "alibi"
+        r["metrics"].update({"decode_tpot_ms@256": 2.0 if fast else 3.0, "decode_tpot_ms_min@256": 1.8 if fast else 2.9,
+                             "decode_tpot_ms_max@256": 2.5 if fast else 3.6})
+    runs = load_runs(write_run(tmp_path, rows), find_task=find_task)
+    (table,) = frontier_tables(runs)
+    cell = table.cell("alibi, L_train=64", "serving ms / token")
+    assert (cell.text, cell.value, cell.spread) == ("2 [1.8, 2.5]", 2.0, (1.8, 2.5))
+    assert table.cell("sinusoidal, L_train=128", "serving ms / token").text == "3 [2.9, 3.6]"
+    assert "brackets: the fastest and slowest repeat" in table.caption
+
+
+def test_frontier_table_says_a_single_pass_has_no_known_spread(tmp_path):
+    rows = seeded_rows()
+    for r in rows:
+        r["metrics"]["decode_tpot_ms@256"] = 2.0  # a row of suite version 2: one pass, no repeats
+    runs = load_runs(write_run(tmp_path, rows), find_task=find_task)
+    (table,) = frontier_tables(runs)
+    cell = table.cell("alibi, L_train=64", "serving ms / token")
+    assert (cell.text, cell.spread) == ("2", None)
+    assert "one pass: its spread is not known" in table.caption

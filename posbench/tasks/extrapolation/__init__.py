@@ -49,9 +49,14 @@ METRICS = {
     "passkey@*": M("Passkey accuracy", "", "passkey@<L_valid>[@interp]: share of text passkey probes answered "
                    "exactly (pretrained checkpoints, --model hf:DIR)", True, "plain"),
     "decode_tpot_ms@*": M("Decode time per token", "ms", "decode_tpot_ms@<L_valid>: one greedy decode step with a "
-                          "KV cache at context L_valid, batch 1, median (decode_tokens; the frontier's decode cost)",
-                          False, "ms"),
-    "decode_ttft_ms@*": M("Prefill time", "ms", "decode_ttft_ms@<L_valid>: prefill of a (1, L_valid) prompt", False, "ms"),
+                          "KV cache at context L_valid, batch 1, median over decode_repeats of each repeat's median "
+                          "(decode_tokens steps; the frontier's decode cost)", False, "ms"),
+    "decode_tpot_ms_min@*": M("Decode time per token, fastest repeat", "ms", "decode_tpot_ms_min@<L_valid>: the "
+                              "fastest repeat's median decode step", None, "ms"),
+    "decode_tpot_ms_max@*": M("Decode time per token, slowest repeat", "ms", "decode_tpot_ms_max@<L_valid>: the "
+                              "slowest repeat's median decode step", None, "ms"),
+    "decode_ttft_ms@*": M("Prefill time", "ms", "decode_ttft_ms@<L_valid>: prefill of a (1, L_valid) prompt, median "
+                          "over decode_repeats", False, "ms"),
     **BUDGET_METRICS,
 }
 
@@ -68,6 +73,8 @@ class Settings(TrainSettings, PretrainedSettings):
     reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint of this case instead of retraining")
     decode_tokens: Optional[int] = Field(None, ge=1, description="also time this many greedy decode steps with a KV "
                                          "cache at each L_valid (decode_tpot_ms@<L_valid>: the frontier's decode cost)")
+    decode_repeats: int = Field(3, ge=1, description="repeats of the decode cost (a prefill and decode_tokens steps "
+                                "each): its median and the fastest and slowest repeat")
 
     @model_validator(mode="after")
     def _lengths(self):

@@ -12,6 +12,7 @@ from posbench.report.frontier import (Point, Quality, budget_text, frontier_char
 from posbench.report.rows import Runs
 from posbench.report.sections import Section
 from posbench.report.table import Table
+from posbench.tasks.decode.frontier import TPOT, TPOT_MAX, TPOT_MIN
 from posbench.tasks.extrapolation.ppl_tables import evals
 
 __all__ = ["QUALITY", "budget_text", "frontier_chart", "frontier_points", "frontier_sections", "frontier_tables",
@@ -19,7 +20,7 @@ __all__ = ["QUALITY", "budget_text", "frontier_chart", "frontier_points", "front
 
 QUALITY = Quality("extrapolation", "perplexity", "ppl", "L_valid", True, fmt.ppl, "Non-overlapping perplexity",
                   log_axis=True)
-DECODE_METRIC = "decode_tpot_ms@"  # + L_valid: the task's decode cost (``posbench.tasks.decode.frontier``)
+DECODE_METRICS = (TPOT, TPOT_MIN, TPOT_MAX)  # + L_valid: the decode cost, its fastest and slowest repeat
 
 
 def cost(metrics: dict):
@@ -29,7 +30,7 @@ def cost(metrics: dict):
 
 
 def cells(row):
-    """(L_valid, {seed: non-overlapping perplexity}, decode ms per token at L_valid) of a row."""
+    """(L_valid, {seed: non-overlapping perplexity}, (decode ms per token, fastest, slowest repeat) at L_valid)."""
     series = row.series if isinstance(row.series, dict) else {}
     metrics = row.metrics if isinstance(row.metrics, dict) else {}
     seeds = series.get("seeds") if isinstance(series.get("seeds"), list) else [0]
@@ -37,7 +38,7 @@ def cells(row):
         if e.get("mode") != "nonoverlapping" or e.get("interpolate") or e.get("status") != "ok":
             continue
         values = e.get("ppl_by_seed") if isinstance(e.get("ppl_by_seed"), list) else [e.get("ppl")]
-        yield e["L_valid"], dict(zip(seeds, values)), metrics.get(f"{DECODE_METRIC}{e['L_valid']}")
+        yield e["L_valid"], dict(zip(seeds, values)), tuple(metrics.get(f"{m}{e['L_valid']}") for m in DECODE_METRICS)
 
 
 def frontier_points(runs: Runs) -> dict[tuple, list[Point]]:
