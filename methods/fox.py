@@ -86,17 +86,39 @@ def _key_column(q, k, v, big_f):
     return head_column_sdpa(q, k, v, (-big_f).to(q.dtype))
 
 
-def _by_rows(o):
-    """o (B, H, T, hd) stored as (B, T, H, hd), the layout the layer reads: torch.cond wants both
-    branches in one layout."""
-    return o.transpose(1, 2).contiguous().transpose(1, 2)
-
-
 def _gate_bias(q, k, v, big_f, window=None):
     """Attention with the masked bias F_i - F_j (B, H, Tq, Tk) float32."""
     tq, tk = q.shape[-2], k.shape[-2]
     bias = big_f[..., tk - tq:, None] - big_f[..., None, :]  # unmasked
     return causal_attention(q, k, v, bias, window=window)
+
+
+def _either_path(fits, q, k, v, big_f):
+    """torch.cond: the key column where ``fits`` (a bool tensor), else the bias. Its operands must
+    not alias (q and v are views of one projection), and both branches must give their output and
+    gradients in one layout."""
+    def branch(attend):
+        return lambda *a: _by_rows(attend(*map(_DenseGrad.apply, a)))
+
+    return torch.cond(fits, branch(_key_column), branch(_gate_bias), (q.clone(), k.clone(), v.clone(), big_f))
+
+
+class _DenseGrad(torch.autograd.Function):
+    """A copy whose gradient is contiguous (the key column's come in SDPA's layout, the bias
+    path's in its matmuls')."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.contiguous()
+
+
+def _by_rows(o):
+    """o (B, H, T, hd) stored as (B, T, H, hd), the layout the layer reads."""
+    return o.transpose(1, 2).contiguous().transpose(1, 2)
 
 
 @register
@@ -153,10 +175,7 @@ class ForgettingTransformer(PositionMethod):
             fits = -big_f[..., -1].detach().min() <= LINEAR_SPAN
             if torch.compiler.is_compiling():
                 # A graph cannot branch on a value: both paths are traced, and it picks one as it runs.
-                # With autograd its operands must not alias (q and v are views of one projection).
-                qkv = [x.clone() for x in (q, k, v)] if torch.is_grad_enabled() else [q, k, v]
-                return torch.cond(fits, lambda *a: _by_rows(_key_column(*a)), lambda *a: _by_rows(_gate_bias(*a)),
-                                  (*qkv, big_f))
+                return _either_path(fits, q, k, v, big_f)
             if fits:
                 return _key_column(q, k, v, big_f)
         if tq >= flex.FLEX_MIN_ROWS and flex.flex_available(q.device):

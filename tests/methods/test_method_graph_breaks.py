@@ -48,8 +48,8 @@ def _scaled(name: str) -> bool:
 SCALED = [n for n in registry.names() if _scaled(n)]
 
 
-def _traced(fn):
-    return torch.compile(fn, backend="eager", fullgraph=True)
+def _traced(fn, backend="eager"):
+    return torch.compile(fn, backend=backend, fullgraph=True)
 
 
 # --- no graph break -------------------------------------------------------------------------------
@@ -136,10 +136,12 @@ def test_compiled_scaled_rotary_reads_trained_len_on_eval_and_on_load():
 
 # --- fox: the key column or the bias, chosen by a torch.cond ----------------------------------------
 
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("gate_bias, path", [(0.0, "_key_column"), (-30.0, "_gate_bias")])
-def test_fox_traces_both_paths_and_matches_eager(gate_bias, path):
+def test_fox_traces_both_paths_and_matches_eager(gate_bias, path, backend):
     """|F| within LINEAR_SPAN takes the key column, beyond it the bias (at gate bias -30, |F| reaches
-    ~30 x 127); the traced forward and gradients equal eager's on either path."""
+    ~30 x 127); the traced forward and gradients equal eager's on either path. ``aot_eager`` traces
+    the backward too (torch.cond's aliasing and layout checks)."""
     model = _model("fox", 128, gate_bias=gate_bias)
     fox = sys.modules[type(model.method).__module__]
     taken = []
@@ -158,9 +160,9 @@ def test_fox_traces_both_paths_and_matches_eager(gate_bias, path):
         return model(x).float().square().mean()
 
     params = list(model.method.parameters()) + [model.tok.weight]
-    eager, traced = (torch.autograd.grad(f(x), params) for f in (loss, _traced(loss)))
+    eager, traced = (torch.autograd.grad(f(x), params) for f in (loss, _traced(loss, backend)))
     for e, t in zip(eager, traced):
         torch.testing.assert_close(t, e, rtol=1e-4, atol=1e-6)
     model.eval()
     with torch.no_grad():
-        torch.testing.assert_close(_traced(model)(x), model(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(_traced(model, backend)(x), model(x), rtol=1e-5, atol=1e-5)
