@@ -20,9 +20,9 @@ from tests.attention.test_graph_breaks import BIAS, MISSION, _fresh_dynamo, brea
 CANNOT_TRACE: dict[str, tuple[list[str], list[str]]] = {}
 
 METHODS = sorted(set(registry.names()) - set(MISSION + BIAS)) + [f"rotary+{m}" for m in sorted(registry.modifiers())]
-# Tracing takes seconds per method: the fast run traces two scaled rows (the value tests below trace
-# every row whole, fullgraph) and fox at L 1024; the slow tests every method at every length.
-FAST = ("fox", "rotary_longrope", "rotary_yarn")
+# Tracing takes seconds per method: the fast run traces fox and one scaled row at L 1024 (the value
+# tests below trace every row, fullgraph); the slow tests every method at every length.
+FAST = ("fox", "rotary_yarn")
 L_TRAIN = 64  # the scaled rows' training length in the value tests
 
 
@@ -98,11 +98,15 @@ def test_scaled_rotary_angles_traced_equal_eager_and_frequencies(name, options, 
     traced = _traced(lambda p: m.prepare(p, p, torch.float32))(pos)
     assert torch.equal(traced.cos, eager.cos) and torch.equal(traced.sin, eager.sin)
     assert traced.in_encode == eager.in_encode
-    if length == 100 and not options:  # the whole model too, beyond L_train
-        model = _model(name, L_TRAIN).eval()
-        x = torch.randint(0, 256, (2, length))
-        with torch.no_grad():
-            torch.testing.assert_close(_traced(model)(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [n if n == "rotary_dynamic_ntk" else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in SCALED])
+def test_scaled_rotary_model_traced_equals_eager_beyond_train_len(name):
+    model = _model(name, L_TRAIN).eval()
+    x = torch.randint(0, 256, (2, 100))
+    with torch.no_grad():
+        torch.testing.assert_close(_traced(model)(x), model(x), rtol=1e-5, atol=1e-5)
 
 
 def test_compiled_scaled_rotary_takes_key_positions_from_zero():
