@@ -81,6 +81,46 @@ def fox_reference(q, k, v, log_f) -> torch.Tensor:
     return (scores.softmax(-1) @ v.double()).to(q.dtype)
 
 
+def _key_column(q, k, v, big_f):
+    """Attention with -F_j (B, H, Tk) as one extra key column (Tq = Tk, no window)."""
+    return head_column_sdpa(q, k, v, (-big_f).to(q.dtype))
+
+
+def _gate_bias(q, k, v, big_f, window=None):
+    """Attention with the masked bias F_i - F_j (B, H, Tq, Tk) float32."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    bias = big_f[..., tk - tq:, None] - big_f[..., None, :]  # unmasked
+    return causal_attention(q, k, v, bias, window=window)
+
+
+def _either_path(fits, q, k, v, big_f):
+    """torch.cond: the key column where ``fits`` (a bool tensor), else the bias. Its operands must
+    not alias (q and v are views of one projection), and both branches must give their output and
+    gradients in one layout."""
+    def branch(attend):
+        return lambda *a: _by_rows(attend(*map(_DenseGrad.apply, a)))
+
+    return torch.cond(fits, branch(_key_column), branch(_gate_bias), (q.clone(), k.clone(), v.clone(), big_f))
+
+
+class _DenseGrad(torch.autograd.Function):
+    """A copy whose gradient is contiguous (the key column's come in SDPA's layout, the bias
+    path's in its matmuls')."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.contiguous()
+
+
+def _by_rows(o):
+    """o (B, H, T, hd) stored as (B, T, H, hd), the layout the layer reads."""
+    return o.transpose(1, 2).contiguous().transpose(1, 2)
+
+
 @register
 class ForgettingTransformer(PositionMethod):
     name = "fox"
@@ -129,17 +169,20 @@ class ForgettingTransformer(PositionMethod):
         k, big_f = self.keys_and_gates(k, q.shape[-1], layer)  # big_f (B, H, Tk)
         tq, tk = q.shape[-2], k.shape[-2]
         window = self.window(layer) if windowed(tk, self.window(layer)) else None
-        if (q.device.type == "cpu" and q.dtype in WIDE and tq == tk and window is None
-                and float(-big_f[..., -1].detach().min()) <= LINEAR_SPAN):
+        if q.device.type == "cpu" and q.dtype in WIDE and tq == tk and window is None:
             # softmax_j(s_ij + F_i - F_j) = softmax_j(s_ij - F_j): one column per key, no L x L.
             # |F_j| <= LINEAR_SPAN keeps each score's rounding at ALiBi's linear plan's bound.
-            return head_column_sdpa(q, k, v, (-big_f).to(q.dtype))
+            fits = -big_f[..., -1].detach().min() <= LINEAR_SPAN
+            if torch.compiler.is_compiling():
+                # A graph cannot branch on a value: both paths are traced, and it picks one as it runs.
+                return _either_path(fits, q, k, v, big_f)
+            if fits:
+                return _key_column(q, k, v, big_f)
         if tq >= flex.FLEX_MIN_ROWS and flex.flex_available(q.device):
             # CUDA: F_i - F_j read inside FlexAttention's fused kernel (docs/kernels.md)
             mod = flex.gate_score_mod(big_f.float(), tq)
             return flex.flex_attend(q, k, v, mod, flex.causal_block_mask(tq, tk, str(q.device), window))
-        bias = big_f[..., tk - tq:, None] - big_f[..., None, :]  # (B, H, Tq, Tk) float32, unmasked
-        return causal_attention(q, k, v, bias, window=window)
+        return _gate_bias(q, k, v, big_f, window)
 
     def attn_backend(self, device, dtype) -> str:
         if torch.device(device).type == "cpu" and dtype in WIDE:

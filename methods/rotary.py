@@ -80,6 +80,7 @@ class Rotary(PositionMethod):
         if scaling != "none":
             # Longest training sequence seen (0: none yet); persistent, so checkpoints keep it.
             self.register_buffer("trained_len", torch.zeros((), dtype=torch.long))
+            self.trained_len_read = 0  # its value as a compiled evaluation reads it (``known_train_len``)
         inv_freq = base ** (-torch.arange(0, hd, 2, dtype=torch.float32) / hd)  # (hd/2,)
         self.register_position_buffer("inv_freq", inv_freq)
         self._cache = PositionCache()
@@ -99,7 +100,41 @@ class Rotary(PositionMethod):
 
     def known_train_len(self) -> int:
         """L_train: the option ``train_len``, else the longest training sequence seen (0: none)."""
-        return self.train_len or int(self.trained_len)
+        if self.train_len:
+            return self.train_len
+        if torch.compiler.is_compiling():
+            # A graph cannot read a buffer (a break per forward): it takes the value read when the
+            # model last entered eval mode or loaded a state dict, and checks it when it runs.
+            torch._assert_async(self.trained_len == self.trained_len_read, TRAINED_LEN_MESSAGE)
+            return self.trained_len_read
+        return int(self.trained_len)
+
+    def read_trained_len(self) -> None:
+        """Copy ``trained_len`` to the Python int a compiled evaluation reads (outside any graph)."""
+        if self.scaling != "none" and self.trained_len.device.type != "meta":
+            self.trained_len_read = int(self.trained_len)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if not mode:
+            self.read_trained_len()
+        return self
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self.read_trained_len()
+
+    def eval_length(self, k_pos: torch.Tensor) -> int:
+        """L: the last key position + 1 (0 without keys); under torch.compile the number of keys,
+        the positions being checked to be 0 .. L-1 when the graph runs."""
+        if not k_pos.numel():
+            return 0
+        if torch.compiler.is_compiling():
+            # A graph cannot read a position: the shape is a constant of the graph.
+            n = k_pos.shape[0]
+            torch._assert_async(k_pos[-1] == n - 1, LENGTH_MESSAGE)
+            return n
+        return int(k_pos[-1]) + 1
 
     def factor_at(self, length: int, L_train: int) -> float:
         """The factor s at evaluation length ``length`` (keys 0 .. length-1)."""
@@ -113,11 +148,10 @@ class Rotary(PositionMethod):
         return max(1.0, f * length / L_train - (f - 1))  # Hugging Face's dynamic NTK
 
     def scale_factor(self, k_pos: torch.Tensor) -> tuple[float, int]:
-        """(s, L_train) for evaluation at key positions ``k_pos`` (reads two numbers to the host;
-        called once per positions tensor)."""
+        """(s, L_train) for evaluation at key positions ``k_pos`` (eager: reads two numbers to the
+        host, once per positions tensor)."""
         L_train = self.known_train_len()
-        length = int(k_pos[-1]) + 1 if k_pos.numel() else 0
-        return self.factor_at(length, L_train), L_train
+        return self.factor_at(self.eval_length(k_pos), L_train), L_train
 
     def base_inv_freq(self) -> torch.Tensor:
         """(hd/2,) float64 theta_i = base^(-2i/hd), the unscaled frequencies."""
@@ -163,8 +197,7 @@ class Rotary(PositionMethod):
         keys are at ``k_pos`` (dynamic scaling: the length so far)."""
         def build():
             s, L_train = self.scale_factor(k_pos)
-            length = int(k_pos[-1]) + 1 if k_pos.numel() else 0
-            theta, mscale = self.scaled_inv_freq(s, L_train, length)
+            theta, mscale = self.scaled_inv_freq(s, L_train, self.eval_length(k_pos))
             ang = pos.to(torch.float64)[:, None] * theta[None, :]
             return (ang.cos() * mscale).to(dtype), (ang.sin() * mscale).to(dtype)
 
@@ -208,6 +241,10 @@ class Rotary(PositionMethod):
 
 
 YARN_RAMPS = ("index", "ratio")
+LENGTH_MESSAGE = ("compiled scaled rotary evaluation takes key positions as 0 .. L-1 (the model's own); allowed: "
+                  "those positions, or an eager model")
+TRAINED_LEN_MESSAGE = ("compiled scaled rotary: trained_len changed after the model entered eval mode; allowed: "
+                       "call model.eval() again after changing it")
 
 
 def yarn_keep(theta: torch.Tensor, base: float, L_train: int, alpha: float, beta: float, ramp: str) -> torch.Tensor:
