@@ -243,11 +243,13 @@ def test_a_bias_constant_beyond_a_distance_gets_its_gradient_from_the_near_keys(
     the bias's gradient from the keys within D only, the far keys' total as minus the near keys'
     (a softmax row's dS sums to 0). Every gradient, the bias's parameters' included, equals the
     float64 reference; without the flash op (the plain-ops run) the full backward gives the same."""
-    from tests.attention.test_window_attention import reference as window_reference
     q, k, v, _ = inputs(seed, batch, 3, tq, tk, 16, torch.float32)
     base = torch.randn(heads, far_d + 1, generator=torch.Generator().manual_seed(seed + 11), requires_grad=True)
     bias = distance_bias(far_constant(base, tk), tq, tk).expand(3, tq, tk)
-    want = window_reference(q, k, v, bias, window) if window else reference(q, k, v, bias)
+    if window:  # keys older than the window: -inf
+        i, j = torch.arange(tk - tq, tk)[:, None], torch.arange(tk)[None, :]
+        bias = bias.masked_fill(j <= i - window, float("-inf"))
+    want = reference(q, k, v, bias)
     grad_out = torch.randn(want.shape, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64)
     wants = torch.autograd.grad(want, (q, k, v, base), grad_out)
     row = far_constant(base, tk).flip(-1)  # row[t]: the bias at distance Tk - 1 - t

@@ -12,9 +12,8 @@ import torch._dynamo
 from posbench.attention import plans
 from posbench.attention.form import BiasForm
 from posbench.core.model import TransformerLM, model_config
+from tests.helpers.graph_breaks import BIAS, MISSION, break_reasons, fresh_dynamo  # noqa: F401  (autouse fixture)
 
-MISSION = ["sinusoidal", "rotary", "t5_bias", "alibi"]
-BIAS = ["t5_bias", "alibi", "kerple_log", "fire"]
 OTHERS = ["nope", "xpos", "learned", "p_rope", "randomized", "rope_nope_hybrid"]
 # L 1024: the blocked plans (16 blocks of 64 rows); 300: the masked bias, below BLOCKED_MIN_ROWS;
 # 517: blocked with a short last block. Tracing 16 blocks per layer takes seconds: the other
@@ -22,23 +21,9 @@ OTHERS = ["nope", "xpos", "learned", "p_rope", "randomized", "rope_nope_hybrid"]
 LENGTHS = [1024, pytest.param(300, marks=pytest.mark.slow), pytest.param(517, marks=pytest.mark.slow)]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _model(method: str) -> TransformerLM:
     torch.manual_seed(0)
     return TransformerLM(model_config("tiny", method, n_layers=2))
-
-
-def break_reasons(fn, *args) -> list[str]:
-    """The first line of every graph break's reason when dynamo traces ``fn(*args)``."""
-    explained = torch._dynamo.explain(fn)(*args)
-    assert explained.graph_count >= 1
-    return [str(r.reason).splitlines()[0] for r in explained.break_reasons]
 
 
 @pytest.mark.parametrize("length", LENGTHS)

@@ -1,6 +1,6 @@
 """Every registered method traces as one graph under torch.compile, in evaluation and in a training
 step, on the tiny model at L 1024 (the mission and bias methods: ``tests/attention/test_graph_breaks.py``,
-whose helpers this reuses). Issue 45: the scaled rotary rows broke an evaluation 4 times (reading
+helpers in tests/helpers/graph_breaks.py). Issue 45: the scaled rotary rows broke an evaluation 4 times (reading
 L_train and the last key position), fox 6 (evaluation) and 7 (training) on its path choice. The
 scaled rows now read both as Python ints, fox picks its path with ``torch.cond``; eager numbers are
 unchanged and the traced ones equal them."""
@@ -12,7 +12,7 @@ import torch
 from posbench.core import registry
 from posbench.core.model import TransformerLM, model_config
 from posbench.kernels import FusedKernelMethod
-from tests.attention.test_graph_breaks import BIAS, MISSION, _fresh_dynamo, break_reasons  # noqa: F401  (autouse fixture)
+from tests.helpers.graph_breaks import BIAS, MISSION, break_reasons, fresh_dynamo  # noqa: F401  (autouse fixture)
 
 # Registered methods that cannot trace whole: name -> (evaluation's, training's break reasons, the
 # first line of each as ``break_reasons`` gives them), each documented in docs/kernels.md ("Under
