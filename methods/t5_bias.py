@@ -35,30 +35,20 @@ def relative_position_bucket(distance: torch.Tensor, num_buckets: int = 32, max_
     return torch.where(n < max_exact, n, large)
 
 
-def constant_from(num_buckets: int, max_distance: int) -> int | None:
-    """The first distance in the last bucket, which every farther distance shares (None when the
-    buckets do not end so: ``max_distance`` at most ``num_buckets // 2``)."""
-    if max_distance <= num_buckets // 2:
-        return None
-    ids = relative_position_bucket(torch.arange(max_distance + 1), num_buckets, max_distance)
-    return int((ids == num_buckets - 1).nonzero()[0])  # ids grow with the distance; max_distance is in it
-
-
 @register
 class T5Bias(BiasMethod):
     name = "t5_bias"
+    # a function of the bucket of p_i - p_j; the gather reads -inf for future keys (no masking pass)
+    FORM = BiasForm(relative=True, masked=True)
 
     def __init__(self, cfg, num_buckets: int = 32, max_distance: int = 128):
         super().__init__(cfg)
         self.num_buckets, self.max_distance = num_buckets, max_distance
         self.table = nn.Embedding(num_buckets, cfg.n_heads)  # (buckets, H)
         nn.init.normal_(self.table.weight, std=0.02)
-        # a function of the bucket of p_i - p_j; the gather reads -inf for future keys (no masking
-        # pass); the last bucket holds every distance from constant_from on
-        self.form = BiasForm(relative=True, masked=True, constant_from=constant_from(num_buckets, max_distance))
 
     def bias_form(self, dtype) -> BiasForm:
-        return self.form
+        return self.FORM
 
     def buckets(self, q_pos, k_pos) -> torch.Tensor:
         """(Tq, Tk) bucket ids, cached per positions tensors."""

@@ -98,62 +98,7 @@ class BlockedBiasAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         with torch.autocast(dout.device.type, enabled=False):
-            if getattr(ctx.source, "constant_from", None) is not None and flash_here(dout.device):
-                return BlockedBiasAttention._banded_backward(ctx, dout)
             return BlockedBiasAttention._backward(ctx, dout)
-
-    @staticmethod
-    def _banded_backward(ctx, dout):
-        """Backward for a distance bias that is the same at every distance >= D
-        (``source.constant_from``, T5's last bucket), on a CPU: dq, dk, dv from PyTorch's fused
-        flash backward per block, the tile's gradient dS only for the keys within D of a block's
-        queries. A softmax row's dS sums to 0, so the far keys' total is minus the near keys'
-        (docs/kernels.md): it goes to distance D, which shares its bias with every farther one."""
-        qs, kc, vc, out, lse, rev = ctx.saved_tensors
-        source, rows, window, far_d = ctx.source, ctx.rows, ctx.window, ctx.source.constant_from
-        b, h, tq, hd = qs.shape
-        tk, hv, bh = kc.shape[-2], vc.shape[-1], b * h
-        do = dout.to(qs.dtype).index_select(2, rev)  # (B, H, Tq, hv), the tiles' row order
-        dq = torch.empty_like(qs)  # rows reversed within blocks
-        dk, dv = torch.zeros_like(kc), torch.zeros_like(vc)
-        want = ctx.n_inputs and any(ctx.needs_input_grad[6:])
-        if want:  # as in _backward: [q, -lse] * log2(e), [dO, -delta], keys and values with a column of ones
-            ka = torch.cat([kc, kc.new_ones(b, h, tk, 1)], -1).reshape(bh, tk, hd + 1)
-            va = torch.cat([vc, vc.new_ones(b, h, tk, 1)], -1).reshape(bh, tk, hv + 1)
-            qa = torch.cat([qs, lse[..., None].neg()], -1).mul_(LOG2E).reshape(bh, tq, hd + 1)
-            doa = torch.cat([do, (do * out).sum(-1, keepdim=True).neg_()], -1).reshape(bh, tq, hv + 1)
-            acc, far = source.zero_grads(), None
-        for r0 in range(0, tq, rows):
-            n = min(rows, tq - r0)
-            nk = r0 + n + tk - tq
-            k0 = window_start(r0, tq, tk, window)
-            tile = window_tile(source.tile(r0, n, nk), r0, n, nk, k0, tq, tk, window)  # (h, n, nk - k0)
-            blk = slice(r0, r0 + n)
-            gq, gk, gv = cpu_flash.flash_backward(do[:, :, blk], qs[:, :, blk], kc[:, :, k0:nk], vc[:, :, k0:nk],
-                                                  out[:, :, blk], lse[:, :, blk], tile[None], 1.0)
-            dq[:, :, blk] = gq
-            dk[:, :, k0:nk] += gk
-            dv[:, :, k0:nk] += gv
-            if not want:
-                continue
-            kb = max(k0, nk - n - far_d + 1)  # the first key within D of the block's last query
-            p = torch.baddbmm(tile[..., kb - k0:].expand(b, h, n, nk - kb).reshape(bh, n, nk - kb), qa[:, blk],
-                              ka[:, kb:nk].transpose(1, 2), beta=LOG2E).exp2_()  # (B*H, n, nk - kb)
-            ds = torch.bmm(doa[:, blk], va[:, kb:nk].transpose(1, 2)).mul_(p)  # dS = P (dP - delta)
-            dtile = _batch_sum(ds.reshape(b, h, n, nk - kb))
-            if tile.shape[0] == 1:
-                dtile = dtile.sum(0, keepdim=True)
-            near = dtile.sum((1, 2))  # (h,): minus the far keys' total
-            far = -near if far is None else far.sub_(near)
-            source.backward(r0, n, nk, dtile, None, acc, j0=kb)
-        dq = dq.index_select(2, rev).mul_(1.0 / math.sqrt(hd))  # the scores were (q * scale) k^T
-        grads = (None,) * ctx.n_inputs
-        if want:
-            (g,) = source.grads(acc)  # (h, Tk): g[:, t] is distance Tk - 1 - t
-            if tk - 1 - far_d >= 0:  # some key is D or farther from some query
-                g[:, tk - 1 - far_d] += far
-            grads = (g,)
-        return dq.to(dout.dtype), dk.to(dout.dtype), dv.to(dout.dtype), None, None, None, *grads
 
     @staticmethod
     def _backward(ctx, dout):
@@ -195,7 +140,7 @@ class BlockedBiasAttention(torch.autograd.Function):
             p.exp2_()  # exp2(log2(e) (q k^T + tile - lse)) = exp(q k^T + tile - lse)
             dv[:, k0:nk].baddbmm_(p.transpose(1, 2), dob[:, :, :hv])
             ds = torch.bmm(dob, v_blk.transpose(1, 2)).mul_(p)  # dS = P (dP - delta)
-            dq[:, r0:r0 + n] = torch.bmm(ds, k_blk[:, :, :hd])  # (dynamo refuses a non-contiguous out=)
+            torch.bmm(ds, k_blk[:, :, :hd], out=dq[:, r0:r0 + n])
             dk[:, k0:nk].baddbmm_(ds.transpose(1, 2), qb[:, :, :hd])
             if acc is not None:
                 dtile = _batch_sum(ds.reshape(b, h, n, nk - k0))  # (H, n, nk - k0): the bias is shared by the batch

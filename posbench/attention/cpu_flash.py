@@ -19,8 +19,6 @@ def _cpu_flash_with_mask():
 
 
 CPU_FLASH_WITH_MASK = _cpu_flash_with_mask()
-# its backward (present wherever the forward takes a mask)
-CPU_FLASH_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
 
 
 def flash_here(device) -> bool:
@@ -31,9 +29,3 @@ def flash_here(device) -> bool:
 def flash_attention(q, k, v, causal: bool, mask: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The op: (softmax(scale q k^T + mask) v, its log-sum-exp per row); ``mask`` may broadcast."""
     return CPU_FLASH_WITH_MASK(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
-
-
-def flash_backward(dout, q, k, v, out, lse, mask: torch.Tensor, scale: float) -> tuple:
-    """The op's backward: (dq, dk, dv) of ``flash_attention(q, k, v, False, mask, scale)``, given
-    its output and log-sum-exp; ``mask`` takes no gradient."""
-    return CPU_FLASH_BACKWARD(dout, q, k, v, out, lse, 0.0, False, attn_mask=mask, scale=scale)

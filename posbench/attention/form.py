@@ -23,9 +23,6 @@ class BiasForm:
     slope_bound: float | None = None
     # the bias is a function of p_i - p_j alone (ALiBi, T5, KERPLE)
     relative: bool = False
-    # with ``relative``: D when the bias is the same at every distance >= D (T5's last bucket);
-    # backward then needs the scores' gradient only for keys nearer than D (blocked.py)
-    constant_from: int | None = None
     # (q_pos, k_pos) -> the bias as g_h(u(p_i - p_j) / z_i), g piecewise linear (FIRE)
     pieces: Callable[[torch.Tensor, torch.Tensor], RatioPieces] | None = None
     # bias() is cheap enough to build block by block in every layer

@@ -130,7 +130,7 @@ class DistancePlan(BlockedPlan):
         self.row = row.reshape(-1, k_pos.shape[0])  # (h, Tk): row[t] is the bias at distance Tk - 1 - t
 
     def tiles(self, tk, cdt):
-        return DistanceRow(self.row, tk, BLOCK_ROWS, cdt, self.form.constant_from), (self.row,)
+        return DistanceRow(self.row, tk, BLOCK_ROWS, cdt), (self.row,)
 
 
 class PiecewisePlan(BlockedPlan):

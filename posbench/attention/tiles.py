@@ -13,11 +13,10 @@ import torch
 
 class DistanceRow:
     """Tiles of a bias that depends on the distance between query and key only, from one row
-    (h, Tk): ``row[t]`` is the bias at distance Tk - 1 - t. The future keys read -inf from a pad.
-    ``constant_from``: D when the bias is the same at every distance >= D (``BiasForm``)."""
+    (h, Tk): ``row[t]`` is the bias at distance Tk - 1 - t. The future keys read -inf from a pad."""
 
-    def __init__(self, row: torch.Tensor, tk: int, rows: int, dtype: torch.dtype, constant_from: int | None = None):
-        self.tk, self.rows, self.constant_from = tk, rows, constant_from
+    def __init__(self, row: torch.Tensor, tk: int, rows: int, dtype: torch.dtype):
+        self.tk, self.rows = tk, rows
         pad = row.new_full((row.shape[0], rows - 1), float("-inf"), dtype=dtype)
         self.padded = torch.cat([row.detach().to(dtype), pad], 1)  # (h, Tk + rows - 1)
 
@@ -36,10 +35,9 @@ class DistanceRow:
         h, width = self.padded.shape
         return [self.padded.new_zeros(h, self.rows, width)]
 
-    def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor, saved, acc: list, j0: int = 0) -> None:
-        """Adds dtile (h, n, nk - j0), the gradient of keys j0 .. nk of the block's tile."""
+    def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor, saved, acc: list) -> None:
         start = self.tk - nk  # reversed row i', key j reads padded[start + i' + j]
-        acc[0][:, :n, start + j0:start + nk] += dtile
+        acc[0][:, :n, start:start + nk] += dtile
 
     def grads(self, acc: list) -> tuple:
         # element (i', t) of the accumulator belongs to padded[t + i']: shift row i' by i'

@@ -120,20 +120,6 @@ def test_t5_buckets_match_published_function():
     assert t5.relative_position_bucket(torch.tensor([20.7])).item() == 17  # floats are floored
 
 
-@pytest.mark.parametrize("num_buckets, max_distance", [(32, 128), (8, 64), (64, 1024), (16, 40), (32, 17)])
-def test_t5_bias_declares_the_distance_from_which_its_bias_is_constant(num_buckets, max_distance):
-    """``constant_from`` D: every distance from D on is in the last bucket and D - 1 is not (the
-    blocked backward takes the table's gradient from the keys nearer than D only)."""
-    t5 = importlib.import_module(registry.get("t5_bias").__module__)
-    d_far = t5.constant_from(num_buckets, max_distance)
-    ids = t5.relative_position_bucket(torch.arange(8 * max_distance), num_buckets, max_distance)
-    assert (ids[d_far:] == num_buckets - 1).all() and ids[d_far - 1] < num_buckets - 1
-    m = method("t5_bias", method_options={"num_buckets": num_buckets, "max_distance": max_distance})
-    assert m.bias_form(torch.float32).constant_from == d_far
-    assert t5.constant_from(32, 128) == 113  # 16 + log(d / 16) / log(8) * 16 reaches 31 at d = 113
-    assert t5.constant_from(32, 16) is None  # max_distance within the exact buckets: no last bucket to declare
-
-
 def test_t5_bias_table_shared_by_layers_and_unscaled():
     torch.manual_seed(0)
     m = method("t5_bias")

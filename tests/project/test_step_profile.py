@@ -52,7 +52,7 @@ def test_profile_prints_the_operators_by_self_time(capsys):
     assert "nope L 16, 1 steps, one thread" in out and "Self CPU" in out and "aten::" in out
 
 
-def test_attention_prints_the_blocked_backwards_against_sdpa_in_wall_and_cpu_time(capsys):
+def test_attention_prints_the_blocked_path_against_sdpa_in_wall_and_cpu_time(capsys):
     threads = torch.get_num_threads()
     try:
         _tool().main(["attention", "--seq-len", "130", "--tokens", "260", "--repeats", "2", "--steps", "1"])
@@ -61,8 +61,8 @@ def test_attention_prints_the_blocked_backwards_against_sdpa_in_wall_and_cpu_tim
     out = capsys.readouterr().out
     assert "attention, L 130, batch 2, 2 repeats of 1, one thread" in out
     lines = [ln for ln in out.splitlines() if "/ sdpa" in ln]
-    assert [ln.split(" / ")[0].strip() for ln in lines] == ["blocked, full backward"] * 2 + ["blocked, banded backward"] * 2
-    assert [("(wall)" in ln, "(cpu)" in ln) for ln in lines] == [(True, False), (False, True)] * 2
+    assert [ln.split(" / ")[0].strip() for ln in lines] == ["blocked, distance row"] * 2
+    assert [("(wall)" in ln, "(cpu)" in ln) for ln in lines] == [(True, False), (False, True)]
     for ln in lines:
         median, low, high = map(float, re.search(r"median ([\d.]+) \[([\d.]+)-([\d.]+)\]", ln).groups())
         assert low <= median <= high
