@@ -140,7 +140,7 @@ class BlockedBiasAttention(torch.autograd.Function):
             p.exp2_()  # exp2(log2(e) (q k^T + tile - lse)) = exp(q k^T + tile - lse)
             dv[:, k0:nk].baddbmm_(p.transpose(1, 2), dob[:, :, :hv])
             ds = torch.bmm(dob, v_blk.transpose(1, 2)).mul_(p)  # dS = P (dP - delta)
-            torch.bmm(ds, k_blk[:, :, :hd], out=dq[:, r0:r0 + n])
+            dq[:, r0:r0 + n] = torch.bmm(ds, k_blk[:, :, :hd])  # (dynamo refuses a non-contiguous out=)
             dk[:, k0:nk].baddbmm_(ds.transpose(1, 2), qb[:, :, :hd])
             if acc is not None:
                 dtile = _batch_sum(ds.reshape(b, h, n, nk - k0))  # (H, n, nk - k0): the bias is shared by the batch
