@@ -92,7 +92,7 @@ class BlockedBiasAttention(torch.autograd.Function):
             out[:, :, r0:r0 + n], lse[:, :, r0:r0 + n] = block_softmax(qs[:, :, r0:r0 + n], kc[:, :, k0:nk],
                                                                        vc[:, :, k0:nk], tile)
         ctx.source, ctx.rows, ctx.window, ctx.n_inputs = source, rows, window, len(inputs)
-        ctx.save_for_backward(qs, kc, vc, out, lse, rev)
+        ctx.save_for_backward(qs, kc, vc, out, lse)
         return out.index_select(2, rev).to(v.dtype)
 
     @staticmethod
@@ -102,9 +102,10 @@ class BlockedBiasAttention(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, dout):
-        qs, kc, vc, out, lse, rev = ctx.saved_tensors
+        qs, kc, vc, out, lse = ctx.saved_tensors
         source, rows, window = ctx.source, ctx.rows, ctx.window
         b, h, tq, hd = qs.shape
+        rev = block_reversal(tq, rows, qs.device)  # the forward's row order (an arange: not worth saving)
         tk, hv, bh = kc.shape[-2], vc.shape[-1], b * h
         # (B*H, T, . + 1) batches of contiguous rows, made once here: keys and values with a column
         # of ones, so a block's queries with -lse and its dO with -delta in their extra column give
