@@ -5,6 +5,7 @@ import http.server
 import os
 import signal
 import threading
+import traceback
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -20,6 +21,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from posbench.tasks import register_task  # noqa: E402
+from tests.helpers import marks  # noqa: E402
 from tests.helpers.archives import wikitext_zip_bytes  # noqa: E402
 
 # The test-only task: registered here, and through the environment in every worker and bench.py
@@ -119,8 +121,10 @@ def _processes_are_marked(request, monkeypatch):
 
     def recording_init(self, args, *rest, **kwargs):
         argv = [args] if isinstance(args, (str, bytes)) else list(args)
-        # milliseconds, not seconds: git (the commit in env.json) and uname (the stdlib's platform module)
-        if Path(str(argv[0])).name not in ("git", "uname"):
+        # milliseconds, not seconds: git (the commit in env.json) and uname (the stdlib's platform
+        # module); and whatever Triton or Inductor start while compiling (tests/helpers/marks.py)
+        stack = [frame.filename for frame in traceback.extract_stack()]
+        if Path(str(argv[0])).name not in ("git", "uname") and not marks.started_by_a_compiler(stack):
             started.append(str(args)[:120])
         real_init(self, args, *rest, **kwargs)
 

@@ -11,7 +11,7 @@ mistakes, and 32 is the smallest head dimension fused kernels must support.
 from __future__ import annotations
 
 import io
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -364,10 +364,16 @@ def run_all(method: str, device="cpu", dtypes=DTYPES) -> dict[str, str | None]:
     None (passed), ``"unavailable: <reason>"`` or the failure in one line (whatever the plugin
     raises is ``"<ExcType>: <message>"``). A hook the model cannot call is the only entry,
     ``{"interface": "<the line>"}``."""
+    return dict(run_each(method, device, dtypes))
+
+
+def run_each(method: str, device="cpu", dtypes=DTYPES) -> Iterator[tuple[str, str | None]]:
+    """``run_all``'s (key, outcome) pairs, each as soon as its check is done (a caller under a
+    time limit, such as ``make gpu-check``, shows what passed before it ran out)."""
     problem = interface_problem(method)
     if problem:
-        return {INTERFACE: f"{method}: {problem}"}
-    out: dict[str, str | None] = {}
+        yield INTERFACE, f"{method}: {problem}"
+        return
     for dtype in dtypes:
         dname = str(dtype).removeprefix("torch.")
         try:
@@ -378,12 +384,11 @@ def run_all(method: str, device="cpu", dtypes=DTYPES) -> dict[str, str | None]:
         for name, fn in CHECKS.items():
             key = f"{name}/{dname}"
             if broken:
-                out[key] = broken
+                yield key, broken
             elif reason:
-                out[key] = UNAVAILABLE + reason
+                yield key, UNAVAILABLE + reason
             else:
-                out[key] = _outcome(fn, method, dtype, device)
-    return out
+                yield key, _outcome(fn, method, dtype, device)
 
 
 def _outcome(fn: Callable, method: str, dtype, device) -> str | None:

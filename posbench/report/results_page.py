@@ -44,15 +44,18 @@ def _dumps_value(value: Any) -> str:
     return text
 
 
-def reconstruct_command(meta: RunMeta) -> list[str]:
-    """The argv of ``python bench.py`` that reruns ``meta``'s suite with the settings and grid it used."""
+def reconstruct_command(meta: RunMeta, ran: Optional[list[str]] = None) -> list[str]:
+    """The argv of ``python bench.py`` that reruns ``meta``'s suite with the settings and grid it
+    used, for the methods its rows name (``ran``; run.json lists the suite's methods and the
+    ``--methods`` extras, also where ``--methods`` picked a few of them)."""
     argv = ["python", "bench.py", "--suite", meta.suite]
     if meta.profile:
         argv += ["--profile", meta.profile]
     if meta.device:
         argv += ["--device", meta.device]
-    if meta.methods:
-        argv += ["--methods", ",".join(meta.methods)]
+    methods = [m for m in meta.methods if ran is None or m in ran] + [m for m in ran or [] if m not in meta.methods]
+    if methods:
+        argv += ["--methods", ",".join(methods)]
     for key, value in meta.settings.items():
         argv += ["--set", f"{key}={_dumps_value(value)}"]
     for axis, values in meta.grid.items():
@@ -134,7 +137,8 @@ class RunSection:
         self.commits = list(dict.fromkeys(commits))
         self.statuses = rows["status"].value_counts().to_dict()
         self.tables = run_tables(runs)
-        self.command = recorded_command(run_dir) or format_command(reconstruct_command(self.meta))
+        ran = list(dict.fromkeys(m for m in rows["method"] if isinstance(m, str) and m))
+        self.command = recorded_command(run_dir) or format_command(reconstruct_command(self.meta, ran or None))
         self.command_recorded = recorded_command(run_dir) is not None
 
     @property

@@ -204,3 +204,13 @@ def test_run_all_reports_each_check(temporary_method):
     assert set(results) == {f"{c}/float32" for c in testing.CHECKS}
     assert "changed" in results["causal/float32"]
     assert results["shapes/float32"] is None
+
+
+def test_run_each_gives_each_outcome_before_running_the_next_check(temporary_method, monkeypatch):
+    """What ``make gpu-check`` prints line by line, so a step that runs out of time shows what passed."""
+    name = temporary_method(Peeking)
+    ran = []
+    monkeypatch.setattr(testing, "_outcome", lambda fn, method, dtype, device: ran.append(fn) or None)
+    each = testing.run_each(name, dtypes=(torch.float32,))
+    assert next(each) == ("shapes/float32", None) and ran == [testing.CHECKS["shapes"]]
+    assert [key for key, _ in each] == [f"{c}/float32" for c in testing.CHECKS][1:]

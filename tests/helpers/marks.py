@@ -32,3 +32,15 @@ def needs_binaries(*names: str):
     """Skip mark: the test needs these programs on PATH (a Slurm client: srun, sbatch); the reason names the absent ones."""
     absent = [n for n in names if shutil.which(n) is None]
     return pytest.mark.skipif(bool(absent), reason=f"not on PATH: {', '.join(absent)} (Debian's slurm-client installs them)")
+
+
+# Where a library starts a process on its own account: Triton finding libcuda (ldconfig), the
+# platform's word size (file) and compiling a kernel (ptxas) on a GPU machine; Inductor's C++
+# compiler under torch.compile. Such a process is the compiler's doing, not the test's, and
+# needs no `subprocess` mark (the first H100 run of `make gpu-check` failed every kernel test so).
+COMPILER_PACKAGES = ("triton", "torch/_inductor")
+
+
+def started_by_a_compiler(filenames: list[str]) -> bool:
+    """Whether a process whose launching stack runs through ``filenames`` was started by a compiler package."""
+    return any(f"/{package}/" in name.replace("\\", "/") for name in filenames for package in COMPILER_PACKAGES)

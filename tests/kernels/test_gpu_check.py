@@ -30,11 +30,24 @@ def test_the_dry_run_prints_every_step_with_its_limit_and_a_total_within_eight_m
     assert not any(tmp_path.iterdir())  # a dry run writes nothing
 
 
-def test_the_efficiency_step_runs_the_mission_methods_and_a_flex_method_at_1024_and_4096(tmp_path):
+def test_the_efficiency_step_runs_the_floor_each_bias_through_flex_and_triton_and_a_flex_only_method(tmp_path):
     (cmd,) = [c for name, c, _ in gpu_check.steps("python", tmp_path, tmp_path, tmp_path) if name == "efficiency"]
     methods = cmd[cmd.index("--methods") + 1].split(",")
-    assert {"sinusoidal", "rotary", "t5_bias", "alibi", "alibi_triton", "kerple_log"} <= set(methods)
-    assert "grid.seq_len=[1024, 4096]" in cmd and "--allow-failures" not in cmd  # a failed case fails the step
+    assert {"nope", "t5_bias", "t5_triton", "alibi", "alibi_triton", "kerple_log"} <= set(methods)
+    assert methods[0] == "nope"  # the floor the ratios read against
+    assert "grid.seq_len=[1024]" in cmd and "--allow-failures" not in cmd  # a failed case fails the step
+
+
+def test_steps_runs_only_the_named_steps_and_an_unknown_name_is_one_line(tmp_path, monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(gpu_check.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    assert gpu_check.run(tmp_path, "python", {"conformance", "report"}) == 0
+    assert [cmd[2] for cmd in ran] == [gpu_check.CONFORMANCE, "report"]
+    page = (tmp_path / "gpu-check.md").read_text()
+    assert "| conformance | ok |" in page and "| kernel-tests |" not in page and "(step not run)" in page
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--steps", "conformance,nope", "--out", str(tmp_path)])
+    assert "unknown step(s) ['nope']; allowed: devices, kernel-tests" in capsys.readouterr().err
 
 
 @pytest.mark.subprocess
@@ -54,7 +67,7 @@ def test_without_cuda_the_check_says_so_in_one_line(capsys, tmp_path):
 
 
 def test_the_flex_check_covers_every_bias_method_and_passes_forward_on_this_cpu():
-    lines = gpu_check.flex_parity("cpu", ("float32",), backward=False)
+    lines = list(gpu_check.flex_parity("cpu", ("float32",), backward=False))
     bias = sorted(n for n, c in registry.discover().items() if issubclass(c, BiasMethod))
     assert sorted({line.split()[0] for line in lines}) == bias and len(lines) == 2 * len(bias)
     assert not [line for line in lines if "FAILED" in line], lines

@@ -49,6 +49,19 @@ def test_rebuilt_command_reruns_the_settings_and_grid_the_run_used(tmp_path):
     assert isinstance(parsed["lr"], float)
 
 
+def test_rebuilt_command_names_the_methods_the_rows_name_not_every_method_of_the_suite(tmp_path):
+    """run.json lists the suite's methods; a run of ``--methods alibi`` reruns alibi alone."""
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
+    lines = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    (run_dir / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines if r["method"] == "alibi"))
+    argv = shlex.split(results_page.RunSection(run_dir, find_task=find_task).command.replace("\\\n", " "))
+    assert argv[argv.index("--methods") + 1] == "alibi"
+    meta = RunMeta(suite="efficiency", version=4, task="efficiency", baseline="sinusoidal", methods=["sinusoidal", "alibi"],
+                   metrics=["train_wps"])
+    assert results_page.reconstruct_command(meta)[-1] == "sinusoidal,alibi"  # no rows read: the record's list
+    assert results_page.reconstruct_command(meta, ["alibi", "nope"])[-1] == "alibi,nope"
+
+
 def test_recorded_command_wins_and_gpu_runs_get_their_own_page(tmp_path):
     cpu_run = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
     gpu_run = write_run(tmp_path, "gpu-cuda-5e6f7a8b", GPU_ENV, device="cuda",
