@@ -25,15 +25,16 @@ from posbench.core.model import TransformerLM, lm_loss, model_config
 class Step:
     """One method's model at one length: ``run()`` is a training step (forward, loss, backward, AdamW)."""
 
-    def __init__(self, method: str, seq_len: int, tokens: int, seed: int = 0):
+    def __init__(self, method: str, seq_len: int, tokens: int, seed: int = 0, compiled: bool = False):
         torch.manual_seed(seed)
         self.model = TransformerLM(model_config("tiny", method)).train()
+        self.forward = torch.compile(self.model) if compiled else self.model  # compiled at the first step
         g = torch.Generator().manual_seed(seed)
         self.x = torch.randint(0, self.model.cfg.vocab_size, (max(tokens // seq_len, 1), seq_len + 1), generator=g)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
 
     def run(self) -> None:
-        loss = lm_loss(self.model(self.x[:, :-1]), self.x[:, 1:])
+        loss = lm_loss(self.forward(self.x[:, :-1]), self.x[:, 1:])
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -45,27 +46,30 @@ class Step:
         return (time.perf_counter() - t0) / steps
 
 
-def profile(method: str, seq_len: int, tokens: int, steps: int, rows: int) -> None:
-    step = Step(method, seq_len, tokens)
-    step.run()  # warm-up: lazily built tables, allocator
+def profile(method: str, seq_len: int, tokens: int, steps: int, rows: int, compiled: bool = False) -> None:
+    step = Step(method, seq_len, tokens, compiled=compiled)
+    for _ in range(2 if compiled else 1):  # warm-up: lazily built tables, allocator (and compiling)
+        step.run()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             step.run()
-    print(f"{method} L {seq_len}, {steps} steps, one thread")
+    print(f"{method} L {seq_len}, {steps} steps, one thread{', torch.compile' if compiled else ''}")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
 
 
-def ratios(methods: list[str], seq_len: int, tokens: int, repeats: int, steps: int) -> None:
+def ratios(methods: list[str], seq_len: int, tokens: int, repeats: int, steps: int, compiled: bool = False) -> None:
     every = ["nope", *[m for m in methods if m != "nope"]]
-    steps_of = {m: Step(m, seq_len, tokens) for m in every}
+    steps_of = {m: Step(m, seq_len, tokens, compiled=compiled) for m in every}
     for s in steps_of.values():
-        s.run()
+        for _ in range(2 if compiled else 1):
+            s.run()
     times: dict[str, list[float]] = {m: [] for m in every}
     for r in range(repeats):
         order = every[r % len(every):] + every[:r % len(every)]  # who goes first rotates
         for m in order:
             times[m].append(steps_of[m].seconds(steps))
-    print(f"L {seq_len}, {tokens} tokens per step, {repeats} repeats of {steps} steps, one thread")
+    print(f"L {seq_len}, {tokens} tokens per step, {repeats} repeats of {steps} steps, one thread"
+          f"{', torch.compile' if compiled else ''}")
     for m in every[1:]:
         per = [t / b for t, b in zip(times[m], times["nope"])]
         print(f"  {m:12s} / nope: median {statistics.median(per):.3f} [{min(per):.3f}-{max(per):.3f}]"
@@ -118,6 +122,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--steps", type=int, default=2, help="steps per timing (ratio), or profiled steps")
     ap.add_argument("--rows", type=int, default=25, help="operators the profile table shows")
+    ap.add_argument("--compile", action="store_true", help="profile and ratio: the model through torch.compile")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     for seq_len in args.seq_len:
@@ -125,9 +130,9 @@ def main(argv=None) -> None:
             attention(seq_len, args.tokens, args.repeats, args.steps)
         elif args.what == "profile":
             for m in args.methods:
-                profile(m, seq_len, args.tokens, args.steps, args.rows)
+                profile(m, seq_len, args.tokens, args.steps, args.rows, args.compile)
         else:
-            ratios(args.methods, seq_len, args.tokens, args.repeats, args.steps)
+            ratios(args.methods, seq_len, args.tokens, args.repeats, args.steps, args.compile)
 
 
 if __name__ == "__main__":

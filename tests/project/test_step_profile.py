@@ -4,6 +4,7 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "step_profile.py"
@@ -66,3 +67,18 @@ def test_attention_prints_the_blocked_path_against_sdpa_in_wall_and_cpu_time(cap
     for ln in lines:
         median, low, high = map(float, re.search(r"median ([\d.]+) \[([\d.]+)-([\d.]+)\]", ln).groups())
         assert low <= median <= high
+
+
+@pytest.mark.slow
+def test_compile_profiles_the_compiled_model_and_says_so(capsys):
+    tool = _tool()
+    step = tool.Step("alibi", 16, 32, compiled=True)
+    assert step.forward is not step.model  # the step calls the compiled module
+    threads = torch.get_num_threads()
+    try:
+        tool.main(["profile", "alibi", "--seq-len", "16", "--tokens", "32", "--steps", "1", "--rows", "200", "--compile"])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "alibi L 16, 1 steps, one thread, torch.compile" in out and "Self CPU" in out
+    assert "CompiledFunction" in out  # the step ran through the compiled graph
