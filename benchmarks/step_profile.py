@@ -76,11 +76,11 @@ def ratios(methods: list[str], seq_len: int, tokens: int, repeats: int, steps: i
               f"  (nope {statistics.median(times['nope']) * 1e3:.0f} ms/step)")
 
 
-def attention(seq_len: int, tokens: int, repeats: int, steps: int) -> None:
+def attention(seq_len: int, tokens: int, repeats: int, steps: int, compiled: bool = False) -> None:
     """One layer's attention forward + backward (4 heads of 32, batch x L = ``tokens``): causal SDPA
     (nope's) against the blocked path with a learnt distance row (t5_bias's and kerple_log's),
     interleaved; ratios of wall time and of this thread's CPU time (on a shared machine the CPU time
-    leaves out the time others held the core)."""
+    leaves out the time others held the core). ``compiled``: both forwards through torch.compile."""
     from posbench.attention.blocked import blocked_bias_attention
     from posbench.attention.tiles import DistanceRow
 
@@ -89,15 +89,21 @@ def attention(seq_len: int, tokens: int, repeats: int, steps: int) -> None:
     q, k, v = (torch.randn(b, h, seq_len, hd, generator=g).requires_grad_() for _ in range(3))
     row, dout = torch.randn(h, seq_len, generator=g).requires_grad_(), torch.randn(b, h, seq_len, hd, generator=g)
 
-    def blocked():
-        blocked_bias_attention(q, k, v, DistanceRow(row, seq_len, 64, torch.float32), (row,)).backward(dout)
+    def blocked(q, k, v, row):
+        return blocked_bias_attention(q, k, v, DistanceRow(row, seq_len, 64, torch.float32), (row,))
 
-    variants = {"sdpa causal": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).backward(dout),
-                "blocked, distance row": blocked}
+    def sdpa(q, k, v, row):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    if compiled:
+        blocked, sdpa = torch.compile(blocked), torch.compile(sdpa)
+    variants = {"sdpa causal": lambda: sdpa(q, k, v, row).backward(dout),
+                "blocked, distance row": lambda: blocked(q, k, v, row).backward(dout)}
     wall: dict[str, list[float]] = {m: [] for m in variants}
     cpu: dict[str, list[float]] = {m: [] for m in variants}
     for f in variants.values():
-        f()
+        for _ in range(2 if compiled else 1):  # warm-up (and compiling)
+            f()
     for _ in range(repeats):
         for m, f in variants.items():
             t0, c0 = time.perf_counter(), time.thread_time()
@@ -105,7 +111,8 @@ def attention(seq_len: int, tokens: int, repeats: int, steps: int) -> None:
                 f()
             wall[m].append((time.perf_counter() - t0) / steps)
             cpu[m].append((time.thread_time() - c0) / steps)
-    print(f"attention, L {seq_len}, batch {b}, {repeats} repeats of {steps}, one thread")
+    print(f"attention, L {seq_len}, batch {b}, {repeats} repeats of {steps}, one thread"
+          f"{', torch.compile' if compiled else ''}")
     for m in list(variants)[1:]:
         for what, t in (("wall", wall), ("cpu", cpu)):
             per = [x / y for x, y in zip(t[m], t["sdpa causal"])]
@@ -122,12 +129,12 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--steps", type=int, default=2, help="steps per timing (ratio), or profiled steps")
     ap.add_argument("--rows", type=int, default=25, help="operators the profile table shows")
-    ap.add_argument("--compile", action="store_true", help="profile and ratio: the model through torch.compile")
+    ap.add_argument("--compile", action="store_true", help="through torch.compile: the model (profile, ratio) or both attentions (attention)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     for seq_len in args.seq_len:
         if args.what == "attention":
-            attention(seq_len, args.tokens, args.repeats, args.steps)
+            attention(seq_len, args.tokens, args.repeats, args.steps, args.compile)
         elif args.what == "profile":
             for m in args.methods:
                 profile(m, seq_len, args.tokens, args.steps, args.rows, args.compile)

@@ -82,3 +82,15 @@ def test_compile_profiles_the_compiled_model_and_says_so(capsys):
     out = capsys.readouterr().out
     assert "alibi L 16, 1 steps, one thread, torch.compile" in out and "Self CPU" in out
     assert "CompiledFunction" in out  # the step ran through the compiled graph
+
+
+@pytest.mark.slow
+def test_attention_compile_times_both_compiled_attentions(capsys):
+    threads = torch.get_num_threads()
+    try:
+        _tool().main(["attention", "--seq-len", "130", "--tokens", "130", "--repeats", "2", "--steps", "1", "--compile"])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "attention, L 130, batch 1, 2 repeats of 1, one thread, torch.compile" in out
+    assert len([ln for ln in out.splitlines() if "blocked, distance row / sdpa" in ln]) == 2
