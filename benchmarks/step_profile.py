@@ -46,10 +46,16 @@ class Step:
         return (time.perf_counter() - t0) / steps
 
 
+def warm_up(run, compiled: bool) -> None:
+    """Calls before timing: one fills lazily built tables and the allocator; compiled, a second
+    settles the graph (the first compiles, with positions' tables still empty)."""
+    for _ in range(2 if compiled else 1):
+        run()
+
+
 def profile(method: str, seq_len: int, tokens: int, steps: int, rows: int, compiled: bool = False) -> None:
     step = Step(method, seq_len, tokens, compiled=compiled)
-    for _ in range(2 if compiled else 1):  # warm-up: lazily built tables, allocator (and compiling)
-        step.run()
+    warm_up(step.run, compiled)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             step.run()
@@ -61,8 +67,7 @@ def ratios(methods: list[str], seq_len: int, tokens: int, repeats: int, steps: i
     every = ["nope", *[m for m in methods if m != "nope"]]
     steps_of = {m: Step(m, seq_len, tokens, compiled=compiled) for m in every}
     for s in steps_of.values():
-        for _ in range(2 if compiled else 1):
-            s.run()
+        warm_up(s.run, compiled)
     times: dict[str, list[float]] = {m: [] for m in every}
     for r in range(repeats):
         order = every[r % len(every):] + every[:r % len(every)]  # who goes first rotates
@@ -102,8 +107,7 @@ def attention(seq_len: int, tokens: int, repeats: int, steps: int, compiled: boo
     wall: dict[str, list[float]] = {m: [] for m in variants}
     cpu: dict[str, list[float]] = {m: [] for m in variants}
     for f in variants.values():
-        for _ in range(2 if compiled else 1):  # warm-up (and compiling)
-            f()
+        warm_up(f, compiled)
     for _ in range(repeats):
         for m, f in variants.items():
             t0, c0 = time.perf_counter(), time.thread_time()

@@ -17,6 +17,15 @@ def _tool():
     return module
 
 
+def _main(tool, argv: list[str]) -> None:
+    """``tool.main(argv)``, then this process's thread count as it was (main sets one thread)."""
+    threads = torch.get_num_threads()
+    try:
+        tool.main(argv)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_a_step_trains_the_model_on_batch_times_length_tokens():
     tool = _tool()
     step = tool.Step("t5_bias", 32, 64)
@@ -28,12 +37,8 @@ def test_a_step_trains_the_model_on_batch_times_length_tokens():
 
 
 def test_ratio_prints_each_method_against_nope_with_its_range(capsys):
-    threads = torch.get_num_threads()
-    try:
-        _tool().main(["ratio", "alibi", "nope", "--seq-len", "16", "24", "--tokens", "48", "--repeats", "3",
+    _main(_tool(), ["ratio", "alibi", "nope", "--seq-len", "16", "24", "--tokens", "48", "--repeats", "3",
                       "--steps", "1"])
-    finally:
-        torch.set_num_threads(threads)
     out = capsys.readouterr().out
     assert out.count("3 repeats of 1 steps, one thread") == 2 and "L 16, 48 tokens" in out and "L 24" in out
     lines = [ln for ln in out.splitlines() if "/ nope" in ln]
@@ -44,21 +49,13 @@ def test_ratio_prints_each_method_against_nope_with_its_range(capsys):
 
 
 def test_profile_prints_the_operators_by_self_time(capsys):
-    threads = torch.get_num_threads()
-    try:
-        _tool().main(["profile", "nope", "--seq-len", "16", "--tokens", "32", "--steps", "1", "--rows", "5"])
-    finally:
-        torch.set_num_threads(threads)
+    _main(_tool(), ["profile", "nope", "--seq-len", "16", "--tokens", "32", "--steps", "1", "--rows", "5"])
     out = capsys.readouterr().out
     assert "nope L 16, 1 steps, one thread" in out and "Self CPU" in out and "aten::" in out
 
 
 def test_attention_prints_the_blocked_path_against_sdpa_in_wall_and_cpu_time(capsys):
-    threads = torch.get_num_threads()
-    try:
-        _tool().main(["attention", "--seq-len", "130", "--tokens", "260", "--repeats", "2", "--steps", "1"])
-    finally:
-        torch.set_num_threads(threads)
+    _main(_tool(), ["attention", "--seq-len", "130", "--tokens", "260", "--repeats", "2", "--steps", "1"])
     out = capsys.readouterr().out
     assert "attention, L 130, batch 2, 2 repeats of 1, one thread" in out
     lines = [ln for ln in out.splitlines() if "/ sdpa" in ln]
@@ -74,11 +71,7 @@ def test_compile_profiles_the_compiled_model_and_says_so(capsys):
     tool = _tool()
     step = tool.Step("alibi", 16, 32, compiled=True)
     assert step.forward is not step.model  # the step calls the compiled module
-    threads = torch.get_num_threads()
-    try:
-        tool.main(["profile", "alibi", "--seq-len", "16", "--tokens", "32", "--steps", "1", "--rows", "200", "--compile"])
-    finally:
-        torch.set_num_threads(threads)
+    _main(tool, ["profile", "alibi", "--seq-len", "16", "--tokens", "32", "--steps", "1", "--rows", "200", "--compile"])
     out = capsys.readouterr().out
     assert "alibi L 16, 1 steps, one thread, torch.compile" in out and "Self CPU" in out
     assert "CompiledFunction" in out  # the step ran through the compiled graph
@@ -86,11 +79,7 @@ def test_compile_profiles_the_compiled_model_and_says_so(capsys):
 
 @pytest.mark.slow
 def test_attention_compile_times_both_compiled_attentions(capsys):
-    threads = torch.get_num_threads()
-    try:
-        _tool().main(["attention", "--seq-len", "130", "--tokens", "130", "--repeats", "2", "--steps", "1", "--compile"])
-    finally:
-        torch.set_num_threads(threads)
+    _main(_tool(), ["attention", "--seq-len", "130", "--tokens", "130", "--repeats", "2", "--steps", "1", "--compile"])
     out = capsys.readouterr().out
     assert "attention, L 130, batch 1, 2 repeats of 1, one thread, torch.compile" in out
     assert len([ln for ln in out.splitlines() if ln.split(" / sdpa")[0].strip() == "blocked, distance row"]) == 2
