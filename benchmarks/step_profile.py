@@ -86,8 +86,7 @@ def attention(seq_len: int, tokens: int, repeats: int, steps: int, compiled: boo
     (nope's) against the blocked path with a learnt distance row (t5_bias's and kerple_log's),
     interleaved; ratios of wall time and of this thread's CPU time (on a shared machine the CPU time
     leaves out the time others held the core). ``compiled``: both forwards through torch.compile."""
-    from posbench.attention.blocked import blocked_bias_attention
-    from posbench.attention.tiles import DistanceRow
+    from posbench.attention.distance_op import distance_attention
 
     g = torch.Generator().manual_seed(0)
     b, h, hd = max(tokens // seq_len, 1), 4, 32
@@ -95,7 +94,7 @@ def attention(seq_len: int, tokens: int, repeats: int, steps: int, compiled: boo
     row, dout = torch.randn(h, seq_len, generator=g).requires_grad_(), torch.randn(b, h, seq_len, hd, generator=g)
 
     def blocked(q, k, v, row):
-        return blocked_bias_attention(q, k, v, DistanceRow(row, seq_len, 64, torch.float32), (row,))
+        return distance_attention(q, k, v, row, 64)  # DistancePlan's path compiled (one op), and eager
 
     def sdpa(q, k, v, row):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -61,6 +61,87 @@ def block_reversal(tq: int, rows: int, device) -> torch.Tensor:
     return r0 + (torch.clamp(r0 + rows, max=tq) - 1) - i
 
 
+def blocked_forward(q, k, v, source, rows: int, window: int | None):
+    """The blocked forward: (the output (B, H, Tq, hv) in v's dtype, what backward needs: (qs, kc, vc,
+    out, lse), rows reversed within blocks)."""
+    b, h, tq, hd = q.shape
+    tk = k.shape[-2]
+    cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    rev = block_reversal(tq, rows, q.device)
+    # Every (B, H, Tq, .) tensor of the blocks is kept in the tiles' row order (reversed within
+    # blocks): one gather here and one at the end instead of a flip per block. q is scaled
+    # here (cheaper than the scores), contiguous so backward views it as (B*H, Tq, hd).
+    qs = q.index_select(2, rev).to(cdt).mul_(1.0 / math.sqrt(hd))
+    kc, vc = k.to(cdt), v.to(cdt)  # no copy in float32: the model's k, v, which autograd keeps anyway
+    out = torch.empty(b, h, tq, v.shape[-1], dtype=cdt, device=q.device)  # rows reversed within blocks
+    lse = torch.empty(b, h, tq, dtype=cdt, device=q.device)  # log-sum-exp, rows reversed within blocks
+    for r0 in range(0, tq, rows):
+        n = min(rows, tq - r0)
+        nk = r0 + n + tk - tq
+        k0 = window_start(r0, tq, tk, window)
+        tile = window_tile(source.tile(r0, n, nk), r0, n, nk, k0, tq, tk, window)
+        out[:, :, r0:r0 + n], lse[:, :, r0:r0 + n] = block_softmax(qs[:, :, r0:r0 + n], kc[:, :, k0:nk],
+                                                                   vc[:, :, k0:nk], tile)
+    return out.index_select(2, rev).to(v.dtype), (qs, kc, vc, out, lse)
+
+
+def blocked_backward(dout, saved: tuple, source, rows: int, window: int | None, want_bias_grads: bool):
+    """The blocked backward from ``blocked_forward``'s ``saved``: (dq, dk, dv in dout's dtype, the
+    source's gradients (``source.grads``), or None without ``want_bias_grads``)."""
+    qs, kc, vc, out, lse = saved
+    b, h, tq, hd = qs.shape
+    rev = block_reversal(tq, rows, qs.device)  # the forward's row order (an arange: not worth saving)
+    tk, hv, bh = kc.shape[-2], vc.shape[-1], b * h
+    # (B*H, T, . + 1) batches of contiguous rows, made once here: keys and values with a column
+    # of ones, so a block's queries with -lse and its dO with -delta in their extra column give
+    # the probabilities' exponent and dP - delta straight from the GEMM (no pass of their own
+    # over the block's (n, nk) scores). Queries and dO are in the tiles' row order, so a
+    # block's rows are a view. Only tensors made here are reshaped: compiled, a saved tensor
+    # may come in another layout than it had when traced, and inductor refuses to view it.
+    ka = torch.cat([kc, kc.new_ones(b, h, tk, 1)], -1).reshape(bh, tk, hd + 1)
+    va = torch.cat([vc, vc.new_ones(b, h, tk, 1)], -1).reshape(bh, tk, hv + 1)
+    # [q, -lse] * log2(e): the probabilities are exp2 of the scores in base 2 (torch's exp2 is ~3x
+    # faster than exp on a CPU, and stays fast where exp slows down on outputs below 1e-38)
+    qa = torch.cat([qs, lse[..., None].neg()], -1).mul_(LOG2E).reshape(bh, tq, hd + 1)
+    do = dout.to(qs.dtype).index_select(2, rev)
+    neg_delta = (do * out).sum(-1, keepdim=True).neg_()  # (B, H, Tq, 1): -rowsum(dP * P) = -rowsum(dO * O)
+    doa = torch.cat([do, neg_delta], -1).reshape(bh, tq, hv + 1)  # [dO, -delta]
+    dq = torch.empty(bh, tq, hd, dtype=qs.dtype, device=qs.device)  # rows reversed within blocks
+    dk = torch.zeros(bh, tk, hd, dtype=qs.dtype, device=qs.device)
+    dv = torch.zeros(bh, tk, hv, dtype=qs.dtype, device=qs.device)
+    acc = source.zero_grads() if want_bias_grads else None  # the tiles' gradients, summed over blocks
+    for r0 in range(0, tq, rows):
+        n = min(rows, tq - r0)
+        nk = r0 + n + tk - tq
+        k0 = window_start(r0, tq, tk, window)
+        qb, dob = qa[:, r0:r0 + n], doa[:, r0:r0 + n]  # (B*H, n, . + 1)
+        k_blk, v_blk = ka[:, k0:nk], va[:, k0:nk]
+        tile, saved_tile = source.backward_tile(r0, n, nk)
+        tile = window_tile(tile, r0, n, nk, k0, tq, tk, window)
+        p = torch.empty(bh, n, nk - k0, dtype=qs.dtype, device=qs.device)  # probabilities
+        for i in range(b):  # the tile (h, n, nk) is shared by the batch: one GEMM per batch row
+            rows_i = slice(i * h, (i + 1) * h)
+            torch.baddbmm(tile, qb[rows_i], k_blk[rows_i].transpose(1, 2), beta=LOG2E, out=p[rows_i])
+        p.exp2_()  # exp2(log2(e) (q k^T + tile - lse)) = exp(q k^T + tile - lse)
+        dv[:, k0:nk].baddbmm_(p.transpose(1, 2), dob[:, :, :hv])
+        ds = torch.bmm(dob, v_blk.transpose(1, 2)).mul_(p)  # dS = P (dP - delta)
+        dq[:, r0:r0 + n] = torch.bmm(ds, k_blk[:, :, :hd])  # (dynamo refuses a non-contiguous out=)
+        dk[:, k0:nk].baddbmm_(ds.transpose(1, 2), qb[:, :, :hd])
+        if acc is not None:
+            dtile = _batch_sum(ds.reshape(b, h, n, nk - k0))  # (H, n, nk - k0): the bias is shared by the batch
+            if tile.shape[0] == 1:  # one bias for every head
+                dtile = dtile.sum(0, keepdim=True)
+            if k0:  # the keys the window skipped: no gradient
+                dtile = torch.nn.functional.pad(dtile, (k0, 0))
+            source.backward(r0, n, nk, dtile, saved_tile, acc)
+    # the scores were (q * scale) k^T: dq takes the scale; dk came from q * scale * log2(e)
+    dq = dq.reshape(b, h, tq, hd).index_select(2, rev).mul_(1.0 / math.sqrt(hd))
+    dk.mul_(1.0 / LOG2E)
+    grads = source.grads(acc) if acc is not None else None
+    return (dq.to(dout.dtype), dk.reshape(b, h, tk, hd).to(dout.dtype), dv.reshape(b, h, tk, hv).to(dout.dtype),
+            grads)
+
+
 class BlockedBiasAttention(torch.autograd.Function):
     """softmax(q k^T / sqrt(hd) + bias) v, causal (bottom-right aligned), by query blocks.
     ``inputs``: the tensors the source's tiles depend on (their gradients); ``window``: the keys a
@@ -69,93 +150,17 @@ class BlockedBiasAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, source, rows, window, *inputs):
         with torch.autocast(q.device.type, enabled=False):  # scores stay float32 under autocast
-            return BlockedBiasAttention._forward(ctx, q, k, v, source, rows, window, inputs)
-
-    @staticmethod
-    def _forward(ctx, q, k, v, source, rows, window, inputs):
-        b, h, tq, hd = q.shape
-        tk = k.shape[-2]
-        cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-        rev = block_reversal(tq, rows, q.device)
-        # Every (B, H, Tq, .) tensor of the blocks is kept in the tiles' row order (reversed within
-        # blocks): one gather here and one at the end instead of a flip per block. q is scaled
-        # here (cheaper than the scores), contiguous so backward views it as (B*H, Tq, hd).
-        qs = q.index_select(2, rev).to(cdt).mul_(1.0 / math.sqrt(hd))
-        kc, vc = k.to(cdt), v.to(cdt)  # no copy in float32: the model's k, v, which autograd keeps anyway
-        out = torch.empty(b, h, tq, v.shape[-1], dtype=cdt, device=q.device)  # rows reversed within blocks
-        lse = torch.empty(b, h, tq, dtype=cdt, device=q.device)  # log-sum-exp, rows reversed within blocks
-        for r0 in range(0, tq, rows):
-            n = min(rows, tq - r0)
-            nk = r0 + n + tk - tq
-            k0 = window_start(r0, tq, tk, window)
-            tile = window_tile(source.tile(r0, n, nk), r0, n, nk, k0, tq, tk, window)
-            out[:, :, r0:r0 + n], lse[:, :, r0:r0 + n] = block_softmax(qs[:, :, r0:r0 + n], kc[:, :, k0:nk],
-                                                                       vc[:, :, k0:nk], tile)
+            out, saved = blocked_forward(q, k, v, source, rows, window)
         ctx.source, ctx.rows, ctx.window, ctx.n_inputs = source, rows, window, len(inputs)
-        ctx.save_for_backward(qs, kc, vc, out, lse)
-        return out.index_select(2, rev).to(v.dtype)
+        ctx.save_for_backward(*saved)
+        return out
 
     @staticmethod
     def backward(ctx, dout):
+        want = bool(ctx.n_inputs) and any(ctx.needs_input_grad[6:])
         with torch.autocast(dout.device.type, enabled=False):
-            return BlockedBiasAttention._backward(ctx, dout)
-
-    @staticmethod
-    def _backward(ctx, dout):
-        qs, kc, vc, out, lse = ctx.saved_tensors
-        source, rows, window = ctx.source, ctx.rows, ctx.window
-        b, h, tq, hd = qs.shape
-        rev = block_reversal(tq, rows, qs.device)  # the forward's row order (an arange: not worth saving)
-        tk, hv, bh = kc.shape[-2], vc.shape[-1], b * h
-        # (B*H, T, . + 1) batches of contiguous rows, made once here: keys and values with a column
-        # of ones, so a block's queries with -lse and its dO with -delta in their extra column give
-        # the probabilities' exponent and dP - delta straight from the GEMM (no pass of their own
-        # over the block's (n, nk) scores). Queries and dO are in the tiles' row order, so a
-        # block's rows are a view. Only tensors made here are reshaped: compiled, a saved tensor
-        # may come in another layout than it had when traced, and inductor refuses to view it.
-        ka = torch.cat([kc, kc.new_ones(b, h, tk, 1)], -1).reshape(bh, tk, hd + 1)
-        va = torch.cat([vc, vc.new_ones(b, h, tk, 1)], -1).reshape(bh, tk, hv + 1)
-        # [q, -lse] * log2(e): the probabilities are exp2 of the scores in base 2 (torch's exp2 is ~3x
-        # faster than exp on a CPU, and stays fast where exp slows down on outputs below 1e-38)
-        qa = torch.cat([qs, lse[..., None].neg()], -1).mul_(LOG2E).reshape(bh, tq, hd + 1)
-        do = dout.to(qs.dtype).index_select(2, rev)
-        neg_delta = (do * out).sum(-1, keepdim=True).neg_()  # (B, H, Tq, 1): -rowsum(dP * P) = -rowsum(dO * O)
-        doa = torch.cat([do, neg_delta], -1).reshape(bh, tq, hv + 1)  # [dO, -delta]
-        dq = torch.empty(bh, tq, hd, dtype=qs.dtype, device=qs.device)  # rows reversed within blocks
-        dk = torch.zeros(bh, tk, hd, dtype=qs.dtype, device=qs.device)
-        dv = torch.zeros(bh, tk, hv, dtype=qs.dtype, device=qs.device)
-        want = ctx.n_inputs and any(ctx.needs_input_grad[6:])
-        acc = source.zero_grads() if want else None  # the tiles' gradients, summed over blocks
-        for r0 in range(0, tq, rows):
-            n = min(rows, tq - r0)
-            nk = r0 + n + tk - tq
-            k0 = window_start(r0, tq, tk, window)
-            qb, dob = qa[:, r0:r0 + n], doa[:, r0:r0 + n]  # (B*H, n, . + 1)
-            k_blk, v_blk = ka[:, k0:nk], va[:, k0:nk]
-            tile, saved = source.backward_tile(r0, n, nk)
-            tile = window_tile(tile, r0, n, nk, k0, tq, tk, window)
-            p = torch.empty(bh, n, nk - k0, dtype=qs.dtype, device=qs.device)  # probabilities
-            for i in range(b):  # the tile (h, n, nk) is shared by the batch: one GEMM per batch row
-                rows_i = slice(i * h, (i + 1) * h)
-                torch.baddbmm(tile, qb[rows_i], k_blk[rows_i].transpose(1, 2), beta=LOG2E, out=p[rows_i])
-            p.exp2_()  # exp2(log2(e) (q k^T + tile - lse)) = exp(q k^T + tile - lse)
-            dv[:, k0:nk].baddbmm_(p.transpose(1, 2), dob[:, :, :hv])
-            ds = torch.bmm(dob, v_blk.transpose(1, 2)).mul_(p)  # dS = P (dP - delta)
-            dq[:, r0:r0 + n] = torch.bmm(ds, k_blk[:, :, :hd])  # (dynamo refuses a non-contiguous out=)
-            dk[:, k0:nk].baddbmm_(ds.transpose(1, 2), qb[:, :, :hd])
-            if acc is not None:
-                dtile = _batch_sum(ds.reshape(b, h, n, nk - k0))  # (H, n, nk - k0): the bias is shared by the batch
-                if tile.shape[0] == 1:  # one bias for every head
-                    dtile = dtile.sum(0, keepdim=True)
-                if k0:  # the keys the window skipped: no gradient
-                    dtile = torch.nn.functional.pad(dtile, (k0, 0))
-                source.backward(r0, n, nk, dtile, saved, acc)
-        # the scores were (q * scale) k^T: dq takes the scale; dk came from q * scale * log2(e)
-        dq = dq.reshape(b, h, tq, hd).index_select(2, rev).mul_(1.0 / math.sqrt(hd))
-        dk.mul_(1.0 / LOG2E)
-        grads = source.grads(acc) if acc is not None else (None,) * ctx.n_inputs
-        return (dq.to(dout.dtype), dk.reshape(b, h, tk, hd).to(dout.dtype),
-                dv.reshape(b, h, tk, hv).to(dout.dtype), None, None, None, *grads)
+            dq, dk, dv, grads = blocked_backward(dout, ctx.saved_tensors, ctx.source, ctx.rows, ctx.window, want)
+        return (dq, dk, dv, None, None, None, *(grads if want else (None,) * ctx.n_inputs))
 
 
 def _batch_sum(ds: torch.Tensor) -> torch.Tensor:

@@ -31,26 +31,17 @@ class DistanceRow:
 
     def zero_grads(self) -> list[torch.Tensor]:
         """[(h, rows, Tk + rows - 1)]: tile gradients added where their keys sit; the row's gradient
-        is its anti-diagonal sums, taken once in ``grads`` (not once per block). Compiled,
-        [(h, Tk + rows - 1)]: the row's gradient itself, each block's anti-diagonal sums added in
-        (inductor fused the 32 slice additions of the (h, rows, .) accumulator into one loop that
-        took 71 ms of a 160 ms attention forward+backward at L 2048, eager's additions a few)."""
+        is its anti-diagonal sums, taken once in ``grads`` (not once per block)."""
         h, width = self.padded.shape
-        if torch.compiler.is_compiling():
-            return [self.padded.new_zeros(h, width)]
         return [self.padded.new_zeros(h, self.rows, width)]
 
     def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor, saved, acc: list) -> None:
         start = self.tk - nk  # reversed row i', key j reads padded[start + i' + j]
-        if acc[0].dim() == 2:  # compiled: padded[start + u] takes the sum over i' + j = u
-            acc[0][:, start:start + n + nk - 1] += antidiagonal_sums(dtile)
-        else:
-            acc[0][:, :n, start:start + nk] += dtile
+        acc[0][:, :n, start:start + nk] += dtile
 
     def grads(self, acc: list) -> tuple:
         # element (i', t) of the accumulator belongs to padded[t + i']: shift row i' by i'
-        row = acc[0] if acc[0].dim() == 2 else antidiagonal_sums(acc[0])
-        return (row[:, : self.tk],)
+        return (antidiagonal_sums(acc[0])[:, : self.tk],)
 
 
 class DenseBias:

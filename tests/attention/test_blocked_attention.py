@@ -139,31 +139,6 @@ def test_antidiagonal_sums_compiles_as_one_opaque_op_equal_to_eager():
     torch.testing.assert_close(compiled(m), antidiagonal_sums(m) * 2)
 
 
-@pytest.mark.parametrize("tk, rows, window", [(200, 64, None), (131, 32, None), (150, 64, 40)])
-def test_distance_row_compiled_accumulation_equals_eager(monkeypatch, tk, rows, window):
-    """Compiled, a DistanceRow adds each block's anti-diagonal sums into the row's gradient (not
-    tile gradients into an (h, rows, .) accumulator): the same gradient, summed in another order."""
-    torch.manual_seed(tk)
-    row = torch.randn(3, tk)
-    got = {}
-    for compiling in (False, True):
-        monkeypatch.setattr(torch.compiler, "is_compiling", lambda c=compiling: c)
-        source = DistanceRow(row, tk, rows, torch.float32)
-        acc = source.zero_grads()
-        assert acc[0].dim() == (2 if compiling else 3)
-        g = torch.Generator().manual_seed(1)
-        for r0 in range(0, tk, rows):
-            n = min(rows, tk - r0)
-            nk = r0 + n
-            dtile = torch.randn(3, n, nk, generator=g)
-            if window is not None:  # the keys a window skipped have no gradient
-                dtile[..., : max(0, r0 - window + 1)] = 0
-            source.backward(r0, n, nk, dtile, None, acc)
-        (got[compiling],) = source.grads(acc)
-    assert got[True].shape == (3, tk)
-    torch.testing.assert_close(got[True], got[False])
-
-
 def alibi_reference(q, k, v, slopes, pos):
     bias = -slopes.double()[:, None, None] * (pos.double()[:, None] - pos.double()[None, :])
     return reference(q, k, v, bias)
