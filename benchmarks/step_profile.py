@@ -65,6 +65,7 @@ def profile(method: str, seq_len: int, tokens: int, steps: int, rows: int, compi
 
 def ratios(methods: list[str], seq_len: int, tokens: int, repeats: int, steps: int, compiled: bool = False) -> None:
     every = ["nope", *[m for m in methods if m != "nope"]]
+    torch._dynamo.reset()  # each length compiles afresh (3 models per length reach dynamo's recompile limit of 8)
     steps_of = {m: Step(m, seq_len, tokens, compiled=compiled) for m in every}
     for s in steps_of.values():
         warm_up(s.run, compiled)
