@@ -110,6 +110,11 @@ def blocked_backward(dout, saved: tuple, source, rows: int, window: int | None, 
     dk = torch.zeros(bh, tk, hd, dtype=qs.dtype, device=qs.device)
     dv = torch.zeros(bh, tk, hv, dtype=qs.dtype, device=qs.device)
     acc = source.zero_grads() if want_bias_grads else None  # the tiles' gradients, summed over blocks
+    # Each block's probabilities and dS are the first (B*H, n, nk) numbers of one buffer each, made
+    # once: a new tensor per block touched fresh pages (the allocator returns large blocks to the
+    # system), and the page faults cost as much as the bias's copy into the probabilities.
+    size = bh * min(rows, tq) * tk
+    p_buf, ds_buf = (torch.empty(size, dtype=qs.dtype, device=qs.device) for _ in range(2))
     for r0 in range(0, tq, rows):
         n = min(rows, tq - r0)
         nk = r0 + n + tk - tq
@@ -118,13 +123,13 @@ def blocked_backward(dout, saved: tuple, source, rows: int, window: int | None, 
         k_blk, v_blk = ka[:, k0:nk], va[:, k0:nk]
         tile, saved_tile = source.backward_tile(r0, n, nk)
         tile = window_tile(tile, r0, n, nk, k0, tq, tk, window)
-        p = torch.empty(bh, n, nk - k0, dtype=qs.dtype, device=qs.device)  # probabilities
+        p = p_buf[: bh * n * (nk - k0)].view(bh, n, nk - k0)  # probabilities
         for i in range(b):  # the tile (h, n, nk) is shared by the batch: one GEMM per batch row
             rows_i = slice(i * h, (i + 1) * h)
             torch.baddbmm(tile, qb[rows_i], k_blk[rows_i].transpose(1, 2), beta=LOG2E, out=p[rows_i])
         p.exp2_()  # exp2(log2(e) (q k^T + tile - lse)) = exp(q k^T + tile - lse)
         dv[:, k0:nk].baddbmm_(p.transpose(1, 2), dob[:, :, :hv])
-        ds = torch.bmm(dob, v_blk.transpose(1, 2)).mul_(p)  # dS = P (dP - delta)
+        ds = torch.bmm(dob, v_blk.transpose(1, 2), out=ds_buf[: p.numel()].view(p.shape)).mul_(p)  # dS = P (dP - delta)
         dq[:, r0:r0 + n] = torch.bmm(ds, k_blk[:, :, :hd])  # (dynamo refuses a non-contiguous out=)
         dk[:, k0:nk].baddbmm_(ds.transpose(1, 2), qb[:, :, :hd])
         if acc is not None:
@@ -164,12 +169,10 @@ class BlockedBiasAttention(torch.autograd.Function):
 
 
 def _batch_sum(ds: torch.Tensor) -> torch.Tensor:
-    """(B, H, n, nk) -> (H, n, nk), the sum over the batch: a view at B 1, else adds of the batch
-    rows, the first two into a new tensor (faster than ``ds.sum(0)`` on a CPU)."""
-    if ds.shape[0] == 1:
-        return ds[0]
-    out = torch.add(ds[0], ds[1])
-    for i in range(2, ds.shape[0]):
+    """(B, H, n, nk) -> (H, n, nk), the sum over the batch, added into ``ds[0]`` (the caller reads
+    ds no more; a new tensor per block would touch fresh pages): faster than ``ds.sum(0)`` on a CPU."""
+    out = ds[0]
+    for i in range(1, ds.shape[0]):
         out.add_(ds[i])
     return out
 
