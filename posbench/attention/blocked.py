@@ -61,17 +61,35 @@ def block_reversal(tq: int, rows: int, device) -> torch.Tensor:
     return r0 + (torch.clamp(r0 + rows, max=tq) - 1) - i
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the scores, softmax and bias: float64 for float64 inputs, else float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def scaled_queries(q: torch.Tensor, rows: int) -> torch.Tensor:
+    """q (B, H, Tq, hd) in the tiles' row order (reversed within blocks), in the compute dtype, times
+    1/sqrt(hd): scaled here (cheaper than the scores), contiguous so backward views it as (B*H, Tq, hd)."""
+    rev = block_reversal(q.shape[2], rows, q.device)
+    return q.index_select(2, rev).to(compute_dtype(q.dtype)).mul_(1.0 / math.sqrt(q.shape[-1]))
+
+
+def call_kind(k: torch.Tensor, window: int | None, tensors: tuple) -> tuple[int | None, bool]:
+    """(the window, None when no key is older than it; whether autograd wants gradients of ``tensors``)."""
+    if window is not None and k.shape[-2] <= window:
+        window = None  # nothing older than a window: the plain causal blocks
+    return window, torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def blocked_forward(q, k, v, source, rows: int, window: int | None):
     """The blocked forward: (the output (B, H, Tq, hv) in v's dtype, what backward needs: (qs, kc, vc,
     out, lse), rows reversed within blocks)."""
     b, h, tq, hd = q.shape
     tk = k.shape[-2]
-    cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    cdt = compute_dtype(q.dtype)
     rev = block_reversal(tq, rows, q.device)
     # Every (B, H, Tq, .) tensor of the blocks is kept in the tiles' row order (reversed within
-    # blocks): one gather here and one at the end instead of a flip per block. q is scaled
-    # here (cheaper than the scores), contiguous so backward views it as (B*H, Tq, hd).
-    qs = q.index_select(2, rev).to(cdt).mul_(1.0 / math.sqrt(hd))
+    # blocks): one gather here and one at the end instead of a flip per block.
+    qs = scaled_queries(q, rows)
     kc, vc = k.to(cdt), v.to(cdt)  # no copy in float32: the model's k, v, which autograd keeps anyway
     out = torch.empty(b, h, tq, v.shape[-1], dtype=cdt, device=q.device)  # rows reversed within blocks
     lse = torch.empty(b, h, tq, dtype=cdt, device=q.device)  # log-sum-exp, rows reversed within blocks
@@ -182,9 +200,8 @@ def blocked_bias_attention(q, k, v, source, inputs: tuple = (), rows: int = BLOC
     """q (B, H, Tq, hd), k, v (B, H, Tk, hd) -> (B, H, Tq, hd), with the bias tiles of ``source``
     (``tiles.py``, ``piecewise.py``) and ``inputs`` the tensors those tiles depend on; ``window``:
     the keys each query sees. Without autograd (a prefill, an evaluation) it runs ``forward_only``."""
-    if window is not None and k.shape[-2] <= window:
-        window = None  # nothing older than a window: the plain causal blocks
-    if not torch.is_grad_enabled() or not any(t.requires_grad for t in (q, k, v, *inputs)):
+    window, train = call_kind(k, window, (q, k, v, *inputs))
+    if not train:
         with torch.autocast(q.device.type, enabled=False):
             return forward_only(q, k, v, source, rows, window)
     return BlockedBiasAttention.apply(q, k, v, source, rows, window, *inputs)
@@ -196,7 +213,7 @@ def forward_only(q, k, v, source, rows: int, window: int | None = None) -> torch
     (H, n, nk) stay in cache through ``baddbmm`` (bias and scores in one pass) and one softmax."""
     b, h, tq, hd = q.shape
     tk = k.shape[-2]
-    cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    cdt = compute_dtype(q.dtype)
     qs = q.to(cdt) * (1.0 / math.sqrt(hd))  # (B, H, Tq, hd)
     kc, vc = k.to(cdt), v.to(cdt)  # (B, H, Tk, hd)
     flash = flash_here(q.device)

@@ -8,31 +8,25 @@ eager code, so compiled and eager attend alike, with no graph break and a short 
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
 
-from posbench.attention.blocked import blocked_backward, blocked_forward, block_reversal, forward_only
+from posbench.attention.blocked import blocked_backward, blocked_forward, call_kind, compute_dtype, forward_only, scaled_queries
 from posbench.attention.tiles import DistanceRow
 
 
 def distance_attention(q, k, v, row, rows: int, window: int | None = None) -> torch.Tensor:
     """q (B, H, Tq, hd), k, v (B, H, Tk, hd), ``row`` (h, Tk) the bias at distance Tk - 1 - t ->
     (B, H, Tq, hd): ``blocked_bias_attention`` with a ``DistanceRow``, as one op in a graph."""
-    if window is not None and k.shape[-2] <= window:
-        window = None  # nothing older than a window: the plain causal blocks
-    if not torch.is_grad_enabled() or not any(t.requires_grad for t in (q, k, v, row)):
+    window, train = call_kind(k, window, (q, k, v, row))
+    if not train:
         return torch.ops.posbench.distance_attention_eval(q, k, v, row, rows, window)
     return torch.ops.posbench.distance_attention(q, k, v, row, rows, window)[0]
 
 
-def _cdt(q: torch.Tensor) -> torch.dtype:
-    return torch.float64 if q.dtype == torch.float64 else torch.float32
-
-
 def _source(row: torch.Tensor, k: torch.Tensor, rows: int, q: torch.Tensor) -> DistanceRow:
-    return DistanceRow(row, k.shape[-2], rows, _cdt(q))
+    return DistanceRow(row, k.shape[-2], rows, compute_dtype(q.dtype))
 
 
 @torch.library.custom_op("posbench::distance_attention_eval", mutates_args=())
@@ -62,8 +56,8 @@ def _train(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor,
 def _(q, k, v, row, rows, window):
     b, h, tq, _ = q.shape
     hv = v.shape[-1]
-    return (q.new_empty(b, h, tq, hv, dtype=v.dtype), q.new_empty(b, h, tq, hv, dtype=_cdt(q)),
-            q.new_empty(b, h, tq, dtype=_cdt(q)))
+    return (q.new_empty(b, h, tq, hv, dtype=v.dtype), q.new_empty(b, h, tq, hv, dtype=compute_dtype(q.dtype)),
+            q.new_empty(b, h, tq, dtype=compute_dtype(q.dtype)))
 
 
 @torch.library.custom_op("posbench::distance_attention_backward", mutates_args=())
@@ -71,10 +65,9 @@ def _train_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: tor
                     out_rev: torch.Tensor, lse: torch.Tensor, rows: int, window: Optional[int],
                     row_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dq, dk, dv, the row's gradient (h, Tk) in its dtype; zeros without ``row_grad``)."""
-    cdt = _cdt(q)
+    cdt = compute_dtype(q.dtype)
     with torch.autocast(q.device.type, enabled=False):
-        qs = q.index_select(2, block_reversal(q.shape[2], rows, q.device)).to(cdt).mul_(1.0 / math.sqrt(q.shape[-1]))
-        saved = (qs, k.to(cdt), v.to(cdt), out_rev, lse)  # as blocked_forward saved them
+        saved = (scaled_queries(q, rows), k.to(cdt), v.to(cdt), out_rev, lse)  # as blocked_forward saved them
         dq, dk, dv, grads = blocked_backward(dout, saved, _source(row, k, rows, q), rows, window, row_grad)
     drow = grads[0].to(row.dtype).contiguous() if row_grad else torch.zeros_like(row)  # grads[0]: a view of a wider row
     return dq, dk, dv, drow

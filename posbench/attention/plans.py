@@ -12,7 +12,7 @@ from typing import ClassVar, Iterator, Protocol
 
 import torch
 
-from posbench.attention.blocked import BLOCK_ROWS, blocked_bias_attention
+from posbench.attention.blocked import BLOCK_ROWS, blocked_bias_attention, compute_dtype
 from posbench.attention import flex
 from posbench.attention.cpu_flash import flash_here
 from posbench.attention.distance_op import distance_attention
@@ -95,7 +95,7 @@ class LinearPlan(Plan):
         if windowed(k.shape[-2], window):
             # one number per key cannot say "older than the window": the bias tiles by block,
             # each block against the keys of its window only
-            cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+            cdt = compute_dtype(q.dtype)
             source, inputs = position_tiles(self, cdt)
             return blocked_bias_attention(q, k, v, source, inputs, BLOCK_ROWS, window)
         return linear_bias_sdpa(q, k, v, self.form.slopes.to(q.device), self.k_pos)
@@ -115,7 +115,7 @@ class BlockedPlan(Plan):
         raise NotImplementedError
 
     def attend(self, q, k, v, window=None):
-        cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+        cdt = compute_dtype(q.dtype)
         source, inputs = self.tiles(k.shape[-2], cdt)
         return blocked_bias_attention(q, k, v, source, inputs, BLOCK_ROWS, window)
 

@@ -105,9 +105,10 @@ class BiasTiles:
         return tuple(acc)
 
 
-# An opaque op for torch.compile: inductor lowered the skewed (overlapping) view and its sum to a
-# loop of its own that took 75 ms of a 174 ms compiled attention forward+backward at L 2048 (4
-# heads of 32), where eager's strided sum takes a few; as an op it runs the same ATen calls
+# An opaque op for torch.compile, for the backward that is still traced (the piecewise plan's,
+# fire): inductor lowered the skewed (overlapping) view and its sum, fused with DistanceRow's
+# accumulator, to a loop that took 75 ms of a 174 ms compiled attention forward+backward at L 2048
+# (4 heads of 32), where eager's strided sum takes a few; as an op it runs the same ATen calls
 # compiled or not (docs/kernels.md, "Under torch.compile").
 @torch.library.custom_op("posbench::antidiagonal_sums", mutates_args=())
 def antidiagonal_sums(m: torch.Tensor) -> torch.Tensor:
