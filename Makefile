@@ -53,13 +53,13 @@ kernels-bench: install
 	$(BIN)/python -m pytest -q tests/tasks/test_kernel_benchmark.py --benchmark-only --benchmark-group-by=group
 
 # On a CUDA machine: compiled kernel tests, conformance on CUDA, a short kernels suite and a short
-# efficiency run, summarised in $(GPU_CHECK_OUT)/gpu-check.md (posbench/kernels/gpu_check.py).
+# efficiency run, summarised in $(GPU_CHECK_OUT)/gpu-check.md (posbench/triton_kernels/gpu_check.py).
 # Uses the venv when there is one, else $(PYTHON) as it is (a GPU box with torch and triton).
 GPU_CHECK_OUT ?= results/gpu-check
 GPU_CHECK_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 # DRY=1: print the steps with their time limits and the total, run nothing (any machine).
 gpu-check:
-	$(GPU_CHECK_PYTHON) -m posbench.kernels.gpu_check --out $(GPU_CHECK_OUT) --python $(GPU_CHECK_PYTHON) $(if $(DRY),--dry-run)
+	$(GPU_CHECK_PYTHON) -m posbench.triton_kernels.gpu_check --out $(GPU_CHECK_OUT) --python $(GPU_CHECK_PYTHON) $(if $(DRY),--dry-run)
 
 # Result pages for docs/results/ from run folders (posbench/cli/results_page.py): one page per
 # suite and machine with the date, commit, machine, the command that reproduces the run and its tables.

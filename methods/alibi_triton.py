@@ -1,7 +1,7 @@
 """ALiBi with attention fused into one Triton kernel: the bias is never materialised.
 
 Same mathematics as the ``alibi`` method (Press, Smith, Lewis 2022): score_ij gets
--m_h * (q_pos_i - k_pos_j), unscaled by 1/sqrt(d). The kernel (``posbench.kernels.alibi_attention``,
+-m_h * (q_pos_i - k_pos_j), unscaled by 1/sqrt(d). The kernel (``posbench.triton_kernels.alibi_attention``,
 FlashAttention-style tiling after Dao et al. 2022) forms each tile's bias from row and column
 indices, so memory stays O(T) instead of the O(H T^2) of a materialised bias.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from posbench.core.alibi_math import alibi_slopes
-from posbench.kernels import FusedKernelMethod
+from posbench.triton_kernels import FusedKernelMethod
 from posbench.core.method import ModelConfig
 from posbench.core.registry import register
 
@@ -30,7 +30,7 @@ BIAS_DTYPES = ("float32", "compute")
 @register
 class AlibiTriton(FusedKernelMethod):
     name = "alibi_triton"
-    no_window = "the fused kernel masks by causality alone (posbench/kernels/alibi_attention.py)"
+    no_window = "the fused kernel masks by causality alone (posbench/triton_kernels/alibi_attention.py)"
 
     def __init__(self, cfg: ModelConfig, bias_dtype: str = "float32"):
         super().__init__(cfg)
@@ -53,7 +53,7 @@ class AlibiTriton(FusedKernelMethod):
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         scale = state if state is not None else self._pos_scale(k_pos)
-        from posbench.kernels.alibi_attention import alibi_attention
+        from posbench.triton_kernels.alibi_attention import alibi_attention
 
         return alibi_attention(  # (B, H, Tq, hd)
             q, k, v, self._slopes_on(q.device),

@@ -4,7 +4,7 @@ Same mathematics and parameters as ``t5_bias`` (Raffel et al. 2020, section 2.1)
 scalar per head and causal relative-position bucket (32 buckets, max distance 128 by default),
 added to the scores unscaled, one table shared by all layers; the state_dict key is the same
 (``table.weight``, (buckets, H)), so checkpoints move between the two methods. The kernel
-(``posbench.kernels.t5_attention``) computes each tile's buckets from its indices and reads the
+(``posbench.triton_kernels.t5_attention``) computes each tile's buckets from its indices and reads the
 table directly, so memory stays O(T) instead of the O(H T^2) of a gathered bias, and its backward
 returns the table's gradient.
 
@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from torch import nn
 
-from posbench.kernels import FusedKernelMethod
+from posbench.triton_kernels import FusedKernelMethod
 from posbench.core.registry import register
 
 
 @register
 class T5Triton(FusedKernelMethod):
     name = "t5_triton"
-    no_window = "the fused kernel masks by causality alone (posbench/kernels/t5_attention.py)"
+    no_window = "the fused kernel masks by causality alone (posbench/triton_kernels/t5_attention.py)"
 
     def __init__(self, cfg, num_buckets: int = 32, max_distance: int = 128):
         super().__init__(cfg)
@@ -39,7 +39,7 @@ class T5Triton(FusedKernelMethod):
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         scale = state if state is not None else self._pos_scale(k_pos)
-        from posbench.kernels.t5_attention import t5_attention
+        from posbench.triton_kernels.t5_attention import t5_attention
 
         return t5_attention(  # (B, H, Tq, hd)
             q, k, v, self.table.weight, pos_scale=scale,

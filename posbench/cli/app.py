@@ -209,8 +209,8 @@ def cmd_run(args) -> int:
     if args.run_id is not None:  # a folder under results/<suite>/: never a path that leaves it
         suitemod.check_name(args.run_id, "--run-id")
     if methods and "all" in methods:  # the group: every registered method joins this suite's run
-        suite.methods = suitemod.expand_methods(suite.methods + ["all"], suite.task_spec)
-        methods = suitemod.expand_methods(methods, suite.task_spec)
+        suite.methods = suitemod.expand_methods(suite.methods + ["all"], suite.task)
+        methods = suitemod.expand_methods(methods, suite.task)
     suite = with_methods(suite, methods)  # a method the suite does not list joins this run's table
     shard = parse_shard(args.shard) if args.shard else None
     in_process = _under_torchrun(suite, device, args.dry_run)
@@ -227,7 +227,7 @@ def cmd_run(args) -> int:
         todo, done = plan(suite, device, run_dir, args.retry_failed, methods, args.methods_dir, run_id, shard)
         check_corpora([case.settings.get("corpus") for case in todo])
         shown = f"{run_id}-<date>-<time> (new, --fresh)" if args.fresh else run_id
-        print(f"suite {suite.name} ({suite.task}), profile {suite.profile}, device {device}, run {shown}")
+        print(f"suite {suite.name} ({suite.task_name}), profile {suite.profile}, device {device}, run {shown}")
         print(f"settings: {json.dumps(suite.settings.model_dump())}")
         for case in todo:
             print(f"  run   {case.id}")

@@ -18,7 +18,7 @@ Format = Literal["count", "bytes", "ms", "ppl", "plain", "int"]
 ChartFunction = Callable[[list], list]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Metric:
     """One metric of a task's ``METRICS``: title, unit, direction (``higher_is_better`` None: never
     compared), format (a ``posbench.report.numbers`` formatter) and where the report puts it

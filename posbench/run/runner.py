@@ -154,7 +154,6 @@ def is_terminal(stream) -> bool:
 def pool_slots(suite: Suite, o: RunOptions) -> Optional[list]:
     """The local pool's slots for this run (``posbench.run.pool``), or None: one job at a time."""
     from posbench.run import pool
-    from posbench.run.units import is_timed
 
     if o.gpus is None and o.parallel == 1:
         return None
@@ -165,7 +164,7 @@ def pool_slots(suite: Suite, o: RunOptions) -> Optional[list]:
         if o.parallel != 1:
             raise pool.PoolError("--gpus and --parallel both say how many units run at once; allowed: one of them")
         return pool.gpu_slots(list(o.gpus), int(suite.settings.nproc))
-    return pool.cpu_slots(o.parallel, is_timed(suite.task), suite.task)
+    return pool.cpu_slots(o.parallel, suite.task.timed, suite.task_name)
 
 
 def run_suite(suite: Suite, options: RunOptions) -> RunResult:

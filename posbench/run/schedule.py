@@ -19,7 +19,7 @@ from posbench.core.case import CaseSpec
 from posbench.core.files import refuse_links
 from posbench.run.ranks import broadcast
 from posbench.run.suite import Suite, SuiteError, check_name
-from posbench.run.units import Unit, is_timed, shard_cases, split
+from posbench.run.units import Unit, shard_cases, split
 from posbench.store.rows import ROWS_DIR, case_rows, latest_rounds, read_usable_run_rows
 
 RETRYABLE = ("error", "timeout")
@@ -64,7 +64,7 @@ def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
     extra = [m for m in dict.fromkeys(methods or []) if m not in suite.methods]
     if not extra:
         return suite
-    task = suite.task_spec
+    task = suite.task
     known = list(task.METHODS) if task.own_methods else registry.names()
     for name in extra:
         if name not in known and not task.own_methods and registry.split_composed(name):
@@ -86,7 +86,7 @@ def _select(suite: Suite, device: str, methods: list[str] | None, methods_dirs: 
     suite = with_methods(suite, methods)  # a name the suite does not list joins it (or is refused)
     check_size(suite)
     if shard is not None and timed is None:
-        timed = is_timed(suite.task)
+        timed = suite.task.timed
     return [c for c in shard_cases(suite.cases(device, run_id, methods_dirs), shard, bool(timed))
             if not methods or c.method in methods]
 
@@ -138,8 +138,8 @@ def check_pairing(suite: Suite, in_process: bool) -> None:
     """``pairing: windows`` needs a task that can run a group and one process per group."""
     if getattr(suite.settings, "pairing", "rounds") != "windows":
         return
-    if not suite.task_spec.groups:
-        raise SuiteError(f"pairing: windows: task {suite.task!r} cannot measure several methods in one process; "
+    if not suite.task.groups:
+        raise SuiteError(f"pairing: windows: task {suite.task_name!r} cannot measure several methods in one process; "
                          "allowed: pairing: rounds")
     if in_process:
         raise SuiteError("pairing: windows runs every method of a grid point in one worker process, which a run "
@@ -218,7 +218,7 @@ def plan_run(suite: Suite, device: str, run_dir: Path, retry_failed: bool, metho
     tasks may still run: both would run the same cases."""
     check_pairing(suite, in_process)
     suite = with_methods(suite, methods)  # so the rows of added methods are this run's rows too
-    timed = is_timed(suite.task)
+    timed = suite.task.timed
     todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, None, timed)
     if lock is not None and lock():
         if not launched:

@@ -28,13 +28,6 @@ class Unit:
         return file_stem(self.key)
 
 
-def is_timed(task: str) -> bool:
-    """Whether task ``task`` compares timings within a grid point (its unit is the point)."""
-    from posbench import tasks
-
-    return tasks.get(task).timed
-
-
 def point_key(case: CaseSpec) -> str:
     """``seq_len=128`` (``head_dim=64/seq_len=1024`` for several axes, in grid order)."""
     return "/".join(f"{k}={v}" for k, v in case.params.items()) or "point"

@@ -46,7 +46,7 @@ class RunMeta:
         from posbench import __version__
 
         settings = suite.settings.model_dump() if hasattr(suite.settings, "model_dump") else dict(suite.settings)
-        return cls(suite=suite.name, version=suite.version, task=suite.task, baseline=suite.baseline,
+        return cls(suite=suite.name, version=suite.version, task=suite.task_name, baseline=suite.baseline,
                    methods=list(suite.methods), metrics=list(suite.metrics), settings=settings,
                    grid={k: list(v) for k, v in suite.grid.items()}, profile=suite.profile, device=device,
                    run_id=run_id, posbench_version=__version__,

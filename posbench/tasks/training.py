@@ -60,23 +60,22 @@ def open_corpus(c: CorpusSettings):
 BUDGETS = ("steps", "tokens", "time_s", "flops")  # posbench.engine.budget.BUDGETS (no torch here)
 DEFAULT_WARMUP_S = 2.0  # posbench.engine.budget.DEFAULT_WARMUP_S
 
-M = Metric
 BUDGET_METRICS = {
-    "budget_steps": M("Budget, steps", "steps", "the steps budget given", None, "int"),
-    "budget_tokens": M("Budget, tokens", "tokens", "the tokens budget given", None, "count"),
-    "budget_time_s": M("Budget, training time", "s", "the time budget given: each method trains until it is "
-                       "spent on the clock", None),
-    "budget_flops": M("Budget, operations", "FLOP", "the flops budget given (posbench.engine.flops)", None, "count"),
-    "budget_step_seconds": M("Warm-up seconds per step", "s", "time budget: the mean step time its warm-up "
-                             "measured, which set the steps", None),
-    "budget_warmup_seconds": M("Warm-up time", "s", "time budget: seconds the warm-up took (not part of the budget)",
-                               None),
-    "budget_planned_steps": M("Warm-up's planned steps", "steps", "time budget: the steps the warm-up planned; "
-                              "the clock decides the steps reached (train_steps)", None, "int"),
-    "budget_seconds": M("Budget time spent", "s", "time budget: training seconds spent from the budget, measured "
-                        "on the clock (held-out checks excluded); within one step of budget_time_s", None),
-    "train_flops": M("Training operations", "FLOP", "counted operations of the steps trained (posbench.engine.flops)",
-                     None, "count"),
+    "budget_steps": Metric(title="Budget, steps", unit="steps", doc="the steps budget given", higher_is_better=None, fmt="int"),
+    "budget_tokens": Metric(title="Budget, tokens", unit="tokens", doc="the tokens budget given", higher_is_better=None, fmt="count"),
+    "budget_time_s": Metric(title="Budget, training time", unit="s", doc="the time budget given: each method trains until it is "
+                       "spent on the clock", higher_is_better=None),
+    "budget_flops": Metric(title="Budget, operations", unit="FLOP", doc="the flops budget given (posbench.engine.flops)", higher_is_better=None, fmt="count"),
+    "budget_step_seconds": Metric(title="Warm-up seconds per step", unit="s", doc="time budget: the mean step time its warm-up "
+                             "measured, which set the steps", higher_is_better=None),
+    "budget_warmup_seconds": Metric(title="Warm-up time", unit="s", doc="time budget: seconds the warm-up took (not part of the budget)",
+                               higher_is_better=None),
+    "budget_planned_steps": Metric(title="Warm-up's planned steps", unit="steps", doc="time budget: the steps the warm-up planned; "
+                              "the clock decides the steps reached (train_steps)", higher_is_better=None, fmt="int"),
+    "budget_seconds": Metric(title="Budget time spent", unit="s", doc="time budget: training seconds spent from the budget, measured "
+                        "on the clock (held-out checks excluded); within one step of budget_time_s", higher_is_better=None),
+    "train_flops": Metric(title="Training operations", unit="FLOP", doc="counted operations of the steps trained (posbench.engine.flops)",
+                     higher_is_better=None, fmt="count"),
 }
 
 

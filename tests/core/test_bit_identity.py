@@ -24,7 +24,7 @@ import torch
 from posbench.core import registry
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
-from posbench.kernels import FusedKernelMethod
+from posbench.triton_kernels import FusedKernelMethod
 from tests.helpers.bias_plugins import PLUGINS
 
 REFERENCE = Path(__file__).with_name("bit_identity.json")

@@ -113,7 +113,7 @@ def test_the_triton_methods_decline_a_window_in_one_line(method):
     with pytest.raises(Unavailable) as err:
         registry.get(method)(ModelConfig(n_heads=4, window=16, method=method))
     assert str(err.value) == (f"{method}: sliding-window attention (window 16) is not supported: the fused kernel masks "
-                              f"by causality alone (posbench/kernels/{method.removesuffix('_triton')}_attention.py)")
+                              f"by causality alone (posbench/triton_kernels/{method.removesuffix('_triton')}_attention.py)")
 
 
 def test_only_the_fused_kernel_methods_decline_a_window():

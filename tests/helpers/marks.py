@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from posbench.core import registry
-from posbench.kernels import interpreter_on
+from posbench.triton_kernels import interpreter_on
 
 # pytest.param(..., marks=SLOW_WHEN_INTERPRETED) or pytestmark = SLOW_WHEN_INTERPRETED
 SLOW_WHEN_INTERPRETED = [pytest.mark.slow] if interpreter_on() else []

@@ -20,9 +20,9 @@ from posbench.core.task import Diverged, Metric, Task, TaskSettings
 
 Behaviour = Literal["ok", "sleep", "raise", "crash", "kill", "oom", "alloc", "nan", "interrupt_once", "fail_rank"]
 
-METRICS = {"value": Metric("Value", "", "the grid point's n times 1000", True),
-           "pid": Metric("Worker pid", "", "the worker's process id", None, "int"),
-           "world_size": Metric("Ranks", "", "ranks the case ran on (WORLD_SIZE)", None, "int")}
+METRICS = {"value": Metric(title="Value", unit="", doc="the grid point's n times 1000", higher_is_better=True),
+           "pid": Metric(title="Worker pid", unit="", doc="the worker's process id", higher_is_better=None, fmt="int"),
+           "world_size": Metric(title="Ranks", unit="", doc="ranks the case ran on (WORLD_SIZE)", higher_is_better=None, fmt="int")}
 
 
 class Settings(TaskSettings):

@@ -11,7 +11,7 @@ import torch
 
 from posbench.core import registry
 from posbench.core.model import TransformerLM, model_config
-from posbench.kernels import FusedKernelMethod
+from posbench.triton_kernels import FusedKernelMethod
 from tests.helpers.graph_breaks import BIAS, MISSION, break_reasons, fresh_dynamo  # noqa: F401  (autouse fixture)
 
 # Registered methods that cannot trace whole: name -> (evaluation's, training's break reasons, the

@@ -56,7 +56,7 @@ def test_sdpa_rows_run_on_cpu_and_unknown_variant_is_an_error():
 
 @pytest.mark.parametrize("variant", ["alibi_triton", "t5_triton"])
 def test_triton_row_runs_under_the_interpreter_when_allowed(variant):
-    from posbench.kernels import alibi_attention as ka
+    from posbench.triton_kernels import alibi_attention as ka
 
     if not ka.INTERPRETED:
         pytest.skip("needs TRITON_INTERPRET=1 (set by conftest)")
@@ -82,7 +82,7 @@ def test_static_reasons_name_what_is_missing():
 
 def test_sdpa_t5_bias_variant_equals_the_fused_t5_kernel():
     """The materialised-T5 baseline computes the same attention (and table gradient) as t5_triton."""
-    from posbench.kernels import t5_attention as kt
+    from posbench.triton_kernels import t5_attention as kt
 
     if not kt.INTERPRETED:
         pytest.skip("needs TRITON_INTERPRET=1 (set by conftest)")

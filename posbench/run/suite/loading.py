@@ -75,14 +75,14 @@ class Suite:
     name: str
     description: str
     version: int
-    task: str  # the name, as the file and run.json carry it
+    task_name: str  # the name, as the file and run.json carry it
     methods: list[str]
     baseline: Optional[str]
     metrics: list[str]
     grid: dict[str, list[Any]]
     settings: BaseModel  # the task's Settings
     profile: str
-    task_spec: Task  # the task itself (posbench.tasks.get(task))
+    task: Task  # the task itself, asked of the registry once, at loading
     profiles: list[str] = field(default_factory=list)
     launcher: Launcher = field(default_factory=Launcher)  # --launcher slurm's parameters (not in the run id)
 
@@ -95,7 +95,7 @@ class Suite:
                 out.append(
                     CaseSpec(
                         suite=self.name,
-                        task=self.task,
+                        task=self.task_name,
                         method=method,
                         params=dict(zip(axes, values)),
                         settings=self.settings.model_dump(),
@@ -114,7 +114,7 @@ class Suite:
             # nproc came later: leaving its default out keeps the ids of earlier runs (resume).
             del settings["nproc"]
         blob = json.dumps(
-            {"version": self.version, "task": self.task, "settings": settings, "grid": self.grid},
+            {"version": self.version, "task": self.task_name, "settings": settings, "grid": self.grid},
             sort_keys=True,
         )
         return hashlib.sha256(blob.encode()).hexdigest()[:8]
@@ -368,9 +368,9 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
     _check_grid(grid, grid_source, task.Params, fail)
     _check_across(settings, source, grid, grid_source, list(f.methods), task, fail)
     return Suite(
-        path=loaded.path, name=f.name, description=f.description, version=f.version, task=f.task,
+        path=loaded.path, name=f.name, description=f.description, version=f.version, task_name=f.task,
         methods=expand_methods(prof.methods or f.methods, task), baseline=f.baseline, metrics=list(f.metrics), grid=grid,
-        settings=settings, profile=profile, task_spec=task, profiles=list(f.profiles), launcher=launch,
+        settings=settings, profile=profile, task=task, profiles=list(f.profiles), launcher=launch,
     )
 
 

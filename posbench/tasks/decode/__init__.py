@@ -15,40 +15,39 @@ from posbench.engine import compiled
 # torch, the model and the decoding steps (posbench.tasks.decode.generation) are imported inside run():
 # validating a suite imports this module for its Settings, and must not wait for torch.
 
-M = Metric  # the declarations below read as a table
 METRICS = {
-    "ttft_ms": M("Time to first token (prefill)", "ms", "prefill of the (B, C) prompt into the KV cache and the "
-                 "argmax of its last logits, median over repeats; lower is better", False, "ms", table=True),
-    "ttft_ms_min": M("Time to first token, fastest", "ms", "fastest prefill", None, "ms"),
-    "ttft_ms_max": M("Time to first token, slowest", "ms", "slowest prefill", None, "ms"),
-    "prefill_wps": M("Prefill speed", "tokens/s", "B * C / ttft_ms; higher is better", True, "count"),
-    "tpot_ms": M("Time per output token (median)", "ms", "one greedy decode step of the whole batch at context "
-                 "C..C+n-1, median over every measured step; lower is better", False, "ms", table=True),
-    "tpot_p90_ms": M("Time per output token (p90)", "ms", "90th percentile of the measured decode step times; "
-                     "lower is better", False, "ms", table=True),
-    "tpot_ms_min": M("Time per output token, fastest", "ms", "fastest decode step", None, "ms"),
-    "tpot_ms_max": M("Time per output token, slowest", "ms", "slowest decode step", None, "ms"),
-    "decode_wps": M("Decode speed", "tokens/s", "B * decode_tokens / decode time of a repeat, median over repeats; "
-                    "higher is better", True, "count", table=True),
-    "kv_cache_bytes": M("KV-cache size", "bytes", "keys (as the method caches them: fox's carry one "
+    "ttft_ms": Metric(title="Time to first token (prefill)", unit="ms", doc="prefill of the (B, C) prompt into the KV cache and the "
+                 "argmax of its last logits, median over repeats; lower is better", higher_is_better=False, fmt="ms", table=True),
+    "ttft_ms_min": Metric(title="Time to first token, fastest", unit="ms", doc="fastest prefill", higher_is_better=None, fmt="ms"),
+    "ttft_ms_max": Metric(title="Time to first token, slowest", unit="ms", doc="slowest prefill", higher_is_better=None, fmt="ms"),
+    "prefill_wps": Metric(title="Prefill speed", unit="tokens/s", doc="B * C / ttft_ms; higher is better", higher_is_better=True, fmt="count"),
+    "tpot_ms": Metric(title="Time per output token (median)", unit="ms", doc="one greedy decode step of the whole batch at context "
+                 "C..C+n-1, median over every measured step; lower is better", higher_is_better=False, fmt="ms", table=True),
+    "tpot_p90_ms": Metric(title="Time per output token (p90)", unit="ms", doc="90th percentile of the measured decode step times; "
+                     "lower is better", higher_is_better=False, fmt="ms", table=True),
+    "tpot_ms_min": Metric(title="Time per output token, fastest", unit="ms", doc="fastest decode step", higher_is_better=None, fmt="ms"),
+    "tpot_ms_max": Metric(title="Time per output token, slowest", unit="ms", doc="slowest decode step", higher_is_better=None, fmt="ms"),
+    "decode_wps": Metric(title="Decode speed", unit="tokens/s", doc="B * decode_tokens / decode time of a repeat, median over repeats; "
+                    "higher is better", higher_is_better=True, fmt="count", table=True),
+    "kv_cache_bytes": Metric(title="KV-cache size", unit="bytes", doc="keys (as the method caches them: fox's carry one "
                         "float of log f per key and head) and values of every layer after the prefill (C tokens); "
-                        "lower is better", False, "bytes", table=True),
-    "peak_mem_prefill_bytes": M("Peak prefill memory", "bytes", "CUDA max_memory_allocated, CPU peak resident set, "
-                                "prefill phase (largest over repeats); lower is better", False, "bytes"),
-    "peak_mem_prefill_reserved_bytes": M("Peak prefill memory reserved", "bytes",
-                                         "CUDA max_memory_reserved in the prefill (null on CPU)", False, "bytes"),
-    "peak_mem_decode_bytes": M("Peak decode memory", "bytes", "as peak_mem_prefill_bytes, decode steps 2..n "
-                               "(weights and cache included); lower is better", False, "bytes", table=True),
-    "peak_mem_decode_reserved_bytes": M("Peak decode memory reserved", "bytes",
-                                        "CUDA max_memory_reserved in decoding (null on CPU)", False, "bytes"),
-    "mem_base_bytes": M("Base memory", "bytes", "in use before the first repeat: model and prompt (CPU: also the "
-                        "Python and torch runtime)", None, "bytes"),
-    "compile_s": M("Compile time", "s", "compile: true: the compiling repeats (a prefill and decode_tokens steps each, "
-                   "until one compiles nothing new), timed apart from the measured repeats", None),
-    "n_rounds": M("Rounds", "", "interleaved rounds that finished ok; every other metric is the median over them",
-                  None, "int"),
-    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
-    "threads": M("Threads", "", "torch CPU threads in the worker", None, "int"),
+                        "lower is better", higher_is_better=False, fmt="bytes", table=True),
+    "peak_mem_prefill_bytes": Metric(title="Peak prefill memory", unit="bytes", doc="CUDA max_memory_allocated, CPU peak resident set, "
+                                "prefill phase (largest over repeats); lower is better", higher_is_better=False, fmt="bytes"),
+    "peak_mem_prefill_reserved_bytes": Metric(title="Peak prefill memory reserved", unit="bytes",
+                                         doc="CUDA max_memory_reserved in the prefill (null on CPU)", higher_is_better=False, fmt="bytes"),
+    "peak_mem_decode_bytes": Metric(title="Peak decode memory", unit="bytes", doc="as peak_mem_prefill_bytes, decode steps 2..n "
+                               "(weights and cache included); lower is better", higher_is_better=False, fmt="bytes", table=True),
+    "peak_mem_decode_reserved_bytes": Metric(title="Peak decode memory reserved", unit="bytes",
+                                        doc="CUDA max_memory_reserved in decoding (null on CPU)", higher_is_better=False, fmt="bytes"),
+    "mem_base_bytes": Metric(title="Base memory", unit="bytes", doc="in use before the first repeat: model and prompt (CPU: also the "
+                        "Python and torch runtime)", higher_is_better=None, fmt="bytes"),
+    "compile_s": Metric(title="Compile time", unit="s", doc="compile: true: the compiling repeats (a prefill and decode_tokens steps each, "
+                   "until one compiles nothing new), timed apart from the measured repeats", higher_is_better=None),
+    "n_rounds": Metric(title="Rounds", unit="", doc="interleaved rounds that finished ok; every other metric is the median over them",
+                  higher_is_better=None, fmt="int"),
+    "n_params": Metric(title="Parameters", unit="", doc="parameters of the model", higher_is_better=None, fmt="count"),
+    "threads": Metric(title="Threads", unit="", doc="torch CPU threads in the worker", higher_is_better=None, fmt="int"),
 }
 
 

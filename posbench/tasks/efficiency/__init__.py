@@ -15,49 +15,48 @@ from posbench.engine import compiled, tracking
 # torch, numpy and the model are imported inside the functions that run a case: validating a
 # suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
 
-M = Metric  # the declarations below read as a table
 METRICS = {
-    "train_wps": M("Training speed", "words/s", "tokens/s, median over windows of full optimizer steps",
-                   True, "count", table=True),
-    "train_wps_min": M("Training speed, slowest window", "words/s", "tokens/s, slowest training window", None, "count"),
-    "train_wps_max": M("Training speed, fastest window", "words/s", "tokens/s, fastest training window", None, "count"),
-    "eval_wps": M("Evaluation speed", "words/s", "tokens/s, median over windows of no-grad forwards",
-                  True, "count", table=True),
-    "eval_wps_min": M("Evaluation speed, slowest window", "words/s", "tokens/s, slowest evaluation window", None, "count"),
-    "eval_wps_max": M("Evaluation speed, fastest window", "words/s", "tokens/s, fastest evaluation window", None, "count"),
-    "peak_mem_train_bytes": M("Peak training memory", "bytes", "CUDA max_memory_allocated, CPU peak resident set, "
-                              "training phase", False, "bytes", table=True),
-    "peak_mem_train_reserved_bytes": M("Peak training memory reserved", "bytes",
-                                       "CUDA max_memory_reserved in training (null on CPU)", False, "bytes"),
-    "peak_mem_eval_bytes": M("Peak evaluation memory", "bytes", "as peak_mem_train_bytes, evaluation phase",
-                             False, "bytes", table=True),
-    "peak_mem_eval_reserved_bytes": M("Peak evaluation memory reserved", "bytes",
-                                      "CUDA max_memory_reserved in evaluation (null on CPU)", False, "bytes"),
-    "energy_j": M("Training energy", "J", "joules drawn by the GPU over the measured training windows "
-                  "(NVML; null without)", False),
-    "j_per_token": M("Training energy per token", "J/token", "joules per trained token "
-                     "(energy_j / tokens in the measured windows)", False),
-    "eval_energy_j": M("Evaluation energy", "J", "joules over the measured evaluation windows (NVML; null without)",
-                       False),
-    "eval_j_per_token": M("Evaluation energy per token", "J/token", "joules per evaluated token", False),
-    "train_loss": M("Training loss", "nats/token", "mean loss of the last training window "
+    "train_wps": Metric(title="Training speed", unit="words/s", doc="tokens/s, median over windows of full optimizer steps",
+                   higher_is_better=True, fmt="count", table=True),
+    "train_wps_min": Metric(title="Training speed, slowest window", unit="words/s", doc="tokens/s, slowest training window", higher_is_better=None, fmt="count"),
+    "train_wps_max": Metric(title="Training speed, fastest window", unit="words/s", doc="tokens/s, fastest training window", higher_is_better=None, fmt="count"),
+    "eval_wps": Metric(title="Evaluation speed", unit="words/s", doc="tokens/s, median over windows of no-grad forwards",
+                  higher_is_better=True, fmt="count", table=True),
+    "eval_wps_min": Metric(title="Evaluation speed, slowest window", unit="words/s", doc="tokens/s, slowest evaluation window", higher_is_better=None, fmt="count"),
+    "eval_wps_max": Metric(title="Evaluation speed, fastest window", unit="words/s", doc="tokens/s, fastest evaluation window", higher_is_better=None, fmt="count"),
+    "peak_mem_train_bytes": Metric(title="Peak training memory", unit="bytes", doc="CUDA max_memory_allocated, CPU peak resident set, "
+                              "training phase", higher_is_better=False, fmt="bytes", table=True),
+    "peak_mem_train_reserved_bytes": Metric(title="Peak training memory reserved", unit="bytes",
+                                       doc="CUDA max_memory_reserved in training (null on CPU)", higher_is_better=False, fmt="bytes"),
+    "peak_mem_eval_bytes": Metric(title="Peak evaluation memory", unit="bytes", doc="as peak_mem_train_bytes, evaluation phase",
+                             higher_is_better=False, fmt="bytes", table=True),
+    "peak_mem_eval_reserved_bytes": Metric(title="Peak evaluation memory reserved", unit="bytes",
+                                      doc="CUDA max_memory_reserved in evaluation (null on CPU)", higher_is_better=False, fmt="bytes"),
+    "energy_j": Metric(title="Training energy", unit="J", doc="joules drawn by the GPU over the measured training windows "
+                  "(NVML; null without)", higher_is_better=False),
+    "j_per_token": Metric(title="Training energy per token", unit="J/token", doc="joules per trained token "
+                     "(energy_j / tokens in the measured windows)", higher_is_better=False),
+    "eval_energy_j": Metric(title="Evaluation energy", unit="J", doc="joules over the measured evaluation windows (NVML; null without)",
+                       higher_is_better=False),
+    "eval_j_per_token": Metric(title="Evaluation energy per token", unit="J/token", doc="joules per evaluated token", higher_is_better=False),
+    "train_loss": Metric(title="Training loss", unit="nats/token", doc="mean loss of the last training window "
                     "(random tokens: about ln(vocab))"),
-    "mem_base_bytes": M("Base memory", "bytes", "in use before both phases: model and data (CPU: also the "
-                        "Python and torch runtime)", None, "bytes"),
-    "peak_mem_train_bytes_mean": M("Peak training memory, mean over ranks", "bytes",
-                                   "peak_mem_train_bytes averaged over ranks (= it in one process)", None, "bytes"),
-    "peak_mem_eval_bytes_mean": M("Peak evaluation memory, mean over ranks", "bytes",
-                                  "peak_mem_eval_bytes averaged over ranks", None, "bytes"),
-    "world_size": M("Ranks", "", "data-parallel ranks; words/s and energy are totals over them", None, "int"),
-    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
-    "batch_size": M("Batch size", "sequences", "sequences per step: tokens_per_step // seq_len", None, "int"),
-    "tokens_per_step": M("Tokens per step", "tokens", "tokens per step actually used: batch_size * seq_len",
-                         None, "int"),
-    "threads": M("Threads", "", "torch CPU threads in the worker", None, "int"),
-    "eval_compile_s": M("Compile time, evaluation", "s", "compile: true: first forwards, compiling, timed apart", None),
-    "train_compile_s": M("Compile time, training", "s", "compile: true: first training steps, compiling", None),
-    "n_rounds": M("Rounds", "", "rounds that finished ok; every other metric is the median over them "
-                  "(series <metric>_by_round: each round's value)", None, "int"),
+    "mem_base_bytes": Metric(title="Base memory", unit="bytes", doc="in use before both phases: model and data (CPU: also the "
+                        "Python and torch runtime)", higher_is_better=None, fmt="bytes"),
+    "peak_mem_train_bytes_mean": Metric(title="Peak training memory, mean over ranks", unit="bytes",
+                                   doc="peak_mem_train_bytes averaged over ranks (= it in one process)", higher_is_better=None, fmt="bytes"),
+    "peak_mem_eval_bytes_mean": Metric(title="Peak evaluation memory, mean over ranks", unit="bytes",
+                                  doc="peak_mem_eval_bytes averaged over ranks", higher_is_better=None, fmt="bytes"),
+    "world_size": Metric(title="Ranks", unit="", doc="data-parallel ranks; words/s and energy are totals over them", higher_is_better=None, fmt="int"),
+    "n_params": Metric(title="Parameters", unit="", doc="parameters of the model", higher_is_better=None, fmt="count"),
+    "batch_size": Metric(title="Batch size", unit="sequences", doc="sequences per step: tokens_per_step // seq_len", higher_is_better=None, fmt="int"),
+    "tokens_per_step": Metric(title="Tokens per step", unit="tokens", doc="tokens per step actually used: batch_size * seq_len",
+                         higher_is_better=None, fmt="int"),
+    "threads": Metric(title="Threads", unit="", doc="torch CPU threads in the worker", higher_is_better=None, fmt="int"),
+    "eval_compile_s": Metric(title="Compile time, evaluation", unit="s", doc="compile: true: first forwards, compiling, timed apart", higher_is_better=None),
+    "train_compile_s": Metric(title="Compile time, training", unit="s", doc="compile: true: first training steps, compiling", higher_is_better=None),
+    "n_rounds": Metric(title="Rounds", unit="", doc="rounds that finished ok; every other metric is the median over them "
+                  "(series <metric>_by_round: each round's value)", higher_is_better=None, fmt="int"),
 }
 # Metrics a paired-windows row takes from the method's own memory process (``memory_probe``).
 MEMORY_METRICS = ("peak_mem_train_bytes", "peak_mem_train_reserved_bytes", "peak_mem_eval_bytes",

@@ -16,44 +16,43 @@ from posbench.tasks.training import BUDGET_METRICS, TrainSettings
 # torch, the corpus, the model and training are imported inside run(): validating a suite imports
 # this module for its Settings, and `bench.py validate` must not wait for torch.
 
-M = Metric
 METRICS = {
-    "ppl_at_target_k0": M("Perplexity at L_target, zero-shot", "perplexity", "non-overlapping perplexity at "
-                          "L_target with the recipe applied and no fine-tuning (k = 0)", False, "ppl"),
-    "ppl_at_target": M("Perplexity at L_target after fine-tuning", "perplexity", "non-overlapping perplexity at "
-                       "L_target after the largest k of finetune_steps", False, "ppl"),
-    "ppl_at_max_len": M("Perplexity at the longest L_valid after fine-tuning", "perplexity", "non-overlapping "
-                        "perplexity at the longest L_valid after the largest k", False, "ppl"),
-    "passkey_at_target_k0": M("Passkey accuracy at L_target, zero-shot", "fraction", "passkey exact match at "
-                              "L_target, k = 0", True),
-    "passkey_at_target": M("Passkey accuracy at L_target after fine-tuning", "fraction", "passkey exact match at "
-                           "L_target after the largest k", True),
-    "ppl@*": M("Perplexity", "perplexity", "ppl@<mode>@<L_valid>@k<k>: perplexity after k fine-tuning steps",
-               False, "ppl"),
-    "passkey@*": M("Passkey accuracy", "fraction", "passkey@<L_valid>@k<k>: passkey exact match after k "
-                   "fine-tuning steps (counts over depths)", True),
-    "finetune_seconds@*": M("Fine-tuning time", "s", "finetune_seconds@k<k>: wall-clock time of the k-step "
-                            "fine-tune", None),
-    "finetune_loss@*": M("Final fine-tuning loss", "nats/token", "finetune_loss@k<k>: loss at the last "
-                         "fine-tuning step", None),
-    "base_ppl_at_train_len": M("Base perplexity at L_train", "perplexity", "the trained model's non-overlapping "
-                               "perplexity at L_train, before any recipe (learn first)", None, "ppl"),
-    "base_passkey_at_train_len": M("Base passkey accuracy at L_train", "fraction", "the trained model's passkey "
-                                   "accuracy at L_train, before any recipe (learn first)", None),
-    "L_target": M("L_target", "tokens", "the fine-tuning length, target_factor x L_train", None, "int"),
-    "L_train": M("L_train", "tokens", "a checkpoint's (--model hf:DIR) training length: pretrained_L_train or its "
-                 "config's (series.L_train_source)", None, "int"),
-    "finetune_memory_needed_bytes": M("Fine-tuning memory estimate", "bytes", "a checkpoint's parameters x 16 "
-                                      "(float32 weights, gradients, AdamW moments)", None, "count"),
-    "final_train_loss": M("Final training loss", "nats/token", "training loss of the base model at its last step"),
-    "train_steps": M("Training steps", "steps", "optimizer steps of the base model", None, "int"),
-    "train_tokens": M("Training tokens", "tokens", "tokens the base model trained on", None, "count"),
-    "train_seconds": M("Training time", "s", "wall-clock training time of the base model (s); 0 when reused"),
-    "reused_checkpoint": M("Reused checkpoint", "", "1 when the base model came from a checkpoint (another "
-                           "recipe's case trained it)", None, "int"),
-    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
-    "n_seeds": M("Seeds", "", "seeds averaged (with `seeds`): every metric m is their mean, m_std the spread, "
-                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", None, "int"),
+    "ppl_at_target_k0": Metric(title="Perplexity at L_target, zero-shot", unit="perplexity", doc="non-overlapping perplexity at "
+                          "L_target with the recipe applied and no fine-tuning (k = 0)", higher_is_better=False, fmt="ppl"),
+    "ppl_at_target": Metric(title="Perplexity at L_target after fine-tuning", unit="perplexity", doc="non-overlapping perplexity at "
+                       "L_target after the largest k of finetune_steps", higher_is_better=False, fmt="ppl"),
+    "ppl_at_max_len": Metric(title="Perplexity at the longest L_valid after fine-tuning", unit="perplexity", doc="non-overlapping "
+                        "perplexity at the longest L_valid after the largest k", higher_is_better=False, fmt="ppl"),
+    "passkey_at_target_k0": Metric(title="Passkey accuracy at L_target, zero-shot", unit="fraction", doc="passkey exact match at "
+                              "L_target, k = 0", higher_is_better=True),
+    "passkey_at_target": Metric(title="Passkey accuracy at L_target after fine-tuning", unit="fraction", doc="passkey exact match at "
+                           "L_target after the largest k", higher_is_better=True),
+    "ppl@*": Metric(title="Perplexity", unit="perplexity", doc="ppl@<mode>@<L_valid>@k<k>: perplexity after k fine-tuning steps",
+               higher_is_better=False, fmt="ppl"),
+    "passkey@*": Metric(title="Passkey accuracy", unit="fraction", doc="passkey@<L_valid>@k<k>: passkey exact match after k "
+                   "fine-tuning steps (counts over depths)", higher_is_better=True),
+    "finetune_seconds@*": Metric(title="Fine-tuning time", unit="s", doc="finetune_seconds@k<k>: wall-clock time of the k-step "
+                            "fine-tune", higher_is_better=None),
+    "finetune_loss@*": Metric(title="Final fine-tuning loss", unit="nats/token", doc="finetune_loss@k<k>: loss at the last "
+                         "fine-tuning step", higher_is_better=None),
+    "base_ppl_at_train_len": Metric(title="Base perplexity at L_train", unit="perplexity", doc="the trained model's non-overlapping "
+                               "perplexity at L_train, before any recipe (learn first)", higher_is_better=None, fmt="ppl"),
+    "base_passkey_at_train_len": Metric(title="Base passkey accuracy at L_train", unit="fraction", doc="the trained model's passkey "
+                                   "accuracy at L_train, before any recipe (learn first)", higher_is_better=None),
+    "L_target": Metric(title="L_target", unit="tokens", doc="the fine-tuning length, target_factor x L_train", higher_is_better=None, fmt="int"),
+    "L_train": Metric(title="L_train", unit="tokens", doc="a checkpoint's (--model hf:DIR) training length: pretrained_L_train or its "
+                 "config's (series.L_train_source)", higher_is_better=None, fmt="int"),
+    "finetune_memory_needed_bytes": Metric(title="Fine-tuning memory estimate", unit="bytes", doc="a checkpoint's parameters x 16 "
+                                      "(float32 weights, gradients, AdamW moments)", higher_is_better=None, fmt="count"),
+    "final_train_loss": Metric(title="Final training loss", unit="nats/token", doc="training loss of the base model at its last step"),
+    "train_steps": Metric(title="Training steps", unit="steps", doc="optimizer steps of the base model", higher_is_better=None, fmt="int"),
+    "train_tokens": Metric(title="Training tokens", unit="tokens", doc="tokens the base model trained on", higher_is_better=None, fmt="count"),
+    "train_seconds": Metric(title="Training time", unit="s", doc="wall-clock training time of the base model (s); 0 when reused"),
+    "reused_checkpoint": Metric(title="Reused checkpoint", unit="", doc="1 when the base model came from a checkpoint (another "
+                           "recipe's case trained it)", higher_is_better=None, fmt="int"),
+    "n_params": Metric(title="Parameters", unit="", doc="parameters of the model", higher_is_better=None, fmt="count"),
+    "n_seeds": Metric(title="Seeds", unit="", doc="seeds averaged (with `seeds`): every metric m is their mean, m_std the spread, "
+                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", higher_is_better=None, fmt="int"),
     **BUDGET_METRICS,
 }
 

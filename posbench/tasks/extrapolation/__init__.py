@@ -20,43 +20,42 @@ from posbench.tasks.training import BUDGET_METRICS, TrainSettings, budget_metric
 # torch, the corpus and the model are imported inside the functions that run a case: validating a
 # suite imports this module for its Settings, and `bench.py validate` must not wait for torch.
 
-M = Metric
 METRICS = {
-    "ppl_at_train_len": M("Perplexity at L_train", "perplexity", "perplexity at L_valid = L_train, non-overlapping",
-                          False, "ppl"),
-    "ppl_at_max_len": M("Perplexity at the longest L_valid", "perplexity",
-                        "perplexity at the longest L_valid, non-overlapping", False, "ppl"),
-    "ppl@*": M("Perplexity", "perplexity", "ppl@<mode>@<L_valid>[@interp]: perplexity of one evaluation",
-               False, "ppl"),
-    "best_ppl": M("Best achievable perplexity", "perplexity", "best achievable perplexity of the corpus "
-                  "(synthetic sources, long run), else null", None, "ppl"),
-    "best_ppl_eval": M("Source perplexity on the evaluated tokens", "perplexity",
-                       "perplexity of the true source on the evaluated tokens (synthetic sources), "
-                       "else null; each cell of series.evals has its own, series.best_per_position_loss the curves", None, "ppl"),
-    "final_train_loss": M("Final training loss", "nats/token", "training loss at the last step (nats/token)"),
-    "train_steps": M("Training steps", "steps", "optimizer steps", None, "int"),
-    "train_tokens": M("Training tokens", "tokens", "tokens trained on", None, "count"),
-    "train_seconds": M("Training time", "s", "wall-clock training time (s)"),
-    "peak_mem_train_bytes": M("Peak training memory", "bytes", "CUDA max_memory_allocated during training, CPU peak "
+    "ppl_at_train_len": Metric(title="Perplexity at L_train", unit="perplexity", doc="perplexity at L_valid = L_train, non-overlapping",
+                          higher_is_better=False, fmt="ppl"),
+    "ppl_at_max_len": Metric(title="Perplexity at the longest L_valid", unit="perplexity",
+                        doc="perplexity at the longest L_valid, non-overlapping", higher_is_better=False, fmt="ppl"),
+    "ppl@*": Metric(title="Perplexity", unit="perplexity", doc="ppl@<mode>@<L_valid>[@interp]: perplexity of one evaluation",
+               higher_is_better=False, fmt="ppl"),
+    "best_ppl": Metric(title="Best achievable perplexity", unit="perplexity", doc="best achievable perplexity of the corpus "
+                  "(synthetic sources, long run), else null", higher_is_better=None, fmt="ppl"),
+    "best_ppl_eval": Metric(title="Source perplexity on the evaluated tokens", unit="perplexity",
+                       doc="perplexity of the true source on the evaluated tokens (synthetic sources), "
+                       "else null; each cell of series.evals has its own, series.best_per_position_loss the curves", higher_is_better=None, fmt="ppl"),
+    "final_train_loss": Metric(title="Final training loss", unit="nats/token", doc="training loss at the last step (nats/token)"),
+    "train_steps": Metric(title="Training steps", unit="steps", doc="optimizer steps", higher_is_better=None, fmt="int"),
+    "train_tokens": Metric(title="Training tokens", unit="tokens", doc="tokens trained on", higher_is_better=None, fmt="count"),
+    "train_seconds": Metric(title="Training time", unit="s", doc="wall-clock training time (s)"),
+    "peak_mem_train_bytes": Metric(title="Peak training memory", unit="bytes", doc="CUDA max_memory_allocated during training, CPU peak "
                               "resident set of the worker (since training began where /proc/self/clear_refs allows, "
-                              "else since the process began); none for a reused checkpoint", None, "bytes"),
-    "train_s_per_token": M("Training time per token", "s", "train_seconds / train_tokens: the frontier's cost; none "
-                           "for a reused checkpoint", None),
-    "reused_checkpoint": M("Reused checkpoint", "", "1 when the model came from the case's checkpoint", None, "int"),
-    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
-    "n_seeds": M("Seeds", "", "seeds averaged (with `seeds`): every metric m is their mean, m_std the spread, "
-                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", None, "int"),
-    "passkey@*": M("Passkey accuracy", "", "passkey@<L_valid>[@interp]: share of text passkey probes answered "
-                   "exactly (pretrained checkpoints, --model hf:DIR)", True, "plain"),
-    "decode_tpot_ms@*": M("Decode time per token", "ms", "decode_tpot_ms@<L_valid>: one greedy decode step with a "
+                              "else since the process began); none for a reused checkpoint", higher_is_better=None, fmt="bytes"),
+    "train_s_per_token": Metric(title="Training time per token", unit="s", doc="train_seconds / train_tokens: the frontier's cost; none "
+                           "for a reused checkpoint", higher_is_better=None),
+    "reused_checkpoint": Metric(title="Reused checkpoint", unit="", doc="1 when the model came from the case's checkpoint", higher_is_better=None, fmt="int"),
+    "n_params": Metric(title="Parameters", unit="", doc="parameters of the model", higher_is_better=None, fmt="count"),
+    "n_seeds": Metric(title="Seeds", unit="", doc="seeds averaged (with `seeds`): every metric m is their mean, m_std the spread, "
+                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", higher_is_better=None, fmt="int"),
+    "passkey@*": Metric(title="Passkey accuracy", unit="", doc="passkey@<L_valid>[@interp]: share of text passkey probes answered "
+                   "exactly (pretrained checkpoints, --model hf:DIR)", higher_is_better=True, fmt="plain"),
+    "decode_tpot_ms@*": Metric(title="Decode time per token", unit="ms", doc="decode_tpot_ms@<L_valid>: one greedy decode step with a "
                           "KV cache at context L_valid, batch 1, median over decode_repeats of each repeat's median "
-                          "(decode_tokens steps; the frontier's decode cost)", False, "ms"),
-    "decode_tpot_ms_min@*": M("Decode time per token, fastest repeat", "ms", "decode_tpot_ms_min@<L_valid>: the "
-                              "fastest repeat's median decode step", None, "ms"),
-    "decode_tpot_ms_max@*": M("Decode time per token, slowest repeat", "ms", "decode_tpot_ms_max@<L_valid>: the "
-                              "slowest repeat's median decode step", None, "ms"),
-    "decode_ttft_ms@*": M("Prefill time", "ms", "decode_ttft_ms@<L_valid>: prefill of a (1, L_valid) prompt, median "
-                          "over decode_repeats", False, "ms"),
+                          "(decode_tokens steps; the frontier's decode cost)", higher_is_better=False, fmt="ms"),
+    "decode_tpot_ms_min@*": Metric(title="Decode time per token, fastest repeat", unit="ms", doc="decode_tpot_ms_min@<L_valid>: the "
+                              "fastest repeat's median decode step", higher_is_better=None, fmt="ms"),
+    "decode_tpot_ms_max@*": Metric(title="Decode time per token, slowest repeat", unit="ms", doc="decode_tpot_ms_max@<L_valid>: the "
+                              "slowest repeat's median decode step", higher_is_better=None, fmt="ms"),
+    "decode_ttft_ms@*": Metric(title="Prefill time", unit="ms", doc="decode_ttft_ms@<L_valid>: prefill of a (1, L_valid) prompt, median "
+                          "over decode_repeats", higher_is_better=False, fmt="ms"),
     **BUDGET_METRICS,
 }
 

@@ -18,30 +18,29 @@ METHODS = [
     "flex_alibi", "flex_t5", "flash_alibi",
 ]
 
-M = Metric
 METRICS = {
-    "fwdbwd_ms": M("Kernel forward+backward time", "ms", "forward + backward time (ms), median", False, "ms", table=True),
-    "fwd_ms": M("Kernel forward time", "ms", "forward time (ms), median over reps", False, "ms", table=True),
-    "bwd_ms": M("Kernel backward time", "ms", "backward time (ms), median", False, "ms", table=True),
-    "fwdbwd_tflops": M("Kernel forward+backward throughput", "TFLOP/s", "forward + backward TFLOP/s", True,
+    "fwdbwd_ms": Metric(title="Kernel forward+backward time", unit="ms", doc="forward + backward time (ms), median", higher_is_better=False, fmt="ms", table=True),
+    "fwd_ms": Metric(title="Kernel forward time", unit="ms", doc="forward time (ms), median over reps", higher_is_better=False, fmt="ms", table=True),
+    "bwd_ms": Metric(title="Kernel backward time", unit="ms", doc="backward time (ms), median", higher_is_better=False, fmt="ms", table=True),
+    "fwdbwd_tflops": Metric(title="Kernel forward+backward throughput", unit="TFLOP/s", doc="forward + backward TFLOP/s", higher_is_better=True,
                        table=True),
-    "fwd_tflops": M("Kernel forward throughput", "TFLOP/s", "forward TFLOP/s (4*B*H*L^2*d, halved for causal)", True),
-    "bwd_tflops": M("Kernel backward throughput", "TFLOP/s", "backward TFLOP/s (2.5x forward FLOPs)", True),
-    "peak_mem_bytes": M("Kernel peak memory", "bytes", "measured peak memory of one forward + backward (CUDA), "
-                        "else null", False, "bytes", table=True),
-    "predicted_bias_bytes": M("Materialised bias size", "bytes", "B*H*L^2*bytes: what a materialised bias would take",
-                              None, "bytes"),
-    "fwd_ms_min": M("Kernel forward time, fastest rep", "ms", "forward time (ms), fastest rep", None, "ms"),
-    "fwd_ms_max": M("Kernel forward time, slowest rep", "ms", "forward time (ms), slowest rep", None, "ms"),
-    "bwd_ms_min": M("Kernel backward time, fastest rep", "ms", "backward time (ms), fastest rep", None, "ms"),
-    "bwd_ms_max": M("Kernel backward time, slowest rep", "ms", "backward time (ms), slowest rep", None, "ms"),
-    "fwdbwd_ms_min": M("Kernel forward+backward time, fastest rep", "ms", "fastest rep", None, "ms"),
-    "fwdbwd_ms_max": M("Kernel forward+backward time, slowest rep", "ms", "slowest rep", None, "ms"),
-    "flops_fwd": M("Forward FLOPs", "FLOP", "4*B*H*L^2*d, halved for causal", None, "count"),
-    "batch": M("Batch", "", "batch size of the point", None, "int"),
-    "heads": M("Heads", "", "attention heads of the point", None, "int"),
-    "seq_len": M("Sequence length", "tokens", "sequence length of the point", None, "int"),
-    "head_dim": M("Head dimension", "", "head dimension of the point", None, "int"),
+    "fwd_tflops": Metric(title="Kernel forward throughput", unit="TFLOP/s", doc="forward TFLOP/s (4*B*H*L^2*d, halved for causal)", higher_is_better=True),
+    "bwd_tflops": Metric(title="Kernel backward throughput", unit="TFLOP/s", doc="backward TFLOP/s (2.5x forward FLOPs)", higher_is_better=True),
+    "peak_mem_bytes": Metric(title="Kernel peak memory", unit="bytes", doc="measured peak memory of one forward + backward (CUDA), "
+                        "else null", higher_is_better=False, fmt="bytes", table=True),
+    "predicted_bias_bytes": Metric(title="Materialised bias size", unit="bytes", doc="B*H*L^2*bytes: what a materialised bias would take",
+                              higher_is_better=None, fmt="bytes"),
+    "fwd_ms_min": Metric(title="Kernel forward time, fastest rep", unit="ms", doc="forward time (ms), fastest rep", higher_is_better=None, fmt="ms"),
+    "fwd_ms_max": Metric(title="Kernel forward time, slowest rep", unit="ms", doc="forward time (ms), slowest rep", higher_is_better=None, fmt="ms"),
+    "bwd_ms_min": Metric(title="Kernel backward time, fastest rep", unit="ms", doc="backward time (ms), fastest rep", higher_is_better=None, fmt="ms"),
+    "bwd_ms_max": Metric(title="Kernel backward time, slowest rep", unit="ms", doc="backward time (ms), slowest rep", higher_is_better=None, fmt="ms"),
+    "fwdbwd_ms_min": Metric(title="Kernel forward+backward time, fastest rep", unit="ms", doc="fastest rep", higher_is_better=None, fmt="ms"),
+    "fwdbwd_ms_max": Metric(title="Kernel forward+backward time, slowest rep", unit="ms", doc="slowest rep", higher_is_better=None, fmt="ms"),
+    "flops_fwd": Metric(title="Forward FLOPs", unit="FLOP", doc="4*B*H*L^2*d, halved for causal", higher_is_better=None, fmt="count"),
+    "batch": Metric(title="Batch", unit="", doc="batch size of the point", higher_is_better=None, fmt="int"),
+    "heads": Metric(title="Heads", unit="", doc="attention heads of the point", higher_is_better=None, fmt="int"),
+    "seq_len": Metric(title="Sequence length", unit="tokens", doc="sequence length of the point", higher_is_better=None, fmt="int"),
+    "head_dim": Metric(title="Head dimension", unit="", doc="head dimension of the point", higher_is_better=None, fmt="int"),
 }
 
 

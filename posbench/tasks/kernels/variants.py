@@ -51,7 +51,7 @@ def static_reason(variant: str, device, dtype: torch.dtype, allow_interpreter: b
     if variant in TRITON_VARIANTS:
         if importlib.util.find_spec("triton") is None:
             return "triton is not installed; the fused kernels need a CUDA GPU and triton"
-        from posbench.kernels import fused_attention as fa
+        from posbench.triton_kernels import fused_attention as fa
 
         if device.type == "cpu":
             if not allow_interpreter:
@@ -89,14 +89,14 @@ def _t5_bucket_function():
 
 
 def _triton(variant: str, q, slopes, table) -> tuple[AttentionFn, str]:
-    from posbench.kernels import fused_attention as fa
+    from posbench.triton_kernels import fused_attention as fa
 
     backend = "triton-interpreter" if fa.INTERPRETED else "triton"
     if variant == "t5_triton":
-        from posbench.kernels.t5_attention import t5_attention
+        from posbench.triton_kernels.t5_attention import t5_attention
 
         return (lambda q, k, v: t5_attention(q, k, v, table)), backend
-    from posbench.kernels.alibi_attention import alibi_attention
+    from posbench.triton_kernels.alibi_attention import alibi_attention
 
     use_bias = variant == "alibi_triton"
     return (lambda q, k, v: alibi_attention(q, k, v, slopes, use_bias=use_bias)), backend

@@ -17,32 +17,31 @@ from posbench.tasks.training import BUDGET_METRICS, BudgetSettings, EvalDtype, P
 # torch, the model and training (posbench.tasks.lengthgen.train_eval) are imported inside run():
 # validating or listing suites imports this module, and must not wait for them.
 
-M = Metric
 METRICS = {
-    "acc_at_train_len": M("Accuracy at L_train", "fraction", "fraction of answers exactly right at n = L_train",
-                          True, "plain", table=True),
-    "acc_beyond": M("Accuracy beyond L_train", "fraction", "answers exactly right, pooled over every test length "
+    "acc_at_train_len": Metric(title="Accuracy at L_train", unit="fraction", doc="fraction of answers exactly right at n = L_train",
+                          higher_is_better=True, fmt="plain", table=True),
+    "acc_beyond": Metric(title="Accuracy beyond L_train", unit="fraction", doc="answers exactly right, pooled over every test length "
                     "n > L_train (the papers' average over unseen lengths); compare only rows that learnt",
-                    True, "plain", table=True),
-    "token_acc_beyond": M("Per-token accuracy beyond L_train", "fraction", "answer tokens right (argmax given the "
-                          "true prefix), pooled over every n > L_train: Ruoss et al.'s measure", True, "plain"),
-    "acc_at_max_len": M("Accuracy at the longest n", "fraction", "accuracy at the longest test length", True, "plain"),
-    "learned": M("Learnt at L_train", "", "1 when accuracy at L_train >= learned_threshold, else 0", None, "int",
+                    higher_is_better=True, fmt="plain", table=True),
+    "token_acc_beyond": Metric(title="Per-token accuracy beyond L_train", unit="fraction", doc="answer tokens right (argmax given the "
+                          "true prefix), pooled over every n > L_train: Ruoss et al.'s measure", higher_is_better=True, fmt="plain"),
+    "acc_at_max_len": Metric(title="Accuracy at the longest n", unit="fraction", doc="accuracy at the longest test length", higher_is_better=True, fmt="plain"),
+    "learned": Metric(title="Learnt at L_train", unit="", doc="1 when accuracy at L_train >= learned_threshold, else 0", higher_is_better=None, fmt="int",
                  appendix=False),
-    "acc@*": M("Accuracy", "fraction", "acc@<n>: fraction of answers exactly right at length n", True),
-    "acc_lo@*": M("Accuracy, Wilson 95% lower bound", "fraction", "acc_lo@<n>", None),
-    "acc_hi@*": M("Accuracy, Wilson 95% upper bound", "fraction", "acc_hi@<n>", None),
-    "chance_at_train_len": M("Chance accuracy at L_train", "fraction", "exact match of uniform guessing at "
-                             "n = L_train", None),
-    "final_train_loss": M("Final training loss", "nats/token", "answer-token loss at the last step"),
-    "train_steps": M("Training steps", "steps", "optimizer steps", None, "int"),
-    "train_examples": M("Training examples", "", "examples trained on", None, "count"),
-    "train_seconds": M("Training time", "s", "wall-clock training time (s)"),
-    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
-    "n_seeds": M("Seeds", "", "seeds trained (with `seeds`): every metric m is their mean, m_std the spread, "
-                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", None, "int"),
-    "seeds_learnt": M("Seeds learnt", "", "with `seeds`: how many seeds learnt the task at L_train (learned is 1 "
-                      "only when all did)", None, "int", appendix=False),
+    "acc@*": Metric(title="Accuracy", unit="fraction", doc="acc@<n>: fraction of answers exactly right at length n", higher_is_better=True),
+    "acc_lo@*": Metric(title="Accuracy, Wilson 95% lower bound", unit="fraction", doc="acc_lo@<n>", higher_is_better=None),
+    "acc_hi@*": Metric(title="Accuracy, Wilson 95% upper bound", unit="fraction", doc="acc_hi@<n>", higher_is_better=None),
+    "chance_at_train_len": Metric(title="Chance accuracy at L_train", unit="fraction", doc="exact match of uniform guessing at "
+                             "n = L_train", higher_is_better=None),
+    "final_train_loss": Metric(title="Final training loss", unit="nats/token", doc="answer-token loss at the last step"),
+    "train_steps": Metric(title="Training steps", unit="steps", doc="optimizer steps", higher_is_better=None, fmt="int"),
+    "train_examples": Metric(title="Training examples", unit="", doc="examples trained on", higher_is_better=None, fmt="count"),
+    "train_seconds": Metric(title="Training time", unit="s", doc="wall-clock training time (s)"),
+    "n_params": Metric(title="Parameters", unit="", doc="parameters of the model", higher_is_better=None, fmt="count"),
+    "n_seeds": Metric(title="Seeds", unit="", doc="seeds trained (with `seeds`): every metric m is their mean, m_std the spread, "
+                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", higher_is_better=None, fmt="int"),
+    "seeds_learnt": Metric(title="Seeds learnt", unit="", doc="with `seeds`: how many seeds learnt the task at L_train (learned is 1 "
+                      "only when all did)", higher_is_better=None, fmt="int", appendix=False),
     **BUDGET_METRICS,
 }
 

@@ -27,37 +27,36 @@ def staircase_charts(rows: list[dict]) -> list:
     return report_charts(rows)
 
 
-M = Metric
 _DISTINCT = "last_window_distinct@*"
 # The report's precision section: the distinct-value table of the bias_counts study with its
 # staircase charts, then perplexity by bias dtype and its cost; training and model sizes go to
 # the run-details appendix. The per-dtype and longest-length values the suite's progress lines
 # print are columns of those tables (shown_in), not tables of one value each.
 METRICS = {
-    _DISTINCT: M("Distinct bias values in the last window", "",
-                 "last_window_distinct@<dtype>: median over heads of distinct bias values in the last window of "
-                 "positions after the cast", True, "int", table=True, axis="dtype",
+    _DISTINCT: Metric(title="Distinct bias values in the last window", unit="",
+                 doc="last_window_distinct@<dtype>: median over heads of distinct bias values in the last window of "
+                 "positions after the cast", higher_is_better=True, fmt="int", table=True, axis="dtype",
                  charts=(staircase_charts,)),
-    "last_window_distinct@float16": M("Distinct float16 bias values, last window", "values",
-                                      "median over heads of distinct float16 bias values in the last window",
-                                      True, "int", shown_in=_DISTINCT),
-    "last_window_distinct@bfloat16": M("Distinct bfloat16 bias values, last window", "values",
-                                       "the same for bfloat16", True, "int", shown_in=_DISTINCT),
-    "last_window_distinct@float32": M("Distinct float32 bias values, last window", "values",
-                                      "the same for float32 (every position distinct)", True, "int",
+    "last_window_distinct@float16": Metric(title="Distinct float16 bias values, last window", unit="values",
+                                      doc="median over heads of distinct float16 bias values in the last window",
+                                      higher_is_better=True, fmt="int", shown_in=_DISTINCT),
+    "last_window_distinct@bfloat16": Metric(title="Distinct bfloat16 bias values, last window", unit="values",
+                                       doc="the same for bfloat16", higher_is_better=True, fmt="int", shown_in=_DISTINCT),
+    "last_window_distinct@float32": Metric(title="Distinct float32 bias values, last window", unit="values",
+                                      doc="the same for float32 (every position distinct)", higher_is_better=True, fmt="int",
                                       shown_in=_DISTINCT),
-    "ppl@*": M("Perplexity by bias dtype", "perplexity", "ppl@<float32|compute>_bias@<L_valid>: perplexity "
-               "in eval_dtype with the bias kept in float32 or cast to the compute dtype", False, "ppl",
+    "ppl@*": Metric(title="Perplexity by bias dtype", unit="perplexity", doc="ppl@<float32|compute>_bias@<L_valid>: perplexity "
+               "in eval_dtype with the bias kept in float32 or cast to the compute dtype", higher_is_better=False, fmt="ppl",
                table=True, axis="L_valid"),
-    "ppl_diff@*": M("Perplexity cost of the compute-dtype bias", "perplexity",
-                    "ppl_diff@<L_valid>: compute-dtype bias minus float32 bias", None, "ppl", table=True,
+    "ppl_diff@*": Metric(title="Perplexity cost of the compute-dtype bias", unit="perplexity",
+                    doc="ppl_diff@<L_valid>: compute-dtype bias minus float32 bias", higher_is_better=None, fmt="ppl", table=True,
                     axis="L_valid", appendix=False),
-    "ppl_diff_at_max_len": M("Perplexity cost of the compute-dtype bias", "perplexity",
-                             "perplexity with the bias in the compute dtype minus with a float32 bias, "
-                             "longest L_valid", None, "ppl", shown_in="ppl_diff@*"),
-    "best_ppl_eval": M("Source perplexity on the evaluated tokens", "perplexity",
-                       "perplexity of the true source on the evaluated tokens (synthetic sources), else null",
-                       None, "ppl"),
+    "ppl_diff_at_max_len": Metric(title="Perplexity cost of the compute-dtype bias", unit="perplexity",
+                             doc="perplexity with the bias in the compute dtype minus with a float32 bias, "
+                             "longest L_valid", higher_is_better=None, fmt="ppl", shown_in="ppl_diff@*"),
+    "best_ppl_eval": Metric(title="Source perplexity on the evaluated tokens", unit="perplexity",
+                       doc="perplexity of the true source on the evaluated tokens (synthetic sources), else null",
+                       higher_is_better=None, fmt="ppl"),
     # the training of the bias_dtype_ppl study, declared as the extrapolation task declares it
     **{k: EXTRAPOLATION_METRICS[k] for k in ("best_ppl", "final_train_loss", "train_steps", "train_tokens",
                                              "train_seconds", "reused_checkpoint", "n_params")},

@@ -19,39 +19,38 @@ from posbench.tasks.training import BUDGET_METRICS, CorpusSettings, TrainSetting
 # torch, numpy, the probes, the model and the scoring (posbench.tasks.retrieval.train_eval) are imported inside
 # the functions: validating or listing suites imports this module, and must not wait for them.
 
-M = Metric
 METRICS = {
-    "acc_at_train_len": M("Accuracy at L_train", "fraction", "fraction of answers exactly right at L_valid = L_train",
-                          True, "plain", shown_in="acc@*"),
-    "acc_at_max_len": M("Accuracy at the longest L_valid", "fraction", "accuracy at the longest L_valid", True,
-                        "plain", shown_in="acc@*"),
-    "effective_length": M("Effective length", "tokens", "longest L_valid with accuracy >= threshold at it and "
-                          "every shorter L_valid (RULER); none when the task was not learnt at L_train", True, "int",
+    "acc_at_train_len": Metric(title="Accuracy at L_train", unit="fraction", doc="fraction of answers exactly right at L_valid = L_train",
+                          higher_is_better=True, fmt="plain", shown_in="acc@*"),
+    "acc_at_max_len": Metric(title="Accuracy at the longest L_valid", unit="fraction", doc="accuracy at the longest L_valid", higher_is_better=True,
+                        fmt="plain", shown_in="acc@*"),
+    "effective_length": Metric(title="Effective length", unit="tokens", doc="longest L_valid with accuracy >= threshold at it and "
+                          "every shorter L_valid (RULER); none when the task was not learnt at L_train", higher_is_better=True, fmt="int",
                           shown_in="acc@*"),
-    "learned": M("Learnt at L_train", "", "1 when accuracy at L_train >= learned_threshold (learn first, then "
-                 "compare), else 0", None, "int", appendix=False, shown_in="acc@*"),
-    "acc@*": M("Accuracy", "fraction", "acc@<L_valid>: fraction of answers exactly right (counts summed over "
-               "depths)", True),
-    "acc_lo@*": M("Accuracy, Wilson 95% lower bound", "fraction", "acc_lo@<L_valid>", None),
-    "acc_hi@*": M("Accuracy, Wilson 95% upper bound", "fraction", "acc_hi@<L_valid>", None),
-    "chance": M("Chance accuracy", "fraction", "accuracy of uniform guessing over the answer symbols", None),
-    "final_train_loss": M("Final training loss", "nats/token", "training loss at the last step (LM text and probes)"),
-    "train_steps": M("Training steps", "steps", "optimizer steps", None, "int"),
-    "stopped_at_step": M("Stopped at step", "steps", "train to criterion (stop_at_acc): the step where the held-out "
+    "learned": Metric(title="Learnt at L_train", unit="", doc="1 when accuracy at L_train >= learned_threshold (learn first, then "
+                 "compare), else 0", higher_is_better=None, fmt="int", appendix=False, shown_in="acc@*"),
+    "acc@*": Metric(title="Accuracy", unit="fraction", doc="acc@<L_valid>: fraction of answers exactly right (counts summed over "
+               "depths)", higher_is_better=True),
+    "acc_lo@*": Metric(title="Accuracy, Wilson 95% lower bound", unit="fraction", doc="acc_lo@<L_valid>", higher_is_better=None),
+    "acc_hi@*": Metric(title="Accuracy, Wilson 95% upper bound", unit="fraction", doc="acc_hi@<L_valid>", higher_is_better=None),
+    "chance": Metric(title="Chance accuracy", unit="fraction", doc="accuracy of uniform guessing over the answer symbols", higher_is_better=None),
+    "final_train_loss": Metric(title="Final training loss", unit="nats/token", doc="training loss at the last step (LM text and probes)"),
+    "train_steps": Metric(title="Training steps", unit="steps", doc="optimizer steps", higher_is_better=None, fmt="int"),
+    "stopped_at_step": Metric(title="Stopped at step", unit="steps", doc="train to criterion (stop_at_acc): the step where the held-out "
                          "accuracy at L_train reached stop_at_acc and training stopped; none when it trained the "
-                         "whole budget", None, "int"),
-    "check_acc": M("Held-out accuracy at the last check", "fraction", "teacher-forced exact match of held-out probe "
+                         "whole budget", higher_is_better=None, fmt="int"),
+    "check_acc": Metric(title="Held-out accuracy at the last check", unit="fraction", doc="teacher-forced exact match of held-out probe "
                    "examples at L_train at the last check of stop_at_acc; none without checks or when the model came from "
-                   "a checkpoint", None),
-    "train_tokens": M("Training tokens", "tokens", "tokens trained on", None, "count"),
-    "train_seconds": M("Training time", "s", "wall-clock training time (s); 0 when the model came from another "
+                   "a checkpoint", higher_is_better=None),
+    "train_tokens": Metric(title="Training tokens", unit="tokens", doc="tokens trained on", higher_is_better=None, fmt="count"),
+    "train_seconds": Metric(title="Training time", unit="s", doc="wall-clock training time (s); 0 when the model came from another "
                        "case's checkpoint"),
-    "reused_checkpoint": M("Reused checkpoint", "", "1 when the model came from a checkpoint", None, "int"),
-    "n_params": M("Parameters", "", "parameters of the model", None, "count"),
-    "n_seeds": M("Seeds", "", "seeds trained (with `seeds`): every metric m is their mean, m_std the spread, "
-                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", None, "int"),
-    "seeds_learnt": M("Seeds learnt", "", "with `seeds`: how many seeds learnt the task at L_train (learned is 1 "
-                      "only when all did)", None, "int", appendix=False, shown_in="acc@*"),
+    "reused_checkpoint": Metric(title="Reused checkpoint", unit="", doc="1 when the model came from a checkpoint", higher_is_better=None, fmt="int"),
+    "n_params": Metric(title="Parameters", unit="", doc="parameters of the model", higher_is_better=None, fmt="count"),
+    "n_seeds": Metric(title="Seeds", unit="", doc="seeds trained (with `seeds`): every metric m is their mean, m_std the spread, "
+                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", higher_is_better=None, fmt="int"),
+    "seeds_learnt": Metric(title="Seeds learnt", unit="", doc="with `seeds`: how many seeds learnt the task at L_train (learned is 1 "
+                      "only when all did)", higher_is_better=None, fmt="int", appendix=False, shown_in="acc@*"),
     **BUDGET_METRICS,
 }
 

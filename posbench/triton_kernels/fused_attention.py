@@ -55,7 +55,7 @@ class TileConfig:
         return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}"
 
 
-# Candidates per kernel, from the compile report (posbench/kernels/compile_report.py; T5, the
+# Candidates per kernel, from the compile report (posbench/triton_kernels/compile_report.py; T5, the
 # bias that needs the most registers): a config is offered only where it neither spills registers
 # nor exceeds shared memory. Measured with ptxas (registers / spill bytes / shared KB, T5):
 #   fwd  m128n64w8s3 half d128 sm_90: 255 / 284 / 128;  half d64 sm_90: 255 / 56 / 96

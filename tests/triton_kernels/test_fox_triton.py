@@ -1,7 +1,7 @@
 """The fused kernels' per-key bias (FoX's -F_j) and grouped-query attention, and the fox_triton
 method, against plain PyTorch references (under TRITON_INTERPRET=1).
 
-Accuracy follows FlashAttention's test rule as tests/kernels/test_alibi_triton.py does: against
+Accuracy follows FlashAttention's test rule as tests/triton_kernels/test_alibi_triton.py does: against
 float64, the fused kernel's error (output, dQ, dK, dV and d key_bias) may be at most twice that of
 the same attention computed by PyTorch in the input dtype, plus a small slack. Inputs are fresh
 random numbers each run; the seed is in every failure message.
@@ -22,8 +22,8 @@ from posbench.core import registry  # noqa: E402
 from posbench.core.alibi_math import slopes_tensor  # noqa: E402
 from posbench.core.method import ModelConfig  # noqa: E402
 from posbench.core.model import TransformerLM  # noqa: E402
-from posbench.kernels import alibi_attention as ka  # noqa: E402
-from posbench.kernels import t5_attention as kt  # noqa: E402
+from posbench.triton_kernels import alibi_attention as ka  # noqa: E402
+from posbench.triton_kernels import t5_attention as kt  # noqa: E402
 from posbench.tasks.decode.generation import kv_cache_bytes  # noqa: E402
 from tests.helpers.kernels import assert_fused_unavailable_rules  # noqa: E402
 from tests.helpers.kernels import case_id as _case_id, fresh_seed as _seed  # noqa: E402
@@ -322,7 +322,7 @@ def test_compile_report_variants_compile_the_key_bias_and_grouped_dkdv_for_the_g
     import subprocess
     import sys
 
-    code = ("from posbench.kernels import compile_report as cr; "
+    code = ("from posbench.triton_kernels import compile_report as cr; "
             "print(cr.compile_one(('dkdv', 1, 90, 'half', 32, 0, 'fox+gqa2')))")
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

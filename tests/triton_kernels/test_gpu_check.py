@@ -1,4 +1,4 @@
-"""``make gpu-check`` (posbench/kernels/gpu_check.py): its plan fits the eight minutes of one device
+"""``make gpu-check`` (posbench/triton_kernels/gpu_check.py): its plan fits the eight minutes of one device
 call, its dry run works on any machine, and its FlexAttention check holds every bias method to the
 masked reference (forward here; forward and backward on CUDA)."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 from posbench.attention.bias import BiasMethod
 from posbench.core import registry
-from posbench.kernels import gpu_check
+from posbench.triton_kernels import gpu_check
 
 ROOT = Path(__file__).resolve().parents[2]
 

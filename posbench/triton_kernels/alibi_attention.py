@@ -1,15 +1,15 @@
 """Causal attention with an ALiBi bias computed inside one fused Triton kernel.
 
 The ``alibi`` method's mathematics (Press, Smith, Lewis 2022), run by the shared kernels of
-``posbench.kernels.fused_attention``; this module checks the inputs and names the ALiBi options.
+``posbench.triton_kernels.fused_attention``; this module checks the inputs and names the ALiBi options.
 Design and limits: docs/kernels.md.
 """
 from __future__ import annotations
 
 import torch
 
-from posbench.kernels import fused_attention as fa
-from posbench.kernels.fused_attention import DTYPES, HEAD_DIMS, INTERPRETED  # noqa: F401  (re-exported)
+from posbench.triton_kernels import fused_attention as fa
+from posbench.triton_kernels.fused_attention import DTYPES, HEAD_DIMS, INTERPRETED  # noqa: F401  (re-exported)
 
 BIAS_DTYPES = ("float32", "compute")
 

@@ -5,7 +5,7 @@ conformance, FlexAttention parity, short kernels and efficiency runs, their repo
 page) and writes ``OUT/gpu-check.md``, ``OUT/docs-results/`` and ``OUT/logs/*.log``; exit status 1
 if a step failed. What each step covers: docs/kernels.md.
 
-    python -m posbench.kernels.gpu_check --out results/gpu-check [--dry-run]
+    python -m posbench.triton_kernels.gpu_check --out results/gpu-check [--dry-run]
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ print("flash_attn", __import__("flash_attn").__version__ if spec else "not insta
 
 FLEX_CHECK = """
 import torch
-from posbench.kernels.gpu_check import flex_parity
+from posbench.triton_kernels.gpu_check import flex_parity
 failed = False
 for line in flex_parity("cuda", (torch.bfloat16,), backward=True, shapes=((130, 256),)):
     print(line, flush=True)  # a timeout still shows what passed
@@ -50,7 +50,7 @@ raise SystemExit(1 if failed else 0)
 """
 
 # Every step's time limit, in seconds: the whole check must fit the 8 minutes of the one device
-# call a session is lent (../shared/GPU-CHECKLIST.md); tests/kernels/test_gpu_check.py holds the sum.
+# call a session is lent (../shared/GPU-CHECKLIST.md); tests/triton_kernels/test_gpu_check.py holds the sum.
 # Sized from the first H100 run (docs/results/gpu-check-h100.md): an efficiency case of the gpu
 # profile takes 18-35 s (model build, compile of the flex score_mod, 2 + 5 steps), a kernels point
 # 7-16 s at L 2048, and each compiled FlexAttention call 2-4 s, so the flex step checks one dtype.
@@ -65,8 +65,8 @@ def steps(py: str, results: Path, report: Path, page: Path) -> list[tuple[str, l
     bench = [py, "bench.py"]
     return [
         ("devices", ["sh", "-c", f"nvidia-smi; {py} -c '{VERSIONS}'"], 15),
-        ("kernel-tests", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", "tests/kernels/test_alibi_triton.py",
-                          "tests/kernels/test_t5_triton.py", "tests/kernels/test_fox_triton.py",
+        ("kernel-tests", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", "tests/triton_kernels/test_alibi_triton.py",
+                          "tests/triton_kernels/test_t5_triton.py", "tests/triton_kernels/test_fox_triton.py",
                           "tests/tasks/test_kernel_benchmark.py"], 100),
         ("conformance", [py, "-c", CONFORMANCE], 60),
         ("flex", [py, "-c", FLEX_CHECK], 40),

@@ -4,9 +4,9 @@ For every kernel, tile config (``fused_attention.CONFIGS``), target and dtype cl
 gives registers and spill bytes and Triton's metadata the shared memory; a config *fits* a target
 when it spills nothing and stays within shared memory. Needs triton's bundled ptxas only.
 
-    TRITON_INTERPRET=0 python -m posbench.kernels.compile_report            # check the claims
-    TRITON_INTERPRET=0 python -m posbench.kernels.compile_report --sweep    # find them (slow)
-    TRITON_INTERPRET=0 python -m posbench.kernels.compile_report --variants # FoX's key bias, GQA
+    TRITON_INTERPRET=0 python -m posbench.triton_kernels.compile_report            # check the claims
+    TRITON_INTERPRET=0 python -m posbench.triton_kernels.compile_report --sweep    # find them (slow)
+    TRITON_INTERPRET=0 python -m posbench.triton_kernels.compile_report --variants # FoX's key bias, GQA
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def compile_one(job: tuple) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from posbench.kernels import fused_attention as fa
+    from posbench.triton_kernels import fused_attention as fa
 
     kernel, index, arch, dclass, head_dim, bias, *target = job
     variant = target.pop() if target and isinstance(target[-1], str) else ""
@@ -82,7 +82,7 @@ def fits(row: dict, target: int | None = None) -> bool:
 def claims() -> list[tuple]:
     """(kernel, config index, compile arch, dtype class, head dim, bias, claimed target) for every
     claim in CONFIGS."""
-    from posbench.kernels import fused_attention as fa
+    from posbench.triton_kernels import fused_attention as fa
 
     jobs = []
     for kernel, (_, kind) in KERNELS.items():
@@ -111,7 +111,7 @@ def table(rows: list[dict]) -> str:
 def sweep(jobs: int) -> list[dict]:
     """Largest head dim each (kernel, config, arch, dtype class) fits with the T5 bias (the larger
     of the two biases in registers; the check mode compiles ALiBi too)."""
-    from posbench.kernels import fused_attention as fa
+    from posbench.triton_kernels import fused_attention as fa
 
     todo = {
         (k, i, a, d): list(HEAD_DIMS)
@@ -136,7 +136,7 @@ def variants(jobs: int) -> list[dict]:
     """Every claimed (kernel, config, arch, dtype class, head dim) compiled with each of VARIANTS:
     FoX's key bias without a position bias, GQA (dK/dV only: the other kernels take the group as
     a number) with ALiBi and T5."""
-    from posbench.kernels import fused_attention as fa
+    from posbench.triton_kernels import fused_attention as fa
 
     todo = []
     for kernel, index, arch, dclass, head_dim, _, _ in claims():

@@ -2,14 +2,14 @@
 
 The ``t5_bias`` method's mathematics (Raffel et al. 2020): each tile computes its buckets from its
 indices and reads the (buckets, H) table, so no T^2 bias is stored; the backward pass returns the
-table's gradient. Kernels in ``posbench.kernels.fused_attention``; design in docs/kernels.md.
+table's gradient. Kernels in ``posbench.triton_kernels.fused_attention``; design in docs/kernels.md.
 """
 from __future__ import annotations
 
 import torch
 
-from posbench.kernels import fused_attention as fa
-from posbench.kernels.fused_attention import DTYPES, HEAD_DIMS, INTERPRETED  # noqa: F401  (re-exported)
+from posbench.triton_kernels import fused_attention as fa
+from posbench.triton_kernels.fused_attention import DTYPES, HEAD_DIMS, INTERPRETED  # noqa: F401  (re-exported)
 
 
 def _check_inputs(q, k, v, table, pos_scale, num_buckets, max_distance) -> None:

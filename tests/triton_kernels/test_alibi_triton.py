@@ -17,7 +17,7 @@ import torch.nn.functional as F
 triton = pytest.importorskip("triton")
 
 from posbench.core.alibi_math import alibi_bias, slopes_tensor  # noqa: E402
-from posbench.kernels import alibi_attention as ka  # noqa: E402
+from posbench.triton_kernels import alibi_attention as ka  # noqa: E402
 from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
 from tests.helpers.kernels import assert_fused_unavailable_rules  # noqa: E402
 from tests.helpers.kernels import case_id as _case_id, fresh_seed as _seed  # noqa: E402
@@ -256,7 +256,7 @@ def test_method_options_and_unavailable(monkeypatch):
 
 
 def test_tile_configs_offered_per_target_and_length_key():
-    from posbench.kernels import fused_attention as fa
+    from posbench.triton_kernels import fused_attention as fa
 
     for kind in ("fwd", "bwd"):
         for arch in (80, 86, 89, 90):
@@ -290,14 +290,14 @@ def test_compile_report_every_config_fits_its_targets_on_sm80_and_sm90():
     """Interpreter tests cannot see GPU-only compile errors, register spills or shared memory
     overflows: compile every kernel (forward, dK/dV, dQ) in every autotune config, for sm_80 and
     sm_90, float32 and bfloat16, ALiBi and T5, at the largest head dim the config claims
-    (posbench.kernels.compile_report); each must spill nothing and fit the target's shared memory.
+    (posbench.triton_kernels.compile_report); each must spill nothing and fit the target's shared memory.
     The report (registers, spills, shared memory per config) is printed with -s."""
     import subprocess
     import sys
 
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "posbench.kernels.compile_report"], env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "posbench.triton_kernels.compile_report"], env=env, capture_output=True, text=True,
         timeout=3000, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
     if proc.returncode and "ptxas" in proc.stderr and "not found" in proc.stderr:
