@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,7 @@ from posbench.core.outcome import PosbenchError
 
 if TYPE_CHECKING:  # posbench.core.method imports torch; only what needs a class imports it
     from posbench.core.method import ModelConfig, PositionMethod
+    from posbench.core.task import Task
 
 BUILTIN_DIR = builtin_dir("methods")  # the checkout's methods/, or posbench/methods/ in a wheel
 ENV_PATH = "POSBENCH_METHODS_PATH"
@@ -112,6 +114,33 @@ def unregister(name: str) -> None:
     """Remove a method (tests use this to clean up after registering a throw-away one)."""
     _METHODS.pop(name, None)
     _ORIGINS.pop(name, None)
+
+
+# Tasks: each task package's task.py declares ``TASK = register_task(Task(name=..., ...))``; the
+# package is imported when its name is first asked for.
+_TASKS: dict[str, Task] = {}
+
+
+def register_task(task: Task) -> Task:
+    """Add ``task`` under ``task.name`` (returned unchanged, so a declaration reads
+    ``TASK = register_task(Task(...))``). A second module using the name is an error."""
+    from posbench.core.task import Metric, Task
+
+    if not isinstance(task, Task):
+        raise RegistryError(f"register_task expects a posbench.core.task.Task, got {task!r}")
+    name = task.name
+    if not isinstance(name, str) or not name.lstrip("_").isidentifier():
+        raise RegistryError(f"task name must be an identifier, got {name!r}")
+    bad = next((k for k, v in task.METRICS.items() if not isinstance(v, Metric)), None)
+    if bad is not None:
+        raise RegistryError(f"task {name!r}: METRICS[{bad!r}] is not a posbench.core.task.Metric")
+    caller = sys._getframe(1).f_globals.get("__name__", "?")
+    known = _TASKS.get(name)
+    if known is not None and known.module is not None and known.module.__name__ != caller:
+        raise RegistryError(f"duplicate task name {name!r}: declared in {known.module.__name__} and in {caller}")
+    task = replace(task, module=sys.modules.get(caller))
+    _TASKS[name] = task
+    return task
 
 
 class _ImportTimedOut(BaseException):

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from posbench.core.registry import register_task
 from posbench.core.task import Metric, ModelSettings, Task, case_model_config
 from posbench.engine import compiled
 
@@ -167,4 +168,4 @@ def _timing_note(kind: str, s: Settings) -> str:
 
 
 # The report: after the kernels section, methods x the context length C, a table per batch.
-TASK = Task(Settings, Params, METRICS, run, REPORT_ORDER=40, REPORT_COLUMN="context")
+TASK = register_task(Task(Settings, Params, METRICS, run, REPORT_ORDER=40, REPORT_COLUMN="context", name="decode"))

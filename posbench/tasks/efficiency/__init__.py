@@ -9,6 +9,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from posbench.core.registry import register_task
 from posbench.core.task import Diverged, Metric, ModelSettings, Task, case_model_config
 from posbench.engine import compiled, tracking
 
@@ -468,5 +469,5 @@ def summary_tables(runs) -> list:
 
 
 # The report: the first section, methods x seq_len.
-TASK = Task(Settings, Params, METRICS, run, run_group=run_group, REPORT_ORDER=10, REPORT_COLUMN="seq_len",
-            report_sections=report_sections, summary_tables=summary_tables)
+TASK = register_task(Task(Settings, Params, METRICS, run, run_group=run_group, REPORT_ORDER=10, REPORT_COLUMN="seq_len",
+            report_sections=report_sections, summary_tables=summary_tables, name="efficiency"))

@@ -8,6 +8,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task, Unavailable
 from posbench.tasks.extension.recipes import BIAS_DTYPES, RECIPES, unavailable
 from posbench.tasks.pretrained import PretrainedSettings
@@ -149,5 +150,5 @@ def summary_tables(runs) -> list:
     return extension_tables(runs)
 
 
-TASK = Task(Settings, Params, METRICS, run, TITLE="Context extension", REPORT_ORDER=25,
-            report_sections=report_sections, summary_tables=summary_tables)
+TASK = register_task(Task(Settings, Params, METRICS, run, TITLE="Context extension", REPORT_ORDER=25,
+            report_sections=report_sections, summary_tables=summary_tables, name="extension"))

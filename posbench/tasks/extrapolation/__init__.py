@@ -10,6 +10,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task, case_model_config
 from posbench.engine import tracking
 from posbench.report.stats import seed_interval
@@ -297,5 +298,5 @@ def compare_values(row) -> dict:
     return eval_values(row)
 
 
-TASK = Task(Settings, Params, METRICS, run, REPORT_ORDER=20,  # after efficiency, before kernels
-            report_sections=report_sections, summary_tables=summary_tables, compare_values=compare_values)
+TASK = register_task(Task(Settings, Params, METRICS, run, REPORT_ORDER=20,  # after efficiency, before kernels
+            report_sections=report_sections, summary_tables=summary_tables, compare_values=compare_values, name="extrapolation"))

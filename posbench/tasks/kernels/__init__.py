@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task, TaskSettings, Unavailable
 
 # The variants posbench.tasks.kernels.variants implements (it reads this list). Named here, and torch and
@@ -94,5 +95,5 @@ def run(case) -> dict:
 # The report: after the extrapolation section, variants x seq_len, a table per head_dim. TIMED:
 # timings compared between the variants of one shape, so a sweep over several devices keeps a
 # shape's variants on one device.
-TASK = Task(Settings, Params, METRICS, run, METHODS=METHODS, unavailable=unavailable, TIMED=True,
-            REPORT_ORDER=30, REPORT_COLUMN="seq_len")
+TASK = register_task(Task(Settings, Params, METRICS, run, METHODS=METHODS, unavailable=unavailable, TIMED=True,
+            REPORT_ORDER=30, REPORT_COLUMN="seq_len", name="kernels"))

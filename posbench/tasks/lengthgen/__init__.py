@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task
 from posbench.report.learn_first import learned
 from posbench.report.stats import accuracy_metrics, pooled_counts
@@ -160,5 +161,5 @@ def summary_tables(runs) -> list:
     return accuracy_tables(runs.rows[runs.rows["task"] == "lengthgen"].to_dict("records")) + frontier_tables(runs)
 
 
-TASK = Task(Settings, Params, METRICS, run, TITLE="Length generalisation (algorithmic tasks)",
-            report_sections=report_sections, summary_tables=summary_tables)
+TASK = register_task(Task(Settings, Params, METRICS, run, TITLE="Length generalisation (algorithmic tasks)",
+            report_sections=report_sections, summary_tables=summary_tables, name="lengthgen"))

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task
 from posbench.engine import tracking
 from posbench.tasks.extrapolation import METRICS as EXTRAPOLATION_METRICS
@@ -189,4 +190,4 @@ def _bias_dtype_ppl(case, s) -> dict:
 
 
 # compare reads the bias_dtype_ppl evaluations as the extrapolation task's cells
-TASK = Task(Settings, Params, METRICS, run, compare_values=compare_values)
+TASK = register_task(Task(Settings, Params, METRICS, run, compare_values=compare_values, name="precision"))

@@ -9,6 +9,7 @@ from typing import Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task
 from posbench.engine import tracking
 from posbench.report.learn_first import comparable_length, learned
@@ -217,4 +218,4 @@ def run(case) -> dict:
     return {"metrics": metrics, "series": series, "info": info}
 
 
-TASK = Task(Settings, Params, METRICS, run, report_sections=report_sections, summary_tables=summary_tables)
+TASK = register_task(Task(Settings, Params, METRICS, run, report_sections=report_sections, summary_tables=summary_tables, name="retrieval"))
