@@ -16,7 +16,7 @@ from posbench.core.model import TransformerLM, model_config
 from posbench.attention.plans import BLOCKED_MIN_ROWS
 import posbench.engine.timing
 from posbench.tasks.decode import generation as decoding
-from posbench.tasks import decode
+from posbench.tasks.decode import task as decode
 from tests.helpers.cases import make_case
 from tests.helpers.marks import SLOW_WHEN_INTERPRETED, interpreted
 from posbench.tasks import find as find_task
