@@ -61,14 +61,14 @@ GPU_CHECK_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 gpu-check:
 	$(GPU_CHECK_PYTHON) -m posbench.triton_kernels.gpu_check --out $(GPU_CHECK_OUT) --python $(GPU_CHECK_PYTHON) $(if $(DRY),--dry-run)
 
-# Result pages for docs/results/ from run folders (posbench/cli/results_page.py): one page per
+# Result pages for docs/results/ from run folders (posbench/cli/docs_results.py): one page per
 # suite and machine with the date, commit, machine, the command that reproduces the run and its tables.
 # make docs-results RUNS="results/efficiency/cpu-cpu-1a2b3c4d results/decode/cpu-cpu-5e6f7a8b"
 RUNS ?=
 DOCS_RESULTS ?= docs/results
 docs-results: install
 	@test -n "$(RUNS)" || { echo 'usage: make docs-results RUNS="results/<suite>/<run-id> ..."' >&2; exit 2; }
-	$(BIN)/python -m posbench.cli.results_page --out $(DOCS_RESULTS) $(RUNS)
+	$(BIN)/python -m posbench.cli.docs_results --out $(DOCS_RESULTS) $(RUNS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -124,7 +124,7 @@ def _posbench():
     from posbench.report.rows import find_run_dirs, gpu_name
     from posbench.store import bounds
     from posbench.store.meta import read_env, read_run_meta
-    from posbench.store.rows import CASES_FILE, case_rows, read_run_rows
+    from posbench.store.run_rows import CASES_FILE, case_rows, read_run_rows
 
     rows = SimpleNamespace(find_run_dirs=find_run_dirs, gpu_name=gpu_name, CASES_FILE=CASES_FILE,
                            read_run_meta=read_run_meta, read_env=read_env, case_rows=case_rows,

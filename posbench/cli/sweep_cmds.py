@@ -15,7 +15,7 @@ from pathlib import Path
 
 from posbench.cli.run_output import EXIT_CASES_FAILED, FAILED_STATUSES, failed_exit, short_message
 from posbench.run.pool import PoolError
-from posbench.store.launch_record import RECORD_FILE
+from posbench.store.launched_sweep import RECORD_FILE
 
 SWEEP_EXAMPLES = [
     ("python bench.py --suite {suite} --gpus all", "a unit (a grid point's methods) per GPU"),
@@ -174,7 +174,7 @@ def print_status(run_dir: Path, allow_failures: bool = False, quiet: bool = Fals
 
 def _case_rows(run_dir: Path) -> list[dict]:
     """One row per case of the run folder (its rounds merged), as reports read them."""
-    from posbench.store.rows import case_rows, read_usable_run_rows
+    from posbench.store.run_rows import case_rows, read_usable_run_rows
 
     return list(case_rows(read_usable_run_rows(run_dir)).values())
 
@@ -187,7 +187,7 @@ def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = 
     failed case and the command that re-runs those ``--retry-failed`` takes (``quiet``: the one
     summary line)."""
     from posbench.store.meta import read_run_meta
-    from posbench.store.rows import CASES_FILE
+    from posbench.store.run_rows import CASES_FILE
 
     if not (run_dir / CASES_FILE).is_file():
         raise PoolError(f"{run_dir}: no {CASES_FILE} and no {RECORD_FILE}; allowed: a run folder "

@@ -24,7 +24,7 @@ from posbench.core.task import Metric, Task, find_metric
 from posbench.report.rows import cpu_model, gpu_name, load_runs
 from posbench.store.bounds import RowsError
 from posbench.store.row import by_round, by_window
-from posbench.store.rows import latest
+from posbench.store.run_rows import latest
 
 
 def _declared(task: str, tasks: dict[str, Task] | None) -> dict[str, Metric]:

@@ -4,7 +4,7 @@ in Markdown, and the charts named as files of the uploaded artifact.
 A job summary cannot show a report's own files: ``report.md``'s image links (``charts/x.png``)
 would be broken images there. So each becomes a line naming the chart and the artifact it is in.
 
-    python -m posbench.cli.job_summary RUN_DIR... --report report/ --artifact report-<suite>-<GPU model>
+    python -m posbench.cli.ci_summary RUN_DIR... --report report/ --artifact report-<suite>-<GPU model>
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def job_summary(run_dirs, report_dir: Path, artifact: str, baseline: str | None 
 
 
 def main(argv: list[str] | None = None, find_task=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m posbench.cli.job_summary", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m posbench.cli.ci_summary", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="the run folders the report was built from")
     p.add_argument("--report", required=True, type=Path, help="the folder bench.py report wrote (--out)")
     p.add_argument("--artifact", default="", help="the artifact the report's charts are uploaded as")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from posbench.store.names import MAX_STEM, file_stem, short_hash
+from posbench.store.file_stems import MAX_STEM, file_stem, short_hash
 
 
 def slug(text: str) -> str:

@@ -264,7 +264,7 @@ def _page_of_another(path: Path, suite: str, hardware: str) -> bool:
 
 
 def main(argv: Optional[list[str]] = None, find_task=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m posbench.cli.results_page",
+    parser = argparse.ArgumentParser(prog="python -m posbench.cli.docs_results",
                                      description="Write docs/results pages from run folders.")
     parser.add_argument("runs", nargs="*", metavar="RUN", help="run folders (results/<suite>/<run-id>) or folders above them")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where the pages go (default: docs/results)")

@@ -11,7 +11,7 @@ from posbench.core.task import Task
 from posbench.store.bounds import RowsError, check_params
 from posbench.store.meta import RunMeta, read_env, read_run_meta
 from posbench.store.row import ROW_KEYS
-from posbench.store.rows import CASES_FILE, _finite, case_rows, read_run_rows, warn
+from posbench.store.run_rows import CASES_FILE, _finite, case_rows, read_run_rows, warn
 
 
 def gpu_name(env: dict) -> Optional[str]:

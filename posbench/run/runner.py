@@ -26,7 +26,7 @@ from posbench.run.ranks import RanksOutOfStep, broadcast, run_on_ranks
 from posbench.run.schedule import Plan, default_run_id, pairing_of, plan_run, rounds_of
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.store.row import make_row
-from posbench.store.rows import case_rows, read_usable_run_rows
+from posbench.store.run_rows import case_rows, read_usable_run_rows
 from posbench.store.writing import lock_run_dir, save_row, write_env
 from posbench.run.suite import Suite, check_name
 

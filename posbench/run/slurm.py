@@ -32,10 +32,10 @@ from posbench.run.machine import clean_stale_temp_dirs
 from posbench.run.schedule import default_run_id, jobs, plan_run
 from posbench.run.suite import Suite, check_name
 from posbench.run.units import Unit
-from posbench.store import launch_record, sweep
+from posbench.store import launched_sweep
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.store.row import make_row
-from posbench.store.rows import ROWS_DIR, latest_rounds, read_run_rows
+from posbench.store.run_rows import ROWS_DIR, latest_rounds, read_run_rows
 from posbench.store.writing import UnitLock, lock_run_dir, save_row, write_env
 
 
@@ -75,22 +75,22 @@ class UnitTask:
         # with the job's state.
         terminating = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: terminating.set())
-        sweep.check_folder(run_dir)
+        launched_sweep.check_folder(run_dir)
         with UnitLock(run_dir, key):  # a requeued twin waits here; failure rows are not written meanwhile
-            record = launch_record.read_record(run_dir)
+            record = launched_sweep.read_record(run_dir)
             if record is None or (record["units"].get(key) or {}).get("submission") != spec.get("submission"):
                 return {"unit": key, "ran": 0}  # a later submission took this unit over: it runs it
             rows = latest_rounds(read_run_rows(run_dir, []))
-            left = {(CaseSpec.from_json(c).id, r) for c, r in sweep.missing(spec, rows)}
+            left = {(CaseSpec.from_json(c).id, r) for c, r in launched_sweep.missing(spec, rows)}
             over = spec.get("over")  # (None: submitted before marks were recorded)
             # A (case, round) whose latest row changed since the submitter planned was run by
             # someone else meanwhile (a task finishing, a plain run): not run again.
             todo = [(case, r) for case, r in ((CaseSpec.from_json(c), r) for c, r in spec["todo"])
                     if (case.id, r) in left and (over is None or
-                                                 launch_record.row_mark(rows.get((case.id, r))) == over.get(f"{case.id}|{r}"))]
+                                                 launched_sweep.row_mark(rows.get((case.id, r))) == over.get(f"{case.id}|{r}"))]
             info = {"unit": key, "job_id": job_id, "host": socket.gethostname(),
                     "submission": spec.get("submission")}  # which rows are this submission's (sweep_state)
-            path = sweep.rows_path(run_dir, key)
+            path = launched_sweep.rows_path(run_dir, key)
 
             def emit(case, result, started, duration, rnd):
                 if terminating.is_set() and result["status"] != "ok":
@@ -104,7 +104,7 @@ class UnitTask:
             run_jobs(jobs(todo), run_dir, spec["run_id"], answers, emit, stopped=terminating)
             if terminating.is_set():
                 return {"unit": key, "ran": None}
-            sweep.mark_done(run_dir, key, job_id, _now())
+            launched_sweep.mark_done(run_dir, key, job_id, _now())
         return {"unit": key, "ran": len(todo)}
 
     def checkpoint(self, spec: dict):
@@ -214,21 +214,21 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         plan = plan_run(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard, lock=take_folder,
                         launched=True)
         suite = plan.suite
-        sweep.check_folder(run_dir)
+        launched_sweep.check_folder(run_dir)
         meta = RunMeta.of_suite(suite, device, run_id)
         write_run_meta(run_dir, meta)
         environment = envmod.collect(device)
         write_env(run_dir / "env.json", environment)
         (run_dir / "cases.jsonl").touch()  # the folder is a run folder to every reader from now on
         commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
-        current = sweep.Sweep.read(run_dir)  # what an earlier launch left: its record, rows, finished units
+        current = launched_sweep.Sweep.read(run_dir)  # what an earlier launch left: its record, rows, finished units
         record = current.record if current else {"format": 1, "units": {}}
         if record["units"] and record.get("launcher") != kind:
             states, current = state.settled(current)
             if any(s.active for s in states.values()):
                 raise LauncherError(f"{run_dir}: tasks of a {record.get('launcher')} launch are still queued or running; "
                                     f"allowed: wait (bench.py status {run_dir}) or the same --launcher")
-        record.update(launcher=kind, command=command, commit=commit, device=device, folder=sweep.JOBS_DIR)
+        record.update(launcher=kind, command=command, commit=commit, device=device, folder=launched_sweep.JOBS_DIR)
         out = Submitted(run_dir, run_id, record)
         # The decision, per unit, under its lock (a live task holds it): its job's state and the
         # rows as they are now, not as they were when the plan was made.
@@ -245,12 +245,12 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
             unit_locks.append(lock)
             chosen.append(unit)
         now_rows = latest_rounds(read_run_rows(run_dir, []))
-        entries = (launch_record.unit_entry(unit.key, unit.todo, plan.done, now_rows, run_dir, run_id, commit, dirs, _now(),
+        entries = (launched_sweep.unit_entry(unit.key, unit.todo, plan.done, now_rows, run_dir, run_id, commit, dirs, _now(),
                                     state.submitter()) for unit in chosen)
         specs = [spec for spec in entries if spec is not None]
         for spec in specs:  # recorded before any task starts: a killed submitter loses no unit
             record["units"][spec["key"]] = dict(spec, job_id="")
-        launch_record.write_record(run_dir, record)
+        launched_sweep.write_record(run_dir, record)
         for lock in unit_locks:  # a task of an older submission that starts now sees it was replaced
             lock.close()
         from posbench.run.runner import ask_unavailable
@@ -267,7 +267,7 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
             start = max(0, out.parallelism - len(out.busy))
             specs, out.waiting = specs[:start], specs[start:]
         try:
-            out.executor = executor(kind, run_dir / sweep.JOBS_DIR, suite, device)
+            out.executor = executor(kind, run_dir / launched_sweep.JOBS_DIR, suite, device)
         except RuntimeError as exc:  # submitit's own check of the cluster
             raise LauncherError(f"--launcher {kind}: {str(exc).strip()[:300]}; allowed: --launcher local, or leave "
                                 "--launcher out") from None
@@ -314,7 +314,7 @@ def _submit_specs(out: Submitted, specs: list[dict], ex) -> None:
     if not specs:
         return
     try:
-        with _starting(out.run_dir / sweep.JOBS_DIR / "launch.log"):
+        with _starting(out.run_dir / launched_sweep.JOBS_DIR / "launch.log"):
             array = ex.map_array(UnitTask(), specs)  # one job array, a task per unit
     except (OSError, RuntimeError, ValueError) as exc:  # sbatch refused (submitit raises its own errors)
         why = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
@@ -323,7 +323,7 @@ def _submit_specs(out: Submitted, specs: list[dict], ex) -> None:
     for spec, job in zip(specs, array):
         out.record["units"][spec["key"]] = dict(spec, job_id=str(job.job_id))
         out.units.append(spec["key"])
-    launch_record.write_record(out.run_dir, out.record)  # status finds the jobs from here
+    launched_sweep.write_record(out.run_dir, out.record)  # status finds the jobs from here
 
 
 def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
@@ -332,7 +332,7 @@ def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
     that died (``sweep_state.settle``), and, for the local launcher, the next tasks as slots free."""
     seen: set = set()
     while True:
-        states, now = state.settled(sweep.Sweep.of(out.run_dir, out.record))
+        states, now = state.settled(launched_sweep.Sweep.of(out.run_dir, out.record))
         for key, unit in out.record["units"].items():
             for cid, rnd, row in now.landed[key]:
                 if (key, cid, rnd) not in seen:

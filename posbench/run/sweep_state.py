@@ -1,5 +1,5 @@
 """Where a launched sweep stands: each array task's state, asked of the scheduler, and failure
-rows for tasks that died (its files: ``posbench.store.sweep``).
+rows for tasks that died (its files: ``posbench.store.launched_sweep``).
 
 A task's state comes from Slurm's ``squeue``, then ``scontrol show job`` (kept a few minutes after
 the end), then ``sacct``; a local task is its controller process, or whoever holds its unit's
@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from posbench.core.case import CaseSpec
-from posbench.store.launch_record import read_record
-from posbench.store.sweep import Sweep, check_folder, of_submission
+from posbench.store.launched_sweep import Sweep, check_folder, of_submission, read_record
 from posbench.store.writing import unit_locked
 
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from posbench.core.case import CaseSpec
-from posbench.store.names import file_stem
+from posbench.store.file_stems import file_stem
 
 
 @dataclass

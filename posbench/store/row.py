@@ -21,7 +21,7 @@ ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message",
             "info", "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
             "git_commit", "traceback", "round")
 
-N_ROUNDS = "n_rounds"  # a merged row's count of ok rounds (``posbench.store.rows.merge_rounds``)
+N_ROUNDS = "n_rounds"  # a merged row's count of ok rounds (``posbench.store.run_rows.merge_rounds``)
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 from posbench.core.files import WriteError, atomic_write_text
 from posbench.core.nofollow import open_nofollow, read_regular
 from posbench.core.outcome import PosbenchError
-from posbench.store.names import file_stem
-from posbench.store.rows import ROWS_DIR
+from posbench.store.file_stems import file_stem
+from posbench.store.run_rows import ROWS_DIR
 
 
 CHECKED_TAIL = 64 << 20  # a last line without newline up to this size is read to see whether it is whole

@@ -80,7 +80,7 @@ def steps(py: str, results: Path, report: Path, page: Path) -> list[tuple[str, l
                                 "--set", "grid.seq_len=[1024]", "--set", "warmup_steps=2", "--set", "measure_steps=5",
                                 "--set", "windows=1", "--set", "timeout_s=60", "--quiet"], 160),
         ("report", bench + ["report", str(results), "--out", str(report)], 20),
-        ("results-page", [py, "-m", "posbench.cli.results_page", "--out", str(page), str(results)], 15),
+        ("results-page", [py, "-m", "posbench.cli.docs_results", "--out", str(page), str(results)], 15),
     ]
 
 
@@ -93,11 +93,11 @@ def flex_parity(device: str, dtypes=("float32",), backward: bool = False,
 
     from posbench.attention import plans
     from posbench.attention.bias import BiasMethod
-    from posbench.core import registry
+    from posbench.core import discovery
     from posbench.core.method import ModelConfig
 
     tol = {torch.float32: 2e-5, torch.bfloat16: 3e-2, torch.float16: 3e-3}
-    for name, cls in sorted(registry.discover().items()):
+    for name, cls in sorted(discovery.discover().items()):
         if not issubclass(cls, BiasMethod):
             continue
         for dtype in (getattr(torch, d) if isinstance(d, str) else d for d in dtypes):

@@ -26,7 +26,7 @@ from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM
 from posbench.engine.train import TrainConfig, train
 from tests.helpers.suites import make_suite
-from posbench.store.rows import latest, read_rows
+from posbench.store.run_rows import latest, read_rows
 from posbench.tasks import find as find_task
 
 ROOT = Path(__file__).resolve().parents[2]

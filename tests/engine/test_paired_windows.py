@@ -28,7 +28,7 @@ from tests.helpers.ratios import recovers_planted_ratio
 from tests.helpers.report_rows import write_run
 from tests.helpers.suites import make_suite
 from posbench.run.schedule import check_pairing, jobs, plan_rounds, schedule
-from posbench.store.rows import case_rows, read_rows
+from posbench.store.run_rows import case_rows, read_rows
 from posbench.tasks import find as find_task
 
 

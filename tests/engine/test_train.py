@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from posbench.engine.checkpoint import load_checkpoint
+from posbench.engine.saved_model import load_checkpoint
 from posbench.engine.train import Diverged, TrainConfig, autocast_dtype, lr_at, train
 from tests.helpers.training import repeating_batches, small_model
 
@@ -109,7 +109,7 @@ def test_cuda_precision_choice_with_fake_bf16_support(monkeypatch):
 def test_planted_checkpoint_does_not_run_code(tmp_path):
     import torch
 
-    from posbench.engine.checkpoint import load_checkpoint
+    from posbench.engine.saved_model import load_checkpoint
 
     marker = tmp_path / "pwned"
 

@@ -103,4 +103,4 @@ def test_makefile_has_the_docs_results_target(tmp_path):
     (venv / "bin" / "python").touch()
     out = subprocess.run(["make", "-n", "-C", str(ROOT), "docs-results", f"VENV={venv}", "RUNS=results/x/y"],
                          capture_output=True, text=True, check=True).stdout
-    assert "-m posbench.cli.results_page --out docs/results results/x/y" in out
+    assert "-m posbench.cli.docs_results --out docs/results results/x/y" in out

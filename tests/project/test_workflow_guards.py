@@ -96,7 +96,7 @@ def test_the_job_summary_holds_tables_and_names_the_charts_in_the_artifact():
     report = _doc()["jobs"]["report"]
     step = report["steps"][_index(report, "bench.py report")]
     assert "cat report/report.md" not in step["run"]  # its image links show nothing in a job summary
-    assert ('.venv/bin/python -m posbench.cli.job_summary "$RUN_DIR" --report report --artifact "$ARTIFACT" '
+    assert ('.venv/bin/python -m posbench.cli.ci_summary "$RUN_DIR" --report report --artifact "$ARTIFACT" '
             '>> "$GITHUB_STEP_SUMMARY"') in step["run"]
     upload = next(s for s in report["steps"] if str(s.get("with", {}).get("name", "")).startswith("report-"))
     assert step["env"]["ARTIFACT"] == upload["with"]["name"]  # the summary names the artifact uploaded

@@ -7,7 +7,7 @@ from posbench import tasks
 from posbench.report.rows import load_runs
 from posbench.store.bounds import RowsError, check_row
 from posbench.store.meta import RunMeta, read_run_meta, write_run_meta
-from posbench.store.rows import latest, read_rows
+from posbench.store.run_rows import latest, read_rows
 from tests.helpers.report_rows import base_row, efficiency_rows, write_run
 from posbench.store.meta import RUN_FILE, read_env
 from posbench.tasks import find as find_task

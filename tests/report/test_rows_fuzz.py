@@ -8,7 +8,7 @@ import time
 from posbench.report.rows import load_runs
 from posbench.store.bounds import RowsError, check_row
 from posbench.store.row import ROW_KEYS
-from posbench.store.rows import read_rows
+from posbench.store.run_rows import read_rows
 from posbench.report.sections import collect_sections
 from tests.helpers.report_rows import efficiency_rows, extrapolation_rows, retrieval_rows, write_run
 from posbench.tasks import find as find_task

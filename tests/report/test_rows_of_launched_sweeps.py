@@ -13,7 +13,7 @@ from tests.helpers.report_rows import efficiency_rows, write_run
 from tests.helpers.suites import make_suite
 from posbench.run.schedule import plan_rounds
 from posbench.store.row import make_row
-from posbench.store.rows import read_run_rows, rows_files
+from posbench.store.run_rows import read_run_rows, rows_files
 from posbench.tasks import find as find_task
 
 

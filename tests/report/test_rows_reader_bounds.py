@@ -13,7 +13,7 @@ from posbench.report.build import build_report
 from posbench.report.rows import find_run_dirs, load_runs
 from posbench.store.bounds import RowsError
 from posbench.store.meta import read_run_meta
-from posbench.store.rows import case_rows, read_rows
+from posbench.store.run_rows import case_rows, read_rows
 from tests.helpers.report_rows import base_row, efficiency_rows, write_run
 from posbench.store.bounds import MAX_LINE, MAX_ROUNDS, MAX_WINDOWS
 from posbench.store.meta import read_env

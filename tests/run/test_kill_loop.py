@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from posbench.run import sweep_state
-from posbench.store.rows import read_run_rows
+from posbench.store.run_rows import read_run_rows
 from tests.helpers.suites import make_suite
 from tests.helpers.sweep_tasks import end_tasks
 

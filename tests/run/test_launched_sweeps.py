@@ -15,8 +15,8 @@ from posbench.report import rows as rowsmod
 from posbench.run import sweep_state
 from tests.helpers import slurm_cluster
 from tests.helpers.suites import make_suite
-from posbench.store.rows import read_run_rows
-from posbench.store.sweep import read_record
+from posbench.store.run_rows import read_run_rows
+from posbench.store.launched_sweep import read_record
 from posbench.tasks import find as find_task
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from posbench.store.rows import read_usable_rows
+from posbench.store.run_rows import read_usable_rows
 from posbench.store.writing import _repair_tail, append_row
 
 REPO = Path(__file__).resolve().parents[2]

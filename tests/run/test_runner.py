@@ -16,7 +16,7 @@ from tests.helpers.suites import make_suite
 from posbench.run.launch import worker_env
 from posbench.run.schedule import default_run_id, plan
 from posbench.store.row import ROW_KEYS, finite_metrics
-from posbench.store.rows import latest, read_rows
+from posbench.store.run_rows import latest, read_rows
 from posbench.store.writing import append_row
 
 @pytest.mark.subprocess

@@ -19,7 +19,7 @@ from posbench.store import writing
 from posbench.run import suite as suitemod
 from tests.helpers.suites import efficiency_suite, write_suite
 from posbench.run.machine import clean_stale_temp_dirs
-from posbench.store.rows import read_usable_rows
+from posbench.store.run_rows import read_usable_rows
 from posbench.store.writing import append_row, save_row
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,8 +18,8 @@ import pytest
 from posbench.cli import app as cli
 from posbench.run import slurm
 from posbench.run import suite as suitemod
-from posbench.store.names import file_stem
-from posbench.store.rows import read_run_rows
+from posbench.store.file_stems import file_stem
+from posbench.store.run_rows import read_run_rows
 from tests.helpers.suites import make_suite
 from tests.helpers.sweep_tasks import end_tasks
 
@@ -458,9 +458,9 @@ def test_detach_through_a_pipe_returns_when_the_launch_is_done(tmp_path):
 
 
 def test_unit_files_are_named_by_the_key_alone(tmp_path):
-    from posbench.store import sweep
+    from posbench.store import launched_sweep
 
     for key in ("n=1", "../../x", "/etc/passwd", "a" * 5000, "..", ""):
-        for path in (sweep.rows_path(tmp_path, key), sweep.done_path(tmp_path, key)):
+        for path in (launched_sweep.rows_path(tmp_path, key), launched_sweep.done_path(tmp_path, key)):
             assert path.parent == tmp_path / "rows" and "/" not in path.name and not path.name.startswith(".")
-    assert slurm.sweep.unit_file("n=1") == file_stem("n=1")
+    assert slurm.launched_sweep.unit_file("n=1") == file_stem("n=1")

@@ -16,7 +16,7 @@ from posbench.cli.app import main
 from posbench.run import suite as suitemod
 from posbench.run.schedule import plan_rounds
 from posbench.store.meta import read_run_meta
-from posbench.store.rows import case_rows, latest_rounds, read_run_rows
+from posbench.store.run_rows import case_rows, latest_rounds, read_run_rows
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

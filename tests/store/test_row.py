@@ -6,7 +6,7 @@ from pathlib import Path
 
 from posbench.core.case import CaseSpec
 from posbench.store.row import ROW_KEYS, Result, Row, Spread, finite_metrics, make_row
-from posbench.store.rows import merge_rounds, read_run_rows
+from posbench.store.run_rows import merge_rounds, read_run_rows
 from tests.helpers.report_rows import efficiency_rows
 
 FIXTURES = Path(__file__).parent / "fixtures" / "old_runs" / "res"

@@ -8,10 +8,9 @@ from pathlib import Path
 from posbench.core import files, nofollow
 from posbench.core.case import CaseSpec
 from posbench.run.sweep_state import JobState, busy_units, lock_may_tell
-from posbench.store.launch_record import check_record, row_mark, unit_entry, unit_file, write_record
+from posbench.store.launched_sweep import Sweep, check_record, done_path, row_mark, rows_path, unit_entry, unit_file, write_record
 from posbench.store.row import Result, make_row
-from posbench.store.rows import read_run_rows
-from posbench.store.sweep import Sweep, done_path, rows_path
+from posbench.store.run_rows import read_run_rows
 from posbench.store.writing import UnitLock
 
 NO_PID = "4194303"  # above the default pid_max: no such process

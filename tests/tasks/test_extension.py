@@ -245,7 +245,7 @@ def test_tiny_run_through_the_cli(tmp_path, capsys):
     interpolate run, the other pairs are unavailable rows with their reasons, and the run's
     summary prints a recipes x k table."""
     from posbench.cli import app as cli
-    from posbench.store.rows import read_rows
+    from posbench.store.run_rows import read_rows
 
     sets = ["model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}", "steps=3", "warmup_steps=1",
             "batch_size=4", "eval_samples=4", "eval_batch_size=4", "finetune_steps=[0, 2]", "finetune_batch_size=2",

@@ -521,7 +521,7 @@ def test_model_per_probe_trains_each_probe_case_its_own_model(tmp_path):
 @pytest.mark.subprocess
 def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
     from posbench.cli import app as cli
-    from posbench.store.rows import read_rows
+    from posbench.store.run_rows import read_rows
 
     sets = ["model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}", "steps=3", "warmup_steps=1",
             "batch_size=4", "eval_samples=4", "eval_batch_size=4", "L_valid_factors=[1, 2]",

@@ -1,4 +1,4 @@
-"""Checkpoint reuse (posbench/engine/checkpoint.py): only this case's model is ever reused; a
+"""Checkpoint reuse (posbench/engine/saved_model.py): only this case's model is ever reused; a
 damaged, linked or oversized file makes the case retrain, saying so in one line naming the file;
 writes go to a fresh temp file in checkpoints/ and never through a planted link (issue 44)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``python -m posbench.cli.job_summary``: the CI job summary of a report (the GPU workflow), with
+"""``python -m posbench.cli.ci_summary``: the CI job summary of a report (the GPU workflow), with
 the tasks of this installation (posbench/report/job_summary.py writes it)."""
 import sys
 

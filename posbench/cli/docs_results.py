@@ -1,4 +1,4 @@
-"""``python -m posbench.cli.results_page``: docs/results pages from run folders (``make docs-results``),
+"""``python -m posbench.cli.docs_results``: docs/results pages from run folders (``make docs-results``),
 with the tasks of this installation (posbench/report/results_page.py writes them)."""
 import sys
 
