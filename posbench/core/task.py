@@ -14,8 +14,6 @@ from posbench.core.config import PRESETS, ModelConfig, model_config
 from posbench.core.outcome import Diverged, Unavailable  # noqa: F401  (a task raises them; re-exported)
 
 Format = Literal["count", "bytes", "ms", "ppl", "plain", "int"]
-# A chart drawn after a metric's table: the table's stored rows -> [(file stem, title, Figure)].
-ChartFunction = Callable[[list], list]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +31,6 @@ class Metric:
     appendix: Optional[bool] = None
     shown_in: str = ""
     axis: str = ""
-    charts: tuple[ChartFunction, ...] = ()
 
 
 SPREAD_SUFFIX = "_std"  # a seed-averaged metric m carries m_std: its spread over seeds

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from posbench.core.task import Task, find_metric
+from posbench.core.task import Task
 from posbench.report import charts
 from posbench.report.rows import Runs
 from posbench.report.table import Table, details_tables, metric_tables
@@ -82,23 +82,10 @@ def metric_blocks(runs: Runs, tables: list[Table]) -> list[Block]:
 
 
 def table_charts(runs: Runs, table: Table) -> list[ChartSource]:
-    """The line chart of a table with numbers against a numeric axis, then the charts its metric's
-    declaration names (``Metric.charts``), drawn from the rows behind the table."""
+    """The line chart of a table with numbers against a numeric axis (a task's own charts come from
+    its own ``report_sections``)."""
     out: list[ChartSource] = []
     has_values = any(c.value is not None for c in table.cells.values())
     if has_values and table.columns and all(isinstance(c, (int, float)) for c in table.columns):
         out.append(lambda: [(table.key, table.title, charts.metric_chart(table))])
-    task = runs.tasks.get(table.task)
-    declared = find_metric(task.METRICS, table.metric) if task is not None else None
-    for draw in (declared.charts if declared else ()):
-        out.append(_declared_chart(draw, runs, table))
     return out
-
-
-def _declared_chart(draw: Callable[[list], list], runs: Runs, table: Table) -> ChartSource:
-    def source():
-        cases = {(c.run_id, c.case_id) for c in table.cells.values() if c.case_id}
-        rows = [r for r in runs.rows.to_dict("records") if (r["run_id"], r["case_id"]) in cases]
-        return draw(rows)
-
-    return source

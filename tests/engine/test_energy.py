@@ -6,7 +6,8 @@ import pytest
 from posbench.core.case import Case
 from posbench.engine import timing
 from posbench.engine.env import NVML_UNAVAILABLE
-from posbench.tasks import efficiency
+from posbench.tasks.efficiency import run as efficiency_run
+from posbench.tasks.efficiency.task import Params, Settings
 from tests.helpers.fake_nvml import FakeCudaClock, FakeNvml
 
 
@@ -78,16 +79,16 @@ def test_a_counter_restart_or_a_failed_window_gives_no_number():
 def _case(method="sinusoidal", **settings):
     base = dict(model="tiny", tokens_per_step=32, warmup_steps=1, measure_steps=1, eval_measure_steps=1, windows=2,
                 threads=1, model_overrides={"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64})
-    return Case(suite="s", task="efficiency", method=method, params=efficiency.Params(seq_len=16),
-                settings=efficiency.Settings(**{**base, **settings}), device="cpu", profile="cpu", run_id="r")
+    return Case(suite="s", task="efficiency", method=method, params=Params(seq_len=16),
+                settings=Settings(**{**base, **settings}), device="cpu", profile="cpu", run_id="r")
 
 
 def test_a_phase_sums_the_counter_over_its_windows_and_not_the_loss_checks():
     nvml = FakeNvml(watts=300.0)
     dev = FakeCudaClock(nvml, window_s=0.25)
     settings = _case(windows=4).settings
-    seconds, joules = efficiency._phase(dev, lambda: None, settings, nvml, "gpu0",
-                                        after_window=lambda name, steps: nvml.advance(10.0))
+    seconds, joules = efficiency_run._phase(dev, lambda: None, settings, nvml, "gpu0",
+                                            after_window=lambda name, steps: nvml.advance(10.0))
     assert seconds == [0.25] * 4
     assert joules == pytest.approx(4 * 300.0 * 0.25)  # warm-up and the checks after each window excluded
 
@@ -96,9 +97,9 @@ def test_a_phase_sums_the_counter_over_its_windows_and_not_the_loss_checks():
 def test_efficiency_rows_say_where_their_energy_came_from(monkeypatch, counter, source):
     nvml = FakeNvml(watts=400.0, counter=counter)
     dev = FakeCudaClock(nvml, window_s=0.5, real_s=0.02)
-    monkeypatch.setattr(efficiency, "_nvml", lambda device: (nvml, "gpu0"))
+    monkeypatch.setattr(efficiency_run, "_nvml", lambda device: (nvml, "gpu0"))
     monkeypatch.setattr(timing, "make_device", lambda kind: dev)
-    out = efficiency.run(_case())
+    out = efficiency_run.run(_case())
     m = out["metrics"]
     assert out["info"]["energy_source"] == source
     if counter == "ok":  # exact: 2 windows x 0.5 s x 400 W per phase
@@ -111,10 +112,10 @@ def test_efficiency_rows_say_where_their_energy_came_from(monkeypatch, counter, 
 def test_paired_windows_rows_read_the_counter_per_method_window(monkeypatch):
     nvml = FakeNvml(watts=100.0)
     dev = FakeCudaClock(nvml, window_s=0.2)
-    monkeypatch.setattr(efficiency, "_nvml", lambda device: (nvml, "gpu0"))
+    monkeypatch.setattr(efficiency_run, "_nvml", lambda device: (nvml, "gpu0"))
     monkeypatch.setattr(timing, "make_device", lambda kind: dev)
     cases = [_case(pairing="windows", windows=3, method=m) for m in ("sinusoidal", "alibi")]
-    out = efficiency.run_group(cases, 2)  # round 2: no memory processes
+    out = efficiency_run.run_group(cases, 2)  # round 2: no memory processes
     for row in out.values():
         assert row["status"] == "ok", row["message"]
         assert row["info"]["energy_source"] == "nvml-energy-counter"

@@ -290,7 +290,7 @@ def test_resume_runs_only_the_missing_case_rounds_and_retry_reruns_one(tmp_path,
 
 
 def test_windows_pairing_needs_one_process(tmp_path):
-    from posbench.tasks import efficiency
+    from posbench.tasks.efficiency.task import Settings
 
     _, suite = _suite(tmp_path, ["sinusoidal"])
     with pytest.raises(suitemod.SuiteError, match="pairing: windows runs every method of a grid point in one worker "
@@ -298,7 +298,7 @@ def test_windows_pairing_needs_one_process(tmp_path):
         check_pairing(suite, in_process=True)
     with pytest.raises(ValueError, match="pairing: windows measures every method of a grid point in one process; "
                                          "allowed: nproc 1, or pairing: rounds"):
-        efficiency.Settings(model="tiny", tokens_per_step=64, pairing="windows", nproc=2)
+        Settings(model="tiny", tokens_per_step=64, pairing="windows", nproc=2)
 
 
 # -- the efficiency task ----------------------------------------------------------------------------
@@ -332,21 +332,21 @@ def broken_methods():
 
 def _efficiency_cases(methods, **settings):
     from posbench.core.case import Case
-    from posbench.tasks import efficiency
+    from posbench.tasks.efficiency.task import Params, Settings
 
     base = dict(model="tiny", tokens_per_step=64, warmup_steps=1, measure_steps=1, eval_measure_steps=2,
                 windows=3, threads=1, pairing="windows", model_overrides={"n_layers": 1})
-    return [Case(suite="s", task="efficiency", method=m, params=efficiency.Params(seq_len=16),
-                 settings=efficiency.Settings(**{**base, **settings}), device="cpu", profile="cpu", run_id="r")
+    return [Case(suite="s", task="efficiency", method=m, params=Params(seq_len=16),
+                 settings=Settings(**{**base, **settings}), device="cpu", profile="cpu", run_id="r")
             for m in methods]
 
 
 @pytest.mark.slow  # times 3 evaluation and 3 training windows per method
 def test_efficiency_group_alternates_windows_and_a_broken_method_fails_alone(broken_methods):
-    from posbench.tasks import efficiency
+    from posbench.tasks.efficiency.run import run_group
 
     cases = _efficiency_cases(["sinusoidal", "broken_init", "alibi", "broken_step"])
-    out = efficiency.run_group(cases, 2)  # round 2: no memory processes
+    out = run_group(cases, 2)  # round 2: no memory processes
     assert out["broken_init/seq_len=16"]["status"] == "error"
     assert out["broken_init/seq_len=16"]["message"] == "RuntimeError: cannot build broken_init"
     assert out["broken_step/seq_len=16"]["message"] == "RuntimeError: broken_step cannot train"
@@ -420,20 +420,21 @@ def test_short_real_run_of_the_cpu_efficiency_suite_pairs_windows(tmp_path, caps
 
 
 def test_evaluation_windows_have_their_own_length(monkeypatch):
-    from posbench.tasks import efficiency
+    from posbench.tasks.efficiency.run import Bench, run, run_group
+    from posbench.tasks.efficiency.task import Settings
 
     calls = Counter()
-    step = efficiency.Bench.eval_step
+    step = Bench.eval_step
 
     def counted(self):
         calls[self.model.method.name] += 1
         return step(self)
 
-    monkeypatch.setattr(efficiency.Bench, "eval_step", counted)
+    monkeypatch.setattr(Bench, "eval_step", counted)
     (alone,) = _efficiency_cases(["alibi"], pairing="rounds", warmup_steps=2, windows=3, eval_measure_steps=5)
-    efficiency.run(alone)
+    run(alone)
     assert calls == {"alibi": 2 + 3 * 5}
     calls.clear()
-    efficiency.run_group(_efficiency_cases(["sinusoidal", "alibi"], warmup_steps=1, windows=2, eval_measure_steps=4), 2)
+    run_group(_efficiency_cases(["sinusoidal", "alibi"], warmup_steps=1, windows=2, eval_measure_steps=4), 2)
     assert calls == {"sinusoidal": 1 + 2 * 4, "alibi": 1 + 2 * 4}
-    assert efficiency.Settings(model="tiny", tokens_per_step=64, measure_steps=3).eval_steps == 3
+    assert Settings(model="tiny", tokens_per_step=64, measure_steps=3).eval_steps == 3

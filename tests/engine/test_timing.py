@@ -9,7 +9,8 @@ import torch
 from posbench.engine import timing as measure
 from posbench.core.case import Case
 from posbench.core.task import Diverged
-from posbench.tasks import efficiency
+from posbench.tasks.efficiency import run as efficiency_run
+from posbench.tasks.efficiency.task import METRICS, Params, Settings
 
 
 class FakeCuda:
@@ -97,16 +98,16 @@ def test_phase_on_fake_cuda_times_windows_and_measures_energy(monkeypatch):
     FakeCuda(monkeypatch, elapsed_ms=100.0)
     settings = types.SimpleNamespace(warmup_steps=2, measure_steps=3, windows=4, power_interval_s=0.01)
     calls = []
-    seconds, energy = efficiency._phase(measure.make_device("cuda"), lambda: calls.append(1), settings,
-                                        fake_nvml(), "h")
+    seconds, energy = efficiency_run._phase(measure.make_device("cuda"), lambda: calls.append(1), settings,
+                                            fake_nvml(), "h")
     assert seconds == [0.1] * 4 and len(calls) == 2 + 3 * 4
     assert energy is not None and energy >= 0
 
 
 def case(method="sinusoidal", seq_len=16, **settings):
     base = dict(model="tiny", tokens_per_step=64, warmup_steps=1, measure_steps=2, windows=3, threads=1)
-    return Case(suite="s", task="efficiency", method=method, params=efficiency.Params(seq_len=seq_len),
-                settings=efficiency.Settings(**{**base, **settings}), device="cpu", profile="cpu", run_id="r")
+    return Case(suite="s", task="efficiency", method=method, params=Params(seq_len=seq_len),
+                settings=Settings(**{**base, **settings}), device="cpu", profile="cpu", run_id="r")
 
 
 def test_efficiency_task_on_cpu_reports_every_metric():
@@ -114,7 +115,7 @@ def test_efficiency_task_on_cpu_reports_every_metric():
 
     c = case()
     prepare(c)  # as the worker does before every task: threads=1
-    out = efficiency.run(c)
+    out = efficiency_run.run(c)
     m = out["metrics"]
     assert m["batch_size"] == 4 and m["tokens_per_step"] == 64 and m["threads"] == 1
     assert m["n_params"] > 0 and math.isfinite(m["train_loss"])
@@ -125,12 +126,12 @@ def test_efficiency_task_on_cpu_reports_every_metric():
         assert m[f"peak_mem_{phase}_bytes"] > 0 and m[f"peak_mem_{phase}_reserved_bytes"] is None
     assert m["energy_j"] is None and m["j_per_token"] is None  # no NVML on a CPU
     assert out["info"]["energy_source"] == "unavailable: needs CUDA"
-    assert set(m) <= set(efficiency.METRICS)
+    assert set(m) <= set(METRICS)
 
 
 def test_efficiency_rejects_a_step_smaller_than_one_sequence():
     with pytest.raises(ValueError, match="tokens_per_step 8 < seq_len 16"):
-        efficiency.run(case(tokens_per_step=8))
+        efficiency_run.run(case(tokens_per_step=8))
 
 
 def test_efficiency_non_finite_loss_is_diverged(monkeypatch):
@@ -139,13 +140,13 @@ def test_efficiency_non_finite_loss_is_diverged(monkeypatch):
     # run() imports lm_loss from posbench.core.model when it starts (no torch at module import).
     monkeypatch.setattr(posbench.core.model, "lm_loss", lambda logits, targets: logits.float().mean() * float("nan"))
     with pytest.raises(Diverged, match="non-finite training loss"):
-        efficiency.run(case(warmup_steps=0))
+        efficiency_run.run(case(warmup_steps=0))
 
 
 def test_efficiency_passes_method_options_to_the_method():
-    out = efficiency.run(case("alibi", method_options={"alibi": {"bias_dtype": "compute"}}))
+    out = efficiency_run.run(case("alibi", method_options={"alibi": {"bias_dtype": "compute"}}))
     assert out["metrics"]["train_wps"] > 0
     from posbench.core.registry import RegistryError
 
     with pytest.raises(RegistryError, match=r"method 'alibi': unknown option\(s\) slope"):
-        efficiency.run(case("alibi", method_options={"alibi": {"slope": 1}}))
+        efficiency_run.run(case("alibi", method_options={"alibi": {"slope": 1}}))

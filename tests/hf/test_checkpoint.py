@@ -70,7 +70,7 @@ def test_model_sets_the_pretrained_setting(checkpoints, capsys):
 
 
 def _settings(**corpus):
-    from posbench.tasks.extrapolation import Settings
+    from posbench.tasks.extrapolation.task import Settings
 
     return Settings(model="tiny", steps=1, corpus=corpus, eval_tokens=2000)
 
@@ -135,7 +135,8 @@ def test_passkey_probe_is_exact_match_under_greedy_decoding(checkpoints):
 
 def test_run_pretrained_records_checks_passkey_and_unavailable_interpolation(checkpoints):
     pytest.importorskip("transformers", reason=NEEDS_HF)
-    from posbench.tasks.extrapolation import Params, Settings, run
+    from posbench.tasks.extrapolation.run import run
+    from posbench.tasks.extrapolation.task import Params, Settings
 
     s = Settings(model="tiny", steps=1, pretrained=f"hf:{checkpoints['llama']}", L_valid_factors=[1, 4],
                  modes=["nonoverlapping"], interpolate=True, eval_tokens=300, passkey_trials=2,

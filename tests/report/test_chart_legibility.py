@@ -8,7 +8,7 @@ import pytest
 from posbench.report import charts
 from posbench.report.build import collect_sections, load_runs
 from posbench.report.table import metric_tables
-from posbench.tasks.extrapolation.frontier import frontier_chart
+from posbench.report.frontier import frontier_chart
 from posbench.tasks.retrieval.accuracy_charts import heatmap_chart
 from tests.helpers.report_rows import (PRECISION_SUITE_METRICS, base_row, efficiency_rows, extrapolation_rows,
                                        lengthgen_rows, precision_rows, retrieval_rows, write_run)
@@ -89,7 +89,7 @@ def frontier_table():
     """The frontier's verdict table as the cpu profile gives it: 8 points, 3 seeds each, costs a
     few percent apart (issue 39's chart: perplexity against seconds per token, the front dashed)."""
     from posbench.report.frontier import Point
-    from posbench.tasks.extrapolation.frontier import verdict_table
+    from posbench.tasks.extrapolation.report import verdict_table
 
     points = [Point(m, L, dict(enumerate((p - 0.2, p, p + 0.2))), cost, 0.5e9)
               for m, L, p, cost in (("alibi", 64, 10.16, 8.78e-5), ("alibi", 128, 11.06, 9.90e-5),

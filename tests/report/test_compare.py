@@ -44,10 +44,10 @@ def test_metric_directions_come_from_the_tasks_declarations():
 
 def test_a_declared_direction_decides_the_verdict(tmp_path, monkeypatch):
     from posbench.core.task import Metric
-    from posbench.tasks import efficiency
+    from posbench.tasks.efficiency.task import METRICS
 
     # Declare train_wps lower-is-better: the same 10% fall becomes an improvement.
-    monkeypatch.setitem(efficiency.METRICS, "train_wps", Metric(title="Training speed", unit="words/s", doc="", higher_is_better=False, fmt="count"))
+    monkeypatch.setitem(METRICS, "train_wps", Metric(title="Training speed", unit="words/s", doc="", higher_is_better=False, fmt="count"))
     base = write_run(tmp_path / "base", efficiency_rows())
     new = write_run(tmp_path / "new", _with_train_wps_scaled(efficiency_rows(), 0.9))
     result = compare_runs(base, new, find_task=find_task)

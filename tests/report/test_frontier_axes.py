@@ -3,9 +3,9 @@ spread in the caption, and counts on line charts start at zero."""
 import matplotlib.pyplot as plt
 
 from posbench.report import charts
-from posbench.report.frontier import Point
+from posbench.report.frontier import Point, frontier_chart
 from posbench.report.table import Cell, Table
-from posbench.tasks.extrapolation.frontier import frontier_chart, verdict_table
+from posbench.tasks.extrapolation.report import verdict_table
 
 KEY = ("frontier", "CPU", "time_s=60", 512)
 

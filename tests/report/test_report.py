@@ -11,7 +11,7 @@ import pytest
 from posbench.cli.report_cmds import add_report_parser
 from posbench.report.build import build_report, collect_tables, load_runs
 from posbench.report.render import row_anchor
-from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
+from posbench.tasks.extrapolation.report import extrapolation_tables
 from posbench.store.bounds import RowsError
 from posbench.report.table import metric_tables
 from tests.helpers.report_rows import (CPU_ENV, base_row, EFF_METHODS, GPU_ENV, L_VALID, LENGTHS, PPL_METHODS,

@@ -1,4 +1,4 @@
-"""The efficiency floor (posbench/tasks/efficiency/floor.py): nope runs in the cpu profiles and every
+"""The efficiency floor (posbench/tasks/efficiency/report.py): nope runs in the cpu profiles and every
 table cell shows its ratio to nope beside its ratio to the baseline, paired the same way."""
 import random
 
@@ -9,7 +9,7 @@ from posbench.report import rows as rowsmod
 from posbench.report.sections import collect_sections
 from posbench.report.table import run_tables
 from posbench.run import suite as suitemod
-from posbench.tasks.efficiency import floor
+from posbench.tasks.efficiency.report import floor_tables
 from tests.helpers.report_rows import write_run
 from posbench.tasks import find as find_task
 
@@ -58,7 +58,7 @@ def _paired(values, method, base):
 
 def test_cells_show_the_ratio_to_nope_beside_the_ratio_to_the_baseline(tmp_path):
     rows, values = _rows()
-    (table,) = floor.floor_tables(_runs(tmp_path, rows), metrics=["train_wps"])
+    (table,) = floor_tables(_runs(tmp_path, rows), metrics=["train_wps"])
     cell = table.cell("alibi", 1024)
     to_base, base_interval, _ = _paired(values, "alibi", "sinusoidal")
     to_floor, floor_interval, pairs = _paired(values, "alibi", "nope")
@@ -88,7 +88,7 @@ def test_without_nope_the_table_is_unchanged_and_with_nope_as_baseline_nothing_d
     from posbench.report.table import metric_tables
 
     runs = _runs(tmp_path / "a", _rows(methods=("sinusoidal", "alibi"))[0])
-    (table,) = floor.floor_tables(runs, metrics=["train_wps"])
+    (table,) = floor_tables(runs, metrics=["train_wps"])
     (plain,) = metric_tables(runs, "efficiency", metrics=["train_wps"])
     assert table.caption == plain.caption and "floor" not in table.caption
     assert table.cell("alibi", 1024).text == plain.cell("alibi", 1024).text and "floor" not in table.extra
@@ -96,9 +96,9 @@ def test_without_nope_the_table_is_unchanged_and_with_nope_as_baseline_nothing_d
     for row in failed:
         if row["method"] == "nope":
             row["status"], row["metrics"] = "error", {}
-    (no_floor,) = floor.floor_tables(_runs(tmp_path / "c", failed), metrics=["train_wps"])
+    (no_floor,) = floor_tables(_runs(tmp_path / "c", failed), metrics=["train_wps"])
     assert "No floor: nope has no finished case." in no_floor.caption and "[" not in no_floor.cell("alibi", 1024).text
-    (own,) = floor.floor_tables(_runs(tmp_path / "b", _rows()[0], baseline="nope"), metrics=["train_wps"])
+    (own,) = floor_tables(_runs(tmp_path / "b", _rows()[0], baseline="nope"), metrics=["train_wps"])
     assert own.baseline == "nope" and "[" not in own.cell("alibi", 1024).text
 
 

@@ -108,14 +108,14 @@ def _case(method: str, **settings):
 
 
 def test_kernels_task_decides_availability_without_running_a_kernel(monkeypatch):
-    from posbench.tasks import kernels
+    from posbench.tasks.kernels.run import unavailable
 
     def no_kernels(*args, **kwargs):
         raise AssertionError("the pre-worker probe ran a kernel")
 
     monkeypatch.setattr(kb, "prepare_point", no_kernels)
-    assert "CUDA GPU" in kernels.unavailable(_case("t5_triton"))
-    assert kernels.unavailable(_case("sdpa_t5_bias")) is None
+    assert "CUDA GPU" in unavailable(_case("t5_triton"))
+    assert unavailable(_case("sdpa_t5_bias")) is None
 
 
 def test_unavailable_found_in_the_worker_is_an_unavailable_row(monkeypatch):

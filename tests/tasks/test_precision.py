@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import posbench.core.alibi_math as alibi
-from posbench.tasks import precision
 from posbench.tasks.precision import analysis as P
-from posbench.tasks.precision import staircase as S
+from posbench.tasks.precision import report as precision_report
+from posbench.tasks.precision import run as precision_run
 
 ALL = list(P.DTYPES)
 DEFAULT_HEADS = (0, 15, 31)
@@ -171,7 +171,7 @@ def test_count_distinct_is_fast():
 
 def test_staircase_chart_lines_are_the_cast_bias(tmp_path):
     dtypes = ["float32", "float16", "bfloat16", "float8_e5m2"]
-    chart = S.staircase_chart(32, 8192, 31, tmp_path / "charts" / "stairs.png", dtypes=dtypes)
+    chart = precision_run.staircase_chart(32, 8192, 31, tmp_path / "charts" / "stairs.png", dtypes=dtypes)
     ax = chart.figure.axes[0]
     assert len(ax.lines) == len(dtypes)
     expected = brute_bias(32, 8192, torch.float32)[31, -192:]
@@ -191,8 +191,8 @@ def test_staircase_chart_lines_are_the_cast_bias(tmp_path):
 
 
 def test_staircase_chart_default_leaves_float8_out(tmp_path):
-    chart = S.staircase_chart(8, 100, 3, tmp_path / "s", last=40)
-    assert [line.get_label() for line in chart.figure.axes[0].lines] == list(S.CHART_DTYPES)
+    chart = precision_run.staircase_chart(8, 100, 3, tmp_path / "s", last=40)
+    assert [line.get_label() for line in chart.figure.axes[0].lines] == list(precision_report.CHART_DTYPES)
     assert chart.positions.tolist() == list(range(60, 100))
 
 
@@ -208,7 +208,7 @@ def test_format_tables(default_report):
 def test_run_precision_case_is_json_ready(tmp_path):
     settings = {"n_heads": 8, "length": 300, "window": 128, "heads": [0, 7], "factor": 0.25,
                 "dtypes": ["float32", "bfloat16", "float8_e5m2"], "out_dir": str(tmp_path)}
-    out = precision.run_precision_case(settings)
+    out = precision_run.run_precision_case(settings)
     back = json.loads(json.dumps(out))
     assert back["settings"]["heads"] == [0, 7]
     assert len(back["counts"]) == 3 * 2 * 3  # dtypes x heads x windows
@@ -229,10 +229,10 @@ def test_run_precision_case_is_json_ready(tmp_path):
         (lambda: P.analyze(window=0), ">= 1"),
         (lambda: P.count_distinct(torch.zeros(5), 0), ">= 1"),
         (lambda: P.analyze(length=0), ">= 1"),
-        (lambda: S.staircase_chart(4, 0, 0, "x"), ">= 1"),
+        (lambda: precision_run.staircase_chart(4, 0, 0, "x"), ">= 1"),
         (lambda: P.analyze(heads=(0, 32)), "in 0..31"),
         (lambda: P.analyze(factor=0), "> 0"),
-        (lambda: precision.run_precision_case({"out_dir": ".", "lenght": 5}), "allowed: dtypes, factor"),
+        (lambda: precision_run.run_precision_case({"out_dir": ".", "lenght": 5}), "allowed: dtypes, factor"),
     ],
 )
 def test_bad_input_raises_one_clear_line(call, allowed):

@@ -14,7 +14,7 @@ import torch
 
 from posbench.engine.train import TrainConfig, train
 from posbench.tasks.extension.recipes import PLAIN, recipe_model
-from posbench.tasks.extrapolation import eval_cell
+from posbench.tasks.extrapolation.evaluations import eval_cell
 from posbench.tasks.retrieval import probes as P
 from posbench.tasks.retrieval.train_eval import eval_length, mixed_batches, trained_model
 from posbench.tasks.seeds import checkpoint_name, combine_metrics, seed_list

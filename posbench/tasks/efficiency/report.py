@@ -1,5 +1,6 @@
-"""The floor: each efficiency table shows a method's ratio to ``nope`` (no position work at all) beside
-its ratio to the suite's baseline, so a reader sees what a method costs over the model itself.
+"""The efficiency task's report: its metric tables, methods x seq_len, first in the report, each
+cell with a method's ratio to ``nope`` (no position work at all, the floor) beside its ratio to the
+suite's baseline, so a reader sees what a method costs over the model itself.
 
 The floor's ratios are formed exactly as the baseline's (``posbench.report.table.metric_tables`` with
 ``nope`` as the baseline: paired windows or rounds, a bootstrap interval) and added to each cell in
@@ -7,21 +8,30 @@ square brackets: ``25.8k (0.99x ±0.01) [1.02x ±0.01]``. docs/tasks/efficiency.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from posbench.report import numbers as fmt
-from posbench.report.table import Table, metric_tables, ordered
 
+if TYPE_CHECKING:
+    from posbench.report.table import Table
+
+# posbench.report.table (pandas) and .sections (matplotlib) are imported inside the functions: the
+# task's declaration imports this module, and `bench.py validate` must not wait for them.
+
+REPORT_ORDER = 10  # the first section
+REPORT_COLUMN = "seq_len"
+TASK_NAME = "efficiency"  # the rows' task (task.py registers the task under this name)
 FLOOR = "nope"
-TASK = "efficiency"
 
 
-def floor_tables(runs, baseline: Optional[str] = None, column: str = "seq_len",
+def floor_tables(runs, baseline: Optional[str] = None, column: str = REPORT_COLUMN,
                  metrics: Optional[list[str]] = None, floor: str = FLOOR) -> list[Table]:
     """``metric_tables`` of the efficiency rows in ``runs`` with the ratio to ``floor`` in every cell
     (``add_floor``)."""
-    tables = metric_tables(runs, TASK, baseline, column, metrics)
-    floors = {t.key: t for t in metric_tables(runs, TASK, floor, column, metrics)}
+    from posbench.report.table import metric_tables
+
+    tables = metric_tables(runs, TASK_NAME, baseline, column, metrics)
+    floors = {t.key: t for t in metric_tables(runs, TASK_NAME, floor, column, metrics)}
     for table in tables:
         add_floor(table, floors.get(table.key), floor)
     return tables
@@ -57,15 +67,17 @@ def add_floor(table: Table, against: Optional[Table], floor: str = FLOOR) -> Non
 
 def summary_tables(runs) -> list[Table]:
     """The tables printed after a run: the suite's metrics (run.json), with the floor."""
+    from posbench.report.table import ordered
+
     sources = ordered(runs.rows["source"])
     metas = [runs.metas.get(s) for s in sources]
     names = ordered(m for meta in metas if meta is not None for m in meta.metrics)
-    return floor_tables(runs, None, "seq_len", names or None)
+    return floor_tables(runs, None, REPORT_COLUMN, names or None)
 
 
 def report_sections(runs, baseline: Optional[str] = None) -> list:
     """The report's efficiency section: the default layout (``metric_section``), with the floor."""
     from posbench.report.sections import Section, metric_blocks
 
-    task = runs.tasks.get(TASK)
-    return [Section(task.title, TASK, metric_blocks(runs, floor_tables(runs, baseline, task.REPORT_COLUMN)))]
+    task = runs.tasks.get(TASK_NAME)
+    return [Section(task.title, TASK_NAME, metric_blocks(runs, floor_tables(runs, baseline, task.REPORT_COLUMN)))]

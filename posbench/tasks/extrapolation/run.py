@@ -1,0 +1,205 @@
+"""One extrapolation case: train at L_train (or reuse the case's checkpoint), once per seed, then
+evaluate perplexity at every L_valid, non-overlapping and sliding, optionally with interpolated
+positions; or, with ``--model hf:DIR``, evaluate a pretrained checkpoint (``run_pretrained``). How
+a case runs: docs/tasks/extrapolation.md.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from posbench.core.task import case_model_config
+from posbench.engine import tracking
+from posbench.report.stats import seed_interval
+from posbench.tasks.extrapolation.evaluations import eval_cell, source_bound
+from posbench.tasks.pretrained import open_pretrained, pretrained_tokens
+from posbench.tasks.seeds import checkpoint_name, combine_metrics, seed_list
+from posbench.tasks.training import budget_metrics, open_corpus
+
+# torch, the corpus and the model are imported inside the functions that run a case: validating a
+# suite imports this module (through the task's declaration), and `bench.py validate` must not wait for torch.
+
+SCALED_INTERPOLATE = ("a scaled rotary recipe rescales positions itself; interpolate: true applies to rotary and "
+                      "alibi")
+
+
+def checkpoint_path(case, name: str | None = None) -> Path | None:
+    """Where this case's trained model is kept: ``<run folder>/checkpoints/<case id>.pt``."""
+    if not case.out_dir:
+        return None
+    return Path(case.out_dir) / "checkpoints" / ((name or case.id).replace("/", "__") + ".pt")
+
+
+def trained_model(case, s, corpus, L: int, ckpt: Path | None, method_options: dict, seed: int,
+                  tracker=None):
+    """Train at L with ``seed`` (or load the checkpoint an earlier run of this case left), ``s`` the
+    task's settings; (model, metrics, series). ``tracker``: where the training curves go (``engine.tracking``)."""
+    from posbench.data.corpus import batches
+    from posbench.engine.train import trained_model as train_or_load
+
+    from posbench.engine.timing import make_device
+
+    cfg = case_model_config(case, method_options, vocab_size=corpus.vocab_size)
+    meter = make_device(torch_device_type(case.device))
+    meter.reset_peak()  # the training's own peak, apart from an earlier seed's and the evaluations'
+    model, r, reused = train_or_load(cfg, s.train_config(L, seed), lambda: batches(corpus.split("train"), L,
+                                     s.batch_size, seed=seed), case.device, ckpt, s.reuse_checkpoint, tracker)
+    peak = None if reused else meter.peak()["allocated"]
+    series = {"train_loss": [list(p) for p in r.curve], "corpus": corpus.describe()}
+    metrics = dict(final_train_loss=r.final_loss, train_steps=r.steps, train_tokens=r.tokens, train_seconds=r.seconds,
+                   reused_checkpoint=int(reused), n_params=model.num_parameters(), best_ppl=corpus.best_ppl,
+                   peak_mem_train_bytes=peak, train_s_per_token=None if reused or not r.tokens else r.seconds / r.tokens,
+                   **budget_metrics(r))
+    return model, metrics, series
+
+
+def torch_device_type(device) -> str:
+    """``cpu`` or ``cuda`` of a case's device string (``cuda:1`` -> ``cuda``)."""
+    return str(device).split(":")[0]
+
+
+def run(case) -> dict:
+    s, L = case.settings, case.params.L_train
+    if s.pretrained:  # --model hf:DIR: a checkpoint from disk, nothing trained
+        return run_pretrained(case)
+    corpus = open_corpus(s.corpus)
+    seeds = seed_list(s)
+    runs = []
+    for seed in seeds:
+        name = checkpoint_name(case.id, seed, seeds)  # one checkpoint per seed
+        # Curves in <run>/cases/<name>/ (engine.tracking): TensorBoard when installed.
+        with tracking.for_case(case, name) as tracker:
+            runs.append(run_one_seed(case, s, corpus, L, seed, checkpoint_path(case, name), tracker))
+    result = combine_seeds(runs, seeds)
+    if s.decode_tokens:  # the decode cost depends on the method and length, not the weights: once a case
+        from posbench.tasks.decode.frontier import case_decode_cost
+
+        result["metrics"].update(case_decode_cost(case, s, corpus.vocab_size, s.valid_lengths(L)))
+    return result
+
+
+def run_one_seed(case, s, corpus, L: int, seed: int, ckpt: Path | None, tracker=None) -> dict:
+    """Train (or reload) and evaluate one model: the task's result for one seed; its curves go to
+    ``tracker`` (evaluations at the last training step)."""
+    import numpy as np
+    import torch
+
+    model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed,
+                                           tracker)
+    from posbench.tasks.extrapolation.bucket_coverage import untrained_buckets
+
+    series["untrained_buckets"] = untrained_buckets(model.method, L)  # None: the method buckets no distance
+    valid = corpus.split("valid")
+    oracle = corpus.oracle_token_loss(valid[: s.eval_tokens])  # (N,) or None
+    metrics["best_ppl_eval"] = None if oracle is None else math.exp(float(np.nanmean(oracle)))
+    eval_dtype = getattr(torch, s.eval_dtype)
+    info = model.info(case.device, eval_dtype)
+    model = model.to(eval_dtype)
+    evals, curves, best_curves = [], {}, {}
+    for interpolate in ([False, True] if s.interpolate else [False]):
+        for mode in s.modes:
+            for Lv in s.valid_lengths(L):
+                cell, curve = eval_cell(model, valid, L, Lv, mode, s, case.device, interpolate, tracker,
+                                        max(0, metrics["train_steps"] - 1))
+                evals.append(cell)
+                key = f"{mode}@{Lv}" + ("@interp" if interpolate else "")
+                bound = source_bound(oracle, Lv, mode, s)
+                if bound is not None:
+                    cell["best_ppl_eval"], best_curves[key] = bound
+                if curve is not None:
+                    curves[key] = curve
+                    metrics[f"ppl@{key}"] = cell["ppl"]
+    series["evals"] = evals
+    series["per_position_loss"] = curves
+    if oracle is not None:
+        series["best_per_position_loss"] = best_curves
+    by = {(e["mode"], e["L_valid"], e["interpolate"]): e["ppl"] for e in evals}
+    metrics["ppl_at_train_len"] = by.get(("nonoverlapping", L, False))
+    metrics["ppl_at_max_len"] = by.get(("nonoverlapping", max(s.valid_lengths(L)), False))
+    for key in ("ppl_at_train_len", "ppl_at_max_len"):
+        if metrics[key] is not None and not math.isfinite(metrics[key]):
+            metrics[key] = None
+    return {"metrics": metrics, "series": series, "info": info}
+
+
+def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
+    """One result from one per seed. A single seed is returned as it is. Several: the metrics of
+    ``posbench.tasks.seeds.combine_metrics`` (mean, ``_std``, the 95% t interval over seeds
+    ``_seed_lo``/``_seed_hi``, ``n_seeds``, ``series["<metric>_by_seed"]``); the evaluation cells
+    carry ``ppl_std``, ``ppl_seed_lo``/``ppl_seed_hi`` and ``ppl_by_seed``; per-position curves are
+    averaged; each seed's training curve is kept under ``series["train_loss_by_seed"]``."""
+    if len(runs) == 1:
+        return runs[0]
+    metrics, by_seed = combine_metrics([r["metrics"] for r in runs])
+    series: dict = {"seeds": list(seeds), **by_seed}
+    first = runs[0]["series"]
+    series["corpus"] = first.get("corpus")
+    series["train_loss_by_seed"] = [r["series"]["train_loss"] for r in runs]
+    series["train_loss"] = first["train_loss"]
+    cells = []
+    for i, cell in enumerate(first["evals"]):
+        ppls = [r["series"]["evals"][i]["ppl"] for r in runs]
+        mean, std, n, lo, hi = seed_interval(ppls)
+        merged = dict(cell, ppl=mean if n else None, ppl_std=std if n else None, ppl_seed_lo=lo, ppl_seed_hi=hi,
+                      ppl_by_seed=ppls, n_seeds=n)
+        merged["status"] = "ok" if n == len(ppls) else next(
+            r["series"]["evals"][i]["status"] for r in runs if r["series"]["evals"][i]["status"] != "ok")
+        cells.append(merged)
+    series["evals"] = cells
+    curves = {}
+    for key in first["per_position_loss"]:
+        per = [r["series"]["per_position_loss"].get(key) for r in runs]
+        if all(c is not None for c in per):
+            curves[key] = [sum(vals) / len(vals) for vals in zip(*per)]
+    series["per_position_loss"] = curves
+    series["untrained_buckets"] = first.get("untrained_buckets")  # the same L_train for every seed
+    if "best_per_position_loss" in first:  # the source's curves: the same tokens for every seed
+        series["best_per_position_loss"] = first["best_per_position_loss"]
+    return {"metrics": metrics, "series": series, "info": runs[0]["info"]}
+
+
+def run_pretrained(case) -> dict:
+    """The task's result for one pretrained Hugging Face checkpoint (``--model hf:DIR``) under the
+    case's method: perplexity at every L_valid, non-overlapping and sliding, on the same windows as
+    a posbench model, and the text passkey probe at each L_valid; nothing is trained. Guide:
+    docs/hf-checkpoints.md."""
+    from posbench.engine.evaluate import positions
+    from posbench.hf.passkey import passkey_accuracy
+
+    s, L = case.settings, case.params.L_train
+    lm, ckpt = open_pretrained(case, L)
+    tokens, corpus = pretrained_tokens(s, ckpt)
+    scaled = ckpt.family == "rope" and lm.recipe.m.scaling != "none"
+    metrics = {"n_params": lm.num_parameters(), "best_ppl": None, "best_ppl_eval": None}
+    evals, curves = [], {}
+    probes: dict = {} if ckpt.tokenizer is not None else {"message": "no probe: the checkpoint has no tokenizer"}
+    for interpolate in ([False, True] if s.interpolate else [False]):
+        tag = "@interp" if interpolate else ""
+        for mode in s.modes:
+            for Lv in s.valid_lengths(L):
+                if interpolate and scaled:
+                    evals.append({"mode": mode, "L_valid": Lv, "stride": None, "interpolate": True, "ppl": None,
+                                  "loss": None, "tokens": 0, "status": "unavailable", "message": SCALED_INTERPOLATE})
+                    continue
+                cell, curve = eval_cell(lm, tokens, L, Lv, mode, s, case.device, interpolate)
+                evals.append(cell)
+                if curve is not None:
+                    curves[f"{mode}@{Lv}{tag}"] = curve
+                    metrics[f"ppl@{mode}@{Lv}{tag}"] = cell["ppl"]
+        if s.passkey_trials and ckpt.tokenizer is not None and not (interpolate and scaled):
+            for Lv in s.valid_lengths(L):
+                pos = positions(Lv, L if interpolate else None, case.device)  # (Lv,) or None
+                r = passkey_accuracy(lm, ckpt.tokenizer, Lv, s.passkey_trials, s.seed, case.device,
+                                     s.eval_batch_size, pos)
+                probes[f"{Lv}{tag}"] = r
+                metrics[f"passkey@{Lv}{tag}"] = r["accuracy"]
+    by = {(e["mode"], e["L_valid"], e["interpolate"]): e["ppl"] for e in evals}
+    for key, Lv in (("ppl_at_train_len", L), ("ppl_at_max_len", max(s.valid_lengths(L)))):
+        value = by.get(("nonoverlapping", Lv, False))
+        metrics[key] = value if value is not None and math.isfinite(value) else None
+    checks = getattr(lm.recipe, "checks", None)
+    series = {"evals": evals, "per_position_loss": curves, "corpus": corpus, "checkpoint": ckpt.describe(),
+              "passkey": probes, "rope_checks": {str(k): v for k, v in checks.items()} if checks is not None else None}
+    info = {"model": f"hf:{ckpt.model_type}", "attn_backend": "transformers",
+            "compute_dtype": s.eval_dtype, "bias_dtype": getattr(lm.recipe, "bias_dtype", "")}
+    return {"metrics": metrics, "series": series, "info": info}
