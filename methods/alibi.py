@@ -3,7 +3,7 @@
 No position embeddings; every layer adds -m_h * (i - j) to the score of query i and key j, with a
 fixed slope m_h per head from the paper's geometric sequence, not scaled by 1/sqrt(d). The bias is
 built in float32 and depends on the positions alone, so it is cached across forwards; its form
-(linear, a function of the distance) lets attention skip the L x L bias (docs/kernels.md).
+(linear, a function of the distance) lets attention skip the L x L bias (docs/attention-plans.md).
 
 ``bias_dtype``: "float32" (default; SambaNova's "ALiBi Deep Dive" shows a half-precision bias
 collapses neighbouring distances onto one value) or "compute" (cast to the compute dtype, the

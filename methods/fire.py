@@ -15,7 +15,7 @@ positive; ``eps`` = 1e-6 guards the division. One MLP shared by all layers.
 The bias (H, Tq, Tk) is built once per forward and shared by every layer. f_theta is a ReLU MLP of
 a scalar, so it is linear between its mlp_width breakpoints: ``ratio_pieces`` gives the same bias
 as O(L) pieces (one row of psi, one column of normalisers), its declared form, from which
-attention forms it tile by tile with no (H, L, L) tensor (docs/kernels.md).
+attention forms it tile by tile with no (H, L, L) tensor (docs/attention-plans.md).
 The MLP's weights are plain parameters drawn like ``nn.Linear``'s default (the model re-draws every
 ``nn.Linear`` at std 0.02, which would start the bias at ~1e-4).
 """

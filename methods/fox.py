@@ -179,7 +179,7 @@ class ForgettingTransformer(PositionMethod):
             if fits:
                 return _key_column(q, k, v, big_f)
         if tq >= flex.FLEX_MIN_ROWS and flex.flex_available(q.device):
-            # CUDA: F_i - F_j read inside FlexAttention's fused kernel (docs/kernels.md)
+            # CUDA: F_i - F_j read inside FlexAttention's fused kernel (docs/attention-plans.md)
             mod = flex.gate_score_mod(big_f.float(), tq)
             return flex.flex_attend(q, k, v, mod, flex.causal_block_mask(tq, tk, str(q.device), window))
         return _gate_bias(q, k, v, big_f, window)

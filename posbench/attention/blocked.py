@@ -3,7 +3,7 @@ in plain PyTorch ops, for a CPU and any device without a fused kernel. Each bloc
 keys it may (the causal triangle skipped); backward recomputes the probabilities from each row's
 log-sum-exp. Scores, softmax and bias are float32 (float64 for float64 inputs) whatever q's
 dtype. With a sliding window a block also skips the keys older than its first query's window.
-docs/kernels.md has the design and the timings.
+docs/attention-plans.md has the design and the timings.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from posbench.attention import cpu_flash
 from posbench.attention.cpu_flash import flash_here
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x log2(e))
-BLOCK_ROWS = 64  # rows per query block: 64 beat 128 and 256 at L 256 and 2048 on a CPU (docs/kernels.md)
+BLOCK_ROWS = 64  # rows per query block: 64 beat 128 and 256 at L 256 and 2048 on a CPU (docs/attention-plans.md)
 
 
 def block_softmax(qb, kb, vb, tile) -> tuple[torch.Tensor, torch.Tensor]:

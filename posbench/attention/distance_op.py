@@ -3,7 +3,7 @@
 Traced, the blocked loop unrolls into one graph of 32 blocks per layer at L 2048, and inductor
 rewrote its strided tile views and slice updates into loops of its own: the compiled training
 step of t5_bias and kerple_log took 1.155-1.174x nope's at L 2048 against eager's 1.04
-(docs/kernels.md, "Under torch.compile"). As ops, the graph holds one call per layer that runs the
+(docs/attention-plans.md, "Under torch.compile"). As ops, the graph holds one call per layer that runs the
 eager code, so compiled and eager attend alike, with no graph break and a short compile.
 """
 from __future__ import annotations

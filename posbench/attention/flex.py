@@ -1,6 +1,6 @@
 """FlexAttention for a bias method on CUDA: the bias as a ``score_mod`` read from the method's
 ``BiasForm`` (slopes, a distance row, or the built bias read by index), causality and a sliding
-window as a block mask; nothing of size L x L for slopes and distance rows (docs/kernels.md,
+window as a block mask; nothing of size L x L for slopes and distance rows (docs/attention-plans.md,
 "FlexAttention"). Off CUDA it runs unfused and eager, forward only, as the CPU tests check."""
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 u is one (Tk,) row at consecutive integer positions, z one number per query row, g per-head slopes
 and intercepts on pieces shared by the heads. FIRE is exactly this: its ReLU MLP of a scalar is
 linear between its breakpoints (``relu_mlp_pieces``), so the pieces equal the MLP. Future keys
-read u = ``PAD`` and land in a piece 0 of slope 0 and intercept -inf. docs/kernels.md derives the
+read u = ``PAD`` and land in a piece 0 of slope 0 and intercept -inf. docs/attention-plans.md derives the
 tiles and their backward.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A plan's ``name`` is what a row records as ``info.attn_backend``; ``attend(q, k, v, window)`` attends
 (``window``: the layer's sliding window, None for every earlier key; a plan is shared by the layers
-of a forward, so the window comes with each call). docs/kernels.md describes each plan and why it
+of a forward, so the window comes with each call). docs/attention-plans.md describes each plan and why it
 is chosen where it is.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from posbench.attention.tiles import BiasTiles, DenseBias, DistanceRow
 from posbench.core.masked import biased_attention, windowed
 
 # Fewer queries than this: the masked bias; the square is small and one fused call beats a Python
-# loop over blocks (docs/kernels.md).
+# loop over blocks (docs/attention-plans.md).
 BLOCKED_MIN_ROWS = 512
 # What the linear plan runs on a CPU whose torch has the flash op with a mask.
 LINEAR_BACKEND = "sdpa flash causal + per-key slope mask (linear bias, no L x L)"

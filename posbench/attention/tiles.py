@@ -109,7 +109,7 @@ class BiasTiles:
 # fire): inductor lowered the skewed (overlapping) view and its sum, fused with DistanceRow's
 # accumulator, to a loop that took 75 ms of a 174 ms compiled attention forward+backward at L 2048
 # (4 heads of 32), where eager's strided sum takes a few; as an op it runs the same ATen calls
-# compiled or not (docs/kernels.md, "Under torch.compile").
+# compiled or not (docs/attention-plans.md, "Under torch.compile").
 @torch.library.custom_op("posbench::antidiagonal_sums", mutates_args=())
 def antidiagonal_sums(m: torch.Tensor) -> torch.Tensor:
     """(h, n, c) -> (h, n + c - 1): ``out[:, u] = sum over i + j = u of m[:, i, j]``, by a skewed

@@ -1,12 +1,6 @@
-"""Subcommands ``report`` and ``compare`` for ``bench.py`` / ``posbench``.
-
-``posbench/cli.py`` wires them in::
-
-    sub = parser.add_subparsers(dest="command")
-    add_report_parser(sub)
-    add_compare_parser(sub)
-    ...
-    return args.func(args)          # each handler returns the exit code
+"""Subcommands ``report`` and ``compare`` for ``bench.py`` / ``posbench``: ``add_report_parser`` and
+``add_compare_parser`` each add one to ``posbench/cli/app.py``'s subparsers, its ``func`` a handler
+that returns the exit code.
 """
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def test_on_cuda_every_bias_method_takes_flex_and_names_it(name, mod, monkeypatc
     # a decode step, or a prompt shorter than one Flex block: the small masked bias
     one = torch.arange(1)
     assert plans.choose_plan("cuda", torch.bfloat16, method.bias_form(torch.bfloat16), one + 9, torch.arange(10)) is plans.MaskedPlan
-    # a CPU never takes it: its own plans are measured faster there (docs/kernels.md)
+    # a CPU never takes it: its own plans are measured faster there (docs/attention-plans.md)
     assert plans.choose_plan("cpu", torch.float32, method.bias_form(torch.float32), pos, pos) is not plans.FlexPlan
 
 

@@ -15,7 +15,7 @@ from posbench.triton_kernels import FusedKernelMethod
 from tests.helpers.graph_breaks import BIAS, MISSION, break_reasons, fresh_dynamo  # noqa: F401  (autouse fixture)
 
 # Registered methods that cannot trace whole: name -> (evaluation's, training's break reasons, the
-# first line of each as ``break_reasons`` gives them), each documented in docs/kernels.md ("Under
+# first line of each as ``break_reasons`` gives them), each documented in docs/attention-plans.md ("Under
 # torch.compile"). Every registered method traces today.
 CANNOT_TRACE: dict[str, tuple[list[str], list[str]]] = {}
 
@@ -70,7 +70,7 @@ def test_every_method_traces_in_one_graph(name, length):
 
 
 def test_methods_that_cannot_trace_are_registered_and_documented():
-    with open("docs/kernels.md") as f:
+    with open("docs/attention-plans.md") as f:
         doc = f.read().split("### Under torch.compile")[1].split("\n### ")[0]
     for name in CANNOT_TRACE:
         assert name in registry.names() and f"`{name}`" in doc

@@ -22,7 +22,7 @@ from posbench.cli.report_cmds import add_compare_parser, add_report_parser
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 CI, GPU = WORKFLOWS / "ci.yml", WORKFLOWS / "gpu-bench.yml"
-# Subcommands owned by posbench/cli.py (the runner's); ours are read from the parsers below.
+# Subcommands owned by posbench/cli/app.py (the runner's); ours are read from the parsers below.
 KNOWN_SUBCOMMANDS = {"run", "validate", "schema", "list", "report", "compare", "download"}
 
 
