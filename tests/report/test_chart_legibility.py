@@ -9,7 +9,7 @@ from posbench.report import charts
 from posbench.report.build import collect_sections, load_runs
 from posbench.report.table import metric_tables
 from posbench.report.frontier import frontier_chart
-from posbench.tasks.retrieval.accuracy_charts import heatmap_chart
+from posbench.tasks.retrieval.report import heatmap_chart
 from tests.helpers.report_rows import (PRECISION_SUITE_METRICS, base_row, efficiency_rows, extrapolation_rows,
                                        lengthgen_rows, precision_rows, retrieval_rows, write_run)
 from posbench.tasks import find as find_task
@@ -77,12 +77,12 @@ def every_figure(tmp_path):
 def accuracy_frontier_table():
     """The retrieval frontier (accuracy, higher is better, a linear axis): 4 points, 3 seeds each."""
     from posbench.report.frontier import Point, frontier_table
-    from posbench.tasks.retrieval.frontier import QUALITY
+    from posbench.tasks.retrieval.report import frontier_quality
 
     points = [Point(m, L, dict(enumerate((a - 0.02, a, a + 0.02))), cost, 0.5e9)
               for m, L, a, cost in (("alibi", 64, 0.93, 8.8e-5), ("alibi", 128, 0.96, 9.9e-5),
                                     ("rotary", 64, 0.31, 1.06e-4), ("rotary", 128, 0.42, 9.6e-5))]
-    return frontier_table(QUALITY, "retrieval", "CPU (AMD EPYC)", "time_s=60", 256, points, "passkey")
+    return frontier_table(frontier_quality(), "retrieval", "CPU (AMD EPYC)", "time_s=60", 256, points, "passkey")
 
 
 def frontier_table():

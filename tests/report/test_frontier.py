@@ -113,7 +113,7 @@ def accuracy_rows(task, name, param, accs):
 
 
 def test_retrieval_accuracy_frontier_on_a_fixture(tmp_path):
-    from posbench.tasks.retrieval.frontier import frontier_tables as retrieval_tables
+    from posbench.tasks.retrieval.report import frontier_tables as retrieval_tables
 
     rows = accuracy_rows("retrieval", "passkey", "probe", {
         ("alibi", 64): {64: [1.0, 1.0, 1.0], 128: [0.90, 0.92, 0.94]},

@@ -15,7 +15,7 @@ from posbench.run import suite as suitemod
 from posbench.tasks import lengthgen as LG
 from posbench.tasks.lengthgen import tables as T
 from posbench.tasks.lengthgen import train_eval as TE
-from posbench.tasks.retrieval.train_eval import greedy_answers
+from posbench.tasks.retrieval.scoring import greedy_answers
 from tests.helpers.cases import LENGTHGEN_TINY, make_case
 from posbench.tasks import find as find_task
 

@@ -7,12 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from posbench.tasks.retrieval import accuracy_charts as charts
+from posbench.tasks.retrieval import accuracy
+from posbench.tasks.retrieval import report as charts
 from posbench.tasks.retrieval import probes as P
 from posbench.run import suite as suitemod
 from posbench.report.stats import effective_length, wilson_interval
-from posbench.tasks.retrieval import train_eval as RE
-from posbench.tasks import retrieval as R
+from posbench.tasks.retrieval import scoring
+from posbench.tasks.retrieval import training_mix
+from posbench.tasks.retrieval import run as R
 from posbench.core.model import TransformerLM, model_config
 from tests.helpers.cases import RETRIEVAL_TINY, make_case
 from posbench.tasks import find as find_task
@@ -83,7 +85,7 @@ def test_keys_and_segments_repeat_no_symbol_while_they_fit_the_alphabet(probe, k
 
 def test_answers_only_targets_keep_answer_tokens_and_lm_rows():
     lm = np.arange(200, dtype=np.int64) % 20
-    gen = RE.mixed_batches(lm, VOCAB, ["passkey", "mqar"], 40, 16, 0.5, seed=0, loss="answers")
+    gen = training_mix.mixed_batches(lm, VOCAB, ["passkey", "mqar"], 40, 16, 0.5, seed=0, loss="answers")
     for _ in range(3):
         ids, targets = next(gen)
         assert ids.shape == (16, 41) and targets.shape == (16, 40)
@@ -95,14 +97,14 @@ def test_answers_only_targets_keep_answer_tokens_and_lm_rows():
             spans = [(37, 41)] if row[36] == VOCAB.ASK else [(40 - 3 * j, 41 - 3 * j) for j in range(CFG.n_queries)]
             assert sorted(kept + 1) == sorted(i for s, e in spans for i in range(s, e))
             assert np.array_equal(target[kept], row[kept + 1])
-    plain = next(RE.mixed_batches(lm, VOCAB, ["passkey"], 40, 4, 0.5, seed=0))
+    plain = next(training_mix.mixed_batches(lm, VOCAB, ["passkey"], 40, 4, 0.5, seed=0))
     assert isinstance(plain, torch.Tensor) and plain.shape == (4, 41)
 
 
 @pytest.mark.parametrize("probe", ["passkey", "mqar", "copy"])
 def test_predictable_targets_drop_only_the_random_draws_outside_the_answers(probe):
     lm = np.arange(200, dtype=np.int64) % 20
-    ids, targets = next(RE.mixed_batches(lm, VOCAB, [probe], 40, 8, 1.0, seed=1, loss="predictable"))
+    ids, targets = next(training_mix.mixed_batches(lm, VOCAB, [probe], 40, 8, 1.0, seed=1, loss="predictable"))
     batch = P.generate(probe, VOCAB, 41, 1, seed=0)  # the spans depend on the probe and length only
     answer = {i - 1 for s, e in batch.spans for i in range(s, e)}  # target positions of the answers
     for row, target in zip(ids.numpy(), targets.numpy()):
@@ -119,7 +121,7 @@ def test_predictable_targets_drop_only_the_random_draws_outside_the_answers(prob
 
 def test_an_unknown_loss_is_one_line():
     with pytest.raises(ValueError, match="loss 'some' is not known; allowed: all, answers, predictable"):
-        next(RE.mixed_batches(np.zeros(100, dtype=np.int64), VOCAB, ["passkey"], 40, 2, 1.0, 0, loss="some"))
+        next(training_mix.mixed_batches(np.zeros(100, dtype=np.int64), VOCAB, ["passkey"], 40, 2, 1.0, 0, loss="some"))
 
 
 def test_generator_bad_input_is_one_line():
@@ -185,7 +187,7 @@ class GuessingModel:
 @pytest.mark.parametrize("length", [29, 64, 203])
 def test_oracle_reaches_100_percent(probe, length):
     batch = P.generate(probe, VOCAB, length, 6, seed=length)
-    ok = RE.score(OracleModel(), batch, "cpu", batch_size=4)
+    ok = scoring.score(OracleModel(), batch, "cpu", batch_size=4)
     assert ok.shape == (6, len(batch.spans)) and ok.all()
 
 
@@ -199,11 +201,11 @@ def test_decoding_uses_its_own_predictions_and_true_context():
 
     batch = P.generate("mqar", VOCAB, 40, 3, seed=0)
     tokens = torch.from_numpy(batch.tokens)
-    answers = RE.greedy_answers(Echo(), tokens, batch.spans)
+    answers = scoring.greedy_answers(Echo(), tokens, batch.spans)
     for (s, _), a in zip(batch.spans, answers):
         assert torch.equal(a[:, 0], tokens[:, s - 1])  # the queried key, echoed
     batch = P.generate("copy", VOCAB, 40, 2, seed=0)
-    (a,) = RE.greedy_answers(Echo(), torch.from_numpy(batch.tokens), batch.spans)
+    (a,) = scoring.greedy_answers(Echo(), torch.from_numpy(batch.tokens), batch.spans)
     assert (a == VOCAB.COPY).all()  # echoes the question, then its own echo
 
 
@@ -217,16 +219,16 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(probe, seed):
     model = TransformerLM(model_config("tiny", "alibi", n_layers=2, d_model=32, n_heads=2, d_ff=64,
                                        vocab_size=VOCAB.vocab_size)).eval()
     batch = P.generate(probe, VOCAB, 37, 6, seed=seed)
-    assert np.array_equal(RE.score(model, batch, "cpu", 4, RE.forced_answers), RE.score(model, batch, "cpu", 4))
+    assert np.array_equal(scoring.score(model, batch, "cpu", 4, scoring.forced_answers), scoring.score(model, batch, "cpu", 4))
     rows = np.arange(0, 6, 2)
     for k, (s, e) in enumerate(batch.spans):  # span k's greedy answer depends on spans < k only
-        answers = RE.greedy_answers(model, torch.from_numpy(batch.tokens), batch.spans)
+        answers = scoring.greedy_answers(model, torch.from_numpy(batch.tokens), batch.spans)
         batch.tokens[rows, s:e] = answers[k][rows].numpy()
     want = np.zeros((6, len(batch.spans)), dtype=bool)
     want[rows] = True
-    forced = RE.score(model, batch, "cpu", 4, RE.forced_answers)
-    assert np.array_equal(RE.score(model, batch, "cpu", 4)[rows], want[rows]) and forced[rows].all()
-    assert np.array_equal(forced, RE.score(model, batch, "cpu", 4))
+    forced = scoring.score(model, batch, "cpu", 4, scoring.forced_answers)
+    assert np.array_equal(scoring.score(model, batch, "cpu", 4)[rows], want[rows]) and forced[rows].all()
+    assert np.array_equal(forced, scoring.score(model, batch, "cpu", 4))
 
 
 @pytest.mark.parametrize("probe", ["mqar", "passkey"])
@@ -237,7 +239,7 @@ def test_uniform_guesser_scores_chance(probe):
     saved, VOCAB = VOCAB, P.ProbeVocab(20, cfg)
     try:
         batch = P.generate(probe, VOCAB, 40, 1200, seed=5)
-        ok = RE.score(GuessingModel(0), batch, "cpu", batch_size=400)
+        ok = scoring.score(GuessingModel(0), batch, "cpu", batch_size=400)
     finally:
         VOCAB = saved
     lo, hi = wilson_interval(int(ok.sum()), ok.size)
@@ -301,7 +303,7 @@ ROWS = [
 
 
 def test_table_recomputes_intervals_and_effective_length():
-    table = charts.accuracy_table(ROWS, threshold=0.5)
+    table = accuracy.accuracy_table(ROWS, threshold=0.5)
     t = {(r["method"], r["probe"], r["L_valid"]): r for r in table}
     assert (t["alibi", "passkey", 8]["correct"], t["alibi", "passkey", 8]["total"]) == (24, 30)
     assert t["alibi", "passkey", 8]["acc"] == pytest.approx(0.8)
@@ -330,10 +332,10 @@ def test_the_probe_table_says_how_many_steps_each_model_trained_and_whether_it_s
 def test_a_method_that_did_not_learn_has_no_effective_length_in_tables_and_charts():
     # The rows' learned_threshold (default 0.9): alibi's passkey at L_train pools 24/30 = 80% and
     # did not learn; rotary's 20/20 did. One of two learnt: nothing to compare, a broken profile.
-    table = charts.accuracy_table(ROWS)
+    table = accuracy.accuracy_table(ROWS)
     verdicts = {(t["method"], t["probe"]): t["learned"] for t in table}
     assert verdicts == {("alibi", "passkey"): False, ("rotary", "passkey"): True, ("alibi", "mqar"): False}
-    assert charts.learned_threshold(ROWS) == 0.9 and charts.learned_threshold(_with_bar(ROWS, 0.75)) == 0.75
+    assert accuracy.learned_threshold(ROWS) == 0.9 and accuracy.learned_threshold(_with_bar(ROWS, 0.75)) == 0.75
     md = charts.markdown_table(ROWS, "passkey")
     assert "| alibi | 8 | 80% [" in md and "| not learnt at L_train |" in md and "| rotary | 8 | 100% [" in md
     assert "BROKEN PROFILE: 1 of 2 learnt the task at L_train (accuracy >= 90%)" in md
@@ -366,13 +368,13 @@ def test_summarize_records_learned_and_hides_the_length_of_an_unlearnt_task():
 
 
 def test_heatmap_values_equal_the_table():
-    depths, lengths, acc = charts.heatmap_table(ROWS, "alibi")
+    depths, lengths, acc = accuracy.heatmap_table(ROWS, "alibi")
     assert depths == [0.0, 1.0] and lengths == [8, 16, 32]
     fig = charts.heatmap_chart(ROWS, "alibi")
     shown = np.asarray(fig.axes[0].images[0].get_array())
     assert np.allclose(shown, acc)
     # ... and the heatmap's cells pooled over depth are the table's accuracies
-    table = {r["L_valid"]: r for r in charts.accuracy_table(ROWS) if r["method"] == "alibi" and r["probe"] == "passkey"}
+    table = {r["L_valid"]: r for r in accuracy.accuracy_table(ROWS) if r["method"] == "alibi" and r["probe"] == "passkey"}
     # (depth 0 at L=8 pooled two rows: 20 samples against 10 at depth 1, so weight by samples)
     weights = {8: [20, 10], 16: [10, 10], 32: [10, 10]}
     for j, Lv in enumerate(lengths):
@@ -388,7 +390,7 @@ def test_accuracy_chart_log_x_dashed_L_train_and_table_values(tmp_path):
     assert ax.get_xscale() == "log"
     (vline,) = [ln for ln in ax.lines if ln.get_gid() == "L_train"]
     assert vline.get_linestyle() == "--" and list(vline.get_xdata()) == [8, 8]
-    table = {(r["method"], r["L_valid"]): r["acc"] for r in charts.accuracy_table(ROWS) if r["probe"] == "passkey"}
+    table = {(r["method"], r["L_valid"]): r["acc"] for r in accuracy.accuracy_table(ROWS) if r["probe"] == "passkey"}
     for ln in ax.lines:
         if (gid := ln.get_gid() or "").startswith("method:"):
             m = gid.split(":", 1)[1]
@@ -406,13 +408,13 @@ TINY = RETRIEVAL_TINY
 
 def test_mixed_batches_mix_probes_and_text():
     lm = np.arange(1000) % 16
-    it = RE.mixed_batches(lm, P.ProbeVocab(16, CFG), ["passkey", "copy"], 40, 64, 0.5, seed=0)
+    it = training_mix.mixed_batches(lm, P.ProbeVocab(16, CFG), ["passkey", "copy"], 40, 64, 0.5, seed=0)
     b = next(it)
     assert b.shape == (64, 41)
     probe_rows = (b >= 16).any(dim=1)
     assert 16 < int(probe_rows.sum()) < 48  # about half
-    assert torch.equal(b, next(RE.mixed_batches(lm, P.ProbeVocab(16, CFG), ["passkey", "copy"], 40, 64, 0.5, seed=0)))
-    all_text = next(RE.mixed_batches(lm, P.ProbeVocab(16, CFG), ["mqar"], 40, 8, 0.0, seed=0))
+    assert torch.equal(b, next(training_mix.mixed_batches(lm, P.ProbeVocab(16, CFG), ["passkey", "copy"], 40, 64, 0.5, seed=0)))
+    all_text = next(training_mix.mixed_batches(lm, P.ProbeVocab(16, CFG), ["mqar"], 40, 8, 0.0, seed=0))
     assert (all_text < 16).all()
 
 
@@ -448,7 +450,7 @@ def test_train_to_criterion_stops_at_the_check_that_reaches_stop_at_acc(tmp_path
     # stop_at_acc 0: the first check (after 3 steps) stops training.
     task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**base, "stop_at_acc": 0.0},
                            tmp_path / "a")
-    model, m = RE.trained_model(case, case.settings, P.ProbeVocab(16, case.settings.probe_config()),
+    model, m = training_mix.trained_model(case, case.settings, P.ProbeVocab(16, case.settings.probe_config()),
                                 np.arange(2000) % 16, None, ["copy"], Tracker())
     assert (m["train_steps"], m["stopped_at_step"], m["train_tokens"]) == (3, 3, 3 * 4 * 16)
     assert [s for s, _ in seen] == [2] and m["check_acc"] == seen[0][1]
@@ -488,7 +490,7 @@ def test_settings_errors_are_one_line(tmp_path):
 def test_suite_validates_with_both_profiles():
     loaded = suitemod.load("retrieval")
     for profile in ("default", "cpu", "gpu"):
-        assert suitemod.resolve(loaded, profile).task == "retrieval"
+        assert suitemod.resolve(loaded, profile).task_name == "retrieval"
     assert list(suitemod.resolve(loaded, "gpu").grid["probe"]) == list(P.PROBES)
     # The cpu profile: passkey, mqar and copy, each trained by its own model (the four-probe mix
     # taught the tiny model nothing in 4000 steps).
@@ -536,13 +538,13 @@ def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
     # table.md: accuracy per L_valid with its Wilson interval, the learn-first verdict under it
     md = (run_dir / "table.md").read_text()
     assert "**passkey: accuracy (Wilson 95% interval)" in md and "| method \\ L_valid | 32 | 64 | effective length |" in md
-    table = {(t["method"], t["L_valid"]): t for t in charts.accuracy_table(rows)}
+    table = {(t["method"], t["L_valid"]): t for t in accuracy.accuracy_table(rows)}
     for method in ("alibi", "nope"):
         t = table[method, 64]
         assert f"{100 * t['acc']:.0f}% [{100 * t['lo']:.0f}, {100 * t['hi']:.0f}]" in md
     assert "learnt the task at L_train (accuracy >= 90%)" in md
     assert "Accuracy at L_train (fraction)" not in md  # no one-cell summary tables
-    assert {r["L_valid"] for r in charts.accuracy_table(rows)} == {32, 64}
+    assert {r["L_valid"] for r in accuracy.accuracy_table(rows)} == {32, 64}
     assert len(charts.write_charts(rows, tmp_path / "charts")) == 3  # accuracy chart + 2 heatmaps
 
 
@@ -574,10 +576,10 @@ def test_evaluation_examples_are_shaped_as_training_rows(monkeypatch):
     # must use L_valid + 1, or every answer sits one position earlier than training put it (an
     # absolute method then scores 0% at L_train on a model that retrieves perfectly).
     seen = []
-    monkeypatch.setattr(RE, "score", lambda model, batch, device, bs: seen.append(batch.tokens.shape) or
+    monkeypatch.setattr(scoring, "score", lambda model, batch, device, bs: seen.append(batch.tokens.shape) or
                         np.ones((len(batch.tokens), len(batch.spans)), dtype=bool))
     s = types.SimpleNamespace(seed=0, depths=[0.0, 1.0], eval_samples=4, eval_batch_size=4)
-    train_row = next(RE.mixed_batches(np.zeros(200, dtype=np.int64), VOCAB, ["passkey"], 40, 2, 1.0, 0))
-    cells, _ = RE.eval_length(None, "passkey", VOCAB, 40, s, "cpu")
+    train_row = next(training_mix.mixed_batches(np.zeros(200, dtype=np.int64), VOCAB, ["passkey"], 40, 2, 1.0, 0))
+    cells, _ = scoring.eval_length(None, "passkey", VOCAB, 40, s, "cpu")
     assert train_row.shape == (2, 41) and seen == [(2, 41), (2, 41)]
     assert [c["L_valid"] for c in cells] == [40, 40] and all(c["correct"] == c["total"] == 2 for c in cells)

@@ -13,7 +13,8 @@ from posbench.report.table import SPREAD_SEED_CI, _spread
 from posbench.tasks import get as get_task
 from posbench.tasks.extrapolation.report import _ppl_cell
 from posbench.tasks.lengthgen import tables as T
-from posbench.tasks.retrieval.accuracy_charts import accuracy_table, markdown_table
+from posbench.tasks.retrieval.accuracy import accuracy_table
+from posbench.tasks.retrieval.report import markdown_table
 from posbench.tasks.seeds import checkpoint_name, combine_accuracy_seeds, combine_metrics
 from tests.helpers.cases import LENGTHGEN_TINY as LG_TINY  # the tasks' own tiny settings; seeds added here
 from tests.helpers.cases import RETRIEVAL_TINY as RE_TINY

@@ -1,7 +1,7 @@
 """One extension case: the base model (trained at L_train on text mixed with passkey examples, or
 the checkpoint another recipe's case of the run left), then per k of ``finetune_steps`` the recipe
 applied to a fresh copy of it, k steps of fine-tuning at L_target and the evaluations
-(``posbench.tasks.extension`` runs it; ``s`` is that task's Settings).
+(``posbench.tasks.extension.run`` runs it; ``s`` is that task's Settings).
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from posbench.engine.train import TrainConfig, train
 from posbench.tasks.extension.recipes import PLAIN, recipe_model
 from posbench.tasks.extrapolation.evaluations import eval_cell
 from posbench.tasks.retrieval import probes as P
-from posbench.tasks.retrieval.train_eval import eval_length, mixed_batches, trained_model
+from posbench.tasks.retrieval.scoring import eval_length
+from posbench.tasks.retrieval.training_mix import mixed_batches, trained_model
 from posbench.tasks.seeds import checkpoint_name, combine_metrics, seed_list
 from posbench.tasks.training import open_corpus
 

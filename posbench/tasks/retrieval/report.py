@@ -1,117 +1,49 @@
-"""The retrieval task's report tables and charts, from result rows alone: accuracies recomputed
-from the rows' outcome counts (exact Wilson intervals after merging runs), charts that plot the
-table's numbers, learn first, then compare. Details: docs/tasks/retrieval.md.
+"""The retrieval task's report, from result rows alone: per probe, accuracy per L_valid with its
+Wilson interval (``accuracy``: recomputed from the rows' outcome counts, exact after merging runs),
+its chart and the passkey heatmaps, learn first, then compare; the frontier of accuracy against
+cost. Details: docs/tasks/retrieval.md.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+from posbench.report.learn_first import NOT_LEARNT, comparability, length_text
+from posbench.report.rows import Runs
+from posbench.report.stats import SEED_INTERVAL
+from posbench.tasks.retrieval.accuracy import accuracy_table, heatmap_table, learned_threshold, ok_rows, whole
 
-matplotlib.use("Agg")  # before pyplot: no display on CI runners and GPU boxes
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from posbench.report.charts import line_style, marker_size  # noqa: E402
-from posbench.report.learn_first import NOT_LEARNT, comparability, learned, learned_over_seeds, length_text  # noqa: E402
-from posbench.report.names import file_stem  # noqa: E402
-from posbench.report.rows import Runs  # noqa: E402
-from posbench.report.sections import Block, Section  # noqa: E402
-from posbench.report.stats import SEED_INTERVAL, effective_length, seed_interval, wilson_interval  # noqa: E402
-from posbench.report.table import Cell, Table, ordered, short_commit, slug  # noqa: E402
-
-
-MAX_COUNT = 1 << 53  # samples in one cell: beyond this a count is no count anyone ran
-DEFAULT_LEARNED_THRESHOLD = 0.9  # the task's Settings default: rows written before the rule carry none
+# matplotlib, numpy and the report's table model (pandas) are imported inside the functions that
+# draw or build tables: validating or listing suites imports this module, and must not wait for them.
+if TYPE_CHECKING:
+    from posbench.report.frontier import Quality
+    from posbench.report.sections import Block, Section
+    from posbench.report.table import Table
 
 
-def learned_threshold(rows) -> float:
-    """The ``learned_threshold`` the rows were run with (the highest, if they differ)."""
-    found = [r["series"].get("learned_threshold") for r in rows if isinstance(r.get("series"), dict)]
-    found = [t for t in found if _fraction(t)]
-    return max(found) if found else DEFAULT_LEARNED_THRESHOLD
+def report_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
+    """Per probe, the accuracy per L_valid with Wilson intervals, its chart and the passkey
+    heatmaps (``probe_blocks``); the summary metrics (accuracy at L_train and at the longest
+    L_valid, effective length, learned) are columns of those tables, not one-cell tables of their
+    own; then the frontier. The run details go to the appendix (``posbench.report.sections.collect_sections``)."""
+    from posbench.report.sections import Section
+
+    return [Section("Retrieval accuracy (Wilson 95% intervals)", "retrieval", probe_blocks(runs))] + frontier_sections(runs)
 
 
-def _whole(value, low: int = 0) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_COUNT
+def summary_tables(runs: Runs) -> list[Table]:
+    """The tables printed at the end of a run (its ``table.md``): per probe, accuracy per L_valid
+    with its Wilson interval and the effective length (or "not learnt at L_train"); then the
+    frontier's verdict tables."""
+    return [b.table for b in probe_blocks(runs)] + frontier_tables(runs)
 
 
-def cells(row) -> list[dict]:
-    """The well-formed entries of a stored row's ``series["cells"]``: ``L_valid`` a positive whole
-    number, ``depth`` a number in [0, 1] or null (probes without a needle), ``0 <= correct <= total``
-    whole numbers, ``status`` a string. A stored file may hold anything; an entry of another shape
-    is left out."""
-    series = row.get("series") if isinstance(row.get("series"), dict) else {}
-    stored = series.get("cells")
-    return [c for c in (stored if isinstance(stored, list) else [])
-            if isinstance(c, dict) and _whole(c.get("L_valid"), 1) and _whole(c.get("total"))
-            and _whole(c.get("correct")) and c["correct"] <= c["total"] and isinstance(c.get("status", "ok"), str)
-            and (c.get("depth") is None or _fraction(c["depth"]))]
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend, which ``posbench.report.charts`` chooses before pyplot loads."""
+    import posbench.report.charts  # noqa: F401
+    import matplotlib.pyplot as plt
 
-
-def _fraction(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
-
-
-def _ok_rows(rows, probe=None):
-    for r in rows:
-        if r.get("status", "ok") != "ok" or r.get("task", "retrieval") != "retrieval":
-            continue
-        params = r.get("params") if isinstance(r.get("params"), dict) else {}
-        if not isinstance(params.get("probe"), str) or not _whole(params.get("L_train"), 1):
-            continue  # the report's reader skipped such a row already (posbench.report.stored.check_params)
-        if probe is not None and r["params"]["probe"] != probe:
-            continue
-        yield r
-
-
-def accuracy_table(rows: list[dict], threshold: float = 0.5) -> list[dict]:
-    """One entry per (method, probe, L_train, L_valid): counts summed over depths (and over rows,
-    so merged seeds or runs pool their samples), accuracy, Wilson 95% interval, whether that
-    (method, probe, L_train) learnt the task (``learned``: its pooled accuracy at L_train against
-    the rows' ``learned_threshold``) and its effective length at ``threshold``. Cells of several
-    training seeds (their ``seed``) also give, per entry, ``n_seeds``, the per-seed accuracies'
-    95% t interval (``seed_lo``, ``seed_hi``) and ``seeds_learnt``; ``learned`` is then
-    ``learned_over_seeds`` (every seed learnt)."""
-    counts: dict[tuple, list] = {}
-    per_seed: dict[tuple, dict] = {}  # (method, probe, L, Lv) -> {seed: [correct, total, ok]}
-    for r in _ok_rows(rows):
-        key = (r["method"], r["params"]["probe"], r["params"]["L_train"])
-        for c in cells(r):
-            entry = counts.setdefault(key + (c["L_valid"],), [0, 0, True])
-            entry[0] += c["correct"]
-            entry[1] += c["total"]
-            entry[2] &= c.get("status", "ok") == "ok"
-            if isinstance(c.get("seed"), int):
-                one = per_seed.setdefault(key + (c["L_valid"],), {}).setdefault(c["seed"], [0, 0, True])
-                one[0] += c["correct"]
-                one[1] += c["total"]
-                one[2] &= c.get("status", "ok") == "ok"
-    table = []
-    for (method, probe, L, Lv), (k, n, ok) in sorted(counts.items()):
-        acc = k / n if ok and n else None
-        lo, hi = wilson_interval(k, n) if ok and n else (None, None)
-        seeds = {seed: (a / b if ok_ and b else None) for seed, (a, b, ok_) in per_seed.get((method, probe, L, Lv), {}).items()}
-        _, _, n_seeds, seed_lo, seed_hi = seed_interval(list(seeds.values())) if len(seeds) > 1 else (0, 0, 0, None, None)
-        table.append({"method": method, "probe": probe, "L_train": L, "L_valid": Lv, "correct": k,
-                      "total": n, "acc": acc, "lo": lo, "hi": hi, "by_seed": seeds if len(seeds) > 1 else {},
-                      "n_seeds": n_seeds, "seed_lo": seed_lo, "seed_hi": seed_hi})
-    eff: dict[tuple, dict] = {}
-    for t in table:
-        eff.setdefault((t["method"], t["probe"], t["L_train"]), {})[t["L_valid"]] = t["acc"]
-    bar = learned_threshold(list(_ok_rows(rows)))
-    at_train = {(t["method"], t["probe"], t["L_train"]): t["by_seed"] for t in table if t["L_valid"] == t["L_train"]}
-    for t in table:
-        acc = eff[(t["method"], t["probe"], t["L_train"])]
-        t["effective_length"] = effective_length(acc, threshold)
-        t["learned"] = learned(acc.get(t["L_train"]), bar)
-        seeds = at_train.get((t["method"], t["probe"], t["L_train"])) or {}
-        if seeds:  # learn first, per seed
-            verdicts = [learned(a, bar) for a in seeds.values()]
-            t["learned"] = learned_over_seeds(verdicts)
-            t["seeds_learnt"] = (sum(v is True for v in verdicts), len(verdicts))
-        t["learned_threshold"] = bar
-    return table
+    return plt
 
 
 def _seeds_learnt(table: list[dict], several: bool) -> dict:
@@ -153,7 +85,7 @@ def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
             eff = length_text(first["learned"], first["effective_length"])
             lines.append(f"| {m} | {L} | " + " | ".join(text) + f" | {eff} |")
     if table:  # how many methods were comparable, under the table
-        lines += ["", comparability(_verdicts(table, True), learned_threshold(list(_ok_rows(rows))),
+        lines += ["", comparability(_verdicts(table, True), learned_threshold(list(ok_rows(rows))),
                                     _seeds_learnt(table, True)).note()]
     return "\n".join(lines)
 
@@ -161,9 +93,11 @@ def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
 def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
     """``markdown_table`` as a report ``Table``: methods (with L_train when there are several) x
     L_valid, each cell ``30% [11, 60]`` (Wilson 95%) linked to its case, then the effective length."""
+    from posbench.report.table import Cell, Table, short_commit, slug
+
     table = [t for t in accuracy_table(rows, threshold) if t["probe"] == probe]
     lengths = sorted({t["L_valid"] for t in table})
-    ok = [r for r in _ok_rows(rows, probe)]
+    ok = [r for r in ok_rows(rows, probe)]
     several = len({t["L_train"] for t in table}) > 1
     hardware = next((r.get("hardware") for r in ok if r.get("hardware")), "")
     out = Table(key=slug(f"retrieval-{probe}-accuracy-{hardware}"),
@@ -214,34 +148,17 @@ def steps_text(metrics) -> str:
     if not isinstance(metrics, dict):
         return "-"
     steps = metrics.get("train_steps")
-    if not _whole(steps, 1):
+    if not whole(steps, 1):
         return "-"
     return f"{steps} (stopped)" if metrics.get("stopped_at_step") is not None else f"{steps}"
-
-
-def heatmap_table(rows: list[dict], method: str, L_train: int | None = None):
-    """(depths, lengths, acc) of passkey for one method: acc (n_depths, n_lengths) float array,
-    NaN where no sample ran. Counts of several rows (seeds, runs) are pooled."""
-    counts: dict[tuple, list] = {}
-    for r in _ok_rows(rows, "passkey"):
-        if r["method"] != method or (L_train is not None and r["params"]["L_train"] != L_train):
-            continue
-        for c in cells(r):
-            if c.get("status", "ok") == "ok" and c["total"] and c.get("depth") is not None:
-                entry = counts.setdefault((c["depth"], c["L_valid"]), [0, 0])
-                entry[0] += c["correct"]
-                entry[1] += c["total"]
-    depths = sorted({d for d, _ in counts})
-    lengths = sorted({Lv for _, Lv in counts})
-    acc = np.full((len(depths), len(lengths)), np.nan)
-    for (d, Lv), (k, n) in counts.items():
-        acc[depths.index(d), lengths.index(Lv)] = k / n
-    return depths, lengths, acc
 
 
 def heatmap_chart(rows: list[dict], method: str, L_train: int | None = None):
     """Needle-in-a-haystack heatmap of one method: passkey accuracy, depth (rows, 0 = needle at
     the start) x L_valid (columns). Returns the Figure; the image's array is the table's."""
+    import numpy as np
+
+    plt = _pyplot()
     depths, lengths, acc = heatmap_table(rows, method, L_train)
     if not lengths:
         raise ValueError(f"heatmap: no passkey results for method {method!r}")
@@ -270,6 +187,11 @@ def accuracy_chart(rows: list[dict], probe: str, L_train: int | None = None):
     """Accuracy vs L_valid per method for one probe: log-2 x axis, Wilson 95% error bars, and a
     dashed vertical line at L_train (gid ``L_train``). A method that did not learn the task at
     L_train is drawn grey and dotted, "(not learnt at L_train)" in its legend entry."""
+    import numpy as np
+
+    from posbench.report.charts import line_style, marker_size
+
+    plt = _pyplot()
     table = [t for t in accuracy_table(rows) if t["probe"] == probe and t["acc"] is not None
              and (L_train is None or t["L_train"] == L_train)]
     if not table:
@@ -298,23 +220,13 @@ def accuracy_chart(rows: list[dict], probe: str, L_train: int | None = None):
     return fig
 
 
-def accuracy_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
-    """The task's report: per probe, accuracy per L_valid with Wilson intervals (``probe_blocks``);
-    the summary metrics (accuracy at L_train and at the longest L_valid, effective length,
-    learned) are columns of those tables, not one-cell tables of their own. The run details go
-    to the appendix (``posbench.report.sections.collect_sections``)."""
-    return [Section("Retrieval accuracy (Wilson 95% intervals)", "retrieval", probe_blocks(runs))]
-
-
-def summary_tables(runs: Runs) -> list[Table]:
-    """The tables printed at the end of a run: per probe, accuracy per L_valid with its Wilson
-    interval and the effective length (or "not learnt at L_train")."""
-    return [b.table for b in probe_blocks(runs)]
-
-
 def probe_blocks(runs: Runs) -> list[Block]:
     """Per probe: methods x L_valid accuracy with Wilson intervals (counts pooled over rows, so
     merged runs pool their samples), its accuracy chart, and after passkey the heatmaps."""
+    from posbench.report.names import file_stem
+    from posbench.report.sections import Block
+    from posbench.report.table import ordered
+
     records = runs.rows[runs.rows["task"] == "retrieval"].to_dict("records")
     ok = [r for r in records if r.get("status") == "ok"]
     blocks = []
@@ -341,9 +253,11 @@ def probe_blocks(runs: Runs) -> list[Block]:
 def write_charts(rows: list[dict], folder) -> list[Path]:
     """Every retrieval chart of ``rows`` as PNG in ``folder``: one accuracy chart per probe and
     one passkey heatmap per method. Returns the paths written."""
+    from posbench.report.names import file_stem
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    ok = list(_ok_rows(rows))
+    ok = list(ok_rows(rows))
     written = []
     for probe in dict.fromkeys(r["params"]["probe"] for r in ok):
         written.append(_save(accuracy_chart(ok, probe), folder / f"retrieval_{file_stem(probe)}_accuracy.png"))
@@ -354,5 +268,34 @@ def write_charts(rows: list[dict], folder) -> list[Path]:
 
 def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _pyplot().close(fig)
     return path
+
+
+# -- the frontier (posbench.report.frontier): per hardware, budget, probe and target length L_valid,
+# each (method, L_train)'s accuracy (over seeds) against its training seconds per token and peak
+# memory, the Pareto front, the verdict table and a chart; shown for runs with a compute budget
+# (time_s, flops) or several seeds.
+
+def frontier_quality() -> Quality:
+    """What the retrieval frontier compares: accuracy at L_valid, higher is better."""
+    from posbench.report.frontier import Quality, fraction
+
+    return Quality("retrieval", "accuracy", "acc", "L_valid", False, fraction, "Retrieval accuracy (exact answers)")
+
+
+def frontier_tables(runs: Runs) -> list[Table]:
+    """A verdict table per (suite, hardware, budget, probe, L_valid) of the runs that ask for a frontier."""
+    from posbench.report.frontier import accuracy_cells, frontier_points, frontier_table, per_unit
+
+    points = frontier_points(runs, "retrieval", accuracy_cells, lambda m: per_unit(m, "train_seconds", "train_tokens"),
+                             of=lambda r: str(r.params.get("probe", "")))
+    quality = frontier_quality()
+    return [frontier_table(quality, suite, hw, budget, n, pts, of) for (suite, hw, budget, of, n), pts in points.items()]
+
+
+def frontier_sections(runs: Runs) -> list[Section]:
+    """The report's retrieval frontier: each verdict table with its chart (none when no run asks)."""
+    from posbench.report.frontier import frontier_section
+
+    return frontier_section("Frontier: retrieval accuracy against cost", "retrieval", frontier_tables(runs))

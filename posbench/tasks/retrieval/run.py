@@ -1,0 +1,98 @@
+"""One retrieval case, per seed: train at L_train on text mixed with the probes (``training_mix``)
+or reuse the checkpoint, then score the case's probe at each L_valid (``scoring``)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from posbench.engine import tracking
+from posbench.report.learn_first import comparable_length, learned
+from posbench.report.stats import effective_length, wilson_interval
+from posbench.tasks.seeds import checkpoint_name, combine_accuracy_seeds, seed_list
+from posbench.tasks.training import open_corpus
+
+# torch, numpy, the probes, the model and the scoring are imported inside run(): validating or
+# listing suites imports this module, and must not wait for them.
+
+
+def training_probes(case, s) -> list[str]:
+    """The probes the case's model trains on: its own with ``model_per_probe``, else ``train_probes``."""
+    return [case.params.probe] if s.model_per_probe else list(s.train_probes)
+
+
+def checkpoint_path(case, s) -> Path | None:
+    """``<run>/checkpoints/retrieval__<method>__L_train=<L>[__<probe>].pt``: with several training
+    probes one model (and file) serves every probe case of the method."""
+    if not case.out_dir:
+        return None
+    probes = training_probes(case, s)
+    tail = "" if len(probes) > 1 else f"__{probes[0]}"
+    return Path(case.out_dir) / "checkpoints" / f"retrieval__{case.method}__L_train={case.params.L_train}{tail}.pt"
+
+
+def summarize(cells: list[dict], L: int, threshold: float, learned_threshold: float = 0.0) -> dict:
+    """Per-L_valid metrics from cells: acc@L (counts summed over depths), its Wilson interval,
+    acc_at_train_len, acc_at_max_len, learned (1/0; None without an accuracy at L_train) and
+    effective_length (None unless learnt). A length with an oom cell has no accuracy."""
+    counts: dict[int, list] = {}
+    for c in cells:
+        entry = counts.setdefault(c["L_valid"], [0, 0, True])
+        entry[0] += c["correct"]
+        entry[1] += c["total"]
+        entry[2] &= c["status"] == "ok"
+    metrics, acc = {}, {}
+    for Lv, (k, n, ok) in sorted(counts.items()):
+        acc[Lv] = k / n if ok and n else None
+        lo, hi = wilson_interval(k, n) if ok and n else (None, None)
+        metrics.update({f"acc@{Lv}": acc[Lv], f"acc_lo@{Lv}": lo, f"acc_hi@{Lv}": hi})
+    metrics["acc_at_train_len"] = acc.get(L)
+    metrics["acc_at_max_len"] = acc[max(acc)] if acc else None
+    verdict = learned(acc.get(L), learned_threshold)
+    metrics["learned"] = None if verdict is None else int(verdict)
+    metrics["effective_length"] = comparable_length(verdict, effective_length(acc, threshold))
+    return metrics
+
+
+def run(case) -> dict:
+    import torch
+
+    from posbench.tasks.retrieval import probes as P
+    from posbench.tasks.retrieval.scoring import eval_length
+    from posbench.tasks.retrieval.training_mix import trained_model
+
+    s, L, probe = case.settings, case.params.L_train, case.params.probe
+    cfg = s.probe_config()
+    for Lv in [f * L for f in s.L_valid_factors]:
+        if Lv < P.min_length(probe, cfg):
+            raise ValueError(f"retrieval: L_valid {Lv} is too short for probe {probe} "
+                             f"(it needs {P.min_length(probe, cfg)} tokens)")
+    corpus = open_corpus(s.corpus)
+    vocab = P.ProbeVocab(corpus.vocab_size, cfg)
+    seeds, base = seed_list(s), checkpoint_path(case, s)
+    per_seed, cells, by_distance = [], [], []
+    for seed in seeds:
+        ckpt = base.with_name(checkpoint_name(base.stem, seed, seeds) + ".pt") if base is not None else None
+        # Curves in <run>/cases/<checkpoint name>/ (engine.tracking), beside the other probes' accuracy.
+        with tracking.for_case(case, ckpt.stem if ckpt is not None else None) as tracker:
+            model, metrics = trained_model(case, s, vocab, corpus.split("train"), ckpt, training_probes(case, s),
+                                           tracker, seed)
+            eval_dtype = getattr(torch, s.eval_dtype)
+            info = model.info(case.device, eval_dtype)
+            model = model.to(eval_dtype).eval()
+            mine = []
+            for factor in s.L_valid_factors:
+                c, d = eval_length(model, probe, vocab, factor * L, s, case.device)
+                mine += c
+                by_distance += [dict(x, seed=seed) for x in d] if len(seeds) > 1 else d
+            metrics.update(summarize(mine, L, s.threshold, s.learned_threshold))
+            tracker.scalars({f"eval/{probe}/acc@{factor * L}": metrics.get(f"acc@{factor * L}")
+                             for factor in s.L_valid_factors}, max(0, metrics["train_steps"] - 1))
+        per_seed.append(metrics)
+        cells += [dict(c, seed=seed) for c in mine] if len(seeds) > 1 else mine
+    pooled = summarize(cells, L, s.threshold, s.learned_threshold)
+    metrics, seed_series = combine_accuracy_seeds(per_seed, pooled, s.learned_threshold)
+    metrics["chance"] = P.chance(probe, cfg)
+    series = {"cells": cells, "corpus": corpus.describe(), "threshold": s.threshold,
+              "learned_threshold": s.learned_threshold, **seed_series}
+    if probe == "mqar":
+        series["by_distance"] = by_distance
+    return {"metrics": metrics, "series": series, "info": info}

@@ -1,0 +1,95 @@
+"""The retrieval probes' scoring: answers decoded greedily through the KV cache (or, for the
+training's held-out checks, argmax in one forward, exactly right where greedy decoding is), exact
+match per answer, and the cells of one L_valid (``s`` is the retrieval or extension task's Settings)."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from posbench.tasks.retrieval import probes as P
+
+
+@torch.no_grad()
+def greedy_answers(model, tokens: torch.Tensor, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+    """Greedy answers through the KV cache: one (B, end - start) tensor per span.
+
+    tokens (B, T): the whole sequence. For each span the trunk cache is prefilled with the true
+    tokens before it, and a fork decodes the answer token by token from its own predictions; the
+    trunk then continues with the true answer, so a wrong answer never leaks into the next query.
+    """
+    cache = model.new_cache()
+    cursor, out = 0, []
+    for start, end in spans:
+        logits = model(tokens[:, cursor:start], cache=cache)  # (B, start - cursor, V)
+        nxt = logits[:, -1].argmax(-1)  # (B,)
+        answer = [nxt]
+        branch = cache.fork()  # a copy: the answer decoded into it never reaches the trunk
+        for _ in range(end - start - 1):
+            nxt = model(nxt[:, None], cache=branch)[:, -1].argmax(-1)
+            answer.append(nxt)
+        out.append(torch.stack(answer, dim=1))
+        cursor = start
+    return out
+
+
+@torch.no_grad()
+def forced_answers(model, tokens: torch.Tensor, spans: list[tuple[int, int]]) -> list[torch.Tensor]:
+    """Each span's argmax predictions from one forward over the true sequence tokens (B, T): one
+    (B, end - start) tensor per span. Exactly right where ``greedy_answers`` is (tested): a greedy
+    answer is right only if each of its tokens is, each predicted from the true prefix."""
+    pred = model(tokens[:, :-1]).argmax(-1)  # (B, T - 1): pred[:, j] guesses tokens[:, j + 1]
+    return [pred[:, s - 1:e - 1] for s, e in spans]
+
+
+def score(model, batch: P.ProbeBatch, device, batch_size: int, answers=greedy_answers) -> np.ndarray:
+    """(n, n_spans) bool: whether each answer was exactly right, decoded by ``answers``
+    (``greedy_answers`` through the KV cache, or ``forced_answers``, one forward, for the
+    training's held-out checks)."""
+    rows = []
+    for i in range(0, len(batch.tokens), batch_size):
+        tokens = torch.from_numpy(batch.tokens[i : i + batch_size]).to(device)
+        decoded = answers(model, tokens, batch.spans)
+        rows.append(torch.stack([(a == tokens[:, s:e]).all(dim=1) for a, (s, e) in zip(decoded, batch.spans)], 1))
+    return torch.cat(rows).cpu().numpy()
+
+
+def eval_length(model, probe: str, vocab: P.ProbeVocab, Lv: int, s, device) -> tuple[list, list]:
+    """Cells (one per depth for passkey, else one) and mqar distance buckets at one L_valid."""
+    seed = 2**31 + s.seed  # disjoint from the training draws (below 2**31)
+    # Examples of Lv + 1 tokens, as training's rows of L_train + 1: the model reads positions
+    # 0..Lv-1 and the last answer token is only predicted. With Lv tokens every answer sat one
+    # position earlier than in training, and sinusoidal scored 0% at L_train on a checkpoint that
+    # scores 100% on examples shaped as in training.
+    n = Lv + 1
+    if probe == "passkey":
+        per_depth = math.ceil(s.eval_samples / len(s.depths))
+        plan = [(d, P.generate(probe, vocab, n, per_depth, seed, depth=d)) for d in s.depths]
+    elif probe == "mqar":
+        plan = [(None, P.generate(probe, vocab, n, math.ceil(s.eval_samples / vocab.cfg.n_queries), seed))]
+    else:
+        plan = [(None, P.generate(probe, vocab, n, s.eval_samples, seed))]
+    cells, distance = [], defaultdict(lambda: [0, 0])
+    for depth, batch in plan:
+        cell = {"L_valid": Lv, "depth": depth, "correct": 0, "total": 0, "status": "ok", "message": ""}
+        try:
+            ok = score(model, batch, device, s.eval_batch_size)  # (n, n_spans)
+        except (MemoryError, torch.cuda.OutOfMemoryError) as exc:
+            text = str(exc).splitlines()
+            cell.update(status="oom", message=f"{type(exc).__name__}: {text[0] if text else ''}")
+            if torch.device(device).type == "cuda":
+                torch.cuda.empty_cache()
+            cells.append(cell)
+            continue
+        cell.update(correct=int(ok.sum()), total=int(ok.size))
+        cells.append(cell)
+        if probe == "mqar":
+            # Distance buckets: powers of two, bucket b holds distances in (b/2, b].
+            buckets = 2 ** np.ceil(np.log2(np.maximum(batch.distance, 1))).astype(np.int64)
+            for b, hit in zip(buckets.ravel(), ok.ravel()):
+                distance[int(b)][0] += int(hit)
+                distance[int(b)][1] += 1
+    by_distance = [{"L_valid": Lv, "distance": b, "correct": c, "total": t} for b, (c, t) in sorted(distance.items())]
+    return cells, by_distance
