@@ -138,7 +138,7 @@ def test_retrieval_accuracy_frontier_on_a_fixture(tmp_path):
 
 
 def test_lengthgen_exact_match_frontier_on_a_fixture(tmp_path):
-    from posbench.tasks.lengthgen.frontier import frontier_tables as lengthgen_tables
+    from posbench.tasks.lengthgen.report import frontier_tables as lengthgen_tables
 
     rows = accuracy_rows("lengthgen", "reverse", "task", {
         ("alibi", 8): {16: [0.50, 0.60, 0.70]}, ("nope", 8): {16: [0.55, 0.45, 0.65]}})

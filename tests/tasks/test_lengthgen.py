@@ -12,9 +12,9 @@ from posbench.data import algorithmic as A
 from posbench.report.learn_first import BROKEN, NOT_LEARNT
 from posbench.report.stats import wilson_interval
 from posbench.run import suite as suitemod
-from posbench.tasks import lengthgen as LG
-from posbench.tasks.lengthgen import tables as T
-from posbench.tasks.lengthgen import train_eval as TE
+from posbench.tasks.lengthgen import answers as TE
+from posbench.tasks.lengthgen import report as T
+from posbench.tasks.lengthgen import run as LG
 from posbench.tasks.retrieval.scoring import greedy_answers
 from tests.helpers.cases import LENGTHGEN_TINY, make_case
 from posbench.tasks import find as find_task
@@ -131,7 +131,7 @@ def test_settings_errors_are_one_line(tmp_path):
 def test_suite_profiles():
     loaded = suitemod.load("lengthgen")
     cpu = suitemod.resolve(loaded, "cpu")
-    assert cpu.task == "lengthgen" and set(cpu.methods) >= {"rotary", "randomized"}
+    assert cpu.task_name == "lengthgen" and set(cpu.methods) >= {"rotary", "randomized"}
     assert set(cpu.grid["task"]) >= {"reverse", "duplicate"}
     (L,) = cpu.grid["L_train"]
     assert max(cpu.settings.test_lengths(L)) >= 4 * L and L in cpu.settings.test_lengths(L)
@@ -167,6 +167,6 @@ def test_report_and_run_summary_show_the_accuracy_tables(tmp_path):
 
 def test_settings_name_every_generator_without_importing_numpy():
     from posbench.data.algorithmic import TASKS
-    from posbench.tasks.lengthgen import TASK_NAMES
+    from posbench.tasks.lengthgen.task import TASK_NAMES
 
     assert TASK_NAMES == tuple(TASKS)

@@ -12,7 +12,7 @@ from posbench.report.stats import SEED_INTERVAL, seed_accuracies, seed_interval,
 from posbench.report.table import SPREAD_SEED_CI, _spread
 from posbench.tasks import get as get_task
 from posbench.tasks.extrapolation.report import _ppl_cell
-from posbench.tasks.lengthgen import tables as T
+from posbench.tasks.lengthgen import report as T
 from posbench.tasks.retrieval.accuracy import accuracy_table
 from posbench.tasks.retrieval.report import markdown_table
 from posbench.tasks.seeds import checkpoint_name, combine_accuracy_seeds, combine_metrics

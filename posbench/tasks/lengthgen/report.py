@@ -1,18 +1,43 @@
-"""The lengthgen task's tables, from result rows alone: per algorithmic task, methods x test
+"""The lengthgen task's report, from result rows alone: per algorithmic task, methods x test
 length, exact-match accuracy with its Wilson interval (recomputed from the rows' counts), the
-accuracy beyond L_train and the learn-first marking. Details: docs/tasks/lengthgen.md.
+accuracy beyond L_train and the learn-first marking; the frontier of exact match against cost.
+Details: docs/tasks/lengthgen.md.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from posbench.report.learn_first import NOT_LEARNT, comparability, learned, learned_over_seeds
 from posbench.report.rows import Runs
-from posbench.report.sections import Block, Section, metric_section
 from posbench.report.stats import SEED_INTERVAL, pooled_counts, seed_accuracies, seed_interval, wilson_interval
-from posbench.report.table import Cell, Table, ordered, short_commit, slug
-from posbench.tasks.lengthgen import beyond
+from posbench.tasks.lengthgen.run import beyond
 
+# The report's table model imports pandas, so it is imported inside the functions that build
+# tables: validating or listing suites imports this module, and must not wait for it.
+if TYPE_CHECKING:
+    from posbench.report.sections import Section
+    from posbench.report.table import Table
+
+TITLE = "Length generalisation (algorithmic tasks)"
 MAX_COUNT = 1 << 53
 BEYOND, LEARNT = "beyond L_train", "learnt at L_train"
+
+
+def report_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
+    """The metric tables of ``METRICS``, then per algorithmic task the accuracy per test length
+    with Wilson intervals and the learn-first marking, then the frontier."""
+    from posbench.report.sections import Block, Section, metric_section
+
+    records = runs.rows[runs.rows["task"] == "lengthgen"].to_dict("records")
+    blocks = [Block(t, [], heading=t.metric.removeprefix("acc ")) for t in accuracy_tables(records)]
+    accuracy = Section("Length generalisation: accuracy per length (Wilson 95% intervals)", "lengthgen", blocks)
+    return [metric_section(runs, "lengthgen", baseline), accuracy] + frontier_sections(runs)
+
+
+def summary_tables(runs: Runs) -> list[Table]:
+    """Per algorithmic task: methods x test length accuracy with its interval, then the frontier's
+    verdict tables, printed at the end of a run."""
+    return accuracy_tables(runs.rows[runs.rows["task"] == "lengthgen"].to_dict("records")) + frontier_tables(runs)
 
 
 def _whole(value, low: int = 0) -> bool:
@@ -69,6 +94,8 @@ def _beyond_by_seed(cells_of: list[dict], L: int) -> dict:
 
 def task_table(rows: list[dict], task: str) -> Table:
     """Methods (with L_train when there are several) x test length n for one algorithmic task."""
+    from posbench.report.table import Cell, Table, short_commit, slug
+
     ok = [r for r in _ok_rows(rows) if r["params"]["task"] == task]
     groups: dict[tuple[str, int], list] = {}
     for r in ok:
@@ -132,14 +159,31 @@ def task_table(rows: list[dict], task: str) -> Table:
 
 def accuracy_tables(rows: list[dict]) -> list[Table]:
     """One ``task_table`` per algorithmic task the rows hold, in first-seen order."""
+    from posbench.report.table import ordered
+
     ok = list(_ok_rows(rows))
     return [task_table(ok, task) for task in ordered(r["params"]["task"] for r in ok)]
 
 
-def lengthgen_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
-    """The task's report: the metric tables of its declarations, then one accuracy table per
-    algorithmic task."""
-    records = runs.rows[runs.rows["task"] == "lengthgen"].to_dict("records")
-    blocks = [Block(t, [], heading=t.metric.removeprefix("acc ")) for t in accuracy_tables(records)]
-    return [metric_section(runs, "lengthgen", baseline),
-            Section("Length generalisation: accuracy per length (Wilson 95% intervals)", "lengthgen", blocks)]
+# -- the frontier (posbench.report.frontier): per hardware, budget, algorithmic task and test
+# length n, each (method, L_train)'s exact match (over seeds) against its training seconds per
+# example and peak memory, the Pareto front, the verdict table and a chart; shown for runs with a
+# compute budget (time_s, flops) or several seeds.
+
+def frontier_tables(runs: Runs) -> list[Table]:
+    """A verdict table per (suite, hardware, budget, task, n) of the runs that ask for a frontier."""
+    from posbench.report.frontier import Quality, accuracy_cells, fraction, frontier_points, frontier_table, per_unit
+
+    quality = Quality("lengthgen", "exact match", "exact match", "n", False, fraction, "Exact-match accuracy",
+                      cost_unit="s / example")
+    points = frontier_points(runs, "lengthgen", accuracy_cells,
+                             lambda m: per_unit(m, "train_seconds", "train_examples"),
+                             of=lambda r: str(r.params.get("task", "")))
+    return [frontier_table(quality, suite, hw, budget, n, pts, of) for (suite, hw, budget, of, n), pts in points.items()]
+
+
+def frontier_sections(runs: Runs) -> list[Section]:
+    """The report's lengthgen frontier: each verdict table with its chart (none when no run asks)."""
+    from posbench.report.frontier import frontier_section
+
+    return frontier_section("Frontier: exact match against cost", "lengthgen", frontier_tables(runs))

@@ -1,5 +1,6 @@
-"""The lengthgen task's training (answer-only loss on lengths 1..L_train) and its exact-match
-scoring per test length (``posbench.tasks.lengthgen`` runs them; ``s`` is that task's Settings)."""
+"""The answers of the algorithmic tasks: a model trained with the loss on the answer tokens alone
+(lengths 1..L_train), and its answers scored by exact match per test length (``s`` is the
+lengthgen task's Settings)."""
 from __future__ import annotations
 
 import numpy as np
