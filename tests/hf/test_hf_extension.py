@@ -127,7 +127,7 @@ def test_fine_tuning_is_unavailable_where_the_memory_does_not_hold_it(checkpoint
 def test_a_checkpoints_rows_are_tabled_at_its_own_L_train():
     from types import SimpleNamespace as Row
 
-    from posbench.tasks.extension.tables import checkpoint_lengths
+    from posbench.tasks.extension.report import checkpoint_lengths
 
     ok = Row(settings={"pretrained": "hf:/a"}, params={"L_train": 8}, metrics={"L_train": 32})
     off = Row(settings={"pretrained": "hf:/a"}, params={"L_train": 8}, metrics={})  # an unavailable row
@@ -225,7 +225,7 @@ def test_extension_suite_runs_on_an_hf_folder(checkpoints, corpus, family, tmp_p
     if family == "llama":  # the unavailable rows join the checkpoint's table, named in its note
         from posbench.report.rows import load_runs
         from posbench.tasks import find as find_task
-        from posbench.tasks.extension.tables import extension_tables
+        from posbench.tasks.extension.report import extension_tables
 
         tables = extension_tables(load_runs([run], find_task=find_task))
         assert tables and {t.rest["L_train"] for t in tables} == {L}

@@ -15,7 +15,7 @@ from posbench.run import suite as suitemod
 from posbench.tasks import find as find_task
 from posbench.tasks.extension import finetune as F
 from posbench.tasks.extension import recipes as R
-from posbench.tasks.extension import tables as T
+from posbench.tasks.extension import report as T
 from tests.helpers.cases import make_case
 
 L_TRAIN, L_TARGET = 16, 64
@@ -200,7 +200,7 @@ def test_report_draws_quality_against_fine_tuning_steps(tmp_path):
 def test_suite_profiles():
     loaded = suitemod.load("extension")
     cpu = suitemod.resolve(loaded, "cpu")
-    assert cpu.task == "extension" and cpu.methods == ["rotary", "alibi"]
+    assert cpu.task_name == "extension" and cpu.methods == ["rotary", "alibi"]
     assert set(cpu.grid["recipe"]) == set(R.RECIPES) and cpu.grid["bias_dtype"] == ["float32", "compute"]
     assert 0 in cpu.settings.finetune_steps and cpu.settings.threads == 1
     gpu = suitemod.resolve(loaded, "gpu")

@@ -1,14 +1,35 @@
-"""The extension task's tables, from result rows alone: per (suite, machine, L_train) and quality
+"""The extension task's report, from result rows alone: per (suite, machine, L_train) and quality
 measure, recipes x fine-tuning steps k (k = 0: zero-shot), each drawn as one line per recipe.
 """
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from posbench.report import numbers as fmt
 from posbench.report.rows import Runs
-from posbench.report.sections import Block, Section, table_charts
-from posbench.report.table import SPREAD_STD, Cell, Table, by_params, short_commit, slug, task_groups
+
+# The report's table model imports pandas, so it is imported inside the functions that build
+# tables: validating or listing suites imports this module, and must not wait for it.
+if TYPE_CHECKING:
+    from posbench.report.sections import Section
+    from posbench.report.table import Table
+
+TITLE = "Context extension"
+REPORT_ORDER = 25  # after extrapolation, before kernels
+
+
+def report_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
+    """Per quality measure, a table of recipes x fine-tuning steps and its chart: quality against
+    k, one line per recipe."""
+    from posbench.report.sections import Block, Section, table_charts
+
+    tables = extension_tables(runs)
+    return [Section("Context extension", "extension", [Block(t, table_charts(runs, t)) for t in tables])]
+
+
+def summary_tables(runs: Runs) -> list[Table]:
+    return extension_tables(runs)
 
 
 def _number(v) -> bool:
@@ -39,6 +60,8 @@ def measures(rows) -> list[tuple[str, str, str]]:
 def extension_tables(runs: Runs) -> list[Table]:
     """One table per (suite, hardware, L_train) and quality measure: a row per method and recipe
     (and ALiBi bias dtype), a column per k; unavailable recipes are left out and named in the note."""
+    from posbench.report.table import by_params, task_groups
+
     out = []
     for suite, hardware, group in task_groups(runs.rows, "extension"):
         points: dict[int, list] = {}
@@ -70,6 +93,8 @@ def checkpoint_lengths(rows) -> dict:
 
 
 def _table(suite, hardware, L, target, head, title, kind, rows, ks, note) -> Table:
+    from posbench.report.table import SPREAD_STD, Cell, Table, short_commit, slug
+
     seeds = max((r.metrics.get("n_seeds") or 1 for r in rows if isinstance(r.metrics, dict)), default=1)
     higher = kind != "ppl"
     t = Table(key=slug(f"{suite}-extension-{head}-L{L}-{hardware}"), title="", caption="", task="extension",
@@ -129,9 +154,3 @@ def base_note(rows, kind: str) -> str:
         return ""
     what = "perplexity" if kind == "ppl" else "passkey accuracy"
     return f" The trained models' own {what} at L_train: " + ", ".join(f"{m} {v}" for m, v in seen.items()) + "."
-
-
-def extension_sections(runs: Runs) -> list[Section]:
-    """Each table with its chart: quality against k, one line per recipe."""
-    tables = extension_tables(runs)
-    return [Section("Context extension", "extension", [Block(t, table_charts(runs, t)) for t in tables])]
