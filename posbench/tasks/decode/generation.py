@@ -1,4 +1,4 @@
-"""Greedy decoding with a KV cache: the steps the decode task times (``posbench.tasks.decode``)
+"""Greedy decoding with a KV cache: the steps the decode task times (``run``)
 and that tests/tasks/test_decode.py checks against the full forward."""
 from __future__ import annotations
 
