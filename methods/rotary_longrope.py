@@ -18,10 +18,10 @@ import math
 
 import torch
 
-from posbench.core import registry
+from posbench.core import discovery
 from posbench.core.registry import register
 
-Rotary = registry.get("rotary")
+Rotary = discovery.get("rotary")
 
 
 def _vector(what: str, value, pairs: int) -> list[float] | None:

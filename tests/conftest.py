@@ -20,13 +20,15 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from posbench.tasks import register_task  # noqa: E402
+from posbench.core.discovery import TASKS_ENV_PATH  # noqa: E402
 from tests.helpers import marks  # noqa: E402
 from tests.helpers.archives import wikitext_zip_bytes  # noqa: E402
 
-# The test-only task: registered here, and through the environment in every worker and bench.py
-# process a test starts.
-register_task("_testing", "tests.helpers.testing_task")
+# The test-only task (tests/helpers/tasks/_testing/) is found as a user's task packages are: through
+# POSBENCH_TASKS_PATH, which every worker and bench.py process a test starts inherits.
+TEST_TASKS = str(Path(__file__).resolve().parent / "helpers" / "tasks")
+if TEST_TASKS not in os.environ.get(TASKS_ENV_PATH, "").split(os.pathsep):
+    os.environ[TASKS_ENV_PATH] = os.pathsep.join(filter(None, [TEST_TASKS, os.environ.get(TASKS_ENV_PATH)]))
 
 
 @pytest.fixture(scope="session")
@@ -84,6 +86,23 @@ def plugin():
 
 
 @pytest.fixture
+def patch_task(monkeypatch):
+    """``patch_task(name, **fields)``: the registered task ``name`` with ``fields`` replaced, for one
+    test and in this process only (the workers it starts read the task's own declaration)."""
+    import dataclasses
+
+    from posbench import tasks
+    from posbench.core import registry
+
+    def patch(name, **changes):
+        task = dataclasses.replace(tasks.get(name), **changes)
+        monkeypatch.setitem(registry._TASKS, name, task)
+        return task
+
+    return patch
+
+
+@pytest.fixture
 def server(tmp_path):
     """A local HTTP server (a thread of the test process) for tmp_path/www on a random port of
     127.0.0.1, serving wikitext-103-v1.zip (tests/helpers/archives.py); yields its base URL."""
@@ -138,17 +157,22 @@ def _processes_are_marked(request, monkeypatch):
 def _no_plugin_folder_outlives_its_test():
     """A test that runs the CLI with ``--methods-dir tmp/...`` adds that folder, and the methods it
     imported, to this process's registry; later tests compare ``bench.py list`` (read in a child)
-    with the registry here, so a test's temporary plugins leave with it. Classes registered from
-    code (fixtures such as ``never_here``) are their own tests' business."""
+    with the registry here, so a test's temporary plugins leave with it, and so do the tasks of
+    temporary task packages. Classes registered from code (fixtures such as ``never_here``) are
+    their own tests' business."""
     import tempfile
 
-    from posbench.core import registry
+    from posbench.core import discovery, registry
 
-    dirs, names = list(registry._extra_dirs), set(registry._ORIGINS)
+    dirs, names, tasks = list(discovery._extra_dirs), set(registry._ORIGINS), set(registry._TASKS)
     yield
     tmp = str(Path(tempfile.gettempdir()).resolve())
-    registry._extra_dirs[:] = dirs
+    discovery._extra_dirs[:] = dirs
     for name, origin in list(registry._ORIGINS.items()):
         if name not in names and origin.startswith(tmp):
             registry.unregister(name)
-    registry._SCANNED.difference_update({f for f in registry._SCANNED if str(f).startswith(tmp)})
+    discovery._SCANNED.difference_update({f for f in discovery._SCANNED if str(f).startswith(tmp)})
+    for name, task in list(registry._TASKS.items()):
+        file = getattr(task.module, "__file__", None)
+        if name not in tasks and file and str(Path(file).resolve()).startswith(tmp):
+            del registry._TASKS[name]

@@ -80,10 +80,10 @@ def _load_methods_dirs(args) -> None:
     """Add the --methods-dir folders, after reading every method file once in a child process
     with a time limit (``method_listing``): a file this process would import to learn its names
     (a computed name) must not hang or end the command here."""
-    from posbench.core import registry
+    from posbench.core import discovery
 
     for folder in args.methods_dir:
-        registry.add_methods_dir(folder)
+        discovery.add_methods_dir(folder)
     method_listing(args.methods_dir)
 
 

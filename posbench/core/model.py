@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posbench.core import registry
+from posbench.core import discovery
 from posbench.core.config import PRESETS, ModelConfig, model_config  # noqa: F401  (re-exported)
 from posbench.core.method import PositionMethod, adapt_hooks
 
@@ -157,7 +157,7 @@ class TransformerLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.method = adapt_hooks(registry.build(cfg))  # hooks without state: adapted once, here
+        self.method = adapt_hooks(discovery.build(cfg))  # hooks without state: adapted once, here
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)

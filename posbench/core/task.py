@@ -171,7 +171,7 @@ def case_model_config(case, method_options: Optional[dict] = None, **defaults) -
 @dataclass(frozen=True)
 class Task:
     """What a task package declares as ``TASK``: the four required parts, then every optional
-    part with its default (docs/tasks/contract.md). ``name`` and ``module`` are filled in by ``get``."""
+    part with its default (docs/tasks/contract.md); ``register_task`` fills in ``module``."""
 
     LAST: ClassVar[int] = 1000  # the report place of a task that declares none
 

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from posbench.core import registry
+from posbench.core import discovery
 from posbench.core.config import ModelConfig
 from posbench.core.outcome import Unavailable
 
@@ -23,7 +23,7 @@ def posbench_method(method: str, options: dict, rotary_dim: int, base: float, L_
         raise Unavailable(f"{method} cannot be applied to a RoPE checkpoint; allowed: {', '.join(RECIPES)}")
     cfg = ModelConfig(vocab_size=2, n_layers=1, d_model=rotary_dim, n_heads=1, d_ff=1, method=method,
                       method_options={"base": base, "train_len": L_train, **options})
-    m = registry.build(cfg)
+    m = discovery.build(cfg)
     if getattr(m, "yarn_ramp", "index") != "index" and m.scaling == "yarn":
         raise Unavailable(f"{method}: yarn_ramp {m.yarn_ramp!r} has no transformers rope_type; allowed: "
                           "yarn_ramp index (the authors' ramp, transformers' yarn)")

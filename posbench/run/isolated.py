@@ -98,9 +98,9 @@ def _kill(proc: subprocess.Popen) -> None:
 def listing(device: str | None = None) -> dict:
     """``{"methods": name -> origin, "reasons": name -> why not here (None: available; only with
     ``device``), "broken": name -> the error asking it raised}``."""
-    from posbench.core import registry
+    from posbench.core import discovery
 
-    methods = registry.listing()
+    methods = discovery.listing()
     reasons: dict[str, str | None] = {}
     broken: dict[str, str] = {}
     if device:
@@ -114,18 +114,18 @@ def listing(device: str | None = None) -> dict:
                 reasons[name] = "CUDA is not available here"
                 continue
             try:
-                reasons[name] = registry.get(name).unavailable(torch.device(device), torch.float32)
+                reasons[name] = discovery.get(name).unavailable(torch.device(device), torch.float32)
             except Exception as exc:
                 broken[name] = one_line(exc)
-    return {"methods": methods, "reasons": reasons, "broken": broken, "modifiers": registry.modifiers()}
+    return {"methods": methods, "reasons": reasons, "broken": broken, "modifiers": discovery.modifiers()}
 
 
 def require(method: str) -> str:
     """The file defining ``method``, imported (so a broken file fails here, within the limit)."""
-    from posbench.core import registry
+    from posbench.core import discovery
 
-    origin = registry.require(method)
-    registry.get(method)
+    origin = discovery.require(method)
+    discovery.get(method)
     return origin
 
 
@@ -161,10 +161,10 @@ def main(argv: list[str]) -> int:
     req = json.loads(request.read_text(encoding="utf-8"))
     try:
         if req["methods_dirs"]:
-            from posbench.core import registry
+            from posbench.core import discovery
 
             for folder in req["methods_dirs"]:
-                registry.add_methods_dir(folder)
+                discovery.add_methods_dir(folder)
         module, name = req["target"].split(":")
         out = {"ok": getattr(importlib.import_module(module), name)(**req["kwargs"])}
     except PosbenchError as exc:
@@ -187,11 +187,11 @@ def unavailable_reason(case: CaseSpec) -> Optional[str]:
     """The method's own answer for this device and dtype, decided without a worker."""
     import torch
 
-    from posbench.core import registry
+    from posbench.core import discovery
     from posbench import tasks
 
     task = tasks.get(case.task)
     if task.own_methods:  # tasks whose "methods" are not position methods answer for their variants
         return task.unavailable_reason(case)
     dtype = getattr(torch, case.settings.get("dtype", "float32"))
-    return registry.get(case.method).unavailable(torch.device(case.device), dtype)
+    return discovery.get(case.method).unavailable(torch.device(case.device), dtype)

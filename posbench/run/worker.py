@@ -42,10 +42,10 @@ def prepare(case: Case) -> None:
 
         torch.set_num_threads(threads)
     if case.methods_dirs:
-        from posbench.core import registry
+        from posbench.core import discovery
 
         for folder in case.methods_dirs:
-            registry.add_methods_dir(folder)
+            discovery.add_methods_dir(folder)
 
 
 def typed_case(task: Task, raw: JsonDict) -> Case:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from posbench.core import registry
+from posbench.core import discovery, registry
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
 from posbench.triton_kernels import FusedKernelMethod
@@ -54,7 +54,7 @@ def fingerprint() -> dict:
 
 def methods() -> list[str]:
     """Every registered method but the fused Triton ones (CUDA kernels), and the two plugins."""
-    names = [n for n in registry.names() if not issubclass(registry.get(n), FusedKernelMethod)]
+    names = [n for n in discovery.names() if not issubclass(discovery.get(n), FusedKernelMethod)]
     return names + list(PLUGINS)
 
 
@@ -151,7 +151,7 @@ def measure(name: str, dtype: str, mode: str) -> dict:
 
 @contextlib.contextmanager
 def plugins_registered():
-    added = [registry.register(cls) for cls in PLUGINS.values() if cls.name not in registry.names()]
+    added = [registry.register(cls) for cls in PLUGINS.values() if cls.name not in discovery.names()]
     try:
         yield
     finally:

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from posbench.core import registry
+from posbench.core import discovery, registry
 from posbench.core.method import ModelConfig
 from tests.helpers.methods import NEW
 
@@ -23,12 +23,12 @@ PLUGIN = textwrap.dedent(
 
 @pytest.fixture
 def clean_registry():
-    before = set(registry.names())
+    before = set(discovery.names())
     yield
     for name in set(registry._METHODS) - before:
         registry.unregister(name)
-    registry._extra_dirs.clear()
-    registry._BROKEN.clear()
+    discovery._extra_dirs.clear()
+    discovery._BROKEN.clear()
 
 
 def write_plugin(folder, filename, name, cls="Plugin"):
@@ -40,22 +40,22 @@ def write_plugin(folder, filename, name, cls="Plugin"):
 
 def test_extra_folder_flag(tmp_path, clean_registry):
     write_plugin(tmp_path / "mine", "my_method.py", "my_method")
-    registry.add_methods_dir(tmp_path / "mine")
-    assert "my_method" in registry.names()
-    assert registry.origin("my_method") == str((tmp_path / "mine" / "my_method.py").resolve())
+    discovery.add_methods_dir(tmp_path / "mine")
+    assert "my_method" in discovery.names()
+    assert discovery.origin("my_method") == str((tmp_path / "mine" / "my_method.py").resolve())
 
 
 def test_extra_folder_from_environment(tmp_path, monkeypatch, clean_registry):
     write_plugin(tmp_path / "env", "env_method.py", "env_method")
-    monkeypatch.setenv(registry.ENV_PATH, str(tmp_path / "env"))
-    assert "env_method" in registry.discover(force=True)
+    monkeypatch.setenv(discovery.METHODS_ENV_PATH, str(tmp_path / "env"))
+    assert "env_method" in discovery.discover(force=True)
 
 
 def test_duplicate_name_names_both_files(tmp_path, clean_registry):
     write_plugin(tmp_path / "dup", "again.py", "alibi")
-    registry.add_methods_dir(tmp_path / "dup")  # read when names are wanted, not here
+    discovery.add_methods_dir(tmp_path / "dup")  # read when names are wanted, not here
     with pytest.raises(registry.RegistryError) as err:
-        registry.names()
+        discovery.names()
     msg = str(err.value)
     assert "duplicate method name 'alibi'" in msg
     assert "methods/alibi.py" in msg and "dup/again.py" in msg
@@ -63,7 +63,7 @@ def test_duplicate_name_names_both_files(tmp_path, clean_registry):
 
 def test_unknown_name_lists_known_with_did_you_mean():
     with pytest.raises(registry.RegistryError) as err:
-        registry.get("alibii")
+        discovery.get("alibii")
     msg = str(err.value)
     assert "unknown method 'alibii' (did you mean 'alibi'?)" in msg
     assert "known methods: " in msg and "rotary" in msg and "\n" not in msg
@@ -71,19 +71,19 @@ def test_unknown_name_lists_known_with_did_you_mean():
 
 def test_unknown_option_is_one_line():
     with pytest.raises(registry.RegistryError, match=r"method 'rotary': unknown option\(s\) slope; allowed: base"):
-        registry.build(ModelConfig(method="rotary", method_options={"slope": 1}))
+        discovery.build(ModelConfig(method="rotary", method_options={"slope": 1}))
 
 
 def test_broken_plugin_file_names_the_file(tmp_path, clean_registry):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "oops.py").write_text("raise RuntimeError('boom')\n")
     with pytest.raises(registry.RegistryError, match=r"error importing method file .*oops.py: RuntimeError: boom"):
-        registry.scan_dir(tmp_path / "bad")
+        discovery.scan_dir(tmp_path / "bad")
 
 
 def test_missing_folder_is_one_line(tmp_path):
     with pytest.raises(registry.RegistryError, match="does not exist"):
-        registry.scan_dir(tmp_path / "nowhere")
+        discovery.scan_dir(tmp_path / "nowhere")
 
 
 @pytest.mark.subprocess
@@ -96,9 +96,9 @@ def test_entry_point_group(tmp_path):
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: extpkg\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text("[posbench.methods]\next_method = extpkg:Ext\n")
-    code = "from posbench import registry; print(registry.names()); print(registry.origin('ext_method'))"
+    code = "from posbench.core import discovery; print(discovery.names()); print(discovery.origin('ext_method'))"
     out = subprocess.run(
-        [sys.executable, "-c", code], env={"PYTHONPATH": f"{pkg}:{registry.BUILTIN_DIR.parent}"},
+        [sys.executable, "-c", code], env={"PYTHONPATH": f"{pkg}:{discovery.METHODS_DIR.parent}"},
         capture_output=True, text=True, check=True,
     ).stdout
     assert "'ext_method'" in out and "extpkg" in out
@@ -107,13 +107,13 @@ def test_entry_point_group(tmp_path):
 def test_listing_reads_literal_names_without_importing(tmp_path, monkeypatch, clean_registry):
     path = write_plugin(tmp_path / "lit", "lit_method.py", "lit_method")
     path.write_text(path.read_text() + "raise RuntimeError('imported')\n")  # importing it would fail
-    monkeypatch.setenv(registry.ENV_PATH, str(tmp_path / "lit"))
-    found = registry.listing()
+    monkeypatch.setenv(discovery.METHODS_ENV_PATH, str(tmp_path / "lit"))
+    found = discovery.listing()
     assert found["lit_method"] == str(path.resolve()) and list(found) == sorted(found)
-    assert str(path.resolve()) not in registry._SCANNED
-    assert registry.require("lit_method") == str(path.resolve())
+    assert str(path.resolve()) not in discovery._SCANNED
+    assert discovery.require("lit_method") == str(path.resolve())
     with pytest.raises(registry.RegistryError, match=r"unknown method 'lit_methd' \(did you mean 'lit_method'\?\)"):
-        registry.require("lit_methd")
+        discovery.require("lit_methd")
 
 
 @pytest.mark.parametrize("source", [
@@ -128,21 +128,21 @@ def test_listing_reads_literal_names_without_importing(tmp_path, monkeypatch, cl
 def test_listing_imports_files_it_cannot_read(tmp_path, monkeypatch, clean_registry, source):
     (tmp_path / "dyn").mkdir()
     (tmp_path / "dyn" / "dyn.py").write_text(source)
-    monkeypatch.setenv(registry.ENV_PATH, str(tmp_path / "dyn"))
-    assert registry.listing()["computed"] == str((tmp_path / "dyn" / "dyn.py").resolve())
-    assert str((tmp_path / "dyn" / "dyn.py").resolve()) in registry._SCANNED
+    monkeypatch.setenv(discovery.METHODS_ENV_PATH, str(tmp_path / "dyn"))
+    assert discovery.listing()["computed"] == str((tmp_path / "dyn" / "dyn.py").resolve())
+    assert str((tmp_path / "dyn" / "dyn.py").resolve()) in discovery._SCANNED
 
 
 def test_listing_finds_a_duplicate_without_importing(tmp_path, monkeypatch, clean_registry):
     write_plugin(tmp_path / "dup2", "again.py", "rotary")
-    monkeypatch.setenv(registry.ENV_PATH, str(tmp_path / "dup2"))
+    monkeypatch.setenv(discovery.METHODS_ENV_PATH, str(tmp_path / "dup2"))
     with pytest.raises(registry.RegistryError, match=r"duplicate method name 'rotary': defined in .*methods/rotary.py "
                                                      r"and in .*dup2/again.py"):
-        registry.listing()
+        discovery.listing()
 
 
 def test_listing_agrees_with_importing_for_the_builtin_methods():
-    assert {name: registry.origin(name) for name in registry.discover()} == registry.listing()
+    assert {name: discovery.origin(name) for name in discovery.discover()} == discovery.listing()
 
 
 def test_a_broken_plugin_file_is_skipped_with_a_one_line_warning(tmp_path, monkeypatch, capsys, clean_registry):
@@ -152,38 +152,39 @@ def test_a_broken_plugin_file_is_skipped_with_a_one_line_warning(tmp_path, monke
     (tmp_path / "mixed" / "syntax.py").write_text("def oops(:\n")
     (tmp_path / "mixed" / "fails.py").write_text(PLUGIN.format(cls="P", name="x").replace('name = "x"', 'name = "a" + "b"')
                                                  + "raise RuntimeError('boom at import')\n")
-    monkeypatch.setenv(registry.ENV_PATH, str(tmp_path / "mixed"))
-    found = registry.listing()
+    monkeypatch.setenv(discovery.METHODS_ENV_PATH, str(tmp_path / "mixed"))
+    found = discovery.listing()
     assert "good_method" in found and "alibi" in found
     err = capsys.readouterr().err.splitlines()
     assert err == [f"warning: method file {tmp_path / 'mixed' / 'fails.py'} skipped: RuntimeError: boom at import",
                    f"warning: method file {tmp_path / 'mixed' / 'syntax.py'} skipped: SyntaxError: invalid syntax (line 1)"]
-    registry.listing()
+    discovery.listing()
     assert capsys.readouterr().err == ""  # once per file
-    assert registry.get("good_method").name == "good_method"
+    assert discovery.get("good_method").name == "good_method"
     with pytest.raises(registry.RegistryError, match=r"unknown method 'ab'; .*skipped \(cannot load\): .*fails.py"):
-        registry.get("ab")
+        discovery.get("ab")
 
 
 def test_get_imports_only_the_file_that_defines_the_name(tmp_path, monkeypatch, clean_registry):
     write_plugin(tmp_path / "two", "used.py", "used_method")
     other = write_plugin(tmp_path / "two", "other.py", "other_method")
     other.write_text(other.read_text() + "raise RuntimeError('imported')\n")  # importing it would fail
-    monkeypatch.setenv(registry.ENV_PATH, str(tmp_path / "two"))
-    assert registry.get("used_method").name == "used_method"
-    assert str(other.resolve()) not in registry._SCANNED
+    monkeypatch.setenv(discovery.METHODS_ENV_PATH, str(tmp_path / "two"))
+    assert discovery.get("used_method").name == "used_method"
+    assert str(other.resolve()) not in discovery._SCANNED
     with pytest.raises(registry.RegistryError, match=r"error importing method file .*other.py: RuntimeError: imported"):
-        registry.get("other_method")  # the method asked for is broken: that is an error naming its file
+        discovery.get("other_method")  # the method asked for is broken: that is an error naming its file
 
 
 def test_the_worker_prepares_threads_and_method_folders_once_for_every_task(tmp_path, clean_registry):
     """worker.prepare, not each task, sets torch's threads and loads the suite's method folders."""
     import torch
 
+    from posbench import tasks
     from posbench.core.case import Case
-    from tests.helpers import testing_task as _testing
     from posbench.run.worker import prepare
 
+    _testing = tasks.get("_testing")
     write_plugin(tmp_path / "plugins", "prepared.py", "prepared_here")
     case = Case(suite="s", task="_testing", method="sinusoidal", params=_testing.Params(n=1),
                 settings=_testing.Settings(threads=1), device="cpu", profile="default", run_id="r",
@@ -192,7 +193,7 @@ def test_the_worker_prepares_threads_and_method_folders_once_for_every_task(tmp_
     try:
         torch.set_num_threads(2)
         prepare(case)
-        assert torch.get_num_threads() == 1 and "prepared_here" in registry.names()
+        assert torch.get_num_threads() == 1 and "prepared_here" in discovery.names()
     finally:
         torch.set_num_threads(before)
 
@@ -201,9 +202,9 @@ def test_the_worker_prepares_threads_and_method_folders_once_for_every_task(tmp_
 
 
 def test_registry_expands_all_to_every_method_once():
-    every = registry.names()
-    assert registry.expand(["all"]) == every
+    every = discovery.names()
+    assert discovery.expand(["all"]) == every
     assert set(NEW) | {"rotary_pi", "rotary_ntk", "rotary_dynamic_ntk", "rotary_yarn"} <= set(every)
-    mixed = registry.expand(["rotary", "all"])
+    mixed = discovery.expand(["rotary", "all"])
     assert mixed[0] == "rotary" and sorted(mixed) == every
-    assert registry.expand(["sinusoidal", "alibi"]) == ["sinusoidal", "alibi"]
+    assert discovery.expand(["sinusoidal", "alibi"]) == ["sinusoidal", "alibi"]

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from posbench.core import registry
+from posbench.core import discovery
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM
 from tests.helpers.attention import method, qkv, reference_attention, rotate_reference
@@ -158,7 +158,7 @@ def build(row, options, head_dim=64, base=10000.0, train_len=512):
     extra = LONGROPE if row == "rotary_longrope" else {}
     cfg = ModelConfig(d_model=head_dim, n_heads=1, method=row,
                       method_options={"train_len": train_len, "base": base, **options, **extra})
-    return registry.build(cfg).eval()
+    return discovery.build(cfg).eval()
 
 
 @pytest.mark.parametrize("setting", sorted(HF))
@@ -188,7 +188,7 @@ def test_yarn_ramp_is_the_authors_by_default_and_the_papers_as_an_option():
     assert index[:4].tolist() == pytest.approx([1.0] * 4) and index[16:].tolist() == pytest.approx([0.25] * 16)
     cfg = ModelConfig(d_model=64, n_heads=1, method="rotary",
                       method_options={"scaling": "yarn", "factor": 4.0, "train_len": 512, "yarn_ramp": "ratio"})
-    ratio = registry.build(cfg).frequencies(512)[0] / base
+    ratio = discovery.build(cfg).frequencies(512)[0] / base
     assert round(ratio[4].item(), 2) == 0.85 and round(ratio[15].item(), 2) == 0.25
 
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from posbench.core import registry
+from posbench.core import discovery
 
 REPO = Path(__file__).resolve().parents[2]
 # methods/ssmax.py holds a modifier (METHOD+ssmax), not a method: listed in the header, not as a line
-MODIFIER_FILES = {Path(origin).stem for origin in registry.modifiers().values()}
+MODIFIER_FILES = {Path(origin).stem for origin in discovery.modifiers().values()}
 METHOD_FILES = sorted(p.stem for p in (REPO / "methods").glob("*.py") if not p.name.startswith("_"))
 BUILTIN_METHODS = [stem for stem in METHOD_FILES if stem not in MODIFIER_FILES]
 BUILTIN_SUITES = sorted(p.stem for p in (REPO / "suites").glob("*.yaml"))
@@ -102,7 +102,7 @@ def test_list_from_an_empty_folder(installed):
     methods_part, suites_part = result.stdout.split("suites:\n")
     listed = [line.split()[0] for line in methods_part.splitlines()[1:]]
     # rotary.py also registers rotary_pi, rotary_ntk, ...: names, not file stems
-    assert listed == list(registry.listing()) and set(BUILTIN_METHODS) <= set(listed)
+    assert listed == list(discovery.listing()) and set(BUILTIN_METHODS) <= set(listed)
     header = methods_part.splitlines()[0].replace(os.sep, "/")
     assert MODIFIER_FILES == {"ssmax"} and "modifiers, taken as METHOD+MODIFIER: ssmax (" in header
     assert "site-packages" in header and "posbench/methods/ssmax.py" in header

@@ -4,8 +4,8 @@ report, the run summary and compare do; a task that declares nothing gets the de
 from __future__ import annotations
 
 import json
+import os
 import re
-import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,6 +14,7 @@ import pytest
 
 import posbench
 from posbench import tasks as task_registry
+from posbench.core.discovery import TASKS_ENV_PATH
 from posbench.report.compare import case_metrics
 from posbench.report.rows import load_runs
 from posbench.store.meta import RunMeta, write_run_meta
@@ -30,10 +31,11 @@ TASK_NAMES = ("efficiency", "extrapolation", "precision", "kernels", "decode", "
 PLUGIN = textwrap.dedent('''
     from pydantic import BaseModel
 
+    from posbench.core.registry import register_task
     from posbench.core.task import Metric, Task, TaskSettings
 
-    METRICS = {"score": Metric("Score", "", "a made-up score", True),
-               "series_score": Metric("Series score", "", "read from the series", True)}
+    METRICS = {"score": Metric(title="Score", unit="", doc="a made-up score", higher_is_better=True),
+               "series_score": Metric(title="Series score", unit="", doc="read from the series", higher_is_better=True)}
 
     class Settings(TaskSettings):
         pass
@@ -58,8 +60,9 @@ PLUGIN = textwrap.dedent('''
     def compare_values(row):
         return {"series_score": row.series.get("score"), "score": -1.0}
 
-    TASK = Task(Settings, Params, METRICS, run, TITLE="Own report", REPORT_ORDER=5, report_sections=report_sections,
-                summary_tables=summary_tables, compare_values=compare_values)
+    TASK = register_task(Task(Settings, Params, METRICS, run, TITLE="Own report", REPORT_ORDER=5,
+                              report_sections=report_sections, summary_tables=summary_tables,
+                              compare_values=compare_values, name="_reported"))
 ''')
 
 
@@ -84,11 +87,14 @@ def _write(root: Path, rows: list[dict], metrics: list[str]) -> Path:
 
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
-    (tmp_path / "own_report_task.py").write_text(PLUGIN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(task_registry.TASKS, "_reported", "own_report_task")
-    yield "_reported"
-    sys.modules.pop("own_report_task", None)
+    """The task package ``_reported`` in a folder of ``POSBENCH_TASKS_PATH`` (it leaves with the
+    test: tests/conftest.py)."""
+    package = tmp_path / "tasks" / "_reported"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "task.py").write_text(PLUGIN)
+    monkeypatch.setenv(TASKS_ENV_PATH, os.pathsep.join([str(tmp_path / "tasks"), os.environ[TASKS_ENV_PATH]]))
+    return "_reported"
 
 
 def test_the_report_names_no_task_and_imports_none():

@@ -152,10 +152,10 @@ def test_method_options_for_a_method_not_in_the_suite(tmp_path):
 
 
 def test_method_options_not_in_the_constructor_signature(tmp_path):
-    from posbench.core import registry
+    from posbench.core import discovery
     import inspect
 
-    taken = [p for p in inspect.signature(registry.get("alibi").__init__).parameters if p not in ("self", "cfg")]
+    taken = [p for p in inspect.signature(discovery.get("alibi").__init__).parameters if p not in ("self", "cfg")]
     msg = load_error(tmp_path, efficiency_suite("  method_options:\n    alibi: {slopes_base: 3}\n"))
     assert ":12: settings.method_options.alibi.slopes_base: alibi takes no option 'slopes_base'; " \
            f"allowed: {', '.join(taken)}" in msg
@@ -215,10 +215,10 @@ def test_bench_py_process_exit_code_and_one_line(tmp_path):
 def test_constructor_options_read_from_source_match_the_signature():
     import inspect
 
-    from posbench.core import registry
+    from posbench.core import discovery
 
-    for name in registry.names():
-        params = inspect.signature(registry.get(name).__init__).parameters
+    for name in discovery.names():
+        params = inspect.signature(discovery.get(name).__init__).parameters
         expected = None if any(p.kind is p.VAR_KEYWORD for p in params.values()) else \
             [p for p in params if p not in ("self", "cfg")]
         assert suitemod.constructor_options(name) == expected, name

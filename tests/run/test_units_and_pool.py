@@ -1,7 +1,6 @@
 """The unit of distribution (a timed task's grid point with every method, else a case), shards
 of whole units, and the local pool: a unit per slot (its own GPUs, from a fake device list here),
 never two units on one device at once, ``--parallel`` refused for timed tasks."""
-import dataclasses
 import threading
 import time
 
@@ -11,7 +10,6 @@ from posbench.cli import app as cli
 from posbench import tasks
 from posbench.run import pool, runner, units
 from posbench.run import suite as suitemod
-from tests.helpers import testing_task
 from tests.helpers.suites import make_suite
 from posbench.run.launch import run_worker
 from posbench.run.schedule import plan_rounds, schedule
@@ -21,9 +19,9 @@ METHODS = ["sinusoidal", "rotary", "alibi"]
 
 
 @pytest.fixture
-def untimed(monkeypatch):
+def untimed(patch_task):
     """The test task seen as a training task (one unit per case)."""
-    monkeypatch.setattr(testing_task, "TASK", dataclasses.replace(testing_task.TASK, TIMED=False))
+    patch_task("_testing", TIMED=False)
 
 
 def _suite(tmp_path, grid="[1, 2, 3]", **settings):
@@ -158,7 +156,7 @@ def test_a_pooled_run_gives_every_worker_its_units_gpu_and_records_it(tmp_path, 
 
 
 @pytest.mark.subprocess
-def test_parallel_runs_untimed_cases_side_by_side_and_a_timed_task_refuses_it(tmp_path, monkeypatch, capsys, untimed):
+def test_parallel_runs_untimed_cases_side_by_side_and_a_timed_task_refuses_it(tmp_path, capsys, untimed, patch_task):
     path = make_suite(tmp_path, ["sinusoidal", "rotary"], behaviour="sleep", sleep_s=0.3, threads=1)
     code = cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--parallel", "2", "--quiet",
                      "--device", "cpu"])
@@ -166,7 +164,7 @@ def test_parallel_runs_untimed_cases_side_by_side_and_a_timed_task_refuses_it(tm
     rows = read_rows(next((tmp_path / "res" / "t").iterdir()) / "cases.jsonl")
     assert {r["info"]["pool_slot"] for r in rows} == {"0", "1"} and len(rows) == 2
     assert len({r["metrics"]["pid"] for r in rows}) == 2
-    monkeypatch.setattr(testing_task, "TASK", dataclasses.replace(testing_task.TASK, TIMED=True))
+    patch_task("_testing", TIMED=True)
     capsys.readouterr()
     assert cli.main(["--suite", str(path), "--results", str(tmp_path / "res2"), "--parallel", "2",
                      "--device", "cpu"]) == cli.EXIT_USAGE

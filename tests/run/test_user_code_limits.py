@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from posbench.cli.app import EXIT_CASES_FAILED
-from posbench.tasks import TASKS_ENV
+from posbench.core.discovery import TASKS_ENV_PATH
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,7 +43,7 @@ sys.exit(app.main(sys.argv[2:]))
 def bench(cwd: Path, *args: str, limit: float = 20.0, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", BENCH, str(limit), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
-                                                "OMP_NUM_THREADS": "1", TASKS_ENV: os.environ[TASKS_ENV]})
+                                                "OMP_NUM_THREADS": "1", TASKS_ENV_PATH: os.environ[TASKS_ENV_PATH]})
 
 
 def plugin(folder: Path, file: str, kind: dict, name: str) -> Path:

@@ -1,8 +1,13 @@
 """The extrapolation, precision and kernels tasks, run in-process on tiny settings."""
+import os
+import re
+
 import pytest
 
 from posbench.run import suite as suitemod
 from posbench import tasks
+from posbench.core.discovery import TASKS_ENV_PATH
+from posbench.core.registry import RegistryError
 from posbench.core.task import find_metric, known_model_fields
 from tests.helpers.cases import TINY, make_case
 
@@ -74,17 +79,28 @@ def test_task_contract_is_checked_on_import(tmp_path, monkeypatch):
     assert tasks.get("kernels").own_methods and tasks.get("kernels").unavailable is not None  # kernel variants
     assert isinstance(tasks.get("_testing"), tasks.Task) and not tasks.get("_testing").own_methods
     assert tasks.get("_testing").unavailable_reason(None) is None  # the default: available
-    (tmp_path / "no_metrics_task.py").write_text("Settings = Params = object\ndef run(case): return {}\n")
-    (tmp_path / "str_metrics_task.py").write_text(
-        "from posbench.core.task import Task\nTASK = Task(object, object, {'x': 'a string'}, lambda case: {})\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(tasks.TASKS, "nometrics", "no_metrics_task")
-    monkeypatch.setitem(tasks.TASKS, "strmetrics", "str_metrics_task")
-    with pytest.raises(TypeError, match=r"^task 'nometrics' \(no_metrics_task\) lacks TASK; a task module "
-                                        r"defines TASK = posbench.core.task.Task\(Settings, Params, METRICS, run, \.\.\.\)$"):
+    declare = "from posbench.core.registry import register_task\nfrom posbench.core.task import Task\n"
+    packages = {"nometrics": "Settings = Params = object\ndef run(case): return {}\n",
+                "strmetrics": declare + "TASK = register_task(Task(object, object, {'x': 'a string'}, lambda case: {}, "
+                                        "name='strmetrics'))\n",
+                "misnamed": declare + "TASK = register_task(Task(object, object, {}, lambda case: {}, name='other'))\n"}
+    for name, source in packages.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+        (tmp_path / name / "task.py").write_text(source)
+    monkeypatch.setenv(TASKS_ENV_PATH, os.pathsep.join([str(tmp_path), os.environ[TASKS_ENV_PATH]]))
+    where = {name: re.escape(str((tmp_path / name).resolve())) for name in packages}
+    with pytest.raises(RegistryError, match=rf"^task 'nometrics' \({where['nometrics']}\) registers no task; a task package's "
+                                            r"task.py declares TASK = register_task\(Task\(Settings, Params, METRICS, run, "
+                                            r"\.\.\., name='nometrics'\)\)$"):
         tasks.get("nometrics")
-    with pytest.raises(TypeError, match=r"^task 'strmetrics': METRICS\['x'\] is not a posbench.core.task.Metric$"):
+    with pytest.raises(RegistryError, match=rf"^error importing task package {where['strmetrics']}: task 'strmetrics': "
+                                            r"METRICS\['x'\] is not a posbench.core.task.Metric$"):
         tasks.get("strmetrics")
+    with pytest.raises(RegistryError, match=rf"^task 'misnamed' \({where['misnamed']}\) registers 'other'; allowed: "
+                                            r"register_task\(Task\(\.\.\., name='misnamed'\)\), the name of its package$"):
+        tasks.get("misnamed")
+    assert "other" not in tasks.names(include_hidden=True)  # what a failed package registered is gone
     assert tasks.metrics_of("not-a-task") == {}
 
 

@@ -16,14 +16,14 @@ def _options_from_source(path: Path, method: str) -> list[str] | None | bool:
     (validation imports no torch): the ``@register`` class whose ``name`` is ``method``, its own
     ``__init__`` or, with none and ``PositionMethod`` as its only base, no options. None: it takes
     ``**kwargs``. False: the source does not say (the caller imports the class instead)."""
-    from posbench.core import registry
+    from posbench.core.method_source import class_name
 
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
         return False
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.ClassDef) and registry._class_name(node) == method):
+        if not (isinstance(node, ast.ClassDef) and class_name(node) == method):
             continue
         init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
         if init is None:
@@ -38,12 +38,12 @@ def _options_from_source(path: Path, method: str) -> list[str] | None | bool:
 def constructor_options(method: str) -> list[str] | None:
     """The options ``method_options`` may give ``method`` (its constructor's keyword parameters
     after ``cfg``), None when it takes any keyword."""
-    from posbench.core import registry
+    from posbench.core import discovery
 
-    found = _options_from_source(Path(registry.require(method)), method)
+    found = _options_from_source(Path(discovery.require(method)), method)
     if found is not False:
         return found
-    params = inspect.signature(registry.get(method).__init__).parameters  # imports the method file
+    params = inspect.signature(discovery.get(method).__init__).parameters  # imports the method file
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return None
     return [p for p in params if p not in ("self", "cfg")

@@ -1,6 +1,4 @@
-"""The test-only task ``_testing`` (registered by tests/conftest.py): each case does what its
-``behaviour`` says, without importing torch, so the runner's tests produce every status (ok,
-error, crash, timeout, oom, diverged, interrupt) in a worker that starts in a fraction of a second.
+"""What a ``_testing`` case does: its ``behaviour``.
 
 ``fail_rank``: that rank of a distributed case raises while the others wait in a barrier. With
 ``pairing: windows`` a raising case fails alone in ``run_group``; ``crash``/``kill``/
@@ -12,36 +10,8 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from posbench.core.task import Diverged, Metric, Task, TaskSettings
-
-Behaviour = Literal["ok", "sleep", "raise", "crash", "kill", "oom", "alloc", "nan", "interrupt_once", "fail_rank"]
-
-METRICS = {"value": Metric(title="Value", unit="", doc="the grid point's n times 1000", higher_is_better=True),
-           "pid": Metric(title="Worker pid", unit="", doc="the worker's process id", higher_is_better=None, fmt="int"),
-           "world_size": Metric(title="Ranks", unit="", doc="ranks the case ran on (WORLD_SIZE)", higher_is_better=None, fmt="int")}
-
-
-class Settings(TaskSettings):
-    behaviour: Behaviour = "ok"
-    by_method: dict[str, Behaviour] = Field(
-        default_factory=dict, description="behaviour per case id (alibi/n=2) or per method (alibi)"
-    )
-    sleep_s: float = 5.0
-    alloc_mb: int = 1024  # what "alloc" tries to allocate (under memory_limit_mb)
-    flag_file: str = ""  # "interrupt_once": interrupt the runner only while this file is absent
-    fail_rank: int = 1  # behaviour "fail_rank": this rank raises, the others wait in a barrier
-    rounds: int = Field(1, ge=1, description="interleaved rounds (as the efficiency task's)")
-    pairing: Literal["rounds", "windows"] = Field("rounds", description="as the efficiency task's")
-
-
-class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    n: int = 1
+from posbench.core.task import Diverged
 
 
 def _log_run(word: str, case) -> None:
@@ -110,5 +80,3 @@ def run_group(cases, round_: int) -> dict:
         out[case.id] = ok_result(result) if member.ok else member.failure
     return out
 
-
-TASK = Task(Settings, Params, METRICS, run, run_group=run_group)
