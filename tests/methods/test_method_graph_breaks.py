@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from posbench.core import registry
+from posbench.core import discovery
 from posbench.core.model import TransformerLM, model_config
 from posbench.triton_kernels import FusedKernelMethod
 from tests.helpers.graph_breaks import BIAS, MISSION, break_reasons, fresh_dynamo  # noqa: F401  (autouse fixture)
@@ -19,7 +19,7 @@ from tests.helpers.graph_breaks import BIAS, MISSION, break_reasons, fresh_dynam
 # torch.compile"). Every registered method traces today.
 CANNOT_TRACE: dict[str, tuple[list[str], list[str]]] = {}
 
-METHODS = sorted(set(registry.names()) - set(MISSION + BIAS)) + [f"rotary+{m}" for m in sorted(registry.modifiers())]
+METHODS = sorted(set(discovery.names()) - set(MISSION + BIAS)) + [f"rotary+{m}" for m in sorted(discovery.modifiers())]
 # Tracing takes seconds per method: the fast run traces fox and one scaled row at L 1024 (the value
 # tests below trace every row, fullgraph); the slow tests every method at every length.
 FAST = ("fox", "rotary_yarn")
@@ -42,10 +42,10 @@ def _model(name: str, length: int = 512, **options) -> TransformerLM:
 
 
 def _scaled(name: str) -> bool:
-    return getattr(registry.build(model_config("tiny", name)), "scaling", "none") != "none"
+    return getattr(discovery.build(model_config("tiny", name)), "scaling", "none") != "none"
 
 
-SCALED = [n for n in registry.names() if _scaled(n)]
+SCALED = [n for n in discovery.names() if _scaled(n)]
 
 
 def _traced(fn, backend="eager"):
@@ -73,7 +73,7 @@ def test_methods_that_cannot_trace_are_registered_and_documented():
     with open("docs/attention-plans.md") as f:
         doc = f.read().split("### Under torch.compile")[1].split("\n### ")[0]
     for name in CANNOT_TRACE:
-        assert name in registry.names() and f"`{name}`" in doc
+        assert name in discovery.names() and f"`{name}`" in doc
 
 
 # --- the scaled rotary rows: L_train and the evaluation length as Python ints -------------------------
