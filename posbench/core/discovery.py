@@ -19,7 +19,6 @@ import importlib.util
 import inspect
 import math
 import os
-import re
 import signal
 import sys
 import threading
@@ -384,17 +383,12 @@ def build(cfg: ModelConfig) -> PositionMethod:
 
 
 # --- tasks ---------------------------------------------------------------------------------------
-# A task package is a folder with an __init__.py and a task.py, whose register_task call declares
-# the task under the folder's name. Its name is the folder's: listing reads folders, imports nothing.
+# A task package is a folder holding an __init__.py and a task.py, whose register_task call declares
+# the task under the folder's name: listing reads folders and imports nothing.
 
 
 def _is_task_package(folder: Path) -> bool:
-    """A package holding ``task.py`` (or, while the built-in ones move to that shape, one whose
-    ``__init__.py`` declares ``TASK``)."""
-    init = folder / "__init__.py"
-    if not init.is_file():
-        return False
-    return (folder / "task.py").is_file() or re.search(r"^TASK\s*=", init.read_text(encoding="utf-8"), re.M) is not None
+    return (folder / "__init__.py").is_file() and (folder / "task.py").is_file()
 
 
 def _task_packages() -> dict[str, str]:
@@ -446,7 +440,7 @@ def _import_package(module_name: str, where: str) -> None:
                                                       submodule_search_locations=[where])
         sys.modules[module_name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[module_name])
-    importlib.import_module(module_name + (".task" if (folder / "task.py").is_file() else ""))
+    importlib.import_module(f"{module_name}.task")
 
 
 def _import_task(name: str, where: str) -> None:
