@@ -41,8 +41,9 @@ class Installed:
         self.python = self.bin / "python"
         self.cwd = root / "empty"
         self.cwd.mkdir()
-        # Nothing may leak in from the checkout: no PYTHONPATH, no extra methods folders.
-        self.env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "POSBENCH_METHODS_PATH")}
+        # Nothing may leak in from the checkout: no PYTHONPATH, no extra method or task folders.
+        self.env = {k: v for k, v in os.environ.items()
+                    if k not in ("PYTHONPATH", discovery.METHODS_ENV_PATH, discovery.TASKS_ENV_PATH)}
 
     def run(self, *args: str, script: bool = True) -> subprocess.CompletedProcess:
         argv = [str(self.bin / "posbench")] if script else [str(self.python), str(REPO / "bench.py")]
@@ -84,14 +85,14 @@ def installed(tmp_path_factory) -> Installed:
 
 
 def test_wheel_holds_methods_and_suites_inside_the_package(installed):
-    shown = subprocess.run([str(installed.python), "-c", "import posbench, posbench.core.registry as r, posbench.run.suite as s;"
-                            "print(posbench.__file__); print(r.BUILTIN_DIR); print(s.SUITES_DIR)"],
+    shown = subprocess.run([str(installed.python), "-c", "import posbench, posbench.core.discovery as d, posbench.run.suite as s;"
+                            "print(posbench.__file__); print(d.METHODS_DIR); print(s.SUITES_DIR); print(d.TASKS_DIR)"],
                            cwd=installed.cwd, env=installed.env, capture_output=True, text=True, timeout=300)
     assert shown.returncode == 0, shown.stderr
-    package_file, methods_dir, suites_dir = (Path(line) for line in shown.stdout.split())
+    package_file, methods_dir, suites_dir, tasks_dir = (Path(line) for line in shown.stdout.split())
     package = package_file.parent
     assert package.is_relative_to(installed.venv), f"imported {package}, not the wheel's copy"
-    assert methods_dir == package / "methods" and suites_dir == package / "suites"
+    assert methods_dir == package / "methods" and suites_dir == package / "suites" and tasks_dir == package / "tasks"
     assert sorted(p.stem for p in methods_dir.glob("*.py")) == METHOD_FILES  # the modifier's file too
     assert sorted(p.stem for p in suites_dir.glob("*.yaml")) == BUILTIN_SUITES
 
