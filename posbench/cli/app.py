@@ -369,7 +369,7 @@ COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
 
 
 def parser() -> argparse.ArgumentParser:
-    suite = example_suite()
+    suite, train_suite = example_suite(), corpus_suite()  # each reads the shipped suites: once, not per command
     p = argparse.ArgumentParser(
         prog=prog_name(), description="posbench: what a position method costs and how well it extrapolates.",
         epilog=f"with no subcommand, 'run' is assumed:\n  python bench.py --suite {suite}",
@@ -379,8 +379,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="{" + ",".join(ALL_COMMANDS) + "}")
     for name, (help_, add, handler, examples) in COMMANDS.items():
         # No abbreviations: `validate --methods rotray` must not be read as --methods-dir.
-        epilog = examples.replace("{run_examples}", run_examples(suite)).replace("{suite}", suite)
-        epilog = epilog.replace("{corpus_suite}", corpus_suite()) if "{corpus_suite}" in epilog else epilog
+        epilog = examples.replace("{run_examples}", run_examples(suite, train_suite)).replace("{suite}", suite)
+        epilog = epilog.replace("{corpus_suite}", train_suite)
         sp = sub.add_parser(name, help=help_, description=help_, epilog=epilog,
                             formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
         add(sp)

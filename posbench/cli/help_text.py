@@ -6,8 +6,9 @@ from posbench.cli.sweep_cmds import SWEEP_EXAMPLES
 from posbench.run import suite as suitemod
 
 
-def run_examples(suite: str) -> str:
-    """The epilog of ``run``: examples on ``suite`` (``example_suite``), comments in one column."""
+def run_examples(suite: str, train_suite: str) -> str:
+    """The epilog of ``run``: examples on ``suite`` (``example_suite``) and, for training cases,
+    ``train_suite`` (``corpus_suite``), comments in one column."""
     lines = [
         (f"python bench.py --suite {suite}", "profile follows the device"),
         (f"python bench.py --suite {suite} --profile cpu --methods sinusoidal,alibi", ""),
@@ -17,7 +18,7 @@ def run_examples(suite: str) -> str:
         (f"python bench.py --suite {suite} --shard 0/2", "half the cases (machine 0 of 2)"),
         (f"python bench.py --suite {suite} --set nproc=2", "each case on 2 ranks via torchrun"),
         (f"torchrun --nproc_per_node 2 bench.py --suite {suite}", "every case on torchrun's 2 ranks"),
-    ] + [(c.format(suite=suite, train_suite=corpus_suite()), n) for c, n in SWEEP_EXAMPLES]
+    ] + [(c.format(suite=suite, train_suite=train_suite), n) for c, n in SWEEP_EXAMPLES]
     return "examples:\n" + "".join(f"  {cmd:<55} # {note}\n" if note else f"  {cmd}\n" for cmd, note in lines)
 
 
