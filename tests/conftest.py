@@ -9,6 +9,14 @@ import traceback
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Under pytest-xdist every worker runs beside the others: torch's default of one OpenMP thread per
+# core oversubscribes the machine, and OpenMP's spinning threads then wait on each other (a tiny
+# model's 60 training steps took 65-70 s with 2 threads against 7-12 s with 1 on a loaded 2-core
+# machine). One thread per worker, inherited by every process a test starts; set before torch is
+# imported so its thread pool is sized once. A test that is about threads sets its own.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Ctrl-C is part of what the runner tests (interrupt, then resume): a task sends SIGINT to its
 # runner. A shell without job control starts a background command (`make test &`, some CI agents)
 # with SIGINT ignored, every child inherits that, and Python then installs no KeyboardInterrupt
@@ -176,3 +184,21 @@ def _no_plugin_folder_outlives_its_test():
         file = getattr(task.module, "__file__", None)
         if name not in tasks and file and str(Path(file).resolve()).startswith(tmp):
             del registry._TASKS[name]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest modules first: `make test`'s two workers (``--dist loadscope``) take whole modules in
+    collection order, so a long module collected last runs alone at the end while the other worker
+    idles (a WikiText training module left one worker busy for minutes after the rest were done).
+    Modules that train on the real corpus go first, then those holding a ``slow`` test; the order
+    within each group is the collection's."""
+    def rank(item) -> int:
+        module = item.module.__name__ if item.module is not None else ""
+        return ranks.setdefault(module, 2)
+
+    ranks: dict[str, int] = {}
+    for item in items:
+        module = item.module.__name__ if item.module is not None else ""
+        here = 0 if "real_data_dir" in getattr(item, "fixturenames", ()) else 1 if item.get_closest_marker("slow") else 2
+        ranks[module] = min(ranks.get(module, 2), here)
+    items.sort(key=rank)
