@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """Entry point: ``python bench.py --suite efficiency`` (see ``python bench.py --help``)."""
+
 import sys
 
 from posbench.cli.app import main

@@ -11,6 +11,7 @@ numbers are this machine's at that moment: quote them with their spread, never a
 test. The efficiency suite (``bench.py --suite efficiency --profile cpu-long``) gives the same
 ratios with paired windows and bootstrap intervals; this is the quicker loop while editing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,15 +72,19 @@ def ratios(methods: list[str], seq_len: int, tokens: int, repeats: int, steps: i
         warm_up(s.run, compiled)
     times: dict[str, list[float]] = {m: [] for m in every}
     for r in range(repeats):
-        order = every[r % len(every):] + every[:r % len(every)]  # who goes first rotates
+        order = every[r % len(every) :] + every[: r % len(every)]  # who goes first rotates
         for m in order:
             times[m].append(steps_of[m].seconds(steps))
-    print(f"L {seq_len}, {tokens} tokens per step, {repeats} repeats of {steps} steps, one thread"
-          f"{', torch.compile' if compiled else ''}")
+    print(
+        f"L {seq_len}, {tokens} tokens per step, {repeats} repeats of {steps} steps, one thread"
+        f"{', torch.compile' if compiled else ''}"
+    )
     for m in every[1:]:
         per = [t / b for t, b in zip(times[m], times["nope"])]
-        print(f"  {m:12s} / nope: median {statistics.median(per):.3f} [{min(per):.3f}-{max(per):.3f}]"
-              f"  (nope {statistics.median(times['nope']) * 1e3:.0f} ms/step)")
+        print(
+            f"  {m:12s} / nope: median {statistics.median(per):.3f} [{min(per):.3f}-{max(per):.3f}]"
+            f"  (nope {statistics.median(times['nope']) * 1e3:.0f} ms/step)"
+        )
 
 
 def attention(seq_len: int, tokens: int, repeats: int, steps: int, compiled: bool = False) -> None:
@@ -102,8 +107,10 @@ def attention(seq_len: int, tokens: int, repeats: int, steps: int, compiled: boo
 
     if compiled:
         blocked, sdpa = torch.compile(blocked), torch.compile(sdpa)
-    variants = {"sdpa causal": lambda: sdpa(q, k, v, row).backward(dout),
-                "blocked, distance row": lambda: blocked(q, k, v, row).backward(dout)}
+    variants = {
+        "sdpa causal": lambda: sdpa(q, k, v, row).backward(dout),
+        "blocked, distance row": lambda: blocked(q, k, v, row).backward(dout),
+    }
     wall: dict[str, list[float]] = {m: [] for m in variants}
     cpu: dict[str, list[float]] = {m: [] for m in variants}
     for f in variants.values():
@@ -115,13 +122,14 @@ def attention(seq_len: int, tokens: int, repeats: int, steps: int, compiled: boo
                 f()
             wall[m].append((time.perf_counter() - t0) / steps)
             cpu[m].append((time.thread_time() - c0) / steps)
-    print(f"attention, L {seq_len}, batch {b}, {repeats} repeats of {steps}, one thread"
-          f"{', torch.compile' if compiled else ''}")
+    print(f"attention, L {seq_len}, batch {b}, {repeats} repeats of {steps}, one thread{', torch.compile' if compiled else ''}")
     for m in list(variants)[1:]:
         for what, t in (("wall", wall), ("cpu", cpu)):
             per = [x / y for x, y in zip(t[m], t["sdpa causal"])]
-            print(f"  {m:26s} / sdpa ({what}): median {statistics.median(per):.3f} [{min(per):.3f}-{max(per):.3f}]"
-                  f"  (sdpa {statistics.median(t['sdpa causal']) * 1e3:.1f} ms)")
+            print(
+                f"  {m:26s} / sdpa ({what}): median {statistics.median(per):.3f} [{min(per):.3f}-{max(per):.3f}]"
+                f"  (sdpa {statistics.median(t['sdpa causal']) * 1e3:.1f} ms)"
+            )
 
 
 def main(argv=None) -> None:
@@ -133,7 +141,9 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--steps", type=int, default=2, help="steps per timing (ratio), or profiled steps")
     ap.add_argument("--rows", type=int, default=25, help="operators the profile table shows")
-    ap.add_argument("--compile", action="store_true", help="through torch.compile: the model (profile, ratio) or both attentions (attention)")
+    ap.add_argument(
+        "--compile", action="store_true", help="through torch.compile: the model (profile, ratio) or both attentions (attention)"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     for seq_len in args.seq_len:

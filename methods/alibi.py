@@ -9,10 +9,11 @@ built in float32 and depends on the positions alone, so it is cached across forw
 collapses neighbouring distances onto one value) or "compute" (cast to the compute dtype, the
 way many libraries do), for the precision study.
 """
+
 import torch
 
-from posbench.core.alibi_math import alibi_bias, slopes_tensor
 from posbench.attention.bias import BiasForm, BiasMethod
+from posbench.core.alibi_math import alibi_bias, slopes_tensor
 from posbench.core.registry import register
 
 BIAS_DTYPES = ("float32", "compute")
@@ -41,5 +42,10 @@ class ALiBi(BiasMethod):
         """-m (p_i - p_j): a function of the distance, fixed (cached per positions and dtype); with
         bias_dtype "float32" exactly linear and float32 (with "compute" rounded on purpose)."""
         exact = self.bias_dtype == "float32"
-        return BiasForm(relative=True, cache_key=(self._out_dtype(dtype),),
-                        slopes=self.slopes if exact else None, slope_bound=self._max_slope, dtype=torch.float32 if exact else None)
+        return BiasForm(
+            relative=True,
+            cache_key=(self._out_dtype(dtype),),
+            slopes=self.slopes if exact else None,
+            slope_bound=self._max_slope,
+            dtype=torch.float32 if exact else None,
+        )

@@ -15,14 +15,15 @@ Option ``bias_dtype``: "float32" (default) adds the float32 bias to float32 scor
 rounds slope * distance to the input dtype inside the kernel before adding it, to study what a
 half-precision bias costs; the kernel's arithmetic is float32 in both cases.
 """
+
 from __future__ import annotations
 
 import torch
 
 from posbench.core.alibi_math import alibi_slopes
-from posbench.triton_kernels import FusedKernelMethod
 from posbench.core.method import ModelConfig
 from posbench.core.registry import register
+from posbench.triton_kernels import FusedKernelMethod
 
 BIAS_DTYPES = ("float32", "compute")
 
@@ -48,16 +49,23 @@ class AlibiTriton(FusedKernelMethod):
         return self._slopes[key]
 
     def attn_backend(self, device, dtype) -> str:
-        return "triton fused, bias in kernel (float32)" if self.bias_dtype == "float32" else \
-            f"triton fused, bias rounded to {str(dtype).removeprefix('torch.')}"
+        return (
+            "triton fused, bias in kernel (float32)"
+            if self.bias_dtype == "float32"
+            else f"triton fused, bias rounded to {str(dtype).removeprefix('torch.')}"
+        )
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         scale = state if state is not None else self._pos_scale(k_pos)
         from posbench.triton_kernels.alibi_attention import alibi_attention
 
         return alibi_attention(  # (B, H, Tq, hd)
-            q, k, v, self._slopes_on(q.device),
-            pos_scale=scale, bias_dtype=self.bias_dtype,
+            q,
+            k,
+            v,
+            self._slopes_on(q.device),
+            pos_scale=scale,
+            bias_dtype=self.bias_dtype,
         )
 
     def extra_repr(self) -> str:

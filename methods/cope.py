@@ -15,6 +15,7 @@ the heads, zero at start (the paper's). Positions are not read, so interpolated 
 nothing; decoding recomputes the gates of the cached keys with the new query (no extra cache).
 Attention is the explicit float32 path: p_ij needs the (B, H, Tq, Tk) gates.
 """
+
 import math
 
 import torch

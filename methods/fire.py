@@ -19,13 +19,14 @@ attention forms it tile by tile with no (H, L, L) tensor (docs/attention-plans.m
 The MLP's weights are plain parameters drawn like ``nn.Linear``'s default (the model re-draws every
 ``nn.Linear`` at std 0.02, which would start the bias at ~1e-4).
 """
+
 import math
 
 import torch
 from torch import nn
 
-from posbench.attention.piecewise import RatioPieces, relu_mlp_pieces
 from posbench.attention.bias import BiasForm, BiasMethod
+from posbench.attention.piecewise import RatioPieces, relu_mlp_pieces
 from posbench.core.registry import register
 
 

@@ -24,6 +24,7 @@ the gates of its G = H / Hkv query heads), and attend takes F = cumsum over ever
 left out (log f_0 := 0): it cancels, and a bias that never reads a later token keeps causality exact.
 Positions are not read at all, so interpolated positions change nothing.
 """
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -75,7 +76,7 @@ def fox_reference(q, k, v, log_f) -> torch.Tensor:
     tq, tk = q.shape[-2], k.shape[-2]
     big_f = log_f.double().cumsum(-1)  # (B, H, Tk)
     scores = q.double() @ k.double().transpose(-1, -2) / q.shape[-1] ** 0.5
-    scores = scores + big_f[..., tk - tq:, None] - big_f[..., None, :]
+    scores = scores + big_f[..., tk - tq :, None] - big_f[..., None, :]
     i = torch.arange(tq)[:, None] + tk - tq
     scores = scores.masked_fill(torch.arange(tk)[None, :] > i, float("-inf"))
     return (scores.softmax(-1) @ v.double()).to(q.dtype)
@@ -89,7 +90,7 @@ def _key_column(q, k, v, big_f):
 def _gate_bias(q, k, v, big_f, window=None):
     """Attention with the masked bias F_i - F_j (B, H, Tq, Tk) float32."""
     tq, tk = q.shape[-2], k.shape[-2]
-    bias = big_f[..., tk - tq:, None] - big_f[..., None, :]  # unmasked
+    bias = big_f[..., tk - tq :, None] - big_f[..., None, :]  # unmasked
     return causal_attention(q, k, v, bias, window=window)
 
 
@@ -97,6 +98,7 @@ def _either_path(fits, q, k, v, big_f):
     """torch.cond: the key column where ``fits`` (a bool tensor), else the bias. Its operands must
     not alias (q and v are views of one projection), and both branches must give their output and
     gradients in one layout."""
+
     def branch(attend):
         return lambda *a: _by_rows(attend(*map(_DenseGrad.apply, a)))
 

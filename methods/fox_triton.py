@@ -10,6 +10,7 @@ al. 2022) adds -F_j, one float32 per key and head read with each key tile, and i
 returns d(-F_j) = sum_i dScore_ij, through which the gates get their gradients. Positions are not
 read, so interpolation changes nothing. Design and limits: docs/kernels.md.
 """
+
 from __future__ import annotations
 
 from posbench.core import discovery

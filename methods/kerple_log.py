@@ -14,6 +14,7 @@ as with the authors' in-place clamp of the parameter data). Initialisation ``r1 
 |i - j| is cached per positions tensor; the bias (a function of the distance) is built once per
 forward and shared by every layer.
 """
+
 import torch
 from torch import nn
 
@@ -42,7 +43,9 @@ class KerpleLog(BiasMethod):
 
     def _distance(self, q_pos, k_pos) -> torch.Tensor:
         """|i - j| (Tq, Tk) float32, cached per positions tensors."""
-        return self._cache.get((q_pos, k_pos), lambda: (q_pos.to(torch.float32)[:, None] - k_pos.to(torch.float32)[None, :]).abs())
+        return self._cache.get(
+            (q_pos, k_pos), lambda: (q_pos.to(torch.float32)[:, None] - k_pos.to(torch.float32)[None, :]).abs()
+        )
 
     def bias(self, q_pos, k_pos, dtype=torch.float32) -> torch.Tensor:
         """(H, Tq, Tk) -r1 log(1 + r2 |i - j|) in ``dtype``, unmasked."""

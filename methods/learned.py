@@ -14,6 +14,7 @@ Float positions (interpolation) read the two neighbouring rows, linearly interpo
 E(p) = (1 - f) E[floor p] + f E[floor p + 1], f = p - floor p, so interpolated positions stay
 within the rows training used.
 """
+
 import torch
 from torch import nn
 
@@ -48,8 +49,10 @@ class Learned(PositionMethod):
                 # One host read per new positions tensor, not per step or layer.
                 top = float(pos.max())
                 if top > last:
-                    raise ValueError(f"learned: position {top:g} is beyond the table of {self.max_positions} "
-                                     f"positions; allowed: positions < {self.max_positions}, or beyond='clamp'")
+                    raise ValueError(
+                        f"learned: position {top:g} is beyond the table of {self.max_positions} "
+                        f"positions; allowed: positions < {self.max_positions}, or beyond='clamp'"
+                    )
             if not pos.is_floating_point():
                 return pos.clamp(max=last), None, None
             p = pos.to(torch.float32).clamp(min=0, max=last)

@@ -4,6 +4,7 @@ A causal decoder can still infer order from the mask (Haviv et al. 2022, "Transf
 Models without Positional Encodings Still Learn Positional Information"). This file is the whole
 plugin: subclass ``PositionMethod``, set ``name``, override ``embed`` and/or ``attend``.
 """
+
 from posbench.core.method import PositionMethod
 from posbench.core.registry import register
 

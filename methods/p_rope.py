@@ -7,6 +7,7 @@ rest have theta_i = 0, so they carry no position (NoPE channels free for semanti
 Options: ``fraction`` p (default 0.75, one of the paper's settings; 1.0 is rotary, 0.0 is NoPE)
 and ``base`` (10000). Everything else (tables, caching, fused rotation) is the ``rotary`` method's.
 """
+
 import torch
 
 from posbench.core import discovery

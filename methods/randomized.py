@@ -21,6 +21,7 @@ reference draws in every forward, training or not). It is for scoring with full 
 (teacher-forced exact match, perplexity windows): a decoding step through a KV cache would read
 positions of another draw, so it is refused with one line.
 """
+
 from typing import Any, NamedTuple
 
 import torch
@@ -52,8 +53,7 @@ class Randomized(PositionMethod):
         if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
             raise ValueError(f"randomized: max_len must be a positive integer, got {max_len!r}")
         if eval_positions not in EVAL_POSITIONS:
-            raise ValueError(f"randomized: eval_positions must be one of {', '.join(EVAL_POSITIONS)}, "
-                             f"got {eval_positions!r}")
+            raise ValueError(f"randomized: eval_positions must be one of {', '.join(EVAL_POSITIONS)}, got {eval_positions!r}")
         self.base, self.max_len, self.eval_positions = base, max_len, eval_positions
         self.inner = discovery.get(base)(cfg)
 
@@ -61,15 +61,19 @@ class Randomized(PositionMethod):
         """(length,) int64: an ordered random subset of [0, max_len)."""
         if length > self.max_len:
             what = "a training" if self.training else "an evaluated"
-            raise ValueError(f"randomized: {what} sequence of {length} tokens is longer than max_len "
-                             f"{self.max_len}; allowed: max_len >= the longest sequence drawn for")
+            raise ValueError(
+                f"randomized: {what} sequence of {length} tokens is longer than max_len "
+                f"{self.max_len}; allowed: max_len >= the longest sequence drawn for"
+            )
         return torch.randperm(self.max_len, device=device)[:length].sort().values
 
     def prepare(self, q_pos, k_pos, dtype) -> Drawn:
         draws = self.training or self.eval_positions == "sampled"
         if draws and k_pos.shape != q_pos.shape and not self.training:
-            raise ValueError("randomized: eval_positions 'sampled' draws the positions of each full forward; "
-                             "decoding through a KV cache needs eval_positions 'given'")
+            raise ValueError(
+                "randomized: eval_positions 'sampled' draws the positions of each full forward; "
+                "decoding through a KV cache needs eval_positions 'given'"
+            )
         if not draws or k_pos.shape != q_pos.shape:  # evaluation at the given positions, or a KV cache
             return Drawn(None, self.inner.prepare(q_pos, k_pos, dtype))
         # One draw serves embed and every layer of this training forward.

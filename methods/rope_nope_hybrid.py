@@ -8,6 +8,7 @@ Layers 0 .. n-1: layer l uses no position information (plain causal attention, a
 NoPE layers see order only through the causal mask (Haviv et al. 2022); with fewer than k layers
 the model is plain rotary.
 """
+
 from posbench.core import discovery
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.registry import register

@@ -37,6 +37,7 @@ Registered rows: ``rotary_pi``, ``rotary_ntk`` (static factor 8, bloc97's zero-s
 (``scaled_inv_freq`` is the one hook a scaling overrides). Do not combine them with the
 extrapolation task's ``interpolate`` (positions already scaled).
 """
+
 import math
 from typing import NamedTuple
 
@@ -66,9 +67,17 @@ class Rotary(PositionMethod):
     scalings = ("none", "pi", "ntk", "dynamic_ntk", "yarn")
     length_dependent = ("dynamic_ntk",)
 
-    def __init__(self, cfg, base: float = 10000.0, scaling: str = "none", factor: float | None = None,
-                 train_len: int | None = None, yarn_alpha: float = 1.0, yarn_beta: float = 32.0,
-                 yarn_ramp: str = "index"):
+    def __init__(
+        self,
+        cfg,
+        base: float = 10000.0,
+        scaling: str = "none",
+        factor: float | None = None,
+        train_len: int | None = None,
+        yarn_alpha: float = 1.0,
+        yarn_beta: float = 32.0,
+        yarn_ramp: str = "index",
+    ):
         super().__init__(cfg)
         hd = cfg.head_dim
         if hd % 2:
@@ -180,8 +189,10 @@ class Rotary(PositionMethod):
 
     def need_train_len(self, s: float, L_train: int) -> None:
         if s > 1.0 and not L_train:
-            raise ValueError(f"{self.name}: scaling {self.scaling!r} needs L_train for its ramp; allowed: set "
-                             "train_len, or train the model first")
+            raise ValueError(
+                f"{self.name}: scaling {self.scaling!r} needs L_train for its ramp; allowed: set "
+                "train_len, or train the model first"
+            )
 
     def frequencies(self, length: int) -> tuple[torch.Tensor, float]:
         """(theta' (hd/2,) float64, attention factor) this method rotates by when it evaluates
@@ -195,6 +206,7 @@ class Rotary(PositionMethod):
     def _scaled_cos_sin(self, pos: torch.Tensor, k_pos: torch.Tensor, dtype):
         """cos, sin (T, hd/2) of the scaled angles at ``pos``, with the factor for a model whose
         keys are at ``k_pos`` (dynamic scaling: the length so far)."""
+
         def build():
             s, L_train = self.scale_factor(k_pos)
             theta, mscale = self.scaled_inv_freq(s, L_train, self.eval_length(k_pos))
@@ -241,10 +253,14 @@ class Rotary(PositionMethod):
 
 
 YARN_RAMPS = ("index", "ratio")
-LENGTH_MESSAGE = ("compiled scaled rotary evaluation takes key positions as 0 .. L-1 (the model's own); allowed: "
-                  "those positions, or an eager model")
-TRAINED_LEN_MESSAGE = ("compiled scaled rotary: trained_len changed after the model entered eval mode; allowed: "
-                       "call model.eval() again after changing it")
+LENGTH_MESSAGE = (
+    "compiled scaled rotary evaluation takes key positions as 0 .. L-1 (the model's own); allowed: "
+    "those positions, or an eager model"
+)
+TRAINED_LEN_MESSAGE = (
+    "compiled scaled rotary: trained_len changed after the model entered eval mode; allowed: "
+    "call model.eval() again after changing it"
+)
 
 
 def yarn_keep(theta: torch.Tensor, base: float, L_train: int, alpha: float, beta: float, ramp: str) -> torch.Tensor:
@@ -275,8 +291,10 @@ SCALINGS = Rotary.scalings
 
 def _check_scaling(name, scalings, scaling, factor, train_len) -> None:
     if scaling not in scalings:
-        raise ValueError(f"{name}: scaling must be one of {', '.join(scalings)}, got {scaling!r} (Llama 3.1's and "
-                         "LongRoPE's scalings are the methods rotary_llama3 and rotary_longrope)")
+        raise ValueError(
+            f"{name}: scaling must be one of {', '.join(scalings)}, got {scaling!r} (Llama 3.1's and "
+            "LongRoPE's scalings are the methods rotary_llama3 and rotary_longrope)"
+        )
     if factor is not None and not (isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor >= 1):
         raise ValueError(f"{name}: factor must be a number >= 1 or null (per evaluation length), got {factor!r}")
     if train_len is not None and not (isinstance(train_len, int) and not isinstance(train_len, bool) and train_len >= 1):
@@ -287,8 +305,10 @@ def _check_yarn(yarn_alpha, yarn_beta, yarn_ramp) -> None:
     if not 0 < yarn_alpha < yarn_beta:
         raise ValueError(f"rotary: need 0 < yarn_alpha < yarn_beta, got {yarn_alpha!r} and {yarn_beta!r}")
     if yarn_ramp not in YARN_RAMPS:
-        raise ValueError(f"rotary: yarn_ramp must be one of {', '.join(YARN_RAMPS)} (the authors' code, the paper's "
-                         f"formula), got {yarn_ramp!r}")
+        raise ValueError(
+            f"rotary: yarn_ramp must be one of {', '.join(YARN_RAMPS)} (the authors' code, the paper's "
+            f"formula), got {yarn_ramp!r}"
+        )
 
 
 # The scaled rows: ``rotary`` with one scaling fixed (and, for ``rotary_ntk``, the factor's
@@ -308,8 +328,7 @@ def scaled_variant(name: str, fixed: dict) -> type[Rotary]:
     scaling, default_factor = fixed["scaling"], fixed["factor"]
 
     class ScaledRotary(Rotary):
-        def __init__(self, cfg, factor: float | None = default_factor, train_len: int | None = None,
-                     base: float = 10000.0):
+        def __init__(self, cfg, factor: float | None = default_factor, train_len: int | None = None, base: float = 10000.0):
             super().__init__(cfg, base=base, scaling=scaling, factor=factor, train_len=train_len)
 
     ScaledRotary.name = name

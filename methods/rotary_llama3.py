@@ -13,6 +13,7 @@ is ``rotary`` and at 8 x L_train its frequencies are Llama 3.1's (factor 8); ``f
 3.1's static form (it then needs L_train: ``train_len``, or a trained model). Evaluation mode only,
 like every scaled row (``methods/rotary.py``).
 """
+
 import math
 
 import torch
@@ -28,12 +29,20 @@ class RotaryLlama3(Rotary):
     name = "rotary_llama3"
     scalings = ("llama3",)
 
-    def __init__(self, cfg, factor: float | None = None, train_len: int | None = None, base: float = 10000.0,
-                 low_freq_factor: float = 1.0, high_freq_factor: float = 4.0):
+    def __init__(
+        self,
+        cfg,
+        factor: float | None = None,
+        train_len: int | None = None,
+        base: float = 10000.0,
+        low_freq_factor: float = 1.0,
+        high_freq_factor: float = 4.0,
+    ):
         ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low_freq_factor, high_freq_factor))
         if not (ok and 0 < low_freq_factor < high_freq_factor):
-            raise ValueError(f"rotary_llama3: need 0 < low_freq_factor < high_freq_factor, got {low_freq_factor!r} "
-                             f"and {high_freq_factor!r}")
+            raise ValueError(
+                f"rotary_llama3: need 0 < low_freq_factor < high_freq_factor, got {low_freq_factor!r} and {high_freq_factor!r}"
+            )
         super().__init__(cfg, base=base, scaling="llama3", factor=factor, train_len=train_len)
         self.low_freq_factor, self.high_freq_factor = float(low_freq_factor), float(high_freq_factor)
 
@@ -49,5 +58,7 @@ class RotaryLlama3(Rotary):
         return (1 - keep) * theta / s + keep * theta, 1.0
 
     def extra_repr(self) -> str:
-        return (f"name={self.name!r}, factor={self.factor}, low_freq_factor={self.low_freq_factor}, "
-                f"high_freq_factor={self.high_freq_factor}")
+        return (
+            f"name={self.name!r}, factor={self.factor}, low_freq_factor={self.low_freq_factor}, "
+            f"high_freq_factor={self.high_freq_factor}"
+        )

@@ -14,6 +14,7 @@ config. posbench's defaults are not searched factors: ``short_factor`` null is a
 highest frequency, s for the lowest; NTK is one of the starting points of LongRoPE's search).
 Give both vectors (hd/2 numbers each; Phi-3's for its head dim) for the method itself.
 """
+
 import math
 
 import torch
@@ -28,11 +29,16 @@ def _vector(what: str, value, pairs: int) -> list[float] | None:
     """The option as a list of ``pairs`` positive numbers (None stays None), else one line."""
     if value is None:
         return None
-    ok = isinstance(value, (list, tuple)) and len(value) == pairs and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in value)
+    ok = (
+        isinstance(value, (list, tuple))
+        and len(value) == pairs
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in value)
+    )
     if not ok:
-        raise ValueError(f"rotary_longrope: {what} must be a list of {pairs} positive numbers (one per channel pair "
-                         f"of head_dim {2 * pairs}) or null, got {value!r}")
+        raise ValueError(
+            f"rotary_longrope: {what} must be a list of {pairs} positive numbers (one per channel pair "
+            f"of head_dim {2 * pairs}) or null, got {value!r}"
+        )
     return [float(v) for v in value]
 
 
@@ -42,8 +48,15 @@ class RotaryLongRope(Rotary):
     scalings = ("longrope",)
     length_dependent = ("longrope",)  # short or long factors: by the evaluation length
 
-    def __init__(self, cfg, factor: float | None = None, train_len: int | None = None, base: float = 10000.0,
-                 short_factor: list[float] | None = None, long_factor: list[float] | None = None):
+    def __init__(
+        self,
+        cfg,
+        factor: float | None = None,
+        train_len: int | None = None,
+        base: float = 10000.0,
+        short_factor: list[float] | None = None,
+        long_factor: list[float] | None = None,
+    ):
         pairs = cfg.head_dim // 2
         short, long = _vector("short_factor", short_factor, pairs), _vector("long_factor", long_factor, pairs)
         super().__init__(cfg, base=base, scaling="longrope", factor=factor, train_len=train_len)

@@ -14,6 +14,7 @@ are those of NeMo's ``SandwichRelativePositionEmbedding``, the public implementa
 paper's Megatron code; ``dim`` sets d'. A function of the distance alone, float32, fixed: cached
 across forwards like ALiBi's, and attention takes the distance-row plan on a CPU (no L x L bias).
 """
+
 import torch
 
 from posbench.attention.bias import BiasForm, BiasMethod

@@ -4,6 +4,7 @@ PE(p, 2i) = sin(p / 10000^(2i/d)), PE(p, 2i+1) = cos(p / 10000^(2i/d)), added to
 embeddings at the bottom of the network. Computed from the positions on every call, so it works
 at any position (and at fractional ones, for interpolation) with no table to outgrow.
 """
+
 import torch
 
 from posbench.core.method import PositionMethod

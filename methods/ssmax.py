@@ -15,6 +15,7 @@ query by s log n"), METHOD+ssmax multiplies each query q_i by s_{l,h} log(n_i) a
 (For cope, the scaled query also enters its gates.) ``s_init`` (default 0.43, the value of the
 paper's Figure 1) is every s at start. The composed method takes METHOD's options and ``s_init``.
 """
+
 import inspect
 import math
 
@@ -56,8 +57,7 @@ class ScalableSoftmax:
         __init__.__signature__ = base_init.replace(parameters=params + [s_param])
 
         def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
-            scale = self.ssmax_s[layer].float()[:, None] * log_key_counts(q.shape[-2], k.shape[-2], q.device,
-                                                                             self.window(layer))
+            scale = self.ssmax_s[layer].float()[:, None] * log_key_counts(q.shape[-2], k.shape[-2], q.device, self.window(layer))
             q = q * scale.to(q.dtype)[None, :, :, None]  # (B, H, Tq, hd) * (1, H, Tq, 1)
             if attend_takes_state:
                 return base.attend(self, q, k, v, q_pos, k_pos, layer, state)
@@ -66,6 +66,12 @@ class ScalableSoftmax:
         def attn_backend(self, device, dtype) -> str:
             return base.attn_backend(self, device, dtype) + " + ssmax query scale"
 
-        body = {"name": f"{base.name}+ssmax", "__init__": __init__, "attend": attend, "attn_backend": attn_backend,
-                "__module__": base.__module__, "__doc__": f"{base.name} with Scalable-Softmax (methods/ssmax.py)."}
+        body = {
+            "name": f"{base.name}+ssmax",
+            "__init__": __init__,
+            "attend": attend,
+            "attn_backend": attn_backend,
+            "__module__": base.__module__,
+            "__doc__": f"{base.name} with Scalable-Softmax (methods/ssmax.py).",
+        }
         return type(f"{base.__name__}SSMax", (base,), body)

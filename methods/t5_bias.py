@@ -12,6 +12,7 @@ every layer shares it (the table's gradient is computed once per backward). The 
 transposed (H, buckets) table with ``index_select``, which gives the (H, Tq, Tk) layout directly
 and a fast backward on a CPU; future keys read an extra row of -inf (the mask at no cost).
 """
+
 import math
 
 import torch
@@ -28,9 +29,10 @@ def relative_position_bucket(distance: torch.Tensor, num_buckets: int = 32, max_
     max_exact = num_buckets // 2
     # log-spaced buckets between max_exact and max_distance; clamp(min=1) only guards log(0),
     # those entries take the exact branch anyway.
-    large = max_exact + (
-        torch.log(n.clamp(min=1).float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
-    ).long()
+    large = (
+        max_exact
+        + (torch.log(n.clamp(min=1).float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)).long()
+    )
     large = large.clamp(max=num_buckets - 1)
     return torch.where(n < max_exact, n, large)
 

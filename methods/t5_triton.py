@@ -14,12 +14,13 @@ distance is the index distance. Float positions (interpolation) give the factor
 shared by all layers); the kernel floors factor * index distance, as
 ``t5_bias`` floors the float distance (equal for power-of-two factors such as 0.25).
 """
+
 from __future__ import annotations
 
 from torch import nn
 
-from posbench.triton_kernels import FusedKernelMethod
 from posbench.core.registry import register
+from posbench.triton_kernels import FusedKernelMethod
 
 
 @register
@@ -42,8 +43,13 @@ class T5Triton(FusedKernelMethod):
         from posbench.triton_kernels.t5_attention import t5_attention
 
         return t5_attention(  # (B, H, Tq, hd)
-            q, k, v, self.table.weight, pos_scale=scale,
-            num_buckets=self.num_buckets, max_distance=self.max_distance,
+            q,
+            k,
+            v,
+            self.table.weight,
+            pos_scale=scale,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
         )
 
     def extra_repr(self) -> str:

@@ -25,6 +25,7 @@ $GITHUB_OUTPUT (and decide its line to $GITHUB_STEP_SUMMARY) when those are set.
 line on stderr and exit status 2. locate and decide read run folders through posbench's own
 reader, so they run with the project's Python (the venv); venv-dir and pick need only Python.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,6 +71,7 @@ def _summary(line: str) -> None:
 
 # -- venv-dir ------------------------------------------------------------------------------------
 
+
 def makefile_torch_spec(makefile: Path) -> str:
     """The Makefile's default ``TORCH_SPEC ?= ...``: what ``make`` installs when none is given."""
     found = re.search(r"^TORCH_SPEC\s*\?=\s*(\S+)\s*$", makefile.read_text(encoding="utf-8"), flags=re.M)
@@ -81,8 +83,10 @@ def makefile_torch_spec(makefile: Path) -> str:
 def torch_spec(given: str | None, makefile: Path) -> str:
     spec = (given or "").strip() or makefile_torch_spec(makefile)
     if not SPEC.fullmatch(spec):
-        raise Bad(f"TORCH_SPEC {spec!r} is not a torch requirement; allowed: torch followed by versions, "
-                  "e.g. torch==2.13.0 or torch>=2.13,<2.15 (no spaces or quotes)")
+        raise Bad(
+            f"TORCH_SPEC {spec!r} is not a torch requirement; allowed: torch followed by versions, "
+            "e.g. torch==2.13.0 or torch>=2.13,<2.15 (no spaces or quotes)"
+        )
     return spec
 
 
@@ -102,17 +106,28 @@ def venv_dir(root: Path, spec: str, pyproject: Path, workspace: str, prune_days:
     now = time.time() if now is None else now
     pruned = []
     for other in sorted(root.iterdir()):
-        if other != chosen and VENV_NAME.fullmatch(other.name) and other.is_dir() and not other.is_symlink() \
-                and now - other.stat().st_mtime > prune_days * 86400:
+        if (
+            other != chosen
+            and VENV_NAME.fullmatch(other.name)
+            and other.is_dir()
+            and not other.is_symlink()
+            and now - other.stat().st_mtime > prune_days * 86400
+        ):
             shutil.rmtree(other)
             pruned.append(other.name)
     if chosen.is_dir():
         os.utime(chosen)  # in use: not pruned by the next run on another spec
-    return {"dir": str(chosen), "torch_spec": spec, "key": key, "reused": str(chosen.is_dir()).lower(),
-            "pruned": " ".join(pruned)}
+    return {
+        "dir": str(chosen),
+        "torch_spec": spec,
+        "key": key,
+        "reused": str(chosen.is_dir()).lower(),
+        "pruned": " ".join(pruned),
+    }
 
 
 # -- locate --------------------------------------------------------------------------------------
+
 
 def _posbench():
     """posbench's run-folder reader, from this checkout (not whichever posbench is installed)."""
@@ -126,9 +141,16 @@ def _posbench():
     from posbench.store.meta import read_env, read_run_meta
     from posbench.store.run_rows import CASES_FILE, case_rows, read_run_rows
 
-    rows = SimpleNamespace(find_run_dirs=find_run_dirs, gpu_name=gpu_name, CASES_FILE=CASES_FILE,
-                           read_run_meta=read_run_meta, read_env=read_env, case_rows=case_rows,
-                           read_run_rows=read_run_rows, FAILED_STATUSES=FAILED_STATUSES)
+    rows = SimpleNamespace(
+        find_run_dirs=find_run_dirs,
+        gpu_name=gpu_name,
+        CASES_FILE=CASES_FILE,
+        read_run_meta=read_run_meta,
+        read_env=read_env,
+        case_rows=case_rows,
+        read_run_rows=read_run_rows,
+        FAILED_STATUSES=FAILED_STATUSES,
+    )
     return rows, bounds
 
 
@@ -147,10 +169,8 @@ def locate(folder: Path) -> dict:
         raise Bad(str(exc)) from None
     model = rows.gpu_name(env)
     if not model:
-        raise Bad(f"{run}/env.json names no GPU model (NVML's or torch's); a GPU run is matched to its "
-                  "baseline by it")
-    return {"run_dir": str(run), "suite": meta.suite if meta else run.parent.name, "gpu_model": model,
-            "gpu_slug": slug(model)}
+        raise Bad(f"{run}/env.json names no GPU model (NVML's or torch's); a GPU run is matched to its baseline by it")
+    return {"run_dir": str(run), "suite": meta.suite if meta else run.parent.name, "gpu_model": model, "gpu_slug": slug(model)}
 
 
 def failed_cases(run: Path) -> dict[str, int]:
@@ -166,6 +186,7 @@ def failed_cases(run: Path) -> dict[str, int]:
 
 
 # -- pick ----------------------------------------------------------------------------------------
+
 
 def _json_values(text: str) -> list:
     """Every JSON value in ``text``: one document, or one per line as ``gh api --jq`` prints them."""
@@ -197,16 +218,28 @@ def _artifacts(text: str) -> list[dict]:
 def pick(listing: str, name: str) -> dict | None:
     """The baseline artifact: the newest unexpired one named exactly ``name`` (GitHub's listing
     filters by name, but a hand-made listing may hold others), or None."""
-    found = [a for a in _artifacts(listing) if a.get("name") == name and not a.get("expired")
-             and isinstance(a.get("workflow_run"), dict) and a["workflow_run"].get("id")]
+    found = [
+        a
+        for a in _artifacts(listing)
+        if a.get("name") == name
+        and not a.get("expired")
+        and isinstance(a.get("workflow_run"), dict)
+        and a["workflow_run"].get("id")
+    ]
     if not found:
         return None
     best = max(found, key=lambda a: (str(a.get("created_at") or ""), int(a.get("id") or 0)))
-    return {"name": name, "artifact_id": str(best.get("id", "")), "run_id": str(best["workflow_run"]["id"]),
-            "created_at": str(best.get("created_at") or ""), "commit": str(best["workflow_run"].get("head_sha") or "")}
+    return {
+        "name": name,
+        "artifact_id": str(best.get("id", "")),
+        "run_id": str(best["workflow_run"]["id"]),
+        "created_at": str(best.get("created_at") or ""),
+        "commit": str(best["workflow_run"].get("head_sha") or ""),
+    }
 
 
 # -- decide --------------------------------------------------------------------------------------
+
 
 def read_baseline(folder: Path) -> dict | None:
     """The baseline's record (``baseline.json``), or None when no baseline was downloaded (no
@@ -222,8 +255,9 @@ def read_baseline(folder: Path) -> dict | None:
         raise Bad(f"{path}: {exc}") from None
     if record is None:
         raise Bad(f"{path}: missing; a baseline artifact holds its record beside results/")
-    if not isinstance(record, dict) or not all(isinstance(record.get(k), str) and record[k]
-                                               for k in ("suite", "gpu_model", "run_id")):
+    if not isinstance(record, dict) or not all(
+        isinstance(record.get(k), str) and record[k] for k in ("suite", "gpu_model", "run_id")
+    ):
         raise Bad(f"{path}: expected an object with suite, gpu_model and run_id (strings)")
     return record
 
@@ -241,64 +275,101 @@ def decide(new_dir: Path, baseline_dir: Path, accept: bool, stage: Path, run: di
     this = f"run {run['run_id']} (commit {run['commit'][:10]})"
     if base is not None and not accept:
         if base["suite"] != new["suite"]:
-            raise Bad(f"the baseline is of suite {base['suite']}, this run of {new['suite']}; "
-                      "a baseline is per suite and GPU model")
+            raise Bad(
+                f"the baseline is of suite {base['suite']}, this run of {new['suite']}; a baseline is per suite and GPU model"
+            )
         if base["gpu_model"] != new["gpu_model"]:
-            raise Bad(f"the baseline ran on {base['gpu_model']}, this run on {new['gpu_model']}: the GPU models "
-                      "differ; a baseline is per suite and GPU model (accept_baseline replaces it)")
+            raise Bad(
+                f"the baseline ran on {base['gpu_model']}, this run on {new['gpu_model']}: the GPU models "
+                "differ; a baseline is per suite and GPU model (accept_baseline replaces it)"
+            )
     if stage.exists():
         raise Bad(f"{stage}: already exists; the staged baseline needs a new folder")
     failed = failed_cases(Path(new["run_dir"]))
-    out = {"staged": "true", "base": str(baseline_dir / "results"), "fail_on_regression": "false",
-           "failed_cases": str(sum(failed.values()))}
-    holes = (f"{this} has {sum(failed.values())} failed case(s) ({', '.join(f'{n} {s}' for s, n in failed.items())})"
-             if failed else "")
+    out = {
+        "staged": "true",
+        "base": str(baseline_dir / "results"),
+        "fail_on_regression": "false",
+        "failed_cases": str(sum(failed.values())),
+    }
+    holes = (
+        f"{this} has {sum(failed.values())} failed case(s) ({', '.join(f'{n} {s}' for s, n in failed.items())})" if failed else ""
+    )
     if base is not None and not accept:
         shutil.copytree(baseline_dir, stage, symlinks=True)  # re-published as it is: fresh retention
-        line = (f"Baseline for {where}: run {base['run_id']} (commit {base.get('commit', '')[:10]}, "
-                f"{base.get('how', '')}). A regression beyond the threshold fails this job; to accept this run "
-                "as the new baseline, run the workflow by hand with accept_baseline."
-                + (f" This {holes}: this job fails." if failed else ""))
+        line = (
+            f"Baseline for {where}: run {base['run_id']} (commit {base.get('commit', '')[:10]}, "
+            f"{base.get('how', '')}). A regression beyond the threshold fails this job; to accept this run "
+            "as the new baseline, run the workflow by hand with accept_baseline."
+            + (f" This {holes}: this job fails." if failed else "")
+        )
         return dict(out, mode="compare", compare="true", fail_on_regression="true", summary=line)
     if failed:  # never a baseline: the old one (if any) goes on, judged against as usual
         comparable = base is not None and base["gpu_model"] == new["gpu_model"] and base["suite"] == new["suite"]
         if base is not None:
             shutil.copytree(baseline_dir, stage, symlinks=True)
-        kept = (f"The baseline for {where} stays run {base['run_id']}." if base is not None
-                else f"No baseline for {where} is published until a run without failed cases.")
-        line = (f"Not made the baseline: {holes}. {kept} This job fails; fix the cases (or re-run them "
-                "with bench.py --retry-failed) and run the workflow again.")
-        return dict(out, mode="refused", staged=str(base is not None).lower(), compare=str(comparable).lower(),
-                    fail_on_regression=str(comparable).lower(), summary=line)
+        kept = (
+            f"The baseline for {where} stays run {base['run_id']}."
+            if base is not None
+            else f"No baseline for {where} is published until a run without failed cases."
+        )
+        line = (
+            f"Not made the baseline: {holes}. {kept} This job fails; fix the cases (or re-run them "
+            "with bench.py --retry-failed) and run the workflow again."
+        )
+        return dict(
+            out,
+            mode="refused",
+            staged=str(base is not None).lower(),
+            compare=str(comparable).lower(),
+            fail_on_regression=str(comparable).lower(),
+            summary=line,
+        )
     run_dir = Path(new["run_dir"])
     # Checkpoints are no part of a baseline (compare reads rows; a model is gigabytes).
-    shutil.copytree(run_dir, stage / "results" / new["suite"] / run_dir.name, symlinks=True,
-                    ignore=shutil.ignore_patterns(CHECKPOINTS))
-    how = (f"accepted by {run['actor']} (accept_baseline)" if accept else
-           "the first run on this GPU model, or the earlier baseline expired")
-    record = {"format": 1, "suite": new["suite"], "gpu_model": new["gpu_model"], "gpu_slug": new["gpu_slug"],
-              "run_id": run["run_id"], "run_url": run["run_url"], "commit": run["commit"], "how": how,
-              "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    shutil.copytree(
+        run_dir, stage / "results" / new["suite"] / run_dir.name, symlinks=True, ignore=shutil.ignore_patterns(CHECKPOINTS)
+    )
+    how = (
+        f"accepted by {run['actor']} (accept_baseline)"
+        if accept
+        else "the first run on this GPU model, or the earlier baseline expired"
+    )
+    record = {
+        "format": 1,
+        "suite": new["suite"],
+        "gpu_model": new["gpu_model"],
+        "gpu_slug": new["gpu_slug"],
+        "run_id": run["run_id"],
+        "run_url": run["run_url"],
+        "commit": run["commit"],
+        "how": how,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
     (stage / BASELINE_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     if not accept:
         line = f"No baseline for {where} yet (none stored, or it expired): {this} becomes it."
         return dict(out, mode="first", compare="false", summary=line)
     comparable = base is not None and base["gpu_model"] == new["gpu_model"] and base["suite"] == new["suite"]
-    line = (f"Accepted by {run['actor']}: {this} is the new baseline for {where}"
-            + (f"; the comparison with the old baseline (run {base['run_id']}) is shown, not judged." if comparable
-               else "."))
+    line = f"Accepted by {run['actor']}: {this} is the new baseline for {where}" + (
+        f"; the comparison with the old baseline (run {base['run_id']}) is shown, not judged." if comparable else "."
+    )
     return dict(out, mode="accept", compare=str(comparable).lower(), summary=line)
 
 
 # -- command line --------------------------------------------------------------------------------
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpu_baseline.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     v = sub.add_parser("venv-dir", help="the venv folder for this TORCH_SPEC, pyproject.toml and workspace")
     v.add_argument("--root", required=True, type=Path, help="folder outside the workspace holding the venvs")
-    v.add_argument("--torch-spec", default=os.environ.get("TORCH_SPEC", ""),
-                   help="pip requirement for torch (default: $TORCH_SPEC, else the Makefile's)")
+    v.add_argument(
+        "--torch-spec",
+        default=os.environ.get("TORCH_SPEC", ""),
+        help="pip requirement for torch (default: $TORCH_SPEC, else the Makefile's)",
+    )
     v.add_argument("--workspace", default=os.getcwd(), help="the checkout the editable install points at")
     v.add_argument("--pyproject", type=Path, default=ROOT / "pyproject.toml", help="the dependencies (default: ours)")
     v.add_argument("--prune-days", type=float, default=30.0, help="remove other venvs unused this long")
@@ -328,8 +399,9 @@ def main(argv: list[str] | None = None) -> int:
                 out = venv_dir(args.root, spec, args.pyproject, args.workspace, args.prune_days)
             except OSError as exc:
                 raise Bad(f"{exc.filename or args.root}: {exc.strerror or exc}") from None
-            line = (f"venv {out['dir']} for {spec} ({'reused' if out['reused'] == 'true' else 'new'})"
-                    + (f"; removed unused {out['pruned']}" if out["pruned"] else ""))
+            line = f"venv {out['dir']} for {spec} ({'reused' if out['reused'] == 'true' else 'new'})" + (
+                f"; removed unused {out['pruned']}" if out["pruned"] else ""
+            )
         elif args.command == "locate":
             out = locate(args.folder)
             line = f"run {out['run_dir']}: suite {out['suite']} on {out['gpu_model']} ({out['gpu_slug']})"
@@ -340,8 +412,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise Bad(f"{args.listing}: {exc.strerror or exc}") from None
             found = pick(listing, args.name)
             out = dict(found, found="true") if found else {"found": "false", "name": args.name}
-            line = (f"baseline {args.name}: artifact {found['artifact_id']} of run {found['run_id']} "
-                    f"({found['created_at']})" if found else f"no baseline named {args.name} (none yet, or expired)")
+            line = (
+                f"baseline {args.name}: artifact {found['artifact_id']} of run {found['run_id']} ({found['created_at']})"
+                if found
+                else f"no baseline named {args.name} (none yet, or expired)"
+            )
         else:
             run = {"run_id": args.run_id, "run_url": args.run_url, "commit": args.commit, "actor": args.actor}
             out = decide(args.new, args.baseline, args.accept == "true", args.stage, run)

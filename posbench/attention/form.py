@@ -3,6 +3,7 @@
 The plan that attends with the bias is chosen from it (``plans.choose_plan``); no field changes
 what is computed, only how: a method that declares nothing gets the plain plans.
 """
+
 from __future__ import annotations
 
 import math

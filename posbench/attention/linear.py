@@ -5,6 +5,7 @@ for every key of row i and cancels. Exact in exact arithmetic; in floating point
 rounded at the magnitude of m * L / 2, hence float32 and float64 only, and m * L at most
 ``LINEAR_SPAN`` (tests/attention/test_blocked_attention.py checks both bounds; docs/attention-plans.md).
 """
+
 from __future__ import annotations
 
 import math

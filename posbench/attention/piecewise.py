@@ -6,6 +6,7 @@ linear between its breakpoints (``relu_mlp_pieces``), so the pieces equal the ML
 read u = ``PAD`` and land in a piece 0 of slope 0 and intercept -inf. docs/attention-plans.md derives the
 tiles and their backward.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -67,21 +68,22 @@ class PiecewiseRatio:
         self.heads, self.width = a.shape[0], bp.shape[0]
         # (2H, W + 2): slopes over intercepts, piece 0 (the future keys: 0 x - inf) first; one
         # gather per tile reads both
-        self.ab = torch.cat([torch.cat([a.new_zeros(self.heads, 1), a], 1),
-                             torch.cat([b.new_full((self.heads, 1), float("-inf")), b], 1)]).contiguous()
+        self.ab = torch.cat(
+            [torch.cat([a.new_zeros(self.heads, 1), a], 1), torch.cat([b.new_full((self.heads, 1), float("-inf")), b], 1)]
+        ).contiguous()
 
     def _ends(self, r0: int, n: int, nk: int) -> torch.Tensor:
         """(n, W + 1) run ends of the reversed rows, non-increasing: [keys before the future,
         then per breakpoint the keys with u > t_k z]; piece p holds keys ends[p] <= j < ends[p-1]."""
         real = torch.arange(nk, nk - n, -1, device=self.below.device)[:, None]  # (n, 1): d_max + 1 = nk - i'
-        over = (real - self.below[r0:r0 + n].flip(0)).clamp_(min=0)  # (n, W)
+        over = (real - self.below[r0 : r0 + n].flip(0)).clamp_(min=0)  # (n, W)
         return torch.cat([real, over], 1)
 
     def _tile(self, r0: int, n: int, nk: int) -> tuple[torch.Tensor, tuple]:
         """(the tile, (x, ends, A[seg]): what its backward uses)."""
         start = self.tk - nk
-        u = self.padded[start:start + n + nk - 1].unfold(0, nk, 1)  # (n, nk), rows reversed: a view
-        x = u / self.z[r0:r0 + n].flip(0)[:, None]
+        u = self.padded[start : start + n + nk - 1].unfold(0, nk, 1)  # (n, nk), rows reversed: a view
+        x = u / self.z[r0 : r0 + n].flip(0)[:, None]
         ends = self._ends(r0, n, nk)
         # piece id of key j: how many run ends exceed j = (W + 1) - how many are <= j
         steps = torch.zeros(n, nk + 1, dtype=torch.int32, device=x.device)
@@ -107,10 +109,10 @@ class PiecewiseRatio:
         x, ends, a = saved
         g_row, g_z, g_ab = acc
         h = self.heads
-        du = (g * a).sum(0).div_(self.z[r0:r0 + n].flip(0)[:, None])  # (n, nk): dL/dx / z = dL/du
+        du = (g * a).sum(0).div_(self.z[r0 : r0 + n].flip(0)[:, None])  # (n, nk): dL/dx / z = dL/du
         start = self.tk - nk
-        g_row[start:start + n + nk - 1] += antidiagonal_sums(du[None])[0]
-        g_z[r0:r0 + n] -= (du * x).sum(-1).flip(0)  # dL/dz = -sum_j dL/dx x / z
+        g_row[start : start + n + nk - 1] += antidiagonal_sums(du[None])[0]
+        g_z[r0 : r0 + n] -= (du * x).sum(-1).flip(0)  # dL/dz = -sum_j dL/dx x / z
         # Per piece p >= 1: sum over keys ends[p] <= j < ends[p-1] = prefix(ends[p-1]) - prefix(ends[p]),
         # prefix(e) the sum over j < e, read from an inclusive cumulative sum at e - 1.
         ends = torch.cat([ends, ends.new_zeros(n, 1)], 1)  # (n, W + 2): the last piece ends at key 0

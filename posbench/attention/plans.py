@@ -5,6 +5,7 @@ A plan's ``name`` is what a row records as ``info.attn_backend``; ``attend(q, k,
 of a forward, so the window comes with each call). docs/attention-plans.md describes each plan and why it
 is chosen where it is.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,8 @@ from typing import ClassVar, Iterator, Protocol
 
 import torch
 
-from posbench.attention.blocked import BLOCK_ROWS, blocked_bias_attention, compute_dtype
 from posbench.attention import flex
+from posbench.attention.blocked import BLOCK_ROWS, blocked_bias_attention, compute_dtype
 from posbench.attention.cpu_flash import flash_here
 from posbench.attention.distance_op import distance_attention
 from posbench.attention.form import BiasForm
@@ -182,7 +183,7 @@ def position_tiles(plan: Plan, cdt: torch.dtype) -> tuple:
     q_pos, k_pos, source, dtype = plan.q_pos, plan.k_pos, plan.source, plan.dtype
 
     def tile(r0: int, n: int, nk: int) -> torch.Tensor:  # (..., n, nk), future keys -inf
-        return source.masked_bias(q_pos[r0:r0 + n], k_pos[:nk], dtype)
+        return source.masked_bias(q_pos[r0 : r0 + n], k_pos[:nk], dtype)
 
     params = tuple(p for p in source.parameters() if p.requires_grad) if torch.is_grad_enabled() else ()
     return BiasTiles(tile, params, cdt), params
@@ -196,9 +197,13 @@ class FlexPlan(Plan):
 
     @classmethod
     def label(cls, device, dtype, form, learned):
-        what = ("linear score_mod (no L x L)" if form.slopes is not None
-                else "distance-row score_mod (no L x L)" if form.relative
-                else "(H, L, L) bias score_mod")
+        what = (
+            "linear score_mod (no L x L)"
+            if form.slopes is not None
+            else "distance-row score_mod (no L x L)"
+            if form.relative
+            else "(H, L, L) bias score_mod"
+        )
         return "flex_attention, " + what + (" (learned)" if learned else "")
 
     def __init__(self, source, form, q_pos, k_pos, dtype):
@@ -237,8 +242,12 @@ def choose_plan(device, dtype: torch.dtype, form: BiasForm, q_pos: torch.Tensor,
     if torch.device(device).type != "cpu" or tq < BLOCKED_MIN_ROWS:
         return MaskedPlan
     consecutive = _consecutive(k_pos)
-    if (form.slopes is not None and dtype in (torch.float32, torch.float64) and tq == tk
-            and form.max_slope() * _span(k_pos, consecutive) <= LINEAR_SPAN):
+    if (
+        form.slopes is not None
+        and dtype in (torch.float32, torch.float64)
+        and tq == tk
+        and form.max_slope() * _span(k_pos, consecutive) <= LINEAR_SPAN
+    ):
         return LinearPlan
     if form.relative and consecutive:
         return DistancePlan
@@ -271,8 +280,10 @@ def learned(source: BiasSource) -> bool:
     return any(p.requires_grad for p in source.parameters())
 
 
-CONSECUTIVE_MESSAGE = (f"compiled bias attention with at least {BLOCKED_MIN_ROWS} queries on a CPU takes integer positions as "
-                       "consecutive (the model's default); allowed: p_0, p_0 + 1, ... or float positions")
+CONSECUTIVE_MESSAGE = (
+    f"compiled bias attention with at least {BLOCKED_MIN_ROWS} queries on a CPU takes integer positions as "
+    "consecutive (the model's default); allowed: p_0, p_0 + 1, ... or float positions"
+)
 
 
 def _span(k_pos: torch.Tensor, consecutive: bool) -> float:

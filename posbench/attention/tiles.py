@@ -6,6 +6,7 @@ accumulators), ``backward`` (adds one tile's gradient into them) and ``grads``. 
 state that backward changes: under torch.compile an autograd function may not mutate an object
 made outside it (dynamo breaks the graph there).
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,7 +25,7 @@ class DistanceRow:
         """(h, n, nk): the bias of query rows r0 .. r0+n (reversed) against keys 0 .. nk.
         Reversed row i', key j: distance nk - 1 - i' - j, i.e. ``row[Tk - nk + i' + j]``."""
         start = self.tk - nk  # unfold, not as_strided: a view torch.compile traces (no storage offset read)
-        return self.padded[:, start:start + n + nk - 1].unfold(1, nk, 1)
+        return self.padded[:, start : start + n + nk - 1].unfold(1, nk, 1)
 
     def backward_tile(self, r0: int, n: int, nk: int) -> tuple[torch.Tensor, None]:
         return self.tile(r0, n, nk), None  # backward reads the same view
@@ -37,7 +38,7 @@ class DistanceRow:
 
     def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor, saved, acc: list) -> None:
         start = self.tk - nk  # reversed row i', key j reads padded[start + i' + j]
-        acc[0][:, :n, start:start + nk] += dtile
+        acc[0][:, :n, start : start + nk] += dtile
 
     def grads(self, acc: list) -> tuple:
         # element (i', t) of the accumulator belongs to padded[t + i']: shift row i' by i'
@@ -54,7 +55,7 @@ class DenseBias:
         self.tq = bias.shape[1]
 
     def tile(self, r0: int, n: int, nk: int) -> torch.Tensor:
-        return self.rev[:, self.tq - r0 - n:self.tq - r0, :nk]  # rows r0+n-1 .. r0: a view
+        return self.rev[:, self.tq - r0 - n : self.tq - r0, :nk]  # rows r0+n-1 .. r0: a view
 
     def backward_tile(self, r0: int, n: int, nk: int) -> tuple[torch.Tensor, None]:
         return self.tile(r0, n, nk), None
@@ -63,7 +64,7 @@ class DenseBias:
         return [torch.zeros_like(self.rev)]
 
     def backward(self, r0: int, n: int, nk: int, dtile: torch.Tensor, saved, acc: list) -> None:
-        acc[0][:, self.tq - r0 - n:self.tq - r0, :nk] += dtile
+        acc[0][:, self.tq - r0 - n : self.tq - r0, :nk] += dtile
 
     def grads(self, acc: list) -> tuple:
         return (acc[0].flip(-2),)
@@ -95,8 +96,9 @@ class BiasTiles:
         wanted = [i for i, x in enumerate(self.inputs) if x.requires_grad]
         if saved is None or not wanted:
             return
-        grads = torch.autograd.grad(saved, [self.inputs[i] for i in wanted], dtile.to(saved.dtype), allow_unused=True,
-                                    retain_graph=True)  # a tile may share a graph with others (tests)
+        grads = torch.autograd.grad(
+            saved, [self.inputs[i] for i in wanted], dtile.to(saved.dtype), allow_unused=True, retain_graph=True
+        )  # a tile may share a graph with others (tests)
         for i, g in zip(wanted, grads):
             if g is not None:
                 acc[i] = g if acc[i] is None else acc[i] + g
@@ -118,7 +120,7 @@ def antidiagonal_sums(m: torch.Tensor) -> torch.Tensor:
     w = c + n - 1
     buf = m.new_empty(h, n, w)
     buf[:, :, : n - 1] = 0
-    buf[:, :, n - 1:] = m
+    buf[:, :, n - 1 :] = m
     return buf.as_strided((h, n, w), (n * w, w - 1, 1), n - 1).sum(1)
 
 

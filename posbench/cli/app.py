@@ -8,6 +8,7 @@ same with 143, and either during another command one line. Method files are user
 and ``check`` (``method_cmds``) and the names ``run``/``validate`` read from them are asked in a
 child process with a time limit (``posbench.run.isolated``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,59 +21,94 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from posbench.core.files import WriteError
 from posbench.cli import verify_cmds
-from posbench.cli.method_cmds import CHECK_TIMEOUT_S, cmd_check, cmd_list, method_listing, positive_seconds
-from posbench.cli.run_output import MESSAGE_SHOWN, case_line, print_tables, short_message  # noqa: F401 (bench.py's API)
-from posbench.cli.run_output import (EXIT_CASES_FAILED, EXIT_CODES, FAILED_STATUSES, check_corpora,  # noqa: F401
-                                     failed_exit, warn_short_budget)
 from posbench.cli.help_text import corpus_suite, corpus_tasks, example_suite, run_examples
-from posbench.cli.sweep_cmds import (add_status_arguments, add_sweep_arguments, cmd_status,
-                                    launch_sweep, pool_options)
+from posbench.cli.method_cmds import CHECK_TIMEOUT_S, cmd_check, cmd_list, method_listing, positive_seconds
+from posbench.cli.run_output import (  # noqa: F401 (bench.py's API)  # noqa: F401
+    EXIT_CASES_FAILED,
+    EXIT_CODES,
+    FAILED_STATUSES,
+    MESSAGE_SHOWN,
+    case_line,
+    check_corpora,
+    failed_exit,
+    print_tables,
+    short_message,
+    warn_short_budget,
+)
+from posbench.cli.sweep_cmds import add_status_arguments, add_sweep_arguments, cmd_status, launch_sweep, pool_options
+from posbench.core.files import WriteError
 from posbench.core.outcome import PosbenchError
 from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
 
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--methods-dir", action="append", default=[], metavar="DIR",
-                   help="also load methods from DIR/*.py (repeatable)")
+    p.add_argument(
+        "--methods-dir", action="append", default=[], metavar="DIR", help="also load methods from DIR/*.py (repeatable)"
+    )
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--suite", required=True, help="suite name (suites/NAME.yaml) or path to a YAML file")
     p.add_argument("--profile", help="profile of the suite (default: cpu on a CPU, gpu on CUDA)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available, else cpu")
-    p.add_argument("--methods", help="comma-separated methods to run: the suite's, or any registered one "
-                                      "(a plugin from --methods-dir too), which joins this run and its table")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a setting (VALUE is YAML: 3, bfloat16, [64, 128]); grid.AXIS=[...] "
-                        "replaces a grid axis (repeatable)")
+    p.add_argument(
+        "--methods",
+        help="comma-separated methods to run: the suite's, or any registered one "
+        "(a plugin from --methods-dir too), which joins this run and its table",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting (VALUE is YAML: 3, bfloat16, [64, 128]); grid.AXIS=[...] replaces a grid axis (repeatable)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the cases and stop")
     p.add_argument("--fresh", action="store_true", help="start a new run folder instead of resuming")
     p.add_argument("--run-id", help="run folder name under results/<suite>/ (to resume a --fresh run)")
     p.add_argument("--retry-failed", action="store_true", help="re-run cases whose last row is error or timeout")
     p.add_argument("--results", default="results", help="results root (default: results/)")
-    p.add_argument("--data", metavar="DIR",
-                   help="a WikiText folder: suites whose task reads a corpus (a corpus setting) use it instead of "
-                        "their default corpus (sets corpus={kind: wikitext, path: DIR})")
-    p.add_argument("--model", metavar="hf:DIR",
-                   help="evaluate a Hugging Face causal LM saved in DIR instead of training one (needs posbench[hf]; "
-                        "docs/hf-checkpoints.md); sets pretrained=hf:DIR")
-    p.add_argument("--shard", metavar="I/N",
-                   help="run shard I of N: case k of the suite's full case list when k %% N == I; shards share "
-                        "the run id, so their folders merge in 'bench.py report'")
-    p.add_argument("--quiet", action="store_true",
-                   help="print only the final summary line (and errors, on stderr, with the count of failed "
-                        "cases): no progress bar, no per-case lines, no tables (table.md is still written)")
-    p.add_argument("--allow-failures", action="store_true",
-                   help=f"exit 0 even when a case ended {'/'.join(FAILED_STATUSES)} (default: exit {EXIT_CASES_FAILED})")
+    p.add_argument(
+        "--data",
+        metavar="DIR",
+        help="a WikiText folder: suites whose task reads a corpus (a corpus setting) use it instead of "
+        "their default corpus (sets corpus={kind: wikitext, path: DIR})",
+    )
+    p.add_argument(
+        "--model",
+        metavar="hf:DIR",
+        help="evaluate a Hugging Face causal LM saved in DIR instead of training one (needs posbench[hf]; "
+        "docs/hf-checkpoints.md); sets pretrained=hf:DIR",
+    )
+    p.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run shard I of N: case k of the suite's full case list when k %% N == I; shards share "
+        "the run id, so their folders merge in 'bench.py report'",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print only the final summary line (and errors, on stderr, with the count of failed "
+        "cases): no progress bar, no per-case lines, no tables (table.md is still written)",
+    )
+    p.add_argument(
+        "--allow-failures",
+        action="store_true",
+        help=f"exit 0 even when a case ended {'/'.join(FAILED_STATUSES)} (default: exit {EXIT_CASES_FAILED})",
+    )
     add_sweep_arguments(p)
-    p.add_argument("--log", choices=["wandb", "none"],
-                   help="training curves: TensorBoard event files are written whenever tensorboard is installed; "
-                        "wandb adds a W&B run per case (needs wandb; WANDB_MODE=offline keeps it local), none "
-                        "writes no curves")
+    p.add_argument(
+        "--log",
+        choices=["wandb", "none"],
+        help="training curves: TensorBoard event files are written whenever tensorboard is installed; "
+        "wandb adds a W&B run per case (needs wandb; WANDB_MODE=offline keeps it local), none "
+        "writes no curves",
+    )
     _common(p)
 
 
@@ -92,12 +128,15 @@ def _resolve(args):
 
     loaded = suitemod.load(args.suite)
     if getattr(args, "data", None) is not None and not args.data.strip():
-        raise SuiteError("--data: empty; give a folder holding a WikiText corpus (or leave --data out for the "
-                         "suite's own corpus)")
+        raise SuiteError(
+            "--data: empty; give a folder holding a WikiText corpus (or leave --data out for the suite's own corpus)"
+        )
     if getattr(args, "data", None):
         if "corpus" not in loaded.task.Settings.model_fields:
-            raise SuiteError(f"--data: suite {loaded.file.name!r} (task {loaded.file.task}) reads no corpus; "
-                             f"allowed with: {', '.join(corpus_tasks())}")
+            raise SuiteError(
+                f"--data: suite {loaded.file.name!r} (task {loaded.file.task}) reads no corpus; "
+                f"allowed with: {', '.join(corpus_tasks())}"
+            )
         if not Path(args.data).is_dir():
             raise SuiteError(f"--data: {args.data} is not a folder; give a folder holding a WikiText corpus")
         args.set = list(args.set) + [f"corpus={{kind: wikitext, path: {json.dumps(str(Path(args.data).resolve()))}}}"]
@@ -128,8 +167,10 @@ def pretrained_setting(spec: str, loaded) -> str:
         from posbench import tasks
 
         readers = [n for n in tasks.names() if "pretrained" in tasks.get(n).Settings.model_fields]
-        raise SuiteError(f"--model: suite {loaded.file.name!r} (task {loaded.file.task}) evaluates no pretrained "
-                         f"checkpoint; allowed with: {', '.join(readers)}")
+        raise SuiteError(
+            f"--model: suite {loaded.file.name!r} (task {loaded.file.task}) evaluates no pretrained "
+            f"checkpoint; allowed with: {', '.join(readers)}"
+        )
     if importlib.util.find_spec("transformers") is None:
         raise SuiteError(f"--model {spec} needs the Hugging Face extra: {EXTRA_HINT}")
     folder = folder_of(spec)
@@ -139,14 +180,18 @@ def pretrained_setting(spec: str, loaded) -> str:
 def check_run_flags(args) -> list[str] | None:
     """The --methods list (None: the suite's), after refusing flags that contradict or say nothing."""
     if args.fresh and args.retry_failed:
-        raise SuiteError("--fresh and --retry-failed contradict each other: --fresh starts a new run folder, which "
-                         "has no failed cases to retry; allowed: one of them")
+        raise SuiteError(
+            "--fresh and --retry-failed contradict each other: --fresh starts a new run folder, which "
+            "has no failed cases to retry; allowed: one of them"
+        )
     if args.methods is None:
         return None
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not methods:
-        raise SuiteError(f"--methods: {args.methods!r} names no method; allowed: comma-separated method names "
-                         "(see: bench.py list), or leave --methods out for the suite's methods")
+        raise SuiteError(
+            f"--methods: {args.methods!r} names no method; allowed: comma-separated method names "
+            "(see: bench.py list), or leave --methods out for the suite's methods"
+        )
     return methods
 
 
@@ -163,8 +208,10 @@ def set_log(choice: str | None) -> None:
             raise SuiteError(str(exc)) from None
         return
     if choice == "wandb" and importlib.util.find_spec("wandb") is None:
-        raise SuiteError("--log wandb: the wandb package is not installed (pip install wandb); allowed: leave --log "
-                         "out (TensorBoard event files are written whenever tensorboard is installed), or --log none")
+        raise SuiteError(
+            "--log wandb: the wandb package is not installed (pip install wandb); allowed: leave --log "
+            "out (TensorBoard event files are written whenever tensorboard is installed), or --log none"
+        )
     os.environ[tracking.LOG_ENV] = choice
 
 
@@ -187,8 +234,10 @@ def _under_torchrun(suite, device, dry_run: bool) -> bool:
     if world <= 1:
         return False
     if suite.settings.nproc not in (1, world) and os.environ.get("RANK", "0") == "0":
-        print(f"note: under torchrun every case runs on its {world} ranks; the suite's nproc "
-              f"{suite.settings.nproc} does not apply", file=sys.stderr)
+        print(
+            f"note: under torchrun every case runs on its {world} ranks; the suite's nproc {suite.settings.nproc} does not apply",
+            file=sys.stderr,
+        )
     suite.settings = suite.settings.model_copy(update={"nproc": world})
     if not dry_run:
         distributed.init_from_env(device, timeout_s=suite.settings.timeout_s)
@@ -248,10 +297,20 @@ def cmd_run(args) -> int:
 
     finished = False
     try:
-        options = RunOptions(device=device, results=Path(args.results), run_id=args.run_id, fresh=args.fresh,
-                             retry_failed=args.retry_failed, methods=tuple(methods) if methods is not None else None,
-                             methods_dirs=tuple(args.methods_dir), on_row=on_row, progress=not args.quiet,
-                             shard=shard, in_process=in_process, **pooled)
+        options = RunOptions(
+            device=device,
+            results=Path(args.results),
+            run_id=args.run_id,
+            fresh=args.fresh,
+            retry_failed=args.retry_failed,
+            methods=tuple(methods) if methods is not None else None,
+            methods_dirs=tuple(args.methods_dir),
+            on_row=on_row,
+            progress=not args.quiet,
+            shard=shard,
+            in_process=in_process,
+            **pooled,
+        )
         result = run_suite(suite, options)
         finished = True
     except RanksOutOfStep as exc:
@@ -262,8 +321,11 @@ def cmd_run(args) -> int:
         if "--run-id" not in argv:
             argv += ["--run-id", exc.run_id]
         how = "terminated (SIGTERM)" if exc.signum == signal.SIGTERM else "interrupted"
-        print(f"\n{how}: {exc.done} of {exc.total} cases finished and saved in {exc.run_dir}/cases.jsonl\n"
-              f"resume with: python bench.py {shlex.join(argv)}", file=sys.stderr)
+        print(
+            f"\n{how}: {exc.done} of {exc.total} cases finished and saved in {exc.run_dir}/cases.jsonl\n"
+            f"resume with: python bench.py {shlex.join(argv)}",
+            file=sys.stderr,
+        )
         return 128 + exc.signum
     finally:
         if in_process:
@@ -274,8 +336,9 @@ def cmd_run(args) -> int:
     if not args.quiet:
         print(summary)
     if result.rows and suite.metrics:
-        table = print_tables(result.run_dir, result.run_id, {r["case_id"] for r in result.rows}, suite, device,
-                             show=not args.quiet)
+        table = print_tables(
+            result.run_dir, result.run_id, {r["case_id"] for r in result.rows}, suite, device, show=not args.quiet
+        )
         summary += f", tables in {table}"
     if args.quiet:  # the one line --quiet keeps: last, after the tables were written
         print(summary)
@@ -309,12 +372,19 @@ def cmd_validate(args) -> int:
             check_corpora([suite.settings.model_dump().get("corpus")])
     profiles = ", ".join(f.profiles) or "none"
     print(f"ok: {suitemod.display_path(loaded.path)}: task {f.task}, {len(f.methods)} methods, profiles: {profiles}")
-    setup = [line for block in [f.launcher] + [p.launcher or {} for p in f.profiles.values()]
-             for line in (block.get("setup") or []) if isinstance(block, dict)]
+    setup = [
+        line
+        for block in [f.launcher] + [p.launcher or {} for p in f.profiles.values()]
+        for line in (block.get("setup") or [])
+        if isinstance(block, dict)
+    ]
     if setup:
         shown = "; ".join(map(str, setup))
-        print(f"warning: launcher.setup runs shell commands before each launched task ({shown[:300]}); "
-              "--launcher refuses them unless --allow-setup-commands is given", file=sys.stderr)
+        print(
+            f"warning: launcher.setup runs shell commands before each launched task ({shown[:300]}); "
+            "--launcher refuses them unless --allow-setup-commands is given",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -326,21 +396,30 @@ def cmd_schema(args) -> int:
 def _add_check(p):
     p.add_argument("method", help="a registered method name (see: bench.py list)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to run the checks (default: cpu)")
-    p.add_argument("--timeout", type=positive_seconds, default=CHECK_TIMEOUT_S, metavar="SECONDS",
-                   help=f"time limit for all the checks (default: {CHECK_TIMEOUT_S:g}); they run in a child process")
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=CHECK_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"time limit for all the checks (default: {CHECK_TIMEOUT_S:g}); they run in a child process",
+    )
     _common(p)
 
 
 def _add_validate(p):
     p.add_argument("suite", help="suite name or path")
-    p.add_argument("--data", metavar="DIR", help="also check that DIR holds the corpus the suite reads under "
-                   "each profile (as run's --data; exit 2 when it does not)")
+    p.add_argument(
+        "--data",
+        metavar="DIR",
+        help="also check that DIR holds the corpus the suite reads under each profile (as run's --data; exit 2 when it does not)",
+    )
     _common(p)
 
 
 def _add_list(p):
-    p.add_argument("--check", action="store_true",
-                   help="also say whether each method runs on this machine (imports torch: a few seconds)")
+    p.add_argument(
+        "--check", action="store_true", help="also say whether each method runs on this machine (imports torch: a few seconds)"
+    )
     p.add_argument("--device", choices=["cpu", "cuda"], help="check availability on DEVICE (implies --check)")
     _common(p)
 
@@ -349,31 +428,52 @@ def _add_list(p):
 # and {run_examples} is ``run_examples`` of it.
 COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
     "run": ("run a suite (the default subcommand)", add_run_arguments, cmd_run, "{run_examples}" + EXIT_CODES + "\n"),
-    "validate": ("check a suite file without running it", _add_validate, cmd_validate,
-                 "examples:\n  python bench.py validate {suite}\n  python bench.py validate suites/mine.yaml\n"
-                 "  python bench.py validate {corpus_suite} --data ~/data\n"),
-    "schema": ("print the JSON Schema of suite files", lambda p: None, cmd_schema,
-               "examples:\n  python bench.py schema > suite.schema.json\n"),
-    "list": ("list methods (with availability) and suites", _add_list, cmd_list,
-             "examples:\n  python bench.py list\n  python bench.py list --check\n"
-             "  python bench.py list --methods-dir ~/my_methods\n"),
-    "check": ("run the conformance checks on one method (float32 and bfloat16)", _add_check, cmd_check,
-              "examples:\n  python bench.py check alibi\n  python bench.py check mine --methods-dir ~/my_methods\n"
-              "exit status: 0 when no check failed, 1 when one did (or none could run here)\n"),
+    "validate": (
+        "check a suite file without running it",
+        _add_validate,
+        cmd_validate,
+        "examples:\n  python bench.py validate {suite}\n  python bench.py validate suites/mine.yaml\n"
+        "  python bench.py validate {corpus_suite} --data ~/data\n",
+    ),
+    "schema": (
+        "print the JSON Schema of suite files",
+        lambda p: None,
+        cmd_schema,
+        "examples:\n  python bench.py schema > suite.schema.json\n",
+    ),
+    "list": (
+        "list methods (with availability) and suites",
+        _add_list,
+        cmd_list,
+        "examples:\n  python bench.py list\n  python bench.py list --check\n  python bench.py list --methods-dir ~/my_methods\n",
+    ),
+    "check": (
+        "run the conformance checks on one method (float32 and bfloat16)",
+        _add_check,
+        cmd_check,
+        "examples:\n  python bench.py check alibi\n  python bench.py check mine --methods-dir ~/my_methods\n"
+        "exit status: 0 when no check failed, 1 when one did (or none could run here)\n",
+    ),
     "verify": (verify_cmds.HELP, verify_cmds.add_arguments, verify_cmds.cmd_verify, verify_cmds.EXAMPLES),
-    "status": ("where a run stands: a launched sweep's units (queued/running/done/failed), else the run "
-               "folder's cases per status", add_status_arguments, cmd_status,
-               "examples:\n  python bench.py status results/{suite}/RUN_ID\n"
-               f"exit status: 0, or {EXIT_CASES_FAILED} when a case failed (--allow-failures gives 0)\n"),
+    "status": (
+        "where a run stands: a launched sweep's units (queued/running/done/failed), else the run folder's cases per status",
+        add_status_arguments,
+        cmd_status,
+        "examples:\n  python bench.py status results/{suite}/RUN_ID\n"
+        f"exit status: 0, or {EXIT_CASES_FAILED} when a case failed (--allow-failures gives 0)\n",
+    ),
 }
 
 
 def parser() -> argparse.ArgumentParser:
     suite, train_suite = example_suite(), corpus_suite()  # each reads the shipped suites: once, not per command
     p = argparse.ArgumentParser(
-        prog=prog_name(), description="posbench: what a position method costs and how well it extrapolates.",
+        prog=prog_name(),
+        description="posbench: what a position method costs and how well it extrapolates.",
         epilog=f"with no subcommand, 'run' is assumed:\n  python bench.py --suite {suite}",
-        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
     p.add_argument("--debug", action="store_true", help="on an error, also print its traceback (any position)")
     p.add_argument("--version", action="version", version=f"posbench {_version()}")
     sub = p.add_subparsers(dest="command", metavar="{" + ",".join(ALL_COMMANDS) + "}")
@@ -381,8 +481,14 @@ def parser() -> argparse.ArgumentParser:
         # No abbreviations: `validate --methods rotray` must not be read as --methods-dir.
         epilog = examples.replace("{run_examples}", run_examples(suite, train_suite)).replace("{suite}", suite)
         epilog = epilog.replace("{corpus_suite}", train_suite)
-        sp = sub.add_parser(name, help=help_, description=help_, epilog=epilog,
-                            formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+        sp = sub.add_parser(
+            name,
+            help=help_,
+            description=help_,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False,
+        )
         add(sp)
         sp.set_defaults(handler=handler)
     from posbench.cli.report_cmds import add_compare_parser, add_report_parser
@@ -390,16 +496,24 @@ def parser() -> argparse.ArgumentParser:
     for add in (add_report_parser, add_compare_parser):
         sp = add(sub)
         sp.set_defaults(handler=sp.get_default("func"))
-    sp = sub.add_parser("download", allow_abbrev=False, help="download a corpus (WikiText-103) into a data folder",
-                        epilog="examples:\n  python bench.py download wikitext-103 --data ~/data\n"
-                               "  python bench.py download wikitext-103 --data ~/data --url https://example.org/wikitext-103-v1.zip\n"
-                               "  python bench.py download wikitext-103 --data ~/data --archive ~/Downloads/wikitext-103-v1.zip\n",
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp = sub.add_parser(
+        "download",
+        allow_abbrev=False,
+        help="download a corpus (WikiText-103) into a data folder",
+        epilog="examples:\n  python bench.py download wikitext-103 --data ~/data\n"
+        "  python bench.py download wikitext-103 --data ~/data --url https://example.org/wikitext-103-v1.zip\n"
+        "  python bench.py download wikitext-103 --data ~/data --archive ~/Downloads/wikitext-103-v1.zip\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sp.add_argument("corpus", choices=["wikitext-103"])
     sp.add_argument("--data", required=True, metavar="DIR", help="data folder (creates DIR/wikitext-103/)")
-    sp.add_argument("--url", action="append", default=[], metavar="URL",
-                    help="download from URL instead of the built-in mirrors (repeatable; tried in order; "
-                         "the checksum is still checked)")
+    sp.add_argument(
+        "--url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="download from URL instead of the built-in mirrors (repeatable; tried in order; the checksum is still checked)",
+    )
     sp.add_argument("--archive", metavar="FILE", help="use a wikitext-103-v1.zip already on disk (checksum checked)")
     sp.set_defaults(handler=cmd_download)
     return p
@@ -447,8 +561,10 @@ def _version() -> str:
 def not_a_command(word: str) -> str:
     """The line for ``bench.py frobnicate``: not a command, and which ones are."""
     shown = str(word.encode("utf-8", "backslashreplace"), "utf-8")
-    return (f"{prog_name()}: {shown!r} is not a command; commands: {', '.join(ALL_COMMANDS)} (with no command, 'run' is "
-            "assumed: python bench.py --suite NAME)")
+    return (
+        f"{prog_name()}: {shown!r} is not a command; commands: {', '.join(ALL_COMMANDS)} (with no command, 'run' is "
+        "assumed: python bench.py --suite NAME)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """``python -m posbench.cli.ci_summary``: the CI job summary of a report (the GPU workflow), with
 the tasks of this installation (posbench/report/job_summary.py writes it)."""
+
 import sys
 
 from posbench import tasks

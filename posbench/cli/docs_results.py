@@ -1,5 +1,6 @@
 """``python -m posbench.cli.docs_results``: docs/results pages from run folders (``make docs-results``),
 with the tasks of this installation (posbench/report/results_page.py writes them)."""
+
 import sys
 
 from posbench import tasks

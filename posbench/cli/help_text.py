@@ -1,5 +1,6 @@
 """The examples in `bench.py`'s help: which shipped suite they name, read from the suite files as
 data (``--help`` imports no task and checks nothing)."""
+
 from __future__ import annotations
 
 from posbench.cli.sweep_cmds import SWEEP_EXAMPLES

@@ -6,6 +6,7 @@ here; ``check`` imports one and runs the conformance checks. Both happen in a ch
 time limit, so a file that blocks at import or calls ``sys.exit`` is one line, not a hung or
 silently ended command. ``--device cuda`` where torch has no CUDA is one line too.
 """
+
 from __future__ import annotations
 
 from posbench.run import isolated
@@ -25,14 +26,14 @@ def require_cuda(flag: str) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise SuiteError(f"{flag}: CUDA is not available here (torch {torch.__version__}, no usable GPU); "
-                         "allowed: --device cpu")
+        raise SuiteError(f"{flag}: CUDA is not available here (torch {torch.__version__}, no usable GPU); allowed: --device cpu")
 
 
 def method_listing(methods_dirs, device: str | None = None) -> dict:
     """``isolated.listing`` in a child: {"methods", "reasons", "broken"}."""
-    return isolated.call("posbench.run.isolated:listing", {"device": device}, LIST_TIMEOUT_S, methods_dirs,
-                         "reading the method files")
+    return isolated.call(
+        "posbench.run.isolated:listing", {"device": device}, LIST_TIMEOUT_S, methods_dirs, "reading the method files"
+    )
 
 
 def cmd_list(args) -> int:
@@ -79,11 +80,21 @@ def cmd_check(args) -> int:
     if args.device == "cuda":
         require_cuda("check --device cuda")
     # An unknown name: one line with "did you mean"; a file that does not import: one line.
-    origin = isolated.call("posbench.core.discovery:load_limited", {"method": args.method}, IMPORT_TIMEOUT_S,
-                           args.methods_dir, f"loading method {args.method}")
+    origin = isolated.call(
+        "posbench.core.discovery:load_limited",
+        {"method": args.method},
+        IMPORT_TIMEOUT_S,
+        args.methods_dir,
+        f"loading method {args.method}",
+    )
     print(f"conformance of {args.method} ({origin}) on {args.device}:", flush=True)
-    results = isolated.call("posbench.run.isolated:conformance", {"method": args.method, "device": args.device},
-                            args.timeout, args.methods_dir, f"the checks of {args.method}")
+    results = isolated.call(
+        "posbench.run.isolated:conformance",
+        {"method": args.method, "device": args.device},
+        args.timeout,
+        args.methods_dir,
+        f"the checks of {args.method}",
+    )
     counts = {"pass": 0, "FAIL": 0, "unavailable": 0}
     for key, outcome in results.items():
         if outcome is None:

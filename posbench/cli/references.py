@@ -5,6 +5,7 @@ caps, sizes within ``LIMITS``); the format and the four checks (``CHECKS``: ``al
 ``rope``, ``value``, ``ordering``) are described in docs/reports.md, "The references file".
 A check answers (status, detail) with status ``pass``, ``fail`` or ``skipped``.
 """
+
 from __future__ import annotations
 
 import math
@@ -85,8 +86,9 @@ def read_file(path: Path) -> Any:
         raise ReferencesError(f"{path}: not UTF-8 (byte {exc.start}); allowed: a UTF-8 YAML file") from None
     except YamlProblem as p:
         key = "" if p.key == "<yaml>" else f"{p.key}: "
-        raise ReferencesError(f"{path}: not a readable YAML file (line {p.line}): {key}{p.problem}; "
-                              f"allowed: {p.allowed}") from None
+        raise ReferencesError(
+            f"{path}: not a readable YAML file (line {p.line}): {key}{p.problem}; allowed: {p.allowed}"
+        ) from None
 
 
 def _show(value: Any) -> str:
@@ -148,8 +150,11 @@ def _shape_rope(e: dict) -> str | None:
     if not (_is_int(e["head_dim"]) and e["head_dim"] >= 2 and _is_int(e["length"]) and e["length"] >= 1):
         return "head_dim and length must be positive integers"
     freqs = e["inv_freq"]
-    if not (isinstance(freqs, dict) and freqs and all(_is_int(k) and 0 <= k < e["head_dim"] // 2 and _is_number(v)
-                                                       for k, v in freqs.items())):
+    if not (
+        isinstance(freqs, dict)
+        and freqs
+        and all(_is_int(k) and 0 <= k < e["head_dim"] // 2 and _is_number(v) for k, v in freqs.items())
+    ):
         return f"inv_freq must map pair indices (0..{e['head_dim'] // 2 - 1}) to numbers"
     if not _is_number(e["attention_factor"]) or not _is_number(e.get("rel", 1e-6)):
         return "attention_factor and rel must be numbers"
@@ -173,11 +178,16 @@ def _shape_rows(e: dict) -> str | None:
     return None
 
 
-SHAPES: dict[str, Callable[[dict], str | None]] = {"alibi_slopes": _shape_slopes, "rope": _shape_rope,
-                                                   "value": _shape_rows, "ordering": _shape_rows}
+SHAPES: dict[str, Callable[[dict], str | None]] = {
+    "alibi_slopes": _shape_slopes,
+    "rope": _shape_rope,
+    "value": _shape_rows,
+    "ordering": _shape_rows,
+}
 
 
 # --- checks against posbench's code ----------------------------------------------------------------
+
 
 def check_slopes(e: dict, runs) -> Result:
     from posbench.core.alibi_math import alibi_slopes
@@ -186,8 +196,11 @@ def check_slopes(e: dict, runs) -> Result:
     bad = [i for i, (a, b) in enumerate(zip(got, e["slopes"])) if not math.isclose(a, b, rel_tol=1e-12)]
     if bad:
         i = bad[0]
-        return Result(e["id"], "fail", f"head {i}: posbench {got[i]!r}, published {e['slopes'][i]!r} "
-                                       f"({len(bad)} of {e['heads']} heads differ)")
+        return Result(
+            e["id"],
+            "fail",
+            f"head {i}: posbench {got[i]!r}, published {e['slopes'][i]!r} ({len(bad)} of {e['heads']} heads differ)",
+        )
     return Result(e["id"], "pass", f"{e['heads']} heads: {_short(got)}")
 
 
@@ -204,13 +217,18 @@ def check_rope(e: dict, runs) -> Result:
     rel = e.get("rel", 1e-6)
     for pair, want in sorted(e["inv_freq"].items()):
         if not math.isclose(theta[pair].item(), want, rel_tol=rel):
-            return Result(e["id"], "fail", f"pair {pair}: posbench {theta[pair].item():.9g}, published {want:.9g} "
-                                           f"(relative tolerance {rel:g})")
+            return Result(
+                e["id"],
+                "fail",
+                f"pair {pair}: posbench {theta[pair].item():.9g}, published {want:.9g} (relative tolerance {rel:g})",
+            )
     if not math.isclose(attention, e["attention_factor"], rel_tol=rel):
-        return Result(e["id"], "fail", f"attention factor: posbench {attention:.9g}, published "
-                                       f"{e['attention_factor']:.9g}")
-    return Result(e["id"], "pass", f"{e['method']} at L {e['length']}: {len(e['inv_freq'])} pairs and the attention "
-                                   f"factor {attention:.6g} within {rel:g}")
+        return Result(e["id"], "fail", f"attention factor: posbench {attention:.9g}, published {e['attention_factor']:.9g}")
+    return Result(
+        e["id"],
+        "pass",
+        f"{e['method']} at L {e['length']}: {len(e['inv_freq'])} pairs and the attention factor {attention:.6g} within {rel:g}",
+    )
 
 
 def _short(values: list[float]) -> str:
@@ -219,6 +237,7 @@ def _short(values: list[float]) -> str:
 
 
 # --- checks against runs ---------------------------------------------------------------------------
+
 
 def _matches(have: Any, want: dict) -> bool:
     return isinstance(have, dict) and all(k in have and have[k] == v for k, v in want.items())
@@ -230,8 +249,11 @@ def suite_rows(e: dict, runs) -> tuple[list[dict], str | None]:
     rows = [] if frame is None or frame.empty else frame[frame["suite"] == e["suite"]].to_dict("records")
     if not rows:
         return [], f"no run of suite {e['suite']} given"
-    rows = [r for r in rows if r["status"] == "ok" and _matches(r["params"], e.get("params", {}))
-            and _matches(r["settings"], e.get("settings", {}))]
+    rows = [
+        r
+        for r in rows
+        if r["status"] == "ok" and _matches(r["params"], e.get("params", {})) and _matches(r["settings"], e.get("settings", {}))
+    ]
     if not rows:
         return [], f"no ok row of suite {e['suite']} matches params {e.get('params', {})} settings {e.get('settings', {})}"
     with_metric = [r for r in rows if _is_number(r["metrics"].get(e["metric"]))]
@@ -278,26 +300,44 @@ def check_ordering(e: dict, runs) -> Result:
             points[key]["_row"] = r
     pairs = [(p["_row"], p[e["better"]], p[e["worse"]]) for p in points.values() if e["better"] in p and e["worse"] in p]
     if not pairs:
-        return Result(e["id"], "skipped", f"no grid point of suite {e['suite']} has both {e['better']} and "
-                                          f"{e['worse']} with metric {e['metric']}")
+        return Result(
+            e["id"],
+            "skipped",
+            f"no grid point of suite {e['suite']} has both {e['better']} and {e['worse']} with metric {e['metric']}",
+        )
     sign = 1 if higher else -1
     direction = "higher" if higher else "lower"
     if e.get("rule", "every") == "mean":
         b, w = (sum(x[i] for x in pairs) / len(pairs) for i in (1, 2))
         verdict = "pass" if sign * (b - w) > 0 else "fail"
-        return Result(e["id"], verdict, f"mean {e['metric']} over {len(pairs)} grid point(s): {e['better']} {b:.4g}, "
-                                        f"{e['worse']} {w:.4g} ({direction} is better)")
+        return Result(
+            e["id"],
+            verdict,
+            f"mean {e['metric']} over {len(pairs)} grid point(s): {e['better']} {b:.4g}, "
+            f"{e['worse']} {w:.4g} ({direction} is better)",
+        )
     for row, b, w in pairs:
         if not sign * (b - w) > 0:
-            return Result(e["id"], "fail", f"at {_point(row)}: {e['better']} {b:.4g}, {e['worse']} {w:.4g} "
-                                           f"({e['metric']}, {direction} is better)")
+            return Result(
+                e["id"],
+                "fail",
+                f"at {_point(row)}: {e['better']} {b:.4g}, {e['worse']} {w:.4g} ({e['metric']}, {direction} is better)",
+            )
     row, b, w = pairs[0]
-    return Result(e["id"], "pass", f"{e['better']} beats {e['worse']} at {len(pairs)} grid point(s) "
-                                   f"({e['metric']}, {direction} is better; e.g. {b:.4g} vs {w:.4g} at {_point(row)})")
+    return Result(
+        e["id"],
+        "pass",
+        f"{e['better']} beats {e['worse']} at {len(pairs)} grid point(s) "
+        f"({e['metric']}, {direction} is better; e.g. {b:.4g} vs {w:.4g} at {_point(row)})",
+    )
 
 
-CHECKS: dict[str, Callable[[dict, Any], Result]] = {"alibi_slopes": check_slopes, "rope": check_rope,
-                                                    "value": check_value, "ordering": check_ordering}
+CHECKS: dict[str, Callable[[dict, Any], Result]] = {
+    "alibi_slopes": check_slopes,
+    "rope": check_rope,
+    "value": check_value,
+    "ordering": check_ordering,
+}
 
 
 def check_all(entries: list[dict], runs) -> list[Result]:

@@ -2,6 +2,7 @@
 ``add_compare_parser`` each add one to ``posbench/cli/app.py``'s subparsers, its ``func`` a handler
 that returns the exit code.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,8 @@ models (unless --allow-other-hardware: then a warning)
 
 def main_report(args) -> int:
     """Handler of ``report``: build tables and charts, print where they went."""
-    from posbench.report.build import build_report  # matplotlib is only imported when a report is made
     from posbench import tasks
+    from posbench.report.build import build_report  # matplotlib is only imported when a report is made
     from posbench.store.bounds import RowsError
 
     out = args.out or "report"
@@ -39,8 +40,10 @@ def main_report(args) -> int:
         return 2
     tables = sum(1 for k in written if k.startswith("tables/") and k.endswith(".md"))
     charts = sum(1 for k in written if k.startswith("charts/") and k.endswith(".png"))
-    print(f"wrote {tables} tables and {charts} charts to {out}/ "
-          f"(open {written['report.html']}; Markdown summary {written['report.md']})")
+    print(
+        f"wrote {tables} tables and {charts} charts to {out}/ "
+        f"(open {written['report.html']}; Markdown summary {written['report.md']})"
+    )
     return 0
 
 
@@ -51,31 +54,44 @@ def _subcommand(subparsers, name: str, epilog: str, **texts) -> argparse.Argumen
 
 def add_report_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``report RUN_DIR... [--out DIR] [--baseline METHOD]``."""
-    p = _subcommand(subparsers, "report", REPORT_EPILOG, help="tables and charts from stored runs (no re-running)",
-                    description="Regenerate Markdown/CSV/LaTeX tables, PNG/SVG charts and a single-file HTML "
-                                "report from the rows stored in one or more run folders (merged).")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
-                   help="a run folder (with cases.jsonl) or a folder above run folders")
+    p = _subcommand(
+        subparsers,
+        "report",
+        REPORT_EPILOG,
+        help="tables and charts from stored runs (no re-running)",
+        description="Regenerate Markdown/CSV/LaTeX tables, PNG/SVG charts and a single-file HTML "
+        "report from the rows stored in one or more run folders (merged).",
+    )
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run folder (with cases.jsonl) or a folder above run folders")
     p.add_argument("--out", metavar="DIR", default=None, help="where to write (default: ./report)")
-    p.add_argument("--baseline", metavar="METHOD", default=None,
-                   help="method the ratios divide by (default: each run's baseline from its run.json; "
-                        "sinusoidal for runs without one)")
+    p.add_argument(
+        "--baseline",
+        metavar="METHOD",
+        default=None,
+        help="method the ratios divide by (default: each run's baseline from its run.json; sinusoidal for runs without one)",
+    )
     p.set_defaults(func=main_report)
     return p
 
 
 def add_compare_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``compare BASE NEW [--threshold 0.05] [--markdown FILE] [--allow-other-hardware]``."""
-    p = _subcommand(subparsers, "compare", COMPARE_EPILOG, help="compare two runs metric by metric; exit 1 on a regression",
-                    description="Ratio NEW/BASE per case and metric; changes beyond the threshold are "
-                                "improvements or regressions.")
+    p = _subcommand(
+        subparsers,
+        "compare",
+        COMPARE_EPILOG,
+        help="compare two runs metric by metric; exit 1 on a regression",
+        description="Ratio NEW/BASE per case and metric; changes beyond the threshold are improvements or regressions.",
+    )
     p.add_argument("base", metavar="BASE", help="run folder (or a folder above run folders) to compare against")
     p.add_argument("new", metavar="NEW", help="run folder (or a folder above run folders) to judge")
-    p.add_argument("--threshold", type=float, default=0.05,
-                   help="relative change that counts (default 0.05 = 5%%)")
+    p.add_argument("--threshold", type=float, default=0.05, help="relative change that counts (default 0.05 = 5%%)")
     p.add_argument("--markdown", metavar="FILE", default=None, help="also write the summary here")
-    p.add_argument("--allow-other-hardware", action="store_true",
-                   help="compare runs made on different GPU models (refused by default: exit 2), with a warning")
+    p.add_argument(
+        "--allow-other-hardware",
+        action="store_true",
+        help="compare runs made on different GPU models (refused by default: exit 2), with a warning",
+    )
     p.set_defaults(func=main_compare)
     return p
 

@@ -1,5 +1,6 @@
 """What a run prints: the progress line of each row and the end-of-run tables (read back from the
 run folder, as `bench.py report` shows them). Shared by `bench.py run` and launched sweeps."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,9 @@ from posbench.core.files import WriteError
 
 def case_line(row: dict, metrics: list[str]) -> str:
     """``[3/15] alibi  seq_len=128  ok  train_wps 25.8k  eval_wps 77.8k  (4.1 s)``."""
-    from posbench.report import numbers as fmt
     from posbench import tasks
     from posbench.core.task import find_metric
+    from posbench.report import numbers as fmt
 
     params = " ".join(f"{k}={v}" for k, v in row["params"].items())
     rounds = (row.get("settings") or {}).get("rounds") or 1
@@ -24,8 +25,7 @@ def case_line(row: dict, metrics: list[str]) -> str:
         kind = {m: getattr(find_metric(declared, m), "fmt", "plain") for m in metrics}
         # A metric the row does not hold at all is measured elsewhere (paired windows: peak
         # memory in the round-1 row): leave it out rather than print n/a.
-        detail = "  ".join(f"{m} {fmt.number(row['metrics'].get(m), kind[m])}" for m in metrics
-                           if m in row["metrics"])
+        detail = "  ".join(f"{m} {fmt.number(row['metrics'].get(m), kind[m])}" for m in metrics if m in row["metrics"])
     else:
         detail = short_message(row["message"])
     return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({row['duration_s']:.1f} s)"
@@ -56,18 +56,21 @@ def print_tables(run_dir: Path, run_id: str, case_ids: set, suite, device: str, 
     runs = load_runs(run_dir, report=lambda _problem: None, find_task=tasks.find)
     tables = run_tables(runs, case_ids)
     ratios = f"ratios are against `{suite.baseline}` in this run" if suite.baseline else "no baseline, no ratios"
-    note = (f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
-            f"run `{run_id}`. Words are tokens; {ratios}; memory in GiB (2^30 bytes); "
-            f"peak memory is {'CUDA max_memory_allocated' if device == 'cuda' else 'peak resident set'}.")
+    note = (
+        f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "
+        f"run `{run_id}`. Words are tokens; {ratios}; memory in GiB (2^30 bytes); "
+        f"peak memory is {'CUDA max_memory_allocated' if device == 'cuda' else 'peak resident set'}."
+    )
     if suite.settings.nproc > 1:
-        note += (f" Data parallel on {suite.settings.nproc} ranks: words/s count all ranks' tokens over "
-                 "the slowest rank's time; peak memory is the largest rank's.")
+        note += (
+            f" Data parallel on {suite.settings.nproc} ranks: words/s count all ranks' tokens over "
+            "the slowest rank's time; peak memory is the largest rank's."
+        )
     try:
         write_run_files(tables, run_dir, note)
     except OSError as exc:
         what = str(exc) if isinstance(exc, WriteError) else f"cannot write {run_dir}: {exc.strerror or exc}"
-        raise WriteError(f"{what}; the rows are saved in cases.jsonl ('bench.py report' writes the tables "
-                         "again)") from None
+        raise WriteError(f"{what}; the rows are saved in cases.jsonl ('bench.py report' writes the tables again)") from None
     if show:
         print("\n" + "\n".join(to_text(t) for t in tables))
         print(f"table: {run_dir}/table.md, {run_dir}/table.csv")
@@ -78,9 +81,11 @@ def print_tables(run_dir: Path, run_id: str, case_ids: set, suite, device: str, 
 # (``unavailable`` is a verdict about this machine, not a failure): CI must not go green on it.
 EXIT_CASES_FAILED = 3
 FAILED_STATUSES = ("error", "timeout", "oom", "diverged")
-EXIT_CODES = ("exit status: 0 every case ran (or is unavailable here), 1 an internal error, 2 bad input, "
-              "3 a case ended error/timeout/oom/diverged (rows and tables still written; --allow-failures "
-              "gives 0), 130/143 interrupted (Ctrl-C/SIGTERM)")
+EXIT_CODES = (
+    "exit status: 0 every case ran (or is unavailable here), 1 an internal error, 2 bad input, "
+    "3 a case ended error/timeout/oom/diverged (rows and tables still written; --allow-failures "
+    "gives 0), 130/143 interrupted (Ctrl-C/SIGTERM)"
+)
 
 
 def failed_exit(rows: list[dict], allow_failures: bool) -> int:
@@ -88,13 +93,17 @@ def failed_exit(rows: list[dict], allow_failures: bool) -> int:
     failed = [r for r in rows if r.get("status") in FAILED_STATUSES]
     if not failed:
         return 0
-    counts = ", ".join(f"{sum(r['status'] == s for r in failed)} {s}" for s in FAILED_STATUSES
-                       if any(r["status"] == s for r in failed))
+    counts = ", ".join(
+        f"{sum(r['status'] == s for r in failed)} {s}" for s in FAILED_STATUSES if any(r["status"] == s for r in failed)
+    )
     if allow_failures:
         print(f"note: {len(failed)} case(s) failed ({counts}); exit 0 (--allow-failures)", file=sys.stderr)
         return 0
-    print(f"{len(failed)} case(s) failed ({counts}); exit status {EXIT_CASES_FAILED} "
-          "(--allow-failures gives 0; --retry-failed re-runs error and timeout)", file=sys.stderr)
+    print(
+        f"{len(failed)} case(s) failed ({counts}); exit status {EXIT_CASES_FAILED} "
+        "(--allow-failures gives 0; --retry-failed re-runs error and timeout)",
+        file=sys.stderr,
+    )
     return EXIT_CASES_FAILED
 
 
@@ -115,5 +124,8 @@ def warn_short_budget(settings) -> None:
     """One line when ``steps`` ends before the warm-up does: the learning rate would never peak."""
     steps, warmup = getattr(settings, "steps", None), getattr(settings, "warmup_steps", None)
     if isinstance(steps, int) and isinstance(warmup, int) and steps < warmup:
-        print(f"warning: steps {steps} is below warmup_steps {warmup}: the learning rate never reaches lr; "
-              f"set warmup_steps below {steps} (--set warmup_steps=N)", file=sys.stderr)
+        print(
+            f"warning: steps {steps} is below warmup_steps {warmup}: the learning rate never reaches lr; "
+            f"set warmup_steps below {steps} (--set warmup_steps=N)",
+            file=sys.stderr,
+        )

@@ -6,6 +6,7 @@ here; ``bench.py status RUN`` prints where a launched sweep stands, per unit, an
 that resubmits what failed, or, for a run folder ``bench.py run`` wrote, its cases per status.
 Both, and a followed sweep, exit ``EXIT_CASES_FAILED`` when a case failed (``--allow-failures``: 0).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,19 +27,28 @@ SWEEP_EXAMPLES = [
 
 
 def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpus", metavar="IDS",
-                   help="run units side by side, one per GPU: comma-separated CUDA device ids or 'all' (a unit is a "
-                        "grid point with every method for timed tasks, a case otherwise)")
-    p.add_argument("--parallel", type=int, default=1, metavar="N",
-                   help="on a CPU: N cases at once (tasks that train; timed tasks refuse it)")
-    p.add_argument("--launcher", choices=["slurm", "local"],
-                   help="submit the sweep through submitit: one job array, a task per unit (pip install "
-                        "posbench[slurm]); Slurm parameters in the suite's launcher: block or --set launcher.KEY=VALUE")
-    p.add_argument("--detach", action="store_true",
-                   help="with --launcher: submit and return (follow with bench.py status RUN)")
-    p.add_argument("--allow-setup-commands", action="store_true",
-                   help="with --launcher: run the shell lines of the suite's launcher.setup before each task "
-                        "(without it a suite that has them is refused)")
+    p.add_argument(
+        "--gpus",
+        metavar="IDS",
+        help="run units side by side, one per GPU: comma-separated CUDA device ids or 'all' (a unit is a "
+        "grid point with every method for timed tasks, a case otherwise)",
+    )
+    p.add_argument(
+        "--parallel", type=int, default=1, metavar="N", help="on a CPU: N cases at once (tasks that train; timed tasks refuse it)"
+    )
+    p.add_argument(
+        "--launcher",
+        choices=["slurm", "local"],
+        help="submit the sweep through submitit: one job array, a task per unit (pip install "
+        "posbench[slurm]); Slurm parameters in the suite's launcher: block or --set launcher.KEY=VALUE",
+    )
+    p.add_argument("--detach", action="store_true", help="with --launcher: submit and return (follow with bench.py status RUN)")
+    p.add_argument(
+        "--allow-setup-commands",
+        action="store_true",
+        help="with --launcher: run the shell lines of the suite's launcher.setup before each task "
+        "(without it a suite that has them is refused)",
+    )
 
 
 def pool_options(args, device: str) -> dict:
@@ -51,8 +61,7 @@ def pool_options(args, device: str) -> dict:
         raise PoolError("--gpus and --parallel both say how many units run at once; allowed: one of them")
     if args.gpus is not None:
         if device != "cuda":
-            raise PoolError(f"--gpus: the run is on {device}; allowed: --gpus with --device cuda, or --parallel N "
-                            "on a CPU")
+            raise PoolError(f"--gpus: the run is on {device}; allowed: --gpus with --device cuda, or --parallel N on a CPU")
         return {"gpus": tuple(pool.parse_gpus(args.gpus))}
     if args.parallel != 1 and device != "cpu":
         raise PoolError("--parallel: on CUDA units run one per GPU; allowed: --gpus IDS (or all)")
@@ -66,14 +75,15 @@ def check_launcher_flags(args) -> None:
         shown = str(args.parallel) if len(str(args.parallel)) <= 24 else str(args.parallel)[:24] + "..."
         raise PoolError(f"--parallel {shown}: allowed: a whole number from 1 to {MAX_PARALLEL}")
     if getattr(args, "allow_setup_commands", False) and not args.launcher:
-        raise PoolError("--allow-setup-commands: only a launched sweep runs the suite's launcher.setup; allowed: "
-                        "with --launcher slurm|local")
+        raise PoolError(
+            "--allow-setup-commands: only a launched sweep runs the suite's launcher.setup; allowed: with --launcher slurm|local"
+        )
     if args.detach and not args.launcher:
         raise PoolError("--detach: only a launched sweep can be left running; allowed: with --launcher slurm|local")
     if args.launcher and (args.gpus is not None or args.parallel != 1):
-        raise PoolError("--launcher runs a unit per array task; --gpus / --parallel are for a run on this machine; "
-                        "allowed: one of them")
-
+        raise PoolError(
+            "--launcher runs a unit per array task; --gpus / --parallel are for a run on this machine; allowed: one of them"
+        )
 
 
 def resubmit_command(command: list[str], run_id: str) -> str:
@@ -98,19 +108,34 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
 
     from posbench.run import slurm
 
-    out = slurm.submit(suite, args.launcher, device, Path(args.results), list(getattr(args, "argv", [])),
-                       args.run_id, args.fresh, args.retry_failed, methods, tuple(args.methods_dir), shard,
-                       allow_setup=args.allow_setup_commands)
+    out = slurm.submit(
+        suite,
+        args.launcher,
+        device,
+        Path(args.results),
+        list(getattr(args, "argv", [])),
+        args.run_id,
+        args.fresh,
+        args.retry_failed,
+        methods,
+        tuple(args.methods_dir),
+        shard,
+        allow_setup=args.allow_setup_commands,
+    )
     jobs = sorted({out.record["units"][k]["job_id"].split("_")[0] for k in out.units})
-    submitted = (f"submitted {len(out.units) + len(out.waiting)} unit(s) of {suite.name} ({args.launcher}"
-                 f"{', job ' + ', '.join(jobs) if jobs and args.launcher == 'slurm' else ''}) in {out.run_dir}"
-                 + (f"; {len(out.busy)} unit(s) still queued or running from before, left alone" if out.busy else ""))
+    submitted = (
+        f"submitted {len(out.units) + len(out.waiting)} unit(s) of {suite.name} ({args.launcher}"
+        f"{', job ' + ', '.join(jobs) if jobs and args.launcher == 'slurm' else ''}) in {out.run_dir}"
+        + (f"; {len(out.busy)} unit(s) still queued or running from before, left alone" if out.busy else "")
+    )
     if args.detach or not (out.units or out.waiting) or not args.quiet:
         print(submitted)
     if args.detach or not (out.units or out.waiting):
         if out.waiting:
-            print(f"{len(out.waiting)} unit(s) wait for a free slot (launcher.array_parallelism) and start only "
-                  "while a submitter follows the sweep: run the same command again without --detach to start them")
+            print(
+                f"{len(out.waiting)} unit(s) wait for a free slot (launcher.array_parallelism) and start only "
+                "while a submitter follows the sweep: run the same command again without --detach to start them"
+            )
         print(f"follow with: python bench.py status {out.run_dir}")
         return 0
     total = sum(len(out.record["units"][k]["todo"]) for k in out.units) + sum(len(s["todo"]) for s in out.waiting)
@@ -153,11 +178,13 @@ def print_status(run_dir: Path, allow_failures: bool = False, quiet: bool = Fals
     lines, counts = [], {"queued": 0, "running": 0, "done": 0, "failed": 0}
     for key, unit, s, word, n in units:
         counts[word] += 1
-        how = "" if word == "done" else f"  {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "") + (
-            f" {s.reason}" if s.reason else "")
+        how = (
+            ""
+            if word == "done"
+            else f"  {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "") + (f" {s.reason}" if s.reason else "")
+        )
         lines.append(f"  {key:<28} {word:<8} {n}/{len(unit['todo'])} cases  job {unit['job_id'] or '-'}{how}")
-    print(f"{run_dir} ({record['launcher']}, {len(lines)} units): "
-          + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    print(f"{run_dir} ({record['launcher']}, {len(lines)} units): " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     if not quiet:
         print("\n".join(lines))
     if counts["failed"]:
@@ -166,8 +193,7 @@ def print_status(run_dir: Path, allow_failures: bool = False, quiet: bool = Fals
         return 0
     code = failed_exit(_case_rows(run_dir), False)
     if code == 0 and counts["failed"]:  # a unit that ended without rows
-        print(f"{counts['failed']} unit(s) failed; exit status {EXIT_CASES_FAILED} (--allow-failures gives 0)",
-              file=sys.stderr)
+        print(f"{counts['failed']} unit(s) failed; exit status {EXIT_CASES_FAILED} (--allow-failures gives 0)", file=sys.stderr)
         return EXIT_CASES_FAILED
     return code
 
@@ -190,23 +216,30 @@ def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = 
     from posbench.store.run_rows import CASES_FILE
 
     if not (run_dir / CASES_FILE).is_file():
-        raise PoolError(f"{run_dir}: no {CASES_FILE} and no {RECORD_FILE}; allowed: a run folder "
-                        "(results/<suite>/<run-id>) that bench.py run or a launched sweep wrote")
+        raise PoolError(
+            f"{run_dir}: no {CASES_FILE} and no {RECORD_FILE}; allowed: a run folder "
+            "(results/<suite>/<run-id>) that bench.py run or a launched sweep wrote"
+        )
     rows = _case_rows(run_dir)
     meta = read_run_meta(run_dir)
     found = [r["status"] for r in rows]
     order = list(STATUS_ORDER) + sorted(set(found) - set(STATUS_ORDER))
-    what = ", ".join(f"{k} {v}" for k, v in (("suite", meta.suite), ("profile", meta.profile), ("device", meta.device))
-                     if v) if meta else "no run.json"
-    print(f"{run_dir} (run folder, {what}): {len(rows)} case(s): "
-          + ", ".join(f"{found.count(s)} {s}" for s in order if s in found))
+    what = (
+        ", ".join(f"{k} {v}" for k, v in (("suite", meta.suite), ("profile", meta.profile), ("device", meta.device)) if v)
+        if meta
+        else "no run.json"
+    )
+    print(
+        f"{run_dir} (run folder, {what}): {len(rows)} case(s): " + ", ".join(f"{found.count(s)} {s}" for s in order if s in found)
+    )
     failed = [r for r in rows if r["status"] in FAILED_STATUSES]
     if not quiet:
         for r in failed:
             print(f"  {r['case_id']:<28} {r['status']:<9} {short_message(r.get('message') or '')}")
     if meta is not None and any(r["status"] in ("error", "timeout") for r in failed):  # what --retry-failed re-runs
-        argv = ["--suite", meta.suite] + [a for flag, value in (("--profile", meta.profile), ("--device", meta.device))
-                                          if value for a in (flag, value)]
+        argv = ["--suite", meta.suite] + [
+            a for flag, value in (("--profile", meta.profile), ("--device", meta.device)) if value for a in (flag, value)
+        ]
         if run_dir.parent.parent != Path("results"):
             argv += ["--results", str(run_dir.parent.parent)]
         argv += ["--run-id", run_dir.name]
@@ -219,7 +252,7 @@ def cmd_status(args) -> int:
 
 
 def add_status_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="a run folder (results/<suite>/<run-id>): a launched sweep's units, else its cases "
-                               "per status")
-    p.add_argument("--allow-failures", action="store_true",
-                   help=f"exit 0 even when a case failed (default: exit {EXIT_CASES_FAILED})")
+    p.add_argument("run", help="a run folder (results/<suite>/<run-id>): a launched sweep's units, else its cases per status")
+    p.add_argument(
+        "--allow-failures", action="store_true", help=f"exit 0 even when a case failed (default: exit {EXIT_CASES_FAILED})"
+    )

@@ -2,6 +2,7 @@
 (Press, Smith, Lewis, ICLR 2022): the score of query i and key j gets -m_h * (i - j), one fixed
 slope per head, not scaled by 1/sqrt(d).
 """
+
 from __future__ import annotations
 
 import math

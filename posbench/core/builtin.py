@@ -1,4 +1,5 @@
 """Where the built-in ``methods`` and ``suites`` folders are, in a checkout and in a wheel."""
+
 from __future__ import annotations
 
 from pathlib import Path

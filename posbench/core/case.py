@@ -3,6 +3,7 @@ forms: ``CaseSpec`` (JSON-ready dicts: what the suite expands, the runner schedu
 case file holds) and ``Case`` (the task's typed ``Params`` and ``Settings``: what a task runs).
 Both have the same ``id`` and ``to_json``; ``Case.spec()`` goes back to the JSON form.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields

@@ -4,6 +4,7 @@ probes' (``ProbeConfig``).
 Plain dataclasses without torch, so that validating a suite (which checks a preset name and
 ``model_overrides`` keys) stays fast; ``posbench.core.method`` and ``posbench.core.model`` re-export them.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,28 +43,40 @@ class ModelConfig:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"model config: {key} must be a positive integer, got {value!r}")
         if self.d_model % self.n_heads:
+            raise ValueError(f"model config: d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.n_kv_heads is not None and not (
+            isinstance(self.n_kv_heads, int)
+            and not isinstance(self.n_kv_heads, bool)
+            and self.n_kv_heads >= 1
+            and self.n_heads % self.n_kv_heads == 0
+        ):
             raise ValueError(
-                f"model config: d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+                f"model config: n_kv_heads ({self.n_kv_heads!r}) must be a positive integer dividing "
+                f"n_heads ({self.n_heads}); allowed: a divisor of n_heads (1 = multi-query) or null"
             )
-        if self.n_kv_heads is not None and not (isinstance(self.n_kv_heads, int) and not isinstance(self.n_kv_heads, bool)
-                                                and self.n_kv_heads >= 1 and self.n_heads % self.n_kv_heads == 0):
-            raise ValueError(f"model config: n_kv_heads ({self.n_kv_heads!r}) must be a positive integer dividing "
-                             f"n_heads ({self.n_heads}); allowed: a divisor of n_heads (1 = multi-query) or null")
-        if self.window is not None and not (isinstance(self.window, int) and not isinstance(self.window, bool)
-                                            and self.window >= 1):
-            raise ValueError(f"model config: window ({self.window!r}) must be a positive integer; allowed: an "
-                             "integer >= 1 (the keys a query sees, itself included) or null")
+        if self.window is not None and not (
+            isinstance(self.window, int) and not isinstance(self.window, bool) and self.window >= 1
+        ):
+            raise ValueError(
+                f"model config: window ({self.window!r}) must be a positive integer; allowed: an "
+                "integer >= 1 (the keys a query sees, itself included) or null"
+            )
         if self.window_layers is not None:
             layers = self.window_layers
-            if not (isinstance(layers, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool)
-                                                              and 0 <= i < self.n_layers for i in layers)
-                    and len(set(layers)) == len(layers)):
-                raise ValueError(f"model config: window_layers ({layers!r}) must list distinct layer indices; "
-                                 f"allowed: a list of integers in 0..{self.n_layers - 1} (n_layers {self.n_layers}) "
-                                 "or null (every layer)")
+            if not (
+                isinstance(layers, (list, tuple))
+                and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < self.n_layers for i in layers)
+                and len(set(layers)) == len(layers)
+            ):
+                raise ValueError(
+                    f"model config: window_layers ({layers!r}) must list distinct layer indices; "
+                    f"allowed: a list of integers in 0..{self.n_layers - 1} (n_layers {self.n_layers}) "
+                    "or null (every layer)"
+                )
             if self.window is None:
-                raise ValueError("model config: window_layers is set without a window; allowed: window_layers "
-                                 "with a window (an integer >= 1)")
+                raise ValueError(
+                    "model config: window_layers is set without a window; allowed: window_layers with a window (an integer >= 1)"
+                )
         if self.embed_scale is not None and not (isinstance(self.embed_scale, (int, float)) and self.embed_scale > 0):
             raise ValueError(f"model config: embed_scale must be a positive number or null, got {self.embed_scale!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -135,5 +148,7 @@ class ProbeConfig:
         if self.n_symbols < 2 or self.key_len < 1 or self.segment_len < 1 or self.filler_len < 1:
             raise ValueError("probes: need n_symbols >= 2 and key_len, segment_len, filler_len >= 1")
         if not 1 <= self.n_queries <= self.n_pairs <= self.n_keys:
-            raise ValueError(f"probes: need 1 <= n_queries <= n_pairs <= n_keys, got n_queries={self.n_queries}, "
-                             f"n_pairs={self.n_pairs}, n_keys={self.n_keys}")
+            raise ValueError(
+                f"probes: need 1 <= n_queries <= n_pairs <= n_keys, got n_queries={self.n_queries}, "
+                f"n_pairs={self.n_pairs}, n_keys={self.n_keys}"
+            )

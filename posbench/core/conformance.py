@@ -8,6 +8,7 @@ with a message that names the method and what went wrong; use ``run_all`` outsid
 The kit's model has 3 heads of dimension 32: an odd head count catches slope and reshape
 mistakes, and 32 is the smallest head dimension fused kernels must support.
 """
+
 from __future__ import annotations
 
 import io
@@ -15,8 +16,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from posbench.core import method as method_contract
 from posbench.core import discovery
+from posbench.core import method as method_contract
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
 from posbench.core.outcome import Unavailable
@@ -220,8 +221,14 @@ def check_gqa_window(method, dtype, device):
     """``window`` 16 on layer 0 only, with grouped-query attention: the windowed layer's KV cache
     holds 16 keys, the global one every key, and decoding (after a prefill longer than the
     window) equals the full forward."""
-    _windowed(method, dtype, device, dict(GQA, window=WINDOW, window_layers=[0]),
-              "with window 16 on layer 0 and grouped-query attention", prefill=WINDOW + 4)
+    _windowed(
+        method,
+        dtype,
+        device,
+        dict(GQA, window=WINDOW, window_layers=[0]),
+        "with window 16 on layer 0 and grouped-query attention",
+        prefill=WINDOW + 4,
+    )
 
 
 def _windowed(method, dtype, device, layout: dict, what: str, prefill: int):
@@ -234,11 +241,14 @@ def _windowed(method, dtype, device, layout: dict, what: str, prefill: int):
             reach = model.cfg.n_layers * (WINDOW - 1)  # a token reaches window - 1 positions further per layer
             changed = idx.clone()
             changed[:, 0] = (changed[:, 0] + 1) % 64
-            err = (model(changed).float()[:, reach + 1:] - full[:, reach + 1:]).abs().max().item()
+            err = (model(changed).float()[:, reach + 1 :] - full[:, reach + 1 :]).abs().max().item()
             tol = DECODE_TOL.get(dtype, 1e-2) * max(1.0, full.abs().max().item())
             if not err <= tol:
-                _fail(method, f"{what} token 0 changed the outputs from position {reach + 1} on by {err:.3g}, beyond "
-                              f"every layer's window (tolerance {tol:.3g})")
+                _fail(
+                    method,
+                    f"{what} token 0 changed the outputs from position {reach + 1} on by {err:.3g}, beyond "
+                    f"every layer's window (tolerance {tol:.3g})",
+                )
     cache = _decode_matches(method, model, idx, full, dtype, what + " ", prefill)
     held = [k.shape[2] for k, _ in cache.layers()]
     want = [WINDOW if model.cfg.layer_window(i) else length for i in range(model.cfg.n_layers)]
@@ -269,8 +279,11 @@ def check_prepared_attend(method, dtype, device):
         err = (got.double() - want.double()).abs().max().item()
         tol = DECODE_TOL.get(dtype, 1e-2) * max(1.0, want.abs().max().item())
         if not err <= tol:
-            _fail(method, f"prepare/encode_qk/attend with Tq={tq}, Tk={tk} differ from attend on raw q, k "
-                          f"(state None) by {err:.3g} (tolerance {tol:.3g})")
+            _fail(
+                method,
+                f"prepare/encode_qk/attend with Tq={tq}, Tk={tk} differ from attend on raw q, k "
+                f"(state None) by {err:.3g} (tolerance {tol:.3g})",
+            )
 
 
 def check_state_dict(method, dtype, device):
@@ -334,8 +347,11 @@ def check_far_positions(method, dtype, device):
         err = (out.double() - want).abs().max().item() / max(1.0, want.abs().max().item())
         tol = FAR_TOL.get(dtype, 3e-2)
         if not err <= tol:
-            _fail(method, f"{what} at positions near {FAR_POSITION} in {str(dtype).removeprefix('torch.')} differs "
-                          f"from float64 by {err:.3g} of its scale (tolerance {tol:g}): a position table lost precision?")
+            _fail(
+                method,
+                f"{what} at positions near {FAR_POSITION} in {str(dtype).removeprefix('torch.')} differs "
+                f"from float64 by {err:.3g} of its scale (tolerance {tol:g}): a position table lost precision?",
+            )
 
 
 CHECKS: dict[str, Callable] = {

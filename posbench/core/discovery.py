@@ -7,6 +7,7 @@ points. Listing names reads files and folders (``list`` and ``validate`` need no
 one name imports only what defines it, whose ``register``/``register_task`` calls
 (``posbench.core.registry``) fill the tables, so a broken plugin fails only its own users.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -126,8 +127,10 @@ def _import_file(path: Path, limit_s: float | None = None) -> None:
             registry.unregister(name)  # classes registered before the error: the file did not load
         if isinstance(exc, _ImportTimedOut):
             _TIMED_OUT[str(path)] = limit_s
-            exc = TimeoutError(f"its import did not finish within {limit_s:g} s (does it block at import?); "
-                               f"allowed: a method file that imports in seconds ({IMPORT_LIMIT_ENV} sets the limit)")
+            exc = TimeoutError(
+                f"its import did not finish within {limit_s:g} s (does it block at import?); "
+                f"allowed: a method file that imports in seconds ({IMPORT_LIMIT_ENV} sets the limit)"
+            )
         raise RegistryError(f"error importing method file {path}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -285,13 +288,17 @@ def _require_composed(name: str, base: str, mod: str) -> str:
     if mod not in mods:
         close = difflib.get_close_matches(mod, list(mods), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise RegistryError(f"unknown method {name!r}: {mod!r} is not a modifier{hint}; allowed: METHOD+MODIFIER "
-                            f"with a modifier from: {', '.join(mods) or 'none'}")
+        raise RegistryError(
+            f"unknown method {name!r}: {mod!r} is not a modifier{hint}; allowed: METHOD+MODIFIER "
+            f"with a modifier from: {', '.join(mods) or 'none'}"
+        )
     try:
         require(base)
     except RegistryError as exc:
-        raise RegistryError(f"unknown method {name!r}: {str(exc).split('; known methods:')[0]}; allowed: "
-                            f"METHOD+{mod} with a registered METHOD (bench.py list)") from None
+        raise RegistryError(
+            f"unknown method {name!r}: {str(exc).split('; known methods:')[0]}; allowed: "
+            f"METHOD+{mod} with a registered METHOD (bench.py list)"
+        ) from None
     return mods[mod]
 
 
@@ -302,8 +309,7 @@ def _compose(name: str, base: str, mod: str) -> type[PositionMethod]:
         _import_file(Path(origin))
     cls = registry._MODIFIERS[mod].compose(get(base))
     if getattr(cls, "name", None) != name:
-        raise RegistryError(f"modifier {mod!r}: compose made a method named {getattr(cls, 'name', None)!r}; "
-                            f"allowed: {name!r}")
+        raise RegistryError(f"modifier {mod!r}: compose made a method named {getattr(cls, 'name', None)!r}; allowed: {name!r}")
     _COMPOSED[name] = cls  # not a registered method: listing() and "all" name methods, not compositions
     return cls
 
@@ -324,8 +330,9 @@ def require(name: str) -> str:
         if parts:
             return _require_composed(name, *parts)
         if name in modifiers():
-            raise RegistryError(f"unknown method {name!r}: {name!r} is a modifier, not a method; allowed: "
-                                f"METHOD+{name} (e.g. rotary+{name})")
+            raise RegistryError(
+                f"unknown method {name!r}: {name!r} is a modifier, not a method; allowed: METHOD+{name} (e.g. rotary+{name})"
+            )
         raise _unknown(name, list(found))
     return found[name]
 
@@ -376,8 +383,7 @@ def build(cfg: ModelConfig) -> PositionMethod:
     unknown = sorted(set(cfg.method_options) - set(allowed))
     if unknown:
         raise RegistryError(
-            f"method {cfg.method!r}: unknown option(s) {', '.join(unknown)}; "
-            f"allowed: {', '.join(allowed) or 'none'}"
+            f"method {cfg.method!r}: unknown option(s) {', '.join(unknown)}; allowed: {', '.join(allowed) or 'none'}"
         )
     return cls(cfg, **cfg.method_options)
 
@@ -436,8 +442,7 @@ def _import_package(module_name: str, where: str) -> None:
         return
     folder = Path(where)
     if module_name.startswith("posbench_tasks_") and module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name, folder / "__init__.py",
-                                                      submodule_search_locations=[where])
+        spec = importlib.util.spec_from_file_location(module_name, folder / "__init__.py", submodule_search_locations=[where])
         sys.modules[module_name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[module_name])
     importlib.import_module(f"{module_name}.task")
@@ -458,11 +463,15 @@ def _import_task(name: str, where: str) -> None:
             return
         added = [n for n in registry._TASKS if n not in before]
         if added:
-            problem = (f"task {name!r} ({where}) registers {added[0]!r}; allowed: "
-                       f"register_task(Task(..., name={name!r})), the name of its package")
+            problem = (
+                f"task {name!r} ({where}) registers {added[0]!r}; allowed: "
+                f"register_task(Task(..., name={name!r})), the name of its package"
+            )
         else:
-            problem = (f"task {name!r} ({where}) registers no task; a task package's task.py declares "
-                       f"TASK = register_task(Task(Settings, Params, METRICS, run, ..., name={name!r}))")
+            problem = (
+                f"task {name!r} ({where}) registers no task; a task package's task.py declares "
+                f"TASK = register_task(Task(Settings, Params, METRICS, run, ..., name={name!r}))"
+            )
         cause = None
     for module in [m for m in sys.modules if m == module_name or m.startswith(module_name + ".")]:
         del sys.modules[module]

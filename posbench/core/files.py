@@ -7,6 +7,7 @@ renamed over the target, so a crash or a full disk never leaves a half-written o
 Files get the mode ``open()`` would give them (``new_file_mode``: 0644 under umask 022), not
 ``mkstemp``'s 0600: colleagues read a shared results folder.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,18 @@ from posbench.core.nofollow import UnsafeFile, file_kind, open_nofollow, read_re
 from posbench.core.outcome import PosbenchError
 
 # Imported from here by earlier code (the names of ``posbench.core.nofollow``).
-__all__ = ["WriteError", "new_file_mode", "current_umask", "atomic_write_text", "refuse_links", "own_folder",
-           "UnsafeFile", "file_kind", "open_nofollow", "read_regular"]
+__all__ = [
+    "WriteError",
+    "new_file_mode",
+    "current_umask",
+    "atomic_write_text",
+    "refuse_links",
+    "own_folder",
+    "UnsafeFile",
+    "file_kind",
+    "open_nofollow",
+    "read_regular",
+]
 
 
 class WriteError(PosbenchError, OSError):
@@ -76,17 +87,21 @@ def refuse_links(folder: str | os.PathLike) -> None:
     folder are written in place, and a planted link would send a write outside ``results/``."""
     folder = Path(folder)
     if folder.is_symlink():
-        raise UnsafeFile(f"{folder}: the run folder is a symbolic link; posbench does not follow links in a "
-                         "run folder (allowed: a real folder; remove the link or pick another --run-id)")
+        raise UnsafeFile(
+            f"{folder}: the run folder is a symbolic link; posbench does not follow links in a "
+            "run folder (allowed: a real folder; remove the link or pick another --run-id)"
+        )
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
         return
     for entry in entries:
         if entry.is_symlink():
-            raise UnsafeFile(f"{folder}: holds a symbolic link, {entry.name} -> {os.readlink(entry.path)}; "
-                             "posbench does not follow links in a run folder (allowed: regular files; remove the "
-                             "link or pick another --run-id)")
+            raise UnsafeFile(
+                f"{folder}: holds a symbolic link, {entry.name} -> {os.readlink(entry.path)}; "
+                "posbench does not follow links in a run folder (allowed: regular files; remove the "
+                "link or pick another --run-id)"
+            )
 
 
 def own_folder(path: str | os.PathLike) -> Path:
@@ -100,8 +115,9 @@ def own_folder(path: str | os.PathLike) -> Path:
         pass  # a link or a file: named below
     mode = os.lstat(path).st_mode
     if stat.S_ISLNK(mode):
-        raise UnsafeFile(f"{path} is a symbolic link; posbench does not follow links in a run folder "
-                         "(allowed: a real folder; remove the link)")
+        raise UnsafeFile(
+            f"{path} is a symbolic link; posbench does not follow links in a run folder (allowed: a real folder; remove the link)"
+        )
     if not stat.S_ISDIR(mode):
         raise UnsafeFile(f"{path} is {file_kind(mode)}; allowed: a folder (remove it)")
     return path

@@ -3,6 +3,7 @@
 Causality is by index, bottom-right aligned: query row i (of Tq) sees keys j <= i + (Tk - Tq); with
 a sliding ``window`` also only keys j > i + (Tk - Tq) - window (the last ``window``, itself included).
 """
+
 from __future__ import annotations
 
 import math

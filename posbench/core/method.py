@@ -7,6 +7,7 @@ reference. A hook may leave ``state`` out (``adapt_hooks``). Positions are expli
 KV decoding and interpolation need no special case; causality is bottom-right aligned. Bias
 methods subclass ``posbench.attention.bias.BiasMethod``. docs/adding-a-method.md has the details.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -16,9 +17,10 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from posbench.core.config import ModelConfig  # defined without torch; methods import it from here
+
 # Re-exported: methods and plugins import these from here (the documented plugin API).
 from posbench.core.masked import causal_attention, causal_mask  # noqa: F401
-from posbench.core.config import ModelConfig  # defined without torch; methods import it from here
 from posbench.core.outcome import Unavailable
 
 
@@ -40,8 +42,7 @@ class PositionMethod(nn.Module):
         super().__init__()
         self.cfg = cfg
         if cfg.window is not None and self.no_window:
-            raise Unavailable(f"{self.name}: sliding-window attention (window {cfg.window}) is not supported: "
-                              f"{self.no_window}")
+            raise Unavailable(f"{self.name}: sliding-window attention (window {cfg.window}) is not supported: {self.no_window}")
         self._position_buffers: set[str] = set()
 
     def register_position_buffer(self, name: str, tensor: torch.Tensor) -> None:
@@ -231,4 +232,3 @@ class PositionCache:
 
     def clear(self) -> None:
         self._entries.clear()
-

@@ -2,6 +2,7 @@
 torch): ``@register`` classes with a literal ``name``, literal ``register_variants`` tables and
 ``@register_modifier`` classes. None where the source does not say; the caller then imports the file.
 """
+
 from __future__ import annotations
 
 import ast
@@ -75,8 +76,11 @@ def _parse_names(path: Path, mtime_ns: int, size: int) -> list[str] | None:
                 if name is None:
                     return None
                 names.append(name)
-        elif isinstance(node, ast.alias) and node.name in ("register", "register_variants") and \
-                node.asname not in (None, node.name):
+        elif (
+            isinstance(node, ast.alias)
+            and node.name in ("register", "register_variants")
+            and node.asname not in (None, node.name)
+        ):
             return None
     if any(is_register(node) and id(node) not in decorators for node in ast.walk(tree)):
         return None
@@ -97,9 +101,13 @@ def _parse_modifiers(path: Path, mtime_ns: int, size: int) -> list[str]:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
         return []
-    return [name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
-            and any(is_register(d, "register_modifier") for d in node.decorator_list)
-            and (name := class_name(node)) is not None]
+    return [
+        name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and any(is_register(d, "register_modifier") for d in node.decorator_list)
+        and (name := class_name(node)) is not None
+    ]
 
 
 def syntax_error(path: Path) -> str | None:

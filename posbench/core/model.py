@@ -5,6 +5,7 @@ model), and a KV cache for incremental decoding. The position method is one modu
 all layers: ``prepare`` runs once per forward and its state goes to ``embed`` (once, at the
 bottom) and to ``encode_qk`` and ``attend`` in every layer (``posbench.core.method``).
 """
+
 from __future__ import annotations
 
 import math
@@ -51,8 +52,10 @@ class KVCache:
         first, end = (0, start) if window is None else (self._first[layer], self._end[layer])
         buf_k, buf_v = self._k[layer], self._v[layer]
         if buf_k is not None and buf_k.shape[:2] != k.shape[:2]:
-            raise ValueError(f"KVCache: a chunk of shape {tuple(k.shape)} after chunks of batch and heads "
-                             f"{tuple(buf_k.shape[:2])}; allowed: the same (B, H) in every call")
+            raise ValueError(
+                f"KVCache: a chunk of shape {tuple(k.shape)} after chunks of batch and heads "
+                f"{tuple(buf_k.shape[:2])}; allowed: the same (B, H) in every call"
+            )
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             past_k = buf_k[:, :, first:end] if buf_k is not None else k[:, :, :0]
             past_v = buf_v[:, :, first:end] if buf_v is not None else v[:, :, :0]
@@ -62,8 +65,8 @@ class KVCache:
             return out_k, out_v
         if buf_k is not None and buf_k.shape[2] < end + t and first and buf_k.dtype == k.dtype:
             # a windowed layer at the end of its buffer: the held slots move to its start
-            buf_k[:, :, :end - first] = buf_k[:, :, first:end].clone()
-            buf_v[:, :, :end - first] = buf_v[:, :, first:end].clone()
+            buf_k[:, :, : end - first] = buf_k[:, :, first:end].clone()
+            buf_v[:, :, : end - first] = buf_v[:, :, first:end].clone()
             first, end = 0, end - first
         if buf_k is None or buf_k.shape[2] < end + t or buf_k.dtype != k.dtype:
             need, old = end - first + t, (buf_k.shape[2] if buf_k is not None else 0)
@@ -72,14 +75,14 @@ class KVCache:
             new_k = k.new_empty(k.shape[0], k.shape[1], size, k.shape[3])
             new_v = v.new_empty(v.shape[0], v.shape[1], size, v.shape[3])
             if buf_k is not None and end > first:
-                new_k[:, :, :end - first] = buf_k[:, :, first:end]
-                new_v[:, :, :end - first] = buf_v[:, :, first:end]
+                new_k[:, :, : end - first] = buf_k[:, :, first:end]
+                new_v[:, :, : end - first] = buf_v[:, :, first:end]
             self._k[layer], self._v[layer] = buf_k, buf_v = new_k, new_v
             first, end = 0, end - first
-        buf_k[:, :, end:end + t] = k
-        buf_v[:, :, end:end + t] = v
+        buf_k[:, :, end : end + t] = k
+        buf_v[:, :, end : end + t] = v
         self._first[layer], self._end[layer] = self._keep(first, end + t, window), end + t
-        return buf_k[:, :, first:end + t], buf_v[:, :, first:end + t]
+        return buf_k[:, :, first : end + t], buf_v[:, :, first : end + t]
 
     @staticmethod
     def _keep(first: int, end: int, window: int | None) -> int:
@@ -89,8 +92,7 @@ class KVCache:
     def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(keys, values) views of the slots held, per layer that has any (a windowed layer's:
         its last ``window``)."""
-        return [(k[:, :, a:e], v[:, :, a:e]) for k, v, a, e in zip(self._k, self._v, self._first, self._end)
-                if k is not None]
+        return [(k[:, :, a:e], v[:, :, a:e]) for k, v, a, e in zip(self._k, self._v, self._first, self._end) if k is not None]
 
     def nbytes(self) -> int:
         """Bytes of the keys and values held (the slots each layer holds; spare capacity and the
@@ -187,8 +189,11 @@ class TransformerLM(nn.Module):
         token-embedding scale (results with another scale are not comparable), the attention
         path the position method takes on ``device`` with compute ``dtype``, and the sliding window
         when there is one."""
-        out = {"embed_scale": f"{self.cfg.token_scale:.6g}", "attn_backend": self.method.attn_backend(device, dtype),
-               "compute_dtype": str(dtype).removeprefix("torch.")}
+        out = {
+            "embed_scale": f"{self.cfg.token_scale:.6g}",
+            "attn_backend": self.method.attn_backend(device, dtype),
+            "compute_dtype": str(dtype).removeprefix("torch."),
+        }
         if self.cfg.window is not None:  # results with another window are not comparable
             layers = self.cfg.window_layers
             out["window"] = f"{self.cfg.window}" + ("" if layers is None else f" on layers {sorted(layers)}")
@@ -237,7 +242,7 @@ class TransformerLM(nn.Module):
         if cache is not None and window is not None and past > window:
             # windowed layers hold only their last `window` keys: their positions, and a state of
             # their own (a bias or a table is a function of the keys' positions)
-            trimmed = k_pos[past - window:]
+            trimmed = k_pos[past - window :]
             windowed = (trimmed, self.method.prepare(pos, trimmed, dtype))
         else:
             windowed = keys

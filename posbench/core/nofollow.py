@@ -1,6 +1,7 @@
 """Opening a file that must be a regular file: never through a symbolic link, never a FIFO or a
 device (``open_nofollow``, ``read_regular``); anything else is one line (``UnsafeFile``).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,17 +31,17 @@ def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o666) -> int
         except OSError:
             raise exc from None  # the open's own error (no such file, no permission)
         if stat.S_ISLNK(found):
-            raise UnsafeFile(f"{path} is a symbolic link; posbench does not follow links in a run folder "
-                             "(allowed: a regular file; remove the link)") from None
+            raise UnsafeFile(
+                f"{path} is a symbolic link; posbench does not follow links in a run folder "
+                "(allowed: a regular file; remove the link)"
+            ) from None
         if not stat.S_ISREG(found):
-            raise UnsafeFile(f"{path} is not a regular file ({file_kind(found)}); allowed: a regular file "
-                             "(remove it)") from None
+            raise UnsafeFile(f"{path} is not a regular file ({file_kind(found)}); allowed: a regular file (remove it)") from None
         raise exc from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(f"{path} is not a regular file ({file_kind(st.st_mode)}); allowed: a regular file "
-                             "(remove it)")
+            raise UnsafeFile(f"{path} is not a regular file ({file_kind(st.st_mode)}); allowed: a regular file (remove it)")
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -50,8 +51,13 @@ def open_nofollow(path: str | os.PathLike, flags: int, mode: int = 0o666) -> int
 
 def file_kind(mode: int) -> str:
     """What a ``stat`` mode that is not a regular file is, in words, for one-line errors."""
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
         if test(mode):
             return name
     return "not a regular file"

@@ -4,6 +4,7 @@ A task raises ``Diverged`` or ``Unavailable``; the worker turns what it returned
 result (``ok_result`` / ``failure``: ``ok``, ``oom``, ``diverged``, ``unavailable``, ``error``).
 ``PosbenchError`` is the user's bad input, not a bug: the CLI prints its one line and exits 2.
 """
+
 from __future__ import annotations
 
 import sys
@@ -26,8 +27,7 @@ class Unavailable(Exception):
 
 # What an allocation failure looks like when it surfaces as another error: the dynamic loader
 # mapping a library (import torch under a small RLIMIT_AS), torch's CPU allocator, C++ bad_alloc.
-OOM_TEXT = ("can't allocate memory", "cannot allocate memory", "failed to map segment", "bad_alloc",
-            "out of memory")
+OOM_TEXT = ("can't allocate memory", "cannot allocate memory", "failed to map segment", "bad_alloc", "out of memory")
 
 
 def _chain(exc: BaseException):
@@ -71,10 +71,18 @@ def failure(exc: BaseException, limit_mb: int | None = None) -> dict:
     status = classify(exc)
     message = str(exc) if status == "unavailable" else one_line(exc)  # the reason, as the runner gives it
     if status == "oom" and limit_mb is not None:
-        message = (f"out of memory under memory_limit_mb {limit_mb} ({one_line(memory_cause(exc))}); "
-                   "allowed: a larger memory_limit_mb, or none")
-    return {"status": status, "message": message, "traceback": traceback.format_exc(),
-            "metrics": {}, "series": {}, "failed_at": time.time()}
+        message = (
+            f"out of memory under memory_limit_mb {limit_mb} ({one_line(memory_cause(exc))}); "
+            "allowed: a larger memory_limit_mb, or none"
+        )
+    return {
+        "status": status,
+        "message": message,
+        "traceback": traceback.format_exc(),
+        "metrics": {},
+        "series": {},
+        "failed_at": time.time(),
+    }
 
 
 def one_line(exc: BaseException) -> str:
@@ -84,5 +92,11 @@ def one_line(exc: BaseException) -> str:
 
 def ok_result(out: dict) -> dict:
     """A task's return value as an ``ok`` result."""
-    return {"status": "ok", "message": "", "traceback": "", "metrics": out.get("metrics", {}),
-            "series": out.get("series", {}), "info": out.get("info", {})}
+    return {
+        "status": "ok",
+        "message": "",
+        "traceback": "",
+        "metrics": out.get("metrics", {}),
+        "series": out.get("series", {}),
+        "info": out.get("info", {}),
+    }

@@ -4,6 +4,7 @@ A method file registers its classes with ``@register`` (``@register_modifier``,
 ``register_variants``); a task package's task.py declares ``TASK = register_task(Task(...))``.
 Finding those files and packages and looking names up is ``posbench.core.discovery``'s.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -60,8 +61,9 @@ def register_modifier(cls: type) -> type:
     """Class decorator: a modifier named ``cls.name`` that any method takes as ``METHOD+name``."""
     name = getattr(cls, "name", "")
     if not isinstance(name, str) or not name.isidentifier() or not callable(getattr(cls, "compose", None)):
-        raise RegistryError(f"{_origin(cls)}: @register_modifier expects a class with an identifier name and "
-                            f"compose(base_cls), got {cls!r}")
+        raise RegistryError(
+            f"{_origin(cls)}: @register_modifier expects a class with an identifier name and compose(base_cls), got {cls!r}"
+        )
     origin = _origin(cls)
     if name in _MODIFIERS and _MODIFIER_ORIGINS[name] != origin:
         raise RegistryError(f"duplicate modifier name {name!r}: defined in {_MODIFIER_ORIGINS[name]} and in {origin}")
@@ -75,8 +77,10 @@ def register_variants(table: dict[str, dict], make) -> None:
     for name, options in table.items():
         cls = make(name, options)
         if getattr(cls, "name", None) != name:
-            raise RegistryError(f"register_variants: {make.__name__}({name!r}, ...) made a method named "
-                                f"{getattr(cls, 'name', None)!r}; allowed: the row's name {name!r}")
+            raise RegistryError(
+                f"register_variants: {make.__name__}({name!r}, ...) made a method named "
+                f"{getattr(cls, 'name', None)!r}; allowed: the row's name {name!r}"
+            )
         register(cls)
 
 
@@ -109,8 +113,9 @@ def register_task(task: Task) -> Task:
     caller = sys._getframe(1).f_globals
     known = _TASKS.get(name)
     if known is not None and known.module is not None and known.module.__name__ != caller.get("__name__"):
-        raise RegistryError(f"duplicate task name {name!r}: declared in {_declared_in(vars(known.module))} and in "
-                            f"{_declared_in(caller)}")
+        raise RegistryError(
+            f"duplicate task name {name!r}: declared in {_declared_in(vars(known.module))} and in {_declared_in(caller)}"
+        )
     task = replace(task, module=sys.modules.get(caller.get("__name__", "?")))
     _TASKS[name] = task
     return task

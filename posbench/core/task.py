@@ -3,6 +3,7 @@ declared once), ``TaskSettings`` and ``ModelSettings`` with ``case_model_config`
 block and the model config of every task that builds a model). The registry of task names is
 ``posbench.tasks``. The contract in full: docs/tasks/contract.md.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
@@ -45,8 +46,13 @@ def find_metric(metrics: dict[str, Metric], name: str) -> Optional[Metric]:
         base = find_metric(metrics, name[: -len(SPREAD_SUFFIX)])
         if base is None:
             return None
-        return replace(base, title=f"{base.title}, std over seeds", doc=f"sample std over seeds of: {base.doc}",
-                       higher_is_better=None, table=False)
+        return replace(
+            base,
+            title=f"{base.title}, std over seeds",
+            doc=f"sample std over seeds of: {base.doc}",
+            higher_is_better=None,
+            table=False,
+        )
     head, at, _ = name.partition("@")
     return metrics.get(f"{head}@*") if at else None
 
@@ -143,8 +149,12 @@ class TaskSettings(BaseModel):
     )
     threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (OMP_NUM_THREADS); default: torch's")
     seed: int = Field(0, description="seed of weights and token ids")
-    nproc: int = Field(1, ge=1, description="data-parallel processes per case: the runner launches the case "
-                       "through torchrun (one rank per GPU on CUDA); 1: one plain worker process")
+    nproc: int = Field(
+        1,
+        ge=1,
+        description="data-parallel processes per case: the runner launches the case "
+        "through torchrun (one rank per GPU on CUDA); 1: one plain worker process",
+    )
 
 
 class ModelSettings(TaskSettings):
@@ -156,7 +166,8 @@ class ModelSettings(TaskSettings):
     model_overrides: dict[str, Any] = Field(default_factory=dict, description="ModelConfig fields, e.g. n_layers")
     _known_fields = field_validator("model_overrides")(known_model_fields)
     method_options: dict[str, dict] = Field(
-        default_factory=dict, description="per method: constructor options, e.g. {alibi: {bias_dtype: compute}}")
+        default_factory=dict, description="per method: constructor options, e.g. {alibi: {bias_dtype: compute}}"
+    )
 
 
 def case_model_config(case, method_options: Optional[dict] = None, **defaults) -> ModelConfig:

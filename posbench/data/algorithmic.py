@@ -3,6 +3,7 @@
 docs/tasks/lengthgen.md. A batch is a pure function of (task, n, rows, seed), drawn from
 ``default_rng([seed, task index, n])``; evaluation seeds start at ``EVAL_SEED``, above training's.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -149,19 +150,46 @@ KAZEMNEJAD = "Kazemnejad et al. 2023"
 _same = lambda n: n  # noqa: E731
 _one = lambda n: 1  # noqa: E731
 
-TASKS: dict[str, AlgoTask] = {t.name: t for t in (
-    AlgoTask("reverse", RUOSS, 2, 2, _same, _same, _reverse, "reverse a binary string"),
-    AlgoTask("duplicate", RUOSS, 2, 2, lambda n: 2 * n, _same, _duplicate, "write a binary string twice"),
-    AlgoTask("parity", RUOSS, 2, 2, _one, _same, _parity, "parity of the ones of a binary string"),
-    AlgoTask("modular_arithmetic", RUOSS, MOD + 3, MOD, _one, lambda n: 2 * n - 1, _modular_arithmetic,
-             "value mod 5 of n operands joined by + - * (with precedence)"),
-    AlgoTask("missing_duplicate", RUOSS, 3, 2, _one, lambda n: 2 * n, _missing_duplicate,
-             "the hidden bit of a binary string written twice"),
-    AlgoTask("copy", KAZEMNEJAD, 16, 16, _same, _same, _copy, "copy a string of 16 symbols"),
-    AlgoTask("addition", KAZEMNEJAD, 11, 10, lambda n: n + 1, lambda n: 2 * n + 1, _addition,
-             "sum of two n-digit decimal numbers, most significant digit first"),
-    AlgoTask("sort", KAZEMNEJAD, 10, 10, _same, _same, _sort, "sort decimal digits ascending"),
-)}
+TASKS: dict[str, AlgoTask] = {
+    t.name: t
+    for t in (
+        AlgoTask("reverse", RUOSS, 2, 2, _same, _same, _reverse, "reverse a binary string"),
+        AlgoTask("duplicate", RUOSS, 2, 2, lambda n: 2 * n, _same, _duplicate, "write a binary string twice"),
+        AlgoTask("parity", RUOSS, 2, 2, _one, _same, _parity, "parity of the ones of a binary string"),
+        AlgoTask(
+            "modular_arithmetic",
+            RUOSS,
+            MOD + 3,
+            MOD,
+            _one,
+            lambda n: 2 * n - 1,
+            _modular_arithmetic,
+            "value mod 5 of n operands joined by + - * (with precedence)",
+        ),
+        AlgoTask(
+            "missing_duplicate",
+            RUOSS,
+            3,
+            2,
+            _one,
+            lambda n: 2 * n,
+            _missing_duplicate,
+            "the hidden bit of a binary string written twice",
+        ),
+        AlgoTask("copy", KAZEMNEJAD, 16, 16, _same, _same, _copy, "copy a string of 16 symbols"),
+        AlgoTask(
+            "addition",
+            KAZEMNEJAD,
+            11,
+            10,
+            lambda n: n + 1,
+            lambda n: 2 * n + 1,
+            _addition,
+            "sum of two n-digit decimal numbers, most significant digit first",
+        ),
+        AlgoTask("sort", KAZEMNEJAD, 10, 10, _same, _same, _sort, "sort decimal digits ascending"),
+    )
+}
 
 
 def get(name: str) -> AlgoTask:

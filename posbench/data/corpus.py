@@ -3,6 +3,7 @@ synthetic sources that know their best achievable perplexity; the kinds are desc
 docs/data.md. Tokenizing and the cache are ``posbench.data.token_cache``'s; this module picks the
 source and hands out the splits.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,13 +14,25 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from posbench.data import markov
-from posbench.data import synthetic_copy
-from posbench.data.sources import (DATA_ENV, DOWNLOAD_HINT, WIKITEXT_FILES, check_source,  # noqa: F401 (re-exported)
-                                   data_dir as _data_dir, source_file as _source_file, text_files,
-                                   wikitext_folder as _wikitext_folder)
-from posbench.data.token_cache import (CACHE_ENV, EOS, UNK, DataError, FORMAT_VERSION, build_vocab, cache_root,  # noqa: F401  (re-exported)
-                                       dtype_for, cached, build_word_splits, build_holdout, build_byte_splits)
+from posbench.data import markov, synthetic_copy
+from posbench.data.sources import DATA_ENV, DOWNLOAD_HINT, WIKITEXT_FILES, check_source, text_files  # noqa: F401 (re-exported)
+from posbench.data.sources import data_dir as _data_dir
+from posbench.data.sources import source_file as _source_file
+from posbench.data.sources import wikitext_folder as _wikitext_folder
+from posbench.data.token_cache import (  # noqa: F401  (re-exported)
+    CACHE_ENV,
+    EOS,
+    FORMAT_VERSION,
+    UNK,
+    DataError,
+    build_byte_splits,
+    build_holdout,
+    build_vocab,
+    build_word_splits,
+    cache_root,
+    cached,
+    dtype_for,
+)
 
 # The synthetic corpus's chain: 64 symbols, each 2-symbol context has 4 likely successors.
 SYNTH_DEFAULTS = dict(vocab=64, order=2, branching=4, jump=0.05)
@@ -49,9 +62,7 @@ class Corpus:
     def split(self, name: str) -> np.ndarray:
         """(N,) token ids of one split as a read-only memmap (uint8/16/32), capped at ``size``."""
         if name not in self.meta["splits"]:
-            raise DataError(
-                f"corpus {self.name!r} has no split {name!r} (it has: {', '.join(self.splits)})"
-            )
+            raise DataError(f"corpus {self.name!r} has no split {name!r} (it has: {', '.join(self.splits)})")
         info = self.meta["splits"][name]
         if info["n_tokens"] == 0:
             return np.zeros(0, dtype=info["dtype"])
@@ -72,8 +83,9 @@ class Corpus:
         x = np.asarray(tokens, dtype=np.int64)
         cfg = self.meta["settings"]
         if self.kind == "synthetic":
-            chain = markov.random_chain(vocab=cfg["vocab"], order=cfg["order"], branching=cfg["branching"],
-                                        jump=cfg["jump"], seed=cfg["seed"])
+            chain = markov.random_chain(
+                vocab=cfg["vocab"], order=cfg["order"], branching=cfg["branching"], jump=cfg["jump"], seed=cfg["seed"]
+            )
             return chain.token_loss(x)
         return _copy_source(cfg).token_loss(x)
 
@@ -112,10 +124,11 @@ def _wikitext_split_file(folder: Path, file_split: str, kind: str) -> Path:
             return folder / n
     hint = DOWNLOAD_HINT
     if file_split == "train":
-        hint = ("WikiText-2 here has no training split: pass splits={'train': 'test', "
-                "'valid': 'valid'} to train on test.txt, or " + DOWNLOAD_HINT)
-    raise DataError(f"{kind}: split {file_split!r} not found in {folder} (looked for "
-                    f"{' or '.join(names)}); {hint}")
+        hint = (
+            "WikiText-2 here has no training split: pass splits={'train': 'test', "
+            "'valid': 'valid'} to train on test.txt, or " + DOWNLOAD_HINT
+        )
+    raise DataError(f"{kind}: split {file_split!r} not found in {folder} (looked for {' or '.join(names)}); {hint}")
 
 
 def _load_wikitext(kind, path, splits, size) -> Corpus:
@@ -145,8 +158,7 @@ def _load_text(path, level, splits, size, valid_fraction) -> Corpus:
         if "train" not in split_files and level == "word":
             raise DataError("text: splits must include 'train' (the vocabulary comes from it)")
         settings = {"level": level, "splits": {s: [str(f) for f in fs] for s, fs in split_files.items()}}
-        build = (build_byte_splits(split_files) if level == "byte"
-                 else build_word_splits(split_files, "train"))
+        build = build_byte_splits(split_files) if level == "byte" else build_word_splits(split_files, "train")
     cache, meta = cached("text", settings, files, build)
     return Corpus(name, "text", cache, meta, size)
 
@@ -167,17 +179,21 @@ def _load_synthetic(seed, size, options) -> Corpus:
         for (s, n), ss in zip(lengths.items(), seeds):
             sample_seed = int(ss.generate_state(1)[0])
             chain.sample(n, sample_seed).astype(dtype).tofile(tmp / f"{s}.bin")
-        return {"vocab_size": chain.vocab, "level": "symbol", "entropy_rate": rate,
-                "best_ppl": markov.best_ppl(rate), "source": "markov chain (posbench.data.markov)",
-                "splits": {s: {"n_tokens": n, "dtype": dtype} for s, n in lengths.items()}}
+        return {
+            "vocab_size": chain.vocab,
+            "level": "symbol",
+            "entropy_rate": rate,
+            "best_ppl": markov.best_ppl(rate),
+            "source": "markov chain (posbench.data.markov)",
+            "splits": {s: {"n_tokens": n, "dtype": dtype} for s, n in lengths.items()},
+        }
 
     cache, meta = cached("synthetic", settings, [], build)
     return Corpus(f"synthetic-markov{params['order']}-v{params['vocab']}", "synthetic", cache, meta)
 
 
 def _copy_source(settings: dict) -> synthetic_copy.CopySource:
-    return synthetic_copy.make_source(seed=settings["seed"],
-                                      **{k: settings[k] for k in synthetic_copy.DEFAULTS})
+    return synthetic_copy.make_source(seed=settings["seed"], **{k: settings[k] for k in synthetic_copy.DEFAULTS})
 
 
 def _load_synthetic_copy(seed, size, options) -> Corpus:
@@ -203,9 +219,14 @@ def _load_synthetic_copy(seed, size, options) -> Corpus:
         loss = source.token_loss(train)[:, source.max_distance + 1 :]
         rate = float(np.nanmean(loss)) if loss.size else float(np.nanmean(source.token_loss(train)))
         lengths = {"train": n_train, "valid": n_eval, "test": n_eval}
-        return {"vocab_size": source.vocab, "level": "symbol", "entropy_rate": rate,
-                "best_ppl": math.exp(rate), "source": "markov chain + copies (posbench.data.synthetic_copy)",
-                "splits": {s: {"n_tokens": n, "dtype": dtype} for s, n in lengths.items()}}
+        return {
+            "vocab_size": source.vocab,
+            "level": "symbol",
+            "entropy_rate": rate,
+            "best_ppl": math.exp(rate),
+            "source": "markov chain + copies (posbench.data.synthetic_copy)",
+            "splits": {s: {"n_tokens": n, "dtype": dtype} for s, n in lengths.items()},
+        }
 
     cache, meta = cached("synthetic-copy", settings, [], build)
     name = f"synthetic-copy-v{params['vocab']}-c{params['copy_prob']}-D{params['max_distance']}"
@@ -246,8 +267,7 @@ def load_corpus(
     if kind == "synthetic-copy":
         unknown = set(synthetic_options) - set(synthetic_copy.DEFAULTS)
         if unknown:
-            raise DataError(f"synthetic-copy: unknown options {sorted(unknown)}; "
-                            f"known: {sorted(synthetic_copy.DEFAULTS)}")
+            raise DataError(f"synthetic-copy: unknown options {sorted(unknown)}; known: {sorted(synthetic_copy.DEFAULTS)}")
         return _load_synthetic_copy(seed, size, synthetic_options)
     if kind == "text":
         return _load_text(path, level, splits, size, valid_fraction)
@@ -257,9 +277,7 @@ def load_corpus(
 # ---------------------------------------------------------------- training batches
 
 
-def batches(
-    tokens: np.ndarray, seq_len: int, batch_size: int, *, seed: int, steps: int | None = None
-) -> Iterator[torch.Tensor]:
+def batches(tokens: np.ndarray, seq_len: int, batch_size: int, *, seed: int, steps: int | None = None) -> Iterator[torch.Tensor]:
     """(B, T+1) int64 batches of contiguous tokens at uniform random offsets drawn from ``seed``
     alone (one seed, one data order); endless unless ``steps`` is given."""
     n = len(tokens)

@@ -2,6 +2,7 @@
 ``wikitext-103-v1.zip`` (Merity et al. 2016, CC BY-SA), checked against the SHA-256 published with
 the Hugging Face ``wikitext`` dataset (torchtext's MD5 9ddaacaf6af0710eda8c456decff7832 names it too).
 """
+
 from __future__ import annotations
 
 import errno
@@ -47,8 +48,9 @@ def check_url(url: str) -> str:
     """``url`` when it can be fetched (a scheme of ``SCHEMES`` and a place), else a DataError line."""
     parts = urllib.parse.urlsplit(url.strip()) if isinstance(url, str) else None
     if parts is None or parts.scheme not in SCHEMES or not (parts.netloc or parts.path):
-        raise DataError(f"download: --url {url!r} is not a URL posbench fetches; allowed: "
-                        f"{', '.join(s + '://...' for s in SCHEMES)}")
+        raise DataError(
+            f"download: --url {url!r} is not a URL posbench fetches; allowed: {', '.join(s + '://...' for s in SCHEMES)}"
+        )
     return url.strip()
 
 
@@ -58,12 +60,22 @@ def _too_slow(url: str, size: int, total: int, elapsed: float, deadline_s: float
     rate = size / elapsed
     if rate > 0 and elapsed + (expected - size) / rate <= deadline_s:
         return None
-    return (f"download: {url} sends {rate / 1024:.1f} KiB/s ({size} bytes in {elapsed:.0f} s): too slow to "
-            f"finish {expected} bytes within {deadline_s:.0f} s; stopped")
+    return (
+        f"download: {url} sends {rate / 1024:.1f} KiB/s ({size} bytes in {elapsed:.0f} s): too slow to "
+        f"finish {expected} bytes within {deadline_s:.0f} s; stopped"
+    )
 
 
-def _fetch(url: str, dest: Path, timeout: float, quiet: bool, deadline_s: float = DEADLINE_S,
-           max_bytes: int = MAX_BYTES, *, stall_s: float | None = None) -> tuple[str, int]:
+def _fetch(
+    url: str,
+    dest: Path,
+    timeout: float,
+    quiet: bool,
+    deadline_s: float = DEADLINE_S,
+    max_bytes: int = MAX_BYTES,
+    *,
+    stall_s: float | None = None,
+) -> tuple[str, int]:
     """Stream ``url`` into ``dest``; returns (sha256 hex, bytes). Network failures, a source that
     passes ``deadline_s``, sends more than ``max_bytes``, goes silent for ``stall_s`` (default
     ``STALL_S``) or is too slow to finish, and a full disk -> DataError; whatever ends the fetch
@@ -83,12 +95,12 @@ def _fetch(url: str, dest: Path, timeout: float, quiet: bool, deadline_s: float 
                 h.update(block)
                 size += len(block)
                 if size > max_bytes:
-                    raise DataError(f"download: {url} sent more than {max_bytes} bytes (the archive is "
-                                    f"{WIKITEXT103_BYTES}); stopped")
+                    raise DataError(
+                        f"download: {url} sent more than {max_bytes} bytes (the archive is {WIKITEXT103_BYTES}); stopped"
+                    )
                 elapsed = time.monotonic() - started
                 if elapsed > deadline_s:
-                    raise DataError(f"download: {url} took longer than {deadline_s:.0f} s ({size} bytes so "
-                                    "far); stopped")
+                    raise DataError(f"download: {url} took longer than {deadline_s:.0f} s ({size} bytes so far); stopped")
                 slow = _too_slow(url, size, total, elapsed, deadline_s) if elapsed > stall_s else None
                 if slow:
                     raise DataError(slow)
@@ -101,11 +113,14 @@ def _fetch(url: str, dest: Path, timeout: float, quiet: bool, deadline_s: float 
     except (urllib.error.URLError, OSError, ValueError) as e:
         dest.unlink(missing_ok=True)
         if isinstance(e, TimeoutError):  # the socket's own timeout after connecting: the source went silent
-            raise DataError(f"download: {url} sent nothing for {stall_s:g} s ({size} bytes so far); stopped, "
-                            "the partial file was removed") from None
+            raise DataError(
+                f"download: {url} sent nothing for {stall_s:g} s ({size} bytes so far); stopped, the partial file was removed"
+            ) from None
         if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
-            raise DataError(f"download: no space left on {dest.parent} after {size} bytes of {url}; the "
-                            "partial file was removed (free space there, or pass --data another folder)") from None
+            raise DataError(
+                f"download: no space left on {dest.parent} after {size} bytes of {url}; the "
+                "partial file was removed (free space there, or pass --data another folder)"
+            ) from None
         reason = getattr(e, "reason", e)
         raise DataError(
             f"download failed: cannot reach {url} ({reason}); are you offline? Fetch the zip by "
@@ -149,8 +164,7 @@ def _sha256_file(path: Path) -> tuple[str, int]:
 
 def _check(digest: str, size: int, sha256: str | None, source: str) -> None:
     if sha256 is not None and digest != sha256.lower():
-        raise DataError(f"download: checksum mismatch for {source}: expected sha256 {sha256}, got {digest} "
-                        f"({size} bytes)")
+        raise DataError(f"download: checksum mismatch for {source}: expected sha256 {sha256}, got {digest} ({size} bytes)")
 
 
 def _target_folder(dest) -> Path:
@@ -158,8 +172,7 @@ def _target_folder(dest) -> Path:
     dest = Path(dest).expanduser()
     for path in (dest, dest / "wikitext-103"):
         if path.exists() and not path.is_dir():
-            raise DataError(f"download: --data {dest}: {path} is a file, not a folder; allowed: a folder "
-                            "(created when missing)")
+            raise DataError(f"download: --data {dest}: {path} is a file, not a folder; allowed: a folder (created when missing)")
     return dest / "wikitext-103"
 
 
@@ -192,8 +205,7 @@ def download_wikitext103(
         if archive is not None:
             archive = Path(archive).expanduser()
             if not archive.is_file():
-                raise DataError(f"download: --archive {archive}: no such file; allowed: a downloaded "
-                                "wikitext-103-v1.zip")
+                raise DataError(f"download: --archive {archive}: no such file; allowed: a downloaded wikitext-103-v1.zip")
             digest, size = _sha256_file(archive)
             _log(quiet, f"download: {archive}: {size} bytes, sha256 {digest}")
             _check(digest, size, sha256, str(archive))
@@ -221,8 +233,11 @@ def download_wikitext103(
             return folder
         if len(failures) == 1:
             raise DataError(failures[0])
-        raise DataError(f"download failed from every source ({len(failures)}): " + "; ".join(failures)
-                        + "; fetch the zip by hand and pass --archive FILE")
+        raise DataError(
+            f"download failed from every source ({len(failures)}): "
+            + "; ".join(failures)
+            + "; fetch the zip by hand and pass --archive FILE"
+        )
     except BaseException:
         for path in reversed(created):  # only folders this call made, and only when empty
             try:

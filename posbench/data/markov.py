@@ -4,6 +4,7 @@ A state is the last k symbols as a base-V number in [0, V^k); each has ``branchi
 successors, and with probability ``jump`` the next symbol is uniform (irreducible, aperiodic).
 The entropy rate comes exactly from the stationary distribution (docs/data.md).
 """
+
 from __future__ import annotations
 
 import math

@@ -1,6 +1,7 @@
 """Where a corpus's files are, found without reading them: ``load_corpus`` opens its source
 through these, and ``check_source`` lets ``--dry-run`` and ``validate --data`` say a corpus is
 missing before anything runs (no torch, no tokenizing)."""
+
 from __future__ import annotations
 
 import os
@@ -51,19 +52,14 @@ def wikitext_folder(root: Path, kind: str) -> Path:
         if any(source_file(c / n) for names in WIKITEXT_FILES.values() for n in names):
             return c
     looked = ", ".join(str(c) for c in candidates)
-    raise DataError(
-        f"{kind}: no WikiText files (wiki.valid.tokens or valid.txt, ...) in {looked}; {DOWNLOAD_HINT}"
-    )
+    raise DataError(f"{kind}: no WikiText files (wiki.valid.tokens or valid.txt, ...) in {looked}; {DOWNLOAD_HINT}")
 
 
 def text_files(path, splits) -> dict[str, list[Path]]:
     """Kind ``text``: split -> its files (``{"all": [...]}`` without splits), each one there."""
     if splits is not None:  # {split: file or [files]}, relative names resolved against path
         base = Path(path).expanduser() if path is not None else Path(".")
-        split_files = {
-            s: [base / f for f in ([fs] if isinstance(fs, (str, os.PathLike)) else fs)]
-            for s, fs in splits.items()
-        }
+        split_files = {s: [base / f for f in ([fs] if isinstance(fs, (str, os.PathLike)) else fs)] for s, fs in splits.items()}
     else:
         if path is None:
             raise DataError("text: give path=FILE (or a list of files) or splits={'train': FILE, ...}")

@@ -5,6 +5,7 @@ probability c, x_t copies x_{t-d} (d ~ w over 1..min(D, t), w_d ∝ decay^(d-1))
 that knows distances can exploit. The true predictive probability is known in closed form on
 every split (one stream from t = 0); the process and its formula are in docs/data.md.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -94,12 +95,14 @@ def distance_weights(max_distance: int, decay: float) -> np.ndarray:
     return w / w.sum()
 
 
-def make_source(*, vocab: int, branching: int, jump: float, copy_prob: float, max_distance: int,
-                decay: float, seed: int) -> CopySource:
+def make_source(
+    *, vocab: int, branching: int, jump: float, copy_prob: float, max_distance: int, decay: float, seed: int
+) -> CopySource:
     """The source drawn deterministically from ``seed`` (the chain; w is fixed by the options)."""
     if not 0.0 <= copy_prob < 1.0 or max_distance < 1 or not 0.0 < decay <= 1.0:
         raise ValueError(
             f"synthetic-copy: need 0 <= copy_prob < 1, max_distance >= 1, 0 < decay <= 1; "
-            f"got copy_prob={copy_prob}, max_distance={max_distance}, decay={decay}")
+            f"got copy_prob={copy_prob}, max_distance={max_distance}, decay={decay}"
+        )
     chain = markov.random_chain(vocab=vocab, order=1, branching=branching, jump=jump, seed=seed)
     return CopySource(chain, float(copy_prob), distance_weights(int(max_distance), decay))

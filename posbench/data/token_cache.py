@@ -3,6 +3,7 @@ memory-mapped ids in ``$POSBENCH_CACHE_DIR`` (or ``~/.cache/posbench``), one fol
 source files' (path, size, mtime) and the tokenizer settings, so a changed source gets a new key.
 ``posbench.data.corpus`` chooses what to build; this module builds and finds it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,6 +18,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from posbench.core.outcome import PosbenchError
+
 
 class DataError(PosbenchError, ValueError):
     """A missing folder, split or file, a damaged cache, or a failed download; the message is one
@@ -130,8 +132,9 @@ def _discard(folder: Path, problem: str) -> None:
     try:
         os.rename(folder, aside)  # a link is renamed, never followed
     except OSError as exc:
-        raise DataError(f"token cache {folder} {problem} and cannot be moved aside ({exc.strerror}); "
-                        "delete that folder and run again") from None
+        raise DataError(
+            f"token cache {folder} {problem} and cannot be moved aside ({exc.strerror}); delete that folder and run again"
+        ) from None
     print(f"posbench: token cache {folder} {problem}; rebuilding it", file=sys.stderr)
     if aside.is_symlink() or not aside.is_dir():
         aside.unlink()
@@ -200,11 +203,16 @@ def build_word_splits(split_files: dict[str, list[Path]], vocab_split: str):
         stoi = {w: i for i, w in enumerate(itos)}
         dtype = dtype_for(len(itos))
         splits = {
-            s: {"n_tokens": _write_words(fs, stoi, tmp / f"{s}.bin", dtype), "dtype": dtype}
-            for s, fs in split_files.items()
+            s: {"n_tokens": _write_words(fs, stoi, tmp / f"{s}.bin", dtype), "dtype": dtype} for s, fs in split_files.items()
         }
-        return {"vocab_size": len(itos), "itos": itos, "level": "word", "splits": splits,
-                "vocab_split": vocab_split, "source": _source_info(split_files)}
+        return {
+            "vocab_size": len(itos),
+            "itos": itos,
+            "level": "word",
+            "splits": splits,
+            "vocab_split": vocab_split,
+            "source": _source_info(split_files),
+        }
 
     return build
 
@@ -231,9 +239,13 @@ def build_holdout(files: list[Path], level: str, valid_fraction: float):
         parts = {"train": ids[:cut], "valid": ids[cut:]}
         for s, a in parts.items():
             a.astype(dtype).tofile(tmp / f"{s}.bin")
-        meta = {"vocab_size": vocab, "level": level, "valid_fraction": valid_fraction,
-                "splits": {s: {"n_tokens": len(a), "dtype": dtype} for s, a in parts.items()},
-                "source": _source_info({"all": files})}
+        meta = {
+            "vocab_size": vocab,
+            "level": level,
+            "valid_fraction": valid_fraction,
+            "splits": {s: {"n_tokens": len(a), "dtype": dtype} for s, a in parts.items()},
+            "source": _source_info({"all": files}),
+        }
         if itos is not None:
             meta["itos"] = itos
         return meta
@@ -252,7 +264,6 @@ def build_byte_splits(split_files: dict[str, list[Path]]):
                     with open(f, "rb") as src:
                         shutil.copyfileobj(src, out)
             splits[s] = {"n_tokens": (tmp / f"{s}.bin").stat().st_size, "dtype": "uint8"}
-        return {"vocab_size": 256, "level": "byte", "splits": splits,
-                "source": _source_info(split_files)}
+        return {"vocab_size": 256, "level": "byte", "splits": splits, "source": _source_info(split_files)}
 
     return build

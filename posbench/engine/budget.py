@@ -2,6 +2,7 @@
 run takes, so the learning-rate schedule follows them. A time budget is planned from a measured
 warm-up and then spent on the real clock (``TimeBudget``: re-planned after every step); see
 docs/tasks/budgets.md."""
+
 from __future__ import annotations
 
 import contextlib
@@ -33,8 +34,9 @@ def budget_of(cfg) -> tuple[str, float]:
     return kind, value
 
 
-def steps_for(kind: str, value: float, tokens_per_step: int, flops_per_step: Optional[int] = None,
-              step_seconds: Optional[float] = None) -> int:
+def steps_for(
+    kind: str, value: float, tokens_per_step: int, flops_per_step: Optional[int] = None, step_seconds: Optional[float] = None
+) -> int:
     """Optimizer steps a budget allows: ``steps`` as given; ``tokens`` // tokens per step;
     ``flops`` // operations per step; ``time_s`` // the measured step time. At least one step
     allowed, else a one-line ValueError."""
@@ -57,9 +59,13 @@ def steps_for(kind: str, value: float, tokens_per_step: int, flops_per_step: Opt
     return n
 
 
-def measure_step_seconds(step: Callable[[], None], warmup_s: float, clock: Optional[Callable[[], float]] = None,
-                         sync: Callable[[], None] = lambda: None,
-                         agree: Callable[[bool], bool] = lambda more: more) -> tuple[float, float, int]:
+def measure_step_seconds(
+    step: Callable[[], None],
+    warmup_s: float,
+    clock: Optional[Callable[[], float]] = None,
+    sync: Callable[[], None] = lambda: None,
+    agree: Callable[[bool], bool] = lambda more: more,
+) -> tuple[float, float, int]:
     """(mean seconds of a timed step, warm-up seconds in all, timed steps): ``step()`` once
     untimed, then timed until ``warmup_s`` has passed and at least ``MIN_TIMED_STEPS`` ran.
     ``sync`` waits for the device (CUDA) before each reading of ``clock`` (default ``now``);
@@ -94,8 +100,13 @@ class TimeBudget:
     ``total()`` the steps it will reach (re-planned from the steps so far), ``paused()`` around
     work that is not training (held-out checks). ``sync`` waits for the device before a reading."""
 
-    def __init__(self, seconds: float, first_step_s: float, clock: Optional[Callable[[], float]] = None,
-                 sync: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        seconds: float,
+        first_step_s: float,
+        clock: Optional[Callable[[], float]] = None,
+        sync: Callable[[], None] = lambda: None,
+    ):
         self.seconds, self.first_step_s, self.sync = seconds, first_step_s, sync
         self.clock = clock or now
         self.spent, self.done = 0.0, 0

@@ -4,6 +4,7 @@ The timing tasks compile the model (``compile_module``), time its first calls on
 one compiles nothing new (``settle``; a compiler failure is an ``Unavailable`` row), and run
 warm-up and windows under ``no_recompile``. Why and what rows record: docs/measuring-speed.md.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,8 +25,10 @@ def describe(mode: Optional[str], enabled: bool = True) -> str:
     """The row's ``info.compile``: how the timed steps ran."""
     if not enabled:
         return "eager (no torch.compile)"
-    return (f"torch.compile (inductor, mode {mode or 'default'}); the first call (compilation) is timed apart "
-            "and excluded from warm-up and windows")
+    return (
+        f"torch.compile (inductor, mode {mode or 'default'}); the first call (compilation) is timed apart "
+        "and excluded from warm-up and windows"
+    )
 
 
 # Compiled variants of one frame: every method's model in a paired group (cpu-all: about 20), each
@@ -50,6 +53,7 @@ def compile_module(module, mode: Optional[str] = None):
 def reason(exc: BaseException) -> str:
     """The compiler's reason in one line: the first line of ``exc`` and, in brackets, that of the
     root of its chain (dynamo wraps the real error); cut to ``REASON_CHARS``."""
+
     def first(e: BaseException) -> str:
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
@@ -97,8 +101,7 @@ def compiles() -> int:
 SETTLE_CALLS = 4  # first calls at most until one compiles nothing new
 
 
-def settle(fn: Callable[[], Any], what: str, clock: Callable[[Callable[[], Any]], float] | None = None
-           ) -> tuple[float, int]:
+def settle(fn: Callable[[], Any], what: str, clock: Callable[[Callable[[], Any]], float] | None = None) -> tuple[float, int]:
     """``first_call`` until a call compiles no new graph, at most ``SETTLE_CALLS``: (seconds, calls)."""
     # One call is not enough: the first fills lazily built tables (positions' arange, a cached
     # bias) and the graph guarded on them empty compiles again; a decode step recompiles once

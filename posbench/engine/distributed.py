@@ -5,6 +5,7 @@ group (nccl on CUDA, gloo on CPU), and without those variables every helper here
 single-process identity. What the batch split, the evaluation shards and the global rate
 guarantee: docs/distributed.md.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -146,7 +147,7 @@ def split_batch(batch, r: int | None = None, n: int | None = None):
     if size % n:
         raise ValueError(f"batch_size {size} is not divisible by the {n} ranks; choose a multiple of {n}")
     per = size // n
-    return batch[r * per:(r + 1) * per]
+    return batch[r * per : (r + 1) * per]
 
 
 def shard_batches(n_windows: int, batch_size: int, r: int | None = None, n: int | None = None) -> list[range]:

@@ -1,6 +1,7 @@
 """The environment a run measured in, written as ``env.json`` beside ``cases.jsonl``. Nothing
 here may crash a run: a missing tool or library (NVML, from nvidia-ml-py) becomes a string saying so.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -24,10 +25,19 @@ NO_CUDA = "none (a CPU-only build of torch)"  # env.json's "cuda" for such a bui
 def git_commit(repo: Path = REPO) -> tuple[str, bool | None]:
     """(commit hash or "unknown", dirty flag or None)."""
     try:
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip() != ""
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = (
+            subprocess.run(
+                ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=True,
+            ).stdout.strip()
+            != ""
+        )
         return commit, dirty
     except (OSError, subprocess.SubprocessError):
         return "unknown", None
@@ -46,8 +56,9 @@ def own_checkout(package: Path = PACKAGE) -> Path | None:
     if package.name != "posbench" or not named or not (top / "bench.py").is_file():
         return None
     try:
-        shown = subprocess.run(["git", "-C", str(top), "rev-parse", "--show-toplevel"], capture_output=True,
-                               text=True, timeout=10, check=True).stdout.strip()
+        shown = subprocess.run(
+            ["git", "-C", str(top), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return top if shown and Path(shown).resolve() == top.resolve() else None
@@ -71,8 +82,11 @@ def provenance(package: Path = PACKAGE) -> dict[str, Any]:
         if commit != "unknown":
             return {"git_commit": commit, "git_dirty": dirty, "posbench_source": f"git checkout {top}"}
     version = installed_version()
-    return {"git_commit": f"v{version}", "git_dirty": None,
-            "posbench_source": f"installed package, version {version} (not a git checkout of posbench)"}
+    return {
+        "git_commit": f"v{version}",
+        "git_dirty": None,
+        "posbench_source": f"installed package, version {version} (not a git checkout of posbench)",
+    }
 
 
 def _version(module: str) -> str:
@@ -210,8 +224,14 @@ def _own_pids() -> set[int]:
     return pids
 
 
-def busy_processes(proc: Path = Path("/proc"), sample_s: float = SAMPLE_S, exclude: set[int] | None = None,
-                   sleep=None, ticks_per_s: float | None = None, share: float = BUSY_SHARE) -> list[dict]:
+def busy_processes(
+    proc: Path = Path("/proc"),
+    sample_s: float = SAMPLE_S,
+    exclude: set[int] | None = None,
+    sleep=None,
+    ticks_per_s: float | None = None,
+    share: float = BUSY_SHARE,
+) -> list[dict]:
     """Other processes that used at least ``share`` of a core over ``sample_s`` seconds:
     ``[{"pid", "name", "cpu"}]`` (cpu in cores, 1.0 = one core), busiest first."""
     import time
@@ -267,8 +287,14 @@ def gpu_processes(nvml=None, handle=None) -> list[dict] | str:
     return list(found.values())
 
 
-def machine_state(device: str, proc: Path = Path("/proc"), sample_s: float = SAMPLE_S, nvml=None,
-                  handle=None, sys_cpu: Path = Path("/sys/devices/system/cpu")) -> dict[str, Any]:
+def machine_state(
+    device: str,
+    proc: Path = Path("/proc"),
+    sample_s: float = SAMPLE_S,
+    nvml=None,
+    handle=None,
+    sys_cpu: Path = Path("/sys/devices/system/cpu"),
+) -> dict[str, Any]:
     """Load average, other busy processes, CPU frequency and (CUDA) other GPU processes, now;
     ``busy`` when one process used ``BUSY_SHARE`` of a core, all ``BUSY_TOTAL``, the load average
     exceeds the CPUs, or another process holds the GPU."""
@@ -279,9 +305,14 @@ def machine_state(device: str, proc: Path = Path("/proc"), sample_s: float = SAM
     active = busy_processes(proc, sample_s, share=0.0)
     others = [p for p in active if p["cpu"] >= BUSY_SHARE]
     other_cpu = round(sum(p["cpu"] for p in active), 2)
-    state: dict[str, Any] = {"load_avg": load, "cpu_count": os.cpu_count(), "busy_processes": others,
-                             "n_busy_processes": len(others), "other_cpu": other_cpu,
-                             "cpu_freq": cpu_frequency(sys_cpu)}
+    state: dict[str, Any] = {
+        "load_avg": load,
+        "cpu_count": os.cpu_count(),
+        "busy_processes": others,
+        "n_busy_processes": len(others),
+        "other_cpu": other_cpu,
+        "cpu_freq": cpu_frequency(sys_cpu),
+    }
     # Many processes sharing few cores each get less than BUSY_SHARE: their sum and the load
     # average (more runnable threads than cores) catch that.
     busy = bool(others) or other_cpu >= BUSY_TOTAL or bool(load and load[0] > (os.cpu_count() or 1))

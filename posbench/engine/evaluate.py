@@ -5,6 +5,7 @@ idx[:, j]. Every window is L_valid tokens and every target is scored exactly onc
 each mode scores, the bound of a synthetic source, the data-parallel split and what is logged:
 docs/tasks/extrapolation.md, "Which tokens are scored".
 """
+
 from __future__ import annotations
 
 import math
@@ -93,7 +94,11 @@ def _mode_stride(mode: str, stride: int | None, L_valid: int) -> int:
 
 
 def evaluate_source(
-    token_loss, L_valid: int, *, mode: str = "nonoverlapping", stride: int | None = None,
+    token_loss,
+    L_valid: int,
+    *,
+    mode: str = "nonoverlapping",
+    stride: int | None = None,
     max_tokens: int | None = None,
 ) -> EvalResult:
     """The result :func:`evaluate` would give for a model whose loss on token t is ``token_loss[t]``.
@@ -123,9 +128,19 @@ def evaluate_source(
     total = float(sums.sum() / n) if n else float("nan")
     with np.errstate(invalid="ignore", divide="ignore"):
         per_pos = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    return EvalResult(mode=mode, L_valid=L_valid, stride=stride, n_tokens_scored=n, loss=total,
-                      ppl=math.exp(total), per_position_loss=per_pos, per_position_count=counts,
-                      interpolated=False, interpolate_from=None, n_windows=len(plan))
+    return EvalResult(
+        mode=mode,
+        L_valid=L_valid,
+        stride=stride,
+        n_tokens_scored=n,
+        loss=total,
+        ppl=math.exp(total),
+        per_position_loss=per_pos,
+        per_position_count=counts,
+        interpolated=False,
+        interpolate_from=None,
+        n_windows=len(plan),
+    )
 
 
 def _model_device(model) -> torch.device:
@@ -184,9 +199,9 @@ def evaluate(
                 # this skips the log-softmax over almost all of the (B, L, V) logits.
                 lo = int(chunk[:, 1].min())
                 V = logits.shape[-1]
-                nll = F.cross_entropy(
-                    logits[:, lo:].reshape(-1, V).float(), seq[:, lo + 1 :].reshape(-1), reduction="none"
-                ).view(len(chunk), -1)  # (B, L-lo)
+                nll = F.cross_entropy(logits[:, lo:].reshape(-1, V).float(), seq[:, lo + 1 :].reshape(-1), reduction="none").view(
+                    len(chunk), -1
+                )  # (B, L-lo)
                 keep = np.arange(lo, L_valid)[None, :] >= chunk[:, 1:2]  # (B, L-lo)
                 nll = nll.double().cpu().numpy()
                 sums[lo:] += np.where(keep, nll, 0.0).sum(axis=0)

@@ -8,6 +8,7 @@ Attention's scores and weighted sum count the full T x T square (dense kernels c
 masked or not). Layer norms, softmax, GELU and the optimizer are left out: they are elementwise
 and small beside the matmuls at these widths.
 """
+
 from __future__ import annotations
 
 from posbench.core.config import ModelConfig

@@ -5,6 +5,7 @@ A checkpoint that is damaged, a link, or stored for another model or training co
 used: the case retrains (one line on stderr says why) and the new model replaces the file. A
 planted pickle is refused, never run (``weights_only``). docs/reliability.md.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,15 @@ def save_checkpoint(path, model: TransformerLM, cfg, result) -> None:
     try:
         os.fchmod(fd, new_file_mode())  # as open() would: readable by the group under umask 022
         with os.fdopen(fd, "wb") as fh:
-            torch.save({"model_config": asdict(model.cfg), "model": model.state_dict(),
-                        "train_config": asdict(cfg), "result": asdict(result)}, fh)
+            torch.save(
+                {
+                    "model_config": asdict(model.cfg),
+                    "model": model.state_dict(),
+                    "train_config": asdict(cfg),
+                    "result": asdict(result),
+                },
+                fh,
+            )
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -63,8 +71,10 @@ def read_checkpoint(path, device="cpu", limit: int | None = None) -> dict:
             blob = torch.load(fh, map_location=device, weights_only=True)
         except pickle.UnpicklingError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise ValueError(f"{path}: not a plain posbench checkpoint, refused without running it ({first}); "
-                             "allowed: checkpoints written by posbench (delete this file to retrain)") from None
+            raise ValueError(
+                f"{path}: not a plain posbench checkpoint, refused without running it ({first}); "
+                "allowed: checkpoints written by posbench (delete this file to retrain)"
+            ) from None
         except Exception as exc:  # torch's zip reader: truncated, damaged, not a checkpoint at all
             first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
             raise BadCheckpoint(f"{path}: not a readable checkpoint (truncated or damaged: {first})") from None
@@ -114,8 +124,9 @@ def reused_model(path: Path, cfg, tcfg, device) -> tuple[TransformerLM, dict] | 
         try:
             model.load_state_dict(blob["model"])
         except (RuntimeError, TypeError, KeyError) as exc:
-            raise BadCheckpoint(f"{path}: its weights do not fit this case's model "
-                                f"({str(exc).strip().splitlines()[0][:200]})") from None
+            raise BadCheckpoint(
+                f"{path}: its weights do not fit this case's model ({str(exc).strip().splitlines()[0][:200]})"
+            ) from None
     except BadCheckpoint as exc:
         print(f"note: {exc}; retraining this case (the new model replaces the file)", file=sys.stderr)
         return None

@@ -4,6 +4,7 @@ Every CUDA call the harness makes for measuring lives in ``CudaDevice``, ``Energ
 ``PowerSampler``, so tests drive those paths on a CPU with fakes (``torch.cuda``, ``pynvml``).
 What each clock, peak and energy source measures: docs/measuring-speed.md.
 """
+
 from __future__ import annotations
 
 import resource
@@ -161,8 +162,15 @@ class EnergyMeter:
     measured), ``last_j``, and ``energy_j`` their sum, None when any window lacks a number.
     ``synchronize`` runs before each counter read, so the window holds exactly its own work."""
 
-    def __init__(self, nvml, handle, interval_s: float = 0.1, synchronize: Callable[[], None] | None = None,
-                 device: str = "cuda", source: str | None = None):
+    def __init__(
+        self,
+        nvml,
+        handle,
+        interval_s: float = 0.1,
+        synchronize: Callable[[], None] | None = None,
+        device: str = "cuda",
+        source: str | None = None,
+    ):
         self.nvml, self.handle, self.interval_s = nvml, handle, interval_s
         self.synchronize = synchronize or (lambda: None)
         self.source = source or energy_source(nvml, handle, device)

@@ -4,6 +4,7 @@ A ``Tracker`` hands scalars ``(tag, value, step)`` to its writers, in ``<run fol
 and only on rank 0; without a run folder nothing is written. Tags, folders and set-up:
 docs/watching-training.md.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -78,9 +79,11 @@ def check_request() -> None:
     """``POSBENCH_LOG`` as ``--log`` is checked, before any case runs: an unknown writer, or wandb
     where it does not import, is a one-line ValueError (not an error row per case)."""
     if "wandb" in requested() and importlib.util.find_spec("wandb") is None:
-        raise ValueError(f"{LOG_ENV}=wandb: the wandb package is not installed (pip install wandb); allowed: "
-                         f"unset {LOG_ENV} (TensorBoard event files are written whenever tensorboard is installed), "
-                         "or none")
+        raise ValueError(
+            f"{LOG_ENV}=wandb: the wandb package is not installed (pip install wandb); allowed: "
+            f"unset {LOG_ENV} (TensorBoard event files are written whenever tensorboard is installed), "
+            "or none"
+        )
 
 
 def check_path(path: str | os.PathLike, what: str) -> None:
@@ -93,8 +96,10 @@ def check_path(path: str | os.PathLike, what: str) -> None:
         pass
     if "none" in requested() or tensorboard_version() is None:
         return
-    raise ValueError(f"{what} {os.fsdecode(os.path.abspath(path))!a}: the path is not UTF-8, and TensorBoard's "
-                     f"writer cannot write event files there; allowed: a UTF-8 path, or --log none")
+    raise ValueError(
+        f"{what} {os.fsdecode(os.path.abspath(path))!a}: the path is not UTF-8, and TensorBoard's "
+        f"writer cannot write event files there; allowed: a UTF-8 path, or --log none"
+    )
 
 
 def case_folder(out_dir: str | os.PathLike | None, name: str) -> Optional[Path]:
@@ -130,7 +135,7 @@ class TensorBoardWriter:
     def write(self, data: bytes) -> None:  # RecordWriter's sink: one whole record
         view = memoryview(data)
         while view:
-            view = view[os.write(self._fd, view):]
+            view = view[os.write(self._fd, view) :]
 
     def scalar(self, tag: str, value: float, step: int) -> None:
         if not self._session:
@@ -162,8 +167,15 @@ def wandb_runs(folder: Path) -> int:
     """How many W&B runs earlier processes of this case left in ``folder/wandb`` (a ``run-*`` or
     ``offline-run-*`` folder each)."""
     runs = folder / "wandb"
-    return sum(1 for p in runs.iterdir() if p.is_dir() and not p.is_symlink()
-               and (p.name.startswith("run-") or p.name.startswith("offline-run-"))) if runs.is_dir() else 0
+    return (
+        sum(
+            1
+            for p in runs.iterdir()
+            if p.is_dir() and not p.is_symlink() and (p.name.startswith("run-") or p.name.startswith("offline-run-"))
+        )
+        if runs.is_dir()
+        else 0
+    )
 
 
 class WandbWriter:
@@ -176,8 +188,14 @@ class WandbWriter:
     def __init__(self, folder: Path, name: str, config: dict, group: Optional[str] = None):
         import wandb
 
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "posbench"), name=name, group=group,
-                              dir=str(folder), config=config, reinit="finish_previous")
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "posbench"),
+            name=name,
+            group=group,
+            dir=str(folder),
+            config=config,
+            reinit="finish_previous",
+        )
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
 
@@ -260,8 +278,14 @@ def open_tracker(folder: Optional[Path], name: str = "", config: Optional[dict[s
         name = name or folder.name
         earlier = wandb_runs(folder)  # a later round or a retry: a name of its own in the group
         config = config or {}
-        writers.append(WandbWriter(folder, f"{name} #{earlier + 1}" if earlier else name, config,
-                                   str(config["run_id"]) if config.get("run_id") else None))
+        writers.append(
+            WandbWriter(
+                folder,
+                f"{name} #{earlier + 1}" if earlier else name,
+                config,
+                str(config["run_id"]) if config.get("run_id") else None,
+            )
+        )
     return Tracker(writers, folder)
 
 
@@ -270,6 +294,12 @@ def for_case(case, name: Optional[str] = None) -> Tracker:
     the trained model's name (default the case id). W&B gets the case's settings as its config and
     the run id as its group, so the same case of two runs is told apart by its group."""
     name = name or case.id
-    config = {"method": case.method, "task": case.task, "suite": case.suite, "run_id": case.run_id,
-              "params": case.params.model_dump(), "settings": case.settings.model_dump()}
+    config = {
+        "method": case.method,
+        "task": case.task,
+        "suite": case.suite,
+        "run_id": case.run_id,
+        "params": case.params.model_dump(),
+        "settings": case.settings.model_dump(),
+    }
     return open_tracker(case_folder(getattr(case, "out_dir", ""), name), name, config)

@@ -8,6 +8,7 @@ measured time or counted operations (``posbench.engine.budget``): steps, tokens 
 are turned into steps before the first one; a time budget is planned from a warm-up and spent on
 the real clock, the schedule following its re-planned step count (docs/tasks/budgets.md).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,11 +20,11 @@ from typing import Callable, Iterator
 
 import torch
 
+from posbench.core.model import TransformerLM, lm_loss
+from posbench.core.outcome import Diverged
 from posbench.engine import distributed
 from posbench.engine.budget import DEFAULT_WARMUP_S, TimeBudget, budget_of, measure_step_seconds, steps_for
 from posbench.engine.saved_model import reused_model, save_checkpoint
-from posbench.core.model import TransformerLM, lm_loss
-from posbench.core.outcome import Diverged
 
 
 @dataclass
@@ -111,8 +112,7 @@ def train(
     budget: dict = {"kind": kind, "value": value}
     step_seconds = None
     if kind == "time_s":
-        step_seconds, budget["warmup_seconds"], budget["warmup_steps"] = warm_up(model, ddp, cfg, device, amp,
-                                                                                 warmup_batches)
+        step_seconds, budget["warmup_seconds"], budget["warmup_steps"] = warm_up(model, ddp, cfg, device, amp, warmup_batches)
         budget["step_seconds"] = step_seconds
     total = steps_for(kind, value, cfg.batch_size * cfg.seq_len, flops_per_step, step_seconds)
     budget["steps"] = total  # time_s: the warm-up's plan; the clock decides the steps reached
@@ -121,7 +121,8 @@ def train(
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=cfg.betas,
+        lr=cfg.lr,
+        betas=cfg.betas,
     )
     # float16 needs loss scaling to keep small gradients representable; bfloat16 does not.
     scaler = torch.amp.GradScaler("cuda") if amp == torch.float16 else None
@@ -141,9 +142,14 @@ def train(
         curve.append((step, loss_value))
         if tracker is not None:
             now = time.perf_counter()
-            tracker.scalars({"train/loss": loss_value, "train/lr": opt.param_groups[0]["lr"],
-                             "train/tokens_per_s": (step - last_log[1]) * tokens_per_step / (now - last_log[0])},
-                            step)
+            tracker.scalars(
+                {
+                    "train/loss": loss_value,
+                    "train/lr": opt.param_groups[0]["lr"],
+                    "train/tokens_per_s": (step - last_log[1]) * tokens_per_step / (now - last_log[0]),
+                },
+                step,
+            )
             last_log = (now, step)
 
     # A time budget is spent on the clock: after each step the steps it will reach are re-planned
@@ -186,9 +192,17 @@ def train(
     if curve[-1][0] != done - 1:  # the final loss is the last step's, as at the end of the budget
         log(done - 1, loss)
     seconds = time.perf_counter() - start
-    result = TrainResult(done, done * cfg.batch_size * cfg.seq_len, seconds, loss_value, curve, stopped,
-                         None if flops_per_step is None else float(done * flops_per_step), budget,
-                         None if clock is None else clock.spent)
+    result = TrainResult(
+        done,
+        done * cfg.batch_size * cfg.seq_len,
+        seconds,
+        loss_value,
+        curve,
+        stopped,
+        None if flops_per_step is None else float(done * flops_per_step),
+        budget,
+        None if clock is None else clock.spent,
+    )
     model.eval()
     if checkpoint is not None and distributed.is_main():
         save_checkpoint(checkpoint, model, cfg, result)
@@ -226,8 +240,9 @@ def step_flops(model: TransformerLM, cfg: TrainConfig) -> int | None:
     return train_flops_per_step(method_cls, model.cfg, cfg.seq_len, cfg.batch_size)
 
 
-def warm_up(model: TransformerLM, ddp, cfg: TrainConfig, device: torch.device, amp,
-            batches: Iterator | None = None) -> tuple[float, float, int]:
+def warm_up(
+    model: TransformerLM, ddp, cfg: TrainConfig, device: torch.device, amp, batches: Iterator | None = None
+) -> tuple[float, float, int]:
     """(seconds a step, warm-up seconds, timed steps) of training steps through the run's path
     (its batches when given: a separate iterator of the same data, so the batch-making counts;
     else random tokens of its batch shape; DDP, autocast, clipping), with an optimizer whose lr is
@@ -251,8 +266,7 @@ def warm_up(model: TransformerLM, ddp, cfg: TrainConfig, device: torch.device, a
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     # Under torchrun a rank goes on while any rank's clock says so: every step is a collective.
-    agree = {"agree": lambda more: bool(distributed.all_reduce_max([float(more)])[0])} \
-        if distributed.is_distributed() else {}
+    agree = {"agree": lambda more: bool(distributed.all_reduce_max([float(more)])[0])} if distributed.is_distributed() else {}
     measured = measure_step_seconds(step, cfg.warmup_s or DEFAULT_WARMUP_S, sync=sync, **agree)
     model.load_state_dict(saved)
     model.zero_grad(set_to_none=True)
@@ -260,9 +274,16 @@ def warm_up(model: TransformerLM, ddp, cfg: TrainConfig, device: torch.device, a
     return float(distributed.all_reduce_mean([measured[0]])[0]), measured[1], measured[2]
 
 
-def trained_model(cfg, tcfg: TrainConfig, batches: Callable[[], Iterator], device, ckpt: Path | None = None,
-                  reuse: bool = False, tracker=None, until: Callable[[TransformerLM], Callable] | None = None
-                  ) -> tuple[TransformerLM, TrainResult, bool]:
+def trained_model(
+    cfg,
+    tcfg: TrainConfig,
+    batches: Callable[[], Iterator],
+    device,
+    ckpt: Path | None = None,
+    reuse: bool = False,
+    tracker=None,
+    until: Callable[[TransformerLM], Callable] | None = None,
+) -> tuple[TransformerLM, TrainResult, bool]:
     """(model, result, reused): the ``ModelConfig`` ``cfg`` seeded with ``tcfg.seed`` and trained on
     ``batches()`` (saved to ``ckpt``), or, with ``reuse``, loaded from the ``ckpt`` an earlier run
     left. ``until(model)`` gives the stop criterion of ``train``, if any."""

@@ -5,6 +5,7 @@ them in the order of a Williams design, so a method's window and the baseline's 
 apart and their ratio cancels slower drift (docs/measuring-speed.md). A method that raises is out
 from then on, with its own failure result; the others go on.
 """
+
 from __future__ import annotations
 
 import time
@@ -63,8 +64,14 @@ class Member:
             return None
 
 
-def alternate(members: list[Member], phase: str, windows: int, measure: Callable[[Member], float],
-              first_window: int = 0, clock: Callable[[], float] = time.time) -> None:
+def alternate(
+    members: list[Member],
+    phase: str,
+    windows: int,
+    measure: Callable[[Member], float],
+    first_window: int = 0,
+    clock: Callable[[], float] = time.time,
+) -> None:
     """``windows`` windows of every member, interleaved in ``window_order``; ``measure(member)``
     returns one window's seconds, appended with its start to ``member.windows[phase]``."""
     for m in members:

@@ -1,6 +1,7 @@
 """ALiBi of BLOOM and MPT checkpoints at posbench's positions (0..T-1, or j * L_train / L_valid
 interpolated), each model's own slopes, the bias in float32 or rounded to the model dtype as BLOOM
 does (how transformers builds each: docs/hf-checkpoints.md)."""
+
 from __future__ import annotations
 
 import torch
@@ -29,13 +30,14 @@ class AlibiRecipe:
 
     def __init__(self, model, model_type: str, method: str, options: dict, position_scale: float = 1.0):
         if method != "alibi":
-            raise Unavailable(f"{method} cannot be applied to an ALiBi checkpoint ({model_type}); allowed: alibi "
-                              "(options bias_dtype: float32 | compute; interpolate: true for interpolation)")
+            raise Unavailable(
+                f"{method} cannot be applied to an ALiBi checkpoint ({model_type}); allowed: alibi "
+                "(options bias_dtype: float32 | compute; interpolate: true for interpolation)"
+            )
         unknown = sorted(set(options) - {"bias_dtype"})
         bias_dtype = options.get("bias_dtype", "float32")
         if unknown or bias_dtype not in BIAS_DTYPES:
-            raise ValueError(f"alibi on an hf checkpoint: options {options!r}; allowed: bias_dtype "
-                             f"{' | '.join(BIAS_DTYPES)}")
+            raise ValueError(f"alibi on an hf checkpoint: options {options!r}; allowed: bias_dtype {' | '.join(BIAS_DTYPES)}")
         self.model, self.model_type, self.bias_dtype = model, model_type, bias_dtype
         # positions p * position_scale where the caller gives none (the extension task's fixed interpolation)
         self.position_scale = position_scale
@@ -86,8 +88,9 @@ def _float32_bias_attention(attn):
     """BLOOM's attention with q.k / sqrt(d) (model dtype) and the float32 bias summed in float32."""
     from transformers.models.bloom.modeling_bloom import dropout_add
 
-    def forward(hidden_states, residual, alibi, attention_mask, layer_past=None, use_cache=False,
-                output_attentions=False, **kwargs):
+    def forward(
+        hidden_states, residual, alibi, attention_mask, layer_past=None, use_cache=False, output_attentions=False, **kwargs
+    ):
         B, T, _ = hidden_states.shape
         q, k, v = attn._reshape(attn.query_key_value(hidden_states))  # (B, H, T, hd) each
         scores = torch.matmul(q, k.transpose(-1, -2)) * attn.inv_norm_factor  # (B, H, T, T)

@@ -4,6 +4,7 @@ transformers (the CLI's one-line refusals), then the model and its tokenizer loa
 No network at run time: ``HF_HUB_OFFLINE`` is set before transformers is imported, and a hub id in
 place of a folder is refused with the command that downloads it.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,22 +30,24 @@ class CheckpointError(PosbenchError):
 def folder_of(spec: str) -> Path:
     """The folder of ``hf:DIR`` (resolved), or one line saying what was wrong and what is allowed;
     reads only the file system."""
-    if not isinstance(spec, str) or not spec.startswith(PREFIX) or not spec[len(PREFIX):].strip():
-        raise CheckpointError(f"--model {spec!r}: allowed: hf:DIR, a folder written by save_pretrained "
-                              "(a Hugging Face causal LM and its tokenizer)")
-    raw = spec[len(PREFIX):].strip()
+    if not isinstance(spec, str) or not spec.startswith(PREFIX) or not spec[len(PREFIX) :].strip():
+        raise CheckpointError(
+            f"--model {spec!r}: allowed: hf:DIR, a folder written by save_pretrained (a Hugging Face causal LM and its tokenizer)"
+        )
+    raw = spec[len(PREFIX) :].strip()
     folder = Path(raw).expanduser()
     if not folder.exists():
         if HUB_ID.match(raw):
-            raise CheckpointError(f"--model {spec}: {raw} looks like a Hugging Face Hub id, and posbench reads no "
-                                  f"network at run time; download it first (huggingface-cli download {raw} "
-                                  "--local-dir DIR) and pass --model hf:DIR")
+            raise CheckpointError(
+                f"--model {spec}: {raw} looks like a Hugging Face Hub id, and posbench reads no "
+                f"network at run time; download it first (huggingface-cli download {raw} "
+                "--local-dir DIR) and pass --model hf:DIR"
+            )
         raise CheckpointError(f"--model {spec}: no such folder; allowed: hf:DIR, a folder written by save_pretrained")
     if not folder.is_dir():
         raise CheckpointError(f"--model {spec}: not a folder; allowed: hf:DIR, a folder written by save_pretrained")
     if not (folder / "config.json").is_file():
-        raise CheckpointError(f"--model {spec}: {folder} holds no config.json; allowed: a folder written by "
-                              "save_pretrained")
+        raise CheckpointError(f"--model {spec}: {folder} holds no config.json; allowed: a folder written by save_pretrained")
     return folder.resolve()
 
 
@@ -77,10 +80,15 @@ class Checkpoint:
     def describe(self) -> dict:
         """What a row records of the checkpoint."""
         cfg = self.model.config
-        return {"folder": str(self.folder), "model_type": self.model_type, "family": self.family,
-                "vocab_size": self.vocab_size, "dtype": str(self.model.dtype).replace("torch.", ""),
-                "rope_parameters": getattr(cfg, "rope_parameters", None),
-                "tokenizer": type(self.tokenizer).__name__ if self.tokenizer is not None else None}
+        return {
+            "folder": str(self.folder),
+            "model_type": self.model_type,
+            "family": self.family,
+            "vocab_size": self.vocab_size,
+            "dtype": str(self.model.dtype).replace("torch.", ""),
+            "rope_parameters": getattr(cfg, "rope_parameters", None),
+            "tokenizer": type(self.tokenizer).__name__ if self.tokenizer is not None else None,
+        }
 
 
 def model_type_of(folder: Path) -> str:
@@ -92,8 +100,10 @@ def model_type_of(folder: Path) -> str:
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"hf:{folder}: config.json cannot be read ({exc})") from None
     if model_type not in FAMILIES:
-        raise CheckpointError(f"hf:{folder}: model_type {model_type!r} is not supported; allowed: "
-                              f"{', '.join(FAMILIES)} (docs/hf-checkpoints.md says how to add one)")
+        raise CheckpointError(
+            f"hf:{folder}: model_type {model_type!r} is not supported; allowed: "
+            f"{', '.join(FAMILIES)} (docs/hf-checkpoints.md says how to add one)"
+        )
     return model_type
 
 

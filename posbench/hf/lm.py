@@ -1,5 +1,6 @@
 """A checkpoint under one posbench recipe behind the call posbench's evaluation makes:
 ``lm(idx (B, T), pos (T,) | None) -> logits (B, T, V)`` (``posbench.engine.evaluate``)."""
+
 from __future__ import annotations
 
 import torch

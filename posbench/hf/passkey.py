@@ -3,6 +3,7 @@ hidden at a depth in repeated filler sentences, then the question; through the c
 tokenizer. Scored by exact match under greedy decoding, read in one forward pass: the answer's
 tokens are appended and each must be the argmax after the ones before it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,6 +17,7 @@ QUESTION = "What is the pass key? The pass key is"
 def example(tokenizer, length: int, depth: float, key: int) -> tuple[list[int], int] | None:
     """(ids of exactly ``length`` tokens, index of the answer's first token), the needle after
     ``depth`` (0..1) of the filler; None when the needle, question and answer alone exceed ``length``."""
+
     def enc(text: str) -> list[int]:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -30,8 +32,9 @@ def example(tokenizer, length: int, depth: float, key: int) -> tuple[list[int], 
     return ids, length - len(answer)
 
 
-def passkey_accuracy(lm, tokenizer, length: int, trials: int, seed: int, device, batch_size: int = 8,
-                     pos: torch.Tensor | None = None) -> dict:
+def passkey_accuracy(
+    lm, tokenizer, length: int, trials: int, seed: int, device, batch_size: int = 8, pos: torch.Tensor | None = None
+) -> dict:
     """Share of ``trials`` probes of ``length`` tokens answered exactly (depths spread over 0..1),
     with each probe's depth and outcome; accuracy None when the probe does not fit ``length``."""
     rng = np.random.default_rng([seed, length])
@@ -42,10 +45,15 @@ def passkey_accuracy(lm, tokenizer, length: int, trials: int, seed: int, device,
     correct = []
     with torch.inference_mode():
         for i in range(0, len(built), batch_size):
-            chunk = built[i:i + batch_size]
+            chunk = built[i : i + batch_size]
             ids = torch.tensor([b[0] for b in chunk], dtype=torch.long, device=device)  # (B, length)
             guess = lm(ids, pos).argmax(-1)  # (B, length): the token predicted after each
             for row, (_, start) in enumerate(chunk):  # keys of one length may differ in token count
-                correct.append(bool((guess[row, start - 1:length - 1] == ids[row, start:]).all()))
-    return {"accuracy": sum(correct) / len(correct), "correct": int(sum(correct)), "trials": len(correct),
-            "depths": [float(d) for d in depths], "hits": [bool(c) for c in correct]}
+                correct.append(bool((guess[row, start - 1 : length - 1] == ids[row, start:]).all()))
+    return {
+        "accuracy": sum(correct) / len(correct),
+        "correct": int(sum(correct)),
+        "trials": len(correct),
+        "depths": [float(d) for d in depths],
+        "hits": [bool(c) for c in correct],
+    }

@@ -1,6 +1,7 @@
 """posbench's rotary scalings written into a Llama-family checkpoint's rope parameters, the model's
 rotary module rebuilt at each evaluation length and its frequencies and attention factor checked
 against posbench's own: a difference is an error, never a silent other recipe."""
+
 from __future__ import annotations
 
 import math
@@ -21,12 +22,21 @@ def posbench_method(method: str, options: dict, rotary_dim: int, base: float, L_
     ``train_len`` (options may set another) and the checkpoint's base."""
     if method not in RECIPES:
         raise Unavailable(f"{method} cannot be applied to a RoPE checkpoint; allowed: {', '.join(RECIPES)}")
-    cfg = ModelConfig(vocab_size=2, n_layers=1, d_model=rotary_dim, n_heads=1, d_ff=1, method=method,
-                      method_options={"base": base, "train_len": L_train, **options})
+    cfg = ModelConfig(
+        vocab_size=2,
+        n_layers=1,
+        d_model=rotary_dim,
+        n_heads=1,
+        d_ff=1,
+        method=method,
+        method_options={"base": base, "train_len": L_train, **options},
+    )
     m = discovery.build(cfg)
     if getattr(m, "yarn_ramp", "index") != "index" and m.scaling == "yarn":
-        raise Unavailable(f"{method}: yarn_ramp {m.yarn_ramp!r} has no transformers rope_type; allowed: "
-                          "yarn_ramp index (the authors' ramp, transformers' yarn)")
+        raise Unavailable(
+            f"{method}: yarn_ramp {m.yarn_ramp!r} has no transformers rope_type; allowed: "
+            "yarn_ramp index (the authors' ramp, transformers' yarn)"
+        )
     return m.eval()
 
 
@@ -47,16 +57,34 @@ def rope_parameters(m, length: int) -> tuple[dict, int | None]:
     if kind == "dynamic_ntk":  # transformers recomputes it per length from max_position_embeddings = L_train
         return {"rope_type": "dynamic", "rope_theta": base, "factor": float(m.factor or 1.0)}, L_train
     if kind == "yarn":
-        return {"rope_type": "yarn", "rope_theta": base, "factor": s, "original_max_position_embeddings": L_train,
-                "beta_fast": m.yarn_beta, "beta_slow": m.yarn_alpha}, None
+        return {
+            "rope_type": "yarn",
+            "rope_theta": base,
+            "factor": s,
+            "original_max_position_embeddings": L_train,
+            "beta_fast": m.yarn_beta,
+            "beta_slow": m.yarn_alpha,
+        }, None
     if kind == "llama3":
-        return {"rope_type": "llama3", "rope_theta": base, "factor": s, "low_freq_factor": m.low_freq_factor,
-                "high_freq_factor": m.high_freq_factor, "original_max_position_embeddings": L_train}, None
+        return {
+            "rope_type": "llama3",
+            "rope_theta": base,
+            "factor": s,
+            "low_freq_factor": m.low_freq_factor,
+            "high_freq_factor": m.high_freq_factor,
+            "original_max_position_embeddings": L_train,
+        }, None
     if kind == "longrope":  # the vectors posbench would use within and beyond L_train at this s
         short = m.rescale(s, L_train, L_train).tolist()
         long = m.rescale(s, L_train, max(length, L_train + 1)).tolist()
-        return {"rope_type": "longrope", "rope_theta": base, "factor": s, "short_factor": short, "long_factor": long,
-                "original_max_position_embeddings": L_train}, None
+        return {
+            "rope_type": "longrope",
+            "rope_theta": base,
+            "factor": s,
+            "short_factor": short,
+            "long_factor": long,
+            "original_max_position_embeddings": L_train,
+        }, None
     raise Unavailable(f"{m.name}: scaling {kind!r} has no transformers rope_type")
 
 
@@ -91,12 +119,19 @@ class RopeRecipe:
         theta, factor = self.m.frequencies(length)  # (rotary_dim/2,) float64, attention factor
         got = rotary.inv_freq.detach().double().cpu()
         rel = float(((got - theta) / theta).abs().max())
-        check = {"rope_type": params["rope_type"], "factor": params.get("factor"), "max_rel_freq_diff": rel,
-                 "attention_factor": float(rotary.attention_scaling), "posbench_attention_factor": factor}
+        check = {
+            "rope_type": params["rope_type"],
+            "factor": params.get("factor"),
+            "max_rel_freq_diff": rel,
+            "attention_factor": float(rotary.attention_scaling),
+            "posbench_attention_factor": factor,
+        }
         if rel > FREQ_RTOL or not math.isclose(check["attention_factor"], factor, rel_tol=FREQ_RTOL):
-            raise RuntimeError(f"hf rope: transformers' {params['rope_type']} at L={length} differs from posbench's "
-                               f"{self.method} (inverse frequencies off by {rel:.2e} relative, attention factor "
-                               f"{check['attention_factor']:.6g} vs {factor:.6g})")
+            raise RuntimeError(
+                f"hf rope: transformers' {params['rope_type']} at L={length} differs from posbench's "
+                f"{self.method} (inverse frequencies off by {rel:.2e} relative, attention factor "
+                f"{check['attention_factor']:.6g} vs {factor:.6g})"
+            )
         self.checks[length] = check
         return check
 

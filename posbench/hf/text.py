@@ -1,6 +1,7 @@
 """Evaluation tokens for a checkpoint: a text corpus (``text``, WikiText) read as text and encoded
 with the checkpoint's own tokenizer; a corpus of token ids (the synthetic kinds) checked against
 its vocabulary."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,8 +34,10 @@ def split_text(kind: str, path=None, splits: dict | None = None, split: str = "v
 def encode(tokenizer, text: str) -> np.ndarray:
     """(N,) int64 ids of ``text`` through the checkpoint's tokenizer, no special tokens added."""
     if tokenizer is None:
-        raise DataError("the checkpoint has no tokenizer (tokenizer.json or its files beside config.json); a text "
-                        "corpus needs one; allowed: save the tokenizer with save_pretrained into the folder")
+        raise DataError(
+            "the checkpoint has no tokenizer (tokenizer.json or its files beside config.json); a text "
+            "corpus needs one; allowed: save the tokenizer with save_pretrained into the folder"
+        )
     return np.asarray(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int64)
 
 
@@ -50,8 +53,9 @@ def encode_prefix(tokenizer, text: str, max_tokens: int) -> np.ndarray:
     return np.concatenate(pieces)[:max_tokens] if pieces else np.zeros(0, dtype=np.int64)
 
 
-def text_tokens(tokenizer, kind: str, path=None, splits=None, max_tokens: int | None = None,
-                split: str = "valid") -> tuple[np.ndarray, dict]:
+def text_tokens(
+    tokenizer, kind: str, path=None, splits=None, max_tokens: int | None = None, split: str = "valid"
+) -> tuple[np.ndarray, dict]:
     """(``split``'s ids, a description for the row) of a text corpus through the tokenizer."""
     text, source = split_text(kind, path, splits, split)
     one_stream = kind == "text" and not (splits or {}).get(split)
@@ -71,6 +75,8 @@ def check_ids(ids, vocab_size: int, corpus: str) -> None:
     """One line when a corpus of token ids does not fit the checkpoint's vocabulary."""
     top = int(np.max(ids)) if len(ids) else -1
     if top >= vocab_size:
-        raise DataError(f"corpus {corpus}: token ids up to {top} do not fit the checkpoint's vocabulary of "
-                        f"{vocab_size}; allowed: a text corpus (--data DIR, or corpus: {{kind: text | wikitext}}), "
-                        "encoded with the checkpoint's tokenizer")
+        raise DataError(
+            f"corpus {corpus}: token ids up to {top} do not fit the checkpoint's vocabulary of "
+            f"{vocab_size}; allowed: a text corpus (--data DIR, or corpus: {{kind: text | wikitext}}), "
+            "encoded with the checkpoint's tokenizer"
+        )

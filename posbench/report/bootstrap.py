@@ -5,6 +5,7 @@ cancels), ``bootstrap_interval`` the percentile interval of their median; ``wind
 paired windows, resampled rounds then windows; ``ratio_of_medians_interval``: the unpaired form
 for ``compare``. docs/measuring-speed.md.
 """
+
 from __future__ import annotations
 
 import math
@@ -75,8 +76,7 @@ def value_clusters(values: Sequence) -> list[list[float]]:
     """The values themselves in the shape ``window_clusters`` gives ratios: a list per round."""
     out = []
     for entry in values:
-        xs = [v for v in map(_number, entry.get("values") or [] if isinstance(entry, dict) else [entry])
-              if v is not None]
+        xs = [v for v in map(_number, entry.get("values") or [] if isinstance(entry, dict) else [entry]) if v is not None]
         if xs:
             out.append(xs)
     return out
@@ -113,8 +113,9 @@ def _percentile(sorted_xs: list[float], q: float) -> float:
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
 
 
-def bootstrap_interval(xs: Samples, level: float = LEVEL, resamples: int = RESAMPLES,
-                       seed: int = SEED) -> Optional[tuple[float, float]]:
+def bootstrap_interval(
+    xs: Samples, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = SEED
+) -> Optional[tuple[float, float]]:
     """Percentile-bootstrap interval of the median of ``xs``; None with fewer than 2 values.
 
     ``xs`` flat: values resampled with replacement. ``xs`` a list of clusters (a list of values
@@ -136,8 +137,7 @@ def paired_ratio(values: Sequence, base: Sequence) -> tuple[Optional[float], Opt
     """(median of the per-round ratios, its bootstrap interval, number of pairs). Paired-windows
     rounds (``is_windowed``) pair window by window (``window_clusters``): the median over every
     pair, a cluster-bootstrap interval, and the number of pairs."""
-    ratios: Samples = (window_clusters(values, base) if is_windowed(values) or is_windowed(base)
-                       else paired_ratios(values, base))
+    ratios: Samples = window_clusters(values, base) if is_windowed(values) or is_windowed(base) else paired_ratios(values, base)
     n = len(pooled(ratios))
     if not n:
         return None, None, 0
@@ -151,8 +151,9 @@ def _clean(xs: Samples) -> tuple[Samples, bool]:
     return [v for v in map(_number, xs) if v is not None], False
 
 
-def ratio_of_medians_interval(new: Samples, base: Samples, level: float = LEVEL, resamples: int = RESAMPLES,
-                              seed: int = SEED) -> Optional[tuple[float, float]]:
+def ratio_of_medians_interval(
+    new: Samples, base: Samples, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = SEED
+) -> Optional[tuple[float, float]]:
     """Interval of median(new) / median(base) for unpaired samples (two runs): each side is
     resampled independently (a side given as clusters, per round, with the two-level bootstrap).
     None unless both sides have at least 2 values."""

@@ -4,6 +4,7 @@
 ``rows.csv``, ``tables/<key>.{md,csv,tex}`` and ``charts/<key>.{png,svg}``; each task's section
 comes from ``posbench.report.sections``. docs/reports.md.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,18 +19,33 @@ from posbench.report.html import write_html
 from posbench.report.names import Stems, unique_keys
 from posbench.report.render import capped, csv_cell, to_csv, to_latex, to_markdown
 from posbench.report.rows import Runs, load_runs
-from posbench.store.bounds import RowsError
 from posbench.report.sections import Block, Section, collect_sections, collect_tables
 from posbench.report.superseded import superseded
 from posbench.report.table import Table
+from posbench.store.bounds import RowsError
 
 __all__ = ["build_report", "load_runs", "collect_tables", "collect_sections", "rows_csv", "Block", "Section"]
 
 
 def rows_csv(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per stored row with ``metrics.*`` as columns: the numbers behind every table."""
-    flat = rows[["run_id", "case_id", "suite", "task", "method", "status", "message", "hardware",
-                 "device", "profile", "git_commit", "started_at", "duration_s"]].copy()
+    flat = rows[
+        [
+            "run_id",
+            "case_id",
+            "suite",
+            "task",
+            "method",
+            "status",
+            "message",
+            "hardware",
+            "device",
+            "profile",
+            "git_commit",
+            "started_at",
+            "duration_s",
+        ]
+    ].copy()
     flat.insert(5, "params", [json.dumps(p, sort_keys=True) for p in rows["params"]])
     metrics = pd.DataFrame(list(rows["metrics"]), index=rows.index).add_prefix("metrics.")
     out = pd.concat([flat, metrics], axis=1)
@@ -45,8 +61,7 @@ def _failed_markdown(rows: pd.DataFrame) -> list[str]:
     bad = rows[rows["status"] != "ok"]
     if bad.empty:
         return []
-    lines = ["## Cases that did not finish", "", "| run_id | case_id | status | message |",
-             "| --- | --- | --- | --- |"]
+    lines = ["## Cases that did not finish", "", "| run_id | case_id | status | message |", "| --- | --- | --- | --- |"]
     for r in bad.itertuples(index=False):
         cells = (r.run_id, r.case_id, r.status, capped(str(r.message or ""), 200))
         lines.append("| " + " | ".join(md_text(c) for c in cells) + " |")
@@ -59,8 +74,11 @@ def _machines_markdown(runs: Runs) -> list[str]:
         run_rows = runs.rows[runs.rows["source"] == source]
         hardware = ", ".join(sorted(set(run_rows["hardware"].dropna())))
         meta = runs.metas.get(source)
-        suite = (f"suite {meta.suite} v{meta.version}, baseline {meta.baseline or 'none'}, " if meta
-                 else "no run.json (baseline sinusoidal assumed), ")
+        suite = (
+            f"suite {meta.suite} v{meta.version}, baseline {meta.baseline or 'none'}, "
+            if meta
+            else "no run.json (baseline sinusoidal assumed), "
+        )
         lines.append(
             f"- {md_code(source)}: {len(run_rows)} rows on {md_text(hardware or 'unknown hardware')}, "
             f"{md_text(suite)}commit {md_code(str(env.get('git_commit', 'unknown'))[:10])}, posbench "
@@ -70,9 +88,11 @@ def _machines_markdown(runs: Runs) -> list[str]:
     return lines + [""]
 
 
-UNITS_NOTE = ("Memory is in GiB (2^30 bytes) everywhere. In charts each method keeps one colour, marker and "
-              "line style; error bars show the spread the rows hold (named under each chart); perplexity "
-              "axes are logarithmic, memory axes start at zero.")
+UNITS_NOTE = (
+    "Memory is in GiB (2^30 bytes) everywhere. In charts each method keeps one colour, marker and "
+    "line style; error bars show the spread the rows hold (named under each chart); perplexity "
+    "axes are logarithmic, memory axes start at zero."
+)
 
 
 @dataclass
@@ -159,4 +179,3 @@ def _draw(block: Block, folder: Path, note, stems: Stems) -> list[Drawn]:
                 note(p)
             out.append(Drawn(stem, title, paths["png"], block.table.key))
     return out
-

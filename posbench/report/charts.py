@@ -5,6 +5,7 @@ other metrics as lines (perplexity: log axis; counts and costs from zero). Artis
 (``method:<name>``, ``failed:<name>``, ``errorbar:<name>``) for tests; values are the table cells'
 (docs/reports.md).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,11 @@ BAR_NOTES = {
 
 def line_style(index: int) -> dict:
     """Colour, marker and line style of the ``index``-th method of a chart (suite order)."""
-    return {"color": COLORS[index % len(COLORS)], "marker": MARKERS[index % len(MARKERS)],
-            "linestyle": LINESTYLES[index % len(LINESTYLES)]}
+    return {
+        "color": COLORS[index % len(COLORS)],
+        "marker": MARKERS[index % len(MARKERS)],
+        "linestyle": LINESTYLES[index % len(LINESTYLES)],
+    }
 
 
 def marker_size(index: int) -> float:
@@ -66,8 +70,7 @@ def caption(fig, hardware: str, commit: str, note: str = "") -> None:
     # Wrapped to the figure's width (about 150 characters of 7 pt per 6.4 in), never cut.
     text = f"{hardware} · commit {commit}" + (f" · {note}" if note else "")
     width = int(fig.get_figwidth() * 19)
-    fig.text(0.01, 0.01, "\n".join(textwrap.wrap(text, width)), fontsize=7, color="0.35", ha="left", va="bottom",
-             gid="caption")
+    fig.text(0.01, 0.01, "\n".join(textwrap.wrap(text, width)), fontsize=7, color="0.35", ha="left", va="bottom", gid="caption")
 
 
 def fit(fig) -> None:
@@ -125,9 +128,18 @@ def _mark_failed(ax, xs, label: str, color) -> None:
     if not xs:
         return
     top = blended_transform_factory(ax.transData, ax.transAxes)
-    (marks,) = ax.plot(xs, [1.0] * len(xs), linestyle="none", marker="x", markersize=9,
-                       markeredgewidth=2, color=color, transform=top, clip_on=False,
-                       label=f"_failed {label}")
+    (marks,) = ax.plot(
+        xs,
+        [1.0] * len(xs),
+        linestyle="none",
+        marker="x",
+        markersize=9,
+        markeredgewidth=2,
+        color=color,
+        transform=top,
+        clip_on=False,
+        label=f"_failed {label}",
+    )
     marks.set_gid(f"failed:{label}")
 
 
@@ -137,8 +149,13 @@ def plot_rows(ax, table: Table, methods: dict | None = None) -> str:
     scale = _scale(table)
     cells = [table.cell(row, col) for row in table.rows for col in table.columns]
     # one kind of bar per chart; a spread of zero width (one window) draws nothing and is not named
-    kind = ("ratio" if any(c.ratio_interval is not None for c in cells)
-            else "spread" if any(c.spread is not None and c.spread[1] > c.spread[0] for c in cells) else "")
+    kind = (
+        "ratio"
+        if any(c.ratio_interval is not None for c in cells)
+        else "spread"
+        if any(c.spread is not None and c.spread[1] > c.spread[0] for c in cells)
+        else ""
+    )
     any_failed = False
     for index, row in enumerate(table.rows):
         name = (methods or {}).get(row, row)
@@ -159,12 +176,12 @@ def plot_rows(ax, table: Table, methods: dict | None = None) -> str:
         if not xs and statuses == {"unavailable"} and not row.endswith(UNAVAILABLE):
             label = row + UNAVAILABLE
         style = line_style(index)
-        (line,) = ax.plot(xs, ys, markersize=marker_size(index), markerfacecolor="none", markeredgewidth=1.3,
-                          label=label, **style)
+        (line,) = ax.plot(
+            xs, ys, markersize=marker_size(index), markerfacecolor="none", markeredgewidth=1.3, label=label, **style
+        )
         line.set_gid(f"method:{name}")
         if any(err_lo) or any(err_hi):
-            bars = ax.errorbar(xs, ys, yerr=[err_lo, err_hi], fmt="none", ecolor=style["color"], capsize=3,
-                               elinewidth=1)
+            bars = ax.errorbar(xs, ys, yerr=[err_lo, err_hi], fmt="none", ecolor=style["color"], capsize=3, elinewidth=1)
             for segments in bars.lines[2]:  # the vertical bar segments (a LineCollection)
                 segments.set_gid(f"errorbar:{name}")
         _mark_failed(ax, failed, name, style["color"])
@@ -195,8 +212,7 @@ def _spread_error(cell) -> tuple[float, float]:
 def bar_note(kind: str, table: Table) -> str:
     if not kind:
         return ""
-    return BAR_NOTES[kind].format(baseline=table.baseline,
-                                  spread=table.spread or "the spread the rows hold")
+    return BAR_NOTES[kind].format(baseline=table.baseline, spread=table.spread or "the spread the rows hold")
 
 
 def numeric_columns(table: Table) -> bool:
@@ -251,8 +267,9 @@ def metric_chart(table: Table) -> plt.Figure:
         ax.set_xticks(table.columns, [str(c) for c in table.columns])
     label = table.title.split(",")[0]
     if table.fmt == "bytes" or table.unit in COUNT_UNITS:
-        top = max([y for line in ax.get_lines() if (line.get_gid() or "").startswith("method:")
-                   for y in line.get_ydata()] + [0.0])
+        top = max(
+            [y for line in ax.get_lines() if (line.get_gid() or "").startswith("method:") for y in line.get_ydata()] + [0.0]
+        )
         ax.set_ylim(0, top * 1.1 or 1.0)  # from zero, with the tallest point clear of the frame
         ax.yaxis.set_major_formatter(table_formatter(table))  # GiB, as the axis label says
     elif is_perplexity(table):
@@ -286,8 +303,13 @@ def bar_chart(table: Table) -> plt.Figure:
     scale = _scale(table)
     fig, ax = new_figure()
     cells = [table.cell(row, col) for row in table.rows for col in table.columns]
-    kind = ("ratio" if any(c.ratio_interval is not None for c in cells)
-            else "spread" if any(c.spread is not None and c.spread[1] > c.spread[0] for c in cells) else "")
+    kind = (
+        "ratio"
+        if any(c.ratio_interval is not None for c in cells)
+        else "spread"
+        if any(c.spread is not None and c.spread[1] > c.spread[0] for c in cells)
+        else ""
+    )
     width = 0.8 / max(len(table.rows), 1)
     handles, labels, notes, failed_any = [], [], [], False
     for index, row in enumerate(table.rows):
@@ -315,8 +337,17 @@ def bar_chart(table: Table) -> plt.Figure:
                 segments.set_gid(f"errorbar:{row}")
         if failed:
             failed_any = True
-            (marks,) = ax.plot(failed, [0.0] * len(failed), linestyle="none", marker="x", markersize=9,
-                               markeredgewidth=2, color=color, clip_on=False, label=f"_failed {row}")
+            (marks,) = ax.plot(
+                failed,
+                [0.0] * len(failed),
+                linestyle="none",
+                marker="x",
+                markersize=9,
+                markeredgewidth=2,
+                color=color,
+                clip_on=False,
+                label=f"_failed {row}",
+            )
             marks.set_gid(f"failed:{row}")
         label = row
         if not xs and statuses == {"unavailable"} and not row.endswith(UNAVAILABLE):
@@ -330,14 +361,22 @@ def bar_chart(table: Table) -> plt.Figure:
         labels.append("x: OOM / failed")
     for x, top, text in notes:
         if text:
-            ax.annotate(text, (x, top), xytext=(0, 2), textcoords="offset points", rotation=90, ha="center",
-                        va="bottom", fontsize=6, gid="ratio")
+            ax.annotate(
+                text,
+                (x, top),
+                xytext=(0, 2),
+                textcoords="offset points",
+                rotation=90,
+                ha="center",
+                va="bottom",
+                fontsize=6,
+                gid="ratio",
+            )
     ax.set_xticks(range(len(table.columns)), [str(c) for c in table.columns])
     ax.set_xlim(-0.5, len(table.columns) - 0.5)
     tops = [y for y in ys_all(ax) if math.isfinite(y)]
     high, low = max(tops + [0.0]), min(tops + [0.0])  # from zero; a negative value (a bad row) below it
-    ax.set_ylim(low * 1.1 if math.isfinite(low * 1.1) else low,
-                (high * 1.1 if math.isfinite(high * 1.1) else high) or 1.0)
+    ax.set_ylim(low * 1.1 if math.isfinite(low * 1.1) else low, (high * 1.1 if math.isfinite(high * 1.1) else high) or 1.0)
     ax.yaxis.set_major_formatter(table_formatter(table))  # memory in GiB, as the axis label says
     ax.set_xlabel(f"{table.column_header} (tokens)" if table.column_header == "seq_len" else table.column_header)
     ax.set_ylabel(table.title.split(",")[0])
@@ -347,8 +386,11 @@ def bar_chart(table: Table) -> plt.Figure:
     ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     note = bar_note(kind, table)
     if notes and any(text for *_, text in notes):
-        note = f"above each bar: ratio to {table.baseline}" + (" [95% interval]" if kind == "ratio" else "") + (
-            f"; {note}" if note else "")
+        note = (
+            f"above each bar: ratio to {table.baseline}"
+            + (" [95% interval]" if kind == "ratio" else "")
+            + (f"; {note}" if note else "")
+        )
     caption(fig, table.hardware, table.commit, note)
     fit(fig)
     _headroom(fig, ax)

@@ -6,6 +6,7 @@ now is a regression; different GPU models are refused unless ``allow_other_hardw
 better comes from the tasks' metric declarations, resolved with the rows (``Runs.tasks``).
 docs/reports.md (`bench.py compare`).
 """
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,10 @@ from types import SimpleNamespace
 
 import pandas as pd
 
+from posbench.core.task import Metric, Task, find_metric
 from posbench.report import bootstrap
 from posbench.report import numbers as fmt
 from posbench.report.escape import md_code, md_text
-from posbench.core.task import Metric, Task, find_metric
 from posbench.report.rows import cpu_model, gpu_name, load_runs
 from posbench.store.bounds import RowsError
 from posbench.store.row import by_round, by_window
@@ -56,13 +57,13 @@ class MetricChange:
     case_id: str
     method: str
     task: str
-    metric: str                     # a metric name, or "status" for ok <-> failed
+    metric: str  # a metric name, or "status" for ok <-> failed
     base: float | str | None
     new: float | str | None
-    ratio: float | None             # new / base
-    verdict: str                    # "regression" | "improvement" | "same" | "noise"
+    ratio: float | None  # new / base
+    verdict: str  # "regression" | "improvement" | "same" | "noise"
     interval: tuple[float, float] | None = None  # bootstrap 95% interval of ratio (rounds)
-    basis: str = ""                 # "" (the values) or "ratio to <baseline>" (paired in each run)
+    basis: str = ""  # "" (the values) or "ratio to <baseline>" (paired in each run)
 
 
 @dataclass
@@ -100,10 +101,12 @@ class ComparisonResult:
         """A summary for a pull request or ``$GITHUB_STEP_SUMMARY``."""
         pct = f"{self.threshold:.0%}"
         lines = [
-            "## posbench compare", "",
+            "## posbench compare",
+            "",
             f"Base: {md_code(self.base_dir)} (commit {md_text(', '.join(self.base_commits) or 'unknown')}); "
             f"new: {md_code(self.new_dir)} (commit {md_text(', '.join(self.new_commits) or 'unknown')}). "
-            f"Threshold: {pct} either way.", "",
+            f"Threshold: {pct} either way.",
+            "",
         ]
         lines += [f"> **Warning:** {md_text(w)}" for w in self.hardware_warnings]
         if self.hardware_warnings:
@@ -112,26 +115,35 @@ class ComparisonResult:
             noise = f"; {len(self.within_noise)} change(s) beyond the threshold are unchanged (within noise)."
         else:  # "0 change(s) ... are unchanged" read as a riddle
             noise = "; no change beyond the threshold." if not (self.regressions or self.improvements) else "."
-        lines += [f"**{len(self.regressions)} regression(s), {len(self.improvements)} improvement(s)** "
-                  f"over {len(self.in_both)} case(s) found in both runs{noise}"
-                  + (f" **{len(self.only_in_base)} case(s) of base are missing from new (failures).**"
-                     if self.only_in_base else ""), ""]
-        for title, items in (("Regressions", self.regressions), ("Improvements", self.improvements),
-                             ("Unchanged (within noise)", self.within_noise)):
+        lines += [
+            f"**{len(self.regressions)} regression(s), {len(self.improvements)} improvement(s)** "
+            f"over {len(self.in_both)} case(s) found in both runs{noise}"
+            + (f" **{len(self.only_in_base)} case(s) of base are missing from new (failures).**" if self.only_in_base else ""),
+            "",
+        ]
+        for title, items in (
+            ("Regressions", self.regressions),
+            ("Improvements", self.improvements),
+            ("Unchanged (within noise)", self.within_noise),
+        ):
             if items:
-                lines += [f"### {title}", "", "| case | metric | base | new | new/base | 95% interval |",
-                          "| --- | --- | ---: | ---: | ---: | ---: |"]
+                lines += [
+                    f"### {title}",
+                    "",
+                    "| case | metric | base | new | new/base | 95% interval |",
+                    "| --- | --- | ---: | ---: | ---: | ---: |",
+                ]
                 for c in items:
                     ratio = fmt.ratio(c.ratio, 3)
-                    interval = (f"[{fmt.ratio(c.interval[0], 3)[:-1]}, {fmt.ratio(c.interval[1], 3)[:-1]}]"
-                                if c.interval else "—")
+                    interval = f"[{fmt.ratio(c.interval[0], 3)[:-1]}, {fmt.ratio(c.interval[1], 3)[:-1]}]" if c.interval else "—"
                     metric = f"{c.metric} ({c.basis})" if c.basis else c.metric
                     # A ratio to the baseline reads as one (0.900x), values in the metric's format.
                     show = (lambda v: fmt.ratio(v, 3)) if c.basis else (lambda v: _fmt(c.task, c.metric, v, self.tasks))
-                    lines.append(f"| {md_text(c.case_id)} | {md_text(metric)} | {show(c.base)} | {show(c.new)} | {ratio} | {interval} |")
+                    lines.append(
+                        f"| {md_text(c.case_id)} | {md_text(metric)} | {show(c.base)} | {show(c.new)} | {ratio} | {interval} |"
+                    )
                 lines.append("")
-        for title, ids in (("Only in base: missing from new, failures", self.only_in_base),
-                           ("Only in new", self.only_in_new)):
+        for title, ids in (("Only in base: missing from new, failures", self.only_in_base), ("Only in new", self.only_in_new)):
             if ids:
                 lines += [f"### {title} ({len(ids)})", ""] + [f"- {md_code(i)}" for i in ids] + [""]
         return "\n".join(lines)
@@ -143,8 +155,7 @@ def case_metrics(row, tasks: dict[str, Task] | None = None) -> dict[str, float |
     a cell that ran out of memory is seen even when the runner stored no flat copy of it); a
     stored metric of the same name wins.
     """
-    values = {k: v for k, v in row.metrics.items()
-              if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
+    values = {k: v for k, v in row.metrics.items() if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
     name = row.task if isinstance(row.task, str) else ""
     task = tasks.get(name) if tasks is not None and name else None
     if task is not None and task.compare_values is not None:
@@ -209,8 +220,11 @@ def _samples(row, metric: str, base_row) -> tuple[list | None, str]:
         theirs = _windows(base_row, metric) or by_round(base_row.series, metric) or _by_seed(base_row, metric)
         mine = _windows(row, metric) or by_round(row.series, metric) or _by_seed(row, metric)
         if isinstance(theirs, list):
-            ratios = (bootstrap.window_clusters(mine, theirs) if bootstrap.is_windowed(mine) or bootstrap.is_windowed(theirs)
-                      else bootstrap.paired_ratios(mine, theirs))
+            ratios = (
+                bootstrap.window_clusters(mine, theirs)
+                if bootstrap.is_windowed(mine) or bootstrap.is_windowed(theirs)
+                else bootstrap.paired_ratios(mine, theirs)
+            )
             if len(bootstrap.pooled(ratios)) >= 2:
                 return ratios, f"ratio to {base_row.method}"
     return ours, ""
@@ -227,13 +241,23 @@ def _compare_rounds(case_id, base, new, metric, direction, threshold, base_ref, 
     interval = bootstrap.ratio_of_medians_interval(n, b) if ratio is not None else None
     if interval is None or not all(math.isfinite(x) and x > 0 for x in interval):
         return None
-    return MetricChange(case_id, new.method, new.task, metric, mb if b_basis else base.metrics.get(metric),
-                        mn if n_basis else new.metrics.get(metric), ratio,
-                        _interval_verdict(direction, interval, ratio, threshold), interval, n_basis)
+    return MetricChange(
+        case_id,
+        new.method,
+        new.task,
+        metric,
+        mb if b_basis else base.metrics.get(metric),
+        mn if n_basis else new.metrics.get(metric),
+        ratio,
+        _interval_verdict(direction, interval, ratio, threshold),
+        interval,
+        n_basis,
+    )
 
 
-def _compare_case(case_id: str, base, new, threshold: float, base_ref=None, new_ref=None,
-                  tasks: dict[str, Task] | None = None) -> list[MetricChange]:
+def _compare_case(
+    case_id: str, base, new, threshold: float, base_ref=None, new_ref=None, tasks: dict[str, Task] | None = None
+) -> list[MetricChange]:
     if base.status != new.status and "ok" in (base.status, new.status):
         verdict = "regression" if base.status == "ok" else "improvement"
         return [MetricChange(case_id, new.method, new.task, "status", base.status, new.status, None, verdict)]
@@ -260,8 +284,7 @@ def _compare_case(case_id: str, base, new, threshold: float, base_ref=None, new_
         if noisy is not None:
             changes.append(noisy)
             continue
-        changes.append(MetricChange(case_id, new.method, new.task, metric, b, n, ratio,
-                                    _verdict(direction, ratio, threshold)))
+        changes.append(MetricChange(case_id, new.method, new.task, metric, b, n, ratio, _verdict(direction, ratio, threshold)))
     return changes
 
 
@@ -307,8 +330,7 @@ def hardware_warnings(base_rows, base_envs, new_rows, new_envs) -> list[str]:
         if base_hw[prop] != new_hw[prop]:
             b = ", ".join(sorted(base_hw[prop])) or "none"
             n = ", ".join(sorted(new_hw[prop])) or "none"
-            out.append(f"{prop} differs: base ran on {b}, new on {n}; "
-                       "ratios compare machines as well as code.")
+            out.append(f"{prop} differs: base ran on {b}, new on {n}; ratios compare machines as well as code.")
     return out
 
 
@@ -332,7 +354,8 @@ def check_same_gpu(base_rows, base_envs, new_rows, new_envs) -> None:
         raise OtherHardware(
             f"base and new ran on different GPU models (base: {_gpu_models(base_envs, base_rows)}; new: "
             f"{_gpu_models(new_envs, new_rows)}): their ratios would compare GPUs, not code; compare runs of one "
-            "GPU model, or pass --allow-other-hardware to compare them anyway")
+            "GPU model, or pass --allow-other-hardware to compare them anyway"
+        )
 
 
 def suite_warnings(base_metas: dict, new_metas: dict) -> list[str]:
@@ -343,13 +366,17 @@ def suite_warnings(base_metas: dict, new_metas: dict) -> list[str]:
         for meta in metas.values():
             if meta is not None:
                 versions.setdefault(meta.suite, {}).setdefault(side, set()).add(meta.version)
-    return [f"suite {suite} version differs: base ran v{', v'.join(map(str, sorted(v['base'])))}, new "
-            f"v{', v'.join(map(str, sorted(v['new'])))}; the suite says old results may not be comparable."
-            for suite, v in versions.items() if len(v) == 2 and v["base"] != v["new"]]
+    return [
+        f"suite {suite} version differs: base ran v{', v'.join(map(str, sorted(v['base'])))}, new "
+        f"v{', v'.join(map(str, sorted(v['new'])))}; the suite says old results may not be comparable."
+        for suite, v in versions.items()
+        if len(v) == 2 and v["base"] != v["new"]
+    ]
 
 
-def compare_runs(base_dir, new_dir, threshold: float = 0.05, allow_other_hardware: bool = False,
-                 find_task=None) -> ComparisonResult:
+def compare_runs(
+    base_dir, new_dir, threshold: float = 0.05, allow_other_hardware: bool = False, find_task=None
+) -> ComparisonResult:
     """Compare the runs under ``new_dir`` against those under ``base_dir`` case by case; runs on
     different GPU models raise ``OtherHardware`` unless ``allow_other_hardware``; ``find_task`` as
     in ``load_runs``."""
@@ -364,14 +391,20 @@ def compare_runs(base_dir, new_dir, threshold: float = 0.05, allow_other_hardwar
     for what in ("suite", "task"):
         b, n = set(base_rows[what].dropna()), set(new_rows[what].dropna())
         if b != n:
-            raise ValueError(f"base and new are different {what}s (base: {', '.join(sorted(map(str, b)))}; new: "
-                             f"{', '.join(sorted(map(str, n)))}); compare runs of the same suite and task")
+            raise ValueError(
+                f"base and new are different {what}s (base: {', '.join(sorted(map(str, b)))}; new: "
+                f"{', '.join(sorted(map(str, n)))}); compare runs of the same suite and task"
+            )
     if not allow_other_hardware:
         check_same_gpu(base_rows, base_envs, new_rows, new_envs)
     base, new = _latest_per_case(base_rows), _latest_per_case(new_rows)
     result = ComparisonResult(
-        base_dir=str(base_dir), new_dir=str(new_dir), threshold=threshold,
-        in_both=sorted(set(base) & set(new)), only_in_base=sorted(set(base) - set(new)), only_in_new=sorted(set(new) - set(base)),
+        base_dir=str(base_dir),
+        new_dir=str(new_dir),
+        threshold=threshold,
+        in_both=sorted(set(base) & set(new)),
+        only_in_base=sorted(set(base) - set(new)),
+        only_in_new=sorted(set(new) - set(base)),
         hardware_warnings=hardware_warnings(base_rows, base_envs, new_rows, new_envs)
         + suite_warnings(base_runs.metas, new_runs.metas),
         base_commits=sorted({str(c)[:10] for c in base_rows["git_commit"].dropna()}),
@@ -381,8 +414,9 @@ def compare_runs(base_dir, new_dir, threshold: float = 0.05, allow_other_hardwar
     base_refs, new_refs = _baseline_rows(base_rows, base_runs.metas), _baseline_rows(new_rows, new_runs.metas)
     for case_id in result.in_both:
         b, n = base[case_id], new[case_id]
-        result.changes += _compare_case(case_id, b, n, threshold, base_refs.get((b.source, case_id)),
-                                        new_refs.get((n.source, case_id)), result.tasks)
+        result.changes += _compare_case(
+            case_id, b, n, threshold, base_refs.get((b.source, case_id)), new_refs.get((n.source, case_id)), result.tasks
+        )
     return result
 
 

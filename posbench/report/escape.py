@@ -4,6 +4,7 @@ Rows, ``env.json`` and ``run.json`` are data anyone can write, so a method name 
 ``<script>``, a code fence, a newline and ``# heading``, or ``| forged | row |``. Every place a
 page takes text from data goes through one of these (docs/reliability.md).
 """
+
 from __future__ import annotations
 
 import html

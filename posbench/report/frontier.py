@@ -7,6 +7,7 @@ Separable: two methods differ beyond the seed-level noise when their 95% t inter
 (``posbench.report.stats.seed_interval``) do not overlap; otherwise "not separable". The verdict
 also says in how many seeds (paired by seed) the better one won.
 """
+
 from __future__ import annotations
 
 import math
@@ -80,14 +81,14 @@ class Verdict:
     def text(self, fmt=lambda v: f"{v:.2f}", name: str = "") -> str:
         """``alibi beats sinusoidal, 3 of 3 seeds, ppl 11.60 [11.40, 11.80] vs 15.20 [14.70, 15.90]``,
         or ``not separable from alibi (2 of 3 seeds), ...``."""
+
         def shown(p: Point) -> str:
             mean, _, n, lo, hi = p.interval
             return fmt(mean) + (f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None else "")
 
         numbers = f"{name + ' ' if name else ''}{shown(self.best)} vs {shown(self.other)}"
         if self.separable:
-            return (f"worse beyond seed-level noise: {self.best.label} beats it, {self.wins} of {self.paired} "
-                    f"seeds, {numbers}")
+            return f"worse beyond seed-level noise: {self.best.label} beats it, {self.wins} of {self.paired} seeds, {numbers}"
         return f"{NOT_SEPARABLE} from {self.best.label} ({self.wins} of {self.paired} seeds better), {numbers}"
 
 
@@ -100,8 +101,11 @@ def compare_points(best: Point, other: Point, lower_is_better: bool = True) -> V
         separable = False
     else:
         separable = bhi < olo if lower_is_better else blo > ohi
-    seeds = [s for s in best.by_seed if isinstance(best.by_seed.get(s), (int, float))
-             and isinstance(other.by_seed.get(s), (int, float))]
+    seeds = [
+        s
+        for s in best.by_seed
+        if isinstance(best.by_seed.get(s), (int, float)) and isinstance(other.by_seed.get(s), (int, float))
+    ]
     wins = sum(better(best.by_seed[s], other.by_seed[s], lower_is_better) for s in seeds)
     return Verdict(best, other, separable, wins, len(seeds))
 
@@ -115,9 +119,11 @@ def verdicts(points: list[Point], lower_is_better: bool = True) -> tuple[Optiona
     return best, [compare_points(best, p, lower_is_better) for p in usable if p is not best]
 
 
-INTERVAL_NOTE = (f"Brackets: the {SEED_INTERVAL} of the mean; 'worse beyond seed-level noise' when the best "
-                 f"point's interval and this one's do not overlap, else '{NOT_SEPARABLE}'; 'k of n seeds': the seeds "
-                 "(paired by seed) in which the best point did better.")
+INTERVAL_NOTE = (
+    f"Brackets: the {SEED_INTERVAL} of the mean; 'worse beyond seed-level noise' when the best "
+    f"point's interval and this one's do not overlap, else '{NOT_SEPARABLE}'; 'k of n seeds': the seeds "
+    "(paired by seed) in which the best point did better."
+)
 
 
 # -- a task's frontier: its quality, its points from rows, the verdict table and the chart ---------
@@ -192,8 +198,9 @@ def serving_parts(serving) -> tuple[Optional[float], Optional[tuple[float, float
     return (serving if is_number(serving) else None), None
 
 
-def frontier_points(runs: Runs, task: str, cells: Cells, cost: Callable[[dict], Optional[float]],
-                    of: Callable[[object], str] = lambda r: "") -> dict[tuple, list[Point]]:
+def frontier_points(
+    runs: Runs, task: str, cells: Cells, cost: Callable[[dict], Optional[float]], of: Callable[[object], str] = lambda r: ""
+) -> dict[tuple, list[Point]]:
     """{(suite, hardware, budget, of, target): [Point]} of the finished ``task`` rows of runs that
     ask for a frontier. ``cells(row)`` yields (target length, {seed: quality}, serving cost: see ``Cells``);
     ``cost(metrics)`` is the row's cost; ``of(row)`` what else a frontier is drawn per (a probe)."""
@@ -207,10 +214,15 @@ def frontier_points(runs: Runs, task: str, cells: Cells, cost: Callable[[dict], 
             c = cost(m)
             memory = m.get("peak_mem_train_bytes")
             for target, by_seed, serving in cells(r):
-                point = Point(r.method, r.params.get("L_train"), by_seed, c if is_number(c) else None,
-                              memory if is_number(memory) else None,
-                              {"case_id": r.case_id, "run_id": r.run_id, "commit": r.git_commit},
-                              *serving_parts(serving))
+                point = Point(
+                    r.method,
+                    r.params.get("L_train"),
+                    by_seed,
+                    c if is_number(c) else None,
+                    memory if is_number(memory) else None,
+                    {"case_id": r.case_id, "run_id": r.run_id, "commit": r.git_commit},
+                    *serving_parts(serving),
+                )
                 out.setdefault((suite, hardware, budget_text(m), of(r), target), []).append(point)
     return out
 
@@ -235,8 +247,7 @@ def accuracy_cells(row):
         yield n, seed_values(row, f"acc@{n}"), None
 
 
-def frontier_table(q: Quality, suite: str, hardware: str, budget: str, target: int, points: list[Point],
-                   of: str = "") -> Table:
+def frontier_table(q: Quality, suite: str, hardware: str, budget: str, target: int, points: list[Point], of: str = "") -> Table:
     """One budget and target length: a row per (method, L_train), best first."""
     best, against = verdicts(points, q.lower_is_better)
     front = {p.label for p in pareto_front(points, q.lower_is_better)}
@@ -246,34 +257,45 @@ def frontier_table(q: Quality, suite: str, hardware: str, budget: str, target: i
     serving = any(p.serving is not None for p in points)
     columns = [q.name, q.cost_unit, "peak memory"] + ([SERVING] if serving else []) + ["Pareto", "verdict"]
     where = f"{q.target} = {target}"
-    table = Table(key=slug(f"{suite}-frontier-{of + '-' if of else ''}{budget}-{q.target.replace('_', '')}{target}"
-                           f"-{hardware}"),
-                  title=f"Frontier{' of ' + of if of else ''} at {where}, {budget}: best method and what beats what",
-                  caption="", task=q.task, metric="frontier", unit=q.name, column_header="measure", columns=columns,
-                  rows=[], hardware=hardware, commit=short_commit(p.extra.get("commit") for p in points),
-                  higher_is_better=not q.lower_is_better,
-                  extra={q.target: target, "budget": budget, "points": points, "front": sorted(front), "quality": q})
+    table = Table(
+        key=slug(f"{suite}-frontier-{of + '-' if of else ''}{budget}-{q.target.replace('_', '')}{target}-{hardware}"),
+        title=f"Frontier{' of ' + of if of else ''} at {where}, {budget}: best method and what beats what",
+        caption="",
+        task=q.task,
+        metric="frontier",
+        unit=q.name,
+        column_header="measure",
+        columns=columns,
+        rows=[],
+        hardware=hardware,
+        commit=short_commit(p.extra.get("commit") for p in points),
+        higher_is_better=not q.lower_is_better,
+        extra={q.target: target, "budget": budget, "points": points, "front": sorted(front), "quality": q},
+    )
     for p in order:
         link = {"case_id": p.extra.get("case_id"), "run_id": p.extra.get("run_id")}
         table.rows.append(p.label)
         mean, _, n, lo, hi = p.interval
         text = "—" if not n else q.fmt(mean) + (f" [{q.fmt(lo)}, {q.fmt(hi)}]" if lo is not None else "")
-        table.cells[(p.label, q.name)] = Cell(text=text, value=mean if n else None,
-                                              spread=(lo, hi) if lo is not None else None, **link)
-        table.cells[(p.label, q.cost_unit)] = Cell(text="—" if p.cost is None else f"{p.cost:.3g}", value=p.cost,
-                                                   **link)
-        table.cells[(p.label, "peak memory")] = Cell(text="—" if p.memory is None else fmt.number(p.memory, "bytes"),
-                                                     value=p.memory, **link)
+        table.cells[(p.label, q.name)] = Cell(
+            text=text, value=mean if n else None, spread=(lo, hi) if lo is not None else None, **link
+        )
+        table.cells[(p.label, q.cost_unit)] = Cell(text="—" if p.cost is None else f"{p.cost:.3g}", value=p.cost, **link)
+        table.cells[(p.label, "peak memory")] = Cell(
+            text="—" if p.memory is None else fmt.number(p.memory, "bytes"), value=p.memory, **link
+        )
         if serving:
             table.cells[(p.label, SERVING)] = serving_cell(p, link)
         table.cells[(p.label, "Pareto")] = Cell(text="yes" if p.label in front else "", **link)
         verdict = "best" if best is not None and p is best else said.get(p.label, f"no {q.name}")
         table.cells[(p.label, "verdict")] = Cell(text=verdict, **link)
     serving_note = serving_caption(points, target) if serving else ""
-    table.caption = (f"{q.describe}{' of ' + of if of else ''} at {where} ({q.reads}, mean over seeds) of every "
-                     f"method and L_train trained under {budget}, against its cost: training {q.cost_unit.replace(' / ', ' per ')} "
-                     "and peak training memory measured in the same run. Pareto: no other row is both cheaper "
-                     f"({q.cost_unit}) and better.{serving_note} {INTERVAL_NOTE} {hardware}, commit {table.commit}.")
+    table.caption = (
+        f"{q.describe}{' of ' + of if of else ''} at {where} ({q.reads}, mean over seeds) of every "
+        f"method and L_train trained under {budget}, against its cost: training {q.cost_unit.replace(' / ', ' per ')} "
+        "and peak training memory measured in the same run. Pareto: no other row is both cheaper "
+        f"({q.cost_unit}) and better.{serving_note} {INTERVAL_NOTE} {hardware}, commit {table.commit}."
+    )
     return table
 
 
@@ -288,10 +310,14 @@ def serving_cell(p: Point, link: dict) -> Cell:
 def serving_caption(points: list[Point], target: int) -> str:
     head = f" Serving: milliseconds per generated token with a KV cache at context {target}"
     if any(p.serving_range for p in points):
-        return (f"{head}, the median over repeats of each repeat's median step, brackets: the fastest and slowest "
-                "repeat; measured per method and L_train in the same run.")
-    return (f"{head} (median over the timed steps), measured once per method and L_train in the same run (one "
-            "pass: its spread is not known).")
+        return (
+            f"{head}, the median over repeats of each repeat's median step, brackets: the fastest and slowest "
+            "repeat; measured per method and L_train in the same run."
+        )
+    return (
+        f"{head} (median over the timed steps), measured once per method and L_train in the same run (one "
+        "pass: its spread is not known)."
+    )
 
 
 def frontier_chart(table: Table):
@@ -310,26 +336,47 @@ def frontier_chart(table: Table):
             continue
         style = line_style(methods.index(p.method))
         err = [[mean - lo], [hi - mean]] if lo is not None else None
-        bar = ax.errorbar([p.cost], [mean], yerr=err, color=style["color"], marker=style["marker"], linestyle="none",
-                          markersize=7 if p.L_train == max(q_.L_train for q_ in points) else 5, capsize=3,
-                          label=p.method if p.method not in markers else None)
+        bar = ax.errorbar(
+            [p.cost],
+            [mean],
+            yerr=err,
+            color=style["color"],
+            marker=style["marker"],
+            linestyle="none",
+            markersize=7 if p.L_train == max(q_.L_train for q_ in points) else 5,
+            capsize=3,
+            label=p.method if p.method not in markers else None,
+        )
         markers[p.method] = bar
         ax.annotate(f"L={p.L_train}", (p.cost, mean), fontsize=7, xytext=(4, 4), textcoords="offset points")
     front = pareto_front(points, q.lower_is_better)
     if len(front) > 1:
-        ax.plot([p.cost for p in front], [p.quality for p in front], color="0.3", linestyle="--", linewidth=1,
-                label="Pareto front", gid="pareto")
+        ax.plot(
+            [p.cost for p in front],
+            [p.quality for p in front],
+            color="0.3",
+            linestyle="--",
+            linewidth=1,
+            label="Pareto front",
+            gid="pareto",
+        )
     if q.log_axis:
         perplexity_axis(ax)
     spread, log_cost = cost_axis(ax, [p.cost for p in points if p.quality is not None])
     unit = q.cost_unit.replace("s / ", "seconds per ")
-    ax.set(xlabel=f"Training {unit} (cost{', log scale' if log_cost else ', from zero'})",
-           ylabel=f"{q.name.capitalize()} ({q.reads}{', log scale' if q.log_axis else ''})")
+    ax.set(
+        xlabel=f"Training {unit} (cost{', log scale' if log_cost else ', from zero'})",
+        ylabel=f"{q.name.capitalize()} ({q.reads}{', log scale' if q.log_axis else ''})",
+    )
     ax.set_title(table.title, fontsize=9, wrap=True)
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    caption(fig, table.hardware, table.commit,
-            "; ".join(n for n in (spread, "bars: 95% t interval over seeds", "dashed: the Pareto front") if n))
+    caption(
+        fig,
+        table.hardware,
+        table.commit,
+        "; ".join(n for n in (spread, "bars: 95% t interval over seeds", "dashed: the Pareto front") if n),
+    )
     fit(fig)
     return fig
 

@@ -5,6 +5,7 @@ interval the table holds) at its last column, or its values there, and the verdi
 learnt at L_train, a broken profile, a table without ratios). HTML (``posbench.report.html``) and
 the CI job summary (``posbench.report.job_summary``) render the same lines.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,8 +54,11 @@ def table_line(table: Table) -> Line | None:
     knows which way is better. None for a table with neither (counts per dtype, say)."""
     others = [r for r in table.rows if r != table.baseline]
     with_ratio = [c for c in table.columns if any(table.cell(r, c).ratio is not None for r in others)]
-    numeric = [c for c in table.columns if isinstance(c, (int, float)) and not isinstance(c, bool)
-               and any(table.cell(r, c).value is not None for r in table.rows)]
+    numeric = [
+        c
+        for c in table.columns
+        if isinstance(c, (int, float)) and not isinstance(c, bool) and any(table.cell(r, c).value is not None for r in table.rows)
+    ]
     if with_ratio:
         col, rows = with_ratio[-1], others
     elif table.baseline and table.higher_is_better is not None:
@@ -72,16 +76,20 @@ def table_line(table: Table) -> Line | None:
             parts.append(f"{row} {fmt.status(cell.status)}")
         else:
             parts.append(f"{row} {bar_label(cell) if with_ratio and cell.ratio is not None else cell.text}")
-    values = {r: table.cell(r, col).value for r in table.rows
-              if table.cell(r, col).value is not None and table.cell(r, col).status == "ok"}
+    values = {
+        r: table.cell(r, col).value
+        for r in table.rows
+        if table.cell(r, col).value is not None and table.cell(r, col).status == "ok"
+    }
     best = ""
     if table.higher_is_better is not None and len(values) > 1:
         top = (max if table.higher_is_better else min)(values.values())
         best = f" Best: {', '.join(r for r, v in values.items() if v == top)}."  # ties: all of them
     what = f"ratio to {table.baseline}" if with_ratio else "values"
     better = {True: " (higher is better)", False: " (lower is better)"}.get(table.higher_is_better, "")
-    return Line(f"{table.title}, at {table.column_header} {col}, {what}{better}: {'; '.join(parts)}.{best}", table.key,
-                lead=table.title)
+    return Line(
+        f"{table.title}, at {table.column_header} {col}, {what}{better}: {'; '.join(parts)}.{best}", table.key, lead=table.title
+    )
 
 
 def _no_ratio_line(table: Table) -> Line | None:
@@ -97,12 +105,12 @@ def verdict_lines(table: Table) -> list[Line]:
     not learnt at L_train (their cells), which are not compared beyond it."""
     out = []
     if BROKEN in table.title:
-        out.append(Line(f"{table.title}: compares nothing; fix its training before reading it.", table.key, True,
-                        table.title))
+        out.append(Line(f"{table.title}: compares nothing; fix its training before reading it.", table.key, True, table.title))
     not_learnt = [r for r in table.rows if any(table.cell(r, c).text == NOT_LEARNT for c in table.columns)]
     if not_learnt and BROKEN not in table.title:
-        out.append(Line(f"{table.title}: {NOT_LEARNT}, so not compared beyond it: {', '.join(not_learnt)}.",
-                        table.key, lead=table.title))
+        out.append(
+            Line(f"{table.title}: {NOT_LEARNT}, so not compared beyond it: {', '.join(not_learnt)}.", table.key, lead=table.title)
+        )
     return out
 
 

@@ -8,6 +8,7 @@ and names the case and run in its tooltip: every number can be traced to what pr
 opens with a summary (``posbench.report.headline``); captions sit above their tables at a reading
 measure of their own (``p.caption``), not squeezed into a narrow table's width.
 """
+
 from __future__ import annotations
 
 import base64
@@ -18,7 +19,7 @@ import pandas as pd
 
 from posbench.report.escape import html_text
 from posbench.report.headline import Line, headline
-from posbench.report.render import caption_html, capped, row_anchor, to_html
+from posbench.report.render import capped, caption_html, row_anchor, to_html
 
 # Nothing may make the page wider than the window: images shrink to the column, wide tables
 # scroll inside their own box, and long unbroken words (paths, case ids) wrap.
@@ -49,8 +50,10 @@ def _figure_html(title: str, png: Path, table_key: str) -> str:
     """An embedded chart that names the table it belongs to (``data-table``), right below it. No
     figcaption: the chart draws its title, and the alt text carries it for screen readers."""
     data = str(base64.b64encode(png.read_bytes()), "ascii")
-    return (f'<figure class="chart" data-table="{html_text(table_key)}"><img alt="{html_text(title)}" '
-            f'src="data:image/png;base64,{data}"></figure>')
+    return (
+        f'<figure class="chart" data-table="{html_text(table_key)}"><img alt="{html_text(title)}" '
+        f'src="data:image/png;base64,{data}"></figure>'
+    )
 
 
 def _scroll(fragment: str) -> str:
@@ -69,7 +72,7 @@ def _summary(lines: list[Line]) -> str:
         text = html_text(line.text)
         if line.table:
             lead = line.lead if line.lead and line.text.startswith(line.lead) else line.text
-            text = f'<a href="#table-{html_text(line.table)}">{html_text(lead)}</a>{html_text(line.text[len(lead):])}'
+            text = f'<a href="#table-{html_text(line.table)}">{html_text(lead)}</a>{html_text(line.text[len(lead) :])}'
         items.append(f'<li class="alarm">{text}</li>' if line.alarm else f"<li>{text}</li>")
     return '<section class="summary" id="summary"><h2>Summary</h2><ul>' + "".join(items) + "</ul></section>"
 
@@ -80,32 +83,70 @@ def _compact(value) -> str:
 
 def _appendix(rows: pd.DataFrame) -> str:
     """Every stored row, with an anchor; series are summarised (they can be long)."""
-    head = ["run_id", "case_id", "task", "method", "params", "status", "message", "metrics",
-            "series", "hardware", "device", "duration_s", "git_commit"]
-    out = ['<table class="appendix"><thead><tr>'
-           + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
+    head = [
+        "run_id",
+        "case_id",
+        "task",
+        "method",
+        "params",
+        "status",
+        "message",
+        "metrics",
+        "series",
+        "hardware",
+        "device",
+        "duration_s",
+        "git_commit",
+    ]
+    out = ['<table class="appendix"><thead><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
     for r in rows.itertuples(index=False):
-        series = ", ".join(f"{k}[{len(v)}]" if isinstance(v, (list, dict)) else str(k)
-                           for k, v in (r.series if isinstance(r.series, dict) else {}).items())
-        values = [r.run_id, r.case_id, r.task, r.method, _compact(r.params), r.status, capped(r.message),
-                  _compact(r.metrics), series, r.hardware, r.device, r.duration_s, r.git_commit]
+        series = ", ".join(
+            f"{k}[{len(v)}]" if isinstance(v, (list, dict)) else str(k)
+            for k, v in (r.series if isinstance(r.series, dict) else {}).items()
+        )
+        values = [
+            r.run_id,
+            r.case_id,
+            r.task,
+            r.method,
+            _compact(r.params),
+            r.status,
+            capped(r.message),
+            _compact(r.metrics),
+            series,
+            r.hardware,
+            r.device,
+            r.duration_s,
+            r.git_commit,
+        ]
         cells = "".join(f"<td>{html_text(str(v))}</td>" for v in values)
         out.append(f'<tr id="{row_anchor(r.run_id, r.case_id)}">{cells}</tr>')
     out.append("</tbody></table>")
     return "\n".join(out)
 
 
-def write_html(path: Path, title: str, sections: list, drawn: dict, rows: pd.DataFrame,
-               envs: dict[str, dict], note: str = "", superseded: list = ()) -> Path:
+def write_html(
+    path: Path,
+    title: str,
+    sections: list,
+    drawn: dict,
+    rows: pd.DataFrame,
+    envs: dict[str, dict],
+    note: str = "",
+    superseded: list = (),
+) -> Path:
     """Write ``report.html``: the summary (``headline``), each section's tables, every table
     followed by its charts (``drawn``: ``id(block)`` -> charts written, embedded as base64), then
     the run details, environments and every stored row."""
     esc = html_text
-    body = [f"<h1>{esc(title)}</h1>", _summary(headline(sections, rows)),
-            f"<p>{len(rows)} stored rows from {len(envs)} run folder(s)"
-            + (f", {sum(s.count for s in superseded)} of them superseded (below)" if superseded else "")
-            + ". Hover a cell for its case "
-            "and run; click it to jump to the stored row in the appendix.</p>"]
+    body = [
+        f"<h1>{esc(title)}</h1>",
+        _summary(headline(sections, rows)),
+        f"<p>{len(rows)} stored rows from {len(envs)} run folder(s)"
+        + (f", {sum(s.count for s in superseded)} of them superseded (below)" if superseded else "")
+        + ". Hover a cell for its case "
+        "and run; click it to jump to the stored row in the appendix.</p>",
+    ]
     if superseded:  # rows no table shows (a later run of the same case replaced them)
         body.append('<ul class="superseded">' + "".join(f"<li>{esc(s.line())}</li>" for s in superseded) + "</ul>")
     if note:
@@ -128,9 +169,10 @@ def write_html(path: Path, title: str, sections: list, drawn: dict, rows: pd.Dat
         body.append(f"<h3>{esc(source)}</h3><pre>{esc(json.dumps(env, indent=2, sort_keys=True, default=str))}</pre>")
     body.append("<h2>Appendix: all stored rows</h2>")
     body.append(_scroll(_appendix(rows)))
-    doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-           f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>\n"
-           + "\n".join(body) + "\n</body></html>\n")
+    doc = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
     path.write_text(doc, encoding="utf-8")
     return path

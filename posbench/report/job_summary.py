@@ -6,6 +6,7 @@ would be broken images there. So each becomes a line naming the chart and the ar
 
     python -m posbench.cli.ci_summary RUN_DIR... --report report/ --artifact report-<suite>-<GPU model>
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,4 +63,3 @@ def main(argv: list[str] | None = None, find_task=None) -> int:
         return 2
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
-

@@ -1,6 +1,7 @@
 """Learn first, then compare: a method below the suite's ``learned_threshold`` at L_train never learnt
 the task, so its numbers beyond L_train say nothing about length (tables show ``NOT_LEARNT``); a run
 where fewer than two methods learnt is a ``BROKEN`` profile. Task-neutral: it names no task."""
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,7 @@ def learned(accuracy: Optional[float], threshold: float) -> Optional[bool]:
     there is no accuracy (the L_train evaluation failed or did not run): unknown, not a verdict."""
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"learned_threshold must lie in [0, 1], got {threshold!r}")
-    if accuracy is None or isinstance(accuracy, bool) or not isinstance(accuracy, (int, float)) \
-            or not math.isfinite(accuracy):
+    if accuracy is None or isinstance(accuracy, bool) or not isinstance(accuracy, (int, float)) or not math.isfinite(accuracy):
         return None
     return accuracy >= threshold
 
@@ -68,8 +68,10 @@ class Comparability:
 
     def note(self) -> str:
         """One sentence for a caption: how many were comparable, which were not."""
-        text = (f"{len(self.learnt)} of {self.total} learnt the task at L_train (accuracy >= {self.threshold:.0%}) "
-                "and are compared beyond it")
+        text = (
+            f"{len(self.learnt)} of {self.total} learnt the task at L_train (accuracy >= {self.threshold:.0%}) "
+            "and are compared beyond it"
+        )
         if self.not_learnt:
             text += f"; {NOT_LEARNT}: {', '.join(self.not_learnt)}"
         if self.unknown:
@@ -86,8 +88,9 @@ class Comparability:
         return f" — {BROKEN}: {len(self.learnt)} of {self.total} learnt the task at L_train" if self.broken else ""
 
 
-def comparability(verdicts: Mapping[str, Optional[bool]], threshold: float,
-                   seeds: Optional[Mapping[str, tuple[int, int]]] = None) -> Comparability:
+def comparability(
+    verdicts: Mapping[str, Optional[bool]], threshold: float, seeds: Optional[Mapping[str, tuple[int, int]]] = None
+) -> Comparability:
     """Group labels by their ``learned`` verdict, in the mapping's order; ``seeds``: label -> (seeds
     learnt, seeds) of the labels trained with several seeds (their verdict: ``learned_over_seeds``)."""
     out = Comparability(threshold, seeds=dict(seeds or {}))

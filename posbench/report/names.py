@@ -8,6 +8,7 @@ something that could tell two names apart (or nothing was left, or the name was 
 ``Acme X 1`` both give ``acme-x-1``) each get a hash of what they show, so neither overwrites the
 other's files or shares its HTML id, and the same rows always give the same names.
 """
+
 from __future__ import annotations
 
 from typing import Iterable

@@ -2,6 +2,7 @@
 
 A metric's ``fmt`` names a formatter of ``FORMATS``; memory is always in GiB (2^30 bytes).
 """
+
 from __future__ import annotations
 
 import math
@@ -67,7 +68,12 @@ def integer(value: float) -> str:
 
 
 FORMATS: dict[str, Callable[[float], str]] = {
-    "count": count, "bytes": nbytes, "ms": plain, "plain": plain, "ppl": ppl, "int": integer,
+    "count": count,
+    "bytes": nbytes,
+    "ms": plain,
+    "plain": plain,
+    "ppl": ppl,
+    "int": integer,
 }
 
 
@@ -120,8 +126,9 @@ def plus_minus(ratio_: float, ratio_interval: tuple[float, float]) -> str:
     return f"±{half:.3g}" if not math.isfinite(half) or half >= 1e4 else f"±{half:.2f}"
 
 
-def value_with_ratio(value, kind: str, ratio_: Optional[float] = None,
-                     ratio_interval: Optional[tuple[float, float]] = None) -> str:
+def value_with_ratio(
+    value, kind: str, ratio_: Optional[float] = None, ratio_interval: Optional[tuple[float, float]] = None
+) -> str:
     """A table cell: ``25.8k (0.99x)``; with an interval on the ratio ``25.8k (0.99x ±0.01)``."""
     text = number(value, kind)
     if ratio_ is None:

@@ -1,6 +1,7 @@
 """Writing ``Table``s: Markdown, CSV, LaTeX, an HTML fragment, terminal text, and a run's own
 ``table.md`` / ``table.csv``; every form shows the same cell texts.
 """
+
 from __future__ import annotations
 
 import csv
@@ -12,7 +13,6 @@ from posbench.core.files import atomic_write_text
 from posbench.report.escape import html_text, md_text
 from posbench.report.names import short_hash
 from posbench.report.table import Table
-
 
 # Spreadsheets run a cell that starts with one of these as a formula (OWASP, "CSV injection").
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -74,8 +74,7 @@ def to_markdown(table: Table) -> str:
     def line(cells):
         return "| " + " | ".join(md_text(c) for c in cells) + " |"
 
-    lines = [f"**{md_text(table.title)}**", "", line(grid[0]),
-             "|" + "|".join([" --- "] + [" ---: "] * len(table.columns)) + "|"]
+    lines = [f"**{md_text(table.title)}**", "", line(grid[0]), "|" + "|".join([" --- "] + [" ---: "] * len(table.columns)) + "|"]
     lines += [line(r) for r in grid[1:]]
     lines += ["", f"*{md_text(table.caption)}*", ""]
     return "\n".join(lines)
@@ -87,9 +86,19 @@ def to_csv(table: Table) -> str:
     return csv_text(_grid(table))
 
 
-_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}",
-                  "—": "---"}
+_LATEX_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\^{}",
+    "—": "---",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -101,15 +110,24 @@ def to_latex(table: Table) -> str:
     grid = _grid(table)
     header = [latex_escape(table.row_header)] + [latex_escape(c) for c in grid[0][1:]]
     lines = [
-        r"\begin{table}[t]", r"\centering", r"\small",
-        r"\begin{tabular}{l" + "r" * len(table.columns) + "}", r"\toprule",
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        r"\begin{tabular}{l" + "r" * len(table.columns) + "}",
+        r"\toprule",
         f"& \\multicolumn{{{max(len(table.columns), 1)}}}{{c}}{{{latex_escape(table.column_header)}}} \\\\",
-        " & ".join(header) + r" \\", r"\midrule",
+        " & ".join(header) + r" \\",
+        r"\midrule",
     ]
     lines += [" & ".join(latex_escape(c) for c in r) + r" \\" for r in grid[1:]]
-    lines += [r"\bottomrule", r"\end{tabular}",
-              f"\\caption{{{latex_escape(table.title)}. {latex_escape(table.caption)}}}",
-              f"\\label{{tab:{table.key}}}", r"\end{table}", ""]
+    lines += [
+        r"\bottomrule",
+        r"\end{tabular}",
+        f"\\caption{{{latex_escape(table.title)}. {latex_escape(table.caption)}}}",
+        f"\\label{{tab:{table.key}}}",
+        r"\end{table}",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -118,17 +136,21 @@ def caption_html(table: Table) -> str:
     which a browser lays out in the table's width (a two-column table squeezed it to ~190 px);
     the page's style gives it a reading measure of its own."""
     esc = html_text
-    return (f'<p class="caption" id="caption-{esc(table.key)}"><b>{esc(table.title)}</b><br>'
-            f"{esc(table.caption)}</p>")
+    return f'<p class="caption" id="caption-{esc(table.key)}"><b>{esc(table.title)}</b><br>{esc(table.caption)}</p>'
 
 
 def to_html(table: Table) -> str:
     """An HTML table whose cells link to their row in the appendix and name it in ``title``; its
     caption is ``caption_html``, which it names (``aria-describedby``)."""
     esc = html_text
-    parts = [f'<table class="results" id="table-{esc(table.key)}" aria-describedby="caption-{esc(table.key)}">',
-             "<thead><tr><th>" + esc(_first_header(table)) + "</th>"
-             + "".join(f"<th>{esc(str(c))}</th>" for c in table.columns) + "</tr></thead><tbody>"]
+    parts = [
+        f'<table class="results" id="table-{esc(table.key)}" aria-describedby="caption-{esc(table.key)}">',
+        "<thead><tr><th>"
+        + esc(_first_header(table))
+        + "</th>"
+        + "".join(f"<th>{esc(str(c))}</th>" for c in table.columns)
+        + "</tr></thead><tbody>",
+    ]
     for row in table.rows:
         tds = []
         for col in table.columns:
@@ -140,8 +162,10 @@ def to_html(table: Table) -> str:
             if cell.message:
                 tip += f"; {capped(cell.message)}"
             cls = "ok" if cell.status == "ok" else "bad"
-            tds.append(f'<td class="{cls}" title="{esc(tip)}"><a href="#{row_anchor(cell.run_id, cell.case_id)}">'
-                       f"{esc(cell.text)}</a></td>")
+            tds.append(
+                f'<td class="{cls}" title="{esc(tip)}"><a href="#{row_anchor(cell.run_id, cell.case_id)}">'
+                f"{esc(cell.text)}</a></td>"
+            )
         parts.append(f"<tr><th>{esc(row)}</th>{''.join(tds)}</tr>")
     parts.append("</tbody></table>")
     return "\n".join(parts)
@@ -158,8 +182,7 @@ def to_text(table: Table) -> str:
 
 
 # Columns of a run's table.csv: one line per cell, so tables with different columns share a file.
-CELL_COLUMNS = ["metric", "method", "column", "value", "ratio", "ratio_lo", "ratio_hi", "text", "status", "case_id",
-                "run_id"]
+CELL_COLUMNS = ["metric", "method", "column", "value", "ratio", "ratio_lo", "ratio_hi", "text", "status", "case_id", "run_id"]
 
 
 def cells_csv(tables: list[Table]) -> str:
@@ -171,15 +194,24 @@ def cells_csv(tables: list[Table]) -> str:
         for row in t.rows:
             for col in t.columns:
                 c = t.cell(row, col)
-                lines.append([f"{t.metric} {rest}".strip(), row, f"{t.column_header}={col}",
-                              "" if c.value is None else repr(c.value), "" if c.ratio is None else f"{c.ratio:.6g}",
-                              *(("", "") if c.ratio_interval is None else (f"{x:.6g}" for x in c.ratio_interval)),
-                              c.text, c.status, c.case_id or "", c.run_id or ""])
+                lines.append(
+                    [
+                        f"{t.metric} {rest}".strip(),
+                        row,
+                        f"{t.column_header}={col}",
+                        "" if c.value is None else repr(c.value),
+                        "" if c.ratio is None else f"{c.ratio:.6g}",
+                        *(("", "") if c.ratio_interval is None else (f"{x:.6g}" for x in c.ratio_interval)),
+                        c.text,
+                        c.status,
+                        c.case_id or "",
+                        c.run_id or "",
+                    ]
+                )
     return csv_text(lines)
 
 
 def write_run_files(tables: list[Table], folder: Path, note: str = "") -> list[Path]:
     """A run's ``table.md`` (``note``, then every table) and ``table.csv`` (``cells_csv``), atomically."""
     md = (note + "\n\n" if note else "") + "\n".join(to_markdown(t) for t in tables)
-    return [atomic_write_text(Path(folder) / "table.md", md),
-            atomic_write_text(Path(folder) / "table.csv", cells_csv(tables))]
+    return [atomic_write_text(Path(folder) / "table.md", md), atomic_write_text(Path(folder) / "table.csv", cells_csv(tables))]

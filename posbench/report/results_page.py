@@ -5,6 +5,7 @@ Runs of one suite on one machine share a page, one section per run: its tables (
 end of the run), dates, commit, machine, versions, and the command that reproduces it. Bad input
 is one line on stderr and exit status 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,13 +16,12 @@ from typing import Any, Optional
 
 from posbench.core.files import WriteError, atomic_write_text
 from posbench.report.escape import md_code, md_fence, md_text
+from posbench.report.names import short_hash
 from posbench.report.render import to_markdown
 from posbench.report.rows import cpu_model, find_run_dirs, gpu_name, load_runs
-from posbench.store.bounds import RowsError
-from posbench.store.meta import RUN_FILE, RunMeta
-from posbench.report.names import short_hash
-from posbench.store.bounds import loads, open_regular, read_small
 from posbench.report.table import run_tables, slug
+from posbench.store.bounds import RowsError, loads, open_regular, read_small
+from posbench.store.meta import RUN_FILE, RunMeta
 
 DEFAULT_OUT = Path("docs/results")
 GENERATOR = "make docs-results"
@@ -102,10 +102,16 @@ def machine_of(env: dict, device: str) -> dict[str, str]:
     nvml = env.get("nvml")
     if isinstance(nvml, dict) and nvml.get("driver"):
         gpu += f" (driver {nvml['driver']})"
-    return {"device": device or env.get("device") or "unknown", "cpu": cpu, "gpu": str(gpu),
-            "os": str(env.get("os") or "unknown"), "python": str(env.get("python") or "unknown"),
-            "torch": str(env.get("torch") or "unknown"), "cuda": str(env.get("cuda") or "none"),
-            "triton": str(env.get("triton") or "unknown")}
+    return {
+        "device": device or env.get("device") or "unknown",
+        "cpu": cpu,
+        "gpu": str(gpu),
+        "os": str(env.get("os") or "unknown"),
+        "python": str(env.get("python") or "unknown"),
+        "torch": str(env.get("torch") or "unknown"),
+        "cuda": str(env.get("cuda") or "none"),
+        "triton": str(env.get("triton") or "unknown"),
+    }
 
 
 def _busy(env: dict) -> Optional[str]:
@@ -125,8 +131,10 @@ class RunSection:
         source = str(run_dir)
         self.meta = runs.metas.get(source)
         if self.meta is None:
-            raise PageError(f"{run_dir}: no {RUN_FILE}; a results page needs the run's record "
-                            "(runs written before posbench kept run.json: re-run the suite)")
+            raise PageError(
+                f"{run_dir}: no {RUN_FILE}; a results page needs the run's record "
+                "(runs written before posbench kept run.json: re-run the suite)"
+            )
         self.env = runs.envs.get(source, {})
         rows = runs.rows
         self.device = self.meta.device or next((d for d in rows["device"] if isinstance(d, str) and d), "")
@@ -164,7 +172,7 @@ class RunSection:
             when = f"unknown (run.json written {md_text(m.written_at or 'at an unknown time')})"
         status = md_text(", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items())))
         t = {k: md_text(v) for k, v in machine.items()}  # every text from data enters the page escaped
-        version = md_text(self.env.get('posbench_version') or m.posbench_version or 'unknown')
+        version = md_text(self.env.get("posbench_version") or m.posbench_version or "unknown")
         lines = [
             f"## Run {md_code(m.run_id or self.run_dir.name)}",
             "",
@@ -179,9 +187,18 @@ class RunSection:
         busy = _busy(self.env)
         if busy:
             lines.append(f"- **Busy machine**: env.json `machine` says other processes competed for it ({md_text(busy)})")
-        lines += ["", "Command to reproduce" + (" (as the runner recorded it):" if self.command_recorded else
-                                                 " (rebuilt from run.json: every setting and grid axis as the run used it):"),
-                  "", md_fence(self.command, "bash"), ""]
+        lines += [
+            "",
+            "Command to reproduce"
+            + (
+                " (as the runner recorded it):"
+                if self.command_recorded
+                else " (rebuilt from run.json: every setting and grid axis as the run used it):"
+            ),
+            "",
+            md_fence(self.command, "bash"),
+            "",
+        ]
         if self.tables:
             lines += [to_markdown(t) for t in self.tables]
         else:
@@ -264,8 +281,9 @@ def _page_of_another(path: Path, suite: str, hardware: str) -> bool:
 
 
 def main(argv: Optional[list[str]] = None, find_task=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m posbench.cli.docs_results",
-                                     description="Write docs/results pages from run folders.")
+    parser = argparse.ArgumentParser(
+        prog="python -m posbench.cli.docs_results", description="Write docs/results pages from run folders."
+    )
     parser.add_argument("runs", nargs="*", metavar="RUN", help="run folders (results/<suite>/<run-id>) or folders above them")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where the pages go (default: docs/results)")
     args = parser.parse_args(argv)
@@ -280,4 +298,3 @@ def main(argv: Optional[list[str]] = None, find_task=None) -> int:
     for path in written:
         print(path)
     return 0
-

@@ -1,5 +1,6 @@
 """Several run folders as one table of rows (reports, compare), each row labelled with its
 folder (``source``) and machine (``hardware``). The folder itself is ``posbench.store``'s."""
+
 from __future__ import annotations
 
 import os
@@ -86,8 +87,9 @@ class Runs:
         return None
 
 
-def load_runs(dirs, report: Optional[Callable[[str], Any]] = None,
-              find_task: Optional[Callable[[str], Optional[Task]]] = None) -> Runs:
+def load_runs(
+    dirs, report: Optional[Callable[[str], Any]] = None, find_task: Optional[Callable[[str], Optional[Task]]] = None
+) -> Runs:
     """The runs stored in ``dirs`` (run folders or folders above them), one row per (run, case):
     its rounds merged (``case_rows``), with their tasks (``find_task``: a name -> the task, None for
     one unknown here: the CLI hands its registry's lookup; left out, no task is known). Unusable

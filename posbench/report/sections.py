@@ -3,6 +3,7 @@
 By default a task's metric tables (``metric_section``); a task with a layout of its own hands back
 its own (``Block``, ``Section``). The tasks come resolved with the rows (``Runs.tasks``), never imported.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

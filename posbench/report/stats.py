@@ -5,6 +5,7 @@ The Wilson score interval (Wilson 1927) is used rather than the normal ("Wald") 
 stays inside [0, 1] and keeps close to its nominal coverage at 0%, 100% and small samples, which
 is exactly where accuracies of long-range probes live.
 """
+
 from __future__ import annotations
 
 import math
@@ -68,9 +69,38 @@ def accuracy_metrics(counts: dict) -> tuple[dict, dict]:
 
 
 # Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (any statistics table).
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042)
+T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 SEED_INTERVAL = "95% t interval over seeds"  # what a seed interval is, for table notes
 
 
@@ -82,7 +112,7 @@ def t975(df: int) -> float:
     if df <= len(T975):
         return T975[df - 1]
     z = Z95
-    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df * df)
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df * df)
 
 
 def seed_interval(values) -> tuple[float, float, float, float | None, float | None]:
@@ -114,5 +144,6 @@ def seed_accuracies(cells, key: str) -> dict:
             entry[0] += c["correct"]
             entry[1] += c["total"]
             entry[2] &= c.get("status", "ok") == "ok"
-    return {k: {seed: (a / b if ok and b else None) for seed, (a, b, ok) in sorted(by.items())}
-            for k, by in sorted(counts.items())}
+    return {
+        k: {seed: (a / b if ok and b else None) for seed, (a, b, ok) in sorted(by.items())} for k, by in sorted(counts.items())
+    }

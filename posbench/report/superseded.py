@@ -3,6 +3,7 @@
 A table cell holds one row per (method, grid point): when two runs hold the same case, the later
 run folder's row wins. The report names each run so replaced (docs/reports.md#superseded-rows).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,8 +20,9 @@ class Superseded:
     count: int
 
     def line(self) -> str:
-        return f"run {self.old}'s {self.count} row{'s' if self.count != 1 else ''} superseded by run {self.new} " \
-               "(same case, newer)"
+        return (
+            f"run {self.old}'s {self.count} row{'s' if self.count != 1 else ''} superseded by run {self.new} (same case, newer)"
+        )
 
 
 def superseded(rows, tables: list[Table]) -> list[Superseded]:

@@ -5,6 +5,7 @@ them with ``posbench.report.render``. Each cell keeps its number, its text and t
 from; failed cases show their status. Titles, units and formats come from the task's metric
 declarations, the baseline and method order from ``run.json``.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,32 +14,32 @@ from typing import Optional
 
 import pandas as pd
 
+from posbench.core.task import SEED_CI_SUFFIXES, SPREAD_SUFFIXES, Declarations, Metric, declare
+from posbench.engine.env import was_busy
 from posbench.report import bootstrap
 from posbench.report import numbers as fmt
-from posbench.engine.env import was_busy
 from posbench.report.names import slug  # noqa: F401  (tasks build their table keys with it)
 from posbench.report.rows import Runs
 from posbench.store.meta import LEGACY_BASELINE, RunMeta
 from posbench.store.row import by_round, by_window, by_window_key, spread_in
-from posbench.core.task import SEED_CI_SUFFIXES, SPREAD_SUFFIXES, Declarations, Metric, declare
 
 
 @dataclass
 class Cell:
     text: str
-    value: Optional[float] = None    # what a chart plots; None when there is no number
-    status: str = "ok"               # the case's (or evaluation's) status
+    value: Optional[float] = None  # what a chart plots; None when there is no number
+    status: str = "ok"  # the case's (or evaluation's) status
     case_id: Optional[str] = None
     run_id: Optional[str] = None
     message: str = ""
-    ratio: Optional[float] = None    # value / baseline value, same run and grid point
+    ratio: Optional[float] = None  # value / baseline value, same run and grid point
     ratio_interval: Optional[tuple[float, float]] = None  # a confidence interval of the ratio
     spread: Optional[tuple[float, float]] = None  # (low, high) the row holds: min-max of windows, or ± std of seeds
 
 
 @dataclass
 class Table:
-    key: str                         # file stem, unique within a report
+    key: str  # file stem, unique within a report
     title: str
     caption: str
     task: str
@@ -47,24 +48,25 @@ class Table:
     column_header: str
     columns: list
     rows: list[str]
-    cells: dict = field(default_factory=dict)      # (row, column) -> Cell
+    cells: dict = field(default_factory=dict)  # (row, column) -> Cell
     hardware: str = ""
     commit: str = ""
-    fmt: str = "plain"               # posbench.report.numbers format of the values (charts' axis labels)
-    extra: dict = field(default_factory=dict)      # a task's own chart data (its charts read it)
-    row_header: str = "method"       # what the rows are (the run-details appendix: cases)
-    baseline: Optional[str] = None   # the method the ratios divide by (None: no ratios)
-    rest: dict = field(default_factory=dict)       # the other grid parameters the table's rows share
-    higher_is_better: Optional[bool] = None        # the metric's direction (None: never compared)
-    spread: str = ""                 # what the cells' spreads are (SPREAD_MIN_MAX, SPREAD_STD): charts name it
-    pooled: bool = False             # cells sum the counts of every run of a case: no run supersedes another
-    note: str = ""                   # one line under the table: the methods left out as unavailable here
+    fmt: str = "plain"  # posbench.report.numbers format of the values (charts' axis labels)
+    extra: dict = field(default_factory=dict)  # a task's own chart data (its charts read it)
+    row_header: str = "method"  # what the rows are (the run-details appendix: cases)
+    baseline: Optional[str] = None  # the method the ratios divide by (None: no ratios)
+    rest: dict = field(default_factory=dict)  # the other grid parameters the table's rows share
+    higher_is_better: Optional[bool] = None  # the metric's direction (None: never compared)
+    spread: str = ""  # what the cells' spreads are (SPREAD_MIN_MAX, SPREAD_STD): charts name it
+    pooled: bool = False  # cells sum the counts of every run of a case: no run supersedes another
+    note: str = ""  # one line under the table: the methods left out as unavailable here
 
     def cell(self, row: str, column) -> Cell:
         return self.cells.get((row, column), Cell(text="—", status="missing"))
 
 
 # -- grouping ------------------------------------------------------------------------------
+
 
 def ordered(values) -> list:
     """Unique values in first-seen order."""
@@ -157,9 +159,16 @@ def family_head(name: str) -> Optional[str]:
 
 # -- metric tables (anything with a numeric grid) -----------------------------------------
 
-def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column: str = "seq_len",
-                  metrics: Optional[list[str]] = None, frame: Optional[pd.DataFrame] = None,
-                  declared: Optional[Declarations] = None) -> list[Table]:
+
+def metric_tables(
+    runs: Runs,
+    task: str,
+    baseline: Optional[str] = None,
+    column: str = "seq_len",
+    metrics: Optional[list[str]] = None,
+    frame: Optional[pd.DataFrame] = None,
+    declared: Optional[Declarations] = None,
+) -> list[Table]:
     """One table per metric, per (suite, hardware, other grid params): methods x ``column``.
 
     ``metrics`` None: ``choose_metrics``; ``frame``: a subset of ``runs.rows``; ``declared``: the
@@ -187,8 +196,11 @@ def metric_tables(runs: Runs, task: str, baseline: Optional[str] = None, column:
             continue
         for rest, rows in parts.items():
             for name in plain or ["status"]:  # no metric at all: still show the statuses
-                tables.append(_metric_table(suite, hardware, task, rows, rest, name, declared.of[name].metric,
-                                            col, base_method, group, meta, busy))
+                tables.append(
+                    _metric_table(
+                        suite, hardware, task, rows, rest, name, declared.of[name].metric, col, base_method, group, meta, busy
+                    )
+                )
     return tables
 
 
@@ -196,6 +208,7 @@ def set_aside_unavailable(table: Table) -> Table:
     """``table`` without the rows whose every cell is ``unavailable`` (a CUDA-only method in a CPU
     run), named with their reason in one note under it (``note``, also ending the caption); their
     rows stay in cases.jsonl. A table of nothing else keeps them: an empty table would say less."""
+
     def statuses(row):
         return [table.cells[(row, c)].status for c in table.columns if (row, c) in table.cells]
 
@@ -208,23 +221,30 @@ def set_aside_unavailable(table: Table) -> Table:
         reasons.setdefault(next((m for m in said if m), "no reason given"), []).append(row)
     table.rows = [r for r in table.rows if r not in gone]
     table.cells = {k: v for k, v in table.cells.items() if k[0] not in gone}
-    table.note = ("Not run on this machine (unavailable): "
-                  + "; ".join(f"{', '.join(rows)} ({reason})" for reason, rows in reasons.items()) + ".")
+    table.note = (
+        "Not run on this machine (unavailable): "
+        + "; ".join(f"{', '.join(rows)} ({reason})" for reason, rows in reasons.items())
+        + "."
+    )
     table.caption = f"{table.caption} {table.note}".strip()
     return table
 
 
-def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: Metric,
-                  meta: Optional[RunMeta]) -> list[Table]:
+def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: Metric, meta: Optional[RunMeta]) -> list[Table]:
     """The tables of a family ``head@*`` declared ``table=True``, one per grid point: rows are methods
     (with the key's middle parts), columns its last part (``ppl@float32_bias@256`` of alibi is
     the cell (``alibi, float32_bias``, 256)); a failed case keeps a row showing its status."""
     head = family_head(key)
     tables = []
     for params, members in by_params(group).items():
-        found = {r.case_id: {k: v for k, v in r.metrics.items()
-                             if k.startswith(head + "@") and _is_number(v) and not k.endswith(SPREAD_SUFFIXES + SEED_CI_SUFFIXES)}
-                 for r in members}  # a member's <m>_std (seeds) is its error bar, not a column
+        found = {
+            r.case_id: {
+                k: v
+                for k, v in r.metrics.items()
+                if k.startswith(head + "@") and _is_number(v) and not k.endswith(SPREAD_SUFFIXES + SEED_CI_SUFFIXES)
+            }
+            for r in members
+        }  # a member's <m>_std (seeds) is its error bar, not a column
         if not any(found.values()):
             continue
         shown = [r for r in members if found[r.case_id] or r.status != "ok"]
@@ -235,9 +255,18 @@ def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: 
         table = Table(
             key=slug(f"{suite}-{head}-{hardware}-{rest_text}"),
             title=f"{metric.title}{_unit_suffix(metric.unit)}, {suite}" + (f", {rest_text}" if rest_text else ""),
-            caption="", task=task, metric=key, unit=metric.unit, column_header=axis, columns=[], rows=[],
-            hardware=hardware, commit=short_commit(group["git_commit"]), fmt=metric.fmt,
-            rest=dict(params), higher_is_better=metric.higher_is_better,
+            caption="",
+            task=task,
+            metric=key,
+            unit=metric.unit,
+            column_header=axis,
+            columns=[],
+            rows=[],
+            hardware=hardware,
+            commit=short_commit(group["git_commit"]),
+            fmt=metric.fmt,
+            rest=dict(params),
+            higher_is_better=metric.higher_is_better,
         )
         columns, failed = [], []
         for r in shown:
@@ -246,25 +275,33 @@ def family_tables(suite, hardware, task, group: pd.DataFrame, key: str, metric: 
                 failed.append(r)
                 continue
             for name, value in found[r.case_id].items():
-                *middle, column = name[len(head) + 1:].split("@")
+                *middle, column = name[len(head) + 1 :].split("@")
                 column = int(column) if column.isascii() and column.isdigit() and len(column) < 16 else column
                 label = ", ".join([r.method, *middle])
                 table.rows = ordered(table.rows + [label])
                 columns.append(column)
                 spread = _spread(r.metrics, name, float(value), table)
-                table.cells[(label, column)] = Cell(text=fmt.number(value, metric.fmt), value=float(value),
-                                                    case_id=r.case_id, run_id=r.run_id, message=str(r.message or ""),
-                                                    spread=spread)
+                table.cells[(label, column)] = Cell(
+                    text=fmt.number(value, metric.fmt),
+                    value=float(value),
+                    case_id=r.case_id,
+                    run_id=r.run_id,
+                    message=str(r.message or ""),
+                    spread=spread,
+                )
         columns = ordered(columns)  # words (dtypes) keep the order the rows hold them in; numbers sort
         table.columns = sorted(columns, key=_sort_key) if all(isinstance(c, int) for c in columns) else columns
         for r in failed:
             for column in table.columns:
-                table.cells[(r.method, column)] = Cell(text=fmt.status(r.status), status=r.status, case_id=r.case_id,
-                                                       run_id=r.run_id, message=str(r.message or ""))
+                table.cells[(r.method, column)] = Cell(
+                    text=fmt.status(r.status), status=r.status, case_id=r.case_id, run_id=r.run_id, message=str(r.message or "")
+                )
         better = {True: " (higher is better)", False: " (lower is better)"}.get(metric.higher_is_better, "")
-        table.caption = (f"{metric.title}{_unit_suffix(metric.unit)}{better} on {hardware} (commit {table.commit}); "
-                         f"rows are methods, columns {axis} ({metric.doc}). "
-                         "Failed cases show their status (OOM, unavailable, error, ...).")
+        table.caption = (
+            f"{metric.title}{_unit_suffix(metric.unit)}{better} on {hardware} (commit {table.commit}); "
+            f"rows are methods, columns {axis} ({metric.doc}). "
+            "Failed cases show their status (OOM, unavailable, error, ...)."
+        )
         tables.append(table)
     return tables
 
@@ -304,6 +341,7 @@ def details_tables(runs: Runs, task: str) -> list[Table]:
     order = list(declared.metrics)
     tables = []
     for suite, hardware, group in task_groups(runs.rows, task):
+
         def housekeeping(r) -> list[str]:
             return [k for k, v in r.metrics.items() if _is_number(v) and declared.of[k].housekeeping]
 
@@ -312,9 +350,20 @@ def details_tables(runs: Runs, task: str) -> list[Table]:
         names.sort(key=lambda k: order.index(k) if k in declared.metrics else len(order))
         if not names:
             continue
-        table = Table(key=slug(f"{suite}-run-details-{hardware}"), title=f"Run details, {suite}", caption="",
-                      task=task, metric="details", unit="", column_header="metric", columns=names, rows=[],
-                      hardware=hardware, commit=short_commit(group["git_commit"]), row_header="case")
+        table = Table(
+            key=slug(f"{suite}-run-details-{hardware}"),
+            title=f"Run details, {suite}",
+            caption="",
+            task=task,
+            metric="details",
+            unit="",
+            column_header="metric",
+            columns=names,
+            rows=[],
+            hardware=hardware,
+            commit=short_commit(group["git_commit"]),
+            row_header="case",
+        )
         for r in ok:
             label = " ".join([r.method] + [f"{k}={v}" for k, v in r.params.items()])
             if label in table.rows:  # the same case in two runs (shards of different runs)
@@ -325,17 +374,21 @@ def details_tables(runs: Runs, task: str) -> list[Table]:
                 kind = declared.of[name].metric.fmt
                 table.cells[(label, name)] = Cell(
                     text=fmt.number(value if _is_number(value) else None, kind),
-                    value=float(value) if _is_number(value) else None, case_id=r.case_id, run_id=r.run_id)
-        legend = "; ".join(f"{k}: {declared.of[k].metric.title}{_unit_suffix(declared.of[k].metric.unit)}"
-                           for k in names)
-        table.caption = (f"Housekeeping values of each finished case on {hardware} (commit {table.commit}), "
-                         f"shown, never compared. {legend}.")
+                    value=float(value) if _is_number(value) else None,
+                    case_id=r.case_id,
+                    run_id=r.run_id,
+                )
+        legend = "; ".join(f"{k}: {declared.of[k].metric.title}{_unit_suffix(declared.of[k].metric.unit)}" for k in names)
+        table.caption = (
+            f"Housekeeping values of each finished case on {hardware} (commit {table.commit}), shown, never compared. {legend}."
+        )
         tables.append(table)
     return tables
 
 
-def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, column, base_method, group,
-                  meta, busy: bool = False) -> Table:
+def _metric_table(
+    suite, hardware, task, rows, rest, name, metric: Metric, column, base_method, group, meta, busy: bool = False
+) -> Table:
     methods = method_order((r.method for r in rows), meta)
     columns = sorted(ordered(r.params.get(column, r.case_id) for r in rows), key=_sort_key)
     baselines = {}  # (run_id or None, column) -> (value, per-round values or None)
@@ -351,25 +404,38 @@ def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, colum
     table = Table(
         key=slug(f"{suite}-{name}-{hardware}-{rest_text}"),
         title=f"{metric.title}{unit}, {suite}" + (f", {rest_text}" if rest_text else ""),
-        caption="", task=task, metric=name, unit=metric.unit, column_header=column, columns=columns,
-        rows=methods, hardware=hardware, commit=short_commit(group["git_commit"]), fmt=metric.fmt,
-        baseline=base_method, rest=dict(rest), higher_is_better=metric.higher_is_better,
+        caption="",
+        task=task,
+        metric=name,
+        unit=metric.unit,
+        column_header=column,
+        columns=columns,
+        rows=methods,
+        hardware=hardware,
+        commit=short_commit(group["git_commit"]),
+        fmt=metric.fmt,
+        baseline=base_method,
+        rest=dict(rest),
+        higher_is_better=metric.higher_is_better,
     )
     for r in rows:
         col = r.params.get(column, r.case_id)
-        table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col, r.method == base_method,
-                                                    table)
+        table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col, r.method == base_method, table)
     paired = any(c.ratio_interval is not None for c in table.cells.values())
     windowed = any(by_window_key(name) in (r.series if isinstance(r.series, dict) else {}) for r in rows)
     if not base_method:
         ratios = "No ratios: the suite names no baseline. "
     elif paired and windowed:
-        ratios = (f"In brackets: ratio to {base_method} in the same run, the median of per-window ratios (paired "
-                  "windows: a grid point's methods alternated short measured windows in one process per round), "
-                  "± half the width of its bootstrap 95% interval (rounds, then windows resampled). ")
+        ratios = (
+            f"In brackets: ratio to {base_method} in the same run, the median of per-window ratios (paired "
+            "windows: a grid point's methods alternated short measured windows in one process per round), "
+            "± half the width of its bootstrap 95% interval (rounds, then windows resampled). "
+        )
     elif paired:
-        ratios = (f"In brackets: ratio to {base_method} in the same run, the median of per-round ratios "
-                  "(interleaved rounds), ± half the width of its bootstrap 95% interval. ")
+        ratios = (
+            f"In brackets: ratio to {base_method} in the same run, the median of per-round ratios "
+            "(interleaved rounds), ± half the width of its bootstrap 95% interval. "
+        )
     elif baselines:
         ratios = f"In brackets: ratio to {base_method} in the same run. "
     elif base_method in methods:
@@ -377,12 +443,16 @@ def _metric_table(suite, hardware, task, rows, rest, name, metric: Metric, colum
     else:
         ratios = f"No ratios: baseline {base_method} was not run. "
     better = {True: " (higher is better)", False: " (lower is better)"}.get(metric.higher_is_better, "")
-    table.caption = (f"{metric.title}{unit}{better} on {hardware} (commit {table.commit}); rows are methods, "
-                     f"columns {column}. " + ratios + "Failed cases show their status (OOM, unavailable, error, ...).")
+    table.caption = (
+        f"{metric.title}{unit}{better} on {hardware} (commit {table.commit}); rows are methods, "
+        f"columns {column}. " + ratios + "Failed cases show their status (OOM, unavailable, error, ...)."
+    )
     table.caption += compile_note(rows)
     if busy:
-        table.caption += (" Measured on a busy machine (other processes competed for it; env.json \"machine\" "
-                          "says which): speeds are noisier than usual.")
+        table.caption += (
+            ' Measured on a busy machine (other processes competed for it; env.json "machine" '
+            "says which): speeds are noisier than usual."
+        )
     return table
 
 

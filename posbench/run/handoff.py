@@ -2,6 +2,7 @@
 ends a worker with its parent, and the result files a worker (each rank) writes and the runner
 reads (``read_result``). Apart from ``worker`` so that the launcher needs nothing of it.
 """
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@ Method files may block, exit or crash the interpreter, so what the runner or CLI
 before a worker exists (``unavailable``, the names a folder registers, the conformance checks)
 is asked in ``python -P -m posbench.run.isolated``; a child without an answer is ``UserCodeFailed``.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -45,23 +46,32 @@ def call(target: str, kwargs: dict, timeout_s: float, methods_dirs: Sequence[str
     what = what or target
     with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:
         request, answer, err = Path(tmp) / "request.json", Path(tmp) / "answer.json", Path(tmp) / "stderr.log"
-        request.write_text(json.dumps({"target": target, "kwargs": kwargs,
-                                       "methods_dirs": [str(Path(d).resolve()) for d in methods_dirs]}))
+        request.write_text(
+            json.dumps({"target": target, "kwargs": kwargs, "methods_dirs": [str(Path(d).resolve()) for d in methods_dirs]})
+        )
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
         from posbench.run.handoff import die_with_parent
 
         with open(err, "wb") as err_fh:
-            proc = subprocess.Popen([sys.executable, "-P", "-m", "posbench.run.isolated", str(request), str(answer)],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_fh,
-                                    start_new_session=True, env=env, preexec_fn=die_with_parent(os.getpid()))
+            proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", "posbench.run.isolated", str(request), str(answer)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err_fh,
+                start_new_session=True,
+                env=env,
+                preexec_fn=die_with_parent(os.getpid()),
+            )
             try:
                 code = proc.wait(timeout=timeout_s)
                 _kill(proc)  # what a method file forked there ends with it
             except subprocess.TimeoutExpired:
                 _kill(proc)
-                raise UserCodeFailed(f"{what}: no answer after {timeout_s:g} s (a method file blocks at import or "
-                                     "while answering?); the process was killed") from None
+                raise UserCodeFailed(
+                    f"{what}: no answer after {timeout_s:g} s (a method file blocks at import or "
+                    "while answering?); the process was killed"
+                ) from None
             except BaseException:  # Ctrl-C, SIGTERM: never leave the child behind
                 _kill(proc)
                 raise
@@ -76,8 +86,9 @@ def call(target: str, kwargs: dict, timeout_s: float, methods_dirs: Sequence[str
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         last = [line for line in stderr.splitlines() if line.strip()]
         tail = f": {last[-1].strip()[:300]}" if last else ""
-        raise UserCodeFailed(f"{what}: ended without an answer ({how}; a method file that calls sys.exit or "
-                             f"crashes at import?){tail}")
+        raise UserCodeFailed(
+            f"{what}: ended without an answer ({how}; a method file that calls sys.exit or crashes at import?){tail}"
+        )
     if "error" in out:
         raise UserCodeError(out["error"], out.get("kind", "UserCodeError"))
     return out["ok"]
@@ -187,8 +198,8 @@ def unavailable_reason(case: CaseSpec) -> Optional[str]:
     """The method's own answer for this device and dtype, decided without a worker."""
     import torch
 
-    from posbench.core import discovery
     from posbench import tasks
+    from posbench.core import discovery
 
     task = tasks.get(case.task)
     if task.own_methods:  # tasks whose "methods" are not position methods answer for their variants

@@ -5,6 +5,7 @@ killed with its runner (``PR_SET_PDEATHSIG``), under ``timeout_s``; a process th
 result gets an ``error``/``oom``/``timeout`` result. ``worker_env`` is every worker's environment;
 ``kill_running`` ends the workers of every pool thread on an interrupt.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,9 @@ from pathlib import Path
 from typing import Optional
 
 from posbench.core.case import CaseSpec
-from posbench.run.machine import TEMP_PREFIX
 from posbench.core.outcome import OOM_TEXT
 from posbench.run.handoff import die_with_parent, read_result
+from posbench.run.machine import TEMP_PREFIX
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,8 +34,7 @@ def worker_command(case: CaseSpec, case_file: Path, result_file: Path) -> list[s
     nproc = case.settings.get("nproc", 1)
     if nproc > 1:
         # --standalone: a rendezvous on this node at a free port, so cases never share one.
-        return [sys.executable, "-P", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-                str(nproc)] + worker
+        return [sys.executable, "-P", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)] + worker
     return [sys.executable, "-P"] + worker
 
 
@@ -72,8 +72,7 @@ def run_worker(case: CaseSpec, timeout_s: float, env: Optional[dict[str, str]] =
     return _spawn(case, case.to_json(), timeout_s, env)
 
 
-def run_group_worker(cases: list[CaseSpec], round_: int, timeout_s: float,
-                     env: Optional[dict[str, str]] = None) -> list[dict]:
+def run_group_worker(cases: list[CaseSpec], round_: int, timeout_s: float, env: Optional[dict[str, str]] = None) -> list[dict]:
     """Run ``cases`` (one grid point and round) together in one fresh worker process
     (``worker.run_group``); a result per case, in order. A process that died or timed out gives
     every case its outcome, naming the methods that shared the process."""
@@ -114,9 +113,14 @@ def _spawn(case: CaseSpec, payload: dict, timeout_s: float, extra_env: Optional[
             # must not leave it running beside the resumed run).
             # (PR_SET_PDEATHSIG fires when the *thread* that started the worker ends: a pool
             # thread waits for its worker, so that is the same moment.)
-            proc = subprocess.Popen(worker_command(case, case_file, result_file),
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
-                                    preexec_fn=die_with_parent(os.getpid()))
+            proc = subprocess.Popen(
+                worker_command(case, case_file, result_file),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+                preexec_fn=die_with_parent(os.getpid()),
+            )
             with _RUNNING_LOCK:
                 _RUNNING.add(proc)
             try:
@@ -124,8 +128,11 @@ def _spawn(case: CaseSpec, payload: dict, timeout_s: float, extra_env: Optional[
                 _end_group(proc.pid)
             except subprocess.TimeoutExpired:
                 _kill(proc)
-                return {"status": "timeout", "message": f"no result after {timeout_s:g} s; worker killed",
-                        "traceback": _tail(log_file)}
+                return {
+                    "status": "timeout",
+                    "message": f"no result after {timeout_s:g} s; worker killed",
+                    "traceback": _tail(log_file),
+                }
             except BaseException:  # KeyboardInterrupt: never leave a worker behind
                 _kill(proc)
                 raise
@@ -142,8 +149,7 @@ def _spawn(case: CaseSpec, payload: dict, timeout_s: float, extra_env: Optional[
         if any(t in tail.lower() for t in OOM_TEXT + ("memoryerror",)):
             limit = case.settings.get("memory_limit_mb")
             under = f" under memory_limit_mb {limit}" if limit else ""
-            return {"status": "oom", "message": f"worker ran out of memory{under} and died ({how})",
-                    "traceback": tail}
+            return {"status": "oom", "message": f"worker ran out of memory{under} and died ({how})", "traceback": tail}
         return {"status": "error", "message": f"worker died without a result ({how})", "traceback": tail}
 
 
@@ -179,4 +185,3 @@ def _tail(path: Path, limit: int = 4000) -> str:
         return str(path.read_bytes()[-limit:], "utf-8", errors="replace")
     except OSError:
         return ""
-

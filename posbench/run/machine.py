@@ -1,6 +1,7 @@
 """What a run leaves on the machine beside its folder: worker temp folders (named for their
 runner, so the next run removes those of a runner that was killed) and how busy the machine
 was at the start and the end (``env.json``'s ``machine``)."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,6 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-
 
 TEMP_PREFIX = "posbench-"  # worker temp folders: posbench-<runner pid>-<random>
 
@@ -45,4 +45,3 @@ def record_machine(run_dir: Path, when: str, device: str) -> None:
     warning = envmod.busy_warning(state)
     if warning:
         print(f"posbench ({when} of run): {warning}", file=sys.stderr)
-

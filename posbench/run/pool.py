@@ -4,6 +4,7 @@ A slot is a unit's own GPUs (``CUDA_VISIBLE_DEVICES``) or, on a CPU, a turn; a t
 ``--parallel`` (units sharing cores would time the sharing). The threads only wait for workers;
 the calling thread alone saves rows (``run_units``' ``emit``). docs/many-gpus.md.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,6 @@ from typing import Callable, Optional, Sequence
 
 from posbench.core.outcome import PosbenchError
 from posbench.run.units import Unit
-
 
 MAX_PARALLEL = 1024  # --parallel: slots (threads) at once; more is a typo, not a machine
 
@@ -56,8 +56,10 @@ def parse_gpus(text: str, available: Optional[Sequence[str]] = None) -> list[str
     avail = list(visible_gpus() if available is None else available)
     if text == "all":
         if not avail:
-            raise PoolError("--gpus all: no GPU is visible here (CUDA_VISIBLE_DEVICES or torch found none); "
-                            "allowed: --gpus on a CUDA machine, or --parallel N on a CPU")
+            raise PoolError(
+                "--gpus all: no GPU is visible here (CUDA_VISIBLE_DEVICES or torch found none); "
+                "allowed: --gpus on a CUDA machine, or --parallel N on a CPU"
+            )
         return avail
     ids = [g.strip() for g in text.split(",")]
     if not ids or any(not g for g in ids):
@@ -74,9 +76,11 @@ def parse_gpus(text: str, available: Optional[Sequence[str]] = None) -> list[str
 def gpu_slots(gpus: Sequence[str], per_slot: int) -> list[Slot]:
     """``gpus`` cut into slots of ``per_slot`` (a case's ``nproc``); GPUs left over stay idle."""
     if per_slot > len(gpus):
-        raise PoolError(f"--gpus: a case needs {per_slot} GPUs (nproc {per_slot}) and only {len(gpus)} are given; "
-                        f"allowed: at least {per_slot} GPUs, or a smaller nproc")
-    return [Slot(i, tuple(gpus[i * per_slot:(i + 1) * per_slot])) for i in range(len(gpus) // per_slot)]
+        raise PoolError(
+            f"--gpus: a case needs {per_slot} GPUs (nproc {per_slot}) and only {len(gpus)} are given; "
+            f"allowed: at least {per_slot} GPUs, or a smaller nproc"
+        )
+    return [Slot(i, tuple(gpus[i * per_slot : (i + 1) * per_slot])) for i in range(len(gpus) // per_slot)]
 
 
 def cpu_slots(parallel: int, timed: bool, task: str) -> list[Slot]:
@@ -84,9 +88,11 @@ def cpu_slots(parallel: int, timed: bool, task: str) -> list[Slot]:
     if not 1 <= parallel <= MAX_PARALLEL:
         raise PoolError(f"--parallel {str(parallel)[:24]}: allowed: a whole number from 1 to {MAX_PARALLEL}")
     if parallel > 1 and timed:
-        raise PoolError(f"--parallel {parallel}: task {task!r} times its methods against each other, and two units "
-                        "on the same CPU would slow each other (the ratios would measure the sharing); allowed: "
-                        "--parallel 1, or --gpus on a CUDA machine (a device per unit)")
+        raise PoolError(
+            f"--parallel {parallel}: task {task!r} times its methods against each other, and two units "
+            "on the same CPU would slow each other (the ratios would measure the sharing); allowed: "
+            "--parallel 1, or --gpus on a CUDA machine (a device per unit)"
+        )
     return [Slot(i) for i in range(parallel)]
 
 
@@ -94,8 +100,13 @@ def cpu_slots(parallel: int, timed: bool, task: str) -> list[Slot]:
 RunUnit = Callable[[Unit, Slot, Callable[..., None], threading.Event], None]
 
 
-def run_units(units: list[Unit], slots: list[Slot], run_unit: RunUnit, emit: Callable[..., None],
-              on_start: Optional[Callable[[Unit, Slot], None]] = None) -> None:
+def run_units(
+    units: list[Unit],
+    slots: list[Slot],
+    run_unit: RunUnit,
+    emit: Callable[..., None],
+    on_start: Optional[Callable[[Unit, Slot], None]] = None,
+) -> None:
     """Run ``units`` on ``slots``, each slot one unit at a time, in order; ``emit(*what)`` is
     called here, in the calling thread, for everything ``run_unit`` reports. An error in a
     ``run_unit`` stops the others (their running workers killed) and is raised here; so is a
@@ -121,8 +132,10 @@ def run_units(units: list[Unit], slots: list[Slot], run_unit: RunUnit, emit: Cal
         finally:
             inbox.put(("done", slot))
 
-    threads = [threading.Thread(target=slot_loop, args=(s,), name=f"posbench-slot-{s.index}", daemon=True)
-               for s in slots[:max(1, len(units))]]
+    threads = [
+        threading.Thread(target=slot_loop, args=(s,), name=f"posbench-slot-{s.index}", daemon=True)
+        for s in slots[: max(1, len(units))]
+    ]
     for t in threads:
         t.start()
     live = len(threads)

@@ -4,6 +4,7 @@ Rank 0 plans (``broadcast``), every rank runs each case (``run_on_ranks``), outc
 through the rendezvous store (not collectives a failed rank may have left out of step), rank 0
 alone writes rows; ranks that ended a case differently stop the run (``RanksOutOfStep``).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,11 +24,12 @@ class RanksOutOfStep(Exception):
     collectives may be out of step; the run stops after writing the case's row."""
 
     def __init__(self, run_dir: Path, row: dict):
-        super().__init__(f"{row['case_id']}: {row['message']}: the ranks ended this case differently, so their "
-                         f"process group cannot be trusted; the run stops here (rows are in {run_dir}/cases.jsonl; "
-                         "re-run the same command to resume)")
+        super().__init__(
+            f"{row['case_id']}: {row['message']}: the ranks ended this case differently, so their "
+            f"process group cannot be trusted; the run stops here (rows are in {run_dir}/cases.jsonl; "
+            "re-run the same command to resume)"
+        )
         self.run_dir, self.row = run_dir, row
-
 
 
 def broadcast(obj: T, in_process: bool) -> T:

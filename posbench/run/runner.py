@@ -6,6 +6,7 @@ task, settings and grid, so the same command resumes. The plan (resume, rounds, 
 is ``posbench.run.schedule``'s; the local pool ``pool``; bench.py under torchrun ``ranks``.
 docs/reliability.md, docs/distributed.md and docs/many-gpus.md tell the whole story.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,11 +25,11 @@ from posbench.run.launch import cpu_malloc_env, run_group_worker, run_worker
 from posbench.run.machine import clean_stale_temp_dirs, record_machine
 from posbench.run.ranks import RanksOutOfStep, broadcast, run_on_ranks
 from posbench.run.schedule import Plan, default_run_id, pairing_of, plan_run, rounds_of
+from posbench.run.suite import Suite, check_name
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.store.row import make_row
 from posbench.store.run_rows import case_rows, read_usable_run_rows
 from posbench.store.writing import lock_run_dir, save_row, write_env
-from posbench.run.suite import Suite, check_name
 
 
 class Terminated(KeyboardInterrupt):
@@ -86,8 +87,8 @@ UNAVAILABLE_TIMEOUT_S = 120.0  # asking every method of a run whether it runs he
 def _loaded_here(case: CaseSpec) -> bool:
     """Whether asking ``case`` runs no code this process has not run: a task's own variants, or a
     method class already registered here (from code, or a file imported before)."""
-    from posbench.core import registry
     from posbench import tasks
+    from posbench.core import registry
 
     return tasks.get(case.task).own_methods or case.method in registry._METHODS
 
@@ -112,11 +113,17 @@ def ask_unavailable(cases: list[CaseSpec], methods_dirs: Sequence[str] = ()) -> 
             remote[case.id] = case
 
     def ask(batch: list[CaseSpec], what: str) -> None:
-        answers = isolated.call("posbench.run.isolated:unavailable", {"cases": [c.to_json() for c in batch]},
-                                UNAVAILABLE_TIMEOUT_S, methods_dirs, what)
+        answers = isolated.call(
+            "posbench.run.isolated:unavailable",
+            {"cases": [c.to_json() for c in batch]},
+            UNAVAILABLE_TIMEOUT_S,
+            methods_dirs,
+            what,
+        )
         for case, (reason, error) in zip(batch, answers):
-            out[case.id] = (_asking_failed(case, error) if error else
-                            {"status": "unavailable", "message": reason} if reason else None)
+            out[case.id] = (
+                _asking_failed(case, error) if error else {"status": "unavailable", "message": reason} if reason else None
+            )
 
     if not remote:
         return out
@@ -139,8 +146,13 @@ def ask_unavailable(cases: list[CaseSpec], methods_dirs: Sequence[str] = ()) -> 
 
 
 def _asking_failed(case: CaseSpec, why: str) -> dict:
-    return {"status": "error", "message": f"cannot ask {case.method} whether it runs here: {why}",
-            "traceback": "", "metrics": {}, "series": {}}
+    return {
+        "status": "error",
+        "message": f"cannot ask {case.method} whether it runs here: {why}",
+        "traceback": "",
+        "metrics": {},
+        "series": {},
+    }
 
 
 def is_terminal(stream) -> bool:
@@ -158,8 +170,10 @@ def pool_slots(suite: Suite, o: RunOptions) -> Optional[list]:
     if o.gpus is None and o.parallel == 1:
         return None
     if o.in_process:
-        raise pool.PoolError("--gpus / --parallel start a worker per unit, which a run under torchrun (cases on its "
-                             "joined ranks) cannot do; allowed: one of the two")
+        raise pool.PoolError(
+            "--gpus / --parallel start a worker per unit, which a run under torchrun (cases on its "
+            "joined ranks) cannot do; allowed: one of the two"
+        )
     if o.gpus is not None:
         if o.parallel != 1:
             raise pool.PoolError("--gpus and --parallel both say how many units run at once; allowed: one of them")
@@ -205,8 +219,7 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
         clean_stale_temp_dirs()
         return True
 
-    plan = plan_run(suite, device, run_dir, o.retry_failed, methods, methods_dirs, run_id, o.shard, in_process,
-                    take_folder)
+    plan = plan_run(suite, device, run_dir, o.retry_failed, methods, methods_dirs, run_id, o.shard, in_process, take_folder)
     suite = plan.suite
     if main:
         write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
@@ -230,8 +243,7 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     return out
 
 
-def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool,
-              slots: Optional[list] = None) -> None:
+def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool, slots: Optional[list] = None) -> None:
     """Run the plan's (case, round)s, a row saved as each case ends (``out`` counts): job by job,
     or unit by unit on the local pool's ``slots`` (``posbench.run.pool``), rows saved here either way."""
     from tqdm import tqdm
@@ -241,11 +253,15 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
     rounds = max((rounds_of(c) for c, _r in todo), default=1)
     # The bar redraws one line with carriage returns: on a terminal. In a log (output not a
     # terminal) those frames pile up, so there the per-case lines of ``on_row`` are the progress.
-    bar = tqdm(total=len(todo), desc=suite.name, unit="round" if rounds > 1 else "case", file=sys.stderr,
-               disable=not o.progress or not main or not is_terminal(sys.stderr))
+    bar = tqdm(
+        total=len(todo),
+        desc=suite.name,
+        unit="round" if rounds > 1 else "case",
+        file=sys.stderr,
+        disable=not o.progress or not main or not is_terminal(sys.stderr),
+    )
 
-    def emit(case: CaseSpec, result: dict, started: datetime, duration: float, rnd: int,
-             info: Optional[dict] = None) -> None:
+    def emit(case: CaseSpec, result: dict, started: datetime, duration: float, rnd: int, info: Optional[dict] = None) -> None:
         row = make_row(case, result, started, duration, commit, rnd, info)  # info: the pool's unit, GPUs
         if main:
             save_row(run_dir / "cases.jsonl", row)
@@ -272,8 +288,7 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
 
             def run_unit(unit, slot, report, stopped) -> None:
                 info = dict(slot.info(), unit=unit.key)
-                run_jobs(unit.jobs, run_dir, run_id, answers, lambda *what: report(*what, info), env=slot.env(),
-                         stopped=stopped)
+                run_jobs(unit.jobs, run_dir, run_id, answers, lambda *what: report(*what, info), env=slot.env(), stopped=stopped)
 
             def on_start(unit, slot) -> None:
                 busy[slot.index] = unit.key
@@ -290,9 +305,17 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
     bar.close()
 
 
-def run_jobs(jobs: list[tuple[list[CaseSpec], int]], run_dir: Path, run_id: str, answers: dict[str, Optional[dict]],
-             emit: Callable[..., None], in_process: bool = False, env: Optional[dict[str, str]] = None,
-             stopped=None, describe: Optional[Callable[[list[CaseSpec], int], None]] = None) -> None:
+def run_jobs(
+    jobs: list[tuple[list[CaseSpec], int]],
+    run_dir: Path,
+    run_id: str,
+    answers: dict[str, Optional[dict]],
+    emit: Callable[..., None],
+    in_process: bool = False,
+    env: Optional[dict[str, str]] = None,
+    stopped=None,
+    describe: Optional[Callable[[list[CaseSpec], int], None]] = None,
+) -> None:
     """Run ``jobs`` (``schedule.jobs``: a case, or a paired-windows group, and its round) one by one
     and call ``emit(case, result, started, duration, round)`` for each case as its job ends. ``env``
     goes to every worker (a pool slot's GPUs); ``stopped`` (an Event) set: no further job starts."""
@@ -315,8 +338,14 @@ def _point(case: CaseSpec) -> str:
     return " ".join(f"{k}={v}" for k, v in case.params.items())
 
 
-def _run_job(job: list[CaseSpec], rnd: int, in_process: bool, key: str,
-             answers: dict[str, Optional[dict]] | None = None, env: Optional[dict[str, str]] = None) -> list[dict]:
+def _run_job(
+    job: list[CaseSpec],
+    rnd: int,
+    in_process: bool,
+    key: str,
+    answers: dict[str, Optional[dict]] | None = None,
+    env: Optional[dict[str, str]] = None,
+) -> list[dict]:
     """The results of one job of ``jobs``: a case alone in its worker, or a group in one worker.
     A case its method cannot run here is ``unavailable`` without a worker (``answers``: what
     ``ask_unavailable`` found; a case not in it is asked here, in this process)."""
@@ -337,6 +366,5 @@ def _run_job(job: list[CaseSpec], rnd: int, in_process: bool, key: str,
         results.update(zip((c.id for c in runnable), run_group_worker(runnable, rnd, timeout, env)))
     elif runnable:
         (case,) = runnable
-        results[case.id] = (run_on_ranks(case, key) if in_process else
-                            run_worker(case, case.settings["timeout_s"], env))
+        results[case.id] = run_on_ranks(case, key) if in_process else run_worker(case, case.settings["timeout_s"], env)
     return [results[c.id] for c in job]

@@ -5,6 +5,7 @@ Per grid point, round 1 of every method, then round 2, ..., each round one metho
 point's cases of one round share one). Resume and ``retry_failed`` work per (case, round).
 Shards split the suite's full list by unit (``posbench.run.units``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,9 +34,11 @@ def check_size(suite: Suite) -> int:
     for axis, values in suite.grid.items():
         n *= len(values)
         if n > MAX_CASES:
-            raise SuiteError(f"suite {suite.name}: its grid and methods expand to more than {MAX_CASES:,} cases "
-                             f"(at axis {axis!r}); allowed: at most {MAX_CASES:,} (split the grid into suites or "
-                             "profiles)")
+            raise SuiteError(
+                f"suite {suite.name}: its grid and methods expand to more than {MAX_CASES:,} cases "
+                f"(at axis {axis!r}); allowed: at most {MAX_CASES:,} (split the grid into suites or "
+                "profiles)"
+            )
     return n
 
 
@@ -72,13 +75,22 @@ def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
         elif name not in known:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise SuiteError(f"--methods: unknown method {name!r}{hint}; allowed: the suite's methods "
-                             f"or any registered one: {', '.join(known)}")
+            raise SuiteError(
+                f"--methods: unknown method {name!r}{hint}; allowed: the suite's methods "
+                f"or any registered one: {', '.join(known)}"
+            )
     return dataclasses.replace(suite, methods=suite.methods + extra)
 
 
-def _select(suite: Suite, device: str, methods: list[str] | None, methods_dirs: list[str], run_id: str,
-            shard: tuple[int, int] | None, timed: bool | None = None) -> list[CaseSpec]:
+def _select(
+    suite: Suite,
+    device: str,
+    methods: list[str] | None,
+    methods_dirs: list[str],
+    run_id: str,
+    shard: tuple[int, int] | None,
+    timed: bool | None = None,
+) -> list[CaseSpec]:
     """The cases to run: shard i of n of the suite's full list (``units.shard_cases``: a timed
     task's unit is a grid point with every method, so its ratios stay within one shard; the full
     list, before ``--methods``, splits the same on every machine), then ``--methods``."""
@@ -87,8 +99,11 @@ def _select(suite: Suite, device: str, methods: list[str] | None, methods_dirs: 
     check_size(suite)
     if shard is not None and timed is None:
         timed = suite.task.timed
-    return [c for c in shard_cases(suite.cases(device, run_id, methods_dirs), shard, bool(timed))
-            if not methods or c.method in methods]
+    return [
+        c
+        for c in shard_cases(suite.cases(device, run_id, methods_dirs), shard, bool(timed))
+        if not methods or c.method in methods
+    ]
 
 
 def rounds_of(case: CaseSpec) -> int:
@@ -139,17 +154,28 @@ def check_pairing(suite: Suite, in_process: bool) -> None:
     if getattr(suite.settings, "pairing", "rounds") != "windows":
         return
     if not suite.task.groups:
-        raise SuiteError(f"pairing: windows: task {suite.task_name!r} cannot measure several methods in one process; "
-                         "allowed: pairing: rounds")
+        raise SuiteError(
+            f"pairing: windows: task {suite.task_name!r} cannot measure several methods in one process; allowed: pairing: rounds"
+        )
     if in_process:
-        raise SuiteError("pairing: windows runs every method of a grid point in one worker process, which a run "
-                         "under torchrun (ranks in-process) cannot do; allowed: pairing: rounds")
+        raise SuiteError(
+            "pairing: windows runs every method of a grid point in one worker process, which a run "
+            "under torchrun (ranks in-process) cannot do; allowed: pairing: rounds"
+        )
 
 
-def plan_rounds(suite: Suite, device: str, run_dir: Path | None, retry_failed: bool, methods: list[str] | None,
-                methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None,
-                problems: list[str] | None = None,
-                timed: bool | None = None) -> tuple[list[tuple[CaseSpec, int]], dict[tuple, dict]]:
+def plan_rounds(
+    suite: Suite,
+    device: str,
+    run_dir: Path | None,
+    retry_failed: bool,
+    methods: list[str] | None,
+    methods_dirs: list[str],
+    run_id: str,
+    shard: tuple[int, int] | None = None,
+    problems: list[str] | None = None,
+    timed: bool | None = None,
+) -> tuple[list[tuple[CaseSpec, int]], dict[tuple, dict]]:
     """((case, round) to run, (case_id, round) -> finished row) for this run folder: resume and
     ``retry_failed`` work round by round. Unusable lines of its cases.jsonl are skipped and
     described in ``problems``; ``timed``: the task's, when the caller knows it."""
@@ -159,19 +185,26 @@ def plan_rounds(suite: Suite, device: str, run_dir: Path | None, retry_failed: b
     refuse_links(run_dir)  # a planted link: refused before anything in the folder is read or written
     refuse_links(run_dir / ROWS_DIR)  # a launched sweep's per-task rows files
     done = latest_rounds(read_usable_run_rows(run_dir, problems))
-    todo = [(c, r) for c, r in schedule(cases)
-            if (c.id, r) not in done or (retry_failed and done[(c.id, r)]["status"] in RETRYABLE)]
+    todo = [
+        (c, r) for c, r in schedule(cases) if (c.id, r) not in done or (retry_failed and done[(c.id, r)]["status"] in RETRYABLE)
+    ]
     return todo, done
 
 
-def plan(suite: Suite, device: str, run_dir: Path | None, retry_failed: bool, methods: list[str] | None,
-         methods_dirs: list[str], run_id: str,
-         shard: tuple[int, int] | None = None) -> tuple[list[CaseSpec], dict[str, dict]]:
+def plan(
+    suite: Suite,
+    device: str,
+    run_dir: Path | None,
+    retry_failed: bool,
+    methods: list[str] | None,
+    methods_dirs: list[str],
+    run_id: str,
+    shard: tuple[int, int] | None = None,
+) -> tuple[list[CaseSpec], dict[str, dict]]:
     """(cases with a round to run, case_id -> finished row, its rounds merged) for this folder."""
     todo, _ = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
     cases = list({c.id: c for c, _r in todo}.values())
     return cases, {} if run_dir is None else case_rows(read_usable_run_rows(run_dir))
-
 
 
 def refuse_beside_launch(run_dir: Path) -> None:
@@ -182,9 +215,11 @@ def refuse_beside_launch(run_dir: Path) -> None:
     busy = busy_units(run_dir)
     if busy:
         shown = ", ".join(f"{key} (job {job or 'not started yet'})" for key, job in busy[:3])
-        raise RunLocked(f"{run_dir}: tasks of a launched sweep still run here: {shown}"
-                        f"{f' and {len(busy) - 3} more' if len(busy) > 3 else ''}; allowed: wait for them "
-                        f"(bench.py status {run_dir}), or pick another --run-id")
+        raise RunLocked(
+            f"{run_dir}: tasks of a launched sweep still run here: {shown}"
+            f"{f' and {len(busy) - 3} more' if len(busy) > 3 else ''}; allowed: wait for them "
+            f"(bench.py status {run_dir}), or pick another --run-id"
+        )
 
 
 @dataclass
@@ -208,9 +243,19 @@ class Plan:
             unit.jobs = jobs(unit.todo)
 
 
-def plan_run(suite: Suite, device: str, run_dir: Path, retry_failed: bool, methods: list[str] | None,
-             methods_dirs: list[str], run_id: str, shard: tuple[int, int] | None = None, in_process: bool = False,
-             lock: Optional[Callable[[], bool]] = None, launched: bool = False) -> Plan:
+def plan_run(
+    suite: Suite,
+    device: str,
+    run_dir: Path,
+    retry_failed: bool,
+    methods: list[str] | None,
+    methods_dirs: list[str],
+    run_id: str,
+    shard: tuple[int, int] | None = None,
+    in_process: bool = False,
+    lock: Optional[Callable[[], bool]] = None,
+    launched: bool = False,
+) -> Plan:
     """Every check of a run, then its plan. ``lock()``, called once the checks passed (nothing is
     written before), takes the run folder (``True``: this process writes it); the
     plan is then made again from the rows as they are under the lock, and rank 0's plan is every
@@ -224,8 +269,7 @@ def plan_run(suite: Suite, device: str, run_dir: Path, retry_failed: bool, metho
         if not launched:
             refuse_beside_launch(run_dir)
         problems: list[str] = []
-        todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, problems,
-                                 timed)
+        todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, problems, timed)
         for problem in problems:
             print(f"warning: {problem}", file=sys.stderr)
     todo, done = broadcast((todo, done), in_process)  # rank 0's view of the folder decides

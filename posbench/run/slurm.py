@@ -6,6 +6,7 @@ unit and records it in ``launcher.json``; ``follow`` reports rows as they land u
 ended. Each task (``UnitTask``) runs its unit's jobs as a local run does, into its own
 ``rows/<unit>.jsonl``; a requeued task skips what has a row. docs/many-gpus.md.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,7 +39,6 @@ from posbench.store.row import make_row
 from posbench.store.run_rows import ROWS_DIR, latest_rounds, read_run_rows
 from posbench.store.writing import UnitLock, lock_run_dir, save_row, write_env
 
-
 # How often the follower looks at the rows and asks the scheduler (squeue) about the tasks.
 POLL_S = {"local": 1.0, "slurm": 10.0}
 
@@ -51,8 +51,9 @@ def _submitit():
     try:
         import submitit
     except ImportError:
-        raise LauncherError("--launcher needs submitit; allowed: pip install 'posbench[slurm]' (or pip install "
-                            "submitit), or leave --launcher out") from None
+        raise LauncherError(
+            "--launcher needs submitit; allowed: pip install 'posbench[slurm]' (or pip install submitit), or leave --launcher out"
+        ) from None
     return submitit
 
 
@@ -85,11 +86,18 @@ class UnitTask:
             over = spec.get("over")  # (None: submitted before marks were recorded)
             # A (case, round) whose latest row changed since the submitter planned was run by
             # someone else meanwhile (a task finishing, a plain run): not run again.
-            todo = [(case, r) for case, r in ((CaseSpec.from_json(c), r) for c, r in spec["todo"])
-                    if (case.id, r) in left and (over is None or
-                                                 launched_sweep.row_mark(rows.get((case.id, r))) == over.get(f"{case.id}|{r}"))]
-            info = {"unit": key, "job_id": job_id, "host": socket.gethostname(),
-                    "submission": spec.get("submission")}  # which rows are this submission's (sweep_state)
+            todo = [
+                (case, r)
+                for case, r in ((CaseSpec.from_json(c), r) for c, r in spec["todo"])
+                if (case.id, r) in left
+                and (over is None or launched_sweep.row_mark(rows.get((case.id, r))) == over.get(f"{case.id}|{r}"))
+            ]
+            info = {
+                "unit": key,
+                "job_id": job_id,
+                "host": socket.gethostname(),
+                "submission": spec.get("submission"),
+            }  # which rows are this submission's (sweep_state)
             path = launched_sweep.rows_path(run_dir, key)
 
             def emit(case, result, started, duration, rnd):
@@ -134,12 +142,24 @@ def executor(kind: str, folder: Path, suite: Suite, device: str):
         ex.update_parameters(timeout_min=p.time_min, gpus_per_node=gpus, setup=setup)
         return ex
     ex = submitit.SlurmExecutor(folder=folder, python=sys.executable)
-    params = dict(time=p.time_min, array_parallelism=p.array_parallelism, setup=setup, job_name=f"posbench-{suite.name}",
-                  ntasks_per_node=1, nodes=1, additional_parameters=dict(p.additional))
+    params = dict(
+        time=p.time_min,
+        array_parallelism=p.array_parallelism,
+        setup=setup,
+        job_name=f"posbench-{suite.name}",
+        ntasks_per_node=1,
+        nodes=1,
+        additional_parameters=dict(p.additional),
+    )
     if gpus:
         params["gpus_per_task"] = gpus
-    for key, value in (("partition", p.partition), ("account", p.account), ("qos", p.qos),
-                       ("constraint", p.constraint), ("cpus_per_task", p.cpus_per_task)):
+    for key, value in (
+        ("partition", p.partition),
+        ("account", p.account),
+        ("qos", p.qos),
+        ("constraint", p.constraint),
+        ("cpus_per_task", p.cpus_per_task),
+    ):
         if value is not None:
             params[key] = value
     if p.mem_gb is not None:
@@ -166,9 +186,11 @@ def setup_refusal(suite: Suite, allowed: bool) -> None:
     lines = list(suite.launcher.setup)
     if lines and not allowed:
         shown = "; ".join(lines)
-        raise LauncherError(f"suite {suite.name}'s launcher.setup runs shell commands before each task: "
-                            f"{shown[:300]}{'...' if len(shown) > 300 else ''}; allowed: --allow-setup-commands "
-                            "to run them (this time), or remove launcher.setup")
+        raise LauncherError(
+            f"suite {suite.name}'s launcher.setup runs shell commands before each task: "
+            f"{shown[:300]}{'...' if len(shown) > 300 else ''}; allowed: --allow-setup-commands "
+            "to run them (this time), or remove launcher.setup"
+        )
 
 
 def preflight(kind: str) -> None:
@@ -176,14 +198,27 @@ def preflight(kind: str) -> None:
     _submitit()
     missing = [tool for tool in ("sbatch", "srun") if kind == "slurm" and shutil.which(tool) is None]
     if missing:
-        raise LauncherError(f"--launcher slurm: no {' or '.join(missing)} on this machine's PATH (Slurm is not "
-                            "installed or not loaded); allowed: run on a Slurm login node, --launcher local, or "
-                            "leave --launcher out")
+        raise LauncherError(
+            f"--launcher slurm: no {' or '.join(missing)} on this machine's PATH (Slurm is not "
+            "installed or not loaded); allowed: run on a Slurm login node, --launcher local, or "
+            "leave --launcher out"
+        )
 
 
-def submit(suite: Suite, kind: str, device: str, results: Path, command: list[str], run_id: Optional[str] = None,
-           fresh: bool = False, retry_failed: bool = False, methods: Optional[list[str]] = None,
-           methods_dirs: tuple = (), shard=None, allow_setup: bool = False) -> Submitted:
+def submit(
+    suite: Suite,
+    kind: str,
+    device: str,
+    results: Path,
+    command: list[str],
+    run_id: Optional[str] = None,
+    fresh: bool = False,
+    retry_failed: bool = False,
+    methods: Optional[list[str]] = None,
+    methods_dirs: tuple = (),
+    shard=None,
+    allow_setup: bool = False,
+) -> Submitted:
     """Plan under the run folder's lock; decide, under each unit's lock, what is left (job state
     and rows as they are then); record every unit in ``launcher.json`` before any task starts;
     then start them (``_submit_specs``)."""
@@ -211,8 +246,7 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         return True
 
     try:
-        plan = plan_run(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard, lock=take_folder,
-                        launched=True)
+        plan = plan_run(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard, lock=take_folder, launched=True)
         suite = plan.suite
         launched_sweep.check_folder(run_dir)
         meta = RunMeta.of_suite(suite, device, run_id)
@@ -226,8 +260,10 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         if record["units"] and record.get("launcher") != kind:
             states, current = state.settled(current)
             if any(s.active for s in states.values()):
-                raise LauncherError(f"{run_dir}: tasks of a {record.get('launcher')} launch are still queued or running; "
-                                    f"allowed: wait (bench.py status {run_dir}) or the same --launcher")
+                raise LauncherError(
+                    f"{run_dir}: tasks of a {record.get('launcher')} launch are still queued or running; "
+                    f"allowed: wait (bench.py status {run_dir}) or the same --launcher"
+                )
         record.update(launcher=kind, command=command, commit=commit, device=device, folder=launched_sweep.JOBS_DIR)
         out = Submitted(run_dir, run_id, record)
         # The decision, per unit, under its lock (a live task holds it): its job's state and the
@@ -237,16 +273,21 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
             lock = UnitLock(run_dir, unit.key, wait=False)
             old = record["units"].get(unit.key)
             # (its lock is held here: the job's own state is what is left to ask)
-            if not lock.held or (old is not None and
-                                 state.job_state(record, old, current is not None and unit.key in current.done).active):
+            if not lock.held or (
+                old is not None and state.job_state(record, old, current is not None and unit.key in current.done).active
+            ):
                 lock.close()
                 out.busy.append(unit.key)
                 continue
             unit_locks.append(lock)
             chosen.append(unit)
         now_rows = latest_rounds(read_run_rows(run_dir, []))
-        entries = (launched_sweep.unit_entry(unit.key, unit.todo, plan.done, now_rows, run_dir, run_id, commit, dirs, _now(),
-                                    state.submitter()) for unit in chosen)
+        entries = (
+            launched_sweep.unit_entry(
+                unit.key, unit.todo, plan.done, now_rows, run_dir, run_id, commit, dirs, _now(), state.submitter()
+            )
+            for unit in chosen
+        )
         specs = [spec for spec in entries if spec is not None]
         for spec in specs:  # recorded before any task starts: a killed submitter loses no unit
             record["units"][spec["key"]] = dict(spec, job_id="")
@@ -257,8 +298,7 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
 
         answers = ask_unavailable([CaseSpec.from_json(c) for spec in specs for c, _r in spec["todo"]], dirs)
         for spec in specs:
-            spec["answers"] = {CaseSpec.from_json(c).id: answers.get(CaseSpec.from_json(c).id)
-                               for c, _r in spec["todo"]}
+            spec["answers"] = {CaseSpec.from_json(c).id: answers.get(CaseSpec.from_json(c).id) for c, _r in spec["todo"]}
         if kind == "local":
             # submitit's local executor has no array throttle: the follower starts the rest. All
             # tasks share this machine, so a timed task's units run one at a time (as --parallel).
@@ -269,8 +309,9 @@ def submit(suite: Suite, kind: str, device: str, results: Path, command: list[st
         try:
             out.executor = executor(kind, run_dir / launched_sweep.JOBS_DIR, suite, device)
         except RuntimeError as exc:  # submitit's own check of the cluster
-            raise LauncherError(f"--launcher {kind}: {str(exc).strip()[:300]}; allowed: --launcher local, or leave "
-                                "--launcher out") from None
+            raise LauncherError(
+                f"--launcher {kind}: {str(exc).strip()[:300]}; allowed: --launcher local, or leave --launcher out"
+            ) from None
         _submit_specs(out, specs, out.executor)
         return out
     finally:
@@ -318,16 +359,17 @@ def _submit_specs(out: Submitted, specs: list[dict], ex) -> None:
             array = ex.map_array(UnitTask(), specs)  # one job array, a task per unit
     except (OSError, RuntimeError, ValueError) as exc:  # sbatch refused (submitit raises its own errors)
         why = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
-        raise LauncherError(f"{out.record.get('launcher')} could not start the tasks: {why[0][:300]}; "
-                            f"the units are recorded (bench.py status {out.run_dir} resubmits them)") from None
+        raise LauncherError(
+            f"{out.record.get('launcher')} could not start the tasks: {why[0][:300]}; "
+            f"the units are recorded (bench.py status {out.run_dir} resubmits them)"
+        ) from None
     for spec, job in zip(specs, array):
         out.record["units"][spec["key"]] = dict(spec, job_id=str(job.job_id))
         out.units.append(spec["key"])
     launched_sweep.write_record(out.run_dir, out.record)  # status finds the jobs from here
 
 
-def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None,
-           poll_s: float = 2.0) -> dict[str, state.JobState]:
+def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None, poll_s: float = 2.0) -> dict[str, state.JobState]:
     """Until every submitted task has ended: rows as they land (``on_row``), failure rows for tasks
     that died (``sweep_state.settle``), and, for the local launcher, the next tasks as slots free."""
     seen: set = set()

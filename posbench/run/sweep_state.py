@@ -9,6 +9,7 @@ WAITING while its submitter lives, NOT_STARTED after. A task that ended without 
 naming the job's state, exit code and the tail of its log (``settle``): nothing is read back
 from submitit's pickles, since data never runs code.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,12 +24,25 @@ from posbench.core.case import CaseSpec
 from posbench.store.launched_sweep import Sweep, check_folder, of_submission, read_record
 from posbench.store.writing import unit_locked
 
-ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING",
-          "SUSPENDED", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD", "STOPPED", "WAITING"}
+ACTIVE = {
+    "PENDING",
+    "RUNNING",
+    "CONFIGURING",
+    "COMPLETING",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "RESIZING",
+    "SUSPENDED",
+    "STAGE_OUT",
+    "SIGNALING",
+    "RESV_DEL_HOLD",
+    "STOPPED",
+    "WAITING",
+}
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "WAITING"}
 STATUS_OF_STATE = {"TIMEOUT": "timeout", "DEADLINE": "timeout", "OUT_OF_MEMORY": "oom"}
 FAILED_STATUSES = ("error", "timeout", "oom")
-
 
 
 @dataclass(frozen=True)
@@ -107,8 +121,7 @@ def lock_may_tell(record: dict, unit: dict, state: JobState) -> bool:
     """Whether a task that looks ended without finishing may still run: a local task whose
     process is gone, or one never started, is alive while it holds its unit's lock (Slurm's word
     is taken as it is)."""
-    return (not state.active and state.state != "COMPLETED"
-            and (not unit["job_id"] or record["launcher"] != "slurm"))
+    return not state.active and state.state != "COMPLETED" and (not unit["job_id"] or record["launcher"] != "slurm")
 
 
 HOLDS_LOCK = JobState("RUNNING", reason="its task holds the unit's lock")
@@ -158,10 +171,11 @@ def settled(sweep: Sweep, warn: bool = False) -> tuple[dict[str, JobState], Swee
             continue
         code = f", exit code {state.exit_code}" if state.exit_code else ""
         why = f" ({state.reason})" if state.reason else ""
-        message = (f"{sweep.record['launcher']} array task {unit['job_id'] or '(not started)'} (unit {unit['key']}) ended "
-                   f"{state.state}{code}{why} before this case finished; resubmit: bench.py status {sweep.run_dir}")
-        info = {"unit": unit["key"], "job_id": unit["job_id"], "job_state": state.state,
-                "submission": unit.get("submission")}
+        message = (
+            f"{sweep.record['launcher']} array task {unit['job_id'] or '(not started)'} (unit {unit['key']}) ended "
+            f"{state.state}{code}{why} before this case finished; resubmit: bench.py status {sweep.run_dir}"
+        )
+        info = {"unit": unit["key"], "job_id": unit["job_id"], "job_state": state.state, "submission": unit.get("submission")}
         tell = lock_may_tell(sweep.record, unit, state)
         if sweep.settle(unit, STATUS_OF_STATE.get(state.state, "error"), message, info, ask_lock=tell) and tell:
             states[key] = HOLDS_LOCK
@@ -177,8 +191,9 @@ def status(run_dir: Path) -> Optional[tuple[dict, list[tuple[str, dict, JobState
     if sweep is None:
         return None
     states, sweep = settled(sweep, warn=True)
-    return sweep.record, [(key, unit, states[key], *unit_status(states[key], unit, sweep.rows))
-                          for key, unit in sweep.record["units"].items()]
+    return sweep.record, [
+        (key, unit, states[key], *unit_status(states[key], unit, sweep.rows)) for key, unit in sweep.record["units"].items()
+    ]
 
 
 def unit_status(state: JobState, unit: dict, rows: dict) -> tuple[str, int]:

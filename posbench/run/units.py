@@ -4,6 +4,7 @@ A shard, a pool slot and a Slurm array task each run whole units: for a timed ta
 with every method and round (its ratios divide speeds of one device), otherwise a case. ``key``
 is readable (``seq_len=128``, a case id); ``name`` its file-safe form (``rows/<name>.jsonl``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

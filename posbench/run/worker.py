@@ -6,6 +6,7 @@ means the process died. Under torchrun every rank runs this module; rank 0 write
 failing rank ``RESULT.rank<N>.json`` (``read_result`` takes the earliest failure). Statuses:
 ``oom`` (allocation failures), ``diverged``, ``unavailable``, else ``error`` (docs/reliability.md).
 """
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,9 @@ from dataclasses import fields
 from pathlib import Path
 
 from posbench import tasks
-from posbench.core.task import Task
-from posbench.core.outcome import failure, ok_result, one_line
 from posbench.core.case import Case, CaseSpec, JsonDict
+from posbench.core.outcome import failure, ok_result, one_line
+from posbench.core.task import Task
 from posbench.run.handoff import die_with_parent, rank_file
 
 
@@ -55,8 +56,12 @@ def typed_case(task: Task, raw: JsonDict) -> Case:
     shared = {f.name: getattr(spec, f.name) for f in fields(spec) if f.name not in ("params", "settings")}
     from posbench.run.launch import run_worker
 
-    return Case(**shared, params=task.Params.model_validate(spec.params),
-                settings=task.Settings.model_validate(spec.settings), run_alone=run_worker)
+    return Case(
+        **shared,
+        params=task.Params.model_validate(spec.params),
+        settings=task.Settings.model_validate(spec.settings),
+        run_alone=run_worker,
+    )
 
 
 def run_group(raw: dict) -> dict:
@@ -73,8 +78,13 @@ def run_group(raw: dict) -> dict:
         out = task.run_group(cases, raw.get("round", 1))
     except Exception as exc:  # outside every method: the whole group failed the same way
         return {"group": [failure(exc, limit)] * len(cases)}
-    missing = {"status": "error", "message": "the task returned no result for this case", "traceback": "",
-               "metrics": {}, "series": {}}
+    missing = {
+        "status": "error",
+        "message": "the task returned no result for this case",
+        "traceback": "",
+        "metrics": {},
+        "series": {},
+    }
     return {"group": [out.get(c.id, missing) for c in cases]}
 
 
@@ -109,8 +119,7 @@ def main_distributed(raw: dict, result_path: Path) -> int:
     try:
         distributed.init_from_env(raw["device"], timeout_s=raw["settings"].get("timeout_s"))
     except Exception as exc:
-        result = {"status": "error", "message": one_line(exc), "traceback": traceback.format_exc(),
-                  "failed_at": time.time()}
+        result = {"status": "error", "message": one_line(exc), "traceback": traceback.format_exc(), "failed_at": time.time()}
     else:
         result = run_case(raw)
     if result["status"] != "ok":

@@ -4,6 +4,7 @@ A run folder may come from anywhere, so what the store reads passes through here
 only, opened non-blocking (``open_regular``); bounded lines and files (``lines``, ``read_small``);
 bounded JSON nesting (``loads``); sane values (``check_row``, ``check_params``). docs/reliability.md.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,18 +20,28 @@ from posbench.core.nofollow import file_kind
 from posbench.core.outcome import PosbenchError
 from posbench.store.row import BOUNDED_SERIES
 
-MAX_LINE = 16 << 20    # bytes in one cases.jsonl line (a row with long series is a few MiB)
-MAX_FILE = 64 << 20    # bytes in run.json / env.json
-MAX_DEPTH = 64         # JSON nesting (rows nest 4 or 5 levels)
-MAX_ROUNDS = 10_000    # a row's "round"
-MAX_WINDOWS = 10_000   # values in one series of windows or rounds (what the bootstrap resamples)
-MAX_INT = 1 << 63      # integers beyond this do not round-trip through a float's integer range
-MAX_NAME = 4096        # characters of a name (case id, method, metric, parameter value): they fill every table
+MAX_LINE = 16 << 20  # bytes in one cases.jsonl line (a row with long series is a few MiB)
+MAX_FILE = 64 << 20  # bytes in run.json / env.json
+MAX_DEPTH = 64  # JSON nesting (rows nest 4 or 5 levels)
+MAX_ROUNDS = 10_000  # a row's "round"
+MAX_WINDOWS = 10_000  # values in one series of windows or rounds (what the bootstrap resamples)
+MAX_INT = 1 << 63  # integers beyond this do not round-trip through a float's integer range
+MAX_NAME = 4096  # characters of a name (case id, method, metric, parameter value): they fill every table
 
 _REQUIRED = {"case_id": str, "method": str, "status": str, "params": dict, "metrics": dict}
 _OPTIONAL_DICTS = ("series", "settings", "info")
-_OPTIONAL_STRINGS = ("suite", "task", "message", "device", "profile", "run_id", "started_at", "posbench_version",
-                     "git_commit", "traceback")
+_OPTIONAL_STRINGS = (
+    "suite",
+    "task",
+    "message",
+    "device",
+    "profile",
+    "run_id",
+    "started_at",
+    "posbench_version",
+    "git_commit",
+    "traceback",
+)
 
 
 class RowsError(PosbenchError, ValueError):
@@ -117,8 +128,7 @@ def walk_problem(value: Any, limit: Optional[int] = None) -> Optional[str]:
         item, depth, where = stack.pop()
         if isinstance(item, int) and not isinstance(item, bool):
             if not -MAX_INT <= item <= MAX_INT:
-                return (_path(where) + f"an integer of {len(str(abs(item)))} digits; allowed: integers within "
-                        "±2^63")
+                return _path(where) + f"an integer of {len(str(abs(item)))} digits; allowed: integers within ±2^63"
             continue
         if not isinstance(item, (dict, list)):  # true/false
             continue
@@ -188,8 +198,9 @@ def check_row(row: Any, where: str) -> dict:
         if key not in row:
             raise RowsError(f"{where}: row has no {key!r}; a row needs {', '.join(_REQUIRED)}")
         if not isinstance(row[key], kind):
-            raise RowsError(f"{where}: {key}: expected {'an object' if kind is dict else 'a string'}, "
-                            f"got {type(row[key]).__name__}")
+            raise RowsError(
+                f"{where}: {key}: expected {'an object' if kind is dict else 'a string'}, got {type(row[key]).__name__}"
+            )
     for key in _OPTIONAL_DICTS:
         if row.get(key) is not None and not isinstance(row[key], dict):
             raise RowsError(f"{where}: {key}: expected an object, got {type(row[key]).__name__}")
@@ -211,8 +222,7 @@ def check_row(row: Any, where: str) -> dict:
             raise RowsError(f"{where}: metrics.{name}: {why}")
     for name, value in row["params"].items():
         if isinstance(value, (dict, list)):
-            raise RowsError(f"{where}: params.{name}: expected a number, string, true/false or null, "
-                            f"got {type(value).__name__}")
+            raise RowsError(f"{where}: params.{name}: expected a number, string, true/false or null, got {type(value).__name__}")
         why = _number_problem(value)
         if isinstance(value, float) and not math.isfinite(value):
             why = f"{value!r}; allowed: a finite number"
@@ -226,10 +236,12 @@ def check_row(row: Any, where: str) -> dict:
         raise RowsError(f"{where}: round: expected a whole number from 1 to {MAX_ROUNDS} or null, got {_show(r)}")
     for name, values in (row.get("series") or {}).items():
         if name.endswith(BOUNDED_SERIES) and isinstance(values, list):
-            if len(values) > MAX_WINDOWS or any(isinstance(v, dict) and isinstance(v.get("values"), list)
-                                                and len(v["values"]) > MAX_WINDOWS for v in values):
-                raise RowsError(f"{where}: series.{name}: more than {MAX_WINDOWS} values; allowed: at most "
-                                f"{MAX_WINDOWS} windows or rounds")
+            if len(values) > MAX_WINDOWS or any(
+                isinstance(v, dict) and isinstance(v.get("values"), list) and len(v["values"]) > MAX_WINDOWS for v in values
+            ):
+                raise RowsError(
+                    f"{where}: series.{name}: more than {MAX_WINDOWS} values; allowed: at most {MAX_WINDOWS} windows or rounds"
+                )
     return row
 
 
@@ -258,11 +270,16 @@ def check_params(row: dict, task_name: Any, grid: Optional[type], where: str) ->
     for name, spec in declared.items():
         if name not in params:
             if spec.is_required():
-                raise RowsError(f"{where}: params: no {name!r}; rows of task {task_name} need "
-                                f"{', '.join(required)}")
+                raise RowsError(f"{where}: params: no {name!r}; rows of task {task_name} need {', '.join(required)}")
             continue
         value, kinds = params[name], _kinds(spec.annotation)
         if kinds is not None and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
-            want = " or ".join(sorted({"a number" if k in (int, float) else "a string" if k is str else
-                                       "true/false" if k is bool else "null" for k in kinds}))
+            want = " or ".join(
+                sorted(
+                    {
+                        "a number" if k in (int, float) else "a string" if k is str else "true/false" if k is bool else "null"
+                        for k in kinds
+                    }
+                )
+            )
             raise RowsError(f"{where}: params.{name}: expected {want}, got {type(value).__name__}")

@@ -1,5 +1,6 @@
 """File name stems from row text (``rows/<unit>.jsonl``, report files): safe, and two names that
 differ only in what was dropped stay two files (a short hash of the raw text is appended)."""
+
 from __future__ import annotations
 
 import hashlib

@@ -7,6 +7,7 @@ the folder holds it is ``Sweep``, with the failure rows of a task that ended wit
 (``Sweep.settle``); which rows belong to a submission is its token in the rows' ``info``
 (``of_submission``). docs/reliability.md.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,18 @@ def row_mark(row: Optional[dict]) -> Optional[str]:
     return None if row is None else short_hash(json.dumps(row, sort_keys=True, default=str))
 
 
-def unit_entry(key: str, todo: list, planned: dict, now: dict, run_dir: Path, run_id: str, commit: str,
-               methods_dirs: list[str], submitted_at: str, submitter: dict) -> Optional[dict]:
+def unit_entry(
+    key: str,
+    todo: list,
+    planned: dict,
+    now: dict,
+    run_dir: Path,
+    run_id: str,
+    commit: str,
+    methods_dirs: list[str],
+    submitted_at: str,
+    submitter: dict,
+) -> Optional[dict]:
     """A unit's entry in ``launcher.json`` as submitted (no job id yet), or None when nothing of it
     is left: its (case, round)s whose latest row is still the one the plan saw (``planned``; one
     that changed was run by another process meanwhile), the mark of each one's latest row ``now``
@@ -63,14 +74,23 @@ def unit_entry(key: str, todo: list, planned: dict, now: dict, run_dir: Path, ru
     if not todo:
         return None
     over = {f"{c.id}|{r}": row_mark(now.get((c.id, r))) for c, r in todo}
-    return {"key": key, "name": unit_file(key), "run_dir": str(run_dir.resolve()), "run_id": run_id, "commit": commit,
-            "methods_dirs": methods_dirs, "todo": [[c.to_json(), r] for c, r in todo], "over": over,
-            "submitted_at": submitted_at, "submission": uuid.uuid4().hex, "submitter": submitter}
+    return {
+        "key": key,
+        "name": unit_file(key),
+        "run_dir": str(run_dir.resolve()),
+        "run_id": run_id,
+        "commit": commit,
+        "methods_dirs": methods_dirs,
+        "todo": [[c.to_json(), r] for c, r in todo],
+        "over": over,
+        "submitted_at": submitted_at,
+        "submission": uuid.uuid4().hex,
+        "submitter": submitter,
+    }
 
 
 def _bad(path: Path, where: str, what: str) -> RecordError:
-    return RecordError(f"{path}: {where}: {what}; allowed: the launcher.json bench.py wrote (or remove it and "
-                       "launch again)")
+    return RecordError(f"{path}: {where}: {what}; allowed: the launcher.json bench.py wrote (or remove it and launch again)")
 
 
 def _check_case(path: Path, where: str, raw) -> None:
@@ -112,8 +132,9 @@ def check_record(path: Path, record) -> dict:
             raise _bad(path, where, f"name: expected {unit_file(key)!r} (the unit's file name)")
         if not isinstance(unit.get("job_id"), str) or not (unit["job_id"] == "" or JOB_ID.fullmatch(unit["job_id"])):
             raise _bad(path, where, "job_id: expected a job id (digits, or digits_digits)")
-        if unit.get("submission") is not None and not (isinstance(unit["submission"], str)
-                                                       and TOKEN.fullmatch(unit["submission"])):
+        if unit.get("submission") is not None and not (
+            isinstance(unit["submission"], str) and TOKEN.fullmatch(unit["submission"])
+        ):
             raise _bad(path, where, "submission: expected a hex token or null")
         if not isinstance(unit.get("submitted_at"), str):
             raise _bad(path, where, "submitted_at: expected a string")
@@ -121,8 +142,13 @@ def check_record(path: Path, record) -> dict:
         if not isinstance(todo, list):
             raise _bad(path, where, "todo: expected a list of [case, round]")
         for item in todo:
-            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], int)
-                    and not isinstance(item[1], bool) and 1 <= item[1] <= bounds.MAX_ROUNDS):
+            if not (
+                isinstance(item, list)
+                and len(item) == 2
+                and isinstance(item[1], int)
+                and not isinstance(item[1], bool)
+                and 1 <= item[1] <= bounds.MAX_ROUNDS
+            ):
                 raise _bad(path, where, "todo: expected a list of [case, round >= 1]")
             _check_case(path, f"{where}: todo", item[0])
     return record
@@ -154,8 +180,10 @@ def check_folder(run_dir: Path) -> None:
     """A run folder whose files the sweep machinery may write: not a link, nor holding one at
     its top, in ``rows/`` or ``slurm/`` (``UnsafeFile``, one line)."""
     if run_dir.is_symlink():
-        raise UnsafeFile(f"{run_dir}: the run folder is a symbolic link; posbench does not follow links in a run "
-                         "folder (allowed: the real folder)")
+        raise UnsafeFile(
+            f"{run_dir}: the run folder is a symbolic link; posbench does not follow links in a run "
+            "folder (allowed: the real folder)"
+        )
     for folder in (run_dir, run_dir / ROWS_DIR):
         refuse_links(folder)
     jobs = run_dir / JOBS_DIR
@@ -166,11 +194,14 @@ def check_folder(run_dir: Path) -> None:
         # it: a link of its own making, inside the folder; any other link is refused.
         real = jobs.resolve()
         for entry in os.scandir(jobs):
-            if entry.is_symlink() and not (entry.name.startswith(".submission_file_")
-                                           and Path(os.path.realpath(entry.path)).parent == real):
-                raise UnsafeFile(f"{jobs}: holds a symbolic link, {entry.name} -> {os.readlink(entry.path)}; posbench "
-                                 "does not follow links in a run folder (allowed: regular files and submitit's own "
-                                 "submission links; remove the link or pick another --run-id)")
+            if entry.is_symlink() and not (
+                entry.name.startswith(".submission_file_") and Path(os.path.realpath(entry.path)).parent == real
+            ):
+                raise UnsafeFile(
+                    f"{jobs}: holds a symbolic link, {entry.name} -> {os.readlink(entry.path)}; posbench "
+                    "does not follow links in a run folder (allowed: regular files and submitit's own "
+                    "submission links; remove the link or pick another --run-id)"
+                )
 
 
 def rows_path(run_dir: Path, key: str) -> Path:
@@ -190,8 +221,10 @@ def mark_done(run_dir: Path, key: str, job_id: str, at: str) -> None:
 def finished(run_dir: Path, unit: dict) -> bool:
     """Whether this submission's task of ``unit`` wrote its ``.done``."""
     try:
-        return bool(unit["job_id"]) and json.loads(str(read_regular(done_path(run_dir, unit["key"]), 1 << 16),
-                                                        "utf-8")).get("job_id") == unit["job_id"]
+        return (
+            bool(unit["job_id"])
+            and json.loads(str(read_regular(done_path(run_dir, unit["key"]), 1 << 16), "utf-8")).get("job_id") == unit["job_id"]
+        )
     except (OSError, ValueError, AttributeError, RecursionError):
         return False
 
@@ -227,8 +260,7 @@ def of_submission(row: Optional[dict], unit: dict) -> bool:
 def missing(unit: dict, rows: dict) -> list[tuple[dict, int]]:
     """The unit's submitted (case JSON, round)s without a row of this submission in ``rows``
     ((case id, round) -> latest row)."""
-    return [(case, rnd) for case, rnd in unit["todo"]
-            if not of_submission(rows.get((CaseSpec.from_json(case).id, rnd)), unit)]
+    return [(case, rnd) for case, rnd in unit["todo"] if not of_submission(rows.get((CaseSpec.from_json(case).id, rnd)), unit)]
 
 
 @dataclass(frozen=True)
@@ -253,10 +285,14 @@ class Sweep:
         """The sweep of ``record`` as the folder holds it now. ``warn``: skipped rows are printed."""
         done = frozenset(k for k, u in record["units"].items() if finished(run_dir, u))
         rows = latest_rounds(read_run_rows(run_dir, None if warn else []))
-        landed = {key: [(cid, rnd, rows[(cid, rnd)]) for cid, rnd in
-                        ((CaseSpec.from_json(case).id, rnd) for case, rnd in unit["todo"])
-                        if of_submission(rows.get((cid, rnd)), unit)]
-                  for key, unit in record["units"].items()}
+        landed = {
+            key: [
+                (cid, rnd, rows[(cid, rnd)])
+                for cid, rnd in ((CaseSpec.from_json(case).id, rnd) for case, rnd in unit["todo"])
+                if of_submission(rows.get((cid, rnd)), unit)
+            ]
+            for key, unit in record["units"].items()
+        }
         return cls(run_dir, record, rows, done, landed)
 
     def settle(self, unit: dict, status: str, message: str, info: dict, ask_lock: bool = False) -> bool:

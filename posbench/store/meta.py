@@ -1,5 +1,6 @@
 """``run.json`` (what was run: ``RunMeta``) and ``env.json`` (where it ran), written and read
 within bounds."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,6 @@ RUN_FILE = "run.json"
 RUN_FORMAT = 1  # run.json's own version: bump when its keys change meaning
 # Used when a run was written before run.json existed (format 0): the suites' old default.
 LEGACY_BASELINE = "sinusoidal"
-
-
 
 
 @dataclass
@@ -46,11 +45,21 @@ class RunMeta:
         from posbench import __version__
 
         settings = suite.settings.model_dump() if hasattr(suite.settings, "model_dump") else dict(suite.settings)
-        return cls(suite=suite.name, version=suite.version, task=suite.task_name, baseline=suite.baseline,
-                   methods=list(suite.methods), metrics=list(suite.metrics), settings=settings,
-                   grid={k: list(v) for k, v in suite.grid.items()}, profile=suite.profile, device=device,
-                   run_id=run_id, posbench_version=__version__,
-                   written_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        return cls(
+            suite=suite.name,
+            version=suite.version,
+            task=suite.task_name,
+            baseline=suite.baseline,
+            methods=list(suite.methods),
+            metrics=list(suite.metrics),
+            settings=settings,
+            grid={k: list(v) for k, v in suite.grid.items()},
+            profile=suite.profile,
+            device=device,
+            run_id=run_id,
+            posbench_version=__version__,
+            written_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
 
 
 def write_run_meta(run_dir: str | Path, meta: RunMeta) -> Path:
@@ -75,10 +84,22 @@ def _read_json(path: Path) -> Any:
 
 
 _STR, _LIST_OF_STR = "a string", "a list of strings"
-_META_TYPES = {"suite": _STR, "version": "a whole number", "task": _STR, "baseline": "a string or null",
-               "methods": _LIST_OF_STR, "metrics": _LIST_OF_STR, "settings": "an object",
-               "grid": "an object of lists", "profile": _STR, "device": _STR, "run_id": _STR,
-               "posbench_version": _STR, "written_at": _STR, "format": "a whole number"}
+_META_TYPES = {
+    "suite": _STR,
+    "version": "a whole number",
+    "task": _STR,
+    "baseline": "a string or null",
+    "methods": _LIST_OF_STR,
+    "metrics": _LIST_OF_STR,
+    "settings": "an object",
+    "grid": "an object of lists",
+    "profile": _STR,
+    "device": _STR,
+    "run_id": _STR,
+    "posbench_version": _STR,
+    "written_at": _STR,
+    "format": "a whole number",
+}
 
 
 def _meta_type_ok(key: str, value: Any) -> bool:
@@ -115,8 +136,6 @@ def read_run_meta(run_dir: str | Path) -> Optional[RunMeta]:
         if key in data and not _meta_type_ok(key, data[key]):
             raise RowsError(f"{path}: {key}: expected {kind}, got {type(data[key]).__name__}")
     return RunMeta(**{k: v for k, v in data.items() if k in _META_TYPES})
-
-
 
 
 def read_env(run_dir: str | Path) -> dict:

@@ -7,6 +7,7 @@ This module is the one place that spells those names: ``Row.from_json``/``to_jso
 today's rows unchanged, and readers ask a row for ``spread``, ``by_round``, ``windows``,
 ``by_window`` or ``n_rounds`` instead of building names themselves.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,9 +18,28 @@ from typing import Any, Optional
 from posbench.core.task import SPREAD_SUFFIXES  # _min, _max over windows or rounds; _std over seeds
 
 # Keys of a row, in the order the runner writes them.
-ROW_KEYS = ("case_id", "suite", "task", "method", "params", "status", "message", "metrics", "series",
-            "info", "settings", "device", "profile", "run_id", "started_at", "duration_s", "posbench_version",
-            "git_commit", "traceback", "round")
+ROW_KEYS = (
+    "case_id",
+    "suite",
+    "task",
+    "method",
+    "params",
+    "status",
+    "message",
+    "metrics",
+    "series",
+    "info",
+    "settings",
+    "device",
+    "profile",
+    "run_id",
+    "started_at",
+    "duration_s",
+    "posbench_version",
+    "git_commit",
+    "traceback",
+    "round",
+)
 
 N_ROUNDS = "n_rounds"  # a merged row's count of ok rounds (``posbench.store.run_rows.merge_rounds``)
 
@@ -56,12 +76,24 @@ class Result:
 
     @classmethod
     def from_json(cls, data: dict) -> "Result":
-        return cls(data["status"], data.get("message", ""), data.get("traceback", ""),
-                   data.get("metrics", {}), data.get("series", {}), data.get("info", {}))
+        return cls(
+            data["status"],
+            data.get("message", ""),
+            data.get("traceback", ""),
+            data.get("metrics", {}),
+            data.get("series", {}),
+            data.get("info", {}),
+        )
 
     def to_json(self) -> dict:
-        return {"status": self.status, "message": self.message, "traceback": self.traceback,
-                "metrics": self.metrics, "series": self.series, "info": self.info}
+        return {
+            "status": self.status,
+            "message": self.message,
+            "traceback": self.traceback,
+            "metrics": self.metrics,
+            "series": self.series,
+            "info": self.info,
+        }
 
 
 @dataclass
@@ -93,31 +125,56 @@ class Row:
     present: tuple = ROW_KEYS
 
     @classmethod
-    def of_case(cls, case, result: Result | dict, started: datetime, duration: float, commit: str,
-                round_: int = 1, info: Optional[dict] = None) -> "Row":
+    def of_case(
+        cls,
+        case,
+        result: Result | dict,
+        started: datetime,
+        duration: float,
+        commit: str,
+        round_: int = 1,
+        info: Optional[dict] = None,
+    ) -> "Row":
         """The row of ``case`` (a ``CaseSpec``) that ``result`` ended; ``info`` joins the result's
         (where a pool slot or an array task ran it). The one place rows are built."""
         from posbench import __version__
 
         if isinstance(result, dict):
             result = Result.from_json(result)
-        return cls(case_id=case.id, suite=case.suite, task=case.task, method=case.method, params=case.params,
-                   status=result.status, message=result.message,
-                   metrics=finite_metrics(result.metrics),
-                   series=result.series, info={**(result.info or {}), **info} if info else result.info,
-                   settings=case.settings, device=case.device, profile=case.profile, run_id=case.run_id,
-                   started_at=started.isoformat(timespec="seconds"), duration_s=round(duration, 3),
-                   posbench_version=__version__, git_commit=commit, traceback=result.traceback, round=round_)
+        return cls(
+            case_id=case.id,
+            suite=case.suite,
+            task=case.task,
+            method=case.method,
+            params=case.params,
+            status=result.status,
+            message=result.message,
+            metrics=finite_metrics(result.metrics),
+            series=result.series,
+            info={**(result.info or {}), **info} if info else result.info,
+            settings=case.settings,
+            device=case.device,
+            profile=case.profile,
+            run_id=case.run_id,
+            started_at=started.isoformat(timespec="seconds"),
+            duration_s=round(duration, 3),
+            posbench_version=__version__,
+            git_commit=commit,
+            traceback=result.traceback,
+            round=round_,
+        )
 
     @classmethod
     def from_json(cls, data: dict) -> "Row":
         names = {f.name for f in fields(cls)} - {"extra", "present"}
-        return cls(**{k: v for k, v in data.items() if k in names},
-                   extra={k: v for k, v in data.items() if k not in names}, present=tuple(data))
+        return cls(
+            **{k: v for k, v in data.items() if k in names},
+            extra={k: v for k, v in data.items() if k not in names},
+            present=tuple(data),
+        )
 
     def to_json(self) -> dict:
-        out = {k: getattr(self, k) if k in ROW_KEYS else self.extra[k] for k in self.present
-               if k in ROW_KEYS or k in self.extra}
+        out = {k: getattr(self, k) if k in ROW_KEYS else self.extra[k] for k in self.present if k in ROW_KEYS or k in self.extra}
         return out
 
     # What the names encode, read in one place.
@@ -192,7 +249,8 @@ def set_by_window(series: dict, name: str, values: list) -> None:
 BOUNDED_SERIES = (windows_key(""), by_round_key(""), by_window_key(""))  # lists a reader bounds (``bounds.MAX_WINDOWS``)
 
 
-def make_row(case, result: Result | dict, started: datetime, duration: float, commit: str, round_: int = 1,
-             info: Optional[dict] = None) -> dict:
+def make_row(
+    case, result: Result | dict, started: datetime, duration: float, commit: str, round_: int = 1, info: Optional[dict] = None
+) -> dict:
     """``Row.of_case(...)`` as the JSON object ``cases.jsonl`` stores (``ROW_KEYS`` order)."""
     return Row.of_case(case, result, started, duration, commit, round_, info).to_json()

@@ -6,6 +6,7 @@ line, a torn last line silently; of several rows of a case and round the one sta
 (``latest``); a case's rounds merge into one row (``merge_rounds``: metrics the medians of its ok
 rounds, each round's values and windows beside them). docs/reports.md, docs/measuring-speed.md.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,15 +23,14 @@ CASES_FILE = "cases.jsonl"
 ROWS_DIR = "rows"  # a launched sweep's per-task rows files: rows/<unit>.jsonl
 
 
-
-
 def warn(problem: str) -> None:
     """The one way a skipped line or row is told when the caller collects no ``problems``."""
     print(f"warning: {problem}", file=sys.stderr)
 
 
-def read_rows(path: str | Path, problems: Optional[list[str]] = None,
-              check: Optional[Callable[[dict, str], Any]] = None) -> list[dict]:
+def read_rows(
+    path: str | Path, problems: Optional[list[str]] = None, check: Optional[Callable[[dict, str], Any]] = None
+) -> list[dict]:
     """Every usable row of a ``cases.jsonl`` in file order (``[]`` when there is none yet).
 
     A line that is not UTF-8, not JSON, too long or deep, or not a row (``check_row``, then
@@ -49,8 +49,7 @@ def read_rows(path: str | Path, problems: Optional[list[str]] = None,
             where = f"{path}:{lineno}"
             try:
                 if raw is None:
-                    raise RowsError(f"{where}: longer than {bounds.size_text(bounds.MAX_LINE)}; allowed: lines "
-                                    "up to that")
+                    raise RowsError(f"{where}: longer than {bounds.size_text(bounds.MAX_LINE)}; allowed: lines up to that")
                 try:
                     text = str(raw, "utf-8")
                 except UnicodeDecodeError:
@@ -87,8 +86,9 @@ def rows_files(run_dir: str | Path) -> list[Path]:
     return [run_dir / CASES_FILE] + [folder / n for n in names]
 
 
-def read_run_rows(run_dir: str | Path, problems: Optional[list[str]] = None,
-                  check: Optional[Callable[[dict, str], Any]] = None) -> list[dict]:
+def read_run_rows(
+    run_dir: str | Path, problems: Optional[list[str]] = None, check: Optional[Callable[[dict, str], Any]] = None
+) -> list[dict]:
     """Every usable row of a run folder (``read_rows`` of each of ``rows_files``, in that order):
     the one reader of a run's rows, for resume, report and compare alike. Which row of a case
     counts is ``latest``'s rule (``started_at``), whichever file holds it."""
@@ -208,5 +208,3 @@ def case_rows(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r["ca
 
 def _finite(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
-
-

@@ -5,6 +5,7 @@ A row is appended, flushed and fsynced as its case ends (``append_row``, retried
 ``.lock`` (flock, the holder's PID) keeps a second runner out of the folder; ``rows/<unit>.lock``
 (``UnitLock``) is held by a launched sweep's live array task.
 """
+
 from __future__ import annotations
 
 import errno
@@ -19,7 +20,6 @@ from posbench.core.nofollow import open_nofollow, read_regular
 from posbench.core.outcome import PosbenchError
 from posbench.store.file_stems import file_stem
 from posbench.store.run_rows import ROWS_DIR
-
 
 CHECKED_TAIL = 64 << 20  # a last line without newline up to this size is read to see whether it is whole
 
@@ -89,9 +89,11 @@ def save_row(path: Path, row: dict, retries: tuple[float, ...] = (0.5, 2.0)) -> 
             return
         except OSError as exc:
             if pause is None:
-                raise RowNotSaved(f"cannot write {path}: {exc.strerror or exc}; case {row['case_id']} finished "
-                                  "but its row is not saved: fix the folder, then re-run the same command "
-                                  "(it resumes and runs that case again)") from None
+                raise RowNotSaved(
+                    f"cannot write {path}: {exc.strerror or exc}; case {row['case_id']} finished "
+                    "but its row is not saved: fix the folder, then re-run the same command "
+                    "(it resumes and runs that case again)"
+                ) from None
             time.sleep(pause)
 
 
@@ -117,8 +119,10 @@ def lock_run_dir(run_dir: Path) -> int:
         os.close(fd)
         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise WriteError(f"cannot lock {path}: {exc.strerror or exc}") from None
-        raise RunLocked(f"{run_dir}: the run folder is in use by process {holder} (another bench.py); "
-                        "allowed: wait for it to finish, or pick another --run-id") from None
+        raise RunLocked(
+            f"{run_dir}: the run folder is in use by process {holder} (another bench.py); "
+            "allowed: wait for it to finish, or pick another --run-id"
+        ) from None
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -8,6 +8,7 @@ task packages (here, in ``POSBENCH_TASKS_PATH`` folders, from ``posbench.tasks``
 alone, so a worker imports its own task only. Names starting with ``_`` are test-only and hidden
 from listings.
 """
+
 from __future__ import annotations
 
 from typing import Optional

@@ -3,6 +3,7 @@ extra): the settings (``PretrainedSettings``), the checkpoint opened under the c
 (``open_pretrained``: posbench's recipe applied, k = 0 for the extension task) and its
 evaluation tokens (``pretrained_tokens``). Imports neither torch nor transformers at module level.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -15,11 +16,17 @@ class PretrainedSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    pretrained: Optional[str] = Field(None, description="hf:DIR: evaluate this Hugging Face checkpoint (a folder "
-                                      "written by save_pretrained) instead of training a model (--model hf:DIR; "
-                                      "needs pip install posbench[hf])")
-    passkey_trials: int = Field(5, ge=0, description="pretrained checkpoints: text passkey probes per L_valid "
-                                "(needle depths spread over 0..1; 0: no probe)")
+    pretrained: Optional[str] = Field(
+        None,
+        description="hf:DIR: evaluate this Hugging Face checkpoint (a folder "
+        "written by save_pretrained) instead of training a model (--model hf:DIR; "
+        "needs pip install posbench[hf])",
+    )
+    passkey_trials: int = Field(
+        5,
+        ge=0,
+        description="pretrained checkpoints: text passkey probes per L_valid (needle depths spread over 0..1; 0: no probe)",
+    )
 
     @field_validator("pretrained")
     @classmethod

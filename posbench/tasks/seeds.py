@@ -3,6 +3,7 @@ combined into one row (``combine_metrics``): each metric the mean over seeds, wi
 and its 95% t interval over seeds (``posbench.report.stats.seed_interval``), each seed's value kept
 in the series. docs/suites.md#budgets-and-seeds.
 """
+
 from __future__ import annotations
 
 from posbench.core.task import SEED_CI_SUFFIXES, SPREAD_SUFFIX

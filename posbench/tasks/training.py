@@ -3,6 +3,7 @@ the budget and the optimizer) with its ``TrainConfig``, ``BudgetSettings`` (the 
 ``budget_metrics``, what a row records of it), and ``open_corpus``. Imports no torch:
 validating a suite reads these settings. The trained model itself: ``posbench.engine.train.trained_model``.
 """
+
 from __future__ import annotations
 
 from typing import Literal, Optional, Union
@@ -21,21 +22,27 @@ class CorpusSettings(BaseModel):
     kind: Literal["synthetic", "synthetic-copy", "wikitext", "wikitext-103", "wikitext-2", "text"] = "synthetic"
     path: Optional[str] = Field(None, description="data folder or file; default $POSBENCH_DATA_DIR (--data sets it)")
     level: Optional[Literal["word", "byte"]] = Field(
-        None, description="text: word or byte (default byte); WikiText is word level only (for WikiText bytes use "
-        "kind: text with the folder's files)")
+        None,
+        description="text: word or byte (default byte); WikiText is word level only (for WikiText bytes use "
+        "kind: text with the folder's files)",
+    )
     splits: Optional[dict[str, str]] = Field(None, description="corpus split -> file split, e.g. {train: test}")
     size: Optional[int] = Field(None, ge=1, description="cap on tokens per split (synthetic: training tokens)")
     seed: int = 0
     synthetic: dict[str, Union[int, float]] = Field(
-        default_factory=dict, description="synthetic: vocab, order, branching, jump; synthetic-copy: vocab, "
-        "branching, jump, copy_prob, max_distance, decay")
+        default_factory=dict,
+        description="synthetic: vocab, order, branching, jump; synthetic-copy: vocab, "
+        "branching, jump, copy_prob, max_distance, decay",
+    )
 
     @model_validator(mode="after")
     def _word_level_wikitext(self):
         # Said before anything runs, instead of training a word-level model under "byte".
         if self.kind.startswith("wikitext") and self.level == "byte":
-            raise ValueError(f"corpus: kind {self.kind} is word level only; for bytes use kind: text, "
-                             "path: <folder>, level: byte, splits: {train: test.txt, valid: valid.txt}")
+            raise ValueError(
+                f"corpus: kind {self.kind} is word level only; for bytes use kind: text, "
+                "path: <folder>, level: byte, splits: {train: test.txt, valid: valid.txt}"
+            )
         return self
 
 
@@ -62,20 +69,55 @@ DEFAULT_WARMUP_S = 2.0  # posbench.engine.budget.DEFAULT_WARMUP_S
 
 BUDGET_METRICS = {
     "budget_steps": Metric(title="Budget, steps", unit="steps", doc="the steps budget given", higher_is_better=None, fmt="int"),
-    "budget_tokens": Metric(title="Budget, tokens", unit="tokens", doc="the tokens budget given", higher_is_better=None, fmt="count"),
-    "budget_time_s": Metric(title="Budget, training time", unit="s", doc="the time budget given: each method trains until it is "
-                       "spent on the clock", higher_is_better=None),
-    "budget_flops": Metric(title="Budget, operations", unit="FLOP", doc="the flops budget given (posbench.engine.flops)", higher_is_better=None, fmt="count"),
-    "budget_step_seconds": Metric(title="Warm-up seconds per step", unit="s", doc="time budget: the mean step time its warm-up "
-                             "measured, which set the steps", higher_is_better=None),
-    "budget_warmup_seconds": Metric(title="Warm-up time", unit="s", doc="time budget: seconds the warm-up took (not part of the budget)",
-                               higher_is_better=None),
-    "budget_planned_steps": Metric(title="Warm-up's planned steps", unit="steps", doc="time budget: the steps the warm-up planned; "
-                              "the clock decides the steps reached (train_steps)", higher_is_better=None, fmt="int"),
-    "budget_seconds": Metric(title="Budget time spent", unit="s", doc="time budget: training seconds spent from the budget, measured "
-                        "on the clock (held-out checks excluded); within one step of budget_time_s", higher_is_better=None),
-    "train_flops": Metric(title="Training operations", unit="FLOP", doc="counted operations of the steps trained (posbench.engine.flops)",
-                     higher_is_better=None, fmt="count"),
+    "budget_tokens": Metric(
+        title="Budget, tokens", unit="tokens", doc="the tokens budget given", higher_is_better=None, fmt="count"
+    ),
+    "budget_time_s": Metric(
+        title="Budget, training time",
+        unit="s",
+        doc="the time budget given: each method trains until it is spent on the clock",
+        higher_is_better=None,
+    ),
+    "budget_flops": Metric(
+        title="Budget, operations",
+        unit="FLOP",
+        doc="the flops budget given (posbench.engine.flops)",
+        higher_is_better=None,
+        fmt="count",
+    ),
+    "budget_step_seconds": Metric(
+        title="Warm-up seconds per step",
+        unit="s",
+        doc="time budget: the mean step time its warm-up measured, which set the steps",
+        higher_is_better=None,
+    ),
+    "budget_warmup_seconds": Metric(
+        title="Warm-up time",
+        unit="s",
+        doc="time budget: seconds the warm-up took (not part of the budget)",
+        higher_is_better=None,
+    ),
+    "budget_planned_steps": Metric(
+        title="Warm-up's planned steps",
+        unit="steps",
+        doc="time budget: the steps the warm-up planned; the clock decides the steps reached (train_steps)",
+        higher_is_better=None,
+        fmt="int",
+    ),
+    "budget_seconds": Metric(
+        title="Budget time spent",
+        unit="s",
+        doc="time budget: training seconds spent from the budget, measured "
+        "on the clock (held-out checks excluded); within one step of budget_time_s",
+        higher_is_better=None,
+    ),
+    "train_flops": Metric(
+        title="Training operations",
+        unit="FLOP",
+        doc="counted operations of the steps trained (posbench.engine.flops)",
+        higher_is_better=None,
+        fmt="count",
+    ),
 }
 
 
@@ -89,8 +131,12 @@ def budget_metrics(result) -> dict:
     if b.get("kind"):
         out[f"budget_{b['kind']}"] = b["value"]
     if b.get("kind") == "time_s":
-        out.update(budget_step_seconds=b.get("step_seconds"), budget_warmup_seconds=b.get("warmup_seconds"),
-                   budget_planned_steps=b.get("steps"), budget_seconds=getattr(result, "budget_seconds", None))
+        out.update(
+            budget_step_seconds=b.get("step_seconds"),
+            budget_warmup_seconds=b.get("warmup_seconds"),
+            budget_planned_steps=b.get("steps"),
+            budget_seconds=getattr(result, "budget_seconds", None),
+        )
     return out
 
 
@@ -99,34 +145,57 @@ class BudgetSettings(ModelSettings):
 
     steps: Optional[int] = Field(None, ge=1, description="training budget in optimizer steps ...")
     tokens: Optional[int] = Field(None, ge=1, description="... or in tokens (steps = tokens // (batch_size * L_train))")
-    time_s: Optional[float] = Field(None, gt=0, description="... or in measured training seconds on this device: "
-                                    "each method trains until they are spent (planned from a short warm-up)")
-    flops: Optional[float] = Field(None, gt=0, description="... or in counted training operations "
-                                   "(posbench.engine.flops: the model's matmuls plus the method's position work)")
-    budget_warmup_s: float = Field(DEFAULT_WARMUP_S, gt=0, description="time_s: seconds of timed warm-up steps "
-                                   "the step count is decided from (not part of the budget)")
+    time_s: Optional[float] = Field(
+        None,
+        gt=0,
+        description="... or in measured training seconds on this device: "
+        "each method trains until they are spent (planned from a short warm-up)",
+    )
+    flops: Optional[float] = Field(
+        None,
+        gt=0,
+        description="... or in counted training operations "
+        "(posbench.engine.flops: the model's matmuls plus the method's position work)",
+    )
+    budget_warmup_s: float = Field(
+        DEFAULT_WARMUP_S,
+        gt=0,
+        description="time_s: seconds of timed warm-up steps the step count is decided from (not part of the budget)",
+    )
     seeds: Optional[list[int]] = Field(
-        None, min_length=1, description="train and evaluate one model per seed (weights and batch order); metrics "
+        None,
+        min_length=1,
+        description="train and evaluate one model per seed (weights and batch order); metrics "
         "are the mean, with <metric>_std (sample std), <metric>_seed_lo/_seed_hi (95% t interval over seeds) and "
-        "n_seeds; replaces `seed`")
+        "n_seeds; replaces `seed`",
+    )
 
     @model_validator(mode="after")
     def _one_budget(self):
         given = [k for k in BUDGETS if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one training budget: {', '.join(BUDGETS[:-1])} or {BUDGETS[-1]} "
-                             f"(given: {', '.join(given) or 'none'})")
+            raise ValueError(
+                f"give exactly one training budget: {', '.join(BUDGETS[:-1])} or {BUDGETS[-1]} "
+                f"(given: {', '.join(given) or 'none'})"
+            )
         if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct, got {self.seeds}")
         if self.time_s is not None and self.time_s <= self.budget_warmup_s:
-            raise ValueError(f"time_s {self.time_s:g} is not above the warm-up it is decided from "
-                             f"(budget_warmup_s {self.budget_warmup_s:g}); give a longer time_s or a shorter warm-up")
+            raise ValueError(
+                f"time_s {self.time_s:g} is not above the warm-up it is decided from "
+                f"(budget_warmup_s {self.budget_warmup_s:g}); give a longer time_s or a shorter warm-up"
+            )
         return self
 
     def budget_config(self) -> dict:
         """The budget fields of ``posbench.engine.train.TrainConfig``."""
-        return dict(steps=self.steps, tokens=self.tokens, time_s=self.time_s, flops=self.flops,
-                    warmup_s=self.budget_warmup_s if self.time_s is not None else None)
+        return dict(
+            steps=self.steps,
+            tokens=self.tokens,
+            time_s=self.time_s,
+            flops=self.flops,
+            warmup_s=self.budget_warmup_s if self.time_s is not None else None,
+        )
 
 
 class TrainSettings(BudgetSettings):
@@ -143,5 +212,12 @@ class TrainSettings(BudgetSettings):
         """The ``posbench.engine.train.TrainConfig`` of these settings at ``seq_len``."""
         from posbench.engine.train import TrainConfig
 
-        return TrainConfig(seq_len=seq_len, batch_size=self.batch_size, lr=self.lr, warmup_steps=self.warmup_steps,
-                           precision=self.precision, seed=seed, **self.budget_config())
+        return TrainConfig(
+            seq_len=seq_len,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            warmup_steps=self.warmup_steps,
+            precision=self.precision,
+            seed=seed,
+            **self.budget_config(),
+        )

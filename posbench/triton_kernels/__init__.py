@@ -2,6 +2,7 @@
 
 Importing this package imports torch but not triton: the kernels' modules import it.
 """
+
 from __future__ import annotations
 
 import os

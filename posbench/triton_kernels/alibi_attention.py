@@ -4,6 +4,7 @@ The ``alibi`` method's mathematics (Press, Smith, Lewis 2022), run by the shared
 ``posbench.triton_kernels.fused_attention``; this module checks the inputs and names the ALiBi options.
 Design and limits: docs/kernels.md.
 """
+
 from __future__ import annotations
 
 import torch
@@ -59,7 +60,9 @@ def alibi_attention(
         slopes, use_bias = torch.zeros(q.shape[1], device=q.device), False
     slopes = slopes.detach().to(torch.float32).contiguous()
     spec = fa.BiasSpec(
-        fa.ALIBI if use_bias else fa.NO_BIAS, slopes, pos_scale=pos_scale,
+        fa.ALIBI if use_bias else fa.NO_BIAS,
+        slopes,
+        pos_scale=pos_scale,
         bias_round=bias_dtype == "compute" and q.dtype != torch.float32,  # float32 -> float32 is a no-op
         key_bias=key_bias,
     )

@@ -7,6 +7,7 @@ if a step failed. What each step covers: docs/kernels.md.
 
     python -m posbench.triton_kernels.gpu_check --out results/gpu-check [--dry-run]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,27 +66,91 @@ def steps(py: str, results: Path, report: Path, page: Path) -> list[tuple[str, l
     bench = [py, "bench.py"]
     return [
         ("devices", ["sh", "-c", f"nvidia-smi; {py} -c '{VERSIONS}'"], 15),
-        ("kernel-tests", [py, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow", "tests/triton_kernels/test_alibi_triton.py",
-                          "tests/triton_kernels/test_t5_triton.py", "tests/triton_kernels/test_fox_triton.py",
-                          "tests/tasks/test_kernel_benchmark.py"], 100),
+        (
+            "kernel-tests",
+            [
+                py,
+                "-m",
+                "pytest",
+                "-q",
+                "-x",
+                "-p",
+                "no:cacheprovider",
+                "-m",
+                "not slow",
+                "tests/triton_kernels/test_alibi_triton.py",
+                "tests/triton_kernels/test_t5_triton.py",
+                "tests/triton_kernels/test_fox_triton.py",
+                "tests/tasks/test_kernel_benchmark.py",
+            ],
+            100,
+        ),
         ("conformance", [py, "-c", CONFORMANCE], 60),
         ("flex", [py, "-c", FLEX_CHECK], 40),
-        ("kernels", bench + ["run", "--suite", "kernels", "--profile", "gpu", "--device", "cuda", "--fresh",
-                             "--results", str(results), "--set", "grid.seq_len=[2048]",
-                             "--set", "grid.head_dim=[64]", "--set", "reps=10", "--set", "timeout_s=60", "--quiet"], 70),
+        (
+            "kernels",
+            bench
+            + [
+                "run",
+                "--suite",
+                "kernels",
+                "--profile",
+                "gpu",
+                "--device",
+                "cuda",
+                "--fresh",
+                "--results",
+                str(results),
+                "--set",
+                "grid.seq_len=[2048]",
+                "--set",
+                "grid.head_dim=[64]",
+                "--set",
+                "reps=10",
+                "--set",
+                "timeout_s=60",
+                "--quiet",
+            ],
+            70,
+        ),
         # nope (the floor), the learned and the fixed bias each through FlexAttention and through
         # its fused Triton kernel, and one method that only FlexAttention serves, at one length
-        ("efficiency", bench + ["run", "--suite", "efficiency", "--profile", "gpu", "--device", "cuda", "--fresh",
-                                "--results", str(results), "--methods", EFFICIENCY_METHODS,
-                                "--set", "grid.seq_len=[1024]", "--set", "warmup_steps=2", "--set", "measure_steps=5",
-                                "--set", "windows=1", "--set", "timeout_s=60", "--quiet"], 160),
+        (
+            "efficiency",
+            bench
+            + [
+                "run",
+                "--suite",
+                "efficiency",
+                "--profile",
+                "gpu",
+                "--device",
+                "cuda",
+                "--fresh",
+                "--results",
+                str(results),
+                "--methods",
+                EFFICIENCY_METHODS,
+                "--set",
+                "grid.seq_len=[1024]",
+                "--set",
+                "warmup_steps=2",
+                "--set",
+                "measure_steps=5",
+                "--set",
+                "windows=1",
+                "--set",
+                "timeout_s=60",
+                "--quiet",
+            ],
+            160,
+        ),
         ("report", bench + ["report", str(results), "--out", str(report)], 20),
         ("results-page", [py, "-m", "posbench.cli.docs_results", "--out", str(page), str(results)], 15),
     ]
 
 
-def flex_parity(device: str, dtypes=("float32",), backward: bool = False,
-                shapes=((256, 256), (130, 256))) -> Iterator[str]:
+def flex_parity(device: str, dtypes=("float32",), backward: bool = False, shapes=((256, 256), (130, 256))) -> Iterator[str]:
     """Every bias method's attention through ``FlexPlan`` against the masked-bias reference at
     each (Tq, Tk) of ``shapes``: the output, and with ``backward`` the gradients of q, k, v and
     of the method's parameters. Yields one line per method, dtype, shape and check, as each is done."""
@@ -105,8 +170,7 @@ def flex_parity(device: str, dtypes=("float32",), backward: bool = False,
             method = cls(ModelConfig(d_model=64, n_heads=4, method=name)).to(device)
             for tq, tk in shapes:
                 q_pos, k_pos = torch.arange(tk - tq, tk, device=device), torch.arange(tk, device=device)
-                q, k, v = (torch.randn(2, 4, t, 16, device=device, dtype=dtype, requires_grad=backward)
-                           for t in (tq, tk, tk))
+                q, k, v = (torch.randn(2, 4, t, 16, device=device, dtype=dtype, requires_grad=backward) for t in (tq, tk, tk))
                 form = method.bias_form(dtype)
                 with torch.set_grad_enabled(backward):
                     out = plans.FlexPlan(method, form, q_pos, k_pos, dtype).attend(q, k, v)
@@ -118,18 +182,26 @@ def flex_parity(device: str, dtypes=("float32",), backward: bool = False,
                     grad = torch.randn_like(out)
                     got = torch.autograd.grad(out, inputs, grad, allow_unused=True)
                     want = torch.autograd.grad(ref, inputs, grad, allow_unused=True)
-                    what += [(f"grad{i}", (a.float() - b.float()).abs().max().item())
-                             for i, (a, b) in enumerate(zip(got, want)) if a is not None and b is not None]
+                    what += [
+                        (f"grad{i}", (a.float() - b.float()).abs().max().item())
+                        for i, (a, b) in enumerate(zip(got, want))
+                        if a is not None and b is not None
+                    ]
                 for check, e in what:
                     ok = e <= tol[dtype] * (1 + 10 * (check != "out"))
-                    yield (f"{name} {str(dtype).removeprefix('torch.')} Tq={tq} Tk={tk} {check}: "
-                           f"{e:.2e}{'' if ok else ' FAILED'}")
+                    yield (
+                        f"{name} {str(dtype).removeprefix('torch.')} Tq={tq} Tk={tk} {check}: {e:.2e}{'' if ok else ' FAILED'}"
+                    )
 
 
 def run(out: Path, py: str, only: set[str] | None = None) -> int:
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "0",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     lines = ["# gpu-check", "", "| step | status | seconds | log |", "|---|---|---|---|"]
     failed = 0
     for name, cmd, limit in steps(py, out / "results", out / "report", out / "docs-results"):
@@ -151,8 +223,14 @@ def run(out: Path, py: str, only: set[str] | None = None) -> int:
     tests = _log_lines(logs / "kernel-tests.log")
     lines += ["", "## kernel tests (compiled)", "", *(tests[-1:] or ["(no output)"])]
     lines += ["", "## Conformance of the fused kernels' methods", "", "```", *_log_lines(logs / "conformance.log")[-60:], "```"]
-    lines += ["", "## FlexAttention against the masked bias (forward and backward)", "", "```",
-              *_log_lines(logs / "flex.log")[-80:], "```"]
+    lines += [
+        "",
+        "## FlexAttention against the masked bias (forward and backward)",
+        "",
+        "```",
+        *_log_lines(logs / "flex.log")[-80:],
+        "```",
+    ]
     (out / "gpu-check.md").write_text("\n".join(lines) + "\n")
     print(f"report: {out / 'gpu-check.md'}")
     return 1 if failed else 0

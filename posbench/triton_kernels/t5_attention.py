@@ -4,6 +4,7 @@ The ``t5_bias`` method's mathematics (Raffel et al. 2020): each tile computes it
 indices and reads the (buckets, H) table, so no T^2 bias is stored; the backward pass returns the
 table's gradient. Kernels in ``posbench.triton_kernels.fused_attention``; design in docs/kernels.md.
 """
+
 from __future__ import annotations
 
 import torch

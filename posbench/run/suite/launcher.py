@@ -5,6 +5,7 @@ It may stand at the top of a suite file, in a profile (its keys override the sui
 what is measured, so it is not part of the run id: the same sweep submitted to another partition
 lands in the same run folder and resumes.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -22,11 +23,16 @@ class Launcher(BaseModel):
     qos: Optional[str] = Field(None, description="quality of service (sbatch --qos)")
     constraint: Optional[str] = Field(None, description="node features (sbatch --constraint)")
     time_min: int = Field(240, ge=1, description="time limit of one array task (one unit), minutes")
-    gpus_per_task: Optional[int] = Field(None, ge=0, description="GPUs per array task; default: a case's nproc on "
-                                         "CUDA (a multi-GPU case runs torchrun inside its task), 0 on a CPU")
+    gpus_per_task: Optional[int] = Field(
+        None,
+        ge=0,
+        description="GPUs per array task; default: a case's nproc on "
+        "CUDA (a multi-GPU case runs torchrun inside its task), 0 on a CPU",
+    )
     cpus_per_task: Optional[int] = Field(None, ge=1, description="CPU cores per array task (sbatch --cpus-per-task)")
     mem_gb: Optional[float] = Field(None, gt=0, description="memory per array task, GiB (sbatch --mem)")
-    array_parallelism: int = Field(64, ge=1, description="array tasks running at once (sbatch --array ...%N); "
-                                   "the local launcher starts at most this many")
+    array_parallelism: int = Field(
+        64, ge=1, description="array tasks running at once (sbatch --array ...%N); the local launcher starts at most this many"
+    )
     setup: list[str] = Field(default_factory=list, description="shell lines run before each task (module load ...)")
     additional: dict[str, str] = Field(default_factory=dict, description="other sbatch options, e.g. {exclude: node3}")

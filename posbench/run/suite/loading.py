@@ -3,6 +3,7 @@ profile and ``--set`` into a ``Suite`` that holds its task, expand the cases. La
 (``yaml_reader``), the file's shape (``SuiteFile``), the task's ``Settings`` and ``Params``, the
 method registry and ``method_options``; every problem is one ``SuiteError`` line.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -13,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
-from posbench.core.builtin import builtin_dir
 from posbench import tasks
+from posbench.core.builtin import builtin_dir
 from posbench.core.case import CaseSpec
 from posbench.core.task import ModelSettings, Task
 from posbench.run.suite.launcher import Launcher
@@ -37,8 +37,9 @@ class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     description: str = ""
-    methods: Optional[list[str]] = Field(None, min_length=1, description="replaces the suite's methods "
-                                         "(`all`: every registered method)")
+    methods: Optional[list[str]] = Field(
+        None, min_length=1, description="replaces the suite's methods (`all`: every registered method)"
+    )
     settings: dict[str, Any] = Field(default_factory=dict, description="overrides of the suite's settings")
     grid: Optional[dict[str, Annotated[list[Scalar], Field(min_length=1)]]] = Field(
         None, min_length=1, description="replaces the suite's grid axes it names"
@@ -63,8 +64,11 @@ class SuiteFile(BaseModel):
     )
     settings: dict[str, Any] = Field(default_factory=dict, description="validated against the task's Settings")
     profiles: dict[str, Profile] = Field(default_factory=dict, description="e.g. cpu, gpu")
-    launcher: dict[str, Any] = Field(default_factory=dict, description="--launcher slurm: where and how long each "
-                                     "array task runs (posbench.run.suite.launcher.Launcher); not in the run id")
+    launcher: dict[str, Any] = Field(
+        default_factory=dict,
+        description="--launcher slurm: where and how long each "
+        "array task runs (posbench.run.suite.launcher.Launcher); not in the run id",
+    )
 
 
 @dataclass
@@ -130,8 +134,6 @@ def _parse(text: str, where: str) -> tuple[Any, KeyLines]:
     return data, KeyLines(node)
 
 
-
-
 def find(ref: str | Path) -> Path:
     """A suite by name (``NAME`` -> suites/NAME.yaml) or by path."""
     path = Path(ref)
@@ -183,8 +185,13 @@ def load(ref: str | Path) -> Loaded:
     data, lines = _parse(text, where)
     _method_group_as_list(data)
     if not isinstance(data, dict):
-        raise error_at(where, lines, (), f"the file must be a mapping, got {type(data).__name__}", "a mapping of suite keys: "
-                    + ", ".join(SuiteFile.model_fields))
+        raise error_at(
+            where,
+            lines,
+            (),
+            f"the file must be a mapping, got {type(data).__name__}",
+            "a mapping of suite keys: " + ", ".join(SuiteFile.model_fields),
+        )
     bad = bad_number(data)
     if bad:
         raise error_at(where, lines, *bad)
@@ -228,8 +235,9 @@ def _check_task(loaded: Loaded):
     try:
         return tasks.get(loaded.file.task)
     except KeyError:
-        raise error_at(display_path(loaded.path), loaded.lines, ("task",), f"unknown task {loaded.file.task!r}",
-                    ", ".join(tasks.names())) from None
+        raise error_at(
+            display_path(loaded.path), loaded.lines, ("task",), f"unknown task {loaded.file.task!r}", ", ".join(tasks.names())
+        ) from None
 
 
 def _check_methods(loaded: Loaded, task: Optional[Task] = None) -> None:
@@ -244,8 +252,7 @@ def _check_methods(loaded: Loaded, task: Optional[Task] = None) -> None:
     unknown = [m for m in f.metrics if m not in loaded.task.METRICS]
     if unknown:
         i = f.metrics.index(unknown[0])
-        raise error_at(where, loaded.lines, ("metrics", i), f"unknown metric {unknown[0]!r}",
-                    ", ".join(loaded.task.METRICS))
+        raise error_at(where, loaded.lines, ("metrics", i), f"unknown metric {unknown[0]!r}", ", ".join(loaded.task.METRICS))
 
 
 def _check_method_list(loaded: Loaded, names: list[str], prefix: tuple, own) -> None:
@@ -286,16 +293,18 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise SuiteError(f"--set {item}: <key>: expected key=value; allowed: a settings key, grid.<axis> "
-                             "or model_overrides.<field>")
+            raise SuiteError(
+                f"--set {item}: <key>: expected key=value; allowed: a settings key, grid.<axis> or model_overrides.<field>"
+            )
         if len(value) > MAX_FILE_BYTES:
             raise SuiteError(f"--set {key}: {key}: value of {len(value)} characters; allowed: at most {MAX_FILE_BYTES}")
         try:
             parsed = load_yaml(value)[0] if value.strip() else ""
         except YamlProblem as p:
             if p.key == "<yaml>":
-                raise SuiteError(f"--set {item}: {key}: value is not YAML ({p.problem}); "
-                                 f"allowed: a YAML scalar, [list] or {{mapping}}") from None
+                raise SuiteError(
+                    f"--set {item}: {key}: value is not YAML ({p.problem}); allowed: a YAML scalar, [list] or {{mapping}}"
+                ) from None
             raise SuiteError(f"--set {key}: {key}.{p.key}: {p.problem}; allowed: {p.allowed}") from None
         bad = bad_number(parsed)
         if bad:
@@ -311,8 +320,9 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
     """Apply ``profile`` (or none: ``default``) and ``--set`` overrides, validate, return a Suite."""
     f, where, lines, task = loaded.file, display_path(loaded.path), loaded.lines, loaded.task
     if profile != DEFAULT_PROFILE and profile not in f.profiles:
-        raise SuiteError(f"{where}: profiles: no profile {profile!r}; allowed: "
-                         f"{', '.join(list(f.profiles) or ['(none defined)'])}")
+        raise SuiteError(
+            f"{where}: profiles: no profile {profile!r}; allowed: {', '.join(list(f.profiles) or ['(none defined)'])}"
+        )
     prof = f.profiles.get(profile, Profile())
     # Each settings key remembers where its value came from, so an error points at that line.
     merged: dict[str, Any] = {}
@@ -333,14 +343,14 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
         launcher[key], launcher_source[key] = value, ("profiles", profile, "launcher", key)
     for key, value in (sets or {}).items():
         if key.startswith("launcher."):
-            launcher[key[len("launcher."):]], launcher_source[key[len("launcher."):]] = value, ("--set", key)
+            launcher[key[len("launcher.") :]], launcher_source[key[len("launcher.") :]] = value, ("--set", key)
         elif key.startswith("grid."):
-            axis = key[len("grid."):]
+            axis = key[len("grid.") :]
             grid[axis] = value if isinstance(value, list) else [value]
             grid_source[axis] = ("--set", key)
         elif key.startswith("model_overrides.") and key.count(".") == 1:
             # one field of the model on top of the suite's overrides: --set model_overrides.n_kv_heads=2
-            field = key[len("model_overrides."):]
+            field = key[len("model_overrides.") :]
             merged["model_overrides"] = {**(merged.get("model_overrides") or {}), field: value}
             source["model_overrides"] = ("--set", key)
         else:
@@ -348,8 +358,7 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
 
     def fail(path: tuple, problem: str, allowed: str) -> SuiteError:
         if path and path[0] == "--set":
-            return SuiteError(f"--set {path[1]}: {key_name(path[1:])}: {problem}; "
-                              f"allowed: {allowed}")
+            return SuiteError(f"--set {path[1]}: {key_name(path[1:])}: {problem}; allowed: {allowed}")
         return error_at(where, lines, path, problem, allowed)
 
     def validated(model, values: dict, sources: dict, block: str):
@@ -368,9 +377,20 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
     _check_grid(grid, grid_source, task.Params, fail)
     _check_across(settings, source, grid, grid_source, list(f.methods), task, fail)
     return Suite(
-        path=loaded.path, name=f.name, description=f.description, version=f.version, task_name=f.task,
-        methods=expand_methods(prof.methods or f.methods, task), baseline=f.baseline, metrics=list(f.metrics), grid=grid,
-        settings=settings, profile=profile, task=task, profiles=list(f.profiles), launcher=launch,
+        path=loaded.path,
+        name=f.name,
+        description=f.description,
+        version=f.version,
+        task_name=f.task,
+        methods=expand_methods(prof.methods or f.methods, task),
+        baseline=f.baseline,
+        metrics=list(f.metrics),
+        grid=grid,
+        settings=settings,
+        profile=profile,
+        task=task,
+        profiles=list(f.profiles),
+        launcher=launch,
     )
 
 
@@ -398,17 +418,18 @@ def _check_grid(grid: dict, source: dict, params: type, fail) -> None:
         raise fail(("grid",), f"missing grid axis {missing[0]!r}", ", ".join(fields))
 
 
-
-def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: dict, methods: list[str], task,
-                  fail) -> None:
+def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: dict, methods: list[str], task, fail) -> None:
     """Checks that need several keys at once (each field alone passed its own bounds), so that
     no such mistake waits for a worker to find it."""
     if "tokens_per_step" in type(settings).model_fields:
         tokens = settings.tokens_per_step
         for i, seq_len in enumerate(grid.get("seq_len", [])):
             if seq_len > tokens:  # the batch (tokens_per_step // seq_len) would be empty
-                raise fail(grid_source["seq_len"] + (i,), f"seq_len {seq_len} is longer than tokens_per_step {tokens}",
-                           f"seq_len <= tokens_per_step ({tokens}), or a larger tokens_per_step")
+                raise fail(
+                    grid_source["seq_len"] + (i,),
+                    f"seq_len {seq_len} is longer than tokens_per_step {tokens}",
+                    f"seq_len <= tokens_per_step ({tokens}), or a larger tokens_per_step",
+                )
     if not isinstance(settings, ModelSettings):
         return
     if settings.model_overrides:
@@ -418,21 +439,24 @@ def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: di
             model_config(settings.model, **settings.model_overrides)
         except (ValueError, TypeError) as exc:
             problem, _, allowed = str(exc).removeprefix("model config: ").partition("; allowed: ")
-            raise fail(source.get("model_overrides", ("settings", "model_overrides")), problem,
-                       allowed or "overrides that give a valid model (positive sizes, d_model divisible by n_heads)") from None
+            raise fail(
+                source.get("model_overrides", ("settings", "model_overrides")),
+                problem,
+                allowed or "overrides that give a valid model (positive sizes, d_model divisible by n_heads)",
+            ) from None
     options = settings.method_options
     if options and not task.own_methods:
         base = source.get("method_options", ("settings", "method_options"))
         for method, opts in options.items():
             if method not in methods:
-                raise fail(base + (method,), f"options for {method!r}, which is not in methods",
-                           ", ".join(methods))
+                raise fail(base + (method,), f"options for {method!r}, which is not in methods", ", ".join(methods))
             allowed = constructor_options(method)
             if allowed is None:
                 continue  # the constructor takes any keyword
             for option in opts:
                 if option not in allowed:
-                    raise fail(base + (method, option), f"{method} takes no option {option!r}",
-                               ", ".join(allowed) or f"none ({method} takes no options)")
-
-
+                    raise fail(
+                        base + (method, option),
+                        f"{method} takes no option {option!r}",
+                        ", ".join(allowed) or f"none ({method} takes no options)",
+                    )

@@ -4,6 +4,7 @@ Read from the method's source file with ``ast`` when it says (validation imports
 runs none of the method's code); only when the source does not say (a base class other than
 ``PositionMethod`` with no ``__init__`` of its own) is the class imported and its signature read.
 """
+
 from __future__ import annotations
 
 import ast
@@ -46,6 +47,9 @@ def constructor_options(method: str) -> list[str] | None:
     params = inspect.signature(discovery.get(method).__init__).parameters  # imports the method file
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return None
-    return [p for p in params if p not in ("self", "cfg")
-            and params[p].kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-
+    return [
+        p
+        for p in params
+        if p not in ("self", "cfg")
+        and params[p].kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]

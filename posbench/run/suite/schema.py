@@ -3,6 +3,7 @@
 Built from the pydantic models: ``SuiteFile`` for the file, and each public task's ``Settings``
 and ``Params`` for its ``settings`` and ``grid`` (see ``schema``).
 """
+
 from __future__ import annotations
 
 from posbench import tasks
@@ -25,8 +26,10 @@ def schema() -> dict:
     defs = out.setdefault("$defs", {})
     # `methods: all` (the group, not a list) is read as [all] before validation (_method_group_as_list)
     group = {"const": "all", "description": "every registered method (or every variant of the task)"}
-    out["properties"]["methods"] = {"anyOf": [out["properties"]["methods"], group],
-                                    "description": out["properties"]["methods"].get("description", "")}
+    out["properties"]["methods"] = {
+        "anyOf": [out["properties"]["methods"], group],
+        "description": out["properties"]["methods"].get("description", ""),
+    }
     defs["Profile"]["properties"]["methods"]["anyOf"].append(group)
     # `launcher:` is read as a dict and validated by Launcher once a profile and --set are merged
     # in (loading.resolve); the schema names its keys, so a misspelt one is flagged as typed too.
@@ -34,8 +37,10 @@ def schema() -> dict:
     ref = {"$ref": "#/$defs/Launcher"}
     out["properties"]["launcher"] = {**ref, "description": out["properties"]["launcher"].get("description", "")}
     profile_launcher = defs["Profile"]["properties"]["launcher"]
-    defs["Profile"]["properties"]["launcher"] = {"anyOf": [ref, {"type": "null"}],
-                                                 "description": profile_launcher.get("description", "")}
+    defs["Profile"]["properties"]["launcher"] = {
+        "anyOf": [ref, {"type": "null"}],
+        "description": profile_launcher.get("description", ""),
+    }
     branches = []
     for name in tasks.names():
         task = tasks.get(name)
@@ -44,19 +49,26 @@ def schema() -> dict:
         defs[f"{name}.Settings"] = settings
         defs[f"{name}.Params"] = params
         defs[f"{name}.SuiteSettings"] = {
-            "title": f"{name} settings", "type": "object", "properties": settings["properties"],
+            "title": f"{name} settings",
+            "type": "object",
+            "properties": settings["properties"],
             "additionalProperties": False,
-            "description": f"settings of the {name} task (a suite's, or a profile's overrides)"}
+            "description": f"settings of the {name} task (a suite's, or a profile's overrides)",
+        }
         defs[f"{name}.Grid"] = {
-            "title": f"{name} grid", "type": "object", "additionalProperties": False,
-            "properties": {axis: {"type": "array", "minItems": 1, "items": spec}
-                           for axis, spec in params["properties"].items()},
-            "description": f"grid axes of the {name} task: {', '.join(params['properties'])}"}
+            "title": f"{name} grid",
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {axis: {"type": "array", "minItems": 1, "items": spec} for axis, spec in params["properties"].items()},
+            "description": f"grid axes of the {name} task: {', '.join(params['properties'])}",
+        }
         own = {"settings": {"$ref": f"#/$defs/{name}.SuiteSettings"}, "grid": {"$ref": f"#/$defs/{name}.Grid"}}
-        branches.append({
-            "if": {"properties": {"task": {"const": name}}, "required": ["task"]},
-            "then": {"properties": {**own, "profiles": {"additionalProperties": {"properties": own}}}},
-        })
+        branches.append(
+            {
+                "if": {"properties": {"task": {"const": name}}, "required": ["task"]},
+                "then": {"properties": {**own, "profiles": {"additionalProperties": {"properties": own}}}},
+            }
+        )
     out["allOf"] = branches
     return out
 

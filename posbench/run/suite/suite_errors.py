@@ -5,6 +5,7 @@ that line, with the line of the offending key (``KeyLines``, from the YAML node 
 the line a user should edit). ``describe`` turns one pydantic error into (problem, allowed);
 ``error_at`` builds the line; ``check_name`` refuses folder names that would leave ``results/``.
 """
+
 from __future__ import annotations
 
 import re
@@ -102,8 +103,15 @@ def describe(err: dict, model: type, loc: tuple) -> tuple[str, str]:
         return problem, _EXPECTED[kind]
     for bound in ("ge", "gt", "le", "lt", "min_length", "max_length", "pattern"):
         if bound in ctx:
-            sign = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<", "min_length": "length >=",
-                    "max_length": "length <=", "pattern": "matching"}[bound]
+            sign = {
+                "ge": ">=",
+                "gt": ">",
+                "le": "<=",
+                "lt": "<",
+                "min_length": "length >=",
+                "max_length": "length <=",
+                "pattern": "matching",
+            }[bound]
             return problem, f"{sign} {ctx[bound]}"
     return problem, "see `bench.py schema`"
 

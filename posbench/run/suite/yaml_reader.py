@@ -3,6 +3,7 @@ can cost (size, nodes after alias expansion, integer digits, depth), duplicate a
 keys refused. Problems are ``YamlProblem``; ``KeyLines`` finds a key's line for later messages;
 ``bad_number`` refuses non-finite floats and integers beyond 64 bits.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,6 +16,7 @@ MAX_NODES = 100_000  # YAML nodes after every alias is expanded
 MAX_INT_DIGITS = 30  # a 64-bit integer has at most 20 digits; longer ones are refused unparsed
 INT_LIMIT = 2**63  # integers must fit in a signed 64-bit int (seeds, sizes)
 MERGE_TAG = "tag:yaml.org,2002:merge"
+
 
 class YamlProblem(Exception):
     """A problem found while reading YAML: (1-based line, key, problem, allowed)."""
@@ -46,16 +48,19 @@ class SuiteLoader(_SafeLoader):
                 raise YamlProblem(line, "<yaml>", f"a {kind} used as a mapping key", "plain keys such as seq_len")
             key = self.construct_object(key_node, deep=True)
             if key in seen:
-                raise YamlProblem(line, str(key), f"duplicate key (first at line {seen[key]})",
-                                  "each key once per mapping")
+                raise YamlProblem(line, str(key), f"duplicate key (first at line {seen[key]})", "each key once per mapping")
             seen[key] = line
         return super().construct_mapping(node, deep)
 
     def construct_yaml_int(self, node):
         digits = node.value.replace("_", "").lstrip("+-")
         if len(digits) > MAX_INT_DIGITS:
-            raise YamlProblem(node.start_mark.line + 1, "<yaml>", f"an integer of {len(digits)} digits",
-                              f"integers of at most {MAX_INT_DIGITS} digits")
+            raise YamlProblem(
+                node.start_mark.line + 1,
+                "<yaml>",
+                f"an integer of {len(digits)} digits",
+                f"integers of at most {MAX_INT_DIGITS} digits",
+            )
         return super().construct_yaml_int(node)
 
 
@@ -74,8 +79,12 @@ def _expanded_size(root) -> int:
         if key in memo:
             return memo[key]
         if key in active:
-            raise YamlProblem(node.start_mark.line + 1, "<yaml>", "an alias refers to a node that contains it",
-                              "aliases of complete, non-recursive nodes")
+            raise YamlProblem(
+                node.start_mark.line + 1,
+                "<yaml>",
+                "an alias refers to a node that contains it",
+                "aliases of complete, non-recursive nodes",
+            )
         active.add(key)
         total = 1
         if isinstance(node, yaml.MappingNode):
@@ -129,9 +138,12 @@ def load_yaml(text: str) -> tuple[Any, Any]:
         if node is None:
             return None, None
         if _expanded_size(node) > MAX_NODES:
-            raise YamlProblem(node.start_mark.line + 1, "<yaml>",
-                              f"aliases expand to more than {MAX_NODES} nodes",
-                              "aliases that keep the expanded document small (an alias bomb is refused)")
+            raise YamlProblem(
+                node.start_mark.line + 1,
+                "<yaml>",
+                f"aliases expand to more than {MAX_NODES} nodes",
+                "aliases that keep the expanded document small (an alias bomb is refused)",
+            )
         return loader.construct_document(node), node
     except RecursionError:  # composing, counting or constructing a deeply nested document
         raise YamlProblem(1, "<yaml>", "nesting too deep", "a few levels of mappings and lists") from None
@@ -139,10 +151,10 @@ def load_yaml(text: str) -> tuple[Any, Any]:
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
         if "nesting depth" in problem:  # libyaml's own limit (PyYAML 6.0.4 on): the same refusal
-            raise YamlProblem(mark.line + 1 if mark else 1, "<yaml>", "nesting too deep",
-                              "a few levels of mappings and lists") from None
-        raise YamlProblem(mark.line + 1 if mark else 1, "<yaml>", f"invalid YAML: {problem}",
-                          "YAML 1.1 syntax") from None
+            raise YamlProblem(
+                mark.line + 1 if mark else 1, "<yaml>", "nesting too deep", "a few levels of mappings and lists"
+            ) from None
+        raise YamlProblem(mark.line + 1 if mark else 1, "<yaml>", f"invalid YAML: {problem}", "YAML 1.1 syntax") from None
     except yaml.YAMLError as exc:  # e.g. a character YAML does not allow; no mark to point at
         raise YamlProblem(1, "<yaml>", f"invalid YAML: {' '.join(str(exc).split())}", "YAML 1.1 syntax") from None
     finally:
@@ -166,5 +178,3 @@ def bad_number(value: Any, path: tuple = ()) -> tuple[tuple, str, str] | None:
         if bad:
             return bad
     return None
-
-

@@ -3,6 +3,7 @@ times the decode task's greedy steps with a KV cache (``generation``) on its own
 target length, in several repeats, so the frontier can put quality beside what serving at that
 length costs and how much that cost moved between repeats.
 """
+
 from __future__ import annotations
 
 import statistics

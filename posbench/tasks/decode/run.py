@@ -1,5 +1,6 @@
 """One decode case: a (B, C) prompt prefilled into the KV cache, then ``decode_tokens`` greedy
 steps, each timed, over warm-up and measured repeats."""
+
 from __future__ import annotations
 
 import statistics
@@ -14,9 +15,9 @@ from posbench.engine import compiled
 def run(case) -> dict:
     import torch
 
-    from posbench.tasks.decode.generation import decode_step, greedy, kv_cache_bytes, last_position_only, prefill
-    from posbench.engine.timing import make_device, summarize
     from posbench.core.model import TransformerLM
+    from posbench.engine.timing import make_device, summarize
+    from posbench.tasks.decode.generation import decode_step, greedy, kv_cache_bytes, last_position_only, prefill
 
     s, p = case.settings, case.params
     device = torch.device(case.device)
@@ -88,8 +89,12 @@ def run(case) -> dict:
         metrics[f"peak_mem_{phase}_bytes"] = max(allocated) if allocated else None
         metrics[f"peak_mem_{phase}_reserved_bytes"] = max(reserved) if reserved else None
     series = {"ttft_ms_repeats": ttft, "tpot_ms_steps": tpot, "decode_wps_repeats": decode_wps}
-    info = {**model.info(device, dtype), "timing": _timing_note(dev.kind, s), "weights": f"model.to({s.dtype})",
-            "compile": compiled.describe(mode, s.compile)}
+    info = {
+        **model.info(device, dtype),
+        "timing": _timing_note(dev.kind, s),
+        "weights": f"model.to({s.dtype})",
+        "compile": compiled.describe(mode, s.compile),
+    }
     if s.compile:
         info["compile_graph_breaks"] = str(compiled.graph_breaks() - graph_breaks)
     return {"metrics": metrics, "series": series, "info": info}
@@ -97,5 +102,7 @@ def run(case) -> dict:
 
 def _timing_note(kind: str, s) -> str:
     clock = "CUDA events per step after a synchronize" if kind == "cuda" else "time.perf_counter per step"
-    return (f"{clock}; {s.warmup_repeats} warm-up repeat(s), then {s.repeats} repeat(s) of 1 prefill + "
-            f"{s.decode_tokens} decode steps; medians over repeats (TTFT) and over all measured steps (TPOT)")
+    return (
+        f"{clock}; {s.warmup_repeats} warm-up repeat(s), then {s.repeats} repeat(s) of 1 prefill + "
+        f"{s.decode_tokens} decode steps; medians over repeats (TTFT) and over all measured steps (TPOT)"
+    )

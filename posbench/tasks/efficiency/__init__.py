@@ -3,6 +3,7 @@ paper's Table 1 / Figure 1), one case per process or every method of a grid poin
 with alternating windows (``pairing: windows``), each table cell also as a ratio to ``nope``, the
 floor. Details: docs/tasks/efficiency.md.
 """
+
 from posbench.tasks.efficiency.task import TASK
 
 __all__ = ["TASK"]

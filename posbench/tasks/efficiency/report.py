@@ -6,6 +6,7 @@ The floor's ratios are formed exactly as the baseline's (``posbench.report.table
 ``nope`` as the baseline: paired windows or rounds, a bootstrap interval) and added to each cell in
 square brackets: ``25.8k (0.99x ±0.01) [1.02x ±0.01]``. docs/tasks/efficiency.md.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
@@ -24,8 +25,9 @@ TASK_NAME = "efficiency"  # the rows' task (task.py registers the task under thi
 FLOOR = "nope"
 
 
-def floor_tables(runs, baseline: Optional[str] = None, column: str = REPORT_COLUMN,
-                 metrics: Optional[list[str]] = None, floor: str = FLOOR) -> list[Table]:
+def floor_tables(
+    runs, baseline: Optional[str] = None, column: str = REPORT_COLUMN, metrics: Optional[list[str]] = None, floor: str = FLOOR
+) -> list[Table]:
     """``metric_tables`` of the efficiency rows in ``runs`` with the ratio to ``floor`` in every cell
     (``add_floor``)."""
     from posbench.report.table import metric_tables
@@ -61,8 +63,10 @@ def add_floor(table: Table, against: Optional[Table], floor: str = FLOOR) -> Non
         low, high = found.ratio_interval if found.ratio_interval is not None else (None, None)
         kept[f"{key[0]}@{key[1]}"] = [found.ratio, low, high]
     table.extra["floor"], table.extra["floor_ratios"] = floor, kept
-    table.caption += (f" In square brackets: ratio to {floor}, the floor (the same model with no position work), "
-                      "formed as the ratio to the baseline.")
+    table.caption += (
+        f" In square brackets: ratio to {floor}, the floor (the same model with no position work), "
+        "formed as the ratio to the baseline."
+    )
 
 
 def summary_tables(runs) -> list[Table]:

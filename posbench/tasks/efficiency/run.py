@@ -3,6 +3,7 @@ warmed up and timed in windows, with peak memory and energy; or every method of 
 process with alternating windows (``run_group``, ``pairing: windows``). Data parallel, pairing and
 the memory probe: docs/tasks/efficiency.md.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -14,9 +15,15 @@ from posbench.engine import compiled, tracking
 # suite imports this module (through the task's declaration), and `bench.py validate` must not wait for torch.
 
 # Metrics a paired-windows row takes from the method's own memory process (``memory_probe``).
-MEMORY_METRICS = ("peak_mem_train_bytes", "peak_mem_train_reserved_bytes", "peak_mem_eval_bytes",
-                  "peak_mem_eval_reserved_bytes", "peak_mem_train_bytes_mean", "peak_mem_eval_bytes_mean",
-                  "mem_base_bytes")
+MEMORY_METRICS = (
+    "peak_mem_train_bytes",
+    "peak_mem_train_reserved_bytes",
+    "peak_mem_eval_bytes",
+    "peak_mem_eval_reserved_bytes",
+    "peak_mem_train_bytes_mean",
+    "peak_mem_eval_bytes_mean",
+    "mem_base_bytes",
+)
 
 
 def _batch_size(s, L: int) -> int:
@@ -46,8 +53,8 @@ class Bench:
     def __init__(self, case, batches: list, device, dtype):
         import torch
 
-        from posbench.engine import distributed
         from posbench.core.model import TransformerLM
+        from posbench.engine import distributed
 
         s = case.settings
         torch.manual_seed(s.seed)  # every method starts from the same seed
@@ -145,17 +152,29 @@ def run(case) -> dict:
     tracker = tracking.for_case(case)  # words/s and loss per window, logged after its clock stopped
     first = tracker.next_step()  # a later round (its own process) goes on from the earlier rounds' windows
     tokens = batch * L
-    metrics = {"n_params": model.num_parameters(), "batch_size": batch, "tokens_per_step": tokens,
-               "threads": torch.get_num_threads(), "mem_base_bytes": dev.in_use(),
-               "world_size": distributed.world_size()}
+    metrics = {
+        "n_params": model.num_parameters(),
+        "batch_size": batch,
+        "tokens_per_step": tokens,
+        "threads": torch.get_num_threads(),
+        "mem_base_bytes": dev.in_use(),
+        "world_size": distributed.world_size(),
+    }
     series = {}
 
     # --- evaluation -------------------------------------------------------------------------
     model.eval()
     bench.compile_now("eval", dev)
     with compiled.no_recompile(s.compile):
-        eval_s, energy = _phase(dev, bench.eval_step, s, nvml, handle, steps=s.eval_steps,
-                                log=lambda w, sec: tracker.window("eval", first + w, tokens * s.eval_steps / sec))
+        eval_s, energy = _phase(
+            dev,
+            bench.eval_step,
+            s,
+            nvml,
+            handle,
+            steps=s.eval_steps,
+            log=lambda w, sec: tracker.window("eval", first + w, tokens * s.eval_steps / sec),
+        )
     _wps(metrics, series, "eval", tokens * s.eval_steps, eval_s)
     _peak(metrics, "eval", dev.peak())
     _energy(metrics, "eval_", energy, tokens * s.eval_steps * s.windows * distributed.world_size())
@@ -164,9 +183,15 @@ def run(case) -> dict:
     bench.start_training(case.device)
     bench.compile_now("train", dev)
     with compiled.no_recompile(s.compile):
-        train_s, energy = _phase(dev, bench.train_step, s, nvml, handle, after_window=bench.check_loss,
-                                 log=lambda w, sec: tracker.window("train", first + w, tokens * s.measure_steps / sec,
-                                                                   bench.train_loss))
+        train_s, energy = _phase(
+            dev,
+            bench.train_step,
+            s,
+            nvml,
+            handle,
+            after_window=bench.check_loss,
+            log=lambda w, sec: tracker.window("train", first + w, tokens * s.measure_steps / sec, bench.train_loss),
+        )
     tracker.close()
     metrics["train_loss"] = bench.train_loss
     _wps(metrics, series, "train", tokens * s.measure_steps, train_s)
@@ -200,9 +225,9 @@ def run_group(cases, round_: int) -> dict:
 
     import torch
 
+    from posbench.core.outcome import ok_result
     from posbench.engine.timing import EnergyMeter, make_device
     from posbench.engine.windows import Member, alternate
-    from posbench.core.outcome import ok_result
 
     s, L = cases[0].settings, cases[0].params.seq_len
     members = [Member(c.id) for c in cases]
@@ -240,9 +265,11 @@ def run_group(cases, round_: int) -> dict:
             b.energy[phase] = None if b.energy[phase] is None or joules is None else b.energy[phase] + joules
             if phase == "train":
                 b.check_loss(f"window {len(m.windows[phase])}", steps)
-            trackers[m.key].window(phase, first + len(m.windows[phase]), tokens * steps / seconds,
-                                   b.train_loss if phase == "train" else None)
+            trackers[m.key].window(
+                phase, first + len(m.windows[phase]), tokens * steps / seconds, b.train_loss if phase == "train" else None
+            )
             return seconds
+
         return window
 
     tokens = batch * L
@@ -278,8 +305,14 @@ def run_group(cases, round_: int) -> dict:
             out[c.id] = m.failure
             continue
         b = m.obj
-        metrics = {"n_params": b.model.num_parameters(), "batch_size": batch, "tokens_per_step": tokens,
-                   "threads": torch.get_num_threads(), "world_size": 1, "train_loss": b.train_loss}
+        metrics = {
+            "n_params": b.model.num_parameters(),
+            "batch_size": batch,
+            "tokens_per_step": tokens,
+            "threads": torch.get_num_threads(),
+            "world_size": 1,
+            "train_loss": b.train_loss,
+        }
         series: dict = {}
         for phase, steps in (("eval", s.eval_steps), ("train", s.measure_steps)):
             starts, seconds = zip(*m.windows[phase])
@@ -288,10 +321,19 @@ def run_group(cases, round_: int) -> dict:
             _energy(metrics, "eval_" if phase == "eval" else "", b.energy[phase], tokens * steps * s.windows)
         metrics.update({k: v for k, v in memory.get(c.id, {}).items() if k in MEMORY_METRICS})
         metrics.update(b.compile_metrics())
-        info = dict(b.info(), energy_source=meter.source, pairing="windows", group=group,
-                    group_methods=str(len(cases)), window_order="williams",
-                    memory=("peak memory from this method's own process (one window of one step per phase)"
-                            if c.id in memory else "peak memory in the round-1 row (the method's own process)"))
+        info = dict(
+            b.info(),
+            energy_source=meter.source,
+            pairing="windows",
+            group=group,
+            group_methods=str(len(cases)),
+            window_order="williams",
+            memory=(
+                "peak memory from this method's own process (one window of one step per phase)"
+                if c.id in memory
+                else "peak memory in the round-1 row (the method's own process)"
+            ),
+        )
         out[c.id] = ok_result({"metrics": metrics, "series": series, "info": info})
     return out
 
@@ -305,8 +347,7 @@ def _nvml(device: str):
     return (nvml, handle) if nvml is not None else (None, None)
 
 
-def _phase(dev, step, s, nvml, handle, after_window=None, steps: int | None = None,
-           log=None) -> tuple[list[float], float | None]:
+def _phase(dev, step, s, nvml, handle, after_window=None, steps: int | None = None, log=None) -> tuple[list[float], float | None]:
     """Warm up, then time ``s.windows`` windows of ``steps`` (default ``s.measure_steps``) steps;
     (seconds per window, joules over the windows: NVML's energy counter, or sampled power where
     the GPU lacks it; ``posbench.engine.timing.EnergyMeter``). ``log(window, seconds)`` after each window."""
@@ -357,8 +398,7 @@ def _peak(metrics, phase, peak):
     else:
         metrics[f"peak_mem_{phase}_bytes"] = metrics[f"peak_mem_{phase}_bytes_mean"] = None
     reserved = peak["reserved"]
-    metrics[f"peak_mem_{phase}_reserved_bytes"] = (
-        int(distributed.all_reduce_max([reserved])[0]) if reserved is not None else None)
+    metrics[f"peak_mem_{phase}_reserved_bytes"] = int(distributed.all_reduce_max([reserved])[0]) if reserved is not None else None
 
 
 def _energy(metrics, prefix, joules, tokens):

@@ -3,6 +3,7 @@ the checkpoint another recipe's case of the run left), then per k of ``finetune_
 applied to a fresh copy of it, k steps of fine-tuning at L_target and the evaluations
 (``posbench.tasks.extension.run`` runs it; ``s`` is that task's Settings).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -70,8 +71,15 @@ def finetune(model, s, vocab, lm_tokens, L_target: int, k: int, seed: int, devic
 
 def finetune_config(s, L_target: int, k: int, seed: int) -> TrainConfig:
     """The k-step fine-tune's ``TrainConfig``: ``finetune_lr``, its own warm-up, then cosine decay."""
-    return TrainConfig(seq_len=L_target, batch_size=finetune_batch_size(s), steps=k, lr=s.finetune_lr,
-                       warmup_steps=warmup_steps(k, s), precision=s.precision, seed=seed)
+    return TrainConfig(
+        seq_len=L_target,
+        batch_size=finetune_batch_size(s),
+        steps=k,
+        lr=s.finetune_lr,
+        warmup_steps=warmup_steps(k, s),
+        precision=s.precision,
+        seed=seed,
+    )
 
 
 def quality(model, s, vocab, valid, L_train: int, lengths: list[int], device, suffix: str) -> dict:
@@ -102,11 +110,13 @@ def headline(metrics: dict, s, L_target: int, lengths: list[int]) -> dict:
     """The headline metrics (non-overlapping when measured) from the per-k ones."""
     mode = "nonoverlapping" if "nonoverlapping" in s.modes else s.modes[0]
     first, last = s.ks()[0], s.ks()[-1]
-    return dict(ppl_at_target_k0=metrics[f"ppl@{mode}@{L_target}@k{first}"],
-                ppl_at_target=metrics[f"ppl@{mode}@{L_target}@k{last}"],
-                ppl_at_max_len=metrics[f"ppl@{mode}@{max(lengths)}@k{last}"],
-                passkey_at_target_k0=metrics[f"passkey@{L_target}@k{first}"],
-                passkey_at_target=metrics[f"passkey@{L_target}@k{last}"])
+    return dict(
+        ppl_at_target_k0=metrics[f"ppl@{mode}@{L_target}@k{first}"],
+        ppl_at_target=metrics[f"ppl@{mode}@{L_target}@k{last}"],
+        ppl_at_max_len=metrics[f"ppl@{mode}@{max(lengths)}@k{last}"],
+        passkey_at_target_k0=metrics[f"passkey@{L_target}@k{first}"],
+        passkey_at_target=metrics[f"passkey@{L_target}@k{last}"],
+    )
 
 
 def run_one_seed(case, s, corpus, vocab, seed: int, seeds: list[int]) -> dict:
@@ -118,11 +128,11 @@ def run_one_seed(case, s, corpus, vocab, seed: int, seeds: list[int]) -> dict:
     ckpt = base_checkpoint(case, seed, seeds)
     with exclusive(ckpt):
         base, metrics = trained_model(case, s, vocab, lm_tokens, ckpt, PROBES, None, seed)
-    base_q = quality(recipe_model(base, PLAIN[case.method], L, L_target), s, vocab,
-                     valid, L, [L], case.device, "")
+    base_q = quality(recipe_model(base, PLAIN[case.method], L, L_target), s, vocab, valid, L, [L], case.device, "")
     mode = "nonoverlapping" if "nonoverlapping" in s.modes else s.modes[0]
-    metrics.update(base_ppl_at_train_len=base_q[f"ppl@{mode}@{L}"], base_passkey_at_train_len=base_q[f"passkey@{L}"],
-                   L_target=L_target)
+    metrics.update(
+        base_ppl_at_train_len=base_q[f"ppl@{mode}@{L}"], base_passkey_at_train_len=base_q[f"passkey@{L}"], L_target=L_target
+    )
     lengths = [f * L_target for f in s.L_valid_factors]
     curves = {}
     for k in s.ks():
@@ -144,8 +154,9 @@ def run_case(case) -> dict:
     vocab = P.ProbeVocab(corpus.vocab_size, s.probe_config())
     need = P.min_length("passkey", vocab.cfg)
     if case.params.L_train + 1 < need:
-        raise ValueError(f"extension: L_train {case.params.L_train} is too short for the passkey probe "
-                         f"(it needs {need - 1} tokens)")
+        raise ValueError(
+            f"extension: L_train {case.params.L_train} is too short for the passkey probe (it needs {need - 1} tokens)"
+        )
     seeds = seed_list(s)
     runs = [run_one_seed(case, s, corpus, vocab, seed, seeds) for seed in seeds]
     return combine_seeds(runs, seeds, s, case.params.L_train, corpus.describe())
@@ -153,8 +164,12 @@ def run_case(case) -> dict:
 
 def combine_seeds(runs: list[dict], seeds: list[int], s, L_train: int, corpus: dict) -> dict:
     """The case's result from each seed's (``combine_metrics`` when several)."""
-    series = {"corpus": corpus, "modes": list(s.modes), "finetune_steps": s.ks(),
-              "L_valid": [f * s.target_factor * L_train for f in s.L_valid_factors]}
+    series = {
+        "corpus": corpus,
+        "modes": list(s.modes),
+        "finetune_steps": s.ks(),
+        "L_valid": [f * s.target_factor * L_train for f in s.L_valid_factors],
+    }
     if len(runs) == 1:
         return {"metrics": runs[0]["metrics"], "series": {**series, **runs[0]["series"]}, "info": runs[0]["info"]}
     metrics, by_seed = combine_metrics([r["metrics"] for r in runs])

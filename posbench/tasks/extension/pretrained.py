@@ -2,6 +2,7 @@
 ``posbench.hf``, k = 0 evaluated as loaded, k > 0 fine-tuned in float32 through the training engine
 where memory allows. Details: docs/tasks/extension.md.
 """
+
 from __future__ import annotations
 
 import gc
@@ -10,8 +11,14 @@ import types
 import torch
 
 from posbench.core.outcome import Unavailable
-from posbench.tasks.extension.finetune import (FINETUNE_DATA_SEED, combine_seeds, finetune_batch_size,
-                                               finetune_config, headline, perplexities)
+from posbench.tasks.extension.finetune import (
+    FINETUNE_DATA_SEED,
+    combine_seeds,
+    finetune_batch_size,
+    finetune_config,
+    headline,
+    perplexities,
+)
 from posbench.tasks.extension.recipes import FAMILY_RECIPES, PLAIN, SCALED_METHOD
 from posbench.tasks.seeds import seed_list
 
@@ -29,8 +36,10 @@ def trained_length(config, s) -> tuple[int, str]:
         value = getattr(config, key, None)
         if isinstance(value, int) and value >= 2:
             return value, f"config.json {key}"
-    raise ValueError(f"{s.pretrained}: config.json names no training length ({' or '.join(LENGTH_KEYS)}); allowed: "
-                     "set pretrained_L_train=N, the length the checkpoint was trained at (BLOOM: 2048)")
+    raise ValueError(
+        f"{s.pretrained}: config.json names no training length ({' or '.join(LENGTH_KEYS)}); allowed: "
+        "set pretrained_L_train=N, the length the checkpoint was trained at (BLOOM: 2048)"
+    )
 
 
 def available_memory(device) -> tuple[int | None, str]:
@@ -63,10 +72,12 @@ def check_memory(n_params: int, s, device) -> int:
     else:
         have, where = available_memory(device)
     if have is not None and need > have:
-        raise Unavailable(f"fine-tuning needs about {need / 2**30:.3g} GiB ({n_params:,} parameters x "
-                          f"{BYTES_PER_PARAM} bytes: float32 weights, gradients, AdamW moments; activations on top) "
-                          f"and {where} is {have / 2**30:.3g} GiB; allowed: finetune_steps [0] (zero-shot), a "
-                          "smaller checkpoint or more memory")
+        raise Unavailable(
+            f"fine-tuning needs about {need / 2**30:.3g} GiB ({n_params:,} parameters x "
+            f"{BYTES_PER_PARAM} bytes: float32 weights, gradients, AdamW moments; activations on top) "
+            f"and {where} is {have / 2**30:.3g} GiB; allowed: finetune_steps [0] (zero-shot), a "
+            "smaller checkpoint or more memory"
+        )
     return need
 
 
@@ -113,8 +124,7 @@ def finetune_checkpoint(lm, s, train_tokens, L_target: int, k: int, seed: int, d
     from posbench.engine.train import train
 
     cfg = finetune_config(s, L_target, k, seed)
-    return train(Trainable(lm), batches(train_tokens, L_target, cfg.batch_size, seed=seed + FINETUNE_DATA_SEED),
-                 cfg, device)
+    return train(Trainable(lm), batches(train_tokens, L_target, cfg.batch_size, seed=seed + FINETUNE_DATA_SEED), cfg, device)
 
 
 def quality(lm, s, valid, L_train: int, lengths: list[int], device, suffix: str, seed: int) -> tuple[dict, dict]:
@@ -188,9 +198,11 @@ def run_pretrained(case) -> dict:
     s, p = case.settings, case.params
     model_type, family = family_of(s)
     if FAMILY_METHOD[family] != case.method:
-        raise Unavailable(f"recipe {p.recipe} ({case.method}) does not apply to a {model_type} checkpoint ({family} "
-                          f"positions); its recipes: {FAMILY_METHOD[family]} "
-                          f"{', '.join(FAMILY_RECIPES[FAMILY_METHOD[family]])}")
+        raise Unavailable(
+            f"recipe {p.recipe} ({case.method}) does not apply to a {model_type} checkpoint ({family} "
+            f"positions); its recipes: {FAMILY_METHOD[family]} "
+            f"{', '.join(FAMILY_RECIPES[FAMILY_METHOD[family]])}"
+        )
     from posbench.tasks.pretrained import pretrained_tokens
 
     ckpt = load(s, getattr(torch, s.eval_dtype), case.device)
@@ -208,16 +220,25 @@ def run_pretrained(case) -> dict:
     del ckpt, base
     release(case.device, n_params)
     mode = "nonoverlapping" if "nonoverlapping" in s.modes else s.modes[0]
-    shared = {"base_ppl_at_train_len": base_q[f"ppl@{mode}@{L}"], "base_passkey_at_train_len": base_q[f"passkey@{L}"],
-              "L_target": s.target_factor * L, "L_train": L, "n_params": n_params,
-              "finetune_memory_needed_bytes": need}
+    shared = {
+        "base_ppl_at_train_len": base_q[f"ppl@{mode}@{L}"],
+        "base_passkey_at_train_len": base_q[f"passkey@{L}"],
+        "L_target": s.target_factor * L,
+        "L_train": L,
+        "n_params": n_params,
+        "finetune_memory_needed_bytes": need,
+    }
     seeds = seed_list(s)
     runs = []
     for seed in seeds:
         r = run_one_seed(case, s, seed, L, (train_tokens, valid))
         r["metrics"].update(shared)
-        r["info"] = {"model": f"hf:{model_type}", "attn_backend": "transformers", "compute_dtype": s.eval_dtype,
-                     "bias_dtype": p.bias_dtype if family == "alibi" else ""}
+        r["info"] = {
+            "model": f"hf:{model_type}",
+            "attn_backend": "transformers",
+            "compute_dtype": s.eval_dtype,
+            "bias_dtype": p.bias_dtype if family == "alibi" else "",
+        }
         runs.append(r)
     out = combine_seeds(runs, seeds, s, L, corpus)
     out["series"].update(checkpoint=describe, L_train_source=source)

@@ -2,6 +2,7 @@
 model trained at L_train for L_target (s = L_target / L_train, static). Details:
 docs/tasks/extension.md.
 """
+
 from __future__ import annotations
 
 import types
@@ -14,8 +15,13 @@ ALIBI_RECIPES = ("extrapolate", "interpolate")
 RECIPES = ROTARY_RECIPES + ALIBI_RECIPES
 BIAS_DTYPES = ("float32", "compute")
 # recipe -> the method whose scaling it fine-tunes and evaluates with (methods/rotary*.py)
-SCALED_METHOD = {"pi": "rotary_pi", "ntk": "rotary_ntk", "yarn": "rotary_yarn", "longrope": "rotary_longrope",
-                 "llama3": "rotary_llama3"}
+SCALED_METHOD = {
+    "pi": "rotary_pi",
+    "ntk": "rotary_ntk",
+    "yarn": "rotary_yarn",
+    "longrope": "rotary_longrope",
+    "llama3": "rotary_llama3",
+}
 FAMILY_RECIPES = {"rotary": ROTARY_RECIPES, "alibi": ALIBI_RECIPES}
 PLAIN = {"rotary": "none", "alibi": "extrapolate"}  # each method's recipe that changes nothing
 
@@ -24,8 +30,9 @@ def unavailable(method: str, recipe: str, bias_dtype: str) -> Optional[str]:
     """Why ``recipe`` (with ``bias_dtype``) does not apply to a model of ``method``, or None."""
     own = FAMILY_RECIPES.get(method)
     if own is None:
-        return (f"extension: the recipes apply to rotary and alibi models, not {method}; allowed methods: "
-                f"{', '.join(FAMILY_RECIPES)}")
+        return (
+            f"extension: the recipes apply to rotary and alibi models, not {method}; allowed methods: {', '.join(FAMILY_RECIPES)}"
+        )
     if recipe not in own:
         other = next(m for m, names in FAMILY_RECIPES.items() if recipe in names)
         return f"recipe {recipe} is for {other} models; {method}'s recipes: {', '.join(own)}"
@@ -40,8 +47,9 @@ def recipe_config(base_cfg, recipe: str, L_train: int, L_target: int, bias_dtype
     options = dict(base_cfg.method_options)
     if recipe in SCALED_METHOD:
         keep = {k: v for k, v in options.items() if k == "base"}  # the base frequency carries over
-        return replace(base_cfg, method=SCALED_METHOD[recipe],
-                       method_options={**keep, "factor": L_target / L_train, "train_len": L_train})
+        return replace(
+            base_cfg, method=SCALED_METHOD[recipe], method_options={**keep, "factor": L_target / L_train, "train_len": L_train}
+        )
     if recipe == "drope":
         return replace(base_cfg, method="nope", method_options={})
     if base_cfg.method == "alibi":

@@ -1,6 +1,7 @@
 """The extension task's report, from result rows alone: per (suite, machine, L_train) and quality
 measure, recipes x fine-tuning steps k (k = 0: zero-shot), each drawn as one line per recipe.
 """
+
 from __future__ import annotations
 
 import math
@@ -88,8 +89,11 @@ def _checkpoint(r):
 def checkpoint_lengths(rows) -> dict:
     """(checkpoint, grid L_train) -> the checkpoint's own L_train (metric ``L_train``), so that its
     unavailable rows join the table of its ok ones."""
-    return {(_checkpoint(r), r.params.get("L_train")): int(r.metrics["L_train"]) for r in rows
-            if isinstance(r.metrics, dict) and _number(r.metrics.get("L_train"))}
+    return {
+        (_checkpoint(r), r.params.get("L_train")): int(r.metrics["L_train"])
+        for r in rows
+        if isinstance(r.metrics, dict) and _number(r.metrics.get("L_train"))
+    }
 
 
 def _table(suite, hardware, L, target, head, title, kind, rows, ks, note) -> Table:
@@ -97,11 +101,24 @@ def _table(suite, hardware, L, target, head, title, kind, rows, ks, note) -> Tab
 
     seeds = max((r.metrics.get("n_seeds") or 1 for r in rows if isinstance(r.metrics, dict)), default=1)
     higher = kind != "ppl"
-    t = Table(key=slug(f"{suite}-extension-{head}-L{L}-{hardware}"), title="", caption="", task="extension",
-              metric=head, unit="perplexity" if kind == "ppl" else "fraction", column_header="k (fine-tuning steps)",
-              columns=ks, rows=[], hardware=hardware, commit=short_commit(r.git_commit for r in rows), fmt=kind,
-              higher_is_better=higher, row_header="method, recipe", rest={"L_train": L},
-              spread=SPREAD_STD if seeds > 1 else "")
+    t = Table(
+        key=slug(f"{suite}-extension-{head}-L{L}-{hardware}"),
+        title="",
+        caption="",
+        task="extension",
+        metric=head,
+        unit="perplexity" if kind == "ppl" else "fraction",
+        column_header="k (fine-tuning steps)",
+        columns=ks,
+        rows=[],
+        hardware=hardware,
+        commit=short_commit(r.git_commit for r in rows),
+        fmt=kind,
+        higher_is_better=higher,
+        row_header="method, recipe",
+        rest={"L_train": L},
+        spread=SPREAD_STD if seeds > 1 else "",
+    )
     for r in rows:
         label = row_label(r.method, r.params)
         t.rows.append(label)
@@ -120,11 +137,14 @@ def _table(suite, hardware, L, target, head, title, kind, rows, ks, note) -> Tab
                 text += f" ± {fmt.ppl(std) if kind == 'ppl' else f'{100 * std:.0f}'}"
             t.cells[(label, k)] = Cell(text=text, value=value, spread=spread, **link)
     t.title = f"{title} after k fine-tuning steps at L_target {target}, L_train {L}"
-    t.caption = (f"Each recipe applied to the model trained at L_train = {L}, then fine-tuned k steps at L_target = "
-                 f"{target} (k = 0: zero-shot; each k its own fine-tune from the trained model, fresh optimizer, "
-                 f"its own warm-up). {'Lower' if kind == 'ppl' else 'Higher'} is better"
-                 + (f"; mean ± std over {seeds} seeds" if seeds > 1 else "; one seed") + f". {hardware} "
-                 f"(commit {t.commit}).")
+    t.caption = (
+        f"Each recipe applied to the model trained at L_train = {L}, then fine-tuned k steps at L_target = "
+        f"{target} (k = 0: zero-shot; each k its own fine-tune from the trained model, fresh optimizer, "
+        f"its own warm-up). {'Lower' if kind == 'ppl' else 'Higher'} is better"
+        + (f"; mean ± std over {seeds} seeds" if seeds > 1 else "; one seed")
+        + f". {hardware} "
+        f"(commit {t.commit})."
+    )
     t.caption += base_note(rows, kind)
     t.note = note
     return t
@@ -136,8 +156,10 @@ def unavailable_note(rows) -> str:
     by: dict[tuple[str, str], list[str]] = {}
     for r in rows:
         by.setdefault((r.method, r.params.get("bias_dtype", "float32")), []).append(str(r.params.get("recipe")))
-    parts = [f"{method} {', '.join(recipes)}" + ("" if dtype == "float32" else f" with bias {dtype}")
-             for (method, dtype), recipes in by.items()]
+    parts = [
+        f"{method} {', '.join(recipes)}" + ("" if dtype == "float32" else f" with bias {dtype}")
+        for (method, dtype), recipes in by.items()
+    ]
     return f"Unavailable (the recipe does not apply; each row says why): {'; '.join(parts)}." if parts else ""
 
 

@@ -1,6 +1,7 @@
 """One extension case: a recipe that does not apply to the method is an unavailable row; with
 ``--model hf:DIR`` the checkpoint is extended (``pretrained``), else a base model trained here
 (``finetune``). Details: docs/tasks/extension.md."""
+
 from __future__ import annotations
 
 from posbench.core.outcome import Unavailable

@@ -3,6 +3,7 @@
 positions, or evaluate a pretrained checkpoint; the report's tables in the paper's layout and the
 frontier of perplexity against cost. Details: docs/tasks/extrapolation.md.
 """
+
 from posbench.tasks.extrapolation.task import TASK
 
 __all__ = ["TASK"]

@@ -1,6 +1,7 @@
 """Which relative-distance buckets of T5's bias a model trained at a short L_train never saw, so a
 table's caption can say so (``caption_note``). Why it matters: docs/tasks/extrapolation.md.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -35,13 +36,14 @@ def caption_note(method: str, L_train, stored) -> str:
     if not isinstance(stored, dict):
         return ""
     untrained, n, first = stored.get("untrained"), stored.get("num_buckets"), stored.get("first_distance")
-    if not (isinstance(untrained, list) and untrained and all(_whole(b) for b in untrained) and _whole(n)
-            and _whole(first)):
+    if not (isinstance(untrained, list) and untrained and all(_whole(b) for b in untrained) and _whole(n) and _whole(first)):
         return ""
-    return (f"{method}: {len(untrained)} of its {n} distance buckets (every distance >= {first}) were never "
-            f"trained at L_train = {L_train}: beyond L_train far keys read bias values no training touched (their "
-            f"initial draw, std 0.02). A limit of this set-up, not of the method: the paper trains at "
-            f"L_train >= 512, where every bucket is trained.")
+    return (
+        f"{method}: {len(untrained)} of its {n} distance buckets (every distance >= {first}) were never "
+        f"trained at L_train = {L_train}: beyond L_train far keys read bias values no training touched (their "
+        f"initial draw, std 0.02). A limit of this set-up, not of the method: the paper trains at "
+        f"L_train >= 512, where every bucket is trained."
+    )
 
 
 def _whole(value) -> bool:

@@ -3,6 +3,7 @@ true source's bound on the same tokens, ``source_bound``) and read back from a s
 ``evals`` (with the per-position curves, ``curves``). The extrapolation task writes them; its
 report, the frontier, precision and extension read or make the same cells.
 """
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,7 @@ import math
 MAX_LENGTH = 1 << 40  # an L_valid or stride beyond this is no evaluation anyone ran
 
 
-def eval_cell(model, tokens, L: int, Lv: int, mode: str, s, device, interpolate: bool = False,
-              tracker=None, step: int = 0):
+def eval_cell(model, tokens, L: int, Lv: int, mode: str, s, device, interpolate: bool = False, tracker=None, step: int = 0):
     """One (mode, L_valid) evaluation as a cell dict, and its per-position curve (None on OOM);
     its perplexity also goes to ``tracker`` at ``step`` when given. ``s``: the task's settings
     (stride, eval_batch_size, eval_tokens)."""
@@ -20,12 +20,31 @@ def eval_cell(model, tokens, L: int, Lv: int, mode: str, s, device, interpolate:
     from posbench.engine.evaluate import evaluate
 
     stride = min(s.stride, Lv) if mode == "sliding" else None
-    cell = {"mode": mode, "L_valid": Lv, "stride": stride, "interpolate": interpolate,
-            "ppl": None, "loss": None, "tokens": 0, "status": "ok", "message": ""}
+    cell = {
+        "mode": mode,
+        "L_valid": Lv,
+        "stride": stride,
+        "interpolate": interpolate,
+        "ppl": None,
+        "loss": None,
+        "tokens": 0,
+        "status": "ok",
+        "message": "",
+    }
     try:
-        r = evaluate(model, tokens, Lv, mode=mode, stride=stride, batch_size=s.eval_batch_size,
-                     interpolate_from=L if interpolate else None, max_tokens=s.eval_tokens, device=device,
-                     tracker=tracker, step=step)
+        r = evaluate(
+            model,
+            tokens,
+            Lv,
+            mode=mode,
+            stride=stride,
+            batch_size=s.eval_batch_size,
+            interpolate_from=L if interpolate else None,
+            max_tokens=s.eval_tokens,
+            device=device,
+            tracker=tracker,
+            step=step,
+        )
     except (MemoryError, torch.cuda.OutOfMemoryError) as exc:
         text = str(exc).splitlines()
         cell.update(status="oom", message=f"{type(exc).__name__}: {text[0] if text else ''}")
@@ -55,8 +74,7 @@ def is_length(value, low: int = 1) -> bool:
 
 
 def _finite_or_none(value) -> bool:
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                             and math.isfinite(value))
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value))
 
 
 def evals(row) -> list[dict]:
@@ -68,11 +86,16 @@ def evals(row) -> list[dict]:
     entries = series.get("evals")
     out = []
     for e in entries if isinstance(entries, list) else []:
-        if not (isinstance(e, dict) and isinstance(e.get("mode", ""), str) and is_length(e.get("L_valid"))
-                and (e.get("stride") is None or is_length(e.get("stride")))
-                and all(_finite_or_none(e.get(k)) for k in ("ppl", "ppl_std", "ppl_seed_lo", "ppl_seed_hi", "best_ppl_eval"))
-                and isinstance(e.get("status", "ok"), str) and isinstance(e.get("message") or "", str)
-                and isinstance(e.get("interpolate") or False, bool)):
+        if not (
+            isinstance(e, dict)
+            and isinstance(e.get("mode", ""), str)
+            and is_length(e.get("L_valid"))
+            and (e.get("stride") is None or is_length(e.get("stride")))
+            and all(_finite_or_none(e.get(k)) for k in ("ppl", "ppl_std", "ppl_seed_lo", "ppl_seed_hi", "best_ppl_eval"))
+            and isinstance(e.get("status", "ok"), str)
+            and isinstance(e.get("message") or "", str)
+            and isinstance(e.get("interpolate") or False, bool)
+        ):
             continue
         out.append(e)
     return out
@@ -82,8 +105,11 @@ def curves(row, key: str = "per_position_loss") -> dict[str, list]:
     """The well-formed curves of a stored row's ``series[key]``: lists of finite numbers by name."""
     series = row.series if isinstance(getattr(row, "series", None), dict) else {}
     stored = series.get(key)
-    return {k: v for k, v in (stored.items() if isinstance(stored, dict) else ())
-            if isinstance(v, list) and v and all(_finite_or_none(x) and x is not None for x in v)}
+    return {
+        k: v
+        for k, v in (stored.items() if isinstance(stored, dict) else ())
+        if isinstance(v, list) and v and all(_finite_or_none(x) and x is not None for x in v)
+    }
 
 
 def eval_mode_key(entry: dict) -> tuple:

@@ -7,6 +7,7 @@ against its cost (training seconds per token; peak training memory and, when mea
 cost at L_valid beside it), the Pareto front, the verdict table and a chart
 (``posbench.report.frontier``). Also the end-of-run tables and the cells ``bench.py compare`` reads.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,6 +64,7 @@ def compare_values(row) -> dict:
 
 # -- the perplexity tables ----------------------------------------------------------------------
 
+
 def describe_mode(key: tuple) -> str:
     """Words for a caption: which evaluation produced these numbers."""
     mode, stride, interpolate = key
@@ -109,14 +111,17 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
     from posbench.report.table import SPREAD_STD, Cell, Table, ordered, short_commit
 
     l_train = params.get("L_train")
-    entries = {
-        r.case_id: {e.get("L_valid"): e for e in evals(r) if eval_mode_key(e) == key}
-        for r in rows
-    }
+    entries = {r.case_id: {e.get("L_valid"): e for e in evals(r) if eval_mode_key(e) == key} for r in rows}
     columns = sorted({lv for per_case in entries.values() for lv in per_case if lv is not None})
     if not columns:  # nothing evaluated at all: fall back to the grid the suite asked for
-        asked = next((r.settings.get("L_valid") for r in rows if isinstance(r.settings, dict)
-                      and isinstance(r.settings.get("L_valid"), list)), [])
+        asked = next(
+            (
+                r.settings.get("L_valid")
+                for r in rows
+                if isinstance(r.settings, dict) and isinstance(r.settings.get("L_valid"), list)
+            ),
+            [],
+        )
         columns = sorted({lv for lv in asked if is_length(lv)})
     others = ", ".join(f"{k}={v}" for k, v in params.items() if k != "L_train")
     best = _best_ppl(rows)
@@ -124,8 +129,14 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
         key=slug(f"{suite}-ppl-L{l_train}-{modeslug(key)}-{hardware}-{others}"),
         title=f"Perplexity, L_train = {l_train}, {describe_mode(key)}" + (f", {others}" if others else ""),
         caption="",
-        task="extrapolation", metric="ppl", unit="perplexity", column_header="L_valid",
-        columns=columns, rows=[], hardware=hardware, commit=short_commit(group["git_commit"]),
+        task="extrapolation",
+        metric="ppl",
+        unit="perplexity",
+        column_header="L_valid",
+        columns=columns,
+        rows=[],
+        hardware=hardware,
+        commit=short_commit(group["git_commit"]),
         extra={"L_train": l_train, "mode": key, "best_ppl": best, "params": params, "suite": suite},
     )
     for r in rows:
@@ -148,18 +159,27 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
         table.extra["bound_row"] = BOUND_ROW
         for lv in columns:
             value = bounds.get(lv)
-            table.cells[(BOUND_ROW, lv)] = Cell(text=fmt.ppl(value) if value is not None else "—", value=value,
-                                                status="ok" if value is not None else "missing")
+            table.cells[(BOUND_ROW, lv)] = Cell(
+                text=fmt.ppl(value) if value is not None else "—", value=value, status="ok" if value is not None else "missing"
+            )
     table.caption = (
         f"Perplexity (lower is better) of models trained on L_train = {l_train} tokens, "
         f"{describe_mode(key)}; columns are L_valid, the evaluation length. "
         f"{hardware}, commit {table.commit}. "
-        + (f"Row '{BOUND_ROW}': the true source's perplexity on exactly the tokens of that column "
-           "(best_ppl_eval), the best any model can score there. " if bounds else "")
+        + (
+            f"Row '{BOUND_ROW}': the true source's perplexity on exactly the tokens of that column "
+            "(best_ppl_eval), the best any model can score there. "
+            if bounds
+            else ""
+        )
         + (f"Long-run entropy bound of the corpus: {best:.2f}. " if best is not None else "")
-        + (f"Each cell is the mean over {max(int(e.get('n_seeds') or 0) for e in seeded)} training seeds with, "
-           f"in brackets, its {SEED_INTERVAL} (mean ± t(n-1) · std / sqrt(n)); perplexity has no interval over "
-           "evaluation tokens. " if seeded else "")
+        + (
+            f"Each cell is the mean over {max(int(e.get('n_seeds') or 0) for e in seeded)} training seeds with, "
+            f"in brackets, its {SEED_INTERVAL} (mean ± t(n-1) · std / sqrt(n)); perplexity has no interval over "
+            "evaluation tokens. "
+            if seeded
+            else ""
+        )
         + "OOM: the evaluation ran out of memory."
         + "".join(f" {note}" for note in ordered(_bucket_notes(rows, l_train)))
     )
@@ -189,8 +209,7 @@ def _bounds(entries: dict, columns: list) -> dict:
 def _ppl_cell(row, entry: dict | None) -> Cell:
     from posbench.report.table import Cell
 
-    cell = Cell(text="", case_id=row.case_id, run_id=row.run_id, status=row.status,
-                message=str(row.message or ""))
+    cell = Cell(text="", case_id=row.case_id, run_id=row.run_id, status=row.status, message=str(row.message or ""))
     if entry is None:
         cell.text = "—" if row.status == "ok" else fmt.status(row.status)
         cell.status = "missing" if row.status == "ok" else row.status
@@ -218,6 +237,7 @@ def _number(v) -> bool:
 
 
 # -- their charts: Figure 1 and the loss by position ----------------------------------------------
+
 
 def ppl_sections(runs: Runs) -> list[Section]:
     """The task's report section: each perplexity table with its two charts."""
@@ -321,9 +341,16 @@ def _position_figures(suite, hardware, params, members, table: Table | None = No
             losses = curves(r).get(key)
             if losses:
                 index = order.index(r.method)
-                (line,) = ax.plot(range(1, len(losses) + 1), losses, linewidth=1.2, markersize=6,
-                                  markerfacecolor="none", markevery=staggered(index, len(order), len(losses)),
-                                  label=r.method, **line_style(index))
+                (line,) = ax.plot(
+                    range(1, len(losses) + 1),
+                    losses,
+                    linewidth=1.2,
+                    markersize=6,
+                    markerfacecolor="none",
+                    markevery=staggered(index, len(order), len(losses)),
+                    label=r.method,
+                    **line_style(index),
+                )
                 line.set_gid(f"method:{r.method}")
         if l_train:
             ax.axvline(l_train, color="0.3", linestyle="--", linewidth=1, label=f"L_train = {l_train}").set_gid("L_train")
@@ -342,20 +369,23 @@ def _position_figures(suite, hardware, params, members, table: Table | None = No
 
 # -- the frontier -----------------------------------------------------------------------------------
 
+
 def frontier_quality() -> Quality:
     """The frontier's quality axis: non-overlapping perplexity at each target length L_valid."""
     from posbench.report.frontier import Quality
 
-    return Quality("extrapolation", "perplexity", "ppl", "L_valid", True, fmt.ppl, "Non-overlapping perplexity",
-                   log_axis=True)
+    return Quality("extrapolation", "perplexity", "ppl", "L_valid", True, fmt.ppl, "Non-overlapping perplexity", log_axis=True)
 
 
 def cost(metrics: dict):
     """Training seconds per token: the row's, else its seconds over its tokens."""
     from posbench.report.frontier import per_unit
 
-    return metrics.get("train_s_per_token") if metrics.get("train_s_per_token") is not None else \
-        per_unit(metrics, "train_seconds", "train_tokens")
+    return (
+        metrics.get("train_s_per_token")
+        if metrics.get("train_s_per_token") is not None
+        else per_unit(metrics, "train_seconds", "train_tokens")
+    )
 
 
 def cells(row):
@@ -375,8 +405,9 @@ def frontier_points(runs: Runs) -> dict[tuple, list[Point]]:
     a frontier: non-overlapping perplexity per seed at each L_valid, cost from the row's means."""
     from posbench.report.frontier import frontier_points as points_of
 
-    return {(suite, hw, budget, lv): pts
-            for (suite, hw, budget, _, lv), pts in points_of(runs, "extrapolation", cells, cost).items()}
+    return {
+        (suite, hw, budget, lv): pts for (suite, hw, budget, _, lv), pts in points_of(runs, "extrapolation", cells, cost).items()
+    }
 
 
 def verdict_table(key: tuple, points: list[Point]) -> Table:

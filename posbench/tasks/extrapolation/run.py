@@ -3,6 +3,7 @@ evaluate perplexity at every L_valid, non-overlapping and sliding, optionally wi
 positions; or, with ``--model hf:DIR``, evaluate a pretrained checkpoint (``run_pretrained``). How
 a case runs: docs/tasks/extrapolation.md.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,7 @@ from posbench.tasks.training import budget_metrics, open_corpus
 # torch, the corpus and the model are imported inside the functions that run a case: validating a
 # suite imports this module (through the task's declaration), and `bench.py validate` must not wait for torch.
 
-SCALED_INTERPOLATE = ("a scaled rotary recipe rescales positions itself; interpolate: true applies to rotary and "
-                      "alibi")
+SCALED_INTERPOLATE = "a scaled rotary recipe rescales positions itself; interpolate: true applies to rotary and alibi"
 
 
 def checkpoint_path(case, name: str | None = None) -> Path | None:
@@ -30,26 +30,39 @@ def checkpoint_path(case, name: str | None = None) -> Path | None:
     return Path(case.out_dir) / "checkpoints" / ((name or case.id).replace("/", "__") + ".pt")
 
 
-def trained_model(case, s, corpus, L: int, ckpt: Path | None, method_options: dict, seed: int,
-                  tracker=None):
+def trained_model(case, s, corpus, L: int, ckpt: Path | None, method_options: dict, seed: int, tracker=None):
     """Train at L with ``seed`` (or load the checkpoint an earlier run of this case left), ``s`` the
     task's settings; (model, metrics, series). ``tracker``: where the training curves go (``engine.tracking``)."""
     from posbench.data.corpus import batches
-    from posbench.engine.train import trained_model as train_or_load
-
     from posbench.engine.timing import make_device
+    from posbench.engine.train import trained_model as train_or_load
 
     cfg = case_model_config(case, method_options, vocab_size=corpus.vocab_size)
     meter = make_device(torch_device_type(case.device))
     meter.reset_peak()  # the training's own peak, apart from an earlier seed's and the evaluations'
-    model, r, reused = train_or_load(cfg, s.train_config(L, seed), lambda: batches(corpus.split("train"), L,
-                                     s.batch_size, seed=seed), case.device, ckpt, s.reuse_checkpoint, tracker)
+    model, r, reused = train_or_load(
+        cfg,
+        s.train_config(L, seed),
+        lambda: batches(corpus.split("train"), L, s.batch_size, seed=seed),
+        case.device,
+        ckpt,
+        s.reuse_checkpoint,
+        tracker,
+    )
     peak = None if reused else meter.peak()["allocated"]
     series = {"train_loss": [list(p) for p in r.curve], "corpus": corpus.describe()}
-    metrics = dict(final_train_loss=r.final_loss, train_steps=r.steps, train_tokens=r.tokens, train_seconds=r.seconds,
-                   reused_checkpoint=int(reused), n_params=model.num_parameters(), best_ppl=corpus.best_ppl,
-                   peak_mem_train_bytes=peak, train_s_per_token=None if reused or not r.tokens else r.seconds / r.tokens,
-                   **budget_metrics(r))
+    metrics = dict(
+        final_train_loss=r.final_loss,
+        train_steps=r.steps,
+        train_tokens=r.tokens,
+        train_seconds=r.seconds,
+        reused_checkpoint=int(reused),
+        n_params=model.num_parameters(),
+        best_ppl=corpus.best_ppl,
+        peak_mem_train_bytes=peak,
+        train_s_per_token=None if reused or not r.tokens else r.seconds / r.tokens,
+        **budget_metrics(r),
+    )
     return model, metrics, series
 
 
@@ -84,8 +97,7 @@ def run_one_seed(case, s, corpus, L: int, seed: int, ckpt: Path | None, tracker=
     import numpy as np
     import torch
 
-    model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed,
-                                           tracker)
+    model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed, tracker)
     from posbench.tasks.extrapolation.bucket_coverage import untrained_buckets
 
     series["untrained_buckets"] = untrained_buckets(model.method, L)  # None: the method buckets no distance
@@ -96,11 +108,12 @@ def run_one_seed(case, s, corpus, L: int, seed: int, ckpt: Path | None, tracker=
     info = model.info(case.device, eval_dtype)
     model = model.to(eval_dtype)
     evals, curves, best_curves = [], {}, {}
-    for interpolate in ([False, True] if s.interpolate else [False]):
+    for interpolate in [False, True] if s.interpolate else [False]:
         for mode in s.modes:
             for Lv in s.valid_lengths(L):
-                cell, curve = eval_cell(model, valid, L, Lv, mode, s, case.device, interpolate, tracker,
-                                        max(0, metrics["train_steps"] - 1))
+                cell, curve = eval_cell(
+                    model, valid, L, Lv, mode, s, case.device, interpolate, tracker, max(0, metrics["train_steps"] - 1)
+                )
                 evals.append(cell)
                 key = f"{mode}@{Lv}" + ("@interp" if interpolate else "")
                 bound = source_bound(oracle, Lv, mode, s)
@@ -140,10 +153,14 @@ def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
     for i, cell in enumerate(first["evals"]):
         ppls = [r["series"]["evals"][i]["ppl"] for r in runs]
         mean, std, n, lo, hi = seed_interval(ppls)
-        merged = dict(cell, ppl=mean if n else None, ppl_std=std if n else None, ppl_seed_lo=lo, ppl_seed_hi=hi,
-                      ppl_by_seed=ppls, n_seeds=n)
-        merged["status"] = "ok" if n == len(ppls) else next(
-            r["series"]["evals"][i]["status"] for r in runs if r["series"]["evals"][i]["status"] != "ok")
+        merged = dict(
+            cell, ppl=mean if n else None, ppl_std=std if n else None, ppl_seed_lo=lo, ppl_seed_hi=hi, ppl_by_seed=ppls, n_seeds=n
+        )
+        merged["status"] = (
+            "ok"
+            if n == len(ppls)
+            else next(r["series"]["evals"][i]["status"] for r in runs if r["series"]["evals"][i]["status"] != "ok")
+        )
         cells.append(merged)
     series["evals"] = cells
     curves = {}
@@ -173,13 +190,24 @@ def run_pretrained(case) -> dict:
     metrics = {"n_params": lm.num_parameters(), "best_ppl": None, "best_ppl_eval": None}
     evals, curves = [], {}
     probes: dict = {} if ckpt.tokenizer is not None else {"message": "no probe: the checkpoint has no tokenizer"}
-    for interpolate in ([False, True] if s.interpolate else [False]):
+    for interpolate in [False, True] if s.interpolate else [False]:
         tag = "@interp" if interpolate else ""
         for mode in s.modes:
             for Lv in s.valid_lengths(L):
                 if interpolate and scaled:
-                    evals.append({"mode": mode, "L_valid": Lv, "stride": None, "interpolate": True, "ppl": None,
-                                  "loss": None, "tokens": 0, "status": "unavailable", "message": SCALED_INTERPOLATE})
+                    evals.append(
+                        {
+                            "mode": mode,
+                            "L_valid": Lv,
+                            "stride": None,
+                            "interpolate": True,
+                            "ppl": None,
+                            "loss": None,
+                            "tokens": 0,
+                            "status": "unavailable",
+                            "message": SCALED_INTERPOLATE,
+                        }
+                    )
                     continue
                 cell, curve = eval_cell(lm, tokens, L, Lv, mode, s, case.device, interpolate)
                 evals.append(cell)
@@ -189,8 +217,7 @@ def run_pretrained(case) -> dict:
         if s.passkey_trials and ckpt.tokenizer is not None and not (interpolate and scaled):
             for Lv in s.valid_lengths(L):
                 pos = positions(Lv, L if interpolate else None, case.device)  # (Lv,) or None
-                r = passkey_accuracy(lm, ckpt.tokenizer, Lv, s.passkey_trials, s.seed, case.device,
-                                     s.eval_batch_size, pos)
+                r = passkey_accuracy(lm, ckpt.tokenizer, Lv, s.passkey_trials, s.seed, case.device, s.eval_batch_size, pos)
                 probes[f"{Lv}{tag}"] = r
                 metrics[f"passkey@{Lv}{tag}"] = r["accuracy"]
     by = {(e["mode"], e["L_valid"], e["interpolate"]): e["ppl"] for e in evals}
@@ -198,8 +225,18 @@ def run_pretrained(case) -> dict:
         value = by.get(("nonoverlapping", Lv, False))
         metrics[key] = value if value is not None and math.isfinite(value) else None
     checks = getattr(lm.recipe, "checks", None)
-    series = {"evals": evals, "per_position_loss": curves, "corpus": corpus, "checkpoint": ckpt.describe(),
-              "passkey": probes, "rope_checks": {str(k): v for k, v in checks.items()} if checks is not None else None}
-    info = {"model": f"hf:{ckpt.model_type}", "attn_backend": "transformers",
-            "compute_dtype": s.eval_dtype, "bias_dtype": getattr(lm.recipe, "bias_dtype", "")}
+    series = {
+        "evals": evals,
+        "per_position_loss": curves,
+        "corpus": corpus,
+        "checkpoint": ckpt.describe(),
+        "passkey": probes,
+        "rope_checks": {str(k): v for k, v in checks.items()} if checks is not None else None,
+    }
+    info = {
+        "model": f"hf:{ckpt.model_type}",
+        "attn_backend": "transformers",
+        "compute_dtype": s.eval_dtype,
+        "bias_dtype": getattr(lm.recipe, "bias_dtype", ""),
+    }
     return {"metrics": metrics, "series": series, "info": info}

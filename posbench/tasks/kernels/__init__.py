@@ -3,6 +3,7 @@ each, timed forward, backward and forward+backward with TFLOP/s and peak memory.
 ``methods`` are the task's own variants (``variants.py`` defines and times them). Details:
 docs/tasks/kernels.md.
 """
+
 from posbench.tasks.kernels.task import TASK
 
 __all__ = ["TASK"]

@@ -2,6 +2,7 @@
 can be decided before a worker starts without running a kernel (``unavailable``); what shows
 only by trying becomes an ``unavailable`` row in the worker. docs/tasks/kernels.md.
 """
+
 from __future__ import annotations
 
 from posbench.core.task import Unavailable
@@ -16,9 +17,15 @@ def _point_args(case, seq_len=None) -> dict:
     s, p = case.settings, case.params
     get = (lambda k: s[k]) if isinstance(s, dict) else (lambda k: getattr(s, k))
     params = p if isinstance(p, dict) else p.model_dump()
-    return dict(batch=get("batch"), heads=get("heads"), seq_len=seq_len or params["seq_len"],
-                head_dim=params["head_dim"], dtype=getattr(torch, get("dtype")), device=case.device,
-                allow_interpreter=get("allow_interpreter"))
+    return dict(
+        batch=get("batch"),
+        heads=get("heads"),
+        seq_len=seq_len or params["seq_len"],
+        head_dim=params["head_dim"],
+        dtype=getattr(torch, get("dtype")),
+        device=case.device,
+        allow_interpreter=get("allow_interpreter"),
+    )
 
 
 def unavailable(case) -> str | None:

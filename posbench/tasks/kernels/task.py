@@ -1,4 +1,5 @@
 """The kernels task's declaration: its variants, settings, grid point, metrics and ``TASK``."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -13,32 +14,102 @@ from posbench.tasks.kernels.run import run, unavailable
 # The variants posbench.tasks.kernels.variants implements (it reads this list). Named here, and torch and
 # the kernels imported inside the functions, so that validating a suite imports no torch.
 METHODS = [
-    "alibi_triton", "t5_triton", "triton_no_bias", "sdpa_float_bias", "sdpa_t5_bias", "sdpa_causal",
-    "flex_alibi", "flex_t5", "flash_alibi",
+    "alibi_triton",
+    "t5_triton",
+    "triton_no_bias",
+    "sdpa_float_bias",
+    "sdpa_t5_bias",
+    "sdpa_causal",
+    "flex_alibi",
+    "flex_t5",
+    "flash_alibi",
 ]
 
 METRICS = {
-    "fwdbwd_ms": Metric(title="Kernel forward+backward time", unit="ms", doc="forward + backward time (ms), median", higher_is_better=False, fmt="ms", table=True),
-    "fwd_ms": Metric(title="Kernel forward time", unit="ms", doc="forward time (ms), median over reps", higher_is_better=False, fmt="ms", table=True),
-    "bwd_ms": Metric(title="Kernel backward time", unit="ms", doc="backward time (ms), median", higher_is_better=False, fmt="ms", table=True),
-    "fwdbwd_tflops": Metric(title="Kernel forward+backward throughput", unit="TFLOP/s", doc="forward + backward TFLOP/s", higher_is_better=True,
-                       table=True),
-    "fwd_tflops": Metric(title="Kernel forward throughput", unit="TFLOP/s", doc="forward TFLOP/s (4*B*H*L^2*d, halved for causal)", higher_is_better=True),
-    "bwd_tflops": Metric(title="Kernel backward throughput", unit="TFLOP/s", doc="backward TFLOP/s (2.5x forward FLOPs)", higher_is_better=True),
-    "peak_mem_bytes": Metric(title="Kernel peak memory", unit="bytes", doc="measured peak memory of one forward + backward (CUDA), "
-                        "else null", higher_is_better=False, fmt="bytes", table=True),
-    "predicted_bias_bytes": Metric(title="Materialised bias size", unit="bytes", doc="B*H*L^2*bytes: what a materialised bias would take",
-                              higher_is_better=None, fmt="bytes"),
-    "fwd_ms_min": Metric(title="Kernel forward time, fastest rep", unit="ms", doc="forward time (ms), fastest rep", higher_is_better=None, fmt="ms"),
-    "fwd_ms_max": Metric(title="Kernel forward time, slowest rep", unit="ms", doc="forward time (ms), slowest rep", higher_is_better=None, fmt="ms"),
-    "bwd_ms_min": Metric(title="Kernel backward time, fastest rep", unit="ms", doc="backward time (ms), fastest rep", higher_is_better=None, fmt="ms"),
-    "bwd_ms_max": Metric(title="Kernel backward time, slowest rep", unit="ms", doc="backward time (ms), slowest rep", higher_is_better=None, fmt="ms"),
-    "fwdbwd_ms_min": Metric(title="Kernel forward+backward time, fastest rep", unit="ms", doc="fastest rep", higher_is_better=None, fmt="ms"),
-    "fwdbwd_ms_max": Metric(title="Kernel forward+backward time, slowest rep", unit="ms", doc="slowest rep", higher_is_better=None, fmt="ms"),
-    "flops_fwd": Metric(title="Forward FLOPs", unit="FLOP", doc="4*B*H*L^2*d, halved for causal", higher_is_better=None, fmt="count"),
+    "fwdbwd_ms": Metric(
+        title="Kernel forward+backward time",
+        unit="ms",
+        doc="forward + backward time (ms), median",
+        higher_is_better=False,
+        fmt="ms",
+        table=True,
+    ),
+    "fwd_ms": Metric(
+        title="Kernel forward time",
+        unit="ms",
+        doc="forward time (ms), median over reps",
+        higher_is_better=False,
+        fmt="ms",
+        table=True,
+    ),
+    "bwd_ms": Metric(
+        title="Kernel backward time", unit="ms", doc="backward time (ms), median", higher_is_better=False, fmt="ms", table=True
+    ),
+    "fwdbwd_tflops": Metric(
+        title="Kernel forward+backward throughput",
+        unit="TFLOP/s",
+        doc="forward + backward TFLOP/s",
+        higher_is_better=True,
+        table=True,
+    ),
+    "fwd_tflops": Metric(
+        title="Kernel forward throughput",
+        unit="TFLOP/s",
+        doc="forward TFLOP/s (4*B*H*L^2*d, halved for causal)",
+        higher_is_better=True,
+    ),
+    "bwd_tflops": Metric(
+        title="Kernel backward throughput", unit="TFLOP/s", doc="backward TFLOP/s (2.5x forward FLOPs)", higher_is_better=True
+    ),
+    "peak_mem_bytes": Metric(
+        title="Kernel peak memory",
+        unit="bytes",
+        doc="measured peak memory of one forward + backward (CUDA), else null",
+        higher_is_better=False,
+        fmt="bytes",
+        table=True,
+    ),
+    "predicted_bias_bytes": Metric(
+        title="Materialised bias size",
+        unit="bytes",
+        doc="B*H*L^2*bytes: what a materialised bias would take",
+        higher_is_better=None,
+        fmt="bytes",
+    ),
+    "fwd_ms_min": Metric(
+        title="Kernel forward time, fastest rep", unit="ms", doc="forward time (ms), fastest rep", higher_is_better=None, fmt="ms"
+    ),
+    "fwd_ms_max": Metric(
+        title="Kernel forward time, slowest rep", unit="ms", doc="forward time (ms), slowest rep", higher_is_better=None, fmt="ms"
+    ),
+    "bwd_ms_min": Metric(
+        title="Kernel backward time, fastest rep",
+        unit="ms",
+        doc="backward time (ms), fastest rep",
+        higher_is_better=None,
+        fmt="ms",
+    ),
+    "bwd_ms_max": Metric(
+        title="Kernel backward time, slowest rep",
+        unit="ms",
+        doc="backward time (ms), slowest rep",
+        higher_is_better=None,
+        fmt="ms",
+    ),
+    "fwdbwd_ms_min": Metric(
+        title="Kernel forward+backward time, fastest rep", unit="ms", doc="fastest rep", higher_is_better=None, fmt="ms"
+    ),
+    "fwdbwd_ms_max": Metric(
+        title="Kernel forward+backward time, slowest rep", unit="ms", doc="slowest rep", higher_is_better=None, fmt="ms"
+    ),
+    "flops_fwd": Metric(
+        title="Forward FLOPs", unit="FLOP", doc="4*B*H*L^2*d, halved for causal", higher_is_better=None, fmt="count"
+    ),
     "batch": Metric(title="Batch", unit="", doc="batch size of the point", higher_is_better=None, fmt="int"),
     "heads": Metric(title="Heads", unit="", doc="attention heads of the point", higher_is_better=None, fmt="int"),
-    "seq_len": Metric(title="Sequence length", unit="tokens", doc="sequence length of the point", higher_is_better=None, fmt="int"),
+    "seq_len": Metric(
+        title="Sequence length", unit="tokens", doc="sequence length of the point", higher_is_better=None, fmt="int"
+    ),
     "head_dim": Metric(title="Head dimension", unit="", doc="head dimension of the point", higher_is_better=None, fmt="int"),
 }
 
@@ -61,5 +132,17 @@ class Params(BaseModel):
 
 # TIMED: timings compared between the variants of one shape, so a sweep over several devices keeps
 # a shape's variants on one device.
-TASK = register_task(Task(Settings, Params, METRICS, run, METHODS=METHODS, unavailable=unavailable, TIMED=True,
-                          REPORT_ORDER=REPORT_ORDER, REPORT_COLUMN=REPORT_COLUMN, name="kernels"))
+TASK = register_task(
+    Task(
+        Settings,
+        Params,
+        METRICS,
+        run,
+        METHODS=METHODS,
+        unavailable=unavailable,
+        TIMED=True,
+        REPORT_ORDER=REPORT_ORDER,
+        REPORT_COLUMN=REPORT_COLUMN,
+        name="kernels",
+    )
+)

@@ -3,6 +3,7 @@ of one attention variant at one (batch, heads, seq_len, head_dim, dtype, device)
 TFLOP/s and peak memory; ``static_reason`` decides availability without running a kernel.
 The variants, FLOP counts and timing: docs/tasks/kernels.md.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from posbench.core.alibi_math import alibi_bias, slopes_tensor
 from posbench.core.method import causal_mask
 from posbench.tasks.kernels.task import METHODS as VARIANTS  # the variant names live with the task (no torch there)
+
 TRITON_VARIANTS = ("alibi_triton", "t5_triton", "triton_no_bias")
 T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
 
@@ -108,6 +110,7 @@ def _sdpa_backend(fn: AttentionFn, q, k, v, extra=()) -> tuple[AttentionFn, str]
 
     errors = []
     for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
+
         def pinned(q, k, v, backend=backend):
             with sdpa_kernel([backend]):
                 return fn(q, k, v)
@@ -129,7 +132,7 @@ def _sdpa_float_bias(q, slopes) -> AttentionFn:
         b, h, tq, _ = q.shape
         tk = k.shape[-2]
         pos = torch.arange(tk, device=q.device)
-        bias = alibi_bias(slopes, pos[tk - tq:], pos)  # (H, Tq, Tk) float32
+        bias = alibi_bias(slopes, pos[tk - tq :], pos)  # (H, Tq, Tk) float32
         bias = bias.masked_fill(~causal_mask(tq, tk, q.device), float("-inf"))
         bias = bias.to(q.dtype).expand(b, h, tq, tk).contiguous()  # (B, H, Tq, Tk), materialised
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
@@ -144,7 +147,7 @@ def _sdpa_t5_bias(q, table) -> AttentionFn:
         b, h, tq, _ = q.shape
         tk = k.shape[-2]
         pos = torch.arange(tk, device=q.device)
-        ids = bucket(pos[tk - tq:, None] - pos[None, :], T5_BUCKETS, T5_MAX_DISTANCE)  # (Tq, Tk)
+        ids = bucket(pos[tk - tq :, None] - pos[None, :], T5_BUCKETS, T5_MAX_DISTANCE)  # (Tq, Tk)
         bias = table.t()[:, ids]  # (H, Tq, Tk), differentiable in the table
         bias = bias.masked_fill(~causal_mask(tq, tk, q.device), float("-inf"))
         bias = bias.to(q.dtype).expand(b, h, tq, tk).contiguous()  # (B, H, Tq, Tk), materialised
@@ -164,6 +167,7 @@ def _flex(variant: str, q, slopes, table) -> tuple[AttentionFn, str]:
         def score_mod(score, b, h, q_idx, kv_idx):
             return score + table[by_distance[(q_idx - kv_idx).clamp(min=0)], h].to(torch.float32)
     else:
+
         def score_mod(score, b, h, q_idx, kv_idx):
             return score + slopes[h] * (kv_idx - q_idx).to(torch.float32)
 
@@ -179,8 +183,7 @@ def _flash_alibi(q, slopes) -> tuple[AttentionFn, str]:
     from flash_attn import flash_attn_func
 
     def fn(q, k, v):  # flash_attn takes (B, L, H, hd); its ALiBi bias is -slope * |i - j|
-        out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True,
-                              alibi_slopes=slopes)
+        out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True, alibi_slopes=slopes)
         return out.transpose(1, 2)
 
     return fn, "flash-attn-2"
@@ -221,8 +224,9 @@ def timing_method(device: torch.device) -> str:
     return "time.perf_counter per rep (CPU)"
 
 
-def time_ms(step: Callable[[], None], device: torch.device, warmup: int, reps: int, setup=None,
-            flush=None, events=None) -> list[float]:
+def time_ms(
+    step: Callable[[], None], device: torch.device, warmup: int, reps: int, setup=None, flush=None, events=None
+) -> list[float]:
     """Milliseconds of ``step`` per rep after ``warmup`` calls; ``setup`` runs untimed before each.
 
     CUDA, the way ``triton.testing.do_bench`` times: before each rep, ``setup`` and a write of
@@ -318,8 +322,15 @@ class PreparedPoint:
 
 
 def prepare_point(
-    variant: str, *, batch: int, heads: int, seq_len: int, head_dim: int,
-    dtype: torch.dtype, device: torch.device | str, allow_interpreter: bool = False,
+    variant: str,
+    *,
+    batch: int,
+    heads: int,
+    seq_len: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    allow_interpreter: bool = False,
 ) -> PreparedPoint:
     """Build inputs and the variant's function and run one fwd+bwd; raises Unavailable with a reason."""
     device = torch.device(device)
@@ -361,7 +372,10 @@ def run_kernel_point(
     device = torch.device(device)
     shape = dict(batch=batch, heads=heads, seq_len=seq_len, head_dim=head_dim)
     row = {
-        "variant": variant, **shape, "dtype": str(dtype).removeprefix("torch."), "device": str(device),
+        "variant": variant,
+        **shape,
+        "dtype": str(dtype).removeprefix("torch."),
+        "device": str(device),
         "predicted_bias_bytes": predicted_bias_bytes(batch, heads, seq_len, dtype),
     }
     try:

@@ -1,6 +1,7 @@
 """The answers of the algorithmic tasks: a model trained with the loss on the answer tokens alone
 (lengths 1..L_train), and its answers scored by exact match per test length (``s`` is the
 lengthgen task's Settings)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,15 +23,28 @@ def train_model(case, s, task: A.AlgoTask, seed: int | None = None) -> tuple[Tra
     seed = s.seed if seed is None else seed
     # seq_len: the longest training row's inputs (it only sizes the engine's token count, which
     # lengthgen does not report: rows vary in length, so it reports examples instead)
-    tcfg = TrainConfig(seq_len=task.seq_len(L) - 1, batch_size=s.batch_size, lr=s.lr,
-                       warmup_steps=s.warmup_steps, precision=s.precision, seed=seed, **s.budget_config())
+    tcfg = TrainConfig(
+        seq_len=task.seq_len(L) - 1,
+        batch_size=s.batch_size,
+        lr=s.lr,
+        warmup_steps=s.warmup_steps,
+        precision=s.precision,
+        seed=seed,
+        **s.budget_config(),
+    )
 
     def batches():
         return (_with_targets(b) for b in A.training_batches(task.name, L, s.batch_size, seed))
 
     model, r, _ = trained_model(case_model_config(case, vocab_size=task.vocab_size), tcfg, batches, case.device)
-    metrics = dict(final_train_loss=r.final_loss, train_steps=r.steps, train_examples=r.steps * s.batch_size,
-                   train_seconds=r.seconds, n_params=model.num_parameters(), **budget_metrics(r))
+    metrics = dict(
+        final_train_loss=r.final_loss,
+        train_steps=r.steps,
+        train_examples=r.steps * s.batch_size,
+        train_seconds=r.seconds,
+        n_params=model.num_parameters(),
+        **budget_metrics(r),
+    )
     return model, metrics
 
 

@@ -3,6 +3,7 @@ length, exact-match accuracy with its Wilson interval (recomputed from the rows'
 accuracy beyond L_train and the learn-first marking; the frontier of exact match against cost.
 Details: docs/tasks/lengthgen.md.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -49,9 +50,16 @@ def cells(row) -> list[dict]:
     number, ``0 <= correct <= total`` whole numbers, ``status`` a string); others are left out."""
     series = row.get("series") if isinstance(row.get("series"), dict) else {}
     stored = series.get("cells")
-    return [c for c in (stored if isinstance(stored, list) else [])
-            if isinstance(c, dict) and _whole(c.get("n"), 1) and _whole(c.get("total")) and _whole(c.get("correct"))
-            and c["correct"] <= c["total"] and isinstance(c.get("status", "ok"), str)]
+    return [
+        c
+        for c in (stored if isinstance(stored, list) else [])
+        if isinstance(c, dict)
+        and _whole(c.get("n"), 1)
+        and _whole(c.get("total"))
+        and _whole(c.get("correct"))
+        and c["correct"] <= c["total"]
+        and isinstance(c.get("status", "ok"), str)
+    ]
 
 
 def _threshold(row, default: float = 0.9) -> float:
@@ -105,11 +113,21 @@ def task_table(rows: list[dict], task: str) -> Table:
     several = len({L for _, L in groups}) > 1
     hardware = next((r.get("hardware") for r in ok if r.get("hardware")), "")
     threshold = _threshold(ok[0]) if ok else 0.9
-    out = Table(key=slug(f"lengthgen-{task}-accuracy-{hardware}"), title="", caption="", task="lengthgen",
-                metric=f"acc {task}", unit="fraction", column_header="n (input length)",
-                columns=lengths + [BEYOND, LEARNT], rows=[], hardware=hardware,
-                commit=short_commit(r.get("git_commit") for r in ok), higher_is_better=True,
-                pooled=True)  # counts of every run of a case pooled: no run supersedes another
+    out = Table(
+        key=slug(f"lengthgen-{task}-accuracy-{hardware}"),
+        title="",
+        caption="",
+        task="lengthgen",
+        metric=f"acc {task}",
+        unit="fraction",
+        column_header="n (input length)",
+        columns=lengths + [BEYOND, LEARNT],
+        rows=[],
+        hardware=hardware,
+        commit=short_commit(r.get("git_commit") for r in ok),
+        higher_is_better=True,
+        pooled=True,
+    )  # counts of every run of a case pooled: no run supersedes another
     verdicts, seeds_learnt = {}, {}
     for (method, L), rs in groups.items():
         label = f"{method}, L_train={L}" if several else method
@@ -132,8 +150,9 @@ def task_table(rows: list[dict], task: str) -> Table:
             verdict = learned_over_seeds(seed_verdicts)
             seeds_learnt[label] = (sum(v is True for v in seed_verdicts), len(seed_verdicts))
         verdicts[label] = verdict
-        out.cells[(label, LEARNT)] = Cell(text={True: "yes", False: "no", None: "-"}[verdict],
-                                          value=None if verdict is None else float(verdict), **link)
+        out.cells[(label, LEARNT)] = Cell(
+            text={True: "yes", False: "no", None: "-"}[verdict], value=None if verdict is None else float(verdict), **link
+        )
         k, total, usable = beyond(counts, L)
         if verdict is False:
             out.cells[(label, BEYOND)] = Cell(text=NOT_LEARNT, **link)
@@ -143,17 +162,29 @@ def task_table(rows: list[dict], task: str) -> Table:
         else:
             out.cells[(label, BEYOND)] = Cell(text="-", status="missing", **link)
     comp = comparability(verdicts, threshold, seeds_learnt)
-    source = next((r["series"].get("source") for r in ok if isinstance(r.get("series"), dict)
-                   and isinstance(r["series"].get("source"), str)), "")
+    source = next(
+        (
+            r["series"].get("source")
+            for r in ok
+            if isinstance(r.get("series"), dict) and isinstance(r["series"].get("source"), str)
+        ),
+        "",
+    )
     out.title = f"{task}: exact-match accuracy per length n (Wilson 95% interval){comp.title_suffix()}"
-    out.caption = (f"{task} ({source}): fraction of answers whose every token greedy decoding writes right, at input "
-                   f"length n, counts pooled over seeds and runs, with its Wilson 95% interval; trained on n = 1.."
-                   f"L_train; '{BEYOND}' pools every tested n > L_train. "
-                   + (f"With several training seeds (each scores the same examples) the accuracy is the mean over "
-                      f"seeds and 'seeds [lo, hi]' its {SEED_INTERVAL}; a method counts as learnt only when every "
-                      "seed learnt. " if seeds_learnt else "")
-                   + f"{comp.note()} {out.hardware} "
-                   f"(commit {out.commit}).")
+    out.caption = (
+        f"{task} ({source}): fraction of answers whose every token greedy decoding writes right, at input "
+        f"length n, counts pooled over seeds and runs, with its Wilson 95% interval; trained on n = 1.."
+        f"L_train; '{BEYOND}' pools every tested n > L_train. "
+        + (
+            f"With several training seeds (each scores the same examples) the accuracy is the mean over "
+            f"seeds and 'seeds [lo, hi]' its {SEED_INTERVAL}; a method counts as learnt only when every "
+            "seed learnt. "
+            if seeds_learnt
+            else ""
+        )
+        + f"{comp.note()} {out.hardware} "
+        f"(commit {out.commit})."
+    )
     return out
 
 
@@ -170,15 +201,21 @@ def accuracy_tables(rows: list[dict]) -> list[Table]:
 # example and peak memory, the Pareto front, the verdict table and a chart; shown for runs with a
 # compute budget (time_s, flops) or several seeds.
 
+
 def frontier_tables(runs: Runs) -> list[Table]:
     """A verdict table per (suite, hardware, budget, task, n) of the runs that ask for a frontier."""
     from posbench.report.frontier import Quality, accuracy_cells, fraction, frontier_points, frontier_table, per_unit
 
-    quality = Quality("lengthgen", "exact match", "exact match", "n", False, fraction, "Exact-match accuracy",
-                      cost_unit="s / example")
-    points = frontier_points(runs, "lengthgen", accuracy_cells,
-                             lambda m: per_unit(m, "train_seconds", "train_examples"),
-                             of=lambda r: str(r.params.get("task", "")))
+    quality = Quality(
+        "lengthgen", "exact match", "exact match", "n", False, fraction, "Exact-match accuracy", cost_unit="s / example"
+    )
+    points = frontier_points(
+        runs,
+        "lengthgen",
+        accuracy_cells,
+        lambda m: per_unit(m, "train_seconds", "train_examples"),
+        of=lambda r: str(r.params.get("task", "")),
+    )
     return [frontier_table(quality, suite, hw, budget, n, pts, of) for (suite, hw, budget, of, n), pts in points.items()]
 
 

@@ -1,5 +1,6 @@
 """One lengthgen case: per training seed, a model trained on lengths 1..L_train (``answers``) and
 the exact match of its answers at each test length n, pooled into the case's metrics."""
+
 from __future__ import annotations
 
 from posbench.report.learn_first import learned
@@ -55,9 +56,13 @@ def run(case) -> dict:
         metrics.update(summarize(mine, L, s.learned_threshold))
         per_seed.append(metrics)
         cells += [dict(c, seed=seed) for c in mine] if len(seeds) > 1 else mine
-    metrics, seed_series = combine_accuracy_seeds(per_seed, summarize(cells, L, s.learned_threshold),
-                                                  s.learned_threshold)
+    metrics, seed_series = combine_accuracy_seeds(per_seed, summarize(cells, L, s.learned_threshold), s.learned_threshold)
     metrics["chance_at_train_len"] = task.chance(L)
-    series = {"cells": cells, "learned_threshold": s.learned_threshold, "source": task.source,
-              "format": "BOS input SEP answer; loss on the answer; exact match of the whole answer", **seed_series}
+    series = {
+        "cells": cells,
+        "learned_threshold": s.learned_threshold,
+        "source": task.source,
+        "format": "BOS input SEP answer; loss on the answer; exact match of the whole answer",
+        **seed_series,
+    }
     return {"metrics": metrics, "series": series, "info": info}

@@ -2,6 +2,7 @@
 precision half of SambaNova's "ALiBi Deep Dive", 2023), counted per head in windows of
 positions. Why it collapses: docs/tasks/precision.md.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,9 +45,7 @@ def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
     return value
 
 
-def bloom_bias(
-    n_heads: int, length: int, dtype: DtypeLike = "float32", factor: float = 1.0
-) -> torch.Tensor:
+def bloom_bias(n_heads: int, length: int, dtype: DtypeLike = "float32", factor: float = 1.0) -> torch.Tensor:
     """(H, L) ALiBi bias ``slope_h * position`` cast to ``dtype``, built as BLOOM builds it.
 
     The product (and the interpolation ``factor``, e.g. L_train / L_eval = 0.25 in the SambaNova
@@ -96,9 +95,7 @@ def count_distinct(bias_row_values: torch.Tensor, window: int = 1000) -> list[in
     check_int("window", window, 1)
     x = torch.as_tensor(bias_row_values)
     if x.dim() not in (1, 2) or x.shape[-1] < 1:
-        raise ValueError(
-            f"precision: bias must have shape (L,) or (H, L) with L >= 1, got {tuple(x.shape)}"
-        )
+        raise ValueError(f"precision: bias must have shape (L,) or (H, L) with L >= 1, got {tuple(x.shape)}")
     rows = x if x.dim() == 2 else x[None]  # (H, L)
     n_heads, length = rows.shape
     n_full = length // window
@@ -197,13 +194,10 @@ def analyze(
 
     # The last-window tables need every head; counting just that slice would be cheaper, but
     # going through the same path keeps one definition of a window.
-    settings = {"n_heads": n_heads, "length": length, "window": window, "heads": idx,
-                "factor": float(factor), "dtypes": names}
+    settings = {"n_heads": n_heads, "length": length, "window": window, "heads": idx, "factor": float(factor), "dtypes": names}
     notes = []
     if length % window:
-        notes.append(
-            f"last window {last_start}..{length - 1} is partial: {length % window} of {window} positions"
-        )
+        notes.append(f"last window {last_start}..{length - 1} is partial: {length % window} of {window} positions")
     return PrecisionReport(
         settings=settings,
         counts=_window_table(n_heads, length, window, names, idx, 1.0),
@@ -251,16 +245,19 @@ def format_tables(report: PrecisionReport) -> str:
     # Scaling check: does multiplying by the factor change any count (chosen heads, all windows,
     # plus every head's last window)?
     both = pd.concat([report.counts, report.last_window]).drop_duplicates(["dtype", "head", "window_start"])
-    both_scaled = pd.concat([report.scaled_counts, report.scaled_last_window]).drop_duplicates(
-        ["dtype", "head", "window_start"])
+    both_scaled = pd.concat([report.scaled_counts, report.scaled_last_window]).drop_duplicates(["dtype", "head", "window_start"])
     merged = both.merge(both_scaled, on=["dtype", "head", "window_start"], suffixes=("", "_scaled"))
     rows = []
     for name in names:
         m = merged[merged["dtype"] == name]
         diff = (m["distinct_scaled"] - m["distinct"]).abs()
         rows.append([name, len(m), int((diff > 0).sum()), int(diff.max())])
-    out += ["", f"### Bias x {s['factor']:g}: counts that change", "",
-            _markdown(["dtype", "windows compared", "changed", "max abs change"], rows)]
+    out += [
+        "",
+        f"### Bias x {s['factor']:g}: counts that change",
+        "",
+        _markdown(["dtype", "windows compared", "changed", "max abs change"], rows),
+    ]
 
     lw = report.last_window
     start, end = int(lw["window_start"].iloc[0]), int(lw["window_end"].iloc[0])
@@ -268,6 +265,10 @@ def format_tables(report: PrecisionReport) -> str:
     for name in names:
         c = lw[lw["dtype"] == name].sort_values("head")["distinct"]
         rows.append([name, int(c.min()), f"{c.median():g}", int(c.max()), ", ".join(map(str, c))])
-    out += ["", f"### Last window, positions {_window_label(start, end, window)}, every head", "",
-            _markdown(["dtype", "min", "median", "max", f"heads 0..{s['n_heads'] - 1}"], rows)]
+    out += [
+        "",
+        f"### Last window, positions {_window_label(start, end, window)}, every head",
+        "",
+        _markdown(["dtype", "min", "median", "max", f"heads 0..{s['n_heads'] - 1}"], rows),
+    ]
     return "\n".join(out) + "\n"

@@ -4,6 +4,7 @@ staircases drawn right after the distinct-value table: one ALiBi head's bias aft
 line per dtype, redrawn from the settings the rows stored. A ``bias_counts`` case writes the same
 figure beside its run (``run.staircase_chart``). docs/tasks/precision.md.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
@@ -72,8 +73,13 @@ def staircase_charts(rows: list[dict]) -> list[tuple[str, str, Any]]:
                 continue
             seen.add(key)
             fig, _, _ = staircase_figure(s["n_heads"], s["length"], chart["head"], dtypes=chart["dtypes"])
-            out.append((f"precision-staircase-head{chart['head']}-{s['n_heads']}x{s['length']}",
-                        f"ALiBi bias staircase, head {chart['head']} of {s['n_heads']}", fig))
+            out.append(
+                (
+                    f"precision-staircase-head{chart['head']}-{s['n_heads']}x{s['length']}",
+                    f"ALiBi bias staircase, head {chart['head']} of {s['n_heads']}",
+                    fig,
+                )
+            )
     return out
 
 
@@ -86,13 +92,22 @@ def _drawable(settings: dict, chart) -> bool:
         return isinstance(x, int) and not isinstance(x, bool) and low <= x <= MAX_BIAS_VALUES
 
     n_heads, length = settings.get("n_heads"), settings.get("length")
-    return (whole(n_heads) and whole(length) and n_heads * length <= MAX_BIAS_VALUES and isinstance(chart, dict)
-            and whole(chart.get("head"), 0) and chart["head"] < n_heads and isinstance(chart.get("dtypes"), list)
-            and bool(chart["dtypes"]) and all(isinstance(d, str) and d in DTYPES for d in chart["dtypes"]))
+    return (
+        whole(n_heads)
+        and whole(length)
+        and n_heads * length <= MAX_BIAS_VALUES
+        and isinstance(chart, dict)
+        and whole(chart.get("head"), 0)
+        and chart["head"] < n_heads
+        and isinstance(chart.get("dtypes"), list)
+        and bool(chart["dtypes"])
+        and all(isinstance(d, str) and d in DTYPES for d in chart["dtypes"])
+    )
 
 
-def staircase_figure(n_heads: int, length: int, head: int, last: int = 192, dtypes: Iterable = CHART_DTYPES
-                     ) -> tuple[Any, np.ndarray, dict[str, np.ndarray]]:
+def staircase_figure(
+    n_heads: int, length: int, head: int, last: int = 192, dtypes: Iterable = CHART_DTYPES
+) -> tuple[Any, np.ndarray, dict[str, np.ndarray]]:
     """Step plot of one head's bias over its last ``last`` positions, one line per dtype (names or
     torch dtypes): (Figure, positions, values by dtype).
 
@@ -103,6 +118,7 @@ def staircase_figure(n_heads: int, length: int, head: int, last: int = 192, dtyp
     """
     import numpy as np
     import torch
+
     # Figure + its own Agg canvas rather than pyplot: no global backend switch, no figure registry
     # to leak into, and it works headless.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -123,12 +139,20 @@ def staircase_figure(n_heads: int, length: int, head: int, last: int = 192, dtyp
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     for index, (name, v) in enumerate(values.items()):
-        ax.step(positions, v, where="post", label=name, linewidth=1.2, markersize=6, markerfacecolor="none",
-                markevery=staggered(index, len(values), last), gid=f"method:{name}", **line_style(index))
+        ax.step(
+            positions,
+            v,
+            where="post",
+            label=name,
+            linewidth=1.2,
+            markersize=6,
+            markerfacecolor="none",
+            markevery=staggered(index, len(values), last),
+            gid=f"method:{name}",
+            **line_style(index),
+        )
     slope = slopes_tensor(n_heads)[head].item()
-    ax.set_title(
-        f"ALiBi bias of head {head} (slope {slope:.3g}) after the cast, last {last} of {length} positions"
-    )
+    ax.set_title(f"ALiBi bias of head {head} (slope {slope:.3g}) after the cast, last {last} of {length} positions")
     ax.set_xlabel("key position")
     ax.set_ylabel("bias value (slope x position)")
     ax.legend(title="dtype")

@@ -3,6 +3,7 @@ with its staircase charts written beside the run) or the ``bias_dtype_ppl`` stud
 trained as the extrapolation task trains it, evaluated with its bias in float32 and in the compute
 dtype). docs/tasks/precision.md.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,11 +34,17 @@ def run(case) -> dict:
 
 def _bias_counts(case, s) -> dict:
     out_dir = Path(case.out_dir or ".") / "precision"
-    result = run_precision_case({
-        "n_heads": s.analysis_heads, "length": s.analysis_length, "window": s.analysis_window,
-        "heads": s.analysis_chart_heads, "factor": s.analysis_factor, "dtypes": s.analysis_dtypes,
-        "out_dir": str(out_dir),
-    })
+    result = run_precision_case(
+        {
+            "n_heads": s.analysis_heads,
+            "length": s.analysis_length,
+            "window": s.analysis_window,
+            "heads": s.analysis_chart_heads,
+            "factor": s.analysis_factor,
+            "dtypes": s.analysis_dtypes,
+            "out_dir": str(out_dir),
+        }
+    )
     metrics = {}
     for dtype in s.analysis_dtypes:
         counts = sorted(r["distinct"] for r in result["last_window"] if r["dtype"] == dtype)
@@ -79,8 +86,7 @@ def run_precision_case(settings: dict) -> dict:
     chart_dtypes = [d for d in s["dtypes"] if d in CHART_DTYPES] or s["dtypes"]  # see CHART_DTYPES
     charts = []
     for head in s["heads"]:
-        chart = staircase_chart(s["n_heads"], s["length"], head, out_dir / f"alibi_staircase_head{head}",
-                                dtypes=chart_dtypes)
+        chart = staircase_chart(s["n_heads"], s["length"], head, out_dir / f"alibi_staircase_head{head}", dtypes=chart_dtypes)
         charts.append({"head": head, "dtypes": chart_dtypes, "png": str(chart.png), "svg": str(chart.svg)})
     return {
         "settings": s,
@@ -147,8 +153,9 @@ class StaircaseChart:
         return [self.png, self.svg]
 
 
-def staircase_chart(n_heads: int, length: int, head: int, path: str | Path, last: int = 192,
-                    dtypes: Iterable = CHART_DTYPES) -> StaircaseChart:
+def staircase_chart(
+    n_heads: int, length: int, head: int, path: str | Path, last: int = 192, dtypes: Iterable = CHART_DTYPES
+) -> StaircaseChart:
     """Step plot of one head's bias over its last ``last`` positions, one line per dtype
     (``report.staircase_figure``), written while a ``bias_counts`` case runs. ``path`` names the
     files; its suffix is replaced by .png and .svg."""

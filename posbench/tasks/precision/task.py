@@ -1,4 +1,5 @@
 """The precision task's declaration: its settings, grid point, metrics and ``TASK``."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -17,32 +18,80 @@ from posbench.tasks.precision.run import run
 # model sizes go to the run-details appendix. The per-dtype and longest-length values the suite's
 # progress lines print are columns of those tables (shown_in), not tables of one value each.
 METRICS = {
-    DISTINCT: Metric(title="Distinct bias values in the last window", unit="",
-                 doc="last_window_distinct@<dtype>: median over heads of distinct bias values in the last window of "
-                 "positions after the cast", higher_is_better=True, fmt="int", table=True, axis="dtype"),
-    "last_window_distinct@float16": Metric(title="Distinct float16 bias values, last window", unit="values",
-                                      doc="median over heads of distinct float16 bias values in the last window",
-                                      higher_is_better=True, fmt="int", shown_in=DISTINCT),
-    "last_window_distinct@bfloat16": Metric(title="Distinct bfloat16 bias values, last window", unit="values",
-                                       doc="the same for bfloat16", higher_is_better=True, fmt="int", shown_in=DISTINCT),
-    "last_window_distinct@float32": Metric(title="Distinct float32 bias values, last window", unit="values",
-                                      doc="the same for float32 (every position distinct)", higher_is_better=True, fmt="int",
-                                      shown_in=DISTINCT),
-    "ppl@*": Metric(title="Perplexity by bias dtype", unit="perplexity", doc="ppl@<float32|compute>_bias@<L_valid>: perplexity "
-               "in eval_dtype with the bias kept in float32 or cast to the compute dtype", higher_is_better=False, fmt="ppl",
-               table=True, axis="L_valid"),
-    "ppl_diff@*": Metric(title="Perplexity cost of the compute-dtype bias", unit="perplexity",
-                    doc="ppl_diff@<L_valid>: compute-dtype bias minus float32 bias", higher_is_better=None, fmt="ppl", table=True,
-                    axis="L_valid", appendix=False),
-    "ppl_diff_at_max_len": Metric(title="Perplexity cost of the compute-dtype bias", unit="perplexity",
-                             doc="perplexity with the bias in the compute dtype minus with a float32 bias, "
-                             "longest L_valid", higher_is_better=None, fmt="ppl", shown_in="ppl_diff@*"),
-    "best_ppl_eval": Metric(title="Source perplexity on the evaluated tokens", unit="perplexity",
-                       doc="perplexity of the true source on the evaluated tokens (synthetic sources), else null",
-                       higher_is_better=None, fmt="ppl"),
+    DISTINCT: Metric(
+        title="Distinct bias values in the last window",
+        unit="",
+        doc="last_window_distinct@<dtype>: median over heads of distinct bias values in the last window of "
+        "positions after the cast",
+        higher_is_better=True,
+        fmt="int",
+        table=True,
+        axis="dtype",
+    ),
+    "last_window_distinct@float16": Metric(
+        title="Distinct float16 bias values, last window",
+        unit="values",
+        doc="median over heads of distinct float16 bias values in the last window",
+        higher_is_better=True,
+        fmt="int",
+        shown_in=DISTINCT,
+    ),
+    "last_window_distinct@bfloat16": Metric(
+        title="Distinct bfloat16 bias values, last window",
+        unit="values",
+        doc="the same for bfloat16",
+        higher_is_better=True,
+        fmt="int",
+        shown_in=DISTINCT,
+    ),
+    "last_window_distinct@float32": Metric(
+        title="Distinct float32 bias values, last window",
+        unit="values",
+        doc="the same for float32 (every position distinct)",
+        higher_is_better=True,
+        fmt="int",
+        shown_in=DISTINCT,
+    ),
+    "ppl@*": Metric(
+        title="Perplexity by bias dtype",
+        unit="perplexity",
+        doc="ppl@<float32|compute>_bias@<L_valid>: perplexity "
+        "in eval_dtype with the bias kept in float32 or cast to the compute dtype",
+        higher_is_better=False,
+        fmt="ppl",
+        table=True,
+        axis="L_valid",
+    ),
+    "ppl_diff@*": Metric(
+        title="Perplexity cost of the compute-dtype bias",
+        unit="perplexity",
+        doc="ppl_diff@<L_valid>: compute-dtype bias minus float32 bias",
+        higher_is_better=None,
+        fmt="ppl",
+        table=True,
+        axis="L_valid",
+        appendix=False,
+    ),
+    "ppl_diff_at_max_len": Metric(
+        title="Perplexity cost of the compute-dtype bias",
+        unit="perplexity",
+        doc="perplexity with the bias in the compute dtype minus with a float32 bias, longest L_valid",
+        higher_is_better=None,
+        fmt="ppl",
+        shown_in="ppl_diff@*",
+    ),
+    "best_ppl_eval": Metric(
+        title="Source perplexity on the evaluated tokens",
+        unit="perplexity",
+        doc="perplexity of the true source on the evaluated tokens (synthetic sources), else null",
+        higher_is_better=None,
+        fmt="ppl",
+    ),
     # the training of the bias_dtype_ppl study, declared as the extrapolation task declares it
-    **{k: EXTRAPOLATION_METRICS[k] for k in ("best_ppl", "final_train_loss", "train_steps", "train_tokens",
-                                             "train_seconds", "reused_checkpoint", "n_params")},
+    **{
+        k: EXTRAPOLATION_METRICS[k]
+        for k in ("best_ppl", "final_train_loss", "train_steps", "train_tokens", "train_seconds", "reused_checkpoint", "n_params")
+    },
 }
 
 
@@ -62,5 +111,7 @@ class Params(BaseModel):
     study: Literal["bias_counts", "bias_dtype_ppl"]
     L_train: int = Field(64, ge=2)
 
-TASK = register_task(Task(Settings, Params, METRICS, run, report_sections=report_sections, compare_values=compare_values,
-                          name="precision"))
+
+TASK = register_task(
+    Task(Settings, Params, METRICS, run, report_sections=report_sections, compare_values=compare_values, name="precision")
+)

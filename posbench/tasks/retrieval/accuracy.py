@@ -1,6 +1,7 @@
 """Retrieval accuracy from stored rows alone, what the report's tables and charts read: the rows'
 well-formed outcome counts, pooled over depths, seeds and runs, with their Wilson intervals, the
 effective length and learn first (docs/tasks/retrieval.md)."""
+
 from __future__ import annotations
 
 from posbench.report.learn_first import learned, learned_over_seeds
@@ -29,10 +30,17 @@ def cells(row) -> list[dict]:
     is left out."""
     series = row.get("series") if isinstance(row.get("series"), dict) else {}
     stored = series.get("cells")
-    return [c for c in (stored if isinstance(stored, list) else [])
-            if isinstance(c, dict) and whole(c.get("L_valid"), 1) and whole(c.get("total"))
-            and whole(c.get("correct")) and c["correct"] <= c["total"] and isinstance(c.get("status", "ok"), str)
-            and (c.get("depth") is None or _fraction(c["depth"]))]
+    return [
+        c
+        for c in (stored if isinstance(stored, list) else [])
+        if isinstance(c, dict)
+        and whole(c.get("L_valid"), 1)
+        and whole(c.get("total"))
+        and whole(c.get("correct"))
+        and c["correct"] <= c["total"]
+        and isinstance(c.get("status", "ok"), str)
+        and (c.get("depth") is None or _fraction(c["depth"]))
+    ]
 
 
 def _fraction(value) -> bool:
@@ -80,9 +88,23 @@ def accuracy_table(rows: list[dict], threshold: float = 0.5) -> list[dict]:
         lo, hi = wilson_interval(k, n) if ok and n else (None, None)
         seeds = {seed: (a / b if ok_ and b else None) for seed, (a, b, ok_) in per_seed.get((method, probe, L, Lv), {}).items()}
         _, _, n_seeds, seed_lo, seed_hi = seed_interval(list(seeds.values())) if len(seeds) > 1 else (0, 0, 0, None, None)
-        table.append({"method": method, "probe": probe, "L_train": L, "L_valid": Lv, "correct": k,
-                      "total": n, "acc": acc, "lo": lo, "hi": hi, "by_seed": seeds if len(seeds) > 1 else {},
-                      "n_seeds": n_seeds, "seed_lo": seed_lo, "seed_hi": seed_hi})
+        table.append(
+            {
+                "method": method,
+                "probe": probe,
+                "L_train": L,
+                "L_valid": Lv,
+                "correct": k,
+                "total": n,
+                "acc": acc,
+                "lo": lo,
+                "hi": hi,
+                "by_seed": seeds if len(seeds) > 1 else {},
+                "n_seeds": n_seeds,
+                "seed_lo": seed_lo,
+                "seed_hi": seed_hi,
+            }
+        )
     eff: dict[tuple, dict] = {}
     for t in table:
         eff.setdefault((t["method"], t["probe"], t["L_train"]), {})[t["L_valid"]] = t["acc"]

@@ -3,6 +3,7 @@ tokens, starting with ``BOS``, whose last part is the answer; a batch is a pure 
 arguments (seeded numpy draws) and its answer spans depend only on probe and length.
 Each probe's layout: docs/tasks/retrieval.md.
 """
+
 from __future__ import annotations
 
 import math
@@ -85,8 +86,7 @@ def _rng(seed: int, probe: str, length: int, depth: float | None) -> np.random.G
     return np.random.default_rng([seed, PROBES.index(probe), length, depth_code + 1])
 
 
-def generate(probe: str, vocab: ProbeVocab, length: int, n: int, seed: int,
-             depth: float | None = None) -> ProbeBatch:
+def generate(probe: str, vocab: ProbeVocab, length: int, n: int, seed: int, depth: float | None = None) -> ProbeBatch:
     """``n`` examples of ``probe`` of exactly ``length`` tokens; deterministic in its arguments.
 
     depth: needle position in [0, 1] (passkey, copy, reverse); None draws one per example.
@@ -125,10 +125,11 @@ def _needle(probe, vocab: ProbeVocab, length, n, rng, depth) -> ProbeBatch:
     tokens = _filler(vocab, n, length)
     rows = np.arange(n)[:, None]
     tokens[rows, starts[:, None] + np.arange(k + 2)] = np.concatenate(
-        [np.full((n, 1), vocab.MARK), symbols, np.full((n, 1), vocab.END)], axis=1)
+        [np.full((n, 1), vocab.MARK), symbols, np.full((n, 1), vocab.END)], axis=1
+    )
     answer = symbols[:, ::-1] if probe == "reverse" else symbols
     tokens[:, length - k - 1] = question
-    tokens[:, length - k:] = answer
+    tokens[:, length - k :] = answer
     distance = (length - k - 1) - starts  # question token minus MARK
     return ProbeBatch(tokens, [(length - k, length)], depths, distance[:, None])
 
@@ -147,8 +148,8 @@ def _mqar(vocab: ProbeVocab, length, n, rng) -> ProbeBatch:
     rows = np.arange(n)[:, None]
     q0 = length - 3 * Q  # first QUERY token
     tokens[:, q0::3] = vocab.QUERY
-    tokens[:, q0 + 1::3] = keys[rows, asked]
-    tokens[:, q0 + 2::3] = values[rows, asked]
+    tokens[:, q0 + 1 :: 3] = keys[rows, asked]
+    tokens[:, q0 + 2 :: 3] = values[rows, asked]
     spans = [(q0 + 3 * j + 2, q0 + 3 * j + 3) for j in range(Q)]
     distance = (q0 + 3 * np.arange(Q) + 1)[None, :] - (1 + 2 * asked)  # query key minus pair key
     return ProbeBatch(tokens, spans, np.zeros(n), distance)
@@ -172,7 +173,7 @@ def oracle_next(vocab: ProbeVocab, history: np.ndarray) -> int:
                 return int(h[i + 1])
         raise ValueError("oracle: the queried key is not among the pairs")
     start = int(np.flatnonzero(h == vocab.MARK)[0])
-    end = start + 1 + int(np.flatnonzero(h[start + 1:] == vocab.END)[0])
+    end = start + 1 + int(np.flatnonzero(h[start + 1 :] == vocab.END)[0])
     segment = h[start + 1 : end]
     if h[a] == vocab.REVERSE:
         segment = segment[::-1]

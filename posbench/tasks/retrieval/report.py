@@ -3,6 +3,7 @@ Wilson interval (``accuracy``: recomputed from the rows' outcome counts, exact a
 its chart and the passkey heatmaps, learn first, then compare; the frontier of accuracy against
 cost. Details: docs/tasks/retrieval.md.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,16 +41,20 @@ def summary_tables(runs: Runs) -> list[Table]:
 
 def _pyplot():
     """matplotlib.pyplot on the Agg backend, which ``posbench.report.charts`` chooses before pyplot loads."""
-    import posbench.report.charts  # noqa: F401
     import matplotlib.pyplot as plt
+
+    import posbench.report.charts  # noqa: F401
 
     return plt
 
 
 def _seeds_learnt(table: list[dict], several: bool) -> dict:
     """{row label: (seeds learnt, seeds)} of the entries trained with several seeds."""
-    return {(f"{t['method']}, L_train={t['L_train']}" if several else t["method"]): t["seeds_learnt"]
-            for t in table if t.get("seeds_learnt")}
+    return {
+        (f"{t['method']}, L_train={t['L_train']}" if several else t["method"]): t["seeds_learnt"]
+        for t in table
+        if t.get("seeds_learnt")
+    }
 
 
 def cell_text(t: dict) -> str:
@@ -72,8 +77,10 @@ def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
     table = [t for t in accuracy_table(rows, threshold) if t["probe"] == probe]
     lengths = sorted({t["L_valid"] for t in table})
     methods = list(dict.fromkeys(t["method"] for t in table))
-    lines = ["| method | L_train | " + " | ".join(f"L={Lv}" for Lv in lengths) + " | effective length |",
-             "|---|---|" + "---|" * len(lengths) + "---|"]
+    lines = [
+        "| method | L_train | " + " | ".join(f"L={Lv}" for Lv in lengths) + " | effective length |",
+        "|---|---|" + "---|" * len(lengths) + "---|",
+    ]
     for m in methods:
         for L in sorted({t["L_train"] for t in table if t["method"] == m}):
             cells = {t["L_valid"]: t for t in table if t["method"] == m and t["L_train"] == L}
@@ -85,8 +92,10 @@ def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
             eff = length_text(first["learned"], first["effective_length"])
             lines.append(f"| {m} | {L} | " + " | ".join(text) + f" | {eff} |")
     if table:  # how many methods were comparable, under the table
-        lines += ["", comparability(_verdicts(table, True), learned_threshold(list(ok_rows(rows))),
-                                    _seeds_learnt(table, True)).note()]
+        lines += [
+            "",
+            comparability(_verdicts(table, True), learned_threshold(list(ok_rows(rows))), _seeds_learnt(table, True)).note(),
+        ]
     return "\n".join(lines)
 
 
@@ -100,12 +109,20 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
     ok = [r for r in ok_rows(rows, probe)]
     several = len({t["L_train"] for t in table}) > 1
     hardware = next((r.get("hardware") for r in ok if r.get("hardware")), "")
-    out = Table(key=slug(f"retrieval-{probe}-accuracy-{hardware}"),
-                title=f"{probe}: accuracy (Wilson 95% interval)", caption="", task="retrieval",
-                metric=f"acc {probe}", unit="fraction", column_header="L_valid",
-                columns=lengths + ["effective length", "steps"],
-                rows=[], hardware=hardware, commit=short_commit(r.get("git_commit") for r in ok),
-                higher_is_better=True)
+    out = Table(
+        key=slug(f"retrieval-{probe}-accuracy-{hardware}"),
+        title=f"{probe}: accuracy (Wilson 95% interval)",
+        caption="",
+        task="retrieval",
+        metric=f"acc {probe}",
+        unit="fraction",
+        column_header="L_valid",
+        columns=lengths + ["effective length", "steps"],
+        rows=[],
+        hardware=hardware,
+        commit=short_commit(r.get("git_commit") for r in ok),
+        higher_is_better=True,
+    )
     case_of = {(r["method"], r["params"]["L_train"]): r for r in ok}
     for m in dict.fromkeys(t["method"] for t in table):
         for L in sorted({t["L_train"] for t in table if t["method"] == m}):
@@ -122,23 +139,30 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
                 out.cells[(label, Lv)] = Cell(text=cell_text(t), value=t["acc"], spread=(t["lo"], t["hi"]), **link)
             first = next(iter(cells.values()))
             eff = first["effective_length"] if first["learned"] else None
-            out.cells[(label, "effective length")] = Cell(text=length_text(first["learned"], first["effective_length"]),
-                                                          value=None if eff is None else float(eff), **link)
+            out.cells[(label, "effective length")] = Cell(
+                text=length_text(first["learned"], first["effective_length"]), value=None if eff is None else float(eff), **link
+            )
             out.cells[(label, "steps")] = Cell(text=steps_text(row.get("metrics", {})), **link)
     verdicts = comparability(_verdicts(table, several), learned_threshold(ok), _seeds_learnt(table, several))
     out.title += verdicts.title_suffix()
     out.extra["learnt"], out.extra["not_learnt"] = verdicts.learnt, verdicts.not_learnt
     out.pooled = True  # counts of every run of a case pooled: no run supersedes another
-    out.caption = (f"Fraction of {probe} answers exactly right, counts pooled over depths, seeds and runs, with "
-                   f"its Wilson 95% interval; effective length: the longest L_valid with accuracy >= {threshold:g} "
-                   f"there and at every shorter L_valid, given only for a model that learnt the task at L_train "
-                   f"(accuracy >= {verdicts.threshold:.0%}; otherwise '{NOT_LEARNT}'); steps: optimizer steps "
-                   f"trained, 'stopped' where training stopped on reaching stop_at_acc (train to criterion). "
-                   + (f"With several training seeds, the accuracy is the mean over seeds (each scores the same "
-                      f"samples) and 'seeds [lo, hi]' its {SEED_INTERVAL}; a method counts as learnt only when "
-                      "every seed learnt. " if any(t["n_seeds"] for t in table) else "")
-                   + f"{verdicts.note()} "
-                   f"{out.hardware} (commit {out.commit}).")
+    out.caption = (
+        f"Fraction of {probe} answers exactly right, counts pooled over depths, seeds and runs, with "
+        f"its Wilson 95% interval; effective length: the longest L_valid with accuracy >= {threshold:g} "
+        f"there and at every shorter L_valid, given only for a model that learnt the task at L_train "
+        f"(accuracy >= {verdicts.threshold:.0%}; otherwise '{NOT_LEARNT}'); steps: optimizer steps "
+        f"trained, 'stopped' where training stopped on reaching stop_at_acc (train to criterion). "
+        + (
+            f"With several training seeds, the accuracy is the mean over seeds (each scores the same "
+            f"samples) and 'seeds [lo, hi]' its {SEED_INTERVAL}; a method counts as learnt only when "
+            "every seed learnt. "
+            if any(t["n_seeds"] for t in table)
+            else ""
+        )
+        + f"{verdicts.note()} "
+        f"{out.hardware} (commit {out.commit})."
+    )
     return out
 
 
@@ -173,8 +197,11 @@ def heatmap_chart(rows: list[dict], method: str, L_train: int | None = None):
     ax.set_xlabel("L_valid (tokens)")
     ax.set_ylabel("needle depth")
     title = f"passkey: {method}" + (f" (L_train {L_train})" if L_train else "")
-    verdicts = {t["learned"] for t in accuracy_table(rows) if t["method"] == method and t["probe"] == "passkey"
-                and (L_train is None or t["L_train"] == L_train)}
+    verdicts = {
+        t["learned"]
+        for t in accuracy_table(rows)
+        if t["method"] == method and t["probe"] == "passkey" and (L_train is None or t["L_train"] == L_train)
+    }
     if False in verdicts:
         title += f", {NOT_LEARNT}"
     ax.set_title(title, fontsize=10)
@@ -192,8 +219,11 @@ def accuracy_chart(rows: list[dict], probe: str, L_train: int | None = None):
     from posbench.report.charts import line_style, marker_size
 
     plt = _pyplot()
-    table = [t for t in accuracy_table(rows) if t["probe"] == probe and t["acc"] is not None
-             and (L_train is None or t["L_train"] == L_train)]
+    table = [
+        t
+        for t in accuracy_table(rows)
+        if t["probe"] == probe and t["acc"] is not None and (L_train is None or t["L_train"] == L_train)
+    ]
     if not table:
         raise ValueError(f"accuracy chart: no results for probe {probe!r}")
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -205,8 +235,16 @@ def accuracy_chart(rows: list[dict], probe: str, L_train: int | None = None):
         if any(t["learned"] is False for t in table if t["method"] == method):
             style = {**style, "color": "0.6", "linestyle": ":"}
             label = f"{method} ({NOT_LEARNT})"
-        ax.plot(x, y, markersize=marker_size(index), markerfacecolor="none", markeredgewidth=1.3, label=label,
-                gid=f"method:{method}", **style)
+        ax.plot(
+            x,
+            y,
+            markersize=marker_size(index),
+            markerfacecolor="none",
+            markeredgewidth=1.3,
+            label=label,
+            gid=f"method:{method}",
+            **style,
+        )
         ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="none", ecolor=style["color"], alpha=0.5, capsize=3)
     for L in sorted({t["L_train"] for t in table}):
         ax.axvline(L, linestyle="--", color="0.4", gid="L_train")
@@ -240,10 +278,13 @@ def probe_blocks(runs: Runs) -> list[Block]:
 
         sources = [accuracy]
         if probe == "passkey":
+
             def heatmaps():
-                return [(f"retrieval_passkey_heatmap_{file_stem(m)}", f"passkey heatmap: {m}", heatmap_chart(ok, m))
-                        for m in ordered(r["method"] for r in ok if r["params"]["probe"] == "passkey")
-                        if heatmap_table(ok, m)[1]]
+                return [
+                    (f"retrieval_passkey_heatmap_{file_stem(m)}", f"passkey heatmap: {m}", heatmap_chart(ok, m))
+                    for m in ordered(r["method"] for r in ok if r["params"]["probe"] == "passkey")
+                    if heatmap_table(ok, m)[1]
+                ]
 
             sources.append(heatmaps)
         blocks.append(Block(table, sources, heading=probe))
@@ -277,6 +318,7 @@ def _save(fig, path: Path) -> Path:
 # memory, the Pareto front, the verdict table and a chart; shown for runs with a compute budget
 # (time_s, flops) or several seeds.
 
+
 def frontier_quality() -> Quality:
     """What the retrieval frontier compares: accuracy at L_valid, higher is better."""
     from posbench.report.frontier import Quality, fraction
@@ -288,8 +330,13 @@ def frontier_tables(runs: Runs) -> list[Table]:
     """A verdict table per (suite, hardware, budget, probe, L_valid) of the runs that ask for a frontier."""
     from posbench.report.frontier import accuracy_cells, frontier_points, frontier_table, per_unit
 
-    points = frontier_points(runs, "retrieval", accuracy_cells, lambda m: per_unit(m, "train_seconds", "train_tokens"),
-                             of=lambda r: str(r.params.get("probe", "")))
+    points = frontier_points(
+        runs,
+        "retrieval",
+        accuracy_cells,
+        lambda m: per_unit(m, "train_seconds", "train_tokens"),
+        of=lambda r: str(r.params.get("probe", "")),
+    )
     quality = frontier_quality()
     return [frontier_table(quality, suite, hw, budget, n, pts, of) for (suite, hw, budget, of, n), pts in points.items()]
 

@@ -1,5 +1,6 @@
 """One retrieval case, per seed: train at L_train on text mixed with the probes (``training_mix``)
 or reuse the checkpoint, then score the case's probe at each L_valid (``scoring``)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -63,8 +64,9 @@ def run(case) -> dict:
     cfg = s.probe_config()
     for Lv in [f * L for f in s.L_valid_factors]:
         if Lv < P.min_length(probe, cfg):
-            raise ValueError(f"retrieval: L_valid {Lv} is too short for probe {probe} "
-                             f"(it needs {P.min_length(probe, cfg)} tokens)")
+            raise ValueError(
+                f"retrieval: L_valid {Lv} is too short for probe {probe} (it needs {P.min_length(probe, cfg)} tokens)"
+            )
     corpus = open_corpus(s.corpus)
     vocab = P.ProbeVocab(corpus.vocab_size, cfg)
     seeds, base = seed_list(s), checkpoint_path(case, s)
@@ -73,8 +75,7 @@ def run(case) -> dict:
         ckpt = base.with_name(checkpoint_name(base.stem, seed, seeds) + ".pt") if base is not None else None
         # Curves in <run>/cases/<checkpoint name>/ (engine.tracking), beside the other probes' accuracy.
         with tracking.for_case(case, ckpt.stem if ckpt is not None else None) as tracker:
-            model, metrics = trained_model(case, s, vocab, corpus.split("train"), ckpt, training_probes(case, s),
-                                           tracker, seed)
+            model, metrics = trained_model(case, s, vocab, corpus.split("train"), ckpt, training_probes(case, s), tracker, seed)
             eval_dtype = getattr(torch, s.eval_dtype)
             info = model.info(case.device, eval_dtype)
             model = model.to(eval_dtype).eval()
@@ -84,15 +85,22 @@ def run(case) -> dict:
                 mine += c
                 by_distance += [dict(x, seed=seed) for x in d] if len(seeds) > 1 else d
             metrics.update(summarize(mine, L, s.threshold, s.learned_threshold))
-            tracker.scalars({f"eval/{probe}/acc@{factor * L}": metrics.get(f"acc@{factor * L}")
-                             for factor in s.L_valid_factors}, max(0, metrics["train_steps"] - 1))
+            tracker.scalars(
+                {f"eval/{probe}/acc@{factor * L}": metrics.get(f"acc@{factor * L}") for factor in s.L_valid_factors},
+                max(0, metrics["train_steps"] - 1),
+            )
         per_seed.append(metrics)
         cells += [dict(c, seed=seed) for c in mine] if len(seeds) > 1 else mine
     pooled = summarize(cells, L, s.threshold, s.learned_threshold)
     metrics, seed_series = combine_accuracy_seeds(per_seed, pooled, s.learned_threshold)
     metrics["chance"] = P.chance(probe, cfg)
-    series = {"cells": cells, "corpus": corpus.describe(), "threshold": s.threshold,
-              "learned_threshold": s.learned_threshold, **seed_series}
+    series = {
+        "cells": cells,
+        "corpus": corpus.describe(),
+        "threshold": s.threshold,
+        "learned_threshold": s.learned_threshold,
+        **seed_series,
+    }
     if probe == "mqar":
         series["by_distance"] = by_distance
     return {"metrics": metrics, "series": series, "info": info}

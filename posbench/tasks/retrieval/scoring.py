@@ -1,6 +1,7 @@
 """The retrieval probes' scoring: answers decoded greedily through the KV cache (or, for the
 training's held-out checks, argmax in one forward, exactly right where greedy decoding is), exact
 match per answer, and the cells of one L_valid (``s`` is the retrieval or extension task's Settings)."""
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,7 @@ def forced_answers(model, tokens: torch.Tensor, spans: list[tuple[int, int]]) ->
     (B, end - start) tensor per span. Exactly right where ``greedy_answers`` is (tested): a greedy
     answer is right only if each of its tokens is, each predicted from the true prefix."""
     pred = model(tokens[:, :-1]).argmax(-1)  # (B, T - 1): pred[:, j] guesses tokens[:, j + 1]
-    return [pred[:, s - 1:e - 1] for s, e in spans]
+    return [pred[:, s - 1 : e - 1] for s, e in spans]
 
 
 def score(model, batch: P.ProbeBatch, device, batch_size: int, answers=greedy_answers) -> np.ndarray:

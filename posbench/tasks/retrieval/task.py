@@ -1,4 +1,5 @@
 """The retrieval task's declaration: its settings, grid point, metrics and ``TASK``."""
+
 from __future__ import annotations
 
 from typing import Literal, Optional, get_args
@@ -12,37 +13,100 @@ from posbench.tasks.retrieval.run import run
 from posbench.tasks.training import BUDGET_METRICS, CorpusSettings, TrainSettings
 
 METRICS = {
-    "acc_at_train_len": Metric(title="Accuracy at L_train", unit="fraction", doc="fraction of answers exactly right at L_valid = L_train",
-                          higher_is_better=True, fmt="plain", shown_in="acc@*"),
-    "acc_at_max_len": Metric(title="Accuracy at the longest L_valid", unit="fraction", doc="accuracy at the longest L_valid", higher_is_better=True,
-                        fmt="plain", shown_in="acc@*"),
-    "effective_length": Metric(title="Effective length", unit="tokens", doc="longest L_valid with accuracy >= threshold at it and "
-                          "every shorter L_valid (RULER); none when the task was not learnt at L_train", higher_is_better=True, fmt="int",
-                          shown_in="acc@*"),
-    "learned": Metric(title="Learnt at L_train", unit="", doc="1 when accuracy at L_train >= learned_threshold (learn first, then "
-                 "compare), else 0", higher_is_better=None, fmt="int", appendix=False, shown_in="acc@*"),
-    "acc@*": Metric(title="Accuracy", unit="fraction", doc="acc@<L_valid>: fraction of answers exactly right (counts summed over "
-               "depths)", higher_is_better=True),
+    "acc_at_train_len": Metric(
+        title="Accuracy at L_train",
+        unit="fraction",
+        doc="fraction of answers exactly right at L_valid = L_train",
+        higher_is_better=True,
+        fmt="plain",
+        shown_in="acc@*",
+    ),
+    "acc_at_max_len": Metric(
+        title="Accuracy at the longest L_valid",
+        unit="fraction",
+        doc="accuracy at the longest L_valid",
+        higher_is_better=True,
+        fmt="plain",
+        shown_in="acc@*",
+    ),
+    "effective_length": Metric(
+        title="Effective length",
+        unit="tokens",
+        doc="longest L_valid with accuracy >= threshold at it and "
+        "every shorter L_valid (RULER); none when the task was not learnt at L_train",
+        higher_is_better=True,
+        fmt="int",
+        shown_in="acc@*",
+    ),
+    "learned": Metric(
+        title="Learnt at L_train",
+        unit="",
+        doc="1 when accuracy at L_train >= learned_threshold (learn first, then compare), else 0",
+        higher_is_better=None,
+        fmt="int",
+        appendix=False,
+        shown_in="acc@*",
+    ),
+    "acc@*": Metric(
+        title="Accuracy",
+        unit="fraction",
+        doc="acc@<L_valid>: fraction of answers exactly right (counts summed over depths)",
+        higher_is_better=True,
+    ),
     "acc_lo@*": Metric(title="Accuracy, Wilson 95% lower bound", unit="fraction", doc="acc_lo@<L_valid>", higher_is_better=None),
     "acc_hi@*": Metric(title="Accuracy, Wilson 95% upper bound", unit="fraction", doc="acc_hi@<L_valid>", higher_is_better=None),
-    "chance": Metric(title="Chance accuracy", unit="fraction", doc="accuracy of uniform guessing over the answer symbols", higher_is_better=None),
-    "final_train_loss": Metric(title="Final training loss", unit="nats/token", doc="training loss at the last step (LM text and probes)"),
+    "chance": Metric(
+        title="Chance accuracy",
+        unit="fraction",
+        doc="accuracy of uniform guessing over the answer symbols",
+        higher_is_better=None,
+    ),
+    "final_train_loss": Metric(
+        title="Final training loss", unit="nats/token", doc="training loss at the last step (LM text and probes)"
+    ),
     "train_steps": Metric(title="Training steps", unit="steps", doc="optimizer steps", higher_is_better=None, fmt="int"),
-    "stopped_at_step": Metric(title="Stopped at step", unit="steps", doc="train to criterion (stop_at_acc): the step where the held-out "
-                         "accuracy at L_train reached stop_at_acc and training stopped; none when it trained the "
-                         "whole budget", higher_is_better=None, fmt="int"),
-    "check_acc": Metric(title="Held-out accuracy at the last check", unit="fraction", doc="teacher-forced exact match of held-out probe "
-                   "examples at L_train at the last check of stop_at_acc; none without checks or when the model came from "
-                   "a checkpoint", higher_is_better=None),
+    "stopped_at_step": Metric(
+        title="Stopped at step",
+        unit="steps",
+        doc="train to criterion (stop_at_acc): the step where the held-out "
+        "accuracy at L_train reached stop_at_acc and training stopped; none when it trained the "
+        "whole budget",
+        higher_is_better=None,
+        fmt="int",
+    ),
+    "check_acc": Metric(
+        title="Held-out accuracy at the last check",
+        unit="fraction",
+        doc="teacher-forced exact match of held-out probe "
+        "examples at L_train at the last check of stop_at_acc; none without checks or when the model came from "
+        "a checkpoint",
+        higher_is_better=None,
+    ),
     "train_tokens": Metric(title="Training tokens", unit="tokens", doc="tokens trained on", higher_is_better=None, fmt="count"),
-    "train_seconds": Metric(title="Training time", unit="s", doc="wall-clock training time (s); 0 when the model came from another "
-                       "case's checkpoint"),
-    "reused_checkpoint": Metric(title="Reused checkpoint", unit="", doc="1 when the model came from a checkpoint", higher_is_better=None, fmt="int"),
+    "train_seconds": Metric(
+        title="Training time", unit="s", doc="wall-clock training time (s); 0 when the model came from another case's checkpoint"
+    ),
+    "reused_checkpoint": Metric(
+        title="Reused checkpoint", unit="", doc="1 when the model came from a checkpoint", higher_is_better=None, fmt="int"
+    ),
     "n_params": Metric(title="Parameters", unit="", doc="parameters of the model", higher_is_better=None, fmt="count"),
-    "n_seeds": Metric(title="Seeds", unit="", doc="seeds trained (with `seeds`): every metric m is their mean, m_std the spread, "
-                 "m_seed_lo/m_seed_hi its 95% t interval over seeds", higher_is_better=None, fmt="int"),
-    "seeds_learnt": Metric(title="Seeds learnt", unit="", doc="with `seeds`: how many seeds learnt the task at L_train (learned is 1 "
-                      "only when all did)", higher_is_better=None, fmt="int", appendix=False, shown_in="acc@*"),
+    "n_seeds": Metric(
+        title="Seeds",
+        unit="",
+        doc="seeds trained (with `seeds`): every metric m is their mean, m_std the spread, "
+        "m_seed_lo/m_seed_hi its 95% t interval over seeds",
+        higher_is_better=None,
+        fmt="int",
+    ),
+    "seeds_learnt": Metric(
+        title="Seeds learnt",
+        unit="",
+        doc="with `seeds`: how many seeds learnt the task at L_train (learned is 1 only when all did)",
+        higher_is_better=None,
+        fmt="int",
+        appendix=False,
+        shown_in="acc@*",
+    ),
     **BUDGET_METRICS,
 }
 
@@ -54,10 +118,12 @@ class Settings(TrainSettings):
     corpus: CorpusSettings = Field(default_factory=CorpusSettings, description="language-model text of the mix")
     batch_size: int = Field(32, ge=1)
     mix: float = Field(0.5, ge=0.0, le=1.0, description="fraction of training rows that are probe examples")
-    train_probes: list[ProbeName] = Field(list(get_args(ProbeName)), min_length=1,
-                                          description="probes in the training mix (one model serves them all)")
-    model_per_probe: bool = Field(False, description="each probe case trains its own model on its probe alone "
-                                  "(train_probes is then not used)")
+    train_probes: list[ProbeName] = Field(
+        list(get_args(ProbeName)), min_length=1, description="probes in the training mix (one model serves them all)"
+    )
+    model_per_probe: bool = Field(
+        False, description="each probe case trains its own model on its probe alone (train_probes is then not used)"
+    )
     n_symbols: int = Field(16, ge=2, description="value alphabet: passkey digits, copy segments, mqar values")
     n_keys: int = Field(16, ge=1, description="mqar: key alphabet, disjoint from the values (Zoology)")
     key_len: int = Field(5, ge=1, description="passkey: symbols in the key")
@@ -66,21 +132,33 @@ class Settings(TrainSettings):
     segment_len: int = Field(8, ge=1, description="copy/reverse: symbols in the segment")
     filler_len: int = Field(5, ge=1, description="tokens of the repeated filler phrase")
     L_valid_factors: list[int] = Field([1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train")
-    depths: list[float] = Field([0.0, 0.25, 0.5, 0.75, 1.0], min_length=1,
-                                description="passkey: needle depths of the heatmap (0 = start, 1 = end)")
+    depths: list[float] = Field(
+        [0.0, 0.25, 0.5, 0.75, 1.0], min_length=1, description="passkey: needle depths of the heatmap (0 = start, 1 = end)"
+    )
     eval_samples: int = Field(100, ge=1, description="answers scored per L_valid (passkey: split over depths)")
     eval_batch_size: int = Field(16, ge=1)
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="accuracy an L_valid needs for effective_length")
-    learned_threshold: float = Field(0.9, ge=0.0, le=1.0, description="accuracy at L_train a model needs to count "
-                                     "as having learnt the task; below it, no effective length is reported")
+    learned_threshold: float = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="accuracy at L_train a model needs to count "
+        "as having learnt the task; below it, no effective length is reported",
+    )
     loss: Literal["all", "answers", "predictable"] = Field(
-        "all", description="training loss of probe rows: every token, the answers only, or every token but the "
-        "random draws outside the answers (needle symbols, mqar keys and values); language-model rows keep every token")
+        "all",
+        description="training loss of probe rows: every token, the answers only, or every token but the "
+        "random draws outside the answers (needle symbols, mqar keys and values); language-model rows keep every token",
+    )
     reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint instead of retraining")
     stop_at_acc: Optional[float] = Field(
-        None, ge=0.0, le=1.0, description="train to criterion: stop once the exact-match accuracy of held-out "
+        None,
+        ge=0.0,
+        le=1.0,
+        description="train to criterion: stop once the exact-match accuracy of held-out "
         "probe examples at L_train (teacher-forced, which equals greedy decoding's) reaches this, checked every "
-        "check_every steps; the budget stays the cap and sets the lr schedule. None: train the whole budget")
+        "check_every steps; the budget stays the cap and sets the lr schedule. None: train the whole budget",
+    )
     check_every: int = Field(100, ge=1, description="steps between the held-out checks of stop_at_acc")
     check_samples: int = Field(200, ge=1, description="held-out examples per check (mqar: scored per query)")
 
@@ -95,9 +173,15 @@ class Settings(TrainSettings):
         """posbench.tasks.retrieval.probes.ProbeConfig of these settings (it checks the shapes agree)."""
         from posbench.core.config import ProbeConfig
 
-        return ProbeConfig(n_symbols=self.n_symbols, key_len=self.key_len, n_pairs=self.n_pairs,
-                           n_queries=self.n_queries, segment_len=self.segment_len, filler_len=self.filler_len,
-                           n_keys=self.n_keys)
+        return ProbeConfig(
+            n_symbols=self.n_symbols,
+            key_len=self.key_len,
+            n_pairs=self.n_pairs,
+            n_queries=self.n_queries,
+            segment_len=self.segment_len,
+            filler_len=self.filler_len,
+            n_keys=self.n_keys,
+        )
 
 
 class Params(BaseModel):
@@ -107,5 +191,14 @@ class Params(BaseModel):
     probe: ProbeName = Field(description="retrieval probe evaluated")
 
 
-TASK = register_task(Task(Settings=Settings, Params=Params, METRICS=METRICS, run=run, report_sections=report_sections,
-                          summary_tables=summary_tables, name="retrieval"))
+TASK = register_task(
+    Task(
+        Settings=Settings,
+        Params=Params,
+        METRICS=METRICS,
+        run=run,
+        report_sections=report_sections,
+        summary_tables=summary_tables,
+        name="retrieval",
+    )
+)

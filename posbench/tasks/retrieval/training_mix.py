@@ -1,6 +1,7 @@
 """The retrieval task's training: text mixed with probe examples (``mixed_batches``), a model
 trained on it at L_train or reused, to criterion when asked (``Criterion``); ``s`` is the
 retrieval or extension task's Settings."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,16 @@ from posbench.tasks.retrieval.scoring import forced_answers, score
 from posbench.tasks.training import budget_metrics
 
 
-def mixed_batches(lm_tokens: np.ndarray, vocab: P.ProbeVocab, train_probes: list[str], seq_len: int,
-                  batch_size: int, mix: float, seed: int, loss: str = "all"):
+def mixed_batches(
+    lm_tokens: np.ndarray,
+    vocab: P.ProbeVocab,
+    train_probes: list[str],
+    seq_len: int,
+    batch_size: int,
+    mix: float,
+    seed: int,
+    loss: str = "all",
+):
     """Endless (B, T+1) int64 batches: each row is a probe example with probability ``mix`` (a
     probe of ``train_probes`` at a random depth), else a random window of ``lm_tokens``.
 
@@ -59,13 +68,21 @@ def _probe_targets(batch: P.ProbeBatch, vocab: P.ProbeVocab, loss: str) -> np.nd
     nxt = batch.tokens[:, 1:]  # target j is token j + 1
     answer = np.zeros(nxt.shape, dtype=bool)
     for start, end in batch.spans:
-        answer[:, start - 1:end - 1] = True
+        answer[:, start - 1 : end - 1] = True
     keep = answer if loss == "answers" else answer | ~vocab.is_draw(nxt)
     return np.where(keep, nxt, -100)
 
 
-def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Path | None, probes: list[str],
-                  tracker=None, seed: int | None = None):
+def trained_model(
+    case,
+    s,
+    vocab: P.ProbeVocab,
+    lm_tokens: np.ndarray,
+    ckpt: Path | None,
+    probes: list[str],
+    tracker=None,
+    seed: int | None = None,
+):
     """(model, metrics): trained at L_train on the mix of ``probes`` and text with ``seed`` (weights
     and batches; default the settings' ``seed``), or loaded from the checkpoint; the training
     curves go to ``tracker`` (``posbench.engine.tracking``) when given."""
@@ -75,8 +92,10 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
     def data():
         for probe in probes:
             if P.min_length(probe, vocab.cfg) > L + 1:
-                raise ValueError(f"retrieval: L_train {L} is too short to train on probe {probe} "
-                                 f"(it needs {P.min_length(probe, vocab.cfg) - 1} tokens)")
+                raise ValueError(
+                    f"retrieval: L_train {L} is too short to train on probe {probe} "
+                    f"(it needs {P.min_length(probe, vocab.cfg) - 1} tokens)"
+                )
         return mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, seed, s.loss)
 
     checks = []  # the criterion this training made, whose last accuracy the row reports
@@ -87,13 +106,28 @@ def trained_model(case, s, vocab: P.ProbeVocab, lm_tokens: np.ndarray, ckpt: Pat
         checks.append(Criterion(model, vocab, probes, L, s, case.device, tracker))
         return checks[0]
 
-    model, r, reused = trained_model_of(case_model_config(case, vocab_size=vocab.vocab_size), s.train_config(L, seed),
-                                        data, case.device, ckpt, s.reuse_checkpoint, tracker, until)
+    model, r, reused = trained_model_of(
+        case_model_config(case, vocab_size=vocab.vocab_size),
+        s.train_config(L, seed),
+        data,
+        case.device,
+        ckpt,
+        s.reuse_checkpoint,
+        tracker,
+        until,
+    )
     check = checks[0] if checks else None  # None: loaded (its accuracy is not saved) or no criterion
-    metrics = dict(final_train_loss=r.final_loss, train_steps=r.steps, train_tokens=r.tokens,
-                   train_seconds=0.0 if reused else r.seconds, reused_checkpoint=int(reused),
-                   n_params=model.num_parameters(), stopped_at_step=r.steps if r.stopped_early else None,
-                   check_acc=None if check is None else check.last, **budget_metrics(r))
+    metrics = dict(
+        final_train_loss=r.final_loss,
+        train_steps=r.steps,
+        train_tokens=r.tokens,
+        train_seconds=0.0 if reused else r.seconds,
+        reused_checkpoint=int(reused),
+        n_params=model.num_parameters(),
+        stopped_at_step=r.steps if r.stopped_early else None,
+        check_acc=None if check is None else check.last,
+        **budget_metrics(r),
+    )
     return model, metrics
 
 
