@@ -10,20 +10,7 @@ from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task, TaskSettings
 from posbench.tasks.kernels.report import REPORT_COLUMN, REPORT_ORDER
 from posbench.tasks.kernels.run import run, unavailable
-
-# The variants posbench.tasks.kernels.variants implements (it reads this list). Named here, and torch and
-# the kernels imported inside the functions, so that validating a suite imports no torch.
-METHODS = [
-    "alibi_triton",
-    "t5_triton",
-    "triton_no_bias",
-    "sdpa_float_bias",
-    "sdpa_t5_bias",
-    "sdpa_causal",
-    "flex_alibi",
-    "flex_t5",
-    "flash_alibi",
-]
+from posbench.tasks.kernels.variant_names import VARIANTS
 
 METRICS = {
     "fwdbwd_ms": Metric(
@@ -138,7 +125,7 @@ TASK = register_task(
         Params,
         METRICS,
         run,
-        METHODS=METHODS,
+        METHODS=list(VARIANTS),
         unavailable=unavailable,
         TIMED=True,
         REPORT_ORDER=REPORT_ORDER,

@@ -17,9 +17,8 @@ import torch.nn.functional as F
 
 from posbench.core.alibi_math import alibi_bias, slopes_tensor
 from posbench.core.method import causal_mask
-from posbench.tasks.kernels.task import METHODS as VARIANTS  # the variant names live with the task (no torch there)
+from posbench.tasks.kernels.variant_names import TRITON_VARIANTS, VARIANTS
 
-TRITON_VARIANTS = ("alibi_triton", "t5_triton", "triton_no_bias")
 T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
 
 AttentionFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
