@@ -54,7 +54,7 @@ def ok_rows(rows, probe=None):
             continue
         params = r.get("params") if isinstance(r.get("params"), dict) else {}
         if not isinstance(params.get("probe"), str) or not whole(params.get("L_train"), 1):
-            continue  # the report's reader skipped such a row already (posbench.report.stored.check_params)
+            continue  # the report's reader skipped such a row already (posbench.store.bounds.check_params)
         if probe is not None and r["params"]["probe"] != probe:
             continue
         yield r
