@@ -192,6 +192,7 @@ def pytest_collection_modifyitems(config, items):
     idles (a WikiText training module left one worker busy for minutes after the rest were done).
     Modules that train on the real corpus go first, then those holding a ``slow`` test; the order
     within each group is the collection's."""
+
     def rank(item) -> int:
         module = item.module.__name__ if item.module is not None else ""
         return ranks.setdefault(module, 2)

@@ -1,15 +1,16 @@
 """``BiasMethod``: a method that writes only ``bias`` gets the shared path (prepare once per
 forward, causal masking, the cached bias, attend with or without a state) and passes the
 conformance kit with no code of its own; the four built-in bias methods use that path."""
+
 import math
 
 import pytest
 import torch
 from torch import nn
 
+from posbench.attention.bias import BiasForm, BiasMethod
 from posbench.core import conformance as testing
 from posbench.core import discovery
-from posbench.attention.bias import BiasForm, BiasMethod
 from posbench.core.method import ModelConfig, causal_mask
 from posbench.core.model import TransformerLM
 
@@ -132,11 +133,15 @@ def test_the_builtin_bias_methods_use_the_shared_path(name):
 
 def test_attn_backend_says_which_path_the_bias_takes(monkeypatch):
     from posbench.attention import flex
+
     # a GPU whose torch lacks FlexAttention: the masked bias (tests/attention/test_flex_attention.py
     # has the names a GPU with it gives)
     monkeypatch.setattr(flex, "flex_available", lambda device: False)
     cfg = ModelConfig(d_model=64, n_heads=4)
-    assert TinyLearned(cfg).attn_backend("cpu", torch.float32) == "blocked float32 (flash op per block), one (H, L, L) bias per forward"
+    assert (
+        TinyLearned(cfg).attn_backend("cpu", torch.float32)
+        == "blocked float32 (flash op per block), one (H, L, L) bias per forward"
+    )
     assert TinyLearned(cfg).attn_backend("cuda", torch.bfloat16) == "sdpa + bfloat16 bias (learned)"
     assert TinyFixed(cfg).attn_backend("cuda", torch.float32) == "sdpa + float32 bias"
     t5 = discovery.build(ModelConfig(method="t5_bias"))
@@ -149,6 +154,7 @@ def test_attn_backend_says_which_path_the_bias_takes(monkeypatch):
 
 def test_attn_backend_names_the_plain_paths_when_torch_lacks_the_masked_cpu_flash_op(monkeypatch):
     from posbench.attention import cpu_flash
+
     monkeypatch.setattr(cpu_flash, "CPU_FLASH_WITH_MASK", None)
     alibi = discovery.build(ModelConfig(method="alibi"))
     assert alibi.attn_backend("cpu", torch.float32) == "sdpa causal + slope column (linear bias, no L x L)"
@@ -161,7 +167,14 @@ def test_the_old_plugin_paths_are_gone():
     # posbench.attention.bias, the interface and registry in posbench.core; no alias of an old path.
     import importlib
 
-    for old in ("posbench.core.bias", "posbench.method", "posbench.registry", "posbench.config", "posbench.model",
-                "posbench.alibi", "posbench.testing"):
+    for old in (
+        "posbench.core.bias",
+        "posbench.method",
+        "posbench.registry",
+        "posbench.config",
+        "posbench.model",
+        "posbench.alibi",
+        "posbench.testing",
+    ):
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(old)

@@ -2,6 +2,7 @@
 by query blocks against a float64 reference (outputs and the gradients of q, k, v, the u row, the z
 column and the tables), and FIRE's piecewise plan against FIRE's formula in float64 (odd lengths,
 Tq < Tk, query positions past the threshold and below it, every parameter's gradient)."""
+
 import math
 
 import pytest
@@ -9,9 +10,9 @@ import torch
 
 from posbench.attention import plans
 from posbench.attention.blocked import blocked_bias_attention
-from posbench.core.masked import causal_mask
 from posbench.attention.piecewise import PiecewiseRatio, RatioPieces, relu_mlp_pieces
 from posbench.core import discovery
+from posbench.core.masked import causal_mask
 from posbench.core.method import ModelConfig
 
 
@@ -45,8 +46,9 @@ def test_relu_mlp_pieces_equal_the_mlp_and_its_weight_gradients(seed):
     want = mlp(x, *w)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     r = torch.randn(want.shape, dtype=torch.float64)
-    for name, g, gw in zip(("w1", "b1", "w2", "b2"), torch.autograd.grad((got * r).sum(), w),
-                           torch.autograd.grad((want * r).sum(), w)):
+    for name, g, gw in zip(
+        ("w1", "b1", "w2", "b2"), torch.autograd.grad((got * r).sum(), w), torch.autograd.grad((want * r).sum(), w)
+    ):
         torch.testing.assert_close(g, gw, rtol=1e-10, atol=1e-10, msg=name)
 
 
@@ -76,12 +78,21 @@ def test_piecewise_tiles_equal_the_float64_reference_with_every_gradient(seed, t
     want = reference(q, k, v, piecewise_reference(RatioPieces(None, None, bp, slopes, intercepts), x))
     row = u.flip(0).float()  # row[t] = u at distance Tk - 1 - t
     pieces = RatioPieces(row, z.float(), bp.float(), slopes.float(), intercepts.float())
-    got = blocked_bias_attention(q.float(), k.float(), v.float(), PiecewiseRatio(pieces, tk, rows, torch.float32),
-                                 (row, pieces.z, pieces.slopes, pieces.intercepts), rows)
+    got = blocked_bias_attention(
+        q.float(),
+        k.float(),
+        v.float(),
+        PiecewiseRatio(pieces, tk, rows, torch.float32),
+        (row, pieces.z, pieces.slopes, pieces.intercepts),
+        rows,
+    )
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=2e-6)
     r = torch.randn(want.shape, generator=g, dtype=torch.float64)
-    for name, a, b in zip(("dq", "dk", "dv", "du", "dz", "dslopes", "dintercepts"),
-                          torch.autograd.grad((got * r).sum(), leaves), torch.autograd.grad((want * r).sum(), leaves)):
+    for name, a, b in zip(
+        ("dq", "dk", "dv", "du", "dz", "dslopes", "dintercepts"),
+        torch.autograd.grad((got * r).sum(), leaves),
+        torch.autograd.grad((want * r).sum(), leaves),
+    ):
         torch.testing.assert_close(a.double(), b.double(), rtol=1e-4, atol=2e-5, msg=lambda s: f"{name}: {s}")
 
 
@@ -89,12 +100,16 @@ def fire_bias64(m, q_pos, k_pos):
     """FIRE's formula in float64 from the module's parameters (differentiable in all six)."""
     c, threshold = m.c.double().abs(), (m.L_multiplier.double() * m.init_L).abs()
     qp, kp = q_pos.double(), k_pos.double()
-    x = torch.log1p(c * (qp[:, None] - kp[None, :]).clamp(min=0)) / (torch.log1p(c * torch.maximum(qp, threshold)) + m.eps)[:, None]
+    x = (
+        torch.log1p(c * (qp[:, None] - kp[None, :]).clamp(min=0))
+        / (torch.log1p(c * torch.maximum(qp, threshold)) + m.eps)[:, None]
+    )
     return mlp(x, m.w1.double(), m.b1.double(), m.w2.double(), m.b2.double())
 
 
-@pytest.mark.parametrize("seed, tq, tk, start, init_L", [(0, 41, 41, 0, 8.0), (1, 11, 30, 3, 16.0), (2, 33, 33, 0, 512.0),
-                                                           (3, 1, 13, 100, 8.0)])
+@pytest.mark.parametrize(
+    "seed, tq, tk, start, init_L", [(0, 41, 41, 0, 8.0), (1, 11, 30, 3, 16.0), (2, 33, 33, 0, 512.0), (3, 1, 13, 100, 8.0)]
+)
 def test_fire_piecewise_plan_equals_fire_in_float64_with_every_gradient(monkeypatch, seed, tq, tk, start, init_L):
     monkeypatch.setattr(plans, "BLOCKED_MIN_ROWS", 1)
     monkeypatch.setattr(plans, "BLOCK_ROWS", 8)

@@ -1,5 +1,6 @@
 """Flags that contradict or say nothing, mistyped commands, odd bytes, signals: one clear line each
 (issue 26, unclear and crashes)."""
+
 import json
 import os
 import signal
@@ -11,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from posbench.cli import app as cli
-
 from tests.helpers.suites import TWO_METHODS as SUITE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,8 +95,7 @@ def test_cuda_on_a_cpu_only_torch_is_one_line(capsys, command):
 
 def test_a_huge_error_message_is_cut_in_the_progress_line_and_kept_whole_in_the_row():
     message = "x" * 3_000_000
-    row = {"method": "alibi", "params": {"n": 1}, "settings": {}, "status": "error", "message": message,
-           "duration_s": 1.0}
+    row = {"method": "alibi", "params": {"n": 1}, "settings": {}, "status": "error", "message": message, "duration_s": 1.0}
     line = cli.case_line(row, [])
     assert len(line) < 500 and "message cut: 3000000 characters in the row" in line
     assert row["message"] == message
@@ -104,9 +103,13 @@ def test_a_huge_error_message_is_cut_in_the_progress_line_and_kept_whole_in_the_
     assert "\n" not in multi and "first" in multi and "message cut" in multi
 
 
-@pytest.mark.parametrize("command, target", [(["report", "somewhere"], "posbench.report.build:build_report"),
-                                             (["download", "wikitext-103", "--data", "d"],
-                                              "posbench.data.download:download_wikitext103")])
+@pytest.mark.parametrize(
+    "command, target",
+    [
+        (["report", "somewhere"], "posbench.report.build:build_report"),
+        (["download", "wikitext-103", "--data", "d"], "posbench.data.download:download_wikitext103"),
+    ],
+)
 def test_ctrl_c_in_report_and_download_is_one_line_and_exit_130(monkeypatch, capsys, command, target):
     import importlib
 
@@ -125,9 +128,14 @@ def test_ctrl_c_in_report_and_download_is_one_line_and_exit_130(monkeypatch, cap
 def test_sigterm_during_a_run_prints_the_resume_command_and_exits_143(tmp_path):
     path = tmp_path / "t.yaml"
     path.write_text(SUITE + "settings:\n  by_method: {alibi: sleep}\n  sleep_s: 60\n")
-    proc = subprocess.Popen([sys.executable, str(REPO / "bench.py"), "--suite", str(path), "--results", "results",
-                             "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "bench.py"), "--suite", str(path), "--results", "results", "--quiet"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     deadline = time.monotonic() + 120
     cases = None
     while time.monotonic() < deadline:  # the first case (sinusoidal) is saved, alibi sleeps

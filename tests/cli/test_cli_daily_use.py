@@ -2,6 +2,7 @@
 keeping only errors and the final summary line, CUDA-only methods set aside in one note under a
 run's own tables (their rows stay in cases.jsonl and in the report), the ``report`` epilog's run ids in the form runs have,
 and launched sweeps (``status``, a followed sweep) exiting 3 when a case failed."""
+
 import json
 import re
 import shlex
@@ -17,9 +18,9 @@ from posbench.report.table import metric_tables, run_tables
 from posbench.run import suite as suitemod
 from posbench.run import sweep_state
 from posbench.run.schedule import default_run_id
+from posbench.tasks import find as find_task
 from tests.helpers.report_rows import base_row, efficiency_rows, write_run
 from tests.helpers.suites import make_suite
-from posbench.tasks import find as find_task
 
 # A run folder's name: <profile>-<device>-<8 hex digits of settings and grid>, -<date>-<time> with --fresh
 RUN_ID = re.compile(r"[\w.]+-(cpu|cuda)-[0-9a-f]{8}(-\d{8}-\d{6})?")
@@ -70,15 +71,18 @@ class _Unit:
 
 def _sweep(monkeypatch, run_dir: Path, words: list[str]) -> None:
     """``sweep_state.status`` of a launched sweep whose units ended as ``words`` (done/failed)."""
-    units = [(f"n={i}", {"todo": [[{}, 1]], "job_id": f"7_{i}"}, _Unit("COMPLETED" if w == "done" else "FAILED"), w, 1)
-             for i, w in enumerate(words, 1)]
-    monkeypatch.setattr(sweep_state, "status",
-                        lambda folder: ({"launcher": "local", "command": ["--suite", "t"]}, units))
+    units = [
+        (f"n={i}", {"todo": [[{}, 1]], "job_id": f"7_{i}"}, _Unit("COMPLETED" if w == "done" else "FAILED"), w, 1)
+        for i, w in enumerate(words, 1)
+    ]
+    monkeypatch.setattr(sweep_state, "status", lambda folder: ({"launcher": "local", "command": ["--suite", "t"]}, units))
 
 
 def test_a_launched_sweep_with_a_failed_case_exits_3_unless_failures_are_allowed(tmp_path, monkeypatch, capsys):
-    rows = [base_row("t", "_testing", m, {"n": 1}, "r", status=s, message="boom" if s == "error" else "")
-            for m, s in (("sinusoidal", "ok"), ("alibi", "error"))]
+    rows = [
+        base_row("t", "_testing", m, {"n": 1}, "r", status=s, message="boom" if s == "error" else "")
+        for m, s in (("sinusoidal", "ok"), ("alibi", "error"))
+    ]
     run_dir = write_run(tmp_path, rows)
     _sweep(monkeypatch, run_dir, ["done", "failed"])
     assert sweep_cmds.print_status(run_dir) == cli.EXIT_CASES_FAILED
@@ -107,8 +111,9 @@ def test_quiet_prints_only_the_final_summary_line_and_the_errors(tmp_path, capsy
     out, err = capsys.readouterr()
     (run_dir,) = (tmp_path / "res" / "t").iterdir()
     assert out == f"4 case(s) run, 0 already done; rows in {run_dir}/cases.jsonl, tables in {run_dir}/table.md\n"
-    assert err == "1 case(s) failed (1 error); exit status 3 (--allow-failures gives 0; --retry-failed re-runs " \
-                  "error and timeout)\n"
+    assert (
+        err == "1 case(s) failed (1 error); exit status 3 (--allow-failures gives 0; --retry-failed re-runs error and timeout)\n"
+    )
     assert "Value, t" in (run_dir / "table.md").read_text()  # written, not printed
     assert RUN_ID.fullmatch(run_dir.name), run_dir.name  # the --fresh form the report epilog shows
     # without --quiet: a line per case and the tables, as before
@@ -120,13 +125,23 @@ def test_quiet_prints_only_the_final_summary_line_and_the_errors(tmp_path, capsy
 def test_cuda_only_methods_leave_a_cpu_table_for_one_note_naming_them_and_why(tmp_path):
     rows = efficiency_rows()
     for L in (256, 512, 1024):
-        rows.append(base_row("efficiency", "efficiency", "t5_triton", {"seq_len": L}, "run-a", status="unavailable",
-                             message="needs a CUDA GPU and triton"))
+        rows.append(
+            base_row(
+                "efficiency",
+                "efficiency",
+                "t5_triton",
+                {"seq_len": L},
+                "run-a",
+                status="unavailable",
+                message="needs a CUDA GPU and triton",
+            )
+        )
     run_dir = write_run(tmp_path, rows, metrics=["train_wps"])
     (table,) = run_tables(load_runs(run_dir, find_task=find_task))
     assert table.rows == ["sinusoidal", "rotary", "t5_bias", "alibi"]
-    assert table.note == ("Not run on this machine (unavailable): alibi_triton (needs CUDA and triton); "
-                          "t5_triton (needs a CUDA GPU and triton).")
+    assert table.note == (
+        "Not run on this machine (unavailable): alibi_triton (needs CUDA and triton); t5_triton (needs a CUDA GPU and triton)."
+    )
     text = to_text(table)
     assert "unavailable  unavailable" not in text and text.rstrip().endswith(table.note)
     assert table.caption.endswith(table.note)
@@ -156,8 +171,17 @@ def test_report_epilog_names_run_folders_as_runs_name_them():
 @pytest.mark.subprocess  # a local job array: a process per unit
 def test_a_followed_local_sweep_with_a_failed_case_exits_3_and_quiet_keeps_one_line(tmp_path, capsys):
     make_suite(tmp_path, ["sinusoidal", "alibi"], threads=1, timeout_s=60, by_method={"alibi": "raise"})
-    argv = ["--suite", str(tmp_path / "t.yaml"), "--results", str(tmp_path / "res"), "--device", "cpu",
-            "--launcher", "local", "--quiet"]
+    argv = [
+        "--suite",
+        str(tmp_path / "t.yaml"),
+        "--results",
+        str(tmp_path / "res"),
+        "--device",
+        "cpu",
+        "--launcher",
+        "local",
+        "--quiet",
+    ]
     assert cli.main(argv) == cli.EXIT_CASES_FAILED
     out, err = capsys.readouterr()
     (run_dir,) = (tmp_path / "res" / "t").iterdir()

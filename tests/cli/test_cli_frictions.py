@@ -1,6 +1,7 @@
 """Small frictions of daily use (issue 42, item 8): ``--version``, the program's name as invoked,
 ``schema | head -1`` without a traceback, compare's words when nothing changed, the help's example
 column, a training budget shorter than its warm-up."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +12,8 @@ import pytest
 from posbench import __version__
 from posbench.cli import app as cli
 from posbench.report.compare import compare_runs
-from tests.helpers.report_rows import efficiency_rows, write_run
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import efficiency_rows, write_run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,8 +38,9 @@ def test_usage_lines_name_the_program_as_invoked(monkeypatch, capsys):
 @pytest.mark.parametrize("argv", [["schema"], ["--help"]])
 def test_a_reader_that_stops_early_gets_exit_0_and_no_traceback(argv):
     # schema's output (over 100 kB) outgrows a pipe's buffer: the write meets the closed pipe
-    proc = subprocess.Popen([sys.executable, str(REPO / "bench.py"), *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "bench.py"), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO
+    )
     first = proc.stdout.readline()
     proc.stdout.close()
     err = proc.stderr.read()
@@ -67,15 +69,27 @@ def test_steps_below_warmup_steps_is_one_warning_line(capsys):
     cli.warn_short_budget(SimpleNamespace(steps=20, warmup_steps=30))
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("warning: steps 20 is below warmup_steps 30")
-    for quiet in (SimpleNamespace(steps=30, warmup_steps=30), SimpleNamespace(steps=None, warmup_steps=30),
-                  SimpleNamespace()):
+    for quiet in (SimpleNamespace(steps=30, warmup_steps=30), SimpleNamespace(steps=None, warmup_steps=30), SimpleNamespace()):
         cli.warn_short_budget(quiet)
     assert capsys.readouterr().err == ""
 
 
 @pytest.mark.subprocess  # the dry run asks the method, in a child process, whether it runs here
 def test_set_steps_below_the_profiles_warmup_warns_on_a_dry_run(tmp_path, capsys):
-    argv = ["--suite", "extrapolation", "--profile", "cpu", "--device", "cpu", "--methods", "alibi",
-            "--set", "steps=20", "--dry-run", "--results", str(tmp_path)]
+    argv = [
+        "--suite",
+        "extrapolation",
+        "--profile",
+        "cpu",
+        "--device",
+        "cpu",
+        "--methods",
+        "alibi",
+        "--set",
+        "steps=20",
+        "--dry-run",
+        "--results",
+        str(tmp_path),
+    ]
     assert cli.main(argv) == 0
     assert "warning: steps 20 is below warmup_steps 30" in capsys.readouterr().err

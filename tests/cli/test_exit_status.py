@@ -1,6 +1,7 @@
 """The run's exit status tells the truth (issue 42): a case that ended error/timeout/oom/diverged
 gives exit 3 after every row and the tables are written; ``unavailable`` is no failure;
 ``--allow-failures`` gives 0. ``--dry-run`` and ``validate --data`` say a missing corpus up front."""
+
 import json
 
 import pytest
@@ -10,8 +11,20 @@ from tests.helpers.suites import make_suite, write_suite
 
 
 def _run(tmp_path, *more) -> int:
-    return cli.main(["--suite", str(tmp_path / "t.yaml"), "--device", "cpu", "--results", str(tmp_path / "res"),
-                     "--quiet", "--run-id", "r", *more])
+    return cli.main(
+        [
+            "--suite",
+            str(tmp_path / "t.yaml"),
+            "--device",
+            "cpu",
+            "--results",
+            str(tmp_path / "res"),
+            "--quiet",
+            "--run-id",
+            "r",
+            *more,
+        ]
+    )
 
 
 def _rows(tmp_path) -> dict:
@@ -23,8 +36,7 @@ def _rows(tmp_path) -> dict:
 def test_a_failing_case_exits_3_after_every_row_and_the_tables_are_written(tmp_path, capsys):
     make_suite(tmp_path, ["sinusoidal", "rotary"], grid="[1, 2]", by_method={"rotary/n=1": "raise", "rotary/n=2": "nan"})
     assert _run(tmp_path) == cli.EXIT_CASES_FAILED == 3
-    assert _rows(tmp_path) == {"sinusoidal/n=1": "ok", "sinusoidal/n=2": "ok", "rotary/n=1": "error",
-                               "rotary/n=2": "diverged"}
+    assert _rows(tmp_path) == {"sinusoidal/n=1": "ok", "sinusoidal/n=2": "ok", "rotary/n=1": "error", "rotary/n=2": "diverged"}
     assert (tmp_path / "res" / "t" / "r" / "table.md").is_file()
     err = capsys.readouterr().err
     assert "2 case(s) failed (1 error, 1 diverged); exit status 3" in err and err.count("\n") == 1
@@ -73,11 +85,16 @@ settings:
 
 
 @pytest.mark.subprocess  # the dry run's plan asks each method, in a child process, whether it runs here
-@pytest.mark.parametrize("corpus, expected", [
-    ("{kind: wikitext-103}", "DataError: wikitext-103: no data folder given; pass path=DIR (--data DIR) or set "
-                             "POSBENCH_DATA_DIR\n"),
-    ("{kind: text, path: /nonexistent/corpus.txt}", "DataError: text: file /nonexistent/corpus.txt not found\n"),
-])
+@pytest.mark.parametrize(
+    "corpus, expected",
+    [
+        (
+            "{kind: wikitext-103}",
+            "DataError: wikitext-103: no data folder given; pass path=DIR (--data DIR) or set POSBENCH_DATA_DIR\n",
+        ),
+        ("{kind: text, path: /nonexistent/corpus.txt}", "DataError: text: file /nonexistent/corpus.txt not found\n"),
+    ],
+)
 def test_dry_run_says_a_missing_corpus_in_one_line(tmp_path, monkeypatch, capsys, corpus, expected):
     monkeypatch.delenv("POSBENCH_DATA_DIR", raising=False)
     write_suite(tmp_path, CORPUS_SUITE.format(corpus=corpus))

@@ -1,5 +1,6 @@
 """``bench.py verify``: the references file (posbench/references.yaml) checked against posbench's
 code and against run folders (posbench/cli/references.py, posbench/cli/verify_cmds.py)."""
+
 from __future__ import annotations
 
 import re
@@ -59,14 +60,23 @@ ORDERING = """\
 def test_shipped_file_checks_posbench_code_and_skips_what_needs_a_run(capsys):
     code, lines, err = verify(capsys)
     assert code == 0 and err == ""
-    for ref_id in ("alibi-slopes-8-heads", "alibi-slopes-16-heads", "alibi-slopes-12-heads", "rope-hf-linear",
-                   "rope-hf-dynamic-ntk", "rope-hf-yarn", "rope-hf-llama3", "rope-hf-longrope"):
+    for ref_id in (
+        "alibi-slopes-8-heads",
+        "alibi-slopes-16-heads",
+        "alibi-slopes-12-heads",
+        "rope-hf-linear",
+        "rope-hf-dynamic-ntk",
+        "rope-hf-yarn",
+        "rope-hf-llama3",
+        "rope-hf-longrope",
+    ):
         assert line_of(lines, ref_id).startswith("pass ")
     assert line_of(lines, "ruoss-randomized-beats-rotary-beyond-train-len").endswith("no run of suite lengthgen given")
     assert line_of(lines, "sambanova-float16-collapses").endswith("no run of suite precision given")
     version, entries = refs.load()
-    assert lines[-1] == (f"8 passed, 0 failed, {len(entries) - 8} skipped ({len(entries)} references, version "
-                         f"{version} of {refs.DEFAULT_FILE})")
+    assert lines[-1] == (
+        f"8 passed, 0 failed, {len(entries) - 8} skipped ({len(entries)} references, version {version} of {refs.DEFAULT_FILE})"
+    )
 
 
 def test_shipped_orderings_pass_on_a_run_that_orders_as_the_paper(tmp_path, capsys):
@@ -74,7 +84,8 @@ def test_shipped_orderings_pass_on_a_run_that_orders_as_the_paper(tmp_path, caps
     code, lines, _ = verify(capsys, run)
     assert code == 0
     assert line_of(lines, "alibi-beats-sinusoidal-beyond-train-len").endswith(
-        f"alibi beats sinusoidal at 2 grid point(s) (ppl_at_max_len, lower is better; e.g. 20 vs 80 at L_train=64 in {run})")
+        f"alibi beats sinusoidal at 2 grid point(s) (ppl_at_max_len, lower is better; e.g. 20 vs 80 at L_train=64 in {run})"
+    )
     assert line_of(lines, "t5-bias-beats-rotary-beyond-train-len").startswith("pass ")
 
 
@@ -84,7 +95,8 @@ def test_a_doctored_run_fails_with_the_grid_point_and_exit_1(tmp_path, capsys):
     assert code == 1
     assert line_of(lines, "t5-bias-beats-rotary-beyond-train-len") == (
         f"fail     t5-bias-beats-rotary-beyond-train-len           at L_train=64 in {run}: t5_bias 50, rotary 40 "
-        "(ppl_at_max_len, lower is better)")
+        "(ppl_at_max_len, lower is better)"
+    )
     assert line_of(lines, "alibi-beats-t5-bias-beyond-train-len").startswith("pass ")  # the others still checked
     assert " 1 failed, " in lines[-1]
 
@@ -98,13 +110,17 @@ def test_ordering_rule_mean_and_every(tmp_path, capsys):
     path.write_text(path.read_text() + "  rule: mean\n")
     code, lines, _ = verify(capsys, "--references", path, run, tmp_path / "b")
     assert code == 0 and line_of(lines, "alibi-first") == (
-        "pass     alibi-first  mean ppl_at_max_len over 2 grid point(s): alibi 55, sinusoidal 80 (lower is better)")
+        "pass     alibi-first  mean ppl_at_max_len over 2 grid point(s): alibi 55, sinusoidal 80 (lower is better)"
+    )
 
 
-@pytest.mark.parametrize("extra, why", [
-    ("  params: {L_train: 4096}\n", "no ok row of suite extrapolation matches params {'L_train': 4096} settings {}"),
-    ("", "rows of suite extrapolation have no metric acc_beyond_train"),
-])
+@pytest.mark.parametrize(
+    "extra, why",
+    [
+        ("  params: {L_train: 4096}\n", "no ok row of suite extrapolation matches params {'L_train': 4096} settings {}"),
+        ("", "rows of suite extrapolation have no metric acc_beyond_train"),
+    ],
+)
 def test_skipped_entries_say_why(tmp_path, capsys, extra, why):
     run = ppl_run(tmp_path)
     body = ORDERING.replace("ppl_at_max_len", "acc_beyond_train" if not extra else "ppl_at_max_len")
@@ -118,13 +134,17 @@ def test_an_ordering_without_both_methods_or_a_direction_is_skipped(tmp_path, ca
     run = ppl_run(tmp_path)
     path = references_file(tmp_path, ORDERING.replace("worse: sinusoidal", "worse: fire"))
     assert verify(capsys, "--references", path, run)[1][0].endswith(
-        "no grid point of suite extrapolation has both alibi and fire with metric ppl_at_max_len")
+        "no grid point of suite extrapolation has both alibi and fire with metric ppl_at_max_len"
+    )
     path = references_file(tmp_path, ORDERING.replace("ppl_at_max_len", "train_steps"))
-    rows = [dict(base_row("extrapolation", "extrapolation", m, {"L_train": 64}, "run-z"), metrics={"train_steps": 5})
-            for m in ("alibi", "sinusoidal")]
+    rows = [
+        dict(base_row("extrapolation", "extrapolation", m, {"L_train": 64}, "run-z"), metrics={"train_steps": 5})
+        for m in ("alibi", "sinusoidal")
+    ]
     run = write_run(tmp_path / "z", rows)
     assert verify(capsys, "--references", path, run)[1][0].endswith(
-        "task extrapolation declares no direction for metric train_steps")
+        "task extrapolation declares no direction for metric train_steps"
+    )
 
 
 VALUE = """\
@@ -145,15 +165,17 @@ VALUE = """\
 
 @pytest.mark.parametrize("value, status", [(41, "pass"), (192, "fail")])
 def test_a_value_reference_against_rows(tmp_path, capsys, value, status):
-    row = base_row("precision", "precision", "alibi", {"study": "bias_counts", "L_train": 64}, "run-p",
-                   settings={"analysis_length": 8192})
+    row = base_row(
+        "precision", "precision", "alibi", {"study": "bias_counts", "L_train": 64}, "run-p", settings={"analysis_length": 8192}
+    )
     row["metrics"] = {"last_window_distinct@float16": value}
     run = write_run(tmp_path, [row])
     code, lines, _ = verify(capsys, "--references", references_file(tmp_path, VALUE), run)
     assert (code, lines[0].split()[0]) == ({"pass": 0, "fail": 1}[status], status)
     if status == "fail":
-        assert lines[0].endswith(f"alibi at L_train=64, study=bias_counts in {run}: last_window_distinct@float16 192, "
-                                 "published in [30, 49]")
+        assert lines[0].endswith(
+            f"alibi at L_train=64, study=bias_counts in {run}: last_window_distinct@float16 192, published in [30, 49]"
+        )
 
 
 STATIC = """\
@@ -189,33 +211,51 @@ def test_doctored_static_references_fail_each_on_its_own_line(tmp_path, capsys):
     code, lines, _ = verify(capsys, "--references", references_file(tmp_path, STATIC))
     assert code == 1
     assert lines[0] == "fail     slopes          head 1: posbench 0.00390625, published 0.0039 (1 of 2 heads differ)"
-    assert lines[1] == ("fail     yarn            pair 4: posbench 0.297983856, published 0.2797 (relative "
-                        "tolerance 1e-06)")
+    assert lines[1] == ("fail     yarn            pair 4: posbench 0.297983856, published 0.2797 (relative tolerance 1e-06)")
     assert lines[2].startswith("fail     unknown-method  cannot build rotary_nope: unknown method 'rotary_nope'")
     assert lines[3].startswith("0 passed, 3 failed, 0 skipped (3 references, version 1 of ")
 
 
-@pytest.mark.parametrize("body, message", [
-    ("format: 1\nversion: 1\nreferences: [\n", r"not a readable YAML file \(line 4\): "),
-    ("- 1\n", r"the root must be a mapping with exactly format, version, references; got list"),
-    ("format: 2\nversion: 1\nreferences: []\n", r"format 2 is not one this posbench reads; allowed: 1"),
-    ("format: 1\nversion: 0\nreferences: [x]\n", r"version must be a positive integer, got 0"),
-    ("format: 1\nversion: 1\nreferences: []\n", r"references must be a non-empty list of entries"),
-    ("format: 1\nversion: 1\nreferences: [{id: a, source: s, check: guess}]\n",
-     r"entry 1 \(a\): check 'guess' is not one of alibi_slopes, rope, value, ordering"),
-    ("format: 1\nversion: 1\nreferences: [{id: a, source: s, check: alibi_slopes, heads: 2, slopes: [1, 2], x: 1}]\n",
-     r"entry 1 \(a\): unknown key\(s\) x; allowed: check, heads, id, slopes, source"),
-    ("format: 1\nversion: 1\nreferences: [{id: a, check: alibi_slopes, heads: 2}]\n",
-     r"entry 1 \(a\): missing slopes, source; allowed: "),
-    ("format: 1\nversion: 1\nreferences: [{id: a, source: s, check: alibi_slopes, heads: 2, slopes: [1]}]\n",
-     r"entry 1 \(a\): slopes must be a list of 2 numbers"),
-    ("format: 1\nversion: 1\nreferences:\n- {id: a, source: s, check: alibi_slopes, heads: 1, slopes: [1]}\n"
-     "- {id: a, source: s, check: alibi_slopes, heads: 1, slopes: [1]}\n", r"entry 2 \(a\): duplicate id"),
-    ("format: 1\nversion: 1\nreferences: [{id: a, source: s, check: value, suite: x, metric: m}]\n",
-     r"entry 1 \(a\): give a number as equals, or min and/or max"),
-    ("format: 1\nversion: 1\nreferences: [{id: a, source: s, check: ordering, suite: x, metric: m, better: a, "
-     "worse: b, rule: most}]\n", r"entry 1 \(a\): rule must be one of every, mean, got 'most'"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("format: 1\nversion: 1\nreferences: [\n", r"not a readable YAML file \(line 4\): "),
+        ("- 1\n", r"the root must be a mapping with exactly format, version, references; got list"),
+        ("format: 2\nversion: 1\nreferences: []\n", r"format 2 is not one this posbench reads; allowed: 1"),
+        ("format: 1\nversion: 0\nreferences: [x]\n", r"version must be a positive integer, got 0"),
+        ("format: 1\nversion: 1\nreferences: []\n", r"references must be a non-empty list of entries"),
+        (
+            "format: 1\nversion: 1\nreferences: [{id: a, source: s, check: guess}]\n",
+            r"entry 1 \(a\): check 'guess' is not one of alibi_slopes, rope, value, ordering",
+        ),
+        (
+            "format: 1\nversion: 1\nreferences: [{id: a, source: s, check: alibi_slopes, heads: 2, slopes: [1, 2], x: 1}]\n",
+            r"entry 1 \(a\): unknown key\(s\) x; allowed: check, heads, id, slopes, source",
+        ),
+        (
+            "format: 1\nversion: 1\nreferences: [{id: a, check: alibi_slopes, heads: 2}]\n",
+            r"entry 1 \(a\): missing slopes, source; allowed: ",
+        ),
+        (
+            "format: 1\nversion: 1\nreferences: [{id: a, source: s, check: alibi_slopes, heads: 2, slopes: [1]}]\n",
+            r"entry 1 \(a\): slopes must be a list of 2 numbers",
+        ),
+        (
+            "format: 1\nversion: 1\nreferences:\n- {id: a, source: s, check: alibi_slopes, heads: 1, slopes: [1]}\n"
+            "- {id: a, source: s, check: alibi_slopes, heads: 1, slopes: [1]}\n",
+            r"entry 2 \(a\): duplicate id",
+        ),
+        (
+            "format: 1\nversion: 1\nreferences: [{id: a, source: s, check: value, suite: x, metric: m}]\n",
+            r"entry 1 \(a\): give a number as equals, or min and/or max",
+        ),
+        (
+            "format: 1\nversion: 1\nreferences: [{id: a, source: s, check: ordering, suite: x, metric: m, better: a, "
+            "worse: b, rule: most}]\n",
+            r"entry 1 \(a\): rule must be one of every, mean, got 'most'",
+        ),
+    ],
+)
 def test_bad_references_file_is_one_line_and_exit_2(tmp_path, capsys, body, message):
     path = tmp_path / "refs.yaml"
     path.write_text(body)
@@ -228,7 +268,8 @@ def test_bad_references_file_is_one_line_and_exit_2(tmp_path, capsys, body, mess
 
 def test_missing_file_and_missing_run_folder_are_one_line(tmp_path, capsys):
     code, _, err = verify(capsys, "--references", tmp_path / "none.yaml")
-    assert code == 2 and err == (f"ReferencesError: {tmp_path / 'none.yaml'}: no such file (a references file is YAML: "
-                                 "format, version, references)\n")
+    assert code == 2 and err == (
+        f"ReferencesError: {tmp_path / 'none.yaml'}: no such file (a references file is YAML: format, version, references)\n"
+    )
     code, _, err = verify(capsys, tmp_path / "nowhere")
     assert code == 2 and err == f"RowsError: {tmp_path / 'nowhere'}: no such folder\n"

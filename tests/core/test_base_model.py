@@ -1,6 +1,7 @@
 """The base model every method shares (fairseq's transformer_lm, the ALiBi paper's): token scale,
 the balance of position and token signal at initialisation, and the numeric care of the shared
 attention helpers."""
+
 import math
 
 import pytest
@@ -53,7 +54,11 @@ def test_model_info_names_scale_and_attention_path(monkeypatch):
 
     model = TransformerLM(model_config("tiny", "alibi"))
     info = model.info("cpu", torch.float32)
-    assert info == {"embed_scale": "11.3137", "attn_backend": "sdpa flash causal + per-key slope mask (linear bias, no L x L)", "compute_dtype": "float32"}
+    assert info == {
+        "embed_scale": "11.3137",
+        "attn_backend": "sdpa flash causal + per-key slope mask (linear bias, no L x L)",
+        "compute_dtype": "float32",
+    }
     compute = TransformerLM(model_config("tiny", "alibi", method_options={"bias_dtype": "compute"}))
     # a GPU with FlexAttention: the float32 bias as a linear score_mod; rounded to bf16, one row
     monkeypatch.setattr(flex, "flex_available", lambda device: torch.device(device).type == "cuda")

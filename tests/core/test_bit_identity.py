@@ -10,6 +10,7 @@ for bit; elsewhere its float64 sums and sampled entries must agree within a tigh
 Regenerate the reference only at a commit where behaviour is meant to change (and say so there):
     PYTHONPATH=. python tests/core/test_bit_identity.py
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,9 +48,14 @@ def fingerprint() -> dict:
         flash = "attn_mask" in str(op.default._schema)
     except (AttributeError, RuntimeError):
         flash = False
-    return {"torch": torch.__version__, "machine": platform.machine(), "cpu": cpu.get("model name", platform.processor()),
-            "flags": hashlib.sha256(cpu.get("flags", "").encode()).hexdigest()[:16],
-            "capability": torch.backends.cpu.get_cpu_capability(), "cpu_flash_with_mask": flash}
+    return {
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "cpu": cpu.get("model name", platform.processor()),
+        "flags": hashlib.sha256(cpu.get("flags", "").encode()).hexdigest()[:16],
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_flash_with_mask": flash,
+    }
 
 
 def methods() -> list[str]:
@@ -97,7 +103,7 @@ def decode(model, dtype, prefill: int, steps: int = 3) -> dict[str, torch.Tensor
     cache = model.new_cache()
     with torch.no_grad():
         out = [model(idx[:, :prefill], cache=cache)]
-        out += [model(idx[:, t:t + 1], cache=cache) for t in range(prefill, prefill + steps)]
+        out += [model(idx[:, t : t + 1], cache=cache) for t in range(prefill, prefill + steps)]
     return {"logits": torch.cat(out, 1)}
 
 
@@ -134,7 +140,7 @@ def record(out: dict[str, torch.Tensor]) -> dict:
     parts.update({n: _flat(out[n]) for n in grads if n.startswith("grad/method.")})
     sums = {k: [float(f.sum()), float(f.abs().sum()), f.numel()] for k, f in parts.items()}
     samples = {}
-    for key in ("logits", "grads")[:len(parts)]:
+    for key in ("logits", "grads")[: len(parts)]:
         at = torch.linspace(0, parts[key].numel() - 1, SAMPLES).long()
         samples[key] = [float(x) for x in parts[key][at]]
     return {"sha256": h.hexdigest(), "sums": sums, "samples": samples}

@@ -1,6 +1,7 @@
 """Under torch.compile, the mission's methods trace as one graph, as sinusoidal does: a graph break
 per layer (a cache keyed on storage pointers, an out= write into a view) would put Python between
 graphs into a method's compiled time, a cost of our code rather than of the method."""
+
 import pytest
 import torch
 import torch._dynamo

@@ -1,6 +1,7 @@
 """Grouped-query attention in the shared model (``ModelConfig.n_kv_heads``; issue 40): query head h
 reads key/value head h // (H / Hkv), the KV cache holds Hkv heads, every method takes the layout
 (the conformance kit's ``gqa`` check), and a bad setting is one line."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,8 +21,10 @@ def _model(method="alibi", **layout):
 def test_a_bad_n_kv_heads_is_one_line_naming_what_is_allowed(value):
     with pytest.raises(ValueError) as err:
         ModelConfig(n_heads=4, n_kv_heads=value)
-    assert str(err.value) == (f"model config: n_kv_heads ({value!r}) must be a positive integer dividing n_heads (4); "
-                              "allowed: a divisor of n_heads (1 = multi-query) or null")
+    assert str(err.value) == (
+        f"model config: n_kv_heads ({value!r}) must be a positive integer dividing n_heads (4); "
+        "allowed: a divisor of n_heads (1 = multi-query) or null"
+    )
 
 
 def test_n_kv_heads_equal_to_n_heads_is_plain_multi_head_attention_bit_for_bit():
@@ -38,10 +41,12 @@ def _copy_shared_heads(gqa, mha, kv, hd=16, d=64):
     group = 4 // kv
     for a, b in zip(gqa.blocks, mha.blocks):
         w, bias = a.qkv.weight, a.qkv.bias  # (d + 2 kv hd, d)
-        parts_w = [w[:d]] + [w[d + i * kv * hd: d + (i + 1) * kv * hd].view(kv, hd, d).repeat_interleave(group, 0).reshape(d, d)
-                             for i in range(2)]
-        parts_b = [bias[:d]] + [bias[d + i * kv * hd: d + (i + 1) * kv * hd].view(kv, hd).repeat_interleave(group, 0).reshape(d)
-                                for i in range(2)]
+        parts_w = [w[:d]] + [
+            w[d + i * kv * hd : d + (i + 1) * kv * hd].view(kv, hd, d).repeat_interleave(group, 0).reshape(d, d) for i in range(2)
+        ]
+        parts_b = [bias[:d]] + [
+            bias[d + i * kv * hd : d + (i + 1) * kv * hd].view(kv, hd).repeat_interleave(group, 0).reshape(d) for i in range(2)
+        ]
         b.qkv.weight.copy_(torch.cat(parts_w))
         b.qkv.bias.copy_(torch.cat(parts_b))
 
@@ -80,8 +85,7 @@ def test_fox_under_gqa_equals_multi_head_fox_with_each_kv_head_copied_and_its_ga
     gqa, mha = _model("fox", n_kv_heads=kv), _model("fox")
     hd, group = 16, 4 // kv
     with torch.no_grad():
-        mha.load_state_dict({k: v for k, v in gqa.state_dict().items() if "qkv" not in k and "gate_w" not in k},
-                            strict=False)
+        mha.load_state_dict({k: v for k, v in gqa.state_dict().items() if "qkv" not in k and "gate_w" not in k}, strict=False)
         _copy_shared_heads(gqa, mha, kv)
         gate = torch.zeros_like(mha.method.gate_w).view(2, 4, 4, hd)  # (L, H, key head, hd)
         gate[:, :, ::group] = gqa.method.gate_w.view(2, 4, kv, hd)
@@ -104,5 +108,7 @@ def test_a_suite_takes_n_kv_heads_from_the_command_line_and_refuses_a_bad_one_be
     assert suite.settings.model_overrides["n_kv_heads"] == 2
     with pytest.raises(SuiteError) as err:
         resolve(load("extrapolation"), "cpu", parse_set(["model_overrides.n_kv_heads=3"]))
-    assert str(err.value) == ("--set model_overrides.n_kv_heads: model_overrides.n_kv_heads: n_kv_heads (3) must be a "
-                              "positive integer dividing n_heads (4); allowed: a divisor of n_heads (1 = multi-query) or null")
+    assert str(err.value) == (
+        "--set model_overrides.n_kv_heads: model_overrides.n_kv_heads: n_kv_heads (3) must be a "
+        "positive integer dividing n_heads (4); allowed: a divisor of n_heads (1 = multi-query) or null"
+    )

@@ -1,5 +1,6 @@
 """Hooks may leave out ``state``: the model adapts such a hook once, when it is built, and a
 signature the model cannot call is one line, reported once by the conformance kit."""
+
 import copy
 
 import pytest
@@ -74,7 +75,7 @@ def test_hooks_without_state_work_in_the_model_and_outside_it(plugin):
     with torch.no_grad():
         full = model(idx)
         cache = model.new_cache()
-        parts = [model(idx[:, :5], cache=cache)] + [model(idx[:, t:t + 1], cache=cache) for t in range(5, 12)]
+        parts = [model(idx[:, :5], cache=cache)] + [model(idx[:, t : t + 1], cache=cache) for t in range(5, 12)]
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-5, atol=1e-5)
     m = model.method
     q, k, v = (torch.randn(1, 4, 6, 16) for _ in range(3))
@@ -136,8 +137,10 @@ class Unworkable(PositionMethod):
 @pytest.mark.subprocess
 def test_a_signature_that_cannot_work_is_one_line_reported_once(plugin, capsys, tmp_path):
     name = plugin(Unworkable)
-    line = ("method 'unworkable_hooks': embed takes (x); allowed: embed(self, x, pos, state) or "
-            "embed(self, x, pos) (see posbench.core.method)")
+    line = (
+        "method 'unworkable_hooks': embed takes (x); allowed: embed(self, x, pos, state) or "
+        "embed(self, x, pos) (see posbench.core.method)"
+    )
     assert interface_problem(Unworkable) == line
     with pytest.raises(TypeError) as err:
         adapt_hooks(Unworkable(ModelConfig()))
@@ -155,11 +158,21 @@ def test_a_signature_that_cannot_work_is_one_line_reported_once(plugin, capsys, 
     assert out[1:] == [f"  {testing.INTERFACE:<26} FAIL: {line}", "0 passed, 1 failed, 0 unavailable here"]
 
 
-@pytest.mark.parametrize("source, what", [
-    ("def prepare(self, q_pos, k_pos):\n        return None", "prepare takes (q_pos, k_pos); allowed: prepare(self, q_pos, k_pos, dtype)"),
-    ("def attend(self, q, k, v, q_pos, k_pos, layer, *, scale):\n        return q", "attend takes (q, k, v, q_pos, k_pos, layer, scale)"),
-    ("def encode_qk(self, q, k, layer, state, extra):\n        return q, k", "encode_qk takes (q, k, layer, state, extra)"),
-], ids=["prepare", "required-keyword", "extra-argument"])
+@pytest.mark.parametrize(
+    "source, what",
+    [
+        (
+            "def prepare(self, q_pos, k_pos):\n        return None",
+            "prepare takes (q_pos, k_pos); allowed: prepare(self, q_pos, k_pos, dtype)",
+        ),
+        (
+            "def attend(self, q, k, v, q_pos, k_pos, layer, *, scale):\n        return q",
+            "attend takes (q, k, v, q_pos, k_pos, layer, scale)",
+        ),
+        ("def encode_qk(self, q, k, layer, state, extra):\n        return q, k", "encode_qk takes (q, k, layer, state, extra)"),
+    ],
+    ids=["prepare", "required-keyword", "extra-argument"],
+)
 def test_each_unworkable_hook_is_named(source, what):
     namespace = {}
     exec(f"class Bad(PositionMethod):\n    name = 'bad'\n    {source}\n", {"PositionMethod": PositionMethod}, namespace)

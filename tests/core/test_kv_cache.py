@@ -1,11 +1,11 @@
 """The KV cache and the per-forward method pipeline (prepare, encode_qk, attend) that fills it."""
+
 import sys
 
 import pytest
 import torch
 
 from posbench.core.model import KVCache, TransformerLM, model_config
-
 
 
 def _chunk(t, b=2, h=3, hd=4, seed=0):
@@ -41,8 +41,11 @@ def test_cache_grows_by_doubling_and_keeps_its_contents():
 def test_cache_rejects_a_chunk_of_another_batch_in_one_line():
     cache = KVCache(n_layers=1)
     cache.append(0, *_chunk(3), 0)
-    with pytest.raises(ValueError, match=r"^KVCache: a chunk of shape \(4, 3, 1, 4\) after chunks of batch and heads "
-                                         r"\(2, 3\); allowed: the same \(B, H\) in every call$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^KVCache: a chunk of shape \(4, 3, 1, 4\) after chunks of batch and heads "
+        r"\(2, 3\); allowed: the same \(B, H\) in every call$",
+    ):
         cache.append(0, *_chunk(1, b=4), 3)
 
 
@@ -78,7 +81,7 @@ def test_decoding_through_a_preallocated_cache_equals_the_full_forward(method):
     with torch.no_grad():
         full = model(idx)
         cache = model.new_cache(capacity=40)
-        parts = [model(idx[:, :17], cache=cache)] + [model(idx[:, t:t + 1], cache=cache) for t in range(17, 40)]
+        parts = [model(idx[:, :17], cache=cache)] + [model(idx[:, t : t + 1], cache=cache) for t in range(17, 40)]
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-4, atol=1e-4)
     assert cache._k[0].shape[2] == 40  # never grew
 
@@ -90,8 +93,7 @@ def test_rotary_rotates_only_the_new_key_per_decode_step(monkeypatch):
     model = TransformerLM(model_config("tiny", "rotary", n_layers=3)).eval()
     rotary_module = sys.modules[type(model.method).__module__]  # the module object the registry loaded
     real = rotary_module._rotated
-    monkeypatch.setattr(rotary_module, "_rotated", lambda x, cos, sin, sign: rows.append(x.shape[-2]) or
-                        real(x, cos, sin, sign))
+    monkeypatch.setattr(rotary_module, "_rotated", lambda x, cos, sin, sign: rows.append(x.shape[-2]) or real(x, cos, sin, sign))
     idx = torch.randint(0, 256, (1, 30))
     with torch.no_grad():
         cache = model.new_cache()
@@ -99,7 +101,7 @@ def test_rotary_rotates_only_the_new_key_per_decode_step(monkeypatch):
         assert rows == [25] * 6  # q and k of 3 layers
         rows.clear()
         for t in range(25, 30):
-            model(idx[:, t:t + 1], cache=cache)
+            model(idx[:, t : t + 1], cache=cache)
     assert rows == [1] * 6 * 5
     assert cache.pos.data_ptr() == model.positions(0, 1, "cpu").data_ptr()
 
@@ -113,13 +115,12 @@ def test_dynamic_rotary_keeps_raw_keys_and_rotates_them_with_the_current_length(
     rows = []
     rotary_module = sys.modules[type(model.method).__module__]  # the module object the registry loaded
     real = rotary_module._rotated
-    monkeypatch.setattr(rotary_module, "_rotated", lambda x, cos, sin, sign: rows.append(x.shape[-2]) or
-                        real(x, cos, sin, sign))
+    monkeypatch.setattr(rotary_module, "_rotated", lambda x, cos, sin, sign: rows.append(x.shape[-2]) or real(x, cos, sin, sign))
     idx = torch.randint(0, 256, (1, 14))
     with torch.no_grad():
         full = model(idx)
         cache = model.new_cache()
-        parts = [model(idx[:, :10], cache=cache)] + [model(idx[:, t:t + 1], cache=cache) for t in range(10, 14)]
+        parts = [model(idx[:, :10], cache=cache)] + [model(idx[:, t : t + 1], cache=cache) for t in range(10, 14)]
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=3e-4, atol=3e-4)
     assert rows[-2:] == [1, 14]  # the last step: its query, and every key so far
 
@@ -129,8 +130,11 @@ def test_prepare_runs_once_per_forward_and_every_layer_gets_its_state(monkeypatc
     calls, seen = [], []
     real_prepare, real_attend = model.method.prepare, model.method.attend
     monkeypatch.setattr(model.method, "prepare", lambda *a: calls.append(a) or real_prepare(*a))
-    monkeypatch.setattr(model.method, "attend", lambda q, k, v, qp, kp, layer, state:
-                        seen.append(state) or real_attend(q, k, v, qp, kp, layer, state))
+    monkeypatch.setattr(
+        model.method,
+        "attend",
+        lambda q, k, v, qp, kp, layer, state: seen.append(state) or real_attend(q, k, v, qp, kp, layer, state),
+    )
     model(torch.randint(0, 256, (2, 9)))
     assert len(calls) == 1 and len(seen) == 4 and all(s is seen[0] for s in seen)
     assert seen[0].shape == (4, 9, 9) and seen[0].requires_grad
@@ -140,8 +144,11 @@ def test_prepare_is_told_the_dtype_q_and_k_have_under_autocast(monkeypatch):
     model = TransformerLM(model_config("tiny", "t5_bias", n_layers=1))
     pairs = []
     real_attend = model.method.attend
-    monkeypatch.setattr(model.method, "attend", lambda q, k, v, qp, kp, layer, state:
-                        pairs.append((q.dtype, state.dtype)) or real_attend(q, k, v, qp, kp, layer, state))
+    monkeypatch.setattr(
+        model.method,
+        "attend",
+        lambda q, k, v, qp, kp, layer, state: pairs.append((q.dtype, state.dtype)) or real_attend(q, k, v, qp, kp, layer, state),
+    )
     idx = torch.randint(0, 256, (1, 6))
     model(idx)
     with torch.autocast("cpu", dtype=torch.bfloat16):

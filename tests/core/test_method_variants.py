@@ -1,5 +1,6 @@
 """Rotary's scaled variants: one literal table in methods/rotary.py, one class building each
 row, names the registry reads from the file without importing torch (``register_variants``)."""
+
 import subprocess
 import sys
 import textwrap
@@ -12,8 +13,12 @@ from posbench.core import discovery, registry
 from posbench.core.method import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-VARIANTS = {"rotary_pi": ("pi", None), "rotary_ntk": ("ntk", 8.0), "rotary_dynamic_ntk": ("dynamic_ntk", None),
-            "rotary_yarn": ("yarn", None)}
+VARIANTS = {
+    "rotary_pi": ("pi", None),
+    "rotary_ntk": ("ntk", 8.0),
+    "rotary_dynamic_ntk": ("dynamic_ntk", None),
+    "rotary_yarn": ("yarn", None),
+}
 
 
 @pytest.fixture
@@ -26,8 +31,10 @@ def clean_registry():
 
 @pytest.mark.subprocess
 def test_listing_reads_the_rotary_table_without_importing_torch():
-    code = ("import sys; from posbench.core import discovery; found = discovery.listing(); "
-            "print(sorted(n for n in found if n.startswith('rotary')), 'torch' in sys.modules)")
+    code = (
+        "import sys; from posbench.core import discovery; found = discovery.listing(); "
+        "print(sorted(n for n in found if n.startswith('rotary')), 'torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.split("] ")[1].strip() == "False"
     # the table's rows, and the two scalings that subclass rotary in files of their own
@@ -42,8 +49,11 @@ def test_each_variant_is_rotary_with_its_scaling_fixed(name):
     assert discovery.origin(name) == str(ROOT / "methods" / "rotary.py")
     m = discovery.build(ModelConfig(method=name, method_options={"train_len": 64}))
     assert (m.scaling, m.factor, m.train_len, m.base) == (scaling, factor, 64, 10000.0)
-    with pytest.raises(registry.RegistryError, match=rf"^method '{name}': unknown option\(s\) scaling; "
-                                                     r"allowed: factor, train_len, base$"):
+    with pytest.raises(
+        registry.RegistryError,
+        match=rf"^method '{name}': unknown option\(s\) scaling; "
+        r"allowed: factor, train_len, base$",
+    ):
         discovery.build(ModelConfig(method=name, method_options={"scaling": "pi"}))
 
 
@@ -56,7 +66,7 @@ def test_a_variant_equals_rotary_with_the_same_options():
     assert torch.equal(variant.attend(q, k, v, pos, pos, 0), plain.attend(q, k, v, pos, pos, 0))
 
 
-PLUGIN = textwrap.dedent('''
+PLUGIN = textwrap.dedent("""
     from posbench.core.method import PositionMethod
     from posbench.core.registry import register_variants
 
@@ -68,13 +78,14 @@ PLUGIN = textwrap.dedent('''
 
 
     register_variants(TABLE, make)
-''')
+""")
 
 
 def test_a_plugin_table_is_read_without_importing_the_file(tmp_path, monkeypatch, clean_registry):
     path = tmp_path / "fam.py"
-    path.write_text(PLUGIN.format(TABLE='{"fam_small": {"size": 1}, "fam_big": {"size": 2}}')
-                    + "raise RuntimeError('imported')\n")  # importing it would fail
+    path.write_text(
+        PLUGIN.format(TABLE='{"fam_small": {"size": 1}, "fam_big": {"size": 2}}') + "raise RuntimeError('imported')\n"
+    )  # importing it would fail
     monkeypatch.setenv(discovery.METHODS_ENV_PATH, str(tmp_path))
     found = discovery.listing()
     assert found["fam_small"] == found["fam_big"] == str(path.resolve())
@@ -83,8 +94,9 @@ def test_a_plugin_table_is_read_without_importing_the_file(tmp_path, monkeypatch
     assert discovery.get("fam_big").size == 2
 
 
-@pytest.mark.parametrize("table", ['dict(fam_small={"size": 1})', '{"fam" + "_small": {"size": 1}}'],
-                         ids=["not-a-literal", "computed-key"])
+@pytest.mark.parametrize(
+    "table", ['dict(fam_small={"size": 1})', '{"fam" + "_small": {"size": 1}}'], ids=["not-a-literal", "computed-key"]
+)
 def test_a_table_reading_cannot_follow_is_imported(tmp_path, monkeypatch, clean_registry, table):
     (tmp_path / "fam.py").write_text(PLUGIN.format(TABLE=table))
     monkeypatch.setenv(discovery.METHODS_ENV_PATH, str(tmp_path))
@@ -98,6 +110,9 @@ def test_a_variant_class_with_another_name_is_one_line(clean_registry):
     def make(name, options):
         return type("V", (PositionMethod,), {"name": "other"})
 
-    with pytest.raises(registry.RegistryError, match=r"^register_variants: make\('fam_x', \.\.\.\) made a method named "
-                                                     r"'other'; allowed: the row's name 'fam_x'$"):
+    with pytest.raises(
+        registry.RegistryError,
+        match=r"^register_variants: make\('fam_x', \.\.\.\) made a method named "
+        r"'other'; allowed: the row's name 'fam_x'$",
+    ):
         registry.register_variants({"fam_x": {}}, make)

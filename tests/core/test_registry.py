@@ -1,4 +1,5 @@
 """Discovery, registration errors and method options."""
+
 import subprocess
 import sys
 import textwrap
@@ -10,14 +11,14 @@ from posbench.core.method import ModelConfig
 from tests.helpers.methods import NEW
 
 PLUGIN = textwrap.dedent(
-    '''
+    """
     from posbench.core.method import PositionMethod
     from posbench.core.registry import register
 
     @register
     class {cls}(PositionMethod):
         name = "{name}"
-    '''
+    """
 )
 
 
@@ -98,8 +99,11 @@ def test_entry_point_group(tmp_path):
     (dist / "entry_points.txt").write_text("[posbench.methods]\next_method = extpkg:Ext\n")
     code = "from posbench.core import discovery; print(discovery.names()); print(discovery.origin('ext_method'))"
     out = subprocess.run(
-        [sys.executable, "-c", code], env={"PYTHONPATH": f"{pkg}:{discovery.METHODS_DIR.parent}"},
-        capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": f"{pkg}:{discovery.METHODS_DIR.parent}"},
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "'ext_method'" in out and "extpkg" in out
 
@@ -116,15 +120,17 @@ def test_listing_reads_literal_names_without_importing(tmp_path, monkeypatch, cl
         discovery.require("lit_methd")
 
 
-@pytest.mark.parametrize("source", [
-    # a computed name, register called as a function, register renamed, an inherited name
-    PLUGIN.format(cls="P", name="x").replace('name = "x"', 'name = "comp" + "uted"'),
-    PLUGIN.format(cls="P", name="computed").replace("@register\n", "") + "register(P)\n",
-    PLUGIN.format(cls="P", name="computed").replace("import register", "import register as reg")
-    .replace("@register", "@reg"),
-    PLUGIN.format(cls="Base", name="computed").replace("@register\n", "")
-    + "\n@register\nclass P(Base):\n    pass\n",
-], ids=["computed", "called", "renamed", "inherited"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        # a computed name, register called as a function, register renamed, an inherited name
+        PLUGIN.format(cls="P", name="x").replace('name = "x"', 'name = "comp" + "uted"'),
+        PLUGIN.format(cls="P", name="computed").replace("@register\n", "") + "register(P)\n",
+        PLUGIN.format(cls="P", name="computed").replace("import register", "import register as reg").replace("@register", "@reg"),
+        PLUGIN.format(cls="Base", name="computed").replace("@register\n", "") + "\n@register\nclass P(Base):\n    pass\n",
+    ],
+    ids=["computed", "called", "renamed", "inherited"],
+)
 def test_listing_imports_files_it_cannot_read(tmp_path, monkeypatch, clean_registry, source):
     (tmp_path / "dyn").mkdir()
     (tmp_path / "dyn" / "dyn.py").write_text(source)
@@ -136,8 +142,11 @@ def test_listing_imports_files_it_cannot_read(tmp_path, monkeypatch, clean_regis
 def test_listing_finds_a_duplicate_without_importing(tmp_path, monkeypatch, clean_registry):
     write_plugin(tmp_path / "dup2", "again.py", "rotary")
     monkeypatch.setenv(discovery.METHODS_ENV_PATH, str(tmp_path / "dup2"))
-    with pytest.raises(registry.RegistryError, match=r"duplicate method name 'rotary': defined in .*methods/rotary.py "
-                                                     r"and in .*dup2/again.py"):
+    with pytest.raises(
+        registry.RegistryError,
+        match=r"duplicate method name 'rotary': defined in .*methods/rotary.py "
+        r"and in .*dup2/again.py",
+    ):
         discovery.listing()
 
 
@@ -150,14 +159,17 @@ def test_a_broken_plugin_file_is_skipped_with_a_one_line_warning(tmp_path, monke
     read), are skipped by listing with a warning naming each; the other methods still work."""
     write_plugin(tmp_path / "mixed", "good.py", "good_method")
     (tmp_path / "mixed" / "syntax.py").write_text("def oops(:\n")
-    (tmp_path / "mixed" / "fails.py").write_text(PLUGIN.format(cls="P", name="x").replace('name = "x"', 'name = "a" + "b"')
-                                                 + "raise RuntimeError('boom at import')\n")
+    (tmp_path / "mixed" / "fails.py").write_text(
+        PLUGIN.format(cls="P", name="x").replace('name = "x"', 'name = "a" + "b"') + "raise RuntimeError('boom at import')\n"
+    )
     monkeypatch.setenv(discovery.METHODS_ENV_PATH, str(tmp_path / "mixed"))
     found = discovery.listing()
     assert "good_method" in found and "alibi" in found
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"warning: method file {tmp_path / 'mixed' / 'fails.py'} skipped: RuntimeError: boom at import",
-                   f"warning: method file {tmp_path / 'mixed' / 'syntax.py'} skipped: SyntaxError: invalid syntax (line 1)"]
+    assert err == [
+        f"warning: method file {tmp_path / 'mixed' / 'fails.py'} skipped: RuntimeError: boom at import",
+        f"warning: method file {tmp_path / 'mixed' / 'syntax.py'} skipped: SyntaxError: invalid syntax (line 1)",
+    ]
     discovery.listing()
     assert capsys.readouterr().err == ""  # once per file
     assert discovery.get("good_method").name == "good_method"
@@ -186,9 +198,17 @@ def test_the_worker_prepares_threads_and_method_folders_once_for_every_task(tmp_
 
     _testing = tasks.get("_testing")
     write_plugin(tmp_path / "plugins", "prepared.py", "prepared_here")
-    case = Case(suite="s", task="_testing", method="sinusoidal", params=_testing.Params(n=1),
-                settings=_testing.Settings(threads=1), device="cpu", profile="default", run_id="r",
-                methods_dirs=[str(tmp_path / "plugins")])
+    case = Case(
+        suite="s",
+        task="_testing",
+        method="sinusoidal",
+        params=_testing.Params(n=1),
+        settings=_testing.Settings(threads=1),
+        device="cpu",
+        profile="default",
+        run_id="r",
+        methods_dirs=[str(tmp_path / "plugins")],
+    )
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)

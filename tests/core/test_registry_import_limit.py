@@ -1,6 +1,7 @@
 """A method file that blocks at import costs seconds, not minutes: listing names (``list``,
 ``validate``, ``run``) and ``check`` cut its import after ``POSBENCH_IMPORT_TIMEOUT_S`` with one
 line naming the file (posbench/core/discovery.py; issue 44, left from round 3)."""
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,7 @@ from posbench.core.registry import RegistryError
 ROOT = Path(__file__).resolve().parents[2]
 # The name is not a literal, so listing must import the file to learn it; the plugin even
 # swallows Exception while it blocks.
-BLOCKING = '''
+BLOCKING = """
 import time
 from posbench.core.method import PositionMethod
 from posbench.core.registry import register
@@ -32,7 +33,7 @@ while True:
 @register
 class Slow(PositionMethod):
     name = "sl" + "ow"
-'''
+"""
 
 
 @pytest.fixture
@@ -75,9 +76,16 @@ def test_listing_skips_a_blocking_file_in_seconds_naming_it(blocking, monkeypatc
 def test_list_and_check_answer_within_seconds(blocking, command):
     env = {**os.environ, discovery.IMPORT_LIMIT_ENV: "1", "PYTHONPATH": str(ROOT)}
     started = time.monotonic()
-    out = subprocess.run([sys.executable, str(ROOT / "bench.py"), *command, "--methods-dir", str(blocking)],
-                         capture_output=True, text=True, env=env, timeout=100)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench.py"), *command, "--methods-dir", str(blocking)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=100,
+    )
     assert time.monotonic() - started < 60  # it was 120 s
-    assert ("skipped: TimeoutError: its import did not finish within 1 s" in out.stderr
-            or "slow.py (its import did not finish within 1 s)" in out.stderr), out.stderr
+    assert (
+        "skipped: TimeoutError: its import did not finish within 1 s" in out.stderr
+        or "slow.py (its import did not finish within 1 s)" in out.stderr
+    ), out.stderr
     assert "no answer after" not in out.stderr

@@ -3,6 +3,7 @@ a query sees its last ``window`` keys, only the listed layers are windowed, a wi
 cache keeps only those keys and decoding with it equals the full forward, the methods that cannot
 take a window (cope, fox and ssmax can) say so in one line, and a bad setting is one line before
 anything runs."""
+
 from __future__ import annotations
 
 import sys
@@ -37,21 +38,28 @@ def _idx(t, seed=0):
 def test_a_bad_window_is_one_line_naming_what_is_allowed(value):
     with pytest.raises(ValueError) as err:
         ModelConfig(window=value)
-    assert str(err.value) == (f"model config: window ({value!r}) must be a positive integer; allowed: an integer >= 1 "
-                              "(the keys a query sees, itself included) or null")
+    assert str(err.value) == (
+        f"model config: window ({value!r}) must be a positive integer; allowed: an integer >= 1 "
+        "(the keys a query sees, itself included) or null"
+    )
 
 
 @pytest.mark.parametrize("value", [[0, 4], [-1], [1, 1], 2, [True], "0,1"])
 def test_window_layers_out_of_range_is_one_line_naming_what_is_allowed(value):
     with pytest.raises(ValueError) as err:
         ModelConfig(n_layers=4, window=8, window_layers=value)
-    assert str(err.value) == (f"model config: window_layers ({value!r}) must list distinct layer indices; allowed: a "
-                              "list of integers in 0..3 (n_layers 4) or null (every layer)")
+    assert str(err.value) == (
+        f"model config: window_layers ({value!r}) must list distinct layer indices; allowed: a "
+        "list of integers in 0..3 (n_layers 4) or null (every layer)"
+    )
 
 
 def test_window_layers_without_a_window_is_one_line():
-    with pytest.raises(ValueError, match=r"^model config: window_layers is set without a window; allowed: "
-                                         r"window_layers with a window \(an integer >= 1\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^model config: window_layers is set without a window; allowed: "
+        r"window_layers with a window \(an integer >= 1\)$",
+    ):
         ModelConfig(n_layers=4, window_layers=[0])
 
 
@@ -68,16 +76,17 @@ def test_window_layers_name_the_windowed_layers():
 def test_a_suite_takes_a_window_from_the_command_line_and_refuses_bad_ones_before_running():
     from posbench.run.suite import SuiteError, load, parse_set, resolve
 
-    suite = resolve(load("extrapolation"), "cpu", parse_set(["model_overrides.window=16",
-                                                             "model_overrides.window_layers=[0, 1, 2]"]))
+    suite = resolve(
+        load("extrapolation"), "cpu", parse_set(["model_overrides.window=16", "model_overrides.window_layers=[0, 1, 2]"])
+    )
     assert suite.settings.model_overrides == {"window": 16, "window_layers": [0, 1, 2]}
     bad = {
         "model_overrides.window=0": "model_overrides.window: window (0) must be a positive integer; allowed: an integer "
-                                    ">= 1 (the keys a query sees, itself included) or null",
+        ">= 1 (the keys a query sees, itself included) or null",
         "model_overrides.window=true": "model_overrides.window: window = True; allowed: an integer or null",
         "model_overrides.window_layers=[0, 4]": "model_overrides.window_layers: window_layers ([0, 4]) must list "
-                                                "distinct layer indices; allowed: a list of integers in 0..3 (n_layers 4) "
-                                                "or null (every layer)",
+        "distinct layer indices; allowed: a list of integers in 0..3 (n_layers 4) "
+        "or null (every layer)",
     }
     for item, line in bad.items():
         sets = parse_set(["model_overrides.window=16", item] if "layers" in item else [item])
@@ -92,9 +101,11 @@ def test_model_overrides_are_checked_by_each_field_type():
 
     suite = resolve(load("extrapolation"), "cpu", parse_set(["model_overrides.dropout=0.3"]))
     assert suite.settings.model_overrides == {"dropout": 0.3}  # a float field takes a number
-    for item, line in {"model_overrides.d_model=2.5": "d_model = 2.5; allowed: an integer",
-                       "model_overrides.window_layers=[a]": "window_layers = ['a']; allowed: a list of integers or null",
-                       "model_overrides.n_layers=null": "n_layers = None; allowed: an integer"}.items():
+    for item, line in {
+        "model_overrides.d_model=2.5": "d_model = 2.5; allowed: an integer",
+        "model_overrides.window_layers=[a]": "window_layers = ['a']; allowed: a list of integers or null",
+        "model_overrides.n_layers=null": "n_layers = None; allowed: an integer",
+    }.items():
         with pytest.raises(SuiteError) as err:
             resolve(load("extrapolation"), "cpu", parse_set([item]))
         key = item.partition("=")[0]
@@ -104,16 +115,19 @@ def test_model_overrides_are_checked_by_each_field_type():
 def test_an_unknown_composed_name_is_one_line():
     with pytest.raises(registry.RegistryError) as err:
         discovery.get("alibi+bogus")
-    assert str(err.value) == ("unknown method 'alibi+bogus': 'bogus' is not a modifier; allowed: METHOD+MODIFIER with "
-                              "a modifier from: ssmax")
+    assert str(err.value) == (
+        "unknown method 'alibi+bogus': 'bogus' is not a modifier; allowed: METHOD+MODIFIER with a modifier from: ssmax"
+    )
 
 
 @pytest.mark.parametrize("method", ["alibi_triton", "t5_triton"])
 def test_the_triton_methods_decline_a_window_in_one_line(method):
     with pytest.raises(Unavailable) as err:
         discovery.get(method)(ModelConfig(n_heads=4, window=16, method=method))
-    assert str(err.value) == (f"{method}: sliding-window attention (window 16) is not supported: the fused kernel masks "
-                              f"by causality alone (posbench/triton_kernels/{method.removesuffix('_triton')}_attention.py)")
+    assert str(err.value) == (
+        f"{method}: sliding-window attention (window 16) is not supported: the fused kernel masks "
+        f"by causality alone (posbench/triton_kernels/{method.removesuffix('_triton')}_attention.py)"
+    )
 
 
 def test_only_the_fused_kernel_methods_decline_a_window():
@@ -169,8 +183,17 @@ def test_the_windowed_model_equals_a_plain_masked_forward(method):
             if windows[layer] is None:
                 return real(q, k, v, q_pos, k_pos, layer, state)
             # one query at a time against its last `window` keys: the plain method's attention
-            rows = [real(q[:, :, i:i + 1], k[:, :, max(0, i - 5):i + 1], v[:, :, max(0, i - 5):i + 1],
-                         q_pos[i:i + 1], k_pos[max(0, i - 5):i + 1], layer) for i in range(q.shape[2])]
+            rows = [
+                real(
+                    q[:, :, i : i + 1],
+                    k[:, :, max(0, i - 5) : i + 1],
+                    v[:, :, max(0, i - 5) : i + 1],
+                    q_pos[i : i + 1],
+                    k_pos[max(0, i - 5) : i + 1],
+                    layer,
+                )
+                for i in range(q.shape[2])
+            ]
             return torch.cat(rows, 2)
 
         plain.method.attend = masked
@@ -186,7 +209,7 @@ def test_decoding_with_a_window_equals_the_full_forward_and_the_cache_keeps_the_
     with torch.no_grad():
         full = model(idx)
         cache = model.new_cache()
-        parts = [model(idx[:, :prefill], cache=cache)] + [model(idx[:, t:t + 1], cache=cache) for t in range(prefill, 29)]
+        parts = [model(idx[:, :prefill], cache=cache)] + [model(idx[:, t : t + 1], cache=cache) for t in range(prefill, 29)]
     torch.testing.assert_close(torch.cat(parts, 1), full, rtol=1e-4, atol=1e-4)
     assert [k.shape[2] for k, _ in cache.layers()] == [7, 29, 7]
 
@@ -199,11 +222,11 @@ def test_the_cache_of_a_windowed_layer_holds_exactly_the_last_window_keys():
         cache = model.new_cache()
         model(idx[:, :6], cache=cache)
         for t in range(6, 20):
-            model(idx[:, t:t + 1], cache=cache)
+            model(idx[:, t : t + 1], cache=cache)
             (k0, v0), (k1, v1), (k2, v2) = cache.layers()
             assert k1.shape[2] == 4 and k0.shape[2] == t + 1
             # the global layer 0 of both caches agrees; layer 1 holds the tail of what it would hold unwindowed
-            torch.testing.assert_close(k0, whole.layers()[0][0][:, :, :t + 1])
+            torch.testing.assert_close(k0, whole.layers()[0][0][:, :, : t + 1])
     ref = model.new_cache()
     ref.windows = [None] * 3
     with torch.no_grad():
@@ -222,8 +245,8 @@ def test_a_windowed_cache_moves_its_keys_in_its_buffer_and_keeps_them_in_order()
     k, _ = cache.append(0, keys[:, :, :5], keys[:, :, :5], 0)
     assert torch.equal(k, keys[:, :, :5])  # the chunk sees all its keys; then 3 are kept
     for t in range(5, 40):
-        k, v = cache.append(0, keys[:, :, t:t + 1], keys[:, :, t:t + 1], t)
-        assert torch.equal(k, keys[:, :, t - 3:t + 1]) and torch.equal(v, k)
+        k, v = cache.append(0, keys[:, :, t : t + 1], keys[:, :, t : t + 1], t)
+        assert torch.equal(k, keys[:, :, t - 3 : t + 1]) and torch.equal(v, k)
         sizes.append(cache._k[0].shape[2])
     assert max(sizes) == 6  # two windows of room, reused: never grown
     assert torch.equal(cache.layers()[0][0], keys[:, :, -3:])
@@ -251,7 +274,6 @@ def test_ssmax_counts_only_the_keys_in_the_window():
     q = torch.randn(1, 4, 6, 16)
     with torch.no_grad():
         scale = model.method.ssmax_s[0].float()[:, None] * torch.tensor([1.0, 2, 3, 4, 4, 4]).log()
-        want = _model("nope", window=4).method.attend(q * scale[None, :, :, None], q, q, torch.arange(6),
-                                                      torch.arange(6), 0)
+        want = _model("nope", window=4).method.attend(q * scale[None, :, :, None], q, q, torch.arange(6), torch.arange(6), 0)
         got = model.method.attend(q, q, q, torch.arange(6), torch.arange(6), 0)
     torch.testing.assert_close(got, want)

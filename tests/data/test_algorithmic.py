@@ -1,6 +1,7 @@
 """The algorithmic tasks' generators (posbench.data.algorithmic): exact answers recomputed in plain
 Python, row layout and lengths, determinism by seed, and training lengths disjoint from the
 lengths tested beyond L_train."""
+
 from __future__ import annotations
 
 import itertools

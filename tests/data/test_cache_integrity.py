@@ -1,5 +1,6 @@
 """A damaged token cache is rebuilt (or refused in one line), and a source that is not a regular
 file is refused instead of being taken for a missing split (issue 26: data loss)."""
+
 import json
 import os
 

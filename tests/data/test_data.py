@@ -1,4 +1,5 @@
 """Corpora, training batches, the WikiText-103 download and perplexity evaluation."""
+
 from __future__ import annotations
 
 import hashlib
@@ -78,8 +79,7 @@ def test_markov_entropy_rate_matches_long_sample():
 
 def test_default_synthetic_chain_true_model_loss_is_the_entropy_rate():
     corpus = load_corpus("synthetic", seed=0, size=200_000)
-    chain = markov.random_chain(seed=0, **{k: corpus.describe()["settings"][k]
-                                          for k in ("vocab", "order", "branching", "jump")})
+    chain = markov.random_chain(seed=0, **{k: corpus.describe()["settings"][k] for k in ("vocab", "order", "branching", "jump")})
     loss = chain.log_loss(np.asarray(corpus.split("train")))
     assert math.exp(loss) == pytest.approx(corpus.best_ppl, rel=0.01)
 
@@ -197,12 +197,14 @@ def test_batches_shape_contiguity_and_determinism():
 
 def test_download_verifies_and_extracts(server, tmp_path):
     digest = hashlib.sha256(wikitext_zip_bytes()).hexdigest()
-    folder = download_wikitext103(tmp_path / "data", url=f"{server}/wikitext-103-v1.zip",
-                                  sha256=digest, quiet=True)
+    folder = download_wikitext103(tmp_path / "data", url=f"{server}/wikitext-103-v1.zip", sha256=digest, quiet=True)
     assert folder == tmp_path / "data" / "wikitext-103"
     assert (folder / "wiki.valid.tokens").read_text() == " = valid = \n the valid text . \n"
     assert sorted(p.name for p in folder.iterdir()) == [
-        "wiki.test.tokens", "wiki.train.tokens", "wiki.valid.tokens"]  # archive removed
+        "wiki.test.tokens",
+        "wiki.train.tokens",
+        "wiki.valid.tokens",
+    ]  # archive removed
     corpus = load_corpus("wikitext-103", path=tmp_path / "data")
     assert corpus.decode(corpus.split("test")) == "= <unk> = <eos> the <unk> text . <eos>"
     # Second call finds the files and does not touch the network (a dead URL would fail).
@@ -211,8 +213,7 @@ def test_download_verifies_and_extracts(server, tmp_path):
 
 def test_download_checksum_mismatch(server, tmp_path):
     with pytest.raises(DataError, match=r"checksum mismatch .* expected sha256 0{64}, got [0-9a-f]{64}"):
-        download_wikitext103(tmp_path / "d", url=f"{server}/wikitext-103-v1.zip", sha256="0" * 64,
-                             quiet=True)
+        download_wikitext103(tmp_path / "d", url=f"{server}/wikitext-103-v1.zip", sha256="0" * 64, quiet=True)
     assert not (tmp_path / "d" / "wikitext-103" / "wikitext-103-v1.zip").exists()
 
 
@@ -288,8 +289,7 @@ def _ledger(n: int):
     return TargetWeight(w), w
 
 
-@pytest.mark.parametrize("mode,stride", [("nonoverlapping", None), ("sliding", 1), ("sliding", 3),
-                                         ("sliding", 8)])
+@pytest.mark.parametrize("mode,stride", [("nonoverlapping", None), ("sliding", 1), ("sliding", 3), ("sliding", 8)])
 @pytest.mark.parametrize("n", [40, 41, 47])
 def test_every_target_scored_exactly_once(mode, stride, n):
     L = 8
@@ -333,8 +333,7 @@ def test_uniform_logits_give_vocab_size_perplexity():
     for mode, stride in [("nonoverlapping", None), ("sliding", 4)]:
         r = evaluate(Uniform(50), x, 32, mode=mode, stride=stride)
         assert r.ppl == pytest.approx(50.0, rel=1e-5)
-        np.testing.assert_allclose(r.per_position_loss[~np.isnan(r.per_position_loss)], math.log(50),
-                                   rtol=1e-5)
+        np.testing.assert_allclose(r.per_position_loss[~np.isnan(r.per_position_loss)], math.log(50), rtol=1e-5)
 
 
 def test_sliding_equals_nonoverlapping_when_stride_is_L():
@@ -356,8 +355,7 @@ def test_per_position_curve_averages_each_window_position():
     assert r.per_position_loss.shape == (8,) and r.per_position_count.tolist() == [8] * 8
     with torch.no_grad():
         logits = model(torch.as_tensor(x[:64]).view(8, 8))  # the same 8 windows, by hand
-        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, 7), torch.as_tensor(x[1:]),
-                                                reduction="none").view(8, 8)
+        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, 7), torch.as_tensor(x[1:]), reduction="none").view(8, 8)
     np.testing.assert_allclose(r.per_position_loss, nll.mean(0).double().numpy(), rtol=1e-6)
     assert r.loss == pytest.approx(float(nll.mean()), rel=1e-6)
     # Sliding with stride 2: the first window fills every position, later ones only the last 2.

@@ -1,5 +1,6 @@
 """Every download is bounded (deadline, size cap, fetchable URL) and leaves no partial file,
 whatever ends it (issue 26: hangs and unbounded memory)."""
+
 import time
 
 import pytest

@@ -4,6 +4,7 @@ ranks as rows, shards that cover a suite, and the global words/s rule.
 Kept cheap for a 2-core machine: one spawned pair of ranks checks training and evaluation
 together, and the runner tests use the torch-free ``_testing`` task.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,15 +20,15 @@ import torch
 
 from posbench.cli import app as cli
 from posbench.cli.run_output import EXIT_CASES_FAILED
-from posbench.engine import distributed
-from posbench.report import build as report
-from posbench.engine.evaluate import evaluate
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM
+from posbench.engine import distributed
+from posbench.engine.evaluate import evaluate
 from posbench.engine.train import TrainConfig, train
-from tests.helpers.suites import make_suite
+from posbench.report import build as report
 from posbench.store.run_rows import latest, read_rows
 from posbench.tasks import find as find_task
+from tests.helpers.suites import make_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = 2
@@ -65,20 +66,26 @@ def _work() -> dict:
     evals = {}
     for mode, stride in (("nonoverlapping", None), ("sliding", 8)):
         r = evaluate(model, tokens, 32, mode=mode, stride=stride, batch_size=3)  # 3: shards of unequal size
-        evals[mode] = {"loss": r.loss, "per_pos": [float(x) for x in r.per_position_loss],
-                       "counts": r.per_position_count.tolist(), "n": r.n_tokens_scored}
+        evals[mode] = {
+            "loss": r.loss,
+            "per_pos": [float(x) for x in r.per_position_loss],
+            "counts": r.per_position_count.tolist(),
+            "n": r.n_tokens_scored,
+        }
     return {"curve": [loss for _, loss in curve], "evals": evals}
 
 
 def _rank_main(rank: int, port: int, out: str) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     assert distributed.init_from_env("cpu", timeout_s=60)
     result = _work()
     # A time budget: each rank's clock re-plans the steps, and the ranks must agree on them.
-    timed = train(_model(), _batches(_tokens()), TrainConfig(seq_len=16, batch_size=4, time_s=1.0, warmup_s=0.2,
-                                                              warmup_steps=1, precision="float32"))
+    timed = train(
+        _model(),
+        _batches(_tokens()),
+        TrainConfig(seq_len=16, batch_size=4, time_s=1.0, warmup_s=0.2, warmup_steps=1, precision="float32"),
+    )
     Path(out).with_name(f"time-budget-steps-{rank}").write_text(str(timed.steps))
     # Fake window times: rank 0 took 1 s and 3 s, rank 1 2 s and 1 s; 100 tokens each per window.
     result["rates"] = distributed.global_rates(100, [1.0, 3.0] if rank == 0 else [2.0, 1.0])
@@ -162,10 +169,28 @@ def test_runner_launches_torchrun_and_a_failing_rank_is_an_error_row(tmp_path):
 
 def _torchrun_bench(tmp_path, path, *extra):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(ROOT / "bench.py"), "--suite", str(path), "--results", str(tmp_path / "r"), "--quiet",
-                           *extra],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(ROOT / "bench.py"),
+            "--suite",
+            str(path),
+            "--results",
+            str(tmp_path / "r"),
+            "--quiet",
+            *extra,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.subprocess
@@ -197,8 +222,7 @@ def test_shards_cover_every_case_once_and_merge_into_one_table(tmp_path):
     methods = ["sinusoidal", "rotary", "alibi"]
     path = _suite(tmp_path, methods, grid="[1, 2]", timeout_s=30)
     for i in (0, 1):
-        assert cli.main(["--suite", str(path), "--results", str(tmp_path / f"m{i}"), "--shard", f"{i}/2",
-                         "--quiet"]) == 0
+        assert cli.main(["--suite", str(path), "--results", str(tmp_path / f"m{i}"), "--shard", f"{i}/2", "--quiet"]) == 0
     shards = [_rows(tmp_path / f"m{i}") for i in (0, 1)]
     every = {f"{m}/n={n}" for n in (1, 2) for m in methods}
     assert set(shards[0]) | set(shards[1]) == every and not set(shards[0]) & set(shards[1])
@@ -206,8 +230,7 @@ def test_shards_cover_every_case_once_and_merge_into_one_table(tmp_path):
     runs = report.load_runs([tmp_path / "m0", tmp_path / "m1"], find_task=find_task)
     ((_, tables),) = report.collect_tables(runs, "sinusoidal")
     (value,) = [t for t in tables if t.metric == "value"]
-    assert {(r, c) for (r, c), cell in value.cells.items() if cell.value is not None} == {
-        (m, n) for m in methods for n in (1, 2)}
+    assert {(r, c) for (r, c), cell in value.cells.items() if cell.value is not None} == {(m, n) for m in methods for n in (1, 2)}
 
 
 @pytest.mark.subprocess
@@ -235,12 +258,26 @@ def test_a_rank_that_leaves_without_teardown_destroys_its_group_before_python_sh
     the group is destroyed at exit while the interpreter is whole, not torn down during its
     finalization (where gloo's threads could abort the process: SIGABRT)."""
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "-c", LEAVE_WITHOUT_TEARDOWN], cwd=tmp_path, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", RANK=str(r),
-                                       LOCAL_RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                                       MASTER_PORT=str(port)))
-             for r in range(WORLD)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", LEAVE_WITHOUT_TEARDOWN],
+            cwd=tmp_path,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(
+                os.environ,
+                PYTHONPATH=str(ROOT),
+                OMP_NUM_THREADS="1",
+                RANK=str(r),
+                LOCAL_RANK=str(r),
+                WORLD_SIZE="2",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+            ),
+        )
+        for r in range(WORLD)
+    ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 3], outs
     assert all("initialized at exit: False" in out for out in outs), outs

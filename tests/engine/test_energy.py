@@ -1,6 +1,7 @@
 """Energy: NVML's cumulative counter per measured window, the power-sampling fallback for GPUs
 without it, and ``info.energy_source`` in the efficiency task's rows; all through a fake pynvml
 whose counter advances with a fake clock (``tests/helpers/fake_nvml.py``)."""
+
 import pytest
 
 from posbench.core.case import Case
@@ -76,19 +77,37 @@ def test_a_counter_restart_or_a_failed_window_gives_no_number():
 
 # -- the efficiency task's rows --------------------------------------------------------------------
 
+
 def _case(method="sinusoidal", **settings):
-    base = dict(model="tiny", tokens_per_step=32, warmup_steps=1, measure_steps=1, eval_measure_steps=1, windows=2,
-                threads=1, model_overrides={"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64})
-    return Case(suite="s", task="efficiency", method=method, params=Params(seq_len=16),
-                settings=Settings(**{**base, **settings}), device="cpu", profile="cpu", run_id="r")
+    base = dict(
+        model="tiny",
+        tokens_per_step=32,
+        warmup_steps=1,
+        measure_steps=1,
+        eval_measure_steps=1,
+        windows=2,
+        threads=1,
+        model_overrides={"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
+    )
+    return Case(
+        suite="s",
+        task="efficiency",
+        method=method,
+        params=Params(seq_len=16),
+        settings=Settings(**{**base, **settings}),
+        device="cpu",
+        profile="cpu",
+        run_id="r",
+    )
 
 
 def test_a_phase_sums_the_counter_over_its_windows_and_not_the_loss_checks():
     nvml = FakeNvml(watts=300.0)
     dev = FakeCudaClock(nvml, window_s=0.25)
     settings = _case(windows=4).settings
-    seconds, joules = efficiency_run._phase(dev, lambda: None, settings, nvml, "gpu0",
-                                            after_window=lambda name, steps: nvml.advance(10.0))
+    seconds, joules = efficiency_run._phase(
+        dev, lambda: None, settings, nvml, "gpu0", after_window=lambda name, steps: nvml.advance(10.0)
+    )
     assert seconds == [0.25] * 4
     assert joules == pytest.approx(4 * 300.0 * 0.25)  # warm-up and the checks after each window excluded
 

@@ -1,4 +1,5 @@
 """env.json: versions and machine, and NVML through a fake pynvml module."""
+
 import json
 import sys
 import types
@@ -15,6 +16,7 @@ def make_pynvml(fail_init=False, unsupported=()):
             if name in unsupported:
                 raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
             return value
+
         return fn
 
     def init():
@@ -22,7 +24,9 @@ def make_pynvml(fail_init=False, unsupported=()):
             raise RuntimeError("NVML Shared Library Not Found")
 
     mod = types.SimpleNamespace(
-        NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, NVML_TEMPERATURE_GPU=0,
+        NVML_CLOCK_SM=1,
+        NVML_CLOCK_MEM=2,
+        NVML_TEMPERATURE_GPU=0,
         nvmlInit=init,
         nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
         nvmlSystemGetDriverVersion=lambda: b"550.54",
@@ -42,9 +46,15 @@ def test_nvml_info_from_a_fake_gpu(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     info = env.nvml_info()
     assert info == {
-        "name": "NVIDIA H100 80GB HBM3", "driver": "550.54", "memory_total_bytes": 85_000_000_000,
-        "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1990, "mem_clock_mhz": 2619, "mem_clock_max_mhz": 2629,
-        "power_limit_w": 700.0, "temperature_c": 41,
+        "name": "NVIDIA H100 80GB HBM3",
+        "driver": "550.54",
+        "memory_total_bytes": 85_000_000_000,
+        "sm_clock_mhz": 1980,
+        "sm_clock_max_mhz": 1990,
+        "mem_clock_mhz": 2619,
+        "mem_clock_max_mhz": 2629,
+        "power_limit_w": 700.0,
+        "temperature_c": 41,
     }
     assert calls[0][1] == "gpu3"  # CUDA_VISIBLE_DEVICES=3 is NVML's device 3
 
@@ -76,6 +86,7 @@ def test_collect_on_cpu_records_versions_and_machine():
 
 
 # -- how busy the machine is (env.json "machine"), with a fake /proc, /sys and NVML -----------------
+
 
 def _fake_proc(root, ticks: dict):
     """``root/<pid>/stat`` for pid -> (name, utime+stime ticks); split over utime and stime."""
@@ -133,8 +144,9 @@ def test_machine_state_warning_and_record(tmp_path, monkeypatch):
     state = env.machine_state("cuda", nvml=fake, handle="gpu0", sys_cpu=tmp_path)
     assert state["busy"] and state["gpu_processes"] == [{"pid": 424242, "used_bytes": None}]
     assert state["load_avg"] == [0.5, 1.0, 0.5] and state["n_busy_processes"] == 0 and state["other_cpu"] == 0
-    assert env.busy_warning(state) == ("warning: the machine is busy (1 other process(es) on the GPU; load average "
-                                       "0.5 on 2 CPUs); speed numbers will be noisy")
+    assert env.busy_warning(state) == (
+        "warning: the machine is busy (1 other process(es) on the GPU; load average 0.5 on 2 CPUs); speed numbers will be noisy"
+    )
     cpu = env.machine_state("cpu", sys_cpu=tmp_path)
     assert "gpu_processes" not in cpu and cpu["busy"] is False and env.busy_warning(cpu) is None
     # One process at a full core; or many at a fifth each (none alone busy); or a high load average.
@@ -147,8 +159,9 @@ def test_machine_state_warning_and_record(tmp_path, monkeypatch):
         assert state_["busy"] and [p["name"] for p in state_["busy_processes"]] == names
     assert state_["load_avg"][0] == 2.5
     monkeypatch.setattr(env, "busy_processes", lambda proc, sample_s, share: one)
-    assert "1 other busy process(es): stress (100% of a core); other processes used 1.00 cores" in \
-        env.busy_warning(env.machine_state("cpu", sys_cpu=tmp_path))
+    assert "1 other busy process(es): stress (100% of a core); other processes used 1.00 cores" in env.busy_warning(
+        env.machine_state("cpu", sys_cpu=tmp_path)
+    )
 
     (tmp_path / "env.json").write_text(json.dumps({"cpu": "x"}))
     env.record_machine(tmp_path, "start", cpu)

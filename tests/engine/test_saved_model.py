@@ -1,6 +1,7 @@
 """Checkpoint reuse (posbench/engine/saved_model.py): only this case's model is ever reused; a
 damaged, linked or oversized file makes the case retrain, saying so in one line naming the file;
 writes go to a fresh temp file in checkpoints/ and never through a planted link (issue 44)."""
+
 from __future__ import annotations
 
 import os
@@ -30,12 +31,17 @@ def ckpt(tmp_path):
     return path
 
 
-@pytest.mark.parametrize("other, why", [
-    (dict(c=cfg("sinusoidal")), "stored for another model: method 'alibi' (this case: 'sinusoidal')"),
-    (dict(c=cfg(d_model=64)), "stored for another model: d_model 32 (this case: 64)"),
-    (dict(tcfg=TrainConfig(steps=3, batch_size=4, seq_len=16, warmup_steps=1)),
-     "trained with another config: steps 2 (this case: 3)"),
-])
+@pytest.mark.parametrize(
+    "other, why",
+    [
+        (dict(c=cfg("sinusoidal")), "stored for another model: method 'alibi' (this case: 'sinusoidal')"),
+        (dict(c=cfg(d_model=64)), "stored for another model: d_model 32 (this case: 64)"),
+        (
+            dict(tcfg=TrainConfig(steps=3, batch_size=4, seq_len=16, warmup_steps=1)),
+            "trained with another config: steps 2 (this case: 3)",
+        ),
+    ],
+)
 def test_a_checkpoint_of_another_model_or_config_is_never_reused(ckpt, capsys, other, why):
     model, _, reused = run(ckpt, **other)
     assert not reused

@@ -1,4 +1,5 @@
 """Measurement: CPU and CUDA timing and memory paths (CUDA through fakes), power, the efficiency task."""
+
 import math
 import time
 import types
@@ -6,9 +7,9 @@ import types
 import pytest
 import torch
 
-from posbench.engine import timing as measure
 from posbench.core.case import Case
 from posbench.core.task import Diverged
+from posbench.engine import timing as measure
 from posbench.tasks.efficiency import run as efficiency_run
 from posbench.tasks.efficiency.task import METRICS, Params, Settings
 
@@ -69,7 +70,7 @@ def test_cpu_window_counts_every_step_and_peak_resets():
     seconds = dev.time_window(lambda: (steps.append(1), time.sleep(0.01)), 4)
     assert len(steps) == 4 and 0.04 <= seconds < 1.0
     block = bytearray(200 * 2**20)
-    block[:: 4096] = b"x" * len(block[:: 4096])  # touch every page so it is resident
+    block[::4096] = b"x" * len(block[::4096])  # touch every page so it is resident
     high = dev.peak()["allocated"]
     del block
     dev.reset_peak()
@@ -98,16 +99,23 @@ def test_phase_on_fake_cuda_times_windows_and_measures_energy(monkeypatch):
     FakeCuda(monkeypatch, elapsed_ms=100.0)
     settings = types.SimpleNamespace(warmup_steps=2, measure_steps=3, windows=4, power_interval_s=0.01)
     calls = []
-    seconds, energy = efficiency_run._phase(measure.make_device("cuda"), lambda: calls.append(1), settings,
-                                            fake_nvml(), "h")
+    seconds, energy = efficiency_run._phase(measure.make_device("cuda"), lambda: calls.append(1), settings, fake_nvml(), "h")
     assert seconds == [0.1] * 4 and len(calls) == 2 + 3 * 4
     assert energy is not None and energy >= 0
 
 
 def case(method="sinusoidal", seq_len=16, **settings):
     base = dict(model="tiny", tokens_per_step=64, warmup_steps=1, measure_steps=2, windows=3, threads=1)
-    return Case(suite="s", task="efficiency", method=method, params=Params(seq_len=seq_len),
-                settings=Settings(**{**base, **settings}), device="cpu", profile="cpu", run_id="r")
+    return Case(
+        suite="s",
+        task="efficiency",
+        method=method,
+        params=Params(seq_len=seq_len),
+        settings=Settings(**{**base, **settings}),
+        device="cpu",
+        profile="cpu",
+        run_id="r",
+    )
 
 
 def test_efficiency_task_on_cpu_reports_every_metric():

@@ -1,6 +1,7 @@
 """Training curves (posbench.engine.tracking): TensorBoard event files read back with tensorboard's own
 reader, W&B through a fake module, the env.json line, and the efficiency task logging only between
 its timed windows."""
+
 import sys
 import time
 import types
@@ -10,8 +11,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from posbench.engine import env, tracking
 from posbench.engine.train import TrainConfig, train
-from tests.helpers.training import repeating_batches, small_model
 from tests.helpers.cases import TINY, make_case
+from tests.helpers.training import repeating_batches, small_model
 
 
 def scalars(folder) -> dict[str, list[tuple[int, float]]]:
@@ -23,16 +24,27 @@ def scalars(folder) -> dict[str, list[tuple[int, float]]]:
 
 def test_short_extrapolation_writes_event_files_tensorboard_reads(tmp_path, monkeypatch):
     monkeypatch.delenv(tracking.LOG_ENV, raising=False)
-    task, case = make_case("extrapolation", "alibi", {"L_train": 8},
-                           {**TINY, "steps": 12, "warmup_steps": 2, "interpolate": False, "modes": ["nonoverlapping"]},
-                           tmp_path)
+    task, case = make_case(
+        "extrapolation",
+        "alibi",
+        {"L_train": 8},
+        {**TINY, "steps": 12, "warmup_steps": 2, "interpolate": False, "modes": ["nonoverlapping"]},
+        tmp_path,
+    )
     out = task.run(case)
     folder = tmp_path / "cases" / "alibi__L_train=8"
     assert list(folder.glob("events.out.tfevents.*")), "no event file in the case's folder"
     got = scalars(folder)
-    assert set(got) == {"train/loss", "train/lr", "train/tokens_per_s", "eval/nonoverlapping@8/ppl",
-                        "eval/nonoverlapping@8/loss", "eval/nonoverlapping@16/ppl", "eval/nonoverlapping@16/loss",
-                        "eval/nonoverlapping/ppl_vs_length"}  # perplexity against length: one curve (issue 42)
+    assert set(got) == {
+        "train/loss",
+        "train/lr",
+        "train/tokens_per_s",
+        "eval/nonoverlapping@8/ppl",
+        "eval/nonoverlapping@8/loss",
+        "eval/nonoverlapping@16/ppl",
+        "eval/nonoverlapping@16/loss",
+        "eval/nonoverlapping/ppl_vs_length",
+    }  # perplexity against length: one curve (issue 42)
     # train() logs every log_every (10) steps and at the last one: steps 0, 10, 11.
     assert [s for s, _ in got["train/loss"]] == [0, 10, 11]
     curve = out["series"]["train_loss"]
@@ -112,9 +124,13 @@ def test_wandb_through_a_fake_module(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kw: FakeRun(**kw), __version__="9"))
     monkeypatch.setenv(tracking.LOG_ENV, "wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
-    task, case = make_case("extrapolation", "alibi", {"L_train": 8},
-                           {**TINY, "steps": 2, "interpolate": False, "modes": ["nonoverlapping"], "L_valid_factors": [1]},
-                           tmp_path)
+    task, case = make_case(
+        "extrapolation",
+        "alibi",
+        {"L_train": 8},
+        {**TINY, "steps": 2, "interpolate": False, "modes": ["nonoverlapping"], "L_valid_factors": [1]},
+        tmp_path,
+    )
     task.run(case)
     (run,) = runs
     assert run.init["name"] == "alibi/L_train=8" and run.init["dir"] == str(tmp_path / "cases" / "alibi__L_train=8")
@@ -166,12 +182,20 @@ def test_efficiency_logs_only_between_timed_windows(tmp_path, monkeypatch):
 
     monkeypatch.setattr(timing.CpuDevice, "time_window", timed)
     monkeypatch.setattr(tracking, "open_tracker", lambda folder, name="", config=None: tracking.Tracker([Probe()], folder))
-    settings = {"model": "tiny", "model_overrides": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
-                "tokens_per_step": 32, "warmup_steps": 1, "measure_steps": 1, "windows": 2}
+    settings = {
+        "model": "tiny",
+        "model_overrides": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
+        "tokens_per_step": 32,
+        "warmup_steps": 1,
+        "measure_steps": 1,
+        "windows": 2,
+    }
     task, case = make_case("efficiency", "rotary", {"seq_len": 8}, settings, tmp_path)
     task.run(case)
-    assert sorted(seen) == sorted([(f"{p}/{m}", w) for p in ("eval", "train") for w in (0, 1)
-                                   for m in ("tokens_per_s",)] + [("train/loss", 0), ("train/loss", 1)])
+    assert sorted(seen) == sorted(
+        [(f"{p}/{m}", w) for p in ("eval", "train") for w in (0, 1) for m in ("tokens_per_s",)]
+        + [("train/loss", 0), ("train/loss", 1)]
+    )
     seen.clear()
     _, other = make_case("efficiency", "alibi", {"seq_len": 8}, settings, tmp_path)
     monkeypatch.setattr(task.module, "memory_probe", lambda c: {"status": "ok", "metrics": {}})

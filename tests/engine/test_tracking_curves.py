@@ -2,6 +2,7 @@
 tag (step = L_valid); one event file per case, whatever the number of processes (rounds, the
 efficiency memory probe, a retry), with no (tag, step) twice; W&B runs grouped by run id with a
 name of their own. Read back with tensorboard's own reader; W&B through a fake module."""
+
 import sys
 import types
 from pathlib import Path
@@ -38,15 +39,18 @@ def raw_steps(folder) -> dict[str, list[int]]:
 
 def test_perplexity_against_length_is_one_curve_with_the_rows_values(tmp_path, monkeypatch):
     monkeypatch.delenv(tracking.LOG_ENV, raising=False)
-    task, case = make_case("extrapolation", "alibi", {"L_train": 8},
-                           {**TINY, "steps": 3, "interpolate": False, "modes": ["nonoverlapping"],
-                            "L_valid_factors": [1, 2, 4]}, tmp_path)
+    task, case = make_case(
+        "extrapolation",
+        "alibi",
+        {"L_train": 8},
+        {**TINY, "steps": 3, "interpolate": False, "modes": ["nonoverlapping"], "L_valid_factors": [1, 2, 4]},
+        tmp_path,
+    )
     out = task.run(case)
     got = scalars(tmp_path / "cases" / "alibi__L_train=8")
     curve = got["eval/nonoverlapping/ppl_vs_length"]
     assert [step for step, _ in curve] == [8, 16, 32]
-    assert [v for _, v in curve] == pytest.approx([out["metrics"][f"ppl@nonoverlapping@{L}"] for L in (8, 16, 32)],
-                                                  rel=1e-6)
+    assert [v for _, v in curve] == pytest.approx([out["metrics"][f"ppl@nonoverlapping@{L}"] for L in (8, 16, 32)], rel=1e-6)
 
 
 def test_each_process_of_a_case_appends_to_its_one_event_file(tmp_path, monkeypatch):
@@ -70,11 +74,26 @@ def test_each_process_of_a_case_appends_to_its_one_event_file(tmp_path, monkeypa
 
 
 def _run_efficiency(tmp_path, pairing: str) -> int:
-    extra = (f"  warmup_steps: 1\n  measure_steps: 1\n  eval_measure_steps: 1\n  windows: 2\n  rounds: 2\n"
-             f"  pairing: {pairing}\n  threads: 1\n")
+    extra = (
+        f"  warmup_steps: 1\n  measure_steps: 1\n  eval_measure_steps: 1\n  windows: 2\n  rounds: 2\n"
+        f"  pairing: {pairing}\n  threads: 1\n"
+    )
     write_suite(tmp_path, efficiency_suite(extra, grid="[16]"))
-    return cli.main(["--suite", str(tmp_path / "t.yaml"), "--device", "cpu", "--results", str(tmp_path / "res"),
-                     "--quiet", "--run-id", "r", "--methods", "sinusoidal"])
+    return cli.main(
+        [
+            "--suite",
+            str(tmp_path / "t.yaml"),
+            "--device",
+            "cpu",
+            "--results",
+            str(tmp_path / "res"),
+            "--quiet",
+            "--run-id",
+            "r",
+            "--methods",
+            "sinusoidal",
+        ]
+    )
 
 
 @pytest.mark.subprocess  # the runner's worker processes: a memory probe, then a process per round

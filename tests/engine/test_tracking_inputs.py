@@ -1,6 +1,7 @@
 """Tracking options and folders (posbench/engine/tracking.py): POSBENCH_LOG is refused up front
 as --log is, a results path TensorBoard cannot write is one line before any case runs, and a
 link at cases/<name> or cases/ never receives event files (issue 44)."""
+
 from __future__ import annotations
 
 import importlib.util

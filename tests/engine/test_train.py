@@ -1,4 +1,5 @@
 """The training loop: schedule, determinism, divergence, checkpoints, budgets, precision."""
+
 import math
 
 import pytest
@@ -122,4 +123,3 @@ def test_planted_checkpoint_does_not_run_code(tmp_path):
     with pytest.raises(ValueError, match=r"model.pt: not a plain posbench checkpoint, refused without running it"):
         load_checkpoint(path)
     assert not marker.exists()
-

@@ -1,5 +1,6 @@
 """Tiny Hugging Face checkpoints for the hf tests, made once per session (each test file skips,
 saying why, where transformers is not installed)."""
+
 import pytest
 
 from tests.helpers.hf_checkpoints import NEEDS_HF, save_checkpoint

@@ -1,5 +1,6 @@
 """ALiBi of BLOOM and MPT checkpoints: interpolated positions, the bias in float32 or in the model
 dtype, and BLOOM's float32-bias attention against transformers' own."""
+
 import pytest
 import torch
 

@@ -1,6 +1,7 @@
 """Opening a checkpoint: the one-line refusals (no transformers, a hub id, not a folder, an unknown
 family, a suite that evaluates no checkpoint), text through the checkpoint's tokenizer, token ids
 that do not fit its vocabulary, and the text passkey probe."""
+
 import json
 import sys
 from types import SimpleNamespace
@@ -44,8 +45,12 @@ def test_a_hub_id_says_to_download_it_first(capsys):
 
 
 def test_bad_specs_are_one_line_each(tmp_path):
-    for spec, words in [("llama", "allowed: hf:DIR"), ("hf:", "allowed: hf:DIR"), (f"hf:{tmp_path}/none", "no such folder"),
-                        (f"hf:{tmp_path}", "holds no config.json")]:
+    for spec, words in [
+        ("llama", "allowed: hf:DIR"),
+        ("hf:", "allowed: hf:DIR"),
+        (f"hf:{tmp_path}/none", "no such folder"),
+        (f"hf:{tmp_path}", "holds no config.json"),
+    ]:
         with pytest.raises(CheckpointError, match=words):
             folder_of(spec)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
@@ -62,8 +67,9 @@ def test_a_suite_whose_task_evaluates_no_checkpoint_refuses_model(checkpoints, c
 
 @pytest.mark.subprocess  # the CLI reads the method files in a child process
 def test_model_sets_the_pretrained_setting(checkpoints, capsys):
-    code, out, _ = _run(["--suite", "extrapolation", "--profile", "cpu", "--model", f"hf:{checkpoints['mpt']}",
-                         "--dry-run"], capsys)
+    code, out, _ = _run(
+        ["--suite", "extrapolation", "--profile", "cpu", "--model", f"hf:{checkpoints['mpt']}", "--dry-run"], capsys
+    )
     assert code == 0
     settings = json.loads(out.splitlines()[1].removeprefix("settings: "))
     assert settings["pretrained"] == f"hf:{checkpoints['mpt'].resolve()}"
@@ -84,13 +90,14 @@ def test_text_corpus_is_encoded_with_the_checkpoints_tokenizer(checkpoints, tmp_
     (tmp_path / "train.txt").write_text(text)
     (tmp_path / "valid.txt").write_text(text[::-1][:400] + text)
     ckpt = load(f"hf:{checkpoints['llama']}", torch.float32, "cpu")
-    ids, corpus = pretrained_tokens(_settings(kind="text", path=str(tmp_path), splits={"train": "train.txt",
-                                                                                      "valid": "valid.txt"}), ckpt)
+    ids, corpus = pretrained_tokens(
+        _settings(kind="text", path=str(tmp_path), splits={"train": "train.txt", "valid": "valid.txt"}), ckpt
+    )
     want = ckpt.tokenizer(text[::-1][:400] + text, add_special_tokens=False)["input_ids"][:2000]
     assert ids.tolist() == want and corpus["tokenizer"] == type(ckpt.tokenizer).__name__
     ids, _ = pretrained_tokens(_settings(kind="text", path=str(tmp_path / "train.txt")), ckpt)
     whole = ckpt.tokenizer(text, add_special_tokens=False)["input_ids"]
-    assert ids.tolist() == whole[len(whole) - len(whole) // 10:]  # the tail, as load_corpus holds out
+    assert ids.tolist() == whole[len(whole) - len(whole) // 10 :]  # the tail, as load_corpus holds out
 
 
 def test_token_ids_beyond_the_vocabulary_are_one_line(checkpoints):
@@ -104,8 +111,11 @@ def test_token_ids_beyond_the_vocabulary_are_one_line(checkpoints):
     ids, _ = pretrained_tokens(settings, ckpt)
     assert ids.max() < 64 and ids.dtype == np.int64
     small = SimpleNamespace(vocab_size=40, tokenizer=None)  # a checkpoint whose vocabulary the ids outgrow
-    with pytest.raises(DataError, match=r"token ids up to 6\d do not fit the checkpoint's vocabulary of 40; allowed: "
-                                        "a text corpus"):
+    with pytest.raises(
+        DataError,
+        match=r"token ids up to 6\d do not fit the checkpoint's vocabulary of 40; allowed: "
+        "a text corpus",
+    ):
         pretrained_tokens(settings, small)
 
 
@@ -138,11 +148,18 @@ def test_run_pretrained_records_checks_passkey_and_unavailable_interpolation(che
     from posbench.tasks.extrapolation.run import run
     from posbench.tasks.extrapolation.task import Params, Settings
 
-    s = Settings(model="tiny", steps=1, pretrained=f"hf:{checkpoints['llama']}", L_valid_factors=[1, 4],
-                 modes=["nonoverlapping"], interpolate=True, eval_tokens=300, passkey_trials=2,
-                 corpus={"kind": "synthetic", "size": 20000, "synthetic": {"vocab": 64}})
-    case = SimpleNamespace(settings=s, params=Params(L_train=L_TRAIN), method="rotary_llama3", device="cpu", id="x",
-                           out_dir=None)
+    s = Settings(
+        model="tiny",
+        steps=1,
+        pretrained=f"hf:{checkpoints['llama']}",
+        L_valid_factors=[1, 4],
+        modes=["nonoverlapping"],
+        interpolate=True,
+        eval_tokens=300,
+        passkey_trials=2,
+        corpus={"kind": "synthetic", "size": 20000, "synthetic": {"vocab": 64}},
+    )
+    case = SimpleNamespace(settings=s, params=Params(L_train=L_TRAIN), method="rotary_llama3", device="cpu", id="x", out_dir=None)
     r = run(case)
     assert r["series"]["rope_checks"]["64"]["rope_type"] == "llama3"
     assert r["series"]["rope_checks"]["64"]["max_rel_freq_diff"] <= 1e-5

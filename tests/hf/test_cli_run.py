@@ -1,5 +1,6 @@
 """``bench.py --suite extrapolation --model hf:DIR`` on the tiny Llama, BLOOM and MPT folders: the
 real path (runner, worker, rows, tables), on a text corpus through each checkpoint's tokenizer."""
+
 import json
 
 import pytest
@@ -23,10 +24,30 @@ def test_extrapolation_suite_runs_on_an_hf_folder(checkpoints, family, tmp_path,
     text = tmp_path / "corpus.txt"
     text.write_text(" ".join(SENTENCES * 40))
     methods, extra = RUNS[family]
-    argv = ["--suite", "extrapolation", "--profile", "cpu", "--model", f"hf:{checkpoints[family]}", "--methods", methods,
-            "--set", f"grid.L_train=[{L_TRAIN}]", "--set", "L_valid_factors=[1, 4]", "--set", "eval_tokens=300",
-            "--set", "passkey_trials=2", "--set", f"corpus={{kind: text, path: {json.dumps(str(text))}}}",
-            "--results", str(tmp_path / "results"), "--quiet", *extra]
+    argv = [
+        "--suite",
+        "extrapolation",
+        "--profile",
+        "cpu",
+        "--model",
+        f"hf:{checkpoints[family]}",
+        "--methods",
+        methods,
+        "--set",
+        f"grid.L_train=[{L_TRAIN}]",
+        "--set",
+        "L_valid_factors=[1, 4]",
+        "--set",
+        "eval_tokens=300",
+        "--set",
+        "passkey_trials=2",
+        "--set",
+        f"corpus={{kind: text, path: {json.dumps(str(text))}}}",
+        "--results",
+        str(tmp_path / "results"),
+        "--quiet",
+        *extra,
+    ]
     code = cli.main(argv)
     capsys.readouterr()
     (cases,) = (tmp_path / "results" / "extrapolation").glob("*/cases.jsonl")

@@ -2,6 +2,7 @@
 k = 0 and after a k-step fine-tune (the weights move), DroPE and ALiBi interpolation on the
 checkpoint, L_train from the config or the setting, recipes of the other family unavailable, the
 memory refusal, bad input as one line, and the CLI run of the extension suite on each family."""
+
 import json
 import math
 
@@ -28,31 +29,55 @@ def corpus(tmp_path_factory):
 
 
 def _settings(folder, corpus, **extra) -> dict:
-    return {"model": "tiny", "steps": 1, "pretrained": f"hf:{folder}", "corpus": {"kind": "text", "path": str(corpus)}, "target_factor": 2,
-            "finetune_steps": [0, 2], "finetune_batch_size": 2, "finetune_lr": 5e-4, "finetune_warmup_steps": 1,
-            "L_valid_factors": [1, 2], "stride": 32, "eval_tokens": 300, "eval_batch_size": 8, "passkey_trials": 2,
-            "precision": "float32", **extra}
+    return {
+        "model": "tiny",
+        "steps": 1,
+        "pretrained": f"hf:{folder}",
+        "corpus": {"kind": "text", "path": str(corpus)},
+        "target_factor": 2,
+        "finetune_steps": [0, 2],
+        "finetune_batch_size": 2,
+        "finetune_lr": 5e-4,
+        "finetune_warmup_steps": 1,
+        "L_valid_factors": [1, 2],
+        "stride": 32,
+        "eval_tokens": 300,
+        "eval_batch_size": 8,
+        "passkey_trials": 2,
+        "precision": "float32",
+        **extra,
+    }
 
 
 def _run(checkpoints, corpus, tmp_path, family, method, recipe, bias_dtype="float32", **extra):
-    task, case = make_case("extension", method, {"L_train": 8, "recipe": recipe, "bias_dtype": bias_dtype},
-                           _settings(checkpoints[family], corpus, **extra), tmp_path)
+    task, case = make_case(
+        "extension",
+        method,
+        {"L_train": 8, "recipe": recipe, "bias_dtype": bias_dtype},
+        _settings(checkpoints[family], corpus, **extra),
+        tmp_path,
+    )
     return task.run(case)
 
 
-CASES = [("llama", "rotary", "yarn", "float32", {}), ("bloom", "alibi", "interpolate", "compute", {"pretrained_L_train": 16}),
-         ("mpt", "alibi", "extrapolate", "float32", {})]
+CASES = [
+    ("llama", "rotary", "yarn", "float32", {}),
+    ("bloom", "alibi", "interpolate", "compute", {"pretrained_L_train": 16}),
+    ("mpt", "alibi", "extrapolate", "float32", {}),
+]
 
 
 @pytest.mark.parametrize("family,method,recipe,bias_dtype,extra", CASES, ids=[c[0] for c in CASES])
-def test_zero_shot_and_fine_tuned_points_on_each_family(checkpoints, corpus, tmp_path, family, method, recipe,
-                                                       bias_dtype, extra):
+def test_zero_shot_and_fine_tuned_points_on_each_family(checkpoints, corpus, tmp_path, family, method, recipe, bias_dtype, extra):
     out = _run(checkpoints, corpus, tmp_path, family, method, recipe, bias_dtype, **extra)
     m, series = out["metrics"], out["series"]
     L = extra.get("pretrained_L_train", L_CONFIG)  # BLOOM's config names no length: the setting's
     assert m["L_train"] == L and m["L_target"] == 2 * L and series["L_valid"] == [2 * L, 4 * L]
-    assert series["L_train_source"] == ("setting pretrained_L_train" if family == "bloom" else
-                                        f"config.json {'max_seq_len' if family == 'mpt' else 'max_position_embeddings'}")
+    assert series["L_train_source"] == (
+        "setting pretrained_L_train"
+        if family == "bloom"
+        else f"config.json {'max_seq_len' if family == 'mpt' else 'max_position_embeddings'}"
+    )
     for k in (0, 2):
         for mode in ("nonoverlapping", "sliding"):
             for Lv in series["L_valid"]:
@@ -73,11 +98,17 @@ def test_zero_shot_and_fine_tuned_points_on_each_family(checkpoints, corpus, tmp
 
 
 def test_recipes_of_the_other_family_are_unavailable_with_the_reason(checkpoints, corpus, tmp_path):
-    with pytest.raises(Unavailable, match=r"recipe interpolate \(alibi\) does not apply to a llama checkpoint "
-                                          r"\(rope positions\); its recipes: rotary none, pi"):
+    with pytest.raises(
+        Unavailable,
+        match=r"recipe interpolate \(alibi\) does not apply to a llama checkpoint "
+        r"\(rope positions\); its recipes: rotary none, pi",
+    ):
         _run(checkpoints, corpus, tmp_path, "llama", "alibi", "interpolate")
-    with pytest.raises(Unavailable, match=r"recipe drope \(rotary\) does not apply to a mpt checkpoint \(alibi "
-                                          r"positions\); its recipes: alibi extrapolate, interpolate"):
+    with pytest.raises(
+        Unavailable,
+        match=r"recipe drope \(rotary\) does not apply to a mpt checkpoint \(alibi "
+        r"positions\); its recipes: alibi extrapolate, interpolate",
+    ):
         _run(checkpoints, corpus, tmp_path, "mpt", "rotary", "drope")
     with pytest.raises(Unavailable, match="recipe pi is for rotary models"):  # the task's own rule, first
         _run(checkpoints, corpus, tmp_path, "bloom", "alibi", "pi", pretrained_L_train=16)
@@ -112,9 +143,12 @@ def test_alibi_interpolation_scales_the_checkpoints_positions_by_L_train_over_L_
 
 
 def test_fine_tuning_is_unavailable_where_the_memory_does_not_hold_it(checkpoints, corpus, tmp_path, monkeypatch):
-    with pytest.raises(Unavailable, match=r"fine-tuning needs about .* GiB \([\d,]+ parameters x 16 bytes: float32 "
-                                          r"weights, gradients, AdamW moments.*\) and setting finetune_memory_bytes "
-                                          r"is .* GiB; allowed: finetune_steps \[0\]"):
+    with pytest.raises(
+        Unavailable,
+        match=r"fine-tuning needs about .* GiB \([\d,]+ parameters x 16 bytes: float32 "
+        r"weights, gradients, AdamW moments.*\) and setting finetune_memory_bytes "
+        r"is .* GiB; allowed: finetune_steps \[0\]",
+    ):
         _run(checkpoints, corpus, tmp_path, "llama", "rotary", "pi", finetune_memory_bytes=1000)
     # the device's own number, read at the boundary (torch.cuda.mem_get_info, psutil or /proc/meminfo)
     monkeypatch.setattr(EP, "available_memory", lambda device: (4096, "available RAM (test)"))
@@ -162,25 +196,37 @@ def test_available_memory_reads_the_gpu_psutil_or_proc_meminfo(monkeypatch, tmp_
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:  2000 kB\nMemFree:  100 kB\nMemAvailable:  1500 kB\n")
     real_open = open
-    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(meminfo if path == "/proc/meminfo" else path,
-                                                                         *a, **k))
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(meminfo if path == "/proc/meminfo" else path, *a, **k))
     assert EP.available_memory("cpu") == (1500 * 1024, "available RAM (/proc/meminfo MemAvailable)")
     meminfo.unlink()  # nothing says: no refusal
     assert EP.available_memory("cpu") == (None, "unknown")
 
 
 def test_bad_input_is_one_line(checkpoints, corpus, tmp_path):
-    with pytest.raises(ValueError, match=r"config.json names no training length \(max_position_embeddings or "
-                                         r"max_seq_len\); allowed: set pretrained_L_train=N"):
+    with pytest.raises(
+        ValueError,
+        match=r"config.json names no training length \(max_position_embeddings or "
+        r"max_seq_len\); allowed: set pretrained_L_train=N",
+    ):
         _run(checkpoints, corpus, tmp_path, "bloom", "alibi", "extrapolate")  # BLOOM's config names none
     with pytest.raises(ValueError, match="pretrained must be hf:DIR"):
         make_case("extension", "rotary", {"L_train": 8, "recipe": "pi"}, {"pretrained": "owner/name"}, tmp_path)
     with pytest.raises(ValueError, match="greater than or equal to 2"):
-        make_case("extension", "rotary", {"L_train": 8, "recipe": "pi"},
-                  _settings(checkpoints["llama"], corpus, pretrained_L_train=1), tmp_path)
+        make_case(
+            "extension",
+            "rotary",
+            {"L_train": 8, "recipe": "pi"},
+            _settings(checkpoints["llama"], corpus, pretrained_L_train=1),
+            tmp_path,
+        )
     with pytest.raises(ValueError, match="greater than or equal to 0"):
-        make_case("extension", "rotary", {"L_train": 8, "recipe": "pi"},
-                  _settings(checkpoints["llama"], corpus, finetune_memory_bytes=-1), tmp_path)
+        make_case(
+            "extension",
+            "rotary",
+            {"L_train": 8, "recipe": "pi"},
+            _settings(checkpoints["llama"], corpus, finetune_memory_bytes=-1),
+            tmp_path,
+        )
 
 
 RUNS = {  # family -> (methods, recipes, bias dtypes, extra settings)
@@ -195,12 +241,40 @@ RUNS = {  # family -> (methods, recipes, bias dtypes, extra settings)
 @pytest.mark.parametrize("family", list(RUNS))
 def test_extension_suite_runs_on_an_hf_folder(checkpoints, corpus, family, tmp_path, capsys):
     methods, recipes, dtypes, extra = RUNS[family]
-    argv = ["--suite", "extension", "--profile", "cpu", "--model", f"hf:{checkpoints[family]}", "--methods", methods,
-            "--set", f"grid.recipe={recipes}", "--set", f"grid.bias_dtype={dtypes}", "--set", "seeds=[0]",
-            "--set", "target_factor=2", "--set", "finetune_steps=[0, 2]", "--set", "finetune_batch_size=2",
-            "--set", "eval_tokens=300", "--set", "passkey_trials=2", "--set", "stride=32",
-            "--set", f"corpus={{kind: text, path: {json.dumps(str(corpus))}}}", "--results", str(tmp_path / "res"),
-            "--quiet", *extra]
+    argv = [
+        "--suite",
+        "extension",
+        "--profile",
+        "cpu",
+        "--model",
+        f"hf:{checkpoints[family]}",
+        "--methods",
+        methods,
+        "--set",
+        f"grid.recipe={recipes}",
+        "--set",
+        f"grid.bias_dtype={dtypes}",
+        "--set",
+        "seeds=[0]",
+        "--set",
+        "target_factor=2",
+        "--set",
+        "finetune_steps=[0, 2]",
+        "--set",
+        "finetune_batch_size=2",
+        "--set",
+        "eval_tokens=300",
+        "--set",
+        "passkey_trials=2",
+        "--set",
+        "stride=32",
+        "--set",
+        f"corpus={{kind: text, path: {json.dumps(str(corpus))}}}",
+        "--results",
+        str(tmp_path / "res"),
+        "--quiet",
+        *extra,
+    ]
     code = cli.main(argv)
     capsys.readouterr()
     (run,) = (tmp_path / "res" / "extension").glob("*/")
@@ -229,8 +303,12 @@ def test_extension_suite_runs_on_an_hf_folder(checkpoints, corpus, family, tmp_p
 
         tables = extension_tables(load_runs([run], find_task=find_task))
         assert tables and {t.rest["L_train"] for t in tables} == {L}
-        assert all(t.note.startswith("Unavailable (the recipe does not apply; each row says why): alibi drope, "
-                                     "extrapolate; rotary extrapolate.") for t in tables)
+        assert all(
+            t.note.startswith(
+                "Unavailable (the recipe does not apply; each row says why): alibi drope, extrapolate; rotary extrapolate."
+            )
+            for t in tables
+        )
 
 
 @pytest.mark.subprocess  # the CLI reads the method files in a child process

@@ -1,5 +1,6 @@
 """posbench's perplexity of a Hugging Face checkpoint equals the loss transformers computes on the
 same windows (no scaling, float32), and every rotary recipe's frequencies equal posbench's."""
+
 import math
 
 import numpy as np
@@ -17,8 +18,15 @@ from posbench.hf.lm import PretrainedLM, recipe_for  # noqa: E402
 from posbench.hf.rope import RECIPES, RopeRecipe  # noqa: E402
 
 METHOD = {"llama": "rotary", "bloom": "alibi", "mpt": "alibi"}
-HF_TYPE = {"rotary": "default", "rotary_pi": "linear", "rotary_ntk": "default", "rotary_dynamic_ntk": "dynamic",
-           "rotary_yarn": "yarn", "rotary_llama3": "llama3", "rotary_longrope": "longrope"}
+HF_TYPE = {
+    "rotary": "default",
+    "rotary_pi": "linear",
+    "rotary_ntk": "default",
+    "rotary_dynamic_ntk": "dynamic",
+    "rotary_yarn": "yarn",
+    "rotary_llama3": "llama3",
+    "rotary_longrope": "longrope",
+}
 
 
 def transformers_loss(model, tokens: np.ndarray, L: int, stride: int) -> float:
@@ -26,9 +34,9 @@ def transformers_loss(model, tokens: np.ndarray, L: int, stride: int) -> float:
     L + 1 tokens in (the last only as a label), the targets a window does not score set to -100."""
     total, count = 0.0, 0
     for start, first in window_plan(len(tokens), L, stride):
-        seq = torch.from_numpy(np.asarray(tokens[start:start + L + 1], dtype=np.int64))[None]  # (1, L+1)
+        seq = torch.from_numpy(np.asarray(tokens[start : start + L + 1], dtype=np.int64))[None]  # (1, L+1)
         labels = seq.clone()
-        labels[:, :first + 1] = -100  # input position j predicts label j + 1: scored from j = first
+        labels[:, : first + 1] = -100  # input position j predicts label j + 1: scored from j = first
         with torch.no_grad():
             loss = model(input_ids=seq, labels=labels).loss
         n = L - int(first)

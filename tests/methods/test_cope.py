@@ -1,6 +1,7 @@
 """cope (Contextual Position Encoding) against its paper's equations: gates, counted positions,
 interpolated position logits and the npos_max clamp on hand-computed values; a float64 reference
 written from the equations on random inputs."""
+
 import math
 
 import pytest
@@ -95,7 +96,7 @@ def test_cope_equals_the_loop_reference(tq, tk, npos_max, dtype):
     m = m.to(dtype)
     q, k, v = qkv(tq, tk, seed=tk, dtype=dtype)
     pos = torch.arange(tk)
-    got = m.attend(q, k, v, pos[tk - tq:], pos, 1)
+    got = m.attend(q, k, v, pos[tk - tq :], pos, 1)
     assert got.dtype == dtype
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.double(), reference(q, k, v, m.table[1], npos_max), atol=tol, rtol=tol)

@@ -4,6 +4,7 @@ Each fast path (T5's explicit attention with a bias gathered once per forward, r
 rotation) is compared with the straightforward formula on random inputs: several seeds, odd
 lengths, float32 and bfloat16, outputs and gradients.
 """
+
 import math
 
 import pytest
@@ -58,8 +59,9 @@ def assert_same_gradients(out, ref, tensors, seed, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("seed, tq, tk", [(0, 128, 128), (1, 131, 131), (2, 255, 255), (3, 197, 230), (4, 300, 300),
-                                          (5, 1, 150), (6, 63, 63)])
+@pytest.mark.parametrize(
+    "seed, tq, tk", [(0, 128, 128), (1, 131, 131), (2, 255, 255), (3, 197, 230), (4, 300, 300), (5, 1, 150), (6, 63, 63)]
+)
 def test_causal_explicit_attention_equals_reference(seed, tq, tk, dtype):
     q, k, v = qkv(seed, 2, 3, tq, tk, 16, dtype)
     g = torch.Generator().manual_seed(seed + 50)
@@ -176,8 +178,9 @@ def _rotate_reference(x, cos, sin):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("seed, tq, tk, floats", [(0, 7, 7, False), (1, 13, 13, False), (2, 33, 33, True),
-                                                  (3, 5, 19, False), (4, 1, 9, True)])
+@pytest.mark.parametrize(
+    "seed, tq, tk, floats", [(0, 7, 7, False), (1, 13, 13, False), (2, 33, 33, True), (3, 5, 19, False), (4, 1, 9, True)]
+)
 def test_rotary_attend_equals_reference(seed, tq, tk, floats, dtype):
     m = method("rotary").to(dtype)
     q, k, v = qkv(seed, 2, 3, tq, tk, 32, dtype)

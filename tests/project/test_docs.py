@@ -6,6 +6,7 @@ A path "looks like a repository path" when an inline code span is nothing but a 
 of the top-level folders below, ending in a file type the docs name or in ``/`` (a folder).
 Fenced code blocks are skipped (commands and sample output hold paths of runs, not of the repo).
 """
+
 from __future__ import annotations
 
 import re
@@ -79,9 +80,12 @@ def test_every_named_repository_path_exists(doc):
 def test_checkers_catch_what_they_should(tmp_path):
     """The link and path patterns find a broken link and a missing path, and skip code blocks."""
     page = tmp_path / "page.md"
-    page.write_text("See [the guide](docs/none.md#x), ![img](pic.png), [web](https://x.org) and [here](#top).\n"
-                    "`posbench/nowhere.py` `posbench/core/` `results/x/y.md` `python bench.py`\n"
-                    "```bash\n[not a link](gone.md) `posbench/fenced.py`\n```\n", encoding="utf-8")
+    page.write_text(
+        "See [the guide](docs/none.md#x), ![img](pic.png), [web](https://x.org) and [here](#top).\n"
+        "`posbench/nowhere.py` `posbench/core/` `results/x/y.md` `python bench.py`\n"
+        "```bash\n[not a link](gone.md) `posbench/fenced.py`\n```\n",
+        encoding="utf-8",
+    )
     assert relative_links(page) == ["docs/none.md#x", "pic.png"]
     assert named_paths(page) == ["posbench/nowhere.py", "posbench/core/"]
 
@@ -101,6 +105,10 @@ def test_makefile_has_the_docs_results_target(tmp_path):
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").touch()
-    out = subprocess.run(["make", "-n", "-C", str(ROOT), "docs-results", f"VENV={venv}", "RUNS=results/x/y"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "docs-results", f"VENV={venv}", "RUNS=results/x/y"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "-m posbench.cli.docs_results --out docs/results results/x/y" in out

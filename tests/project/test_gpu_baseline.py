@@ -3,6 +3,7 @@ no baseline yet, a baseline of the same GPU model compared and carried forward, 
 model refused, accept_baseline replacing it (an accepted slowdown stops failing later runs), a run
 with failed cases never made the baseline, which stored artifact is the baseline, the venv folder outside the workspace keyed by TORCH_SPEC and
 pyproject.toml, and the run folder's GPU model."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from posbench.report.compare import compare_runs
-from tests.helpers.report_rows import CPU_ENV, GPU_ENV, efficiency_rows, write_run
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import CPU_ENV, GPU_ENV, efficiency_rows, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / ".github" / "scripts" / "gpu_baseline.py"
@@ -34,8 +35,9 @@ def script(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subproc
     for f in (out, summary):
         f.write_text("")
     environ = {**os.environ, "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary), **(env or {})}
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=environ,
-                          timeout=60, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=environ, timeout=60, cwd=tmp_path
+    )
     outputs = dict(line.split("=", 1) for line in out.read_text().splitlines())
     return proc, outputs, summary.read_text()
 
@@ -48,8 +50,24 @@ def gpu_run(root: Path, env=GPU_ENV, scale: float = 1.0, run_id: str = "run-a", 
 
 
 def decide(tmp_path, new: Path, baseline: Path, stage: Path, accept: str = "false", run_id: str = "101"):
-    return script(tmp_path, "decide", "--new", str(new), "--baseline", str(baseline), "--accept", accept,
-                  "--stage", str(stage), "--run-id", run_id, "--commit", "0123456789abcdef", "--actor", "octocat")
+    return script(
+        tmp_path,
+        "decide",
+        "--new",
+        str(new),
+        "--baseline",
+        str(baseline),
+        "--accept",
+        accept,
+        "--stage",
+        str(stage),
+        "--run-id",
+        run_id,
+        "--commit",
+        "0123456789abcdef",
+        "--actor",
+        "octocat",
+    )
 
 
 def test_no_baseline_yet_makes_this_run_the_baseline(tmp_path):
@@ -57,8 +75,10 @@ def test_no_baseline_yet_makes_this_run_the_baseline(tmp_path):
     proc, out, summary = decide(tmp_path, run, tmp_path / "baseline", tmp_path / "stage")
     assert proc.returncode == 0, proc.stderr
     assert out["mode"] == "first" and out["compare"] == "false" and out["staged"] == "true"
-    assert proc.stdout.strip() == ("No baseline for efficiency on NVIDIA A100-SXM4-80GB yet (none stored, or it "
-                                   "expired): run 101 (commit 0123456789) becomes it.")
+    assert proc.stdout.strip() == (
+        "No baseline for efficiency on NVIDIA A100-SXM4-80GB yet (none stored, or it "
+        "expired): run 101 (commit 0123456789) becomes it."
+    )
     assert summary.strip() == proc.stdout.strip()
     record = json.loads((tmp_path / "stage" / "baseline.json").read_text())
     assert record["gpu_model"] == A100 and record["suite"] == "efficiency" and record["run_id"] == "101"
@@ -68,8 +88,9 @@ def test_no_baseline_yet_makes_this_run_the_baseline(tmp_path):
 
 def test_a_baseline_of_the_same_gpu_model_is_compared_and_carried_forward(tmp_path):
     decide(tmp_path, gpu_run(tmp_path / "first"), tmp_path / "none", tmp_path / "baseline")
-    proc, out, summary = decide(tmp_path, gpu_run(tmp_path / "second", run_id="run-b"), tmp_path / "baseline",
-                                tmp_path / "stage", run_id="102")
+    proc, out, summary = decide(
+        tmp_path, gpu_run(tmp_path / "second", run_id="run-b"), tmp_path / "baseline", tmp_path / "stage", run_id="102"
+    )
     assert proc.returncode == 0, proc.stderr
     assert out["mode"] == "compare" and out["compare"] == "true" and out["fail_on_regression"] == "true"
     assert out["base"] == str(tmp_path / "baseline" / "results")
@@ -89,9 +110,11 @@ def test_a_baseline_of_another_gpu_model_is_refused_unless_accepted(tmp_path):
     h100 = gpu_run(tmp_path / "h100", H100_ENV)
     proc, out, _ = decide(tmp_path, h100, tmp_path / "baseline", tmp_path / "stage")
     assert proc.returncode == 2 and proc.stdout == "" and out == {}
-    assert proc.stderr == ("gpu_baseline.py decide: the baseline ran on NVIDIA A100-SXM4-80GB, this run on NVIDIA H100 "
-                           "80GB HBM3: the GPU models differ; a baseline is per suite and GPU model (accept_baseline "
-                           "replaces it)\n")
+    assert proc.stderr == (
+        "gpu_baseline.py decide: the baseline ran on NVIDIA A100-SXM4-80GB, this run on NVIDIA H100 "
+        "80GB HBM3: the GPU models differ; a baseline is per suite and GPU model (accept_baseline "
+        "replaces it)\n"
+    )
     assert not (tmp_path / "stage").exists()
     proc, out, _ = decide(tmp_path, h100, tmp_path / "baseline", tmp_path / "stage", accept="true")
     assert proc.returncode == 0 and out["mode"] == "accept" and out["compare"] == "false"  # nothing comparable
@@ -118,28 +141,40 @@ def test_an_accepted_slowdown_stops_failing_later_runs(tmp_path):
 
 
 def _artifact(id_, name, created, run_id, expired=False):
-    return {"id": id_, "name": name, "expired": expired, "created_at": created,
-            "workflow_run": {"id": run_id, "head_sha": f"sha{run_id}"}}
+    return {
+        "id": id_,
+        "name": name,
+        "expired": expired,
+        "created_at": created,
+        "workflow_run": {"id": run_id, "head_sha": f"sha{run_id}"},
+    }
 
 
 def test_the_baseline_is_the_newest_unexpired_artifact_of_its_exact_name(tmp_path):
     name = "baseline-efficiency-NVIDIA-H100-80GB-HBM3"
-    listing = [_artifact(1, name, "2026-01-05T03:00:00Z", 11),
-               _artifact(2, name, "2026-01-12T03:00:00Z", 12),
-               _artifact(3, name, "2026-01-19T03:00:00Z", 13, expired=True),
-               _artifact(4, "baseline-efficiency-NVIDIA-A100-SXM4-80GB", "2026-01-26T03:00:00Z", 14),
-               _artifact(5, "baseline-decode-NVIDIA-H100-80GB-HBM3", "2026-01-26T03:00:00Z", 15)]
+    listing = [
+        _artifact(1, name, "2026-01-05T03:00:00Z", 11),
+        _artifact(2, name, "2026-01-12T03:00:00Z", 12),
+        _artifact(3, name, "2026-01-19T03:00:00Z", 13, expired=True),
+        _artifact(4, "baseline-efficiency-NVIDIA-A100-SXM4-80GB", "2026-01-26T03:00:00Z", 14),
+        _artifact(5, "baseline-decode-NVIDIA-H100-80GB-HBM3", "2026-01-26T03:00:00Z", 15),
+    ]
     # as `gh api --paginate --jq '.artifacts[]'` writes it: one object per line
     (tmp_path / "lines.jsonl").write_text("".join(json.dumps(a) + "\n" for a in listing))
     proc, out, _ = script(tmp_path, "pick", "--listing", str(tmp_path / "lines.jsonl"), "--name", name)
     assert proc.returncode == 0, proc.stderr
-    assert out == {"name": name, "artifact_id": "2", "run_id": "12", "created_at": "2026-01-12T03:00:00Z",
-                   "commit": "sha12", "found": "true"}
+    assert out == {
+        "name": name,
+        "artifact_id": "2",
+        "run_id": "12",
+        "created_at": "2026-01-12T03:00:00Z",
+        "commit": "sha12",
+        "found": "true",
+    }
     # an API page as it comes, pretty-printed
     (tmp_path / "page.json").write_text(json.dumps({"total_count": 5, "artifacts": listing}, indent=2))
     assert script(tmp_path, "pick", "--listing", str(tmp_path / "page.json"), "--name", name)[1]["run_id"] == "12"
-    proc, out, _ = script(tmp_path, "pick", "--listing", str(tmp_path / "lines.jsonl"),
-                          "--name", "baseline-efficiency-NVIDIA-L4")
+    proc, out, _ = script(tmp_path, "pick", "--listing", str(tmp_path / "lines.jsonl"), "--name", "baseline-efficiency-NVIDIA-L4")
     assert proc.returncode == 0 and out == {"found": "false", "name": "baseline-efficiency-NVIDIA-L4"}
     assert proc.stdout.strip() == "no baseline named baseline-efficiency-NVIDIA-L4 (none yet, or expired)"
     (tmp_path / "bad.json").write_text('{"artifacts": [\n')
@@ -151,8 +186,12 @@ def test_locate_names_the_run_and_its_gpu_model(tmp_path):
     run = gpu_run(tmp_path / "artifact" / "bench-efficiency-x", H100_ENV)
     proc, out, _ = script(tmp_path, "locate", str(tmp_path / "artifact"))
     assert proc.returncode == 0, proc.stderr
-    assert out == {"run_dir": str(run), "suite": "efficiency", "gpu_model": "NVIDIA H100 80GB HBM3",
-                   "gpu_slug": "NVIDIA-H100-80GB-HBM3"}
+    assert out == {
+        "run_dir": str(run),
+        "suite": "efficiency",
+        "gpu_model": "NVIDIA H100 80GB HBM3",
+        "gpu_slug": "NVIDIA-H100-80GB-HBM3",
+    }
     write_run(tmp_path / "cpu", efficiency_rows(), CPU_ENV)
     proc, out, _ = script(tmp_path, "locate", str(tmp_path / "cpu"))
     assert proc.returncode == 2 and out == {}
@@ -162,9 +201,13 @@ def test_locate_names_the_run_and_its_gpu_model(tmp_path):
 
 
 def _make_default_spec() -> str:
-    plan = subprocess.run(["make", "-n", "-C", str(ROOT), "install", "VENV=/nonexistent/venv"],
-                          capture_output=True, text=True, check=True,
-                          env={k: v for k, v in os.environ.items() if k != "TORCH_SPEC"}).stdout
+    plan = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "install", "VENV=/nonexistent/venv"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "TORCH_SPEC"},
+    ).stdout
     return re.search(r'pip install -q "([^"]+)"', plan).group(1)
 
 
@@ -175,8 +218,18 @@ def test_the_venv_lives_outside_the_workspace_keyed_by_torch_spec_and_pyproject(
     env = {"TORCH_SPEC": ""}
 
     def venv(*extra, **kw):
-        proc, out, _ = script(tmp_path, "venv-dir", "--root", str(root), "--workspace", "/work/ws",
-                              "--pyproject", str(pyproject), *extra, env={**env, **kw})
+        proc, out, _ = script(
+            tmp_path,
+            "venv-dir",
+            "--root",
+            str(root),
+            "--workspace",
+            "/work/ws",
+            "--pyproject",
+            str(pyproject),
+            *extra,
+            env={**env, **kw},
+        )
         assert proc.returncode == 0, proc.stderr
         return out
 
@@ -188,7 +241,7 @@ def test_the_venv_lives_outside_the_workspace_keyed_by_torch_spec_and_pyproject(
     assert venv()["reused"] == "true"
     assert venv(TORCH_SPEC="torch==2.14.1")["dir"] != first["dir"]  # another torch: another venv
     assert venv("--workspace", "/work/other")["dir"] != first["dir"]  # another runner's checkout
-    pyproject.write_text(pyproject.read_text() + '# a comment\n')
+    pyproject.write_text(pyproject.read_text() + "# a comment\n")
     assert venv()["dir"] != first["dir"]  # changed dependencies: another venv
     # venvs unused for 30 days go; the one in use, and folders that are not ours, stay
     old, mine = root / "venv-0123456789abcdef", root / "notes"
@@ -202,8 +255,9 @@ def test_the_venv_lives_outside_the_workspace_keyed_by_torch_spec_and_pyproject(
     assert not old.exists() and mine.exists() and Path(first["dir"]).exists()
     proc, out, _ = script(tmp_path, "venv-dir", "--root", str(root), env={"TORCH_SPEC": "torch==2.13.0'; rm -rf ~"})
     assert proc.returncode == 2 and out == {}
-    assert proc.stderr.startswith("gpu_baseline.py venv-dir: TORCH_SPEC \"torch==2.13.0'; rm -rf ~\" is not a torch "
-                                  "requirement; allowed:")
+    assert proc.stderr.startswith(
+        'gpu_baseline.py venv-dir: TORCH_SPEC "torch==2.13.0\'; rm -rf ~" is not a torch requirement; allowed:'
+    )
 
 
 def test_a_run_with_failed_cases_never_becomes_the_first_baseline(tmp_path):
@@ -215,10 +269,15 @@ def test_a_run_with_failed_cases_never_becomes_the_first_baseline(tmp_path):
         assert out["mode"] == "refused" and out["staged"] == "false" and out["compare"] == "false"
         assert out["failed_cases"] == "1"
         assert not stage.exists()  # nothing to publish: the publish step is skipped
-        assert proc.stdout.strip() == summary.strip() == (
-            "Not made the baseline: run 101 (commit 0123456789) has 1 failed case(s) (1 oom). No baseline for "
-            "efficiency on NVIDIA A100-SXM4-80GB is published until a run without failed cases. This job fails; "
-            "fix the cases (or re-run them with bench.py --retry-failed) and run the workflow again.")
+        assert (
+            proc.stdout.strip()
+            == summary.strip()
+            == (
+                "Not made the baseline: run 101 (commit 0123456789) has 1 failed case(s) (1 oom). No baseline for "
+                "efficiency on NVIDIA A100-SXM4-80GB is published until a run without failed cases. This job fails; "
+                "fix the cases (or re-run them with bench.py --retry-failed) and run the workflow again."
+            )
+        )
 
 
 @pytest.mark.parametrize("status", ["error", "timeout", "diverged"])
@@ -240,8 +299,7 @@ def test_a_failed_run_keeps_the_old_baseline_and_is_still_compared(tmp_path):
     assert out["mode"] == "compare" and out["failed_cases"] == "1" and out["fail_on_regression"] == "true"
     assert summary.strip().endswith("This run 102 (commit 0123456789) has 1 failed case(s) (1 oom): this job fails.")
     # accept_baseline on it: refused; the old baseline is re-published unchanged and judged against
-    proc, out, summary = decide(tmp_path, broken, tmp_path / "baseline", tmp_path / "stage2", accept="true",
-                                run_id="103")
+    proc, out, summary = decide(tmp_path, broken, tmp_path / "baseline", tmp_path / "stage2", accept="true", run_id="103")
     assert proc.returncode == 0, proc.stderr
     assert out["mode"] == "refused" and out["staged"] == "true" and out["compare"] == "true"
     assert out["fail_on_regression"] == "true" and out["failed_cases"] == "1"

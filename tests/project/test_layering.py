@@ -8,6 +8,7 @@ the package ``tasks``. ``importlib.import_module("...")`` is not an import: the 
 methods and tasks by name on purpose. A package may always import itself, and any module may read
 ``posbench.__version__`` (the root package holds nothing else).
 """
+
 from __future__ import annotations
 
 import ast
@@ -76,7 +77,7 @@ def imported(source: str, module: str, packages: set[str]) -> list[tuple[int, st
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # from . import x / from ..tasks import y, as seen from the file's package
-                base = ".".join(parent[:len(parent) - node.level + 1] + ([base] if base else []))
+                base = ".".join(parent[: len(parent) - node.level + 1] + ([base] if base else []))
             if base == "posbench":  # from posbench import tasks: the package; __version__: the root
                 out += [(node.lineno, f"posbench.{a.name}" if a.name in packages else "posbench") for a in node.names]
             else:
@@ -132,8 +133,13 @@ def test_the_diagram_matches_the_table():
     floor = {name: n for n, names in enumerate(floors) for name in names}
     packages = sorted(rule.own for rule in table.values() if rule.own)
     assert sorted(floor) == packages and sum(map(len, floors)) == len(packages), (floors, packages)
-    upward = [f"{rule.own} -> {name}" for rule in table.values() if rule.own
-              for name in sorted(rule.allowed) if floor[name] >= floor[rule.own]]
+    upward = [
+        f"{rule.own} -> {name}"
+        for rule in table.values()
+        if rule.own
+        for name in sorted(rule.allowed)
+        if floor[name] >= floor[rule.own]
+    ]
     assert not upward, f"the table allows imports that do not go down the diagram: {upward}"
     assert {p.name for p in (ROOT / "posbench").iterdir() if (p / "__init__.py").is_file()} == set(packages)
 
@@ -167,7 +173,7 @@ def test_the_checker_reports_an_upward_import(tmp_path):
         "posbench/__init__.py": '__version__ = "0"\n',
         "posbench/core/__init__.py": "",
         "posbench/core/case.py": "import os\nfrom posbench import __version__\n\n\ndef f():\n"
-                                 "    from posbench.run import units\n    import posbench.core.case\n",
+        "    from posbench.run import units\n    import posbench.core.case\n",
         "posbench/report/__init__.py": "",
         "posbench/report/table.py": "from posbench.core import case\nfrom ..tasks import efficiency\n",
         "posbench/tasks/__init__.py": "import importlib\nimportlib.import_module('posbench.run')\n",

@@ -1,4 +1,5 @@
 """`make test-fast` leaves out the tests marked slow or subprocess; `make test` (CI's) runs them all."""
+
 import re
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ def _recipe(target: str) -> list[str]:
     lines = (ROOT / "Makefile").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if re.match(rf"{re.escape(target)}\s*:(?!=)", line))
     recipe = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith("\t"):
             break
         recipe.append(line.strip())

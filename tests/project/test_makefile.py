@@ -1,5 +1,6 @@
 """The Makefile's install stamp follows TORCH_SPEC and pyproject.toml's content (a new spec or
 dependency reinstalls; the same ones do not, however new the files are on disk)."""
+
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,8 +12,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def plan(venv: Path, spec: str) -> str:
     """What ``make install`` would run (``make -n``) for this venv folder and torch spec."""
-    out = subprocess.run(["make", "-n", "-C", str(ROOT), "install", f"VENV={venv}", f"TORCH_SPEC={spec}"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "install", f"VENV={venv}", f"TORCH_SPEC={spec}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return out.stdout
 
 
@@ -32,7 +37,6 @@ def test_install_stamp_depends_on_torch_spec(tmp_path):
     assert 'pip install -q "torch==2.14.1"' in again and "rm -f" in again
 
 
-
 @pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_install_stamp_follows_pyproject_content_not_its_age(tmp_path):
@@ -47,8 +51,12 @@ def test_install_stamp_follows_pyproject_content_not_its_age(tmp_path):
     (venv / "bin" / "python").touch()
 
     def plan_here() -> str:
-        return subprocess.run(["make", "-n", "-C", str(checkout), "install", f"VENV={venv}", "TORCH_SPEC=torch==2.13.0"],
-                              capture_output=True, text=True, check=True).stdout
+        return subprocess.run(
+            ["make", "-n", "-C", str(checkout), "install", f"VENV={venv}", "TORCH_SPEC=torch==2.13.0"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
 
     first = plan_here()
     stamp = next(line.split()[-1] for line in first.splitlines() if line.startswith("touch"))

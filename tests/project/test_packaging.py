@@ -7,6 +7,7 @@ environment finds torch and the other dependencies through a ``.pth`` file namin
 environment's site-packages, written after the install so that pip never sees (or touches) the
 editable posbench installed here. About a minute: building, then two efficiency cases.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,13 +43,13 @@ class Installed:
         self.cwd = root / "empty"
         self.cwd.mkdir()
         # Nothing may leak in from the checkout: no PYTHONPATH, no extra method or task folders.
-        self.env = {k: v for k, v in os.environ.items()
-                    if k not in ("PYTHONPATH", discovery.METHODS_ENV_PATH, discovery.TASKS_ENV_PATH)}
+        self.env = {
+            k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", discovery.METHODS_ENV_PATH, discovery.TASKS_ENV_PATH)
+        }
 
     def run(self, *args: str, script: bool = True) -> subprocess.CompletedProcess:
         argv = [str(self.bin / "posbench")] if script else [str(self.python), str(REPO / "bench.py")]
-        return subprocess.run(argv + list(args), cwd=self.cwd, env=self.env, capture_output=True, text=True,
-                              timeout=600)
+        return subprocess.run(argv + list(args), cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=600)
 
 
 def _site_packages(python: str | Path) -> list[str]:
@@ -68,15 +69,23 @@ def installed(tmp_path_factory) -> Installed:
     for name in ("posbench", "methods", "suites"):
         shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    build = subprocess.run(pip + ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(root / "dist"),
-                                  str(src)], capture_output=True, text=True, timeout=600)
+    build = subprocess.run(
+        pip + ["wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(root / "dist"), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     (wheel,) = (root / "dist").glob("posbench-*.whl")
 
     env = Installed(root)
     venv.create(env.venv, with_pip=False)
-    install = subprocess.run(pip + ["--python", str(env.python), "install", "--no-deps", "--no-index", str(wheel)],
-                             capture_output=True, text=True, timeout=600)
+    install = subprocess.run(
+        pip + ["--python", str(env.python), "install", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     # Dependencies (torch, pydantic, ...) come from this environment, read-only.
     (new_site,) = _site_packages(env.python)[:1]
@@ -85,9 +94,19 @@ def installed(tmp_path_factory) -> Installed:
 
 
 def test_wheel_holds_methods_and_suites_inside_the_package(installed):
-    shown = subprocess.run([str(installed.python), "-c", "import posbench, posbench.core.discovery as d, posbench.run.suite as s;"
-                            "print(posbench.__file__); print(d.METHODS_DIR); print(s.SUITES_DIR); print(d.TASKS_DIR)"],
-                           cwd=installed.cwd, env=installed.env, capture_output=True, text=True, timeout=300)
+    shown = subprocess.run(
+        [
+            str(installed.python),
+            "-c",
+            "import posbench, posbench.core.discovery as d, posbench.run.suite as s;"
+            "print(posbench.__file__); print(d.METHODS_DIR); print(s.SUITES_DIR); print(d.TASKS_DIR)",
+        ],
+        cwd=installed.cwd,
+        env=installed.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert shown.returncode == 0, shown.stderr
     package_file, methods_dir, suites_dir, tasks_dir = (Path(line) for line in shown.stdout.split())
     package = package_file.parent
@@ -107,8 +126,9 @@ def test_list_from_an_empty_folder(installed):
     header = methods_part.splitlines()[0].replace(os.sep, "/")
     assert MODIFIER_FILES == {"ssmax"} and "modifiers, taken as METHOD+MODIFIER: ssmax (" in header
     assert "site-packages" in header and "posbench/methods/ssmax.py" in header
-    assert all("site-packages" in line and "posbench/methods/" in line.replace(os.sep, "/")
-               for line in methods_part.splitlines()[1:]), methods_part
+    assert all(
+        "site-packages" in line and "posbench/methods/" in line.replace(os.sep, "/") for line in methods_part.splitlines()[1:]
+    ), methods_part
     assert [line.split()[0] for line in suites_part.splitlines()] == BUILTIN_SUITES
     assert "INVALID" not in suites_part
 
@@ -129,9 +149,30 @@ def test_unknown_suite_is_one_line_listing_the_shipped_ones(installed):
 
 def test_two_case_efficiency_run_from_an_empty_folder(installed):
     result = installed.run(
-        "--suite", "efficiency", "--profile", "cpu", "--device", "cpu", "--methods", "sinusoidal,alibi", "--quiet",
-        "--set", "grid.seq_len=[16]", "--set", "tokens_per_step=32", "--set", "warmup_steps=0",
-        "--set", "measure_steps=1", "--set", "windows=1", "--set", "rounds=1", "--set", "model_overrides={n_layers: 1}")
+        "--suite",
+        "efficiency",
+        "--profile",
+        "cpu",
+        "--device",
+        "cpu",
+        "--methods",
+        "sinusoidal,alibi",
+        "--quiet",
+        "--set",
+        "grid.seq_len=[16]",
+        "--set",
+        "tokens_per_step=32",
+        "--set",
+        "warmup_steps=0",
+        "--set",
+        "measure_steps=1",
+        "--set",
+        "windows=1",
+        "--set",
+        "rounds=1",
+        "--set",
+        "model_overrides={n_layers: 1}",
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     (cases,) = (installed.cwd / "results" / "efficiency").glob("*/cases.jsonl")
     rows = [json.loads(line) for line in cases.read_text().splitlines()]
@@ -148,6 +189,7 @@ def test_console_script_and_bench_py_behave_the_same(installed, args):
         # The same methods and suites; only where the method files live differs.
         def same_root(text):
             return re.sub(r"\S*[/\\]methods[/\\]", "<methods>/", text)
+
         assert "site-packages" in script.stdout and "site-packages" not in bench.stdout
         assert same_root(script.stdout) == same_root(bench.stdout)
     else:

@@ -2,6 +2,7 @@
 suites' gpu profiles read, a failed case fails the job, checkpoints are not uploaded, the report
 job installs no triton and fails on failed cases, and the job summary holds Markdown tables, not
 image links it cannot show (the charts are files of the uploaded artifact)."""
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,13 @@ def test_the_suites_whose_gpu_profile_reads_wikitext_103_get_it_downloaded_and_c
     assert download["run"] == '"$VENV_DIR/bin/posbench" download wikitext-103 --data "$POSBENCH_DATA_DIR"'
     sub = next(a for a in parser()._actions if a.dest == "command").choices["download"]
     assert "wikitext-103" in next(a for a in sub._actions if a.dest == "corpus").choices
-    order = [_index(bench, "make install"), _index(bench, "cache/restore", "uses"), _index(bench, "download"),
-             _index(bench, "cache/save", "uses"), _index(bench, "make bench")]
+    order = [
+        _index(bench, "make install"),
+        _index(bench, "cache/restore", "uses"),
+        _index(bench, "download"),
+        _index(bench, "cache/save", "uses"),
+        _index(bench, "make bench"),
+    ]
     assert order == sorted(order)  # installed, restored, fetched, saved, then run
 
 
@@ -84,11 +90,12 @@ def test_the_report_job_installs_cpu_torch_and_no_triton():
     scripts = "\n".join(s.get("run", "") for s in report["steps"])
     assert "make install" not in scripts and ".[dev]" not in scripts  # the dev extra holds triton
     install = report["steps"][_index(report, "pip install -q -e .")]
-    assert ('.venv/bin/pip install -q --index-url https://download.pytorch.org/whl/cpu "$SPEC"' in install["run"])
+    assert '.venv/bin/pip install -q --index-url https://download.pytorch.org/whl/cpu "$SPEC"' in install["run"]
     assert install["env"]["SPEC"] == "${{ steps.venv.outputs.torch_spec }}"  # the Makefile's TORCH_SPEC
     assert "pip show -q triton" in install["run"] and "exit 1" in install["run"]  # checked, not assumed
     assert [line for line in scripts.splitlines() if "triton" in line] == [
-        '  if .venv/bin/pip show -q triton 2>/dev/null; then echo "::error::triton was installed"; exit 1; fi'.strip()]
+        '  if .venv/bin/pip show -q triton 2>/dev/null; then echo "::error::triton was installed"; exit 1; fi'.strip()
+    ]
     assert _index(report, "pip install -q -e .") < _index(report, "bench.py report")
 
 
@@ -96,8 +103,9 @@ def test_the_job_summary_holds_tables_and_names_the_charts_in_the_artifact():
     report = _doc()["jobs"]["report"]
     step = report["steps"][_index(report, "bench.py report")]
     assert "cat report/report.md" not in step["run"]  # its image links show nothing in a job summary
-    assert ('.venv/bin/python -m posbench.cli.ci_summary "$RUN_DIR" --report report --artifact "$ARTIFACT" '
-            '>> "$GITHUB_STEP_SUMMARY"') in step["run"]
+    assert (
+        '.venv/bin/python -m posbench.cli.ci_summary "$RUN_DIR" --report report --artifact "$ARTIFACT" >> "$GITHUB_STEP_SUMMARY"'
+    ) in step["run"]
     upload = next(s for s in report["steps"] if str(s.get("with", {}).get("name", "")).startswith("report-"))
     assert step["env"]["ARTIFACT"] == upload["with"]["name"]  # the summary names the artifact uploaded
     assert "report/" in upload["with"]["path"].splitlines()

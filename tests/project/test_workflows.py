@@ -3,6 +3,7 @@
 A workflow only fails on GitHub, after a push; these checks catch a typo'd key, a Makefile
 target that was renamed or a ``bench.py`` subcommand nobody registered, on any machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,11 +30,14 @@ KNOWN_SUBCOMMANDS = {"run", "validate", "schema", "list", "report", "compare", "
 def _validate(path: Path) -> subprocess.CompletedProcess:
     pytest.importorskip("check_jsonschema")
     # The schema is vendored in check-jsonschema; a dead proxy proves no download is attempted.
-    env = {**os.environ, "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
-           "NO_PROXY": ""}
+    env = {**os.environ, "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
     return subprocess.run(
         [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(path)],
-        capture_output=True, text=True, env=env, timeout=120)
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 def _load(path: Path) -> dict:

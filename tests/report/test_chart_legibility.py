@@ -1,5 +1,6 @@
 """Every chart kind the report draws, rendered from fixture runs, is legible: tick labels on each
 axis are unique and every text (titles, labels, ticks, notes, legends, footer) lies inside the figure."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -7,12 +8,20 @@ import pytest
 
 from posbench.report import charts
 from posbench.report.build import collect_sections, load_runs
-from posbench.report.table import metric_tables
 from posbench.report.frontier import frontier_chart
-from posbench.tasks.retrieval.report import heatmap_chart
-from tests.helpers.report_rows import (PRECISION_SUITE_METRICS, base_row, efficiency_rows, extrapolation_rows,
-                                       lengthgen_rows, precision_rows, retrieval_rows, write_run)
+from posbench.report.table import metric_tables
 from posbench.tasks import find as find_task
+from posbench.tasks.retrieval.report import heatmap_chart
+from tests.helpers.report_rows import (
+    PRECISION_SUITE_METRICS,
+    base_row,
+    efficiency_rows,
+    extrapolation_rows,
+    lengthgen_rows,
+    precision_rows,
+    retrieval_rows,
+    write_run,
+)
 
 SLACK = 1.0  # pixels
 
@@ -24,9 +33,14 @@ def decode_rows(run_id="run-d") -> list[dict]:
         for context in (128, 512, 2048):
             row = base_row("decode", "decode", method, {"context": context, "batch": 1}, run_id)
             wps = 12_700.0 * factor - context * 0.1
-            row["metrics"] = {"decode_wps": wps, "prefill_wps": 40 * wps, "tpot_ms": 1000 / wps * 8,
-                              "ttft_ms": context / 40, "kv_cache_bytes": context * 4096,
-                              "peak_mem_decode_bytes": context * 10_000 + 50_000_000}
+            row["metrics"] = {
+                "decode_wps": wps,
+                "prefill_wps": 40 * wps,
+                "tpot_ms": 1000 / wps * 8,
+                "ttft_ms": context / 40,
+                "kv_cache_bytes": context * 4096,
+                "peak_mem_decode_bytes": context * 10_000 + 50_000_000,
+            }
             rows.append(row)
     return rows
 
@@ -36,9 +50,13 @@ def kernels_rows(run_id="run-k") -> list[dict]:
     for method, factor in (("sinusoidal", 1.0), ("alibi", 1.3), ("alibi_triton", 0.7)):
         for L in (512, 1024, 2048, 4096):
             row = base_row("kernels", "kernels", method, {"seq_len": L, "head_dim": 64}, run_id)
-            row["metrics"] = {"fwd_ms": factor * L / 1000, "bwd_ms": 2 * factor * L / 1000,
-                              "fwdbwd_ms": 3 * factor * L / 1000, "fwd_tflops": 5.0 / factor,
-                              "peak_mem_bytes": factor * L * L * 4}
+            row["metrics"] = {
+                "fwd_ms": factor * L / 1000,
+                "bwd_ms": 2 * factor * L / 1000,
+                "fwdbwd_ms": 3 * factor * L / 1000,
+                "fwd_tflops": 5.0 / factor,
+                "peak_mem_bytes": factor * L * L * 4,
+            }
             rows.append(row)
     return rows
 
@@ -79,9 +97,15 @@ def accuracy_frontier_table():
     from posbench.report.frontier import Point, frontier_table
     from posbench.tasks.retrieval.report import frontier_quality
 
-    points = [Point(m, L, dict(enumerate((a - 0.02, a, a + 0.02))), cost, 0.5e9)
-              for m, L, a, cost in (("alibi", 64, 0.93, 8.8e-5), ("alibi", 128, 0.96, 9.9e-5),
-                                    ("rotary", 64, 0.31, 1.06e-4), ("rotary", 128, 0.42, 9.6e-5))]
+    points = [
+        Point(m, L, dict(enumerate((a - 0.02, a, a + 0.02))), cost, 0.5e9)
+        for m, L, a, cost in (
+            ("alibi", 64, 0.93, 8.8e-5),
+            ("alibi", 128, 0.96, 9.9e-5),
+            ("rotary", 64, 0.31, 1.06e-4),
+            ("rotary", 128, 0.42, 9.6e-5),
+        )
+    ]
     return frontier_table(frontier_quality(), "retrieval", "CPU (AMD EPYC)", "time_s=60", 256, points, "passkey")
 
 
@@ -91,11 +115,19 @@ def frontier_table():
     from posbench.report.frontier import Point
     from posbench.tasks.extrapolation.report import verdict_table
 
-    points = [Point(m, L, dict(enumerate((p - 0.2, p, p + 0.2))), cost, 0.5e9)
-              for m, L, p, cost in (("alibi", 64, 10.16, 8.78e-5), ("alibi", 128, 11.06, 9.90e-5),
-                                    ("rotary", 64, 11.63, 1.06e-4), ("rotary", 128, 11.17, 9.63e-5),
-                                    ("t5_bias", 64, 14.55, 9.38e-5), ("t5_bias", 128, 14.65, 9.97e-5),
-                                    ("sinusoidal", 64, 19.06, 1.01e-4), ("sinusoidal", 128, 17.42, 9.41e-5))]
+    points = [
+        Point(m, L, dict(enumerate((p - 0.2, p, p + 0.2))), cost, 0.5e9)
+        for m, L, p, cost in (
+            ("alibi", 64, 10.16, 8.78e-5),
+            ("alibi", 128, 11.06, 9.90e-5),
+            ("rotary", 64, 11.63, 1.06e-4),
+            ("rotary", 128, 11.17, 9.63e-5),
+            ("t5_bias", 64, 14.55, 9.38e-5),
+            ("t5_bias", 128, 14.65, 9.97e-5),
+            ("sinusoidal", 64, 19.06, 1.01e-4),
+            ("sinusoidal", 128, 17.42, 9.41e-5),
+        )
+    ]
     return verdict_table(("frontier", "CPU (AMD EPYC)", "time_s=60", 512), points)
 
 
@@ -128,16 +160,35 @@ def _texts(fig):
 def _drawn_ticks(axis):
     """(text, label artist) of the ticks the axis draws: those inside its view, as matplotlib
     itself picks them (ticks outside the view keep labels that are never drawn)."""
-    return [(tick.label1.get_text(), tick.label1) for tick in axis._update_ticks()
-            if tick.label1.get_visible() and tick.label1.get_text()]
+    return [
+        (tick.label1.get_text(), tick.label1)
+        for tick in axis._update_ticks()
+        if tick.label1.get_visible() and tick.label1.get_text()
+    ]
 
 
 def test_every_chart_kind_is_legible(tmp_path):
     figures = every_figure(tmp_path)
     stems = " ".join(stem for stem, _ in figures)
-    for kind in ("train-wps", "peak-mem-train", "decode-wps", "tpot-ms", "fwd-ms", "fwd-tflops", "peak-mem-bytes",
-                 "ppl-l64-nonoverlapping", "position-loss", "precision-staircase", "precision-ppl-diff", "precision-ppl-cpu",
-                 "retrieval_passkey_accuracy", "retrieval-heatmap", "train-wps-paired", "frontier", "frontier-accuracy"):
+    for kind in (
+        "train-wps",
+        "peak-mem-train",
+        "decode-wps",
+        "tpot-ms",
+        "fwd-ms",
+        "fwd-tflops",
+        "peak-mem-bytes",
+        "ppl-l64-nonoverlapping",
+        "position-loss",
+        "precision-staircase",
+        "precision-ppl-diff",
+        "precision-ppl-cpu",
+        "retrieval_passkey_accuracy",
+        "retrieval-heatmap",
+        "train-wps-paired",
+        "frontier",
+        "frontier-accuracy",
+    ):
         assert kind in stems, kind
     problems = []
     for stem, fig in figures:
@@ -146,8 +197,12 @@ def test_every_chart_kind_is_legible(tmp_path):
         box = fig.bbox
         for name, text in _texts(fig):
             extent = text.get_window_extent(renderer)
-            if (extent.x0 < box.x0 - SLACK or extent.y0 < box.y0 - SLACK or extent.x1 > box.x1 + SLACK
-                    or extent.y1 > box.y1 + SLACK):
+            if (
+                extent.x0 < box.x0 - SLACK
+                or extent.y0 < box.y0 - SLACK
+                or extent.x1 > box.x1 + SLACK
+                or extent.y1 > box.y1 + SLACK
+            ):
                 problems.append(f"{stem}: {name} outside the figure ({extent.bounds} vs {box.bounds})")
         for ax in fig.axes:
             for which, axis in (("x", ax.xaxis), ("y", ax.yaxis)):

@@ -1,4 +1,5 @@
 """Charts checked for what a reader sees: lines, labels, scales, marks, and values equal to the tables."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -7,19 +8,29 @@ from matplotlib.colors import to_rgba
 
 from posbench.report import charts
 from posbench.report.build import collect_sections, load_runs
-from posbench.tasks.extrapolation.report import extrapolation_tables
 from posbench.report.table import metric_tables
-from posbench.tasks.extrapolation import report as extrapolation_report
-from tests.helpers.report_rows import (EFF_METHODS, L_VALID, LENGTHS, PPL_METHODS, PRECISION_SUITE_METRICS, base_row,
-                             efficiency_rows, extrapolation_rows, precision_rows, retrieval_rows, write_run)
 from posbench.tasks import find as find_task
+from posbench.tasks.extrapolation import report as extrapolation_report
+from posbench.tasks.extrapolation.report import extrapolation_tables
+from tests.helpers.report_rows import (
+    EFF_METHODS,
+    L_VALID,
+    LENGTHS,
+    PPL_METHODS,
+    PRECISION_SUITE_METRICS,
+    base_row,
+    efficiency_rows,
+    extrapolation_rows,
+    precision_rows,
+    retrieval_rows,
+    write_run,
+)
 
 GIB = float(1 << 30)
 
 
 def _by_gid(ax, prefix):
-    return {line.get_gid().split(":", 1)[1]: line for line in ax.get_lines()
-            if (line.get_gid() or "").startswith(prefix)}
+    return {line.get_gid().split(":", 1)[1]: line for line in ax.get_lines() if (line.get_gid() or "").startswith(prefix)}
 
 
 @pytest.fixture
@@ -121,6 +132,7 @@ def test_position_loss_chart(frame):
 
 # -- every method visible, spreads drawn, one convention per axis kind ---------------------------
 
+
 def _all_report_figures(tmp_path):
     """Every chart the report draws for efficiency, extrapolation, precision and retrieval runs,
     as (stem, Figure), through the report's own sections (so a new chart kind is covered)."""
@@ -144,8 +156,14 @@ def test_every_methods_line_stays_visible_when_lines_coincide(tmp_path):
     figures = _all_report_figures(tmp_path)
     stems = [stem for stem, _ in figures]
     # the kinds of line chart the report draws, each with lines that coincide in the fixtures
-    for kind in ("peak-mem-train", "ppl-l64-nonoverlapping", "position-loss", "precision-staircase",
-                 "precision-ppl-cpu", "retrieval_passkey_accuracy"):
+    for kind in (
+        "peak-mem-train",
+        "ppl-l64-nonoverlapping",
+        "position-loss",
+        "precision-staircase",
+        "precision-ppl-cpu",
+        "retrieval_passkey_accuracy",
+    ):
         assert any(kind in stem for stem in stems), kind
     checked = 0
     for stem, fig in figures:
@@ -193,8 +211,7 @@ def test_error_bars_show_the_min_max_the_rows_hold(frame):
         lengths = [L for L in LENGTHS if (method, L) in rows]
         assert len(segments) == len(lengths)
         for segment, L in zip(segments, lengths):
-            assert list(segment[:, 1]) == pytest.approx([rows[(method, L)]["train_wps_min"],
-                                                         rows[(method, L)]["train_wps_max"]])
+            assert list(segment[:, 1]) == pytest.approx([rows[(method, L)]["train_wps_min"], rows[(method, L)]["train_wps_max"]])
     assert "errorbar:alibi_triton" not in bars
     assert "bars: min-max over measured windows" in " ".join(t.get_text() for t in fig.texts)
 
@@ -232,8 +249,15 @@ def test_every_perplexity_chart_has_a_log_y_axis(tmp_path):
 
 def test_unavailable_is_said_once_per_legend_entry(tmp_path):
     rows = extrapolation_rows()
-    missing = base_row("extrapolation", "extrapolation", "alibi_triton", {"L_train": 64}, "run-x",
-                       status="unavailable", message="needs CUDA and triton")
+    missing = base_row(
+        "extrapolation",
+        "extrapolation",
+        "alibi_triton",
+        {"L_train": 64},
+        "run-x",
+        status="unavailable",
+        message="needs CUDA and triton",
+    )
     write_run(tmp_path, rows + [missing])
     write_run(tmp_path, efficiency_rows())
     loaded = load_runs(tmp_path, find_task=find_task)
@@ -254,7 +278,11 @@ def test_a_spread_of_zero_width_draws_no_bars_and_names_none(tmp_path):
         for key in ("train_wps_min", "train_wps_max"):
             if key in row["metrics"]:
                 row["metrics"][key] = row["metrics"]["train_wps"]  # one measured window
-    table = next(t for t in metric_tables(load_runs(write_run(tmp_path, rows), find_task=find_task), "efficiency") if t.metric == "train_wps")
+    table = next(
+        t
+        for t in metric_tables(load_runs(write_run(tmp_path, rows), find_task=find_task), "efficiency")
+        if t.metric == "train_wps"
+    )
     fig = charts.metric_chart(table)
     assert not [c for c in fig.axes[0].collections if (c.get_gid() or "").startswith("errorbar:")]
     assert "bars:" not in " ".join(t.get_text() for t in fig.texts)

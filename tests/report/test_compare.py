@@ -1,17 +1,17 @@
 """compare: ratios per case and metric, threshold, exit code, one-sided cases, hardware warnings, runs
 on different GPU models refused unless --allow-other-hardware."""
+
 from __future__ import annotations
 
 import argparse
 
 import pytest
 
+from posbench import tasks as _registry  # noqa: E402
 from posbench.cli.report_cmds import add_compare_parser
 from posbench.report.compare import OtherHardware, compare_runs, main_compare, metric_direction
-from tests.helpers.report_rows import CPU_ENV, GPU_ENV, efficiency_rows, extrapolation_rows, write_run
 from posbench.tasks import find as find_task
-
-from posbench import tasks as _registry  # noqa: E402
+from tests.helpers.report_rows import CPU_ENV, GPU_ENV, efficiency_rows, extrapolation_rows, write_run
 
 # The tasks this installation knows, as the CLI hands them to the report.
 KNOWN_TASKS = {name: _registry.get(name) for name in _registry.names(include_hidden=True)}
@@ -31,15 +31,29 @@ def _with_train_wps_scaled(rows, factor):
 
 
 def test_metric_directions_come_from_the_tasks_declarations():
-    assert metric_direction("efficiency", "train_wps", KNOWN_TASKS) == 1 and metric_direction("kernels", "fwdbwd_tflops", KNOWN_TASKS) == 1
-    assert metric_direction("efficiency", "peak_mem_train_bytes", KNOWN_TASKS) == -1 and metric_direction("kernels", "fwd_ms", KNOWN_TASKS) == -1
+    assert (
+        metric_direction("efficiency", "train_wps", KNOWN_TASKS) == 1
+        and metric_direction("kernels", "fwdbwd_tflops", KNOWN_TASKS) == 1
+    )
+    assert (
+        metric_direction("efficiency", "peak_mem_train_bytes", KNOWN_TASKS) == -1
+        and metric_direction("kernels", "fwd_ms", KNOWN_TASKS) == -1
+    )
     assert metric_direction("extrapolation", "ppl@nonoverlapping@512", KNOWN_TASKS) == -1  # the ppl@* family
     assert metric_direction("efficiency", "j_per_token", KNOWN_TASKS) == -1
-    for task, ignored in (("efficiency", "n_params"), ("efficiency", "batch_size"), ("extrapolation", "best_ppl"),
-                          ("efficiency", "train_wps_min"), ("kernels", "fwd_ms_max")):
+    for task, ignored in (
+        ("efficiency", "n_params"),
+        ("efficiency", "batch_size"),
+        ("extrapolation", "best_ppl"),
+        ("efficiency", "train_wps_min"),
+        ("kernels", "fwd_ms_max"),
+    ):
         assert metric_direction(task, ignored, KNOWN_TASKS) is None
     # no guessing from names: an undeclared metric or an unknown task is not compared
-    assert metric_direction("efficiency", "other_wps", KNOWN_TASKS) is None and metric_direction("mine", "train_wps", KNOWN_TASKS) is None
+    assert (
+        metric_direction("efficiency", "other_wps", KNOWN_TASKS) is None
+        and metric_direction("mine", "train_wps", KNOWN_TASKS) is None
+    )
 
 
 def test_a_declared_direction_decides_the_verdict(tmp_path, monkeypatch):
@@ -47,7 +61,9 @@ def test_a_declared_direction_decides_the_verdict(tmp_path, monkeypatch):
     from posbench.tasks.efficiency.task import METRICS
 
     # Declare train_wps lower-is-better: the same 10% fall becomes an improvement.
-    monkeypatch.setitem(METRICS, "train_wps", Metric(title="Training speed", unit="words/s", doc="", higher_is_better=False, fmt="count"))
+    monkeypatch.setitem(
+        METRICS, "train_wps", Metric(title="Training speed", unit="words/s", doc="", higher_is_better=False, fmt="count")
+    )
     base = write_run(tmp_path / "base", efficiency_rows())
     new = write_run(tmp_path / "new", _with_train_wps_scaled(efficiency_rows(), 0.9))
     result = compare_runs(base, new, find_task=find_task)
@@ -60,17 +76,17 @@ def test_a_malformed_row_is_skipped_with_one_warning_naming_file_and_line(tmp_pa
     lines = (new / "cases.jsonl").read_text().splitlines()
     lines[2] = lines[2].replace('"status": "ok"', '"status": 3', 1)
     (new / "cases.jsonl").write_text("\n".join(lines) + "\n")
-    assert main_compare(_args(base, new), find_task=find_task) == 1  # its case is missing from new: a failure, not an internal error
+    assert (
+        main_compare(_args(base, new), find_task=find_task) == 1
+    )  # its case is missing from new: a failure, not an internal error
     captured = capsys.readouterr()
     assert captured.err.strip() == f"warning: {new}/cases.jsonl:3: status: expected a string, got int; line skipped"
     assert "1 case(s) of base are missing from new" in captured.out
 
 
 def test_identical_runs_pass(tmp_path, capsys):
-    base = write_run(tmp_path / "base", efficiency_rows() + extrapolation_rows(run_id="run-a"),
-                     suite="mixed")
-    new = write_run(tmp_path / "new", efficiency_rows() + extrapolation_rows(run_id="run-a"),
-                    suite="mixed")
+    base = write_run(tmp_path / "base", efficiency_rows() + extrapolation_rows(run_id="run-a"), suite="mixed")
+    new = write_run(tmp_path / "new", efficiency_rows() + extrapolation_rows(run_id="run-a"), suite="mixed")
     result = compare_runs(base, new, find_task=find_task)
     assert result.regressions == [] and result.improvements == []
     assert result.only_in_base == [] == result.only_in_new and result.hardware_warnings == []
@@ -115,8 +131,7 @@ def test_more_memory_and_a_new_oom_are_regressions(tmp_path):
     rows[1].update(status="oom", metrics={})
     result = compare_runs(base, write_run(tmp_path / "new", rows), find_task=find_task)
     got = {(c.case_id, c.metric, c.verdict) for c in result.regressions}
-    assert got == {(rows[0]["case_id"], "peak_mem_train_bytes", "regression"),
-                   (rows[1]["case_id"], "status", "regression")}
+    assert got == {(rows[0]["case_id"], "peak_mem_train_bytes", "regression"), (rows[1]["case_id"], "status", "regression")}
 
 
 def test_an_evaluation_that_now_ooms_is_a_perplexity_regression(tmp_path):
@@ -141,7 +156,9 @@ def test_cases_in_only_one_run_are_listed(tmp_path):
     assert "### Only in new (1)" in md
     # a case of BASE that NEW lacks fails the comparison; one only NEW has does not
     assert result.exit_code == 1 and result.regressions == []
-    assert compare_runs(write_run(tmp_path / "b2", rows[:-1]), write_run(tmp_path / "n2", rows), find_task=find_task).exit_code == 0
+    assert (
+        compare_runs(write_run(tmp_path / "b2", rows[:-1]), write_run(tmp_path / "n2", rows), find_task=find_task).exit_code == 0
+    )
 
 
 def test_different_hardware_is_warned_when_allowed(tmp_path):
@@ -169,9 +186,11 @@ def test_runs_on_different_gpu_models_are_refused_unless_allowed(tmp_path, capsy
     assert main_compare(_args(base, new), find_task=find_task) == 2
     out = capsys.readouterr()
     assert out.out == ""  # nothing compared
-    assert out.err == ("posbench compare: base and new ran on different GPU models (base: NVIDIA A100-SXM4-80GB; "
-                       "new: NVIDIA H100 80GB HBM3): their ratios would compare GPUs, not code; compare runs of one "
-                       "GPU model, or pass --allow-other-hardware to compare them anyway\n")
+    assert out.err == (
+        "posbench compare: base and new ran on different GPU models (base: NVIDIA A100-SXM4-80GB; "
+        "new: NVIDIA H100 80GB HBM3): their ratios would compare GPUs, not code; compare runs of one "
+        "GPU model, or pass --allow-other-hardware to compare them anyway\n"
+    )
     # allowed: it warns, compares and passes (the rows are the same)
     assert main_compare(_args(base, new, "--allow-other-hardware"), find_task=find_task) == 0
     out = capsys.readouterr()
@@ -188,9 +207,18 @@ def test_the_same_gpu_model_compares_and_torch_names_it_without_nvml(tmp_path):
     assert compare_runs(base, new, find_task=find_task).hardware_warnings == []
     # without NVML, env.json's torch name of the GPU is the model
     no_nvml = {**GPU_ENV, "nvml": "unavailable: needs CUDA and NVML", "gpu": "NVIDIA A100-SXM4-80GB"}
-    assert compare_runs(base, write_run(tmp_path / "torch-named", efficiency_rows(device="cuda:0"), no_nvml), find_task=find_task).exit_code == 0
+    assert (
+        compare_runs(
+            base, write_run(tmp_path / "torch-named", efficiency_rows(device="cuda:0"), no_nvml), find_task=find_task
+        ).exit_code
+        == 0
+    )
     with pytest.raises(OtherHardware, match="new: NVIDIA H100 80GB HBM3"):
-        compare_runs(base, write_run(tmp_path / "h", efficiency_rows(device="cuda:0"), {**no_nvml, "gpu": "NVIDIA H100 80GB HBM3"}), find_task=find_task)
+        compare_runs(
+            base,
+            write_run(tmp_path / "h", efficiency_rows(device="cuda:0"), {**no_nvml, "gpu": "NVIDIA H100 80GB HBM3"}),
+            find_task=find_task,
+        )
 
 
 def test_unreadable_input_exits_2(tmp_path, capsys):
@@ -209,16 +237,36 @@ def test_a_different_suite_version_is_warned(tmp_path):
 
 # -- noise-aware verdicts with interleaved rounds ---------------------------------------------------
 
+
 def _rounds_run(root, base_values, alibi_ratios, suite="efficiency", task="efficiency"):
     """A run with rounds: sinusoidal's train_wps per round and alibi's as ratios to it, per round."""
     rows = []
     for name, values in (("sinusoidal", base_values), ("alibi", [b * r for b, r in zip(base_values, alibi_ratios)])):
         for r, v in enumerate(values, 1):
-            rows.append({"case_id": f"{name}/seq_len=64", "suite": suite, "task": task, "method": name,
-                         "params": {"seq_len": 64}, "status": "ok", "message": "", "metrics": {"train_wps": v},
-                         "series": {}, "info": {}, "settings": {}, "device": "cpu", "profile": "cpu", "run_id": "r",
-                         "started_at": f"2026-01-01T00:{r:02d}:00+00:00", "duration_s": 1.0,
-                         "posbench_version": "x", "git_commit": "abc", "traceback": "", "round": r})
+            rows.append(
+                {
+                    "case_id": f"{name}/seq_len=64",
+                    "suite": suite,
+                    "task": task,
+                    "method": name,
+                    "params": {"seq_len": 64},
+                    "status": "ok",
+                    "message": "",
+                    "metrics": {"train_wps": v},
+                    "series": {},
+                    "info": {},
+                    "settings": {},
+                    "device": "cpu",
+                    "profile": "cpu",
+                    "run_id": "r",
+                    "started_at": f"2026-01-01T00:{r:02d}:00+00:00",
+                    "duration_s": 1.0,
+                    "posbench_version": "x",
+                    "git_commit": "abc",
+                    "traceback": "",
+                    "round": r,
+                }
+            )
     return write_run(root, rows, metrics=["train_wps"])
 
 

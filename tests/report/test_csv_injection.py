@@ -1,5 +1,6 @@
 """Every CSV posbench writes (rows.csv, tables/*.csv, a run's table.csv) neutralises cells a
 spreadsheet would run as a formula: OWASP's rule, a leading single quote (issue 26)."""
+
 import csv
 import io
 
@@ -9,14 +10,13 @@ from posbench.report.build import build_report
 from posbench.report.render import cells_csv, csv_cell
 from posbench.report.rows import load_runs
 from posbench.report.table import run_tables
-from tests.helpers.report_rows import efficiency_rows, write_run
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import efficiency_rows, write_run
 
 DANGEROUS = ("=", "+", "-", "@", "\t", "\r")
 
 
-@pytest.mark.parametrize("text", ["=1+1", "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\tx", "\rx",
-                                  '=HYPERLINK("http://x")'])
+@pytest.mark.parametrize("text", ["=1+1", "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\tx", "\rx", '=HYPERLINK("http://x")'])
 def test_a_formula_gets_a_leading_quote(text):
     assert csv_cell(text) == "'" + text
 
@@ -34,7 +34,7 @@ def _hostile_rows():
         if r["method"] == "alibi":
             r["method"] = "@SUM(1+1)"
         if r["status"] != "ok":
-            r["message"] = "+HYPERLINK(\"http://evil\")"
+            r["message"] = '+HYPERLINK("http://evil")'
         r["case_id"] = "-" + r["case_id"]
         r["git_commit"] = "\tabc"
         r["params"] = {"seq_len": r["params"]["seq_len"]}

@@ -1,6 +1,7 @@
 """The frontier (issue 39): the Pareto front on a fixture, the verdict ("worse beyond seed-level
 noise (k of n seeds)" or "not separable"), and the frontier section of a seeded, time-budgeted
 extrapolation run (table and chart, the decode cost with its spread over repeats)."""
+
 from posbench.report.build import collect_sections, load_runs
 from posbench.report.frontier import NOT_SEPARABLE, Point, compare_points, frontier_chart, pareto_front, verdicts
 from posbench.tasks import find as find_task
@@ -13,12 +14,14 @@ def P(method, L, ppls, cost, memory=None):
 
 
 def test_pareto_front_on_a_fixture():
-    points = [P("alibi", 64, [11.4, 11.6, 11.8], 1.0),     # cheapest and best: on the front
-              P("sinusoidal", 128, [10.9, 11.0, 11.1], 2.0),  # dearer but better: on the front
-              P("rotary", 64, [14.0, 15.0, 16.0], 1.5),    # dearer and worse than alibi 64: dominated
-              P("t5_bias", 128, [11.0, 11.0, 11.0], 3.0),  # as good as sinusoidal 128, dearer: dominated
-              P("nope", 64, [None, None, None], 0.5),      # no quality: not a point
-              P("fire", 64, [9.0, 9.0, 9.0], None)]        # no cost: not a point
+    points = [
+        P("alibi", 64, [11.4, 11.6, 11.8], 1.0),  # cheapest and best: on the front
+        P("sinusoidal", 128, [10.9, 11.0, 11.1], 2.0),  # dearer but better: on the front
+        P("rotary", 64, [14.0, 15.0, 16.0], 1.5),  # dearer and worse than alibi 64: dominated
+        P("t5_bias", 128, [11.0, 11.0, 11.0], 3.0),  # as good as sinusoidal 128, dearer: dominated
+        P("nope", 64, [None, None, None], 0.5),  # no quality: not a point
+        P("fire", 64, [9.0, 9.0, 9.0], None),
+    ]  # no cost: not a point
     assert [p.label for p in pareto_front(points)] == ["alibi, L_train=64", "sinusoidal, L_train=128"]
     # higher is better (an accuracy): the front flips
     acc = [P("a", 8, [0.5], 1.0), P("b", 8, [0.9], 2.0), P("c", 8, [0.4], 3.0)]
@@ -26,15 +29,20 @@ def test_pareto_front_on_a_fixture():
 
 
 def test_verdict_beyond_the_noise_and_not_separable():
-    best = P("alibi", 64, [11.4, 11.6, 11.8], 1.0)   # 11.6 ± 4.303 * 0.2 / sqrt(3) = [11.10, 12.10]
-    far = P("sinusoidal", 64, [14.7, 15.2, 15.9], 1.0)   # [13.7, 16.8]: no overlap
-    near = P("rotary", 64, [11.5, 12.4, 11.7], 1.0)      # overlaps alibi's interval
+    best = P("alibi", 64, [11.4, 11.6, 11.8], 1.0)  # 11.6 ± 4.303 * 0.2 / sqrt(3) = [11.10, 12.10]
+    far = P("sinusoidal", 64, [14.7, 15.2, 15.9], 1.0)  # [13.7, 16.8]: no overlap
+    near = P("rotary", 64, [11.5, 12.4, 11.7], 1.0)  # overlaps alibi's interval
     chosen, said = verdicts([far, near, best])
     assert chosen is best
     by = {v.other.method: v for v in said}
     assert by["sinusoidal"].separable and (by["sinusoidal"].wins, by["sinusoidal"].paired) == (3, 3)
-    assert by["sinusoidal"].text(name="ppl").startswith(
-        "worse beyond seed-level noise: alibi, L_train=64 beats it, 3 of 3 seeds, ppl 11.60 [11.10, 12.10] vs 15.27 [")
+    assert (
+        by["sinusoidal"]
+        .text(name="ppl")
+        .startswith(
+            "worse beyond seed-level noise: alibi, L_train=64 beats it, 3 of 3 seeds, ppl 11.60 [11.10, 12.10] vs 15.27 ["
+        )
+    )
     assert not by["rotary"].separable and (by["rotary"].wins, by["rotary"].paired) == (2, 3)  # seed 0 and 1 ...
     assert by["rotary"].text().startswith(f"{NOT_SEPARABLE} from alibi, L_train=64 (2 of 3 seeds better)")
     # one seed has no interval: never separable, however far apart
@@ -44,15 +52,38 @@ def test_verdict_beyond_the_noise_and_not_separable():
 def seeded_rows():
     """Two methods at two L_train under time_s=60, three seeds; alibi 64 cheapest and best at 256."""
     rows = []
-    ppl = {("alibi", 64): [11.4, 11.6, 11.8], ("alibi", 128): [11.5, 11.9, 12.2],
-           ("sinusoidal", 64): [30.0, 32.0, 35.0], ("sinusoidal", 128): [11.3, 12.5, 11.9]}
+    ppl = {
+        ("alibi", 64): [11.4, 11.6, 11.8],
+        ("alibi", 128): [11.5, 11.9, 12.2],
+        ("sinusoidal", 64): [30.0, 32.0, 35.0],
+        ("sinusoidal", 128): [11.3, 12.5, 11.9],
+    }
     for (method, L), values in ppl.items():
         row = base_row("frontier", "extrapolation", method, {"L_train": L}, "run-f")
-        row["metrics"] = {"budget_time_s": 60.0, "n_seeds": 3, "train_seconds": 60.0, "train_tokens": 60000.0 / (L / 64),
-                          "peak_mem_train_bytes": 1e8 * L / 64, "train_steps": 100}
-        row["series"] = {"seeds": [0, 1, 2], "evals": [
-            {"mode": "nonoverlapping", "L_valid": 256, "stride": None, "interpolate": False, "status": "ok",
-             "message": "", "ppl": sum(values) / 3, "ppl_by_seed": values, "n_seeds": 3}]}
+        row["metrics"] = {
+            "budget_time_s": 60.0,
+            "n_seeds": 3,
+            "train_seconds": 60.0,
+            "train_tokens": 60000.0 / (L / 64),
+            "peak_mem_train_bytes": 1e8 * L / 64,
+            "train_steps": 100,
+        }
+        row["series"] = {
+            "seeds": [0, 1, 2],
+            "evals": [
+                {
+                    "mode": "nonoverlapping",
+                    "L_valid": 256,
+                    "stride": None,
+                    "interpolate": False,
+                    "status": "ok",
+                    "message": "",
+                    "ppl": sum(values) / 3,
+                    "ppl_by_seed": values,
+                    "n_seeds": 3,
+                }
+            ],
+        }
         rows.append(row)
     return rows
 
@@ -70,8 +101,9 @@ def test_frontier_section_of_a_seeded_time_budget_run(tmp_path):
     assert "95% t interval over seeds" in table.caption
     fig = frontier_chart(table)
     assert not any(line.get_gid() == "pareto" for line in fig.axes[0].lines)  # a single-point front: no line
-    two = verdict_table(("s", "cpu", "time_s=60", 256), [P("alibi", 64, [11.4, 11.6, 11.8], 1.0),
-                                                        P("sinusoidal", 128, [10.9, 11.0, 11.1], 2.0)])
+    two = verdict_table(
+        ("s", "cpu", "time_s=60", 256), [P("alibi", 64, [11.4, 11.6, 11.8], 1.0), P("sinusoidal", 128, [10.9, 11.0, 11.1], 2.0)]
+    )
     (line,) = [line for line in frontier_chart(two).axes[0].lines if line.get_gid() == "pareto"]
     assert list(line.get_xdata()) == [1.0, 2.0] and list(line.get_ydata()) == [11.6, 11.0]
     section = [s for s in collect_sections(runs) if s.heading.startswith("Frontier")]
@@ -91,10 +123,16 @@ def test_frontier_settings_evaluate_fixed_target_lengths():
     from posbench.tasks import get as get_task
 
     settings = get_task("extrapolation").Settings.model_validate(
-        {"model": "tiny", "time_s": 30.0, "seeds": [0, 1, 2], "L_valid": [512, 128]})
+        {"model": "tiny", "time_s": 30.0, "seeds": [0, 1, 2], "L_valid": [512, 128]}
+    )
     assert settings.valid_lengths(64) == settings.valid_lengths(128) == [128, 512]  # the same for every L_train
-    assert get_task("extrapolation").Settings.model_validate({"model": "tiny", "steps": 3}).valid_lengths(8) == \
-        [8, 16, 32, 64, 128]
+    assert get_task("extrapolation").Settings.model_validate({"model": "tiny", "steps": 3}).valid_lengths(8) == [
+        8,
+        16,
+        32,
+        64,
+        128,
+    ]
 
 
 def accuracy_rows(task, name, param, accs):
@@ -102,8 +140,14 @@ def accuracy_rows(task, name, param, accs):
     rows = []
     for (method, L), by_length in accs.items():
         row = base_row(task, task, method, {"L_train": L, param: name}, "run-a")
-        row["metrics"] = {"budget_time_s": 60.0, "n_seeds": 3, "train_seconds": 60.0, "train_tokens": 30000.0 * 64 / L,
-                          "train_examples": 1000.0 * 64 / L, "peak_mem_train_bytes": 1e8}
+        row["metrics"] = {
+            "budget_time_s": 60.0,
+            "n_seeds": 3,
+            "train_seconds": 60.0,
+            "train_tokens": 30000.0 * 64 / L,
+            "train_examples": 1000.0 * 64 / L,
+            "peak_mem_train_bytes": 1e8,
+        }
         row["series"] = {}
         for n, values in by_length.items():
             row["metrics"][f"acc@{n}"] = sum(values) / len(values)
@@ -115,10 +159,16 @@ def accuracy_rows(task, name, param, accs):
 def test_retrieval_accuracy_frontier_on_a_fixture(tmp_path):
     from posbench.tasks.retrieval.report import frontier_tables as retrieval_tables
 
-    rows = accuracy_rows("retrieval", "passkey", "probe", {
-        ("alibi", 64): {64: [1.0, 1.0, 1.0], 128: [0.90, 0.92, 0.94]},
-        ("rotary", 64): {64: [1.0, 1.0, 1.0], 128: [0.20, 0.25, 0.30]},
-        ("alibi", 128): {128: [0.95, 0.93, 0.97]}})
+    rows = accuracy_rows(
+        "retrieval",
+        "passkey",
+        "probe",
+        {
+            ("alibi", 64): {64: [1.0, 1.0, 1.0], 128: [0.90, 0.92, 0.94]},
+            ("rotary", 64): {64: [1.0, 1.0, 1.0], 128: [0.20, 0.25, 0.30]},
+            ("alibi", 128): {128: [0.95, 0.93, 0.97]},
+        },
+    )
     runs = load_runs(write_run(tmp_path, rows), find_task=find_task)
     tables = {t.title: t for t in retrieval_tables(runs)}
     t = tables["Frontier of passkey at L_valid = 128, time_s=60: best method and what beats what"]
@@ -127,7 +177,8 @@ def test_retrieval_accuracy_frontier_on_a_fixture(tmp_path):
     assert t.cell("alibi, L_train=128", "verdict").text == "best"
     assert t.cell("alibi, L_train=64", "verdict").text.startswith(f"{NOT_SEPARABLE} from alibi, L_train=128 (3 of 3")
     assert t.cell("rotary, L_train=64", "verdict").text.startswith(
-        "worse beyond seed-level noise: alibi, L_train=128 beats it, 3 of 3 seeds, acc 0.950 [")
+        "worse beyond seed-level noise: alibi, L_train=128 beats it, 3 of 3 seeds, acc 0.950 ["
+    )
     assert t.cell("alibi, L_train=64", "s / token").value == 0.002
     assert [r for r in t.rows if t.cell(r, "Pareto").text == "yes"] == ["alibi, L_train=128", "alibi, L_train=64"]
     assert "higher is better" in t.caption and "serving ms / token" not in t.columns
@@ -140,8 +191,9 @@ def test_retrieval_accuracy_frontier_on_a_fixture(tmp_path):
 def test_lengthgen_exact_match_frontier_on_a_fixture(tmp_path):
     from posbench.tasks.lengthgen.report import frontier_tables as lengthgen_tables
 
-    rows = accuracy_rows("lengthgen", "reverse", "task", {
-        ("alibi", 8): {16: [0.50, 0.60, 0.70]}, ("nope", 8): {16: [0.55, 0.45, 0.65]}})
+    rows = accuracy_rows(
+        "lengthgen", "reverse", "task", {("alibi", 8): {16: [0.50, 0.60, 0.70]}, ("nope", 8): {16: [0.55, 0.45, 0.65]}}
+    )
     runs = load_runs(write_run(tmp_path, rows), find_task=find_task)
     (t,) = lengthgen_tables(runs)
     assert t.title == "Frontier of reverse at n = 16, time_s=60: best method and what beats what"
@@ -149,8 +201,8 @@ def test_lengthgen_exact_match_frontier_on_a_fixture(tmp_path):
     assert t.cell("alibi, L_train=8", "verdict").text == "best"
     # 0.60 [0.35, 0.85] vs 0.55 [0.30, 0.80]: the intervals overlap; alibi better in 2 of 3 seeds
     assert t.cell("nope, L_train=8", "verdict").text == (
-        f"{NOT_SEPARABLE} from alibi, L_train=8 (2 of 3 seeds better), exact match 0.600 [0.352, 0.848] vs "
-        "0.550 [0.302, 0.798]")
+        f"{NOT_SEPARABLE} from alibi, L_train=8 (2 of 3 seeds better), exact match 0.600 [0.352, 0.848] vs 0.550 [0.302, 0.798]"
+    )
     assert any(s.heading == "Frontier: exact match against cost" for s in collect_sections(runs))
 
 
@@ -170,8 +222,13 @@ def test_frontier_table_shows_the_decode_cost_spread_over_repeats(tmp_path):
     rows = seeded_rows()
     for r in rows:
         fast = r["method"] == "alibi"
-        r["metrics"].update({"decode_tpot_ms@256": 2.0 if fast else 3.0, "decode_tpot_ms_min@256": 1.8 if fast else 2.9,
-                             "decode_tpot_ms_max@256": 2.5 if fast else 3.6})
+        r["metrics"].update(
+            {
+                "decode_tpot_ms@256": 2.0 if fast else 3.0,
+                "decode_tpot_ms_min@256": 1.8 if fast else 2.9,
+                "decode_tpot_ms_max@256": 2.5 if fast else 3.6,
+            }
+        )
     runs = load_runs(write_run(tmp_path, rows), find_task=find_task)
     (table,) = frontier_tables(runs)
     cell = table.cell("alibi, L_train=64", "serving ms / token")

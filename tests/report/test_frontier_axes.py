@@ -1,5 +1,6 @@
 """Honest cost axes: the frontier's starts at zero (or is a labelled log axis) with the costs'
 spread in the caption, and counts on line charts start at zero."""
+
 import matplotlib.pyplot as plt
 
 from posbench.report import charts
@@ -20,8 +21,14 @@ def footer(fig) -> str:
 
 def test_frontier_cost_axis_starts_at_zero_and_says_the_spread():
     # costs 3% apart: before, matplotlib zoomed the x axis onto them and they looked far apart
-    table = verdict_table(KEY, [P("alibi", 64, [10.0, 10.2, 10.4], 1.00e-4), P("rotary", 64, [11.0, 11.2, 11.4], 1.03e-4),
-                                P("sinusoidal", 64, [14.0, 14.5, 15.0], 1.01e-4)])
+    table = verdict_table(
+        KEY,
+        [
+            P("alibi", 64, [10.0, 10.2, 10.4], 1.00e-4),
+            P("rotary", 64, [11.0, 11.2, 11.4], 1.03e-4),
+            P("sinusoidal", 64, [14.0, 14.5, 15.0], 1.01e-4),
+        ],
+    )
     fig = frontier_chart(table)
     (ax,) = fig.axes
     assert ax.get_xscale() == "linear" and ax.get_xlim()[0] == 0
@@ -49,9 +56,18 @@ def test_cost_axis_without_costs_is_left_alone():
 
 def test_count_line_chart_starts_at_zero():
     """Training steps under one time budget (a count of the compute each method got), 2% apart."""
-    table = Table(key="steps", title="Training steps, frontier", caption="", task="extrapolation",
-                  metric="train_steps", unit="steps", column_header="L_train", columns=[64, 128], rows=["a", "b"],
-                  fmt="int")
+    table = Table(
+        key="steps",
+        title="Training steps, frontier",
+        caption="",
+        task="extrapolation",
+        metric="train_steps",
+        unit="steps",
+        column_header="L_train",
+        columns=[64, 128],
+        rows=["a", "b"],
+        fmt="int",
+    )
     for row, base in (("a", 1000.0), ("b", 1020.0)):
         for col in table.columns:
             table.cells[(row, col)] = Cell(text=f"{base:g}", value=base)

@@ -1,17 +1,28 @@
 """posbench.report.learn_first: the learn-first rule every accuracy task shares (learned,
 length_text, comparable_length, comparability with its note and broken-profile mark)."""
+
 import math
 
 import pytest
 
-from posbench.report.learn_first import (BROKEN, NOT_LEARNT, comparability, comparable_length, learned,
-                                         length_text)
+from posbench.report.learn_first import BROKEN, NOT_LEARNT, comparability, comparable_length, learned, length_text
 
 
-@pytest.mark.parametrize("accuracy, threshold, expected", [
-    (0.9, 0.9, True), (0.8999, 0.9, False), (1.0, 0.9, True), (0.0, 0.0, True), (0.0, 0.5, False),
-    (None, 0.9, None), (math.nan, 0.9, None), (math.inf, 0.9, None), (True, 0.9, None), ("0.95", 0.9, None),
-])
+@pytest.mark.parametrize(
+    "accuracy, threshold, expected",
+    [
+        (0.9, 0.9, True),
+        (0.8999, 0.9, False),
+        (1.0, 0.9, True),
+        (0.0, 0.0, True),
+        (0.0, 0.5, False),
+        (None, 0.9, None),
+        (math.nan, 0.9, None),
+        (math.inf, 0.9, None),
+        (True, 0.9, None),
+        ("0.95", 0.9, None),
+    ],
+)
 def test_learned_is_accuracy_at_least_threshold_and_unknown_without_a_number(accuracy, threshold, expected):
     assert learned(accuracy, threshold) is expected
 
@@ -35,14 +46,24 @@ def test_comparability_counts_and_names_the_methods_that_did_not_learn():
     c = comparability({"alibi": True, "nope": True, "rotary": False, "t5_bias": None}, 0.9)
     assert (c.learnt, c.not_learnt, c.unknown, c.total) == (["alibi", "nope"], ["rotary"], ["t5_bias"], 4)
     assert not c.broken and c.title_suffix() == ""
-    assert c.note() == ("2 of 4 learnt the task at L_train (accuracy >= 90%) and are compared beyond it; "
-                        "not learnt at L_train: rotary; no accuracy at L_train: t5_bias.")
+    assert c.note() == (
+        "2 of 4 learnt the task at L_train (accuracy >= 90%) and are compared beyond it; "
+        "not learnt at L_train: rotary; no accuracy at L_train: t5_bias."
+    )
 
 
-@pytest.mark.parametrize("verdicts, broken", [
-    ({"a": False, "b": False}, True), ({"a": True, "b": False}, True), ({"a": True, "b": True, "c": False}, False),
-    ({"a": True}, False), ({"a": False}, True), ({"a": None, "b": None}, True), ({}, False),
-])
+@pytest.mark.parametrize(
+    "verdicts, broken",
+    [
+        ({"a": False, "b": False}, True),
+        ({"a": True, "b": False}, True),
+        ({"a": True, "b": True, "c": False}, False),
+        ({"a": True}, False),
+        ({"a": False}, True),
+        ({"a": None, "b": None}, True),
+        ({}, False),
+    ],
+)
 def test_a_profile_where_fewer_than_two_methods_learnt_is_broken_and_says_so_loudly(verdicts, broken):
     c = comparability(verdicts, 0.5)
     assert c.broken is broken

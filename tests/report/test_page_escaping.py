@@ -1,6 +1,7 @@
 """Generated pages (results pages, ``report.md``, ``report.html``, tables) show text from a run
 folder as inert text: a ``<script>``, a fence break, a forged heading or table row in a row's
 fields, ``env.json`` or ``run.json`` lands escaped (posbench/report/escape.py; issue 44)."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ import re
 from posbench.report import results_page
 from posbench.report.build import build_report
 from posbench.report.escape import md_code, md_fence, md_text
-from tests.helpers.result_runs import CPU_ENV, write_run
 from posbench.tasks import find as find_task
+from tests.helpers.result_runs import CPU_ENV, write_run
 
 EVIL_METHOD = "ali|bi<script>alert(1)</script>\n| forged | row |\n# Forged method heading"
 EVIL_ENV = {**CPU_ENV, "cpu": "CPU<script>x</script>\n# Forged heading", "torch": "2.0\n```\n# Forged in fence\n```"}

@@ -1,4 +1,5 @@
 """Tables and the report built from stored rows: layout, values recomputed from rows, failures kept."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,12 +12,23 @@ import pytest
 from posbench.cli.report_cmds import add_report_parser
 from posbench.report.build import build_report, collect_tables, load_runs
 from posbench.report.render import row_anchor
-from posbench.tasks.extrapolation.report import extrapolation_tables
-from posbench.store.bounds import RowsError
 from posbench.report.table import metric_tables
-from tests.helpers.report_rows import (CPU_ENV, base_row, EFF_METHODS, GPU_ENV, L_VALID, LENGTHS, PPL_METHODS,
-                             efficiency_rows, extrapolation_rows, ppl_value, write_run)
+from posbench.store.bounds import RowsError
 from posbench.tasks import find as find_task
+from posbench.tasks.extrapolation.report import extrapolation_tables
+from tests.helpers.report_rows import (
+    CPU_ENV,
+    EFF_METHODS,
+    GPU_ENV,
+    L_VALID,
+    LENGTHS,
+    PPL_METHODS,
+    base_row,
+    efficiency_rows,
+    extrapolation_rows,
+    ppl_value,
+    write_run,
+)
 
 
 def _table(tables, metric):
@@ -192,8 +204,13 @@ def test_kernel_tables_split_by_head_dim_and_other_tasks_are_kept(tmp_path):
         for d in (64, 128):
             for L in (1024, 2048):
                 row = base_row("kernels", "kernels", variant, {"seq_len": L, "head_dim": d}, "run-k")
-                row["metrics"] = {"fwdbwd_ms": ms * L / 1024, "fwdbwd_tflops": 10 / ms, "fwd_ms": ms,
-                                  "bwd_ms": ms, "peak_mem_bytes": L * 1024}
+                row["metrics"] = {
+                    "fwdbwd_ms": ms * L / 1024,
+                    "fwdbwd_tflops": 10 / ms,
+                    "fwd_ms": ms,
+                    "bwd_ms": ms,
+                    "peak_mem_bytes": L * 1024,
+                }
                 rows.append(row)
     other = base_row("kernels", "mystery", "alibi", {"dtype": "bf16"}, "run-k")  # a task this install lacks
     other["metrics"] = {"max_abs_err": 0.004}
@@ -212,8 +229,13 @@ def _kernel_rows(variants=("alibi_triton", "triton_no_bias", "sdpa_causal")) -> 
     for k, variant in enumerate(variants):
         for L in (1024, 2048):
             row = base_row("kernels", "kernels", variant, {"seq_len": L, "head_dim": 64}, "run-k")
-            row["metrics"] = {"fwdbwd_ms": (k + 1) * L / 1024, "fwd_ms": 1.0, "bwd_ms": 1.0,
-                              "fwdbwd_tflops": 10.0 / (k + 1), "peak_mem_bytes": (k + 1) * L * 1024}
+            row["metrics"] = {
+                "fwdbwd_ms": (k + 1) * L / 1024,
+                "fwd_ms": 1.0,
+                "bwd_ms": 1.0,
+                "fwdbwd_tflops": 10.0 / (k + 1),
+                "peak_mem_bytes": (k + 1) * L * 1024,
+            }
             rows.append(row)
     return rows
 
@@ -233,7 +255,11 @@ def test_kernels_report_has_ratios_against_the_suites_baseline_from_run_json(tmp
 
 def test_an_explicit_baseline_wins_over_run_json(tmp_path):
     write_run(tmp_path, _kernel_rows(), baseline="triton_no_bias")
-    (table,) = [t for t in metric_tables(load_runs(tmp_path, find_task=find_task), "kernels", baseline="sdpa_causal") if t.metric == "fwdbwd_ms"]
+    (table,) = [
+        t
+        for t in metric_tables(load_runs(tmp_path, find_task=find_task), "kernels", baseline="sdpa_causal")
+        if t.metric == "fwdbwd_ms"
+    ]
     assert table.cell("alibi_triton", 1024).text == "1 (0.33x)" and "ratio to sdpa_causal" in table.caption
     parser = argparse.ArgumentParser()
     add_report_parser(parser.add_subparsers(dest="command"))
@@ -263,8 +289,7 @@ def test_method_order_and_tabulated_metrics_come_from_run_json(tmp_path):
     tables = metric_tables(loaded, "efficiency")
     assert all(t.rows == order for t in tables)
     # declaration order: the suite's metrics plus those declared table=True (both memories, eval_wps)
-    assert [t.metric for t in tables] == ["train_wps", "eval_wps", "peak_mem_train_bytes", "peak_mem_eval_bytes",
-                                          "j_per_token"]
+    assert [t.metric for t in tables] == ["train_wps", "eval_wps", "peak_mem_train_bytes", "peak_mem_eval_bytes", "j_per_token"]
     assert _table(tables, "j_per_token").title.startswith("Training energy per token (J/token)")
     assert "(lower is better)" in _table(tables, "peak_mem_train_bytes").caption
     assert loaded.metas[str(tmp_path / "efficiency" / "run-a")].methods == order

@@ -6,6 +6,7 @@ The order is checked on the HTML itself (always) and, when a Chromium is install
 Chromium lays out: it screenshots report.html at 1400 px and reports the page's width, where
 each table and chart landed, each caption's width against its table's and the summary's place.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,17 @@ import matplotlib.pyplot as plt
 import pytest
 
 from posbench.report.build import build_report, collect_sections, load_runs
-from tests.helpers.report_rows import (PRECISION_L_VALID, PRECISION_SUITE_METRICS, efficiency_rows, extrapolation_rows,
-                             precision_ppl, precision_rows, retrieval_rows, write_run)
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import (
+    PRECISION_L_VALID,
+    PRECISION_SUITE_METRICS,
+    efficiency_rows,
+    extrapolation_rows,
+    precision_ppl,
+    precision_rows,
+    retrieval_rows,
+    write_run,
+)
 
 
 @pytest.fixture
@@ -43,6 +52,7 @@ def report(runs, tmp_path):
 
 
 # -- the precision section: its own tables, its staircases, its housekeeping in the appendix -----
+
 
 def _section(sections, heading):
     (section,) = [s for s in sections if s.heading == heading]
@@ -67,8 +77,15 @@ def test_precision_section_is_its_tables_not_one_table_per_value(tmp_path, meta)
         assert diff.cell("alibi", lv).value == pytest.approx(precision_ppl("compute", lv) - precision_ppl("float32", lv))
     # the housekeeping values: one table, one row per finished case that has them
     (details,) = section.details
-    assert details.columns == ["best_ppl_eval", "final_train_loss", "train_steps", "train_tokens", "train_seconds",
-                               "reused_checkpoint", "n_params"]
+    assert details.columns == [
+        "best_ppl_eval",
+        "final_train_loss",
+        "train_steps",
+        "train_tokens",
+        "train_seconds",
+        "reused_checkpoint",
+        "n_params",
+    ]
     assert details.rows == ["alibi study=bias_dtype_ppl L_train=64"] and details.row_header == "case"
     assert details.cell(details.rows[0], "train_steps").text == "200"
     assert details.cell(details.rows[0], "n_params").text == "120k"
@@ -81,8 +98,10 @@ def test_precision_staircases_follow_the_distinct_value_table(tmp_path):
     drawn = [(stem, title) for source in distinct.charts for stem, title, _ in source()]
     plt.close("all")
     # redrawn from the stored settings (the worker's PNGs may be on another machine), once per head
-    assert drawn == [("precision-staircase-head0-8x256", "ALiBi bias staircase, head 0 of 8"),
-                     ("precision-staircase-head7-8x256", "ALiBi bias staircase, head 7 of 8")]
+    assert drawn == [
+        ("precision-staircase-head0-8x256", "ALiBi bias staircase, head 0 of 8"),
+        ("precision-staircase-head7-8x256", "ALiBi bias staircase, head 7 of 8"),
+    ]
     for block in section.blocks[1:]:
         assert [stem for source in block.charts for stem, _, _ in source()] == [block.table.key]
     plt.close("all")
@@ -104,24 +123,38 @@ def test_markdown_puts_each_chart_under_its_table_and_the_appendix_last(report):
     md = report["report.md"].read_text()
     headings = re.findall(r"^## (.+)$", md, flags=re.M)
     # retrieval: its per-probe accuracy tables only (the summary metrics are their columns)
-    assert headings == ["Runs", "Efficiency", "Extrapolation", "Precision",
-                        "Retrieval accuracy (Wilson 95% intervals)", "Appendix: run details",
-                        "Cases that did not finish"]
+    assert headings == [
+        "Runs",
+        "Efficiency",
+        "Extrapolation",
+        "Precision",
+        "Retrieval accuracy (Wilson 95% intervals)",
+        "Appendix: run details",
+        "Cases that did not finish",
+    ]
     assert "Memory is in GiB" in md.split("## Runs")[0]
     sections = dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", md, flags=re.M | re.S))
     # the loss-by-position chart belongs to the nonoverlapping perplexity table, not to precision
     extrapolation = sections["Extrapolation"]
     assert "position-loss" in extrapolation and "position-loss" not in sections["Precision"]
-    assert (extrapolation.index("nonoverlapping evaluation (the paper's default)**")
-            < extrapolation.index("position-loss") < extrapolation.index("sliding-window evaluation, stride 32**"))
+    assert (
+        extrapolation.index("nonoverlapping evaluation (the paper's default)**")
+        < extrapolation.index("position-loss")
+        < extrapolation.index("sliding-window evaluation, stride 32**")
+    )
     precision = sections["Precision"]
-    assert (precision.index("**Distinct bias values") < precision.index("precision-staircase-head0")
-            < precision.index("precision-staircase-head7") < precision.index("**Perplexity by bias dtype"))
+    assert (
+        precision.index("**Distinct bias values")
+        < precision.index("precision-staircase-head0")
+        < precision.index("precision-staircase-head7")
+        < precision.index("**Perplexity by bias dtype")
+    )
     assert "![" not in sections["Appendix: run details"]
     assert sections["Appendix: run details"].count("**Run details, ") == 4
 
 
 # -- the HTML: DOM order always, layout in Chromium when there is one -----------------------------
+
 
 class _Order(HTMLParser):
     """The report's results tables, charts and h2 headings in document order."""
@@ -179,7 +212,7 @@ def test_html_charts_follow_the_table_they_belong_to(runs, report):
     headings = [value for kind, value in events if kind == "h2"]
     appendix = headings.index("Appendix: run details")
     assert all(i < events.index(("h2", "Appendix: run details")) for i, e in enumerate(events) if e[0] == "chart")
-    assert headings[appendix + 1:] == ["Environments", "Appendix: all stored rows"]
+    assert headings[appendix + 1 :] == ["Environments", "Appendix: all stored rows"]
     assert html.count('<figure class="chart"') == sum(1 for k in report if k.endswith(".png"))
 
 
@@ -196,13 +229,21 @@ def _chromium() -> str | None:
     """A Chromium or Chrome binary: $POSBENCH_CHROMIUM, one on PATH, or a Playwright download."""
     if os.environ.get("POSBENCH_CHROMIUM"):
         return os.environ["POSBENCH_CHROMIUM"]
-    for name in ("chromium", "chromium-browser", "chromium-headless-shell", "google-chrome", "google-chrome-stable",
-                 "headless_shell"):
+    for name in (
+        "chromium",
+        "chromium-browser",
+        "chromium-headless-shell",
+        "google-chrome",
+        "google-chrome-stable",
+        "headless_shell",
+    ):
         if shutil.which(name):
             return shutil.which(name)
     home = Path(os.environ.get("PLAYWRIGHT_BROWSERS_PATH", Path.home() / ".cache" / "ms-playwright"))
-    found = sorted(glob(str(home / "chromium*" / "chrome-linux*" / "chrome"))
-                   + glob(str(home / "chromium_headless_shell*" / "chrome-linux*" / "headless_shell")))
+    found = sorted(
+        glob(str(home / "chromium*" / "chrome-linux*" / "chrome"))
+        + glob(str(home / "chromium_headless_shell*" / "chrome-linux*" / "headless_shell"))
+    )
     return found[-1] if found else None
 
 
@@ -241,8 +282,17 @@ window.addEventListener('load', function () {
 
 
 def _browse(binary: str, page: Path, *flags: str) -> str:
-    cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--window-size=1400,1000", "--virtual-time-budget=10000", *flags, page.as_uri()]
+    cmd = [
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--virtual-time-budget=10000",
+        *flags,
+        page.as_uri(),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
@@ -251,7 +301,7 @@ def _browse(binary: str, page: Path, *flags: str) -> str:
 def _wide_report(tmp_path) -> dict:
     """An efficiency report with 20 lengths: a table far wider than the page."""
     wide = []
-    for L in [2 ** k for k in range(6, 26)]:
+    for L in [2**k for k in range(6, 26)]:
         for r in efficiency_rows()[:3]:
             row = json.loads(json.dumps(r))
             row["params"] = {"seq_len": L}
@@ -277,8 +327,11 @@ def _layout(binary: str, html: str, tmp_path: Path, name: str) -> dict:
 
 
 @pytest.mark.subprocess
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium/Chrome found (PATH, $POSBENCH_CHROMIUM, Playwright); "
-                    "install one (Debian: apt-get install chromium-headless-shell) to screenshot report.html")
+@pytest.mark.skipif(
+    _chromium() is None,
+    reason="no Chromium/Chrome found (PATH, $POSBENCH_CHROMIUM, Playwright); "
+    "install one (Debian: apt-get install chromium-headless-shell) to screenshot report.html",
+)
 def test_report_in_chromium_at_1400px_does_not_scroll_sideways(report, tmp_path):
     binary = _chromium()
     html = report["report.html"].read_text()
@@ -312,8 +365,11 @@ def _narrow_report(tmp_path) -> dict:
 
 
 @pytest.mark.subprocess
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium/Chrome found (PATH, $POSBENCH_CHROMIUM, Playwright); "
-                    "install one (Debian: apt-get install chromium-headless-shell) to lay out report.html")
+@pytest.mark.skipif(
+    _chromium() is None,
+    reason="no Chromium/Chrome found (PATH, $POSBENCH_CHROMIUM, Playwright); "
+    "install one (Debian: apt-get install chromium-headless-shell) to lay out report.html",
+)
 def test_in_chromium_captions_read_at_their_own_measure_and_the_summary_comes_first(report, tmp_path):
     binary = _chromium()
     for name, written in (("full", report), ("narrow", _narrow_report(tmp_path))):

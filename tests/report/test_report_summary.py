@@ -1,6 +1,7 @@
 """The summary a report opens with (posbench/report/headline.py), the captions at a reading measure
 of their own, figures that do not repeat their title, and the CI job summary
 (posbench/report/job_summary.py): Markdown tables, the charts named as files of the artifact."""
+
 from __future__ import annotations
 
 import re
@@ -15,9 +16,15 @@ from posbench.report.build import build_report, collect_sections, load_runs
 from posbench.report.charts import bar_label
 from posbench.report.learn_first import BROKEN, NOT_LEARNT
 from posbench.report.table import Cell, Table
-from tests.helpers.report_rows import (PRECISION_SUITE_METRICS, efficiency_rows, extrapolation_rows, precision_rows,
-                                       retrieval_rows, write_run)
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import (
+    PRECISION_SUITE_METRICS,
+    efficiency_rows,
+    extrapolation_rows,
+    precision_rows,
+    retrieval_rows,
+    write_run,
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +43,19 @@ def report(runs):
 
 
 def _table(**kw) -> Table:
-    base = dict(key="t", title="Training speed (words/s), efficiency", caption="", task="efficiency",
-                metric="train_wps", unit="words/s", column_header="seq_len", columns=[256, 512],
-                rows=["sinusoidal", "alibi", "rotary"], baseline="sinusoidal", higher_is_better=True)
+    base = dict(
+        key="t",
+        title="Training speed (words/s), efficiency",
+        caption="",
+        task="efficiency",
+        metric="train_wps",
+        unit="words/s",
+        column_header="seq_len",
+        columns=[256, 512],
+        rows=["sinusoidal", "alibi", "rotary"],
+        baseline="sinusoidal",
+        higher_is_better=True,
+    )
     return Table(**{**base, **kw})
 
 
@@ -54,9 +71,11 @@ def test_the_summary_counts_cases_and_reads_each_tables_ratios_at_its_last_colum
     speed = next(b.table for s in sections for b in s.blocks if b.table.metric == "train_wps")
     (line,) = [x for x in lines if x.table == speed.key]
     # every number is the table's own cell at seq_len 1024, as the bars note it
-    assert line.text == (f"Training speed (words/s), efficiency, at seq_len 1024, ratio to sinusoidal (higher is "
-                         f"better): rotary {bar_label(speed.cell('rotary', 1024))}; t5_bias OOM; alibi "
-                         f"{bar_label(speed.cell('alibi', 1024))}; alibi_triton unavailable. Best: sinusoidal.")
+    assert line.text == (
+        f"Training speed (words/s), efficiency, at seq_len 1024, ratio to sinusoidal (higher is "
+        f"better): rotary {bar_label(speed.cell('rotary', 1024))}; t5_bias OOM; alibi "
+        f"{bar_label(speed.cell('alibi', 1024))}; alibi_triton unavailable. Best: sinusoidal."
+    )
     assert bar_label(speed.cell("rotary", 1024)) == "0.92x"
     # a table without a baseline: its values at the last L_valid, failed cells by status
     ppl = next(x for x in lines if x.text.startswith("Perplexity, L_train = 64, nonoverlapping"))
@@ -65,23 +84,36 @@ def test_the_summary_counts_cases_and_reads_each_tables_ratios_at_its_last_colum
 
 
 def test_a_ratio_with_an_interval_is_shown_with_it_and_ties_are_all_best():
-    table = _table(cells={("sinusoidal", 512): Cell("10.0k (1.00x)", 10_000.0, ratio=1.0),
-                          ("alibi", 512): Cell("9.2k", 9_200.0, ratio=0.92, ratio_interval=(0.9, 0.94)),
-                          ("rotary", 512): Cell("error", status="error")})
-    assert hl.table_line(table).text == ("Training speed (words/s), efficiency, at seq_len 512, ratio to sinusoidal "
-                                         "(higher is better): alibi 0.92x [0.90, 0.94]; rotary error. Best: sinusoidal.")
-    tie = _table(baseline=None, higher_is_better=False, columns=[512],
-                 cells={("sinusoidal", 512): Cell("3.0", 3.0), ("alibi", 512): Cell("3.0", 3.0),
-                        ("rotary", 512): Cell("4.0", 4.0)})
-    assert hl.table_line(tie).text.endswith("values (lower is better): sinusoidal 3.0; alibi 3.0; rotary 4.0. "
-                                            "Best: sinusoidal, alibi.")
+    table = _table(
+        cells={
+            ("sinusoidal", 512): Cell("10.0k (1.00x)", 10_000.0, ratio=1.0),
+            ("alibi", 512): Cell("9.2k", 9_200.0, ratio=0.92, ratio_interval=(0.9, 0.94)),
+            ("rotary", 512): Cell("error", status="error"),
+        }
+    )
+    assert hl.table_line(table).text == (
+        "Training speed (words/s), efficiency, at seq_len 512, ratio to sinusoidal "
+        "(higher is better): alibi 0.92x [0.90, 0.94]; rotary error. Best: sinusoidal."
+    )
+    tie = _table(
+        baseline=None,
+        higher_is_better=False,
+        columns=[512],
+        cells={("sinusoidal", 512): Cell("3.0", 3.0), ("alibi", 512): Cell("3.0", 3.0), ("rotary", 512): Cell("4.0", 4.0)},
+    )
+    assert hl.table_line(tie).text.endswith(
+        "values (lower is better): sinusoidal 3.0; alibi 3.0; rotary 4.0. Best: sinusoidal, alibi."
+    )
     assert hl.table_line(_table(columns=["float32"], baseline=None)) is None  # nothing numeric to read
 
 
 def test_a_table_that_should_have_ratios_says_why_it_has_none():
     table = _table(rows=["alibi"], cells={("alibi", 512): Cell("9.2k", 9_200.0)})
-    assert hl.table_line(table) == hl.Line("Training speed (words/s), efficiency: no ratios, baseline sinusoidal "
-                                           "was not run.", "t", lead="Training speed (words/s), efficiency")
+    assert hl.table_line(table) == hl.Line(
+        "Training speed (words/s), efficiency: no ratios, baseline sinusoidal was not run.",
+        "t",
+        lead="Training speed (words/s), efficiency",
+    )
     table.rows.append("sinusoidal")
     table.cells[("sinusoidal", 512)] = Cell("OOM", status="oom")
     assert hl.table_line(table).text.endswith("baseline sinusoidal has no finished case.")
@@ -89,11 +121,20 @@ def test_a_table_that_should_have_ratios_says_why_it_has_none():
 
 def test_learn_first_verdicts_reach_the_summary():
     columns = [8, "effective length"]
-    table = _table(title="passkey: accuracy", columns=columns, baseline=None, rows=["alibi", "nope", "rotary"],
-                   cells={("nope", "effective length"): Cell(NOT_LEARNT), ("rotary", "effective length"): Cell(NOT_LEARNT),
-                          ("alibi", "effective length"): Cell("16", 16.0)})
-    assert hl.verdict_lines(table) == [hl.Line(f"passkey: accuracy: {NOT_LEARNT}, so not compared beyond it: nope, "
-                                               "rotary.", "t", lead="passkey: accuracy")]
+    table = _table(
+        title="passkey: accuracy",
+        columns=columns,
+        baseline=None,
+        rows=["alibi", "nope", "rotary"],
+        cells={
+            ("nope", "effective length"): Cell(NOT_LEARNT),
+            ("rotary", "effective length"): Cell(NOT_LEARNT),
+            ("alibi", "effective length"): Cell("16", 16.0),
+        },
+    )
+    assert hl.verdict_lines(table) == [
+        hl.Line(f"passkey: accuracy: {NOT_LEARNT}, so not compared beyond it: nope, rotary.", "t", lead="passkey: accuracy")
+    ]
     table.title += f" — {BROKEN}: 1 of 3 learnt the task at L_train"
     (line,) = hl.verdict_lines(table)
     assert line.alarm and line.text.endswith("compares nothing; fix its training before reading it.")
@@ -109,7 +150,11 @@ def test_html_opens_with_the_summary_and_links_each_line_to_its_table(runs, repo
     links = [re.match(r'<a href="#([^"]+)">([^<]+)</a>', text) for _, text in items[1:]]
     assert links and {m.group(1) for m in links} <= ids
     # the link is the table's name; the numbers after it read as plain text
-    titles = {f"table-{t.key}": t.title for s in collect_sections(load_runs(runs, find_task=find_task)) for t in (b.table for b in s.blocks)}
+    titles = {
+        f"table-{t.key}": t.title
+        for s in collect_sections(load_runs(runs, find_task=find_task))
+        for t in (b.table for b in s.blocks)
+    }
     assert all(html_unescape(m.group(2)) == titles[m.group(1)] for m in links)
 
 
@@ -120,9 +165,13 @@ def test_captions_sit_above_their_tables_at_a_measure_of_their_own_and_figures_r
     assert tables and len(tables) == html.count('<table class="results"')
     for key in tables:  # the caption paragraph, then its table's scroll box
         assert f'<p class="caption" id="caption-{key}"><b>' in html
-        assert re.search(rf'id="caption-{re.escape(key)}">.*?</p>\n<div class="scroll"><table class="results" '
-                         rf'id="table-{re.escape(key)}"', html)
+        assert re.search(
+            rf'id="caption-{re.escape(key)}">.*?</p>\n<div class="scroll"><table class="results" '
+            rf'id="table-{re.escape(key)}"',
+            html,
+        )
     from posbench.report.html import _STYLE
+
     assert re.search(r"p\.caption \{[^}]*max-width: 72ch", _STYLE)
     for alt in re.findall(r'<figure class="chart" data-table="[^"]+"><img alt="([^"]+)"', html):
         assert alt  # the title stays for screen readers, once
@@ -135,8 +184,9 @@ def test_the_job_summary_holds_the_summary_and_tables_and_names_charts_in_the_ar
     assert "![" not in text and "](charts/" not in text
     charts = sorted(p.name for p in (out / "charts").glob("*.png"))
     assert charts and all(f"`charts/{name}` in the artifact `report-efficiency-NVIDIA-H100`" in text for name in charts)
-    assert text.startswith(md.split("\n", 1)[0] + "\n\n## Summary\n\n- **26 cases: 20 ok, 5 unavailable here, "
-                                                 "1 failed (1 oom).**\n- Training speed")
+    assert text.startswith(
+        md.split("\n", 1)[0] + "\n\n## Summary\n\n- **26 cases: 20 ok, 5 unavailable here, 1 failed (1 oom).**\n- Training speed"
+    )
     table_lines = [x for x in md.splitlines() if x.startswith("|")]
     assert table_lines and all(x in text.splitlines() for x in table_lines)  # every table, in Markdown
 
@@ -150,4 +200,5 @@ def test_the_job_summary_command_and_its_size_limit(runs, report, tmp_path, monk
     monkeypatch.setattr(js, "SUMMARY_LIMIT", 2000)
     text = js.job_summary([runs], out, "report-x", find_task=find_task)
     assert len(text.encode()) < 2200 and text.rstrip().endswith(
-        "*Cut at 2,000 bytes (a job summary's limit): the whole report is in the artifact `report-x`.*")
+        "*Cut at 2,000 bytes (a job summary's limit): the whole report is in the artifact `report-x`.*"
+    )

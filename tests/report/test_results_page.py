@@ -1,6 +1,7 @@
 """``posbench.report.results_page``: a docs/results page built from a run folder the test writes
 says what was run, when, at which commit, on which machine, with which command, and holds the
 run's tables (the same text ``bench.py report`` renders)."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,9 @@ import yaml
 
 from posbench.report import results_page
 from posbench.store.meta import RunMeta, write_run_meta
-from tests.helpers.result_runs import COMMIT, CPU_ENV, GPU_ENV, SETTINGS, write_run
 from posbench.tasks import find as find_task
+from tests.helpers.result_runs import COMMIT, CPU_ENV, GPU_ENV, SETTINGS, write_run
+
 
 def test_page_names_suite_run_date_commit_machine_torch_command_and_tables(tmp_path):
     run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
@@ -22,12 +24,16 @@ def test_page_names_suite_run_date_commit_machine_torch_command_and_tables(tmp_p
     text = page.read_text()
     assert text.startswith("# efficiency on CPU (Test CPU 9000)")
     assert f'make docs-results RUNS="{run_dir.as_posix()}"' in text
-    for field in ("**Suite**: `efficiency` version 4, task `efficiency`, profile `cpu`",
-                  "## Run `cpu-cpu-1a2b3c4d`",
-                  "**Date**: 2026-11-23 (rows started 2026-11-23T21:00:00+00:00 to 2026-11-23T21:01:00+00:00)",
-                  f"**posbench commit**: `{COMMIT}`;",
-                  "CPU: Test CPU 9000, 2 logical CPUs", "GPU: none",
-                  "torch 2.13.0+cpu", "Python 3.12.1"):
+    for field in (
+        "**Suite**: `efficiency` version 4, task `efficiency`, profile `cpu`",
+        "## Run `cpu-cpu-1a2b3c4d`",
+        "**Date**: 2026-11-23 (rows started 2026-11-23T21:00:00+00:00 to 2026-11-23T21:01:00+00:00)",
+        f"**posbench commit**: `{COMMIT}`;",
+        "CPU: Test CPU 9000, 2 logical CPUs",
+        "GPU: none",
+        "torch 2.13.0+cpu",
+        "Python 3.12.1",
+    ):
         assert field in text, field
     # the tables: the run's own (ratios to the baseline), rendered as the report renders them
     assert "**Training speed (words/s), efficiency**" in text
@@ -40,8 +46,18 @@ def test_rebuilt_command_reruns_the_settings_and_grid_the_run_used(tmp_path):
     section = results_page.RunSection(run_dir, find_task=find_task)
     assert not section.command_recorded
     argv = shlex.split(section.command.replace("\\\n", " "))
-    assert argv[:10] == ["python", "bench.py", "--suite", "efficiency", "--profile", "cpu", "--device", "cpu",
-                         "--methods", "sinusoidal,alibi"]
+    assert argv[:10] == [
+        "python",
+        "bench.py",
+        "--suite",
+        "efficiency",
+        "--profile",
+        "cpu",
+        "--device",
+        "cpu",
+        "--methods",
+        "sinusoidal,alibi",
+    ]
     sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
     # every value reads back (with the suite loader's YAML) as the value the run used
     parsed = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in sets)}
@@ -56,16 +72,27 @@ def test_rebuilt_command_names_the_methods_the_rows_name_not_every_method_of_the
     (run_dir / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines if r["method"] == "alibi"))
     argv = shlex.split(results_page.RunSection(run_dir, find_task=find_task).command.replace("\\\n", " "))
     assert argv[argv.index("--methods") + 1] == "alibi"
-    meta = RunMeta(suite="efficiency", version=4, task="efficiency", baseline="sinusoidal", methods=["sinusoidal", "alibi"],
-                   metrics=["train_wps"])
+    meta = RunMeta(
+        suite="efficiency",
+        version=4,
+        task="efficiency",
+        baseline="sinusoidal",
+        methods=["sinusoidal", "alibi"],
+        metrics=["train_wps"],
+    )
     assert results_page.reconstruct_command(meta)[-1] == "sinusoidal,alibi"  # no rows read: the record's list
     assert results_page.reconstruct_command(meta, ["alibi", "nope"])[-1] == "alibi,nope"
 
 
 def test_recorded_command_wins_and_gpu_runs_get_their_own_page(tmp_path):
     cpu_run = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
-    gpu_run = write_run(tmp_path, "gpu-cuda-5e6f7a8b", GPU_ENV, device="cuda",
-                        command=["python", "bench.py", "--suite", "efficiency", "--profile", "gpu"])
+    gpu_run = write_run(
+        tmp_path,
+        "gpu-cuda-5e6f7a8b",
+        GPU_ENV,
+        device="cuda",
+        command=["python", "bench.py", "--suite", "efficiency", "--profile", "gpu"],
+    )
     pages = results_page.write_pages([tmp_path / "results"], tmp_path / "out", find_task=find_task)
     assert sorted(p.name for p in pages) == ["efficiency-cpu-test-cpu-9000.md", "efficiency-nvidia-h100-80gb-hbm3.md"]
     gpu = (tmp_path / "out" / "efficiency-nvidia-h100-80gb-hbm3.md").read_text()
@@ -102,8 +129,13 @@ def _dry_run(argv: list[str], cwd: Path) -> tuple[str, dict]:
     import sys
 
     repo = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, str(repo / "bench.py"), *argv, "--dry-run", "--results", str(cwd / "r")],
-                         capture_output=True, text=True, timeout=300, cwd=cwd)
+    out = subprocess.run(
+        [sys.executable, str(repo / "bench.py"), *argv, "--dry-run", "--results", str(cwd / "r")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     run_id = lines[0].rsplit(" run ", 1)[1]
@@ -114,18 +146,57 @@ def _dry_run(argv: list[str], cwd: Path) -> tuple[str, dict]:
 @pytest.mark.subprocess
 def test_rebuilt_command_resolves_to_the_same_settings_and_run_id(tmp_path):
     """The command on a page, given to bench.py, resolves to the run's settings and run id."""
-    original = ["--suite", "efficiency", "--profile", "cpu", "--device", "cpu", "--methods", "sinusoidal,alibi",
-                "--set", "lr=0.00002", "--set", "windows=3", "--set", "method_options={alibi: {bias_dtype: compute}}",
-                "--set", "grid.seq_len=[64, 96]"]
+    original = [
+        "--suite",
+        "efficiency",
+        "--profile",
+        "cpu",
+        "--device",
+        "cpu",
+        "--methods",
+        "sinusoidal,alibi",
+        "--set",
+        "lr=0.00002",
+        "--set",
+        "windows=3",
+        "--set",
+        "method_options={alibi: {bias_dtype: compute}}",
+        "--set",
+        "grid.seq_len=[64, 96]",
+    ]
     run_id, settings = _dry_run(original, tmp_path)
     run_dir = tmp_path / "results" / "efficiency" / run_id
     run_dir.mkdir(parents=True)
-    (run_dir / "cases.jsonl").write_text(json.dumps({
-        "case_id": "efficiency/alibi/seq_len=64", "method": "alibi", "status": "error", "params": {"seq_len": 64},
-        "metrics": {}, "device": "cpu", "run_id": run_id}) + "\n")
-    write_run_meta(run_dir, RunMeta(suite="efficiency", version=4, task="efficiency", baseline="sinusoidal",
-                                    methods=["sinusoidal", "alibi"], metrics=["train_wps"], settings=settings,
-                                    grid={"seq_len": [64, 96]}, profile="cpu", device="cpu", run_id=run_id))
+    (run_dir / "cases.jsonl").write_text(
+        json.dumps(
+            {
+                "case_id": "efficiency/alibi/seq_len=64",
+                "method": "alibi",
+                "status": "error",
+                "params": {"seq_len": 64},
+                "metrics": {},
+                "device": "cpu",
+                "run_id": run_id,
+            }
+        )
+        + "\n"
+    )
+    write_run_meta(
+        run_dir,
+        RunMeta(
+            suite="efficiency",
+            version=4,
+            task="efficiency",
+            baseline="sinusoidal",
+            methods=["sinusoidal", "alibi"],
+            metrics=["train_wps"],
+            settings=settings,
+            grid={"seq_len": [64, 96]},
+            profile="cpu",
+            device="cpu",
+            run_id=run_id,
+        ),
+    )
     argv = shlex.split(results_page.RunSection(run_dir, find_task=find_task).command.replace("\\\n", " "))
     assert argv[:2] == ["python", "bench.py"]
     assert _dry_run(argv[2:], tmp_path) == (run_id, settings)

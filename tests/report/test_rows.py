@@ -1,4 +1,5 @@
 """posbench.report.rows: a row's shape, reading cases.jsonl, the latest row per case, run.json, loading runs."""
+
 import json
 
 import pytest
@@ -6,11 +7,10 @@ import pytest
 from posbench import tasks
 from posbench.report.rows import load_runs
 from posbench.store.bounds import RowsError, check_row
-from posbench.store.meta import RunMeta, read_run_meta, write_run_meta
+from posbench.store.meta import RUN_FILE, RunMeta, read_env, read_run_meta, write_run_meta
 from posbench.store.run_rows import latest, read_rows
-from tests.helpers.report_rows import base_row, efficiency_rows, write_run
-from posbench.store.meta import RUN_FILE, read_env
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import base_row, efficiency_rows, write_run
 
 
 def _write(path, lines: list[str], end="\n"):
@@ -45,14 +45,17 @@ def test_a_bad_line_before_the_last_is_skipped_with_one_warning_naming_file_and_
     assert problems[0].endswith("; line skipped") and "\n" not in problems[0]
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda r: r.pop("status"), "row has no 'status'; a row needs case_id, method, status, params, metrics"),
-    (lambda r: r.update(params=[1]), "params: expected an object, got list"),
-    (lambda r: r.update(method=None), "method: expected a string, got NoneType"),
-    (lambda r: r.update(series="x"), "series: expected an object, got str"),
-    (lambda r: r["metrics"].update(train_wps="fast"), 'metrics.train_wps: expected a number or null, got "fast"'),
-    (lambda r: r["metrics"].update(ok=True), "metrics.ok: expected a number or null, got true"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda r: r.pop("status"), "row has no 'status'; a row needs case_id, method, status, params, metrics"),
+        (lambda r: r.update(params=[1]), "params: expected an object, got list"),
+        (lambda r: r.update(method=None), "method: expected a string, got NoneType"),
+        (lambda r: r.update(series="x"), "series: expected an object, got str"),
+        (lambda r: r["metrics"].update(train_wps="fast"), 'metrics.train_wps: expected a number or null, got "fast"'),
+        (lambda r: r["metrics"].update(ok=True), "metrics.ok: expected a number or null, got true"),
+    ],
+)
 def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path, change, message):
     bad = _row("b")
     change(bad)
@@ -89,9 +92,19 @@ def test_latest_per_run_keeps_each_runs_row():
 
 
 def test_run_meta_round_trip_and_errors(tmp_path):
-    meta = RunMeta(suite="kernels", version=2, task="kernels", baseline="triton_no_bias",
-                   methods=["alibi_triton", "triton_no_bias"], metrics=["fwdbwd_ms"], settings={"reps": 20},
-                   grid={"seq_len": [512]}, profile="gpu", device="cuda", run_id="r")
+    meta = RunMeta(
+        suite="kernels",
+        version=2,
+        task="kernels",
+        baseline="triton_no_bias",
+        methods=["alibi_triton", "triton_no_bias"],
+        metrics=["fwdbwd_ms"],
+        settings={"reps": 20},
+        grid={"seq_len": [512]},
+        profile="gpu",
+        device="cuda",
+        run_id="r",
+    )
     path = write_run_meta(tmp_path, meta)
     assert path == tmp_path / RUN_FILE and read_run_meta(tmp_path) == meta
     assert json.loads(path.read_text())["baseline"] == "triton_no_bias"

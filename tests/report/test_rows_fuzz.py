@@ -1,17 +1,18 @@
 """Fuzzing the one row reader: random bytes, random JSON and randomly damaged rows never make it
 raise anything but its one-line ``RowsError``, and never make it hang (seeded, a few seconds)."""
+
 import json
 import random
 import signal
 import time
 
 from posbench.report.rows import load_runs
+from posbench.report.sections import collect_sections
 from posbench.store.bounds import RowsError, check_row
 from posbench.store.row import ROW_KEYS
 from posbench.store.run_rows import read_rows
-from posbench.report.sections import collect_sections
-from tests.helpers.report_rows import efficiency_rows, extrapolation_rows, retrieval_rows, write_run
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import efficiency_rows, extrapolation_rows, retrieval_rows, write_run
 
 SEED = 26
 BUDGET_S = 3.0
@@ -23,7 +24,7 @@ def _value(rng: random.Random, depth: int = 0):
     if kind == 0:
         return rng.choice([None, True, False])
     if kind == 1:
-        return rng.choice([0, -1, 1, 2 ** 63, -(2 ** 63) - 1, 10 ** 400, 10 ** rng.randrange(30)])
+        return rng.choice([0, -1, 1, 2**63, -(2**63) - 1, 10**400, 10 ** rng.randrange(30)])
     if kind == 2:
         return rng.choice([0.0, -5.0, 1e308, -1e308, 1e-308, float("nan"), float("inf"), rng.random()])
     if kind in (3, 4, 5):

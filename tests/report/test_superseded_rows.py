@@ -1,10 +1,11 @@
 """Two runs of the same cases: the report says which rows the later run superseded, in report.md
 and report.html, instead of dropping them silently; runs of different cases or pooled counts say nothing."""
+
 from __future__ import annotations
 
 from posbench.report.build import build_report
-from tests.helpers.report_rows import efficiency_rows, lengthgen_rows, retrieval_rows, write_run
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import efficiency_rows, lengthgen_rows, retrieval_rows, write_run
 
 LINE = "run run-a's {n} rows superseded by run run-b (same case, newer)"
 
@@ -34,9 +35,15 @@ def test_a_partial_rerun_supersedes_only_its_cases(tmp_path):
 
 
 def test_runs_of_other_cases_and_pooled_counts_supersede_nothing(tmp_path):
-    other = [dict(r, params={"seq_len": 2 * r["params"]["seq_len"]},
-                  case_id=r["case_id"].replace(f"seq_len={r['params']['seq_len']}", f"seq_len={2 * r['params']['seq_len']}"))
-             for r in efficiency_rows("run-b") if r["params"]["seq_len"] == 1024]  # seq_len 2048: a new case
+    other = [
+        dict(
+            r,
+            params={"seq_len": 2 * r["params"]["seq_len"]},
+            case_id=r["case_id"].replace(f"seq_len={r['params']['seq_len']}", f"seq_len={2 * r['params']['seq_len']}"),
+        )
+        for r in efficiency_rows("run-b")
+        if r["params"]["seq_len"] == 1024
+    ]  # seq_len 2048: a new case
     md, html = _report(tmp_path, efficiency_rows("run-a"), other)
     assert "superseded" not in md and "superseded" not in html.split("</style>")[1]
     md, _ = _report(tmp_path / "pooled", retrieval_rows("run-a"), retrieval_rows("run-b"))

@@ -1,4 +1,5 @@
 """The one table model and renderer: the run's own table.md/table.csv, terminal text, number formats."""
+
 import csv
 import io
 
@@ -8,8 +9,8 @@ from posbench.report import numbers as fmt
 from posbench.report import render
 from posbench.report.rows import load_runs
 from posbench.report.table import Cell, Table, run_tables
-from tests.helpers.report_rows import base_row, write_run
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import base_row, write_run
 
 GiB = 1 << 30
 
@@ -67,7 +68,9 @@ def test_ok_case_without_the_metric_says_not_applicable(tmp_path):
 
 def test_run_tables_keep_only_the_given_cases(tmp_path):
     write_run(tmp_path, ROWS, metrics=METRICS, methods=ORDER)
-    (train, _, _) = run_tables(load_runs(tmp_path, find_task=find_task), {r["case_id"] for r in ROWS if r["params"]["seq_len"] == 512})
+    (train, _, _) = run_tables(
+        load_runs(tmp_path, find_task=find_task), {r["case_id"] for r in ROWS if r["params"]["seq_len"] == 512}
+    )
     assert train.columns == [512]
 
 
@@ -80,8 +83,7 @@ def test_run_files_markdown_and_cell_csv(tmp_path):
     assert "| t5_bias | OOM | unavailable |" in md and "| alibi | 25.8k (0.99x) | 21.0k (1.05x) |" in md
     cells = list(csv.DictReader(io.StringIO(csv_path.read_text())))
     assert list(cells[0]) == render.CELL_COLUMNS and len(cells) == 3 * 3 * 2
-    alibi = next(c for c in cells if c["metric"] == "train_wps" and c["method"] == "alibi"
-                 and c["column"] == "seq_len=512")
+    alibi = next(c for c in cells if c["metric"] == "train_wps" and c["method"] == "alibi" and c["column"] == "seq_len=512")
     assert float(alibi["value"]) == 25_800.0 and float(alibi["ratio"]) == pytest.approx(25_800 / 26_000)
     assert alibi["text"] == "25.8k (0.99x)" and alibi["case_id"] == ROWS[1]["case_id"]
     oom = next(c for c in cells if c["method"] == "t5_bias" and c["column"] == "seq_len=512")
@@ -89,8 +91,18 @@ def test_run_files_markdown_and_cell_csv(tmp_path):
 
 
 def test_terminal_text_is_aligned():
-    t = Table(key="k", title="T", caption="", task="x", metric="m", unit="", column_header="L", columns=[1, 22],
-              rows=["a", "long_name"], cells={("a", 1): Cell("1.00k"), ("long_name", 22): Cell("3")})
+    t = Table(
+        key="k",
+        title="T",
+        caption="",
+        task="x",
+        metric="m",
+        unit="",
+        column_header="L",
+        columns=[1, 22],
+        rows=["a", "long_name"],
+        cells={("a", 1): Cell("1.00k"), ("long_name", 22): Cell("3")},
+    )
     lines = render.to_text(t).splitlines()
     assert lines == ["T", "method \\ L      1  22", "a           1.00k   —", "long_name       —   3"]
 

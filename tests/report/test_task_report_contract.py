@@ -1,6 +1,7 @@
 """The report's part of the task contract: report/ names no task, and what a task declares
 (TITLE, REPORT_ORDER, REPORT_COLUMN, report_sections, summary_tables, compare_values) is what the
 report, the run summary and compare do; a task that declares nothing gets the defaults."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,9 @@ from posbench import tasks as task_registry
 from posbench.core.discovery import TASKS_ENV_PATH
 from posbench.report.compare import case_metrics
 from posbench.report.rows import load_runs
-from posbench.store.meta import RunMeta, write_run_meta
 from posbench.report.sections import collect_sections
 from posbench.report.table import run_tables
+from posbench.store.meta import RunMeta, write_run_meta
 from posbench.tasks import find as find_task
 
 REPORT_DIR = Path(posbench.__file__).parent / "report"
@@ -28,7 +29,7 @@ TASK_NAMES = ("efficiency", "extrapolation", "precision", "kernels", "decode", "
 # A plugin task with a report of its own: a first section before every built-in one, one table per
 # row (its "score" at each "width"), a run summary of one table, and a number compare reads from
 # its rows' series.
-PLUGIN = textwrap.dedent('''
+PLUGIN = textwrap.dedent("""
     from pydantic import BaseModel
 
     from posbench.core.registry import register_task
@@ -63,15 +64,30 @@ PLUGIN = textwrap.dedent('''
     TASK = register_task(Task(Settings, Params, METRICS, run, TITLE="Own report", REPORT_ORDER=5,
                               report_sections=report_sections, summary_tables=summary_tables,
                               compare_values=compare_values, name="_reported"))
-''')
+""")
 
 
 def _row(task, method, params, metrics, series=None):
     case_id = f"{task}/{method}/" + ",".join(f"{k}={v}" for k, v in params.items())
-    return {"case_id": case_id, "suite": task.strip("_"), "task": task, "method": method, "params": params,
-            "status": "ok", "message": "", "metrics": metrics, "series": series or {}, "settings": {},
-            "device": "cpu", "profile": "cpu", "run_id": f"run-{task}", "started_at": "2024-06-01T12:00:00+00:00",
-            "duration_s": 1.0, "posbench_version": "0.1.0", "git_commit": "abc1234def5678"}
+    return {
+        "case_id": case_id,
+        "suite": task.strip("_"),
+        "task": task,
+        "method": method,
+        "params": params,
+        "status": "ok",
+        "message": "",
+        "metrics": metrics,
+        "series": series or {},
+        "settings": {},
+        "device": "cpu",
+        "profile": "cpu",
+        "run_id": f"run-{task}",
+        "started_at": "2024-06-01T12:00:00+00:00",
+        "duration_s": 1.0,
+        "posbench_version": "0.1.0",
+        "git_commit": "abc1234def5678",
+    }
 
 
 def _write(root: Path, rows: list[dict], metrics: list[str]) -> Path:
@@ -79,9 +95,19 @@ def _write(root: Path, rows: list[dict], metrics: list[str]) -> Path:
     run_dir.mkdir(parents=True)
     (run_dir / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run_dir / "env.json").write_text(json.dumps({"git_commit": "abc1234def5678", "device": "cpu"}))
-    write_run_meta(run_dir, RunMeta(suite=rows[0]["suite"], version=1, task=rows[0]["task"], baseline="a",
-                                    methods=["a", "b"], metrics=metrics, run_id=rows[0]["run_id"],
-                                    grid={k: sorted({r["params"][k] for r in rows}) for k in rows[0]["params"]}))
+    write_run_meta(
+        run_dir,
+        RunMeta(
+            suite=rows[0]["suite"],
+            version=1,
+            task=rows[0]["task"],
+            baseline="a",
+            methods=["a", "b"],
+            metrics=metrics,
+            run_id=rows[0]["run_id"],
+            grid={k: sorted({r["params"][k] for r in rows}) for k in rows[0]["params"]},
+        ),
+    )
     return run_dir
 
 
@@ -138,4 +164,11 @@ def test_defaults_of_a_task_that_declares_nothing(plugin):
 def test_built_in_sections_keep_their_order():
     places = {name: task_registry.get(name).REPORT_ORDER for name in TASK_NAMES}
     assert sorted(TASK_NAMES, key=lambda n: (places[n], n)) == [
-        "efficiency", "extrapolation", "kernels", "decode", "lengthgen", "precision", "retrieval"]
+        "efficiency",
+        "extrapolation",
+        "kernels",
+        "decode",
+        "lengthgen",
+        "precision",
+        "retrieval",
+    ]

@@ -1,5 +1,6 @@
 """A case as data (``CaseSpec``, what the runner schedules and writes) and typed (``Case``, what a
 task runs): the worker turns one into the other and nothing is lost either way."""
+
 from posbench import tasks
 from posbench.core.case import Case, CaseSpec
 from posbench.run import suite as suitemod

@@ -48,16 +48,23 @@ def _error(tmp_path, block=BLOCK, profile=PROFILE, profile_name=None, sets=None)
 def test_a_profile_overrides_the_suites_launcher_keys_and_set_overrides_both(tmp_path):
     loaded = suitemod.load(_suite(tmp_path))
     base = suitemod.resolve(loaded, "default").launcher
-    assert (base.partition, base.account, base.time_min, base.gpus_per_task, base.array_parallelism) == \
-        ("learnfair", "posbench", 720, 2, 32)
+    assert (base.partition, base.account, base.time_min, base.gpus_per_task, base.array_parallelism) == (
+        "learnfair",
+        "posbench",
+        720,
+        2,
+        32,
+    )
     assert base.mem_gb == 64 and base.setup == ["module load cuda"] and base.additional == {"exclude": "node3"}
     gpu = suitemod.resolve(loaded, "gpu").launcher
     assert (gpu.partition, gpu.time_min, gpu.account, gpu.array_parallelism) == ("dev", 30, "posbench", 32)
     cli = suitemod.resolve(loaded, "gpu", {"launcher.time_min": 5, "launcher.qos": "high"}).launcher
     assert (cli.partition, cli.time_min, cli.qos) == ("dev", 5, "high")
     # where the sweep runs is not what it measures: the run id's fingerprint ignores it
-    assert suitemod.resolve(loaded, "default").fingerprint() == \
-        suitemod.resolve(loaded, "default", {"launcher.partition": "other"}).fingerprint()
+    assert (
+        suitemod.resolve(loaded, "default").fingerprint()
+        == suitemod.resolve(loaded, "default", {"launcher.partition": "other"}).fingerprint()
+    )
 
 
 def test_no_launcher_block_gives_the_defaults(tmp_path):
@@ -65,29 +72,84 @@ def test_no_launcher_block_gives_the_defaults(tmp_path):
     assert launcher.partition is None and launcher.time_min == 240 and launcher.array_parallelism == 64
 
 
-@pytest.mark.parametrize("block, profile, profile_name, sets, expected", [
-    (BLOCK.replace("gpus_per_task", "gpus_per_tsk"), PROFILE, None, None,
-     "t.yaml:26: launcher.gpus_per_tsk: unknown key; allowed: partition, account,"),
-    (BLOCK, PROFILE.replace("time_min: 30", "time_mins: 30"), "gpu", None,
-     "t.yaml:21: profiles.gpu.launcher.time_mins: unknown key; allowed: partition,"),
-    (BLOCK.replace("time_min: 720", "time_min: 0"), PROFILE, None, None,
-     "t.yaml:25: launcher.time_min: must be greater than or equal to 1 (got 0); allowed: >= 1"),
-    (BLOCK.replace("partition: learnfair", "partition: 3"), PROFILE, None, None,
-     "t.yaml:23: launcher.partition: must be a valid string (got 3); allowed: a string"),
-    (BLOCK.replace("array_parallelism: 32", "array_parallelism: many"), PROFILE, None, None,
-     "launcher.array_parallelism: must be a valid integer (got 'many'); allowed: an integer"),
-    (BLOCK.replace("setup: [module load cuda]", "setup: module load cuda"), PROFILE, None, None,
-     "launcher.setup: must be a valid list"),
-    (BLOCK, PROFILE.replace("partition: dev", "gpus_per_task: -1"), "gpu", None,
-     "t.yaml:20: profiles.gpu.launcher.gpus_per_task: must be greater than or equal to 0 (got -1); allowed: >= 0"),
-    (BLOCK, PROFILE, None, {"launcher.partiton": "dev"},
-     "--set launcher.partiton: launcher.partiton: unknown key; allowed: partition, account,"),
-    (BLOCK, PROFILE, None, {"launcher.mem_gb": 0},
-     "--set launcher.mem_gb: launcher.mem_gb: must be greater than 0 (got 0); allowed: > 0.0"),
-    ("launcher: learnfair\n", PROFILE, None, None, "t.yaml:22: launcher: must be a valid dictionary (got 'learnfair'); allowed: a mapping"),
-])
+@pytest.mark.parametrize(
+    "block, profile, profile_name, sets, expected",
+    [
+        (
+            BLOCK.replace("gpus_per_task", "gpus_per_tsk"),
+            PROFILE,
+            None,
+            None,
+            "t.yaml:26: launcher.gpus_per_tsk: unknown key; allowed: partition, account,",
+        ),
+        (
+            BLOCK,
+            PROFILE.replace("time_min: 30", "time_mins: 30"),
+            "gpu",
+            None,
+            "t.yaml:21: profiles.gpu.launcher.time_mins: unknown key; allowed: partition,",
+        ),
+        (
+            BLOCK.replace("time_min: 720", "time_min: 0"),
+            PROFILE,
+            None,
+            None,
+            "t.yaml:25: launcher.time_min: must be greater than or equal to 1 (got 0); allowed: >= 1",
+        ),
+        (
+            BLOCK.replace("partition: learnfair", "partition: 3"),
+            PROFILE,
+            None,
+            None,
+            "t.yaml:23: launcher.partition: must be a valid string (got 3); allowed: a string",
+        ),
+        (
+            BLOCK.replace("array_parallelism: 32", "array_parallelism: many"),
+            PROFILE,
+            None,
+            None,
+            "launcher.array_parallelism: must be a valid integer (got 'many'); allowed: an integer",
+        ),
+        (
+            BLOCK.replace("setup: [module load cuda]", "setup: module load cuda"),
+            PROFILE,
+            None,
+            None,
+            "launcher.setup: must be a valid list",
+        ),
+        (
+            BLOCK,
+            PROFILE.replace("partition: dev", "gpus_per_task: -1"),
+            "gpu",
+            None,
+            "t.yaml:20: profiles.gpu.launcher.gpus_per_task: must be greater than or equal to 0 (got -1); allowed: >= 0",
+        ),
+        (
+            BLOCK,
+            PROFILE,
+            None,
+            {"launcher.partiton": "dev"},
+            "--set launcher.partiton: launcher.partiton: unknown key; allowed: partition, account,",
+        ),
+        (
+            BLOCK,
+            PROFILE,
+            None,
+            {"launcher.mem_gb": 0},
+            "--set launcher.mem_gb: launcher.mem_gb: must be greater than 0 (got 0); allowed: > 0.0",
+        ),
+        (
+            "launcher: learnfair\n",
+            PROFILE,
+            None,
+            None,
+            "t.yaml:22: launcher: must be a valid dictionary (got 'learnfair'); allowed: a mapping",
+        ),
+    ],
+)
 def test_a_bad_launcher_key_or_value_is_one_line_naming_where_and_what_is_allowed(
-        tmp_path, block, profile, profile_name, sets, expected):
+    tmp_path, block, profile, profile_name, sets, expected
+):
     assert expected in _error(tmp_path, block, profile, profile_name, sets)
 
 
@@ -129,8 +191,15 @@ def test_the_launcher_block_reaches_submitits_slurm_executor(tmp_path):
     suite = suitemod.resolve(loaded, "default", {"launcher.cpus_per_task": 4})
     ex = slurm.executor("slurm", tmp_path / "jobs", suite, "cuda")
     text = ex._make_submission_file_text("python -m x", "uid")  # the sbatch script submitit writes
-    for line in ("--partition=learnfair", "--account=posbench", "--time=720", "--gpus-per-task=2",
-                 "--cpus-per-task=4", "--mem=65536M", "--exclude=node3"):
+    for line in (
+        "--partition=learnfair",
+        "--account=posbench",
+        "--time=720",
+        "--gpus-per-task=2",
+        "--cpus-per-task=4",
+        "--mem=65536M",
+        "--exclude=node3",
+    ):
         assert f"#SBATCH {line}" in text, line
     assert "module load cuda" in text
     # array_parallelism is the array's throttle (%N on --array), asked of the executor, not a line

@@ -1,6 +1,7 @@
 """The method group `all`: a suite's `methods: all`, a profile's own `methods`, the cpu-all
 profiles of the shipped suites and `--methods all` on the command line (discovery.expand is tested
 in tests/core/test_registry.py)."""
+
 import pytest
 
 from posbench.core import discovery
@@ -69,8 +70,9 @@ def test_cpu_all_profiles_run_every_method_and_defaults_stay_small(name):
 def test_cli_methods_all_runs_every_method(tmp_path, capsys):
     from posbench.cli import app as cli
 
-    code = cli.main(["run", "--suite", "efficiency", "--profile", "cpu", "--methods", "all", "--dry-run",
-                     "--results", str(tmp_path / "r")])
+    code = cli.main(
+        ["run", "--suite", "efficiency", "--profile", "cpu", "--methods", "all", "--dry-run", "--results", str(tmp_path / "r")]
+    )
     assert code == 0
     out = capsys.readouterr().out
     for name in discovery.names():

@@ -1,25 +1,25 @@
 """Interleaved rounds: the schedule, one process and one row per round, resume and retry per
 round, merged rows, paired ratios with bootstrap intervals (a planted drift cancels), and the
 tables' ``0.98x ±0.01`` cells with their CSV bounds and chart error bars."""
+
 import json
 import random
 import statistics
 
 import pytest
 
-from posbench.report import bootstrap
 from posbench.cli import app as cli
-from posbench.report import render
+from posbench.report import bootstrap, render
 from posbench.report import rows as rowsmod
+from posbench.report.table import metric_tables
 from posbench.run import runner
 from posbench.run import suite as suitemod
-from posbench.report.table import metric_tables
-from tests.helpers.ratios import recovers_planted_ratio
-from tests.helpers.report_rows import write_run
-from tests.helpers.suites import make_suite
 from posbench.run.schedule import plan_rounds, schedule
 from posbench.store.run_rows import case_rows, merge_rounds, read_rows
 from posbench.tasks import find as find_task
+from tests.helpers.ratios import recovers_planted_ratio
+from tests.helpers.report_rows import write_run
+from tests.helpers.suites import make_suite
 
 
 def _ids(todo):
@@ -27,6 +27,7 @@ def _ids(todo):
 
 
 # -- schedule, fresh processes, per-round rows --------------------------------------------------
+
 
 def test_schedule_interleaves_methods_round_by_round_per_grid_point(tmp_path):
     path = make_suite(tmp_path, ["sinusoidal", "rotary", "alibi"], grid="[1, 2]", rounds=3)
@@ -48,10 +49,13 @@ def test_each_round_is_a_fresh_process_and_a_row_and_progress_counts_rounds(tmp_
     path = make_suite(tmp_path, ["sinusoidal", "rotary"], rounds=2)
     suite = suitemod.resolve(suitemod.load(path), "default")
     seen = []
-    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False,
-                                                       on_row=lambda row, i, n: seen.append((row["case_id"], row["round"], i, n))))
-    assert seen == [("sinusoidal/n=1", 1, 1, 4), ("rotary/n=1", 1, 2, 4), ("rotary/n=1", 2, 3, 4),
-                    ("sinusoidal/n=1", 2, 4, 4)]
+    result = runner.run_suite(
+        suite,
+        runner.RunOptions(
+            "cpu", tmp_path / "res", progress=False, on_row=lambda row, i, n: seen.append((row["case_id"], row["round"], i, n))
+        ),
+    )
+    assert seen == [("sinusoidal/n=1", 1, 1, 4), ("rotary/n=1", 1, 2, 4), ("rotary/n=1", 2, 3, 4), ("sinusoidal/n=1", 2, 4, 4)]
     stored = read_rows(result.run_dir / "cases.jsonl")
     assert [(r["case_id"], r["round"]) for r in stored] == [s[:2] for s in seen]
     assert len({r["metrics"]["pid"] for r in stored}) == 4  # one worker process per case and round
@@ -72,8 +76,9 @@ def test_each_round_is_a_fresh_process_and_a_row_and_progress_counts_rounds(tmp_
 def test_resume_mid_round_runs_each_remaining_round_once(tmp_path, capsys):
     flag = tmp_path / "interrupted.flag"
     # rotary interrupts the runner in its first round: sinusoidal's round 1 is done, the round is not.
-    path = make_suite(tmp_path, ["sinusoidal", "rotary", "alibi"], by_method={"rotary": "interrupt_once"},
-                      flag_file=str(flag), rounds=2)
+    path = make_suite(
+        tmp_path, ["sinusoidal", "rotary", "alibi"], by_method={"rotary": "interrupt_once"}, flag_file=str(flag), rounds=2
+    )
     args = ["--suite", str(path), "--device", "cpu", "--results", str(tmp_path / "res"), "--quiet"]
     assert cli.main(args) == cli.EXIT_INTERRUPTED
     assert "interrupted: 1 of 6 cases finished" in capsys.readouterr().err
@@ -84,8 +89,13 @@ def test_resume_mid_round_runs_each_remaining_round_once(tmp_path, capsys):
     assert cli.main(args) == 0
     stored = read_rows(run_dir / "cases.jsonl")
     assert [(r["case_id"], r["round"]) for r in stored] == [
-        ("sinusoidal/n=1", 1), ("rotary/n=1", 1), ("alibi/n=1", 1),
-        ("rotary/n=1", 2), ("alibi/n=1", 2), ("sinusoidal/n=1", 2)]
+        ("sinusoidal/n=1", 1),
+        ("rotary/n=1", 1),
+        ("alibi/n=1", 1),
+        ("rotary/n=1", 2),
+        ("alibi/n=1", 2),
+        ("sinusoidal/n=1", 2),
+    ]
     assert stored[0] == first[0] and all(r["status"] == "ok" for r in stored)
     assert "5 case(s) run, 1 already done" in capsys.readouterr().out
     # A third call finds every round done.
@@ -118,9 +128,19 @@ def test_retry_failed_reruns_only_the_failed_round(tmp_path):
 
 def test_merge_rounds_takes_medians_and_keeps_single_rows_as_they_are():
     def row(r, value, status="ok"):
-        return {"case_id": "a/n=1", "method": "a", "status": status, "params": {"n": 1}, "round": r,
-                "metrics": {"value": value, "mem": 10}, "series": {"w": [r]}, "duration_s": 1.0,
-                "started_at": f"2026-01-01T00:00:0{r}+00:00", "message": "", "traceback": ""}
+        return {
+            "case_id": "a/n=1",
+            "method": "a",
+            "status": status,
+            "params": {"n": 1},
+            "round": r,
+            "metrics": {"value": value, "mem": 10},
+            "series": {"w": [r]},
+            "duration_s": 1.0,
+            "started_at": f"2026-01-01T00:00:0{r}+00:00",
+            "message": "",
+            "traceback": "",
+        }
 
     merged = merge_rounds([row(3, 30.0), row(1, 10.0), row(2, 50.0)])
     assert merged["metrics"] == {"value": 30.0, "mem": 10, "n_rounds": 3}
@@ -135,6 +155,7 @@ def test_merge_rounds_takes_medians_and_keeps_single_rows_as_they_are():
 
 
 # -- paired ratios and the bootstrap ----------------------------------------------------------
+
 
 def _drifting_rounds(n=8, ratio=0.9, seed=1):
     """Baseline and method speeds per round under a machine drift of +-20% between rounds
@@ -173,12 +194,30 @@ def _round_rows(method, base, run_id="run-r"):
     rows = []
     for name, values in (("sinusoidal", base), ("alibi", method)):
         for r, v in enumerate(values, 1):
-            rows.append({"case_id": f"{name}/seq_len=64", "suite": "efficiency", "task": "efficiency",
-                         "method": name, "params": {"seq_len": 64}, "status": "ok", "message": "",
-                         "metrics": {"train_wps": v}, "series": {}, "info": {}, "settings": {"rounds": len(values)},
-                         "device": "cpu", "profile": "cpu", "run_id": run_id,
-                         "started_at": f"2026-01-01T00:{r:02d}:00+00:00", "duration_s": 1.0,
-                         "posbench_version": "x", "git_commit": "abc", "traceback": "", "round": r})
+            rows.append(
+                {
+                    "case_id": f"{name}/seq_len=64",
+                    "suite": "efficiency",
+                    "task": "efficiency",
+                    "method": name,
+                    "params": {"seq_len": 64},
+                    "status": "ok",
+                    "message": "",
+                    "metrics": {"train_wps": v},
+                    "series": {},
+                    "info": {},
+                    "settings": {"rounds": len(values)},
+                    "device": "cpu",
+                    "profile": "cpu",
+                    "run_id": run_id,
+                    "started_at": f"2026-01-01T00:{r:02d}:00+00:00",
+                    "duration_s": 1.0,
+                    "posbench_version": "x",
+                    "git_commit": "abc",
+                    "traceback": "",
+                    "round": r,
+                }
+            )
     return rows
 
 

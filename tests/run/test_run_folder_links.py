@@ -1,6 +1,7 @@
 """A run folder's files are never opened through a link, and never read when not regular files
 (issue 26, security and hangs): a planted link is refused in one line and its target untouched;
 a FIFO or a link to /dev/zero does not block resume or --dry-run."""
+
 import errno
 import os
 import subprocess
@@ -11,10 +12,9 @@ import pytest
 
 from posbench.cli import app as cli
 from posbench.core import files
-
-from tests.helpers.suites import TWO_METHODS as SUITE
 from posbench.core.files import WriteError
 from posbench.store.writing import append_row, lock_run_dir, write_env
+from tests.helpers.suites import TWO_METHODS as SUITE
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,8 +103,9 @@ def test_a_fifo_or_dev_zero_as_cases_jsonl_neither_blocks_nor_fills_memory(tmp_p
         os.mkfifo(run_dir / "cases.jsonl")
     else:
         (run_dir / "cases.jsonl").symlink_to("/dev/zero")
-    cmd = [sys.executable, str(REPO / "bench.py"), "--suite", str(suite), "--results", str(tmp_path / "results"),
-           "--quiet"] + (["--dry-run"] if dry_run else [])
+    cmd = [sys.executable, str(REPO / "bench.py"), "--suite", str(suite), "--results", str(tmp_path / "results"), "--quiet"] + (
+        ["--dry-run"] if dry_run else []
+    )
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "cases.jsonl" in proc.stderr

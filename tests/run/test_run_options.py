@@ -1,4 +1,5 @@
 """``bench.py run``'s flags reach the runner as one frozen ``RunOptions``."""
+
 import dataclasses
 import json
 from pathlib import Path
@@ -26,9 +27,17 @@ settings:
 
 def test_run_options_are_frozen_with_the_old_defaults():
     options = runner.RunOptions("cpu", Path("results"))
-    assert (options.run_id, options.fresh, options.retry_failed, options.methods, tuple(options.methods_dirs),
-            options.on_row, options.progress, options.shard, options.in_process) == (
-        None, False, False, None, (), None, True, None, False)
+    assert (
+        options.run_id,
+        options.fresh,
+        options.retry_failed,
+        options.methods,
+        tuple(options.methods_dirs),
+        options.on_row,
+        options.progress,
+        options.shard,
+        options.in_process,
+    ) == (None, False, False, None, (), None, True, None, False)
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.fresh = True
 
@@ -46,9 +55,26 @@ def test_the_cli_builds_the_options_from_its_flags(tmp_path, monkeypatch, capsys
         return runner.RunResult(tmp_path / "res" / "t" / "x", "x")
 
     monkeypatch.setattr(runner, "run_suite", fake_run_suite)
-    code = cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--methods", "rotary",
-                     "--methods-dir", str(plugins), "--fresh", "--run-id", "mine",
-                     "--shard", "1/2", "--quiet", "--device", "cpu"])
+    code = cli.main(
+        [
+            "--suite",
+            str(path),
+            "--results",
+            str(tmp_path / "res"),
+            "--methods",
+            "rotary",
+            "--methods-dir",
+            str(plugins),
+            "--fresh",
+            "--run-id",
+            "mine",
+            "--shard",
+            "1/2",
+            "--quiet",
+            "--device",
+            "cpu",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     ((suite, options),) = seen
     assert suite.name == "t" and suite.methods == ["sinusoidal", "rotary"]
@@ -67,8 +93,13 @@ def test_a_run_through_the_options_writes_rows_and_reports_each(tmp_path):
 
     suite = suitemod.resolve(suitemod.load(path), "default")
     lines = []
-    options = runner.RunOptions("cpu", tmp_path / "res", methods=("rotary",), progress=False,
-                                on_row=lambda row, i, n: lines.append((row["case_id"], i, n)))
+    options = runner.RunOptions(
+        "cpu",
+        tmp_path / "res",
+        methods=("rotary",),
+        progress=False,
+        on_row=lambda row, i, n: lines.append((row["case_id"], i, n)),
+    )
     result = runner.run_suite(suite, options)
     assert lines == [("rotary/n=1", 1, 1)]
     assert result.ran == 1 and result.run_id == default_run_id(suite, "cpu")

@@ -3,6 +3,7 @@
 Cases use the test-only task ``_testing`` (its workers do not import torch), and each test spawns
 as few workers as it can: every status comes from one run.
 """
+
 import io
 import json
 import sys
@@ -12,30 +13,52 @@ import pytest
 from posbench.cli import app as cli
 from posbench.run import runner
 from posbench.run import suite as suitemod
-from tests.helpers.suites import make_suite
 from posbench.run.launch import worker_env
 from posbench.run.schedule import default_run_id, plan
 from posbench.store.row import ROW_KEYS, finite_metrics
 from posbench.store.run_rows import latest, read_rows
 from posbench.store.writing import append_row
+from tests.helpers.suites import make_suite
+
 
 @pytest.mark.subprocess
 def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
-    behaviours = {"sinusoidal/n=1": "ok", "sinusoidal/n=2": "nan", "rotary": "raise", "t5_bias": "kill",
-                  "alibi": "sleep", "nope/n=1": "oom", "nope/n=2": "alloc"}
-    path = make_suite(tmp_path, ["sinusoidal", "rotary", "t5_bias", "alibi", "nope", never_here], grid="[1, 2]",
-                      timeout_s=3, memory_limit_mb=1024, alloc_mb=4096, sleep_s=60,
-                      by_method={k: v for k, v in behaviours.items()} | {"rotary/n=2": "crash", "alibi/n=2": "ok",
-                                                                         "t5_bias/n=2": "ok"})
+    behaviours = {
+        "sinusoidal/n=1": "ok",
+        "sinusoidal/n=2": "nan",
+        "rotary": "raise",
+        "t5_bias": "kill",
+        "alibi": "sleep",
+        "nope/n=1": "oom",
+        "nope/n=2": "alloc",
+    }
+    path = make_suite(
+        tmp_path,
+        ["sinusoidal", "rotary", "t5_bias", "alibi", "nope", never_here],
+        grid="[1, 2]",
+        timeout_s=3,
+        memory_limit_mb=1024,
+        alloc_mb=4096,
+        sleep_s=60,
+        by_method={k: v for k, v in behaviours.items()} | {"rotary/n=2": "crash", "alibi/n=2": "ok", "t5_bias/n=2": "ok"},
+    )
     suite = suitemod.resolve(suitemod.load(path), "default")
     result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "results", progress=False))
     rows = {r["case_id"]: r for r in result.rows}
     status = {cid: r["status"] for cid, r in rows.items()}
     assert status == {
-        "sinusoidal/n=1": "ok", "rotary/n=1": "error", "t5_bias/n=1": "error", "alibi/n=1": "timeout",
-        "nope/n=1": "oom", "never_here/n=1": "unavailable",
-        "sinusoidal/n=2": "diverged", "rotary/n=2": "error", "t5_bias/n=2": "ok", "alibi/n=2": "ok",
-        "nope/n=2": "oom", "never_here/n=2": "unavailable",
+        "sinusoidal/n=1": "ok",
+        "rotary/n=1": "error",
+        "t5_bias/n=1": "error",
+        "alibi/n=1": "timeout",
+        "nope/n=1": "oom",
+        "never_here/n=1": "unavailable",
+        "sinusoidal/n=2": "diverged",
+        "rotary/n=2": "error",
+        "t5_bias/n=2": "ok",
+        "alibi/n=2": "ok",
+        "nope/n=2": "oom",
+        "never_here/n=2": "unavailable",
     }
     ok = rows["sinusoidal/n=1"]
     assert set(ok) == set(ROW_KEYS)
@@ -47,8 +70,9 @@ def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
     assert rows["rotary/n=2"]["message"] == "worker died without a result (exit code 3)"
     assert rows["alibi/n=1"]["message"] == "no result after 3 s; worker killed"
     # a real RLIMIT_AS failure; the message names the limit, not the code that was allocating
-    assert rows["nope/n=2"]["message"] == ("out of memory under memory_limit_mb 1024 (MemoryError); "
-                                           "allowed: a larger memory_limit_mb, or none")
+    assert rows["nope/n=2"]["message"] == (
+        "out of memory under memory_limit_mb 1024 (MemoryError); allowed: a larger memory_limit_mb, or none"
+    )
     assert rows["never_here/n=1"]["message"] == "needs a machine that does not exist"
     assert rows["never_here/n=1"]["duration_s"] < 1  # decided without a worker
     assert (result.run_dir / "env.json").exists()
@@ -56,8 +80,9 @@ def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
     # Same command again: everything is done. --retry-failed re-runs error and timeout only.
     again = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "results", progress=False, methods=["rotary"]))
     assert again.ran == 0
-    retried = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "results", progress=False, retry_failed=True,
-                                                        methods=["rotary"]))
+    retried = runner.run_suite(
+        suite, runner.RunOptions("cpu", tmp_path / "results", progress=False, retry_failed=True, methods=["rotary"])
+    )
     assert retried.ran == 2
     lines = (result.run_dir / "cases.jsonl").read_text().splitlines()
     assert len(lines) == 14 and len(latest(json.loads(x) for x in lines)) == 12
@@ -66,8 +91,7 @@ def test_every_status_is_a_row_and_the_suite_goes_on(tmp_path, never_here):
 @pytest.mark.subprocess
 def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, capsys):
     flag = tmp_path / "interrupted.flag"
-    path = make_suite(tmp_path, ["sinusoidal", "rotary", "alibi"], by_method={"rotary": "interrupt_once"},
-                      flag_file=str(flag))
+    path = make_suite(tmp_path, ["sinusoidal", "rotary", "alibi"], by_method={"rotary": "interrupt_once"}, flag_file=str(flag))
     # (no --quiet: it would hide the tables this test reads from the output)
     args = ["--suite", str(path), "--device", "cpu", "--results", str(tmp_path / "res")]
     assert cli.main(args) == cli.EXIT_INTERRUPTED
@@ -88,8 +112,14 @@ def test_interrupt_then_resume_loses_and_repeats_nothing(tmp_path, capsys):
     # run.json: what was run, written at the start; the run's table reads its order and baseline
     meta = json.loads((run_dir / "run.json").read_text())
     assert {k: meta[k] for k in ("suite", "version", "task", "baseline", "methods", "metrics", "grid")} == {
-        "suite": "t", "version": 1, "task": "_testing", "baseline": "sinusoidal",
-        "methods": ["sinusoidal", "rotary", "alibi"], "metrics": ["value"], "grid": {"n": [1]}}
+        "suite": "t",
+        "version": 1,
+        "task": "_testing",
+        "baseline": "sinusoidal",
+        "methods": ["sinusoidal", "rotary", "alibi"],
+        "metrics": ["value"],
+        "grid": {"n": [1]},
+    }
     assert meta["settings"]["flag_file"] == str(flag)
     table = (run_dir / "table.md").read_text()
     assert "| method \\ n | 1 |\n| --- | ---: |\n| sinusoidal | 1000 (1.00x) |\n| rotary | 1000 (1.00x) |" in table
@@ -116,8 +146,11 @@ def test_fresh_and_explicit_run_ids(tmp_path):
     # --methods may name a registered method the suite does not list: it joins this run.
     todo, _ = plan(suite, "cpu", tmp_path / "nothing", False, ["alibi", "sinusoidal"], [], "x")
     assert [c.id for c in todo] == ["sinusoidal/n=1", "alibi/n=1"]
-    with pytest.raises(suitemod.SuiteError, match=r"--methods: unknown method 'rotray' \(did you mean 'rotary'\?\); "
-                                                  r"allowed: the suite's methods or any registered one: .*alibi"):
+    with pytest.raises(
+        suitemod.SuiteError,
+        match=r"--methods: unknown method 'rotray' \(did you mean 'rotary'\?\); "
+        r"allowed: the suite's methods or any registered one: .*alibi",
+    ):
         plan(suite, "cpu", tmp_path / "nothing", False, ["rotray"], [], "x")
 
 
@@ -141,8 +174,12 @@ def test_progress_is_one_line_per_case_when_output_is_not_a_terminal(tmp_path, m
     assert cli.main(["--suite", str(path), "--results", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     case_lines = [line for line in out.splitlines() if line.startswith("[")]
-    assert [line.split()[0:2] for line in case_lines] == [["[1/4]", "sinusoidal"], ["[2/4]", "rotary"],
-                                                         ["[3/4]", "sinusoidal"], ["[4/4]", "rotary"]]
+    assert [line.split()[0:2] for line in case_lines] == [
+        ["[1/4]", "sinusoidal"],
+        ["[2/4]", "rotary"],
+        ["[3/4]", "sinusoidal"],
+        ["[4/4]", "rotary"],
+    ]
     if terminal:
         assert "\r" in err.getvalue() and "4/4" in err.getvalue()  # the bar, redrawn in place
     else:

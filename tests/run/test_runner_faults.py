@@ -4,6 +4,7 @@ A second runner on the same run folder, a runner killed with its workers, unwrit
 table or rows, corrupt row lines, a memory limit too small, a planted module in the current
 folder, and bad input without (and with) --debug.
 """
+
 import json
 import os
 import subprocess
@@ -15,12 +16,12 @@ import pytest
 
 from posbench.cli import app as cli
 from posbench.run import runner
-from posbench.store import writing
 from posbench.run import suite as suitemod
-from tests.helpers.suites import efficiency_suite, write_suite
 from posbench.run.machine import clean_stale_temp_dirs
+from posbench.store import writing
 from posbench.store.run_rows import read_usable_rows
 from posbench.store.writing import append_row, save_row
+from tests.helpers.suites import efficiency_suite, write_suite
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,8 +46,18 @@ def make_suite(tmp_path, methods=("sinusoidal",), timeout=60, extra="") -> Path:
 
 
 def run_args(tmp_path, *more) -> list[str]:
-    return ["--suite", str(tmp_path / "t.yaml"), "--device", "cpu", "--results", str(tmp_path / "res"),
-            "--quiet", "--run-id", "r", *more]
+    return [
+        "--suite",
+        str(tmp_path / "t.yaml"),
+        "--device",
+        "cpu",
+        "--results",
+        str(tmp_path / "res"),
+        "--quiet",
+        "--run-id",
+        "r",
+        *more,
+    ]
 
 
 @pytest.mark.subprocess
@@ -74,15 +85,25 @@ def test_second_runner_gets_one_line_naming_the_holder(tmp_path, capsys):
     run_dir = tmp_path / "res" / "t" / "r"
     run_dir.mkdir(parents=True)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from posbench.store.writing import lock_run_dir; "
-         "lock_run_dir(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)", str(run_dir)],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from posbench.store.writing import lock_run_dir; "
+            "lock_run_dir(Path(sys.argv[1])); print('locked', flush=True); time.sleep(120)",
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         assert cli.main(run_args(tmp_path)) == cli.EXIT_USAGE
         err = capsys.readouterr().err
-        assert err == (f"RunLocked: {run_dir}: the run folder is in use by process {holder.pid} (another bench.py); "
-                       "allowed: wait for it to finish, or pick another --run-id\n")
+        assert err == (
+            f"RunLocked: {run_dir}: the run folder is in use by process {holder.pid} (another bench.py); "
+            "allowed: wait for it to finish, or pick another --run-id\n"
+        )
         assert not (run_dir / "cases.jsonl").exists()  # the second process ran nothing
     finally:
         holder.kill()
@@ -129,11 +150,15 @@ def test_worker_dies_with_a_killed_runner_and_its_temp_dir_is_cleaned(tmp_path):
     make_suite(tmp_path, extra="  behaviour: sleep\n  sleep_s: 60\n")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    code = ("import sys; from pathlib import Path; from posbench.run import runner, suite as s; "
-            "su = s.resolve(s.load(sys.argv[1]), 'default'); "
-            "runner.run_suite(su, runner.RunOptions('cpu', Path(sys.argv[2]), progress=False))")
-    bench = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "t.yaml"), str(tmp_path / "res")],
-                             env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)})
+    code = (
+        "import sys; from pathlib import Path; from posbench.run import runner, suite as s; "
+        "su = s.resolve(s.load(sys.argv[1]), 'default'); "
+        "runner.run_suite(su, runner.RunOptions('cpu', Path(sys.argv[2]), progress=False))"
+    )
+    bench = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path / "t.yaml"), str(tmp_path / "res")],
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)},
+    )
     try:
         deadline = time.time() + 60
         workers = []
@@ -212,14 +237,15 @@ def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, ca
     assert cli.main(run_args(tmp_path)) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     run_dir = tmp_path / "res" / "t" / "r"
-    assert err == (f"RowNotSaved: cannot write {run_dir}/cases.jsonl: No space left on device; case rotary/n=1 "
-                   "finished but its row is not saved: fix the folder, then re-run the same command "
-                   "(it resumes and runs that case again)\n")
+    assert err == (
+        f"RowNotSaved: cannot write {run_dir}/cases.jsonl: No space left on device; case rotary/n=1 "
+        "finished but its row is not saved: fix the folder, then re-run the same command "
+        "(it resumes and runs that case again)\n"
+    )
     assert calls == ["sinusoidal/n=1"] + ["rotary/n=1"] * 3  # retried, and the run stopped there
     monkeypatch.setattr(writing, "append_row", real)
     assert cli.main(run_args(tmp_path)) == 0
-    assert [r["case_id"] for r in read_usable_rows(run_dir / "cases.jsonl")] == [
-        "sinusoidal/n=1", "rotary/n=1", "alibi/n=1"]
+    assert [r["case_id"] for r in read_usable_rows(run_dir / "cases.jsonl")] == ["sinusoidal/n=1", "rotary/n=1", "alibi/n=1"]
 
 
 def test_a_row_write_that_fails_once_is_retried(tmp_path, monkeypatch):
@@ -244,13 +270,24 @@ def test_corrupt_rows_are_skipped_and_reported_with_file_and_line(tmp_path, caps
     assert cli.main(run_args(tmp_path, "--methods", "sinusoidal")) == 0
     path = run_dir / "cases.jsonl"
     good = path.read_bytes()
-    path.write_bytes(good + b"{}\n[1, 2]\n" + b'{"case_id": null, "status": "ok"}\n' + b"\xff\xfe{}\n"
-                     + b"not json\n" + b'{"case_id": "x", "sta')  # the last one torn: silently ignored
+    path.write_bytes(
+        good
+        + b"{}\n[1, 2]\n"
+        + b'{"case_id": null, "status": "ok"}\n'
+        + b"\xff\xfe{}\n"
+        + b"not json\n"
+        + b'{"case_id": "x", "sta'
+    )  # the last one torn: silently ignored
     problems = []
     rows = read_usable_rows(path, problems)
     assert [r["case_id"] for r in rows] == ["sinusoidal/n=1"]
-    expected = {2: "row has no 'case_id'", 3: "expected a JSON object per line, got list",
-                4: "case_id: expected a string, got NoneType", 5: "not UTF-8 text", 6: "not JSON (Expecting value)"}
+    expected = {
+        2: "row has no 'case_id'",
+        3: "expected a JSON object per line, got list",
+        4: "case_id: expected a string, got NoneType",
+        5: "not UTF-8 text",
+        6: "not JSON (Expecting value)",
+    }
     assert len(problems) == len(expected)
     for problem, (n, what) in zip(problems, expected.items()):
         assert problem.startswith(f"{path}:{n}: {what}") and problem.endswith("; line skipped"), problem
@@ -264,8 +301,8 @@ def test_corrupt_rows_are_skipped_and_reported_with_file_and_line(tmp_path, caps
 
 @pytest.mark.subprocess
 def test_memory_limit_too_small_is_oom_and_names_the_limit(tmp_path):
-    from posbench.core.registry import RegistryError
     from posbench.core.outcome import classify, failure
+    from posbench.core.registry import RegistryError
 
     try:
         try:
@@ -274,11 +311,15 @@ def test_memory_limit_too_small_is_oom_and_names_the_limit(tmp_path):
             raise RegistryError("error importing method file methods/rotary.py: MemoryError")
     except RegistryError as exc:
         assert classify(exc) == "oom"
-        assert failure(exc, 150)["message"] == ("out of memory under memory_limit_mb 150 (MemoryError); "
-                                                "allowed: a larger memory_limit_mb, or none")
-    path = write_suite(tmp_path, efficiency_suite("  memory_limit_mb: 150\n  warmup_steps: 0\n  measure_steps: 1\n"
-                                            "  windows: 1\n", grid="[16]").replace("[sinusoidal, alibi]",
-                                                                                   "[sinusoidal]"))
+        assert failure(exc, 150)["message"] == (
+            "out of memory under memory_limit_mb 150 (MemoryError); allowed: a larger memory_limit_mb, or none"
+        )
+    path = write_suite(
+        tmp_path,
+        efficiency_suite("  memory_limit_mb: 150\n  warmup_steps: 0\n  measure_steps: 1\n  windows: 1\n", grid="[16]").replace(
+            "[sinusoidal, alibi]", "[sinusoidal]"
+        ),
+    )
     suite = suitemod.resolve(suitemod.load(path), "default")
     (row,) = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False)).rows
     assert row["status"] == "oom"
@@ -301,4 +342,3 @@ def test_no_traceback_for_bad_input_and_debug_shows_one(tmp_path, capsys):
     assert cli.main(args + ["--debug"]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and err.splitlines()[-1].startswith("WriteError: cannot create")
-

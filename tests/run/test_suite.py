@@ -1,4 +1,5 @@
 """Suite validation: every mistake is one line naming the file, the line, the key and what is allowed."""
+
 import textwrap
 
 import jsonschema  # a dev dependency (pyproject.toml)
@@ -7,7 +8,6 @@ import pytest
 from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
 from tests.helpers.suites import VALID
-
 
 
 def write(tmp_path, text, name="t.yaml"):
@@ -148,7 +148,6 @@ def test_unprintable_character_is_a_yaml_error_not_a_traceback(tmp_path):
 # -- the exported JSON Schema says what validation says --------------------------------------------
 
 
-
 @pytest.fixture(scope="module")
 def suite_schema():
     schema = suitemod.schema()
@@ -174,12 +173,15 @@ def test_every_shipped_suite_follows_the_schema(suite_schema):
         assert _schema_errors(suite_schema, _yaml(path)) == [], path
 
 
-@pytest.mark.parametrize("where, key", [
-    ("settings", "tokens_per_stp"),             # misspelt suite setting
-    ("profile settings", "tokens_per_stp"),     # misspelt in a profile's overrides
-    ("grid", "seq_lne"),                        # misspelt grid axis
-    ("profile grid", "seq_lne"),
-])
+@pytest.mark.parametrize(
+    "where, key",
+    [
+        ("settings", "tokens_per_stp"),  # misspelt suite setting
+        ("profile settings", "tokens_per_stp"),  # misspelt in a profile's overrides
+        ("grid", "seq_lne"),  # misspelt grid axis
+        ("profile grid", "seq_lne"),
+    ],
+)
 @pytest.mark.subprocess
 def test_schema_and_validate_both_reject_a_misspelt_key(suite_schema, tmp_path, capsys, where, key):
     from posbench.cli import app as cli
@@ -217,5 +219,4 @@ def test_schema_checks_setting_and_grid_values_per_task(suite_schema):
     schema = suitemod.schema()
     assert schema["$defs"]["precision.Grid"]["properties"]["study"]["items"]["enum"] == ["bias_counts", "bias_dtype_ppl"]
     # nested models of a task (its corpus settings) are hoisted and their references still resolve
-    assert schema["$defs"]["precision.SuiteSettings"]["properties"]["corpus"]["$ref"] == \
-        "#/$defs/precision.CorpusSettings"
+    assert schema["$defs"]["precision.SuiteSettings"]["properties"]["corpus"]["$ref"] == "#/$defs/precision.CorpusSettings"

@@ -3,6 +3,7 @@ YAML resource exhaustion (alias bombs, huge files), YAML that used to escape as 
 values no run can use (non-finite floats, seeds beyond 64 bits, duplicates, options the method's
 constructor does not take) and names that are not plain folder names.
 """
+
 import json
 import os
 import subprocess
@@ -70,12 +71,15 @@ def test_line_lookup_walks_the_tree():
     assert lines.line(("a", "missing")) == 1 and lines.line(("d",)) == 5 and lines.line(()) == 1
 
 
-@pytest.mark.parametrize("text, expect", [
-    ("x: {? [1, 2] : 3}\n", "<yaml>: a list used as a mapping key; allowed: plain keys"),
-    ("x: {? {a: 1} : 3}\n", "<yaml>: a mapping used as a mapping key"),
-    ("x: 1" + "0" * 5000 + "\n", "<yaml>: an integer of 5001 digits; allowed: integers of at most 30 digits"),
-    ("x: " + "[" * 2000 + "]" * 2000 + "\n", "<yaml>: nesting too deep"),
-])
+@pytest.mark.parametrize(
+    "text, expect",
+    [
+        ("x: {? [1, 2] : 3}\n", "<yaml>: a list used as a mapping key; allowed: plain keys"),
+        ("x: {? {a: 1} : 3}\n", "<yaml>: a mapping used as a mapping key"),
+        ("x: 1" + "0" * 5000 + "\n", "<yaml>: an integer of 5001 digits; allowed: integers of at most 30 digits"),
+        ("x: " + "[" * 2000 + "]" * 2000 + "\n", "<yaml>: nesting too deep"),
+    ],
+)
 def test_yaml_that_used_to_escape_as_a_traceback(tmp_path, text, expect):
     msg = load_error(tmp_path, VALID + text)
     assert f"t.yaml:{VALID.count(chr(10)) + 1}: " in msg or "nesting" in expect
@@ -83,8 +87,9 @@ def test_yaml_that_used_to_escape_as_a_traceback(tmp_path, text, expect):
 
 
 def test_merge_keys_are_supported(tmp_path):
-    text = VALID.replace("profiles:\n  cpu:\n", "profiles:\n  cpu: &base\n") + \
-        "  other:\n    <<: *base\n    description: merged\n"
+    text = (
+        VALID.replace("profiles:\n  cpu:\n", "profiles:\n  cpu: &base\n") + "  other:\n    <<: *base\n    description: merged\n"
+    )
     loaded = suitemod.load(write_suite(tmp_path, text))
     other = suitemod.resolve(loaded, "other")
     assert other.settings.behaviour == "sleep" and other.grid == {"n": [3]}
@@ -92,8 +97,12 @@ def test_merge_keys_are_supported(tmp_path):
 
 
 def test_merged_key_error_points_at_the_anchor(tmp_path):
-    text = VALID.replace("      behaviour: sleep", "      behaviour: dance") \
-        .replace("profiles:\n  cpu:\n", "profiles:\n  cpu: &base\n") + "  other:\n    <<: *base\n"
+    text = (
+        VALID.replace("      behaviour: sleep", "      behaviour: dance").replace(
+            "profiles:\n  cpu:\n", "profiles:\n  cpu: &base\n"
+        )
+        + "  other:\n    <<: *base\n"
+    )
     msg = load_error(tmp_path, text)
     assert ":15: profiles.cpu.settings.behaviour:" in msg
 
@@ -131,8 +140,11 @@ def test_duplicate_grid_values(tmp_path):
 
 
 def test_duplicate_kernel_variants(tmp_path):
-    text = (REPO / "suites" / "kernels.yaml").read_text().replace(
-        "methods: [alibi_triton, t5_triton,", "methods: [alibi_triton, t5_triton, alibi_triton,")
+    text = (
+        (REPO / "suites" / "kernels.yaml")
+        .read_text()
+        .replace("methods: [alibi_triton, t5_triton,", "methods: [alibi_triton, t5_triton, alibi_triton,")
+    )
     msg = load_error(tmp_path, text)
     assert "methods[2]: 'alibi_triton' is listed twice; allowed: each method once" in msg
 
@@ -147,27 +159,31 @@ def test_tokens_per_step_shorter_than_seq_len(tmp_path):
 
 def test_method_options_for_a_method_not_in_the_suite(tmp_path):
     msg = load_error(tmp_path, efficiency_suite("  method_options:\n    rotary: {base: 100}\n"))
-    assert ":12: settings.method_options.rotary: options for 'rotary', which is not in methods; " \
-           "allowed: sinusoidal, alibi" in msg
+    assert ":12: settings.method_options.rotary: options for 'rotary', which is not in methods; allowed: sinusoidal, alibi" in msg
 
 
 def test_method_options_not_in_the_constructor_signature(tmp_path):
-    from posbench.core import discovery
     import inspect
+
+    from posbench.core import discovery
 
     taken = [p for p in inspect.signature(discovery.get("alibi").__init__).parameters if p not in ("self", "cfg")]
     msg = load_error(tmp_path, efficiency_suite("  method_options:\n    alibi: {slopes_base: 3}\n"))
-    assert ":12: settings.method_options.alibi.slopes_base: alibi takes no option 'slopes_base'; " \
-           f"allowed: {', '.join(taken)}" in msg
+    assert (
+        f":12: settings.method_options.alibi.slopes_base: alibi takes no option 'slopes_base'; allowed: {', '.join(taken)}" in msg
+    )
     ok = efficiency_suite("  method_options:\n    alibi: {" + taken[0] + ": compute}\n")
     suitemod.load(write_suite(tmp_path, ok))  # an option the constructor takes passes
 
 
-@pytest.mark.parametrize("override, problem", [
-    ("{n_heads: 0}", "n_heads must be a positive integer"),
-    ("{n_heads: 5}", "must be divisible by n_heads (5)"),
-    ("{dropout: 1}", "dropout must be in [0, 1)"),
-])
+@pytest.mark.parametrize(
+    "override, problem",
+    [
+        ("{n_heads: 0}", "n_heads must be a positive integer"),
+        ("{n_heads: 5}", "must be divisible by n_heads (5)"),
+        ("{dropout: 1}", "dropout must be in [0, 1)"),
+    ],
+)
 def test_model_overrides_out_of_range(tmp_path, override, problem):
     msg = load_error(tmp_path, efficiency_suite(f"  model_overrides: {override}\n"))
     assert ":11: settings.model_overrides: " in msg and problem in msg
@@ -179,8 +195,11 @@ def test_duplicate_keys_in_a_set_mapping():
     with pytest.raises(SuiteError, match=r"^--set seed: seed: set twice"):
         suitemod.parse_set(["seed=1", "seed=2"])
     with pytest.raises(SuiteError, match="aliases expand to more than"):
-        bomb = "[" + ", ".join(["&a0 [1,1,1,1,1,1,1,1,1,1]"] + [f"&a{i} [" + ",".join([f"*a{i-1}"] * 10) + "]"
-                                                                for i in range(1, 7)]) + "]"
+        bomb = (
+            "["
+            + ", ".join(["&a0 [1,1,1,1,1,1,1,1,1,1]"] + [f"&a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 7)])
+            + "]"
+        )
         suitemod.parse_set([f"x={bomb}"])
 
 
@@ -205,11 +224,15 @@ def test_run_id_must_be_a_plain_folder_name(tmp_path, run_id, capsys):
 @pytest.mark.subprocess
 def test_bench_py_process_exit_code_and_one_line(tmp_path):
     bad = write_suite(tmp_path, VALID + "x: &a [*a]\n")
-    proc = subprocess.run([sys.executable, str(REPO / "bench.py"), "validate", str(bad)], capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench.py"), "validate", str(bad)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "an alias refers to a node that contains it" in proc.stderr
-
 
 
 def test_constructor_options_read_from_source_match_the_signature():
@@ -219,6 +242,7 @@ def test_constructor_options_read_from_source_match_the_signature():
 
     for name in discovery.names():
         params = inspect.signature(discovery.get(name).__init__).parameters
-        expected = None if any(p.kind is p.VAR_KEYWORD for p in params.values()) else \
-            [p for p in params if p not in ("self", "cfg")]
+        expected = (
+            None if any(p.kind is p.VAR_KEYWORD for p in params.values()) else [p for p in params if p not in ("self", "cfg")]
+        )
         assert suitemod.constructor_options(name) == expected, name

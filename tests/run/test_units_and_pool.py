@@ -1,19 +1,20 @@
 """The unit of distribution (a timed task's grid point with every method, else a case), shards
 of whole units, and the local pool: a unit per slot (its own GPUs, from a fake device list here),
 never two units on one device at once, ``--parallel`` refused for timed tasks."""
+
 import threading
 import time
 
 import pytest
 
-from posbench.cli import app as cli
 from posbench import tasks
+from posbench.cli import app as cli
 from posbench.run import pool, runner, units
 from posbench.run import suite as suitemod
-from tests.helpers.suites import make_suite
 from posbench.run.launch import run_worker
 from posbench.run.schedule import plan_rounds, schedule
 from posbench.store.run_rows import read_rows
+from tests.helpers.suites import make_suite
 
 METHODS = ["sinusoidal", "rotary", "alibi"]
 
@@ -61,16 +62,18 @@ def test_shards_of_the_efficiency_suite_keep_each_grid_point_whole(n):
 
 def test_shards_of_a_training_task_split_cases(tmp_path, untimed):
     suite = _suite(tmp_path, grid="[1]")
-    shards = [[c.id for c, _r in plan_rounds(suite, "cpu", None, False, None, [], "r", (i, 2))[0]]
-              for i in (0, 1)]
+    shards = [[c.id for c, _r in plan_rounds(suite, "cpu", None, False, None, [], "r", (i, 2))[0]] for i in (0, 1)]
     assert shards == [["sinusoidal/n=1", "alibi/n=1"], ["rotary/n=1"]]
 
 
 def test_gpu_lists_and_cpu_slots_are_checked_in_one_line():
     assert pool.parse_gpus("all", ["0", "1"]) == ["0", "1"]
     assert pool.parse_gpus(" 1,0 ", ["0", "1"]) == ["1", "0"]
-    for text, words in [("0,0", "GPU 0 is listed twice"), ("0,5", "no GPU 5 here; allowed: 0, 1"),
-                        ("0,,1", "expected comma-separated device ids")]:
+    for text, words in [
+        ("0,0", "GPU 0 is listed twice"),
+        ("0,5", "no GPU 5 here; allowed: 0, 1"),
+        ("0,,1", "expected comma-separated device ids"),
+    ]:
         with pytest.raises(pool.PoolError, match=words):
             pool.parse_gpus(text, ["0", "1"])
     with pytest.raises(pool.PoolError, match="--gpus all: no GPU is visible here"):
@@ -121,8 +124,9 @@ def test_an_error_in_a_slot_stops_the_pool_and_is_raised(tmp_path):
         stopped.wait(5)
 
     with pytest.raises(RuntimeError, match="slot broke"):
-        pool.run_units(units.split(schedule(suite.cases("cpu")), True), pool.gpu_slots(["0", "1"], 1),
-                       run_unit, lambda *what: None)
+        pool.run_units(
+            units.split(schedule(suite.cases("cpu")), True), pool.gpu_slots(["0", "1"], 1), run_unit, lambda *what: None
+        )
     assert "n=3" not in started
 
 
@@ -158,16 +162,17 @@ def test_a_pooled_run_gives_every_worker_its_units_gpu_and_records_it(tmp_path, 
 @pytest.mark.subprocess
 def test_parallel_runs_untimed_cases_side_by_side_and_a_timed_task_refuses_it(tmp_path, capsys, untimed, patch_task):
     path = make_suite(tmp_path, ["sinusoidal", "rotary"], behaviour="sleep", sleep_s=0.3, threads=1)
-    code = cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--parallel", "2", "--quiet",
-                     "--device", "cpu"])
+    code = cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--parallel", "2", "--quiet", "--device", "cpu"])
     assert code == 0, capsys.readouterr().err
     rows = read_rows(next((tmp_path / "res" / "t").iterdir()) / "cases.jsonl")
     assert {r["info"]["pool_slot"] for r in rows} == {"0", "1"} and len(rows) == 2
     assert len({r["metrics"]["pid"] for r in rows}) == 2
     patch_task("_testing", TIMED=True)
     capsys.readouterr()
-    assert cli.main(["--suite", str(path), "--results", str(tmp_path / "res2"), "--parallel", "2",
-                     "--device", "cpu"]) == cli.EXIT_USAGE
+    assert (
+        cli.main(["--suite", str(path), "--results", str(tmp_path / "res2"), "--parallel", "2", "--device", "cpu"])
+        == cli.EXIT_USAGE
+    )
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "PoolError: --parallel 2: task '_testing' times its methods" in err
     assert not (tmp_path / "res2").exists()  # refused before anything is written
@@ -177,8 +182,15 @@ def test_parallel_runs_untimed_cases_side_by_side_and_a_timed_task_refuses_it(tm
 def test_ctrl_c_in_a_pooled_run_kills_every_running_worker_and_keeps_saved_rows(tmp_path):
     from posbench.run import launch
 
-    path = make_suite(tmp_path, ["sinusoidal", "alibi"], grid="[1, 2]", threads=1, behaviour="sleep", sleep_s=60,
-                      by_method={"sinusoidal/n=1": "ok"})
+    path = make_suite(
+        tmp_path,
+        ["sinusoidal", "alibi"],
+        grid="[1, 2]",
+        threads=1,
+        behaviour="sleep",
+        sleep_s=60,
+        by_method={"sinusoidal/n=1": "ok"},
+    )
 
     def interrupt(row, i, n):
         raise KeyboardInterrupt  # as Ctrl-C in the thread that saves rows
@@ -186,8 +198,7 @@ def test_ctrl_c_in_a_pooled_run_kills_every_running_worker_and_keeps_saved_rows(
     suite = suitemod.resolve(suitemod.load(path), "default")
     t0 = time.monotonic()
     with pytest.raises(runner.Interrupted) as info:
-        runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False, gpus=("0", "1"),
-                                                  on_row=interrupt))
+        runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False, gpus=("0", "1"), on_row=interrupt))
     assert time.monotonic() - t0 < 50  # the 60 s sleepers were killed, not waited for
     assert not launch._RUNNING  # no worker left running
     rows = read_rows(info.value.run_dir / "cases.jsonl")
@@ -200,8 +211,16 @@ def test_a_unit_whose_cases_all_have_ok_rows_is_done_while_its_process_exits():
     from posbench.core.case import CaseSpec
     from posbench.run.sweep_state import JobState, unit_status
 
-    spec = {"suite": "t", "task": "efficiency", "method": "alibi", "params": {"seq_len": 8}, "settings": {},
-            "device": "cpu", "run_id": "r", "profile": "cpu"}
+    spec = {
+        "suite": "t",
+        "task": "efficiency",
+        "method": "alibi",
+        "params": {"seq_len": 8},
+        "settings": {},
+        "device": "cpu",
+        "run_id": "r",
+        "profile": "cpu",
+    }
     unit = {"todo": [[spec, 1]], "submitted_at": "2026-11-24T00:00:00"}
     case_id = CaseSpec.from_json(spec).id
     ok = {(case_id, 1): {"status": "ok", "started_at": "2026-11-24T00:00:01"}}
@@ -222,8 +241,16 @@ def test_a_row_belongs_to_a_submission_by_its_token_not_by_the_clock():
     from posbench.run.sweep_state import JobState, unit_status
     from posbench.store.launched_sweep import missing, of_submission
 
-    spec = {"suite": "t", "task": "efficiency", "method": "alibi", "params": {"seq_len": 8}, "settings": {},
-            "device": "cpu", "run_id": "r", "profile": "cpu"}
+    spec = {
+        "suite": "t",
+        "task": "efficiency",
+        "method": "alibi",
+        "params": {"seq_len": 8},
+        "settings": {},
+        "device": "cpu",
+        "run_id": "r",
+        "profile": "cpu",
+    }
     key = (CaseSpec.from_json(spec).id, 1)
     unit = {"todo": [[spec, 1]], "submitted_at": "2026-11-24T00:00:05+00:00", "submission": "new"}
     old = {"status": "error", "started_at": "2026-11-24T00:00:05+00:00", "info": {"submission": "old"}}

@@ -1,11 +1,12 @@
 """Every user-facing error is a ``PosbenchError``: the CLI prints its one line and exits 2."""
+
 import re
 from pathlib import Path
 
 import pytest
 
-from posbench.cli import app as cli
 from posbench import tasks
+from posbench.cli import app as cli
 from posbench.core.outcome import PosbenchError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -16,9 +17,9 @@ def test_user_facing_errors_share_the_base_and_keep_their_old_one():
     from posbench.core.files import WriteError
     from posbench.core.registry import RegistryError
     from posbench.data.corpus import DataError
+    from posbench.run.suite import SuiteError
     from posbench.store.bounds import RowsError
     from posbench.store.writing import RowNotSaved, RunLocked
-    from posbench.run.suite import SuiteError
 
     for kind in (SuiteError, RegistryError, DataError, RowsError, WriteError, RowNotSaved, RunLocked):
         assert issubclass(kind, PosbenchError), kind
@@ -45,13 +46,13 @@ def test_any_posbench_error_is_one_line_and_exit_2(monkeypatch, capsys):
 @pytest.mark.subprocess
 def test_data_flag_names_the_tasks_whose_settings_read_a_corpus(tmp_path, capsys):
     path = tmp_path / "t.yaml"
-    path.write_text("name: t\ndescription: d\nversion: 1\ntask: _testing\nmethods: [sinusoidal]\n"
-                    "grid:\n  n: [1]\n")
+    path.write_text("name: t\ndescription: d\nversion: 1\ntask: _testing\nmethods: [sinusoidal]\ngrid:\n  n: [1]\n")
     assert cli.main(["--suite", str(path), "--data", str(tmp_path), "--dry-run"]) == cli.EXIT_USAGE
     readers = [n for n in tasks.names() if "corpus" in tasks.get(n).Settings.model_fields]
     assert {"extrapolation", "precision"} <= set(readers)
-    assert capsys.readouterr().err == (f"SuiteError: --data: suite 't' (task _testing) reads no corpus; "
-                                       f"allowed with: {', '.join(readers)}\n")
+    assert capsys.readouterr().err == (
+        f"SuiteError: --data: suite 't' (task _testing) reads no corpus; allowed with: {', '.join(readers)}\n"
+    )
 
 
 @pytest.mark.parametrize("folder", ["posbench/run", "posbench/cli"])
@@ -68,8 +69,9 @@ def test_help_examples_name_a_shipped_suite_they_run_on(capsys):
 
     name = cli.example_suite()
     assert name in suitemod.names()
-    resolved = suitemod.resolve(suitemod.load(name), "cpu", suitemod.parse_set(
-        ["warmup_steps=5", "grid.seq_len=[128, 256]"]))  # the example's --set, as written
+    resolved = suitemod.resolve(
+        suitemod.load(name), "cpu", suitemod.parse_set(["warmup_steps=5", "grid.seq_len=[128, 256]"])
+    )  # the example's --set, as written
     assert resolved.grid["seq_len"] == [128, 256]
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])

@@ -6,6 +6,7 @@ suites beside it run through ``bench.py run`` (rounds with a failing case, paire
 through ``--launcher local``) and efficiency rows from ``tests.helpers.report_rows``.
 ``fixtures/old_runs_expected.json`` holds what that commit's code read from them.
 """
+
 import contextlib
 import io
 import json

@@ -1,5 +1,6 @@
 """``posbench.store.row``: the typed row reads today's rows and writes them back unchanged, and
 ``make_row`` (the one place rows are built) writes the keys and values the runner always wrote."""
+
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,18 +39,35 @@ def test_spread_rounds_and_windows_are_fields_of_a_merged_row():
     assert alibi.spread("train_wps") == Spread(lo=90.0, hi=92.0, std=0.5)
     assert alibi.spread("eval_wps") is None
     assert alibi.by_round("train_wps") == [91.0, 92.0]
-    assert alibi.by_window("train_wps") == [{"group": "g1", "values": [90.0, 91.0, 92.0]},
-                                            {"group": "g2", "values": [90.0, 91.0, 92.0]}]
+    assert alibi.by_window("train_wps") == [
+        {"group": "g1", "values": [90.0, 91.0, 92.0]},
+        {"group": "g2", "values": [90.0, 91.0, 92.0]},
+    ]
     assert alibi.windows("train_wps") == [90.0, 91.0, 92.0]
     assert alibi.n_rounds == 2
 
 
 def test_make_row_writes_every_key_in_order():
-    case = CaseSpec(suite="t", task="_testing", method="alibi", device="cpu", profile="default", run_id="r",
-                    params={"n": 1}, settings={"timeout_s": 30.0})
+    case = CaseSpec(
+        suite="t",
+        task="_testing",
+        method="alibi",
+        device="cpu",
+        profile="default",
+        run_id="r",
+        params={"n": 1},
+        settings={"timeout_s": 30.0},
+    )
     started = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-    row = make_row(case, {"status": "ok", "metrics": {"value": 1.0, "bad": float("nan")}, "series": {"s": [1]},
-                          "info": {"a": "1"}}, started, 1.23456, "abc", 2, {"unit": "n=1"})
+    row = make_row(
+        case,
+        {"status": "ok", "metrics": {"value": 1.0, "bad": float("nan")}, "series": {"s": [1]}, "info": {"a": "1"}},
+        started,
+        1.23456,
+        "abc",
+        2,
+        {"unit": "n=1"},
+    )
     assert tuple(row) == ROW_KEYS
     assert row["case_id"] == case.id and row["metrics"] == {"value": 1.0, "bad": None}
     assert row["info"] == {"a": "1", "unit": "n=1"} and row["started_at"] == "2026-01-02T03:04:05+00:00"

@@ -3,17 +3,18 @@
 A torn tail longer than any fixed window, a complete row that lost only its newline, and a writer
 killed at random moments while rows are appended and torn tails are left behind: every complete
 row survives the next append."""
+
 import inspect
 import json
 import os
 import random
-
-import pytest
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from posbench.store.run_rows import read_usable_rows
 from posbench.store.writing import _repair_tail, append_row
@@ -22,10 +23,28 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def row(i: int, message: str = "") -> dict:
-    return {"case_id": f"m/n={i}", "suite": "s", "task": "_testing", "method": "m", "params": {"n": i},
-            "status": "ok", "message": message, "metrics": {}, "series": {}, "info": {}, "settings": {},
-            "device": "cpu", "profile": "p", "run_id": "r", "started_at": "2026-01-01T00:00:00+00:00",
-            "duration_s": 0.1, "posbench_version": "0", "git_commit": "x", "traceback": "", "round": 1}
+    return {
+        "case_id": f"m/n={i}",
+        "suite": "s",
+        "task": "_testing",
+        "method": "m",
+        "params": {"n": i},
+        "status": "ok",
+        "message": message,
+        "metrics": {},
+        "series": {},
+        "info": {},
+        "settings": {},
+        "device": "cpu",
+        "profile": "p",
+        "run_id": "r",
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "duration_s": 0.1,
+        "posbench_version": "0",
+        "git_commit": "x",
+        "traceback": "",
+        "round": 1,
+    }
 
 
 def line(i: int, message: str = "") -> bytes:
@@ -94,8 +113,13 @@ def test_killing_a_writer_at_random_moments_never_loses_a_complete_row(tmp_path)
     next_id, deadline, rounds = 0, time.monotonic() + 4.0, 0
     while time.monotonic() < deadline or rounds < 3:
         rounds += 1
-        proc = subprocess.Popen([sys.executable, "-c", WRITER.format(row=inspect.getsource(row)), str(path), str(next_id), "70000"], cwd=REPO, env=env,
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER.format(row=inspect.getsource(row)), str(path), str(next_id), "70000"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(rng.uniform(0.3, 0.9))
         proc.send_signal(signal.SIGKILL)
         out, _ = proc.communicate()
@@ -114,7 +138,7 @@ def test_killing_a_writer_at_random_moments_never_loses_a_complete_row(tmp_path)
             confirmed.append(next_id)
         else:  # torn mid-write
             with open(path, "ab") as fh:
-                fh.write(tail[:rng.randrange(1, len(tail) - 1)])
+                fh.write(tail[: rng.randrange(1, len(tail) - 1)])
         next_id += 1
     append_row(path, row(next_id))
     confirmed.append(next_id)

@@ -1,20 +1,21 @@
 """The one rows reader merges a launched sweep's per-task rows files (``rows/<unit>.jsonl``)
 with ``cases.jsonl``: report, compare and resume see one run, the latest row of a case winning
 whichever file holds it."""
+
 import json
 import os
 
 import pytest
 
 from posbench.report import rows as rowsmod
-from posbench.store.bounds import RowsError
 from posbench.run import suite as suitemod
-from tests.helpers.report_rows import efficiency_rows, write_run
-from tests.helpers.suites import make_suite
 from posbench.run.schedule import plan_rounds
+from posbench.store.bounds import RowsError
 from posbench.store.row import make_row
 from posbench.store.run_rows import read_run_rows, rows_files
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import efficiency_rows, write_run
+from tests.helpers.suites import make_suite
 
 
 def _write(path, rows):
@@ -30,8 +31,12 @@ def test_report_reads_cases_jsonl_and_every_task_rows_file_as_one_run(tmp_path):
     late = dict(rows[0], metrics={**rows[0]["metrics"], "train_wps": 1.0}, started_at="2024-06-02T00:00:00+00:00")
     _write(run_dir / "rows" / "zz-retry.jsonl", [late])  # a retried case in a later task file
     (run_dir / "rows" / "notes.txt").write_text("not rows")  # only *.jsonl files are rows
-    assert [p.name for p in rows_files(run_dir)] == ["cases.jsonl", "seq_len-256-x.jsonl",
-                                                             "seq_len-512-y.jsonl", "zz-retry.jsonl"]
+    assert [p.name for p in rows_files(run_dir)] == [
+        "cases.jsonl",
+        "seq_len-256-x.jsonl",
+        "seq_len-512-y.jsonl",
+        "zz-retry.jsonl",
+    ]
     runs = rowsmod.load_runs(tmp_path, find_task=find_task)
     assert len(runs.rows) == len(rows) and set(runs.rows["source"]) == {str(run_dir)}
     first = runs.rows[runs.rows["case_id"] == rows[0]["case_id"]].iloc[0]
@@ -61,8 +66,9 @@ def test_resume_skips_cases_whose_rows_are_in_task_files(tmp_path):
     suite = suitemod.resolve(suitemod.load(make_suite(tmp_path, ["sinusoidal", "alibi"], grid="[1, 2]")), "default")
     run_dir = tmp_path / "res" / "t" / "r"
     cases = {c.id: c for c in suite.cases("cpu", "r")}
-    done = make_row(cases["alibi/n=2"], {"status": "ok", "metrics": {"value": 2000}},
-                           __import__("datetime").datetime.now(), 0.1, "abc")
+    done = make_row(
+        cases["alibi/n=2"], {"status": "ok", "metrics": {"value": 2000}}, __import__("datetime").datetime.now(), 0.1, "abc"
+    )
     _write(run_dir / "rows" / "n-2-abcd.jsonl", [done])
     (run_dir / "cases.jsonl").touch()
     todo, finished = plan_rounds(suite, "cpu", run_dir, False, None, [], "r")

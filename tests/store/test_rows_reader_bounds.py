@@ -1,6 +1,7 @@
 """The one row reader stays bounded whatever a run folder holds: only regular files are read (never
 opened in a way that blocks), lines and nesting are bounded, and no row makes a reader allocate a
 slot per claimed round or window (issue 26)."""
+
 import json
 import os
 import signal
@@ -8,21 +9,20 @@ from contextlib import contextmanager
 
 import pytest
 
-from posbench.store import bounds as stored
 from posbench.report.build import build_report
 from posbench.report.rows import find_run_dirs, load_runs
-from posbench.store.bounds import RowsError
-from posbench.store.meta import read_run_meta
+from posbench.store import bounds as stored
+from posbench.store.bounds import MAX_LINE, MAX_ROUNDS, MAX_WINDOWS, RowsError
+from posbench.store.meta import read_env, read_run_meta
 from posbench.store.run_rows import case_rows, read_rows
-from tests.helpers.report_rows import base_row, efficiency_rows, write_run
-from posbench.store.bounds import MAX_LINE, MAX_ROUNDS, MAX_WINDOWS
-from posbench.store.meta import read_env
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import base_row, efficiency_rows, write_run
 
 
 @contextmanager
 def within(seconds: int):
     """Fail (instead of hanging the suite) when the block takes longer than ``seconds``."""
+
     def expired(*_):
         raise TimeoutError(f"took longer than {seconds}s: the reader blocked")
 
@@ -109,8 +109,10 @@ def test_json_nested_100000_deep_is_a_skipped_line_never_a_recursion_error(tmp_p
 @pytest.mark.parametrize("name", ["run.json", "env.json"])
 def test_deep_or_huge_json_in_run_and_env_files_is_one_line(tmp_path, name):
     run_dir = write_run(tmp_path, efficiency_rows())
-    for text, what in (("[" * 100_000 + "]" * 100_000, "nested deeper than 64 levels"),
-                       ('{"x": ' + "9" * 400 + "}", "an integer of 400 digits")):
+    for text, what in (
+        ("[" * 100_000 + "]" * 100_000, "nested deeper than 64 levels"),
+        ('{"x": ' + "9" * 400 + "}", "an integer of 400 digits"),
+    ):
         (run_dir / name).write_text(text)
         with pytest.raises(RowsError) as err:
             load_runs(run_dir, find_task=find_task)
@@ -118,14 +120,16 @@ def test_deep_or_huge_json_in_run_and_env_files_is_one_line(tmp_path, name):
 
 
 def test_a_billion_rounds_make_the_row_invalid_not_a_billion_slots(tmp_path):
-    path = _lines(tmp_path / "cases.jsonl", _row("a", round=1, metrics={"train_wps": 1.0}),
-                  _row("a", round=1_000_000_000, metrics={"train_wps": 1.0}),
-                  _row("a", round=MAX_ROUNDS, metrics={"train_wps": 2.0}))
+    path = _lines(
+        tmp_path / "cases.jsonl",
+        _row("a", round=1, metrics={"train_wps": 1.0}),
+        _row("a", round=1_000_000_000, metrics={"train_wps": 1.0}),
+        _row("a", round=MAX_ROUNDS, metrics={"train_wps": 2.0}),
+    )
     problems = []
     rows = read_rows(path, problems)
     assert [r["round"] for r in rows] == [1, MAX_ROUNDS]
-    assert problems == [f"{path}:2: round: expected a whole number from 1 to 10000 or null, got 1000000000; "
-                        "line skipped"]
+    assert problems == [f"{path}:2: round: expected a whole number from 1 to 10000 or null, got 1000000000; line skipped"]
     merged = case_rows(rows)["a"]  # the largest allowed round: 10,000 slots, no more
     assert len(merged["series"]["train_wps_by_round"]) == 10_000 and merged["metrics"]["n_rounds"] == 2
 
@@ -139,21 +143,40 @@ def test_a_series_of_more_windows_than_the_bound_makes_the_row_invalid(tmp_path)
     assert len(problems) == 2 and all("more than 10000 values" in p for p in problems)
 
 
-@pytest.mark.parametrize("data, message", [
-    (b'{"suite": "\xff"}', "not UTF-8 text"),
-    (json.dumps({"suite": 5, "version": 1, "task": "t", "baseline": None, "methods": [], "metrics": []}).encode(),
-     "suite: expected a string, got int"),
-    (json.dumps({"suite": "s", "version": "one", "task": "t", "baseline": None, "methods": [], "metrics": []}).encode(),
-     "version: expected a whole number, got str"),
-    (json.dumps({"suite": "s", "version": 1, "task": "t", "baseline": 3, "methods": [], "metrics": []}).encode(),
-     "baseline: expected a string or null, got int"),
-    (json.dumps({"suite": "s", "version": 1, "task": "t", "baseline": None, "methods": [1], "metrics": []}).encode(),
-     "methods: expected a list of strings, got list"),
-    (json.dumps({"suite": "s", "version": 1, "task": "t", "baseline": None, "methods": [], "metrics": [],
-                 "settings": [1]}).encode(), "settings: expected an object, got list"),
-    (json.dumps({"suite": "s", "version": 1, "task": "t", "baseline": None, "methods": [], "metrics": [],
-                 "grid": {"seq_len": 5}}).encode(), "grid: expected an object of lists, got dict"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b'{"suite": "\xff"}', "not UTF-8 text"),
+        (
+            json.dumps({"suite": 5, "version": 1, "task": "t", "baseline": None, "methods": [], "metrics": []}).encode(),
+            "suite: expected a string, got int",
+        ),
+        (
+            json.dumps({"suite": "s", "version": "one", "task": "t", "baseline": None, "methods": [], "metrics": []}).encode(),
+            "version: expected a whole number, got str",
+        ),
+        (
+            json.dumps({"suite": "s", "version": 1, "task": "t", "baseline": 3, "methods": [], "metrics": []}).encode(),
+            "baseline: expected a string or null, got int",
+        ),
+        (
+            json.dumps({"suite": "s", "version": 1, "task": "t", "baseline": None, "methods": [1], "metrics": []}).encode(),
+            "methods: expected a list of strings, got list",
+        ),
+        (
+            json.dumps(
+                {"suite": "s", "version": 1, "task": "t", "baseline": None, "methods": [], "metrics": [], "settings": [1]}
+            ).encode(),
+            "settings: expected an object, got list",
+        ),
+        (
+            json.dumps(
+                {"suite": "s", "version": 1, "task": "t", "baseline": None, "methods": [], "metrics": [], "grid": {"seq_len": 5}}
+            ).encode(),
+            "grid: expected an object of lists, got dict",
+        ),
+    ],
+)
 def test_a_malformed_run_json_is_one_clean_line(tmp_path, data, message):
     (tmp_path / "run.json").write_bytes(data)
     with pytest.raises(RowsError) as err:
@@ -175,11 +198,14 @@ def test_finding_run_folders_does_not_follow_a_link_loop(tmp_path):
         assert find_run_dirs(tmp_path / "results") == [run_dir]
 
 
-@pytest.mark.parametrize("change, what", [
-    (lambda r: r.update(method="m" * 5000), "method: 5,000 characters"),
-    (lambda r: r["params"].update(seq_len=8, note="n" * 5000), "params.note: 5,000 characters"),
-    (lambda r: r["metrics"].update({"w" * 5000: 1.0}), "metrics key 'wwww"),
-])
+@pytest.mark.parametrize(
+    "change, what",
+    [
+        (lambda r: r.update(method="m" * 5000), "method: 5,000 characters"),
+        (lambda r: r["params"].update(seq_len=8, note="n" * 5000), "params.note: 5,000 characters"),
+        (lambda r: r["metrics"].update({"w" * 5000: 1.0}), "metrics key 'wwww"),
+    ],
+)
 def test_a_name_of_thousands_of_characters_makes_the_row_invalid(tmp_path, change, what):
     bad = _row("b")
     change(bad)

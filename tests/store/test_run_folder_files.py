@@ -2,6 +2,7 @@
 the commit only when posbench runs from its own checkout (a wheel inside some other git repository
 records its installed version), every file a run and its report write with the umask's mode
 (0644 under umask 022, never mkstemp's 0600), and no "CUDA not built with CUDA"."""
+
 import json
 import os
 import shutil
@@ -23,8 +24,9 @@ needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed: no rep
 
 
 def _git(folder: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@t", *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def _repo(folder: Path) -> str:
@@ -62,8 +64,11 @@ def test_posbench_run_from_its_own_checkout_records_the_commit(tmp_path):
     (top / "pyproject.toml").write_text('[project]\nname = "posbench"\nversion = "0.1.0"\n')
     commit = _repo(top)
     assert env.own_checkout(top / "posbench") == top
-    assert env.provenance(top / "posbench") == {"git_commit": commit, "git_dirty": False,
-                                                "posbench_source": f"git checkout {top}"}
+    assert env.provenance(top / "posbench") == {
+        "git_commit": commit,
+        "git_dirty": False,
+        "posbench_source": f"git checkout {top}",
+    }
     (top / "bench.py").write_text("# changed\n")
     assert env.provenance(top / "posbench")["git_dirty"] is True
     # a copy of the checkout without its .git: no commit to record
@@ -123,8 +128,22 @@ def test_every_file_a_run_and_its_report_write_follows_the_umask(tmp_path, umask
     make_suite(tmp_path, ["sinusoidal", "alibi"], grid="[1, 2]", rounds=2)
     umask(mask)
     run_dir = tmp_path / "res" / "t" / "r"
-    assert cli.main(["--suite", str(tmp_path / "t.yaml"), "--device", "cpu", "--results", str(tmp_path / "res"),
-                     "--quiet", "--run-id", "r"]) == 0
+    assert (
+        cli.main(
+            [
+                "--suite",
+                str(tmp_path / "t.yaml"),
+                "--device",
+                "cpu",
+                "--results",
+                str(tmp_path / "res"),
+                "--quiet",
+                "--run-id",
+                "r",
+            ]
+        )
+        == 0
+    )
     assert cli.main(["report", str(run_dir), "--out", str(tmp_path / "report")]) == 0
     written = _modes(run_dir)
     assert {"table.md", "table.csv", "env.json", "run.json", "cases.jsonl"} <= set(written)

@@ -1,6 +1,7 @@
 """A launched sweep's units in the store: a unit's entry in ``launcher.json`` (``unit_entry``),
 the one call a unit that settles a task that ended (``Sweep.settle``), and when the unit's lock
 has the last word on a task's state (``lock_may_tell``, ``busy_units``)."""
+
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,8 +19,9 @@ TOKEN = "ab" * 16
 
 
 def _case(n: int) -> CaseSpec:
-    return CaseSpec(suite="t", task="_testing", method="alibi", params={"n": n}, settings={}, device="cpu",
-                    profile="default", run_id="r")
+    return CaseSpec(
+        suite="t", task="_testing", method="alibi", params={"n": n}, settings={}, device="cpu", profile="default", run_id="r"
+    )
 
 
 def _row(case: CaseSpec, status: str = "ok", submission: str = TOKEN) -> dict:
@@ -30,11 +32,28 @@ def _folder(tmp_path: Path, cases=(1, 2), job_id: str = NO_PID) -> tuple[Path, d
     """A run folder with one local unit ``u`` of ``cases`` (its task long gone), no rows."""
     run_dir = tmp_path / "run"
     (run_dir / "rows").mkdir(parents=True)
-    unit = {"key": "u", "name": unit_file("u"), "run_dir": str(run_dir), "run_id": "r", "commit": "abc",
-            "methods_dirs": [], "todo": [[_case(n).to_json(), 1] for n in cases], "over": {},
-            "submitted_at": "2026-01-01T00:00:00+00:00", "submission": TOKEN, "job_id": job_id}
-    record = {"format": 1, "units": {"u": unit}, "launcher": "local", "command": [], "commit": "abc",
-              "device": "cpu", "folder": "slurm"}
+    unit = {
+        "key": "u",
+        "name": unit_file("u"),
+        "run_dir": str(run_dir),
+        "run_id": "r",
+        "commit": "abc",
+        "methods_dirs": [],
+        "todo": [[_case(n).to_json(), 1] for n in cases],
+        "over": {},
+        "submitted_at": "2026-01-01T00:00:00+00:00",
+        "submission": TOKEN,
+        "job_id": job_id,
+    }
+    record = {
+        "format": 1,
+        "units": {"u": unit},
+        "launcher": "local",
+        "command": [],
+        "commit": "abc",
+        "device": "cpu",
+        "folder": "slurm",
+    }
     write_record(run_dir, record)
     return run_dir, record
 

@@ -1,5 +1,6 @@
 """The efficiency floor (posbench/tasks/efficiency/report.py): nope runs in the cpu profiles and every
 table cell shows its ratio to nope beside its ratio to the baseline, paired the same way."""
+
 import random
 
 import pytest
@@ -9,9 +10,9 @@ from posbench.report import rows as rowsmod
 from posbench.report.sections import collect_sections
 from posbench.report.table import run_tables
 from posbench.run import suite as suitemod
+from posbench.tasks import find as find_task
 from posbench.tasks.efficiency.report import floor_tables
 from tests.helpers.report_rows import write_run
-from posbench.tasks import find as find_task
 
 # planted speeds relative to sinusoidal, the baseline
 SPEEDS = {"sinusoidal": 1.0, "alibi": 0.9, "nope": 1.05}
@@ -33,20 +34,37 @@ def _rows(methods=tuple(SPEEDS), rounds=2, windows=12, seed=5):
     rows = []
     for m in methods:
         for r, vals in enumerate(values[m], 1):
-            rows.append({"case_id": f"{m}/seq_len=1024", "suite": "efficiency", "task": "efficiency", "method": m,
-                         "params": {"seq_len": 1024}, "status": "ok", "message": "",
-                         "metrics": {"train_wps": sorted(vals)[len(vals) // 2]},
-                         "series": {"train_wps_windows": vals, "train_wps_window_t": list(range(len(vals)))},
-                         "info": {"pairing": "windows", "group": f"g{r}"},
-                         "settings": {"rounds": rounds, "pairing": "windows"}, "device": "cpu", "profile": "cpu",
-                         "run_id": "run-f", "started_at": f"2026-01-01T00:{r:02d}:00+00:00", "duration_s": 1.0,
-                         "posbench_version": "x", "git_commit": "abc", "traceback": "", "round": r})
+            rows.append(
+                {
+                    "case_id": f"{m}/seq_len=1024",
+                    "suite": "efficiency",
+                    "task": "efficiency",
+                    "method": m,
+                    "params": {"seq_len": 1024},
+                    "status": "ok",
+                    "message": "",
+                    "metrics": {"train_wps": sorted(vals)[len(vals) // 2]},
+                    "series": {"train_wps_windows": vals, "train_wps_window_t": list(range(len(vals)))},
+                    "info": {"pairing": "windows", "group": f"g{r}"},
+                    "settings": {"rounds": rounds, "pairing": "windows"},
+                    "device": "cpu",
+                    "profile": "cpu",
+                    "run_id": "run-f",
+                    "started_at": f"2026-01-01T00:{r:02d}:00+00:00",
+                    "duration_s": 1.0,
+                    "posbench_version": "x",
+                    "git_commit": "abc",
+                    "traceback": "",
+                    "round": r,
+                }
+            )
     return rows, values
 
 
 def _runs(tmp_path, rows, baseline="sinusoidal"):
-    run = write_run(tmp_path, rows, metrics=["train_wps"], baseline=baseline,
-                    methods=list(dict.fromkeys(r["method"] for r in rows)))
+    run = write_run(
+        tmp_path, rows, metrics=["train_wps"], baseline=baseline, methods=list(dict.fromkeys(r["method"] for r in rows))
+    )
     return rowsmod.load_runs(run, find_task=find_task)
 
 
@@ -64,8 +82,10 @@ def test_cells_show_the_ratio_to_nope_beside_the_ratio_to_the_baseline(tmp_path)
     to_floor, floor_interval, pairs = _paired(values, "alibi", "nope")
     assert pairs == 24 and to_floor == pytest.approx(0.9 / 1.05, abs=0.01)
     assert cell.ratio == to_base and cell.ratio_interval == base_interval  # the baseline's ratio stays
-    assert cell.text.endswith(f"(0.90x ±{bootstrap.half_width(to_base, base_interval):.2f}) "
-                              f"[{to_floor:.2f}x ±{bootstrap.half_width(to_floor, floor_interval):.2f}]")
+    assert cell.text.endswith(
+        f"(0.90x ±{bootstrap.half_width(to_base, base_interval):.2f}) "
+        f"[{to_floor:.2f}x ±{bootstrap.half_width(to_floor, floor_interval):.2f}]"
+    )
     assert table.extra["floor"] == "nope"
     assert table.extra["floor_ratios"]["alibi@1024"] == [to_floor, *floor_interval]
     assert table.cell("sinusoidal", 1024).text.endswith(f"[{1 / 1.05:.2f}x ±0.00]")

@@ -2,6 +2,7 @@
 L_target, drope removes the rotation, each rotary recipe sets its scaling and keeps it while
 fine-tuning), the unavailable reasons, bad settings as one line, a tiny case end to end (base model
 shared by the recipes, fine-tunes with a fresh optimizer) and its report tables and charts."""
+
 from __future__ import annotations
 
 import math
@@ -19,18 +20,30 @@ from posbench.tasks.extension import report as T
 from tests.helpers.cases import make_case
 
 L_TRAIN, L_TARGET = 16, 64
-TINY = {"model": "tiny", "model_overrides": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
-        "corpus": {"kind": "synthetic", "synthetic": {"vocab": 16, "order": 1, "branching": 2, "jump": 0.05},
-                   "size": 20000},
-        "steps": 4, "batch_size": 4, "warmup_steps": 1, "target_factor": 2, "finetune_steps": [0, 3],
-        "finetune_batch_size": 2, "L_valid_factors": [1, 2], "stride": 8, "eval_tokens": 300, "eval_batch_size": 8,
-        "eval_samples": 6, "n_symbols": 8, "key_len": 3, "depths": [0.0, 1.0]}
+TINY = {
+    "model": "tiny",
+    "model_overrides": {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64},
+    "corpus": {"kind": "synthetic", "synthetic": {"vocab": 16, "order": 1, "branching": 2, "jump": 0.05}, "size": 20000},
+    "steps": 4,
+    "batch_size": 4,
+    "warmup_steps": 1,
+    "target_factor": 2,
+    "finetune_steps": [0, 3],
+    "finetune_batch_size": 2,
+    "L_valid_factors": [1, 2],
+    "stride": 8,
+    "eval_tokens": 300,
+    "eval_batch_size": 8,
+    "eval_samples": 6,
+    "n_symbols": 8,
+    "key_len": 3,
+    "depths": [0.0, 1.0],
+}
 
 
 def _base(method: str, seed: int = 0) -> TransformerLM:
     torch.manual_seed(seed)
-    return TransformerLM(model_config("tiny", method, vocab_size=32, n_layers=2, d_model=32, n_heads=2,
-                                      d_ff=64)).eval()
+    return TransformerLM(model_config("tiny", method, vocab_size=32, n_layers=2, d_model=32, n_heads=2, d_ff=64)).eval()
 
 
 def _same_weights(a: TransformerLM, b: TransformerLM) -> bool:
@@ -48,7 +61,7 @@ def test_alibi_interpolation_scales_positions_by_L_train_over_L_target():
     torch.testing.assert_close(model(idx), explicit, rtol=0, atol=0)
     # the KV cache decodes at the same scaled positions as the full forward
     cache = model.new_cache()
-    steps = torch.cat([model(idx[:, :20], cache=cache)] + [model(idx[:, t:t + 1], cache=cache) for t in range(20, 24)], 1)
+    steps = torch.cat([model(idx[:, :20], cache=cache)] + [model(idx[:, t : t + 1], cache=cache) for t in range(20, 24)], 1)
     torch.testing.assert_close(steps, explicit, rtol=1e-5, atol=1e-5)
     plain = R.recipe_model(base, "extrapolate", L_TRAIN, L_TARGET, bias_dtype="compute")
     assert plain.method.bias_dtype == "compute" and torch.equal(plain.positions(0, 4, "cpu"), torch.arange(4))
@@ -98,8 +111,9 @@ def test_none_keeps_the_model():
 
 def test_unavailable_reasons():
     assert R.unavailable("rotary", "pi", "float32") is None and R.unavailable("alibi", "interpolate", "compute") is None
-    assert R.unavailable("alibi", "pi", "float32") == ("recipe pi is for rotary models; alibi's recipes: extrapolate, "
-                                                       "interpolate")
+    assert R.unavailable("alibi", "pi", "float32") == (
+        "recipe pi is for rotary models; alibi's recipes: extrapolate, interpolate"
+    )
     assert R.unavailable("rotary", "interpolate", "float32").startswith("recipe interpolate is for alibi models")
     assert "rotary adds no bias" in R.unavailable("rotary", "none", "compute")
     assert "not sinusoidal; allowed methods: rotary, alibi" in R.unavailable("sinusoidal", "none", "float32")
@@ -112,10 +126,12 @@ def test_a_recipe_that_does_not_apply_is_unavailable(tmp_path):
 
 
 def test_bad_settings_are_one_line(tmp_path):
-    for bad, match in (({"finetune_steps": [10, 40]}, "including 0 \\(the zero-shot point\\)"),
-                       ({"finetune_steps": [0, 5, 5]}, "must be distinct"),
-                       ({"target_factor": 1}, "target_factor"),
-                       ({"depths": [1.5]}, "depths must lie in \\[0, 1\\]")):
+    for bad, match in (
+        ({"finetune_steps": [10, 40]}, "including 0 \\(the zero-shot point\\)"),
+        ({"finetune_steps": [0, 5, 5]}, "must be distinct"),
+        ({"target_factor": 1}, "target_factor"),
+        ({"depths": [1.5]}, "depths must lie in \\[0, 1\\]"),
+    ):
         with pytest.raises(ValueError, match=match) as err:
             make_case("extension", "rotary", {"L_train": L_TRAIN, "recipe": "pi"}, {**TINY, **bad}, tmp_path)
         assert len([line for line in str(err.value).splitlines() if match.split(" ")[0] in line]) == 1
@@ -127,8 +143,16 @@ def test_bad_settings_are_one_line(tmp_path):
 
 
 def test_fine_tune_warm_up_and_batch():
-    _, s = None, make_case("extension", "rotary", {"L_train": L_TRAIN, "recipe": "pi"},
-                           {**TINY, "finetune_batch_size": None, "batch_size": 8}, "/tmp")[1].settings
+    _, s = (
+        None,
+        make_case(
+            "extension",
+            "rotary",
+            {"L_train": L_TRAIN, "recipe": "pi"},
+            {**TINY, "finetune_batch_size": None, "batch_size": 8},
+            "/tmp",
+        )[1].settings,
+    )
     assert [F.warmup_steps(k, s) for k in (0, 3, 30, 1000)] == [0, 1, 3, 20]
     assert F.finetune_batch_size(s) == 4  # the base's tokens per step at L_target = 2 x L_train
 
@@ -165,25 +189,29 @@ def test_report_draws_quality_against_fine_tuning_steps(tmp_path):
     from tests.helpers.report_rows import base_row, write_run
 
     rows = []
-    for method, recipe, ppl in (("rotary", "none", [9.0, 5.0]), ("rotary", "pi", [7.0, 4.0]),
-                                ("alibi", "interpolate", [6.0, 3.5])):
-        row = base_row("extension", "extension", method, {"L_train": 16, "recipe": recipe, "bias_dtype": "float32"},
-                       "run-e")
-        row["metrics"] = {"L_target": 64, "base_ppl_at_train_len": 3.0, "base_passkey_at_train_len": 0.25, **{f"ppl@nonoverlapping@{Lv}@k{k}": p * Lv / 64 for k, p in zip((0, 20), ppl)
-                                             for Lv in (64, 128)},
-                          **{f"passkey@{Lv}@k{k}": 0.5 for k in (0, 20) for Lv in (64, 128)}}
+    for method, recipe, ppl in (
+        ("rotary", "none", [9.0, 5.0]),
+        ("rotary", "pi", [7.0, 4.0]),
+        ("alibi", "interpolate", [6.0, 3.5]),
+    ):
+        row = base_row("extension", "extension", method, {"L_train": 16, "recipe": recipe, "bias_dtype": "float32"}, "run-e")
+        row["metrics"] = {
+            "L_target": 64,
+            "base_ppl_at_train_len": 3.0,
+            "base_passkey_at_train_len": 0.25,
+            **{f"ppl@nonoverlapping@{Lv}@k{k}": p * Lv / 64 for k, p in zip((0, 20), ppl) for Lv in (64, 128)},
+            **{f"passkey@{Lv}@k{k}": 0.5 for k in (0, 20) for Lv in (64, 128)},
+        }
         row["series"] = {"finetune_steps": [0, 20], "L_valid": [64, 128], "modes": ["nonoverlapping"]}
         rows.append(row)
     gone = base_row("extension", "extension", "alibi", {"L_train": 16, "recipe": "pi", "bias_dtype": "float32"}, "run-e")
     gone.update(status="unavailable", message="recipe pi is for rotary models")
-    gone_too = base_row("extension", "extension", "rotary", {"L_train": 16, "recipe": "none", "bias_dtype": "compute"},
-                        "run-e")
+    gone_too = base_row("extension", "extension", "rotary", {"L_train": 16, "recipe": "none", "bias_dtype": "compute"}, "run-e")
     gone_too.update(status="unavailable", message="bias_dtype compute: rotary adds no bias")
     rows[0]["metrics"]["L_target"] = 64.0  # a mean over seeds
     folder = write_run(tmp_path / "runs", rows + [gone, gone_too], baseline="rotary", metrics=["ppl_at_target"])
     tables = T.extension_tables(load_runs([folder], find_task=find_task))
-    assert [t.metric for t in tables] == ["ppl@nonoverlapping@64", "ppl@nonoverlapping@128", "passkey@64",
-                                          "passkey@128"]
+    assert [t.metric for t in tables] == ["ppl@nonoverlapping@64", "ppl@nonoverlapping@128", "passkey@64", "passkey@128"]
     ppl = tables[0]
     assert ppl.columns == [0, 20] and ppl.rows == ["rotary none", "rotary pi", "alibi interpolate, bias float32"]
     assert ppl.cell("rotary pi", 0).value == 7.0 and ppl.cell("rotary pi", 20).text == "4.00"
@@ -228,15 +256,22 @@ def test_the_base_model_lock_makes_a_second_case_wait(tmp_path):
 
 
 def test_seeds_average_and_keep_their_spread(tmp_path):
-    task, case = make_case("extension", "alibi", {"L_train": L_TRAIN, "recipe": "extrapolate"},
-                           {**TINY, "finetune_steps": [0], "seeds": [0, 1], "modes": ["nonoverlapping"]}, tmp_path)
+    task, case = make_case(
+        "extension",
+        "alibi",
+        {"L_train": L_TRAIN, "recipe": "extrapolate"},
+        {**TINY, "finetune_steps": [0], "seeds": [0, 1], "modes": ["nonoverlapping"]},
+        tmp_path,
+    )
     out = task.run(case)
     m, series = out["metrics"], out["series"]
     assert m["n_seeds"] == 2 and len(series["ppl_at_target_by_seed"]) == 2
     assert m["ppl_at_target"] == pytest.approx(sum(series["ppl_at_target_by_seed"]) / 2)
     assert m["ppl_at_target_std"] >= 0 and "ppl@sliding@32@k0" not in m
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.pt")) == [
-        "extension__alibi__L_train=16@seed0.pt", "extension__alibi__L_train=16@seed1.pt"]
+        "extension__alibi__L_train=16@seed0.pt",
+        "extension__alibi__L_train=16@seed1.pt",
+    ]
 
 
 @pytest.mark.subprocess
@@ -247,19 +282,37 @@ def test_tiny_run_through_the_cli(tmp_path, capsys):
     from posbench.cli import app as cli
     from posbench.store.run_rows import read_rows
 
-    sets = ["model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}", "steps=3", "warmup_steps=1",
-            "batch_size=4", "eval_samples=4", "eval_batch_size=4", "finetune_steps=[0, 2]", "finetune_batch_size=2",
-            "target_factor=2", "stride=16", "eval_tokens=200", "stop_at_acc=null", "seeds=null",
-            "corpus={kind: synthetic, size: 20000}", "grid.L_train=[16]", "grid.recipe=[pi, interpolate]",
-            "grid.bias_dtype=[float32]", "threads=1"]
+    sets = [
+        "model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}",
+        "steps=3",
+        "warmup_steps=1",
+        "batch_size=4",
+        "eval_samples=4",
+        "eval_batch_size=4",
+        "finetune_steps=[0, 2]",
+        "finetune_batch_size=2",
+        "target_factor=2",
+        "stride=16",
+        "eval_tokens=200",
+        "stop_at_acc=null",
+        "seeds=null",
+        "corpus={kind: synthetic, size: 20000}",
+        "grid.L_train=[16]",
+        "grid.recipe=[pi, interpolate]",
+        "grid.bias_dtype=[float32]",
+        "threads=1",
+    ]
     argv = ["--suite", "extension", "--profile", "cpu", "--device", "cpu", "--results", str(tmp_path)]
     assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
     assert "k (fine-tuning steps)" in capsys.readouterr().out
     (run_dir,) = (tmp_path / "extension").iterdir()
     rows = {(r["method"], r["params"]["recipe"]): r for r in read_rows(run_dir / "cases.jsonl")}
-    assert {k: r["status"] for k, r in rows.items()} == {("rotary", "pi"): "ok", ("alibi", "interpolate"): "ok",
-                                                         ("rotary", "interpolate"): "unavailable",
-                                                         ("alibi", "pi"): "unavailable"}
+    assert {k: r["status"] for k, r in rows.items()} == {
+        ("rotary", "pi"): "ok",
+        ("alibi", "interpolate"): "ok",
+        ("rotary", "interpolate"): "unavailable",
+        ("alibi", "pi"): "unavailable",
+    }
     assert rows["alibi", "pi"]["message"].startswith("recipe pi is for rotary models")
     md = (run_dir / "table.md").read_text()
     assert "| rotary pi |" in md and "| alibi interpolate, bias float32 |" in md

@@ -1,24 +1,29 @@
 """posbench.tasks.extrapolation.bucket_coverage: the distance buckets T5's bias never trains at a
 short L_train, recorded per row and named in the perplexity table's caption."""
+
 import pytest
 
 from posbench.core.model import TransformerLM, model_config
 from posbench.report.build import load_runs
+from posbench.tasks import find as find_task
 from posbench.tasks.extrapolation.bucket_coverage import caption_note, untrained_buckets
 from posbench.tasks.extrapolation.report import extrapolation_tables
 from tests.helpers.report_rows import extrapolation_rows, write_run
-from posbench.tasks import find as find_task
 
 
 def _method(name, **options):
     return TransformerLM(model_config("tiny", name, vocab_size=16, n_layers=1, method_options=options)).method
 
 
-@pytest.mark.parametrize("L_train, untrained, first", [
-    (64, [27, 28, 29, 30, 31], 67),  # distances 0-63 reach buckets 0-26 only; 27 starts at 67
-    (100, [31], 113),                # the clamp bucket starts at 113
-    (114, [], None), (512, [], None),
-])
+@pytest.mark.parametrize(
+    "L_train, untrained, first",
+    [
+        (64, [27, 28, 29, 30, 31], 67),  # distances 0-63 reach buckets 0-26 only; 27 starts at 67
+        (100, [31], 113),  # the clamp bucket starts at 113
+        (114, [], None),
+        (512, [], None),
+    ],
+)
 def test_t5_buckets_left_untrained_at_L_train(L_train, untrained, first):
     got = untrained_buckets(_method("t5_bias"), L_train)
     assert got == {"untrained": untrained, "num_buckets": 32, "first_distance": first}
@@ -32,18 +37,24 @@ def test_other_bucketings_and_methods_without_buckets():
 
 def test_caption_note_names_the_limit_and_skips_what_is_not_a_record():
     note = caption_note("t5_bias", 64, {"untrained": [27, 28, 29, 30, 31], "num_buckets": 32, "first_distance": 67})
-    assert note.startswith("t5_bias: 5 of its 32 distance buckets (every distance >= 67) were never trained at "
-                           "L_train = 64") and "L_train >= 512" in note
-    for stored in (None, {}, {"untrained": [], "num_buckets": 32, "first_distance": None}, "x",
-                   {"untrained": [True], "num_buckets": 32, "first_distance": 67},
-                   {"untrained": [27], "num_buckets": 32, "first_distance": -1}):
+    assert (
+        note.startswith("t5_bias: 5 of its 32 distance buckets (every distance >= 67) were never trained at L_train = 64")
+        and "L_train >= 512" in note
+    )
+    for stored in (
+        None,
+        {},
+        {"untrained": [], "num_buckets": 32, "first_distance": None},
+        "x",
+        {"untrained": [True], "num_buckets": 32, "first_distance": 67},
+        {"untrained": [27], "num_buckets": 32, "first_distance": -1},
+    ):
         assert caption_note("t5_bias", 64, stored) == ""
 
 
 def test_the_perplexity_table_caption_carries_the_note(tmp_path):
     rows = extrapolation_rows()
-    rows[0]["series"]["untrained_buckets"] = {"untrained": [27, 28, 29, 30, 31], "num_buckets": 32,
-                                              "first_distance": 67}
+    rows[0]["series"]["untrained_buckets"] = {"untrained": [27, 28, 29, 30, 31], "num_buckets": 32, "first_distance": 67}
     rows[1]["series"]["untrained_buckets"] = None
     tables = extrapolation_tables(load_runs(write_run(tmp_path, rows), find_task=find_task))
     for table in tables:

@@ -9,12 +9,13 @@ each method is trained once (module fixture) and evaluated at 1x and 4x L_train.
    fairseq embedding scale, sinusoidal was 19.1 against nope's 9.35).
 2. Sinusoidal at 4x L_train is at least 1.2x its L_train perplexity; ALiBi at 4x is at most 1.01x.
 """
+
 import pytest
 import torch
 
+from posbench.core.model import TransformerLM, model_config
 from posbench.data.corpus import batches, load_corpus
 from posbench.engine.evaluate import evaluate
-from posbench.core.model import TransformerLM, model_config
 from posbench.engine.train import TrainConfig, train
 
 L_TRAIN = 64

@@ -1,5 +1,6 @@
 """The frontier's decode cost (issue 39): a training case with ``decode_tokens`` times the decode
 task's greedy steps with a KV cache at each target length, and records them per L_valid."""
+
 import torch
 
 from posbench.tasks.decode.frontier import TPOT, TTFT, decode_cost
@@ -21,8 +22,14 @@ def test_decode_cost_times_each_target_length_and_leaves_the_model():
 
 
 def test_extrapolation_case_records_the_decode_cost_at_each_L_valid(tmp_path):
-    settings = {**TINY, "interpolate": False, "modes": ["nonoverlapping"], "L_valid": [8, 16], "decode_tokens": 2,
-                "seeds": [0, 1]}
+    settings = {
+        **TINY,
+        "interpolate": False,
+        "modes": ["nonoverlapping"],
+        "L_valid": [8, 16],
+        "decode_tokens": 2,
+        "seeds": [0, 1],
+    }
     task, case = make_case("extrapolation", "rotary", {"L_train": 8}, settings, tmp_path)
     metrics = task.run(case)["metrics"]
     assert metrics[f"{TPOT}8"] > 0 and metrics[f"{TPOT}16"] > 0 and metrics[f"{TTFT}16"] > 0
@@ -48,8 +55,10 @@ def test_decode_cost_repeats_and_reports_median_and_spread(monkeypatch):
     from posbench.tasks.decode.frontier import TPOT_MAX, TPOT_MIN
 
     # rounds over the lengths: per repeat, C=8 (a prefill, 3 steps) then C=24; drift doubles repeat 2 at C=8
-    step_s = {8: [[0.001, 0.002, 0.003], [0.004, 0.004, 0.005], [0.002, 0.002, 0.002]],
-              24: [[0.010, 0.010, 0.010], [0.011, 0.012, 0.013], [0.009, 0.009, 0.009]]}
+    step_s = {
+        8: [[0.001, 0.002, 0.003], [0.004, 0.004, 0.005], [0.002, 0.002, 0.002]],
+        24: [[0.010, 0.010, 0.010], [0.011, 0.012, 0.013], [0.009, 0.009, 0.009]],
+    }
     prefill_s = {8: [0.05, 0.07, 0.06], 24: [0.20, 0.10, 0.30]}
     script = [t for r in range(3) for C in (8, 24) for t in [prefill_s[C][r]] + step_s[C][r]]
     clock = ScriptedClock(script)
@@ -74,8 +83,14 @@ def test_decode_repeats_setting_defaults_to_three_and_reaches_the_case(tmp_path)
     from posbench.tasks.decode.frontier import TPOT_MAX, TPOT_MIN
 
     assert get_task("extrapolation").Settings.model_validate({"model": "tiny", "steps": 3}).decode_repeats == 3
-    settings = {**TINY, "interpolate": False, "modes": ["nonoverlapping"], "L_valid": [8], "decode_tokens": 2,
-                "decode_repeats": 2}
+    settings = {
+        **TINY,
+        "interpolate": False,
+        "modes": ["nonoverlapping"],
+        "L_valid": [8],
+        "decode_tokens": 2,
+        "decode_repeats": 2,
+    }
     task, case = make_case("extrapolation", "alibi", {"L_train": 8}, settings, tmp_path)
     m = task.run(case)["metrics"]
     assert m[f"{TPOT_MIN}8"] <= m[f"{TPOT}8"] <= m[f"{TPOT_MAX}8"]

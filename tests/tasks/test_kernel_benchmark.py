@@ -4,6 +4,7 @@ The benchmarks use the pytest-benchmark ``benchmark`` fixture, so the normal run
 (pyproject's addopts has --benchmark-skip); ``make kernels-bench`` runs only them. On a CPU they
 time the SDPA variants at a small size and skip the Triton and flex rows with the reason.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -46,8 +47,15 @@ def test_every_variant_gives_metrics_or_a_reason_on_cpu(variant):
 
 def test_sdpa_rows_run_on_cpu_and_unknown_variant_is_an_error():
     row = kb.run_kernel_point(
-        "sdpa_float_bias", batch=1, heads=2, seq_len=16, head_dim=32, dtype=torch.float32, device="cpu",
-        warmup=0, reps=1,
+        "sdpa_float_bias",
+        batch=1,
+        heads=2,
+        seq_len=16,
+        head_dim=32,
+        dtype=torch.float32,
+        device="cpu",
+        warmup=0,
+        reps=1,
     )
     assert row["status"] == "ok", row
     with pytest.raises(ValueError, match="unknown kernel variant 'nope'"):
@@ -61,8 +69,16 @@ def test_triton_row_runs_under_the_interpreter_when_allowed(variant):
     if not ka.INTERPRETED:
         pytest.skip("needs TRITON_INTERPRET=1 (set by conftest)")
     row = kb.run_kernel_point(
-        variant, batch=1, heads=2, seq_len=32, head_dim=32, dtype=torch.float32, device="cpu",
-        warmup=0, reps=1, allow_interpreter=True,
+        variant,
+        batch=1,
+        heads=2,
+        seq_len=32,
+        head_dim=32,
+        dtype=torch.float32,
+        device="cpu",
+        warmup=0,
+        reps=1,
+        allow_interpreter=True,
     )
     assert row["status"] == "ok" and row["backend"] == "triton-interpreter"
 
@@ -103,8 +119,16 @@ def _case(method: str, **settings):
     from posbench.core.case import CaseSpec
 
     base = dict(batch=1, heads=2, dtype="float32", warmup=0, reps=1, allow_interpreter=False)
-    return CaseSpec(suite="kernels", task="kernels", method=method, params={"seq_len": 16, "head_dim": 32},
-                settings={**base, **settings}, device="cpu", profile="cpu", run_id="t")
+    return CaseSpec(
+        suite="kernels",
+        task="kernels",
+        method=method,
+        params={"seq_len": 16, "head_dim": 32},
+        settings={**base, **settings},
+        device="cpu",
+        profile="cpu",
+        run_id="t",
+    )
 
 
 def test_kernels_task_decides_availability_without_running_a_kernel(monkeypatch):
@@ -137,8 +161,8 @@ def test_unavailable_found_in_the_worker_is_an_unavailable_row(monkeypatch):
 # The benchmark group (skipped unless --benchmark-only / --benchmark-enable)
 
 # Small on a CPU so a run stays quick; a GPU gets a size where the bias matters.
-SIZE = dict(batch=4, heads=16, seq_len=2048, head_dim=64) if DEVICE == "cuda" else dict(
-    batch=1, heads=4, seq_len=256, head_dim=32
+SIZE = (
+    dict(batch=4, heads=16, seq_len=2048, head_dim=64) if DEVICE == "cuda" else dict(batch=1, heads=4, seq_len=256, head_dim=32)
 )
 DTYPE = torch.float16 if DEVICE == "cuda" else torch.float32
 
@@ -159,7 +183,11 @@ def test_alibi_kernels(benchmark, variant):
 
     flops = kb.attention_flops(**SIZE)
     benchmark.extra_info.update(
-        variant=variant, backend=point.backend, device=DEVICE, dtype=str(DTYPE), **SIZE,
+        variant=variant,
+        backend=point.backend,
+        device=DEVICE,
+        dtype=str(DTYPE),
+        **SIZE,
         flops_fwdbwd=flops["fwdbwd"],
         predicted_bias_bytes=kb.predicted_bias_bytes(SIZE["batch"], SIZE["heads"], SIZE["seq_len"], DTYPE),
     )
@@ -187,13 +215,34 @@ def test_cuda_timing_flushes_l2_before_each_rep_and_reads_events_once(monkeypatc
 
     monkeypatch.setattr(kb, "_sync", lambda device: log.append("device-sync"))
     cuda = torch.device("cuda")  # only its .type is read on this path
-    times = kb.time_ms(lambda: log.append("step"), cuda, warmup=1, reps=2, setup=lambda: log.append("setup"),
-                       flush=lambda: log.append("flush"), events=FakeEvent)
-    assert log == ["setup", "step", "device-sync",
-                   "setup", "flush", "record", "step", "record",
-                   "setup", "flush", "record", "step", "record", "sync"]
+    times = kb.time_ms(
+        lambda: log.append("step"),
+        cuda,
+        warmup=1,
+        reps=2,
+        setup=lambda: log.append("setup"),
+        flush=lambda: log.append("flush"),
+        events=FakeEvent,
+    )
+    assert log == [
+        "setup",
+        "step",
+        "device-sync",
+        "setup",
+        "flush",
+        "record",
+        "step",
+        "record",
+        "setup",
+        "flush",
+        "record",
+        "step",
+        "record",
+        "sync",
+    ]
     assert times == [2.0, 2.0]  # start, step, end: the flush and setup fall outside the events
     assert "L2 flushed before each rep" in kb.timing_method(cuda) and "no CUDA graphs" in kb.timing_method(cuda)
-    row = kb.run_kernel_point("sdpa_causal", batch=1, heads=2, seq_len=16, head_dim=32, dtype=torch.float32,
-                              device="cpu", warmup=0, reps=1)
+    row = kb.run_kernel_point(
+        "sdpa_causal", batch=1, heads=2, seq_len=16, head_dim=32, dtype=torch.float32, device="cpu", warmup=0, reps=1
+    )
     assert row["timing"] == "time.perf_counter per rep (CPU)"

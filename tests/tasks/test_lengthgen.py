@@ -1,6 +1,7 @@
 """The lengthgen task: a tiny case end to end, the teacher-forced exact match against greedy
 decoding through the KV cache, the answer-only loss, the learnt flag, the table layout with the
 learn-first marking, and the suite's profiles."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,12 +13,12 @@ from posbench.data import algorithmic as A
 from posbench.report.learn_first import BROKEN, NOT_LEARNT
 from posbench.report.stats import wilson_interval
 from posbench.run import suite as suitemod
+from posbench.tasks import find as find_task
 from posbench.tasks.lengthgen import answers as TE
 from posbench.tasks.lengthgen import report as T
 from posbench.tasks.lengthgen import run as LG
 from posbench.tasks.retrieval.scoring import greedy_answers
 from tests.helpers.cases import LENGTHGEN_TINY, make_case
-from posbench.tasks import find as find_task
 
 TINY = LENGTHGEN_TINY
 
@@ -95,15 +96,24 @@ def test_summarize_and_the_learnt_flag():
 
 
 def _row(method, cells, task="reverse", L=4):
-    return {"task": "lengthgen", "status": "ok", "method": method, "params": {"L_train": L, "task": task},
-            "series": {"cells": cells, "learned_threshold": 0.9, "source": "Ruoss et al. 2023"},
-            "case_id": f"c-{method}", "run_id": "r", "hardware": "cpu"}
+    return {
+        "task": "lengthgen",
+        "status": "ok",
+        "method": method,
+        "params": {"L_train": L, "task": task},
+        "series": {"cells": cells, "learned_threshold": 0.9, "source": "Ruoss et al. 2023"},
+        "case_id": f"c-{method}",
+        "run_id": "r",
+        "hardware": "cpu",
+    }
 
 
 def test_table_layout_marks_methods_that_did_not_learn():
-    rows = [_row("randomized", _cells((4, 20, 20), (8, 12, 20), (16, 2, 20))),
-            _row("rotary", _cells((4, 19, 20), (8, 3, 20), (16, 0, 20))),
-            _row("nope", _cells((4, 4, 20), (8, 1, 20), (16, 0, 20)))]
+    rows = [
+        _row("randomized", _cells((4, 20, 20), (8, 12, 20), (16, 2, 20))),
+        _row("rotary", _cells((4, 19, 20), (8, 3, 20), (16, 0, 20))),
+        _row("nope", _cells((4, 4, 20), (8, 1, 20), (16, 0, 20))),
+    ]
     (table,) = T.accuracy_tables(rows)
     assert table.columns == [4, 8, 16, T.BEYOND, T.LEARNT] and table.rows == ["randomized", "rotary", "nope"]
     lo, hi = wilson_interval(12, 20)
@@ -123,8 +133,9 @@ def test_settings_errors_are_one_line(tmp_path):
         make_case("lengthgen", "rotary", {"L_train": 4, "task": "copy"}, {**TINY, "test_factors": [2, 4]}, tmp_path)
     with pytest.raises(ValueError, match="task"):
         make_case("lengthgen", "rotary", {"L_train": 4, "task": "revers"}, TINY, tmp_path)
-    _, case = make_case("lengthgen", "rotary", {"L_train": 10, "task": "copy"},
-                        {**TINY, "test_factors": [0.5, 1, 1.5, 4]}, tmp_path)
+    _, case = make_case(
+        "lengthgen", "rotary", {"L_train": 10, "task": "copy"}, {**TINY, "test_factors": [0.5, 1, 1.5, 4]}, tmp_path
+    )
     assert case.settings.test_lengths(10) == [5, 10, 15, 40]
 
 

@@ -1,4 +1,5 @@
 """Bias precision analysis (SambaNova, "ALiBi Deep Dive: Interpolation and Precision", 2023)."""
+
 from __future__ import annotations
 
 import json
@@ -206,8 +207,15 @@ def test_format_tables(default_report):
 
 
 def test_run_precision_case_is_json_ready(tmp_path):
-    settings = {"n_heads": 8, "length": 300, "window": 128, "heads": [0, 7], "factor": 0.25,
-                "dtypes": ["float32", "bfloat16", "float8_e5m2"], "out_dir": str(tmp_path)}
+    settings = {
+        "n_heads": 8,
+        "length": 300,
+        "window": 128,
+        "heads": [0, 7],
+        "factor": 0.25,
+        "dtypes": ["float32", "bfloat16", "float8_e5m2"],
+        "out_dir": str(tmp_path),
+    }
     out = precision_run.run_precision_case(settings)
     back = json.loads(json.dumps(out))
     assert back["settings"]["heads"] == [0, 7]

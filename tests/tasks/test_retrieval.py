@@ -7,17 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from posbench.tasks.retrieval import accuracy
-from posbench.tasks.retrieval import report as charts
-from posbench.tasks.retrieval import probes as P
-from posbench.run import suite as suitemod
-from posbench.report.stats import effective_length, wilson_interval
-from posbench.tasks.retrieval import scoring
-from posbench.tasks.retrieval import training_mix
-from posbench.tasks.retrieval import run as R
 from posbench.core.model import TransformerLM, model_config
-from tests.helpers.cases import RETRIEVAL_TINY, make_case
+from posbench.report.stats import effective_length, wilson_interval
+from posbench.run import suite as suitemod
 from posbench.tasks import find as find_task
+from posbench.tasks.retrieval import accuracy, scoring, training_mix
+from posbench.tasks.retrieval import probes as P
+from posbench.tasks.retrieval import report as charts
+from posbench.tasks.retrieval import run as R
+from tests.helpers.cases import RETRIEVAL_TINY, make_case
 
 CFG = P.ProbeConfig(n_symbols=10, key_len=4, n_pairs=6, n_queries=3, segment_len=5, filler_len=3)
 VOCAB = P.ProbeVocab(20, CFG)
@@ -49,7 +47,7 @@ def test_layouts():
     assert (end.tokens[:, 30] == VOCAB.MARK).all() and (end.tokens[:, 35] == VOCAB.END).all()
     rev = P.generate("reverse", VOCAB, 30, 4, seed=1, depth=0.5)
     start = int(np.flatnonzero(rev.tokens[0] == VOCAB.MARK)[0])
-    assert np.array_equal(rev.tokens[:, start + 1:start + 6][:, ::-1], rev.tokens[:, 25:30])
+    assert np.array_equal(rev.tokens[:, start + 1 : start + 6][:, ::-1], rev.tokens[:, 25:30])
     mq = P.generate("mqar", VOCAB, 50, 4, seed=2)
     assert (mq.tokens[:, 0] == VOCAB.BOS).all()
     assert mq.spans == [(43, 44), (46, 47), (49, 50)]
@@ -74,7 +72,7 @@ def test_mqar_keys_and_values_come_from_disjoint_alphabets():
 def test_keys_and_segments_repeat_no_symbol_while_they_fit_the_alphabet(probe, k):
     batch = P.generate(probe, VOCAB, 40, 200, seed=3)
     starts = [int(np.flatnonzero(row == VOCAB.MARK)[0]) for row in batch.tokens]
-    segments = np.stack([row[s + 1:s + 1 + k] for row, s in zip(batch.tokens, starts)])
+    segments = np.stack([row[s + 1 : s + 1 + k] for row, s in zip(batch.tokens, starts)])
     assert all(len(set(seg)) == k for seg in segments)
     assert P.chance(probe, CFG) == pytest.approx(1 / np.prod(np.arange(10, 10 - k, -1)))
     long = P.ProbeConfig(n_symbols=3, segment_len=5, key_len=5, n_pairs=3, n_queries=1, n_keys=4)  # longer than the alphabet
@@ -114,7 +112,7 @@ def test_predictable_targets_drop_only_the_random_draws_outside_the_answers(prob
         assert VOCAB.is_draw(nxt[dropped]).all()  # only draws lose their loss ...
         kept = np.flatnonzero(target != -100)
         assert np.array_equal(target[kept], nxt[kept])
-        drawn_outside = [j for j in range(len(nxt)) if VOCAB.is_draw(nxt[j:j + 1])[0] and j not in answer]
+        drawn_outside = [j for j in range(len(nxt)) if VOCAB.is_draw(nxt[j : j + 1])[0] and j not in answer]
         assert sorted(dropped.tolist()) == drawn_outside  # ... and every draw outside the answers does
         assert all(target[j] == nxt[j] for j in answer)
 
@@ -216,8 +214,9 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(probe, seed):
     # decoding. An untrained model gets most answers wrong, so the batch is rewritten span by span
     # to the model's own greedy answers in half of the rows: both must then say right exactly there.
     torch.manual_seed(seed)
-    model = TransformerLM(model_config("tiny", "alibi", n_layers=2, d_model=32, n_heads=2, d_ff=64,
-                                       vocab_size=VOCAB.vocab_size)).eval()
+    model = TransformerLM(
+        model_config("tiny", "alibi", n_layers=2, d_model=32, n_heads=2, d_ff=64, vocab_size=VOCAB.vocab_size)
+    ).eval()
     batch = P.generate(probe, VOCAB, 37, 6, seed=seed)
     assert np.array_equal(scoring.score(model, batch, "cpu", 4, scoring.forced_answers), scoring.score(model, batch, "cpu", 4))
     rows = np.arange(0, 6, 2)
@@ -233,8 +232,7 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(probe, seed):
 
 @pytest.mark.parametrize("probe", ["mqar", "passkey"])
 def test_uniform_guesser_scores_chance(probe):
-    cfg = CFG if probe == "mqar" else P.ProbeConfig(n_symbols=10, key_len=1, n_pairs=6, n_queries=3,
-                                                     segment_len=5, filler_len=3)
+    cfg = CFG if probe == "mqar" else P.ProbeConfig(n_symbols=10, key_len=1, n_pairs=6, n_queries=3, segment_len=5, filler_len=3)
     global VOCAB
     saved, VOCAB = VOCAB, P.ProbeVocab(20, cfg)
     try:
@@ -250,10 +248,16 @@ def test_uniform_guesser_scores_chance(probe):
 # --- statistics -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("k,n,lo,hi", [
-    # Newcombe (1998), Statistics in Medicine 17:857, Table I, method 3 (score, no continuity correction)
-    (81, 263, 0.2553, 0.3662), (15, 148, 0.0624, 0.1605), (0, 20, 0.0, 0.1611), (1, 29, 0.0061, 0.1718),
-])
+@pytest.mark.parametrize(
+    "k,n,lo,hi",
+    [
+        # Newcombe (1998), Statistics in Medicine 17:857, Table I, method 3 (score, no continuity correction)
+        (81, 263, 0.2553, 0.3662),
+        (15, 148, 0.0624, 0.1605),
+        (0, 20, 0.0, 0.1611),
+        (1, 29, 0.0061, 0.1718),
+    ],
+)
 def test_wilson_interval_known_values(k, n, lo, hi):
     got = wilson_interval(k, n)
     assert got == pytest.approx((lo, hi), abs=6e-5)
@@ -283,8 +287,14 @@ def test_effective_length():
 
 
 def _row(method, probe, cells, L=8):
-    return {"method": method, "task": "retrieval", "status": "ok", "params": {"L_train": L, "probe": probe},
-            "metrics": {}, "series": {"cells": cells}}
+    return {
+        "method": method,
+        "task": "retrieval",
+        "status": "ok",
+        "params": {"L_train": L, "probe": probe},
+        "metrics": {},
+        "series": {"cells": cells},
+    }
 
 
 def _cell(Lv, depth, k, n):
@@ -292,10 +302,12 @@ def _cell(Lv, depth, k, n):
 
 
 ROWS = [
-    _row("alibi", "passkey", [_cell(Lv, d, k, 10) for Lv, ks in ((8, (10, 9)), (16, (7, 3)), (32, (2, 0)))
-                              for d, k in zip((0.0, 1.0), ks)]),
-    _row("rotary", "passkey", [_cell(8, 0.0, 10, 10), _cell(8, 1.0, 10, 10), _cell(16, 0.0, 0, 10),
-                               _cell(16, 1.0, 1, 10)]),
+    _row(
+        "alibi",
+        "passkey",
+        [_cell(Lv, d, k, 10) for Lv, ks in ((8, (10, 9)), (16, (7, 3)), (32, (2, 0))) for d, k in zip((0.0, 1.0), ks)],
+    ),
+    _row("rotary", "passkey", [_cell(8, 0.0, 10, 10), _cell(8, 1.0, 10, 10), _cell(16, 0.0, 0, 10), _cell(16, 1.0, 1, 10)]),
     _row("alibi", "passkey", [_cell(8, 0.0, 5, 10)]),  # a second seed: pooled with the first
     _row("alibi", "mqar", [_cell(8, None, 30, 40), _cell(16, None, 12, 40)]),
     {**_row("nope", "mqar", []), "status": "error"},
@@ -320,8 +332,12 @@ def _with_bar(rows, bar):
 
 
 def test_the_probe_table_says_how_many_steps_each_model_trained_and_whether_it_stopped():
-    rows = [{**r, "metrics": m} for r, m in zip(ROWS[:2], ({"train_steps": 1700, "stopped_at_step": 1700},
-                                                           {"train_steps": 3000, "stopped_at_step": None}))]
+    rows = [
+        {**r, "metrics": m}
+        for r, m in zip(
+            ROWS[:2], ({"train_steps": 1700, "stopped_at_step": 1700}, {"train_steps": 3000, "stopped_at_step": None})
+        )
+    ]
     t = charts.probe_table(rows, "passkey")
     assert t.columns[-1] == "steps" and "'stopped' where training stopped on reaching stop_at_acc" in t.caption
     assert t.cell("alibi", "steps").text == "1700 (stopped)" and t.cell("rotary", "steps").text == "3000"
@@ -343,8 +359,10 @@ def test_a_method_that_did_not_learn_has_no_effective_length_in_tables_and_chart
     assert t.cell("alibi", "effective length").text == "not learnt at L_train"
     assert t.cell("alibi", "effective length").value is None and t.cell("rotary", "effective length").value == 8.0
     assert t.title.endswith("BROKEN PROFILE: 1 of 2 learnt the task at L_train")
-    assert "1 of 2 learnt the task at L_train (accuracy >= 90%) and are compared beyond it; not learnt at L_train: " \
-           "alibi." in t.caption
+    assert (
+        "1 of 2 learnt the task at L_train (accuracy >= 90%) and are compared beyond it; not learnt at L_train: "
+        "alibi." in t.caption
+    )
     ok = charts.probe_table(_with_bar(ROWS, 0.8), "passkey")  # at a bar of 80% both learnt: comparable
     assert "BROKEN" not in ok.title and ok.cell("alibi", "effective length").text == "16"
     assert "2 of 2 learnt" in ok.caption
@@ -396,8 +414,12 @@ def test_accuracy_chart_log_x_dashed_L_train_and_table_values(tmp_path):
             m = gid.split(":", 1)[1]
             assert [table[m, int(x)] for x in ln.get_xdata()] == pytest.approx(list(ln.get_ydata()))
     paths = charts.write_charts(ROWS, tmp_path)
-    assert {p.name for p in paths} == {"retrieval_passkey_accuracy.png", "retrieval_mqar_accuracy.png",
-                                       "retrieval_passkey_heatmap_alibi.png", "retrieval_passkey_heatmap_rotary.png"}
+    assert {p.name for p in paths} == {
+        "retrieval_passkey_accuracy.png",
+        "retrieval_mqar_accuracy.png",
+        "retrieval_passkey_heatmap_alibi.png",
+        "retrieval_passkey_heatmap_rotary.png",
+    }
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
@@ -448,23 +470,21 @@ def test_train_to_criterion_stops_at_the_check_that_reaches_stop_at_acc(tmp_path
                 seen.append((step, values["check/acc"]))
 
     # stop_at_acc 0: the first check (after 3 steps) stops training.
-    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**base, "stop_at_acc": 0.0},
-                           tmp_path / "a")
-    model, m = training_mix.trained_model(case, case.settings, P.ProbeVocab(16, case.settings.probe_config()),
-                                np.arange(2000) % 16, None, ["copy"], Tracker())
+    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**base, "stop_at_acc": 0.0}, tmp_path / "a")
+    model, m = training_mix.trained_model(
+        case, case.settings, P.ProbeVocab(16, case.settings.probe_config()), np.arange(2000) % 16, None, ["copy"], Tracker()
+    )
     assert (m["train_steps"], m["stopped_at_step"], m["train_tokens"]) == (3, 3, 3 * 4 * 16)
     assert [s for s, _ in seen] == [2] and m["check_acc"] == seen[0][1]
     # stop_at_acc 1 on a model that cannot reach it: the whole budget; the check at the last
     # step is not asked (training ends there anyway).
     seen.clear()
-    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**base, "stop_at_acc": 1.0},
-                           tmp_path / "b")
+    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**base, "stop_at_acc": 1.0}, tmp_path / "b")
     out = task.run(case)
     m = out["metrics"]
     assert m["train_steps"] == 9 and m["stopped_at_step"] is None and 0.0 <= m["check_acc"] < 1.0
     # reloaded from its checkpoint, the row still says whether training stopped early
-    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**base, "stop_at_acc": 0.0},
-                           tmp_path / "a")
+    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**base, "stop_at_acc": 0.0}, tmp_path / "a")
     first = task.run(case)["metrics"]
     again = task.run(case)["metrics"]
     assert first["stopped_at_step"] == 3 and again["reused_checkpoint"] == 1 and again["stopped_at_step"] == 3
@@ -525,11 +545,31 @@ def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
     from posbench.cli import app as cli
     from posbench.store.run_rows import read_rows
 
-    sets = ["model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}", "steps=3", "warmup_steps=1",
-            "batch_size=4", "eval_samples=4", "eval_batch_size=4", "L_valid_factors=[1, 2]",
-            "corpus={kind: synthetic, size: 20000}", "grid.L_train=[32]", "grid.probe=[passkey]", "threads=1"]
-    argv = ["--suite", "retrieval", "--profile", "cpu", "--device", "cpu", "--methods", "alibi,nope",
-            "--results", str(tmp_path)]  # not --quiet: that prints the summary line alone
+    sets = [
+        "model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}",
+        "steps=3",
+        "warmup_steps=1",
+        "batch_size=4",
+        "eval_samples=4",
+        "eval_batch_size=4",
+        "L_valid_factors=[1, 2]",
+        "corpus={kind: synthetic, size: 20000}",
+        "grid.L_train=[32]",
+        "grid.probe=[passkey]",
+        "threads=1",
+    ]
+    argv = [
+        "--suite",
+        "retrieval",
+        "--profile",
+        "cpu",
+        "--device",
+        "cpu",
+        "--methods",
+        "alibi,nope",
+        "--results",
+        str(tmp_path),
+    ]  # not --quiet: that prints the summary line alone
     assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
     assert "effective_length" in capsys.readouterr().out
     (run_dir,) = (tmp_path / "retrieval").iterdir()
@@ -551,13 +591,14 @@ def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
 def test_report_has_retrieval_tables_with_intervals_and_charts(tmp_path):
     """`bench.py report` on a retrieval run: the generic metric tables, then per probe the
     methods x L_valid accuracy with Wilson intervals (pooled counts), and the charts."""
+    from posbench.report.build import build_report
     from tests.helpers.report_rows import base_row, write_run
 
-    from posbench.report.build import build_report
-
     rows = []
-    for method, cells in (("alibi", [_cell(8, 0.0, 10, 10), _cell(16, 0.0, 3, 10)]),
-                          ("sinusoidal", [_cell(8, 0.0, 9, 10), _cell(16, 0.0, 0, 10)])):
+    for method, cells in (
+        ("alibi", [_cell(8, 0.0, 10, 10), _cell(16, 0.0, 3, 10)]),
+        ("sinusoidal", [_cell(8, 0.0, 9, 10), _cell(16, 0.0, 0, 10)]),
+    ):
         row = base_row("retrieval", "retrieval", method, {"L_train": 8, "probe": "passkey"}, "run-r")
         row["metrics"] = R.summarize(cells, 8, 0.5)
         row["series"] = {"cells": cells}
@@ -576,8 +617,13 @@ def test_evaluation_examples_are_shaped_as_training_rows(monkeypatch):
     # must use L_valid + 1, or every answer sits one position earlier than training put it (an
     # absolute method then scores 0% at L_train on a model that retrieves perfectly).
     seen = []
-    monkeypatch.setattr(scoring, "score", lambda model, batch, device, bs: seen.append(batch.tokens.shape) or
-                        np.ones((len(batch.tokens), len(batch.spans)), dtype=bool))
+    monkeypatch.setattr(
+        scoring,
+        "score",
+        lambda model, batch, device, bs: (
+            seen.append(batch.tokens.shape) or np.ones((len(batch.tokens), len(batch.spans)), dtype=bool)
+        ),
+    )
     s = types.SimpleNamespace(seed=0, depths=[0.0, 1.0], eval_samples=4, eval_batch_size=4)
     train_row = next(training_mix.mixed_batches(np.zeros(200, dtype=np.int64), VOCAB, ["passkey"], 40, 2, 1.0, 0))
     cells, _ = scoring.eval_length(None, "passkey", VOCAB, 40, s, "cpu")

@@ -1,6 +1,7 @@
 """Seeds as an axis (issue 39): per-seed results combined into one row with the mean, the sample
 std and the 95% t interval over seeds, checked against hand-computed numbers; learn first per
 seed; the tables' seed intervals; compare reading the seed-level spread."""
+
 import math
 from types import SimpleNamespace
 
@@ -35,8 +36,7 @@ def test_seed_interval_by_hand():
 
 
 def test_combine_metrics_by_hand():
-    per_seed = [{"ppl": 10.0, "best": None, "steps": 100}, {"ppl": 12.0, "best": 3.0, "steps": 100},
-                {"ppl": 14.0, "steps": 100}]
+    per_seed = [{"ppl": 10.0, "best": None, "steps": 100}, {"ppl": 12.0, "best": 3.0, "steps": 100}, {"ppl": 14.0, "steps": 100}]
     metrics, series = combine_metrics(per_seed)
     assert metrics["n_seeds"] == 3 and metrics["ppl"] == 12.0 and metrics["ppl_std"] == 2.0
     assert (metrics["ppl_seed_lo"], metrics["ppl_seed_hi"]) == pytest.approx((12 - HALF, 12 + HALF))
@@ -50,9 +50,11 @@ def test_learn_first_per_seed():
     assert learned_over_seeds([True, True, True]) is True
     assert learned_over_seeds([True, False, None]) is False
     assert learned_over_seeds([True, None]) is None
-    per_seed = [{"acc_at_train_len": 0.95, "acc@8": 0.95, "effective_length": 16},
-                {"acc_at_train_len": 0.70, "acc@8": 0.70, "effective_length": None},
-                {"acc_at_train_len": 0.99, "acc@8": 0.99, "effective_length": 32}]
+    per_seed = [
+        {"acc_at_train_len": 0.95, "acc@8": 0.95, "effective_length": 16},
+        {"acc_at_train_len": 0.70, "acc@8": 0.70, "effective_length": None},
+        {"acc_at_train_len": 0.99, "acc@8": 0.99, "effective_length": 32},
+    ]
     pooled = {"acc@8": 0.88, "acc_lo@8": 0.8, "acc_hi@8": 0.93, "acc_at_train_len": 0.88}
     metrics, _ = combine_accuracy_seeds(per_seed, pooled, learned_threshold=0.9)
     assert metrics["seeds_learnt"] == 2 and metrics["n_seeds"] == 3 and metrics["learned"] == 0
@@ -72,9 +74,16 @@ def test_lengthgen_table_shows_the_seed_interval_and_seeds_learnt():
     # seeds 0, 1, 2 at n = 4 (L_train): 9, 10, 8 of 10 -> 0.9, 1.0, 0.8: mean 0.9, std 0.1,
     # t interval 0.9 ± 4.303 * 0.1 / sqrt(3) = [0.652, 1.148], shown clipped to [65, 100]
     def row(method, cells):
-        return {"task": "lengthgen", "status": "ok", "method": method, "params": {"L_train": 4, "task": "reverse"},
-                "series": {"cells": cells, "learned_threshold": 0.9, "source": "s"}, "case_id": f"c-{method}",
-                "run_id": "r", "hardware": "cpu"}
+        return {
+            "task": "lengthgen",
+            "status": "ok",
+            "method": method,
+            "params": {"L_train": 4, "task": "reverse"},
+            "series": {"cells": cells, "learned_threshold": 0.9, "source": "s"},
+            "case_id": f"c-{method}",
+            "run_id": "r",
+            "hardware": "cpu",
+        }
 
     cells = _lg_cells(0, [(4, 9), (8, 2)]) + _lg_cells(1, [(4, 10), (8, 4)]) + _lg_cells(2, [(4, 8), (8, 3)])
     learnt = _lg_cells(0, [(4, 10), (8, 2)]) + _lg_cells(1, [(4, 10), (8, 4)]) + _lg_cells(2, [(4, 10), (8, 3)])
@@ -92,10 +101,20 @@ def test_lengthgen_table_shows_the_seed_interval_and_seeds_learnt():
 
 def test_retrieval_table_shows_the_seed_interval():
     def row(seed_acc):
-        cells = [{"L_valid": Lv, "depth": 0.5, "correct": k, "total": 10, "status": "ok", "seed": seed}
-                 for seed, per in seed_acc.items() for Lv, k in per.items()]
-        return {"task": "retrieval", "status": "ok", "method": "alibi", "params": {"L_train": 8, "probe": "passkey"},
-                "series": {"cells": cells, "learned_threshold": 0.9}, "case_id": "c", "run_id": "r"}
+        cells = [
+            {"L_valid": Lv, "depth": 0.5, "correct": k, "total": 10, "status": "ok", "seed": seed}
+            for seed, per in seed_acc.items()
+            for Lv, k in per.items()
+        ]
+        return {
+            "task": "retrieval",
+            "status": "ok",
+            "method": "alibi",
+            "params": {"L_train": 8, "probe": "passkey"},
+            "series": {"cells": cells, "learned_threshold": 0.9},
+            "case_id": "c",
+            "run_id": "r",
+        }
 
     rows = [row({0: {8: 10, 16: 4}, 1: {8: 10, 16: 6}})]
     (t8, t16) = accuracy_table(rows)
@@ -111,8 +130,12 @@ def test_perplexity_cell_and_metric_tables_use_the_seed_interval():
     cell = _ppl_cell(row, {"ppl": 12.0, "ppl_std": 2.0, "ppl_seed_lo": 7.03, "ppl_seed_hi": 16.97, "status": "ok"})
     assert cell.spread == (7.03, 16.97) and cell.text == "12.00 [7.03, 16.97]"
     table = SimpleNamespace(spread="")
-    assert _spread({"acc_beyond": 0.3, "acc_beyond_std": 0.1, "acc_beyond_seed_lo": 0.05, "acc_beyond_seed_hi": 0.55},
-                   "acc_beyond", 0.3, table) == (0.05, 0.55)
+    assert _spread(
+        {"acc_beyond": 0.3, "acc_beyond_std": 0.1, "acc_beyond_seed_lo": 0.05, "acc_beyond_seed_hi": 0.55},
+        "acc_beyond",
+        0.3,
+        table,
+    ) == (0.05, 0.55)
     assert table.spread == SPREAD_SEED_CI == SEED_INTERVAL
 
 
@@ -120,8 +143,13 @@ def test_compare_reads_the_seed_level_spread():
     tasks = {"extrapolation": get_task("extrapolation")}
 
     def row(values):
-        return SimpleNamespace(status="ok", method="alibi", task="extrapolation", metrics={"ppl_at_train_len": sum(values) / 3},
-                               series={"ppl_at_train_len_by_seed": values})
+        return SimpleNamespace(
+            status="ok",
+            method="alibi",
+            task="extrapolation",
+            metrics={"ppl_at_train_len": sum(values) / 3},
+            series={"ppl_at_train_len_by_seed": values},
+        )
 
     # a 10% change whose seeds overlap: noise, not a regression
     (change,) = _compare_case("c", row([10.0, 12.0, 14.0]), row([11.0, 13.2, 15.4]), 0.05, tasks=tasks)
@@ -134,20 +162,20 @@ def test_compare_reads_the_seed_level_spread():
 def test_seeded_lengthgen_and_retrieval_cases_train_one_model_per_seed(tmp_path):
     from tests.helpers.cases import make_case
 
-    task, case = make_case("lengthgen", "rotary", {"L_train": 3, "task": "reverse"}, {**LG_TINY, "seeds": [0, 1]},
-                           tmp_path)
+    task, case = make_case("lengthgen", "rotary", {"L_train": 3, "task": "reverse"}, {**LG_TINY, "seeds": [0, 1]}, tmp_path)
     out = task.run(case)
     m, s = out["metrics"], out["series"]
     assert m["n_seeds"] == 2 and 0 <= m["seeds_learnt"] <= 2 and len(s["final_train_loss_by_seed"]) == 2
     assert s["final_train_loss_by_seed"][0] != s["final_train_loss_by_seed"][1]  # two models
     assert sorted({c["seed"] for c in s["cells"]}) == [0, 1] and len(s["cells"]) == 4
     assert m["acc@3"] == pytest.approx(sum(s["acc@3_by_seed"]) / 2)
-    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "passkey"}, {**RE_TINY, "seeds": [3, 4]},
-                           tmp_path)
+    task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "passkey"}, {**RE_TINY, "seeds": [3, 4]}, tmp_path)
     out = task.run(case)
     assert out["metrics"]["n_seeds"] == 2 and "acc@16_seed_lo" in out["metrics"]
     assert sorted({c["seed"] for c in out["series"]["cells"]}) == [3, 4]
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("retrieval__alibi*")) == [
-        "retrieval__alibi__L_train=16@seed3.pt", "retrieval__alibi__L_train=16@seed4.pt"]
+        "retrieval__alibi__L_train=16@seed3.pt",
+        "retrieval__alibi__L_train=16@seed4.pt",
+    ]
     with pytest.raises(ValueError, match="seeds must be distinct"):
         make_case("lengthgen", "rotary", {"L_train": 3, "task": "reverse"}, {**LG_TINY, "seeds": [1, 1]}, tmp_path)

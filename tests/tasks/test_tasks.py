@@ -1,14 +1,15 @@
 """The extrapolation, precision and kernels tasks, run in-process on tiny settings."""
+
 import os
 import re
 
 import pytest
 
-from posbench.run import suite as suitemod
 from posbench import tasks
 from posbench.core.discovery import TASKS_ENV_PATH
 from posbench.core.registry import RegistryError
 from posbench.core.task import find_metric, known_model_fields
+from posbench.run import suite as suitemod
 from tests.helpers.cases import TINY, make_case
 
 
@@ -19,7 +20,8 @@ def test_extrapolation_task_cells_checkpoint_and_reuse(tmp_path):
     # 2 interpolation settings x 2 modes x 2 lengths, every one scored over the same tokens
     assert len(evals) == 8 and {e["status"] for e in evals} == {"ok"}
     assert {(e["mode"], e["L_valid"], e["interpolate"]) for e in evals} == {
-        (m, L, i) for m in ("nonoverlapping", "sliding") for L in (8, 16) for i in (False, True)}
+        (m, L, i) for m in ("nonoverlapping", "sliding") for L in (8, 16) for i in (False, True)
+    }
     assert all(e["tokens"] == 299 for e in evals)
     sliding16 = next(e for e in evals if e["mode"] == "sliding" and e["L_valid"] == 16 and not e["interpolate"])
     assert sliding16["stride"] == 4
@@ -41,8 +43,15 @@ def test_extrapolation_settings_need_one_budget(tmp_path):
 
 
 def test_precision_task_both_studies(tmp_path):
-    settings = {**TINY, "interpolate": False, "modes": ["nonoverlapping"], "analysis_heads": 8,
-                "analysis_length": 8192, "analysis_window": 1000, "analysis_chart_heads": [0, 7]}
+    settings = {
+        **TINY,
+        "interpolate": False,
+        "modes": ["nonoverlapping"],
+        "analysis_heads": 8,
+        "analysis_length": 8192,
+        "analysis_window": 1000,
+        "analysis_chart_heads": [0, 7],
+    }
     task, case = make_case("precision", "alibi", {"study": "bias_counts", "L_train": 8}, settings, tmp_path)
     out = task.run(case)
     assert out["metrics"]["last_window_distinct@float32"] == 192  # the partial last window
@@ -71,7 +80,10 @@ def test_kernels_suite_rejects_unknown_variant(tmp_path):
     path = tmp_path / "k.yaml"
     text = (suitemod.SUITES_DIR / "kernels.yaml").read_text().replace("sdpa_causal,", "sdpa_casual,", 1)
     path.write_text(text)
-    with pytest.raises(suitemod.SuiteError, match=r"k.yaml:\d+: methods\[3\]: unknown kernels variant 'sdpa_casual' \(did you mean 'sdpa_causal'\?\)"):
+    with pytest.raises(
+        suitemod.SuiteError,
+        match=r"k.yaml:\d+: methods\[3\]: unknown kernels variant 'sdpa_casual' \(did you mean 'sdpa_causal'\?\)",
+    ):
         suitemod.load(str(path))
 
 
@@ -80,25 +92,36 @@ def test_task_contract_is_checked_on_import(tmp_path, monkeypatch):
     assert isinstance(tasks.get("_testing"), tasks.Task) and not tasks.get("_testing").own_methods
     assert tasks.get("_testing").unavailable_reason(None) is None  # the default: available
     declare = "from posbench.core.registry import register_task\nfrom posbench.core.task import Task\n"
-    packages = {"nometrics": "Settings = Params = object\ndef run(case): return {}\n",
-                "strmetrics": declare + "TASK = register_task(Task(object, object, {'x': 'a string'}, lambda case: {}, "
-                                        "name='strmetrics'))\n",
-                "misnamed": declare + "TASK = register_task(Task(object, object, {}, lambda case: {}, name='other'))\n"}
+    packages = {
+        "nometrics": "Settings = Params = object\ndef run(case): return {}\n",
+        "strmetrics": declare + "TASK = register_task(Task(object, object, {'x': 'a string'}, lambda case: {}, "
+        "name='strmetrics'))\n",
+        "misnamed": declare + "TASK = register_task(Task(object, object, {}, lambda case: {}, name='other'))\n",
+    }
     for name, source in packages.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text("")
         (tmp_path / name / "task.py").write_text(source)
     monkeypatch.setenv(TASKS_ENV_PATH, os.pathsep.join([str(tmp_path), os.environ[TASKS_ENV_PATH]]))
     where = {name: re.escape(str((tmp_path / name).resolve())) for name in packages}
-    with pytest.raises(RegistryError, match=rf"^task 'nometrics' \({where['nometrics']}\) registers no task; a task package's "
-                                            r"task.py declares TASK = register_task\(Task\(Settings, Params, METRICS, run, "
-                                            r"\.\.\., name='nometrics'\)\)$"):
+    with pytest.raises(
+        RegistryError,
+        match=rf"^task 'nometrics' \({where['nometrics']}\) registers no task; a task package's "
+        r"task.py declares TASK = register_task\(Task\(Settings, Params, METRICS, run, "
+        r"\.\.\., name='nometrics'\)\)$",
+    ):
         tasks.get("nometrics")
-    with pytest.raises(RegistryError, match=rf"^error importing task package {where['strmetrics']}: task 'strmetrics': "
-                                            r"METRICS\['x'\] is not a posbench.core.task.Metric$"):
+    with pytest.raises(
+        RegistryError,
+        match=rf"^error importing task package {where['strmetrics']}: task 'strmetrics': "
+        r"METRICS\['x'\] is not a posbench.core.task.Metric$",
+    ):
         tasks.get("strmetrics")
-    with pytest.raises(RegistryError, match=rf"^task 'misnamed' \({where['misnamed']}\) registers 'other'; allowed: "
-                                            r"register_task\(Task\(\.\.\., name='misnamed'\)\), the name of its package$"):
+    with pytest.raises(
+        RegistryError,
+        match=rf"^task 'misnamed' \({where['misnamed']}\) registers 'other'; allowed: "
+        r"register_task\(Task\(\.\.\., name='misnamed'\)\), the name of its package$",
+    ):
         tasks.get("misnamed")
     assert "other" not in tasks.names(include_hidden=True)  # what a failed package registered is gone
     assert tasks.metrics_of("not-a-task") == {}
@@ -131,5 +154,4 @@ def test_every_task_with_model_overrides_accepts_only_model_fields():
     assert known_model_fields({"n_layers": 2}) == {"n_layers": 2}
     for name in ("efficiency", "extrapolation", "decode", "retrieval"):
         validators = tasks.get(name).Settings.__pydantic_decorators__.field_validators.values()
-        assert any(v.info.fields == ("model_overrides",) and v.func.__name__ == "known_model_fields"
-                   for v in validators), name
+        assert any(v.info.fields == ("model_overrides",) and v.func.__name__ == "known_model_fields" for v in validators), name
