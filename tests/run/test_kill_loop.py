@@ -42,7 +42,8 @@ def test_a_kill_loop_loses_no_row_and_runs_no_case_twice(tmp_path):
     rng = random.Random(44)
     log = tmp_path / "runs.log"
     env = dict(os.environ, POSBENCH_TESTING_RUN_LOG=str(log))
-    path = make_suite(tmp_path, ["sinusoidal", "alibi"], grid=json.dumps(list(range(1, POINTS + 1))), threads=1,
+    # (no threads setting: a worker that sets torch's threads imports torch, seconds a case)
+    path = make_suite(tmp_path, ["sinusoidal", "alibi"], grid=json.dumps(list(range(1, POINTS + 1))),
                       behaviour="sleep", sleep_s=0.2, timeout_s=60)
     results = tmp_path / "res"
     argv = [sys.executable, "bench.py", "--suite", str(path), "--results", str(results), "--device", "cpu", "--quiet",

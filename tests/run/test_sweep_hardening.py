@@ -251,7 +251,7 @@ def test_validate_warns_of_setup_commands_and_a_launch_refuses_them(tmp_path, ca
 
 @pytest.mark.subprocess
 def test_setup_commands_run_when_the_user_opts_in(tmp_path, capsys):
-    path = make_suite(tmp_path, ["sinusoidal"], threads=1)
+    path = make_suite(tmp_path, ["sinusoidal"])
     path.write_text(path.read_text() + "launcher:\n  setup: ['touch " + str(tmp_path / "ran") + "']\n")
     assert cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--quiet",
                      "--launcher", "local", "--allow-setup-commands"]) == 0
@@ -320,6 +320,7 @@ def test_launcher_slurm_without_slurm_is_one_line_and_leaves_no_files(tmp_path, 
 
 
 # ---- launches that start real local tasks ----
+# (Their suites set no threads: a worker that sets torch's threads imports torch, seconds a case.)
 
 def _wait_done(run_dir: Path, keys, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
@@ -344,7 +345,8 @@ def _runs(log: Path) -> dict:
 def test_a_plain_run_beside_a_detached_launch_refuses(tmp_path, capsys, monkeypatch):
     log = tmp_path / "runs.log"
     monkeypatch.setenv("POSBENCH_TESTING_RUN_LOG", str(log))
-    path = make_suite(tmp_path, ["sinusoidal"], threads=1, behaviour="sleep", sleep_s=4, timeout_s=60)
+    # (the task sleeps long enough that it still runs when the plain run asks, on a loaded machine too)
+    path = make_suite(tmp_path, ["sinusoidal"], behaviour="sleep", sleep_s=7, timeout_s=60)
     argv = ["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--quiet"]
     assert cli.main(argv + ["--launcher", "local", "--detach"]) == 0
     (run_dir,) = (tmp_path / "res" / "t").iterdir()
@@ -367,7 +369,7 @@ def test_resubmitting_while_a_task_finishes_runs_no_case_twice(tmp_path, capsys,
     # while the submitter collects the environment, before it decides what to start.
     log = tmp_path / "runs.log"
     monkeypatch.setenv("POSBENCH_TESTING_RUN_LOG", str(log))
-    path = make_suite(tmp_path, ["sinusoidal", "alibi"], threads=1, behaviour="sleep", sleep_s=2, timeout_s=60)
+    path = make_suite(tmp_path, ["sinusoidal", "alibi"], behaviour="sleep", sleep_s=2, timeout_s=60)
     argv = ["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--quiet",
             "--launcher", "local"]
     assert cli.main(argv + ["--detach"]) == 0
@@ -394,8 +396,7 @@ def test_resubmitting_while_a_task_finishes_runs_no_case_twice(tmp_path, capsys,
 def test_kill_9_of_the_submitter_loses_no_unit_and_a_rerun_runs_no_case_twice(tmp_path):
     log = tmp_path / "runs.log"
     env = dict(os.environ, POSBENCH_TESTING_RUN_LOG=str(log))
-    path = make_suite(tmp_path, ["sinusoidal"], grid="[1, 2, 3, 4]", threads=1, behaviour="sleep", sleep_s=1,
-                      timeout_s=60)
+    path = make_suite(tmp_path, ["sinusoidal"], grid="[1, 2, 3, 4]", behaviour="sleep", sleep_s=1, timeout_s=60)
     argv = [sys.executable, "bench.py", "--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu",
             "--quiet", "--launcher", "local", "--retry-failed"]
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -429,7 +430,7 @@ def test_a_checkout_path_with_a_space_launches(tmp_path):
     root.mkdir()
     for part in ("posbench", "tests", "methods", "bench.py"):
         (shutil.copytree if (REPO / part).is_dir() else shutil.copy)(REPO / part, root / part)
-    path = make_suite(tmp_path, ["sinusoidal"], threads=1)
+    path = make_suite(tmp_path, ["sinusoidal"])
     env = dict(os.environ, PYTHONPATH=str(root))
     proc = subprocess.run([sys.executable, "bench.py", "--suite", str(path), "--results", str(tmp_path / "res"),
                            "--device", "cpu", "--quiet", "--launcher", "local"], cwd=root, env=env,
@@ -442,7 +443,7 @@ def test_a_checkout_path_with_a_space_launches(tmp_path):
 
 @pytest.mark.subprocess
 def test_detach_through_a_pipe_returns_when_the_launch_is_done(tmp_path):
-    path = make_suite(tmp_path, ["sinusoidal"], threads=1, behaviour="sleep", sleep_s=40, timeout_s=120)
+    path = make_suite(tmp_path, ["sinusoidal"], behaviour="sleep", sleep_s=40, timeout_s=120)
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "bench.py", "--suite", str(path), "--results", str(tmp_path / "res"),
                              "--device", "cpu", "--quiet", "--launcher", "local", "--detach"], cwd=REPO,
