@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from posbench.core import discovery, registry
 from posbench.core import conformance as testing
+from posbench.core import discovery, registry
 from posbench.store.run_rows import latest, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,9 +83,10 @@ def test_the_whole_journey_list_check_run_report(outside):
         (f"{check}/{dtype}", "pass") for check in testing.CHECKS for dtype in ("float32", "bfloat16")}
     assert checked.stdout.rstrip().endswith(f"{2 * len(testing.CHECKS)} passed, 0 failed, 0 unavailable here")
 
-    # A shipped suite, made tiny; mine joins alibi (the suite lists alibi, not mine).
+    # A shipped suite, made tiny (one round: every round starts processes that import torch);
+    # mine joins alibi (the suite lists alibi, not mine).
     tiny = ["--set", "grid.seq_len=[16]", "--set", "tokens_per_step=32", "--set", "warmup_steps=0",
-            "--set", "measure_steps=1", "--set", "windows=1"]
+            "--set", "measure_steps=1", "--set", "windows=1", "--set", "rounds=1"]
     run = bench("--suite", "efficiency", "--profile", "cpu", "--methods", "alibi,mine", "--methods-dir", plugins,
                 "--results", "results", "--quiet", *tiny, cwd=outside)
     assert run.returncode == 0, run.stdout + run.stderr
