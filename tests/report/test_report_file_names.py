@@ -2,12 +2,14 @@
 unique and stable: machine names that differ only in punctuation keep their own files (issue 26)."""
 import re
 
+import pytest
+
 from posbench.report.build import build_report
 from posbench.report.names import Stems, file_stem, slug, unique_keys
 from posbench.report.render import row_anchor
 from posbench.report.results_page import write_pages
-from tests.helpers.report_rows import CPU_ENV, efficiency_rows, retrieval_rows, write_run
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import CPU_ENV, efficiency_rows, retrieval_rows, write_run
 
 
 def _two_machines(tmp_path):
@@ -20,10 +22,16 @@ def _ids(html: str) -> list[str]:
     return re.findall(r'\sid="([^"]*)"', html)
 
 
-def test_two_machines_differing_in_punctuation_keep_their_own_tables_charts_and_ids(tmp_path):
-    a, b = _two_machines(tmp_path)
-    out = tmp_path / "out"
-    written = build_report([a, b], out, find_task=find_task)
+@pytest.fixture(scope="module")
+def two_machines_report(tmp_path_factory):
+    """(the two runs, the report's folder, what it wrote): built once, its charts take seconds."""
+    tmp = tmp_path_factory.mktemp("two_machines")
+    a, b = _two_machines(tmp)
+    return (a, b), tmp / "out", build_report([a, b], tmp / "out", find_task=find_task)
+
+
+def test_two_machines_differing_in_punctuation_keep_their_own_tables_charts_and_ids(two_machines_report):
+    _, out, written = two_machines_report
     tables = [k for k in written if k.startswith("tables/") and k.endswith(".md")]
     on_disk = sorted(p.relative_to(out).as_posix() for p in (out / "tables").glob("*.md"))
     assert sorted(tables) == on_disk  # the count the report prints is the files it wrote
@@ -38,10 +46,10 @@ def test_two_machines_differing_in_punctuation_keep_their_own_tables_charts_and_
     assert len(ids) == len(set(ids)), [i for i in ids if ids.count(i) > 1][:3]
 
 
-def test_names_are_stable_from_one_report_to_the_next(tmp_path):
-    a, b = _two_machines(tmp_path)
-    first = sorted(build_report([a, b], tmp_path / "one", find_task=find_task))
-    second = sorted(build_report([a, b], tmp_path / "two", find_task=find_task))
+def test_names_are_stable_from_one_report_to_the_next(two_machines_report, tmp_path):
+    runs, _, written = two_machines_report
+    first = sorted(written)
+    second = sorted(build_report(list(runs), tmp_path / "two", find_task=find_task))
     assert first == second
 
 
