@@ -11,7 +11,6 @@ import pytest
 from posbench.cli import app as cli
 from posbench.core import discovery
 from posbench.run import suite as suitemod
-
 from tests.helpers.suites import VALID as SUITE  # the same valid suite the validation tests start from
 
 REPO = Path(__file__).resolve().parents[2]

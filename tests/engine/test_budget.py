@@ -8,8 +8,7 @@ import torch
 from posbench.core import discovery
 from posbench.core.config import ModelConfig
 from posbench.engine import budget as budget_mod
-from posbench.engine.budget import (MIN_TIMED_STEPS, TimeBudget, budget_of, measure_step_seconds, planned_steps,
-                                    steps_for)
+from posbench.engine.budget import MIN_TIMED_STEPS, TimeBudget, budget_of, measure_step_seconds, planned_steps, steps_for
 from posbench.engine.flops import matmul_flops, position_flops, train_flops_per_step
 from posbench.engine.train import TrainConfig, lr_at, step_flops, train, warm_up
 from posbench.run import suite as suitemod

@@ -11,26 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from posbench.cli.run_output import EXIT_CASES_FAILED
-
-from posbench.report import bootstrap
 from posbench.cli import app as cli
-from posbench.engine import windows as paired
+from posbench.cli.run_output import EXIT_CASES_FAILED
 from posbench.core import registry
-from posbench.run import runner
-from posbench.run import worker
-from posbench.report import rows as rowsmod
-from posbench.run import suite as suitemod
 from posbench.core.method import PositionMethod
 from posbench.core.registry import register
+from posbench.engine import windows as paired
+from posbench.report import bootstrap
+from posbench.report import rows as rowsmod
 from posbench.report.table import metric_tables
-from tests.helpers.ratios import recovers_planted_ratio
-from tests.helpers.report_rows import write_run
-from tests.helpers.suites import make_suite
+from posbench.run import runner, worker
+from posbench.run import suite as suitemod
 from posbench.run.schedule import check_pairing, jobs, plan_rounds, schedule
 from posbench.store.run_rows import case_rows, read_rows
 from posbench.tasks import find as find_task
-
+from tests.helpers.ratios import recovers_planted_ratio
+from tests.helpers.report_rows import write_run
+from tests.helpers.suites import make_suite
 
 # -- the window order ---------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ import pytest
 from posbench.report.build import build_report
 from posbench.report.compare import compare_runs, main_compare
 from posbench.report.rows import load_runs
-from tests.helpers.report_rows import efficiency_rows, retrieval_rows, write_run
 from posbench.tasks import find as find_task
+from tests.helpers.report_rows import efficiency_rows, retrieval_rows, write_run
 
 DEEP = "[" * 100_000 + "]" * 100_000
 

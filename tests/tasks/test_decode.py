@@ -10,18 +10,17 @@ import torch
 import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from posbench.core import discovery, registry
-from posbench.core import conformance as testing
-from posbench.core.model import TransformerLM, model_config
-from posbench.attention.plans import BLOCKED_MIN_ROWS
 import posbench.engine.timing
+from posbench import tasks as _registry  # noqa: E402
+from posbench.attention.plans import BLOCKED_MIN_ROWS
+from posbench.core import conformance as testing
+from posbench.core import discovery, registry
+from posbench.core.model import TransformerLM, model_config
+from posbench.tasks import find as find_task
 from posbench.tasks.decode import generation as decoding
 from posbench.tasks.decode import task as decode
 from tests.helpers.cases import make_case
 from tests.helpers.marks import SLOW_WHEN_INTERPRETED, interpreted
-from posbench.tasks import find as find_task
-
-from posbench import tasks as _registry  # noqa: E402
 
 # The tasks this installation knows, as the CLI hands them to the report.
 KNOWN_TASKS = {name: _registry.get(name) for name in _registry.names(include_hidden=True)}
@@ -387,9 +386,8 @@ def test_suite_declares_latencies_lower_is_better():
 
 
 def test_report_has_decode_tables_with_ratios_to_the_baseline(tmp_path):
-    from tests.helpers.report_rows import base_row, write_run
-
     from posbench.report.build import collect_tables, load_runs
+    from tests.helpers.report_rows import base_row, write_run
 
     tpot = {"sinusoidal": 2.0, "alibi": 3.0}  # ms at C = 256; doubles at 1024
     rows = []
