@@ -1,4 +1,5 @@
 """The command line: exit codes, one-line errors on stderr, nothing written for an invalid suite."""
+
 import json
 import os
 import re
@@ -31,8 +32,10 @@ def test_validate_ok_and_invalid(suite_file, tmp_path, capsys):
     bad.write_text(SUITE.replace("version: 1", "version: 1\nspeed: fast"))
     assert cli.main(["validate", str(bad)]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
-    assert err == f"SuiteError: {bad}:4: speed: unknown key; allowed: name, description, version, task, methods, " \
-                  "baseline, metrics, grid, settings, profiles, launcher\n"
+    assert (
+        err == f"SuiteError: {bad}:4: speed: unknown key; allowed: name, description, version, task, methods, "
+        "baseline, metrics, grid, settings, profiles, launcher\n"
+    )
 
 
 @pytest.mark.subprocess
@@ -67,8 +70,19 @@ def test_bad_set_value_is_one_line(suite_file, tmp_path, capsys):
 @pytest.mark.subprocess
 def test_dry_run_lists_cases_and_writes_nothing(suite_file, tmp_path, capsys):
     results = tmp_path / "results"
-    args = ["--suite", str(suite_file), "--device", "cpu", "--results", str(results), "--dry-run",
-            "--methods", "alibi", "--set", "grid.n=[5, 6]"]
+    args = [
+        "--suite",
+        str(suite_file),
+        "--device",
+        "cpu",
+        "--results",
+        str(results),
+        "--dry-run",
+        "--methods",
+        "alibi",
+        "--set",
+        "grid.n=[5, 6]",
+    ]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "profile cpu, device cpu" in out and "  run   alibi/n=5\n  run   alibi/n=6\n" in out
@@ -121,15 +135,28 @@ print("RESULT", code, heavy)
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["list"], ["schema"], ["validate", "efficiency"],
-                                  ["validate", "extrapolation"], ["validate", "precision"], ["validate", "kernels"],
-                                  ["validate", "decode"], ["validate", "retrieval"]],
-                         ids=" ".join)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["run", "--help"],
+        ["list"],
+        ["schema"],
+        ["validate", "efficiency"],
+        ["validate", "extrapolation"],
+        ["validate", "precision"],
+        ["validate", "kernels"],
+        ["validate", "decode"],
+        ["validate", "retrieval"],
+    ],
+    ids=" ".join,
+)
 def test_startup_commands_import_no_torch(args):
     env = {k: v for k, v in os.environ.items() if k != "POSBENCH_METHODS_PATH"}
     env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.run([sys.executable, "-c", STARTUP.format(args=args)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", STARTUP.format(args=args)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "RESULT 0 []"
 
@@ -142,8 +169,16 @@ def test_list_check_imports_methods_and_says_availability(capsys):
 
 
 def test_case_line_leaves_out_metrics_measured_in_another_row_and_says_n_a_for_missing_values():
-    row = {"method": "rotary", "params": {"seq_len": 64}, "settings": {"rounds": 5}, "round": 2, "status": "ok",
-           "task": "efficiency", "metrics": {"train_wps": 15100.0, "eval_wps": None}, "duration_s": 4.7}
+    row = {
+        "method": "rotary",
+        "params": {"seq_len": 64},
+        "settings": {"rounds": 5},
+        "round": 2,
+        "status": "ok",
+        "task": "efficiency",
+        "metrics": {"train_wps": 15100.0, "eval_wps": None},
+        "duration_s": 4.7,
+    }
     line = cli.case_line(row, ["train_wps", "eval_wps", "peak_mem_train_bytes"])
     assert line.startswith("rotary        seq_len=64 round 2/5 ok          train_wps 15.1k  eval_wps n/a  (4.7 s)")
     assert "peak_mem" not in line

@@ -2,6 +2,7 @@
 ``list`` shows the method, ``check`` runs the conformance kit on it, ``--methods alibi,mine``
 runs it in a shipped suite (same run folder and table), and ``report`` has a row for it. Then
 what goes wrong on the way: a plugin that raises, a file that does not parse, typos."""
+
 from __future__ import annotations
 
 import os
@@ -39,7 +40,7 @@ MINE = textwrap.dedent('''
             return causal_attention(q, k, v, bias=-slopes[:, None, None] * dist, window=self.window(layer))
 ''')
 
-RAISES = textwrap.dedent('''
+RAISES = textwrap.dedent("""
     from posbench.core.method import PositionMethod
     from posbench.core.registry import register
 
@@ -50,15 +51,16 @@ RAISES = textwrap.dedent('''
 
         def __init__(self, cfg):
             raise RuntimeError("cannot build me")
-''')
+""")
 
 
 def bench(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     """``python bench.py ARGS`` from ``cwd`` (outside the checkout), as a user types it."""
     full_env = {k: v for k, v in os.environ.items() if k != discovery.METHODS_ENV_PATH}
     full_env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **(env or {}))
-    return subprocess.run([sys.executable, str(ROOT / "bench.py"), *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench.py"), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture
@@ -80,15 +82,41 @@ def test_the_whole_journey_list_check_run_report(outside):
     assert checked.returncode == 0, checked.stdout + checked.stderr
     lines = [line.split() for line in checked.stdout.splitlines() if line.startswith("  ")]
     assert {(words[0], words[1]) for words in lines} == {
-        (f"{check}/{dtype}", "pass") for check in testing.CHECKS for dtype in ("float32", "bfloat16")}
+        (f"{check}/{dtype}", "pass") for check in testing.CHECKS for dtype in ("float32", "bfloat16")
+    }
     assert checked.stdout.rstrip().endswith(f"{2 * len(testing.CHECKS)} passed, 0 failed, 0 unavailable here")
 
     # A shipped suite, made tiny (one round: every round starts processes that import torch);
     # mine joins alibi (the suite lists alibi, not mine).
-    tiny = ["--set", "grid.seq_len=[16]", "--set", "tokens_per_step=32", "--set", "warmup_steps=0",
-            "--set", "measure_steps=1", "--set", "windows=1", "--set", "rounds=1"]
-    run = bench("--suite", "efficiency", "--profile", "cpu", "--methods", "alibi,mine", "--methods-dir", plugins,
-                "--results", "results", "--quiet", *tiny, cwd=outside)
+    tiny = [
+        "--set",
+        "grid.seq_len=[16]",
+        "--set",
+        "tokens_per_step=32",
+        "--set",
+        "warmup_steps=0",
+        "--set",
+        "measure_steps=1",
+        "--set",
+        "windows=1",
+        "--set",
+        "rounds=1",
+    ]
+    run = bench(
+        "--suite",
+        "efficiency",
+        "--profile",
+        "cpu",
+        "--methods",
+        "alibi,mine",
+        "--methods-dir",
+        plugins,
+        "--results",
+        "results",
+        "--quiet",
+        *tiny,
+        cwd=outside,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     (run_dir,) = (outside / "results" / "efficiency").iterdir()
     rows = {r["method"]: r for r in registry_rows(run_dir)}
@@ -110,9 +138,25 @@ def registry_rows(run_dir: Path) -> list[dict]:
 @pytest.mark.subprocess
 def test_conformance_test_of_pytest_sees_a_plugin_named_by_the_environment(outside):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **{discovery.METHODS_ENV_PATH: str(outside / "plugins")})
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "core" / "test_conformance.py"),
-                           "-k", "test_conformance and mine and float32", "-rA"],
-                          cwd=outside, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(ROOT / "tests" / "core" / "test_conformance.py"),
+            "-k",
+            "test_conformance and mine and float32",
+            "-rA",
+        ],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert f"{len(testing.CHECKS)} passed" in proc.stdout and "[mine-" in proc.stdout
 
@@ -140,7 +184,7 @@ def test_run_all_survives_a_plugin_that_raises_and_says_what_its_values_mean(tmp
     assert testing.run_all("nope", dtypes=(testing.torch.float32,)) == {f"{c}/float32": None for c in testing.CHECKS}
 
 
-NEEDS_GPU = textwrap.dedent('''
+NEEDS_GPU = textwrap.dedent("""
     from posbench.core.method import PositionMethod
     from posbench.core.registry import register
 
@@ -152,7 +196,7 @@ NEEDS_GPU = textwrap.dedent('''
         @classmethod
         def unavailable(cls, device, dtype):
             return "needs a GPU"
-''')
+""")
 
 
 @pytest.mark.subprocess
@@ -173,7 +217,8 @@ def test_a_plugin_file_that_does_not_parse_blocks_only_what_uses_it(outside):
     assert listed.returncode == 0 and "mine" in listed.stdout and "alibi" in listed.stdout
     warning = f"warning: method file {outside / 'plugins' / 'broken.py'} skipped: SyntaxError: "
     assert [line for line in listed.stderr.splitlines() if line.startswith("warning")] == [
-        line for line in listed.stderr.splitlines() if line.startswith(warning)]
+        line for line in listed.stderr.splitlines() if line.startswith(warning)
+    ]
     assert listed.stderr.count("\n") == 1
     valid = bench("validate", "efficiency", cwd=outside, env={discovery.METHODS_ENV_PATH: str(outside / "plugins")})
     assert valid.returncode == 0 and valid.stdout.startswith("ok: ") and warning in valid.stderr

@@ -1,4 +1,5 @@
 """The synthetic-copy source: closed form vs counting, the bound per window position, the corpus, a suite run."""
+
 import json
 import math
 from collections import Counter
@@ -147,8 +148,10 @@ def test_uniform_logits_score_the_vocabulary_size():
         assert np.array_equal(b.per_position_count, r.per_position_count)
 
 
-@pytest.mark.parametrize("mode,stride,L", [("nonoverlapping", None, 16), ("nonoverlapping", None, 37),
-                                           ("sliding", 5, 16), ("sliding", 1, 9), ("sliding", 13, 13)])
+@pytest.mark.parametrize(
+    "mode,stride,L",
+    [("nonoverlapping", None, 16), ("nonoverlapping", None, 37), ("sliding", 5, 16), ("sliding", 1, 9), ("sliding", 13, 13)],
+)
 def test_bound_lands_each_token_at_the_window_position_evaluate_scores_it(mode, stride, L):
     source = sc.make_source(seed=1, **sc.DEFAULTS)
     tokens = source.sample(1, 503, seed=2)[0]  # odd length: a right-aligned last window
@@ -193,11 +196,36 @@ def test_distance_beyond_the_training_length_is_allowed():
 def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path, capsys):
     results = tmp_path / "results"
     corpus = "{kind: synthetic-copy, size: 20000, synthetic: {vocab: 16, copy_prob: 0.5, max_distance: 6}}"
-    args = ["--suite", "extrapolation", "--profile", "cpu", "--device", "cpu", "--results", str(results),
-            "--methods", "alibi", "--set", f"corpus={corpus}", "--set", "steps=2", "--set", "warmup_steps=1",
-            "--set", "batch_size=2", "--set", "grid.L_train=[8]", "--set", "L_valid_factors=[1, 2]",
-            "--set", "stride=4", "--set", "eval_tokens=301",
-            "--set", "model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}"]
+    args = [
+        "--suite",
+        "extrapolation",
+        "--profile",
+        "cpu",
+        "--device",
+        "cpu",
+        "--results",
+        str(results),
+        "--methods",
+        "alibi",
+        "--set",
+        f"corpus={corpus}",
+        "--set",
+        "steps=2",
+        "--set",
+        "warmup_steps=1",
+        "--set",
+        "batch_size=2",
+        "--set",
+        "grid.L_train=[8]",
+        "--set",
+        "L_valid_factors=[1, 2]",
+        "--set",
+        "stride=4",
+        "--set",
+        "eval_tokens=301",
+        "--set",
+        "model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}",
+    ]
     assert cli.main(args) == 0
     (rows_file,) = results.glob("extrapolation/*/cases.jsonl")
     (row,) = [json.loads(line) for line in rows_file.read_text().splitlines()]
@@ -231,8 +259,12 @@ def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path, capsys):
 def test_precision_perplexity_study_reports_the_bound(tmp_path):
     from tests.helpers.cases import TINY, make_case
 
-    settings = {**TINY, "interpolate": False, "modes": ["nonoverlapping"],
-                "corpus": {"kind": "synthetic-copy", "size": 20000, "synthetic": {"vocab": 16, "max_distance": 6}}}
+    settings = {
+        **TINY,
+        "interpolate": False,
+        "modes": ["nonoverlapping"],
+        "corpus": {"kind": "synthetic-copy", "size": 20000, "synthetic": {"vocab": 16, "max_distance": 6}},
+    }
     task, case = make_case("precision", "alibi", {"study": "bias_dtype_ppl", "L_train": 8}, settings, tmp_path)
     out = task.run(case)
     bound = out["metrics"]["best_ppl_eval"]
@@ -244,11 +276,15 @@ def test_precision_perplexity_study_reports_the_bound(tmp_path):
 def test_seed_averaged_rows_keep_the_bound(tmp_path):
     from tests.helpers.cases import TINY, make_case
 
-    settings = {**TINY, "interpolate": False, "seeds": [0, 1], "L_valid_factors": [1, 2],
-                "corpus": {"kind": "synthetic-copy", "size": 20000, "synthetic": {"vocab": 16, "max_distance": 6}}}
+    settings = {
+        **TINY,
+        "interpolate": False,
+        "seeds": [0, 1],
+        "L_valid_factors": [1, 2],
+        "corpus": {"kind": "synthetic-copy", "size": 20000, "synthetic": {"vocab": 16, "max_distance": 6}},
+    }
     task, case = make_case("extrapolation", "rotary", {"L_train": 8}, settings, tmp_path)
     out = task.run(case)
     assert out["metrics"]["n_seeds"] == 2 and out["metrics"]["best_ppl_eval_std"] == 0.0
     assert all(c["best_ppl_eval"] == pytest.approx(out["metrics"]["best_ppl_eval"]) for c in out["series"]["evals"])
-    assert set(out["series"]["best_per_position_loss"]) == {"nonoverlapping@8", "nonoverlapping@16",
-                                                             "sliding@8", "sliding@16"}
+    assert set(out["series"]["best_per_position_loss"]) == {"nonoverlapping@8", "nonoverlapping@16", "sliding@8", "sliding@16"}

@@ -1,5 +1,6 @@
 """Training budgets (issue 39): steps, tokens, measured time and counted operations, turned into
 steps before the first one; their one-line errors; the operation count against a hand count."""
+
 import textwrap
 
 import pytest
@@ -60,12 +61,15 @@ def test_tokens_and_flops_budgets_in_steps():
     assert TrainConfig(seq_len=16, batch_size=4, time_s=3.0).total_steps(step_seconds=0.5) == 6
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(steps=3, time_s=5.0), "exactly one of steps or tokens or time_s or flops (given: steps, time_s)"),
-    (dict(), "given: none"),
-    (dict(time_s=0.0), "time_s must be a positive number"),
-    (dict(flops=-1.0), "flops must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(steps=3, time_s=5.0), "exactly one of steps or tokens or time_s or flops (given: steps, time_s)"),
+        (dict(), "given: none"),
+        (dict(time_s=0.0), "time_s must be a positive number"),
+        (dict(flops=-1.0), "flops must be a positive number"),
+    ],
+)
 def test_bad_budget_is_one_line(kwargs, message):
     with pytest.raises(ValueError) as info:
         budget_of(TrainConfig(**kwargs))
@@ -78,11 +82,17 @@ def test_matmul_and_position_flops_against_a_hand_count():
     # tied head 2*3*4*10 = 240
     assert matmul_flops(cfg, 3) == 288 + 96 + 384 + 144 + 240
     # grouped-query attention, one key/value head of 2: qkv 2*3*4*(4 + 2*2) = 192
-    assert matmul_flops(ModelConfig(vocab_size=10, n_layers=1, d_model=4, n_heads=2, n_kv_heads=1, d_ff=8), 3) == \
-        192 + 96 + 384 + 144 + 240
-    by_hand = {"nope": 0, "sinusoidal": 3 * 4,  # a (T, D) table added once
-               "rotary": 2 * 3 * 3 * 4,  # q and k rotated, 3 operations an element, one layer
-               "alibi": 2 * 3 * 3, "t5_bias": 2 * 3 * 3}  # an (H, T, T) bias added in one layer
+    assert (
+        matmul_flops(ModelConfig(vocab_size=10, n_layers=1, d_model=4, n_heads=2, n_kv_heads=1, d_ff=8), 3)
+        == 192 + 96 + 384 + 144 + 240
+    )
+    by_hand = {
+        "nope": 0,
+        "sinusoidal": 3 * 4,  # a (T, D) table added once
+        "rotary": 2 * 3 * 3 * 4,  # q and k rotated, 3 operations an element, one layer
+        "alibi": 2 * 3 * 3,
+        "t5_bias": 2 * 3 * 3,
+    }  # an (H, T, T) bias added in one layer
     for name, count in by_hand.items():
         assert position_flops(discovery.get(name), cfg, 3) == count, name
     assert train_flops_per_step(discovery.get("alibi"), cfg, 3, batch_size=2) == 3 * 2 * (1152 + 18)
@@ -128,10 +138,19 @@ def test_time_budget_warm_up_leaves_the_weights_and_sets_the_steps(monkeypatch):
     # the run spends the budget on the clock: a fake one whose steps take the warm-up's 0.125 s
     clock = FakeClock(first=0.125, each=0.125)
     monkeypatch.setattr(budget_mod, "now", clock)
-    r = train(small_model("rotary"), ticking(repeating_batches(), clock), TrainConfig(seq_len=16, batch_size=4, time_s=0.75,
-                                                                       warmup_s=0.05, warmup_steps=1, log_every=1))
-    assert r.steps == 6 and r.budget == {"kind": "time_s", "value": 0.75, "warmup_seconds": 0.5, "warmup_steps": 3,
-                                         "step_seconds": 0.125, "steps": 6}
+    r = train(
+        small_model("rotary"),
+        ticking(repeating_batches(), clock),
+        TrainConfig(seq_len=16, batch_size=4, time_s=0.75, warmup_s=0.05, warmup_steps=1, log_every=1),
+    )
+    assert r.steps == 6 and r.budget == {
+        "kind": "time_s",
+        "value": 0.75,
+        "warmup_seconds": 0.5,
+        "warmup_steps": 3,
+        "step_seconds": 0.125,
+        "steps": 6,
+    }
     assert len(r.curve) == 6  # the schedule and the loop ran the 6 steps the budget allows
 
 
@@ -149,13 +168,16 @@ settings:
 """
 
 
-@pytest.mark.parametrize("budget, says", [
-    ("steps: 3\n  time_s: 60.0", "exactly one training budget: steps, tokens, time_s or flops (given: steps, time_s)"),
-    ("time_s: 0.0", "greater than 0"),
-    ("flops: -5.0", "greater than 0"),
-    ("steps: 0", "greater than or equal to 1"),
-    ("time_s: 1.5", "not above the warm-up"),
-])
+@pytest.mark.parametrize(
+    "budget, says",
+    [
+        ("steps: 3\n  time_s: 60.0", "exactly one training budget: steps, tokens, time_s or flops (given: steps, time_s)"),
+        ("time_s: 0.0", "greater than 0"),
+        ("flops: -5.0", "greater than 0"),
+        ("steps: 0", "greater than or equal to 1"),
+        ("time_s: 1.5", "not above the warm-up"),
+    ],
+)
 def test_suite_validation_names_a_bad_budget_in_one_line(tmp_path, budget, says):
     path = tmp_path / "b.yaml"
     path.write_text(textwrap.dedent(SUITE.format(budget=budget)))
@@ -253,8 +275,12 @@ def test_time_budget_leaves_held_out_checks_out_of_its_seconds(monkeypatch):
             checked.append(done)
         return False
 
-    r = train(small_model("alibi"), ticking(repeating_batches(), clock), TrainConfig(
-        seq_len=16, batch_size=4, time_s=10.0, warmup_steps=1), until=check)
+    r = train(
+        small_model("alibi"),
+        ticking(repeating_batches(), clock),
+        TrainConfig(seq_len=16, batch_size=4, time_s=10.0, warmup_steps=1),
+        until=check,
+    )
     assert r.steps == 20 and r.budget_seconds == pytest.approx(10.0) and checked == [4, 8, 12, 16]
     assert not r.stopped_early
 

@@ -2,6 +2,7 @@
 cluster bootstrap under a planted drift, one worker process per grid point and round with a row
 per case, a failing method or a crashed group, resume and retry per (case, round), and a short
 real run of the efficiency suite."""
+
 import json
 import math
 import random
@@ -30,6 +31,7 @@ from tests.helpers.report_rows import write_run
 from tests.helpers.suites import make_suite
 
 # -- the window order ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
 def test_window_order_is_a_balanced_williams_design(n):
@@ -85,6 +87,7 @@ def test_alternate_interleaves_windows_and_a_failing_member_drops_out_alone():
 
 # -- pairing and the bootstrap ----------------------------------------------------------------
 
+
 def _drifting_windows(rounds=4, windows=20, ratio=0.9, seed=3, round_ratios=None):
     """Window speeds of a baseline and a method alternating in one process per round: each
     process has its own level (up to +-20%), the speed drifts +-20% over tens of seconds within
@@ -139,15 +142,30 @@ def _window_rows(method_rounds, base_rounds, run_id="run-w"):
     for name, rounds in (("sinusoidal", base_rounds), ("alibi", method_rounds)):
         for r, entry in enumerate(rounds, 1):
             values = entry["values"]
-            rows.append({"case_id": f"{name}/seq_len=64", "suite": "efficiency", "task": "efficiency",
-                         "method": name, "params": {"seq_len": 64}, "status": "ok", "message": "",
-                         "metrics": {"train_wps": statistics.median(values)},
-                         "series": {"train_wps_windows": values, "train_wps_window_t": list(range(len(values)))},
-                         "info": {"pairing": "windows", "group": entry["group"]},
-                         "settings": {"rounds": len(rounds), "pairing": "windows"}, "device": "cpu",
-                         "profile": "cpu", "run_id": run_id, "started_at": f"2026-01-01T00:{r:02d}:00+00:00",
-                         "duration_s": 1.0, "posbench_version": "x", "git_commit": "abc", "traceback": "",
-                         "round": r})
+            rows.append(
+                {
+                    "case_id": f"{name}/seq_len=64",
+                    "suite": "efficiency",
+                    "task": "efficiency",
+                    "method": name,
+                    "params": {"seq_len": 64},
+                    "status": "ok",
+                    "message": "",
+                    "metrics": {"train_wps": statistics.median(values)},
+                    "series": {"train_wps_windows": values, "train_wps_window_t": list(range(len(values)))},
+                    "info": {"pairing": "windows", "group": entry["group"]},
+                    "settings": {"rounds": len(rounds), "pairing": "windows"},
+                    "device": "cpu",
+                    "profile": "cpu",
+                    "run_id": run_id,
+                    "started_at": f"2026-01-01T00:{r:02d}:00+00:00",
+                    "duration_s": 1.0,
+                    "posbench_version": "x",
+                    "git_commit": "abc",
+                    "traceback": "",
+                    "round": r,
+                }
+            )
     return rows
 
 
@@ -155,8 +173,7 @@ def test_merged_rows_keep_each_rounds_windows_and_tables_pair_them(tmp_path):
     method, base, _ = _drifting_windows(rounds=3, windows=10, ratio=0.95)
     rows = _window_rows(method, base)
     merged = case_rows(rows)["alibi/seq_len=64"]
-    assert merged["series"]["train_wps_by_window"] == [{"group": f"g{r}", "values": method[r]["values"]}
-                                                        for r in range(3)]
+    assert merged["series"]["train_wps_by_window"] == [{"group": f"g{r}", "values": method[r]["values"]} for r in range(3)]
     assert merged["metrics"]["n_rounds"] == 3
     # one round of a paired-windows case is merged too (its windows still pair)
     (single,) = case_rows(rows[:1]).values()
@@ -186,6 +203,7 @@ def test_compare_pairs_windows_within_each_run(tmp_path):
 
 # -- the runner: one process per grid point and round ---------------------------------------------
 
+
 def _suite(tmp_path, methods, **settings):
     path = make_suite(tmp_path, methods, **{"pairing": "windows", **settings})
     return path, suitemod.resolve(suitemod.load(path), "default")
@@ -195,19 +213,31 @@ def test_jobs_group_a_grid_points_cases_per_round(tmp_path):
     _, suite = _suite(tmp_path, ["sinusoidal", "rotary", "alibi"], grid="[1, 2]", rounds=2)
     grouped = jobs(schedule(suite.cases("cpu")))
     assert [([c.id for c in cases], r) for cases, r in grouped] == [
-        (["sinusoidal/n=1", "rotary/n=1", "alibi/n=1"], 1), (["rotary/n=1", "alibi/n=1", "sinusoidal/n=1"], 2),
-        (["sinusoidal/n=2", "rotary/n=2", "alibi/n=2"], 1), (["rotary/n=2", "alibi/n=2", "sinusoidal/n=2"], 2)]
+        (["sinusoidal/n=1", "rotary/n=1", "alibi/n=1"], 1),
+        (["rotary/n=1", "alibi/n=1", "sinusoidal/n=1"], 2),
+        (["sinusoidal/n=2", "rotary/n=2", "alibi/n=2"], 1),
+        (["rotary/n=2", "alibi/n=2", "sinusoidal/n=2"], 2),
+    ]
     _, plain = _suite(tmp_path, ["sinusoidal", "rotary"], pairing="rounds")
     assert [len(cases) for cases, _ in jobs(schedule(plain.cases("cpu")))] == [1, 1]
 
 
 @pytest.mark.subprocess
 def test_a_group_is_one_process_with_a_row_per_case_and_a_failing_method_fails_alone(tmp_path):
-    _, suite = _suite(tmp_path, ["sinusoidal", "rotary", "alibi"], grid="[1, 2]", rounds=2,
-                      by_method={"rotary/n=1": "raise", "alibi/n=2": "nan"})
+    _, suite = _suite(
+        tmp_path,
+        ["sinusoidal", "rotary", "alibi"],
+        grid="[1, 2]",
+        rounds=2,
+        by_method={"rotary/n=1": "raise", "alibi/n=2": "nan"},
+    )
     seen = []
-    result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False,
-                                                       on_row=lambda row, i, n: seen.append((row["case_id"], row["round"], i, n))))
+    result = runner.run_suite(
+        suite,
+        runner.RunOptions(
+            "cpu", tmp_path / "res", progress=False, on_row=lambda row, i, n: seen.append((row["case_id"], row["round"], i, n))
+        ),
+    )
     assert [s[2:] for s in seen] == [(i, 12) for i in range(1, 13)]  # progress counts cases
     stored = read_rows(result.run_dir / "cases.jsonl")
     by_key = {(r["case_id"], r["round"]): r for r in stored}
@@ -226,22 +256,32 @@ def test_a_group_is_one_process_with_a_row_per_case_and_a_failing_method_fails_a
         assert by_key[("sinusoidal/n=1", rnd)]["status"] == by_key[("alibi/n=1", rnd)]["status"] == "ok"
         assert by_key[("sinusoidal/n=1", rnd)]["info"] == {"pairing": "windows", "group_size": "3", "round": str(rnd)}
     assert {r["case_id"]: r["status"] for r in result.rows} == {
-        "sinusoidal/n=1": "ok", "rotary/n=1": "error", "alibi/n=1": "ok",
-        "sinusoidal/n=2": "ok", "rotary/n=2": "ok", "alibi/n=2": "diverged"}
+        "sinusoidal/n=1": "ok",
+        "rotary/n=1": "error",
+        "alibi/n=1": "ok",
+        "sinusoidal/n=2": "ok",
+        "rotary/n=2": "ok",
+        "alibi/n=2": "diverged",
+    }
 
 
 @pytest.mark.subprocess
 def test_a_crashed_group_gives_every_case_of_it_an_error_row(tmp_path, never_here):
-    _, suite = _suite(tmp_path, ["sinusoidal", "rotary", never_here], grid="[1, 2]",
-                      by_method={"rotary/n=2": "kill"}, timeout_s=20)
+    _, suite = _suite(
+        tmp_path, ["sinusoidal", "rotary", never_here], grid="[1, 2]", by_method={"rotary/n=2": "kill"}, timeout_s=20
+    )
     result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False))
     rows = {r["case_id"]: r for r in result.rows}
     assert {cid: r["status"] for cid, r in rows.items()} == {
-        "sinusoidal/n=1": "ok", "rotary/n=1": "ok", "never_here/n=1": "unavailable",
-        "sinusoidal/n=2": "error", "rotary/n=2": "error", "never_here/n=2": "unavailable"}
+        "sinusoidal/n=1": "ok",
+        "rotary/n=1": "ok",
+        "never_here/n=1": "unavailable",
+        "sinusoidal/n=2": "error",
+        "rotary/n=2": "error",
+        "never_here/n=2": "unavailable",
+    }
     for cid in ("sinusoidal/n=2", "rotary/n=2"):
-        assert rows[cid]["message"] == ("worker died without a result (killed by SIGKILL) "
-                                        "(one process for sinusoidal, rotary)")
+        assert rows[cid]["message"] == ("worker died without a result (killed by SIGKILL) (one process for sinusoidal, rotary)")
     assert rows["never_here/n=2"]["message"] == "needs a machine that does not exist"
 
 
@@ -251,27 +291,36 @@ def test_a_group_past_its_time_limit_times_out_every_case_of_it(tmp_path):
     result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False))
     # the limit is timeout_s per case of the group: 2 s for two
     assert [(r["status"], r["message"]) for r in result.rows] == [
-        ("timeout", "no result after 2 s; worker killed (one process for sinusoidal, rotary)")] * 2
+        ("timeout", "no result after 2 s; worker killed (one process for sinusoidal, rotary)")
+    ] * 2
 
 
 @pytest.mark.subprocess
 def test_resume_runs_only_the_missing_case_rounds_and_retry_reruns_one(tmp_path, capsys):
     flag = tmp_path / "interrupted.flag"
-    path, suite = _suite(tmp_path, ["sinusoidal", "rotary", "alibi"], grid="[1, 2]", rounds=2,
-                         by_method={"alibi/n=2": "interrupt_once"}, flag_file=str(flag))
+    path, suite = _suite(
+        tmp_path,
+        ["sinusoidal", "rotary", "alibi"],
+        grid="[1, 2]",
+        rounds=2,
+        by_method={"alibi/n=2": "interrupt_once"},
+        flag_file=str(flag),
+    )
     args = ["--suite", str(path), "--device", "cpu", "--results", str(tmp_path / "res"), "--quiet"]
     assert cli.main(args) == cli.EXIT_INTERRUPTED  # in the first group of n=2
     assert "interrupted: 6 of 12 cases finished" in capsys.readouterr().err
     run_dir = next((tmp_path / "res" / "t").iterdir())
     first = read_rows(run_dir / "cases.jsonl")
     assert sorted((r["case_id"], r["round"]) for r in first) == sorted(
-        (f"{m}/n=1", r) for m in ("sinusoidal", "rotary", "alibi") for r in (1, 2))
+        (f"{m}/n=1", r) for m in ("sinusoidal", "rotary", "alibi") for r in (1, 2)
+    )
 
     assert cli.main(args) == 0
     stored = read_rows(run_dir / "cases.jsonl")
     assert stored[:6] == first and len(stored) == 12
     assert sorted((r["case_id"], r["round"]) for r in stored[6:]) == sorted(
-        (f"{m}/n=2", r) for m in ("sinusoidal", "rotary", "alibi") for r in (1, 2))
+        (f"{m}/n=2", r) for m in ("sinusoidal", "rotary", "alibi") for r in (1, 2)
+    )
     assert "6 case(s) run, 6 already done" in capsys.readouterr().out
 
     # --retry-failed: just the failed (case, round) runs again, in a group of its own.
@@ -281,8 +330,9 @@ def test_resume_runs_only_the_missing_case_rounds_and_retry_reruns_one(tmp_path,
     (run_dir / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     todo, _ = plan_rounds(suite, "cpu", run_dir, True, None, [], run_dir.name)
     assert [([c.id for c in cases], r) for cases, r in jobs(todo)] == [(["rotary/n=2"], 2)]
-    again = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", run_id=run_dir.name, retry_failed=True,
-                                                      progress=False))
+    again = runner.run_suite(
+        suite, runner.RunOptions("cpu", tmp_path / "res", run_id=run_dir.name, retry_failed=True, progress=False)
+    )
     assert again.ran == 1 and all(r["status"] == "ok" for r in again.rows)
 
 
@@ -290,15 +340,20 @@ def test_windows_pairing_needs_one_process(tmp_path):
     from posbench.tasks.efficiency.task import Settings
 
     _, suite = _suite(tmp_path, ["sinusoidal"])
-    with pytest.raises(suitemod.SuiteError, match="pairing: windows runs every method of a grid point in one worker "
-                                                  "process, which a run under torchrun"):
+    with pytest.raises(
+        suitemod.SuiteError,
+        match="pairing: windows runs every method of a grid point in one worker process, which a run under torchrun",
+    ):
         check_pairing(suite, in_process=True)
-    with pytest.raises(ValueError, match="pairing: windows measures every method of a grid point in one process; "
-                                         "allowed: nproc 1, or pairing: rounds"):
+    with pytest.raises(
+        ValueError,
+        match="pairing: windows measures every method of a grid point in one process; allowed: nproc 1, or pairing: rounds",
+    ):
         Settings(model="tiny", tokens_per_step=64, pairing="windows", nproc=2)
 
 
 # -- the efficiency task ----------------------------------------------------------------------------
+
 
 @pytest.fixture
 def broken_methods():
@@ -331,11 +386,30 @@ def _efficiency_cases(methods, **settings):
     from posbench.core.case import Case
     from posbench.tasks.efficiency.task import Params, Settings
 
-    base = dict(model="tiny", tokens_per_step=64, warmup_steps=1, measure_steps=1, eval_measure_steps=2,
-                windows=3, threads=1, pairing="windows", model_overrides={"n_layers": 1})
-    return [Case(suite="s", task="efficiency", method=m, params=Params(seq_len=16),
-                 settings=Settings(**{**base, **settings}), device="cpu", profile="cpu", run_id="r")
-            for m in methods]
+    base = dict(
+        model="tiny",
+        tokens_per_step=64,
+        warmup_steps=1,
+        measure_steps=1,
+        eval_measure_steps=2,
+        windows=3,
+        threads=1,
+        pairing="windows",
+        model_overrides={"n_layers": 1},
+    )
+    return [
+        Case(
+            suite="s",
+            task="efficiency",
+            method=m,
+            params=Params(seq_len=16),
+            settings=Settings(**{**base, **settings}),
+            device="cpu",
+            profile="cpu",
+            run_id="r",
+        )
+        for m in methods
+    ]
 
 
 @pytest.mark.slow  # times 3 evaluation and 3 training windows per method
@@ -360,8 +434,9 @@ def test_efficiency_group_alternates_windows_and_a_broken_method_fails_alone(bro
         assert m["batch_size"] == 4 and math.isfinite(m["train_loss"])
         assert m["energy_j"] is None and r["info"]["energy_source"] == "unavailable: needs CUDA"
     # The two methods' windows interleave in time, phase by phase: evaluation, then training.
-    times = sorted((t, k, phase) for k, r in ok.items() for phase in ("eval", "train")
-                   for t in r["series"][f"{phase}_wps_window_t"])
+    times = sorted(
+        (t, k, phase) for k, r in ok.items() for phase in ("eval", "train") for t in r["series"][f"{phase}_wps_window_t"]
+    )
     assert [p for _, _, p in times] == ["eval"] * 6 + ["train"] * 6
     owners = [k for _, k, p in times if p == "eval"]
     assert all(owners[2 * w] != owners[2 * w + 1] for w in range(3))
@@ -383,12 +458,39 @@ def test_short_real_run_of_the_cpu_efficiency_suite_pairs_windows(tmp_path, caps
     (plugins / "cannot_build.py").write_text(
         "from posbench.core.method import PositionMethod\nfrom posbench.core.registry import register\n\n\n@register\n"
         "class CannotBuild(PositionMethod):\n    name = 'cannot_build'\n\n    def __init__(self, cfg):\n"
-        "        raise RuntimeError('cannot build this one')\n")
-    code = cli.main(["--suite", "efficiency", "--profile", "cpu", "--methods", "sinusoidal,alibi,cannot_build",
-                     "--methods-dir", str(plugins), "--results", str(tmp_path / "res"), "--quiet",
-                     "--set", "grid.seq_len=[32]", "--set", "tokens_per_step=64", "--set", "warmup_steps=1",
-                     "--set", "measure_steps=1", "--set", "eval_measure_steps=2", "--set", "windows=4",
-                     "--set", "rounds=2", "--set", "model_overrides={n_layers: 1}"])
+        "        raise RuntimeError('cannot build this one')\n"
+    )
+    code = cli.main(
+        [
+            "--suite",
+            "efficiency",
+            "--profile",
+            "cpu",
+            "--methods",
+            "sinusoidal,alibi,cannot_build",
+            "--methods-dir",
+            str(plugins),
+            "--results",
+            str(tmp_path / "res"),
+            "--quiet",
+            "--set",
+            "grid.seq_len=[32]",
+            "--set",
+            "tokens_per_step=64",
+            "--set",
+            "warmup_steps=1",
+            "--set",
+            "measure_steps=1",
+            "--set",
+            "eval_measure_steps=2",
+            "--set",
+            "windows=4",
+            "--set",
+            "rounds=2",
+            "--set",
+            "model_overrides={n_layers: 1}",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == EXIT_CASES_FAILED, out  # cannot_build's error rows: the run says so (issue 42)
     (run_dir,) = (tmp_path / "res" / "efficiency").iterdir()

@@ -1,5 +1,6 @@
 """A tiny WikiText-103 archive with the real layout (wikitext-103/wiki.<split>.tokens), the file
 the download tests serve from the localhost ``server`` fixture (tests/conftest.py)."""
+
 from __future__ import annotations
 
 import io

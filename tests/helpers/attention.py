@@ -1,5 +1,6 @@
 """Float64 references the method tests compare with: causal attention, rotary's rotation, and a
 method built on a small model configuration."""
+
 import math
 
 import torch

@@ -1,5 +1,6 @@
 """Plugin bias methods that write only ``bias`` (the dense plan) or declare a bias cheap enough to
 build per block (the tiles plan): the paths no built-in method takes."""
+
 import torch
 from torch import nn
 

@@ -8,6 +8,7 @@ exactly. ``counter`` picks what the counter call does: "ok", "not-supported" (a 
 pynvml without the call). ``calls`` records every NVML call by name, in order.
 ``FakeCudaClock`` is the device side: a ``time_window`` that runs the steps and moves the clock.
 """
+
 from __future__ import annotations
 
 import time
@@ -32,8 +33,11 @@ class NVMLError_NoPermission(NVMLError):  # noqa: N801
         return "Insufficient Permissions"
 
 
-COUNTER_FAULTS = {"not-supported": NVMLError_NotSupported, "function-not-found": NVMLError_FunctionNotFound,
-                  "no-permission": NVMLError_NoPermission}
+COUNTER_FAULTS = {
+    "not-supported": NVMLError_NotSupported,
+    "function-not-found": NVMLError_FunctionNotFound,
+    "no-permission": NVMLError_NoPermission,
+}
 
 
 class FakeNvml:

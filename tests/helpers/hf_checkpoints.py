@@ -1,6 +1,7 @@
 """Tiny random-weight Hugging Face checkpoints (Llama, BLOOM, MPT) with a tokenizer trained
 offline on a few sentences, saved with save_pretrained: what the hf tests evaluate. Nothing is
 downloaded."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,8 +24,9 @@ def tiny_tokenizer():
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<unk>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(SENTENCES * 3, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
@@ -36,8 +38,16 @@ def tiny_model(family: str, vocab: int, max_len: int = 32, seed: int = 0, **extr
 
     torch.manual_seed(seed)
     if family == "llama":
-        cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_len, **extra)
+        cfg = LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=max_len,
+            **extra,
+        )
         return LlamaForCausalLM(cfg)
     if family == "bloom":
         return BloomForCausalLM(BloomConfig(vocab_size=vocab, hidden_size=32, n_layer=2, n_head=4, **extra))

@@ -1,5 +1,6 @@
 """Local HTTP servers for download tests: ``serving(Handler)`` yields its URL, then stops it;
 ``Trickle`` sends a byte every 0.05 s, ``Silent`` a few bytes, then nothing."""
+
 import contextlib
 import http.server
 import threading

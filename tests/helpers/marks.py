@@ -5,6 +5,7 @@ machine without a GPU) the fused kernels run at numpy speed on CPU tensors: righ
 call. On a GPU (TRITON_INTERPRET=0) the same tests are quick, and `make gpu-check` runs the kernel
 tests with ``-m "not slow"``, so there they carry no mark.
 """
+
 from __future__ import annotations
 
 import shutil

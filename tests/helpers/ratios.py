@@ -1,4 +1,5 @@
 """The check that paired ratios give back a planted speed ratio under drift (rounds and windows)."""
+
 from __future__ import annotations
 
 import pytest

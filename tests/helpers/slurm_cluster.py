@@ -7,6 +7,7 @@ ends the daemons. Where that cannot happen (not root, Debian's ``slurm-wlm`` or 
 installed, a daemon that does not come up) ``start`` raises ``Unavailable`` with the reason,
 which the test turns into a skip.
 """
+
 from __future__ import annotations
 
 import os
@@ -82,8 +83,15 @@ def start(folder: Path) -> dict[str, str]:
     (folder / "slurm.conf").write_text(_conf(folder, host, os.cpu_count() or 1))
     env = dict(os.environ, SLURM_CONF=str(folder / "slurm.conf"))
     daemons = [
-        ["munged", "--force", f"--socket={folder}/munge.sock", f"--pid-file={folder}/munged.pid",
-         f"--log-file={folder}/munged.log", f"--seed-file={folder}/munged.seed", f"--key-file={MUNGE_KEY}"],
+        [
+            "munged",
+            "--force",
+            f"--socket={folder}/munge.sock",
+            f"--pid-file={folder}/munged.pid",
+            f"--log-file={folder}/munged.log",
+            f"--seed-file={folder}/munged.seed",
+            f"--key-file={MUNGE_KEY}",
+        ],
         ["slurmctld", "-c", "-i"],  # -c: a clean state (no jobs of an earlier cluster)
         ["slurmd", "-c"],
     ]
@@ -91,8 +99,7 @@ def start(folder: Path) -> dict[str, str]:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
         if proc.returncode != 0:
             stop(folder)
-            raise Unavailable(f"{cmd[0]} did not start (exit {proc.returncode}): "
-                              f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+            raise Unavailable(f"{cmd[0]} did not start (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-300:]}")
     deadline = time.monotonic() + 40
     while time.monotonic() < deadline:
         out = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True, timeout=30)

@@ -4,6 +4,7 @@
 ``make_suite`` writes the runner's suite "t" with the given methods, grid and settings;
 ``efficiency_suite`` is a small suite of the efficiency task and ``write_suite`` writes any text.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,7 +65,8 @@ def write_suite(tmp_path: Path, text: str, name: str = "t.yaml") -> Path:
 def efficiency_suite(extra: str = "", grid: str = "[64]") -> str:
     """Suite "e" of the efficiency task (sinusoidal, alibi; tiny model) with ``extra`` settings lines
     (two-space indented) and ``grid`` as its seq_len values."""
-    return textwrap.dedent(f"""\
+    return (
+        textwrap.dedent(f"""\
         name: e
         description: efficiency test
         version: 1
@@ -75,7 +77,9 @@ def efficiency_suite(extra: str = "", grid: str = "[64]") -> str:
         settings:
           model: tiny
           tokens_per_step: 128
-        """) + extra
+        """)
+        + extra
+    )
 
 
 # The smallest suite of the test task: two methods, two grid points (no torch in the worker).

@@ -1,5 +1,6 @@
 """What a launched sweep's local tasks leave running, ended by tests (their controllers and
 everything those started), found through ``/proc``."""
+
 import json
 import os
 import signal

@@ -1,4 +1,5 @@
 """A learnable stream and a tiny model for the training loop's tests (tests/engine)."""
+
 import torch
 
 from posbench.core.model import TransformerLM, model_config

@@ -1,5 +1,6 @@
 """One odd value in one row never fails a whole report or compare: the row is skipped with one
 warning naming file and line, and numbers nobody can divide by give no ratio (issue 26)."""
+
 import csv
 import json
 import re
@@ -26,11 +27,23 @@ def _put(rows, index, change):
 
 
 BAD_ROWS = {
-    "an integer of 400 digits": (lambda r: r["metrics"].update(train_wps=10 ** 400), "metrics.train_wps: an integer of 401 digits"),
-    "a string where a number belongs": (lambda r: r["metrics"].update(train_wps="fast"), 'metrics.train_wps: expected a number or null, got "fast"'),
-    "a list as a parameter value": (lambda r: r["params"].update(seq_len=[256, 512]), "params.seq_len: expected a number, string, true/false or null, got list"),
-    "a string as a numeric parameter": (lambda r: r["params"].update(seq_len="long"), "params.seq_len: expected a number, got str"),
-    "a parameter the task needs is missing": (lambda r: r["params"].pop("seq_len"), "params: no 'seq_len'; rows of task efficiency need seq_len"),
+    "an integer of 400 digits": (lambda r: r["metrics"].update(train_wps=10**400), "metrics.train_wps: an integer of 401 digits"),
+    "a string where a number belongs": (
+        lambda r: r["metrics"].update(train_wps="fast"),
+        'metrics.train_wps: expected a number or null, got "fast"',
+    ),
+    "a list as a parameter value": (
+        lambda r: r["params"].update(seq_len=[256, 512]),
+        "params.seq_len: expected a number, string, true/false or null, got list",
+    ),
+    "a string as a numeric parameter": (
+        lambda r: r["params"].update(seq_len="long"),
+        "params.seq_len: expected a number, got str",
+    ),
+    "a parameter the task needs is missing": (
+        lambda r: r["params"].pop("seq_len"),
+        "params: no 'seq_len'; rows of task efficiency need seq_len",
+    ),
     "a billion rounds": (lambda r: r.update(round=1_000_000_000), "round: expected a whole number from 1 to 10000 or null"),
     "a string as duration": (lambda r: r.update(duration_s="long"), 'duration_s: expected a number or null, got "long"'),
 }
@@ -64,8 +77,14 @@ def test_100000_deep_json_is_skipped_by_report_and_compare(tmp_path, capsys):
     new = write_run(tmp_path / "new", clean)
     lines = (new / "cases.jsonl").read_text().splitlines(keepends=True)
     lines.insert(2, DEEP + "\n")
-    lines.insert(5, json.dumps(dict(clean[0], case_id="deep", series={"x": json.loads("[" * 60 + "]" * 60)}))[:-1]
-                 .replace('"series": {"x": ', '"series": {"x": ' + "[" * 1000) + "]" * 1000 + "}\n")
+    lines.insert(
+        5,
+        json.dumps(dict(clean[0], case_id="deep", series={"x": json.loads("[" * 60 + "]" * 60)}))[:-1].replace(
+            '"series": {"x": ', '"series": {"x": ' + "[" * 1000
+        )
+        + "]" * 1000
+        + "}\n",
+    )
     _write_lines(new, lines)
     build_report([new], tmp_path / "out", find_task=find_task)
     err = capsys.readouterr().err
@@ -80,8 +99,9 @@ def test_a_retrieval_row_without_L_train_is_skipped_not_a_key_error(tmp_path, ca
     run_dir = write_run(tmp_path, rows)
     written = build_report([run_dir], tmp_path / "out", find_task=find_task)
     err = capsys.readouterr().err
-    assert (f"warning: {run_dir}/cases.jsonl:2: params: no 'L_train'; rows of task retrieval need L_train, probe; "
-            "line skipped") in err
+    assert (
+        f"warning: {run_dir}/cases.jsonl:2: params: no 'L_train'; rows of task retrieval need L_train, probe; line skipped"
+    ) in err
     assert rows[1]["method"] not in written["report.md"].read_text().split("Retrieval accuracy")[1].split("|")[:3]
 
 

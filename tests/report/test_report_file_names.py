@@ -1,5 +1,6 @@
 """Chart and table file names and HTML ids come from a safe slug, never raw row text, and are
 unique and stable: machine names that differ only in punctuation keep their own files (issue 26)."""
+
 import re
 
 import pytest

@@ -3,6 +3,7 @@ fixture (``tests/helpers/slurm_cluster.py``; skipped with the reason where it ca
 One array task per unit, each writing rows/<unit>.jsonl; a task killed mid-way gives its cases
 rows with the job's state, ``bench.py status`` names it and the command that resubmits it, and
 the resubmitted task skips the cases that already have a row."""
+
 import json
 import shlex
 import subprocess
@@ -38,12 +39,20 @@ def test_the_local_executor_runs_a_unit_per_task_and_a_killed_task_resumes(tmp_p
     # One unit (a grid point of a timed task); alibi interrupts its array task's process once.
     # (No threads setting: a worker that sets torch's threads imports torch, seconds a case.)
     flag = tmp_path / "flag"
-    path = make_suite(tmp_path, ["sinusoidal", "alibi"], timeout_s=60,
-                      by_method={"alibi": "interrupt_once"}, flag_file=str(flag))
+    path = make_suite(tmp_path, ["sinusoidal", "alibi"], timeout_s=60, by_method={"alibi": "interrupt_once"}, flag_file=str(flag))
     # (no --quiet: it would hide the unit lines and tables read below; --allow-failures: alibi's
     # task fails once by design, which is exit 3 without it)
-    argv = ["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--allow-failures",
-            "--launcher", "local"]
+    argv = [
+        "--suite",
+        str(path),
+        "--results",
+        str(tmp_path / "res"),
+        "--device",
+        "cpu",
+        "--allow-failures",
+        "--launcher",
+        "local",
+    ]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     (run_dir,) = (tmp_path / "res" / "t").iterdir()
@@ -72,8 +81,7 @@ def test_the_local_executor_runs_a_unit_per_task_and_a_killed_task_resumes(tmp_p
     assert [r["status"] for r in rows["alibi/n=1"]] == ["error", "ok"]
     record = read_record(run_dir)
     assert record["units"]["n=1"]["submitted_at"] == failed["started_at"]  # the pinned clock took effect
-    assert rows["alibi/n=1"][1]["info"]["submission"] == record["units"]["n=1"]["submission"] != \
-        failed["info"]["submission"]
+    assert rows["alibi/n=1"][1]["info"]["submission"] == record["units"]["n=1"]["submission"] != failed["info"]["submission"]
     assert {r["info"]["unit"] for rs in rows.values() for r in rs} == {"n=1"}
     runs = rowsmod.load_runs(run_dir, find_task=find_task)
     assert sorted(runs.rows["status"]) == ["ok", "ok"]
@@ -105,10 +113,30 @@ def test_a_slurm_job_array_runs_four_units_and_resumes_a_cancelled_task(tmp_path
     from posbench.run import slurm as launcher
 
     monkeypatch.setitem(launcher.POLL_S, "slurm", 0.5)  # the follower asks squeue often: a quick test
-    path = make_suite(tmp_path, ["sinusoidal", "alibi"], grid="[1, 2, 3, 4]", threads=1, timeout_s=60,
-                      sleep_s=3, by_method={"alibi/n=2": "sleep"})
-    argv = ["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--quiet",
-            "--launcher", "slurm", "--set", "launcher.time_min=5", "--set", "launcher.cpus_per_task=1"]
+    path = make_suite(
+        tmp_path,
+        ["sinusoidal", "alibi"],
+        grid="[1, 2, 3, 4]",
+        threads=1,
+        timeout_s=60,
+        sleep_s=3,
+        by_method={"alibi/n=2": "sleep"},
+    )
+    argv = [
+        "--suite",
+        str(path),
+        "--results",
+        str(tmp_path / "res"),
+        "--device",
+        "cpu",
+        "--quiet",
+        "--launcher",
+        "slurm",
+        "--set",
+        "launcher.time_min=5",
+        "--set",
+        "launcher.cpus_per_task=1",
+    ]
     assert cli.main(argv + ["--detach"]) == 0
     (run_dir,) = (tmp_path / "res" / "t").iterdir()
     record = json.loads((run_dir / "launcher.json").read_text())

@@ -3,6 +3,7 @@
 what is left to run shared by launches and plain runs, a task alive behind a dead wrapper is
 running, and launches fail in one line (no Slurm, a space in the path, ``--detach | cat``, huge
 ``--parallel``, a huge grid)."""
+
 import json
 import os
 import random
@@ -38,13 +39,32 @@ def _record_folder(tmp_path: Path, keys=("n=1", "n=2")) -> Path:
     for case in suite.cases("cpu", "run1"):
         key = f"n={case.params['n']}"
         if key in keys:
-            unit = units.setdefault(key, {"key": key, "name": file_stem(key), "run_dir": str(run_dir), "run_id": "run1",
-                                          "commit": "abc", "methods_dirs": [], "todo": [], "over": {},
-                                          "submitted_at": "2026-01-01T00:00:00+00:00",
-                                          "submission": "ab" * 16, "job_id": NO_PID})
+            unit = units.setdefault(
+                key,
+                {
+                    "key": key,
+                    "name": file_stem(key),
+                    "run_dir": str(run_dir),
+                    "run_id": "run1",
+                    "commit": "abc",
+                    "methods_dirs": [],
+                    "todo": [],
+                    "over": {},
+                    "submitted_at": "2026-01-01T00:00:00+00:00",
+                    "submission": "ab" * 16,
+                    "job_id": NO_PID,
+                },
+            )
             unit["todo"].append([case.to_json(), 1])
-    record = {"format": 1, "units": units, "launcher": "local", "command": ["--suite", str(path)],
-              "commit": "abc", "device": "cpu", "folder": "slurm"}
+    record = {
+        "format": 1,
+        "units": units,
+        "launcher": "local",
+        "command": ["--suite", str(path)],
+        "commit": "abc",
+        "device": "cpu",
+        "folder": "slurm",
+    }
     (run_dir / "launcher.json").write_text(json.dumps(record, indent=1))
     return run_dir
 
@@ -112,7 +132,6 @@ def test_status_refuses_a_linked_rows_folder(tmp_path, capsys):
     assert list(elsewhere.iterdir()) == []
 
 
-
 def test_status_allows_submitits_own_link_in_slurm_and_refuses_any_other(tmp_path, capsys):
     """submitit links .submission_file_<hash>.sh to the array's submission script beside it (a
     real Slurm launch makes one); a link to anywhere else in slurm/ is refused."""
@@ -129,6 +148,7 @@ def test_status_allows_submitits_own_link_in_slurm_and_refuses_any_other(tmp_pat
     code, _out, err = _status(run_dir, capsys)
     _one_line_refusal(code, err)
     assert "symbolic link" in err and elsewhere.read_text() == "x"
+
 
 NAMED = {
     "not JSON": b"{not json",
@@ -152,9 +172,18 @@ def test_an_unusable_launcher_json_is_one_line(tmp_path, capsys, case):
     assert "launcher.json" in err
 
 
-@pytest.mark.parametrize("field,value", [("todo", "x"), ("todo", [[1, 1]]), ("todo", [[{}, "1"]]),
-                                         ("submitted_at", 5), ("submission", "../x"), ("key", "other"),
-                                         ("job_id", 12)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("todo", "x"),
+        ("todo", [[1, 1]]),
+        ("todo", [[{}, "1"]]),
+        ("submitted_at", 5),
+        ("submission", "../x"),
+        ("key", "other"),
+        ("job_id", 12),
+    ],
+)
 def test_a_unit_of_the_wrong_shape_is_one_line(tmp_path, capsys, field, value):
     run_dir = _record_folder(tmp_path)
     record = json.loads((run_dir / "launcher.json").read_text())
@@ -165,8 +194,25 @@ def test_a_unit_of_the_wrong_shape_is_one_line(tmp_path, capsys, field, value):
     assert field in err
 
 
-MUTANTS = [None, True, -1, 0, 2**70, 1e308, "", "../../../x/notes", "/etc/passwd", "a" * 5000, [], {}, [[]],
-           {"a": {"b": {}}}, "n=1", "\udcff"[:0] + "é", "4194303_1"]
+MUTANTS = [
+    None,
+    True,
+    -1,
+    0,
+    2**70,
+    1e308,
+    "",
+    "../../../x/notes",
+    "/etc/passwd",
+    "a" * 5000,
+    [],
+    {},
+    [[]],
+    {"a": {"b": {}}},
+    "n=1",
+    "\udcff"[:0] + "é",
+    "4194303_1",
+]
 
 
 def _paths(value, path=()):
@@ -197,7 +243,7 @@ def _mutate(rng: random.Random, text: str) -> bytes:
         for _ in range(rng.randint(1, 8)):
             raw[rng.randrange(len(raw))] = rng.randrange(256)
     elif how < 0.8:  # cut short
-        del raw[rng.randrange(len(raw)):]
+        del raw[rng.randrange(len(raw)) :]
     elif how < 0.9:  # garbage spliced in
         at = rng.randrange(len(raw))
         raw[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 40)))
@@ -226,8 +272,9 @@ def test_fuzzed_launcher_json_is_refused_in_one_line_and_writes_nothing_outside(
             refused += 1
             _one_line_refusal(code, err)
         assert _files(tmp_path, run_dir) == before
-        assert {p.name for p in (run_dir / "rows").iterdir()} <= {f"{file_stem(k)}{s}" for k in ("n=1", "n=2")
-                                                                  for s in (".jsonl", ".lock")}
+        assert {p.name for p in (run_dir / "rows").iterdir()} <= {
+            f"{file_stem(k)}{s}" for k in ("n=1", "n=2") for s in (".jsonl", ".lock")
+        }
     assert refused > 200, (refused, accepted)
 
 
@@ -238,14 +285,14 @@ def test_validate_warns_of_setup_commands_and_a_launch_refuses_them(tmp_path, ca
     assert cli.main(["validate", str(path)]) == 0
     err = capsys.readouterr().err
     assert "warning: launcher.setup runs shell commands" in err and "pwned" in err and "--allow-setup-commands" in err
-    code = cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--quiet",
-                     "--launcher", "local"])
+    code = cli.main(
+        ["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--quiet", "--launcher", "local"]
+    )
     err = capsys.readouterr().err
     _one_line_refusal(code, err)
     assert "touch" in err and "--allow-setup-commands" in err
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "res").exists()
-    code = cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu",
-                     "--allow-setup-commands"])
+    code = cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--allow-setup-commands"])
     _one_line_refusal(code, capsys.readouterr().err)  # the flag belongs to a launch
 
 
@@ -253,8 +300,23 @@ def test_validate_warns_of_setup_commands_and_a_launch_refuses_them(tmp_path, ca
 def test_setup_commands_run_when_the_user_opts_in(tmp_path, capsys):
     path = make_suite(tmp_path, ["sinusoidal"])
     path.write_text(path.read_text() + "launcher:\n  setup: ['touch " + str(tmp_path / "ran") + "']\n")
-    assert cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--quiet",
-                     "--launcher", "local", "--allow-setup-commands"]) == 0
+    assert (
+        cli.main(
+            [
+                "--suite",
+                str(path),
+                "--results",
+                str(tmp_path / "res"),
+                "--device",
+                "cpu",
+                "--quiet",
+                "--launcher",
+                "local",
+                "--allow-setup-commands",
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "ran").exists() and "1 done, 0 failed" in capsys.readouterr().out
 
 
@@ -264,10 +326,17 @@ def test_a_task_alive_behind_a_dead_wrapper_is_running(tmp_path, capsys):
     # its unit's lock.
     run_dir = _record_folder(tmp_path, keys=("n=1",))
     lock = run_dir / "rows" / f"{file_stem('n=1')}.lock"
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
-                               f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
-                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         code, out, err = _status(run_dir, capsys)
@@ -283,9 +352,24 @@ def test_a_task_alive_behind_a_dead_wrapper_is_running(tmp_path, capsys):
 def test_huge_parallel_is_one_line_with_the_range(tmp_path):
     path = make_suite(tmp_path, ["sinusoidal"], threads=1)
     # (a child with a time limit: before the bound this ran for minutes)
-    proc = subprocess.run([sys.executable, "bench.py", "--suite", str(path), "--results", str(tmp_path / "res"),
-                           "--device", "cpu", "--parallel", "99999999999999999999"], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "bench.py",
+            "--suite",
+            str(path),
+            "--results",
+            str(tmp_path / "res"),
+            "--device",
+            "cpu",
+            "--parallel",
+            "99999999999999999999",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     _one_line_refusal(proc.returncode, proc.stderr)
     assert "from 1 to 1024" in proc.stderr and not (tmp_path / "res").exists()
 
@@ -294,15 +378,31 @@ def test_huge_parallel_is_one_line_with_the_range(tmp_path):
 def test_a_huge_grid_dry_run_is_one_line(tmp_path):
     text = (REPO / "suites" / "decode.yaml").read_text()
     axes = "  context: [%s]\n  batch: [%s]" % (", ".join(map(str, range(1, 1001))), ", ".join(map(str, range(1, 1001))))
-    (tmp_path / "big.yaml").write_text(text.replace("  context: [1024, 4096, 16384, 32768]\n  batch: [1, 8, 32]",
-                                                    axes, 1))
+    (tmp_path / "big.yaml").write_text(text.replace("  context: [1024, 4096, 16384, 32768]\n  batch: [1, 8, 32]", axes, 1))
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
-    proc = subprocess.run([sys.executable, "bench.py", "--suite", str(tmp_path / "big.yaml"), "--profile", "default",
-                           "--results", str(tmp_path / "res"), "--device", "cpu", "--dry-run"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, preexec_fn=limit)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "bench.py",
+            "--suite",
+            str(tmp_path / "big.yaml"),
+            "--profile",
+            "default",
+            "--results",
+            str(tmp_path / "res"),
+            "--device",
+            "cpu",
+            "--dry-run",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=limit,
+    )
     _one_line_refusal(proc.returncode, proc.stderr)
     assert "expand to more than 100,000 cases" in proc.stderr
 
@@ -312,8 +412,9 @@ def test_launcher_slurm_without_slurm_is_one_line_and_leaves_no_files(tmp_path, 
     pytest.importorskip("submitit")
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
     path = make_suite(tmp_path, ["sinusoidal"], threads=1)
-    code = cli.main(["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--quiet",
-                     "--launcher", "slurm"])
+    code = cli.main(
+        ["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--quiet", "--launcher", "slurm"]
+    )
     err = capsys.readouterr().err
     _one_line_refusal(code, err)
     assert "sbatch" in err and not (tmp_path / "res").exists()
@@ -321,6 +422,7 @@ def test_launcher_slurm_without_slurm_is_one_line_and_leaves_no_files(tmp_path, 
 
 # ---- launches that start real local tasks ----
 # (Their suites set no threads: a worker that sets torch's threads imports torch, seconds a case.)
+
 
 def _wait_done(run_dir: Path, keys, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
@@ -370,8 +472,7 @@ def test_resubmitting_while_a_task_finishes_runs_no_case_twice(tmp_path, capsys,
     log = tmp_path / "runs.log"
     monkeypatch.setenv("POSBENCH_TESTING_RUN_LOG", str(log))
     path = make_suite(tmp_path, ["sinusoidal", "alibi"], behaviour="sleep", sleep_s=2, timeout_s=60)
-    argv = ["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--quiet",
-            "--launcher", "local"]
+    argv = ["--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu", "--quiet", "--launcher", "local"]
     assert cli.main(argv + ["--detach"]) == 0
     (run_dir,) = (tmp_path / "res" / "t").iterdir()
     from posbench.engine import env as envmod
@@ -397,8 +498,20 @@ def test_kill_9_of_the_submitter_loses_no_unit_and_a_rerun_runs_no_case_twice(tm
     log = tmp_path / "runs.log"
     env = dict(os.environ, POSBENCH_TESTING_RUN_LOG=str(log))
     path = make_suite(tmp_path, ["sinusoidal"], grid="[1, 2, 3, 4]", behaviour="sleep", sleep_s=1, timeout_s=60)
-    argv = [sys.executable, "bench.py", "--suite", str(path), "--results", str(tmp_path / "res"), "--device", "cpu",
-            "--quiet", "--launcher", "local", "--retry-failed"]
+    argv = [
+        sys.executable,
+        "bench.py",
+        "--suite",
+        str(path),
+        "--results",
+        str(tmp_path / "res"),
+        "--device",
+        "cpu",
+        "--quiet",
+        "--launcher",
+        "local",
+        "--retry-failed",
+    ]
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = None
     try:
@@ -410,8 +523,7 @@ def test_kill_9_of_the_submitter_loses_no_unit_and_a_rerun_runs_no_case_twice(tm
         (run_dir,) = (tmp_path / "res" / "t").iterdir()
         record = json.loads((run_dir / "launcher.json").read_text())
         assert sorted(record["units"]) == ["n=1", "n=2", "n=3", "n=4"]
-        rerun = subprocess.run(argv + ["--run-id", run_dir.name], cwd=REPO, env=env, capture_output=True, text=True,
-                               timeout=180)
+        rerun = subprocess.run(argv + ["--run-id", run_dir.name], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
         assert rerun.returncode == 0, rerun.stderr
         _wait_done(run_dir, ["n=1", "n=2", "n=3", "n=4"])
     finally:
@@ -432,9 +544,26 @@ def test_a_checkout_path_with_a_space_launches(tmp_path):
         (shutil.copytree if (REPO / part).is_dir() else shutil.copy)(REPO / part, root / part)
     path = make_suite(tmp_path, ["sinusoidal"])
     env = dict(os.environ, PYTHONPATH=str(root))
-    proc = subprocess.run([sys.executable, "bench.py", "--suite", str(path), "--results", str(tmp_path / "res"),
-                           "--device", "cpu", "--quiet", "--launcher", "local"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "bench.py",
+            "--suite",
+            str(path),
+            "--results",
+            str(tmp_path / "res"),
+            "--device",
+            "cpu",
+            "--quiet",
+            "--launcher",
+            "local",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "1 done, 0 failed" in proc.stdout, proc.stdout + proc.stderr
     (run_dir,) = (tmp_path / "res" / "t").iterdir()
@@ -445,9 +574,26 @@ def test_a_checkout_path_with_a_space_launches(tmp_path):
 def test_detach_through_a_pipe_returns_when_the_launch_is_done(tmp_path):
     path = make_suite(tmp_path, ["sinusoidal"], behaviour="sleep", sleep_s=40, timeout_s=120)
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "bench.py", "--suite", str(path), "--results", str(tmp_path / "res"),
-                             "--device", "cpu", "--quiet", "--launcher", "local", "--detach"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "bench.py",
+            "--suite",
+            str(path),
+            "--results",
+            str(tmp_path / "res"),
+            "--device",
+            "cpu",
+            "--quiet",
+            "--launcher",
+            "local",
+            "--detach",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         out, err = proc.communicate(timeout=35)  # the pipe closes when bench.py exits, not when the task does
     finally:

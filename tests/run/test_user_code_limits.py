@@ -1,6 +1,7 @@
 """Method files are user code: importing one that blocks or calls sys.exit neither hangs nor
 silently ends `run`, `list --methods-dir` or `check` (issue 26, hangs). The answer is a row (run)
 or one line (list, check)."""
+
 import json
 import os
 import subprocess
@@ -41,9 +42,19 @@ sys.exit(app.main(sys.argv[2:]))
 
 
 def bench(cwd: Path, *args: str, limit: float = 20.0, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", BENCH, str(limit), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin",
-                                                "OMP_NUM_THREADS": "1", TASKS_ENV_PATH: os.environ[TASKS_ENV_PATH]})
+    return subprocess.run(
+        [sys.executable, "-c", BENCH, str(limit), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={
+            "PYTHONPATH": str(REPO),
+            "PATH": "/usr/bin:/bin",
+            "OMP_NUM_THREADS": "1",
+            TASKS_ENV_PATH: os.environ[TASKS_ENV_PATH],
+        },
+    )
 
 
 def plugin(folder: Path, file: str, kind: dict, name: str) -> Path:
@@ -67,8 +78,17 @@ def rows(tmp_path: Path) -> dict:
 @pytest.mark.subprocess
 def test_run_a_plugin_that_exits_at_import_is_an_error_row_and_the_others_run(tmp_path):
     plugins = plugin(tmp_path / "plugins", "exits.py", EXITS, '"exits"')
-    proc = bench(tmp_path, "--suite", str(suite(tmp_path, "sinusoidal, exits")), "--methods-dir", str(plugins),
-                 "--results", "results", "--quiet", limit=120)
+    proc = bench(
+        tmp_path,
+        "--suite",
+        str(suite(tmp_path, "sinusoidal, exits")),
+        "--methods-dir",
+        str(plugins),
+        "--results",
+        "results",
+        "--quiet",
+        limit=120,
+    )
     assert proc.returncode == EXIT_CASES_FAILED, proc.stderr  # the run ended, an error row in it (issue 42)
     found = rows(tmp_path)
     assert found["sinusoidal"]["status"] == "ok"
@@ -80,8 +100,17 @@ def test_run_a_plugin_that_exits_at_import_is_an_error_row_and_the_others_run(tm
 @pytest.mark.subprocess
 def test_run_a_plugin_that_blocks_at_import_is_a_row_after_the_time_limit(tmp_path):
     plugins = plugin(tmp_path / "plugins", "blocks.py", BLOCKS, '"blocks"')
-    proc = bench(tmp_path, "--suite", str(suite(tmp_path, "blocks")), "--methods-dir", str(plugins),
-                 "--results", "results", "--quiet", limit=5)
+    proc = bench(
+        tmp_path,
+        "--suite",
+        str(suite(tmp_path, "blocks")),
+        "--methods-dir",
+        str(plugins),
+        "--results",
+        "results",
+        "--quiet",
+        limit=5,
+    )
     assert proc.returncode == EXIT_CASES_FAILED, proc.stderr  # the run ended, an error row in it (issue 42)
     found = rows(tmp_path)["blocks"]
     assert found["status"] == "error" and "no answer after 5 s" in found["message"]
@@ -108,8 +137,7 @@ def test_check_with_a_plugin_that_exits_or_blocks_at_import_is_one_line(tmp_path
 
 @pytest.mark.subprocess
 def test_check_runs_the_checks_under_a_time_limit(tmp_path):
-    slow = PLUGIN.format(module="time", action="", name='"slow"') + (
-        "\n    def __init__(self, cfg):\n        time.sleep(1000)\n")
+    slow = PLUGIN.format(module="time", action="", name='"slow"') + ("\n    def __init__(self, cfg):\n        time.sleep(1000)\n")
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / "slow.py").write_text(slow)
     # (the checks never end: the test waits out the whole limit, so it is short)
@@ -152,8 +180,15 @@ def test_a_plugin_that_forks_leaves_no_process_behind(tmp_path):
     pids.mkdir()
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / "forks.py").write_text(FORKS.format(pids=str(pids)))
-    proc = bench(tmp_path, "--suite", str(suite(tmp_path, "forks")), "--methods-dir", str(tmp_path / "plugins"),
-                 "--results", str(tmp_path / "results"))
+    proc = bench(
+        tmp_path,
+        "--suite",
+        str(suite(tmp_path, "forks")),
+        "--methods-dir",
+        str(tmp_path / "plugins"),
+        "--results",
+        str(tmp_path / "results"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert rows(tmp_path)["forks"]["status"] == "ok"
     forked = [int(p.name) for p in pids.iterdir()]

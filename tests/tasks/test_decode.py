@@ -1,6 +1,7 @@
 """The decode task: KV-cache decoding equals the full forward for every method at the suite's
 lengths, bias methods build one (H, 1, C) row per decode step (elements counted, not seconds),
 and the task's metrics are computed from its timings as documented."""
+
 import statistics
 import weakref
 from pathlib import Path
@@ -62,8 +63,9 @@ def _decode_cases():
         for c in contexts:
             marks = slow + ([pytest.mark.slow] if c >= 1024 and not slow else [])
             cases.append(pytest.param(method, c, torch.float32, id=f"{method}-C{c}-float32", marks=marks))
-        cases.append(pytest.param(method, CPU_CONTEXTS[0], torch.bfloat16, id=f"{method}-C{CPU_CONTEXTS[0]}-bfloat16",
-                                  marks=slow))
+        cases.append(
+            pytest.param(method, CPU_CONTEXTS[0], torch.bfloat16, id=f"{method}-C{CPU_CONTEXTS[0]}-bfloat16", marks=slow)
+        )
     return cases
 
 
@@ -84,7 +86,7 @@ def test_decode_equals_full_forward(method, context, dtype):
         with decoding.last_position_only(model):  # the task's path: prefill keeps the last row only
             tokens, logits = decoding.generate(model, prompt, steps)  # (B, n), (B, n, V)
         # The full forward over the prompt and every generated token but the last one.
-        full = model(torch.cat([prompt, tokens[:, :-1]], dim=1))[:, context - 1:].float()  # (B, n, V)
+        full = model(torch.cat([prompt, tokens[:, :-1]], dim=1))[:, context - 1 :].float()  # (B, n, V)
     assert tokens.shape == (batch, steps) and logits.shape == full.shape
     assert torch.equal(tokens, logits.argmax(-1))  # greedy
     tol = testing.DECODE_TOL[dtype] * max(1.0, full.abs().max().item())
@@ -169,7 +171,7 @@ def bias_work(method: str, context: int, steps: int = 3, n_layers: int = 2):
         prefill = sum(log)
         for t in range(context, context + steps):
             log.clear()
-            model(idx[:, t:t + 1], cache=cache)
+            model(idx[:, t : t + 1], cache=cache)
             per_step.append(sum(log))
             builds.append(sum(1 for n in log if n))
     return prefill, per_step, builds
@@ -226,7 +228,7 @@ def _broken_alibi(kind: str):
                 return mask_bias(alibi_bias(self.slopes, q_pos, k_pos))[None]
 
             def square_then_rows():  # cached per positions, as alibi's own
-                return mask_bias(alibi_bias(self.slopes, k_pos, k_pos))[None, :, k_pos.shape[0] - q_pos.shape[0]:]
+                return mask_bias(alibi_bias(self.slopes, k_pos, k_pos))[None, :, k_pos.shape[0] - q_pos.shape[0] :]
 
             return self._cache.get((q_pos, k_pos), square_then_rows)
 
@@ -280,8 +282,14 @@ def test_first_decode_step_frees_the_prefill_bias(method, builder):
 
 # --- the task ---------------------------------------------------------------------------------
 
-SMALL = {"model": "tiny", "model_overrides": {"n_layers": 1, "d_model": 64, "n_heads": 2, "d_ff": 64},
-         "dtype": "float32", "decode_tokens": 32, "warmup_repeats": 1, "repeats": 2}
+SMALL = {
+    "model": "tiny",
+    "model_overrides": {"n_layers": 1, "d_model": 64, "n_heads": 2, "d_ff": 64},
+    "dtype": "float32",
+    "decode_tokens": 32,
+    "warmup_repeats": 1,
+    "repeats": 2,
+}
 
 
 class FakeDevice:
@@ -353,8 +361,7 @@ def test_task_metrics_from_the_timings(tmp_path, monkeypatch):
 
 
 def test_task_runs_on_cpu_and_records_perf_counter(tmp_path):
-    task, case = make_case("decode", "t5_bias", {"context": 16, "batch": 2}, {**SMALL, "warmup_repeats": 0},
-                           tmp_path)
+    task, case = make_case("decode", "t5_bias", {"context": 16, "batch": 2}, {**SMALL, "warmup_repeats": 0}, tmp_path)
     out = task.run(case)
     m = out["metrics"]
     assert 0 < m["tpot_ms_min"] <= m["tpot_ms"] <= m["tpot_p90_ms"] <= m["tpot_ms_max"]
@@ -364,12 +371,15 @@ def test_task_runs_on_cpu_and_records_perf_counter(tmp_path):
     assert set(decode.METRICS) >= set(m)
 
 
-@pytest.mark.parametrize("bad,match", [
-    ({"decode_tokens": 8}, "greater than or equal to 32"),
-    ({"repeats": 0}, "greater than or equal to 1"),
-    ({"rounds": 0}, "greater than or equal to 1"),
-    ({"model_overrides": {"n_lyers": 2}}, "unknown ModelConfig field"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ({"decode_tokens": 8}, "greater than or equal to 32"),
+        ({"repeats": 0}, "greater than or equal to 1"),
+        ({"rounds": 0}, "greater than or equal to 1"),
+        ({"model_overrides": {"n_lyers": 2}}, "unknown ModelConfig field"),
+    ],
+)
 def test_settings_reject_bad_values(tmp_path, bad, match):
     with pytest.raises(ValueError, match=match):
         make_case("decode", "alibi", {"context": 8}, {**SMALL, **bad}, tmp_path)
@@ -395,8 +405,14 @@ def test_report_has_decode_tables_with_ratios_to_the_baseline(tmp_path):
         for context in (256, 1024):
             for batch in (1, 8):
                 row = base_row("decode", "decode", method, {"context": context, "batch": batch}, "run-d")
-                row["metrics"] = {"tpot_ms": ms * context / 256 * batch, "tpot_p90_ms": 1.0, "ttft_ms": 1.0,
-                                  "decode_wps": 1.0, "kv_cache_bytes": 1e6, "peak_mem_decode_bytes": 2e6}
+                row["metrics"] = {
+                    "tpot_ms": ms * context / 256 * batch,
+                    "tpot_p90_ms": 1.0,
+                    "ttft_ms": 1.0,
+                    "decode_wps": 1.0,
+                    "kv_cache_bytes": 1e6,
+                    "peak_mem_decode_bytes": 2e6,
+                }
                 rows.append(row)
     sections = dict(collect_tables(load_runs([write_run(tmp_path, rows)], find_task=find_task)))
     tables = [t for t in sections["Decode"] if t.metric == "tpot_ms"]

@@ -7,6 +7,7 @@ worker and bench.py process a test starts find it as task packages are found; it
 by its module path (that would import it twice: a duplicate task). A test that needs it asks
 ``posbench.tasks.get("_testing")``.
 """
+
 from .task import TASK
 
 __all__ = ["TASK"]

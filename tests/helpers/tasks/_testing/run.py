@@ -4,6 +4,7 @@
 ``pairing: windows`` a raising case fails alone in ``run_group``; ``crash``/``kill``/
 ``interrupt_once`` end the whole process, as a real group's crash would.
 """
+
 from __future__ import annotations
 
 import os
@@ -62,14 +63,16 @@ def _run(case) -> dict:
             flag.write_text("interrupted")
             os.kill(os.getppid(), signal.SIGINT)  # what Ctrl-C does to the runner
             time.sleep(30)  # the runner kills us long before this ends
-    return {"metrics": {"value": case.params.n * 1000, "pid": os.getpid(),
-                        "world_size": int(os.environ.get("WORLD_SIZE", "1"))}, "series": {"steps": [1, 2, 3]}}
+    return {
+        "metrics": {"value": case.params.n * 1000, "pid": os.getpid(), "world_size": int(os.environ.get("WORLD_SIZE", "1"))},
+        "series": {"steps": [1, 2, 3]},
+    }
 
 
 def run_group(cases, round_: int) -> dict:
     """Every case in this one process, in order; a case that raises gets its own failure."""
-    from posbench.engine.windows import Member
     from posbench.core.outcome import ok_result
+    from posbench.engine.windows import Member
 
     out = {}
     for case in cases:
@@ -79,4 +82,3 @@ def run_group(cases, round_: int) -> dict:
             result["info"] = {"pairing": "windows", "group_size": str(len(cases)), "round": str(round_)}
         out[case.id] = ok_result(result) if member.ok else member.failure
     return out
-

@@ -1,4 +1,5 @@
 """``_testing``'s settings, grid point and metrics, and its registration."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -12,9 +13,11 @@ from .run import run, run_group
 
 Behaviour = Literal["ok", "sleep", "raise", "crash", "kill", "oom", "alloc", "nan", "interrupt_once", "fail_rank"]
 
-METRICS = {"value": Metric(title="Value", unit="", doc="the grid point's n times 1000", higher_is_better=True),
-           "pid": Metric(title="Worker pid", unit="", doc="the worker's process id", higher_is_better=None, fmt="int"),
-           "world_size": Metric(title="Ranks", unit="", doc="ranks the case ran on (WORLD_SIZE)", higher_is_better=None, fmt="int")}
+METRICS = {
+    "value": Metric(title="Value", unit="", doc="the grid point's n times 1000", higher_is_better=True),
+    "pid": Metric(title="Worker pid", unit="", doc="the worker's process id", higher_is_better=None, fmt="int"),
+    "world_size": Metric(title="Ranks", unit="", doc="ranks the case ran on (WORLD_SIZE)", higher_is_better=None, fmt="int"),
+}
 
 
 class Settings(TaskSettings):
