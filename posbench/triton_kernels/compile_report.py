@@ -8,6 +8,7 @@ when it spills nothing and stays within shared memory. Needs triton's bundled pt
     TRITON_INTERPRET=0 python -m posbench.triton_kernels.compile_report --sweep    # find them (slow)
     TRITON_INTERPRET=0 python -m posbench.triton_kernels.compile_report --variants # FoX's key bias, GQA
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,14 +46,29 @@ def compile_one(job: tuple) -> dict:
     cfg = fa.CONFIGS[kind][index]
     ptr = "fp32" if dclass == "fp32" else "bf16"
     const = dict(
-        HEAD_DIM=head_dim, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BIAS=bias, BIAS_ROUND=bias == fa.ALIBI,
-        SCALED=True, NUM_BUCKETS=32, MAX_DISTANCE=128, DOT_PRECISION="ieee" if dclass == "fp32" else "tf32",
-        KEY_BIAS=False, **({"GROUP": 1} if name == "_bwd_dkdv_kernel" else {}),
+        HEAD_DIM=head_dim,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BIAS=bias,
+        BIAS_ROUND=bias == fa.ALIBI,
+        SCALED=True,
+        NUM_BUCKETS=32,
+        MAX_DISTANCE=128,
+        DOT_PRECISION="ieee" if dclass == "fp32" else "tf32",
+        KEY_BIAS=False,
+        **({"GROUP": 1} if name == "_bwd_dkdv_kernel" else {}),
     )
     const.update({k: v for k, v in VARIANTS.get(variant, {}).items() if k in fn.arg_names})
     sig = {
-        a: "constexpr" if a in const else f"*{ptr}" if a in POINTERS else "*fp32" if a in FLOAT_POINTERS
-        else "fp32" if a.endswith("scale") else "i32"
+        a: "constexpr"
+        if a in const
+        else f"*{ptr}"
+        if a in POINTERS
+        else "*fp32"
+        if a in FLOAT_POINTERS
+        else "fp32"
+        if a.endswith("scale")
+        else "i32"
         for a in fn.arg_names
     }
     log = io.StringIO()
@@ -60,16 +76,24 @@ def compile_one(job: tuple) -> dict:
     triton.knobs.compilation.always_compile = True  # ... only when it runs: never take the cache
     with contextlib.redirect_stdout(log):
         compiled = triton.compile(
-            triton.compiler.ASTSource(fn, sig, const), target=GPUTarget("cuda", arch, 32),
+            triton.compiler.ASTSource(fn, sig, const),
+            target=GPUTarget("cuda", arch, 32),
             options=dict(num_warps=cfg.warps, num_stages=cfg.stages),
         )
     text = log.getvalue()
     regs = re.search(r"Used (\d+) registers", text)
     spills = re.search(r"(\d+) bytes spill stores", text)
     return dict(
-        kernel=kernel, config=repr(cfg), arch=arch, target=target[0] if target else arch, dtype=dclass, head_dim=head_dim,
-        bias=fa.BIAS_NAMES[bias] + (f" {variant}" if variant else ""), registers=int(regs.group(1)) if regs else -1,
-        spill_bytes=int(spills.group(1)) if spills else -1, shared=compiled.metadata.shared,
+        kernel=kernel,
+        config=repr(cfg),
+        arch=arch,
+        target=target[0] if target else arch,
+        dtype=dclass,
+        head_dim=head_dim,
+        bias=fa.BIAS_NAMES[bias] + (f" {variant}" if variant else ""),
+        registers=int(regs.group(1)) if regs else -1,
+        spill_bytes=int(spills.group(1)) if spills else -1,
+        shared=compiled.metadata.shared,
     )
 
 
@@ -91,8 +115,10 @@ def claims() -> list[tuple]:
                 for dclass in ("fp32", "half"):
                     head_dim = cfg.fits.get((target, dclass), 0)
                     if head_dim:  # sm_86's claim: sm_80's code against the 99 KB limit
-                        jobs += [(kernel, index, min(target, 90) if target != 86 else 80, dclass, head_dim, b, target)
-                                 for b in (fa.ALIBI, fa.T5)]
+                        jobs += [
+                            (kernel, index, min(target, 90) if target != 86 else 80, dclass, head_dim, b, target)
+                            for b in (fa.ALIBI, fa.T5)
+                        ]
     return jobs
 
 
@@ -115,7 +141,10 @@ def sweep(jobs: int) -> list[dict]:
 
     todo = {
         (k, i, a, d): list(HEAD_DIMS)
-        for k, (_, kind) in KERNELS.items() for i in range(len(fa.CONFIGS[kind])) for a in ARCHS for d in ("fp32", "half")
+        for k, (_, kind) in KERNELS.items()
+        for i in range(len(fa.CONFIGS[kind]))
+        for a in ARCHS
+        for d in ("fp32", "half")
     }
     rows = []
     with ProcessPoolExecutor(jobs) as pool:

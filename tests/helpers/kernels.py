@@ -1,5 +1,6 @@
 """What the fused-kernel tests share: a fresh seed per test, the ids of their shape cases, and the
 rules of when a fused-kernel method is unavailable."""
+
 from __future__ import annotations
 
 import os

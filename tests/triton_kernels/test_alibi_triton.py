@@ -5,6 +5,7 @@ fused kernel's error may be at most twice that of the same attention computed by
 input dtype, plus a small absolute slack. Inputs are fresh random numbers each run; the seed is
 printed in every failure message so a failure can be replayed.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,7 +43,7 @@ def _reference(q, k, v, slopes, pos_scale=1.0, use_bias=True, bias_round=None):
     """Explicit attention in q's dtype: materialised ALiBi bias (H, Tq, Tk) plus causal mask."""
     tq, tk = q.shape[-2], k.shape[-2]
     k_pos = torch.arange(tk, dtype=torch.float64, device=q.device) * pos_scale
-    bias = alibi_bias(slopes, k_pos[tk - tq:], k_pos)  # (H, Tq, Tk) float32
+    bias = alibi_bias(slopes, k_pos[tk - tq :], k_pos)  # (H, Tq, Tk) float32
     if bias_round is not None:
         bias = bias.to(bias_round)
     bias = bias.to(q.dtype) if use_bias else torch.zeros_like(bias, dtype=q.dtype)
@@ -188,14 +189,16 @@ def _bad_inputs():
     q = torch.zeros(1, 2, 8, 32, device=DEVICE)
     s = torch.zeros(2, device=DEVICE)
     return [
-        ("head_dim 48", (torch.zeros(1, 2, 8, 48), torch.zeros(1, 2, 8, 48), torch.zeros(1, 2, 8, 48), s),
-         "head_dim 48 not supported"),
+        (
+            "head_dim 48",
+            (torch.zeros(1, 2, 8, 48), torch.zeros(1, 2, 8, 48), torch.zeros(1, 2, 8, 48), s),
+            "head_dim 48 not supported",
+        ),
         ("dtype", (q.double(), q.double(), q.double(), s), "dtype torch.float64 not supported"),
         ("mixed dtypes", (q, q.half(), q, s), "must share one dtype"),
         ("3-D q", (q[0], q, q, s), r"q must be \(B, H, T, head_dim\)"),
         # 3 key/value heads for 2 query heads: grouped-query attention needs Hkv dividing H
-        ("k heads", (q, torch.zeros(1, 3, 8, 32, device=DEVICE), torch.zeros(1, 3, 8, 32, device=DEVICE), s),
-         "k and v must be"),
+        ("k heads", (q, torch.zeros(1, 3, 8, 32, device=DEVICE), torch.zeros(1, 3, 8, 32, device=DEVICE), s), "k and v must be"),
         ("Tq > Tk", (q, q[:, :, :4], q[:, :, :4], s), "query length <= key length"),
         ("slopes", (q, q, q, torch.zeros(3)), r"slopes must have shape \(2,\)"),
         ("bfloat16", (q.bfloat16(), q.bfloat16(), q.bfloat16(), s), "bfloat16"),
@@ -300,8 +303,12 @@ def test_compile_report_every_config_fits_its_targets_on_sm80_and_sm90():
 
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "posbench.triton_kernels.compile_report"], env=env, capture_output=True, text=True,
-        timeout=3000, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        [sys.executable, "-m", "posbench.triton_kernels.compile_report"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
     )
     if proc.returncode and "ptxas" in proc.stderr and "not found" in proc.stderr:
         pytest.skip("triton's bundled ptxas is missing")

@@ -6,6 +6,7 @@ float64, the fused kernel's error (output, dQ, dK, dV and d key_bias) may be at 
 the same attention computed by PyTorch in the input dtype, plus a small slack. Inputs are fresh
 random numbers each run; the seed is in every failure message.
 """
+
 from __future__ import annotations
 
 import ast
@@ -69,8 +70,10 @@ def _reference(q, k, v, key_bias=None, slopes=None, table=None):
 def _fwd_bwd(fn, tensors, grad, dtype=None):
     """Output and the gradients of every tensor in ``tensors``, on copies cast to ``dtype``
     (the key bias stays float32 unless ``dtype`` is float64)."""
-    leaves = [x.detach().to(dtype if dtype and (i < 3 or dtype == torch.float64) else x.dtype).requires_grad_()
-              for i, x in enumerate(tensors)]
+    leaves = [
+        x.detach().to(dtype if dtype and (i < 3 or dtype == torch.float64) else x.dtype).requires_grad_()
+        for i, x in enumerate(tensors)
+    ]
     out = fn(*leaves)
     out.backward(grad.to(out.dtype))
     return [out.detach()] + [x.grad for x in leaves]
@@ -212,8 +215,12 @@ def _bad_key_bias():
         ("kv heads", (q, k[:, :1], k[:, :1]), torch.zeros(1, 1, 12, device=DEVICE), r"key_bias must have shape \(1, 2, 12\)"),
         ("type", (q, k, k), [0.0] * 12, "key_bias must be a torch.Tensor"),
         ("dtype", (q, k, k), torch.zeros(1, 2, 12, dtype=torch.long, device=DEVICE), "key_bias must be a float tensor"),
-        ("heads not dividing", (torch.zeros(1, 3, 8, 32, device=DEVICE), k, k), torch.zeros(1, 3, 12, device=DEVICE),
-         "with Hkv dividing H = 3"),
+        (
+            "heads not dividing",
+            (torch.zeros(1, 3, 8, 32, device=DEVICE), k, k),
+            torch.zeros(1, 3, 12, device=DEVICE),
+            "with Hkv dividing H = 3",
+        ),
     ]
 
 
@@ -268,7 +275,7 @@ def test_fox_triton_decodes_with_fox_cache_and_its_bytes():
     with torch.no_grad():
         full = plain(idx)
         cache = fused.new_cache()
-        parts = [fused(idx[:, :12], cache=cache)] + [fused(idx[:, t:t + 1], cache=cache) for t in range(12, 20)]
+        parts = [fused(idx[:, :12], cache=cache)] + [fused(idx[:, t : t + 1], cache=cache) for t in range(12, 20)]
         plain_cache = plain.new_cache()
         plain(idx, cache=plain_cache)
     assert (torch.cat(parts, 1) - full).abs().max().item() < 1e-4
@@ -323,8 +330,10 @@ def test_compile_report_variants_compile_the_key_bias_and_grouped_dkdv_for_the_g
     import subprocess
     import sys
 
-    code = ("from posbench.triton_kernels import compile_report as cr; "
-            "print(cr.compile_one(('dkdv', 1, 90, 'half', 32, 0, 'fox+gqa2')))")
+    code = (
+        "from posbench.triton_kernels import compile_report as cr; "
+        "print(cr.compile_one(('dkdv', 1, 90, 'half', 32, 0, 'fox+gqa2')))"
+    )
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, cwd=root)

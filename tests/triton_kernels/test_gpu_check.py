@@ -1,6 +1,7 @@
 """``make gpu-check`` (posbench/triton_kernels/gpu_check.py): its plan fits the eight minutes of one device
 call, its dry run works on any machine, and its FlexAttention check holds every bias method to the
 masked reference (forward here; forward and backward on CUDA)."""
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,9 @@ def test_the_dry_run_prints_every_step_with_its_limit_and_a_total_within_eight_m
     assert [line.split()[0] for line in lines[:-1]] == names
     assert {"kernel-tests", "conformance", "flex", "kernels", "efficiency", "report", "results-page"} <= set(names)
     total = int(lines[-1].split()[1])
-    assert lines[-1].startswith("total: ") and total == sum(limit for _, _, limit in gpu_check.steps("p", tmp_path, tmp_path, tmp_path))
+    assert lines[-1].startswith("total: ") and total == sum(
+        limit for _, _, limit in gpu_check.steps("p", tmp_path, tmp_path, tmp_path)
+    )
     assert total <= 480 and gpu_check.BUDGET_S == 480
     assert not any(tmp_path.iterdir())  # a dry run writes nothing
 
@@ -52,9 +55,14 @@ def test_steps_runs_only_the_named_steps_and_an_unknown_name_is_one_line(tmp_pat
 
 @pytest.mark.subprocess
 def test_make_gpu_check_dry_1_prints_the_plan(tmp_path):
-    out = subprocess.run(["make", "-s", "gpu-check", "DRY=1", f"GPU_CHECK_PYTHON={sys.executable}",
-                          f"GPU_CHECK_OUT={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        ["make", "-s", "gpu-check", "DRY=1", f"GPU_CHECK_PYTHON={sys.executable}", f"GPU_CHECK_OUT={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "total: 480 s (budget 480 s)"
 

@@ -7,6 +7,7 @@ random numbers each run; the seed is in every failure message. Lengths past 128 
 "far" tiles (every distance in the last bucket, scalar bias) in the loops next to the near and
 diagonal tiles; explicit block shapes move the boundaries between them.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,7 @@ def _reference(q, k, v, table, pos_scale=1.0):
     """Explicit attention in q's dtype: the T5 bias gathered to (H, Tq, Tk), causal mask, softmax."""
     tq, tk = q.shape[-2], k.shape[-2]
     k_pos = torch.arange(tk, device=q.device, dtype=torch.float32) * pos_scale
-    distance = k_pos[tk - tq:][:, None] - k_pos[None, :]  # (Tq, Tk) floored by the bucket function
+    distance = k_pos[tk - tq :][:, None] - k_pos[None, :]  # (Tq, Tk) floored by the bucket function
     ids = relative_position_bucket(distance if pos_scale != 1.0 else distance.long())
     bias = table.t()[:, ids].to(q.dtype)  # (H, Tq, Tk)
     scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1])) + bias
