@@ -3,8 +3,9 @@ training: from ``BLOCKED_MIN_ROWS`` queries on a CPU a bias method attends by bl
 (``posbench.attention.plans``), where reading a position or a slope (``.item()``), a tile's storage
 offset or a tile source's state changed in backward each broke the graph (issue 45: alibi 3, t5_bias
 11, kerple_log 11, fire 14 breaks at L 1024 in evaluation). A break puts Python between graphs into
-a method's compiled time. The break counter is ``torch._dynamo.explain``; the traced graphs run with
-dynamo's ``eager`` backend (no inductor) and must match the eager model."""
+a method's compiled time. The break counter is dynamo's ``ExplainWithBackend`` (what
+``torch._dynamo.explain`` counts with) on the ``eager`` backend (no inductor): the graphs it counts
+run as traced and must match the eager model."""
 import pytest
 import torch
 import torch._dynamo
@@ -12,13 +13,15 @@ import torch._dynamo
 from posbench.attention import plans
 from posbench.attention.form import BiasForm
 from posbench.core.model import TransformerLM, model_config
-from tests.helpers.graph_breaks import BIAS, MISSION, break_reasons, fresh_dynamo  # noqa: F401  (autouse fixture)
+from tests.helpers.graph_breaks import BIAS, LENGTHS, MISSION, break_reasons, fresh_dynamo, short_blocks, traced  # noqa: F401
 
 OTHERS = ["nope", "xpos", "learned", "p_rope", "randomized", "rope_nope_hybrid"]
-# L 1024: the blocked plans (16 blocks of 64 rows); 300: the masked bias, below BLOCKED_MIN_ROWS;
-# 517: blocked with a short last block. Tracing 16 blocks per layer takes seconds: the other
-# lengths run with the slow tests.
-LENGTHS = [1024, pytest.param(300, marks=pytest.mark.slow), pytest.param(517, marks=pytest.mark.slow)]
+# The blocked plans at their own threshold and block size once (t5_bias at L 1024: 16 blocks of 64
+# rows); else with the threshold lowered (``short_blocks``) at each of LENGTHS: blocks, the masked
+# bias, blocks with a short last one (the last two with the slow tests).
+CASES = [pytest.param("t5_bias", 1024, False, id="t5_bias-1024-default-blocks")] + [
+    pytest.param(method, length, True, id=f"{method}-{length}", marks=[] if length == LENGTHS[0] else pytest.mark.slow)
+    for method in sorted(set(MISSION + BIAS)) for length in LENGTHS]
 
 
 def _model(method: str) -> TransformerLM:
@@ -26,30 +29,29 @@ def _model(method: str) -> TransformerLM:
     return TransformerLM(model_config("tiny", method, n_layers=2))
 
 
-@pytest.mark.parametrize("length", LENGTHS)
-@pytest.mark.parametrize("method", sorted(set(MISSION + BIAS)))
-def test_method_traces_in_one_graph_and_matches_eager(method, length):
+@pytest.mark.parametrize("method, length, short", CASES)
+def test_method_traces_in_one_graph_and_matches_eager(method, length, short, monkeypatch):
     """Evaluation (no_grad) and a training step's forward and backward: no graph break; the
     dynamo-traced forward equals the eager one, and so do the gradients."""
+    if short:
+        short_blocks(monkeypatch)
     model = _model(method)
     x = torch.randint(0, 256, (2, length))
     model.eval()
     with torch.no_grad():
-        assert break_reasons(model, x) == []
-        torch._dynamo.reset()
-        torch.testing.assert_close(torch.compile(model, backend="eager")(x), model(x), rtol=1e-5, atol=1e-5)
-    torch._dynamo.reset()
+        out, reasons = traced(model, x)
+        assert reasons == []
+        torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
     model.train()
 
     def loss(x):
         return model(x).float().square().mean()
 
-    assert break_reasons(loss, x) == []
-    torch._dynamo.reset()
-    grads = [torch.autograd.grad(f(x), list(model.method.parameters()) + [model.tok.weight])
-             for f in (loss, torch.compile(loss, backend="eager"))]
-    for eager, traced in zip(*grads):
-        torch.testing.assert_close(traced, eager, rtol=1e-4, atol=1e-6)
+    traced_loss, reasons = traced(loss, x)
+    assert reasons == []
+    params = list(model.method.parameters()) + [model.tok.weight]
+    for eager, got in zip(torch.autograd.grad(loss(x), params), torch.autograd.grad(traced_loss, params)):
+        torch.testing.assert_close(got, eager, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -60,19 +62,21 @@ def test_other_methods_trace_in_one_graph_at_the_blocked_length(method):
     assert break_reasons(lambda x: model(x).float().mean(), x) == []
 
 
-def test_compiled_plan_checks_integer_positions_are_consecutive():
+def test_compiled_plan_checks_integer_positions_are_consecutive(monkeypatch):
     """A compiled graph cannot branch on positions: integer positions are taken as consecutive (the
     model's own) and the graph asserts it; non-consecutive ones get a one-line error, not a wrong
     bias. Float positions (interpolation) take the general plan, compiled or not."""
+    short_blocks(monkeypatch)
     model = _model("t5_bias").eval()
     compiled = torch.compile(model, backend="eager")
-    x = torch.randint(0, 256, (1, 600))
+    length = LENGTHS[0]  # blocks
+    x = torch.randint(0, 256, (1, length))
     with torch.no_grad():
-        gappy = torch.arange(600) * 2
+        gappy = torch.arange(length) * 2
         with pytest.raises(RuntimeError, match="takes integer positions as consecutive"):
             compiled(x, pos=gappy)
-        torch.testing.assert_close(compiled(x, pos=torch.arange(600) + 7), model(x, pos=torch.arange(600) + 7))
-        scaled = torch.arange(600) * 0.5
+        torch.testing.assert_close(compiled(x, pos=torch.arange(length) + 7), model(x, pos=torch.arange(length) + 7))
+        scaled = torch.arange(length) * 0.5
         torch.testing.assert_close(compiled(x, pos=scaled), model(x, pos=scaled), rtol=1e-5, atol=1e-5)
 
 

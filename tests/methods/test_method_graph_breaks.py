@@ -1,6 +1,7 @@
 """Every registered method traces as one graph under torch.compile, in evaluation and in a training
-step, on the tiny model at L 1024 (the mission and bias methods: ``tests/attention/test_graph_breaks.py``,
-helpers in tests/helpers/graph_breaks.py). Issue 45: the scaled rotary rows broke an evaluation 4 times (reading
+step, on the tiny model at lengths that cross the blocked plans with their threshold lowered (the
+mission and bias methods: ``tests/attention/test_graph_breaks.py``, helpers in
+tests/helpers/graph_breaks.py). Issue 45: the scaled rotary rows broke an evaluation 4 times (reading
 L_train and the last key position), fox 6 (evaluation) and 7 (training) on its path choice. The
 scaled rows now read both as Python ints, fox picks its path with ``torch.cond``; eager numbers are
 unchanged and the traced ones equal them."""
@@ -12,7 +13,7 @@ import torch
 from posbench.core import discovery
 from posbench.core.model import TransformerLM, model_config
 from posbench.triton_kernels import FusedKernelMethod
-from tests.helpers.graph_breaks import BIAS, MISSION, break_reasons, fresh_dynamo  # noqa: F401  (autouse fixture)
+from tests.helpers.graph_breaks import BIAS, LENGTHS, MISSION, break_reasons, fresh_dynamo, short_blocks  # noqa: F401
 
 # Registered methods that cannot trace whole: name -> (evaluation's, training's break reasons, the
 # first line of each as ``break_reasons`` gives them), each documented in docs/attention-plans.md ("Under
@@ -20,13 +21,13 @@ from tests.helpers.graph_breaks import BIAS, MISSION, break_reasons, fresh_dynam
 CANNOT_TRACE: dict[str, tuple[list[str], list[str]]] = {}
 
 METHODS = sorted(set(discovery.names()) - set(MISSION + BIAS)) + [f"rotary+{m}" for m in sorted(discovery.modifiers())]
-# Tracing takes seconds per method: the fast run traces fox and one scaled row at L 1024 (the value
+# Tracing takes seconds per method: the fast run traces fox and one scaled row in blocks (the value
 # tests below trace every row, fullgraph); the slow tests every method at every length.
 FAST = ("fox", "rotary_yarn")
-L_TRAIN = 64  # the scaled rows' training length in the value tests
+L_TRAIN = 64  # the scaled rows' training length: LENGTHS are below, just beyond and twice beyond it
 
 
-def _model(name: str, length: int = 512, **options) -> TransformerLM:
+def _model(name: str, length: int = L_TRAIN, **options) -> TransformerLM:
     """The tiny model (2 layers) after one eager training forward of ``length`` tokens: a scaled
     rotary row records L_train there. A method unavailable on a CPU skips."""
     torch.manual_seed(0)
@@ -55,11 +56,12 @@ def _traced(fn, backend="eager"):
 # --- no graph break -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("length, name", [
-    pytest.param(length, name, marks=[] if length == 1024 and name in FAST else pytest.mark.slow)
-    for length in (1024, 300, 517) for name in METHODS])
-def test_every_method_traces_in_one_graph(name, length):
-    """Evaluation (a scaled row beyond its L_train of 512) and a training step's forward and
-    backward: no break, or exactly the documented ones."""
+    pytest.param(length, name, marks=[] if length == LENGTHS[0] and name in FAST else pytest.mark.slow)
+    for length in LENGTHS for name in METHODS])
+def test_every_method_traces_in_one_graph(name, length, monkeypatch):
+    """Evaluation (a scaled row below, just beyond and twice beyond its L_train) and a training
+    step's forward and backward: no break, or exactly the documented ones."""
+    short_blocks(monkeypatch)
     model = _model(name)
     x = torch.randint(0, 256, (2, length))
     with torch.no_grad():
