@@ -10,6 +10,7 @@ from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.outcome import Unavailable
 from posbench.engine import compiled
 from posbench.report.table import compile_note
+from posbench.tasks.efficiency import run as efficiency
 from tests.helpers.cases import make_case
 
 
@@ -56,7 +57,7 @@ def test_efficiency_group_compiled_and_a_method_the_compiler_refuses(tmp_path, p
     plugin(RefusesCompiler)
     task, good = make_case("efficiency", "sinusoidal", {"seq_len": 8}, EFFICIENCY, tmp_path)
     _, bad = make_case("efficiency", "refuses_compiler", {"seq_len": 8}, EFFICIENCY, tmp_path)
-    monkeypatch.setattr(task.module, "memory_probe", lambda c: {"status": "ok", "metrics": {}})
+    monkeypatch.setattr(efficiency, "memory_probe", lambda c: {"status": "ok", "metrics": {}})
     out = task.run_group([good, bad], 1)
     ok, refused = out[good.id], out[bad.id]
     assert ok["status"] == "ok", ok["message"]
@@ -148,7 +149,7 @@ def test_efficiency_group_of_bias_methods_compiled_at_the_blocked_length(tmp_pat
     settings = {**EFFICIENCY, "tokens_per_step": 1024, "windows": 2}
     made = [make_case("efficiency", m, {"seq_len": 512}, settings, tmp_path) for m in ("t5_bias", "kerple_log")]
     task, cases = made[0][0], [c for _, c in made]
-    monkeypatch.setattr(task.module, "memory_probe", lambda c: {"status": "ok", "metrics": {}})
+    monkeypatch.setattr(efficiency, "memory_probe", lambda c: {"status": "ok", "metrics": {}})
     out = task.run_group(cases, 1)
     for case in cases:
         row = out[case.id]
