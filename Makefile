@@ -46,8 +46,11 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m "not slow and not subprocess"
 
+# ruff check: pyflakes' checks and the import order; ruff format --check: the layout. To fix both:
+# ruff check --fix . && ruff format . (config in pyproject.toml).
 lint: install
 	$(BIN)/python -m ruff check .
+	$(BIN)/python -m ruff format --check .
 
 kernels-bench: install
 	$(BIN)/python -m pytest -q tests/tasks/test_kernel_benchmark.py --benchmark-only --benchmark-group-by=group

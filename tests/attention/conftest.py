@@ -1,4 +1,5 @@
 """Fixtures shared by the attention tests."""
+
 import pytest
 
 from posbench.attention import cpu_flash

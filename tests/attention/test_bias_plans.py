@@ -3,6 +3,7 @@ bias method, built in or a plugin that writes only ``bias``, gets one with no co
 attending with it equals the plain path (the masked bias, state None) in outputs and in the
 gradients of q, k, v and of the method's parameters (T5's table, KERPLE's r1 and r2, FIRE's MLP, c and
 L; FIRE's piecewise plan has tests of its own in tests/attention/test_piecewise_bias.py)."""
+
 import pytest
 import torch
 
@@ -43,8 +44,17 @@ def qkv(seed, tq, tk, dtype):
     return [x.to(dtype).requires_grad_() for x in (q, k, v)]
 
 
-@pytest.mark.parametrize("name, kind", [("alibi", "linear"), ("t5_bias", "distance"), ("kerple_log", "distance"),
-                                        ("fire", "piecewise"), ("wave_bias", "dense"), ("wave_tiles_bias", "tiles")])
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("alibi", "linear"),
+        ("t5_bias", "distance"),
+        ("kerple_log", "distance"),
+        ("fire", "piecewise"),
+        ("wave_bias", "dense"),
+        ("wave_tiles_bias", "tiles"),
+    ],
+)
 def test_each_bias_method_gets_its_plan(blocked, name, kind):
     m = build(name)
     pos = torch.arange(20)

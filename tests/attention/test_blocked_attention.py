@@ -1,17 +1,18 @@
 """posbench.attention (blocked.py, tiles.py, linear.py): attention with a bias by query blocks (no L x L square), and
 ALiBi as flash attention with a per-key mask (or one extra head dimension), against a plain float64 reference on random inputs:
 several seeds, odd lengths, Tq < Tk, float32 and half dtypes, outputs and every gradient."""
+
 import math
 
 import pytest
 import torch
 
-from posbench.core.alibi_math import slopes_tensor
 from posbench.attention import cpu_flash, linear
 from posbench.attention.blocked import blocked_bias_attention, forward_only
 from posbench.attention.linear import head_column_sdpa, linear_bias_sdpa
-from posbench.core.masked import causal_mask
 from posbench.attention.tiles import BiasTiles, DenseBias, DistanceRow, antidiagonal_sums
+from posbench.core.alibi_math import slopes_tensor
+from posbench.core.masked import causal_mask
 
 # Scores and softmax are float32 whatever q's dtype; half inputs round q, k, v and the output.
 TOL = {torch.float32: 2e-5, torch.bfloat16: 3e-2, torch.float16: 5e-3}
@@ -47,8 +48,9 @@ def close(got, want, dtype, what):
 
 @pytest.mark.usefixtures("block_kernel")
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("tq, tk, rows", [(1, 1, 4), (7, 7, 4), (33, 33, 8), (100, 100, 16), (5, 13, 2),
-                                          (257, 257, 64), (1, 9, 4), (40, 41, 128)])
+@pytest.mark.parametrize(
+    "tq, tk, rows", [(1, 1, 4), (7, 7, 4), (33, 33, 8), (100, 100, 16), (5, 13, 2), (257, 257, 64), (1, 9, 4), (40, 41, 128)]
+)
 @pytest.mark.parametrize("source", ["distance", "tiles", "dense"])
 @pytest.mark.parametrize("batch", [1, 2, 3])  # the bias's gradient sums the batch (a view at batch 1)
 def test_blocked_attention_equals_the_float64_reference_with_every_gradient(seed, tq, tk, rows, source, batch):
@@ -64,9 +66,11 @@ def test_blocked_attention_equals_the_float64_reference_with_every_gradient(seed
         masked = distance_bias(by_distance, tq, tk).masked_fill(~causal_mask(tq, tk, "cpu"), float("-inf"))
         out = blocked_bias_attention(q, k, v, DenseBias(masked, torch.float32), (masked,), rows)
     else:
+
         def tile(r0, n, nk):  # rows r0 .. r0+n, keys 0 .. nk, future keys -inf
-            b = distance_bias(by_distance, tq, tk)[:, r0:r0 + n, :nk]
+            b = distance_bias(by_distance, tq, tk)[:, r0 : r0 + n, :nk]
             return b.masked_fill(~causal_mask(n, nk, "cpu"), float("-inf"))
+
         out = blocked_bias_attention(q, k, v, BiasTiles(tile, (by_distance,), torch.float32), (by_distance,), rows)
     gots = torch.autograd.grad(out, (q, k, v, by_distance), grad_out.float())
     close(out, want, dtype, "output")
@@ -85,9 +89,11 @@ def test_the_forward_without_autograd_equals_the_float64_reference(seed, tq, tk,
     bias = distance_bias(by_distance, tq, tk).detach()
     want = reference(q, k, v, bias)
     masked = bias.masked_fill(~causal_mask(tq, tk, "cpu"), float("-inf"))
-    sources = {"distance": lambda: DistanceRow(by_distance.flip(-1), tk, rows, torch.float32),
-               "dense": lambda: DenseBias(masked, torch.float32),
-               "tiles": lambda: BiasTiles(lambda r0, n, nk: masked[:, r0:r0 + n, :nk], (), torch.float32)}
+    sources = {
+        "distance": lambda: DistanceRow(by_distance.flip(-1), tk, rows, torch.float32),
+        "dense": lambda: DenseBias(masked, torch.float32),
+        "tiles": lambda: BiasTiles(lambda r0, n, nk: masked[:, r0 : r0 + n, :nk], (), torch.float32),
+    }
     with torch.no_grad():
         got = blocked_bias_attention(q, k, v, sources[source](), (by_distance,), rows)
     assert got.dtype == dtype
@@ -170,9 +176,16 @@ def test_alibi_on_a_cpu_takes_the_flash_op_with_a_per_key_mask(monkeypatch):
 
 
 @pytest.mark.parametrize("path", [linear_bias_sdpa, head_column])
-@pytest.mark.parametrize("seed, length, pos_scale, dtype", [(0, 7, 1, torch.float32), (1, 100, 1, torch.float32),
-                                                            (2, 257, 1, torch.float32), (3, 64, 0.37, torch.float32),
-                                                            (4, 131, 1, torch.float64)])
+@pytest.mark.parametrize(
+    "seed, length, pos_scale, dtype",
+    [
+        (0, 7, 1, torch.float32),
+        (1, 100, 1, torch.float32),
+        (2, 257, 1, torch.float32),
+        (3, 64, 0.37, torch.float32),
+        (4, 131, 1, torch.float64),
+    ],
+)
 def test_alibi_as_sdpa_with_a_key_bias_equals_the_reference(path, seed, length, pos_scale, dtype):
     q, k, v, _ = inputs(seed, 2, 4, length, length, 32, dtype)
     slopes = slopes_tensor(4)
@@ -181,14 +194,16 @@ def test_alibi_as_sdpa_with_a_key_bias_equals_the_reference(path, seed, length, 
     out = path(q, k, v, slopes, pos)
     if dtype == torch.float64:
         torch.testing.assert_close(out, want, atol=1e-12, rtol=0)
-        for g, w in zip(torch.autograd.grad(out, (q, k, v), torch.ones_like(out)),
-                        torch.autograd.grad(want, (q, k, v), torch.ones_like(want))):
+        for g, w in zip(
+            torch.autograd.grad(out, (q, k, v), torch.ones_like(out)), torch.autograd.grad(want, (q, k, v), torch.ones_like(want))
+        ):
             torch.testing.assert_close(g, w, atol=1e-12, rtol=0)
         return
     close(out, want, torch.float32, "output")
     grad_out = torch.randn(want.shape, dtype=torch.float64)
-    for name, g, w in zip(("dq", "dk", "dv"), torch.autograd.grad(out, (q, k, v), grad_out.float()),
-                          torch.autograd.grad(want, (q, k, v), grad_out)):
+    for name, g, w in zip(
+        ("dq", "dk", "dv"), torch.autograd.grad(out, (q, k, v), grad_out.float()), torch.autograd.grad(want, (q, k, v), grad_out)
+    ):
         close(g, w, torch.float32, name)
 
 

@@ -3,13 +3,14 @@
 and every gradient), its fake kernels and autograd right (``torch.library.opcheck``), and a compiled
 model's graph holds one op per layer and none of the blocks' matrix products (issue 45: inductor's
 rewrite of the traced loop cost t5_bias 0.58x nope's speed at L 2048)."""
+
 import pytest
 import torch
 
 from posbench.attention.blocked import blocked_bias_attention
 from posbench.attention.distance_op import distance_attention
-from posbench.core.model import TransformerLM, model_config
 from posbench.attention.tiles import DistanceRow
+from posbench.core.model import TransformerLM, model_config
 from tests.helpers.graph_breaks import fresh_dynamo  # noqa: F401  (autouse fixture)
 
 # (Tq, Tk, window, heads in the row): odd lengths, a prefill after a cache (Tq < Tk), a window,
@@ -40,8 +41,7 @@ def test_compiled_distance_attention_equals_the_eager_blocked_path(dtype, tq, tk
         assert got.dtype == ref.dtype and got.shape == ref.shape
         assert torch.equal(got, ref)
     with torch.no_grad():  # evaluation: the forward-only op
-        assert torch.equal(compiled(q, k, v, row), blocked_bias_attention(q, k, v, DistanceRow(row, tk, 32, cdt), (),
-                                                                          32, window))
+        assert torch.equal(compiled(q, k, v, row), blocked_bias_attention(q, k, v, DistanceRow(row, tk, 32, cdt), (), 32, window))
 
 
 def test_only_the_row_gradient_that_is_wanted_is_returned():

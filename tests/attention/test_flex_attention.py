@@ -5,6 +5,7 @@ equals the masked-bias reference (fp32, odd lengths, Tq < Tk; bf16 within roundi
 choice and the fallback are tested through fakes at the boundary (``flex_available``,
 ``torch.compile``); the backward and the compiled kernel run in ``make gpu-check``.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -63,8 +64,16 @@ def test_the_flex_forward_in_bfloat16_is_within_rounding_of_float32(name):
     assert out.dtype == torch.bfloat16 and (out.double() - ref).abs().max() < 0.05
 
 
-@pytest.mark.parametrize("name, mod", [("alibi", "linear"), ("t5_bias", "distance-row"), ("kerple_log", "distance-row"),
-                                       ("fire", "(H, L, L) bias"), ("wave_bias", "(H, L, L) bias")])
+@pytest.mark.parametrize(
+    "name, mod",
+    [
+        ("alibi", "linear"),
+        ("t5_bias", "distance-row"),
+        ("kerple_log", "distance-row"),
+        ("fire", "(H, L, L) bias"),
+        ("wave_bias", "(H, L, L) bias"),
+    ],
+)
 def test_on_cuda_every_bias_method_takes_flex_and_names_it(name, mod, monkeypatch):
     monkeypatch.setattr(flex, "flex_available", lambda device: torch.device(device).type == "cuda")
     method = _method(name, 0)
@@ -74,7 +83,9 @@ def test_on_cuda_every_bias_method_takes_flex_and_names_it(name, mod, monkeypatc
     assert plans.choose_plan("cuda", torch.bfloat16, method.bias_form(torch.bfloat16), pos, pos) is plans.FlexPlan
     # a decode step, or a prompt shorter than one Flex block: the small masked bias
     one = torch.arange(1)
-    assert plans.choose_plan("cuda", torch.bfloat16, method.bias_form(torch.bfloat16), one + 9, torch.arange(10)) is plans.MaskedPlan
+    assert (
+        plans.choose_plan("cuda", torch.bfloat16, method.bias_form(torch.bfloat16), one + 9, torch.arange(10)) is plans.MaskedPlan
+    )
     # a CPU never takes it: its own plans are measured faster there (docs/attention-plans.md)
     assert plans.choose_plan("cpu", torch.float32, method.bias_form(torch.float32), pos, pos) is not plans.FlexPlan
 

@@ -6,6 +6,7 @@ offset or a tile source's state changed in backward each broke the graph (issue 
 a method's compiled time. The break counter is dynamo's ``ExplainWithBackend`` (what
 ``torch._dynamo.explain`` counts with) on the ``eager`` backend (no inductor): the graphs it counts
 run as traced and must match the eager model."""
+
 import pytest
 import torch
 import torch._dynamo
@@ -21,7 +22,9 @@ OTHERS = ["nope", "xpos", "learned", "p_rope", "randomized", "rope_nope_hybrid"]
 # bias, blocks with a short last one (the last two with the slow tests).
 CASES = [pytest.param("t5_bias", 1024, False, id="t5_bias-1024-default-blocks")] + [
     pytest.param(method, length, True, id=f"{method}-{length}", marks=[] if length == LENGTHS[0] else pytest.mark.slow)
-    for method in sorted(set(MISSION + BIAS)) for length in LENGTHS]
+    for method in sorted(set(MISSION + BIAS))
+    for length in LENGTHS
+]
 
 
 def _model(method: str) -> TransformerLM:

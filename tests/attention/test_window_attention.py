@@ -3,6 +3,7 @@
 with every gradient), the linear plan, the distance / piecewise / dense / tiles plans, FlexPlan's
 window block mask, against a plain float64 softmax with keys older than the window masked: several
 seeds, odd lengths, Tq < Tk, float32 and bfloat16."""
+
 import math
 
 import pytest
@@ -46,8 +47,12 @@ def qkv(seed, b, h, tq, tk, dtype):
 
 def test_the_window_mask_is_the_last_window_keys_of_each_query():
     mask = causal_mask(4, 6, "cpu", window=3)  # queries at key indices 2..5
-    assert mask.tolist() == [[True, True, True, False, False, False], [False, True, True, True, False, False],
-                             [False, False, True, True, True, False], [False, False, False, True, True, True]]
+    assert mask.tolist() == [
+        [True, True, True, False, False, False],
+        [False, True, True, True, False, False],
+        [False, False, True, True, True, False],
+        [False, False, False, True, True, True],
+    ]
     assert torch.equal(causal_mask(5, 5, "cpu", window=5), causal_mask(5, 5, "cpu"))  # nothing older than 5 keys
     assert windowed(6, 5) and not windowed(5, 5) and not windowed(6, None)
     assert window_start(0, 10, 10, 4) == 0 and window_start(8, 10, 10, 4) == 5 and window_start(8, 10, 10, None) == 0
@@ -70,8 +75,10 @@ def test_masked_reference_and_sdpa_paths_take_the_window(seed, tq, tk, window, d
 
 @pytest.mark.usefixtures("block_kernel")
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("tq, tk, rows, window", [(33, 33, 8, 5), (100, 100, 16, 16), (5, 13, 2, 3), (40, 41, 128, 7),
-                                                  (1, 9, 4, 4), (257, 257, 64, 50), (70, 70, 8, 1)])
+@pytest.mark.parametrize(
+    "tq, tk, rows, window",
+    [(33, 33, 8, 5), (100, 100, 16, 16), (5, 13, 2, 3), (40, 41, 128, 7), (1, 9, 4, 4), (257, 257, 64, 50), (70, 70, 8, 1)],
+)
 @pytest.mark.parametrize("source", ["distance", "tiles", "dense"])
 def test_blocked_attention_with_a_window_equals_the_reference_with_every_gradient(seed, tq, tk, rows, window, source):
     q, k, v = qkv(seed, 2, 3, tq, tk, torch.float32)
@@ -89,10 +96,11 @@ def test_blocked_attention_with_a_window_equals_the_reference_with_every_gradien
         masked = by_distance[:, by_index].masked_fill(~causal_mask(tq, tk, "cpu"), float("-inf"))
         out = blocked_bias_attention(q, k, v, DenseBias(masked, torch.float32), (masked,), rows, window)
     else:
+
         def tile(r0, n, nk):  # rows r0 .. r0+n, keys 0 .. nk, future keys -inf (the window is blocked.py's)
-            return by_distance[:, by_index[r0:r0 + n, :nk]].masked_fill(~causal_mask(n, nk, "cpu"), float("-inf"))
-        out = blocked_bias_attention(q, k, v, BiasTiles(tile, (by_distance,), torch.float32), (by_distance,), rows,
-                                     window)
+            return by_distance[:, by_index[r0 : r0 + n, :nk]].masked_fill(~causal_mask(n, nk, "cpu"), float("-inf"))
+
+        out = blocked_bias_attention(q, k, v, BiasTiles(tile, (by_distance,), torch.float32), (by_distance,), rows, window)
     gots = torch.autograd.grad(out, (q, k, v, by_distance), grad_out.float())
     close(out, want, torch.float32, "output")
     for name, got, w in zip(("dq", "dk", "dv", "dbias"), gots, wants):

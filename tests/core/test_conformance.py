@@ -1,9 +1,10 @@
 """Every registered method against the conformance kit, plus proof that the kit catches faults."""
+
 import pytest
 import torch
 
-from posbench.core import discovery, registry
 from posbench.core import conformance as testing
+from posbench.core import discovery, registry
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.outcome import Unavailable
 from posbench.core.registry import register
@@ -18,8 +19,10 @@ DECODING = ("kv_decode", "window", "gqa_window")
 # every check again in bfloat16 (the quick set runs them all in float32).
 METHOD_PARAMS = [pytest.param(m, marks=SLOW_WHEN_INTERPRETED) if interpreted(m) else m for m in METHODS]
 CHECK_PARAMS = [pytest.param(c, marks=pytest.mark.slow) if c in DECODING else c for c in testing.CHECKS]
-DTYPE_PARAMS = [pytest.param(d, marks=pytest.mark.slow if d == torch.bfloat16 else [], id=str(d).removeprefix("torch."))
-                for d in testing.DTYPES]
+DTYPE_PARAMS = [
+    pytest.param(d, marks=pytest.mark.slow if d == torch.bfloat16 else [], id=str(d).removeprefix("torch."))
+    for d in testing.DTYPES
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
@@ -36,8 +39,7 @@ def test_conformance(method, check, dtype):
     except Unavailable as exc:
         # a layout the method declines (fox under grouped-query attention): one line naming the
         # method, never silently ignored (issue 40)
-        assert check in ("gqa", "window", "gqa_window") and str(exc).startswith(f"{method}: ") and "\n" not in str(exc), \
-            str(exc)
+        assert check in ("gqa", "window", "gqa_window") and str(exc).startswith(f"{method}: ") and "\n" not in str(exc), str(exc)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -143,9 +145,11 @@ def test_a_plugin_whose_hook_cannot_work_gets_one_line_naming_the_hook(temporary
     name = temporary_method(NoPositions)
     with pytest.raises(TypeError) as err:
         testing.build(name)
-    assert str(err.value) == ("method 'broken_no_positions': attend takes (q, k, v); allowed: "
-                              "attend(self, q, k, v, q_pos, k_pos, layer, state) or "
-                              "attend(self, q, k, v, q_pos, k_pos, layer) (see posbench.core.method)")
+    assert str(err.value) == (
+        "method 'broken_no_positions': attend takes (q, k, v); allowed: "
+        "attend(self, q, k, v, q_pos, k_pos, layer, state) or "
+        "attend(self, q, k, v, q_pos, k_pos, layer) (see posbench.core.method)"
+    )
 
 
 class RoundedTable(PositionMethod):

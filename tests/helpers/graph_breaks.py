@@ -1,5 +1,6 @@
 """What the graph-break tests share: the method groups, a fresh dynamo per test, the threshold of the
 blocked plans lowered through their own knobs, and the break counter."""
+
 import pytest
 import torch
 import torch._dynamo

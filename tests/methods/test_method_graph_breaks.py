@@ -5,6 +5,7 @@ tests/helpers/graph_breaks.py). Issue 45: the scaled rotary rows broke an evalua
 L_train and the last key position), fox 6 (evaluation) and 7 (training) on its path choice. The
 scaled rows now read both as Python ints, fox picks its path with ``torch.cond``; eager numbers are
 unchanged and the traced ones equal them."""
+
 import sys
 
 import pytest
@@ -55,9 +56,15 @@ def _traced(fn, backend="eager"):
 
 # --- no graph break -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("length, name", [
-    pytest.param(length, name, marks=[] if length == LENGTHS[0] and name in FAST else pytest.mark.slow)
-    for length in LENGTHS for name in METHODS])
+
+@pytest.mark.parametrize(
+    "length, name",
+    [
+        pytest.param(length, name, marks=[] if length == LENGTHS[0] and name in FAST else pytest.mark.slow)
+        for length in LENGTHS
+        for name in METHODS
+    ],
+)
 def test_every_method_traces_in_one_graph(name, length, monkeypatch):
     """Evaluation (a scaled row below, just beyond and twice beyond its L_train) and a training
     step's forward and backward: no break, or exactly the documented ones."""
@@ -81,8 +88,12 @@ def test_methods_that_cannot_trace_are_registered_and_documented():
 # --- the scaled rotary rows: L_train and the evaluation length as Python ints -------------------------
 
 SETTINGS = [(n, {}) for n in SCALED] + [
-    ("rotary_pi", {"factor": 4.0}), ("rotary_dynamic_ntk", {"factor": 2.0}), ("rotary_yarn", {"factor": 4.0}),
-    ("rotary_llama3", {"factor": 8.0}), ("rotary_longrope", {"factor": 4.0}), ("rotary_yarn", {"train_len": 48}),
+    ("rotary_pi", {"factor": 4.0}),
+    ("rotary_dynamic_ntk", {"factor": 2.0}),
+    ("rotary_yarn", {"factor": 4.0}),
+    ("rotary_llama3", {"factor": 8.0}),
+    ("rotary_longrope", {"factor": 4.0}),
+    ("rotary_yarn", {"train_len": 48}),
 ]
 
 
@@ -102,8 +113,7 @@ def test_scaled_rotary_angles_traced_equal_eager_and_frequencies(name, options, 
     assert traced.in_encode == eager.in_encode
 
 
-@pytest.mark.parametrize("name", [n if n == "rotary_dynamic_ntk" else pytest.param(n, marks=pytest.mark.slow)
-                                  for n in SCALED])
+@pytest.mark.parametrize("name", [n if n == "rotary_dynamic_ntk" else pytest.param(n, marks=pytest.mark.slow) for n in SCALED])
 def test_scaled_rotary_model_traced_equals_eager_beyond_train_len(name):
     model = _model(name, L_TRAIN).eval()
     x = torch.randint(0, 256, (2, 100))
@@ -141,6 +151,7 @@ def test_compiled_scaled_rotary_reads_trained_len_on_eval_and_on_load():
 
 
 # --- fox: the key column or the bias, chosen by a torch.cond ----------------------------------------
+
 
 @pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("gate_bias, path", [(0.0, "_key_column"), (-30.0, "_gate_bias")])

@@ -1,5 +1,6 @@
 """benchmarks/step_profile.py, the tool behind issue 45's profiles and quick ratios: what it prints,
 never how fast anything was."""
+
 import importlib.util
 import re
 from pathlib import Path
@@ -39,8 +40,7 @@ def test_a_step_trains_the_model_on_batch_times_length_tokens():
 
 
 def test_ratio_prints_each_method_against_nope_with_its_range(capsys):
-    _main(_tool(), ["ratio", "alibi", "nope", "--seq-len", "16", "24", "--tokens", "48", "--repeats", "3",
-                      "--steps", "1"])
+    _main(_tool(), ["ratio", "alibi", "nope", "--seq-len", "16", "24", "--tokens", "48", "--repeats", "3", "--steps", "1"])
     out = capsys.readouterr().out
     assert out.count("3 repeats of 1 steps, one thread") == 2 and "L 16, 48 tokens" in out and "L 24" in out
     lines = [ln for ln in out.splitlines() if "/ nope" in ln]

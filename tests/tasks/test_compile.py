@@ -3,6 +3,7 @@
 Compiling is slow (seconds per graph), so every test compiles one tiny model (1 layer, d_model 32)
 at one length; a method the compiler refuses is a test plugin whose attention calls an op with no
 fake-tensor kernel (it runs eagerly, the compiler cannot trace it)."""
+
 import pytest
 import torch
 
