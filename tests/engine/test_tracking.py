@@ -11,6 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from posbench.engine import env, tracking
 from posbench.engine.train import TrainConfig, train
+from posbench.tasks.efficiency import run as efficiency_run
 from tests.helpers.cases import TINY, make_case
 from tests.helpers.training import repeating_batches, small_model
 
@@ -198,7 +199,7 @@ def test_efficiency_logs_only_between_timed_windows(tmp_path, monkeypatch):
     )
     seen.clear()
     _, other = make_case("efficiency", "alibi", {"seq_len": 8}, settings, tmp_path)
-    monkeypatch.setattr(task.module, "memory_probe", lambda c: {"status": "ok", "metrics": {}})
+    monkeypatch.setattr(efficiency_run, "memory_probe", lambda c: {"status": "ok", "metrics": {}})
     task.run_group([case, other], 2)  # round 2: windows 2 and 3 of each case
     assert sorted(s for t, s in seen if t == "train/tokens_per_s") == [2, 2, 3, 3]
 
@@ -206,7 +207,7 @@ def test_efficiency_logs_only_between_timed_windows(tmp_path, monkeypatch):
 def test_log_flag_sets_the_workers_writers_and_refuses_wandb_when_absent(monkeypatch):
     import importlib.util
 
-    from posbench.cli.app import set_log
+    from posbench.cli.run_cmd import set_log
     from posbench.run.suite import SuiteError
 
     monkeypatch.delenv(tracking.LOG_ENV, raising=False)
