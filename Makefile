@@ -32,9 +32,10 @@ bench: install
 	$(BIN)/python bench.py --suite $(SUITE) $(BENCH_ARGS)
 
 # Everything, slow and subprocess tests included: what .ci/run and CI call. Two pytest-xdist
-# workers (TEST_WORKERS; 0 runs in this process): most of the suite waits on child processes, so two
-# workers cut CI's wall time on a 2-core machine (13 -> ~10 minutes). --dist loadscope keeps a
-# module's tests in one worker, so a module-scoped fixture (a trained model) is built once.
+# workers (TEST_WORKERS; 0 runs in this process), one OpenMP thread each (tests/conftest.py), the
+# longest modules first; about 12 minutes on a 2-core machine (docs/ci.md, "Where the time goes").
+# --dist loadscope keeps a module's tests in one worker, so a module-scoped fixture (a trained
+# model) is built once.
 # --durations=25 prints the slowest tests, so a CI log says where its time went.
 TEST_WORKERS ?= 2
 test: install
