@@ -33,19 +33,20 @@ bench: install
 
 # Everything, slow and subprocess tests included: what .ci/run and CI call. Two pytest-xdist
 # workers (TEST_WORKERS; 0 runs in this process), one OpenMP thread each (tests/conftest.py), the
-# longest modules first; about 12 minutes on a 2-core machine (docs/ci.md, "Where the time goes").
+# longest modules first (tests/conftest.py orders them; --no-loadscope-reorder keeps xdist from
+# re-sorting modules by test count); about 10 minutes on a 2-core machine (docs/ci.md).
 # --dist loadscope keeps a module's tests in one worker, so a module-scoped fixture (a trained
 # model) is built once.
 # --durations=25 prints the slowest tests, so a CI log says where its time went.
 TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=25
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=25
 
 # The quick loop while editing: every test but those marked `slow` (long-running) or `subprocess`
 # (they start a process: bench.py, the runner's workers, torchrun, make, pip), under 2 minutes on a
 # 2-core machine. The markers are registered in pyproject.toml ([tool.pytest.ini_options]).
 test-fast: install
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope -m "not slow and not subprocess"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "not slow and not subprocess"
 
 # ruff check: pyflakes' checks and the import order; ruff format --check: the layout. To fix both:
 # ruff check --fix . && ruff format . (config in pyproject.toml).

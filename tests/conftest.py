@@ -187,8 +187,8 @@ def _no_plugin_folder_outlives_its_test():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Longest modules first: `make test`'s two workers (``--dist loadscope``) take whole modules in
-    collection order, so a long module collected last runs alone at the end while the other worker
+    """Longest modules first: `make test`'s two workers (``--dist loadscope --no-loadscope-reorder``)
+    take whole modules in collection order, so a long module collected last runs alone at the end while the other worker
     idles (a WikiText training module left one worker busy for minutes after the rest were done).
     Modules that train on the real corpus go first, then those holding a ``slow`` test; the order
     within each group is the collection's."""

@@ -27,7 +27,7 @@ def test_test_fast_leaves_out_slow_and_subprocess_and_test_runs_everything(pytes
     phony = re.search(r"^\.PHONY:(.*)$", text, flags=re.M).group(1).split()
     assert {"test", "test-fast"} <= set(phony)
     (fast,) = _recipe("test-fast")
-    workers = "-n $(TEST_WORKERS) --dist loadscope"  # pytest-xdist workers, a module per worker
+    workers = "-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder"  # a module per worker, in collection order
     assert fast == f'$(BIN)/python -m pytest -q {workers} -m "not slow and not subprocess"'
     (everything,) = _recipe("test")
     # CI's command (.ci/run): no marker left out; the slowest tests named in the log
@@ -51,4 +51,4 @@ def test_make_test_fast_runs_pytest_without_slow_and_subprocess_tests(tmp_path):
     stamp = next(line.split()[-1] for line in install.splitlines() if line.startswith("touch"))
     Path(stamp).touch()  # installed: make -n shows the test command alone
     out = subprocess.run(make + ["test-fast"], capture_output=True, text=True, check=True).stdout
-    assert f'{venv}/bin/python -m pytest -q -n 2 --dist loadscope -m "not slow and not subprocess"' in out
+    assert f'{venv}/bin/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder -m "not slow and not subprocess"' in out
