@@ -108,6 +108,36 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# CPU flags that change what a method costs on a CPU: torch's vector kernels (AVX2, AVX-512) and its
+# bfloat16/float16 and matrix (AMX) paths. An AMD number and an Intel one can differ for reasons that
+# are not the method's (issue 59: subnormals cost ALiBi 2.6x on an Intel Xeon), so env.json says which.
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+
+
+def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
+    """``cpu_vendor`` (``vendor_id``: AuthenticAMD, GenuineIntel), ``cpu_capability`` (the vector
+    kernels torch's CPU ops dispatch to, e.g. AVX512) and ``cpu_extensions`` (``VECTOR_FLAGS`` the
+    CPU has)."""
+    import torch
+
+    vendor, flags = "", set()
+    try:
+        with open(cpuinfo) as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "vendor_id" and not vendor:
+                    vendor = value.strip()
+                elif key.strip() in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    return {
+        "cpu_vendor": vendor or platform.machine() or "unknown",
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_extensions": [f for f in VECTOR_FLAGS if f in flags],
+    }
+
+
 def nvml_device_index() -> int:
     """NVML numbers all GPUs, CUDA only the visible ones: map a single CUDA_VISIBLE_DEVICES entry."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
@@ -176,6 +206,7 @@ def collect(device: str) -> dict[str, Any]:
         "triton": _version("triton"),
         "os": platform.platform(),
         "cpu": cpu_model(),
+        **cpu_identity(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "device": device,

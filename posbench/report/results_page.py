@@ -98,6 +98,12 @@ def machine_of(env: dict, device: str) -> dict[str, str]:
         cpu += f", {env['cpu_count']} logical CPUs"
     if env.get("torch_threads"):
         cpu += f" (torch threads at start: {env['torch_threads']})"
+    if env.get("cpu_vendor"):  # env.json from before issue 59 has none of these
+        cpu += f"; vendor {env['cpu_vendor']}"
+    if env.get("cpu_capability"):
+        extensions = env.get("cpu_extensions")
+        flags = ", ".join(map(str, extensions)) if isinstance(extensions, list) and extensions else "none listed"
+        cpu += f"; torch's CPU kernels: {env['cpu_capability']} (flags: {flags})"
     gpu = gpu_name(env) or env.get("gpu") or "none"
     nvml = env.get("nvml")
     if isinstance(nvml, dict) and nvml.get("driver"):

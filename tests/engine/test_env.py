@@ -169,3 +169,23 @@ def test_machine_state_warning_and_record(tmp_path, monkeypatch):
     written = json.loads((tmp_path / "env.json").read_text())
     assert written["cpu"] == "x" and written["machine"]["start"]["busy"] is False
     assert env.was_busy(written) and not env.was_busy({"machine": {"start": cpu}}) and not env.was_busy({})
+
+
+def test_cpu_identity_names_the_vendor_and_the_vector_flags(tmp_path):
+    """Issue 59: a reader must tell an AMD number from an Intel one, and see the vector paths."""
+    import torch
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum\n"
+        "flags\t\t: fpu sse2 avx2 avx512f avx512_fp16 amx_tile amx_bf16\n\n"
+        "processor\t: 1\nvendor_id\t: GenuineIntel\nflags\t\t: fpu\n"
+    )
+    identity = env.cpu_identity(cpuinfo)
+    assert identity["cpu_vendor"] == "GenuineIntel"
+    assert identity["cpu_extensions"] == ["avx2", "avx512f", "avx512_fp16", "amx_tile", "amx_bf16"]
+    assert identity["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    missing = env.cpu_identity(tmp_path / "absent")  # no /proc: the machine's name, no flags
+    assert missing["cpu_vendor"] and missing["cpu_extensions"] == []
+    record = env.collect("cpu")
+    assert {"cpu_vendor", "cpu_capability", "cpu_extensions"} <= set(record)
