@@ -103,7 +103,7 @@ def machine_of(env: dict, device: str) -> dict[str, str]:
     if env.get("cpu_capability"):
         extensions = env.get("cpu_extensions")
         flags = ", ".join(map(str, extensions)) if isinstance(extensions, list) and extensions else "none listed"
-        cpu += f"; torch's CPU kernels: {env['cpu_capability']} (flags: {flags})"
+        cpu += f"; torch's CPU dispatch: {env['cpu_capability']} (flags: {flags})"
     gpu = gpu_name(env) or env.get("gpu") or "none"
     nvml = env.get("nvml")
     if isinstance(nvml, dict) and nvml.get("driver"):

@@ -207,7 +207,7 @@ def test_the_machine_line_names_the_cpu_vendor_and_vector_kernels_when_recorded(
     (CPU_ENV has neither) still give the plain line."""
     intel = dict(CPU_ENV, cpu_vendor="GenuineIntel", cpu_capability="AVX512", cpu_extensions=["avx512f", "amx_tile"])
     machine = results_page.machine_of(intel, "cpu")["cpu"]
-    assert machine.endswith("; vendor GenuineIntel; torch's CPU kernels: AVX512 (flags: avx512f, amx_tile)")
+    assert machine.endswith("; vendor GenuineIntel; torch's CPU dispatch: AVX512 (flags: avx512f, amx_tile)")
     assert "vendor" not in results_page.machine_of(CPU_ENV, "cpu")["cpu"]
     run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", intel)
     (page,) = results_page.write_pages([run_dir], tmp_path / "docs" / "results", find_task=find_task)
