@@ -188,18 +188,13 @@ def _no_plugin_folder_outlives_its_test():
 
 def pytest_collection_modifyitems(config, items):
     """Longest modules first: `make test`'s two workers (``--dist loadscope --no-loadscope-reorder``)
-    take whole modules in collection order, so a long module collected last runs alone at the end while the other worker
-    idles (a WikiText training module left one worker busy for minutes after the rest were done).
-    Modules that train on the real corpus go first, then those holding a ``slow`` test; the order
-    within each group is the collection's."""
-
-    def rank(item) -> int:
-        module = item.module.__name__ if item.module is not None else ""
-        return ranks.setdefault(module, 2)
-
-    ranks: dict[str, int] = {}
+    take whole modules in collection order, so a long module collected last runs alone at the end
+    while the other worker idles (a WikiText training module left one worker busy for minutes after
+    the rest were done). Modules that train on the real corpus go first, then those holding a
+    ``slow`` test; the order within each group is the collection's."""
+    ranks: dict[str, int] = {}  # module (a node id's file part) -> its group: 0, 1 or 2
     for item in items:
-        module = item.module.__name__ if item.module is not None else ""
         here = 0 if "real_data_dir" in getattr(item, "fixturenames", ()) else 1 if item.get_closest_marker("slow") else 2
+        module = item.nodeid.split("::")[0]
         ranks[module] = min(ranks.get(module, 2), here)
-    items.sort(key=rank)
+    items.sort(key=lambda item: ranks[item.nodeid.split("::")[0]])
