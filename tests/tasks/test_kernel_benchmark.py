@@ -246,3 +246,50 @@ def test_cuda_timing_flushes_l2_before_each_rep_and_reads_events_once(monkeypatc
         "sdpa_causal", batch=1, heads=2, seq_len=16, head_dim=32, dtype=torch.float32, device="cpu", warmup=0, reps=1
     )
     assert row["timing"] == "time.perf_counter per rep (CPU)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Share of the device's dense peak, and the FlexAttention rows (issue 54)
+
+
+def test_a_known_gpu_gives_each_timing_its_share_of_the_dense_peak(monkeypatch):
+    """The CUDA name through a fake at the boundary: H100 SXM bf16 is 989.4 TFLOP/s dense, so
+    494.7 TFLOP/s is half of it; an unknown GPU and a CPU get no fraction and say why."""
+    monkeypatch.setattr(kb, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    name, peak, reason = kb.device_peak(torch.device("cuda"), torch.bfloat16)
+    assert (name, peak, reason) == ("NVIDIA H100 80GB HBM3", pytest.approx(989.4e12), None)
+    row = kb._summary("fwd", [2.0, 1.0, 3.0], flops=494.7e12 * 2e-3, peak=peak)  # median 2 ms
+    assert row["fwd_tflops"] == pytest.approx(494.7) and row["fwd_peak_fraction"] == pytest.approx(0.5)
+    assert "fwd_peak_fraction" not in kb._summary("fwd", [1.0], flops=1e9, peak=None)
+
+    monkeypatch.setattr(kb, "device_name", lambda device: "NVIDIA Future GPU")
+    _, peak, reason = kb.device_peak(torch.device("cuda"), torch.bfloat16)
+    assert peak is None and reason == "unknown device 'NVIDIA Future GPU' at bfloat16: no dense peak in posbench/engine/peaks.py"
+
+
+def test_a_cpu_row_names_its_device_and_why_it_has_no_share_of_peak():
+    row = kb.run_kernel_point(
+        "sdpa_causal", batch=1, heads=2, seq_len=16, head_dim=32, dtype=torch.float32, device="cpu", warmup=0, reps=1
+    )
+    assert row["device_name"] == "cpu" and "no dense peak for a cpu device" in row["peak_reason"]
+    assert not any(key.endswith("_peak_fraction") for key in row)
+
+
+@pytest.mark.parametrize("variant", ["flex_t5", "flex_alibi", "flex_no_bias"])
+def test_flex_score_mods_equal_the_materialised_biases(variant):
+    """The flex rows' score_mods, run by FlexAttention's eager forward on the CPU (no backward
+    there), against SDPA with the same bias materialised: T5's bucket is computed from the
+    distance inside the score_mod and reads the (buckets, H) table; distances reach the last bucket."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 160, 32) for _ in range(3))
+    slopes, table = kb.slopes_tensor(2), torch.randn(32, 2)
+    mask = create_block_mask(lambda b, h, i, j: i >= j, None, None, 160, 160, device="cpu")
+    out = flex_attention(q, k, v, score_mod=kb.flex_score_mod(variant, slopes, table), block_mask=mask)
+    reference = {
+        "flex_t5": kb._sdpa_t5_bias(q, table),
+        "flex_alibi": kb._sdpa_float_bias(q, slopes),
+        "flex_no_bias": lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+    }[variant](q, k, v)
+    assert (out - reference).abs().max() < 1e-5

@@ -48,6 +48,25 @@ METRICS = {
     "bwd_tflops": Metric(
         title="Kernel backward throughput", unit="TFLOP/s", doc="backward TFLOP/s (2.5x forward FLOPs)", higher_is_better=True
     ),
+    "fwdbwd_peak_fraction": Metric(
+        title="Kernel forward+backward share of peak",
+        unit="",
+        doc="forward + backward FLOP/s over the device's dense peak (posbench/engine/peaks.py); absent on an unknown device",
+        higher_is_better=True,
+        table=True,
+    ),
+    "fwd_peak_fraction": Metric(
+        title="Kernel forward share of peak", unit="", doc="forward FLOP/s over the dense peak", higher_is_better=True
+    ),
+    "bwd_peak_fraction": Metric(
+        title="Kernel backward share of peak", unit="", doc="backward FLOP/s over the dense peak", higher_is_better=True
+    ),
+    "dense_peak_tflops": Metric(
+        title="Device dense peak",
+        unit="TFLOP/s",
+        doc="the device's dense peak at the point's dtype (datasheet, no sparsity)",
+        higher_is_better=None,
+    ),
     "peak_mem_bytes": Metric(
         title="Kernel peak memory",
         unit="bytes",

@@ -8,6 +8,7 @@ VARIANTS = (
     "sdpa_float_bias",
     "sdpa_t5_bias",
     "sdpa_causal",
+    "flex_no_bias",
     "flex_alibi",
     "flex_t5",
     "flash_alibi",

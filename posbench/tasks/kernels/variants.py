@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from posbench.core.alibi_math import alibi_bias, slopes_tensor
 from posbench.core.method import causal_mask
+from posbench.engine.peaks import dense_peak
 from posbench.tasks.kernels.variant_names import TRITON_VARIANTS, VARIANTS
 
 T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
@@ -155,20 +156,31 @@ def _sdpa_t5_bias(q, table) -> AttentionFn:
     return fn
 
 
+def flex_score_mod(variant: str, slopes, table):
+    """The ``score_mod`` of a flex variant: ALiBi from the slopes (H,); T5's bucket computed from
+    the distance inside it (t5_bias's own arithmetic, all elementwise) and one read of the
+    (buckets, H) table, which gets a gradient; None for ``flex_no_bias``."""
+    if variant == "flex_t5":
+        bucket = _t5_bucket_function()
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score + table[bucket(q_idx - kv_idx, T5_BUCKETS, T5_MAX_DISTANCE), h].to(torch.float32)
+
+        return score_mod
+    if variant == "flex_alibi":
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score + slopes[h] * (kv_idx - q_idx).to(torch.float32)
+
+        return score_mod
+    return None  # flex_no_bias: FlexAttention's own cost, the floor its biased rows are read against
+
+
 def _flex(variant: str, q, slopes, table) -> tuple[AttentionFn, str]:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     seq_len = q.shape[-2]
-    if variant == "flex_t5":
-        # Bucket per distance 0..L-1 (O(L) memory); the table is read per score and gets a gradient.
-        by_distance = _t5_bucket_function()(torch.arange(seq_len, device=q.device), T5_BUCKETS, T5_MAX_DISTANCE)
-
-        def score_mod(score, b, h, q_idx, kv_idx):
-            return score + table[by_distance[(q_idx - kv_idx).clamp(min=0)], h].to(torch.float32)
-    else:
-
-        def score_mod(score, b, h, q_idx, kv_idx):
-            return score + slopes[h] * (kv_idx - q_idx).to(torch.float32)
+    score_mod = flex_score_mod(variant, slopes, table)
 
     def causal(b, h, q_idx, kv_idx):
         return q_idx >= kv_idx
@@ -268,14 +280,37 @@ def time_ms(
     return times
 
 
-def _summary(prefix: str, times: list[float], flops: float) -> dict[str, float]:
+def _summary(prefix: str, times: list[float], flops: float, peak: float | None) -> dict[str, float]:
     median = statistics.median(times)
-    return {
+    rate = flops / (median * 1e-3)  # FLOP/s
+    row = {
         f"{prefix}_ms": median,
         f"{prefix}_ms_min": min(times),
         f"{prefix}_ms_max": max(times),
-        f"{prefix}_tflops": flops / (median * 1e-3) / 1e12,
+        f"{prefix}_tflops": rate / 1e12,
     }
+    if peak is not None:
+        row[f"{prefix}_peak_fraction"] = rate / peak
+    return row
+
+
+def device_name(device: torch.device) -> str:
+    """The name the peak table is keyed by: ``torch.cuda.get_device_name``, else the device type."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def device_peak(device: torch.device, dtype: torch.dtype) -> tuple[str, float | None, str | None]:
+    """(device name, its dense peak FLOP/s at ``dtype`` or None, why None). float32 counts as
+    TF32 when torch lets float32 matmuls use it."""
+    name = device_name(device)
+    dtype_name = str(dtype).removeprefix("torch.")
+    tf32 = dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    peak = dense_peak(name, dtype_name, tf32=tf32) if device.type == "cuda" else None
+    if peak is not None:
+        return name, peak, None
+    if device.type != "cuda":
+        return name, None, f"no dense peak for a {device.type} device: fractions of peak are for known GPUs"
+    return name, None, f"unknown device {name!r} at {dtype_name}: no dense peak in posbench/engine/peaks.py"
 
 
 def _peak_memory(step: Callable[[], None], device: torch.device) -> tuple[int | None, str | None]:
@@ -382,12 +417,17 @@ def run_kernel_point(
     except Unavailable as exc:
         return {**row, "status": "unavailable", "reason": str(exc)}
     flops = attention_flops(batch, heads, seq_len, head_dim, causal=True)
-    row.update(status="ok", backend=point.backend, flops_fwd=flops["fwd"], timing=timing_method(device))
-    row.update(_summary("fwd", time_ms(point.forward, device, warmup, reps, point.clear_grads), flops["fwd"]))
+    name, peak, peak_reason = device_peak(device, dtype)
+    row.update(status="ok", backend=point.backend, flops_fwd=flops["fwd"], timing=timing_method(device), device_name=name)
+    if peak is not None:
+        row["dense_peak_tflops"] = peak / 1e12
+    else:
+        row["peak_reason"] = peak_reason
+    row.update(_summary("fwd", time_ms(point.forward, device, warmup, reps, point.clear_grads), flops["fwd"], peak))
     point.forward()
-    row.update(_summary("bwd", time_ms(point.backward, device, warmup, reps, point.clear_grads), flops["bwd"]))
+    row.update(_summary("bwd", time_ms(point.backward, device, warmup, reps, point.clear_grads), flops["bwd"], peak))
     point.release()
-    row.update(_summary("fwdbwd", time_ms(point.step, device, warmup, reps, point.clear_grads), flops["fwdbwd"]))
+    row.update(_summary("fwdbwd", time_ms(point.step, device, warmup, reps, point.clear_grads), flops["fwdbwd"], peak))
     point.clear_grads()
     peak, reason = _peak_memory(point.step, device)
     row["peak_mem_bytes"] = peak
