@@ -143,6 +143,13 @@ class ProbeConfig:
     # mqar keys come from an alphabet of their own, disjoint from the values (Zoology's MQAR): with
     # one shared alphabet a queried key also appeared as a value in 40% of rows
     n_keys: int = 16
+    # RULER's probes (posbench.tasks.retrieval.ruler): multikey needles, variable tracking, aggregation
+    n_needles: int = 4  # multikey: needles, the queried one among distractors
+    n_values: int = 2  # multikey: values per key, all of them the answer
+    absent_prob: float = 0.2  # multikey: share of queries for a key no needle holds (answer: END)
+    hops: int = 2  # vartrack: longest chain x1 = v, x2 = x1, ...; hops 1..hops are the axis
+    n_chains: int = 2  # vartrack: chains, the queried one and distractors
+    n_top: int = 1  # aggregate: the most frequent words asked for, most frequent first
 
     def __post_init__(self):
         if self.n_symbols < 2 or self.key_len < 1 or self.segment_len < 1 or self.filler_len < 1:
@@ -151,4 +158,9 @@ class ProbeConfig:
             raise ValueError(
                 f"probes: need 1 <= n_queries <= n_pairs <= n_keys, got n_queries={self.n_queries}, "
                 f"n_pairs={self.n_pairs}, n_keys={self.n_keys}"
+            )
+        if min(self.n_needles, self.n_values, self.hops, self.n_chains, self.n_top) < 1 or not 0.0 <= self.absent_prob <= 1.0:
+            raise ValueError(
+                "probes: need n_needles, n_values, hops, n_chains, n_top >= 1 and 0 <= absent_prob <= 1 (what they must "
+                "fit in is checked where a RULER probe is drawn)"
             )

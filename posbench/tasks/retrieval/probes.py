@@ -12,6 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from posbench.core.config import PROBES, ProbeConfig  # noqa: F401 (re-exported: defined where no numpy is needed)
+from posbench.tasks.retrieval import ruler
+from posbench.tasks.retrieval.ruler import RULER_PROBES
+
+ALL_PROBES = PROBES + RULER_PROBES  # the four probes, then RULER's (posbench.tasks.retrieval.ruler)
 
 
 class ProbeVocab:
@@ -62,13 +66,17 @@ def min_length(probe: str, cfg: ProbeConfig) -> int:
         return 1 + 2 * cfg.n_pairs + 3 * cfg.n_queries
     if probe in ("copy", "reverse"):
         return 2 * cfg.segment_len + 4
-    raise ValueError(f"unknown probe {probe!r}; allowed: {', '.join(PROBES)}")
+    if probe in RULER_PROBES:
+        return ruler.min_length(probe, cfg)
+    raise ValueError(f"unknown probe {probe!r}; allowed: {', '.join(ALL_PROBES)}")
 
 
 def chance(probe: str, cfg: ProbeConfig) -> float:
     """Accuracy of guessing every answer symbol uniformly: per example for passkey/copy/reverse
     (exact match of the whole answer; k distinct symbols of n have n!/(n-k)! orders), per query
-    for mqar."""
+    for mqar; RULER's probes: ``ruler.chance``."""
+    if probe in RULER_PROBES:
+        return ruler.chance(probe, cfg)
     n = {"passkey": cfg.key_len, "mqar": 1, "copy": cfg.segment_len, "reverse": cfg.segment_len}[probe]
     if probe != "mqar" and distinct_symbols(probe, cfg):
         return 1.0 / math.perm(cfg.n_symbols, n)
@@ -81,15 +89,19 @@ def distinct_symbols(probe: str, cfg: ProbeConfig) -> bool:
     return (cfg.key_len if probe == "passkey" else cfg.segment_len) <= cfg.n_symbols
 
 
-def _rng(seed: int, probe: str, length: int, depth: float | None) -> np.random.Generator:
+def _rng(seed: int, probe: str, length: int, depth: float | None, hops: int | None = None) -> np.random.Generator:
     depth_code = -1 if depth is None else int(round(depth * 1_000_000))
-    return np.random.default_rng([seed, PROBES.index(probe), length, depth_code + 1])
+    tail = [] if hops is None else [hops]  # the four probes' draws stay those of before RULER's probes
+    return np.random.default_rng([seed, ALL_PROBES.index(probe), length, depth_code + 1, *tail])
 
 
-def generate(probe: str, vocab: ProbeVocab, length: int, n: int, seed: int, depth: float | None = None) -> ProbeBatch:
+def generate(
+    probe: str, vocab: ProbeVocab, length: int, n: int, seed: int, depth: float | None = None, hops: int | None = None
+) -> ProbeBatch:
     """``n`` examples of ``probe`` of exactly ``length`` tokens; deterministic in its arguments.
 
     depth: needle position in [0, 1] (passkey, copy, reverse); None draws one per example.
+    hops: vartrack's chain length; None draws one in 1..cfg.hops per example.
     """
     cfg = vocab.cfg
     need = min_length(probe, cfg)
@@ -97,7 +109,9 @@ def generate(probe: str, vocab: ProbeVocab, length: int, n: int, seed: int, dept
         raise ValueError(f"probe {probe}: length {length} is too short; it needs at least {need} tokens")
     if depth is not None and not 0.0 <= depth <= 1.0:
         raise ValueError(f"probe depth must be in [0, 1], got {depth}")
-    rng = _rng(seed, probe, length, depth)
+    rng = _rng(seed, probe, length, depth, hops)
+    if probe in RULER_PROBES:
+        return ruler.generate(probe, vocab, length, n, rng, hops)
     if probe == "mqar":
         return _mqar(vocab, length, n, rng)
     return _needle(probe, vocab, length, n, rng, depth)

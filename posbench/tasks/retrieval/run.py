@@ -62,6 +62,8 @@ def run(case) -> dict:
 
     s, L, probe = case.settings, case.params.L_train, case.params.probe
     cfg = s.probe_config()
+    if probe in P.RULER_PROBES:
+        P.ruler.check(probe, cfg)  # one line before any training
     for Lv in [f * L for f in s.L_valid_factors]:
         if Lv < P.min_length(probe, cfg):
             raise ValueError(

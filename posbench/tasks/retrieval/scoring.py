@@ -70,11 +70,16 @@ def eval_length(model, probe: str, vocab: P.ProbeVocab, Lv: int, s, device) -> t
         plan = [(d, P.generate(probe, vocab, n, per_depth, seed, depth=d)) for d in s.depths]
     elif probe == "mqar":
         plan = [(None, P.generate(probe, vocab, n, math.ceil(s.eval_samples / vocab.cfg.n_queries), seed))]
+    elif probe == "vartrack":  # hops is an axis: one cell per chain length
+        per_hops = math.ceil(s.eval_samples / vocab.cfg.hops)
+        plan = [(None, P.generate(probe, vocab, n, per_hops, seed, hops=k), k) for k in range(1, vocab.cfg.hops + 1)]
     else:
         plan = [(None, P.generate(probe, vocab, n, s.eval_samples, seed))]
     cells, distance = [], defaultdict(lambda: [0, 0])
-    for depth, batch in plan:
+    for depth, batch, *hops in plan:
         cell = {"L_valid": Lv, "depth": depth, "correct": 0, "total": 0, "status": "ok", "message": ""}
+        if hops:
+            cell["hops"] = hops[0]
         try:
             ok = score(model, batch, device, s.eval_batch_size)  # (n, n_spans)
         except (MemoryError, torch.cuda.OutOfMemoryError) as exc:

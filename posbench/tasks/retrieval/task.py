@@ -111,7 +111,7 @@ METRICS = {
 }
 
 
-ProbeName = Literal["passkey", "mqar", "copy", "reverse"]
+ProbeName = Literal["passkey", "mqar", "copy", "reverse", "multikey", "vartrack", "aggregate"]
 
 
 class Settings(TrainSettings):
@@ -119,7 +119,9 @@ class Settings(TrainSettings):
     batch_size: int = Field(32, ge=1)
     mix: float = Field(0.5, ge=0.0, le=1.0, description="fraction of training rows that are probe examples")
     train_probes: list[ProbeName] = Field(
-        list(get_args(ProbeName)), min_length=1, description="probes in the training mix (one model serves them all)"
+        list(get_args(ProbeName))[:4],
+        min_length=1,
+        description="probes in the training mix (one model serves them all); default passkey, mqar, copy, reverse",
     )
     model_per_probe: bool = Field(
         False, description="each probe case trains its own model on its probe alone (train_probes is then not used)"
@@ -131,6 +133,12 @@ class Settings(TrainSettings):
     n_queries: int = Field(4, ge=1, description="mqar: queries per example")
     segment_len: int = Field(8, ge=1, description="copy/reverse: symbols in the segment")
     filler_len: int = Field(5, ge=1, description="tokens of the repeated filler phrase")
+    n_needles: int = Field(4, ge=1, description="multikey: needles, the queried one among distractors (keys distinct)")
+    n_values: int = Field(2, ge=1, description="multikey: values per key, all of them the answer")
+    absent_prob: float = Field(0.2, ge=0.0, le=1.0, description="multikey: share of queries for an absent key (answer: END)")
+    hops: int = Field(2, ge=1, description="vartrack: longest chain; accuracy is reported per hops 1..hops (the axis)")
+    n_chains: int = Field(2, ge=1, description="vartrack: chains, the queried one and distractors")
+    n_top: int = Field(1, ge=1, description="aggregate: the most frequent words asked for, most frequent first")
     L_valid_factors: list[int] = Field([1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train")
     depths: list[float] = Field(
         [0.0, 0.25, 0.5, 0.75, 1.0], min_length=1, description="passkey: needle depths of the heatmap (0 = start, 1 = end)"
@@ -181,6 +189,12 @@ class Settings(TrainSettings):
             segment_len=self.segment_len,
             filler_len=self.filler_len,
             n_keys=self.n_keys,
+            n_needles=self.n_needles,
+            n_values=self.n_values,
+            absent_prob=self.absent_prob,
+            hops=self.hops,
+            n_chains=self.n_chains,
+            n_top=self.n_top,
         )
 
 

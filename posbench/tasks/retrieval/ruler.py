@@ -1,0 +1,185 @@
+"""RULER's probes that posbench lacked (Hsieh et al. 2024), drawn from the retrieval probes'
+vocabulary (``ProbeVocab``): each example has exactly ``length`` tokens, starts with ``BOS``, ends
+with its answer (one span, the same for every example of a length), and is a pure function of its
+seeded draws.
+
+- ``multikey`` (RULER's multi-key/multi-value needles): ``n_needles`` needles ``MARK k v1..vm END``
+  of distinct keys at random places in the filler, then ``ASK k`` and the m values of that key;
+  with probability ``absent_prob`` the asked key is in no needle, and the answer is m ``END``.
+- ``vartrack`` (variable tracking): ``n_chains`` chains of statements ``MARK x1 v END``,
+  ``MARK x2 x1 END``, ..., ``MARK xk x(k-1) END`` (each chain in order, chains interleaved), then
+  ``ASK xk`` and the value v of the queried chain; ``hops`` = k, 1..``hops``, is an axis.
+- ``aggregate`` (frequent-word extraction): the whole context is a list of value symbols in which
+  the ``n_top`` most frequent occur 2, 3, ... times as often as every other symbol (filler fills
+  the rest); the answer is those symbols, most frequent first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+RULER_PROBES = ("multikey", "vartrack", "aggregate")
+
+
+def min_length(probe: str, cfg, hops: int | None = None) -> int:
+    """Shortest sequence that holds the probe (``hops``: vartrack's chain length, default the longest)."""
+    if probe == "multikey":
+        return 1 + cfg.n_needles * (cfg.n_values + 3) + 2 + cfg.n_values
+    if probe == "vartrack":
+        return 1 + 4 * cfg.n_chains * (hops or cfg.hops) + 3
+    if probe == "aggregate":
+        return 2 + cfg.n_top + _shares(cfg)
+    raise ValueError(f"unknown RULER probe {probe!r}; allowed: {', '.join(RULER_PROBES)}")
+
+
+def answer_len(probe: str, cfg) -> int:
+    return {"multikey": cfg.n_values, "vartrack": 1, "aggregate": cfg.n_top}[probe]
+
+
+def check(probe: str, cfg) -> None:
+    """One line when the probe's shapes do not fit its alphabets."""
+    if probe == "multikey" and cfg.n_needles >= cfg.n_keys:
+        raise ValueError(f"multikey: n_needles {cfg.n_needles} must be below n_keys {cfg.n_keys} (an absent key must remain)")
+    if probe == "vartrack" and (cfg.n_chains > cfg.n_symbols or cfg.n_chains * cfg.hops > cfg.n_keys):
+        raise ValueError(
+            f"vartrack: needs n_chains <= n_symbols (a value per chain) and n_chains * hops <= n_keys (a name per "
+            f"variable), got n_chains={cfg.n_chains}, hops={cfg.hops}, n_symbols={cfg.n_symbols}, n_keys={cfg.n_keys}"
+        )
+    if probe == "aggregate" and cfg.n_top >= cfg.n_symbols:
+        raise ValueError(f"aggregate: n_top {cfg.n_top} must be below n_symbols {cfg.n_symbols}")
+
+
+def chance(probe: str, cfg) -> float:
+    """Accuracy of the best answer that ignores the context: multikey, always "absent" or a uniform
+    guess of the m values (whichever is higher); vartrack, one of n_symbols values; aggregate, an
+    ordered guess of n_top distinct symbols."""
+    if probe == "multikey":
+        return max(cfg.absent_prob, (1.0 - cfg.absent_prob) * float(cfg.n_symbols) ** -cfg.n_values)
+    if probe == "vartrack":
+        return 1.0 / cfg.n_symbols
+    return 1.0 / math.perm(cfg.n_symbols, cfg.n_top)
+
+
+def _shares(cfg) -> int:
+    """aggregate: how many multiples of the base count b one list holds (each symbol b, the top
+    words 1..n_top extra multiples)."""
+    return cfg.n_symbols + cfg.n_top * (cfg.n_top + 1) // 2
+
+
+def _place(rng, length: int, items: list[np.ndarray], tail: int, vocab) -> tuple[np.ndarray, list[int]]:
+    """One row: BOS, filler, the ``items`` (token runs) in order at random places, then ``tail``
+    tokens for the question and answer (left as filler); returns the row and each item's start."""
+    row = np.resize(vocab.filler, length)
+    row[0] = vocab.BOS
+    free = length - 1 - sum(len(x) for x in items) - tail  # filler tokens between the items
+    gaps = np.sort(rng.integers(0, free + 1, size=len(items)))
+    starts, used = [], 0
+    for gap, item in zip(gaps, items):
+        start = 1 + int(gap) + used
+        row[start : start + len(item)] = item
+        starts.append(start)
+        used += len(item)
+    return row, starts
+
+
+def generate(probe: str, vocab, length: int, n: int, rng: np.random.Generator, hops: int | None = None):
+    """``n`` examples of a RULER probe as a ``probes.ProbeBatch``; ``hops`` (vartrack): every chain's
+    length, None draws one in 1..cfg.hops per example."""
+    from posbench.tasks.retrieval.probes import ProbeBatch
+
+    cfg = vocab.cfg
+    check(probe, cfg)
+    if hops is not None and not 1 <= hops <= cfg.hops:
+        raise ValueError(f"vartrack: hops {hops} must lie in 1..{cfg.hops} (the setting hops)")
+    m = answer_len(probe, cfg)
+    tokens = np.empty((n, length), dtype=np.int64)
+    distance = np.zeros((n, 1), dtype=np.int64)
+    depth = np.zeros(n)
+    q = length - m - 1  # the last question token (the asked key; aggregate: ASK)
+    for i in range(n):
+        if probe == "multikey":
+            row, answer, source = _multikey(vocab, length, rng)
+        elif probe == "vartrack":
+            row, answer, source = _vartrack(vocab, length, rng, hops or int(rng.integers(1, cfg.hops + 1)))
+        else:
+            row, answer, source = _aggregate(vocab, length, rng)
+        row[length - m :] = answer
+        tokens[i] = row
+        distance[i, 0] = q - source if source is not None else 0
+        depth[i] = 0.0 if source is None else (source - 1) / max(1, q - 1)
+    return ProbeBatch(tokens, [(length - m, length)], depth, distance)
+
+
+def _multikey(vocab, length, rng):
+    cfg = vocab.cfg
+    N, m = cfg.n_needles, cfg.n_values
+    keys = rng.permutation(cfg.n_keys)[: N + 1] + vocab.first_key  # N needles' keys, then one absent key
+    values = rng.integers(0, cfg.n_symbols, size=(N, m)) + vocab.first_symbol
+    needles = [np.concatenate([[vocab.MARK, keys[j]], values[j], [vocab.END]]) for j in range(N)]
+    row, starts = _place(rng, length, needles, m + 2, vocab)
+    absent = rng.random() < cfg.absent_prob
+    asked = int(rng.integers(0, N))
+    row[length - m - 2 : length - m] = [vocab.ASK, keys[N] if absent else keys[asked]]
+    answer = np.full(m, vocab.END) if absent else values[asked]
+    return row, answer, None if absent else starts[asked]
+
+
+def _vartrack(vocab, length, rng, hops: int):
+    cfg = vocab.cfg
+    C = cfg.n_chains
+    names = (rng.permutation(cfg.n_keys)[: C * hops] + vocab.first_key).reshape(C, hops)  # (C, hops)
+    values = rng.permutation(cfg.n_symbols)[:C] + vocab.first_symbol  # (C,) distinct: a distractor never answers
+    # statement (c, j) assigns names[c, j] the value (j = 0) or names[c, j - 1]; chains keep their order
+    order = np.argsort(np.sort(rng.random((C, hops)), axis=1).ravel(), kind="stable")  # (C * hops,) statement ids
+    items = []
+    for s in order:
+        c, j = divmod(int(s), hops)
+        items.append(np.array([vocab.MARK, names[c, j], values[c] if j == 0 else names[c, j - 1], vocab.END]))
+    row, starts = _place(rng, length, items, 3, vocab)
+    row[length - 3 : length - 1] = [vocab.ASK, names[0, hops - 1]]
+    first = starts[int(np.flatnonzero(order == 0)[0])]  # chain 0's first statement: where its value sits
+    return row, np.array([values[0]]), first
+
+
+def _aggregate(vocab, length, rng):
+    cfg = vocab.cfg
+    m = cfg.n_top
+    free = length - 2 - m  # after BOS, before the question
+    b = free // _shares(cfg)
+    if b < 1:
+        raise ValueError(f"aggregate: length {length} is too short; it needs at least {min_length('aggregate', cfg)} tokens")
+    ranked = rng.permutation(cfg.n_symbols) + vocab.first_symbol  # ranked[:m] are the top words, most frequent first
+    counts = np.full(cfg.n_symbols, b)
+    counts[:m] += b * np.arange(m, 0, -1)  # top word r (0-based) occurs (m - r + 1) * b times: strictly ranked
+    words = np.repeat(ranked, counts)
+    body = np.concatenate([words, np.resize(vocab.filler, free - len(words))])
+    row = np.empty(length, dtype=np.int64)
+    row[0] = vocab.BOS
+    row[1 : 1 + free] = rng.permutation(body)
+    row[1 + free] = vocab.ASK
+    return row, ranked[:m], None
+
+
+def oracle_answer(vocab, probe: str, prompt: np.ndarray) -> np.ndarray:
+    """The answer read off the prompt alone (every token before the answer): proves each answer
+    is recoverable, and is what the tests check the generators against."""
+    cfg, h = vocab.cfg, np.asarray(prompt)
+    if probe == "aggregate":
+        symbols = h[vocab.is_symbol(h)]
+        ids, counts = np.unique(symbols, return_counts=True)
+        top = np.argsort(-counts, kind="stable")[: cfg.n_top]
+        if cfg.n_top < len(counts) and counts[top[-1]] <= np.sort(counts)[::-1][cfg.n_top]:
+            raise ValueError("oracle: the top words are not strictly more frequent than the rest")
+        return ids[top]
+    statements = {}  # key -> the tokens between it and END
+    for start in np.flatnonzero(h == vocab.MARK):
+        end = start + 1 + int(np.flatnonzero(h[start + 1 :] == vocab.END)[0])
+        statements[int(h[start + 1])] = h[start + 2 : end]
+    asked = int(h[-1])
+    if probe == "multikey":
+        return statements[asked] if asked in statements else np.full(cfg.n_values, vocab.END)
+    while not vocab.is_symbol(np.array([asked]))[0]:  # vartrack: follow the chain to its value
+        asked = int(statements[asked][0])
+    return np.array([asked])

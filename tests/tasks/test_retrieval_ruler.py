@@ -1,0 +1,133 @@
+"""RULER's probes (multikey, vartrack, aggregate): answers checkable by construction (an oracle reads
+each answer off the prompt), layouts, chance levels against a uniform guesser, the hops axis, and a
+tiny run of each probe."""
+
+import numpy as np
+import pytest
+
+from posbench.report.stats import wilson_interval
+from posbench.tasks.retrieval import probes as P
+from posbench.tasks.retrieval import ruler, scoring
+from tests.helpers.cases import RETRIEVAL_TINY, make_case
+
+CFG = P.ProbeConfig(n_symbols=10, n_keys=12, n_needles=3, n_values=2, absent_prob=0.25, hops=3, n_chains=2, n_top=2, filler_len=3)
+VOCAB = P.ProbeVocab(20, CFG)
+
+
+@pytest.mark.parametrize("probe", ruler.RULER_PROBES)
+@pytest.mark.parametrize("extra", [0, 13, 150])
+def test_every_answer_is_what_the_oracle_reads_off_the_prompt(probe, extra):
+    length = P.min_length(probe, CFG) + extra
+    batch = P.generate(probe, VOCAB, length, 40, seed=extra)
+    ((s, e),) = batch.spans
+    assert batch.tokens.shape == (40, length) and e == length and (batch.tokens[:, 0] == VOCAB.BOS).all()
+    for row in batch.tokens:
+        assert np.array_equal(ruler.oracle_answer(VOCAB, probe, row[:s]), row[s:e])
+    again = P.generate(probe, VOCAB, length, 40, seed=extra)
+    assert np.array_equal(again.tokens, batch.tokens)  # deterministic in its arguments
+
+
+def test_multikey_holds_distinct_needles_and_asks_absent_keys_at_their_rate():
+    batch = P.generate("multikey", VOCAB, 80, 2000, seed=1)
+    ((s, e),) = batch.spans
+    for row in batch.tokens[:50]:
+        marks = np.flatnonzero(row[:s] == VOCAB.MARK)
+        assert len(marks) == CFG.n_needles and len(set(row[marks + 1])) == CFG.n_needles  # distinct keys
+        assert (row[marks + 2 + CFG.n_values] == VOCAB.END).all()
+        assert row[s - 2] == VOCAB.ASK
+    absent = (batch.tokens[:, s:e] == VOCAB.END).all(axis=1)
+    lo, hi = wilson_interval(int(absent.sum()), len(absent))
+    assert lo < CFG.absent_prob < hi
+    assert (batch.distance[absent] == 0).all() and (batch.distance[~absent] > 0).all()
+
+
+def test_vartrack_chains_keep_their_order_and_hops_is_the_chain_length():
+    for hops in (1, 2, 3):
+        batch = P.generate("vartrack", VOCAB, 90, 30, seed=hops, hops=hops)
+        for row in batch.tokens:
+            marks = np.flatnonzero(row == VOCAB.MARK)
+            assert len(marks) == CFG.n_chains * hops
+            assigned = [int(row[m + 1]) for m in marks]
+            for m in marks:  # a name is used only after its own statement
+                src = int(row[m + 2])
+                if not VOCAB.is_symbol(np.array([src]))[0]:
+                    assert assigned.index(src) < list(marks).index(m)
+    with pytest.raises(ValueError, match="hops 4 must lie in 1..3"):
+        P.generate("vartrack", VOCAB, 90, 2, seed=0, hops=4)
+
+
+def test_aggregate_ranks_the_top_words_by_strictly_higher_counts():
+    batch = P.generate("aggregate", VOCAB, 200, 20, seed=2)
+    ((s, e),) = batch.spans
+    for row in batch.tokens:
+        counts = {int(t): int((row[:s] == t).sum()) for t in VOCAB.first_symbol + np.arange(CFG.n_symbols)}
+        top = [int(t) for t in row[s:e]]
+        rest = max(c for t, c in counts.items() if t not in top)
+        assert counts[top[0]] > counts[top[1]] > rest and row[s - 1] == VOCAB.ASK
+
+
+class GuessingModel:
+    """Logits with a tiny random value on every answer token: a uniform guess among them."""
+
+    def __init__(self, answers: np.ndarray, seed: int = 0):
+        import torch
+
+        self.answers, self.g = torch.as_tensor(answers), torch.Generator().manual_seed(seed)
+
+    def new_cache(self):
+        return _Cache()
+
+    def __call__(self, idx, cache=None):
+        import torch
+
+        logits = torch.full((idx.shape[0], idx.shape[1], VOCAB.vocab_size), -1e9)
+        logits[:, :, self.answers] = 1e-6 * torch.rand(idx.shape[0], idx.shape[1], len(self.answers), generator=self.g)
+        return logits
+
+
+class _Cache(list):
+    def fork(self):
+        return _Cache(self)
+
+
+@pytest.mark.parametrize("probe", ["vartrack", "aggregate"])
+def test_a_uniform_guesser_scores_the_stated_chance(probe):
+    cfg = P.ProbeConfig(n_symbols=6, n_keys=12, hops=2, n_chains=2, n_top=1, filler_len=3)
+    vocab = P.ProbeVocab(20, cfg)
+    batch = P.generate(probe, vocab, 60, 1500, seed=5)
+    symbols = vocab.first_symbol + np.arange(cfg.n_symbols)
+    ok = scoring.score(GuessingModel(symbols), batch, "cpu", batch_size=500)
+    lo, hi = wilson_interval(int(ok.sum()), ok.size)
+    assert P.chance(probe, cfg) == pytest.approx(1 / 6) and lo < 1 / 6 < hi
+
+
+def test_multikey_chance_is_the_better_of_always_absent_and_a_uniform_guess():
+    assert P.chance("multikey", CFG) == pytest.approx(0.25)
+    rare = P.ProbeConfig(n_symbols=2, n_values=1, absent_prob=0.1)
+    assert P.chance("multikey", rare) == pytest.approx(0.9 * 0.5)
+    assert P.chance("aggregate", CFG) == pytest.approx(1 / 90)  # an ordered pair of 10 symbols
+
+
+def test_shapes_that_do_not_fit_are_one_line():
+    with pytest.raises(ValueError, match="n_needles 12 must be below n_keys 12"):
+        P.generate("multikey", P.ProbeVocab(20, P.ProbeConfig(n_keys=12, n_needles=12)), 200, 1, seed=0)
+    with pytest.raises(ValueError, match="n_chains \\* hops <= n_keys"):
+        P.generate("vartrack", P.ProbeVocab(20, P.ProbeConfig(n_keys=4, n_pairs=4, n_queries=1, hops=3)), 200, 1, seed=0)
+    with pytest.raises(ValueError, match="too short"):
+        P.generate("aggregate", VOCAB, P.min_length("aggregate", CFG) - 1, 1, seed=0)
+
+
+@pytest.mark.parametrize("probe", ruler.RULER_PROBES)
+def test_a_tiny_run_scores_each_probe_and_vartrack_per_hops(tmp_path, probe):
+    settings = dict(RETRIEVAL_TINY, n_keys=8, n_needles=2, n_values=2, hops=2, model_per_probe=True, mix=1.0)
+    task, case = make_case("retrieval", "rotary", {"L_train": 32, "probe": probe}, settings, tmp_path)
+    out = task.run(case)
+    cells = out["series"]["cells"]
+    if probe == "vartrack":
+        assert [(c["L_valid"], c["hops"]) for c in cells] == [(32, 1), (32, 2), (64, 1), (64, 2)]
+    else:
+        assert [c["L_valid"] for c in cells] == [32, 64]
+    assert out["metrics"]["chance"] == P.chance(probe, task.Settings(**settings).probe_config())
+    assert out["metrics"]["acc@64"] == sum(c["correct"] for c in cells if c["L_valid"] == 64) / sum(
+        c["total"] for c in cells if c["L_valid"] == 64
+    )
