@@ -55,6 +55,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh", action="store_true", help="start a new run folder instead of resuming")
     p.add_argument("--run-id", help="run folder name under results/<suite>/ (to resume a --fresh run)")
     p.add_argument("--retry-failed", action="store_true", help="re-run cases whose last row is error or timeout")
+    p.add_argument(
+        "--unpaired",
+        action="store_true",
+        help="a method joining a finished timed run runs alone instead of re-measuring its grid points "
+        "with every method; its ratios are then marked unpaired",
+    )
     p.add_argument("--results", default="results", help="results root (default: results/)")
     p.add_argument(
         "--data",
@@ -123,7 +129,9 @@ def resolve(args):
             )
         if not Path(args.data).is_dir():
             raise SuiteError(f"--data: {args.data} is not a folder; give a folder holding a WikiText corpus")
-        args.set = list(args.set) + [f"corpus={{kind: wikitext, path: {json.dumps(str(Path(args.data).resolve()))}}}"]
+        args.set = list(args.set) + [
+            f"corpus={{kind: wikitext, path: {json.dumps(str(Path(args.data).resolve()), ensure_ascii=False)}}}"
+        ]
     if getattr(args, "model", None) is not None:
         args.set = list(args.set) + [pretrained_setting(args.model, loaded)]
     device = args.device or detect_device()
@@ -135,9 +143,35 @@ def resolve(args):
     profile = args.profile or suitemod.PROFILE_FOR_DEVICE[device]
     if args.profile is None and profile not in loaded.file.profiles:
         profile = suitemod.DEFAULT_PROFILE
-    suite = suitemod.resolve(loaded, profile, suitemod.parse_set(args.set))
+    sets = suitemod.parse_set(args.set)
+    suite = suitemod.resolve(loaded, profile, sets)
+    if getattr(suite.settings, "pretrained", None):
+        check_pretrained(suite.settings.pretrained, sets)
     warn_short_budget(suite.settings)
     return suite, device
+
+
+# settings a checkpoint (pretrained=hf:DIR) never reads: its config.json is the model
+IGNORED_BY_PRETRAINED = ("model", "model_overrides")
+
+
+def check_pretrained(spec: str, sets: dict) -> None:
+    """What ``--model`` refuses, refused for ``--set pretrained=`` too, before any case runs: no
+    transformers, a folder that is not a checkpoint (files, config.json, code of its own); and a
+    ``--set`` the checkpoint would silently ignore (its config.json is the model)."""
+    import importlib.util
+
+    from posbench.hf.checkpoint import EXTRA_HINT, checked_folder
+
+    if importlib.util.find_spec("transformers") is None:
+        raise SuiteError(f"pretrained={spec} needs the Hugging Face extra: {EXTRA_HINT}")
+    checked_folder(spec)
+    for key in sets:
+        if key.split(".")[0] in IGNORED_BY_PRETRAINED:
+            raise SuiteError(
+                f"--set {key}: a checkpoint ({spec}) is evaluated as its config.json describes it, so {key} would "
+                "not apply; allowed: leave it out with --model (edit config.json, or use another checkpoint)"
+            )
 
 
 def pretrained_setting(spec: str, loaded) -> str:
@@ -158,7 +192,7 @@ def pretrained_setting(spec: str, loaded) -> str:
     if importlib.util.find_spec("transformers") is None:
         raise SuiteError(f"--model {spec} needs the Hugging Face extra: {EXTRA_HINT}")
     folder = folder_of(spec)
-    return f"pretrained={json.dumps('hf:' + str(folder))}"
+    return f"pretrained={json.dumps('hf:' + str(folder), ensure_ascii=False)}"
 
 
 def check_run_flags(args) -> list[str] | None:
@@ -257,7 +291,7 @@ def cmd_run(args) -> int:
         run_dir = Path(args.results) / suite.name / run_id
         if args.fresh:  # a new folder (named when the run starts): nothing of an old one counts
             run_dir = None
-        todo, done = plan(suite, device, run_dir, args.retry_failed, methods, args.methods_dir, run_id, shard)
+        todo, done = plan(suite, device, run_dir, args.retry_failed, methods, args.methods_dir, run_id, shard, args.unpaired)
         check_corpora([case.settings.get("corpus") for case in todo])
         shown = f"{run_id}-<date>-<time> (new, --fresh)" if args.fresh else run_id
         print(f"suite {suite.name} ({suite.task_name}), profile {suite.profile}, device {device}, run {shown}")
@@ -287,6 +321,7 @@ def cmd_run(args) -> int:
             run_id=args.run_id,
             fresh=args.fresh,
             retry_failed=args.retry_failed,
+            unpaired=args.unpaired,
             methods=tuple(methods) if methods is not None else None,
             methods_dirs=tuple(args.methods_dir),
             on_row=on_row,

@@ -2,7 +2,8 @@
 transformers (the CLI's one-line refusals), then the model and its tokenizer loaded offline.
 
 No network at run time: ``HF_HUB_OFFLINE`` is set before transformers is imported, and a hub id in
-place of a folder is refused with the command that downloads it.
+place of a folder is refused with the command that downloads it. No code from the folder: it is
+checked as data first (``posbench.hf.folder_check``) and read with ``trust_remote_code=False``.
 """
 
 from __future__ import annotations
@@ -13,18 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from posbench.core.outcome import PosbenchError
+from posbench.hf.folder_check import CheckpointError, check_config, check_files, check_size, check_tokenizer_config, one_line
 
 PREFIX = "hf:"
 EXTRA_HINT = "pip install posbench[hf]"
 # model_type -> how its positions are encoded (posbench.hf.rope or posbench.hf.alibi)
 FAMILIES = {"llama": "rope", "bloom": "alibi", "mpt": "alibi"}
 # owner/name as the Hub spells it: what a folder that is not there most likely meant
+# files that mean the folder holds a tokenizer (transformers reads whichever it needs)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-class CheckpointError(PosbenchError):
-    """A checkpoint that cannot be evaluated, said in one line."""
 
 
 def folder_of(spec: str) -> Path:
@@ -92,30 +91,88 @@ class Checkpoint:
 
 
 def model_type_of(folder: Path) -> str:
-    """config.json's ``model_type``, checked against the families posbench knows."""
-    import json
+    """config.json's ``model_type``, after the whole file is checked (``check_config``)."""
+    return check_config(folder, FAMILIES)["model_type"]
 
+
+def checked_folder(spec: str) -> Path:
+    """The folder of ``hf:DIR`` with every check that needs no transformers: its files regular,
+    config.json and tokenizer_config.json valid and naming no code of their own."""
+    folder = folder_of(spec)
+    check_files(folder)
+    check_config(folder, FAMILIES)
+    check_tokenizer_config(folder)
+    return folder
+
+
+def read_config(folder: Path, transformers):
+    """transformers' config of the folder (defaults filled in), its sizes checked against the
+    weight files before a layer is built."""
     try:
-        model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"hf:{folder}: config.json cannot be read ({exc})") from None
-    if model_type not in FAMILIES:
+        config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CheckpointError(f"hf:{folder}: config.json: {one_line(exc)}") from None
+    sizes = [getattr(config, name, None) for name in ("hidden_size", "num_hidden_layers", "vocab_size")]
+    if not all(type(v) is int and v > 0 for v in sizes):
         raise CheckpointError(
-            f"hf:{folder}: model_type {model_type!r} is not supported; allowed: "
-            f"{', '.join(FAMILIES)} (docs/hf-checkpoints.md says how to add one)"
+            f"hf:{folder}: config.json gives hidden_size, num_hidden_layers, vocab_size {sizes}; allowed: positive integers"
         )
-    return model_type
+    check_size(folder, *sizes)
+    return config
+
+
+def load_model(folder: Path, config, transformers, dtype):
+    """The model with every weight read from the folder: a weight the model needs and the files
+    lack, or one the files hold and the model has no place for, is one line (a model left with
+    random weights would give a number that means nothing)."""
+    try:
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            folder, config=config, dtype=dtype, local_files_only=True, trust_remote_code=False, output_loading_info=True
+        )
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RuntimeError, EOFError) as exc:
+        if "out of memory" in str(exc).lower():
+            raise
+        raise CheckpointError(f"hf:{folder}: the weights cannot be loaded ({one_line(exc)})") from None
+    problems = {
+        "missing_keys": "lack {n} weight(s) the model needs",
+        "unexpected_keys": "hold {n} weight(s) the model has no place for",
+        "mismatched_keys": "hold {n} weight(s) of the wrong shape",
+    }
+    for kind, problem in problems.items():
+        keys = sorted(str(k) for k in info.get(kind) or ())
+        if keys:
+            shown = ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
+            raise CheckpointError(
+                f"hf:{folder}: the weight files {problem.format(n=len(keys))} ({shown}); "
+                "allowed: weights saved by save_pretrained for this config.json"
+            )
+    return model
+
+
+def load_tokenizer(folder: Path, transformers):
+    """The folder's tokenizer; None when it holds no tokenizer files; one line when they are
+    there but cannot be read."""
+    if not any((folder / n).exists() for n in TOKENIZER_FILES):
+        return None  # a corpus of token ids still evaluates; text and the passkey probe need one
+    try:
+        return transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RuntimeError, ImportError) as exc:
+        raise CheckpointError(
+            f"hf:{folder}: the tokenizer cannot be loaded ({one_line(exc)}); allowed: files save_pretrained wrote"
+        ) from None
 
 
 def load(spec: str, dtype, device) -> Checkpoint:
     """The checkpoint of ``hf:DIR`` in ``dtype`` on ``device``, in eval mode, read from disk only."""
-    folder = folder_of(spec)
+    folder = checked_folder(spec)
     model_type = model_type_of(folder)
     transformers = require_transformers()
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
+    model = load_model(folder, read_config(folder, transformers), transformers, dtype)
     model.to(device).eval()
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError):
-        tokenizer = None  # a corpus of token ids still evaluates; text and the passkey probe need one
-    return Checkpoint(folder, model, tokenizer, FAMILIES[model_type], model_type)
+    ckpt = Checkpoint(folder, model, load_tokenizer(folder, transformers), FAMILIES[model_type], model_type)
+    if ckpt.tokenizer is not None and len(ckpt.tokenizer) > ckpt.vocab_size:  # its ids would index past the embeddings
+        raise CheckpointError(
+            f"hf:{folder}: the tokenizer has {len(ckpt.tokenizer)} tokens but the model's vocabulary is {ckpt.vocab_size}; "
+            "allowed: the tokenizer saved with this model"
+        )
+    return ckpt

@@ -115,6 +115,7 @@ def _spawn(case: CaseSpec, payload: dict, timeout_s: float, extra_env: Optional[
             # thread waits for its worker, so that is the same moment.)
             proc = subprocess.Popen(
                 worker_command(case, case_file, result_file),
+                stdin=subprocess.DEVNULL,  # nothing a worker loads may read bench.py's stdin (a prompt answered by a pipe)
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

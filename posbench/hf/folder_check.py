@@ -1,0 +1,179 @@
+"""A checkpoint folder checked as data before transformers reads it: the files it will open are
+regular files, ``config.json`` is a bounded JSON object whose sizes are integers within bounds, and
+nothing in it names code to import (``auto_map``). Each problem is one line naming the file.
+
+Why before: transformers builds every layer a config claims (a million layers is minutes and
+gigabytes), reports a string-typed size with its own bare error, and imports a Python file that a
+config's ``auto_map`` names when asked to trust it. posbench never asks (``trust_remote_code=False``)
+and refuses such a folder outright, so no prompt or flag can change that.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from pathlib import Path
+
+from posbench.core.nofollow import UnsafeFile, file_kind, read_regular
+from posbench.core.outcome import PosbenchError
+
+MAX_JSON_BYTES = 16 << 20  # config.json and tokenizer_config.json (a tokenizer.json may be larger)
+# config keys naming a size -> the largest value allowed (a 405B model needs none larger)
+SIZE_BOUNDS = {
+    "vocab_size": 1 << 22,
+    "hidden_size": 1 << 16,
+    "n_embed": 1 << 16,
+    "d_model": 1 << 16,
+    "intermediate_size": 1 << 20,
+    "num_hidden_layers": 1024,
+    "n_layer": 1024,
+    "n_layers": 1024,
+    "num_attention_heads": 1024,
+    "n_head": 1024,
+    "n_heads": 1024,
+    "num_key_value_heads": 1024,
+    "head_dim": 1 << 12,
+    "max_position_embeddings": 1 << 24,
+    "max_seq_len": 1 << 24,
+    "expansion_ratio": 64,
+}
+POSITIVE_NUMBERS = ("rope_theta", "layer_norm_epsilon", "rms_norm_eps", "initializer_range")
+MAPPINGS = ("rope_parameters", "rope_scaling", "attn_config")
+# files transformers opens from a checkpoint folder (read as data: they must be regular files)
+DATA_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+BYTES_PER_PARAM_FLOOR = 0.5  # 4-bit weights: the least a stored parameter takes
+
+
+class CheckpointError(PosbenchError):
+    """A checkpoint that cannot be evaluated, said in one line."""
+
+
+def read_json(folder: Path, name: str) -> object:
+    """The JSON value of ``folder/name`` (a regular file of at most 16 MiB), or one line."""
+    try:
+        return json.loads(str(read_regular(folder / name, MAX_JSON_BYTES), "utf-8"))
+    except UnsafeFile as exc:
+        raise CheckpointError(f"hf:{folder}: {name}: {exc}") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointError(
+            f"hf:{folder}: {name} is not readable JSON ({one_line(exc)}); allowed: the file save_pretrained wrote"
+        ) from None
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message, cut to ``limit`` characters."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_files(folder: Path) -> None:
+    """Each file transformers would open is a regular file (a link to one is fine: the Hub's cache
+    is links); a FIFO, a device or a dangling link is one line, never a hang."""
+    names = [n for n in DATA_FILES] + sorted(n for n in os.listdir(folder) if n.endswith(WEIGHT_SUFFIXES) or n.endswith(".py"))
+    for name in names:
+        path = folder / name
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            if os.path.islink(path):
+                raise CheckpointError(f"hf:{folder}: {name} is a link to nothing; allowed: a regular file") from None
+            continue
+        except OSError as exc:
+            raise CheckpointError(f"hf:{folder}: {name}: {exc.strerror or exc}") from None
+        if name.endswith(".py"):
+            continue  # never imported (below); listed so a FIFO named *.py is not opened either
+        if not stat.S_ISREG(mode):
+            raise CheckpointError(f"hf:{folder}: {name} is {file_kind(mode)}; allowed: a regular file")
+
+
+def names_code(value: object) -> bool:
+    """Whether a config names code of its own: an ``auto_map`` anywhere in it."""
+    if isinstance(value, dict):
+        return "auto_map" in value or any(names_code(v) for v in value.values())
+    if isinstance(value, list):
+        return any(names_code(v) for v in value)
+    return False
+
+
+def refuse_code(folder: Path, name: str, value: object) -> None:
+    if names_code(value):
+        raise CheckpointError(
+            f"hf:{folder}: {name} names code of its own (auto_map); posbench never runs code from a checkpoint "
+            "folder; allowed: a model_type transformers itself implements (remove auto_map)"
+        )
+
+
+def check_config(folder: Path, families: dict) -> dict:
+    """``config.json`` read and checked: a JSON object, a known ``model_type``, no ``auto_map``,
+    every size an integer within ``SIZE_BOUNDS``, numbers finite and positive; the dict."""
+    config = read_json(folder, "config.json")
+    if not isinstance(config, dict):
+        raise CheckpointError(
+            f"hf:{folder}: config.json holds a JSON {type(config).__name__}; allowed: a JSON object (what save_pretrained writes)"
+        )
+    model_type = config.get("model_type")
+    if model_type not in families:
+        raise CheckpointError(
+            f"hf:{folder}: config.json: model_type {str(model_type)[:60]!r} is not supported; allowed: "
+            f"{', '.join(families)} (docs/hf-checkpoints.md says how to add one)"
+        )
+    refuse_code(folder, "config.json", config)
+    for key, bound in SIZE_BOUNDS.items():
+        value = config.get(key)
+        if key in config and (type(value) is not int or not 1 <= value <= bound):
+            raise CheckpointError(
+                f"hf:{folder}: config.json: {key} is {json.dumps(value)[:60]}; allowed: an integer from 1 to {bound}"
+            )
+    for key in POSITIVE_NUMBERS:
+        value = config.get(key)
+        if key in config and (type(value) not in (int, float) or not math.isfinite(value) or value <= 0):
+            raise CheckpointError(f"hf:{folder}: config.json: {key} is {json.dumps(value)[:60]}; allowed: a positive number")
+    for key in MAPPINGS:
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            raise CheckpointError(
+                f"hf:{folder}: config.json: {key} is {json.dumps(config[key])[:60]}; allowed: a JSON object or null"
+            )
+    return config
+
+
+def check_tokenizer_config(folder: Path) -> None:
+    """tokenizer_config.json, when there: a JSON object naming no code of its own."""
+    if not (folder / "tokenizer_config.json").exists():
+        return
+    config = read_json(folder, "tokenizer_config.json")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"hf:{folder}: tokenizer_config.json holds a JSON {type(config).__name__}; allowed: a JSON object")
+    refuse_code(folder, "tokenizer_config.json", config)
+
+
+def weight_bytes(folder: Path) -> int:
+    """Bytes of the folder's weight files (*.safetensors, *.bin)."""
+    return sum(os.stat(folder / n).st_size for n in os.listdir(folder) if n.endswith(WEIGHT_SUFFIXES))
+
+
+def check_size(folder: Path, hidden: int, layers: int, vocab: int) -> None:
+    """The model the config describes has at least ``layers * 2 * hidden^2 + vocab * hidden``
+    parameters (its query and output projections and embeddings); weight files too small to hold
+    them are one line before anything is built (a config claiming a million layers builds none)."""
+    least = layers * 2 * hidden * hidden + vocab * hidden
+    held = weight_bytes(folder)
+    if held < least * BYTES_PER_PARAM_FLOOR:
+        raise CheckpointError(
+            f"hf:{folder}: config.json describes at least {least:,} parameters ({layers} layers of width {hidden}, "
+            f"vocabulary {vocab}) but the weight files hold {held:,} bytes; allowed: a config.json that matches "
+            "its weights (model.safetensors)"
+        )
