@@ -126,6 +126,7 @@ def _by_rows(o):
 @register
 class ForgettingTransformer(PositionMethod):
     name = "fox"
+    softmax_shift = True  # the key-column path drops F_i
 
     def __init__(self, cfg, gate_bias: float = 0.0):
         super().__init__(cfg)

@@ -37,6 +37,7 @@ def log_key_counts(tq: int, tk: int, device, window: int | None = None) -> torch
 @register_modifier
 class ScalableSoftmax:
     name = "ssmax"
+    place = 10  # METHOD+ssmax+qknorm+sink+gate: the innermost, so it scales the normalized queries
 
     @staticmethod
     def compose(base: type) -> type:

@@ -28,6 +28,8 @@ class BiasMethod(PositionMethod):
     """Base of the methods that add a bias to the attention scores; subclasses implement ``bias``
     (and ``bias_form`` to declare more). See the module docstring."""
 
+    softmax_shift = True  # the plans may drop a per-query constant (ALiBi's linear plan: -m i)
+
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         # Positions-keyed results across layers and forwards: the bias (with a cache key), and

@@ -47,7 +47,8 @@ IMPORT_LIMIT_S = 5.0
 IMPORT_LIMIT_ENV = "POSBENCH_IMPORT_TIMEOUT_S"
 # Method groups a suite or --methods may name instead of methods: "all" is every registered method.
 GROUPS = ("all",)
-COMPOSE_SEP = "+"  # METHOD+MODIFIER (rotary+ssmax)
+COMPOSE_SEP = "+"  # METHOD+MODIFIER (rotary+ssmax), METHOD+MOD1+MOD2 (rotary+qknorm+gate)
+PLUGIN_PLACE = 100  # where a modifier without a ``place`` goes: after the built-in ones
 
 _SCANNED: set[str] = set()  # method files imported (or being imported)
 _discovered = False
@@ -307,11 +308,37 @@ def _compose(name: str, base: str, mod: str) -> type[PositionMethod]:
     origin = _require_composed(name, base, mod)
     if mod not in registry._MODIFIERS and Path(origin).is_file():
         _import_file(Path(origin))
-    cls = registry._MODIFIERS[mod].compose(get(base))
+    base_cls = get(base)
+    applied = getattr(base_cls, "modifiers", ())  # the modifiers base already has, in name order
+    _check_order(name, base_cls.name.split(COMPOSE_SEP)[0], applied + (mod,))
+    cls = registry._MODIFIERS[mod].compose(base_cls)
     if getattr(cls, "name", None) != name:
         raise RegistryError(f"modifier {mod!r}: compose made a method named {getattr(cls, 'name', None)!r}; allowed: {name!r}")
+    cls.modifiers = applied + (mod,)
     _COMPOSED[name] = cls  # not a registered method: listing() and "all" name methods, not compositions
     return cls
+
+
+def modifier_place(mod: str) -> int:
+    """Where modifier ``mod`` goes in a composed name: its class's ``place`` (ssmax 10, qknorm 20,
+    sink 30, gate 40), ``PLUGIN_PLACE`` for a modifier that declares none."""
+    return getattr(registry._MODIFIERS[mod], "place", PLUGIN_PLACE)
+
+
+def _check_order(name: str, method: str, mods: tuple[str, ...]) -> None:
+    """Modifiers compose in one fixed order, each once, the first innermost: ssmax scales the
+    queries as METHOD attends, qknorm around it normalizes the raw q and k before that scale, sink
+    joins the softmax, gate scales its output."""
+    places = [modifier_place(m) for m in mods]
+    if len(set(mods)) != len(mods) or places != sorted(places):
+        for other, where in modifiers().items():  # the message names every modifier in its place
+            if other not in registry._MODIFIERS and Path(where).is_file():
+                _import_file(Path(where))
+        ordered = sorted(dict.fromkeys(mods), key=modifier_place)
+        raise RegistryError(
+            f"unknown method {name!r}: modifiers compose once each, in the order "
+            f"{', '.join(sorted(registry._MODIFIERS, key=modifier_place))}; allowed: {COMPOSE_SEP.join([method, *ordered])}"
+        )
 
 
 def _unknown(name: str, known: list[str]) -> RegistryError:

@@ -37,6 +37,9 @@ class PositionMethod(nn.Module):
     # Why the method cannot take a sliding window (``cfg.window``), or None when its attend honours
     # ``self.window(layer)``: building it with a window then raises ``Unavailable`` with the reason.
     no_window: ClassVar[str | None] = None
+    # True when attention may drop a per-query constant from the scores (ALiBi's -m i, FoX's F_i),
+    # exact for softmax alone but not beside a score that does not move with them (METHOD+sink).
+    softmax_shift: ClassVar[bool] = False
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()

@@ -22,6 +22,7 @@ from tests.helpers.graph_breaks import BIAS, LENGTHS, MISSION, break_reasons, fr
 CANNOT_TRACE: dict[str, tuple[list[str], list[str]]] = {}
 
 METHODS = sorted(set(discovery.names()) - set(MISSION + BIAS)) + [f"rotary+{m}" for m in sorted(discovery.modifiers())]
+METHODS += ["rotary+ssmax+qknorm+sink+gate"]  # every modifier at once
 # Tracing takes seconds per method: the fast run traces fox and one scaled row in blocks (the value
 # tests below trace every row, fullgraph); the slow tests every method at every length.
 FAST = ("fox", "rotary_yarn")

@@ -99,7 +99,7 @@ def test_composed_method_takes_its_base_options_and_s_init():
         (
             "rotary+ssmx",
             "unknown method 'rotary+ssmx': 'ssmx' is not a modifier (did you mean 'ssmax'?); allowed: "
-            "METHOD+MODIFIER with a modifier from: ssmax",
+            "METHOD+MODIFIER with a modifier from: gate, qknorm, sink, ssmax",
         ),
         (
             "rotery+ssmax",
@@ -118,7 +118,7 @@ def test_an_unknown_composed_name_is_one_line(name, message):
 
 def test_modifiers_are_listed_apart_from_methods():
     mods = discovery.modifiers()
-    assert list(mods) == ["ssmax"] and mods["ssmax"].endswith("methods/ssmax.py")
+    assert list(mods) == ["gate", "qknorm", "sink", "ssmax"] and mods["ssmax"].endswith("methods/ssmax.py")
     assert "ssmax" not in discovery.names() and not any("+" in n for n in discovery.names())
     assert isolated.listing()["modifiers"] == mods  # what `bench.py list` prints in its header
 

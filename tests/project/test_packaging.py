@@ -124,7 +124,7 @@ def test_list_from_an_empty_folder(installed):
     # rotary.py also registers rotary_pi, rotary_ntk, ...: names, not file stems
     assert listed == list(discovery.listing()) and set(BUILTIN_METHODS) <= set(listed)
     header = methods_part.splitlines()[0].replace(os.sep, "/")
-    assert MODIFIER_FILES == {"ssmax"} and "modifiers, taken as METHOD+MODIFIER: ssmax (" in header
+    assert MODIFIER_FILES == {"gate", "qknorm", "sink", "ssmax"} and "modifiers, taken as METHOD+MODIFIER: gate (" in header
     assert "site-packages" in header and "posbench/methods/ssmax.py" in header
     assert all(
         "site-packages" in line and "posbench/methods/" in line.replace(os.sep, "/") for line in methods_part.splitlines()[1:]
