@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from posbench.report.learn_first import learned, learned_over_seeds
 from posbench.report.stats import effective_length, seed_interval, wilson_interval
+from posbench.tasks.retrieval.summaries import DEFAULT_RELATIVE_THRESHOLD, relative_effective_length, weighted_average
 
 MAX_COUNT = 1 << 53  # samples in one cell: beyond this a count is no count anyone ran
 DEFAULT_LEARNED_THRESHOLD = 0.9  # the task's Settings default: rows written before the rule carry none
@@ -16,6 +17,22 @@ def learned_threshold(rows) -> float:
     found = [r["series"].get("learned_threshold") for r in rows if isinstance(r.get("series"), dict)]
     found = [t for t in found if _fraction(t)]
     return max(found) if found else DEFAULT_LEARNED_THRESHOLD
+
+
+def relative_threshold(rows) -> float:
+    """The ``relative_threshold`` the rows were run with (the highest, if they differ)."""
+    found = [r["series"].get("relative_threshold") for r in rows if isinstance(r.get("series"), dict)]
+    found = [t for t in found if _fraction(t) and t > 0]
+    return max(found) if found else DEFAULT_RELATIVE_THRESHOLD
+
+
+def ruler_summaries(acc: dict, L: int, factor: float) -> dict:
+    """RULER's summaries of one curve {L_valid: accuracy}: wavg_long, wavg_short, effective_length_rel."""
+    return {
+        "wavg_long": weighted_average(acc, "long"),
+        "wavg_short": weighted_average(acc, "short"),
+        "effective_length_rel": relative_effective_length(acc, L, factor),
+    }
 
 
 def whole(value, low: int = 0) -> bool:
@@ -110,8 +127,18 @@ def accuracy_table(rows: list[dict], threshold: float = 0.5) -> list[dict]:
         eff.setdefault((t["method"], t["probe"], t["L_train"]), {})[t["L_valid"]] = t["acc"]
     bar = learned_threshold(list(ok_rows(rows)))
     at_train = {(t["method"], t["probe"], t["L_train"]): t["by_seed"] for t in table if t["L_valid"] == t["L_train"]}
+    factor = relative_threshold(list(ok_rows(rows)))
+    curves_by_seed: dict[tuple, dict] = {}  # (method, probe, L) -> {seed: {L_valid: accuracy}}
     for t in table:
-        acc = eff[(t["method"], t["probe"], t["L_train"])]
+        for seed, a in t["by_seed"].items():
+            curves_by_seed.setdefault((t["method"], t["probe"], t["L_train"]), {}).setdefault(seed, {})[t["L_valid"]] = a
+    for t in table:
+        key = (t["method"], t["probe"], t["L_train"])
+        acc = eff[key]
+        t.update(ruler_summaries(acc, t["L_train"], factor), relative_threshold=factor)
+        per_seed = [ruler_summaries(c, t["L_train"], factor) for c in curves_by_seed.get(key, {}).values()]
+        for name in ("wavg_long", "wavg_short", "effective_length_rel"):  # 95% t interval over seeds
+            t[f"{name}_seeds"] = seed_interval([p[name] for p in per_seed])[3:] if len(per_seed) > 1 else (None, None)
         t["effective_length"] = effective_length(acc, threshold)
         t["learned"] = learned(acc.get(t["L_train"]), bar)
         seeds = at_train.get((t["method"], t["probe"], t["L_train"])) or {}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from posbench.report.learn_first import NOT_LEARNT, comparability, length_text
 from posbench.report.rows import Runs
 from posbench.report.stats import SEED_INTERVAL
-from posbench.tasks.retrieval.accuracy import accuracy_table, heatmap_table, learned_threshold, ok_rows, whole
+from posbench.tasks.retrieval.accuracy import accuracy_table, heatmap_table, learned_threshold, ok_rows, relative_threshold, whole
 
 # matplotlib, numpy and the report's table model (pandas) are imported inside the functions that
 # draw or build tables: validating or listing suites imports this module, and must not wait for them.
@@ -66,6 +66,22 @@ def cell_text(t: dict) -> str:
     return text
 
 
+def summary_text(first: dict, name: str) -> str:
+    """A RULER summary cell of one (method, L_train): ``45%`` for a weighted average, the length for
+    ``effective_length_rel`` (or "not learnt at L_train"), then `` seeds [lo, hi]`` over seeds."""
+    value = first.get(name)
+    lo, hi = first.get(f"{name}_seeds") or (None, None)
+    if name == "effective_length_rel":
+        text = length_text(first["learned"], value)
+        return text + (f" seeds [{lo:.0f}, {hi:.0f}]" if first["learned"] and lo is not None else "")
+    if value is None:
+        return "-"
+    return f"{100 * value:.0f}%" + (f" seeds [{100 * max(0.0, lo):.0f}, {100 * min(1.0, hi):.0f}]" if lo is not None else "")
+
+
+SUMMARY_COLUMNS = {"effective length (rel)": "effective_length_rel", "wAvg long": "wavg_long", "wAvg short": "wavg_short"}
+
+
 def _verdicts(table: list[dict], several: bool) -> dict:
     """{row label: learned} of one probe's table entries (label: method, with L_train if several)."""
     return {(f"{t['method']}, L_train={t['L_train']}" if several else t["method"]): t["learned"] for t in table}
@@ -78,8 +94,12 @@ def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
     lengths = sorted({t["L_valid"] for t in table})
     methods = list(dict.fromkeys(t["method"] for t in table))
     lines = [
-        "| method | L_train | " + " | ".join(f"L={Lv}" for Lv in lengths) + " | effective length |",
-        "|---|---|" + "---|" * len(lengths) + "---|",
+        "| method | L_train | "
+        + " | ".join(f"L={Lv}" for Lv in lengths)
+        + " | "
+        + " | ".join(SUMMARY_COLUMNS)
+        + " | effective length |",
+        "|---|---|" + "---|" * (len(lengths) + 1 + len(SUMMARY_COLUMNS)),
     ]
     for m in methods:
         for L in sorted({t["L_train"] for t in table if t["method"] == m}):
@@ -90,7 +110,8 @@ def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
                 text.append("-" if t is None or t["acc"] is None else cell_text(t))
             first = next(iter(cells.values()))
             eff = length_text(first["learned"], first["effective_length"])
-            lines.append(f"| {m} | {L} | " + " | ".join(text) + f" | {eff} |")
+            ruler = " | ".join(summary_text(first, name) for name in SUMMARY_COLUMNS.values())
+            lines.append(f"| {m} | {L} | " + " | ".join(text) + f" | {ruler} | {eff} |")
     if table:  # how many methods were comparable, under the table
         lines += [
             "",
@@ -117,7 +138,7 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
         metric=f"acc {probe}",
         unit="fraction",
         column_header="L_valid",
-        columns=lengths + ["effective length", "steps"],
+        columns=lengths + ["effective length", *SUMMARY_COLUMNS, "steps"],
         rows=[],
         hardware=hardware,
         commit=short_commit(r.get("git_commit") for r in ok),
@@ -142,6 +163,11 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
             out.cells[(label, "effective length")] = Cell(
                 text=length_text(first["learned"], first["effective_length"]), value=None if eff is None else float(eff), **link
             )
+            for column, name in SUMMARY_COLUMNS.items():
+                value = first.get(name) if name != "effective_length_rel" or first["learned"] else None
+                out.cells[(label, column)] = Cell(
+                    text=summary_text(first, name), value=None if value is None else float(value), **link
+                )
             out.cells[(label, "steps")] = Cell(text=steps_text(row.get("metrics", {})), **link)
     verdicts = comparability(_verdicts(table, several), learned_threshold(ok), _seeds_learnt(table, several))
     out.title += verdicts.title_suffix()
@@ -151,7 +177,10 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
         f"Fraction of {probe} answers exactly right, counts pooled over depths, seeds and runs, with "
         f"its Wilson 95% interval; effective length: the longest L_valid with accuracy >= {threshold:g} "
         f"there and at every shorter L_valid, given only for a model that learnt the task at L_train "
-        f"(accuracy >= {verdicts.threshold:.0%}; otherwise '{NOT_LEARNT}'); steps: optimizer steps "
+        f"(accuracy >= {verdicts.threshold:.0%}; otherwise '{NOT_LEARNT}'); effective length (rel): the "
+        f"longest L_valid keeping >= {relative_threshold(ok):g} x the model's own accuracy at L_train there and "
+        f"at every shorter L_valid (learnt models only); wAvg long / short: RULER's averages over L_valid weighted "
+        f"1..n towards the longest / the shortest; steps: optimizer steps "
         f"trained, 'stopped' where training stopped on reaching stop_at_acc (train to criterion). "
         + (
             f"With several training seeds, the accuracy is the mean over seeds (each scores the same "

@@ -8,6 +8,7 @@ from pathlib import Path
 from posbench.engine import tracking
 from posbench.report.learn_first import comparable_length, learned
 from posbench.report.stats import effective_length, wilson_interval
+from posbench.tasks.retrieval.summaries import DEFAULT_RELATIVE_THRESHOLD, relative_effective_length, weighted_average
 from posbench.tasks.seeds import checkpoint_name, combine_accuracy_seeds, seed_list
 from posbench.tasks.training import open_corpus
 
@@ -30,10 +31,14 @@ def checkpoint_path(case, s) -> Path | None:
     return Path(case.out_dir) / "checkpoints" / f"retrieval__{case.method}__L_train={case.params.L_train}{tail}.pt"
 
 
-def summarize(cells: list[dict], L: int, threshold: float, learned_threshold: float = 0.0) -> dict:
+def summarize(
+    cells: list[dict], L: int, threshold: float, learned_threshold: float = 0.0, relative: float = DEFAULT_RELATIVE_THRESHOLD
+) -> dict:
     """Per-L_valid metrics from cells: acc@L (counts summed over depths), its Wilson interval,
-    acc_at_train_len, acc_at_max_len, learned (1/0; None without an accuracy at L_train) and
-    effective_length (None unless learnt). A length with an oom cell has no accuracy."""
+    acc_at_train_len, acc_at_max_len, learned (1/0; None without an accuracy at L_train),
+    effective_length and effective_length_rel (at ``relative`` x the accuracy at L_train; both None
+    unless learnt) and RULER's weighted averages wavg_long, wavg_short. A length with an oom cell
+    has no accuracy."""
     counts: dict[int, list] = {}
     for c in cells:
         entry = counts.setdefault(c["L_valid"], [0, 0, True])
@@ -50,6 +55,9 @@ def summarize(cells: list[dict], L: int, threshold: float, learned_threshold: fl
     verdict = learned(acc.get(L), learned_threshold)
     metrics["learned"] = None if verdict is None else int(verdict)
     metrics["effective_length"] = comparable_length(verdict, effective_length(acc, threshold))
+    metrics["effective_length_rel"] = comparable_length(verdict, relative_effective_length(acc, L, relative))
+    metrics["wavg_long"] = weighted_average(acc, "long")
+    metrics["wavg_short"] = weighted_average(acc, "short")
     return metrics
 
 
@@ -86,21 +94,24 @@ def run(case) -> dict:
                 c, d = eval_length(model, probe, vocab, factor * L, s, case.device)
                 mine += c
                 by_distance += [dict(x, seed=seed) for x in d] if len(seeds) > 1 else d
-            metrics.update(summarize(mine, L, s.threshold, s.learned_threshold))
+            metrics.update(summarize(mine, L, s.threshold, s.learned_threshold, s.relative_threshold))
             tracker.scalars(
                 {f"eval/{probe}/acc@{factor * L}": metrics.get(f"acc@{factor * L}") for factor in s.L_valid_factors},
                 max(0, metrics["train_steps"] - 1),
             )
         per_seed.append(metrics)
         cells += [dict(c, seed=seed) for c in mine] if len(seeds) > 1 else mine
-    pooled = summarize(cells, L, s.threshold, s.learned_threshold)
+    pooled = summarize(cells, L, s.threshold, s.learned_threshold, s.relative_threshold)
     metrics, seed_series = combine_accuracy_seeds(per_seed, pooled, s.learned_threshold)
+    if not metrics.get("learned"):  # learn first, over every seed, for the relative length too
+        metrics["effective_length_rel"] = None
     metrics["chance"] = P.chance(probe, cfg)
     series = {
         "cells": cells,
         "corpus": corpus.describe(),
         "threshold": s.threshold,
         "learned_threshold": s.learned_threshold,
+        "relative_threshold": s.relative_threshold,
         **seed_series,
     }
     if probe == "mqar":

@@ -38,6 +38,29 @@ METRICS = {
         fmt="int",
         shown_in="acc@*",
     ),
+    "effective_length_rel": Metric(
+        title="Effective length, relative",
+        unit="tokens",
+        doc="longest L_valid >= L_train with accuracy >= relative_threshold x the "
+        "model's own accuracy at L_train at it and every shorter L_valid; none when the task was not learnt",
+        higher_is_better=True,
+        fmt="int",
+        shown_in="acc@*",
+    ),
+    "wavg_long": Metric(
+        title="Weighted accuracy, towards long",
+        unit="fraction",
+        doc="RULER's wAvg (inc): accuracy averaged over L_valid with weights 1..n from the shortest to the longest",
+        higher_is_better=True,
+        shown_in="acc@*",
+    ),
+    "wavg_short": Metric(
+        title="Weighted accuracy, towards short",
+        unit="fraction",
+        doc="RULER's wAvg (dec): accuracy averaged over L_valid with weights n..1 from the shortest to the longest",
+        higher_is_better=True,
+        shown_in="acc@*",
+    ),
     "learned": Metric(
         title="Learnt at L_train",
         unit="",
@@ -146,6 +169,12 @@ class Settings(TrainSettings):
     eval_samples: int = Field(100, ge=1, description="answers scored per L_valid (passkey: split over depths)")
     eval_batch_size: int = Field(16, ge=1)
     threshold: float = Field(0.5, ge=0.0, le=1.0, description="accuracy an L_valid needs for effective_length")
+    relative_threshold: float = Field(
+        0.8,
+        gt=0.0,
+        le=1.0,
+        description="effective_length_rel: the share of its own accuracy at L_train an L_valid must keep",
+    )
     learned_threshold: float = Field(
         0.9,
         ge=0.0,
