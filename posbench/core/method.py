@@ -48,13 +48,14 @@ class PositionMethod(nn.Module):
             raise Unavailable(f"{self.name}: sliding-window attention (window {cfg.window}) is not supported: {self.no_window}")
         self._position_buffers: set[str] = set()
 
-    def register_position_buffer(self, name: str, tensor: torch.Tensor) -> None:
-        """A non-persistent buffer computed from positions (inv_freq, slopes, cos/sin tables).
+    def register_position_buffer(self, name: str, tensor: torch.Tensor, persistent: bool = False) -> None:
+        """A buffer computed from positions (inv_freq, slopes, cos/sin tables), not saved unless
+        ``persistent`` (a table drawn at random, as FoPE's coefficients, must be).
 
         It follows ``model.to(device)`` but never narrows with ``model.to(bfloat16)`` (a bfloat16
         ``inv_freq`` puts the rotary angle at position 16384 off by ~20 rad); wider casts are kept.
         """
-        self.register_buffer(name, tensor, persistent=False)
+        self.register_buffer(name, tensor, persistent=persistent)
         self._position_buffers.add(name)
 
     def _apply(self, fn, recurse=True):

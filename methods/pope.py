@@ -1,0 +1,77 @@
+"""PoPE: Polar Coordinate Position Embeddings (Gopalakrishnan, Csordas, Schmidhuber, Mozer 2025,
+"Decoupling the 'What' and 'Where' With Polar Coordinate Positional Embeddings", arXiv 2509.10534).
+
+RoPE rotates pairs of channels, so a query's content sets both the size and the angle of each
+pair: what and where mix. PoPE gives every channel c of a head (hd of them, not hd/2 pairs) its
+own complex number, the magnitude from content and the phase from position alone:
+
+    q_c(m) = softplus(q_c) e^{i m theta_c},   k_c(n) = softplus(k_c) e^{i (n theta_c + delta_c)}
+    score(m, n) = Re sum_c q_c(m) conj(k_c(n)) / sqrt(hd)
+                = sum_c softplus(q_c) softplus(k_c) cos((m - n) theta_c - delta_c) / sqrt(hd)
+
+with theta_c = base^(-c/hd) and a learned phase bias delta (per key head and channel, 0 at start,
+clamped to [-2 pi, 0]). Encoded, q and k are 2 hd real channels, [|q| cos, |q| sin]; the keys
+enter the KV cache so (twice rotary's key bytes), and the query is scaled by sqrt 2 so that SDPA's
+1 / sqrt(2 hd) is the paper's 1 / sqrt(hd). Values are not touched.
+"""
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from posbench.core.method import PositionMethod, causal_attention
+from posbench.core.registry import register
+
+
+class PolarState(NamedTuple):
+    angle: torch.Tensor  # (Tq, hd) float64: m theta_c at this forward's positions
+
+
+@register
+class PolarPositionEmbedding(PositionMethod):
+    name = "pope"
+
+    def __init__(self, cfg, base: float = 10000.0):
+        super().__init__(cfg)
+        if not (isinstance(base, (int, float)) and not isinstance(base, bool) and base > 1):
+            raise ValueError(f"pope: base must be a number > 1, got {base!r}")
+        self.base = float(base)
+        hd = cfg.head_dim
+        self.register_position_buffer("inv_freq", (base ** (-torch.arange(hd, dtype=torch.float64) / hd)).float())
+        self.phase_bias = nn.Parameter(torch.zeros(cfg.n_layers, cfg.kv_heads, hd))  # (L, Hkv, hd): delta
+
+    def angles(self, pos: torch.Tensor) -> torch.Tensor:
+        """(T, hd) float64: pos * theta_c."""
+        return pos.double()[:, None] * self.inv_freq.double()[None, :]
+
+    def polar(self, x: torch.Tensor, angle: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        """x (B, H, T, hd) -> (B, H, T, 2 hd): softplus(x) (cos, sin) of angle (H or 1, T, hd)."""
+        cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        mag = F.softplus(x.to(cdt)) * scale
+        return torch.cat([mag * angle.cos().to(cdt), mag * angle.sin().to(cdt)], -1).to(x.dtype)
+
+    def key_angle(self, angle: torch.Tensor, heads: int, layer: int) -> torch.Tensor:
+        """(heads, T, hd): n theta_c + delta_c, query head h reading key head h // G's delta."""
+        delta = self.phase_bias[layer].clamp(-2 * math.pi, 0.0).double()  # (Hkv, hd)
+        if heads != delta.shape[0]:
+            delta = delta.repeat_interleave(heads // delta.shape[0], 0)
+        return angle[None] + delta[:, None, :]
+
+    def prepare(self, q_pos, k_pos, dtype) -> PolarState:
+        return PolarState(self.angles(q_pos))
+
+    def encode_qk(self, q, k, layer, state: PolarState):
+        return self.polar(q, state.angle[None], math.sqrt(2)), self.polar(k, self.key_angle(state.angle, k.shape[1], layer))
+
+    def attend(self, q, k, v, q_pos, k_pos, layer, state: PolarState | None = None):
+        if state is None:  # raw q, k outside a model forward: encode them all here
+            angle = self.angles(k_pos)
+            q = self.polar(q, angle[None, -q.shape[-2] :], math.sqrt(2))
+            k = self.polar(k, self.key_angle(angle, k.shape[1], layer))
+        return causal_attention(q, k, v, window=self.window(layer))
+
+    def attn_backend(self, device, dtype) -> str:
+        return "sdpa causal, keys of 2 x head_dim (polar form)"
