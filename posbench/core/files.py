@@ -1,9 +1,10 @@
 """Writing files so that a reader sees the whole file or none, and keeping a run folder's folders
 free of links; failing in one line.
 
-Every metadata file of a run (``run.json``, ``env.json``, tables) goes through
-``atomic_write_text``: the text is written to a temporary file in the same folder, fsynced, then
-renamed over the target, so a crash or a full disk never leaves a half-written or empty file.
+Every file a run or a report writes whole (``run.json``, ``env.json``, tables, charts) goes through
+``atomic_write_bytes`` (``atomic_write_text``, ``write_figure``): the bytes are written to a temporary
+file in the same folder, fsynced, then renamed over the target (a link there is replaced, never
+written through), so a crash or a full disk never leaves a half-written or empty file.
 Files get the mode ``open()`` would give them (``new_file_mode``: 0644 under umask 022), not
 ``mkstemp``'s 0600: colleagues read a shared results folder.
 """
@@ -24,6 +25,9 @@ __all__ = [
     "new_file_mode",
     "current_umask",
     "atomic_write_text",
+    "atomic_write_bytes",
+    "write_figure",
+    "open_lock",
     "refuse_links",
     "own_folder",
     "UnsafeFile",
@@ -59,14 +63,44 @@ def current_umask() -> int:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically; raise ``WriteError`` with a one-line reason."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_figure(fig, path: str | os.PathLike, **savefig_kwargs) -> Path:
+    """A matplotlib figure written to ``path`` (its format from the suffix) as every run file is:
+    rendered in memory, then ``atomic_write_bytes`` (a planted link there is replaced, never
+    written through)."""
+    import io
+
+    path = Path(path)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=path.suffix.lstrip(".") or "png", **savefig_kwargs)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def open_lock(path: str | os.PathLike) -> int:
+    """The descriptor of lock file ``path`` (created when missing) for ``fcntl.flock``, opened
+    without following a link (a planted link would create its target outside the folder)."""
+    try:
+        return open_nofollow(path, os.O_RDWR | os.O_CREAT)
+    except UnsafeFile:
+        raise
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, fsynced, renamed
+    over ``path`` (so a link at ``path`` is replaced, its target untouched); ``WriteError`` with a
+    one-line reason. Every file a run or a report writes whole goes through here."""
     path = Path(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         os.fchmod(fd, new_file_mode())  # mkstemp's 0600 would hide the file from the group
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

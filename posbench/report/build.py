@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from posbench.core.files import atomic_write_text
 from posbench.report import charts
 from posbench.report.escape import md_code, md_text
 from posbench.report.html import write_html
@@ -123,7 +124,7 @@ def build_report(run_dirs, out_dir, baseline: str | None = None, find_task=None)
     def write_table(table: Table) -> None:
         for ext, text in (("md", to_markdown(table)), ("csv", to_csv(table)), ("tex", to_latex(table))):
             path = out / "tables" / f"{table.key}.{ext}"
-            path.write_text(text, encoding="utf-8")
+            atomic_write_text(path, text)  # a link there is replaced, never written through
             note(path)
 
     sections = collect_sections(runs, baseline)
@@ -158,10 +159,10 @@ def build_report(run_dirs, out_dir, baseline: str | None = None, find_task=None)
     md += _failed_markdown(rows)
 
     path = out / "report.md"
-    path.write_text("\n".join(md), encoding="utf-8")
+    atomic_write_text(path, "\n".join(md))
     note(path)
     path = out / "rows.csv"
-    rows_csv(rows).to_csv(path, index=False)
+    atomic_write_text(path, rows_csv(rows).to_csv(index=False))
     note(path)
     note(write_html(out / "report.html", title, sections, drawn, rows, envs, note=UNITS_NOTE, superseded=replaced))
     return written

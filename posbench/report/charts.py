@@ -20,6 +20,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.ticker import Formatter, LogFormatter  # noqa: E402
 from matplotlib.transforms import blended_transform_factory  # noqa: E402
 
+from posbench.core.files import write_figure  # noqa: E402
 from posbench.report import numbers as fmt  # noqa: E402
 from posbench.report.table import Table  # noqa: E402
 
@@ -428,6 +429,6 @@ def save_figure(fig: plt.Figure, out_dir: Path, stem: str) -> dict[str, Path]:
     paths = {}
     for ext in ("png", "svg"):
         paths[ext] = out_dir / f"{stem}.{ext}"
-        fig.savefig(paths[ext], dpi=120 if ext == "png" else None)
+        write_figure(fig, paths[ext], dpi=120 if ext == "png" else None)  # never written through a link
     plt.close(fig)
     return paths

@@ -13,11 +13,11 @@ import json
 import math
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
 
+from posbench.core.files import atomic_write_text
 from posbench.core.task import Metric, Task, find_metric
 from posbench.report import bootstrap
 from posbench.report import numbers as fmt
@@ -436,5 +436,5 @@ def main_compare(args, find_task=None) -> int:
     text = result.markdown()
     print(text)
     if getattr(args, "markdown", None):
-        Path(args.markdown).write_text(text + "\n", encoding="utf-8")
+        atomic_write_text(args.markdown, text + "\n")
     return result.exit_code

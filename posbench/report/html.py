@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from posbench.core.files import atomic_write_text
 from posbench.report.escape import html_text
 from posbench.report.headline import Line, headline
 from posbench.report.render import capped, caption_html, row_anchor, to_html
@@ -174,5 +175,5 @@ def write_html(
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
-    path.write_text(doc, encoding="utf-8")
+    atomic_write_text(path, doc)  # a link there is replaced, never written through
     return path

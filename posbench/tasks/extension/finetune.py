@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import math
+import os
 from pathlib import Path
 
 import torch
 
+from posbench.core.files import open_lock, own_folder
 from posbench.engine.train import TrainConfig, train
 from posbench.tasks.extension.recipes import PLAIN, recipe_model
 from posbench.tasks.extrapolation.evaluations import eval_cell
@@ -42,13 +44,13 @@ def exclusive(ckpt: Path | None):
     if ckpt is None:
         yield
         return
-    ckpt.parent.mkdir(parents=True, exist_ok=True)
-    with open(ckpt.with_name(f".{ckpt.name}.lock"), "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    own_folder(ckpt.parent)
+    fd = open_lock(ckpt.with_name(f".{ckpt.name}.lock"))  # a planted link there: one line, nothing created
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def warmup_steps(k: int, s) -> int:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from posbench.core.files import atomic_write_text, own_folder, write_figure
 from posbench.engine import tracking
 from posbench.tasks.extrapolation.evaluations import eval_cell, source_bound
 from posbench.tasks.extrapolation.run import checkpoint_path, trained_model
@@ -50,7 +51,7 @@ def _bias_counts(case, s) -> dict:
         counts = sorted(r["distinct"] for r in result["last_window"] if r["dtype"] == dtype)
         if counts:
             metrics[f"last_window_distinct@{dtype}"] = counts[len(counts) // 2]
-    (out_dir / "tables.md").write_text(result["markdown"] + "\n")
+    atomic_write_text(out_dir / "tables.md", result["markdown"] + "\n")  # a link there is replaced, not written through
     return {"metrics": metrics, "series": {k: v for k, v in result.items() if k != "markdown"}}
 
 
@@ -161,8 +162,8 @@ def staircase_chart(
     files; its suffix is replaced by .png and .svg."""
     fig, positions, values = staircase_figure(n_heads, length, head, last, dtypes)
     base = Path(path)
-    base.parent.mkdir(parents=True, exist_ok=True)
+    own_folder(base.parent)
     png, svg = base.with_suffix(".png"), base.with_suffix(".svg")
-    fig.savefig(png, dpi=120)
-    fig.savefig(svg)
+    write_figure(fig, png, dpi=120)
+    write_figure(fig, svg)
     return StaircaseChart(figure=fig, png=png, svg=svg, positions=positions, values=values)
