@@ -20,10 +20,11 @@ from torch import nn
 
 from posbench.attention.bias import BiasForm, BiasMethod
 from posbench.core.registry import register
+from posbench.triton_kernels.distance_rows import FusedDistanceRows
 
 
 @register
-class KerpleLog(BiasMethod):
+class KerpleLog(FusedDistanceRows, BiasMethod):  # on CUDA: the fused row kernel
     name = "kerple_log"
 
     def __init__(self, cfg, eps: float = 0.01):

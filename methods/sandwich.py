@@ -19,6 +19,7 @@ import torch
 
 from posbench.attention.bias import BiasForm, BiasMethod
 from posbench.core.registry import register
+from posbench.triton_kernels.distance_rows import FusedDistanceRows
 
 
 def sandwich_bias(distance: torch.Tensor, dim: int, n_heads: int) -> torch.Tensor:
@@ -32,7 +33,7 @@ def sandwich_bias(distance: torch.Tensor, dim: int, n_heads: int) -> torch.Tenso
 
 
 @register
-class Sandwich(BiasMethod):
+class Sandwich(FusedDistanceRows, BiasMethod):  # on CUDA: the fused row kernel
     name = "sandwich"
 
     def __init__(self, cfg, dim: int | None = None):

@@ -22,8 +22,10 @@ INTERPRETED = bool(triton.knobs.runtime.interpret)
 
 HEAD_DIMS = (32, 64, 128)
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-NO_BIAS, ALIBI, T5 = 0, 1, 2
-BIAS_NAMES = {NO_BIAS: "none", ALIBI: "alibi", T5: "t5"}
+# ROW: a bias of the distance alone read from a per-distance row (h, Tk); ROW_LEARNED: the same,
+# and the backward returns the row's gradient.
+NO_BIAS, ALIBI, T5, ROW, ROW_LEARNED = 0, 1, 2, 3, 4
+BIAS_NAMES = {NO_BIAS: "none", ALIBI: "alibi", T5: "t5", ROW: "row", ROW_LEARNED: "row (learned)"}
 # exp2 is one instruction on the GPU; scores are carried in log2 units (natural units * LOG2E).
 LOG2E = 1.4426950408889634
 # A distance no tile reaches: the "far" segment of the loops is empty for ALiBi and no bias.
@@ -164,6 +166,14 @@ def _bucket(
 
 
 @triton.jit
+def _row_index(offs_m_abs, offs_n, seq_k):
+    """(BM, BN) index t into a distance row, row[t] the bias at distance Tk - 1 - t; future keys
+    (masked by the caller) and padded rows are clamped into the row."""
+    t = offs_n[None, :] - offs_m_abs[:, None] + (seq_k - 1)
+    return tl.minimum(tl.maximum(t, 0), seq_k - 1)
+
+
+@triton.jit
 def _scores(
     qk,  # (BM, BN) float32, q . k
     offs_m_abs,  # (BM,) absolute query index i + (Tk - Tq)
@@ -171,8 +181,8 @@ def _scores(
     seq_k,
     sm_scale,
     pos_scale,
-    bias_h,  # T5: pointer to the table's column of this head
-    stride_bucket,  # T5: table stride between buckets
+    bias_h,  # T5: pointer to the table's column of this head; ROW: to this head's row
+    stride_bucket,  # T5: table stride between buckets; ROW: row stride between distances
     bias_scalar,  # ALiBi: slope_h * pos_scale; T5: table[last bucket, h]
     round_like,  # a tile in the input dtype: BIAS_ROUND rounds the ALiBi bias to its dtype
     kb_base,  # KEY_BIAS: pointer to this (batch, head)'s per-key bias, (Tk,) float32
@@ -202,6 +212,8 @@ def _scores(
             s = s + tl.load(bias_h + bucket * stride_bucket).to(tl.float32)
         else:
             s = s + bias_scalar
+    if BIAS >= 3:  # a distance row, read per tile: a band of BM + BN - 1 entries
+        s = s + tl.load(bias_h + _row_index(offs_m_abs, offs_n, seq_k) * stride_bucket)
     if KEY_BIAS:
         # keys past seq_k read 0 here and are masked below (only diagonal tiles reach them)
         s = s + tl.load(kb_base + offs_n, mask=offs_n < seq_k, other=0.0)[None, :]
@@ -863,6 +875,7 @@ def _dq_tiles(
     sbb,
     bias_scalar,
     kb_base,
+    drow_h,  # ROW_LEARNED: this head's (Tk,) float32 row gradient, added to atomically
     BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr,
     NEAR: tl.constexpr,
@@ -874,7 +887,8 @@ def _dq_tiles(
     DOT_PRECISION: tl.constexpr,
     KEY_BIAS: tl.constexpr,
 ):
-    """dQ (and, for T5, the per-bucket sums of dScore) over key tiles [lo, hi) of one query block."""
+    """dQ (and, for T5, the per-bucket sums of dScore; for a learned row its per-distance sums)
+    over key tiles [lo, hi) of one query block."""
     bucket_ids = tl.arange(0, NUM_BUCKETS)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + offs_n0
@@ -915,6 +929,11 @@ def _dq_tiles(
                     dtab += tl.where(bucket_ids == bk, part, 0.0)
             else:  # every entry is in the last bucket
                 dtab += tl.where(bucket_ids == NUM_BUCKETS - 1, tl.sum(tl.sum(ds, 1), 0), 0.0)
+        if BIAS == 4:
+            # d row_t = sum of dScore over the scores at that distance, batches and query blocks
+            # included: added atomically (float32, so not bit-reproducible on a GPU).
+            seen = (offs_n[None, :] <= offs_m_abs[:, None]) & (offs_m_abs[:, None] < seq_k)
+            tl.atomic_add(drow_h + _row_index(offs_m_abs, offs_n, seq_k) * sbb, ds, mask=seen)
     return dq, dtab
 
 
@@ -988,6 +1007,7 @@ def _bwd_dq_kernel(
     k_base, v_base = K + b * skb + (h // group) * skh, V + b * svb + (h // group) * svh
     bias_h = Bias + h * sbh
     kb_base = KB + pid_bh * seq_k
+    drow_h = DTab + h * sbh  # ROW_LEARNED: DTab is the row gradient, laid out as the row
     bias_scalar = _bias_scalar(Bias, h, sbb, sbh, pos_scale, BIAS, NUM_BUCKETS)
 
     dq = tl.zeros((BLOCK_M, HEAD_DIM), tl.float32)
@@ -1018,6 +1038,7 @@ def _bwd_dq_kernel(
         sbb,
         bias_scalar,
         kb_base,
+        drow_h,
         BLOCK_N,
         BIAS,
         False,
@@ -1054,6 +1075,7 @@ def _bwd_dq_kernel(
         sbb,
         bias_scalar,
         kb_base,
+        drow_h,
         BLOCK_N,
         BIAS,
         True,
@@ -1090,6 +1112,7 @@ def _bwd_dq_kernel(
         sbb,
         bias_scalar,
         kb_base,
+        drow_h,
         BLOCK_N,
         BIAS,
         True,
@@ -1191,7 +1214,8 @@ def _launch(kernel, tuned, blocks, grid_len, bh, args, consts):
 
 
 class BiasSpec:
-    """The bias of one call: ``tensor`` is ALiBi's slopes (H,) or T5's table (buckets, H);
+    """The bias of one call: ``tensor`` is ALiBi's slopes (H,), T5's table (buckets, H) or a
+    distance row (1 or H, Tk) float32 contiguous;
     ``far_dist`` is T5's smallest distance from which every entry is in the last bucket;
     ``key_bias`` (B, H, Tk), or None, one more term per key added to either (FoX's -F_j)."""
 
@@ -1214,6 +1238,8 @@ class BiasSpec:
         """(stride between buckets, stride between heads) of the bias tensor."""
         if self.kind == T5:
             return tuple(self.tensor.stride())
+        if self.kind in (ROW, ROW_LEARNED):  # one row shared by every head: head stride 0
+            return self.tensor.stride(1), self.tensor.stride(0) if self.tensor.shape[0] > 1 else 0
         return 0, self.tensor.stride(0)
 
     def consts(self, dtype: torch.dtype, head_dim: int) -> dict:
@@ -1322,7 +1348,10 @@ class _FusedAttention(torch.autograd.Function):
         # smallest BLOCK_M any config may use; rows a larger BLOCK_M leaves unwritten stay 0.
         min_block_m = blocks_bwd[0] if blocks_bwd else min(c.kwargs["BLOCK_M"] for c in _dq_tuned.configs)
         dtab_blocks = triton.cdiv(tq, min_block_m) if spec.kind == T5 else 1
-        partial = torch.zeros((b * h, dtab_blocks, spec.num_buckets), dtype=torch.float32, device=q.device)
+        if spec.kind == ROW_LEARNED:  # the row's gradient, laid out as the row: (1 or H, Tk)
+            partial = torch.zeros_like(bias_tensor, dtype=torch.float32)
+        else:
+            partial = torch.zeros((b * h, dtab_blocks, spec.num_buckets), dtype=torch.float32, device=q.device)
         _launch(
             _bwd_dq_kernel,
             _dq_tuned,
@@ -1354,6 +1383,8 @@ class _FusedAttention(torch.autograd.Function):
         if spec.kind == T5 and ctx.needs_input_grad[3]:
             # (B*H, blocks, buckets) -> (buckets, H): a fixed-order reduction, deterministic.
             dbias = partial.view(b, h, dtab_blocks, spec.num_buckets).sum(dim=(0, 2)).t().to(bias_tensor.dtype)
+        if spec.kind == ROW_LEARNED and ctx.needs_input_grad[3]:
+            dbias = partial.to(bias_tensor.dtype)
         dkey = dkb.to(kb_dtype) if kb_dtype and ctx.needs_input_grad[4] else None  # (B, H, Tk)
         return dq, dk, dv, dbias, dkey, None, None, None
 

@@ -75,7 +75,11 @@ def test_the_flex_forward_in_bfloat16_is_within_rounding_of_float32(name):
     ],
 )
 def test_on_cuda_every_bias_method_takes_flex_and_names_it(name, mod, monkeypatch):
+    from posbench.triton_kernels import distance_rows
+
     monkeypatch.setattr(flex, "flex_available", lambda device: torch.device(device).type == "cuda")
+    # a GPU without triton: the distance methods' fused row kernel (tests/triton_kernels/test_distance_rows.py) is not there
+    monkeypatch.setattr(distance_rows, "row_kernel_available", lambda device: False)
     method = _method(name, 0)
     backend = method.attn_backend("cuda", torch.bfloat16)
     assert backend.startswith(f"flex_attention, {mod} score_mod"), backend
