@@ -291,10 +291,11 @@ def bar_label(cell) -> str:
     """A bar's note: its ratio to the baseline, with the interval where the table has one."""
     if cell.ratio is None:
         return ""
-    if cell.ratio_interval is None:
-        return f"{cell.ratio:.2f}x"
-    lo, hi = cell.ratio_interval
-    return f"{cell.ratio:.2f}x [{lo:.2f}, {hi:.2f}]"
+    said = f"{cell.ratio:.2f}x"
+    if cell.ratio_interval is not None:
+        lo, hi = cell.ratio_interval
+        said += f" [{lo:.2f}, {hi:.2f}]"
+    return f"{said} {fmt.UNPAIRED}" if cell.unpaired else said
 
 
 def bar_chart(table: Table) -> plt.Figure:

@@ -126,17 +126,26 @@ def plus_minus(ratio_: float, ratio_interval: tuple[float, float]) -> str:
     return f"±{half:.3g}" if not math.isfinite(half) or half >= 1e4 else f"±{half:.2f}"
 
 
-def value_with_ratio(
-    value, kind: str, ratio_: Optional[float] = None, ratio_interval: Optional[tuple[float, float]] = None
-) -> str:
-    """A table cell: ``25.8k (0.99x)``; with an interval on the ratio ``25.8k (0.99x ±0.01)``."""
-    text = number(value, kind)
-    if ratio_ is None:
-        return text
+UNPAIRED = "unpaired"  # a ratio of values timed apart (another process, round or run): no paired claim
+
+
+def ratio_text(ratio_: float, ratio_interval: Optional[tuple[float, float]] = None, unpaired: bool = False) -> str:
+    """``0.99x``, ``0.99x ±0.01``, or ``1.24x ±0.38 unpaired``."""
     inside = ratio(ratio_)
     if ratio_interval is not None:
         inside += " " + plus_minus(ratio_, ratio_interval)
-    return f"{text} ({inside})"
+    return f"{inside} {UNPAIRED}" if unpaired else inside
+
+
+def value_with_ratio(
+    value, kind: str, ratio_: Optional[float] = None, ratio_interval: Optional[tuple[float, float]] = None, unpaired: bool = False
+) -> str:
+    """A table cell: ``25.8k (0.99x)``; with an interval on the ratio ``25.8k (0.99x ±0.01)``;
+    timed apart from the baseline ``25.8k (1.24x ±0.38 unpaired)``."""
+    text = number(value, kind)
+    if ratio_ is None:
+        return text
+    return f"{text} ({ratio_text(ratio_, ratio_interval, unpaired)})"
 
 
 def status(name: str) -> str:

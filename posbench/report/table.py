@@ -35,6 +35,7 @@ class Cell:
     ratio: Optional[float] = None  # value / baseline value, same run and grid point
     ratio_interval: Optional[tuple[float, float]] = None  # a confidence interval of the ratio
     spread: Optional[tuple[float, float]] = None  # (low, high) the row holds: min-max of windows, or ± std of seeds
+    unpaired: bool = False  # the ratio divides values timed apart from the baseline's (``paired_with``)
 
 
 @dataclass
@@ -391,12 +392,12 @@ def _metric_table(
 ) -> Table:
     methods = method_order((r.method for r in rows), meta)
     columns = sorted(ordered(r.params.get(column, r.case_id) for r in rows), key=_sort_key)
-    baselines = {}  # (run_id or None, column) -> (value, per-round values or None)
+    baselines = {}  # (run_id or None, column) -> (value, per-round values or None, the baseline's row)
     for r in rows:
         value = r.metrics.get(name)
         if r.method == base_method and r.status == "ok" and value is not None:
             col = r.params.get(column, r.case_id)
-            entry = (value, _by_round(r, name))
+            entry = (value, _by_round(r, name), r)
             baselines.setdefault((r.run_id, col), entry)
             baselines.setdefault((None, col), entry)
     rest_text = ", ".join(f"{k}={v}" for k, v in rest)
@@ -421,7 +422,7 @@ def _metric_table(
     for r in rows:
         col = r.params.get(column, r.case_id)
         table.cells[(r.method, col)] = _metric_cell(r, name, metric.fmt, baselines, col, r.method == base_method, table)
-    paired = any(c.ratio_interval is not None for c in table.cells.values())
+    paired = any(c.ratio_interval is not None and not c.unpaired for c in table.cells.values())
     windowed = any(by_window_key(name) in (r.series if isinstance(r.series, dict) else {}) for r in rows)
     if not base_method:
         ratios = "No ratios: the suite names no baseline. "
@@ -442,6 +443,8 @@ def _metric_table(
         ratios = f"No ratios: baseline {base_method} has no finished case. "
     else:
         ratios = f"No ratios: baseline {base_method} was not run. "
+    if any(c.unpaired for c in table.cells.values()):
+        ratios += UNPAIRED_NOTE.format(base=base_method) + " "
     better = {True: " (higher is better)", False: " (lower is better)"}.get(metric.higher_is_better, "")
     table.caption = (
         f"{metric.title}{unit}{better} on {hardware} (commit {table.commit}); rows are methods, "
@@ -484,11 +487,16 @@ def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False, table
         return cell
     cell.value = float(value)
     cell.spread = _spread(r.metrics, name, cell.value, table)
-    base = baselines.get((r.run_id, col), baselines.get((None, col)))
+    base = baselines.get((r.run_id, col))
+    elsewhere = base is None  # the baseline's row comes from another run folder
+    base = base or baselines.get((None, col))
     if base:
         ours = _by_round(r, name)
         cell.ratio = fmt.ratio_of(cell.value, base[0])  # None for a zero, negative or overflowing pair
-        if cell.ratio is not None and ours is not None and base[1] is not None and not is_baseline:
+        cell.unpaired = not is_baseline and (elsewhere or not paired_with(r, base[2], ours, base[1]))
+        if cell.unpaired and cell.ratio is not None:
+            cell.ratio, cell.ratio_interval = _unpaired_ratio(cell.value, base[0], ours, base[1])
+        elif cell.ratio is not None and ours is not None and base[1] is not None and not is_baseline:
             # Interleaved rounds: the ratio of each round to the baseline's same round, then the
             # median; drift shared by the round cancels. Needs 2+ pairs for an interval
             # (1.00x against itself: no interval).
@@ -498,8 +506,43 @@ def _metric_cell(r, name, kind, baselines, col, is_baseline: bool = False, table
         if cell.ratio is None:
             cell.text = f"{fmt.number(cell.value, kind)} ({fmt.MISSING})"
             return cell
-    cell.text = fmt.value_with_ratio(cell.value, kind, cell.ratio, cell.ratio_interval)
+    cell.text = fmt.value_with_ratio(cell.value, kind, cell.ratio, cell.ratio_interval, cell.unpaired)
     return cell
+
+
+UNPAIRED_NOTE = (
+    "Marked unpaired: timed apart from {base} (another process, pass or run folder: a method that "
+    "joined a finished run with --unpaired, or rows of several runs), so the ratio divides the two "
+    "medians, its interval resamples each side on its own, and it claims no pairing."
+)
+
+
+def paired_with(row, base_row, ours: Optional[list], base: Optional[list]) -> bool:
+    """Whether ``row``'s values were timed with ``base_row``'s: neither ran alone when it joined a
+    finished run (``info.paired: false``, ``schedule.joining``), and paired windows share the
+    process of at least one round (a retried round alone still pairs by its medians)."""
+    for one in (row, base_row):
+        info = getattr(one, "info", None)
+        if isinstance(info, dict) and info.get("paired") is False:
+            return False
+    if ours and base and bootstrap.is_windowed(ours) and bootstrap.is_windowed(base):
+        return any(
+            isinstance(v, dict) and isinstance(b, dict) and v.get("group") and v.get("group") == b.get("group")
+            for v, b in zip(ours, base)
+        )
+    return True
+
+
+def _unpaired_ratio(value: float, base_value: float, ours: Optional[list], base: Optional[list]):
+    """(ratio, interval) of two sides timed apart: the ratio of the values (each a median), and
+    the interval that resamples each side on its own (None without two values a side)."""
+    ratio = fmt.ratio_of(value, base_value)
+    if ratio is None or not ours or not base:
+        return ratio, None
+    interval = bootstrap.ratio_of_medians_interval(bootstrap.value_clusters(ours), bootstrap.value_clusters(base))
+    if interval is None or not all(map(math.isfinite, interval)):
+        return ratio, None
+    return ratio, interval
 
 
 def _by_round(r, name: str) -> Optional[list]:

@@ -70,6 +70,7 @@ class RunOptions:
     in_process: bool = False  # bench.py under torchrun: cases run on the joined ranks (``ranks``)
     gpus: Optional[Sequence[str]] = None  # the local pool: a unit per GPU (``pool``; --gpus)
     parallel: int = 1  # the local pool on a CPU: units side by side, for untimed tasks (--parallel)
+    unpaired: bool = False  # methods joining finished grid points run alone, marked unpaired (--unpaired)
 
 
 @dataclass
@@ -219,7 +220,19 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
         clean_stale_temp_dirs()
         return True
 
-    plan = plan_run(suite, device, run_dir, o.retry_failed, methods, methods_dirs, run_id, o.shard, in_process, take_folder)
+    plan = plan_run(
+        suite,
+        device,
+        run_dir,
+        o.retry_failed,
+        methods,
+        methods_dirs,
+        run_id,
+        o.shard,
+        in_process,
+        take_folder,
+        unpaired=o.unpaired,
+    )
     suite = plan.suite
     if main:
         write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
@@ -262,6 +275,8 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
     )
 
     def emit(case: CaseSpec, result: dict, started: datetime, duration: float, rnd: int, info: Optional[dict] = None) -> None:
+        if (case.id, rnd) in plan.lone:  # timed apart from its grid point's other methods (--unpaired)
+            info = {**(info or {}), "paired": False}
         row = make_row(case, result, started, duration, commit, rnd, info)  # info: the pool's unit, GPUs
         if main:
             save_row(run_dir / "cases.jsonl", row)

@@ -21,6 +21,8 @@ from posbench.core.files import refuse_links
 from posbench.run.ranks import broadcast
 from posbench.run.suite import Suite, SuiteError, check_name
 from posbench.run.units import Unit, shard_cases, split
+from posbench.store.bounds import RowsError
+from posbench.store.meta import read_run_meta
 from posbench.store.run_rows import ROWS_DIR, case_rows, latest_rounds, read_usable_run_rows
 
 RETRYABLE = ("error", "timeout")
@@ -90,20 +92,18 @@ def _select(
     run_id: str,
     shard: tuple[int, int] | None,
     timed: bool | None = None,
-) -> list[CaseSpec]:
-    """The cases to run: shard i of n of the suite's full list (``units.shard_cases``: a timed
-    task's unit is a grid point with every method, so its ratios stay within one shard; the full
-    list, before ``--methods``, splits the same on every machine), then ``--methods``."""
+) -> tuple[list[CaseSpec], list[CaseSpec]]:
+    """(the cases to run, every case of this shard): shard i of n of the suite's full list
+    (``units.shard_cases``: a timed task's unit is a grid point with every method, so its ratios
+    stay within one shard; the full list, before ``--methods``, splits the same on every
+    machine), then ``--methods``."""
     check_name(run_id, "--run-id")
     suite = with_methods(suite, methods)  # a name the suite does not list joins it (or is refused)
     check_size(suite)
     if shard is not None and timed is None:
         timed = suite.task.timed
-    return [
-        c
-        for c in shard_cases(suite.cases(device, run_id, methods_dirs), shard, bool(timed))
-        if not methods or c.method in methods
-    ]
+    everyone = shard_cases(suite.cases(device, run_id, methods_dirs), shard, bool(timed))
+    return [c for c in everyone if not methods or c.method in methods], everyone
 
 
 def rounds_of(case: CaseSpec) -> int:
@@ -125,6 +125,54 @@ def schedule(cases: list[CaseSpec]) -> list[tuple[CaseSpec, int]]:
             shift = (r - 1) % len(group)
             out += [(c, r) for c in group[shift:] + group[:shift] if r <= rounds_of(c)]
     return out
+
+
+def point_of(case: CaseSpec) -> str:
+    return json.dumps(case.params, sort_keys=True, default=str)
+
+
+def joining(
+    todo: list[tuple[CaseSpec, int]], done: dict[tuple, dict], everyone: list[CaseSpec], before: list[str], unpaired: bool
+) -> tuple[list[tuple[CaseSpec, int]], set[tuple[str, int]]]:
+    """(the todo, the (case_id, round)s that run unpaired) once methods join a timed run. A method
+    the run did not hold (not in ``before``, its run.json's methods) joining a grid point whose
+    other methods finished every round there would be timed in another process than theirs, so
+    its ratios would pair nothing: the point is measured again with every method in it (the
+    baseline and the floor included), or, ``unpaired``, the newcomer runs alone and its rows say
+    ``info.paired: false`` (the tables mark its ratios unpaired). A point still unfinished (an
+    interrupted run) resumes as it is."""
+    points: dict[str, list[CaseSpec]] = {}
+    for c in everyone:
+        points.setdefault(point_of(c), []).append(c)
+    ran = {cid for cid, _r in done}
+    waiting = {c.id for c, _r in todo}
+    again: set[tuple[str, int]] = set()
+    lone: set[tuple[str, int]] = set()
+    for members in points.values():
+        finished = [c for c in members if c.id in ran]
+        newcomers = {c.id for c in members if c.id in waiting and c.id not in ran and c.method not in before}
+        if not finished or not newcomers:
+            continue
+        if not all((c.id, r) in done for c in finished for r in range(1, rounds_of(c) + 1)):
+            continue  # an interrupted grid point: the resume finishes it
+        if unpaired:
+            lone |= {(c.id, r) for c, r in todo if c.id in newcomers}
+        else:
+            again |= {(c.id, r) for c in finished for r in range(1, rounds_of(c) + 1)}
+    if not again:
+        return todo, lone
+    wanted = {(c.id, r) for c, r in todo} | again
+    involved = {cid for cid, _r in wanted}
+    return [(c, r) for c, r in schedule([c for c in everyone if c.id in involved]) if (c.id, r) in wanted], lone
+
+
+def methods_held(run_dir: Path) -> list[str]:
+    """The methods a run folder's run.json lists (none for a run without a readable one)."""
+    try:
+        meta = read_run_meta(run_dir)
+    except RowsError:  # the run rewrites it; every method then counts as new
+        return []
+    return meta.methods if meta is not None else []
 
 
 def pairing_of(case: CaseSpec) -> str:
@@ -175,11 +223,15 @@ def plan_rounds(
     shard: tuple[int, int] | None = None,
     problems: list[str] | None = None,
     timed: bool | None = None,
+    unpaired: bool = False,
+    lone: set | None = None,
 ) -> tuple[list[tuple[CaseSpec, int]], dict[tuple, dict]]:
     """((case, round) to run, (case_id, round) -> finished row) for this run folder: resume and
-    ``retry_failed`` work round by round. Unusable lines of its cases.jsonl are skipped and
-    described in ``problems``; ``timed``: the task's, when the caller knows it."""
-    cases = _select(suite, device, methods, methods_dirs, run_id, shard, timed)
+    ``retry_failed`` work round by round, and methods joining a timed run re-measure the grid
+    points they join (``joining``; ``unpaired``: they run alone, their (case_id, round)s added
+    to ``lone``). Unusable lines of its cases.jsonl are skipped and described in ``problems``;
+    ``timed``: the task's, when the caller knows it."""
+    cases, everyone = _select(suite, device, methods, methods_dirs, run_id, shard, timed)
     if run_dir is None:  # no folder yet (a --fresh dry run): every (case, round) runs
         return schedule(cases), {}
     refuse_links(run_dir)  # a planted link: refused before anything in the folder is read or written
@@ -188,6 +240,10 @@ def plan_rounds(
     todo = [
         (c, r) for c, r in schedule(cases) if (c.id, r) not in done or (retry_failed and done[(c.id, r)]["status"] in RETRYABLE)
     ]
+    if suite.task.timed if timed is None else timed:
+        todo, alone = joining(todo, done, everyone, methods_held(run_dir), unpaired)
+        if lone is not None:
+            lone |= alone
     return todo, done
 
 
@@ -200,9 +256,10 @@ def plan(
     methods_dirs: list[str],
     run_id: str,
     shard: tuple[int, int] | None = None,
+    unpaired: bool = False,
 ) -> tuple[list[CaseSpec], dict[str, dict]]:
     """(cases with a round to run, case_id -> finished row, its rounds merged) for this folder."""
-    todo, _ = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
+    todo, _ = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, unpaired=unpaired)
     cases = list({c.id: c for c, _r in todo}.values())
     return cases, {} if run_dir is None else case_rows(read_usable_run_rows(run_dir))
 
@@ -226,13 +283,15 @@ def refuse_beside_launch(run_dir: Path) -> None:
 class Plan:
     """A run's plan, made once (``plan_run``) and handed on: the suite with ``--methods`` joined,
     the (case, round)s still to run in schedule order, the finished rows ((case_id, round) ->
-    row), whether the task is timed, and the todo cut into worker processes (``jobs``) and into
-    units with their jobs (``units``, for the local pool and array tasks)."""
+    row), whether the task is timed, the (case_id, round)s that run unpaired (``joining``), and
+    the todo cut into worker processes (``jobs``) and into units with their jobs (``units``, for
+    the local pool and array tasks)."""
 
     suite: Suite
     todo: list[tuple[CaseSpec, int]]
     done: dict[tuple, dict]
     timed: bool
+    lone: set = field(default_factory=set)
     jobs: list[tuple[list[CaseSpec], int]] = field(init=False)
     units: list[Unit] = field(init=False)
 
@@ -255,6 +314,7 @@ def plan_run(
     in_process: bool = False,
     lock: Optional[Callable[[], bool]] = None,
     launched: bool = False,
+    unpaired: bool = False,
 ) -> Plan:
     """Every check of a run, then its plan. ``lock()``, called once the checks passed (nothing is
     written before), takes the run folder (``True``: this process writes it); the
@@ -264,13 +324,16 @@ def plan_run(
     check_pairing(suite, in_process)
     suite = with_methods(suite, methods)  # so the rows of added methods are this run's rows too
     timed = suite.task.timed
-    todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, None, timed)
+    args = (suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
+    lone: set = set()
+    todo, done = plan_rounds(*args, None, timed, unpaired, lone)
     if lock is not None and lock():
         if not launched:
             refuse_beside_launch(run_dir)
         problems: list[str] = []
-        todo, done = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, problems, timed)
+        lone = set()
+        todo, done = plan_rounds(*args, problems, timed, unpaired, lone)
         for problem in problems:
             print(f"warning: {problem}", file=sys.stderr)
-    todo, done = broadcast((todo, done), in_process)  # rank 0's view of the folder decides
-    return Plan(suite, todo, done, timed)
+    todo, done, lone = broadcast((todo, done, lone), in_process)  # rank 0's view of the folder decides
+    return Plan(suite, todo, done, timed, lone)

@@ -56,10 +56,7 @@ def add_floor(table: Table, against: Optional[Table], floor: str = FLOOR) -> Non
         found = ratios.get(key)
         if found is None or cell.value is None or key[0] == floor:
             continue
-        inside = fmt.ratio(found.ratio)
-        if found.ratio_interval is not None:
-            inside += " " + fmt.plus_minus(found.ratio, found.ratio_interval)
-        cell.text += f" [{inside}]"
+        cell.text += f" [{fmt.ratio_text(found.ratio, found.ratio_interval, found.unpaired)}]"
         low, high = found.ratio_interval if found.ratio_interval is not None else (None, None)
         kept[f"{key[0]}@{key[1]}"] = [found.ratio, low, high]
     table.extra["floor"], table.extra["floor_ratios"] = floor, kept
