@@ -4,8 +4,8 @@
     python benchmarks/step_profile.py ratio t5_bias kerple_log --seq-len 1024 2048 --repeats 9
     python benchmarks/step_profile.py attention --seq-len 1024 2048 --repeats 9    # one layer's attention
 
-One thread (``torch.set_num_threads(1)``), batch x L = ``--tokens`` (2048, as the cpu-long
-profile). ``ratio`` interleaves the methods in every repeat (nope, then each method, in a rotated
+One thread (``torch.set_num_threads(1)``), subnormals flushed as in the suites' workers
+(``--keep-denormal``: not), batch x L = ``--tokens`` (2048, as the cpu-long profile). ``ratio`` interleaves the methods in every repeat (nope, then each method, in a rotated
 order) and prints each method's step time / nope's: the median and the range over repeats. The
 numbers are this machine's at that moment: quote them with their spread, never assert them in a
 test. The efficiency suite (``bench.py --suite efficiency --profile cpu-long``) gives the same
@@ -144,8 +144,14 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--compile", action="store_true", help="through torch.compile: the model (profile, ratio) or both attentions (attention)"
     )
+    ap.add_argument(
+        "--keep-denormal", action="store_true", help="leave subnormals unflushed (suite setting flush_denormal: false)"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    # As every worker does (flush_denormal: true): a subnormal costs some CPUs a microcode trap.
+    flushed = torch.set_flush_denormal(not args.keep_denormal) and not args.keep_denormal
+    print(f"subnormals {'flushed' if flushed else 'kept'}; CPU dispatch {torch.backends.cpu.get_cpu_capability()}")
     for seq_len in args.seq_len:
         if args.what == "attention":
             attention(seq_len, args.tokens, args.repeats, args.steps, args.compile)

@@ -186,6 +186,21 @@ def _no_plugin_folder_outlives_its_test():
             del registry._TASKS[name]
 
 
+@pytest.fixture(autouse=True)
+def _subnormal_flush_outlives_no_test():
+    """A test that prepares a case in this process (the worker's ``prepare``, the step profiler's
+    ``main``) turns torch's subnormal flush on or off for the whole process: put back what was, so
+    a later test (the bit-identity reference) computes as it would alone."""
+    import sys
+
+    from posbench.engine.env import subnormals_flushed
+
+    was = "torch" in sys.modules and subnormals_flushed()
+    yield
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_flush_denormal(was)
+
+
 def pytest_collection_modifyitems(config, items):
     """Longest modules first: `make test`'s two workers (``--dist loadscope --no-loadscope-reorder``)
     take whole modules in collection order, so a long module collected last runs alone at the end

@@ -155,6 +155,12 @@ class TaskSettings(BaseModel):
         description="data-parallel processes per case: the runner launches the case "
         "through torchrun (one rank per GPU on CUDA); 1: one plain worker process",
     )
+    flush_denormal: bool = Field(
+        True,
+        description="CPU float ops flush subnormal floats to zero (torch.set_flush_denormal), as GPU "
+        "attention kernels do: some CPUs handle them in microcode (docs/measuring-speed.md); "
+        "false: study that cost",
+    )
 
 
 class ModelSettings(TaskSettings):

@@ -138,6 +138,25 @@ def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, Any]:
     }
 
 
+def subnormals_flushed() -> bool:
+    """Whether torch's CPU float ops flush subnormals to zero now (``set_flush_denormal`` has no
+    getter): half the smallest normal float32 comes out zero only then."""
+    import torch
+
+    return (torch.tensor([torch.finfo(torch.float32).tiny]) * 0.5).item() == 0.0
+
+
+def can_flush_subnormals() -> bool:
+    """Whether this CPU flushes subnormals when asked (x86 with SSE3: DAZ and FTZ), the flush left
+    as it was."""
+    import torch
+
+    was = subnormals_flushed()
+    able = torch.set_flush_denormal(True)
+    torch.set_flush_denormal(was)
+    return able
+
+
 def nvml_device_index() -> int:
     """NVML numbers all GPUs, CUDA only the visible ones: map a single CUDA_VISIBLE_DEVICES entry."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
@@ -192,7 +211,9 @@ def nvml_info(index: int | None = None) -> dict[str, Any] | str:
     }
 
 
-def collect(device: str) -> dict[str, Any]:
+def collect(device: str, flush_denormal: bool = True) -> dict[str, Any]:
+    """env.json of a run on ``device`` whose workers ask for the subnormal flush ``flush_denormal``
+    (its setting; ``flush_denormal`` here: whether they get it, issue 59)."""
     import torch
 
     cuda = torch.cuda.is_available()
@@ -209,6 +230,7 @@ def collect(device: str) -> dict[str, Any]:
         **cpu_identity(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "flush_denormal": flush_denormal and can_flush_subnormals(),
         "device": device,
         "gpu": torch.cuda.get_device_name() if cuda and device == "cuda" else None,
         "nvml": nvml_info() if device == "cuda" else NVML_UNAVAILABLE,

@@ -236,7 +236,7 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     suite = plan.suite
     if main:
         write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
-    environment = envmod.collect(device)
+    environment = envmod.collect(device, suite.settings.flush_denormal)
     if device == "cpu":  # what every worker runs under (worker_env): part of what was measured
         environment["worker_malloc"] = cpu_malloc_env()
     if main:

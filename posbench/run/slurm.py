@@ -251,7 +251,7 @@ def submit(
         launched_sweep.check_folder(run_dir)
         meta = RunMeta.of_suite(suite, device, run_id)
         write_run_meta(run_dir, meta)
-        environment = envmod.collect(device)
+        environment = envmod.collect(device, suite.settings.flush_denormal)
         write_env(run_dir / "env.json", environment)
         (run_dir / "cases.jsonl").touch()  # the folder is a run folder to every reader from now on
         commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")

@@ -34,19 +34,32 @@ def apply_memory_limit(limit_mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def prepare(case: Case) -> None:
+def prepare(case: Case) -> bool:
     """What every task needs before it runs, done once here rather than in each task: torch's
-    CPU threads (``threads``) and the method folders the suite names (``--methods-dir``)."""
-    threads = getattr(case.settings, "threads", None)
-    if threads:
-        import torch  # only then: the test-only task runs without torch
+    CPU threads (``threads``), its subnormal flush (``flush_denormal``) and the method folders the
+    suite names (``--methods-dir``). Returns whether subnormals are flushed now, for the rows."""
+    threads, flush = case.settings.threads, case.settings.flush_denormal
+    flushed = False
+    if threads or flush or "torch" in sys.modules:
+        import torch  # only then: the test-only task (flush_denormal false) runs without torch
 
-        torch.set_num_threads(threads)
+        if threads:
+            torch.set_num_threads(threads)
+        # Subnormals cost some CPUs a microcode trap per operation (ALiBi 2.6x slower on an Intel
+        # Xeon, issue 59), a cost of the CPU rather than of the method; GPUs' attention kernels
+        # flush them. False where the CPU cannot flush (set_flush_denormal says so).
+        flushed = torch.set_flush_denormal(flush) and flush
     if case.methods_dirs:
         from posbench.core import discovery
 
         for folder in case.methods_dirs:
             discovery.add_methods_dir(folder)
+    return flushed
+
+
+def with_flush(result: dict, flushed: bool) -> dict:
+    """``result`` with ``info.flush_denormal``: whether its case ran with subnormals flushed."""
+    return dict(result, info={**result.get("info", {}), "flush_denormal": flushed})
 
 
 def typed_case(task: Task, raw: JsonDict) -> Case:
@@ -73,11 +86,12 @@ def run_group(raw: dict) -> dict:
     limit = cases[0].settings.memory_limit_mb
     limit = limit * len(cases) if limit else None
     apply_memory_limit(limit)
+    flushed = False
     try:
-        prepare(cases[0])
+        flushed = prepare(cases[0])
         out = task.run_group(cases, raw.get("round", 1))
     except Exception as exc:  # outside every method: the whole group failed the same way
-        return {"group": [failure(exc, limit)] * len(cases)}
+        return {"group": [with_flush(failure(exc, limit), flushed)] * len(cases)}
     missing = {
         "status": "error",
         "message": "the task returned no result for this case",
@@ -85,7 +99,7 @@ def run_group(raw: dict) -> dict:
         "metrics": {},
         "series": {},
     }
-    return {"group": [out.get(c.id, missing) for c in cases]}
+    return {"group": [with_flush(out.get(c.id, missing), flushed) for c in cases]}
 
 
 def run_case(raw: dict, limit_memory: bool = True) -> dict:
@@ -93,11 +107,12 @@ def run_case(raw: dict, limit_memory: bool = True) -> dict:
     case = typed_case(task, raw)
     limit = case.settings.memory_limit_mb if limit_memory else None
     apply_memory_limit(limit)
+    flushed = False
     try:
-        prepare(case)
-        return ok_result(task.run(case))
+        flushed = prepare(case)
+        return with_flush(ok_result(task.run(case)), flushed)
     except Exception as exc:  # every failure becomes a row; the suite goes on
-        return failure(exc, limit)
+        return with_flush(failure(exc, limit), flushed)
 
 
 def rank_failure(result: dict, rank: int) -> dict:

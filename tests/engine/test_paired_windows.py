@@ -254,7 +254,12 @@ def test_a_group_is_one_process_with_a_row_per_case_and_a_failing_method_fails_a
         assert "Traceback" in failed["traceback"]
         assert by_key[("alibi/n=2", rnd)]["status"] == "diverged"
         assert by_key[("sinusoidal/n=1", rnd)]["status"] == by_key[("alibi/n=1", rnd)]["status"] == "ok"
-        assert by_key[("sinusoidal/n=1", rnd)]["info"] == {"pairing": "windows", "group_size": "3", "round": str(rnd)}
+        assert by_key[("sinusoidal/n=1", rnd)]["info"] == {
+            "pairing": "windows",
+            "group_size": "3",
+            "round": str(rnd),
+            "flush_denormal": False,  # the worker says whether it flushed (_testing: off)
+        }
     assert {r["case_id"]: r["status"] for r in result.rows} == {
         "sinusoidal/n=1": "ok",
         "rotary/n=1": "error",

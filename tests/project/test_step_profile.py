@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from posbench.core.model import model_config
+from posbench.engine.env import subnormals_flushed
 
 PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "step_profile.py"
 
@@ -66,6 +67,17 @@ def test_attention_prints_the_blocked_path_against_sdpa_in_wall_and_cpu_time(cap
     for ln in lines:
         median, low, high = map(float, re.search(r"median ([\d.]+) \[([\d.]+)-([\d.]+)\]", ln).groups())
         assert low <= median <= high
+
+
+def test_the_tool_flushes_subnormals_as_the_workers_do_unless_told_not_to(capsys):
+    """As every worker (flush_denormal: true); --keep-denormal measures what subnormals cost
+    (tests/conftest.py puts this process's flush back)."""
+    argv = ["profile", "nope", "--seq-len", "16", "--tokens", "32", "--steps", "1", "--rows", "1"]
+    tool = _tool()
+    _main(tool, argv)
+    assert "subnormals flushed; CPU dispatch " in capsys.readouterr().out and subnormals_flushed()
+    _main(tool, [*argv, "--keep-denormal"])
+    assert "subnormals kept; CPU dispatch " in capsys.readouterr().out and not subnormals_flushed()
 
 
 @pytest.mark.slow

@@ -203,3 +203,6 @@ def test_cpu_workers_share_one_allocator_policy(tmp_path, monkeypatch):
     result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "results", progress=False))
     recorded = json.loads((result.run_dir / "env.json").read_text())["worker_malloc"]
     assert recorded == {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": "123"}
+    # and the subnormal flush the suite asked for (_testing: off), in env.json and the row
+    assert json.loads((result.run_dir / "env.json").read_text())["flush_denormal"] is False
+    assert [r["info"]["flush_denormal"] for r in result.rows] == [False]

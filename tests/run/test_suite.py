@@ -41,7 +41,10 @@ def test_unknown_top_level_key(tmp_path):
 
 def test_unknown_settings_key_lists_task_settings(tmp_path):
     msg = error(tmp_path, VALID.replace("  timeout_s: 30", "  timeout_s: 30\n  warmup: 3"))
-    assert ":12: settings.warmup: unknown key; allowed: timeout_s, memory_limit_mb, threads, seed, nproc, behaviour" in msg
+    assert (
+        ":12: settings.warmup: unknown key; allowed: timeout_s, memory_limit_mb, threads, seed, nproc, flush_denormal, behaviour"
+        in msg
+    )
 
 
 def test_wrong_type(tmp_path):

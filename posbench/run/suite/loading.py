@@ -117,6 +117,8 @@ class Suite:
         if settings.get("nproc") == 1:
             # nproc came later: leaving its default out keeps the ids of earlier runs (resume).
             del settings["nproc"]
+        if settings.get("flush_denormal") == type(self.settings).model_fields["flush_denormal"].default:
+            del settings["flush_denormal"]  # came later too (issue 59): at its default, ids stay
         blob = json.dumps(
             {"version": self.version, "task": self.task_name, "settings": settings, "grid": self.grid},
             sort_keys=True,

@@ -31,6 +31,8 @@ class Settings(TaskSettings):
     fail_rank: int = 1  # behaviour "fail_rank": this rank raises, the others wait in a barrier
     rounds: int = Field(1, ge=1, description="interleaved rounds (as the efficiency task's)")
     pairing: Literal["rounds", "windows"] = Field("rounds", description="as the efficiency task's")
+    # It computes nothing in floats: off by default, its workers never import torch (a second each).
+    flush_denormal: bool = False
 
 
 class Params(BaseModel):
