@@ -212,7 +212,7 @@ def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = 
     """A run folder ``bench.py run`` wrote (no launched sweep): its cases per status, one line per
     failed case and the command that re-runs those ``--retry-failed`` takes (``quiet``: the one
     summary line)."""
-    from posbench.store.meta import read_run_meta
+    from posbench.store.meta import read_run_meta, run_command
     from posbench.store.run_rows import CASES_FILE
 
     if not (run_dir / CASES_FILE).is_file():
@@ -236,7 +236,11 @@ def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = 
     if not quiet:
         for r in failed:
             print(f"  {r['case_id']:<28} {r['status']:<9} {short_message(r.get('message') or '')}")
-    if meta is not None and any(r["status"] in ("error", "timeout") for r in failed):  # what --retry-failed re-runs
+    command = run_command(run_dir)
+    if meta is not None and command[:2] == ["python", "bench.py"] and any(r["status"] in ("error", "timeout") for r in failed):
+        # the run's own command (its --set, --methods, --data...), resuming this folder
+        print(f"re-run the error and timeout cases: {resubmit_command(command[2:], run_dir.name)}")
+    elif meta is not None and any(r["status"] in ("error", "timeout") for r in failed):  # a run.json without its command
         argv = ["--suite", meta.suite] + [
             a for flag, value in (("--profile", meta.profile), ("--device", meta.device)) if value for a in (flag, value)
         ]

@@ -70,6 +70,7 @@ class RunOptions:
     in_process: bool = False  # bench.py under torchrun: cases run on the joined ranks (``ranks``)
     gpus: Optional[Sequence[str]] = None  # the local pool: a unit per GPU (``pool``; --gpus)
     parallel: int = 1  # the local pool on a CPU: units side by side, for untimed tasks (--parallel)
+    command: Sequence[str] = ()  # the command line, recorded in run.json (``status`` prints it to re-run)
     unpaired: bool = False  # methods joining finished grid points run alone, marked unpaired (--unpaired)
 
 
@@ -235,7 +236,7 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     )
     suite = plan.suite
     if main:
-        write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id))
+        write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id), o.command)
     environment = envmod.collect(device, suite.settings.flush_denormal)
     if device == "cpu":  # what every worker runs under (worker_env): part of what was measured
         environment["worker_malloc"] = cpu_malloc_env()

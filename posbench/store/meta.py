@@ -62,9 +62,21 @@ class RunMeta:
         )
 
 
-def write_run_meta(run_dir: str | Path, meta: RunMeta) -> Path:
-    """``run_dir/run.json``, written atomically (a reader sees the old file or the new one)."""
-    return atomic_write_text(Path(run_dir) / RUN_FILE, json.dumps(asdict(meta), indent=2, default=str) + "\n")
+def write_run_meta(run_dir: str | Path, meta: RunMeta, command=()) -> Path:
+    """``run_dir/run.json``, written atomically (a reader sees the old file or the new one), with
+    ``command``: the bench.py command line that ran it (``run_command``; status re-runs it)."""
+    record = dict(asdict(meta), command=list(command))
+    return atomic_write_text(Path(run_dir) / RUN_FILE, json.dumps(record, indent=2, default=str) + "\n")
+
+
+def run_command(run_dir: str | Path) -> list[str]:
+    """run.json's ``command`` (``["python", "bench.py", ...]``); [] when it records none."""
+    try:
+        data = _read_json(Path(run_dir) / RUN_FILE)
+    except ValueError:  # RowsError: status says the problem where it reads run.json itself
+        return []
+    command = data.get("command") if isinstance(data, dict) else None
+    return command if isinstance(command, list) and all(isinstance(a, str) for a in command) else []
 
 
 def _read_json(path: Path) -> Any:
