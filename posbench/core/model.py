@@ -70,8 +70,11 @@ class KVCache:
             first, end = 0, end - first
         if buf_k is None or buf_k.shape[2] < end + t or buf_k.dtype != k.dtype:
             need, old = end - first + t, (buf_k.shape[2] if buf_k is not None else 0)
-            # a windowed layer: room for 2 x window slots, so its held keys move once per window calls
-            size = max(need, self.capacity, 2 * old) if window is None else max(need, 2 * window)
+            # a windowed layer: room for 2 x window slots, so its held keys move once per window calls;
+            # never more than the capacity asked for (a window longer than the context holds it all)
+            size = (
+                max(need, self.capacity, 2 * old) if window is None else max(need, min(2 * window, self.capacity or 2 * window))
+            )
             new_k = k.new_empty(k.shape[0], k.shape[1], size, k.shape[3])
             new_v = v.new_empty(v.shape[0], v.shape[1], size, v.shape[3])
             if buf_k is not None and end > first:
