@@ -89,6 +89,18 @@ class Corpus:
             return chain.token_loss(x)
         return _copy_source(cfg).token_loss(x)
 
+    def copy_distances(self, name: str) -> np.ndarray | None:
+        """(N,) int64 copy distance of every token of a synthetic-copy evaluation split (``valid`` or
+        ``test``; 0 where the chain drew the token), regenerated from the source and the split's seed;
+        None for another corpus or split."""
+        if self.kind != "synthetic-copy" or name not in ("valid", "test"):
+            return None
+        cfg = self.meta["settings"]
+        x, dist = _copy_source(cfg).sample_with_distances(1, cfg["eval_tokens"], _copy_split_seeds(cfg["seed"])[name])
+        if not np.array_equal(x[0], self.split(name)):
+            raise DataError(f"corpus {self.name!r}: the {name} split is not the stream its seed draws; delete its cache")
+        return dist[0]
+
     def decode(self, ids: Sequence[int]) -> str:
         """Text of some ids: words joined by spaces, bytes as UTF-8, synthetic symbols as numbers."""
         ids = [int(i) for i in ids]
@@ -196,6 +208,12 @@ def _copy_source(settings: dict) -> synthetic_copy.CopySource:
     return synthetic_copy.make_source(seed=settings["seed"], **{k: settings[k] for k in synthetic_copy.DEFAULTS})
 
 
+def _copy_split_seeds(seed: int) -> dict[str, int]:
+    """The seed each synthetic-copy split's streams are drawn from."""
+    seeds = [int(ss.generate_state(1)[0]) for ss in np.random.SeedSequence(seed).spawn(3)]
+    return dict(zip(("train", "valid", "test"), seeds))
+
+
 def _load_synthetic_copy(seed, size, options) -> Corpus:
     params = {**synthetic_copy.DEFAULTS, **options}
     n_train = SYNTH_TRAIN_TOKENS if size is None else int(size)
@@ -208,12 +226,12 @@ def _load_synthetic_copy(seed, size, options) -> Corpus:
 
     def build(tmp: Path) -> dict:
         dtype = dtype_for(source.vocab)
-        seeds = [int(ss.generate_state(1)[0]) for ss in np.random.SeedSequence(seed).spawn(3)]
+        seeds = _copy_split_seeds(seed)
         streams = min(COPY_TRAIN_STREAMS, n_train)
-        train = source.sample(streams, -(-n_train // streams), seeds[0])  # (S, T)
+        train = source.sample(streams, -(-n_train // streams), seeds["train"])  # (S, T)
         train.reshape(-1)[:n_train].astype(dtype).tofile(tmp / "train.bin")
-        for s, ss in (("valid", seeds[1]), ("test", seeds[2])):
-            source.sample(1, n_eval, ss)[0].astype(dtype).tofile(tmp / f"{s}.bin")
+        for s in ("valid", "test"):
+            source.sample(1, n_eval, seeds[s])[0].astype(dtype).tofile(tmp / f"{s}.bin")
         # Long-run loss, estimated on the training streams past their first D tokens (where the
         # process is stationary); the exact figure for an evaluated sample is oracle_ppl.
         loss = source.token_loss(train)[:, source.max_distance + 1 :]

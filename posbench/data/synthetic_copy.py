@@ -1,9 +1,11 @@
 """The ``synthetic-copy`` source: a sparse order-1 Markov chain mixed with copies from d back.
 
 A pure chain needs no positions, so every fair method scores the same on it; here, with
-probability c, x_t copies x_{t-d} (d ~ w over 1..min(D, t), w_d ∝ decay^(d-1)), which a model
-that knows distances can exploit. The true predictive probability is known in closed form on
-every split (one stream from t = 0); the process and its formula are in docs/data.md.
+probability c, x_t copies x_{t-d} (d ~ w over 1..min(D, t); ``distance`` "decay": w_d ∝
+decay^(d-1), "log-uniform": w_d ∝ log(1 + 1/d), the floor of a log-uniform draw on [1, D + 1)),
+which a model that knows distances can exploit. The true predictive probability is known in
+closed form on every split (one stream from t = 0), and so is every token's copy distance
+(``sample_with_distances``); the process and its formula are in docs/data.md.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import numpy as np
 from posbench.data import markov
 
 # The defaults of the extrapolation cpu profile: tiny model, L_train 64 (see README).
-DEFAULTS = dict(vocab=64, branching=4, jump=0.05, copy_prob=0.5, max_distance=8, decay=1.0)
+DEFAULTS = dict(vocab=64, branching=4, jump=0.05, copy_prob=0.5, max_distance=8, decay=1.0, distance="decay")
+DISTANCES = ("decay", "log-uniform")
 
 
 @dataclass(frozen=True)
@@ -37,11 +40,17 @@ class CopySource:
     def sample(self, n_streams: int, length: int, seed: int) -> np.ndarray:
         """(n_streams, length) int64 independent streams, each from its own t = 0; all randomness
         is drawn up front from ``seed``, the loop over time only looks tokens up."""
+        return self.sample_with_distances(n_streams, length, seed)[0]
+
+    def sample_with_distances(self, n_streams: int, length: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """``sample``'s streams (the same for the same seed) and, beside them, (n_streams, length)
+        int64 copy distances: d where x_t was copied from x_{t-d}, 0 where the chain drew it."""
         rng = np.random.default_rng(seed)
         S, T, D = n_streams, length, self.max_distance
         x = np.zeros((S, T), dtype=np.int64)
+        dist = np.zeros((S, T), dtype=np.int64)
         if T == 0:
-            return x
+            return x, dist
         x[:, 0] = rng.choice(self.vocab, size=S, p=self.chain.stationary())
         copy = rng.random((S, T)) < self.copy_prob
         u_copy = rng.random((S, T))  # picks the distance by inverse cdf of w restricted to 1..min(D, t)
@@ -61,7 +70,8 @@ class CopySource:
             pick = (u_succ[:, t, None] > cdf_succ[prev]).sum(axis=1)
             step = np.where(jumped[:, t], jump_to[:, t], self.chain.succ[prev, pick])
             x[:, t] = np.where(copy[:, t], x[rows, t - d], step)
-        return x
+            dist[:, t] = np.where(copy[:, t], d, 0)
+        return x, dist
 
     def token_loss(self, x) -> np.ndarray:
         """float64 -log p(x_t | x_<t) (the closed form) for every token of one stream (1-D) or of
@@ -89,20 +99,30 @@ class CopySource:
         return float(np.nanmean(self.token_loss(x)))
 
 
-def distance_weights(max_distance: int, decay: float) -> np.ndarray:
-    """(D,) float64 w_d proportional to decay ** (d - 1), d = 1..D."""
-    w = float(decay) ** np.arange(max_distance, dtype=np.float64)
+def distance_weights(max_distance: int, decay: float, distance: str = "decay") -> np.ndarray:
+    """(D,) float64 w_d, d = 1..D: proportional to decay ** (d - 1) ("decay"), or to log(1 + 1/d)
+    ("log-uniform": as many copies from 1-2 back as from 512-1024 back, for each doubling alike)."""
+    d = np.arange(1, max_distance + 1, dtype=np.float64)
+    w = np.log1p(1.0 / d) if distance == "log-uniform" else float(decay) ** (d - 1)
     return w / w.sum()
 
 
 def make_source(
-    *, vocab: int, branching: int, jump: float, copy_prob: float, max_distance: int, decay: float, seed: int
+    *,
+    vocab: int,
+    branching: int,
+    jump: float,
+    copy_prob: float,
+    max_distance: int,
+    decay: float,
+    seed: int,
+    distance: str = "decay",
 ) -> CopySource:
     """The source drawn deterministically from ``seed`` (the chain; w is fixed by the options)."""
-    if not 0.0 <= copy_prob < 1.0 or max_distance < 1 or not 0.0 < decay <= 1.0:
+    if not 0.0 <= copy_prob < 1.0 or max_distance < 1 or not 0.0 < decay <= 1.0 or distance not in DISTANCES:
         raise ValueError(
-            f"synthetic-copy: need 0 <= copy_prob < 1, max_distance >= 1, 0 < decay <= 1; "
-            f"got copy_prob={copy_prob}, max_distance={max_distance}, decay={decay}"
+            f"synthetic-copy: need 0 <= copy_prob < 1, max_distance >= 1, 0 < decay <= 1, distance one of "
+            f"{', '.join(DISTANCES)}; got copy_prob={copy_prob}, max_distance={max_distance}, decay={decay}, distance={distance!r}"
         )
     chain = markov.random_chain(vocab=vocab, order=1, branching=branching, jump=jump, seed=seed)
-    return CopySource(chain, float(copy_prob), distance_weights(int(max_distance), decay))
+    return CopySource(chain, float(copy_prob), distance_weights(int(max_distance), decay, distance))

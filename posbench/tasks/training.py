@@ -29,10 +29,10 @@ class CorpusSettings(BaseModel):
     splits: Optional[dict[str, str]] = Field(None, description="corpus split -> file split, e.g. {train: test}")
     size: Optional[int] = Field(None, ge=1, description="cap on tokens per split (synthetic: training tokens)")
     seed: int = 0
-    synthetic: dict[str, Union[int, float]] = Field(
+    synthetic: dict[str, Union[int, float, str]] = Field(
         default_factory=dict,
         description="synthetic: vocab, order, branching, jump; synthetic-copy: vocab, "
-        "branching, jump, copy_prob, max_distance, decay",
+        "branching, jump, copy_prob, max_distance, decay, distance (decay or log-uniform)",
     )
 
     @model_validator(mode="after")

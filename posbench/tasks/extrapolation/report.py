@@ -39,12 +39,13 @@ DECODE_METRICS = (TPOT, TPOT_MIN, TPOT_MAX)  # + L_valid: the decode cost, its f
 def report_sections(runs: Runs, baseline=None) -> list[Section]:
     """The perplexity tables with their charts (no ratios: a perplexity is read against the bound),
     then the frontier of runs with a compute budget or several seeds."""
-    return ppl_sections(runs) + frontier_sections(runs)
+    return ppl_sections(runs) + distance_sections(runs) + frontier_sections(runs)
 
 
 def summary_tables(runs: Runs) -> list[Table]:
-    """The perplexity tables, then the frontier's verdict tables, printed at the end of a run."""
-    return extrapolation_tables(runs) + frontier_tables(runs)
+    """The perplexity tables, the loss by dependency distance, then the frontier's verdict tables,
+    printed at the end of a run."""
+    return extrapolation_tables(runs) + distance_tables(runs) + frontier_tables(runs)
 
 
 def compare_values(row) -> dict:
@@ -365,6 +366,117 @@ def _position_figures(suite, hardware, params, members, table: Table | None = No
         stem = f"{suite}-position-loss-L{l_train}-{mode}" + ("-interp" if interp else "") + f"-{length}-{hardware}"
         figures.append((slug(stem), fig))
     return figures
+
+
+# -- loss by dependency distance (``by_distance``, posbench/tasks/extrapolation/dependency.py) ------------
+
+
+def distance_entries(row) -> list[dict]:
+    """The well-formed entries of a stored row's ``series["by_distance"]``; others are left out."""
+    series = row.series if isinstance(getattr(row, "series", None), dict) else {}
+    stored = series.get("by_distance")
+    return [
+        e
+        for e in (stored if isinstance(stored, list) else [])
+        if isinstance(e, dict)
+        and is_length(e.get("L_valid"))
+        and isinstance(e.get("bucket"), str)
+        and isinstance(e.get("tokens"), int)
+        and all(e.get(k) is None or _number(e.get(k)) for k in ("ppl", "bound_ppl", "lo", "hi"))
+    ]
+
+
+def distance_tables(runs: Runs) -> list[Table]:
+    """One table per (suite, hardware, grid point, L_valid) of rows with ``by_distance``: methods
+    (and the true source's row) x copy-distance classes, each cell the perplexity of those tokens."""
+    from posbench.report.table import Cell, Table, by_params, method_order, ordered, short_commit, task_groups
+
+    tables = []
+    for suite, hardware, group in task_groups(runs.rows, "extrapolation"):
+        order = method_order(group["method"], runs.meta_of(ordered(group["source"])))
+        for params, rows in by_params(group).items():
+            rows = [r for r in sorted(rows, key=lambda r: order.index(r.method)) if r.status == "ok" and distance_entries(r)]
+            l_train = dict(params).get("L_train")
+            for lv in sorted({e["L_valid"] for r in rows for e in distance_entries(r)}):
+                per_row = {r.case_id: {e["bucket"]: e for e in distance_entries(r) if e["L_valid"] == lv} for r in rows}
+                columns = list(dict.fromkeys(b for entries in per_row.values() for b in entries))
+                table = Table(
+                    key=slug(f"{suite}-by-distance-L{l_train}-{lv}-{hardware}"),
+                    title=f"Perplexity by copy distance, L_train = {l_train}, L_valid = {lv}",
+                    caption="",
+                    task="extrapolation",
+                    metric="ppl by distance",
+                    unit="perplexity",
+                    column_header="copy distance (tokens)",
+                    columns=columns,
+                    rows=[],
+                    hardware=hardware,
+                    commit=short_commit(group["git_commit"]),
+                    fmt="ppl",
+                    higher_is_better=False,
+                    extra={"L_train": l_train, "L_valid": lv, "methods": {}},
+                )
+                for r in rows:
+                    table.rows.append(r.method)
+                    table.extra["methods"][r.method] = r.method
+                    for b in columns:
+                        e = per_row[r.case_id].get(b)
+                        ppl = None if e is None else e.get("ppl")
+                        text = "—" if ppl is None else f"{fmt.ppl(ppl)} ({e['tokens']})"
+                        table.cells[(r.method, b)] = Cell(text=text, value=ppl, case_id=r.case_id, run_id=r.run_id)
+                table.rows.append(BOUND_ROW)
+                table.extra["bound_row"] = BOUND_ROW
+                for b in columns:
+                    e = next((per_row[r.case_id][b] for r in rows if b in per_row[r.case_id]), None)
+                    value = None if e is None else e.get("bound_ppl")
+                    table.cells[(BOUND_ROW, b)] = Cell(text="—" if value is None else fmt.ppl(value), value=value)
+                table.caption = (
+                    f"Perplexity of the tokens that copy from d tokens back, per bucket of d (in brackets: tokens "
+                    f"scored), of the copies from beyond L_train = {l_train} pooled, of the tokens that copy nothing, "
+                    f"and of copies whose source lies before the window (out of any model's reach), on "
+                    f"non-overlapping windows of {lv} tokens. Row '{BOUND_ROW}': the source's perplexity on the "
+                    "same tokens given the whole stream. A method that uses a far copy comes down towards the bound "
+                    "in that bucket; one that does not stays at or above its 'no copy' level. "
+                    f"{hardware}, commit {table.commit}."
+                )
+                tables.append(table)
+    return tables
+
+
+def distance_chart(table: Table) -> Figure:
+    """Perplexity against copy distance (the buckets' upper ends, log x), one line per method and
+    the source's bound dashed, a dotted line at L_train."""
+    from posbench.report.charts import caption, fit, line_style, new_figure, perplexity_axis
+
+    buckets = [c for c in table.columns if c.split("-")[0].isdigit()]
+    x = [int(c.split("-")[1]) for c in buckets]
+    fig, ax = new_figure()
+    for index, row in enumerate(table.rows):
+        y = [table.cell(row, c).value for c in buckets]
+        pts = [(a, b) for a, b in zip(x, y) if b is not None]
+        if not pts:
+            continue
+        style = {"color": "black", "linestyle": "--", "marker": "x"} if row == BOUND_ROW else line_style(index)
+        ax.plot(*zip(*pts), label=row, gid=f"method:{row}", **style)
+    ax.axvline(table.extra["L_train"], color="0.4", linestyle=":", label=f"L_train = {table.extra['L_train']}").set_gid("L_train")
+    ax.set_xscale("log", base=2)
+    perplexity_axis(ax)
+    ax.set_xlabel("copy distance d, bucket's upper end (tokens, log scale)")
+    ax.set_ylabel("Perplexity of the copied tokens (log scale)")
+    ax.set_title(table.title, fontsize=9, wrap=True)
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    caption(fig, table.hardware, table.commit)
+    fit(fig)
+    return fig
+
+
+def distance_sections(runs: Runs) -> list[Section]:
+    """The loss by dependency distance: each table with its chart (none without ``by_distance``)."""
+    from posbench.report.sections import Block, Section
+
+    blocks = [Block(t, [lambda t=t: [(t.key, t.title, distance_chart(t))]]) for t in distance_tables(runs)]
+    return [Section("Loss by dependency distance", "extrapolation", blocks)] if blocks else []
 
 
 # -- the frontier -----------------------------------------------------------------------------------

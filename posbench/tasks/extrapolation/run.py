@@ -12,6 +12,8 @@ from pathlib import Path
 from posbench.core.task import case_model_config
 from posbench.engine import tracking
 from posbench.report.stats import seed_interval
+from posbench.tasks.extrapolation.dependency import combine as combine_distance
+from posbench.tasks.extrapolation.dependency import far_metrics
 from posbench.tasks.extrapolation.evaluations import eval_cell, source_bound
 from posbench.tasks.pretrained import open_pretrained, pretrained_tokens
 from posbench.tasks.seeds import checkpoint_name, combine_metrics, seed_list
@@ -76,6 +78,8 @@ def run(case) -> dict:
     if s.pretrained:  # --model hf:DIR: a checkpoint from disk, nothing trained
         return run_pretrained(case)
     corpus = open_corpus(s.corpus)
+    if s.by_distance and corpus.kind != "synthetic-copy":  # said before anything trains
+        raise ValueError(f"extrapolation: by_distance needs a synthetic-copy corpus (copy distances known), not {corpus.kind}")
     seeds = seed_list(s)
     runs = []
     for seed in seeds:
@@ -124,6 +128,9 @@ def run_one_seed(case, s, corpus, L: int, seed: int, ckpt: Path | None, tracker=
                     metrics[f"ppl@{key}"] = cell["ppl"]
     series["evals"] = evals
     series["per_position_loss"] = curves
+    if s.by_distance:
+        series["by_distance"] = loss_by_distance(model, corpus, valid, oracle, L, s, case.device)
+        metrics.update(far_metrics(series["by_distance"]))
     if oracle is not None:
         series["best_per_position_loss"] = best_curves
     by = {(e["mode"], e["L_valid"], e["interpolate"]): e["ppl"] for e in evals}
@@ -133,6 +140,23 @@ def run_one_seed(case, s, corpus, L: int, seed: int, ckpt: Path | None, tracker=
         if metrics[key] is not None and not math.isfinite(metrics[key]):
             metrics[key] = None
     return {"metrics": metrics, "series": series, "info": info}
+
+
+def loss_by_distance(model, corpus, valid, oracle, L: int, s, device) -> list[dict]:
+    """``series["by_distance"]``: perplexity per copy-distance bucket at every L_valid (``dependency``)."""
+    import numpy as np
+
+    from posbench.tasks.extrapolation.dependency import summarize, window_losses
+
+    distance = corpus.copy_distances("valid")  # (N,): a synthetic-copy corpus, checked in run()
+    n = len(valid) if s.eval_tokens is None else min(s.eval_tokens, len(valid))
+    bound = np.full(len(valid), np.nan)
+    bound[: len(oracle)] = oracle
+    entries = []
+    for Lv in s.valid_lengths(L):
+        loss = window_losses(model, valid, Lv, n // Lv, s.eval_batch_size, device)
+        entries += summarize(loss, bound, distance, Lv, L, max(s.valid_lengths(L)))
+    return entries
 
 
 def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
@@ -170,6 +194,9 @@ def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
             curves[key] = [sum(vals) / len(vals) for vals in zip(*per)]
     series["per_position_loss"] = curves
     series["untrained_buckets"] = first.get("untrained_buckets")  # the same L_train for every seed
+    if "by_distance" in first:  # the same tokens for every seed: the mean loss per bucket
+        series["by_distance"] = combine_distance([r["series"]["by_distance"] for r in runs])
+        metrics.update(far_metrics(series["by_distance"]))
     if "best_per_position_loss" in first:  # the source's curves: the same tokens for every seed
         series["best_per_position_loss"] = first["best_per_position_loss"]
     return {"metrics": metrics, "series": series, "info": runs[0]["info"]}

@@ -85,6 +85,22 @@ METRICS = {
         higher_is_better=None,
         fmt="int",
     ),
+    "ppl_far@*": Metric(
+        title="Perplexity of copies from beyond L_train",
+        unit="perplexity",
+        doc="ppl_far@<L_valid> (by_distance): perplexity of the tokens copied from more than L_train back, "
+        "inside the window; series.by_distance has every bucket",
+        higher_is_better=False,
+        fmt="ppl",
+    ),
+    "bound_far@*": Metric(
+        title="Source perplexity of copies from beyond L_train",
+        unit="perplexity",
+        doc="bound_far@<L_valid>: the true source's perplexity on the tokens of ppl_far",
+        higher_is_better=None,
+        fmt="ppl",
+        shown_in="ppl_far@*",
+    ),
     "passkey@*": Metric(
         title="Passkey accuracy",
         unit="",
@@ -140,6 +156,11 @@ class Settings(TrainSettings, PretrainedSettings):
     eval_tokens: Optional[int] = Field(None, ge=2, description="use the first N tokens of the valid split")
     eval_batch_size: int = Field(8, ge=1)
     reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint of this case instead of retraining")
+    by_distance: bool = Field(
+        False,
+        description="synthetic-copy corpora: also the perplexity of copied tokens per copy-distance "
+        "bucket (1-8, 9-64, ..., beyond L_train) and of tokens that copy nothing, beside the source's (series.by_distance)",
+    )
     decode_tokens: Optional[int] = Field(
         None,
         ge=1,

@@ -1,0 +1,114 @@
+"""Loss by dependency distance: the log-uniform copy distances of synthetic-copy, the known copy
+distance of every evaluation token, the buckets, per-bucket perplexity against a hand-computed case,
+a tiny run with ``by_distance`` and its table and chart."""
+
+import math
+
+import numpy as np
+import pytest
+
+from posbench.data import synthetic_copy as sc
+from posbench.data.corpus import load_corpus
+from posbench.report.rows import load_runs
+from posbench.tasks import find as find_task
+from posbench.tasks.extrapolation import dependency as D
+from posbench.tasks.extrapolation.report import BOUND_ROW, distance_chart, distance_tables
+from tests.helpers.cases import TINY, make_case
+from tests.helpers.report_rows import base_row, write_run
+
+
+def test_log_uniform_distances_put_equal_mass_on_every_doubling():
+    w = sc.distance_weights(1023, 1.0, "log-uniform")  # d = 1..1023: ten doublings [2^k, 2^(k+1))
+    masses = [w[2**k - 1 : 2 ** (k + 1) - 1].sum() for k in range(10)]
+    assert np.allclose(masses, 0.1) and w.sum() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="distance one of decay, log-uniform; .*distance='linear'"):
+        sc.make_source(**{**sc.DEFAULTS, "distance": "linear"}, seed=0)
+
+
+def test_sampled_distances_are_the_copies_the_stream_holds():
+    source = sc.make_source(**{**sc.DEFAULTS, "vocab": 256, "max_distance": 512, "distance": "log-uniform"}, seed=1)
+    x, d = source.sample_with_distances(4, 3000, seed=2)
+    assert np.array_equal(x, source.sample(4, 3000, seed=2))  # the same streams as before distances were kept
+    s, t = np.nonzero(d)
+    assert (x[s, t] == x[s, t - d[s, t]]).all() and (d[s, t] <= np.minimum(t, 512)).all()
+    assert abs((d > 0).mean() - 0.5) < 0.02  # copy_prob
+    late = d[:, 1000:][d[:, 1000:] > 0]  # past t = 512 every distance 1..512 is open: log-uniform
+    assert abs((late > 64).mean() - math.log(513 / 65) / math.log(513)) < 0.03
+
+
+def test_the_corpus_regenerates_the_copy_distances_of_its_evaluation_split():
+    corpus = load_corpus("synthetic-copy", size=20_000, vocab=128, max_distance=300, distance="log-uniform")
+    valid, d = corpus.split("valid"), corpus.copy_distances("valid")
+    t = np.flatnonzero(d)
+    assert len(d) == len(valid) and (valid[t] == valid[t - d[t]]).all() and d.max() > 64
+    assert corpus.copy_distances("train") is None and load_corpus("synthetic", size=5000).copy_distances("valid") is None
+
+
+def test_buckets_go_by_eight_to_L_train_then_double():
+    assert D.buckets(64, 1024) == [(1, 8), (9, 64), (65, 128), (129, 256), (257, 512), (513, 1024)]
+    assert D.buckets(100, 400) == [(1, 8), (9, 64), (65, 100), (101, 200), (201, 400)]
+    assert D.buckets(64, 64) == [(1, 8), (9, 64)]
+
+
+def test_per_bucket_perplexity_against_a_hand_computed_case():
+    # Two windows of 4 tokens (L_train 2): scored stream indices 1, 2, 3 and 5, 6, 7 at window positions 1, 2, 3.
+    loss = np.array([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]])
+    bound = np.array([np.nan, 0.05, 0.15, 0.25, 9.0, 0.35, 0.45, 0.55])
+    distance = np.array([0, 1, 0, 3, 2, 5, 2, 0])  # index 5 copies from 5 back: before its window
+    got = {e["bucket"]: e for e in D.summarize(loss, bound, distance, 4, 2, 4)}
+    want = {  # bucket: (tokens, model loss, source loss)
+        "1-2": (2, (0.1 + 0.5) / 2, (0.05 + 0.45) / 2),  # indices 1 (d 1) and 6 (d 2)
+        "3-4": (1, 0.3, 0.25),  # index 3 (d 3 at position 3)
+        D.BEYOND: (1, 0.3, 0.25),
+        D.NO_COPY: (2, (0.2 + 0.6) / 2, (0.15 + 0.55) / 2),
+        D.OUTSIDE: (1, 0.4, 0.35),
+    }
+    assert list(got) == list(want)
+    for bucket, (n, model, source) in want.items():
+        e = got[bucket]
+        assert (
+            e["tokens"] == n and e["ppl"] == pytest.approx(math.exp(model)) and e["bound_ppl"] == pytest.approx(math.exp(source))
+        )
+    assert D.far_metrics(list(got.values())) == {"ppl_far@4": got[D.BEYOND]["ppl"], "bound_far@4": got[D.BEYOND]["bound_ppl"]}
+
+
+def test_window_losses_read_each_window_alone():
+    import torch
+
+    class Uniform(torch.nn.Module):  # uniform logits: every token costs log V
+        def forward(self, x):
+            return torch.zeros(*x.shape, 7)
+
+    out = D.window_losses(Uniform(), np.arange(20) % 7, 5, 4, 3, "cpu")
+    assert out.shape == (4, 4) and np.allclose(out, math.log(7))
+
+
+COPY = {"kind": "synthetic-copy", "size": 20000, "synthetic": {"vocab": 32, "max_distance": 64, "distance": "log-uniform"}}
+
+
+def test_a_tiny_run_reports_perplexity_by_distance_beside_the_bound(tmp_path):
+    settings = dict(TINY, corpus=COPY, by_distance=True, modes=["nonoverlapping"], interpolate=False, eval_tokens=640)
+    settings["L_valid_factors"] = [1, 4]
+    task, case = make_case("extrapolation", "alibi", {"L_train": 16}, settings, tmp_path)
+    out = task.run(case)
+    entries = out["series"]["by_distance"]
+    assert {e["L_valid"] for e in entries} == {16, 64}
+    at64 = {e["bucket"]: e for e in entries if e["L_valid"] == 64}
+    assert list(at64) == ["1-8", "9-16", "17-32", "33-64", D.BEYOND, D.NO_COPY, D.OUTSIDE]
+    assert sum(at64[b]["tokens"] for b in ("1-8", "9-16", "17-32", "33-64", D.NO_COPY, D.OUTSIDE)) == 10 * 63
+    assert at64[D.BEYOND]["tokens"] == at64["17-32"]["tokens"] + at64["33-64"]["tokens"]
+    assert out["metrics"]["ppl_far@64"] == at64[D.BEYOND]["ppl"] and "ppl_far@16" not in out["metrics"]
+    with pytest.raises(ValueError, match="by_distance needs a synthetic-copy corpus"):
+        task.run(make_case("extrapolation", "alibi", {"L_train": 16}, dict(settings, corpus=TINY["corpus"]), tmp_path / "b")[1])
+
+    rows = [base_row("t", "extrapolation", m, {"L_train": 16}, "r", series={"by_distance": entries}) for m in ("alibi", "rotary")]
+    runs = load_runs(write_run(tmp_path / "results", rows), find_task=find_task)
+    tables = distance_tables(runs)
+    assert [t.extra["L_valid"] for t in tables] == [16, 64]
+    t = tables[1]
+    assert t.rows == ["alibi", "rotary", BOUND_ROW] and t.columns == list(at64)
+    assert t.cell(BOUND_ROW, D.BEYOND).value == pytest.approx(at64[D.BEYOND]["bound_ppl"])
+    assert t.cell("alibi", "33-64").text.endswith(f"({at64['33-64']['tokens']})")
+    fig = distance_chart(t)
+    lines = {ln.get_gid(): ln for ln in fig.axes[0].lines}
+    assert list(lines[f"method:{BOUND_ROW}"].get_xdata()) == [8, 16, 32, 64] and "L_train" in lines
