@@ -14,6 +14,7 @@ import pandas as pd
 
 from posbench.report import numbers as fmt
 from posbench.report.charts import bar_label
+from posbench.report.frontier import NOT_SEPARABLE
 from posbench.report.learn_first import BROKEN, NOT_LEARNT
 from posbench.report.table import Table
 
@@ -76,20 +77,55 @@ def table_line(table: Table) -> Line | None:
             parts.append(f"{row} {fmt.status(cell.status)}")
         else:
             parts.append(f"{row} {bar_label(cell) if with_ratio and cell.ratio is not None else cell.text}")
-    values = {
-        r: table.cell(r, col).value
-        for r in table.rows
-        if table.cell(r, col).value is not None and table.cell(r, col).status == "ok"
-    }
-    best = ""
-    if table.higher_is_better is not None and len(values) > 1:
-        top = (max if table.higher_is_better else min)(values.values())
-        best = f" Best: {', '.join(r for r, v in values.items() if v == top)}."  # ties: all of them
+    best = " " + verdict(table, col, bool(with_ratio)) if table.higher_is_better is not None else ""
     what = f"ratio to {table.baseline}" if with_ratio else "values"
     better = {True: " (higher is better)", False: " (lower is better)"}.get(table.higher_is_better, "")
     return Line(
-        f"{table.title}, at {table.column_header} {col}, {what}{better}: {'; '.join(parts)}.{best}", table.key, lead=table.title
+        f"{table.title}, at {table.column_header} {col}, {what}{better}: {'; '.join(parts)}.{best}".rstrip(),
+        table.key,
+        lead=table.title,
     )
+
+
+FLOOR = "floor"  # ``table.extra[FLOOR]``: the control method (no position work), never a contender
+
+
+def _interval(table: Table, row: str, col, by_ratio: bool) -> tuple[float, float] | None:
+    """The cell's 95% interval in the quantity the line reads: its ratio's (the baseline's own
+    ratio is exactly 1), else the spread the row holds; None when it has none."""
+    cell = table.cell(row, col)
+    if by_ratio:
+        if row == table.baseline:
+            return (1.0, 1.0)
+        return cell.ratio_interval
+    return cell.spread
+
+
+def verdict(table: Table, col, by_ratio: bool) -> str:
+    """``Best: alibi.`` only where the best cell's interval overlaps no other's (the frontier's
+    rule); else ``Not separable: alibi, rotary.``, naming the best and every method whose interval
+    overlaps it, or that has no interval to tell (a single measurement separates nothing). The
+    floor (``table.extra["floor"]``, nope) is named as such, never as the best."""
+    floor = table.extra.get(FLOOR)
+    values = {}
+    for row in table.rows:
+        cell = table.cell(row, col)
+        number = (1.0 if row == table.baseline else cell.ratio) if by_ratio else cell.value
+        if cell.status == "ok" and number is not None and row != floor:
+            values[row] = number
+    said = f" {floor} is the floor, not ranked." if floor in table.rows else ""
+    if len(values) < 2:
+        return said.strip()
+    top = (max if table.higher_is_better else min)(values, key=values.get)
+    mine = _interval(table, top, col, by_ratio)
+    close = [top]
+    for row in values:
+        theirs = _interval(table, row, col, by_ratio)
+        if row != top and (mine is None or theirs is None or (theirs[0] <= mine[1] and mine[0] <= theirs[1])):
+            close.append(row)
+    if len(close) == 1:
+        return f"Best: {top}.{said}"
+    return f"{NOT_SEPARABLE.capitalize()}: {', '.join(close)}.{said}"
 
 
 def _no_ratio_line(table: Table) -> Line | None:

@@ -74,8 +74,8 @@ def test_the_summary_counts_cases_and_reads_each_tables_ratios_at_its_last_colum
     assert line.text == (
         f"Training speed (words/s), efficiency, at seq_len 1024, ratio to sinusoidal (higher is "
         f"better): rotary {bar_label(speed.cell('rotary', 1024))}; t5_bias OOM; alibi "
-        f"{bar_label(speed.cell('alibi', 1024))}; alibi_triton unavailable. Best: sinusoidal."
-    )
+        f"{bar_label(speed.cell('alibi', 1024))}; alibi_triton unavailable. Not separable: sinusoidal, rotary, alibi."
+    )  # ratios without intervals (one measurement each) separate nothing
     assert bar_label(speed.cell("rotary", 1024)) == "0.92x"
     # a table without a baseline: its values at the last L_valid, failed cells by status
     ppl = next(x for x in lines if x.text.startswith("Perplexity, L_train = 64, nonoverlapping"))
@@ -83,7 +83,7 @@ def test_the_summary_counts_cases_and_reads_each_tables_ratios_at_its_last_colum
     assert not any(x.alarm for x in lines[1:])
 
 
-def test_a_ratio_with_an_interval_is_shown_with_it_and_ties_are_all_best():
+def test_a_ratio_with_an_interval_is_shown_with_it_and_ties_are_not_separable():
     table = _table(
         cells={
             ("sinusoidal", 512): Cell("10.0k (1.00x)", 10_000.0, ratio=1.0),
@@ -102,9 +102,45 @@ def test_a_ratio_with_an_interval_is_shown_with_it_and_ties_are_all_best():
         cells={("sinusoidal", 512): Cell("3.0", 3.0), ("alibi", 512): Cell("3.0", 3.0), ("rotary", 512): Cell("4.0", 4.0)},
     )
     assert hl.table_line(tie).text.endswith(
-        "values (lower is better): sinusoidal 3.0; alibi 3.0; rotary 4.0. Best: sinusoidal, alibi."
+        "values (lower is better): sinusoidal 3.0; alibi 3.0; rotary 4.0. Not separable: sinusoidal, alibi, rotary."
     )
     assert hl.table_line(_table(columns=["float32"], baseline=None)) is None  # nothing numeric to read
+
+
+def test_a_best_is_named_only_outside_every_other_interval_and_the_floor_never():
+    # the project's own screenshot: "Best: sinusoidal" inside overlapping intervals
+    inside = _table(
+        rows=["sinusoidal", "alibi", "rotary", "nope"],
+        extra={"floor": "nope"},
+        cells={
+            ("sinusoidal", 512): Cell("10.0k (1.00x)", 10_000.0, ratio=1.0),
+            ("alibi", 512): Cell("9.9k", 9_900.0, ratio=0.99, ratio_interval=(0.96, 1.02)),
+            ("rotary", 512): Cell("9.0k", 9_000.0, ratio=0.90, ratio_interval=(0.88, 0.92)),
+            ("nope", 512): Cell("10.2k", 10_200.0, ratio=1.02, ratio_interval=(0.97, 1.05)),
+        },
+    )
+    text = hl.table_line(inside).text
+    assert text.endswith("Not separable: sinusoidal, alibi. nope is the floor, not ranked.") and "Best" not in text
+    # alibi's interval wholly above every other's: named, and nope still only the floor
+    inside.cells[("alibi", 512)] = Cell("11k", 11_000.0, ratio=1.10, ratio_interval=(1.06, 1.14))
+    assert hl.table_line(inside).text.endswith("Best: alibi. nope is the floor, not ranked.")
+    # nope fastest by far: the best is the fastest method that is not the floor
+    inside.cells[("nope", 512)] = Cell("20k", 20_000.0, ratio=2.0, ratio_interval=(1.9, 2.1))
+    assert hl.table_line(inside).text.endswith("Best: alibi. nope is the floor, not ranked.")
+    # values without ratios: their spreads decide (min-max of windows, seed intervals)
+    spreads = _table(
+        baseline=None,
+        higher_is_better=False,
+        columns=[512],
+        cells={
+            ("sinusoidal", 512): Cell("3.0", 3.0, spread=(2.9, 3.1)),
+            ("alibi", 512): Cell("2.0", 2.0, spread=(1.9, 2.1)),
+            ("rotary", 512): Cell("3.05", 3.05, spread=(2.95, 3.2)),
+        },
+    )
+    assert hl.table_line(spreads).text.endswith("Best: alibi.")
+    spreads.cells[("sinusoidal", 512)] = Cell("2.2", 2.2, spread=(2.05, 2.4))
+    assert hl.table_line(spreads).text.endswith("Not separable: alibi, sinusoidal.")
 
 
 def test_a_table_that_should_have_ratios_says_why_it_has_none():

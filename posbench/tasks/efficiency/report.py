@@ -44,9 +44,13 @@ def add_floor(table: Table, against: Optional[Table], floor: str = FLOOR) -> Non
     baseline), in square brackets; ``table.extra["floor"]`` and ``["floor_ratios"]`` keep them
     ({"row@column": [ratio, low, high]}). A table whose baseline is the floor, or whose run did not
     run the floor, stays as it is (the report of a run made before the floor reads the same); one
-    whose floor has no finished case says so in its caption."""
-    if table.baseline == floor or floor not in table.rows:
-        return  # its ratios already are the floor's, or there is no floor to show
+    whose floor has no finished case says so in its caption. ``extra["floor"]`` names the floor
+    wherever it is a row (the summary never ranks it)."""
+    if floor not in table.rows:
+        return  # a run without the floor: the table it always had
+    table.extra["floor"] = floor  # the summary names it as the floor, never as the best
+    if table.baseline == floor:
+        return  # its ratios already are the floor's
     ratios = {} if against is None else {key: c for key, c in against.cells.items() if c.ratio is not None}
     if not ratios:
         table.caption += f" No floor: {floor} has no finished case."
