@@ -174,7 +174,7 @@ def parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     p.add_argument("--debug", action="store_true", help="on an error, also print its traceback (any position)")
-    p.add_argument("--version", action="version", version=f"posbench {_version()}")
+    p.add_argument("--version", action=VersionAction, help="print posbench's version, its git commit and torch's version")
     sub = p.add_subparsers(dest="command", metavar="{" + ",".join(ALL_COMMANDS) + "}")
     for name, (help_, add, handler, examples) in COMMANDS.items():
         # No abbreviations: `validate --methods rotray` must not be read as --methods-dir.
@@ -251,10 +251,35 @@ def prog_name() -> str:
     return "posbench" if Path(sys.argv[0]).name == "posbench" else "bench.py"
 
 
-def _version() -> str:
-    from posbench import __version__
+def version_line() -> str:
+    """``posbench 0.1.0 (commit 5f96333..., clean), torch 2.13.0+cpu``: the commit where posbench runs
+    from its checkout, else the installed version; torch's version read from its metadata (no import)."""
+    import importlib.metadata
 
-    return __version__
+    from posbench import __version__
+    from posbench.engine.env import provenance
+
+    source = provenance()
+    if source["git_dirty"] is None:
+        where = f"installed {source['git_commit']}"
+    else:
+        where = f"commit {source['git_commit']}, {'uncommitted changes' if source['git_dirty'] else 'clean'}"
+    try:
+        torch = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch = "not installed"
+    return f"posbench {__version__} ({where}), torch {torch}"
+
+
+class VersionAction(argparse.Action):
+    """``--version``: the line of ``version_line``, worked out only when asked (git runs then)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit()
 
 
 def not_a_command(word: str) -> str:

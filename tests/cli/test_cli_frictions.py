@@ -22,7 +22,24 @@ def test_version_prints_posbench_and_its_version(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["--version"])
     assert info.value.code == 0
-    assert capsys.readouterr().out == f"posbench {__version__}\n"
+    out = capsys.readouterr().out
+    assert out.startswith(f"posbench {__version__} (") and out.count("\n") == 1
+    # issue 55 item 6: the commit it runs (here a checkout) and torch's version
+    import torch
+
+    from posbench.engine.env import git_commit
+
+    assert f"commit {git_commit()[0]}, " in out
+    assert out.rstrip().endswith(f"), torch {torch.__version__}")
+
+
+def test_version_without_a_checkout_says_the_installed_version(monkeypatch, capsys):
+    from posbench.engine import env
+
+    monkeypatch.setattr(env, "own_checkout", lambda package=None: None)
+    with pytest.raises(SystemExit):
+        cli.main(["--version"])
+    assert capsys.readouterr().out.startswith(f"posbench {__version__} (installed v{env.installed_version()}), torch ")
 
 
 def test_usage_lines_name_the_program_as_invoked(monkeypatch, capsys):
