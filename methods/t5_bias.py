@@ -13,6 +13,7 @@ transposed (H, buckets) table with ``index_select``, which gives the (H, Tq, Tk)
 and a fast backward on a CPU; future keys read an extra row of -inf (the mask at no cost).
 """
 
+import dataclasses
 import math
 
 import torch
@@ -50,7 +51,11 @@ class T5Bias(BiasMethod):
         nn.init.normal_(self.table.weight, std=0.02)
 
     def bias_form(self, dtype) -> BiasForm:
-        return self.FORM
+        return dataclasses.replace(self.FORM, of_distance=self._of_distance)
+
+    def _of_distance(self, distance, h):
+        """The bias at ``distance`` for head ``h``, elementwise: FlexAttention's score_mod on CUDA."""
+        return self.table.weight[relative_position_bucket(distance, self.num_buckets, self.max_distance), h]
 
     def buckets(self, q_pos, k_pos) -> torch.Tensor:
         """(Tq, Tk) bucket ids, cached per positions tensors."""

@@ -53,6 +53,19 @@ def distance_score_mod(row: torch.Tensor, tq: int) -> ScoreMod:
     return score_mod
 
 
+def of_distance_score_mod(of_distance: Callable, tq: int, tk: int) -> ScoreMod:
+    """A bias computed from the distance inside the score_mod (``BiasForm.of_distance``: T5's
+    bucket, then one read of its (buckets, H) table), the queries the last ``tq`` of ``tk``
+    consecutive keys: no row, no square, no per-score gather of a distance row."""
+    offset = tk - tq
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        # a future key (masked by the block mask, yet scored inside a partial block) reads distance < 0
+        return score + of_distance(q_idx + offset - kv_idx, h).to(score.dtype)
+
+    return score_mod
+
+
 def dense_score_mod(bias: torch.Tensor) -> ScoreMod:
     """Any bias: (H or 1, Tq or 1, Tk) read by index (a broadcast dimension reads its one entry)."""
     heads, rows, _ = bias.shape

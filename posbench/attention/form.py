@@ -34,6 +34,9 @@ class BiasForm:
     cache_key: tuple[Hashable, ...] | None = None
     # the dtype bias() returns when it is not the compute dtype (a float32 bias kept exact)
     dtype: torch.dtype | None = None
+    # (distance i - j, head) -> the bias, elementwise (T5: its bucket, then a table read):
+    # FlexAttention computes it inside the score_mod, with no row or square built
+    of_distance: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     def max_slope(self) -> float:
         """max |slopes|: ``slope_bound``, else read from ``slopes`` (not under torch.compile)."""

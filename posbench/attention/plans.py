@@ -191,7 +191,8 @@ def position_tiles(plan: Plan, cdt: torch.dtype) -> tuple:
 
 class FlexPlan(Plan):
     """FlexAttention on CUDA (``flex.py``): the bias read inside the fused kernel through a
-    ``score_mod`` made from the form (slopes, a distance row, else the bias by index)."""
+    ``score_mod`` made from the form (slopes, the bias of a distance computed per score, a distance
+    row, else the bias by index)."""
 
     kind = "flex"
 
@@ -200,6 +201,8 @@ class FlexPlan(Plan):
         what = (
             "linear score_mod (no L x L)"
             if form.slopes is not None
+            else "of-distance score_mod (no L x L)"
+            if form.of_distance is not None
             else "distance-row score_mod (no L x L)"
             if form.relative
             else "(H, L, L) bias score_mod"
@@ -213,6 +216,8 @@ class FlexPlan(Plan):
         self.window_masks: dict[int, object] = {}  # a windowed layer's block mask, per window, made once
         if form.slopes is not None:
             self.score_mod = flex.linear_score_mod(form.slopes.to(q_pos.device), q_pos, k_pos)
+        elif form.of_distance is not None and _consecutive(k_pos) and _last_of(q_pos, k_pos):
+            self.score_mod = flex.of_distance_score_mod(form.of_distance, tq, k_pos.shape[0])
         elif form.relative and _consecutive(k_pos) and _last_of(q_pos, k_pos):
             row = source.bias(k_pos[-1:], k_pos, dtype)  # (..., 1, Tk): the last query against every key
             self.score_mod = flex.distance_score_mod(row.reshape(-1, k_pos.shape[0]), tq)

@@ -68,7 +68,7 @@ def test_the_flex_forward_in_bfloat16_is_within_rounding_of_float32(name):
     "name, mod",
     [
         ("alibi", "linear"),
-        ("t5_bias", "distance-row"),
+        ("t5_bias", "of-distance"),
         ("kerple_log", "distance-row"),
         ("fire", "(H, L, L) bias"),
         ("wave_bias", "(H, L, L) bias"),
@@ -163,3 +163,19 @@ def test_fox_through_flex_equals_its_reference(seed, tq, tk, monkeypatch):
     assert (out.double() - ref).abs().max() < 0.03
     monkeypatch.setattr(flex, "flex_available", lambda device: False)
     assert fox.attn_backend("cuda", torch.bfloat16) == "explicit float32 (B*H*L*L scores, data-dependent bias)"
+
+
+def test_t5_flex_computes_the_bucket_in_the_score_mod_and_builds_no_row(monkeypatch):
+    """t5_bias's FlexPlan at consecutive positions reads only the (32, H) table: bias() (the row,
+    the square) is never called, and the forward equals the masked reference past max_distance."""
+    method = _method("t5_bias", 5)
+    pos = torch.arange(200)
+
+    def no_bias(*args, **kwargs):
+        raise AssertionError("the plan built a bias row")
+
+    with torch.no_grad():
+        ref = plans.attend(*(qkv := [torch.randn(1, H, 200, HD) for _ in range(3)]), method.masked_bias(pos, pos, torch.float32))
+        monkeypatch.setattr(method, "bias", no_bias)
+        plan = plans.FlexPlan(method, method.bias_form(torch.float32), pos, pos, torch.float32)
+        assert torch.allclose(plan.attend(*qkv), ref, atol=2e-6, rtol=1e-5)
