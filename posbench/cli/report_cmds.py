@@ -20,9 +20,12 @@ COMPARE_EPILOG = """examples:
   bench.py compare base/ new/ --threshold 0.1 --markdown compare.md
 
 with rounds, a regression is a NEW/BASE whose whole 95% interval lies beyond the threshold;
-exit code: 0 no regression, 1 a regression or a case of BASE missing from NEW,
-2 unreadable or empty input, runs of different suites or tasks, or runs on different GPU
-models (unless --allow-other-hardware: then a warning)
+settings that change a measurement (windows, rounds, steps, dtype, model, device, ...) must
+match: differing ones are named and the comparison refused (--allow-different-settings: a warning);
+a case of BASE whose method NEW did not run is "not in new", not a failure;
+exit code (as run's): 0 no regression, 1 a regression or a case of BASE missing from NEW
+(a method NEW ran), 2 bad input: unreadable or empty runs, runs of different suites or tasks,
+runs on different GPU models (unless --allow-other-hardware) or with different settings
 """
 
 
@@ -75,7 +78,8 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def add_compare_parser(subparsers) -> argparse.ArgumentParser:
-    """Register ``compare BASE NEW [--threshold 0.05] [--markdown FILE] [--allow-other-hardware]``."""
+    """Register ``compare BASE NEW [--threshold 0.05] [--markdown FILE] [--allow-other-hardware]
+    [--allow-different-settings]``."""
     p = _subcommand(
         subparsers,
         "compare",
@@ -91,6 +95,12 @@ def add_compare_parser(subparsers) -> argparse.ArgumentParser:
         "--allow-other-hardware",
         action="store_true",
         help="compare runs made on different GPU models (refused by default: exit 2), with a warning",
+    )
+    p.add_argument(
+        "--allow-different-settings",
+        action="store_true",
+        help="compare runs measured with different settings (windows, rounds, steps, dtype, model, ...; "
+        "refused by default: exit 2), with a warning",
     )
     p.set_defaults(func=main_compare)
     return p

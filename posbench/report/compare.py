@@ -75,6 +75,7 @@ class ComparisonResult:
     in_both: list[str] = field(default_factory=list)
     only_in_base: list[str] = field(default_factory=list)
     only_in_new: list[str] = field(default_factory=list)
+    not_in_new: list[str] = field(default_factory=list)  # cases of methods NEW did not run (``missing_cases``)
     hardware_warnings: list[str] = field(default_factory=list)
     base_commits: list[str] = field(default_factory=list)
     new_commits: list[str] = field(default_factory=list)
@@ -143,7 +144,11 @@ class ComparisonResult:
                         f"| {md_text(c.case_id)} | {md_text(metric)} | {show(c.base)} | {show(c.new)} | {ratio} | {interval} |"
                     )
                 lines.append("")
-        for title, ids in (("Only in base: missing from new, failures", self.only_in_base), ("Only in new", self.only_in_new)):
+        for title, ids in (
+            ("Only in base: missing from new, failures", self.only_in_base),
+            ("Not in new: methods new did not run, or unavailable in base", self.not_in_new),
+            ("Only in new", self.only_in_new),
+        ):
             if ids:
                 lines += [f"### {title} ({len(ids)})", ""] + [f"- {md_code(i)}" for i in ids] + [""]
         return "\n".join(lines)
@@ -374,12 +379,74 @@ def suite_warnings(base_metas: dict, new_metas: dict) -> list[str]:
     ]
 
 
+# Settings that change no measurement: how long a case may take, how much memory it may hold.
+NOT_MEASURED = ("timeout_s", "memory_limit_mb")
+
+
+class DifferentSettings(ValueError):
+    """BASE and NEW were measured with different settings: their ratios would compare settings, not code."""
+
+
+def _settings(rows: pd.DataFrame, device: bool) -> dict[str, set[str]]:
+    """setting -> the values (as JSON) the rows ran with, and (``device``) ``device`` -> their device types."""
+    out: dict[str, set[str]] = {}
+    for settings in rows["settings"]:
+        for key, value in (settings if isinstance(settings, dict) else {}).items():
+            if key not in NOT_MEASURED:
+                out.setdefault(key, set()).add(json.dumps(value, sort_keys=True, default=str))
+    if device:
+        out["device"] = {json.dumps(str(d).split(":")[0]) for d in rows["device"].dropna()}
+    return out
+
+
+def settings_differences(base_rows: pd.DataFrame, new_rows: pd.DataFrame, device: bool = True) -> list[str]:
+    """``rounds (base 2, new 5)`` per setting that changes a measurement (every setting but
+    ``NOT_MEASURED``: windows, rounds, steps, dtype, model, ...; and, ``device``, the device type:
+    with ``--allow-other-hardware`` a hardware warning says that one) and differs."""
+    base, new = _settings(base_rows, device), _settings(new_rows, device)
+    out = []
+    for key in sorted(set(base) | set(new)):
+        b, n = base.get(key, set()), new.get(key, set())
+        if b != n:
+            out.append(f"{key} (base {', '.join(sorted(b)) or 'unset'}, new {', '.join(sorted(n)) or 'unset'})")
+    return out
+
+
+def check_same_settings(base_rows: pd.DataFrame, new_rows: pd.DataFrame, device: bool = True) -> None:
+    """``DifferentSettings``, one line naming every differing setting with both sides' values."""
+    differ = settings_differences(base_rows, new_rows, device)
+    if differ:
+        raise DifferentSettings(
+            f"base and new were measured with different settings: {'; '.join(differ)}; their ratios would "
+            "compare settings, not code; compare runs of the same settings, or pass --allow-different-settings "
+            "to compare them anyway"
+        )
+
+
+def missing_cases(base: dict, new_rows: pd.DataFrame, new_metas: dict) -> tuple[list[str], list[str]]:
+    """(failures, not in new) among BASE's cases that NEW lacks: a failure when NEW ran or meant
+    to run the method (it has rows of it, or its run.json lists it) and BASE's case was not
+    ``unavailable``; else the method is simply not in NEW (not selected, or unavailable in BASE)."""
+    methods = set(new_rows["method"].dropna()) | {m for meta in new_metas.values() if meta is not None for m in meta.methods}
+    failed, absent = [], []
+    for case_id in sorted(base):
+        row = base[case_id]
+        (failed if row.method in methods and row.status != "unavailable" else absent).append(case_id)
+    return failed, absent
+
+
 def compare_runs(
-    base_dir, new_dir, threshold: float = 0.05, allow_other_hardware: bool = False, find_task=None
+    base_dir,
+    new_dir,
+    threshold: float = 0.05,
+    allow_other_hardware: bool = False,
+    find_task=None,
+    allow_different_settings: bool = False,
 ) -> ComparisonResult:
     """Compare the runs under ``new_dir`` against those under ``base_dir`` case by case; runs on
-    different GPU models raise ``OtherHardware`` unless ``allow_other_hardware``; ``find_task`` as
-    in ``load_runs``."""
+    different GPU models raise ``OtherHardware`` unless ``allow_other_hardware``, runs measured
+    with different settings ``DifferentSettings`` unless ``allow_different_settings`` (then a
+    warning); ``find_task`` as in ``load_runs``."""
     if not 0 <= threshold < 1:
         raise ValueError(f"threshold must be in [0, 1), got {threshold}")
     base_runs, new_runs = load_runs(base_dir, find_task=find_task), load_runs(new_dir, find_task=find_task)
@@ -397,16 +464,22 @@ def compare_runs(
             )
     if not allow_other_hardware:
         check_same_gpu(base_rows, base_envs, new_rows, new_envs)
+    if not allow_different_settings:
+        check_same_settings(base_rows, new_rows, not allow_other_hardware)
     base, new = _latest_per_case(base_rows), _latest_per_case(new_rows)
+    failed, absent = missing_cases({c: base[c] for c in set(base) - set(new)}, new_rows, new_runs.metas)
+    differ = settings_differences(base_rows, new_rows, not allow_other_hardware)
     result = ComparisonResult(
         base_dir=str(base_dir),
         new_dir=str(new_dir),
         threshold=threshold,
         in_both=sorted(set(base) & set(new)),
-        only_in_base=sorted(set(base) - set(new)),
+        only_in_base=failed,
         only_in_new=sorted(set(new) - set(base)),
+        not_in_new=absent,
         hardware_warnings=hardware_warnings(base_rows, base_envs, new_rows, new_envs)
-        + suite_warnings(base_runs.metas, new_runs.metas),
+        + suite_warnings(base_runs.metas, new_runs.metas)
+        + ([f"settings differ: {'; '.join(differ)} (--allow-different-settings)"] if differ else []),
         base_commits=sorted({str(c)[:10] for c in base_rows["git_commit"].dropna()}),
         new_commits=sorted({str(c)[:10] for c in new_rows["git_commit"].dropna()}),
         tasks={**base_runs.tasks, **new_runs.tasks},
@@ -423,16 +496,26 @@ def compare_runs(
 def main_compare(args, find_task=None) -> int:
     """CLI handler: print the Markdown summary, optionally write it; 1 on a regression or a case
     of BASE missing from NEW, 2 on bad input (unreadable or empty runs, different suites/tasks,
-    different GPU models without ``--allow-other-hardware``)."""
+    different GPU models without ``--allow-other-hardware``, different settings without
+    ``--allow-different-settings``)."""
     allow = bool(getattr(args, "allow_other_hardware", False))
     try:
-        result = compare_runs(args.base, args.new, threshold=args.threshold, allow_other_hardware=allow, find_task=find_task)
+        result = compare_runs(
+            args.base,
+            args.new,
+            threshold=args.threshold,
+            allow_other_hardware=allow,
+            find_task=find_task,
+            allow_different_settings=bool(getattr(args, "allow_different_settings", False)),
+        )
     except (RowsError, ValueError) as exc:
         print(f"posbench compare: {exc}", file=sys.stderr)
         return 2
     for line in result.hardware_warnings:
         if allow and line.startswith("GPU differs"):
             print(f"warning: {line} (--allow-other-hardware)", file=sys.stderr)
+        elif line.startswith("settings differ"):
+            print(f"warning: {line}", file=sys.stderr)
     text = result.markdown()
     print(text)
     if getattr(args, "markdown", None):

@@ -346,3 +346,48 @@ def test_the_markdown_summary_copies_case_ids_as_inert_text(tmp_path):
     table = [line for line in md.splitlines() if line.startswith("| ") and "forged" in line]
     assert table and all(line.replace("\\|", "").count("|") == 7 for line in table)  # six cells, no more
     assert "- `` efficiency/" in md  # the one-sided id as one code span, its backticks inside
+
+
+# -- what compare checks before it compares (issue 55 item 3) ------------------------------------
+
+
+def _with_settings(rows, **settings):
+    for row in rows:
+        row["settings"] = {"timeout_s": 600, "dtype": "float32", **settings}
+    return rows
+
+
+def test_runs_measured_with_different_settings_are_refused_in_one_line(tmp_path, capsys):
+    base = write_run(tmp_path / "base", _with_settings(efficiency_rows(), rounds=5, windows=14))
+    new = write_run(tmp_path / "new", _with_settings(efficiency_rows(), rounds=2, windows=5, timeout_s=60))
+    assert main_compare(_args(base, new), find_task=find_task) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "posbench compare: base and new were measured with different settings: rounds (base 5, new 2); "
+        "windows (base 14, new 5); their ratios would compare settings, not code; compare runs of the same "
+        "settings, or pass --allow-different-settings to compare them anyway"
+    )  # timeout_s changes no measurement: not named
+    assert main_compare(_args(base, new, "--allow-different-settings"), find_task=find_task) == 0
+    captured = capsys.readouterr()
+    assert "warning: settings differ: rounds (base 5, new 2); windows (base 14, new 5)" in captured.err
+    assert "> **Warning:** settings differ: rounds (base 5, new 2)" in captured.out
+    # a model, dtype or steps of its own is named the same way
+    other = write_run(tmp_path / "other", _with_settings(efficiency_rows(), rounds=5, windows=14, dtype="bfloat16"))
+    with pytest.raises(ValueError, match=r'settings: dtype \(base "float32", new "bfloat16"\);'):
+        compare_runs(base, other, find_task=find_task)
+
+
+def test_methods_new_did_not_run_are_not_in_new_and_not_failures(tmp_path):
+    rows = efficiency_rows()
+    base = write_run(tmp_path / "base", rows)
+    # new ran only sinusoidal and alibi (its run.json lists only them)
+    kept = [r for r in efficiency_rows() if r["method"] in ("sinusoidal", "alibi")]
+    new = write_run(tmp_path / "new", kept, methods=["sinusoidal", "alibi"])
+    result = compare_runs(base, new, find_task=find_task)
+    assert result.only_in_base == [] and result.exit_code == 0
+    assert {r.split("/")[1] for r in result.not_in_new} == {"rotary", "t5_bias", "alibi_triton"}
+    assert "### Not in new: methods new did not run, or unavailable in base (9)" in result.markdown()
+    # a method new ran, missing a case of base: a failure still
+    partial = write_run(tmp_path / "partial", kept[1:], methods=["sinusoidal", "alibi"])
+    failed = compare_runs(base, partial, find_task=find_task)
+    assert failed.only_in_base == [kept[0]["case_id"]] and failed.exit_code == 1
