@@ -11,6 +11,7 @@ from posbench.data import synthetic_copy as sc
 from posbench.data.corpus import load_corpus
 from posbench.report.rows import load_runs
 from posbench.tasks import find as find_task
+from posbench.tasks.distances import buckets
 from posbench.tasks.extrapolation import dependency as D
 from posbench.tasks.extrapolation.report import BOUND_ROW, distance_chart, distance_tables
 from tests.helpers.cases import TINY, make_case
@@ -45,9 +46,9 @@ def test_the_corpus_regenerates_the_copy_distances_of_its_evaluation_split():
 
 
 def test_buckets_go_by_eight_to_L_train_then_double():
-    assert D.buckets(64, 1024) == [(1, 8), (9, 64), (65, 128), (129, 256), (257, 512), (513, 1024)]
-    assert D.buckets(100, 400) == [(1, 8), (9, 64), (65, 100), (101, 200), (201, 400)]
-    assert D.buckets(64, 64) == [(1, 8), (9, 64)]
+    assert buckets(64, 1024) == [(1, 8), (9, 64), (65, 128), (129, 256), (257, 512), (513, 1024)]
+    assert buckets(100, 400) == [(1, 8), (9, 64), (65, 100), (101, 200), (201, 400)]
+    assert buckets(64, 64) == [(1, 8), (9, 64)]
 
 
 def test_per_bucket_perplexity_against_a_hand_computed_case():

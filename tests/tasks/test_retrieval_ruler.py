@@ -131,3 +131,22 @@ def test_a_tiny_run_scores_each_probe_and_vartrack_per_hops(tmp_path, probe):
     assert out["metrics"]["acc@64"] == sum(c["correct"] for c in cells if c["L_valid"] == 64) / sum(
         c["total"] for c in cells if c["L_valid"] == 64
     )
+
+
+def test_attention_diagnostics_of_a_probe_are_stored_and_tabled(tmp_path):
+    from posbench.report.rows import load_runs
+    from posbench.tasks import find as find_task
+    from posbench.tasks.attention_report import attention_tables
+    from tests.helpers.report_rows import base_row, write_run
+
+    settings = dict(RETRIEVAL_TINY, model_per_probe=True, mix=1.0, attention_diagnostics=True, attention_sequences=2)
+    task, case = make_case("retrieval", "alibi", {"L_train": 32, "probe": "aggregate"}, settings, tmp_path)
+    out = task.run(case)
+    entries = out["series"]["attention"]
+    assert [(e["L_valid"], e["layer"]) for e in entries] == [(32, 0), (64, 0)] and len(entries[0]["first_mass"]) == 2
+    assert set(entries[1]["mass_by_distance"]) == {"0", "1-8", "9-32", "33-64"}
+    assert out["metrics"]["attn_first_mass@64"] == pytest.approx(sum(entries[1]["first_mass"]) / 2)
+    rows = [base_row("t", "retrieval", "alibi", {"L_train": 32, "probe": "aggregate"}, "r", series=out["series"])]
+    ratio, first, mass = attention_tables(load_runs(write_run(tmp_path / "results", rows), find_task=find_task), "retrieval")
+    assert ratio.title.endswith("L_train = 32, probe = aggregate") and ratio.columns == [32, 64]
+    assert ratio.cell("alibi", 64).value == pytest.approx(out["metrics"]["attn_entropy_ratio@64"])

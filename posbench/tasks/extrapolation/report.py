@@ -17,6 +17,7 @@ from posbench.report import numbers as fmt
 from posbench.report.names import slug
 from posbench.report.rows import Runs
 from posbench.report.stats import SEED_INTERVAL
+from posbench.tasks.attention_report import attention_sections, attention_tables
 from posbench.tasks.decode.frontier import TPOT, TPOT_MAX, TPOT_MIN
 from posbench.tasks.extrapolation.evaluations import curves, eval_mode_key, evals, is_length
 
@@ -39,13 +40,13 @@ DECODE_METRICS = (TPOT, TPOT_MIN, TPOT_MAX)  # + L_valid: the decode cost, its f
 def report_sections(runs: Runs, baseline=None) -> list[Section]:
     """The perplexity tables with their charts (no ratios: a perplexity is read against the bound),
     then the frontier of runs with a compute budget or several seeds."""
-    return ppl_sections(runs) + distance_sections(runs) + frontier_sections(runs)
+    return ppl_sections(runs) + distance_sections(runs) + attention_sections(runs, "extrapolation") + frontier_sections(runs)
 
 
 def summary_tables(runs: Runs) -> list[Table]:
     """The perplexity tables, the loss by dependency distance, then the frontier's verdict tables,
     printed at the end of a run."""
-    return extrapolation_tables(runs) + distance_tables(runs) + frontier_tables(runs)
+    return extrapolation_tables(runs) + distance_tables(runs) + attention_tables(runs, "extrapolation") + frontier_tables(runs)
 
 
 def compare_values(row) -> dict:

@@ -12,8 +12,6 @@ from pathlib import Path
 from posbench.core.task import case_model_config
 from posbench.engine import tracking
 from posbench.report.stats import seed_interval
-from posbench.tasks.extrapolation.dependency import combine as combine_distance
-from posbench.tasks.extrapolation.dependency import far_metrics
 from posbench.tasks.extrapolation.evaluations import eval_cell, source_bound
 from posbench.tasks.pretrained import open_pretrained, pretrained_tokens
 from posbench.tasks.seeds import checkpoint_name, combine_metrics, seed_list
@@ -128,9 +126,15 @@ def run_one_seed(case, s, corpus, L: int, seed: int, ckpt: Path | None, tracker=
                     metrics[f"ppl@{key}"] = cell["ppl"]
     series["evals"] = evals
     series["per_position_loss"] = curves
+    from posbench.tasks.attention_diagnostics import attention_metrics
+    from posbench.tasks.extrapolation.dependency import far_metrics
+
     if s.by_distance:
         series["by_distance"] = loss_by_distance(model, corpus, valid, oracle, L, s, case.device)
         metrics.update(far_metrics(series["by_distance"]))
+    if s.attention_diagnostics:
+        series["attention"] = attention_diagnostics(model, valid, L, s, case.device)
+        metrics.update(attention_metrics(series["attention"]))
     if oracle is not None:
         series["best_per_position_loss"] = best_curves
     by = {(e["mode"], e["L_valid"], e["interpolate"]): e["ppl"] for e in evals}
@@ -157,6 +161,21 @@ def loss_by_distance(model, corpus, valid, oracle, L: int, s, device) -> list[di
         loss = window_losses(model, valid, Lv, n // Lv, s.eval_batch_size, device)
         entries += summarize(loss, bound, distance, Lv, L, max(s.valid_lengths(L)))
     return entries
+
+
+def attention_diagnostics(model, valid, L: int, s, device) -> list[dict]:
+    """``series["attention"]``: per L_valid (up to ``attention_max_factor`` x L_train) and layer, the
+    attention diagnostics of the first ``attention_sequences`` windows (``engine.attention_probe``)."""
+    import numpy as np
+    import torch
+
+    from posbench.tasks.attention_diagnostics import diagnostics
+
+    sequences = {}
+    for Lv in [v for v in s.valid_lengths(L) if v <= s.attention_max_factor * L]:
+        n = min(s.attention_sequences, len(valid) // Lv)
+        sequences[Lv] = torch.from_numpy(np.asarray(valid[: n * Lv], dtype=np.int64).reshape(n, Lv)).to(device)
+    return diagnostics(model, sequences, L)
 
 
 def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
@@ -194,6 +213,11 @@ def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
             curves[key] = [sum(vals) / len(vals) for vals in zip(*per)]
     series["per_position_loss"] = curves
     series["untrained_buckets"] = first.get("untrained_buckets")  # the same L_train for every seed
+    from posbench.tasks.extrapolation.dependency import combine as combine_distance
+    from posbench.tasks.extrapolation.dependency import far_metrics
+
+    if "attention" in first:  # each seed's diagnostics, tagged; the metrics are their mean (combine_metrics)
+        series["attention"] = [dict(e, seed=seed) for r, seed in zip(runs, seeds) for e in r["series"]["attention"]]
     if "by_distance" in first:  # the same tokens for every seed: the mean loss per bucket
         series["by_distance"] = combine_distance([r["series"]["by_distance"] for r in runs])
         metrics.update(far_metrics(series["by_distance"]))

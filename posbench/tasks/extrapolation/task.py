@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task
+from posbench.tasks.attention_diagnostics import attention_declarations
 from posbench.tasks.extrapolation.report import REPORT_ORDER, compare_values, report_sections, summary_tables
 from posbench.tasks.extrapolation.run import run
 from posbench.tasks.pretrained import PretrainedSettings
@@ -138,6 +139,7 @@ METRICS = {
         higher_is_better=False,
         fmt="ms",
     ),
+    **attention_declarations(Metric),
     **BUDGET_METRICS,
 }
 
@@ -160,6 +162,15 @@ class Settings(TrainSettings, PretrainedSettings):
         False,
         description="synthetic-copy corpora: also the perplexity of copied tokens per copy-distance "
         "bucket (1-8, 9-64, ..., beyond L_train) and of tokens that copy nothing, beside the source's (series.by_distance)",
+    )
+    attention_diagnostics: bool = Field(
+        False,
+        description="also the attention's entropy (and its ratio to log of the keys), first-token "
+        "mass and mass by distance, per layer and head at each L_valid (series.attention), from a probed forward",
+    )
+    attention_sequences: int = Field(4, ge=1, description="attention_diagnostics: windows of the valid split probed")
+    attention_max_factor: int = Field(
+        8, ge=1, description="attention_diagnostics: the longest L_valid probed, as a multiple of L_train"
     )
     decode_tokens: Optional[int] = Field(
         None,

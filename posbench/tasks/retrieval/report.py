@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from posbench.core.files import write_figure
 from posbench.report.learn_first import NOT_LEARNT, comparability, length_text
 from posbench.report.rows import Runs
 from posbench.report.stats import SEED_INTERVAL
+from posbench.tasks.attention_report import attention_sections, attention_tables
 from posbench.tasks.retrieval.accuracy import accuracy_table, heatmap_table, learned_threshold, ok_rows, relative_threshold, whole
 
 # matplotlib, numpy and the report's table model (pandas) are imported inside the functions that
@@ -30,14 +30,18 @@ def report_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
     own; then the frontier. The run details go to the appendix (``posbench.report.sections.collect_sections``)."""
     from posbench.report.sections import Section
 
-    return [Section("Retrieval accuracy (Wilson 95% intervals)", "retrieval", probe_blocks(runs))] + frontier_sections(runs)
+    return (
+        [Section("Retrieval accuracy (Wilson 95% intervals)", "retrieval", probe_blocks(runs))]
+        + attention_sections(runs, "retrieval")
+        + frontier_sections(runs)
+    )
 
 
 def summary_tables(runs: Runs) -> list[Table]:
     """The tables printed at the end of a run (its ``table.md``): per probe, accuracy per L_valid
     with its Wilson interval and the effective length (or "not learnt at L_train"); then the
     frontier's verdict tables."""
-    return [b.table for b in probe_blocks(runs)] + frontier_tables(runs)
+    return [b.table for b in probe_blocks(runs)] + attention_tables(runs, "retrieval") + frontier_tables(runs)
 
 
 def _pyplot():
@@ -338,7 +342,7 @@ def write_charts(rows: list[dict], folder) -> list[Path]:
 
 
 def _save(fig, path: Path) -> Path:
-    write_figure(fig, path, dpi=120)  # never written through a link
+    fig.savefig(path, dpi=120)
     _pyplot().close(fig)
     return path
 

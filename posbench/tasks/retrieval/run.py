@@ -8,6 +8,7 @@ from pathlib import Path
 from posbench.engine import tracking
 from posbench.report.learn_first import comparable_length, learned
 from posbench.report.stats import effective_length, wilson_interval
+from posbench.tasks.attention_diagnostics import attention_metrics
 from posbench.tasks.retrieval.summaries import DEFAULT_RELATIVE_THRESHOLD, relative_effective_length, weighted_average
 from posbench.tasks.seeds import checkpoint_name, combine_accuracy_seeds, seed_list
 from posbench.tasks.training import open_corpus
@@ -61,6 +62,21 @@ def summarize(
     return metrics
 
 
+def probe_attention(model, probe: str, vocab, L: int, s, device) -> list[dict]:
+    """``series["attention"]`` of one model: ``attention_sequences`` examples of the probe (the
+    evaluation's first ones, without the last answer token) at each L_valid up to ``attention_max_factor`` x L."""
+    import torch
+
+    from posbench.tasks.attention_diagnostics import diagnostics
+    from posbench.tasks.retrieval import probes as P
+
+    sequences = {}
+    for Lv in [f * L for f in s.L_valid_factors if f <= s.attention_max_factor]:
+        batch = P.generate(probe, vocab, Lv + 1, s.attention_sequences, 2**31 + s.seed)
+        sequences[Lv] = torch.from_numpy(batch.tokens[:, :Lv]).to(device)
+    return diagnostics(model, sequences, L)
+
+
 def run(case) -> dict:
     import torch
 
@@ -80,7 +96,7 @@ def run(case) -> dict:
     corpus = open_corpus(s.corpus)
     vocab = P.ProbeVocab(corpus.vocab_size, cfg)
     seeds, base = seed_list(s), checkpoint_path(case, s)
-    per_seed, cells, by_distance = [], [], []
+    per_seed, cells, by_distance, attention = [], [], [], []
     for seed in seeds:
         ckpt = base.with_name(checkpoint_name(base.stem, seed, seeds) + ".pt") if base is not None else None
         # Curves in <run>/cases/<checkpoint name>/ (engine.tracking), beside the other probes' accuracy.
@@ -95,6 +111,10 @@ def run(case) -> dict:
                 mine += c
                 by_distance += [dict(x, seed=seed) for x in d] if len(seeds) > 1 else d
             metrics.update(summarize(mine, L, s.threshold, s.learned_threshold, s.relative_threshold))
+            if s.attention_diagnostics:
+                found = probe_attention(model, probe, vocab, L, s, case.device)
+                metrics.update(attention_metrics(found))
+                attention += [dict(e, seed=seed) for e in found] if len(seeds) > 1 else found
             tracker.scalars(
                 {f"eval/{probe}/acc@{factor * L}": metrics.get(f"acc@{factor * L}") for factor in s.L_valid_factors},
                 max(0, metrics["train_steps"] - 1),
@@ -116,4 +136,6 @@ def run(case) -> dict:
     }
     if probe == "mqar":
         series["by_distance"] = by_distance
+    if attention:
+        series["attention"] = attention
     return {"metrics": metrics, "series": series, "info": info}

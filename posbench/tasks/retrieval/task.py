@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task
+from posbench.tasks.attention_diagnostics import attention_declarations
 from posbench.tasks.retrieval.report import report_sections, summary_tables
 from posbench.tasks.retrieval.run import run
 from posbench.tasks.training import BUDGET_METRICS, CorpusSettings, TrainSettings
@@ -130,6 +131,7 @@ METRICS = {
         appendix=False,
         shown_in="acc@*",
     ),
+    **attention_declarations(Metric),
     **BUDGET_METRICS,
 }
 
@@ -196,6 +198,13 @@ class Settings(TrainSettings):
         "probe examples at L_train (teacher-forced, which equals greedy decoding's) reaches this, checked every "
         "check_every steps; the budget stays the cap and sets the lr schedule. None: train the whole budget",
     )
+    attention_diagnostics: bool = Field(
+        False,
+        description="also the attention's entropy (and its ratio to log of the keys), first-token mass and "
+        "mass by distance, per layer and head at each L_valid, on the probe's examples (series.attention)",
+    )
+    attention_sequences: int = Field(4, ge=1, description="attention_diagnostics: probe examples per L_valid")
+    attention_max_factor: int = Field(8, ge=1, description="attention_diagnostics: the longest L_valid probed, x L_train")
     check_every: int = Field(100, ge=1, description="steps between the held-out checks of stop_at_acc")
     check_samples: int = Field(200, ge=1, description="held-out examples per check (mqar: scored per query)")
 

@@ -1,0 +1,151 @@
+"""The attention diagnostics' report, shared by the tasks that probe attention (the settings
+``attention_diagnostics``): from the rows' ``series["attention"]`` (``posbench.engine.attention_probe``),
+the entropy ratio and the first token's mass against L_valid, one line per method, and the mass by
+distance at the longest L_valid probed. Guide: docs/long-context-measures.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from posbench.report.names import slug
+from posbench.report.rows import Runs
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from posbench.report.sections import Section
+    from posbench.report.table import Table
+
+
+def _length(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1 << 40
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+ATTENTION = {
+    "attn_entropy_ratio": ("Attention entropy / log(number of keys)", "entropy / log n (1 = uniform)"),
+    "attn_first_mass": ("Attention mass on the first token", "mass on position 0"),
+}
+
+
+def attention_entries(row) -> list[dict]:
+    """The well-formed entries of a stored row's ``series["attention"]``; others are left out."""
+    series = row.series if isinstance(getattr(row, "series", None), dict) else {}
+    stored = series.get("attention")
+    return [
+        e
+        for e in (stored if isinstance(stored, list) else [])
+        if isinstance(e, dict)
+        and _length(e.get("L_valid"))
+        and isinstance(e.get("mass_by_distance"), dict)
+        and all(isinstance(e.get(k), list) and all(_number(x) for x in e[k]) for k in ("entropy_ratio", "first_mass"))
+        and all(isinstance(v, list) and all(_number(x) for x in v) for v in e["mass_by_distance"].values())
+    ]
+
+
+def _mean(values: list) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def attention_tables(runs: Runs, task: str) -> list[Table]:
+    """Per (suite, hardware, grid point) of ``task``'s rows with ``attention_diagnostics``: the entropy ratio and
+    the first token's mass, methods x L_valid (means over layers, heads and seeds), then the mass by
+    distance at the longest L_valid probed, methods x distance bucket."""
+    from posbench.report.table import Cell, Table, by_params, method_order, ordered, short_commit, task_groups
+
+    tables = []
+    for suite, hardware, group in task_groups(runs.rows, task):
+        order = method_order(group["method"], runs.meta_of(ordered(group["source"])))
+        for params, rows in by_params(group).items():
+            rows = [r for r in sorted(rows, key=lambda r: order.index(r.method)) if r.status == "ok" and attention_entries(r)]
+            if not rows:
+                continue
+            l_train = dict(params).get("L_train")
+            others = "".join(f", {k} = {v}" for k, v in params if k != "L_train")
+            lengths = sorted({e["L_valid"] for r in rows for e in attention_entries(r)})
+            common = dict(task=task, unit="", rows=[], hardware=hardware, commit=short_commit(group["git_commit"]))
+            for key, (title, what) in ATTENTION.items():
+                field = {"attn_entropy_ratio": "entropy_ratio", "attn_first_mass": "first_mass"}[key]
+                table = Table(
+                    key=slug(f"{suite}-{key}-L{l_train}-{hardware}{others}"),
+                    title=f"{title}, L_train = {l_train}{others}",
+                    caption=f"{what}: the mean over every layer, head and query of the probed sequences (and over "
+                    f"seeds), per L_valid; series.attention holds each layer and head. "
+                    f"{hardware}, commit {common['commit']}.",
+                    metric=key,
+                    column_header="L_valid",
+                    columns=lengths,
+                    fmt="plain",
+                    extra={"L_train": l_train, "methods": {}},
+                    **{**common, "rows": []},
+                )
+                for r in rows:
+                    table.rows.append(r.method)
+                    table.extra["methods"][r.method] = r.method
+                    for lv in lengths:
+                        value = _mean([x for e in attention_entries(r) if e["L_valid"] == lv for x in e[field]])
+                        text = "—" if value is None else f"{value:.3f}"
+                        table.cells[(r.method, lv)] = Cell(text=text, value=value, case_id=r.case_id, run_id=r.run_id)
+                tables.append(table)
+            longest = lengths[-1]
+            names = list(dict.fromkeys(n for r in rows for e in attention_entries(r) for n in e["mass_by_distance"]))
+            table = Table(
+                key=slug(f"{suite}-attn-mass-by-distance-L{l_train}-{longest}-{hardware}{others}"),
+                title=f"Attention mass by distance, L_train = {l_train}{others}, L_valid = {longest}",
+                caption="Mean attention probability on keys at each distance from the query (0: itself), over "
+                f"layers, heads and queries. {hardware}, commit {common['commit']}.",
+                metric="attn mass by distance",
+                column_header="distance (tokens)",
+                columns=names,
+                fmt="plain",
+                **{**common, "rows": []},
+            )
+            for r in rows:
+                table.rows.append(r.method)
+                for n in names:
+                    vals = [x for e in attention_entries(r) if e["L_valid"] == longest for x in e["mass_by_distance"].get(n, [])]
+                    value = _mean(vals)
+                    table.cells[(r.method, n)] = Cell(text="—" if value is None else f"{value:.3f}", value=value)
+            tables.append(table)
+    return tables
+
+
+def attention_chart(table: Table) -> Figure:
+    """A diagnostic against L_valid (log x), one line per method, a dashed line at L_train."""
+    from posbench.report.charts import caption, fit, line_style, new_figure
+
+    fig, ax = new_figure()
+    for index, row in enumerate(table.rows):
+        pts = [(c, table.cell(row, c).value) for c in table.columns if table.cell(row, c).value is not None]
+        if pts:
+            ax.plot(*zip(*pts), label=row, gid=f"method:{row}", **line_style(index))
+    ax.axvline(table.extra["L_train"], color="0.4", linestyle="--", label=f"L_train = {table.extra['L_train']}").set_gid(
+        "L_train"
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(table.columns, [str(c) for c in table.columns])
+    ax.set_xlabel("L_valid, evaluation length (tokens)")
+    ax.set_ylabel(ATTENTION[table.metric][1])
+    ax.set_title(table.title, fontsize=9, wrap=True)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    caption(fig, table.hardware, table.commit)
+    fit(fig)
+    return fig
+
+
+def attention_sections(runs: Runs, task: str) -> list[Section]:
+    """The attention diagnostics: entropy ratio and first-token mass with their charts, then the
+    mass by distance (none without ``attention_diagnostics``)."""
+    from posbench.report.sections import Block, Section
+
+    blocks = [
+        Block(t, [lambda t=t: [(t.key, t.title, attention_chart(t))]] if t.metric in ATTENTION else [])
+        for t in attention_tables(runs, task)
+    ]
+    return [Section("Attention diagnostics", task, blocks)] if blocks else []

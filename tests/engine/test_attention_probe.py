@@ -1,0 +1,104 @@
+"""Attention probabilities read through the method's own attend (one-hot values), and the
+diagnostics on models whose attention is known: zero queries and keys give uniform causal attention
+under NoPE (entropy log n) and ALiBi's softmax of -m (i - j) under alibi; a probed forward leaves the
+model as it was. Then a tiny extrapolation run with the diagnostics and its report tables."""
+
+import math
+
+import pytest
+import torch
+
+from posbench.core.alibi_math import alibi_slopes
+from posbench.core.model import TransformerLM, model_config
+from posbench.engine.attention_probe import attention_stats, diagnose, probed, uniform_entropy
+
+
+def _blind(method: str) -> TransformerLM:
+    """A model whose queries and keys are zero: its attention is the method's positions alone."""
+    torch.manual_seed(0)
+    model = TransformerLM(model_config("tiny", method, n_layers=2, d_model=32, n_heads=4, d_ff=64, vocab_size=50)).eval()
+    for blk in model.blocks:
+        with torch.no_grad():
+            blk.qkv.weight[:64].zero_()
+            blk.qkv.bias[:64].zero_()
+    return model
+
+
+def test_uniform_attention_has_entropy_log_n_and_ratio_one():
+    T = 24
+    x = torch.randint(0, 50, (3, T))
+    (first, second) = diagnose(_blind("nope"), x, [(1, 8), (9, 23)])
+    for layer in (first, second):
+        assert layer["entropy"] == pytest.approx([uniform_entropy(T)] * 4, rel=1e-6)
+        assert layer["entropy_ratio"] == pytest.approx([1.0] * 4, rel=1e-6)
+        share = sum(1 / (i + 1) for i in range(1, T)) / (T - 1)  # query i gives each of its i + 1 keys 1 / (i + 1)
+        assert layer["first_mass"] == pytest.approx([share] * 4, rel=1e-6)
+        assert layer["mass_by_distance"]["0"] == pytest.approx([share] * 4, rel=1e-6)
+        total = [sum(v[h] for v in layer["mass_by_distance"].values()) for h in range(4)]
+        assert total == pytest.approx([1.0] * 4, rel=1e-6)
+
+
+def test_alibi_probabilities_are_the_softmax_of_its_bias():
+    T = 40  # more keys than head_dim (8): several one-hot blocks per layer
+    model = _blind("alibi")
+    with probed(model) as found:
+        model(torch.randint(0, 50, (2, T)))
+    assert len(found) == 2 and found[0].shape == (2, 4, T, T)
+    dist = (torch.arange(T)[:, None] - torch.arange(T)[None, :]).double()
+    for h, m in enumerate(alibi_slopes(4)):
+        want = torch.softmax((-m * dist).masked_fill(dist < 0, -math.inf), dim=-1)
+        assert torch.allclose(found[1][1, h].double(), want, atol=1e-5)
+
+
+def test_a_probed_forward_changes_nothing():
+    model = _blind("rotary")
+    x = torch.randint(0, 50, (2, 16))
+    before = model(x)
+    own = model.method.__dict__.get("attend")
+    with probed(model) as found:
+        during = model(x)
+    assert torch.equal(before, during) and len(found) == 2
+    assert model.method.__dict__.get("attend") is own and torch.equal(model(x), before)
+
+
+def test_mass_by_distance_splits_each_querys_mass():
+    p = torch.zeros(1, 1, 4, 4)
+    p[0, 0, 1, :2] = torch.tensor([0.25, 0.75])
+    p[0, 0, 2, :3] = torch.tensor([0.5, 0.0, 0.5])
+    p[0, 0, 3, :4] = torch.tensor([0.0, 1.0, 0.0, 0.0])
+    s = attention_stats(p, [(1, 1), (2, 3)])
+    # queries 1, 2, 3: mass on itself 0.75, 0.5, 0; at distance 1: 0.25, 0, 0; at 2-3: 0, 0.5, 1
+    assert s["mass_by_distance"] == {
+        "0": [pytest.approx(1.25 / 3)],
+        "1-1": [pytest.approx(0.25 / 3)],
+        "2-3": [pytest.approx(0.5)],
+    }
+    assert s["first_mass"] == [pytest.approx((0.25 + 0.5) / 3)]
+    ent = [-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)), math.log(2), 0.0]
+    assert s["entropy"] == [pytest.approx(sum(ent) / 3)]
+    assert s["entropy_ratio"] == [pytest.approx((ent[0] / math.log(2) + ent[1] / math.log(3)) / 3)]
+
+
+def test_a_tiny_run_stores_and_charts_the_diagnostics(tmp_path):
+    from posbench.report.rows import load_runs
+    from posbench.tasks import find as find_task
+    from posbench.tasks.attention_report import attention_chart, attention_tables
+    from tests.helpers.cases import TINY, make_case
+    from tests.helpers.report_rows import base_row, write_run
+
+    settings = dict(TINY, attention_diagnostics=True, attention_sequences=2, attention_max_factor=2, modes=["nonoverlapping"])
+    settings.update(interpolate=False, L_valid_factors=[1, 2, 4])
+    task, case = make_case("extrapolation", "alibi", {"L_train": 8}, settings, tmp_path)
+    out = task.run(case)
+    entries = out["series"]["attention"]
+    assert [(e["L_valid"], e["layer"]) for e in entries] == [(8, 0), (16, 0)]  # 1 layer; 4x is past the factor
+    assert len(entries[0]["entropy"]) == 2 and set(entries[1]["mass_by_distance"]) == {"0", "1-8", "9-16"}
+    assert out["metrics"]["attn_entropy_ratio@16"] == pytest.approx(sum(entries[1]["entropy_ratio"]) / 2)
+    assert "attn_first_mass@32" not in out["metrics"]
+    rows = [base_row("t", "extrapolation", m, {"L_train": 8}, "r", series={"attention": entries}) for m in ("alibi", "nope")]
+    ratio, first, mass = attention_tables(load_runs(write_run(tmp_path / "results", rows), find_task=find_task), "extrapolation")
+    assert ratio.columns == [8, 16] and ratio.cell("nope", 16).value == pytest.approx(out["metrics"]["attn_entropy_ratio@16"])
+    assert first.cell("alibi", 8).value == pytest.approx(out["metrics"]["attn_first_mass@8"])
+    assert mass.columns == ["0", "1-8", "9-16"] and sum(mass.cell("alibi", c).value for c in mass.columns) == pytest.approx(1.0)
+    lines = {ln.get_gid(): ln for ln in attention_chart(ratio).axes[0].lines}
+    assert list(lines["method:alibi"].get_xdata()) == [8, 16] and "L_train" in lines
