@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from posbench.core.files import write_figure
 from posbench.report.learn_first import NOT_LEARNT, comparability, length_text
 from posbench.report.rows import Runs
 from posbench.report.stats import SEED_INTERVAL
@@ -342,7 +343,7 @@ def write_charts(rows: list[dict], folder) -> list[Path]:
 
 
 def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=120)
+    write_figure(fig, path, dpi=120)  # never written through a link
     _pyplot().close(fig)
     return path
 
