@@ -64,6 +64,21 @@ METRICS = {
         fmt="bytes",
         table=True,
     ),
+    "peak_mem_train_above_base_bytes": Metric(
+        title="Peak training memory above the resting footprint",
+        unit="bytes",
+        doc="peak_mem_train_bytes less mem_base_bytes (the model and data built, before the first step): "
+        "what the steps themselves held (a table of its own where rows carry it: report.ABOVE_BASE)",
+        higher_is_better=False,
+        fmt="bytes",
+    ),
+    "peak_mem_eval_above_base_bytes": Metric(
+        title="Peak evaluation memory above the resting footprint",
+        unit="bytes",
+        doc="peak_mem_eval_bytes less mem_base_bytes",
+        higher_is_better=False,
+        fmt="bytes",
+    ),
     "peak_mem_train_reserved_bytes": Metric(
         title="Peak training memory reserved",
         unit="bytes",
