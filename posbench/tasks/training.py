@@ -6,7 +6,7 @@ validating a suite reads these settings. The trained model itself: ``posbench.en
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -162,7 +162,7 @@ class BudgetSettings(ModelSettings):
         gt=0,
         description="time_s: seconds of timed warm-up steps the step count is decided from (not part of the budget)",
     )
-    seeds: Optional[list[int]] = Field(
+    seeds: Optional[list[Annotated[int, Field(ge=0, le=2**32 - 1)]]] = Field(  # numpy's generators take 0..2^32-1
         None,
         min_length=1,
         description="train and evaluate one model per seed (weights and batch order); metrics "
