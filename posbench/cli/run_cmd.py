@@ -144,7 +144,10 @@ def resolve(args):
     if args.profile is None and profile not in loaded.file.profiles:
         profile = suitemod.DEFAULT_PROFILE
     sets = suitemod.parse_set(args.set)
-    suite = suitemod.resolve(loaded, profile, sets)
+    joining = [m.strip() for m in (getattr(args, "methods", None) or "").split(",") if m.strip()]
+    if "all" in joining:
+        joining = suitemod.expand_methods(joining, loaded.task)
+    suite = suitemod.resolve(loaded, profile, sets, joining)
     if getattr(suite.settings, "pretrained", None):
         check_pretrained(suite.settings.pretrained, sets)
     warn_short_budget(suite.settings)

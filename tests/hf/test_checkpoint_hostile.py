@@ -154,3 +154,11 @@ def test_settings_a_checkpoint_ignores_are_refused(checkpoints, capsys):
         code, out, err = _run(argv + ["--dry-run"], capsys)
         assert code == cli.EXIT_USAGE and out == "" and err.count("\n") == 1
         assert f"--set {setting.split('=')[0]}: a checkpoint" in err and "would not apply" in err
+
+
+@pytest.mark.subprocess  # the CLI reads the method files in a child process
+def test_a_model_folder_named_with_an_emoji_is_read_as_a_path(checkpoints, tmp_path, capsys):
+    folder = shutil.copytree(checkpoints["llama"], tmp_path / "ckpt \U0001f600")
+    code, out, err = _run(["--suite", "extrapolation", "--profile", "cpu", "--model", f"hf:{folder}", "--dry-run"], capsys)
+    assert code == 0, err
+    assert json.loads(out.splitlines()[1].removeprefix("settings: "))["pretrained"] == f"hf:{folder.resolve()}"

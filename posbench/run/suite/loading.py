@@ -12,7 +12,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
@@ -318,8 +318,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) -> Suite:
-    """Apply ``profile`` (or none: ``default``) and ``--set`` overrides, validate, return a Suite."""
+def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None, joining: Sequence[str] = ()) -> Suite:
+    """Apply ``profile`` (or none: ``default``) and ``--set`` overrides, validate, return a Suite.
+    ``joining``: methods ``--methods`` adds to this run (their ``method_options`` are allowed too)."""
     f, where, lines, task = loaded.file, display_path(loaded.path), loaded.lines, loaded.task
     if profile != DEFAULT_PROFILE and profile not in f.profiles:
         raise SuiteError(
@@ -377,7 +378,8 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None) ->
     settings = validated(task.Settings, merged, source, "settings")
     launch = validated(Launcher, launcher, launcher_source, "launcher")
     _check_grid(grid, grid_source, task.Params, fail)
-    _check_across(settings, source, grid, grid_source, list(f.methods), task, fail)
+    methods = list(prof.methods or f.methods)
+    _check_across(settings, source, grid, grid_source, methods + [m for m in joining if m not in methods], task, fail)
     return Suite(
         path=loaded.path,
         name=f.name,
