@@ -49,6 +49,8 @@ def cmd_list(args) -> int:
     width = max([14] + [len(n) for n in methods])  # rotary_dynamic_ntk is 18
     mods = found.get("modifiers") or {}  # in the header: the lines below are one method each
     modifiers = f"; modifiers, taken as METHOD+MODIFIER: {', '.join(f'{n} ({o})' for n, o in mods.items())}" if mods else ""
+    recipes = found.get("recipes") or {}  # methods too, listed below: presets built from other methods
+    modifiers += f"; recipes: {', '.join(recipes)}" if recipes else ""
     if device:
         print(f"methods (availability on {device}, float32{modifiers}):")
         for name, origin in methods.items():

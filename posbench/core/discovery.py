@@ -277,6 +277,16 @@ def modifiers() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
+def recipes() -> dict[str, str]:
+    """name -> origin of every recipe (a method built from other methods' parts, methods/recipes.py),
+    read from the method files' ``RECIPES`` tables without importing them."""
+    found: dict[str, str] = {}
+    for folder in _method_folders():
+        for path in _method_files(folder):
+            found.update(dict.fromkeys(method_source.recipe_names(path), str(path.resolve())))
+    return dict(sorted(found.items()))
+
+
 def split_composed(name: str) -> tuple[str, str] | None:
     """``("rotary", "ssmax")`` for ``"rotary+ssmax"`` (the last ``+`` splits), None for a plain name."""
     base, sep, mod = str(name).rpartition(COMPOSE_SEP)

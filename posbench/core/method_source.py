@@ -1,6 +1,6 @@
 """What a method file registers, read from its source without importing it (listing names needs no
-torch): ``@register`` classes with a literal ``name``, literal ``register_variants`` tables and
-``@register_modifier`` classes. None where the source does not say; the caller then imports the file.
+torch): ``@register`` classes with a literal ``name``, literal ``register_variants`` tables (a
+table named ``RECIPES`` holds recipes) and ``@register_modifier`` classes. None where the source does not say; the caller then imports the file.
 """
 
 from __future__ import annotations
@@ -86,6 +86,37 @@ def _parse_names(path: Path, mtime_ns: int, size: int) -> list[str] | None:
         return None
     variants = _variant_names(tree)
     return None if variants is None else names + variants
+
+
+def recipe_names(path: Path) -> list[str]:
+    """The names of a method file's recipes: the keys of its ``register_variants`` table named
+    ``RECIPES`` (methods/recipes.py), presets built from other methods."""
+    stat = path.stat()
+    return _parse_recipes(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _parse_recipes(path: Path, mtime_ns: int, size: int) -> list[str]:
+    """``recipe_names`` of one version of the file."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return []
+    tables = [
+        node.args[0].id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and is_register(node.func, "register_variants")
+        and node.args
+        and isinstance(node.args[0], ast.Name)
+    ]
+    if "RECIPES" not in tables:
+        return []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and [getattr(t, "id", None) for t in stmt.targets] == ["RECIPES"]:
+            if isinstance(stmt.value, ast.Dict):
+                return [k.value for k in stmt.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    return []
 
 
 def modifier_names(path: Path) -> list[str]:

@@ -160,9 +160,11 @@ class TransformerLM(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.cfg = cfg
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.method = adapt_hooks(discovery.build(cfg))  # hooks without state: adapted once, here
+        # The method's configuration: a recipe (methods/recipes.py) sets the layout it needs, a
+        # sliding window on some layers; every other method keeps cfg as it is.
+        self.cfg = cfg = self.method.cfg
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)

@@ -128,7 +128,13 @@ def listing(device: str | None = None) -> dict:
                 reasons[name] = discovery.get(name).unavailable(torch.device(device), torch.float32)
             except Exception as exc:
                 broken[name] = one_line(exc)
-    return {"methods": methods, "reasons": reasons, "broken": broken, "modifiers": discovery.modifiers()}
+    return {
+        "methods": methods,
+        "reasons": reasons,
+        "broken": broken,
+        "modifiers": discovery.modifiers(),
+        "recipes": discovery.recipes(),
+    }
 
 
 def require(method: str) -> str:

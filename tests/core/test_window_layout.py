@@ -116,7 +116,7 @@ def test_an_unknown_composed_name_is_one_line():
     with pytest.raises(registry.RegistryError) as err:
         discovery.get("alibi+bogus")
     assert str(err.value) == (
-        "unknown method 'alibi+bogus': 'bogus' is not a modifier; allowed: METHOD+MODIFIER with a modifier from: ssmax"
+        "unknown method 'alibi+bogus': 'bogus' is not a modifier; allowed: METHOD+MODIFIER with a modifier from: gate, qknorm, sink, ssmax"
     )
 
 
