@@ -112,8 +112,9 @@ def build_report(run_dirs, out_dir, baseline: str | None = None, find_task=None)
     -> its task (the CLI's registry lookup), as in ``load_runs``."""
     runs = load_runs(run_dirs, find_task=find_task)
     rows, envs = runs.rows, runs.envs
-    if rows.empty:
-        raise RowsError(f"{', '.join(map(str, run_dirs))}: the runs hold no rows")
+    if rows.empty:  # every line skipped is not "no rows": say how many were and why (warned above)
+        skipped = f"; all {len(runs.problems)} of their rows were skipped (the warnings above say why)" if runs.problems else ""
+        raise RowsError(f"{', '.join(map(str, run_dirs))}: the runs hold no usable rows{skipped}")
     out = Path(out_dir)
     (out / "tables").mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
