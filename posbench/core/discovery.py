@@ -142,7 +142,15 @@ def _method_files(folder: str | os.PathLike) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         raise RegistryError(f"methods folder {folder} does not exist or is not a folder")
-    return [path for path in sorted(folder.glob("*.py")) if not path.name.startswith("_")]
+    files = []
+    for path in sorted(folder.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        if not path.is_file():  # a FIFO or a device named *.py: reading it would block, never read
+            _skip_broken(path, "not a regular file; allowed: a Python file")
+            continue
+        files.append(path)
+    return files
 
 
 def scan_dir(folder: str | os.PathLike) -> None:
