@@ -65,3 +65,39 @@ def test_the_report_shows_the_figure_above_the_footprint_with_its_ratio(tmp_path
     old = [_row(m, int(0.56 * GIB)) for m in ("sinusoidal", "t5_bias")]
     run = write_run(tmp_path / "old", old, metrics=["train_wps", "peak_mem_train_bytes"])
     assert "peak_mem_train_above_base_bytes" not in [t.metric for t in floor_tables(rowsmod.load_runs(run, find_task=find_task))]
+
+
+# -- model FLOPs utilisation (issue 54 item 5) -------------------------------------------------
+
+
+def test_each_training_row_counts_its_flops_and_an_unknown_peak_is_no_zero():
+    import torch
+
+    from posbench.core.config import model_config
+    from posbench.core.model import TransformerLM
+    from posbench.engine.flops import train_flops_per_step
+
+    model = TransformerLM(model_config("tiny", "alibi"))
+    metrics, info = {"train_wps": 1000.0, "world_size": 1}, {}
+    effrun._model_flops(metrics, info, model, 64, torch.device("cpu"), "float32")
+    from posbench.core import discovery
+
+    expected = train_flops_per_step(discovery.get("alibi"), model.cfg, 64, 1) / 64
+    assert metrics["train_flops_per_token"] == expected and metrics["train_mfu"] is None
+    assert info["mfu_peak"] == "unknown peak: cpu has no float32 entry in posbench.engine.peaks"
+
+
+def test_the_mfu_table_says_unknown_peak_plainly_or_the_share_of_a_known_one(tmp_path):
+    rows = [_row("sinusoidal", int(0.56 * GIB), 40 * MIB), _row("nope", int(0.56 * GIB), 38 * MIB)]
+    rows[0]["metrics"].update(train_flops_per_token=5.31e6, train_mfu=None)
+    rows[0]["info"] = {"mfu_peak": "unknown peak: cpu has no float32 entry in posbench.engine.peaks"}
+    rows[1]["metrics"].update(train_flops_per_token=5.2e6, train_mfu=0.413)  # as a GPU row would say
+    rows[1]["info"] = {"mfu_peak": "NVIDIA H200, bfloat16 dense peak 989.4 TFLOP/s"}
+    run = write_run(tmp_path, rows, metrics=["train_wps"], methods=["sinusoidal", "nope"])
+    tables = floor_tables(rowsmod.load_runs(run, find_task=find_task))
+    assert [t.metric for t in tables][:2] == ["train_wps", "train_mfu"]
+    mfu = tables[1]
+    assert mfu.cell("sinusoidal", 64).text == "unknown peak (5.31M FLOP/token)"
+    assert mfu.cell("nope", 64).text == "41.3% (5.20M FLOP/token)"
+    assert mfu.baseline is None and "No floor" not in mfu.caption
+    assert "Peaks: unknown peak: cpu has no float32 entry in posbench.engine.peaks; NVIDIA H200" in mfu.caption

@@ -50,11 +50,45 @@ def floor_tables(
         wanted = ABOVE_BASE.get(table.metric)
         return [x for x in refined if x.metric == wanted and (x.hardware, x.rest) == (table.hardware, table.rest)]
 
-    tables = [x for t in tables for x in (t, *after(t))]
+    tables = [x for t in tables for x in (t, *after(t), *(mfu_tables(runs, column) if t.metric == "train_wps" else []))]
     floors = {t.key: t for t in metric_tables(runs, TASK_NAME, floor, column, metrics)}
     floors.update({t.key: t for t in (metric_tables(runs, TASK_NAME, floor, column, above) if above else [])})
     for table in tables:
         add_floor(table, floors.get(table.key), floor)
+    return tables
+
+
+MFU, PER_TOKEN = "train_mfu", "train_flops_per_token"
+UNKNOWN_PEAK = "unknown peak"
+
+
+def mfu_tables(runs, column: str = REPORT_COLUMN) -> list[Table]:
+    """Model FLOPs utilisation in training, methods x ``column``, no ratios: ``41.3% (5.2M
+    FLOP/token)``, or where the device's dense peak is unknown (every CPU) ``unknown peak (5.2M
+    FLOP/token)``, never a zero. None for rows made before posbench counted FLOPs per token."""
+    from posbench.report.table import metric_tables, ordered
+
+    carried = {(r.run_id, r.case_id): r for r in runs.rows.itertuples(index=False) if isinstance(r.metrics, dict)}
+    if not any(PER_TOKEN in r.metrics for r in carried.values()):
+        return []
+    tables = metric_tables(runs, TASK_NAME, "", column, [MFU])
+    for table in tables:
+        peaks = []
+        for cell in table.cells.values():
+            row = carried.get((cell.run_id, cell.case_id))
+            if cell.status != "ok" or row is None or row.metrics.get(PER_TOKEN) is None:
+                continue
+            said = f"{fmt.count(row.metrics[PER_TOKEN])} FLOP/token"
+            cell.text = f"{cell.value:.1%} ({said})" if cell.value is not None else f"{UNKNOWN_PEAK} ({said})"
+            info = row.info if isinstance(row.info, dict) else {}
+            peaks.append(str(info.get("mfu_peak") or UNKNOWN_PEAK))
+        table.caption = (
+            f"Model FLOPs utilisation in training on {table.hardware} (commit {table.commit}); rows are methods, "
+            f"columns {table.column_header}: training words/s per device x FLOPs per token (posbench/engine/flops.py: "
+            "the matmuls and the method's own work, forward and backward) / the device's dense peak at the run's "
+            f"dtype (posbench/engine/peaks.py). '{UNKNOWN_PEAK}': the device has no known peak (every CPU), so no "
+            f"share is claimed; the FLOPs per token stand. Peaks: {'; '.join(ordered(peaks)) or UNKNOWN_PEAK}."
+        )
     return tables
 
 
@@ -68,8 +102,8 @@ def add_floor(table: Table, against: Optional[Table], floor: str = FLOOR) -> Non
     if floor not in table.rows:
         return  # a run without the floor: the table it always had
     table.extra["floor"] = floor  # the summary names it as the floor, never as the best
-    if table.baseline == floor:
-        return  # its ratios already are the floor's
+    if table.baseline in (floor, None):
+        return  # its ratios already are the floor's, or it has none (MFU)
     ratios = {} if against is None else {key: c for key, c in against.cells.items() if c.ratio is not None}
     if not ratios:
         table.caption += f" No floor: {floor} has no finished case."

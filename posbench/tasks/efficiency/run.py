@@ -201,6 +201,7 @@ def run(case) -> dict:
     _energy(metrics, "", energy, tokens * s.measure_steps * s.windows * distributed.world_size())
     metrics.update(bench.compile_metrics())
     info = dict(bench.info(), energy_source=energy_source(nvml, handle, dev.kind))
+    _model_flops(metrics, info, model, L, device, s.dtype)
     return {"metrics": metrics, "series": series, "info": info}
 
 
@@ -323,8 +324,10 @@ def run_group(cases, round_: int) -> dict:
             _energy(metrics, "eval_" if phase == "eval" else "", b.energy[phase], tokens * steps * s.windows)
         metrics.update({k: v for k, v in memory.get(c.id, {}).items() if k in MEMORY_METRICS})
         metrics.update(b.compile_metrics())
+        peak = _model_flops(metrics, {}, b.model, L, device, s.dtype)
         info = dict(
             b.info(),
+            mfu_peak=peak,
             energy_source=meter.source,
             pairing="windows",
             group=group,
@@ -338,6 +341,39 @@ def run_group(cases, round_: int) -> dict:
         )
         out[c.id] = ok_result({"metrics": metrics, "series": series, "info": info})
     return out
+
+
+def _model_flops(metrics: dict, info: dict, model, L: int, device, dtype: str) -> str:
+    """``train_flops_per_token`` (``posbench.engine.flops``: the model's matmuls and the method's
+    own work, forward and backward) and ``train_mfu``, the share of the device's dense peak at
+    ``dtype`` (``posbench.engine.peaks``) the training words/s reach, null where the peak is
+    unknown (every CPU). ``info["mfu_peak"]`` (also returned) says which peak, or that none is known."""
+    import torch
+
+    from posbench.core import discovery
+    from posbench.engine.flops import train_flops_per_step
+    from posbench.engine.peaks import dense_peak
+
+    try:
+        method_cls = discovery.get(model.cfg.method)
+    except (KeyError, ValueError):
+        info["mfu_peak"] = f"no FLOP count: method {model.cfg.method!r} is not registered here"
+        return info["mfu_peak"]
+    per_token = train_flops_per_step(method_cls, model.cfg, L, 1) / L
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    tf32 = dtype == "float32" and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+    peak = dense_peak(name, dtype, tf32=tf32)
+    wps = metrics.get("train_wps")
+    metrics["train_flops_per_token"] = per_token
+    # train_wps counts every rank's tokens: the peak is one device's
+    metrics["train_mfu"] = wps / metrics.get("world_size", 1) * per_token / peak if peak and wps else None
+    kind = "tf32" if tf32 else dtype
+    info["mfu_peak"] = (
+        f"{name}, {kind} dense peak {peak / 1e12:.1f} TFLOP/s"
+        if peak
+        else f"unknown peak: {name or device.type} has no {kind} entry in posbench.engine.peaks"
+    )
+    return info["mfu_peak"]
 
 
 def _nvml(device: str):

@@ -79,6 +79,19 @@ METRICS = {
         higher_is_better=False,
         fmt="bytes",
     ),
+    "train_mfu": Metric(
+        title="Model FLOPs utilisation, training",
+        unit="",
+        doc="train_wps per device x train_flops_per_token / the device's dense peak at the run's dtype "
+        "(posbench.engine.peaks); null where the peak is unknown (every CPU)",
+        higher_is_better=True,
+    ),
+    "train_flops_per_token": Metric(
+        title="Training FLOPs per token",
+        unit="FLOP",
+        doc="counted operations of training one token, forward and backward (posbench.engine.flops)",
+        fmt="count",
+    ),
     "peak_mem_train_reserved_bytes": Metric(
         title="Peak training memory reserved",
         unit="bytes",
