@@ -378,7 +378,7 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None, jo
     settings = validated(task.Settings, merged, source, "settings")
     launch = validated(Launcher, launcher, launcher_source, "launcher")
     _check_grid(grid, grid_source, task.Params, fail)
-    methods = list(prof.methods or f.methods)
+    methods = expand_methods(prof.methods or f.methods, task)  # a group (all) as its methods: options name them
     _check_across(settings, source, grid, grid_source, methods + [m for m in joining if m not in methods], task, fail)
     return Suite(
         path=loaded.path,
