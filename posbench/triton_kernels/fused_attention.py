@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from posbench.triton_kernels import tuning
+
 # True when this module's kernels were built by the interpreter (TRITON_INTERPRET=1 at import).
 INTERPRETED = bool(triton.knobs.runtime.interpret)
 
@@ -25,7 +27,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # ROW: a bias of the distance alone read from a per-distance row (h, Tk); ROW_LEARNED: the same,
 # and the backward returns the row's gradient.
 NO_BIAS, ALIBI, T5, ROW, ROW_LEARNED = 0, 1, 2, 3, 4
-BIAS_NAMES = {NO_BIAS: "none", ALIBI: "alibi", T5: "t5", ROW: "row", ROW_LEARNED: "row (learned)"}
+BIAS_NAMES = {NO_BIAS: "none", ALIBI: "alibi", T5: "t5", ROW: "row", ROW_LEARNED: "row-learned"}
 # exp2 is one instruction on the GPU; scores are carried in log2 units (natural units * LOG2E).
 LOG2E = 1.4426950408889634
 # A distance no tile reaches: the "far" segment of the loops is empty for ALiBi and no bias.
@@ -48,6 +50,9 @@ class TileConfig:
 
     def allows(self, arch: int, dtype_class: str, head_dim: int) -> bool:
         return head_dim <= self.fits.get((arch, dtype_class), 0)
+
+    def blocks(self) -> tuple[int, int, int, int]:
+        return self.block_m, self.block_n, self.warps, self.stages
 
     def triton(self) -> triton.Config:
         return triton.Config({"BLOCK_M": self.block_m, "BLOCK_N": self.block_n}, num_warps=self.warps, num_stages=self.stages)
@@ -75,7 +80,9 @@ class TileConfig:
 # with some spills.
 CONFIGS = {
     "fwd": [
-        TileConfig(128, 64, 8, 3, sm80=(32, 0), sm86=(32, 0), sm90=(32, 0)),
+        # sm_80/86 half: the T5 forward spills 8 bytes at head dim 32 (255 registers) since log2(e)
+        # was folded into the bias reads (issue 54); the tuner may still time it there
+        TileConfig(128, 64, 8, 3, sm80=(0, 0), sm86=(0, 0), sm90=(32, 0)),
         # sm_90 half: the T5 forward spills 8 bytes at head dim 32 (255 registers)
         TileConfig(64, 64, 4, 3, sm80=(32, 0), sm86=(32, 0), sm90=(0, 0)),
         # sm_90 fp32: the T5 forward spills 72 bytes at head dim 32
@@ -102,6 +109,26 @@ def configs_for(kernel: str, arch: int, dtype: torch.dtype, head_dim: int) -> li
     arch = 90 if arch >= 90 else 86 if arch > 80 else 80  # sm_86/sm_89: sm_80's code, 99 KB of shared memory
     chosen = [c for c in CONFIGS[kernel] if c.allows(arch, dtype_class(dtype), head_dim)]
     return chosen or [CONFIGS[kernel][-1]]
+
+
+def device_arch(device) -> int:
+    """Compute capability as one number: 90 for sm_90."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
+
+
+def choose_blocks(kernel: str, arch: int | None, dtype: torch.dtype, head_dim: int, bias: str) -> tuple | None:
+    """The blocks (BLOCK_M, BLOCK_N, warps, stages) ``kernel`` ("fwd", "dkdv", "dq") launches with:
+    the interpreter's one config (``arch`` None); None under ``POSBENCH_AUTOTUNE=1`` (autotune over
+    the offered configs); the table timed on ``arch`` (``tuning``); else the first offered config."""
+    if arch is None:
+        return INTERPRETER_CONFIG.blocks()
+    if tuning.autotune_requested():
+        return None
+    tuned = tuning.tuned_blocks(arch, kernel, str(dtype), head_dim, bias)
+    if tuned is not None:
+        return tuned
+    return configs_for("fwd" if kernel == "fwd" else "bwd", arch, dtype, head_dim)[0].blocks()
 
 
 def _prune(kernel: str):
@@ -196,31 +223,34 @@ def _scores(
     KEY_BIAS: tl.constexpr,  # add one float32 term per key (FoX's -F_j), whatever BIAS is
 ):
     """Scores of one tile in log2 units, float32: (qk * sm_scale + bias) * log2(e), -inf where
-    masked. The one place the bias is defined, shared by the forward and backward kernels."""
-    s = qk * sm_scale
+    masked. The one place the bias is defined, shared by the forward and backward kernels.
+    log2(e) is folded into the scalars (sm_scale, ALiBi's slope, T5's far value) and into each
+    read bias as a fused multiply-add, so no pass over the tile multiplies by it at the end."""
+    LOG2E_: tl.constexpr = 1.4426950408889634
+    s = qk * (sm_scale * LOG2E_)
     if BIAS == 1:  # ALiBi
         # (j - i_abs) is exact in float32 up to 2^24 positions; the product is rounded once.
         dist = (offs_n[None, :] - offs_m_abs[:, None]).to(tl.float32)  # (BM, BN), <= 0 where visible
-        bias = bias_scalar * dist
         if BIAS_ROUND:
             # bias_dtype="compute": the bias as a kernel with input-dtype arithmetic would see it.
-            bias = bias.to(round_like.dtype).to(tl.float32)
-        s = s + bias
+            s = s + (bias_scalar * dist).to(round_like.dtype).to(tl.float32) * LOG2E_
+        else:
+            s = s + (bias_scalar * LOG2E_) * dist
     if BIAS == 2:  # T5
         if NEAR:
             bucket = _bucket(offs_m_abs, offs_n, pos_scale, SCALED, NUM_BUCKETS, MAX_DISTANCE)
-            s = s + tl.load(bias_h + bucket * stride_bucket).to(tl.float32)
+            s = s + tl.load(bias_h + bucket * stride_bucket).to(tl.float32) * LOG2E_
         else:
-            s = s + bias_scalar
+            s = s + bias_scalar * LOG2E_
     if BIAS >= 3:  # a distance row, read per tile: a band of BM + BN - 1 entries
-        s = s + tl.load(bias_h + _row_index(offs_m_abs, offs_n, seq_k) * stride_bucket)
+        s = s + tl.load(bias_h + _row_index(offs_m_abs, offs_n, seq_k) * stride_bucket) * LOG2E_
     if KEY_BIAS:
         # keys past seq_k read 0 here and are masked below (only diagonal tiles reach them)
-        s = s + tl.load(kb_base + offs_n, mask=offs_n < seq_k, other=0.0)[None, :]
+        s = s + tl.load(kb_base + offs_n, mask=offs_n < seq_k, other=0.0)[None, :] * LOG2E_
     if MASKED:
         visible = (offs_n[None, :] <= offs_m_abs[:, None]) & (offs_n[None, :] < seq_k)
         s = tl.where(visible, s, float("-inf"))
-    return s * 1.4426950408889634
+    return s
 
 
 @triton.jit
@@ -1242,6 +1272,10 @@ class BiasSpec:
             return self.tensor.stride(1), self.tensor.stride(0) if self.tensor.shape[0] > 1 else 0
         return 0, self.tensor.stride(0)
 
+    def tuning_name(self) -> str:
+        """The bias as the tuned table names it: "alibi", "t5", ..., "+key" with a per-key term."""
+        return BIAS_NAMES[self.kind] + ("+key" if self.key_bias is not None else "")
+
     def consts(self, dtype: torch.dtype, head_dim: int) -> dict:
         return dict(
             HEAD_DIM=head_dim,
@@ -1270,7 +1304,9 @@ class _FusedAttention(torch.autograd.Function):
     k and v may hold fewer heads than q (grouped-query attention: query head h reads h // group)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias_tensor, key_bias, spec, blocks_fwd, blocks_bwd):
+    def forward(ctx, q, k, v, bias_tensor, key_bias, spec, blocks):
+        # blocks: (fwd, dK/dV, dQ), each (BLOCK_M, BLOCK_N, warps, stages), or None to autotune it
+        blocks_fwd, blocks_dkdv, blocks_dq = blocks
         b, h, tq, d = q.shape
         hkv, tk = k.shape[1], k.shape[2]
         o = torch.empty((b, h, tq, d), dtype=q.dtype, device=q.device)  # (B, H, Tq, hd)
@@ -1303,13 +1339,13 @@ class _FusedAttention(torch.autograd.Function):
         )
         _launch(_fwd_kernel, _fwd_tuned, blocks_fwd, (tq, "m"), b * h, args, spec.consts(q.dtype, d))
         ctx.save_for_backward(q, k, v, bias_tensor, kb, o, lse)
-        ctx.args = (spec, blocks_bwd, sm_scale, key_bias is not None and key_bias.dtype)
+        ctx.args = (spec, (blocks_dkdv, blocks_dq), sm_scale, key_bias is not None and key_bias.dtype)
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, bias_tensor, kb, o, lse = ctx.saved_tensors
-        spec, blocks_bwd, sm_scale, kb_dtype = ctx.args
+        spec, (blocks_dkdv, blocks_dq), sm_scale, kb_dtype = ctx.args
         b, h, tq, d = q.shape
         hkv, tk = k.shape[1], k.shape[2]
         if do.stride(-1) != 1:
@@ -1338,7 +1374,7 @@ class _FusedAttention(torch.autograd.Function):
         _launch(  # one program per key block and key/value head: no atomics, deterministic
             _bwd_dkdv_kernel,
             _dkdv_tuned,
-            blocks_bwd,
+            blocks_dkdv,
             (tk, "n"),
             b * hkv,
             (q, k, v, bias_tensor, kb, do, lse, delta, dk, dv, dkb, *strides, *shape, sm_scale, spec.pos_scale),
@@ -1346,7 +1382,7 @@ class _FusedAttention(torch.autograd.Function):
         )
         # T5: one row of per-bucket partial sums per (batch*head, query block), sized for the
         # smallest BLOCK_M any config may use; rows a larger BLOCK_M leaves unwritten stay 0.
-        min_block_m = blocks_bwd[0] if blocks_bwd else min(c.kwargs["BLOCK_M"] for c in _dq_tuned.configs)
+        min_block_m = blocks_dq[0] if blocks_dq else min(c.kwargs["BLOCK_M"] for c in _dq_tuned.configs)
         dtab_blocks = triton.cdiv(tq, min_block_m) if spec.kind == T5 else 1
         if spec.kind == ROW_LEARNED:  # the row's gradient, laid out as the row: (1 or H, Tk)
             partial = torch.zeros_like(bias_tensor, dtype=torch.float32)
@@ -1355,7 +1391,7 @@ class _FusedAttention(torch.autograd.Function):
         _launch(
             _bwd_dq_kernel,
             _dq_tuned,
-            blocks_bwd,
+            blocks_dq,
             (tq, "m"),
             b * h,
             (
@@ -1386,9 +1422,18 @@ class _FusedAttention(torch.autograd.Function):
         if spec.kind == ROW_LEARNED and ctx.needs_input_grad[3]:
             dbias = partial.to(bias_tensor.dtype)
         dkey = dkb.to(kb_dtype) if kb_dtype and ctx.needs_input_grad[4] else None  # (B, H, Tk)
-        return dq, dk, dv, dbias, dkey, None, None, None
+        return dq, dk, dv, dbias, dkey, None, None
 
 
-def fused_attention(q, k, v, spec: BiasSpec, blocks_fwd=None, blocks_bwd=None) -> torch.Tensor:
-    """Differentiable fused causal attention with ``spec``'s bias (inputs already checked)."""
-    return _FusedAttention.apply(q, k, v, spec.tensor, spec.key_bias, spec, blocks_fwd, blocks_bwd)
+def fused_attention(q, k, v, spec: BiasSpec, blocks_fwd=None, blocks_bwd=None, blocks_dq=None) -> torch.Tensor:
+    """Differentiable fused causal attention with ``spec``'s bias (inputs already checked).
+    ``blocks_*`` pin (BLOCK_M, BLOCK_N, warps, stages): ``blocks_bwd`` both backward kernels unless
+    ``blocks_dq`` pins dQ's; what is not pinned comes from ``choose_blocks``."""
+    arch = None if INTERPRETED else device_arch(q.device)
+    name, d = spec.tuning_name(), q.shape[-1]
+    blocks = (
+        blocks_fwd or choose_blocks("fwd", arch, q.dtype, d, name),
+        blocks_bwd or choose_blocks("dkdv", arch, q.dtype, d, name),
+        blocks_dq or blocks_bwd or choose_blocks("dq", arch, q.dtype, d, name),
+    )
+    return _FusedAttention.apply(q, k, v, spec.tensor, spec.key_bias, spec, blocks)
