@@ -50,7 +50,7 @@ def test_steps_runs_only_the_named_steps_and_an_unknown_name_is_one_line(tmp_pat
     assert "| conformance | ok |" in page and "| kernel-tests |" not in page and "(step not run)" in page
     with pytest.raises(SystemExit):
         gpu_check.main(["--steps", "conformance,nope", "--out", str(tmp_path)])
-    assert "unknown step(s) ['nope']; allowed: devices, kernel-tests" in capsys.readouterr().err
+    assert "unknown step(s) ['nope']; allowed: devices, tune, kernel-tests" in capsys.readouterr().err
 
 
 @pytest.mark.subprocess
@@ -79,3 +79,20 @@ def test_the_flex_check_covers_every_bias_method_and_passes_forward_on_this_cpu(
     bias = sorted(n for n, c in discovery.discover().items() if issubclass(c, BiasMethod))
     assert sorted({line.split()[0] for line in lines}) == bias and len(lines) == 2 * len(bias)
     assert not [line for line in lines if "FAILED" in line], lines
+
+
+def test_the_tune_step_runs_first_within_its_limit_and_the_kernels_step_times_the_field(tmp_path):
+    """Issue 54: the tuner writes the table every later step reads, stopping new points with time
+    to spare in its limit; the kernels step times posbench's kernels beside SDPA and FlexAttention."""
+    from posbench.tasks.kernels.variant_names import VARIANTS
+    from posbench.triton_kernels import tune
+
+    rows = {name: (cmd, limit) for name, cmd, limit in gpu_check.steps("python", tmp_path, tmp_path, tmp_path)}
+    assert list(rows)[:2] == ["devices", "tune"]
+    cmd, limit = rows["tune"]
+    assert cmd[cmd.index("--budget-s") + 1] == str(gpu_check.TUNE_BUDGET_S) and gpu_check.TUNE_BUDGET_S + 25 <= limit
+    assert set(cmd[cmd.index("--biases") + 1].split(",")) <= set(tune.BIASES) and "--out" not in cmd  # the package's table
+    cmd, _ = rows["kernels"]
+    variants = set(cmd[cmd.index("--methods") + 1].split(","))
+    assert {"sdpa_causal", "flex_no_bias", "flex_alibi", "flex_t5", "alibi_triton", "t5_triton", "triton_no_bias"} == variants
+    assert variants <= set(VARIANTS)
