@@ -19,7 +19,10 @@ head: score_ij += F_i - F_j, F = cumsum(log f), log f_t = logsigmoid(g_h . k_t +
 
 The reference is exact and plain PyTorch, O(L^2 hd) time: a scan over the key positions t from
 the last to the first keeps every query i >= t carried back to t (H_{t+1} ... H_i q_i), reads column
-t of the scores, then applies H_t to them; the scores (B, H, Tq, Tk) are float32. The KV cache
+t of the scores, then applies H_t to them; the scores (B, H, Tq, Tk) are float32. That scan takes
+Tk Python steps and keeps O(L^2 hd) for the gradient, so a whole sequence (Tq == Tk) goes by
+blocks of ``block`` (64) positions instead (``path_scores_blocked``: the same numbers, O(block +
+L / block) steps, O(L^2 / block) per head kept); a decode step takes the scan. The KV cache
 holds each key with its w_t and beta_t (and log f_t for path_fox) as extra channels, so a decode
 step finds the transforms of the tokens between. flash-linear-attention's Triton kernel
 (``fla.ops.path_attn``, the ``fla-core`` package) is not wired: posbench runs the reference
@@ -51,15 +54,71 @@ def path_scores(q, k, w, beta) -> torch.Tensor:
     return torch.stack(cols[::-1], -1)
 
 
+def _apply(x, w, beta):
+    """H x = x - beta (w . x) w on the last axis: x (..., m, d), w (..., d), beta (...)."""
+    return x - (beta[..., None, None] * (x * w[..., None, :]).sum(-1, keepdim=True)) * w[..., None, :]
+
+
+def path_scores_blocked(q, k, w, beta, block: int = 64) -> torch.Tensor:
+    """``path_scores`` for Tq == Tk = L, by blocks of ``block`` positions: O(block + L / block)
+    Python steps instead of O(L), and memory O(L^2 / block) per head for the gradient.
+
+    Within a block a scan as ``path_scores``'s (all blocks at once) gives the scores of its own
+    keys and each query carried back to the block's start, q^_i = H_s ... H_i q_i; a second scan
+    carries each key to its block's end, k^_j = H_e ... H_{j+1} k_j; a third builds each block's
+    transform G_b = H_e ... H_s (hd x hd). A key of block b then reaches block a > b as
+    G_{a-1} ... G_{b+1} k^_j: one batched matmul per block distance."""
+    with torch.autocast(q.device.type, enabled=False):  # matmuls in q's dtype, as the scan's products
+        return _blocked(q, k, w, beta, block)
+
+
+def _blocked(q, k, w, beta, block):
+    b_, h, L, d = q.shape
+    n = -(-L // block)
+    pad = n * block - L  # padded positions come last, with beta 0 (H = I): no real pair sees them
+    if pad:
+        q, k, w = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, w))
+        beta = F.pad(beta, (0, pad))
+    q, k, w = (x.view(b_, h, n, block, d) for x in (q, k, w))
+    beta = beta.view(b_, h, n, block)
+    at = torch.arange(block, device=q.device)
+    carried, cols = q, []  # queries of each block, carried back to offset t
+    for t in range(block - 1, -1, -1):
+        cols.append((carried * k[..., t, None, :]).sum(-1))  # (B, H, n, C): key t of the block
+        carried = torch.where((at >= t)[:, None], _apply(carried, w[..., t, :], beta[..., t]), carried)
+    intra = torch.stack(cols[::-1], -1)  # (B, H, n, C, C): query i, key t of the same block
+    q_hat, k_hat = carried, k
+    for t in range(1, block):  # each key j < t of the block through H_t
+        k_hat = torch.where((at < t)[:, None], _apply(k_hat, w[..., t, :], beta[..., t]), k_hat)
+    scores = q.new_zeros(b_, h, n, n, block, block)  # (B, H, query block, key block, i, j)
+    blocks = torch.arange(n, device=q.device)
+    scores[:, :, blocks, blocks] = intra
+    if n > 1:
+        g = torch.eye(d, dtype=q.dtype, device=q.device).expand(b_, h, n, d, d)
+        for t in range(block):  # G_b = H_e ... H_s, as a matrix
+            g = _apply(g.transpose(-1, -2), w[..., t, :], beta[..., t]).transpose(-1, -2)
+        keys = k_hat  # keys of block b carried to the start of block b + 1
+        for gap in range(1, n):
+            a = blocks[gap:]
+            scores[:, :, a, a - gap] = q_hat[:, :, gap:] @ keys[:, :, : n - gap].transpose(-1, -2)
+            if gap + 1 < n:  # on through block b + gap
+                keys = keys[:, :, : n - gap - 1] @ g[:, :, gap : n - 1].transpose(-1, -2)
+    scores = scores.permute(0, 1, 2, 4, 3, 5).reshape(b_, h, n * block, n * block)
+    return scores[..., :L, :L]
+
+
 class PaTH(PositionMethod):
     """PaTH, with FoX's forget gates when ``forget`` (the rows ``path`` and ``path_fox``)."""
 
     forget = False
 
-    def __init__(self, cfg, beta_bias: float = 0.0):
+    def __init__(self, cfg, beta_bias: float = 0.0, block: int = 64):
         super().__init__(cfg)
         if not isinstance(beta_bias, (int, float)) or isinstance(beta_bias, bool):
             raise ValueError(f"{self.name}: beta_bias must be a number, got {beta_bias!r}")
+        if not (isinstance(block, int) and not isinstance(block, bool) and block >= 1):
+            raise ValueError(f"{self.name}: block must be a positive integer (positions per block), got {block!r}")
+        self.block = block
         hd, hkv = cfg.head_dim, cfg.kv_heads
         eye = torch.eye(hd).expand(cfg.n_layers, hkv, hd, hd)
         self.w_proj = nn.Parameter(eye + torch.randn(cfg.n_layers, hkv, hd, hd) * 0.02)  # (L, Hkv, hd, hd)
@@ -111,7 +170,11 @@ class PaTH(PositionMethod):
         keys, w, beta = k[..., :hd], k[..., hd : 2 * hd], k[..., 2 * hd]
         if k.shape[1] != q.shape[1]:  # a grouped caller: key head h // G for query head h
             keys, w, beta = (x.repeat_interleave(self.group, 1) for x in (keys, w, beta))
-        scores = path_scores(q.to(cdt) * hd**-0.5, keys, w, beta)  # (B, H, Tq, Tk)
+        qs = q.to(cdt) * hd**-0.5
+        if qs.shape[-2] == keys.shape[-2]:  # a whole sequence: by blocks
+            scores = path_scores_blocked(qs, keys, w, beta, self.block)  # (B, H, L, L)
+        else:  # a chunk after cached keys (decoding): the plain scan, O(Tk) steps
+            scores = path_scores(qs, keys, w, beta)  # (B, H, Tq, Tk)
         if self.forget:
             big_f = self.forget_sums(k[..., 2 * hd + 1 :])  # (B, H, Tk)
             tq, tk = q.shape[-2], k.shape[-2]
@@ -128,7 +191,7 @@ class PaTH(PositionMethod):
         return torch.cat([torch.zeros_like(log_f[..., :1]), log_f[..., 1:]], -1).cumsum(-1)
 
     def attn_backend(self, device, dtype) -> str:
-        return "PyTorch reference: O(L^2 hd) scan, float32 scores (fla's path_attn Triton kernel not wired)"
+        return f"PyTorch reference: {self.block}-position blocks, float32 scores (fla's path_attn Triton kernel not wired)"
 
 
 @register

@@ -119,8 +119,21 @@ def test_path_with_identity_transforms_is_plain_attention():
         ("stickbreaking", {"chunk": 0}, "stickbreaking: chunk must be a positive integer"),
         ("stickbreaking", {"attend_current": 1}, "stickbreaking: attend_current must be true or false"),
         ("path_fox", {"beta_bias": "x"}, "path_fox: beta_bias must be a number"),
+        ("path", {"block": 0}, "path: block must be a positive integer"),
     ],
 )
 def test_bad_options_are_one_line(name, options, message):
     with pytest.raises(ValueError, match=message):
         method(name, **options)
+
+
+@pytest.mark.parametrize("length,block", [(37, 8), (130, 16), (5, 8), (16, 16)])
+def test_path_by_blocks_equals_the_scan(length, block):
+    path = module_of("path")
+    g = torch.Generator().manual_seed(length)
+    q, k = (torch.randn(2, 3, length, 6, generator=g, dtype=torch.float64) for _ in range(2))
+    w = torch.nn.functional.normalize(torch.randn(2, 3, length, 6, generator=g, dtype=torch.float64), dim=-1)
+    beta = 2 * torch.rand(2, 3, length, generator=g, dtype=torch.float64)
+    seen = torch.ones(length, length, dtype=torch.bool).tril()
+    want = path.path_scores(q, k, w, beta)[..., seen]
+    torch.testing.assert_close(path.path_scores_blocked(q, k, w, beta, block)[..., seen], want, rtol=1e-12, atol=1e-12)
