@@ -22,7 +22,7 @@ from typing import Callable
 
 from posbench.cli import verify_cmds
 from posbench.cli.help_text import corpus_suite, example_suite, run_examples
-from posbench.cli.method_cmds import CHECK_TIMEOUT_S, cmd_check, cmd_list, positive_seconds
+from posbench.cli.method_cmds import CHECK_STEP_S, CHECK_TIMEOUT_S, cmd_check, cmd_list, positive_seconds
 from posbench.cli.run_cmd import add_run_arguments, cmd_run, common_arguments, load_methods_dirs, resolve
 from posbench.cli.run_output import (  # noqa: F401 (bench.py's API)  # noqa: F401
     EXIT_CASES_FAILED,
@@ -98,9 +98,10 @@ def _add_check(p):
     p.add_argument(
         "--timeout",
         type=positive_seconds,
-        default=CHECK_TIMEOUT_S,
+        default=None,
         metavar="SECONDS",
-        help=f"time limit for all the checks (default: {CHECK_TIMEOUT_S:g}); they run in a child process",
+        help=f"time limit for all the checks (default: {CHECK_TIMEOUT_S:g}, and each check "
+        f"{CHECK_STEP_S['cpu']:g} s on a CPU); they run in a child process",
     )
     common_arguments(p)
 
@@ -190,9 +191,9 @@ def parser() -> argparse.ArgumentParser:
         )
         add(sp)
         sp.set_defaults(handler=handler)
-    from posbench.cli.report_cmds import add_compare_parser, add_report_parser
+    from posbench.cli.report_cmds import add_compare_parser, add_publish_parser, add_report_parser
 
-    for add in (add_report_parser, add_compare_parser):
+    for add in (add_report_parser, add_compare_parser, add_publish_parser):
         sp = add(sub)
         sp.set_defaults(handler=sp.get_default("func"))
     sp = sub.add_parser(
@@ -218,7 +219,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-ALL_COMMANDS = list(COMMANDS) + ["report", "compare", "download"]
+ALL_COMMANDS = list(COMMANDS) + ["report", "compare", "publish", "download"]
 
 
 def cmd_download(args) -> int:

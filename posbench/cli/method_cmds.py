@@ -18,6 +18,9 @@ from posbench.run.suite import SuiteError
 LIST_TIMEOUT_S = 120.0  # reading (and with --check importing) every method file
 IMPORT_TIMEOUT_S = 120.0  # importing the one method ``check`` tests
 CHECK_TIMEOUT_S = 600.0  # ``check``'s default --timeout: all checks in both dtypes
+# one check on its tiny shapes without --timeout: the built-in methods take under 0.3 s each on a CPU;
+# a GPU check may first compile its kernels
+CHECK_STEP_S = {"cpu": 5.0, "cuda": 120.0}
 
 
 def require_cuda(flag: str) -> None:
@@ -90,10 +93,12 @@ def cmd_check(args) -> int:
         f"loading method {args.method}",
     )
     print(f"conformance of {args.method} ({origin}) on {args.device}:", flush=True)
+    # --timeout given: that bound alone; else each check gets CHECK_STEP_S (a method that sleeps: seconds)
+    step = None if args.timeout else CHECK_STEP_S.get(args.device, CHECK_STEP_S["cuda"])
     results = isolated.call(
         "posbench.run.isolated:conformance",
-        {"method": args.method, "device": args.device},
-        args.timeout,
+        {"method": args.method, "device": args.device, "step_s": step},
+        args.timeout or CHECK_TIMEOUT_S,
         args.methods_dir,
         f"the checks of {args.method}",
     )

@@ -146,11 +146,44 @@ def require(method: str) -> str:
     return origin
 
 
-def conformance(method: str, device: str) -> dict:
-    """``conformance.run_all``'s outcomes."""
+class _CheckTimedOut(BaseException):
+    """Raised into a check past its time limit (a BaseException: the check's own ``except
+    Exception`` cannot swallow it)."""
+
+
+def conformance(method: str, device: str, step_s: float | None = None) -> dict:
+    """``conformance.run_each``'s outcomes, each check within ``step_s`` (None: no limit of its
+    own): the first that runs longer (a method that sleeps or loops) ends the checks in one line."""
     from posbench.core import conformance as testing
 
-    return testing.run_all(method, device=device)
+    if step_s is None:
+        return testing.run_all(method, device=device)
+    limit = step_s
+
+    def expire(signum, frame):
+        raise _CheckTimedOut()
+
+    out: dict = {}
+    checks = testing.run_each(method, device=device)
+    old = signal.signal(signal.SIGALRM, expire)
+    try:
+        while True:
+            signal.setitimer(signal.ITIMER_REAL, limit)
+            try:
+                key, outcome = next(checks)
+            except StopIteration:
+                return out
+            except _CheckTimedOut:
+                done = f" (after {len(out)} that answered)" if out else ""
+                raise PosbenchError(
+                    f"the checks of {method}: a check gave no answer within {limit:g} s{done}; the tiny shapes take well "
+                    "under a second: does the method sleep or loop? allowed: a method whose calls return in seconds"
+                ) from None
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            out[key] = outcome
+    finally:
+        signal.signal(signal.SIGALRM, old)
 
 
 def unavailable(cases: list[dict]) -> list[list]:
