@@ -202,7 +202,8 @@ def parser() -> argparse.ArgumentParser:
         help="download a corpus (WikiText-103) into a data folder",
         epilog="examples:\n  python bench.py download wikitext-103 --data ~/data\n"
         "  python bench.py download wikitext-103 --data ~/data --url https://example.org/wikitext-103-v1.zip\n"
-        "  python bench.py download wikitext-103 --data ~/data --archive ~/Downloads/wikitext-103-v1.zip\n",
+        "  python bench.py download wikitext-103 --data ~/data --archive ~/Downloads/wikitext-103-v1.zip\n"
+        "a source silent for 60 s, or too slow to finish within an hour, is given up (the next is tried)\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sp.add_argument("corpus", choices=["wikitext-103"])

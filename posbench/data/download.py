@@ -216,7 +216,11 @@ def download_wikitext103(
         failures = []
         for source in sources:
             target = folder / ((Path(urllib.parse.urlsplit(source).path).name or "wikitext-103-v1.zip") + ".part")
-            _log(quiet, f"download: {source} -> {target}")
+            _log(
+                quiet,
+                f"download: {source} -> {target} (given up when silent for {STALL_S:g} s, or too slow to finish "
+                f"within {DEADLINE_S / 3600:g} h; Ctrl-C stops it)",
+            )
             try:
                 digest, size = _fetch(source, target, timeout, quiet)
                 _log(quiet, f"download: {size} bytes, sha256 {digest}")
