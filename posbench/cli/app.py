@@ -167,7 +167,7 @@ COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
 
 def parser() -> argparse.ArgumentParser:
     suite, train_suite = example_suite(), corpus_suite()  # each reads the shipped suites: once, not per command
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog=prog_name(),
         description="posbench: what a position method costs and how well it extrapolates.",
         epilog=f"with no subcommand, 'run' is assumed:\n  python bench.py --suite {suite}",
@@ -286,11 +286,35 @@ class VersionAction(argparse.Action):
 
 def not_a_command(word: str) -> str:
     """The line for ``bench.py frobnicate``: not a command, and which ones are."""
+    import difflib
+
     shown = str(word.encode("utf-8", "backslashreplace"), "utf-8")
+    close = difflib.get_close_matches(word, ALL_COMMANDS, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
     return (
-        f"{prog_name()}: {shown!r} is not a command; commands: {', '.join(ALL_COMMANDS)} (with no command, 'run' is "
-        "assumed: python bench.py --suite NAME)"
+        f"{prog_name()}: {shown!r} is not a command{hint}; commands: {', '.join(ALL_COMMANDS)} (with no command, 'run' "
+        "is assumed: python bench.py --suite NAME)"
     )
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose "unrecognized arguments" error adds "did you mean" from the options
+    of the command being parsed (``command``, set by ``main``)."""
+
+    command: str | None = None
+
+    def error(self, message):
+        import difflib
+
+        if message.startswith("unrecognized arguments: ") and self.command:
+            subparsers = next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+            sub = subparsers.choices.get(self.command) if subparsers else None
+            known = [s for a in sub._actions for s in a.option_strings if s.startswith("--")] if sub else []
+            first = message.removeprefix("unrecognized arguments: ").split()[0].split("=")[0]
+            close = difflib.get_close_matches(first, known, n=1) if first.startswith("--") else []
+            if close:
+                message += f" (did you mean {close[0]}?)"
+        super().error(message)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0] not in ALL_COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run"] + argv
     try:
-        args = parser().parse_args(argv)
+        p = parser()
+        p.command = argv[0]
+        args = p.parse_args(argv)
     except BrokenPipeError:  # `--help | head -1`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

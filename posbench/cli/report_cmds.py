@@ -44,7 +44,7 @@ def main_report(args) -> int:
     tables = sum(1 for k in written if k.startswith("tables/") and k.endswith(".md"))
     charts = sum(1 for k in written if k.startswith("charts/") and k.endswith(".png"))
     print(
-        f"wrote {tables} tables and {charts} charts to {out}/ "
+        f"wrote {tables} tables and {charts} charts to {out.rstrip('/') or ''}/ "  # --out report/: not report//
         f"(open {written['report.html']}; Markdown summary {written['report.md']})"
     )
     return 0

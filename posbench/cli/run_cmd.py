@@ -36,7 +36,8 @@ def common_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--suite", required=True, help="suite name (suites/NAME.yaml) or path to a YAML file")
+    # required, but checked after parsing: a mistyped option (--sute) is said first, as unknown
+    p.add_argument("--suite", help="suite name (suites/NAME.yaml) or path to a YAML file (required)")
     p.add_argument("--profile", help="profile of the suite (default: cpu on a CPU, gpu on CUDA)")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available, else cpu")
     p.add_argument(
@@ -200,6 +201,8 @@ def pretrained_setting(spec: str, loaded) -> str:
 
 def check_run_flags(args) -> list[str] | None:
     """The --methods list (None: the suite's), after refusing flags that contradict or say nothing."""
+    if args.suite is None:
+        raise SuiteError("--suite is required; allowed: a suite name (bench.py list shows them) or a path to a YAML file")
     if args.fresh and args.retry_failed:
         raise SuiteError(
             "--fresh and --retry-failed contradict each other: --fresh starts a new run folder, which "
@@ -315,6 +318,10 @@ def cmd_run(args) -> int:
     shard = parse_shard(args.shard) if args.shard else None
     in_process = _under_torchrun(suite, device, args.dry_run)
     pooled = pool_options(args, device)
+    if pooled.get("parallel", 1) != 1:  # a timed task refuses it: said by --dry-run too, not only by the run
+        from posbench.run import pool
+
+        pool.cpu_slots(pooled["parallel"], suite.task.timed, suite.task_name)
     if args.launcher and not args.dry_run:
         return launch_sweep(args, suite, device, methods, shard)
     if args.dry_run:
@@ -340,11 +347,20 @@ def cmd_run(args) -> int:
             print(f"{len(todo)} case(s) to run, {len(done)} already in {run_dir}")
         return 0
 
+    unavailable_shown: set[str] = set()  # methods whose first unavailable case was printed
+    hidden = [0]
+
     def on_row(row, i, n):
         from tqdm import tqdm
 
-        if not args.quiet:  # --quiet: failures are counted in one line at the end (failed_exit)
-            tqdm.write(f"[{i}/{n}] " + case_line(row, suite.metrics), file=sys.stdout)
+        if args.quiet:  # --quiet: failures are counted in one line at the end (failed_exit)
+            return
+        if row["status"] == "unavailable":  # one line per method (30 Triton cases on a CPU said once)
+            if row["method"] in unavailable_shown:
+                hidden[0] += 1
+                return
+            unavailable_shown.add(row["method"])
+        tqdm.write(f"[{i}/{n}] " + case_line(row, suite.metrics), file=sys.stdout)
 
     finished = False
     try:
@@ -387,6 +403,8 @@ def cmd_run(args) -> int:
         return 0  # rank 0 alone reports under torchrun
     summary = f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl"
     if not args.quiet:
+        if hidden[0]:
+            print(f"({hidden[0]} more unavailable case(s) of the methods above not shown; their rows are in cases.jsonl)")
         print(summary)
     if result.rows and suite.metrics:
         table = print_tables(

@@ -74,6 +74,7 @@ def print_tables(run_dir: Path, run_id: str, case_ids: set, suite, device: str, 
     if show:
         print("\n" + "\n".join(to_text(t) for t in tables))
         print(f"table: {run_dir}/table.md, {run_dir}/table.csv")
+        print(f"charts and the full report: python bench.py report {run_dir}")
     return run_dir / "table.md"
 
 

@@ -252,7 +252,17 @@ def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = 
 
 
 def cmd_status(args) -> int:
-    return print_status(Path(args.run), args.allow_failures)
+    """One run folder; or a folder of them (``results/<suite>``, as ``report`` takes): each run's
+    summary line, the worst exit status."""
+    from posbench.store.run_rows import CASES_FILE
+
+    folder = Path(args.run)
+    runs = sorted(
+        p for p in (folder.iterdir() if folder.is_dir() else ()) if (p / CASES_FILE).is_file() or (p / RECORD_FILE).is_file()
+    )
+    if (folder / CASES_FILE).exists() or (folder / RECORD_FILE).exists() or not runs:
+        return print_status(folder, args.allow_failures)
+    return max(print_status(run, args.allow_failures, quiet=True) for run in runs)
 
 
 def add_status_arguments(p: argparse.ArgumentParser) -> None:
