@@ -20,10 +20,14 @@ def split_text(kind: str, path=None, splits: dict | None = None, split: str = "v
     if kind.startswith("wikitext"):
         folder = wikitext_folder(data_dir(path, kind), kind)
         file_split = (splits or {}).get(split, split)
-        for name in WIKITEXT_FILES.get(file_split, (f"{file_split}.txt",)):
-            if source_file(folder / name):
-                return (folder / name).read_text(encoding="utf-8", errors="replace"), str(folder / name)
-        raise DataError(f"{kind}: no {file_split} split in {folder}")
+        # WikiText-2 as shipped has no training file: its test split trains, as posbench's own
+        # models do (``open_corpus``); the row's source names the file
+        choices = [file_split] + (["test"] if split == "train" and not (splits or {}).get(split) else [])
+        for chosen in choices:
+            for name in WIKITEXT_FILES.get(chosen, (f"{chosen}.txt",)):
+                if source_file(folder / name):
+                    return (folder / name).read_text(encoding="utf-8", errors="replace"), str(folder / name)
+        raise DataError(f"{kind}: no {' or '.join(choices)} split in {folder}")
     files = text_files(path, splits)
     chosen = files.get(split) or files.get("all")
     if chosen is None:
