@@ -68,12 +68,13 @@ gpu-check:
 
 # Result pages for docs/results/ from run folders (posbench/cli/docs_results.py): one page per
 # suite and machine with the date, commit, machine, the command that reproduces the run and its tables.
-# make docs-results RUNS="results/efficiency/cpu-cpu-1a2b3c4d results/decode/cpu-cpu-5e6f7a8b"
+# make docs-results: every docs/results page and its index, rebuilt from results/published/
+# (bench.py publish RUN puts a run there); RUNS="results/<suite>/<run-id> ..." writes only the
+# pages of those run folders into DOCS_RESULTS (a preview: the committed pages come from published runs).
 RUNS ?=
 DOCS_RESULTS ?= docs/results
 docs-results: install
-	@test -n "$(RUNS)" || { echo 'usage: make docs-results RUNS="results/<suite>/<run-id> ..."' >&2; exit 2; }
-	$(BIN)/python -m posbench.cli.docs_results --out $(DOCS_RESULTS) $(RUNS)
+	$(BIN)/python -m posbench.cli.docs_results --out $(DOCS_RESULTS) $(if $(RUNS),$(RUNS),--published results/published)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

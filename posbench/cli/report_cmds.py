@@ -29,6 +29,47 @@ runs on different GPU models (unless --allow-other-hardware) or with different s
 """
 
 
+PUBLISH_EPILOG = """examples:
+  bench.py publish results/efficiency/cpu-cpu-3f9a1c2e
+  make docs-results        # then every docs/results page, rebuilt from results/published/
+
+copies each run's rows (cases.jsonl, a sweep's rows/*.jsonl), run.json and env.json into
+results/published/<suite>/<run-id>/ (no checkpoints, event files or tables; at most 4 MiB a run,
+20 MiB in all); commit that folder with the pages built from it
+"""
+
+
+def add_publish_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``publish RUN_DIR... [--to DIR]``."""
+    p = _subcommand(
+        subparsers,
+        "publish",
+        PUBLISH_EPILOG,
+        help="copy a run's rows and records into results/published/ (the docs/results pages' sources)",
+        description="Copy run folders' rows, run.json and env.json into the repository, so pages and "
+        "anyone else can rebuild every number from them.",
+    )
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run folder (results/<suite>/<run-id>)")
+    p.add_argument("--to", default=None, metavar="DIR", help="where published runs live (default: results/published)")
+    p.set_defaults(func=main_publish)
+    return p
+
+
+def main_publish(args) -> int:
+    """Handler of ``publish``: one line per run published; bad input is one line and exit 2."""
+    from posbench.core.outcome import PosbenchError
+    from posbench.store.published import PUBLISHED, publish
+
+    for run_dir in args.run_dirs:
+        try:
+            dest = publish(run_dir, args.to or PUBLISHED)
+        except PosbenchError as exc:  # a folder that is no run, too large, a link, unwritable
+            print(f"posbench publish: {exc}", file=sys.stderr)
+            return 2
+        print(f"published {run_dir} -> {dest.as_posix()}")
+    return 0
+
+
 def main_report(args) -> int:
     """Handler of ``report``: build tables and charts, print where they went."""
     from posbench import tasks
