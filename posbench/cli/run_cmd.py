@@ -151,12 +151,34 @@ def resolve(args):
     suite = suitemod.resolve(loaded, profile, sets, joining)
     if getattr(suite.settings, "pretrained", None):
         check_pretrained(suite.settings.pretrained, sets)
+        if "pretrained_L_train" in type(suite.settings).model_fields and "L_train" in suite.grid:
+            align_L_train(suite, sets)
     warn_short_budget(suite.settings)
     return suite, device
 
 
 # settings a checkpoint (pretrained=hf:DIR) never reads: its config.json is the model
 IGNORED_BY_PRETRAINED = ("model", "model_overrides")
+
+
+def align_L_train(suite, sets: dict) -> None:
+    """A task that extends a checkpoint from the length it was trained at (``pretrained_L_train``,
+    else config.json's) gets that length as its grid's L_train, so case ids and tables say the
+    same; a ``--set grid.L_train`` that says otherwise is one line."""
+    from posbench.hf.checkpoint import folder_of
+    from posbench.hf.folder_check import config_length
+
+    given = suite.settings.pretrained_L_train
+    found = (given, "pretrained_L_train") if given is not None else config_length(folder_of(suite.settings.pretrained))
+    if found is None:
+        return  # the case says that config.json names no length (pretrained_L_train sets it)
+    length, source = found
+    if "grid.L_train" in sets and suite.grid["L_train"] != [length]:
+        raise SuiteError(
+            f"--set grid.L_train: the checkpoint is extended from L_train {length} ({source}), not "
+            f"{suite.grid['L_train']}; allowed: leave grid.L_train out, or set pretrained_L_train=N"
+        )
+    suite.grid["L_train"] = [length]
 
 
 def check_pretrained(spec: str, sets: dict) -> None:
@@ -336,8 +358,9 @@ def cmd_run(args) -> int:
         shown = f"{run_id}-<date>-<time> (new, --fresh)" if args.fresh else run_id
         print(f"suite {suite.name} ({suite.task_name}), profile {suite.profile}, device {device}, run {shown}")
         print(f"settings: {json.dumps(suite.settings.model_dump())}")
-        for case in todo:
-            print(f"  run   {case.id}")
+        for case in todo:  # what the task knows cannot run here, said as the run will (no worker asked)
+            reason = suite.task.unavailable_reason(case) if suite.task.unavailable is not None else None
+            print(f"  unavailable {case.id}: {reason}" if reason else f"  run   {case.id}")
         for cid, row in done.items():
             if cid not in {c.id for c in todo}:
                 print(f"  done  {cid} ({row['status']})")

@@ -54,6 +54,7 @@ DATA_FILES = (
     "tokenizer.model",
 )
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+LENGTH_KEYS = ("max_position_embeddings", "max_seq_len")  # where a config names its training length
 BYTES_PER_PARAM_FLOOR = 0.5  # 4-bit weights: the least a stored parameter takes
 
 
@@ -177,3 +178,13 @@ def check_size(folder: Path, hidden: int, layers: int, vocab: int) -> None:
             f"vocabulary {vocab}) but the weight files hold {held:,} bytes; allowed: a config.json that matches "
             "its weights (model.safetensors)"
         )
+
+
+def config_length(folder: Path) -> tuple[int, str] | None:
+    """(the training length config.json names, which key), or None when it names none."""
+    config = read_json(folder, "config.json")
+    for key in LENGTH_KEYS:
+        value = config.get(key) if isinstance(config, dict) else None
+        if type(value) is int and value >= 2:
+            return value, f"config.json {key}"
+    return None

@@ -251,4 +251,5 @@ def unavailable_reason(case: CaseSpec) -> Optional[str]:
     if task.own_methods:  # tasks whose "methods" are not position methods answer for their variants
         return task.unavailable_reason(case)
     dtype = getattr(torch, case.settings.get("dtype", "float32"))
-    return discovery.get(case.method).unavailable(torch.device(case.device), dtype)
+    # then the task's own word (a recipe that does not fit a checkpoint's family)
+    return discovery.get(case.method).unavailable(torch.device(case.device), dtype) or task.unavailable_reason(case)

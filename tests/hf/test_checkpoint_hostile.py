@@ -162,3 +162,19 @@ def test_a_model_folder_named_with_an_emoji_is_read_as_a_path(checkpoints, tmp_p
     code, out, err = _run(["--suite", "extrapolation", "--profile", "cpu", "--model", f"hf:{folder}", "--dry-run"], capsys)
     assert code == 0, err
     assert json.loads(out.splitlines()[1].removeprefix("settings: "))["pretrained"] == f"hf:{folder.resolve()}"
+
+
+@pytest.mark.subprocess  # the CLI reads the method files in a child process
+def test_extension_dry_run_says_the_checkpoints_L_train_and_the_recipes_that_do_not_fit(tmp_path, capsys):
+    from tests.helpers.hf_checkpoints import save_checkpoint
+
+    folder = save_checkpoint(tmp_path / "llama48", "llama", max_len=48)
+    base = ["--suite", "extension", "--profile", "cpu", "--model", f"hf:{folder}", "--results", str(tmp_path / "r")]
+    code, out, err = _run(base + ["--dry-run"], capsys)
+    assert code == 0, err
+    cases = [line.split()[:2] for line in out.splitlines() if line.startswith("  ")]
+    assert cases and all("/L_train=48/" in case_id for _, case_id in cases)  # config.json's length, as the tables say
+    assert {case_id.split("/")[0] for word, case_id in cases if word == "unavailable"} == {"alibi"}
+    assert "does not apply to a llama checkpoint (rope positions)" in out
+    code, out, err = _run(base + ["--set", "grid.L_train=[64]", "--dry-run"], capsys)
+    assert code == cli.EXIT_USAGE and "extended from L_train 48 (config.json max_position_embeddings), not [64]" in err

@@ -11,6 +11,7 @@ import types
 import torch
 
 from posbench.core.outcome import Unavailable
+from posbench.hf.folder_check import LENGTH_KEYS
 from posbench.tasks.extension.finetune import (
     FINETUNE_DATA_SEED,
     combine_seeds,
@@ -19,11 +20,9 @@ from posbench.tasks.extension.finetune import (
     headline,
     perplexities,
 )
-from posbench.tasks.extension.recipes import FAMILY_RECIPES, PLAIN, SCALED_METHOD
+from posbench.tasks.extension.recipes import PLAIN, SCALED_METHOD, checkpoint_misfit
 from posbench.tasks.seeds import seed_list
 
-FAMILY_METHOD = {"rope": "rotary", "alibi": "alibi"}  # posbench.hf.checkpoint.FAMILIES -> the recipes' method
-LENGTH_KEYS = ("max_position_embeddings", "max_seq_len")  # where a config names its training length
 BYTES_PER_PARAM = 16  # float32 weights, gradients and AdamW's two moments
 BIG_MODEL = 10_000_000  # parameters from which a finished model's memory is collected at once
 
@@ -197,12 +196,9 @@ def run_pretrained(case) -> dict:
     family or the fine-tune would not fit memory; else every seed's result, combined."""
     s, p = case.settings, case.params
     model_type, family = family_of(s)
-    if FAMILY_METHOD[family] != case.method:
-        raise Unavailable(
-            f"recipe {p.recipe} ({case.method}) does not apply to a {model_type} checkpoint ({family} "
-            f"positions); its recipes: {FAMILY_METHOD[family]} "
-            f"{', '.join(FAMILY_RECIPES[FAMILY_METHOD[family]])}"
-        )
+    misfit = checkpoint_misfit(case.method, p.recipe, s.pretrained)
+    if misfit:
+        raise Unavailable(misfit)
     from posbench.tasks.pretrained import pretrained_tokens
 
     ckpt = load(s, getattr(torch, s.eval_dtype), case.device)

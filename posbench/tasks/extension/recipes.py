@@ -24,6 +24,26 @@ SCALED_METHOD = {
 }
 FAMILY_RECIPES = {"rotary": ROTARY_RECIPES, "alibi": ALIBI_RECIPES}
 PLAIN = {"rotary": "none", "alibi": "extrapolate"}  # each method's recipe that changes nothing
+FAMILY_METHOD = {"rope": "rotary", "alibi": "alibi"}  # posbench.hf.checkpoint.FAMILIES -> the recipes' method
+
+
+def checkpoint_misfit(method: str, recipe: str, pretrained: Optional[str]) -> Optional[str]:
+    """Why recipe ``recipe`` of ``method`` cannot apply to checkpoint ``pretrained`` (``hf:DIR``;
+    its family read from config.json alone, no torch), or None: the run's ``unavailable`` row and
+    the dry run's line say the same."""
+    if not pretrained:
+        return None
+    from posbench.hf.checkpoint import FAMILIES, folder_of, model_type_of
+
+    model_type = model_type_of(folder_of(pretrained))
+    family = FAMILIES[model_type]
+    own = FAMILY_METHOD[family]
+    if method == own:
+        return None
+    return (
+        f"recipe {recipe} ({method}) does not apply to a {model_type} checkpoint ({family} positions); "
+        f"its recipes: {own} {', '.join(FAMILY_RECIPES[own])}"
+    )
 
 
 def unavailable(method: str, recipe: str, bias_dtype: str) -> Optional[str]:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task
-from posbench.tasks.extension.recipes import BIAS_DTYPES, RECIPES
+from posbench.tasks.extension.recipes import BIAS_DTYPES, RECIPES, checkpoint_misfit
 from posbench.tasks.extension.report import REPORT_ORDER, TITLE, report_sections, summary_tables
 from posbench.tasks.extension.run import run
 from posbench.tasks.pretrained import PretrainedSettings
@@ -229,5 +229,6 @@ TASK = register_task(
         report_sections=report_sections,
         summary_tables=summary_tables,
         name="extension",
+        unavailable=lambda case: checkpoint_misfit(case.method, case.params["recipe"], case.settings.get("pretrained")),
     )
 )
