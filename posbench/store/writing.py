@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from posbench.core.files import WriteError, atomic_write_text
+from posbench.core.files import WriteError, atomic_write_text, open_lock
 from posbench.core.nofollow import open_nofollow, read_regular
 from posbench.core.outcome import PosbenchError
 from posbench.store.file_stems import file_stem
@@ -106,12 +106,7 @@ def lock_run_dir(run_dir: Path) -> int:
     PID); returns the descriptor that holds it (closing it, or the process ending, releases it).
     A second runner on the same folder would run every case again and time them while competing."""
     path = run_dir / ".lock"
-    try:
-        fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)
-    except PosbenchError:
-        raise
-    except OSError as exc:
-        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+    fd = open_lock(path)  # a link there: one line (UnsafeFile); any other failure: WriteError naming it
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -150,7 +145,7 @@ class UnitLock:
 
     def __init__(self, run_dir: Path, key: str, wait: bool = True):
         (run_dir / ROWS_DIR).mkdir(parents=True, exist_ok=True)
-        self.fd = open_nofollow(run_dir / ROWS_DIR / f"{file_stem(key)}.lock", os.O_RDWR | os.O_CREAT)
+        self.fd = open_lock(run_dir / ROWS_DIR / f"{file_stem(key)}.lock")
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             self.held = True
