@@ -3,27 +3,19 @@
 method whether it runs here: its file is imported under that limit first, and its cases are an
 error row naming the limit while the other methods run."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from posbench.cli.app import EXIT_CASES_FAILED
-from posbench.core.discovery import IMPORT_LIMIT_ENV, TASKS_ENV_PATH
-from tests.run.test_user_code_limits import BENCH, BLOCKS, REPO, plugin, rows, suite
+from posbench.core.discovery import IMPORT_LIMIT_ENV
+from tests.helpers.user_code import BLOCKS, bench, plugin, rows, suite
 
 
 @pytest.mark.subprocess
 def test_a_plugin_blocking_at_import_is_cut_at_the_import_limit(tmp_path):
-    plugins = plugin(tmp_path / "plugins", "blocks.py", BLOCKS, '"blocks"')
+    plugins = plugin(tmp_path / "plugins", "blocks.py", "blocks", **BLOCKS)
     argv = ["--suite", str(suite(tmp_path, "sinusoidal, blocks")), "--methods-dir", str(plugins), "--results", "results"]
-    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", IMPORT_LIMIT_ENV: "1"}
-    env[TASKS_ENV_PATH] = os.environ[TASKS_ENV_PATH]
     # the child's own limit stays at 120 s: only the import limit can end the question in time
-    proc = subprocess.run(
-        [sys.executable, "-c", BENCH, "120", *argv, "--quiet"], cwd=tmp_path, capture_output=True, text=True, timeout=110, env=env
-    )
+    proc = bench(tmp_path, *argv, "--quiet", limit=120, timeout=110, env={IMPORT_LIMIT_ENV: "1"})
     assert proc.returncode == EXIT_CASES_FAILED, proc.stderr
     found = rows(tmp_path)
     assert found["sinusoidal"]["status"] == "ok"
