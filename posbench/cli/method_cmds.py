@@ -19,7 +19,7 @@ LIST_TIMEOUT_S = 120.0  # reading (and with --check importing) every method file
 IMPORT_TIMEOUT_S = 120.0  # importing the one method ``check`` tests
 CHECK_TIMEOUT_S = 600.0  # ``check``'s default --timeout: all checks in both dtypes
 # one check on its tiny shapes without --timeout: the built-in methods take under 0.3 s each on a CPU;
-# a GPU check may first compile its kernels
+# a GPU check may first compile its GPU code
 CHECK_STEP_S = {"cpu": 5.0, "cuda": 120.0}
 
 
