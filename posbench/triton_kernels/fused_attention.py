@@ -906,6 +906,7 @@ def _dq_tiles(
     bias_scalar,
     kb_base,
     drow_h,  # ROW_LEARNED: this head's (Tk,) float32 row gradient, added to atomically
+    BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BIAS: tl.constexpr,
     NEAR: tl.constexpr,
@@ -960,10 +961,22 @@ def _dq_tiles(
             else:  # every entry is in the last bucket
                 dtab += tl.where(bucket_ids == NUM_BUCKETS - 1, tl.sum(tl.sum(ds, 1), 0), 0.0)
         if BIAS == 4:
-            # d row_t = sum of dScore over the scores at that distance, batches and query blocks
-            # included: added atomically (float32, so not bit-reproducible on a GPU).
-            seen = (offs_n[None, :] <= offs_m_abs[:, None]) & (offs_m_abs[:, None] < seq_k)
-            tl.atomic_add(drow_h + _row_index(offs_m_abs, offs_n, seq_k) * sbb, ds, mask=seen)
+            # d row_t = sum of dScore over the scores at that distance (batches and query blocks
+            # included), added atomically: float32, so not bit-reproducible on a GPU. A tile's
+            # diagonal c - r is one distance; skewed (row r rotated left by r), column c' holds
+            # the diagonals c' - k * BN, so one column sum per k gives a vector of distinct
+            # addresses: a few vector atomics per tile instead of one per score. Masked scores
+            # and padded rows hold dScore 0 exactly (p = 0), so they add nothing.
+            rows = tl.arange(0, BLOCK_M)[:, None]
+            cols = tl.arange(0, BLOCK_N)
+            shifted = cols[None, :] + rows  # (BM, BN)
+            skewed = tl.gather(ds, shifted % BLOCK_N, axis=1)  # skewed[r, c'] = ds[r, (c' + r) % BN]
+            wraps = shifted // BLOCK_N
+            t0 = start_n - tl.min(offs_m_abs, 0) + (seq_k - 1)  # row index of the tile's diagonal c = r
+            for k in tl.static_range((BLOCK_M + BLOCK_N - 2) // BLOCK_N + 1):
+                t = t0 + cols - k * BLOCK_N  # (BN,)
+                part = tl.sum(tl.where(wraps == k, skewed, 0.0), 0)
+                tl.atomic_add(drow_h + t * sbb, part, mask=(t >= 0) & (t < seq_k))
     return dq, dtab
 
 
@@ -1069,6 +1082,7 @@ def _bwd_dq_kernel(
         bias_scalar,
         kb_base,
         drow_h,
+        BLOCK_M,
         BLOCK_N,
         BIAS,
         False,
@@ -1106,6 +1120,7 @@ def _bwd_dq_kernel(
         bias_scalar,
         kb_base,
         drow_h,
+        BLOCK_M,
         BLOCK_N,
         BIAS,
         True,
@@ -1143,6 +1158,7 @@ def _bwd_dq_kernel(
         bias_scalar,
         kb_base,
         drow_h,
+        BLOCK_M,
         BLOCK_N,
         BIAS,
         True,
