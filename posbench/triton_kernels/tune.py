@@ -94,16 +94,16 @@ def tune(
     return configs, timings, notes
 
 
-def _cuda_timer(seq_len: int, batch: int, heads: int) -> tuple[TimeFn, Callable[[str, Point], tuple], int, str]:
-    """The real timing on this GPU: inputs of each point made once, ``triton.testing.do_bench``."""
+def make_timer(
+    device, arch: int, seq_len: int, batch: int, heads: int, bench: Callable[[Callable[[], None]], float]
+) -> tuple[TimeFn, Callable[[str, Point], tuple]]:
+    """The timer of the points on ``device`` (inputs of each point made once; ``bench(fn)`` -> ms:
+    ``triton.testing.do_bench`` on a GPU) and the offline choice on ``arch``."""
     import torch
-    import triton
 
     from posbench.core.alibi_math import slopes_tensor
     from posbench.triton_kernels import fused_attention as fa
 
-    device = torch.device("cuda")
-    arch = fa.device_arch(device)
     made: dict[Point, tuple] = {}
 
     def inputs(point: Point):
@@ -132,7 +132,7 @@ def _cuda_timer(seq_len: int, batch: int, heads: int) -> tuple[TimeFn, Callable[
         q, k, v, spec, grad = inputs(point)
         if not backward:
             with torch.no_grad():
-                return triton.testing.do_bench(lambda: fa.fused_attention(q, k, v, spec, fwd, dkdv, dq), warmup=5, rep=30)
+                return bench(lambda: fa.fused_attention(q, k, v, spec, fwd, dkdv, dq))
         out = fa.fused_attention(q, k, v, spec, fwd, dkdv, dq)
 
         def step():
@@ -140,13 +140,13 @@ def _cuda_timer(seq_len: int, batch: int, heads: int) -> tuple[TimeFn, Callable[
                 t.grad = None
             out.backward(grad, retain_graph=True)
 
-        return triton.testing.do_bench(step, warmup=5, rep=30)
+        return bench(step)
 
     def default(kernel: str, point: Point) -> tuple:
         dtype, d, _ = point
         return fa.configs_for("fwd" if kernel == "fwd" else "bwd", arch, getattr(torch, dtype), d)[0].blocks()
 
-    return time_ms, default, arch, torch.cuda.get_device_name(device)
+    return time_ms, default
 
 
 def write_table(out: Path, arch: int, device: str, configs, timings, notes, settings: dict, versions: dict) -> Path:
@@ -187,12 +187,18 @@ def main(argv=None) -> int:
         return 2
     import triton
 
-    time_ms, default, arch, device = _cuda_timer(args.seq_len, args.batch, args.heads)
+    from posbench.triton_kernels.fused_attention import device_arch
+
+    device = torch.device("cuda")
+    arch = device_arch(device)
+    time_ms, default = make_timer(
+        device, arch, args.seq_len, args.batch, args.heads, lambda fn: triton.testing.do_bench(fn, warmup=5, rep=30)
+    )
     todo = points(args.dtypes.split(","), [int(d) for d in args.head_dims.split(",")], biases)
     configs, timings, notes = tune(todo, time_ms, default, args.budget_s, failures=(RuntimeError, triton.errors.TritonError))
     settings = {"seq_len": args.seq_len, "batch": args.batch, "heads": args.heads, "causal": True}
     versions = {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda}
-    path = write_table(args.out, arch, device, configs, timings, notes, settings, versions)
+    path = write_table(args.out, arch, torch.cuda.get_device_name(device), configs, timings, notes, settings, versions)
     print(*notes, f"{len(configs)} configs -> {path}", sep="\n")
     return 0
 

@@ -146,3 +146,18 @@ def test_tune_needs_cuda_and_names_unknown_biases(capsys):
     with pytest.raises(SystemExit):
         tune.main(["--biases", "alibi,wave"])
     assert "unknown bias(es) ['wave']; allowed: alibi, none, t5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["fwd", "bwd"])
+def test_the_timer_runs_every_bias_the_tuner_knows_with_the_tiles_under_test(backward):
+    """The tuner's own timer on this CPU (the interpreter runs the kernels; ``bench`` runs the step
+    once and says 1 ms): every bias it names builds and runs, forward or backward, pinned tiles."""
+    if not fa.INTERPRETED:
+        pytest.skip("needs TRITON_INTERPRET=1 (set by conftest)")
+    ran = []
+    time_ms, default = tune.make_timer("cpu", 90, seq_len=24, batch=1, heads=2, bench=lambda fn: ran.append(fn()) or 1.0)
+    blocks = (16, 16, 1, 1)
+    for bias in tune.BIASES:
+        assert time_ms(("float16", 32, bias), blocks, blocks, blocks, backward) == 1.0
+    assert len(ran) == len(tune.BIASES)
+    assert default("dq", ("bfloat16", 64, "alibi")) == fa.configs_for("bwd", 90, torch.bfloat16, 64)[0].blocks()
