@@ -150,3 +150,32 @@ def test_attention_diagnostics_of_a_probe_are_stored_and_tabled(tmp_path):
     ratio, first, mass = attention_tables(load_runs(write_run(tmp_path / "results", rows), find_task=find_task), "retrieval")
     assert ratio.title.endswith("L_train = 32, probe = aggregate") and ratio.columns == [32, 64]
     assert ratio.cell("alibi", 64).value == pytest.approx(out["metrics"]["attn_entropy_ratio@64"])
+
+
+def test_vartrack_accuracy_by_hops_pools_rows_and_keeps_each_chain_length():
+    from posbench.tasks.retrieval import accuracy
+    from posbench.tasks.retrieval import report as charts
+
+    def cell(Lv, hops, k, n):
+        return {"L_valid": Lv, "depth": None, "hops": hops, "correct": k, "total": n, "status": "ok", "message": ""}
+
+    def row(method, cells):
+        return {
+            "method": method,
+            "task": "retrieval",
+            "status": "ok",
+            "params": {"L_train": 8, "probe": "vartrack"},
+            "series": {"cells": cells},
+        }
+
+    rows = [
+        row("alibi", [cell(8, 1, 9, 10), cell(8, 2, 6, 10), cell(16, 1, 5, 10), cell(16, 2, 1, 10)]),
+        row("alibi", [cell(8, 1, 10, 10), cell(8, 2, 4, 10)]),  # a second seed or run: pooled
+    ]
+    got = {(t["hops"], t["L_valid"]): t for t in accuracy.hops_table(rows, "vartrack")}
+    assert got[1, 8]["acc"] == pytest.approx(19 / 20) and got[2, 8]["acc"] == pytest.approx(0.5)
+    assert (got[2, 16]["lo"], got[2, 16]["hi"]) == wilson_interval(1, 10)
+    t = charts.hops_probe_table(rows, "vartrack")
+    assert t.rows == ["alibi, hops=1", "alibi, hops=2"] and t.columns == [8, 16]
+    assert t.cell("alibi, hops=2", 8).text.startswith("50% [") and t.cell("alibi, hops=1", 16).value == pytest.approx(0.5)
+    assert charts.hops_probe_table([row("alibi", [{**cell(8, 1, 1, 2), "hops": None}])], "vartrack") is None

@@ -150,6 +150,26 @@ def accuracy_table(rows: list[dict], threshold: float = 0.5) -> list[dict]:
     return table
 
 
+def hops_table(rows: list[dict], probe: str) -> list[dict]:
+    """vartrack's axis: one entry per (method, L_train, hops, L_valid) of the cells that carry a
+    ``hops`` (a whole number >= 1), counts pooled over rows and seeds, with accuracy and its
+    Wilson 95% interval (None where a cell failed)."""
+    counts: dict[tuple, list] = {}
+    for r in ok_rows(rows, probe):
+        for c in cells(r):
+            if whole(c.get("hops"), 1):
+                entry = counts.setdefault((r["method"], r["params"]["L_train"], c["hops"], c["L_valid"]), [0, 0, True])
+                entry[0] += c["correct"]
+                entry[1] += c["total"]
+                entry[2] &= c.get("status", "ok") == "ok"
+    out = []
+    for (method, L, hops, Lv), (k, n, ok) in sorted(counts.items()):
+        lo, hi = wilson_interval(k, n) if ok and n else (None, None)
+        acc = k / n if ok and n else None
+        out.append({"method": method, "L_train": L, "hops": hops, "L_valid": Lv, "acc": acc, "lo": lo, "hi": hi})
+    return out
+
+
 def heatmap_table(rows: list[dict], method: str, L_train: int | None = None):
     """(depths, lengths, acc) of passkey for one method: acc (n_depths, n_lengths) float array,
     NaN where no sample ran. Counts of several rows (seeds, runs) are pooled."""

@@ -14,7 +14,15 @@ from posbench.report.learn_first import NOT_LEARNT, comparability, length_text
 from posbench.report.rows import Runs
 from posbench.report.stats import SEED_INTERVAL
 from posbench.tasks.attention_report import attention_sections, attention_tables
-from posbench.tasks.retrieval.accuracy import accuracy_table, heatmap_table, learned_threshold, ok_rows, relative_threshold, whole
+from posbench.tasks.retrieval.accuracy import (
+    accuracy_table,
+    heatmap_table,
+    hops_table,
+    learned_threshold,
+    ok_rows,
+    relative_threshold,
+    whole,
+)
 
 # matplotlib, numpy and the report's table model (pandas) are imported inside the functions that
 # draw or build tables: validating or listing suites imports this module, and must not wait for them.
@@ -201,6 +209,47 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
     return out
 
 
+def hops_probe_table(rows: list[dict], probe: str) -> Table | None:
+    """Accuracy per chain length (vartrack's hops axis): rows ``method, hops=k`` (with L_train when
+    there are several), columns L_valid, each cell ``30% [11, 60]`` (Wilson 95%); None when the
+    probe's cells carry no hops."""
+    from posbench.report.table import Cell, Table, short_commit, slug
+
+    table = hops_table(rows, probe)
+    if not table:
+        return None
+    ok = list(ok_rows(rows, probe))
+    several = len({t["L_train"] for t in table}) > 1
+    hardware = next((r.get("hardware") for r in ok if r.get("hardware")), "")
+    lengths = sorted({t["L_valid"] for t in table})
+    out = Table(
+        key=slug(f"retrieval-{probe}-by-hops-{hardware}"),
+        title=f"{probe}: accuracy by hops (Wilson 95% interval)",
+        caption=f"Fraction of {probe} answers exactly right per chain length (hops: statements to follow "
+        f"from the asked variable to its value), counts pooled over seeds and runs, with its Wilson 95% "
+        f"interval; the accuracy table above pools the hops. {hardware} (commit {short_commit(r.get('git_commit') for r in ok)}).",
+        task="retrieval",
+        metric=f"acc {probe} by hops",
+        unit="fraction",
+        column_header="L_valid",
+        columns=lengths,
+        rows=[],
+        hardware=hardware,
+        commit=short_commit(r.get("git_commit") for r in ok),
+        higher_is_better=True,
+    )
+    out.pooled = True
+    for t in table:
+        label = f"{t['method']}" + (f", L_train={t['L_train']}" if several else "") + f", hops={t['hops']}"
+        if label not in out.rows:
+            out.rows.append(label)
+        text = "-" if t["acc"] is None else cell_text(t)
+        out.cells[(label, t["L_valid"])] = Cell(
+            text=text, value=t["acc"], spread=None if t["acc"] is None else (t["lo"], t["hi"])
+        )
+    return out
+
+
 def steps_text(metrics) -> str:
     """``1700 (stopped)`` when training stopped at its criterion, ``3000`` when it ran the whole
     budget, ``-`` when the row's metrics do not say."""
@@ -323,6 +372,9 @@ def probe_blocks(runs: Runs) -> list[Block]:
 
             sources.append(heatmaps)
         blocks.append(Block(table, sources, heading=probe))
+        by_hops = hops_probe_table(ok, probe)
+        if by_hops is not None:
+            blocks.append(Block(by_hops, [], heading=f"{probe} by hops"))
     return blocks
 
 
