@@ -131,6 +131,20 @@ def choose_blocks(kernel: str, arch: int | None, dtype: torch.dtype, head_dim: i
     return configs_for("fwd" if kernel == "fwd" else "bwd", arch, dtype, head_dim)[0].blocks()
 
 
+def tiles_used(arch: int | None, dtype: torch.dtype, head_dim: int, bias: str) -> str:
+    """What ``choose_blocks`` gives the three kernels, and from where: a row records it."""
+    parts = []
+    for kernel in tuning.KERNELS:
+        blocks = choose_blocks(kernel, arch, dtype, head_dim, bias)
+        if blocks is None:
+            parts.append(f"{kernel} autotuned")
+            continue
+        tuned = arch is not None and tuning.tuned_blocks(arch, kernel, str(dtype), head_dim, bias) is not None
+        source = "interpreter" if arch is None else f"tuned sm{arch}" if tuned else "offline"
+        parts.append(f"{kernel} m{blocks[0]}n{blocks[1]}w{blocks[2]}s{blocks[3]} ({source})")
+    return ", ".join(parts)
+
+
 def _prune(kernel: str):
     def prune(configs, named_args, **kwargs):
         if INTERPRETED:

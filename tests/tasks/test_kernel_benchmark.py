@@ -81,6 +81,7 @@ def test_triton_row_runs_under_the_interpreter_when_allowed(variant):
         allow_interpreter=True,
     )
     assert row["status"] == "ok" and row["backend"] == "triton-interpreter"
+    assert row["tiles"] == "fwd m32n32w1s1 (interpreter), dkdv m32n32w1s1 (interpreter), dq m32n32w1s1 (interpreter)"
 
 
 def test_static_reasons_name_what_is_missing():

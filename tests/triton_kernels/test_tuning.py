@@ -47,6 +47,15 @@ def test_a_table_for_the_arch_is_read_and_its_absence_keeps_the_offline_choice(t
     assert fa.choose_blocks("fwd", None, torch.float16, 64, "alibi") == fa.INTERPRETER_CONFIG.blocks()  # the interpreter
 
 
+def test_a_row_names_each_kernels_tiles_and_where_they_came_from(tuned_dir, monkeypatch):
+    _write(tuned_dir, configs={"fwd/float16/d64/alibi": [128, 64, 8, 3]})
+    assert fa.tiles_used(90, torch.float16, 64, "alibi") == (
+        "fwd m128n64w8s3 (tuned sm90), dkdv m32n32w4s2 (offline), dq m32n32w4s2 (offline)"
+    )
+    monkeypatch.setenv("POSBENCH_AUTOTUNE", "1")
+    assert fa.tiles_used(90, torch.float16, 64, "alibi") == "fwd autotuned, dkdv autotuned, dq autotuned"
+
+
 def test_autotuning_only_when_asked(tuned_dir, monkeypatch):
     _write(tuned_dir)
     monkeypatch.setenv("POSBENCH_AUTOTUNE", "1")

@@ -90,6 +90,16 @@ def _t5_bucket_function():
     return inspect.getmodule(discovery.get("t5_bias")).relative_position_bucket
 
 
+def triton_tiles(variant: str, q) -> str:
+    """The tiles the fused kernels launch ``variant`` with at q's shape, and where they came from
+    (the table timed on this GPU, the offline choice, the interpreter's)."""
+    from posbench.triton_kernels import fused_attention as fa
+
+    arch = None if fa.INTERPRETED else fa.device_arch(q.device)
+    bias = {"alibi_triton": "alibi", "t5_triton": "t5", "triton_no_bias": "none"}[variant]
+    return fa.tiles_used(arch, q.dtype, q.shape[-1], bias)
+
+
 def _triton(variant: str, q, slopes, table) -> tuple[AttentionFn, str]:
     from posbench.triton_kernels import fused_attention as fa
 
@@ -334,6 +344,7 @@ class PreparedPoint:
         self.extra = tuple(extra)  # other leaves with a gradient (the T5 table)
         self.grad = torch.randn_like(q)
         self._out = None
+        self.tiles: str | None = None  # the fused kernels' tiles and their source (triton_tiles)
 
     def clear_grads(self) -> None:
         for t in (self.q, self.k, self.v, *self.extra):
@@ -381,6 +392,7 @@ def prepare_point(
     table = (torch.randn(T5_BUCKETS, heads, device=device) * 0.5).to(dtype).requires_grad_()
     fn, backend = _build(variant, q, k, v, slopes, table)
     point = PreparedPoint(fn, backend, q, k, v, extra=(table,) if "t5" in variant else ())
+    point.tiles = triton_tiles(variant, q) if variant in TRITON_VARIANTS else None
     try:
         point.step()  # first call outside any timing: compilation, autotuning, late errors
     except (RuntimeError, NotImplementedError) as exc:
@@ -419,6 +431,8 @@ def run_kernel_point(
     flops = attention_flops(batch, heads, seq_len, head_dim, causal=True)
     name, peak, peak_reason = device_peak(device, dtype)
     row.update(status="ok", backend=point.backend, flops_fwd=flops["fwd"], timing=timing_method(device), device_name=name)
+    if point.tiles:
+        row["tiles"] = point.tiles
     if peak is not None:
         row["dense_peak_tflops"] = peak / 1e12
     else:
