@@ -245,6 +245,8 @@ def run(out: Path, py: str, only: set[str] | None = None) -> int:
         print(lines[-1], flush=True)
     for table in sorted((out / "results").glob("*/*/table.md")):
         lines += ["", f"## {table.parent.parent.name} ({table.parent.name})", "", table.read_text()]
+    # the tuner's notes and where it wrote the table (posbench/triton_kernels/tuned/sm<NN>.json: commit it)
+    lines += ["", "## Tiles timed on this GPU", "", "```", *_log_lines(logs / "tune.log")[-30:], "```"]
     tests = _log_lines(logs / "kernel-tests.log")
     lines += ["", "## kernel tests (compiled)", "", *(tests[-1:] or ["(no output)"])]
     lines += ["", "## Conformance of the fused kernels' methods", "", "```", *_log_lines(logs / "conformance.log")[-60:], "```"]

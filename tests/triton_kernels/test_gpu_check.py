@@ -96,3 +96,14 @@ def test_the_tune_step_runs_first_within_its_limit_and_the_kernels_step_times_th
     variants = set(cmd[cmd.index("--methods") + 1].split(","))
     assert {"sdpa_causal", "flex_no_bias", "flex_alibi", "flex_t5", "alibi_triton", "t5_triton", "triton_no_bias"} == variants
     assert variants <= set(VARIANTS)
+
+
+def test_the_page_quotes_the_tuners_output(tmp_path, monkeypatch):
+    def fake(cmd, stdout=None, **kw):
+        stdout.write("42 configs -> posbench/triton_kernels/tuned/sm90.json\n")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", fake)
+    assert gpu_check.run(tmp_path, "python", {"tune"}) == 0
+    page = (tmp_path / "gpu-check.md").read_text()
+    assert "## Tiles timed on this GPU\n\n```\n42 configs -> posbench/triton_kernels/tuned/sm90.json\n```" in page
