@@ -40,13 +40,33 @@ class BiasMethod(PositionMethod):
         """(H, Tq, Tk), or broadcastable to it: the bias on the score of query i and key j."""
         raise NotImplementedError(f"{type(self).__name__} (method {self.name!r}) must implement bias(q_pos, k_pos, dtype)")
 
+    def checked_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``bias``, its shape checked against (H, Tq, Tk): a plugin's wrong shape is one line saying
+        what came back, not torch's size error in every layer."""
+        out = self.bias(q_pos, k_pos, dtype)
+        want = (self.cfg.n_heads, q_pos.shape[0], k_pos.shape[0])
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else None
+        while shape is not None and len(shape) > 3 and shape[0] == 1:
+            shape = shape[1:]  # a leading batch axis of 1 (ALiBi's (1, H, Tq, Tk)) broadcasts over the batch
+        try:
+            fits = shape is not None and torch.broadcast_shapes(shape, want) == want
+        except RuntimeError:
+            fits = False
+        if not fits:
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(
+                f"method {self.name!r}: bias() returned {got} where (H, Tq, Tk) = {want} was expected "
+                "(or a shape that broadcasts to it)"
+            )
+        return out
+
     def bias_form(self, dtype: torch.dtype) -> BiasForm:
         """What is known of the bias built for compute ``dtype`` (default: nothing)."""
         return BiasForm()
 
     def masked_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """``bias`` with -inf on every future key (bottom-right aligned), uncached."""
-        out = self.bias(q_pos, k_pos, dtype)
+        out = self.checked_bias(q_pos, k_pos, dtype)
         tq, tk = q_pos.shape[0], k_pos.shape[0]
         if tq == 1 or self.bias_form(dtype).masked:  # a single query (a decode step) sees every key
             return out
