@@ -166,13 +166,14 @@ def joining(
     return [(c, r) for c, r in schedule([c for c in everyone if c.id in involved]) if (c.id, r) in wanted], lone
 
 
-def methods_held(run_dir: Path) -> list[str]:
-    """The methods a run folder's run.json lists (none for a run without a readable one)."""
+def methods_held(run_dir: Path) -> list[str] | None:
+    """The methods a run folder's run.json lists; None without a readable one (nobody can say
+    which method joined: the run resumes as it is, and rewrites run.json)."""
     try:
         meta = read_run_meta(run_dir)
-    except RowsError:  # the run rewrites it; every method then counts as new
-        return []
-    return meta.methods if meta is not None else []
+    except RowsError:
+        return None
+    return meta.methods if meta is not None else None
 
 
 def pairing_of(case: CaseSpec) -> str:
@@ -240,8 +241,9 @@ def plan_rounds(
     todo = [
         (c, r) for c, r in schedule(cases) if (c.id, r) not in done or (retry_failed and done[(c.id, r)]["status"] in RETRYABLE)
     ]
-    if suite.task.timed if timed is None else timed:
-        todo, alone = joining(todo, done, everyone, methods_held(run_dir), unpaired)
+    held = methods_held(run_dir)
+    if held is not None and (suite.task.timed if timed is None else timed):
+        todo, alone = joining(todo, done, everyone, held, unpaired)
         if lone is not None:
             lone |= alone
     return todo, done

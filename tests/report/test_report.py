@@ -251,6 +251,7 @@ def test_kernels_report_has_ratios_against_the_suites_baseline_from_run_json(tmp
     (mem,) = [t for t in metric_tables(load_runs(tmp_path, find_task=find_task), "kernels") if t.metric == "peak_mem_bytes"]
     assert mem.cell("alibi_triton", 1024).text == "0.000977 GiB (0.50x)"
     assert "No ratios" not in written["report.md"].read_text()
+    assert "share of peak" not in written["report.md"].read_text()  # no row carries it: no table of n/a
 
 
 def test_an_explicit_baseline_wins_over_run_json(tmp_path):

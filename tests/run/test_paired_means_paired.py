@@ -33,6 +33,9 @@ def _finished_folder(tmp_path, methods, rounds, **settings):
         for m in methods
     ]
     (run_dir / "cases.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    # the runner's run.json names the methods the run held: a method it lacks is a newcomer
+    meta = {"suite": "t", "version": 1, "task": "_testing", "baseline": methods[0], "methods": methods, "metrics": []}
+    (run_dir / "run.json").write_text(json.dumps(meta))
     return suite, run_dir
 
 
@@ -169,3 +172,11 @@ def test_rows_of_another_run_folder_never_pair_with_this_runs_baseline(tmp_path)
     run_b = write_run(tmp_path / "b", theirs, metrics=["train_wps"], methods=["sinusoidal", "alibi"])
     (table,) = metric_tables(rowsmod.load_runs([run_a, run_b], find_task=find_task), "efficiency", metrics=["train_wps"])
     assert table.cell("alibi", 64).unpaired and "unpaired" in table.cell("alibi", 64).text
+
+
+def test_a_folder_without_run_json_resumes_as_it_is(tmp_path):
+    # nobody can say which method joined (an old run, or run.json lost): nothing is re-measured
+    suite, run_dir = _finished_folder(tmp_path, ["sinusoidal", "rotary"], 2)
+    (run_dir / "run.json").unlink()
+    todo, _ = plan_rounds(suite, "cpu", run_dir, False, ["alibi"], [], "r")
+    assert [(c.id, r) for c, r in todo] == [("alibi/n=1", 1), ("alibi/n=1", 2)]

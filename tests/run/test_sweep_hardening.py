@@ -479,9 +479,9 @@ def test_resubmitting_while_a_task_finishes_runs_no_case_twice(tmp_path, capsys,
 
     collect = envmod.collect
 
-    def slow_collect(device):
+    def slow_collect(*args):
         _wait_done(run_dir, ["n=1"])
-        return collect(device)
+        return collect(*args)
 
     monkeypatch.setattr(envmod, "collect", slow_collect)
     try:
