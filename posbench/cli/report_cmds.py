@@ -30,7 +30,7 @@ runs on different GPU models (unless --allow-other-hardware) or with different s
 
 
 PUBLISH_EPILOG = """examples:
-  bench.py publish results/efficiency/cpu-cpu-3f9a1c2e
+  bench.py publish results/<suite>/<run-id>
   make docs-results        # then every docs/results page, rebuilt from results/published/
 
 copies each run's rows (cases.jsonl, a sweep's rows/*.jsonl), run.json and env.json into

@@ -46,8 +46,8 @@ def prepare(case: Case) -> bool:
         if threads:
             torch.set_num_threads(threads)
         # Subnormals cost some CPUs a microcode trap per operation (ALiBi 2.6x slower on an Intel
-        # Xeon, issue 59), a cost of the CPU rather than of the method; GPUs' attention kernels
-        # flush them. False where the CPU cannot flush (set_flush_denormal says so).
+        # Xeon, issue 59), a cost of the CPU rather than of the method; attention on a GPU
+        # flushes them. False where the CPU cannot flush (set_flush_denormal says so).
         flushed = torch.set_flush_denormal(flush) and flush
     if case.methods_dirs:
         from posbench.core import discovery

@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 # methods/ssmax.py holds a modifier (METHOD+ssmax), not a method: listed in the header, not as a line
 MODIFIER_FILES = {Path(origin).stem for origin in discovery.modifiers().values()}
 METHOD_FILES = sorted(p.stem for p in (REPO / "methods").glob("*.py") if not p.name.startswith("_"))
-BUILTIN_METHODS = [stem for stem in METHOD_FILES if stem not in MODIFIER_FILES]
+RECIPE_FILES = {Path(origin).stem for origin in discovery.recipes().values()}  # methods/recipes.py: several names
+BUILTIN_METHODS = [stem for stem in METHOD_FILES if stem not in MODIFIER_FILES | RECIPE_FILES]
 BUILTIN_SUITES = sorted(p.stem for p in (REPO / "suites").glob("*.yaml"))
 
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]  # builds a wheel, installs it, runs its console script
@@ -123,6 +124,7 @@ def test_list_from_an_empty_folder(installed):
     listed = [line.split()[0] for line in methods_part.splitlines()[1:]]
     # rotary.py also registers rotary_pi, rotary_ntk, ...: names, not file stems
     assert listed == list(discovery.listing()) and set(BUILTIN_METHODS) <= set(listed)
+    assert RECIPE_FILES == {"recipes"} and {"irope", "rnope_swa", "swan"} <= set(listed)
     header = methods_part.splitlines()[0].replace(os.sep, "/")
     assert MODIFIER_FILES == {"gate", "qknorm", "sink", "ssmax"} and "modifiers, taken as METHOD+MODIFIER: gate (" in header
     assert "site-packages" in header and "posbench/methods/ssmax.py" in header

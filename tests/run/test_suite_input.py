@@ -246,3 +246,14 @@ def test_constructor_options_read_from_source_match_the_signature():
             None if any(p.kind is p.VAR_KEYWORD for p in params.values()) else [p for p in params if p not in ("self", "cfg")]
         )
         assert suitemod.constructor_options(name) == expected, name
+
+
+def test_a_variants_options_are_read_from_its_makers_class_without_importing():
+    # methods/recipes.py builds its methods in a function (register_variants): validating a suite
+    # that sets a recipe's options must still import no torch (bench.py validate, list)
+    from posbench.core import discovery
+    from posbench.run.suite.method_options import _options_from_source
+
+    for name in ("rnope_swa", "swan", "irope", "rotary_pi"):
+        assert _options_from_source(Path(discovery.require(name)), name) not in (False, None), name
+    assert "window" in _options_from_source(Path(discovery.require("swan")), "swan")

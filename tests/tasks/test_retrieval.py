@@ -522,7 +522,8 @@ def test_suite_validates_with_both_profiles():
     gpu = suitemod.resolve(loaded, "gpu")
     assert gpu.grid["L_train"] == [512, 1024] and max(gpu.settings.L_valid_factors) * 1024 == 16384
     assert cpu.grid["L_train"] == [64] and max(cpu.settings.L_valid_factors) * 64 == 512
-    assert set(cpu.methods) == {"sinusoidal", "rotary", "t5_bias", "alibi", "nope"}
+    # the first five, then issue 58's methods whose papers claim retrieval or length generalisation
+    assert set(cpu.methods) == {"sinusoidal", "rotary", "t5_bias", "alibi", "nope", "fope", "pope", "stickbreaking", "path_fox"}
     # +-10%: a 50% accuracy over eval_samples outcomes has a Wilson interval at most 20 points wide
     lo, hi = wilson_interval(cpu.settings.eval_samples // 2, cpu.settings.eval_samples)
     assert hi - lo <= 0.2
