@@ -14,4 +14,6 @@ def test_every_row_skipped_is_said_with_the_count(tmp_path, capsys):
     assert cli.main(["report", str(run_dir), "--out", str(tmp_path / "o")]) == cli.EXIT_USAGE
     err = capsys.readouterr().err.splitlines()
     assert len(err) == len(rows) + 1 and all("params.seq_len: expected a number" in line for line in err[:-1])
-    assert err[-1].endswith(f"the runs hold no usable rows; all {len(rows)} of their rows were skipped (the warnings above say why)")
+    assert err[-1].endswith(
+        f"the runs hold no usable rows; all {len(rows)} of their rows were skipped (the warnings above say why)"
+    )
