@@ -32,6 +32,7 @@ class Metric:
     appendix: Optional[bool] = None
     shown_in: str = ""
     axis: str = ""
+    optional: bool = False  # only some devices give it (a GPU's share of peak): no table of n/a where none did
 
 
 SPREAD_SUFFIX = "_std"  # a seed-averaged metric m carries m_std: its spread over seeds

@@ -201,15 +201,15 @@ def metric_tables(
                     suite, hardware, task, rows, rest, name, declared.of[name].metric, col, base_method, group, meta, busy
                 )
                 asked = metrics is not None or name in (meta.metrics if meta else ())
-                if asked or not _only_missing_numbers(table):
+                if asked or not declared.of[name].metric.optional or not _only_missing_numbers(table):
                     tables.append(table)
     return tables
 
 
 def _only_missing_numbers(table: Table) -> bool:
-    """Every case finished and none carries the metric (a GPU-only figure on a CPU): a table of
-    n/a would say nothing, so a table nobody asked for is left out; a failed case's status is
-    worth a table."""
+    """Every case finished and none carries the metric: for an ``optional`` metric (a GPU-only
+    figure on a CPU) a table of n/a would say nothing, so one nobody asked for is left out; a
+    failed case's status is worth a table."""
     cells = table.cells.values()
     return bool(cells) and all(c.status == "ok" and c.value is None and c.text == "n/a" for c in cells)
 

@@ -54,6 +54,7 @@ METRICS = {
         doc="forward + backward FLOP/s over the device's dense peak (posbench/engine/peaks.py); absent on an unknown device",
         higher_is_better=True,
         table=True,
+        optional=True,
     ),
     "fwd_peak_fraction": Metric(
         title="Kernel forward share of peak", unit="", doc="forward FLOP/s over the dense peak", higher_is_better=True
