@@ -1,6 +1,5 @@
 """A method plugin that misbehaves (blocks at import, or sleeps when built) and the CLI run in a
-child with short time limits: what the round-5 wait tests run (the round-1 ones keep their own
-copy in tests/run/test_user_code_limits.py)."""
+child with short time limits: what the wait tests of rounds 1 and 5 run."""
 
 from __future__ import annotations
 

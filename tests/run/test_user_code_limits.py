@@ -2,77 +2,29 @@
 silently ends `run`, `list --methods-dir` or `check` (issue 26, hangs). The answer is a row (run)
 or one line (list, check)."""
 
-import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from posbench.cli.app import EXIT_CASES_FAILED
-from posbench.core.discovery import TASKS_ENV_PATH
+from tests.helpers import user_code
+from tests.helpers.user_code import BLOCKS, PLUGIN, rows, suite
 
-REPO = Path(__file__).resolve().parents[2]
-
-PLUGIN = """import {module}
-{action}
-from posbench.core.method import PositionMethod
-from posbench.core.registry import register
-
-
-@register
-class Plugin(PositionMethod):
-    name = {name}
-"""
 EXITS = dict(module="sys", action="sys.exit(3)")
-BLOCKS = dict(module="time", action="time.sleep(1000)")
-
-# The CLI with short time limits (the defaults are minutes): a hang shows as the subprocess
-# running past its own timeout, which fails the test instead of hanging it.
-BENCH = """
-import sys
-from posbench.cli import app, method_cmds
-from posbench.run import runner
-method_cmds.LIST_TIMEOUT_S = method_cmds.IMPORT_TIMEOUT_S = float(sys.argv[1])
-runner.UNAVAILABLE_TIMEOUT_S = float(sys.argv[1])
-sys.exit(app.main(sys.argv[2:]))
-"""
 
 
 def bench(cwd: Path, *args: str, limit: float = 20.0, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", BENCH, str(limit), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={
-            "PYTHONPATH": str(REPO),
-            "PATH": "/usr/bin:/bin",
-            "OMP_NUM_THREADS": "1",
-            TASKS_ENV_PATH: os.environ[TASKS_ENV_PATH],
-        },
-    )
+    """The CLI with short time limits (the defaults are minutes): a hang shows as the subprocess
+    running past its own timeout, which fails the test instead of hanging it."""
+    return user_code.bench(cwd, *args, limit=limit, timeout=timeout)
 
 
 def plugin(folder: Path, file: str, kind: dict, name: str) -> Path:
     folder.mkdir(exist_ok=True)
     (folder / file).write_text(PLUGIN.format(name=name, **kind))
     return folder
-
-
-def suite(tmp_path: Path, methods: str) -> Path:
-    path = tmp_path / "t.yaml"
-    path.write_text(f"name: t\ndescription: d\nversion: 1\ntask: _testing\nmethods: [{methods}]\ngrid:\n  n: [1]\n")
-    return path
-
-
-def rows(tmp_path: Path) -> dict:
-    (run_dir,) = (tmp_path / "results" / "t").iterdir()
-    lines = (run_dir / "cases.jsonl").read_text().splitlines()
-    return {r["method"]: r for r in map(json.loads, lines)}
 
 
 @pytest.mark.subprocess
