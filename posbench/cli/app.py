@@ -24,7 +24,7 @@ from posbench.cli import verify_cmds
 from posbench.cli.help_text import corpus_suite, example_suite, run_examples
 from posbench.cli.method_cmds import CHECK_STEP_S, CHECK_TIMEOUT_S, cmd_check, cmd_list, positive_seconds
 from posbench.cli.run_cmd import add_run_arguments, cmd_run, common_arguments, load_methods_dirs, resolve
-from posbench.cli.run_output import (  # noqa: F401 (bench.py's API)  # noqa: F401
+from posbench.cli.run_output import (  # noqa: F401 (bench.py's API)
     EXIT_CASES_FAILED,
     EXIT_CODES,
     FAILED_STATUSES,

@@ -12,16 +12,13 @@ from pathlib import Path
 
 from posbench.cli.help_text import corpus_tasks
 from posbench.cli.method_cmds import method_listing
-from posbench.cli.run_output import (  # noqa: F401 (bench.py's API)  # noqa: F401
+from posbench.cli.run_output import (
     EXIT_CASES_FAILED,
-    EXIT_CODES,
     FAILED_STATUSES,
-    MESSAGE_SHOWN,
     case_line,
     check_corpora,
     failed_exit,
     print_tables,
-    short_message,
     warn_short_budget,
 )
 from posbench.cli.sweep_cmds import add_sweep_arguments, launch_sweep, pool_options
