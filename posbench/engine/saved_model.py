@@ -8,6 +8,8 @@ planted pickle is refused, never run (``weights_only``). docs/reliability.md.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import pickle
@@ -19,10 +21,26 @@ from typing import Any
 
 import torch
 
-from posbench.core.files import UnsafeFile, new_file_mode, open_nofollow, own_folder
+from posbench.core.files import UnsafeFile, new_file_mode, open_lock, open_nofollow, own_folder
 from posbench.core.model import TransformerLM
 
 SLACK_BYTES = 16 << 20  # beyond twice the tensors: configs, the loss curve, zip headers
+
+
+@contextlib.contextmanager
+def exclusive(ckpt: Path | None):
+    """Hold a lock beside ``ckpt`` so that, under ``--parallel``, one case trains a model that several
+    cases share and the others wait and reuse it instead of training it again."""
+    if ckpt is None:
+        yield
+        return
+    own_folder(ckpt.parent)
+    fd = open_lock(ckpt.with_name(f".{ckpt.name}.lock"))  # a planted link there: one line, nothing created
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 class BadCheckpoint(ValueError):

@@ -3,9 +3,10 @@ copied by hand: ``make docs-results`` rebuilds every page, and the index, from t
 in the repository (``results/published/``, ``bench.py publish``; ``rebuild``);
 ``make docs-results RUNS=...`` writes the pages of the run folders named (``write_pages``).
 
-Runs of one suite on one machine share a page, one section per run: its tables (as printed at the
-end of the run), dates, commit, machine, versions, and the command that reproduces it. Bad input
-is one line on stderr and exit status 2.
+Runs of one suite on one machine share a page, one section per run: its summary (the verdicts and
+headline lines ``bench.py report`` opens with, read off the same tables), its tables (as printed at
+the end of the run), dates, commit, machine, versions, and the command that reproduces it. Bad
+input is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Optional
 
 from posbench.core.files import WriteError, atomic_write_text
 from posbench.report.escape import md_code, md_fence, md_text
+from posbench.report.headline import case_counts, table_line, verdict_lines
 from posbench.report.names import short_hash
 from posbench.report.render import to_markdown
 from posbench.report.rows import cpu_model, find_run_dirs, gpu_name, load_runs
@@ -175,6 +177,9 @@ class RunSection:
         self.commits = list(dict.fromkeys(commits))
         self.statuses = rows["status"].value_counts().to_dict()
         self.tables = run_tables(runs)
+        self.summary = [case_counts(rows)]  # the report's summary, over these tables
+        for table in self.tables:
+            self.summary += verdict_lines(table) + [line for line in [table_line(table)] if line is not None]
         ran = list(dict.fromkeys(m for m in rows["method"] if isinstance(m, str) and m))
         recorded = recorded_command(run_dir)
         self.command = without_results(recorded) if recorded else format_command(reconstruct_command(self.meta, ran or None))
@@ -228,6 +233,11 @@ class RunSection:
             ),
             "",
             md_fence(self.command, "bash"),
+            "",
+            "Summary (each table's learn-first verdicts, then its last column, with `Best:` only where that method's "
+            "interval overlaps no other's):",
+            "",
+            *[f"- **{md_text(line.text)}**" if line.alarm else f"- {md_text(line.text)}" for line in self.summary],
             "",
         ]
         if self.tables:

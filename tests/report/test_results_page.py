@@ -41,6 +41,20 @@ def test_page_names_suite_run_date_commit_machine_torch_command_and_tables(tmp_p
     assert "**Evaluation speed (words/s), efficiency**" in text
 
 
+def test_page_opens_each_run_with_the_reports_summary_and_verdicts(tmp_path):
+    from posbench.report.headline import table_line
+
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
+    section = results_page.RunSection(run_dir, find_task=find_task)
+    text = section.markdown()
+    summary = text[text.index("Summary (") : text.index(f"**{section.tables[0].title}**")]
+    assert summary.splitlines()[2] == "- 4 cases: 4 ok."
+    for table in section.tables:  # the same line the report's summary holds, verdict included
+        line = table_line(table)
+        assert f"- {line.text}" in summary.replace("\\", "")
+    assert "alibi 0.95x. Not separable: sinusoidal, alibi." in summary  # one measurement each: no interval, no winner
+
+
 def test_rebuilt_command_reruns_the_settings_and_grid_the_run_used(tmp_path):
     run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
     section = results_page.RunSection(run_dir, find_task=find_task)

@@ -27,6 +27,64 @@ def test_every_answer_is_what_the_oracle_reads_off_the_prompt(probe, extra):
     assert np.array_equal(again.tokens, batch.tokens)  # deterministic in its arguments
 
 
+@pytest.mark.parametrize("probe", ["multikey", "vartrack"])
+def test_training_examples_ask_several_questions_each_answered_by_its_prompt(probe):
+    length = P.min_length(probe, CFG, queries=4) + 9
+    batch = P.generate(probe, VOCAB, length, 60, seed=4, queries=4)
+    m = ruler.answer_len(probe, CFG)
+    assert batch.spans == [(length - (4 - j) * (m + 2) + 2, length - (3 - j) * (m + 2)) for j in range(4)]
+    assert batch.spans[-1] == (length - m, length) and batch.distance.shape == (60, 4)
+    for row, dist in zip(batch.tokens, batch.distance):
+        for (s, e), d in zip(batch.spans, dist):
+            assert row[s - 2] == VOCAB.ASK and np.array_equal(ruler.oracle_answer(VOCAB, probe, row[:s]), row[s:e])
+            if d:  # the asked key's own statement starts d tokens before it
+                assert row[s - 1 - d] == VOCAB.MARK
+    if probe == "vartrack":  # the last question asks chain 0's whole chain, as the evaluation's one
+        hops = [len(_chain(VOCAB, row[: batch.spans[-1][0]])) for row in batch.tokens]
+        assert set(hops) <= set(range(1, CFG.hops + 1)) and len(set(hops)) > 1
+        earlier = [len(_chain(VOCAB, row[:s])) for row in batch.tokens for s, _ in batch.spans[:-1]]
+        assert min(earlier) == 1  # one-hop links are asked too
+    one = P.generate(probe, VOCAB, length, 60, seed=4)
+    assert one.spans == [(length - m, length)]  # the evaluation's single question, its draws as before
+
+
+def _chain(vocab, prompt):
+    """The variables a vartrack question follows to its value."""
+    statements = {int(prompt[i + 1]): int(prompt[i + 2]) for i in np.flatnonzero(prompt == vocab.MARK)}
+    chain = [int(prompt[-1])]
+    while chain[-1] in statements and not vocab.is_symbol(np.array([statements[chain[-1]]]))[0]:
+        chain.append(statements[chain[-1]])
+    return chain
+
+
+def test_training_questions_are_refused_where_the_layout_fixes_them():
+    for probe in ("aggregate", "passkey", "mqar"):
+        with pytest.raises(ValueError, match=f"probe {probe}: queries 3 is not allowed; only multikey and vartrack"):
+            P.generate(probe, VOCAB, 200, 1, seed=0, queries=3)
+
+
+def test_the_training_mix_asks_train_queries_and_trains_on_every_answer(tmp_path):
+    from posbench.tasks.retrieval import training_mix
+
+    lm = np.arange(500, dtype=np.int64) % 20
+    gen = training_mix.mixed_batches(lm, VOCAB, ["multikey", "aggregate"], 60, 16, 1.0, seed=0, loss="answers", queries=3)
+    ids, targets = next(gen)
+    for row, tgt in zip(ids.numpy(), targets.numpy()):
+        asks = np.flatnonzero(row[:-1] == VOCAB.ASK)
+        kept = np.flatnonzero(tgt != -100)
+        if len(asks) == 3:  # multikey: 3 questions, each answer's n_values tokens trained
+            assert len(kept) == 3 * CFG.n_values and (np.isin(asks + 1, kept - 1) | np.isin(asks + 1, kept - 2)).all()
+        else:  # aggregate keeps its one question
+            assert len(asks) == 1 and len(kept) == CFG.n_top
+    task, case = make_case("retrieval", "rotary", {"L_train": 30, "probe": "multikey"}, _tiny(train_queries=4), tmp_path)
+    with pytest.raises(ValueError, match="L_train 30 is too short to train on probe multikey \\(it needs 31 tokens\\)"):
+        task.run(case)
+
+
+def _tiny(**extra):
+    return dict(RETRIEVAL_TINY, n_keys=8, n_needles=3, n_values=2, model_per_probe=True, mix=1.0, **extra)
+
+
 def test_multikey_holds_distinct_needles_and_asks_absent_keys_at_their_rate():
     batch = P.generate("multikey", VOCAB, 80, 2000, seed=1)
     ((s, e),) = batch.spans
@@ -179,3 +237,13 @@ def test_vartrack_accuracy_by_hops_pools_rows_and_keeps_each_chain_length():
     assert t.rows == ["alibi, hops=1", "alibi, hops=2"] and t.columns == [8, 16]
     assert t.cell("alibi, hops=2", 8).text.startswith("50% [") and t.cell("alibi, hops=1", 16).value == pytest.approx(0.5)
     assert charts.hops_probe_table([row("alibi", [{**cell(8, 1, 1, 2), "hops": None}])], "vartrack") is None
+
+
+def test_train_queries_at_its_default_leaves_run_ids_as_they_were():
+    """The retrieval suite's cpu run id from before the setting existed: resume still finds its folder."""
+    from posbench.run import suite as suitemod
+
+    loaded = suitemod.load(suitemod.find("retrieval"))
+    assert suitemod.resolve(loaded, "cpu").fingerprint() == "1f39eb33"
+    assert suitemod.resolve(loaded, "cpu", {"train_queries": 1}).fingerprint() == "1f39eb33"
+    assert suitemod.resolve(loaded, "cpu", {"train_queries": 4}).fingerprint() != "1f39eb33"

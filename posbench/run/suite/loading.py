@@ -117,8 +117,10 @@ class Suite:
         if settings.get("nproc") == 1:
             # nproc came later: leaving its default out keeps the ids of earlier runs (resume).
             del settings["nproc"]
-        if settings.get("flush_denormal") == type(self.settings).model_fields["flush_denormal"].default:
-            del settings["flush_denormal"]  # came later too (issue 59): at its default, ids stay
+        fields = type(self.settings).model_fields
+        for later in ("flush_denormal", "train_queries"):  # came later too (issues 59, 57): at their default, ids stay
+            if later in settings and settings[later] == fields[later].default:
+                del settings[later]
         blob = json.dumps(
             {"version": self.version, "task": self.task_name, "settings": settings, "grid": self.grid},
             sort_keys=True,

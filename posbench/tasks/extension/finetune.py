@@ -6,15 +6,12 @@ applied to a fresh copy of it, k steps of fine-tuning at L_target and the evalua
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import math
-import os
 from pathlib import Path
 
 import torch
 
-from posbench.core.files import open_lock, own_folder
+from posbench.engine.saved_model import exclusive  # noqa: F401 (the lock its cases share; tests reach it here)
 from posbench.engine.train import TrainConfig, train
 from posbench.tasks.extension.recipes import PLAIN, recipe_model
 from posbench.tasks.extrapolation.evaluations import eval_cell
@@ -35,22 +32,6 @@ def base_checkpoint(case, seed: int, seeds: list[int]) -> Path | None:
         return None
     name = checkpoint_name(f"extension__{case.method}__L_train={case.params.L_train}", seed, seeds)
     return Path(case.out_dir) / "checkpoints" / f"{name}.pt"
-
-
-@contextlib.contextmanager
-def exclusive(ckpt: Path | None):
-    """Hold a lock beside ``ckpt`` so that, under ``--parallel``, one case trains the base model and
-    the others of the same method wait and reuse it instead of training it again."""
-    if ckpt is None:
-        yield
-        return
-    own_folder(ckpt.parent)
-    fd = open_lock(ckpt.with_name(f".{ckpt.name}.lock"))  # a planted link there: one line, nothing created
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def warmup_steps(k: int, s) -> int:

@@ -58,8 +58,9 @@ class ProbeBatch:
     distance: np.ndarray  # (n, n_spans) int: tokens from the information to its question
 
 
-def min_length(probe: str, cfg: ProbeConfig) -> int:
-    """Shortest sequence that holds the probe (BOS, no filler)."""
+def min_length(probe: str, cfg: ProbeConfig, queries: int = 1) -> int:
+    """Shortest sequence that holds the probe (BOS, no filler); ``queries``: questions per example
+    (RULER's multikey and vartrack; see ``generate``)."""
     if probe == "passkey":
         return 2 * cfg.key_len + 4
     if probe == "mqar":
@@ -67,7 +68,7 @@ def min_length(probe: str, cfg: ProbeConfig) -> int:
     if probe in ("copy", "reverse"):
         return 2 * cfg.segment_len + 4
     if probe in RULER_PROBES:
-        return ruler.min_length(probe, cfg)
+        return ruler.min_length(probe, cfg, queries=queries)
     raise ValueError(f"unknown probe {probe!r}; allowed: {', '.join(ALL_PROBES)}")
 
 
@@ -89,29 +90,43 @@ def distinct_symbols(probe: str, cfg: ProbeConfig) -> bool:
     return (cfg.key_len if probe == "passkey" else cfg.segment_len) <= cfg.n_symbols
 
 
-def _rng(seed: int, probe: str, length: int, depth: float | None, hops: int | None = None) -> np.random.Generator:
+def _rng(
+    seed: int, probe: str, length: int, depth: float | None, hops: int | None = None, queries: int = 1
+) -> np.random.Generator:
     depth_code = -1 if depth is None else int(round(depth * 1_000_000))
-    tail = [] if hops is None else [hops]  # the four probes' draws stay those of before RULER's probes
+    # the four probes' draws stay those of before RULER's probes, one question's those of before queries
+    tail = ([] if hops is None else [hops]) + ([] if queries == 1 else [0, queries])
     return np.random.default_rng([seed, ALL_PROBES.index(probe), length, depth_code + 1, *tail])
 
 
 def generate(
-    probe: str, vocab: ProbeVocab, length: int, n: int, seed: int, depth: float | None = None, hops: int | None = None
+    probe: str,
+    vocab: ProbeVocab,
+    length: int,
+    n: int,
+    seed: int,
+    depth: float | None = None,
+    hops: int | None = None,
+    queries: int = 1,
 ) -> ProbeBatch:
     """``n`` examples of ``probe`` of exactly ``length`` tokens; deterministic in its arguments.
 
     depth: needle position in [0, 1] (passkey, copy, reverse); None draws one per example.
     hops: vartrack's chain length; None draws one in 1..cfg.hops per example.
+    queries: questions per example, multikey and vartrack (training's ``train_queries``); the
+    others ask the number their layout fixes, and take 1 here.
     """
     cfg = vocab.cfg
-    need = min_length(probe, cfg)
+    if queries != 1 and probe not in ("multikey", "vartrack"):
+        raise ValueError(f"probe {probe}: queries {queries} is not allowed; only multikey and vartrack ask several")
+    need = min_length(probe, cfg, queries)
     if length < need:
         raise ValueError(f"probe {probe}: length {length} is too short; it needs at least {need} tokens")
     if depth is not None and not 0.0 <= depth <= 1.0:
         raise ValueError(f"probe depth must be in [0, 1], got {depth}")
-    rng = _rng(seed, probe, length, depth, hops)
+    rng = _rng(seed, probe, length, depth, hops, queries)
     if probe in RULER_PROBES:
-        return ruler.generate(probe, vocab, length, n, rng, hops)
+        return ruler.generate(probe, vocab, length, n, rng, hops, queries)
     if probe == "mqar":
         return _mqar(vocab, length, n, rng)
     return _needle(probe, vocab, length, n, rng, depth)

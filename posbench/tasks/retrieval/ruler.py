@@ -12,6 +12,13 @@ seeded draws.
 - ``aggregate`` (frequent-word extraction): the whole context is a list of value symbols in which
   the ``n_top`` most frequent occur 2, 3, ... times as often as every other symbol (filler fills
   the rest); the answer is those symbols, most frequent first.
+
+Training examples may ask ``queries`` questions in turn (multikey and vartrack; the setting
+``train_queries``), each ``ASK key`` followed by its answer: the last one is drawn exactly as the
+evaluation's single question, the ones before it ask any key (multikey: a needle's or an absent
+one; vartrack: any variable of any chain, so the one-hop links are asked too). One answer token
+per 64-token example is little signal, and the binding these probes need forms only after a long
+plateau; more questions per example shorten it without changing what is evaluated.
 """
 
 from __future__ import annotations
@@ -23,12 +30,13 @@ import numpy as np
 RULER_PROBES = ("multikey", "vartrack", "aggregate")
 
 
-def min_length(probe: str, cfg, hops: int | None = None) -> int:
-    """Shortest sequence that holds the probe (``hops``: vartrack's chain length, default the longest)."""
+def min_length(probe: str, cfg, hops: int | None = None, queries: int = 1) -> int:
+    """Shortest sequence that holds the probe (``hops``: vartrack's chain length, default the longest;
+    ``queries``: questions asked, multikey and vartrack)."""
     if probe == "multikey":
-        return 1 + cfg.n_needles * (cfg.n_values + 3) + 2 + cfg.n_values
+        return 1 + cfg.n_needles * (cfg.n_values + 3) + queries * (2 + cfg.n_values)
     if probe == "vartrack":
-        return 1 + 4 * cfg.n_chains * (hops or cfg.hops) + 3
+        return 1 + 4 * cfg.n_chains * (hops or cfg.hops) + 3 * queries
     if probe == "aggregate":
         return 2 + cfg.n_top + _shares(cfg)
     raise ValueError(f"unknown RULER probe {probe!r}; allowed: {', '.join(RULER_PROBES)}")
@@ -84,49 +92,59 @@ def _place(rng, length: int, items: list[np.ndarray], tail: int, vocab) -> tuple
     return row, starts
 
 
-def generate(probe: str, vocab, length: int, n: int, rng: np.random.Generator, hops: int | None = None):
+def generate(probe: str, vocab, length: int, n: int, rng: np.random.Generator, hops: int | None = None, queries: int = 1):
     """``n`` examples of a RULER probe as a ``probes.ProbeBatch``; ``hops`` (vartrack): every chain's
-    length, None draws one in 1..cfg.hops per example."""
+    length, None draws one in 1..cfg.hops per example; ``queries`` (multikey, vartrack): questions
+    asked in turn, the last drawn as the evaluation's one (aggregate has one question)."""
     from posbench.tasks.retrieval.probes import ProbeBatch
 
     cfg = vocab.cfg
     check(probe, cfg)
     if hops is not None and not 1 <= hops <= cfg.hops:
         raise ValueError(f"vartrack: hops {hops} must lie in 1..{cfg.hops} (the setting hops)")
+    if queries < 1 or (queries > 1 and probe == "aggregate"):
+        raise ValueError(f"{probe}: queries {queries} must be 1 (aggregate) or at least 1 (multikey, vartrack)")
     m = answer_len(probe, cfg)
+    block = m + 2  # one question: ASK, the key (aggregate: ASK alone, its first block token is filler)
     tokens = np.empty((n, length), dtype=np.int64)
-    distance = np.zeros((n, 1), dtype=np.int64)
+    distance = np.zeros((n, queries), dtype=np.int64)
     depth = np.zeros(n)
-    q = length - m - 1  # the last question token (the asked key; aggregate: ASK)
+    spans = [(length - (queries - j) * block + 2, length - (queries - j - 1) * block) for j in range(queries)]
     for i in range(n):
         if probe == "multikey":
-            row, answer, source = _multikey(vocab, length, rng)
+            row, asked = _multikey(vocab, length, rng, queries)
         elif probe == "vartrack":
-            row, answer, source = _vartrack(vocab, length, rng, hops or int(rng.integers(1, cfg.hops + 1)))
+            row, asked = _vartrack(vocab, length, rng, hops or int(rng.integers(1, cfg.hops + 1)), queries)
         else:
-            row, answer, source = _aggregate(vocab, length, rng)
-        row[length - m :] = answer
+            row, asked = _aggregate(vocab, length, rng)
+        for j, ((start, end), (key, answer, source)) in enumerate(zip(spans, asked)):
+            if key is not None:
+                row[start - 2 : start] = [vocab.ASK, key]
+            row[start:end] = answer
+            distance[i, j] = start - 1 - source if source is not None else 0  # the asked key minus the source
         tokens[i] = row
-        distance[i, 0] = q - source if source is not None else 0
-        depth[i] = 0.0 if source is None else (source - 1) / max(1, q - 1)
-    return ProbeBatch(tokens, [(length - m, length)], depth, distance)
+        source = asked[-1][2]
+        depth[i] = 0.0 if source is None else (source - 1) / max(1, spans[-1][0] - 2)
+    return ProbeBatch(tokens, spans, depth, distance)
 
 
-def _multikey(vocab, length, rng):
+def _multikey(vocab, length, rng, queries: int = 1):
+    """(row, [(asked key, answer, source start or None), ...] per question)."""
     cfg = vocab.cfg
     N, m = cfg.n_needles, cfg.n_values
     keys = rng.permutation(cfg.n_keys)[: N + 1] + vocab.first_key  # N needles' keys, then one absent key
     values = rng.integers(0, cfg.n_symbols, size=(N, m)) + vocab.first_symbol
     needles = [np.concatenate([[vocab.MARK, keys[j]], values[j], [vocab.END]]) for j in range(N)]
-    row, starts = _place(rng, length, needles, m + 2, vocab)
-    absent = rng.random() < cfg.absent_prob
-    asked = int(rng.integers(0, N))
-    row[length - m - 2 : length - m] = [vocab.ASK, keys[N] if absent else keys[asked]]
-    answer = np.full(m, vocab.END) if absent else values[asked]
-    return row, answer, None if absent else starts[asked]
+    row, starts = _place(rng, length, needles, queries * (m + 2), vocab)
+    asked = []
+    for _ in range(queries):  # the last question's draws are the single-question example's
+        absent = rng.random() < cfg.absent_prob
+        j = int(rng.integers(0, N))
+        asked.append((keys[N], np.full(m, vocab.END), None) if absent else (keys[j], values[j], starts[j]))
+    return row, asked[1:] + asked[:1]
 
 
-def _vartrack(vocab, length, rng, hops: int):
+def _vartrack(vocab, length, rng, hops: int, queries: int = 1):
     cfg = vocab.cfg
     C = cfg.n_chains
     names = (rng.permutation(cfg.n_keys)[: C * hops] + vocab.first_key).reshape(C, hops)  # (C, hops)
@@ -137,10 +155,11 @@ def _vartrack(vocab, length, rng, hops: int):
     for s in order:
         c, j = divmod(int(s), hops)
         items.append(np.array([vocab.MARK, names[c, j], values[c] if j == 0 else names[c, j - 1], vocab.END]))
-    row, starts = _place(rng, length, items, 3, vocab)
-    row[length - 3 : length - 1] = [vocab.ASK, names[0, hops - 1]]
-    first = starts[int(np.flatnonzero(order == 0)[0])]  # chain 0's first statement: where its value sits
-    return row, np.array([values[0]]), first
+    row, starts = _place(rng, length, items, 3 * queries, vocab)
+    first = [starts[int(np.flatnonzero(order == c * hops)[0])] for c in range(C)]  # where each chain's value sits
+    # Earlier questions (training only) ask any variable of any chain; the last asks chain 0's last.
+    extra = [divmod(int(x), hops) for x in rng.integers(0, C * hops, size=queries - 1)] if queries > 1 else []
+    return row, [(names[c, j], np.array([values[c]]), first[c]) for c, j in extra + [(0, hops - 1)]]
 
 
 def _aggregate(vocab, length, rng):
@@ -159,7 +178,7 @@ def _aggregate(vocab, length, rng):
     row[0] = vocab.BOS
     row[1 : 1 + free] = rng.permutation(body)
     row[1 + free] = vocab.ASK
-    return row, ranked[:m], None
+    return row, [(None, ranked[:m], None)]
 
 
 def oracle_answer(vocab, probe: str, prompt: np.ndarray) -> np.ndarray:

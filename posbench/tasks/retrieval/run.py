@@ -80,6 +80,7 @@ def probe_attention(model, probe: str, vocab, L: int, s, device) -> list[dict]:
 def run(case) -> dict:
     import torch
 
+    from posbench.engine.saved_model import exclusive
     from posbench.tasks.retrieval import probes as P
     from posbench.tasks.retrieval.scoring import eval_length
     from posbench.tasks.retrieval.training_mix import trained_model
@@ -101,7 +102,10 @@ def run(case) -> dict:
         ckpt = base.with_name(checkpoint_name(base.stem, seed, seeds) + ".pt") if base is not None else None
         # Curves in <run>/cases/<checkpoint name>/ (engine.tracking), beside the other probes' accuracy.
         with tracking.for_case(case, ckpt.stem if ckpt is not None else None) as tracker:
-            model, metrics = trained_model(case, s, vocab, corpus.split("train"), ckpt, training_probes(case, s), tracker, seed)
+            with exclusive(ckpt):  # a model several probe cases share: one trains it, the others wait and reuse it
+                model, metrics = trained_model(
+                    case, s, vocab, corpus.split("train"), ckpt, training_probes(case, s), tracker, seed
+                )
             eval_dtype = getattr(torch, s.eval_dtype)
             info = model.info(case.device, eval_dtype)
             model = model.to(eval_dtype).eval()

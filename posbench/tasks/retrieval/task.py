@@ -164,6 +164,12 @@ class Settings(TrainSettings):
     hops: int = Field(2, ge=1, description="vartrack: longest chain; accuracy is reported per hops 1..hops (the axis)")
     n_chains: int = Field(2, ge=1, description="vartrack: chains, the queried one and distractors")
     n_top: int = Field(1, ge=1, description="aggregate: the most frequent words asked for, most frequent first")
+    train_queries: int = Field(
+        1,
+        ge=1,
+        description="multikey and vartrack training examples: questions asked in turn, each followed by its answer, "
+        "the last drawn as the evaluation's single one (evaluation and the held-out checks ask one)",
+    )
     L_valid_factors: list[int] = Field([1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train")
     depths: list[float] = Field(
         [0.0, 0.25, 0.5, 0.75, 1.0], min_length=1, description="passkey: needle depths of the heatmap (0 = start, 1 = end)"

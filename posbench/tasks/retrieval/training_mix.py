@@ -25,9 +25,11 @@ def mixed_batches(
     mix: float,
     seed: int,
     loss: str = "all",
+    queries: int = 1,
 ):
     """Endless (B, T+1) int64 batches: each row is a probe example with probability ``mix`` (a
-    probe of ``train_probes`` at a random depth), else a random window of ``lm_tokens``.
+    probe of ``train_probes`` at a random depth), else a random window of ``lm_tokens``; multikey
+    and vartrack examples ask ``queries`` questions (``train_queries``), the others their layout's.
 
     ``loss`` other than ``all``: yield (ids (B, T+1), targets (B, T)) instead, where -100 marks a
     target with no loss in a probe row: ``answers`` keeps its answers only; ``predictable`` keeps
@@ -50,7 +52,7 @@ def mixed_batches(
             rows = np.flatnonzero(is_probe & (which == i))
             if len(rows):
                 batch_seed = int(rng.integers(0, 2**31))  # training seeds stay below 2**31, eval's above
-                batch = P.generate(probe, vocab, seq_len + 1, len(rows), batch_seed)
+                batch = P.generate(probe, vocab, seq_len + 1, len(rows), batch_seed, queries=train_queries(probe, queries))
                 out[rows] = batch.tokens
                 if loss != "all":
                     targets[rows] = _probe_targets(batch, vocab, loss)
@@ -61,6 +63,11 @@ def mixed_batches(
             if loss != "all":
                 targets[lm_rows] = out[lm_rows, 1:]
         yield (torch.from_numpy(out), torch.from_numpy(targets)) if loss != "all" else torch.from_numpy(out)
+
+
+def train_queries(probe: str, queries: int) -> int:
+    """Questions per training example of ``probe``: ``queries`` for multikey and vartrack, else 1."""
+    return queries if probe in ("multikey", "vartrack") else 1
 
 
 def _probe_targets(batch: P.ProbeBatch, vocab: P.ProbeVocab, loss: str) -> np.ndarray:
@@ -88,15 +95,14 @@ def trained_model(
     curves go to ``tracker`` (``posbench.engine.tracking``) when given."""
     L = case.params.L_train
     seed = s.seed if seed is None else seed
+    queries = getattr(s, "train_queries", 1)  # the extension task's settings have none: its passkey asks one
 
     def data():
         for probe in probes:
-            if P.min_length(probe, vocab.cfg) > L + 1:
-                raise ValueError(
-                    f"retrieval: L_train {L} is too short to train on probe {probe} "
-                    f"(it needs {P.min_length(probe, vocab.cfg) - 1} tokens)"
-                )
-        return mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, seed, s.loss)
+            need = P.min_length(probe, vocab.cfg, train_queries(probe, queries))
+            if need > L + 1:
+                raise ValueError(f"retrieval: L_train {L} is too short to train on probe {probe} (it needs {need - 1} tokens)")
+        return mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, seed, s.loss, queries)
 
     checks = []  # the criterion this training made, whose last accuracy the row reports
 
