@@ -147,7 +147,7 @@ class ProbeConfig:
     n_needles: int = 4  # multikey: needles, the queried one among distractors
     n_values: int = 2  # multikey: values per key, all of them the answer
     absent_prob: float = 0.2  # multikey: share of queries for a key no needle holds (answer: END)
-    hops: int = 2  # vartrack: longest chain x1 = v, x2 = x1, ...; hops 1..hops are the axis
+    hops: int = 2  # vartrack: longest chain x1 = v, x2 = x1, ... (the answer's length); hops 1..hops are the axis
     n_chains: int = 2  # vartrack: chains, the queried one and distractors
     n_top: int = 1  # aggregate: the most frequent words asked for, most frequent first
 

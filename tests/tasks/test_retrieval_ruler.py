@@ -39,22 +39,13 @@ def test_training_examples_ask_several_questions_each_answered_by_its_prompt(pro
             assert row[s - 2] == VOCAB.ASK and np.array_equal(ruler.oracle_answer(VOCAB, probe, row[:s]), row[s:e])
             if d:  # the asked key's own statement starts d tokens before it
                 assert row[s - 1 - d] == VOCAB.MARK
-    if probe == "vartrack":  # the last question asks chain 0's whole chain, as the evaluation's one
-        hops = [len(_chain(VOCAB, row[: batch.spans[-1][0]])) for row in batch.tokens]
-        assert set(hops) <= set(range(1, CFG.hops + 1)) and len(set(hops)) > 1
-        earlier = [len(_chain(VOCAB, row[:s])) for row in batch.tokens for s, _ in batch.spans[:-1]]
-        assert min(earlier) == 1  # one-hop links are asked too
+    if probe == "vartrack":  # every question asks a value its chains hold, each chain 1..hops long
+        asked = batch.tokens[:, [s - 1 for s, _ in batch.spans]]
+        assert VOCAB.is_symbol(asked).all()
+        hops = {int((row[s:e] != VOCAB.END).sum()) for row in batch.tokens for s, e in batch.spans}
+        assert hops == set(range(1, CFG.hops + 1))
     one = P.generate(probe, VOCAB, length, 60, seed=4)
-    assert one.spans == [(length - m, length)]  # the evaluation's single question, its draws as before
-
-
-def _chain(vocab, prompt):
-    """The variables a vartrack question follows to its value."""
-    statements = {int(prompt[i + 1]): int(prompt[i + 2]) for i in np.flatnonzero(prompt == vocab.MARK)}
-    chain = [int(prompt[-1])]
-    while chain[-1] in statements and not vocab.is_symbol(np.array([statements[chain[-1]]]))[0]:
-        chain.append(statements[chain[-1]])
-    return chain
+    assert one.spans == [(length - m, length)]  # the evaluation's single question
 
 
 def test_training_questions_are_refused_where_the_layout_fixes_them():
@@ -102,14 +93,19 @@ def test_multikey_holds_distinct_needles_and_asks_absent_keys_at_their_rate():
 def test_vartrack_chains_keep_their_order_and_hops_is_the_chain_length():
     for hops in (1, 2, 3):
         batch = P.generate("vartrack", VOCAB, 90, 30, seed=hops, hops=hops)
+        ((s, e),) = batch.spans
+        assert e - s == CFG.hops  # the chain's names, padded with END to the longest chain
         for row in batch.tokens:
-            marks = np.flatnonzero(row == VOCAB.MARK)
+            marks = np.flatnonzero(row[:s] == VOCAB.MARK)
             assert len(marks) == CFG.n_chains * hops
-            assigned = [int(row[m + 1]) for m in marks]
-            for m in marks:  # a name is used only after its own statement
-                src = int(row[m + 2])
+            assigned = [int(row[m + 2]) for m in marks]  # MARK source name END: name = source
+            for m in marks:  # a name is used as a source only after its own assignment
+                src = int(row[m + 1])
                 if not VOCAB.is_symbol(np.array([src]))[0]:
                     assert assigned.index(src) < list(marks).index(m)
+            answer = row[s:e]
+            assert (answer[:hops] != VOCAB.END).all() and (answer[hops:] == VOCAB.END).all()
+            assert row[s - 2] == VOCAB.ASK and VOCAB.is_symbol(row[s - 1 : s]).all()  # ASK v
     with pytest.raises(ValueError, match="hops 4 must lie in 1..3"):
         P.generate("vartrack", VOCAB, 90, 2, seed=0, hops=4)
 
@@ -150,13 +146,16 @@ class _Cache(list):
 
 @pytest.mark.parametrize("probe", ["vartrack", "aggregate"])
 def test_a_uniform_guesser_scores_the_stated_chance(probe):
-    cfg = P.ProbeConfig(n_symbols=6, n_keys=12, hops=2, n_chains=2, n_top=1, filler_len=3)
+    cfg = P.ProbeConfig(n_symbols=6, n_keys=5, n_pairs=4, hops=2, n_chains=2, n_top=1, filler_len=3)
     vocab = P.ProbeVocab(20, cfg)
-    batch = P.generate(probe, vocab, 60, 1500, seed=5)
-    symbols = vocab.first_symbol + np.arange(cfg.n_symbols)
-    ok = scoring.score(GuessingModel(symbols), batch, "cpu", batch_size=500)
+    batch = P.generate(probe, vocab, 60, 3000, seed=5)
+    if probe == "vartrack":  # each answer token among the names and END: (5 + 1) ** -2
+        guesses, expected = np.append(vocab.first_key + np.arange(cfg.n_keys), vocab.END), 1 / 36
+    else:  # the most frequent of 6 symbols
+        guesses, expected = vocab.first_symbol + np.arange(cfg.n_symbols), 1 / 6
+    ok = scoring.score(GuessingModel(guesses), batch, "cpu", batch_size=500)
     lo, hi = wilson_interval(int(ok.sum()), ok.size)
-    assert P.chance(probe, cfg) == pytest.approx(1 / 6) and lo < 1 / 6 < hi
+    assert P.chance(probe, cfg) == pytest.approx(expected) and lo < expected < hi
 
 
 def test_multikey_chance_is_the_better_of_always_absent_and_a_uniform_guess():

@@ -6,9 +6,11 @@ seeded draws.
 - ``multikey`` (RULER's multi-key/multi-value needles): ``n_needles`` needles ``MARK k v1..vm END``
   of distinct keys at random places in the filler, then ``ASK k`` and the m values of that key;
   with probability ``absent_prob`` the asked key is in no needle, and the answer is m ``END``.
-- ``vartrack`` (variable tracking): ``n_chains`` chains of statements ``MARK x1 v END``,
-  ``MARK x2 x1 END``, ..., ``MARK xk x(k-1) END`` (each chain in order, chains interleaved), then
-  ``ASK xk`` and the value v of the queried chain; ``hops`` = k, 1..``hops``, is an axis.
+- ``vartrack`` (variable tracking, RULER's form: "find every variable assigned the value v"):
+  ``n_chains`` chains of assignments ``MARK v x1 END`` (x1 = v), ``MARK x1 x2 END`` (x2 = x1), ...,
+  ``MARK x(k-1) xk END`` (each chain in order, chains interleaved), then ``ASK v`` and the queried
+  chain's names x1 .. xk in order, padded with ``END`` to ``hops`` tokens; k, 1..``hops``, is an
+  axis. Each answer token is one hop: the next name is the one assigned from the name before it.
 - ``aggregate`` (frequent-word extraction): the whole context is a list of value symbols in which
   the ``n_top`` most frequent occur 2, 3, ... times as often as every other symbol (filler fills
   the rest); the answer is those symbols, most frequent first.
@@ -36,14 +38,14 @@ def min_length(probe: str, cfg, hops: int | None = None, queries: int = 1) -> in
     if probe == "multikey":
         return 1 + cfg.n_needles * (cfg.n_values + 3) + queries * (2 + cfg.n_values)
     if probe == "vartrack":
-        return 1 + 4 * cfg.n_chains * (hops or cfg.hops) + 3 * queries
+        return 1 + 4 * cfg.n_chains * (hops or cfg.hops) + queries * (2 + cfg.hops)
     if probe == "aggregate":
         return 2 + cfg.n_top + _shares(cfg)
     raise ValueError(f"unknown RULER probe {probe!r}; allowed: {', '.join(RULER_PROBES)}")
 
 
 def answer_len(probe: str, cfg) -> int:
-    return {"multikey": cfg.n_values, "vartrack": 1, "aggregate": cfg.n_top}[probe]
+    return {"multikey": cfg.n_values, "vartrack": cfg.hops, "aggregate": cfg.n_top}[probe]
 
 
 def check(probe: str, cfg) -> None:
@@ -61,12 +63,12 @@ def check(probe: str, cfg) -> None:
 
 def chance(probe: str, cfg) -> float:
     """Accuracy of the best answer that ignores the context: multikey, always "absent" or a uniform
-    guess of the m values (whichever is higher); vartrack, one of n_symbols values; aggregate, an
-    ordered guess of n_top distinct symbols."""
+    guess of the m values (whichever is higher); vartrack, each of the ``hops`` answer tokens guessed
+    among the n_keys names and END; aggregate, an ordered guess of n_top distinct symbols."""
     if probe == "multikey":
         return max(cfg.absent_prob, (1.0 - cfg.absent_prob) * float(cfg.n_symbols) ** -cfg.n_values)
     if probe == "vartrack":
-        return 1.0 / cfg.n_symbols
+        return float(cfg.n_keys + 1) ** -cfg.hops
     return 1.0 / math.perm(cfg.n_symbols, cfg.n_top)
 
 
@@ -145,21 +147,23 @@ def _multikey(vocab, length, rng, queries: int = 1):
 
 
 def _vartrack(vocab, length, rng, hops: int, queries: int = 1):
+    """(row, [(asked value, answer, where the chain starts), ...] per question)."""
     cfg = vocab.cfg
     C = cfg.n_chains
     names = (rng.permutation(cfg.n_keys)[: C * hops] + vocab.first_key).reshape(C, hops)  # (C, hops)
-    values = rng.permutation(cfg.n_symbols)[:C] + vocab.first_symbol  # (C,) distinct: a distractor never answers
+    values = rng.permutation(cfg.n_symbols)[:C] + vocab.first_symbol  # (C,) distinct: each question has one chain
     # statement (c, j) assigns names[c, j] the value (j = 0) or names[c, j - 1]; chains keep their order
     order = np.argsort(np.sort(rng.random((C, hops)), axis=1).ravel(), kind="stable")  # (C * hops,) statement ids
     items = []
     for s in order:
         c, j = divmod(int(s), hops)
-        items.append(np.array([vocab.MARK, names[c, j], values[c] if j == 0 else names[c, j - 1], vocab.END]))
-    row, starts = _place(rng, length, items, 3 * queries, vocab)
+        items.append(np.array([vocab.MARK, values[c] if j == 0 else names[c, j - 1], names[c, j], vocab.END]))
+    row, starts = _place(rng, length, items, queries * (cfg.hops + 2), vocab)
     first = [starts[int(np.flatnonzero(order == c * hops)[0])] for c in range(C)]  # where each chain's value sits
-    # Earlier questions (training only) ask any variable of any chain; the last asks chain 0's last.
-    extra = [divmod(int(x), hops) for x in rng.integers(0, C * hops, size=queries - 1)] if queries > 1 else []
-    return row, [(names[c, j], np.array([values[c]]), first[c]) for c, j in extra + [(0, hops - 1)]]
+    pad = np.full(cfg.hops - hops, vocab.END)
+    # Earlier questions (training only) ask any chain's value; the last asks chain 0's.
+    asked = [int(c) for c in rng.integers(0, C, size=queries - 1)] if queries > 1 else []
+    return row, [(values[c], np.concatenate([names[c], pad]), first[c]) for c in asked + [0]]
 
 
 def _aggregate(vocab, length, rng):
@@ -199,6 +203,8 @@ def oracle_answer(vocab, probe: str, prompt: np.ndarray) -> np.ndarray:
     asked = int(h[-1])
     if probe == "multikey":
         return statements[asked] if asked in statements else np.full(cfg.n_values, vocab.END)
-    while not vocab.is_symbol(np.array([asked]))[0]:  # vartrack: follow the chain to its value
+    chain = []  # vartrack: from the value, each name assigned from the one before
+    while asked in statements and len(chain) < cfg.hops:
         asked = int(statements[asked][0])
-    return np.array([asked])
+        chain.append(asked)
+    return np.array(chain + [vocab.END] * (cfg.hops - len(chain)))
