@@ -56,6 +56,7 @@ class Comparability:
     not_learnt: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)  # no accuracy at L_train
     seeds: dict[str, tuple[int, int]] = field(default_factory=dict)  # label -> (seeds learnt, seeds), >= 2 seeds
+    measure: str = "accuracy"  # what the threshold bounds, for the note
 
     @property
     def total(self) -> int:
@@ -69,7 +70,7 @@ class Comparability:
     def note(self) -> str:
         """One sentence for a caption: how many were comparable, which were not."""
         text = (
-            f"{len(self.learnt)} of {self.total} learnt the task at L_train (accuracy >= {self.threshold:.0%}) "
+            f"{len(self.learnt)} of {self.total} learnt the task at L_train ({self.measure} >= {self.threshold:.0%}) "
             "and are compared beyond it"
         )
         if self.not_learnt:
@@ -89,11 +90,15 @@ class Comparability:
 
 
 def comparability(
-    verdicts: Mapping[str, Optional[bool]], threshold: float, seeds: Optional[Mapping[str, tuple[int, int]]] = None
+    verdicts: Mapping[str, Optional[bool]],
+    threshold: float,
+    seeds: Optional[Mapping[str, tuple[int, int]]] = None,
+    measure: str = "accuracy",
 ) -> Comparability:
     """Group labels by their ``learned`` verdict, in the mapping's order; ``seeds``: label -> (seeds
-    learnt, seeds) of the labels trained with several seeds (their verdict: ``learned_over_seeds``)."""
-    out = Comparability(threshold, seeds=dict(seeds or {}))
+    learnt, seeds) of the labels trained with several seeds (their verdict: ``learned_over_seeds``);
+    ``measure``: what ``threshold`` bounds, as the note names it."""
+    out = Comparability(threshold, seeds=dict(seeds or {}), measure=measure)
     for label, verdict in verdicts.items():
         {True: out.learnt, False: out.not_learnt, None: out.unknown}[verdict].append(label)
     return out

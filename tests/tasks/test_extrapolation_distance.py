@@ -13,7 +13,7 @@ from posbench.report.rows import load_runs
 from posbench.tasks import find as find_task
 from posbench.tasks.distances import buckets
 from posbench.tasks.extrapolation import dependency as D
-from posbench.tasks.extrapolation.report import BOUND_ROW, distance_chart, distance_tables
+from posbench.tasks.extrapolation.report import BOUND_ROW, copy_gain_tables, distance_chart, distance_tables
 from tests.helpers.cases import TINY, make_case
 from tests.helpers.report_rows import base_row, write_run
 
@@ -53,14 +53,15 @@ def test_buckets_go_by_eight_to_L_train_then_double():
 
 def test_per_bucket_perplexity_against_a_hand_computed_case():
     # Two windows of 4 tokens (L_train 2): scored stream indices 1, 2, 3 and 5, 6, 7 at window positions 1, 2, 3.
-    loss = np.array([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]])
+    loss = np.array([[0.1, 0.2, 0.38], [0.4, 0.5, 0.6]])
     bound = np.array([np.nan, 0.05, 0.15, 0.25, 9.0, 0.35, 0.45, 0.55])
     distance = np.array([0, 1, 0, 3, 2, 5, 2, 0])  # index 5 copies from 5 back: before its window
     got = {e["bucket"]: e for e in D.summarize(loss, bound, distance, 4, 2, 4)}
     want = {  # bucket: (tokens, model loss, source loss)
         "1-2": (2, (0.1 + 0.5) / 2, (0.05 + 0.45) / 2),  # indices 1 (d 1) and 6 (d 2)
-        "3-4": (1, 0.3, 0.25),  # index 3 (d 3 at position 3)
-        D.BEYOND: (1, 0.3, 0.25),
+        "3-4": (1, 0.38, 0.25),  # index 3 (d 3 at position 3)
+        D.WITHIN: (2, (0.1 + 0.5) / 2, (0.05 + 0.45) / 2),  # d <= L_train = 2: the "1-2" tokens
+        D.BEYOND: (1, 0.38, 0.25),
         D.NO_COPY: (2, (0.2 + 0.6) / 2, (0.15 + 0.55) / 2),
         D.OUTSIDE: (1, 0.4, 0.35),
     }
@@ -70,7 +71,37 @@ def test_per_bucket_perplexity_against_a_hand_computed_case():
         assert (
             e["tokens"] == n and e["ppl"] == pytest.approx(math.exp(model)) and e["bound_ppl"] == pytest.approx(math.exp(source))
         )
-    assert D.far_metrics(list(got.values())) == {"ppl_far@4": got[D.BEYOND]["ppl"], "bound_far@4": got[D.BEYOND]["bound_ppl"]}
+    # copy gain against the model's loss on the copies it cannot see (0.4): (0.4 - loss) / (0.4 - bound)
+    assert got[D.WITHIN]["gain"] == pytest.approx((0.4 - 0.3) / (0.4 - 0.25))
+    assert got[D.BEYOND]["gain"] == pytest.approx((0.4 - 0.38) / (0.4 - 0.25))
+    assert got[D.NO_COPY]["gain"] is None and got[D.OUTSIDE]["gain"] is None
+    assert D.far_metrics(list(got.values())) == {
+        "ppl_far@4": got[D.BEYOND]["ppl"],
+        "bound_far@4": got[D.BEYOND]["bound_ppl"],
+        "copy_gain_far@4": pytest.approx(0.02 / 0.15),
+    }  # no copy_gain_within: it is read at L_valid = L_train (2), and this case scores L_valid 4 only
+
+
+def test_copy_gain_gates_learn_first_and_combines_over_seeds():
+    def entry(bucket, loss, bound, lv=8, hi=None):
+        return {
+            "L_valid": lv,
+            "bucket": bucket,
+            "lo": 1,
+            "hi": hi,
+            "tokens": 5,
+            "loss": loss,
+            "ppl": math.exp(loss),
+            "bound_loss": bound,
+        }
+
+    seed0 = D.with_gains([entry(D.WITHIN, 1.0, 0.5, hi=8), entry(D.OUTSIDE, 2.0, 1.5)])  # gain (2-1)/(2-0.5) = 2/3
+    seed1 = D.with_gains([entry(D.WITHIN, 1.6, 0.5, hi=8), entry(D.OUTSIDE, 2.0, 1.5)])  # gain 0.4/1.5
+    assert D.far_metrics(seed0) == {"copy_gain_within": pytest.approx(2 / 3), "copies_learnt": 1}
+    assert D.far_metrics(seed1)["copies_learnt"] == 0
+    both = D.combine([seed0, seed1])  # the mean loss over seeds (1.3), then its gain
+    assert both[0]["gain"] == pytest.approx((2.0 - 1.3) / 1.5) and both[0]["gain_by_seed"] == [seed0[0]["gain"], seed1[0]["gain"]]
+    assert D.with_gains([entry(D.WITHIN, 1.0, 2.5, hi=8), entry(D.OUTSIDE, 2.0, 1.5)])[0]["gain"] is None  # bound above ref
 
 
 def test_window_losses_read_each_window_alone():
@@ -95,7 +126,7 @@ def test_a_tiny_run_reports_perplexity_by_distance_beside_the_bound(tmp_path):
     entries = out["series"]["by_distance"]
     assert {e["L_valid"] for e in entries} == {16, 64}
     at64 = {e["bucket"]: e for e in entries if e["L_valid"] == 64}
-    assert list(at64) == ["1-8", "9-16", "17-32", "33-64", D.BEYOND, D.NO_COPY, D.OUTSIDE]
+    assert list(at64) == ["1-8", "9-16", "17-32", "33-64", D.WITHIN, D.BEYOND, D.NO_COPY, D.OUTSIDE]
     assert sum(at64[b]["tokens"] for b in ("1-8", "9-16", "17-32", "33-64", D.NO_COPY, D.OUTSIDE)) == 10 * 63
     assert at64[D.BEYOND]["tokens"] == at64["17-32"]["tokens"] + at64["33-64"]["tokens"]
     assert out["metrics"]["ppl_far@64"] == at64[D.BEYOND]["ppl"] and "ppl_far@16" not in out["metrics"]
@@ -113,3 +144,28 @@ def test_a_tiny_run_reports_perplexity_by_distance_beside_the_bound(tmp_path):
     fig = distance_chart(t)
     lines = {ln.get_gid(): ln for ln in fig.axes[0].lines}
     assert list(lines[f"method:{BOUND_ROW}"].get_xdata()) == [8, 16, 32, 64] and "L_train" in lines
+
+
+def test_the_copy_gain_table_compares_beyond_L_train_only_methods_that_learnt_to_copy(tmp_path):
+    from posbench.report.learn_first import BROKEN, NOT_LEARNT
+
+    def entries(within, far):  # gains at L_valid 16 (= L_train) within it, at 64 beyond it
+        out = [
+            {"L_valid": 16, "bucket": D.WITHIN, "lo": 1, "hi": 16, "tokens": 9, "ppl": 2.0, "bound_ppl": 1.5, "gain": within},
+            {"L_valid": 64, "bucket": D.WITHIN, "lo": 1, "hi": 16, "tokens": 9, "ppl": 2.0, "bound_ppl": 1.5, "gain": 0.9},
+            {"L_valid": 64, "bucket": D.BEYOND, "lo": 17, "hi": 63, "tokens": 9, "ppl": 3.0, "bound_ppl": 1.5, "gain": far},
+        ]
+        return {"by_distance": out}
+
+    gains = {"alibi": (0.8, 0.1), "rotary": (0.6, 0.3), "nope": (0.2, 0.4)}
+    rows = [base_row("t", "extrapolation", m, {"L_train": 16}, "r", series=entries(*g)) for m, g in gains.items()]
+    (t,) = copy_gain_tables(load_runs(write_run(tmp_path / "results", rows), find_task=find_task))
+    assert t.columns == [16, 64] and t.rows == ["alibi", "rotary", "nope"] and BROKEN not in t.title
+    assert [t.cell(m, 16).text for m in t.rows] == ["0.80", "0.60", "0.20"]
+    assert t.cell("alibi", 64).value == pytest.approx(0.1) and t.cell("nope", 64).text == NOT_LEARNT  # 0.2 < 0.5
+    assert "2 of 3 learnt the task at L_train (copy gain within L_train >= 50%)" in t.caption
+    rows = [r for r in rows if r["method"] == "nope"] + [
+        base_row("t", "extrapolation", "fox", {"L_train": 16}, "r", series=entries(0.1, 0))
+    ]
+    (t,) = copy_gain_tables(load_runs(write_run(tmp_path / "r2", rows), find_task=find_task))
+    assert BROKEN in t.title  # nobody learnt to copy: nothing beyond L_train is compared

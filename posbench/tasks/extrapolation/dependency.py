@@ -3,6 +3,13 @@ token's copy distance is known (``Corpus.copy_distances``), so the perplexity of
 is reported per distance bucket (1-8, 9-64, ... up to L_train, then each doubling beyond it), and
 of the tokens that copy nothing, each beside the true source's perplexity on the same tokens.
 
+Each copy class also gets its **copy gain**: how much of the source's advantage on those tokens the
+model realises, ``(loss_out - loss) / (loss_out - bound)``, where ``loss_out`` is the model's own
+loss on the copies it cannot see (``OUTSIDE``, same L_valid): 0 is a model that ignores the copy,
+1 one that uses it as the source does. The gain on the copies within L_train at L_valid = L_train
+is the learn-first gate of the loss-by-distance tables (``LEARNT_GAIN``); the gain on the copies
+from beyond L_train answers "does the method use a copy it was never trained to reach?".
+
 The model reads non-overlapping windows of L_valid tokens and every position but each window's
 first is scored, as in the non-overlapping evaluation. A copy whose source lies before its window
 (d > the position in the window) is out of reach for any model of that window: it is counted apart
@@ -21,6 +28,11 @@ from posbench.tasks.distances import buckets, label
 NO_COPY = "no copy"
 OUTSIDE = "outside the window"
 BEYOND = "beyond L_train"
+WITHIN = "within L_train"
+# A model has learnt to copy when it realises at least half of the source's gain on the copies it
+# was trained to reach (within L_train, at L_valid = L_train): below that, what it does with far
+# copies says little about position.
+LEARNT_GAIN = 0.5
 
 
 def classify(distance: np.ndarray, position: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
@@ -58,9 +70,12 @@ def summarize(loss: np.ndarray, bound: np.ndarray, distance: np.ndarray, Lv: int
     ranges = buckets(L_train, longest)
     cls = classify(distance[index], position, ranges)
     model_loss, source_loss = loss.ravel(), bound[index]
-    beyond = (distance[index] > L_train) & (distance[index] <= position)
+    d = distance[index]
+    within = (d >= 1) & (d <= L_train) & (d <= position)
+    beyond = (d > L_train) & (d <= position)
     groups = [(label(lo, hi), cls == label(lo, hi), lo, hi) for lo, hi in ranges]
-    groups += [(BEYOND, beyond, L_train + 1, Lv - 1), (NO_COPY, cls == NO_COPY, 0, 0), (OUTSIDE, cls == OUTSIDE, None, None)]
+    groups += [(WITHIN, within, 1, L_train), (BEYOND, beyond, L_train + 1, Lv - 1)]
+    groups += [(NO_COPY, cls == NO_COPY, 0, 0), (OUTSIDE, cls == OUTSIDE, None, None)]
     entries = []
     for name, mask, lo, hi in groups:
         mask = mask & np.isfinite(source_loss)  # the stream's first token has no bound
@@ -79,6 +94,18 @@ def summarize(loss: np.ndarray, bound: np.ndarray, distance: np.ndarray, Lv: int
                 "bound_ppl": None if source is None else math.exp(source),
             }
         )
+    return with_gains(entries)
+
+
+def with_gains(entries: list[dict]) -> list[dict]:
+    """``entries`` (of one or several L_valid) with ``gain`` on every copy class (None where there is
+    no reference: no scored copy outside the window, or a bound not below it)."""
+    out_loss = {e["L_valid"]: e["loss"] for e in entries if e["bucket"] == OUTSIDE}
+    for e in entries:
+        ref = out_loss.get(e["L_valid"])
+        copies = e["bucket"] not in (NO_COPY, OUTSIDE)
+        ok = copies and None not in (ref, e["loss"], e["bound_loss"]) and ref - e["bound_loss"] > 0
+        e["gain"] = (ref - e["loss"]) / (ref - e["bound_loss"]) if ok else None
     return entries
 
 
@@ -95,16 +122,23 @@ def combine(per_seed: list[list[dict]]) -> list[dict]:
                 loss=mean,
                 ppl=None if mean is None else math.exp(mean),
                 ppl_by_seed=[e["ppl"] for e in entries],
+                gain_by_seed=[e.get("gain") for e in entries],
             )
         )
-    return out
+    return with_gains(out)
 
 
 def far_metrics(entries: list[dict]) -> dict:
-    """``ppl_far@<L_valid>`` and ``bound_far@<L_valid>``: the copies from beyond L_train inside the window."""
+    """``ppl_far@<L_valid>``, ``bound_far@<L_valid>`` and ``copy_gain_far@<L_valid>``: the copies from
+    beyond L_train inside the window; ``copy_gain_within``: the gain on the copies within L_train at
+    L_valid = L_train, and ``copies_learnt`` (1/0) whether it reaches ``LEARNT_GAIN``."""
     out = {}
     for e in entries:
         if e["bucket"] == BEYOND and e["tokens"]:
             out[f"ppl_far@{e['L_valid']}"] = e["ppl"]
             out[f"bound_far@{e['L_valid']}"] = e["bound_ppl"]
+            out[f"copy_gain_far@{e['L_valid']}"] = e.get("gain")
+        if e["bucket"] == WITHIN and e["L_valid"] == e["hi"] and e.get("gain") is not None:
+            out["copy_gain_within"] = e["gain"]
+            out["copies_learnt"] = int(e["gain"] >= LEARNT_GAIN)
     return out

@@ -46,7 +46,13 @@ def report_sections(runs: Runs, baseline=None) -> list[Section]:
 def summary_tables(runs: Runs) -> list[Table]:
     """The perplexity tables, the loss by dependency distance, then the frontier's verdict tables,
     printed at the end of a run."""
-    return extrapolation_tables(runs) + distance_tables(runs) + attention_tables(runs, "extrapolation") + frontier_tables(runs)
+    return (
+        extrapolation_tables(runs)
+        + distance_tables(runs)
+        + copy_gain_tables(runs)
+        + attention_tables(runs, "extrapolation")
+        + frontier_tables(runs)
+    )
 
 
 def compare_values(row) -> dict:
@@ -444,6 +450,75 @@ def distance_tables(runs: Runs) -> list[Table]:
     return tables
 
 
+def copy_gain_tables(runs: Runs) -> list[Table]:
+    """One table per (suite, hardware, grid point) of rows with ``by_distance``: methods x L_valid,
+    each cell the copy gain (``dependency.with_gains``), at L_train on the copies within L_train
+    (the learn-first gate), beyond it on the copies from beyond L_train. A method below the gate is
+    not compared beyond L_train."""
+    from posbench.report.learn_first import NOT_LEARNT, comparability
+    from posbench.report.table import Cell, Table, by_params, method_order, ordered, short_commit, task_groups
+    from posbench.tasks.extrapolation.dependency import BEYOND, LEARNT_GAIN, WITHIN
+
+    tables = []
+    for suite, hardware, group in task_groups(runs.rows, "extrapolation"):
+        order = method_order(group["method"], runs.meta_of(ordered(group["source"])))
+        for params, rows in by_params(group).items():
+            rows = [r for r in sorted(rows, key=lambda r: order.index(r.method)) if r.status == "ok" and distance_entries(r)]
+            l_train = dict(params).get("L_train")
+            if not rows or not is_length(l_train):
+                continue
+            gains = {  # (method, L_valid) -> the gain the column reads
+                (r.method, e["L_valid"]): e.get("gain")
+                for r in rows
+                for e in distance_entries(r)
+                if e["bucket"] == (WITHIN if e["L_valid"] == l_train else BEYOND)
+            }
+            columns = sorted({lv for _, lv in gains if lv >= l_train})
+            if l_train not in columns:
+                continue
+            verdicts = {
+                r.method: None if gains.get((r.method, l_train)) is None else gains[(r.method, l_train)] >= LEARNT_GAIN
+                for r in rows
+            }
+            said = comparability(verdicts, LEARNT_GAIN, measure="copy gain within L_train")
+            table = Table(
+                key=slug(f"{suite}-copy-gain-L{l_train}-{hardware}"),
+                title=f"Copy gain, L_train = {l_train}" + said.title_suffix(),
+                caption="",
+                task="extrapolation",
+                metric="copy gain",
+                unit="share of the source's gain",
+                column_header="L_valid",
+                columns=columns,
+                rows=[],
+                hardware=hardware,
+                commit=short_commit(group["git_commit"]),
+                fmt="plain",
+                higher_is_better=True,
+                extra={"L_train": l_train},
+            )
+            for r in rows:
+                table.rows.append(r.method)
+                for lv in columns:
+                    gain = gains.get((r.method, lv))
+                    if lv > l_train and verdicts[r.method] is False:
+                        table.cells[(r.method, lv)] = Cell(text=NOT_LEARNT, value=None, case_id=r.case_id, run_id=r.run_id)
+                    else:
+                        text = "—" if gain is None else f"{gain:.2f}"
+                        table.cells[(r.method, lv)] = Cell(text=text, value=gain, case_id=r.case_id, run_id=r.run_id)
+            table.caption = (
+                f"Share of the true source's advantage that the model realises on copied tokens, (loss_out - loss) / "
+                f"(loss_out - bound): loss_out is the model's own loss on the copies whose source lies before its "
+                f"window (it cannot use them), bound the source's loss on the same tokens; 0: the copy is ignored, "
+                f"1: used as the source uses it. Column {l_train} (= L_train): the copies within L_train, the "
+                f"learn-first gate (a method below {LEARNT_GAIN:.2f} has not learnt to copy at the length it was "
+                f"trained at); longer columns: the copies from beyond L_train, inside the window. {said.note()} "
+                f"{hardware}, commit {table.commit}."
+            )
+            tables.append(table)
+    return tables
+
+
 def distance_chart(table: Table) -> Figure:
     """Perplexity against copy distance (the buckets' upper ends, log x), one line per method and
     the source's bound dashed, a dotted line at L_train."""
@@ -477,6 +552,7 @@ def distance_sections(runs: Runs) -> list[Section]:
     from posbench.report.sections import Block, Section
 
     blocks = [Block(t, [lambda t=t: [(t.key, t.title, distance_chart(t))]]) for t in distance_tables(runs)]
+    blocks += [Block(t) for t in copy_gain_tables(runs)]
     return [Section("Loss by dependency distance", "extrapolation", blocks)] if blocks else []
 
 

@@ -102,6 +102,28 @@ METRICS = {
         fmt="ppl",
         shown_in="ppl_far@*",
     ),
+    "copy_gain_far@*": Metric(
+        title="Copy gain beyond L_train",
+        unit="",
+        doc="copy_gain_far@<L_valid> (by_distance): the share of the source's advantage the model realises on "
+        "copies from beyond L_train, against its own loss on copies it cannot see (0 ignores them, 1 the source)",
+        higher_is_better=True,
+        fmt="plain",
+    ),
+    "copy_gain_within": Metric(
+        title="Copy gain within L_train",
+        unit="",
+        doc="by_distance: the copy gain on the copies within L_train at L_valid = L_train (the learn-first gate)",
+        higher_is_better=True,
+        fmt="plain",
+    ),
+    "copies_learnt": Metric(
+        title="Learnt to copy",
+        unit="",
+        doc="by_distance: 1 when copy_gain_within reaches 0.5 (the loss-by-distance tables' learn-first gate)",
+        higher_is_better=None,
+        fmt="int",
+    ),
     "passkey@*": Metric(
         title="Passkey accuracy",
         unit="",
