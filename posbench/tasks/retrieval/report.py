@@ -85,9 +85,14 @@ def summary_text(first: dict, name: str) -> str:
     ``effective_length_rel`` (or "not learnt at L_train"), then `` seeds [lo, hi]`` over seeds."""
     value = first.get(name)
     lo, hi = first.get(f"{name}_seeds") or (None, None)
-    if name == "effective_length_rel":
+    if name in ("effective_length_rel", "effective_length"):
         text = length_text(first["learned"], value)
-        return text + (f" seeds [{lo:.0f}, {hi:.0f}]" if first["learned"] and lo is not None else "")
+        if not first["learned"] or lo is None:
+            return text
+        # a learnt model's effective length lies between L_train and the longest L_valid: the t
+        # interval of a few seeds reaches past both, and is shown clipped to them
+        low, high = first["L_train"], first.get("longest") or hi
+        return text + f" seeds [{max(lo, low):.0f}, {min(hi, high):.0f}]"
     if value is None:
         return "-"
     return f"{100 * value:.0f}%" + (f" seeds [{100 * max(0.0, lo):.0f}, {100 * min(1.0, hi):.0f}]" if lo is not None else "")
@@ -122,8 +127,8 @@ def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
             for Lv in lengths:
                 t = cells.get(Lv)
                 text.append("-" if t is None or t["acc"] is None else cell_text(t))
-            first = next(iter(cells.values()))
-            eff = length_text(first["learned"], first["effective_length"])
+            first = dict(next(iter(cells.values())), longest=max(lengths))
+            eff = summary_text(first, "effective_length")
             ruler = " | ".join(summary_text(first, name) for name in SUMMARY_COLUMNS.values())
             lines.append(f"| {m} | {L} | " + " | ".join(text) + f" | {ruler} | {eff} |")
     if table:  # how many methods were comparable, under the table
@@ -172,17 +177,17 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
                     out.cells[(label, Lv)] = Cell(text="-", status="missing", **link)
                     continue
                 out.cells[(label, Lv)] = Cell(text=cell_text(t), value=t["acc"], spread=(t["lo"], t["hi"]), **link)
-            first = next(iter(cells.values()))
+            first = dict(next(iter(cells.values())), longest=max(lengths))
             eff = first["effective_length"] if first["learned"] else None
             out.cells[(label, "effective length")] = Cell(
-                text=length_text(first["learned"], first["effective_length"]), value=None if eff is None else float(eff), **link
+                text=summary_text(first, "effective_length"), value=None if eff is None else float(eff), **link
             )
             for column, name in SUMMARY_COLUMNS.items():
                 value = first.get(name) if name != "effective_length_rel" or first["learned"] else None
                 out.cells[(label, column)] = Cell(
                     text=summary_text(first, name), value=None if value is None else float(value), **link
                 )
-            out.cells[(label, "steps")] = Cell(text=steps_text(row.get("metrics", {})), **link)
+            out.cells[(label, "steps")] = Cell(text=steps_text(row.get("metrics", {}), row.get("series")), **link)
     verdicts = comparability(_verdicts(table, several), learned_threshold(ok), _seeds_learnt(table, several))
     out.title += verdicts.title_suffix()
     out.extra["learnt"], out.extra["not_learnt"] = verdicts.learnt, verdicts.not_learnt
@@ -195,7 +200,7 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
         f"longest L_valid keeping >= {relative_threshold(ok):g} x the model's own accuracy at L_train there and "
         f"at every shorter L_valid (learnt models only); wAvg long / short: RULER's averages over L_valid weighted "
         f"1..n towards the longest / the shortest; steps: optimizer steps "
-        f"trained, 'stopped' where training stopped on reaching stop_at_acc (train to criterion). "
+        f"trained (per seed), 'stopped' where training stopped on reaching stop_at_acc (train to criterion). "
         + (
             f"With several training seeds, the accuracy is the mean over seeds (each scores the same "
             f"samples) and 'seeds [lo, hi]' its {SEED_INTERVAL}; a method counts as learnt only when "
@@ -250,9 +255,16 @@ def hops_probe_table(rows: list[dict], probe: str) -> Table | None:
     return out
 
 
-def steps_text(metrics) -> str:
+def steps_text(metrics, series=None) -> str:
     """``1700 (stopped)`` when training stopped at its criterion, ``3000`` when it ran the whole
-    budget, ``-`` when the row's metrics do not say."""
+    budget, one per seed (``700 (stopped), 2000``) for a row of several seeds (``series``'s
+    ``train_steps_by_seed``), ``-`` when the row does not say."""
+    by_seed = series.get("train_steps_by_seed") if isinstance(series, dict) else None
+    if isinstance(by_seed, list) and by_seed:
+        stopped = series.get("stopped_at_step_by_seed")
+        stopped = stopped if isinstance(stopped, list) and len(stopped) == len(by_seed) else [None] * len(by_seed)
+        steps = [int(v) if isinstance(v, float) and v.is_integer() else v for v in by_seed]
+        return ", ".join(steps_text({"train_steps": v, "stopped_at_step": st}) for v, st in zip(steps, stopped))
     if not isinstance(metrics, dict):
         return "-"
     steps = metrics.get("train_steps")
