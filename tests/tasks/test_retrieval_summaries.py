@@ -96,3 +96,23 @@ def test_a_model_that_did_not_learn_shows_no_relative_length():
     t = charts.probe_table(rows, "multikey")
     assert t.cell("alibi", "effective length (rel)").text == "not learnt at L_train"
     assert t.cell("alibi", "effective length (rel)").value is None and t.cell("rotary", "effective length (rel)").value == 8.0
+
+
+def test_effective_lengths_of_seeds_show_their_interval_clipped_to_the_lengths_measured():
+    # alibi's seeds: effective length (0.5) 16 and 32, relative 16 and 16; the t interval of (16, 32)
+    # with two seeds is about [-78, 126]: a learnt model's length lies in 8..32, so it is shown clipped
+    rows = [_row("alibi", ALIBI), _row("rotary", ROTARY)]
+    a = {(t["method"], t["L_valid"]): t for t in accuracy.accuracy_table(rows)}["alibi", 8]
+    lo, hi = seed_interval([16, 32])[3:]
+    assert a["effective_length_seeds"] == pytest.approx((lo, hi)) and lo < 8 and hi > 32
+    t = charts.probe_table(rows, "multikey")
+    assert t.cell("alibi", "effective length").text == "16 seeds [8, 32]"  # pooled curve (0.9, 0.85, 0.4): 0.4 < 0.5 at 32
+    assert t.cell("alibi", "effective length (rel)").text == "16 seeds [16, 16]"
+    assert t.cell("rotary", "effective length").text == "8"  # one seed: no interval
+
+
+def test_the_steps_column_lists_each_seeds_steps_and_whether_it_stopped():
+    series = {"train_steps_by_seed": [700.0, 2000.0], "stopped_at_step_by_seed": [700.0, None]}
+    assert charts.steps_text({"train_steps": 1350.0}, series) == "700 (stopped), 2000"
+    assert charts.steps_text({"train_steps": 900, "stopped_at_step": 900}) == "900 (stopped)"
+    assert charts.steps_text({"train_steps": 1350.0}) == "-"  # a mean over seeds without their list says nothing
