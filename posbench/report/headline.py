@@ -73,7 +73,9 @@ def table_line(table: Table) -> Line | None:
         cell = table.cell(row, col)
         if cell.status == "missing":
             continue
-        if cell.status != "ok":
+        if _not_learnt(table, row):  # learn first: no number of it is read beyond L_train
+            parts.append(f"{row} {NOT_LEARNT}")
+        elif cell.status != "ok":
             parts.append(f"{row} {fmt.status(cell.status)}")
         else:
             parts.append(f"{row} {bar_label(cell) if with_ratio and cell.ratio is not None else cell.text}")
@@ -105,13 +107,14 @@ def verdict(table: Table, col, by_ratio: bool) -> str:
     """``Best: alibi.`` only where the best cell's interval overlaps no other's (the frontier's
     rule); else ``Not separable: alibi, rotary.``, naming the best and every method whose interval
     overlaps it, or that has no interval to tell (a single measurement separates nothing). The
-    floor (``table.extra["floor"]``, nope) is named as such, never as the best."""
+    floor (``table.extra["floor"]``, nope) is named as such, never as the best; a method the table
+    marks not learnt at L_train is not ranked (learn first)."""
     floor = table.extra.get(FLOOR)
     values = {}
     for row in table.rows:
         cell = table.cell(row, col)
         number = (1.0 if row == table.baseline else cell.ratio) if by_ratio else cell.value
-        if cell.status == "ok" and number is not None and row != floor:
+        if cell.status == "ok" and number is not None and row != floor and not _not_learnt(table, row):
             values[row] = number
     said = f" {floor} is the floor, not ranked." if floor in table.rows else ""
     if len(values) < 2:
@@ -126,6 +129,12 @@ def verdict(table: Table, col, by_ratio: bool) -> str:
     if len(close) == 1:
         return f"Best: {top}.{said}"
     return f"{NOT_SEPARABLE.capitalize()}: {', '.join(close)}.{said}"
+
+
+def _not_learnt(table: Table, row: str) -> bool:
+    """Whether the table says ``row`` did not learn the task at L_train: learn first, so it is
+    never ranked beyond it, whatever its numbers there."""
+    return any(table.cell(row, c).text == NOT_LEARNT for c in table.columns)
 
 
 def _no_ratio_line(table: Table) -> Line | None:

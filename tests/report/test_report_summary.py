@@ -238,3 +238,30 @@ def test_the_job_summary_command_and_its_size_limit(runs, report, tmp_path, monk
     assert len(text.encode()) < 2200 and text.rstrip().endswith(
         "*Cut at 2,000 bytes (a job summary's limit): the whole report is in the artifact `report-x`.*"
     )
+
+
+def test_a_method_not_learnt_at_L_train_is_neither_ranked_nor_read_beyond_it():
+    table = _table(
+        title="multikey: accuracy",
+        baseline=None,
+        columns=[32, 256, "effective length"],
+        rows=["alibi", "rotary", "t5_bias"],
+        cells={
+            ("alibi", 256): Cell("90%", 0.9, spread=(0.85, 0.95)),  # best number, but never learnt at 32
+            ("alibi", "effective length"): Cell(NOT_LEARNT),
+            ("rotary", 256): Cell("40%", 0.4, spread=(0.35, 0.45)),
+            ("t5_bias", 256): Cell("10%", 0.1, spread=(0.05, 0.15)),
+        },
+    )
+    text = hl.table_line(table).text
+    assert f"alibi {NOT_LEARNT}; rotary 40%" in text and text.endswith("Best: rotary.")
+
+
+def test_seed_intervals_widen_a_retrieval_cell_so_two_seeds_separate_nothing():
+    from posbench.tasks.retrieval.report import spread
+
+    one_seed = {"lo": 0.78, "hi": 0.91, "seed_lo": None}
+    assert spread(one_seed) == (0.78, 0.91)
+    two = {"lo": 0.78, "hi": 0.91, "seed_lo": -0.4, "seed_hi": 1.9}  # a t interval of two seeds
+    assert spread(two) == (0.0, 1.0)
+    assert spread({"lo": 0.5, "hi": 0.6, "seed_lo": 0.52, "seed_hi": 0.7}) == (0.5, 0.7)

@@ -71,6 +71,15 @@ def _seeds_learnt(table: list[dict], several: bool) -> dict:
     }
 
 
+def spread(t: dict) -> tuple[float, float]:
+    """A cell's interval for error bars and verdicts: the Wilson interval over samples, widened to
+    the seed interval (clipped to [0, 1]) when several seeds ran: a verdict must hold beyond the
+    spread over training seeds as well as over test samples."""
+    if t.get("seed_lo") is None:
+        return (t["lo"], t["hi"])
+    return (min(t["lo"], max(0.0, t["seed_lo"])), max(t["hi"], min(1.0, t["seed_hi"])))
+
+
 def cell_text(t: dict) -> str:
     """``30% [11, 60]`` (Wilson 95% over samples), then `` seeds [25, 35]`` (95% t interval of the
     mean over seeds) when several seeds ran."""
@@ -176,7 +185,7 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
                 if t is None or t["acc"] is None:
                     out.cells[(label, Lv)] = Cell(text="-", status="missing", **link)
                     continue
-                out.cells[(label, Lv)] = Cell(text=cell_text(t), value=t["acc"], spread=(t["lo"], t["hi"]), **link)
+                out.cells[(label, Lv)] = Cell(text=cell_text(t), value=t["acc"], spread=spread(t), **link)
             first = dict(next(iter(cells.values())), longest=max(lengths))
             eff = first["effective_length"] if first["learned"] else None
             out.cells[(label, "effective length")] = Cell(
