@@ -246,3 +246,28 @@ def test_train_queries_at_its_default_leaves_run_ids_as_they_were():
     assert suitemod.resolve(loaded, "cpu").fingerprint() == "1f39eb33"
     assert suitemod.resolve(loaded, "cpu", {"train_queries": 1}).fingerprint() == "1f39eb33"
     assert suitemod.resolve(loaded, "cpu", {"train_queries": 4}).fingerprint() != "1f39eb33"
+
+
+def test_a_model_probe_cases_share_is_trained_once_under_its_lock(tmp_path):
+    """Two probe cases of one method share a model trained on both probes: under --parallel the
+    second waits on the checkpoint's lock, then reuses what the first trained."""
+    import threading
+    import time
+
+    from posbench.engine.saved_model import exclusive
+    from posbench.tasks.retrieval.run import checkpoint_path
+
+    settings = dict(RETRIEVAL_TINY, n_keys=8, n_needles=2, n_values=1, train_probes=["multikey", "aggregate"], mix=1.0)
+    task, first = make_case("retrieval", "rotary", {"L_train": 32, "probe": "multikey"}, settings, tmp_path)
+    _, second = make_case("retrieval", "rotary", {"L_train": 32, "probe": "aggregate"}, settings, tmp_path)
+    ckpt = checkpoint_path(second, task.Settings(**settings))
+    assert ckpt == checkpoint_path(first, task.Settings(**settings)) and ckpt.name.endswith("L_train=32.pt")
+    out = {}
+    with exclusive(ckpt):  # another case is training the shared model
+        waiting = threading.Thread(target=lambda: out.update(second=task.run(second)))
+        waiting.start()
+        time.sleep(3)  # a case of this size runs in about 1.5 s: unlocked, it would be done
+        assert "second" not in out  # it waits for the lock rather than training alongside
+    waiting.join(60)
+    out["first"] = task.run(first)
+    assert out["second"]["metrics"]["reused_checkpoint"] == 0 and out["first"]["metrics"]["reused_checkpoint"] == 1
