@@ -179,7 +179,8 @@ class RunSection:
         self.tables = run_tables(runs)
         self.summary = [case_counts(rows)]  # the report's summary, over these tables
         for table in self.tables:
-            self.summary += verdict_lines(table) + [line for line in [table_line(table)] if line is not None]
+            line = table_line(table)
+            self.summary += verdict_lines(table) + ([line] if line is not None else [])
         ran = list(dict.fromkeys(m for m in rows["method"] if isinstance(m, str) and m))
         recorded = recorded_command(run_dir)
         self.command = without_results(recorded) if recorded else format_command(reconstruct_command(self.meta, ran or None))

@@ -136,9 +136,10 @@ def accuracy_table(rows: list[dict], threshold: float = 0.5) -> list[dict]:
         key = (t["method"], t["probe"], t["L_train"])
         acc = eff[key]
         t.update(ruler_summaries(acc, t["L_train"], factor), relative_threshold=factor)
-        per_seed = [ruler_summaries(c, t["L_train"], factor) for c in curves_by_seed.get(key, {}).values()]
-        for p, c in zip(per_seed, curves_by_seed.get(key, {}).values()):
-            p["effective_length"] = effective_length(c, threshold)
+        per_seed = [
+            dict(ruler_summaries(c, t["L_train"], factor), effective_length=effective_length(c, threshold))
+            for c in curves_by_seed.get(key, {}).values()
+        ]
         for name in ("wavg_long", "wavg_short", "effective_length_rel", "effective_length"):  # 95% t interval over seeds
             t[f"{name}_seeds"] = seed_interval([p[name] for p in per_seed])[3:] if len(per_seed) > 1 else (None, None)
         t["effective_length"] = effective_length(acc, threshold)

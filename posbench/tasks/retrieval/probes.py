@@ -13,7 +13,7 @@ import numpy as np
 
 from posbench.core.config import PROBES, ProbeConfig  # noqa: F401 (re-exported: defined where no numpy is needed)
 from posbench.tasks.retrieval import ruler
-from posbench.tasks.retrieval.ruler import RULER_PROBES
+from posbench.tasks.retrieval.ruler import ASKS_SEVERAL, RULER_PROBES
 
 ALL_PROBES = PROBES + RULER_PROBES  # the four probes, then RULER's (posbench.tasks.retrieval.ruler)
 
@@ -117,7 +117,7 @@ def generate(
     others ask the number their layout fixes, and take 1 here.
     """
     cfg = vocab.cfg
-    if queries != 1 and probe not in ("multikey", "vartrack"):
+    if queries != 1 and probe not in ASKS_SEVERAL:
         raise ValueError(f"probe {probe}: queries {queries} is not allowed; only multikey and vartrack ask several")
     need = min_length(probe, cfg, queries)
     if length < need:

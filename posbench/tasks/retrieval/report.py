@@ -100,8 +100,7 @@ def summary_text(first: dict, name: str) -> str:
             return text
         # a learnt model's effective length lies between L_train and the longest L_valid: the t
         # interval of a few seeds reaches past both, and is shown clipped to them
-        low, high = first["L_train"], first.get("longest") or hi
-        return text + f" seeds [{max(lo, low):.0f}, {min(hi, high):.0f}]"
+        return text + f" seeds [{max(lo, first['L_train']):.0f}, {min(hi, first['longest']):.0f}]"
     if value is None:
         return "-"
     return f"{100 * value:.0f}%" + (f" seeds [{100 * max(0.0, lo):.0f}, {100 * min(1.0, hi):.0f}]" if lo is not None else "")

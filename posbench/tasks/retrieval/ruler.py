@@ -15,12 +15,12 @@ seeded draws.
   the ``n_top`` most frequent occur 2, 3, ... times as often as every other symbol (filler fills
   the rest); the answer is those symbols, most frequent first.
 
-Training examples may ask ``queries`` questions in turn (multikey and vartrack; the setting
+Training examples may ask ``queries`` questions in turn (``ASKS_SEVERAL``; the setting
 ``train_queries``), each ``ASK key`` followed by its answer: the last one is drawn exactly as the
 evaluation's single question, the ones before it ask any key (multikey: a needle's or an absent
-one; vartrack: any variable of any chain, so the one-hop links are asked too). One answer token
-per 64-token example is little signal, and the binding these probes need forms only after a long
-plateau; more questions per example shorten it without changing what is evaluated.
+one; vartrack: any chain's value). One answer per example is little signal, and the binding these
+probes need forms only after a long plateau; more questions per example shorten it without
+changing what is evaluated.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 RULER_PROBES = ("multikey", "vartrack", "aggregate")
+ASKS_SEVERAL = ("multikey", "vartrack")  # the probes whose examples may ask several questions
 
 
 def min_length(probe: str, cfg, hops: int | None = None, queries: int = 1) -> int:
@@ -104,8 +105,6 @@ def generate(probe: str, vocab, length: int, n: int, rng: np.random.Generator, h
     check(probe, cfg)
     if hops is not None and not 1 <= hops <= cfg.hops:
         raise ValueError(f"vartrack: hops {hops} must lie in 1..{cfg.hops} (the setting hops)")
-    if queries < 1 or (queries > 1 and probe == "aggregate"):
-        raise ValueError(f"{probe}: queries {queries} must be 1 (aggregate) or at least 1 (multikey, vartrack)")
     m = answer_len(probe, cfg)
     block = m + 2  # one question: ASK, the key (aggregate: ASK alone, its first block token is filler)
     tokens = np.empty((n, length), dtype=np.int64)

@@ -67,7 +67,7 @@ def mixed_batches(
 
 def train_queries(probe: str, queries: int) -> int:
     """Questions per training example of ``probe``: ``queries`` for multikey and vartrack, else 1."""
-    return queries if probe in ("multikey", "vartrack") else 1
+    return queries if probe in P.ASKS_SEVERAL else 1
 
 
 def _probe_targets(batch: P.ProbeBatch, vocab: P.ProbeVocab, loss: str) -> np.ndarray:
