@@ -10,12 +10,12 @@ fails.
   share lives in a layer beneath them), and not the front ``posbench/tasks/__init__.py`` either. The
   front looks tasks up by name, so a task asking it would reach another task through a door this
   check cannot see; and a task never needs it, since importing ``posbench.tasks.<a>`` has already
-  run it. The front itself is held to the table only.
+  run it. The front itself, and the loose modules beside the packages (shared ones, which belong
+  in a layer beneath the tasks), are held to the table only.
 - ``circles``: no circle among modules (files), inside a package or across packages. A file's edges
-  are the modules it names; importing ``posbench.a.b`` also runs ``posbench/a/__init__.py``, but a
-  package's ``__init__`` is no edge of its modules' imports (``from . import x`` in a sibling would
-  otherwise close a circle with every ``__init__`` that re-exports). A module naming itself is no
-  circle.
+  go to the modules it names, not to the packages above them whose ``__init__`` the import also
+  runs: else ``from . import x`` in a sibling would close a circle with every ``__init__`` that
+  re-exports it. A module naming itself is no circle.
 - ``dynamic_imports``: a module name known only when the code runs (``import_module(name)``,
   ``import_module(f"{x}.task")``, ``__import__(name)``) is allowed only in the places of
   ``DYNAMIC_IMPORTS``, which load what is found by name.
@@ -31,6 +31,7 @@ imports too. A package may always import itself, and any module may read ``posbe
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import deque
 from pathlib import Path
@@ -140,25 +141,26 @@ def imports(source: str, path: str, modules: set[str]) -> list[Import]:
             for alias in node.names:
                 below = f"{base}.{alias.name}"
                 out.append(Import(node.lineno, below if below in modules else base, ""))
-        elif isinstance(node, ast.Call) and loader_name(node) and (node.args or node.keywords):
-            arg = node.args[0] if node.args else node.keywords[0].value
+        elif isinstance(node, ast.Call) and loader_name(node):
+            arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "name"), None)
+            if arg is None:  # import_module(*names): not a call this reads
+                continue
             name = arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
             if name and name.startswith("."):  # import_module(".x", __package__): from the file's package
                 level = len(name) - len(name.lstrip("."))
                 name = ".".join(package[: len(package) - level + 1] + [name.lstrip(".")]).rstrip(".")
             out.append(Import(node.lineno, name, ast.unparse(node)))
-    return sorted(set(out))  # `from x import a, b` names x once
+    # `from x import a, b` names x once; a name known only when run sorts as ""
+    return sorted(set(out), key=lambda found: (found.line, found.name or "", found.how))
 
 
+@functools.cache  # the four checks read a tree once; planted trees are new folders
 def scan(root: Path) -> dict[str, list[Import]]:
     """{path relative to the root: its imports} for every checked file."""
     files = checked_files(root)
-    return {
-        file.relative_to(root).as_posix(): imports(
-            file.read_text(encoding="utf-8"), file.relative_to(root).as_posix(), set(files)
-        )
-        for file in files.values()
-    }
+    modules = set(files)
+    paths = {file.relative_to(root).as_posix(): file for file in files.values()}
+    return {path: imports(file.read_text(encoding="utf-8"), path, modules) for path, file in paths.items()}
 
 
 def is_posbench(name: Optional[str]) -> bool:
@@ -197,23 +199,23 @@ def violations(root: Path) -> list[str]:
 
 
 def task_links(root: Path) -> list[str]:
-    """One line per import by a module of a task package (or a loose module of posbench/tasks/) of
-    anything else of posbench/tasks/: another task, a loose module, the front."""
+    """One line per import by a module of a task package (``posbench/tasks/<a>/``) of anything else
+    of posbench/tasks/: another task, a loose module beside the packages, the front."""
     found = []
     for path, found_imports in scan(root).items():
-        if not path.startswith(TASKS) or path == f"{TASKS}__init__.py":
+        rest = path.removeprefix(TASKS)
+        if rest == path or "/" not in rest:  # not in tasks/; the front or a loose module
             continue
-        own = path.removeprefix(TASKS).split("/")[0]
-        whose = f"tasks/{own}" if own.endswith(".py") else f"tasks/{own}/"
+        own = rest.split("/")[0]
         for line, name, how in found_imports:
             if name is None or not (name == "posbench.tasks" or name.startswith("posbench.tasks.")):
                 continue
             other = name.split(".")[2] if name != "posbench.tasks" else None
-            if other == own.removesuffix(".py"):
+            if other == own:
                 continue
             said = f"{name} by {how}" if how else name
             part = f"tasks/{other}" if other else "the front, posbench/tasks/__init__.py"
-            found.append(f"{path}:{line} imports {said}: {whose} is a leaf and may not import {part}")
+            found.append(f"{path}:{line} imports {said}: tasks/{own}/ is a leaf and may not import {part}")
     return found
 
 
@@ -386,7 +388,7 @@ def test_the_checker_reports_a_task_importing_another(tmp_path):
         {
             "posbench/__init__.py": "",
             "posbench/tasks/__init__.py": "from posbench.tasks import alpha\n",
-            "posbench/tasks/shared.py": "",
+            "posbench/tasks/shared.py": "from posbench.tasks.alpha import task\n",  # not a task package
             "posbench/tasks/alpha/__init__.py": "from .task import TASK\n",
             "posbench/tasks/alpha/task.py": "from posbench.tasks.alpha import run\nfrom . import report\nTASK = None\n",
             "posbench/tasks/alpha/run.py": "import posbench.tasks.alpha.report\n\n\ndef go():\n"
