@@ -9,9 +9,9 @@ import pytest
 
 from posbench.data import synthetic_copy as sc
 from posbench.data.corpus import load_corpus
+from posbench.protocols.distances import buckets
 from posbench.report.rows import load_runs
 from posbench.tasks import find as find_task
-from posbench.tasks.distances import buckets
 from posbench.tasks.extrapolation import dependency as D
 from posbench.tasks.extrapolation.report import BOUND_ROW, copy_gain_tables, distance_chart, distance_tables
 from tests.helpers.cases import TINY, make_case

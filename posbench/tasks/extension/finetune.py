@@ -13,13 +13,13 @@ import torch
 
 from posbench.engine.saved_model import exclusive  # noqa: F401 (the lock its cases share; tests reach it here)
 from posbench.engine.train import TrainConfig, train
+from posbench.protocols.probing import probes as P
+from posbench.protocols.probing.scoring import eval_length
+from posbench.protocols.probing.training_mix import mixed_batches, train_probe_model
+from posbench.protocols.seeds import checkpoint_name, combine_metrics, seed_list
+from posbench.protocols.train_eval.evaluations import eval_cell
+from posbench.protocols.training import open_corpus
 from posbench.tasks.extension.recipes import PLAIN, recipe_model
-from posbench.tasks.extrapolation.evaluations import eval_cell
-from posbench.tasks.retrieval import probes as P
-from posbench.tasks.retrieval.scoring import eval_length
-from posbench.tasks.retrieval.training_mix import mixed_batches, trained_model
-from posbench.tasks.seeds import checkpoint_name, combine_metrics, seed_list
-from posbench.tasks.training import open_corpus
 
 PROBES = ["passkey"]
 FINETUNE_DATA_SEED = 1_000_003  # the fine-tune's batches: a stream apart from the base model's
@@ -110,7 +110,7 @@ def run_one_seed(case, s, corpus, vocab, seed: int, seeds: list[int]) -> dict:
     lm_tokens, valid = corpus.split("train"), corpus.split("valid")
     ckpt = base_checkpoint(case, seed, seeds)
     with exclusive(ckpt):
-        base, metrics = trained_model(case, s, vocab, lm_tokens, ckpt, PROBES, None, seed)
+        base, metrics = train_probe_model(case, vocab, lm_tokens, ckpt, PROBES, None, seed)
     base_q = quality(recipe_model(base, PLAIN[case.method], L, L_target), s, vocab, valid, L, [L], case.device, "")
     mode = "nonoverlapping" if "nonoverlapping" in s.modes else s.modes[0]
     metrics.update(
@@ -131,7 +131,7 @@ def run_one_seed(case, s, corpus, vocab, seed: int, seeds: list[int]) -> dict:
 
 
 def run_case(case) -> dict:
-    """Every seed's result, combined (``posbench.tasks.seeds.combine_metrics``) when several."""
+    """Every seed's result, combined (``posbench.protocols.seeds.combine_metrics``) when several."""
     s = case.settings
     corpus = open_corpus(s.corpus)
     vocab = P.ProbeVocab(corpus.vocab_size, s.probe_config())

@@ -12,6 +12,7 @@ import torch
 
 from posbench.core.outcome import Unavailable
 from posbench.hf.folder_check import LENGTH_KEYS
+from posbench.protocols.seeds import seed_list
 from posbench.tasks.extension.finetune import (
     FINETUNE_DATA_SEED,
     combine_seeds,
@@ -21,7 +22,6 @@ from posbench.tasks.extension.finetune import (
     perplexities,
 )
 from posbench.tasks.extension.recipes import PLAIN, SCALED_METHOD, checkpoint_misfit
-from posbench.tasks.seeds import seed_list
 
 BYTES_PER_PARAM = 16  # float32 weights, gradients and AdamW's two moments
 BIG_MODEL = 10_000_000  # parameters from which a finished model's memory is collected at once
@@ -199,7 +199,7 @@ def run_pretrained(case) -> dict:
     misfit = checkpoint_misfit(case.method, p.recipe, s.pretrained)
     if misfit:
         raise Unavailable(misfit)
-    from posbench.tasks.pretrained import pretrained_tokens
+    from posbench.protocols.pretrained_eval import pretrained_tokens
 
     ckpt = load(s, getattr(torch, s.eval_dtype), case.device)
     L, source = trained_length(ckpt.model.config, s)

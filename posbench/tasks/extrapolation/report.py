@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from posbench.protocols.attention_diagnostics import attention_sections, attention_tables
+from posbench.protocols.decode_cost import TPOT, TPOT_MAX, TPOT_MIN
+from posbench.protocols.train_eval.evaluations import curves, eval_mode_key, evals, is_length
 from posbench.report import numbers as fmt
 from posbench.report.names import slug
 from posbench.report.rows import Runs
 from posbench.report.stats import SEED_INTERVAL
-from posbench.tasks.attention_report import attention_sections, attention_tables
-from posbench.tasks.decode.frontier import TPOT, TPOT_MAX, TPOT_MIN
-from posbench.tasks.extrapolation.evaluations import curves, eval_mode_key, evals, is_length
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -53,21 +53,6 @@ def summary_tables(runs: Runs) -> list[Table]:
         + attention_tables(runs, "extrapolation")
         + frontier_tables(runs)
     )
-
-
-def compare_values(row) -> dict:
-    """A ``ppl@<mode>@<L_valid>[@s<stride>][@interp]`` per evaluation of a stored row, for ``bench.py
-    compare``: read from ``series["evals"]`` so that an OOM evaluation (ppl null) is seen even when
-    the runner stored no flat ``ppl@...`` copy (a stored flat copy wins: compare reads it first)."""
-    values: dict = {}
-    for entry in evals(row):
-        mode, stride, interpolate = eval_mode_key(entry)
-        key = f"ppl@{mode}@{entry.get('L_valid')}"
-        key += f"@s{stride}" if stride else ""
-        key += "@interp" if interpolate else ""
-        ppl = entry.get("ppl") if entry.get("status", "ok") == "ok" else None
-        values.setdefault(key, ppl)
-    return values
 
 
 # -- the perplexity tables ----------------------------------------------------------------------
