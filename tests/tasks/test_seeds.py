@@ -13,7 +13,7 @@ from posbench.report.learn_first import comparability, learned_over_seeds
 from posbench.report.stats import SEED_INTERVAL, seed_accuracies, seed_interval, t975
 from posbench.report.table import SPREAD_SEED_CI, _spread
 from posbench.tasks import get as get_task
-from posbench.tasks.extrapolation.report import _ppl_cell
+from posbench.tasks.extrapolation.ppl_tables import _ppl_cell
 from posbench.tasks.lengthgen import report as T
 from posbench.tasks.retrieval.accuracy import accuracy_table
 from posbench.tasks.retrieval.report import markdown_table
