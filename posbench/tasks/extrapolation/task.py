@@ -1,4 +1,5 @@
-"""The extrapolation task's declaration: its settings, grid point, metrics and ``TASK``."""
+"""The extrapolation task's declaration: its grid point, metrics and ``TASK``; its settings are the
+train-then-evaluate protocol's block (``posbench.protocols.train_eval.settings``), run in full."""
 
 from __future__ import annotations
 
