@@ -20,7 +20,7 @@ from posbench.protocols.probing.training_mix import mixed_batches, train_probe_m
 from posbench.protocols.seeds import checkpoint_name, combine_metrics, seed_list
 from posbench.protocols.train_eval.evaluations import eval_cell
 from posbench.protocols.training import open_corpus
-from posbench.tasks.extension.recipes import PLAIN, recipe_model
+from posbench.tasks.extension.regimes import PLAIN, recipe_model
 
 PROBES = ["passkey"]
 FINETUNE_DATA_SEED = 1_000_003  # the fine-tune's batches: a stream apart from the base model's

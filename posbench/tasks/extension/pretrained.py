@@ -22,7 +22,7 @@ from posbench.tasks.extension.finetune import (
     headline,
     perplexities,
 )
-from posbench.tasks.extension.recipes import PLAIN, SCALED_METHOD, checkpoint_misfit
+from posbench.tasks.extension.regimes import PLAIN, SCALED_METHOD, checkpoint_misfit
 
 BYTES_PER_PARAM = 16  # float32 weights, gradients and AdamW's two moments
 BIG_MODEL = 10_000_000  # parameters from which a finished model's memory is collected at once

@@ -10,7 +10,7 @@ from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task
 from posbench.protocols.pretrained_eval import PretrainedSettings
 from posbench.protocols.training import BUDGET_METRICS, TrainSettings
-from posbench.tasks.extension.recipes import BIAS_DTYPES, RECIPES, checkpoint_misfit
+from posbench.tasks.extension.regimes import BIAS_DTYPES, RECIPES, checkpoint_misfit
 from posbench.tasks.extension.report import REPORT_ORDER, TITLE, report_sections, summary_tables
 from posbench.tasks.extension.run import run
 
