@@ -126,7 +126,7 @@ def model_config(preset: str, method: str = "sinusoidal", **overrides) -> ModelC
 
 
 # ---------------------------------------------------------------------------------------------
-# Retrieval probe shapes (posbench.tasks.retrieval.probes builds the examples; the retrieval task's settings
+# Retrieval probe shapes (posbench.protocols.probing.probes builds the examples; the retrieval task's settings
 # check their consistency with this class when a suite is validated, without numpy)
 
 PROBES = ("passkey", "mqar", "copy", "reverse")
@@ -143,7 +143,7 @@ class ProbeConfig:
     # mqar keys come from an alphabet of their own, disjoint from the values (Zoology's MQAR): with
     # one shared alphabet a queried key also appeared as a value in 40% of rows
     n_keys: int = 16
-    # RULER's probes (posbench.tasks.retrieval.ruler): multikey needles, variable tracking, aggregation
+    # RULER's probes (posbench.protocols.probing.ruler): multikey needles, variable tracking, aggregation
     n_needles: int = 4  # multikey: needles, the queried one among distractors
     n_values: int = 2  # multikey: values per key, all of them the answer
     absent_prob: float = 0.2  # multikey: share of queries for a key no needle holds (answer: END)

@@ -2,7 +2,9 @@
 posbench asks them through.
 
 A task package declares its ``TASK`` in its task.py with ``register_task``
-(docs/tasks/contract.md); ``training`` holds what the tasks that train on a corpus share. Finding
+(docs/tasks/contract.md). Each package is a leaf: no task package imports another, and what
+several share (training on a corpus, seeds, train then evaluate, the probes, ...) lives one floor
+beneath them, in ``posbench.protocols``; this folder holds only the packages and this front. Finding
 task packages (here, in ``POSBENCH_TASKS_PATH`` folders, from ``posbench.tasks`` entry points) is
 ``posbench.core.discovery``'s: listing names imports no task, asking for one imports its package
 alone, so a worker imports its own task only. Names starting with ``_`` are test-only and hidden

@@ -247,7 +247,8 @@ def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path, capsys):
     assert len(bound_lines) == 2  # nonoverlapping and sliding
     assert all(line.split()[-2:] == [f"{exact:.2f}"] * 2 for line in bound_lines)
     from posbench.report.rows import load_runs
-    from posbench.tasks.extrapolation.report import BOUND_ROW, extrapolation_tables, ppl_chart
+    from posbench.tasks.extrapolation.ppl_charts import ppl_chart
+    from posbench.tasks.extrapolation.ppl_tables import BOUND_ROW, extrapolation_tables
 
     table = extrapolation_tables(load_runs(rows_file.parent, find_task=find_task))[0]
     assert table.rows == ["alibi", BOUND_ROW] and table.cell(BOUND_ROW, 16).value == pytest.approx(exact)

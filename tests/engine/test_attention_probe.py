@@ -80,9 +80,9 @@ def test_mass_by_distance_splits_each_querys_mass():
 
 
 def test_a_tiny_run_stores_and_charts_the_diagnostics(tmp_path):
+    from posbench.protocols.attention_diagnostics import attention_chart, attention_tables
     from posbench.report.rows import load_runs
     from posbench.tasks import find as find_task
-    from posbench.tasks.attention_report import attention_chart, attention_tables
     from tests.helpers.cases import TINY, make_case
     from tests.helpers.report_rows import base_row, write_run
 

@@ -84,7 +84,7 @@ def _settings(**corpus):
 def test_text_corpus_is_encoded_with_the_checkpoints_tokenizer(checkpoints, tmp_path):
     pytest.importorskip("transformers", reason=NEEDS_HF)
     from posbench.hf.checkpoint import load
-    from posbench.tasks.pretrained import pretrained_tokens
+    from posbench.protocols.pretrained_eval import pretrained_tokens
 
     text = " ".join(SENTENCES * 20)
     (tmp_path / "train.txt").write_text(text)
@@ -104,7 +104,7 @@ def test_token_ids_beyond_the_vocabulary_are_one_line(checkpoints):
     pytest.importorskip("transformers", reason=NEEDS_HF)
     from posbench.data.token_cache import DataError
     from posbench.hf.checkpoint import load
-    from posbench.tasks.pretrained import pretrained_tokens
+    from posbench.protocols.pretrained_eval import pretrained_tokens
 
     ckpt = load(f"hf:{checkpoints['llama']}", torch.float32, "cpu")
     settings = _settings(kind="synthetic", size=20000, synthetic={"vocab": 64})

@@ -171,7 +171,7 @@ def test_a_checkpoints_rows_are_tabled_at_its_own_L_train():
 
 def test_the_fine_tune_reads_only_the_train_tokens_it_needs(checkpoints, tmp_path, monkeypatch):
     from posbench.hf import text as H
-    from posbench.tasks.pretrained import pretrained_tokens
+    from posbench.protocols.pretrained_eval import pretrained_tokens
 
     (tmp_path / "train.txt").write_text("\n".join(SENTENCES * 30) + "\n")
     (tmp_path / "valid.txt").write_text(SENTENCES[0])

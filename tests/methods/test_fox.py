@@ -10,7 +10,7 @@ import torch
 from posbench.core import discovery
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM
-from posbench.tasks.decode.generation import kv_cache_bytes
+from posbench.protocols.generation import kv_cache_bytes
 from tests.helpers.attention import qkv
 
 

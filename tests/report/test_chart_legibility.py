@@ -113,7 +113,7 @@ def frontier_table():
     """The frontier's verdict table as the cpu profile gives it: 8 points, 3 seeds each, costs a
     few percent apart (issue 39's chart: perplexity against seconds per token, the front dashed)."""
     from posbench.report.frontier import Point
-    from posbench.tasks.extrapolation.report import verdict_table
+    from posbench.tasks.extrapolation.frontier_report import verdict_table
 
     points = [
         Point(m, L, dict(enumerate((p - 0.2, p, p + 0.2))), cost, 0.5e9)

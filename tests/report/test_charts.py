@@ -10,8 +10,8 @@ from posbench.report import charts
 from posbench.report.build import collect_sections, load_runs
 from posbench.report.table import metric_tables
 from posbench.tasks import find as find_task
-from posbench.tasks.extrapolation import report as extrapolation_report
-from posbench.tasks.extrapolation.report import extrapolation_tables
+from posbench.tasks.extrapolation import ppl_charts
+from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
 from tests.helpers.report_rows import (
     EFF_METHODS,
     L_VALID,
@@ -101,7 +101,7 @@ def test_memory_chart_is_in_gib_from_zero(frame):
 
 def test_extrapolation_chart_is_figure_one(frame):
     table = extrapolation_tables(frame)[0]
-    fig = extrapolation_report.ppl_chart(table)
+    fig = ppl_charts.ppl_chart(table)
     (ax,) = fig.axes
     lines = _by_gid(ax, "method:")
     assert list(lines) == PPL_METHODS
@@ -120,7 +120,7 @@ def test_extrapolation_chart_is_figure_one(frame):
 
 
 def test_position_loss_chart(frame):
-    ((stem, fig),) = extrapolation_report.position_loss_charts(frame)
+    ((stem, fig),) = ppl_charts.position_loss_charts(frame)
     ax = fig.axes[0]
     assert "position-loss" in stem and "512" in stem
     lines = _by_gid(ax, "method:")
@@ -223,7 +223,7 @@ def test_error_bars_show_the_spread_over_seeds_of_perplexity(tmp_path):
             if entry["ppl"] is not None:
                 entry["ppl_std"] = 0.1 * entry["ppl"]
     table = extrapolation_tables(load_runs(write_run(tmp_path, rows), find_task=find_task))[0]
-    fig = extrapolation_report.ppl_chart(table)
+    fig = ppl_charts.ppl_chart(table)
     bars = {c.get_gid(): c for c in fig.axes[0].collections}
     (first, *_) = bars["errorbar:alibi"].get_segments()
     value = table.cell("alibi", 64).value
@@ -238,7 +238,7 @@ def test_every_perplexity_chart_has_a_log_y_axis(tmp_path):
     nonoverlapping, sliding = extrapolation_tables(loaded)
     assert sliding.columns == [128]  # one column, a range far under 10x: still log
     for table in (nonoverlapping, sliding):
-        assert extrapolation_report.ppl_chart(table).axes[0].get_yscale() == "log"
+        assert ppl_charts.ppl_chart(table).axes[0].get_yscale() == "log"
     precision = {t.metric: t for t in metric_tables(loaded, "precision", column="")}
     assert charts.is_perplexity(precision["ppl@*"]) and charts.metric_chart(precision["ppl@*"]).axes[0].get_yscale() == "log"
     # a difference of perplexities can be zero or negative: linear, and not called a perplexity
@@ -263,7 +263,7 @@ def test_unavailable_is_said_once_per_legend_entry(tmp_path):
     loaded = load_runs(tmp_path, find_task=find_task)
     table = extrapolation_tables(loaded)[0]
     assert "alibi_triton (unavailable)" in table.rows  # the table's own label already says it
-    legend = [t.get_text() for t in extrapolation_report.ppl_chart(table).axes[0].get_legend().get_texts()]
+    legend = [t.get_text() for t in ppl_charts.ppl_chart(table).axes[0].get_legend().get_texts()]
     assert "alibi_triton (unavailable)" in legend
     train = next(t for t in metric_tables(loaded, "efficiency") if t.metric == "train_wps")
     legend += [t.get_text() for t in charts.metric_chart(train).axes[0].get_legend().get_texts()]

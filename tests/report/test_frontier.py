@@ -5,7 +5,7 @@ extrapolation run (table and chart, the decode cost with its spread over repeats
 from posbench.report.build import collect_sections, load_runs
 from posbench.report.frontier import NOT_SEPARABLE, Point, compare_points, frontier_chart, pareto_front, verdicts
 from posbench.tasks import find as find_task
-from posbench.tasks.extrapolation.report import frontier_tables, verdict_table
+from posbench.tasks.extrapolation.frontier_report import frontier_tables, verdict_table
 from tests.helpers.report_rows import base_row, write_run
 
 

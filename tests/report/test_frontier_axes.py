@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 from posbench.report import charts
 from posbench.report.frontier import Point, frontier_chart
 from posbench.report.table import Cell, Table
-from posbench.tasks.extrapolation.report import verdict_table
+from posbench.tasks.extrapolation.frontier_report import verdict_table
 
 KEY = ("frontier", "CPU", "time_s=60", 512)
 

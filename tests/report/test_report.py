@@ -15,7 +15,7 @@ from posbench.report.render import row_anchor
 from posbench.report.table import metric_tables
 from posbench.store.bounds import RowsError
 from posbench.tasks import find as find_task
-from posbench.tasks.extrapolation.report import extrapolation_tables
+from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
 from tests.helpers.report_rows import (
     CPU_ENV,
     EFF_METHODS,

@@ -84,7 +84,7 @@ def test_efficiency_case_refused_by_the_compiler_runs_eagerly(tmp_path, plugin):
 
 @pytest.mark.subprocess  # inductor runs g++
 def test_decode_compiled_matches_eager_and_times_compilation_apart(tmp_path):
-    from posbench.tasks.decode.generation import generate, last_position_only
+    from posbench.protocols.generation import generate, last_position_only
 
     settings = {**TINY_MODEL, "decode_tokens": 32, "warmup_repeats": 0, "repeats": 1, "compile": True}
     task, case = make_case("decode", "alibi", {"context": 8, "batch": 1}, settings, tmp_path)

@@ -17,8 +17,8 @@ from posbench.attention.plans import BLOCKED_MIN_ROWS
 from posbench.core import conformance as testing
 from posbench.core import discovery, registry
 from posbench.core.model import TransformerLM, model_config
+from posbench.protocols import generation as decoding
 from posbench.tasks import find as find_task
-from posbench.tasks.decode import generation as decoding
 from posbench.tasks.decode import task as decode
 from tests.helpers.cases import make_case
 from tests.helpers.marks import SLOW_WHEN_INTERPRETED, interpreted

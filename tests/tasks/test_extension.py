@@ -15,7 +15,7 @@ from posbench.core.task import Unavailable
 from posbench.run import suite as suitemod
 from posbench.tasks import find as find_task
 from posbench.tasks.extension import finetune as F
-from posbench.tasks.extension import recipes as R
+from posbench.tasks.extension import regimes as R
 from posbench.tasks.extension import report as T
 from tests.helpers.cases import make_case
 

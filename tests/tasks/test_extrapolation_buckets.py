@@ -7,7 +7,7 @@ from posbench.core.model import TransformerLM, model_config
 from posbench.report.build import load_runs
 from posbench.tasks import find as find_task
 from posbench.tasks.extrapolation.bucket_coverage import caption_note, untrained_buckets
-from posbench.tasks.extrapolation.report import extrapolation_tables
+from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables
 from tests.helpers.report_rows import extrapolation_rows, write_run
 
 

@@ -9,11 +9,12 @@ import pytest
 
 from posbench.data import synthetic_copy as sc
 from posbench.data.corpus import load_corpus
+from posbench.protocols.distances import buckets
 from posbench.report.rows import load_runs
 from posbench.tasks import find as find_task
-from posbench.tasks.distances import buckets
 from posbench.tasks.extrapolation import dependency as D
-from posbench.tasks.extrapolation.report import BOUND_ROW, copy_gain_tables, distance_chart, distance_tables
+from posbench.tasks.extrapolation.distance_report import copy_gain_tables, distance_chart, distance_tables
+from posbench.tasks.extrapolation.ppl_tables import BOUND_ROW
 from tests.helpers.cases import TINY, make_case
 from tests.helpers.report_rows import base_row, write_run
 

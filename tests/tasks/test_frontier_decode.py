@@ -3,8 +3,8 @@ task's greedy steps with a KV cache at each target length, and records them per 
 
 import torch
 
-from posbench.tasks.decode.frontier import TPOT, TTFT, decode_cost
-from posbench.tasks.decode.generation import generate
+from posbench.protocols.decode_cost import TPOT, TTFT, decode_cost
+from posbench.protocols.generation import generate
 from tests.helpers.cases import TINY, make_case
 from tests.helpers.training import small_model
 
@@ -52,7 +52,7 @@ class ScriptedClock:
 
 def test_decode_cost_repeats_and_reports_median_and_spread(monkeypatch):
     import posbench.engine.timing
-    from posbench.tasks.decode.frontier import TPOT_MAX, TPOT_MIN
+    from posbench.protocols.decode_cost import TPOT_MAX, TPOT_MIN
 
     # rounds over the lengths: per repeat, C=8 (a prefill, 3 steps) then C=24; drift doubles repeat 2 at C=8
     step_s = {
@@ -79,8 +79,8 @@ def test_decode_cost_rejects_no_repeats():
 
 
 def test_decode_repeats_setting_defaults_to_three_and_reaches_the_case(tmp_path):
+    from posbench.protocols.decode_cost import TPOT_MAX, TPOT_MIN
     from posbench.tasks import get as get_task
-    from posbench.tasks.decode.frontier import TPOT_MAX, TPOT_MIN
 
     assert get_task("extrapolation").Settings.model_validate({"model": "tiny", "steps": 3}).decode_repeats == 3
     settings = {

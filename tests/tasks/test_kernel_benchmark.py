@@ -1,4 +1,4 @@
-"""Kernel benchmark: unit tests of posbench.tasks.kernels.variants, and the ``alibi-kernels`` benchmark group.
+"""Kernel benchmark: unit tests of posbench.tasks.kernels.timed_points, and the ``alibi-kernels`` benchmark group.
 
 The benchmarks use the pytest-benchmark ``benchmark`` fixture, so the normal run skips them
 (pyproject's addopts has --benchmark-skip); ``make kernels-bench`` runs only them. On a CPU they
@@ -12,7 +12,7 @@ import importlib.util
 import pytest
 import torch
 
-from posbench.tasks.kernels import variants as kb
+from posbench.tasks.kernels import timed_points as kb
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TIMING_KEYS = [f"{p}_{s}" for p in ("fwd", "bwd", "fwdbwd") for s in ("ms", "ms_min", "ms_max", "tflops")]

@@ -10,6 +10,7 @@ import torch
 
 from posbench.core.model import TransformerLM, model_config
 from posbench.data import algorithmic as A
+from posbench.protocols.probing.scoring import greedy_answers
 from posbench.report.learn_first import BROKEN, NOT_LEARNT
 from posbench.report.stats import wilson_interval
 from posbench.run import suite as suitemod
@@ -17,7 +18,6 @@ from posbench.tasks import find as find_task
 from posbench.tasks.lengthgen import answers as TE
 from posbench.tasks.lengthgen import report as T
 from posbench.tasks.lengthgen import run as LG
-from posbench.tasks.retrieval.scoring import greedy_answers
 from tests.helpers.cases import LENGTHGEN_TINY, make_case
 
 TINY = LENGTHGEN_TINY

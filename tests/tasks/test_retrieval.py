@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from posbench.core.model import TransformerLM, model_config
+from posbench.protocols.probing import probes as P
+from posbench.protocols.probing import scoring, training_mix
 from posbench.report.stats import effective_length, wilson_interval
 from posbench.run import suite as suitemod
 from posbench.tasks import find as find_task
-from posbench.tasks.retrieval import accuracy, scoring, training_mix
-from posbench.tasks.retrieval import probes as P
+from posbench.tasks.retrieval import accuracy
 from posbench.tasks.retrieval import report as charts
 from posbench.tasks.retrieval import run as R
 from tests.helpers.cases import RETRIEVAL_TINY, make_case
@@ -471,8 +472,8 @@ def test_train_to_criterion_stops_at_the_check_that_reaches_stop_at_acc(tmp_path
 
     # stop_at_acc 0: the first check (after 3 steps) stops training.
     task, case = make_case("retrieval", "alibi", {"L_train": 16, "probe": "copy"}, {**base, "stop_at_acc": 0.0}, tmp_path / "a")
-    model, m = training_mix.trained_model(
-        case, case.settings, P.ProbeVocab(16, case.settings.probe_config()), np.arange(2000) % 16, None, ["copy"], Tracker()
+    model, m = training_mix.train_probe_model(
+        case, P.ProbeVocab(16, case.settings.probe_config()), np.arange(2000) % 16, None, ["copy"], Tracker()
     )
     assert (m["train_steps"], m["stopped_at_step"], m["train_tokens"]) == (3, 3, 3 * 4 * 16)
     assert [s for s, _ in seen] == [2] and m["check_acc"] == seen[0][1]

@@ -5,9 +5,9 @@ tiny run of each probe."""
 import numpy as np
 import pytest
 
+from posbench.protocols.probing import probes as P
+from posbench.protocols.probing import ruler, scoring
 from posbench.report.stats import wilson_interval
-from posbench.tasks.retrieval import probes as P
-from posbench.tasks.retrieval import ruler, scoring
 from tests.helpers.cases import RETRIEVAL_TINY, make_case
 
 CFG = P.ProbeConfig(n_symbols=10, n_keys=12, n_needles=3, n_values=2, absent_prob=0.25, hops=3, n_chains=2, n_top=2, filler_len=3)
@@ -55,7 +55,7 @@ def test_training_questions_are_refused_where_the_layout_fixes_them():
 
 
 def test_the_training_mix_asks_train_queries_and_trains_on_every_answer(tmp_path):
-    from posbench.tasks.retrieval import training_mix
+    from posbench.protocols.probing import training_mix
 
     lm = np.arange(500, dtype=np.int64) % 20
     gen = training_mix.mixed_batches(lm, VOCAB, ["multikey", "aggregate"], 60, 16, 1.0, seed=0, loss="answers", queries=3)
@@ -191,9 +191,9 @@ def test_a_tiny_run_scores_each_probe_and_vartrack_per_hops(tmp_path, probe):
 
 
 def test_attention_diagnostics_of_a_probe_are_stored_and_tabled(tmp_path):
+    from posbench.protocols.attention_diagnostics import attention_tables
     from posbench.report.rows import load_runs
     from posbench.tasks import find as find_task
-    from posbench.tasks.attention_report import attention_tables
     from tests.helpers.report_rows import base_row, write_run
 
     settings = dict(RETRIEVAL_TINY, model_per_probe=True, mix=1.0, attention_diagnostics=True, attention_sequences=2)
@@ -255,13 +255,13 @@ def test_a_model_probe_cases_share_is_trained_once_under_its_lock(tmp_path):
     import time
 
     from posbench.engine.saved_model import exclusive
-    from posbench.tasks.retrieval.run import checkpoint_path
+    from posbench.tasks.retrieval.run import shared_checkpoint
 
     settings = dict(RETRIEVAL_TINY, n_keys=8, n_needles=2, n_values=1, train_probes=["multikey", "aggregate"], mix=1.0)
     task, first = make_case("retrieval", "rotary", {"L_train": 32, "probe": "multikey"}, settings, tmp_path)
     _, second = make_case("retrieval", "rotary", {"L_train": 32, "probe": "aggregate"}, settings, tmp_path)
-    ckpt = checkpoint_path(second, task.Settings(**settings))
-    assert ckpt == checkpoint_path(first, task.Settings(**settings)) and ckpt.name.endswith("L_train=32.pt")
+    ckpt = shared_checkpoint(second, task.Settings(**settings))
+    assert ckpt == shared_checkpoint(first, task.Settings(**settings)) and ckpt.name.endswith("L_train=32.pt")
     out = {}
     with exclusive(ckpt):  # another case is training the shared model
         waiting = threading.Thread(target=lambda: out.update(second=task.run(second)))

@@ -7,16 +7,16 @@ from types import SimpleNamespace
 
 import pytest
 
+from posbench.protocols.seeds import checkpoint_name, combine_accuracy_seeds, combine_metrics
 from posbench.report.compare import _compare_case
 from posbench.report.learn_first import comparability, learned_over_seeds
 from posbench.report.stats import SEED_INTERVAL, seed_accuracies, seed_interval, t975
 from posbench.report.table import SPREAD_SEED_CI, _spread
 from posbench.tasks import get as get_task
-from posbench.tasks.extrapolation.report import _ppl_cell
+from posbench.tasks.extrapolation.ppl_tables import _ppl_cell
 from posbench.tasks.lengthgen import report as T
 from posbench.tasks.retrieval.accuracy import accuracy_table
 from posbench.tasks.retrieval.report import markdown_table
-from posbench.tasks.seeds import checkpoint_name, combine_accuracy_seeds, combine_metrics
 from tests.helpers.cases import LENGTHGEN_TINY as LG_TINY  # the tasks' own tiny settings; seeds added here
 from tests.helpers.cases import RETRIEVAL_TINY as RE_TINY
 

@@ -23,7 +23,7 @@ from posbench.core import discovery  # noqa: E402
 from posbench.core.alibi_math import slopes_tensor  # noqa: E402
 from posbench.core.method import ModelConfig  # noqa: E402
 from posbench.core.model import TransformerLM  # noqa: E402
-from posbench.tasks.decode.generation import kv_cache_bytes  # noqa: E402
+from posbench.protocols.generation import kv_cache_bytes  # noqa: E402
 from posbench.triton_kernels import alibi_attention as ka  # noqa: E402
 from posbench.triton_kernels import t5_attention as kt  # noqa: E402
 from tests.helpers.kernels import assert_fused_unavailable_rules  # noqa: E402

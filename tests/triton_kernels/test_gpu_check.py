@@ -84,7 +84,7 @@ def test_the_flex_check_covers_every_bias_method_and_passes_forward_on_this_cpu(
 def test_the_tune_step_runs_first_within_its_limit_and_the_kernels_step_times_the_field(tmp_path):
     """Issue 54: the tuner writes the table every later step reads, stopping new points with time
     to spare in its limit; the kernels step times posbench's kernels beside SDPA and FlexAttention."""
-    from posbench.tasks.kernels.variant_names import VARIANTS
+    from posbench.tasks.kernels.kernel_names import VARIANTS
     from posbench.triton_kernels import tune
 
     rows = {name: (cmd, limit) for name, cmd, limit in gpu_check.steps("python", tmp_path, tmp_path, tmp_path)}

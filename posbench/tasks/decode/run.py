@@ -8,7 +8,7 @@ import statistics
 from posbench.core.task import case_model_config
 from posbench.engine import compiled
 
-# torch, the model and the decoding steps (posbench.tasks.decode.generation) are imported inside run():
+# torch, the model and the decoding steps (posbench.protocols.generation) are imported inside run():
 # validating a suite imports this module, and must not wait for torch.
 
 
@@ -17,7 +17,7 @@ def run(case) -> dict:
 
     from posbench.core.model import TransformerLM
     from posbench.engine.timing import make_device, summarize
-    from posbench.tasks.decode.generation import decode_step, greedy, kv_cache_bytes, last_position_only, prefill
+    from posbench.protocols.generation import decode_step, greedy, kv_cache_bytes, last_position_only, prefill
 
     s, p = case.settings, case.params
     device = torch.device(case.device)

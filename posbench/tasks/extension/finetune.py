@@ -7,19 +7,20 @@ applied to a fresh copy of it, k steps of fine-tuning at L_target and the evalua
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from posbench.engine.saved_model import exclusive  # noqa: F401 (the lock its cases share; tests reach it here)
 from posbench.engine.train import TrainConfig, train
-from posbench.tasks.extension.recipes import PLAIN, recipe_model
-from posbench.tasks.extrapolation.evaluations import eval_cell
-from posbench.tasks.retrieval import probes as P
-from posbench.tasks.retrieval.scoring import eval_length
-from posbench.tasks.retrieval.training_mix import mixed_batches, trained_model
-from posbench.tasks.seeds import checkpoint_name, combine_metrics, seed_list
-from posbench.tasks.training import open_corpus
+from posbench.protocols.probing import probes as P
+from posbench.protocols.probing.scoring import eval_length
+from posbench.protocols.probing.training_mix import mixed_batches, train_probe_model
+from posbench.protocols.seeds import checkpoint_name, combine_metrics, seed_list
+from posbench.protocols.train_eval.evaluations import eval_cell
+from posbench.protocols.training import open_corpus
+from posbench.tasks.extension.regimes import PLAIN, recipe_model
 
 PROBES = ["passkey"]
 FINETUNE_DATA_SEED = 1_000_003  # the fine-tune's batches: a stream apart from the base model's
@@ -44,11 +45,11 @@ def finetune_batch_size(s) -> int:
     return s.finetune_batch_size or max(1, s.batch_size // s.target_factor)
 
 
-def finetune(model, s, vocab, lm_tokens, L_target: int, k: int, seed: int, device):
-    """k steps of ``posbench.engine.train.train`` at L_target on the same mix as the base model: a
-    fresh AdamW, its own warm-up (``warmup_steps``) and cosine decay; ``model`` trains in place."""
-    cfg = finetune_config(s, L_target, k, seed)
-    data = mixed_batches(lm_tokens, vocab, PROBES, L_target, cfg.batch_size, s.mix, seed + FINETUNE_DATA_SEED, s.loss)
+def finetune(model, s, vocab, lm_tokens, cfg: TrainConfig, device):
+    """``cfg.steps`` steps of ``posbench.engine.train.train`` at L_target (``cfg.seq_len``) on the same
+    mix as the base model: a fresh AdamW, its own warm-up (``warmup_steps``) and cosine decay
+    (``finetune_config``); ``model`` trains in place."""
+    data = mixed_batches(lm_tokens, vocab, PROBES, cfg.seq_len, cfg.batch_size, s.mix, cfg.seed + FINETUNE_DATA_SEED, s.loss)
     return train(model, data, cfg, device)
 
 
@@ -65,9 +66,20 @@ def finetune_config(s, L_target: int, k: int, seed: int) -> TrainConfig:
     )
 
 
-def quality(model, s, vocab, valid, L_train: int, lengths: list[int], device, suffix: str) -> dict:
+@dataclass(frozen=True)
+class Lengths:
+    """Where a model's quality is measured: trained at ``L_train``, evaluated at each of ``lengths``,
+    its metrics named with ``suffix`` (``@k<k>`` after k fine-tuning steps, "" for the base)."""
+
+    L_train: int
+    lengths: list[int]
+    suffix: str
+
+
+def quality(model, s, vocab, valid, at: Lengths, device) -> dict:
     """``ppl@<mode>@<L_valid><suffix>`` and ``passkey@<L_valid><suffix>`` of ``model`` in the eval dtype
     (the extrapolation task's evaluation and the retrieval task's passkey probe)."""
+    L_train, lengths, suffix = at.L_train, at.lengths, at.suffix
     model = model.to(getattr(torch, s.eval_dtype)).eval()
     out = perplexities(model, s, valid, L_train, lengths, device, suffix)
     for Lv in lengths:
@@ -110,8 +122,8 @@ def run_one_seed(case, s, corpus, vocab, seed: int, seeds: list[int]) -> dict:
     lm_tokens, valid = corpus.split("train"), corpus.split("valid")
     ckpt = base_checkpoint(case, seed, seeds)
     with exclusive(ckpt):
-        base, metrics = trained_model(case, s, vocab, lm_tokens, ckpt, PROBES, None, seed)
-    base_q = quality(recipe_model(base, PLAIN[case.method], L, L_target), s, vocab, valid, L, [L], case.device, "")
+        base, metrics = train_probe_model(case, vocab, lm_tokens, ckpt, PROBES, None, seed)
+    base_q = quality(recipe_model(base, PLAIN[case.method], L, L_target), s, vocab, valid, Lengths(L, [L], ""), case.device)
     mode = "nonoverlapping" if "nonoverlapping" in s.modes else s.modes[0]
     metrics.update(
         base_ppl_at_train_len=base_q[f"ppl@{mode}@{L}"], base_passkey_at_train_len=base_q[f"passkey@{L}"], L_target=L_target
@@ -121,17 +133,17 @@ def run_one_seed(case, s, corpus, vocab, seed: int, seeds: list[int]) -> dict:
     for k in s.ks():
         model = recipe_model(base, p.recipe, L, L_target, p.bias_dtype)
         if k:
-            r = finetune(model, s, vocab, lm_tokens, L_target, k, seed, case.device)
+            r = finetune(model, s, vocab, lm_tokens, finetune_config(s, L_target, k, seed), case.device)
             metrics[f"finetune_seconds@k{k}"], metrics[f"finetune_loss@k{k}"] = r.seconds, r.final_loss
             curves[f"k{k}"] = [list(c) for c in r.curve]
-        metrics.update(quality(model, s, vocab, valid, L, lengths, case.device, f"@k{k}"))
+        metrics.update(quality(model, s, vocab, valid, Lengths(L, lengths, f"@k{k}"), case.device))
     metrics.update(headline(metrics, s, L_target, lengths))
     info = base.info(case.device, getattr(torch, s.eval_dtype))
     return {"metrics": metrics, "series": {"finetune_loss": curves}, "info": info}
 
 
 def run_case(case) -> dict:
-    """Every seed's result, combined (``posbench.tasks.seeds.combine_metrics``) when several."""
+    """Every seed's result, combined (``posbench.protocols.seeds.combine_metrics``) when several."""
     s = case.settings
     corpus = open_corpus(s.corpus)
     vocab = P.ProbeVocab(corpus.vocab_size, s.probe_config())

@@ -12,16 +12,17 @@ import torch
 
 from posbench.core.outcome import Unavailable
 from posbench.hf.folder_check import LENGTH_KEYS
+from posbench.protocols.seeds import seed_list
 from posbench.tasks.extension.finetune import (
     FINETUNE_DATA_SEED,
+    Lengths,
     combine_seeds,
     finetune_batch_size,
     finetune_config,
     headline,
     perplexities,
 )
-from posbench.tasks.extension.recipes import PLAIN, SCALED_METHOD, checkpoint_misfit
-from posbench.tasks.seeds import seed_list
+from posbench.tasks.extension.regimes import PLAIN, SCALED_METHOD, checkpoint_misfit
 
 BYTES_PER_PARAM = 16  # float32 weights, gradients and AdamW's two moments
 BIG_MODEL = 10_000_000  # parameters from which a finished model's memory is collected at once
@@ -126,9 +127,10 @@ def finetune_checkpoint(lm, s, train_tokens, L_target: int, k: int, seed: int, d
     return train(Trainable(lm), batches(train_tokens, L_target, cfg.batch_size, seed=seed + FINETUNE_DATA_SEED), cfg, device)
 
 
-def quality(lm, s, valid, L_train: int, lengths: list[int], device, suffix: str, seed: int) -> tuple[dict, dict]:
+def checkpoint_quality(lm, s, valid, at: Lengths, device, seed: int) -> tuple[dict, dict]:
     """(``ppl@<mode>@<L_valid><suffix>`` and ``passkey@<L_valid><suffix>``, the probes' details) of
     the checkpoint: perplexity on posbench's windows, the text passkey probe."""
+    L_train, lengths, suffix = at.L_train, at.lengths, at.suffix
     from posbench.hf.passkey import passkey_accuracy
 
     lm.eval()
@@ -181,7 +183,7 @@ def run_one_seed(case, s, seed: int, L: int, data: tuple) -> dict:
             curves[f"k{k}"] = [list(c) for c in r.curve]
             lm.model.to(eval_dtype)
             lm.recipe.refresh()  # the bias hooks and rotary frequencies for the evaluation dtype
-        q, probes[f"k{k}"] = quality(lm, s, valid, L, lengths, device, f"@k{k}", seed)
+        q, probes[f"k{k}"] = checkpoint_quality(lm, s, valid, Lengths(L, lengths, f"@k{k}"), device, seed)
         metrics.update(q)
         checks[f"k{k}"] = {str(n): c for n, c in getattr(lm.recipe, "checks", {}).items()}
         n_params = lm.num_parameters()
@@ -199,7 +201,7 @@ def run_pretrained(case) -> dict:
     misfit = checkpoint_misfit(case.method, p.recipe, s.pretrained)
     if misfit:
         raise Unavailable(misfit)
-    from posbench.tasks.pretrained import pretrained_tokens
+    from posbench.protocols.pretrained_eval import pretrained_tokens
 
     ckpt = load(s, getattr(torch, s.eval_dtype), case.device)
     L, source = trained_length(ckpt.model.config, s)
@@ -212,7 +214,7 @@ def run_pretrained(case) -> dict:
     train_tokens = pretrained_tokens(s, ckpt, "train", most)[0] if any(s.ks()) else None
     describe = ckpt.describe()
     base = recipe_lm(ckpt, PLAIN[case.method], L, s.target_factor * L)
-    base_q, _ = quality(base, s, valid, L, [L], case.device, "", s.seed)
+    base_q, _ = checkpoint_quality(base, s, valid, Lengths(L, [L], ""), case.device, s.seed)
     del ckpt, base
     release(case.device, n_params)
     mode = "nonoverlapping" if "nonoverlapping" in s.modes else s.modes[0]

@@ -5,6 +5,7 @@ measure, recipes x fine-tuning steps k (k = 0: zero-shot), each drawn as one lin
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from posbench.report import numbers as fmt
@@ -77,8 +78,9 @@ def extension_tables(runs: Runs) -> list[Table]:
             others = [r for r in members if r.status not in ("ok", "unavailable")]
             ks = sorted({int(k) for r in ok for k in (r.series or {}).get("finetune_steps", [])})
             target = next((int(r.metrics["L_target"]) for r in ok if _number(r.metrics.get("L_target"))), None)
-            for head, title, kind in measures(ok):
-                out.append(_table(suite, hardware, L, target, head, title, kind, ok + others, ks, note))
+            place = TablePlace(suite, hardware, L, target)
+            for measure in measures(ok):
+                out.append(_table(place, measure, ok + others, ks, note))
     return out
 
 
@@ -96,9 +98,23 @@ def checkpoint_lengths(rows) -> dict:
     }
 
 
-def _table(suite, hardware, L, target, head, title, kind, rows, ks, note) -> Table:
+@dataclass(frozen=True)
+class TablePlace:
+    """Where one extension table stands: its suite, hardware, L_train and L_target."""
+
+    suite: str
+    hardware: str
+    L: int
+    target: int | None
+
+
+def _table(place: TablePlace, measure: tuple[str, str, str], rows, ks, note) -> Table:
+    """The table of one quality ``measure`` (head, title, kind; ``measures``) at ``place``: a row per
+    method and recipe, a column per k."""
     from posbench.report.table import SPREAD_STD, Cell, Table, short_commit, slug
 
+    suite, hardware, L, target = place.suite, place.hardware, place.L, place.target
+    head, title, kind = measure
     seeds = max((r.metrics.get("n_seeds") or 1 for r in rows if isinstance(r.metrics, dict)), default=1)
     higher = kind != "ppl"
     t = Table(

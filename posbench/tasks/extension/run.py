@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from posbench.core.outcome import Unavailable
-from posbench.tasks.extension.recipes import unavailable
+from posbench.tasks.extension.regimes import unavailable
 
 # torch, the corpus, the model and training are imported inside run(): validating a suite imports
 # this module, and `bench.py validate` must not wait for torch.

@@ -8,11 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task
-from posbench.tasks.extension.recipes import BIAS_DTYPES, RECIPES, checkpoint_misfit
+from posbench.protocols.pretrained_eval import PretrainedSettings
+from posbench.protocols.training import BUDGET_METRICS, TrainSettings
+from posbench.tasks.extension.regimes import BIAS_DTYPES, RECIPES, checkpoint_misfit
 from posbench.tasks.extension.report import REPORT_ORDER, TITLE, report_sections, summary_tables
 from posbench.tasks.extension.run import run
-from posbench.tasks.pretrained import PretrainedSettings
-from posbench.tasks.training import BUDGET_METRICS, TrainSettings
 
 METRICS = {
     "ppl_at_target_k0": Metric(

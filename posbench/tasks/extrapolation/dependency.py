@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from posbench.tasks.distances import buckets, label
+from posbench.protocols.distances import buckets, label
 
 NO_COPY = "no copy"
 OUTSIDE = "outside the window"

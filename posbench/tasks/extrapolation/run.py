@@ -1,6 +1,6 @@
 """One extrapolation case: train at L_train (or reuse the case's checkpoint), once per seed, then
 evaluate perplexity at every L_valid, non-overlapping and sliding, optionally with interpolated
-positions; or, with ``--model hf:DIR``, evaluate a pretrained checkpoint (``run_pretrained``). How
+positions; or, with ``--model hf:DIR``, evaluate a pretrained checkpoint (``evaluate_pretrained``). How
 a case runs: docs/tasks/extrapolation.md.
 """
 
@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from posbench.core.task import case_model_config
 from posbench.engine import tracking
+from posbench.protocols.pretrained_eval import open_pretrained, pretrained_tokens
+from posbench.protocols.seeds import checkpoint_name, combine_metrics, seed_list
+from posbench.protocols.train_eval.evaluations import eval_cell, source_bound
+from posbench.protocols.train_eval.model import checkpoint_path, train_case_model
+from posbench.protocols.training import open_corpus
 from posbench.report.stats import seed_interval
-from posbench.tasks.extrapolation.evaluations import eval_cell, source_bound
-from posbench.tasks.pretrained import open_pretrained, pretrained_tokens
-from posbench.tasks.seeds import checkpoint_name, combine_metrics, seed_list
-from posbench.tasks.training import budget_metrics, open_corpus
 
 # torch, the corpus and the model are imported inside the functions that run a case: validating a
 # suite imports this module (through the task's declaration), and `bench.py validate` must not wait for torch.
@@ -23,58 +23,10 @@ from posbench.tasks.training import budget_metrics, open_corpus
 SCALED_INTERPOLATE = "a scaled rotary recipe rescales positions itself; interpolate: true applies to rotary and alibi"
 
 
-def checkpoint_path(case, name: str | None = None) -> Path | None:
-    """Where this case's trained model is kept: ``<run folder>/checkpoints/<case id>.pt``."""
-    if not case.out_dir:
-        return None
-    return Path(case.out_dir) / "checkpoints" / ((name or case.id).replace("/", "__") + ".pt")
-
-
-def trained_model(case, s, corpus, L: int, ckpt: Path | None, method_options: dict, seed: int, tracker=None):
-    """Train at L with ``seed`` (or load the checkpoint an earlier run of this case left), ``s`` the
-    task's settings; (model, metrics, series). ``tracker``: where the training curves go (``engine.tracking``)."""
-    from posbench.data.corpus import batches
-    from posbench.engine.timing import make_device
-    from posbench.engine.train import trained_model as train_or_load
-
-    cfg = case_model_config(case, method_options, vocab_size=corpus.vocab_size)
-    meter = make_device(torch_device_type(case.device))
-    meter.reset_peak()  # the training's own peak, apart from an earlier seed's and the evaluations'
-    model, r, reused = train_or_load(
-        cfg,
-        s.train_config(L, seed),
-        lambda: batches(corpus.split("train"), L, s.batch_size, seed=seed),
-        case.device,
-        ckpt,
-        s.reuse_checkpoint,
-        tracker,
-    )
-    peak = None if reused else meter.peak()["allocated"]
-    series = {"train_loss": [list(p) for p in r.curve], "corpus": corpus.describe()}
-    metrics = dict(
-        final_train_loss=r.final_loss,
-        train_steps=r.steps,
-        train_tokens=r.tokens,
-        train_seconds=r.seconds,
-        reused_checkpoint=int(reused),
-        n_params=model.num_parameters(),
-        best_ppl=corpus.best_ppl,
-        peak_mem_train_bytes=peak,
-        train_s_per_token=None if reused or not r.tokens else r.seconds / r.tokens,
-        **budget_metrics(r),
-    )
-    return model, metrics, series
-
-
-def torch_device_type(device) -> str:
-    """``cpu`` or ``cuda`` of a case's device string (``cuda:1`` -> ``cuda``)."""
-    return str(device).split(":")[0]
-
-
 def run(case) -> dict:
     s, L = case.settings, case.params.L_train
     if s.pretrained:  # --model hf:DIR: a checkpoint from disk, nothing trained
-        return run_pretrained(case)
+        return evaluate_pretrained(case)
     corpus = open_corpus(s.corpus)
     if s.by_distance and corpus.kind != "synthetic-copy":  # said before anything trains
         raise ValueError(f"extrapolation: by_distance needs a synthetic-copy corpus (copy distances known), not {corpus.kind}")
@@ -87,7 +39,7 @@ def run(case) -> dict:
             runs.append(run_one_seed(case, s, corpus, L, seed, checkpoint_path(case, name), tracker))
     result = combine_seeds(runs, seeds)
     if s.decode_tokens:  # the decode cost depends on the method and length, not the weights: once a case
-        from posbench.tasks.decode.frontier import case_decode_cost
+        from posbench.protocols.decode_cost import case_decode_cost
 
         result["metrics"].update(case_decode_cost(case, s, corpus.vocab_size, s.valid_lengths(L)))
     return result
@@ -99,7 +51,7 @@ def run_one_seed(case, s, corpus, L: int, seed: int, ckpt: Path | None, tracker=
     import numpy as np
     import torch
 
-    model, metrics, series = trained_model(case, s, corpus, L, ckpt, s.method_options.get(case.method, {}), seed, tracker)
+    model, metrics, series = train_case_model(case, corpus, ckpt, s.method_options.get(case.method, {}), seed, tracker)
     from posbench.tasks.extrapolation.bucket_coverage import untrained_buckets
 
     series["untrained_buckets"] = untrained_buckets(model.method, L)  # None: the method buckets no distance
@@ -126,7 +78,7 @@ def run_one_seed(case, s, corpus, L: int, seed: int, ckpt: Path | None, tracker=
                     metrics[f"ppl@{key}"] = cell["ppl"]
     series["evals"] = evals
     series["per_position_loss"] = curves
-    from posbench.tasks.attention_diagnostics import attention_metrics
+    from posbench.protocols.attention_diagnostics import attention_metrics
     from posbench.tasks.extrapolation.dependency import far_metrics
 
     if s.by_distance:
@@ -169,7 +121,7 @@ def attention_diagnostics(model, valid, L: int, s, device) -> list[dict]:
     import numpy as np
     import torch
 
-    from posbench.tasks.attention_diagnostics import diagnostics
+    from posbench.protocols.attention_diagnostics import diagnostics
 
     sequences = {}
     for Lv in [v for v in s.valid_lengths(L) if v <= s.attention_max_factor * L]:
@@ -180,7 +132,7 @@ def attention_diagnostics(model, valid, L: int, s, device) -> list[dict]:
 
 def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
     """One result from one per seed. A single seed is returned as it is. Several: the metrics of
-    ``posbench.tasks.seeds.combine_metrics`` (mean, ``_std``, the 95% t interval over seeds
+    ``posbench.protocols.seeds.combine_metrics`` (mean, ``_std``, the 95% t interval over seeds
     ``_seed_lo``/``_seed_hi``, ``n_seeds``, ``series["<metric>_by_seed"]``); the evaluation cells
     carry ``ppl_std``, ``ppl_seed_lo``/``ppl_seed_hi`` and ``ppl_by_seed``; per-position curves are
     averaged; each seed's training curve is kept under ``series["train_loss_by_seed"]``."""
@@ -226,7 +178,7 @@ def combine_seeds(runs: list[dict], seeds: list[int]) -> dict:
     return {"metrics": metrics, "series": series, "info": runs[0]["info"]}
 
 
-def run_pretrained(case) -> dict:
+def evaluate_pretrained(case) -> dict:
     """The task's result for one pretrained Hugging Face checkpoint (``--model hf:DIR``) under the
     case's method: perplexity at every L_valid, non-overlapping and sliding, on the same windows as
     a posbench model, and the text passkey probe at each L_valid; nothing is trained. Guide:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from posbench.core.task import Unavailable
 
-# torch and the kernels (posbench.tasks.kernels.variants) are imported inside the functions:
+# torch and the kernels (posbench.tasks.kernels.timed_points) are imported inside the functions:
 # validating a suite imports this module (through the task's declaration), and must not wait for torch.
 
 
@@ -30,14 +30,14 @@ def _point_args(case, seq_len=None) -> dict:
 
 def unavailable(case) -> str | None:
     """Decided before a worker starts, without running a kernel (see the module docstring)."""
-    from posbench.tasks.kernels.variants import static_reason
+    from posbench.tasks.kernels.timed_points import static_reason
 
     args = _point_args(case)
     return static_reason(case.method, args["device"], args["dtype"], args["allow_interpreter"])
 
 
 def run(case) -> dict:
-    from posbench.tasks.kernels.variants import run_kernel_point
+    from posbench.tasks.kernels.timed_points import run_kernel_point
 
     args = _point_args(case)
     row = run_kernel_point(case.method, **args, warmup=case.settings.warmup, reps=case.settings.reps)

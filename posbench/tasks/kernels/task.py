@@ -8,9 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task, TaskSettings
+from posbench.tasks.kernels.kernel_names import VARIANTS
 from posbench.tasks.kernels.report import REPORT_COLUMN, REPORT_ORDER
 from posbench.tasks.kernels.run import run, unavailable
-from posbench.tasks.kernels.variant_names import VARIANTS
 
 METRICS = {
     "fwdbwd_ms": Metric(

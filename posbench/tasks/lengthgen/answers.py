@@ -11,7 +11,7 @@ from posbench.core.model import TransformerLM
 from posbench.core.task import case_model_config
 from posbench.data import algorithmic as A
 from posbench.engine.train import TrainConfig, trained_model
-from posbench.tasks.training import budget_metrics
+from posbench.protocols.training import budget_metrics
 
 IGNORE = -100  # torch's cross_entropy ignore_index: a target the loss skips
 

@@ -3,9 +3,9 @@ the exact match of its answers at each test length n, pooled into the case's met
 
 from __future__ import annotations
 
+from posbench.protocols.seeds import combine_accuracy_seeds, seed_list
 from posbench.report.learn_first import learned
 from posbench.report.stats import accuracy_metrics, pooled_counts
-from posbench.tasks.seeds import combine_accuracy_seeds, seed_list
 
 # torch, the model and training (posbench.tasks.lengthgen.answers) are imported inside run():
 # validating or listing suites imports this module, and must not wait for them.

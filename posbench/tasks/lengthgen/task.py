@@ -8,9 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task
+from posbench.protocols.training import BUDGET_METRICS, BudgetSettings, EvalDtype, Precision
 from posbench.tasks.lengthgen.report import TITLE, report_sections, summary_tables
 from posbench.tasks.lengthgen.run import run
-from posbench.tasks.training import BUDGET_METRICS, BudgetSettings, EvalDtype, Precision
 
 METRICS = {
     "acc_at_train_len": Metric(

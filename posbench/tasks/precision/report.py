@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable
 
 from posbench.core.task import find_metric
-from posbench.tasks.extrapolation import report as extrapolation_report
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,11 +39,6 @@ def report_sections(runs: Runs, baseline=None) -> list[Section]:
         if find_metric(declared, block.table.metric) is declared[DISTINCT]:
             block.charts.append(_staircase_source(runs, block.table))
     return [section]
-
-
-def compare_values(row) -> dict:
-    """The ``bias_dtype_ppl`` evaluations, read as the extrapolation task's cells."""
-    return extrapolation_report.compare_values(row)
 
 
 def _staircase_source(runs: Runs, table: Table) -> ChartSource:

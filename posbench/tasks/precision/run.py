@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from posbench.core.files import atomic_write_text, own_folder, write_figure
 from posbench.engine import tracking
-from posbench.tasks.extrapolation.evaluations import eval_cell, source_bound
-from posbench.tasks.extrapolation.run import checkpoint_path, trained_model
+from posbench.protocols.train_eval.evaluations import eval_cell, source_bound
+from posbench.protocols.train_eval.model import checkpoint_path, train_case_model
+from posbench.protocols.training import open_corpus
 from posbench.tasks.precision.report import CHART_DTYPES, staircase_figure
-from posbench.tasks.training import open_corpus
 
 if TYPE_CHECKING:
     import numpy as np
@@ -112,7 +112,7 @@ def _bias_dtype_ppl(case, s) -> dict:
     # One training per method and length, shared by every case that evaluates it.
     ckpt = checkpoint_path(case, f"{case.method}__L_train={L}")
     with tracking.for_case(case, ckpt.stem if ckpt is not None else None) as tracker:  # training curves
-        model, metrics, series = trained_model(case, s, corpus, L, ckpt, {"bias_dtype": "float32"}, s.seed, tracker)
+        model, metrics, series = train_case_model(case, corpus, ckpt, {"bias_dtype": "float32"}, s.seed, tracker)
     valid = corpus.split("valid")
     oracle = corpus.oracle_token_loss(valid[: s.eval_tokens])  # (N,) or None
     metrics["best_ppl_eval"] = None if oracle is None else math.exp(float(np.nanmean(oracle)))

@@ -8,9 +8,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task
-from posbench.tasks.extrapolation.task import METRICS as EXTRAPOLATION_METRICS
-from posbench.tasks.extrapolation.task import Settings as TrainEvalSettings
-from posbench.tasks.precision.report import DISTINCT, compare_values, report_sections
+from posbench.protocols.train_eval.evaluations import compare_values
+from posbench.protocols.train_eval.settings import TRAINED_MODEL_METRICS
+from posbench.protocols.train_eval.settings import Settings as TrainEvalSettings
+from posbench.tasks.precision.report import DISTINCT, report_sections
 from posbench.tasks.precision.run import run
 
 # The report's precision section: the distinct-value table of the bias_counts study (report.py
@@ -87,9 +88,9 @@ METRICS = {
         higher_is_better=None,
         fmt="ppl",
     ),
-    # the training of the bias_dtype_ppl study, declared as the extrapolation task declares it
+    # the training of the bias_dtype_ppl study, declared as every trained model's (train-then-evaluate)
     **{
-        k: EXTRAPOLATION_METRICS[k]
+        k: TRAINED_MODEL_METRICS[k]
         for k in ("best_ppl", "final_train_loss", "train_steps", "train_tokens", "train_seconds", "reused_checkpoint", "n_params")
     },
 }

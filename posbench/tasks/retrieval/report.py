@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from posbench.core.files import write_figure
+from posbench.protocols.attention_diagnostics import attention_sections, attention_tables
 from posbench.report.learn_first import NOT_LEARNT, comparability, length_text
 from posbench.report.rows import Runs
 from posbench.report.stats import SEED_INTERVAL
-from posbench.tasks.attention_report import attention_sections, attention_tables
 from posbench.tasks.retrieval.accuracy import (
     accuracy_table,
     heatmap_table,

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from posbench.engine import tracking
+from posbench.protocols.attention_diagnostics import attention_metrics
+from posbench.protocols.seeds import checkpoint_name, combine_accuracy_seeds, seed_list
+from posbench.protocols.training import open_corpus
 from posbench.report.learn_first import comparable_length, learned
 from posbench.report.stats import effective_length, wilson_interval
-from posbench.tasks.attention_diagnostics import attention_metrics
 from posbench.tasks.retrieval.summaries import DEFAULT_RELATIVE_THRESHOLD, relative_effective_length, weighted_average
-from posbench.tasks.seeds import checkpoint_name, combine_accuracy_seeds, seed_list
-from posbench.tasks.training import open_corpus
 
 # torch, numpy, the probes, the model and the scoring are imported inside run(): validating or
 # listing suites imports this module, and must not wait for them.
@@ -22,7 +22,7 @@ def training_probes(case, s) -> list[str]:
     return [case.params.probe] if s.model_per_probe else list(s.train_probes)
 
 
-def checkpoint_path(case, s) -> Path | None:
+def shared_checkpoint(case, s) -> Path | None:
     """``<run>/checkpoints/retrieval__<method>__L_train=<L>[__<probe>].pt``: with several training
     probes one model (and file) serves every probe case of the method."""
     if not case.out_dir:
@@ -67,8 +67,8 @@ def probe_attention(model, probe: str, vocab, L: int, s, device) -> list[dict]:
     evaluation's first ones, without the last answer token) at each L_valid up to ``attention_max_factor`` x L."""
     import torch
 
-    from posbench.tasks.attention_diagnostics import diagnostics
-    from posbench.tasks.retrieval import probes as P
+    from posbench.protocols.attention_diagnostics import diagnostics
+    from posbench.protocols.probing import probes as P
 
     sequences = {}
     for Lv in [f * L for f in s.L_valid_factors if f <= s.attention_max_factor]:
@@ -81,9 +81,9 @@ def run(case) -> dict:
     import torch
 
     from posbench.engine.saved_model import exclusive
-    from posbench.tasks.retrieval import probes as P
-    from posbench.tasks.retrieval.scoring import eval_length
-    from posbench.tasks.retrieval.training_mix import trained_model
+    from posbench.protocols.probing import probes as P
+    from posbench.protocols.probing.scoring import eval_length
+    from posbench.protocols.probing.training_mix import train_probe_model
 
     s, L, probe = case.settings, case.params.L_train, case.params.probe
     cfg = s.probe_config()
@@ -96,15 +96,15 @@ def run(case) -> dict:
             )
     corpus = open_corpus(s.corpus)
     vocab = P.ProbeVocab(corpus.vocab_size, cfg)
-    seeds, base = seed_list(s), checkpoint_path(case, s)
+    seeds, base = seed_list(s), shared_checkpoint(case, s)
     per_seed, cells, by_distance, attention = [], [], [], []
     for seed in seeds:
         ckpt = base.with_name(checkpoint_name(base.stem, seed, seeds) + ".pt") if base is not None else None
         # Curves in <run>/cases/<checkpoint name>/ (engine.tracking), beside the other probes' accuracy.
         with tracking.for_case(case, ckpt.stem if ckpt is not None else None) as tracker:
             with exclusive(ckpt):  # a model several probe cases share: one trains it, the others wait and reuse it
-                model, metrics = trained_model(
-                    case, s, vocab, corpus.split("train"), ckpt, training_probes(case, s), tracker, seed
+                model, metrics = train_probe_model(
+                    case, vocab, corpus.split("train"), ckpt, training_probes(case, s), tracker, seed
                 )
             eval_dtype = getattr(torch, s.eval_dtype)
             info = model.info(case.device, eval_dtype)

@@ -8,10 +8,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from posbench.core.registry import register_task
 from posbench.core.task import Metric, Task
-from posbench.tasks.attention_diagnostics import attention_declarations
+from posbench.protocols.attention_diagnostics import attention_declarations
+from posbench.protocols.training import BUDGET_METRICS, CorpusSettings, TrainSettings
 from posbench.tasks.retrieval.report import report_sections, summary_tables
 from posbench.tasks.retrieval.run import run
-from posbench.tasks.training import BUDGET_METRICS, CorpusSettings, TrainSettings
 
 METRICS = {
     "acc_at_train_len": Metric(
@@ -222,7 +222,7 @@ class Settings(TrainSettings):
         return self
 
     def probe_config(self):
-        """posbench.tasks.retrieval.probes.ProbeConfig of these settings (it checks the shapes agree)."""
+        """posbench.protocols.probing.probes.ProbeConfig of these settings (it checks the shapes agree)."""
         from posbench.core.config import ProbeConfig
 
         return ProbeConfig(

@@ -1,7 +1,13 @@
-"""The attention diagnostics' report, shared by the tasks that probe attention (the settings
-``attention_diagnostics``): from the rows' ``series["attention"]`` (``posbench.engine.attention_probe``),
-the entropy ratio and the first token's mass against L_valid, one line per method, and the mass by
-distance at the longest L_valid probed. Guide: docs/long-context-measures.md.
+"""Attention diagnostics, one feature shared by the extrapolation and retrieval tasks (their
+``attention_diagnostics`` setting, with ``attention_sequences`` and ``attention_max_factor``): a
+few sequences per L_valid go through one probed forward (``posbench.engine.attention_probe``), and
+the rows keep, per L_valid, layer and head, the entropy, its ratio to log of the keys, the first
+token's mass and the mass by distance (``series["attention"]``), with their means as metrics. Off by
+default: a timed or trained forward is never probed. This module holds the run (``diagnostics``),
+the metrics (``attention_metrics``, declared by ``attention_declarations``) and the report: from the
+rows' ``series["attention"]``, the entropy ratio and the first token's mass against L_valid, one
+line per method, and the mass by distance at the longest L_valid probed (``attention_tables``,
+``attention_sections``). Guide: docs/long-context-measures.md.
 """
 
 from __future__ import annotations
@@ -17,6 +23,52 @@ if TYPE_CHECKING:
 
     from posbench.report.sections import Section
     from posbench.report.table import Table
+
+
+def diagnostics(model, sequences: dict, L: int) -> list[dict]:
+    """``series["attention"]`` of ``sequences`` {L_valid: (n, L_valid) int64 tensor}: per L_valid and
+    layer, the statistics per head, distances bucketed as the loss by distance (1-8, ..., L_train, doublings)."""
+    from posbench.engine.attention_probe import diagnose
+    from posbench.protocols.distances import buckets
+
+    return [dict(entry, L_valid=Lv) for Lv, x in sequences.items() for entry in diagnose(model, x, buckets(L, Lv))]
+
+
+def attention_metrics(entries: list[dict]) -> dict:
+    """``attn_entropy_ratio@<L_valid>`` and ``attn_first_mass@<L_valid>``: the diagnostics averaged
+    over layers and heads (and the seeds' entries, when they are tagged)."""
+    out, per = {}, {}
+    for e in entries:
+        one = per.setdefault(e["L_valid"], {"ratio": [], "first": []})
+        one["ratio"] += e["entropy_ratio"]
+        one["first"] += e["first_mass"]
+    for Lv, one in per.items():
+        out[f"attn_entropy_ratio@{Lv}"] = sum(one["ratio"]) / len(one["ratio"])
+        out[f"attn_first_mass@{Lv}"] = sum(one["first"]) / len(one["first"])
+    return out
+
+
+def attention_declarations(Metric) -> dict:
+    """The two metrics' declarations (``Metric``: posbench.core.task.Metric), the same in every task."""
+    return {
+        "attn_entropy_ratio@*": Metric(
+            title="Attention entropy / log(keys)",
+            unit="",
+            doc="attn_entropy_ratio@<L_valid> (attention_diagnostics): mean attention entropy over the log of each "
+            "query's key count (1: uniform attention), averaged over layers and heads; series.attention per head",
+            higher_is_better=None,
+        ),
+        "attn_first_mass@*": Metric(
+            title="Attention mass on the first token",
+            unit="fraction",
+            doc="attn_first_mass@<L_valid>: mean attention probability on position 0, over layers, heads and queries",
+            higher_is_better=None,
+            shown_in="attn_entropy_ratio@*",
+        ),
+    }
+
+
+# -- the report: tables and charts from the rows' series["attention"] ------------------------------
 
 
 def _length(v) -> bool:

@@ -1,6 +1,6 @@
-"""The context-extension recipes: which apply to which method, and the model each one makes of a
-model trained at L_train for L_target (s = L_target / L_train, static). Details:
-docs/tasks/extension.md.
+"""The context-extension regimes (the grid's ``recipe`` axis; methods/recipes.py holds the methods'
+recipes, another thing): which apply to which method, and the model each one makes of a model
+trained at L_train for L_target (s = L_target / L_train, static). Details: docs/tasks/extension.md.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ import torch
 
 from posbench.core.task import case_model_config
 from posbench.engine.train import trained_model as trained_model_of
-from posbench.tasks.retrieval import probes as P
-from posbench.tasks.retrieval.scoring import forced_answers, score
-from posbench.tasks.training import budget_metrics
+from posbench.protocols.probing import probes as P
+from posbench.protocols.probing.scoring import forced_answers, score
+from posbench.protocols.training import budget_metrics
 
 
 def mixed_batches(
@@ -80,9 +80,8 @@ def _probe_targets(batch: P.ProbeBatch, vocab: P.ProbeVocab, loss: str) -> np.nd
     return np.where(keep, nxt, -100)
 
 
-def trained_model(
+def train_probe_model(
     case,
-    s,
     vocab: P.ProbeVocab,
     lm_tokens: np.ndarray,
     ckpt: Path | None,
@@ -92,8 +91,8 @@ def trained_model(
 ):
     """(model, metrics): trained at L_train on the mix of ``probes`` and text with ``seed`` (weights
     and batches; default the settings' ``seed``), or loaded from the checkpoint; the training
-    curves go to ``tracker`` (``posbench.engine.tracking``) when given."""
-    L = case.params.L_train
+    curves go to ``tracker`` (``posbench.engine.tracking``) when given; under the case's settings."""
+    s, L = case.settings, case.params.L_train
     seed = s.seed if seed is None else seed
     queries = getattr(s, "train_queries", 1)  # the extension task's settings have none: its passkey asks one
 

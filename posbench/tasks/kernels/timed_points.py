@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from posbench.core.alibi_math import alibi_bias, slopes_tensor
 from posbench.core.method import causal_mask
 from posbench.engine.peaks import dense_peak
-from posbench.tasks.kernels.variant_names import TRITON_VARIANTS, VARIANTS
+from posbench.tasks.kernels.kernel_names import TRITON_VARIANTS, VARIANTS
 
 T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
 

@@ -23,7 +23,7 @@ def decode_cost(model, lengths: list[int], device, tokens: int, seed: int = 0, r
     import torch
 
     from posbench.engine.timing import make_device
-    from posbench.tasks.decode.generation import decode_step, greedy, last_position_only, prefill
+    from posbench.protocols.generation import decode_step, greedy, last_position_only, prefill
 
     if repeats < 1:
         raise ValueError(f"decode repeats must be at least 1, got {repeats}")

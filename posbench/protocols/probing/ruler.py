@@ -29,6 +29,8 @@ import math
 
 import numpy as np
 
+from posbench.protocols.probing.tokens import ProbeBatch
+
 RULER_PROBES = ("multikey", "vartrack", "aggregate")
 ASKS_SEVERAL = ("multikey", "vartrack")  # the probes whose examples may ask several questions
 
@@ -96,11 +98,9 @@ def _place(rng, length: int, items: list[np.ndarray], tail: int, vocab) -> tuple
 
 
 def generate(probe: str, vocab, length: int, n: int, rng: np.random.Generator, hops: int | None = None, queries: int = 1):
-    """``n`` examples of a RULER probe as a ``probes.ProbeBatch``; ``hops`` (vartrack): every chain's
+    """``n`` examples of a RULER probe as a ``tokens.ProbeBatch``; ``hops`` (vartrack): every chain's
     length, None draws one in 1..cfg.hops per example; ``queries`` (multikey, vartrack): questions
     asked in turn, the last drawn as the evaluation's one (aggregate has one question)."""
-    from posbench.tasks.retrieval.probes import ProbeBatch
-
     cfg = vocab.cfg
     check(probe, cfg)
     if hops is not None and not 1 <= hops <= cfg.hops:

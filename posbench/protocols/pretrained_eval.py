@@ -56,7 +56,7 @@ def pretrained_tokens(s, ckpt, split: str = "valid", max_tokens: int | None = No
     import numpy as np
 
     from posbench.hf.text import TEXT_KINDS, check_ids, text_tokens
-    from posbench.tasks.training import open_corpus
+    from posbench.protocols.training import open_corpus
 
     c = s.corpus
     cap = s.eval_tokens if split == "valid" else max_tokens

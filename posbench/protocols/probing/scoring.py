@@ -10,7 +10,7 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from posbench.tasks.retrieval import probes as P
+from posbench.protocols.probing import probes as P
 
 
 @torch.no_grad()

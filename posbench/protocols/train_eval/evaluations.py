@@ -1,7 +1,8 @@
 """One perplexity evaluation as a cell of a row's ``series["evals"]``: made by ``eval_cell`` (with the
 true source's bound on the same tokens, ``source_bound``) and read back from a stored row by
-``evals`` (with the per-position curves, ``curves``). The extrapolation task writes them; its
-report, the frontier, precision and extension read or make the same cells.
+``evals`` (with the per-position curves, ``curves``), and as the values ``bench.py compare`` reads
+(``compare_values``). The extrapolation task writes them; its report, the frontier, precision and
+extension read or make the same cells.
 """
 
 from __future__ import annotations
@@ -115,3 +116,18 @@ def curves(row, key: str = "per_position_loss") -> dict[str, list]:
 def eval_mode_key(entry: dict) -> tuple:
     """(mode, stride, interpolate) of one ``series["evals"]`` entry."""
     return (entry.get("mode", "nonoverlapping"), entry.get("stride"), bool(entry.get("interpolate")))
+
+
+def compare_values(row) -> dict:
+    """A ``ppl@<mode>@<L_valid>[@s<stride>][@interp]`` per evaluation of a stored row, for ``bench.py
+    compare``: read from ``series["evals"]`` so that an OOM evaluation (ppl null) is seen even when
+    the runner stored no flat ``ppl@...`` copy (a stored flat copy wins: compare reads it first)."""
+    values: dict = {}
+    for entry in evals(row):
+        mode, stride, interpolate = eval_mode_key(entry)
+        key = f"ppl@{mode}@{entry.get('L_valid')}"
+        key += f"@s{stride}" if stride else ""
+        key += "@interp" if interpolate else ""
+        ppl = entry.get("ppl") if entry.get("status", "ok") == "ok" else None
+        values.setdefault(key, ppl)
+    return values

@@ -1,5 +1,5 @@
 """The kernel variants the task times (its own methods, not position methods). Torch-free, so the
-task's declaration and a suite's validation import no torch; variants.py implements each name."""
+task's declaration and a suite's validation import no torch; timed_points.py implements each name."""
 
 VARIANTS = (
     "alibi_triton",

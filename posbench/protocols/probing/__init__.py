@@ -1,0 +1,10 @@
+"""Synthetic retrieval probes and their scoring, shared by the retrieval task (which measures
+them) and the extension task (whose base model trains on the passkey mix):
+
+- ``tokens``: the probes' token ids (``ProbeVocab``) and a batch of examples (``ProbeBatch``);
+- ``probes``: the four probes (passkey, mqar, copy, reverse) and the front over every probe;
+- ``ruler``: RULER's probes (multikey, vartrack, aggregate);
+- ``scoring``: exact-match accuracy of a model on a batch, by depth and distance (``eval_length``);
+- ``training_mix``: batches of text mixed with probe examples, and the model trained on them
+  (``train_probe_model``).
+"""
