@@ -28,28 +28,28 @@ def cmd_run(args) -> int:
 
 
 def print_dry_run(suite: Suite, options: RunOptions) -> int:
-    """``--dry-run``: the run's plan (``posbench.run.dry_run``), a line per case; rank 0 alone prints."""
+    """``--dry-run``: what the run would do (``posbench.run.dry_run``), a line per case; rank 0 alone prints."""
     from posbench.run.dry_run import dry_run
 
     if os.environ.get("RANK", "0") != "0":
         return 0
-    plan = dry_run(suite, options)
-    suite = plan.suite
-    check_corpora([case.settings.get("corpus") for case in plan.todo])
-    shown = f"{plan.run_id}-<date>-<time> (new, --fresh)" if options.fresh else plan.run_id
+    dry = dry_run(suite, options)
+    suite = dry.suite
+    check_corpora([case.settings.get("corpus") for case in dry.todo])
+    shown = f"{dry.run_id}-<date>-<time> (new, --fresh)" if options.fresh else dry.run_id
     print(f"suite {suite.name} ({suite.task_name}), profile {suite.profile}, device {options.device}, run {shown}")
     print(f"settings: {json.dumps(suite.settings.model_dump())}")
-    for case in plan.todo:  # what the task knows cannot run here, said as the run will (no worker asked)
-        reason = plan.unavailable(case)
+    for case in dry.todo:  # what the task knows cannot run here, said as the run will (no worker asked)
+        reason = dry.unavailable(case)
         print(f"  unavailable {case.id}: {reason}" if reason else f"  run   {case.id}")
-    running = {c.id for c in plan.todo}
-    for cid, row in plan.done.items():
+    running = {c.id for c in dry.todo}
+    for cid, row in dry.done.items():
         if cid not in running:
             print(f"  done  {cid} ({row['status']})")
-    if plan.run_dir is None:
-        print(f"{len(plan.todo)} case(s) to run in a new run folder under {Path(options.results) / suite.name}/ (--fresh)")
+    if dry.run_dir is None:
+        print(f"{len(dry.todo)} case(s) to run in a new run folder under {Path(options.results) / suite.name}/ (--fresh)")
     else:
-        print(f"{len(plan.todo)} case(s) to run, {len(plan.done)} already in {plan.run_dir}")
+        print(f"{len(dry.todo)} case(s) to run, {len(dry.done)} already in {dry.run_dir}")
     return 0
 
 

@@ -31,7 +31,7 @@ def run_request(args) -> tuple[Suite, RunOptions]:
     suite, device = resolve(args)
     if args.run_id is not None:  # a folder under results/<suite>/: never a path that leaves it
         suitemod.check_name(args.run_id, "--run-id")
-    if methods and "all" in methods:  # the group: every registered method joins this suite's run
+    if methods and "all" in methods:  # ``all``: every registered method joins this suite's run
         suite.methods = suitemod.expand_methods(suite.methods + ["all"], suite.task)
         methods = suitemod.expand_methods(methods, suite.task)
     suite = with_methods(suite, methods)  # a method the suite does not list joins this run's table

@@ -109,10 +109,10 @@ def schedule(cases: list[CaseSpec]) -> list[tuple[CaseSpec, int]]:
     for c in cases:  # suite order: grid points outer, methods inner
         points.setdefault(json.dumps(c.params, sort_keys=True, default=str), []).append(c)
     out = []
-    for group in points.values():
-        for r in range(1, max(rounds_of(c) for c in group) + 1):
-            shift = (r - 1) % len(group)
-            out += [(c, r) for c in group[shift:] + group[:shift] if r <= rounds_of(c)]
+    for members in points.values():
+        for r in range(1, max(rounds_of(c) for c in members) + 1):
+            shift = (r - 1) % len(members)
+            out += [(c, r) for c in members[shift:] + members[:shift] if r <= rounds_of(c)]
     return out
 
 
