@@ -23,7 +23,8 @@ from typing import Callable
 from posbench.cli import verify_cmds
 from posbench.cli.help_text import corpus_suite, example_suite, run_examples
 from posbench.cli.method_cmds import CHECK_STEP_S, CHECK_TIMEOUT_S, cmd_check, cmd_list, positive_seconds
-from posbench.cli.run_cmd import add_run_arguments, cmd_run, common_arguments, load_methods_dirs, resolve
+from posbench.cli.run_cmd import cmd_run
+from posbench.cli.run_flags import add_run_arguments, common_arguments
 from posbench.cli.run_output import (  # noqa: F401 (bench.py's API)
     EXIT_CASES_FAILED,
     EXIT_CODES,
@@ -36,6 +37,7 @@ from posbench.cli.run_output import (  # noqa: F401 (bench.py's API)
     short_message,
     warn_short_budget,
 )
+from posbench.cli.run_request import load_methods_dirs, resolve
 from posbench.cli.sweep_cmds import add_status_arguments, cmd_status
 from posbench.core.files import WriteError
 from posbench.core.outcome import PosbenchError

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-# Run ids as runs name their folders (posbench.run.schedule.default_run_id): <profile>-<device>-
+# Run ids as runs name their folders (posbench.run.options.default_run_id): <profile>-<device>-
 # <hash of settings and grid>, with -<YYYYmmdd>-<HHMMSS> for a --fresh run.
 REPORT_EPILOG = """examples:
   bench.py report results/SUITE/cpu-cpu-3f9a1c2e

@@ -102,30 +102,17 @@ def resubmit_command(command: list[str], run_id: str) -> str:
     return "python bench.py " + shlex.join(argv + ["--run-id", run_id, "--retry-failed"])
 
 
-def launch_sweep(args, suite, device: str, methods, shard) -> int:
+def launch_sweep(args, suite, options) -> int:
     """``run --launcher slurm|local``: submit (``posbench.run.slurm``), then follow unless ``--detach``."""
     from tqdm import tqdm
 
     from posbench.run import slurm
 
-    out = slurm.submit(
-        suite,
-        args.launcher,
-        device,
-        Path(args.results),
-        list(getattr(args, "argv", [])),
-        args.run_id,
-        args.fresh,
-        args.retry_failed,
-        methods,
-        tuple(args.methods_dir),
-        shard,
-        allow_setup=args.allow_setup_commands,
-    )
+    out = slurm.submit(suite, options)
     jobs = sorted({out.record["units"][k]["job_id"].split("_")[0] for k in out.units})
     submitted = (
-        f"submitted {len(out.units) + len(out.waiting)} unit(s) of {suite.name} ({args.launcher}"
-        f"{', job ' + ', '.join(jobs) if jobs and args.launcher == 'slurm' else ''}) in {out.run_dir}"
+        f"submitted {len(out.units) + len(out.waiting)} unit(s) of {suite.name} ({options.launcher}"
+        f"{', job ' + ', '.join(jobs) if jobs and options.launcher == 'slurm' else ''}) in {out.run_dir}"
         + (f"; {len(out.busy)} unit(s) still queued or running from before, left alone" if out.busy else "")
     )
     if args.detach or not (out.units or out.waiting) or not args.quiet:
@@ -151,7 +138,7 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
             tqdm.write(f"[{count[0]}/{total}] " + case_line(row, suite.metrics), file=sys.stdout)
 
     try:
-        slurm.follow(out, on_row, poll_s=slurm.POLL_S[args.launcher])
+        slurm.follow(out, on_row, poll_s=slurm.POLL_S[options.launcher])
     except KeyboardInterrupt:
         bar.close()
         print(f"\nstopped following; the tasks keep running: python bench.py status {out.run_dir}", file=sys.stderr)
@@ -160,8 +147,8 @@ def launch_sweep(args, suite, device: str, methods, shard) -> int:
     if suite.metrics:  # the tables first: a failed sweep's exit status comes after them, as a run's does
         from posbench.cli.run_output import print_tables
 
-        wanted = {c.id for c in suite.cases(device, out.run_id)}
-        print_tables(out.run_dir, out.run_id, wanted, suite, device, show=not args.quiet)
+        wanted = {c.id for c in suite.cases(options.device, out.run_id)}
+        print_tables(out.run_dir, out.run_id, wanted, suite, options.device, show=not args.quiet)
     return print_status(out.run_dir, args.allow_failures, quiet=args.quiet)
 
 

@@ -126,7 +126,7 @@ def _spawn(case: CaseSpec, payload: dict, timeout_s: float, extra_env: Optional[
                 _RUNNING.add(proc)
             try:
                 code = proc.wait(timeout=timeout_s)
-                _end_group(proc.pid)
+                _end_process_group(proc.pid)
             except subprocess.TimeoutExpired:
                 _kill(proc)
                 return {
@@ -154,7 +154,7 @@ def _spawn(case: CaseSpec, payload: dict, timeout_s: float, extra_env: Optional[
         return {"status": "error", "message": f"worker died without a result ({how})", "traceback": tail}
 
 
-def _end_group(pgid: int) -> None:
+def _end_process_group(pgid: int) -> None:
     """SIGKILL what the ended worker left in its session (a plugin that forked a child): nothing
     of a case outlives it. The kernel keeps a group's id from being reused while a member lives,
     so the id names that group only; a child that made a session of its own is out of reach."""

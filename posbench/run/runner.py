@@ -1,5 +1,5 @@
 """Runs a suite: one worker process per case (or paired-windows group), rows saved as cases end,
-resumable (``run_suite``, steered by a ``RunOptions``).
+resumable (``run_suite``, steered by a ``RunOptions``, ``posbench.run.options``).
 
 The run folder is ``<results>/<suite>/<run id>`` (``posbench.store``); the id hashes version,
 task, settings and grid, so the same command resumes. The plan (resume, rounds, shards, groups)
@@ -9,6 +9,7 @@ docs/reliability.md, docs/distributed.md and docs/many-gpus.md tell the whole st
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -23,9 +24,10 @@ from posbench.core.files import WriteError
 from posbench.run.isolated import unavailable_reason
 from posbench.run.launch import cpu_malloc_env, run_group_worker, run_worker
 from posbench.run.machine import clean_stale_temp_dirs, record_machine
-from posbench.run.ranks import RanksOutOfStep, broadcast, run_on_ranks
-from posbench.run.schedule import Plan, default_run_id, pairing_of, plan_run, rounds_of
-from posbench.run.suite import Suite, check_name
+from posbench.run.options import RunOptions, run_folder
+from posbench.run.ranks import RanksOutOfStep, run_on_ranks
+from posbench.run.schedule import Plan, pairing_of, plan_run, rounds_of
+from posbench.run.suite import Suite
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.store.row import make_row
 from posbench.store.run_rows import case_rows, read_usable_run_rows
@@ -51,27 +53,6 @@ def detect_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How ``run_suite`` runs a suite: what ``bench.py run``'s flags say (the CLI builds it)."""
-
-    device: str  # "cpu" or "cuda"
-    results: Path  # the results root: the run folder is <results>/<suite>/<run id>
-    run_id: Optional[str] = None  # a run folder by name (default: ``default_run_id``)
-    fresh: bool = False  # a new folder: the run id gets a time suffix
-    retry_failed: bool = False  # re-run (case, round)s whose latest row is error or timeout
-    methods: Optional[Sequence[str]] = None  # run only these (one the suite lacks joins the run)
-    methods_dirs: Sequence[str] = ()  # --methods-dir folders, handed to every worker
-    on_row: Optional[Callable[[dict, int, int], None]] = None  # (row, rows so far, rows to run) per row
-    progress: bool = True  # a progress bar on a terminal
-    shard: Optional[tuple[int, int]] = None  # (i, n): case k of the suite when k % n == i
-    in_process: bool = False  # bench.py under torchrun: cases run on the joined ranks (``ranks``)
-    gpus: Optional[Sequence[str]] = None  # the local pool: a unit per GPU (``pool``; --gpus)
-    parallel: int = 1  # the local pool on a CPU: units side by side, for untimed tasks (--parallel)
-    command: Sequence[str] = ()  # the command line, recorded in run.json (``status`` prints it to re-run)
-    unpaired: bool = False  # methods joining finished grid points run alone, marked unpaired (--unpaired)
 
 
 @dataclass
@@ -198,16 +179,8 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     from posbench.engine import env as envmod
 
     main = distributed.is_main()  # in-process distributed: rank 0 alone writes and reports
-    device, in_process = o.device, o.in_process
-    methods = list(o.methods) if o.methods is not None else None
-    if o.run_id is not None:
-        check_name(o.run_id, "--run-id")
-    run_id = o.run_id or default_run_id(suite, device)
-    if o.fresh:
-        run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-        run_id = broadcast(run_id, in_process)  # the clocks of ranks may straddle a second
-    run_dir = Path(o.results) / suite.name / run_id
-    methods_dirs = [str(Path(d).resolve()) for d in o.methods_dirs]
+    device = o.device
+    run_id, run_dir = run_folder(suite, o)
     slots = pool_slots(suite, o)  # refused before anything is written
 
     def take_folder() -> bool:
@@ -221,19 +194,7 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
         clean_stale_temp_dirs()
         return True
 
-    plan = plan_run(
-        suite,
-        device,
-        run_dir,
-        o.retry_failed,
-        methods,
-        methods_dirs,
-        run_id,
-        o.shard,
-        in_process,
-        take_folder,
-        unpaired=o.unpaired,
-    )
+    plan = plan_run(suite, o, run_dir, take_folder)
     suite = plan.suite
     if main:
         write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id), o.command)
@@ -295,8 +256,9 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
     try:
         # Method files are user code: asked in a child with a time limit (``ask_unavailable``).
         answers = {} if o.in_process else ask_unavailable([c for c, _r in todo], o.methods_dirs)
+        workers = Workers(run_dir, run_id, answers, o.in_process)
         if not slots:
-            run_jobs(plan.jobs, run_dir, run_id, answers, emit, in_process=o.in_process, describe=describe)
+            run_jobs(plan.jobs, workers, emit, describe=describe)
         else:
             from posbench.run import pool
 
@@ -304,7 +266,8 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
 
             def run_unit(unit, slot, report, stopped) -> None:
                 info = dict(slot.info(), unit=unit.key)
-                run_jobs(unit.jobs, run_dir, run_id, answers, lambda *what: report(*what, info), env=slot.env(), stopped=stopped)
+                on_slot = dataclasses.replace(workers, env=slot.env())
+                run_jobs(unit.jobs, on_slot, lambda *what: report(*what, info), stopped=stopped)
 
             def on_start(unit, slot) -> None:
                 busy[slot.index] = unit.key
@@ -321,20 +284,31 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
     bar.close()
 
 
+@dataclass(frozen=True)
+class Workers:
+    """Where and how the jobs of a run reach their worker processes: the run folder the cases
+    write into, the run id (it keys torchrun's rendezvous of a case run on ranks), what
+    ``ask_unavailable`` found (a case not in it is asked in this process), whether cases run on
+    the joined ranks of this process (``in_process``), and the environment every worker gets (a
+    pool slot's GPUs)."""
+
+    run_dir: Path
+    run_id: str
+    answers: dict[str, Optional[dict]]
+    in_process: bool = False
+    env: Optional[dict[str, str]] = None
+
+
 def run_jobs(
     jobs: list[tuple[list[CaseSpec], int]],
-    run_dir: Path,
-    run_id: str,
-    answers: dict[str, Optional[dict]],
+    workers: Workers,
     emit: Callable[..., None],
-    in_process: bool = False,
-    env: Optional[dict[str, str]] = None,
     stopped=None,
     describe: Optional[Callable[[list[CaseSpec], int], None]] = None,
 ) -> None:
     """Run ``jobs`` (``schedule.jobs``: a case, or a paired-windows group, and its round) one by one
-    and call ``emit(case, result, started, duration, round)`` for each case as its job ends. ``env``
-    goes to every worker (a pool slot's GPUs); ``stopped`` (an Event) set: no further job starts."""
+    and call ``emit(case, result, started, duration, round)`` for each case as its job ends.
+    ``stopped`` (an Event) set: no further job starts."""
     for i, (job, rnd) in enumerate(jobs):
         if stopped is not None and stopped.is_set():
             return
@@ -342,8 +316,8 @@ def run_jobs(
         if describe is not None:
             describe(job, rnd)
         for case in job:
-            case.out_dir = str(run_dir)
-        results = _run_job(job, rnd, in_process, f"posbench/{run_id}/{i}/{rnd}", answers, env)
+            case.out_dir = str(workers.run_dir)
+        results = _run_job(job, rnd, f"posbench/{workers.run_id}/{i}/{rnd}", workers)
         # A group's wall time is shared out among its cases (rows of a case sum to its time).
         duration = (time.perf_counter() - t0) / len(job)
         for case, result in zip(job, results):
@@ -354,21 +328,15 @@ def _point(case: CaseSpec) -> str:
     return " ".join(f"{k}={v}" for k, v in case.params.items())
 
 
-def _run_job(
-    job: list[CaseSpec],
-    rnd: int,
-    in_process: bool,
-    key: str,
-    answers: dict[str, Optional[dict]] | None = None,
-    env: Optional[dict[str, str]] = None,
-) -> list[dict]:
+def _run_job(job: list[CaseSpec], rnd: int, key: str, workers: Workers) -> list[dict]:
     """The results of one job of ``jobs``: a case alone in its worker, or a group in one worker.
-    A case its method cannot run here is ``unavailable`` without a worker (``answers``: what
-    ``ask_unavailable`` found; a case not in it is asked here, in this process)."""
+    A case its method cannot run here is ``unavailable`` without a worker (``workers.answers``:
+    what ``ask_unavailable`` found; a case not in it is asked here, in this process)."""
+    answers, env = workers.answers, workers.env
     results: dict[str, dict] = {}
     runnable = []
     for case in job:
-        if answers is not None and case.id in answers:
+        if case.id in answers:
             answer = answers[case.id]
         else:
             reason = unavailable_reason(case)
@@ -382,5 +350,5 @@ def _run_job(
         results.update(zip((c.id for c in runnable), run_group_worker(runnable, rnd, timeout, env)))
     elif runnable:
         (case,) = runnable
-        results[case.id] = run_on_ranks(case, key) if in_process else run_worker(case, case.settings["timeout_s"], env)
+        results[case.id] = run_on_ranks(case, key) if workers.in_process else run_worker(case, case.settings["timeout_s"], env)
     return [results[c.id] for c in job]

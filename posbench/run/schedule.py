@@ -1,4 +1,5 @@
-"""What a run does, in which order: the ``Plan`` (``plan_run``), made once and handed on.
+"""What a run does, in which order: the ``Plan`` (``plan_run``), made once from the suite and the
+``RunOptions`` and handed on.
 
 Per grid point, round 1 of every method, then round 2, ..., each round one method later
 (``schedule``); ``jobs`` cuts that into worker processes (with ``pairing: windows`` a grid
@@ -18,12 +19,13 @@ from typing import Callable, Optional
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import refuse_links
+from posbench.run.options import RunOptions
 from posbench.run.ranks import broadcast
 from posbench.run.suite import Suite, SuiteError, check_name
 from posbench.run.units import Unit, shard_cases, split
 from posbench.store.bounds import RowsError
 from posbench.store.meta import read_run_meta
-from posbench.store.run_rows import ROWS_DIR, case_rows, latest_rounds, read_usable_run_rows
+from posbench.store.run_rows import ROWS_DIR, latest_rounds, read_usable_run_rows
 
 RETRYABLE = ("error", "timeout")
 MAX_CASES = 100_000  # cases one suite may expand to (grid points x methods): a run of more is not a benchmark
@@ -42,10 +44,6 @@ def check_size(suite: Suite) -> int:
                 "profiles)"
             )
     return n
-
-
-def default_run_id(suite: Suite, device: str) -> str:
-    return f"{suite.profile}-{device}-{suite.fingerprint()}"
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -84,25 +82,16 @@ def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
     return dataclasses.replace(suite, methods=suite.methods + extra)
 
 
-def _select(
-    suite: Suite,
-    device: str,
-    methods: list[str] | None,
-    methods_dirs: list[str],
-    run_id: str,
-    shard: tuple[int, int] | None,
-    timed: bool | None = None,
-) -> tuple[list[CaseSpec], list[CaseSpec]]:
-    """(the cases to run, every case of this shard): shard i of n of the suite's full list
-    (``units.shard_cases``: a timed task's unit is a grid point with every method, so its ratios
-    stay within one shard; the full list, before ``--methods``, splits the same on every
-    machine), then ``--methods``."""
+def _select(suite: Suite, options: RunOptions, run_id: str) -> tuple[list[CaseSpec], list[CaseSpec]]:
+    """(the cases to run, every case of this shard) of ``suite`` (``--methods`` joined): shard i
+    of n of the suite's full list (``units.shard_cases``: a timed task's unit is a grid point
+    with every method, so its ratios stay within one shard; the full list, before
+    ``--methods``, splits the same on every machine), then ``--methods``."""
     check_name(run_id, "--run-id")
-    suite = with_methods(suite, methods)  # a name the suite does not list joins it (or is refused)
     check_size(suite)
-    if shard is not None and timed is None:
-        timed = suite.task.timed
-    everyone = shard_cases(suite.cases(device, run_id, methods_dirs), shard, bool(timed))
+    methods = options.methods
+    cases = suite.cases(options.device, run_id, options.resolved_dirs())
+    everyone = shard_cases(cases, options.shard, bool(suite.task.timed))
     return [c for c in everyone if not methods or c.method in methods], everyone
 
 
@@ -120,10 +109,10 @@ def schedule(cases: list[CaseSpec]) -> list[tuple[CaseSpec, int]]:
     for c in cases:  # suite order: grid points outer, methods inner
         points.setdefault(json.dumps(c.params, sort_keys=True, default=str), []).append(c)
     out = []
-    for group in points.values():
-        for r in range(1, max(rounds_of(c) for c in group) + 1):
-            shift = (r - 1) % len(group)
-            out += [(c, r) for c in group[shift:] + group[:shift] if r <= rounds_of(c)]
+    for members in points.values():
+        for r in range(1, max(rounds_of(c) for c in members) + 1):
+            shift = (r - 1) % len(members)
+            out += [(c, r) for c in members[shift:] + members[:shift] if r <= rounds_of(c)]
     return out
 
 
@@ -213,57 +202,58 @@ def check_pairing(suite: Suite, in_process: bool) -> None:
         )
 
 
-def plan_rounds(
-    suite: Suite,
-    device: str,
-    run_dir: Path | None,
-    retry_failed: bool,
-    methods: list[str] | None,
-    methods_dirs: list[str],
-    run_id: str,
-    shard: tuple[int, int] | None = None,
-    problems: list[str] | None = None,
-    timed: bool | None = None,
-    unpaired: bool = False,
-    lone: set | None = None,
-) -> tuple[list[tuple[CaseSpec, int]], dict[tuple, dict]]:
-    """((case, round) to run, (case_id, round) -> finished row) for this run folder: resume and
-    ``retry_failed`` work round by round, and methods joining a timed run re-measure the grid
-    points they join (``joining``; ``unpaired``: they run alone, their (case_id, round)s added
-    to ``lone``). Unusable lines of its cases.jsonl are skipped and described in ``problems``;
-    ``timed``: the task's, when the caller knows it."""
-    cases, everyone = _select(suite, device, methods, methods_dirs, run_id, shard, timed)
-    if run_dir is None:  # no folder yet (a --fresh dry run): every (case, round) runs
-        return schedule(cases), {}
+@dataclass
+class Plan:
+    """A run's plan, made once (``plan_run``) and handed on: the suite with ``--methods`` joined,
+    the (case, round)s still to run in schedule order, the finished rows ((case_id, round) ->
+    row), the (case_id, round)s that run unpaired (``joining``), what was wrong with the rows
+    file (``problems``: lines skipped), and the todo cut into worker processes (``jobs``) and
+    into units with their jobs (``units``, for the local pool and array tasks)."""
+
+    suite: Suite
+    todo: list[tuple[CaseSpec, int]]
+    done: dict[tuple, dict]
+    lone: set[tuple[str, int]] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+    jobs: list[tuple[list[CaseSpec], int]] = field(init=False)
+    units: list[Unit] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.jobs = jobs(self.todo)
+        self.units = split(self.todo, self.timed)
+        for unit in self.units:
+            unit.jobs = jobs(unit.todo)
+
+    @property
+    def timed(self) -> bool:
+        """Whether the task times its methods against each other (its unit is a grid point)."""
+        return bool(self.suite.task.timed)
+
+
+def plan_rounds(suite: Suite, options: RunOptions, run_id: str, run_dir: Path | None) -> Plan:
+    """The plan for this run folder as its rows are now: resume and ``retry_failed`` work round
+    by round, and methods joining a timed run re-measure the grid points they join (``joining``;
+    ``unpaired``: they run alone, their (case_id, round)s in ``lone``). Unusable lines of its
+    cases.jsonl are skipped and described in ``problems``. ``run_dir`` None: no folder yet (a
+    ``--fresh`` dry run), so every (case, round) runs."""
+    suite = with_methods(suite, options.methods)  # so the rows of added methods are this run's rows too
+    cases, everyone = _select(suite, options, run_id)
+    if run_dir is None:
+        return Plan(suite, schedule(cases), {})
     refuse_links(run_dir)  # a planted link: refused before anything in the folder is read or written
     refuse_links(run_dir / ROWS_DIR)  # a launched sweep's per-task rows files
+    problems: list[str] = []
     done = latest_rounds(read_usable_run_rows(run_dir, problems))
     todo = [
-        (c, r) for c, r in schedule(cases) if (c.id, r) not in done or (retry_failed and done[(c.id, r)]["status"] in RETRYABLE)
+        (c, r)
+        for c, r in schedule(cases)
+        if (c.id, r) not in done or (options.retry_failed and done[(c.id, r)]["status"] in RETRYABLE)
     ]
     held = methods_held(run_dir)
-    if held is not None and (suite.task.timed if timed is None else timed):
-        todo, alone = joining(todo, done, everyone, held, unpaired)
-        if lone is not None:
-            lone |= alone
-    return todo, done
-
-
-def plan(
-    suite: Suite,
-    device: str,
-    run_dir: Path | None,
-    retry_failed: bool,
-    methods: list[str] | None,
-    methods_dirs: list[str],
-    run_id: str,
-    shard: tuple[int, int] | None = None,
-    unpaired: bool = False,
-) -> tuple[list[CaseSpec], dict[str, dict]]:
-    """(cases with a round to run, case_id -> finished row, its rounds merged) for this folder."""
-    todo, _ = plan_rounds(suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard, unpaired=unpaired)
-    cases = list({c.id: c for c, _r in todo}.values())
-    return cases, {} if run_dir is None else case_rows(read_usable_run_rows(run_dir))
+    lone: set[tuple[str, int]] = set()
+    if held is not None and suite.task.timed:
+        todo, lone = joining(todo, done, everyone, held, options.unpaired)
+    return Plan(suite, todo, done, lone, problems)
 
 
 def refuse_beside_launch(run_dir: Path) -> None:
@@ -281,61 +271,26 @@ def refuse_beside_launch(run_dir: Path) -> None:
         )
 
 
-@dataclass
-class Plan:
-    """A run's plan, made once (``plan_run``) and handed on: the suite with ``--methods`` joined,
-    the (case, round)s still to run in schedule order, the finished rows ((case_id, round) ->
-    row), whether the task is timed, the (case_id, round)s that run unpaired (``joining``), and
-    the todo cut into worker processes (``jobs``) and into units with their jobs (``units``, for
-    the local pool and array tasks)."""
-
-    suite: Suite
-    todo: list[tuple[CaseSpec, int]]
-    done: dict[tuple, dict]
-    timed: bool
-    lone: set = field(default_factory=set)
-    jobs: list[tuple[list[CaseSpec], int]] = field(init=False)
-    units: list[Unit] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.jobs = jobs(self.todo)
-        self.units = split(self.todo, self.timed)
-        for unit in self.units:
-            unit.jobs = jobs(unit.todo)
-
-
 def plan_run(
     suite: Suite,
-    device: str,
+    options: RunOptions,
     run_dir: Path,
-    retry_failed: bool,
-    methods: list[str] | None,
-    methods_dirs: list[str],
-    run_id: str,
-    shard: tuple[int, int] | None = None,
-    in_process: bool = False,
     lock: Optional[Callable[[], bool]] = None,
     launched: bool = False,
-    unpaired: bool = False,
 ) -> Plan:
-    """Every check of a run, then its plan. ``lock()``, called once the checks passed (nothing is
-    written before), takes the run folder (``True``: this process writes it); the
-    plan is then made again from the rows as they are under the lock, and rank 0's plan is every
-    rank's (``in_process``). A plain run (not ``launched``) refuses a folder where a launch's
-    tasks may still run: both would run the same cases."""
-    check_pairing(suite, in_process)
-    suite = with_methods(suite, methods)  # so the rows of added methods are this run's rows too
-    timed = suite.task.timed
-    args = (suite, device, run_dir, retry_failed, methods, methods_dirs, run_id, shard)
-    lone: set = set()
-    todo, done = plan_rounds(*args, None, timed, unpaired, lone)
+    """Every check of a run, then its plan for ``run_dir`` (named by its run id). ``lock()``,
+    called once the checks passed (nothing is written before), takes the run folder (``True``:
+    this process writes it); the plan is then made again from the rows as they are under the
+    lock, and rank 0's plan is every rank's (``options.in_process``). A plain run (not
+    ``launched``) refuses a folder where a launch's tasks may still run: both would run the same
+    cases."""
+    check_pairing(suite, options.in_process)
+    plan = plan_rounds(suite, options, run_dir.name, run_dir)
     if lock is not None and lock():
         if not launched:
             refuse_beside_launch(run_dir)
-        problems: list[str] = []
-        lone = set()
-        todo, done = plan_rounds(*args, problems, timed, unpaired, lone)
-        for problem in problems:
+        plan = plan_rounds(suite, options, run_dir.name, run_dir)
+        for problem in plan.problems:
             print(f"warning: {problem}", file=sys.stderr)
-    todo, done, lone = broadcast((todo, done, lone), in_process)  # rank 0's view of the folder decides
-    return Plan(suite, todo, done, timed, lone)
+    todo, done, lone = broadcast((plan.todo, plan.done, plan.lone), options.in_process)  # rank 0's view decides
+    return dataclasses.replace(plan, todo=todo, done=done, lone=lone)

@@ -30,8 +30,9 @@ from posbench.core.outcome import PosbenchError
 from posbench.run import sweep_state as state
 from posbench.run.launch import PACKAGE_ROOT
 from posbench.run.machine import clean_stale_temp_dirs
-from posbench.run.schedule import default_run_id, jobs, plan_run
-from posbench.run.suite import Suite, check_name
+from posbench.run.options import RunOptions, run_folder
+from posbench.run.schedule import jobs, plan_run
+from posbench.run.suite import Suite
 from posbench.run.units import Unit
 from posbench.store import launched_sweep
 from posbench.store.meta import RunMeta, write_run_meta
@@ -66,7 +67,7 @@ class UnitTask:
     ``rows/<unit>.jsonl``, ``rows/<unit>.done`` at the end. Requeued as it is (``checkpoint``)."""
 
     def __call__(self, spec: dict) -> dict:
-        from posbench.run.runner import ask_unavailable, run_jobs
+        from posbench.run.runner import Workers, ask_unavailable, run_jobs
 
         run_dir, key = Path(spec["run_dir"]), spec["key"]
         job_id = _job_id()
@@ -109,7 +110,7 @@ class UnitTask:
             answers = spec.get("answers")
             if answers is None:
                 answers = ask_unavailable([c for c, _r in todo], spec["methods_dirs"])
-            run_jobs(jobs(todo), run_dir, spec["run_id"], answers, emit, stopped=terminating)
+            run_jobs(jobs(todo), Workers(run_dir, spec["run_id"], answers), emit, stopped=terminating)
             if terminating.is_set():
                 return {"unit": key, "ran": None}
             launched_sweep.mark_done(run_dir, key, job_id, _now())
@@ -205,34 +206,17 @@ def preflight(kind: str) -> None:
         )
 
 
-def submit(
-    suite: Suite,
-    kind: str,
-    device: str,
-    results: Path,
-    command: list[str],
-    run_id: Optional[str] = None,
-    fresh: bool = False,
-    retry_failed: bool = False,
-    methods: Optional[list[str]] = None,
-    methods_dirs: tuple = (),
-    shard=None,
-    allow_setup: bool = False,
-) -> Submitted:
+def submit(suite: Suite, options: RunOptions) -> Submitted:
     """Plan under the run folder's lock; decide, under each unit's lock, what is left (job state
     and rows as they are then); record every unit in ``launcher.json`` before any task starts;
-    then start them (``_submit_specs``)."""
+    then start them (``_submit_specs``). ``options.launcher`` says through what."""
     from posbench.engine import env as envmod
 
-    setup_refusal(suite, allow_setup)
+    kind, device = options.launcher, options.device
+    setup_refusal(suite, options.allow_setup)
     preflight(kind)
-    if run_id is not None:
-        check_name(run_id, "--run-id")
-    run_id = run_id or default_run_id(suite, device)
-    if fresh:
-        run_id = f"{run_id}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    run_dir = Path(results) / suite.name / run_id
-    dirs = [str(Path(d).resolve()) for d in methods_dirs]
+    run_id, run_dir = run_folder(suite, options)
+    dirs = options.resolved_dirs()
     held: list[int] = []
     unit_locks: list[UnitLock] = []
 
@@ -246,7 +230,7 @@ def submit(
         return True
 
     try:
-        plan = plan_run(suite, device, run_dir, retry_failed, methods, dirs, run_id, shard, lock=take_folder, launched=True)
+        plan = plan_run(suite, options, run_dir, lock=take_folder, launched=True)
         suite = plan.suite
         launched_sweep.check_folder(run_dir)
         meta = RunMeta.of_suite(suite, device, run_id)
@@ -264,7 +248,7 @@ def submit(
                     f"{run_dir}: tasks of a {record.get('launcher')} launch are still queued or running; "
                     f"allowed: wait (bench.py status {run_dir}) or the same --launcher"
                 )
-        record.update(launcher=kind, command=command, commit=commit, device=device, folder=launched_sweep.JOBS_DIR)
+        record.update(launcher=kind, command=options.arguments(), commit=commit, device=device, folder=launched_sweep.JOBS_DIR)
         out = Submitted(run_dir, run_id, record)
         # The decision, per unit, under its lock (a live task holds it): its job's state and the
         # rows as they are now, not as they were when the plan was made.
@@ -282,12 +266,8 @@ def submit(
             unit_locks.append(lock)
             chosen.append(unit)
         now_rows = latest_rounds(read_run_rows(run_dir, []))
-        entries = (
-            launched_sweep.unit_entry(
-                unit.key, unit.todo, plan.done, now_rows, run_dir, run_id, commit, dirs, _now(), state.submitter()
-            )
-            for unit in chosen
-        )
+        submission = launched_sweep.Submission(run_dir, run_id, commit, dirs, _now(), state.submitter())
+        entries = (launched_sweep.unit_entry(unit.key, unit.todo, plan.done, now_rows, submission) for unit in chosen)
         specs = [spec for spec in entries if spec is not None]
         for spec in specs:  # recorded before any task starts: a killed submitter loses no unit
             record["units"][spec["key"]] = dict(spec, job_id="")

@@ -54,18 +54,20 @@ def row_mark(row: Optional[dict]) -> Optional[str]:
     return None if row is None else short_hash(json.dumps(row, sort_keys=True, default=str))
 
 
-def unit_entry(
-    key: str,
-    todo: list,
-    planned: dict,
-    now: dict,
-    run_dir: Path,
-    run_id: str,
-    commit: str,
-    methods_dirs: list[str],
-    submitted_at: str,
-    submitter: dict,
-) -> Optional[dict]:
+@dataclass(frozen=True)
+class Submission:
+    """What every unit's entry of one launch shares: the run folder and id, the commit measured,
+    the ``--methods-dir`` folders the tasks load, when, and who submitted (``sweep_state.submitter``)."""
+
+    run_dir: Path
+    run_id: str
+    commit: str
+    methods_dirs: list[str]
+    submitted_at: str
+    submitter: dict
+
+
+def unit_entry(key: str, todo: list, planned: dict, now: dict, submission: Submission) -> Optional[dict]:
     """A unit's entry in ``launcher.json`` as submitted (no job id yet), or None when nothing of it
     is left: its (case, round)s whose latest row is still the one the plan saw (``planned``; one
     that changed was run by another process meanwhile), the mark of each one's latest row ``now``
@@ -77,15 +79,15 @@ def unit_entry(
     return {
         "key": key,
         "name": unit_file(key),
-        "run_dir": str(run_dir.resolve()),
-        "run_id": run_id,
-        "commit": commit,
-        "methods_dirs": methods_dirs,
+        "run_dir": str(submission.run_dir.resolve()),
+        "run_id": submission.run_id,
+        "commit": submission.commit,
+        "methods_dirs": submission.methods_dirs,
         "todo": [[c.to_json(), r] for c, r in todo],
         "over": over,
-        "submitted_at": submitted_at,
+        "submitted_at": submission.submitted_at,
         "submission": uuid.uuid4().hex,
-        "submitter": submitter,
+        "submitter": submission.submitter,
     }
 
 

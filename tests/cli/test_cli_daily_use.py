@@ -17,7 +17,7 @@ from posbench.report.rows import load_runs
 from posbench.report.table import metric_tables, run_tables
 from posbench.run import suite as suitemod
 from posbench.run import sweep_state
-from posbench.run.schedule import default_run_id
+from posbench.run.options import default_run_id
 from posbench.tasks import find as find_task
 from tests.helpers.report_rows import base_row, efficiency_rows, write_run
 from tests.helpers.suites import make_suite

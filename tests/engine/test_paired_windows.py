@@ -23,6 +23,7 @@ from posbench.report import rows as rowsmod
 from posbench.report.table import metric_tables
 from posbench.run import runner, worker
 from posbench.run import suite as suitemod
+from posbench.run.options import RunOptions
 from posbench.run.schedule import check_pairing, jobs, plan_rounds, schedule
 from posbench.store.run_rows import case_rows, read_rows
 from posbench.tasks import find as find_task
@@ -333,7 +334,7 @@ def test_resume_runs_only_the_missing_case_rounds_and_retry_reruns_one(tmp_path,
     target = next(i for i, r in enumerate(lines) if (r["case_id"], r["round"]) == ("rotary/n=2", 2))
     lines[target].update(status="error", message="ValueError: boom")
     (run_dir / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    todo, _ = plan_rounds(suite, "cpu", run_dir, True, None, [], run_dir.name)
+    todo = plan_rounds(suite, RunOptions("cpu", tmp_path / "res", retry_failed=True), run_dir.name, run_dir).todo
     assert [([c.id for c in cases], r) for cases, r in jobs(todo)] == [(["rotary/n=2"], 2)]
     again = runner.run_suite(
         suite, runner.RunOptions("cpu", tmp_path / "res", run_id=run_dir.name, retry_failed=True, progress=False)

@@ -207,7 +207,7 @@ def test_efficiency_logs_only_between_timed_windows(tmp_path, monkeypatch):
 def test_log_flag_sets_the_workers_writers_and_refuses_wandb_when_absent(monkeypatch):
     import importlib.util
 
-    from posbench.cli.run_cmd import set_log
+    from posbench.cli.run_flags import set_log
     from posbench.run.suite import SuiteError
 
     monkeypatch.delenv(tracking.LOG_ENV, raising=False)

@@ -14,6 +14,7 @@ from posbench.report import rows as rowsmod
 from posbench.report.table import metric_tables
 from posbench.run import runner
 from posbench.run import suite as suitemod
+from posbench.run.options import RunOptions
 from posbench.run.schedule import jobs, plan_rounds
 from posbench.store.run_rows import read_rows
 from posbench.tasks import find as find_task
@@ -42,7 +43,7 @@ def _finished_folder(tmp_path, methods, rounds, **settings):
 @pytest.mark.parametrize("pairing", ["rounds", "windows"])
 def test_a_joining_method_re_measures_its_grid_point_with_every_method(tmp_path, pairing):
     suite, run_dir = _finished_folder(tmp_path, ["sinusoidal", "rotary"], 2, pairing=pairing)
-    todo, _ = plan_rounds(suite, "cpu", run_dir, False, ["alibi"], [], "r")
+    todo = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"]), "r", run_dir).todo
     # every (case, round) of the point again, alibi among them, in the schedule's order
     assert sorted((c.id, r) for c, r in todo) == sorted(
         (f"{m}/n=1", r) for m in ("sinusoidal", "rotary", "alibi") for r in (1, 2)
@@ -50,8 +51,8 @@ def test_a_joining_method_re_measures_its_grid_point_with_every_method(tmp_path,
     if pairing == "windows":  # one process per round holds all three
         assert [sorted(c.method for c in cases) for cases, _r in jobs(todo)] == [["alibi", "rotary", "sinusoidal"]] * 2
     # --unpaired: alibi alone, its (case, round)s named as unpaired
-    lone: set = set()
-    todo, _ = plan_rounds(suite, "cpu", run_dir, False, ["alibi"], [], "r", unpaired=True, lone=lone)
+    plan = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"], unpaired=True), "r", run_dir)
+    todo, lone = plan.todo, plan.lone
     assert [(c.id, r) for c, r in todo] == [("alibi/n=1", 1), ("alibi/n=1", 2)]
     assert lone == {("alibi/n=1", 1), ("alibi/n=1", 2)}
 
@@ -60,7 +61,7 @@ def test_an_interrupted_grid_point_resumes_without_re_measuring(tmp_path):
     suite, run_dir = _finished_folder(tmp_path, ["sinusoidal"], 1, pairing="rounds")
     # sinusoidal has round 1 of 2 only: the run was interrupted, not joined
     suite = suitemod.resolve(suitemod.load(make_suite(tmp_path, ["sinusoidal", "rotary"], rounds=2)), "default")
-    todo, _ = plan_rounds(suite, "cpu", run_dir, False, None, [], "r")
+    todo = plan_rounds(suite, RunOptions("cpu", run_dir.parent), "r", run_dir).todo
     assert ("sinusoidal/n=1", 1) not in [(c.id, r) for c, r in todo] and len(todo) == 3
 
 
@@ -178,5 +179,5 @@ def test_a_folder_without_run_json_resumes_as_it_is(tmp_path):
     # nobody can say which method joined (an old run, or run.json lost): nothing is re-measured
     suite, run_dir = _finished_folder(tmp_path, ["sinusoidal", "rotary"], 2)
     (run_dir / "run.json").unlink()
-    todo, _ = plan_rounds(suite, "cpu", run_dir, False, ["alibi"], [], "r")
+    todo = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"]), "r", run_dir).todo
     assert [(c.id, r) for c, r in todo] == [("alibi/n=1", 1), ("alibi/n=1", 2)]

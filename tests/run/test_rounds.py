@@ -14,6 +14,7 @@ from posbench.report import rows as rowsmod
 from posbench.report.table import metric_tables
 from posbench.run import runner
 from posbench.run import suite as suitemod
+from posbench.run.options import RunOptions
 from posbench.run.schedule import plan_rounds, schedule
 from posbench.store.run_rows import case_rows, merge_rounds, read_rows
 from posbench.tasks import find as find_task
@@ -100,7 +101,8 @@ def test_resume_mid_round_runs_each_remaining_round_once(tmp_path, capsys):
     assert "5 case(s) run, 1 already done" in capsys.readouterr().out
     # A third call finds every round done.
     suite = suitemod.resolve(suitemod.load(path), "default")
-    todo, done = plan_rounds(suite, "cpu", run_dir, False, None, [], run_dir.name)
+    plan = plan_rounds(suite, RunOptions("cpu", tmp_path / "res"), run_dir.name, run_dir)
+    todo, done = plan.todo, plan.done
     assert todo == [] and len(done) == 6
 
 
@@ -119,7 +121,7 @@ def test_retry_failed_reruns_only_the_failed_round(tmp_path):
     assert merged["status"] == "error" and merged["message"] == "round 2: ValueError: boom"
     assert merged["series"]["value_by_round"] == [1000, None, 1000] and merged["metrics"]["n_rounds"] == 2
 
-    todo, _ = plan_rounds(suite, "cpu", result.run_dir, True, None, [], result.run_id)
+    todo = plan_rounds(suite, RunOptions("cpu", tmp_path / "res", retry_failed=True), result.run_id, result.run_dir).todo
     assert _ids(todo) == [("rotary/n=1", 2)]
     again = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", retry_failed=True, progress=False))
     assert again.ran == 1

@@ -8,7 +8,7 @@ import pytest
 
 from posbench.cli import app as cli
 from posbench.run import runner
-from posbench.run.schedule import default_run_id
+from posbench.run.options import default_run_id
 
 SUITE = """\
 name: t

@@ -13,8 +13,9 @@ import pytest
 from posbench.cli import app as cli
 from posbench.run import runner
 from posbench.run import suite as suitemod
+from posbench.run.dry_run import dry_run
 from posbench.run.launch import worker_env
-from posbench.run.schedule import default_run_id, plan
+from posbench.run.options import RunOptions, default_run_id
 from posbench.store.row import ROW_KEYS, finite_metrics
 from posbench.store.run_rows import latest, read_rows
 from posbench.store.writing import append_row
@@ -141,17 +142,18 @@ def test_fresh_and_explicit_run_ids(tmp_path):
     path = make_suite(tmp_path, ["sinusoidal"])
     suite = suitemod.resolve(suitemod.load(path), "default")
     assert default_run_id(suite, "cpu") == f"default-cpu-{suite.fingerprint()}"
-    todo, done = plan(suite, "cpu", tmp_path / "nothing", False, None, [], "x")
+    planned = dry_run(suite, RunOptions("cpu", tmp_path / "nothing", run_id="x"))
+    todo, done = planned.todo, planned.done
     assert [c.id for c in todo] == ["sinusoidal/n=1"] and done == {}
     # --methods may name a registered method the suite does not list: it joins this run.
-    todo, _ = plan(suite, "cpu", tmp_path / "nothing", False, ["alibi", "sinusoidal"], [], "x")
+    todo = dry_run(suite, RunOptions("cpu", tmp_path / "nothing", run_id="x", methods=["alibi", "sinusoidal"])).todo
     assert [c.id for c in todo] == ["sinusoidal/n=1", "alibi/n=1"]
     with pytest.raises(
         suitemod.SuiteError,
         match=r"--methods: unknown method 'rotray' \(did you mean 'rotary'\?\); "
         r"allowed: the suite's methods or any registered one: .*alibi",
     ):
-        plan(suite, "cpu", tmp_path / "nothing", False, ["rotray"], [], "x")
+        dry_run(suite, RunOptions("cpu", tmp_path / "nothing", run_id="x", methods=["rotray"]))
 
 
 def test_non_finite_metrics_become_null():

@@ -4,6 +4,7 @@ never two units on one device at once, ``--parallel`` refused for timed tasks.""
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from posbench.cli import app as cli
 from posbench.run import pool, runner, units
 from posbench.run import suite as suitemod
 from posbench.run.launch import run_worker
+from posbench.run.options import RunOptions
 from posbench.run.schedule import plan_rounds, schedule
 from posbench.store.run_rows import read_rows
 from tests.helpers.suites import make_suite
@@ -51,7 +53,7 @@ def test_shards_of_the_efficiency_suite_keep_each_grid_point_whole(n):
     # The real efficiency suite's gpu profile: 6 methods x 4 lengths. Shard by case index would
     # give shard 0 sinusoidal, t5_bias, alibi_triton at every length (the example).
     suite = suitemod.resolve(suitemod.load("efficiency"), "gpu")
-    shards = [plan_rounds(suite, "cuda", None, False, None, [], "r", (i, n))[0] for i in range(n)]
+    shards = [plan_rounds(suite, RunOptions("cuda", Path("results"), shard=(i, n)), "r", None).todo for i in range(n)]
     points = [{c.params["seq_len"] for c, _r in todo} for todo in shards]
     assert set().union(*points) == set(suite.grid["seq_len"]) and sum(map(len, points)) == len(suite.grid["seq_len"])
     for todo in shards:  # every method of each of its points, every round
@@ -62,7 +64,7 @@ def test_shards_of_the_efficiency_suite_keep_each_grid_point_whole(n):
 
 def test_shards_of_a_training_task_split_cases(tmp_path, untimed):
     suite = _suite(tmp_path, grid="[1]")
-    shards = [[c.id for c, _r in plan_rounds(suite, "cpu", None, False, None, [], "r", (i, 2))[0]] for i in (0, 1)]
+    shards = [[c.id for c, _r in plan_rounds(suite, RunOptions("cpu", tmp_path, shard=(i, 2)), "r", None).todo] for i in (0, 1)]
     assert shards == [["sinusoidal/n=1", "alibi/n=1"], ["rotary/n=1"]]
 
 

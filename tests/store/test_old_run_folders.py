@@ -15,6 +15,7 @@ from pathlib import Path
 
 from posbench.cli.app import main
 from posbench.run import suite as suitemod
+from posbench.run.options import RunOptions
 from posbench.run.schedule import plan_rounds
 from posbench.store.meta import read_run_meta
 from posbench.store.run_rows import case_rows, latest_rounds, read_run_rows
@@ -42,7 +43,8 @@ def observe(root: Path) -> dict:
     for name in ("rounds", "windows", "sweep"):
         suite = suitemod.resolve(suitemod.load(root / f"{name}.yaml"), "default", {})
         for retry in (False, True):
-            todo, done = plan_rounds(suite, "cpu", root / "res" / name / "old", retry, None, [], "old")
+            plan = plan_rounds(suite, RunOptions("cpu", root / "res", retry_failed=retry), "old", root / "res" / name / "old")
+            todo, done = plan.todo, plan.done
             out[f"plan {name} {retry}"] = [[c.id, r] for c, r in todo] + [sorted(map(list, done))]
     out["compare"] = _cli(root, "compare", str(root / "res/efficiency/eff-a"), str(root / "res/efficiency/eff-b"))
     out["compare rounds"] = _cli(root, "compare", str(root / "res/rounds/old"), str(root / "res/rounds/old"))

@@ -9,6 +9,7 @@ import pytest
 
 from posbench.report import rows as rowsmod
 from posbench.run import suite as suitemod
+from posbench.run.options import RunOptions
 from posbench.run.schedule import plan_rounds
 from posbench.store.bounds import RowsError
 from posbench.store.row import make_row
@@ -71,6 +72,7 @@ def test_resume_skips_cases_whose_rows_are_in_task_files(tmp_path):
     )
     _write(run_dir / "rows" / "n-2-abcd.jsonl", [done])
     (run_dir / "cases.jsonl").touch()
-    todo, finished = plan_rounds(suite, "cpu", run_dir, False, None, [], "r")
+    plan = plan_rounds(suite, RunOptions("cpu", run_dir.parent), "r", run_dir)
+    todo, finished = plan.todo, plan.done
     assert [c.id for c, _r in todo] == ["sinusoidal/n=1", "alibi/n=1", "sinusoidal/n=2"]
     assert list(finished) == [("alibi/n=2", 1)]

@@ -9,7 +9,17 @@ from pathlib import Path
 from posbench.core import files, nofollow
 from posbench.core.case import CaseSpec
 from posbench.run.sweep_state import JobState, busy_units, lock_may_tell
-from posbench.store.launched_sweep import Sweep, check_record, done_path, row_mark, rows_path, unit_entry, unit_file, write_record
+from posbench.store.launched_sweep import (
+    Submission,
+    Sweep,
+    check_record,
+    done_path,
+    row_mark,
+    rows_path,
+    unit_entry,
+    unit_file,
+    write_record,
+)
 from posbench.store.row import Result, make_row
 from posbench.store.run_rows import read_run_rows
 from posbench.store.writing import UnitLock
@@ -122,16 +132,18 @@ def test_a_unit_entry_keeps_what_the_plan_saw_and_marks_each_latest_row(tmp_path
     planned = {(one.id, 1): _row(one, "error")}
     now = {(one.id, 1): planned[(one.id, 1)], (two.id, 1): _row(two)}  # two was run meanwhile
     args = (tmp_path, "r", "abc", ["/m"], "2026-01-01T00:00:00+00:00", {"pid": 1, "host": "h", "start": "5"})
-    entry = unit_entry("n=1", [(one, 1), (two, 1), (three, 1)], planned, now, *args)
+    entry = unit_entry("n=1", [(one, 1), (two, 1), (three, 1)], planned, now, Submission(*args))
     assert entry["key"] == "n=1" and entry["name"] == unit_file("n=1") and entry["run_dir"] == str(tmp_path.resolve())
     assert entry["todo"] == [[one.to_json(), 1], [three.to_json(), 1]]
     assert entry["over"] == {f"{one.id}|1": row_mark(planned[(one.id, 1)]), f"{three.id}|1": None}
     assert (entry["run_id"], entry["commit"], entry["methods_dirs"]) == ("r", "abc", ["/m"])
     assert entry["submitted_at"] == args[4] and entry["submitter"] == args[5] and len(entry["submission"]) == 32
-    assert unit_entry("n=1", [(one, 1), (two, 1), (three, 1)], planned, now, *args)["submission"] != entry["submission"]
+    assert (
+        unit_entry("n=1", [(one, 1), (two, 1), (three, 1)], planned, now, Submission(*args))["submission"] != entry["submission"]
+    )
     record = {"format": 1, "units": {"n=1": dict(entry, job_id="")}, "launcher": "local"}
     assert check_record(tmp_path / "launcher.json", record) is record  # what it writes, it reads back
-    assert unit_entry("n=1", [(two, 1)], planned, now, *args) is None  # nothing left of the unit
+    assert unit_entry("n=1", [(two, 1)], planned, now, Submission(*args)) is None  # nothing left of the unit
 
 
 def test_core_files_still_exports_the_names_that_moved_to_nofollow():
