@@ -16,8 +16,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from posbench.core import discovery
 from posbench.core import method as method_contract
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
 from posbench.core.outcome import Unavailable
@@ -63,14 +63,14 @@ def _fail(method: str, what: str) -> None:
 
 
 def unavailable(method: str, dtype, device="cpu") -> str | None:
-    return discovery.get(method).unavailable(torch.device(device), dtype)
+    return registry.get(method).unavailable(torch.device(device), dtype)
 
 
 def interface_problem(method: str) -> str | None:
     """The one line naming the hook of ``method`` the model cannot call, or None (also for a
     method that does not load: the checks say why). Asked once, before the checks."""
     try:
-        cls = discovery.get(method)
+        cls = registry.get(method)
     except Exception:
         return None
     return method_contract.interface_problem(cls)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.config import PRESETS, ModelConfig, model_config  # noqa: F401  (re-exported)
 from posbench.core.method import PositionMethod, adapt_hooks
 
@@ -161,7 +161,7 @@ class TransformerLM(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.method = adapt_hooks(discovery.build(cfg))  # hooks without state: adapted once, here
+        self.method = adapt_hooks(registry.build(cfg))  # hooks without state: adapted once, here
         # The method's configuration: a recipe (methods/recipes.py) sets the layout it needs, a
         # sliding window on some layers; every other method keeps cfg as it is.
         self.cfg = cfg = self.method.cfg

@@ -230,11 +230,11 @@ def step_inputs(batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor
 def step_flops(model: TransformerLM, cfg: TrainConfig) -> int | None:
     """Counted operations of one training step (``engine.flops``); None for a method this
     installation does not know by name."""
-    from posbench.core import discovery
+    from posbench.core import registry
     from posbench.engine.flops import train_flops_per_step
 
     try:
-        method_cls = discovery.get(model.cfg.method)
+        method_cls = registry.get(model.cfg.method)
     except (KeyError, ValueError):
         return None
     return train_flops_per_step(method_cls, model.cfg, cfg.seq_len, cfg.batch_size)

@@ -10,7 +10,7 @@ import torch
 from posbench.attention import plans
 from posbench.attention.plans import Plan
 from posbench.core import conformance as testing
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
 from tests.helpers.bias_plugins import PLUGINS, Wave, WaveTiles
@@ -30,7 +30,7 @@ def build(name, seed=0, **options):
     if name in PLUGINS:
         m = PLUGINS[name](ModelConfig(d_model=96, n_heads=3))
     else:
-        m = discovery.build(ModelConfig(method=name, d_model=96, n_heads=3, method_options=options))
+        m = registry.build(ModelConfig(method=name, d_model=96, n_heads=3, method_options=options))
     with torch.no_grad():
         for p in m.parameters():
             p.normal_(0, 0.5)  # large enough that a dropped bias would show

@@ -13,7 +13,7 @@ import torch
 
 from posbench.attention import flex, plans
 from posbench.attention.bias import BiasMethod
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM
 from tests.helpers.bias_plugins import PLUGINS
@@ -22,7 +22,7 @@ H, HD = 4, 8
 
 
 def bias_methods() -> dict[str, type[BiasMethod]]:
-    builtin = {n: c for n, c in discovery.discover().items() if issubclass(c, BiasMethod)}
+    builtin = {n: c for n, c in registry.discover().items() if issubclass(c, BiasMethod)}
     return {**builtin, **PLUGINS}
 
 
@@ -150,7 +150,7 @@ def test_fox_through_flex_equals_its_reference(seed, tq, tk, monkeypatch):
     from methods.fox import fox_reference
 
     torch.manual_seed(seed)
-    fox = discovery.build(ModelConfig(d_model=H * HD, n_heads=H, n_layers=1, method="fox"))
+    fox = registry.build(ModelConfig(d_model=H * HD, n_heads=H, n_layers=1, method="fox"))
     q, k, v = torch.randn(2, H, tq, HD), torch.randn(2, H, tk, HD), torch.randn(2, H, tk, HD)
     monkeypatch.setattr(flex, "flex_available", lambda device: True)
     assert fox.attn_backend("cuda", torch.bfloat16) == "flex_attention, forget-gate score_mod (no L x L)"

@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.masked import explicit_attention, mask_bias
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, model_config
 
-CPU_METHODS = [m for m in discovery.names() if discovery.get(m).unavailable(torch.device("cpu"), torch.float32) is None]
+CPU_METHODS = [m for m in registry.names() if registry.get(m).unavailable(torch.device("cpu"), torch.float32) is None]
 
 
 def test_token_embeddings_enter_at_unit_scale():

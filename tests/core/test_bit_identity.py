@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from posbench.attention import blocked
-from posbench.core import discovery, registry
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
 from posbench.triton_kernels import FusedKernelMethod
@@ -72,7 +72,7 @@ def fingerprint() -> dict:
 
 def methods() -> list[str]:
     """Every registered method but the fused Triton ones (CUDA kernels), and the two plugins."""
-    names = [n for n in discovery.names() if not issubclass(discovery.get(n), FusedKernelMethod)]
+    names = [n for n in registry.names() if not issubclass(registry.get(n), FusedKernelMethod)]
     return names + list(PLUGINS)
 
 
@@ -170,7 +170,7 @@ def measure(name: str, dtype: str, mode: str) -> dict:
 
 @contextlib.contextmanager
 def plugins_registered():
-    added = [registry.register(cls) for cls in PLUGINS.values() if cls.name not in discovery.names()]
+    added = [registry.register(cls) for cls in PLUGINS.values() if cls.name not in registry.names()]
     try:
         yield
     finally:
@@ -237,7 +237,7 @@ def test_outputs_and_gradients_are_bit_identical(name, dtype, mode):
 
 
 def _slopes_off_by_3_percent(monkeypatch):
-    alibi = sys.modules[discovery.get("alibi").__module__]
+    alibi = sys.modules[registry.get("alibi").__module__]
     real = alibi.slopes_tensor
     monkeypatch.setattr(alibi, "slopes_tensor", lambda n_heads: real(n_heads) * 1.03)
 

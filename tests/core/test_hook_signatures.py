@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from posbench.core import conformance as testing
-from posbench.core import discovery, registry
+from posbench.core import registry
 from posbench.core.method import ModelConfig, PositionMethod, adapt_hooks, causal_attention, interface_problem
 from posbench.core.model import TransformerLM
 
@@ -115,7 +115,7 @@ def test_the_kit_still_catches_what_a_hook_without_state_gets_wrong(plugin):
 
 
 def test_builtin_hooks_are_not_wrapped():
-    for name in discovery.names():
+    for name in registry.names():
         model = TransformerLM(ModelConfig(d_model=64, n_heads=4, method=name))
         assert not {"embed", "encode_qk", "attend"} & set(vars(model.method)), name
 

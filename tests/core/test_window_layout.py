@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from posbench.core import discovery, registry
+from posbench.core import registry
 from posbench.core.config import ModelConfig
 from posbench.core.model import KVCache, TransformerLM
 from posbench.core.outcome import Unavailable
@@ -114,7 +114,7 @@ def test_model_overrides_are_checked_by_each_field_type():
 
 def test_an_unknown_composed_name_is_one_line():
     with pytest.raises(registry.RegistryError) as err:
-        discovery.get("alibi+bogus")
+        registry.get("alibi+bogus")
     assert str(err.value) == (
         "unknown method 'alibi+bogus': 'bogus' is not a modifier; allowed: METHOD+MODIFIER with a modifier from: gate, qknorm, sink, ssmax"
     )
@@ -123,7 +123,7 @@ def test_an_unknown_composed_name_is_one_line():
 @pytest.mark.parametrize("method", ["alibi_triton", "t5_triton"])
 def test_the_triton_methods_decline_a_window_in_one_line(method):
     with pytest.raises(Unavailable) as err:
-        discovery.get(method)(ModelConfig(n_heads=4, window=16, method=method))
+        registry.get(method)(ModelConfig(n_heads=4, window=16, method=method))
     assert str(err.value) == (
         f"{method}: sliding-window attention (window 16) is not supported: the fused kernel masks "
         f"by causality alone (posbench/triton_kernels/{method.removesuffix('_triton')}_attention.py)"
@@ -131,7 +131,7 @@ def test_the_triton_methods_decline_a_window_in_one_line(method):
 
 
 def test_only_the_fused_kernel_methods_decline_a_window():
-    declining = {n for n, cls in discovery.discover().items() if cls.no_window}
+    declining = {n for n, cls in registry.discover().items() if cls.no_window}
     assert declining == {"alibi_triton", "t5_triton", "fox_triton"}
 
 
@@ -266,7 +266,7 @@ def test_a_windowed_cache_under_autograd_concatenates_and_keeps_the_window():
 
 
 def test_ssmax_counts_only_the_keys_in_the_window():
-    log_key_counts = sys.modules[discovery.get("nope+ssmax").attend.__module__].log_key_counts  # methods/ssmax.py
+    log_key_counts = sys.modules[registry.get("nope+ssmax").attend.__module__].log_key_counts  # methods/ssmax.py
     got = log_key_counts(4, 10, "cpu", window=8)  # queries at key indices 6..9 see 7, 8, 8, 8 keys
     assert torch.allclose(got, torch.tensor([7.0, 8.0, 8.0, 8.0]).log())
     assert torch.allclose(log_key_counts(3, 3, "cpu"), torch.tensor([1.0, 2.0, 3.0]).log())

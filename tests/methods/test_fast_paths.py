@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.masked import causal_attention, causal_explicit_attention, causal_mask, mask_bias
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM, lm_loss
@@ -20,7 +20,7 @@ TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=3e-2
 
 
 def method(name, **cfg):
-    return discovery.build(ModelConfig(method=name, **{"d_model": 96, "n_heads": 3, **cfg}))
+    return registry.build(ModelConfig(method=name, **{"d_model": 96, "n_heads": 3, **cfg}))
 
 
 def qkv(seed, b, h, tq, tk, d, dtype):

@@ -6,14 +6,14 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.alibi_math import alibi_bias, alibi_slopes
 from posbench.core.method import ModelConfig, causal_attention, causal_mask
 from posbench.core.model import TransformerLM, model_config
 
 
 def method(name, **cfg):
-    return discovery.build(ModelConfig(method=name, **{"d_model": 64, "n_heads": 4, **cfg}))
+    return registry.build(ModelConfig(method=name, **{"d_model": 64, "n_heads": 4, **cfg}))
 
 
 # --- ALiBi -------------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ def test_float32_bias_with_bfloat16_compute_keeps_distances_distinct():
 
 
 def test_t5_buckets_match_published_function():
-    t5 = importlib.import_module(discovery.get("t5_bias").__module__)
+    t5 = importlib.import_module(registry.get("t5_bias").__module__)
     d = torch.tensor([0, 1, 5, 15, 16, 17, 20, 31, 32, 45, 63, 64, 90, 127, 128, 500, 10_000])
     # Values of T5's _relative_position_bucket(-d, bidirectional=False, 32, 128), worked by hand:
     # d < 16 -> d; else 16 + floor(log(d / 16) / log(8) * 16), capped at 31.

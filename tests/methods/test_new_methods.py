@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM
 from tests.helpers.attention import method, qkv, reference_attention, rotate_reference
@@ -18,7 +18,7 @@ from tests.helpers.methods import NEW
 
 
 def test_every_new_method_is_registered():
-    assert set(NEW) <= set(discovery.names())
+    assert set(NEW) <= set(registry.names())
 
 
 # --- learned -----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 from posbench.core.model import TransformerLM
 from tests.helpers.attention import method, qkv, reference_attention, rotate_reference
@@ -276,7 +276,7 @@ def build(row, options, head_dim=64, base=10000.0, train_len=512):
     cfg = ModelConfig(
         d_model=head_dim, n_heads=1, method=row, method_options={"train_len": train_len, "base": base, **options, **extra}
     )
-    return discovery.build(cfg).eval()
+    return registry.build(cfg).eval()
 
 
 @pytest.mark.parametrize("setting", sorted(HF))
@@ -319,7 +319,7 @@ def test_yarn_ramp_is_the_authors_by_default_and_the_papers_as_an_option():
         method="rotary",
         method_options={"scaling": "yarn", "factor": 4.0, "train_len": 512, "yarn_ramp": "ratio"},
     )
-    ratio = discovery.build(cfg).frequencies(512)[0] / base
+    ratio = registry.build(cfg).frequencies(512)[0] / base
     assert round(ratio[4].item(), 2) == 0.85 and round(ratio[15].item(), 2) == 0.25
 
 

@@ -350,12 +350,12 @@ def _model_flops(metrics: dict, info: dict, model, L: int, device, dtype: str) -
     unknown (every CPU). ``info["mfu_peak"]`` (also returned) says which peak, or that none is known."""
     import torch
 
-    from posbench.core import discovery
+    from posbench.core import registry
     from posbench.engine.flops import train_flops_per_step
     from posbench.engine.peaks import dense_peak
 
     try:
-        method_cls = discovery.get(model.cfg.method)
+        method_cls = registry.get(model.cfg.method)
     except (KeyError, ValueError):
         info["mfu_peak"] = f"no FLOP count: method {model.cfg.method!r} is not registered here"
         return info["mfu_peak"]
