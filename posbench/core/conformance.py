@@ -19,7 +19,7 @@ import torch
 from posbench.core import method as method_contract
 from posbench.core import registry
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM, lm_loss
+from posbench.core.model import TransformerLM, build_model, lm_loss
 from posbench.core.outcome import Unavailable
 
 TRAIN_LEN = 16  # the "training length" of the kit; long checks run at 4x
@@ -44,7 +44,7 @@ GQA = dict(d_model=128, n_heads=4, n_kv_heads=2)
 
 def build(method: str, dtype=torch.float32, device="cpu", seed: int = 0, **layout) -> TransformerLM:
     torch.manual_seed(seed)
-    model = TransformerLM(kit_config(method, **layout))
+    model = build_model(kit_config(method, **layout))
     # Learned position parameters start at 0.02-scale noise; make them large enough that a check
     # comparing outputs would notice if the method's contribution were dropped.
     for name, p in model.method.named_parameters():

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from posbench.core.model import TransformerLM, lm_loss
+from posbench.core.model import TransformerLM, build_model, lm_loss
 from posbench.core.outcome import Diverged
 from posbench.engine import distributed
 from posbench.engine.budget import DEFAULT_WARMUP_S, TimeBudget, budget_of, measure_step_seconds, steps_for
@@ -292,7 +292,7 @@ def trained_model(
         if found is not None:
             return found[0], TrainResult(**found[1]["result"]), True
     torch.manual_seed(tcfg.seed)
-    model = TransformerLM(cfg)
+    model = build_model(cfg)
     data = batches()
     check = until(model) if until is not None else None
     # A time budget's warm-up times the real batch-making on a second iterator of the same data.

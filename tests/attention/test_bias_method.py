@@ -12,7 +12,7 @@ from posbench.attention.bias import BiasForm, BiasMethod
 from posbench.core import conformance as testing
 from posbench.core import registry
 from posbench.core.method import ModelConfig, causal_mask
-from posbench.core.model import TransformerLM
+from posbench.core.model import build_model
 
 
 class TinyLearned(BiasMethod):
@@ -76,7 +76,7 @@ def test_attend_is_softmax_of_scores_plus_bias_under_the_causal_mask(tq, tk):
 
 
 def test_prepare_builds_the_bias_once_per_forward_and_masks_the_future():
-    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, n_layers=3, method="alibi"))
+    model = build_model(ModelConfig(d_model=64, n_heads=4, n_layers=3, method="alibi"))
     m = model.method
     calls = []
     real = m.bias

@@ -15,7 +15,7 @@ from posbench.attention import flex, plans
 from posbench.attention.bias import BiasMethod
 from posbench.core import registry
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM
+from posbench.core.model import build_model
 from tests.helpers.bias_plugins import PLUGINS
 
 H, HD = 4, 8
@@ -132,7 +132,7 @@ def test_a_model_forward_through_flex_equals_the_cpu_plans(name, monkeypatch):
     # The whole path (prepare -> plan -> every layer's attend) with the CUDA choice faked on a CPU.
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=50, d_model=32, n_heads=4, n_layers=2, d_ff=64, method=name)
-    model = TransformerLM(cfg).eval()
+    model = build_model(cfg).eval()
     tokens = torch.randint(0, 50, (2, 150))
     with torch.no_grad():
         ref = model(tokens)

@@ -28,7 +28,7 @@ import torch
 from posbench.attention import blocked
 from posbench.core import registry
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM, lm_loss
+from posbench.core.model import TransformerLM, build_model, lm_loss
 from posbench.triton_kernels import FusedKernelMethod
 from tests.helpers.bias_plugins import PLUGINS
 
@@ -78,7 +78,7 @@ def methods() -> list[str]:
 
 def build(name: str) -> TransformerLM:
     torch.manual_seed(0)
-    model = TransformerLM(ModelConfig(vocab_size=64, n_layers=2, d_model=32, n_heads=4, d_ff=64, method=name))
+    model = build_model(ModelConfig(vocab_size=64, n_layers=2, d_model=32, n_heads=4, d_ff=64, method=name))
     with torch.no_grad():  # position parameters large enough that a dropped bias would show
         for p in model.method.parameters():
             p.add_(torch.randn_like(p) * 0.3)

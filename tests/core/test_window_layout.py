@@ -13,14 +13,14 @@ import torch
 
 from posbench.core import registry
 from posbench.core.config import ModelConfig
-from posbench.core.model import KVCache, TransformerLM
+from posbench.core.model import KVCache, build_model
 from posbench.core.outcome import Unavailable
 
 
 def _model(method="alibi", **layout):
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=50, n_layers=3, d_model=64, n_heads=4, d_ff=96, method=method, **layout)
-    model = TransformerLM(cfg).eval()
+    model = build_model(cfg).eval()
     with torch.no_grad():  # learned position parameters away from their start: a real contribution
         for p in model.method.parameters():
             p.normal_(0, 0.5)

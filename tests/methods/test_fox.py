@@ -9,7 +9,7 @@ import torch
 
 from posbench.core import registry
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM
+from posbench.core.model import build_model
 from posbench.tasks.decode.generation import kv_cache_bytes
 from tests.helpers.attention import qkv
 
@@ -105,7 +105,7 @@ def test_fox_kv_cache_holds_one_extra_float_per_key_and_head(dtype):
     idx = torch.randint(0, 64, (2, 10))
     sizes = {}
     for name in ("nope", "fox"):
-        model = TransformerLM(ModelConfig(vocab_size=64, n_layers=3, d_model=32, n_heads=4, method=name)).to(dtype)
+        model = build_model(ModelConfig(vocab_size=64, n_layers=3, d_model=32, n_heads=4, method=name)).to(dtype)
         cache = model.new_cache()
         with torch.no_grad():
             model(idx, cache=cache)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from posbench.core import registry
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import TransformerLM, build_model, model_config
 from posbench.triton_kernels import FusedKernelMethod
 from tests.helpers.graph_breaks import BIAS, LENGTHS, MISSION, break_reasons, fresh_dynamo, short_blocks  # noqa: F401
 
@@ -40,7 +40,7 @@ def _model(name: str, length: int = L_TRAIN, **options) -> TransformerLM:
     """The tiny model (2 layers) after one eager training forward of ``length`` tokens: a scaled
     rotary row records L_train there. A method unavailable on a CPU skips."""
     torch.manual_seed(0)
-    model = TransformerLM(model_config("tiny", name, n_layers=2, method_options=options))
+    model = build_model(model_config("tiny", name, n_layers=2, method_options=options))
     why = model.method.unavailable(torch.device("cpu"), torch.float32)
     if why is None and isinstance(model.method, FusedKernelMethod):  # TRITON_INTERPRET=1 (tests/conftest.py)
         why = "on a CPU its Triton kernels run under the interpreter (numpy), which dynamo cannot trace"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from posbench.core import registry
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import build_model, model_config
 from posbench.core.outcome import Unavailable
 from posbench.run import isolated
 
@@ -16,7 +16,7 @@ from posbench.run import isolated
 def model(name, n_layers=4, **options):
     torch.manual_seed(0)
     cfg = model_config("tiny", name, n_layers=n_layers, vocab_size=64, method_options=options)
-    return TransformerLM(cfg).eval()
+    return build_model(cfg).eval()
 
 
 @pytest.mark.parametrize(
@@ -71,7 +71,7 @@ def test_a_model_window_beside_a_recipe_is_declined_in_one_line():
     with pytest.raises(
         Unavailable, match=r"^swan: a recipe sets its own sliding window .*; allowed: no model window with a recipe$"
     ):
-        TransformerLM(model_config("tiny", "swan", window=8))
+        build_model(model_config("tiny", "swan", window=8))
     with pytest.raises(ValueError, match="irope: temp must be one of none, logn, llama4"):
         model("irope", temp="hot")
 

@@ -16,7 +16,7 @@ from posbench import tasks as _registry  # noqa: E402
 from posbench.attention.plans import BLOCKED_MIN_ROWS
 from posbench.core import conformance as testing
 from posbench.core import registry
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import TransformerLM, build_model, model_config
 from posbench.tasks import find as find_task
 from posbench.tasks.decode import generation as decoding
 from posbench.tasks.decode import task as decode
@@ -41,7 +41,7 @@ def tiny(method: str, dtype=torch.float32, n_layers: int = 2, seed: int = 0) -> 
     """The cpu profile's model (4 heads of 32) with fewer layers; learned position parameters are
     scaled up as in the conformance kit, so a decode path that dropped them would show."""
     torch.manual_seed(seed)
-    model = TransformerLM(model_config("tiny", method, n_layers=n_layers))
+    model = build_model(model_config("tiny", method, n_layers=n_layers))
     with torch.no_grad():
         for p in model.method.parameters():
             p.normal_(0, 0.5)

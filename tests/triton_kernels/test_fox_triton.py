@@ -22,7 +22,7 @@ triton = pytest.importorskip("triton")
 from posbench.core import registry  # noqa: E402
 from posbench.core.alibi_math import slopes_tensor  # noqa: E402
 from posbench.core.method import ModelConfig  # noqa: E402
-from posbench.core.model import TransformerLM  # noqa: E402
+from posbench.core.model import build_model  # noqa: E402
 from posbench.tasks.decode.generation import kv_cache_bytes  # noqa: E402
 from posbench.triton_kernels import alibi_attention as ka  # noqa: E402
 from posbench.triton_kernels import t5_attention as kt  # noqa: E402
@@ -240,11 +240,11 @@ def _pair(name, other, **shape):
     as in the conformance kit, so a path that dropped them would show."""
     cfg = {**dict(vocab_size=64, n_layers=2, d_model=96, n_heads=3, d_ff=128, dropout=0.0), **shape}
     torch.manual_seed(0)
-    a = TransformerLM(ModelConfig(method=name, **cfg))
+    a = build_model(ModelConfig(method=name, **cfg))
     with torch.no_grad():
         for p in a.method.parameters():
             p.normal_(0, 0.5)
-    b = TransformerLM(ModelConfig(method=other, **cfg))
+    b = build_model(ModelConfig(method=other, **cfg))
     b.load_state_dict(a.state_dict())
     return a.to(DEVICE), b.to(DEVICE)
 

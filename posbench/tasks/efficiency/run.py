@@ -55,12 +55,12 @@ class Bench:
     def __init__(self, case, batches: list, device, dtype):
         import torch
 
-        from posbench.core.model import TransformerLM
+        from posbench.core.model import build_model
         from posbench.engine import distributed
 
         s = case.settings
         torch.manual_seed(s.seed)  # every method starts from the same seed
-        self.model = TransformerLM(case_model_config(case)).to(device)
+        self.model = build_model(case_model_config(case)).to(device)
         # compile: true: the steps call the compiled module (engine.compiled); compiled at the first call.
         self.method, self.compile, self.compile_s, self.graph_breaks = case.method, s.compile, {}, 0
         self.forward = compiled.compile_module(self.model) if s.compile else self.model
