@@ -177,8 +177,9 @@ def test_the_windowed_model_equals_a_plain_masked_forward(method):
         assert not torch.allclose(got, plain(idx))
         windows = [6, None, 6]
         seen = []
+        real = plain.method.attend  # bound now: masked replaces it below
 
-        def masked(q, k, v, q_pos, k_pos, layer, state=None, real=plain.method.attend):
+        def masked(q, k, v, q_pos, k_pos, layer, state=None):
             seen.append(layer)
             if windows[layer] is None:
                 return real(q, k, v, q_pos, k_pos, layer, state)
