@@ -87,3 +87,19 @@ def test_explicit_attention_takes_half_precision_products_in_float32(seed, tq, t
     old = (torch.softmax(rounded, dim=-1).bfloat16() @ v).double()
     old_err = (old - want).abs().max().item()
     assert err < 0.05 and err < old_err / 2, (err, old_err)
+
+
+def test_the_model_takes_a_built_method_and_build_model_keeps_the_seeded_weights():
+    """``TransformerLM(method)`` runs any built method, registered or not; ``build_model(cfg)``
+    builds ``cfg.method`` by name and, under one seed, gives the same weights each time."""
+    from posbench.core.model import TransformerLM
+
+    cfg = model_config("tiny", "alibi", n_layers=1)
+    model = TransformerLM(registry.build(cfg))
+    assert model.cfg == cfg and model.method.cfg == cfg
+    assert model(torch.zeros(1, 5, dtype=torch.long)).shape == (1, 5, cfg.vocab_size)
+    torch.manual_seed(3)
+    a = build_model(model_config("tiny", "kerple_log", n_layers=1))
+    torch.manual_seed(3)
+    b = build_model(model_config("tiny", "kerple_log", n_layers=1))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))

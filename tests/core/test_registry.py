@@ -227,3 +227,48 @@ def test_registry_expands_all_to_every_method_once():
     mixed = registry.expand(["rotary", "all"])
     assert mixed[0] == "rotary" and sorted(mixed) == every
     assert registry.expand(["sinusoidal", "alibi"]) == ["sinusoidal", "alibi"]
+
+
+# --- one registry: its state is its own
+
+
+def test_no_module_outside_the_registry_reads_its_private_modules():
+    """posbench/core/registry/__init__.py is the interface: no other module names a private module
+    of the package or a private name of it (``registry._METHODS``, ``registry._tables``)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    package = root / "posbench" / "core" / "registry"
+    private = re.compile(r"\bregistry\._\w|posbench\.core\.registry\._\w|from posbench\.core\.registry import _\w")
+    files = [p for top in ("posbench", "methods", "benchmarks", "tests", ".github/scripts") for p in (root / top).rglob("*.py")]
+    found = [
+        f"{p.relative_to(root)}:{n}"
+        for p in files
+        if package not in p.parents
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if private.search(line) and p != Path(__file__).resolve()
+    ]
+    assert not found, f"private registry state read outside posbench/core/registry/: {found}"
+
+
+def test_a_replaced_task_is_put_back():
+    import dataclasses
+
+    from posbench import tasks
+
+    task = tasks.get("_testing")
+    with registry.task_replaced(dataclasses.replace(task, TITLE="for a moment")):
+        assert tasks.get("_testing").TITLE == "for a moment"
+    assert tasks.get("_testing") is task
+
+
+def test_forget_since_drops_what_a_folder_registered_after_the_snapshot(tmp_path):
+    before = registry.snapshot()
+    write_plugin(tmp_path / "mine", "passing.py", "passing_method")
+    registry.add_methods_dir(tmp_path / "mine")
+    assert registry.get("passing_method").name == "passing_method"
+    assert registry.is_imported(tmp_path / "mine" / "passing.py")
+    registry.forget_since(before, str(tmp_path.resolve()))
+    assert "passing_method" not in registry.registered() and "passing_method" not in registry.names()
+    assert not registry.is_imported(tmp_path / "mine" / "passing.py")
