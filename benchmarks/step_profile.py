@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from posbench.core.model import TransformerLM, lm_loss, model_config
+from posbench.core.model import build_model, lm_loss, model_config
 
 
 class Step:
@@ -28,7 +28,7 @@ class Step:
 
     def __init__(self, method: str, seq_len: int, tokens: int, seed: int = 0, compiled: bool = False):
         torch.manual_seed(seed)
-        self.model = TransformerLM(model_config("tiny", method)).train()
+        self.model = build_model(model_config("tiny", method)).train()
         self.forward = torch.compile(self.model) if compiled else self.model  # compiled at the first step
         g = torch.Generator().manual_seed(seed)
         self.x = torch.randint(0, self.model.cfg.vocab_size, (max(tokens // seq_len, 1), seq_len + 1), generator=g)

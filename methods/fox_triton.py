@@ -13,12 +13,12 @@ read, so interpolation changes nothing. Design and limits: docs/kernels.md.
 
 from __future__ import annotations
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import PositionMethod
 from posbench.core.registry import register
 from posbench.triton_kernels import FusedKernelMethod
 
-Fox = discovery.get("fox")
+Fox = registry.get("fox")
 
 
 @register

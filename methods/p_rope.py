@@ -10,7 +10,7 @@ and ``base`` (10000). Everything else (tables, caching, fused rotation) is the `
 
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import PositionMethod
 from posbench.core.registry import register
 
@@ -24,7 +24,7 @@ class PRoPE(PositionMethod):
         if not (isinstance(fraction, (int, float)) and 0.0 <= fraction <= 1.0):
             raise ValueError(f"p_rope: fraction must be a number in [0, 1], got {fraction!r}")
         self.fraction = float(fraction)
-        self.rope = discovery.get("rotary")(cfg, base=base)
+        self.rope = registry.get("rotary")(cfg, base=base)
         pairs = cfg.head_dim // 2
         self.rotated = round(self.fraction * pairs)  # number of channel pairs that rotate
         with torch.no_grad():  # before any table is built from it

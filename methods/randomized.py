@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import PositionMethod
 from posbench.core.registry import register
 
@@ -55,7 +55,7 @@ class Randomized(PositionMethod):
         if eval_positions not in EVAL_POSITIONS:
             raise ValueError(f"randomized: eval_positions must be one of {', '.join(EVAL_POSITIONS)}, got {eval_positions!r}")
         self.base, self.max_len, self.eval_positions = base, max_len, eval_positions
-        self.inner = discovery.get(base)(cfg)
+        self.inner = registry.get(base)(cfg)
 
     def sample(self, length: int, device) -> torch.Tensor:
         """(length,) int64: an ordered random subset of [0, max_len)."""

@@ -22,7 +22,7 @@ import dataclasses
 
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.outcome import Unavailable
 from posbench.core.registry import register_variants
 
@@ -48,7 +48,7 @@ FLOOR_SCALE, ATTN_SCALE = 8192, 0.1  # Llama 4's attention temperature tuning
 def recipe_method(name: str, preset: dict) -> type:
     """The method class of one recipe: ``rope_nope_hybrid`` with the recipe's window on its RoPE
     layers and its temperature on the NoPE layers."""
-    hybrid = discovery.get("rope_nope_hybrid")
+    hybrid = registry.get("rope_nope_hybrid")
 
     class Recipe(hybrid):
         def __init__(

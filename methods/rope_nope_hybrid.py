@@ -9,7 +9,7 @@ NoPE layers see order only through the causal mask (Haviv et al. 2022); with few
 the model is plain rotary.
 """
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.registry import register
 
@@ -23,7 +23,7 @@ class RopeNopeHybrid(PositionMethod):
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise ValueError(f"rope_nope_hybrid: every must be a positive integer, got {every!r}")
         self.every = every
-        self.rope = discovery.get("rotary")(cfg, base=base)
+        self.rope = registry.get("rotary")(cfg, base=base)
 
     def is_nope(self, layer: int) -> bool:
         return (layer + 1) % self.every == 0

@@ -18,10 +18,10 @@ import math
 
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.registry import register
 
-Rotary = discovery.get("rotary")
+Rotary = registry.get("rotary")
 
 
 @register

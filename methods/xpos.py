@@ -14,7 +14,7 @@ position c (n - c and -(m - c)), which leaves every product unchanged and keeps 
 
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import PositionCache, PositionMethod, causal_attention
 from posbench.core.registry import register
 
@@ -35,7 +35,7 @@ class XPos(PositionMethod):
         i = torch.arange(0, hd, 2, dtype=torch.float64)  # 2i
         self.register_position_buffer("inv_freq", (base ** (-i / hd)).float())  # (hd/2,)
         self.register_position_buffer("log_zeta", torch.log((i / hd + gamma) / (1 + gamma)).float())  # (hd/2,)
-        self._rotate = discovery.get("rotary").rotate  # (x, cos, sin); queries take the tail rows
+        self._rotate = registry.get("rotary").rotate  # (x, cos, sin); queries take the tail rows
         self._cache = PositionCache()
 
     def tables(self, k_pos: torch.Tensor, dtype):

@@ -28,7 +28,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from posbench.core.discovery import TASKS_ENV_PATH  # noqa: E402
+from posbench.core.registry import TASKS_ENV_PATH  # noqa: E402
 from tests.helpers import marks  # noqa: E402
 from tests.helpers.archives import wikitext_zip_bytes  # noqa: E402
 
@@ -94,20 +94,21 @@ def plugin():
 
 
 @pytest.fixture
-def patch_task(monkeypatch):
+def patch_task():
     """``patch_task(name, **fields)``: the registered task ``name`` with ``fields`` replaced, for one
     test and in this process only (the workers it starts read the task's own declaration)."""
+    import contextlib
     import dataclasses
 
     from posbench import tasks
     from posbench.core import registry
 
-    def patch(name, **changes):
-        task = dataclasses.replace(tasks.get(name), **changes)
-        monkeypatch.setitem(registry._TASKS, name, task)
-        return task
+    with contextlib.ExitStack() as undo:
 
-    return patch
+        def patch(name, **changes):
+            return undo.enter_context(registry.task_replaced(dataclasses.replace(tasks.get(name), **changes)))
+
+        yield patch
 
 
 @pytest.fixture
@@ -170,20 +171,11 @@ def _no_plugin_folder_outlives_its_test():
     their own tests' business."""
     import tempfile
 
-    from posbench.core import discovery, registry
+    from posbench.core import registry
 
-    dirs, names, tasks = list(discovery._extra_dirs), set(registry._ORIGINS), set(registry._TASKS)
+    before = registry.snapshot()
     yield
-    tmp = str(Path(tempfile.gettempdir()).resolve())
-    discovery._extra_dirs[:] = dirs
-    for name, origin in list(registry._ORIGINS.items()):
-        if name not in names and origin.startswith(tmp):
-            registry.unregister(name)
-    discovery._SCANNED.difference_update({f for f in discovery._SCANNED if str(f).startswith(tmp)})
-    for name, task in list(registry._TASKS.items()):
-        file = getattr(task.module, "__file__", None)
-        if name not in tasks and file and str(Path(file).resolve()).startswith(tmp):
-            del registry._TASKS[name]
+    registry.forget_since(before, str(Path(tempfile.gettempdir()).resolve()))
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
 
 # Outer bounds on the child (torch's import included); a method file that blocks at import is cut
-# after discovery.IMPORT_LIMIT_S inside it, with a line naming the file.
+# after registry.IMPORT_LIMIT_S inside it, with a line naming the file.
 LIST_TIMEOUT_S = 120.0  # reading (and with --check importing) every method file
 IMPORT_TIMEOUT_S = 120.0  # importing the one method ``check`` tests
 CHECK_TIMEOUT_S = 600.0  # ``check``'s default --timeout: all checks in both dtypes
@@ -86,7 +86,7 @@ def cmd_check(args) -> int:
         require_cuda("check --device cuda")
     # An unknown name: one line with "did you mean"; a file that does not import: one line.
     origin = isolated.call(
-        "posbench.core.discovery:load_limited",
+        "posbench.core.registry:load_limited",
         {"method": args.method},
         IMPORT_TIMEOUT_S,
         args.methods_dir,

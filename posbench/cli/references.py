@@ -205,12 +205,12 @@ def check_slopes(e: dict, runs) -> Result:
 
 
 def check_rope(e: dict, runs) -> Result:
-    from posbench.core import discovery
+    from posbench.core import registry
     from posbench.core.method import ModelConfig
 
     cfg = ModelConfig(d_model=e["head_dim"], n_heads=1, method=e["method"], method_options=dict(e.get("options", {})))
     try:
-        m = discovery.build(cfg).eval()
+        m = registry.build(cfg).eval()
     except (PosbenchError, ValueError, TypeError) as exc:
         return Result(e["id"], "fail", f"cannot build {e['method']}: {exc}")
     theta, attention = m.frequencies(e["length"])

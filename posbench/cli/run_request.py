@@ -68,10 +68,10 @@ def load_methods_dirs(args) -> None:
     """Add the --methods-dir folders, after reading every method file once in a child process
     with a time limit (``method_listing``): a file this process would import to learn its names
     (a computed name) must not hang or end the command here."""
-    from posbench.core import discovery
+    from posbench.core import registry
 
     for folder in args.methods_dir:
-        discovery.add_methods_dir(folder)
+        registry.add_methods_dir(folder)
     method_listing(args.methods_dir)
 
 

@@ -16,10 +16,10 @@ from typing import Callable, Iterator
 
 import torch
 
-from posbench.core import discovery
 from posbench.core import method as method_contract
+from posbench.core import registry
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM, lm_loss
+from posbench.core.model import TransformerLM, build_model, lm_loss
 from posbench.core.outcome import Unavailable
 
 TRAIN_LEN = 16  # the "training length" of the kit; long checks run at 4x
@@ -44,7 +44,7 @@ GQA = dict(d_model=128, n_heads=4, n_kv_heads=2)
 
 def build(method: str, dtype=torch.float32, device="cpu", seed: int = 0, **layout) -> TransformerLM:
     torch.manual_seed(seed)
-    model = TransformerLM(kit_config(method, **layout))
+    model = build_model(kit_config(method, **layout))
     # Learned position parameters start at 0.02-scale noise; make them large enough that a check
     # comparing outputs would notice if the method's contribution were dropped.
     for name, p in model.method.named_parameters():
@@ -63,14 +63,14 @@ def _fail(method: str, what: str) -> None:
 
 
 def unavailable(method: str, dtype, device="cpu") -> str | None:
-    return discovery.get(method).unavailable(torch.device(device), dtype)
+    return registry.get(method).unavailable(torch.device(device), dtype)
 
 
 def interface_problem(method: str) -> str | None:
     """The one line naming the hook of ``method`` the model cannot call, or None (also for a
     method that does not load: the checks say why). Asked once, before the checks."""
     try:
-        cls = discovery.get(method)
+        cls = registry.get(method)
     except Exception:
         return None
     return method_contract.interface_problem(cls)

@@ -4,6 +4,8 @@ Pre-LayerNorm blocks, tied input/output embeddings (Baevski & Auli 2018, the ALi
 model), and a KV cache for incremental decoding. The position method is one module shared by
 all layers: ``prepare`` runs once per forward and its state goes to ``embed`` (once, at the
 bottom) and to ``encode_qk`` and ``attend`` in every layer (``posbench.core.method``).
+``TransformerLM(method)`` takes a built method; ``build_model(cfg)`` builds ``cfg.method`` by name
+(``posbench.core.registry``) and the model around it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.config import PRESETS, ModelConfig, model_config  # noqa: F401  (re-exported)
 from posbench.core.method import PositionMethod, adapt_hooks
 
@@ -155,16 +157,20 @@ class TransformerLM(nn.Module):
 
     ``pos`` (T,) defaults to ``cache.length + arange(T)``; pass float positions to interpolate.
     With a ``KVCache`` the call appends this chunk's keys and values, so feeding one token at a
-    time reproduces the full forward.
+    time reproduces the full forward. ``method`` is a built ``PositionMethod``, all layers' own
+    (``build_model(cfg)`` builds ``cfg.method`` by name).
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, method: PositionMethod):
         super().__init__()
-        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.method = adapt_hooks(discovery.build(cfg))  # hooks without state: adapted once, here
-        # The method's configuration: a recipe (methods/recipes.py) sets the layout it needs, a
-        # sliding window on some layers; every other method keeps cfg as it is.
-        self.cfg = cfg = self.method.cfg
+        # The model's configuration is the method's: a recipe (methods/recipes.py) sets the layout
+        # it needs, a sliding window on some layers; every other method keeps the one it was built with.
+        cfg = method.cfg
+        # Not drawn here: _init and the normal_ below draw it; build_model draws its first,
+        # discarded values before the method, where they always were (seeded weights stay the same).
+        self.tok = nn.utils.skip_init(nn.Embedding, cfg.vocab_size, cfg.d_model)
+        self.method = adapt_hooks(method)  # hooks without state: adapted once, here
+        self.cfg = cfg
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
@@ -259,6 +265,16 @@ class TransformerLM(nn.Module):
             cache.pos, cache.default_pos = k_pos, default and cache.default_pos
         x = self.ln_f(x)
         return F.linear(x, self.tok.weight)  # tied output embedding, (B, T, V)
+
+
+def build_model(cfg: ModelConfig) -> TransformerLM:
+    """The model of ``cfg``, its method ``cfg.method`` built with ``cfg.method_options``.
+
+    A (vocab_size, d_model) normal draw comes first: the token embedding's first initialization,
+    which the model overwrites, was drawn before the method when the model built it by name, so a
+    seed gives the weights it gave then (tests/core/test_bit_identity.py)."""
+    torch.empty(cfg.vocab_size, cfg.d_model).normal_()
+    return TransformerLM(registry.build(cfg))
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

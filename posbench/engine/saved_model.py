@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from posbench.core.files import UnsafeFile, new_file_mode, open_lock, open_nofollow, own_folder
-from posbench.core.model import TransformerLM
+from posbench.core.model import TransformerLM, build_model
 
 SLACK_BYTES = 16 << 20  # beyond twice the tensors: configs, the loss curve, zip headers
 
@@ -106,7 +106,7 @@ def load_checkpoint(path, device="cpu") -> tuple[TransformerLM, dict]:
     from posbench.core.method import ModelConfig
 
     blob = read_checkpoint(path, device)
-    model = TransformerLM(ModelConfig(**blob["model_config"]))
+    model = build_model(ModelConfig(**blob["model_config"]))
     model.load_state_dict(blob["model"])
     return model.to(device).eval(), blob
 
@@ -129,7 +129,7 @@ def _differs(stored: Any, wanted: dict) -> str | None:
 def reused_model(path: Path, cfg, tcfg, device) -> tuple[TransformerLM, dict] | None:
     """The model stored at ``path`` when it is this case's (same model config, same training
     config) and readable; else None, after one line on stderr saying why the case retrains."""
-    model = TransformerLM(cfg)
+    model = build_model(cfg)
     tensors = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     try:
         blob = read_checkpoint(path, device, limit=2 * tensors + SLACK_BYTES)

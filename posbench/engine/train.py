@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from posbench.core.model import TransformerLM, lm_loss
+from posbench.core.model import TransformerLM, build_model, lm_loss
 from posbench.core.outcome import Diverged
 from posbench.engine import distributed
 from posbench.engine.budget import DEFAULT_WARMUP_S, TimeBudget, budget_of, measure_step_seconds, steps_for
@@ -230,11 +230,11 @@ def step_inputs(batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor
 def step_flops(model: TransformerLM, cfg: TrainConfig) -> int | None:
     """Counted operations of one training step (``engine.flops``); None for a method this
     installation does not know by name."""
-    from posbench.core import discovery
+    from posbench.core import registry
     from posbench.engine.flops import train_flops_per_step
 
     try:
-        method_cls = discovery.get(model.cfg.method)
+        method_cls = registry.get(model.cfg.method)
     except (KeyError, ValueError):
         return None
     return train_flops_per_step(method_cls, model.cfg, cfg.seq_len, cfg.batch_size)
@@ -292,7 +292,7 @@ def trained_model(
         if found is not None:
             return found[0], TrainResult(**found[1]["result"]), True
     torch.manual_seed(tcfg.seed)
-    model = TransformerLM(cfg)
+    model = build_model(cfg)
     data = batches()
     check = until(model) if until is not None else None
     # A time budget's warm-up times the real batch-making on a second iterator of the same data.

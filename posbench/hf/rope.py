@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.config import ModelConfig
 from posbench.core.outcome import Unavailable
 
@@ -31,7 +31,7 @@ def posbench_method(method: str, options: dict, rotary_dim: int, base: float, L_
         method=method,
         method_options={"base": base, "train_len": L_train, **options},
     )
-    m = discovery.build(cfg)
+    m = registry.build(cfg)
     if getattr(m, "yarn_ramp", "index") != "index" and m.scaling == "yarn":
         raise Unavailable(
             f"{method}: yarn_ramp {m.yarn_ramp!r} has no transformers rope_type; allowed: "

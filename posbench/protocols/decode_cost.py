@@ -66,10 +66,10 @@ def case_decode_cost(case, s, vocab_size: int, lengths: list[int]) -> dict:
     ``s.decode_repeats`` repeats."""
     import torch
 
-    from posbench.core.model import TransformerLM
+    from posbench.core.model import build_model
     from posbench.core.task import case_model_config
 
     torch.manual_seed(s.seed)
     cfg = case_model_config(case, s.method_options.get(case.method, {}), vocab_size=vocab_size)
-    model = TransformerLM(cfg).to(device=case.device, dtype=getattr(torch, s.eval_dtype))
+    model = build_model(cfg).to(device=case.device, dtype=getattr(torch, s.eval_dtype))
     return decode_cost(model, lengths, case.device, s.decode_tokens, s.seed, s.decode_repeats)

@@ -109,9 +109,9 @@ def _kill(proc: subprocess.Popen) -> None:
 def listing(device: str | None = None) -> dict:
     """``{"methods": name -> origin, "reasons": name -> why not here (None: available; only with
     ``device``), "broken": name -> the error asking it raised}``."""
-    from posbench.core import discovery
+    from posbench.core import registry
 
-    methods = discovery.listing()
+    methods = registry.listing()
     reasons: dict[str, str | None] = {}
     broken: dict[str, str] = {}
     if device:
@@ -125,24 +125,24 @@ def listing(device: str | None = None) -> dict:
                 reasons[name] = "CUDA is not available here"
                 continue
             try:
-                reasons[name] = discovery.get(name).unavailable(torch.device(device), torch.float32)
+                reasons[name] = registry.get(name).unavailable(torch.device(device), torch.float32)
             except Exception as exc:
                 broken[name] = one_line(exc)
     return {
         "methods": methods,
         "reasons": reasons,
         "broken": broken,
-        "modifiers": discovery.modifiers(),
-        "recipes": discovery.recipes(),
+        "modifiers": registry.modifiers(),
+        "recipes": registry.recipes(),
     }
 
 
 def require(method: str) -> str:
     """The file defining ``method``, imported (so a broken file fails here, within the limit)."""
-    from posbench.core import discovery
+    from posbench.core import registry
 
-    origin = discovery.require(method)
-    discovery.get(method)
+    origin = registry.require(method)
+    registry.get(method)
     return origin
 
 
@@ -189,7 +189,7 @@ def conformance(method: str, device: str, step_s: float | None = None) -> dict:
 def unavailable(cases: list[dict]) -> list[list]:
     """Per case (a ``CaseSpec``'s JSON): ``[reason or None, None]``, or ``[None, error]`` when asking
     raised (a method file that does not import)."""
-    from posbench.core import discovery
+    from posbench.core import registry
     from posbench.core.case import CaseSpec
     from posbench.core.outcome import one_line
 
@@ -200,7 +200,7 @@ def unavailable(cases: list[dict]) -> list[list]:
             if case.method in broken:
                 raise RuntimeError(broken[case.method])
             # its file imported within POSBENCH_IMPORT_TIMEOUT_S: one that blocks costs seconds, not this child's limit
-            discovery.load_limited(case.method)
+            registry.load_limited(case.method)
             out.append([unavailable_reason(case), None])
         except Exception as exc:
             broken[case.method] = one_line(exc)
@@ -218,10 +218,10 @@ def main(argv: list[str]) -> int:
     req = json.loads(request.read_text(encoding="utf-8"))
     try:
         if req["methods_dirs"]:
-            from posbench.core import discovery
+            from posbench.core import registry
 
             for folder in req["methods_dirs"]:
-                discovery.add_methods_dir(folder)
+                registry.add_methods_dir(folder)
         module, name = req["target"].split(":")
         out = {"ok": getattr(importlib.import_module(module), name)(**req["kwargs"])}
     except PosbenchError as exc:
@@ -245,11 +245,11 @@ def unavailable_reason(case: CaseSpec) -> Optional[str]:
     import torch
 
     from posbench import tasks
-    from posbench.core import discovery
+    from posbench.core import registry
 
     task = tasks.get(case.task)
     if task.own_methods:  # tasks whose "methods" are not position methods answer for their variants
         return task.unavailable_reason(case)
     dtype = getattr(torch, case.settings.get("dtype", "float32"))
     # then the task's own word (a recipe that does not fit a checkpoint's family)
-    return discovery.get(case.method).unavailable(torch.device(case.device), dtype) or task.unavailable_reason(case)
+    return registry.get(case.method).unavailable(torch.device(case.device), dtype) or task.unavailable_reason(case)

@@ -73,7 +73,7 @@ def _loaded_here(case: CaseSpec) -> bool:
     from posbench import tasks
     from posbench.core import registry
 
-    return tasks.get(case.task).own_methods or case.method in registry._METHODS
+    return tasks.get(case.task).own_methods or case.method in registry.registered()
 
 
 def ask_unavailable(cases: list[CaseSpec], methods_dirs: Sequence[str] = ()) -> dict[str, Optional[dict]]:

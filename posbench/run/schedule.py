@@ -62,16 +62,16 @@ def with_methods(suite: Suite, methods: list[str] | None) -> Suite:
     method (a plugin from ``--methods-dir`` or ``POSBENCH_METHODS_PATH`` too) runs in the same
     run folder and table as the suite's own. A task that compares its own variants (``METHODS``)
     takes only those. An unknown name is one line with a "did you mean"."""
-    from posbench.core import discovery
+    from posbench.core import registry
 
     extra = [m for m in dict.fromkeys(methods or []) if m not in suite.methods]
     if not extra:
         return suite
     task = suite.task
-    known = list(task.METHODS) if task.own_methods else discovery.names()
+    known = list(task.METHODS) if task.own_methods else registry.names()
     for name in extra:
-        if name not in known and not task.own_methods and discovery.split_composed(name):
-            discovery.require(name)  # METHOD+MODIFIER: one line naming the part that is unknown
+        if name not in known and not task.own_methods and registry.split_composed(name):
+            registry.require(name)  # METHOD+MODIFIER: one line naming the part that is unknown
         elif name not in known:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

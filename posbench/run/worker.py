@@ -50,10 +50,10 @@ def prepare(case: Case) -> bool:
         # flushes them. False where the CPU cannot flush (set_flush_denormal says so).
         flushed = torch.set_flush_denormal(flush) and flush
     if case.methods_dirs:
-        from posbench.core import discovery
+        from posbench.core import registry
 
         for folder in case.methods_dirs:
-            discovery.add_methods_dir(folder)
+            registry.add_methods_dir(folder)
     return flushed
 
 

@@ -6,7 +6,7 @@ A task package declares its ``TASK`` in its task.py with ``register_task``
 several share (training on a corpus, seeds, train then evaluate, the probes, ...) lives one floor
 beneath them, in ``posbench.protocols``; this folder holds only the packages and this front. Finding
 task packages (here, in ``POSBENCH_TASKS_PATH`` folders, from ``posbench.tasks`` entry points) is
-``posbench.core.discovery``'s: listing names imports no task, asking for one imports its package
+``posbench.core.registry``'s: listing names imports no task, asking for one imports its package
 alone, so a worker imports its own task only. Names starting with ``_`` are test-only and hidden
 from listings.
 """
@@ -15,23 +15,23 @@ from __future__ import annotations
 
 from typing import Optional
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.task import Metric, Task
 
 
 def names(include_hidden: bool = False) -> list[str]:
-    return discovery.task_names(include_hidden)
+    return registry.task_names(include_hidden)
 
 
 def get(name: str) -> Task:
     """The task registered as ``name``; an unknown name raises ``KeyError``, a package that breaks
     the contract a one-line ``RegistryError`` naming it."""
-    return discovery.get_task(name)
+    return registry.get_task(name)
 
 
 def find(name: str) -> Optional[Task]:
     """``get(name)``, or None for a task this installation does not know (rows of another one's)."""
-    return discovery.find_task(name)
+    return registry.find_task(name)
 
 
 def metrics_of(name: str) -> dict[str, Metric]:

@@ -183,11 +183,11 @@ def flex_parity(device: str, dtypes=("float32",), backward: bool = False, shapes
 
     from posbench.attention import plans
     from posbench.attention.bias import BiasMethod
-    from posbench.core import discovery
+    from posbench.core import registry
     from posbench.core.method import ModelConfig
 
     tol = {torch.float32: 2e-5, torch.bfloat16: 3e-2, torch.float16: 3e-3}
-    for name, cls in sorted(discovery.discover().items()):
+    for name, cls in sorted(registry.discover().items()):
         if not issubclass(cls, BiasMethod):
             continue
         for dtype in (getattr(torch, d) if isinstance(d, str) else d for d in dtypes):

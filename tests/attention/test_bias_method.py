@@ -10,9 +10,9 @@ from torch import nn
 
 from posbench.attention.bias import BiasForm, BiasMethod
 from posbench.core import conformance as testing
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig, causal_mask
-from posbench.core.model import TransformerLM
+from posbench.core.model import build_model
 
 
 class TinyLearned(BiasMethod):
@@ -76,7 +76,7 @@ def test_attend_is_softmax_of_scores_plus_bias_under_the_causal_mask(tq, tk):
 
 
 def test_prepare_builds_the_bias_once_per_forward_and_masks_the_future():
-    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, n_layers=3, method="alibi"))
+    model = build_model(ModelConfig(d_model=64, n_heads=4, n_layers=3, method="alibi"))
     m = model.method
     calls = []
     real = m.bias
@@ -126,7 +126,7 @@ def test_a_bias_method_without_bias_says_so_in_one_line():
 
 @pytest.mark.parametrize("name", ["alibi", "t5_bias", "kerple_log", "fire"])
 def test_the_builtin_bias_methods_use_the_shared_path(name):
-    cls = discovery.get(name)
+    cls = registry.get(name)
     assert issubclass(cls, BiasMethod)
     assert not {"prepare", "attend", "attend_bias"} & set(vars(cls)), f"{name} writes its own attention path"
 
@@ -144,10 +144,10 @@ def test_attn_backend_says_which_path_the_bias_takes(monkeypatch):
     )
     assert TinyLearned(cfg).attn_backend("cuda", torch.bfloat16) == "sdpa + bfloat16 bias (learned)"
     assert TinyFixed(cfg).attn_backend("cuda", torch.float32) == "sdpa + float32 bias"
-    t5 = discovery.build(ModelConfig(method="t5_bias"))
+    t5 = registry.build(ModelConfig(method="t5_bias"))
     assert t5.attn_backend("cpu", torch.float32) == "blocked float32 (flash op per block), distance row (no L x L)"
     assert t5.attn_backend("cuda", torch.bfloat16) == "sdpa + bfloat16 bias (learned)"
-    alibi = discovery.build(ModelConfig(method="alibi"))
+    alibi = registry.build(ModelConfig(method="alibi"))
     assert alibi.attn_backend("cpu", torch.float32) == "sdpa flash causal + per-key slope mask (linear bias, no L x L)"
     assert alibi.attn_backend("cpu", torch.bfloat16) == "blocked float32 (flash op per block), distance row (no L x L)"
 
@@ -156,9 +156,9 @@ def test_attn_backend_names_the_plain_paths_when_torch_lacks_the_masked_cpu_flas
     from posbench.attention import cpu_flash
 
     monkeypatch.setattr(cpu_flash, "CPU_FLASH_WITH_MASK", None)
-    alibi = discovery.build(ModelConfig(method="alibi"))
+    alibi = registry.build(ModelConfig(method="alibi"))
     assert alibi.attn_backend("cpu", torch.float32) == "sdpa causal + slope column (linear bias, no L x L)"
-    t5 = discovery.build(ModelConfig(method="t5_bias"))
+    t5 = registry.build(ModelConfig(method="t5_bias"))
     assert t5.attn_backend("cpu", torch.float32) == "blocked float32, distance row (no L x L)"
 
 

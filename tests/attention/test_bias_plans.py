@@ -10,9 +10,9 @@ import torch
 from posbench.attention import plans
 from posbench.attention.plans import Plan
 from posbench.core import conformance as testing
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM, lm_loss
+from posbench.core.model import build_model, lm_loss
 from tests.helpers.bias_plugins import PLUGINS, Wave, WaveTiles
 
 BUILTIN = ["alibi", "t5_bias", "kerple_log", "fire"]
@@ -30,7 +30,7 @@ def build(name, seed=0, **options):
     if name in PLUGINS:
         m = PLUGINS[name](ModelConfig(d_model=96, n_heads=3))
     else:
-        m = discovery.build(ModelConfig(method=name, d_model=96, n_heads=3, method_options=options))
+        m = registry.build(ModelConfig(method=name, d_model=96, n_heads=3, method_options=options))
     with torch.no_grad():
         for p in m.parameters():
             p.normal_(0, 0.5)  # large enough that a dropped bias would show
@@ -118,7 +118,7 @@ def test_a_training_step_saves_no_square_of_scores(name):
     B x H x L x L probabilities, and T5's bias, its gradient and layout were squares too); the
     default thresholds, L 520 (9 blocks of 64). FIRE's piecewise plan keeps no bias square either."""
     torch.manual_seed(0)
-    model = TransformerLM(ModelConfig(vocab_size=32, n_layers=2, d_model=64, n_heads=2, d_ff=64, method=name))
+    model = build_model(ModelConfig(vocab_size=32, n_layers=2, d_model=64, n_heads=2, d_ff=64, method=name))
     length = 520
     idx = torch.randint(0, 32, (1, length + 1))
     shapes = []

@@ -10,7 +10,7 @@ import torch
 from posbench.attention.blocked import blocked_bias_attention
 from posbench.attention.distance_op import distance_attention
 from posbench.attention.tiles import DistanceRow
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import build_model, model_config
 from tests.helpers.graph_breaks import fresh_dynamo  # noqa: F401  (autouse fixture)
 
 # (Tq, Tk, window, heads in the row): odd lengths, a prefill after a cache (Tq < Tk), a window,
@@ -70,7 +70,7 @@ def test_a_compiled_model_holds_one_op_per_layer_and_no_block_loop(method):
     """At L 1024 (16 blocks of 64 rows) the traced graph calls the op once per layer, training and
     evaluation, and holds no matrix product of its own: the blocks run inside the op."""
     torch.manual_seed(0)
-    model = TransformerLM(model_config("tiny", method, n_layers=2))
+    model = build_model(model_config("tiny", method, n_layers=2))
     graphs = []
 
     def backend(gm, example_inputs):

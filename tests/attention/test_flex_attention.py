@@ -13,16 +13,16 @@ import torch
 
 from posbench.attention import flex, plans
 from posbench.attention.bias import BiasMethod
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM
+from posbench.core.model import build_model
 from tests.helpers.bias_plugins import PLUGINS
 
 H, HD = 4, 8
 
 
 def bias_methods() -> dict[str, type[BiasMethod]]:
-    builtin = {n: c for n, c in discovery.discover().items() if issubclass(c, BiasMethod)}
+    builtin = {n: c for n, c in registry.discover().items() if issubclass(c, BiasMethod)}
     return {**builtin, **PLUGINS}
 
 
@@ -132,7 +132,7 @@ def test_a_model_forward_through_flex_equals_the_cpu_plans(name, monkeypatch):
     # The whole path (prepare -> plan -> every layer's attend) with the CUDA choice faked on a CPU.
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=50, d_model=32, n_heads=4, n_layers=2, d_ff=64, method=name)
-    model = TransformerLM(cfg).eval()
+    model = build_model(cfg).eval()
     tokens = torch.randint(0, 50, (2, 150))
     with torch.no_grad():
         ref = model(tokens)
@@ -150,7 +150,7 @@ def test_fox_through_flex_equals_its_reference(seed, tq, tk, monkeypatch):
     from methods.fox import fox_reference
 
     torch.manual_seed(seed)
-    fox = discovery.build(ModelConfig(d_model=H * HD, n_heads=H, n_layers=1, method="fox"))
+    fox = registry.build(ModelConfig(d_model=H * HD, n_heads=H, n_layers=1, method="fox"))
     q, k, v = torch.randn(2, H, tq, HD), torch.randn(2, H, tk, HD), torch.randn(2, H, tk, HD)
     monkeypatch.setattr(flex, "flex_available", lambda device: True)
     assert fox.attn_backend("cuda", torch.bfloat16) == "flex_attention, forget-gate score_mod (no L x L)"

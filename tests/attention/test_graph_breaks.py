@@ -13,7 +13,7 @@ import torch._dynamo
 
 from posbench.attention import plans
 from posbench.attention.form import BiasForm
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import TransformerLM, build_model, model_config
 from tests.helpers.graph_breaks import BIAS, LENGTHS, MISSION, break_reasons, fresh_dynamo, short_blocks, traced  # noqa: F401
 
 OTHERS = ["nope", "xpos", "learned", "p_rope", "randomized", "rope_nope_hybrid"]
@@ -29,7 +29,7 @@ CASES = [pytest.param("t5_bias", 1024, False, id="t5_bias-1024-default-blocks")]
 
 def _model(method: str) -> TransformerLM:
     torch.manual_seed(0)
-    return TransformerLM(model_config("tiny", method, n_layers=2))
+    return build_model(model_config("tiny", method, n_layers=2))
 
 
 @pytest.mark.parametrize("method, length, short", CASES)

@@ -11,7 +11,7 @@ import torch
 from posbench.attention import plans
 from posbench.attention.blocked import blocked_bias_attention
 from posbench.attention.piecewise import PiecewiseRatio, RatioPieces, relu_mlp_pieces
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.masked import causal_mask
 from posbench.core.method import ModelConfig
 
@@ -114,7 +114,7 @@ def test_fire_piecewise_plan_equals_fire_in_float64_with_every_gradient(monkeypa
     monkeypatch.setattr(plans, "BLOCKED_MIN_ROWS", 1)
     monkeypatch.setattr(plans, "BLOCK_ROWS", 8)
     torch.manual_seed(seed)
-    m = discovery.build(ModelConfig(method="fire", d_model=48, n_heads=3, method_options={"init_L": init_L}))
+    m = registry.build(ModelConfig(method="fire", d_model=48, n_heads=3, method_options={"init_L": init_L}))
     with torch.no_grad():
         m.c.fill_(0.3)
         m.b1.mul_(0.3)  # breakpoints among the x of the data

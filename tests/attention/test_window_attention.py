@@ -12,7 +12,7 @@ import torch
 from posbench.attention import plans
 from posbench.attention.blocked import blocked_bias_attention, window_start
 from posbench.attention.tiles import BiasTiles, DenseBias, DistanceRow
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.masked import biased_attention, causal_attention, causal_mask, mask_bias, windowed
 from posbench.core.method import ModelConfig
 
@@ -133,7 +133,7 @@ def test_blocked_attention_skips_the_key_blocks_outside_the_window():
 
 def _method(name: str, seed: int, window=None):
     torch.manual_seed(seed)
-    method = discovery.get(name)(ModelConfig(d_model=H * HD, n_heads=H, method=name, window=window))
+    method = registry.get(name)(ModelConfig(d_model=H * HD, n_heads=H, method=name, window=window))
     with torch.no_grad():  # learned parameters away from their initial values: a real bias
         for p in method.parameters():
             p.add_(0.3 * torch.randn_like(p))
@@ -184,7 +184,7 @@ def test_every_plan_of_every_bias_method_takes_the_window(name, seed, tq, tk, wi
 def test_a_bias_method_in_a_windowed_layer_attends_within_it_and_a_global_layer_does_not(name):
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=H * HD, n_heads=H, n_layers=2, method=name, window=5, window_layers=[1])
-    method = discovery.get(name)(cfg)
+    method = registry.get(name)(cfg)
     q, k, v = (x.detach() for x in qkv(0, 1, H, 600, 600, torch.float32))  # 600 queries: a blocked plan on a CPU
     pos = torch.arange(600)
     state = method.prepare(pos, pos, torch.float32)

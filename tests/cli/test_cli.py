@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from posbench.cli import app as cli
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.run import suite as suitemod
 from tests.helpers.suites import VALID as SUITE  # the same valid suite the validation tests start from
 
@@ -115,7 +115,7 @@ def test_list_without_check_reads_methods_from_their_files(capsys):
     assert cli.main(["list"]) == 0
     methods, suites = capsys.readouterr().out.split("suites:\n")
     lines = methods.splitlines()[1:]
-    assert [line.split()[0] for line in lines] == sorted(discovery.listing())
+    assert [line.split()[0] for line in lines] == sorted(registry.listing())
     assert "  sinusoidal     " in methods and "methods/sinusoidal.py" in methods and "available" not in methods
     assert [line.split()[0] for line in suites.splitlines()] == suitemod.names()
 

@@ -7,17 +7,17 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.masked import explicit_attention, mask_bias
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import build_model, model_config
 
-CPU_METHODS = [m for m in discovery.names() if discovery.get(m).unavailable(torch.device("cpu"), torch.float32) is None]
+CPU_METHODS = [m for m in registry.names() if registry.get(m).unavailable(torch.device("cpu"), torch.float32) is None]
 
 
 def test_token_embeddings_enter_at_unit_scale():
     for preset in ("tiny", "small"):
-        model = TransformerLM(model_config(preset, "nope"))
+        model = build_model(model_config(preset, "nope"))
         d = model.cfg.d_model
         assert model.cfg.token_scale == pytest.approx(math.sqrt(d))
         assert model.tok.weight.std().item() == pytest.approx(d**-0.5, rel=0.05)
@@ -38,7 +38,7 @@ def test_position_signal_below_token_signal_at_init(method, preset):
     """A method that adds to the embeddings must not drown the tokens (fairseq: ratio ~0.7 for
     sinusoidal); before the fix it was ~35 and two tokens at one position looked alike."""
     torch.manual_seed(0)
-    model = TransformerLM(model_config(preset, method))
+    model = build_model(model_config(preset, method))
     idx = torch.randint(0, model.cfg.vocab_size, (2, 512))
     x = model.tok(idx) * model.cfg.token_scale  # (B, T, D)
     with torch.no_grad():
@@ -52,14 +52,14 @@ def test_position_signal_below_token_signal_at_init(method, preset):
 def test_model_info_names_scale_and_attention_path(monkeypatch):
     from posbench.attention import flex
 
-    model = TransformerLM(model_config("tiny", "alibi"))
+    model = build_model(model_config("tiny", "alibi"))
     info = model.info("cpu", torch.float32)
     assert info == {
         "embed_scale": "11.3137",
         "attn_backend": "sdpa flash causal + per-key slope mask (linear bias, no L x L)",
         "compute_dtype": "float32",
     }
-    compute = TransformerLM(model_config("tiny", "alibi", method_options={"bias_dtype": "compute"}))
+    compute = build_model(model_config("tiny", "alibi", method_options={"bias_dtype": "compute"}))
     # a GPU with FlexAttention: the float32 bias as a linear score_mod; rounded to bf16, one row
     monkeypatch.setattr(flex, "flex_available", lambda device: torch.device(device).type == "cuda")
     assert model.info("cuda", torch.bfloat16)["attn_backend"] == "flex_attention, linear score_mod (no L x L)"
@@ -87,3 +87,19 @@ def test_explicit_attention_takes_half_precision_products_in_float32(seed, tq, t
     old = (torch.softmax(rounded, dim=-1).bfloat16() @ v).double()
     old_err = (old - want).abs().max().item()
     assert err < 0.05 and err < old_err / 2, (err, old_err)
+
+
+def test_the_model_takes_a_built_method_and_build_model_keeps_the_seeded_weights():
+    """``TransformerLM(method)`` runs any built method, registered or not; ``build_model(cfg)``
+    builds ``cfg.method`` by name and, under one seed, gives the same weights each time."""
+    from posbench.core.model import TransformerLM
+
+    cfg = model_config("tiny", "alibi", n_layers=1)
+    model = TransformerLM(registry.build(cfg))
+    assert model.cfg == cfg and model.method.cfg == cfg
+    assert model(torch.zeros(1, 5, dtype=torch.long)).shape == (1, 5, cfg.vocab_size)
+    torch.manual_seed(3)
+    a = build_model(model_config("tiny", "kerple_log", n_layers=1))
+    torch.manual_seed(3)
+    b = build_model(model_config("tiny", "kerple_log", n_layers=1))
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))

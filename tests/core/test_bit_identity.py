@@ -26,9 +26,9 @@ import pytest
 import torch
 
 from posbench.attention import blocked
-from posbench.core import discovery, registry
+from posbench.core import registry
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM, lm_loss
+from posbench.core.model import TransformerLM, build_model, lm_loss
 from posbench.triton_kernels import FusedKernelMethod
 from tests.helpers.bias_plugins import PLUGINS
 
@@ -72,13 +72,13 @@ def fingerprint() -> dict:
 
 def methods() -> list[str]:
     """Every registered method but the fused Triton ones (CUDA kernels), and the two plugins."""
-    names = [n for n in discovery.names() if not issubclass(discovery.get(n), FusedKernelMethod)]
+    names = [n for n in registry.names() if not issubclass(registry.get(n), FusedKernelMethod)]
     return names + list(PLUGINS)
 
 
 def build(name: str) -> TransformerLM:
     torch.manual_seed(0)
-    model = TransformerLM(ModelConfig(vocab_size=64, n_layers=2, d_model=32, n_heads=4, d_ff=64, method=name))
+    model = build_model(ModelConfig(vocab_size=64, n_layers=2, d_model=32, n_heads=4, d_ff=64, method=name))
     with torch.no_grad():  # position parameters large enough that a dropped bias would show
         for p in model.method.parameters():
             p.add_(torch.randn_like(p) * 0.3)
@@ -170,7 +170,7 @@ def measure(name: str, dtype: str, mode: str) -> dict:
 
 @contextlib.contextmanager
 def plugins_registered():
-    added = [registry.register(cls) for cls in PLUGINS.values() if cls.name not in discovery.names()]
+    added = [registry.register(cls) for cls in PLUGINS.values() if cls.name not in registry.names()]
     try:
         yield
     finally:
@@ -237,7 +237,7 @@ def test_outputs_and_gradients_are_bit_identical(name, dtype, mode):
 
 
 def _slopes_off_by_3_percent(monkeypatch):
-    alibi = sys.modules[discovery.get("alibi").__module__]
+    alibi = sys.modules[registry.get("alibi").__module__]
     real = alibi.slopes_tensor
     monkeypatch.setattr(alibi, "slopes_tensor", lambda n_heads: real(n_heads) * 1.03)
 

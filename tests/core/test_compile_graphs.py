@@ -6,14 +6,14 @@ import pytest
 import torch
 import torch._dynamo
 
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import build_model, model_config
 
 
 @pytest.mark.parametrize("method", ["sinusoidal", "rotary", "alibi", "t5_bias"])
 def test_method_traces_without_graph_breaks_and_matches_eager(method):
     torch.manual_seed(0)
     torch._dynamo.reset()
-    model = TransformerLM(model_config("tiny", method, n_layers=2)).eval()
+    model = build_model(model_config("tiny", method, n_layers=2)).eval()
     x = torch.randint(0, 256, (1, 37))
     explained = torch._dynamo.explain(model)(x)
     assert explained.graph_break_count == 0, [str(r.reason).splitlines()[0] for r in explained.break_reasons]

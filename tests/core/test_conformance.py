@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from posbench.core import conformance as testing
-from posbench.core import discovery, registry
+from posbench.core import registry
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.outcome import Unavailable
 from posbench.core.registry import register
 from tests.helpers.marks import SLOW_WHEN_INTERPRETED, interpreted
 
-METHODS = discovery.names()
+METHODS = registry.names()
 # the checks that decode token by token beyond the kit's length (the window checks: two layouts)
 DECODING = ("kv_decode", "window", "gqa_window")
 # `slow` (left out by `make test-fast`, run by `make test`): the Triton methods where their kernels are
@@ -178,7 +178,7 @@ def test_position_buffers_stay_float32_through_casts():
     from posbench.core.method import ModelConfig
 
     for name in ("sinusoidal", "rotary", "alibi"):
-        m = discovery.build(ModelConfig(method=name))
+        m = registry.build(ModelConfig(method=name))
         (buf_name,) = m._position_buffers
         assert getattr(m.to(torch.bfloat16), buf_name).dtype == torch.float32
         assert getattr(m.half(), buf_name).dtype == torch.float32

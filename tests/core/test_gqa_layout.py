@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from posbench.core.config import ModelConfig
-from posbench.core.model import TransformerLM
+from posbench.core.model import build_model
 
 
 def _model(method="alibi", **layout):
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=50, n_layers=2, d_model=64, n_heads=4, d_ff=96, method=method, **layout)
-    return TransformerLM(cfg).eval()
+    return build_model(cfg).eval()
 
 
 @pytest.mark.parametrize("value", [3, 0, -2, 8, 2.0, True, "2"])

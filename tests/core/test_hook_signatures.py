@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from posbench.core import conformance as testing
-from posbench.core import discovery, registry
+from posbench.core import registry
 from posbench.core.method import ModelConfig, PositionMethod, adapt_hooks, causal_attention, interface_problem
-from posbench.core.model import TransformerLM
+from posbench.core.model import build_model
 
 
 class Natural(PositionMethod):
@@ -70,7 +70,7 @@ class Unworkable(PositionMethod):
 
 def test_hooks_without_state_work_in_the_model_and_outside_it(plugin):
     name = plugin(Natural)
-    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, n_layers=2, method=name))
+    model = build_model(ModelConfig(d_model=64, n_heads=4, n_layers=2, method=name))
     idx = torch.randint(0, 256, (2, 12))
     with torch.no_grad():
         full = model(idx)
@@ -89,7 +89,7 @@ def test_hooks_without_state_work_in_the_model_and_outside_it(plugin):
 
 
 def test_an_adapted_copy_computes_with_its_own_parameters(plugin):
-    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, method=plugin(Natural)))
+    model = build_model(ModelConfig(d_model=64, n_heads=4, method=plugin(Natural)))
     twin = copy.deepcopy(model.method)  # the conformance kit's float64 reference is such a copy
     with torch.no_grad():
         twin.gain.mul_(3.0)
@@ -115,8 +115,8 @@ def test_the_kit_still_catches_what_a_hook_without_state_gets_wrong(plugin):
 
 
 def test_builtin_hooks_are_not_wrapped():
-    for name in discovery.names():
-        model = TransformerLM(ModelConfig(d_model=64, n_heads=4, method=name))
+    for name in registry.names():
+        model = build_model(ModelConfig(d_model=64, n_heads=4, method=name))
         assert not {"embed", "encode_qk", "attend"} & set(vars(model.method)), name
 
 

@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from posbench.core.model import KVCache, TransformerLM, model_config
+from posbench.core.model import KVCache, build_model, model_config
 
 
 def _chunk(t, b=2, h=3, hd=4, seed=0):
@@ -60,7 +60,7 @@ def test_cache_with_gradients_concatenates_so_backward_still_works():
 
 
 def test_fork_is_independent_of_the_trunk():
-    model = TransformerLM(model_config("tiny", "rotary", n_layers=2)).eval()
+    model = build_model(model_config("tiny", "rotary", n_layers=2)).eval()
     idx = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         trunk = model.new_cache(capacity=64)
@@ -76,7 +76,7 @@ def test_fork_is_independent_of_the_trunk():
 
 @pytest.mark.parametrize("method", ["sinusoidal", "rotary", "alibi", "t5_bias", "xpos", "rotary_dynamic_ntk"])
 def test_decoding_through_a_preallocated_cache_equals_the_full_forward(method):
-    model = TransformerLM(model_config("tiny", method, n_layers=2)).eval()
+    model = build_model(model_config("tiny", method, n_layers=2)).eval()
     idx = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         full = model(idx)
@@ -90,7 +90,7 @@ def test_rotary_rotates_only_the_new_key_per_decode_step(monkeypatch):
     # The cache holds rotated keys, so a decode step rotates one query and one key (T = 1), and
     # the positions stay slices of the model's one arange (no concatenation per step).
     rows = []
-    model = TransformerLM(model_config("tiny", "rotary", n_layers=3)).eval()
+    model = build_model(model_config("tiny", "rotary", n_layers=3)).eval()
     rotary_module = sys.modules[type(model.method).__module__]  # the module object the registry loaded
     real = rotary_module._rotated
     monkeypatch.setattr(rotary_module, "_rotated", lambda x, cos, sin, sign: rows.append(x.shape[-2]) or real(x, cos, sin, sign))
@@ -110,7 +110,7 @@ def test_dynamic_rotary_keeps_raw_keys_and_rotates_them_with_the_current_length(
     # Seeded: unseeded, 1 draw in 40 differed by 1.2e-4 (float32 rounding of the two paths); a
     # wrong rotation of a cached key differs by O(1).
     torch.manual_seed(0)
-    model = TransformerLM(model_config("tiny", "rotary_dynamic_ntk", n_layers=1)).eval()
+    model = build_model(model_config("tiny", "rotary_dynamic_ntk", n_layers=1)).eval()
     model.method.trained_len.fill_(8)  # beyond 8 tokens the base grows with the length
     rows = []
     rotary_module = sys.modules[type(model.method).__module__]  # the module object the registry loaded
@@ -126,7 +126,7 @@ def test_dynamic_rotary_keeps_raw_keys_and_rotates_them_with_the_current_length(
 
 
 def test_prepare_runs_once_per_forward_and_every_layer_gets_its_state(monkeypatch):
-    model = TransformerLM(model_config("tiny", "t5_bias", n_layers=4))
+    model = build_model(model_config("tiny", "t5_bias", n_layers=4))
     calls, seen = [], []
     real_prepare, real_attend = model.method.prepare, model.method.attend
     monkeypatch.setattr(model.method, "prepare", lambda *a: calls.append(a) or real_prepare(*a))
@@ -141,7 +141,7 @@ def test_prepare_runs_once_per_forward_and_every_layer_gets_its_state(monkeypatc
 
 
 def test_prepare_is_told_the_dtype_q_and_k_have_under_autocast(monkeypatch):
-    model = TransformerLM(model_config("tiny", "t5_bias", n_layers=1))
+    model = build_model(model_config("tiny", "t5_bias", n_layers=1))
     pairs = []
     real_attend = model.method.attend
     monkeypatch.setattr(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from posbench.core import discovery, registry
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,16 +23,16 @@ VARIANTS = {
 
 @pytest.fixture
 def clean_registry():
-    before = set(registry._METHODS)
+    before = set(registry.registered())
     yield
-    for name in set(registry._METHODS) - before:
+    for name in set(registry.registered()) - before:
         registry.unregister(name)
 
 
 @pytest.mark.subprocess
 def test_listing_reads_the_rotary_table_without_importing_torch():
     code = (
-        "import sys; from posbench.core import discovery; found = discovery.listing(); "
+        "import sys; from posbench.core import registry; found = registry.listing(); "
         "print(sorted(n for n in found if n.startswith('rotary')), 'torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
@@ -44,23 +44,23 @@ def test_listing_reads_the_rotary_table_without_importing_torch():
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_each_variant_is_rotary_with_its_scaling_fixed(name):
     scaling, factor = VARIANTS[name]
-    cls = discovery.get(name)
-    assert cls.name == name and issubclass(cls, discovery.get("rotary"))
-    assert discovery.origin(name) == str(ROOT / "methods" / "rotary.py")
-    m = discovery.build(ModelConfig(method=name, method_options={"train_len": 64}))
+    cls = registry.get(name)
+    assert cls.name == name and issubclass(cls, registry.get("rotary"))
+    assert registry.origin(name) == str(ROOT / "methods" / "rotary.py")
+    m = registry.build(ModelConfig(method=name, method_options={"train_len": 64}))
     assert (m.scaling, m.factor, m.train_len, m.base) == (scaling, factor, 64, 10000.0)
     with pytest.raises(
         registry.RegistryError,
         match=rf"^method '{name}': unknown option\(s\) scaling; "
         r"allowed: factor, train_len, base$",
     ):
-        discovery.build(ModelConfig(method=name, method_options={"scaling": "pi"}))
+        registry.build(ModelConfig(method=name, method_options={"scaling": "pi"}))
 
 
 def test_a_variant_equals_rotary_with_the_same_options():
     cfg = dict(d_model=64, n_heads=4)
-    variant = discovery.build(ModelConfig(method="rotary_ntk", **cfg)).eval()
-    plain = discovery.build(ModelConfig(method="rotary", method_options={"scaling": "ntk", "factor": 8.0}, **cfg)).eval()
+    variant = registry.build(ModelConfig(method="rotary_ntk", **cfg)).eval()
+    plain = registry.build(ModelConfig(method="rotary", method_options={"scaling": "ntk", "factor": 8.0}, **cfg)).eval()
     q, k, v = (torch.randn(1, 4, 40, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
     pos = torch.arange(40)
     assert torch.equal(variant.attend(q, k, v, pos, pos, 0), plain.attend(q, k, v, pos, pos, 0))
@@ -86,12 +86,12 @@ def test_a_plugin_table_is_read_without_importing_the_file(tmp_path, monkeypatch
     path.write_text(
         PLUGIN.format(TABLE='{"fam_small": {"size": 1}, "fam_big": {"size": 2}}') + "raise RuntimeError('imported')\n"
     )  # importing it would fail
-    monkeypatch.setenv(discovery.METHODS_ENV_PATH, str(tmp_path))
-    found = discovery.listing()
+    monkeypatch.setenv(registry.METHODS_ENV_PATH, str(tmp_path))
+    found = registry.listing()
     assert found["fam_small"] == found["fam_big"] == str(path.resolve())
-    assert str(path.resolve()) not in discovery._SCANNED
+    assert not registry.is_imported(path)
     path.write_text(PLUGIN.format(TABLE='{"fam_small": {"size": 1}, "fam_big": {"size": 2}}'))
-    assert discovery.get("fam_big").size == 2
+    assert registry.get("fam_big").size == 2
 
 
 @pytest.mark.parametrize(
@@ -99,9 +99,9 @@ def test_a_plugin_table_is_read_without_importing_the_file(tmp_path, monkeypatch
 )
 def test_a_table_reading_cannot_follow_is_imported(tmp_path, monkeypatch, clean_registry, table):
     (tmp_path / "fam.py").write_text(PLUGIN.format(TABLE=table))
-    monkeypatch.setenv(discovery.METHODS_ENV_PATH, str(tmp_path))
-    assert "fam_small" in discovery.listing()
-    assert str((tmp_path / "fam.py").resolve()) in discovery._SCANNED
+    monkeypatch.setenv(registry.METHODS_ENV_PATH, str(tmp_path))
+    assert "fam_small" in registry.listing()
+    assert registry.is_imported(tmp_path / "fam.py")
 
 
 def test_a_variant_class_with_another_name_is_one_line(clean_registry):

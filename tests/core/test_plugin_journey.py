@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from posbench.core import conformance as testing
-from posbench.core import discovery, registry
+from posbench.core import registry
 from posbench.store.run_rows import latest, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ RAISES = textwrap.dedent("""
 
 def bench(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     """``python bench.py ARGS`` from ``cwd`` (outside the checkout), as a user types it."""
-    full_env = {k: v for k, v in os.environ.items() if k != discovery.METHODS_ENV_PATH}
+    full_env = {k: v for k, v in os.environ.items() if k != registry.METHODS_ENV_PATH}
     full_env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **(env or {}))
     return subprocess.run(
         [sys.executable, str(ROOT / "bench.py"), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600
@@ -137,7 +137,7 @@ def registry_rows(run_dir: Path) -> list[dict]:
 
 @pytest.mark.subprocess
 def test_conformance_test_of_pytest_sees_a_plugin_named_by_the_environment(outside):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **{discovery.METHODS_ENV_PATH: str(outside / "plugins")})
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **{registry.METHODS_ENV_PATH: str(outside / "plugins")})
     proc = subprocess.run(
         [
             sys.executable,
@@ -173,7 +173,7 @@ def test_check_reports_a_plugin_that_raises_as_failed_checks(outside):
 
 def test_run_all_survives_a_plugin_that_raises_and_says_what_its_values_mean(tmp_path, monkeypatch):
     (tmp_path / "raises.py").write_text(RAISES)
-    monkeypatch.setattr(discovery, "_extra_dirs", [tmp_path])
+    registry.add_methods_dir(tmp_path)  # tests/conftest.py puts the folders back after the test
     try:
         results = testing.run_all("raises_in_init", dtypes=(testing.torch.float32,))
     finally:
@@ -220,7 +220,7 @@ def test_a_plugin_file_that_does_not_parse_blocks_only_what_uses_it(outside):
         line for line in listed.stderr.splitlines() if line.startswith(warning)
     ]
     assert listed.stderr.count("\n") == 1
-    valid = bench("validate", "efficiency", cwd=outside, env={discovery.METHODS_ENV_PATH: str(outside / "plugins")})
+    valid = bench("validate", "efficiency", cwd=outside, env={registry.METHODS_ENV_PATH: str(outside / "plugins")})
     assert valid.returncode == 0 and valid.stdout.startswith("ok: ") and warning in valid.stderr
 
 

@@ -1,6 +1,6 @@
 """A method file that blocks at import costs seconds, not minutes: listing names (``list``,
 ``validate``, ``run``) and ``check`` cut its import after ``POSBENCH_IMPORT_TIMEOUT_S`` with one
-line naming the file (posbench/core/discovery.py; issue 44, left from round 3)."""
+line naming the file (posbench/core/registry/_imports.py; issue 44, left from round 3)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.registry import RegistryError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,9 +42,7 @@ def blocking(tmp_path):
     folder.mkdir()
     (folder / "slow.py").write_text(BLOCKING)
     yield folder
-    discovery._extra_dirs.clear()
-    discovery._BROKEN.clear()
-    discovery._TIMED_OUT.clear()
+    registry.reset_search()
 
 
 def test_a_blocking_import_is_cut_after_the_limit(blocking):
@@ -52,19 +50,19 @@ def test_a_blocking_import_is_cut_after_the_limit(blocking):
 
     started = time.monotonic()
     with pytest.raises(RegistryError, match=r"slow.py: TimeoutError: its import did not finish within 0.5 s"):
-        discovery._import_file(blocking / "slow.py", 0.5)
+        registry.import_method_file(blocking / "slow.py", 0.5)
     assert time.monotonic() - started < 5
 
 
 def test_listing_skips_a_blocking_file_in_seconds_naming_it(blocking, monkeypatch, capsys):
-    monkeypatch.setenv(discovery.IMPORT_LIMIT_ENV, "0.5")
+    monkeypatch.setenv(registry.IMPORT_LIMIT_ENV, "0.5")
     import posbench.core.method  # noqa: F401
 
-    discovery.add_methods_dir(blocking)
+    registry.add_methods_dir(blocking)
     started = time.monotonic()
-    names = discovery.listing()
+    names = registry.listing()
     assert "alibi" in names and "slow" not in names
-    assert discovery.listing() == names  # not waited for a second time
+    assert registry.listing() == names  # not waited for a second time
     assert time.monotonic() - started < 5
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"warning: method file {(blocking / 'slow.py').resolve()} skipped: " in err
@@ -74,7 +72,7 @@ def test_listing_skips_a_blocking_file_in_seconds_naming_it(blocking, monkeypatc
 @pytest.mark.subprocess
 @pytest.mark.parametrize("command", [["list"], ["check", "slow"]])
 def test_list_and_check_answer_within_seconds(blocking, command):
-    env = {**os.environ, discovery.IMPORT_LIMIT_ENV: "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, registry.IMPORT_LIMIT_ENV: "1", "PYTHONPATH": str(ROOT)}
     started = time.monotonic()
     out = subprocess.run(
         [sys.executable, str(ROOT / "bench.py"), *command, "--methods-dir", str(blocking)],

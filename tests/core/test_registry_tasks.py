@@ -1,5 +1,5 @@
 """Tasks are found as methods are: the packages of posbench/tasks/, of the folders of
-``POSBENCH_TASKS_PATH`` and the ``posbench.tasks`` entry points (posbench/core/discovery.py).
+``POSBENCH_TASKS_PATH`` and the ``posbench.tasks`` entry points (posbench/core/registry/_tasks.py).
 Listing names imports no task; asking for one imports its package alone."""
 
 import os
@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from posbench import tasks
-from posbench.core import discovery, registry
+from posbench.core import registry
 from posbench.core.registry import RegistryError
 
 TASK_PY = textwrap.dedent("""
@@ -47,7 +47,7 @@ def task_path(tmp_path, monkeypatch):
     """``add(folder)``: look for task packages in ``folder`` too, for one test."""
 
     def add(folder):
-        monkeypatch.setenv(discovery.TASKS_ENV_PATH, os.pathsep.join([str(folder), os.environ[discovery.TASKS_ENV_PATH]]))
+        monkeypatch.setenv(registry.TASKS_ENV_PATH, os.pathsep.join([str(folder), os.environ[registry.TASKS_ENV_PATH]]))
         return folder
 
     return add
@@ -83,7 +83,7 @@ def test_a_task_name_found_twice_names_both(tmp_path, task_path):
     with pytest.raises(
         RegistryError,
         match=rf"^duplicate task name 'efficiency': found in "
-        rf"{re.escape(str(discovery.TASKS_DIR / 'efficiency'))} and in "
+        rf"{re.escape(str(registry.TASKS_DIR / 'efficiency'))} and in "
         rf"{re.escape(str((tmp_path / 'one' / 'efficiency').resolve()))}$",
     ):
         tasks.names()
@@ -128,7 +128,7 @@ def test_listing_tasks_imports_none_and_no_torch():
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "PYTHONPATH": str(discovery.TASKS_DIR.parents[1])},
+        env={**os.environ, "PYTHONPATH": str(registry.TASKS_DIR.parents[1])},
     ).stdout
     assert out.startswith("['decode', 'efficiency', ") and out.rstrip().endswith("] []")
 
@@ -154,6 +154,6 @@ def test_entry_point_task_group(tmp_path):
         capture_output=True,
         text=True,
         check=True,
-        env={"PYTHONPATH": f"{site}{os.pathsep}{discovery.TASKS_DIR.parents[1]}"},
+        env={"PYTHONPATH": f"{site}{os.pathsep}{registry.TASKS_DIR.parents[1]}"},
     ).stdout
     assert out.split() == ["True", "ext_task", "extpkg"]

@@ -11,16 +11,16 @@ import sys
 import pytest
 import torch
 
-from posbench.core import discovery, registry
+from posbench.core import registry
 from posbench.core.config import ModelConfig
-from posbench.core.model import KVCache, TransformerLM
+from posbench.core.model import KVCache, build_model
 from posbench.core.outcome import Unavailable
 
 
 def _model(method="alibi", **layout):
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=50, n_layers=3, d_model=64, n_heads=4, d_ff=96, method=method, **layout)
-    model = TransformerLM(cfg).eval()
+    model = build_model(cfg).eval()
     with torch.no_grad():  # learned position parameters away from their start: a real contribution
         for p in model.method.parameters():
             p.normal_(0, 0.5)
@@ -114,7 +114,7 @@ def test_model_overrides_are_checked_by_each_field_type():
 
 def test_an_unknown_composed_name_is_one_line():
     with pytest.raises(registry.RegistryError) as err:
-        discovery.get("alibi+bogus")
+        registry.get("alibi+bogus")
     assert str(err.value) == (
         "unknown method 'alibi+bogus': 'bogus' is not a modifier; allowed: METHOD+MODIFIER with a modifier from: gate, qknorm, sink, ssmax"
     )
@@ -123,7 +123,7 @@ def test_an_unknown_composed_name_is_one_line():
 @pytest.mark.parametrize("method", ["alibi_triton", "t5_triton"])
 def test_the_triton_methods_decline_a_window_in_one_line(method):
     with pytest.raises(Unavailable) as err:
-        discovery.get(method)(ModelConfig(n_heads=4, window=16, method=method))
+        registry.get(method)(ModelConfig(n_heads=4, window=16, method=method))
     assert str(err.value) == (
         f"{method}: sliding-window attention (window 16) is not supported: the fused kernel masks "
         f"by causality alone (posbench/triton_kernels/{method.removesuffix('_triton')}_attention.py)"
@@ -131,7 +131,7 @@ def test_the_triton_methods_decline_a_window_in_one_line(method):
 
 
 def test_only_the_fused_kernel_methods_decline_a_window():
-    declining = {n for n, cls in discovery.discover().items() if cls.no_window}
+    declining = {n for n, cls in registry.discover().items() if cls.no_window}
     assert declining == {"alibi_triton", "t5_triton", "fox_triton"}
 
 
@@ -177,8 +177,9 @@ def test_the_windowed_model_equals_a_plain_masked_forward(method):
         assert not torch.allclose(got, plain(idx))
         windows = [6, None, 6]
         seen = []
+        real = plain.method.attend  # bound now: masked replaces it below
 
-        def masked(q, k, v, q_pos, k_pos, layer, state=None, real=plain.method.attend):
+        def masked(q, k, v, q_pos, k_pos, layer, state=None):
             seen.append(layer)
             if windows[layer] is None:
                 return real(q, k, v, q_pos, k_pos, layer, state)
@@ -266,7 +267,7 @@ def test_a_windowed_cache_under_autograd_concatenates_and_keeps_the_window():
 
 
 def test_ssmax_counts_only_the_keys_in_the_window():
-    log_key_counts = sys.modules[discovery.get("nope+ssmax").attend.__module__].log_key_counts  # methods/ssmax.py
+    log_key_counts = sys.modules[registry.get("nope+ssmax").attend.__module__].log_key_counts  # methods/ssmax.py
     got = log_key_counts(4, 10, "cpu", window=8)  # queries at key indices 6..9 see 7, 8, 8, 8 keys
     assert torch.allclose(got, torch.tensor([7.0, 8.0, 8.0, 8.0]).log())
     assert torch.allclose(log_key_counts(3, 3, "cpu"), torch.tensor([1.0, 2.0, 3.0]).log())

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from posbench.core.alibi_math import alibi_slopes
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import TransformerLM, build_model, model_config
 from posbench.engine.attention_probe import attention_stats, diagnose, probed, uniform_entropy
 
 
 def _blind(method: str) -> TransformerLM:
     """A model whose queries and keys are zero: its attention is the method's positions alone."""
     torch.manual_seed(0)
-    model = TransformerLM(model_config("tiny", method, n_layers=2, d_model=32, n_heads=4, d_ff=64, vocab_size=50)).eval()
+    model = build_model(model_config("tiny", method, n_layers=2, d_model=32, n_heads=4, d_ff=64, vocab_size=50)).eval()
     for blk in model.blocks:
         with torch.no_grad():
             blk.qkv.weight[:64].zero_()

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.config import ModelConfig
 from posbench.engine import budget as budget_mod
 from posbench.engine.budget import MIN_TIMED_STEPS, TimeBudget, budget_of, measure_step_seconds, planned_steps, steps_for
@@ -94,8 +94,8 @@ def test_matmul_and_position_flops_against_a_hand_count():
         "t5_bias": 2 * 3 * 3,
     }  # an (H, T, T) bias added in one layer
     for name, count in by_hand.items():
-        assert position_flops(discovery.get(name), cfg, 3) == count, name
-    assert train_flops_per_step(discovery.get("alibi"), cfg, 3, batch_size=2) == 3 * 2 * (1152 + 18)
+        assert position_flops(registry.get(name), cfg, 3) == count, name
+    assert train_flops_per_step(registry.get("alibi"), cfg, 3, batch_size=2) == 3 * 2 * (1152 + 18)
 
     class Declared:
         @staticmethod

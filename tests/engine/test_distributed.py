@@ -21,7 +21,7 @@ import torch
 from posbench.cli import app as cli
 from posbench.cli.run_output import EXIT_CASES_FAILED
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM
+from posbench.core.model import TransformerLM, build_model
 from posbench.engine import distributed
 from posbench.engine.evaluate import evaluate
 from posbench.engine.train import TrainConfig, train
@@ -46,7 +46,7 @@ def _tokens() -> np.ndarray:
 
 def _model() -> TransformerLM:
     torch.manual_seed(0)
-    return TransformerLM(ModelConfig(method="alibi", vocab_size=64, n_layers=2, d_model=32, n_heads=2, d_ff=64))
+    return build_model(ModelConfig(method="alibi", vocab_size=64, n_layers=2, d_model=32, n_heads=2, d_ff=64))
 
 
 def _batches(tokens):

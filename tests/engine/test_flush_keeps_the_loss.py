@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from posbench.core.alibi_math import alibi_slopes
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import build_model, model_config
 from posbench.engine.env import can_flush_subnormals
 from posbench.engine.evaluate import evaluate
 
@@ -17,7 +17,7 @@ L = 512  # ALiBi's first head (slope 1/4) puts keys 350-410 back at exp(-87..-10
 def _loss(method: str, flush: bool) -> float:
     torch.set_flush_denormal(flush)
     torch.manual_seed(0)
-    model = TransformerLM(model_config("tiny", method))
+    model = build_model(model_config("tiny", method))
     tokens = torch.randint(0, 256, (2 * L + 1,), generator=torch.Generator().manual_seed(1))
     return evaluate(model, tokens, L, batch_size=2).loss
 

@@ -5,13 +5,13 @@ import math
 
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 
 
 def method(name, **options):
     cfg = ModelConfig(d_model=64, n_heads=4, n_layers=4, method=name, method_options=options)
-    return discovery.build(cfg)
+    return registry.build(cfg)
 
 
 def reference_attention(q, k, v, bias=None):

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.triton_kernels import interpreter_on
 
 # pytest.param(..., marks=SLOW_WHEN_INTERPRETED) or pytestmark = SLOW_WHEN_INTERPRETED
@@ -26,7 +26,7 @@ def slow_when_interpreted(test):
 
 def interpreted(method: str) -> bool:
     """Whether ``method`` runs a fused Triton kernel (methods/*_triton.py) that this process interprets."""
-    return interpreter_on() and discovery.origin(method).endswith("_triton.py")
+    return interpreter_on() and registry.origin(method).endswith("_triton.py")
 
 
 def needs_binaries(*names: str):

@@ -2,7 +2,7 @@
 
 import torch
 
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import build_model, model_config
 
 
 def repeating_batches(seed=0, batch=4, seq=16, vocab=16):
@@ -15,4 +15,4 @@ def repeating_batches(seed=0, batch=4, seq=16, vocab=16):
 
 def small_model(method="alibi", seed=0):
     torch.manual_seed(seed)
-    return TransformerLM(model_config("tiny", method, n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=16))
+    return build_model(model_config("tiny", method, n_layers=1, d_model=32, n_heads=2, d_ff=64, vocab_size=16))

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from posbench.core.discovery import TASKS_ENV_PATH
+from posbench.core.registry import TASKS_ENV_PATH
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = """import {module}

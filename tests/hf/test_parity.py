@@ -11,7 +11,7 @@ from tests.helpers.hf_checkpoints import L_TRAIN, NEEDS_HF
 
 pytest.importorskip("transformers", reason=NEEDS_HF)
 
-from posbench.core import discovery  # noqa: E402
+from posbench.core import registry  # noqa: E402
 from posbench.engine.evaluate import evaluate, window_plan  # noqa: E402
 from posbench.hf.checkpoint import load  # noqa: E402
 from posbench.hf.lm import PretrainedLM, recipe_for  # noqa: E402
@@ -66,7 +66,7 @@ def test_perplexity_equals_transformers_loss(checkpoints, family, mode):
 def test_each_rotary_recipe_gives_posbench_frequencies(checkpoints, method):
     ckpt = load(f"hf:{checkpoints['llama']}", torch.float32, "cpu")
     recipe = RopeRecipe(ckpt.model, method, {}, L_TRAIN)
-    own = discovery.build(recipe.m.cfg)  # posbench's method with the same options, built anew
+    own = registry.build(recipe.m.cfg)  # posbench's method with the same options, built anew
     for length in (L_TRAIN, 4 * L_TRAIN):
         recipe.forward(torch.zeros(1, length, dtype=torch.long), None)  # applies the recipe at this length
         rotary = ckpt.model.model.rotary_emb

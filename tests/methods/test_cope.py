@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 from tests.helpers.attention import qkv
 
@@ -15,7 +15,7 @@ from tests.helpers.attention import qkv
 def tiny_cope(npos_max=4):
     """One layer, one head of dimension 2; e[p] = [p^2, 0] at p = 0..npos_max-1, so a query
     [1, 0] reads q . e[p] = p^2 at integer p."""
-    m = discovery.build(ModelConfig(d_model=2, n_heads=1, n_layers=1, method="cope", method_options={"npos_max": npos_max}))
+    m = registry.build(ModelConfig(d_model=2, n_heads=1, n_layers=1, method="cope", method_options={"npos_max": npos_max}))
     with torch.no_grad():
         m.table.zero_()
         m.table[0, :, 0] = torch.arange(npos_max, dtype=torch.float32) ** 2
@@ -90,7 +90,7 @@ def reference(q, k, v, table, npos_max):
 @pytest.mark.parametrize("tq,tk,npos_max", [(6, 6, 64), (4, 9, 3), (1, 7, 4)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cope_equals_the_loop_reference(tq, tk, npos_max, dtype):
-    m = discovery.build(ModelConfig(d_model=64, n_heads=4, n_layers=2, method="cope", method_options={"npos_max": npos_max}))
+    m = registry.build(ModelConfig(d_model=64, n_heads=4, n_layers=2, method="cope", method_options={"npos_max": npos_max}))
     with torch.no_grad():
         m.table.normal_(0, 0.5)
     m = m.to(dtype)
@@ -104,4 +104,4 @@ def test_cope_equals_the_loop_reference(tq, tk, npos_max, dtype):
 
 def test_cope_rejects_a_bad_npos_max():
     with pytest.raises(ValueError, match="cope: npos_max must be an integer >= 2"):
-        discovery.build(ModelConfig(method="cope", method_options={"npos_max": 1}))
+        registry.build(ModelConfig(method="cope", method_options={"npos_max": 1}))

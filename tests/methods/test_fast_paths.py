@@ -10,17 +10,17 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.masked import causal_attention, causal_explicit_attention, causal_mask, mask_bias
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM, lm_loss
+from posbench.core.model import build_model, lm_loss
 
 DTYPES = [torch.float32, torch.bfloat16]
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}
 
 
 def method(name, **cfg):
-    return discovery.build(ModelConfig(method=name, **{"d_model": 96, "n_heads": 3, **cfg}))
+    return registry.build(ModelConfig(method=name, **{"d_model": 96, "n_heads": 3, **cfg}))
 
 
 def qkv(seed, b, h, tq, tk, d, dtype):
@@ -97,7 +97,7 @@ def test_t5_attend_equals_reference(seed, tq, tk, dtype):
 def _t5_model(seed, dtype):
     torch.manual_seed(seed)
     cfg = ModelConfig(vocab_size=64, n_layers=3, d_model=96, n_heads=3, d_ff=128, method="t5_bias")
-    model = TransformerLM(cfg)
+    model = build_model(cfg)
     with torch.no_grad():
         model.method.table.weight.normal_(0, 0.5)
     return model.to(dtype).train()

@@ -6,14 +6,14 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 from tests.helpers.attention import method, qkv
 
 
 def tiny(name, hd, **options):
     """One layer, one head of dimension ``hd``."""
-    return discovery.build(ModelConfig(d_model=hd, n_heads=1, n_layers=1, method=name, method_options=options))
+    return registry.build(ModelConfig(d_model=hd, n_heads=1, n_layers=1, method=name, method_options=options))
 
 
 def encode(m, x, pos):

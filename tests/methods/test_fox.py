@@ -7,20 +7,20 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM
+from posbench.core.model import build_model
 from posbench.protocols.generation import kv_cache_bytes
 from tests.helpers.attention import qkv
 
 
 def fox_module():
-    return inspect.getmodule(discovery.get("fox"))
+    return inspect.getmodule(registry.get("fox"))
 
 
 def tiny_fox():
     """One layer, one head of dimension 2; gate f_t = sigmoid(k_t[0]) (w = [1, 0], b = 0)."""
-    m = discovery.build(ModelConfig(d_model=2, n_heads=1, n_layers=1, method="fox"))
+    m = registry.build(ModelConfig(d_model=2, n_heads=1, n_layers=1, method="fox"))
     with torch.no_grad():
         m.gate_w.copy_(torch.tensor([[[1.0, 0.0]]]))
         m.gate_b.zero_()
@@ -70,7 +70,7 @@ def test_fox_log_gate_is_logsigmoid_of_the_keys_and_is_packed_into_the_cache():
 @pytest.mark.parametrize("tq,tk", [(7, 7), (600, 600), (5, 11), (1, 9)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_fox_equals_the_plain_reference(tq, tk, dtype):
-    m = discovery.build(ModelConfig(d_model=64, n_heads=4, n_layers=2, method="fox")).to(dtype)
+    m = registry.build(ModelConfig(d_model=64, n_heads=4, n_layers=2, method="fox")).to(dtype)
     with torch.no_grad():
         m.gate_w.normal_(0, 0.3)
         m.gate_b.normal_(2.0, 1.0)
@@ -88,7 +88,7 @@ def test_fox_equals_the_plain_reference(tq, tk, dtype):
 
 
 def test_fox_key_column_path_gives_the_gates_their_gradient():
-    m = discovery.build(ModelConfig(d_model=64, n_heads=4, n_layers=1, method="fox")).double()
+    m = registry.build(ModelConfig(d_model=64, n_heads=4, n_layers=1, method="fox")).double()
     q, k, v = qkv(6, 6, dtype=torch.float64)
     pos = torch.arange(6)
     m.attend(q, k, v, pos, pos, 0).sum().backward()
@@ -105,7 +105,7 @@ def test_fox_kv_cache_holds_one_extra_float_per_key_and_head(dtype):
     idx = torch.randint(0, 64, (2, 10))
     sizes = {}
     for name in ("nope", "fox"):
-        model = TransformerLM(ModelConfig(vocab_size=64, n_layers=3, d_model=32, n_heads=4, method=name)).to(dtype)
+        model = build_model(ModelConfig(vocab_size=64, n_layers=3, d_model=32, n_heads=4, method=name)).to(dtype)
         cache = model.new_cache()
         with torch.no_grad():
             model(idx, cache=cache)
@@ -114,7 +114,7 @@ def test_fox_kv_cache_holds_one_extra_float_per_key_and_head(dtype):
 
 
 def test_fox_bias_depends_on_the_input_not_on_positions():
-    m = discovery.build(ModelConfig(d_model=64, n_heads=4, n_layers=1, method="fox"))
+    m = registry.build(ModelConfig(d_model=64, n_heads=4, n_layers=1, method="fox"))
     q, k, v = qkv(5, 5)
     pos = torch.arange(5)
     a = m.attend(q, k, v, pos, pos, 0)
@@ -127,13 +127,13 @@ def test_fox_bias_depends_on_the_input_not_on_positions():
 
 def test_fox_rejects_a_bad_gate_bias():
     with pytest.raises(ValueError, match="fox: gate_bias must be a number"):
-        discovery.build(ModelConfig(method="fox", method_options={"gate_bias": "high"}))
+        registry.build(ModelConfig(method="fox", method_options={"gate_bias": "high"}))
 
 
 def test_fox_names_the_attention_path_it_takes(monkeypatch):
     from posbench.attention import flex
 
-    m = discovery.build(ModelConfig(method="fox"))
+    m = registry.build(ModelConfig(method="fox"))
     assert m.attn_backend("cpu", torch.float32) == "sdpa causal + forget-gate key column (no L x L)"
     assert m.attn_backend("cpu", torch.bfloat16).startswith("explicit float32")
     monkeypatch.setattr(flex, "flex_available", lambda device: torch.device(device).type == "cuda")

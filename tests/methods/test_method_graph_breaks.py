@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 
-from posbench.core import discovery
-from posbench.core.model import TransformerLM, model_config
+from posbench.core import registry
+from posbench.core.model import TransformerLM, build_model, model_config
 from posbench.triton_kernels import FusedKernelMethod
 from tests.helpers.graph_breaks import BIAS, LENGTHS, MISSION, break_reasons, fresh_dynamo, short_blocks  # noqa: F401
 
@@ -21,7 +21,7 @@ from tests.helpers.graph_breaks import BIAS, LENGTHS, MISSION, break_reasons, fr
 # torch.compile"). Every registered method traces today.
 CANNOT_TRACE: dict[str, tuple[list[str], list[str]]] = {}
 
-METHODS = sorted(set(discovery.names()) - set(MISSION + BIAS)) + [f"rotary+{m}" for m in sorted(discovery.modifiers())]
+METHODS = sorted(set(registry.names()) - set(MISSION + BIAS)) + [f"rotary+{m}" for m in sorted(registry.modifiers())]
 METHODS += ["rotary+ssmax+qknorm+sink+gate"]  # every modifier at once
 # Issue 58's methods and compositions trace at one length, LENGTHS[0] (128: path's two 64-position
 # blocks), to keep make test's time: the other lengths cross no plan of theirs.
@@ -40,7 +40,7 @@ def _model(name: str, length: int = L_TRAIN, **options) -> TransformerLM:
     """The tiny model (2 layers) after one eager training forward of ``length`` tokens: a scaled
     rotary row records L_train there. A method unavailable on a CPU skips."""
     torch.manual_seed(0)
-    model = TransformerLM(model_config("tiny", name, n_layers=2, method_options=options))
+    model = build_model(model_config("tiny", name, n_layers=2, method_options=options))
     why = model.method.unavailable(torch.device("cpu"), torch.float32)
     if why is None and isinstance(model.method, FusedKernelMethod):  # TRITON_INTERPRET=1 (tests/conftest.py)
         why = "on a CPU its Triton kernels run under the interpreter (numpy), which dynamo cannot trace"
@@ -52,10 +52,10 @@ def _model(name: str, length: int = L_TRAIN, **options) -> TransformerLM:
 
 
 def _scaled(name: str) -> bool:
-    return getattr(discovery.build(model_config("tiny", name)), "scaling", "none") != "none"
+    return getattr(registry.build(model_config("tiny", name)), "scaling", "none") != "none"
 
 
-SCALED = [n for n in discovery.names() if _scaled(n)]
+SCALED = [n for n in registry.names() if _scaled(n)]
 
 
 def _traced(fn, backend="eager"):
@@ -91,7 +91,7 @@ def test_methods_that_cannot_trace_are_registered_and_documented():
     with open("docs/attention-plans.md") as f:
         doc = f.read().split("### Under torch.compile")[1].split("\n### ")[0]
     for name in CANNOT_TRACE:
-        assert name in discovery.names() and f"`{name}`" in doc
+        assert name in registry.names() and f"`{name}`" in doc
 
 
 # --- the scaled rotary rows: L_train and the evaluation length as Python ints -------------------------

@@ -6,14 +6,14 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.alibi_math import alibi_bias, alibi_slopes
 from posbench.core.method import ModelConfig, causal_attention, causal_mask
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import build_model, model_config
 
 
 def method(name, **cfg):
-    return discovery.build(ModelConfig(method=name, **{"d_model": 64, "n_heads": 4, **cfg}))
+    return registry.build(ModelConfig(method=name, **{"d_model": 64, "n_heads": 4, **cfg}))
 
 
 # --- ALiBi -------------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ def test_float32_bias_with_bfloat16_compute_keeps_distances_distinct():
 
 
 def test_t5_buckets_match_published_function():
-    t5 = importlib.import_module(discovery.get("t5_bias").__module__)
+    t5 = importlib.import_module(registry.get("t5_bias").__module__)
     d = torch.tensor([0, 1, 5, 15, 16, 17, 20, 31, 32, 45, 63, 64, 90, 127, 128, 500, 10_000])
     # Values of T5's _relative_position_bucket(-d, bidirectional=False, 32, 128), worked by hand:
     # d < 16 -> d; else 16 + floor(log(d / 16) / log(8) * 16), capped at 31.
@@ -206,13 +206,13 @@ def test_presets_have_the_papers_shapes():
     assert (wt.n_layers, wt.d_model, wt.n_heads, wt.d_ff) == (16, 1024, 8, 4096)
     cc = model_config("cc100-1.3b", "alibi")
     assert (cc.n_layers, cc.d_model, cc.n_heads, cc.d_ff) == (25, 2048, 16, 8192)
-    tiny = TransformerLM(model_config("tiny", "sinusoidal"))
+    tiny = build_model(model_config("tiny", "sinusoidal"))
     assert 0.5e6 < tiny.num_parameters() < 1.5e6
     assert tiny.tok.weight is not None and tiny.tok.weight.data_ptr() == tiny.tok.weight.data_ptr()
 
 
 def test_model_ties_embeddings_and_rejects_bad_config():
-    model = TransformerLM(model_config("tiny", "nope", n_layers=1))
+    model = build_model(model_config("tiny", "nope", n_layers=1))
     idx = torch.randint(0, 256, (1, 4))
     logits = model(idx)
     x = model.ln_f(model.blocks[0](model.tok(idx) * 128**0.5, model.method, torch.arange(4), torch.arange(4), None, None))
@@ -230,7 +230,7 @@ def test_model_ties_embeddings_and_rejects_bad_config():
 def test_methods_work_under_inference_mode():
     """Evaluation runs under torch.inference_mode, whose tensors keep no version counter."""
     for name in ("alibi", "rotary", "t5_bias"):
-        model = TransformerLM(model_config("tiny", name, n_layers=1))
+        model = build_model(model_config("tiny", name, n_layers=1))
         idx = torch.randint(0, 256, (1, 12))
         with torch.no_grad():
             expected = model(idx)

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from posbench.core import conformance as testing
-from posbench.core import discovery, registry
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 from posbench.run.suite.loading import SUITES_DIR
 from tests.helpers.attention import method, qkv, reference_attention
@@ -17,7 +17,7 @@ from tests.helpers.attention import method, qkv, reference_attention
 
 def tiny(name, **options):
     """One layer, one head of dimension 2."""
-    return discovery.build(ModelConfig(d_model=2, n_heads=1, n_layers=1, method=name, method_options=options))
+    return registry.build(ModelConfig(d_model=2, n_heads=1, n_layers=1, method=name, method_options=options))
 
 
 def test_gate_scales_each_querys_output_by_the_sigmoid_of_its_own_values():
@@ -105,7 +105,7 @@ def test_sink_on_rotary_matches_a_reference_with_one_more_key():
 
 def test_sink_is_unavailable_where_attention_drops_a_per_query_constant():
     for name in ("fox+sink", "alibi+sink"):
-        reason = discovery.get(name).unavailable("cpu", torch.float32)
+        reason = registry.get(name).unavailable("cpu", torch.float32)
         assert reason and "drops a per-query constant" in reason, name
 
 
@@ -120,18 +120,18 @@ def test_sink_is_unavailable_where_attention_drops_a_per_query_constant():
 )
 def test_modifiers_compose_in_one_fixed_order(name, allowed):
     with pytest.raises(registry.RegistryError) as exc:
-        discovery.get(name)
+        registry.get(name)
     assert str(exc.value) == (
         f"unknown method {name!r}: modifiers compose once each, in the order ssmax, qknorm, sink, gate; allowed: {allowed}"
     )
-    assert discovery.get(allowed).name == allowed
+    assert registry.get(allowed).name == allowed
 
 
 def test_composed_options_are_the_base_options_and_each_modifiers():
     m = method("rotary+ssmax+qknorm+sink+gate", base=500.0, s_init=0.3, qknorm_eps=1e-5, sink_init=-1.0, out_gate_bias=2.0)
     assert (m.base, m.qknorm_eps) == (500.0, 1e-5)
     assert torch.equal(m.sink_logit, torch.full((4, 4), -1.0)) and torch.equal(m.out_gate_b, torch.full((4, 4), 2.0))
-    assert discovery.get("rotary+ssmax+qknorm+sink+gate").modifiers == ("ssmax", "qknorm", "sink", "gate")
+    assert registry.get("rotary+ssmax+qknorm+sink+gate").modifiers == ("ssmax", "qknorm", "sink", "gate")
     for bad, message in [
         (dict(sink_init=float("nan")), "sink_init must be a finite number"),
         (dict(qknorm_eps=0), r"qknorm_eps must be a number in \(0, 1\)"),

@@ -10,15 +10,15 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM
+from posbench.core.model import build_model
 from tests.helpers.attention import method, qkv, reference_attention, rotate_reference
 from tests.helpers.methods import NEW
 
 
 def test_every_new_method_is_registered():
-    assert set(NEW) <= set(discovery.names())
+    assert set(NEW) <= set(registry.names())
 
 
 # --- learned -----------------------------------------------------------------------------------
@@ -57,7 +57,7 @@ def test_learned_table_starts_at_fairseq_scale():
     m = method("learned")
     assert m.weight.shape == (1024, 64)
     assert m.weight.std().item() == pytest.approx(64**-0.5, rel=0.05)
-    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, method="learned"))
+    model = build_model(ModelConfig(d_model=64, n_heads=4, method="learned"))
     assert model.method.weight.std().item() == pytest.approx(64**-0.5, rel=0.05)  # not re-initialised
 
 
@@ -93,7 +93,7 @@ def test_kerple_log_keeps_r_positive_with_gradient():
 
 
 def test_kerple_log_bias_is_shared_by_layers_in_one_forward():
-    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, n_layers=3, method="kerple_log"))
+    model = build_model(ModelConfig(d_model=64, n_heads=4, n_layers=3, method="kerple_log"))
     built = []
     original = model.method.bias
     model.method.bias = lambda *a, **kw: built.append(1) or original(*a, **kw)
@@ -244,7 +244,7 @@ def test_randomized_samples_an_ordered_subset_in_training_only():
 
 @pytest.mark.parametrize("base", ["rotary", "sinusoidal"])
 def test_randomized_uses_the_draw_in_every_layer_while_training(base):
-    model = TransformerLM(
+    model = build_model(
         ModelConfig(d_model=64, n_heads=4, n_layers=3, method="randomized", method_options={"base": base, "max_len": 64})
     )
     m = model.method
@@ -267,7 +267,7 @@ def test_randomized_uses_the_draw_in_every_layer_while_training(base):
     assert torch.equal(seen[0][1], torch.arange(12))
     assert all(torch.equal(kp, torch.arange(12)) for _, _, kp in seen[1:])
     # The training forward equals the base method's at the drawn positions.
-    plain = TransformerLM(ModelConfig(d_model=64, n_heads=4, n_layers=3, method=base))
+    plain = build_model(ModelConfig(d_model=64, n_heads=4, n_layers=3, method=base))
     plain.load_state_dict(model.state_dict(), strict=False)
     torch.manual_seed(3)
     model.train()
@@ -278,12 +278,12 @@ def test_randomized_uses_the_draw_in_every_layer_while_training(base):
 def test_randomized_eval_positions_sampled_draws_in_evaluation_too():
     # The paper's protocol: evaluation draws positions as training does (one draw per forward);
     # a KV-cache decoding step would read another draw, so it is refused with one line.
-    model = TransformerLM(
+    model = build_model(
         ModelConfig(
             d_model=32, n_heads=2, n_layers=2, method="randomized", method_options={"max_len": 64, "eval_positions": "sampled"}
         )
     ).eval()
-    plain = TransformerLM(ModelConfig(d_model=32, n_heads=2, n_layers=2, method="rotary"))
+    plain = build_model(ModelConfig(d_model=32, n_heads=2, n_layers=2, method="rotary"))
     plain.load_state_dict(model.state_dict(), strict=False)
     idx = torch.randint(0, 256, (2, 12))
     torch.manual_seed(5)

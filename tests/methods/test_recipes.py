@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
-from posbench.core.model import TransformerLM, model_config
+from posbench.core import registry
+from posbench.core.model import build_model, model_config
 from posbench.core.outcome import Unavailable
 from posbench.run import isolated
 
@@ -16,7 +16,7 @@ from posbench.run import isolated
 def model(name, n_layers=4, **options):
     torch.manual_seed(0)
     cfg = model_config("tiny", name, n_layers=n_layers, vocab_size=64, method_options=options)
-    return TransformerLM(cfg).eval()
+    return build_model(cfg).eval()
 
 
 @pytest.mark.parametrize(
@@ -52,7 +52,7 @@ def test_nope_layers_scale_their_queries_by_the_temperature():
     pos = torch.tensor([8190, 8191, 16383])
     got = m.attend(q, k, v, pos, pos, 3)  # layer 3: NoPE
     scale = torch.tensor([1.0, 1 + 0.1 * math.log(2), 1 + 0.1 * math.log(3)])  # floor((p + 1) / 8192) = 0, 1, 2
-    torch.testing.assert_close(got, discovery.build(model_config("tiny", "nope")).attend(q * scale[:, None], k, v, pos, pos, 3))
+    torch.testing.assert_close(got, registry.build(model_config("tiny", "nope")).attend(q * scale[:, None], k, v, pos, pos, 3))
 
 
 @pytest.mark.parametrize("name", ["rnope_swa", "swan", "irope"])
@@ -71,14 +71,14 @@ def test_a_model_window_beside_a_recipe_is_declined_in_one_line():
     with pytest.raises(
         Unavailable, match=r"^swan: a recipe sets its own sliding window .*; allowed: no model window with a recipe$"
     ):
-        TransformerLM(model_config("tiny", "swan", window=8))
+        build_model(model_config("tiny", "swan", window=8))
     with pytest.raises(ValueError, match="irope: temp must be one of none, logn, llama4"):
         model("irope", temp="hot")
 
 
 def test_recipes_are_listed_apart_and_are_methods():
-    recipes = discovery.recipes()
+    recipes = registry.recipes()
     assert list(recipes) == ["irope", "rnope_swa", "swan"] and all(o.endswith("methods/recipes.py") for o in recipes.values())
-    assert set(recipes) <= set(discovery.names())  # a suite lists them as methods
+    assert set(recipes) <= set(registry.names())  # a suite lists them as methods
     assert isolated.listing()["recipes"] == recipes  # what `bench.py list` names in its header
-    assert len(discovery.names()) - len(recipes) >= 28 and len(discovery.modifiers()) == 4
+    assert len(registry.names()) - len(recipes) >= 28 and len(registry.modifiers()) == 4

@@ -15,9 +15,9 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
-from posbench.core.model import TransformerLM
+from posbench.core.model import build_model
 from tests.helpers.attention import method, qkv, reference_attention, rotate_reference
 
 HD = 16
@@ -276,7 +276,7 @@ def build(row, options, head_dim=64, base=10000.0, train_len=512):
     cfg = ModelConfig(
         d_model=head_dim, n_heads=1, method=row, method_options={"train_len": train_len, "base": base, **options, **extra}
     )
-    return discovery.build(cfg).eval()
+    return registry.build(cfg).eval()
 
 
 @pytest.mark.parametrize("setting", sorted(HF))
@@ -319,7 +319,7 @@ def test_yarn_ramp_is_the_authors_by_default_and_the_papers_as_an_option():
         method="rotary",
         method_options={"scaling": "yarn", "factor": 4.0, "train_len": 512, "yarn_ramp": "ratio"},
     )
-    ratio = discovery.build(cfg).frequencies(512)[0] / base
+    ratio = registry.build(cfg).frequencies(512)[0] / base
     assert round(ratio[4].item(), 2) == 0.85 and round(ratio[15].item(), 2) == 0.25
 
 
@@ -350,13 +350,13 @@ def test_a_null_factor_row_is_plain_rotary_within_train_len_and_in_training(name
 
 
 def test_rotary_scaling_records_train_len_in_training_and_keeps_it_in_state_dict():
-    model = TransformerLM(ModelConfig(d_model=64, n_heads=4, method="rotary_pi"))
+    model = build_model(ModelConfig(d_model=64, n_heads=4, method="rotary_pi"))
     assert model.method.trained_len.item() == 0
     model.train()(torch.randint(0, 256, (2, 24)))
     assert model.method.trained_len.item() == 24
     model(torch.randint(0, 256, (2, 10)))
     assert model.method.trained_len.item() == 24  # the longest
-    fresh = TransformerLM(ModelConfig(d_model=64, n_heads=4, method="rotary_pi"))
+    fresh = build_model(ModelConfig(d_model=64, n_heads=4, method="rotary_pi"))
     fresh.load_state_dict(model.state_dict())
     assert fresh.method.scale_factor(torch.arange(96)) == (4.0, 24)
     assert method("rotary_ntk").factor == 8.0 and method("rotary_yarn").scaling == "yarn"
@@ -369,7 +369,7 @@ def test_rotary_scaling_kv_decode(name, dtype):
     full forward of the first t + 1 tokens (each step sees the factor of its own length)."""
     torch.manual_seed(0)
     model = (
-        TransformerLM(ModelConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, method=name, method_options={"train_len": 8}))
+        build_model(ModelConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, method=name, method_options={"train_len": 8}))
         .to(dtype)
         .eval()
     )

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 from tests.helpers.attention import method, qkv, reference_attention
 
@@ -38,7 +38,7 @@ def test_sandwich_on_hand_computed_values():
 
 
 def test_sandwich_with_eight_heads_divides_head_one_by_one_as_nemo():
-    m = discovery.build(ModelConfig(d_model=64, n_heads=8, method="sandwich"))
+    m = registry.build(ModelConfig(d_model=64, n_heads=8, method="sandwich"))
     pos = torch.arange(40)
     bias = m.bias(pos, pos, torch.float32)
     torch.testing.assert_close(bias, reference_bias(pos, pos, 8, 8).float(), atol=1e-5, rtol=1e-5)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from posbench.core import conformance as testing
-from posbench.core import discovery, registry
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 from posbench.run import isolated
 from posbench.run import suite as suitemod
@@ -18,7 +18,7 @@ COMPOSED = ["rotary+ssmax", "alibi+ssmax", "nope+ssmax"]
 
 
 def tiny(name, s):
-    m = discovery.build(ModelConfig(d_model=2, n_heads=1, n_layers=1, method=name))
+    m = registry.build(ModelConfig(d_model=2, n_heads=1, n_layers=1, method=name))
     with torch.no_grad():
         m.ssmax_s.fill_(s)
     return m
@@ -42,7 +42,7 @@ def test_nope_ssmax_scales_each_querys_logits_by_s_log_n():
 
 
 def test_key_counts_are_bottom_right_aligned():
-    ssmax = discovery.get("rotary+ssmax")  # imports methods/ssmax.py
+    ssmax = registry.get("rotary+ssmax")  # imports methods/ssmax.py
     import sys
 
     counts = next(mod for name, mod in sys.modules.items() if name.startswith("posbench_methods_ssmax")).log_key_counts
@@ -110,16 +110,16 @@ def test_composed_method_takes_its_base_options_and_s_init():
     ],
 )
 def test_an_unknown_composed_name_is_one_line(name, message):
-    for ask in (discovery.require, discovery.get):
+    for ask in (registry.require, registry.get):
         with pytest.raises(registry.RegistryError) as exc:
             ask(name)
         assert str(exc.value).startswith(message) and "\n" not in str(exc.value)
 
 
 def test_modifiers_are_listed_apart_from_methods():
-    mods = discovery.modifiers()
+    mods = registry.modifiers()
     assert list(mods) == ["gate", "qknorm", "sink", "ssmax"] and mods["ssmax"].endswith("methods/ssmax.py")
-    assert "ssmax" not in discovery.names() and not any("+" in n for n in discovery.names())
+    assert "ssmax" not in registry.names() and not any("+" in n for n in registry.names())
     assert isolated.listing()["modifiers"] == mods  # what `bench.py list` prints in its header
 
 

@@ -7,13 +7,13 @@ import sys
 import pytest
 import torch
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig
 from tests.helpers.attention import method, qkv
 
 
 def module_of(name):
-    discovery.get(name)  # imports the method file
+    registry.get(name)  # imports the method file
     return next(m for n, m in sys.modules.items() if n.startswith(f"posbench_methods_{name}_"))
 
 
@@ -53,7 +53,7 @@ def test_stick_breaking_chunks_equal_one_block_in_float64():
 
 def tiny(name, **options):
     """One layer, one head of dimension 2."""
-    return discovery.build(ModelConfig(d_model=2, n_heads=1, n_layers=1, method=name, method_options=options))
+    return registry.build(ModelConfig(d_model=2, n_heads=1, n_layers=1, method=name, method_options=options))
 
 
 def hand_path(m):

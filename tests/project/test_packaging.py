@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from posbench.core import discovery
+from posbench.core import registry
 
 REPO = Path(__file__).resolve().parents[2]
 # methods/ssmax.py holds a modifier (METHOD+ssmax), not a method: listed in the header, not as a line
-MODIFIER_FILES = {Path(origin).stem for origin in discovery.modifiers().values()}
+MODIFIER_FILES = {Path(origin).stem for origin in registry.modifiers().values()}
 METHOD_FILES = sorted(p.stem for p in (REPO / "methods").glob("*.py") if not p.name.startswith("_"))
-RECIPE_FILES = {Path(origin).stem for origin in discovery.recipes().values()}  # methods/recipes.py: several names
+RECIPE_FILES = {Path(origin).stem for origin in registry.recipes().values()}  # methods/recipes.py: several names
 BUILTIN_METHODS = [stem for stem in METHOD_FILES if stem not in MODIFIER_FILES | RECIPE_FILES]
 BUILTIN_SUITES = sorted(p.stem for p in (REPO / "suites").glob("*.yaml"))
 
@@ -45,7 +45,7 @@ class Installed:
         self.cwd.mkdir()
         # Nothing may leak in from the checkout: no PYTHONPATH, no extra method or task folders.
         self.env = {
-            k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", discovery.METHODS_ENV_PATH, discovery.TASKS_ENV_PATH)
+            k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", registry.METHODS_ENV_PATH, registry.TASKS_ENV_PATH)
         }
 
     def run(self, *args: str, script: bool = True) -> subprocess.CompletedProcess:
@@ -99,7 +99,7 @@ def test_wheel_holds_methods_and_suites_inside_the_package(installed):
         [
             str(installed.python),
             "-c",
-            "import posbench, posbench.core.discovery as d, posbench.run.suite as s;"
+            "import posbench, posbench.core.registry as d, posbench.run.suite as s;"
             "print(posbench.__file__); print(d.METHODS_DIR); print(s.SUITES_DIR); print(d.TASKS_DIR)",
         ],
         cwd=installed.cwd,
@@ -123,7 +123,7 @@ def test_list_from_an_empty_folder(installed):
     methods_part, suites_part = result.stdout.split("suites:\n")
     listed = [line.split()[0] for line in methods_part.splitlines()[1:]]
     # rotary.py also registers rotary_pi, rotary_ntk, ...: names, not file stems
-    assert listed == list(discovery.listing()) and set(BUILTIN_METHODS) <= set(listed)
+    assert listed == list(registry.listing()) and set(BUILTIN_METHODS) <= set(listed)
     assert RECIPE_FILES == {"recipes"} and {"irope", "rnope_swa", "swan"} <= set(listed)
     header = methods_part.splitlines()[0].replace(os.sep, "/")
     assert MODIFIER_FILES == {"gate", "qknorm", "sink", "ssmax"} and "modifiers, taken as METHOD+MODIFIER: gate (" in header

@@ -6,7 +6,7 @@ error row naming the limit while the other methods run."""
 import pytest
 
 from posbench.cli.app import EXIT_CASES_FAILED
-from posbench.core.discovery import IMPORT_LIMIT_ENV
+from posbench.core.registry import IMPORT_LIMIT_ENV
 from tests.helpers.user_code import BLOCKS, bench, plugin, rows, suite
 
 

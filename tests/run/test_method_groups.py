@@ -1,10 +1,10 @@
 """The method group `all`: a suite's `methods: all`, a profile's own `methods`, the cpu-all
-profiles of the shipped suites and `--methods all` on the command line (discovery.expand is tested
+profiles of the shipped suites and `--methods all` on the command line (registry.expand is tested
 in tests/core/test_registry.py)."""
 
 import pytest
 
-from posbench.core import discovery
+from posbench.core import registry
 from tests.helpers.methods import NEW
 
 SUITE = """\
@@ -38,11 +38,11 @@ def test_suite_methods_all_and_profile_methods(tmp_path, methods):
     from posbench.run import suite as suitemod
 
     loaded = load_suite(tmp_path, methods=methods, profile="[sinusoidal, learned]")
-    assert suitemod.resolve(loaded, "default").methods == discovery.names()
+    assert suitemod.resolve(loaded, "default").methods == registry.names()
     assert suitemod.resolve(loaded, "every").methods == ["sinusoidal", "learned"]
     loaded = load_suite(tmp_path)
     assert suitemod.resolve(loaded, "default").methods == ["sinusoidal", "alibi"]
-    assert suitemod.resolve(loaded, "every").methods == discovery.names()
+    assert suitemod.resolve(loaded, "every").methods == registry.names()
 
 
 def test_suite_profile_methods_errors_name_the_line(tmp_path):
@@ -59,7 +59,7 @@ def test_cpu_all_profiles_run_every_method_and_defaults_stay_small(name):
     from posbench.run import suite as suitemod
 
     loaded = suitemod.load(name)
-    assert suitemod.resolve(loaded, "cpu-all").methods == discovery.names()
+    assert suitemod.resolve(loaded, "cpu-all").methods == registry.names()
     cpu, cpu_all = suitemod.resolve(loaded, "cpu"), suitemod.resolve(loaded, "cpu-all")
     assert cpu_all.settings == cpu.settings and cpu_all.grid == cpu.grid  # the cpu profile, all methods
     for profile in ("default", "cpu", "gpu"):
@@ -75,5 +75,5 @@ def test_cli_methods_all_runs_every_method(tmp_path, capsys):
     )
     assert code == 0
     out = capsys.readouterr().out
-    for name in discovery.names():
+    for name in registry.names():
         assert f"run   {name}/seq_len=64" in out

@@ -165,9 +165,9 @@ def test_method_options_for_a_method_not_in_the_suite(tmp_path):
 def test_method_options_not_in_the_constructor_signature(tmp_path):
     import inspect
 
-    from posbench.core import discovery
+    from posbench.core import registry
 
-    taken = [p for p in inspect.signature(discovery.get("alibi").__init__).parameters if p not in ("self", "cfg")]
+    taken = [p for p in inspect.signature(registry.get("alibi").__init__).parameters if p not in ("self", "cfg")]
     msg = load_error(tmp_path, efficiency_suite("  method_options:\n    alibi: {slopes_base: 3}\n"))
     assert (
         f":12: settings.method_options.alibi.slopes_base: alibi takes no option 'slopes_base'; allowed: {', '.join(taken)}" in msg
@@ -238,10 +238,10 @@ def test_bench_py_process_exit_code_and_one_line(tmp_path):
 def test_constructor_options_read_from_source_match_the_signature():
     import inspect
 
-    from posbench.core import discovery
+    from posbench.core import registry
 
-    for name in discovery.names():
-        params = inspect.signature(discovery.get(name).__init__).parameters
+    for name in registry.names():
+        params = inspect.signature(registry.get(name).__init__).parameters
         expected = (
             None if any(p.kind is p.VAR_KEYWORD for p in params.values()) else [p for p in params if p not in ("self", "cfg")]
         )
@@ -251,9 +251,9 @@ def test_constructor_options_read_from_source_match_the_signature():
 def test_a_variants_options_are_read_from_its_makers_class_without_importing():
     # methods/recipes.py builds its methods in a function (register_variants): validating a suite
     # that sets a recipe's options must still import no torch (bench.py validate, list)
-    from posbench.core import discovery
+    from posbench.core import registry
     from posbench.run.suite.method_options import _options_from_source
 
     for name in ("rnope_swa", "swan", "irope", "rotary_pi"):
-        assert _options_from_source(Path(discovery.require(name)), name) not in (False, None), name
-    assert "window" in _options_from_source(Path(discovery.require("swan")), "swan")
+        assert _options_from_source(Path(registry.require(name)), name) not in (False, None), name
+    assert "window" in _options_from_source(Path(registry.require("swan")), "swan")

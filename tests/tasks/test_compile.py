@@ -92,10 +92,10 @@ def test_decode_compiled_matches_eager_and_times_compilation_apart(tmp_path):
     assert out["metrics"]["compile_s"] > 0 and len(out["series"]["tpot_ms_steps"]) == 32
     assert out["info"]["compile"].startswith("torch.compile (inductor, mode default)")  # CPU: not reduce-overhead
     # The compiled steps decode what the eager model decodes (greedy tokens and float32 logits).
-    from posbench.core.model import TransformerLM, model_config
+    from posbench.core.model import build_model, model_config
 
     torch.manual_seed(0)
-    model = TransformerLM(model_config("tiny", "alibi", **TINY_MODEL["model_overrides"])).eval()
+    model = build_model(model_config("tiny", "alibi", **TINY_MODEL["model_overrides"])).eval()
     prompt = torch.randint(0, 32, (1, 8), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode(), last_position_only(model):
         tokens, logits = generate(model, prompt, 32)

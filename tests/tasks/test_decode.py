@@ -15,8 +15,8 @@ import posbench.engine.timing
 from posbench import tasks as _registry  # noqa: E402
 from posbench.attention.plans import BLOCKED_MIN_ROWS
 from posbench.core import conformance as testing
-from posbench.core import discovery, registry
-from posbench.core.model import TransformerLM, model_config
+from posbench.core import registry
+from posbench.core.model import TransformerLM, build_model, model_config
 from posbench.protocols import generation as decoding
 from posbench.tasks import find as find_task
 from posbench.tasks.decode import task as decode
@@ -29,7 +29,7 @@ KNOWN_TASKS = {name: _registry.get(name) for name in _registry.names(include_hid
 SUITE = yaml.safe_load((Path(__file__).resolve().parents[2] / "suites" / "decode.yaml").read_text())
 CPU_CONTEXTS = SUITE["profiles"]["cpu"]["grid"]["context"]  # 256, 1024, 4096
 DECODE_TOKENS = SUITE["profiles"]["cpu"]["settings"]["decode_tokens"]
-METHODS = discovery.names()
+METHODS = registry.names()
 # The Triton interpreter runs every tile as numpy calls (32 tokens through 2 layers at C = 256
 # took 4 minutes): the fused kernel decodes 8 tokens of one sequence through 1 layer, at the
 # shortest suite length and an odd one.
@@ -41,7 +41,7 @@ def tiny(method: str, dtype=torch.float32, n_layers: int = 2, seed: int = 0) -> 
     """The cpu profile's model (4 heads of 32) with fewer layers; learned position parameters are
     scaled up as in the conformance kit, so a decode path that dropped them would show."""
     torch.manual_seed(seed)
-    model = TransformerLM(model_config("tiny", method, n_layers=n_layers))
+    model = build_model(model_config("tiny", method, n_layers=n_layers))
     with torch.no_grad():
         for p in model.method.parameters():
             p.normal_(0, 0.5)
@@ -51,7 +51,7 @@ def tiny(method: str, dtype=torch.float32, n_layers: int = 2, seed: int = 0) -> 
 def _interpreted(method: str) -> bool:
     # The fused-kernel methods (alibi_triton, t5_triton): on a CPU they run only under
     # TRITON_INTERPRET=1 (tests/conftest.py), at numpy speed.
-    return discovery.origin(method).endswith("_triton.py")
+    return registry.origin(method).endswith("_triton.py")
 
 
 def _decode_cases():
@@ -217,7 +217,7 @@ def _broken_alibi(kind: str):
     from posbench.core.alibi_math import alibi_bias
     from posbench.core.masked import mask_bias
 
-    class Broken(discovery.get("alibi")):
+    class Broken(registry.get("alibi")):
         name = f"broken_alibi_{kind}"
 
         def attend(self, q, k, v, q_pos, k_pos, layer, state=None):

@@ -74,15 +74,15 @@ def test_each_training_row_counts_its_flops_and_an_unknown_peak_is_no_zero():
     import torch
 
     from posbench.core.config import model_config
-    from posbench.core.model import TransformerLM
+    from posbench.core.model import build_model
     from posbench.engine.flops import train_flops_per_step
 
-    model = TransformerLM(model_config("tiny", "alibi"))
+    model = build_model(model_config("tiny", "alibi"))
     metrics, info = {"train_wps": 1000.0, "world_size": 1}, {}
     effrun._model_flops(metrics, info, model, 64, torch.device("cpu"), "float32")
-    from posbench.core import discovery
+    from posbench.core import registry
 
-    expected = train_flops_per_step(discovery.get("alibi"), model.cfg, 64, 1) / 64
+    expected = train_flops_per_step(registry.get("alibi"), model.cfg, 64, 1) / 64
     assert metrics["train_flops_per_token"] == expected and metrics["train_mfu"] is None
     assert info["mfu_peak"] == "unknown peak: cpu has no float32 entry in posbench.engine.peaks"
 

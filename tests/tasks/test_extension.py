@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import TransformerLM, build_model, model_config
 from posbench.core.task import Unavailable
 from posbench.run import suite as suitemod
 from posbench.tasks import find as find_task
@@ -43,7 +43,7 @@ TINY = {
 
 def _base(method: str, seed: int = 0) -> TransformerLM:
     torch.manual_seed(seed)
-    return TransformerLM(model_config("tiny", method, vocab_size=32, n_layers=2, d_model=32, n_heads=2, d_ff=64)).eval()
+    return build_model(model_config("tiny", method, vocab_size=32, n_layers=2, d_model=32, n_heads=2, d_ff=64)).eval()
 
 
 def _same_weights(a: TransformerLM, b: TransformerLM) -> bool:
@@ -73,7 +73,7 @@ def test_drope_removes_the_rotation():
     model = R.recipe_model(base, "drope", L_TRAIN, L_TARGET)
     assert model.cfg.method == "nope" and _same_weights(base, model)
     torch.manual_seed(1)
-    nope = TransformerLM(model_config("tiny", "nope", vocab_size=32, n_layers=2, d_model=32, n_heads=2, d_ff=64))
+    nope = build_model(model_config("tiny", "nope", vocab_size=32, n_layers=2, d_model=32, n_heads=2, d_ff=64))
     nope.load_state_dict(model.state_dict())
     idx = torch.randint(0, 32, (2, 20))
     torch.testing.assert_close(model(idx), nope.eval()(idx), rtol=0, atol=0)

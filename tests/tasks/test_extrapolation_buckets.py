@@ -3,7 +3,7 @@ short L_train, recorded per row and named in the perplexity table's caption."""
 
 import pytest
 
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import build_model, model_config
 from posbench.report.build import load_runs
 from posbench.tasks import find as find_task
 from posbench.tasks.extrapolation.bucket_coverage import caption_note, untrained_buckets
@@ -12,7 +12,7 @@ from tests.helpers.report_rows import extrapolation_rows, write_run
 
 
 def _method(name, **options):
-    return TransformerLM(model_config("tiny", name, vocab_size=16, n_layers=1, method_options=options)).method
+    return build_model(model_config("tiny", name, vocab_size=16, n_layers=1, method_options=options)).method
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ each method is trained once (module fixture) and evaluated at 1x and 4x L_train.
 import pytest
 import torch
 
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import build_model, model_config
 from posbench.data.corpus import batches, load_corpus
 from posbench.engine.evaluate import evaluate
 from posbench.engine.train import TrainConfig, train
@@ -28,7 +28,7 @@ METHODS = ["nope", "sinusoidal", "rotary", "t5_bias", "alibi"]
 
 def train_and_evaluate(corpus, method):
     torch.manual_seed(0)
-    model = TransformerLM(model_config("tiny", method, vocab_size=corpus.vocab_size))
+    model = build_model(model_config("tiny", method, vocab_size=corpus.vocab_size))
     cfg = TrainConfig(seq_len=L_TRAIN, batch_size=BATCH, steps=STEPS, lr=2e-3, warmup_steps=30)
     train(model, batches(corpus.split("train"), L_TRAIN, BATCH, seed=0), cfg)
     valid = corpus.split("valid")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import build_model, model_config
 from posbench.data import algorithmic as A
 from posbench.protocols.probing.scoring import greedy_answers
 from posbench.report.learn_first import BROKEN, NOT_LEARNT
@@ -41,7 +41,7 @@ def test_tiny_case_end_to_end(tmp_path):
 def _model(method="rotary", vocab=4, seed=0):
     torch.manual_seed(seed)
     cfg = model_config("tiny", method, vocab_size=vocab, n_layers=2, d_model=32, n_heads=2, d_ff=64)
-    return TransformerLM(cfg).eval()
+    return build_model(cfg).eval()
 
 
 def _decode(model, tokens: torch.Tensor, answer: slice) -> torch.Tensor:

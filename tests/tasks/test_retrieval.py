@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from posbench.core.model import TransformerLM, model_config
+from posbench.core.model import build_model, model_config
 from posbench.protocols.probing import probes as P
 from posbench.protocols.probing import scoring, training_mix
 from posbench.report.stats import effective_length, wilson_interval
@@ -215,7 +215,7 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(probe, seed):
     # decoding. An untrained model gets most answers wrong, so the batch is rewritten span by span
     # to the model's own greedy answers in half of the rows: both must then say right exactly there.
     torch.manual_seed(seed)
-    model = TransformerLM(
+    model = build_model(
         model_config("tiny", "alibi", n_layers=2, d_model=32, n_heads=2, d_ff=64, vocab_size=VOCAB.vocab_size)
     ).eval()
     batch = P.generate(probe, VOCAB, 37, 6, seed=seed)

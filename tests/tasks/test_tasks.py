@@ -6,8 +6,7 @@ import re
 import pytest
 
 from posbench import tasks
-from posbench.core.discovery import TASKS_ENV_PATH
-from posbench.core.registry import RegistryError
+from posbench.core.registry import TASKS_ENV_PATH, RegistryError
 from posbench.core.task import find_metric, known_model_fields
 from posbench.run import suite as suitemod
 from tests.helpers.cases import TINY, make_case

@@ -225,10 +225,10 @@ def test_bad_bias_dtype():
 
 
 def _method(**options):
-    from posbench.core import discovery
+    from posbench.core import registry
 
     cfg = ModelConfig(n_heads=4, d_model=128, method="alibi_triton", method_options=options)
-    return discovery.build(cfg)
+    return registry.build(cfg)
 
 
 def test_method_with_float_positions_matches_reference():

@@ -16,7 +16,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from posbench.core import discovery  # noqa: E402
+from posbench.core import registry  # noqa: E402
 from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
 from posbench.triton_kernels import distance_rows as dr  # noqa: E402
 from posbench.triton_kernels import fused_attention as fa  # noqa: E402
@@ -98,7 +98,7 @@ def test_distance_methods_take_the_row_kernel_where_it_runs_and_equal_their_plai
     parameter gradients (and dq, dk, dv) equal the plain (CPU distance) plan's; without the kernel, the plain plans."""
     seed = fresh_seed()
     cfg = ModelConfig(n_heads=2, d_model=64, n_layers=1, method=name)
-    method = discovery.build(cfg)
+    method = registry.build(cfg)
     pos = torch.arange(dr.ROW_KERNEL_MIN_ROWS)
     q, k, v = (torch.randn(1, 2, pos.shape[0], 32, requires_grad=True) for _ in range(3))
     assert not isinstance(method.prepare(pos, pos, torch.float32), dr.RowKernelPlan)  # no GPU: the plain plans

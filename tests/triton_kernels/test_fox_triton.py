@@ -19,10 +19,10 @@ import torch.nn.functional as F
 
 triton = pytest.importorskip("triton")
 
-from posbench.core import discovery  # noqa: E402
+from posbench.core import registry  # noqa: E402
 from posbench.core.alibi_math import slopes_tensor  # noqa: E402
 from posbench.core.method import ModelConfig  # noqa: E402
-from posbench.core.model import TransformerLM  # noqa: E402
+from posbench.core.model import build_model  # noqa: E402
 from posbench.protocols.generation import kv_cache_bytes  # noqa: E402
 from posbench.triton_kernels import alibi_attention as ka  # noqa: E402
 from posbench.triton_kernels import t5_attention as kt  # noqa: E402
@@ -61,7 +61,7 @@ def _reference(q, k, v, key_bias=None, slopes=None, table=None):
     if slopes is not None:
         scores = scores + (slopes[:, None, None] * (j - i)).to(q.dtype)
     if table is not None:
-        bucket = discovery.get("t5_bias").__init__.__globals__["relative_position_bucket"](i - j)
+        bucket = registry.get("t5_bias").__init__.__globals__["relative_position_bucket"](i - j)
         scores = scores + table.t()[:, bucket].to(q.dtype)
     scores = scores.masked_fill(j > i, float("-inf"))
     return torch.matmul(torch.softmax(scores, dim=-1), v)  # (B, H, Tq, hd)
@@ -240,11 +240,11 @@ def _pair(name, other, **shape):
     as in the conformance kit, so a path that dropped them would show."""
     cfg = {**dict(vocab_size=64, n_layers=2, d_model=96, n_heads=3, d_ff=128, dropout=0.0), **shape}
     torch.manual_seed(0)
-    a = TransformerLM(ModelConfig(method=name, **cfg))
+    a = build_model(ModelConfig(method=name, **cfg))
     with torch.no_grad():
         for p in a.method.parameters():
             p.normal_(0, 0.5)
-    b = TransformerLM(ModelConfig(method=other, **cfg))
+    b = build_model(ModelConfig(method=other, **cfg))
     b.load_state_dict(a.state_dict())
     return a.to(DEVICE), b.to(DEVICE)
 
@@ -284,7 +284,7 @@ def test_fox_triton_decodes_with_fox_cache_and_its_bytes():
 
 
 def test_fox_triton_is_fox_with_the_fused_kernels_rules(monkeypatch):
-    m = discovery.build(ModelConfig(n_heads=3, d_model=96, method="fox_triton", method_options={"gate_bias": 1.5}))
+    m = registry.build(ModelConfig(n_heads=3, d_model=96, method="fox_triton", method_options={"gate_bias": 1.5}))
     assert float(m.gate_b[0, 0].detach()) == 1.5 and not m.grouped_kv  # the model expands shared heads for it
     assert m.attn_backend("cuda", torch.bfloat16) == "triton fused, forget-gate key bias in kernel (float32)"
     assert_fused_unavailable_rules(type(m), monkeypatch)

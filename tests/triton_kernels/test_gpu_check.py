@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from posbench.attention.bias import BiasMethod
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.triton_kernels import gpu_check
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def test_without_cuda_the_check_says_so_in_one_line(capsys, tmp_path):
 
 def test_the_flex_check_covers_every_bias_method_and_passes_forward_on_this_cpu():
     lines = list(gpu_check.flex_parity("cpu", ("float32",), backward=False))
-    bias = sorted(n for n, c in discovery.discover().items() if issubclass(c, BiasMethod))
+    bias = sorted(n for n, c in registry.discover().items() if issubclass(c, BiasMethod))
     assert sorted({line.split()[0] for line in lines}) == bias and len(lines) == 2 * len(bias)
     assert not [line for line in lines if "FAILED" in line], lines
 

@@ -17,7 +17,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from posbench.core import discovery
+from posbench.core import registry
 from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
 from posbench.triton_kernels import fused_attention as fa  # noqa: E402
 from posbench.triton_kernels import t5_attention as kt  # noqa: E402
@@ -35,7 +35,7 @@ ATOL = {torch.float32: 1e-5, torch.float16: 2e-3}
 
 def relative_position_bucket(distance, num_buckets=32, max_distance=128):
     """t5_bias's own bucket function (methods/t5_bias.py), the definition the kernel must match."""
-    return discovery.get("t5_bias").__init__.__globals__["relative_position_bucket"](distance, num_buckets, max_distance)
+    return registry.get("t5_bias").__init__.__globals__["relative_position_bucket"](distance, num_buckets, max_distance)
 
 
 def _reference(q, k, v, table, pos_scale=1.0):
@@ -188,7 +188,7 @@ def test_bad_inputs_are_one_clear_line(label, args, kwargs, message):
 
 def _method(name="t5_triton", **options):
     cfg = ModelConfig(n_heads=3, d_model=96, n_layers=2, method=name, method_options=options)
-    return discovery.build(cfg)
+    return registry.build(cfg)
 
 
 def test_method_equals_t5_bias_with_the_same_table():

@@ -221,18 +221,18 @@ def _method_group_as_list(data) -> None:
     profiles = data.get("profiles")
     holders = [data] + ([p for p in profiles.values() if isinstance(p, dict)] if isinstance(profiles, dict) else [])
     for holder in holders:
-        if holder.get("methods") == "all":  # discovery.GROUPS, without importing torch yet
+        if holder.get("methods") == "all":  # registry.GROUPS, without importing torch yet
             holder["methods"] = [holder["methods"]]
 
 
 def expand_methods(names: list[str], task: Optional[Task] = None) -> list[str]:
     """Method names with the group ``all`` expanded: every registered method, or every variant of
     a task that compares its own (``task.METHODS``)."""
-    from posbench.core import discovery
+    from posbench.core import registry
 
     if task is not None and task.own_methods and "all" in names:
         return [n for n in names if n != "all"] + [n for n in task.METHODS if n not in names]
-    return discovery.expand(names)
+    return registry.expand(names)
 
 
 def _check_task(loaded: Loaded):
@@ -261,14 +261,14 @@ def _check_methods(loaded: Loaded, task: Optional[Task] = None) -> None:
 
 def _check_method_list(loaded: Loaded, names: list[str], prefix: tuple, own) -> None:
     """Each name is a registered method (or a task variant), or a group (``all``); none twice."""
-    from posbench.core import discovery, registry
+    from posbench.core import registry
 
     f, where = loaded.file, display_path(loaded.path)
     for i, name in enumerate(names):
         path = prefix + ("methods", i)
         if name in names[:i]:
             raise error_at(where, loaded.lines, path, f"{name!r} is listed twice", "each method once")
-        if name in discovery.GROUPS:
+        if name in registry.GROUPS:
             continue
         if own is not None:
             if name not in own:
@@ -277,10 +277,10 @@ def _check_method_list(loaded: Loaded, names: list[str], prefix: tuple, own) -> 
                 raise error_at(where, loaded.lines, path, f"unknown {f.task} variant {name!r}{hint}", ", ".join(own))
             continue
         try:
-            discovery.require(name)  # reads the method files: no torch import
+            registry.require(name)  # reads the method files: no torch import
         except registry.RegistryError as exc:
             problem = str(exc).split("; known methods:")[0]
-            raise error_at(where, loaded.lines, path, problem, ", ".join(discovery.names() + list(discovery.GROUPS))) from None
+            raise error_at(where, loaded.lines, path, problem, ", ".join(registry.names() + list(registry.GROUPS))) from None
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:

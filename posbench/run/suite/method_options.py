@@ -69,12 +69,12 @@ def _variant_maker(tree: ast.Module, method: str) -> ast.FunctionDef | None:
 def constructor_options(method: str) -> list[str] | None:
     """The options ``method_options`` may give ``method`` (its constructor's keyword parameters
     after ``cfg``), None when it takes any keyword."""
-    from posbench.core import discovery
+    from posbench.core import registry
 
-    found = _options_from_source(Path(discovery.require(method)), method)
+    found = _options_from_source(Path(registry.require(method)), method)
     if found is not False:
         return found
-    params = inspect.signature(discovery.get(method).__init__).parameters  # imports the method file
+    params = inspect.signature(registry.get(method).__init__).parameters  # imports the method file
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return None
     return [

@@ -15,7 +15,7 @@ from posbench.engine import compiled
 def run(case) -> dict:
     import torch
 
-    from posbench.core.model import TransformerLM
+    from posbench.core.model import build_model
     from posbench.engine.timing import make_device, summarize
     from posbench.protocols.generation import decode_step, greedy, kv_cache_bytes, last_position_only, prefill
 
@@ -25,7 +25,7 @@ def run(case) -> dict:
     dtype = getattr(torch, s.dtype)  # "float32" | "bfloat16" | "float16"
     torch.manual_seed(s.seed)
     cfg = case_model_config(case)
-    model = TransformerLM(cfg).to(device=device, dtype=dtype).eval()
+    model = build_model(cfg).to(device=device, dtype=dtype).eval()
     mode = compiled.mode_for(case.device, decode=True)
     run_model = compiled.compile_module(model, mode) if s.compile else model  # what prefill and steps call
     g = torch.Generator().manual_seed(s.seed)

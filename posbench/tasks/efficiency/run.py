@@ -55,12 +55,12 @@ class Bench:
     def __init__(self, case, batches: list, device, dtype):
         import torch
 
-        from posbench.core.model import TransformerLM
+        from posbench.core.model import build_model
         from posbench.engine import distributed
 
         s = case.settings
         torch.manual_seed(s.seed)  # every method starts from the same seed
-        self.model = TransformerLM(case_model_config(case)).to(device)
+        self.model = build_model(case_model_config(case)).to(device)
         # compile: true: the steps call the compiled module (engine.compiled); compiled at the first call.
         self.method, self.compile, self.compile_s, self.graph_breaks = case.method, s.compile, {}, 0
         self.forward = compiled.compile_module(self.model) if s.compile else self.model
@@ -350,12 +350,12 @@ def _model_flops(metrics: dict, info: dict, model, L: int, device, dtype: str) -
     unknown (every CPU). ``info["mfu_peak"]`` (also returned) says which peak, or that none is known."""
     import torch
 
-    from posbench.core import discovery
+    from posbench.core import registry
     from posbench.engine.flops import train_flops_per_step
     from posbench.engine.peaks import dense_peak
 
     try:
-        method_cls = discovery.get(model.cfg.method)
+        method_cls = registry.get(model.cfg.method)
     except (KeyError, ValueError):
         info["mfu_peak"] = f"no FLOP count: method {model.cfg.method!r} is not registered here"
         return info["mfu_peak"]

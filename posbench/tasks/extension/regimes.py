@@ -82,9 +82,9 @@ def recipe_model(base, recipe: str, L_train: int, L_target: int, bias_dtype: str
     only the position method's own buffers may differ (a scaled row's ``trained_len``, rotary's
     frequencies that nope lacks). Scaled rotary keeps its scaling while fine-tuning (``hold_eval``);
     ``interpolate`` scales every position by L_train / L_target (``scale_positions``)."""
-    from posbench.core.model import TransformerLM
+    from posbench.core.model import build_model
 
-    model = TransformerLM(recipe_config(base.cfg, recipe, L_train, L_target, bias_dtype))
+    model = build_model(recipe_config(base.cfg, recipe, L_train, L_target, bias_dtype))
     missing, unexpected = model.load_state_dict(base.state_dict(), strict=False)
     stray = [k for k in missing + unexpected if not k.startswith("method.")]
     if stray:

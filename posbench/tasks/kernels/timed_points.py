@@ -85,9 +85,9 @@ def static_reason(variant: str, device, dtype: torch.dtype, allow_interpreter: b
 
 def _t5_bucket_function():
     """``relative_position_bucket`` of the registered ``t5_bias`` method: one definition."""
-    from posbench.core import discovery
+    from posbench.core import registry
 
-    return inspect.getmodule(discovery.get("t5_bias")).relative_position_bucket
+    return inspect.getmodule(registry.get("t5_bias")).relative_position_bucket
 
 
 def triton_tiles(variant: str, q) -> str:

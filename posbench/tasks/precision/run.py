@@ -105,7 +105,7 @@ def _bias_dtype_ppl(case, s) -> dict:
     import numpy as np
     import torch
 
-    from posbench.core.model import TransformerLM
+    from posbench.core.model import build_model
 
     L = case.params.L_train
     corpus = open_corpus(s.corpus)
@@ -119,7 +119,7 @@ def _bias_dtype_ppl(case, s) -> dict:
     dtype = getattr(torch, s.eval_dtype)
     evals = []
     for bias_dtype in ("float32", "compute"):
-        variant = TransformerLM(dataclasses.replace(model.cfg, method_options={"bias_dtype": bias_dtype}))
+        variant = build_model(dataclasses.replace(model.cfg, method_options={"bias_dtype": bias_dtype}))
         variant.load_state_dict(model.state_dict())
         variant = variant.to(device=case.device, dtype=dtype).eval()
         for factor in s.L_valid_factors:

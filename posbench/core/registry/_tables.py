@@ -1,8 +1,8 @@
-"""Registering position methods, modifiers and tasks: the tables and the calls that fill them.
+"""The registry's tables, and the calls that fill them: methods, modifiers and tasks by name.
 
 A method file registers its classes with ``@register`` (``@register_modifier``,
 ``register_variants``); a task package's task.py declares ``TASK = register_task(Task(...))``.
-Finding those files and packages and looking names up is ``posbench.core.discovery``'s.
+Only the modules of ``posbench.core.registry`` read the tables; everyone else asks the package.
 """
 
 from __future__ import annotations
@@ -88,6 +88,22 @@ def unregister(name: str) -> None:
     """Remove a method (tests use this to clean up after registering a throw-away one)."""
     _METHODS.pop(name, None)
     _ORIGINS.pop(name, None)
+
+
+def registered() -> dict[str, type[PositionMethod]]:
+    """name -> class of every method registered so far (reads no file, imports nothing)."""
+    return dict(_METHODS)
+
+
+def unregister_file(origin: str) -> None:
+    """Remove the methods a file registered (a file that failed to import did not load)."""
+    for name in [n for n, o in _ORIGINS.items() if o == origin]:
+        unregister(name)
+
+
+def names_from(origin: str) -> list[str]:
+    """The methods registered from file ``origin``."""
+    return [name for name, o in _ORIGINS.items() if o == origin]
 
 
 def _declared_in(module_globals: dict) -> str:

@@ -1,0 +1,84 @@
+"""Composed names, METHOD+MODIFIER (``rotary+ssmax``, ``rotary+qknorm+gate``): splitting them, the
+fixed order modifiers compose in, and the composed class, built once by the modifier's
+``compose(base_cls)``. A composed method is not registered: ``listing`` and "all" name methods."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from posbench.core.registry import _files, _imports, _tables
+from posbench.core.registry._tables import RegistryError
+
+if TYPE_CHECKING:  # posbench.core.method imports torch; only what needs a class imports it
+    from posbench.core.method import PositionMethod
+
+COMPOSE_SEP = "+"  # METHOD+MODIFIER (rotary+ssmax), METHOD+MOD1+MOD2 (rotary+qknorm+gate)
+PLUGIN_PLACE = 100  # where a modifier without a ``place`` goes: after the built-in ones
+
+_COMPOSED: dict[str, type] = {}  # composed name -> its class, built once
+
+
+def split_composed(name: str) -> tuple[str, str] | None:
+    """``("rotary", "ssmax")`` for ``"rotary+ssmax"`` (the last ``+`` splits), None for a plain name."""
+    base, sep, mod = str(name).rpartition(COMPOSE_SEP)
+    return (base, mod) if sep else None
+
+
+def modifier_origin(name: str, mod: str) -> str:
+    """The file of modifier ``mod`` of composed name ``name``; one line naming the modifiers if unknown."""
+    mods = _files.modifiers()
+    if mod not in mods:
+        close = difflib.get_close_matches(mod, list(mods), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise RegistryError(
+            f"unknown method {name!r}: {mod!r} is not a modifier{hint}; allowed: METHOD+MODIFIER "
+            f"with a modifier from: {', '.join(mods) or 'none'}"
+        )
+    return mods[mod]
+
+
+def load_modifier(mod: str, origin: str) -> None:
+    """Import the file of modifier ``mod`` unless it is registered already."""
+    if mod not in _tables._MODIFIERS and Path(origin).is_file():
+        _imports.import_file(Path(origin))
+
+
+def cached(name: str) -> type[PositionMethod] | None:
+    """The class of composed method ``name`` if it was built already."""
+    return _COMPOSED.get(name)
+
+
+def compose(name: str, base_cls: type[PositionMethod], mod: str) -> type[PositionMethod]:
+    """The class of composed method ``name``: modifier ``mod`` (loaded) applied to ``base_cls``."""
+    applied = getattr(base_cls, "modifiers", ())  # the modifiers base already has, in name order
+    _check_order(name, base_cls.name.split(COMPOSE_SEP)[0], applied + (mod,))
+    cls = _tables._MODIFIERS[mod].compose(base_cls)
+    if getattr(cls, "name", None) != name:
+        raise RegistryError(f"modifier {mod!r}: compose made a method named {getattr(cls, 'name', None)!r}; allowed: {name!r}")
+    cls.modifiers = applied + (mod,)
+    _COMPOSED[name] = cls  # not a registered method: listing() and "all" name methods, not compositions
+    return cls
+
+
+def modifier_place(mod: str) -> int:
+    """Where modifier ``mod`` goes in a composed name: its class's ``place`` (ssmax 10, qknorm 20,
+    sink 30, gate 40), ``PLUGIN_PLACE`` for a modifier that declares none."""
+    return getattr(_tables._MODIFIERS[mod], "place", PLUGIN_PLACE)
+
+
+def _check_order(name: str, method: str, mods: tuple[str, ...]) -> None:
+    """Modifiers compose in one fixed order, each once, the first innermost: ssmax scales the
+    queries as METHOD attends, qknorm around it normalizes the raw q and k before that scale, sink
+    joins the softmax, gate scales its output."""
+    places = [modifier_place(m) for m in mods]
+    if len(set(mods)) != len(mods) or places != sorted(places):
+        for other, where in _files.modifiers().items():  # the message names every modifier in its place
+            if other not in _tables._MODIFIERS and Path(where).is_file():
+                _imports.import_file(Path(where))
+        ordered = sorted(dict.fromkeys(mods), key=modifier_place)
+        raise RegistryError(
+            f"unknown method {name!r}: modifiers compose once each, in the order "
+            f"{', '.join(sorted(_tables._MODIFIERS, key=modifier_place))}; allowed: {COMPOSE_SEP.join([method, *ordered])}"
+        )
