@@ -45,14 +45,16 @@ def distance_row_attention(
 ) -> torch.Tensor:  # (B, H, Tq, hd), q's dtype
     """Causal softmax(q k^T / sqrt(hd) + row[h, Tk - 1 - (i_abs - j)]) v, fused, the queries the
     last Tq keys (i_abs = i + Tk - Tq); differentiable in q, k, v and, when it requires one, ``row``."""
-    from posbench.triton_kernels import fused_attention as fa
+    from posbench.triton_kernels.autograd import fused_attention
+    from posbench.triton_kernels.bias_spec import ROW, ROW_LEARNED, BiasSpec
+    from posbench.triton_kernels.checks import check_device, check_qkv
 
-    fa.check_qkv("distance_row_attention", q, k, v)
+    check_qkv("distance_row_attention", q, k, v)
     _check_row(q, k, row)
-    fa.check_device("distance_row_attention", q)
-    kind = fa.ROW_LEARNED if row.requires_grad else fa.ROW
-    spec = fa.BiasSpec(kind, row.to(torch.float32).contiguous())  # float32: the bias is added in float32
-    return fa.fused_attention(q, k, v, spec, blocks_fwd, blocks_bwd)
+    check_device("distance_row_attention", q)
+    kind = ROW_LEARNED if row.requires_grad else ROW
+    spec = BiasSpec(kind, row.to(torch.float32).contiguous())  # float32: the bias is added in float32
+    return fused_attention(q, k, v, spec, blocks_fwd, blocks_bwd)
 
 
 def row_kernel_available(device) -> bool:

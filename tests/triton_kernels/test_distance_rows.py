@@ -19,13 +19,13 @@ pytest.importorskip("triton")
 from posbench.core import discovery  # noqa: E402
 from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
 from posbench.triton_kernels import distance_rows as dr  # noqa: E402
-from posbench.triton_kernels import fused_attention as fa  # noqa: E402
+from posbench.triton_kernels.checks import INTERPRETED  # noqa: E402
 from tests.helpers.kernels import case_id, fresh_seed  # noqa: E402
 
-if not fa.INTERPRETED and not torch.cuda.is_available():
+if not INTERPRETED and not torch.cuda.is_available():
     pytest.skip("the row kernel needs a CUDA GPU or TRITON_INTERPRET=1", allow_module_level=True)
 
-DEVICE = "cpu" if fa.INTERPRETED else "cuda"
+DEVICE = "cpu" if INTERPRETED else "cuda"
 ATOL = {torch.float32: 1e-5, torch.float16: 2e-3}
 
 
