@@ -129,7 +129,7 @@ def finetune_checkpoint(lm, s, train_tokens, L_target: int, k: int, seed: int, d
 def quality(lm, s, valid, L_train: int, lengths: list[int], device, suffix: str, seed: int) -> tuple[dict, dict]:
     """(``ppl@<mode>@<L_valid><suffix>`` and ``passkey@<L_valid><suffix>``, the probes' details) of
     the checkpoint: perplexity on posbench's windows, the text passkey probe."""
-    from posbench.hf.passkey import passkey_accuracy
+    from posbench.hf.passkey import Probes, passkey_accuracy
 
     lm.eval()
     out = perplexities(lm, s, valid, L_train, lengths, device, suffix)
@@ -138,7 +138,7 @@ def quality(lm, s, valid, L_train: int, lengths: list[int], device, suffix: str,
         if lm.ckpt.tokenizer is None or not s.passkey_trials:
             out[f"passkey@{Lv}{suffix}"] = None
             continue
-        r = passkey_accuracy(lm, lm.ckpt.tokenizer, Lv, s.passkey_trials, seed, device, s.eval_batch_size)
+        r = passkey_accuracy(lm, Probes(lm.ckpt.tokenizer, Lv, s.passkey_trials, seed), device, s.eval_batch_size)
         out[f"passkey@{Lv}{suffix}"], probes[f"{Lv}{suffix}"] = r["accuracy"], r
     return out, probes
 

@@ -35,6 +35,7 @@ def trained_model(case, s, corpus, L: int, ckpt: Path | None, method_options: di
     task's settings; (model, metrics, series). ``tracker``: where the training curves go (``engine.tracking``)."""
     from posbench.data.corpus import batches
     from posbench.engine.timing import make_device
+    from posbench.engine.train import Checkpointing
     from posbench.engine.train import trained_model as train_or_load
 
     cfg = case_model_config(case, method_options, vocab_size=corpus.vocab_size)
@@ -45,8 +46,7 @@ def trained_model(case, s, corpus, L: int, ckpt: Path | None, method_options: di
         s.train_config(L, seed),
         lambda: batches(corpus.split("train"), L, s.batch_size, seed=seed),
         case.device,
-        ckpt,
-        s.reuse_checkpoint,
+        Checkpointing(ckpt, s.reuse_checkpoint),
         tracker,
     )
     peak = None if reused else meter.peak()["allocated"]
@@ -232,7 +232,7 @@ def run_pretrained(case) -> dict:
     a posbench model, and the text passkey probe at each L_valid; nothing is trained. Guide:
     docs/hf-checkpoints.md."""
     from posbench.engine.evaluate import positions
-    from posbench.hf.passkey import passkey_accuracy
+    from posbench.hf.passkey import Probes, passkey_accuracy
 
     s, L = case.settings, case.params.L_train
     lm, ckpt = open_pretrained(case, L)
@@ -268,7 +268,9 @@ def run_pretrained(case) -> dict:
         if s.passkey_trials and ckpt.tokenizer is not None and not (interpolate and scaled):
             for Lv in s.valid_lengths(L):
                 pos = positions(Lv, L if interpolate else None, case.device)  # (Lv,) or None
-                r = passkey_accuracy(lm, ckpt.tokenizer, Lv, s.passkey_trials, s.seed, case.device, s.eval_batch_size, pos)
+                r = passkey_accuracy(
+                    lm, Probes(ckpt.tokenizer, Lv, s.passkey_trials, s.seed), case.device, s.eval_batch_size, pos
+                )
                 probes[f"{Lv}{tag}"] = r
                 metrics[f"passkey@{Lv}{tag}"] = r["accuracy"]
     by = {(e["mode"], e["L_valid"], e["interpolate"]): e["ppl"] for e in evals}
