@@ -1,4 +1,4 @@
-"""The blocked attention with a distance row (``DistancePlan``) as opaque ops for torch.compile.
+"""The blocked attention with a distance row (``DistanceRoute``) as opaque ops for torch.compile.
 
 Traced, the blocked loop unrolls into one graph of 32 blocks per layer at L 2048, and inductor
 rewrote its strided tile views and slice updates into loops of its own: the compiled training

@@ -101,7 +101,7 @@ def test_distance_methods_take_the_row_kernel_where_it_runs_and_equal_their_plai
     method = discovery.build(cfg)
     pos = torch.arange(dr.ROW_KERNEL_MIN_ROWS)
     q, k, v = (torch.randn(1, 2, pos.shape[0], 32, requires_grad=True) for _ in range(3))
-    assert not isinstance(method.prepare(pos, pos, torch.float32), dr.RowKernelPlan)  # no GPU: the plain plans
+    assert not isinstance(method.prepare(pos, pos, torch.float32), dr.RowKernelRoute)  # no GPU: the plain plans
 
     def run():
         leaves = [q, k, v, *method.parameters()]  # kerple_log's r1, r2; sandwich has none
@@ -114,7 +114,7 @@ def test_distance_methods_take_the_row_kernel_where_it_runs_and_equal_their_plai
     plain_out, plain_grads = run()
     monkeypatch.setattr(dr, "row_kernel_available", lambda device: True)
     prepared = method.prepare(pos, pos, torch.float32)
-    assert isinstance(prepared, dr.RowKernelPlan), type(prepared)
+    assert isinstance(prepared, dr.RowKernelRoute), type(prepared)
     assert method.attn_backend("cpu", torch.float32).startswith("triton fused, distance row in kernel (no L x L)")
     fused_out, fused_grads = run()
     assert (fused_out - plain_out).abs().max() < 1e-5, f"seed {seed}"
