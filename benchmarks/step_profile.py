@@ -100,7 +100,7 @@ def attention(seq_len: int, tokens: int, repeats: int, steps: int, compiled: boo
     row, dout = torch.randn(h, seq_len, generator=g).requires_grad_(), torch.randn(b, h, seq_len, hd, generator=g)
 
     def blocked(q, k, v, row):
-        return distance_attention(q, k, v, row, 64)  # DistancePlan's path compiled (one op), and eager
+        return distance_attention(q, k, v, row, 64)  # DistanceRoute's path compiled (one op), and eager
 
     def sdpa(q, k, v, row):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)

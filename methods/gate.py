@@ -45,7 +45,8 @@ class OutputGate:
             logits = x @ self.out_gate_w[layer].float().t() + self.out_gate_b[layer].float()  # (B, Tq, H)
             return torch.sigmoid(logits).transpose(1, 2)[..., None]
 
-        def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        # PositionMethod.attend's signature, state included: it is passed on to the base's attend
+        def attend(self, q, k, v, q_pos, k_pos, layer, state=None):  # noqa: PLR0913
             o = base_attend(self, q, k, v, q_pos, k_pos, layer, state=state)  # (B, H, Tq, hd)
             return o * output_gate(self, v, q.shape[-2], layer).to(o.dtype)
 

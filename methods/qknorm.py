@@ -58,7 +58,8 @@ class QKNorm:
             q, k = normalized(self, q, k, layer)
             return base_encode(self, q, k, layer, state=inner_state(state))
 
-        def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        # PositionMethod.attend's signature, state included: it is passed on to the base's attend
+        def attend(self, q, k, v, q_pos, k_pos, layer, state=None):  # noqa: PLR0913
             if not isinstance(state, Encoded):  # raw q and k: a call outside a model forward
                 q, k = normalized(self, q, k, layer)
             return base_attend(self, q, k, v, q_pos, k_pos, layer, state=inner_state(state))

@@ -67,7 +67,8 @@ class Rotary(PositionMethod):
     scalings = ("none", "pi", "ntk", "dynamic_ntk", "yarn")
     length_dependent = ("dynamic_ntk",)
 
-    def __init__(
+    # The options are the method's as a suite names them (method_options, read from this signature)
+    def __init__(  # noqa: PLR0913
         self,
         cfg,
         base: float = 10000.0,

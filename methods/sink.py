@@ -43,7 +43,8 @@ class Sink:
 
         composed_signature(base, __init__, keyword("sink_init", 0.0))
 
-        def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        # PositionMethod.attend's signature, state included: it is passed on to the base's attend
+        def attend(self, q, k, v, q_pos, k_pos, layer, state=None):  # noqa: PLR0913
             with SoftmaxSink(self.sink_logit[layer]) as sink:
                 o = base_attend(self, q, k, v, q_pos, k_pos, layer, state=state)
             if not sink.calls:

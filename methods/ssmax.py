@@ -57,7 +57,8 @@ class ScalableSoftmax:
         s_param = inspect.Parameter("s_init", inspect.Parameter.KEYWORD_ONLY, default=S_INIT)
         __init__.__signature__ = base_init.replace(parameters=params + [s_param])
 
-        def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        # PositionMethod.attend's signature, state included: it is passed on to the base's attend
+        def attend(self, q, k, v, q_pos, k_pos, layer, state=None):  # noqa: PLR0913
             scale = self.ssmax_s[layer].float()[:, None] * log_key_counts(q.shape[-2], k.shape[-2], q.device, self.window(layer))
             q = q * scale.to(q.dtype)[None, :, :, None]  # (B, H, Tq, hd) * (1, H, Tq, 1)
             if attend_takes_state:

@@ -1,5 +1,5 @@
 """Attention for bias methods: ``BiasMethod`` (bias.py), the plans that attend with its bias
-(plans.py: ``choose_plan``) and the kernels in plain PyTorch they run.
+(routes.py: ``choose_route``) and the kernels in plain PyTorch they run.
 
 Above ``posbench.core`` (the method contract and the plain masked attention), below the methods.
 """

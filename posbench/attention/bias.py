@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from posbench.attention import plans
+from posbench.attention import routes
 from posbench.attention.form import BiasForm
 from posbench.core.masked import causal_mask
 from posbench.core.method import ModelConfig, PositionCache, PositionMethod
@@ -79,7 +79,7 @@ class BiasMethod(PositionMethod):
         masked bias), kept across forwards when the form has a cache key."""
         form = self.bias_form(dtype)
         if form.cache_key is None:
-            return plans.prepare(self, form, q_pos, k_pos, dtype)
+            return routes.prepare(self, form, q_pos, k_pos, dtype)
 
         def build():
             if q_pos.shape[0] == 1:
@@ -87,7 +87,7 @@ class BiasMethod(PositionMethod):
                 # for again, and the prefill's (H, C, C) bias would otherwise stay alive through
                 # the first decode steps. What is built here is one (H, 1, C) row.
                 self._cache.clear()
-            return plans.prepare(self, form, q_pos, k_pos, dtype)
+            return routes.prepare(self, form, q_pos, k_pos, dtype)
 
         return self._cache.get((q_pos, k_pos), build, extra=("bias", *form.cache_key))
 
@@ -95,7 +95,7 @@ class BiasMethod(PositionMethod):
         """q (B, H, Tq, hd), k, v (B, H, Tk, hd) -> (B, H, Tq, hd), with the prepared bias, or
         (state None) the bias built here from the positions: the reference path. Each query sees
         the keys of its layer's window (``self.window(layer)``)."""
-        return plans.attend(q, k, v, state if state is not None else self.masked_bias(q_pos, k_pos, q.dtype), self.window(layer))
+        return routes.attend(q, k, v, state if state is not None else self.masked_bias(q_pos, k_pos, q.dtype), self.window(layer))
 
     @classmethod
     def position_flops(cls, cfg: ModelConfig, seq_len: int) -> int:
@@ -103,4 +103,4 @@ class BiasMethod(PositionMethod):
         return cfg.n_layers * cfg.n_heads * seq_len * seq_len
 
     def attn_backend(self, device, dtype) -> str:
-        return plans.training_name(self, self.bias_form(dtype), device, dtype)
+        return routes.training_name(self, self.bias_form(dtype), device, dtype)

@@ -39,11 +39,12 @@ def window_start(r0: int, tq: int, tk: int, window: int | None) -> int:
     return 0 if window is None else max(0, r0 + tk - tq - window + 1)
 
 
-def window_tile(tile: torch.Tensor, r0: int, n: int, nk: int, k0: int, tq: int, tk: int, window: int | None):
-    """A block's tile (h, n, nk), rows reversed, narrowed to keys k0 .. nk with -inf on the keys
-    older than each row's window: (h, n, nk - k0). Without a window the tile itself."""
+def window_tile(tile: torch.Tensor, r0: int, n: int, nk: int, tq: int, tk: int, window: int | None):
+    """A block's tile (h, n, nk), rows reversed, narrowed to keys k0 .. nk (k0 = ``window_start``)
+    with -inf on the keys older than each row's window: (h, n, nk - k0). Without a window the tile itself."""
     if window is None:
         return tile
+    k0 = window_start(r0, tq, tk, window)
     tile = tile[..., k0:]
     last = r0 + n - 1 + tk - tq  # key index of the block's last query (reversed row 0)
     if last - window < k0:  # every row's window starts at or before k0
@@ -98,7 +99,7 @@ def blocked_forward(q, k, v, source, rows: int, window: int | None):
         n = min(rows, tq - r0)
         nk = r0 + n + tk - tq
         k0 = window_start(r0, tq, tk, window)
-        tile = window_tile(source.tile(r0, n, nk), r0, n, nk, k0, tq, tk, window)
+        tile = window_tile(source.tile(r0, n, nk), r0, n, nk, tq, tk, window)
         out[:, :, r0 : r0 + n], lse[:, :, r0 : r0 + n] = block_softmax(
             qs[:, :, r0 : r0 + n], kc[:, :, k0:nk], vc[:, :, k0:nk], tile
         )
@@ -142,7 +143,7 @@ def blocked_backward(dout, saved: tuple, source, rows: int, window: int | None, 
         qb, dob = qa[:, r0 : r0 + n], doa[:, r0 : r0 + n]  # (B*H, n, . + 1)
         k_blk, v_blk = ka[:, k0:nk], va[:, k0:nk]
         tile, saved_tile = source.backward_tile(r0, n, nk)
-        tile = window_tile(tile, r0, n, nk, k0, tq, tk, window)
+        tile = window_tile(tile, r0, n, nk, tq, tk, window)
         p = p_buf[: bh * n * (nk - k0)].view(bh, n, nk - k0)  # probabilities
         for i in range(b):  # the tile (h, n, nk) is shared by the batch: one GEMM per batch row
             rows_i = slice(i * h, (i + 1) * h)
@@ -224,7 +225,7 @@ def forward_only(q, k, v, source, rows: int, window: int | None = None) -> torch
         n = min(rows, tq - r0)
         nk = r0 + n + tk - tq
         k0 = window_start(r0, tq, tk, window)
-        tile = window_tile(source.tile(r0, n, nk), r0, n, nk, k0, tq, tk, window)  # (h, n, nk - k0), rows reversed
+        tile = window_tile(source.tile(r0, n, nk), r0, n, nk, tq, tk, window)  # (h, n, nk - k0), rows reversed
         qb = qs[:, :, r0 : r0 + n].flip(-2)  # (B, H, n, hd)
         if flash:
             out[:, :, r0 : r0 + n] = block_softmax(qb, kc[:, :, k0:nk], vc[:, :, k0:nk], tile)[0].flip(-2)

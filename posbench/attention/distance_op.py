@@ -1,4 +1,4 @@
-"""The blocked attention with a distance row (``DistancePlan``) as opaque ops for torch.compile.
+"""The blocked attention with a distance row (``DistanceRoute``) as opaque ops for torch.compile.
 
 Traced, the blocked loop unrolls into one graph of 32 blocks per layer at L 2048, and inductor
 rewrote its strided tile views and slice updates into loops of its own: the compiled training
@@ -67,17 +67,15 @@ def _(q, k, v, row, rows, window):
 @torch.library.custom_op("posbench::distance_attention_backward", mutates_args=())
 def _train_backward(
     dout: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    row: torch.Tensor,
-    out_rev: torch.Tensor,
-    lse: torch.Tensor,
+    saved: list[torch.Tensor],
     rows: int,
     window: Optional[int],
     row_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-> (dq, dk, dv, the row's gradient (h, Tk) in its dtype; zeros without ``row_grad``)."""
+    """``saved``: [q, k, v, row, out_rev, lse] as the forward saved them (one list: the op's schema
+    takes a Tensor[]). -> (dq, dk, dv, the row's gradient (h, Tk) in its dtype; zeros without
+    ``row_grad``)."""
+    q, k, v, row, out_rev, lse = saved
     cdt = compute_dtype(q.dtype)
     with torch.autocast(q.device.type, enabled=False):
         saved = (scaled_queries(q, rows), k.to(cdt), v.to(cdt), out_rev, lse)  # as blocked_forward saved them
@@ -87,7 +85,8 @@ def _train_backward(
 
 
 @_train_backward.register_fake
-def _(dout, q, k, v, row, out_rev, lse, rows, window, row_grad):
+def _(dout, saved, rows, window, row_grad):
+    q, k, v, row = saved[:4]
     return (dout.new_empty(q.shape), dout.new_empty(k.shape), dout.new_empty(v.shape), torch.empty_like(row))
 
 
@@ -100,10 +99,9 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, dout, _d_out_rev, _d_lse):
-    q, k, v, row, out_rev, lse = ctx.saved_tensors
     row_grad = ctx.needs_input_grad[3]
     dq, dk, dv, drow = torch.ops.posbench.distance_attention_backward(
-        dout, q, k, v, row, out_rev, lse, ctx.rows, ctx.window, row_grad
+        dout, list(ctx.saved_tensors), ctx.rows, ctx.window, row_grad
     )
     return dq, dk, dv, drow if row_grad else None, None, None
 

@@ -1,6 +1,6 @@
 """``BiasForm``: what a bias method may declare about its bias besides ``bias()`` itself.
 
-The plan that attends with the bias is chosen from it (``plans.choose_plan``); no field changes
+The plan that attends with the bias is chosen from it (``routes.choose_route``); no field changes
 what is computed, only how: a method that declares nothing gets the plain plans.
 """
 

@@ -84,9 +84,17 @@ class SoftmaxSink(TorchFunctionMode):
         return sdpa_with_sink(*args, sink=self.logits, **kwargs)
 
 
-def sdpa_with_sink(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *, sink):
+def sdpa_options(attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False) -> dict:
+    """SDPA's options after q, k, v, given positionally or by name, with SDPA's defaults."""
+    return dict(attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+def sdpa_with_sink(q, k, v, *args, sink, **kwargs):
     """SDPA over the keys and a sink key (zero vector, zero value) whose score is sink[h]:
-    q (B, H, Tq, d), k (B, Hk, Tk, d), v (B, Hk, Tk, dv), sink (H,); is_causal as SDPA's (top-left)."""
+    q (B, H, Tq, d), k (B, Hk, Tk, d), v (B, Hk, Tk, dv), sink (H,); ``args`` and ``kwargs`` SDPA's
+    other options as its caller gave them (``sdpa_options``); is_causal as SDPA's (top-left)."""
+    options = sdpa_options(*args, **kwargs)
+    attn_mask, is_causal = options["attn_mask"], options["is_causal"]
     tq, tk, h = q.shape[-2], k.shape[-2], q.shape[-3]
     if sink.shape != (h,):
         raise ValueError(f"sink: attention with {h} query heads, {sink.shape[0]} sink logits; allowed: one per head")
@@ -105,4 +113,6 @@ def sdpa_with_sink(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     mask = torch.cat([mask.expand(*lead, tq, tk), sink_col], -1)  # (B or 1, H, Tq, Tk + 1)
     k = torch.cat([k, k.new_zeros(*k.shape[:-2], 1, k.shape[-1])], -2)
     v = torch.cat([v, v.new_zeros(*v.shape[:-2], 1, v.shape[-1])], -2)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale, enable_gqa=enable_gqa)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=options["dropout_p"], scale=options["scale"], enable_gqa=options["enable_gqa"]
+    )

@@ -184,7 +184,6 @@ def download_wikitext103(
     urls: list[str] | None = None,
     archive: str | Path | None = None,
     timeout: float = 60.0,
-    keep_archive: bool = False,
     quiet: bool = False,
 ) -> Path:
     """Download and unpack WikiText-103 into ``dest/wikitext-103/`` (nothing to do when its three
@@ -230,10 +229,7 @@ def download_wikitext103(
                 failures.append(str(e) + ("; the file was removed" if "checksum" in str(e) else ""))
                 continue
             _extract(target, folder)
-            if keep_archive:
-                target.replace(target.with_suffix(""))  # checked whole: it loses its .part
-            else:
-                target.unlink(missing_ok=True)
+            target.unlink(missing_ok=True)
             return folder
         if len(failures) == 1:
             raise DataError(failures[0])

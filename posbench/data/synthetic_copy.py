@@ -107,22 +107,18 @@ def distance_weights(max_distance: int, decay: float, distance: str = "decay") -
     return w / w.sum()
 
 
-def make_source(
-    *,
-    vocab: int,
-    branching: int,
-    jump: float,
-    copy_prob: float,
-    max_distance: int,
-    decay: float,
-    seed: int,
-    distance: str = "decay",
-) -> CopySource:
-    """The source drawn deterministically from ``seed`` (the chain; w is fixed by the options)."""
+def make_source(*, seed: int, **options) -> CopySource:
+    """The source drawn deterministically from ``seed`` (the chain; w is fixed by the options).
+    ``options`` are ``DEFAULTS``' keys, each given but ``distance`` ("decay" when not): the chain's
+    vocab, branching and jump, the copies' copy_prob, max_distance, decay and distance."""
+    options = {"distance": "decay", **options}
+    if set(options) != set(DEFAULTS):
+        raise TypeError(f"synthetic-copy: options must be {', '.join(DEFAULTS)}; got {', '.join(options)}")
+    copy_prob, max_distance, decay, distance = (options[k] for k in ("copy_prob", "max_distance", "decay", "distance"))
     if not 0.0 <= copy_prob < 1.0 or max_distance < 1 or not 0.0 < decay <= 1.0 or distance not in DISTANCES:
         raise ValueError(
             f"synthetic-copy: need 0 <= copy_prob < 1, max_distance >= 1, 0 < decay <= 1, distance one of "
             f"{', '.join(DISTANCES)}; got copy_prob={copy_prob}, max_distance={max_distance}, decay={decay}, distance={distance!r}"
         )
-    chain = markov.random_chain(vocab=vocab, order=1, branching=branching, jump=jump, seed=seed)
+    chain = markov.random_chain(vocab=options["vocab"], order=1, branching=options["branching"], jump=options["jump"], seed=seed)
     return CopySource(chain, float(copy_prob), distance_weights(int(max_distance), decay, distance))

@@ -27,7 +27,7 @@ def probed(model):
 
     def attend(q, k, v, q_pos, k_pos, layer, state=None):
         out = inner(q, k, v, q_pos, k_pos, layer, state)
-        found.append(probabilities(inner, q, k, v, q_pos, k_pos, layer, state))
+        found.append(probabilities(lambda values: inner(q, k, values, q_pos, k_pos, layer, state), v))
         return out
 
     method.attend = attend
@@ -41,16 +41,17 @@ def probed(model):
 
 
 @torch.no_grad()
-def probabilities(attend, q, k, v, q_pos, k_pos, layer, state) -> torch.Tensor:
-    """(B, H, Tq, Tk) float32: P of one layer, a block of hd columns per call of ``attend`` with
-    one-hot values; v (B, Hv, Tk, hd) gives the values' layout (Hv: grouped key/value heads)."""
+def probabilities(attend_values, v) -> torch.Tensor:
+    """(B, H, Tq, Tk) float32: P of one layer, a block of hd columns per call of ``attend_values``
+    (the layer's attend, its q, k, positions and state fixed) with one-hot values; v (B, Hv, Tk, hd)
+    gives the values' layout (Hv: grouped key/value heads)."""
     b, hv, tk, hd = v.shape
     cols = []
     for c in range(0, tk, hd):
         basis = torch.zeros_like(v)
         n = min(hd, tk - c)
         basis[:, :, c + torch.arange(n, device=v.device), torch.arange(n, device=v.device)] = 1
-        cols.append(attend(q, k, basis, q_pos, k_pos, layer, state)[..., :n].float().cpu())  # (B, H, Tq, n)
+        cols.append(attend_values(basis)[..., :n].float().cpu())  # (B, H, Tq, n)
     return torch.cat(cols, dim=-1)
 
 

@@ -159,26 +159,20 @@ def evaluate(
     stride: int | None = None,
     batch_size: int = 8,
     interpolate_from: int | None = None,
-    max_tokens: int | None = None,
-    device=None,
-    tracker=None,
-    step: int = 0,
 ) -> EvalResult:
-    """Perplexity of ``model`` on ``tokens`` (1-D ids: numpy array, memmap or tensor).
+    """Perplexity of ``model`` on ``tokens`` (1-D ids: numpy array, memmap or tensor; a caller that
+    scores only the first n tokens passes ``tokens[:n]``, of which n - 1 are scored).
 
     mode/stride: see the module docstring; ``nonoverlapping`` implies stride = L_valid, and
         ``sliding`` needs a stride. batch_size: windows per forward pass.
     interpolate_from: an L_train; positions become j * L_train / L_valid (float).
-    max_tokens: use only the first max_tokens tokens of the stream (max_tokens - 1 are scored).
-    device: where inputs go; default the model's parameters' device.
-    tracker, step: log the perplexity and loss to this tracker at this step (module docstring).
+    Inputs go to the model's parameters' device (the CPU for a model without parameters).
+    ``log_eval`` logs the result to a tracker (module docstring).
     """
     stride = _mode_stride(mode, stride, L_valid)
     if isinstance(tokens, torch.Tensor):
         tokens = tokens.cpu().numpy()
-    if max_tokens is not None:
-        tokens = tokens[:max_tokens]
-    device = torch.device(device) if device is not None else _model_device(model)
+    device = _model_device(model)
     plan = window_plan(len(tokens), L_valid, stride)  # (W, 2)
     pos = positions(L_valid, interpolate_from, device)
     span = np.arange(L_valid + 1)  # window inputs plus the one token after them
@@ -217,10 +211,6 @@ def evaluate(
     loss = float(sums.sum() / n)
     with np.errstate(invalid="ignore", divide="ignore"):
         per_pos = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-    if tracker is not None:
-        key = f"eval/{mode}@{L_valid}" + ("@interp" if interpolate_from is not None else "")
-        tracker.scalars({f"{key}/ppl": math.exp(loss), f"{key}/loss": loss}, step)
-        tracker.by_length(f"eval/{mode}" + ("@interp" if interpolate_from is not None else ""), L_valid, math.exp(loss))
     return EvalResult(
         mode=mode,
         L_valid=L_valid,
@@ -234,3 +224,12 @@ def evaluate(
         interpolate_from=interpolate_from,
         n_windows=len(plan),
     )
+
+
+def log_eval(result: EvalResult, tracker, step: int) -> None:
+    """Log ``result``'s perplexity and loss to ``tracker`` at ``step``, and its point of the
+    perplexity-against-length curve (module docstring)."""
+    key = f"eval/{result.mode}" + ("@interp" if result.interpolated else "")
+    at = f"eval/{result.mode}@{result.L_valid}" + ("@interp" if result.interpolated else "")
+    tracker.scalars({f"{at}/ppl": result.ppl, f"{at}/loss": result.loss}, step)
+    tracker.by_length(key, result.L_valid, result.ppl)

@@ -16,7 +16,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import torch
 
@@ -94,13 +94,11 @@ def train(
     batches: Iterator,  # yields (B, T+1) token ids, or (ids, targets (B, T) with -100 where no loss is taken)
     cfg: TrainConfig,
     device: torch.device | str = "cpu",
-    checkpoint: str | Path | None = None,
     tracker=None,
     until: Callable[[int], bool] | None = None,
     warmup_batches: Iterator | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place; save ``{model, train_config, result}`` to ``checkpoint`` if given;
-    log the curves to ``tracker`` (a ``posbench.engine.tracking.Tracker``) if given; stop early
+    """Train ``model`` in place (``save_trained`` saves it with its result); log the curves to ``tracker`` (a ``posbench.engine.tracking.Tracker``) if given; stop early
     when ``until(steps done)`` returns True (train to criterion). ``warmup_batches``: a time
     budget's warm-up draws from it (a second iterator of the same data), not from ``batches``."""
     device = torch.device(device)
@@ -204,10 +202,15 @@ def train(
         None if clock is None else clock.spent,
     )
     model.eval()
-    if checkpoint is not None and distributed.is_main():
+    return result
+
+
+def save_trained(checkpoint: str | Path, model: TransformerLM, cfg: TrainConfig, result: TrainResult) -> None:
+    """Save ``{model, train_config, result}`` of a ``train`` to ``checkpoint``: the main process
+    writes, every process waits for it."""
+    if distributed.is_main():
         save_checkpoint(checkpoint, model, cfg, result)
     distributed.barrier()  # no rank moves on while the checkpoint is half written
-    return result
 
 
 def agreed_steps(total: int) -> int:
@@ -274,19 +277,30 @@ def warm_up(
     return float(distributed.all_reduce_mean([measured[0]])[0]), measured[1], measured[2]
 
 
+class Checkpointing(NamedTuple):
+    """Where a trained model is saved (None: nowhere), and whether a model an earlier run saved
+    there is loaded instead of training."""
+
+    path: Path | None
+    reuse: bool = False
+
+
+NO_CHECKPOINT = Checkpointing(None)
+
+
 def trained_model(
     cfg,
     tcfg: TrainConfig,
     batches: Callable[[], Iterator],
     device,
-    ckpt: Path | None = None,
-    reuse: bool = False,
+    checkpointing: Checkpointing = NO_CHECKPOINT,
     tracker=None,
     until: Callable[[TransformerLM], Callable] | None = None,
 ) -> tuple[TransformerLM, TrainResult, bool]:
     """(model, result, reused): the ``ModelConfig`` ``cfg`` seeded with ``tcfg.seed`` and trained on
-    ``batches()`` (saved to ``ckpt``), or, with ``reuse``, loaded from the ``ckpt`` an earlier run
-    left. ``until(model)`` gives the stop criterion of ``train``, if any."""
+    ``batches()`` (saved to ``checkpointing.path``), or, with ``checkpointing.reuse``, loaded from the
+    checkpoint an earlier run left there. ``until(model)`` gives the stop criterion of ``train``, if any."""
+    ckpt, reuse = checkpointing
     if ckpt is not None and reuse and (ckpt.exists() or ckpt.is_symlink()):
         found = reused_model(ckpt, cfg, tcfg, device)  # None: not this case's model (it says why)
         if found is not None:
@@ -297,4 +311,7 @@ def trained_model(
     check = until(model) if until is not None else None
     # A time budget's warm-up times the real batch-making on a second iterator of the same data.
     spare = batches() if tcfg.time_s is not None else None
-    return model, train(model, data, tcfg, device, ckpt, tracker=tracker, until=check, warmup_batches=spare), False
+    result = train(model, data, tcfg, device, tracker=tracker, until=check, warmup_batches=spare)
+    if ckpt is not None:
+        save_trained(ckpt, model, tcfg, result)
+    return model, result, False

@@ -6,6 +6,8 @@ tokens are appended and each must be the argmax after the ones before it.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
@@ -32,11 +34,20 @@ def example(tokenizer, length: int, depth: float, key: int) -> tuple[list[int], 
     return ids, length - len(answer)
 
 
-def passkey_accuracy(
-    lm, tokenizer, length: int, trials: int, seed: int, device, batch_size: int = 8, pos: torch.Tensor | None = None
-) -> dict:
-    """Share of ``trials`` probes of ``length`` tokens answered exactly (depths spread over 0..1),
-    with each probe's depth and outcome; accuracy None when the probe does not fit ``length``."""
+class Probes(NamedTuple):
+    """``trials`` passkey probes of ``length`` tokens through ``tokenizer``, at depths spread over
+    0..1, their keys drawn from ``seed``."""
+
+    tokenizer: object
+    length: int
+    trials: int
+    seed: int
+
+
+def passkey_accuracy(lm, probes: Probes, device, batch_size: int = 8, pos: torch.Tensor | None = None) -> dict:
+    """Share of the ``probes`` answered exactly, with each probe's depth and outcome; accuracy None
+    when the probe does not fit its length."""
+    tokenizer, length, trials, seed = probes
     rng = np.random.default_rng([seed, length])
     depths = np.linspace(0.0, 1.0, trials) if trials > 1 else np.array([0.5])
     built = [example(tokenizer, length, float(d), int(rng.integers(10_000, 100_000))) for d in depths]

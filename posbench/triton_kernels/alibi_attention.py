@@ -1,16 +1,18 @@
 """Causal attention with an ALiBi bias computed inside one fused Triton kernel.
 
 The ``alibi`` method's mathematics (Press, Smith, Lewis 2022), run by the shared kernels of
-``posbench.triton_kernels.fused_attention``; this module checks the inputs and names the ALiBi options.
-Design and limits: docs/kernels.md.
+``posbench.triton_kernels.kernels`` (launched by ``autograd``); this module checks the inputs and
+names the ALiBi options. Design and limits: docs/kernels.md.
 """
 
 from __future__ import annotations
 
 import torch
 
-from posbench.triton_kernels import fused_attention as fa
-from posbench.triton_kernels.fused_attention import DTYPES, HEAD_DIMS, INTERPRETED  # noqa: F401  (re-exported)
+from posbench.triton_kernels import checks
+from posbench.triton_kernels.autograd import fused_attention
+from posbench.triton_kernels.bias_spec import ALIBI, NO_BIAS, BiasSpec
+from posbench.triton_kernels.checks import DTYPES, HEAD_DIMS, INTERPRETED  # noqa: F401  (re-exported)
 
 BIAS_DTYPES = ("float32", "compute")
 
@@ -20,7 +22,7 @@ def _check_inputs(q, k, v, slopes, bias_dtype: str, key_bias) -> None:
     name = "alibi_attention"
     if slopes is not None and not isinstance(slopes, torch.Tensor):
         raise TypeError(f"{name}: slopes must be a torch.Tensor or None, got {type(slopes).__name__}")
-    fa.check_qkv(name, q, k, v)
+    checks.check_qkv(name, q, k, v)
     h = q.shape[1]
     if slopes is not None and slopes.shape != (h,):
         raise ValueError(f"{name}: slopes must have shape ({h},) (one per head), got {tuple(slopes.shape)}")
@@ -28,8 +30,8 @@ def _check_inputs(q, k, v, slopes, bias_dtype: str, key_bias) -> None:
     if len(devices) != 1:
         raise ValueError(f"{name}: q, k, v and slopes must be on one device, got {sorted(map(str, devices))}")
     if key_bias is not None:
-        fa.check_key_bias(name, q, k, key_bias)
-    fa.check_device(name, q)
+        checks.check_key_bias(name, q, k, key_bias)
+    checks.check_device(name, q)
     if bias_dtype not in BIAS_DTYPES:
         raise ValueError(f"{name}: bias_dtype must be one of {', '.join(BIAS_DTYPES)}, got {bias_dtype!r}")
 
@@ -59,11 +61,11 @@ def alibi_attention(
     if slopes is None:  # the kernels never read it (BIAS off): a stand-in with the right stride
         slopes, use_bias = torch.zeros(q.shape[1], device=q.device), False
     slopes = slopes.detach().to(torch.float32).contiguous()
-    spec = fa.BiasSpec(
-        fa.ALIBI if use_bias else fa.NO_BIAS,
+    spec = BiasSpec(
+        ALIBI if use_bias else NO_BIAS,
         slopes,
         pos_scale=pos_scale,
         bias_round=bias_dtype == "compute" and q.dtype != torch.float32,  # float32 -> float32 is a no-op
         key_bias=key_bias,
     )
-    return fa.fused_attention(q, k, v, spec, blocks_fwd, blocks_bwd)
+    return fused_attention(q, k, v, spec, blocks_fwd, blocks_bwd)

@@ -1,6 +1,6 @@
 """Compile the fused attention kernels for GPU targets without a GPU and report their resources.
 
-For every kernel, tile config (``fused_attention.CONFIGS``), target and dtype class, ptxas's log
+For every kernel, tile config (``tile_configs.CONFIGS``), target and dtype class, ptxas's log
 gives registers and spill bytes and Triton's metadata the shared memory; a config *fits* a target
 when it spills nothing and stays within shared memory. Needs triton's bundled ptxas only.
 
@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 SHARED_LIMIT = {80: 166912, 86: 101376, 90: 232448}
 ARCHS = (80, 90)
 HEAD_DIMS = (128, 64, 32)
-KERNELS = {"fwd": ("_fwd_kernel", "fwd"), "dkdv": ("_bwd_dkdv_kernel", "bwd"), "dq": ("_bwd_dq_kernel", "bwd")}
+KERNELS = {"fwd": ("fwd_kernel", "fwd"), "dkdv": ("bwd_dkdv_kernel", "bwd"), "dq": ("bwd_dq_kernel", "bwd")}
 POINTERS = {"Q", "K", "V", "O", "DO", "DK", "DV", "DQ"}
 FLOAT_POINTERS = {"Bias", "KB", "LSE", "Delta", "DTab", "DKB"}
 # What --variants compiles at every claim, beside the claims' own ALiBi and T5: FoX's per-key bias
@@ -37,26 +37,26 @@ def compile_one(job: tuple) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from posbench.triton_kernels import fused_attention as fa
+    from posbench.triton_kernels import bias_spec, kernels, tile_configs
 
     kernel, index, arch, dclass, head_dim, bias, *target = job
     variant = target.pop() if target and isinstance(target[-1], str) else ""
     name, kind = KERNELS[kernel]
-    fn = getattr(fa, name)
-    cfg = fa.CONFIGS[kind][index]
+    fn = getattr(kernels, name)
+    cfg = tile_configs.CONFIGS[kind][index]
     ptr = "fp32" if dclass == "fp32" else "bf16"
     const = dict(
         HEAD_DIM=head_dim,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BIAS=bias,
-        BIAS_ROUND=bias == fa.ALIBI,
+        BIAS_ROUND=bias == bias_spec.ALIBI,
         SCALED=True,
         NUM_BUCKETS=32,
         MAX_DISTANCE=128,
         DOT_PRECISION="ieee" if dclass == "fp32" else "tf32",
         KEY_BIAS=False,
-        **({"GROUP": 1} if name == "_bwd_dkdv_kernel" else {}),
+        **({"GROUP": 1} if name == "bwd_dkdv_kernel" else {}),
     )
     const.update({k: v for k, v in VARIANTS.get(variant, {}).items() if k in fn.arg_names})
     sig = {
@@ -90,7 +90,7 @@ def compile_one(job: tuple) -> dict:
         target=target[0] if target else arch,
         dtype=dclass,
         head_dim=head_dim,
-        bias=fa.BIAS_NAMES[bias] + (f" {variant}" if variant else ""),
+        bias=bias_spec.BIAS_NAMES[bias] + (f" {variant}" if variant else ""),
         registers=int(regs.group(1)) if regs else -1,
         spill_bytes=int(spills.group(1)) if spills else -1,
         shared=compiled.metadata.shared,
@@ -106,18 +106,18 @@ def fits(row: dict, target: int | None = None) -> bool:
 def claims() -> list[tuple]:
     """(kernel, config index, compile arch, dtype class, head dim, bias, claimed target) for every
     claim in CONFIGS."""
-    from posbench.triton_kernels import fused_attention as fa
+    from posbench.triton_kernels import bias_spec, tile_configs
 
     jobs = []
     for kernel, (_, kind) in KERNELS.items():
-        for index, cfg in enumerate(fa.CONFIGS[kind]):
+        for index, cfg in enumerate(tile_configs.CONFIGS[kind]):
             for target in (80, 86, 90):
                 for dclass in ("fp32", "half"):
                     head_dim = cfg.fits.get((target, dclass), 0)
                     if head_dim:  # sm_86's claim: sm_80's code against the 99 KB limit
                         jobs += [
                             (kernel, index, min(target, 90) if target != 86 else 80, dclass, head_dim, b, target)
-                            for b in (fa.ALIBI, fa.T5)
+                            for b in (bias_spec.ALIBI, bias_spec.T5)
                         ]
     return jobs
 
@@ -137,19 +137,19 @@ def table(rows: list[dict]) -> str:
 def sweep(jobs: int) -> list[dict]:
     """Largest head dim each (kernel, config, arch, dtype class) fits with the T5 bias (the larger
     of the two biases in registers; the check mode compiles ALiBi too)."""
-    from posbench.triton_kernels import fused_attention as fa
+    from posbench.triton_kernels import bias_spec, tile_configs
 
     todo = {
         (k, i, a, d): list(HEAD_DIMS)
         for k, (_, kind) in KERNELS.items()
-        for i in range(len(fa.CONFIGS[kind]))
+        for i in range(len(tile_configs.CONFIGS[kind]))
         for a in ARCHS
         for d in ("fp32", "half")
     }
     rows = []
     with ProcessPoolExecutor(jobs) as pool:
         while todo:
-            batch = [(*key, dims[0], fa.T5) for key, dims in todo.items()]
+            batch = [(*key, dims[0], bias_spec.T5) for key, dims in todo.items()]
             results = list(pool.map(compile_one, batch))
             rows += results
             for job, row in zip(batch, results):
@@ -165,7 +165,7 @@ def variants(jobs: int) -> list[dict]:
     """Every claimed (kernel, config, arch, dtype class, head dim) compiled with each of VARIANTS:
     FoX's key bias without a position bias, GQA (dK/dV only: the other kernels take the group as
     a number) with ALiBi and T5."""
-    from posbench.triton_kernels import fused_attention as fa
+    from posbench.triton_kernels import bias_spec
 
     todo = []
     for kernel, index, arch, dclass, head_dim, _, _ in claims():
@@ -173,7 +173,7 @@ def variants(jobs: int) -> list[dict]:
             gqa = "gqa2" in variant
             if gqa and kernel != "dkdv":
                 continue
-            for bias in (fa.ALIBI, fa.T5) if variant == "gqa2" else (fa.NO_BIAS,):
+            for bias in (bias_spec.ALIBI, bias_spec.T5) if variant == "gqa2" else (bias_spec.NO_BIAS,):
                 todo.append((kernel, index, arch, dclass, head_dim, bias, variant))
     todo = list(dict.fromkeys(todo))
     with ProcessPoolExecutor(jobs) as pool:

@@ -2,7 +2,7 @@
 the fused Triton kernel (``fused_attention``'s ROW bias), and the plan that routes a bias method
 there on CUDA: kerple_log, sandwich and any method of that form train without an L x L square.
 
-The row is what the CPU's distance plan builds (``posbench/attention/plans.py``, ``DistancePlan``):
+The row is what the CPU's distance plan builds (``posbench/attention/routes.py``, ``DistanceRoute``):
 (h, Tk), h 1 or H, row[t] the bias at distance Tk - 1 - t (the last query against every key).
 A row that requires a gradient gets one (its per-distance sums of dScore). Design: docs/kernels.md.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from posbench.attention.form import BiasForm
-from posbench.attention.plans import Plan
+from posbench.attention.routes import Route
 from posbench.core.masked import biased_attention, windowed
 from posbench.triton_kernels import interpreter_on
 
@@ -45,14 +45,16 @@ def distance_row_attention(
 ) -> torch.Tensor:  # (B, H, Tq, hd), q's dtype
     """Causal softmax(q k^T / sqrt(hd) + row[h, Tk - 1 - (i_abs - j)]) v, fused, the queries the
     last Tq keys (i_abs = i + Tk - Tq); differentiable in q, k, v and, when it requires one, ``row``."""
-    from posbench.triton_kernels import fused_attention as fa
+    from posbench.triton_kernels.autograd import fused_attention
+    from posbench.triton_kernels.bias_spec import ROW, ROW_LEARNED, BiasSpec
+    from posbench.triton_kernels.checks import check_device, check_qkv
 
-    fa.check_qkv("distance_row_attention", q, k, v)
+    check_qkv("distance_row_attention", q, k, v)
     _check_row(q, k, row)
-    fa.check_device("distance_row_attention", q)
-    kind = fa.ROW_LEARNED if row.requires_grad else fa.ROW
-    spec = fa.BiasSpec(kind, row.to(torch.float32).contiguous())  # float32: the bias is added in float32
-    return fa.fused_attention(q, k, v, spec, blocks_fwd, blocks_bwd)
+    check_device("distance_row_attention", q)
+    kind = ROW_LEARNED if row.requires_grad else ROW
+    spec = BiasSpec(kind, row.to(torch.float32).contiguous())  # float32: the bias is added in float32
+    return fused_attention(q, k, v, spec, blocks_fwd, blocks_bwd)
 
 
 def row_kernel_available(device) -> bool:
@@ -75,7 +77,7 @@ def _row_positions(q_pos: torch.Tensor, k_pos: torch.Tensor) -> bool:
     return int(k_pos[-1] - k_pos[0]) == tk - 1 and int(q_pos[-1]) == int(k_pos[-1]) and int(q_pos[-1] - q_pos[0]) == tq - 1
 
 
-class RowKernelPlan(Plan):
+class RowKernelRoute(Route):
     """The fused row kernel: the row built once a forward (float32, differentiable in the method's
     parameters), read per tile by every layer."""
 
@@ -113,10 +115,10 @@ class FusedDistanceRows:
     def prepare(self, q_pos, k_pos, dtype):
         form = self.bias_form(dtype)
         if self._row_kernel_applies(form, q_pos, k_pos):
-            return RowKernelPlan(self, form, q_pos, k_pos, dtype)
+            return RowKernelRoute(self, form, q_pos, k_pos, dtype)
         return super().prepare(q_pos, k_pos, dtype)
 
     def attn_backend(self, device, dtype) -> str:
         if self.bias_form(dtype).relative and row_kernel_available(device):
-            return RowKernelPlan.label(device, dtype, self.bias_form(dtype), any(p.requires_grad for p in self.parameters()))
+            return RowKernelRoute.label(device, dtype, self.bias_form(dtype), any(p.requires_grad for p in self.parameters()))
         return super().attn_backend(device, dtype)

@@ -176,12 +176,12 @@ def steps(py: str, results: Path, report: Path, page: Path) -> list[tuple[str, l
 
 
 def flex_parity(device: str, dtypes=("float32",), backward: bool = False, shapes=((256, 256), (130, 256))) -> Iterator[str]:
-    """Every bias method's attention through ``FlexPlan`` against the masked-bias reference at
+    """Every bias method's attention through ``FlexRoute`` against the masked-bias reference at
     each (Tq, Tk) of ``shapes``: the output, and with ``backward`` the gradients of q, k, v and
     of the method's parameters. Yields one line per method, dtype, shape and check, as each is done."""
     import torch
 
-    from posbench.attention import plans
+    from posbench.attention import routes
     from posbench.attention.bias import BiasMethod
     from posbench.core import registry
     from posbench.core.method import ModelConfig
@@ -198,8 +198,8 @@ def flex_parity(device: str, dtypes=("float32",), backward: bool = False, shapes
                 q, k, v = (torch.randn(2, 4, t, 16, device=device, dtype=dtype, requires_grad=backward) for t in (tq, tk, tk))
                 form = method.bias_form(dtype)
                 with torch.set_grad_enabled(backward):
-                    out = plans.FlexPlan(method, form, q_pos, k_pos, dtype).attend(q, k, v)
-                    ref = plans.attend(q, k, v, method.masked_bias(q_pos, k_pos, dtype))
+                    out = routes.FlexRoute(method, form, q_pos, k_pos, dtype).attend(q, k, v)
+                    ref = routes.attend(q, k, v, method.masked_bias(q_pos, k_pos, dtype))
                 err = (out.float() - ref.float()).abs().max().item()
                 what = [("out", err)]
                 if backward:

@@ -2,22 +2,24 @@
 
 The ``t5_bias`` method's mathematics (Raffel et al. 2020): each tile computes its buckets from its
 indices and reads the (buckets, H) table, so no T^2 bias is stored; the backward pass returns the
-table's gradient. Kernels in ``posbench.triton_kernels.fused_attention``; design in docs/kernels.md.
+table's gradient. Kernels in ``posbench.triton_kernels.kernels``; design in docs/kernels.md.
 """
 
 from __future__ import annotations
 
 import torch
 
-from posbench.triton_kernels import fused_attention as fa
-from posbench.triton_kernels.fused_attention import DTYPES, HEAD_DIMS, INTERPRETED  # noqa: F401  (re-exported)
+from posbench.triton_kernels import checks
+from posbench.triton_kernels.autograd import fused_attention
+from posbench.triton_kernels.bias_spec import T5, BiasSpec
+from posbench.triton_kernels.checks import DTYPES, HEAD_DIMS, INTERPRETED  # noqa: F401  (re-exported)
 
 
 def _check_inputs(q, k, v, table, pos_scale, num_buckets, max_distance) -> None:
     name = "t5_attention"
     if not isinstance(table, torch.Tensor):
         raise TypeError(f"{name}: table must be a torch.Tensor, got {type(table).__name__}")
-    fa.check_qkv(name, q, k, v)
+    checks.check_qkv(name, q, k, v)
     h = q.shape[1]
     if num_buckets < 2 or num_buckets % 2 or num_buckets & (num_buckets - 1):
         raise ValueError(f"{name}: num_buckets must be a power of two >= 2, got {num_buckets}")
@@ -32,7 +34,7 @@ def _check_inputs(q, k, v, table, pos_scale, num_buckets, max_distance) -> None:
         raise ValueError(f"{name}: q, k, v and table must be on one device, got {sorted(map(str, devices))}")
     if not pos_scale > 0:
         raise ValueError(f"{name}: pos_scale must be > 0, got {pos_scale}")
-    fa.check_device(name, q)
+    checks.check_device(name, q)
 
 
 def t5_attention(
@@ -50,5 +52,5 @@ def t5_attention(
     """Causal softmax(q k^T / sqrt(hd) + table[bucket(floor(pos_scale * (i_abs - j))), h]) v, fused,
     differentiable in q, k, v and ``table``; ``blocks_*`` pin (BLOCK_M, BLOCK_N, warps, stages)."""
     _check_inputs(q, k, v, table, pos_scale, num_buckets, max_distance)
-    spec = fa.BiasSpec(fa.T5, table, pos_scale=pos_scale, num_buckets=num_buckets, max_distance=max_distance)
-    return fa.fused_attention(q, k, v, spec, blocks_fwd, blocks_bwd)
+    spec = BiasSpec(T5, table, pos_scale=pos_scale, num_buckets=num_buckets, max_distance=max_distance)
+    return fused_attention(q, k, v, spec, blocks_fwd, blocks_bwd)

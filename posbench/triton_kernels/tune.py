@@ -1,5 +1,5 @@
 """``python -m posbench.triton_kernels.tune``: time the candidate tiles of each fused kernel on this GPU
-and write the table a run then reads by default (``tuned/sm<NN>.json``, see ``tuning``).
+and write the table a run then reads by default (``tuned/sm<NN>.json``, see ``tuned_table``).
 
 Per dtype, head dim and bias, the forward's candidates are timed on the forward alone; then each
 dK/dV candidate in a whole backward with dQ at its default, then each dQ candidate with the best
@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from posbench.triton_kernels import tuning
+from posbench.triton_kernels import tuned_table
 
 # Candidates per kernel, (BLOCK_M, BLOCK_N, warps, stages): large query tiles for the forward and
 # dQ (Triton's tutorial and FlashAttention-2 on sm_80/sm_90 run 128-row tiles), wide key blocks for
-# dK/dV; the offline no-spill choices (fused_attention.CONFIGS) are among them. Spills are measured
+# dK/dV; the offline no-spill choices (tile_configs.CONFIGS) are among them. Spills are measured
 # here by their time, not forbidden.
 CANDIDATES = {
     "fwd": [(128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2)],
@@ -72,7 +72,7 @@ def tune(
             break
         dtype, head_dim, bias = point
         chosen: dict[str, tuple] = {}
-        for kernel in tuning.KERNELS:
+        for kernel in tuned_table.KERNELS:
             measured: dict[tuple, float] = {}
             for cand in candidates[kernel]:
                 fwd = cand if kernel == "fwd" else chosen["fwd"]
@@ -82,13 +82,13 @@ def tune(
                     measured[cand] = time_ms(point, fwd, dkdv, dq, kernel != "fwd")
                 except failures as exc:
                     notes.append(
-                        f"{tuning.table_key(kernel, dtype, head_dim, bias)} {cand}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                        f"{tuned_table.table_key(kernel, dtype, head_dim, bias)} {cand}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
                     )
             if not measured:
                 chosen[kernel] = default(kernel, point)
                 continue
             chosen[kernel] = _best(measured)
-            key = tuning.table_key(kernel, dtype, head_dim, bias)
+            key = tuned_table.table_key(kernel, dtype, head_dim, bias)
             configs[key] = list(chosen[kernel])
             timings[key] = {"m{}n{}w{}s{}".format(*c): round(ms, 4) for c, ms in measured.items()}
     return configs, timings, notes
@@ -102,7 +102,9 @@ def make_timer(
     import torch
 
     from posbench.core.alibi_math import slopes_tensor
-    from posbench.triton_kernels import fused_attention as fa
+    from posbench.triton_kernels import bias_spec
+    from posbench.triton_kernels.autograd import fused_attention
+    from posbench.triton_kernels.tile_configs import configs_for
 
     made: dict[Point, tuple] = {}
 
@@ -123,8 +125,14 @@ def make_timer(
                 "row-learned": lambda: torch.randn(heads, seq_len, device=device, requires_grad=True),
             }[kind]()
             key_bias = -torch.rand(batch, heads, seq_len, device=device).cumsum(-1) if bias.endswith("+key") else None
-            names = {"none": fa.NO_BIAS, "alibi": fa.ALIBI, "t5": fa.T5, "row": fa.ROW, "row-learned": fa.ROW_LEARNED}
-            spec = fa.BiasSpec(names[kind], tensor, key_bias=key_bias)
+            names = {
+                "none": bias_spec.NO_BIAS,
+                "alibi": bias_spec.ALIBI,
+                "t5": bias_spec.T5,
+                "row": bias_spec.ROW,
+                "row-learned": bias_spec.ROW_LEARNED,
+            }
+            spec = bias_spec.BiasSpec(names[kind], tensor, key_bias=key_bias)
             made[point] = (q, k, v, spec, torch.randn_like(q))
         return made[point]
 
@@ -132,8 +140,8 @@ def make_timer(
         q, k, v, spec, grad = inputs(point)
         if not backward:
             with torch.no_grad():
-                return bench(lambda: fa.fused_attention(q, k, v, spec, fwd, dkdv, dq))
-        out = fa.fused_attention(q, k, v, spec, fwd, dkdv, dq)
+                return bench(lambda: fused_attention(q, k, v, spec, fwd, dkdv, dq))
+        out = fused_attention(q, k, v, spec, fwd, dkdv, dq)
 
         def step():
             for t in (q, k, v):
@@ -144,16 +152,16 @@ def make_timer(
 
     def default(kernel: str, point: Point) -> tuple:
         dtype, d, _ = point
-        return fa.configs_for("fwd" if kernel == "fwd" else "bwd", arch, getattr(torch, dtype), d)[0].blocks()
+        return configs_for("fwd" if kernel == "fwd" else "bwd", arch, getattr(torch, dtype), d)[0].blocks()
 
     return time_ms, default
 
 
 def write_table(out: Path, arch: int, device: str, configs, timings, notes, settings: dict, versions: dict) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    path = tuning.table_path(arch, out)
+    path = tuned_table.table_path(arch, out)
     table = {
-        "version": tuning.TABLE_VERSION,
+        "version": tuned_table.TABLE_VERSION,
         "arch": arch,
         "device": device,
         "versions": versions,
@@ -168,7 +176,7 @@ def write_table(out: Path, arch: int, device: str, configs, timings, notes, sett
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="time the fused kernels' candidate tiles on this GPU; write tuned/sm<NN>.json")
-    parser.add_argument("--out", type=Path, default=tuning.TUNED_DIR)
+    parser.add_argument("--out", type=Path, default=tuned_table.TUNED_DIR)
     parser.add_argument("--budget-s", type=float, default=170.0, help="stop starting new points after this many seconds")
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--batch", type=int, default=4)
@@ -182,12 +190,12 @@ def main(argv=None) -> int:
         parser.error(f"unknown bias(es) {sorted(set(biases) - set(BIASES))}; allowed: {', '.join(BIASES)}")
     import torch
 
-    if not torch.cuda.is_available() or tuning.autotune_requested():
+    if not torch.cuda.is_available() or tuned_table.autotune_requested():
         print("tune needs a CUDA GPU, with POSBENCH_AUTOTUNE unset", file=sys.stderr)
         return 2
     import triton
 
-    from posbench.triton_kernels.fused_attention import device_arch
+    from posbench.triton_kernels.tile_configs import device_arch
 
     device = torch.device("cuda")
     arch = device_arch(device)

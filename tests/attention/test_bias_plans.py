@@ -7,8 +7,8 @@ L; FIRE's piecewise plan has tests of its own in tests/attention/test_piecewise_
 import pytest
 import torch
 
-from posbench.attention import plans
-from posbench.attention.plans import Plan
+from posbench.attention import routes
+from posbench.attention.routes import Route
 from posbench.core import conformance as testing
 from posbench.core import registry
 from posbench.core.method import ModelConfig
@@ -21,8 +21,8 @@ BUILTIN = ["alibi", "t5_bias", "kerple_log", "fire"]
 @pytest.fixture
 def blocked(monkeypatch):
     """Blocks at every length, of 8 rows: short inputs run the blocked plans over several blocks."""
-    monkeypatch.setattr(plans, "BLOCKED_MIN_ROWS", 2)
-    monkeypatch.setattr(plans, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(routes, "BLOCKED_MIN_ROWS", 2)
+    monkeypatch.setattr(routes, "BLOCK_ROWS", 8)
 
 
 def build(name, seed=0, **options):
@@ -59,7 +59,7 @@ def test_each_bias_method_gets_its_plan(blocked, name, kind):
     m = build(name)
     pos = torch.arange(20)
     plan = m.prepare(pos, pos, torch.float32)
-    assert isinstance(plan, Plan) and plan.kind == kind
+    assert isinstance(plan, Route) and plan.kind == kind
     assert m.prepare(pos[-1:], pos, torch.float32).shape[-2:] == (1, 20)  # a decode step: the bias row
     assert m.prepare(pos * 0.5, pos * 0.5, torch.float32).kind in {"linear", "dense", "tiles"}  # float positions
     if name == "alibi":  # half precision would round the per-key slope mask: the distance plan instead
@@ -139,6 +139,6 @@ def test_the_plan_a_long_training_forward_takes_is_the_one_its_row_names(name, d
     """``attn_backend`` is the name of the plan ``prepare`` builds at integer positions 0..L-1
     from ``BLOCKED_MIN_ROWS`` queries on: one choice, not a second decision tree of strings."""
     m = build(name)
-    pos = torch.arange(plans.BLOCKED_MIN_ROWS + 8)
+    pos = torch.arange(routes.BLOCKED_MIN_ROWS + 8)
     plan = m.prepare(pos, pos, dtype)
-    assert isinstance(plan, Plan) and plan.name == m.attn_backend("cpu", dtype)
+    assert isinstance(plan, Route) and plan.name == m.attn_backend("cpu", dtype)

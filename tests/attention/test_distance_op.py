@@ -60,7 +60,7 @@ def test_ops_pass_opcheck(window):
     with torch.no_grad():
         torch.library.opcheck(OPS.distance_attention_eval.default, (q, k, v, row, 32, window))
         out, out_rev, lse = OPS.distance_attention(q, k, v, row, 32, window)
-    args = (torch.randn_like(out), q.detach(), k.detach(), v.detach(), row.detach(), out_rev, lse, 32, window)
+    args = (torch.randn_like(out), [q.detach(), k.detach(), v.detach(), row.detach(), out_rev, lse], 32, window)
     for row_grad in (True, False):
         torch.library.opcheck(OPS.distance_attention_backward.default, (*args, row_grad))
 

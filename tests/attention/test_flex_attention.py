@@ -1,4 +1,4 @@
-"""FlexAttention for bias methods (posbench/attention/flex.py, ``plans.FlexPlan``; issue 43).
+"""FlexAttention for bias methods (posbench/attention/flex.py, ``routes.FlexRoute``; issue 43).
 
 On this CPU torch runs FlexAttention's forward unfused: every bias method's forward through it
 equals the masked-bias reference (fp32, odd lengths, Tq < Tk; bf16 within rounding). The CUDA
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posbench.attention import flex, plans
+from posbench.attention import flex, routes
 from posbench.attention.bias import BiasMethod
 from posbench.core import registry
 from posbench.core.method import ModelConfig
@@ -47,8 +47,8 @@ def test_the_flex_forward_equals_the_masked_reference(name, seed, tq, tk):
     q, k, v = torch.randn(2, H, tq, HD), torch.randn(2, H, tk, HD), torch.randn(2, H, tk, HD)
     form = method.bias_form(torch.float32)
     with torch.no_grad():  # FlexAttention has no backward on a CPU
-        plan = plans.FlexPlan(method, form, q_pos, k_pos, torch.float32)
-        ref = plans.attend(q, k, v, method.masked_bias(q_pos, k_pos, torch.float32))
+        plan = routes.FlexRoute(method, form, q_pos, k_pos, torch.float32)
+        ref = routes.attend(q, k, v, method.masked_bias(q_pos, k_pos, torch.float32))
         assert torch.allclose(plan.attend(q, k, v), ref, atol=2e-6, rtol=1e-5)
 
 
@@ -58,8 +58,8 @@ def test_the_flex_forward_in_bfloat16_is_within_rounding_of_float32(name):
     pos = torch.arange(131)
     q, k, v = (torch.randn(1, H, 131, HD) for _ in range(3))
     with torch.no_grad():
-        ref = plans.attend(q.double(), k.double(), v.double(), method.masked_bias(pos, pos, torch.float64))
-        plan = plans.FlexPlan(method, method.bias_form(torch.bfloat16), pos, pos, torch.bfloat16)
+        ref = routes.attend(q.double(), k.double(), v.double(), method.masked_bias(pos, pos, torch.float64))
+        plan = routes.FlexRoute(method, method.bias_form(torch.bfloat16), pos, pos, torch.bfloat16)
         out = plan.attend(q.bfloat16(), k.bfloat16(), v.bfloat16())
     assert out.dtype == torch.bfloat16 and (out.double() - ref).abs().max() < 0.05
 
@@ -84,14 +84,15 @@ def test_on_cuda_every_bias_method_takes_flex_and_names_it(name, mod, monkeypatc
     backend = method.attn_backend("cuda", torch.bfloat16)
     assert backend.startswith(f"flex_attention, {mod} score_mod"), backend
     pos = torch.arange(flex.FLEX_MIN_ROWS)
-    assert plans.choose_plan("cuda", torch.bfloat16, method.bias_form(torch.bfloat16), pos, pos) is plans.FlexPlan
+    assert routes.choose_route("cuda", torch.bfloat16, method.bias_form(torch.bfloat16), pos, pos) is routes.FlexRoute
     # a decode step, or a prompt shorter than one Flex block: the small masked bias
     one = torch.arange(1)
     assert (
-        plans.choose_plan("cuda", torch.bfloat16, method.bias_form(torch.bfloat16), one + 9, torch.arange(10)) is plans.MaskedPlan
+        routes.choose_route("cuda", torch.bfloat16, method.bias_form(torch.bfloat16), one + 9, torch.arange(10))
+        is routes.MaskedRoute
     )
     # a CPU never takes it: its own plans are measured faster there (docs/attention-plans.md)
-    assert plans.choose_plan("cpu", torch.float32, method.bias_form(torch.float32), pos, pos) is not plans.FlexPlan
+    assert routes.choose_route("cpu", torch.float32, method.bias_form(torch.float32), pos, pos) is not routes.FlexRoute
 
 
 def test_without_flex_attention_cuda_falls_back_to_the_masked_bias(monkeypatch):
@@ -166,7 +167,7 @@ def test_fox_through_flex_equals_its_reference(seed, tq, tk, monkeypatch):
 
 
 def test_t5_flex_computes_the_bucket_in_the_score_mod_and_builds_no_row(monkeypatch):
-    """t5_bias's FlexPlan at consecutive positions reads only the (32, H) table: bias() (the row,
+    """t5_bias's FlexRoute at consecutive positions reads only the (32, H) table: bias() (the row,
     the square) is never called, and the forward equals the masked reference past max_distance."""
     method = _method("t5_bias", 5)
     pos = torch.arange(200)
@@ -175,7 +176,7 @@ def test_t5_flex_computes_the_bucket_in_the_score_mod_and_builds_no_row(monkeypa
         raise AssertionError("the plan built a bias row")
 
     with torch.no_grad():
-        ref = plans.attend(*(qkv := [torch.randn(1, H, 200, HD) for _ in range(3)]), method.masked_bias(pos, pos, torch.float32))
+        ref = routes.attend(*(qkv := [torch.randn(1, H, 200, HD) for _ in range(3)]), method.masked_bias(pos, pos, torch.float32))
         monkeypatch.setattr(method, "bias", no_bias)
-        plan = plans.FlexPlan(method, method.bias_form(torch.float32), pos, pos, torch.float32)
+        plan = routes.FlexRoute(method, method.bias_form(torch.float32), pos, pos, torch.float32)
         assert torch.allclose(plan.attend(*qkv), ref, atol=2e-6, rtol=1e-5)

@@ -1,6 +1,6 @@
 """Under torch.compile the mission and bias methods trace as one graph at every length, evaluation and
 training: from ``BLOCKED_MIN_ROWS`` queries on a CPU a bias method attends by blocks
-(``posbench.attention.plans``), where reading a position or a slope (``.item()``), a tile's storage
+(``posbench.attention.routes``), where reading a position or a slope (``.item()``), a tile's storage
 offset or a tile source's state changed in backward each broke the graph (issue 45: alibi 3, t5_bias
 11, kerple_log 11, fire 14 breaks at L 1024 in evaluation). A break puts Python between graphs into
 a method's compiled time. The break counter is dynamo's ``ExplainWithBackend`` (what
@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from posbench.attention import plans
+from posbench.attention import routes
 from posbench.attention.form import BiasForm
 from posbench.core.model import TransformerLM, build_model, model_config
 from tests.helpers.graph_breaks import BIAS, LENGTHS, MISSION, break_reasons, fresh_dynamo, short_blocks, traced  # noqa: F401
@@ -95,7 +95,7 @@ def test_alibi_takes_the_linear_plan_compiled_as_eager():
     """The linear plan's span test needs no tensor read for consecutive positions, so a compiled
     ALiBi takes it too (not the dense bias)."""
     seen = []
-    original = plans.choose_plan
+    original = routes.choose_route
 
     def spy(*args):
         seen.append(original(*args))
@@ -104,7 +104,7 @@ def test_alibi_takes_the_linear_plan_compiled_as_eager():
     model = _model("alibi").eval()
     x = torch.randint(0, 256, (1, 1024))
     with pytest.MonkeyPatch.context() as mp, torch.no_grad():
-        mp.setattr(plans, "choose_plan", spy)
+        mp.setattr(routes, "choose_route", spy)
         model(x)
         torch.compile(model, backend="eager")(x)
-    assert seen == [plans.LinearPlan, plans.LinearPlan]
+    assert seen == [routes.LinearRoute, routes.LinearRoute]

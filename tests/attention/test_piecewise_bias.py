@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from posbench.attention import plans
+from posbench.attention import routes
 from posbench.attention.blocked import blocked_bias_attention
 from posbench.attention.piecewise import PiecewiseRatio, RatioPieces, relu_mlp_pieces
 from posbench.core import registry
@@ -111,8 +111,8 @@ def fire_bias64(m, q_pos, k_pos):
     "seed, tq, tk, start, init_L", [(0, 41, 41, 0, 8.0), (1, 11, 30, 3, 16.0), (2, 33, 33, 0, 512.0), (3, 1, 13, 100, 8.0)]
 )
 def test_fire_piecewise_plan_equals_fire_in_float64_with_every_gradient(monkeypatch, seed, tq, tk, start, init_L):
-    monkeypatch.setattr(plans, "BLOCKED_MIN_ROWS", 1)
-    monkeypatch.setattr(plans, "BLOCK_ROWS", 8)
+    monkeypatch.setattr(routes, "BLOCKED_MIN_ROWS", 1)
+    monkeypatch.setattr(routes, "BLOCK_ROWS", 8)
     torch.manual_seed(seed)
     m = registry.build(ModelConfig(method="fire", d_model=48, n_heads=3, method_options={"init_L": init_L}))
     with torch.no_grad():

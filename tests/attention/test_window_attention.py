@@ -1,6 +1,6 @@
 """Sliding-window attention in every attend path (issue 40): the masked reference and SDPA
 (posbench/core/masked.py), the blocked tiles (blocked.py: key blocks outside the window skipped,
-with every gradient), the linear plan, the distance / piecewise / dense / tiles plans, FlexPlan's
+with every gradient), the linear plan, the distance / piecewise / dense / tiles plans, FlexRoute's
 window block mask, against a plain float64 softmax with keys older than the window masked: several
 seeds, odd lengths, Tq < Tk, float32 and bfloat16."""
 
@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from posbench.attention import plans
+from posbench.attention import routes
 from posbench.attention.blocked import blocked_bias_attention, window_start
 from posbench.attention.tiles import BiasTiles, DenseBias, DistanceRow
 from posbench.core import registry
@@ -150,14 +150,14 @@ def full_bias(method, q_pos, k_pos):
 
 
 def _plans(form, tq, tk):
-    """The plan classes that take a bias of ``form`` at Tq, Tk (each forced, whatever choose_plan picks)."""
-    out = [plans.DensePlan, plans.TilesPlan, plans.FlexPlan]
+    """The plan classes that take a bias of ``form`` at Tq, Tk (each forced, whatever choose_route picks)."""
+    out = [routes.DenseRoute, routes.TilesRoute, routes.FlexRoute]
     if form.slopes is not None and tq == tk:
-        out.append(plans.LinearPlan)
+        out.append(routes.LinearRoute)
     if form.relative:
-        out.append(plans.DistancePlan)
+        out.append(routes.DistanceRoute)
     if form.pieces is not None:
-        out.append(plans.PiecewisePlan)
+        out.append(routes.PiecewiseRoute)
     return out
 
 
@@ -172,9 +172,9 @@ def test_every_plan_of_every_bias_method_takes_the_window(name, seed, tq, tk, wi
     form = method.bias_form(dtype)
     want = reference(q, k, v, full_bias(method, q_pos, k_pos), window)
     with torch.no_grad():
-        close(plans.attend(q, k, v, method.masked_bias(q_pos, k_pos, dtype), window), want, dtype, "masked bias")
+        close(routes.attend(q, k, v, method.masked_bias(q_pos, k_pos, dtype), window), want, dtype, "masked bias")
         for plan in _plans(form, tq, tk):
-            if plan is plans.FlexPlan and dtype != torch.float32:
+            if plan is routes.FlexRoute and dtype != torch.float32:
                 continue  # unfused FlexAttention on a CPU: float32 (test_flex_attention.py)
             got = plan(method, form, q_pos, k_pos, dtype).attend(q, k, v, window)
             close(got, want, dtype, plan.__name__)

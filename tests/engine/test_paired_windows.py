@@ -17,7 +17,7 @@ from posbench.cli.run_output import EXIT_CASES_FAILED
 from posbench.core import registry
 from posbench.core.method import PositionMethod
 from posbench.core.registry import register
-from posbench.engine import windows as paired
+from posbench.engine import timing_windows as paired
 from posbench.report import bootstrap
 from posbench.report import rows as rowsmod
 from posbench.report.table import metric_tables

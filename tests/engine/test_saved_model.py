@@ -10,7 +10,7 @@ import pytest
 
 from posbench.core.files import UnsafeFile
 from posbench.core.model import model_config
-from posbench.engine.train import TrainConfig, trained_model
+from posbench.engine.train import Checkpointing, TrainConfig, trained_model
 from tests.helpers.training import repeating_batches
 
 TCFG = TrainConfig(steps=2, batch_size=4, seq_len=16, warmup_steps=1)
@@ -21,7 +21,7 @@ def cfg(method="alibi", d_model=32):
 
 
 def run(ckpt, c=None, tcfg=TCFG):
-    return trained_model(c or cfg(), tcfg, repeating_batches, "cpu", ckpt, reuse=True)
+    return trained_model(c or cfg(), tcfg, repeating_batches, "cpu", Checkpointing(ckpt, reuse=True))
 
 
 @pytest.fixture

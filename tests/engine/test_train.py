@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from posbench.engine.saved_model import load_checkpoint
-from posbench.engine.train import Diverged, TrainConfig, autocast_dtype, lr_at, train
+from posbench.engine.train import Diverged, TrainConfig, autocast_dtype, lr_at, save_trained, train
 from tests.helpers.training import repeating_batches, small_model
 
 
@@ -30,7 +30,9 @@ def test_budget_in_tokens_or_steps():
 
 def test_training_learns_and_is_deterministic(tmp_path):
     cfg = TrainConfig(seq_len=16, batch_size=4, steps=60, lr=3e-3, warmup_steps=5, log_every=5)
-    a = train(small_model(), repeating_batches(), cfg, checkpoint=tmp_path / "a.pt")
+    model_a = small_model()
+    a = train(model_a, repeating_batches(), cfg)
+    save_trained(tmp_path / "a.pt", model_a, cfg, a)
     b = train(small_model(), repeating_batches(), cfg)
     assert a.curve == b.curve  # bit-identical on CPU under the same seeds
     assert a.curve[-1][1] < 0.5 * a.curve[0][1]  # counting is learnable
@@ -59,7 +61,8 @@ def test_until_stops_on_the_full_runs_trajectory(tmp_path):
         return done == 7
 
     stopped_model = small_model()
-    r = train(stopped_model, repeating_batches(), cfg, checkpoint=tmp_path / "s.pt", until=at_seven)
+    r = train(stopped_model, repeating_batches(), cfg, until=at_seven)
+    save_trained(tmp_path / "s.pt", stopped_model, cfg, r)
     assert asked == list(range(1, 8)) and r.stopped_early
     assert (r.steps, r.tokens) == (7, 7 * 4 * 16)
     assert r.curve[-1][0] == 6 and [s for s, _ in r.curve] == [0, 5, 6]  # the last step's loss is logged
@@ -72,7 +75,7 @@ def test_until_stops_on_the_full_runs_trajectory(tmp_path):
 def test_checkpoint_round_trip(tmp_path):
     cfg = TrainConfig(seq_len=16, batch_size=4, steps=3, warmup_steps=1)
     model = small_model("rotary")
-    train(model, repeating_batches(), cfg, checkpoint=tmp_path / "ck" / "model.pt")
+    save_trained(tmp_path / "ck" / "model.pt", model, cfg, train(model, repeating_batches(), cfg))
     restored, meta = load_checkpoint(tmp_path / "ck" / "model.pt")
     idx = torch.randint(0, 16, (2, 9))
     with torch.no_grad():

@@ -6,7 +6,7 @@ import torch
 import torch._dynamo
 from torch._dynamo.backends.debugging import ExplainWithBackend
 
-from posbench.attention import plans
+from posbench.attention import routes
 
 MISSION = ["sinusoidal", "rotary", "t5_bias", "alibi"]
 BIAS = ["t5_bias", "alibi", "kerple_log", "fire"]
@@ -29,8 +29,8 @@ def fresh_dynamo():
 
 def short_blocks(monkeypatch) -> None:
     """For this test, the blocked plans' threshold and block size lowered through their own knobs."""
-    monkeypatch.setattr(plans, "BLOCKED_MIN_ROWS", SHORT_MIN_ROWS)
-    monkeypatch.setattr(plans, "BLOCK_ROWS", SHORT_BLOCK_ROWS)
+    monkeypatch.setattr(routes, "BLOCKED_MIN_ROWS", SHORT_MIN_ROWS)
+    monkeypatch.setattr(routes, "BLOCK_ROWS", SHORT_BLOCK_ROWS)
 
 
 def traced(fn, *args) -> tuple:

@@ -122,7 +122,7 @@ def test_token_ids_beyond_the_vocabulary_are_one_line(checkpoints):
 def test_passkey_probe_is_exact_match_under_greedy_decoding(checkpoints):
     pytest.importorskip("transformers", reason=NEEDS_HF)
     from posbench.hf.checkpoint import load
-    from posbench.hf.passkey import example, passkey_accuracy
+    from posbench.hf.passkey import Probes, example, passkey_accuracy
 
     tok = load(f"hf:{checkpoints['llama']}", torch.float32, "cpu").tokenizer
     ids, start = example(tok, 120, 0.5, 71432)
@@ -137,10 +137,10 @@ def test_passkey_probe_is_exact_match_under_greedy_decoding(checkpoints):
             nxt = torch.roll(idx, -1, dims=1) if self.right else torch.zeros_like(idx)
             return torch.nn.functional.one_hot(nxt, 300).float()  # (B, T, V)
 
-    right = passkey_accuracy(Reader(True), tok, 120, 3, 0, "cpu")
+    right = passkey_accuracy(Reader(True), Probes(tok, 120, 3, 0), "cpu")
     assert right["accuracy"] == 1.0 and right["trials"] == 3 and right["depths"] == [0.0, 0.5, 1.0]
-    assert passkey_accuracy(Reader(False), tok, 120, 3, 0, "cpu")["accuracy"] == 0.0
-    assert passkey_accuracy(Reader(True), tok, 20, 3, 0, "cpu")["accuracy"] is None
+    assert passkey_accuracy(Reader(False), Probes(tok, 120, 3, 0), "cpu")["accuracy"] == 0.0
+    assert passkey_accuracy(Reader(True), Probes(tok, 20, 3, 0), "cpu")["accuracy"] is None
 
 
 def test_run_pretrained_records_checks_passkey_and_unavailable_interpolation(checkpoints):

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import posbench.engine.timing
 from posbench import tasks as _registry  # noqa: E402
-from posbench.attention.plans import BLOCKED_MIN_ROWS
+from posbench.attention.routes import BLOCKED_MIN_ROWS
 from posbench.core import conformance as testing
 from posbench.core import registry
 from posbench.core.model import TransformerLM, build_model, model_config

@@ -32,7 +32,7 @@ def train_and_evaluate(corpus, method):
     cfg = TrainConfig(seq_len=L_TRAIN, batch_size=BATCH, steps=STEPS, lr=2e-3, warmup_steps=30)
     train(model, batches(corpus.split("train"), L_TRAIN, BATCH, seed=0), cfg)
     valid = corpus.split("valid")
-    return [evaluate(model, valid, L, max_tokens=32_768, batch_size=16).ppl for L in (L_TRAIN, 4 * L_TRAIN)]
+    return [evaluate(model, valid[:32_768], L, batch_size=16).ppl for L in (L_TRAIN, 4 * L_TRAIN)]
 
 
 @pytest.fixture(scope="module")

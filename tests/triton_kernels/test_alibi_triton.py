@@ -262,28 +262,29 @@ def test_method_options_and_unavailable(monkeypatch):
 
 
 def test_tile_configs_offered_per_target_and_length_key():
-    from posbench.triton_kernels import fused_attention as fa
+    from posbench.triton_kernels import kernels, tile_configs
+    from posbench.triton_kernels.checks import HEAD_DIMS, INTERPRETED
 
     for kind in ("fwd", "bwd"):
         for arch in (80, 86, 89, 90):
             for dtype in (torch.float32, torch.bfloat16):
-                for d in fa.HEAD_DIMS:
-                    chosen = fa.configs_for(kind, arch, dtype, d)
+                for d in HEAD_DIMS:
+                    chosen = tile_configs.configs_for(kind, arch, dtype, d)
                     assert chosen, (kind, arch, dtype, d)
                     target = 90 if arch >= 90 else 86 if arch > 80 else 80
-                    fitting = [c for c in fa.CONFIGS[kind] if c.allows(target, fa.dtype_class(dtype), d)]
-                    assert chosen == (fitting or [fa.CONFIGS[kind][-1]])
+                    fitting = [c for c in tile_configs.CONFIGS[kind] if c.allows(target, tile_configs.dtype_class(dtype), d)]
+                    assert chosen == (fitting or [tile_configs.CONFIGS[kind][-1]])
     # the last config of each kernel is the fallback: it fits every target in half precision up to
     # d128 (the H100 benchmark case), and it is what float32 gets where no config fits: the
     # compile report measured spills for the float32 backward everywhere and the forward on sm_90
     for kind in ("fwd", "bwd"):
-        last = fa.CONFIGS[kind][-1]
+        last = tile_configs.CONFIGS[kind][-1]
         assert all(last.allows(a, "half", 128) for a in (90,)) and all(last.allows(a, "half", 32) for a in (80, 86)), last
-    assert fa.configs_for("bwd", 80, torch.float32, 32) == [fa.CONFIGS["bwd"][-1]]
-    assert not any(c.allows(90, "fp32", 32) for c in fa.CONFIGS["fwd"])
-    assert fa.configs_for("fwd", 80, torch.float32, 32) == [fa.CONFIGS["fwd"][-1]]  # fits sm_80
-    assert [fa.length_key(n) for n in (1, 2, 3, 1000, 1024, 1025)] == [1, 2, 4, 1024, 1024, 2048]
-    assert fa.INTERPRETED == (len(fa._fwd_tuned.configs) == 1)
+    assert tile_configs.configs_for("bwd", 80, torch.float32, 32) == [tile_configs.CONFIGS["bwd"][-1]]
+    assert not any(c.allows(90, "fp32", 32) for c in tile_configs.CONFIGS["fwd"])
+    assert tile_configs.configs_for("fwd", 80, torch.float32, 32) == [tile_configs.CONFIGS["fwd"][-1]]  # fits sm_80
+    assert [tile_configs.length_key(n) for n in (1, 2, 3, 1000, 1024, 1025)] == [1, 2, 4, 1024, 1024, 2048]
+    assert INTERPRETED == (len(kernels.fwd_tuned.configs) == 1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,13 +19,13 @@ pytest.importorskip("triton")
 from posbench.core import registry  # noqa: E402
 from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
 from posbench.triton_kernels import distance_rows as dr  # noqa: E402
-from posbench.triton_kernels import fused_attention as fa  # noqa: E402
+from posbench.triton_kernels.checks import INTERPRETED  # noqa: E402
 from tests.helpers.kernels import case_id, fresh_seed  # noqa: E402
 
-if not fa.INTERPRETED and not torch.cuda.is_available():
+if not INTERPRETED and not torch.cuda.is_available():
     pytest.skip("the row kernel needs a CUDA GPU or TRITON_INTERPRET=1", allow_module_level=True)
 
-DEVICE = "cpu" if fa.INTERPRETED else "cuda"
+DEVICE = "cpu" if INTERPRETED else "cuda"
 ATOL = {torch.float32: 1e-5, torch.float16: 2e-3}
 
 
@@ -101,7 +101,7 @@ def test_distance_methods_take_the_row_kernel_where_it_runs_and_equal_their_plai
     method = registry.build(cfg)
     pos = torch.arange(dr.ROW_KERNEL_MIN_ROWS)
     q, k, v = (torch.randn(1, 2, pos.shape[0], 32, requires_grad=True) for _ in range(3))
-    assert not isinstance(method.prepare(pos, pos, torch.float32), dr.RowKernelPlan)  # no GPU: the plain plans
+    assert not isinstance(method.prepare(pos, pos, torch.float32), dr.RowKernelRoute)  # no GPU: the plain plans
 
     def run():
         leaves = [q, k, v, *method.parameters()]  # kerple_log's r1, r2; sandwich has none
@@ -114,7 +114,7 @@ def test_distance_methods_take_the_row_kernel_where_it_runs_and_equal_their_plai
     plain_out, plain_grads = run()
     monkeypatch.setattr(dr, "row_kernel_available", lambda device: True)
     prepared = method.prepare(pos, pos, torch.float32)
-    assert isinstance(prepared, dr.RowKernelPlan), type(prepared)
+    assert isinstance(prepared, dr.RowKernelRoute), type(prepared)
     assert method.attn_backend("cpu", torch.float32).startswith("triton fused, distance row in kernel (no L x L)")
     fused_out, fused_grads = run()
     assert (fused_out - plain_out).abs().max() < 1e-5, f"seed {seed}"

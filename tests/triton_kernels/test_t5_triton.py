@@ -19,8 +19,9 @@ triton = pytest.importorskip("triton")
 
 from posbench.core import registry
 from posbench.core.method import ModelConfig, causal_mask  # noqa: E402
-from posbench.triton_kernels import fused_attention as fa  # noqa: E402
+from posbench.triton_kernels import kernels  # noqa: E402
 from posbench.triton_kernels import t5_attention as kt  # noqa: E402
+from posbench.triton_kernels.bias_spec import far_distance  # noqa: E402
 from tests.helpers.kernels import assert_fused_unavailable_rules  # noqa: E402
 from tests.helpers.kernels import case_id as _case_id  # noqa: E402
 from tests.helpers.kernels import fresh_seed as _seed
@@ -132,7 +133,7 @@ tl = triton.language
 def _bucket_probe(Out, n_dist, pos_scale, SCALED: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     row = tl.zeros((1,), tl.int32)  # one query at index 0 against keys -offs: distances offs
-    bucket = fa._bucket(row, -offs, pos_scale, SCALED, 32, 128)  # (1, BLOCK)
+    bucket = kernels._bucket(row, -offs, pos_scale, SCALED, 32, 128)  # (1, BLOCK)
     tl.store(Out + offs, tl.reshape(bucket, (BLOCK,)), mask=offs < n_dist)
 
 
@@ -146,7 +147,7 @@ def test_in_kernel_bucket_equals_t5_bias_bucket_function(pos_scale):
     distance = torch.arange(n, dtype=torch.float32, device=DEVICE) * torch.tensor(pos_scale, dtype=torch.float32)
     expected = relative_position_bucket(distance)
     assert torch.equal(out.long(), expected), (out.long() != expected).nonzero()[:5].tolist()
-    far = fa.far_distance(128, pos_scale)
+    far = far_distance(128, pos_scale)
     assert (expected[far:] == 31).all() and distance[far - 1].floor() < 128, far
 
 

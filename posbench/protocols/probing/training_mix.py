@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from posbench.core.task import case_model_config
+from posbench.engine.train import Checkpointing
 from posbench.engine.train import trained_model as trained_model_of
 from posbench.protocols.probing import probes as P
 from posbench.protocols.probing.scoring import forced_answers, score
@@ -116,8 +117,7 @@ def train_probe_model(
         s.train_config(L, seed),
         data,
         case.device,
-        ckpt,
-        s.reuse_checkpoint,
+        Checkpointing(ckpt, s.reuse_checkpoint),
         tracker,
         until,
     )

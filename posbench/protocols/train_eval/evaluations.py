@@ -18,7 +18,7 @@ def eval_cell(model, tokens, L: int, Lv: int, mode: str, s, device, interpolate:
     (stride, eval_batch_size, eval_tokens)."""
     import torch
 
-    from posbench.engine.evaluate import evaluate
+    from posbench.engine.evaluate import evaluate, log_eval
 
     stride = min(s.stride, Lv) if mode == "sliding" else None
     cell = {
@@ -35,17 +35,15 @@ def eval_cell(model, tokens, L: int, Lv: int, mode: str, s, device, interpolate:
     try:
         r = evaluate(
             model,
-            tokens,
+            tokens[: s.eval_tokens],
             Lv,
             mode=mode,
             stride=stride,
             batch_size=s.eval_batch_size,
             interpolate_from=L if interpolate else None,
-            max_tokens=s.eval_tokens,
-            device=device,
-            tracker=tracker,
-            step=step,
         )
+        if tracker is not None:
+            log_eval(r, tracker, step)
     except (MemoryError, torch.cuda.OutOfMemoryError) as exc:
         text = str(exc).splitlines()
         cell.update(status="oom", message=f"{type(exc).__name__}: {text[0] if text else ''}")

@@ -27,6 +27,7 @@ def train_case_model(case, corpus, ckpt: Path | None, method_options: dict, seed
     curves go (``engine.tracking``)."""
     from posbench.data.corpus import batches
     from posbench.engine.timing import make_device
+    from posbench.engine.train import Checkpointing
     from posbench.engine.train import trained_model as train_or_load
 
     s, L = case.settings, case.params.L_train
@@ -38,8 +39,7 @@ def train_case_model(case, corpus, ckpt: Path | None, method_options: dict, seed
         s.train_config(L, seed),
         lambda: batches(corpus.split("train"), L, s.batch_size, seed=seed),
         case.device,
-        ckpt,
-        s.reuse_checkpoint,
+        Checkpointing(ckpt, s.reuse_checkpoint),
         tracker,
     )
     peak = None if reused else meter.peak()["allocated"]

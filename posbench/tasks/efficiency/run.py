@@ -230,7 +230,7 @@ def run_group(cases, round_: int) -> dict:
 
     from posbench.core.outcome import ok_result
     from posbench.engine.timing import EnergyMeter, make_device
-    from posbench.engine.windows import Member, alternate
+    from posbench.engine.timing_windows import Member, alternate
 
     s, L = cases[0].settings, cases[0].params.seq_len
     members = [Member(c.id) for c in cases]

@@ -131,7 +131,7 @@ def checkpoint_quality(lm, s, valid, at: Lengths, device, seed: int) -> tuple[di
     """(``ppl@<mode>@<L_valid><suffix>`` and ``passkey@<L_valid><suffix>``, the probes' details) of
     the checkpoint: perplexity on posbench's windows, the text passkey probe."""
     L_train, lengths, suffix = at.L_train, at.lengths, at.suffix
-    from posbench.hf.passkey import passkey_accuracy
+    from posbench.hf.passkey import Probes, passkey_accuracy
 
     lm.eval()
     out = perplexities(lm, s, valid, L_train, lengths, device, suffix)
@@ -140,7 +140,7 @@ def checkpoint_quality(lm, s, valid, at: Lengths, device, seed: int) -> tuple[di
         if lm.ckpt.tokenizer is None or not s.passkey_trials:
             out[f"passkey@{Lv}{suffix}"] = None
             continue
-        r = passkey_accuracy(lm, lm.ckpt.tokenizer, Lv, s.passkey_trials, seed, device, s.eval_batch_size)
+        r = passkey_accuracy(lm, Probes(lm.ckpt.tokenizer, Lv, s.passkey_trials, seed), device, s.eval_batch_size)
         out[f"passkey@{Lv}{suffix}"], probes[f"{Lv}{suffix}"] = r["accuracy"], r
     return out, probes
 

@@ -184,7 +184,7 @@ def evaluate_pretrained(case) -> dict:
     a posbench model, and the text passkey probe at each L_valid; nothing is trained. Guide:
     docs/hf-checkpoints.md."""
     from posbench.engine.evaluate import positions
-    from posbench.hf.passkey import passkey_accuracy
+    from posbench.hf.passkey import Probes, passkey_accuracy
 
     s, L = case.settings, case.params.L_train
     lm, ckpt = open_pretrained(case, L)
@@ -220,7 +220,9 @@ def evaluate_pretrained(case) -> dict:
         if s.passkey_trials and ckpt.tokenizer is not None and not (interpolate and scaled):
             for Lv in s.valid_lengths(L):
                 pos = positions(Lv, L if interpolate else None, case.device)  # (Lv,) or None
-                r = passkey_accuracy(lm, ckpt.tokenizer, Lv, s.passkey_trials, s.seed, case.device, s.eval_batch_size, pos)
+                r = passkey_accuracy(
+                    lm, Probes(ckpt.tokenizer, Lv, s.passkey_trials, s.seed), case.device, s.eval_batch_size, pos
+                )
                 probes[f"{Lv}{tag}"] = r
                 metrics[f"passkey@{Lv}{tag}"] = r["accuracy"]
     by = {(e["mode"], e["L_valid"], e["interpolate"]): e["ppl"] for e in evals}

@@ -53,16 +53,16 @@ def static_reason(variant: str, device, dtype: torch.dtype, allow_interpreter: b
     if variant in TRITON_VARIANTS:
         if importlib.util.find_spec("triton") is None:
             return "triton is not installed; the fused kernels need a CUDA GPU and triton"
-        from posbench.triton_kernels import fused_attention as fa
+        from posbench.triton_kernels.checks import INTERPRETED
 
         if device.type == "cpu":
             if not allow_interpreter:
                 return "Triton kernels need a CUDA GPU (the CPU interpreter is too slow to benchmark)"
-            if not fa.INTERPRETED:
+            if not INTERPRETED:
                 return "Triton on CPU needs TRITON_INTERPRET=1 set before import"
-        elif device.type != "cuda" or fa.INTERPRETED:
+        elif device.type != "cuda" or INTERPRETED:
             return f"Triton kernels need a CUDA GPU without TRITON_INTERPRET, got {device}"
-        if fa.INTERPRETED and dtype == torch.bfloat16:
+        if INTERPRETED and dtype == torch.bfloat16:
             return "bfloat16 is not supported by the Triton interpreter"
     if variant.startswith("flex_"):
         if importlib.util.find_spec("torch.nn.attention.flex_attention") is None:
@@ -93,17 +93,18 @@ def _t5_bucket_function():
 def triton_tiles(variant: str, q) -> str:
     """The tiles the fused kernels launch ``variant`` with at q's shape, and where they came from
     (the table timed on this GPU, the offline choice, the interpreter's)."""
-    from posbench.triton_kernels import fused_attention as fa
+    from posbench.triton_kernels import tile_configs
+    from posbench.triton_kernels.checks import INTERPRETED
 
-    arch = None if fa.INTERPRETED else fa.device_arch(q.device)
+    arch = None if INTERPRETED else tile_configs.device_arch(q.device)
     bias = {"alibi_triton": "alibi", "t5_triton": "t5", "triton_no_bias": "none"}[variant]
-    return fa.tiles_used(arch, q.dtype, q.shape[-1], bias)
+    return tile_configs.tiles_used(arch, q.dtype, q.shape[-1], bias)
 
 
 def _triton(variant: str, q, slopes, table) -> tuple[AttentionFn, str]:
-    from posbench.triton_kernels import fused_attention as fa
+    from posbench.triton_kernels.checks import INTERPRETED
 
-    backend = "triton-interpreter" if fa.INTERPRETED else "triton"
+    backend = "triton-interpreter" if INTERPRETED else "triton"
     if variant == "t5_triton":
         from posbench.triton_kernels.t5_attention import t5_attention
 

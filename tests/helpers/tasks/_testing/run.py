@@ -72,7 +72,7 @@ def _run(case) -> dict:
 def run_group(cases, round_: int) -> dict:
     """Every case in this one process, in order; a case that raises gets its own failure."""
     from posbench.core.outcome import ok_result
-    from posbench.engine.windows import Member
+    from posbench.engine.timing_windows import Member
 
     out = {}
     for case in cases:

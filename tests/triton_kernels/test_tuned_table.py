@@ -1,4 +1,4 @@
-"""The tile table timed on a GPU (posbench/triton_kernels/tuning.py, tune.py; issue 54): a committed
+"""The tile table timed on a GPU (posbench/triton_kernels/tuned_table.py, tune.py; issue 54): a committed
 table for the device's architecture is read by default, no autotuning unless POSBENCH_AUTOTUNE=1,
 and without a table the offline choice stays; the tuner's choices with a fake clock and timer.
 The CUDA boundary (device_arch, the launch) is faked: no GPU here."""
@@ -12,8 +12,9 @@ import torch
 
 pytest.importorskip("triton")
 
-from posbench.triton_kernels import fused_attention as fa  # noqa: E402
-from posbench.triton_kernels import tune, tuning  # noqa: E402
+from posbench.triton_kernels import autograd, tile_configs, tune, tuned_table  # noqa: E402
+from posbench.triton_kernels.bias_spec import ALIBI, BiasSpec  # noqa: E402
+from posbench.triton_kernels.checks import INTERPRETED  # noqa: E402
 
 TABLE = {
     "fwd/float16/d64/alibi": [128, 64, 8, 3],
@@ -28,40 +29,45 @@ def _write(folder, arch=90, configs=TABLE, **extra):
 
 @pytest.fixture
 def tuned_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(tuning, "TUNED_DIR", tmp_path)
+    monkeypatch.setattr(tuned_table, "TUNED_DIR", tmp_path)
     monkeypatch.delenv("POSBENCH_AUTOTUNE", raising=False)
     return tmp_path
 
 
 def test_a_table_for_the_arch_is_read_and_its_absence_keeps_the_offline_choice(tuned_dir):
     _write(tuned_dir)
-    assert fa.choose_blocks("fwd", 90, torch.float16, 64, "alibi") == (128, 64, 8, 3)
-    assert fa.choose_blocks("dq", 90, torch.float16, 64, "alibi") == (128, 32, 8, 3)
+    assert tile_configs.choose_blocks("fwd", 90, torch.float16, 64, "alibi") == (128, 64, 8, 3)
+    assert tile_configs.choose_blocks("dq", 90, torch.float16, 64, "alibi") == (128, 32, 8, 3)
     # a key the table lacks, and an arch without a table: the first config offered offline
     assert (
-        fa.choose_blocks("fwd", 90, torch.float16, 64, "t5")
-        == fa.configs_for("fwd", 90, torch.float16, 64)[0].blocks()
+        tile_configs.choose_blocks("fwd", 90, torch.float16, 64, "t5")
+        == tile_configs.configs_for("fwd", 90, torch.float16, 64)[0].blocks()
         == (64, 32, 4, 2)
     )
-    assert fa.choose_blocks("dkdv", 80, torch.float16, 64, "alibi") == fa.configs_for("bwd", 80, torch.float16, 64)[0].blocks()
-    assert fa.choose_blocks("fwd", None, torch.float16, 64, "alibi") == fa.INTERPRETER_CONFIG.blocks()  # the interpreter
+    assert (
+        tile_configs.choose_blocks("dkdv", 80, torch.float16, 64, "alibi")
+        == tile_configs.configs_for("bwd", 80, torch.float16, 64)[0].blocks()
+    )
+    assert (
+        tile_configs.choose_blocks("fwd", None, torch.float16, 64, "alibi") == tile_configs.INTERPRETER_CONFIG.blocks()
+    )  # the interpreter
 
 
 def test_a_row_names_each_kernels_tiles_and_where_they_came_from(tuned_dir, monkeypatch):
     _write(tuned_dir, configs={"fwd/float16/d64/alibi": [128, 64, 8, 3]})
-    assert fa.tiles_used(90, torch.float16, 64, "alibi") == (
+    assert tile_configs.tiles_used(90, torch.float16, 64, "alibi") == (
         "fwd m128n64w8s3 (tuned sm90), dkdv m32n32w4s2 (offline), dq m32n32w4s2 (offline)"
     )
     monkeypatch.setenv("POSBENCH_AUTOTUNE", "1")
-    assert fa.tiles_used(90, torch.float16, 64, "alibi") == "fwd autotuned, dkdv autotuned, dq autotuned"
+    assert tile_configs.tiles_used(90, torch.float16, 64, "alibi") == "fwd autotuned, dkdv autotuned, dq autotuned"
 
 
 def test_autotuning_only_when_asked(tuned_dir, monkeypatch):
     _write(tuned_dir)
     monkeypatch.setenv("POSBENCH_AUTOTUNE", "1")
-    assert fa.choose_blocks("fwd", 90, torch.float16, 64, "alibi") is None  # None: triton.autotune over CONFIGS
+    assert tile_configs.choose_blocks("fwd", 90, torch.float16, 64, "alibi") is None  # None: triton.autotune over CONFIGS
     monkeypatch.setenv("POSBENCH_AUTOTUNE", "0")
-    assert fa.choose_blocks("fwd", 90, torch.float16, 64, "alibi") == (128, 64, 8, 3)
+    assert tile_configs.choose_blocks("fwd", 90, torch.float16, 64, "alibi") == (128, 64, 8, 3)
 
 
 def test_a_call_launches_with_the_tables_blocks_per_kernel(tuned_dir, monkeypatch):
@@ -69,15 +75,15 @@ def test_a_call_launches_with_the_tables_blocks_per_kernel(tuned_dir, monkeypatc
     pinned blocks win; blocks_bwd pins both backward kernels."""
     _write(tuned_dir)
     seen = []
-    monkeypatch.setattr(fa, "INTERPRETED", False)
-    monkeypatch.setattr(fa, "device_arch", lambda device: 90)
-    monkeypatch.setattr(fa._FusedAttention, "apply", lambda *args: seen.append(args[-1]))
+    monkeypatch.setattr(autograd, "INTERPRETED", False)
+    monkeypatch.setattr(autograd, "device_arch", lambda device: 90)
+    monkeypatch.setattr(autograd._FusedAttention, "apply", lambda *args: seen.append(args[-1]))
     q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
-    spec = fa.BiasSpec(fa.ALIBI, torch.zeros(2))
-    fa.fused_attention(q, q, q, spec)
-    fa.fused_attention(q, q, q, spec, blocks_fwd=(16, 16, 1, 1), blocks_bwd=(32, 32, 4, 2))
-    fa.fused_attention(
-        q, q, q, fa.BiasSpec(fa.ALIBI, torch.zeros(2), key_bias=torch.zeros(1, 2, 8))
+    spec = BiasSpec(ALIBI, torch.zeros(2))
+    autograd.fused_attention(q, q, q, spec)
+    autograd.fused_attention(q, q, q, spec, blocks_fwd=(16, 16, 1, 1), blocks_bwd=(32, 32, 4, 2))
+    autograd.fused_attention(
+        q, q, q, BiasSpec(ALIBI, torch.zeros(2), key_bias=torch.zeros(1, 2, 8))
     )  # "alibi+key": not in the table
     assert seen == [
         ((128, 64, 8, 3), (32, 128, 8, 3), (128, 32, 8, 3)),
@@ -89,10 +95,10 @@ def test_a_call_launches_with_the_tables_blocks_per_kernel(tuned_dir, monkeypatc
 def test_a_bad_or_foreign_table_is_one_line(tuned_dir):
     _write(tuned_dir, configs={"fwd/float16/d64/alibi": [128, 64, 8]})
     with pytest.raises(ValueError, match=r"configs\['fwd/float16/d64/alibi'\] must be \[BLOCK_M, BLOCK_N, warps, stages\]"):
-        tuning.load_table(90, str(tuned_dir))
+        tuned_table.load_table(90, str(tuned_dir))
     (tuned_dir / "sm80.json").write_text(json.dumps({"version": 1, "arch": 90, "configs": {}}))
     with pytest.raises(ValueError, match="measured on sm90, not sm80"):
-        tuning.load_table(80, str(tuned_dir))
+        tuned_table.load_table(80, str(tuned_dir))
 
 
 def test_the_tuner_keeps_the_fastest_tile_per_kernel_and_writes_a_table_that_loads(tmp_path):
@@ -131,7 +137,7 @@ def test_the_tuner_keeps_the_fastest_tile_per_kernel_and_writes_a_table_that_loa
     assert timings["fwd/float16/d64/alibi"] == {"m128n64w8s3": 1.0, "m64n32w4s2": 2.0}
     assert notes == ["dq/float16/d64/alibi (128, 32, 8, 3): RuntimeError: out of resource: shared memory, Required: 262144"]
     path = tune.write_table(tmp_path, 90, "NVIDIA H200", configs, timings, notes, {}, {})
-    assert path.name == "sm90.json" and tuning.load_table(90, str(tmp_path))["dq/float16/d64/alibi"] == (32, 32, 4, 2)
+    assert path.name == "sm90.json" and tuned_table.load_table(90, str(tmp_path))["dq/float16/d64/alibi"] == (32, 32, 4, 2)
 
 
 def test_the_tuner_stops_starting_points_when_its_budget_is_spent():
@@ -161,7 +167,7 @@ def test_tune_needs_cuda_and_names_unknown_biases(capsys):
 def test_the_timer_runs_every_bias_the_tuner_knows_with_the_tiles_under_test(backward):
     """The tuner's own timer on this CPU (the interpreter runs the kernels; ``bench`` runs the step
     once and says 1 ms): every bias it names builds and runs, forward or backward, pinned tiles."""
-    if not fa.INTERPRETED:
+    if not INTERPRETED:
         pytest.skip("needs TRITON_INTERPRET=1 (set by conftest)")
     ran = []
     time_ms, default = tune.make_timer("cpu", 90, seq_len=24, batch=1, heads=2, bench=lambda fn: ran.append(fn()) or 1.0)
@@ -169,4 +175,4 @@ def test_the_timer_runs_every_bias_the_tuner_knows_with_the_tiles_under_test(bac
     for bias in tune.BIASES:
         assert time_ms(("float16", 32, bias), blocks, blocks, blocks, backward) == 1.0
     assert len(ran) == len(tune.BIASES)
-    assert default("dq", ("bfloat16", 64, "alibi")) == fa.configs_for("bwd", 90, torch.bfloat16, 64)[0].blocks()
+    assert default("dq", ("bfloat16", 64, "alibi")) == tile_configs.configs_for("bwd", 90, torch.bfloat16, 64)[0].blocks()

@@ -1,184 +1,23 @@
-"""Causal flash attention with a position bias computed inside the kernel: none, ALiBi or T5,
-plus, optionally, one float32 term per key and head (FoX's -F_j) with its gradient.
+"""The fused attention kernels (Triton, FlashAttention-2 loop order): causal attention with a
+position bias computed inside the kernel, chosen by the constexpr ``BIAS`` (0 none, 1 ALiBi, 2 T5,
+3 a distance row, 4 a learned distance row; ``bias_spec`` names them), plus, with ``KEY_BIAS``, one
+float32 term per key and head (FoX's -F_j) with its gradient. Keys and values may have fewer heads
+than the queries (grouped-query attention, read in place). Scores are carried in log2 units
+(natural units * log2(e)): exp2 is one instruction on the GPU. Design and limits: docs/kernels.md.
 
-One set of Triton kernels (FlashAttention-2 loop order) serves the three biases, chosen by the
-constexpr ``BIAS`` (the per-key term by ``KEY_BIAS``); keys and values may have fewer heads than
-the queries (grouped-query attention, read in place). Design, tiles, dTable and limits are in
-docs/kernels.md. Set
-``TRITON_INTERPRET=1`` before this module is imported to run on CPU tensors: ``triton.jit``
-decides at decoration time whether to compile or interpret.
+The forward, the backward's delta, dK/dV and dQ kernels; the forward, dK/dV and dQ are also
+wrapped in ``triton.autotune`` (``*_tuned``) for ``POSBENCH_AUTOTUNE=1``. Set ``TRITON_INTERPRET=1`` before this module is imported
+to run on CPU tensors.
 """
 
 from __future__ import annotations
 
 import math
 
-import torch
 import triton
 import triton.language as tl
 
-from posbench.triton_kernels import tuning
-
-# True when this module's kernels were built by the interpreter (TRITON_INTERPRET=1 at import).
-INTERPRETED = bool(triton.knobs.runtime.interpret)
-
-HEAD_DIMS = (32, 64, 128)
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-# ROW: a bias of the distance alone read from a per-distance row (h, Tk); ROW_LEARNED: the same,
-# and the backward returns the row's gradient.
-NO_BIAS, ALIBI, T5, ROW, ROW_LEARNED = 0, 1, 2, 3, 4
-BIAS_NAMES = {NO_BIAS: "none", ALIBI: "alibi", T5: "t5", ROW: "row", ROW_LEARNED: "row-learned"}
-# exp2 is one instruction on the GPU; scores are carried in log2 units (natural units * LOG2E).
-LOG2E = 1.4426950408889634
-# A distance no tile reaches: the "far" segment of the loops is empty for ALiBi and no bias.
-NEVER_FAR = 1 << 30
-
-
-# ---------------------------------------------------------------------------------------------
-# Tile configurations
-
-
-class TileConfig:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) and, per target, the largest head dim it fits
-    without spills, as ``sm80=(half, fp32)``; sm86 covers sm_86/sm_89; 0 = not offered."""
-
-    def __init__(self, block_m, block_n, warps, stages, sm80, sm86, sm90):
-        self.block_m, self.block_n, self.warps, self.stages = block_m, block_n, warps, stages
-        self.fits = {}
-        for arch, (half, fp32) in ((80, sm80), (86, sm86), (90, sm90)):
-            self.fits[(arch, "half")], self.fits[(arch, "fp32")] = half, fp32
-
-    def allows(self, arch: int, dtype_class: str, head_dim: int) -> bool:
-        return head_dim <= self.fits.get((arch, dtype_class), 0)
-
-    def blocks(self) -> tuple[int, int, int, int]:
-        return self.block_m, self.block_n, self.warps, self.stages
-
-    def triton(self) -> triton.Config:
-        return triton.Config({"BLOCK_M": self.block_m, "BLOCK_N": self.block_n}, num_warps=self.warps, num_stages=self.stages)
-
-    def __repr__(self) -> str:
-        return f"m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}"
-
-
-# Candidates per kernel, from the compile report (posbench/triton_kernels/compile_report.py; T5, the
-# bias that needs the most registers): a config is offered only where it neither spills registers
-# nor exceeds shared memory. Measured with ptxas (registers / spill bytes / shared KB, T5):
-#   fwd  m128n64w8s3 half d128 sm_90: 255 / 284 / 128;  half d64 sm_90: 255 / 56 / 96
-#   fwd  m64n64w4s3  half d128 sm_90: 255 / 272 / 80;   half d64 sm_90: 255 / 76 / 56
-#   fwd  m64n64w4s3  fp32 d128 sm_80: 32 / 84728 / 208
-#   fwd  m64n32w4s2  half d128 sm_90: 240 / 0 / 40;     half d128 sm_80: 255 / 8 / 36
-#   fwd  m64n32w4s2  half d64  sm_80: 255 / 0 / 20
-#   bwd  m64n64w8s2  half d128 sm_90: dQ 255 / 172, dK/dV 255 / 760 (ALiBi dQ: 253 / 0)
-#   bwd  m32n64w4s2  half d64  sm_90: dQ 255 / 8; dK/dV 250 / 0
-#   bwd  m32n32w4s2  half d128 sm_90: dQ 191 / 0 / 32, dK/dV 240 / 0 / 38
-#   bwd  m32n32w4s2  half d128 sm_80: dQ 255 / 0 / 32, dK/dV 255 / 0 / 38
-#   bwd  m32n32w4s2  fp32 d128 sm_80: dQ 168 / 4836 / 68, dK/dV 32 / 53676 / 52
-# Entries below that were not measured are the smaller head dims of a measured config, or d <= 32;
-# the slow compile-report test checks every one. Where nothing is offered (float32 at head dim
-# >= 64, half at d128 on sm_80/86 for the forward) the last config runs: within shared memory,
-# with some spills.
-CONFIGS = {
-    "fwd": [
-        # sm_80/86 half: the T5 forward spills 8 bytes at head dim 32 (255 registers) since log2(e)
-        # was folded into the bias reads (issue 54); the tuner may still time it there
-        TileConfig(128, 64, 8, 3, sm80=(0, 0), sm86=(0, 0), sm90=(32, 0)),
-        # sm_90 half: the T5 forward spills 8 bytes at head dim 32 (255 registers)
-        TileConfig(64, 64, 4, 3, sm80=(32, 0), sm86=(32, 0), sm90=(0, 0)),
-        # sm_90 fp32: the T5 forward spills 72 bytes at head dim 32
-        TileConfig(64, 32, 4, 2, sm80=(64, 32), sm86=(64, 32), sm90=(128, 0)),
-    ],
-    "bwd": [
-        TileConfig(64, 64, 8, 2, sm80=(32, 0), sm86=(32, 0), sm90=(32, 0)),
-        # sm_80/86 half: the ALiBi dQ kernel spills 8 bytes at head dim 32 (168 registers)
-        TileConfig(32, 64, 4, 2, sm80=(0, 0), sm86=(0, 0), sm90=(32, 0)),
-        # fp32: dK/dV spills 1.4-2.2 KB at head dim 32 on every target (fp32 dots are FMA loops);
-        # float32 backward therefore runs this config as the spilling fallback (configs_for)
-        TileConfig(32, 32, 4, 2, sm80=(128, 0), sm86=(128, 0), sm90=(128, 0)),
-    ],
-}
-INTERPRETER_CONFIG = TileConfig(32, 32, 1, 1, (0, 0), (0, 0), (0, 0))
-
-
-def dtype_class(dtype) -> str:
-    return "fp32" if dtype in (torch.float32, tl.float32) else "half"
-
-
-def configs_for(kernel: str, arch: int, dtype: torch.dtype, head_dim: int) -> list[TileConfig]:
-    """The configs of ``kernel`` ("fwd"/"bwd") that fit ``arch``; else the last, which spills."""
-    arch = 90 if arch >= 90 else 86 if arch > 80 else 80  # sm_86/sm_89: sm_80's code, 99 KB of shared memory
-    chosen = [c for c in CONFIGS[kernel] if c.allows(arch, dtype_class(dtype), head_dim)]
-    return chosen or [CONFIGS[kernel][-1]]
-
-
-def device_arch(device) -> int:
-    """Compute capability as one number: 90 for sm_90."""
-    major, minor = torch.cuda.get_device_capability(device)
-    return major * 10 + minor
-
-
-def choose_blocks(kernel: str, arch: int | None, dtype: torch.dtype, head_dim: int, bias: str) -> tuple | None:
-    """The blocks (BLOCK_M, BLOCK_N, warps, stages) ``kernel`` ("fwd", "dkdv", "dq") launches with:
-    the interpreter's one config (``arch`` None); None under ``POSBENCH_AUTOTUNE=1`` (autotune over
-    the offered configs); the table timed on ``arch`` (``tuning``); else the first offered config."""
-    if arch is None:
-        return INTERPRETER_CONFIG.blocks()
-    if tuning.autotune_requested():
-        return None
-    tuned = tuning.tuned_blocks(arch, kernel, str(dtype), head_dim, bias)
-    if tuned is not None:
-        return tuned
-    return configs_for("fwd" if kernel == "fwd" else "bwd", arch, dtype, head_dim)[0].blocks()
-
-
-def tiles_used(arch: int | None, dtype: torch.dtype, head_dim: int, bias: str) -> str:
-    """What ``choose_blocks`` gives the three kernels, and from where: a row records it."""
-    parts = []
-    for kernel in tuning.KERNELS:
-        blocks = choose_blocks(kernel, arch, dtype, head_dim, bias)
-        if blocks is None:
-            parts.append(f"{kernel} autotuned")
-            continue
-        tuned = arch is not None and tuning.tuned_blocks(arch, kernel, str(dtype), head_dim, bias) is not None
-        source = "interpreter" if arch is None else f"tuned sm{arch}" if tuned else "offline"
-        parts.append(f"{kernel} m{blocks[0]}n{blocks[1]}w{blocks[2]}s{blocks[3]} ({source})")
-    return ", ".join(parts)
-
-
-def _prune(kernel: str):
-    def prune(configs, named_args, **kwargs):
-        if INTERPRETED:
-            return configs
-        major, minor = torch.cuda.get_device_capability()
-        wanted = {repr(c) for c in configs_for(kernel, major * 10 + minor, named_args["Q"].dtype, kwargs["HEAD_DIM"])}
-        kept = [c for c in configs if _repr(c) in wanted]
-        return kept or configs[-1:]
-
-    return prune
-
-
-def _repr(config: triton.Config) -> str:
-    kw = config.kwargs
-    return f"m{kw['BLOCK_M']}n{kw['BLOCK_N']}w{config.num_warps}s{config.num_stages}"
-
-
-def _autotune(kernel: str, reset=None):
-    configs = [INTERPRETER_CONFIG.triton()] if INTERPRETED else [c.triton() for c in CONFIGS[kernel]]
-    return triton.autotune(
-        configs=configs,
-        key=["LEN_KEY", "HEAD_DIM", "BIAS"],
-        prune_configs_by={"early_config_prune": _prune(kernel)},
-        reset_to_zero=reset,
-    )
-
-
-def length_key(seq_k: int) -> int:
-    """The key length rounded up to a power of two: one tuning per octave of lengths."""
-    return 1 << max(seq_k - 1, 0).bit_length()
-
-
-# ---------------------------------------------------------------------------------------------
-# Kernels: helpers
+from posbench.triton_kernels.tile_configs import autotune
 
 
 @triton.jit
@@ -375,7 +214,7 @@ def _fwd_tiles(
 
 
 @triton.jit
-def _fwd_kernel(
+def fwd_kernel(
     Q,
     K,
     V,
@@ -561,7 +400,7 @@ def _fwd_kernel(
 
 
 @triton.jit
-def _bwd_delta_kernel(
+def bwd_delta_kernel(
     O,
     DO,
     Delta,
@@ -673,7 +512,7 @@ def _dkdv_tiles(
 
 
 @triton.jit
-def _bwd_dkdv_kernel(
+def bwd_dkdv_kernel(
     Q,
     K,
     V,
@@ -995,7 +834,7 @@ def _dq_tiles(
 
 
 @triton.jit
-def _bwd_dq_kernel(
+def bwd_dq_kernel(
     Q,
     K,
     V,
@@ -1192,278 +1031,6 @@ def _bwd_dq_kernel(
         tl.store(DTab + (pid_bh * dtab_blocks + pid_m) * NUM_BUCKETS + tl.arange(0, NUM_BUCKETS), dtab)
 
 
-_fwd_tuned = _autotune("fwd")(_fwd_kernel)
-_dkdv_tuned = _autotune("bwd")(_bwd_dkdv_kernel)
-_dq_tuned = _autotune("bwd", reset=["DTab"])(_bwd_dq_kernel)
-
-
-# ---------------------------------------------------------------------------------------------
-# Launch
-
-
-def check_key_bias(name: str, q, k, key_bias) -> None:
-    """One-line errors for a per-key bias the kernels cannot take: (B, H, Tk), float, q's device."""
-    if not isinstance(key_bias, torch.Tensor):
-        raise TypeError(f"{name}: key_bias must be a torch.Tensor, got {type(key_bias).__name__}")
-    want = (q.shape[0], q.shape[1], k.shape[2])
-    if tuple(key_bias.shape) != want:
-        raise ValueError(f"{name}: key_bias must have shape {want} (batch, query heads, keys), got {tuple(key_bias.shape)}")
-    if not key_bias.is_floating_point():
-        raise TypeError(f"{name}: key_bias must be a float tensor, got {key_bias.dtype}")
-    if key_bias.device != q.device:
-        raise ValueError(f"{name}: key_bias must be on q's device {q.device}, got {key_bias.device}")
-
-
-def check_device(name: str, q: torch.Tensor) -> None:
-    """One-line errors for a device or dtype this build of the kernels cannot run."""
-    if q.device.type == "cuda" and INTERPRETED:
-        raise RuntimeError(f"{name}: CUDA tensors given but TRITON_INTERPRET=1 was set when the kernels were built")
-    if q.device.type == "cpu" and not INTERPRETED:
-        raise RuntimeError(f"{name}: CPU tensors need TRITON_INTERPRET=1 set before import; use a CUDA device")
-    if q.device.type not in ("cpu", "cuda"):
-        raise RuntimeError(f"{name}: device {q.device} not supported; use a CUDA device")
-    if INTERPRETED and q.dtype == torch.bfloat16:
-        raise TypeError(f"{name}: bfloat16 is not supported by the Triton interpreter")
-
-
-def check_qkv(name: str, q, k, v) -> None:
-    """One-line errors for q, k, v the kernels cannot take."""
-    for label, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: {label} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name}: {label} must be (B, H, T, head_dim), got shape {tuple(t.shape)}")
-    if q.dtype not in DTYPES:
-        raise TypeError(f"{name}: dtype {q.dtype} not supported; use float16, bfloat16 or float32")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"{name}: q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    b, h, tq, d = q.shape
-    if d not in HEAD_DIMS:
-        raise ValueError(f"{name}: head_dim {d} not supported; use one of {', '.join(map(str, HEAD_DIMS))}")
-    if k.shape != v.shape or k.shape[0] != b or k.shape[1] < 1 or h % k.shape[1] or k.shape[3] != d:
-        raise ValueError(
-            f"{name}: k and v must be (B, Hkv, Tk, head_dim) = ({b}, Hkv, Tk, {d}) with Hkv dividing H = {h}, "
-            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-    tk = k.shape[2]
-    if tq < 1 or tq > tk:
-        raise ValueError(f"{name}: need 1 <= query length <= key length, got Tq={tq}, Tk={tk}")
-
-
-def _dot_precision(dtype: torch.dtype) -> str:
-    # float32 inputs must stay float32 in the dots (TF32 would lose ~3 decimal digits and break
-    # the comparison with PyTorch's float32 matmul); half types ignore the setting.
-    return "ieee" if dtype == torch.float32 else "tf32"
-
-
-def _strides(t: torch.Tensor) -> tuple[int, int, int, int]:
-    return tuple(t.stride())
-
-
-def _launch(kernel, tuned, blocks, grid_len, bh, args, consts):
-    """Launch ``tuned`` (autotuned), or ``kernel`` with explicit ``blocks`` (BM, BN, warps, stages)."""
-    if blocks is None:
-        block = "BLOCK_M" if grid_len[1] == "m" else "BLOCK_N"
-        tuned[lambda meta: (triton.cdiv(grid_len[0], meta[block]), bh)](*args, **consts)
-        return
-    block_m, block_n, warps, stages = blocks
-    size = block_m if grid_len[1] == "m" else block_n
-    kernel[(triton.cdiv(grid_len[0], size), bh)](
-        *args, **consts, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages
-    )
-
-
-class BiasSpec:
-    """The bias of one call: ``tensor`` is ALiBi's slopes (H,), T5's table (buckets, H) or a
-    distance row (1 or H, Tk) float32 contiguous;
-    ``far_dist`` is T5's smallest distance from which every entry is in the last bucket;
-    ``key_bias`` (B, H, Tk), or None, one more term per key added to either (FoX's -F_j)."""
-
-    def __init__(
-        self,
-        kind: int,
-        tensor: torch.Tensor,
-        pos_scale: float = 1.0,
-        bias_round: bool = False,
-        num_buckets: int = 32,
-        max_distance: int = 128,
-        key_bias: torch.Tensor | None = None,
-    ):
-        self.kind, self.tensor, self.pos_scale = kind, tensor, float(pos_scale)
-        self.key_bias = key_bias
-        self.bias_round, self.num_buckets, self.max_distance = bias_round, num_buckets, max_distance
-        self.far_dist = far_distance(max_distance, self.pos_scale) if kind == T5 else NEVER_FAR
-
-    def strides(self) -> tuple[int, int]:
-        """(stride between buckets, stride between heads) of the bias tensor."""
-        if self.kind == T5:
-            return tuple(self.tensor.stride())
-        if self.kind in (ROW, ROW_LEARNED):  # one row shared by every head: head stride 0
-            return self.tensor.stride(1), self.tensor.stride(0) if self.tensor.shape[0] > 1 else 0
-        return 0, self.tensor.stride(0)
-
-    def tuning_name(self) -> str:
-        """The bias as the tuned table names it: "alibi", "t5", ..., "+key" with a per-key term."""
-        return BIAS_NAMES[self.kind] + ("+key" if self.key_bias is not None else "")
-
-    def consts(self, dtype: torch.dtype, head_dim: int) -> dict:
-        return dict(
-            HEAD_DIM=head_dim,
-            BIAS=self.kind,
-            BIAS_ROUND=self.bias_round,
-            SCALED=self.pos_scale != 1.0,
-            NUM_BUCKETS=self.num_buckets,
-            MAX_DISTANCE=self.max_distance,
-            DOT_PRECISION=_dot_precision(dtype),
-            KEY_BIAS=self.key_bias is not None,
-        )
-
-
-def far_distance(max_distance: int, pos_scale: float) -> int:
-    """Smallest index distance d with floor(float32(d * pos_scale)) >= max_distance: from there on
-    every larger distance is in the last bucket too (the float32 product is monotone in d)."""
-    scale = torch.tensor(pos_scale, dtype=torch.float32)
-    d = max(1, math.ceil(max_distance / max(pos_scale, 1e-30)) - 2)
-    while torch.floor(torch.tensor(float(d), dtype=torch.float32) * scale).item() < max_distance:
-        d += 1
-    return min(d, NEVER_FAR)
-
-
-class _FusedAttention(torch.autograd.Function):
-    """Fused causal attention with an in-kernel bias; saves (q, k, v, o, lse), recomputes scores.
-    k and v may hold fewer heads than q (grouped-query attention: query head h reads h // group)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, bias_tensor, key_bias, spec, blocks):
-        # blocks: (fwd, dK/dV, dQ), each (BLOCK_M, BLOCK_N, warps, stages), or None to autotune it
-        blocks_fwd, blocks_dkdv, blocks_dq = blocks
-        b, h, tq, d = q.shape
-        hkv, tk = k.shape[1], k.shape[2]
-        o = torch.empty((b, h, tq, d), dtype=q.dtype, device=q.device)  # (B, H, Tq, hd)
-        lse = torch.empty((b * h, tq), dtype=torch.float32, device=q.device)  # log2 units
-        sm_scale = 1.0 / math.sqrt(d)
-        # (B, H, Tk) float32, contiguous: one row per program's (batch, head); without one the kernels
-        # never read the pointer (KEY_BIAS off), so any float32 tensor stands in.
-        kb = lse if key_bias is None else key_bias.detach().to(torch.float32).contiguous()
-        args = (
-            q,
-            k,
-            v,
-            bias_tensor,
-            kb,
-            o,
-            lse,
-            *_strides(q),
-            *_strides(k),
-            *_strides(v),
-            *_strides(o),
-            *spec.strides(),
-            h,
-            h // hkv,
-            tq,
-            tk,
-            spec.far_dist,
-            length_key(tk),
-            sm_scale,
-            spec.pos_scale,
-        )
-        _launch(_fwd_kernel, _fwd_tuned, blocks_fwd, (tq, "m"), b * h, args, spec.consts(q.dtype, d))
-        ctx.save_for_backward(q, k, v, bias_tensor, kb, o, lse)
-        ctx.args = (spec, (blocks_dkdv, blocks_dq), sm_scale, key_bias is not None and key_bias.dtype)
-        return o
-
-    @staticmethod
-    def backward(ctx, do):
-        q, k, v, bias_tensor, kb, o, lse = ctx.saved_tensors
-        spec, (blocks_dkdv, blocks_dq), sm_scale, kb_dtype = ctx.args
-        b, h, tq, d = q.shape
-        hkv, tk = k.shape[1], k.shape[2]
-        if do.stride(-1) != 1:
-            # Strided rows still read correctly (even stride 0 from .sum()), but a unit last
-            # stride lets the GPU vectorise the loads of every dO tile.
-            do = do.contiguous()
-        delta = torch.empty_like(lse)  # (B*H, Tq) float32
-        _bwd_delta_kernel[(triton.cdiv(tq, 32), b * h)](
-            o,
-            do,
-            delta,
-            *_strides(o),
-            *_strides(do),
-            h,
-            tq,
-            HEAD_DIM=d,
-            BLOCK_M=32,
-        )
-        dq = torch.empty((b, h, tq, d), dtype=q.dtype, device=q.device)
-        dk = torch.empty((b, hkv, tk, d), dtype=k.dtype, device=k.device)  # summed over each group
-        dv = torch.empty((b, hkv, tk, d), dtype=v.dtype, device=v.device)
-        dkb = torch.empty((b, h, tk), dtype=torch.float32, device=q.device) if kb_dtype else delta
-        consts = spec.consts(q.dtype, d)
-        strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do), *spec.strides())
-        shape = (h, tq, tk, spec.far_dist, length_key(tk))
-        _launch(  # one program per key block and key/value head: no atomics, deterministic
-            _bwd_dkdv_kernel,
-            _dkdv_tuned,
-            blocks_dkdv,
-            (tk, "n"),
-            b * hkv,
-            (q, k, v, bias_tensor, kb, do, lse, delta, dk, dv, dkb, *strides, *shape, sm_scale, spec.pos_scale),
-            {**consts, "GROUP": h // hkv},
-        )
-        # T5: one row of per-bucket partial sums per (batch*head, query block), sized for the
-        # smallest BLOCK_M any config may use; rows a larger BLOCK_M leaves unwritten stay 0.
-        min_block_m = blocks_dq[0] if blocks_dq else min(c.kwargs["BLOCK_M"] for c in _dq_tuned.configs)
-        dtab_blocks = triton.cdiv(tq, min_block_m) if spec.kind == T5 else 1
-        if spec.kind == ROW_LEARNED:  # the row's gradient, laid out as the row: (1 or H, Tk)
-            partial = torch.zeros_like(bias_tensor, dtype=torch.float32)
-        else:
-            partial = torch.zeros((b * h, dtab_blocks, spec.num_buckets), dtype=torch.float32, device=q.device)
-        _launch(
-            _bwd_dq_kernel,
-            _dq_tuned,
-            blocks_dq,
-            (tq, "m"),
-            b * h,
-            (
-                q,
-                k,
-                v,
-                bias_tensor,
-                kb,
-                do,
-                lse,
-                delta,
-                dq,
-                partial,
-                *strides,
-                h,
-                h // hkv,
-                *shape[1:],
-                dtab_blocks,
-                sm_scale,
-                spec.pos_scale,
-            ),
-            consts,
-        )
-        dbias = None
-        if spec.kind == T5 and ctx.needs_input_grad[3]:
-            # (B*H, blocks, buckets) -> (buckets, H): a fixed-order reduction, deterministic.
-            dbias = partial.view(b, h, dtab_blocks, spec.num_buckets).sum(dim=(0, 2)).t().to(bias_tensor.dtype)
-        if spec.kind == ROW_LEARNED and ctx.needs_input_grad[3]:
-            dbias = partial.to(bias_tensor.dtype)
-        dkey = dkb.to(kb_dtype) if kb_dtype and ctx.needs_input_grad[4] else None  # (B, H, Tk)
-        return dq, dk, dv, dbias, dkey, None, None
-
-
-def fused_attention(q, k, v, spec: BiasSpec, blocks_fwd=None, blocks_bwd=None, blocks_dq=None) -> torch.Tensor:
-    """Differentiable fused causal attention with ``spec``'s bias (inputs already checked).
-    ``blocks_*`` pin (BLOCK_M, BLOCK_N, warps, stages): ``blocks_bwd`` both backward kernels unless
-    ``blocks_dq`` pins dQ's; what is not pinned comes from ``choose_blocks``."""
-    arch = None if INTERPRETED else device_arch(q.device)
-    name, d = spec.tuning_name(), q.shape[-1]
-    blocks = (
-        blocks_fwd or choose_blocks("fwd", arch, q.dtype, d, name),
-        blocks_bwd or choose_blocks("dkdv", arch, q.dtype, d, name),
-        blocks_dq or blocks_bwd or choose_blocks("dq", arch, q.dtype, d, name),
-    )
-    return _FusedAttention.apply(q, k, v, spec.tensor, spec.key_bias, spec, blocks)
+fwd_tuned = autotune("fwd")(fwd_kernel)
+dkdv_tuned = autotune("bwd")(bwd_dkdv_kernel)
+dq_tuned = autotune("bwd", reset=["DTab"])(bwd_dq_kernel)

@@ -1,6 +1,7 @@
-"""The ways to attend with a bias, as small plan objects, and ``choose_plan``, which picks them.
+"""The ways to attend with a bias, as small route objects, and ``choose_route``, which picks them
+(the docs call them the attention plans; "route" keeps the word "plan" for the run plan).
 
-A plan's ``name`` is what a row records as ``info.attn_backend``; ``attend(q, k, v, window)`` attends
+A route's ``name`` is what a row records as ``info.attn_backend``; ``attend(q, k, v, window)`` attends
 (``window``: the layer's sliding window, None for every earlier key; a plan is shared by the layers
 of a forward, so the window comes with each call). docs/attention-plans.md describes each plan and why it
 is chosen where it is.
@@ -40,7 +41,7 @@ class BiasSource(Protocol):
     def parameters(self) -> Iterator[torch.Tensor]: ...
 
 
-class Plan:
+class Route:
     """One forward's way to attend. Subclasses: ``label`` (the name), ``__init__`` (what every layer
     shares: a row, pieces, a bias), ``attend``."""
 
@@ -59,14 +60,14 @@ class Plan:
 
     @classmethod
     def build(cls, source: BiasSource, form: BiasForm, q_pos, k_pos, dtype: torch.dtype):
-        """What every layer of the forward attends with (a plan; ``MaskedPlan``: the masked bias)."""
+        """What every layer of the forward attends with (a plan; ``MaskedRoute``: the masked bias)."""
         return cls(source, form, q_pos, k_pos, dtype)
 
     def attend(self, q, k, v, window: int | None = None) -> torch.Tensor:
         raise NotImplementedError
 
 
-class MaskedPlan(Plan):
+class MaskedRoute(Route):
     """The bias (H, Tq, Tk) with -inf on future keys, built once per forward: SDPA with it as the
     mask, or the explicit float32 path (a bias in another dtype than q; a learned bias on a CPU)."""
 
@@ -83,7 +84,7 @@ class MaskedPlan(Plan):
         return source.masked_bias(q_pos, k_pos, dtype)
 
 
-class LinearPlan(Plan):
+class LinearRoute(Route):
     """ALiBi's -m_h (p_i - p_j) as one number per head and key (``linear.py``), Tq == Tk."""
 
     kind = "linear"
@@ -102,7 +103,7 @@ class LinearPlan(Plan):
         return linear_bias_sdpa(q, k, v, self.form.slopes.to(q.device), self.k_pos)
 
 
-class BlockedPlan(Plan):
+class BlockedRoute(Route):
     """Attention by query blocks (``blocked.py``) with the tiles of ``tiles(tk, cdt)``."""
 
     what: ClassVar[str] = ""  # the end of the name: where the tiles come from
@@ -121,7 +122,7 @@ class BlockedPlan(Plan):
         return blocked_bias_attention(q, k, v, source, inputs, BLOCK_ROWS, window)
 
 
-class DistancePlan(BlockedPlan):
+class DistanceRoute(BlockedRoute):
     """A bias of the distance alone at consecutive positions: every tile a view of one row."""
 
     kind, what = "distance", "distance row (no L x L)"
@@ -140,7 +141,7 @@ class DistancePlan(BlockedPlan):
         return super().attend(q, k, v, window)
 
 
-class PiecewisePlan(BlockedPlan):
+class PiecewiseRoute(BlockedRoute):
     """A piecewise-linear bias of a ratio (``piecewise.py``): tiles from a row, a column, tables."""
 
     kind, what = "piecewise", "piecewise-linear bias tiles (no L x L)"
@@ -154,7 +155,7 @@ class PiecewisePlan(BlockedPlan):
         return PiecewiseRatio(p, tk, BLOCK_ROWS, cdt), (p.row, p.z, p.slopes, p.intercepts)
 
 
-class DensePlan(BlockedPlan):
+class DenseRoute(BlockedRoute):
     """Any other bias: the masked (H, Tq, Tk) bias built once per forward, each tile a view."""
 
     kind, what = "dense", "one (H, L, L) bias per forward"
@@ -168,7 +169,7 @@ class DensePlan(BlockedPlan):
         return DenseBias(self.bias, cdt), (self.bias,)
 
 
-class TilesPlan(BlockedPlan):
+class TilesRoute(BlockedRoute):
     """A bias cheap to build per block: each tile built from the block's positions in every layer."""
 
     kind, what = "tiles", "bias tiles per block (no L x L)"
@@ -177,7 +178,7 @@ class TilesPlan(BlockedPlan):
         return position_tiles(self, cdt)
 
 
-def position_tiles(plan: Plan, cdt: torch.dtype) -> tuple:
+def position_tiles(plan: Route, cdt: torch.dtype) -> tuple:
     """(tile source, its inputs): each block's tile built from the block's positions by the
     plan's bias method, in every layer."""
     q_pos, k_pos, source, dtype = plan.q_pos, plan.k_pos, plan.source, plan.dtype
@@ -189,7 +190,7 @@ def position_tiles(plan: Plan, cdt: torch.dtype) -> tuple:
     return BiasTiles(tile, params, cdt), params
 
 
-class FlexPlan(Plan):
+class FlexRoute(Route):
     """FlexAttention on CUDA (``flex.py``): the bias read inside the fused kernel through a
     ``score_mod`` made from the form (slopes, the bias of a distance computed per score, a distance
     row, else the bias by index)."""
@@ -234,7 +235,7 @@ class FlexPlan(Plan):
         return flex.flex_attend(q, k, v, self.score_mod, mask)
 
 
-def choose_plan(device, dtype: torch.dtype, form: BiasForm, q_pos: torch.Tensor, k_pos: torch.Tensor) -> type[Plan]:
+def choose_route(device, dtype: torch.dtype, form: BiasForm, q_pos: torch.Tensor, k_pos: torch.Tensor) -> type[Route]:
     """The plan for attention on ``device`` in compute ``dtype`` at positions q_pos (Tq,), k_pos
     (Tk,), for a bias of ``form``. The first that applies: FlexAttention (CUDA with a torch that
     has it, at least ``FLEX_MIN_ROWS`` queries); the masked bias (not a CPU, or fewer
@@ -243,9 +244,9 @@ def choose_plan(device, dtype: torch.dtype, form: BiasForm, q_pos: torch.Tensor,
     Under torch.compile no position is read (see ``_consecutive``)."""
     tq, tk = q_pos.shape[0], k_pos.shape[0]
     if tq >= flex.FLEX_MIN_ROWS and flex.flex_available(device):
-        return FlexPlan
+        return FlexRoute
     if torch.device(device).type != "cpu" or tq < BLOCKED_MIN_ROWS:
-        return MaskedPlan
+        return MaskedRoute
     consecutive = _consecutive(k_pos)
     if (
         form.slopes is not None
@@ -253,23 +254,23 @@ def choose_plan(device, dtype: torch.dtype, form: BiasForm, q_pos: torch.Tensor,
         and tq == tk
         and form.max_slope() * _span(k_pos, consecutive) <= LINEAR_SPAN
     ):
-        return LinearPlan
+        return LinearRoute
     if form.relative and consecutive:
-        return DistancePlan
+        return DistanceRoute
     if form.pieces is not None and consecutive:
-        return PiecewisePlan
-    return TilesPlan if form.per_block else DensePlan
+        return PiecewiseRoute
+    return TilesRoute if form.per_block else DenseRoute
 
 
 def prepare(source: BiasSource, form: BiasForm, q_pos, k_pos, dtype: torch.dtype):
     """What every layer of a forward attends with: a plan, or the masked bias tensor."""
-    return choose_plan(q_pos.device, dtype, form, q_pos, k_pos).build(source, form, q_pos, k_pos, dtype)
+    return choose_route(q_pos.device, dtype, form, q_pos, k_pos).build(source, form, q_pos, k_pos, dtype)
 
 
 def attend(q, k, v, prepared, window: int | None = None) -> torch.Tensor:
     """Causal attention with what ``prepare`` returned (or a masked bias tensor), each query
     within its last ``window`` keys when one is given."""
-    if isinstance(prepared, Plan):
+    if isinstance(prepared, Route):
         return prepared.attend(q, k, v, window)
     return biased_attention(q, k, v, prepared, window)
 
@@ -278,7 +279,7 @@ def training_name(source: BiasSource, form: BiasForm, device, dtype: torch.dtype
     """The name of the plan a training forward at positions 0..L-1, L = ``BLOCKED_MIN_ROWS``,
     takes on ``device`` (what a row records; shorter inputs take the masked bias, as a GPU does)."""
     pos = torch.arange(BLOCKED_MIN_ROWS)
-    return choose_plan(device, dtype, form, pos, pos).label(device, dtype, form, learned(source))
+    return choose_route(device, dtype, form, pos, pos).label(device, dtype, form, learned(source))
 
 
 def learned(source: BiasSource) -> bool:

@@ -1,7 +1,7 @@
 """The tile table chosen by timing on a GPU (``python -m posbench.triton_kernels.tune``), one file per
 architecture, ``tuned/sm<NN>.json``, committed and read by default: a run does no autotuning unless
 ``POSBENCH_AUTOTUNE=1``. A kernel, dtype, head dim and bias the table lacks keeps the offline
-choice (``fused_attention.configs_for``). Torch- and triton-free: the tests read tables on any machine.
+choice (``tile_configs.configs_for``). Torch- and triton-free: the tests read tables on any machine.
 
 A table: ``{"version": 1, "arch": 90, "device": ..., "versions": {...}, "configs": {key: [BLOCK_M,
 BLOCK_N, warps, stages]}, "timings_ms": {key: {config: ms}}}``, key ``<kernel>/<dtype>/d<head
