@@ -7,10 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from posbench.report.cells import spread_of
 from posbench.report.compare import _compare_case
 from posbench.report.learn_first import comparability, learned_over_seeds
 from posbench.report.stats import SEED_INTERVAL, seed_accuracies, seed_interval, t975
-from posbench.report.table import SPREAD_SEED_CI, _spread
+from posbench.report.table import SPREAD_SEED_CI
 from posbench.tasks import get as get_task
 from posbench.tasks.extrapolation.report import _ppl_cell
 from posbench.tasks.lengthgen import report as T
@@ -130,7 +131,7 @@ def test_perplexity_cell_and_metric_tables_use_the_seed_interval():
     cell = _ppl_cell(row, {"ppl": 12.0, "ppl_std": 2.0, "ppl_seed_lo": 7.03, "ppl_seed_hi": 16.97, "status": "ok"})
     assert cell.spread == (7.03, 16.97) and cell.text == "12.00 [7.03, 16.97]"
     table = SimpleNamespace(spread="")
-    assert _spread(
+    assert spread_of(
         {"acc_beyond": 0.3, "acc_beyond_std": 0.1, "acc_beyond_seed_lo": 0.05, "acc_beyond_seed_hi": 0.55},
         "acc_beyond",
         0.3,
