@@ -16,7 +16,7 @@ import pytest
 import posbench
 from posbench import tasks as task_registry
 from posbench.core.discovery import TASKS_ENV_PATH
-from posbench.report.compare import case_metrics
+from posbench.report.compare_cases import case_metrics
 from posbench.report.rows import load_runs
 from posbench.report.sections import collect_sections
 from posbench.report.tabulate import run_tables

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from posbench.report.cells import spread_of
-from posbench.report.compare import _compare_case
+from posbench.report.compare_cases import compare_case
 from posbench.report.learn_first import comparability, learned_over_seeds
 from posbench.report.stats import SEED_INTERVAL, seed_accuracies, seed_interval, t975
 from posbench.report.table import SPREAD_SEED_CI
@@ -153,10 +153,10 @@ def test_compare_reads_the_seed_level_spread():
         )
 
     # a 10% change whose seeds overlap: noise, not a regression
-    (change,) = _compare_case("c", row([10.0, 12.0, 14.0]), row([11.0, 13.2, 15.4]), 0.05, tasks=tasks)
+    (change,) = compare_case("c", row([10.0, 12.0, 14.0]), row([11.0, 13.2, 15.4]), 0.05, tasks=tasks)
     assert change.verdict == "noise" and change.interval is not None
     # every seed far worse: a regression
-    (change,) = _compare_case("c", row([10.0, 10.1, 10.2]), row([20.0, 20.1, 20.2]), 0.05, tasks=tasks)
+    (change,) = compare_case("c", row([10.0, 10.1, 10.2]), row([20.0, 20.1, 20.2]), 0.05, tasks=tasks)
     assert change.verdict == "regression"
 
 
