@@ -14,11 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-# The task reports import these from here until they are migrated to posbench.report.grouping
-# and posbench.report.tabulate (issue 64); nothing in posbench/report/ does.
-from posbench.report.grouping import by_params, method_order, ordered, short_commit, task_groups  # noqa: F401
-from posbench.report.names import slug  # noqa: F401
-
 # What a table's ``spread`` says its cells' spreads are (charts name it under their error bars).
 SPREAD_MIN_MAX = "min-max over measured windows"
 SPREAD_STD = "± std over seeds"
@@ -61,8 +56,8 @@ def _spec_fields_as_keywords(cls):
 
     def __init__(self, spec: Optional[TableSpec] = None, **kw) -> None:
         said = {k: kw.pop(k) for k in names if k in kw}
-        if said and spec is not None:
-            raise TypeError("Table: give a TableSpec or its fields, not both")
+        if (spec is None) == (not said):
+            raise TypeError("Table: give a TableSpec or its fields as keywords, one of the two")
         init(self, TableSpec(**said) if said else spec, **kw)
 
     cls.__init__ = __init__
@@ -124,11 +119,22 @@ class Table:
         return self.spec.higher_is_better
 
 
-def __getattr__(name: str):
-    # tasks/efficiency/report.py imports metric_tables from here until it is migrated to
-    # posbench.report.tabulate (issue 64); imported late: tabulate builds on this module.
-    if name == "metric_tables":
-        from posbench.report.tabulate import metric_tables
+# The names the task reports import from here until they are migrated (issue 64): name -> its module.
+_MOVED = {
+    "by_params": "grouping",
+    "method_order": "grouping",
+    "ordered": "grouping",
+    "short_commit": "grouping",
+    "task_groups": "grouping",
+    "slug": "names",
+    "metric_tables": "tabulate",
+}
 
-        return metric_tables
+
+def __getattr__(name: str):
+    # Imported late: this module stays light (no pandas) and below tabulate, which builds on it.
+    if name in _MOVED:
+        from posbench.report import grouping, names, tabulate
+
+        return getattr({"grouping": grouping, "names": names, "tabulate": tabulate}[_MOVED[name]], name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

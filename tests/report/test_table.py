@@ -128,6 +128,8 @@ def test_the_spec_fields_as_keywords_build_the_same_table():
     assert old == Table(spec, key="k", title="T", pooled=True) and old.spec == spec
     with pytest.raises(TypeError):
         Table(spec, key="k", title="T", metric="ppl")
+    with pytest.raises(TypeError):
+        Table(key="k", title="T")
 
 
 def test_formats():
