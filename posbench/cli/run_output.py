@@ -50,7 +50,7 @@ def print_tables(run_dir: Path, run_id: str, case_ids: set, suite, device: str, 
     from posbench import tasks
     from posbench.report.render import to_text, write_run_files
     from posbench.report.rows import load_runs
-    from posbench.report.table import run_tables
+    from posbench.report.tabulate import run_tables
 
     # A skipped line was already named when the run resumed: not named twice.
     runs = load_runs(run_dir, report=lambda _problem: None, find_task=tasks.find)

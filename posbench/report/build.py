@@ -111,7 +111,7 @@ def build_report(run_dirs, out_dir, baseline: str | None = None, find_task=None)
     ``{path relative to out_dir: absolute path}`` of everything written. ``find_task``: a task name
     -> its task (the CLI's registry lookup), as in ``load_runs``."""
     runs = load_runs(run_dirs, find_task=find_task)
-    rows, envs = runs.rows, runs.envs
+    rows = runs.rows
     if rows.empty:  # every line skipped is not "no rows": say how many were and why (warned above)
         skipped = f"; all {len(runs.problems)} of their rows were skipped (the warnings above say why)" if runs.problems else ""
         raise RowsError(f"{', '.join(map(str, run_dirs))}: the runs hold no usable rows{skipped}")
@@ -165,7 +165,7 @@ def build_report(run_dirs, out_dir, baseline: str | None = None, find_task=None)
     path = out / "rows.csv"
     atomic_write_text(path, rows_csv(rows).to_csv(index=False))
     note(path)
-    note(write_html(out / "report.html", title, sections, drawn, rows, envs, note=UNITS_NOTE, superseded=replaced))
+    note(write_html(out / "report.html", title, sections, drawn, runs, note=UNITS_NOTE, superseded=replaced))
     return written
 
 

@@ -1,16 +1,15 @@
 """``bench.py compare BASE NEW``: per case and metric, NEW/BASE ratios against a threshold.
 
-With interleaved rounds, paired windows or several training seeds the ratio carries a bootstrap 95% interval and a change
-counts only when the whole interval is beyond the threshold; a case that finished before and fails
-now is a regression; different GPU models are refused unless ``allow_other_hardware``. Which way is
-better comes from the tasks' metric declarations, resolved with the rows (``Runs.tasks``).
-docs/reports.md (`bench.py compare`).
+Loads both sides, refuses runs that cannot be compared (``posbench.report.compare_checks``:
+different GPU models unless ``allow_other_hardware``, different settings unless
+``allow_different_settings``), compares each case found in both
+(``posbench.report.compare_cases``) and says the result in Markdown; a case of BASE that NEW
+lacks is a failure when NEW ran its method. docs/reports.md (`bench.py compare`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -18,56 +17,26 @@ from types import SimpleNamespace
 import pandas as pd
 
 from posbench.core.files import atomic_write_text
-from posbench.core.task import Metric, Task, find_metric
-from posbench.report import bootstrap
+from posbench.core.task import Task
 from posbench.report import numbers as fmt
+from posbench.report.compare_cases import MetricChange, compare_case, value_text
+from posbench.report.compare_checks import (
+    check_same_gpu,
+    check_same_settings,
+    hardware_warnings,
+    settings_differences,
+    suite_warnings,
+)
 from posbench.report.escape import md_code, md_text
-from posbench.report.rows import cpu_model, gpu_name, load_runs
+from posbench.report.rows import load_runs
 from posbench.store.bounds import RowsError
-from posbench.store.row import by_round, by_window
 from posbench.store.run_rows import latest
-
-
-def _declared(task: str, tasks: dict[str, Task] | None) -> dict[str, Metric]:
-    """The ``METRICS`` of ``task``: from the tasks the rows came with; none for a task unknown."""
-    known = tasks.get(task) if tasks is not None and task else None
-    return known.METRICS if known is not None else {}
-
-
-def metric_direction(task: str, name: str, tasks: dict[str, Task] | None = None) -> int | None:
-    """+1 when higher is better, -1 when lower is better, None for metrics not compared (the
-    declaration's; spreads have none: comparing extremes would double the noise-driven alarms)."""
-    metric = find_metric(_declared(task, tasks), name) if task else None
-    if metric is None or metric.higher_is_better is None:
-        return None
-    return 1 if metric.higher_is_better else -1
-
-
-def _fmt(task: str, metric: str, value, tasks: dict[str, Task] | None) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, str):
-        return value
-    declared = find_metric(_declared(task, tasks), metric) if task else None
-    return fmt.number(value, declared.fmt if declared else "plain")
-
-
-@dataclass
-class MetricChange:
-    case_id: str
-    method: str
-    task: str
-    metric: str  # a metric name, or "status" for ok <-> failed
-    base: float | str | None
-    new: float | str | None
-    ratio: float | None  # new / base
-    verdict: str  # "regression" | "improvement" | "same" | "noise"
-    interval: tuple[float, float] | None = None  # bootstrap 95% interval of ratio (rounds)
-    basis: str = ""  # "" (the values) or "ratio to <baseline>" (paired in each run)
 
 
 @dataclass
 class ComparisonResult:
+    """What ``compare_runs`` found: every change, the cases of one side only, the warnings."""
+
     base_dir: str
     new_dir: str
     threshold: float
@@ -139,7 +108,7 @@ class ComparisonResult:
                     interval = f"[{fmt.ratio(c.interval[0], 3)[:-1]}, {fmt.ratio(c.interval[1], 3)[:-1]}]" if c.interval else "—"
                     metric = f"{c.metric} ({c.basis})" if c.basis else c.metric
                     # A ratio to the baseline reads as one (0.900x), values in the metric's format.
-                    show = (lambda v: fmt.ratio(v, 3)) if c.basis else (lambda v: _fmt(c.task, c.metric, v, self.tasks))
+                    show = (lambda v: fmt.ratio(v, 3)) if c.basis else (lambda v: value_text(c.task, c.metric, v, self.tasks))
                     lines.append(
                         f"| {md_text(c.case_id)} | {md_text(metric)} | {show(c.base)} | {show(c.new)} | {ratio} | {interval} |"
                     )
@@ -152,145 +121,6 @@ class ComparisonResult:
             if ids:
                 lines += [f"### {title} ({len(ids)})", ""] + [f"- {md_code(i)}" for i in ids] + [""]
         return "\n".join(lines)
-
-
-def case_metrics(row, tasks: dict[str, Task] | None = None) -> dict[str, float | None]:
-    """Comparable numbers of a row: its metrics, plus those its task reads from the rest of the row
-    (``compare_values``, ``posbench.core.task.Task``: e.g. one per evaluation cell, so that
-    a cell that ran out of memory is seen even when the runner stored no flat copy of it); a
-    stored metric of the same name wins.
-    """
-    values = {k: v for k, v in row.metrics.items() if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))}
-    name = row.task if isinstance(row.task, str) else ""
-    task = tasks.get(name) if tasks is not None and name else None
-    if task is not None and task.compare_values is not None:
-        for key, value in task.compare_values(row).items():
-            values.setdefault(key, value)
-    return values
-
-
-def _verdict(direction: int, ratio: float, threshold: float) -> str:
-    gain = ratio if direction > 0 else 1.0 / ratio
-    if gain < 1.0 - threshold:
-        return "regression"
-    if gain > 1.0 + threshold:
-        return "improvement"
-    return "same"
-
-
-def _interval_verdict(direction: int, interval: tuple[float, float], ratio: float, threshold: float) -> str:
-    """Regression only when the whole interval is beyond 1 - threshold, improvement beyond
-    1 + threshold; a point beyond the threshold with an interval reaching back is noise."""
-    lo, hi = interval if direction > 0 else (1.0 / interval[1], 1.0 / interval[0])
-    if hi < 1.0 - threshold:
-        return "regression"
-    if lo > 1.0 + threshold:
-        return "improvement"
-    return "noise" if _verdict(direction, ratio, threshold) != "same" else "same"
-
-
-def _windows(row, metric: str) -> list | None:
-    """The row's paired-windows rounds of ``metric`` (``series[m + "_by_window"]``), if any."""
-    values = by_window(row.series, metric)
-    return values if isinstance(values, list) and any(values) else None
-
-
-def _by_seed(row, metric: str) -> list | None:
-    """Each training seed's value of ``metric`` in a seed-averaged row (``series[m + "_by_seed"]``)."""
-    values = row.series.get(f"{metric}_by_seed") if isinstance(row.series, dict) else None
-    return values if isinstance(values, list) else None
-
-
-def _rounds(row, metric: str) -> list | None:
-    windows = _windows(row, metric)
-    if windows is not None:  # the values themselves, a list per round
-        clusters = bootstrap.value_clusters(windows)
-        return clusters if len(bootstrap.pooled(clusters)) >= 2 else None
-    values = by_round(row.series, metric)
-    if not isinstance(values, list):
-        values = _by_seed(row, metric)  # a seed-averaged row: the seed-level spread
-    if not isinstance(values, list):
-        return None
-    values = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return values if len(values) >= 2 else None
-
-
-def _samples(row, metric: str, base_row) -> tuple[list | None, str]:
-    """Samples of ``metric`` and what they are: the ratio to the run's baseline row, paired by
-    round (paired windows: by window, a list per round), when there is one; else the values."""
-    ours = _rounds(row, metric)
-    if ours is None:
-        return None, ""
-    if base_row is not None:
-        theirs = _windows(base_row, metric) or by_round(base_row.series, metric) or _by_seed(base_row, metric)
-        mine = _windows(row, metric) or by_round(row.series, metric) or _by_seed(row, metric)
-        if isinstance(theirs, list):
-            ratios = (
-                bootstrap.window_clusters(mine, theirs)
-                if bootstrap.is_windowed(mine) or bootstrap.is_windowed(theirs)
-                else bootstrap.paired_ratios(mine, theirs)
-            )
-            if len(bootstrap.pooled(ratios)) >= 2:
-                return ratios, f"ratio to {base_row.method}"
-    return ours, ""
-
-
-def _compare_rounds(case_id, base, new, metric, direction, threshold, base_ref, new_ref) -> MetricChange | None:
-    """NEW/BASE with an interval from the rounds of both, or None when either lacks rounds."""
-    b, b_basis = _samples(base, metric, base_ref)
-    n, n_basis = _samples(new, metric, new_ref)
-    if b is None or n is None or b_basis != n_basis:
-        return None
-    mb, mn = bootstrap.median_of(b), bootstrap.median_of(n)
-    ratio = fmt.ratio_of(mn, mb)  # None when either is not positive: no ratio, never a regression
-    interval = bootstrap.ratio_of_medians_interval(n, b) if ratio is not None else None
-    if interval is None or not all(math.isfinite(x) and x > 0 for x in interval):
-        return None
-    return MetricChange(
-        case_id,
-        new.method,
-        new.task,
-        metric,
-        mb if b_basis else base.metrics.get(metric),
-        mn if n_basis else new.metrics.get(metric),
-        ratio,
-        _interval_verdict(direction, interval, ratio, threshold),
-        interval,
-        n_basis,
-    )
-
-
-def _compare_case(
-    case_id: str, base, new, threshold: float, base_ref=None, new_ref=None, tasks: dict[str, Task] | None = None
-) -> list[MetricChange]:
-    if base.status != new.status and "ok" in (base.status, new.status):
-        verdict = "regression" if base.status == "ok" else "improvement"
-        return [MetricChange(case_id, new.method, new.task, "status", base.status, new.status, None, verdict)]
-    if base.status != "ok":
-        return []  # failed both times: nothing measured to compare
-    changes = []
-    base_values, new_values = case_metrics(base, tasks), case_metrics(new, tasks)
-    for metric in sorted(set(base_values) | set(new_values)):
-        direction = metric_direction(new.task, metric, tasks)
-        if direction is None:
-            continue
-        b, n = base_values.get(metric), new_values.get(metric)
-        if b is None and n is None:
-            continue
-        if b is None or n is None:
-            # A number that vanished (an evaluation now OOMs) is lost ground; one that appeared is gained.
-            verdict = "regression" if n is None else "improvement"
-            changes.append(MetricChange(case_id, new.method, new.task, metric, b, n, None, verdict))
-            continue
-        ratio = fmt.ratio_of(n, b)
-        if ratio is None:
-            continue  # a zero, a negative number or an overflow: no meaningful ratio, never a regression
-        noisy = _compare_rounds(case_id, base, new, metric, direction, threshold, base_ref, new_ref)
-        if noisy is not None:
-            changes.append(noisy)
-            continue
-        changes.append(MetricChange(case_id, new.method, new.task, metric, b, n, ratio, _verdict(direction, ratio, threshold)))
-    return changes
 
 
 def _baseline_rows(rows: pd.DataFrame, metas: dict) -> dict[tuple, object]:
@@ -317,110 +147,6 @@ def json_key(params) -> str:
 def _latest_per_case(rows: pd.DataFrame) -> dict[str, object]:
     """case_id -> row; when several runs hold a case, the latest (``posbench.report.rows.latest``) counts."""
     return {cid: SimpleNamespace(**r) for cid, r in latest(rows.to_dict("records")).items()}
-
-
-def _hardware(rows: pd.DataFrame, envs: dict) -> dict[str, set]:
-    return {
-        "GPU": {g for g in (gpu_name(e) for e in envs.values()) if g},
-        "CPU": {c for c in (cpu_model(e) for e in envs.values()) if c},
-        "device": {str(d).split(":")[0] for d in rows["device"].dropna()},
-    }
-
-
-def hardware_warnings(base_rows, base_envs, new_rows, new_envs) -> list[str]:
-    """One line per hardware property (GPU name, CPU model, device type) that differs."""
-    base_hw, new_hw = _hardware(base_rows, base_envs), _hardware(new_rows, new_envs)
-    out = []
-    for prop in ("GPU", "CPU", "device"):
-        if base_hw[prop] != new_hw[prop]:
-            b = ", ".join(sorted(base_hw[prop])) or "none"
-            n = ", ".join(sorted(new_hw[prop])) or "none"
-            out.append(f"{prop} differs: base ran on {b}, new on {n}; ratios compare machines as well as code.")
-    return out
-
-
-class OtherHardware(ValueError):
-    """BASE and NEW ran on different GPU models: their ratios would compare GPUs, not code."""
-
-
-def _gpu_models(envs: dict, rows: pd.DataFrame) -> str:
-    models = sorted({g for g in (gpu_name(e) for e in envs.values()) if g})
-    if models:
-        return ", ".join(models)
-    devices = sorted({str(d).split(":")[0] for d in rows["device"].dropna()})
-    return "no GPU model recorded" + (f" (device {', '.join(devices)})" if devices else "")
-
-
-def check_same_gpu(base_rows, base_envs, new_rows, new_envs) -> None:
-    """``OtherHardware`` (one line naming both sides' GPU models) when they differ; a run whose
-    env.json names no GPU (a CPU run, or a GPU run without NVML) differs from one that names one."""
-    base_hw, new_hw = _hardware(base_rows, base_envs), _hardware(new_rows, new_envs)
-    if base_hw["GPU"] != new_hw["GPU"]:
-        raise OtherHardware(
-            f"base and new ran on different GPU models (base: {_gpu_models(base_envs, base_rows)}; new: "
-            f"{_gpu_models(new_envs, new_rows)}): their ratios would compare GPUs, not code; compare runs of one "
-            "GPU model, or pass --allow-other-hardware to compare them anyway"
-        )
-
-
-def suite_warnings(base_metas: dict, new_metas: dict) -> list[str]:
-    """A line per suite whose version differs between the runs (run.json): its results may not
-    be comparable, which is what bumping ``version`` says."""
-    versions = {}
-    for side, metas in (("base", base_metas), ("new", new_metas)):
-        for meta in metas.values():
-            if meta is not None:
-                versions.setdefault(meta.suite, {}).setdefault(side, set()).add(meta.version)
-    return [
-        f"suite {suite} version differs: base ran v{', v'.join(map(str, sorted(v['base'])))}, new "
-        f"v{', v'.join(map(str, sorted(v['new'])))}; the suite says old results may not be comparable."
-        for suite, v in versions.items()
-        if len(v) == 2 and v["base"] != v["new"]
-    ]
-
-
-# Settings that change no measurement: how long a case may take, how much memory it may hold.
-NOT_MEASURED = ("timeout_s", "memory_limit_mb")
-
-
-class DifferentSettings(ValueError):
-    """BASE and NEW were measured with different settings: their ratios would compare settings, not code."""
-
-
-def _settings(rows: pd.DataFrame, device: bool) -> dict[str, set[str]]:
-    """setting -> the values (as JSON) the rows ran with, and (``device``) ``device`` -> their device types."""
-    out: dict[str, set[str]] = {}
-    for settings in rows["settings"]:
-        for key, value in (settings if isinstance(settings, dict) else {}).items():
-            if key not in NOT_MEASURED:
-                out.setdefault(key, set()).add(json.dumps(value, sort_keys=True, default=str))
-    if device:
-        out["device"] = {json.dumps(str(d).split(":")[0]) for d in rows["device"].dropna()}
-    return out
-
-
-def settings_differences(base_rows: pd.DataFrame, new_rows: pd.DataFrame, device: bool = True) -> list[str]:
-    """``rounds (base 2, new 5)`` per setting that changes a measurement (every setting but
-    ``NOT_MEASURED``: windows, rounds, steps, dtype, model, ...; and, ``device``, the device type:
-    with ``--allow-other-hardware`` a hardware warning says that one) and differs."""
-    base, new = _settings(base_rows, device), _settings(new_rows, device)
-    out = []
-    for key in sorted(set(base) | set(new)):
-        b, n = base.get(key, set()), new.get(key, set())
-        if b != n:
-            out.append(f"{key} (base {', '.join(sorted(b)) or 'unset'}, new {', '.join(sorted(n)) or 'unset'})")
-    return out
-
-
-def check_same_settings(base_rows: pd.DataFrame, new_rows: pd.DataFrame, device: bool = True) -> None:
-    """``DifferentSettings``, one line naming every differing setting with both sides' values."""
-    differ = settings_differences(base_rows, new_rows, device)
-    if differ:
-        raise DifferentSettings(
-            f"base and new were measured with different settings: {'; '.join(differ)}; their ratios would "
-            "compare settings, not code; compare runs of the same settings, or pass --allow-different-settings "
-            "to compare them anyway"
-        )
 
 
 def missing_cases(base: dict, new_rows: pd.DataFrame, new_metas: dict) -> tuple[list[str], list[str]]:
@@ -487,7 +213,7 @@ def compare_runs(
     base_refs, new_refs = _baseline_rows(base_rows, base_runs.metas), _baseline_rows(new_rows, new_runs.metas)
     for case_id in result.in_both:
         b, n = base[case_id], new[case_id]
-        result.changes += _compare_case(
+        result.changes += compare_case(
             case_id, b, n, threshold, base_refs.get((b.source, case_id)), new_refs.get((n.source, case_id)), result.tasks
         )
     return result

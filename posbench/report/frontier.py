@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from posbench.report import numbers as fmt
+from posbench.report.grouping import by_params, ordered, short_commit, task_groups
+from posbench.report.names import slug
 from posbench.report.rows import Runs
 from posbench.report.sections import Block, Section
 from posbench.report.stats import SEED_INTERVAL, seed_interval
-from posbench.report.table import Cell, Table, by_params, ordered, short_commit, slug, task_groups
+from posbench.report.table import Cell, Table, TableSpec
 
 NOT_SEPARABLE = "not separable"
 
@@ -150,6 +152,13 @@ class Quality:
     def reads(self) -> str:
         return "lower is better" if self.lower_is_better else "higher is better"
 
+    @property
+    def table_spec(self) -> TableSpec:
+        """The frontier tables of this quality: a row per (method, L_train), a column per measure."""
+        return TableSpec(
+            task=self.task, metric="frontier", unit=self.name, column_header="measure", higher_is_better=not self.lower_is_better
+        )
+
 
 def fraction(v: float) -> str:
     """An accuracy as the frontier shows it: three decimals, so intervals line up."""
@@ -258,18 +267,12 @@ def frontier_table(q: Quality, suite: str, hardware: str, budget: str, target: i
     columns = [q.name, q.cost_unit, "peak memory"] + ([SERVING] if serving else []) + ["Pareto", "verdict"]
     where = f"{q.target} = {target}"
     table = Table(
+        q.table_spec,
         key=slug(f"{suite}-frontier-{of + '-' if of else ''}{budget}-{q.target.replace('_', '')}{target}-{hardware}"),
         title=f"Frontier{' of ' + of if of else ''} at {where}, {budget}: best method and what beats what",
-        caption="",
-        task=q.task,
-        metric="frontier",
-        unit=q.name,
-        column_header="measure",
         columns=columns,
-        rows=[],
         hardware=hardware,
         commit=short_commit(p.extra.get("commit") for p in points),
-        higher_is_better=not q.lower_is_better,
         extra={q.target: target, "budget": budget, "points": points, "front": sorted(front), "quality": q},
     )
     for p in order:

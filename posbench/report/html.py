@@ -21,6 +21,7 @@ from posbench.core.files import atomic_write_text
 from posbench.report.escape import html_text
 from posbench.report.headline import Line, headline
 from posbench.report.render import capped, caption_html, row_anchor, to_html
+from posbench.report.rows import Runs
 
 # Nothing may make the page wider than the window: images shrink to the column, wide tables
 # scroll inside their own box, and long unbroken words (paths, case ids) wrap.
@@ -126,19 +127,11 @@ def _appendix(rows: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def write_html(
-    path: Path,
-    title: str,
-    sections: list,
-    drawn: dict,
-    rows: pd.DataFrame,
-    envs: dict[str, dict],
-    note: str = "",
-    superseded: list = (),
-) -> Path:
+def write_html(path: Path, title: str, sections: list, drawn: dict, runs: Runs, note: str = "", superseded: list = ()) -> Path:
     """Write ``report.html``: the summary (``headline``), each section's tables, every table
     followed by its charts (``drawn``: ``id(block)`` -> charts written, embedded as base64), then
-    the run details, environments and every stored row."""
+    the run details, the environments and every stored row of ``runs``."""
+    rows, envs = runs.rows, runs.envs
     esc = html_text
     body = [
         f"<h1>{esc(title)}</h1>",

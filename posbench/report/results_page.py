@@ -20,10 +20,10 @@ from typing import Any, Optional
 from posbench.core.files import WriteError, atomic_write_text
 from posbench.report.escape import md_code, md_fence, md_text
 from posbench.report.headline import case_counts, table_line, verdict_lines
-from posbench.report.names import short_hash
+from posbench.report.names import short_hash, slug
 from posbench.report.render import to_markdown
 from posbench.report.rows import cpu_model, find_run_dirs, gpu_name, load_runs
-from posbench.report.table import run_tables, slug
+from posbench.report.tabulate import run_tables
 from posbench.store.bounds import RowsError, loads, open_regular, read_small
 from posbench.store.meta import RUN_FILE, RunMeta
 

@@ -12,7 +12,8 @@ from typing import Callable, Optional
 from posbench.core.task import Task
 from posbench.report import charts
 from posbench.report.rows import Runs
-from posbench.report.table import Table, details_tables, metric_tables
+from posbench.report.table import Table
+from posbench.report.tabulate import details_tables, metric_tables
 
 # A chart source: called once when the report is written, returns (file stem, title, Figure) triples.
 ChartSource = Callable[[], list]
@@ -69,7 +70,7 @@ def _place(task: Optional[Task]) -> int:
 
 def metric_section(runs: Runs, name: str, baseline: Optional[str] = None) -> Section:
     """The default section of task ``name``: a table per metric its declarations and its suite's
-    ``metrics`` ask for (``posbench.report.table.metric_tables``), methods x its ``REPORT_COLUMN``,
+    ``metrics`` ask for (``posbench.report.tabulate.metric_tables``), methods x its ``REPORT_COLUMN``,
     each followed by its charts. A task this installation does not know gets one too (every number
     its rows carry), headed by its name."""
     task = runs.tasks.get(name)

@@ -14,7 +14,7 @@ from posbench.cli import app as cli
 from posbench.cli import report_cmds, sweep_cmds
 from posbench.report.render import to_text
 from posbench.report.rows import load_runs
-from posbench.report.table import metric_tables, run_tables
+from posbench.report.tabulate import metric_tables, run_tables
 from posbench.run import suite as suitemod
 from posbench.run import sweep_state
 from posbench.run.options import default_run_id

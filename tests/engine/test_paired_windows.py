@@ -20,7 +20,7 @@ from posbench.core.registry import register
 from posbench.engine import timing_windows as paired
 from posbench.report import bootstrap
 from posbench.report import rows as rowsmod
-from posbench.report.table import metric_tables
+from posbench.report.tabulate import metric_tables
 from posbench.run import runner, worker
 from posbench.run import suite as suitemod
 from posbench.run.options import RunOptions

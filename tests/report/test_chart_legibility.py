@@ -9,7 +9,7 @@ import pytest
 from posbench.report import charts
 from posbench.report.build import collect_sections, load_runs
 from posbench.report.frontier import frontier_chart
-from posbench.report.table import metric_tables
+from posbench.report.tabulate import metric_tables
 from posbench.tasks import find as find_task
 from posbench.tasks.retrieval.report import heatmap_chart
 from tests.helpers.report_rows import (

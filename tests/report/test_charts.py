@@ -8,7 +8,7 @@ from matplotlib.colors import to_rgba
 
 from posbench.report import charts
 from posbench.report.build import collect_sections, load_runs
-from posbench.report.table import metric_tables
+from posbench.report.tabulate import metric_tables
 from posbench.tasks import find as find_task
 from posbench.tasks.extrapolation import ppl_charts
 from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables

@@ -9,7 +9,9 @@ import pytest
 
 from posbench import tasks as _registry  # noqa: E402
 from posbench.cli.report_cmds import add_compare_parser
-from posbench.report.compare import OtherHardware, compare_runs, main_compare, metric_direction
+from posbench.report.compare import compare_runs, main_compare
+from posbench.report.compare_cases import metric_direction
+from posbench.report.compare_checks import OtherHardware
 from posbench.tasks import find as find_task
 from tests.helpers.report_rows import CPU_ENV, GPU_ENV, efficiency_rows, extrapolation_rows, write_run
 

@@ -9,7 +9,7 @@ import pytest
 from posbench.report.build import build_report
 from posbench.report.render import cells_csv, csv_cell
 from posbench.report.rows import load_runs
-from posbench.report.table import run_tables
+from posbench.report.tabulate import run_tables
 from posbench.tasks import find as find_task
 from tests.helpers.report_rows import efficiency_rows, write_run
 

@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 
 from posbench.report import charts
 from posbench.report.frontier import Point, frontier_chart
-from posbench.report.table import Cell, Table
+from posbench.report.table import Cell, Table, TableSpec
 from posbench.tasks.extrapolation.frontier_report import verdict_table
 
 KEY = ("frontier", "CPU", "time_s=60", 512)
@@ -56,18 +56,8 @@ def test_cost_axis_without_costs_is_left_alone():
 
 def test_count_line_chart_starts_at_zero():
     """Training steps under one time budget (a count of the compute each method got), 2% apart."""
-    table = Table(
-        key="steps",
-        title="Training steps, frontier",
-        caption="",
-        task="extrapolation",
-        metric="train_steps",
-        unit="steps",
-        column_header="L_train",
-        columns=[64, 128],
-        rows=["a", "b"],
-        fmt="int",
-    )
+    spec = TableSpec(task="extrapolation", metric="train_steps", unit="steps", fmt="int", column_header="L_train")
+    table = Table(spec, key="steps", title="Training steps, frontier", columns=[64, 128], rows=["a", "b"])
     for row, base in (("a", 1000.0), ("b", 1020.0)):
         for col in table.columns:
             table.cells[(row, col)] = Cell(text=f"{base:g}", value=base)

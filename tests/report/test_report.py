@@ -12,7 +12,7 @@ import pytest
 from posbench.cli.report_cmds import add_report_parser
 from posbench.report.build import build_report, collect_tables, load_runs
 from posbench.report.render import row_anchor
-from posbench.report.table import metric_tables
+from posbench.report.tabulate import metric_tables
 from posbench.store.bounds import RowsError
 from posbench.tasks import find as find_task
 from posbench.tasks.extrapolation.ppl_tables import extrapolation_tables

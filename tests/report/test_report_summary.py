@@ -5,6 +5,7 @@ of their own, figures that do not repeat their title, and the CI job summary
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from html import unescape as html_unescape
 
 import pytest
@@ -15,7 +16,7 @@ from posbench.report import job_summary as js
 from posbench.report.build import build_report, collect_sections, load_runs
 from posbench.report.charts import bar_label
 from posbench.report.learn_first import BROKEN, NOT_LEARNT
-from posbench.report.table import Cell, Table
+from posbench.report.table import Cell, Table, TableSpec
 from posbench.tasks import find as find_task
 from tests.helpers.report_rows import (
     PRECISION_SUITE_METRICS,
@@ -42,21 +43,19 @@ def report(runs):
     return build_report([runs], runs.parent / "out", find_task=find_task)  # built once: charts take seconds
 
 
-def _table(**kw) -> Table:
+SPEED = TableSpec(task="efficiency", metric="train_wps", unit="words/s", column_header="seq_len", higher_is_better=True)
+LOWER_IS_BETTER = replace(SPEED, higher_is_better=False)
+
+
+def _table(spec: TableSpec = SPEED, **kw) -> Table:
     base = dict(
         key="t",
         title="Training speed (words/s), efficiency",
-        caption="",
-        task="efficiency",
-        metric="train_wps",
-        unit="words/s",
-        column_header="seq_len",
         columns=[256, 512],
         rows=["sinusoidal", "alibi", "rotary"],
         baseline="sinusoidal",
-        higher_is_better=True,
     )
-    return Table(**{**base, **kw})
+    return Table(spec, **{**base, **kw})
 
 
 def test_the_failed_statuses_are_those_that_make_bench_exit_3():
@@ -97,7 +96,7 @@ def test_a_ratio_with_an_interval_is_shown_with_it_and_ties_are_not_separable():
     )
     tie = _table(
         baseline=None,
-        higher_is_better=False,
+        spec=LOWER_IS_BETTER,
         columns=[512],
         cells={("sinusoidal", 512): Cell("3.0", 3.0), ("alibi", 512): Cell("3.0", 3.0), ("rotary", 512): Cell("4.0", 4.0)},
     )
@@ -130,7 +129,7 @@ def test_a_best_is_named_only_outside_every_other_interval_and_the_floor_never()
     # values without ratios: their spreads decide (min-max of windows, seed intervals)
     spreads = _table(
         baseline=None,
-        higher_is_better=False,
+        spec=LOWER_IS_BETTER,
         columns=[512],
         cells={
             ("sinusoidal", 512): Cell("3.0", 3.0, spread=(2.9, 3.1)),

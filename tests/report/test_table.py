@@ -8,7 +8,8 @@ import pytest
 from posbench.report import numbers as fmt
 from posbench.report import render
 from posbench.report.rows import load_runs
-from posbench.report.table import Cell, Table, run_tables
+from posbench.report.table import Cell, Table, TableSpec
+from posbench.report.tabulate import run_tables
 from posbench.tasks import find as find_task
 from tests.helpers.report_rows import base_row, write_run
 
@@ -92,19 +93,43 @@ def test_run_files_markdown_and_cell_csv(tmp_path):
 
 def test_terminal_text_is_aligned():
     t = Table(
+        TableSpec(task="x", metric="m", column_header="L"),
         key="k",
         title="T",
-        caption="",
-        task="x",
-        metric="m",
-        unit="",
-        column_header="L",
         columns=[1, 22],
         rows=["a", "long_name"],
         cells={("a", 1): Cell("1.00k"), ("long_name", 22): Cell("3")},
     )
     lines = render.to_text(t).splitlines()
     assert lines == ["T", "method \\ L      1  22", "a           1.00k   —", "long_name       —   3"]
+
+
+def test_a_table_reads_its_declared_spec():
+    spec = TableSpec(task="x", metric="ppl", unit="perplexity", fmt="ppl", column_header="L_valid", higher_is_better=False)
+    t = Table(spec, key="k", title="T", columns=[64])
+    assert (t.task, t.metric, t.unit, t.fmt, t.column_header, t.row_header) == (
+        "x",
+        "ppl",
+        "perplexity",
+        "ppl",
+        "L_valid",
+        "method",
+    )
+    assert t.higher_is_better is False and t.rows == [] and t.caption == "" and t.cell("a", 64).status == "missing"
+    assert Table(spec, key="k", title="T").rows is not t.rows  # each table its own lists
+
+
+def test_the_spec_fields_as_keywords_build_the_same_table():
+    """The task reports not yet migrated construct ``Table(key=..., task=..., metric=..., ...)``."""
+    spec = TableSpec(task="x", metric="acc", unit="fraction", column_header="n", higher_is_better=True)
+    old = Table(
+        key="k", title="T", task="x", metric="acc", unit="fraction", column_header="n", higher_is_better=True, pooled=True
+    )
+    assert old == Table(spec, key="k", title="T", pooled=True) and old.spec == spec
+    with pytest.raises(TypeError):
+        Table(spec, key="k", title="T", metric="ppl")
+    with pytest.raises(TypeError):
+        Table(key="k", title="T")
 
 
 def test_formats():

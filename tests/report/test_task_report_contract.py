@@ -16,10 +16,10 @@ import pytest
 import posbench
 from posbench import tasks as task_registry
 from posbench.core.registry import TASKS_ENV_PATH
-from posbench.report.compare import case_metrics
+from posbench.report.compare_cases import case_metrics
 from posbench.report.rows import load_runs
 from posbench.report.sections import collect_sections
-from posbench.report.table import run_tables
+from posbench.report.tabulate import run_tables
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.tasks import find as find_task
 
@@ -54,7 +54,7 @@ PLUGIN = textwrap.dedent("""
         return [Section("Own report, first part", "_reported", section.blocks), Section("Own report, empty", "_reported")]
 
     def summary_tables(runs):
-        from posbench.report.table import metric_tables
+        from posbench.report.tabulate import metric_tables
 
         return metric_tables(runs, "_reported", metrics=["score"])[:1]
 

@@ -11,7 +11,7 @@ import pytest
 
 from posbench.report import bootstrap
 from posbench.report import rows as rowsmod
-from posbench.report.table import metric_tables
+from posbench.report.tabulate import metric_tables
 from posbench.run import runner
 from posbench.run import suite as suitemod
 from posbench.run.options import RunOptions

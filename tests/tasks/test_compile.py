@@ -10,7 +10,7 @@ import torch
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.outcome import Unavailable
 from posbench.engine import compiled
-from posbench.report.table import compile_note
+from posbench.report.tabulate import compile_note
 from posbench.tasks.efficiency import run as efficiency
 from tests.helpers.cases import make_case
 

@@ -386,7 +386,7 @@ def test_settings_reject_bad_values(tmp_path, bad, match):
 
 
 def test_suite_declares_latencies_lower_is_better():
-    from posbench.report.compare import metric_direction
+    from posbench.report.compare_cases import metric_direction
 
     for metric in ("ttft_ms", "tpot_ms", "tpot_p90_ms", "kv_cache_bytes", "peak_mem_decode_bytes"):
         assert metric_direction("decode", metric, KNOWN_TASKS) == -1 and "lower is better" in decode.METRICS[metric].doc

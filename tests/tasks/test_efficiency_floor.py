@@ -8,7 +8,7 @@ import pytest
 from posbench.report import bootstrap
 from posbench.report import rows as rowsmod
 from posbench.report.sections import collect_sections
-from posbench.report.table import run_tables
+from posbench.report.tabulate import run_tables
 from posbench.run import suite as suitemod
 from posbench.tasks import find as find_task
 from posbench.tasks.efficiency.report import floor_tables
@@ -105,7 +105,7 @@ def test_the_run_summary_and_the_report_show_the_floor(tmp_path):
 
 def test_without_nope_the_table_is_unchanged_and_with_nope_as_baseline_nothing_doubles(tmp_path):
     """A run without nope (every run made before the floor) gets the table it always had."""
-    from posbench.report.table import metric_tables
+    from posbench.report.tabulate import metric_tables
 
     runs = _runs(tmp_path / "a", _rows(methods=("sinusoidal", "alibi"))[0])
     (table,) = floor_tables(runs, metrics=["train_wps"])

@@ -157,7 +157,7 @@ def test_report_and_run_summary_show_the_accuracy_tables(tmp_path):
     summary prints the same per-task tables."""
     from posbench.report.build import build_report
     from posbench.report.rows import load_runs
-    from posbench.report.table import run_tables
+    from posbench.report.tabulate import run_tables
     from tests.helpers.report_rows import base_row, write_run
 
     rows = []

@@ -8,10 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from posbench.protocols.seeds import checkpoint_name, combine_accuracy_seeds, combine_metrics
-from posbench.report.compare import _compare_case
+from posbench.report.cells import spread_of
+from posbench.report.compare_cases import compare_case
 from posbench.report.learn_first import comparability, learned_over_seeds
 from posbench.report.stats import SEED_INTERVAL, seed_accuracies, seed_interval, t975
-from posbench.report.table import SPREAD_SEED_CI, _spread
+from posbench.report.table import SPREAD_SEED_CI
 from posbench.tasks import get as get_task
 from posbench.tasks.extrapolation.ppl_tables import _ppl_cell
 from posbench.tasks.lengthgen import report as T
@@ -130,7 +131,7 @@ def test_perplexity_cell_and_metric_tables_use_the_seed_interval():
     cell = _ppl_cell(row, {"ppl": 12.0, "ppl_std": 2.0, "ppl_seed_lo": 7.03, "ppl_seed_hi": 16.97, "status": "ok"})
     assert cell.spread == (7.03, 16.97) and cell.text == "12.00 [7.03, 16.97]"
     table = SimpleNamespace(spread="")
-    assert _spread(
+    assert spread_of(
         {"acc_beyond": 0.3, "acc_beyond_std": 0.1, "acc_beyond_seed_lo": 0.05, "acc_beyond_seed_hi": 0.55},
         "acc_beyond",
         0.3,
@@ -152,10 +153,10 @@ def test_compare_reads_the_seed_level_spread():
         )
 
     # a 10% change whose seeds overlap: noise, not a regression
-    (change,) = _compare_case("c", row([10.0, 12.0, 14.0]), row([11.0, 13.2, 15.4]), 0.05, tasks=tasks)
+    (change,) = compare_case("c", row([10.0, 12.0, 14.0]), row([11.0, 13.2, 15.4]), 0.05, tasks=tasks)
     assert change.verdict == "noise" and change.interval is not None
     # every seed far worse: a regression
-    (change,) = _compare_case("c", row([10.0, 10.1, 10.2]), row([20.0, 20.1, 20.2]), 0.05, tasks=tasks)
+    (change,) = compare_case("c", row([10.0, 10.1, 10.2]), row([20.0, 20.1, 20.2]), 0.05, tasks=tasks)
     assert change.verdict == "regression"
 
 
