@@ -16,7 +16,7 @@ from posbench.engine.saved_model import exclusive  # noqa: F401 (the lock its ca
 from posbench.engine.train import TrainConfig, train
 from posbench.protocols.probing import probes as P
 from posbench.protocols.probing.scoring import eval_length
-from posbench.protocols.probing.training_mix import mixed_batches, train_probe_model
+from posbench.protocols.probing.training_mix import TrainingMix, mixed_batches, train_probe_model
 from posbench.protocols.seeds import checkpoint_name, combine_metrics, seed_list
 from posbench.protocols.train_eval.evaluations import eval_cell
 from posbench.protocols.training import open_corpus
@@ -49,7 +49,9 @@ def finetune(model, s, vocab, lm_tokens, cfg: TrainConfig, device):
     """``cfg.steps`` steps of ``posbench.engine.train.train`` at L_target (``cfg.seq_len``) on the same
     mix as the base model: a fresh AdamW, its own warm-up (``warmup_steps``) and cosine decay
     (``finetune_config``); ``model`` trains in place."""
-    data = mixed_batches(lm_tokens, vocab, PROBES, cfg.seq_len, cfg.batch_size, s.mix, cfg.seed + FINETUNE_DATA_SEED, s.loss)
+    data = mixed_batches(
+        lm_tokens, vocab, TrainingMix(PROBES, cfg.seq_len, cfg.batch_size, s.mix, loss=s.loss), cfg.seed + FINETUNE_DATA_SEED
+    )
     return train(model, data, cfg, device)
 
 
