@@ -18,7 +18,7 @@ from posbench.protocols.probing import probes as P
 from posbench.protocols.probing.scoring import eval_length
 from posbench.protocols.probing.training_mix import TrainingMix, mixed_batches, train_probe_model
 from posbench.protocols.seeds import checkpoint_name, combine_metrics, seed_list
-from posbench.protocols.train_eval.evaluations import eval_cell
+from posbench.protocols.train_eval.evaluations import EvalSpec, eval_cell
 from posbench.protocols.training import open_corpus
 from posbench.tasks.extension.regimes import PLAIN, recipe_model
 
@@ -97,7 +97,7 @@ def perplexities(model, s, valid, L_train: int, lengths: list[int], device, suff
     out = {}
     for mode in s.modes:
         for Lv in lengths:
-            cell, _curve = eval_cell(model, valid, L_train, Lv, mode, s, device)
+            cell, _curve = eval_cell(model, valid, EvalSpec(mode, Lv, L_train), s, device)
             ok = cell["status"] == "ok" and cell["ppl"] is not None and math.isfinite(cell["ppl"])
             out[f"ppl@{mode}@{Lv}{suffix}"] = cell["ppl"] if ok else None
     return out
