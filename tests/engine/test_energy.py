@@ -106,7 +106,7 @@ def test_a_phase_sums_the_counter_over_its_windows_and_not_the_loss_checks():
     dev = FakeCudaClock(nvml, window_s=0.25)
     settings = _case(windows=4).settings
     seconds, joules = efficiency_run._phase(
-        dev, lambda: None, settings, nvml, "gpu0", after_window=lambda name, steps: nvml.advance(10.0)
+        dev, efficiency_run.Phase(lambda: None, after_window=lambda name, steps: nvml.advance(10.0)), settings, nvml, "gpu0"
     )
     assert seconds == [0.25] * 4
     assert joules == pytest.approx(4 * 300.0 * 0.25)  # warm-up and the checks after each window excluded

@@ -99,7 +99,9 @@ def test_phase_on_fake_cuda_times_windows_and_measures_energy(monkeypatch):
     FakeCuda(monkeypatch, elapsed_ms=100.0)
     settings = types.SimpleNamespace(warmup_steps=2, measure_steps=3, windows=4, power_interval_s=0.01)
     calls = []
-    seconds, energy = efficiency_run._phase(measure.make_device("cuda"), lambda: calls.append(1), settings, fake_nvml(), "h")
+    seconds, energy = efficiency_run._phase(
+        measure.make_device("cuda"), efficiency_run.Phase(lambda: calls.append(1)), settings, fake_nvml(), "h"
+    )
     assert seconds == [0.1] * 4 and len(calls) == 2 + 3 * 4
     assert energy is not None and energy >= 0
 

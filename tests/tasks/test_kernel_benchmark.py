@@ -30,7 +30,7 @@ def test_flop_formula():
 @pytest.mark.parametrize("variant", kb.VARIANTS)
 def test_every_variant_gives_metrics_or_a_reason_on_cpu(variant):
     row = kb.run_kernel_point(
-        variant, batch=1, heads=2, seq_len=32, head_dim=32, dtype=torch.float32, device="cpu", warmup=0, reps=2
+        variant, kb.KernelPoint(batch=1, heads=2, seq_len=32, head_dim=32, dtype=torch.float32, device="cpu"), warmup=0, reps=2
     )
     assert row["variant"] == variant and row["predicted_bias_bytes"] == 32 * 32 * 2 * 4
     if row["status"] == "unavailable":
@@ -48,18 +48,13 @@ def test_every_variant_gives_metrics_or_a_reason_on_cpu(variant):
 def test_sdpa_rows_run_on_cpu_and_unknown_variant_is_an_error():
     row = kb.run_kernel_point(
         "sdpa_float_bias",
-        batch=1,
-        heads=2,
-        seq_len=16,
-        head_dim=32,
-        dtype=torch.float32,
-        device="cpu",
+        kb.KernelPoint(batch=1, heads=2, seq_len=16, head_dim=32, dtype=torch.float32, device="cpu"),
         warmup=0,
         reps=1,
     )
     assert row["status"] == "ok", row
     with pytest.raises(ValueError, match="unknown kernel variant 'nope'"):
-        kb.run_kernel_point("nope", batch=1, heads=1, seq_len=8, head_dim=32, dtype=torch.float32, device="cpu")
+        kb.run_kernel_point("nope", kb.KernelPoint(batch=1, heads=1, seq_len=8, head_dim=32, dtype=torch.float32, device="cpu"))
 
 
 @pytest.mark.parametrize("variant", ["alibi_triton", "t5_triton"])
@@ -70,12 +65,7 @@ def test_triton_row_runs_under_the_interpreter_when_allowed(variant):
         pytest.skip("needs TRITON_INTERPRET=1 (set by conftest)")
     row = kb.run_kernel_point(
         variant,
-        batch=1,
-        heads=2,
-        seq_len=32,
-        head_dim=32,
-        dtype=torch.float32,
-        device="cpu",
+        kb.KernelPoint(batch=1, heads=2, seq_len=32, head_dim=32, dtype=torch.float32, device="cpu"),
         warmup=0,
         reps=1,
         allow_interpreter=True,
@@ -172,7 +162,7 @@ DTYPE = torch.float16 if DEVICE == "cuda" else torch.float32
 def test_alibi_kernels(benchmark, variant):
     benchmark.group = "alibi-kernels"  # the name predates the T5 variants; kept for stored results
     try:
-        point = kb.prepare_point(variant, **SIZE, dtype=DTYPE, device=DEVICE)
+        point = kb.prepare_point(variant, kb.KernelPoint(**SIZE, dtype=DTYPE, device=DEVICE))
     except kb.Unavailable as exc:
         pytest.skip(f"{variant} unavailable on {DEVICE}: {exc}")
 
@@ -244,7 +234,10 @@ def test_cuda_timing_flushes_l2_before_each_rep_and_reads_events_once(monkeypatc
     assert times == [2.0, 2.0]  # start, step, end: the flush and setup fall outside the events
     assert "L2 flushed before each rep" in kb.timing_method(cuda) and "no CUDA graphs" in kb.timing_method(cuda)
     row = kb.run_kernel_point(
-        "sdpa_causal", batch=1, heads=2, seq_len=16, head_dim=32, dtype=torch.float32, device="cpu", warmup=0, reps=1
+        "sdpa_causal",
+        kb.KernelPoint(batch=1, heads=2, seq_len=16, head_dim=32, dtype=torch.float32, device="cpu"),
+        warmup=0,
+        reps=1,
     )
     assert row["timing"] == "time.perf_counter per rep (CPU)"
 
@@ -270,7 +263,10 @@ def test_a_known_gpu_gives_each_timing_its_share_of_the_dense_peak(monkeypatch):
 
 def test_a_cpu_row_names_its_device_and_why_it_has_no_share_of_peak():
     row = kb.run_kernel_point(
-        "sdpa_causal", batch=1, heads=2, seq_len=16, head_dim=32, dtype=torch.float32, device="cpu", warmup=0, reps=1
+        "sdpa_causal",
+        kb.KernelPoint(batch=1, heads=2, seq_len=16, head_dim=32, dtype=torch.float32, device="cpu"),
+        warmup=0,
+        reps=1,
     )
     assert row["device_name"] == "cpu" and "no dense peak for a cpu device" in row["peak_reason"]
     assert not any(key.endswith("_peak_fraction") for key in row)

@@ -27,9 +27,9 @@ VOCAB = P.ProbeVocab(20, CFG)
 
 @pytest.mark.parametrize("probe", P.PROBES)
 def test_generators_are_deterministic_and_seeded(probe):
-    a = P.generate(probe, VOCAB, 61, 7, seed=3)
-    b = P.generate(probe, VOCAB, 61, 7, seed=3)
-    c = P.generate(probe, VOCAB, 61, 7, seed=4)
+    a = P.generate(P.ProbeRequest(probe, 61), VOCAB, 7, seed=3)
+    b = P.generate(P.ProbeRequest(probe, 61), VOCAB, 7, seed=3)
+    c = P.generate(P.ProbeRequest(probe, 61), VOCAB, 7, seed=4)
     assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.distance, b.distance)
     assert not np.array_equal(a.tokens, c.tokens)
     assert a.tokens.shape == (7, 61) and a.tokens.dtype == np.int64
@@ -39,17 +39,17 @@ def test_generators_are_deterministic_and_seeded(probe):
 
 
 def test_layouts():
-    pk = P.generate("passkey", VOCAB, 41, 5, seed=0, depth=0.0)
+    pk = P.generate(P.ProbeRequest("passkey", 41, depth=0.0), VOCAB, 5, seed=0)
     assert (pk.tokens[:, 0] == VOCAB.BOS).all()  # the start token of every probe example
     assert (pk.tokens[:, 1] == VOCAB.MARK).all() and (pk.tokens[:, 6] == VOCAB.END).all()
     assert np.array_equal(pk.tokens[:, 2:6], pk.tokens[:, 37:41]) and (pk.tokens[:, 36] == VOCAB.ASK).all()
     assert pk.spans == [(37, 41)] and (pk.distance[:, 0] == 35).all()
-    end = P.generate("passkey", VOCAB, 41, 5, seed=0, depth=1.0)
+    end = P.generate(P.ProbeRequest("passkey", 41, depth=1.0), VOCAB, 5, seed=0)
     assert (end.tokens[:, 30] == VOCAB.MARK).all() and (end.tokens[:, 35] == VOCAB.END).all()
-    rev = P.generate("reverse", VOCAB, 30, 4, seed=1, depth=0.5)
+    rev = P.generate(P.ProbeRequest("reverse", 30, depth=0.5), VOCAB, 4, seed=1)
     start = int(np.flatnonzero(rev.tokens[0] == VOCAB.MARK)[0])
     assert np.array_equal(rev.tokens[:, start + 1 : start + 6][:, ::-1], rev.tokens[:, 25:30])
-    mq = P.generate("mqar", VOCAB, 50, 4, seed=2)
+    mq = P.generate(P.ProbeRequest("mqar", 50), VOCAB, 4, seed=2)
     assert (mq.tokens[:, 0] == VOCAB.BOS).all()
     assert mq.spans == [(43, 44), (46, 47), (49, 50)]
     assert all(len(set(row[1:13:2])) == 6 for row in mq.tokens)  # distinct keys
@@ -60,7 +60,7 @@ def test_layouts():
 
 def test_mqar_keys_and_values_come_from_disjoint_alphabets():
     # Zoology's MQAR: a queried key never appears as a value (one shared alphabet: 40% of rows)
-    mq = P.generate("mqar", VOCAB, 60, 300, seed=7)
+    mq = P.generate(P.ProbeRequest("mqar", 60), VOCAB, 300, seed=7)
     keys, values = mq.tokens[:, 1:13:2], mq.tokens[:, 2:13:2]
     assert ((keys >= VOCAB.first_key) & (keys < VOCAB.first_key + CFG.n_keys)).all()
     assert VOCAB.is_symbol(values).all() and not VOCAB.is_symbol(keys).any()
@@ -71,20 +71,22 @@ def test_mqar_keys_and_values_come_from_disjoint_alphabets():
 
 @pytest.mark.parametrize("probe, k", [("copy", 5), ("reverse", 5), ("passkey", 4)])
 def test_keys_and_segments_repeat_no_symbol_while_they_fit_the_alphabet(probe, k):
-    batch = P.generate(probe, VOCAB, 40, 200, seed=3)
+    batch = P.generate(P.ProbeRequest(probe, 40), VOCAB, 200, seed=3)
     starts = [int(np.flatnonzero(row == VOCAB.MARK)[0]) for row in batch.tokens]
     segments = np.stack([row[s + 1 : s + 1 + k] for row, s in zip(batch.tokens, starts)])
     assert all(len(set(seg)) == k for seg in segments)
     assert P.chance(probe, CFG) == pytest.approx(1 / np.prod(np.arange(10, 10 - k, -1)))
     long = P.ProbeConfig(n_symbols=3, segment_len=5, key_len=5, n_pairs=3, n_queries=1, n_keys=4)  # longer than the alphabet
     assert not P.distinct_symbols(probe, long) and P.chance(probe, long) == pytest.approx(3.0**-5)
-    batch = P.generate(probe, P.ProbeVocab(0, long), 30, 50, seed=0)
+    batch = P.generate(P.ProbeRequest(probe, 30), P.ProbeVocab(0, long), 50, seed=0)
     assert batch.tokens.shape == (50, 30)
 
 
 def test_answers_only_targets_keep_answer_tokens_and_lm_rows():
     lm = np.arange(200, dtype=np.int64) % 20
-    gen = training_mix.mixed_batches(lm, VOCAB, ["passkey", "mqar"], 40, 16, 0.5, seed=0, loss="answers")
+    gen = training_mix.mixed_batches(
+        lm, VOCAB, training_mix.TrainingMix(["passkey", "mqar"], 40, 16, 0.5, loss="answers"), seed=0
+    )
     for _ in range(3):
         ids, targets = next(gen)
         assert ids.shape == (16, 41) and targets.shape == (16, 40)
@@ -96,15 +98,17 @@ def test_answers_only_targets_keep_answer_tokens_and_lm_rows():
             spans = [(37, 41)] if row[36] == VOCAB.ASK else [(40 - 3 * j, 41 - 3 * j) for j in range(CFG.n_queries)]
             assert sorted(kept + 1) == sorted(i for s, e in spans for i in range(s, e))
             assert np.array_equal(target[kept], row[kept + 1])
-    plain = next(training_mix.mixed_batches(lm, VOCAB, ["passkey"], 40, 4, 0.5, seed=0))
+    plain = next(training_mix.mixed_batches(lm, VOCAB, training_mix.TrainingMix(["passkey"], 40, 4, 0.5), seed=0))
     assert isinstance(plain, torch.Tensor) and plain.shape == (4, 41)
 
 
 @pytest.mark.parametrize("probe", ["passkey", "mqar", "copy"])
 def test_predictable_targets_drop_only_the_random_draws_outside_the_answers(probe):
     lm = np.arange(200, dtype=np.int64) % 20
-    ids, targets = next(training_mix.mixed_batches(lm, VOCAB, [probe], 40, 8, 1.0, seed=1, loss="predictable"))
-    batch = P.generate(probe, VOCAB, 41, 1, seed=0)  # the spans depend on the probe and length only
+    ids, targets = next(
+        training_mix.mixed_batches(lm, VOCAB, training_mix.TrainingMix([probe], 40, 8, 1.0, loss="predictable"), seed=1)
+    )
+    batch = P.generate(P.ProbeRequest(probe, 41), VOCAB, 1, seed=0)  # the spans depend on the probe and length only
     answer = {i - 1 for s, e in batch.spans for i in range(s, e)}  # target positions of the answers
     for row, target in zip(ids.numpy(), targets.numpy()):
         nxt = row[1:]
@@ -120,16 +124,20 @@ def test_predictable_targets_drop_only_the_random_draws_outside_the_answers(prob
 
 def test_an_unknown_loss_is_one_line():
     with pytest.raises(ValueError, match="loss 'some' is not known; allowed: all, answers, predictable"):
-        next(training_mix.mixed_batches(np.zeros(100, dtype=np.int64), VOCAB, ["passkey"], 40, 2, 1.0, 0, loss="some"))
+        next(
+            training_mix.mixed_batches(
+                np.zeros(100, dtype=np.int64), VOCAB, training_mix.TrainingMix(["passkey"], 40, 2, 1.0, loss="some"), 0
+            )
+        )
 
 
 def test_generator_bad_input_is_one_line():
     with pytest.raises(ValueError, match="too short; it needs at least 12 tokens"):
-        P.generate("passkey", VOCAB, 11, 1, 0)
+        P.generate(P.ProbeRequest("passkey", 11), VOCAB, 1, 0)
     with pytest.raises(ValueError, match="unknown probe 'nope'; allowed: passkey, mqar, copy, reverse"):
-        P.generate("nope", VOCAB, 40, 1, 0)
+        P.generate(P.ProbeRequest("nope", 40), VOCAB, 1, 0)
     with pytest.raises(ValueError, match="depth must be in"):
-        P.generate("copy", VOCAB, 40, 1, 0, depth=1.5)
+        P.generate(P.ProbeRequest("copy", 40, depth=1.5), VOCAB, 1, 0)
     with pytest.raises(ValueError, match="n_queries <= n_pairs <= n_keys"):
         P.ProbeConfig(n_keys=4, n_pairs=6)
 
@@ -185,7 +193,7 @@ class GuessingModel:
 @pytest.mark.parametrize("probe", P.PROBES)
 @pytest.mark.parametrize("length", [29, 64, 203])
 def test_oracle_reaches_100_percent(probe, length):
-    batch = P.generate(probe, VOCAB, length, 6, seed=length)
+    batch = P.generate(P.ProbeRequest(probe, length), VOCAB, 6, seed=length)
     ok = scoring.score(OracleModel(), batch, "cpu", batch_size=4)
     assert ok.shape == (6, len(batch.spans)) and ok.all()
 
@@ -198,12 +206,12 @@ def test_decoding_uses_its_own_predictions_and_true_context():
             cache.append(idx)
             return torch.nn.functional.one_hot(idx, VOCAB.vocab_size).float()
 
-    batch = P.generate("mqar", VOCAB, 40, 3, seed=0)
+    batch = P.generate(P.ProbeRequest("mqar", 40), VOCAB, 3, seed=0)
     tokens = torch.from_numpy(batch.tokens)
     answers = scoring.greedy_answers(Echo(), tokens, batch.spans)
     for (s, _), a in zip(batch.spans, answers):
         assert torch.equal(a[:, 0], tokens[:, s - 1])  # the queried key, echoed
-    batch = P.generate("copy", VOCAB, 40, 2, seed=0)
+    batch = P.generate(P.ProbeRequest("copy", 40), VOCAB, 2, seed=0)
     (a,) = scoring.greedy_answers(Echo(), torch.from_numpy(batch.tokens), batch.spans)
     assert (a == VOCAB.COPY).all()  # echoes the question, then its own echo
 
@@ -218,7 +226,7 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(probe, seed):
     model = build_model(
         model_config("tiny", "alibi", n_layers=2, d_model=32, n_heads=2, d_ff=64, vocab_size=VOCAB.vocab_size)
     ).eval()
-    batch = P.generate(probe, VOCAB, 37, 6, seed=seed)
+    batch = P.generate(P.ProbeRequest(probe, 37), VOCAB, 6, seed=seed)
     assert np.array_equal(scoring.score(model, batch, "cpu", 4, scoring.forced_answers), scoring.score(model, batch, "cpu", 4))
     rows = np.arange(0, 6, 2)
     for k, (s, e) in enumerate(batch.spans):  # span k's greedy answer depends on spans < k only
@@ -237,7 +245,7 @@ def test_uniform_guesser_scores_chance(probe):
     global VOCAB
     saved, VOCAB = VOCAB, P.ProbeVocab(20, cfg)
     try:
-        batch = P.generate(probe, VOCAB, 40, 1200, seed=5)
+        batch = P.generate(P.ProbeRequest(probe, 40), VOCAB, 1200, seed=5)
         ok = scoring.score(GuessingModel(0), batch, "cpu", batch_size=400)
     finally:
         VOCAB = saved
@@ -431,13 +439,20 @@ TINY = RETRIEVAL_TINY
 
 def test_mixed_batches_mix_probes_and_text():
     lm = np.arange(1000) % 16
-    it = training_mix.mixed_batches(lm, P.ProbeVocab(16, CFG), ["passkey", "copy"], 40, 64, 0.5, seed=0)
+    it = training_mix.mixed_batches(lm, P.ProbeVocab(16, CFG), training_mix.TrainingMix(["passkey", "copy"], 40, 64, 0.5), seed=0)
     b = next(it)
     assert b.shape == (64, 41)
     probe_rows = (b >= 16).any(dim=1)
     assert 16 < int(probe_rows.sum()) < 48  # about half
-    assert torch.equal(b, next(training_mix.mixed_batches(lm, P.ProbeVocab(16, CFG), ["passkey", "copy"], 40, 64, 0.5, seed=0)))
-    all_text = next(training_mix.mixed_batches(lm, P.ProbeVocab(16, CFG), ["mqar"], 40, 8, 0.0, seed=0))
+    assert torch.equal(
+        b,
+        next(
+            training_mix.mixed_batches(
+                lm, P.ProbeVocab(16, CFG), training_mix.TrainingMix(["passkey", "copy"], 40, 64, 0.5), seed=0
+            )
+        ),
+    )
+    all_text = next(training_mix.mixed_batches(lm, P.ProbeVocab(16, CFG), training_mix.TrainingMix(["mqar"], 40, 8, 0.0), seed=0))
     assert (all_text < 16).all()
 
 
@@ -627,7 +642,9 @@ def test_evaluation_examples_are_shaped_as_training_rows(monkeypatch):
         ),
     )
     s = types.SimpleNamespace(seed=0, depths=[0.0, 1.0], eval_samples=4, eval_batch_size=4)
-    train_row = next(training_mix.mixed_batches(np.zeros(200, dtype=np.int64), VOCAB, ["passkey"], 40, 2, 1.0, 0))
+    train_row = next(
+        training_mix.mixed_batches(np.zeros(200, dtype=np.int64), VOCAB, training_mix.TrainingMix(["passkey"], 40, 2, 1.0), 0)
+    )
     cells, _ = scoring.eval_length(None, "passkey", VOCAB, 40, s, "cpu")
     assert train_row.shape == (2, 41) and seen == [(2, 41), (2, 41)]
     assert [c["L_valid"] for c in cells] == [40, 40] and all(c["correct"] == c["total"] == 2 for c in cells)

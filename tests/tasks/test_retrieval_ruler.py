@@ -18,19 +18,19 @@ VOCAB = P.ProbeVocab(20, CFG)
 @pytest.mark.parametrize("extra", [0, 13, 150])
 def test_every_answer_is_what_the_oracle_reads_off_the_prompt(probe, extra):
     length = P.min_length(probe, CFG) + extra
-    batch = P.generate(probe, VOCAB, length, 40, seed=extra)
+    batch = P.generate(P.ProbeRequest(probe, length), VOCAB, 40, seed=extra)
     ((s, e),) = batch.spans
     assert batch.tokens.shape == (40, length) and e == length and (batch.tokens[:, 0] == VOCAB.BOS).all()
     for row in batch.tokens:
         assert np.array_equal(ruler.oracle_answer(VOCAB, probe, row[:s]), row[s:e])
-    again = P.generate(probe, VOCAB, length, 40, seed=extra)
+    again = P.generate(P.ProbeRequest(probe, length), VOCAB, 40, seed=extra)
     assert np.array_equal(again.tokens, batch.tokens)  # deterministic in its arguments
 
 
 @pytest.mark.parametrize("probe", ["multikey", "vartrack"])
 def test_training_examples_ask_several_questions_each_answered_by_its_prompt(probe):
     length = P.min_length(probe, CFG, queries=4) + 9
-    batch = P.generate(probe, VOCAB, length, 60, seed=4, queries=4)
+    batch = P.generate(P.ProbeRequest(probe, length, queries=4), VOCAB, 60, seed=4)
     m = ruler.answer_len(probe, CFG)
     assert batch.spans == [(length - (4 - j) * (m + 2) + 2, length - (3 - j) * (m + 2)) for j in range(4)]
     assert batch.spans[-1] == (length - m, length) and batch.distance.shape == (60, 4)
@@ -44,21 +44,23 @@ def test_training_examples_ask_several_questions_each_answered_by_its_prompt(pro
         assert VOCAB.is_symbol(asked).all()
         hops = {int((row[s:e] != VOCAB.END).sum()) for row in batch.tokens for s, e in batch.spans}
         assert hops == set(range(1, CFG.hops + 1))
-    one = P.generate(probe, VOCAB, length, 60, seed=4)
+    one = P.generate(P.ProbeRequest(probe, length), VOCAB, 60, seed=4)
     assert one.spans == [(length - m, length)]  # the evaluation's single question
 
 
 def test_training_questions_are_refused_where_the_layout_fixes_them():
     for probe in ("aggregate", "passkey", "mqar"):
         with pytest.raises(ValueError, match=f"probe {probe}: queries 3 is not allowed; only multikey and vartrack"):
-            P.generate(probe, VOCAB, 200, 1, seed=0, queries=3)
+            P.generate(P.ProbeRequest(probe, 200, queries=3), VOCAB, 1, seed=0)
 
 
 def test_the_training_mix_asks_train_queries_and_trains_on_every_answer(tmp_path):
     from posbench.protocols.probing import training_mix
 
     lm = np.arange(500, dtype=np.int64) % 20
-    gen = training_mix.mixed_batches(lm, VOCAB, ["multikey", "aggregate"], 60, 16, 1.0, seed=0, loss="answers", queries=3)
+    gen = training_mix.mixed_batches(
+        lm, VOCAB, training_mix.TrainingMix(["multikey", "aggregate"], 60, 16, 1.0, loss="answers", queries=3), seed=0
+    )
     ids, targets = next(gen)
     for row, tgt in zip(ids.numpy(), targets.numpy()):
         asks = np.flatnonzero(row[:-1] == VOCAB.ASK)
@@ -77,7 +79,7 @@ def _tiny(**extra):
 
 
 def test_multikey_holds_distinct_needles_and_asks_absent_keys_at_their_rate():
-    batch = P.generate("multikey", VOCAB, 80, 2000, seed=1)
+    batch = P.generate(P.ProbeRequest("multikey", 80), VOCAB, 2000, seed=1)
     ((s, e),) = batch.spans
     for row in batch.tokens[:50]:
         marks = np.flatnonzero(row[:s] == VOCAB.MARK)
@@ -92,7 +94,7 @@ def test_multikey_holds_distinct_needles_and_asks_absent_keys_at_their_rate():
 
 def test_vartrack_chains_keep_their_order_and_hops_is_the_chain_length():
     for hops in (1, 2, 3):
-        batch = P.generate("vartrack", VOCAB, 90, 30, seed=hops, hops=hops)
+        batch = P.generate(P.ProbeRequest("vartrack", 90, hops=hops), VOCAB, 30, seed=hops)
         ((s, e),) = batch.spans
         assert e - s == CFG.hops  # the chain's names, padded with END to the longest chain
         for row in batch.tokens:
@@ -107,11 +109,11 @@ def test_vartrack_chains_keep_their_order_and_hops_is_the_chain_length():
             assert (answer[:hops] != VOCAB.END).all() and (answer[hops:] == VOCAB.END).all()
             assert row[s - 2] == VOCAB.ASK and VOCAB.is_symbol(row[s - 1 : s]).all()  # ASK v
     with pytest.raises(ValueError, match="hops 4 must lie in 1..3"):
-        P.generate("vartrack", VOCAB, 90, 2, seed=0, hops=4)
+        P.generate(P.ProbeRequest("vartrack", 90, hops=4), VOCAB, 2, seed=0)
 
 
 def test_aggregate_ranks_the_top_words_by_strictly_higher_counts():
-    batch = P.generate("aggregate", VOCAB, 200, 20, seed=2)
+    batch = P.generate(P.ProbeRequest("aggregate", 200), VOCAB, 20, seed=2)
     ((s, e),) = batch.spans
     for row in batch.tokens:
         counts = {int(t): int((row[:s] == t).sum()) for t in VOCAB.first_symbol + np.arange(CFG.n_symbols)}
@@ -148,7 +150,7 @@ class _Cache(list):
 def test_a_uniform_guesser_scores_the_stated_chance(probe):
     cfg = P.ProbeConfig(n_symbols=6, n_keys=5, n_pairs=4, hops=2, n_chains=2, n_top=1, filler_len=3)
     vocab = P.ProbeVocab(20, cfg)
-    batch = P.generate(probe, vocab, 60, 3000, seed=5)
+    batch = P.generate(P.ProbeRequest(probe, 60), vocab, 3000, seed=5)
     if probe == "vartrack":  # each answer token among the names and END: (5 + 1) ** -2
         guesses, expected = np.append(vocab.first_key + np.arange(cfg.n_keys), vocab.END), 1 / 36
     else:  # the most frequent of 6 symbols
@@ -167,11 +169,13 @@ def test_multikey_chance_is_the_better_of_always_absent_and_a_uniform_guess():
 
 def test_shapes_that_do_not_fit_are_one_line():
     with pytest.raises(ValueError, match="n_needles 12 must be below n_keys 12"):
-        P.generate("multikey", P.ProbeVocab(20, P.ProbeConfig(n_keys=12, n_needles=12)), 200, 1, seed=0)
+        P.generate(P.ProbeRequest("multikey", 200), P.ProbeVocab(20, P.ProbeConfig(n_keys=12, n_needles=12)), 1, seed=0)
     with pytest.raises(ValueError, match="n_chains \\* hops <= n_keys"):
-        P.generate("vartrack", P.ProbeVocab(20, P.ProbeConfig(n_keys=4, n_pairs=4, n_queries=1, hops=3)), 200, 1, seed=0)
+        P.generate(
+            P.ProbeRequest("vartrack", 200), P.ProbeVocab(20, P.ProbeConfig(n_keys=4, n_pairs=4, n_queries=1, hops=3)), 1, seed=0
+        )
     with pytest.raises(ValueError, match="too short"):
-        P.generate("aggregate", VOCAB, P.min_length("aggregate", CFG) - 1, 1, seed=0)
+        P.generate(P.ProbeRequest("aggregate", P.min_length("aggregate", CFG) - 1), VOCAB, 1, seed=0)
 
 
 @pytest.mark.parametrize("probe", ruler.RULER_PROBES)

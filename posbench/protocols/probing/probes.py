@@ -7,6 +7,7 @@ Each probe's layout: docs/tasks/retrieval.md.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,7 +21,7 @@ ALL_PROBES = PROBES + RULER_PROBES  # the four probes, then RULER's (posbench.pr
 
 def min_length(probe: str, cfg: ProbeConfig, queries: int = 1) -> int:
     """Shortest sequence that holds the probe (BOS, no filler); ``queries``: questions per example
-    (RULER's multikey and vartrack; see ``generate``)."""
+    (RULER's multikey and vartrack; see ``ProbeRequest``)."""
     if probe == "passkey":
         return 2 * cfg.key_len + 4
     if probe == "mqar":
@@ -50,32 +51,33 @@ def distinct_symbols(probe: str, cfg: ProbeConfig) -> bool:
     return (cfg.key_len if probe == "passkey" else cfg.segment_len) <= cfg.n_symbols
 
 
-def _rng(
-    seed: int, probe: str, length: int, depth: float | None, hops: int | None = None, queries: int = 1
-) -> np.random.Generator:
-    depth_code = -1 if depth is None else int(round(depth * 1_000_000))
-    # the four probes' draws stay those of before RULER's probes, one question's those of before queries
-    tail = ([] if hops is None else [hops]) + ([] if queries == 1 else [0, queries])
-    return np.random.default_rng([seed, ALL_PROBES.index(probe), length, depth_code + 1, *tail])
-
-
-def generate(
-    probe: str,
-    vocab: ProbeVocab,
-    length: int,
-    n: int,
-    seed: int,
-    depth: float | None = None,
-    hops: int | None = None,
-    queries: int = 1,
-) -> ProbeBatch:
-    """``n`` examples of ``probe`` of exactly ``length`` tokens; deterministic in its arguments.
+@dataclass(frozen=True)
+class ProbeRequest:
+    """What a batch of one probe looks like: ``probe`` at exactly ``length`` tokens.
 
     depth: needle position in [0, 1] (passkey, copy, reverse); None draws one per example.
     hops: vartrack's chain length; None draws one in 1..cfg.hops per example.
     queries: questions per example, multikey and vartrack (training's ``train_queries``); the
     others ask the number their layout fixes, and take 1 here.
     """
+
+    probe: str
+    length: int
+    depth: float | None = None
+    hops: int | None = None
+    queries: int = 1
+
+
+def _rng(seed: int, request: ProbeRequest) -> np.random.Generator:
+    depth_code = -1 if request.depth is None else int(round(request.depth * 1_000_000))
+    # the four probes' draws stay those of before RULER's probes, one question's those of before queries
+    tail = ([] if request.hops is None else [request.hops]) + ([] if request.queries == 1 else [0, request.queries])
+    return np.random.default_rng([seed, ALL_PROBES.index(request.probe), request.length, depth_code + 1, *tail])
+
+
+def generate(request: ProbeRequest, vocab: ProbeVocab, n: int, seed: int) -> ProbeBatch:
+    """``n`` examples of ``request`` drawn with ``seed``; deterministic in its arguments."""
+    probe, length, depth, queries = request.probe, request.length, request.depth, request.queries
     cfg = vocab.cfg
     if queries != 1 and probe not in ASKS_SEVERAL:
         raise ValueError(f"probe {probe}: queries {queries} is not allowed; only multikey and vartrack ask several")
@@ -84,9 +86,9 @@ def generate(
         raise ValueError(f"probe {probe}: length {length} is too short; it needs at least {need} tokens")
     if depth is not None and not 0.0 <= depth <= 1.0:
         raise ValueError(f"probe depth must be in [0, 1], got {depth}")
-    rng = _rng(seed, probe, length, depth, hops, queries)
+    rng = _rng(seed, request)
     if probe in RULER_PROBES:
-        return ruler.generate(probe, vocab, length, n, rng, hops, queries)
+        return ruler.generate(probe, vocab, length, n, rng, request.hops, queries)
     if probe == "mqar":
         return _mqar(vocab, length, n, rng)
     return _needle(probe, vocab, length, n, rng, depth)

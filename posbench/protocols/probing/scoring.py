@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -64,17 +65,17 @@ def eval_length(model, probe: str, vocab: P.ProbeVocab, Lv: int, s, device) -> t
     # 0..Lv-1 and the last answer token is only predicted. With Lv tokens every answer sat one
     # position earlier than in training, and sinusoidal scored 0% at L_train on a checkpoint that
     # scores 100% on examples shaped as in training.
-    n = Lv + 1
+    request = P.ProbeRequest(probe, Lv + 1)
     if probe == "passkey":
         per_depth = math.ceil(s.eval_samples / len(s.depths))
-        plan = [(d, P.generate(probe, vocab, n, per_depth, seed, depth=d)) for d in s.depths]
+        plan = [(d, P.generate(replace(request, depth=d), vocab, per_depth, seed)) for d in s.depths]
     elif probe == "mqar":
-        plan = [(None, P.generate(probe, vocab, n, math.ceil(s.eval_samples / vocab.cfg.n_queries), seed))]
+        plan = [(None, P.generate(request, vocab, math.ceil(s.eval_samples / vocab.cfg.n_queries), seed))]
     elif probe == "vartrack":  # hops is an axis: one cell per chain length
         per_hops = math.ceil(s.eval_samples / vocab.cfg.hops)
-        plan = [(None, P.generate(probe, vocab, n, per_hops, seed, hops=k), k) for k in range(1, vocab.cfg.hops + 1)]
+        plan = [(None, P.generate(replace(request, hops=k), vocab, per_hops, seed), k) for k in range(1, vocab.cfg.hops + 1)]
     else:
-        plan = [(None, P.generate(probe, vocab, n, s.eval_samples, seed))]
+        plan = [(None, P.generate(request, vocab, s.eval_samples, seed))]
     cells, distance = [], defaultdict(lambda: [0, 0])
     for depth, batch, *hops in plan:
         cell = {"L_valid": Lv, "depth": depth, "correct": 0, "total": 0, "status": "ok", "message": ""}

@@ -1,9 +1,11 @@
-"""The retrieval task's training: text mixed with probe examples (``mixed_batches``), a model
-trained on it at L_train or reused, to criterion when asked (``Criterion``); ``s`` is the
-retrieval or extension task's Settings."""
+"""The retrieval task's training: text mixed with probe examples (``TrainingMix``,
+``mixed_batches``), a model trained on it at L_train or reused, to criterion when asked
+(``Criterion``); ``s`` is the retrieval or extension task's Settings."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -17,43 +19,50 @@ from posbench.protocols.probing.scoring import forced_answers, score
 from posbench.protocols.training import budget_metrics
 
 
-def mixed_batches(
-    lm_tokens: np.ndarray,
-    vocab: P.ProbeVocab,
-    train_probes: list[str],
-    seq_len: int,
-    batch_size: int,
-    mix: float,
-    seed: int,
-    loss: str = "all",
-    queries: int = 1,
-):
-    """Endless (B, T+1) int64 batches: each row is a probe example with probability ``mix`` (a
-    probe of ``train_probes`` at a random depth), else a random window of ``lm_tokens``; multikey
-    and vartrack examples ask ``queries`` questions (``train_queries``), the others their layout's.
+@dataclass(frozen=True)
+class TrainingMix:
+    """What each training batch holds: ``batch_size`` rows of ``seq_len + 1`` tokens, each a probe
+    example with probability ``probe_share`` (the settings' ``mix``; a probe of ``probes`` at a
+    random depth), else a random window of text; multikey and vartrack examples ask ``queries``
+    questions (``train_queries``), the others their layout's.
 
-    ``loss`` other than ``all``: yield (ids (B, T+1), targets (B, T)) instead, where -100 marks a
+    ``loss`` other than ``all``: batches come as (ids (B, T+1), targets (B, T)), where -100 marks a
     target with no loss in a probe row: ``answers`` keeps its answers only; ``predictable`` keeps
     every target but the random draws outside the answers (the needle's symbols, mqar's keys and
     values, the queried keys: tokens nothing before them predicts, whose loss teaches only the
     draw's statistics, e.g. "a key repeats no symbol"). Language-model rows keep every target."""
+
+    probes: Sequence[str]
+    seq_len: int
+    batch_size: int
+    probe_share: float
+    loss: str = "all"
+    queries: int = 1
+
+
+def mixed_batches(lm_tokens: np.ndarray, vocab: P.ProbeVocab, mix: TrainingMix, seed: int):
+    """Endless (B, T+1) int64 batches of ``mix`` (or (ids, targets) pairs: ``TrainingMix.loss``),
+    text windows from ``lm_tokens``, drawn with ``seed``."""
+    seq_len, batch_size, loss = mix.seq_len, mix.batch_size, mix.loss
     if loss not in ("all", "answers", "predictable"):
         raise ValueError(f"retrieval: loss {loss!r} is not known; allowed: all, answers, predictable")
     rng = np.random.default_rng([seed, 7])
     n = len(lm_tokens)
-    if mix < 1.0 and n < seq_len + 1:
+    if mix.probe_share < 1.0 and n < seq_len + 1:
         raise ValueError(f"retrieval: the corpus has {n} training tokens, fewer than L_train+1 = {seq_len + 1}")
     span = np.arange(seq_len + 1)
     while True:
         out = np.empty((batch_size, seq_len + 1), dtype=np.int64)
         targets = out[:, 1:].copy() if loss != "all" else None
-        is_probe = rng.random(batch_size) < mix
-        which = rng.integers(0, len(train_probes), size=batch_size)
-        for i, probe in enumerate(train_probes):
+        is_probe = rng.random(batch_size) < mix.probe_share
+        which = rng.integers(0, len(mix.probes), size=batch_size)
+        for i, probe in enumerate(mix.probes):
             rows = np.flatnonzero(is_probe & (which == i))
             if len(rows):
                 batch_seed = int(rng.integers(0, 2**31))  # training seeds stay below 2**31, eval's above
-                batch = P.generate(probe, vocab, seq_len + 1, len(rows), batch_seed, queries=train_queries(probe, queries))
+                batch = P.generate(
+                    P.ProbeRequest(probe, seq_len + 1, queries=train_queries(probe, mix.queries)), vocab, len(rows), batch_seed
+                )
                 out[rows] = batch.tokens
                 if loss != "all":
                     targets[rows] = _probe_targets(batch, vocab, loss)
@@ -102,7 +111,7 @@ def train_probe_model(
             need = P.min_length(probe, vocab.cfg, train_queries(probe, queries))
             if need > L + 1:
                 raise ValueError(f"retrieval: L_train {L} is too short to train on probe {probe} (it needs {need - 1} tokens)")
-        return mixed_batches(lm_tokens, vocab, probes, L, s.batch_size, s.mix, seed, s.loss, queries)
+        return mixed_batches(lm_tokens, vocab, TrainingMix(probes, L, s.batch_size, s.mix, s.loss, queries), seed)
 
     checks = []  # the criterion this training made, whose last accuracy the row reports
 
@@ -146,7 +155,7 @@ class Criterion:
         self.model, self.s, self.device, self.tracker = model, s, device, tracker
         seed = 2**31 + 2**30 + s.seed  # evaluation draws from 2**31 + seed, training below 2**31
         n = -(-s.check_samples // len(probes))
-        self.batches = [P.generate(p, vocab, L + 1, n, seed + i) for i, p in enumerate(probes)]
+        self.batches = [P.generate(P.ProbeRequest(p, L + 1), vocab, n, seed + i) for i, p in enumerate(probes)]
         self.last: float | None = None
 
     def __call__(self, steps_done: int) -> bool:

@@ -1,25 +1,39 @@
-"""One perplexity evaluation as a cell of a row's ``series["evals"]``: made by ``eval_cell`` (with the
-true source's bound on the same tokens, ``source_bound``) and read back from a stored row by
-``evals`` (with the per-position curves, ``curves``), and as the values ``bench.py compare`` reads
-(``compare_values``). The extrapolation task writes them; its report, the frontier, precision and
+"""One perplexity evaluation as a cell of a row's ``series["evals"]``: made by ``eval_cell`` of an
+``EvalSpec`` (with the true source's bound on the same tokens, ``source_bound``) and read back from
+a stored row by ``evals`` (with the per-position curves, ``curves``), and as the values ``bench.py
+compare`` reads (``compare_values``). The extrapolation task writes them; its report, the frontier, precision and
 extension read or make the same cells.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 MAX_LENGTH = 1 << 40  # an L_valid or stride beyond this is no evaluation anyone ran
 
 
-def eval_cell(model, tokens, L: int, Lv: int, mode: str, s, device, interpolate: bool = False, tracker=None, step: int = 0):
-    """One (mode, L_valid) evaluation as a cell dict, and its per-position curve (None on OOM);
-    its perplexity also goes to ``tracker`` at ``step`` when given. ``s``: the task's settings
-    (stride, eval_batch_size, eval_tokens)."""
+@dataclass(frozen=True)
+class EvalSpec:
+    """One evaluation of a model trained at ``L_train``: perplexity in ``mode`` (nonoverlapping or
+    sliding) on windows of ``L_valid`` tokens, positions interpolated from ``L_train`` when
+    ``interpolate``."""
+
+    mode: str
+    L_valid: int
+    L_train: int
+    interpolate: bool = False
+
+
+def eval_cell(model, tokens, spec: EvalSpec, s, device, tracker=None, step: int = 0):
+    """``spec`` as a cell dict, and its per-position curve (None on OOM); its perplexity also goes
+    to ``tracker`` at ``step`` when given. ``s``: the task's settings (stride, eval_batch_size,
+    eval_tokens)."""
     import torch
 
     from posbench.engine.evaluate import evaluate, log_eval
 
+    mode, Lv, interpolate = spec.mode, spec.L_valid, spec.interpolate
     stride = min(s.stride, Lv) if mode == "sliding" else None
     cell = {
         "mode": mode,
@@ -40,7 +54,7 @@ def eval_cell(model, tokens, L: int, Lv: int, mode: str, s, device, interpolate:
             mode=mode,
             stride=stride,
             batch_size=s.eval_batch_size,
-            interpolate_from=L if interpolate else None,
+            interpolate_from=spec.L_train if interpolate else None,
         )
         if tracker is not None:
             log_eval(r, tracker, step)

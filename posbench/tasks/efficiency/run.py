@@ -6,6 +6,8 @@ the memory probe: docs/tasks/efficiency.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Optional
 
 from posbench.core.task import Diverged, case_model_config
@@ -168,15 +170,12 @@ def run(case) -> dict:
     model.eval()
     bench.compile_now("eval", dev)
     with compiled.no_recompile(s.compile):
-        eval_s, energy = _phase(
-            dev,
+        evaluation = Phase(
             bench.eval_step,
-            s,
-            nvml,
-            handle,
             steps=s.eval_steps,
             log=lambda w, sec: tracker.window("eval", first + w, tokens * s.eval_steps / sec),
         )
+        eval_s, energy = _phase(dev, evaluation, s, nvml, handle)
     _wps(metrics, series, "eval", tokens * s.eval_steps, eval_s)
     _peak(metrics, "eval", dev.peak(), metrics["mem_base_bytes"])
     _energy(metrics, "eval_", energy, tokens * s.eval_steps * s.windows * distributed.world_size())
@@ -185,15 +184,12 @@ def run(case) -> dict:
     bench.start_training(case.device)
     bench.compile_now("train", dev)
     with compiled.no_recompile(s.compile):
-        train_s, energy = _phase(
-            dev,
+        training = Phase(
             bench.train_step,
-            s,
-            nvml,
-            handle,
             after_window=bench.check_loss,
             log=lambda w, sec: tracker.window("train", first + w, tokens * s.measure_steps / sec, bench.train_loss),
         )
+        train_s, energy = _phase(dev, training, s, nvml, handle)
     tracker.close()
     metrics["train_loss"] = bench.train_loss
     _wps(metrics, series, "train", tokens * s.measure_steps, train_s)
@@ -385,29 +381,42 @@ def _nvml(device: str):
     return (nvml, handle) if nvml is not None else (None, None)
 
 
-def _phase(dev, step, s, nvml, handle, after_window=None, steps: int | None = None, log=None) -> tuple[list[float], float | None]:
-    """Warm up, then time ``s.windows`` windows of ``steps`` (default ``s.measure_steps``) steps;
-    (seconds per window, joules over the windows: NVML's energy counter, or sampled power where
-    the GPU lacks it; ``posbench.engine.timing.EnergyMeter``). ``log(window, seconds)`` after each window."""
+@dataclass(frozen=True)
+class Phase:
+    """What one timed phase runs: ``step()`` (one step of the model), ``steps`` of it per window
+    (None: the settings' ``measure_steps``), ``after_window(name, steps)`` after the warm-up and
+    each window, outside the energy meter (training's loss check), and ``log(window, seconds)``
+    after each window."""
+
+    step: Callable[[], object]
+    steps: int | None = None
+    after_window: Callable[[str, int], object] | None = None
+    log: Callable[[int, float], object] | None = None
+
+
+def _phase(dev, phase: Phase, s, nvml, handle) -> tuple[list[float], float | None]:
+    """Warm up, then time ``s.windows`` windows of ``phase``; (seconds per window, joules over the
+    windows: NVML's energy counter, or sampled power where the GPU lacks it;
+    ``posbench.engine.timing.EnergyMeter``)."""
     from posbench.engine import distributed
     from posbench.engine.timing import EnergyMeter
 
     dev.reset_peak()
     if s.warmup_steps:
-        dev.time_window(step, s.warmup_steps)
-        if after_window:
-            after_window("warm-up", s.warmup_steps)
-    steps = steps or s.measure_steps
+        dev.time_window(phase.step, s.warmup_steps)
+        if phase.after_window:
+            phase.after_window("warm-up", s.warmup_steps)
+    steps = phase.steps or s.measure_steps
     seconds = []
     meter = EnergyMeter(nvml, handle, s.power_interval_s, dev.synchronize, device=dev.kind)
     for w in range(s.windows):
         distributed.barrier()  # ranks start each window together (a no-op in one process)
         with meter:  # energy of the window alone: the loss check after it is not counted
-            seconds.append(dev.time_window(step, steps))
-        if after_window:
-            after_window(f"window {w}", steps)
-        if log:
-            log(w, seconds[-1])
+            seconds.append(dev.time_window(phase.step, steps))
+        if phase.after_window:
+            phase.after_window(f"window {w}", steps)
+        if phase.log:
+            phase.log(w, seconds[-1])
     energy = meter.energy_j
     if distributed.is_distributed():  # all GPUs' energy; unknown if any rank has no NVML
         total = float(distributed.all_reduce_sum([float("nan") if energy is None else energy])[0])

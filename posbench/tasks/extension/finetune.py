@@ -16,9 +16,9 @@ from posbench.engine.saved_model import exclusive  # noqa: F401 (the lock its ca
 from posbench.engine.train import TrainConfig, train
 from posbench.protocols.probing import probes as P
 from posbench.protocols.probing.scoring import eval_length
-from posbench.protocols.probing.training_mix import mixed_batches, train_probe_model
+from posbench.protocols.probing.training_mix import TrainingMix, mixed_batches, train_probe_model
 from posbench.protocols.seeds import checkpoint_name, combine_metrics, seed_list
-from posbench.protocols.train_eval.evaluations import eval_cell
+from posbench.protocols.train_eval.evaluations import EvalSpec, eval_cell
 from posbench.protocols.training import open_corpus
 from posbench.tasks.extension.regimes import PLAIN, recipe_model
 
@@ -49,7 +49,9 @@ def finetune(model, s, vocab, lm_tokens, cfg: TrainConfig, device):
     """``cfg.steps`` steps of ``posbench.engine.train.train`` at L_target (``cfg.seq_len``) on the same
     mix as the base model: a fresh AdamW, its own warm-up (``warmup_steps``) and cosine decay
     (``finetune_config``); ``model`` trains in place."""
-    data = mixed_batches(lm_tokens, vocab, PROBES, cfg.seq_len, cfg.batch_size, s.mix, cfg.seed + FINETUNE_DATA_SEED, s.loss)
+    data = mixed_batches(
+        lm_tokens, vocab, TrainingMix(PROBES, cfg.seq_len, cfg.batch_size, s.mix, loss=s.loss), cfg.seed + FINETUNE_DATA_SEED
+    )
     return train(model, data, cfg, device)
 
 
@@ -95,7 +97,7 @@ def perplexities(model, s, valid, L_train: int, lengths: list[int], device, suff
     out = {}
     for mode in s.modes:
         for Lv in lengths:
-            cell, _curve = eval_cell(model, valid, L_train, Lv, mode, s, device)
+            cell, _curve = eval_cell(model, valid, EvalSpec(mode, Lv, L_train), s, device)
             ok = cell["status"] == "ok" and cell["ppl"] is not None and math.isfinite(cell["ppl"])
             out[f"ppl@{mode}@{Lv}{suffix}"] = cell["ppl"] if ok else None
     return out

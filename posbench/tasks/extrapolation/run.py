@@ -12,7 +12,7 @@ from pathlib import Path
 from posbench.engine import tracking
 from posbench.protocols.pretrained_eval import open_pretrained, pretrained_tokens
 from posbench.protocols.seeds import checkpoint_name, combine_metrics, seed_list
-from posbench.protocols.train_eval.evaluations import eval_cell, source_bound
+from posbench.protocols.train_eval.evaluations import EvalSpec, eval_cell, source_bound
 from posbench.protocols.train_eval.model import checkpoint_path, train_case_model
 from posbench.protocols.training import open_corpus
 from posbench.report.stats import seed_interval
@@ -66,7 +66,7 @@ def run_one_seed(case, s, corpus, L: int, seed: int, ckpt: Path | None, tracker=
         for mode in s.modes:
             for Lv in s.valid_lengths(L):
                 cell, curve = eval_cell(
-                    model, valid, L, Lv, mode, s, case.device, interpolate, tracker, max(0, metrics["train_steps"] - 1)
+                    model, valid, EvalSpec(mode, Lv, L, interpolate), s, case.device, tracker, max(0, metrics["train_steps"] - 1)
                 )
                 evals.append(cell)
                 key = f"{mode}@{Lv}" + ("@interp" if interpolate else "")
@@ -212,7 +212,7 @@ def evaluate_pretrained(case) -> dict:
                         }
                     )
                     continue
-                cell, curve = eval_cell(lm, tokens, L, Lv, mode, s, case.device, interpolate)
+                cell, curve = eval_cell(lm, tokens, EvalSpec(mode, Lv, L, interpolate), s, case.device)
                 evals.append(cell)
                 if curve is not None:
                     curves[f"{mode}@{Lv}{tag}"] = curve

@@ -1,5 +1,5 @@
 """The kernels task's variants: ``run_kernel_point`` times forward, backward and forward+backward
-of one attention variant at one (batch, heads, seq_len, head_dim, dtype, device) point, with
+of one attention variant at one ``KernelPoint`` (batch, heads, seq_len, head_dim, dtype, device), with
 TFLOP/s and peak memory; ``static_reason`` decides availability without running a kernel.
 The variants, FLOP counts and timing: docs/tasks/kernels.md.
 """
@@ -10,6 +10,7 @@ import importlib.util
 import inspect
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -367,84 +368,80 @@ class PreparedPoint:
         self.clear_grads()
 
 
-def prepare_point(
-    variant: str,
-    *,
-    batch: int,
-    heads: int,
-    seq_len: int,
-    head_dim: int,
-    dtype: torch.dtype,
-    device: torch.device | str,
-    allow_interpreter: bool = False,
-) -> PreparedPoint:
+@dataclass(frozen=True)
+class KernelPoint:
+    """One point of the kernels grid: attention inputs of (batch, heads, seq_len, head_dim) in
+    ``dtype`` on ``device``."""
+
+    batch: int
+    heads: int
+    seq_len: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device | str
+
+    def shape(self) -> dict[str, int]:
+        """The four sizes by name, as a row names them."""
+        return dict(batch=self.batch, heads=self.heads, seq_len=self.seq_len, head_dim=self.head_dim)
+
+
+def prepare_point(variant: str, point: KernelPoint, allow_interpreter: bool = False) -> PreparedPoint:
     """Build inputs and the variant's function and run one fwd+bwd; raises Unavailable with a reason."""
-    device = torch.device(device)
+    device, dtype, heads = torch.device(point.device), point.dtype, point.heads
     reason = static_reason(variant, device, dtype, allow_interpreter)
     if reason:
         raise Unavailable(reason)
 
     def tensor():  # (B, H, L, hd)
-        return torch.randn(batch, heads, seq_len, head_dim, device=device, dtype=dtype, requires_grad=True)
+        return torch.randn(point.batch, heads, point.seq_len, point.head_dim, device=device, dtype=dtype, requires_grad=True)
 
     q, k, v = tensor(), tensor(), tensor()
     slopes = slopes_tensor(heads, device=device)  # (H,) float32
     # The T5 table as a model holds it: (buckets, H) in the compute dtype, learned (gets a gradient).
     table = (torch.randn(T5_BUCKETS, heads, device=device) * 0.5).to(dtype).requires_grad_()
     fn, backend = _build(variant, q, k, v, slopes, table)
-    point = PreparedPoint(fn, backend, q, k, v, extra=(table,) if "t5" in variant else ())
-    point.tiles = triton_tiles(variant, q) if variant in TRITON_VARIANTS else None
+    prepared = PreparedPoint(fn, backend, q, k, v, extra=(table,) if "t5" in variant else ())
+    prepared.tiles = triton_tiles(variant, q) if variant in TRITON_VARIANTS else None
     try:
-        point.step()  # first call outside any timing: compilation, autotuning, late errors
+        prepared.step()  # first call outside any timing: compilation, autotuning, late errors
     except (RuntimeError, NotImplementedError) as exc:
         raise Unavailable(f"{backend}: {str(exc).splitlines()[0]}") from exc
-    point.clear_grads()
-    return point
+    prepared.clear_grads()
+    return prepared
 
 
 def run_kernel_point(
-    variant: str,
-    *,
-    batch: int,
-    heads: int,
-    seq_len: int,
-    head_dim: int,
-    dtype: torch.dtype,
-    device: torch.device | str,
-    warmup: int = 3,
-    reps: int = 10,
-    allow_interpreter: bool = False,
+    variant: str, point: KernelPoint, *, warmup: int = 3, reps: int = 10, allow_interpreter: bool = False
 ) -> dict:
     """Time one variant at one point; a flat dict of metrics, or status "unavailable" and a reason."""
-    device = torch.device(device)
-    shape = dict(batch=batch, heads=heads, seq_len=seq_len, head_dim=head_dim)
+    device, dtype = torch.device(point.device), point.dtype
     row = {
         "variant": variant,
-        **shape,
+        **point.shape(),
         "dtype": str(dtype).removeprefix("torch."),
         "device": str(device),
-        "predicted_bias_bytes": predicted_bias_bytes(batch, heads, seq_len, dtype),
+        "predicted_bias_bytes": predicted_bias_bytes(point.batch, point.heads, point.seq_len, dtype),
     }
     try:
-        point = prepare_point(variant, **shape, dtype=dtype, device=device, allow_interpreter=allow_interpreter)
+        prepared = prepare_point(variant, point, allow_interpreter=allow_interpreter)
     except Unavailable as exc:
         return {**row, "status": "unavailable", "reason": str(exc)}
-    flops = attention_flops(batch, heads, seq_len, head_dim, causal=True)
+    flops = attention_flops(point.batch, point.heads, point.seq_len, point.head_dim, causal=True)
     name, peak, peak_reason = device_peak(device, dtype)
-    row.update(status="ok", backend=point.backend, flops_fwd=flops["fwd"], timing=timing_method(device), device_name=name)
-    if point.tiles:
-        row["tiles"] = point.tiles
+    row.update(status="ok", backend=prepared.backend, flops_fwd=flops["fwd"], timing=timing_method(device), device_name=name)
+    if prepared.tiles:
+        row["tiles"] = prepared.tiles
     if peak is not None:
         row["dense_peak_tflops"] = peak / 1e12
     else:
         row["peak_reason"] = peak_reason
-    row.update(_summary("fwd", time_ms(point.forward, device, warmup, reps, point.clear_grads), flops["fwd"], peak))
-    point.forward()
-    row.update(_summary("bwd", time_ms(point.backward, device, warmup, reps, point.clear_grads), flops["bwd"], peak))
-    point.release()
-    row.update(_summary("fwdbwd", time_ms(point.step, device, warmup, reps, point.clear_grads), flops["fwdbwd"], peak))
-    point.clear_grads()
-    peak, reason = _peak_memory(point.step, device)
+    row.update(_summary("fwd", time_ms(prepared.forward, device, warmup, reps, prepared.clear_grads), flops["fwd"], peak))
+    prepared.forward()
+    row.update(_summary("bwd", time_ms(prepared.backward, device, warmup, reps, prepared.clear_grads), flops["bwd"], peak))
+    prepared.release()
+    row.update(_summary("fwdbwd", time_ms(prepared.step, device, warmup, reps, prepared.clear_grads), flops["fwdbwd"], peak))
+    prepared.clear_grads()
+    peak, reason = _peak_memory(prepared.step, device)
     row["peak_mem_bytes"] = peak
     if reason:
         row["peak_mem_reason"] = reason

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from posbench.core.files import atomic_write_text, own_folder, write_figure
 from posbench.engine import tracking
-from posbench.protocols.train_eval.evaluations import eval_cell, source_bound
+from posbench.protocols.train_eval.evaluations import EvalSpec, eval_cell, source_bound
 from posbench.protocols.train_eval.model import checkpoint_path, train_case_model
 from posbench.protocols.training import open_corpus
 from posbench.tasks.precision.report import CHART_DTYPES, staircase_figure
@@ -123,7 +123,7 @@ def _bias_dtype_ppl(case, s) -> dict:
         variant.load_state_dict(model.state_dict())
         variant = variant.to(device=case.device, dtype=dtype).eval()
         for factor in s.L_valid_factors:
-            cell, _ = eval_cell(variant, valid, L, factor * L, "nonoverlapping", s, case.device)
+            cell, _ = eval_cell(variant, valid, EvalSpec("nonoverlapping", factor * L, L), s, case.device)
             cell["bias_dtype"] = bias_dtype
             bound = source_bound(oracle, factor * L, "nonoverlapping", s)
             if bound is not None:

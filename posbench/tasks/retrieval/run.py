@@ -72,7 +72,7 @@ def probe_attention(model, probe: str, vocab, L: int, s, device) -> list[dict]:
 
     sequences = {}
     for Lv in [f * L for f in s.L_valid_factors if f <= s.attention_max_factor]:
-        batch = P.generate(probe, vocab, Lv + 1, s.attention_sequences, 2**31 + s.seed)
+        batch = P.generate(P.ProbeRequest(probe, Lv + 1), vocab, s.attention_sequences, 2**31 + s.seed)
         sequences[Lv] = torch.from_numpy(batch.tokens[:, :Lv]).to(device)
     return diagnostics(model, sequences, L)
 
