@@ -325,7 +325,7 @@ INDEX_HEAD = """# Measured results
 Every page here is generated from runs published in the repository under `{root}/`
 (`python bench.py publish results/<suite>/<run-id>` copies a run's rows, run.json and env.json
 there), never written by hand. `make docs-results` rebuilds every page and this index from them,
-and a test (`tests/report/test_published_pages.py`) rebuilds each one and fails on any difference,
+and a test (`tests/store/test_published.py`) rebuilds each one and fails on any difference,
 so every number on a page can be traced to a committed row and re-analysed.
 
 To add a run: run the suite, `python bench.py publish results/<suite>/<run-id>`, `make

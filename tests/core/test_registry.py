@@ -217,7 +217,7 @@ def test_the_worker_prepares_threads_and_method_folders_once_for_every_task(tmp_
         torch.set_num_threads(before)
 
 
-# --- the method group `all` (suites and the CLI: tests/run/test_method_groups.py)
+# --- the method group `all` (suites and the CLI: tests/run/test_suite_loading.py)
 
 
 def test_registry_expands_all_to_every_method_once():

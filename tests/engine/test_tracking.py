@@ -2,17 +2,25 @@
 reader, W&B through a fake module, the env.json line, and the efficiency task logging only between
 its timed windows."""
 
+from __future__ import annotations
+
+import importlib.util
+import os
 import sys
 import time
 import types
+from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from posbench.cli import app as cli
+from posbench.core.files import UnsafeFile
 from posbench.engine import env, tracking
 from posbench.engine.train import TrainConfig, train
 from posbench.tasks.efficiency import run as efficiency_run
 from tests.helpers.cases import TINY, make_case
+from tests.helpers.suites import efficiency_suite, write_suite
 from tests.helpers.training import repeating_batches, small_model
 
 
@@ -237,3 +245,184 @@ def test_real_wandb_offline_run_in_the_case_folder(tmp_path, monkeypatch):
             break
         time.sleep(0.2)
     assert b"train/loss" in blob and b"eval/tokens_per_s" in blob
+
+
+# Tracking options and folders (posbench/engine/tracking.py): POSBENCH_LOG is refused up front as
+# --log is, a results path TensorBoard cannot write is one line before any case runs, and a link at
+# cases/<name> or cases/ never receives event files (issue 44).
+
+
+def dry_run(tmp_path, capsys, results=None) -> tuple[int, str]:
+    code = cli.main(["--suite", "extrapolation", "--dry-run", "--results", str(results or tmp_path / "results")])
+    return code, capsys.readouterr().err
+
+
+def test_posbench_log_bogus_in_the_environment_is_refused_up_front(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(tracking.LOG_ENV, "bogus")
+    code, err = dry_run(tmp_path, capsys)
+    assert code == 2 and err == "SuiteError: POSBENCH_LOG: unknown writer 'bogus'; allowed: wandb, none\n"
+    assert not (tmp_path / "results").exists()
+
+
+def test_posbench_log_wandb_without_wandb_is_refused_up_front(tmp_path, capsys, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    monkeypatch.setenv(tracking.LOG_ENV, "wandb")
+    code, err = dry_run(tmp_path, capsys)
+    assert code == 2 and err.startswith("SuiteError: POSBENCH_LOG=wandb: the wandb package is not installed")
+    assert err.count("\n") == 1
+
+
+def test_a_results_path_that_is_not_utf8_is_one_line_up_front(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(tracking.LOG_ENV, raising=False)
+    if tracking.tensorboard_version() is None:
+        pytest.skip("tensorboard is not installed: no event files, nothing to refuse")
+    bad = os.fsdecode(os.fsencode(str(tmp_path)) + b"/r\xff")
+    code, err = dry_run(tmp_path, capsys, bad)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("SuiteError: --results ") and "the path is not UTF-8" in err and "--log none" in err
+    with pytest.raises(ValueError, match=r"^training curves: .*the path is not UTF-8"):
+        tracking.open_tracker(tracking.case_folder(bad, "alibi/L_train=8"))
+
+
+@pytest.mark.parametrize("link", ["cases/alibi__L_train=8", "cases"])
+def test_a_link_in_cases_never_receives_event_files(tmp_path, monkeypatch, link):
+    monkeypatch.delenv(tracking.LOG_ENV, raising=False)
+    outside = tmp_path / "outside"
+    (outside / "alibi__L_train=8").mkdir(parents=True)
+    run = tmp_path / "run"
+    (run / link).parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(outside if link == "cases" else outside / "alibi__L_train=8", run / link)
+    with pytest.raises(UnsafeFile, match=r"is a symbolic link; posbench does not follow links in a run folder"):
+        tracking.open_tracker(tracking.case_folder(run, "alibi/L_train=8"))
+    assert list((outside / "alibi__L_train=8").iterdir()) == []
+
+
+# Curves as TensorBoard and W&B show them (issue 42, item 7): perplexity against length as one tag
+# (step = L_valid); one event file per case, whatever the number of processes (rounds, the
+# efficiency memory probe, a retry), with no (tag, step) twice; W&B runs grouped by run id with a
+# name of their own. Read back with tensorboard's own reader; W&B through a fake module.
+
+
+pytest.importorskip("tensorboard", reason="tensorboard is the optional [track] extra: no event files to read")
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+
+
+def raw_steps(folder) -> dict[str, list[int]]:
+    """{tag: [step, ...]} of every scalar event written, purged or not (what the file holds)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    out: dict[str, list[int]] = {}
+    for path in sorted(folder.glob("*tfevents*")):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                out.setdefault(value.tag, []).append(event.step)
+    return out
+
+
+def test_perplexity_against_length_is_one_curve_with_the_rows_values(tmp_path, monkeypatch):
+    monkeypatch.delenv(tracking.LOG_ENV, raising=False)
+    task, case = make_case(
+        "extrapolation",
+        "alibi",
+        {"L_train": 8},
+        {**TINY, "steps": 3, "interpolate": False, "modes": ["nonoverlapping"], "L_valid_factors": [1, 2, 4]},
+        tmp_path,
+    )
+    out = task.run(case)
+    got = scalars(tmp_path / "cases" / "alibi__L_train=8")
+    curve = got["eval/nonoverlapping/ppl_vs_length"]
+    assert [step for step, _ in curve] == [8, 16, 32]
+    assert [v for _, v in curve] == pytest.approx([out["metrics"][f"ppl@nonoverlapping@{L}"] for L in (8, 16, 32)], rel=1e-6)
+
+
+def test_each_process_of_a_case_appends_to_its_one_event_file(tmp_path, monkeypatch):
+    """A later round goes on from the steps already there; a retried case starting again at step 0
+    replaces the old curve (TensorBoard's SessionLog START), and the file stays one."""
+    monkeypatch.delenv(tracking.LOG_ENV, raising=False)
+    folder = tmp_path / "case"
+    with tracking.open_tracker(folder, "c") as t:
+        assert t.next_step() == 0
+        t.scalars({"train/loss": 3.0}, 0)
+        t.scalars({"train/loss": 2.0}, 1)
+    with tracking.open_tracker(folder, "c") as t:  # round 2, its own process
+        first = t.next_step()
+        t.scalars({"train/loss": 1.5}, first)
+    assert first == 2 and scalars(folder) == {"train/loss": [(0, 3.0), (1, 2.0), (2, 1.5)]}
+    with tracking.open_tracker(folder, "c") as t:  # the case run again from the start
+        t.scalars({"train/loss": 9.0}, 0)
+        t.scalars({"train/loss": 8.0}, 1)
+    assert scalars(folder) == {"train/loss": [(0, 9.0), (1, 8.0)]}
+    assert [p.name for p in folder.iterdir()] == [tracking.EVENT_FILE]
+
+
+def _run_efficiency(tmp_path, pairing: str) -> int:
+    extra = (
+        f"  warmup_steps: 1\n  measure_steps: 1\n  eval_measure_steps: 1\n  windows: 2\n  rounds: 2\n"
+        f"  pairing: {pairing}\n  threads: 1\n"
+    )
+    write_suite(tmp_path, efficiency_suite(extra, grid="[16]"))
+    return cli.main(
+        [
+            "--suite",
+            str(tmp_path / "t.yaml"),
+            "--device",
+            "cpu",
+            "--results",
+            str(tmp_path / "res"),
+            "--quiet",
+            "--run-id",
+            "r",
+            "--methods",
+            "sinusoidal",
+        ]
+    )
+
+
+@pytest.mark.subprocess  # the runner's worker processes: a memory probe, then a process per round
+@pytest.mark.parametrize("pairing", ["windows", "rounds"])
+def test_an_efficiency_run_logs_each_window_once_in_one_event_file(tmp_path, monkeypatch, pairing):
+    """Paired windows used to log every tag at step 0 twice, in two files: the memory probe's own
+    process logged its one window too. Rounds in processes of their own counted from 0 again."""
+    monkeypatch.delenv(tracking.LOG_ENV, raising=False)
+    assert _run_efficiency(tmp_path, pairing) == 0
+    (folder,) = (tmp_path / "res" / "e" / "r" / "cases").iterdir()
+    assert [p.name for p in folder.iterdir()] == [tracking.EVENT_FILE]
+    # two rounds of two windows: steps 0..3, each once, in the file and as TensorBoard shows it
+    wanted = {"eval/tokens_per_s": [0, 1, 2, 3], "train/tokens_per_s": [0, 1, 2, 3], "train/loss": [0, 1, 2, 3]}
+    assert {tag: sorted(steps) for tag, steps in raw_steps(folder).items()} == wanted
+    assert {tag: sorted(s for s, _ in points) for tag, points in scalars(folder).items()} == wanted
+
+
+class FakeRun:
+    """What ``wandb.init`` returns; records its keyword arguments and makes the run's folder as
+    wandb does (``<dir>/wandb/offline-run-*``)."""
+
+    def __init__(self, runs, **kw):
+        self.init, self.logged = kw, []
+        runs.append(self)
+        (Path(kw["dir"]) / "wandb" / f"offline-run-{len(runs)}").mkdir(parents=True)
+
+    def define_metric(self, name, step_metric=None):
+        pass
+
+    def log(self, data):
+        self.logged.append(data)
+
+    def finish(self):
+        pass
+
+
+def test_wandb_runs_are_grouped_by_run_id_and_never_share_a_name(tmp_path, monkeypatch):
+    runs = []
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kw: FakeRun(runs, **kw)))
+    monkeypatch.setenv(tracking.LOG_ENV, "wandb")
+    settings = {**TINY, "steps": 2, "interpolate": False, "modes": ["nonoverlapping"], "L_valid_factors": [1]}
+    for method in ("alibi", "rotary"):
+        task, case = make_case("extrapolation", method, {"L_train": 8}, settings, tmp_path)
+        task.run(case)
+    task.run(case)  # rotary again (a retry, or the next round of a timed task): a name of its own
+    assert [r.init["group"] for r in runs] == ["r", "r", "r"]
+    names = [r.init["name"] for r in runs]
+    assert names == ["alibi/L_train=8", "rotary/L_train=8", "rotary/L_train=8 #2"]
+    assert len(set(names)) == len(names)
