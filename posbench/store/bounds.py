@@ -191,9 +191,20 @@ def _show(value: Any) -> str:
 
 
 def check_row(row: Any, where: str) -> dict:
-    """``row`` if it has the shape of a result row, else a ``RowsError`` saying what is wrong."""
+    """``row`` if it has the shape of a result row, else a ``RowsError`` saying what is wrong. The checks
+    run in this order, so a row with several faults is told its first: shape, name lengths, values, the
+    bounded fields."""
     if not isinstance(row, dict):
         raise RowsError(f"{where}: expected a JSON object per line, got {type(row).__name__}")
+    _check_fields(row, where)
+    _check_name_lengths(row, where)
+    _check_values(row, where)
+    _check_bounded(row, where)
+    return row
+
+
+def _check_fields(row: dict, where: str) -> None:
+    """The required fields there and of their type; the optional ones of theirs when set."""
     for key, kind in _REQUIRED.items():
         if key not in row:
             raise RowsError(f"{where}: row has no {key!r}; a row needs {', '.join(_REQUIRED)}")
@@ -207,6 +218,9 @@ def check_row(row: Any, where: str) -> dict:
     for key in _OPTIONAL_STRINGS:
         if row.get(key) is not None and not isinstance(row[key], str):
             raise RowsError(f"{where}: {key}: expected a string or null, got {type(row[key]).__name__}")
+
+
+def _check_name_lengths(row: dict, where: str) -> None:
     names = [(k, row[k]) for k in ("case_id", "method", "status")]
     names += [(k, row.get(k)) for k in _OPTIONAL_STRINGS if k not in ("message", "traceback")]
     names += [(f"metrics key {k[:40]!r}", k) for k in row["metrics"]] + [(f"params key {k[:40]!r}", k) for k in row["params"]]
@@ -214,6 +228,10 @@ def check_row(row: Any, where: str) -> dict:
     for key, text in names:
         if isinstance(text, str) and len(text) > MAX_NAME:
             raise RowsError(f"{where}: {key}: {len(text):,} characters; allowed: names up to {MAX_NAME:,}")
+
+
+def _check_values(row: dict, where: str) -> None:
+    """Metrics are numbers or null; parameters plain JSON scalars, finite when numbers."""
     for name, value in row["metrics"].items():
         if value is not None and not is_number(value):
             raise RowsError(f"{where}: metrics.{name}: expected a number or null, got {_show(value)}")
@@ -228,6 +246,10 @@ def check_row(row: Any, where: str) -> dict:
             why = f"{value!r}; allowed: a finite number"
         if why:
             raise RowsError(f"{where}: params.{name}: {why}")
+
+
+def _check_bounded(row: dict, where: str) -> None:
+    """duration_s a number, round within 1..MAX_ROUNDS, and window series within MAX_WINDOWS."""
     duration = row.get("duration_s")
     if duration is not None and (not is_number(duration) or _number_problem(duration)):
         raise RowsError(f"{where}: duration_s: expected a number or null, got {_show(duration)}")
@@ -242,7 +264,6 @@ def check_row(row: Any, where: str) -> dict:
                 raise RowsError(
                     f"{where}: series.{name}: more than {MAX_WINDOWS} values; allowed: at most {MAX_WINDOWS} windows or rounds"
                 )
-    return row
 
 
 def _kinds(annotation) -> Optional[tuple]:
