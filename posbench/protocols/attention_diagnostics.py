@@ -13,16 +13,17 @@ line per method, and the mass by distance at the longest L_valid probed (``atten
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from posbench.report.names import slug
 from posbench.report.rows import Runs
+from posbench.report.table import Cell, Table, TableSpec
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from posbench.report.sections import Section
-    from posbench.report.table import Table
 
 
 def diagnostics(model, sequences: dict, L: int) -> list[dict]:
@@ -84,6 +85,11 @@ ATTENTION = {
     "attn_first_mass": ("Attention mass on the first token", "mass on position 0"),
 }
 
+# The diagnostics' tables: methods x L_valid per diagnostic of ``ATTENTION``, then methods x
+# distance bucket. Both tasks show them: ``attention_tables`` fills in the task that does.
+DIAGNOSTIC_TABLES = {key: TableSpec(task="", metric=key, column_header="L_valid") for key in ATTENTION}
+MASS_BY_DISTANCE_TABLE = TableSpec(task="", metric="attn mass by distance", column_header="distance (tokens)")
+
 
 def attention_entries(row) -> list[dict]:
     """The well-formed entries of a stored row's ``series["attention"]``; others are left out."""
@@ -108,7 +114,7 @@ def attention_tables(runs: Runs, task: str) -> list[Table]:
     """Per (suite, hardware, grid point) of ``task``'s rows with ``attention_diagnostics``: the entropy ratio and
     the first token's mass, methods x L_valid (means over layers, heads and seeds), then the mass by
     distance at the longest L_valid probed, methods x distance bucket."""
-    from posbench.report.table import Cell, Table, by_params, method_order, ordered, short_commit, task_groups
+    from posbench.report.grouping import by_params, method_order, ordered, short_commit, task_groups
 
     tables = []
     for suite, hardware, group in task_groups(runs.rows, task):
@@ -120,21 +126,21 @@ def attention_tables(runs: Runs, task: str) -> list[Table]:
             l_train = dict(params).get("L_train")
             others = "".join(f", {k} = {v}" for k, v in params if k != "L_train")
             lengths = sorted({e["L_valid"] for r in rows for e in attention_entries(r)})
-            common = dict(task=task, unit="", rows=[], hardware=hardware, commit=short_commit(group["git_commit"]))
+            commit = short_commit(group["git_commit"])
             for key, (title, what) in ATTENTION.items():
                 field = {"attn_entropy_ratio": "entropy_ratio", "attn_first_mass": "first_mass"}[key]
                 table = Table(
+                    replace(DIAGNOSTIC_TABLES[key], task=task),
                     key=slug(f"{suite}-{key}-L{l_train}-{hardware}{others}"),
                     title=f"{title}, L_train = {l_train}{others}",
                     caption=f"{what}: the mean over every layer, head and query of the probed sequences (and over "
                     f"seeds), per L_valid; series.attention holds each layer and head. "
-                    f"{hardware}, commit {common['commit']}.",
-                    metric=key,
-                    column_header="L_valid",
+                    f"{hardware}, commit {commit}.",
                     columns=lengths,
-                    fmt="plain",
+                    rows=[],
+                    hardware=hardware,
+                    commit=commit,
                     extra={"L_train": l_train, "methods": {}},
-                    **{**common, "rows": []},
                 )
                 for r in rows:
                     table.rows.append(r.method)
@@ -147,15 +153,15 @@ def attention_tables(runs: Runs, task: str) -> list[Table]:
             longest = lengths[-1]
             names = list(dict.fromkeys(n for r in rows for e in attention_entries(r) for n in e["mass_by_distance"]))
             table = Table(
+                replace(MASS_BY_DISTANCE_TABLE, task=task),
                 key=slug(f"{suite}-attn-mass-by-distance-L{l_train}-{longest}-{hardware}{others}"),
                 title=f"Attention mass by distance, L_train = {l_train}{others}, L_valid = {longest}",
                 caption="Mean attention probability on keys at each distance from the query (0: itself), over "
-                f"layers, heads and queries. {hardware}, commit {common['commit']}.",
-                metric="attn mass by distance",
-                column_header="distance (tokens)",
+                f"layers, heads and queries. {hardware}, commit {commit}.",
                 columns=names,
-                fmt="plain",
-                **{**common, "rows": []},
+                rows=[],
+                hardware=hardware,
+                commit=commit,
             )
             for r in rows:
                 table.rows.append(r.method)

@@ -11,7 +11,7 @@ rendered by ``posbench.report.render``, drawn by ``posbench.report.charts``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Optional
 
 # What a table's ``spread`` says its cells' spreads are (charts name it under their error bars).
@@ -47,24 +47,6 @@ class TableSpec:
     higher_is_better: Optional[bool] = None  # the metric's direction (None: never compared)
 
 
-def _spec_fields_as_keywords(cls):
-    """``Table(key=..., task=..., metric=..., unit=..., ...)``, the spec's fields given as keywords,
-    builds the ``TableSpec`` from them: the task reports not yet migrated to a declared spec
-    construct their tables so (issue 64). Remove once none does."""
-    names = [f.name for f in fields(TableSpec)]
-    init = cls.__init__
-
-    def __init__(self, spec: Optional[TableSpec] = None, **kw) -> None:
-        said = {k: kw.pop(k) for k in names if k in kw}
-        if (spec is None) == (not said):
-            raise TypeError("Table: give a TableSpec or its fields as keywords, one of the two")
-        init(self, TableSpec(**said) if said else spec, **kw)
-
-    cls.__init__ = __init__
-    return cls
-
-
-@_spec_fields_as_keywords
 @dataclass
 class Table:
     """One table of a ``TableSpec``: ``Table(SPEC, key=..., title=..., columns=..., hardware=...)``."""
@@ -117,24 +99,3 @@ class Table:
     @property
     def higher_is_better(self) -> Optional[bool]:
         return self.spec.higher_is_better
-
-
-# The names the task reports import from here until they are migrated (issue 64): name -> its module.
-_MOVED = {
-    "by_params": "grouping",
-    "method_order": "grouping",
-    "ordered": "grouping",
-    "short_commit": "grouping",
-    "task_groups": "grouping",
-    "slug": "names",
-    "metric_tables": "tabulate",
-}
-
-
-def __getattr__(name: str):
-    # Imported late: this module stays light (no pandas) and below tabulate, which builds on it.
-    if name in _MOVED:
-        from posbench.report import grouping, names, tabulate
-
-        return getattr({"grouping": grouping, "names": names, "tabulate": tabulate}[_MOVED[name]], name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 cell with a method's ratio to ``nope`` (no position work at all, the floor) beside its ratio to the
 suite's baseline, so a reader sees what a method costs over the model itself.
 
-The floor's ratios are formed exactly as the baseline's (``posbench.report.table.metric_tables`` with
+The floor's ratios are formed exactly as the baseline's (``posbench.report.tabulate.metric_tables`` with
 ``nope`` as the baseline: paired windows or rounds, a bootstrap interval) and added to each cell in
 square brackets: ``25.8k (0.99x ±0.01) [1.02x ±0.01]``. docs/tasks/efficiency.md.
 """
@@ -16,7 +16,7 @@ from posbench.report import numbers as fmt
 if TYPE_CHECKING:
     from posbench.report.table import Table
 
-# posbench.report.table (pandas) and .sections (matplotlib) are imported inside the functions: the
+# posbench.report.tabulate (pandas) and .sections (matplotlib) are imported inside the functions: the
 # task's declaration imports this module, and `bench.py validate` must not wait for them.
 
 REPORT_ORDER = 10  # the first section
@@ -39,7 +39,7 @@ def floor_tables(
     """``metric_tables`` of the efficiency rows in ``runs`` with the ratio to ``floor`` in every cell
     (``add_floor``); each whole-process peak memory table followed by its peak above the resting
     footprint (``ABOVE_BASE``) where the rows carry it."""
-    from posbench.report.table import metric_tables
+    from posbench.report.tabulate import metric_tables
 
     tables = metric_tables(runs, TASK_NAME, baseline, column, metrics)
     carried = {k for m in runs.rows["metrics"] if isinstance(m, dict) for k in m}
@@ -66,7 +66,8 @@ def mfu_tables(runs, column: str = REPORT_COLUMN) -> list[Table]:
     """Model FLOPs utilisation in training, methods x ``column``, no ratios: ``41.3% (5.2M
     FLOP/token)``, or where the device's dense peak is unknown (every CPU) ``unknown peak (5.2M
     FLOP/token)``, never a zero. None for rows made before posbench counted FLOPs per token."""
-    from posbench.report.table import metric_tables, ordered
+    from posbench.report.grouping import ordered
+    from posbench.report.tabulate import metric_tables
 
     carried = {(r.run_id, r.case_id): r for r in runs.rows.itertuples(index=False) if isinstance(r.metrics, dict)}
     if not any(PER_TOKEN in r.metrics for r in carried.values()):
@@ -125,7 +126,7 @@ def add_floor(table: Table, against: Optional[Table], floor: str = FLOOR) -> Non
 
 def summary_tables(runs) -> list[Table]:
     """The tables printed after a run: the suite's metrics (run.json), with the floor."""
-    from posbench.report.table import ordered
+    from posbench.report.grouping import ordered
 
     sources = ordered(runs.rows["source"])
     metas = [runs.metas.get(s) for s in sources]

@@ -5,20 +5,44 @@ measure, recipes x fine-tuning steps k (k = 0: zero-shot), each drawn as one lin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from posbench.report import numbers as fmt
+from posbench.report.names import slug
 from posbench.report.rows import Runs
+from posbench.report.table import SPREAD_STD, Cell, Table, TableSpec
 
-# The report's table model imports pandas, so it is imported inside the functions that build
-# tables: validating or listing suites imports this module, and must not wait for it.
+# The report's row grouping and sections import pandas and matplotlib, so they are imported inside
+# the functions: validating or listing suites imports this module, and must not wait for them.
 if TYPE_CHECKING:
     from posbench.report.sections import Section
-    from posbench.report.table import Table
 
 TITLE = "Context extension"
 REPORT_ORDER = 25  # after extrapolation, before kernels
+
+# A quality measure's table, recipes x k, by the measure's format (``measures``); each measure's
+# table names its own metric head (``ppl@<mode>@<L_valid>``, ``passkey@<L_valid>``).
+MEASURE_TABLES = {
+    "ppl": TableSpec(
+        task="extension",
+        metric="ppl",
+        unit="perplexity",
+        fmt="ppl",
+        column_header="k (fine-tuning steps)",
+        row_header="method, recipe",
+        higher_is_better=False,
+    ),
+    "plain": TableSpec(
+        task="extension",
+        metric="passkey",
+        unit="fraction",
+        fmt="plain",
+        column_header="k (fine-tuning steps)",
+        row_header="method, recipe",
+        higher_is_better=True,
+    ),
+}
 
 
 def report_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
@@ -62,7 +86,7 @@ def measures(rows) -> list[tuple[str, str, str]]:
 def extension_tables(runs: Runs) -> list[Table]:
     """One table per (suite, hardware, L_train) and quality measure: a row per method and recipe
     (and ALiBi bias dtype), a column per k; unavailable recipes are left out and named in the note."""
-    from posbench.report.table import by_params, task_groups
+    from posbench.report.grouping import by_params, task_groups
 
     out = []
     for suite, hardware, group in task_groups(runs.rows, "extension"):
@@ -111,27 +135,20 @@ class TablePlace:
 def _table(place: TablePlace, measure: tuple[str, str, str], rows, ks, note) -> Table:
     """The table of one quality ``measure`` (head, title, kind; ``measures``) at ``place``: a row per
     method and recipe, a column per k."""
-    from posbench.report.table import SPREAD_STD, Cell, Table, short_commit, slug
+    from posbench.report.grouping import short_commit
 
     suite, hardware, L, target = place.suite, place.hardware, place.L, place.target
     head, title, kind = measure
     seeds = max((r.metrics.get("n_seeds") or 1 for r in rows if isinstance(r.metrics, dict)), default=1)
-    higher = kind != "ppl"
     t = Table(
+        replace(MEASURE_TABLES[kind], metric=head),
         key=slug(f"{suite}-extension-{head}-L{L}-{hardware}"),
         title="",
         caption="",
-        task="extension",
-        metric=head,
-        unit="perplexity" if kind == "ppl" else "fraction",
-        column_header="k (fine-tuning steps)",
         columns=ks,
         rows=[],
         hardware=hardware,
         commit=short_commit(r.git_commit for r in rows),
-        fmt=kind,
-        higher_is_better=higher,
-        row_header="method, recipe",
         rest={"L_train": L},
         spread=SPREAD_STD if seeds > 1 else "",
     )

@@ -11,16 +11,35 @@ from posbench.protocols.train_eval.evaluations import is_length
 from posbench.report import numbers as fmt
 from posbench.report.names import slug
 from posbench.report.rows import Runs
+from posbench.report.table import Cell, Table, TableSpec
 from posbench.tasks.extrapolation.ppl_tables import BOUND_ROW, finite_number
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from posbench.report.sections import Section
-    from posbench.report.table import Table
 
-# The report's modules (pandas, matplotlib) are imported inside the functions: the task's
-# declaration imports this module, and `bench.py validate` must not wait for them.
+# The report's modules that use pandas or matplotlib are imported inside the functions: the
+# task's declaration imports this module, and `bench.py validate` must not wait for them.
+
+# Methods (and the true source's row) x copy-distance bucket, one per grid point and L_valid.
+DISTANCE_TABLE = TableSpec(
+    task="extrapolation",
+    metric="ppl by distance",
+    unit="perplexity",
+    fmt="ppl",
+    column_header="copy distance (tokens)",
+    higher_is_better=False,
+)
+# Methods x L_valid, the copy gain within L_train at L_train and beyond it past L_train.
+COPY_GAIN_TABLE = TableSpec(
+    task="extrapolation",
+    metric="copy gain",
+    unit="share of the source's gain",
+    fmt="plain",
+    column_header="L_valid",
+    higher_is_better=True,
+)
 
 
 def distance_entries(row) -> list[dict]:
@@ -41,7 +60,7 @@ def distance_entries(row) -> list[dict]:
 def distance_groups(runs: Runs):
     """(suite, hardware, commit, L_train, rows) per grid point of the finished extrapolation rows
     with ``by_distance``, rows in the run's method order (the loss-by-distance tables' groups)."""
-    from posbench.report.table import by_params, method_order, ordered, short_commit, task_groups
+    from posbench.report.grouping import by_params, method_order, ordered, short_commit, task_groups
 
     for suite, hardware, group in task_groups(runs.rows, "extrapolation"):
         order = method_order(group["method"], runs.meta_of(ordered(group["source"])))
@@ -54,27 +73,20 @@ def distance_groups(runs: Runs):
 def distance_tables(runs: Runs) -> list[Table]:
     """One table per (suite, hardware, grid point, L_valid) of rows with ``by_distance``: methods
     (and the true source's row) x copy-distance classes, each cell the perplexity of those tokens."""
-    from posbench.report.table import Cell, Table
-
     tables = []
     for suite, hardware, commit, l_train, rows in distance_groups(runs):
         for lv in sorted({e["L_valid"] for r in rows for e in distance_entries(r)}):
             per_row = {r.case_id: {e["bucket"]: e for e in distance_entries(r) if e["L_valid"] == lv} for r in rows}
             columns = list(dict.fromkeys(b for entries in per_row.values() for b in entries))
             table = Table(
+                DISTANCE_TABLE,
                 key=slug(f"{suite}-by-distance-L{l_train}-{lv}-{hardware}"),
                 title=f"Perplexity by copy distance, L_train = {l_train}, L_valid = {lv}",
                 caption="",
-                task="extrapolation",
-                metric="ppl by distance",
-                unit="perplexity",
-                column_header="copy distance (tokens)",
                 columns=columns,
                 rows=[],
                 hardware=hardware,
                 commit=commit,
-                fmt="ppl",
-                higher_is_better=False,
                 extra={"L_train": l_train, "L_valid": lv, "methods": {}},
             )
             for r in rows:
@@ -110,7 +122,6 @@ def copy_gain_tables(runs: Runs) -> list[Table]:
     (the learn-first gate), beyond it on the copies from beyond L_train. A method below the gate is
     not compared beyond L_train."""
     from posbench.report.learn_first import NOT_LEARNT, comparability
-    from posbench.report.table import Cell, Table
     from posbench.tasks.extrapolation.dependency import BEYOND, LEARNT_GAIN, WITHIN
 
     tables = []
@@ -131,19 +142,14 @@ def copy_gain_tables(runs: Runs) -> list[Table]:
         }
         said = comparability(verdicts, LEARNT_GAIN, measure="copy gain within L_train")
         table = Table(
+            COPY_GAIN_TABLE,
             key=slug(f"{suite}-copy-gain-L{l_train}-{hardware}"),
             title=f"Copy gain, L_train = {l_train}" + said.title_suffix(),
             caption="",
-            task="extrapolation",
-            metric="copy gain",
-            unit="share of the source's gain",
-            column_header="L_valid",
             columns=columns,
             rows=[],
             hardware=hardware,
             commit=commit,
-            fmt="plain",
-            higher_is_better=True,
             extra={"L_train": l_train},
         )
         for r in rows:

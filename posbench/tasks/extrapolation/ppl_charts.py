@@ -79,7 +79,7 @@ def position_loss_charts(runs: Runs, table: Table | None = None) -> list[tuple[s
     machine, grid point and evaluation mode); the report draws it right below the table.
     Returns ``(file stem, figure)`` pairs.
     """
-    from posbench.report.table import by_params, task_groups
+    from posbench.report.grouping import by_params, task_groups
 
     out = []
     for suite, hardware, group in task_groups(runs.rows, "extrapolation"):
@@ -101,7 +101,7 @@ def _curve_key(key: str) -> tuple[str, int, bool] | None:
 
 def _position_figures(suite, hardware, params, members, table: Table | None = None):
     from posbench.report.charts import caption, fit, line_style, new_figure, staggered
-    from posbench.report.table import short_commit
+    from posbench.report.grouping import short_commit
 
     longest: dict[tuple[str, bool], int] = {}
     for r in members:

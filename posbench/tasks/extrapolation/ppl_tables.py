@@ -6,22 +6,22 @@ evaluation ran out of memory (``extrapolation_tables``).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from posbench.protocols.train_eval.evaluations import eval_mode_key, evals, is_length
 from posbench.report import numbers as fmt
 from posbench.report.names import slug
 from posbench.report.rows import Runs
 from posbench.report.stats import SEED_INTERVAL
+from posbench.report.table import SPREAD_STD, Cell, Table, TableSpec
 
-if TYPE_CHECKING:
-    from posbench.report.table import Cell, Table
-
-# The report's modules (pandas, matplotlib) are imported inside the functions: the task's
-# declaration imports this module, and `bench.py validate` must not wait for them.
+# The report's modules that use pandas or matplotlib are imported inside the functions: the
+# task's declaration imports this module, and `bench.py validate` must not wait for them.
 
 DEFAULT_MODE = ("nonoverlapping", None, False)
 BOUND_ROW = "bound (true source)"
+
+# Every perplexity table: methods x L_valid, one per grid point and evaluation mode.
+PPL_TABLE = TableSpec(task="extrapolation", metric="ppl", unit="perplexity", column_header="L_valid")
 
 
 def describe_mode(key: tuple) -> str:
@@ -53,7 +53,7 @@ def _best_ppl(rows) -> float | None:
 
 def extrapolation_tables(runs: Runs) -> list[Table]:
     """Perplexity tables, one per (suite, hardware, L_train and other params, evaluation mode)."""
-    from posbench.report.table import by_params, method_order, ordered, task_groups
+    from posbench.report.grouping import by_params, method_order, ordered, task_groups
 
     tables = []
     for suite, hardware, group in task_groups(runs.rows, "extrapolation"):
@@ -67,7 +67,7 @@ def extrapolation_tables(runs: Runs) -> list[Table]:
 
 
 def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
-    from posbench.report.table import SPREAD_STD, Cell, Table, ordered, short_commit
+    from posbench.report.grouping import ordered, short_commit
 
     l_train = params.get("L_train")
     entries = {r.case_id: {e.get("L_valid"): e for e in evals(r) if eval_mode_key(e) == key} for r in rows}
@@ -85,13 +85,10 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
     others = ", ".join(f"{k}={v}" for k, v in params.items() if k != "L_train")
     best = _best_ppl(rows)
     table = Table(
+        PPL_TABLE,
         key=slug(f"{suite}-ppl-L{l_train}-{modeslug(key)}-{hardware}-{others}"),
         title=f"Perplexity, L_train = {l_train}, {describe_mode(key)}" + (f", {others}" if others else ""),
         caption="",
-        task="extrapolation",
-        metric="ppl",
-        unit="perplexity",
-        column_header="L_valid",
         columns=columns,
         rows=[],
         hardware=hardware,
@@ -166,8 +163,6 @@ def _bounds(entries: dict, columns: list) -> dict:
 
 
 def _ppl_cell(row, entry: dict | None) -> Cell:
-    from posbench.report.table import Cell
-
     cell = Cell(text="", case_id=row.case_id, run_id=row.run_id, status=row.status, message=str(row.message or ""))
     if entry is None:
         cell.text = "—" if row.status == "ok" else fmt.status(row.status)

@@ -6,22 +6,30 @@ Details: docs/tasks/lengthgen.md.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from posbench.report.learn_first import NOT_LEARNT, comparability, learned, learned_over_seeds
+from posbench.report.names import slug
 from posbench.report.rows import Runs
 from posbench.report.stats import SEED_INTERVAL, pooled_counts, seed_accuracies, seed_interval, wilson_interval
+from posbench.report.table import Cell, Table, TableSpec
 from posbench.tasks.lengthgen.run import beyond
 
-# The report's table model imports pandas, so it is imported inside the functions that build
-# tables: validating or listing suites imports this module, and must not wait for it.
+# The report's row grouping and sections import pandas and matplotlib, so they are imported inside
+# the functions: validating or listing suites imports this module, and must not wait for them.
 if TYPE_CHECKING:
     from posbench.report.sections import Section
-    from posbench.report.table import Table
 
 TITLE = "Length generalisation (algorithmic tasks)"
 MAX_COUNT = 1 << 53
 BEYOND, LEARNT = "beyond L_train", "learnt at L_train"
+
+# An algorithmic task's accuracy table, methods x test length n; each names its task in the
+# metric (``acc <task>``).
+TASK_ACCURACY = TableSpec(
+    task="lengthgen", metric="acc", unit="fraction", column_header="n (input length)", higher_is_better=True
+)
 
 
 def report_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
@@ -102,7 +110,7 @@ def _beyond_by_seed(cells_of: list[dict], L: int) -> dict:
 
 def task_table(rows: list[dict], task: str) -> Table:
     """Methods (with L_train when there are several) x test length n for one algorithmic task."""
-    from posbench.report.table import Cell, Table, short_commit, slug
+    from posbench.report.grouping import short_commit
 
     ok = [r for r in _ok_rows(rows) if r["params"]["task"] == task]
     groups: dict[tuple[str, int], list] = {}
@@ -114,18 +122,14 @@ def task_table(rows: list[dict], task: str) -> Table:
     hardware = next((r.get("hardware") for r in ok if r.get("hardware")), "")
     threshold = _threshold(ok[0]) if ok else 0.9
     out = Table(
+        replace(TASK_ACCURACY, metric=f"acc {task}"),
         key=slug(f"lengthgen-{task}-accuracy-{hardware}"),
         title="",
         caption="",
-        task="lengthgen",
-        metric=f"acc {task}",
-        unit="fraction",
-        column_header="n (input length)",
         columns=lengths + [BEYOND, LEARNT],
         rows=[],
         hardware=hardware,
         commit=short_commit(r.get("git_commit") for r in ok),
-        higher_is_better=True,
         pooled=True,
     )  # counts of every run of a case pooled: no run supersedes another
     verdicts, seeds_learnt = {}, {}
@@ -190,7 +194,7 @@ def task_table(rows: list[dict], task: str) -> Table:
 
 def accuracy_tables(rows: list[dict]) -> list[Table]:
     """One ``task_table`` per algorithmic task the rows hold, in first-seen order."""
-    from posbench.report.table import ordered
+    from posbench.report.grouping import ordered
 
     ok = list(_ok_rows(rows))
     return [task_table(ok, task) for task in ordered(r["params"]["task"] for r in ok)]

@@ -6,14 +6,17 @@ cost. Details: docs/tasks/retrieval.md.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from posbench.core.files import write_figure
 from posbench.protocols.attention_diagnostics import attention_sections, attention_tables
 from posbench.report.learn_first import NOT_LEARNT, comparability, length_text
+from posbench.report.names import slug
 from posbench.report.rows import Runs
 from posbench.report.stats import SEED_INTERVAL
+from posbench.report.table import Cell, Table, TableSpec
 from posbench.tasks.retrieval.accuracy import (
     accuracy_table,
     heatmap_table,
@@ -24,12 +27,15 @@ from posbench.tasks.retrieval.accuracy import (
     whole,
 )
 
-# matplotlib, numpy and the report's table model (pandas) are imported inside the functions that
+# matplotlib, numpy and the report's row grouping (pandas) are imported inside the functions that
 # draw or build tables: validating or listing suites imports this module, and must not wait for them.
 if TYPE_CHECKING:
     from posbench.report.frontier import Quality
     from posbench.report.sections import Block, Section
-    from posbench.report.table import Table
+
+# A probe's accuracy tables, methods x L_valid: pooled over depths (``probe_table``) and by hops
+# (``hops_probe_table``); each names its probe in the metric (``acc <probe>``, ``acc <probe> by hops``).
+PROBE_ACCURACY = TableSpec(task="retrieval", metric="acc", unit="fraction", column_header="L_valid", higher_is_better=True)
 
 
 def report_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
@@ -150,7 +156,7 @@ def markdown_table(rows: list[dict], probe: str, threshold: float = 0.5) -> str:
 def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
     """``markdown_table`` as a report ``Table``: methods (with L_train when there are several) x
     L_valid, each cell ``30% [11, 60]`` (Wilson 95%) linked to its case, then the effective length."""
-    from posbench.report.table import Cell, Table, short_commit, slug
+    from posbench.report.grouping import short_commit
 
     table = [t for t in accuracy_table(rows, threshold) if t["probe"] == probe]
     lengths = sorted({t["L_valid"] for t in table})
@@ -158,18 +164,14 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
     several = len({t["L_train"] for t in table}) > 1
     hardware = next((r.get("hardware") for r in ok if r.get("hardware")), "")
     out = Table(
+        replace(PROBE_ACCURACY, metric=f"acc {probe}"),
         key=slug(f"retrieval-{probe}-accuracy-{hardware}"),
         title=f"{probe}: accuracy (Wilson 95% interval)",
         caption="",
-        task="retrieval",
-        metric=f"acc {probe}",
-        unit="fraction",
-        column_header="L_valid",
         columns=lengths + ["effective length", *SUMMARY_COLUMNS, "steps"],
         rows=[],
         hardware=hardware,
         commit=short_commit(r.get("git_commit") for r in ok),
-        higher_is_better=True,
     )
     case_of = {(r["method"], r["params"]["L_train"]): r for r in ok}
     for m in dict.fromkeys(t["method"] for t in table):
@@ -226,7 +228,7 @@ def hops_probe_table(rows: list[dict], probe: str) -> Table | None:
     """Accuracy per chain length (vartrack's hops axis): rows ``method, hops=k`` (with L_train when
     there are several), columns L_valid, each cell ``30% [11, 60]`` (Wilson 95%); None when the
     probe's cells carry no hops."""
-    from posbench.report.table import Cell, Table, short_commit, slug
+    from posbench.report.grouping import short_commit
 
     table = hops_table(rows, probe)
     if not table:
@@ -236,20 +238,16 @@ def hops_probe_table(rows: list[dict], probe: str) -> Table | None:
     hardware = next((r.get("hardware") for r in ok if r.get("hardware")), "")
     lengths = sorted({t["L_valid"] for t in table})
     out = Table(
+        replace(PROBE_ACCURACY, metric=f"acc {probe} by hops"),
         key=slug(f"retrieval-{probe}-by-hops-{hardware}"),
         title=f"{probe}: accuracy by hops (Wilson 95% interval)",
         caption=f"Fraction of {probe} answers exactly right per chain length (hops: statements to follow "
         f"from the asked variable to its value), counts pooled over seeds and runs, with its Wilson 95% "
         f"interval; the accuracy table above pools the hops. {hardware} (commit {short_commit(r.get('git_commit') for r in ok)}).",
-        task="retrieval",
-        metric=f"acc {probe} by hops",
-        unit="fraction",
-        column_header="L_valid",
         columns=lengths,
         rows=[],
         hardware=hardware,
         commit=short_commit(r.get("git_commit") for r in ok),
-        higher_is_better=True,
     )
     out.pooled = True
     for t in table:
@@ -365,9 +363,9 @@ def accuracy_chart(rows: list[dict], probe: str, L_train: int | None = None):
 def probe_blocks(runs: Runs) -> list[Block]:
     """Per probe: methods x L_valid accuracy with Wilson intervals (counts pooled over rows, so
     merged runs pool their samples), its accuracy chart, and after passkey the heatmaps."""
+    from posbench.report.grouping import ordered
     from posbench.report.names import file_stem
     from posbench.report.sections import Block
-    from posbench.report.table import ordered
 
     records = runs.rows[runs.rows["task"] == "retrieval"].to_dict("records")
     ok = [r for r in records if r.get("status") == "ok"]
