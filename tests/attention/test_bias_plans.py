@@ -2,7 +2,7 @@
 bias method, built in or a plugin that writes only ``bias``, gets one with no code of its own, and
 attending with it equals the plain path (the masked bias, state None) in outputs and in the
 gradients of q, k, v and of the method's parameters (T5's table, KERPLE's r1 and r2, FIRE's MLP, c and
-L; FIRE's piecewise plan has tests of its own in tests/attention/test_piecewise_bias.py)."""
+L; FIRE's piecewise plan has tests of its own in tests/attention/test_piecewise.py)."""
 
 import pytest
 import torch

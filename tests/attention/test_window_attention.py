@@ -175,7 +175,7 @@ def test_every_plan_of_every_bias_method_takes_the_window(name, seed, tq, tk, wi
         close(routes.attend(q, k, v, method.masked_bias(q_pos, k_pos, dtype), window), want, dtype, "masked bias")
         for plan in _plans(form, tq, tk):
             if plan is routes.FlexRoute and dtype != torch.float32:
-                continue  # unfused FlexAttention on a CPU: float32 (test_flex_attention.py)
+                continue  # unfused FlexAttention on a CPU: float32 (test_flex.py)
             got = plan(method, form, q_pos, k_pos, dtype).attend(q, k, v, window)
             close(got, want, dtype, plan.__name__)
 

@@ -134,7 +134,7 @@ def test_the_builtin_bias_methods_use_the_shared_path(name):
 def test_attn_backend_says_which_path_the_bias_takes(monkeypatch):
     from posbench.attention import flex
 
-    # a GPU whose torch lacks FlexAttention: the masked bias (tests/attention/test_flex_attention.py
+    # a GPU whose torch lacks FlexAttention: the masked bias (tests/attention/test_flex.py
     # has the names a GPU with it gives)
     monkeypatch.setattr(flex, "flex_available", lambda device: False)
     cfg = ModelConfig(d_model=64, n_heads=4)
