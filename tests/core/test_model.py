@@ -711,7 +711,7 @@ def test_method_traces_without_graph_breaks_and_matches_eager(method):
 # written so); flushing them changes none of these bits on the reference's CPU.
 #
 # Regenerate the reference only at a commit where behaviour is meant to change (and say so there):
-#     PYTHONPATH=. python tests/core/test_bit_identity.py
+#     PYTHONPATH=. python tests/core/test_model.py
 
 REFERENCE = Path(__file__).with_name("bit_identity.json")
 LONG, SHORT = 520, 37  # >= 512 queries: the blocked CPU plans; fewer: the masked bias
