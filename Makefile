@@ -55,7 +55,7 @@ lint: install
 	$(BIN)/python -m ruff format --check .
 
 kernels-bench: install
-	$(BIN)/python -m pytest -q tests/tasks/test_kernel_benchmark.py --benchmark-only --benchmark-group-by=group
+	$(BIN)/python -m pytest -q tests/tasks/test_kernels_timed_points.py --benchmark-only --benchmark-group-by=group
 
 # On a CUDA machine: compiled kernel tests, conformance on CUDA, a short kernels suite and a short
 # efficiency run, summarised in $(GPU_CHECK_OUT)/gpu-check.md (posbench/triton_kernels/gpu_check.py).

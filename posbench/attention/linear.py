@@ -3,7 +3,7 @@
 softmax_j(s_ij - m p_i + m p_j) = softmax_j(s_ij + m (p_j - p_mid)): the -m p_i term is the same
 for every key of row i and cancels. Exact in exact arithmetic; in floating point each score is
 rounded at the magnitude of m * L / 2, hence float32 and float64 only, and m * L at most
-``LINEAR_SPAN`` (tests/attention/test_blocked_attention.py checks both bounds; docs/attention-plans.md).
+``LINEAR_SPAN`` (tests/attention/test_blocked.py checks both bounds; docs/attention-plans.md).
 """
 
 from __future__ import annotations

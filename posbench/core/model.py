@@ -272,7 +272,7 @@ def build_model(cfg: ModelConfig) -> TransformerLM:
 
     A (vocab_size, d_model) normal draw comes first: the token embedding's first initialization,
     which the model overwrites, was drawn before the method when the model built it by name, so a
-    seed gives the weights it gave then (tests/core/test_bit_identity.py)."""
+    seed gives the weights it gave then (tests/core/test_model.py)."""
     torch.empty(cfg.vocab_size, cfg.d_model).normal_()
     return TransformerLM(registry.build(cfg))
 

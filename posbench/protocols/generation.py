@@ -1,5 +1,5 @@
 """Greedy decoding with a KV cache: the steps the decode task times (``run``)
-and that tests/tasks/test_decode.py checks against the full forward."""
+and that tests/tasks/test_decode_run.py checks against the full forward."""
 
 from __future__ import annotations
 

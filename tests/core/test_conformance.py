@@ -15,7 +15,7 @@ METHODS = registry.names()
 DECODING = ("kv_decode", "window", "gqa_window")
 # `slow` (left out by `make test-fast`, run by `make test`): the Triton methods where their kernels are
 # interpreted (tests/helpers/marks.py); the kv_decode check, token by token (seconds per method;
-# tests/tasks/test_decode.py and tests/core/test_kv_cache.py check decoding in the quick set); and
+# tests/tasks/test_decode_run.py and tests/core/test_model.py check decoding in the quick set); and
 # every check again in bfloat16 (the quick set runs them all in float32).
 METHOD_PARAMS = [pytest.param(m, marks=SLOW_WHEN_INTERPRETED) if interpreted(m) else m for m in METHODS]
 CHECK_PARAMS = [pytest.param(c, marks=pytest.mark.slow) if c in DECODING else c for c in testing.CHECKS]
@@ -141,7 +141,7 @@ class NoPositions(PositionMethod):
 
 
 def test_a_plugin_whose_hook_cannot_work_gets_one_line_naming_the_hook(temporary_method):
-    # (A hook without state works: tests/core/test_hook_signatures.py.)
+    # (A hook without state works: tests/core/test_method.py.)
     name = temporary_method(NoPositions)
     with pytest.raises(TypeError) as err:
         testing.build(name)

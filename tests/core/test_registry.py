@@ -1,13 +1,23 @@
 """Discovery, registration errors and method options."""
 
+from __future__ import annotations
+
+import ast
+import os
+import re
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
+from posbench import tasks
+from posbench.cli import app as cli
 from posbench.core import registry
 from posbench.core.method import ModelConfig
+from posbench.core.registry import RegistryError
 from tests.helpers.methods import NEW
 
 PLUGIN = textwrap.dedent(
@@ -272,3 +282,278 @@ def test_forget_since_drops_what_a_folder_registered_after_the_snapshot(tmp_path
     registry.forget_since(before, str(tmp_path.resolve()))
     assert "passing_method" not in registry.registered() and "passing_method" not in registry.names()
     assert not registry.is_imported(tmp_path / "mine" / "passing.py")
+
+
+# --------------------------------------------------------------------------------------------------
+# Hardening round 5 (issue 56): a FIFO named ``*.py`` in a methods folder is skipped with one
+# warning naming it, never opened (``list`` waited 120 s for the child reading it).
+
+
+@pytest.mark.subprocess  # list reads the method files in a child process
+def test_list_skips_a_fifo_named_py_with_one_warning(tmp_path, capsys):
+    os.mkfifo(tmp_path / "pipe.py")
+    assert cli.main(["list", "--methods-dir", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert f"warning: method file {(tmp_path / 'pipe.py').resolve()} skipped: not a regular file" in err
+    assert "alibi" in out
+
+
+# --------------------------------------------------------------------------------------------------
+# A method file that blocks at import costs seconds, not minutes: listing names (``list``,
+# ``validate``, ``run``) and ``check`` cut its import after ``POSBENCH_IMPORT_TIMEOUT_S`` with one
+# line naming the file (posbench/core/registry/_imports.py; issue 44, left from round 3).
+
+ROOT = Path(__file__).resolve().parents[2]
+# The name is not a literal, so listing must import the file to learn it; the plugin even
+# swallows Exception while it blocks.
+BLOCKING = """
+import time
+from posbench.core.method import PositionMethod
+from posbench.core.registry import register
+
+while True:
+    try:
+        time.sleep(1000)
+    except Exception:
+        pass
+
+
+@register
+class Slow(PositionMethod):
+    name = "sl" + "ow"
+"""
+
+
+@pytest.fixture
+def blocking(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "slow.py").write_text(BLOCKING)
+    yield folder
+    registry.reset_search()
+
+
+def test_a_blocking_import_is_cut_after_the_limit(blocking):
+    import posbench.core.method  # noqa: F401  (torch, imported outside the timed stretch)
+
+    started = time.monotonic()
+    with pytest.raises(RegistryError, match=r"slow.py: TimeoutError: its import did not finish within 0.5 s"):
+        registry.import_method_file(blocking / "slow.py", 0.5)
+    assert time.monotonic() - started < 5
+
+
+def test_listing_skips_a_blocking_file_in_seconds_naming_it(blocking, monkeypatch, capsys):
+    monkeypatch.setenv(registry.IMPORT_LIMIT_ENV, "0.5")
+    import posbench.core.method  # noqa: F401
+
+    registry.add_methods_dir(blocking)
+    started = time.monotonic()
+    names = registry.listing()
+    assert "alibi" in names and "slow" not in names
+    assert registry.listing() == names  # not waited for a second time
+    assert time.monotonic() - started < 5
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"warning: method file {(blocking / 'slow.py').resolve()} skipped: " in err
+    assert "did not finish within 0.5 s (does it block at import?)" in err
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("command", [["list"], ["check", "slow"]])
+def test_list_and_check_answer_within_seconds(blocking, command):
+    env = {**os.environ, registry.IMPORT_LIMIT_ENV: "1", "PYTHONPATH": str(ROOT)}
+    started = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench.py"), *command, "--methods-dir", str(blocking)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=100,
+    )
+    assert time.monotonic() - started < 60  # it was 120 s
+    assert (
+        "skipped: TimeoutError: its import did not finish within 1 s" in out.stderr
+        or "slow.py (its import did not finish within 1 s)" in out.stderr
+    ), out.stderr
+    assert "no answer after" not in out.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# Tasks are found as methods are: the packages of posbench/tasks/, of the folders of
+# ``POSBENCH_TASKS_PATH`` and the ``posbench.tasks`` entry points (posbench/core/registry/_tasks.py).
+# Listing names imports no task; asking for one imports its package alone.
+
+TASK_PY = textwrap.dedent("""
+    from pydantic import BaseModel
+
+    from posbench.core.registry import register_task
+    from posbench.core.task import Metric, Task, TaskSettings
+
+    from .run import run
+
+
+    class Params(BaseModel):
+        n: int = 1
+
+
+    TASK = register_task(Task(TaskSettings, Params, {{"x": Metric(title="X", unit="", doc="x", higher_is_better=True)}},
+                              run, name="{name}"))
+""")
+
+
+def write_task(folder, name, task_py=None):
+    """A task package ``folder/name`` in the shape of the built-in ones (its task.py imports its run.py)."""
+    package = folder / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from .task import TASK\n")
+    (package / "task.py").write_text(TASK_PY.format(name=name) if task_py is None else task_py)
+    (package / "run.py").write_text("def run(case):\n    return {'metrics': {'x': case.params.n}, 'series': {}}\n")
+    return package
+
+
+@pytest.fixture
+def task_path(tmp_path, monkeypatch):
+    """``add(folder)``: look for task packages in ``folder`` too, for one test."""
+
+    def add(folder):
+        monkeypatch.setenv(registry.TASKS_ENV_PATH, os.pathsep.join([str(folder), os.environ[registry.TASKS_ENV_PATH]]))
+        return folder
+
+    return add
+
+
+def test_a_users_task_package_is_listed_unimported_and_imported_alone(tmp_path, task_path):
+    folder = task_path(tmp_path / "mine")
+    write_task(folder, "mine")
+    write_task(folder, "_hidden")
+    broken = write_task(folder, "broken", "raise RuntimeError('boom at import')\n")
+    (folder / "notes").mkdir()  # a folder that is no package: not a task
+    assert {"mine", "broken", "efficiency"} <= set(tasks.names()) and "_hidden" not in tasks.names()
+    assert {"_hidden", "_testing"} <= set(tasks.names(include_hidden=True)) and "notes" not in tasks.names(True)
+    task = tasks.get("mine")
+    assert task.name == "mine" and task.module.__name__.startswith("posbench_tasks_mine_")
+    assert task.run(type("Case", (), {"params": task.Params(n=3)})) == {"metrics": {"x": 3}, "series": {}}
+    assert tasks.get("mine") is task  # imported once
+    assert not [m for m in sys.modules if m.startswith("posbench_tasks_broken_")]
+    for _ in range(2):  # asking again says why again
+        with pytest.raises(
+            RegistryError,
+            match=rf"^error importing task package {re.escape(str(broken.resolve()))}: "
+            r"RuntimeError: boom at import$",
+        ):
+            tasks.get("broken")
+    with pytest.raises(KeyError):
+        tasks.get("nowhere")
+    assert tasks.find("nowhere") is None
+
+
+def test_a_task_name_found_twice_names_both(tmp_path, task_path):
+    write_task(task_path(tmp_path / "one"), "efficiency")
+    with pytest.raises(
+        RegistryError,
+        match=rf"^duplicate task name 'efficiency': found in "
+        rf"{re.escape(str(registry.TASKS_DIR / 'efficiency'))} and in "
+        rf"{re.escape(str((tmp_path / 'one' / 'efficiency').resolve()))}$",
+    ):
+        tasks.names()
+
+
+def test_a_missing_tasks_folder_is_one_line(tmp_path, task_path):
+    task_path(tmp_path / "nowhere")
+    with pytest.raises(
+        RegistryError,
+        match=rf"^tasks folder {re.escape(str(tmp_path / 'nowhere'))} "
+        r"\(POSBENCH_TASKS_PATH\) does not exist or is not a folder$",
+    ):
+        tasks.names()
+
+
+def test_a_second_declaration_of_a_task_name_is_refused():
+    known = tasks.get("_testing")
+    with pytest.raises(
+        RegistryError,
+        match=rf"^duplicate task name '_testing': declared in {re.escape(os.path.realpath(known.module.__file__))} "
+        rf"and in {re.escape(os.path.realpath(__file__))}$",
+    ):
+        registry.register_task(known)
+    assert tasks.get("_testing") is known
+
+
+def test_the_testing_task_is_imported_under_one_name():
+    task = tasks.get("_testing")
+    where = os.path.realpath(task.module.__file__)
+    same = [m for m, mod in list(sys.modules.items()) if os.path.realpath(getattr(mod, "__file__", None) or "") == where]
+    assert same == [task.module.__name__] and where.endswith(os.path.join("tests", "helpers", "tasks", "_testing", "task.py"))
+
+
+@pytest.mark.subprocess
+def test_listing_tasks_imports_none_and_no_torch():
+    code = (
+        "import sys; from posbench import tasks; names = tasks.names(); "
+        "print(names, [m for m in sys.modules if m.startswith('posbench.tasks.') or m == 'torch'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(registry.TASKS_DIR.parents[1])},
+    ).stdout
+    assert out.startswith("['decode', 'efficiency', ") and out.rstrip().endswith("] []")
+
+
+@pytest.mark.subprocess
+def test_entry_point_task_group(tmp_path):
+    """A package declaring a task under the ``posbench.tasks`` entry-point group is found by its name."""
+    site = tmp_path / "site"
+    (site / "extpkg").mkdir(parents=True)
+    (site / "extpkg" / "__init__.py").write_text(
+        TASK_PY.format(name="ext_task").replace("from .run import run\n", "").replace("run, name=", "lambda case: {}, name=")
+    )
+    dist = site / "extpkg-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: extpkg\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[posbench.tasks]\next_task = extpkg\n")
+    code = (
+        "from posbench import tasks; print('ext_task' in tasks.names()); task = tasks.get('ext_task'); "
+        "print(task.name, task.module.__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": f"{site}{os.pathsep}{registry.TASKS_DIR.parents[1]}"},
+    ).stdout
+    assert out.split() == ["True", "ext_task", "extpkg"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 56: the registry tests pass in any order. At 0958d55 ``test_listing_agrees_with_importing_
+# for_the_builtin_methods`` failed after ``test_extra_folder_from_environment`` (the discovery cache
+# outlived the fixture that undid the environment). The whole file in order runs in every test run;
+# this guard runs it in reverse, in a fresh process (a cheap check: the registry tests only).
+
+REPO = Path(__file__).resolve().parents[2]
+REGISTRY_TESTS = "tests/core/test_registry.py"
+
+
+@pytest.mark.subprocess
+def test_the_registry_tests_pass_in_reverse_order():
+    tree = ast.parse((REPO / REGISTRY_TESTS).read_text())
+    ids = [
+        f"{REGISTRY_TESTS}::{node.name}"
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and node.name.startswith("test_")
+        and node.name != "test_the_registry_tests_pass_in_reverse_order"  # itself: no recursion
+    ]
+    assert len(ids) > 10
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0", *reversed(ids)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stdout[-3000:]
+    assert " passed" in ran.stdout and "failed" not in ran.stdout

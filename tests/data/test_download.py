@@ -1,10 +1,17 @@
 """The WikiText-103 download from the command line (issue 13's hardening): a file where the folder
 should be, an unreachable source, mirrors tried in order, --url and --archive; 127.0.0.1 only."""
 
+import os
+import time
+
 import pytest
 
 from posbench.cli import app as cli
+from posbench.data import download
+from posbench.data.corpus import DataError
+from posbench.data.download import DEADLINE_S, STALL_S, download_wikitext103
 from tests.helpers.archives import wikitext_zip_bytes  # served by the `server` fixture (tests/conftest.py)
+from tests.helpers.http_servers import Silent, Trickle, serving
 
 
 def test_download_into_a_file_is_one_line(tmp_path, capsys):
@@ -74,3 +81,130 @@ def test_download_url_and_archive_from_the_command_line(server, tmp_path, capsys
     last = capsys.readouterr().err.splitlines()[-1]  # after the progress lines
     assert last.startswith(f"DataError: download: checksum mismatch for {archive}: expected sha256")
     assert not (tmp_path / "c").exists() and archive.exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Every download is bounded (deadline, size cap, fetchable URL) and leaves no partial file,
+# whatever ends it (issue 26: hangs and unbounded memory).
+
+
+@pytest.fixture
+def trickle():
+    """A localhost server that sends one byte every 0.05 s, forever (a socket timeout never trips)."""
+    with serving(Trickle) as url:
+        yield url
+
+
+def test_a_trickling_server_meets_the_deadline(trickle, tmp_path):
+    dest = tmp_path / "w.zip.part"
+    began = time.monotonic()
+    with pytest.raises(DataError, match=r"took longer than 1 s"):
+        download._fetch(trickle, dest, timeout=5, quiet=True, deadline_s=1.0)
+    assert time.monotonic() - began < 10
+    assert not dest.exists()
+
+
+def test_an_endless_source_meets_the_size_cap(tmp_path):
+    dest = tmp_path / "zero.part"
+    with pytest.raises(DataError, match=r"sent more than 3000000 bytes"):
+        download._fetch("file:///dev/zero", dest, timeout=5, quiet=True, max_bytes=3_000_000)
+    assert not dest.exists()
+
+
+def test_the_default_cap_bounds_dev_zero_through_the_public_call(tmp_path, monkeypatch):
+    monkeypatch.setattr(download, "MAX_BYTES", 2_000_000)
+    monkeypatch.setattr(download._fetch, "__defaults__", (download.DEADLINE_S, 2_000_000))
+    with pytest.raises(DataError, match="sent more than 2000000 bytes"):
+        download.download_wikitext103(tmp_path / "d", url="file:///dev/zero", quiet=True)
+    assert not (tmp_path / "d").exists()  # the folders it made are gone with the partial file
+
+
+@pytest.mark.parametrize("url", ["", "   ", "ftp://example.org/w.zip", "not a url", "javascript:alert(1)"])
+def test_a_url_posbench_does_not_fetch_is_one_line(url, tmp_path):
+    with pytest.raises(DataError) as err:
+        download.download_wikitext103(tmp_path / "d", url=url, quiet=True)
+    assert "allowed: https://..." in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "d").exists()
+
+
+def test_ctrl_c_leaves_no_partial_file(tmp_path, monkeypatch):
+    dest = tmp_path / "zero.part"
+    calls = {"n": 0}
+    real = time.monotonic
+
+    def interrupt():
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise KeyboardInterrupt
+        return real()
+
+    monkeypatch.setattr(download.time, "monotonic", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        download._fetch("file:///dev/zero", dest, timeout=5, quiet=True)
+    assert not dest.exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# Hardening round 5 (issue 56): the download's silence limit is stated where a user waits: in
+# ``download --help`` and on the line each source starts with.
+
+
+def test_the_help_states_the_silence_limit(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["download", "--help"])
+    assert f"a source silent for {STALL_S:g} s, or too slow to finish within an hour" in capsys.readouterr().out
+    assert DEADLINE_S == 3600
+
+
+def test_each_source_starts_with_the_limit(tmp_path, capsys):
+    (tmp_path / "not-a-zip").write_bytes(b"x" * 10)
+    with pytest.raises(DataError):
+        download_wikitext103(tmp_path / "data", url=(tmp_path / "not-a-zip").as_uri())
+    assert f"(given up when silent for {STALL_S:g} s, or too slow to finish within 1 h" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------
+# A download fails after a stretch without progress, or on a rate too slow to finish, and a full
+# disk says so and leaves no partial file (posbench/data/download.py; issue 44, left from round 3).
+# Local HTTP servers started by the test trickle or go silent; the limits are made short.
+
+
+@pytest.fixture
+def silent():
+    with serving(Silent) as url:
+        yield url
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("silent", r"sent nothing for 0.5 s \(20 bytes so far\); stopped, the partial file was removed"),
+        ("trickle", r"KiB/s .*too slow to finish 190229076 bytes within 3600 s; stopped"),  # a byte every 0.05 s
+    ],
+)
+def test_a_silent_or_too_slow_source_fails_once_the_stall_limit_passed(request, tmp_path, source, message):
+    url, dest = request.getfixturevalue(source), tmp_path / "w.zip.part"
+    started = time.monotonic()
+    with pytest.raises(DataError, match=message):
+        download._fetch(url, dest, timeout=30, quiet=True, stall_s=0.5)
+    assert time.monotonic() - started < 10 and not dest.exists()
+
+
+def test_the_public_call_uses_the_stall_limit_and_leaves_nothing(silent, tmp_path, monkeypatch):
+    monkeypatch.setattr(download, "STALL_S", 0.5)
+    with pytest.raises(DataError, match=r"sent nothing for 0.5 s"):
+        download.download_wikitext103(tmp_path / "data", url=silent, quiet=True)
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_full_disk_says_so_and_removes_the_partial_file(tmp_path):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    dest = tmp_path / "w.zip.part"
+    os.symlink("/dev/full", dest)  # every write fails with ENOSPC, as on a full disk
+    with pytest.raises(DataError) as info:
+        download._fetch("file:///dev/zero", dest, timeout=5, quiet=True)
+    assert str(info.value).startswith(
+        f"download: no space left on {tmp_path} after 0 bytes of file:///dev/zero; the partial file was removed"
+    )
+    assert "offline" not in str(info.value) and not os.path.lexists(dest)

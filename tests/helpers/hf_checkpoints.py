@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 SENTENCES = [
     "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.",
     "The pass key is 71432. Remember it. 71432 is the pass key. What is the pass key? The pass key is",
@@ -62,3 +64,11 @@ def save_checkpoint(folder: Path, family: str, max_len: int = 32, **extra) -> Pa
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    """family -> folder of a tiny random-weight checkpoint and its tokenizer (save_pretrained)."""
+    pytest.importorskip("transformers", reason=NEEDS_HF)
+    root = tmp_path_factory.mktemp("hf")
+    return {family: save_checkpoint(root / family, family) for family in ("llama", "bloom", "mpt")}

@@ -81,7 +81,7 @@ def test_fox_equals_the_plain_reference(tq, tk, dtype):
     _, enc = m.encode_qk(q, k, 1, None)
     got_cached = m.attend(q, enc, v, pos[tk - tq :], pos, 1, None)  # keys as the cache holds them
     # float32's key column rounds each score at the magnitude of |F| (here up to ~100), as ALiBi's
-    # linear plan rounds at m L: its bound, 1e-4 (tests/attention/test_blocked_attention.py)
+    # linear plan rounds at m L: its bound, 1e-4 (tests/attention/test_blocked.py)
     tol = {torch.bfloat16: 2e-2, torch.float32: 1e-4, torch.float64: 1e-9}[dtype]
     torch.testing.assert_close(got.double(), want.double(), atol=tol, rtol=tol)
     torch.testing.assert_close(got_cached.double(), want.double(), atol=tol, rtol=tol)

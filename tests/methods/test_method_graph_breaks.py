@@ -1,6 +1,6 @@
 """Every registered method traces as one graph under torch.compile, in evaluation and in a training
 step, on the tiny model at lengths that cross the blocked plans with their threshold lowered (the
-mission and bias methods: ``tests/attention/test_graph_breaks.py``, helpers in
+mission and bias methods: ``tests/attention/test_routes.py``, helpers in
 tests/helpers/graph_breaks.py). Issue 45: the scaled rotary rows broke an evaluation 4 times (reading
 L_train and the last key position), fox 6 (evaluation) and 7 (training) on its path choice. The
 scaled rows now read both as Python ints, fox picks its path with ``torch.cond``; eager numbers are

@@ -22,7 +22,7 @@ L_TRAIN = 64
 STEPS = 300  # fewer and sinusoidal has not yet tied itself to the positions it saw
 BATCH = 16  # the extrapolation suite's cpu profile; about 1 CPU-minute of training per method
 # The mission's methods that run on a CPU; alibi_triton is the same function as alibi (the
-# conformance kit and tests/triton_kernels/test_alibi_triton.py check it against alibi's reference).
+# conformance kit and tests/triton_kernels/test_alibi_attention.py check it against alibi's reference).
 METHODS = ["nope", "sinusoidal", "rotary", "t5_bias", "alibi"]
 
 

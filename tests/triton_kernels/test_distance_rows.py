@@ -2,7 +2,7 @@
 plain PyTorch with the same bias materialised, the row's gradient included (TRITON_INTERPRET=1), and
 the plan that routes kerple_log and sandwich there on CUDA, through a fake at the boundary.
 
-Accuracy follows FlashAttention's rule as tests/triton_kernels/test_t5_triton.py does: against
+Accuracy follows FlashAttention's rule as tests/triton_kernels/test_t5_attention.py does: against
 float64, the kernel's error may be at most twice that of the same attention computed by PyTorch in
 the input dtype, plus a small slack. Fresh seeds; the seed is in every failure message.
 """

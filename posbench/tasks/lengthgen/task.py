@@ -87,7 +87,7 @@ METRICS = {
     **BUDGET_METRICS,
 }
 
-# The generators' names (posbench.data.algorithmic.TASKS, checked equal in tests/tasks/test_lengthgen.py),
+# The generators' names (posbench.data.algorithmic.TASKS, checked equal in tests/tasks/test_lengthgen_run.py),
 # written out: that module imports numpy, and `bench.py validate/list/--help` read Settings without it.
 TASK_NAMES = ("reverse", "duplicate", "parity", "modular_arithmetic", "missing_duplicate", "copy", "addition", "sort")
 TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]

@@ -1,7 +1,7 @@
 """The fused kernels' per-key bias (FoX's -F_j) and grouped-query attention, and the fox_triton
 method, against plain PyTorch references (under TRITON_INTERPRET=1).
 
-Accuracy follows FlashAttention's test rule as tests/triton_kernels/test_alibi_triton.py does: against
+Accuracy follows FlashAttention's test rule as tests/triton_kernels/test_alibi_attention.py does: against
 float64, the fused kernel's error (output, dQ, dK, dV and d key_bias) may be at most twice that of
 the same attention computed by PyTorch in the input dtype, plus a small slack. Inputs are fresh
 random numbers each run; the seed is in every failure message.

@@ -12,7 +12,7 @@ import torch
 from posbench.cli import app as cli
 from posbench.core.task import Unavailable
 from tests.helpers.cases import make_case
-from tests.helpers.hf_checkpoints import NEEDS_HF, SENTENCES
+from tests.helpers.hf_checkpoints import NEEDS_HF, SENTENCES, checkpoints  # noqa: F401  (session fixture)
 
 pytest.importorskip("transformers", reason=NEEDS_HF)
 

@@ -1,6 +1,6 @@
 """T5-Triton kernel and method against a float64 reference, dTable included (TRITON_INTERPRET=1).
 
-Accuracy follows FlashAttention's test rule (Dao et al. 2022), as tests/triton_kernels/test_alibi_triton.py does:
+Accuracy follows FlashAttention's test rule (Dao et al. 2022), as tests/triton_kernels/test_alibi_attention.py does:
 against float64, the fused kernel's error (output, dQ, dK, dV and dTable) may be at most twice that
 of the same attention computed by PyTorch in the input dtype, plus a small slack. Inputs are fresh
 random numbers each run; the seed is in every failure message. Lengths past 128 + one tile put

@@ -65,7 +65,7 @@ def test_efficiency_group_compiled_and_a_method_the_compiler_refuses(tmp_path, p
     assert ok["metrics"]["eval_compile_s"] > 0 and ok["metrics"]["train_compile_s"] > 0
     assert len(ok["series"]["train_wps_windows"]) == 2 and len(ok["series"]["eval_wps_windows"]) == 2
     assert ok["info"]["compile"].startswith("torch.compile (inductor, mode default)")
-    assert ok["info"]["compile_graph_breaks"] == "0"  # every mission method traces whole (tests/core/test_compile_graphs.py)
+    assert ok["info"]["compile_graph_breaks"] == "0"  # every mission method traces whole (tests/core/test_model.py)
     assert refused["status"] == "unavailable"
     assert refused["message"].startswith("torch.compile failed for refuses_compiler (eval): TorchRuntimeError:")
     assert "(RuntimeError: posbench_test::no_fake has no fake kernel)" in refused["message"]

@@ -11,7 +11,8 @@ from posbench.report.sections import collect_sections
 from posbench.report.tabulate import run_tables
 from posbench.run import suite as suitemod
 from posbench.tasks import find as find_task
-from posbench.tasks.efficiency.report import floor_tables
+from posbench.tasks.efficiency import run as effrun
+from posbench.tasks.efficiency.report import ABOVE_BASE, floor_tables
 from tests.helpers.report_rows import write_run
 
 # planted speeds relative to sinusoidal, the baseline
@@ -127,3 +128,101 @@ def test_the_cpu_profiles_run_nope(profile):
     suite = suitemod.resolve(suitemod.load("suites/efficiency.yaml"), profile)
     methods = {c.method for c in suite.cases("cpu")}
     assert "nope" in methods and suite.baseline == "sinusoidal"
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory above the resting footprint (issue 55 item 4): each efficiency row records its peaks less
+# the worker's footprint once the model and data are built, and the report shows that figure with
+# its ratio after the whole-process peak, which stays in the row.
+
+GIB = 2**30
+MIB = 2**20
+
+
+def test_the_peak_above_the_resting_footprint_is_the_peak_less_the_base():
+    metrics = {}
+    effrun._peak(metrics, "train", {"allocated": int(0.60 * GIB), "reserved": None}, int(0.55 * GIB))
+    assert metrics["peak_mem_train_bytes"] == int(0.60 * GIB)  # the whole process's, kept
+    assert metrics["peak_mem_train_above_base_bytes"] == int(0.60 * GIB) - int(0.55 * GIB)
+    effrun._peak(metrics, "eval", {"allocated": None, "reserved": None}, int(0.55 * GIB))
+    assert metrics["peak_mem_eval_above_base_bytes"] is None
+    # a memory process's figures reach the paired-windows rows with the others
+    assert set(ABOVE_BASE.values()) <= set(effrun.MEMORY_METRICS)
+
+
+def _row(method, whole, above=None):
+    metrics = {"train_wps": 1000.0, "peak_mem_train_bytes": whole, "mem_base_bytes": whole - (above or 0)}
+    if above is not None:
+        metrics["peak_mem_train_above_base_bytes"] = above
+    return {
+        "case_id": f"{method}/seq_len=64",
+        "suite": "efficiency",
+        "task": "efficiency",
+        "method": method,
+        "params": {"seq_len": 64},
+        "status": "ok",
+        "message": "",
+        "metrics": metrics,
+        "series": {},
+        "run_id": "run-m",
+        "git_commit": "abc",
+    }
+
+
+def test_the_report_shows_the_figure_above_the_footprint_with_its_ratio(tmp_path):
+    # 0.56 GiB for every method, of which the steps held 40 MiB (sinusoidal) or 80 MiB (t5_bias):
+    # the whole-process peak reads 1.07x, the peak above the footprint 2.00x
+    rows = [
+        _row("sinusoidal", int(0.56 * GIB), 40 * MIB),
+        _row("t5_bias", int(0.56 * GIB) + 40 * MIB, 80 * MIB),
+        _row("nope", int(0.56 * GIB) - 2 * MIB, 38 * MIB),
+    ]
+    run = write_run(tmp_path, rows, metrics=["train_wps", "peak_mem_train_bytes"], methods=["sinusoidal", "t5_bias", "nope"])
+    tables = floor_tables(rowsmod.load_runs(run, find_task=find_task))
+    names = [t.metric for t in tables]
+    assert names.index("peak_mem_train_above_base_bytes") == names.index("peak_mem_train_bytes") + 1
+    whole, above = (next(t for t in tables if t.metric == m) for m in ("peak_mem_train_bytes", "peak_mem_train_above_base_bytes"))
+    assert whole.cell("t5_bias", 64).ratio == pytest.approx((0.56 * GIB + 40 * MIB) / (0.56 * GIB), rel=1e-6)
+    assert above.cell("t5_bias", 64).ratio == pytest.approx(2.0)
+    assert above.cell("t5_bias", 64).text.startswith("0.0781 GiB (2.00x)") and "[2.11x]" in above.cell("t5_bias", 64).text
+    assert above.title.startswith("Peak training memory above the resting footprint (GiB)")
+    # rows made before posbench measured it: no table of n/a
+    old = [_row(m, int(0.56 * GIB)) for m in ("sinusoidal", "t5_bias")]
+    run = write_run(tmp_path / "old", old, metrics=["train_wps", "peak_mem_train_bytes"])
+    assert "peak_mem_train_above_base_bytes" not in [t.metric for t in floor_tables(rowsmod.load_runs(run, find_task=find_task))]
+
+
+# -- model FLOPs utilisation (issue 54 item 5) -------------------------------------------------
+
+
+def test_each_training_row_counts_its_flops_and_an_unknown_peak_is_no_zero():
+    import torch
+
+    from posbench.core.config import model_config
+    from posbench.core.model import build_model
+    from posbench.engine.flops import train_flops_per_step
+
+    model = build_model(model_config("tiny", "alibi"))
+    metrics, info = {"train_wps": 1000.0, "world_size": 1}, {}
+    effrun._model_flops(metrics, info, model, 64, torch.device("cpu"), "float32")
+    from posbench.core import registry
+
+    expected = train_flops_per_step(registry.get("alibi"), model.cfg, 64, 1) / 64
+    assert metrics["train_flops_per_token"] == expected and metrics["train_mfu"] is None
+    assert info["mfu_peak"] == "unknown peak: cpu has no float32 entry in posbench.engine.peaks"
+
+
+def test_the_mfu_table_says_unknown_peak_plainly_or_the_share_of_a_known_one(tmp_path):
+    rows = [_row("sinusoidal", int(0.56 * GIB), 40 * MIB), _row("nope", int(0.56 * GIB), 38 * MIB)]
+    rows[0]["metrics"].update(train_flops_per_token=5.31e6, train_mfu=None)
+    rows[0]["info"] = {"mfu_peak": "unknown peak: cpu has no float32 entry in posbench.engine.peaks"}
+    rows[1]["metrics"].update(train_flops_per_token=5.2e6, train_mfu=0.413)  # as a GPU row would say
+    rows[1]["info"] = {"mfu_peak": "NVIDIA H200, bfloat16 dense peak 989.4 TFLOP/s"}
+    run = write_run(tmp_path, rows, metrics=["train_wps"], methods=["sinusoidal", "nope"])
+    tables = floor_tables(rowsmod.load_runs(run, find_task=find_task))
+    assert [t.metric for t in tables][:2] == ["train_wps", "train_mfu"]
+    mfu = tables[1]
+    assert mfu.cell("sinusoidal", 64).text == "unknown peak (5.31M FLOP/token)"
+    assert mfu.cell("nope", 64).text == "41.3% (5.20M FLOP/token)"
+    assert mfu.baseline is None and "No floor" not in mfu.caption
+    assert "Peaks: unknown peak: cpu has no float32 entry in posbench.engine.peaks; NVIDIA H200" in mfu.caption
