@@ -96,15 +96,15 @@ def readme_list(text: str, heading: str) -> list[str]:
 
 def module_test_names(root: Path, folder: str) -> dict[str, str]:
     """{test file name: the module it tests} for tests/<folder>/: ``posbench/<folder>/a/b.py`` is tested by
-    ``test_a_b.py``, a package ``posbench/<folder>/a/__init__.py`` by ``test_a.py``; tests/methods/ by
-    the top-level ``methods/<name>.py``."""
+    ``test_a_b.py``, a package ``posbench/<folder>/a/__init__.py`` by ``test_a.py`` (the package's own
+    ``__init__.py`` by ``test_<folder>.py``); tests/methods/ by the top-level ``methods/<name>.py``."""
     base = root / "methods" if folder == "methods" else root / "posbench" / folder
     names = {}
     for path in sorted(base.rglob("*.py")):
         parts = path.relative_to(base).with_suffix("").parts
         if parts[-1] == "__init__":
-            parts = parts[:-1]
-        if parts and "__pycache__" not in parts:
+            parts = parts[:-1] or (folder,)  # the package's own front: tests/tasks/test_tasks.py
+        if "__pycache__" not in parts:
             names["test_" + "_".join(parts) + ".py"] = str(path.relative_to(root))
     return names
 
@@ -163,11 +163,13 @@ def test_the_filing_rule_accepts_module_names_journeys_and_project_checks(tmp_pa
             "posbench/run/schedule.py": "",
             "posbench/run/suite/__init__.py": "",
             "posbench/run/suite/loading.py": "",
+            "posbench/run/__init__.py": "",
             "methods/rotary.py": "",
             f"{T}/README.md": PLANTED_README,
             f"{T}/run/test_schedule.py": "",
             f"{T}/run/test_suite.py": "",
             f"{T}/run/test_suite_loading.py": "",
+            f"{T}/run/test_run.py": "",
             f"{T}/methods/test_rotary.py": "",
             f"{T}/cli/test_journey.py": "",
             f"{T}/project/test_docs.py": "",
