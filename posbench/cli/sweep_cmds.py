@@ -16,7 +16,9 @@ from pathlib import Path
 
 from posbench.cli.run_output import EXIT_CASES_FAILED, FAILED_STATUSES, failed_exit, short_message
 from posbench.run.pool import PoolError
+from posbench.run.sweep_state import UnitLine, units_of
 from posbench.store.launched_sweep import RECORD_FILE
+from posbench.store.run_rows import case_rows
 
 SWEEP_EXAMPLES = [
     ("python bench.py --suite {suite} --gpus all", "a unit (a grid point's methods) per GPU"),
@@ -138,7 +140,7 @@ def launch_sweep(args, suite, options) -> int:
             tqdm.write(f"[{count[0]}/{total}] " + case_line(row, suite.metrics), file=sys.stdout)
 
     try:
-        slurm.follow(out, on_row, poll_s=slurm.POLL_S[options.launcher])
+        states, sweep = slurm.follow(out, on_row, poll_s=slurm.POLL_S[options.launcher])
     except KeyboardInterrupt:
         bar.close()
         print(f"\nstopped following; the tasks keep running: python bench.py status {out.run_dir}", file=sys.stderr)
@@ -149,19 +151,27 @@ def launch_sweep(args, suite, options) -> int:
 
         wanted = {c.id for c in suite.cases(options.device, out.run_id)}
         print_tables(out.run_dir, out.run_id, wanted, suite, options.device, show=not args.quiet)
-    return print_status(out.run_dir, args.allow_failures, quiet=args.quiet)
+    # The sweep as follow last read it: what ``bench.py status`` would print, not read back again.
+    rows = list(case_rows(sweep.rows.values()).values())
+    return print_units(out.run_dir, sweep.record, units_of(sweep, states), rows, args.allow_failures, args.quiet)
 
 
 def print_status(run_dir: Path, allow_failures: bool = False, quiet: bool = False) -> int:
-    """Per unit of a launched sweep: queued / running / done / failed, and the command that
-    resubmits what failed (``quiet``: the one summary line); a run folder that was not launched:
-    ``print_run_status``. ``EXIT_CASES_FAILED`` when a case or a unit failed, unless ``allow_failures``."""
+    """Per unit of a launched sweep: queued / running / done / failed (``print_units``); a run
+    folder that was not launched: ``print_run_status``."""
     from posbench.run import sweep_state as state
 
     found = state.status(run_dir)
     if found is None:
         return print_run_status(run_dir, allow_failures, quiet)
     record, units = found
+    return print_units(run_dir, record, units, _case_rows(run_dir), allow_failures, quiet)
+
+
+def print_units(run_dir: Path, record: dict, units: list[UnitLine], rows: list[dict], allow_failures: bool, quiet: bool) -> int:
+    """Per unit of a launched sweep (``sweep_state.units_of``): queued / running / done / failed,
+    and the command that resubmits what failed (``quiet``: the one summary line).
+    ``EXIT_CASES_FAILED`` when a case (of ``rows``, one per case) or a unit failed, unless ``allow_failures``."""
     lines, counts = [], {"queued": 0, "running": 0, "done": 0, "failed": 0}
     for key, unit, s, word, n in units:
         counts[word] += 1
@@ -178,7 +188,7 @@ def print_status(run_dir: Path, allow_failures: bool = False, quiet: bool = Fals
         print(f"resubmit what failed: {resubmit_command(record.get('command') or [], run_dir.name)}")
     if allow_failures:  # what failed is in the lines above: no note to add
         return 0
-    code = failed_exit(_case_rows(run_dir), False)
+    code = failed_exit(rows, False)
     if code == 0 and counts["failed"]:  # a unit that ended without rows
         print(f"{counts['failed']} unit(s) failed; exit status {EXIT_CASES_FAILED} (--allow-failures gives 0)", file=sys.stderr)
         return EXIT_CASES_FAILED

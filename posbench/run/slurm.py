@@ -349,24 +349,31 @@ def _submit_specs(out: Submitted, specs: list[dict], ex) -> None:
     launched_sweep.write_record(out.run_dir, out.record)  # status finds the jobs from here
 
 
-def follow(out: Submitted, on_row: Optional[Callable[[dict], None]] = None, poll_s: float = 2.0) -> dict[str, state.JobState]:
+def follow(
+    out: Submitted, on_row: Optional[Callable[[dict], None]] = None, poll_s: float = 2.0
+) -> tuple[dict[str, state.JobState], launched_sweep.Sweep]:
     """Until every submitted task has ended: rows as they land (``on_row``), failure rows for tasks
-    that died (``sweep_state.settle``), and, for the local launcher, the next tasks as slots free."""
+    that died (``sweep_state.settle_units``), and, for the local launcher, the next tasks as slots
+    free. Returns each unit's last state and the sweep as the folder then holds it (its last
+    read prints the rows files' skipped lines): what ``bench.py status`` would read back."""
     seen: set = set()
     while True:
-        states, now = state.settled(launched_sweep.Sweep.of(out.run_dir, out.record))
+        states = state.settle_units(launched_sweep.Sweep.of(out.run_dir, out.record))
+        active = sum(1 for s in states.values() if s.active and s.state != "WAITING")
+        ended = not active and not out.waiting
+        # Read after asking the states: a row that landed meanwhile is not missed.
+        now = launched_sweep.Sweep.of(out.run_dir, out.record, warn=ended)
         for key, unit in out.record["units"].items():
             for cid, rnd, row in now.landed[key]:
                 if (key, cid, rnd) not in seen:
                     seen.add((key, cid, rnd))
                     if on_row is not None:
                         on_row(row)
-        active = sum(1 for s in states.values() if s.active and s.state != "WAITING")
         if out.waiting and active < out.parallelism:
             free = out.parallelism - active
             batch, out.waiting = out.waiting[:free], out.waiting[free:]
             _submit_specs(out, batch, out.executor)
             continue
-        if not active and not out.waiting:
-            return states
+        if ended:
+            return states, now
         time.sleep(poll_s)

@@ -162,8 +162,15 @@ def settle(run_dir: Path, record: dict) -> dict[str, JobState]:
 
 
 def settled(sweep: Sweep, warn: bool = False) -> tuple[dict[str, JobState], Sweep]:
-    """Each unit's state, and the sweep read again after asking: for a task that ended without
-    finishing, a failure row per case it left without one (``Sweep.settle``, one call a unit)."""
+    """Each unit's state (``settle_units``), and the sweep read again after asking: a row that
+    landed meanwhile is not missed. ``warn``: that read prints the rows files' skipped lines."""
+    states = settle_units(sweep)
+    return states, Sweep.of(sweep.run_dir, sweep.record, warn)
+
+
+def settle_units(sweep: Sweep) -> dict[str, JobState]:
+    """Each unit's state; for a task that ended without finishing, a failure row per case it left
+    without one (``Sweep.settle``, one call a unit)."""
     states: dict[str, JobState] = {}
     for key, unit in sweep.record["units"].items():
         state = states[key] = job_state(sweep.record, unit, key in sweep.done)
@@ -179,21 +186,26 @@ def settled(sweep: Sweep, warn: bool = False) -> tuple[dict[str, JobState], Swee
         tell = lock_may_tell(sweep.record, unit, state)
         if sweep.settle(unit, STATUS_OF_STATE.get(state.state, "error"), message, info, ask_lock=tell) and tell:
             states[key] = HOLDS_LOCK
-    # Read after asking the states: a row that landed meanwhile is not missed.
-    return states, Sweep.of(sweep.run_dir, sweep.record, warn)
+    return states
 
 
-def status(run_dir: Path) -> Optional[tuple[dict, list[tuple[str, dict, JobState, str, int]]]]:
-    """``(record, [(key, unit, state, queued|running|done|failed, cases with a row)])``, failure
-    rows written first (``settled``); None when the run was never launched."""
+UnitLine = tuple[str, dict, JobState, str, int]  # (key, unit, state, queued|running|done|failed, cases with a row)
+
+
+def status(run_dir: Path) -> Optional[tuple[dict, list[UnitLine]]]:
+    """``(record, units_of(...))`` of the sweep as its folder holds it, failure rows written
+    first (``settled``); None when the run was never launched."""
     check_folder(run_dir)  # no link followed, before anything is read or written
     sweep = Sweep.read(run_dir)
     if sweep is None:
         return None
     states, sweep = settled(sweep, warn=True)
-    return sweep.record, [
-        (key, unit, states[key], *unit_status(states[key], unit, sweep.rows)) for key, unit in sweep.record["units"].items()
-    ]
+    return sweep.record, units_of(sweep, states)
+
+
+def units_of(sweep: Sweep, states: dict[str, JobState]) -> list[UnitLine]:
+    """Per unit of a settled sweep: ``(key, unit, state, queued|running|done|failed, cases with a row)``."""
+    return [(key, unit, states[key], *unit_status(states[key], unit, sweep.rows)) for key, unit in sweep.record["units"].items()]
 
 
 def unit_status(state: JobState, unit: dict, rows: dict) -> tuple[str, int]:
