@@ -1,95 +1,70 @@
-"""The faster code paths of the built-in methods equal their plain reference computations.
+"""T5's relative position bias (methods/t5_bias.py): the buckets of the published function, one
+table for every layer, and its fast path (explicit attention with the bias gathered once per
+forward) against the plain per-layer formulation: several seeds, odd lengths, float32 and
+bfloat16, outputs and gradients."""
 
-Each fast path (T5's explicit attention with a bias gathered once per forward, rotary's fused
-rotation) is compared with the straightforward formula on random inputs: several seeds, odd
-lengths, float32 and bfloat16, outputs and gradients.
-"""
-
+import importlib
 import math
 
 import pytest
 import torch
 
 from posbench.core import registry
-from posbench.core.masked import causal_attention, causal_explicit_attention, causal_mask, mask_bias
+from posbench.core.masked import causal_attention, causal_mask
 from posbench.core.method import ModelConfig
 from posbench.core.model import build_model, lm_loss
-
-DTYPES = [torch.float32, torch.bfloat16]
-TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}
-
-
-def method(name, **cfg):
-    return registry.build(ModelConfig(method=name, **{"d_model": 96, "n_heads": 3, **cfg}))
+from tests.helpers.fast_paths import DTYPES, TOL, assert_same_gradients, fast_path_method, fast_path_qkv, float64_attention
+from tests.helpers.methods import model_method
 
 
-def qkv(seed, b, h, tq, tk, d, dtype):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, h, tq, d, generator=g)
-    k, v = (torch.randn(b, h, tk, d, generator=g) for _ in range(2))
-    return [x.to(dtype).requires_grad_() for x in (q, k, v)]
+def test_t5_buckets_match_published_function():
+    t5 = importlib.import_module(registry.get("t5_bias").__module__)
+    d = torch.tensor([0, 1, 5, 15, 16, 17, 20, 31, 32, 45, 63, 64, 90, 127, 128, 500, 10_000])
+    # Values of T5's _relative_position_bucket(-d, bidirectional=False, 32, 128), worked by hand:
+    # d < 16 -> d; else 16 + floor(log(d / 16) / log(8) * 16), capped at 31.
+    expected = [0, 1, 5, 15, 16, 16, 17, 21, 21, 23, 26, 26, 29, 31, 31, 31, 31]
+    assert t5.relative_position_bucket(d).tolist() == expected
+    for n in d.tolist():
+        want = n if n < 16 else min(31, 16 + int(math.log(n / 16) / math.log(8) * 16))
+        assert t5.relative_position_bucket(torch.tensor([n])).item() == want
+    assert t5.relative_position_bucket(torch.tensor([-3])).item() == 0  # future keys
+    assert t5.relative_position_bucket(torch.tensor([20.7])).item() == 17  # floats are floored
 
 
-def reference_attention(q, k, v, bias):
-    """float64 softmax(q k^T / sqrt(d) + bias, causal) v; bias (H, Tq, Tk) or None."""
-    q, k, v = q.double(), k.double(), v.double()
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if bias is not None:
-        scores = scores + bias.double()
-    tq, tk = q.shape[-2], k.shape[-2]
-    scores = scores.masked_fill(~causal_mask(tq, tk, "cpu"), float("-inf"))
-    return torch.softmax(scores, -1) @ v
+def test_t5_bias_table_shared_by_layers_and_unscaled():
+    torch.manual_seed(0)
+    m = model_method("t5_bias")
+    assert m.table.weight.shape == (32, 4)
+    with torch.no_grad():
+        m.table.weight.normal_()
+    b, h, t, d = 1, 4, 6, 16
+    q, k, v = (torch.randn(b, h, t, d) for _ in range(3))
+    pos = torch.arange(t)
+    out0, out5 = m.attend(q, k, v, pos, pos, 0), m.attend(q, k, v, pos, pos, 5)
+    torch.testing.assert_close(out0, out5)  # one table for every layer
+    bias = m.table.weight[(pos[:, None] - pos[None, :]).clamp(min=0)].permute(2, 0, 1).double()
+    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(d) + bias
+    scores = scores.masked_fill(~causal_mask(t, t, "cpu"), float("-inf"))
+    torch.testing.assert_close(out0.double(), torch.softmax(scores, -1) @ v.double(), rtol=1e-5, atol=1e-5)
 
 
-def grads(out, tensors, seed):
-    g = torch.Generator().manual_seed(seed + 100)
-    upstream = torch.randn(out.shape, generator=g, dtype=torch.float64)
-    return torch.autograd.grad((out.double() * upstream).sum(), tensors)
-
-
-def assert_same_gradients(out, ref, tensors, seed, dtype):
-    """The gradients of out and of its reference with respect to ``tensors`` agree, relative to
-    the reference's largest entry (one random upstream gradient, the same for both)."""
-    for a, b in zip(grads(out, tensors, seed), grads(ref, tensors, seed)):
-        scale = max(1.0, b.abs().max().item())
-        torch.testing.assert_close(a.double() / scale, b.double() / scale, **TOL[dtype])
-
-
-# --- explicit attention over causal row blocks ---------------------------------------------------
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize(
-    "seed, tq, tk", [(0, 128, 128), (1, 131, 131), (2, 255, 255), (3, 197, 230), (4, 300, 300), (5, 1, 150), (6, 63, 63)]
-)
-def test_causal_explicit_attention_equals_reference(seed, tq, tk, dtype):
-    q, k, v = qkv(seed, 2, 3, tq, tk, 16, dtype)
-    g = torch.Generator().manual_seed(seed + 50)
-    bias = (torch.randn(3, tq, tk, generator=g) * 2).to(dtype).requires_grad_()
-    out = causal_explicit_attention(q, k, v, mask_bias(bias))
-    assert out.dtype == dtype and out.shape == q.shape
-    ref = reference_attention(q, k, v, bias)
-    torch.testing.assert_close(out.double(), ref, **TOL[dtype])
-    assert_same_gradients(out, ref, (q, k, v, bias), seed, dtype)
-
-
-# --- T5 bias -----------------------------------------------------------------------------------
+# --- the fast path: the bias gathered once per forward ------------------------------
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("seed, tq, tk", [(0, 7, 7), (1, 13, 13), (2, 33, 33), (3, 5, 19), (4, 1, 9)])
 def test_t5_attend_equals_reference(seed, tq, tk, dtype):
-    m = method("t5_bias").to(dtype)
+    m = fast_path_method("t5_bias").to(dtype)
     with torch.no_grad():
         m.table.weight.normal_(0, 0.5, generator=torch.Generator().manual_seed(seed))
-    q, k, v = qkv(seed, 2, 3, tq, tk, 32, dtype)
+    q, k, v = fast_path_qkv(seed, 2, 3, tq, tk, 32, dtype)
     pos = torch.arange(tk)
     out = m.attend(q, k, v, pos[-tq:], pos, 0)
     assert out.dtype == dtype and out.shape == q.shape
     # reference: the table gathered per (i, j) bucket, in float64
     w = m.table.weight
     bias = w[m.buckets(pos[-tq:], pos)].permute(2, 0, 1)
-    ref = reference_attention(q, k, v, bias)
+    ref = float64_attention(q, k, v, bias)
     torch.testing.assert_close(out.double(), ref, **TOL[dtype])
     assert_same_gradients(out, ref, (q, k, v, w), seed, dtype)
 
@@ -146,7 +121,7 @@ def test_t5_repeated_forwards_accumulate_and_never_reuse_a_freed_graph():
     torch.testing.assert_close(model.method.table.weight.grad, 2 * once)
     # direct calls of attend after a model forward recompute their bias
     m = model.method
-    q, k, v = qkv(0, 1, 3, 11, 11, 32, torch.float32)
+    q, k, v = fast_path_qkv(0, 1, 3, 11, 11, 32, torch.float32)
     pos = torch.arange(11)
     for layer in (1, 2, 1):
         m.attend(q, k, v, pos, pos, layer).sum().backward()
@@ -165,47 +140,3 @@ def test_t5_bias_follows_an_optimizer_step():
         lm_loss(logits, idx[:, 1:]).backward()
         opt.step()
         opt.zero_grad()
-
-
-# --- rotary ------------------------------------------------------------------------------------
-
-
-def _rotate_reference(x, cos, sin):
-    """The textbook rotation of channel pairs (i, i + hd/2), in float64."""
-    x1, x2 = x.double().chunk(2, dim=-1)
-    cos, sin = cos.double(), sin.double()
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize(
-    "seed, tq, tk, floats", [(0, 7, 7, False), (1, 13, 13, False), (2, 33, 33, True), (3, 5, 19, False), (4, 1, 9, True)]
-)
-def test_rotary_attend_equals_reference(seed, tq, tk, floats, dtype):
-    m = method("rotary").to(dtype)
-    q, k, v = qkv(seed, 2, 3, tq, tk, 32, dtype)
-    pos = torch.arange(tk) * (0.37 if floats else 1) + 3
-    out = m.attend(q, k, v, pos[-tq:], pos, 0)
-    assert out.dtype == dtype and out.shape == q.shape
-    ang = pos.double()[:, None] * m.inv_freq.double()[None, :]
-    cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)  # the method rounds cos/sin to the compute dtype
-    ref = reference_attention(_rotate_reference(q, cos[-tq:], sin[-tq:]), _rotate_reference(k, cos, sin), v, None)
-    torch.testing.assert_close(out.double(), ref, **TOL[dtype])
-    assert_same_gradients(out, ref, (q, k, v), seed, dtype)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
-def test_rotary_rotate_and_its_gradient_on_strided_inputs(dtype):
-    rot = method("rotary", d_model=48, n_heads=3)
-    g = torch.Generator().manual_seed(7)
-    base = torch.randn(2, 11, 3 * 48, generator=g).to(dtype).requires_grad_()
-    x = base[..., 48:96].view(2, 11, 3, 16).transpose(1, 2)  # a strided (B, H, T, hd) view, as in the model
-    cos, sin = rot._cos_sin(torch.arange(11), dtype)
-    out = rot.rotate(x, cos, sin)
-    ref = _rotate_reference(x, cos, sin)
-    tol = TOL.get(dtype, dict(rtol=1e-10, atol=1e-12))
-    torch.testing.assert_close(out.double(), ref, **tol)
-    (got,) = grads(out, (base,), 0)
-    (want,) = grads(ref, (base,), 0)
-    torch.testing.assert_close(got.double(), want.double(), **tol)
-    assert got[..., :48].abs().max() == 0 and got[..., 96:].abs().max() == 0
