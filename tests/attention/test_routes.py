@@ -13,8 +13,18 @@ import torch._dynamo
 
 from posbench.attention import routes
 from posbench.attention.form import BiasForm
+from posbench.core import registry
 from posbench.core.model import TransformerLM, build_model, model_config
-from tests.helpers.graph_breaks import BIAS, LENGTHS, MISSION, break_reasons, fresh_dynamo, short_blocks, traced  # noqa: F401
+from tests.helpers.graph_breaks import (  # noqa: F401  (fresh_dynamo: autouse fixture)
+    BIAS,
+    LENGTHS,
+    MISSION,
+    break_reasons,
+    fresh_dynamo,
+    short_blocks,
+    traced,
+    trained_tiny_model,
+)
 
 OTHERS = ["nope", "xpos", "learned", "p_rope", "randomized", "rope_nope_hybrid"]
 # The blocked plans at their own threshold and block size once (t5_bias at L 1024: 16 blocks of 64
@@ -108,3 +118,58 @@ def test_alibi_takes_the_linear_plan_compiled_as_eager():
         model(x)
         torch.compile(model, backend="eager")(x)
     assert seen == [routes.LinearRoute, routes.LinearRoute]
+
+
+# --- every other registered method, its modifiers and their compositions ------------------------
+# Issue 45: the scaled rotary rows broke an evaluation 4 times (reading L_train and the last key
+# position), fox 6 (evaluation) and 7 (training) on its path choice. The scaled rows now read both
+# as Python ints (tests/methods/test_rotary.py), fox picks its path with ``torch.cond``
+# (tests/methods/test_fox.py); eager numbers are unchanged and the traced ones equal them.
+
+# Registered methods that cannot trace whole: name -> (evaluation's, training's break reasons, the
+# first line of each as ``break_reasons`` gives them), each documented in docs/attention-plans.md ("Under
+# torch.compile"). Every registered method traces today.
+CANNOT_TRACE: dict[str, tuple[list[str], list[str]]] = {}
+
+METHODS = sorted(set(registry.names()) - set(MISSION + BIAS)) + [f"rotary+{m}" for m in sorted(registry.modifiers())]
+METHODS += ["rotary+ssmax+qknorm+sink+gate"]  # every modifier at once
+# Issue 58's methods and compositions trace at one length, LENGTHS[0] (128: path's two 64-position
+# blocks), to keep make test's time: the other lengths cross no plan of theirs.
+ONE_LENGTH = dict.fromkeys(
+    ["fope", "pope", "stickbreaking", "path", "path_fox", "rnope_swa", "swan", "irope"]
+    + ["rotary+gate", "rotary+qknorm", "rotary+sink", "rotary+ssmax+qknorm+sink+gate"],
+    LENGTHS[0],
+)
+# Tracing takes seconds per method: the fast run traces fox and one scaled row in blocks (the value
+# tests of tests/methods/test_rotary.py trace every row, fullgraph); the slow tests every method at
+# every length.
+FAST = ("fox", "rotary_yarn")
+
+
+@pytest.mark.parametrize(
+    "length, name",
+    [
+        pytest.param(length, name, marks=[] if length == LENGTHS[0] and name in FAST else pytest.mark.slow)
+        for length in LENGTHS
+        for name in METHODS
+        if ONE_LENGTH.get(name, length) == length
+    ],
+)
+def test_every_method_traces_in_one_graph(name, length, monkeypatch):
+    """Evaluation (a scaled row below, just beyond and twice beyond its L_train) and a training
+    step's forward and backward: no break, or exactly the documented ones."""
+    short_blocks(monkeypatch)
+    model = trained_tiny_model(name)
+    x = torch.randint(0, 256, (2, length))
+    with torch.no_grad():
+        evaluation = break_reasons(model.eval(), x)
+    torch._dynamo.reset()
+    training = break_reasons(lambda x: model.train()(x).float().square().mean(), x)
+    assert (evaluation, training) == CANNOT_TRACE.get(name, ([], []))
+
+
+def test_methods_that_cannot_trace_are_registered_and_documented():
+    with open("docs/attention-plans.md") as f:
+        doc = f.read().split("### Under torch.compile")[1].split("\n### ")[0]
+    for name in CANNOT_TRACE:
+        assert name in registry.names() and f"`{name}`" in doc

@@ -2,12 +2,14 @@
 
 import pytest
 import torch
+import yaml
 
 from posbench.core import conformance as testing
 from posbench.core import registry
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.outcome import Unavailable
 from posbench.core.registry import register
+from posbench.run.suite.loading import SUITES_DIR
 from tests.helpers.marks import SLOW_WHEN_INTERPRETED, interpreted
 
 METHODS = registry.names()
@@ -218,3 +220,21 @@ def test_run_each_gives_each_outcome_before_running_the_next_check(temporary_met
     each = testing.run_each(name, dtypes=(torch.float32,))
     assert next(each) == ("shapes/float32", None) and ran == [testing.CHECKS["shapes"]]
     assert [key for key, _ in each] == [f"{c}/float32" for c in testing.CHECKS][1:]
+
+
+def _suite_compositions() -> list[str]:
+    """Every composed name a suite file or one of its profiles lists."""
+    names = set()
+    for path in SUITES_DIR.glob("*.yaml"):
+        data = yaml.safe_load(path.read_text())
+        for holder in [data, *(data.get("profiles") or {}).values()]:
+            methods = holder.get("methods") or []
+            names |= {m for m in (methods if isinstance(methods, list) else []) if "+" in m}
+    return sorted(names)
+
+
+@pytest.mark.parametrize("name", _suite_compositions() + ["rotary+qknorm+gate"])
+def test_compositions_the_suites_name_pass_the_kit(name):
+    for check, fn in testing.CHECKS.items():
+        if testing.unavailable(name, torch.float32) is None:
+            fn(name, torch.float32, "cpu")

@@ -677,6 +677,44 @@ def test_ssmax_counts_only_the_keys_in_the_window():
     torch.testing.assert_close(got, want)
 
 
+def test_presets_have_the_papers_shapes():
+    wt = model_config("wt103", "alibi")
+    assert (wt.n_layers, wt.d_model, wt.n_heads, wt.d_ff) == (16, 1024, 8, 4096)
+    cc = model_config("cc100-1.3b", "alibi")
+    assert (cc.n_layers, cc.d_model, cc.n_heads, cc.d_ff) == (25, 2048, 16, 8192)
+    tiny = build_model(model_config("tiny", "sinusoidal"))
+    assert 0.5e6 < tiny.num_parameters() < 1.5e6
+    assert tiny.tok.weight is not None and tiny.tok.weight.data_ptr() == tiny.tok.weight.data_ptr()
+
+
+def test_model_ties_embeddings_and_rejects_bad_config():
+    model = build_model(model_config("tiny", "nope", n_layers=1))
+    idx = torch.randint(0, 256, (1, 4))
+    logits = model(idx)
+    x = model.ln_f(model.blocks[0](model.tok(idx) * 128**0.5, model.method, torch.arange(4), torch.arange(4), None, None))
+    torch.testing.assert_close(logits, x @ model.tok.weight.T)
+    with pytest.raises(ValueError, match="unknown model preset 'huge'; allowed: tiny, small"):
+        model_config("huge")
+    with pytest.raises(ValueError, match="unknown model option"):
+        model_config("tiny", layers=3)
+    with pytest.raises(ValueError, match="divisible by n_heads"):
+        model_config("tiny", n_heads=3)
+    with pytest.raises(ValueError, match="pos must have shape"):
+        model(idx, pos=torch.arange(5))
+
+
+def test_methods_work_under_inference_mode():
+    """Evaluation runs under torch.inference_mode, whose tensors keep no version counter."""
+    for name in ("alibi", "rotary", "t5_bias"):
+        model = build_model(model_config("tiny", name, n_layers=1))
+        idx = torch.randint(0, 256, (1, 12))
+        with torch.no_grad():
+            expected = model(idx)
+        with torch.inference_mode():
+            torch.testing.assert_close(model(idx), expected)
+            torch.testing.assert_close(model(idx, pos=torch.arange(12)), expected)
+
+
 # --------------------------------------------------------------------------------------------------
 # Under torch.compile, the mission's methods trace as one graph, as sinusoidal does: a graph break
 # per layer (a cache keyed on storage pointers, an out= write into a view) would put Python between

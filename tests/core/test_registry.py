@@ -557,3 +557,25 @@ def test_the_registry_tests_pass_in_reverse_order():
     )
     assert ran.returncode == 0, ran.stdout[-3000:]
     assert " passed" in ran.stdout and "failed" not in ran.stdout
+
+
+@pytest.mark.parametrize(
+    "name,allowed",
+    [
+        ("rotary+gate+qknorm", "rotary+qknorm+gate"),
+        ("rotary+qknorm+ssmax", "rotary+ssmax+qknorm"),
+        ("nope+sink+gate+gate", "nope+sink+gate"),
+        ("alibi+gate+gate", "alibi+gate"),
+    ],
+)
+def test_modifiers_compose_in_one_fixed_order(name, allowed):
+    with pytest.raises(registry.RegistryError) as exc:
+        registry.get(name)
+    assert str(exc.value) == (
+        f"unknown method {name!r}: modifiers compose once each, in the order ssmax, qknorm, sink, gate; allowed: {allowed}"
+    )
+    assert registry.get(allowed).name == allowed
+
+
+def test_every_new_method_is_registered():
+    assert set(NEW) <= set(registry.names())

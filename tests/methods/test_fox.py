@@ -3,6 +3,7 @@ reference on random inputs, both attention paths, the KV cache's extra float per
 
 import inspect
 import math
+import sys
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from posbench.core.method import ModelConfig
 from posbench.core.model import build_model
 from posbench.protocols.generation import kv_cache_bytes
 from tests.helpers.attention import qkv
+from tests.helpers.graph_breaks import fresh_dynamo, fullgraph, trained_tiny_model  # noqa: F401  (autouse fixture)
 
 
 def fox_module():
@@ -140,3 +142,35 @@ def test_fox_names_the_attention_path_it_takes(monkeypatch):
     assert m.attn_backend("cuda", torch.bfloat16) == "flex_attention, forget-gate score_mod (no L x L)"
     monkeypatch.setattr(flex, "flex_available", lambda device: False)  # a torch without FlexAttention
     assert m.attn_backend("cuda", torch.float32) == "sdpa + float32 (B, H, L, L) data-dependent bias"
+
+
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("gate_bias, path", [(0.0, "_key_column"), (-30.0, "_gate_bias")])
+def test_fox_traces_both_paths_and_matches_eager(gate_bias, path, backend):
+    """|F| within LINEAR_SPAN takes the key column, beyond it the bias (at gate bias -30, |F| reaches
+    ~30 x 127); the traced forward and gradients equal eager's on either path. ``aot_eager`` traces
+    the backward too (torch.cond's aliasing and layout checks)."""
+    model = trained_tiny_model("fox", 128, gate_bias=gate_bias)
+    fox = sys.modules[type(model.method).__module__]
+    taken = []
+
+    def spy(name, fn):
+        return lambda *a: taken.append(name) or fn(*a)
+
+    x = torch.randint(0, 256, (2, 128))
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("_key_column", "_gate_bias"):
+            mp.setattr(fox, name, spy(name, getattr(fox, name)))
+        model(x)
+    assert set(taken) == {path}
+
+    def loss(x):
+        return model(x).float().square().mean()
+
+    params = list(model.method.parameters()) + [model.tok.weight]
+    eager, traced = (torch.autograd.grad(f(x), params) for f in (loss, fullgraph(loss, backend)))
+    for e, t in zip(eager, traced):
+        torch.testing.assert_close(t, e, rtol=1e-4, atol=1e-6)
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(fullgraph(model, backend)(x), model(x), rtol=1e-5, atol=1e-5)

@@ -8,6 +8,10 @@ transformers dependency) at the setting of issue 29: head dim 64, base 10000, or
 L0 = 512 (posbench's L_train); Llama 3.1's own setting for llama3 (head dim 128, base 500000,
 factor 8, low 1, high 4, original 8192). HF computes in float32, posbench in float64: they agree
 to a relative 2e-6.
+
+Also: rotary's scores in closed form (a function of the relative position alone), its fused
+rotation against the textbook one (outputs and gradients, float32 and bfloat16), and the scaled
+rows under torch.compile, which read L_train and the evaluation length as Python ints (issue 45).
 """
 
 import math
@@ -21,8 +25,19 @@ import torch
 
 from posbench.core import registry
 from posbench.core.method import ModelConfig
-from posbench.core.model import build_model
+from posbench.core.model import build_model, model_config
 from tests.helpers.attention import method, qkv, reference_attention, rotate_reference
+from tests.helpers.fast_paths import (
+    DTYPES,
+    TOL,
+    assert_same_gradients,
+    fast_path_method,
+    fast_path_qkv,
+    float64_attention,
+    grads,
+)
+from tests.helpers.graph_breaks import L_TRAIN, fresh_dynamo, fullgraph, trained_tiny_model  # noqa: F401  (autouse fixture)
+from tests.helpers.methods import model_method
 
 HD = 16
 THETA = 10000.0 ** (-torch.arange(0, HD, 2, dtype=torch.float64) / HD)
@@ -534,3 +549,156 @@ def test_a_variant_class_with_another_name_is_one_line(clean_registry):
         r"'other'; allowed: the row's name 'fam_x'$",
     ):
         registry.register_variants({"fam_x": {}}, make)
+
+
+# --- rotary in closed form ----------------------------------------------------------------------
+
+
+def test_rotary_scores_depend_only_on_relative_position():
+    rot = model_method("rotary")
+    torch.manual_seed(1)
+    q = torch.randn(1, 1, 1, 16).double()
+    k = torch.randn(1, 1, 1, 16).double()
+    rot = rot.double()
+
+    def score(m, n):
+        cq, sq = rot._cos_sin(torch.tensor([m]), torch.float64)
+        ck, sk = rot._cos_sin(torch.tensor([n]), torch.float64)
+        return (rot.rotate(q, cq, sq) * rot.rotate(k, ck, sk)).sum().item()
+
+    for m, n in [(5, 2), (105, 102), (3005, 3002), (2.5, -0.5)]:
+        assert score(m, n) == pytest.approx(score(3, 0), rel=1e-9, abs=1e-9)
+    assert score(7, 0) != pytest.approx(score(3, 0))
+    # Rotation preserves the norm, and position 0 is the identity.
+    c0, s0 = rot._cos_sin(torch.tensor([0]), torch.float64)
+    torch.testing.assert_close(rot.rotate(q, c0, s0), q)
+
+
+def test_rotary_angles_are_the_float32_products_at_any_position():
+    # Computed for the rows asked (a decode step asks for one), equal bit for bit to what a table
+    # of arange * inv_freq would hold, without reading pos.max() to size a table.
+    rot = model_method("rotary")
+    pos = torch.tensor([0, 1, 9, 5000, 5001, 70000])
+    table = torch.arange(70001, dtype=torch.float32)[:, None] * rot.inv_freq[None]
+    assert torch.equal(rot._angles(pos), table[pos])
+
+
+# --- the fused rotation against the textbook one ------------------------------------------------
+
+
+def _rotate_by_cos_sin(x, cos, sin):
+    """The textbook rotation of channel pairs (i, i + hd/2), in float64."""
+    x1, x2 = x.double().chunk(2, dim=-1)
+    cos, sin = cos.double(), sin.double()
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "seed, tq, tk, floats", [(0, 7, 7, False), (1, 13, 13, False), (2, 33, 33, True), (3, 5, 19, False), (4, 1, 9, True)]
+)
+def test_rotary_attend_equals_reference(seed, tq, tk, floats, dtype):
+    m = fast_path_method("rotary").to(dtype)
+    q, k, v = fast_path_qkv(seed, 2, 3, tq, tk, 32, dtype)
+    pos = torch.arange(tk) * (0.37 if floats else 1) + 3
+    out = m.attend(q, k, v, pos[-tq:], pos, 0)
+    assert out.dtype == dtype and out.shape == q.shape
+    ang = pos.double()[:, None] * m.inv_freq.double()[None, :]
+    cos, sin = ang.cos().to(dtype), ang.sin().to(dtype)  # the method rounds cos/sin to the compute dtype
+    ref = float64_attention(_rotate_by_cos_sin(q, cos[-tq:], sin[-tq:]), _rotate_by_cos_sin(k, cos, sin), v, None)
+    torch.testing.assert_close(out.double(), ref, **TOL[dtype])
+    assert_same_gradients(out, ref, (q, k, v), seed, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_rotary_rotate_and_its_gradient_on_strided_inputs(dtype):
+    rot = fast_path_method("rotary", d_model=48, n_heads=3)
+    g = torch.Generator().manual_seed(7)
+    base = torch.randn(2, 11, 3 * 48, generator=g).to(dtype).requires_grad_()
+    x = base[..., 48:96].view(2, 11, 3, 16).transpose(1, 2)  # a strided (B, H, T, hd) view, as in the model
+    cos, sin = rot._cos_sin(torch.arange(11), dtype)
+    out = rot.rotate(x, cos, sin)
+    ref = _rotate_by_cos_sin(x, cos, sin)
+    tol = TOL.get(dtype, dict(rtol=1e-10, atol=1e-12))
+    torch.testing.assert_close(out.double(), ref, **tol)
+    (got,) = grads(out, (base,), 0)
+    (want,) = grads(ref, (base,), 0)
+    torch.testing.assert_close(got.double(), want.double(), **tol)
+    assert got[..., :48].abs().max() == 0 and got[..., 96:].abs().max() == 0
+
+
+# --- the scaled rotary rows under torch.compile: L_train and the evaluation length as Python ints ---
+
+
+def _scaled(name: str) -> bool:
+    return getattr(registry.build(model_config("tiny", name)), "scaling", "none") != "none"
+
+
+SCALED = [n for n in registry.names() if _scaled(n)]
+
+
+def fullgraph(fn, backend="eager"):
+    return torch.compile(fn, backend=backend, fullgraph=True)
+
+
+SETTINGS = [(n, {}) for n in SCALED] + [
+    ("rotary_pi", {"factor": 4.0}),
+    ("rotary_dynamic_ntk", {"factor": 2.0}),
+    ("rotary_yarn", {"factor": 4.0}),
+    ("rotary_llama3", {"factor": 8.0}),
+    ("rotary_longrope", {"factor": 4.0}),
+    ("rotary_yarn", {"train_len": 48}),
+]
+
+
+@pytest.mark.parametrize("length", [40, L_TRAIN, 100])  # below, at and beyond L_train
+@pytest.mark.parametrize("name, options", SETTINGS, ids=[f"{n}{o or ''}" for n, o in SETTINGS])
+def test_scaled_rotary_angles_traced_equal_eager_and_frequencies(name, options, length):
+    """cos and sin as ``prepare`` hands them to the layers: eager equal to the frequencies the
+    method reports (``frequencies``, what ``bench.py verify`` checks), traced equal to eager."""
+    m = trained_tiny_model(name, L_TRAIN, **options).eval().method
+    pos = torch.arange(length)
+    eager = m.prepare(pos, pos, torch.float32)
+    theta, mscale = m.frequencies(length)  # (hd/2,) float64, attention factor
+    ang = pos.double()[:, None] * theta[None, :]
+    assert torch.equal(eager.cos, (ang.cos() * mscale).float()) and torch.equal(eager.sin, (ang.sin() * mscale).float())
+    traced = fullgraph(lambda p: m.prepare(p, p, torch.float32))(pos)
+    assert torch.equal(traced.cos, eager.cos) and torch.equal(traced.sin, eager.sin)
+    assert traced.in_encode == eager.in_encode
+
+
+@pytest.mark.parametrize("name", [n if n == "rotary_dynamic_ntk" else pytest.param(n, marks=pytest.mark.slow) for n in SCALED])
+def test_scaled_rotary_model_traced_equals_eager_beyond_train_len(name):
+    model = trained_tiny_model(name, L_TRAIN).eval()
+    x = torch.randint(0, 256, (2, 100))
+    with torch.no_grad():
+        torch.testing.assert_close(fullgraph(model)(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_compiled_scaled_rotary_takes_key_positions_from_zero():
+    model = trained_tiny_model("rotary_dynamic_ntk", L_TRAIN).eval()
+    x = torch.randint(0, 256, (1, 100))
+    with torch.no_grad():
+        model(x, pos=torch.arange(100) + 7)  # eager reads the last position
+        with pytest.raises(RuntimeError, match="compiled scaled rotary evaluation takes key positions as 0 .. L-1"):
+            fullgraph(model)(x, pos=torch.arange(100) + 7)
+
+
+def test_compiled_scaled_rotary_reads_trained_len_on_eval_and_on_load():
+    """A graph takes L_train as read when the model entered eval mode or loaded a state dict; a
+    buffer changed since is a one-line error when the graph runs, not a stale factor."""
+    model = trained_tiny_model("rotary_pi", L_TRAIN).eval()
+    assert model.method.trained_len_read == L_TRAIN
+    compiled = fullgraph(model)
+    x = torch.randint(0, 256, (1, 100))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+        model.method.trained_len.fill_(32)
+        with pytest.raises(RuntimeError, match="trained_len changed after the model entered eval mode"):
+            compiled(x)
+        model.eval()
+        assert model.method.trained_len_read == 32
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+        model.load_state_dict(trained_tiny_model("rotary_pi", 48).state_dict())
+        assert model.method.trained_len_read == 48 and not model.method.training
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)

@@ -1,30 +1,18 @@
-"""FoPE and PoPE against values computed by hand from their papers' equations (methods/fope.py,
-methods/pope.py)."""
+"""FoPE against values computed by hand from its paper's equations (methods/fope.py)."""
 
 import math
 
 import pytest
 import torch
 
-from posbench.core import registry
-from posbench.core.method import ModelConfig
 from tests.helpers.attention import method, qkv
-
-
-def tiny(name, hd, **options):
-    """One layer, one head of dimension ``hd``."""
-    return registry.build(ModelConfig(d_model=hd, n_heads=1, n_layers=1, method=name, method_options=options))
-
-
-def encode(m, x, pos):
-    state = m.prepare(pos, pos, torch.float32)
-    return m.encode_qk(x, x, 0, state)
+from tests.helpers.methods import encode, one_head
 
 
 def test_fope_pair_is_a_fourier_series_over_the_kept_frequencies():
     # hd 4, base 4: w = [1, 1/2]; train_len 16 keeps both (2 pi / 16 = 0.39). a[0, 1] = 0.5,
     # a[1, 0] = -0.25: S_0(n) = e^{in} + 0.5 e^{in/2}, S_1(n) = e^{in/2} - 0.25 e^{in}.
-    m = tiny("fope", 4, base=4.0, train_len=16)
+    m = one_head("fope", 4, base=4.0, train_len=16)
     with torch.no_grad():
         m.fourier_coef.copy_(torch.tensor([[[0.0, 0.5], [-0.25, 0.0]]]))
     pos = torch.tensor([2])
@@ -39,7 +27,7 @@ def test_fope_pair_is_a_fourier_series_over_the_kept_frequencies():
 def test_fope_zeroes_the_frequencies_below_the_floor():
     # train_len 8: 2 pi / 8 = 0.785 > 1/2, so pair 1 has frequency 0 (left as it is) and leaves
     # pair 0's series: S_0(n) = e^{in}, whatever the coefficients.
-    m = tiny("fope", 4, base=4.0, train_len=8)
+    m = one_head("fope", 4, base=4.0, train_len=8)
     with torch.no_grad():
         m.fourier_coef.copy_(torch.tensor([[[0.0, 0.5], [-0.25, 0.0]]]))
     assert m.kept().tolist() == [True, False]
@@ -49,7 +37,7 @@ def test_fope_zeroes_the_frequencies_below_the_floor():
 
 
 def test_fope_records_the_training_length_when_not_given():
-    m = tiny("fope", 4, base=4.0)
+    m = one_head("fope", 4, base=4.0)
     assert m.kept().tolist() == [True, True]  # before training: nothing zeroed
     m.train().prepare(torch.arange(8), torch.arange(8), torch.float32)
     assert int(m.trained_len) == 8 and m.kept().tolist() == [True, False]
@@ -64,33 +52,7 @@ def test_fope_without_coefficients_and_floor_is_rotary():
     torch.testing.assert_close(fope.attend(q, k, v, pos[4:], pos, 1), rotary.attend(q, k, v, pos[4:], pos, 1))
 
 
-def test_pope_score_is_softplus_magnitudes_times_the_cosine_of_the_phase_difference():
-    # hd 2, base 4: theta = [1, 1/2]; delta = [0, -pi/2]. q = [0, 1] at m = 3, k = [-1, 0] at n = 1:
-    # score = sum_c sp(q_c) sp(k_c) cos(2 theta_c - delta_c) / sqrt 2, sp = softplus.
-    m = tiny("pope", 2, base=4.0)
-    with torch.no_grad():
-        m.phase_bias.copy_(torch.tensor([[[0.0, -math.pi / 2]]]))
-    pos = torch.tensor([1, 3])
-    x = torch.tensor([[-1.0, 0.0], [0.0, 1.0]]).view(1, 1, 2, 2)  # row 0: the key at 1, row 1: the query at 3
-    q, k = encode(m, x, pos)
-    got = (q[0, 0, 1] @ k[0, 0, 0]) / math.sqrt(4)  # SDPA's scale for 2 hd channels
-
-    def sp(z):
-        return math.log1p(math.exp(z))
-
-    want = (sp(0.0) * sp(-1.0) * math.cos(2.0) + sp(1.0) * sp(0.0) * math.cos(1.0 + math.pi / 2)) / math.sqrt(2)
-    assert got.item() == pytest.approx(want, rel=1e-6)
-
-
-def test_pope_phase_bias_is_clamped_to_minus_two_pi_to_zero():
-    m = tiny("pope", 2, base=4.0)
-    with torch.no_grad():
-        m.phase_bias.copy_(torch.tensor([[[1.0, -7.0]]]))
-    angle = m.key_angle(torch.zeros(1, 2, dtype=torch.float64), 1, 0)
-    torch.testing.assert_close(angle[0, 0], torch.tensor([0.0, -2 * math.pi], dtype=torch.float64))
-
-
-@pytest.mark.parametrize("name", ["fope", "pope"])
+@pytest.mark.parametrize("name", ["fope"])
 def test_bad_options_are_one_line(name):
     with pytest.raises(ValueError, match=f"{name}: base must be a number > 1"):
         method(name, base=1)

@@ -1,59 +1,13 @@
-"""Stick-breaking attention and PaTH (methods/stickbreaking.py, methods/path.py) against weights
-computed by hand from their papers' equations."""
+"""PaTH and PaTH-FoX (methods/path.py) against scores computed by hand from their papers'
+equations."""
 
 import math
-import sys
 
 import pytest
 import torch
 
-from posbench.core import registry
-from posbench.core.method import ModelConfig
 from tests.helpers.attention import method, qkv
-
-
-def module_of(name):
-    registry.get(name)  # imports the method file
-    return next(m for n, m in sys.modules.items() if n.startswith(f"posbench_methods_{name}_"))
-
-
-def test_stick_breaking_weights_nearest_first_with_the_remainder_on_the_query():
-    # hd 1, q = 1. Query 2: z_21 = 0 (beta 1/2), z_20 = ln 3 (beta 3/4): A_21 = 1/2,
-    # A_20 = 3/4 (1 - 1/2) = 3/8, remainder 1/8 to v_2. Query 1: A_10 = 3/4, remainder 1/4. Query 0: v_0.
-    sb = module_of("stickbreaking").stick_breaking
-    q = torch.ones(1, 1, 3, 1)
-    k = torch.tensor([math.log(3), 0.0, 0.0]).view(1, 1, 3, 1)
-    v = torch.eye(3).view(1, 1, 3, 3)
-    out = sb(q, k, v)[0, 0]
-    torch.testing.assert_close(out, torch.tensor([[1.0, 0, 0], [3 / 4, 1 / 4, 0], [3 / 8, 1 / 2, 1 / 8]]))
-    # the query's own key too (attend_current): A_22 = 1/2, A_21 = 1/4, A_20 = 3/16, remainder 1/16
-    torch.testing.assert_close(sb(q, k, v, attend_current=True)[0, 0, 2], torch.tensor([3 / 16, 1 / 4, 9 / 16]))
-    # window 2: query 2 sees key 1 only: A_21 = 1/2, remainder 1/2
-    torch.testing.assert_close(sb(q, k, v, window=2)[0, 0, 2], torch.tensor([0.0, 1 / 2, 1 / 2]))
-    # a decode step (Tq 1) is row 2; rows in chunks of 1 change nothing
-    torch.testing.assert_close(sb(q[:, :, 2:], k, v)[0, 0, 0], out[2])
-    torch.testing.assert_close(sb(q, k, v, chunk=1)[0, 0], out)
-
-
-def test_stick_breaking_chunks_equal_one_block_in_float64():
-    sb = module_of("stickbreaking").stick_breaking
-    q, k, v = (x.double() for x in qkv(37, 41))
-    torch.testing.assert_close(sb(q, k, v, chunk=8), sb(q, k, v, chunk=64))
-    # the weights, from the product formula directly (no log space)
-    z = torch.sigmoid(q @ k.transpose(-1, -2) / 4.0)  # (B, H, Tq, Tk), hd 16
-    i, row = 36, 40  # the last query sits at key index 40 (Tk - Tq = 4)
-    want = torch.zeros_like(v[:, :, 0])
-    rest = torch.ones_like(z[:, :, i, 0])
-    for j in range(row - 1, -1, -1):
-        want += (z[:, :, i, j] * rest)[..., None] * v[:, :, j]
-        rest = rest * (1 - z[:, :, i, j])
-    want += rest[..., None] * v[:, :, row]
-    torch.testing.assert_close(sb(q, k, v)[:, :, i], want)
-
-
-def tiny(name, **options):
-    """One layer, one head of dimension 2."""
-    return registry.build(ModelConfig(d_model=2, n_heads=1, n_layers=1, method=name, method_options=options))
+from tests.helpers.methods import module_of, one_head
 
 
 def hand_path(m):
@@ -73,7 +27,7 @@ SCORES_2 = torch.tensor([0.5, -1.5, 2.0]) / math.sqrt(2)
 
 
 def test_path_scores_carry_the_key_through_the_transforms_between():
-    m = tiny("path")
+    m = one_head("path")
     hand_path(m)
     w, beta = m.transforms(K, 0)
     torch.testing.assert_close(beta, torch.full((1, 1, 3), 1.5))
@@ -92,7 +46,7 @@ def test_path_scores_carry_the_key_through_the_transforms_between():
 
 def test_path_fox_adds_the_forget_gates_sum_between_key_and_query():
     # gate w = 0, b = 0: log f = ln 1/2 per token, F_j = j ln 1/2 (F_0 = 0): score_2j += (2 - j) ln 1/2
-    m = tiny("path_fox")
+    m = one_head("path_fox")
     hand_path(m)
     with torch.no_grad():
         m.gate_w.zero_()
@@ -116,10 +70,18 @@ def test_path_with_identity_transforms_is_plain_attention():
 @pytest.mark.parametrize(
     "name,options,message",
     [
-        ("stickbreaking", {"chunk": 0}, "stickbreaking: chunk must be a positive integer"),
-        ("stickbreaking", {"attend_current": 1}, "stickbreaking: attend_current must be true or false"),
-        ("path_fox", {"beta_bias": "x"}, "path_fox: beta_bias must be a number"),
-        ("path", {"block": 0}, "path: block must be a positive integer"),
+        pytest.param(
+            "path_fox",
+            {"beta_bias": "x"},
+            "path_fox: beta_bias must be a number",
+            id="path_fox-options2-path_fox: beta_bias must be a number",
+        ),
+        pytest.param(
+            "path",
+            {"block": 0},
+            "path: block must be a positive integer",
+            id="path-options3-path: block must be a positive integer",
+        ),
     ],
 )
 def test_bad_options_are_one_line(name, options, message):

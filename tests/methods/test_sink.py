@@ -1,0 +1,48 @@
+"""The sink modifier (methods/sink.py): softmax weights computed by hand, on rotary against a
+reference with one more key, and where it is unavailable."""
+
+import math
+
+import torch
+
+from posbench.core import registry
+from tests.helpers.attention import method, qkv, reference_attention
+from tests.helpers.methods import one_head
+
+
+def test_sink_adds_exp_s_to_the_softmax_denominator():
+    # q = 0: every score 0; s = ln 2, so the sink weighs 2 against 1 per key.
+    # Query 0 (1 key): weight 1/3. Query 2 (3 keys): 1/5 each, 2/5 to the sink (value 0).
+    m = one_head("nope+sink", sink_init=math.log(2))
+    q, k = torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2)
+    v = torch.tensor([[[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]]])
+    pos = torch.arange(3)
+    out = m.attend(q, k, v, pos, pos, 0)[0, 0]
+    torch.testing.assert_close(out[0], torch.tensor([1 / 3, 0.0]))
+    torch.testing.assert_close(out[1], torch.tensor([1 / 4, 1 / 4]))
+    torch.testing.assert_close(out[2], torch.tensor([2 / 5, 2 / 5]))
+    torch.testing.assert_close(m.attend(q[:, :, 2:], k, v, pos[2:], pos, 0)[0, 0, 0], out[2])
+
+
+def test_sink_on_rotary_matches_a_reference_with_one_more_key():
+    m = method("rotary+sink")
+    with torch.no_grad():
+        m.sink_logit.normal_(0.0, 1.0)
+    q, k, v = qkv(6, 6)
+    pos = torch.arange(6)
+    got = m.attend(q, k, v, pos, pos, 1)
+    # the rotated scores with a sink column: append a key of score s_h and value 0
+    plain = method("rotary")
+    cos, sin = plain._cos_sin(pos, torch.float32)
+    qr, kr = plain.rotate(q, cos, sin).double(), plain.rotate(k, cos, sin).double()
+    scores = (qr @ kr.transpose(-1, -2) / 4.0).masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
+    sink = m.sink_logit[1].double().view(1, 4, 1, 1).expand(2, 4, 6, 1)
+    w = torch.cat([scores, sink], -1).softmax(-1)[..., :-1]
+    torch.testing.assert_close(got.double(), w @ v.double(), atol=1e-5, rtol=1e-5)
+    assert reference_attention(q, k, v).shape == got.shape
+
+
+def test_sink_is_unavailable_where_attention_drops_a_per_query_constant():
+    for name in ("fox+sink", "alibi+sink"):
+        reason = registry.get(name).unavailable("cpu", torch.float32)
+        assert reason and "drops a per-query constant" in reason, name
