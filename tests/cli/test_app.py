@@ -20,7 +20,7 @@ from posbench.report.compare import compare_runs
 from posbench.run import suite as suitemod
 from posbench.tasks import find as find_task
 from tests.helpers.report_rows import efficiency_rows, write_run
-from tests.helpers.suites import TWO_METHODS as SUITE
+from tests.helpers.suites import TWO_METHODS
 from tests.helpers.suites import VALID as SUITE  # the same valid suite the validation tests start from
 from tests.helpers.suites import make_suite
 
@@ -201,7 +201,7 @@ def test_case_line_leaves_out_metrics_measured_in_another_row_and_says_n_a_for_m
 @pytest.fixture
 def suite(tmp_path):
     path = tmp_path / "t.yaml"
-    path.write_text(SUITE)
+    path.write_text(TWO_METHODS)
     return path
 
 
@@ -308,7 +308,7 @@ def test_ctrl_c_in_report_and_download_is_one_line_and_exit_130(monkeypatch, cap
 @pytest.mark.subprocess
 def test_sigterm_during_a_run_prints_the_resume_command_and_exits_143(tmp_path):
     path = tmp_path / "t.yaml"
-    path.write_text(SUITE + "settings:\n  by_method: {alibi: sleep}\n  sleep_s: 60\n")
+    path.write_text(TWO_METHODS + "settings:\n  by_method: {alibi: sleep}\n  sleep_s: 60\n")
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "bench.py"), "--suite", str(path), "--results", "results", "--quiet"],
         cwd=tmp_path,

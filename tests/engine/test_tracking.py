@@ -304,8 +304,6 @@ def test_a_link_in_cases_never_receives_event_files(tmp_path, monkeypatch, link)
 # name of their own. Read back with tensorboard's own reader; W&B through a fake module.
 
 
-pytest.importorskip("tensorboard", reason="tensorboard is the optional [track] extra: no event files to read")
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
 
 def raw_steps(folder) -> dict[str, list[int]]:

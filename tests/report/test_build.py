@@ -11,7 +11,7 @@ import pytest
 
 from posbench.cli import app as cli
 from posbench.cli.report_cmds import add_report_parser
-from posbench.report.build import build_report, collect_tables, load_runs
+from posbench.report.build import build_report, collect_tables
 from posbench.report.compare import compare_runs, main_compare
 from posbench.report.render import row_anchor
 from posbench.report.rows import load_runs

@@ -11,7 +11,7 @@ import pytest
 from posbench.cli.app import EXIT_CASES_FAILED
 from posbench.core.registry import IMPORT_LIMIT_ENV
 from tests.helpers import user_code
-from tests.helpers.user_code import BLOCKS, PLUGIN, bench, plugin, rows, suite
+from tests.helpers.user_code import BLOCKS, PLUGIN, rows, suite
 
 EXITS = dict(module="sys", action="sys.exit(3)")
 
@@ -160,10 +160,10 @@ def test_a_plugin_that_forks_leaves_no_process_behind(tmp_path):
 
 @pytest.mark.subprocess
 def test_a_plugin_blocking_at_import_is_cut_at_the_import_limit(tmp_path):
-    plugins = plugin(tmp_path / "plugins", "blocks.py", "blocks", **BLOCKS)
+    plugins = user_code.plugin(tmp_path / "plugins", "blocks.py", "blocks", **BLOCKS)
     argv = ["--suite", str(suite(tmp_path, "sinusoidal, blocks")), "--methods-dir", str(plugins), "--results", "results"]
     # the child's own limit stays at 120 s: only the import limit can end the question in time
-    proc = bench(tmp_path, *argv, "--quiet", limit=120, timeout=110, env={IMPORT_LIMIT_ENV: "1"})
+    proc = user_code.bench(tmp_path, *argv, "--quiet", limit=120, timeout=110, env={IMPORT_LIMIT_ENV: "1"})
     assert proc.returncode == EXIT_CASES_FAILED, proc.stderr
     found = rows(tmp_path)
     assert found["sinusoidal"]["status"] == "ok"

@@ -238,7 +238,7 @@ settings:
 {extra}"""
 
 
-def make_suite(tmp_path, methods=("sinusoidal",), timeout=60, extra="") -> Path:
+def faults_suite(tmp_path, methods=("sinusoidal",), timeout=60, extra="") -> Path:
     path = tmp_path / "t.yaml"
     path.write_text(SUITE.format(methods=json.dumps(list(methods)), timeout=timeout, extra=extra))
     return path
@@ -267,7 +267,7 @@ def test_workers_do_not_import_from_the_current_folder(tmp_path, monkeypatch):
     plant = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\nraise SystemExit(7)\n"
     (cwd / "pydantic.py").write_text(plant)  # the worker imports pydantic (task settings)
     (cwd / "posbench" / "__init__.py").write_text(plant)
-    make_suite(tmp_path)
+    faults_suite(tmp_path)
     monkeypatch.chdir(cwd)
     suite = suitemod.resolve(suitemod.load(tmp_path / "t.yaml"), "default")
     result = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False))
@@ -280,7 +280,7 @@ def test_workers_do_not_import_from_the_current_folder(tmp_path, monkeypatch):
 
 @pytest.mark.subprocess
 def test_second_runner_gets_one_line_naming_the_holder(tmp_path, capsys):
-    make_suite(tmp_path)
+    faults_suite(tmp_path)
     run_dir = tmp_path / "res" / "t" / "r"
     run_dir.mkdir(parents=True)
     holder = subprocess.Popen(
@@ -346,7 +346,7 @@ def _gone(pid: int) -> bool:
 @pytest.mark.subprocess
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
 def test_worker_dies_with_a_killed_runner_and_its_temp_dir_is_cleaned(tmp_path):
-    make_suite(tmp_path, extra="  behaviour: sleep\n  sleep_s: 60\n")
+    faults_suite(tmp_path, extra="  behaviour: sleep\n  sleep_s: 60\n")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     code = (
@@ -385,7 +385,7 @@ def test_worker_dies_with_a_killed_runner_and_its_temp_dir_is_cleaned(tmp_path):
 
 @pytest.mark.subprocess
 def test_empty_or_binary_env_json_is_rewritten(tmp_path, capsys):
-    make_suite(tmp_path)
+    faults_suite(tmp_path)
     run_dir = tmp_path / "res" / "t" / "r"
     run_dir.mkdir(parents=True)
     for content in (b"", b"\xff\xfe\x00"):
@@ -398,7 +398,7 @@ def test_empty_or_binary_env_json_is_rewritten(tmp_path, capsys):
 
 @pytest.mark.subprocess
 def test_env_json_write_failure_is_one_line(tmp_path, capsys):
-    make_suite(tmp_path)
+    faults_suite(tmp_path)
     run_dir = tmp_path / "res" / "t" / "r"
     (run_dir / "env.json").mkdir(parents=True)  # writing a file there fails with a real OSError
     assert cli.main(run_args(tmp_path)) == cli.EXIT_USAGE
@@ -408,7 +408,7 @@ def test_env_json_write_failure_is_one_line(tmp_path, capsys):
 
 @pytest.mark.subprocess
 def test_table_write_failure_keeps_the_rows(tmp_path, capsys):
-    make_suite(tmp_path)
+    faults_suite(tmp_path)
     path = tmp_path / "t.yaml"
     path.write_text(path.read_text().replace("grid:", "metrics: [value]\ngrid:"))  # a suite with a table
     run_dir = tmp_path / "res" / "t" / "r"
@@ -422,7 +422,7 @@ def test_table_write_failure_keeps_the_rows(tmp_path, capsys):
 
 @pytest.mark.subprocess
 def test_a_failed_row_write_loses_no_earlier_row_and_names_the_case(tmp_path, capsys, monkeypatch):
-    make_suite(tmp_path, methods=("sinusoidal", "rotary", "alibi"))
+    faults_suite(tmp_path, methods=("sinusoidal", "rotary", "alibi"))
     real, calls = append_row, []
 
     def disk_full_after_one(path, row):
@@ -463,7 +463,7 @@ def test_a_row_write_that_fails_once_is_retried(tmp_path, monkeypatch):
 
 @pytest.mark.subprocess
 def test_corrupt_rows_are_skipped_and_reported_with_file_and_line(tmp_path, capsys):
-    make_suite(tmp_path, methods=("sinusoidal", "rotary"))
+    faults_suite(tmp_path, methods=("sinusoidal", "rotary"))
     run_dir = tmp_path / "res" / "t" / "r"
     run_dir.mkdir(parents=True)
     assert cli.main(run_args(tmp_path, "--methods", "sinusoidal")) == 0
@@ -531,7 +531,7 @@ def test_memory_limit_too_small_is_oom_and_names_the_limit(tmp_path):
 
 @pytest.mark.subprocess
 def test_no_traceback_for_bad_input_and_debug_shows_one(tmp_path, capsys):
-    make_suite(tmp_path)
+    faults_suite(tmp_path)
     results = tmp_path / "file"
     results.write_text("not a folder")
     args = ["--suite", str(tmp_path / "t.yaml"), "--device", "cpu", "--results", str(results), "--quiet"]
