@@ -111,12 +111,12 @@ def laid_out(runs: Runs, layout: Layout) -> list[Table]:
         plain = [n for n in names if family_head(n) is None]
         if names and not plain:
             continue
-        shown = [declared.of[name].metric for name in plain or ["status"]]  # no metric at all: the statuses
-        specs = [metric_spec(layout.task, name, metric, col) for name, metric in zip(plain or ["status"], shown)]
+        shown = {name: declared.of[name].metric for name in plain or ["status"]}  # no metric: the statuses
+        specs = {name: metric_spec(where.task, name, metric, col) for name, metric in shown.items()}
         for rest, rows in parts.items():
-            for spec, metric in zip(specs, shown):
-                table = _metric_table(where, spec, metric, rest, rows)
-                asked = metrics is not None or spec.metric in (meta.metrics if meta else ())
+            for name, metric in shown.items():
+                table = _metric_table(where, specs[name], metric, rest, rows)
+                asked = metrics is not None or name in (meta.metrics if meta else ())
                 if asked or not metric.optional or not _only_missing_numbers(table):
                     tables.append(table)
     return tables
