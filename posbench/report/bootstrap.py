@@ -113,6 +113,13 @@ def _percentile(sorted_xs: list[float], q: float) -> float:
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
 
 
+def _central(draws: list[float], level: float) -> tuple[float, float]:
+    """The central ``level`` interval of bootstrap draws (percentiles of the sorted draws)."""
+    draws = sorted(draws)
+    tail = (1 - level) / 2
+    return _percentile(draws, tail), _percentile(draws, 1 - tail)
+
+
 def bootstrap_interval(
     xs: Samples, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = SEED
 ) -> Optional[tuple[float, float]]:
@@ -128,9 +135,7 @@ def bootstrap_interval(
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
     rng = random.Random(seed)
-    medians = sorted(_resampled_median(rng, xs, clustered) for _ in range(resamples))
-    tail = (1 - level) / 2
-    return _percentile(medians, tail), _percentile(medians, 1 - tail)
+    return _central([_resampled_median(rng, xs, clustered) for _ in range(resamples)], level)
 
 
 def paired_ratio(values: Sequence, base: Sequence) -> tuple[Optional[float], Optional[tuple[float, float]], int]:
@@ -144,11 +149,13 @@ def paired_ratio(values: Sequence, base: Sequence) -> tuple[Optional[float], Opt
     return median_of(ratios), bootstrap_interval(ratios), n
 
 
-def _clean(xs: Samples) -> tuple[Samples, bool]:
+def _clean(xs: Samples) -> tuple[Samples, bool, int]:
+    """``xs``'s finite numbers (clusters left empty dropped), whether they are clusters, how many."""
     if _clustered(xs):
-        groups = [[v for v in map(_number, group) if v is not None] for group in xs]
-        return [g for g in groups if g], True
-    return [v for v in map(_number, xs) if v is not None], False
+        groups = [g for g in ([v for v in map(_number, group) if v is not None] for group in xs) if g]
+        return groups, True, sum(map(len, groups))
+    flat = [v for v in map(_number, xs) if v is not None]
+    return flat, False, len(flat)
 
 
 def ratio_of_medians_interval(
@@ -157,8 +164,8 @@ def ratio_of_medians_interval(
     """Interval of median(new) / median(base) for unpaired samples (two runs): each side is
     resampled independently (a side given as clusters, per round, with the two-level bootstrap).
     None unless both sides have at least 2 values."""
-    (new, new_clustered), (base, base_clustered) = _clean(new), _clean(base)
-    if len(pooled(new)) < 2 or len(pooled(base)) < 2:
+    (new, new_clustered, new_n), (base, base_clustered, base_n) = _clean(new), _clean(base)
+    if new_n < 2 or base_n < 2:
         return None
     rng = random.Random(seed)
     ratios = []
@@ -166,11 +173,7 @@ def ratio_of_medians_interval(
         b = _resampled_median(rng, base, base_clustered)
         if b:
             ratios.append(_resampled_median(rng, new, new_clustered) / b)
-    if not ratios:
-        return None
-    ratios.sort()
-    tail = (1 - level) / 2
-    return _percentile(ratios, tail), _percentile(ratios, 1 - tail)
+    return _central(ratios, level) if ratios else None
 
 
 def half_width(ratio: float, interval: tuple[float, float]) -> float:

@@ -8,7 +8,7 @@ per-window) ratios with a bootstrap 95% interval; rows timed apart divide two me
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, NamedTuple, Optional
 
 from posbench.core.task import SEED_CI_SUFFIXES
 from posbench.report import bootstrap
@@ -57,39 +57,68 @@ def rounds_of(r, name: str) -> Optional[list]:
     return values if isinstance(values, list) and len(values) >= 2 else None
 
 
-def metric_cell(r, name, kind, baselines, col, is_baseline: bool = False, table: Optional[Table] = None) -> Cell:
-    """Row ``r``'s cell of metric ``name`` (format ``kind``) at column ``col``, with its ratio to
-    ``baselines[(run_id or None, col)]`` (value, per-round values, the baseline's row)."""
+class Baseline(NamedTuple):
+    """The baseline's finished row at one grid point, as the cells of that column divide by it."""
+
+    value: float  # its value of the metric
+    rounds: Optional[list]  # its per-round (or per-window) values (``rounds_of``), None without rounds
+    row: Any  # the row itself (a named tuple of ``Runs.rows``)
+    apart: bool = False  # from another run folder than the cell's row: never paired with it
+
+
+class Baselines:
+    """The finished rows of method ``method`` among ``rows``, per (run, column value) and per column
+    value of any run (the first one read): what each cell of one table divides by."""
+
+    def __init__(self, rows, name: str, method: Optional[str], column: str):
+        self.of: dict[tuple, Baseline] = {}  # (run_id or None, column value) -> the baseline's row there
+        for r in rows:
+            value = r.metrics.get(name)
+            if r.method == method and r.status == "ok" and value is not None:
+                col = r.params.get(column, r.case_id)
+                entry = Baseline(value, rounds_of(r, name), r)
+                self.of.setdefault((r.run_id, col), entry)
+                self.of.setdefault((None, col), entry._replace(apart=True))
+
+    @property
+    def found(self) -> bool:
+        return bool(self.of)
+
+    def at(self, run_id: str, col) -> Optional[Baseline]:
+        """The baseline of run ``run_id`` at ``col``, else of another run (``apart``), else None."""
+        return self.of.get((run_id, col)) or self.of.get((None, col))
+
+
+def metric_cell(r, table: Table, base: Optional[Baseline]) -> Cell:
+    """Row ``r``'s cell in ``table`` (its metric and format), with its ratio to ``base``."""
     cell = Cell(text="", status=r.status, case_id=r.case_id, run_id=r.run_id, message=str(r.message or ""))
     if r.status != "ok":
         cell.text = fmt.status(r.status)
         return cell
-    value = r.metrics.get(name)
+    value = r.metrics.get(table.metric)
     if value is None:
         cell.text = fmt.MISSING
         return cell
     cell.value = float(value)
-    cell.spread = spread_of(r.metrics, name, cell.value, table)
-    base = baselines.get((r.run_id, col))
-    elsewhere = base is None  # the baseline's row comes from another run folder
-    base = base or baselines.get((None, col))
+    cell.spread = spread_of(r.metrics, table.metric, cell.value, table)
     if base:
-        ours = rounds_of(r, name)
-        cell.ratio = fmt.ratio_of(cell.value, base[0])  # None for a zero, negative or overflowing pair
-        cell.unpaired = not is_baseline and (elsewhere or not paired_with(r, base[2], ours, base[1]))
+        ours = rounds_of(r, table.metric)
+        is_baseline = r.method == base.row.method
+        cell.ratio = fmt.ratio_of(cell.value, base.value)  # None for a zero, negative or overflowing pair
+        cell.unpaired = not is_baseline and (base.apart or not paired_with(r, base.row, ours, base.rounds))
         if cell.unpaired and cell.ratio is not None:
-            cell.ratio, cell.ratio_interval = _unpaired_ratio(cell.value, base[0], ours, base[1])
-        elif cell.ratio is not None and ours is not None and base[1] is not None and not is_baseline:
+            cell.ratio_interval = _unpaired_interval(ours, base.rounds)
+        elif cell.ratio is not None and ours is not None and base.rounds is not None and not is_baseline:
             # Interleaved rounds: the ratio of each round to the baseline's same round, then the
             # median; drift shared by the round cancels. Needs 2+ pairs for an interval
             # (1.00x against itself: no interval).
-            ratio, interval, pairs = bootstrap.paired_ratio(ours, base[1])
+            ratio, interval, pairs = bootstrap.paired_ratio(ours, base.rounds)
             if pairs >= 2 and ratio is not None and math.isfinite(ratio) and all(map(math.isfinite, interval or [])):
                 cell.ratio, cell.ratio_interval = ratio, interval
         if cell.ratio is None:
-            cell.text = f"{fmt.number(cell.value, kind)} ({fmt.MISSING})"
+            cell.text = f"{fmt.number(cell.value, table.fmt)} ({fmt.MISSING})"
             return cell
-    cell.text = fmt.value_with_ratio(cell.value, kind, cell.ratio, cell.ratio_interval, cell.unpaired)
+    cell.text = fmt.value_with_ratio(cell.value, table.fmt, cell.ratio, cell.ratio_interval, cell.unpaired)
     return cell
 
 
@@ -109,13 +138,10 @@ def paired_with(row, base_row, ours: Optional[list], base: Optional[list]) -> bo
     return True
 
 
-def _unpaired_ratio(value: float, base_value: float, ours: Optional[list], base: Optional[list]):
-    """(ratio, interval) of two sides timed apart: the ratio of the values (each a median), and
-    the interval that resamples each side on its own (None without two values a side)."""
-    ratio = fmt.ratio_of(value, base_value)
-    if ratio is None or not ours or not base:
-        return ratio, None
+def _unpaired_interval(ours: Optional[list], base: Optional[list]) -> Optional[tuple[float, float]]:
+    """The interval of the ratio of two sides timed apart (each value a median): each side
+    resampled on its own; None without two values a side."""
+    if not ours or not base:
+        return None
     interval = bootstrap.ratio_of_medians_interval(bootstrap.value_clusters(ours), bootstrap.value_clusters(base))
-    if interval is None or not all(map(math.isfinite, interval)):
-        return ratio, None
-    return ratio, interval
+    return interval if interval is not None and all(map(math.isfinite, interval)) else None

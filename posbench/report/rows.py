@@ -86,6 +86,10 @@ class Runs:
                 return self.metas[s]
         return None
 
+    def with_rows(self, rows) -> "Runs":
+        """The same runs (envs, metas, tasks) holding only ``rows``, a part of ``self.rows``."""
+        return Runs(rows, self.envs, self.metas, tasks=self.tasks)
+
 
 def load_runs(
     dirs, report: Optional[Callable[[str], Any]] = None, find_task: Optional[Callable[[str], Optional[Task]]] = None

@@ -16,7 +16,7 @@ import pandas as pd
 from posbench.core.task import SEED_CI_SUFFIXES, SPREAD_SUFFIXES, Declarations, Metric
 from posbench.engine.env import was_busy
 from posbench.report import numbers as fmt
-from posbench.report.cells import UNPAIRED_NOTE, metric_cell, rounds_of, spread_of
+from posbench.report.cells import UNPAIRED_NOTE, Baselines, metric_cell, spread_of
 from posbench.report.grouping import (
     baseline_for,
     by_params,
@@ -67,31 +67,40 @@ def metric_spec(task: str, name: str, metric: Metric, column_header: str) -> Tab
     )
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How a task's metric tables are laid out: what is declared of its metrics, which tables,
+    against which baseline, along which grid parameter."""
+
+    task: str
+    declared: Declarations  # ``declared_in`` of the task's rows and of ``metrics``
+    metrics: Optional[list[str]] = None  # the tables asked for (None: ``choose_metrics`` per group)
+    baseline: Optional[str] = None  # an explicit ``--baseline`` ("": none); None: run.json's
+    column: str = "seq_len"  # the grid parameter of the columns (its first one when absent)
+
+
 def metric_tables(
-    runs: Runs,
-    task: str,
-    baseline: Optional[str] = None,
-    column: str = "seq_len",
-    metrics: Optional[list[str]] = None,
-    frame: Optional[pd.DataFrame] = None,
-    declared: Optional[Declarations] = None,
+    runs: Runs, task: str, baseline: Optional[str] = None, column: str = "seq_len", metrics: Optional[list[str]] = None
 ) -> list[Table]:
     """One table per metric, per (suite, hardware, other grid params): methods x ``column``.
 
-    ``metrics`` None: ``choose_metrics``; ``frame``: a subset of ``runs.rows``; ``declared``: the
-    caller's ``declared_in`` of them. A cell shows the value and its ratio to the baseline of the
-    same run (else of the same machine), with rounds ``25.8k (0.99x ±0.01)``."""
-    frame = runs.rows if frame is None else frame
-    if declared is None:
-        declared = declared_in(runs, task, frame[frame["task"] == task], metrics or ())
+    ``metrics`` None: ``choose_metrics``. A cell shows the value and its ratio to the baseline of
+    the same run (else of the same machine), with rounds ``25.8k (0.99x ±0.01)``."""
+    declared = declared_in(runs, task, runs.rows[runs.rows["task"] == task], metrics or ())
+    return laid_out(runs, Layout(task, declared, metrics, baseline, column))
+
+
+def laid_out(runs: Runs, layout: Layout) -> list[Table]:
+    """The tables of ``layout`` from ``runs``' rows (``metric_tables``)."""
+    declared, metrics = layout.declared, layout.metrics
     tables = []
-    for suite, hardware, group in task_groups(frame, task):
+    for suite, hardware, group in task_groups(runs.rows, layout.task):
         sources = ordered(group["source"])
         meta = runs.meta_of(sources)
         busy = any(was_busy(runs.envs.get(source, {})) for source in sources)
-        where = SuiteRows(task, suite, hardware, group, meta, baseline_for(meta, baseline), busy)
+        where = SuiteRows(layout.task, suite, hardware, group, meta, baseline_for(meta, layout.baseline), busy)
         params = ordered(k for p in group["params"] for k in p)
-        col = column if column in params else (params[0] if params else "case")
+        col = layout.column if layout.column in params else (params[0] if params else "case")
         parts: dict[tuple, list] = {}
         for row in group.itertuples(index=False):
             parts.setdefault(rest_of(row.params, col), []).append(row)
@@ -102,11 +111,13 @@ def metric_tables(
         plain = [n for n in names if family_head(n) is None]
         if names and not plain:
             continue
+        shown = {name: declared.of[name].metric for name in plain or ["status"]}  # no metric: the statuses
+        specs = {name: metric_spec(where.task, name, metric, col) for name, metric in shown.items()}
         for rest, rows in parts.items():
-            for name in plain or ["status"]:  # no metric at all: still show the statuses
-                table = _metric_table(where, rows, rest, name, declared.of[name].metric, col)
+            for name, metric in shown.items():
+                table = _metric_table(where, specs[name], metric, rest, rows)
                 asked = metrics is not None or name in (meta.metrics if meta else ())
-                if asked or not declared.of[name].metric.optional or not _only_missing_numbers(table):
+                if asked or not metric.optional or not _only_missing_numbers(table):
                     tables.append(table)
     return tables
 
@@ -261,24 +272,17 @@ def details_tables(runs: Runs, task: str) -> list[Table]:
     return tables
 
 
-def _metric_table(where: SuiteRows, rows: list, rest: tuple, name: str, metric: Metric, column: str) -> Table:
-    """Metric ``name`` of ``rows`` (one grid point of ``rest``): methods x ``column``, each cell
-    with its ratio to ``where.baseline``, the caption saying how the ratios were formed."""
-    base_method = where.baseline
+def _metric_table(where: SuiteRows, spec: TableSpec, metric: Metric, rest: tuple, rows: list) -> Table:
+    """The table of ``spec`` for ``rows`` (one grid point of ``rest``): methods x its column, each
+    cell with its ratio to ``where.baseline``, the caption saying how the ratios were formed."""
+    base_method, name, column = where.baseline, spec.metric, spec.column_header
     methods = method_order((r.method for r in rows), where.meta)
     columns = sorted(ordered(r.params.get(column, r.case_id) for r in rows), key=sort_key)
-    baselines = {}  # (run_id or None, column) -> (value, per-round values or None, the baseline's row)
-    for r in rows:
-        value = r.metrics.get(name)
-        if r.method == base_method and r.status == "ok" and value is not None:
-            col = r.params.get(column, r.case_id)
-            entry = (value, rounds_of(r, name), r)
-            baselines.setdefault((r.run_id, col), entry)
-            baselines.setdefault((None, col), entry)
+    baselines = Baselines(rows, name, base_method, column)
     rest_text = ", ".join(f"{k}={v}" for k, v in rest)
     unit = unit_suffix(metric.unit)
     table = Table(
-        metric_spec(where.task, name, metric, column),
+        spec,
         key=slug(f"{where.suite}-{name}-{where.hardware}-{rest_text}"),
         title=f"{metric.title}{unit}, {where.suite}" + (f", {rest_text}" if rest_text else ""),
         columns=columns,
@@ -290,7 +294,7 @@ def _metric_table(where: SuiteRows, rows: list, rest: tuple, name: str, metric: 
     )
     for r in rows:
         col = r.params.get(column, r.case_id)
-        table.cells[(r.method, col)] = metric_cell(r, name, metric.fmt, baselines, col, r.method == base_method, table)
+        table.cells[(r.method, col)] = metric_cell(r, table, baselines.at(r.run_id, col))
     paired = any(c.ratio_interval is not None and not c.unpaired for c in table.cells.values())
     windowed = any(by_window_key(name) in (r.series if isinstance(r.series, dict) else {}) for r in rows)
     if not base_method:
@@ -306,7 +310,7 @@ def _metric_table(where: SuiteRows, rows: list, rest: tuple, name: str, metric: 
             f"In brackets: ratio to {base_method} in the same run, the median of per-round ratios "
             "(interleaved rounds), ± half the width of its bootstrap 95% interval. "
         )
-    elif baselines:
+    elif baselines.found:
         ratios = f"In brackets: ratio to {base_method} in the same run. "
     elif base_method in methods:
         ratios = f"No ratios: baseline {base_method} has no finished case. "
@@ -359,14 +363,14 @@ def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
         meta = runs.metas.get(source)
         if meta is None or not meta.metrics:
             continue
-        column = "seq_len" if "seq_len" in meta.grid else next(iter(meta.grid), "case")
-        part = frame[frame["source"] == source]
+        part = runs.with_rows(frame[frame["source"] == source])
         task = runs.tasks.get(meta.task)
         if task is not None and task.summary_tables is not None:  # a layout of the task's own
-            out += task.summary_tables(Runs(rows=part, envs=runs.envs, metas=runs.metas, tasks=runs.tasks))
+            out += task.summary_tables(part)
             continue
-        declared = declared_in(runs, meta.task, part, meta.metrics)
+        declared = declared_in(part, meta.task, part.rows, meta.metrics)
         # a metric the task shows inside another table (a per-dtype count of a family) prints that table
         names = ordered(declared.of[m].metric.shown_in or m for m in meta.metrics)
-        out += metric_tables(runs, meta.task, None, column, names, frame=part, declared=declared)
+        column = "seq_len" if "seq_len" in meta.grid else next(iter(meta.grid), "case")
+        out += laid_out(part, Layout(meta.task, declared, names, None, column))
     return [set_aside_unavailable(t) for t in out]
