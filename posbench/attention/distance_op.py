@@ -9,8 +9,6 @@ eager code, so compiled and eager attend alike, with no graph break and a short 
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from posbench.attention.blocked import blocked_backward, blocked_forward, call_kind, compute_dtype, forward_only, scaled_queries
@@ -31,7 +29,7 @@ def _source(row: torch.Tensor, k: torch.Tensor, rows: int, q: torch.Tensor) -> D
 
 
 @torch.library.custom_op("posbench::distance_attention_eval", mutates_args=())
-def _eval(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor, rows: int, window: Optional[int]) -> torch.Tensor:
+def _eval(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor, rows: int, window: int | None) -> torch.Tensor:
     with torch.autocast(q.device.type, enabled=False):
         return forward_only(q, k, v, _source(row, k, rows, q), rows, window)
 
@@ -43,7 +41,7 @@ def _(q, k, v, row, rows, window):
 
 @torch.library.custom_op("posbench::distance_attention", mutates_args=())
 def _train(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor, rows: int, window: Optional[int]
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: torch.Tensor, rows: int, window: int | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-> (the output, and for backward: the output (B, H, Tq, hv) and its log-sum-exp (B, H, Tq),
     float32, rows reversed within blocks). The scaled queries and k, v are not returned (an op's
@@ -69,7 +67,7 @@ def _train_backward(
     dout: torch.Tensor,
     saved: list[torch.Tensor],
     rows: int,
-    window: Optional[int],
+    window: int | None,
     row_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``saved``: [q, k, v, row, out_rev, lse] as the forward saved them (one list: the op's schema

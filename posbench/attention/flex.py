@@ -6,7 +6,7 @@ window as a block mask; nothing of size L x L for slopes and distance rows (docs
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -109,7 +109,7 @@ def causal_block_mask(tq: int, tk: int, device: str, window: int | None = None):
     return create_block_mask(causal, None, None, tq, tk, device=device)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel(device_type: str) -> Callable:
     """``flex_attention`` compiled into one fused kernel on CUDA; eager (unfused) elsewhere."""
     from torch.nn.attention.flex_attention import flex_attention

@@ -7,8 +7,8 @@ what is computed, only how: a method that declares nothing gets the plain plans.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Callable, Hashable
 
 import torch
 

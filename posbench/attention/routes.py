@@ -10,7 +10,8 @@ is chosen where it is.
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Iterator, Protocol
+from collections.abc import Iterator
+from typing import ClassVar, Protocol
 
 import torch
 

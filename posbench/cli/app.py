@@ -17,8 +17,8 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from posbench.cli import verify_cmds
 from posbench.cli.help_text import corpus_suite, example_suite, run_examples

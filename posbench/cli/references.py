@@ -9,9 +9,10 @@ A check answers (status, detail) with status ``pass``, ``fail`` or ``skipped``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from posbench.core.outcome import PosbenchError
 

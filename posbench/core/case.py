@@ -6,13 +6,14 @@ Both have the same ``id`` and ``to_json``; ``Case.spec()`` goes back to the JSON
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Callable, Generic, Optional, TypeVar, Union
+from typing import Generic, TypeVar, Union
 
 from pydantic import BaseModel
 
 # A value a suite can hold: what YAML scalars, lists and mappings become.
-JsonValue = Union[None, bool, int, float, str, list["JsonValue"], dict[str, "JsonValue"]]
+JsonValue = Union[None, bool, int, float, str, list["JsonValue"], dict[str, "JsonValue"]]  # noqa: UP007  (a runtime alias, read by pydantic: Union keeps its forward references)
 JsonDict = dict[str, JsonValue]
 
 P = TypeVar("P", bound=BaseModel)  # the task's Params
@@ -65,7 +66,7 @@ class Case(_CaseFields, Generic[P, S]):
     settings: S
     # The runner's way to run a spec alone in a fresh worker process: (spec, timeout_s) -> its
     # result (a task that needs a process of its own, e.g. the efficiency memory probe). Not data.
-    run_alone: Optional[Callable[[CaseSpec, float], dict]] = field(default=None, repr=False, compare=False)
+    run_alone: Callable[[CaseSpec, float], dict] | None = field(default=None, repr=False, compare=False)
 
     @property
     def id(self) -> str:

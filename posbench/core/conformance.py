@@ -12,7 +12,7 @@ mistakes, and 32 is the smallest head dimension fused kernels must support.
 from __future__ import annotations
 
 import io
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 

@@ -59,7 +59,7 @@ def literal_names(path: Path) -> list[str] | None:
         return None  # importing the file raises the error that names it
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse_names(path: Path, mtime_ns: int, size: int) -> list[str] | None:
     """``literal_names`` of one version of the file (validating a suite lists methods per name)."""
     try:
@@ -95,7 +95,7 @@ def recipe_names(path: Path) -> list[str]:
     return _parse_recipes(path, stat.st_mtime_ns, stat.st_size)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse_recipes(path: Path, mtime_ns: int, size: int) -> list[str]:
     """``recipe_names`` of one version of the file."""
     try:
@@ -125,7 +125,7 @@ def modifier_names(path: Path) -> list[str]:
     return _parse_modifiers(path, stat.st_mtime_ns, stat.st_size)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse_modifiers(path: Path, mtime_ns: int, size: int) -> list[str]:
     """``modifier_names`` of one version of the file."""
     try:

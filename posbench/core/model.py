@@ -104,7 +104,7 @@ class KVCache:
         position tensor are not counted)."""
         return sum(t.numel() * t.element_size() for pair in self.layers() for t in pair)
 
-    def fork(self) -> "KVCache":
+    def fork(self) -> KVCache:
         """An independent copy to decode a branch into: its writes never touch this cache."""
         other = KVCache(len(self._k), self.capacity, self.windows)
         for i, (k, v) in enumerate(zip(self._k, self._v)):

@@ -6,8 +6,9 @@ block and the model config of every task that builds a model). The registry of t
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, ClassVar, Iterable, Literal, Optional, Sequence
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -26,10 +27,10 @@ class Metric:
     title: str
     unit: str
     doc: str
-    higher_is_better: Optional[bool] = None
+    higher_is_better: bool | None = None
     fmt: Format = "plain"
     table: bool = False
-    appendix: Optional[bool] = None
+    appendix: bool | None = None
     shown_in: str = ""
     axis: str = ""
     optional: bool = False  # only some devices give it (a GPU's share of peak): no table of n/a where none did
@@ -38,7 +39,7 @@ class Metric:
 SPREAD_SUFFIX = "_std"  # a seed-averaged metric m carries m_std: its spread over seeds
 
 
-def find_metric(metrics: dict[str, Metric], name: str) -> Optional[Metric]:
+def find_metric(metrics: dict[str, Metric], name: str) -> Metric | None:
     """The declaration of ``name``: its own key, else its family ``<head>@*``; ``<m>_std`` of a
     declared ``m`` is declared with it (never compared)."""
     if name in metrics:
@@ -64,7 +65,7 @@ SPREAD_SUFFIXES = ("_min", "_max", SPREAD_SUFFIX)
 SEED_CI_SUFFIXES = ("_seed_lo", "_seed_hi")
 
 
-def spread_of(metrics: dict[str, Metric], name: str) -> Optional[str]:
+def spread_of(metrics: dict[str, Metric], name: str) -> str | None:
     """The metric ``name`` is a spread of (``train_wps_min`` -> ``train_wps``), if that one is declared."""
     for suffix in SPREAD_SUFFIXES + SEED_CI_SUFFIXES:
         if name.endswith(suffix) and find_metric(metrics, name[: -len(suffix)]) is not None:
@@ -93,7 +94,7 @@ class Declared:
 
     metric: Metric  # its declaration; an undeclared name gets a plain one: shown, never compared
     housekeeping: bool  # ``is_housekeeping``: the run-details appendix
-    spread_of: Optional[str]  # ``spread_of``: the declared metric it is a spread of
+    spread_of: str | None  # ``spread_of``: the declared metric it is a spread of
 
 
 @dataclass(frozen=True)
@@ -145,10 +146,10 @@ class TaskSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     timeout_s: float = Field(600.0, gt=0, description="wall-clock limit of one case's worker process (s)")
-    memory_limit_mb: Optional[int] = Field(
+    memory_limit_mb: int | None = Field(
         None, ge=1, description="RLIMIT_AS of the worker (virtual address space, MiB; Linux only)"
     )
-    threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (OMP_NUM_THREADS); default: torch's")
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (OMP_NUM_THREADS); default: torch's")
     seed: int = Field(0, description="seed of weights and token ids")
     nproc: int = Field(
         1,
@@ -177,7 +178,7 @@ class ModelSettings(TaskSettings):
     )
 
 
-def case_model_config(case, method_options: Optional[dict] = None, **defaults) -> ModelConfig:
+def case_model_config(case, method_options: dict | None = None, **defaults) -> ModelConfig:
     """The ``ModelConfig`` of ``case`` (its settings are ``ModelSettings``): ``defaults`` (e.g. the
     corpus's ``vocab_size``) under the suite's ``model_overrides``; ``method_options`` replace the
     suite's options for this method."""
@@ -197,16 +198,16 @@ class Task:
     Params: type  # a pydantic model of one grid point
     METRICS: dict[str, Metric]
     run: Callable[[Any], dict]  # case -> {"metrics": {...}, "series": {...}}
-    METHODS: Optional[Sequence[str]] = None  # the task's own variants instead of position methods
-    unavailable: Optional[Callable[[Any], Optional[str]]] = None  # case -> why not here (own variants)
-    run_group: Optional[Callable[[list, int], dict]] = None  # (cases, round) -> {case id: result}
-    TIMED: Optional[bool] = None  # None: timed when Settings has rounds or the task can run_group
-    TITLE: Optional[str] = None  # the report heading; None: the name, capitalised
+    METHODS: Sequence[str] | None = None  # the task's own variants instead of position methods
+    unavailable: Callable[[Any], str | None] | None = None  # case -> why not here (own variants)
+    run_group: Callable[[list, int], dict] | None = None  # (cases, round) -> {case id: result}
+    TIMED: bool | None = None  # None: timed when Settings has rounds or the task can run_group
+    TITLE: str | None = None  # the report heading; None: the name, capitalised
     REPORT_ORDER: int = LAST
     REPORT_COLUMN: str = ""  # the grid axis of the metric tables' columns; "": the first
-    report_sections: Optional[Callable[..., list]] = None  # (runs, baseline) -> [Section]
-    summary_tables: Optional[Callable[[Any], list]] = None  # runs -> [Table] printed after a run
-    compare_values: Optional[Callable[[Any], dict]] = None  # row -> numbers compare reads beyond metrics
+    report_sections: Callable[..., list] | None = None  # (runs, baseline) -> [Section]
+    summary_tables: Callable[[Any], list] | None = None  # runs -> [Table] printed after a run
+    compare_values: Callable[[Any], dict] | None = None  # row -> numbers compare reads beyond metrics
     name: str = ""
     module: Any = None
 
@@ -234,6 +235,6 @@ class Task:
     def title(self) -> str:
         return self.TITLE or self.name.capitalize()
 
-    def unavailable_reason(self, case: Any) -> Optional[str]:
+    def unavailable_reason(self, case: Any) -> str | None:
         """Why ``case`` cannot run here, known without a worker (own variants only), or None."""
         return self.unavailable(case) if self.unavailable is not None else None

@@ -6,8 +6,8 @@ docs/tasks/lengthgen.md. A batch is a pure function of (task, n, rows, seed), dr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

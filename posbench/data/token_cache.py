@@ -12,8 +12,8 @@ import os
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 

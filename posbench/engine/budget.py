@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from typing import Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 BUDGETS = ("steps", "tokens", "time_s", "flops")
 DEFAULT_WARMUP_S = 2.0  # seconds of timed warm-up steps a time budget is decided from
@@ -35,7 +35,7 @@ def budget_of(cfg) -> tuple[str, float]:
 
 
 def steps_for(
-    kind: str, value: float, tokens_per_step: int, flops_per_step: Optional[int] = None, step_seconds: Optional[float] = None
+    kind: str, value: float, tokens_per_step: int, flops_per_step: int | None = None, step_seconds: float | None = None
 ) -> int:
     """Optimizer steps a budget allows: ``steps`` as given; ``tokens`` // tokens per step;
     ``flops`` // operations per step; ``time_s`` // the measured step time. At least one step
@@ -62,7 +62,7 @@ def steps_for(
 def measure_step_seconds(
     step: Callable[[], None],
     warmup_s: float,
-    clock: Optional[Callable[[], float]] = None,
+    clock: Callable[[], float] | None = None,
     sync: Callable[[], None] = lambda: None,
     agree: Callable[[bool], bool] = lambda more: more,
 ) -> tuple[float, float, int]:
@@ -104,7 +104,7 @@ class TimeBudget:
         self,
         seconds: float,
         first_step_s: float,
-        clock: Optional[Callable[[], float]] = None,
+        clock: Callable[[], float] | None = None,
         sync: Callable[[], None] = lambda: None,
     ):
         self.seconds, self.first_step_s, self.sync = seconds, first_step_s, sync

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from posbench.core.outcome import Unavailable
 
 REASON_CHARS = 300  # a compiler's reason is cut to this many characters (the traceback has the rest)
 
 
-def mode_for(device: str, decode: bool) -> Optional[str]:
+def mode_for(device: str, decode: bool) -> str | None:
     """The ``torch.compile`` mode: CUDA graphs for decoding on CUDA, inductor's default otherwise."""
     return "reduce-overhead" if decode and device == "cuda" else None
 
 
-def describe(mode: Optional[str], enabled: bool = True) -> str:
+def describe(mode: str | None, enabled: bool = True) -> str:
     """The row's ``info.compile``: how the timed steps ran."""
     if not enabled:
         return "eager (no torch.compile)"
@@ -36,7 +37,7 @@ def describe(mode: Optional[str], enabled: bool = True) -> str:
 RECOMPILE_LIMIT = 256
 
 
-def compile_module(module, mode: Optional[str] = None):
+def compile_module(module, mode: str | None = None):
     """``torch.compile(module)``, lazy: it compiles at the first call."""
     # Every model's forward is one code object, so a paired group's methods share one frame's
     # cache: past dynamo's default limit of 8 the ninth variant would run eagerly without a word.

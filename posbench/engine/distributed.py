@@ -11,8 +11,8 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Sequence
 
 import numpy as np
 

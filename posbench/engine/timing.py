@@ -12,7 +12,7 @@ import statistics
 import sys
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 
@@ -52,7 +52,7 @@ class CpuDevice:
         self.peak_resettable = self._clear_refs()
 
     @staticmethod
-    def _status(field: str) -> Optional[int]:
+    def _status(field: str) -> int | None:
         """A byte count from /proc/self/status (VmHWM: peak resident, VmRSS: resident now)."""
         try:
             with open("/proc/self/status") as fh:
@@ -63,11 +63,11 @@ class CpuDevice:
             pass
         return None
 
-    def in_use(self) -> Optional[int]:
+    def in_use(self) -> int | None:
         """Resident bytes now: the Python and torch runtime, the model and the data."""
         return self._status("VmRSS")
 
-    def peak(self) -> dict[str, Optional[int]]:
+    def peak(self) -> dict[str, int | None]:
         """Peak resident bytes since ``reset_peak`` (or since the process started)."""
         hwm = self._status("VmHWM")
         if hwm is None:
@@ -103,11 +103,11 @@ class CudaDevice:
         self.synchronize()
         torch.cuda.reset_peak_memory_stats(self.index)
 
-    def in_use(self) -> Optional[int]:
+    def in_use(self) -> int | None:
         self.synchronize()
         return int(torch.cuda.memory_allocated(self.index))
 
-    def peak(self) -> dict[str, Optional[int]]:
+    def peak(self) -> dict[str, int | None]:
         self.synchronize()
         return {
             "allocated": int(torch.cuda.max_memory_allocated(self.index)),
@@ -174,9 +174,9 @@ class EnergyMeter:
         self.nvml, self.handle, self.interval_s = nvml, handle, interval_s
         self.synchronize = synchronize or (lambda: None)
         self.source = source or energy_source(nvml, handle, device)
-        self.windows: list[Optional[float]] = []
-        self._start_mj: Optional[int] = None
-        self._sampler: Optional[PowerSampler] = None
+        self.windows: list[float | None] = []
+        self._start_mj: int | None = None
+        self._sampler: PowerSampler | None = None
 
     @property
     def available(self) -> bool:
@@ -209,11 +209,11 @@ class EnergyMeter:
         return False
 
     @property
-    def last_j(self) -> Optional[float]:
+    def last_j(self) -> float | None:
         return self.windows[-1] if self.windows else None
 
     @property
-    def energy_j(self) -> Optional[float]:
+    def energy_j(self) -> float | None:
         if not self.available or not self.windows or any(j is None for j in self.windows):
             return None
         return sum(self.windows)
@@ -252,7 +252,7 @@ class PowerSampler:
         return False
 
     @property
-    def energy_j(self) -> Optional[float]:
+    def energy_j(self) -> float | None:
         if len(self.samples) < 2:
             return None
         total = 0.0

@@ -9,8 +9,9 @@ from then on, with its own failure result; the others go on.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 
 def window_order(n: int, index: int) -> list[int]:
@@ -38,7 +39,7 @@ class Member:
 
     key: str
     obj: Any = None
-    failure: Optional[dict] = None
+    failure: dict | None = None
     windows: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # phase -> [(start, seconds)]
 
     @property

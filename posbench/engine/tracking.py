@@ -12,7 +12,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 from posbench.core.files import open_nofollow, own_folder
 
@@ -28,7 +28,7 @@ class Writer(Protocol):
     def close(self) -> None: ...
 
 
-def tensorboard_version() -> Optional[str]:
+def tensorboard_version() -> str | None:
     """The installed tensorboard's version, or None when it cannot be imported."""
     if importlib.util.find_spec("tensorboard") is None:
         return None
@@ -64,7 +64,7 @@ def _wandb_version() -> str:
     return str(getattr(wandb, "__version__", "installed"))
 
 
-def requested(value: Optional[str] = None) -> list[str]:
+def requested(value: str | None = None) -> list[str]:
     """The writers ``POSBENCH_LOG`` (or ``value``) asks for beyond TensorBoard; a name it does not
     know is a one-line ValueError."""
     raw = os.environ.get(LOG_ENV, "") if value is None else value
@@ -102,7 +102,7 @@ def check_path(path: str | os.PathLike, what: str) -> None:
     )
 
 
-def case_folder(out_dir: str | os.PathLike | None, name: str) -> Optional[Path]:
+def case_folder(out_dir: str | os.PathLike | None, name: str) -> Path | None:
     """``<run folder>/cases/<name>/`` (a case id's ``/`` as ``__``), or None without a run folder."""
     if not out_dir:
         return None
@@ -126,7 +126,7 @@ class TensorBoardWriter:
 
         self._event, self._summary, self._session_log = event_pb2.Event, summary_pb2.Summary, event_pb2.SessionLog
         self.path = folder / EVENT_FILE
-        self._fd: Optional[int] = open_nofollow(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        self._fd: int | None = open_nofollow(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         self._records = RecordWriter(self)
         self._session = False
         if os.fstat(self._fd).st_size == 0:
@@ -151,7 +151,7 @@ class TensorBoardWriter:
             self._fd = None
 
 
-def last_step(folder: Optional[Path]) -> Optional[int]:
+def last_step(folder: Path | None) -> int | None:
     """The largest step of a scalar in ``folder``'s event file (``EVENT_FILE``), or None when it
     holds none (no file, no tensorboard to read it)."""
     path = None if folder is None else Path(folder) / EVENT_FILE
@@ -185,7 +185,7 @@ class WandbWriter:
     # Its own step (define_metric): W&B's step may never go back, and the efficiency task logs
     # evaluation windows 0..n, then training windows 0..n.
 
-    def __init__(self, folder: Path, name: str, config: dict, group: Optional[str] = None):
+    def __init__(self, folder: Path, name: str, config: dict, group: str | None = None):
         import wandb
 
         self.run = wandb.init(
@@ -209,7 +209,7 @@ class WandbWriter:
 class Tracker:
     """The writers of one case (none: every call is a no-op). A context manager: closing flushes."""
 
-    def __init__(self, writers: list[Writer] | None = None, folder: Optional[Path] = None):
+    def __init__(self, writers: list[Writer] | None = None, folder: Path | None = None):
         self.writers = list(writers or [])
         self.folder = folder
 
@@ -217,14 +217,14 @@ class Tracker:
     def active(self) -> bool:
         return bool(self.writers)
 
-    def scalar(self, tag: str, value: Optional[float], step: int) -> None:
+    def scalar(self, tag: str, value: float | None, step: int) -> None:
         """Log ``value`` at ``step``; a None or non-finite value is left out (a curve with a gap)."""
         if value is None or not math.isfinite(float(value)):
             return
         for w in self.writers:
             w.scalar(tag, float(value), step)
 
-    def scalars(self, values: dict[str, Optional[float]], step: int) -> None:
+    def scalars(self, values: dict[str, float | None], step: int) -> None:
         for tag, value in values.items():
             self.scalar(tag, value, step)
 
@@ -234,12 +234,12 @@ class Tracker:
         last = last_step(self.folder)
         return 0 if last is None else last + 1
 
-    def by_length(self, key: str, L_valid: int, ppl: Optional[float]) -> None:
+    def by_length(self, key: str, L_valid: int, ppl: float | None) -> None:
         """Perplexity against evaluation length as one curve: ``<key>/ppl_vs_length`` at step
         ``L_valid`` (TensorBoard's x axis is the length)."""
         self.scalar(f"{key}/ppl_vs_length", ppl, L_valid)
 
-    def window(self, phase: str, step: int, tokens_per_s: float, loss: Optional[float] = None) -> None:
+    def window(self, phase: str, step: int, tokens_per_s: float, loss: float | None = None) -> None:
         """A timed task's measured window: ``<phase>/tokens_per_s`` (and ``train/loss``) at ``step``.
         Call it after the window's clock stopped: writing is never part of what a window times."""
         self.scalar(f"{phase}/tokens_per_s", tokens_per_s, step)
@@ -251,7 +251,7 @@ class Tracker:
         for w in writers:
             w.close()
 
-    def __enter__(self) -> "Tracker":
+    def __enter__(self) -> Tracker:
         return self
 
     def __exit__(self, *exc) -> bool:
@@ -259,7 +259,7 @@ class Tracker:
         return False
 
 
-def open_tracker(folder: Optional[Path], name: str = "", config: Optional[dict[str, Any]] = None) -> Tracker:
+def open_tracker(folder: Path | None, name: str = "", config: dict[str, Any] | None = None) -> Tracker:
     """The tracker of one case: TensorBoard when importable, W&B when ``POSBENCH_LOG`` asks for it
     (grouped by ``config["run_id"]``), nothing without a folder, off rank 0, or with
     ``POSBENCH_LOG=none``."""
@@ -289,7 +289,7 @@ def open_tracker(folder: Optional[Path], name: str = "", config: Optional[dict[s
     return Tracker(writers, folder)
 
 
-def for_case(case, name: Optional[str] = None) -> Tracker:
+def for_case(case, name: str | None = None) -> Tracker:
     """``open_tracker`` for ``case`` (``posbench.core.case.Case``) in its run folder; ``name``:
     the trained model's name (default the case id). W&B gets the case's settings as its config and
     the run id as its group, so the same case of two runs is told apart by its group."""

@@ -6,8 +6,6 @@ evaluation tokens (``pretrained_tokens``). Imports neither torch nor transformer
 
 from __future__ import annotations
 
-from typing import Optional
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -16,7 +14,7 @@ class PretrainedSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    pretrained: Optional[str] = Field(
+    pretrained: str | None = Field(
         None,
         description="hf:DIR: evaluate this Hugging Face checkpoint (a folder "
         "written by save_pretrained) instead of training a model (--model hf:DIR; "

@@ -6,7 +6,7 @@ validating a suite reads these settings. The trained model itself: ``posbench.en
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,16 +20,16 @@ class CorpusSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     kind: Literal["synthetic", "synthetic-copy", "wikitext", "wikitext-103", "wikitext-2", "text"] = "synthetic"
-    path: Optional[str] = Field(None, description="data folder or file; default $POSBENCH_DATA_DIR (--data sets it)")
-    level: Optional[Literal["word", "byte"]] = Field(
+    path: str | None = Field(None, description="data folder or file; default $POSBENCH_DATA_DIR (--data sets it)")
+    level: Literal["word", "byte"] | None = Field(
         None,
         description="text: word or byte (default byte); WikiText is word level only (for WikiText bytes use "
         "kind: text with the folder's files)",
     )
-    splits: Optional[dict[str, str]] = Field(None, description="corpus split -> file split, e.g. {train: test}")
-    size: Optional[int] = Field(None, ge=1, description="cap on tokens per split (synthetic: training tokens)")
+    splits: dict[str, str] | None = Field(None, description="corpus split -> file split, e.g. {train: test}")
+    size: int | None = Field(None, ge=1, description="cap on tokens per split (synthetic: training tokens)")
     seed: int = 0
-    synthetic: dict[str, Union[int, float, str]] = Field(
+    synthetic: dict[str, int | float | str] = Field(
         default_factory=dict,
         description="synthetic: vocab, order, branching, jump; synthetic-copy: vocab, "
         "branching, jump, copy_prob, max_distance, decay, distance (decay or log-uniform)",
@@ -143,15 +143,15 @@ def budget_metrics(result) -> dict:
 class BudgetSettings(ModelSettings):
     """The training budget, exactly one of ``BUDGETS`` (docs/tasks/budgets.md), and the seeds."""
 
-    steps: Optional[int] = Field(None, ge=1, description="training budget in optimizer steps ...")
-    tokens: Optional[int] = Field(None, ge=1, description="... or in tokens (steps = tokens // (batch_size * L_train))")
-    time_s: Optional[float] = Field(
+    steps: int | None = Field(None, ge=1, description="training budget in optimizer steps ...")
+    tokens: int | None = Field(None, ge=1, description="... or in tokens (steps = tokens // (batch_size * L_train))")
+    time_s: float | None = Field(
         None,
         gt=0,
         description="... or in measured training seconds on this device: "
         "each method trains until they are spent (planned from a short warm-up)",
     )
-    flops: Optional[float] = Field(
+    flops: float | None = Field(
         None,
         gt=0,
         description="... or in counted training operations "
@@ -162,7 +162,7 @@ class BudgetSettings(ModelSettings):
         gt=0,
         description="time_s: seconds of timed warm-up steps the step count is decided from (not part of the budget)",
     )
-    seeds: Optional[list[Annotated[int, Field(ge=0, le=2**32 - 1)]]] = Field(  # numpy's generators take 0..2^32-1
+    seeds: list[Annotated[int, Field(ge=0, le=2**32 - 1)]] | None = Field(  # numpy's generators take 0..2^32-1
         None,
         min_length=1,
         description="train and evaluate one model per seed (weights and batch order); metrics "

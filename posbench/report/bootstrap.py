@@ -11,16 +11,17 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Union
 
-Samples = Union[Sequence[float], Sequence[Sequence[float]]]  # flat, or clusters (one list per round)
+Samples = Union[Sequence[float], Sequence[Sequence[float]]]  # noqa: UP007  (flat, or clusters: one list per round)
 
 LEVEL = 0.95
 RESAMPLES = 2000
 SEED = 0  # fixed: the same rows always give the same interval (tables are reproducible)
 
 
-def _number(x) -> Optional[float]:
+def _number(x) -> float | None:
     if x is None or isinstance(x, bool) or not isinstance(x, (int, float)):
         return None  # a string or a list in a stored series is no number
     try:
@@ -44,7 +45,7 @@ def paired_ratios(values: Sequence, base: Sequence) -> list[float]:
     return out
 
 
-def _round_value(entry) -> Optional[float]:
+def _round_value(entry) -> float | None:
     """A round's single value: the number itself, or the median of a paired-windows round."""
     if isinstance(entry, dict):
         values = [v for v in map(_number, entry.get("values") or []) if v is not None]
@@ -122,7 +123,7 @@ def _central(draws: list[float], level: float) -> tuple[float, float]:
 
 def bootstrap_interval(
     xs: Samples, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = SEED
-) -> Optional[tuple[float, float]]:
+) -> tuple[float, float] | None:
     """Percentile-bootstrap interval of the median of ``xs``; None with fewer than 2 values.
 
     ``xs`` flat: values resampled with replacement. ``xs`` a list of clusters (a list of values
@@ -138,7 +139,7 @@ def bootstrap_interval(
     return _central([_resampled_median(rng, xs, clustered) for _ in range(resamples)], level)
 
 
-def paired_ratio(values: Sequence, base: Sequence) -> tuple[Optional[float], Optional[tuple[float, float]], int]:
+def paired_ratio(values: Sequence, base: Sequence) -> tuple[float | None, tuple[float, float] | None, int]:
     """(median of the per-round ratios, its bootstrap interval, number of pairs). Paired-windows
     rounds (``is_windowed``) pair window by window (``window_clusters``): the median over every
     pair, a cluster-bootstrap interval, and the number of pairs."""
@@ -160,7 +161,7 @@ def _clean(xs: Samples) -> tuple[Samples, bool, int]:
 
 def ratio_of_medians_interval(
     new: Samples, base: Samples, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = SEED
-) -> Optional[tuple[float, float]]:
+) -> tuple[float, float] | None:
     """Interval of median(new) / median(base) for unpaired samples (two runs): each side is
     resampled independently (a side given as clusters, per round, with the two-level bootstrap).
     None unless both sides have at least 2 values."""

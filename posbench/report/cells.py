@@ -8,7 +8,7 @@ per-window) ratios with a bootstrap 95% interval; rows timed apart divide two me
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 from posbench.core.task import SEED_CI_SUFFIXES
 from posbench.report import bootstrap
@@ -24,7 +24,7 @@ UNPAIRED_NOTE = (
 )
 
 
-def spread_of(metrics: dict, name: str, value: Optional[float], table: Optional[Table]) -> Optional[tuple[float, float]]:
+def spread_of(metrics: dict, name: str, value: float | None, table: Table | None) -> tuple[float, float] | None:
     """What the row says about the spread of ``name``: ``<name>_min``/``<name>_max`` (windows,
     rounds), else ``value ± <name>_std`` (seeds); None when it says nothing. Which one it was goes
     to ``table.spread`` (the table's charts name it under their error bars)."""
@@ -47,7 +47,7 @@ def spread_of(metrics: dict, name: str, value: Optional[float], table: Optional[
     return None
 
 
-def rounds_of(r, name: str) -> Optional[list]:
+def rounds_of(r, name: str) -> list | None:
     """The row's per-round values of ``name`` (``series[name + "_by_round"]``), if it has rounds;
     with paired windows each round's windows (``series[name + "_by_window"]``, any number of rounds)."""
     windows = by_window(r.series, name)
@@ -61,7 +61,7 @@ class Baseline(NamedTuple):
     """The baseline's finished row at one grid point, as the cells of that column divide by it."""
 
     value: float  # its value of the metric
-    rounds: Optional[list]  # its per-round (or per-window) values (``rounds_of``), None without rounds
+    rounds: list | None  # its per-round (or per-window) values (``rounds_of``), None without rounds
     row: Any  # the row itself (a named tuple of ``Runs.rows``)
     apart: bool = False  # from another run folder than the cell's row: never paired with it
 
@@ -70,7 +70,7 @@ class Baselines:
     """The finished rows of method ``method`` among ``rows``, per (run, column value) and per column
     value of any run (the first one read): what each cell of one table divides by."""
 
-    def __init__(self, rows, name: str, method: Optional[str], column: str):
+    def __init__(self, rows, name: str, method: str | None, column: str):
         self.of: dict[tuple, Baseline] = {}  # (run_id or None, column value) -> the baseline's row there
         for r in rows:
             value = r.metrics.get(name)
@@ -84,12 +84,12 @@ class Baselines:
     def found(self) -> bool:
         return bool(self.of)
 
-    def at(self, run_id: str, col) -> Optional[Baseline]:
+    def at(self, run_id: str, col) -> Baseline | None:
         """The baseline of run ``run_id`` at ``col``, else of another run (``apart``), else None."""
         return self.of.get((run_id, col)) or self.of.get((None, col))
 
 
-def metric_cell(r, table: Table, base: Optional[Baseline]) -> Cell:
+def metric_cell(r, table: Table, base: Baseline | None) -> Cell:
     """Row ``r``'s cell in ``table`` (its metric and format), with its ratio to ``base``."""
     cell = Cell(text="", status=r.status, case_id=r.case_id, run_id=r.run_id, message=str(r.message or ""))
     if r.status != "ok":
@@ -122,7 +122,7 @@ def metric_cell(r, table: Table, base: Optional[Baseline]) -> Cell:
     return cell
 
 
-def paired_with(row, base_row, ours: Optional[list], base: Optional[list]) -> bool:
+def paired_with(row, base_row, ours: list | None, base: list | None) -> bool:
     """Whether ``row``'s values were timed with ``base_row``'s: neither ran alone when it joined a
     finished run (``info.paired: false``, ``schedule.joining``), and paired windows share the
     process of at least one round (a retried round alone still pairs by its medians)."""
@@ -138,7 +138,7 @@ def paired_with(row, base_row, ours: Optional[list], base: Optional[list]) -> bo
     return True
 
 
-def _unpaired_interval(ours: Optional[list], base: Optional[list]) -> Optional[tuple[float, float]]:
+def _unpaired_interval(ours: list | None, base: list | None) -> tuple[float, float] | None:
     """The interval of the ratio of two sides timed apart (each value a median): each side
     resampled on its own; None without two values a side."""
     if not ours or not base:

@@ -11,8 +11,8 @@ also says in how many seeds (paired by seed) the better one won.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
 
 from posbench.report import numbers as fmt
 from posbench.report.grouping import by_params, ordered, short_commit, task_groups
@@ -32,23 +32,23 @@ class Point:
     method: str
     L_train: int
     by_seed: dict  # seed -> quality (None where that seed has none)
-    cost: Optional[float]  # the cost axis: mean over seeds (e.g. training seconds per token)
-    memory: Optional[float] = None  # peak training memory (bytes), mean over seeds
+    cost: float | None  # the cost axis: mean over seeds (e.g. training seconds per token)
+    memory: float | None = None  # peak training memory (bytes), mean over seeds
     extra: dict = field(default_factory=dict)
-    serving: Optional[float] = None  # serving cost at the target length: ms per generated token, KV cache
-    serving_range: Optional[tuple[float, float]] = None  # its fastest and slowest repeat (ms)
+    serving: float | None = None  # serving cost at the target length: ms per generated token, KV cache
+    serving_range: tuple[float, float] | None = None  # its fastest and slowest repeat (ms)
 
     @property
     def label(self) -> str:
         return f"{self.method}, L_train={self.L_train}"
 
     @property
-    def interval(self) -> tuple[float, float, int, Optional[float], Optional[float]]:
+    def interval(self) -> tuple[float, float, int, float | None, float | None]:
         """(mean, std, seeds, low, high): the quality's 95% t interval over seeds."""
         return seed_interval(list(self.by_seed.values()))
 
     @property
-    def quality(self) -> Optional[float]:
+    def quality(self) -> float | None:
         mean, _, n, _, _ = self.interval
         return mean if n else None
 
@@ -112,7 +112,7 @@ def compare_points(best: Point, other: Point, lower_is_better: bool = True) -> V
     return Verdict(best, other, separable, wins, len(seeds))
 
 
-def verdicts(points: list[Point], lower_is_better: bool = True) -> tuple[Optional[Point], list[Verdict]]:
+def verdicts(points: list[Point], lower_is_better: bool = True) -> tuple[Point | None, list[Verdict]]:
     """(the best point by mean quality, its verdict against every other point with a quality)."""
     usable = [p for p in points if p.quality is not None]
     if not usable:
@@ -188,7 +188,7 @@ def wanted(rows) -> bool:
     return False
 
 
-def per_unit(metrics: dict, seconds: str, units: str) -> Optional[float]:
+def per_unit(metrics: dict, seconds: str, units: str) -> float | None:
     """``metrics[seconds] / metrics[units]`` (training seconds per token or example), None without both."""
     s, n = metrics.get(seconds), metrics.get(units)
     return s / n if is_number(s) and is_number(n) and n > 0 else None
@@ -198,7 +198,7 @@ def per_unit(metrics: dict, seconds: str, units: str) -> Optional[float]:
 Cells = Callable[[object], Iterable[tuple[int, dict, object]]]
 
 
-def serving_parts(serving) -> tuple[Optional[float], Optional[tuple[float, float]]]:
+def serving_parts(serving) -> tuple[float | None, tuple[float, float] | None]:
     """(ms per token, (fastest, slowest) or None) of a cell's serving cost; non-numbers are None."""
     if isinstance(serving, tuple):
         ms, low, high = serving
@@ -208,7 +208,7 @@ def serving_parts(serving) -> tuple[Optional[float], Optional[tuple[float, float
 
 
 def frontier_points(
-    runs: Runs, task: str, cells: Cells, cost: Callable[[dict], Optional[float]], of: Callable[[object], str] = lambda r: ""
+    runs: Runs, task: str, cells: Cells, cost: Callable[[dict], float | None], of: Callable[[object], str] = lambda r: ""
 ) -> dict[tuple, list[Point]]:
     """{(suite, hardware, budget, of, target): [Point]} of the finished ``task`` rows of runs that
     ask for a frontier. ``cells(row)`` yields (target length, {seed: quality}, serving cost: see ``Cells``);

@@ -7,8 +7,6 @@ of a table's rows, and which metrics a task's report tabulates (its ``METRICS`` 
 
 from __future__ import annotations
 
-from typing import Optional
-
 import pandas as pd
 
 from posbench.core.task import Declarations, declare
@@ -58,14 +56,14 @@ def rest_of(params: dict, column: str) -> tuple:
     return tuple(sorted((k, v) for k, v in params.items() if k != column))
 
 
-def method_order(present, meta: Optional[RunMeta]) -> list[str]:
+def method_order(present, meta: RunMeta | None) -> list[str]:
     """The suite's method order (run.json), then methods it does not list in the order read."""
     present = ordered(present)
     first = [m for m in (meta.methods if meta else []) if m in present]
     return first + [m for m in present if m not in first]
 
 
-def baseline_for(meta: Optional[RunMeta], override: Optional[str]) -> Optional[str]:
+def baseline_for(meta: RunMeta | None, override: str | None) -> str | None:
     """An explicit ``--baseline`` wins; else the run.json's (None: no ratios); else the old default."""
     if override is not None:
         return override or None
@@ -81,7 +79,7 @@ def declared_in(runs: Runs, task: str, frame: pd.DataFrame, names=()) -> Declara
     return declare(known.METRICS if known is not None else {}, [*names, *suites, *found, "status"])
 
 
-def choose_metrics(group: pd.DataFrame, declared: Declarations, meta: Optional[RunMeta]) -> list[str]:
+def choose_metrics(group: pd.DataFrame, declared: Declarations, meta: RunMeta | None) -> list[str]:
     """The metrics a report tabulates: the suite's (run.json) and those declared ``table=True``,
     in declaration order, less those the task shows elsewhere (``shown_in``: a column of another
     table; housekeeping: the run-details appendix). With none of these, every numeric metric the
@@ -102,6 +100,6 @@ def _own_table(declared: Declarations, name: str) -> bool:
     return not said.metric.shown_in and not (declared.metrics and said.housekeeping)
 
 
-def family_head(name: str) -> Optional[str]:
+def family_head(name: str) -> str | None:
     """``ppl@*`` -> ``ppl``: the head of a family key, None for a plain metric name."""
     return name[:-2] if name.endswith("@*") else None

@@ -5,14 +5,14 @@ where fewer than two methods learnt is a ``BROKEN`` profile. Task-neutral: it na
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
 
 NOT_LEARNT = "not learnt at L_train"
 BROKEN = "BROKEN PROFILE"
 
 
-def learned(accuracy: Optional[float], threshold: float) -> Optional[bool]:
+def learned(accuracy: float | None, threshold: float) -> bool | None:
     """Whether a model learnt the task: its accuracy at L_train is >= ``threshold``. None when
     there is no accuracy (the L_train evaluation failed or did not run): unknown, not a verdict."""
     if not 0.0 <= threshold <= 1.0:
@@ -22,7 +22,7 @@ def learned(accuracy: Optional[float], threshold: float) -> Optional[bool]:
     return accuracy >= threshold
 
 
-def learned_over_seeds(verdicts: list[Optional[bool]]) -> Optional[bool]:
+def learned_over_seeds(verdicts: list[bool | None]) -> bool | None:
     """Learn first, per seed: a method learnt when every seed's model did; not when any seed's did
     not; unknown (None) when none failed but one has no accuracy at L_train."""
     if any(v is False for v in verdicts):
@@ -32,7 +32,7 @@ def learned_over_seeds(verdicts: list[Optional[bool]]) -> Optional[bool]:
     return True
 
 
-def length_text(is_learned: Optional[bool], effective_length: Optional[int]) -> str:
+def length_text(is_learned: bool | None, effective_length: int | None) -> str:
     """The text of an effective-length cell: the length when the task was learnt, ``NOT_LEARNT``
     when it was not, ``-`` when unknown."""
     if is_learned is False:
@@ -42,7 +42,7 @@ def length_text(is_learned: Optional[bool], effective_length: Optional[int]) -> 
     return str(effective_length)
 
 
-def comparable_length(is_learned: Optional[bool], effective_length: Optional[int]) -> Optional[int]:
+def comparable_length(is_learned: bool | None, effective_length: int | None) -> int | None:
     """The effective length a row may report: None unless the task was learnt at L_train."""
     return effective_length if is_learned else None
 
@@ -90,9 +90,9 @@ class Comparability:
 
 
 def comparability(
-    verdicts: Mapping[str, Optional[bool]],
+    verdicts: Mapping[str, bool | None],
     threshold: float,
-    seeds: Optional[Mapping[str, tuple[int, int]]] = None,
+    seeds: Mapping[str, tuple[int, int]] | None = None,
     measure: str = "accuracy",
 ) -> Comparability:
     """Group labels by their ``learned`` verdict, in the mapping's order; ``seeds``: label -> (seeds

@@ -11,7 +11,7 @@ other's files or shares its HTML id, and the same rows always give the same name
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from posbench.store.file_stems import MAX_STEM, file_stem, short_hash
 

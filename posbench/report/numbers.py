@@ -6,7 +6,7 @@ A metric's ``fmt`` names a formatter of ``FORMATS``; memory is always in GiB (2^
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from collections.abc import Callable
 
 MISSING = "n/a"  # a case that ran but has no number for this metric
 HUGE = 1e15  # from here on every format writes an exponent: no number prints as 300 digits
@@ -90,7 +90,7 @@ def number(value, kind: str = "plain") -> str:
     return FORMATS.get(kind, plain)(value)
 
 
-def ratio(value: Optional[float], digits: int = 2) -> str:
+def ratio(value: float | None, digits: int = 2) -> str:
     """A ratio to a baseline: ``0.99x`` (``digits`` decimals; a ratio of 10,000 or more, or under
     0.01, with an exponent: ``1e+300x``)."""
     if value is None:
@@ -100,7 +100,7 @@ def ratio(value: Optional[float], digits: int = 2) -> str:
     return f"{value:.{digits}f}x"
 
 
-def ratio_of(value, base) -> Optional[float]:
+def ratio_of(value, base) -> float | None:
     """``value / base`` when both are positive finite numbers and the quotient is finite, else None:
     a ratio of a zero, a negative number or an overflow means nothing (tables show ``n/a``,
     compare leaves it out)."""
@@ -129,7 +129,7 @@ def plus_minus(ratio_: float, ratio_interval: tuple[float, float]) -> str:
 UNPAIRED = "unpaired"  # a ratio of values timed apart (another process, round or run): no paired claim
 
 
-def ratio_text(ratio_: float, ratio_interval: Optional[tuple[float, float]] = None, unpaired: bool = False) -> str:
+def ratio_text(ratio_: float, ratio_interval: tuple[float, float] | None = None, unpaired: bool = False) -> str:
     """``0.99x``, ``0.99x ±0.01``, or ``1.24x ±0.38 unpaired``."""
     inside = ratio(ratio_)
     if ratio_interval is not None:
@@ -138,7 +138,7 @@ def ratio_text(ratio_: float, ratio_interval: Optional[tuple[float, float]] = No
 
 
 def value_with_ratio(
-    value, kind: str, ratio_: Optional[float] = None, ratio_interval: Optional[tuple[float, float]] = None, unpaired: bool = False
+    value, kind: str, ratio_: float | None = None, ratio_interval: tuple[float, float] | None = None, unpaired: bool = False
 ) -> str:
     """A table cell: ``25.8k (0.99x)``; with an interval on the ratio ``25.8k (0.99x ±0.01)``;
     timed apart from the baseline ``25.8k (1.24x ±0.38 unpaired)``."""

@@ -15,7 +15,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from posbench.core.files import WriteError, atomic_write_text
 from posbench.report.escape import md_code, md_fence, md_text
@@ -49,7 +49,7 @@ def _dumps_value(value: Any) -> str:
     return text
 
 
-def reconstruct_command(meta: RunMeta, ran: Optional[list[str]] = None) -> list[str]:
+def reconstruct_command(meta: RunMeta, ran: list[str] | None = None) -> list[str]:
     """The argv of ``python bench.py`` that reruns ``meta``'s suite with the settings and grid it
     used, for the methods its rows name (``ran``; run.json lists the suite's methods and the
     ``--methods`` extras, also where ``--methods`` picked a few of them)."""
@@ -68,7 +68,7 @@ def reconstruct_command(meta: RunMeta, ran: Optional[list[str]] = None) -> list[
     return argv
 
 
-def recorded_command(run_dir: Path) -> Optional[str]:
+def recorded_command(run_dir: Path) -> str | None:
     """``run.json``'s ``command`` (a string or an argv list), when the runner wrote one."""
     try:  # through the bounded reader: a FIFO or a huge run.json neither blocks nor fills memory
         raw = read_small(run_dir / RUN_FILE)
@@ -145,7 +145,7 @@ def machine_of(env: dict, device: str) -> dict[str, str]:
     }
 
 
-def _busy(env: dict) -> Optional[str]:
+def _busy(env: dict) -> str | None:
     machine = env.get("machine")
     if not isinstance(machine, dict):
         return None
@@ -156,7 +156,7 @@ def _busy(env: dict) -> Optional[str]:
 class RunSection:
     """One run folder read for a page: its metadata, environment, rows' dates and commits, tables."""
 
-    def __init__(self, run_dir: Path, find_task=None, shown: Optional[str] = None):
+    def __init__(self, run_dir: Path, find_task=None, shown: str | None = None):
         self.run_dir = run_dir
         self.shown = shown or run_dir.as_posix()  # the folder as the page names it (a repository path)
         runs = load_runs(run_dir, find_task=find_task)
@@ -384,7 +384,7 @@ def _page_of_another(path: Path, suite: str, hardware: str) -> bool:
     return first.startswith("# ") and first != page_heading(suite, hardware)
 
 
-def main(argv: Optional[list[str]] = None, find_task=None) -> int:
+def main(argv: list[str] | None = None, find_task=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m posbench.cli.docs_results", description="Write docs/results pages from run folders."
     )

@@ -4,9 +4,10 @@ folder (``source``) and machine (``hardware``). The folder itself is ``posbench.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 from posbench.core.task import Task
 from posbench.store.bounds import RowsError, check_params
@@ -15,7 +16,7 @@ from posbench.store.row import ROW_KEYS
 from posbench.store.run_rows import CASES_FILE, _finite, case_rows, read_run_rows, warn
 
 
-def gpu_name(env: dict) -> Optional[str]:
+def gpu_name(env: dict) -> str | None:
     """The GPU model NVML reported, else torch's name for it (env.json ``gpu``: a GPU run without
     NVML), or None (CPU runs)."""
     nvml = env.get("nvml")
@@ -29,7 +30,7 @@ def gpu_name(env: dict) -> Optional[str]:
     return torch_name if isinstance(torch_name, str) and torch_name else None
 
 
-def cpu_model(env: dict) -> Optional[str]:
+def cpu_model(env: dict) -> str | None:
     """The CPU model from env.json, which may store it as a string or as a dict."""
     cpu = env.get("cpu")
     if isinstance(cpu, dict):
@@ -40,7 +41,7 @@ def cpu_model(env: dict) -> Optional[str]:
     return str(cpu) if cpu else None
 
 
-def hardware_label(env: dict, device: Optional[str]) -> str:
+def hardware_label(env: dict, device: str | None) -> str:
     """A short machine name for captions and for splitting tables: the GPU, else the CPU."""
     gpu = gpu_name(env)
     if gpu and str(device or "").startswith("cuda"):
@@ -75,25 +76,23 @@ class Runs:
 
     rows: Any  # pandas.DataFrame
     envs: dict[str, dict]
-    metas: dict[str, Optional[RunMeta]]
+    metas: dict[str, RunMeta | None]
     problems: list[str] = field(default_factory=list)  # lines skipped, one warning each
     tasks: dict[str, Task] = field(default_factory=dict)
 
-    def meta_of(self, sources: Iterable[str]) -> Optional[RunMeta]:
+    def meta_of(self, sources: Iterable[str]) -> RunMeta | None:
         """The run.json of the first of ``sources`` that has one (shards of a run share it)."""
         for s in sources:
             if self.metas.get(s) is not None:
                 return self.metas[s]
         return None
 
-    def with_rows(self, rows) -> "Runs":
+    def with_rows(self, rows) -> Runs:
         """The same runs (envs, metas, tasks) holding only ``rows``, a part of ``self.rows``."""
         return Runs(rows, self.envs, self.metas, tasks=self.tasks)
 
 
-def load_runs(
-    dirs, report: Optional[Callable[[str], Any]] = None, find_task: Optional[Callable[[str], Optional[Task]]] = None
-) -> Runs:
+def load_runs(dirs, report: Callable[[str], Any] | None = None, find_task: Callable[[str], Task | None] | None = None) -> Runs:
     """The runs stored in ``dirs`` (run folders or folders above them), one row per (run, case):
     its rounds merged (``case_rows``), with their tasks (``find_task``: a name -> the task, None for
     one unknown here: the CLI hands its registry's lookup; left out, no task is known). Unusable
@@ -109,9 +108,9 @@ def load_runs(
             if run_dir not in run_dirs:
                 run_dirs.append(run_dir)
     records, envs, metas, problems = [], {}, {}, []
-    tasks: dict[str, Optional[Task]] = {}
+    tasks: dict[str, Task | None] = {}
 
-    def task_of(name: Any) -> Optional[Task]:  # each task name looked up once
+    def task_of(name: Any) -> Task | None:  # each task name looked up once
         if not isinstance(name, str) or not name:
             return None
         if name not in tasks:

@@ -6,8 +6,8 @@ its own (``Block``, ``Section``). The tasks come resolved with the rows (``Runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from posbench.core.task import Task
 from posbench.report import charts
@@ -39,7 +39,7 @@ class Section:
     details: list[Table] = field(default_factory=list)
 
 
-def collect_sections(runs: Runs, baseline: Optional[str] = None) -> list[Section]:
+def collect_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
     """The sections of every task present, in the tasks' declared order; empty ones are left out.
 
     ``baseline``: the method ratios divide by; None takes each run's own (run.json).
@@ -59,16 +59,16 @@ def collect_sections(runs: Runs, baseline: Optional[str] = None) -> list[Section
     return [s for s in sections if s.blocks or s.details]
 
 
-def collect_tables(runs: Runs, baseline: Optional[str] = None) -> list[tuple[str, list[Table]]]:
+def collect_tables(runs: Runs, baseline: str | None = None) -> list[tuple[str, list[Table]]]:
     """(section heading, tables) of every section with tables, in report order (no appendix)."""
     return [(s.heading, [b.table for b in s.blocks]) for s in collect_sections(runs, baseline) if s.blocks]
 
 
-def _place(task: Optional[Task]) -> int:
+def _place(task: Task | None) -> int:
     return task.REPORT_ORDER if task is not None else Task.LAST
 
 
-def metric_section(runs: Runs, name: str, baseline: Optional[str] = None) -> Section:
+def metric_section(runs: Runs, name: str, baseline: str | None = None) -> Section:
     """The default section of task ``name``: a table per metric its declarations and its suite's
     ``metrics`` ask for (``posbench.report.tabulate.metric_tables``), methods x its ``REPORT_COLUMN``,
     each followed by its charts. A task this installation does not know gets one too (every number

@@ -12,7 +12,6 @@ rendered by ``posbench.report.render``, drawn by ``posbench.report.charts``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 # What a table's ``spread`` says its cells' spreads are (charts name it under their error bars).
 SPREAD_MIN_MAX = "min-max over measured windows"
@@ -23,14 +22,14 @@ SPREAD_SEED_CI = "95% t interval over seeds"  # posbench.report.stats.SEED_INTER
 @dataclass
 class Cell:
     text: str
-    value: Optional[float] = None  # what a chart plots; None when there is no number
+    value: float | None = None  # what a chart plots; None when there is no number
     status: str = "ok"  # the case's (or evaluation's) status
-    case_id: Optional[str] = None
-    run_id: Optional[str] = None
+    case_id: str | None = None
+    run_id: str | None = None
     message: str = ""
-    ratio: Optional[float] = None  # value / baseline value, same run and grid point
-    ratio_interval: Optional[tuple[float, float]] = None  # a confidence interval of the ratio
-    spread: Optional[tuple[float, float]] = None  # (low, high) the row holds: min-max of windows, or ± std of seeds
+    ratio: float | None = None  # value / baseline value, same run and grid point
+    ratio_interval: tuple[float, float] | None = None  # a confidence interval of the ratio
+    spread: tuple[float, float] | None = None  # (low, high) the row holds: min-max of windows, or ± std of seeds
     unpaired: bool = False  # the ratio divides values timed apart from the baseline's (``paired_with``)
 
 
@@ -44,7 +43,7 @@ class TableSpec:
     fmt: str = "plain"  # posbench.report.numbers format of the values (charts' axis labels)
     column_header: str = ""  # what the columns are: a grid parameter ("seq_len") or a word
     row_header: str = "method"  # what the rows are (the run-details appendix: cases)
-    higher_is_better: Optional[bool] = None  # the metric's direction (None: never compared)
+    higher_is_better: bool | None = None  # the metric's direction (None: never compared)
 
 
 @dataclass
@@ -60,7 +59,7 @@ class Table:
     cells: dict = field(default_factory=dict)  # (row, column) -> Cell
     hardware: str = ""
     commit: str = ""
-    baseline: Optional[str] = None  # the method the ratios divide by (None: no ratios)
+    baseline: str | None = None  # the method the ratios divide by (None: no ratios)
     rest: dict = field(default_factory=dict)  # the other grid parameters the table's rows share
     extra: dict = field(default_factory=dict)  # a task's own chart data (its charts read it)
     spread: str = ""  # what the cells' spreads are (SPREAD_MIN_MAX, SPREAD_STD): charts name it
@@ -97,5 +96,5 @@ class Table:
         return self.spec.row_header
 
     @property
-    def higher_is_better(self) -> Optional[bool]:
+    def higher_is_better(self) -> bool | None:
         return self.spec.higher_is_better

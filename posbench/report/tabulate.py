@@ -9,7 +9,6 @@ metric declarations (one ``TableSpec`` per metric), the baseline and method orde
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import pandas as pd
 
@@ -46,8 +45,8 @@ class SuiteRows:
     suite: str
     hardware: str
     rows: pd.DataFrame
-    meta: Optional[RunMeta]  # the run.json of its runs (``Runs.meta_of``)
-    baseline: Optional[str] = None  # the method the ratios divide by (None: no ratios)
+    meta: RunMeta | None  # the run.json of its runs (``Runs.meta_of``)
+    baseline: str | None = None  # the method the ratios divide by (None: no ratios)
     busy: bool = False  # a run of it shared the machine with other processes (env.json "machine")
 
     @property
@@ -74,13 +73,13 @@ class Layout:
 
     task: str
     declared: Declarations  # ``declared_in`` of the task's rows and of ``metrics``
-    metrics: Optional[list[str]] = None  # the tables asked for (None: ``choose_metrics`` per group)
-    baseline: Optional[str] = None  # an explicit ``--baseline`` ("": none); None: run.json's
+    metrics: list[str] | None = None  # the tables asked for (None: ``choose_metrics`` per group)
+    baseline: str | None = None  # an explicit ``--baseline`` ("": none); None: run.json's
     column: str = "seq_len"  # the grid parameter of the columns (its first one when absent)
 
 
 def metric_tables(
-    runs: Runs, task: str, baseline: Optional[str] = None, column: str = "seq_len", metrics: Optional[list[str]] = None
+    runs: Runs, task: str, baseline: str | None = None, column: str = "seq_len", metrics: list[str] | None = None
 ) -> list[Table]:
     """One table per metric, per (suite, hardware, other grid params): methods x ``column``.
 
@@ -350,7 +349,7 @@ def unit_suffix(unit: str) -> str:
     return "" if unit in ("", "-") else f" ({unit})"
 
 
-def run_tables(runs: Runs, case_ids: Optional[set] = None) -> list[Table]:
+def run_tables(runs: Runs, case_ids: set | None = None) -> list[Table]:
     """The tables printed at the end of a run: the suite's ``metrics`` (run.json) for its task,
     methods x the first grid axis (``seq_len`` when there is one); a metric declared ``shown_in``
     another prints that one (a family: ``family_tables``). A task that declares

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from posbench.core.case import CaseSpec
 from posbench.run.options import RunOptions, default_run_id
@@ -26,11 +25,11 @@ class DryRun:
 
     suite: Suite
     run_id: str
-    run_dir: Optional[Path]
+    run_dir: Path | None
     todo: list[CaseSpec]
     done: dict[str, dict]
 
-    def unavailable(self, case: CaseSpec) -> Optional[str]:
+    def unavailable(self, case: CaseSpec) -> str | None:
         """Why ``case`` cannot run here, as the task knows it without a worker (None: it runs)."""
         task = self.suite.task
         return task.unavailable_reason(case) if task.unavailable is not None else None

@@ -14,8 +14,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any
 
 from posbench.core.outcome import PosbenchError
 
@@ -240,7 +241,7 @@ if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
 
 
-def unavailable_reason(case: CaseSpec) -> Optional[str]:
+def unavailable_reason(case: CaseSpec) -> str | None:
     """The method's own answer for this device and dtype, decided without a worker."""
     import torch
 

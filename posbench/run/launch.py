@@ -16,7 +16,6 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Optional
 
 from posbench.core.case import CaseSpec
 from posbench.core.outcome import OOM_TEXT
@@ -66,13 +65,13 @@ def worker_env(case: CaseSpec) -> dict[str, str]:
     return env
 
 
-def run_worker(case: CaseSpec, timeout_s: float, env: Optional[dict[str, str]] = None) -> dict:
+def run_worker(case: CaseSpec, timeout_s: float, env: dict[str, str] | None = None) -> dict:
     """Run ``case`` in a fresh process (or torchrun's ranks); its result or how it died. ``env``:
     variables added to ``worker_env`` (the pool's device)."""
     return _spawn(case, case.to_json(), timeout_s, env)
 
 
-def run_group_worker(cases: list[CaseSpec], round_: int, timeout_s: float, env: Optional[dict[str, str]] = None) -> list[dict]:
+def run_group_worker(cases: list[CaseSpec], round_: int, timeout_s: float, env: dict[str, str] | None = None) -> list[dict]:
     """Run ``cases`` (one grid point and round) together in one fresh worker process
     (``worker.run_group``); a result per case, in order. A process that died or timed out gives
     every case its outcome, naming the methods that shared the process."""
@@ -99,7 +98,7 @@ def kill_running() -> int:
     return len(procs)
 
 
-def _spawn(case: CaseSpec, payload: dict, timeout_s: float, extra_env: Optional[dict[str, str]] = None) -> dict:
+def _spawn(case: CaseSpec, payload: dict, timeout_s: float, extra_env: dict[str, str] | None = None) -> dict:
     """Run the worker on ``payload`` (a case, or a group of cases like ``case``) in a fresh
     process; the result file's content, or how the process died."""
     with tempfile.TemporaryDirectory(prefix=f"{TEMP_PREFIX}{os.getpid()}-") as tmp:

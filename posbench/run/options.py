@@ -9,10 +9,10 @@ The options travel whole from the CLI through planning (``posbench.run.schedule`
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 from posbench.run.ranks import broadcast
 from posbench.run.suite import Suite, check_name
@@ -24,20 +24,20 @@ class RunOptions:
 
     device: str  # "cpu" or "cuda"
     results: Path  # the results root: the run folder is <results>/<suite>/<run id>
-    run_id: Optional[str] = None  # a run folder by name (default: ``default_run_id``)
+    run_id: str | None = None  # a run folder by name (default: ``default_run_id``)
     fresh: bool = False  # a new folder: the run id gets a time suffix
     retry_failed: bool = False  # re-run (case, round)s whose latest row is error or timeout
-    methods: Optional[Sequence[str]] = None  # run only these (one the suite lacks joins the run)
+    methods: Sequence[str] | None = None  # run only these (one the suite lacks joins the run)
     methods_dirs: Sequence[str] = ()  # --methods-dir folders, handed to every worker
-    on_row: Optional[Callable[[dict, int, int], None]] = None  # (row, rows so far, rows to run) per row
+    on_row: Callable[[dict, int, int], None] | None = None  # (row, rows so far, rows to run) per row
     progress: bool = True  # a progress bar on a terminal
-    shard: Optional[tuple[int, int]] = None  # (i, n): case k of the suite when k % n == i
+    shard: tuple[int, int] | None = None  # (i, n): case k of the suite when k % n == i
     in_process: bool = False  # bench.py under torchrun: cases run on the joined ranks (``ranks``)
-    gpus: Optional[Sequence[str]] = None  # the local pool: a unit per GPU (``pool``; --gpus)
+    gpus: Sequence[str] | None = None  # the local pool: a unit per GPU (``pool``; --gpus)
     parallel: int = 1  # the local pool on a CPU: units side by side, for untimed tasks (--parallel)
     command: Sequence[str] = ()  # the command line, recorded in run.json (``status`` prints it to re-run)
     unpaired: bool = False  # methods joining finished grid points run alone, marked unpaired (--unpaired)
-    launcher: Optional[str] = None  # "slurm" or "local": a job array through submitit (``slurm``)
+    launcher: str | None = None  # "slurm" or "local": a job array through submitit (``slurm``)
     allow_setup: bool = False  # a launched sweep runs the suite's launcher.setup lines (--allow-setup-commands)
 
     def arguments(self) -> list[str]:

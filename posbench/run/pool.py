@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 from posbench.core.outcome import PosbenchError
 from posbench.run.units import Unit
@@ -49,7 +49,7 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def parse_gpus(text: str, available: Optional[Sequence[str]] = None) -> list[str]:
+def parse_gpus(text: str, available: Sequence[str] | None = None) -> list[str]:
     """``--gpus 0,1,3`` or ``--gpus all`` -> the device ids, each once; ``available`` (default:
     ``visible_gpus``) is what ``all`` means and what a listed id must be one of."""
     text = text.strip()
@@ -105,7 +105,7 @@ def run_units(
     slots: list[Slot],
     run_unit: RunUnit,
     emit: Callable[..., None],
-    on_start: Optional[Callable[[Unit, Slot], None]] = None,
+    on_start: Callable[[Unit, Slot], None] | None = None,
 ) -> None:
     """Run ``units`` on ``slots``, each slot one unit at a time, in order; ``emit(*what)`` is
     called here, in the calling thread, for everything ``run_unit`` reports. An error in a
@@ -118,7 +118,7 @@ def run_units(
     stopped = threading.Event()
     inbox: queue.Queue = queue.Queue()
 
-    def next_unit() -> Optional[Unit]:
+    def next_unit() -> Unit | None:
         with lock:
             return pending.pop(0) if pending and not stopped.is_set() else None
 

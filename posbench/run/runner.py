@@ -14,10 +14,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import WriteError
@@ -76,7 +76,7 @@ def _loaded_here(case: CaseSpec) -> bool:
     return tasks.get(case.task).own_methods or case.method in registry.registered()
 
 
-def ask_unavailable(cases: list[CaseSpec], methods_dirs: Sequence[str] = ()) -> dict[str, Optional[dict]]:
+def ask_unavailable(cases: list[CaseSpec], methods_dirs: Sequence[str] = ()) -> dict[str, dict | None]:
     """case id -> None (its worker runs it), an ``unavailable`` result (the method's reason), or an
     ``error`` result (asking failed: the method file does not import, exits or blocks). Methods
     whose files are not loaded here are asked in one child process with a time limit
@@ -84,7 +84,7 @@ def ask_unavailable(cases: list[CaseSpec], methods_dirs: Sequence[str] = ()) -> 
     so one bad method file costs its own rows only."""
     from posbench.run import isolated
 
-    out: dict[str, Optional[dict]] = {}
+    out: dict[str, dict | None] = {}
     remote: dict[str, CaseSpec] = {}
     for case in cases:
         if case.id in out or case.id in remote:
@@ -146,7 +146,7 @@ def is_terminal(stream) -> bool:
         return False
 
 
-def pool_slots(suite: Suite, o: RunOptions) -> Optional[list]:
+def pool_slots(suite: Suite, o: RunOptions) -> list | None:
     """The local pool's slots for this run (``posbench.run.pool``), or None: one job at a time."""
     from posbench.run import pool
 
@@ -218,7 +218,7 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     return out
 
 
-def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool, slots: Optional[list] = None) -> None:
+def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool, slots: list | None = None) -> None:
     """Run the plan's (case, round)s, a row saved as each case ends (``out`` counts): job by job,
     or unit by unit on the local pool's ``slots`` (``posbench.run.pool``), rows saved here either way."""
     from tqdm import tqdm
@@ -236,7 +236,7 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
         disable=not o.progress or not main or not is_terminal(sys.stderr),
     )
 
-    def emit(case: CaseSpec, result: dict, started: datetime, duration: float, rnd: int, info: Optional[dict] = None) -> None:
+    def emit(case: CaseSpec, result: dict, started: datetime, duration: float, rnd: int, info: dict | None = None) -> None:
         if (case.id, rnd) in plan.lone:  # timed apart from its grid point's other methods (--unpaired)
             info = {**(info or {}), "paired": False}
         row = make_row(case, result, started, duration, commit, rnd, info)  # info: the pool's unit, GPUs
@@ -294,9 +294,9 @@ class Workers:
 
     run_dir: Path
     run_id: str
-    answers: dict[str, Optional[dict]]
+    answers: dict[str, dict | None]
     in_process: bool = False
-    env: Optional[dict[str, str]] = None
+    env: dict[str, str] | None = None
 
 
 def run_jobs(
@@ -304,7 +304,7 @@ def run_jobs(
     workers: Workers,
     emit: Callable[..., None],
     stopped=None,
-    describe: Optional[Callable[[list[CaseSpec], int], None]] = None,
+    describe: Callable[[list[CaseSpec], int], None] | None = None,
 ) -> None:
     """Run ``jobs`` (``schedule.jobs``: a case, or a paired-windows group, and its round) one by one
     and call ``emit(case, result, started, duration, round)`` for each case as its job ends.

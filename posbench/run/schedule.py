@@ -13,9 +13,9 @@ import dataclasses
 import difflib
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import refuse_links
@@ -275,7 +275,7 @@ def plan_run(
     suite: Suite,
     options: RunOptions,
     run_dir: Path,
-    lock: Optional[Callable[[], bool]] = None,
+    lock: Callable[[], bool] | None = None,
     launched: bool = False,
 ) -> Plan:
     """Every check of a run, then its plan for ``run_dir`` (named by its run id). ``lock()``,

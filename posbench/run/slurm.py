@@ -18,10 +18,10 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import WriteError
@@ -350,7 +350,7 @@ def _submit_specs(out: Submitted, specs: list[dict], ex) -> None:
 
 
 def follow(
-    out: Submitted, on_row: Optional[Callable[[dict], None]] = None, poll_s: float = 2.0
+    out: Submitted, on_row: Callable[[dict], None] | None = None, poll_s: float = 2.0
 ) -> tuple[dict[str, state.JobState], launched_sweep.Sweep]:
     """Until every submitted task has ended: rows as they land (``on_row``), failure rows for tasks
     that died (``sweep_state.settle_units``), and, for the local launcher, the next tasks as slots

@@ -18,7 +18,6 @@ import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from posbench.core.case import CaseSpec
 from posbench.store.launched_sweep import Sweep, check_folder, of_submission, read_record
@@ -56,7 +55,7 @@ class JobState:
         return self.state in ACTIVE
 
 
-def _run(cmd: list[str]) -> Optional[str]:
+def _run(cmd: list[str]) -> str | None:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
@@ -192,7 +191,7 @@ def settle_units(sweep: Sweep) -> dict[str, JobState]:
 UnitLine = tuple[str, dict, JobState, str, int]  # (key, unit, state, queued|running|done|failed, cases with a row)
 
 
-def status(run_dir: Path) -> Optional[tuple[dict, list[UnitLine]]]:
+def status(run_dir: Path) -> tuple[dict, list[UnitLine]] | None:
     """``(record, units_of(...))`` of the sweep as its folder holds it, failure rows written
     first (``settled``); None when the run was never launched."""
     check_folder(run_dir)  # no link followed, before anything is read or written

@@ -8,7 +8,6 @@ is readable (``seq_len=128``, a case id); ``name`` its file-safe form (``rows/<n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from posbench.core.case import CaseSpec
 from posbench.store.file_stems import file_stem
@@ -48,7 +47,7 @@ def split(todo: list[tuple[CaseSpec, int]], timed: bool) -> list[Unit]:
     return list(units.values())
 
 
-def shard_cases(cases: list[CaseSpec], shard: Optional[tuple[int, int]], timed: bool) -> list[CaseSpec]:
+def shard_cases(cases: list[CaseSpec], shard: tuple[int, int] | None, timed: bool) -> list[CaseSpec]:
     """Shard i of n of the suite's full case list: the cases of unit k when k % n == i (units in
     suite order), so every shard holds whole grid points of a timed task and the split is the
     same on every machine."""

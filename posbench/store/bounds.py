@@ -13,8 +13,9 @@ import os
 import stat
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Literal, Optional
+from typing import Any, BinaryIO, Literal
 
 from posbench.core.nofollow import file_kind
 from posbench.core.outcome import PosbenchError
@@ -53,7 +54,7 @@ def size_text(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n:,} bytes"
 
 
-def open_regular(path: Path) -> Optional[BinaryIO]:
+def open_regular(path: Path) -> BinaryIO | None:
     """``path`` opened for binary reading, None when it does not exist; anything but a regular
     file (after links) is a ``RowsError``. Checked before opening and again on the open file, and
     opened non-blocking, so a FIFO planted between the two checks cannot hang the reader."""
@@ -79,7 +80,7 @@ def open_regular(path: Path) -> Optional[BinaryIO]:
     return os.fdopen(fd, "rb")
 
 
-def read_small(path: Path, limit: Optional[int] = None) -> Optional[bytes]:
+def read_small(path: Path, limit: int | None = None) -> bytes | None:
     """The bytes of a small regular file (run.json, env.json), None when it does not exist."""
     limit = MAX_FILE if limit is None else limit
     fh = open_regular(path)
@@ -92,7 +93,7 @@ def read_small(path: Path, limit: Optional[int] = None) -> Optional[bytes]:
     return data
 
 
-def lines(fh: BinaryIO, limit: Optional[int] = None) -> Iterator[tuple[int, Optional[bytes], bool]]:
+def lines(fh: BinaryIO, limit: int | None = None) -> Iterator[tuple[int, bytes | None, bool]]:
     """(line number, the line without its newline or None when longer than ``limit`` (default
     ``MAX_LINE``), whether it ended with a newline) for every line; at most ``limit`` bytes of one
     line are held at once."""
@@ -118,7 +119,7 @@ def lines(fh: BinaryIO, limit: Optional[int] = None) -> Iterator[tuple[int, Opti
         yield lineno, None, ended
 
 
-def walk_problem(value: Any, limit: Optional[int] = None) -> Optional[str]:
+def walk_problem(value: Any, limit: int | None = None) -> str | None:
     """What no reader should meet anywhere in a stored value: nesting deeper than ``limit``
     (default ``MAX_DEPTH``) or an integer beyond ±2^63 (it overflows every float conversion).
     Iterative: no recursion, whatever the depth."""
@@ -152,7 +153,7 @@ def _path(where) -> str:
 class NotJson(ValueError):
     """Why a text is not usable JSON, in a few words; ``lineno``: the line of a parse error, if any."""
 
-    def __init__(self, why: str, lineno: Optional[int] = None):
+    def __init__(self, why: str, lineno: int | None = None):
         super().__init__(why)
         self.lineno = lineno
 
@@ -178,7 +179,7 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _number_problem(value: Any) -> Optional[str]:
+def _number_problem(value: Any) -> str | None:
     """Why ``value`` (a number) cannot be used as one, or None."""
     if isinstance(value, int) and not -MAX_INT <= value <= MAX_INT:
         return f"an integer of {len(str(abs(value)))} digits; allowed: numbers within ±2^63 or floats"
@@ -266,7 +267,7 @@ def _check_bounded(row: dict, where: str) -> None:
                 )
 
 
-def _kinds(annotation) -> Optional[tuple]:
+def _kinds(annotation) -> tuple | None:
     """The JSON value types a parameter field accepts, None when it says nothing simple."""
     if annotation in (int, float, str, bool, type(None)):
         return (int, float) if annotation is float else (annotation,)
@@ -279,7 +280,7 @@ def _kinds(annotation) -> Optional[tuple]:
     return None
 
 
-def check_params(row: dict, task_name: Any, grid: Optional[type], where: str) -> None:
+def check_params(row: dict, task_name: Any, grid: type | None, where: str) -> None:
     """A ``RowsError`` unless ``row["params"]`` holds every parameter the grid of task ``task_name``
     requires (``grid``: its ``Params``, whose fields the task's tables read), each of the type
     declared; ``grid`` None (a task this installation does not know) is not checked."""

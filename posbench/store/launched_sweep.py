@@ -17,7 +17,6 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import atomic_write_text, refuse_links
@@ -48,7 +47,7 @@ def unit_file(key: str) -> str:
     return file_stem(key)
 
 
-def row_mark(row: Optional[dict]) -> Optional[str]:
+def row_mark(row: dict | None) -> str | None:
     """A short hash of a row (None for none): a (case, round)'s latest row at planning time, so a
     task can tell that another process ran the case since (``UnitTask`` then skips it)."""
     return None if row is None else short_hash(json.dumps(row, sort_keys=True, default=str))
@@ -67,7 +66,7 @@ class Submission:
     submitter: dict
 
 
-def unit_entry(key: str, todo: list, planned: dict, now: dict, submission: Submission) -> Optional[dict]:
+def unit_entry(key: str, todo: list, planned: dict, now: dict, submission: Submission) -> dict | None:
     """A unit's entry in ``launcher.json`` as submitted (no job id yet), or None when nothing of it
     is left: its (case, round)s whose latest row is still the one the plan saw (``planned``; one
     that changed was run by another process meanwhile), the mark of each one's latest row ``now``
@@ -156,7 +155,7 @@ def check_record(path: Path, record) -> dict:
     return record
 
 
-def read_record(run_dir: Path) -> Optional[dict]:
+def read_record(run_dir: Path) -> dict | None:
     """The run folder's ``launcher.json`` (bounded, checked: ``check_record``), or None when the
     run was never launched. Unusable: ``RecordError``, one line."""
     path = run_dir / RECORD_FILE
@@ -246,7 +245,7 @@ def log_tail(run_dir: Path, job_id: str, limit: int = 3000) -> str:
     return "\n".join(parts)
 
 
-def of_submission(row: Optional[dict], unit: dict) -> bool:
+def of_submission(row: dict | None, unit: dict) -> bool:
     """Whether ``row`` was written for this submission of ``unit`` (its token in the row's ``info``,
     put there by the array task or by ``settle``). Never by comparing clocks: whole seconds, and a
     node's clock may run behind; only a record from before tokens has the clock to go by."""
@@ -277,13 +276,13 @@ class Sweep:
     landed: dict  # unit key -> [(case id, round, row)] of this submission, in the unit's order
 
     @classmethod
-    def read(cls, run_dir: Path, warn: bool = False) -> Optional["Sweep"]:
+    def read(cls, run_dir: Path, warn: bool = False) -> Sweep | None:
         """The sweep ``launcher.json`` records (``of``); None when the run was never launched."""
         record = read_record(run_dir)
         return None if record is None else cls.of(run_dir, record, warn)
 
     @classmethod
-    def of(cls, run_dir: Path, record: dict, warn: bool = False) -> "Sweep":
+    def of(cls, run_dir: Path, record: dict, warn: bool = False) -> Sweep:
         """The sweep of ``record`` as the folder holds it now. ``warn``: skipped rows are printed."""
         done = frozenset(k for k, u in record["units"].items() if finished(run_dir, u))
         rows = latest_rounds(read_run_rows(run_dir, None if warn else []))

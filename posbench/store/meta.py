@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from posbench.core.files import atomic_write_text
 from posbench.store import bounds
@@ -27,7 +27,7 @@ class RunMeta:
     suite: str
     version: int
     task: str
-    baseline: Optional[str]
+    baseline: str | None
     methods: list[str]
     metrics: list[str]
     settings: dict = field(default_factory=dict)
@@ -40,7 +40,7 @@ class RunMeta:
     format: int = RUN_FORMAT
 
     @classmethod
-    def of_suite(cls, suite, device: str, run_id: str) -> "RunMeta":
+    def of_suite(cls, suite, device: str, run_id: str) -> RunMeta:
         """The record of a resolved ``posbench.run.suite.Suite`` about to run on ``device``."""
         from posbench import __version__
 
@@ -129,7 +129,7 @@ def _meta_type_ok(key: str, value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(v, list) for v in value.values())
 
 
-def read_run_meta(run_dir: str | Path) -> Optional[RunMeta]:
+def read_run_meta(run_dir: str | Path) -> RunMeta | None:
     """The run's ``run.json``, or None for a run written before posbench kept one. A file that is
     not a regular file, not UTF-8, not JSON, or whose keys have the wrong types is a one-line
     ``RowsError`` naming it and the key."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any
 
 from posbench.core.task import SPREAD_SUFFIXES  # _min, _max over windows or rounds; _std over seeds
 
@@ -75,7 +75,7 @@ class Result:
     info: dict = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, data: dict) -> "Result":
+    def from_json(cls, data: dict) -> Result:
         return cls(
             data["status"],
             data.get("message", ""),
@@ -106,21 +106,21 @@ class Row:
     status: str
     params: dict
     metrics: dict
-    suite: Optional[str] = None
-    task: Optional[str] = None
-    message: Optional[str] = None
-    series: Optional[dict] = None
-    info: Optional[dict] = None
-    settings: Optional[dict] = None
-    device: Optional[str] = None
-    profile: Optional[str] = None
-    run_id: Optional[str] = None
-    started_at: Optional[str] = None
-    duration_s: Optional[float] = None
-    posbench_version: Optional[str] = None
-    git_commit: Optional[str] = None
-    traceback: Optional[str] = None
-    round: Optional[int] = None
+    suite: str | None = None
+    task: str | None = None
+    message: str | None = None
+    series: dict | None = None
+    info: dict | None = None
+    settings: dict | None = None
+    device: str | None = None
+    profile: str | None = None
+    run_id: str | None = None
+    started_at: str | None = None
+    duration_s: float | None = None
+    posbench_version: str | None = None
+    git_commit: str | None = None
+    traceback: str | None = None
+    round: int | None = None
     extra: dict = field(default_factory=dict)  # keys beyond ROW_KEYS (a reader's ``source``, ``hardware``)
     present: tuple = ROW_KEYS
 
@@ -133,8 +133,8 @@ class Row:
         duration: float,
         commit: str,
         round_: int = 1,
-        info: Optional[dict] = None,
-    ) -> "Row":
+        info: dict | None = None,
+    ) -> Row:
         """The row of ``case`` (a ``CaseSpec``) that ``result`` ended; ``info`` joins the result's
         (where a pool slot or an array task ran it). The one place rows are built."""
         from posbench import __version__
@@ -165,7 +165,7 @@ class Row:
         )
 
     @classmethod
-    def from_json(cls, data: dict) -> "Row":
+    def from_json(cls, data: dict) -> Row:
         names = {f.name for f in fields(cls)} - {"extra", "present"}
         return cls(
             **{k: v for k, v in data.items() if k in names},
@@ -178,24 +178,24 @@ class Row:
         return out
 
     # What the names encode, read in one place.
-    def spread(self, name: str) -> Optional[Spread]:
+    def spread(self, name: str) -> Spread | None:
         return spread_in(self.metrics, name)
 
-    def by_round(self, name: str) -> Optional[list]:
+    def by_round(self, name: str) -> list | None:
         return by_round(self.series, name)
 
-    def windows(self, name: str) -> Optional[list]:
+    def windows(self, name: str) -> list | None:
         return windows(self.series, name)
 
-    def by_window(self, name: str) -> Optional[list]:
+    def by_window(self, name: str) -> list | None:
         return by_window(self.series, name)
 
     @property
-    def n_rounds(self) -> Optional[int]:
+    def n_rounds(self) -> int | None:
         return self.metrics.get(N_ROUNDS)
 
 
-def spread_in(metrics: dict, name: str) -> Optional[Spread]:
+def spread_in(metrics: dict, name: str) -> Spread | None:
     """``metrics``' spread of ``name`` (``name_min``/``name_max``, else ``name_std``), None when it has none."""
     if not isinstance(metrics, dict):
         return None
@@ -250,7 +250,7 @@ BOUNDED_SERIES = (windows_key(""), by_round_key(""), by_window_key(""))  # lists
 
 
 def make_row(
-    case, result: Result | dict, started: datetime, duration: float, commit: str, round_: int = 1, info: Optional[dict] = None
+    case, result: Result | dict, started: datetime, duration: float, commit: str, round_: int = 1, info: dict | None = None
 ) -> dict:
     """``Row.of_case(...)`` as the JSON object ``cases.jsonl`` stores (``ROW_KEYS`` order)."""
     return Row.of_case(case, result, started, duration, commit, round_, info).to_json()

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 from posbench.store import bounds
 from posbench.store.bounds import RowsError, check_row
@@ -28,9 +29,7 @@ def warn(problem: str) -> None:
     print(f"warning: {problem}", file=sys.stderr)
 
 
-def read_rows(
-    path: str | Path, problems: Optional[list[str]] = None, check: Optional[Callable[[dict, str], Any]] = None
-) -> list[dict]:
+def read_rows(path: str | Path, problems: list[str] | None = None, check: Callable[[dict, str], Any] | None = None) -> list[dict]:
     """Every usable row of a ``cases.jsonl`` in file order (``[]`` when there is none yet).
 
     A line that is not UTF-8, not JSON, too long or deep, or not a row (``check_row``, then
@@ -87,7 +86,7 @@ def rows_files(run_dir: str | Path) -> list[Path]:
 
 
 def read_run_rows(
-    run_dir: str | Path, problems: Optional[list[str]] = None, check: Optional[Callable[[dict, str], Any]] = None
+    run_dir: str | Path, problems: list[str] | None = None, check: Callable[[dict, str], Any] | None = None
 ) -> list[dict]:
     """Every usable row of a run folder (``read_rows`` of each of ``rows_files``, in that order):
     the one reader of a run's rows, for resume, report and compare alike. Which row of a case
@@ -182,7 +181,7 @@ def merge_rounds(rows: list[dict]) -> dict:
     return out
 
 
-def group_of(row: dict) -> Optional[str]:
+def group_of(row: dict) -> str | None:
     """The process (``info.group``) a paired-windows row was measured in; None for other rows."""
     info = row.get("info")
     if isinstance(info, dict) and info.get("pairing") == "windows" and isinstance(info.get("group"), str):

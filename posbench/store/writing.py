@@ -157,7 +157,7 @@ class UnitLock:
             os.close(self.fd)
             self.fd = None
 
-    def __enter__(self) -> "UnitLock":
+    def __enter__(self) -> UnitLock:
         return self
 
     def __exit__(self, *exc) -> None:

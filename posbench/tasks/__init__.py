@@ -13,8 +13,6 @@ from listings.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from posbench.core import registry
 from posbench.core.task import Metric, Task
 
@@ -29,7 +27,7 @@ def get(name: str) -> Task:
     return registry.get_task(name)
 
 
-def find(name: str) -> Optional[Task]:
+def find(name: str) -> Task | None:
     """``get(name)``, or None for a task this installation does not know (rows of another one's)."""
     return registry.find_task(name)
 

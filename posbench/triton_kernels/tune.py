@@ -17,8 +17,8 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from posbench.triton_kernels import tuned_table
 

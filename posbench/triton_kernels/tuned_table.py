@@ -41,7 +41,7 @@ def _blocks(key: str, value, path: Path) -> Blocks:
     return tuple(value)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_table(arch: int, folder: str = str(TUNED_DIR)) -> dict[str, Blocks]:
     """The tuned configs for ``arch`` (80, 86, 89, 90, ...), ``{}`` when no table was measured there."""
     path = table_path(arch, folder)

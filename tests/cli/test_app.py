@@ -20,9 +20,8 @@ from posbench.report.compare import compare_runs
 from posbench.run import suite as suitemod
 from posbench.tasks import find as find_task
 from tests.helpers.report_rows import efficiency_rows, write_run
-from tests.helpers.suites import TWO_METHODS
+from tests.helpers.suites import TWO_METHODS, make_suite
 from tests.helpers.suites import VALID as SUITE  # the same valid suite the validation tests start from
-from tests.helpers.suites import make_suite
 
 REPO = Path(__file__).resolve().parents[2]
 

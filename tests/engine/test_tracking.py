@@ -304,8 +304,6 @@ def test_a_link_in_cases_never_receives_event_files(tmp_path, monkeypatch, link)
 # name of their own. Read back with tensorboard's own reader; W&B through a fake module.
 
 
-
-
 def raw_steps(folder) -> dict[str, list[int]]:
     """{tag: [step, ...]} of every scalar event written, purged or not (what the file holds)."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader

@@ -21,7 +21,7 @@ README = ROOT / "README.md"
 MAX_README_LINES = 250
 
 PATH_ROOTS = ("posbench", "methods", "suites", "tests", "docs")
-REPO_PATH = re.compile(r"^(?:%s)/[A-Za-z0-9_./-]*(?:\.py|\.yaml|\.md|\.png|/)$" % "|".join(PATH_ROOTS))
+REPO_PATH = re.compile(rf"^(?:{'|'.join(PATH_ROOTS)})/[A-Za-z0-9_./-]*(?:\.py|\.yaml|\.md|\.png|/)$")
 # Paths a doc names that exist only inside an installed wheel, never in the checkout.
 WHEEL_ONLY = {"posbench/methods/", "posbench/suites/"}
 FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.S | re.M)

@@ -35,7 +35,7 @@ import functools
 import re
 from collections import deque
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import pytest
 
@@ -65,7 +65,7 @@ class Rule(NamedTuple):
 
 class Import(NamedTuple):
     line: int
-    name: Optional[str]  # the absolute module name; None when it is known only when the code runs
+    name: str | None  # the absolute module name; None when it is known only when the code runs
     how: str  # "" for an import statement, else the call as written: importlib.import_module('x')
 
 
@@ -118,7 +118,7 @@ def checked_files(root: Path) -> dict[str, Path]:
     return {module_of(f.relative_to(root).as_posix()): f for f in files if f.is_file()}
 
 
-def loader_name(call: ast.Call) -> Optional[str]:
+def loader_name(call: ast.Call) -> str | None:
     """``import_module`` or ``__import__`` when the call is one (by any spelling), else None."""
     func = call.func
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
@@ -163,7 +163,7 @@ def scan(root: Path) -> dict[str, list[Import]]:
     return {path: imports(file.read_text(encoding="utf-8"), path, modules) for path, file in paths.items()}
 
 
-def is_posbench(name: Optional[str]) -> bool:
+def is_posbench(name: str | None) -> bool:
     return name is not None and (name == "posbench" or name.startswith("posbench."))
 
 

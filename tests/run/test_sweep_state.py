@@ -378,7 +378,8 @@ def test_huge_parallel_is_one_line_with_the_range(tmp_path):
 @pytest.mark.subprocess
 def test_a_huge_grid_dry_run_is_one_line(tmp_path):
     text = (REPO / "suites" / "decode.yaml").read_text()
-    axes = "  context: [%s]\n  batch: [%s]" % (", ".join(map(str, range(1, 1001))), ", ".join(map(str, range(1, 1001))))
+    values = ", ".join(map(str, range(1, 1001)))
+    axes = f"  context: [{values}]\n  batch: [{values}]"
     (tmp_path / "big.yaml").write_text(text.replace("  context: [1024, 4096, 16384, 32768]\n  batch: [1, 8, 32]", axes, 1))
 
     def limit():

@@ -23,7 +23,7 @@ def env_folders(variable: str) -> list[Path]:
     return [Path(entry.strip()) for entry in os.environ.get(variable, "").split(os.pathsep) if entry.strip()]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def entry_points(group: str) -> tuple:
     """The entry points of ``group`` (installed packages do not change in a run)."""
     return tuple(importlib.metadata.entry_points(group=group))

@@ -14,7 +14,7 @@ import importlib
 import importlib.util
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from posbench.core.registry import _places, _tables
 from posbench.core.registry._tables import RegistryError
@@ -121,7 +121,7 @@ def get_task(name: str) -> Task:
     return _tables._TASKS[name]
 
 
-def find_task(name: str) -> Optional[Task]:
+def find_task(name: str) -> Task | None:
     """``get_task(name)``, or None for a task this installation does not know (rows of another one's)."""
     try:
         return get_task(name)

@@ -7,7 +7,7 @@ a suite reads these settings.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -56,7 +56,7 @@ TRAINED_MODEL_METRICS = {
 
 class Settings(TrainSettings, PretrainedSettings):
     L_valid_factors: list[int] = Field([1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train")
-    L_valid: Optional[list[int]] = Field(
+    L_valid: list[int] | None = Field(
         None,
         min_length=1,
         description="evaluation lengths in tokens, the same for "
@@ -65,7 +65,7 @@ class Settings(TrainSettings, PretrainedSettings):
     modes: list[Literal["nonoverlapping", "sliding"]] = Field(["nonoverlapping", "sliding"], min_length=1)
     stride: int = Field(1, ge=1, description="sliding-window stride S (1 is the paper's analysis; capped at L_valid)")
     interpolate: bool = Field(False, description="also evaluate with positions scaled by L_train / L_valid")
-    eval_tokens: Optional[int] = Field(None, ge=2, description="use the first N tokens of the valid split")
+    eval_tokens: int | None = Field(None, ge=2, description="use the first N tokens of the valid split")
     eval_batch_size: int = Field(8, ge=1)
     reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint of this case instead of retraining")
     by_distance: bool = Field(
@@ -82,7 +82,7 @@ class Settings(TrainSettings, PretrainedSettings):
     attention_max_factor: int = Field(
         8, ge=1, description="attention_diagnostics: the longest L_valid probed, as a multiple of L_train"
     )
-    decode_tokens: Optional[int] = Field(
+    decode_tokens: int | None = Field(
         None,
         ge=1,
         description="also time this many greedy decode steps with a KV "

@@ -8,8 +8,6 @@ lands in the same run folder and resumes.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -18,19 +16,19 @@ class Launcher(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    partition: Optional[str] = Field(None, description="Slurm partition (sbatch --partition)")
-    account: Optional[str] = Field(None, description="account charged (sbatch --account)")
-    qos: Optional[str] = Field(None, description="quality of service (sbatch --qos)")
-    constraint: Optional[str] = Field(None, description="node features (sbatch --constraint)")
+    partition: str | None = Field(None, description="Slurm partition (sbatch --partition)")
+    account: str | None = Field(None, description="account charged (sbatch --account)")
+    qos: str | None = Field(None, description="quality of service (sbatch --qos)")
+    constraint: str | None = Field(None, description="node features (sbatch --constraint)")
     time_min: int = Field(240, ge=1, description="time limit of one array task (one unit), minutes")
-    gpus_per_task: Optional[int] = Field(
+    gpus_per_task: int | None = Field(
         None,
         ge=0,
         description="GPUs per array task; default: a case's nproc on "
         "CUDA (a multi-GPU case runs torchrun inside its task), 0 on a CPU",
     )
-    cpus_per_task: Optional[int] = Field(None, ge=1, description="CPU cores per array task (sbatch --cpus-per-task)")
-    mem_gb: Optional[float] = Field(None, gt=0, description="memory per array task, GiB (sbatch --mem)")
+    cpus_per_task: int | None = Field(None, ge=1, description="CPU cores per array task (sbatch --cpus-per-task)")
+    mem_gb: float | None = Field(None, gt=0, description="memory per array task, GiB (sbatch --mem)")
     array_parallelism: int = Field(
         64, ge=1, description="array tasks running at once (sbatch --array ...%N); the local launcher starts at most this many"
     )

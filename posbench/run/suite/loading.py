@@ -10,9 +10,10 @@ import difflib
 import hashlib
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Optional, Sequence, Union
+from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, TypeAdapter, ValidationError
 
@@ -30,21 +31,21 @@ SUITES_DIR = builtin_dir("suites")  # the checkout's suites/, or posbench/suites
 PROFILE_FOR_DEVICE = {"cpu": "cpu", "cuda": "gpu"}
 DEFAULT_PROFILE = "default"  # the name used when a suite has no profile for the device
 
-Scalar = Union[StrictInt, StrictFloat, StrictStr, StrictBool]
+Scalar = Union[StrictInt, StrictFloat, StrictStr, StrictBool]  # noqa: UP007  (a runtime alias, read by pydantic: Union keeps its forward references)
 
 
 class Profile(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     description: str = ""
-    methods: Optional[list[str]] = Field(
+    methods: list[str] | None = Field(
         None, min_length=1, description="replaces the suite's methods (`all`: every registered method)"
     )
     settings: dict[str, Any] = Field(default_factory=dict, description="overrides of the suite's settings")
-    grid: Optional[dict[str, Annotated[list[Scalar], Field(min_length=1)]]] = Field(
+    grid: dict[str, Annotated[list[Scalar], Field(min_length=1)]] | None = Field(
         None, min_length=1, description="replaces the suite's grid axes it names"
     )
-    launcher: Optional[dict[str, Any]] = Field(None, description="overrides of the suite's launcher keys")
+    launcher: dict[str, Any] | None = Field(None, description="overrides of the suite's launcher keys")
 
 
 class SuiteFile(BaseModel):
@@ -57,7 +58,7 @@ class SuiteFile(BaseModel):
     version: int = Field(ge=1, description="bump when a change makes old results incomparable")
     task: str = Field(description="a registered task (posbench.tasks.names())")
     methods: list[str] = Field(min_length=1, description="method names from the registry, or `all`")
-    baseline: Optional[str] = Field(None, description="the method ratios are taken against; one of methods")
+    baseline: str | None = Field(None, description="the method ratios are taken against; one of methods")
     metrics: list[str] = Field(default_factory=list, description="metrics shown in tables and progress lines")
     grid: dict[str, Annotated[list[Scalar], Field(min_length=1)]] = Field(
         min_length=1, description="axis -> values; cases are methods x the cartesian product of the axes"
@@ -81,7 +82,7 @@ class Suite:
     version: int
     task_name: str  # the name, as the file and run.json carry it
     methods: list[str]
-    baseline: Optional[str]
+    baseline: str | None
     metrics: list[str]
     grid: dict[str, list[Any]]
     settings: BaseModel  # the task's Settings
@@ -172,7 +173,7 @@ class Loaded:
     path: Path
     file: SuiteFile
     lines: KeyLines
-    task: Optional[Task]  # the task (None until checked)
+    task: Task | None  # the task (None until checked)
 
 
 def load(ref: str | Path) -> Loaded:
@@ -225,7 +226,7 @@ def _method_group_as_list(data) -> None:
             holder["methods"] = [holder["methods"]]
 
 
-def expand_methods(names: list[str], task: Optional[Task] = None) -> list[str]:
+def expand_methods(names: list[str], task: Task | None = None) -> list[str]:
     """Method names with the group ``all`` expanded: every registered method, or every variant of
     a task that compares its own (``task.METHODS``)."""
     from posbench.core import registry
@@ -244,7 +245,7 @@ def _check_task(loaded: Loaded):
         ) from None
 
 
-def _check_methods(loaded: Loaded, task: Optional[Task] = None) -> None:
+def _check_methods(loaded: Loaded, task: Task | None = None) -> None:
     f, where = loaded.file, display_path(loaded.path)
     own = task.METHODS if task is not None else None  # a task that compares other things (kernel variants)
     _check_method_list(loaded, f.methods, (), own)

@@ -9,7 +9,7 @@ the line a user should edit). ``describe`` turns one pydantic error into (proble
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Optional, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -55,7 +55,7 @@ def _unwrap(tp):
             return tp
 
 
-def _model_at(model: type, loc: tuple) -> Optional[type]:
+def _model_at(model: type, loc: tuple) -> type | None:
     """The pydantic model found by following ``loc`` through fields, dict values and list items."""
     tp: Any = model
     for part in loc:

@@ -9,7 +9,7 @@ square brackets: ``25.8k (0.99x ±0.01) [1.02x ±0.01]``. docs/tasks/efficiency.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from posbench.report import numbers as fmt
 
@@ -34,7 +34,7 @@ ABOVE_BASE = {
 
 
 def floor_tables(
-    runs, baseline: Optional[str] = None, column: str = REPORT_COLUMN, metrics: Optional[list[str]] = None, floor: str = FLOOR
+    runs, baseline: str | None = None, column: str = REPORT_COLUMN, metrics: list[str] | None = None, floor: str = FLOOR
 ) -> list[Table]:
     """``metric_tables`` of the efficiency rows in ``runs`` with the ratio to ``floor`` in every cell
     (``add_floor``); each whole-process peak memory table followed by its peak above the resting
@@ -93,7 +93,7 @@ def mfu_tables(runs, column: str = REPORT_COLUMN) -> list[Table]:
     return tables
 
 
-def add_floor(table: Table, against: Optional[Table], floor: str = FLOOR) -> None:
+def add_floor(table: Table, against: Table | None, floor: str = FLOOR) -> None:
     """Append to each cell of ``table`` its ratio in ``against`` (the same table with ``floor`` as the
     baseline), in square brackets; ``table.extra["floor"]`` and ``["floor_ratios"]`` keep them
     ({"row@column": [ratio, low, high]}). A table whose baseline is the floor, or whose run did not
@@ -134,7 +134,7 @@ def summary_tables(runs) -> list[Table]:
     return floor_tables(runs, None, REPORT_COLUMN, names or None)
 
 
-def report_sections(runs, baseline: Optional[str] = None) -> list:
+def report_sections(runs, baseline: str | None = None) -> list:
     """The report's efficiency section: the default layout (``metric_section``), with the floor."""
     from posbench.report.sections import Section, metric_blocks
 

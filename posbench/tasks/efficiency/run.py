@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
 
 from posbench.core.task import Diverged, case_model_config
 from posbench.engine import compiled, tracking
@@ -70,7 +69,7 @@ class Bench:
         self.autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
         self.lr, self.distributed = s.lr, distributed
         self.energy = {"eval": 0.0, "train": 0.0}  # joules over measured windows (NVML; None: unmeasured)
-        self.train_loss: Optional[float] = None
+        self.train_loss: float | None = None
 
     def _next(self):
         x = self.batches[self.counter % 2]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -206,7 +206,7 @@ class Settings(ModelSettings):
     tokens_per_step: int = Field(ge=1, description="tokens per optimizer step; batch = tokens_per_step // seq_len")
     warmup_steps: int = Field(2, ge=0, description="steps (and forwards) run before timing, per phase")
     measure_steps: int = Field(5, ge=1, description="steps per measured window")
-    eval_measure_steps: Optional[int] = Field(
+    eval_measure_steps: int | None = Field(
         None,
         ge=1,
         description="forwards per measured evaluation window; default: measure_steps (a forward costs "

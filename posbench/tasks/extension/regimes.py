@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import types
 from dataclasses import replace
-from typing import Optional
 
 # Names only (no torch): the suite's grid is validated against them.
 ROTARY_RECIPES = ("none", "pi", "ntk", "yarn", "longrope", "llama3", "drope")
@@ -27,7 +26,7 @@ PLAIN = {"rotary": "none", "alibi": "extrapolate"}  # each method's recipe that 
 FAMILY_METHOD = {"rope": "rotary", "alibi": "alibi"}  # posbench.hf.checkpoint.FAMILIES -> the recipes' method
 
 
-def checkpoint_misfit(method: str, recipe: str, pretrained: Optional[str]) -> Optional[str]:
+def checkpoint_misfit(method: str, recipe: str, pretrained: str | None) -> str | None:
     """Why recipe ``recipe`` of ``method`` cannot apply to checkpoint ``pretrained`` (``hf:DIR``;
     its family read from config.json alone, no torch), or None: the run's ``unavailable`` row and
     the dry run's line say the same."""
@@ -46,7 +45,7 @@ def checkpoint_misfit(method: str, recipe: str, pretrained: Optional[str]) -> Op
     )
 
 
-def unavailable(method: str, recipe: str, bias_dtype: str) -> Optional[str]:
+def unavailable(method: str, recipe: str, bias_dtype: str) -> str | None:
     """Why ``recipe`` (with ``bias_dtype``) does not apply to a model of ``method``, or None."""
     own = FAMILY_RECIPES.get(method)
     if own is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -146,13 +146,13 @@ class Settings(TrainSettings, PretrainedSettings):
     finetune_warmup_steps: int = Field(
         20, ge=0, description="linear warm-up of the fine-tune: min(this, ceil(k / 10)) steps, then cosine decay to 10%"
     )
-    finetune_batch_size: Optional[int] = Field(
+    finetune_batch_size: int | None = Field(
         None, ge=1, description="rows per fine-tuning step; default batch_size / target_factor (the base's tokens per step)"
     )
     L_valid_factors: list[int] = Field([1, 2], min_length=1, description="evaluation lengths: factor x L_target")
     modes: list[Literal["nonoverlapping", "sliding"]] = Field(["nonoverlapping", "sliding"], min_length=1)
     stride: int = Field(64, ge=1, description="sliding-window stride S (capped at L_valid)")
-    eval_tokens: Optional[int] = Field(None, ge=2, description="use the first N tokens of the valid split")
+    eval_tokens: int | None = Field(None, ge=2, description="use the first N tokens of the valid split")
     eval_batch_size: int = Field(8, ge=1)
     mix: float = Field(0.5, ge=0.0, le=1.0, description="fraction of training rows that are passkey examples")
     loss: Literal["all", "answers", "predictable"] = Field(
@@ -163,7 +163,7 @@ class Settings(TrainSettings, PretrainedSettings):
     filler_len: int = Field(5, ge=1, description="tokens of the repeated filler phrase")
     depths: list[float] = Field([0.0, 0.25, 0.5, 0.75, 1.0], min_length=1, description="passkey needle depths")
     eval_samples: int = Field(100, ge=1, description="passkey answers scored per L_valid (split over depths)")
-    stop_at_acc: Optional[float] = Field(
+    stop_at_acc: float | None = Field(
         None,
         ge=0.0,
         le=1.0,
@@ -172,14 +172,14 @@ class Settings(TrainSettings, PretrainedSettings):
     check_every: int = Field(100, ge=1, description="steps between the held-out checks of stop_at_acc")
     check_samples: int = Field(200, ge=1, description="held-out passkey examples per check")
     reuse_checkpoint: bool = Field(True, description="reuse the base model another case of the run trained")
-    pretrained_L_train: Optional[int] = Field(
+    pretrained_L_train: int | None = Field(
         None,
         ge=2,
         description="--model hf:DIR: the checkpoint's training "
         "length (default its config's max_position_embeddings or max_seq_len; "
         "the grid's L_train is not read)",
     )
-    finetune_memory_bytes: Optional[int] = Field(
+    finetune_memory_bytes: int | None = Field(
         None, ge=0, description="--model hf:DIR: memory the fine-tune may use (default what the device has free or available)"
     )
 

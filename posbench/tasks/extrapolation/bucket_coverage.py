@@ -4,10 +4,8 @@ table's caption can say so (``caption_note``). Why it matters: docs/tasks/extrap
 
 from __future__ import annotations
 
-from typing import Optional
 
-
-def untrained_buckets(method, L_train: int) -> Optional[dict]:
+def untrained_buckets(method, L_train: int) -> dict | None:
     """``{"untrained": [bucket ids], "num_buckets": n, "first_distance": d}`` for a method that
     buckets distances (one with ``buckets(q_pos, k_pos)`` and ``num_buckets``): the buckets no
     distance below ``L_train`` reaches, and the shortest distance that reads one (None when every

@@ -10,8 +10,8 @@ import importlib.util
 import inspect
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

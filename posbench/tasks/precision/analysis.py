@@ -6,8 +6,9 @@ positions. Why it collapses: docs/tasks/precision.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import pandas as pd
 import torch

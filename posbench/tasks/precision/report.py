@@ -7,7 +7,8 @@ figure beside its run (``run.staircase_chart``). docs/tasks/precision.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from posbench.core.task import find_metric
 

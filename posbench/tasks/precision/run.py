@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from posbench.core.files import atomic_write_text, own_folder, write_figure
 from posbench.engine import tracking

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional, get_args
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -196,7 +196,7 @@ class Settings(TrainSettings):
         "random draws outside the answers (needle symbols, mqar keys and values); language-model rows keep every token",
     )
     reuse_checkpoint: bool = Field(True, description="evaluate an existing checkpoint instead of retraining")
-    stop_at_acc: Optional[float] = Field(
+    stop_at_acc: float | None = Field(
         None,
         ge=0.0,
         le=1.0,
