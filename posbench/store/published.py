@@ -6,13 +6,22 @@ Copied: ``cases.jsonl`` (or a launched sweep's ``rows/*.jsonl``), ``run.json`` a
 byte for byte. Never copied: checkpoints, TensorBoard event files (``cases/``), tables (rebuilt
 from the rows), locks. A run of more than ``MAX_RUN_BYTES`` is refused, and so is one that would
 take the published rows past ``MAX_TOTAL_BYTES``: a repository is no data store.
+
+The destination is built from checked names only (issue 67): run.json's suite and the name of the
+folder the run resolves to, each one plain path component (a suite's name rule); a run folder at
+or inside the published root is refused, and so is a link (or a file) where a folder of the
+destination belongs. Replacing an earlier copy deletes only files of the published set
+(``cases.jsonl``, ``rows/*.jsonl``, ``run.json``, ``env.json``) in that run's own folder.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from pathlib import Path
 
-from posbench.core.files import atomic_write_bytes, refuse_links
+from posbench.core.files import atomic_write_bytes, file_kind, own_folder, refuse_links
 from posbench.store.bounds import RowsError, open_regular, size_text
 from posbench.store.meta import ENV_FILE, RUN_FILE, read_run_meta
 from posbench.store.run_rows import ROWS_DIR
@@ -21,6 +30,9 @@ PUBLISHED = Path("results/published")
 ROWS_FILE = "cases.jsonl"
 MAX_RUN_BYTES = 4 * 2**20  # one run's rows and records
 MAX_TOTAL_BYTES = 20 * 2**20  # every published run together
+# A suite's name rule (posbench/run/suite: PLAIN_NAME), for both parts of the destination.
+PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+PLAIN_ALLOWED = "letters, digits, _ . - (not starting with . or -), at most 100 characters"
 
 
 class PublishError(RowsError):
@@ -50,35 +62,98 @@ def _size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
 
 
+def _shown(path: Path) -> str:
+    """``path`` for a one-line message: as it is, or quoted with escapes when it holds a newline or
+    another character that is not printable."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
+def _plain(name: str, what: str, where: Path) -> str:
+    """``name`` when it is one plain path component (a suite's name rule); ``PublishError`` otherwise."""
+    if not PLAIN.fullmatch(name):
+        raise PublishError(f"{_shown(where)}: {what} {name!r} is no plain name; allowed: {PLAIN_ALLOWED}")
+    return name
+
+
+def _real_folder(path: Path) -> None:
+    """``PublishError`` when ``path`` is a link or something else than a folder (missing is fine):
+    publish writes into no folder a link could send elsewhere."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise PublishError(
+            f"{_shown(path)}: a symbolic link; publish does not write through links (allowed: a real folder; remove the link)"
+        )
+    if not stat.S_ISDIR(mode):
+        raise PublishError(f"{_shown(path)}: {file_kind(mode)}, not a folder; allowed: a real folder (remove it)")
+
+
+def run_id_of(run_dir: Path, root: Path) -> str:
+    """The run id ``run_dir``'s copy is filed under: the name of the folder it resolves to
+    (``RUN/checkpoints/..`` and ``.`` name the run, not the folder above it), one plain path
+    component; a run folder at or inside ``root`` (a published copy, or ``root`` itself) refused."""
+    resolved = run_dir.resolve()
+    if resolved.is_relative_to(root.resolve()):
+        raise PublishError(
+            f"{_shown(run_dir)}: at or inside {_shown(root)}, where published runs live; allowed: a run folder outside {_shown(root)}"
+        )
+    return _plain(resolved.name, "the run folder's name", run_dir)
+
+
+def destination(run_dir: Path, suite: str, run_id: str, root: Path) -> Path:
+    """``root/<suite>/<run id>``, the suite checked to be one plain path component, and no link
+    (nor file) on the way: ``root``, ``<suite>``, ``<run id>`` and its ``rows/``."""
+    dest = root / _plain(suite, "run.json's suite", run_dir) / run_id
+    for folder in (root, dest.parent, dest, dest / ROWS_DIR):
+        _real_folder(folder)
+    return dest
+
+
+def _remove_stale(dest: Path, written: set[Path]) -> None:
+    """Remove what an earlier copy of this run published and this one lacks: only names of the
+    published file set (rows, run.json, env.json); any other file there is not publish's to delete."""
+    for name in files_of(dest):
+        if name not in written and ((dest / name).is_symlink() or (dest / name).is_file()):
+            (dest / name).unlink()
+    try:
+        (dest / ROWS_DIR).rmdir()  # when the earlier copy's rows were its only files
+    except OSError:
+        pass
+
+
 def publish(run_dir: str | Path, root: str | Path = PUBLISHED) -> Path:
     """Copy ``run_dir``'s rows, run.json and env.json to ``root/<suite>/<run id>/`` (replacing an
-    earlier copy of the same run, whose other files go); return that folder."""
+    earlier copy of the same run, whose other published files go); return that folder."""
     run_dir, root = Path(run_dir), Path(root)
     if not run_dir.is_dir():
-        raise PublishError(f"{run_dir}: no such folder; allowed: a run folder, results/<suite>/<run-id>")
+        raise PublishError(f"{_shown(run_dir)}: no such folder; allowed: a run folder, results/<suite>/<run-id>")
+    run_id = run_id_of(run_dir, root)  # before any file of it is read
     refuse_links(run_dir)
     meta = read_run_meta(run_dir)
     if meta is None:
-        raise PublishError(f"{run_dir}: no {RUN_FILE}; a published run needs its record (re-run the suite)")
+        raise PublishError(f"{_shown(run_dir)}: no {RUN_FILE}; a published run needs its record (re-run the suite)")
+    dest = destination(run_dir, meta.suite, run_id, root)
     files = files_of(run_dir)
     if not any(f.suffix == ".jsonl" for f in files):
-        raise PublishError(f"{run_dir}: no rows ({ROWS_FILE}); nothing to publish")
+        raise PublishError(f"{_shown(run_dir)}: no rows ({ROWS_FILE}); nothing to publish")
     data, left = {}, MAX_RUN_BYTES
     for name in files:
         data[name] = _read(run_dir / name, left)
         left -= len(data[name])
-    dest = root / meta.suite / run_dir.name
-    if dest.resolve() == run_dir.resolve():
-        raise PublishError(f"{run_dir}: already the published copy; allowed: a run folder outside {root}")
     total = _size(root) - _size(dest) + sum(map(len, data.values()))
     if total > MAX_TOTAL_BYTES:
         raise PublishError(
-            f"{run_dir}: publishing it takes {root} to {size_text(total)}; allowed: at most "
+            f"{_shown(run_dir)}: publishing it takes {_shown(root)} to {size_text(total)}; allowed: at most "
             f"{size_text(MAX_TOTAL_BYTES)} in all (remove a run there that no page needs)"
         )
+    for folder in (root, dest.parent, dest):
+        own_folder(folder)  # made one level at a time, each checked again: no link to write through
+    if any(name.parent != Path(".") for name in data):
+        own_folder(dest / ROWS_DIR)
     for name, content in data.items():
         atomic_write_bytes(dest / name, content)
-    for old in sorted(dest.rglob("*"), reverse=True):  # an earlier copy's files this one lacks
-        if old.is_file() and old.relative_to(dest) not in data:
-            old.unlink()
+    _remove_stale(dest, set(data))
     return dest

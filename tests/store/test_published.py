@@ -4,7 +4,11 @@ page rebuilds byte for byte from what is published there, naming runs by reposit
 
 from __future__ import annotations
 
+import json
+import os
+import random
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -88,3 +92,171 @@ def test_publish_refuses_a_run_too_large_or_without_its_record_in_one_line(tmp_p
 def test_the_recorded_command_on_a_page_drops_the_machines_results_folder():
     said = results_page.without_results("python bench.py --suite efficiency --results /tmp/x/res --fresh --results=/y")
     assert said == "python bench.py --suite efficiency --fresh"
+
+
+# --- issue 67 item 1: publish writes and deletes only inside the run's own published folder ---
+
+
+def _tree(top: Path) -> dict[str, tuple]:
+    """Every path under ``top`` (links not followed) -> what it is: a folder, a link and its
+    target, or a file and its bytes; two snapshots differ exactly where something was written
+    or deleted."""
+    out = {}
+    for folder, dirs, files in os.walk(top):
+        for name in dirs + files:
+            path = Path(folder) / name
+            if path.is_symlink():
+                out[str(path)] = ("link", os.readlink(path))
+            elif path.is_dir():
+                out[str(path)] = ("dir",)
+            else:
+                out[str(path)] = ("file", path.read_bytes())
+    return out
+
+
+def _changed(before: dict, after: dict) -> set[str]:
+    return {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+
+
+def _with_suite(run_dir: Path, suite: str) -> Path:
+    data = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**data, "suite": suite}))
+    return run_dir
+
+
+def _victim(folder: Path) -> Path:
+    """A folder a link may point at: files a publish must neither overwrite nor delete."""
+    folder.mkdir(parents=True)
+    for name in ("cases.jsonl", "run.json", "env.json", "NOTES.txt"):
+        (folder / name).write_text(f"not {name} of any run\n")
+    return folder
+
+
+@pytest.mark.parametrize("suite", ["{abs}", "../../docs", "a/b", "", "a\0b", ".", "..", "-x", "a\nb", "x" * 101])
+def test_publish_refuses_a_suite_name_that_is_no_plain_name_and_writes_nothing(tmp_path, capsys, suite):
+    run_dir = _with_suite(write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV), suite.format(abs=tmp_path / "abs"))
+    _victim(tmp_path / "docs")
+    before = _tree(tmp_path)
+    assert cli.main(["publish", str(run_dir), "--to", str(tmp_path / "results" / "published")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "suite" in err and "allowed: letters, digits, _ . -" in err
+    assert _tree(tmp_path) == before
+
+
+def test_publish_names_the_copy_by_the_resolved_run_folder_and_keeps_other_runs(tmp_path, capsys, monkeypatch):
+    root = tmp_path / "results" / "published"
+    other = published.publish(write_run(tmp_path / "a", "other-run", CPU_ENV), root)
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
+    (run_dir / "checkpoints").mkdir()
+    dest = root / "efficiency" / "cpu-cpu-1a2b3c4d"
+    for spelled in (run_dir / "checkpoints" / "..", run_dir / ".", Path(".")):
+        monkeypatch.chdir(run_dir)
+        before = _tree(tmp_path)
+        assert published.publish(spelled, root) == dest, spelled
+        assert all(Path(p).is_relative_to(dest) for p in _changed(before, _tree(tmp_path))), spelled
+        assert sorted(p.name for p in other.iterdir()) == ["cases.jsonl", "env.json", "run.json"]
+
+
+def test_publish_refuses_a_run_folder_at_or_inside_the_published_root(tmp_path, capsys):
+    root = tmp_path / "results" / "published"
+    published.publish(write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV), root)
+    nested = write_run(root / "efficiency" / "x", "nested-run", CPU_ENV)
+    before = _tree(tmp_path)
+    for run_dir in (root / "efficiency" / "cpu-cpu-1a2b3c4d", nested, root / "efficiency" / "cpu-cpu-1a2b3c4d" / "."):
+        assert cli.main(["publish", str(run_dir), "--to", str(root)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"inside {root}" in err and "allowed: a run folder outside" in err
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("level", ["root", "suite", "run", "rows"])
+def test_publish_refuses_a_link_on_the_destination_path(tmp_path, capsys, level):
+    root = tmp_path / "results" / "published"
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
+    victim = _victim(tmp_path / "victim")
+    dest = root / "efficiency" / "cpu-cpu-1a2b3c4d"
+    link = {"root": root, "suite": root / "efficiency", "run": dest, "rows": dest / "rows"}[level]
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(victim, target_is_directory=True)
+    before = _tree(tmp_path)
+    assert cli.main(["publish", str(run_dir), "--to", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{link}: a symbolic link" in err and "allowed: a real folder" in err
+    assert _tree(tmp_path) == before
+
+
+def test_publish_deletes_only_its_own_files_of_an_earlier_copy(tmp_path):
+    root = tmp_path / "published"
+    dest = root / "efficiency" / "cpu-cpu-1a2b3c4d"
+    (dest / "rows").mkdir(parents=True)
+    (dest / "rows" / "0.jsonl").write_text("{}\n")  # an earlier copy of a sweep's rows: goes
+    (dest / "rows" / "NOTES.txt").write_text("mine\n")
+    (dest / "NOTES.txt").write_text("mine\n")
+    (dest / "extra").mkdir()
+    published.publish(write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV), root)
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == [
+        "NOTES.txt",
+        "cases.jsonl",
+        "env.json",
+        "extra",
+        "rows",
+        "rows/NOTES.txt",
+        "run.json",
+    ]
+
+
+HOSTILE = ["a", "x", ".", "..", "/", "\\", "-", " ", "~", "\0", "é", "\n", "efficiency", "{abs}"]
+PLAIN_NAMES = ["a", "efficiency", "run.2", "x_y-z"]
+
+
+def _name(rng: random.Random, alphabet: list[str]) -> str:
+    """Half the time a plain name (so that some publishes go through), else 1-3 hostile pieces."""
+    if rng.random() < 0.5:
+        return rng.choice(PLAIN_NAMES)
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 3)))
+
+
+def test_fuzz_publish_destinations_write_and_delete_only_the_runs_own_published_folder(tmp_path, monkeypatch):
+    rng, outcomes = random.Random(67), {"published": 0, "refused": 0, "link refused": 0}
+    monkeypatch.setattr(os, "fsync", lambda fd: None)  # durability is not checked here; 700 fsyncs take seconds
+    for i in range(80):
+        case = tmp_path / f"case{i}"
+        root = case / "results" / "published"
+        suite = _name(rng, HOSTILE).format(abs=case / "abs")
+        name = _name(rng, [c for c in HOSTILE if c not in ("/", "\0", "{abs}")])
+        try:
+            run_dir = _with_suite(write_run(case / "src", name, CPU_ENV), suite)
+        except (OSError, ValueError):  # a name no folder can have
+            continue
+        other_id = name if published.PLAIN.fullmatch(name) else "other-run"
+        for other_suite in ("efficiency", "other"):  # published runs a bad destination would delete
+            published.publish(_with_suite(write_run(case / "others" / other_suite, other_id, CPU_ENV), other_suite), root)
+        linked = rng.choice(
+            [None, None, root, root / "efficiency", root / "efficiency" / name, root / suite, root / suite / name]
+        )
+        if linked is not None:
+            try:
+                if linked.is_dir() and not linked.is_symlink():
+                    shutil.rmtree(linked)
+                linked.parent.mkdir(parents=True, exist_ok=True)
+                linked.symlink_to(_victim(case / "victim"), target_is_directory=True)
+            except (OSError, ValueError):
+                linked = None
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        spelled = rng.choice([run_dir, run_dir / ".", run_dir / "checkpoints" / "..", Path(".")])
+        monkeypatch.chdir(run_dir)
+        before = _tree(case)
+        try:
+            dest = published.publish(spelled, root)
+        except published.PublishError as exc:
+            assert "\n" not in str(exc) and "allowed:" in str(exc), exc
+            assert _tree(case) == before, (suite, name, linked, exc)
+            outcomes["link refused" if "symbolic link" in str(exc) else "refused"] += 1
+            continue
+        outcomes["published"] += 1
+        assert dest == root / suite / name and published.PLAIN.fullmatch(suite), (suite, name)
+        assert not any(p.is_symlink() for p in (root, root / suite, dest)), (suite, name, linked)
+        changed = _changed(before, _tree(case))
+        made = {str(root / suite)} - before.keys()  # the suite's folder, new when its first run is published
+        assert all(Path(p).is_relative_to(dest) or p in made for p in changed), changed
+    assert min(outcomes.values()) >= 8, outcomes
