@@ -17,10 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from posbench.core.files import WriteError, atomic_write_text
+from posbench.core.files import WriteError
 from posbench.report.escape import md_code, md_fence, md_text
 from posbench.report.headline import case_counts, table_line, verdict_lines
 from posbench.report.names import short_hash, slug
+from posbench.report.page_folder import PageError, owned_pages, write_owned
 from posbench.report.render import to_markdown
 from posbench.report.rows import cpu_model, find_run_dirs, gpu_name, load_runs
 from posbench.report.tabulate import run_tables
@@ -30,10 +31,6 @@ from posbench.store.meta import RUN_FILE, RunMeta
 DEFAULT_OUT = Path("docs/results")
 GENERATOR = "make docs-results"
 INDEX = "README.md"
-
-
-class PageError(ValueError):
-    """A run folder that cannot become a page; the message names it."""
 
 
 def _dumps_value(value: Any) -> str:
@@ -281,43 +278,36 @@ def write_pages(paths: list[str | Path], out: str | Path = DEFAULT_OUT, find_tas
         section = RunSection(run_dir, find_task)
         by_machine.setdefault((section.meta.suite, section.hardware), []).append(section)
     out = Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # a file there, or a folder it cannot create
-        why = "a file, not a folder" if out.exists() and not out.is_dir() else exc.strerror or str(exc)
-        raise PageError(f"--out {out}: {why}; allowed: a folder (created when missing)") from None
-    written = []
-    for name, sections in _page_names(by_machine, out).items():
-        sources = [s.run_dir.as_posix() for s in sections]
-        written.append(atomic_write_text(out / name, page_text(sections, sources)))  # WriteError: one line
-    return written
+    owned = owned_pages(out)  # PageError, before anything is written: a file, or files it did not write
+    pages = {
+        name: page_text(sections, [s.run_dir.as_posix() for s in sections])
+        for name, sections in _page_names(by_machine, out).items()
+    }
+    return write_owned(out, pages, owned, prune=False)  # WriteError: one line
 
 
 def rebuild(published: str | Path, out: str | Path = DEFAULT_OUT, find_task=None, shown_root: str = "") -> list[Path]:
     """Every page of ``out``, and its index (``INDEX``), from every run under ``published``, each
     named by its repository path (``shown_root`` / suite / run id: ``results/published/...``);
-    files of ``out`` that no published run gives any more are removed, so the folder holds
-    nothing but what the published rows rebuild."""
+    the pages of ``out`` that no published run gives any more are removed, so the folder holds
+    nothing but what the published rows rebuild. Only pages its manifest lists are replaced or
+    removed: a folder holding any other file is refused (``page_folder``)."""
     published, out = Path(published), Path(out)
+    owned = owned_pages(out)
     shown_root = shown_root or published.as_posix()
     by_machine: dict[tuple, list[RunSection]] = {}
     for run_dir in find_run_dirs(published):
         shown = f"{shown_root}/{run_dir.relative_to(published).as_posix()}"
         section = RunSection(run_dir, find_task, shown)
         by_machine.setdefault((section.meta.suite, section.hardware), []).append(section)
-    out.mkdir(parents=True, exist_ok=True)
     pages = {}
     for key in sorted(by_machine):
         sections = by_machine[key]
         pages[sections[0].page_name] = page_text(sections, [s.shown for s in sections], published=True)
     if len(pages) != len(by_machine):
         raise PageError(f"{published}: two machines give one page name; allowed: machines whose names differ in letters")
-    written = [atomic_write_text(out / name, text) for name, text in pages.items()]
-    written.append(atomic_write_text(out / INDEX, index_text(by_machine, shown_root)))
-    for stale in sorted(out.iterdir()):
-        if stale.is_file() and stale not in written:
-            stale.unlink()
-    return written
+    pages[INDEX] = index_text(by_machine, shown_root)
+    return write_owned(out, pages, owned, prune=True)
 
 
 INDEX_HEAD = """# Measured results

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from posbench.report import results_page
+from posbench.report import page_folder, results_page
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.tasks import find as find_task
 from tests.helpers.result_runs import COMMIT, CPU_ENV, GPU_ENV, SETTINGS, write_run
@@ -226,3 +227,97 @@ def test_the_machine_line_names_the_cpu_vendor_and_vector_kernels_when_recorded(
     run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", intel)
     (page,) = results_page.write_pages([run_dir], tmp_path / "docs" / "results", find_task=find_task)
     assert "vendor GenuineIntel; torch" in page.read_text()
+
+
+# --- issue 67 item 2: page rebuilds own their files (a manifest) and touch no other ---
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+def _two_machines(tmp_path: Path) -> Path:
+    """A folder of published runs: one on a CPU, one on a GPU (two pages and the index)."""
+    write_run(tmp_path / "published", "cpu-cpu-1a2b3c4d", CPU_ENV)
+    write_run(tmp_path / "published", "gpu-cuda-5e6f7a8b", GPU_ENV, device="cuda")
+    return tmp_path / "published" / "results"
+
+
+def test_rebuild_lists_its_pages_and_removes_only_pages_it_wrote(tmp_path):
+    published, out = _two_machines(tmp_path), tmp_path / "out"
+    written = results_page.rebuild(published, out, find_task)
+    pages = sorted(p.name for p in written)
+    assert pages == ["README.md", "efficiency-cpu-test-cpu-9000.md", "efficiency-nvidia-h100-80gb-hbm3.md"]
+    manifest = (out / page_folder.MANIFEST).read_text()
+    assert manifest.startswith("# ") and manifest.splitlines()[-3:] == pages
+    shutil.rmtree(published / "efficiency" / "gpu-cuda-5e6f7a8b")  # its page is stale now: it goes
+    results_page.rebuild(published, out, find_task)
+    assert sorted(_files(out)) == [page_folder.MANIFEST, "README.md", "efficiency-cpu-test-cpu-9000.md"]
+    assert (out / page_folder.MANIFEST).read_text().splitlines()[-2:] == ["README.md", "efficiency-cpu-test-cpu-9000.md"]
+
+
+@pytest.mark.parametrize("mode", ["published", "runs"])
+def test_pages_refuse_an_out_folder_holding_files_they_did_not_write_in_one_line(tmp_path, capsys, mode):
+    """``--out .`` or ``DOCS_RESULTS=docs`` would have emptied that folder: a folder holding files
+    the pages did not write (a NOTES.txt, a guide.md, a folder) is refused, nothing touched."""
+    published, out = _two_machines(tmp_path), tmp_path / "docs"
+    out.mkdir()
+    (out / "NOTES.txt").write_text("mine\n")
+    (out / "guide.md").write_text("# A guide\n")
+    (out / "images").mkdir()
+    before = _files(out)
+    source = ["--published", str(published)] if mode == "published" else [str(published)]
+    assert results_page.main([*source, "--out", str(out)], find_task=find_task) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "NOTES.txt, guide.md, images" in err, err
+    assert (
+        f"allowed: a new or empty folder, or one holding only the pages make docs-results wrote there (listed in its {page_folder.MANIFEST})"
+        in err
+    )
+    assert _files(out) == before and sorted(p.name for p in out.iterdir()) == ["NOTES.txt", "guide.md", "images"]
+
+
+def test_pages_refuse_a_manifest_naming_what_no_page_is(tmp_path, capsys):
+    published, out = _two_machines(tmp_path), tmp_path / "out"
+    results_page.rebuild(published, out, find_task)
+    (tmp_path / "victim.md").write_text("not a page\n")
+    for listed in ("../victim.md", str(tmp_path / "victim.md"), "sub/x.md", ".hidden.md"):
+        (out / page_folder.MANIFEST).write_text(f"# pages\nREADME.md\n{listed}\n")
+        before = _files(out)
+        assert results_page.main(["--published", str(published), "--out", str(out)], find_task=find_task) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and repr(listed) in err and "allowed: file names of pages" in err, err
+        assert _files(out) == before and (tmp_path / "victim.md").read_text() == "not a page\n"
+
+
+def test_pages_refuse_a_listed_page_that_is_now_a_link(tmp_path, capsys):
+    published, out = _two_machines(tmp_path), tmp_path / "out"
+    results_page.rebuild(published, out, find_task)
+    (tmp_path / "victim.md").write_text("not a page\n")
+    (out / "README.md").unlink()
+    (out / "README.md").symlink_to(tmp_path / "victim.md")
+    assert results_page.main(["--published", str(published), "--out", str(out)], find_task=find_task) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "README.md" in err, err
+    assert (out / "README.md").is_symlink() and (tmp_path / "victim.md").read_text() == "not a page\n"
+
+
+@pytest.mark.parametrize("mode", ["published", "runs"])
+def test_pages_to_an_out_that_is_a_file_are_one_line(tmp_path, capsys, mode):
+    published, out = _two_machines(tmp_path), tmp_path / "notes.txt"
+    out.write_text("mine\n")
+    source = ["--published", str(published)] if mode == "published" else [str(published)]
+    assert results_page.main([*source, "--out", str(out)], find_task=find_task) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: --out {out}: a file, not a folder; allowed: a folder (created when missing)\n"
+    assert out.read_text() == "mine\n"
+
+
+def test_preview_pages_join_the_manifest_and_a_rebuild_replaces_them(tmp_path):
+    published, out = _two_machines(tmp_path), tmp_path / "out"
+    results_page.rebuild(published, out, find_task)
+    preview = write_run(tmp_path / "new", "rep2", dict(CPU_ENV, cpu="Other CPU"))
+    (page,) = results_page.write_pages([preview], out, find_task=find_task)
+    assert page.name in (out / page_folder.MANIFEST).read_text().splitlines()
+    results_page.rebuild(published, out, find_task)  # the preview's page is no published run's: it goes
+    assert not page.exists() and len(_files(out)) == 4

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from posbench.cli import app as cli
-from posbench.report import results_page
+from posbench.report import page_folder, results_page
 from posbench.store import published
 from posbench.tasks import find as find_task
-from tests.helpers.result_runs import CPU_ENV, write_run
+from tests.helpers.result_runs import CPU_ENV, GPU_ENV, write_run
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHED = REPO / "results" / "published"
@@ -29,7 +29,9 @@ MACHINE_PATH = re.compile(r"(?<![\w.:/-])(/(tmp|home|root|work|Users|mnt|var|opt
 def test_every_docs_results_page_rebuilds_byte_identically_from_published_rows(tmp_path):
     written = results_page.rebuild(PUBLISHED, tmp_path, find_task, shown_root="results/published")
     rebuilt = {p.name: p.read_bytes() for p in written}
-    committed = {p.name: p.read_bytes() for p in PAGES.iterdir() if p.is_file()}
+    committed = {p.name: p.read_bytes() for p in PAGES.iterdir() if p.is_file() and p.name != page_folder.MANIFEST}
+    # the list of the pages make docs-results wrote there (it replaces and removes only those)
+    assert (PAGES / page_folder.MANIFEST).read_bytes() == (tmp_path / page_folder.MANIFEST).read_bytes()
     assert sorted(committed) == sorted(rebuilt), (
         "docs/results holds a page no published run gives (or lacks one): make docs-results"
     )
@@ -68,9 +70,16 @@ def test_publish_copies_rows_and_records_only(tmp_path, capsys):
     assert "```bash\nmake docs-results\n```" in page.read_text()
     assert index.name == "README.md" and f"]({page.name}): `results/published/efficiency/cpu-cpu-1a2b3c4d`" in index.read_text()
     # a stale page there is removed: the folder holds only what published runs give
-    (tmp_path / "pages" / "legacy.md").write_text("hand-copied\n")
+    gpu = published.publish(write_run(tmp_path / "gpu", "gpu-cuda-5e6f7a8b", GPU_ENV, device="cuda"), root)
+    (_, stale, _) = results_page.rebuild(root, tmp_path / "pages", find_task, shown_root="results/published")
+    shutil.rmtree(gpu)
     results_page.rebuild(root, tmp_path / "pages", find_task, shown_root="results/published")
-    assert not (tmp_path / "pages" / "legacy.md").exists()
+    assert not stale.exists() and sorted(p.name for p in (tmp_path / "pages").iterdir()) == [".generated", "README.md", page.name]
+    # ... and a file it did not write refuses the rebuild in one line, untouched (issue 67)
+    (tmp_path / "pages" / "legacy.md").write_text("hand-copied\n")
+    assert results_page.main(["--published", str(root), "--out", str(tmp_path / "pages")], find_task=find_task) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert (tmp_path / "pages" / "legacy.md").read_text() == "hand-copied\n"
 
 
 def test_publish_refuses_a_run_too_large_or_without_its_record_in_one_line(tmp_path, capsys, monkeypatch):
