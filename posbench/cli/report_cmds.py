@@ -35,7 +35,9 @@ PUBLISH_EPILOG = """examples:
 
 copies each run's rows (cases.jsonl, a sweep's rows/*.jsonl), run.json and env.json into
 results/published/<suite>/<run-id>/ (no checkpoints, event files or tables; at most 4 MiB a run,
-20 MiB in all); commit that folder with the pages built from it
+20 MiB in all); commit that folder with the pages built from it. <suite> (run.json's) and
+<run-id> (the run folder's name) must be plain names (letters, digits, _ . -); a link on the
+way is refused, and an earlier copy loses only its published files
 """
 
 
