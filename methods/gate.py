@@ -16,7 +16,8 @@ reads the raw keys). A decode step finds its token's values at the end of the KV
 import torch
 from torch import nn
 
-from posbench.attention.modifiers import base_hook, composed_signature, keyword, last_rows_flat
+from posbench.attention.modifiers import composed_signature, keyword, last_rows_flat
+from posbench.core.method import base_hook
 from posbench.core.registry import register_modifier
 
 
@@ -24,6 +25,7 @@ from posbench.core.registry import register_modifier
 class OutputGate:
     name = "gate"
     place = 40  # METHOD+ssmax+qknorm+sink+gate
+    acts_on = "output"  # it scales P v by a gate of the values, after P
 
     @staticmethod
     def compose(base: type) -> type:

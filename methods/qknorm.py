@@ -13,7 +13,8 @@ holds them normalized and encoded; ``attend`` on raw q and k (``state=None``) no
 import torch
 from torch import nn
 
-from posbench.attention.modifiers import Encoded, base_hook, composed_signature, inner_state, keyword
+from posbench.attention.modifiers import Encoded, composed_signature, inner_state, keyword
+from posbench.core.method import base_hook
 from posbench.core.registry import register_modifier
 
 EPS = 1e-6
@@ -29,6 +30,7 @@ def rms_norm(x: torch.Tensor, gain: torch.Tensor, eps: float = EPS) -> torch.Ten
 class QKNorm:
     name = "qknorm"
     place = 20  # METHOD+ssmax+qknorm+sink+gate: around ssmax, whose query scale then follows the norm
+    acts_on = "probabilities"  # normalized q and k change P
 
     @staticmethod
     def compose(base: type) -> type:

@@ -21,7 +21,8 @@ import math
 import torch
 from torch import nn
 
-from posbench.attention.modifiers import SoftmaxSink, base_hook, composed_signature, keyword
+from posbench.attention.modifiers import SoftmaxSink, composed_signature, keyword
+from posbench.core.method import base_hook
 from posbench.core.registry import register_modifier
 
 
@@ -29,6 +30,7 @@ from posbench.core.registry import register_modifier
 class Sink:
     name = "sink"
     place = 30  # METHOD+ssmax+qknorm+sink+gate
+    acts_on = "probabilities"  # the sink takes its share of the softmax: P sums to less than 1
 
     @staticmethod
     def compose(base: type) -> type:

@@ -38,6 +38,7 @@ def log_key_counts(tq: int, tk: int, device, window: int | None = None) -> torch
 class ScalableSoftmax:
     name = "ssmax"
     place = 10  # METHOD+ssmax+qknorm+sink+gate: the innermost, so it scales the normalized queries
+    acts_on = "probabilities"  # the scaled queries change P (posbench.core.registry.modifier_acts_on)
 
     @staticmethod
     def compose(base: type) -> type:

@@ -1,7 +1,7 @@
 """What the attention modifiers (``METHOD+MODIFIER``: methods/qknorm.py, ssmax.py, sink.py, gate.py)
-share: calling the base method's hooks whichever signature they have, the composed class's
-constructor signature, the state that marks q and k as already encoded, and the softmax sink
-folded into scaled dot-product attention.
+share: the composed class's constructor signature, the state that marks q and k as already
+encoded, and the softmax sink folded into scaled dot-product attention. A modifier calls the hooks
+of the method beneath it with ``posbench.core.method.base_hook``.
 """
 
 from __future__ import annotations
@@ -13,21 +13,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
-
-from posbench.core.method import HOOK_ARGS
-
-
-def base_hook(base: type, hook: str):
-    """``fn(self, *args, state)`` calling ``base``'s ``hook``, with its ``state`` argument or
-    without it (a hook may leave it out: posbench.core.method)."""
-    fn = getattr(base, hook)
-    params = inspect.signature(fn).parameters
-    takes_state = "state" in params or len(params) > len(HOOK_ARGS[hook])  # self + every argument
-
-    def call(self, *args, state=None):
-        return fn(self, *args, state) if takes_state else fn(self, *args)
-
-    return call
 
 
 def composed_signature(base: type, init, *extra: inspect.Parameter) -> None:

@@ -140,6 +140,20 @@ def _accepts(fn, n: int) -> bool:
     return required <= n and (n <= len(positional) or any(p.kind is p.VAR_POSITIONAL for p in params))
 
 
+def base_hook(base: type, hook: str):
+    """``fn(self, *args, state)`` calling ``base``'s ``hook``, with its ``state`` argument or
+    without it (a hook may leave it out): how a modifier calls the method beneath it, and the
+    attention probe the attention beneath a modifier that acts on the output."""
+    fn = getattr(base, hook)
+    params = inspect.signature(fn).parameters
+    takes_state = "state" in params or len(params) > len(HOOK_ARGS[hook])  # self + every argument
+
+    def call(self, *args, state=None):
+        return fn(self, *args, state) if takes_state else fn(self, *args)
+
+    return call
+
+
 def interface_problem(cls: type) -> str | None:
     """One line naming the first hook of method class ``cls`` the model cannot call, or None when
     every hook takes the interface's arguments, with or without ``state``."""

@@ -1,9 +1,15 @@
 """Attention probabilities of any position method, read without changing it: during one forward the
 method's ``attend`` is wrapped, and each layer's call is repeated with one-hot values. Attention is
 linear in its values (o = P v), so values that are the unit vectors of keys c..c+hd-1 return
-exactly the columns c..c+hd-1 of P, computed by the method's own path (its bias, rotation, gate
-or kernel). The forward itself runs unchanged; only a probed forward pays the Tk / hd extra calls
-per layer, so a timed or trained forward never does.
+exactly the columns c..c+hd-1 of P, computed by the method's own path (its bias, rotation, forget
+gate or kernel). The forward itself runs unchanged; only a probed forward pays the Tk / hd extra
+calls per layer, so a timed or trained forward never does.
+
+A modifier that changes P (ssmax, qknorm, sink: ``acts_on = "probabilities"``) is read through; one
+that acts on the output after P v (the gate, a sigmoid of the values times P v, which one-hot values
+would turn into a gate of unit vectors) is not: the probe calls the attend of the class beneath it
+(``attention_attend``). A modifier that does not say where it acts, or one that changes P after an
+output modifier, makes the probe refuse in one line.
 
 ``attention_stats`` turns P into the diagnostics (entropy and its ratio to log of the number of
 keys, the first token's mass, mass by distance bucket). Guide: docs/long-context-measures.md.
@@ -16,6 +22,9 @@ from contextlib import contextmanager
 
 import torch
 
+from posbench.core.method import base_hook
+from posbench.core.registry import modifier_acts_on
+
 
 @contextmanager
 def probed(model):
@@ -24,10 +33,11 @@ def probed(model):
     method, found = model.method, []
     own = method.__dict__.get("attend")  # an instance attribute adapt_hooks may have set
     inner = method.attend
+    probe = attention_attend(method) or inner
 
     def attend(q, k, v, q_pos, k_pos, layer, state=None):
         out = inner(q, k, v, q_pos, k_pos, layer, state)
-        found.append(probabilities(lambda values: inner(q, k, values, q_pos, k_pos, layer, state), v))
+        found.append(probabilities(lambda values: probe(q, k, values, q_pos, k_pos, layer, state), v))
         return out
 
     method.attend = attend
@@ -38,6 +48,36 @@ def probed(model):
             del method.attend
         else:
             method.attend = own
+
+
+def attention_attend(method):
+    """``attend(q, k, v, q_pos, k_pos, layer, state)`` of the class beneath ``method``'s last
+    modifiers that act on the output (``METHOD+sink+gate``: ``METHOD+sink``'s), whose output is P v;
+    None when none does (the layer's own attend is). A ValueError of one line when a modifier does
+    not say where it acts, or changes P after an output modifier."""
+    mods = getattr(type(method), "modifiers", ())
+    acts = [modifier_acts_on(m) for m in mods]
+    for m, a in zip(mods, acts):
+        if a is None:
+            raise ValueError(
+                f"attention diagnostics of {method.name!r}: modifier {m!r} does not say whether it changes the "
+                "attention probabilities or the output after them; allowed: a modifier whose class sets acts_on "
+                "to 'probabilities' or 'output' (docs/adding-a-method.md)"
+            )
+    kept = len(mods)
+    while kept and acts[kept - 1] == "output":
+        kept -= 1
+    if "output" in acts[:kept]:
+        before = mods[acts.index("output")]
+        raise ValueError(
+            f"attention diagnostics of {method.name!r}: modifier {mods[kept - 1]!r} changes the attention probabilities "
+            f"after {before!r} acted on the output, so no attend returns P v; allowed: output modifiers last"
+        )
+    if kept == len(mods):
+        return None
+    beneath = next(c for c in type(method).__mro__ if getattr(c, "modifiers", ()) == mods[:kept])
+    call = base_hook(beneath, "attend")
+    return lambda q, k, v, q_pos, k_pos, layer, state: call(method, q, k, v, q_pos, k_pos, layer, state=state)
 
 
 @torch.no_grad()

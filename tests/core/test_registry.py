@@ -577,5 +577,11 @@ def test_modifiers_compose_in_one_fixed_order(name, allowed):
     assert registry.get(allowed).name == allowed
 
 
+def test_every_built_in_modifier_says_whether_it_acts_on_the_probabilities_or_the_output():
+    registry.get("rotary+ssmax+qknorm+sink+gate")  # loads every built-in modifier
+    acts = {m: registry.modifier_acts_on(m) for m in ("ssmax", "qknorm", "sink", "gate")}
+    assert acts == {"ssmax": "probabilities", "qknorm": "probabilities", "sink": "probabilities", "gate": "output"}
+
+
 def test_every_new_method_is_registered():
     assert set(NEW) <= set(registry.names())

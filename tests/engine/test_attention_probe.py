@@ -102,3 +102,97 @@ def test_a_tiny_run_stores_and_charts_the_diagnostics(tmp_path):
     assert mass.columns == ["0", "1-8", "9-16"] and sum(mass.cell("alibi", c).value for c in mass.columns) == pytest.approx(1.0)
     lines = {ln.get_gid(): ln for ln in attention_chart(ratio).axes[0].lines}
     assert list(lines["method:alibi"].get_xdata()) == [8, 16] and "L_train" in lines
+
+
+# -- modifiers: the probe reads P where each acts ----------------------------------------------------
+
+
+def _model(method: str, blind: bool = False, **options) -> TransformerLM:
+    torch.manual_seed(0)
+    cfg = model_config("tiny", method, n_layers=2, d_model=32, n_heads=4, d_ff=64, vocab_size=50, method_options=options)
+    model = build_model(cfg).eval()
+    if blind:
+        for blk in model.blocks:
+            with torch.no_grad():
+                blk.qkv.weight[:64].zero_()
+                blk.qkv.bias[:64].zero_()
+    return model
+
+
+def _probe(model: TransformerLM, x: torch.Tensor) -> list[torch.Tensor]:
+    with torch.no_grad(), probed(model) as found:
+        model(x)
+    return found
+
+
+@pytest.mark.parametrize("method", ["rotary", "alibi"])
+def test_a_gated_methods_attention_is_its_base_methods(method):
+    """The gate scales the output after P v (from the values it reads): P is the base method's, each
+    query's mass sums to 1 and the diagnostics are the base's, not a gate of one-hot values. (Layer 0
+    only is compared: the gate changes what the next layer reads.)"""
+    gated = _model(f"{method}+gate", out_gate_bias=2.0)
+    base = _model(method)
+    base.load_state_dict({k: v for k, v in gated.state_dict().items() if "out_gate" not in k})
+    x = torch.randint(0, 50, (2, 20))
+    found = _probe(gated, x)
+    assert torch.allclose(found[0], _probe(base, x)[0], atol=1e-6)
+    for p in found:
+        assert torch.allclose(p.sum(-1), torch.ones(p.shape[:-1]), atol=1e-5)
+    layers, want = diagnose(gated, x, [(1, 8), (9, 19)]), diagnose(base, x, [(1, 8), (9, 19)])[0]
+    for layer in layers:
+        assert [sum(m[h] for m in layer["mass_by_distance"].values()) for h in range(4)] == pytest.approx([1.0] * 4)
+    for key in ("entropy", "entropy_ratio", "first_mass"):
+        assert layers[0][key] == pytest.approx(want[key], abs=1e-6)
+
+
+@pytest.mark.parametrize("method", ["nope+sink", "nope+sink+gate"])
+def test_a_sink_takes_its_share_of_each_querys_mass(method):
+    """Zero queries and keys, sink logit log 2: query i's i + 1 keys get 1 / (i + 3) each, the sink the
+    rest (2 / (i + 3)); the gate after it changes nothing of that."""
+    T = 12
+    found = _probe(_model(method, blind=True, sink_init=math.log(2.0)), torch.randint(0, 50, (2, T)))
+    n = torch.arange(1, T + 1, dtype=torch.float32)  # keys of query i
+    want = torch.tril(torch.ones(T, T)) / (n + 2)[:, None]
+    for p in found:
+        assert torch.allclose(p, want.expand_as(p), atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["nope+ssmax", "nope+ssmax+gate"])
+def test_ssmax_changes_p_as_its_query_scale_says(method):
+    """P is softmax((s log n_i) q_i . k_j / sqrt(hd)) over the causal keys, each row summing to 1."""
+    model = _model(method, s_init=1.7)
+    seen, own = {}, model.method.attend
+
+    def attend(q, k, v, q_pos, k_pos, layer, state=None):
+        seen.setdefault(layer, (q, k))  # the forward's call, before the probe's
+        return own(q, k, v, q_pos, k_pos, layer, state)
+
+    model.method.attend = attend
+    T = 16
+    found = _probe(model, torch.randint(0, 50, (2, T)))
+    del model.method.attend
+    scale = 1.7 * torch.arange(1, T + 1, dtype=torch.float32).log()[:, None] / math.sqrt(8)  # (T, 1)
+    for p, (q, k) in zip(found, seen.values(), strict=True):
+        scores = (q.float() @ k.float().transpose(-1, -2) * scale).masked_fill(~torch.ones(T, T).tril().bool(), -math.inf)
+        assert torch.allclose(p, torch.softmax(scores, -1), atol=1e-5)
+
+
+def test_a_modifier_whose_place_is_unsaid_or_inside_an_output_one_is_refused_in_one_line(monkeypatch):
+    """The probe cannot read P through a modifier that does not say where it acts (``acts_on``), nor
+    beneath an output-acting modifier when one that changes P composes after it."""
+    import sys
+
+    from posbench.core import registry
+
+    registry.get("nope+sink+gate")  # imports both modifiers' files
+    gate, sink = (next(m for n, m in sys.modules.items() if n.startswith(f"posbench_methods_{f}_")) for f in ("gate", "sink"))
+    gate, sink = gate.OutputGate, sink.Sink
+    x = torch.randint(0, 50, (1, 8))
+    monkeypatch.setattr(gate, "acts_on", None)
+    with pytest.raises(ValueError, match=r"^attention diagnostics of 'rotary\+gate': modifier 'gate' does not say") as err:
+        diagnose(_model("rotary+gate"), x, [(1, 7)])
+    assert "\n" not in str(err.value) and "acts_on" in str(err.value)
+    monkeypatch.setattr(gate, "acts_on", "probabilities")
+    monkeypatch.setattr(sink, "acts_on", "output")
+    with pytest.raises(ValueError, match=r"'gate' changes the attention probabilities after 'sink' acted on the output"):
+        diagnose(_model("nope+sink+gate"), x, [(1, 7)])

@@ -15,7 +15,7 @@ so a broken plugin fails only its own users.
 
 from __future__ import annotations
 
-from posbench.core.registry._compose import COMPOSE_SEP, PLUGIN_PLACE, modifier_place, split_composed
+from posbench.core.registry._compose import ACTS_ON, COMPOSE_SEP, PLUGIN_PLACE, modifier_acts_on, modifier_place, split_composed
 from posbench.core.registry._files import add_methods_dir, discover, listing, modifiers, names, recipes, scan_dir
 from posbench.core.registry._imports import IMPORT_LIMIT_ENV, IMPORT_LIMIT_S, import_limit_s, is_imported
 from posbench.core.registry._imports import import_file as import_method_file
@@ -41,6 +41,7 @@ from posbench.core.registry._tables import (
 from posbench.core.registry._tasks import find_task, get_task, task_names, task_replaced
 
 __all__ = [
+    "ACTS_ON",
     "COMPOSE_SEP",
     "GROUPS",
     "IMPORT_LIMIT_ENV",
@@ -67,6 +68,7 @@ __all__ = [
     "is_imported",
     "listing",
     "load_limited",
+    "modifier_acts_on",
     "modifier_place",
     "modifiers",
     "names",

@@ -16,6 +16,10 @@ if TYPE_CHECKING:  # posbench.core.method imports torch; only what needs a class
 
 COMPOSE_SEP = "+"  # METHOD+MODIFIER (rotary+ssmax), METHOD+MOD1+MOD2 (rotary+qknorm+gate)
 PLUGIN_PLACE = 100  # where a modifier without a ``place`` goes: after the built-in ones
+# What a modifier changes (its class's ``acts_on``): the attention probabilities P (through q, k,
+# the scores or the softmax) or attention's output after P v. The attention probe reads P beneath
+# the modifiers that act on the output.
+ACTS_ON = ("probabilities", "output")
 
 _COMPOSED: dict[str, type] = {}  # composed name -> its class, built once
 
@@ -66,6 +70,13 @@ def modifier_place(mod: str) -> int:
     """Where modifier ``mod`` goes in a composed name: its class's ``place`` (ssmax 10, qknorm 20,
     sink 30, gate 40), ``PLUGIN_PLACE`` for a modifier that declares none."""
     return getattr(_tables._MODIFIERS[mod], "place", PLUGIN_PLACE)
+
+
+def modifier_acts_on(mod: str) -> str | None:
+    """What modifier ``mod`` (loaded) changes, one of ``ACTS_ON`` (ssmax, qknorm and sink the
+    probabilities, gate the output), or None when its class does not say."""
+    acts = getattr(_tables._MODIFIERS[mod], "acts_on", None)
+    return acts if acts in ACTS_ON else None
 
 
 def _check_order(name: str, method: str, mods: tuple[str, ...]) -> None:
