@@ -103,7 +103,7 @@ def _add_check(p):
         default=None,
         metavar="SECONDS",
         help=f"time limit for all the checks (default: {CHECK_TIMEOUT_S:g}, and each check "
-        f"{CHECK_STEP_S['cpu']:g} s on a CPU); they run in a child process",
+        f"{CHECK_STEP_S['cpu']:g} s on a CPU, times the load per CPU on a busy machine); they run in a child process",
     )
     common_arguments(p)
 

@@ -9,6 +9,8 @@ silently ended command. ``--device cuda`` where torch has no CUDA is one line to
 
 from __future__ import annotations
 
+import os
+
 from posbench.run import isolated
 from posbench.run import suite as suitemod
 from posbench.run.suite import SuiteError
@@ -18,9 +20,11 @@ from posbench.run.suite import SuiteError
 LIST_TIMEOUT_S = 120.0  # reading (and with --check importing) every method file
 IMPORT_TIMEOUT_S = 120.0  # importing the one method ``check`` tests
 CHECK_TIMEOUT_S = 600.0  # ``check``'s default --timeout: all checks in both dtypes
-# one check on its tiny shapes without --timeout: the built-in methods take under 0.3 s each on a CPU;
-# a GPU check may first compile its GPU code
-CHECK_STEP_S = {"cpu": 5.0, "cuda": 120.0}
+# One check on its tiny shapes without --timeout, on an idle machine (``check_step_s`` scales it by the
+# load): the built-in methods take under 0.3 s each on an idle CPU, but torch's threads contending with
+# other work made path's take over 5 s at load 5; a GPU check may first compile its GPU code. A check
+# that sleeps or loops is still cut, after a minute rather than seconds.
+CHECK_STEP_S = {"cpu": 60.0, "cuda": 120.0}
 
 
 def require_cuda(flag: str) -> None:
@@ -37,6 +41,23 @@ def method_listing(methods_dirs, device: str | None = None) -> dict:
     return isolated.call(
         "posbench.run.isolated:listing", {"device": device}, LIST_TIMEOUT_S, methods_dirs, "reading the method files"
     )
+
+
+def check_step_s(device: str) -> tuple[float, str]:
+    """Each check's limit on ``device`` and how it was reached: ``CHECK_STEP_S`` times the machine's
+    load per CPU where that is above 1 (the last minute's, from ``os.getloadavg``), never past
+    ``CHECK_TIMEOUT_S``, the bound on all the checks."""
+    base = CHECK_STEP_S.get(device, CHECK_STEP_S["cuda"])
+    how = f"{base:g} s per check"
+    try:
+        load = os.getloadavg()[0]
+    except (OSError, AttributeError):  # no load average on this system: the base alone
+        return base, how
+    cpus = os.cpu_count() or 1
+    factor = max(1.0, load / cpus)
+    if factor > 1.0:
+        how += f" x{factor:.3g} for load {load:.1f} on {cpus} CPUs"
+    return min(base * factor, CHECK_TIMEOUT_S), how
 
 
 def cmd_list(args) -> int:
@@ -93,11 +114,11 @@ def cmd_check(args) -> int:
         f"loading method {args.method}",
     )
     print(f"conformance of {args.method} ({origin}) on {args.device}:", flush=True)
-    # --timeout given: that bound alone; else each check gets CHECK_STEP_S (a method that sleeps: seconds)
-    step = None if args.timeout else CHECK_STEP_S.get(args.device, CHECK_STEP_S["cuda"])
+    # --timeout given: that bound alone; else each check gets check_step_s (a method that sleeps: a minute)
+    step, how = (None, "") if args.timeout else check_step_s(args.device)
     results = isolated.call(
         "posbench.run.isolated:conformance",
-        {"method": args.method, "device": args.device, "step_s": step},
+        {"method": args.method, "device": args.device, "step_s": step, "step_how": how},
         args.timeout or CHECK_TIMEOUT_S,
         args.methods_dir,
         f"the checks of {args.method}",

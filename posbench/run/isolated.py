@@ -152,9 +152,10 @@ class _CheckTimedOut(BaseException):
     Exception`` cannot swallow it)."""
 
 
-def conformance(method: str, device: str, step_s: float | None = None) -> dict:
+def conformance(method: str, device: str, step_s: float | None = None, step_how: str = "") -> dict:
     """``conformance.run_each``'s outcomes, each check within ``step_s`` (None: no limit of its
-    own): the first that runs longer (a method that sleeps or loops) ends the checks in one line."""
+    own): the first that runs longer (a method that sleeps or loops) ends the checks in one line,
+    which says how the limit was reached (``step_how``)."""
     from posbench.core import conformance as testing
 
     if step_s is None:
@@ -176,9 +177,10 @@ def conformance(method: str, device: str, step_s: float | None = None) -> dict:
                 return out
             except _CheckTimedOut:
                 done = f" (after {len(out)} that answered)" if out else ""
+                how = f" ({step_how})" if step_how else ""
                 raise PosbenchError(
-                    f"the checks of {method}: a check gave no answer within {limit:g} s{done}; the tiny shapes take well "
-                    "under a second: does the method sleep or loop? allowed: a method whose calls return in seconds"
+                    f"the checks of {method}: a check gave no answer within {limit:g} s{how}{done}; the tiny shapes take "
+                    "well under a second: does the method sleep or loop? allowed: a method whose calls return in seconds"
                 ) from None
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
