@@ -35,7 +35,6 @@ from posbench.data.token_cache import (  # noqa: F401  (re-exported)
     dtype_for,
 )
 
-# The synthetic corpus's chain: 64 symbols, each 2-symbol context has 4 likely successors.
 SYNTH_TRAIN_TOKENS = 1_000_000
 # Training streams of synthetic-copy: each starts at its own t = 0, so they sample in parallel.
 COPY_TRAIN_STREAMS = 64

@@ -7,7 +7,8 @@ case. The sources keep their own guards for direct callers (``markov.random_chai
 
 from __future__ import annotations
 
-MARKOV_DEFAULTS = dict(vocab=64, order=2, branching=4, jump=0.05)  # kind synthetic
+# kind synthetic: 64 symbols, each 2-symbol context has 4 likely successors
+MARKOV_DEFAULTS = dict(vocab=64, order=2, branching=4, jump=0.05)
 # kind synthetic-copy: the defaults of the extrapolation cpu profile (tiny model, L_train 64)
 COPY_DEFAULTS = dict(vocab=64, branching=4, jump=0.05, copy_prob=0.5, max_distance=8, decay=1.0, distance="decay")
 DISTANCES = ("decay", "log-uniform")

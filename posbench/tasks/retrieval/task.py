@@ -170,7 +170,9 @@ class Settings(TrainSettings):
         description="multikey and vartrack training examples: questions asked in turn, each followed by its answer, "
         "the last drawn as the evaluation's single one (evaluation and the held-out checks ask one)",
     )
-    L_valid_factors: list[Annotated[int, Field(ge=1)]] = Field([1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train")
+    L_valid_factors: list[Annotated[int, Field(ge=1)]] = Field(
+        [1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train"
+    )
     depths: list[float] = Field(
         [0.0, 0.25, 0.5, 0.75, 1.0], min_length=1, description="passkey: needle depths of the heatmap (0 = start, 1 = end)"
     )
