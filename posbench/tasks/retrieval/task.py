@@ -244,6 +244,18 @@ class Settings(TrainSettings):
         )
 
 
+def check_grid(settings: Settings, grid: dict) -> tuple[str, str, str] | None:
+    """The first setting a probe the suite draws cannot fit (RULER's shapes against their
+    alphabets): the grid's probes, and the training mix's when one model serves them all."""
+    drawn = list(grid.get("probe", [])) + ([] if settings.model_per_probe else list(settings.train_probes))
+    cfg = settings.probe_config()
+    for probe in dict.fromkeys(drawn):
+        misfit = cfg.ruler_misfit(probe)
+        if misfit is not None:
+            return misfit
+    return None
+
+
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -259,6 +271,7 @@ TASK = register_task(
         run=run,
         report_sections=report_sections,
         summary_tables=summary_tables,
+        check_grid=check_grid,
         name="retrieval",
     )
 )
