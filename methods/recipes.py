@@ -6,7 +6,8 @@ the length). Each is a method like any other: a suite lists it by name, its opti
 (``method_options``), ``bench.py list`` names the recipes in its header.
 
 The window is the recipe's: the model takes it from the method (its ``cfg``), so a suite that sets
-a model ``window`` as well is declined with the reason. The papers' windows (512 to 8192 tokens)
+a model ``window`` as well is refused when validated (posbench/run/suite/cross_checks.py), and a
+model built so in code is declined with the reason. The papers' windows (512 to 8192 tokens)
 are far above posbench's CPU lengths (L_train 64): the CPU profiles set ``window`` in
 ``method_options`` at the same fraction of L_train. Temperature ``temp`` on NoPE layers, per query
 at position p (keys seen: n = p + 1):

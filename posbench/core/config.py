@@ -164,3 +164,26 @@ class ProbeConfig:
                 "probes: need n_needles, n_values, hops, n_chains, n_top >= 1 and 0 <= absent_prob <= 1 (what they must "
                 "fit in is checked where a RULER probe is drawn)"
             )
+
+    def ruler_misfit(self, probe: str) -> tuple[str, str, str] | None:
+        """(setting, problem, allowed) when RULER probe ``probe``'s shapes do not fit its alphabets,
+        else None (a probe that is not RULER's too): checked where a suite is validated, for the
+        probes it draws, and where the probe is drawn (``posbench.protocols.probing.ruler``)."""
+        if probe == "multikey" and self.n_needles >= self.n_keys:
+            problem = f"multikey: n_needles {self.n_needles} must be below n_keys {self.n_keys} (an absent key must remain)"
+            return "n_needles", problem, f"n_needles < n_keys ({self.n_keys})"
+        if probe == "vartrack" and self.n_chains > self.n_symbols:
+            problem = f"vartrack: n_chains {self.n_chains} is above n_symbols {self.n_symbols} (a value per chain)"
+            return "n_chains", problem, f"n_chains <= n_symbols ({self.n_symbols})"
+        if probe == "vartrack" and self.n_chains * self.hops > self.n_keys:
+            problem = (
+                f"vartrack: n_chains * hops = {self.n_chains} * {self.hops} is above n_keys {self.n_keys} (a name per variable)"
+            )
+            return "hops", problem, f"n_chains * hops <= n_keys ({self.n_keys})"
+        if probe == "aggregate" and self.n_top >= self.n_symbols:
+            return (
+                "n_top",
+                f"aggregate: n_top {self.n_top} must be below n_symbols {self.n_symbols}",
+                f"n_top < n_symbols ({self.n_symbols})",
+            )
+        return None

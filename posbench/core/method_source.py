@@ -121,24 +121,40 @@ def _parse_recipes(path: Path, mtime_ns: int, size: int) -> list[str]:
 
 def modifier_names(path: Path) -> list[str]:
     """The literal names of the ``@register_modifier`` classes of a method file."""
+    return list(modifier_places(path, 0))
+
+
+def modifier_places(path: Path, default: int) -> dict[str, int | None]:
+    """name -> ``place`` of the ``@register_modifier`` classes of a method file, read without
+    importing it: the literal integer, ``default`` with no ``place``, None where it is not a literal."""
     stat = path.stat()
-    return _parse_modifiers(path, stat.st_mtime_ns, stat.st_size)
+    return _parse_modifiers(path, stat.st_mtime_ns, stat.st_size, default)
 
 
 @functools.cache
-def _parse_modifiers(path: Path, mtime_ns: int, size: int) -> list[str]:
-    """``modifier_names`` of one version of the file."""
+def _parse_modifiers(path: Path, mtime_ns: int, size: int, default: int) -> dict[str, int | None]:
+    """``modifier_places`` of one version of the file."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return []
-    return [
-        name
+        return {}
+    return {
+        name: _place(node, default)
         for node in ast.walk(tree)
         if isinstance(node, ast.ClassDef)
         and any(is_register(d, "register_modifier") for d in node.decorator_list)
         and (name := class_name(node)) is not None
-    ]
+    }
+
+
+def _place(node: ast.ClassDef, default: int) -> int | None:
+    """The literal integer assigned to ``place`` in the class body, ``default`` when none is."""
+    for stmt in node.body:
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "place" for t in stmt.targets):
+            value = stmt.value
+            literal = isinstance(value, ast.Constant) and isinstance(value.value, int) and not isinstance(value.value, bool)
+            return value.value if literal else None
+    return default
 
 
 def syntax_error(path: Path) -> str | None:

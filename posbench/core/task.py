@@ -208,6 +208,9 @@ class Task:
     report_sections: Callable[..., list] | None = None  # (runs, baseline) -> [Section]
     summary_tables: Callable[[Any], list] | None = None  # runs -> [Table] printed after a run
     compare_values: Callable[[Any], dict] | None = None  # row -> numbers compare reads beyond metrics
+    # (settings, grid) -> (setting, problem, allowed) of a setting no grid point can run with, or
+    # None: checked when a suite is validated, so the mistake is one line, not an error row per case
+    check_grid: Callable[[Any, dict], tuple[str, str, str] | None] | None = None
     name: str = ""
     module: Any = None
 

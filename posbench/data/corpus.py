@@ -19,6 +19,7 @@ from posbench.data.sources import DATA_ENV, DOWNLOAD_HINT, WIKITEXT_FILES, check
 from posbench.data.sources import data_dir as _data_dir
 from posbench.data.sources import source_file as _source_file
 from posbench.data.sources import wikitext_folder as _wikitext_folder
+from posbench.data.synthetic_options import MARKOV_DEFAULTS
 from posbench.data.token_cache import (  # noqa: F401  (re-exported)
     CACHE_ENV,
     EOS,
@@ -34,8 +35,6 @@ from posbench.data.token_cache import (  # noqa: F401  (re-exported)
     dtype_for,
 )
 
-# The synthetic corpus's chain: 64 symbols, each 2-symbol context has 4 likely successors.
-SYNTH_DEFAULTS = dict(vocab=64, order=2, branching=4, jump=0.05)
 SYNTH_TRAIN_TOKENS = 1_000_000
 # Training streams of synthetic-copy: each starts at its own t = 0, so they sample in parallel.
 COPY_TRAIN_STREAMS = 64
@@ -176,7 +175,7 @@ def _load_text(path, level, splits, size, valid_fraction) -> Corpus:
 
 
 def _load_synthetic(seed, size, options) -> Corpus:
-    params = {**SYNTH_DEFAULTS, **options}
+    params = {**MARKOV_DEFAULTS, **options}
     n_train = SYNTH_TRAIN_TOKENS if size is None else int(size)
     n_eval = max(n_train // 10, 10_000)
     settings = {"seed": seed, "train_tokens": n_train, "eval_tokens": n_eval, **params}
@@ -278,9 +277,9 @@ def load_corpus(
     if synthetic_options and kind not in ("synthetic", "synthetic-copy"):
         raise DataError(f"{kind}: unexpected options {sorted(synthetic_options)}")
     if kind == "synthetic":
-        unknown = set(synthetic_options) - set(SYNTH_DEFAULTS)
+        unknown = set(synthetic_options) - set(MARKOV_DEFAULTS)
         if unknown:
-            raise DataError(f"synthetic: unknown options {sorted(unknown)}; known: {sorted(SYNTH_DEFAULTS)}")
+            raise DataError(f"synthetic: unknown options {sorted(unknown)}; known: {sorted(MARKOV_DEFAULTS)}")
         return _load_synthetic(seed, size, synthetic_options)
     if kind == "synthetic-copy":
         unknown = set(synthetic_options) - set(synthetic_copy.DEFAULTS)

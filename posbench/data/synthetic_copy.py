@@ -15,10 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from posbench.data import markov
-
-# The defaults of the extrapolation cpu profile: tiny model, L_train 64 (see README).
-DEFAULTS = dict(vocab=64, branching=4, jump=0.05, copy_prob=0.5, max_distance=8, decay=1.0, distance="decay")
-DISTANCES = ("decay", "log-uniform")
+from posbench.data.synthetic_options import COPY_DEFAULTS as DEFAULTS
+from posbench.data.synthetic_options import DISTANCES
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from posbench.core.task import Metric, ModelSettings
+from posbench.data import synthetic_options
 
 Precision = Literal["auto", "float32", "bfloat16", "float16"]
 EvalDtype = Literal["float32", "bfloat16", "float16"]
@@ -34,6 +35,15 @@ class CorpusSettings(BaseModel):
         description="synthetic: vocab, order, branching, jump; synthetic-copy: vocab, "
         "branching, jump, copy_prob, max_distance, decay, distance (decay or log-uniform)",
     )
+
+    @field_validator("synthetic")
+    @classmethod
+    def _synthetic_options(cls, options: dict, info: ValidationInfo) -> dict:
+        # Said before anything runs: the corpus of every case would refuse them (an error row each).
+        kind = info.data.get("kind")
+        if kind in ("synthetic", "synthetic-copy"):
+            synthetic_options.check(kind, options)
+        return options
 
     @model_validator(mode="after")
     def _word_level_wikitext(self):

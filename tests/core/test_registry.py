@@ -585,3 +585,32 @@ def test_every_built_in_modifier_says_whether_it_acts_on_the_probabilities_or_th
 
 def test_every_new_method_is_registered():
     assert set(NEW) <= set(registry.names())
+
+
+# Issue 67 (hardening round 6): a composed name out of order or with a modifier twice is refused
+# where the name is looked up (suite validation, --methods), from the modifiers' files without
+# importing them, not by each case's worker (an error row per case, exit 3).
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "name,allowed",
+    [("rotary+gate+ssmax", "rotary+ssmax+gate"), ("rotary+gate+gate", "rotary+gate"), ("alibi+sink+qknorm", "alibi+qknorm+sink")],
+)
+def test_modifiers_out_of_order_are_refused_without_importing_them(name, allowed):
+    script = (
+        "import sys\nfrom posbench.core import registry\n"
+        f"try:\n    registry.require({name!r})\nexcept registry.RegistryError as exc:\n    print(exc)\n"
+        f"registry.require({allowed!r})\nprint('torch' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "POSBENCH_METHODS_PATH"}
+    ran = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.stdout.splitlines() == [
+        f"unknown method {name!r}: modifiers compose once each, in the order ssmax, qknorm, sink, gate; allowed: {allowed}",
+        "False",
+    ], ran.stderr

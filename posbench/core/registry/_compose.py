@@ -8,6 +8,7 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from posbench.core import method_source
 from posbench.core.registry import _files, _imports, _tables
 from posbench.core.registry._tables import RegistryError
 
@@ -57,7 +58,7 @@ def cached(name: str) -> type[PositionMethod] | None:
 def compose(name: str, base_cls: type[PositionMethod], mod: str) -> type[PositionMethod]:
     """The class of composed method ``name``: modifier ``mod`` (loaded) applied to ``base_cls``."""
     applied = getattr(base_cls, "modifiers", ())  # the modifiers base already has, in name order
-    _check_order(name, base_cls.name.split(COMPOSE_SEP)[0], applied + (mod,))
+    _check_order(name, base_cls.name.split(COMPOSE_SEP)[0], applied + (mod,), modifier_place, _every_imported)
     cls = _tables._MODIFIERS[mod].compose(base_cls)
     if getattr(cls, "name", None) != name:
         raise RegistryError(f"modifier {mod!r}: compose made a method named {getattr(cls, 'name', None)!r}; allowed: {name!r}")
@@ -79,17 +80,36 @@ def modifier_acts_on(mod: str) -> str | None:
     return acts if acts in ACTS_ON else None
 
 
-def _check_order(name: str, method: str, mods: tuple[str, ...]) -> None:
+def check_order(name: str) -> None:
+    """``_check_order`` of composed name ``name`` read from the modifiers' files, without importing
+    them (validating a suite imports no torch): a name out of order is refused where it is named,
+    not by each case. A modifier whose file does not say its place is checked when composed."""
+    places = {}
+    for mod, where in _files.modifiers().items():
+        registered = mod in _tables._MODIFIERS
+        places[mod] = modifier_place(mod) if registered else method_source.modifier_places(Path(where), PLUGIN_PLACE).get(mod)
+    method, *mods = name.split(COMPOSE_SEP)
+    if all(places.get(m) is not None for m in mods):
+        _check_order(name, method, tuple(mods), places.get, lambda: [m for m, p in places.items() if p is not None])
+
+
+def _every_imported() -> list[str]:
+    """Every modifier, each file imported (the message names every modifier in its place)."""
+    for other, where in _files.modifiers().items():
+        if other not in _tables._MODIFIERS and Path(where).is_file():
+            _imports.import_file(Path(where))
+    return list(_tables._MODIFIERS)
+
+
+def _check_order(name: str, method: str, mods: tuple[str, ...], place, every) -> None:
     """Modifiers compose in one fixed order, each once, the first innermost: ssmax scales the
     queries as METHOD attends, qknorm around it normalizes the raw q and k before that scale, sink
-    joins the softmax, gate scales its output."""
-    places = [modifier_place(m) for m in mods]
+    joins the softmax, gate scales its output. ``place``: a modifier's place; ``every()``: the
+    modifiers the message lists."""
+    places = [place(m) for m in mods]
     if len(set(mods)) != len(mods) or places != sorted(places):
-        for other, where in _files.modifiers().items():  # the message names every modifier in its place
-            if other not in _tables._MODIFIERS and Path(where).is_file():
-                _imports.import_file(Path(where))
-        ordered = sorted(dict.fromkeys(mods), key=modifier_place)
+        ordered = sorted(dict.fromkeys(mods), key=place)
         raise RegistryError(
             f"unknown method {name!r}: modifiers compose once each, in the order "
-            f"{', '.join(sorted(_tables._MODIFIERS, key=modifier_place))}; allowed: {COMPOSE_SEP.join([method, *ordered])}"
+            f"{', '.join(sorted(every(), key=place))}; allowed: {COMPOSE_SEP.join([method, *ordered])}"
         )

@@ -35,6 +35,7 @@ def _require_composed(name: str, base: str, mod: str) -> str:
             f"unknown method {name!r}: {str(exc).split('; known methods:')[0]}; allowed: "
             f"METHOD+{mod} with a registered METHOD (bench.py list)"
         ) from None
+    _compose.check_order(name)
     return origin
 
 

@@ -52,16 +52,11 @@ def answer_len(probe: str, cfg) -> int:
 
 
 def check(probe: str, cfg) -> None:
-    """One line when the probe's shapes do not fit its alphabets."""
-    if probe == "multikey" and cfg.n_needles >= cfg.n_keys:
-        raise ValueError(f"multikey: n_needles {cfg.n_needles} must be below n_keys {cfg.n_keys} (an absent key must remain)")
-    if probe == "vartrack" and (cfg.n_chains > cfg.n_symbols or cfg.n_chains * cfg.hops > cfg.n_keys):
-        raise ValueError(
-            f"vartrack: needs n_chains <= n_symbols (a value per chain) and n_chains * hops <= n_keys (a name per "
-            f"variable), got n_chains={cfg.n_chains}, hops={cfg.hops}, n_symbols={cfg.n_symbols}, n_keys={cfg.n_keys}"
-        )
-    if probe == "aggregate" and cfg.n_top >= cfg.n_symbols:
-        raise ValueError(f"aggregate: n_top {cfg.n_top} must be below n_symbols {cfg.n_symbols}")
+    """One line when the probe's shapes do not fit its alphabets (``ProbeConfig.ruler_misfit``)."""
+    misfit = cfg.ruler_misfit(probe)
+    if misfit is not None:
+        _, problem, allowed = misfit
+        raise ValueError(f"{problem}; allowed: {allowed}")
 
 
 def chance(probe: str, cfg) -> float:

@@ -7,7 +7,7 @@ a suite reads these settings.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -55,7 +55,9 @@ TRAINED_MODEL_METRICS = {
 
 
 class Settings(TrainSettings, PretrainedSettings):
-    L_valid_factors: list[int] = Field([1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train")
+    L_valid_factors: list[Annotated[int, Field(ge=1)]] = Field(
+        [1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train"
+    )
     L_valid: list[int] | None = Field(
         None,
         min_length=1,

@@ -20,9 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from posbench import tasks
 from posbench.core.builtin import builtin_dir
 from posbench.core.case import CaseSpec
-from posbench.core.task import ModelSettings, Task
+from posbench.core.task import Task
+from posbench.run.suite.cross_checks import check_across
 from posbench.run.suite.launcher import Launcher
-from posbench.run.suite.method_options import constructor_options
 from posbench.run.suite.suite_errors import PLAIN_NAME, SuiteError, describe, error_at, key_name
 from posbench.run.suite.yaml_reader import MAX_FILE_BYTES, KeyLines, YamlProblem, bad_number, load_yaml
 
@@ -382,7 +382,7 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None, jo
     launch = validated(Launcher, launcher, launcher_source, "launcher")
     _check_grid(grid, grid_source, task.Params, fail)
     methods = expand_methods(prof.methods or f.methods, task)  # a group (all) as its methods: options name them
-    _check_across(settings, source, grid, grid_source, methods + [m for m in joining if m not in methods], task, fail)
+    check_across(settings, source, grid, grid_source, methods + [m for m in joining if m not in methods], task, fail)
     return Suite(
         path=loaded.path,
         name=f.name,
@@ -423,47 +423,3 @@ def _check_grid(grid: dict, source: dict, params: type, fail) -> None:
     missing = [a for a, info in fields.items() if info.is_required() and a not in grid]
     if missing:
         raise fail(("grid",), f"missing grid axis {missing[0]!r}", ", ".join(fields))
-
-
-def _check_across(settings: BaseModel, source: dict, grid: dict, grid_source: dict, methods: list[str], task, fail) -> None:
-    """Checks that need several keys at once (each field alone passed its own bounds), so that
-    no such mistake waits for a worker to find it."""
-    if "tokens_per_step" in type(settings).model_fields:
-        tokens = settings.tokens_per_step
-        for i, seq_len in enumerate(grid.get("seq_len", [])):
-            if seq_len > tokens:  # the batch (tokens_per_step // seq_len) would be empty
-                raise fail(
-                    grid_source["seq_len"] + (i,),
-                    f"seq_len {seq_len} is longer than tokens_per_step {tokens}",
-                    f"seq_len <= tokens_per_step ({tokens}), or a larger tokens_per_step",
-                )
-    if not isinstance(settings, ModelSettings):
-        return
-    if settings.model_overrides:
-        from posbench.core.config import model_config
-
-        try:
-            model_config(settings.model, **settings.model_overrides)
-        except (ValueError, TypeError) as exc:
-            problem, _, allowed = str(exc).removeprefix("model config: ").partition("; allowed: ")
-            raise fail(
-                source.get("model_overrides", ("settings", "model_overrides")),
-                problem,
-                allowed or "overrides that give a valid model (positive sizes, d_model divisible by n_heads)",
-            ) from None
-    options = settings.method_options
-    if options and not task.own_methods:
-        base = source.get("method_options", ("settings", "method_options"))
-        for method, opts in options.items():
-            if method not in methods:
-                raise fail(base + (method,), f"options for {method!r}, which is not in methods", ", ".join(methods))
-            allowed = constructor_options(method)
-            if allowed is None:
-                continue  # the constructor takes any keyword
-            for option in opts:
-                if option not in allowed:
-                    raise fail(
-                        base + (method, option),
-                        f"{method} takes no option {option!r}",
-                        ", ".join(allowed) or f"none ({method} takes no options)",
-                    )

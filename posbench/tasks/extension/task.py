@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -149,7 +149,9 @@ class Settings(TrainSettings, PretrainedSettings):
     finetune_batch_size: int | None = Field(
         None, ge=1, description="rows per fine-tuning step; default batch_size / target_factor (the base's tokens per step)"
     )
-    L_valid_factors: list[int] = Field([1, 2], min_length=1, description="evaluation lengths: factor x L_target")
+    L_valid_factors: list[Annotated[int, Field(ge=1)]] = Field(
+        [1, 2], min_length=1, description="evaluation lengths: factor x L_target"
+    )
     modes: list[Literal["nonoverlapping", "sliding"]] = Field(["nonoverlapping", "sliding"], min_length=1)
     stride: int = Field(64, ge=1, description="sliding-window stride S (capped at L_valid)")
     eval_tokens: int | None = Field(None, ge=2, description="use the first N tokens of the valid split")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -170,7 +170,9 @@ class Settings(TrainSettings):
         description="multikey and vartrack training examples: questions asked in turn, each followed by its answer, "
         "the last drawn as the evaluation's single one (evaluation and the held-out checks ask one)",
     )
-    L_valid_factors: list[int] = Field([1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train")
+    L_valid_factors: list[Annotated[int, Field(ge=1)]] = Field(
+        [1, 2, 4, 8, 16], min_length=1, description="L_valid = factor * L_train"
+    )
     depths: list[float] = Field(
         [0.0, 0.25, 0.5, 0.75, 1.0], min_length=1, description="passkey: needle depths of the heatmap (0 = start, 1 = end)"
     )
@@ -242,6 +244,18 @@ class Settings(TrainSettings):
         )
 
 
+def check_grid(settings: Settings, grid: dict) -> tuple[str, str, str] | None:
+    """The first setting a probe the suite draws cannot fit (RULER's shapes against their
+    alphabets): the grid's probes, and the training mix's when one model serves them all."""
+    drawn = list(grid.get("probe", [])) + ([] if settings.model_per_probe else list(settings.train_probes))
+    cfg = settings.probe_config()
+    for probe in dict.fromkeys(drawn):
+        misfit = cfg.ruler_misfit(probe)
+        if misfit is not None:
+            return misfit
+    return None
+
+
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -257,6 +271,7 @@ TASK = register_task(
         run=run,
         report_sections=report_sections,
         summary_tables=summary_tables,
+        check_grid=check_grid,
         name="retrieval",
     )
 )
