@@ -553,3 +553,72 @@ def test_help_examples_name_a_shipped_suite_they_run_on(capsys):
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
     assert f"python bench.py --suite {name} --profile cpu" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------------
+# Task packages are code that runs: building the parser, --help, --version and list import none
+# (their names come from their folders); a command that needs one imports it within the method
+# files' import limit, and a package that blocks, does not compile or is not there is one line.
+
+
+def _bench(argv, tasks_path, **env):
+    """``bench.py ARGV`` with ``tasks_path`` searched for task packages first: (status, stdout, stderr)."""
+    paths = os.pathsep.join([str(tasks_path), os.environ[registry.TASKS_ENV_PATH]])
+    full = {**os.environ, registry.TASKS_ENV_PATH: paths, "PYTHONPATH": str(REPO), **env}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench.py"), *argv], capture_output=True, text=True, cwd=REPO, env=full, timeout=50
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _task_package(folder: Path, name: str, task_py: str) -> Path:
+    (folder / name).mkdir(parents=True)
+    (folder / name / "__init__.py").write_text("")
+    (folder / name / "task.py").write_text(task_py)
+    return folder / name
+
+
+def _suite_of(tmp_path: Path, task: str) -> str:
+    path = tmp_path / f"{task}.yaml"
+    path.write_text(f"name: {task}\ntask: {task}\nmethods: [rotary]\n")
+    return str(path)
+
+
+@pytest.mark.subprocess
+def test_a_task_package_that_sleeps_holds_up_no_command_and_is_cut_at_the_limit(tmp_path):
+    package = _task_package(tmp_path / "tasks", "sleeper", "import time\ntime.sleep(60)\n")
+    for argv in (["--help"], ["list"], ["--version"]):
+        started = time.monotonic()
+        code, out, err = _bench(argv, tmp_path / "tasks")
+        assert (code, err) == (0, ""), argv
+        assert time.monotonic() - started < 30, argv  # the package sleeps 60 s
+    started = time.monotonic()
+    code, out, err = _bench(["validate", _suite_of(tmp_path, "sleeper")], tmp_path / "tasks", POSBENCH_IMPORT_TIMEOUT_S="1")
+    assert time.monotonic() - started < 30
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"RegistryError: error importing task package {package.resolve()}: TimeoutError: its import ")
+    assert "did not finish within 1 s" in err
+
+
+@pytest.mark.subprocess
+def test_a_task_package_that_does_not_compile_fails_only_its_users_in_one_line(tmp_path):
+    package = _task_package(tmp_path / "tasks", "broken", "def (:\n")
+    for argv in (["--help"], ["list"], ["--version"]):
+        code, out, err = _bench(argv, tmp_path / "tasks")
+        assert (code, err) == (0, ""), argv
+    code, out, err = _bench(["validate", _suite_of(tmp_path, "broken")], tmp_path / "tasks")
+    assert (code, err) == (
+        2,
+        f"RegistryError: error importing task package {package.resolve()}: SyntaxError: invalid syntax (task.py, line 1)\n",
+    )
+
+
+@pytest.mark.subprocess
+def test_a_missing_tasks_folder_is_one_line(tmp_path):
+    for argv in (["--help"], ["--version"]):
+        assert _bench(argv, tmp_path / "nowhere")[::2] == (0, ""), argv
+    code, out, err = _bench(["validate", "efficiency"], tmp_path / "nowhere")
+    assert (code, err) == (
+        2,
+        f"RegistryError: tasks folder {tmp_path / 'nowhere'} (POSBENCH_TASKS_PATH) does not exist or is not a folder\n",
+    )
