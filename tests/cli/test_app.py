@@ -14,6 +14,7 @@ import pytest
 
 from posbench import __version__, tasks
 from posbench.cli import app as cli
+from posbench.cli import help_text
 from posbench.core import registry
 from posbench.core.outcome import PosbenchError
 from posbench.report.compare import compare_runs
@@ -134,6 +135,7 @@ def test_list_without_check_reads_methods_from_their_files(capsys):
 STARTUP = """
 import sys
 from posbench.cli import app as cli
+from posbench.cli import help_text
 try:
     code = cli.main({args!r})
 except SystemExit as exc:  # --help leaves through argparse
@@ -544,7 +546,7 @@ def test_no_task_is_named_and_no_module_is_over_500_lines(folder):
 def test_help_examples_name_a_shipped_suite_they_run_on(capsys):
     from posbench.run import suite as suitemod
 
-    name = cli.example_suite()
+    name = help_text.example_suite()
     assert name in suitemod.names()
     resolved = suitemod.resolve(
         suitemod.load(name), "cpu", suitemod.parse_set(["warmup_steps=5", "grid.seq_len=[128, 256]"])
@@ -580,7 +582,7 @@ def _task_package(folder: Path, name: str, task_py: str) -> Path:
 
 def _suite_of(tmp_path: Path, task: str) -> str:
     path = tmp_path / f"{task}.yaml"
-    path.write_text(f"name: {task}\ntask: {task}\nmethods: [rotary]\n")
+    path.write_text(SUITE.replace("task: _testing", f"task: {task}"))
     return str(path)
 
 
