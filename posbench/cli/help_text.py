@@ -54,9 +54,10 @@ def fill_examples(text: str) -> str:
     if "{" not in text:
         return text
     suite = example_suite()
-    train_suite = corpus_suite() if "{corpus_suite}" in text or "{run_examples}" in text else "NAME"
-    text = text.replace("{run_examples}", run_examples(suite, train_suite))
-    return text.replace("{suite}", suite).replace("{corpus_suite}", train_suite)
+    if "{run_examples}" in text or "{corpus_suite}" in text:  # only these import tasks (corpus_suite)
+        train_suite = corpus_suite()
+        text = text.replace("{run_examples}", run_examples(suite, train_suite)).replace("{corpus_suite}", train_suite)
+    return text.replace("{suite}", suite)
 
 
 def _reads(task: object, field: str) -> bool:
@@ -66,7 +67,7 @@ def _reads(task: object, field: str) -> bool:
     from posbench.core.registry import RegistryError
 
     try:
-        return isinstance(task, str) and field in tasks.get(task).Settings.model_fields
+        return isinstance(task, str) and field in getattr(tasks.get(task).Settings, "model_fields", {})
     except (KeyError, RegistryError):
         return False
 
