@@ -6,7 +6,8 @@ compare, download) are one entry each. With no subcommand, ``run`` is assumed. A
 traceback; Ctrl-C during a run is exit status 130 with the command that resumes it, SIGTERM the
 same with 143, and either during another command one line. Method files are user code: ``list``
 and ``check`` (``method_cmds``) and the names ``run``/``validate`` read from them are asked in a
-child process with a time limit (``posbench.run.isolated``).
+child process with a time limit (``posbench.run.isolated``). Task packages are user code too: building
+the parser imports none (``help_text``), and a command imports the one it needs within the same limit.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from posbench.cli import verify_cmds
-from posbench.cli.help_text import corpus_suite, example_suite, run_examples
+from posbench.cli.help_text import corpus_suite, fill_examples
 from posbench.cli.method_cmds import CHECK_STEP_S, CHECK_TIMEOUT_S, cmd_check, cmd_list, positive_seconds
 from posbench.cli.run_cmd import cmd_run
 from posbench.cli.run_flags import add_run_arguments, common_arguments
@@ -126,8 +127,8 @@ def _add_list(p):
     common_arguments(p)
 
 
-# name -> (help, add_arguments, handler, examples); in examples, {suite} is ``example_suite()``
-# and {run_examples} is ``run_examples`` of it.
+# name -> (help, add_arguments, handler, examples); the examples' placeholders ({suite},
+# {corpus_suite}, {run_examples}) are filled when a help is printed (``help_text.fill_examples``).
 COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
     "run": ("run a suite (the default subcommand)", add_run_arguments, cmd_run, "{run_examples}" + EXIT_CODES + "\n"),
     "validate": (
@@ -168,11 +169,10 @@ COMMANDS: dict[str, tuple[str, Callable, Callable, str]] = {
 
 
 def parser() -> argparse.ArgumentParser:
-    suite, train_suite = example_suite(), corpus_suite()  # each reads the shipped suites: once, not per command
     p = Parser(
         prog=prog_name(),
         description="posbench: what a position method costs and how well it extrapolates.",
-        epilog=f"with no subcommand, 'run' is assumed:\n  python bench.py --suite {suite}",
+        epilog="with no subcommand, 'run' is assumed:\n  python bench.py --suite {suite}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
@@ -181,13 +181,11 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="{" + ",".join(ALL_COMMANDS) + "}")
     for name, (help_, add, handler, examples) in COMMANDS.items():
         # No abbreviations: `validate --methods rotray` must not be read as --methods-dir.
-        epilog = examples.replace("{run_examples}", run_examples(suite, train_suite)).replace("{suite}", suite)
-        epilog = epilog.replace("{corpus_suite}", train_suite)
         sp = sub.add_parser(
             name,
             help=help_,
             description=help_,
-            epilog=epilog,
+            epilog=examples,
             formatter_class=argparse.RawDescriptionHelpFormatter,
             allow_abbrev=False,
         )
@@ -300,10 +298,16 @@ def not_a_command(word: str) -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse's parser whose "unrecognized arguments" error adds "did you mean" from the options
-    of the command being parsed (``command``, set by ``main``)."""
+    """argparse's parser whose help fills its examples' placeholders when printed (finding a suite
+    that reads a corpus imports tasks, which building the parser must not), and whose
+    "unrecognized arguments" error adds "did you mean" from the options of the command being
+    parsed (``command``, set by ``main``)."""
 
     command: str | None = None
+
+    def format_help(self):
+        self.epilog = fill_examples(self.epilog) if self.epilog else self.epilog
+        return super().format_help()
 
     def error(self, message):
         import difflib

@@ -1,5 +1,8 @@
 """The examples in `bench.py`'s help: which shipped suite they name, read from the suite files as
-data (``--help`` imports no task and checks nothing)."""
+data. Building the parser imports no task: its epilogs hold placeholders (``{suite}``,
+``{corpus_suite}``, ``{run_examples}``) that ``fill_examples`` fills when a help is printed, and only
+the examples naming a suite that reads a corpus import a task then (a shipped suite's, within the
+import limit)."""
 
 from __future__ import annotations
 
@@ -45,14 +48,40 @@ def example_suite() -> str:
     return "NAME"
 
 
+def fill_examples(text: str) -> str:
+    """``text`` (an epilog) with its placeholders filled: ``{suite}`` (``example_suite``),
+    ``{corpus_suite}`` (``corpus_suite``) and ``{run_examples}`` (``run_examples`` of both)."""
+    if "{" not in text:
+        return text
+    suite = example_suite()
+    if "{run_examples}" in text or "{corpus_suite}" in text:  # only these import tasks (corpus_suite)
+        train_suite = corpus_suite()
+        text = text.replace("{run_examples}", run_examples(suite, train_suite)).replace("{corpus_suite}", train_suite)
+    return text.replace("{suite}", suite)
+
+
+def _reads(task: object, field: str) -> bool:
+    """Whether task ``task`` declares setting ``field``; False for a task that cannot be imported
+    (its own users are told why, in one line)."""
+    from posbench import tasks
+    from posbench.core.registry import RegistryError
+
+    try:
+        return isinstance(task, str) and field in getattr(tasks.get(task).Settings, "model_fields", {})
+    except (KeyError, RegistryError):
+        return False
+
+
 def corpus_suite() -> str:
-    """A shipped suite whose task reads a corpus (``corpus_tasks``), for the download hint."""
-    readers = corpus_tasks()
-    return next((name for name, data in _shipped_suites() if data.get("task") in readers), "NAME")
+    """A shipped suite whose task reads a corpus, for the examples of ``--data`` and the download
+    hint: the shipped suites' tasks imported in turn until one declares ``corpus``."""
+    return next((name for name, data in _shipped_suites() if _reads(data.get("task"), "corpus")), "NAME")
 
 
-def corpus_tasks() -> list[str]:
-    """The tasks that read a corpus (their ``Settings`` declare ``corpus``, what ``--data`` sets)."""
+def tasks_reading(field: str) -> list[str]:
+    """The tasks whose ``Settings`` declare ``field`` (``corpus``, what ``--data`` sets;
+    ``pretrained``, what ``--model`` sets), for the line refusing either flag: every task imported,
+    each within the import limit, one that cannot be left out."""
     from posbench import tasks
 
-    return [name for name in tasks.names() if "corpus" in tasks.get(name).Settings.model_fields]
+    return [name for name in tasks.names() if _reads(name, field)]

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from posbench.cli.help_text import corpus_tasks
+from posbench.cli.help_text import tasks_reading
 from posbench.cli.method_cmds import method_listing
 from posbench.cli.run_flags import check_results, check_run_flags, set_log
 from posbench.cli.run_output import warn_short_budget
@@ -87,7 +87,7 @@ def resolve(args):
         if "corpus" not in loaded.task.Settings.model_fields:
             raise SuiteError(
                 f"--data: suite {loaded.file.name!r} (task {loaded.file.task}) reads no corpus; "
-                f"allowed with: {', '.join(corpus_tasks())}"
+                f"allowed with: {', '.join(tasks_reading('corpus'))}"
             )
         if not Path(args.data).is_dir():
             raise SuiteError(f"--data: {args.data} is not a folder; give a folder holding a WikiText corpus")
@@ -169,12 +169,9 @@ def pretrained_setting(spec: str, loaded) -> str:
     from posbench.hf.checkpoint import EXTRA_HINT, folder_of
 
     if "pretrained" not in loaded.task.Settings.model_fields:
-        from posbench import tasks
-
-        readers = [n for n in tasks.names() if "pretrained" in tasks.get(n).Settings.model_fields]
         raise SuiteError(
             f"--model: suite {loaded.file.name!r} (task {loaded.file.task}) evaluates no pretrained "
-            f"checkpoint; allowed with: {', '.join(readers)}"
+            f"checkpoint; allowed with: {', '.join(tasks_reading('pretrained'))}"
         )
     if importlib.util.find_spec("transformers") is None:
         raise SuiteError(f"--model {spec} needs the Hugging Face extra: {EXTRA_HINT}")

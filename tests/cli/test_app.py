@@ -14,6 +14,7 @@ import pytest
 
 from posbench import __version__, tasks
 from posbench.cli import app as cli
+from posbench.cli import help_text
 from posbench.core import registry
 from posbench.core.outcome import PosbenchError
 from posbench.report.compare import compare_runs
@@ -134,6 +135,7 @@ def test_list_without_check_reads_methods_from_their_files(capsys):
 STARTUP = """
 import sys
 from posbench.cli import app as cli
+from posbench.cli import help_text
 try:
     code = cli.main({args!r})
 except SystemExit as exc:  # --help leaves through argparse
@@ -544,7 +546,7 @@ def test_no_task_is_named_and_no_module_is_over_500_lines(folder):
 def test_help_examples_name_a_shipped_suite_they_run_on(capsys):
     from posbench.run import suite as suitemod
 
-    name = cli.example_suite()
+    name = help_text.example_suite()
     assert name in suitemod.names()
     resolved = suitemod.resolve(
         suitemod.load(name), "cpu", suitemod.parse_set(["warmup_steps=5", "grid.seq_len=[128, 256]"])
@@ -553,3 +555,72 @@ def test_help_examples_name_a_shipped_suite_they_run_on(capsys):
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
     assert f"python bench.py --suite {name} --profile cpu" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------------
+# Task packages are code that runs: building the parser, --help, --version and list import none
+# (their names come from their folders); a command that needs one imports it within the method
+# files' import limit, and a package that blocks, does not compile or is not there is one line.
+
+
+def _bench(argv, tasks_path, **env):
+    """``bench.py ARGV`` with ``tasks_path`` searched for task packages first: (status, stdout, stderr)."""
+    paths = os.pathsep.join([str(tasks_path), os.environ[registry.TASKS_ENV_PATH]])
+    full = {**os.environ, registry.TASKS_ENV_PATH: paths, "PYTHONPATH": str(REPO), **env}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench.py"), *argv], capture_output=True, text=True, cwd=REPO, env=full, timeout=50
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def _task_package(folder: Path, name: str, task_py: str) -> Path:
+    (folder / name).mkdir(parents=True)
+    (folder / name / "__init__.py").write_text("")
+    (folder / name / "task.py").write_text(task_py)
+    return folder / name
+
+
+def _suite_of(tmp_path: Path, task: str) -> str:
+    path = tmp_path / f"{task}.yaml"
+    path.write_text(SUITE.replace("task: _testing", f"task: {task}"))
+    return str(path)
+
+
+@pytest.mark.subprocess
+def test_a_task_package_that_sleeps_holds_up_no_command_and_is_cut_at_the_limit(tmp_path):
+    package = _task_package(tmp_path / "tasks", "sleeper", "import time\ntime.sleep(60)\n")
+    for argv in (["--help"], ["list"], ["--version"]):
+        started = time.monotonic()
+        code, out, err = _bench(argv, tmp_path / "tasks")
+        assert (code, err) == (0, ""), argv
+        assert time.monotonic() - started < 30, argv  # the package sleeps 60 s
+    started = time.monotonic()
+    code, out, err = _bench(["validate", _suite_of(tmp_path, "sleeper")], tmp_path / "tasks", POSBENCH_IMPORT_TIMEOUT_S="1")
+    assert time.monotonic() - started < 30
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"RegistryError: error importing task package {package.resolve()}: TimeoutError: its import ")
+    assert "did not finish within 1 s" in err
+
+
+@pytest.mark.subprocess
+def test_a_task_package_that_does_not_compile_fails_only_its_users_in_one_line(tmp_path):
+    package = _task_package(tmp_path / "tasks", "broken", "def (:\n")
+    for argv in (["--help"], ["list"], ["--version"]):
+        code, out, err = _bench(argv, tmp_path / "tasks")
+        assert (code, err) == (0, ""), argv
+    code, out, err = _bench(["validate", _suite_of(tmp_path, "broken")], tmp_path / "tasks")
+    assert (code, err) == (
+        2,
+        f"RegistryError: error importing task package {package.resolve()}: SyntaxError: invalid syntax (task.py, line 1)\n",
+    )
+
+
+@pytest.mark.subprocess
+def test_a_missing_tasks_folder_is_one_line(tmp_path):
+    for argv in (["--help"], ["--version"]):
+        assert _bench(argv, tmp_path / "nowhere")[::2] == (0, ""), argv
+    code, out, err = _bench(["validate", "efficiency"], tmp_path / "nowhere")
+    assert (code, err) == (
+        2,
+        f"RegistryError: tasks folder {tmp_path / 'nowhere'} (POSBENCH_TASKS_PATH) does not exist or is not a folder\n",
+    )

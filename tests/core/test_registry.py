@@ -467,6 +467,40 @@ def test_a_missing_tasks_folder_is_one_line(tmp_path, task_path):
         tasks.names()
 
 
+# A task package is code that runs as a method file is: its import is cut at the same limit
+# (``POSBENCH_IMPORT_TIMEOUT_S``) with one line naming its folder, and not waited for a second time.
+BLOCKING_TASK = """
+import time
+
+try:
+    time.sleep(60)
+except Exception:  # the cut is no Exception: a package cannot swallow it
+    pass
+"""
+
+
+def test_a_task_package_that_blocks_at_import_is_cut_after_the_limit(tmp_path, task_path, monkeypatch):
+    monkeypatch.setenv(registry.IMPORT_LIMIT_ENV, "0.5")
+    package = write_task(task_path(tmp_path / "mine"), "sleeper", BLOCKING_TASK)
+    started = time.monotonic()
+    assert "sleeper" in tasks.names()  # read from its folder: not imported
+    for _ in range(2):  # the second ask is not waited for again
+        with pytest.raises(
+            RegistryError,
+            match=rf"^error importing task package {re.escape(str(package.resolve()))}: TimeoutError: its import "
+            r"did not finish within 0.5 s \(does it block at import\?\); allowed: a task package that imports in "
+            r"seconds \(POSBENCH_IMPORT_TIMEOUT_S sets the limit\)$",
+        ):
+            tasks.get("sleeper")
+    assert time.monotonic() - started < 5
+    assert not [m for m in sys.modules if m.startswith("posbench_tasks_sleeper_")]
+    registry.reset_search()  # forgotten: asking again tries again
+    monkeypatch.setenv(registry.IMPORT_LIMIT_ENV, "0.1")
+    with pytest.raises(RegistryError, match="did not finish within 0.1 s"):
+        tasks.get("sleeper")
+    registry.reset_search()
+
+
 def test_a_second_declaration_of_a_task_name_is_refused():
     known = tasks.get("_testing")
     with pytest.raises(

@@ -1,16 +1,18 @@
 """The registry of position methods, modifiers and tasks: registering them, finding them, and
 looking them up by name. This package is the interface; its private modules hold the tables
-(``_tables``), the places looked in (``_places``), time-limited imports of method files
-(``_imports``), method files and folders with the entry points (``_files``), METHOD+MODIFIER names
-(``_compose``), method lookups (``_lookup``), task packages (``_tasks``) and putting the state back
-for tests (``_snapshot``). No module outside the package reads their state.
+(``_tables``), the places looked in (``_places``), time-limited imports of method files and the
+timer task packages are imported under (``_imports``), method files and folders with the entry
+points (``_files``), METHOD+MODIFIER names (``_compose``), method lookups (``_lookup``), task
+packages (``_tasks``) and putting the state back for tests (``_snapshot``). No module outside the
+package reads their state.
 
 Methods: the built-in ``methods/*.py``, the folders of ``POSBENCH_METHODS_PATH`` and
 ``--methods-dir``, and the ``posbench.methods`` entry points. Tasks: the packages of
 ``posbench/tasks/``, of the folders of ``POSBENCH_TASKS_PATH``, and the ``posbench.tasks`` entry
 points. Listing names reads files and folders (``list`` and ``validate`` need no torch); asking for
 one name imports only what defines it, whose ``register``/``register_task`` calls fill the tables,
-so a broken plugin fails only its own users.
+so a broken plugin fails only its own users; a task package, like a method file, is code that runs,
+imported within ``import_limit_s``.
 """
 
 from __future__ import annotations

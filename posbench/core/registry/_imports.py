@@ -3,7 +3,8 @@ that were imported, that failed (warned about once) and that were cut at the lim
 
 A method file imports in well under a second once torch is loaded; one that blocks at import is
 cut after ``import_limit_s()`` when its names are listed or ``check`` loads it (not in a case's
-worker). A file that fails leaves no module and no registered method behind.
+worker). A file that fails leaves no module and no registered method behind. ``time_limit`` and
+``timed_out`` are the same cut for task packages (``_tasks``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ _BROKEN: dict[str, str] = {}  # file -> why it cannot be loaded (warned about on
 _TIMED_OUT: dict[str, float] = {}  # file -> the limit its import was cut at: not waited for again
 
 
-class _ImportTimedOut(BaseException):
+class ImportTimedOut(BaseException):
     """Raised into a blocked import by the timer (a BaseException: a plugin's ``except Exception``
     cannot swallow it)."""
 
@@ -44,20 +45,26 @@ def import_limit_s() -> float:
     return value if 0 < value < math.inf else IMPORT_LIMIT_S
 
 
+def timed_out(what: str, limit_s: float) -> TimeoutError:
+    """The error of an import of ``what`` (``a method file``, ``a task package``) cut at ``limit_s``."""
+    return TimeoutError(
+        f"its import did not finish within {limit_s:g} s (does it block at import?); "
+        f"allowed: {what} that imports in seconds ({IMPORT_LIMIT_ENV} sets the limit)"
+    )
+
+
 @contextlib.contextmanager
-def _time_limit(seconds: float | None):
-    """Interrupt the block after ``seconds`` (SIGALRM; only on the main thread, else no limit).
-    torch is imported first: its import is not the method file's to pay for."""
+def time_limit(seconds: float | None):
+    """Raise ``ImportTimedOut`` into the block after ``seconds`` (SIGALRM; only on the main thread,
+    else no limit). The caller imports before it what the block is not to pay for (torch)."""
     if seconds is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
-    import posbench.core.method  # noqa: F401  (torch)
-
     armed = [True]
 
     def expire(signum, frame):
         if armed[0]:
-            raise _ImportTimedOut()
+            raise ImportTimedOut()
 
     old = signal.signal(signal.SIGALRM, expire)
     started = time.monotonic()
@@ -87,21 +94,20 @@ def import_file(path: Path, limit_s: float | None = None) -> None:
         raise RegistryError(f"cannot import method file {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
+    if limit_s is not None:
+        import posbench.core.method  # noqa: F401  (torch: its import is not the method file's to pay for)
     try:
-        with _time_limit(limit_s):
+        with time_limit(limit_s):
             spec.loader.exec_module(module)
     except RegistryError:
         raise
-    except (Exception, _ImportTimedOut) as exc:  # a broken plugin must say which file broke
+    except (Exception, ImportTimedOut) as exc:  # a broken plugin must say which file broke
         sys.modules.pop(module_name, None)
         _SCANNED.discard(str(path))  # asking again says why again
         _tables.unregister_file(str(path))  # classes registered before the error: the file did not load
-        if isinstance(exc, _ImportTimedOut):
+        if isinstance(exc, ImportTimedOut):
             _TIMED_OUT[str(path)] = limit_s
-            exc = TimeoutError(
-                f"its import did not finish within {limit_s:g} s (does it block at import?); "
-                f"allowed: a method file that imports in seconds ({IMPORT_LIMIT_ENV} sets the limit)"
-            )
+            exc = timed_out("a method file", limit_s)
         raise RegistryError(f"error importing method file {path}: {type(exc).__name__}: {exc}") from exc
 
 

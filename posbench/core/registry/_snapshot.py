@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from posbench.core.registry import _files, _imports, _tables
+from posbench.core.registry import _files, _imports, _tables, _tasks
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ def forget_since(before: Snapshot, under: str) -> None:
 
 
 def reset_search() -> None:
-    """No ``--methods-dir`` folder, and no file remembered as broken or cut at the import limit."""
+    """No ``--methods-dir`` folder, and no method file or task package remembered as broken or cut
+    at the import limit."""
     _files.set_methods_dirs([])
     _imports.forget_failures()
+    _tasks.forget_cut()

@@ -3,7 +3,8 @@
 A task package is a folder holding an __init__.py and a task.py, whose ``register_task`` call
 declares the task under the folder's name: the packages of ``posbench/tasks/``, of the folders of
 ``POSBENCH_TASKS_PATH``, and the ``posbench.tasks`` entry points. Listing reads folders and imports
-nothing; asking for one task imports only its package.
+nothing; asking for one task imports only its package. A package is code that runs: it is imported
+within the method files' limit (``import_limit_s``), and one that fails is one line naming it.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from posbench.core.registry import _places, _tables
+from posbench.core.registry import _imports, _places, _tables
 from posbench.core.registry._tables import RegistryError
 
 if TYPE_CHECKING:
     from posbench.core.task import Task
+
+_CUT: dict[str, str] = {}  # package -> the line of its import cut at the limit: not waited for again
 
 
 def _is_task_package(folder: Path) -> bool:
@@ -79,15 +82,26 @@ def _import_package(module_name: str, where: str) -> None:
 
 
 def _import_task(name: str, where: str) -> None:
-    """Import what ``where`` holds, which must register the task ``name``; else one line naming it.
-    A package that fails leaves no module and no task behind, so asking again says why again."""
+    """Import what ``where`` holds within ``import_limit_s``, which must register the task ``name``;
+    else one line naming it. A package that fails leaves no module and no task behind, so asking
+    again says why again (one cut at the limit at once, without waiting again)."""
+    if where in _CUT:
+        raise RegistryError(_CUT[where])
     before = dict(_tables._TASKS)
     module_name = _package_module(name, where)
+    limit_s = _imports.import_limit_s()
+    import posbench.core.task  # noqa: F401  (pydantic: its import is not the package's to pay for)
+
     try:
-        _import_package(module_name, where)
-    except Exception as exc:
+        with _imports.time_limit(limit_s):
+            _import_package(module_name, where)
+    except (Exception, _imports.ImportTimedOut) as exc:
+        if isinstance(exc, _imports.ImportTimedOut):
+            exc = _imports.timed_out("a task package", limit_s)
         detail = str(exc) if isinstance(exc, RegistryError) else f"{type(exc).__name__}: {exc}"
         problem, cause = f"error importing task package {where}: {detail}", exc
+        if isinstance(exc, TimeoutError):
+            _CUT[where] = problem
     else:
         if name in _tables._TASKS:
             return
@@ -127,6 +141,11 @@ def find_task(name: str) -> Task | None:
         return get_task(name)
     except KeyError:
         return None
+
+
+def forget_cut() -> None:
+    """Forget the packages cut at the limit: asking again tries them again."""
+    _CUT.clear()
 
 
 @contextlib.contextmanager
