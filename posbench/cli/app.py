@@ -203,7 +203,8 @@ def parser() -> argparse.ArgumentParser:
         epilog="examples:\n  python bench.py download wikitext-103 --data ~/data\n"
         "  python bench.py download wikitext-103 --data ~/data --url https://example.org/wikitext-103-v1.zip\n"
         "  python bench.py download wikitext-103 --data ~/data --archive ~/Downloads/wikitext-103-v1.zip\n"
-        "a source silent for 60 s, or too slow to finish within an hour, is given up (the next is tried)\n",
+        "a source silent for 15 s, or too slow to finish within an hour, or sending less than 64 KiB in 10 s,\n"
+        "is given up (the next is tried)\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sp.add_argument("corpus", choices=["wikitext-103"])

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from posbench.data.corpus import DataError
@@ -35,13 +36,34 @@ def _log(quiet: bool, msg: str) -> None:
 
 
 # Bounds of one source: a server that trickles a byte every few seconds never trips a socket
-# timeout, and ``file:///dev/zero`` never ends, so every download has a deadline and a size cap;
-# a source silent for STALL_S fails, and so does one whose rate, once STALL_S have passed, could
-# not finish the archive within the deadline.
+# timeout, and ``file:///dev/zero`` never ends, so every download has a deadline and a size cap.
+# A read that waits STALL_S fails (the socket's timeout), and so does a window of WINDOW_S that
+# brought fewer than WINDOW_BYTES (a trickle); each window is judged at the first read after it
+# ends, and reads come at least every STALL_S, so a source is cut within WINDOW_S + STALL_S (25 s)
+# of going silent or trickling. Once STALL_S have passed, a source whose rate could not finish the
+# archive within the deadline fails too.
 DEADLINE_S = 3600.0
-STALL_S = 60.0
+STALL_S = 15.0
+WINDOW_S = 10.0
+WINDOW_BYTES = 64 * 1024  # 6.5 KiB/s: a tenth of the rate that finishes the archive in the hour
 MAX_BYTES = 2 * WIKITEXT103_BYTES
 SCHEMES = ("https", "http", "file")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds of one source (the module's constants above; tests shorten them)."""
+
+    stall_s: float
+    window_s: float
+    window_bytes: int
+    deadline_s: float
+    max_bytes: int
+
+
+def limits(**changes) -> Limits:
+    """The module's limits as they stand now, with ``changes`` (``stall_s=0.5``...)."""
+    return replace(Limits(STALL_S, WINDOW_S, WINDOW_BYTES, DEADLINE_S, MAX_BYTES), **changes)
 
 
 def check_url(url: str) -> str:
@@ -66,42 +88,57 @@ def _too_slow(url: str, size: int, total: int, elapsed: float, deadline_s: float
     )
 
 
-def _fetch(
-    url: str,
-    dest: Path,
-    timeout: float,
-    quiet: bool,
-    deadline_s: float = DEADLINE_S,
-    max_bytes: int = MAX_BYTES,
-    *,
-    stall_s: float | None = None,
-) -> tuple[str, int]:
+class _Progress:
+    """The bytes of the current window: a window that ends with fewer than ``window_bytes`` is a
+    trickle (one line naming the URL and what came)."""
+
+    def __init__(self, url: str, bound: Limits, now: float):
+        self.url, self.bound = url, bound
+        self.start, self.bytes = now, 0
+
+    def add(self, n: int, size: int, now: float) -> None:
+        self.bytes += n
+        if now - self.start < self.bound.window_s:
+            return
+        if self.bytes < self.bound.window_bytes:
+            raise DataError(
+                f"download: {self.url} sent {self.bytes} bytes in {now - self.start:.1f} s (fewer than "
+                f"{self.bound.window_bytes} per {self.bound.window_s:g} s; {size} bytes so far); stopped"
+            )
+        self.start, self.bytes = now, 0
+
+
+def _fetch(url: str, dest: Path, timeout: float, quiet: bool, bound: Limits | None = None) -> tuple[str, int]:
     """Stream ``url`` into ``dest``; returns (sha256 hex, bytes). Network failures, a source that
-    passes ``deadline_s``, sends more than ``max_bytes``, goes silent for ``stall_s`` (default
-    ``STALL_S``) or is too slow to finish, and a full disk -> DataError; whatever ends the fetch
-    (Ctrl-C too) removes the partial file."""
+    breaks a bound of ``bound`` (default ``limits()``: silent for ``stall_s``, fewer than
+    ``window_bytes`` in a window, past ``deadline_s``, more than ``max_bytes``, too slow to finish),
+    and a full disk -> DataError; whatever ends the fetch (Ctrl-C too) removes the partial file."""
+    bound = bound or limits()
     h, size = hashlib.sha256(), 0
-    stall_s = STALL_S if stall_s is None else stall_s
+    silence = min(timeout, bound.stall_s)
     started = time.monotonic()
     try:
-        with urllib.request.urlopen(url, timeout=min(timeout, stall_s)) as resp, open(dest, "wb") as out:
+        with urllib.request.urlopen(url, timeout=silence) as resp, open(dest, "wb") as out:
             total = int(resp.headers.get("Content-Length") or 0)
-            if total > max_bytes:
-                raise DataError(f"download: {url} is {total} bytes, more than the {max_bytes} allowed")
+            if total > bound.max_bytes:
+                raise DataError(f"download: {url} is {total} bytes, more than the {bound.max_bytes} allowed")
             next_report = 0.0
+            progress = _Progress(url, bound, time.monotonic())
             read = getattr(resp, "read1", resp.read)  # what has arrived, not a full MiB: a slow source still checks the clock
             while block := read(1 << 20):
                 out.write(block)
                 h.update(block)
                 size += len(block)
-                if size > max_bytes:
+                if size > bound.max_bytes:
                     raise DataError(
-                        f"download: {url} sent more than {max_bytes} bytes (the archive is {WIKITEXT103_BYTES}); stopped"
+                        f"download: {url} sent more than {bound.max_bytes} bytes (the archive is {WIKITEXT103_BYTES}); stopped"
                     )
-                elapsed = time.monotonic() - started
-                if elapsed > deadline_s:
-                    raise DataError(f"download: {url} took longer than {deadline_s:.0f} s ({size} bytes so far); stopped")
-                slow = _too_slow(url, size, total, elapsed, deadline_s) if elapsed > stall_s else None
+                now = time.monotonic()
+                elapsed = now - started
+                if elapsed > bound.deadline_s:
+                    raise DataError(f"download: {url} took longer than {bound.deadline_s:.0f} s ({size} bytes so far); stopped")
+                progress.add(len(block), size, now)
+                slow = _too_slow(url, size, total, elapsed, bound.deadline_s) if elapsed > bound.stall_s else None
                 if slow:
                     raise DataError(slow)
                 if total and size / total >= next_report:
@@ -110,11 +147,14 @@ def _fetch(
     except urllib.error.HTTPError as e:
         dest.unlink(missing_ok=True)
         raise DataError(f"download failed: HTTP {e.code} {e.reason} for {url}") from None
+    except DataError:  # a ValueError too: our own line, not "cannot reach"
+        dest.unlink(missing_ok=True)
+        raise
     except (urllib.error.URLError, OSError, ValueError) as e:
         dest.unlink(missing_ok=True)
         if isinstance(e, TimeoutError):  # the socket's own timeout after connecting: the source went silent
             raise DataError(
-                f"download: {url} sent nothing for {stall_s:g} s ({size} bytes so far); stopped, the partial file was removed"
+                f"download: {url} sent nothing for {silence:g} s ({size} bytes so far); stopped, the partial file was removed"
             ) from None
         if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
             raise DataError(
@@ -218,7 +258,8 @@ def download_wikitext103(
             _log(
                 quiet,
                 f"download: {source} -> {target} (given up when silent for {STALL_S:g} s, or too slow to finish "
-                f"within {DEADLINE_S / 3600:g} h; Ctrl-C stops it)",
+                f"within {DEADLINE_S / 3600:g} h, or when {WINDOW_S:g} s bring less than {WINDOW_BYTES // 1024} KiB; "
+                "Ctrl-C stops it)",
             )
             try:
                 digest, size = _fetch(source, target, timeout, quiet)

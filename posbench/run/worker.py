@@ -57,6 +57,35 @@ def prepare(case: Case) -> bool:
     return flushed
 
 
+def import_user_method(task: Task, case: Case) -> None:
+    """Import the user's method file(s) ``case`` needs (``--methods-dir``, ``POSBENCH_METHODS_PATH``)
+    within the import limit before the task runs: a file that blocks at import fails this case in
+    seconds, naming the limit, rather than holding the worker (in a group, every method's case)
+    until the case's timeout. Built-in files are left to the task (the test-only task never asks
+    for its method, so its workers never import torch); a task's own variants have no file."""
+    if task.own_methods:
+        return
+    from posbench.core import registry
+
+    composed = registry.split_composed(case.method)
+    wanted = {registry.require(case.method)} | ({registry.require(composed[0])} if composed else set())
+    for where in sorted(wanted):
+        path = Path(where)
+        if path.is_file() and registry.METHODS_DIR.resolve() not in path.resolve().parents:
+            registry.import_method_file(path, registry.import_limit_s())
+
+
+def import_failures(task: Task, cases: list[Case], limit_mb: int | None) -> dict[str, dict]:
+    """case id -> its failure, for the cases of a group whose method file does not import in time."""
+    out = {}
+    for case in cases:
+        try:
+            import_user_method(task, case)
+        except Exception as exc:
+            out[case.id] = failure(exc, limit_mb)
+    return out
+
+
 def with_flush(result: dict, flushed: bool) -> dict:
     """``result`` with ``info.flush_denormal``: whether its case ran with subnormals flushed."""
     return dict(result, info={**result.get("info", {}), "flush_denormal": flushed})
@@ -86,12 +115,14 @@ def run_group(raw: dict) -> dict:
     limit = cases[0].settings.memory_limit_mb
     limit = limit * len(cases) if limit else None
     apply_memory_limit(limit)
-    flushed = False
+    flushed, failed = False, {}
     try:
         flushed = prepare(cases[0])
-        out = task.run_group(cases, raw.get("round", 1))
-    except Exception as exc:  # outside every method: the whole group failed the same way
-        return {"group": [with_flush(failure(exc, limit), flushed)] * len(cases)}
+        failed = import_failures(task, cases, limit)  # a method file that fails or blocks costs its own case
+        todo = [c for c in cases if c.id not in failed]
+        out = failed | (task.run_group(todo, raw.get("round", 1)) if todo else {})
+    except Exception as exc:  # outside every method: the group's other cases failed the same way
+        return {"group": [with_flush(failed.get(c.id) or failure(exc, limit), flushed) for c in cases]}
     missing = {
         "status": "error",
         "message": "the task returned no result for this case",
@@ -110,6 +141,7 @@ def run_case(raw: dict, limit_memory: bool = True) -> dict:
     flushed = False
     try:
         flushed = prepare(case)
+        import_user_method(task, case)
         return with_flush(ok_result(task.run(case)), flushed)
     except Exception as exc:  # every failure becomes a row; the suite goes on
         return with_flush(failure(exc, limit), flushed)

@@ -11,7 +11,7 @@ from posbench.data import download
 from posbench.data.corpus import DataError
 from posbench.data.download import DEADLINE_S, STALL_S, download_wikitext103
 from tests.helpers.archives import wikitext_zip_bytes  # served by the `server` fixture (tests/conftest.py)
-from tests.helpers.http_servers import Silent, Trickle, serving
+from tests.helpers.http_servers import BurstThenTrickle, Mute, Silent, Trickle, serving
 
 
 def test_download_into_a_file_is_one_line(tmp_path, capsys):
@@ -99,7 +99,7 @@ def test_a_trickling_server_meets_the_deadline(trickle, tmp_path):
     dest = tmp_path / "w.zip.part"
     began = time.monotonic()
     with pytest.raises(DataError, match=r"took longer than 1 s"):
-        download._fetch(trickle, dest, timeout=5, quiet=True, deadline_s=1.0)
+        download._fetch(trickle, dest, timeout=5, quiet=True, bound=download.limits(deadline_s=1.0))
     assert time.monotonic() - began < 10
     assert not dest.exists()
 
@@ -107,13 +107,12 @@ def test_a_trickling_server_meets_the_deadline(trickle, tmp_path):
 def test_an_endless_source_meets_the_size_cap(tmp_path):
     dest = tmp_path / "zero.part"
     with pytest.raises(DataError, match=r"sent more than 3000000 bytes"):
-        download._fetch("file:///dev/zero", dest, timeout=5, quiet=True, max_bytes=3_000_000)
+        download._fetch("file:///dev/zero", dest, timeout=5, quiet=True, bound=download.limits(max_bytes=3_000_000))
     assert not dest.exists()
 
 
 def test_the_default_cap_bounds_dev_zero_through_the_public_call(tmp_path, monkeypatch):
     monkeypatch.setattr(download, "MAX_BYTES", 2_000_000)
-    monkeypatch.setattr(download._fetch, "__defaults__", (download.DEADLINE_S, 2_000_000))
     with pytest.raises(DataError, match="sent more than 2000000 bytes"):
         download.download_wikitext103(tmp_path / "d", url="file:///dev/zero", quiet=True)
     assert not (tmp_path / "d").exists()  # the folders it made are gone with the partial file
@@ -186,7 +185,7 @@ def test_a_silent_or_too_slow_source_fails_once_the_stall_limit_passed(request, 
     url, dest = request.getfixturevalue(source), tmp_path / "w.zip.part"
     started = time.monotonic()
     with pytest.raises(DataError, match=message):
-        download._fetch(url, dest, timeout=30, quiet=True, stall_s=0.5)
+        download._fetch(url, dest, timeout=30, quiet=True, bound=download.limits(stall_s=0.5))
     assert time.monotonic() - started < 10 and not dest.exists()
 
 
@@ -208,3 +207,50 @@ def test_a_full_disk_says_so_and_removes_the_partial_file(tmp_path):
         f"download: no space left on {tmp_path} after 0 bytes of file:///dev/zero; the partial file was removed"
     )
     assert "offline" not in str(info.value) and not os.path.lexists(dest)
+
+
+# --------------------------------------------------------------------------------------------------
+# Hardening round 6 (issue 67, left from round 3): a source that goes silent or trickles is cut
+# within 30 s: a read waits at most STALL_S, and a window of WINDOW_S that brings fewer than
+# WINDOW_BYTES fails, whatever the average rate so far. The servers' pace and the limits are
+# scaled by SCALE so each test takes about a second.
+
+SCALE = 0.05  # a byte every 0.05 s stands for a byte every second
+
+
+def test_the_default_limits_cut_a_silent_or_trickling_source_within_30_s():
+    # silence: the socket's timeout; a trickle: its window is judged at the first read after the
+    # window ends, and a read comes within STALL_S or the source counts as silent
+    assert download.STALL_S + download.WINDOW_S <= 30
+    assert download.WINDOW_BYTES * 3600 / download.WINDOW_S < download.WIKITEXT103_BYTES  # a trickle could never finish
+
+
+@pytest.mark.parametrize(
+    "handler, message",
+    [
+        (Mute, r"^download: http://\S+ sent nothing for 0.75 s \(0 bytes so far\); stopped"),
+        (Trickle, r"^download: http://\S+ sent \d+ bytes in [\d.]+ s \(fewer than 65536 per 0.5 s; \d+ bytes so far\); stopped$"),
+        (
+            BurstThenTrickle,
+            r"^download: http://\S+ sent \d+ bytes in [\d.]+ s \(fewer than 65536 per 0.5 s; 2097\d+ bytes so far\)",
+        ),
+    ],
+    ids=["silent-after-headers", "a-byte-a-second", "burst-then-trickle"],
+)
+def test_a_silent_or_trickling_source_is_cut_in_one_line(tmp_path, handler, message):
+    bound = download.limits(stall_s=download.STALL_S * SCALE, window_s=download.WINDOW_S * SCALE)
+    dest = tmp_path / "w.zip.part"
+    with serving(handler) as url:
+        started = time.monotonic()
+        with pytest.raises(DataError, match=message) as info:
+            download._fetch(url, dest, timeout=60, quiet=True, bound=bound)
+        took = time.monotonic() - started
+    assert url in str(info.value) and "\n" not in str(info.value) and not dest.exists()
+    assert took < 30 * SCALE + 2  # 30 s scaled, with room for a busy machine
+
+
+def test_the_public_call_cuts_a_trickle_with_the_module_limits(tmp_path, monkeypatch):
+    monkeypatch.setattr(download, "WINDOW_S", 0.5)
+    with serving(BurstThenTrickle) as url, pytest.raises(DataError, match=r"fewer than 65536 per 0.5 s"):
+        download.download_wikitext103(tmp_path / "data", url=url, quiet=True)
+    assert not (tmp_path / "data").exists()

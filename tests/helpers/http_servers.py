@@ -1,5 +1,6 @@
 """Local HTTP servers for download tests: ``serving(Handler)`` yields its URL, then stops it;
-``Trickle`` sends a byte every 0.05 s, ``Silent`` a few bytes, then nothing."""
+``Trickle`` sends a byte every 0.05 s, ``Silent`` a few bytes, then nothing, ``Mute`` its headers
+and nothing, ``BurstThenTrickle`` 2 MiB at once, then a byte every 0.05 s."""
 
 import contextlib
 import http.server
@@ -37,6 +38,35 @@ class Silent(Quiet):
         self.wfile.write(b"PK" * 10)
         self.wfile.flush()
         time.sleep(20)
+
+
+class Mute(Quiet):
+    """Headers that claim WikiText-103's size, then 20 s without a byte of the body."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "190229076")
+        self.end_headers()
+        self.wfile.flush()
+        time.sleep(20)
+
+
+class BurstThenTrickle(Quiet):
+    """2 MiB of a 3 MiB response at once, then a byte every 0.05 s: an average rate that stays
+    high long after the source stopped sending."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(3 * 2**20))
+        self.end_headers()
+        try:
+            self.wfile.write(b"x" * 2**21)
+            for _ in range(2000):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(0.05)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
 
 @contextlib.contextmanager

@@ -55,9 +55,12 @@ def plugin(folder: Path, file: str, name: str, module: str = "time", action: str
     return folder
 
 
-def suite(tmp_path: Path, methods: str) -> Path:
+def suite(tmp_path: Path, methods: str, settings: str = "") -> Path:
+    """A ``_testing`` suite of ``methods`` at one grid point; ``settings``: its settings block's
+    lines (YAML flow mapping), e.g. ``"{timeout_s: 30}"``."""
     path = tmp_path / "t.yaml"
-    path.write_text(f"name: t\ndescription: d\nversion: 1\ntask: _testing\nmethods: [{methods}]\ngrid:\n  n: [1]\n")
+    block = f"settings: {settings}\n" if settings else ""
+    path.write_text(f"name: t\ndescription: d\nversion: 1\ntask: _testing\nmethods: [{methods}]\n{block}grid:\n  n: [1]\n")
     return path
 
 

@@ -168,3 +168,36 @@ def test_a_plugin_blocking_at_import_is_cut_at_the_import_limit(tmp_path):
     found = rows(tmp_path)
     assert found["sinusoidal"]["status"] == "ok"
     assert found["blocks"]["status"] == "error" and "its import did not finish within 1 s" in found["blocks"]["message"]
+
+
+# Hardening round 6 (issue 67, left from round 3): the import limit holds in the worker too. A
+# file that imports at once when the runner asks whether it runs here, and blocks in the worker
+# (a lock, a network share), used to hold the worker until the case's timeout: with ``pairing:
+# windows`` one process holds every method of a grid point, so the other method's case became a
+# ``timeout`` row. The worker imports the user method file its case needs under the limit first.
+
+BLOCKS_THE_SECOND_TIME = dict(
+    module="pathlib, time",
+    action="if pathlib.Path(__file__ + '.seen').exists():\n    time.sleep(1000)\npathlib.Path(__file__ + '.seen').touch()",
+)
+
+
+@pytest.mark.parametrize("pairing", ["rounds", "windows"])
+@pytest.mark.subprocess
+def test_a_plugin_blocking_in_the_worker_costs_only_its_own_case(tmp_path, pairing):
+    plugins = user_code.plugin(tmp_path / "plugins", "blocks.py", "blocks", **BLOCKS_THE_SECOND_TIME)
+    settings = f"{{timeout_s: 40, behaviour: load, pairing: {pairing}}}"
+    argv = [
+        "--suite",
+        str(suite(tmp_path, "sinusoidal, blocks", settings)),
+        "--methods-dir",
+        str(plugins),
+        "--results",
+        "results",
+    ]
+    proc = user_code.bench(tmp_path, *argv, "--quiet", limit=120, timeout=200, env={IMPORT_LIMIT_ENV: "1"})
+    assert proc.returncode == EXIT_CASES_FAILED, proc.stderr
+    found = rows(tmp_path)
+    assert found["sinusoidal"]["status"] == "ok", found["sinusoidal"]["message"]
+    assert found["blocks"]["status"] == "error", found["blocks"]["message"]
+    assert "its import did not finish within 1 s" in found["blocks"]["message"]  # not the case's 40 s timeout

@@ -2,9 +2,10 @@
 that were imported, that failed (warned about once) and that were cut at the limit.
 
 A method file imports in well under a second once torch is loaded; one that blocks at import is
-cut after ``import_limit_s()`` when its names are listed or ``check`` loads it (not in a case's
-worker). A file that fails leaves no module and no registered method behind. ``time_limit`` and
-``timed_out`` are the same cut for task packages (``_tasks``).
+cut after ``import_limit_s()`` when its names are listed, ``check`` loads it, or a case's worker
+imports a user's file before its task runs (``posbench.run.worker``). A file that fails leaves no
+module and no registered method behind. ``time_limit`` and ``timed_out`` are the same cut for task
+packages (``_tasks``).
 """
 
 from __future__ import annotations

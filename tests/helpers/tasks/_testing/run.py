@@ -43,7 +43,11 @@ def _run(case) -> dict:
 
         if dist.is_initialized():
             dist.barrier()  # never completes: torchrun must end this rank
-    if what == "sleep":
+    if what == "load":
+        from posbench.core import registry
+
+        registry.get(case.method)
+    elif what == "sleep":
         time.sleep(s.sleep_s)
     elif what == "raise":
         raise ValueError(f"boom in {case.method}\nsecond line")

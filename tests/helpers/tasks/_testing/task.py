@@ -11,7 +11,8 @@ from posbench.core.task import Metric, Task, TaskSettings
 
 from .run import run, run_group
 
-Behaviour = Literal["ok", "sleep", "raise", "crash", "kill", "oom", "alloc", "nan", "interrupt_once", "fail_rank"]
+# "load": look the case's method up in the registry (importing its file), as a real task's model does
+Behaviour = Literal["ok", "sleep", "raise", "crash", "kill", "oom", "alloc", "nan", "interrupt_once", "fail_rank", "load"]
 
 METRICS = {
     "value": Metric(title="Value", unit="", doc="the grid point's n times 1000", higher_is_better=True),
