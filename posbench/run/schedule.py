@@ -135,24 +135,30 @@ def joining(
     points: dict[str, list[CaseSpec]] = {}
     for c in everyone:
         points.setdefault(point_of(c), []).append(c)
+    there: dict[str, set] = {}  # point -> the methods with rows there
+    for row in done.values():
+        there.setdefault(json.dumps(row.get("params"), sort_keys=True, default=str), set()).add(row.get("method"))
+    recorded = [(join, {json.dumps(p, sort_keys=True, default=str) for p in join.points}) for join in held.joins]
     ran = {cid for cid, _r in done}
-    waiting = {c.id for c, _r in todo}
+    waiting = {(c.id, r) for c, r in todo}
+    waiting_ids = {cid for cid, _r in waiting}
     again: set[tuple[str, int]] = set()
     lone: set[tuple[str, int]] = set()
     joined: dict[str, set[str]] = {}  # point -> the methods joining it now
     for key, members in points.items():
-        for join in held.joins:
-            more, alone = finishing(join, key, members, done, todo)
-            again, lone = again | more, lone | alone
+        for join, keys in recorded:
+            if key in keys:
+                more, alone = finishing(join, members, there.get(key, set()), done, waiting)
+                again, lone = again | more, lone | alone
         finished = [c for c in members if c.id in ran]
-        newcomers = [c for c in members if c.id in waiting and c.id not in ran and c.method not in held.methods]
+        newcomers = [c for c in members if c.id in waiting_ids and c.id not in ran and c.method not in held.methods]
         if not finished or not newcomers:
             continue
         if not all((c.id, r) in done for c in finished for r in range(1, rounds_of(c) + 1)):
             continue  # an interrupted grid point: the resume finishes it
         joined[key] = {c.method for c in newcomers}
         if unpaired:
-            lone |= {(c.id, r) for c, r in todo if c in newcomers}
+            lone |= {(c.id, r) for c in newcomers for r in range(1, rounds_of(c) + 1)} & waiting
         else:
             again |= {(c.id, r) for c in finished for r in range(1, rounds_of(c) + 1)}
     join = None
@@ -162,35 +168,35 @@ def joining(
         join = Join(methods, [points[key][0].params for key in joined], started, paired=not unpaired)
     if not again:
         return todo, lone, join
-    wanted = {(c.id, r) for c, r in todo} | again
+    wanted = waiting | again
     involved = {cid for cid, _r in wanted}
     return [(c, r) for c, r in schedule([c for c in everyone if c.id in involved]) if (c.id, r) in wanted], lone, join
 
 
 def finishing(
-    join: Join, key: str, members: list[CaseSpec], done: dict[tuple, dict], todo: list[tuple[CaseSpec, int]]
+    join: Join, members: list[CaseSpec], there: set, done: dict[tuple, dict], waiting: set[tuple[str, int]]
 ) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
-    """(the (case_id, round)s to measure again, those that run unpaired) at grid point ``key``
-    (its cases ``members``) for a recorded ``join``. A paired join is finished at a point once
-    every round of its newcomers and of the methods that were there is measured since it started
-    (a row's ``started_at``); until then the resume measures the rest of them together, as the
-    join began. An unpaired join, or one whose point holds rows of a method this run cannot
-    measure again (no longer in the suite), runs the newcomers' rounds left alone, unpaired."""
-    if key not in {json.dumps(p, sort_keys=True, default=str) for p in join.points}:
-        return set(), set()
+    """(the (case_id, round)s to measure again, those that run unpaired) at a grid point of a
+    recorded ``join`` (the point's cases ``members``, the methods with rows there ``there``, the
+    todo's (case_id, round)s ``waiting``). A paired join is finished at a point once every round
+    of its newcomers and of the methods that were there is measured since it started (a row's
+    ``started_at``); until then the resume measures the rest of them together, as the join began.
+    An unpaired join, or one whose point holds rows of a method this run cannot measure again (no
+    longer in the suite), runs the newcomers' rounds left alone, unpaired."""
     newcomers = [c for c in members if c.method in join.methods]
     if not newcomers:
-        return set(), set()  # not joining in this pass (--methods left them out)
-    there = {row.get("method") for row in done.values() if json.dumps(row.get("params"), sort_keys=True, default=str) == key}
-    if join.paired and there <= {c.method for c in members}:
-        measured = [c for c in members if c in newcomers or c.method in there]
-        return {
-            (c.id, r)
-            for c in measured
-            for r in range(1, rounds_of(c) + 1)
-            if str(done.get((c.id, r), {}).get("started_at") or "") < join.started_at
-        }, set()
-    return set(), {(c.id, r) for c, r in todo if c in newcomers}
+        return set(), set()  # not in this pass's suite (a later --methods names them again)
+    if not join.paired or not there <= {c.method for c in members}:
+        return set(), {(c.id, r) for c in newcomers for r in range(1, rounds_of(c) + 1)} & waiting
+    measured = [c for c in members if c.method in join.methods or c.method in there]
+    since = join.started_at  # rows started since are the join's (ISO times in UTC compare as text)
+    stale = {
+        (c.id, r)
+        for c in measured
+        for r in range(1, rounds_of(c) + 1)
+        if str(done.get((c.id, r), {}).get("started_at") or "") < since
+    }
+    return stale, set()
 
 
 @dataclass(frozen=True)
@@ -289,10 +295,10 @@ class Plan:
 
     def run_meta(self, device: str, run_id: str) -> RunMeta:
         """The run.json of this pass, written before it runs: the suite's record, listing the
-        methods that ran in the folder (rows, the folder's earlier passes, this pass's todo; the
-        suite's order, others after) and the run's joins."""
-        ran = dict.fromkeys([*self.held, *(row.get("method") for row in self.done.values()), *(c.method for c, _r in self.todo)])
-        methods = [m for m in self.suite.methods if m in ran]
+        methods that ran in the folder (its earlier passes' in their order, then those of its
+        rows and this pass's todo in the suite's order, others after) and the run's joins."""
+        ran = dict.fromkeys([*(row.get("method") for row in self.done.values()), *(c.method for c, _r in self.todo)])
+        methods = list(self.held) + [m for m in self.suite.methods if m in ran and m not in self.held]
         methods += [m for m in ran if isinstance(m, str) and m not in methods]
         return dataclasses.replace(RunMeta.of_suite(self.suite, device, run_id), methods=methods, joins=list(self.joins))
 

@@ -17,6 +17,7 @@ from posbench.run import runner
 from posbench.run import suite as suitemod
 from posbench.run.options import RunOptions
 from posbench.run.schedule import jobs, plan_rounds, schedule
+from posbench.store.meta import read_run_meta
 from posbench.store.run_rows import case_rows, merge_rounds, read_rows
 from posbench.tasks import find as find_task
 from tests.helpers.ratios import recovers_planted_ratio
@@ -322,6 +323,10 @@ def test_the_runner_re_measures_or_marks_the_newcomer_unpaired(tmp_path):
     assert alone.ran == 1
     (row,) = read_rows(alone.run_dir / "cases.jsonl")[5:]
     assert row["method"] == "fire" and row["info"]["paired"] is False
+    # run.json recorded each join when it started, and lists every method that ran
+    meta = read_run_meta(alone.run_dir)
+    assert [(j.methods, j.points, j.paired) for j in meta.joins] == [(["alibi"], [{"n": 1}], True), (["fire"], [{"n": 1}], False)]
+    assert meta.methods == ["sinusoidal", "rotary", "alibi", "fire"]
 
 
 # -- the tables: a slower and a faster method, paired and not ----------------------------------
