@@ -306,7 +306,9 @@ class Plan:
 def plan_rounds(suite: Suite, options: RunOptions, run_id: str, run_dir: Path | None) -> Plan:
     """The plan for this run folder as its rows are now: resume and ``retry_failed`` work round
     by round, and methods joining a timed run re-measure the grid points they join (``joining``;
-    ``unpaired``: they run alone, their (case_id, round)s in ``lone``). Unusable lines of its
+    ``unpaired``: they run alone, their (case_id, round)s in ``lone``), as does a join run.json
+    recorded and this pass finishes (``finishing``); the join this pass starts is added to the
+    plan's ``joins``, which run.json records before anything runs. Unusable lines of its
     cases.jsonl are skipped and described in ``problems``. ``run_dir`` None: no folder yet (a
     ``--fresh`` dry run), so every (case, round) runs."""
     suite = with_methods(suite, options.methods)  # so the rows of added methods are this run's rows too
