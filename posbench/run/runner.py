@@ -28,7 +28,7 @@ from posbench.run.options import RunOptions, run_folder
 from posbench.run.ranks import RanksOutOfStep, run_on_ranks
 from posbench.run.schedule import Plan, pairing_of, plan_run, rounds_of
 from posbench.run.suite import Suite
-from posbench.store.meta import RunMeta, write_run_meta
+from posbench.store.meta import write_run_meta
 from posbench.store.row import make_row
 from posbench.store.run_rows import case_rows, read_usable_run_rows
 from posbench.store.writing import lock_run_dir, save_row, write_env
@@ -197,7 +197,7 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     plan = plan_run(suite, o, run_dir, take_folder)
     suite = plan.suite
     if main:
-        write_run_meta(run_dir, RunMeta.of_suite(suite, device, run_id), o.command)
+        write_run_meta(run_dir, plan.run_meta(device, run_id), o.command)
     environment = envmod.collect(device, suite.settings.flush_denormal)
     if device == "cpu":  # what every worker runs under (worker_env): part of what was measured
         environment["worker_malloc"] = cpu_malloc_env()

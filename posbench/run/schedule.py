@@ -15,6 +15,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from posbench.core.case import CaseSpec
@@ -24,7 +25,7 @@ from posbench.run.ranks import broadcast
 from posbench.run.suite import Suite, SuiteError, check_name
 from posbench.run.units import Unit, shard_cases, split
 from posbench.store.bounds import RowsError
-from posbench.store.meta import read_run_meta
+from posbench.store.meta import Join, RunMeta, read_run_meta
 from posbench.store.run_rows import ROWS_DIR, latest_rounds, read_usable_run_rows
 
 RETRYABLE = ("error", "timeout")
@@ -121,48 +122,107 @@ def point_of(case: CaseSpec) -> str:
 
 
 def joining(
-    todo: list[tuple[CaseSpec, int]], done: dict[tuple, dict], everyone: list[CaseSpec], before: list[str], unpaired: bool
-) -> tuple[list[tuple[CaseSpec, int]], set[tuple[str, int]]]:
-    """(the todo, the (case_id, round)s that run unpaired) once methods join a timed run. A method
-    the run did not hold (not in ``before``, its run.json's methods) joining a grid point whose
-    other methods finished every round there would be timed in another process than theirs, so
-    its ratios would pair nothing: the point is measured again with every method in it (the
-    baseline and the floor included), or, ``unpaired``, the newcomer runs alone and its rows say
-    ``info.paired: false`` (the tables mark its ratios unpaired). A point still unfinished (an
-    interrupted run) resumes as it is."""
+    todo: list[tuple[CaseSpec, int]], done: dict[tuple, dict], everyone: list[CaseSpec], held: Held, unpaired: bool
+) -> tuple[list[tuple[CaseSpec, int]], set[tuple[str, int]], Join | None]:
+    """(the todo, the (case_id, round)s that run unpaired, the join this pass starts or None) of a
+    timed run. A method the run did not hold (not in ``held.methods``, the methods that ran)
+    joining a grid point whose other methods finished every round there would be timed in another
+    process than theirs, so its ratios would pair nothing: the point is measured again with every
+    method in it (the baseline and the floor included), or, ``unpaired``, the newcomer runs alone
+    and its rows say ``info.paired: false`` (the tables mark its ratios unpaired). A point still
+    unfinished (an interrupted run) resumes as it is. A join recorded before and not finished at a
+    point (``finishing``) goes on as it began."""
     points: dict[str, list[CaseSpec]] = {}
     for c in everyone:
         points.setdefault(point_of(c), []).append(c)
+    there: dict[str, set] = {}  # point -> the methods with rows there
+    for row in done.values():
+        there.setdefault(json.dumps(row.get("params"), sort_keys=True, default=str), set()).add(row.get("method"))
+    recorded = [(join, {json.dumps(p, sort_keys=True, default=str) for p in join.points}) for join in held.joins]
     ran = {cid for cid, _r in done}
-    waiting = {c.id for c, _r in todo}
+    waiting = {(c.id, r) for c, r in todo}
+    waiting_ids = {cid for cid, _r in waiting}
     again: set[tuple[str, int]] = set()
     lone: set[tuple[str, int]] = set()
-    for members in points.values():
+    joined: dict[str, set[str]] = {}  # point -> the methods joining it now
+    for key, members in points.items():
+        for join, keys in recorded:
+            if key in keys:
+                more, alone = finishing(join, members, there.get(key, set()), done, waiting)
+                again, lone = again | more, lone | alone
         finished = [c for c in members if c.id in ran]
-        newcomers = {c.id for c in members if c.id in waiting and c.id not in ran and c.method not in before}
+        newcomers = [c for c in members if c.id in waiting_ids and c.id not in ran and c.method not in held.methods]
         if not finished or not newcomers:
             continue
         if not all((c.id, r) in done for c in finished for r in range(1, rounds_of(c) + 1)):
             continue  # an interrupted grid point: the resume finishes it
+        joined[key] = {c.method for c in newcomers}
         if unpaired:
-            lone |= {(c.id, r) for c, r in todo if c.id in newcomers}
+            lone |= {(c.id, r) for c in newcomers for r in range(1, rounds_of(c) + 1)} & waiting
         else:
             again |= {(c.id, r) for c in finished for r in range(1, rounds_of(c) + 1)}
+    join = None
+    if joined:
+        methods = [m for m in dict.fromkeys(c.method for c in everyone) if any(m in ms for ms in joined.values())]
+        started = datetime.now(timezone.utc).isoformat(timespec="seconds")  # as rows' started_at
+        join = Join(methods, [points[key][0].params for key in joined], started, paired=not unpaired)
     if not again:
-        return todo, lone
-    wanted = {(c.id, r) for c, r in todo} | again
+        return todo, lone, join
+    wanted = waiting | again
     involved = {cid for cid, _r in wanted}
-    return [(c, r) for c, r in schedule([c for c in everyone if c.id in involved]) if (c.id, r) in wanted], lone
+    return [(c, r) for c, r in schedule([c for c in everyone if c.id in involved]) if (c.id, r) in wanted], lone, join
 
 
-def methods_held(run_dir: Path) -> list[str] | None:
-    """The methods a run folder's run.json lists; None without a readable one (nobody can say
-    which method joined: the run resumes as it is, and rewrites run.json)."""
+def finishing(
+    join: Join, members: list[CaseSpec], there: set, done: dict[tuple, dict], waiting: set[tuple[str, int]]
+) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+    """(the (case_id, round)s to measure again, those that run unpaired) at a grid point of a
+    recorded ``join`` (the point's cases ``members``, the methods with rows there ``there``, the
+    todo's (case_id, round)s ``waiting``). A paired join is finished at a point once every round
+    of its newcomers and of the methods that were there is measured since it started (a row's
+    ``started_at``); until then the resume measures the rest of them together, as the join began.
+    An unpaired join, or one whose point holds rows of a method this run cannot measure again (no
+    longer in the suite), runs the newcomers' rounds left alone, unpaired."""
+    newcomers = [c for c in members if c.method in join.methods]
+    if not newcomers:
+        return set(), set()  # not in this pass's suite (a later --methods names them again)
+    if not join.paired or not there <= {c.method for c in members}:
+        return set(), {(c.id, r) for c in newcomers for r in range(1, rounds_of(c) + 1)} & waiting
+    measured = [c for c in members if c.method in join.methods or c.method in there]
+    since = join.started_at  # rows started since are the join's (ISO times in UTC compare as text)
+    stale = {
+        (c.id, r)
+        for c in measured
+        for r in range(1, rounds_of(c) + 1)
+        if str(done.get((c.id, r), {}).get("started_at") or "") < since
+    }
+    return stale, set()
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a run folder's run.json says about the run before this pass: the methods that ran
+    (``RunMeta.methods``) and its joins (``RunMeta.joins``)."""
+
+    methods: list[str]
+    joins: list[Join]
+
+
+def held_by(run_dir: Path, done: dict[tuple, dict]) -> Held | None:
+    """What the run folder's run.json says it held; None without a readable one (nobody can say
+    which method joined: the run resumes as it is, and rewrites run.json). A run.json of format 1
+    listed the suite's methods, also those a narrowed ``--methods`` never ran: of those, the ones
+    with rows in the folder ran (``done``, every finished row)."""
     try:
         meta = read_run_meta(run_dir)
     except RowsError:
         return None
-    return meta.methods if meta is not None else None
+    if meta is None:
+        return None
+    if meta.format < 2:
+        with_rows = {row.get("method") for row in done.values()}
+        return Held([m for m in meta.methods if m in with_rows], meta.joins)
+    return Held(meta.methods, meta.joins)
 
 
 def pairing_of(case: CaseSpec) -> str:
@@ -207,14 +267,18 @@ class Plan:
     """A run's plan, made once (``plan_run``) and handed on: the suite with ``--methods`` joined,
     the (case, round)s still to run in schedule order, the finished rows ((case_id, round) ->
     row), the (case_id, round)s that run unpaired (``joining``), what was wrong with the rows
-    file (``problems``: lines skipped), and the todo cut into worker processes (``jobs``) and
-    into units with their jobs (``units``, for the local pool and array tasks)."""
+    file (``problems``: lines skipped), the run's joins (those run.json recorded, and the one
+    this pass starts), the methods the folder held before (``held``: run.json's, [] without one),
+    and the todo cut into worker processes (``jobs``) and into units with their jobs (``units``,
+    for the local pool and array tasks)."""
 
     suite: Suite
     todo: list[tuple[CaseSpec, int]]
     done: dict[tuple, dict]
     lone: set[tuple[str, int]] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
+    joins: list[Join] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
     jobs: list[tuple[list[CaseSpec], int]] = field(init=False)
     units: list[Unit] = field(init=False)
 
@@ -229,11 +293,22 @@ class Plan:
         """Whether the task times its methods against each other (its unit is a grid point)."""
         return bool(self.suite.task.timed)
 
+    def run_meta(self, device: str, run_id: str) -> RunMeta:
+        """The run.json of this pass, written before it runs: the suite's record, listing the
+        methods that ran in the folder (its earlier passes' in their order, then those of its
+        rows and this pass's todo in the suite's order, others after) and the run's joins."""
+        ran = dict.fromkeys([*(row.get("method") for row in self.done.values()), *(c.method for c, _r in self.todo)])
+        methods = list(self.held) + [m for m in self.suite.methods if m in ran and m not in self.held]
+        methods += [m for m in ran if isinstance(m, str) and m not in methods]
+        return dataclasses.replace(RunMeta.of_suite(self.suite, device, run_id), methods=methods, joins=list(self.joins))
+
 
 def plan_rounds(suite: Suite, options: RunOptions, run_id: str, run_dir: Path | None) -> Plan:
     """The plan for this run folder as its rows are now: resume and ``retry_failed`` work round
     by round, and methods joining a timed run re-measure the grid points they join (``joining``;
-    ``unpaired``: they run alone, their (case_id, round)s in ``lone``). Unusable lines of its
+    ``unpaired``: they run alone, their (case_id, round)s in ``lone``), as does a join run.json
+    recorded and this pass finishes (``finishing``); the join this pass starts is added to the
+    plan's ``joins``, which run.json records before anything runs. Unusable lines of its
     cases.jsonl are skipped and described in ``problems``. ``run_dir`` None: no folder yet (a
     ``--fresh`` dry run), so every (case, round) runs."""
     suite = with_methods(suite, options.methods)  # so the rows of added methods are this run's rows too
@@ -249,11 +324,15 @@ def plan_rounds(suite: Suite, options: RunOptions, run_id: str, run_dir: Path | 
         for c, r in schedule(cases)
         if (c.id, r) not in done or (options.retry_failed and done[(c.id, r)]["status"] in RETRYABLE)
     ]
-    held = methods_held(run_dir)
+    held = held_by(run_dir, done)
+    if held is None:
+        return Plan(suite, todo, done, problems=problems)
     lone: set[tuple[str, int]] = set()
-    if held is not None and suite.task.timed:
-        todo, lone = joining(todo, done, everyone, held, options.unpaired)
-    return Plan(suite, todo, done, lone, problems)
+    joins = list(held.joins)
+    if suite.task.timed:
+        todo, lone, join = joining(todo, done, everyone, held, options.unpaired)
+        joins += [join] if join else []
+    return Plan(suite, todo, done, lone, problems, joins, held.methods)
 
 
 def refuse_beside_launch(run_dir: Path) -> None:

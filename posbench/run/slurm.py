@@ -35,7 +35,7 @@ from posbench.run.schedule import jobs, plan_run
 from posbench.run.suite import Suite
 from posbench.run.units import Unit
 from posbench.store import launched_sweep
-from posbench.store.meta import RunMeta, write_run_meta
+from posbench.store.meta import write_run_meta
 from posbench.store.row import make_row
 from posbench.store.run_rows import ROWS_DIR, latest_rounds, read_run_rows
 from posbench.store.writing import UnitLock, lock_run_dir, save_row, write_env
@@ -233,8 +233,7 @@ def submit(suite: Suite, options: RunOptions) -> Submitted:
         plan = plan_run(suite, options, run_dir, lock=take_folder, launched=True)
         suite = plan.suite
         launched_sweep.check_folder(run_dir)
-        meta = RunMeta.of_suite(suite, device, run_id)
-        write_run_meta(run_dir, meta)
+        write_run_meta(run_dir, plan.run_meta(device, run_id))
         environment = envmod.collect(device, suite.settings.flush_denormal)
         write_env(run_dir / "env.json", environment)
         (run_dir / "cases.jsonl").touch()  # the folder is a run folder to every reader from now on

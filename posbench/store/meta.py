@@ -15,14 +15,32 @@ from posbench.store.bounds import RowsError
 
 ENV_FILE = "env.json"
 RUN_FILE = "run.json"
-RUN_FORMAT = 1  # run.json's own version: bump when its keys change meaning
+RUN_FORMAT = 2  # run.json's own version: bump when its keys change meaning
+# A run.json without "format" was written before it had one: format 1, whose ``methods`` were the
+# suite's (also those a narrowed --methods never ran); from format 2 they are the methods that ran.
+FIRST_FORMAT = 1
 # Used when a run was written before run.json existed (format 0): the suites' old default.
 LEGACY_BASELINE = "sinusoidal"
 
 
+@dataclass(frozen=True)
+class Join:
+    """Methods that joined a finished timed run (``posbench.run.schedule.joining``), recorded when
+    the join starts: the grid points they joined (each point's params), when it started (UTC, as
+    rows' ``started_at``: rows started since are the join's), and whether it re-measures those
+    points with every method there (``paired``) or runs the newcomers alone (``--unpaired``)."""
+
+    methods: list[str]
+    points: list[dict]
+    started_at: str
+    paired: bool = True
+
+
 @dataclass
 class RunMeta:
-    """What ``run.json`` records: enough to lay out tables and read ratios without the suite file."""
+    """What ``run.json`` records: enough to lay out tables and read ratios without the suite file.
+    ``methods``: the methods that ran in the folder (format 2; format 1 listed the suite's),
+    ``joins``: the joins of the run (``Join``), oldest first."""
 
     suite: str
     version: int
@@ -38,6 +56,7 @@ class RunMeta:
     posbench_version: str = ""
     written_at: str = ""
     format: int = RUN_FORMAT
+    joins: list[Join] = field(default_factory=list)
 
     @classmethod
     def of_suite(cls, suite, device: str, run_id: str) -> RunMeta:
@@ -111,11 +130,16 @@ _META_TYPES = {
     "posbench_version": _STR,
     "written_at": _STR,
     "format": "a whole number",
+    "joins": "a list of objects",
 }
+_JOIN_TYPES = {"methods": _LIST_OF_STR, "points": "a list of objects", "started_at": _STR, "paired": "true or false"}
 
 
 def _meta_type_ok(key: str, value: Any) -> bool:
-    kind = _META_TYPES[key]
+    return _meta_type_ok_as(_META_TYPES[key], value)
+
+
+def _meta_type_ok_as(kind: str, value: Any) -> bool:
     if kind == _STR:
         return isinstance(value, str)
     if kind == "a whole number":
@@ -126,6 +150,10 @@ def _meta_type_ok(key: str, value: Any) -> bool:
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     if kind == "an object":
         return isinstance(value, dict)
+    if kind == "a list of objects":
+        return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+    if kind == "true or false":
+        return isinstance(value, bool)
     return isinstance(value, dict) and all(isinstance(v, list) for v in value.values())
 
 
@@ -147,7 +175,19 @@ def read_run_meta(run_dir: str | Path) -> RunMeta | None:
     for key, kind in _META_TYPES.items():
         if key in data and not _meta_type_ok(key, data[key]):
             raise RowsError(f"{path}: {key}: expected {kind}, got {type(data[key]).__name__}")
-    return RunMeta(**{k: v for k, v in data.items() if k in _META_TYPES})
+    fields = {k: v for k, v in data.items() if k in _META_TYPES}
+    fields.update(format=data.get("format", FIRST_FORMAT), joins=[_join(path, i, j) for i, j in enumerate(data.get("joins", []))])
+    return RunMeta(**fields)
+
+
+def _join(path: Path, i: int, record: dict) -> Join:
+    """run.json's ``joins[i]`` as a ``Join``; a key missing or of the wrong type is one line."""
+    for key, kind in _JOIN_TYPES.items():
+        if key not in record:
+            raise RowsError(f"{path}: joins[{i}]: no {key!r}; a join needs {', '.join(_JOIN_TYPES)}")
+        if not _meta_type_ok_as(kind, record[key]):
+            raise RowsError(f"{path}: joins[{i}].{key}: expected {kind}, got {type(record[key]).__name__}")
+    return Join(**{k: record[k] for k in _JOIN_TYPES})
 
 
 def read_env(run_dir: str | Path) -> dict:

@@ -140,13 +140,19 @@ def latest_rounds(rows: Iterable[dict], key: Callable[[dict], Any] = lambda r: r
 
 def merge_rounds(rows: list[dict]) -> dict:
     """One row for a case from the latest row of each of its rounds. Status ``ok`` when every round
-    is, else the first failed round's (message prefixed ``round r:``); a single row comes back as is."""
+    is, else the first failed round's (message prefixed ``round r:``); ``info.paired: false`` when
+    any round ran apart from the others (``posbench.run.schedule.joining``); a single row comes
+    back as is."""
     if len(rows) == 1 and not group_of(rows[0]):
         return dict(rows[0])  # one round (or a row from before rounds): nothing to merge
     rows = sorted(rows, key=round_of)
     ok = [r for r in rows if r["status"] == "ok"]
     failed = [r for r in rows if r["status"] != "ok"]
     out = dict(ok[0] if ok else rows[0])
+    if any(_unpaired(r) for r in ok or rows) and not _unpaired(out):
+        # a round timed apart (a join resumed unpaired): the case's values claim no pairing
+        info = out.get("info")
+        out["info"] = {**(info if isinstance(info, dict) else {}), "paired": False}
     if failed:
         first = failed[0]
         out.update(status=first["status"], message=first.get("message", ""), traceback=first.get("traceback", ""))
@@ -179,6 +185,12 @@ def merge_rounds(rows: list[dict]) -> dict:
     if len(rows) > 1:
         out["duration_s"] = sum(float(r.get("duration_s") or 0) for r in rows)
     return out
+
+
+def _unpaired(row: dict) -> bool:
+    """Whether ``row`` ran apart from its grid point's other methods (``info.paired: false``)."""
+    info = row.get("info")
+    return isinstance(info, dict) and info.get("paired") is False
 
 
 def group_of(row: dict) -> str | None:

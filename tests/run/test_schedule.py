@@ -17,6 +17,7 @@ from posbench.run import runner
 from posbench.run import suite as suitemod
 from posbench.run.options import RunOptions
 from posbench.run.schedule import jobs, plan_rounds, schedule
+from posbench.store.meta import read_run_meta
 from posbench.store.run_rows import case_rows, merge_rounds, read_rows
 from posbench.tasks import find as find_task
 from tests.helpers.ratios import recovers_planted_ratio
@@ -322,6 +323,10 @@ def test_the_runner_re_measures_or_marks_the_newcomer_unpaired(tmp_path):
     assert alone.ran == 1
     (row,) = read_rows(alone.run_dir / "cases.jsonl")[5:]
     assert row["method"] == "fire" and row["info"]["paired"] is False
+    # run.json recorded each join when it started, and lists every method that ran
+    meta = read_run_meta(alone.run_dir)
+    assert [(j.methods, j.points, j.paired) for j in meta.joins] == [(["alibi"], [{"n": 1}], True), (["fire"], [{"n": 1}], False)]
+    assert meta.methods == ["sinusoidal", "rotary", "alibi", "fire"]
 
 
 # -- the tables: a slower and a faster method, paired and not ----------------------------------
@@ -423,3 +428,96 @@ def test_a_folder_without_run_json_resumes_as_it_is(tmp_path):
     (run_dir / "run.json").unlink()
     todo = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"]), "r", run_dir).todo
     assert [(c.id, r) for c, r in todo] == [("alibi/n=1", 1), ("alibi/n=1", 2)]
+
+
+# A join is a property of the run: run.json records it when it starts (which methods joined, at
+# which grid points, when, paired or not), so a resume finishes it as it began; run.json lists the
+# methods that ran, so a method of the profile that never ran joins like any other.
+
+JOIN_AT = "2026-01-02T00:00:00+00:00"
+
+
+def _stopped_join(tmp_path, paired=True):
+    """sinusoidal and rotary finished 3 rounds at n=1 on Jan 1; alibi joined on Jan 2 and the join
+    was stopped after round 1 (round 1 of all three re-measured, rounds 2-3 of the two still old)."""
+    suite, run_dir = _finished_folder(tmp_path, ["sinusoidal", "rotary"], 3, pairing="rounds")
+    rows = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    for row in rows:
+        row["started_at"] = f"2026-01-01T00:0{row['round']}:00+00:00"
+    for i, m in enumerate(["sinusoidal", "rotary", "alibi"] if paired else ["alibi"]):
+        row = {"case_id": f"{m}/n=1", "method": m, "params": {"n": 1}, "status": "ok", "metrics": {"value": 1.0}}
+        rows.append(dict(row, round=1, started_at=f"2026-01-02T00:00:0{i + 1}+00:00"))
+        if not paired:
+            rows[-1]["info"] = {"paired": False}
+    (run_dir / "cases.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    join = {"methods": ["alibi"], "points": [{"n": 1}], "started_at": JOIN_AT, "paired": paired}
+    meta = json.loads((run_dir / "run.json").read_text())
+    meta.update(methods=["sinusoidal", "rotary", "alibi"], joins=[join], format=2)
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    return suite, run_dir
+
+
+def test_a_join_stopped_after_round_1_resumes_paired(tmp_path):
+    suite, run_dir = _stopped_join(tmp_path)
+    # the command printed at the stop: --methods alibi again
+    plan = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"]), "r", run_dir)
+    # rounds 2 and 3 of every method at the point, timed together again (not alibi's alone
+    # against the old rows), in the schedule's order
+    assert _ids(plan.todo) == [(f"{m}/n=1", r) for r, ms in ((2, "231"), (3, "312")) for m in _names(ms)]
+    assert not plan.lone
+    assert [join.started_at for join in plan.joins] == [JOIN_AT]  # the same join, not a new one
+    # once every round of the point is measured after the join started, nothing is left
+    with (run_dir / "cases.jsonl").open("a") as f:
+        for c, r in plan.todo:
+            row = {"case_id": c.id, "method": c.method, "params": {"n": 1}, "status": "ok", "metrics": {"value": 1.0}}
+            f.write(json.dumps(dict(row, round=r, started_at=f"2026-01-03T00:00:0{r}+00:00")) + "\n")
+    assert plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"]), "r", run_dir).todo == []
+
+
+def _names(order):
+    return [("sinusoidal", "rotary", "alibi")[int(i) - 1] for i in order]
+
+
+def test_an_unpaired_join_stopped_and_resumed_stays_unpaired(tmp_path):
+    suite, run_dir = _stopped_join(tmp_path, paired=False)
+    plan = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"]), "r", run_dir)
+    assert _ids(plan.todo) == [("alibi/n=1", 2), ("alibi/n=1", 3)]
+    assert plan.lone == {("alibi/n=1", 2), ("alibi/n=1", 3)}  # its rows say info.paired: false
+
+
+def test_a_join_that_cannot_be_re_measured_is_marked_unpaired(tmp_path):
+    suite, run_dir = _stopped_join(tmp_path)
+    # rotary's rows are at the point but the suite no longer holds it: alibi's rounds 2-3 would
+    # be timed against rotary's old rows, so they run alone and say so
+    suite = suitemod.resolve(suitemod.load(make_suite(tmp_path, ["sinusoidal"], rounds=3, pairing="rounds")), "default")
+    plan = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"]), "r", run_dir)
+    assert _ids(plan.todo) == [("alibi/n=1", 2), ("alibi/n=1", 3)]
+    assert plan.lone == {("alibi/n=1", 2), ("alibi/n=1", 3)}
+
+
+def test_a_join_is_recorded_when_it_starts_and_run_json_lists_the_methods_that_ran(tmp_path):
+    suite, run_dir = _finished_folder(tmp_path, ["sinusoidal", "rotary"], 2)
+    plan = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"]), "r", run_dir)
+    (join,) = plan.joins
+    assert (join.methods, join.points, join.paired) == (["alibi"], [{"n": 1}], True)
+    meta = plan.run_meta("cpu", "r")
+    assert meta.methods == ["sinusoidal", "rotary", "alibi"] and meta.joins == [join]
+    plan = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"], unpaired=True), "r", run_dir)
+    assert [j.paired for j in plan.joins] == [False]
+    # a fresh run of a narrowed --methods: run.json lists what ran, not the suite's whole list
+    fresh = plan_rounds(suite, RunOptions("cpu", tmp_path / "res", methods=["rotary"]), "f", tmp_path / "res" / "t" / "f")
+    assert fresh.run_meta("cpu", "f").methods == ["rotary"] and fresh.joins == []
+
+
+def test_a_profile_method_that_never_ran_joins_like_any_other(tmp_path):
+    # run.json written before it listed the methods that ran (format 1) names rotary, the
+    # profile's, though only sinusoidal ran: rotary re-measures the point with it
+    suite, run_dir = _finished_folder(tmp_path, ["sinusoidal"], 2)
+    meta = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps(dict(meta, methods=["sinusoidal", "rotary"], format=1)))
+    plan = plan_rounds(suite, RunOptions("cpu", run_dir.parent), "r", run_dir)
+    assert sorted(_ids(plan.todo)) == sorted((f"{m}/n=1", r) for m in ("sinusoidal", "rotary") for r in (1, 2))
+    assert [j.methods for j in plan.joins] == [["rotary"]]
+    # and a run.json of today that lists only sinusoidal as run does the same
+    (run_dir / "run.json").write_text(json.dumps(dict(meta, methods=["sinusoidal"], format=2)))
+    assert sorted(_ids(plan_rounds(suite, RunOptions("cpu", run_dir.parent), "r", run_dir).todo)) == sorted(_ids(plan.todo))

@@ -13,7 +13,7 @@ from posbench.run.options import RunOptions
 from posbench.run.schedule import plan_rounds
 from posbench.store.bounds import RowsError
 from posbench.store.row import make_row
-from posbench.store.run_rows import read_run_rows, rows_files
+from posbench.store.run_rows import merge_rounds, read_run_rows, rows_files
 from posbench.tasks import find as find_task
 from tests.helpers.report_rows import efficiency_rows, write_run
 from tests.helpers.suites import make_suite
@@ -76,3 +76,14 @@ def test_resume_skips_cases_whose_rows_are_in_task_files(tmp_path):
     todo, finished = plan.todo, plan.done
     assert [c.id for c, _r in todo] == ["sinusoidal/n=1", "alibi/n=1", "sinusoidal/n=2"]
     assert list(finished) == [("alibi/n=2", 1)]
+
+
+def test_a_case_with_one_round_timed_apart_claims_no_pairing():
+    # a join resumed unpaired: round 1 measured with the others, rounds 2-3 alone (info.paired
+    # false); the merged row carries the mark, so the table prints its ratio unpaired
+    row = {"case_id": "alibi/n=1", "method": "alibi", "params": {"n": 1}, "status": "ok", "metrics": {"value": 1.0}}
+    rows = [dict(row, round=1, info={"pairing": "rounds"})]
+    rows += [dict(row, round=r, info={"paired": False}) for r in (2, 3)]
+    merged = merge_rounds(rows)
+    assert merged["info"] == {"pairing": "rounds", "paired": False} and rows[0]["info"] == {"pairing": "rounds"}
+    assert "paired" not in merge_rounds(rows[:1] + [dict(row, round=2)]).get("info", {})
