@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from posbench.hf.folder_check import CheckpointError, check_config, check_files, check_size, check_tokenizer_config, one_line
+from posbench.hf.weight_check import ALLOWED, check_weights
 
 PREFIX = "hf:"
 EXTRA_HINT = "pip install posbench[hf]"
@@ -123,29 +124,40 @@ def read_config(folder: Path, transformers):
 
 def load_model(folder: Path, config, transformers, dtype):
     """The model with every weight read from the folder: a weight the model needs and the files
-    lack, or one the files hold and the model has no place for, is one line (a model left with
-    random weights would give a number that means nothing)."""
+    lack, one the files hold and the model has no place for, or one of the wrong shape is one line
+    (a model left with random weights would give a number that means nothing). Mismatched shapes
+    are let through transformers (``ignore_mismatched_sizes``) so that its report, which it only
+    logs, becomes that line; the safetensors headers were checked before (``check_weights``)."""
     try:
         model, info = transformers.AutoModelForCausalLM.from_pretrained(
-            folder, config=config, dtype=dtype, local_files_only=True, trust_remote_code=False, output_loading_info=True
+            folder,
+            config=config,
+            dtype=dtype,
+            local_files_only=True,
+            trust_remote_code=False,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,
         )
     except Exception as exc:  # safetensors', torch's or transformers' error on damaged weights
         if isinstance(exc, MemoryError) or "out of memory" in str(exc).lower():
             raise  # the case's oom row
         raise CheckpointError(f"hf:{folder}: the weights cannot be loaded ({one_line(exc)})") from None
+    mismatched = sorted(info.get("mismatched_keys") or (), key=str)  # (name, file's shape, model's shape)
+    if mismatched:
+        key, found, want = mismatched[0]
+        more = f" (and {len(mismatched) - 1} more of the wrong shape)" if len(mismatched) > 1 else ""
+        raise CheckpointError(
+            f"hf:{folder}: weight {key}: expected shape {list(want)}, found shape {list(found)}{more}; {ALLOWED}"
+        )
     problems = {
         "missing_keys": "lack {n} weight(s) the model needs",
         "unexpected_keys": "hold {n} weight(s) the model has no place for",
-        "mismatched_keys": "hold {n} weight(s) of the wrong shape",
     }
     for kind, problem in problems.items():
         keys = sorted(str(k) for k in info.get(kind) or ())
         if keys:
             shown = ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
-            raise CheckpointError(
-                f"hf:{folder}: the weight files {problem.format(n=len(keys))} ({shown}); "
-                "allowed: weights saved by save_pretrained for this config.json"
-            )
+            raise CheckpointError(f"hf:{folder}: the weight files {problem.format(n=len(keys))} ({shown}); {ALLOWED}")
     return model
 
 
@@ -169,7 +181,9 @@ def load(spec: str, dtype, device) -> Checkpoint:
     folder = checked_folder(spec)
     model_type = model_type_of(folder)
     transformers = require_transformers()
-    model = load_model(folder, read_config(folder, transformers), transformers, dtype)
+    config = read_config(folder, transformers)
+    check_weights(folder, config, transformers, dtype)
+    model = load_model(folder, config, transformers, dtype)
     model.to(device).eval()
     ckpt = Checkpoint(folder, model, load_tokenizer(folder, transformers), FAMILIES[model_type], model_type)
     if ckpt.tokenizer is not None and len(ckpt.tokenizer) > ckpt.vocab_size:  # its ids would index past the embeddings

@@ -1,6 +1,8 @@
 """A checkpoint folder checked as data before transformers reads it: the files it will open are
-regular files, ``config.json`` is a bounded JSON object whose sizes are integers within bounds, and
-nothing in it names code to import (``auto_map``). Each problem is one line naming the file.
+regular files (each shard a shard index names too, whatever it is called), the JSON files nest at
+most ``MAX_JSON_DEPTH`` deep, ``config.json`` is a JSON object whose sizes are integers within
+bounds, and nothing in it names code to import (``auto_map``). Each problem is one line naming the
+file.
 
 Why before: transformers builds every layer a config claims (a million layers is minutes and
 gigabytes), reports a string-typed size with its own bare error, and imports a Python file that a
@@ -13,13 +15,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
+from itertools import accumulate
 from pathlib import Path
 
 from posbench.core.nofollow import UnsafeFile, file_kind, read_regular
 from posbench.core.outcome import PosbenchError
 
 MAX_JSON_BYTES = 16 << 20  # config.json and tokenizer_config.json (a tokenizer.json may be larger)
+MAX_JSON_DEPTH = 64  # arrays and objects in one another (save_pretrained's JSON nests 3 or 4 deep)
 # config keys naming a size -> the largest value allowed (a 405B model needs none larger)
 SIZE_BOUNDS = {
     "vocab_size": 1 << 22,
@@ -41,6 +46,8 @@ SIZE_BOUNDS = {
 }
 POSITIVE_NUMBERS = ("rope_theta", "layer_norm_epsilon", "rms_norm_eps", "initializer_range")
 MAPPINGS = ("rope_parameters", "rope_scaling", "attn_config")
+# shard indexes: their weight_map names the file each weight is in, by any name (transformers opens them all)
+INDEX_FILES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 # files transformers opens from a checkpoint folder (read as data: they must be regular files)
 DATA_FILES = (
     "config.json",
@@ -52,6 +59,7 @@ DATA_FILES = (
     "vocab.json",
     "merges.txt",
     "tokenizer.model",
+    *INDEX_FILES,
 )
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 LENGTH_KEYS = ("max_position_embeddings", "max_seq_len")  # where a config names its training length
@@ -62,10 +70,30 @@ class CheckpointError(PosbenchError):
     """A checkpoint that cannot be evaluated, said in one line."""
 
 
+# a JSON string, escapes included: dropped before brackets are counted
+JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
+BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth(text: str) -> int:
+    """How deep ``text``'s arrays and objects nest (0 for a scalar), counted in one pass over its
+    brackets outside strings: no recursion, whatever the depth (``json.loads`` and every walk of
+    its value recurse once per level)."""
+    brackets = NOT_A_BRACKET.sub("", JSON_STRING.sub("", text))
+    return max(accumulate(BRACKET_STEP[c] for c in brackets), default=0)
+
+
 def read_json(folder: Path, name: str) -> object:
-    """The JSON value of ``folder/name`` (a regular file of at most 16 MiB), or one line."""
+    """The JSON value of ``folder/name`` (a regular file of at most 16 MiB nesting at most
+    ``MAX_JSON_DEPTH`` deep), or one line."""
     try:
-        return json.loads(str(read_regular(folder / name, MAX_JSON_BYTES), "utf-8"))
+        text = str(read_regular(folder / name, MAX_JSON_BYTES), "utf-8")
+        if json_depth(text) > MAX_JSON_DEPTH:
+            raise CheckpointError(
+                f"hf:{folder}: {name} nests JSON deeper than {MAX_JSON_DEPTH} levels; allowed: at most {MAX_JSON_DEPTH}"
+            )
+        return json.loads(text)
     except UnsafeFile as exc:
         raise CheckpointError(f"hf:{folder}: {name}: {exc}") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -81,9 +109,50 @@ def one_line(exc: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def shard_names(folder: Path) -> dict[str, str]:
+    """file name -> the shard index naming it, for every file the folder's shard indexes name; each
+    a plain file name (no path: transformers joins it to the folder), or one line."""
+    shards = {}
+    for index in INDEX_FILES:
+        if not os.path.lexists(folder / index):
+            continue
+        weight_map = read_json(folder, index)
+        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise CheckpointError(
+                f"hf:{folder}: {index} is not a shard index; allowed: a JSON object whose weight_map maps weight names to file names"
+            )
+        for name in weight_map.values():
+            if name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+                raise CheckpointError(f"hf:{folder}: {index} names the shard {name[:60]!r}; allowed: a file name in the folder")
+            shards[name] = index
+    return shards
+
+
+def check_shard(folder: Path, name: str, index: str) -> None:
+    """The shard ``name`` that ``index`` names is a regular file in the folder, or a link to one
+    inside it: never a FIFO (transformers would block opening it), a device or a file elsewhere."""
+    path = folder / name
+    if os.path.islink(path) and os.path.commonpath([os.path.realpath(path), folder]) != str(folder):
+        raise CheckpointError(
+            f"hf:{folder}: {index} names {name}, which is a link out of the folder; allowed: a regular file in the folder"
+        )
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise CheckpointError(f"hf:{folder}: {index} names {name}, which is not in the folder; allowed: a regular file") from None
+    except OSError as exc:
+        raise CheckpointError(f"hf:{folder}: {index} names {name}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(f"hf:{folder}: {index} names {name}, which is {file_kind(mode)}; allowed: a regular file")
+
+
 def check_files(folder: Path) -> None:
     """Each file transformers would open is a regular file (a link to one is fine: the Hub's cache
-    is links); a FIFO, a device or a dangling link is one line, never a hang."""
+    is links), and each file a shard index names is one in the folder; a FIFO, a device or a
+    dangling link is one line, never a hang."""
+    for name, index in shard_names(folder).items():
+        check_shard(folder, name, index)
     names = [n for n in DATA_FILES] + sorted(n for n in os.listdir(folder) if n.endswith(WEIGHT_SUFFIXES) or n.endswith(".py"))
     for name in names:
         path = folder / name
@@ -162,8 +231,9 @@ def check_tokenizer_config(folder: Path) -> None:
 
 
 def weight_bytes(folder: Path) -> int:
-    """Bytes of the folder's weight files (*.safetensors, *.bin)."""
-    return sum(os.stat(folder / n).st_size for n in os.listdir(folder) if n.endswith(WEIGHT_SUFFIXES))
+    """Bytes of the folder's weight files (*.safetensors, *.bin and the shards an index names)."""
+    names = {n for n in os.listdir(folder) if n.endswith(WEIGHT_SUFFIXES)} | set(shard_names(folder))
+    return sum(os.stat(folder / n).st_size for n in names)
 
 
 def check_size(folder: Path, hidden: int, layers: int, vocab: int) -> None:

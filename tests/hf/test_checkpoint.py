@@ -4,6 +4,7 @@ that do not fit its vocabulary, and the text passkey probe."""
 
 import json
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -408,3 +409,139 @@ def test_extension_dry_run_says_the_checkpoints_L_train_and_the_recipes_that_do_
     assert "does not apply to a llama checkpoint (rope positions)" in out
     code, out, err = _run(base + ["--set", "grid.L_train=[64]", "--dry-run"], capsys)
     assert code == cli.EXIT_USAGE and "extended from L_train 48 (config.json max_position_embeddings), not [64]" in err
+
+
+# --------------------------------------------------------------------------------------------------
+# Hardening round 6 (issue 67): every file a shard index names is a regular file in the folder
+# (checked before transformers opens it, whatever its suffix), JSON nesting is bounded before any
+# recursion, and a weight of the wrong shape or dtype is one line naming it, what the model expects
+# and what the file holds.
+
+
+def _shard(folder, second: str) -> None:
+    """Split ``folder``'s model.safetensors into two shards and an index naming them; the second
+    is called ``second`` (save_pretrained's names end in .safetensors, an index may name anything)."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    keys = sorted(weights)
+    halves = {"model-00001-of-00002.safetensors": keys[::2], second: keys[1::2]}
+    for name, part in halves.items():
+        save_file({k: weights[k] for k in part}, folder / name, metadata={"format": "pt"})
+    weight_map = {k: name for name, part in halves.items() for k in part}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def _refusal_unblocked(folder, match: str, fifo) -> str:
+    """``_refusal`` watched by a process that opens ``fifo`` for writing after 8 s: a load blocked
+    on it (safetensors' open holds the GIL, so no thread can time it out) is released and fails
+    the test instead of hanging it. The watchdog's own open blocks while no reader waits."""
+    watchdog = subprocess.Popen(["sh", "-c", 'sleep 8 && exec 3>"$0"', str(fifo)])
+    try:
+        with pytest.raises(Exception) as info:
+            load(f"hf:{folder}", torch.float32, "cpu")
+        assert watchdog.poll() is None, f"the load blocked on the FIFO {fifo.name} until the watchdog opened it"
+    finally:
+        watchdog.kill()
+        watchdog.wait()
+    assert isinstance(info.value, CheckpointError) and "\n" not in str(info.value), info.value
+    assert re.search(match, str(info.value)), str(info.value)
+    return str(info.value)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_sharded_folder_loads_whatever_its_shards_are_called(folder):
+    _shard(folder, "second-part.dat")
+    assert load(f"hf:{folder}", torch.float32, "cpu").vocab_size == 300
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.subprocess  # a watchdog process releases a load blocked on the FIFO
+@pytest.mark.parametrize("name", ["second-part.dat", "second.safetensors"])
+def test_a_fifo_named_as_a_shard_is_one_line_never_a_hang(folder, name):
+    import os
+
+    _shard(folder, name)
+    (folder / name).unlink()
+    os.mkfifo(folder / name)
+    _refusal_unblocked(
+        folder, f"model.safetensors.index.json names {name}, which is a FIFO; allowed: a regular file", folder / name
+    )
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_shard_index_names_only_regular_files_in_the_folder(folder, tmp_path):
+    import os
+
+    _shard(folder, "second-part.dat")
+    (folder / "second-part.dat").rename(tmp_path / "outside.dat")
+    _refusal(folder, "names second-part.dat, which is not in the folder; allowed: a regular file")
+    os.symlink(tmp_path / "outside.dat", folder / "second-part.dat")
+    _refusal(folder, "names second-part.dat, which is a link out of the folder; allowed: a regular file in the folder")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    for outside in [str(tmp_path / "outside.dat"), "../outside.dat", "sub/x.dat", ""]:
+        index["weight_map"]["model.norm.weight"] = outside
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+        _refusal(folder, r"model.safetensors.index.json names the shard .*; allowed: a file name in the folder")
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": [1]}))
+    _refusal(folder, "model.safetensors.index.json is not a shard index; allowed: a JSON object whose weight_map maps")
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json", "model.safetensors.index.json"])
+def test_json_nested_500_deep_is_one_line(folder, name):
+    if name.endswith("index.json"):
+        _shard(folder, "second.safetensors")
+    data = json.loads((folder / name).read_text())
+    deep = 1
+    for _ in range(500):
+        deep = [deep] if len(str(_)) % 2 else {"a": deep}
+    data["extra"] = deep
+    (folder / name).write_text(json.dumps(data))
+    _refusal(folder, f"{name} nests JSON deeper than 64 levels; allowed: at most 64")
+
+
+def test_json_depth_is_scanned_without_recursion():
+    from posbench.hf.folder_check import json_depth
+
+    assert json_depth('{"a": "[[[{{{", "b": [1, {"c": "]]\\"[["}]}') == 3  # brackets in strings do not count
+    assert json_depth("[" * 1_000_000 + "]" * 1_000_000) == 1_000_000
+    assert json_depth("3") == 0
+
+
+def _relabel(path, key: str, dtype: str, shape: list) -> None:
+    """Rewrite one entry of a safetensors header (the bytes stay): what a hostile edit does."""
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + n])
+    header[key].update(dtype=dtype, shape=shape)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + data[8 + n :])
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize(
+    "dtype, shape, words",
+    [
+        ("F32", [2, 16], r"expected shape \[32\] of a floating dtype, found shape \[2, 16\] of F32"),
+        ("F16", [64], r"expected shape \[32\] of a floating dtype, found shape \[64\] of F16"),
+        ("I32", [32], r"expected shape \[32\] of a floating dtype, found shape \[32\] of I32"),
+        ("U8", [128], r"expected shape \[32\] of a floating dtype, found shape \[128\] of U8"),
+    ],
+)
+def test_a_relabelled_weight_is_one_line_naming_it(folder, dtype, shape, words):
+    _relabel(folder / "model.safetensors", "model.norm.weight", dtype, shape)
+    _refusal(folder, rf"model.safetensors: weight model.norm.weight: {words}; allowed: ")
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_weight_of_the_wrong_shape_is_one_line_naming_it_in_any_file(folder):
+    from safetensors.torch import load_file
+
+    weights = load_file(folder / "model.safetensors")
+    weights["model.norm.weight"] = torch.zeros(5)
+    (folder / "model.safetensors").unlink()
+    torch.save(weights, folder / "pytorch_model.bin")  # read by transformers alone: its report, translated
+    _refusal(folder, r"weight model.norm.weight: expected shape \[32\], found shape \[5\]; allowed: ")
