@@ -114,16 +114,29 @@ def test_a_model_window_beside_a_recipe_in_a_dry_run_is_exit_2(tmp_path, capsys)
     assert not (tmp_path / "extrapolation").exists()
 
 
-def test_a_model_window_beside_a_recipe_in_the_file_points_at_its_line(tmp_path):
-    # the extrapolation cpu profile lists the recipes: a model window there is refused as a whole
+def test_a_model_window_beside_a_suite_of_recipes_in_the_file_points_at_its_line(tmp_path):
+    # a profile whose every method is a recipe: nothing of it would run with the model window
     text = (
         suitemod.find("extrapolation")
         .read_text()
         .replace("      model: tiny\n", "      model: tiny\n      model_overrides: {window: 8}\n", 1)
+        .replace(
+            "methods: [sinusoidal, rotary, t5_bias, alibi, alibi_triton, nope, fope, pope, stickbreaking, path, path_fox, ",
+            "methods: [",
+            1,
+        )
     )
+    assert "    methods: [rnope_swa, swan, irope]\n" in text
     with pytest.raises(SuiteError) as info:
         suitemod.load(write_suite(tmp_path, text))
     assert str(info.value).endswith(
         ":39: profiles.cpu.settings.model_overrides.window: rnope_swa sets its own sliding window (a recipe: its option "
         "window); allowed: no model window with rnope_swa, or leave rnope_swa out"
     )
+
+
+def test_a_model_window_for_a_profile_listing_recipes_beside_others_is_taken():
+    # extrapolation's cpu profile lists the recipes beside eleven other methods: a model window asked
+    # for them all is taken, and the recipes' own cases decline it (an ``unavailable`` row each)
+    suite = suitemod.resolve(suitemod.load("extrapolation"), "cpu", suitemod.parse_set(["model_overrides.window=8"]), ())
+    assert suite.settings.model_overrides["window"] == 8 and "swan" in suite.methods

@@ -10,13 +10,26 @@ its own (a recipe), and ``method_options`` against each constructor. Each proble
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from pydantic import BaseModel
 
 from posbench.core.task import ModelSettings
 from posbench.run.suite.method_options import constructor_options
 
 
-def check_across(settings: BaseModel, source: dict, grid: dict, grid_source: dict, methods: list[str], task, fail) -> None:
+class Methods(NamedTuple):
+    """The methods of a run: the suite's (its profile's) and those ``--methods`` names."""
+
+    listed: list[str]
+    joining: list[str]
+
+    @property
+    def all(self) -> list[str]:
+        return self.listed + [m for m in self.joining if m not in self.listed]
+
+
+def check_across(settings: BaseModel, source: dict, grid: dict, grid_source: dict, methods: Methods, task, fail) -> None:
     """Every check of the module; ``source``/``grid_source``: where each setting and axis came from."""
     _check_batch(settings, grid, grid_source, fail)
     if task.check_grid is not None:
@@ -30,7 +43,7 @@ def check_across(settings: BaseModel, source: dict, grid: dict, grid_source: dic
     if window is not None and not task.own_methods:
         _check_window(methods, source, fail)
     if settings.method_options and not task.own_methods:
-        _check_method_options(settings.method_options, source, methods, fail)
+        _check_method_options(settings.method_options, source, methods.all, fail)
 
 
 def _check_batch(settings: BaseModel, grid: dict, grid_source: dict, fail) -> None:
@@ -63,13 +76,18 @@ def _model_window(settings: ModelSettings, source: dict, fail) -> int | None:
         ) from None
 
 
-def _check_window(methods: list[str], source: dict, fail) -> None:
+def _check_window(methods: Methods, source: dict, fail) -> None:
     """A recipe (methods/recipes.py) sets its own sliding window: beside a model window it would be
-    declined on every machine, so it is refused here (read from the method files: no import)."""
+    declined on every machine, so it is refused here (read from the method files: no import) where
+    it was asked for: named by ``--methods``, or a suite whose every method is a recipe. A recipe a
+    profile lists beside other methods is declined by its own cases (an ``unavailable`` row), so a
+    model window can still be set for the others."""
     from posbench.core import registry
 
     recipes = registry.recipes()
-    for method in methods:
+    is_recipe = [m for m in methods.all if m.split(registry.COMPOSE_SEP)[0] in recipes]
+    asked = is_recipe if len(is_recipe) == len(methods.all) else [m for m in is_recipe if m in methods.joining]
+    for method in asked:
         if method.split(registry.COMPOSE_SEP)[0] in recipes:
             where = source.get("model_overrides", ("settings", "model_overrides"))
             path = where if where[0] == "--set" else where + ("window",)

@@ -21,7 +21,7 @@ from posbench import tasks
 from posbench.core.builtin import builtin_dir
 from posbench.core.case import CaseSpec
 from posbench.core.task import Task
-from posbench.run.suite.cross_checks import check_across
+from posbench.run.suite.cross_checks import Methods, check_across
 from posbench.run.suite.launcher import Launcher
 from posbench.run.suite.suite_errors import PLAIN_NAME, SuiteError, describe, error_at, key_name
 from posbench.run.suite.yaml_reader import MAX_FILE_BYTES, KeyLines, YamlProblem, bad_number, load_yaml
@@ -382,7 +382,7 @@ def resolve(loaded: Loaded, profile: str, sets: dict[str, Any] | None = None, jo
     launch = validated(Launcher, launcher, launcher_source, "launcher")
     _check_grid(grid, grid_source, task.Params, fail)
     methods = expand_methods(prof.methods or f.methods, task)  # a group (all) as its methods: options name them
-    check_across(settings, source, grid, grid_source, methods + [m for m in joining if m not in methods], task, fail)
+    check_across(settings, source, grid, grid_source, Methods(methods, list(joining)), task, fail)
     return Suite(
         path=loaded.path,
         name=f.name,
