@@ -35,8 +35,6 @@ def run_request(args) -> tuple[Suite, RunOptions]:
         suite.methods = suitemod.expand_methods(suite.methods + ["all"], suite.task)
         methods = suitemod.expand_methods(methods, suite.task)
     suite = with_methods(suite, methods)  # a method the suite does not list joins this run's table
-    if args.run_id is not None and not args.fresh:
-        check_same_settings(Path(args.results) / suite.name / args.run_id, suite, device)
     shard = parse_shard(args.shard) if args.shard else None
     in_process = _under_torchrun(suite, device, args.dry_run)
     pooled = pool_options(args, device)
@@ -196,31 +194,3 @@ def _under_torchrun(suite, device, dry_run: bool) -> bool:
     if not dry_run:
         distributed.init_from_env(device, timeout_s=suite.settings.timeout_s)
     return True
-
-
-def check_same_settings(run_dir: Path, suite, device: str) -> None:
-    """Resuming ``--run-id`` with settings other than the folder's run.json records is one line
-    naming them: its rows were measured under the old ones (a new run needs a new run id)."""
-    from posbench.store.meta import read_run_meta
-
-    if not run_dir.is_dir():
-        return
-    meta = read_run_meta(run_dir)
-    if meta is None:
-        return  # a run written before run.json: nothing to compare with
-    now = json.loads(json.dumps({"settings": suite.settings.model_dump(), "grid": suite.grid}, default=str))
-    before = {"settings": meta.settings, "grid": meta.grid}
-    differ = [
-        f"{block}.{key}" if block == "grid" else key
-        for block in ("settings", "grid")
-        for key in sorted(set(now[block]) & set(before[block]))
-        if now[block][key] != before[block][key]
-    ]
-    if meta.device and meta.device != device:
-        differ.append("device")
-    if differ:
-        raise SuiteError(
-            f"--run-id {run_dir.name}: this command's {', '.join(differ[:6])} differ from the run folder's "
-            f"(run.json); its rows were measured with the old ones; allowed: the run's own settings "
-            "(bench.py status shows its command), or another --run-id (or none) for the new settings"
-        )

@@ -208,21 +208,38 @@ class Held:
     joins: list[Join]
 
 
-def held_by(run_dir: Path, done: dict[tuple, dict]) -> Held | None:
-    """What the run folder's run.json says it held; None without a readable one (nobody can say
-    which method joined: the run resumes as it is, and rewrites run.json). A run.json of format 1
-    listed the suite's methods, also those a narrowed ``--methods`` never ran: of those, the ones
-    with rows in the folder ran (``done``, every finished row)."""
-    try:
-        meta = read_run_meta(run_dir)
-    except RowsError:
-        return None
+def held_by(meta: RunMeta | None, done: dict[tuple, dict]) -> Held | None:
+    """What the run folder's run.json (``meta``) says it held; None without a readable one (nobody
+    can say which method joined: the run resumes as it is, and rewrites run.json). A run.json of
+    format 1 listed the suite's methods, also those a narrowed ``--methods`` never ran: of those,
+    the ones with rows in the folder ran (``done``, every finished row)."""
     if meta is None:
         return None
     if meta.format < 2:
         with_rows = {row.get("method") for row in done.values()}
         return Held([m for m in meta.methods if m in with_rows], meta.joins)
     return Held(meta.methods, meta.joins)
+
+
+def check_same_settings(meta: RunMeta, suite: Suite, options: RunOptions) -> None:
+    """Resuming ``--run-id`` with settings other than the folder's run.json (``meta``) records is
+    one line naming them: its rows were measured under the old ones (a new run needs a new run id)."""
+    now = json.loads(json.dumps({"settings": suite.settings.model_dump(), "grid": suite.grid}, default=str))
+    before = {"settings": meta.settings, "grid": meta.grid}
+    differ = [
+        f"{block}.{key}" if block == "grid" else key
+        for block in ("settings", "grid")
+        for key in sorted(set(now[block]) & set(before[block]))
+        if now[block][key] != before[block][key]
+    ]
+    if meta.device and meta.device != options.device:
+        differ.append("device")
+    if differ:
+        raise SuiteError(
+            f"--run-id {options.run_id}: this command's {', '.join(differ[:6])} differ from the run folder's "
+            f"(run.json); its rows were measured with the old ones; allowed: the run's own settings "
+            "(bench.py status shows its command), or another --run-id (or none) for the new settings"
+        )
 
 
 def pairing_of(case: CaseSpec) -> str:
@@ -324,7 +341,16 @@ def plan_rounds(suite: Suite, options: RunOptions, run_id: str, run_dir: Path | 
         for c, r in schedule(cases)
         if (c.id, r) not in done or (options.retry_failed and done[(c.id, r)]["status"] in RETRYABLE)
     ]
-    held = held_by(run_dir, done)
+    resumed = options.run_id is not None and not options.fresh  # its settings must be run.json's
+    try:
+        meta = read_run_meta(run_dir)
+    except RowsError:
+        if resumed:
+            raise
+        meta = None  # unreadable: see ``held_by``
+    if meta is not None and resumed:
+        check_same_settings(meta, suite, options)
+    held = held_by(meta, done)
     if held is None:
         return Plan(suite, todo, done, problems=problems)
     lone: set[tuple[str, int]] = set()
