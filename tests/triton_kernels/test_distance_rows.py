@@ -119,7 +119,10 @@ def test_distance_methods_take_the_row_kernel_where_it_runs_and_equal_their_plai
     fused_out, fused_grads = run()
     assert (fused_out - plain_out).abs().max() < 1e-5, f"seed {seed}"
     for a, b in zip(fused_grads, plain_grads):
-        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), f"seed {seed}"
+        # float32 sums in another order: the absolute error grows with the gradient's scale (seed
+        # 3324674129: one of 8192 entries off by 1.05e-5 in a gradient of magnitude 5.3)
+        scale = max(1.0, b.abs().max().item())
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-5 * scale), f"seed {seed}"
 
 
 @pytest.mark.parametrize("blocks", [(16, 32, 1, 1), (32, 16, 1, 1), (64, 16, 1, 1)], ids=["m16n32", "m32n16", "m64n16"])
