@@ -12,6 +12,7 @@ Files get the mode ``open()`` would give them (``new_file_mode``: 0644 under uma
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -39,6 +40,18 @@ __all__ = [
 
 class WriteError(PosbenchError, OSError):
     """A file could not be written; the message is one line naming the file and the reason."""
+
+
+# Suite names, run ids and the folders made of them under results/: one plain path component,
+# never ".", "..", a hidden name or anything with a separator (the suite schema's pattern too).
+PLAIN_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+PLAIN_NAME_MAX = 100
+PLAIN_NAME_ALLOWED = "letters, digits, _ . - (not starting with . or -), at most 100 characters"
+
+
+def is_plain_name(value) -> bool:
+    """Whether ``value`` is a string that ``PLAIN_NAME`` allows as a folder name."""
+    return isinstance(value, str) and len(value) <= PLAIN_NAME_MAX and re.fullmatch(PLAIN_NAME, value) is not None
 
 
 def new_file_mode() -> int:

@@ -17,11 +17,10 @@ destination belongs. Replacing an earlier copy deletes only files of the publish
 from __future__ import annotations
 
 import os
-import re
 import stat
 from pathlib import Path
 
-from posbench.core.files import atomic_write_bytes, file_kind, own_folder, refuse_links
+from posbench.core.files import PLAIN_NAME_ALLOWED, atomic_write_bytes, file_kind, is_plain_name, own_folder, refuse_links
 from posbench.store.bounds import RowsError, open_regular, size_text
 from posbench.store.meta import ENV_FILE, RUN_FILE, read_run_meta
 from posbench.store.run_rows import ROWS_DIR
@@ -30,9 +29,6 @@ PUBLISHED = Path("results/published")
 ROWS_FILE = "cases.jsonl"
 MAX_RUN_BYTES = 4 * 2**20  # one run's rows and records
 MAX_TOTAL_BYTES = 20 * 2**20  # every published run together
-# A suite's name rule (posbench/run/suite: PLAIN_NAME), for both parts of the destination.
-PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
-PLAIN_ALLOWED = "letters, digits, _ . - (not starting with . or -), at most 100 characters"
 
 
 class PublishError(RowsError):
@@ -71,8 +67,8 @@ def _shown(path: Path) -> str:
 
 def _plain(name: str, what: str, where: Path) -> str:
     """``name`` when it is one plain path component (a suite's name rule); ``PublishError`` otherwise."""
-    if not PLAIN.fullmatch(name):
-        raise PublishError(f"{_shown(where)}: {what} {name!r} is no plain name; allowed: {PLAIN_ALLOWED}")
+    if not is_plain_name(name):  # a suite's name rule, for both parts of the destination
+        raise PublishError(f"{_shown(where)}: {what} {name!r} is no plain name; allowed: {PLAIN_NAME_ALLOWED}")
     return name
 
 

@@ -237,7 +237,7 @@ def test_fuzz_publish_destinations_write_and_delete_only_the_runs_own_published_
             run_dir = _with_suite(write_run(case / "src", name, CPU_ENV), suite)
         except (OSError, ValueError):  # a name no folder can have
             continue
-        other_id = name if published.PLAIN.fullmatch(name) else "other-run"
+        other_id = name if published.is_plain_name(name) else "other-run"
         for other_suite in ("efficiency", "other"):  # published runs a bad destination would delete
             published.publish(_with_suite(write_run(case / "others" / other_suite, other_id, CPU_ENV), other_suite), root)
         linked = rng.choice(
@@ -263,7 +263,7 @@ def test_fuzz_publish_destinations_write_and_delete_only_the_runs_own_published_
             outcomes["link refused" if "symbolic link" in str(exc) else "refused"] += 1
             continue
         outcomes["published"] += 1
-        assert dest == root / suite / name and published.PLAIN.fullmatch(suite), (suite, name)
+        assert dest == root / suite / name and published.is_plain_name(suite), (suite, name)
         assert not any(p.is_symlink() for p in (root, root / suite, dest)), (suite, name, linked)
         changed = _changed(before, _tree(case))
         made = {str(root / suite)} - before.keys()  # the suite's folder, new when its first run is published

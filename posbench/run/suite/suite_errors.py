@@ -8,20 +8,15 @@ the line a user should edit). ``describe`` turns one pydantic error into (proble
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
+from posbench.core.files import PLAIN_NAME, PLAIN_NAME_ALLOWED, is_plain_name  # noqa: F401  (re-exported)
 from posbench.core.outcome import PosbenchError
 
 if TYPE_CHECKING:
     from posbench.run.suite.yaml_reader import KeyLines
-
-# Suite names and run ids become folder names under results/: one plain path component, never
-# ".", "..", a hidden name or anything with a separator.
-PLAIN_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
-PLAIN_NAME_ALLOWED = "letters, digits, _ . - (not starting with . or -), at most 100 characters"
 
 
 class SuiteError(PosbenchError, ValueError):
@@ -123,6 +118,6 @@ def error_at(where: str, lines: KeyLines | None, path: tuple, problem: str, allo
 
 def check_name(value: str, what: str) -> str:
     """``value`` if it is a plain folder name (suite name, run id), else a one-line SuiteError."""
-    if not (isinstance(value, str) and len(value) <= 100 and re.fullmatch(PLAIN_NAME, value)):
+    if not is_plain_name(value):
         raise SuiteError(f"{what}: {value!r}: not a plain folder name; allowed: {PLAIN_NAME_ALLOWED}")
     return value
