@@ -103,8 +103,7 @@ def run_and_report(args, suite: Suite, options: RunOptions) -> int:
             print(f"({printer.hidden} more unavailable case(s) of the methods above not shown; their rows are in cases.jsonl)")
         print(summary)
     if result.rows and suite.metrics:
-        cases = {r["case_id"] for r in result.rows}
-        table = print_tables(result.run_dir, result.run_id, cases, suite, options.device, show=not args.quiet)
+        table = print_tables(result.run_dir, result.run_id, suite, options.device, show=not args.quiet)
         summary += f", tables in {table}"
     if args.quiet:  # the one line --quiet keeps: last, after the tables were written
         print(summary)

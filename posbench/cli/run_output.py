@@ -44,17 +44,18 @@ def short_message(message: str) -> str:
     return f"{first[:MESSAGE_SHOWN]}... (message cut: {len(text)} characters in the row)"
 
 
-def print_tables(run_dir: Path, run_id: str, case_ids: set, suite, device: str, show: bool = True) -> Path:
-    """The end-of-run tables, read back from the run folder (what ``bench.py report`` shows), into
+def print_tables(run_dir: Path, run_id: str, suite, device: str, show: bool = True) -> Path:
+    """The end-of-run tables of the suite's cases, read back from the run folder (what ``bench.py
+    report`` shows; also the cases of earlier narrowed runs, so the baseline is there), into
     table.md / table.csv and printed (``show`` False: only written, for ``--quiet``); table.md's path."""
     from posbench import tasks
     from posbench.report.render import to_text, write_run_files
-    from posbench.report.rows import load_runs
+    from posbench.report.rows import read_runs
     from posbench.report.tabulate import run_tables
 
     # A skipped line was already named when the run resumed: not named twice.
-    runs = load_runs(run_dir, report=lambda _problem: None, find_task=tasks.find)
-    tables = run_tables(runs, case_ids)
+    runs = read_runs([run_dir], report=lambda _problem: None, find_task=tasks.find)
+    tables = run_tables(runs, {case.id for case in suite.cases(device, run_id)})
     ratios = f"ratios are against `{suite.baseline}` in this run" if suite.baseline else "no baseline, no ratios"
     note = (
         f"Suite `{suite.name}` v{suite.version}, profile `{suite.profile}`, device `{device}`, "

@@ -37,11 +37,7 @@ def run_request(args) -> tuple[Suite, RunOptions]:
     suite = with_methods(suite, methods)  # a method the suite does not list joins this run's table
     shard = parse_shard(args.shard) if args.shard else None
     in_process = _under_torchrun(suite, device, args.dry_run)
-    pooled = pool_options(args, device)
-    if pooled.get("parallel", 1) != 1:  # a timed task refuses it: said by --dry-run too, not only by the run
-        from posbench.run import pool
-
-        pool.cpu_slots(pooled["parallel"], suite.task.timed, suite.task_name)
+    pooled = pool_options(args, device)  # a timed task's refusal of --parallel: pool.slots_for
     options = RunOptions(
         device=device,
         results=Path(args.results),

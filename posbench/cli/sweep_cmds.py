@@ -149,8 +149,7 @@ def launch_sweep(args, suite, options) -> int:
     if suite.metrics:  # the tables first: a failed sweep's exit status comes after them, as a run's does
         from posbench.cli.run_output import print_tables
 
-        wanted = {c.id for c in suite.cases(options.device, out.run_id)}
-        print_tables(out.run_dir, out.run_id, wanted, suite, options.device, show=not args.quiet)
+        print_tables(out.run_dir, out.run_id, suite, options.device, show=not args.quiet)
     # The sweep as follow last read it: what ``bench.py status`` would print, not read back again.
     rows = list(case_rows(sweep.rows.values()).values())
     return print_units(out.run_dir, sweep.record, units_of(sweep, states), rows, args.allow_failures, args.quiet)

@@ -47,7 +47,7 @@ def build(method: str, dtype=torch.float32, device="cpu", seed: int = 0, **layou
     model = build_model(kit_config(method, **layout))
     # Learned position parameters start at 0.02-scale noise; make them large enough that a check
     # comparing outputs would notice if the method's contribution were dropped.
-    for name, p in model.method.named_parameters():
+    for p in model.method.parameters():
         with torch.no_grad():
             p.normal_(0, 0.5)
     return model.to(device=device, dtype=dtype).eval()

@@ -73,17 +73,18 @@ def spread_of(metrics: dict[str, Metric], name: str) -> str | None:
     return None
 
 
-def is_housekeeping(metrics: dict[str, Metric], name: str) -> bool:
-    """Whether ``name`` belongs in the report's "Appendix: run details" (``Metric.appendix``); an
-    undeclared metric does unless it is a spread, a family member does not unless its family says so."""
-    if spread_of(metrics, name) is not None:
+def is_housekeeping(metric: Metric | None, own: bool, spread: str | None) -> bool:
+    """Whether a metric belongs in the report's "Appendix: run details" (``Metric.appendix``), from
+    its declaration (``find_metric``), whether it is declared under its own key (``own``: not a
+    family member) and what it is a spread of: an undeclared metric does unless it is a spread, a
+    family member does not unless its family says so."""
+    if spread is not None:
         return False
-    metric = find_metric(metrics, name)
     if metric is None:
         return True
     if metric.appendix is not None:
         return metric.appendix
-    if name not in metrics:  # a family member
+    if not own:  # a family member
         return False
     return metric.higher_is_better is None and not metric.table and not metric.shown_in
 
@@ -111,8 +112,9 @@ def declare(metrics: dict[str, Metric], names: Iterable[str]) -> Declarations:
     of: dict[str, Declared] = {}
     for name in (*metrics, *names):
         if name not in of:
-            metric = find_metric(metrics, name) or Metric(title=name, unit="", doc="")
-            of[name] = Declared(metric, is_housekeeping(metrics, name), spread_of(metrics, name))
+            found, spread = find_metric(metrics, name), spread_of(metrics, name)
+            plain = Metric(title=name, unit="", doc="")  # undeclared: shown, never compared
+            of[name] = Declared(found or plain, is_housekeeping(found, name in metrics, spread), spread)
     return Declarations(metrics, of)
 
 

@@ -98,8 +98,6 @@ def load_runs(dirs, report: Callable[[str], Any] | None = None, find_task: Calla
     one unknown here: the CLI hands its registry's lookup; left out, no task is known). Unusable
     lines or rows (``read_rows``, ``check_params``) are skipped with one
     warning each, handed to ``report`` (default: stderr) and kept in ``problems``."""
-    import pandas as pd  # only readers of several runs need it; the runner does not
-
     if isinstance(dirs, (str, Path)):
         dirs = [dirs]
     run_dirs: list[Path] = []
@@ -107,6 +105,15 @@ def load_runs(dirs, report: Callable[[str], Any] | None = None, find_task: Calla
         for run_dir in find_run_dirs(d):
             if run_dir not in run_dirs:
                 run_dirs.append(run_dir)
+    return read_runs(run_dirs, report, find_task)
+
+
+def read_runs(
+    run_dirs: list[Path], report: Callable[[str], Any] | None = None, find_task: Callable[[str], Task | None] | None = None
+) -> Runs:
+    """``load_runs`` of run folders known to be ones (the end of a run reads back its own folder)."""
+    import pandas as pd  # only readers of several runs need it; the runner does not
+
     records, envs, metas, problems = [], {}, {}, []
     tasks: dict[str, Task | None] = {}
 

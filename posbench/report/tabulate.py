@@ -68,12 +68,11 @@ def metric_spec(task: str, name: str, metric: Metric, column_header: str) -> Tab
 
 @dataclass(frozen=True)
 class Layout:
-    """How a task's metric tables are laid out: what is declared of its metrics, which tables,
-    against which baseline, along which grid parameter."""
+    """How a task's metric tables are laid out: what is declared of its metrics, against which
+    baseline, along which grid parameter."""
 
     task: str
-    declared: Declarations  # ``declared_in`` of the task's rows and of ``metrics``
-    metrics: list[str] | None = None  # the tables asked for (None: ``choose_metrics`` per group)
+    declared: Declarations  # ``declared_in`` of the task's rows and of the metrics asked for
     baseline: str | None = None  # an explicit ``--baseline`` ("": none); None: run.json's
     column: str = "seq_len"  # the grid parameter of the columns (its first one when absent)
 
@@ -83,41 +82,53 @@ def metric_tables(
 ) -> list[Table]:
     """One table per metric, per (suite, hardware, other grid params): methods x ``column``.
 
-    ``metrics`` None: ``choose_metrics``. A cell shows the value and its ratio to the baseline of
-    the same run (else of the same machine), with rounds ``25.8k (0.99x ±0.01)``."""
-    declared = declared_in(runs, task, runs.rows[runs.rows["task"] == task], metrics or ())
-    return laid_out(runs, Layout(task, declared, metrics, baseline, column))
-
-
-def laid_out(runs: Runs, layout: Layout) -> list[Table]:
-    """The tables of ``layout`` from ``runs``' rows (``metric_tables``)."""
-    declared, metrics = layout.declared, layout.metrics
+    ``metrics`` None: ``choose_metrics`` per group. A cell shows the value and its ratio to the
+    baseline of the same run (else of the same machine), with rounds ``25.8k (0.99x ±0.01)``."""
+    layout = Layout(task, declared_in(runs, task, runs.rows[runs.rows["task"] == task], metrics or ()), baseline, column)
     tables = []
+    for where in suite_groups(runs, layout):
+        names = metrics if metrics is not None else choose_metrics(where.rows, layout.declared, where.meta)
+        tables += laid_out(where, layout, names, asked=metrics is not None)
+    return tables
+
+
+def suite_groups(runs: Runs, layout: Layout) -> list[SuiteRows]:
+    """``runs``' rows of ``layout.task`` per (suite, hardware), each with its run.json and baseline."""
+    groups = []
     for suite, hardware, group in task_groups(runs.rows, layout.task):
         sources = ordered(group["source"])
         meta = runs.meta_of(sources)
         busy = any(was_busy(runs.envs.get(source, {})) for source in sources)
-        where = SuiteRows(layout.task, suite, hardware, group, meta, baseline_for(meta, layout.baseline), busy)
-        params = ordered(k for p in group["params"] for k in p)
-        col = layout.column if layout.column in params else (params[0] if params else "case")
-        parts: dict[tuple, list] = {}
-        for row in group.itertuples(index=False):
-            parts.setdefault(rest_of(row.params, col), []).append(row)
-        names = metrics if metrics is not None else choose_metrics(group, declared, meta)
-        for name in names:
-            if family_head(name) is not None:
-                tables += family_tables(where, name, declared.of[name].metric)
-        plain = [n for n in names if family_head(n) is None]
-        if names and not plain:
-            continue
-        shown = {name: declared.of[name].metric for name in plain or ["status"]}  # no metric: the statuses
-        specs = {name: metric_spec(where.task, name, metric, col) for name, metric in shown.items()}
-        for rest, rows in parts.items():
-            for name, metric in shown.items():
-                table = _metric_table(where, specs[name], metric, rest, rows)
-                asked = metrics is not None or name in (meta.metrics if meta else ())
-                if asked or not metric.optional or not _only_missing_numbers(table):
-                    tables.append(table)
+        groups.append(SuiteRows(layout.task, suite, hardware, group, meta, baseline_for(meta, layout.baseline), busy))
+    return groups
+
+
+def laid_out(where: SuiteRows, layout: Layout, names: list[str], asked: bool) -> list[Table]:
+    """The tables of metrics ``names`` for one group (``suite_groups``); ``asked`` False: an optional
+    metric nobody asked for (not in run.json's) is left out where no case carries it."""
+    declared = layout.declared
+    params = ordered(k for p in where.rows["params"] for k in p)
+    col = layout.column if layout.column in params else (params[0] if params else "case")
+    tables, plain = [], []
+    for name in names:
+        if family_head(name) is None:
+            plain.append(name)
+        else:
+            tables += family_tables(where, name, declared.of[name].metric)
+    if names and not plain:
+        return tables
+    # one spec per metric (no metric: the statuses' table), one table per value of the other params
+    specs = [metric_spec(where.task, name, declared.of[name].metric, col) for name in plain or ["status"]]
+    parts: dict[tuple, list] = {}
+    for row in where.rows.itertuples(index=False):
+        parts.setdefault(rest_of(row.params, col), []).append(row)
+    for rest, rows in parts.items():
+        for spec in specs:
+            metric = declared.of[spec.metric].metric
+            table = _metric_table(where, spec, metric, rest, rows)
+            wanted = asked or spec.metric in (where.meta.metrics if where.meta else ())
+            if wanted or not metric.optional or not _only_missing_numbers(table):
+                tables.append(table)
     return tables
 
 
@@ -371,5 +382,7 @@ def run_tables(runs: Runs, case_ids: set | None = None) -> list[Table]:
         # a metric the task shows inside another table (a per-dtype count of a family) prints that table
         names = ordered(declared.of[m].metric.shown_in or m for m in meta.metrics)
         column = "seq_len" if "seq_len" in meta.grid else next(iter(meta.grid), "case")
-        out += laid_out(part, Layout(meta.task, declared, names, None, column))
+        layout = Layout(meta.task, declared, None, column)
+        for where in suite_groups(part, layout):
+            out += laid_out(where, layout, names, asked=True)
     return [set_aside_unavailable(t) for t in out]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from posbench.core.case import CaseSpec
 from posbench.run.options import RunOptions, default_run_id
+from posbench.run.pool import slots_for
 from posbench.run.schedule import plan_rounds
 from posbench.run.suite import Suite
 from posbench.store.run_rows import case_rows, read_usable_run_rows
@@ -37,6 +38,7 @@ class DryRun:
 
 def dry_run(suite: Suite, options: RunOptions) -> DryRun:
     """The plan of ``bench.py run`` with these options, read from the run folder as it is now."""
+    slots_for(suite, options)  # --gpus / --parallel refused as the run refuses them
     run_id = options.run_id or default_run_id(suite, options.device)
     run_dir = None if options.fresh else Path(options.results) / suite.name / run_id
     plan = plan_rounds(suite, options, run_id, run_dir)

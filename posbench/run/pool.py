@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from posbench.core.outcome import PosbenchError
+from posbench.run.options import RunOptions
+from posbench.run.suite import Suite
 from posbench.run.units import Unit
 
 MAX_PARALLEL = 1024  # --parallel: slots (threads) at once; more is a typo, not a machine
@@ -94,6 +96,23 @@ def cpu_slots(parallel: int, timed: bool, task: str) -> list[Slot]:
             "--parallel 1, or --gpus on a CUDA machine (a device per unit)"
         )
     return [Slot(i) for i in range(parallel)]
+
+
+def slots_for(suite: Suite, o: RunOptions) -> list[Slot] | None:
+    """This run's slots (``--gpus``: ``gpu_slots``, ``--parallel``: ``cpu_slots``), or None: one job
+    at a time. The run and its dry run both ask here, before anything is written."""
+    if o.gpus is None and o.parallel == 1:
+        return None
+    if o.in_process:
+        raise PoolError(
+            "--gpus / --parallel start a worker per unit, which a run under torchrun (cases on its "
+            "joined ranks) cannot do; allowed: one of the two"
+        )
+    if o.gpus is not None:
+        if o.parallel != 1:
+            raise PoolError("--gpus and --parallel both say how many units run at once; allowed: one of them")
+        return gpu_slots(list(o.gpus), int(suite.settings.nproc))
+    return cpu_slots(o.parallel, suite.task.timed, suite.task_name)
 
 
 # run_unit(unit, slot, emit, stopped): run the unit's jobs, calling emit(*what) per finished case.

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from posbench.core.case import CaseSpec
 from posbench.core.files import WriteError
+from posbench.run import pool
 from posbench.run.isolated import unavailable_reason
 from posbench.run.launch import cpu_malloc_env, run_group_worker, run_worker
 from posbench.run.machine import clean_stale_temp_dirs, record_machine
@@ -146,24 +147,6 @@ def is_terminal(stream) -> bool:
         return False
 
 
-def pool_slots(suite: Suite, o: RunOptions) -> list | None:
-    """The local pool's slots for this run (``posbench.run.pool``), or None: one job at a time."""
-    from posbench.run import pool
-
-    if o.gpus is None and o.parallel == 1:
-        return None
-    if o.in_process:
-        raise pool.PoolError(
-            "--gpus / --parallel start a worker per unit, which a run under torchrun (cases on its "
-            "joined ranks) cannot do; allowed: one of the two"
-        )
-    if o.gpus is not None:
-        if o.parallel != 1:
-            raise pool.PoolError("--gpus and --parallel both say how many units run at once; allowed: one of them")
-        return pool.gpu_slots(list(o.gpus), int(suite.settings.nproc))
-    return pool.cpu_slots(o.parallel, suite.task.timed, suite.task_name)
-
-
 def run_suite(suite: Suite, options: RunOptions) -> RunResult:
     """Run ``suite`` as ``options`` say, holding the run folder's lock, released at the end."""
     held: list[int] = []
@@ -181,7 +164,7 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     main = distributed.is_main()  # in-process distributed: rank 0 alone writes and reports
     device = o.device
     run_id, run_dir = run_folder(suite, o)
-    slots = pool_slots(suite, o)  # refused before anything is written
+    slots = pool.slots_for(suite, o)  # refused before anything is written
 
     def take_folder() -> bool:
         if not main:
@@ -260,8 +243,6 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
         if not slots:
             run_jobs(plan.jobs, workers, emit, describe=describe)
         else:
-            from posbench.run import pool
-
             busy: dict[int, str] = {}
 
             def run_unit(unit, slot, report, stopped) -> None:

@@ -108,7 +108,7 @@ def schedule(cases: list[CaseSpec]) -> list[tuple[CaseSpec, int]]:
     machine drift, which their per-round ratios cancel (the report's bootstrap takes those ratios)."""
     points: dict[str, list[CaseSpec]] = {}
     for c in cases:  # suite order: grid points outer, methods inner
-        points.setdefault(json.dumps(c.params, sort_keys=True, default=str), []).append(c)
+        points.setdefault(point_key(c.params), []).append(c)
     out = []
     for members in points.values():
         for r in range(1, max(rounds_of(c) for c in members) + 1):
@@ -117,8 +117,9 @@ def schedule(cases: list[CaseSpec]) -> list[tuple[CaseSpec, int]]:
     return out
 
 
-def point_of(case: CaseSpec) -> str:
-    return json.dumps(case.params, sort_keys=True, default=str)
+def point_key(params) -> str:
+    """A grid point's key: its parameters as JSON, keys sorted (a case's, a row's or a join's)."""
+    return json.dumps(params, sort_keys=True, default=str)
 
 
 def joining(
@@ -134,11 +135,11 @@ def joining(
     point (``finishing``) goes on as it began."""
     points: dict[str, list[CaseSpec]] = {}
     for c in everyone:
-        points.setdefault(point_of(c), []).append(c)
+        points.setdefault(point_key(c.params), []).append(c)
     there: dict[str, set] = {}  # point -> the methods with rows there
     for row in done.values():
-        there.setdefault(json.dumps(row.get("params"), sort_keys=True, default=str), set()).add(row.get("method"))
-    recorded = [(join, {json.dumps(p, sort_keys=True, default=str) for p in join.points}) for join in held.joins]
+        there.setdefault(point_key(row.get("params")), set()).add(row.get("method"))
+    recorded = [(join, {point_key(p) for p in join.points}) for join in held.joins]
     ran = {cid for cid, _r in done}
     waiting = {(c.id, r) for c, r in todo}
     waiting_ids = {cid for cid, _r in waiting}
@@ -256,7 +257,7 @@ def jobs(todo: list[tuple[CaseSpec, int]]) -> list[tuple[list[CaseSpec], int]]:
         if pairing_of(case) != "windows":
             out.append(([case], rnd))
             continue
-        key = (json.dumps(case.params, sort_keys=True, default=str), rnd)
+        key = (point_key(case.params), rnd)
         if key not in groups:
             groups[key] = []
             out.append((groups[key], rnd))

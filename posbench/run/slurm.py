@@ -362,7 +362,7 @@ def follow(
         ended = not active and not out.waiting
         # Read after asking the states: a row that landed meanwhile is not missed.
         now = launched_sweep.Sweep.of(out.run_dir, out.record, warn=ended)
-        for key, unit in out.record["units"].items():
+        for key in out.record["units"]:
             for cid, rnd, row in now.landed[key]:
                 if (key, cid, rnd) not in seen:
                     seen.add((key, cid, rnd))

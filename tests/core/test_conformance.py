@@ -235,6 +235,6 @@ def _suite_compositions() -> list[str]:
 
 @pytest.mark.parametrize("name", _suite_compositions() + ["rotary+qknorm+gate"])
 def test_compositions_the_suites_name_pass_the_kit(name):
-    for check, fn in testing.CHECKS.items():
+    for fn in testing.CHECKS.values():
         if testing.unavailable(name, torch.float32) is None:
             fn(name, torch.float32, "cpu")

@@ -99,7 +99,7 @@ def test_the_pool_runs_each_unit_on_one_slot_and_never_two_at_once_on_a_slot(tmp
         time.sleep(0.05)
         with lock:
             spans.append((slot.gpus, unit.key, t0, time.perf_counter()))
-        for case, rnd in unit.todo:
+        for case, _rnd in unit.todo:
             emit(case.id, slot.gpus)
 
     main_thread = threading.get_ident()
@@ -265,3 +265,27 @@ def test_a_row_belongs_to_a_submission_by_its_token_not_by_the_clock():
     # A record written before tokens: the clock is all there is.
     legacy = {k: v for k, v in unit.items() if k != "submission"}
     assert of_submission(old, legacy) and not of_submission(behind, legacy)
+
+
+def test_slots_for_is_the_one_check_of_the_run_and_its_dry_run(tmp_path, untimed):
+    """``pool.slots_for``: None for one job at a time, a slot per turn or per GPU group, and the
+    refusals (under torchrun, both flags)."""
+    suite = _suite(tmp_path)
+    base = RunOptions("cpu", tmp_path / "results", run_id="x")
+    assert pool.slots_for(suite, base) is None
+    assert [s.index for s in pool.slots_for(suite, RunOptions("cpu", tmp_path, parallel=3))] == [0, 1, 2]
+    assert [s.gpus for s in pool.slots_for(suite, RunOptions("cuda", tmp_path, gpus=("0", "1")))] == [("0",), ("1",)]
+    with pytest.raises(pool.PoolError, match="under torchrun"):
+        pool.slots_for(suite, RunOptions("cpu", tmp_path, parallel=2, in_process=True))
+    with pytest.raises(pool.PoolError, match="both say how many units"):
+        pool.slots_for(suite, RunOptions("cuda", tmp_path, gpus=("0",), parallel=2))
+
+
+def test_a_timed_tasks_parallel_is_refused_by_the_run_and_its_dry_run_alike(tmp_path):
+    from posbench.run.dry_run import dry_run
+
+    timed = _suite(tmp_path)  # the test task times its methods against each other
+    assert timed.task.timed
+    for check in (pool.slots_for, dry_run):
+        with pytest.raises(pool.PoolError, match="times its methods against each other"):
+            check(timed, RunOptions("cpu", tmp_path / "results", run_id="x", parallel=2))

@@ -23,10 +23,10 @@ def _rows(methods=tuple(SPEEDS), rounds=2, windows=12, seed=5):
     """Paired-windows rows: per round one process level, drift shared by the methods, 0.3% noise."""
     rng = random.Random(seed)
     values = {m: [] for m in methods}
-    for r in range(rounds):
+    for _r in range(rounds):
         level = 1 + 0.2 * rng.uniform(-1, 1)
         per = {m: [] for m in methods}
-        for w in range(windows):
+        for _w in range(windows):
             drift = 1 + 0.1 * rng.uniform(-1, 1)
             for m in methods:
                 per[m].append(1000 * level * drift * SPEEDS[m] * (1 + rng.gauss(0, 0.003)))
