@@ -70,3 +70,25 @@ def test_elementwise_gate_equals_a_plain_reference(kv_heads, dtype):
 def test_gate_option_is_checked_in_one_line():
     with pytest.raises(ValueError, match=r"^nope\+gate: gate must be one of headwise, elementwise, got 'channel'$"):
         one_head("nope+gate", gate="channel")
+
+
+def test_elementwise_gate_passes_the_conformance_kit():
+    # the kit builds methods by name without options: a registered subclass whose default is elementwise
+    from posbench.core import conformance as testing
+    from posbench.core import registry
+
+    base = registry.get("rotary+gate")
+
+    class ElementwiseGate(base):
+        name = "rotary_elementwise_gate_kit"
+
+        def __init__(self, cfg, **options):
+            super().__init__(cfg, **{"gate": "elementwise", **options})
+
+    registry.register(ElementwiseGate)
+    try:
+        assert testing.build(ElementwiseGate.name).method.gate == "elementwise"
+        for fn in testing.CHECKS.values():
+            fn(ElementwiseGate.name, torch.float32, "cpu")
+    finally:
+        registry.unregister(ElementwiseGate.name)
