@@ -17,6 +17,12 @@ at position p (keys seen: n = p + 1):
             recorded in the first training forward, as ``rotary``'s scalings record it)
     llama4: 1 + attn_scale log(floor((p + 1) / floor_scale) + 1), in training and evaluation
             (Llama 4's attention temperature tuning; 1 below floor_scale tokens)
+
+Llama 4's floor_scale (8192) is its chunk size (8192): the temperature grows once per chunk. So
+``floor_scale`` (null, the default) is the recipe's ``window``, whatever it is set to: at
+posbench's CPU scale (window 16, L_train 64) the temperature is 1 + 0.1 log 2 from position 15
+on, inside the training length, as at Llama 4's scale; ``floor_scale: 8192`` keeps Llama 4's
+number (a temperature of 1 below position 8191, irope's behaviour before issue 65).
 """
 
 import dataclasses
@@ -39,11 +45,12 @@ RECIPES = {
     # Llama 4's iRoPE (Meta 2025, the Llama 4 model card and Hugging Face's Llama4TextAttention):
     # every 4th layer NoPE with full attention; the RoPE layers attend within chunks of 8192 tokens
     # (posbench: a sliding window of 8192, its nearest part); the NoPE layers' queries scaled by
-    # attention temperature tuning (floor_scale 8192, attn_scale 0.1); rope theta 500000.
+    # attention temperature tuning (floor_scale 8192, the chunk: here the window; attn_scale 0.1);
+    # rope theta 500000.
     "irope": {"every": 4, "window": 8192, "base": 500000.0, "temp": "llama4"},
 }
 TEMPS = ("none", "logn", "llama4")
-FLOOR_SCALE, ATTN_SCALE = 8192, 0.1  # Llama 4's attention temperature tuning
+ATTN_SCALE = 0.1  # Llama 4's attention temperature tuning (its floor_scale: the chunk, the recipe's window)
 
 
 def recipe_method(name: str, preset: dict) -> type:
@@ -60,6 +67,7 @@ def recipe_method(name: str, preset: dict) -> type:
             base: float = preset["base"],
             temp: str = preset["temp"],
             train_len: int | None = None,
+            floor_scale: int | None = None,
         ):
             if cfg.window is not None:
                 raise Unavailable(
@@ -74,17 +82,23 @@ def recipe_method(name: str, preset: dict) -> type:
                 raise ValueError(f"{name}: train_len must be an integer >= 2 or null (recorded in training), got {train_len!r}")
             if not isinstance(every, int) or isinstance(every, bool) or every < 1:
                 raise ValueError(f"{name}: every must be a positive integer, got {every!r}")
+            if floor_scale is not None and not (
+                isinstance(floor_scale, int) and not isinstance(floor_scale, bool) and floor_scale >= 1
+            ):
+                raise ValueError(f"{name}: floor_scale must be a positive integer or null (the window), got {floor_scale!r}")
             rope_layers = [i for i in range(cfg.n_layers) if (i + 1) % every != 0]
             # the model reads its layout from here: the RoPE layers windowed, the NoPE ones not
             layout = dataclasses.replace(cfg, window=window if rope_layers else None, window_layers=rope_layers or None)
             super().__init__(layout, every=every, base=base)
             self.temp, self.train_len = temp, train_len
+            # Llama 4's floor_scale is its chunk: the recipe's window unless set
+            self.floor_scale = window if floor_scale is None else floor_scale
             self.register_buffer("trained_len", torch.tensor(train_len or 0))
 
         def temperature(self, q_pos: torch.Tensor) -> torch.Tensor | None:
             """(Tq,) float32: the NoPE layers' query scale at positions q_pos; None: 1."""
             if self.temp == "llama4":
-                return 1 + ATTN_SCALE * torch.log(torch.floor((q_pos.double() + 1) / FLOOR_SCALE) + 1).float()
+                return 1 + ATTN_SCALE * torch.log(torch.floor((q_pos.double() + 1) / self.floor_scale) + 1).float()
             if self.temp == "logn" and not self.training:
                 L = self.trained_len.double()
                 ratio = torch.log(q_pos.double() + 1) / torch.log(L.clamp(min=2))
@@ -107,7 +121,7 @@ def recipe_method(name: str, preset: dict) -> type:
             return f"sdpa causal; RoPE layers windowed ({self.cfg.window}), NoPE every {self.every}, temperature {self.temp}"
 
         def extra_repr(self) -> str:
-            return f"name={self.name!r}, window={self.cfg.window}, every={self.every}, temp={self.temp!r}"
+            return f"name={self.name!r}, window={self.cfg.window}, every={self.every}, temp={self.temp!r}, floor_scale={self.floor_scale}"
 
     Recipe.name = name
     Recipe.__name__ = Recipe.__qualname__ = f"Recipe_{name}"

@@ -7,8 +7,13 @@ Layers 0 .. n-1: layer l uses no position information (plain causal attention, a
 (RoFormer, theta_i = base^(-2i/d)). Options: ``every`` k (default 4) and ``base`` (10000). The
 NoPE layers see order only through the causal mask (Haviv et al. 2022); with fewer than k layers
 the model is plain rotary.
+
+A RoPE layer with a sliding window much shorter than the input (the recipes' layout,
+methods/recipes.py) attends by query blocks, each against the keys its window reaches
+(``posbench.attention.windows``), instead of handing SDPA an (L, L) boolean mask; exact against it.
 """
 
+from posbench.attention.windows import by_blocks, window_attention
 from posbench.core import registry
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.registry import register
@@ -37,8 +42,11 @@ class RopeNopeHybrid(PositionMethod):
         return self.rope.encode_qk(q, k, layer, state)
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
+        window = self.window(layer)
         if self.is_nope(layer):
-            return causal_attention(q, k, v, window=self.window(layer))
+            return causal_attention(q, k, v, window=window)
+        if state is not None and state.in_encode and by_blocks(q.shape[-2], k.shape[-2], window):
+            return window_attention(q, k, v, window)  # q and k rotated by encode_qk
         return self.rope.attend(q, k, v, q_pos, k_pos, layer, state)
 
     def extra_repr(self) -> str:

@@ -37,6 +37,30 @@ def test_llama4_temperature_is_one_below_floor_scale_then_grows_with_log():
     torch.testing.assert_close(m.temperature(pos), want)
 
 
+def test_llama4_floor_scale_is_the_recipes_window_so_the_cpu_profile_sees_a_temperature():
+    # the extrapolation suite's cpu profile: irope with window 16, L_train 64
+    m = model("irope", window=16).method
+    assert m.floor_scale == 16
+    pos = torch.tensor([14, 15, 63])  # inside L_train 64
+    want = torch.tensor([1.0, 1 + 0.1 * math.log(2), 1 + 0.1 * math.log(5)])
+    torch.testing.assert_close(m.temperature(pos), want)
+    assert m.temperature(pos)[-1] > 1
+    # Llama 4's own number, asked for: 1 everywhere below position 8191
+    assert torch.equal(model("irope", window=16, floor_scale=8192).method.temperature(pos), torch.ones(3))
+    with pytest.raises(ValueError, match=r"^irope: floor_scale must be a positive integer or null \(the window\), got 0$"):
+        model("irope", floor_scale=0)
+
+
+def test_llama4_temperature_reaches_a_cpu_profile_forward():
+    # a NoPE layer's output at L_train 64 differs from rnope_swa's (same weights, no temperature)
+    irope, plain = model("irope", window=16, base=1e4), model("rnope_swa", window=16)
+    idx = torch.randint(0, 64, (1, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        a, b = irope(idx), plain(idx)
+    assert torch.equal(a[:, :15], b[:, :15])  # temperature 1 before position 15
+    assert (a[:, 15:] - b[:, 15:]).abs().max() > 1e-6  # small at initialisation (scores near 0), never 0
+
+
 def test_logn_temperature_is_log_n_over_log_train_len_in_evaluation_only():
     m = model("swan").method
     m.train().prepare(torch.arange(64), torch.arange(64), torch.float32)  # records L_train = 64
@@ -82,3 +106,28 @@ def test_recipes_are_listed_apart_and_are_methods():
     assert set(recipes) <= set(registry.names())  # a suite lists them as methods
     assert isolated.listing()["recipes"] == recipes  # what `bench.py list` names in its header
     assert len(registry.names()) - len(recipes) >= 28 and len(registry.modifiers()) == 4
+
+
+def test_swans_logn_scaling_reaches_the_evaluation_beyond_l_train():
+    # issue 65: the extrapolation run read swan as rnope_swa. Through the real path (engine.train
+    # records L_train, protocols.train_eval's eval_cell evaluates): the same trained weights score
+    # the same at L_train with temp logn and none, and differently beyond it.
+    from types import SimpleNamespace
+
+    from posbench.engine.train import TrainConfig, train
+    from posbench.protocols.train_eval.evaluations import EvalSpec, eval_cell
+
+    m = model("swan", window=4)
+    with torch.no_grad():  # a NoPE layer (3) that attends sharply, so its temperature shows
+        m.blocks[3].qkv.weight[: m.cfg.d_model].mul_(20)
+    tokens = torch.randint(0, 64, (4096,), generator=torch.Generator().manual_seed(2))
+    train(m, iter([tokens[: 17 * 4].view(4, 17)] * 2), TrainConfig(seq_len=16, batch_size=4, steps=2, warmup_steps=1))
+    assert m.method.trained_len.item() == 16
+    s = SimpleNamespace(stride=16, eval_batch_size=8, eval_tokens=2048)
+    loss = {}
+    for temp in ("logn", "none"):
+        m.method.temp = temp
+        for lv in (16, 128):
+            loss[temp, lv] = eval_cell(m, tokens.numpy(), EvalSpec("nonoverlapping", lv, 16), s, "cpu")[0]["loss"]
+    assert loss["logn", 16] == loss["none", 16]
+    assert abs(loss["logn", 128] - loss["none", 128]) > 1e-4  # 6.7e-4 here
