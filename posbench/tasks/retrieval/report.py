@@ -447,7 +447,15 @@ def frontier_quality() -> Quality:
     """What the retrieval frontier compares: accuracy at L_valid, higher is better."""
     from posbench.report.frontier import Quality, fraction
 
-    return Quality("retrieval", "accuracy", "acc", "L_valid", False, fraction, "Retrieval accuracy (exact answers)")
+    return Quality(
+        "retrieval",
+        "accuracy",
+        "acc",
+        "L_valid",
+        False,
+        fraction,
+        "Retrieval accuracy (exact answers; RULER's probes by their scoring rule)",
+    )
 
 
 def frontier_tables(runs: Runs) -> list[Table]:

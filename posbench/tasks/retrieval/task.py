@@ -17,7 +17,7 @@ METRICS = {
     "acc_at_train_len": Metric(
         title="Accuracy at L_train",
         unit="fraction",
-        doc="fraction of answers exactly right at L_valid = L_train",
+        doc="fraction of answers exactly right at L_valid = L_train (RULER's probes: by their scoring rule)",
         higher_is_better=True,
         fmt="plain",
         shown_in="acc@*",
@@ -74,7 +74,8 @@ METRICS = {
     "acc@*": Metric(
         title="Accuracy",
         unit="fraction",
-        doc="acc@<L_valid>: fraction of answers exactly right (counts summed over depths)",
+        doc="acc@<L_valid>: fraction of answers exactly right (counts summed over depths); RULER's probes by the "
+        "setting scoring, string_match_all by default: the share of the reference items found (series.scoring)",
         higher_is_better=True,
     ),
     "acc_lo@*": Metric(title="Accuracy, Wilson 95% lower bound", unit="fraction", doc="acc_lo@<L_valid>", higher_is_better=None),
@@ -82,7 +83,7 @@ METRICS = {
     "chance": Metric(
         title="Chance accuracy",
         unit="fraction",
-        doc="accuracy of uniform guessing over the answer symbols",
+        doc="accuracy of uniform guessing over the answer symbols, under the probe's scoring rule",
         higher_is_better=None,
     ),
     "final_train_loss": Metric(
