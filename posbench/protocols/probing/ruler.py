@@ -198,13 +198,14 @@ def _multikey(vocab, length, rng, queries: int = 1):
     if cfg.needles == "packed":
         needles = [np.concatenate([[vocab.MARK, keys[j]], values[j], [vocab.END]]) for j in range(N)]
         owner = np.arange(N)  # needle -> its key
+        answers = list(values)
     else:  # RULER: one needle per value, all of them shuffled, each at its own random depth
-        order = rng.permutation(N * m)
+        order = rng.permutation(N * m)  # needle i holds value order[i] (key order[i] // m)
         owner = order // m
-        needles = [np.array([vocab.MARK, keys[k // m], values[k // m, k % m], vocab.END]) for k in order]
+        placed = values.ravel()[order]  # (N * m,) each needle's value, in the order they are placed
+        needles = [np.array([vocab.MARK, keys[j], v, vocab.END]) for j, v in zip(owner, placed)]
+        answers = [placed[owner == j] for j in range(N)]  # a key's values in the order its needles appear
     row, starts = _place(rng, length, needles, queries * (m + 2), vocab)
-    # a key's values in the order its needles appear (packed: its one needle's order)
-    answers = [values[j] if cfg.needles == "packed" else np.array([nd[2] for nd in needles])[owner == j] for j in range(N)]
     first = [starts[int(np.flatnonzero(owner == j)[0])] for j in range(N)]
     asked = []
     for _ in range(queries):  # the last question's draws are the single-question example's
