@@ -149,7 +149,8 @@ class ProbeConfig:
     absent_prob: float = 0.2  # multikey: share of queries for a key no needle holds (answer: END)
     hops: int = 2  # vartrack: longest chain x1 = v, x2 = x1, ... (the answer's length); hops 1..hops are the axis
     n_chains: int = 2  # vartrack: chains, the queried one and distractors
-    n_top: int = 1  # aggregate: the most frequent words asked for, most frequent first
+    n_top: int = 1  # aggregate, common_words, frequent_words: the words asked for
+    needles: str = "separate"  # multikey: one needle per value (RULER) or "packed" (a key's values in one)
 
     def __post_init__(self):
         if self.n_symbols < 2 or self.key_len < 1 or self.segment_len < 1 or self.filler_len < 1:
@@ -164,6 +165,8 @@ class ProbeConfig:
                 "probes: need n_needles, n_values, hops, n_chains, n_top >= 1 and 0 <= absent_prob <= 1 (what they must "
                 "fit in is checked where a RULER probe is drawn)"
             )
+        if self.needles not in ("separate", "packed"):
+            raise ValueError(f"probes: needles {self.needles!r} is not known; allowed: separate, packed")
 
     def ruler_misfit(self, probe: str) -> tuple[str, str, str] | None:
         """(setting, problem, allowed) when RULER probe ``probe``'s shapes do not fit its alphabets,
@@ -180,10 +183,10 @@ class ProbeConfig:
                 f"vartrack: n_chains * hops = {self.n_chains} * {self.hops} is above n_keys {self.n_keys} (a name per variable)"
             )
             return "hops", problem, f"n_chains * hops <= n_keys ({self.n_keys})"
-        if probe == "aggregate" and self.n_top >= self.n_symbols:
+        if probe in ("aggregate", "common_words", "frequent_words") and self.n_top >= self.n_symbols:
             return (
                 "n_top",
-                f"aggregate: n_top {self.n_top} must be below n_symbols {self.n_symbols}",
+                f"{probe}: n_top {self.n_top} must be below n_symbols {self.n_symbols}",
                 f"n_top < n_symbols ({self.n_symbols})",
             )
         return None

@@ -2,6 +2,8 @@
 each answer off the prompt), layouts, chance levels against a uniform guesser, the hops axis, and a
 tiny run of each probe."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -10,20 +12,36 @@ from posbench.protocols.probing import ruler, scoring
 from posbench.report.stats import wilson_interval
 from tests.helpers.cases import RETRIEVAL_TINY, make_case
 
-CFG = P.ProbeConfig(n_symbols=10, n_keys=12, n_needles=3, n_values=2, absent_prob=0.25, hops=3, n_chains=2, n_top=2, filler_len=3)
+# posbench's earlier multikey (packed needles, absent keys): the strict options these tests pin down
+CFG = P.ProbeConfig(
+    n_symbols=10,
+    n_keys=12,
+    n_needles=3,
+    n_values=2,
+    absent_prob=0.25,
+    hops=3,
+    n_chains=2,
+    n_top=2,
+    filler_len=3,
+    needles="packed",
+)
 VOCAB = P.ProbeVocab(20, CFG)
+# RULER's form: one needle per value, no absent keys
+RULER_CFG = replace(CFG, needles="separate", absent_prob=0.0)
+RULER_VOCAB = P.ProbeVocab(20, RULER_CFG)
 
 
 @pytest.mark.parametrize("probe", ruler.RULER_PROBES)
 @pytest.mark.parametrize("extra", [0, 13, 150])
-def test_every_answer_is_what_the_oracle_reads_off_the_prompt(probe, extra):
-    length = P.min_length(probe, CFG) + extra
-    batch = P.generate(P.ProbeRequest(probe, length), VOCAB, 40, seed=extra)
+@pytest.mark.parametrize("vocab", [VOCAB, RULER_VOCAB], ids=["packed", "ruler"])
+def test_every_answer_is_what_the_oracle_reads_off_the_prompt(probe, extra, vocab):
+    length = P.min_length(probe, vocab.cfg) + extra
+    batch = P.generate(P.ProbeRequest(probe, length), vocab, 40, seed=extra)
     ((s, e),) = batch.spans
     assert batch.tokens.shape == (40, length) and e == length and (batch.tokens[:, 0] == VOCAB.BOS).all()
     for row in batch.tokens:
-        assert np.array_equal(ruler.oracle_answer(VOCAB, probe, row[:s]), row[s:e])
-    again = P.generate(P.ProbeRequest(probe, length), VOCAB, 40, seed=extra)
+        assert np.array_equal(ruler.oracle_answer(vocab, probe, row[:s]), row[s:e])
+    again = P.generate(P.ProbeRequest(probe, length), vocab, 40, seed=extra)
     assert np.array_equal(again.tokens, batch.tokens)  # deterministic in its arguments
 
 
@@ -69,7 +87,9 @@ def test_the_training_mix_asks_train_queries_and_trains_on_every_answer(tmp_path
             assert len(kept) == 3 * CFG.n_values and (np.isin(asks + 1, kept - 1) | np.isin(asks + 1, kept - 2)).all()
         else:  # aggregate keeps its one question
             assert len(asks) == 1 and len(kept) == CFG.n_top
-    task, case = make_case("retrieval", "rotary", {"L_train": 30, "probe": "multikey"}, _tiny(train_queries=4), tmp_path)
+    task, case = make_case(
+        "retrieval", "rotary", {"L_train": 30, "probe": "multikey"}, _tiny(train_queries=4, needles="packed"), tmp_path
+    )
     with pytest.raises(ValueError, match="L_train 30 is too short to train on probe multikey \\(it needs 31 tokens\\)"):
         task.run(case)
 
@@ -188,7 +208,9 @@ def test_a_tiny_run_scores_each_probe_and_vartrack_per_hops(tmp_path, probe):
         assert [(c["L_valid"], c["hops"]) for c in cells] == [(32, 1), (32, 2), (64, 1), (64, 2)]
     else:
         assert [c["L_valid"] for c in cells] == [32, 64]
-    assert out["metrics"]["chance"] == P.chance(probe, task.Settings(**settings).probe_config())
+    # RULER's probes are scored by RULER's string_match_all by default, and the row says so
+    assert out["series"]["scoring"] == "string_match_all"
+    assert out["metrics"]["chance"] == P.chance(probe, task.Settings(**settings).probe_config(), "string_match_all")
     assert out["metrics"]["acc@64"] == sum(c["correct"] for c in cells if c["L_valid"] == 64) / sum(
         c["total"] for c in cells if c["L_valid"] == 64
     )
@@ -275,3 +297,74 @@ def test_a_model_probe_cases_share_is_trained_once_under_its_lock(tmp_path):
     waiting.join(60)
     out["first"] = task.run(first)
     assert out["second"]["metrics"]["reused_checkpoint"] == 0 and out["first"]["metrics"]["reused_checkpoint"] == 1
+
+
+def test_multikey_in_rulers_form_puts_each_value_in_a_needle_of_its_own():
+    """RULER's niah.py: one needle "key: value" per value, shuffled to random depths; the answer is
+    the asked key's values in the order they appear, and no query asks an absent key."""
+    m = RULER_CFG.n_values
+    batch = P.generate(P.ProbeRequest("multikey", 90), RULER_VOCAB, 300, seed=3)
+    ((s, e),) = batch.spans
+    for row, items in zip(batch.tokens, batch.items[:, 0]):
+        marks = np.flatnonzero(row[:s] == RULER_VOCAB.MARK)
+        assert len(marks) == RULER_CFG.n_needles * m and (row[marks + 3] == RULER_VOCAB.END).all()
+        keys, counts = np.unique(row[marks + 1], return_counts=True)
+        assert len(keys) == RULER_CFG.n_needles and (counts == m).all()  # each key in m needles
+        asked = row[s - 1]
+        assert np.array_equal(row[s:e], row[marks[row[marks + 1] == asked] + 2]) and np.array_equal(items, row[s:e])
+    assert not (batch.tokens[:, s:e] == RULER_VOCAB.END).any()  # absent_prob 0: every key asked is in the context
+    needles = batch.tokens[:, s - 1][:, None] == batch.tokens[:, :s]
+    spread = [np.ptp(np.flatnonzero(r)) for r in needles]  # a key's needles lie apart, not side by side
+    assert np.mean(spread) > 10
+    # the packed form's draws are those of before the option existed
+    packed = P.generate(P.ProbeRequest("multikey", 90), VOCAB, 5, seed=3)
+    marks = np.flatnonzero(packed.tokens[0, : packed.spans[0][0]] == VOCAB.MARK)
+    assert len(marks) == CFG.n_needles and P.min_length("multikey", RULER_CFG) == 1 + 3 * 2 * 4 + 4
+
+
+@pytest.mark.parametrize("length", [80, 4100])
+def test_common_words_repeat_as_rulers_cwe_and_tie_the_answer(length):
+    """common_words_extraction.py: each common word freq_cw times, each other freq_ucw times (6 and
+    1 below 4096 tokens, 30 and 3 from 4096): the common words are tied, every one of them the answer."""
+    common, rare = (6, 1) if length < 4096 else (30, 3)
+    batch = P.generate(P.ProbeRequest("common_words", length), RULER_VOCAB, 6, seed=1)
+    ((s, e),) = batch.spans
+    free = s - 2
+    b = free // (common * RULER_CFG.n_top + rare * (RULER_CFG.n_symbols - RULER_CFG.n_top))
+    for row in batch.tokens:
+        counts = {int(t): int((row[:s] == t).sum()) for t in RULER_VOCAB.first_symbol + np.arange(RULER_CFG.n_symbols)}
+        answer = [int(t) for t in row[s:e]]
+        assert sorted(counts[t] for t in answer) == [common * b] * RULER_CFG.n_top
+        assert {c for t, c in counts.items() if t not in answer} == {rare * b}
+        assert answer == sorted(answer, key=lambda t: int(np.flatnonzero(row == t)[0]))  # as they first appear
+
+
+def test_frequent_words_follow_zipf_with_rank_one_as_noise():
+    """freq_words_extraction.py: rank k occurs floor(n k^-2 / zeta(2)) times, rank 1 is noise (the
+    filler here), and the answer is ranks 2..4 (n_top 3), unordered in RULER."""
+    cfg = replace(RULER_CFG, n_top=3)
+    vocab = P.ProbeVocab(20, cfg)
+    length = P.min_length("frequent_words", cfg) + 40
+    batch = P.generate(P.ProbeRequest("frequent_words", length), vocab, 10, seed=2)
+    ((s, e),) = batch.spans
+    free = s - 2
+    expected = np.floor(free * np.arange(2, cfg.n_symbols + 2, dtype=float) ** -2 / (np.pi**2 / 6)).astype(int)
+    assert np.array_equal(ruler.zipf_counts(free, cfg.n_symbols), expected) and expected[0] == int(free * 0.25 / 1.6449)
+    for row in batch.tokens:
+        counts = sorted((int((row[1 : s - 1] == t).sum()) for t in vocab.first_symbol + np.arange(cfg.n_symbols)), reverse=True)
+        assert counts == list(expected)
+        answer_counts = sorted((int((row[1 : s - 1] == t).sum()) for t in row[s:e]), reverse=True)
+        assert answer_counts == list(expected[:3]) and expected[2] > expected[3]
+        assert (~vocab.is_symbol(row[1 : s - 1])).sum() == free - expected.sum()  # the rest is noise
+    with pytest.raises(ValueError, match="frequent_words: length 60 is too short"):
+        P.generate(P.ProbeRequest("frequent_words", 60), vocab, 1, seed=0)
+
+
+def test_chance_under_string_match_all_is_the_expected_share_found():
+    assert P.chance("common_words", RULER_CFG, "string_match_all") == pytest.approx(2 / 10)
+    assert P.chance("vartrack", RULER_CFG, "string_match_all") == pytest.approx(3 / 12)
+    assert P.chance("multikey", RULER_CFG, "string_match_all") == pytest.approx(2 / 10)
+    # with absent keys: one END beside a symbol finds the absent answer and half the chance of a value
+    assert P.chance("multikey", CFG, "string_match_all") == pytest.approx(max(0.75 * 2 / 10, 0.25 + 0.75 * 1 / 10))
+    assert P.chance("frequent_words", RULER_CFG, "exact") == pytest.approx(1 / 90)
+    assert P.chance("multikey", CFG, "string_match_part") is None

@@ -170,3 +170,61 @@ def test_the_copy_gain_table_compares_beyond_L_train_only_methods_that_learnt_to
     ]
     (t,) = copy_gain_tables(load_runs(write_run(tmp_path / "r2", rows), find_task=find_task))
     assert BROKEN in t.title  # nobody learnt to copy: nothing beyond L_train is compared
+
+
+def _rising_loss_fixture():
+    """Windows of 64 tokens (L_train 8) where the model's loss rises with position (1 + bin / 4 over
+    16 bins of position) on every copy it does not use; the copies from before the window sit in
+    every bin but mostly early, the far copies (d 20 > L_train) only late, and the model realises
+    exactly half of the source's advantage (bound 0.2) on every far copy, at every position."""
+    Lv, W = 64, 12
+    position = np.arange(1, Lv)
+    bins = (position - 1) * D.POSITION_BINS // (Lv - 1)
+    base = 1.0 + bins / 4.0  # (Lv - 1,) the loss of a copy the model cannot use
+    first_of_bin = np.r_[True, bins[1:] != bins[:-1]]
+    last_of_bin = np.r_[bins[1:] != bins[:-1], True]
+    outside = first_of_bin | ((bins < 6) & (position % 2 == 0) & ~last_of_bin)  # every bin, most early
+    far = last_of_bin & (position >= 20)  # late only
+    assert not (outside & far).any() and set(bins[far]) <= set(bins[outside])
+    distance = np.zeros(W * Lv, dtype=np.int64)
+    for w in range(W):
+        distance[w * Lv + position[outside]] = position[outside] + 3  # a source before the window
+        distance[w * Lv + position[far]] = 20
+    loss = np.tile(base, (W, 1))  # (W, Lv - 1); non-copies cost the same, and enter no gain
+    loss[:, far] = base[far] - 0.5 * (base[far] - 0.2)
+    bound = np.full(W * Lv, 0.2)
+    bound[0] = np.nan
+    return loss, bound, distance, Lv
+
+
+def test_the_matched_copy_gain_does_not_read_low_where_loss_rises_with_position():
+    loss, bound, distance, Lv = _rising_loss_fixture()
+    got = {e["bucket"]: e for e in D.summarize(loss, bound, distance, Lv, 8, Lv)}
+    far = got[D.BEYOND]
+    assert far["tokens"] > 0 and far["matched_tokens"] == far["tokens"]  # every far copy's bin holds outside copies
+    assert far["gain_matched"] == pytest.approx(0.5)  # what the model realises, at every position
+    assert far["gain"] < 0.35  # the old reference, early in the window, reads the same use of the copy as low
+    out = got[D.OUTSIDE]
+    assert far["gain"] == pytest.approx((out["loss"] - far["loss"]) / (out["loss"] - 0.2))  # unchanged formula
+    metrics = D.far_metrics(list(got.values()))
+    assert metrics[f"copy_gain_far_matched@{Lv}"] == pytest.approx(0.5) and metrics[f"copy_gain_far@{Lv}"] == far["gain"]
+    # over seeds: the mean of the matched means, then its gain
+    other = D.summarize(loss + 0.1, bound, distance, Lv, 8, Lv)
+    both = {e["bucket"]: e for e in D.combine([list(got.values()), other])}
+    m = both[D.BEYOND]
+    assert m["matched_loss"] == pytest.approx(far["matched_loss"] + 0.05)
+    assert m["gain_matched"] == pytest.approx((m["matched_ref"] - m["matched_loss"]) / (m["matched_ref"] - 0.2))
+    assert len(m["gain_matched_by_seed"]) == 2
+
+
+def test_the_copy_gain_table_shows_the_matched_gain_with_the_old_beside_it(tmp_path):
+    loss, bound, distance, Lv = _rising_loss_fixture()
+    within = {"L_valid": 8, "bucket": D.WITHIN, "lo": 1, "hi": 8, "tokens": 9, "ppl": 2.0, "bound_ppl": 1.5}
+    at_train = [dict(within, gain=0.4, gain_matched=0.8, matched_tokens=9)]  # learnt by the matched gate only
+    entries = at_train + D.summarize(loss, bound, distance, Lv, 8, Lv)
+    rows = [base_row("t", "extrapolation", "alibi", {"L_train": 8}, "r", series={"by_distance": entries})]
+    (t,) = copy_gain_tables(load_runs(write_run(tmp_path / "results", rows), find_task=find_task))
+    far = next(e for e in entries if e["bucket"] == D.BEYOND and e["L_valid"] == Lv)
+    assert t.cell("alibi", 8).text == "0.80 (0.40)"
+    assert t.cell("alibi", Lv).value == pytest.approx(0.5) and t.cell("alibi", Lv).text == f"0.50 ({far['gain']:.2f})"
+    assert "at the same window positions as the copies scored" in t.caption

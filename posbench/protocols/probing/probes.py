@@ -33,12 +33,12 @@ def min_length(probe: str, cfg: ProbeConfig, queries: int = 1) -> int:
     raise ValueError(f"unknown probe {probe!r}; allowed: {', '.join(ALL_PROBES)}")
 
 
-def chance(probe: str, cfg: ProbeConfig) -> float:
+def chance(probe: str, cfg: ProbeConfig, scoring: str = "exact") -> float | None:
     """Accuracy of guessing every answer symbol uniformly: per example for passkey/copy/reverse
     (exact match of the whole answer; k distinct symbols of n have n!/(n-k)! orders), per query
-    for mqar; RULER's probes: ``ruler.chance``."""
+    for mqar; RULER's probes: ``ruler.chance`` under ``scoring`` (the others are scored exactly)."""
     if probe in RULER_PROBES:
-        return ruler.chance(probe, cfg)
+        return ruler.chance(probe, cfg, scoring)
     n = {"passkey": cfg.key_len, "mqar": 1, "copy": cfg.segment_len, "reverse": cfg.segment_len}[probe]
     if probe != "mqar" and distinct_symbols(probe, cfg):
         return 1.0 / math.perm(cfg.n_symbols, n)

@@ -50,3 +50,6 @@ class ProbeBatch:
     spans: list[tuple[int, int]]  # answer spans [start, end), the same for every row, in order
     depth: np.ndarray  # (n,) float: where the needle sits in the filler, 0 = start, 1 = end (mqar: 0)
     distance: np.ndarray  # (n, n_spans) int: tokens from the information to its question
+    # (n, n_spans, answer length) int: the reference items RULER's scoring looks for in an answer,
+    # -1 where none (vartrack's END padding); None: the probe is scored by exact match only
+    items: np.ndarray | None = None

@@ -119,7 +119,7 @@ class Suite:
             # nproc came later: leaving its default out keeps the ids of earlier runs (resume).
             del settings["nproc"]
         fields = type(self.settings).model_fields
-        for later in ("flush_denormal", "train_queries"):  # came later too (issues 59, 57): at their default, ids stay
+        for later in ("flush_denormal", "train_queries", "needles", "scoring"):  # came later (issues 59, 57, 65): ids stay
             if later in settings and settings[later] == fields[later].default:
                 del settings[later]
         blob = json.dumps(

@@ -1,5 +1,6 @@
 """The extension task's report, from result rows alone: per (suite, machine, L_train) and quality
-measure, recipes x fine-tuning steps k (k = 0: zero-shot), each drawn as one line per recipe.
+measure, recipes x fine-tuning steps k (k = 0: zero-shot), each drawn as one line per recipe; then
+SambaNova's test, ALiBi interpolate against extrapolate with its verdict (``interpolation_verdict``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from posbench.report import numbers as fmt
 from posbench.report.names import slug
 from posbench.report.rows import Runs
 from posbench.report.table import SPREAD_STD, Cell, Table, TableSpec
+from posbench.tasks.extension.interpolation_verdict import verdict_tables
 
 # The report's row grouping and sections import pandas and matplotlib, so they are imported inside
 # the functions: validating or listing suites imports this module, and must not wait for them.
@@ -47,15 +49,16 @@ MEASURE_TABLES = {
 
 def report_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
     """Per quality measure, a table of recipes x fine-tuning steps and its chart: quality against
-    k, one line per recipe."""
+    k, one line per recipe; then the interpolate-against-extrapolate verdicts of ALiBi."""
     from posbench.report.sections import Block, Section, table_charts
 
     tables = extension_tables(runs)
-    return [Section("Context extension", "extension", [Block(t, table_charts(runs, t)) for t in tables])]
+    blocks = [Block(t, table_charts(runs, t)) for t in tables] + [Block(t) for t in verdict_tables(runs)]
+    return [Section("Context extension", "extension", blocks)]
 
 
 def summary_tables(runs: Runs) -> list[Table]:
-    return extension_tables(runs)
+    return extension_tables(runs) + verdict_tables(runs)
 
 
 def _number(v) -> bool:

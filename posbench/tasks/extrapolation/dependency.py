@@ -33,6 +33,7 @@ WITHIN = "within L_train"
 # was trained to reach (within L_train, at L_valid = L_train): below that, what it does with far
 # copies says little about position.
 LEARNT_GAIN = 0.5
+POSITION_BINS = 16  # equal bins of window position for the position-matched reference
 
 
 def classify(distance: np.ndarray, position: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
@@ -76,11 +77,15 @@ def summarize(loss: np.ndarray, bound: np.ndarray, distance: np.ndarray, Lv: int
     groups = [(label(lo, hi), cls == label(lo, hi), lo, hi) for lo, hi in ranges]
     groups += [(WITHIN, within, 1, L_train), (BEYOND, beyond, L_train + 1, Lv - 1)]
     groups += [(NO_COPY, cls == NO_COPY, 0, 0), (OUTSIDE, cls == OUTSIDE, None, None)]
+    reference = outside_by_position(model_loss, position, (cls == OUTSIDE) & np.isfinite(source_loss), Lv)  # (N,)
     entries = []
     for name, mask, lo, hi in groups:
         mask = mask & np.isfinite(source_loss)  # the stream's first token has no bound
         n = int(mask.sum())
         mean, source = (float(model_loss[mask].mean()), float(source_loss[mask].mean())) if n else (None, None)
+        copies = name not in (NO_COPY, OUTSIDE)
+        covered = mask & np.isfinite(reference) if copies else np.zeros_like(mask)
+        m = int(covered.sum())
         entries.append(
             {
                 "L_valid": Lv,
@@ -92,21 +97,45 @@ def summarize(loss: np.ndarray, bound: np.ndarray, distance: np.ndarray, Lv: int
                 "ppl": None if mean is None else math.exp(mean),
                 "bound_loss": source,
                 "bound_ppl": None if source is None else math.exp(source),
+                # the position-matched gain's means, over the tokens whose position bin holds outside copies
+                "matched_tokens": m,
+                "matched_loss": float(model_loss[covered].mean()) if m else None,
+                "matched_bound": float(source_loss[covered].mean()) if m else None,
+                "matched_ref": float(reference[covered].mean()) if m else None,
             }
         )
     return with_gains(entries)
 
 
+def outside_by_position(loss: np.ndarray, position: np.ndarray, outside: np.ndarray, Lv: int) -> np.ndarray:
+    """(N,) the mean loss of the outside-the-window copies in each token's bin of window position
+    (``POSITION_BINS`` equal bins of positions 1..Lv-1), NaN where its bin holds none: the
+    position-matched reference of the copy gain."""
+    bins = np.minimum((position - 1) * POSITION_BINS // max(1, Lv - 1), POSITION_BINS - 1)  # (N,)
+    total = np.bincount(bins[outside], weights=loss[outside], minlength=POSITION_BINS)
+    count = np.bincount(bins[outside], minlength=POSITION_BINS)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)  # (POSITION_BINS,)
+    return mean[bins]
+
+
 def with_gains(entries: list[dict]) -> list[dict]:
     """``entries`` (of one or several L_valid) with ``gain`` on every copy class (None where there is
-    no reference: no scored copy outside the window, or a bound not below it)."""
+    no reference: no scored copy outside the window, or a bound not below it), and ``gain_matched``
+    where the entry carries the position-matched means (entries stored before them get None)."""
     out_loss = {e["L_valid"]: e["loss"] for e in entries if e["bucket"] == OUTSIDE}
     for e in entries:
-        ref = out_loss.get(e["L_valid"])
         copies = e["bucket"] not in (NO_COPY, OUTSIDE)
-        ok = copies and None not in (ref, e["loss"], e["bound_loss"]) and ref - e["bound_loss"] > 0
-        e["gain"] = (ref - e["loss"]) / (ref - e["bound_loss"]) if ok else None
+        e["gain"] = _gain(out_loss.get(e["L_valid"]), e["loss"], e["bound_loss"]) if copies else None
+        e["gain_matched"] = _gain(e.get("matched_ref"), e.get("matched_loss"), e.get("matched_bound")) if copies else None
     return entries
+
+
+def _gain(ref, loss, bound) -> float | None:
+    """(ref - loss) / (ref - bound); None without a value or with the bound not below the reference."""
+    if None in (ref, loss, bound) or ref - bound <= 0:
+        return None
+    return (ref - loss) / (ref - bound)
 
 
 def combine(per_seed: list[list[dict]]) -> list[dict]:
@@ -114,8 +143,7 @@ def combine(per_seed: list[list[dict]]) -> list[dict]:
     perplexity, and ``ppl_by_seed``."""
     out = []
     for entries in zip(*per_seed):
-        losses = [e["loss"] for e in entries]
-        mean = None if any(v is None for v in losses) else sum(losses) / len(losses)
+        mean = _mean([e["loss"] for e in entries])
         out.append(
             dict(
                 entries[0],
@@ -123,22 +151,35 @@ def combine(per_seed: list[list[dict]]) -> list[dict]:
                 ppl=None if mean is None else math.exp(mean),
                 ppl_by_seed=[e["ppl"] for e in entries],
                 gain_by_seed=[e.get("gain") for e in entries],
+                # the matched means depend on the model too (the bound does not): their mean over seeds
+                matched_loss=_mean([e.get("matched_loss") for e in entries]),
+                matched_ref=_mean([e.get("matched_ref") for e in entries]),
+                gain_matched_by_seed=[e.get("gain_matched") for e in entries],
             )
         )
     return with_gains(out)
 
 
+def _mean(values: list) -> float | None:
+    return None if any(v is None for v in values) else sum(values) / len(values)
+
+
 def far_metrics(entries: list[dict]) -> dict:
-    """``ppl_far@<L_valid>``, ``bound_far@<L_valid>`` and ``copy_gain_far@<L_valid>``: the copies from
-    beyond L_train inside the window; ``copy_gain_within``: the gain on the copies within L_train at
-    L_valid = L_train, and ``copies_learnt`` (1/0) whether it reaches ``LEARNT_GAIN``."""
+    """``ppl_far@<L_valid>``, ``bound_far@<L_valid>``, ``copy_gain_far@<L_valid>`` and
+    ``copy_gain_far_matched@<L_valid>``: the copies from beyond L_train inside the window;
+    ``copy_gain_within`` (and ``copy_gain_within_matched``): the gain on the copies within L_train at
+    L_valid = L_train, and ``copies_learnt`` (1/0) whether the unmatched one reaches ``LEARNT_GAIN``."""
     out = {}
     for e in entries:
         if e["bucket"] == BEYOND and e["tokens"]:
             out[f"ppl_far@{e['L_valid']}"] = e["ppl"]
             out[f"bound_far@{e['L_valid']}"] = e["bound_ppl"]
             out[f"copy_gain_far@{e['L_valid']}"] = e.get("gain")
+            if e.get("gain_matched") is not None:
+                out[f"copy_gain_far_matched@{e['L_valid']}"] = e["gain_matched"]
         if e["bucket"] == WITHIN and e["L_valid"] == e["hi"] and e.get("gain") is not None:
             out["copy_gain_within"] = e["gain"]
             out["copies_learnt"] = int(e["gain"] >= LEARNT_GAIN)
+        if e["bucket"] == WITHIN and e["L_valid"] == e["hi"] and e.get("gain_matched") is not None:
+            out["copy_gain_within_matched"] = e["gain_matched"]
     return out

@@ -118,22 +118,25 @@ def distance_tables(runs: Runs) -> list[Table]:
 
 def copy_gain_tables(runs: Runs) -> list[Table]:
     """One table per (suite, hardware, grid point) of rows with ``by_distance``: methods x L_valid,
-    each cell the copy gain (``dependency.with_gains``), at L_train on the copies within L_train
-    (the learn-first gate), beyond it on the copies from beyond L_train. A method below the gate is
-    not compared beyond L_train."""
+    each cell the position-matched copy gain (``dependency.with_gains``; rows stored before it, the
+    unmatched one) with the unmatched gain beside it, at L_train on the copies within L_train (the
+    learn-first gate), beyond it on the copies from beyond L_train. A method below the gate is not
+    compared beyond L_train."""
     from posbench.report.learn_first import NOT_LEARNT, comparability
-    from posbench.tasks.extrapolation.dependency import BEYOND, LEARNT_GAIN, WITHIN
+    from posbench.tasks.extrapolation.dependency import BEYOND, LEARNT_GAIN, POSITION_BINS, WITHIN
 
     tables = []
     for suite, hardware, commit, l_train, rows in distance_groups(runs):
         if not rows or not is_length(l_train):
             continue
-        gains = {  # (method, L_valid) -> the gain the column reads
-            (r.method, e["L_valid"]): e.get("gain")
+        read = {  # (method, L_valid) -> the entry the column reads
+            (r.method, e["L_valid"]): e
             for r in rows
             for e in distance_entries(r)
             if e["bucket"] == (WITHIN if e["L_valid"] == l_train else BEYOND)
         }
+        matched = any(e.get("gain_matched") is not None for e in read.values())
+        gains = {key: _shown_gain(e) for key, e in read.items()}
         columns = sorted({lv for _, lv in gains if lv >= l_train})
         if l_train not in columns:
             continue
@@ -159,19 +162,40 @@ def copy_gain_tables(runs: Runs) -> list[Table]:
                 if lv > l_train and verdicts[r.method] is False:
                     table.cells[(r.method, lv)] = Cell(text=NOT_LEARNT, value=None, case_id=r.case_id, run_id=r.run_id)
                 else:
-                    text = "—" if gain is None else f"{gain:.2f}"
+                    text = _gain_text(read.get((r.method, lv)), gain)
                     table.cells[(r.method, lv)] = Cell(text=text, value=gain, case_id=r.case_id, run_id=r.run_id)
+        reference = (
+            "the model's own loss on the copies whose source lies before its window (it cannot use them), at the "
+            f"same window positions as the copies scored (their mean over {POSITION_BINS} bins of position, "
+            "weighted by the copies' bins; in brackets the unmatched gain, against those copies wherever they sit: early in the "
+            "window, so it reads low for a model whose loss rises with position)"
+            if matched
+            else "the model's own loss on the copies whose source lies before its window (it cannot use them)"
+        )
         table.caption = (
             f"Share of the true source's advantage that the model realises on copied tokens, (loss_out - loss) / "
-            f"(loss_out - bound): loss_out is the model's own loss on the copies whose source lies before its "
-            f"window (it cannot use them), bound the source's loss on the same tokens; 0: the copy is ignored, "
-            f"1: used as the source uses it. Column {l_train} (= L_train): the copies within L_train, the "
+            f"(loss_out - bound): loss_out is {reference}, bound the source's loss on the same tokens; 0: the copy "
+            f"is ignored, 1: used as the source uses it. Column {l_train} (= L_train): the copies within L_train, the "
             f"learn-first gate (a method below {LEARNT_GAIN:.2f} has not learnt to copy at the length it was "
             f"trained at); longer columns: the copies from beyond L_train, inside the window. {said.note()} "
             f"{hardware}, commit {table.commit}."
         )
         tables.append(table)
     return tables
+
+
+def _shown_gain(entry: dict) -> float | None:
+    """The gain a copy-gain cell reads: the position-matched one, or for entries stored before it
+    (no ``matched_tokens``) the unmatched one."""
+    return entry.get("gain_matched") if "matched_tokens" in entry else entry.get("gain")
+
+
+def _gain_text(entry: dict | None, gain: float | None) -> str:
+    """``0.62 (0.31)``: the gain shown, then the unmatched one where the shown one is matched."""
+    text = "—" if gain is None else f"{gain:.2f}"
+    if entry is not None and "matched_tokens" in entry and entry.get("gain") is not None:
+        text += f" ({entry['gain']:.2f})"
+    return text
 
 
 def distance_chart(table: Table) -> Figure:

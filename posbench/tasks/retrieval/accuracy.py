@@ -26,6 +26,13 @@ def relative_threshold(rows) -> float:
     return max(found) if found else DEFAULT_RELATIVE_THRESHOLD
 
 
+def scoring_rules(rows) -> list[str]:
+    """The scoring rules the rows' answers were counted with (``series["scoring"]``; rows written
+    before the rules existed, and the probes that are always scored so, count ``exact``), in order."""
+    found = [r["series"].get("scoring") if isinstance(r.get("series"), dict) else None for r in rows]
+    return list(dict.fromkeys(rule if isinstance(rule, str) else "exact" for rule in found))
+
+
 def ruler_summaries(acc: dict, L: int, factor: float) -> dict:
     """RULER's summaries of one curve {L_valid: accuracy}: wavg_long, wavg_short, effective_length_rel."""
     return {

@@ -24,6 +24,7 @@ from posbench.tasks.retrieval.accuracy import (
     learned_threshold,
     ok_rows,
     relative_threshold,
+    scoring_rules,
     whole,
 )
 
@@ -115,6 +116,24 @@ def summary_text(first: dict, name: str) -> str:
 SUMMARY_COLUMNS = {"effective length (rel)": "effective_length_rel", "wAvg long": "wavg_long", "wAvg short": "wavg_short"}
 
 
+# What a cell's share counts under each scoring rule (posbench.protocols.probing.scoring)
+RULE_TEXT = {
+    "exact": "answers exactly right",
+    "string_match_all": "reference items found, scored by RULER's string_match_all (each answer scores the "
+    "share of its reference items it holds anywhere, order-free; counts pooled per item, which is RULER's "
+    "mean over answers within a cell)",
+    "string_match_part": "answers holding any of their reference items, scored by RULER's string_match_part",
+}
+
+
+def scoring_text(rows: list[dict]) -> str:
+    """What the rows' accuracy counts, naming the scoring rule(s) they were scored with."""
+    rules = scoring_rules(rows)
+    if len(rules) == 1:
+        return RULE_TEXT.get(rules[0], f"answers scored by {rules[0]}")
+    return "answers scored by several rules, pooled (" + ", ".join(rules) + ")"
+
+
 def _verdicts(table: list[dict], several: bool) -> dict:
     """{row label: learned} of one probe's table entries (label: method, with L_train if several)."""
     return {(f"{t['method']}, L_train={t['L_train']}" if several else t["method"]): t["learned"] for t in table}
@@ -203,7 +222,7 @@ def probe_table(rows: list[dict], probe: str, threshold: float = 0.5) -> Table:
     out.extra["learnt"], out.extra["not_learnt"] = verdicts.learnt, verdicts.not_learnt
     out.pooled = True  # counts of every run of a case pooled: no run supersedes another
     out.caption = (
-        f"Fraction of {probe} answers exactly right, counts pooled over depths, seeds and runs, with "
+        f"Fraction of {probe} {scoring_text(ok)}, counts pooled over depths, seeds and runs, with "
         f"its Wilson 95% interval; effective length: the longest L_valid with accuracy >= {threshold:g} "
         f"there and at every shorter L_valid, given only for a model that learnt the task at L_train "
         f"(accuracy >= {verdicts.threshold:.0%}; otherwise '{NOT_LEARNT}'); effective length (rel): the "
@@ -241,7 +260,7 @@ def hops_probe_table(rows: list[dict], probe: str) -> Table | None:
         replace(PROBE_ACCURACY, metric=f"acc {probe} by hops"),
         key=slug(f"retrieval-{probe}-by-hops-{hardware}"),
         title=f"{probe}: accuracy by hops (Wilson 95% interval)",
-        caption=f"Fraction of {probe} answers exactly right per chain length (hops: statements to follow "
+        caption=f"Fraction of {probe} {scoring_text(ok)} per chain length (hops: statements to follow "
         f"from the asked variable to its value), counts pooled over seeds and runs, with its Wilson 95% "
         f"interval; the accuracy table above pools the hops. {hardware} (commit {short_commit(r.get('git_commit') for r in ok)}).",
         columns=lengths,
@@ -428,7 +447,15 @@ def frontier_quality() -> Quality:
     """What the retrieval frontier compares: accuracy at L_valid, higher is better."""
     from posbench.report.frontier import Quality, fraction
 
-    return Quality("retrieval", "accuracy", "acc", "L_valid", False, fraction, "Retrieval accuracy (exact answers)")
+    return Quality(
+        "retrieval",
+        "accuracy",
+        "acc",
+        "L_valid",
+        False,
+        fraction,
+        "Retrieval accuracy (exact answers; RULER's probes by their scoring rule)",
+    )
 
 
 def frontier_tables(runs: Runs) -> list[Table]:

@@ -82,7 +82,7 @@ def run(case) -> dict:
 
     from posbench.engine.saved_model import exclusive
     from posbench.protocols.probing import probes as P
-    from posbench.protocols.probing.scoring import eval_length
+    from posbench.protocols.probing.scoring import eval_length, rule_of
     from posbench.protocols.probing.training_mix import train_probe_model
 
     s, L, probe = case.settings, case.params.L_train, case.params.probe
@@ -129,13 +129,15 @@ def run(case) -> dict:
     metrics, seed_series = combine_accuracy_seeds(per_seed, pooled, s.learned_threshold)
     if not metrics.get("learned"):  # learn first, over every seed, for the relative length too
         metrics["effective_length_rel"] = None
-    metrics["chance"] = P.chance(probe, cfg)
+    rule = rule_of(probe, s)
+    metrics["chance"] = P.chance(probe, cfg, rule)
     series = {
         "cells": cells,
         "corpus": corpus.describe(),
         "threshold": s.threshold,
         "learned_threshold": s.learned_threshold,
         "relative_threshold": s.relative_threshold,
+        "scoring": rule,
         **seed_series,
     }
     if probe == "mqar":

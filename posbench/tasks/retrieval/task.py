@@ -17,7 +17,7 @@ METRICS = {
     "acc_at_train_len": Metric(
         title="Accuracy at L_train",
         unit="fraction",
-        doc="fraction of answers exactly right at L_valid = L_train",
+        doc="fraction of answers exactly right at L_valid = L_train (RULER's probes: by their scoring rule)",
         higher_is_better=True,
         fmt="plain",
         shown_in="acc@*",
@@ -74,7 +74,8 @@ METRICS = {
     "acc@*": Metric(
         title="Accuracy",
         unit="fraction",
-        doc="acc@<L_valid>: fraction of answers exactly right (counts summed over depths)",
+        doc="acc@<L_valid>: fraction of answers exactly right (counts summed over depths); RULER's probes by the "
+        "setting scoring, string_match_all by default: the share of the reference items found (series.scoring)",
         higher_is_better=True,
     ),
     "acc_lo@*": Metric(title="Accuracy, Wilson 95% lower bound", unit="fraction", doc="acc_lo@<L_valid>", higher_is_better=None),
@@ -82,7 +83,7 @@ METRICS = {
     "chance": Metric(
         title="Chance accuracy",
         unit="fraction",
-        doc="accuracy of uniform guessing over the answer symbols",
+        doc="accuracy of uniform guessing over the answer symbols, under the probe's scoring rule",
         higher_is_better=None,
     ),
     "final_train_loss": Metric(
@@ -136,7 +137,7 @@ METRICS = {
 }
 
 
-ProbeName = Literal["passkey", "mqar", "copy", "reverse", "multikey", "vartrack", "aggregate"]
+ProbeName = Literal["passkey", "mqar", "copy", "reverse", "multikey", "vartrack", "aggregate", "common_words", "frequent_words"]
 
 
 class Settings(TrainSettings):
@@ -160,10 +161,32 @@ class Settings(TrainSettings):
     filler_len: int = Field(5, ge=1, description="tokens of the repeated filler phrase")
     n_needles: int = Field(4, ge=1, description="multikey: needles, the queried one among distractors (keys distinct)")
     n_values: int = Field(2, ge=1, description="multikey: values per key, all of them the answer")
-    absent_prob: float = Field(0.2, ge=0.0, le=1.0, description="multikey: share of queries for an absent key (answer: END)")
+    needles: Literal["separate", "packed"] = Field(
+        "separate",
+        description="multikey: one needle per value at its own random depth (RULER's niah), or a key's values "
+        "packed in one needle (posbench's earlier, easier form)",
+    )
+    absent_prob: float = Field(
+        0.2,
+        ge=0.0,
+        le=1.0,
+        description="multikey: share of queries for an absent key (answer: END); RULER has none, and the ruler "
+        "suite sets 0 (the default stays 0.2 so that the ids of runs that never draw multikey stay)",
+    )
     hops: int = Field(2, ge=1, description="vartrack: longest chain; accuracy is reported per hops 1..hops (the axis)")
     n_chains: int = Field(2, ge=1, description="vartrack: chains, the queried one and distractors")
-    n_top: int = Field(1, ge=1, description="aggregate: the most frequent words asked for, most frequent first")
+    n_top: int = Field(
+        1,
+        ge=1,
+        description="the words asked for: common_words' common words (RULER: 10), frequent_words' ranks "
+        "2..n_top+1 (RULER: 3), aggregate's most frequent words, most frequent first",
+    )
+    scoring: Literal["string_match_all", "string_match_part", "exact"] = Field(
+        "string_match_all",
+        description="how RULER's probes' answers are scored: RULER's string_match_all (the share of the reference "
+        "items found anywhere in the answer), string_match_part (1 when any is), or exact (the whole answer in "
+        "order); passkey, mqar, copy and reverse are always scored exactly",
+    )
     train_queries: int = Field(
         1,
         ge=1,
@@ -241,6 +264,7 @@ class Settings(TrainSettings):
             hops=self.hops,
             n_chains=self.n_chains,
             n_top=self.n_top,
+            needles=self.needles,
         )
 
 
