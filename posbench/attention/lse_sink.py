@@ -50,9 +50,7 @@ class FlashSink(torch.autograd.Function):
     def backward(ctx, grad):
         q, k, v, out, lse, w, mask = ctx.saved_tensors
         grad_w = (grad * w[..., None].to(grad.dtype)).contiguous()
-        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            grad_w, q, k, v, out, lse, 0.0, ctx.causal, attn_mask=mask, scale=ctx.scale
-        )
+        dq, dk, dv = cpu_flash.flash_attention_backward(grad_w, q, k, v, out, lse, (ctx.causal, mask, ctx.scale))
         d_sink = -((grad * out).sum(-1) * (1 - w)).sum((0, 2))  # (H,)
         return dq, dk, dv, d_sink.to(ctx.sink_dtype), None, None
 
