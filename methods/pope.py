@@ -11,8 +11,17 @@ own complex number, the magnitude from content and the phase from position alone
 
 with theta_c = base^(-c/hd) and a learned phase bias delta (per key head and channel, 0 at start,
 clamped to [-2 pi, 0]). Encoded, q and k are 2 hd real channels, [|q| cos, |q| sin]; the keys
-enter the KV cache so (twice rotary's key bytes), and the query is scaled by sqrt 2 so that SDPA's
-1 / sqrt(2 hd) is the paper's 1 / sqrt(hd). Values are not touched.
+enter the KV cache so (twice rotary's key bytes). Values are not touched.
+
+``scale``: the logits' scale. ``head_dim`` (default) is 1/sqrt(hd) of the equation above, the
+transformer's scale over the hd complex channels of the paper's a = Re[q^H k] (the query is
+multiplied by sqrt 2 so that SDPA's 1/sqrt(2 hd) over 2 hd real channels is it); ``doubled`` is
+1/sqrt(2 hd), what lucidrains' PoPE-pytorch does by handing the 2 hd channels to attention at
+its default scale. The authors' own code was not in reach to settle which they train with.
+
+SDPA's CPU flash kernel wants one head width for q, k and v: the values (hd) are padded with
+zeros to the keys' 2 hd and the padding dropped after, so attention stays on the flash path
+instead of SDPA's math path with its (B, H, L, L) scores (issue 68).
 """
 
 import math
@@ -25,6 +34,9 @@ from torch import nn
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.registry import register
 
+# The query's factor that gives each ``scale`` from SDPA's 1/sqrt(2 hd).
+SCALES = {"head_dim": math.sqrt(2), "doubled": 1.0}
+
 
 class PolarState(NamedTuple):
     angle: torch.Tensor  # (Tq, hd) float64: m theta_c at this forward's positions
@@ -34,11 +46,14 @@ class PolarState(NamedTuple):
 class PolarPositionEmbedding(PositionMethod):
     name = "pope"
 
-    def __init__(self, cfg, base: float = 10000.0):
+    def __init__(self, cfg, base: float = 10000.0, scale: str = "head_dim"):
         super().__init__(cfg)
         if not (isinstance(base, (int, float)) and not isinstance(base, bool) and base > 1):
             raise ValueError(f"pope: base must be a number > 1, got {base!r}")
-        self.base = float(base)
+        if scale not in SCALES:
+            raise ValueError(f"pope: scale must be one of {', '.join(SCALES)}, got {scale!r}")
+        self.base, self.scale = float(base), scale
+        self.query_gain = SCALES[scale]  # times SDPA's 1/sqrt(2 hd)
         hd = cfg.head_dim
         self.register_position_buffer("inv_freq", (base ** (-torch.arange(hd, dtype=torch.float64) / hd)).float())
         self.phase_bias = nn.Parameter(torch.zeros(cfg.n_layers, cfg.kv_heads, hd))  # (L, Hkv, hd): delta
@@ -64,14 +79,16 @@ class PolarPositionEmbedding(PositionMethod):
         return PolarState(self.angles(q_pos))
 
     def encode_qk(self, q, k, layer, state: PolarState):
-        return self.polar(q, state.angle[None], math.sqrt(2)), self.polar(k, self.key_angle(state.angle, k.shape[1], layer))
+        return self.polar(q, state.angle[None], self.query_gain), self.polar(k, self.key_angle(state.angle, k.shape[1], layer))
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state: PolarState | None = None):
         if state is None:  # raw q, k outside a model forward: encode them all here
             angle = self.angles(k_pos)
-            q = self.polar(q, angle[None, -q.shape[-2] :], math.sqrt(2))
+            q = self.polar(q, angle[None, -q.shape[-2] :], self.query_gain)
             k = self.polar(k, self.key_angle(angle, k.shape[1], layer))
-        return causal_attention(q, k, v, window=self.window(layer))
+        hd = v.shape[-1]
+        vp = F.pad(v, (0, k.shape[-1] - hd))  # (B, H, Tk, 2 hd): zeros, one head width for the kernel
+        return causal_attention(q, k, vp, window=self.window(layer))[..., :hd]
 
     def attn_backend(self, device, dtype) -> str:
-        return "sdpa causal, keys of 2 x head_dim (polar form)"
+        return "sdpa causal, keys of 2 x head_dim (polar form), values padded to them"

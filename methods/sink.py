@@ -7,11 +7,15 @@ Each layer and query head h has a logit s_h that joins the softmax's denominator
     o_i = sum_j exp(z_ij) v_j / (exp(s_h) + sum_j exp(z_ij))
 
 with z_ij METHOD's scores, so a head may attend to nothing (its weights sum to less than 1).
-``sink_init`` (default 0) is every s_h at start. The sink is one more key of score s_h and value 0
-in every scaled_dot_product_attention call METHOD's attend makes
-(``posbench.attention.modifiers.SoftmaxSink``): METHOD's attention must go through SDPA with its
-true scores, as nope, rotary and its scalings, p_rope and xpos do; a path that does not (a fused
-Triton kernel, an explicit float32 path) is one clear error, not a silent no-op, and a method whose
+``sink_init`` (default 0) is every s_h at start. The sink joins every scaled_dot_product_attention
+call METHOD's attend makes (``posbench.attention.modifiers.SoftmaxSink``). On a CPU whose torch has
+the flash op it comes from the attention's log-sum-exp, o * sigmoid(lse - s_h), exact and on the
+flash kernel (``posbench.attention.lse_sink``, its own backward); elsewhere, and with dropout or a
+mask that needs a gradient, it is one more key of score s_h and value 0 (``sdpa_with_sink``, the
+reference the fast path is tested against; FlexAttention's ``return_lse`` on CUDA is not wired in).
+METHOD's attention must go through SDPA with its true scores, as nope, rotary and its scalings,
+p_rope, xpos and pope do; a path that does not (a fused Triton kernel, an explicit float32 path)
+is one clear error, not a silent no-op, and a method whose
 attention drops a per-query constant from the scores (``softmax_shift``: fox, the bias methods) is
 unavailable with the reason.
 """
@@ -21,6 +25,8 @@ import math
 import torch
 from torch import nn
 
+from posbench.attention.cpu_flash import flash_here
+from posbench.attention.lse_sink import DTYPES as FLASH_SINK_DTYPES
 from posbench.attention.modifiers import SoftmaxSink, composed_signature, keyword
 from posbench.core.method import base_hook
 from posbench.core.registry import register_modifier
@@ -66,6 +72,8 @@ class Sink:
             return base.unavailable(device, dtype)
 
         def attn_backend(self, device, dtype) -> str:
+            if flash_here(device) and dtype in FLASH_SINK_DTYPES:
+                return base.attn_backend(self, device, dtype) + " + sink from the flash log-sum-exp"
             return base.attn_backend(self, device, dtype) + " + sink key (float mask)"
 
         body = {

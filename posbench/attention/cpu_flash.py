@@ -30,3 +30,13 @@ def flash_here(device) -> bool:
 def flash_attention(q, k, v, causal: bool, mask: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The op: (softmax(scale q k^T + mask) v, its log-sum-exp per row); ``mask`` may broadcast."""
     return CPU_FLASH_WITH_MASK(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
+
+
+def flash_attention_backward(grad, q, k, v, out, lse, how: tuple) -> tuple[torch.Tensor, ...]:
+    """The op's backward: (dq, dk, dv) of ``flash_attention`` given the output's gradient, the
+    output and its log-sum-exp (``posbench.attention.lse_sink`` hands it a rescaled pair); ``how``
+    is ``flash_attention``'s (causal, mask, scale)."""
+    causal, mask, scale = how
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        grad, q, k, v, out, lse, 0.0, causal, attn_mask=mask, scale=scale
+    )

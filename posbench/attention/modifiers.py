@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from posbench.attention.lse_sink import flash_sink_sdpa
+
 
 def composed_signature(base: type, init, *extra: inspect.Parameter) -> None:
     """Give the composed ``init`` the base constructor's options and ``extra``: what a suite's
@@ -54,7 +56,9 @@ class SoftmaxSink(TorchFunctionMode):
     """Within the block, every ``F.scaled_dot_product_attention(q, k, v, ...)`` also sees one more
     key whose score is ``logits[h]`` for query head h and whose value is 0: softmax's denominator
     gains exp(s_h) (a learned attention sink, gpt-oss), the weights of the real keys are otherwise
-    the base method's. ``calls`` counts the attention calls it changed."""
+    the base method's. On a CPU with the flash op the sink comes from the attention's log-sum-exp
+    (``posbench.attention.lse_sink``), elsewhere as one more key (``sdpa_with_sink``, the
+    reference). ``calls`` counts the attention calls it changed."""
 
     def __init__(self, logits: torch.Tensor):  # (H,)
         super().__init__()
@@ -66,7 +70,9 @@ class SoftmaxSink(TorchFunctionMode):
         if func is not F.scaled_dot_product_attention:
             return func(*args, **kwargs)
         self.calls += 1
-        return sdpa_with_sink(*args, sink=self.logits, **kwargs)
+        q, k, v, *rest = args
+        fast = flash_sink_sdpa(q, k, v, self.logits, sdpa_options(*rest, **kwargs))  # None: not here
+        return fast if fast is not None else sdpa_with_sink(*args, sink=self.logits, **kwargs)
 
 
 def sdpa_options(attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False) -> dict:

@@ -233,7 +233,7 @@ def _suite_compositions() -> list[str]:
     return sorted(names)
 
 
-@pytest.mark.parametrize("name", _suite_compositions() + ["rotary+qknorm+gate"])
+@pytest.mark.parametrize("name", _suite_compositions() + ["rotary+qknorm+gate", "rotary+sink", "pope+sink"])
 def test_compositions_the_suites_name_pass_the_kit(name):
     for fn in testing.CHECKS.values():
         if testing.unavailable(name, torch.float32) is None:

@@ -3,6 +3,7 @@ reference with one more key, and where it is unavailable."""
 
 import math
 
+import pytest
 import torch
 
 from posbench.core import registry
@@ -46,3 +47,30 @@ def test_sink_is_unavailable_where_attention_drops_a_per_query_constant():
     for name in ("fox+sink", "alibi+sink"):
         reason = registry.get(name).unavailable("cpu", torch.float32)
         assert reason and "drops a per-query constant" in reason, name
+
+
+def test_on_a_cpu_the_sink_rides_the_flash_kernel_and_equals_the_sink_key(monkeypatch):
+    from posbench.attention import cpu_flash
+
+    if cpu_flash.CPU_FLASH_WITH_MASK is None:
+        pytest.skip("this torch has no CPU flash op: the reference only")
+    m = method("rotary+sink")
+    assert m.attn_backend("cpu", torch.float32).endswith("+ sink from the flash log-sum-exp")
+    with torch.no_grad():
+        m.sink_logit.normal_(0.0, 1.0)
+    q, k, v = (x.double().requires_grad_() for x in qkv(37, 37))
+    pos = torch.arange(37)
+
+    def run():
+        out = m.attend(q, k, v, pos, pos, 2)
+        grads = torch.autograd.grad(out.square().sum(), (q, k, v, m.sink_logit))
+        return out, grads
+
+    fast, fast_grads = run()
+    monkeypatch.setattr(cpu_flash, "CPU_FLASH_WITH_MASK", None)  # the sink key on SDPA, as off a CPU
+    assert m.attn_backend("cpu", torch.float32).endswith("+ sink key (float mask)")
+    ref, ref_grads = run()
+    torch.testing.assert_close(fast, ref, rtol=1e-12, atol=1e-12)
+    for a, b in zip(fast_grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    assert fast_grads[3][2].abs().min() > 0 and not fast_grads[3][0].any()  # layer 2's logits only
