@@ -28,6 +28,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+LOG2E = 1.4426950408889634  # scores in log2 units, so the softmax takes exp2
+
 
 def path_scores(q, k, w, beta) -> torch.Tensor:
     """(B, H, Tq, Tk) q_i^T H_i ... H_{j+1} k_j, unmasked where j > i, for q (B, H, Tq, d), k and w
@@ -89,15 +91,13 @@ def _chunked(q, k, v, householders, gate, window, c):
 
     li = torch.arange(c, device=q.device)
     dist = li[:, None] - li[None, :]  # (C, C) i - j within a chunk pair, plus g C at gap g
-    gq = gk = None
-    if gate is not None:
-        gk = _chunks(gate, n, c)  # (B, H, n, C)
-        gq = gk[:, :, a0:]
+    # F_i is the same for every key of row i and cancels in the softmax: only -F_j is added
+    neg_f = -_chunks(gate, n, c) * LOG2E if gate is not None else None  # (B, H, n, C)
 
-    def masked(scores, lo, g, keys):
-        """A gap's block with F_i - F_j added and the causal / window mask as -inf."""
-        if gate is not None:
-            scores = scores + (gq[:, :, lo:, :, None] - gk[:, :, keys, None, :])
+    def masked(scores, g, keys):
+        """A gap's block in log2 units with -F_j added and the causal / window mask as -inf."""
+        if neg_f is not None:
+            scores = scores + neg_f[:, :, keys, None, :]
         causal, windowed = g == 0 and c > 1, window is not None and g * c + c - 1 >= window
         if not (causal or windowed):
             return scores
@@ -106,27 +106,28 @@ def _chunked(q, k, v, householders, gate, window, c):
             hide = hide | (dist + g * c >= window)
         return scores.masked_fill(hide, float("-inf"))
 
-    blocks = [(0, 0, masked(own, 0, 0, slice(a0, n)))]  # (first query chunk, gap, scores)
-    carried, lo = q_start, 0
+    blocks = [(0, 0, masked(own * LOG2E, 0, slice(a0, n)))]  # (first query chunk, gap, scores)
+    carried, lo = q_start * LOG2E, 0
     for g in range(1, n):
         if window is not None and (g - 1) * c + 1 >= window:
             break  # every key at this gap (and beyond) is out of the window
         new_lo = max(0, g - a0)  # query chunks before it have no key chunk g back
         carried, lo = carried[:, :, new_lo - lo :], new_lo
         keys = slice(a0 + lo - g, n - g)
-        blocks.append((lo, g, masked(carried @ k_end[:, :, keys].mT, lo, g, keys)))
+        blocks.append((lo, g, masked(carried @ k_end[:, :, keys].mT, g, keys)))
         carried = carried @ carry[:, :, keys]  # on back through key chunk a - g
 
     with torch.no_grad():  # the softmax's row maximum, a constant for its gradient
-        top = blocks[0][2].amax(-1)  # (B, H, nq, C)
+        top = blocks[0][2].amax(-1, keepdim=True)  # (B, H, nq, C, 1)
         for lo, _, s in blocks[1:]:
-            top[:, :, lo:] = torch.maximum(top[:, :, lo:], s.amax(-1))
-    out, norm = 0, 0
+            top[:, :, lo:] = torch.maximum(top[:, :, lo:], s.amax(-1, keepdim=True))
+    # a ones column on v: each product gives the row's share of the softmax's sum beside its values
+    ones = torch.ones_like(vc[..., :1])
+    vx = torch.cat([vc, ones], -1)  # (B, H, n, C, dv + 1)
+    acc = 0
     for lo, g, s in blocks:
-        p = torch.exp(s - top[:, :, lo:, :, None])
-        part, mass = p @ vc[:, :, a0 + lo - g : n - g], p.sum(-1)
-        if lo:  # the first lo query chunks have no key chunk g back
-            part, mass = F.pad(part, (0, 0, 0, 0, lo, 0)), F.pad(mass, (0, 0, lo, 0))
-        out, norm = out + part, norm + mass
-    o = (out / norm[..., None]).flatten(2, 3)  # (B, H, nq C, dv)
+        # exp2 of log2-unit scores: exp's slow path on underflowing values costs 10x on some CPUs
+        part = torch.exp2(s - top[:, :, lo:]) @ vx[:, :, a0 + lo - g : n - g]
+        acc = acc + (F.pad(part, (0, 0, 0, 0, lo, 0)) if lo else part)  # the first lo query chunks: none g back
+    o = (acc[..., :-1] / acc[..., -1:]).flatten(2, 3)  # (B, H, nq C, dv)
     return o[:, :, first - a0 * c :][:, :, :tq]
