@@ -91,13 +91,14 @@ def _chunked(q, k, v, householders, gate, window, c):
 
     li = torch.arange(c, device=q.device)
     dist = li[:, None] - li[None, :]  # (C, C) i - j within a chunk pair, plus g C at gap g
-    # F_i is the same for every key of row i and cancels in the softmax: only -F_j is added
-    neg_f = -_chunks(gate, n, c) * LOG2E if gate is not None else None  # (B, H, n, C)
+    # F_i is the same for every key of row i and cancels in the softmax: each row takes F at its
+    # chunk's start instead, R_a - F_j, a (1, C) row per block and close to F_i - F_j in rounding
+    f2 = _chunks(gate, n, c) * LOG2E if gate is not None else None  # (B, H, n, C) in log2 units
 
-    def masked(scores, g, keys):
-        """A gap's block in log2 units with -F_j added and the causal / window mask as -inf."""
-        if neg_f is not None:
-            scores = scores + neg_f[:, :, keys, None, :]
+    def masked(scores, lo, g, keys):
+        """A gap's block in log2 units with R_a - F_j added and the causal / window mask as -inf."""
+        if f2 is not None:
+            scores = scores + (f2[:, :, a0 + lo :, :1, None] - f2[:, :, keys, None, :])
         causal, windowed = g == 0 and c > 1, window is not None and g * c + c - 1 >= window
         if not (causal or windowed):
             return scores
@@ -106,7 +107,7 @@ def _chunked(q, k, v, householders, gate, window, c):
             hide = hide | (dist + g * c >= window)
         return scores.masked_fill(hide, float("-inf"))
 
-    blocks = [(0, 0, masked(own * LOG2E, 0, slice(a0, n)))]  # (first query chunk, gap, scores)
+    blocks = [(0, 0, masked(own * LOG2E, 0, 0, slice(a0, n)))]  # (first query chunk, gap, scores)
     carried, lo = q_start * LOG2E, 0
     for g in range(1, n):
         if window is not None and (g - 1) * c + 1 >= window:
@@ -114,7 +115,7 @@ def _chunked(q, k, v, householders, gate, window, c):
         new_lo = max(0, g - a0)  # query chunks before it have no key chunk g back
         carried, lo = carried[:, :, new_lo - lo :], new_lo
         keys = slice(a0 + lo - g, n - g)
-        blocks.append((lo, g, masked(carried @ k_end[:, :, keys].mT, g, keys)))
+        blocks.append((lo, g, masked(carried @ k_end[:, :, keys].mT, lo, g, keys)))
         carried = carried @ carry[:, :, keys]  # on back through key chunk a - g
 
     with torch.no_grad():  # the softmax's row maximum, a constant for its gradient
