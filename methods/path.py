@@ -36,20 +36,25 @@ with its w (before the convolution and normalisation) and beta (and log f for pa
 channels in float32; ``attend`` runs the convolution over the keys it is given, so a decode step
 finds every transform between. A layer with a sliding window holds its last ``window`` keys, which
 is enough: the convolution's first two outputs there are wrong, but they shape only keys outside
-the window. flash-linear-attention's Triton kernel (``fla.ops.path_attn``, package ``fla-core``)
-is not wired: ``attn_backend`` says so.
+the window. On CUDA with fla-core (``pip install posbench[fla]``), ``kernel: auto`` (the default)
+hands whole sequences without a window to flash-linear-attention's Triton kernel
+(``fla.ops.path_attn.parallel.parallel_path_attention``); ``kernel: torch`` never does, ``kernel:
+fla`` is unavailable without it; ``attn_backend`` names the path taken.
 """
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posbench.attention.householder import path_attention
+from posbench.attention.householder import FLA_HEAD_DIMS, FLA_MISSING, fla_kernel, path_attention
+from posbench.core.masked import windowed
 from posbench.core.method import PositionMethod
+from posbench.core.outcome import Unavailable
 from posbench.core.registry import register
 
 W_SOURCES = ("input", "key")
 GATE_SCALES = ("sqrt_dim", "none")
+KERNELS = ("auto", "torch", "fla")
 RANK = 32  # fla's low-rank w map under multi-head attention
 CONV = 3  # fla's short convolution: the token and the two before it
 
@@ -72,6 +77,7 @@ class PaTH(PositionMethod):
         w_source: str = "input",
         short_conv: bool = True,
         gate_scale: str | None = None,
+        kernel: str = "auto",
     ):
         super().__init__(cfg)
         if not isinstance(beta_bias, (int, float)) or isinstance(beta_bias, bool):
@@ -80,6 +86,8 @@ class PaTH(PositionMethod):
             raise ValueError(f"{self.name}: block must be a positive integer (positions per block), got {block!r}")
         _check(self.name, "w_source", w_source, W_SOURCES)
         _check(self.name, "short_conv", short_conv, (True, False))
+        _check(self.name, "kernel", kernel, KERNELS)
+        self.kernel = kernel
         if not self.forget and gate_scale is not None:
             raise ValueError(f"{self.name}: gate_scale applies to path_fox's forget gate only; path has none")
         self.gate_scale = gate_scale or "sqrt_dim"
@@ -155,25 +163,48 @@ class PaTH(PositionMethod):
         return q, self.encoded(k, layer)
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
-        hd, heads = q.shape[-1], q.shape[1]
+        hd = q.shape[-1]
         if k.shape[1] != self.cfg.kv_heads:  # expanded to the query heads: one copy per key head
             k = k[:, :: self.group]
+        if v.shape[1] != k.shape[1]:
+            v = v[:, :: self.group]
         if k.shape[-1] == hd:  # raw keys: a call outside a model forward
             k = self.encoded(k, layer)
-        cdt = k.dtype
-        keys, w, beta = k[..., :hd], self.directions(k[..., hd : 2 * hd], layer), k[..., 2 * hd]
-        if self.group > 1:  # key head h // G for query head h
-            keys, w, beta = (x.repeat_interleave(self.group, 1) for x in (keys, w, beta))
-        if v.shape[1] != heads:
-            v = v.repeat_interleave(heads // v.shape[1], 1)
+        keys, w, beta = k[..., :hd], self.directions(k[..., hd : 2 * hd], layer), k[..., 2 * hd]  # (B, Hkv, Tk, ...)
+        gate = self.forget_sums(k[..., 2 * hd + 1 :]) if self.forget else None  # (B, H, Tk) or None
         scale = hd**-0.5
-        gate = None
-        if self.forget:
-            gate = self.forget_sums(k[..., 2 * hd + 1 :])  # (B, H, Tk)
-            if self.gate_scale == "sqrt_dim":  # fla: (s + F_i - F_j) * scale
-                gate = gate * scale
+        fla = self.fla(q.device, q.shape[-2], k.shape[-2], layer)
+        if fla is not None:  # fla takes (B, T, heads, ...), key heads as they are, log f per token
+            log_f = None if gate is None else torch.diff(gate, prepend=torch.zeros_like(gate[..., :1]))
+            if log_f is not None and self.gate_scale == "none":
+                log_f = log_f / scale  # fla always scales the gate with the scores
+            args = [x.transpose(1, 2).to(q.dtype) for x in (q, keys, v, w)]
+            o, _ = fla(
+                *args,
+                beta.transpose(1, 2).to(q.dtype),
+                None if log_f is None else log_f.transpose(1, 2).to(torch.promote_types(q.dtype, torch.float32)),
+                scale,
+            )
+            return o.transpose(1, 2).to(q.dtype)
+        if self.group > 1:  # key head h // G for query head h
+            keys, w, beta, v = (x.repeat_interleave(self.group, 1) for x in (keys, w, beta, v))
+        if gate is not None and self.gate_scale == "sqrt_dim":  # fla: (s + F_i - F_j) * scale
+            gate = gate * scale
+        cdt = k.dtype
         o = path_attention(q.to(cdt) * scale, keys, v.to(cdt), (w, beta), gate, self.window(layer), self.block)
         return o.to(q.dtype)
+
+    def fla(self, device, tq: int, tk: int, layer: int):
+        """fla's kernel where ``kernel`` allows it and it applies (CUDA with fla-core, a whole
+        sequence, no window, head dim 16, 32 or 64), else None; ``kernel: fla`` without CUDA and
+        fla-core raises ``Unavailable``."""
+        if self.kernel == "torch":
+            return None
+        fn = fla_kernel(device)
+        if fn is None and self.kernel == "fla":
+            raise Unavailable(f"{self.name}: kernel fla unavailable: {FLA_MISSING}")
+        whole = tq == tk and not windowed(tk, self.window(layer)) and self.cfg.head_dim in FLA_HEAD_DIMS
+        return fn if whole else None
 
     def forget_sums(self, log_f):
         """F (B, H, Tk) = cumsum of log f, log f_0 left out (it cancels), from the cache's
@@ -183,7 +214,12 @@ class PaTH(PositionMethod):
         return torch.cat([torch.zeros_like(log_f[..., :1]), log_f[..., 1:]], -1).cumsum(-1)
 
     def attn_backend(self, device, dtype) -> str:
-        return f"PyTorch chunked UT transform: {self.block}-position chunks, float32 scores (fla's path_attn Triton kernel not wired)"
+        torch_path = f"PyTorch chunked UT transform: {self.block}-position chunks, float32 scores"
+        if self.kernel == "torch":
+            return torch_path
+        if fla_kernel(device) is None:
+            return f"{torch_path} (fla's path_attn kernel unavailable: {FLA_MISSING})"
+        return f"fla parallel_path_attention (Triton) for whole sequences; decode rows and windows: {torch_path}"
 
 
 @register

@@ -25,10 +25,31 @@ with a row maximum taken first, so memory is the causal scores' half once, kept 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
 LOG2E = 1.4426950408889634  # scores in log2 units, so the softmax takes exp2
+FLA_MISSING = "needs CUDA and fla-core (pip install posbench[fla])"
+FLA_HEAD_DIMS = (16, 32, 64)  # what fla's parallel_path_attention takes
+
+
+@functools.cache
+def _fla_import():
+    """flash-linear-attention's ``parallel_path_attention``, or None without fla-core."""
+    try:
+        from fla.ops.path_attn.parallel import parallel_path_attention
+    except ImportError:
+        return None
+    return parallel_path_attention
+
+
+def fla_kernel(device):
+    """fla's PaTH kernel for tensors on ``device`` (CUDA, fla-core installed), or None. It takes
+    q (B, T, HQ, D), k, v, w (B, T, H, D), beta (B, T, H), g = log f (B, T, HQ) (its own cumulative
+    sum) and ``scale``, returns (o (B, T, HQ, D), a key cache), and scales the gate with the scores."""
+    return _fla_import() if torch.device(device).type == "cuda" else None
 
 
 def path_scores(q, k, w, beta) -> torch.Tensor:

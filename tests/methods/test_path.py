@@ -9,8 +9,9 @@ import torch
 from posbench.attention.householder import path_scores
 from posbench.core import registry
 from posbench.core.method import ModelConfig
+from posbench.core.outcome import Unavailable
 from tests.helpers.attention import method, qkv
-from tests.helpers.methods import one_head
+from tests.helpers.methods import module_of, one_head
 
 FIRST = dict(w_source="key", short_conv=False)  # posbench's first form: the head's own key, no convolution
 
@@ -198,3 +199,60 @@ def test_attend_equals_the_scan_with_gqa_decode_rows_and_gradients(name, options
 def test_bad_options_are_one_line(name, options, message):
     with pytest.raises(ValueError, match=message):
         method(name, **options)
+
+
+def fake_fla(calls):
+    """fla's ``parallel_path_attention`` contract in plain math: q (B, T, HQ, D), k, v, w (B, T, H, D),
+    beta (B, T, H), g = log f (B, T, HQ) summed here, softmax((s + G_i - G_j) * scale) over j <= i."""
+
+    def kernel(q, k, v, w, beta, g, scale):
+        calls.append(q.shape)
+        q, k, v, w, beta = (x.transpose(1, 2) for x in (q, k, v, w, beta))
+        group = q.shape[1] // k.shape[1]
+        k, v, w, beta = (x.repeat_interleave(group, 1) for x in (k, v, w, beta))
+        scores = path_scores(q, k, w, beta)
+        if g is not None:
+            big_g = g.transpose(1, 2).double().cumsum(-1)
+            scores = scores + big_g[..., :, None] - big_g[..., None, :]
+        t = q.shape[-2]
+        scores = (scores * scale).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        return (scores.softmax(-1) @ v).transpose(1, 2), None
+
+    return kernel
+
+
+@pytest.mark.parametrize("name,options", [("path", {}), ("path_fox", {}), ("path_fox", {"gate_scale": "none"})])
+def test_kernel_fla_hands_fla_its_conventions_and_decode_rows_stay_here(monkeypatch, name, options):
+    calls = []
+    monkeypatch.setattr(module_of("path"), "fla_kernel", lambda device: fake_fla(calls))
+    cfg = dict(d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, method=name)
+    torch.manual_seed(0)
+    fla = registry.build(ModelConfig(**cfg, method_options={**options, "kernel": "fla"})).double()
+    here = registry.build(ModelConfig(**cfg, method_options={**options, "kernel": "torch"})).double()
+    here.load_state_dict(fla.state_dict())
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 4, 20, 16, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 20, 16, generator=g, dtype=torch.float64) for _ in range(2))
+    _, cached = fla.encode_qk(q, k, 1, None)
+    pos = torch.arange(20)
+    for tq in (20, 3):  # a whole sequence goes to fla; decode rows (Tq < Tk) stay on the UT path
+        got = fla.attend(q[:, :, 20 - tq :], cached, v, pos[20 - tq :], pos, 1)
+        torch.testing.assert_close(
+            got, here.attend(q[:, :, 20 - tq :], cached, v, pos[20 - tq :], pos, 1), rtol=1e-10, atol=1e-10
+        )
+    assert calls == [(2, 20, 4, 16)]
+    assert fla.attn_backend("cuda", torch.bfloat16).startswith("fla parallel_path_attention")
+
+
+def test_kernel_fla_without_cuda_and_fla_core_is_unavailable():
+    m = method("path", kernel="fla")
+    q, k, v = qkv(6, 6)
+    with pytest.raises(
+        Unavailable, match=r"^path: kernel fla unavailable: needs CUDA and fla-core \(pip install posbench\[fla\]\)$"
+    ):
+        m.attend(q, k, v, torch.arange(6), torch.arange(6), 0)
+    assert (
+        method("path")
+        .attn_backend("cpu", torch.float32)
+        .endswith("(fla's path_attn kernel unavailable: needs CUDA and fla-core (pip install posbench[fla]))")
+    )
