@@ -69,9 +69,9 @@ def path_scores(q, k, w, beta) -> torch.Tensor:
 
 def path_attention(q, k, v, householders, gate=None, window: int | None = None, chunk: int = 64) -> torch.Tensor:
     """softmax_j(score_ij + F_i - F_j) v_j over the keys j <= i (and i - j < ``window``), for q
-    (B, H, Tq, d) at the last Tq of the Tk keys k, ``householders`` (w (B, H, Tk, d), beta (B, H, Tk)), v (B, H, Tk, dv),
-    ``gate`` F (B, H, Tk) or None; float32 or float64 in, the same out. The scores are
-    ``path_scores``'s (scale q beforehand); C = ``chunk`` positions per chunk."""
+    (B, H, Tq, d) at the last Tq of the Tk keys k, ``householders`` = (w (B, H, Tk, d), beta
+    (B, H, Tk)), v (B, H, Tk, dv), ``gate`` F (B, H, Tk) or None; float32 or float64 in, the same
+    out. The scores are ``path_scores``'s (scale q beforehand); ``chunk`` positions per chunk."""
     with torch.autocast(q.device.type, enabled=False):  # every product in q's dtype, as the scan's
         return _chunked(q, k, v, householders, gate, window, chunk)
 
@@ -137,7 +137,8 @@ def _chunked(q, k, v, householders, gate, window, c):
         carried, lo = carried[:, :, new_lo - lo :], new_lo
         keys = slice(a0 + lo - g, n - g)
         blocks.append((lo, g, masked(carried @ k_end[:, :, keys].mT, lo, g, keys)))
-        carried = carried @ carry[:, :, keys]  # on back through key chunk a - g
+        if g + 1 < n:
+            carried = carried @ carry[:, :, keys]  # on back through key chunk a - g
 
     with torch.no_grad():  # the softmax's row maximum, a constant for its gradient
         top = blocks[0][2].amax(-1, keepdim=True)  # (B, H, nq, C, 1)
