@@ -6,6 +6,7 @@ import random
 import pytest
 
 from posbench.report import bootstrap
+from posbench.report import numbers as fmt
 from posbench.report import rows as rowsmod
 from posbench.report.sections import collect_sections
 from posbench.report.tabulate import run_tables
@@ -84,12 +85,13 @@ def test_cells_show_the_ratio_to_nope_beside_the_ratio_to_the_baseline(tmp_path)
     assert pairs == 24 and to_floor == pytest.approx(0.9 / 1.05, abs=0.01)
     assert cell.ratio == to_base and cell.ratio_interval == base_interval  # the baseline's ratio stays
     assert cell.text.endswith(
-        f"(0.90x ±{bootstrap.half_width(to_base, base_interval):.2f}) "
-        f"[{to_floor:.2f}x ±{bootstrap.half_width(to_floor, floor_interval):.2f}]"
+        f"(0.90x {fmt.interval_text(to_base, base_interval)}) [{to_floor:.2f}x {fmt.interval_text(to_floor, floor_interval)}]"
     )
     assert table.extra["floor"] == "nope"
     assert table.extra["floor_ratios"]["alibi@1024"] == [to_floor, *floor_interval]
-    assert table.cell("sinusoidal", 1024).text.endswith(f"[{1 / 1.05:.2f}x ±0.00]")
+    own, lo, hi = table.extra["floor_ratios"]["sinusoidal@1024"]
+    assert own == pytest.approx(1 / 1.05, abs=0.01)
+    assert table.cell("sinusoidal", 1024).text.endswith(f"[{own:.2f}x {fmt.interval_text(own, (lo, hi))}]")
     assert "[" not in table.cell("nope", 1024).text
     assert "In square brackets: ratio to nope, the floor" in table.caption
 
