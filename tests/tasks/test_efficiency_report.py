@@ -228,3 +228,27 @@ def test_the_mfu_table_says_unknown_peak_plainly_or_the_share_of_a_known_one(tmp
     assert mfu.cell("nope", 64).text == "41.3% (5.20M FLOP/token)"
     assert mfu.baseline is None and "No floor" not in mfu.caption
     assert "Peaks: unknown peak: cpu has no float32 entry in posbench.engine.peaks; NVIDIA H200" in mfu.caption
+
+
+def test_a_cpu_run_prints_no_table_of_unknown_peaks_and_says_why(tmp_path):
+    # Issue 66: every CPU run printed a table of "unknown peak" cells; none is known: no table, one line.
+    rows = [_row("sinusoidal", int(0.56 * GIB), 40 * MIB), _row("nope", int(0.56 * GIB), 38 * MIB)]
+    for row in rows:
+        row["metrics"].update(train_flops_per_token=5.31e6, train_mfu=None)
+        row["info"] = {"mfu_peak": "unknown peak: cpu has no float32 entry in posbench.engine.peaks"}
+    run = write_run(tmp_path, rows, metrics=["train_wps"], methods=["sinusoidal", "nope"])
+    tables = floor_tables(rowsmod.load_runs(run, find_task=find_task))
+    assert "train_mfu" not in [t.metric for t in tables]
+    speed = next(t for t in tables if t.metric == "train_wps")
+    assert "No MFU table: the device's dense peak is unknown (every CPU" in speed.caption
+
+
+def test_the_run_summary_prints_the_peak_evaluation_memory_where_measured(tmp_path):
+    rows = [_row("sinusoidal", int(0.56 * GIB)), _row("nope", int(0.55 * GIB))]
+    run = write_run(tmp_path / "a", rows, metrics=["train_wps", "peak_mem_train_bytes"], methods=["sinusoidal", "nope"])
+    assert "peak_mem_eval_bytes" not in [t.metric for t in run_tables(rowsmod.load_runs(run, find_task=find_task))]
+    for row in rows:
+        row["metrics"]["peak_mem_eval_bytes"] = int(0.3 * GIB)
+    run = write_run(tmp_path / "b", rows, metrics=["train_wps", "peak_mem_train_bytes"], methods=["sinusoidal", "nope"])
+    printed = [t.metric for t in run_tables(rowsmod.load_runs(run, find_task=find_task))]
+    assert printed == ["train_wps", "peak_mem_train_bytes", "peak_mem_eval_bytes"]
