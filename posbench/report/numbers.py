@@ -120,7 +120,7 @@ def interval(lo: float, hi: float, kind: str = "plain") -> str:
 
 
 def interval_text(ratio_: float, ratio_interval: tuple[float, float]) -> str:
-    """A ratio's 95% interval as a table shows it, read back exactly at the printed precision:
+    """A ratio's 95% interval as a table shows it, read back exactly to the digits printed:
     ``±0.01`` (the true half-width) where the interval is symmetric about the printed ratio, that
     is where ratio ± half-width, printed, gives both printed bounds; else the bounds themselves,
     ``[0.71, 1.41]`` (an asymmetric interval is never shown as a ``±``)."""

@@ -3,7 +3,7 @@
 Read from each row's ``settings.corpus`` (its kind, level and ``splits``), and where the row
 recorded the corpus it opened (``series.corpus``, ``posbench.data.corpus.Corpus.describe``) the
 files each split came from: WikiText-2 without a training file trains on its test split, and the
-table says so. Rows without a corpus (efficiency's random tokens) add nothing.
+table says so. Rows without a corpus (a speed task's random tokens) add nothing.
 """
 
 from __future__ import annotations

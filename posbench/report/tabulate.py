@@ -356,7 +356,7 @@ def _metric_table(where: SuiteRows, spec: TableSpec, metric: Metric, rest: tuple
 # Units of a quantity read off a clock: a busy machine makes them noisy (memory and perplexity it does not).
 TIMED_UNITS = {"words/s", "tokens/s", "ms", "s", "TFLOP/s", "J", "J/token"}
 # How a ratio's interval is printed, for the captions that show one (posbench.report.numbers.interval_text).
-INTERVAL_FORM = ": ±h, its half-width, where it is symmetric at the printed precision, else [low, high]."
+INTERVAL_FORM = ": ±h, its half-width, where it is symmetric to the two decimals printed, else [low, high]."
 
 
 def _device(rows) -> str | None:

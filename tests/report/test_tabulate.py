@@ -32,7 +32,7 @@ def test_captions_say_how_an_interval_is_printed(tmp_path):
     speed, memory = metric_tables(runs, "efficiency", metrics=["train_wps", "peak_mem_train_bytes"])
     assert speed.cell("alibi", 64).ratio_interval is not None
     assert (
-        "then its bootstrap 95% interval: ±h, its half-width, where it is symmetric at the printed precision, else [low, high]."
+        "then its bootstrap 95% interval: ±h, its half-width, where it is symmetric to the two decimals printed, else [low, high]."
         in speed.caption
     )
     assert "half the width" not in speed.caption
