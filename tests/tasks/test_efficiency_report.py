@@ -252,3 +252,6 @@ def test_the_run_summary_prints_the_peak_evaluation_memory_where_measured(tmp_pa
     run = write_run(tmp_path / "b", rows, metrics=["train_wps", "peak_mem_train_bytes"], methods=["sinusoidal", "nope"])
     printed = [t.metric for t in run_tables(rowsmod.load_runs(run, find_task=find_task))]
     assert printed == ["train_wps", "peak_mem_train_bytes", "peak_mem_eval_bytes"]
+    # a suite that asks for no memory at all gets none
+    run = write_run(tmp_path / "c", rows, metrics=["train_wps"], methods=["sinusoidal", "nope"])
+    assert [t.metric for t in run_tables(rowsmod.load_runs(run, find_task=find_task))] == ["train_wps"]
