@@ -175,8 +175,3 @@ def ratio_of_medians_interval(
         if b:
             ratios.append(_resampled_median(rng, new, new_clustered) / b)
     return _central(ratios, level) if ratios else None
-
-
-def half_width(ratio: float, interval: tuple[float, float]) -> float:
-    """The ``±`` a table shows: the larger distance from the ratio to either bound."""
-    return max(ratio - interval[0], interval[1] - ratio)

@@ -16,6 +16,7 @@ import pandas as pd
 from posbench.core.files import atomic_write_text
 from posbench.report import charts
 from posbench.report.escape import md_code, md_text
+from posbench.report.headline import headline, summary_markdown
 from posbench.report.html import write_html
 from posbench.report.names import Stems, unique_keys
 from posbench.report.render import capped, csv_cell, to_csv, to_latex, to_markdown
@@ -134,7 +135,7 @@ def build_report(run_dirs, out_dir, baseline: str | None = None, find_task=None)
     unique_keys([b.table for s in sections for b in s.blocks] + [t for s in sections for t in s.details])
     stems = Stems()
     title = f"posbench report: {', '.join(sorted(set(rows['suite'].dropna())))}"
-    md = [f"# {md_text(title)}", "", UNITS_NOTE, ""]
+    md = [f"# {md_text(title)}", "", *summary_markdown(headline(sections, rows)), UNITS_NOTE, ""]
     md += _machines_markdown(runs)
     replaced = superseded(rows, [b.table for s in sections for b in s.blocks])
     if replaced:  # rows no table shows: said, never silently dropped

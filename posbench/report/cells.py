@@ -3,6 +3,10 @@
 The ratio is to the baseline's row at the same grid point of the same run (else of another run,
 marked unpaired). With interleaved rounds or paired windows it is the median of per-round (or
 per-window) ratios with a bootstrap 95% interval; rows timed apart divide two medians instead.
+One estimator per cell: where the ratio is paired, the value shown is the baseline's median x
+that ratio, so a value and its ratio never point opposite ways (the row's own median stays in
+``Cell.median``, table.csv and rows.csv). Memory cells carry the measurement's resolution
+(``posbench.report.resolution``), so a difference within it is never ranked.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import math
 from typing import Any, NamedTuple
 
 from posbench.core.task import SEED_CI_SUFFIXES
-from posbench.report import bootstrap
+from posbench.report import bootstrap, resolution
 from posbench.report import numbers as fmt
 from posbench.report.grouping import is_number
 from posbench.report.table import SPREAD_MIN_MAX, SPREAD_SEED_CI, SPREAD_STD, Cell, Table
@@ -21,6 +25,10 @@ UNPAIRED_NOTE = (
     "Marked unpaired: timed apart from {base} (another process, pass or run folder: a method that "
     "joined a finished run with --unpaired, or rows of several runs), so the ratio divides the two "
     "medians, its interval resamples each side on its own, and it claims no pairing."
+)
+PAIRED_VALUE_NOTE = (
+    "One estimator per cell: a paired cell's value is {base}'s median x its paired ratio, so value and "
+    "ratio agree in direction (each method's own median is the median column of table.csv, and rows.csv)."
 )
 
 
@@ -90,7 +98,8 @@ class Baselines:
 
 
 def metric_cell(r, table: Table, base: Baseline | None) -> Cell:
-    """Row ``r``'s cell in ``table`` (its metric and format), with its ratio to ``base``."""
+    """Row ``r``'s cell in ``table`` (its metric and format), with its ratio to ``base``; a paired
+    ratio sets the value shown (module docstring), a memory cell its resolution band."""
     cell = Cell(text="", status=r.status, case_id=r.case_id, run_id=r.run_id, message=str(r.message or ""))
     if r.status != "ok":
         cell.text = fmt.status(r.status)
@@ -99,7 +108,7 @@ def metric_cell(r, table: Table, base: Baseline | None) -> Cell:
     if value is None:
         cell.text = fmt.MISSING
         return cell
-    cell.value = float(value)
+    cell.value = cell.median = float(value)
     cell.spread = spread_of(r.metrics, table.metric, cell.value, table)
     if base:
         ours = rounds_of(r, table.metric)
@@ -115,9 +124,12 @@ def metric_cell(r, table: Table, base: Baseline | None) -> Cell:
             ratio, interval, pairs = bootstrap.paired_ratio(ours, base.rounds)
             if pairs >= 2 and ratio is not None and math.isfinite(ratio) and all(map(math.isfinite, interval or [])):
                 cell.ratio, cell.ratio_interval = ratio, interval
+                cell.value = base.value * ratio  # the paired estimate: it and the ratio agree
         if cell.ratio is None:
             cell.text = f"{fmt.number(cell.value, table.fmt)} ({fmt.MISSING})"
             return cell
+    if table.unit == "bytes":
+        cell.resolution = resolution.band(cell.value, getattr(r, "device", None))
     cell.text = fmt.value_with_ratio(cell.value, table.fmt, cell.ratio, cell.ratio_interval, cell.unpaired)
     return cell
 

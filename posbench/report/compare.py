@@ -19,6 +19,7 @@ import pandas as pd
 from posbench.core.files import atomic_write_text
 from posbench.core.task import Task
 from posbench.report import numbers as fmt
+from posbench.report import resolution
 from posbench.report.compare_cases import MetricChange, compare_case, value_text
 from posbench.report.compare_checks import (
     check_same_gpu,
@@ -67,6 +68,14 @@ class ComparisonResult:
         """1 on any regression or any case of BASE missing from NEW (CI fails), else 0."""
         return 1 if self.regressions or self.only_in_base else 0
 
+    def _memory_note(self) -> str:
+        """What memory changes are not claimed (``posbench.report.resolution``), where any was compared."""
+        devices = sorted({c.device for c in self.changes if c.memory})
+        if not devices:
+            return ""
+        rules = "; ".join(f"{resolution.described(d)} on {d or 'an unnamed device'}" for d in devices)
+        return f" Memory: a difference under {rules} is within the measurement's resolution and is no change."
+
     def markdown(self) -> str:
         """A summary for a pull request or ``$GITHUB_STEP_SUMMARY``."""
         pct = f"{self.threshold:.0%}"
@@ -75,7 +84,7 @@ class ComparisonResult:
             "",
             f"Base: {md_code(self.base_dir)} (commit {md_text(', '.join(self.base_commits) or 'unknown')}); "
             f"new: {md_code(self.new_dir)} (commit {md_text(', '.join(self.new_commits) or 'unknown')}). "
-            f"Threshold: {pct} either way.",
+            f"Threshold: {pct} either way." + self._memory_note(),
             "",
         ]
         lines += [f"> **Warning:** {md_text(w)}" for w in self.hardware_warnings]

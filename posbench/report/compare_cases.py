@@ -3,7 +3,8 @@
 Which way is better comes from the task's metric declarations (``Runs.tasks``). With interleaved
 rounds, paired windows or several training seeds the ratio carries a bootstrap 95% interval and
 a change counts only when the whole interval is beyond the threshold; a case that finished before
-and fails now is a regression.
+and fails now is a regression. Memory is judged with its resolution too
+(``posbench.report.resolution``): a difference within it is no change, whatever the threshold.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from posbench.core.task import Metric, Task, find_metric
-from posbench.report import bootstrap
+from posbench.report import bootstrap, resolution
 from posbench.report import numbers as fmt
 from posbench.store.row import by_round, by_window
 
@@ -56,6 +57,8 @@ class MetricChange:
     verdict: str  # "regression" | "improvement" | "same" | "noise"
     interval: tuple[float, float] | None = None  # bootstrap 95% interval of ratio (rounds)
     basis: str = ""  # "" (the values) or "ratio to <baseline>" (paired in each run)
+    memory: bool = False  # a memory metric, judged with its resolution (``is_memory``)
+    device: str | None = None  # the device type NEW measured it on (memory's resolution depends on it)
 
 
 def case_metrics(row, tasks: dict[str, Task] | None = None) -> dict[str, float | None]:
@@ -142,7 +145,9 @@ def _samples(row, metric: str, base_row) -> tuple[list | None, str]:
 def _rounds_ratio(base, new, metric: str, base_ref, new_ref) -> tuple | None:
     """(BASE value, NEW value, NEW/BASE, its interval, basis) from the rounds of both sides, or None
     when either lacks rounds; the values are the medians of ratios to the baseline when ``basis``
-    says so (paired in each run)."""
+    says so (paired in each run). One estimator: the values shown are the medians the ratio divides
+    and its interval resamples (every window pooled), so NEW/BASE is exactly their quotient and
+    never points the other way (a row's stored metric, the median of its rounds' medians, can)."""
     b, b_basis = _samples(base, metric, base_ref)
     n, n_basis = _samples(new, metric, new_ref)
     if b is None or n is None or b_basis != n_basis:
@@ -152,7 +157,7 @@ def _rounds_ratio(base, new, metric: str, base_ref, new_ref) -> tuple | None:
     interval = bootstrap.ratio_of_medians_interval(n, b) if ratio is not None else None
     if interval is None or not all(math.isfinite(x) and x > 0 for x in interval):
         return None
-    return (mb if b_basis else base.metrics.get(metric), mn if n_basis else new.metrics.get(metric), ratio, interval, n_basis)
+    return mb, mn, ratio, interval, n_basis
 
 
 def compare_case(
@@ -186,7 +191,18 @@ def compare_case(
         if noisy is not None:
             b_value, n_value, ratio, interval, basis = noisy
             verdict = _interval_verdict(direction, interval, ratio, threshold)
-            changes.append(MetricChange(case_id, new.method, new.task, metric, b_value, n_value, ratio, verdict, interval, basis))
-            continue
-        changes.append(MetricChange(case_id, new.method, new.task, metric, b, n, ratio, _verdict(direction, ratio, threshold)))
+            change = MetricChange(case_id, new.method, new.task, metric, b_value, n_value, ratio, verdict, interval, basis)
+        else:
+            change = MetricChange(case_id, new.method, new.task, metric, b, n, ratio, _verdict(direction, ratio, threshold))
+        if is_memory(new.task, metric, tasks):
+            change.memory, change.device = True, str(new.device or "").split(":")[0] or None
+            if not resolution.separable(b, n, new.device):  # a re-run of the same code moves it that much
+                change.verdict = "same" if change.verdict == "same" else "noise"
+        changes.append(change)
     return changes
+
+
+def is_memory(task: str, name: str, tasks: dict[str, Task] | None = None) -> bool:
+    """Whether ``name`` is declared a memory metric (unit ``bytes``): judged with its resolution."""
+    metric = find_metric(_declared(task, tasks), name) if task else None
+    return metric is not None and metric.unit == "bytes"

@@ -14,6 +14,7 @@ import pandas as pd
 
 from posbench.report import numbers as fmt
 from posbench.report.charts import bar_label
+from posbench.report.escape import md_text
 from posbench.report.frontier import NOT_SEPARABLE
 from posbench.report.learn_first import BROKEN, NOT_LEARNT
 from posbench.report.table import Table
@@ -81,7 +82,10 @@ def table_line(table: Table) -> Line | None:
             parts.append(f"{row} {bar_label(cell) if with_ratio and cell.ratio is not None else cell.text}")
     best = " " + verdict(table, col, bool(with_ratio)) if table.higher_is_better is not None else ""
     what = f"ratio to {table.baseline}" if with_ratio else "values"
-    better = {True: " (higher is better)", False: " (lower is better)"}.get(table.higher_is_better, "")
+    said = {True: "higher is better", False: "lower is better"}.get(table.higher_is_better)
+    resolved = f"differences under {table.resolution} not claimed" if table.resolution else ""  # memory
+    notes = [n for n in (said, resolved) if n]
+    better = f" ({'; '.join(notes)})" if notes else ""
     return Line(
         f"{table.title}, at {table.column_header} {col}, {what}{better}: {'; '.join(parts)}.{best}".rstrip(),
         table.key,
@@ -94,19 +98,28 @@ FLOOR = "floor"  # ``table.extra[FLOOR]``: the control method (no position work)
 
 def _interval(table: Table, row: str, col, by_ratio: bool) -> tuple[float, float] | None:
     """The cell's 95% interval in the quantity the line reads: its ratio's (the baseline's own
-    ratio is exactly 1), else the spread the row holds; None when it has none."""
+    ratio is exactly 1), else the spread the row holds; None when it has none. A memory cell's
+    resolution (``posbench.report.resolution.band``) widens it: a difference within the
+    measurement's resolution is never a ranking, and a gap beyond it is one even without rounds."""
     cell = table.cell(row, col)
     if by_ratio:
-        if row == table.baseline:
-            return (1.0, 1.0)
-        return cell.ratio_interval
-    return cell.spread
+        interval = (1.0, 1.0) if row == table.baseline else cell.ratio_interval
+        band = None
+        if cell.resolution is not None and cell.value and cell.ratio:
+            scale = cell.ratio / cell.value  # value -> ratio: divide by the baseline's value
+            band = (cell.resolution[0] * scale, cell.resolution[1] * scale)
+    else:
+        interval, band = cell.spread, cell.resolution
+    if interval is None or band is None:
+        return interval or band
+    return min(interval[0], band[0]), max(interval[1], band[1])
 
 
 def verdict(table: Table, col, by_ratio: bool) -> str:
     """``Best: alibi.`` only where the best cell's interval overlaps no other's (the frontier's
     rule); else ``Not separable: alibi, rotary.``, naming the best and every method whose interval
-    overlaps it, or that has no interval to tell (a single measurement separates nothing). The
+    overlaps it, or that has no interval to tell (a single measurement separates nothing; a
+    memory cell's resolution band is its interval, ``_interval``). The
     floor (``table.extra["floor"]``, nope) is named as such, never as the best; a method the table
     marks not learnt at L_train is not ranked (learn first)."""
     floor = table.extra.get(FLOOR)
@@ -170,3 +183,13 @@ def headline(sections: list, rows: pd.DataFrame) -> list[Line]:
             if line is not None:
                 out.append(line)
     return out
+
+
+SUMMARY_HEADING = "## Summary"
+
+
+def summary_markdown(lines: list[Line]) -> list[str]:
+    """The summary lines as a Markdown section (``report.md``, the CI job summary), an alarm in bold."""
+    out = [SUMMARY_HEADING, ""]
+    out += [f"- **{md_text(line.text)}**" if line.alarm else f"- {md_text(line.text)}" for line in lines]
+    return out + [""]

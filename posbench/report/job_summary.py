@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from posbench.report.escape import md_code, md_text
-from posbench.report.headline import headline
+from posbench.report.headline import SUMMARY_HEADING, headline, summary_markdown
 from posbench.report.rows import load_runs
 from posbench.report.sections import collect_sections
 from posbench.store.bounds import RowsError
@@ -26,23 +26,18 @@ CHART_LINK = re.compile(r"^!\[(?P<title>.*)\]\((?P<path>charts/[^)\s]+)\)[ \t]*$
 SUMMARY_LIMIT = 1_000_000
 
 
-def summary_markdown(lines) -> list[str]:
-    """The headline lines as a Markdown list, an alarm in bold."""
-    out = ["## Summary", ""]
-    out += [f"- **{md_text(line.text)}**" if line.alarm else f"- {md_text(line.text)}" for line in lines]
-    return out + [""]
-
-
 def job_summary(run_dirs, report_dir: Path, artifact: str, baseline: str | None = None, find_task=None) -> str:
     """``report.md`` of ``report_dir`` with the summary after its title and each chart link
     replaced by a line naming the chart in ``artifact``."""
     runs = load_runs(run_dirs, find_task=find_task)  # find_task: as load_runs
     text = (Path(report_dir) / "report.md").read_text(encoding="utf-8")
-    lines = summary_markdown(headline(collect_sections(runs, baseline), runs.rows))
     head, _, rest = text.partition("\n")  # the "# posbench report: ..." title first
+    # report.md holds its summary after the title; one written before it did gets it here
+    held = rest.lstrip("\n").startswith(SUMMARY_HEADING)
+    lines = [] if held else summary_markdown(headline(collect_sections(runs, baseline), runs.rows))
     where = f"in the artifact {md_code(artifact)}" if artifact else "in the report folder"
     body = CHART_LINK.sub(lambda m: f"*Chart {md_text(m['title'])}: {md_code(m['path'])} {where}.*", rest)
-    out = "\n".join([head, "", *lines]) + body
+    out = "\n".join([head, "", *lines]) + body if lines else head + "\n" + body
     if len(out.encode("utf-8")) > SUMMARY_LIMIT:
         cut = str(out.encode("utf-8")[:SUMMARY_LIMIT], "utf-8", "ignore").rsplit("\n", 1)[0]  # whole lines
         out = cut + f"\n\n*Cut at {SUMMARY_LIMIT:,} bytes (a job summary's limit): the whole report is {where}.*\n"

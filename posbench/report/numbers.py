@@ -119,29 +119,37 @@ def interval(lo: float, hi: float, kind: str = "plain") -> str:
     return f"[{number(lo, kind)}, {number(hi, kind)}]"
 
 
-def plus_minus(ratio_: float, ratio_interval: tuple[float, float]) -> str:
-    """The half-width of a ratio's interval as a table shows it: ``±0.01`` (the larger side of an
-    asymmetric interval, so the ± never understates it; the CSV keeps both bounds)."""
-    half = max(ratio_ - ratio_interval[0], ratio_interval[1] - ratio_, 0.0)
-    return f"±{half:.3g}" if not math.isfinite(half) or half >= 1e4 else f"±{half:.2f}"
+def interval_text(ratio_: float, ratio_interval: tuple[float, float]) -> str:
+    """A ratio's 95% interval as a table shows it, read back exactly to the digits printed:
+    ``±0.01`` (the true half-width) where the interval is symmetric about the printed ratio, that
+    is where ratio ± half-width, printed, gives both printed bounds; else the bounds themselves,
+    ``[0.71, 1.41]`` (an asymmetric interval is never shown as a ``±``)."""
+    lo, hi = ratio_interval
+    half = (hi - lo) / 2
+    if not all(math.isfinite(x) and abs(x) < 1e4 for x in (ratio_, lo, hi)):
+        return f"[{lo:.3g}, {hi:.3g}]"
+    r, h = round(ratio_ * 100), round(half * 100)  # in hundredths, as printed
+    if r - h == round(lo * 100) and r + h == round(hi * 100):
+        return f"±{half:.2f}"
+    return f"[{lo:.2f}, {hi:.2f}]"
 
 
 UNPAIRED = "unpaired"  # a ratio of values timed apart (another process, round or run): no paired claim
 
 
 def ratio_text(ratio_: float, ratio_interval: tuple[float, float] | None = None, unpaired: bool = False) -> str:
-    """``0.99x``, ``0.99x ±0.01``, or ``1.24x ±0.38 unpaired``."""
+    """``0.99x``, ``0.99x ±0.01``, ``0.84x [0.71, 1.41]`` (``interval_text``), or ``1.24x ±0.38 unpaired``."""
     inside = ratio(ratio_)
     if ratio_interval is not None:
-        inside += " " + plus_minus(ratio_, ratio_interval)
+        inside += " " + interval_text(ratio_, ratio_interval)
     return f"{inside} {UNPAIRED}" if unpaired else inside
 
 
 def value_with_ratio(
     value, kind: str, ratio_: float | None = None, ratio_interval: tuple[float, float] | None = None, unpaired: bool = False
 ) -> str:
-    """A table cell: ``25.8k (0.99x)``; with an interval on the ratio ``25.8k (0.99x ±0.01)``;
-    timed apart from the baseline ``25.8k (1.24x ±0.38 unpaired)``."""
+    """A table cell: ``25.8k (0.99x)``; with an interval on the ratio ``25.8k (0.99x ±0.01)`` or,
+    asymmetric, ``25.8k (0.84x [0.71, 1.41])``; timed apart from the baseline ``25.8k (1.24x ±0.38 unpaired)``."""
     text = number(value, kind)
     if ratio_ is None:
         return text

@@ -172,22 +172,37 @@ def to_html(table: Table) -> str:
 
 
 def to_text(table: Table) -> str:
-    """Aligned plain text for the terminal: the title, the grid in padded columns, its note."""
+    """Aligned plain text for the terminal: the title, the grid in padded columns, its note and corpus."""
     grid = _grid(table)
     widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
     lines = [table.title]
     for r in grid:
         lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]))
-    return "\n".join(lines + ([table.note] if table.note else [])) + "\n"
+    return "\n".join(lines + [line for line in (table.note, table.corpus) if line]) + "\n"
 
 
 # Columns of a run's table.csv: one line per cell, so tables with different columns share a file.
-CELL_COLUMNS = ["metric", "method", "column", "value", "ratio", "ratio_lo", "ratio_hi", "text", "status", "case_id", "run_id"]
+CELL_COLUMNS = [
+    "metric",
+    "method",
+    "column",
+    "value",
+    "ratio",
+    "ratio_lo",
+    "ratio_hi",
+    "text",
+    "status",
+    "case_id",
+    "run_id",
+    "median",
+]
 
 
 def cells_csv(tables: list[Table]) -> str:
-    """Every cell of ``tables``, one line each (``CELL_COLUMNS``): value, ratio, its 95% interval and
-    the text; ``column`` is ``<axis>=<value>``, other grid parameters follow the metric name."""
+    """Every cell of ``tables``, one line each (``CELL_COLUMNS``): the value shown, ratio, its 95%
+    interval, the text, and the row's own median (``median``: differs from ``value`` where a paired
+    ratio set the value, ``posbench.report.cells``); ``column`` is ``<axis>=<value>``, other grid
+    parameters follow the metric name."""
     lines = [CELL_COLUMNS]
     for t in tables:
         rest = " ".join(f"{k}={v}" for k, v in t.rest.items())
@@ -206,6 +221,7 @@ def cells_csv(tables: list[Table]) -> str:
                         c.status,
                         c.case_id or "",
                         c.run_id or "",
+                        "" if c.median is None else repr(c.median),
                     ]
                 )
     return csv_text(lines)

@@ -13,6 +13,7 @@ from posbench.core.task import Task
 from posbench.report import charts
 from posbench.report.rows import Runs
 from posbench.report.table import Table
+from posbench.report.table_corpus import name_corpus
 from posbench.report.tabulate import details_tables, metric_tables
 
 # A chart source: called once when the report is written, returns (file stem, title, Figure) triples.
@@ -56,6 +57,7 @@ def collect_sections(runs: Runs, baseline: str | None = None) -> list[Section]:
     for section in sections:
         if section.task in present and not any(s.details for s in sections if s.task == section.task):
             section.details = details_tables(runs, section.task)
+    name_corpus([b.table for s in sections for b in s.blocks], runs.rows)
     return [s for s in sections if s.blocks or s.details]
 
 

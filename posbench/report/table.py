@@ -31,6 +31,8 @@ class Cell:
     ratio_interval: tuple[float, float] | None = None  # a confidence interval of the ratio
     spread: tuple[float, float] | None = None  # (low, high) the row holds: min-max of windows, or ± std of seeds
     unpaired: bool = False  # the ratio divides values timed apart from the baseline's (``paired_with``)
+    median: float | None = None  # the row's own median; ``value`` differs where a paired ratio set it
+    resolution: tuple[float, float] | None = None  # memory: the values not told apart from ``value``
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class Table:
     spread: str = ""  # what the cells' spreads are (SPREAD_MIN_MAX, SPREAD_STD): charts name it
     pooled: bool = False  # cells sum the counts of every run of a case: no run supersedes another
     note: str = ""  # one line under the table: the methods left out as unavailable here
+    corpus: str = ""  # ``Corpus: ...`` of its rows (``posbench.report.table_corpus``), "" where they name none
+    resolution: str = ""  # memory: the smallest difference claimed (``max(5%, 8 MiB)``), "" for the rest
 
     def cell(self, row: str, column) -> Cell:
         return self.cells.get((row, column), Cell(text="—", status="missing"))

@@ -15,7 +15,8 @@ import pandas as pd
 from posbench.core.task import SEED_CI_SUFFIXES, SPREAD_SUFFIXES, Declarations, Metric
 from posbench.engine.env import was_busy
 from posbench.report import numbers as fmt
-from posbench.report.cells import UNPAIRED_NOTE, Baselines, metric_cell, spread_of
+from posbench.report import resolution
+from posbench.report.cells import PAIRED_VALUE_NOTE, UNPAIRED_NOTE, Baselines, metric_cell, spread_of
 from posbench.report.grouping import (
     baseline_for,
     by_params,
@@ -33,6 +34,7 @@ from posbench.report.grouping import (
 from posbench.report.names import slug
 from posbench.report.rows import Runs
 from posbench.report.table import Cell, Table, TableSpec
+from posbench.report.table_corpus import name_corpus
 from posbench.store.meta import RunMeta
 from posbench.store.row import by_window_key
 
@@ -83,7 +85,8 @@ def metric_tables(
     """One table per metric, per (suite, hardware, other grid params): methods x ``column``.
 
     ``metrics`` None: ``choose_metrics`` per group. A cell shows the value and its ratio to the
-    baseline of the same run (else of the same machine), with rounds ``25.8k (0.99x ±0.01)``."""
+    baseline of the same run (else of the same machine), with rounds ``25.8k (0.99x ±0.01)`` (an
+    asymmetric interval as its bounds, ``25.8k (0.84x [0.71, 1.41])``)."""
     layout = Layout(task, declared_in(runs, task, runs.rows[runs.rows["task"] == task], metrics or ()), baseline, column)
     tables = []
     for where in suite_groups(runs, layout):
@@ -313,12 +316,12 @@ def _metric_table(where: SuiteRows, spec: TableSpec, metric: Metric, rest: tuple
         ratios = (
             f"In brackets: ratio to {base_method} in the same run, the median of per-window ratios (paired "
             "windows: a grid point's methods alternated short measured windows in one process per round), "
-            "± half the width of its bootstrap 95% interval (rounds, then windows resampled). "
+            f"then its bootstrap 95% interval (rounds, then windows resampled){INTERVAL_FORM} "
         )
     elif paired:
         ratios = (
             f"In brackets: ratio to {base_method} in the same run, the median of per-round ratios "
-            "(interleaved rounds), ± half the width of its bootstrap 95% interval. "
+            f"(interleaved rounds), then its bootstrap 95% interval{INTERVAL_FORM} "
         )
     elif baselines.found:
         ratios = f"In brackets: ratio to {base_method} in the same run. "
@@ -328,18 +331,37 @@ def _metric_table(where: SuiteRows, spec: TableSpec, metric: Metric, rest: tuple
         ratios = f"No ratios: baseline {base_method} was not run. "
     if any(c.unpaired for c in table.cells.values()):
         ratios += UNPAIRED_NOTE.format(base=base_method) + " "
+    if any(c.median is not None and c.value != c.median for c in table.cells.values()):
+        ratios += PAIRED_VALUE_NOTE.format(base=base_method) + " "
+    if metric.unit == "bytes":
+        table.resolution = resolution.described(_device(rows))
+        ratios += (
+            f"Memory is one measurement per process: a difference under {table.resolution} is within its "
+            "resolution (a re-run of the same code moves it that much) and is not claimed. "
+        )
     better = {True: " (higher is better)", False: " (lower is better)"}.get(metric.higher_is_better, "")
     table.caption = (
         f"{metric.title}{unit}{better} on {where.hardware} (commit {table.commit}); rows are methods, "
         f"columns {column}. " + ratios + "Failed cases show their status (OOM, unavailable, error, ...)."
     )
     table.caption += compile_note(rows)
-    if where.busy:
+    if where.busy and metric.unit in TIMED_UNITS:
         table.caption += (
             ' Measured on a busy machine (other processes competed for it; env.json "machine" '
             "says which): speeds are noisier than usual."
         )
     return table
+
+
+# Units of a quantity read off a clock: a busy machine makes them noisy (memory and perplexity it does not).
+TIMED_UNITS = {"words/s", "tokens/s", "ms", "s", "TFLOP/s", "J", "J/token"}
+# How a ratio's interval is printed, for the captions that show one (posbench.report.numbers.interval_text).
+INTERVAL_FORM = ": ±h, its half-width, where it is symmetric to the two decimals printed, else [low, high]."
+
+
+def _device(rows) -> str | None:
+    """The device type the rows were measured on (the first one named; a table holds one machine's)."""
+    return next((str(r.device) for r in rows if isinstance(getattr(r, "device", None), str)), None)
 
 
 def compile_note(rows) -> str:
@@ -385,4 +407,5 @@ def run_tables(runs: Runs, case_ids: set | None = None) -> list[Table]:
         layout = Layout(meta.task, declared, None, column)
         for where in suite_groups(part, layout):
             out += laid_out(where, layout, names, asked=True)
+    name_corpus(out, frame)
     return [set_aside_unavailable(t) for t in out]

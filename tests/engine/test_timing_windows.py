@@ -6,6 +6,7 @@ real run of the efficiency suite."""
 import json
 import math
 import random
+import re
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -19,6 +20,7 @@ from posbench.core.method import PositionMethod
 from posbench.core.registry import register
 from posbench.engine import timing_windows as paired
 from posbench.report import bootstrap
+from posbench.report import numbers as fmt
 from posbench.report import rows as rowsmod
 from posbench.report.tabulate import metric_tables
 from posbench.run import runner, worker
@@ -186,7 +188,7 @@ def test_merged_rows_keep_each_rounds_windows_and_tables_pair_them(tmp_path):
     ratio, interval, pairs = bootstrap.paired_ratio(method, base)
     assert pairs == 30 and cell.ratio == ratio and cell.ratio_interval == interval
     assert ratio == pytest.approx(0.95, abs=0.005)
-    assert cell.text.endswith(f"(0.95x ±{bootstrap.half_width(ratio, interval):.2f})")
+    assert cell.text.endswith(f"(0.95x {fmt.interval_text(ratio, interval)})")
     assert "median of per-window ratios (paired windows" in table.caption
 
 
@@ -518,7 +520,10 @@ def test_short_real_run_of_the_cpu_efficiency_suite_pairs_windows(tmp_path, caps
     table = (run_dir / "table.md").read_text()
     train = table.split("**Training speed")[1].split("**Evaluation speed")[0]
     alibi = next(line for line in train.splitlines() if line.startswith("| alibi"))
-    assert "x ±" in alibi and "median of per-window ratios (paired windows" in table
+    # the ratio carries its interval: ±h where symmetric, else its bounds (numbers.interval_text)
+    assert (
+        re.search(r"x (±\d+\.\d\d|\[\d+\.\d\d, \d+\.\d\d\])\)", alibi) and "median of per-window ratios (paired windows" in table
+    )
     merged = case_rows(read_rows(run_dir / "cases.jsonl"))
     assert len(merged["alibi/seq_len=32"]["series"]["train_wps_by_window"]) == 2
     assert Path(run_dir / "table.csv").read_text().count("alibi") >= 3

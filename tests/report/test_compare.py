@@ -13,7 +13,7 @@ from posbench.report.compare import compare_runs, main_compare
 from posbench.report.compare_cases import metric_direction
 from posbench.report.compare_checks import OtherHardware
 from posbench.tasks import find as find_task
-from tests.helpers.report_rows import CPU_ENV, GPU_ENV, efficiency_rows, extrapolation_rows, write_run
+from tests.helpers.report_rows import CPU_ENV, GPU_ENV, base_row, efficiency_rows, extrapolation_rows, write_run
 
 # The tasks this installation knows, as the CLI hands them to the report.
 KNOWN_TASKS = {name: _registry.get(name) for name in _registry.names(include_hidden=True)}
@@ -393,3 +393,67 @@ def test_methods_new_did_not_run_are_not_in_new_and_not_failures(tmp_path):
     partial = write_run(tmp_path / "partial", kept[1:], methods=["sinusoidal", "alibi"])
     failed = compare_runs(base, partial, find_task=find_task)
     assert failed.only_in_base == [kept[0]["case_id"]] and failed.exit_code == 1
+
+
+# -- one estimator per change, memory judged with its resolution (issue 66) --------------------------
+
+MIB = 1 << 20
+
+
+def _memory_rerun(root, above_train, above_eval, device="cpu"):
+    """efficiency_rows with the peaks above the resting footprint set (bytes), every case alike."""
+    rows = efficiency_rows(device=device)
+    for row in rows:
+        if row["status"] == "ok":
+            row["metrics"].update(peak_mem_train_above_base_bytes=above_train, peak_mem_eval_above_base_bytes=above_eval)
+    return write_run(root, rows, env=GPU_ENV if device == "cuda" else CPU_ENV)
+
+
+def test_a_rerun_of_the_same_code_gives_no_memory_verdict(tmp_path):
+    # Issue 66: a re-run of identical code on a CPU moved the peaks above the resting footprint to
+    # 0.929x and 0.851x; within max(5%, 8 MiB) of the resident set that is no change.
+    base = _memory_rerun(tmp_path / "base", 72 * MIB, 26 * MIB)
+    new = _memory_rerun(tmp_path / "new", 0.929 * 72 * MIB, 0.851 * 26 * MIB)
+    result = compare_runs(base, new, find_task=find_task)
+    memory = [c for c in result.changes if c.metric.startswith("peak_mem_")]
+    assert memory and all(c.memory and c.device == "cpu" for c in memory)
+    assert result.regressions == result.improvements == [] and result.exit_code == 0
+    moved = {c.metric for c in result.within_noise}
+    assert moved == {"peak_mem_train_above_base_bytes", "peak_mem_eval_above_base_bytes"}
+    assert "Memory: a difference under max(5%, 8 MiB) on cpu is within the measurement's resolution" in result.markdown()
+    # a gap beyond the resolution is still a change, either way
+    grown = _memory_rerun(tmp_path / "grown", 2.8 * 72 * MIB, 26 * MIB)
+    assert {c.metric for c in compare_runs(base, grown, find_task=find_task).regressions} == {"peak_mem_train_above_base_bytes"}
+
+
+def test_cuda_memory_has_a_finer_resolution(tmp_path):
+    # CUDA's allocator counts bytes exactly: 0.929x of 1 GiB is 73 MiB, beyond max(1%, 1 MiB).
+    base = _memory_rerun(tmp_path / "base", 1024 * MIB, 1024 * MIB, device="cuda")
+    new = _memory_rerun(tmp_path / "new", 0.929 * 1024 * MIB, 1024 * MIB, device="cuda")
+    result = compare_runs(base, new, find_task=find_task)
+    assert {c.metric for c in result.improvements} == {"peak_mem_train_above_base_bytes"}
+    assert "max(1%, 1 MiB) on cuda" in result.markdown()
+
+
+def _windows_run(root, rounds):
+    """The baseline alone, paired windows: ``rounds`` a list of each round's windows (words/s); each
+    round's stored train_wps the median of its windows, as the worker stores it."""
+    rows = []
+    for r, windows in enumerate(rounds, 1):
+        row = base_row("efficiency", "efficiency", "sinusoidal", {"seq_len": 64}, "r", round=r)
+        row["metrics"] = {"train_wps": sorted(windows)[len(windows) // 2]}
+        row["series"] = {"train_wps_windows": windows}
+        row["info"] = {"pairing": "windows", "group": f"g{r}"}
+        rows.append(row)
+    return write_run(root, rows, metrics=["train_wps"])
+
+
+def test_compare_shows_the_values_its_ratio_divides(tmp_path):
+    # The median of the rounds' medians (the row's train_wps) falls 5k -> 4k, while the median of
+    # every window, which the ratio and its interval resample, rises 1k -> 4k: the values shown are
+    # the latter, so "base -> new" and new/base never point opposite ways.
+    base = _windows_run(tmp_path / "base", [[10e3, 10e3, 10e3], [1e3] * 5, [5e3]])
+    new = _windows_run(tmp_path / "new", [[6e3] * 3, [4e3] * 3, [4e3]])
+    (change,) = compare_runs(base, new, find_task=find_task).changes
+    assert (change.base, change.new) == (1e3, 4e3) and change.ratio == pytest.approx(4.0)
+    assert change.interval is not None and change.basis == ""

@@ -264,3 +264,41 @@ def test_seed_intervals_widen_a_retrieval_cell_so_two_seeds_separate_nothing():
     two = {"lo": 0.78, "hi": 0.91, "seed_lo": -0.4, "seed_hi": 1.9}  # a t interval of two seeds
     assert spread(two) == (0.0, 1.0)
     assert spread({"lo": 0.5, "hi": 0.6, "seed_lo": 0.52, "seed_hi": 0.7}) == (0.5, 0.7)
+
+
+def test_memory_is_ranked_beyond_its_resolution_and_never_within_it(tmp_path):
+    # Issue 66: "t5_bias 2.80x; alibi 2.59x ... Not separable" for peak evaluation memory above the
+    # resting footprint, one measurement each. With the memory resolution a 2.8x gap is a ranking
+    # and a 2% one is not.
+    from posbench.report.tabulate import metric_tables
+    from tests.helpers.report_rows import base_row
+
+    mib = 1 << 20
+    above = {"sinusoidal": 10 * mib, "t5_bias": 28 * mib, "alibi": 25.9 * mib, "rotary": 10.2 * mib}
+    rows = []
+    for method, value in above.items():
+        row = base_row("efficiency", "efficiency", method, {"seq_len": 64}, "r")
+        row["metrics"] = {"peak_mem_eval_above_base_bytes": value}
+        rows.append(row)
+    run = write_run(tmp_path, rows, metrics=["peak_mem_eval_above_base_bytes"])
+    (table,) = metric_tables(load_runs(run, find_task=find_task), "efficiency", metrics=["peak_mem_eval_above_base_bytes"])
+    text = hl.table_line(table).text
+    assert "ratio to sinusoidal (lower is better; differences under max(5%, 8 MiB) not claimed): t5_bias 2.80x" in text
+    assert text.endswith("Not separable: sinusoidal, rotary.")  # 0.2 MiB apart; t5_bias and alibi ranked out
+    above["rotary"] = 20 * mib  # 10 MiB more: beyond the resolution
+    rows[-1]["metrics"]["peak_mem_eval_above_base_bytes"] = above["rotary"]
+    run = write_run(tmp_path / "2", rows, metrics=["peak_mem_eval_above_base_bytes"])
+    (table,) = metric_tables(load_runs(run, find_task=find_task), "efficiency", metrics=["peak_mem_eval_above_base_bytes"])
+    assert hl.table_line(table).text.endswith("Best: sinusoidal.")
+
+
+def test_report_md_opens_with_the_summary_the_html_shows(runs, report):
+    md = report["report.md"].read_text()
+    title, summary = md.split("\n", 1)
+    assert summary.startswith("\n## Summary\n\n- **26 cases: 20 ok, 5 unavailable here, 1 failed (1 oom).**\n- Training speed")
+    loaded = load_runs(runs, find_task=find_task)
+    lines = hl.headline(collect_sections(loaded), loaded.rows)
+    assert "\n".join(hl.summary_markdown(lines)) in md
+    # the CI job summary keeps report.md's summary, once
+    text = js.job_summary([runs], report["report.md"].parent, "report-x", find_task=find_task)
+    assert text.count("## Summary") == 1

@@ -124,6 +124,7 @@ def test_markdown_puts_each_chart_under_its_table_and_the_appendix_last(report):
     headings = re.findall(r"^## (.+)$", md, flags=re.M)
     # retrieval: its per-probe accuracy tables only (the summary metrics are their columns)
     assert headings == [
+        "Summary",
         "Runs",
         "Efficiency",
         "Extrapolation",

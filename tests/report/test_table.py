@@ -145,12 +145,24 @@ def test_formats():
 
 
 def test_a_cell_can_carry_an_interval():
-    # Confidence intervals travel in the same cell text: value, ratio, ± half the ratio's interval
-    # (the larger side of an asymmetric one, so the ± never understates it).
+    # Confidence intervals travel in the same cell text: value, ratio, and the ratio's interval as
+    # it is: ± its half-width where symmetric to the digits printed, else its bounds.
     assert fmt.value_with_ratio(25_800.0, "count", 0.98, (0.97, 0.99)) == "25.8k (0.98x ±0.01)"
-    assert fmt.value_with_ratio(25_800.0, "count", 0.99, (0.96, 1.00)) == "25.8k (0.99x ±0.03)"
+    assert fmt.value_with_ratio(25_800.0, "count", 0.99, (0.96, 1.00)) == "25.8k (0.99x [0.96, 1.00])"
     assert fmt.value_with_ratio(25_800.0, "count") == "25.8k"
     assert fmt.interval(1.5 * GiB, 2 * GiB, "bytes") == "[1.50 GiB, 2.00 GiB]"
+
+
+def test_an_asymmetric_interval_is_printed_as_it_is():
+    # Issue 66: alibi's 0.837 [0.706, 1.408] was printed ±0.57, and a reader rebuilt [0.27, 1.41].
+    text = fmt.ratio_text(0.837, (0.706, 1.408))
+    assert text == "0.84x [0.71, 1.41]" and "±" not in text
+    assert fmt.ratio_text(1.048, (0.938, 1.075)) == "1.05x [0.94, 1.07]"
+    # symmetric to the digits printed: the true half-width, which rebuilds both printed bounds
+    assert fmt.ratio_text(1.0, (0.9, 1.1)) == "1.00x ±0.10"
+    assert fmt.ratio_text(0.95, (0.94, 0.96), unpaired=True) == "0.95x ±0.01 unpaired"
+    # a one-sided interval (the upper bound on the ratio itself) is no ±0.00
+    assert fmt.ratio_text(0.97, (0.96, 0.97)) == "0.97x [0.96, 0.97]"
 
 
 def test_run_tables_print_the_family_table_a_suite_metric_is_shown_in(tmp_path):

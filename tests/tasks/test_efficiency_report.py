@@ -6,6 +6,7 @@ import random
 import pytest
 
 from posbench.report import bootstrap
+from posbench.report import numbers as fmt
 from posbench.report import rows as rowsmod
 from posbench.report.sections import collect_sections
 from posbench.report.tabulate import run_tables
@@ -84,12 +85,13 @@ def test_cells_show_the_ratio_to_nope_beside_the_ratio_to_the_baseline(tmp_path)
     assert pairs == 24 and to_floor == pytest.approx(0.9 / 1.05, abs=0.01)
     assert cell.ratio == to_base and cell.ratio_interval == base_interval  # the baseline's ratio stays
     assert cell.text.endswith(
-        f"(0.90x ±{bootstrap.half_width(to_base, base_interval):.2f}) "
-        f"[{to_floor:.2f}x ±{bootstrap.half_width(to_floor, floor_interval):.2f}]"
+        f"(0.90x {fmt.interval_text(to_base, base_interval)}) [{to_floor:.2f}x {fmt.interval_text(to_floor, floor_interval)}]"
     )
     assert table.extra["floor"] == "nope"
     assert table.extra["floor_ratios"]["alibi@1024"] == [to_floor, *floor_interval]
-    assert table.cell("sinusoidal", 1024).text.endswith(f"[{1 / 1.05:.2f}x ±0.00]")
+    own, lo, hi = table.extra["floor_ratios"]["sinusoidal@1024"]
+    assert own == pytest.approx(1 / 1.05, abs=0.01)
+    assert table.cell("sinusoidal", 1024).text.endswith(f"[{own:.2f}x {fmt.interval_text(own, (lo, hi))}]")
     assert "[" not in table.cell("nope", 1024).text
     assert "In square brackets: ratio to nope, the floor" in table.caption
 
@@ -226,3 +228,30 @@ def test_the_mfu_table_says_unknown_peak_plainly_or_the_share_of_a_known_one(tmp
     assert mfu.cell("nope", 64).text == "41.3% (5.20M FLOP/token)"
     assert mfu.baseline is None and "No floor" not in mfu.caption
     assert "Peaks: unknown peak: cpu has no float32 entry in posbench.engine.peaks; NVIDIA H200" in mfu.caption
+
+
+def test_a_cpu_run_prints_no_table_of_unknown_peaks_and_says_why(tmp_path):
+    # Issue 66: every CPU run printed a table of "unknown peak" cells; none is known: no table, one line.
+    rows = [_row("sinusoidal", int(0.56 * GIB), 40 * MIB), _row("nope", int(0.56 * GIB), 38 * MIB)]
+    for row in rows:
+        row["metrics"].update(train_flops_per_token=5.31e6, train_mfu=None)
+        row["info"] = {"mfu_peak": "unknown peak: cpu has no float32 entry in posbench.engine.peaks"}
+    run = write_run(tmp_path, rows, metrics=["train_wps"], methods=["sinusoidal", "nope"])
+    tables = floor_tables(rowsmod.load_runs(run, find_task=find_task))
+    assert "train_mfu" not in [t.metric for t in tables]
+    speed = next(t for t in tables if t.metric == "train_wps")
+    assert "No MFU table: the device's dense peak is unknown (every CPU" in speed.caption
+
+
+def test_the_run_summary_prints_the_peak_evaluation_memory_where_measured(tmp_path):
+    rows = [_row("sinusoidal", int(0.56 * GIB)), _row("nope", int(0.55 * GIB))]
+    run = write_run(tmp_path / "a", rows, metrics=["train_wps", "peak_mem_train_bytes"], methods=["sinusoidal", "nope"])
+    assert "peak_mem_eval_bytes" not in [t.metric for t in run_tables(rowsmod.load_runs(run, find_task=find_task))]
+    for row in rows:
+        row["metrics"]["peak_mem_eval_bytes"] = int(0.3 * GIB)
+    run = write_run(tmp_path / "b", rows, metrics=["train_wps", "peak_mem_train_bytes"], methods=["sinusoidal", "nope"])
+    printed = [t.metric for t in run_tables(rowsmod.load_runs(run, find_task=find_task))]
+    assert printed == ["train_wps", "peak_mem_train_bytes", "peak_mem_eval_bytes"]
+    # a suite that asks for no memory at all gets none
+    run = write_run(tmp_path / "c", rows, metrics=["train_wps"], methods=["sinusoidal", "nope"])
+    assert [t.metric for t in run_tables(rowsmod.load_runs(run, find_task=find_task))] == ["train_wps"]

@@ -50,7 +50,7 @@ def floor_tables(
         wanted = ABOVE_BASE.get(table.metric)
         return [x for x in refined if x.metric == wanted and (x.hardware, x.rest) == (table.hardware, table.rest)]
 
-    tables = [x for t in tables for x in (t, *after(t), *(mfu_tables(runs, column) if t.metric == "train_wps" else []))]
+    tables = [x for t in tables for x in (t, *after(t), *(mfu_tables(runs, column, t) if t.metric == "train_wps" else []))]
     floors = {t.key: t for t in metric_tables(runs, TASK_NAME, floor, column, metrics)}
     floors.update({t.key: t for t in (metric_tables(runs, TASK_NAME, floor, column, above) if above else [])})
     for table in tables:
@@ -62,10 +62,12 @@ MFU, PER_TOKEN = "train_mfu", "train_flops_per_token"
 UNKNOWN_PEAK = "unknown peak"
 
 
-def mfu_tables(runs, column: str = REPORT_COLUMN) -> list[Table]:
+def mfu_tables(runs, column: str = REPORT_COLUMN, speed: Table | None = None) -> list[Table]:
     """Model FLOPs utilisation in training, methods x ``column``, no ratios: ``41.3% (5.2M
     FLOP/token)``, or where the device's dense peak is unknown (every CPU) ``unknown peak (5.2M
-    FLOP/token)``, never a zero. None for rows made before posbench counted FLOPs per token."""
+    FLOP/token)``, never a zero. None for rows made before posbench counted FLOPs per token. A
+    table where no device's peak is known (a CPU run) would be a column of ``unknown peak``: it is
+    left out, and one sentence under ``speed`` (the training speed table it follows) says why."""
     from posbench.report.grouping import ordered
     from posbench.report.tabulate import metric_tables
 
@@ -73,6 +75,14 @@ def mfu_tables(runs, column: str = REPORT_COLUMN) -> list[Table]:
     if not any(PER_TOKEN in r.metrics for r in carried.values()):
         return []
     tables = metric_tables(runs, TASK_NAME, "", column, [MFU])
+    if speed is not None:  # the MFU table that follows this training speed table, where a peak is known
+        mine = [t for t in tables if (t.hardware, t.rest) == (speed.hardware, speed.rest)]
+        tables = [t for t in mine if any(c.value is not None for c in t.cells.values())]
+        if mine and not tables:
+            speed.caption += (
+                " No MFU table: the device's dense peak is unknown (every CPU; posbench/engine/peaks.py), so no "
+                "share of it is claimed (training FLOPs per token: the report's run details)."
+            )
     for table in tables:
         peaks = []
         for cell in table.cells.values():
@@ -125,13 +135,21 @@ def add_floor(table: Table, against: Table | None, floor: str = FLOOR) -> None:
 
 
 def summary_tables(runs) -> list[Table]:
-    """The tables printed after a run: the suite's metrics (run.json), with the floor."""
+    """The tables printed after a run: the suite's metrics (run.json), with the floor; where they
+    include the training peak, the peak evaluation memory beside it wherever the rows measured it
+    (the stock suite lists only the training peak)."""
     from posbench.report.grouping import ordered
 
     sources = ordered(runs.rows["source"])
     metas = [runs.metas.get(s) for s in sources]
     names = ordered(m for meta in metas if meta is not None for m in meta.metrics)
+    carried = {k for m in runs.rows["metrics"] if isinstance(m, dict) for k, v in m.items() if v is not None}
+    if TRAIN_MEMORY in names and EVAL_MEMORY in carried:  # measured: printed beside the training peak
+        names = ordered([*names, EVAL_MEMORY])
     return floor_tables(runs, None, REPORT_COLUMN, names or None)
+
+
+TRAIN_MEMORY, EVAL_MEMORY = "peak_mem_train_bytes", "peak_mem_eval_bytes"
 
 
 def report_sections(runs, baseline: str | None = None) -> list:
