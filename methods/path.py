@@ -140,7 +140,9 @@ class PaTH(PositionMethod):
         if self.short_conv:
             b, hkv, t, hd = w.shape
             x = w.permute(0, 1, 3, 2).reshape(b, hkv * hd, t)  # (B, Dkv, T)
-            x = F.conv1d(F.pad(x, (CONV - 1, 0)), self.conv[layer].to(w.dtype)[:, None], groups=hkv * hd)
+            # in w's own dtype (float32, float64) under autocast too: the scan reads w exactly
+            with torch.autocast(w.device.type, enabled=False):
+                x = F.conv1d(F.pad(x, (CONV - 1, 0)), self.conv[layer].to(w.dtype)[:, None], groups=hkv * hd)
             w = F.silu(x).view(b, hkv, hd, t).permute(0, 1, 3, 2)
         return F.normalize(w, dim=-1)
 

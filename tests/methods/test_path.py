@@ -256,3 +256,20 @@ def test_kernel_fla_without_cuda_and_fla_core_is_unavailable():
         .attn_backend("cpu", torch.float32)
         .endswith("(fla's path_attn kernel unavailable: needs CUDA and fla-core (pip install posbench[fla]))")
     )
+
+
+@pytest.mark.parametrize("name", ["path", "path_fox"])
+def test_a_model_trains_under_bfloat16_autocast_with_w_kept_in_float32(name):
+    """The short convolution runs outside autocast: under bfloat16 autocast it made w bfloat16
+    beside float32 keys, and the UT transform's first matmul refused the mix."""
+    from posbench.core.model import build_model, lm_loss
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=64, n_layers=2, d_model=32, n_heads=4, d_ff=64, method=name)).train()
+    idx = torch.randint(0, 64, (2, 38), generator=torch.Generator().manual_seed(1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = lm_loss(model(idx[:, :-1]), idx[:, 1:])
+    loss.backward()
+    assert torch.isfinite(loss)
+    grads = [p.grad for p in model.method.parameters() if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
