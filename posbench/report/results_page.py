@@ -26,7 +26,8 @@ from posbench.report.render import to_markdown
 from posbench.report.rows import cpu_model, find_run_dirs, gpu_name, load_runs
 from posbench.report.tabulate import run_tables
 from posbench.store.bounds import RowsError, loads, open_regular, read_small
-from posbench.store.meta import RUN_FILE, RunMeta
+from posbench.store.meta import RUN_FILE, RunMeta, run_command
+from posbench.store.published import provenance_warnings, without_machine_paths
 
 DEFAULT_OUT = Path("docs/results")
 GENERATOR = "make docs-results"
@@ -76,6 +77,14 @@ def recorded_command(run_dir: Path) -> str | None:
     if isinstance(command, list) and command and all(isinstance(a, str) for a in command):
         return shlex.join(command)
     return command if isinstance(command, str) and command.strip() else None
+
+
+def _split(command: str | None) -> list[str]:
+    """A command recorded as one string, as its argv ([] for none, or unbalanced quotes)."""
+    try:
+        return shlex.split(command) if command else []
+    except ValueError:
+        return []
 
 
 def without_results(command: str) -> str:
@@ -179,9 +188,11 @@ class RunSection:
             line = table_line(table)
             self.summary += verdict_lines(table) + ([line] if line is not None else [])
         ran = list(dict.fromkeys(m for m in rows["method"] if isinstance(m, str) and m))
-        recorded = recorded_command(run_dir)
+        argv = run_command(run_dir) or _split(recorded_command(run_dir))
+        self.warnings = provenance_warnings(self.env, argv)  # shown in bold: what the repository alone cannot redo
+        recorded = shlex.join(without_machine_paths(argv)) if argv else recorded_command(run_dir)
         self.command = without_results(recorded) if recorded else format_command(reconstruct_command(self.meta, ran or None))
-        self.command_recorded = recorded_command(run_dir) is not None
+        self.command_recorded = recorded is not None
 
     @property
     def page_name(self) -> str:
@@ -218,6 +229,7 @@ class RunSection:
             f"- **Machine**: device {md_code(machine['device'])}; CPU: {t['cpu']}; GPU: {t['gpu']}; {t['os']}",
             f"- **Software**: Python {t['python']}, torch {t['torch']}, CUDA {t['cuda']}, triton {t['triton']}",
         ]
+        lines += [f"- **{warning}**" for warning in self.warnings]
         busy = _busy(self.env)
         if busy:
             lines.append(f"- **Busy machine**: env.json `machine` says other processes competed for it ({md_text(busy)})")

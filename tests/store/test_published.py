@@ -269,3 +269,48 @@ def test_fuzz_publish_destinations_write_and_delete_only_the_runs_own_published_
         made = {str(root / suite)} - before.keys()  # the suite's folder, new when its first run is published
         assert all(Path(p).is_relative_to(dest) or p in made for p in changed), changed
     assert min(outcomes.values()) >= 8, outcomes
+
+
+# --- issue 69: a published run is reproducible from the repository, or its page says why not ---
+
+
+def test_publish_refuses_a_dirty_run_unless_allowed_and_its_page_says_so_in_bold(tmp_path, capsys):
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", {**CPU_ENV, "git_dirty": True})
+    root = tmp_path / "published"
+    assert cli.main(["publish", str(run_dir), "--to", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "git_dirty" in err and "allowed: a run from a clean commit, or --allow-dirty" in err
+    assert not root.exists()
+    assert cli.main(["publish", str(run_dir), "--to", str(root), "--allow-dirty"]) == 0
+    (page, _index) = results_page.rebuild(root, tmp_path / "pages", find_task, shown_root="results/published")
+    assert "- **Run from a tree with uncommitted changes (env.json `git_dirty` true)" in page.read_text()
+
+
+@pytest.mark.parametrize("folder", ["/home/me/my_methods", "~/m", "../elsewhere", "plugins/../../x", "C:\\m"])
+def test_publish_refuses_methods_from_outside_the_repository_and_the_page_hides_the_path(tmp_path, capsys, folder):
+    command = ["python", "bench.py", "--suite", "efficiency", "--methods-dir", folder, "--methods", "mine"]
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV, command=command)
+    root = tmp_path / "published"
+    assert cli.main(["publish", str(run_dir), "--to", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "outside the repository" in err and "--allow-outside-methods" in err
+    assert not root.exists()
+    assert cli.main(["publish", str(run_dir), "--to", str(root), "--allow-outside-methods"]) == 0
+    (page, _index) = results_page.rebuild(root, tmp_path / "pages", find_task, shown_root="results/published")
+    text = page.read_text()
+    assert "- **Methods from outside the repository (1 `--methods-dir` folder(s)" in text
+    assert folder not in text and "--methods-dir METHODS_DIR" in text
+
+
+def test_a_methods_dir_inside_the_repository_publishes_as_recorded(tmp_path):
+    for folder in ("plugins", "./contrib/methods", "a/../b", "--methods-dir=x"):
+        argv = ["python", "bench.py", "--methods-dir", folder] if not folder.startswith("--") else ["bench.py", folder]
+        assert published.outside_methods_dirs(argv) == []
+        assert published.without_machine_paths(argv) == argv
+    argv = ["bench.py", "--methods-dir=/opt/m", "--methods-dir", "ok"]
+    assert published.outside_methods_dirs(argv) == ["/opt/m"]
+    assert published.without_machine_paths(argv) == ["bench.py", "--methods-dir=METHODS_DIR", "--methods-dir", "ok"]
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV, command=["python", "bench.py", "--methods-dir", "plugins"])
+    dest = published.publish(run_dir, tmp_path / "published")
+    (page, _index) = results_page.rebuild(tmp_path / "published", tmp_path / "pages", find_task, shown_root="results/published")
+    assert (dest / "run.json").exists() and "**Methods from outside" not in page.read_text()
