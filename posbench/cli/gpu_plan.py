@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m posbench.cli.gpu_plan", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("matrix", help="the bench legs of SUITES' gpu profiles, each within the limit")
-    m.add_argument("--suites", required=True, help='a JSON list of suite names, e.g. ["efficiency"]')
+    m.add_argument("--suites", required=True, help='a JSON list of suite names, e.g. ["SUITE"]')
     m.add_argument("--limit-minutes", required=True, type=float, help="what one leg may take (the job's limit less setup)")
     g = sub.add_parser("merge", help="join the shards' run folders under SRC into DEST")
     g.add_argument("src", type=Path)
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError:
                 suites = None
             if not (isinstance(suites, list) and suites and all(isinstance(s, str) for s in suites)):
-                raise Bad(f'--suites {args.suites!r}: not a JSON list of suite names; allowed: e.g. ["efficiency"]')
+                raise Bad(f'--suites {args.suites!r}: not a JSON list of suite names; allowed: e.g. ["SUITE"]')
             out, table = legs(suites, args.limit_minutes)
             _outputs({"legs": json.dumps(out), "suites": json.dumps(list(dict.fromkeys(suites)))})
             print("\n".join(table))

@@ -9,7 +9,7 @@ Each case is estimated on its own and never beyond its ``timeout_s`` (the runner
   ``time_s`` budget as given plus its timed warm-up; the others as the model's training operations
   (``posbench.engine.flops``, without the position method's small share) at ``GPU_OPS_PER_S``;
   plus ``CASE_OVERHEAD_S`` (a worker's start, data, model, evaluation) per seed;
-- a measuring case (efficiency, decode, kernels: no training budget): ``MEASURE_ROUND_S`` a round.
+- a measuring case (one with no training budget: a speed or cost measurement): ``MEASURE_ROUND_S`` a round.
 
 The constants are deliberately pessimistic for one data-centre GPU in bfloat16: an estimate that
 is too long only makes more shards, one that is too short kills a job.
