@@ -21,6 +21,7 @@ from posbench.core.files import WriteError
 from posbench.report.escape import md_code, md_fence, md_text
 from posbench.report.headline import case_counts, table_line, verdict_lines
 from posbench.report.names import short_hash, slug
+from posbench.report.page_charts import PageChart, run_charts
 from posbench.report.page_folder import PageError, owned_pages, write_owned
 from posbench.report.render import to_markdown
 from posbench.report.rows import cpu_model, find_run_dirs, gpu_name, load_runs
@@ -193,6 +194,18 @@ class RunSection:
         recorded = shlex.join(without_machine_paths(argv)) if argv else recorded_command(run_dir)
         self.command = without_results(recorded) if recorded else format_command(reconstruct_command(self.meta, ran or None))
         self.command_recorded = recorded is not None
+        self.charts: list[PageChart] = []  # drawn by the page builders, which name them (``draw_charts``)
+
+    def draw_charts(self, page_name: str, find_task=None) -> None:
+        """The run's charts, named by its page and run id so no two pages or runs share a file."""
+        self.charts = run_charts(self.run_dir, self.run_dir.name, find_task)  # table keys name suite and machine
+
+    def chart_files(self) -> dict[str, str | bytes]:
+        """``charts/<name>.svg`` and ``.json`` of each chart -> its content (what the page links)."""
+        out: dict[str, str | bytes] = {}
+        for chart in self.charts:
+            out[chart.svg_path], out[chart.data_path] = chart.svg, chart.data
+        return out
 
     @property
     def page_name(self) -> str:
@@ -235,6 +248,23 @@ class RunSection:
             lines.append(f"- **Busy machine**: env.json `machine` says other processes competed for it ({md_text(busy)})")
         lines += [
             "",
+            "Summary (each table's learn-first verdicts, then its last column, with `Best:` only where that method's "
+            "interval overlaps no other's):",
+            "",
+            *[f"- **{md_text(line.text)}**" if line.alarm else f"- {md_text(line.text)}" for line in self.summary],
+            "",
+        ]
+        if self.charts:  # drawn from the same rows as the tables below; each chart's numbers beside it
+            lines += ["### Charts", ""]
+            lines += [
+                f"![{md_text(c.title)}]({c.svg_path})\n\n*{md_text(c.title)}* ([data]({c.data_path}))\n" for c in self.charts
+            ]
+        lines += ["### Tables", ""]
+        if self.tables:
+            lines += [to_markdown(t) for t in self.tables]
+        else:
+            lines += ["*No tables: the run has no finished case of the suite's metrics.*", ""]
+        lines += [
             "Command to reproduce"
             + (
                 " (as the runner recorded it):"
@@ -244,16 +274,7 @@ class RunSection:
             "",
             md_fence(self.command, "bash"),
             "",
-            "Summary (each table's learn-first verdicts, then its last column, with `Best:` only where that method's "
-            "interval overlaps no other's):",
-            "",
-            *[f"- **{md_text(line.text)}**" if line.alarm else f"- {md_text(line.text)}" for line in self.summary],
-            "",
         ]
-        if self.tables:
-            lines += [to_markdown(t) for t in self.tables]
-        else:
-            lines += ["*No tables: the run has no finished case of the suite's metrics.*", ""]
         return "\n".join(lines)
 
 
@@ -291,11 +312,14 @@ def write_pages(paths: list[str | Path], out: str | Path = DEFAULT_OUT, find_tas
         by_machine.setdefault((section.meta.suite, section.hardware), []).append(section)
     out = Path(out)
     owned = owned_pages(out)  # PageError, before anything is written: a file, or files it did not write
-    pages = {
-        name: page_text(sections, [s.run_dir.as_posix() for s in sections])
-        for name, sections in _page_names(by_machine, out).items()
-    }
-    return write_owned(out, pages, owned, prune=False)  # WriteError: one line
+    pages: dict[str, str | bytes] = {}
+    for name, sections in _page_names(by_machine, out).items():
+        for section in sections:
+            section.draw_charts(name, find_task)
+            pages.update(section.chart_files())
+        pages[name] = page_text(sections, [s.run_dir.as_posix() for s in sections])
+    written = write_owned(out, pages, owned, prune=False)  # WriteError: one line
+    return [p for p in written if p.suffix == ".md"]
 
 
 def rebuild(published: str | Path, out: str | Path = DEFAULT_OUT, find_task=None, shown_root: str = "") -> list[Path]:
@@ -303,7 +327,8 @@ def rebuild(published: str | Path, out: str | Path = DEFAULT_OUT, find_task=None
     named by its repository path (``shown_root`` / suite / run id: ``results/published/...``);
     the pages of ``out`` that no published run gives any more are removed, so the folder holds
     nothing but what the published rows rebuild. Only pages its manifest lists are replaced or
-    removed: a folder holding any other file is refused (``page_folder``)."""
+    removed: a folder holding any other file is refused (``page_folder``). Each page's charts go
+    to ``out/charts/`` (``page_charts``); the pages' paths are returned."""
     published, out = Path(published), Path(out)
     owned = owned_pages(out)
     shown_root = shown_root or published.as_posix()
@@ -312,14 +337,18 @@ def rebuild(published: str | Path, out: str | Path = DEFAULT_OUT, find_task=None
         shown = f"{shown_root}/{run_dir.relative_to(published).as_posix()}"
         section = RunSection(run_dir, find_task, shown)
         by_machine.setdefault((section.meta.suite, section.hardware), []).append(section)
-    pages = {}
+    if len({sections[0].page_name for sections in by_machine.values()}) != len(by_machine):
+        raise PageError(f"{published}: two machines give one page name; allowed: machines whose names differ in letters")
+    pages: dict[str, str | bytes] = {}
     for key in sorted(by_machine):
         sections = by_machine[key]
+        for section in sections:
+            section.draw_charts(sections[0].page_name, find_task)
+            pages.update(section.chart_files())
         pages[sections[0].page_name] = page_text(sections, [s.shown for s in sections], published=True)
-    if len(pages) != len(by_machine):
-        raise PageError(f"{published}: two machines give one page name; allowed: machines whose names differ in letters")
     pages[INDEX] = index_text(by_machine, shown_root)
-    return write_owned(out, pages, owned, prune=True)
+    written = write_owned(out, pages, owned, prune=True)
+    return [p for p in written if p.suffix == ".md"]  # the pages; their charts are under out/charts/
 
 
 INDEX_HEAD = """# Measured results

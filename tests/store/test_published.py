@@ -37,6 +37,15 @@ def test_every_docs_results_page_rebuilds_byte_identically_from_published_rows(t
     )
     for name, text in rebuilt.items():
         assert committed[name] == text, f"docs/results/{name} differs from its rebuild: make docs-results"
+    # every page's charts: the same files, each chart's data (what it is drawn from) byte for byte;
+    # the SVG only where this matplotlib wrote it (glyph outlines may differ between versions)
+    charts = {p.name: p.read_bytes() for p in (tmp_path / "charts").iterdir()}
+    assert sorted(p.name for p in (PAGES / "charts").iterdir()) == sorted(charts), "docs/results/charts: make docs-results"
+    for name, data in charts.items():
+        if name.endswith(".json"):
+            assert (PAGES / "charts" / name).read_bytes() == data, f"docs/results/charts/{name} differs: make docs-results"
+        else:
+            assert data.startswith(b"<?xml") and b"<dc:date>" not in data
 
 
 def test_published_rows_stay_small_and_pages_name_no_path_outside_the_repository():
@@ -45,6 +54,10 @@ def test_published_rows_stay_small_and_pages_name_no_path_outside_the_repository
     for run in PUBLISHED.glob("*/*"):
         assert sorted(p.name for p in run.rglob("*") if p.is_file()) == ["cases.jsonl", "env.json", "run.json"]
     for page in PAGES.glob("*.md"):
+        # every page shows its runs' charts, and every chart it links is there
+        linked = re.findall(r"\]\((charts/[^)]+)\)", page.read_text())
+        assert page.name == "README.md" or any(link.endswith(".svg") for link in linked), f"{page.name} has no chart"
+        assert all((PAGES / link).is_file() for link in linked), page.name
         text = page.read_text()
         assert not MACHINE_PATH.search(text), f"{page.name} names a path outside the repository"
         for folder in re.findall(r"`(results/[^`]+)`", text):
@@ -74,7 +87,13 @@ def test_publish_copies_rows_and_records_only(tmp_path, capsys):
     (_, stale, _) = results_page.rebuild(root, tmp_path / "pages", find_task, shown_root="results/published")
     shutil.rmtree(gpu)
     results_page.rebuild(root, tmp_path / "pages", find_task, shown_root="results/published")
-    assert not stale.exists() and sorted(p.name for p in (tmp_path / "pages").iterdir()) == [".generated", "README.md", page.name]
+    assert not stale.exists() and sorted(p.name for p in (tmp_path / "pages").iterdir()) == [
+        ".generated",
+        "README.md",
+        "charts",
+        page.name,
+    ]
+    assert not any("gpu-cuda" in p.name for p in (tmp_path / "pages" / "charts").iterdir())  # its charts went too
     # ... and a file it did not write refuses the rebuild in one line, untouched (issue 67)
     (tmp_path / "pages" / "legacy.md").write_text("hand-copied\n")
     assert results_page.main(["--published", str(root), "--out", str(tmp_path / "pages")], find_task=find_task) == 2
