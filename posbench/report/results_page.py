@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from posbench.core.files import WriteError
+from posbench.report import findings
 from posbench.report.escape import md_code, md_fence, md_text
 from posbench.report.headline import case_counts, table_line, verdict_lines
 from posbench.report.names import short_hash, slug
@@ -152,6 +153,20 @@ def machine_of(env: dict, device: str) -> dict[str, str]:
     }
 
 
+def _wall_seconds(rows) -> float | None:
+    """Seconds from the first row's start to the last row's end (start plus ``duration_s``)."""
+    from datetime import datetime
+
+    spans = []
+    for start, duration in zip(rows["started_at"], rows["duration_s"]):
+        try:
+            begun = datetime.fromisoformat(start).timestamp()
+        except (TypeError, ValueError):
+            continue
+        spans.append((begun, begun + (float(duration) if isinstance(duration, (int, float)) and duration == duration else 0.0)))
+    return max(e for _b, e in spans) - min(b for b, _e in spans) if spans else None
+
+
 def _busy(env: dict) -> str | None:
     machine = env.get("machine")
     if not isinstance(machine, dict):
@@ -179,6 +194,7 @@ class RunSection:
         self.device = self.meta.device or next((d for d in rows["device"] if isinstance(d, str) and d), "")
         self.hardware = next((h for h in rows["hardware"] if isinstance(h, str) and h), "unknown machine")
         started = sorted(s for s in rows["started_at"] if isinstance(s, str) and s)
+        self.wall_s = _wall_seconds(rows)
         self.dates = (started[0], started[-1]) if started else None
         commits = [str(c) for c in rows["git_commit"] if isinstance(c, str) and c]
         self.commits = list(dict.fromkeys(commits))
@@ -206,6 +222,13 @@ class RunSection:
         for chart in self.charts:
             out[chart.svg_path], out[chart.data_path] = chart.svg, chart.data
         return out
+
+    def wall_time(self) -> str:
+        """How long the run took, first case's start to last case's end (what reproducing costs)."""
+        if self.wall_s is None:
+            return "unknown"
+        minutes = round(self.wall_s / 60)
+        return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(minutes, 1)} min"
 
     @property
     def page_name(self) -> str:
@@ -351,7 +374,8 @@ def rebuild(published: str | Path, out: str | Path = DEFAULT_OUT, find_task=None
     return [p for p in written if p.suffix == ".md"]  # the pages; their charts are under out/charts/
 
 
-INDEX_HEAD = """# Measured results
+INDEX_TITLE = "# Measured results\n\n"
+INDEX_HEAD = """## How these pages are made
 
 Every page here is generated from runs published in the repository under `{root}/`
 (`python bench.py publish results/<suite>/<run-id>` copies a run's rows, run.json and env.json
@@ -370,15 +394,28 @@ Pages:
 """
 
 
+def finding_sources(by_machine: dict[tuple, list[RunSection]]) -> list[findings.Source]:
+    """Every table of the published runs, with the page and run heading that hold it."""
+    out = []
+    for key in sorted(by_machine):
+        sections = by_machine[key]
+        for s in sections:
+            link = f"{sections[0].page_name}#run-{slug(s.meta.run_id or s.run_dir.name)}"
+            out += [findings.Source(t, s.meta.suite, link) for t in s.tables]
+    return out
+
+
 def index_text(by_machine: dict[tuple, list[RunSection]], root: str) -> str:
-    """The index of the pages: one line per page with its runs (profile, date, commit)."""
-    lines = [INDEX_HEAD.format(root=root)]
+    """The index: the findings (``findings``), then one line per page with its runs (profile,
+    date, commit, wall time: what reproducing costs)."""
+    lines = [INDEX_TITLE, findings.markdown(finding_sources(by_machine)), "\n", INDEX_HEAD.format(root=root)]
     for key in sorted(by_machine):
         sections = by_machine[key]
         first = sections[0]
         runs = "; ".join(
             f"{md_code(s.shown)} (profile {md_code(s.meta.profile or 'default')}, "
-            f"{md_text(s.dates[0][:10]) if s.dates else 'undated'}, commit {md_code(str(s.env.get('git_commit') or 'unknown')[:10])})"
+            f"{md_text(s.dates[0][:10]) if s.dates else 'undated'}, commit {md_code(str(s.env.get('git_commit') or 'unknown')[:10])}, "
+            f"wall time {s.wall_time()})"
             for s in sections
         )
         lines.append(f"- [{md_text(first.meta.suite)} on {md_text(first.hardware)}]({first.page_name}): {runs}\n")
