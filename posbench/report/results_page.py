@@ -12,6 +12,7 @@ input is one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -211,6 +212,13 @@ class RunSection:
         self.command = without_results(recorded) if recorded else format_command(reconstruct_command(self.meta, ran or None))
         self.command_recorded = recorded is not None
         self.charts: list[PageChart] = []  # drawn by the page builders, which name them (``draw_charts``)
+        # runs share a page only when they share settings, grid and methods (``group_pages``)
+        self.settings_key = short_hash(
+            json.dumps(
+                {"settings": self.meta.settings, "grid": self.meta.grid, "methods": sorted(ran)}, sort_keys=True, default=str
+            )
+        )
+        self.page_suffix = ""  # "-<run id>" when another page of its suite and machine holds other settings
 
     def draw_charts(self, page_name: str, find_task=None) -> None:
         """The run's charts, named by its page and run id so no two pages or runs share a file."""
@@ -232,7 +240,7 @@ class RunSection:
 
     @property
     def page_name(self) -> str:
-        return f"{slug(self.meta.suite)}-{slug(self.hardware)}.md"
+        return f"{slug(self.meta.suite)}-{slug(self.hardware)}{self.page_suffix}.md"
 
     def commit_line(self) -> str:
         commit = str(self.env.get("git_commit") or "unknown")
@@ -301,6 +309,23 @@ class RunSection:
         return "\n".join(lines)
 
 
+def group_pages(sections: list[RunSection]) -> dict[tuple, list[RunSection]]:
+    """The runs of each page: one suite on one machine, split where runs differ in settings, grid
+    or methods (one page per set, each named by its first run: ``<suite>-<machine>-<run id>.md``)."""
+    groups: dict[tuple, list[RunSection]] = {}
+    for section in sections:
+        groups.setdefault((section.meta.suite, section.hardware, section.settings_key), []).append(section)
+    per_machine: dict[tuple, int] = {}
+    for suite, hardware, _key in groups:
+        per_machine[(suite, hardware)] = per_machine.get((suite, hardware), 0) + 1
+    for (suite, hardware, _key), members in groups.items():
+        if per_machine[(suite, hardware)] > 1:
+            suffix = f"-{slug(members[0].meta.run_id or members[0].run_dir.name)}"
+            for member in members:
+                member.page_suffix = suffix
+    return groups
+
+
 def page_heading(suite: str, hardware: str) -> str:
     return f"# {md_text(suite)} on {md_text(hardware)}"
 
@@ -329,10 +354,7 @@ def write_pages(paths: list[str | Path], out: str | Path = DEFAULT_OUT, find_tas
         for run_dir in find_run_dirs(path):
             if run_dir not in run_dirs:
                 run_dirs.append(run_dir)
-    by_machine: dict[tuple, list[RunSection]] = {}
-    for run_dir in run_dirs:
-        section = RunSection(run_dir, find_task)
-        by_machine.setdefault((section.meta.suite, section.hardware), []).append(section)
+    by_machine = group_pages([RunSection(run_dir, find_task) for run_dir in run_dirs])
     out = Path(out)
     owned = owned_pages(out)  # PageError, before anything is written: a file, or files it did not write
     pages: dict[str, str | bytes] = {}
@@ -355,11 +377,9 @@ def rebuild(published: str | Path, out: str | Path = DEFAULT_OUT, find_task=None
     published, out = Path(published), Path(out)
     owned = owned_pages(out)
     shown_root = shown_root or published.as_posix()
-    by_machine: dict[tuple, list[RunSection]] = {}
-    for run_dir in find_run_dirs(published):
-        shown = f"{shown_root}/{run_dir.relative_to(published).as_posix()}"
-        section = RunSection(run_dir, find_task, shown)
-        by_machine.setdefault((section.meta.suite, section.hardware), []).append(section)
+    by_machine = group_pages(
+        [RunSection(d, find_task, f"{shown_root}/{d.relative_to(published).as_posix()}") for d in find_run_dirs(published)]
+    )
     if len({sections[0].page_name for sections in by_machine.values()}) != len(by_machine):
         raise PageError(f"{published}: two machines give one page name; allowed: machines whose names differ in letters")
     pages: dict[str, str | bytes] = {}
@@ -418,7 +438,8 @@ def index_text(by_machine: dict[tuple, list[RunSection]], root: str) -> str:
             f"wall time {s.wall_time()})"
             for s in sections
         )
-        lines.append(f"- [{md_text(first.meta.suite)} on {md_text(first.hardware)}]({first.page_name}): {runs}\n")
+        other = f", settings of run {md_text(first.meta.run_id or first.run_dir.name)}" if first.page_suffix else ""
+        lines.append(f"- [{md_text(first.meta.suite)} on {md_text(first.hardware)}{other}]({first.page_name}): {runs}\n")
     return "".join(lines)
 
 
@@ -431,8 +452,8 @@ def _page_names(by_machine: dict[tuple, list[RunSection]], out: Path) -> dict[st
     for name in names.values():
         counts[name] = counts.get(name, 0) + 1
     pages = {}
-    for (suite, hardware), sections in by_machine.items():
-        name = names[(suite, hardware)]
+    for key, sections in by_machine.items():
+        (suite, hardware, _settings), name = key, names[key]
         if counts[name] > 1 or _page_of_another(out / name, suite, hardware):
             name = f"{name.removesuffix('.md')}-{short_hash(suite + chr(31) + hardware)}.md"
         pages[name] = sections

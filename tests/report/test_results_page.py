@@ -321,3 +321,23 @@ def test_preview_pages_join_the_manifest_and_a_rebuild_replaces_them(tmp_path):
     assert page.name in (out / page_folder.MANIFEST).read_text().splitlines()
     results_page.rebuild(published, out, find_task)  # the preview's page is no published run's: it goes
     assert not page.exists() and len(_files(out)) == 4
+
+
+def test_runs_share_a_page_only_when_they_share_settings_grid_and_methods(tmp_path):
+    """Issue 69: one run per page unless runs share settings and methods."""
+    import json
+
+    from tests.helpers.result_runs import CPU_ENV, write_run
+
+    same = [write_run(tmp_path / n, f"cpu-cpu-1a2b3c4{n}", CPU_ENV) for n in ("a", "b")]
+    other = write_run(tmp_path / "c", "cpu-cpu-9f9f9f9f", CPU_ENV)
+    meta = json.loads((other / "run.json").read_text())
+    meta["settings"]["windows"] = 7
+    (other / "run.json").write_text(json.dumps(meta))
+    pages = results_page.write_pages([*same, other], tmp_path / "pages", find_task)
+    assert sorted(p.name for p in pages) == [
+        "efficiency-cpu-test-cpu-9000-cpu-cpu-1a2b3c4a.md",
+        "efficiency-cpu-test-cpu-9000-cpu-cpu-9f9f9f9f.md",
+    ]
+    shared = (tmp_path / "pages" / "efficiency-cpu-test-cpu-9000-cpu-cpu-1a2b3c4a.md").read_text()
+    assert "## Run `cpu-cpu-1a2b3c4a`" in shared and "## Run `cpu-cpu-1a2b3c4b`" in shared and "9f9f9f9f" not in shared
