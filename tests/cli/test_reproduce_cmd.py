@@ -100,3 +100,22 @@ def test_a_run_without_a_recorded_command_reruns_the_command_rebuilt_from_run_js
         "--results",
         "o",
     ]
+
+
+@pytest.mark.subprocess
+def test_a_tiny_published_run_reproduces_end_to_end(tmp_path, capsys):
+    """The real thing, small: a suite of the test-only task run, published, then reproduced by a
+    new bench.py process into a fresh folder and compared (its values are exact: exit 0)."""
+    from posbench.store.published import publish
+    from tests.helpers.suites import make_suite
+
+    suite = make_suite(tmp_path, ["sinusoidal", "alibi"], grid="[1, 2]")
+    assert cli.main(["--suite", str(suite), "--results", str(tmp_path / "results")]) == 0
+    (run,) = (tmp_path / "results" / "t").iterdir()
+    published = publish(run, tmp_path / "published", allow_dirty=True)  # a test runs from a working tree
+    capsys.readouterr()
+    again = tmp_path / "again"
+    assert cli.main(["reproduce", str(published), "--results", str(again)]) == 0
+    out = capsys.readouterr().out
+    assert "**0 regression(s), 0 improvement(s)** over 4 case(s) found in both runs" in out
+    assert {"cases.jsonl", "env.json", "run.json"} <= {p.name for p in (again / "t" / run.name).iterdir()}
