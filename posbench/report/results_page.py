@@ -367,13 +367,16 @@ def write_pages(paths: list[str | Path], out: str | Path = DEFAULT_OUT, find_tas
     return [p for p in written if p.suffix == ".md"]
 
 
-def rebuild(published: str | Path, out: str | Path = DEFAULT_OUT, find_task=None, shown_root: str = "") -> list[Path]:
+def rebuild(
+    published: str | Path, out: str | Path = DEFAULT_OUT, find_task=None, shown_root: str = "", suites: tuple[str, ...] = ()
+) -> list[Path]:
     """Every page of ``out``, and its index (``INDEX``), from every run under ``published``, each
     named by its repository path (``shown_root`` / suite / run id: ``results/published/...``);
     the pages of ``out`` that no published run gives any more are removed, so the folder holds
     nothing but what the published rows rebuild. Only pages its manifest lists are replaced or
     removed: a folder holding any other file is refused (``page_folder``). Each page's charts go
-    to ``out/charts/`` (``page_charts``); the pages' paths are returned."""
+    to ``out/charts/`` (``page_charts``); the pages' paths are returned. ``suites``: the shipped
+    suites' names, so the index names those no published run gives a page yet."""
     published, out = Path(published), Path(out)
     owned = owned_pages(out)
     shown_root = shown_root or published.as_posix()
@@ -389,7 +392,7 @@ def rebuild(published: str | Path, out: str | Path = DEFAULT_OUT, find_task=None
             section.draw_charts(sections[0].page_name, find_task)
             pages.update(section.chart_files())
         pages[sections[0].page_name] = page_text(sections, [s.shown for s in sections], published=True)
-    pages[INDEX] = index_text(by_machine, shown_root)
+    pages[INDEX] = index_text(by_machine, shown_root, suites)
     written = write_owned(out, pages, owned, prune=True)
     return [p for p in written if p.suffix == ".md"]  # the pages; their charts are under out/charts/
 
@@ -425,9 +428,9 @@ def finding_sources(by_machine: dict[tuple, list[RunSection]]) -> list[findings.
     return out
 
 
-def index_text(by_machine: dict[tuple, list[RunSection]], root: str) -> str:
+def index_text(by_machine: dict[tuple, list[RunSection]], root: str, suites: tuple[str, ...] = ()) -> str:
     """The index: the findings (``findings``), then one line per page with its runs (profile,
-    date, commit, wall time: what reproducing costs)."""
+    date, commit, wall time: what reproducing costs), then the ``suites`` with no page yet."""
     lines = [INDEX_TITLE, findings.markdown(finding_sources(by_machine)), "\n", INDEX_HEAD.format(root=root)]
     for key in sorted(by_machine):
         sections = by_machine[key]
@@ -440,6 +443,10 @@ def index_text(by_machine: dict[tuple, list[RunSection]], root: str) -> str:
         )
         other = f", settings of run {md_text(first.meta.run_id or first.run_dir.name)}" if first.page_suffix else ""
         lines.append(f"- [{md_text(first.meta.suite)} on {md_text(first.hardware)}{other}]({first.page_name}): {runs}\n")
+    missing = sorted(set(suites) - {suite for suite, _hardware, _settings in by_machine})
+    if missing:
+        lines.append("\nNo published run yet (a page waits for one): ")
+        lines.append("; ".join(f"{md_code(name)} (`python bench.py --suite {name}`)" for name in missing) + ".\n")
     return "".join(lines)
 
 
@@ -473,7 +480,7 @@ def _page_of_another(path: Path, suite: str, hardware: str) -> bool:
     return first.startswith("# ") and first != page_heading(suite, hardware)
 
 
-def main(argv: list[str] | None = None, find_task=None) -> int:
+def main(argv: list[str] | None = None, find_task=None, suites: tuple[str, ...] = ()) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m posbench.cli.docs_results", description="Write docs/results pages from run folders."
     )
@@ -490,7 +497,11 @@ def main(argv: list[str] | None = None, find_task=None) -> int:
         )
         return 2
     try:
-        written = rebuild(args.published, args.out, find_task) if args.published else write_pages(args.runs, args.out, find_task)
+        written = (
+            rebuild(args.published, args.out, find_task, suites=suites)
+            if args.published
+            else write_pages(args.runs, args.out, find_task)
+        )
     except (RowsError, PageError, WriteError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -341,3 +341,18 @@ def test_runs_share_a_page_only_when_they_share_settings_grid_and_methods(tmp_pa
     ]
     shared = (tmp_path / "pages" / "efficiency-cpu-test-cpu-9000-cpu-cpu-1a2b3c4a.md").read_text()
     assert "## Run `cpu-cpu-1a2b3c4a`" in shared and "## Run `cpu-cpu-1a2b3c4b`" in shared and "9f9f9f9f" not in shared
+
+
+def test_the_index_names_the_suites_no_published_run_gives_a_page(tmp_path):
+    from tests.helpers.result_runs import CPU_ENV, write_run
+
+    published = tmp_path / "published"
+    shutil.copytree(write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV), published / "efficiency" / "cpu-cpu-1a2b3c4d")
+    written = results_page.rebuild(published, tmp_path / "pages", find_task, suites=("efficiency", "frontier", "decode"))
+    index = next(p for p in written if p.name == "README.md").read_text()
+    assert index.startswith("# Measured results\n\n## Findings\n")
+    assert index.rstrip().endswith(
+        "No published run yet (a page waits for one): `decode` (`python bench.py --suite decode`); "
+        "`frontier` (`python bench.py --suite frontier`)."
+    )
+    assert "wall time 1 min)" in index  # rows started at 21:00 and 21:01, each ran 2 s: 62 s
