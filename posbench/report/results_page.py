@@ -206,9 +206,11 @@ class RunSection:
             line = table_line(table)
             self.summary += verdict_lines(table) + ([line] if line is not None else [])
         ran = list(dict.fromkeys(m for m in rows["method"] if isinstance(m, str) and m))
-        argv = run_command(run_dir) or _split(recorded_command(run_dir))
+        recorded = recorded_command(run_dir)  # as recorded: an argv joined, or the string run.json holds
+        argv = run_command(run_dir) or _split(recorded)
         self.warnings = provenance_warnings(self.env, argv)  # shown in bold: what the repository alone cannot redo
-        recorded = shlex.join(without_machine_paths(argv)) if argv else recorded_command(run_dir)
+        if without_machine_paths(argv) != argv:  # a machine's methods folder: shown as its placeholder
+            recorded = shlex.join(without_machine_paths(argv))
         self.command = without_results(recorded) if recorded else format_command(reconstruct_command(self.meta, ran or None))
         self.command_recorded = recorded is not None
         self.charts: list[PageChart] = []  # drawn by the page builders, which name them (``draw_charts``)
