@@ -214,6 +214,7 @@ class RunSection:
         self.command = without_results(recorded) if recorded else format_command(reconstruct_command(self.meta, ran or None))
         self.command_recorded = recorded is not None
         self.charts: list[PageChart] = []  # drawn by the page builders, which name them (``draw_charts``)
+        self.findings: list[str] = []  # the index's findings this run answers, one line per question
         # runs share a page only when they share settings, grid and methods (``group_pages``)
         self.settings_key = short_hash(
             json.dumps(
@@ -223,8 +224,21 @@ class RunSection:
         self.page_suffix = ""  # "-<run id>" when another page of its suite and machine holds other settings
 
     def draw_charts(self, page_name: str, find_task=None) -> None:
-        """The run's charts, named by its page and run id so no two pages or runs share a file."""
+        """The run's charts, named by its page and run id so no two pages or runs share a file,
+        and the index's findings this run answers (its page's short summary)."""
         self.charts = run_charts(self.run_dir, self.run_dir.name, find_task)  # table keys name suite and machine
+        link = self.link(page_name)
+        sources = [findings.Source(t, self.meta.suite, link) for t in self.tables]
+        self.findings = [
+            line.replace(f" ([table]({link}))", "").replace(f"([table]({link}))", "")
+            for _question, lines in findings.findings(sources)
+            for line in lines
+            if link in line
+        ]
+
+    def link(self, page_name: str) -> str:
+        """Where a reader finds this run: its page, at its heading."""
+        return f"{page_name}#run-{slug(self.meta.run_id or self.run_dir.name)}"
 
     def chart_files(self) -> dict[str, str | bytes]:
         """``charts/<name>.svg`` and ``.json`` of each chart -> its content (what the page links)."""
@@ -279,6 +293,9 @@ class RunSection:
         busy = _busy(self.env)
         if busy:
             lines.append(f"- **Busy machine**: env.json `machine` says other processes competed for it ({md_text(busy)})")
+        if self.findings:
+            lines += ["", "In short (the findings of the [index](README.md) this run answers):", ""]
+            lines += [f"- {line}" for line in self.findings]
         lines += [
             "",
             "Summary (each table's learn-first verdicts, then its last column, with `Best:` only where that method's "
@@ -425,8 +442,7 @@ def finding_sources(by_machine: dict[tuple, list[RunSection]]) -> list[findings.
     for key in sorted(by_machine):
         sections = by_machine[key]
         for s in sections:
-            link = f"{sections[0].page_name}#run-{slug(s.meta.run_id or s.run_dir.name)}"
-            out += [findings.Source(t, s.meta.suite, link) for t in s.tables]
+            out += [findings.Source(t, s.meta.suite, s.link(sections[0].page_name)) for t in s.tables]
     return out
 
 

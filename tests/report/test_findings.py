@@ -67,6 +67,10 @@ def test_editing_a_published_row_changes_the_finding(tmp_path):
     shutil.copytree(EFFICIENCY, published)
     before = _index(tmp_path / "published", tmp_path / "before")
     assert f"- {CLAIM}reproduced (at L 64: speed alibi / t5_bias 1.04x [1.03, 1.06]" in before
+    # the run's page opens with the same findings, without the link to itself
+    page = (tmp_path / "before" / "efficiency-cpu-amd-epyc.md").read_text()
+    short = page[page.index("In short (") : page.index("Summary (")]
+    assert f"- {CLAIM}reproduced (at L 64: speed alibi / t5_bias 1.04x [1.03, 1.06], memory 0.97x)\n" in short
     # alibi's training speed halved, every number its spread is read from too
     rows = [json.loads(line) for line in (published / "cases.jsonl").read_text().splitlines()]
     for row in rows:
