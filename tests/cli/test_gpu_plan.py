@@ -80,3 +80,13 @@ def test_merge_joins_a_suites_shards_into_one_run_folder(tmp_path):
     assert (tmp_path / "joined" / "decode" / "gpu-cuda-2" / "cases.jsonl").exists()
     with pytest.raises(SystemExit):
         gpu_plan.main(["merge"])
+
+
+def test_docs_ci_states_each_gpu_profiles_estimate_as_the_plan_computes_it():
+    text = (ROOT / "docs" / "ci.md").read_text()
+    stated = text[
+        text.index("<!-- gpu-estimates -->\n") + len("<!-- gpu-estimates -->\n") : text.index("\n<!-- /gpu-estimates -->")
+    ]
+    leg_minutes = float(_doc()["jobs"]["plan"]["env"]["LEG_MINUTES"])
+    _legs, table = gpu_plan.legs(sorted(loading.names()), leg_minutes)
+    assert stated == "\n".join(table), "docs/ci.md's GPU estimates are stale: paste what gpu_plan matrix prints"
