@@ -170,6 +170,33 @@ def suite_lines(sources: list[Source], suite: str, question: str) -> list[str]:
     return [f"{question}: see the {suite} run {_link(s)}" for s in mine]
 
 
+EQUAL_COMPUTE = ("time_s=", "flops=")  # a frontier's budget that equalises compute (not steps or tokens)
+
+
+def frontier_lines(sources: list[Source]) -> list[str]:
+    """Each equal-compute frontier table's best method and how many others its noise separates."""
+    out = []
+    for source in (s for s in sources if s.table.metric == "frontier"):
+        t = source.table
+        if not any(budget in t.title for budget in EQUAL_COMPUTE) or "verdict" not in t.columns:
+            continue
+        verdicts = {row: t.cell(row, "verdict").text for row in t.rows}
+        best = [row for row, text in verdicts.items() if text == "best"]
+        close = [row for row, text in verdicts.items() if text.startswith("not separable")]
+        worse = len(verdicts) - len(best) - len(close)
+        head = t.title.split(":")[0]
+        if not best:
+            out.append(f"{md_text(head)}: no best method (none is separable from the others) {_link(source)}")
+            continue
+        value = t.cell(best[0], t.columns[0]).text
+        out.append(
+            f"{md_text(head)}: best {md_text(best[0])} ({md_text(t.columns[0])} {md_text(value)}); "
+            f"not separable from it: {', '.join(md_text(r) for r in close) or 'none'}; worse beyond the noise: {worse} "
+            f"{_link(source)}"
+        )
+    return out or ["Equal-compute winners: no published frontier run; run `python bench.py --suite frontier`."]
+
+
 def _claim(name: str, verdict: str, why: str) -> str:
     return f"**{name}**: {verdict} ({why})"
 
@@ -238,7 +265,7 @@ def findings(sources: list[Source]) -> list[tuple[str, list[str]]]:
         (f"What each method costs against {FLOOR}", cost_lines(sources)),
         (f"How perplexity holds from L_train to {EXTRAPOLATION_FACTOR}x", perplexity_lines(sources)),
         ("Which methods keep each retrieval probe beyond L_train", retrieval_lines(sources)),
-        ("Which win at equal compute", suite_lines(sources, "frontier", "Equal-compute winners")),
+        ("Which win at equal compute", frontier_lines(sources)),
         ("What each costs to decode", suite_lines(sources, "decode", "Decode cost")),
         ("The seed papers' claims", claim_lines(sources)),
     ]

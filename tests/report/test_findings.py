@@ -81,3 +81,29 @@ def test_editing_a_published_row_changes_the_finding(tmp_path):
     after = _index(tmp_path / "published", tmp_path / "after")
     assert f"- {CLAIM}not reproduced (at L 64: speed alibi / t5_bias 0.52x [" in after
     assert "alibi 0.50x [" in after  # the cost line against nope moved too
+
+
+def test_an_equal_compute_frontier_names_its_best_method_and_what_the_noise_separates():
+    spec = TableSpec("extrapolation", "frontier", column_header="measure")
+    rows = ["alibi, L_train=64", "rotary, L_train=64", "sinusoidal, L_train=64"]
+    cells = {
+        (rows[0], "ppl"): Cell("9.1 [8.9, 9.3]", 9.1),
+        (rows[0], "verdict"): Cell("best"),
+        (rows[1], "verdict"): Cell("not separable from alibi, L_train=64 (2 of 3 seeds better)"),
+        (rows[2], "verdict"): Cell("worse than alibi, L_train=64 beyond the seed noise"),
+    }
+    columns = ["ppl", "s / token", "verdict"]
+    timed = Table(
+        spec, key="f", title="Frontier at L_valid = 512, time_s=60: best method", columns=columns, rows=rows, cells=cells
+    )
+    stepped = Table(
+        spec, key="g", title="Frontier of passkey at L_valid = 32, steps=2000: best", columns=columns, rows=rows, cells=cells
+    )
+    sources = [findings.Source(timed, "frontier", "f.md#run-a"), findings.Source(stepped, "ruler", "r.md#run-b")]
+    assert findings.frontier_lines(sources) == [
+        "Frontier at L_valid = 512, time_s=60: best alibi, L_train=64 (ppl 9.1 [8.9, 9.3]); not separable from it: "
+        "rotary, L_train=64; worse beyond the noise: 1 ([table](f.md#run-a))"
+    ]  # equal steps is no equal compute: the ruler's frontier is left out
+    assert findings.frontier_lines(sources[1:]) == [
+        "Equal-compute winners: no published frontier run; run `python bench.py --suite frontier`."
+    ]
