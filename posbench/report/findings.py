@@ -162,12 +162,27 @@ def retrieval_lines(sources: list[Source]) -> list[str]:
     return out or ["Retrieval beyond L_train: no published retrieval run; run `python bench.py --suite retrieval`."]
 
 
-def suite_lines(sources: list[Source], suite: str, question: str) -> list[str]:
-    """A question only a suite of its own answers: its tables' pages, or the suite to run."""
-    mine = list({s.link: s for s in sources if s.suite == suite}.values())
-    if not mine:
-        return [f"{question}: no published {suite} run; run `python bench.py --suite {suite}`."]
-    return [f"{question}: see the {suite} run {_link(s)}" for s in mine]
+def decode_lines(sources: list[Source]) -> list[str]:
+    """Each method's time per output token against the run's baseline, at the longest context."""
+    out = []
+    for source in _tables(sources, "decode", "tpot_ms"):
+        t = source.table
+        lengths = [c for c in t.columns if isinstance(c, (int, float))]
+        if not lengths or t.baseline is None:
+            continue
+        far = max(lengths)
+        parts = []
+        for method in t.rows:
+            cell = t.cell(method, far)
+            if method != t.baseline and cell.ratio is not None:
+                parts.append(f"{md_text(method)} {Ratio(cell.ratio, cell.ratio_interval).text()}")
+        rest = "".join(f", {md_text(k)} {md_text(v)}" for k, v in t.rest.items())
+        out.append(
+            f"Time per output token at {md_text(t.column_header)} {far}{rest}, against {md_text(t.baseline)}: "
+            + ("; ".join(parts) or "no ratio")
+            + f" {_link(source)}"
+        )
+    return out or ["Decode cost: no published decode run; run `python bench.py --suite decode`."]
 
 
 EQUAL_COMPUTE = ("time_s=", "flops=")  # a frontier's budget that equalises compute (not steps or tokens)
@@ -266,7 +281,7 @@ def findings(sources: list[Source]) -> list[tuple[str, list[str]]]:
         (f"How perplexity holds from L_train to {EXTRAPOLATION_FACTOR}x", perplexity_lines(sources)),
         ("Which methods keep each retrieval probe beyond L_train", retrieval_lines(sources)),
         ("Which win at equal compute", frontier_lines(sources)),
-        ("What each costs to decode", suite_lines(sources, "decode", "Decode cost")),
+        ("What each costs to decode", decode_lines(sources)),
         ("The seed papers' claims", claim_lines(sources)),
     ]
 

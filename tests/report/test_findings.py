@@ -107,3 +107,21 @@ def test_an_equal_compute_frontier_names_its_best_method_and_what_the_noise_sepa
     assert findings.frontier_lines(sources[1:]) == [
         "Equal-compute winners: no published frontier run; run `python bench.py --suite frontier`."
     ]
+
+
+def test_decode_cost_is_each_methods_time_per_token_ratio_at_the_longest_context():
+    spec = TableSpec("decode", "tpot_ms", column_header="context")
+    cells = {
+        ("sinusoidal", 4096): Cell("", 10.0, ratio=1.0),
+        ("alibi", 4096): Cell("", 11.0, ratio=1.1, ratio_interval=(1.05, 1.15)),
+        ("rotary", 4096): Cell("", 10.1, ratio=1.01, ratio_interval=(0.98, 1.04)),
+    }
+    rows = ["sinusoidal", "alibi", "rotary"]
+    table = Table(
+        spec, key="d", title="t", columns=[1024, 4096], rows=rows, cells=cells, baseline="sinusoidal", rest={"batch": 8}
+    )
+    (line,) = findings.decode_lines([findings.Source(table, "decode", "d.md#run-r")])
+    assert line == (
+        "Time per output token at context 4096, batch 8, against sinusoidal: alibi 1.10x [1.05, 1.15]; "
+        "rotary 1.01x [0.98, 1.04] not separable ([table](d.md#run-r))"
+    )
