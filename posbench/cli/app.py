@@ -192,8 +192,9 @@ def parser() -> argparse.ArgumentParser:
         add(sp)
         sp.set_defaults(handler=handler)
     from posbench.cli.report_cmds import add_compare_parser, add_publish_parser, add_report_parser
+    from posbench.cli.reproduce_cmd import add_reproduce_parser
 
-    for add in (add_report_parser, add_compare_parser, add_publish_parser):
+    for add in (add_report_parser, add_compare_parser, add_publish_parser, add_reproduce_parser):
         sp = add(sub)
         sp.set_defaults(handler=sp.get_default("func"))
     sp = sub.add_parser(
@@ -221,7 +222,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-ALL_COMMANDS = list(COMMANDS) + ["report", "compare", "publish", "download"]
+ALL_COMMANDS = list(COMMANDS) + ["report", "compare", "publish", "reproduce", "download"]
 
 
 def cmd_download(args) -> int:

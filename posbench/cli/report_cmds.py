@@ -37,7 +37,10 @@ copies each run's rows (cases.jsonl, a sweep's rows/*.jsonl), run.json and env.j
 results/published/<suite>/<run-id>/ (no checkpoints, event files or tables; at most 4 MiB a run,
 20 MiB in all); commit that folder with the pages built from it. <suite> (run.json's) and
 <run-id> (the run folder's name) must be plain names (letters, digits, _ . -); a link on the
-way is refused, and an earlier copy loses only its published files
+way is refused, and an earlier copy loses only its published files. A run from a tree with
+uncommitted changes (env.json git_dirty) or with methods from outside the repository (an
+absolute --methods-dir) is refused unless --allow-dirty / --allow-outside-methods; its page
+then says so in bold
 """
 
 
@@ -53,18 +56,27 @@ def add_publish_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run folder (results/<suite>/<run-id>)")
     p.add_argument("--to", default=None, metavar="DIR", help="where published runs live (default: results/published)")
+    p.add_argument(
+        "--allow-dirty", action="store_true", help="publish a run from a tree with uncommitted changes (its page says so in bold)"
+    )
+    p.add_argument(
+        "--allow-outside-methods",
+        action="store_true",
+        help="publish a run whose --methods-dir lies outside the repository (its page says so in bold)",
+    )
     p.set_defaults(func=main_publish)
     return p
 
 
 def main_publish(args) -> int:
-    """Handler of ``publish``: one line per run published; bad input is one line and exit 2."""
+    """Handler of ``publish``: one line per run published; bad input (a dirty or outside-methods run
+    not allowed too) is one line and exit 2."""
     from posbench.core.outcome import PosbenchError
     from posbench.store.published import PUBLISHED, publish
 
     for run_dir in args.run_dirs:
         try:
-            dest = publish(run_dir, args.to or PUBLISHED)
+            dest = publish(run_dir, args.to or PUBLISHED, args.allow_dirty, args.allow_outside_methods)
         except PosbenchError as exc:  # a folder that is no run, too large, a link, unwritable
             print(f"posbench publish: {exc}", file=sys.stderr)
             return 2

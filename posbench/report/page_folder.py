@@ -6,6 +6,8 @@ name a line, and a rebuild replaces and removes only those. Before anything is w
 holding anything else (a ``NOTES.txt``, a ``guide.md``, a subfolder: ``--out .`` or
 ``DOCS_RESULTS=docs``) is refused in one line, and so is an ``--out`` that is a file or a link, a
 manifest line that is no page's file name, and a listed page that is no longer a regular file.
+The pages' charts (``charts/<name>.svg`` and ``.json``, ``page_charts``) are listed and owned the
+same way, in a ``charts/`` folder holding nothing else.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 import stat
 from pathlib import Path
 
-from posbench.core.files import atomic_write_text
+from posbench.core.files import atomic_write_bytes, own_folder
 from posbench.store.bounds import open_regular, size_text
 
 MANIFEST = ".generated"
@@ -24,6 +26,8 @@ MANIFEST_HEAD = (
     "# a rebuild replaces and removes only these, and refuses a folder holding any other file.\n"
 )
 PAGE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}\.md")  # one file name, never a path
+CHARTS = "charts"
+CHART_NAME = re.compile(rf"{CHARTS}/[a-z0-9][a-z0-9-]{{0,200}}\.(svg|json)")  # a chart's file, one level down
 MAX_MANIFEST = 2**16
 ALLOWED = "a folder (created when missing)"
 
@@ -50,10 +54,10 @@ def _listed(out: Path) -> set[str]:
     names = set()
     for n, line in enumerate(str(data, "utf-8", "replace").splitlines(), 1):
         if line and not line.startswith("#"):
-            if not PAGE_NAME.fullmatch(line):
+            if not (PAGE_NAME.fullmatch(line) or CHART_NAME.fullmatch(line)):
                 raise PageError(
                     f"{path}: line {n}, {line!r}, is no page's file name; allowed: file names of pages "
-                    "in that folder (letters, digits, _ . -, ending .md), or # comments"
+                    "in that folder (letters, digits, _ . -, ending .md), charts/<name>.svg|json, or # comments"
                 )
             names.add(line)
     return names
@@ -72,9 +76,17 @@ def owned_pages(out: Path) -> set[str]:
         raise PageError(f"--out {out}: a file, not a folder; allowed: {ALLOWED}")
     listed = _listed(out)
     entries = sorted(os.scandir(out), key=lambda e: e.name)
-    foreign = []
+    foreign, present = [], {entry.name for entry in entries}
     for entry in entries:
-        if not entry.is_file(follow_symlinks=False) or (entry.name != MANIFEST and entry.name not in listed):
+        if entry.name == CHARTS and entry.is_dir(follow_symlinks=False):
+            charts = sorted(os.scandir(entry.path), key=lambda e: e.name)
+            present |= {f"{CHARTS}/{e.name}" for e in charts}
+            foreign += [
+                _shown(f"{CHARTS}/{e.name}")
+                for e in charts
+                if not e.is_file(follow_symlinks=False) or f"{CHARTS}/{e.name}" not in listed
+            ]
+        elif not entry.is_file(follow_symlinks=False) or (entry.name != MANIFEST and entry.name not in listed):
             foreign.append(_shown(entry.name))
     if foreign:
         more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
@@ -82,26 +94,31 @@ def owned_pages(out: Path) -> set[str]:
             f"--out {out}: holds {', '.join(foreign[:5])}{more}, which make docs-results did not write; allowed: "
             f"a new or empty folder, or one holding only the pages make docs-results wrote there (listed in its {MANIFEST})"
         )
-    return listed & {entry.name for entry in entries}  # a listed page since removed is no longer owned
+    return listed & present  # a listed page since removed is no longer owned
 
 
 def _write_manifest(out: Path, names: set[str]) -> None:
-    atomic_write_text(out / MANIFEST, MANIFEST_HEAD + "".join(f"{name}\n" for name in sorted(names)))
+    ordered = sorted(names, key=lambda name: (not name.startswith(f"{CHARTS}/"), name))  # charts, then the pages
+    atomic_write_bytes(out / MANIFEST, (MANIFEST_HEAD + "".join(f"{name}\n" for name in ordered)).encode())
 
 
-def write_owned(out: Path, pages: dict[str, str], owned: set[str], prune: bool) -> list[Path]:
-    """Write ``pages`` (file name -> text) into ``out``, which ``owned_pages`` returned ``owned``
-    for, and list them in its manifest; with ``prune``, remove the owned pages ``pages`` lacks.
-    Return the pages' paths, in ``pages``' order."""
+def write_owned(out: Path, pages: dict[str, str | bytes], owned: set[str], prune: bool) -> list[Path]:
+    """Write ``pages`` (file name, or ``charts/<name>``, -> text or bytes) into ``out``, which
+    ``owned_pages`` returned ``owned`` for, and list them in its manifest; with ``prune``, remove
+    the owned files ``pages`` lacks. Return the written paths, in ``pages``' order."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a folder it cannot create
         raise PageError(f"--out {out}: {exc.strerror or exc}; allowed: {ALLOWED}") from None
     keep = set(pages) | (set() if prune else owned)
     _write_manifest(out, keep | owned)  # first: a page written is listed even if the rebuild stops
-    written = [atomic_write_text(out / name, text) for name, text in pages.items()]
+    if any(name.startswith(f"{CHARTS}/") for name in pages):
+        own_folder(out / CHARTS)  # a real folder, never a link that sends the charts elsewhere
+    written = [atomic_write_bytes(out / name, text if isinstance(text, bytes) else text.encode()) for name, text in pages.items()]
     for name in sorted(owned - keep):
         (out / name).unlink(missing_ok=True)
+    if (out / CHARTS).is_dir() and not (out / CHARTS).is_symlink() and not any((out / CHARTS).iterdir()):
+        (out / CHARTS).rmdir()
     if owned - keep:
         _write_manifest(out, keep)
     return written

@@ -12,21 +12,25 @@ input is one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 from posbench.core.files import WriteError
+from posbench.report import findings
 from posbench.report.escape import md_code, md_fence, md_text
 from posbench.report.headline import case_counts, table_line, verdict_lines
 from posbench.report.names import short_hash, slug
+from posbench.report.page_charts import PageChart, run_charts
 from posbench.report.page_folder import PageError, owned_pages, write_owned
 from posbench.report.render import to_markdown
 from posbench.report.rows import cpu_model, find_run_dirs, gpu_name, load_runs
 from posbench.report.tabulate import run_tables
 from posbench.store.bounds import RowsError, loads, open_regular, read_small
-from posbench.store.meta import RUN_FILE, RunMeta
+from posbench.store.meta import RUN_FILE, RunMeta, run_command
+from posbench.store.published import provenance_warnings, without_machine_paths
 
 DEFAULT_OUT = Path("docs/results")
 GENERATOR = "make docs-results"
@@ -76,6 +80,14 @@ def recorded_command(run_dir: Path) -> str | None:
     if isinstance(command, list) and command and all(isinstance(a, str) for a in command):
         return shlex.join(command)
     return command if isinstance(command, str) and command.strip() else None
+
+
+def _split(command: str | None) -> list[str]:
+    """A command recorded as one string, as its argv ([] for none, or unbalanced quotes)."""
+    try:
+        return shlex.split(command) if command else []
+    except ValueError:
+        return []
 
 
 def without_results(command: str) -> str:
@@ -142,6 +154,20 @@ def machine_of(env: dict, device: str) -> dict[str, str]:
     }
 
 
+def _wall_seconds(rows) -> float | None:
+    """Seconds from the first row's start to the last row's end (start plus ``duration_s``)."""
+    from datetime import datetime
+
+    spans = []
+    for start, duration in zip(rows["started_at"], rows["duration_s"]):
+        try:
+            begun = datetime.fromisoformat(start).timestamp()
+        except (TypeError, ValueError):
+            continue
+        spans.append((begun, begun + (float(duration) if isinstance(duration, (int, float)) and duration == duration else 0.0)))
+    return max(e for _b, e in spans) - min(b for b, _e in spans) if spans else None
+
+
 def _busy(env: dict) -> str | None:
     machine = env.get("machine")
     if not isinstance(machine, dict):
@@ -169,6 +195,7 @@ class RunSection:
         self.device = self.meta.device or next((d for d in rows["device"] if isinstance(d, str) and d), "")
         self.hardware = next((h for h in rows["hardware"] if isinstance(h, str) and h), "unknown machine")
         started = sorted(s for s in rows["started_at"] if isinstance(s, str) and s)
+        self.wall_s = _wall_seconds(rows)
         self.dates = (started[0], started[-1]) if started else None
         commits = [str(c) for c in rows["git_commit"] if isinstance(c, str) and c]
         self.commits = list(dict.fromkeys(commits))
@@ -179,13 +206,57 @@ class RunSection:
             line = table_line(table)
             self.summary += verdict_lines(table) + ([line] if line is not None else [])
         ran = list(dict.fromkeys(m for m in rows["method"] if isinstance(m, str) and m))
-        recorded = recorded_command(run_dir)
+        recorded = recorded_command(run_dir)  # as recorded: an argv joined, or the string run.json holds
+        argv = run_command(run_dir) or _split(recorded)
+        self.warnings = provenance_warnings(self.env, argv)  # shown in bold: what the repository alone cannot redo
+        if without_machine_paths(argv) != argv:  # a machine's methods folder: shown as its placeholder
+            recorded = shlex.join(without_machine_paths(argv))
         self.command = without_results(recorded) if recorded else format_command(reconstruct_command(self.meta, ran or None))
-        self.command_recorded = recorded_command(run_dir) is not None
+        self.command_recorded = recorded is not None
+        self.charts: list[PageChart] = []  # drawn by the page builders, which name them (``draw_charts``)
+        self.findings: list[str] = []  # the index's findings this run answers, one line per question
+        # runs share a page only when they share settings, grid and methods (``group_pages``)
+        self.settings_key = short_hash(
+            json.dumps(
+                {"settings": self.meta.settings, "grid": self.meta.grid, "methods": sorted(ran)}, sort_keys=True, default=str
+            )
+        )
+        self.page_suffix = ""  # "-<run id>" when another page of its suite and machine holds other settings
+
+    def draw_charts(self, page_name: str, find_task=None) -> None:
+        """The run's charts, named by its page and run id so no two pages or runs share a file,
+        and the index's findings this run answers (its page's short summary)."""
+        self.charts = run_charts(self.run_dir, self.run_dir.name, find_task)  # table keys name suite and machine
+        link = self.link(page_name)
+        sources = [findings.Source(t, self.meta.suite, link) for t in self.tables]
+        self.findings = [
+            line.replace(f" ([table]({link}))", "").replace(f"([table]({link}))", "")
+            for _question, lines in findings.findings(sources)
+            for line in lines
+            if link in line
+        ]
+
+    def link(self, page_name: str) -> str:
+        """Where a reader finds this run: its page, at its heading."""
+        return f"{page_name}#run-{slug(self.meta.run_id or self.run_dir.name)}"
+
+    def chart_files(self) -> dict[str, str | bytes]:
+        """``charts/<name>.svg`` and ``.json`` of each chart -> its content (what the page links)."""
+        out: dict[str, str | bytes] = {}
+        for chart in self.charts:
+            out[chart.svg_path], out[chart.data_path] = chart.svg, chart.data
+        return out
+
+    def wall_time(self) -> str:
+        """How long the run took, first case's start to last case's end (what reproducing costs)."""
+        if self.wall_s is None:
+            return "unknown"
+        minutes = round(self.wall_s / 60)
+        return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{max(minutes, 1)} min"
 
     @property
     def page_name(self) -> str:
-        return f"{slug(self.meta.suite)}-{slug(self.hardware)}.md"
+        return f"{slug(self.meta.suite)}-{slug(self.hardware)}{self.page_suffix}.md"
 
     def commit_line(self) -> str:
         commit = str(self.env.get("git_commit") or "unknown")
@@ -218,11 +289,32 @@ class RunSection:
             f"- **Machine**: device {md_code(machine['device'])}; CPU: {t['cpu']}; GPU: {t['gpu']}; {t['os']}",
             f"- **Software**: Python {t['python']}, torch {t['torch']}, CUDA {t['cuda']}, triton {t['triton']}",
         ]
+        lines += [f"- **{warning}**" for warning in self.warnings]
         busy = _busy(self.env)
         if busy:
             lines.append(f"- **Busy machine**: env.json `machine` says other processes competed for it ({md_text(busy)})")
+        if self.findings:
+            lines += ["", "In short (the findings of the [index](README.md) this run answers):", ""]
+            lines += [f"- {line}" for line in self.findings]
         lines += [
             "",
+            "Summary (each table's learn-first verdicts, then its last column, with `Best:` only where that method's "
+            "interval overlaps no other's):",
+            "",
+            *[f"- **{md_text(line.text)}**" if line.alarm else f"- {md_text(line.text)}" for line in self.summary],
+            "",
+        ]
+        if self.charts:  # drawn from the same rows as the tables below; each chart's numbers beside it
+            lines += ["### Charts", ""]
+            lines += [
+                f"![{md_text(c.title)}]({c.svg_path})\n\n*{md_text(c.title)}* ([data]({c.data_path}))\n" for c in self.charts
+            ]
+        lines += ["### Tables", ""]
+        if self.tables:
+            lines += [to_markdown(t) for t in self.tables]
+        else:
+            lines += ["*No tables: the run has no finished case of the suite's metrics.*", ""]
+        lines += [
             "Command to reproduce"
             + (
                 " (as the runner recorded it):"
@@ -232,17 +324,25 @@ class RunSection:
             "",
             md_fence(self.command, "bash"),
             "",
-            "Summary (each table's learn-first verdicts, then its last column, with `Best:` only where that method's "
-            "interval overlaps no other's):",
-            "",
-            *[f"- **{md_text(line.text)}**" if line.alarm else f"- {md_text(line.text)}" for line in self.summary],
-            "",
         ]
-        if self.tables:
-            lines += [to_markdown(t) for t in self.tables]
-        else:
-            lines += ["*No tables: the run has no finished case of the suite's metrics.*", ""]
         return "\n".join(lines)
+
+
+def group_pages(sections: list[RunSection]) -> dict[tuple, list[RunSection]]:
+    """The runs of each page: one suite on one machine, split where runs differ in settings, grid
+    or methods (one page per set, each named by its first run: ``<suite>-<machine>-<run id>.md``)."""
+    groups: dict[tuple, list[RunSection]] = {}
+    for section in sections:
+        groups.setdefault((section.meta.suite, section.hardware, section.settings_key), []).append(section)
+    per_machine: dict[tuple, int] = {}
+    for suite, hardware, _key in groups:
+        per_machine[(suite, hardware)] = per_machine.get((suite, hardware), 0) + 1
+    for (suite, hardware, _key), members in groups.items():
+        if per_machine[(suite, hardware)] > 1:
+            suffix = f"-{slug(members[0].meta.run_id or members[0].run_dir.name)}"
+            for member in members:
+                member.page_suffix = suffix
+    return groups
 
 
 def page_heading(suite: str, hardware: str) -> str:
@@ -273,44 +373,51 @@ def write_pages(paths: list[str | Path], out: str | Path = DEFAULT_OUT, find_tas
         for run_dir in find_run_dirs(path):
             if run_dir not in run_dirs:
                 run_dirs.append(run_dir)
-    by_machine: dict[tuple, list[RunSection]] = {}
-    for run_dir in run_dirs:
-        section = RunSection(run_dir, find_task)
-        by_machine.setdefault((section.meta.suite, section.hardware), []).append(section)
+    by_machine = group_pages([RunSection(run_dir, find_task) for run_dir in run_dirs])
     out = Path(out)
     owned = owned_pages(out)  # PageError, before anything is written: a file, or files it did not write
-    pages = {
-        name: page_text(sections, [s.run_dir.as_posix() for s in sections])
-        for name, sections in _page_names(by_machine, out).items()
-    }
-    return write_owned(out, pages, owned, prune=False)  # WriteError: one line
+    pages: dict[str, str | bytes] = {}
+    for name, sections in _page_names(by_machine, out).items():
+        for section in sections:
+            section.draw_charts(name, find_task)
+            pages.update(section.chart_files())
+        pages[name] = page_text(sections, [s.run_dir.as_posix() for s in sections])
+    written = write_owned(out, pages, owned, prune=False)  # WriteError: one line
+    return [p for p in written if p.suffix == ".md"]
 
 
-def rebuild(published: str | Path, out: str | Path = DEFAULT_OUT, find_task=None, shown_root: str = "") -> list[Path]:
+def rebuild(
+    published: str | Path, out: str | Path = DEFAULT_OUT, find_task=None, shown_root: str = "", suites: tuple[str, ...] = ()
+) -> list[Path]:
     """Every page of ``out``, and its index (``INDEX``), from every run under ``published``, each
     named by its repository path (``shown_root`` / suite / run id: ``results/published/...``);
     the pages of ``out`` that no published run gives any more are removed, so the folder holds
     nothing but what the published rows rebuild. Only pages its manifest lists are replaced or
-    removed: a folder holding any other file is refused (``page_folder``)."""
+    removed: a folder holding any other file is refused (``page_folder``). Each page's charts go
+    to ``out/charts/`` (``page_charts``); the pages' paths are returned. ``suites``: the shipped
+    suites' names, so the index names those no published run gives a page yet."""
     published, out = Path(published), Path(out)
     owned = owned_pages(out)
     shown_root = shown_root or published.as_posix()
-    by_machine: dict[tuple, list[RunSection]] = {}
-    for run_dir in find_run_dirs(published):
-        shown = f"{shown_root}/{run_dir.relative_to(published).as_posix()}"
-        section = RunSection(run_dir, find_task, shown)
-        by_machine.setdefault((section.meta.suite, section.hardware), []).append(section)
-    pages = {}
+    by_machine = group_pages(
+        [RunSection(d, find_task, f"{shown_root}/{d.relative_to(published).as_posix()}") for d in find_run_dirs(published)]
+    )
+    if len({sections[0].page_name for sections in by_machine.values()}) != len(by_machine):
+        raise PageError(f"{published}: two machines give one page name; allowed: machines whose names differ in letters")
+    pages: dict[str, str | bytes] = {}
     for key in sorted(by_machine):
         sections = by_machine[key]
+        for section in sections:
+            section.draw_charts(sections[0].page_name, find_task)
+            pages.update(section.chart_files())
         pages[sections[0].page_name] = page_text(sections, [s.shown for s in sections], published=True)
-    if len(pages) != len(by_machine):
-        raise PageError(f"{published}: two machines give one page name; allowed: machines whose names differ in letters")
-    pages[INDEX] = index_text(by_machine, shown_root)
-    return write_owned(out, pages, owned, prune=True)
+    pages[INDEX] = index_text(by_machine, shown_root, suites)
+    written = write_owned(out, pages, owned, prune=True)
+    return [p for p in written if p.suffix == ".md"]  # the pages; their charts are under out/charts/
 
 
-INDEX_HEAD = """# Measured results
+INDEX_TITLE = "# Measured results\n\n"
+INDEX_HEAD = """## How these pages are made
 
 Every page here is generated from runs published in the repository under `{root}/`
 (`python bench.py publish results/<suite>/<run-id>` copies a run's rows, run.json and env.json
@@ -329,18 +436,35 @@ Pages:
 """
 
 
-def index_text(by_machine: dict[tuple, list[RunSection]], root: str) -> str:
-    """The index of the pages: one line per page with its runs (profile, date, commit)."""
-    lines = [INDEX_HEAD.format(root=root)]
+def finding_sources(by_machine: dict[tuple, list[RunSection]]) -> list[findings.Source]:
+    """Every table of the published runs, with the page and run heading that hold it."""
+    out = []
+    for key in sorted(by_machine):
+        sections = by_machine[key]
+        for s in sections:
+            out += [findings.Source(t, s.meta.suite, s.link(sections[0].page_name)) for t in s.tables]
+    return out
+
+
+def index_text(by_machine: dict[tuple, list[RunSection]], root: str, suites: tuple[str, ...] = ()) -> str:
+    """The index: the findings (``findings``), then one line per page with its runs (profile,
+    date, commit, wall time: what reproducing costs), then the ``suites`` with no page yet."""
+    lines = [INDEX_TITLE, findings.markdown(finding_sources(by_machine)), "\n", INDEX_HEAD.format(root=root)]
     for key in sorted(by_machine):
         sections = by_machine[key]
         first = sections[0]
         runs = "; ".join(
             f"{md_code(s.shown)} (profile {md_code(s.meta.profile or 'default')}, "
-            f"{md_text(s.dates[0][:10]) if s.dates else 'undated'}, commit {md_code(str(s.env.get('git_commit') or 'unknown')[:10])})"
+            f"{md_text(s.dates[0][:10]) if s.dates else 'undated'}, commit {md_code(str(s.env.get('git_commit') or 'unknown')[:10])}, "
+            f"wall time {s.wall_time()})"
             for s in sections
         )
-        lines.append(f"- [{md_text(first.meta.suite)} on {md_text(first.hardware)}]({first.page_name}): {runs}\n")
+        other = f", settings of run {md_text(first.meta.run_id or first.run_dir.name)}" if first.page_suffix else ""
+        lines.append(f"- [{md_text(first.meta.suite)} on {md_text(first.hardware)}{other}]({first.page_name}): {runs}\n")
+    missing = sorted(set(suites) - {suite for suite, _hardware, _settings in by_machine})
+    if missing:
+        lines.append("\nNo published run yet (a page waits for one): ")
+        lines.append("; ".join(f"{md_code(name)} (`python bench.py --suite {name}`)" for name in missing) + ".\n")
     return "".join(lines)
 
 
@@ -353,8 +477,8 @@ def _page_names(by_machine: dict[tuple, list[RunSection]], out: Path) -> dict[st
     for name in names.values():
         counts[name] = counts.get(name, 0) + 1
     pages = {}
-    for (suite, hardware), sections in by_machine.items():
-        name = names[(suite, hardware)]
+    for key, sections in by_machine.items():
+        (suite, hardware, _settings), name = key, names[key]
         if counts[name] > 1 or _page_of_another(out / name, suite, hardware):
             name = f"{name.removesuffix('.md')}-{short_hash(suite + chr(31) + hardware)}.md"
         pages[name] = sections
@@ -374,7 +498,7 @@ def _page_of_another(path: Path, suite: str, hardware: str) -> bool:
     return first.startswith("# ") and first != page_heading(suite, hardware)
 
 
-def main(argv: list[str] | None = None, find_task=None) -> int:
+def main(argv: list[str] | None = None, find_task=None, suites: tuple[str, ...] = ()) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m posbench.cli.docs_results", description="Write docs/results pages from run folders."
     )
@@ -391,7 +515,11 @@ def main(argv: list[str] | None = None, find_task=None) -> int:
         )
         return 2
     try:
-        written = rebuild(args.published, args.out, find_task) if args.published else write_pages(args.runs, args.out, find_task)
+        written = (
+            rebuild(args.published, args.out, find_task, suites=suites)
+            if args.published
+            else write_pages(args.runs, args.out, find_task)
+        )
     except (RowsError, PageError, WriteError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,12 @@ folder the run resolves to, each one plain path component (a suite's name rule);
 or inside the published root is refused, and so is a link (or a file) where a folder of the
 destination belongs. Replacing an earlier copy deletes only files of the published set
 (``cases.jsonl``, ``rows/*.jsonl``, ``run.json``, ``env.json``) in that run's own folder.
+
+A published run must be reproducible from the repository (issue 69): a run from a tree with
+uncommitted changes (env.json's ``git_dirty``) is refused, and so is one whose methods came from
+outside the repository (a ``--methods-dir`` in run.json's command that is absolute, starts with
+``~`` or climbs out with ``..``), unless the caller allows it (``allow_dirty``,
+``allow_outside_methods``); the page of such a run says so in bold (``provenance_warnings``).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 
 from posbench.core.files import PLAIN_NAME_ALLOWED, atomic_write_bytes, file_kind, is_plain_name, own_folder, refuse_links
 from posbench.store.bounds import RowsError, open_regular, size_text
-from posbench.store.meta import ENV_FILE, RUN_FILE, read_run_meta
+from posbench.store.meta import ENV_FILE, RUN_FILE, read_env, read_run_meta, run_command
 from posbench.store.run_rows import ROWS_DIR
 
 PUBLISHED = Path("results/published")
@@ -31,8 +37,86 @@ MAX_RUN_BYTES = 4 * 2**20  # one run's rows and records
 MAX_TOTAL_BYTES = 20 * 2**20  # every published run together
 
 
+METHODS_DIR_FLAG = "--methods-dir"
+OUTSIDE_PLACEHOLDER = "METHODS_DIR"  # what a page shows instead of a machine's methods folder
+
+
 class PublishError(RowsError):
     """A run folder that cannot be published; the message names it and what is allowed."""
+
+
+def _outside(folder: str) -> bool:
+    """Whether a ``--methods-dir`` value names a folder outside the repository the run ran in:
+    absolute, under a home folder, or climbing out with ``..`` (runs start at the repository root)."""
+    if folder.startswith(("/", "~", "\\")) or (len(folder) > 1 and folder[1] == ":"):
+        return True
+    depth = 0
+    for part in folder.replace("\\", "/").split("/"):
+        depth += -1 if part == ".." else 0 if part in ("", ".") else 1
+        if depth < 0:
+            return True
+    return False
+
+
+def methods_dirs_of(command: list[str]) -> list[tuple[int, str]]:
+    """``(index, folder)`` of every ``--methods-dir`` value in an argv (``--methods-dir DIR`` or
+    ``--methods-dir=DIR``; ``index`` is where the value sits)."""
+    out = []
+    for i, arg in enumerate(command):
+        if arg == METHODS_DIR_FLAG and i + 1 < len(command):
+            out.append((i + 1, command[i + 1]))
+        elif arg.startswith(METHODS_DIR_FLAG + "="):
+            out.append((i, arg.split("=", 1)[1]))
+    return out
+
+
+def outside_methods_dirs(command: list[str]) -> list[str]:
+    """The ``--methods-dir`` folders of ``command`` that lie outside the repository."""
+    return [folder for _i, folder in methods_dirs_of(command) if _outside(folder)]
+
+
+def without_machine_paths(command: list[str]) -> list[str]:
+    """``command`` with each outside ``--methods-dir`` folder replaced by ``OUTSIDE_PLACEHOLDER``:
+    a page never shows a folder of the machine that ran the run."""
+    out = list(command)
+    for i, folder in methods_dirs_of(command):
+        if _outside(folder):
+            out[i] = OUTSIDE_PLACEHOLDER if out[i] == folder else f"{METHODS_DIR_FLAG}={OUTSIDE_PLACEHOLDER}"
+    return out
+
+
+def provenance_warnings(env: dict, command: list[str]) -> list[str]:
+    """What keeps a run from being reproduced from the repository alone, one sentence each (a page
+    shows them in bold): a dirty tree, methods from outside the repository."""
+    out = []
+    if env.get("git_dirty"):
+        out.append(
+            "Run from a tree with uncommitted changes (env.json `git_dirty` true): its commit alone does not reproduce it."
+        )
+    outside = outside_methods_dirs(command)
+    if outside:
+        out.append(
+            f"Methods from outside the repository ({len(outside)} `--methods-dir` folder(s) of the machine that ran it, "
+            f"shown as `{OUTSIDE_PLACEHOLDER}`): the command reproduces it only with those method files."
+        )
+    return out
+
+
+def check_provenance(run_dir: Path, allow_dirty: bool = False, allow_outside_methods: bool = False) -> None:
+    """``PublishError`` (one line) for a run from a dirty tree or with methods from outside the
+    repository, unless allowed."""
+    if not allow_dirty and read_env(run_dir).get("git_dirty"):
+        raise PublishError(
+            f"{_shown(run_dir)}: env.json says git_dirty (run from a tree with uncommitted changes); allowed: a run from "
+            "a clean commit, or --allow-dirty (its page then says so in bold)"
+        )
+    outside = outside_methods_dirs(run_command(run_dir))
+    if outside and not allow_outside_methods:
+        raise PublishError(
+            f"{_shown(run_dir)}: run.json's command loads methods from outside the repository (--methods-dir "
+            f"{_shown(Path(outside[0]))}); allowed: a --methods-dir inside the repository, or --allow-outside-methods "
+            "(its page then says so in bold)"
+        )
 
 
 def files_of(run_dir: Path) -> list[Path]:
@@ -120,9 +204,12 @@ def _remove_stale(dest: Path, written: set[Path]) -> None:
         pass
 
 
-def publish(run_dir: str | Path, root: str | Path = PUBLISHED) -> Path:
+def publish(
+    run_dir: str | Path, root: str | Path = PUBLISHED, allow_dirty: bool = False, allow_outside_methods: bool = False
+) -> Path:
     """Copy ``run_dir``'s rows, run.json and env.json to ``root/<suite>/<run id>/`` (replacing an
-    earlier copy of the same run, whose other published files go); return that folder."""
+    earlier copy of the same run, whose other published files go); return that folder. A run from
+    a dirty tree or with methods from outside the repository is refused unless allowed."""
     run_dir, root = Path(run_dir), Path(root)
     if not run_dir.is_dir():
         raise PublishError(f"{_shown(run_dir)}: no such folder; allowed: a run folder, results/<suite>/<run-id>")
@@ -131,6 +218,7 @@ def publish(run_dir: str | Path, root: str | Path = PUBLISHED) -> Path:
     meta = read_run_meta(run_dir)
     if meta is None:
         raise PublishError(f"{_shown(run_dir)}: no {RUN_FILE}; a published run needs its record (re-run the suite)")
+    check_provenance(run_dir, allow_dirty, allow_outside_methods)
     dest = destination(run_dir, meta.suite, run_id, root)
     files = files_of(run_dir)
     if not any(f.suffix == ".jsonl" for f in files):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from posbench.cli.report_cmds import add_compare_parser, add_report_parser
+from posbench.cli.report_cmds import add_compare_parser, add_publish_parser, add_report_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -60,6 +60,7 @@ def _our_subcommands() -> set[str]:
     sub = argparse.ArgumentParser().add_subparsers()
     add_report_parser(sub)
     add_compare_parser(sub)
+    add_publish_parser(sub)
     return set(sub.choices)
 
 
@@ -116,14 +117,20 @@ def test_gpu_bench_runs_a_chosen_suite_on_the_gpu_and_reports_on_a_cpu_runner():
     assert suite_input["type"] == "choice"
     shipped = sorted(p.stem for p in (ROOT / "suites").glob("*.yaml"))
     assert sorted(suite_input["options"]) == shipped  # every shipped suite can be run on demand
-    bench, report = doc["jobs"]["bench"], doc["jobs"]["report"]
-    weekly = bench["strategy"]["matrix"]["suite"].split("||")[1].split("'")[1]
+    plan, bench, report = doc["jobs"]["plan"], doc["jobs"]["bench"], doc["jobs"]["report"]
+    weekly = plan["env"]["WEEKLY_SUITES"]
     assert sorted(json.loads(weekly)) == shipped  # ... and runs every week
-    assert report["strategy"]["matrix"] == bench["strategy"]["matrix"]  # a report leg per bench leg
+    (planned,) = _steps(plan, "matrix --suites")
+    assert planned["env"]["SUITES"] == (
+        "${{ github.event_name == 'workflow_dispatch' && format('[\"{0}\"]', inputs.suite) || env.WEEKLY_SUITES }}"
+    )
+    # the plan's legs are the bench matrix; a report leg per suite (its shards joined)
+    assert bench["needs"] == "plan" and bench["strategy"]["matrix"] == {"include": "${{ fromJSON(needs.plan.outputs.legs) }}"}
+    assert report["strategy"]["matrix"] == {"suite": "${{ fromJSON(needs.plan.outputs.suites) }}"}
     assert doc["on"]["schedule"][0]["cron"]
     assert bench["runs-on"] == ["self-hosted", "linux", "gpu"]
     # the report job: a CPU runner, after the GPU job, also when a bench leg failed
-    assert report["runs-on"] == "ubuntu-latest" and report["needs"] == "bench" and "!cancelled()" in report["if"]
+    assert report["runs-on"] == "ubuntu-latest" and report["needs"] == ["plan", "bench"] and "!cancelled()" in report["if"]
     bench_scripts, report_scripts = "\n".join(_scripts({"jobs": {"b": bench}})), "\n".join(_scripts({"jobs": {"r": report}}))
     assert 'make bench SUITE="$SUITE"' in bench_scripts and "--profile gpu" in bench_scripts
     assert "bench.py" not in bench_scripts  # no CPU work holds the GPU
@@ -154,7 +161,7 @@ def test_gpu_bench_names_artifacts_and_baselines_by_gpu_model():
     (locate,) = _steps(bench, "locate")
     assert locate["id"] == "run"
     (handover,) = _steps(bench, "upload-artifact", "uses")
-    assert handover["with"]["name"] == "bench-${{ matrix.suite }}-${{ steps.run.outputs.gpu_slug }}"
+    assert handover["with"]["name"] == "bench-${{ matrix.suite }}-${{ steps.run.outputs.gpu_slug }}-${{ matrix.leg }}"
     assert handover["if"].startswith("always()")
     (download_run,) = [s for s in _steps(report, "download-artifact", "uses") if "pattern" in s["with"]]
     assert download_run["with"]["pattern"] == "bench-${{ matrix.suite }}-*"  # the GPU job's hand-over
@@ -188,3 +195,23 @@ def test_gpu_bench_accepts_a_run_as_the_new_baseline_by_hand():
     run = compare["run"]
     assert 'if [ "$status" -eq 1 ] && [ "$FAIL_ON_REGRESSION" != true ]; then status=0; fi' in run
     assert run.rstrip().endswith("exit $status") and "--allow-other-hardware" not in run
+
+
+def test_the_publish_step_runs_after_green_bench_and_report_jobs_and_proposes_rows_and_pages():
+    doc = _load(GPU)
+    publish = doc["jobs"]["publish"]
+    assert set(publish["needs"]) == {"plan", "bench", "report"} and publish["if"] == "${{ success() }}"
+    assert publish["permissions"] == {"contents": "write", "pull-requests": "write"}
+    runs = [s.get("run", "") for s in publish["steps"]]
+    (step,) = [r for r in runs if "bench.py publish" in r]
+    assert (
+        "-m posbench.cli.gpu_plan merge new joined" in step
+        and "posbench.cli.docs_results --out docs/results --published results/published" in step
+    )
+    assert "--allow-dirty" not in step and "--allow-outside-methods" not in step  # a publish refusal fails the job
+    (pr,) = [r for r in runs if "gh pr create" in r]
+    assert "git add results/published docs/results" in pr and runs.index(step) < runs.index(pr)
+    # the bench job runs the plan's shard of the suite
+    bench = doc["jobs"]["bench"]
+    (make,) = [s for s in bench["steps"] if "make bench" in s.get("run", "")]
+    assert '--shard $SHARD"' in make["run"] and bench["env"]["SHARD"] == "${{ matrix.shard }}"

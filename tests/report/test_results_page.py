@@ -321,3 +321,38 @@ def test_preview_pages_join_the_manifest_and_a_rebuild_replaces_them(tmp_path):
     assert page.name in (out / page_folder.MANIFEST).read_text().splitlines()
     results_page.rebuild(published, out, find_task)  # the preview's page is no published run's: it goes
     assert not page.exists() and len(_files(out)) == 4
+
+
+def test_runs_share_a_page_only_when_they_share_settings_grid_and_methods(tmp_path):
+    """Issue 69: one run per page unless runs share settings and methods."""
+    import json
+
+    from tests.helpers.result_runs import CPU_ENV, write_run
+
+    same = [write_run(tmp_path / n, f"cpu-cpu-1a2b3c4{n}", CPU_ENV) for n in ("a", "b")]
+    other = write_run(tmp_path / "c", "cpu-cpu-9f9f9f9f", CPU_ENV)
+    meta = json.loads((other / "run.json").read_text())
+    meta["settings"]["windows"] = 7
+    (other / "run.json").write_text(json.dumps(meta))
+    pages = results_page.write_pages([*same, other], tmp_path / "pages", find_task)
+    assert sorted(p.name for p in pages) == [
+        "efficiency-cpu-test-cpu-9000-cpu-cpu-1a2b3c4a.md",
+        "efficiency-cpu-test-cpu-9000-cpu-cpu-9f9f9f9f.md",
+    ]
+    shared = (tmp_path / "pages" / "efficiency-cpu-test-cpu-9000-cpu-cpu-1a2b3c4a.md").read_text()
+    assert "## Run `cpu-cpu-1a2b3c4a`" in shared and "## Run `cpu-cpu-1a2b3c4b`" in shared and "9f9f9f9f" not in shared
+
+
+def test_the_index_names_the_suites_no_published_run_gives_a_page(tmp_path):
+    from tests.helpers.result_runs import CPU_ENV, write_run
+
+    published = tmp_path / "published"
+    shutil.copytree(write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV), published / "efficiency" / "cpu-cpu-1a2b3c4d")
+    written = results_page.rebuild(published, tmp_path / "pages", find_task, suites=("efficiency", "frontier", "decode"))
+    index = next(p for p in written if p.name == "README.md").read_text()
+    assert index.startswith("# Measured results\n\n## Findings\n")
+    assert index.rstrip().endswith(
+        "No published run yet (a page waits for one): `decode` (`python bench.py --suite decode`); "
+        "`frontier` (`python bench.py --suite frontier`)."
+    )
+    assert "wall time 1 min)" in index  # rows started at 21:00 and 21:01, each ran 2 s: 62 s

@@ -15,6 +15,7 @@ import pytest
 
 from posbench.cli import app as cli
 from posbench.report import page_folder, results_page
+from posbench.run.suite import loading
 from posbench.store import published
 from posbench.tasks import find as find_task
 from tests.helpers.result_runs import CPU_ENV, GPU_ENV, write_run
@@ -27,7 +28,8 @@ MACHINE_PATH = re.compile(r"(?<![\w.:/-])(/(tmp|home|root|work|Users|mnt|var|opt
 
 
 def test_every_docs_results_page_rebuilds_byte_identically_from_published_rows(tmp_path):
-    written = results_page.rebuild(PUBLISHED, tmp_path, find_task, shown_root="results/published")
+    suites = tuple(loading.names())  # make docs-results names the suites without a page yet
+    written = results_page.rebuild(PUBLISHED, tmp_path, find_task, shown_root="results/published", suites=suites)
     rebuilt = {p.name: p.read_bytes() for p in written}
     committed = {p.name: p.read_bytes() for p in PAGES.iterdir() if p.is_file() and p.name != page_folder.MANIFEST}
     # the list of the pages make docs-results wrote there (it replaces and removes only those)
@@ -37,6 +39,15 @@ def test_every_docs_results_page_rebuilds_byte_identically_from_published_rows(t
     )
     for name, text in rebuilt.items():
         assert committed[name] == text, f"docs/results/{name} differs from its rebuild: make docs-results"
+    # every page's charts: the same files, each chart's data (what it is drawn from) byte for byte;
+    # the SVG only where this matplotlib wrote it (glyph outlines may differ between versions)
+    charts = {p.name: p.read_bytes() for p in (tmp_path / "charts").iterdir()}
+    assert sorted(p.name for p in (PAGES / "charts").iterdir()) == sorted(charts), "docs/results/charts: make docs-results"
+    for name, data in charts.items():
+        if name.endswith(".json"):
+            assert (PAGES / "charts" / name).read_bytes() == data, f"docs/results/charts/{name} differs: make docs-results"
+        else:
+            assert data.startswith(b"<?xml") and b"<dc:date>" not in data
 
 
 def test_published_rows_stay_small_and_pages_name_no_path_outside_the_repository():
@@ -45,6 +56,10 @@ def test_published_rows_stay_small_and_pages_name_no_path_outside_the_repository
     for run in PUBLISHED.glob("*/*"):
         assert sorted(p.name for p in run.rglob("*") if p.is_file()) == ["cases.jsonl", "env.json", "run.json"]
     for page in PAGES.glob("*.md"):
+        # every page shows its runs' charts, and every chart it links is there
+        linked = re.findall(r"\]\((charts/[^)]+)\)", page.read_text())
+        assert page.name == "README.md" or any(link.endswith(".svg") for link in linked), f"{page.name} has no chart"
+        assert all((PAGES / link).is_file() for link in linked), page.name
         text = page.read_text()
         assert not MACHINE_PATH.search(text), f"{page.name} names a path outside the repository"
         for folder in re.findall(r"`(results/[^`]+)`", text):
@@ -74,7 +89,13 @@ def test_publish_copies_rows_and_records_only(tmp_path, capsys):
     (_, stale, _) = results_page.rebuild(root, tmp_path / "pages", find_task, shown_root="results/published")
     shutil.rmtree(gpu)
     results_page.rebuild(root, tmp_path / "pages", find_task, shown_root="results/published")
-    assert not stale.exists() and sorted(p.name for p in (tmp_path / "pages").iterdir()) == [".generated", "README.md", page.name]
+    assert not stale.exists() and sorted(p.name for p in (tmp_path / "pages").iterdir()) == [
+        ".generated",
+        "README.md",
+        "charts",
+        page.name,
+    ]
+    assert not any("gpu-cuda" in p.name for p in (tmp_path / "pages" / "charts").iterdir())  # its charts went too
     # ... and a file it did not write refuses the rebuild in one line, untouched (issue 67)
     (tmp_path / "pages" / "legacy.md").write_text("hand-copied\n")
     assert results_page.main(["--published", str(root), "--out", str(tmp_path / "pages")], find_task=find_task) == 2
@@ -269,3 +290,48 @@ def test_fuzz_publish_destinations_write_and_delete_only_the_runs_own_published_
         made = {str(root / suite)} - before.keys()  # the suite's folder, new when its first run is published
         assert all(Path(p).is_relative_to(dest) or p in made for p in changed), changed
     assert min(outcomes.values()) >= 8, outcomes
+
+
+# --- issue 69: a published run is reproducible from the repository, or its page says why not ---
+
+
+def test_publish_refuses_a_dirty_run_unless_allowed_and_its_page_says_so_in_bold(tmp_path, capsys):
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", {**CPU_ENV, "git_dirty": True})
+    root = tmp_path / "published"
+    assert cli.main(["publish", str(run_dir), "--to", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "git_dirty" in err and "allowed: a run from a clean commit, or --allow-dirty" in err
+    assert not root.exists()
+    assert cli.main(["publish", str(run_dir), "--to", str(root), "--allow-dirty"]) == 0
+    (page, _index) = results_page.rebuild(root, tmp_path / "pages", find_task, shown_root="results/published")
+    assert "- **Run from a tree with uncommitted changes (env.json `git_dirty` true)" in page.read_text()
+
+
+@pytest.mark.parametrize("folder", ["/home/me/my_methods", "~/m", "../elsewhere", "plugins/../../x", "C:\\m"])
+def test_publish_refuses_methods_from_outside_the_repository_and_the_page_hides_the_path(tmp_path, capsys, folder):
+    command = ["python", "bench.py", "--suite", "efficiency", "--methods-dir", folder, "--methods", "mine"]
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV, command=command)
+    root = tmp_path / "published"
+    assert cli.main(["publish", str(run_dir), "--to", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "outside the repository" in err and "--allow-outside-methods" in err
+    assert not root.exists()
+    assert cli.main(["publish", str(run_dir), "--to", str(root), "--allow-outside-methods"]) == 0
+    (page, _index) = results_page.rebuild(root, tmp_path / "pages", find_task, shown_root="results/published")
+    text = page.read_text()
+    assert "- **Methods from outside the repository (1 `--methods-dir` folder(s)" in text
+    assert folder not in text and "--methods-dir METHODS_DIR" in text
+
+
+def test_a_methods_dir_inside_the_repository_publishes_as_recorded(tmp_path):
+    for folder in ("plugins", "./contrib/methods", "a/../b", "--methods-dir=x"):
+        argv = ["python", "bench.py", "--methods-dir", folder] if not folder.startswith("--") else ["bench.py", folder]
+        assert published.outside_methods_dirs(argv) == []
+        assert published.without_machine_paths(argv) == argv
+    argv = ["bench.py", "--methods-dir=/opt/m", "--methods-dir", "ok"]
+    assert published.outside_methods_dirs(argv) == ["/opt/m"]
+    assert published.without_machine_paths(argv) == ["bench.py", "--methods-dir=METHODS_DIR", "--methods-dir", "ok"]
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV, command=["python", "bench.py", "--methods-dir", "plugins"])
+    dest = published.publish(run_dir, tmp_path / "published")
+    (page, _index) = results_page.rebuild(tmp_path / "published", tmp_path / "pages", find_task, shown_root="results/published")
+    assert (dest / "run.json").exists() and "**Methods from outside" not in page.read_text()

@@ -1,0 +1,294 @@
+"""The findings that open docs/results/README.md (issue 69): answers to the project's questions,
+computed from the published runs' tables, each linking the page that holds its table, each with
+its interval or spread and "not separable" where the noise says so, and the seed papers' claims
+marked reproduced, not reproduced or not measurable. Where no published run answers a question,
+the line names the suite to run.
+
+A ratio's interval comes from the two cells' spreads (min-max over measured windows, or ± std
+over seeds): ``[lo_a / hi_b, hi_a / lo_b]``; an interval holding 1 is "not separable". A cell
+without a spread (one window, one seed) gives a ratio without an interval, said as such, and no
+claim is judged on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from posbench.report.escape import md_code, md_text
+from posbench.report.table import Cell, Table
+
+COST_LENGTH = 2048  # the length the cost question asks about
+FLOOR = "nope"  # the method costs are measured against (no position work at all)
+EXTRAPOLATION_FACTOR = 8  # perplexity from L_train to 8 L_train
+HOLDS = 1.05  # perplexity at 8x within 5% of L_train's: the method holds
+
+
+@dataclass(frozen=True)
+class Source:
+    """A table of a published run and where a reader finds it (the page, at the run's heading)."""
+
+    table: Table
+    suite: str
+    link: str
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """``a / b`` with its interval (None without spreads on both cells)."""
+
+    value: float
+    interval: tuple[float, float] | None
+
+    def text(self) -> str:
+        if self.interval is None:
+            return f"{self.value:.2f}x (no interval: one window or seed)"
+        lo, hi = self.interval
+        said = f"{self.value:.2f}x [{lo:.2f}, {hi:.2f}]"
+        return said + (" not separable" if lo <= 1.0 <= hi else "")
+
+    def above(self, bound: float = 1.0) -> bool | None:
+        """Whether the whole interval lies above ``bound`` (None: no interval, or it holds ``bound``)."""
+        if self.interval is None or self.interval[0] <= bound <= self.interval[1]:
+            return None
+        return self.interval[0] > bound
+
+
+def ratio(a: Cell, b: Cell) -> Ratio | None:
+    """``a / b`` of two cells' values, with the interval their spreads give."""
+    if a.value is None or b.value is None or b.value == 0:
+        return None
+    interval = None
+    if a.spread is not None and b.spread is not None and min(b.spread) > 0:
+        interval = (a.spread[0] / b.spread[1], a.spread[1] / b.spread[0])
+    return Ratio(a.value / b.value, interval)
+
+
+def _link(source: Source) -> str:
+    return f"([table]({source.link}))"
+
+
+def _tables(sources: Iterable[Source], task: str, metric: str) -> list[Source]:
+    return [s for s in sources if s.table.task == task and s.table.metric == metric]
+
+
+def cost_lines(sources: list[Source]) -> list[str]:
+    """What each method costs against ``FLOOR`` at ``COST_LENGTH`` (or the longest L measured)."""
+    out = []
+    for metric, what in (
+        ("train_wps", "training speed"),
+        ("eval_wps", "evaluation speed"),
+        ("peak_mem_train_bytes", "training memory"),
+    ):
+        for source in _tables(sources, "efficiency", metric):
+            t = source.table
+            lengths = [c for c in t.columns if isinstance(c, (int, float))]
+            if FLOOR not in t.rows or not lengths:
+                continue
+            length = COST_LENGTH if COST_LENGTH in lengths else max(lengths)
+            parts = []
+            for method in t.rows:
+                r = ratio(t.cell(method, length), t.cell(FLOOR, length)) if method != FLOOR else None
+                if r is not None:
+                    parts.append(f"{md_text(method)} {r.text()}")
+            short = (
+                ""
+                if length == COST_LENGTH
+                else f" (the longest published; L {COST_LENGTH} needs `--suite efficiency --profile cpu-long`)"
+            )
+            out.append(f"{what.capitalize()} at L {length}{short}, against {FLOOR}: " + "; ".join(parts) + f" {_link(source)}")
+    return out or [
+        f"Cost against {FLOOR}: no published efficiency run; run `python bench.py --suite efficiency --profile cpu-long`."
+    ]
+
+
+def _l_train(source: Source) -> int | None:
+    value = source.table.rest.get("L_train")
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def hold_ratios(source: Source, l_train: int) -> tuple[int, dict[str, Ratio]] | None:
+    """(the longest L_valid up to 8 L_train, method -> perplexity there / at L_train)."""
+    t = source.table
+    lengths = [c for c in t.columns if isinstance(c, (int, float)) and l_train < c <= EXTRAPOLATION_FACTOR * l_train]
+    if l_train not in t.columns or not lengths:
+        return None
+    far = max(lengths)
+    out = {}
+    for method in t.rows:
+        r = ratio(t.cell(method, far), t.cell(method, l_train))
+        if r is not None and not method.startswith("bound"):
+            out[method] = r
+    return far, out
+
+
+def perplexity_sources(sources: list[Source]) -> list[tuple[Source, int]]:
+    """The perplexity-against-length tables with their L_train (the table's, else its key's ``-l<N>-``)."""
+    out = []
+    for source in _tables(sources, "extrapolation", "ppl"):
+        l_train = _l_train(source)
+        if l_train is None:
+            key = source.table.key.split("-")
+            l_train = next((int(k[1:]) for k in key if k.startswith("l") and k[1:].isdigit()), None)
+        if l_train is not None and source.table.column_header == "L_valid":
+            out.append((source, l_train))
+    return out
+
+
+def perplexity_lines(sources: list[Source]) -> list[str]:
+    out = []
+    for source, l_train in perplexity_sources(sources):
+        found = hold_ratios(source, l_train)
+        if found is None:
+            continue
+        far, ratios = found
+        parts = "; ".join(f"{md_text(m)} {r.text()}" for m, r in ratios.items())
+        out.append(f"Perplexity at L {far} over L_train {l_train} ({md_text(source.suite)}): {parts} {_link(source)}")
+    return out or ["Perplexity beyond L_train: no published extrapolation run; run `python bench.py --suite extrapolation`."]
+
+
+def retrieval_lines(sources: list[Source]) -> list[str]:
+    out = []
+    for source in sources:
+        t = source.table
+        if t.task != "retrieval" or not t.metric.startswith("acc ") or "effective length" not in t.columns:
+            continue
+        probe = t.metric.removeprefix("acc ")
+        lengths = ", ".join(f"{md_text(m)} {md_text(t.cell(m, 'effective length').text)}" for m in t.rows)
+        out.append(
+            f"Effective length on {md_code(probe)} ({md_text(source.suite)}; accuracy with its Wilson interval on the page): "
+            f"{lengths} {_link(source)}"
+        )
+    return out or ["Retrieval beyond L_train: no published retrieval run; run `python bench.py --suite retrieval`."]
+
+
+def decode_lines(sources: list[Source]) -> list[str]:
+    """Each method's time per output token against the run's baseline, at the longest context."""
+    out = []
+    for source in _tables(sources, "decode", "tpot_ms"):
+        t = source.table
+        lengths = [c for c in t.columns if isinstance(c, (int, float))]
+        if not lengths or t.baseline is None:
+            continue
+        far = max(lengths)
+        parts = []
+        for method in t.rows:
+            cell = t.cell(method, far)
+            if method != t.baseline and cell.ratio is not None:
+                parts.append(f"{md_text(method)} {Ratio(cell.ratio, cell.ratio_interval).text()}")
+        rest = "".join(f", {md_text(k)} {md_text(v)}" for k, v in t.rest.items())
+        out.append(
+            f"Time per output token at {md_text(t.column_header)} {far}{rest}, against {md_text(t.baseline)}: "
+            + ("; ".join(parts) or "no ratio")
+            + f" {_link(source)}"
+        )
+    return out or ["Decode cost: no published decode run; run `python bench.py --suite decode`."]
+
+
+EQUAL_COMPUTE = ("time_s=", "flops=")  # a frontier's budget that equalises compute (not steps or tokens)
+
+
+def frontier_lines(sources: list[Source]) -> list[str]:
+    """Each equal-compute frontier table's best method and how many others its noise separates."""
+    out = []
+    for source in (s for s in sources if s.table.metric == "frontier"):
+        t = source.table
+        if not any(budget in t.title for budget in EQUAL_COMPUTE) or "verdict" not in t.columns:
+            continue
+        verdicts = {row: t.cell(row, "verdict").text for row in t.rows}
+        best = [row for row, text in verdicts.items() if text == "best"]
+        close = [row for row, text in verdicts.items() if text.startswith("not separable")]
+        worse = len(verdicts) - len(best) - len(close)
+        head = t.title.split(":")[0]
+        if not best:
+            out.append(f"{md_text(head)}: no best method (none is separable from the others) {_link(source)}")
+            continue
+        value = t.cell(best[0], t.columns[0]).text
+        out.append(
+            f"{md_text(head)}: best {md_text(best[0])} ({md_text(t.columns[0])} {md_text(value)}); "
+            f"not separable from it: {', '.join(md_text(r) for r in close) or 'none'}; worse beyond the noise: {worse} "
+            f"{_link(source)}"
+        )
+    return out or ["Equal-compute winners: no published frontier run; run `python bench.py --suite frontier`."]
+
+
+def _claim(name: str, verdict: str, why: str) -> str:
+    return f"**{name}**: {verdict} ({why})"
+
+
+def claim_lines(sources: list[Source]) -> list[str]:
+    """The seed papers' claims, each judged from the rows or marked not measurable."""
+    out = []
+    holds = [(s, l, hold_ratios(s, l)) for s, l in perplexity_sources(sources)]
+    holds = [(s, l, h[1]) for s, l, h in holds if h is not None and {"sinusoidal", "alibi"} <= set(h[1])]
+    if not holds:
+        why = "no published run with sinusoidal and alibi beyond L_train; run `python bench.py --suite extrapolation`"
+        out += [
+            _claim("ALiBi: sinusoidal fails beyond L_train", "not measurable", why),
+            _claim("ALiBi holds beyond L_train", "not measurable", why),
+        ]
+    else:
+        source, _l, ratios = holds[0]
+        sin, alibi = ratios["sinusoidal"], ratios["alibi"]
+        fails = sin.above(HOLDS)
+        verdict = {True: "reproduced", False: "not reproduced", None: "not measurable at this scale"}[fails]
+        out.append(_claim("ALiBi: sinusoidal fails beyond L_train", verdict, f"sinusoidal {sin.text()} {_link(source)}"))
+        held = alibi.above(HOLDS)
+        verdict = {False: "reproduced", True: "not reproduced", None: "not measurable at this scale"}[held]
+        out.append(_claim("ALiBi holds beyond L_train", verdict, f"alibi {alibi.text()} {_link(source)}"))
+    out.append(_faster_claim(sources))
+    extension = [s for s in sources if s.suite == "extension"]
+    out.append(
+        _claim(
+            "SambaNova: interpolating ALiBi extends it",
+            "see the extension run" if extension else "not measurable",
+            _link(extension[0]) if extension else "no published extension run; run `python bench.py --suite extension`",
+        )
+    )
+    return out
+
+
+def _faster_claim(sources: list[Source]) -> str:
+    name = "ALiBi trains faster, with less memory, than T5 bias"
+    for speed in _tables(sources, "efficiency", "train_wps"):
+        t = speed.table
+        lengths = [c for c in t.columns if isinstance(c, (int, float))]
+        if not {"alibi", "t5_bias"} <= set(t.rows) or not lengths:
+            continue
+        length = max(lengths)
+        faster = ratio(t.cell("alibi", length), t.cell("t5_bias", length))
+        memory = next((m.table for m in _tables(sources, "efficiency", "peak_mem_train_bytes") if m.link == speed.link), None)
+        less = ratio(memory.cell("alibi", length), memory.cell("t5_bias", length)) if memory is not None else None
+        if faster is None or less is None:
+            continue
+        quicker = faster.above()
+        why = f"at L {length}: speed alibi / t5_bias {faster.text()}, memory {less.value:.2f}x {_link(speed)}"
+        if quicker is None:
+            return _claim(name, "not separable at this scale", why)
+        verdict = "reproduced" if quicker and less.value < 1.0 else "not reproduced"
+        return _claim(name, verdict, why)
+    return _claim(
+        name,
+        "not measurable",
+        "no published efficiency run with both; run `python bench.py --suite efficiency --profile cpu-long`",
+    )
+
+
+def findings(sources: list[Source]) -> list[tuple[str, list[str]]]:
+    """(question, lines) for the index, in the order a reader asks them."""
+    return [
+        (f"What each method costs against {FLOOR}", cost_lines(sources)),
+        (f"How perplexity holds from L_train to {EXTRAPOLATION_FACTOR}x", perplexity_lines(sources)),
+        ("Which methods keep each retrieval probe beyond L_train", retrieval_lines(sources)),
+        ("Which win at equal compute", frontier_lines(sources)),
+        ("What each costs to decode", decode_lines(sources)),
+        ("The seed papers' claims", claim_lines(sources)),
+    ]
+
+
+def markdown(sources: list[Source]) -> str:
+    """The findings as the index's opening section."""
+    lines = ["## Findings", "", "Generated from the published rows below; each line links the page holding its table.", ""]
+    for question, answers in findings(sources):
+        lines += [f"**{md_text(question)}**", ""] + [f"- {answer}" for answer in answers] + [""]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,127 @@
+"""The findings that open docs/results/README.md (issue 69): ratios with the interval their cells'
+spreads give and "not separable" where it holds 1, the suite to run where no published run
+answers, and the seed papers' claims judged from the rows, so editing a published row changes
+the finding."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from posbench.report import findings, results_page
+from posbench.report.table import Cell, Table, TableSpec
+from posbench.tasks import find as find_task
+
+REPO = Path(__file__).resolve().parents[2]
+EFFICIENCY = REPO / "results" / "published" / "efficiency" / "cpu-cpu-6ba9ad7a-20261129-045918"
+CLAIM = "**ALiBi trains faster, with less memory, than T5 bias**: "
+
+
+def test_a_ratios_interval_comes_from_both_spreads_and_holding_one_is_not_separable():
+    r = findings.ratio(Cell("a", 12.0, spread=(11.0, 13.0)), Cell("b", 10.0, spread=(9.0, 10.5)))
+    assert r.value == 1.2 and r.interval == (11.0 / 10.5, 13.0 / 9.0) and r.above() is True
+    assert r.text() == "1.20x [1.05, 1.44]"
+    close = findings.ratio(Cell("a", 10.0, spread=(9.0, 11.0)), Cell("b", 10.0, spread=(9.5, 10.5)))
+    assert close.text().endswith("not separable") and close.above() is None
+    alone = findings.ratio(Cell("a", 10.0), Cell("b", 5.0))
+    assert alone.text() == "2.00x (no interval: one window or seed)" and alone.above() is None
+    assert findings.ratio(Cell("a", None), Cell("b", 5.0)) is None
+
+
+def test_perplexity_holds_from_l_train_to_eight_times_and_judges_the_claims():
+    spec = TableSpec("extrapolation", "ppl", column_header="L_valid")
+    cells = {
+        ("sinusoidal", 64): Cell("", 10.0, spread=(9.8, 10.2)),
+        ("sinusoidal", 512): Cell("", 30.0, spread=(28.0, 32.0)),
+        ("alibi", 64): Cell("", 10.0, spread=(9.9, 10.1)),
+        ("alibi", 512): Cell("", 9.5, spread=(9.3, 9.7)),
+    }
+    table = Table(spec, key="x-ppl-l64-m", title="t", columns=[64, 512], rows=["sinusoidal", "alibi"], cells=cells)
+    sources = [findings.Source(table, "extrapolation", "page.md#run-r")]
+    (line,) = findings.perplexity_lines(sources)
+    assert line.startswith("Perplexity at L 512 over L_train 64 (extrapolation): sinusoidal 3.00x [")
+    assert line.endswith("([table](page.md#run-r))")
+    claims = findings.claim_lines(sources)
+    assert claims[0].startswith("**ALiBi: sinusoidal fails beyond L_train**: reproduced")
+    assert claims[1].startswith("**ALiBi holds beyond L_train**: reproduced")
+    assert "not measurable" in claims[2] and "--suite efficiency --profile cpu-long" in claims[2]
+
+
+def test_no_published_run_names_the_suite_to_run():
+    answers = dict(findings.findings([]))
+    assert answers["Which win at equal compute"] == [
+        "Equal-compute winners: no published frontier run; run `python bench.py --suite frontier`."
+    ]
+    assert "`python bench.py --suite efficiency --profile cpu-long`" in answers["What each method costs against nope"][0]
+    assert "`python bench.py --suite extrapolation`" in answers["How perplexity holds from L_train to 8x"][0]
+
+
+def _index(published: Path, out: Path) -> str:
+    written = results_page.rebuild(published, out, find_task, shown_root="results/published")
+    return next(p for p in written if p.name == "README.md").read_text()
+
+
+def test_editing_a_published_row_changes_the_finding(tmp_path):
+    published = tmp_path / "published" / "efficiency" / EFFICIENCY.name
+    shutil.copytree(EFFICIENCY, published)
+    before = _index(tmp_path / "published", tmp_path / "before")
+    assert f"- {CLAIM}reproduced (at L 64: speed alibi / t5_bias 1.04x [1.03, 1.06]" in before
+    # the run's page opens with the same findings, without the link to itself
+    page = (tmp_path / "before" / "efficiency-cpu-amd-epyc.md").read_text()
+    short = page[page.index("In short (") : page.index("Summary (")]
+    assert f"- {CLAIM}reproduced (at L 64: speed alibi / t5_bias 1.04x [1.03, 1.06], memory 0.97x)\n" in short
+    # alibi's training speed halved, every number its spread is read from too
+    rows = [json.loads(line) for line in (published / "cases.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["method"] == "alibi":
+            row["metrics"] = {k: v / 2 if k.startswith("train_wps") else v for k, v in row["metrics"].items()}
+            row["series"] = {k: [x / 2 for x in v] if k == "train_wps_windows" else v for k, v in row["series"].items()}
+    (published / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    after = _index(tmp_path / "published", tmp_path / "after")
+    assert f"- {CLAIM}not reproduced (at L 64: speed alibi / t5_bias 0.52x [" in after
+    assert "alibi 0.50x [" in after  # the cost line against nope moved too
+
+
+def test_an_equal_compute_frontier_names_its_best_method_and_what_the_noise_separates():
+    spec = TableSpec("extrapolation", "frontier", column_header="measure")
+    rows = ["alibi, L_train=64", "rotary, L_train=64", "sinusoidal, L_train=64"]
+    cells = {
+        (rows[0], "ppl"): Cell("9.1 [8.9, 9.3]", 9.1),
+        (rows[0], "verdict"): Cell("best"),
+        (rows[1], "verdict"): Cell("not separable from alibi, L_train=64 (2 of 3 seeds better)"),
+        (rows[2], "verdict"): Cell("worse than alibi, L_train=64 beyond the seed noise"),
+    }
+    columns = ["ppl", "s / token", "verdict"]
+    timed = Table(
+        spec, key="f", title="Frontier at L_valid = 512, time_s=60: best method", columns=columns, rows=rows, cells=cells
+    )
+    stepped = Table(
+        spec, key="g", title="Frontier of passkey at L_valid = 32, steps=2000: best", columns=columns, rows=rows, cells=cells
+    )
+    sources = [findings.Source(timed, "frontier", "f.md#run-a"), findings.Source(stepped, "ruler", "r.md#run-b")]
+    assert findings.frontier_lines(sources) == [
+        "Frontier at L_valid = 512, time_s=60: best alibi, L_train=64 (ppl 9.1 [8.9, 9.3]); not separable from it: "
+        "rotary, L_train=64; worse beyond the noise: 1 ([table](f.md#run-a))"
+    ]  # equal steps is no equal compute: the ruler's frontier is left out
+    assert findings.frontier_lines(sources[1:]) == [
+        "Equal-compute winners: no published frontier run; run `python bench.py --suite frontier`."
+    ]
+
+
+def test_decode_cost_is_each_methods_time_per_token_ratio_at_the_longest_context():
+    spec = TableSpec("decode", "tpot_ms", column_header="context")
+    cells = {
+        ("sinusoidal", 4096): Cell("", 10.0, ratio=1.0),
+        ("alibi", 4096): Cell("", 11.0, ratio=1.1, ratio_interval=(1.05, 1.15)),
+        ("rotary", 4096): Cell("", 10.1, ratio=1.01, ratio_interval=(0.98, 1.04)),
+    }
+    rows = ["sinusoidal", "alibi", "rotary"]
+    table = Table(
+        spec, key="d", title="t", columns=[1024, 4096], rows=rows, cells=cells, baseline="sinusoidal", rest={"batch": 8}
+    )
+    (line,) = findings.decode_lines([findings.Source(table, "decode", "d.md#run-r")])
+    assert line == (
+        "Time per output token at context 4096, batch 8, against sinusoidal: alibi 1.10x [1.05, 1.15]; "
+        "rotary 1.01x [0.98, 1.04] not separable ([table](d.md#run-r))"
+    )
