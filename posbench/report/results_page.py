@@ -15,11 +15,12 @@ import argparse
 import json
 import shlex
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from posbench.core.files import WriteError
-from posbench.report import findings
 from posbench.report.escape import md_code, md_fence, md_text
 from posbench.report.headline import case_counts, table_line, verdict_lines
 from posbench.report.names import short_hash, slug
@@ -27,6 +28,7 @@ from posbench.report.page_charts import PageChart, run_charts
 from posbench.report.page_folder import PageError, owned_pages, write_owned
 from posbench.report.render import to_markdown
 from posbench.report.rows import cpu_model, find_run_dirs, gpu_name, load_runs
+from posbench.report.table import Table
 from posbench.report.tabulate import run_tables
 from posbench.store.bounds import RowsError, loads, open_regular, read_small
 from posbench.store.meta import RUN_FILE, RunMeta, run_command
@@ -35,6 +37,30 @@ from posbench.store.published import provenance_warnings, without_machine_paths
 DEFAULT_OUT = Path("docs/results")
 GENERATOR = "make docs-results"
 INDEX = "README.md"
+
+
+@dataclass(frozen=True)
+class Source:
+    """A table of a published run and where a reader finds it (the page, at the run's heading)."""
+
+    table: Table
+    suite: str
+    link: str
+
+
+# The index's findings: (question, answer lines) from every published table; the project's own
+# questions (``posbench.cli.findings.findings``) name suites, so the page writer is handed them.
+Answers = Callable[[list[Source]], list[tuple[str, list[str]]]]
+
+
+def findings_markdown(answered: list[tuple[str, list[str]]]) -> str:
+    """The findings as the index's opening section ("" when none were asked)."""
+    if not answered:
+        return ""
+    lines = ["## Findings", "", "Generated from the published rows below; each line links the page holding its table.", ""]
+    for question, answers in answered:
+        lines += [f"**{md_text(question)}**", ""] + [f"- {answer}" for answer in answers] + [""]
+    return "\n".join(lines) + "\n"
 
 
 def _dumps_value(value: Any) -> str:
@@ -223,15 +249,15 @@ class RunSection:
         )
         self.page_suffix = ""  # "-<run id>" when another page of its suite and machine holds other settings
 
-    def draw_charts(self, page_name: str, find_task=None) -> None:
+    def draw_charts(self, page_name: str, find_task=None, answers: Answers | None = None) -> None:
         """The run's charts, named by its page and run id so no two pages or runs share a file,
         and the index's findings this run answers (its page's short summary)."""
         self.charts = run_charts(self.run_dir, self.run_dir.name, find_task)  # table keys name suite and machine
         link = self.link(page_name)
-        sources = [findings.Source(t, self.meta.suite, link) for t in self.tables]
+        sources = [Source(t, self.meta.suite, link) for t in self.tables]
         self.findings = [
             line.replace(f" ([table]({link}))", "").replace(f"([table]({link}))", "")
-            for _question, lines in findings.findings(sources)
+            for _question, lines in (answers(sources) if answers is not None else [])
             for line in lines
             if link in line
         ]
@@ -365,9 +391,12 @@ def page_text(sections: list[RunSection], sources: list[str], published: bool = 
     return "\n".join(head) + "\n\n".join(s.markdown() for s in sections).rstrip() + "\n"
 
 
-def write_pages(paths: list[str | Path], out: str | Path = DEFAULT_OUT, find_task=None) -> list[Path]:
+def write_pages(
+    paths: list[str | Path], out: str | Path = DEFAULT_OUT, find_task=None, answers: Answers | None = None
+) -> list[Path]:
     """Write one page per (suite, machine) of the runs at or below ``paths``; return the pages.
-    ``find_task``: a task name -> its task (the CLI's registry lookup), as in ``load_runs``."""
+    ``find_task``: a task name -> its task (the CLI's registry lookup), as in ``load_runs``;
+    ``answers``: the findings a page opens with (``Answers``; None: none)."""
     run_dirs: list[Path] = []
     for path in paths:
         for run_dir in find_run_dirs(path):
@@ -379,15 +408,20 @@ def write_pages(paths: list[str | Path], out: str | Path = DEFAULT_OUT, find_tas
     pages: dict[str, str | bytes] = {}
     for name, sections in _page_names(by_machine, out).items():
         for section in sections:
-            section.draw_charts(name, find_task)
+            section.draw_charts(name, find_task, answers)
             pages.update(section.chart_files())
         pages[name] = page_text(sections, [s.run_dir.as_posix() for s in sections])
     written = write_owned(out, pages, owned, prune=False)  # WriteError: one line
     return [p for p in written if p.suffix == ".md"]
 
 
-def rebuild(
-    published: str | Path, out: str | Path = DEFAULT_OUT, find_task=None, shown_root: str = "", suites: tuple[str, ...] = ()
+def rebuild(  # noqa: PLR0913 -- the installation's lookups (find_task, suites, answers) beside the folders
+    published: str | Path,
+    out: str | Path = DEFAULT_OUT,
+    find_task=None,
+    shown_root: str = "",
+    suites: tuple[str, ...] = (),
+    answers: Answers | None = None,
 ) -> list[Path]:
     """Every page of ``out``, and its index (``INDEX``), from every run under ``published``, each
     named by its repository path (``shown_root`` / suite / run id: ``results/published/...``);
@@ -408,10 +442,10 @@ def rebuild(
     for key in sorted(by_machine):
         sections = by_machine[key]
         for section in sections:
-            section.draw_charts(sections[0].page_name, find_task)
+            section.draw_charts(sections[0].page_name, find_task, answers)
             pages.update(section.chart_files())
         pages[sections[0].page_name] = page_text(sections, [s.shown for s in sections], published=True)
-    pages[INDEX] = index_text(by_machine, shown_root, suites)
+    pages[INDEX] = index_text(by_machine, shown_root, suites, answers)
     written = write_owned(out, pages, owned, prune=True)
     return [p for p in written if p.suffix == ".md"]  # the pages; their charts are under out/charts/
 
@@ -436,20 +470,24 @@ Pages:
 """
 
 
-def finding_sources(by_machine: dict[tuple, list[RunSection]]) -> list[findings.Source]:
+def finding_sources(by_machine: dict[tuple, list[RunSection]]) -> list[Source]:
     """Every table of the published runs, with the page and run heading that hold it."""
     out = []
     for key in sorted(by_machine):
         sections = by_machine[key]
         for s in sections:
-            out += [findings.Source(t, s.meta.suite, s.link(sections[0].page_name)) for t in s.tables]
+            out += [Source(t, s.meta.suite, s.link(sections[0].page_name)) for t in s.tables]
     return out
 
 
-def index_text(by_machine: dict[tuple, list[RunSection]], root: str, suites: tuple[str, ...] = ()) -> str:
-    """The index: the findings (``findings``), then one line per page with its runs (profile,
+def index_text(
+    by_machine: dict[tuple, list[RunSection]], root: str, suites: tuple[str, ...] = (), answers: Answers | None = None
+) -> str:
+    """The index: the findings (``answers``), then one line per page with its runs (profile,
     date, commit, wall time: what reproducing costs), then the ``suites`` with no page yet."""
-    lines = [INDEX_TITLE, findings.markdown(finding_sources(by_machine)), "\n", INDEX_HEAD.format(root=root)]
+    answered = answers(finding_sources(by_machine)) if answers is not None else []
+    opening = findings_markdown(answered)
+    lines = [INDEX_TITLE, *([opening, "\n"] if opening else []), INDEX_HEAD.format(root=root)]
     for key in sorted(by_machine):
         sections = by_machine[key]
         first = sections[0]
@@ -498,7 +536,7 @@ def _page_of_another(path: Path, suite: str, hardware: str) -> bool:
     return first.startswith("# ") and first != page_heading(suite, hardware)
 
 
-def main(argv: list[str] | None = None, find_task=None, suites: tuple[str, ...] = ()) -> int:
+def main(argv: list[str] | None = None, find_task=None, suites: tuple[str, ...] = (), answers: Answers | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m posbench.cli.docs_results", description="Write docs/results pages from run folders."
     )
@@ -516,9 +554,9 @@ def main(argv: list[str] | None = None, find_task=None, suites: tuple[str, ...] 
         return 2
     try:
         written = (
-            rebuild(args.published, args.out, find_task, suites=suites)
+            rebuild(args.published, args.out, find_task, suites=suites, answers=answers)
             if args.published
-            else write_pages(args.runs, args.out, find_task)
+            else write_pages(args.runs, args.out, find_task, answers)
         )
     except (RowsError, PageError, WriteError) as exc:
         print(f"error: {exc}", file=sys.stderr)

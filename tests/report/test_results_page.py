@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from posbench.cli import findings
 from posbench.report import page_folder, results_page
 from posbench.store.meta import RunMeta, write_run_meta
 from posbench.tasks import find as find_task
@@ -348,9 +349,14 @@ def test_the_index_names_the_suites_no_published_run_gives_a_page(tmp_path):
 
     published = tmp_path / "published"
     shutil.copytree(write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV), published / "efficiency" / "cpu-cpu-1a2b3c4d")
-    written = results_page.rebuild(published, tmp_path / "pages", find_task, suites=("efficiency", "frontier", "decode"))
+    written = results_page.rebuild(
+        published, tmp_path / "pages", find_task, suites=("efficiency", "frontier", "decode"), answers=findings.findings
+    )
     index = next(p for p in written if p.name == "README.md").read_text()
     assert index.startswith("# Measured results\n\n## Findings\n")
+    # without the project's questions the index opens with how its pages are made
+    bare = results_page.index_text({}, "results/published")
+    assert bare.startswith("# Measured results\n\n## How these pages are made")
     assert index.rstrip().endswith(
         "No published run yet (a page waits for one): `decode` (`python bench.py --suite decode`); "
         "`frontier` (`python bench.py --suite frontier`)."

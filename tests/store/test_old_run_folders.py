@@ -4,7 +4,9 @@ plans, ``report``, ``compare`` and ``status`` (the on-disk format never migrates
 ``fixtures/old_runs`` was written at commit 5cf7349 (before ``posbench.store``): the ``_testing``
 suites beside it run through ``bench.py run`` (rounds with a failing case, paired windows, a sweep
 through ``--launcher local``) and efficiency rows from ``tests.helpers.report_rows``.
-``fixtures/old_runs_expected.json`` holds what that commit's code read from them.
+``fixtures/old_runs_expected.json`` holds what that commit's code read from them (rows, run.json,
+plans, status); the ``report`` and ``compare`` texts in it follow today's wording (issue 66's
+intervals as they are, memory's resolution, report.md's summary), the numbers unchanged.
 """
 
 import contextlib

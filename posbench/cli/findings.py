@@ -2,7 +2,9 @@
 computed from the published runs' tables, each linking the page that holds its table, each with
 its interval or spread and "not separable" where the noise says so, and the seed papers' claims
 marked reproduced, not reproduced or not measurable. Where no published run answers a question,
-the line names the suite to run.
+the line names the suite to run. The questions name the shipped suites, so they live with the
+CLI's other claims about them (``references``), and ``docs_results`` hands ``findings`` to the
+task-agnostic page writer (``posbench.report.results_page``).
 
 A ratio's interval comes from the two cells' spreads (min-max over measured windows, or ± std
 over seeds): ``[lo_a / hi_b, hi_a / lo_b]``; an interval holding 1 is "not separable". A cell
@@ -16,21 +18,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from posbench.report.escape import md_code, md_text
-from posbench.report.table import Cell, Table
+from posbench.report.results_page import Source
+from posbench.report.table import Cell
 
 COST_LENGTH = 2048  # the length the cost question asks about
 FLOOR = "nope"  # the method costs are measured against (no position work at all)
 EXTRAPOLATION_FACTOR = 8  # perplexity from L_train to 8 L_train
 HOLDS = 1.05  # perplexity at 8x within 5% of L_train's: the method holds
-
-
-@dataclass(frozen=True)
-class Source:
-    """A table of a published run and where a reader finds it (the page, at the run's heading)."""
-
-    table: Table
-    suite: str
-    link: str
 
 
 @dataclass(frozen=True)
@@ -284,11 +278,3 @@ def findings(sources: list[Source]) -> list[tuple[str, list[str]]]:
         ("What each costs to decode", decode_lines(sources)),
         ("The seed papers' claims", claim_lines(sources)),
     ]
-
-
-def markdown(sources: list[Source]) -> str:
-    """The findings as the index's opening section."""
-    lines = ["## Findings", "", "Generated from the published rows below; each line links the page holding its table.", ""]
-    for question, answers in findings(sources):
-        lines += [f"**{md_text(question)}**", ""] + [f"- {answer}" for answer in answers] + [""]
-    return "\n".join(lines) + "\n"

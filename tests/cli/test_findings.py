@@ -9,7 +9,8 @@ import json
 import shutil
 from pathlib import Path
 
-from posbench.report import findings, results_page
+from posbench.cli import findings
+from posbench.report import results_page
 from posbench.report.table import Cell, Table, TableSpec
 from posbench.tasks import find as find_task
 
@@ -38,7 +39,7 @@ def test_perplexity_holds_from_l_train_to_eight_times_and_judges_the_claims():
         ("alibi", 512): Cell("", 9.5, spread=(9.3, 9.7)),
     }
     table = Table(spec, key="x-ppl-l64-m", title="t", columns=[64, 512], rows=["sinusoidal", "alibi"], cells=cells)
-    sources = [findings.Source(table, "extrapolation", "page.md#run-r")]
+    sources = [results_page.Source(table, "extrapolation", "page.md#run-r")]
     (line,) = findings.perplexity_lines(sources)
     assert line.startswith("Perplexity at L 512 over L_train 64 (extrapolation): sinusoidal 3.00x [")
     assert line.endswith("([table](page.md#run-r))")
@@ -58,7 +59,7 @@ def test_no_published_run_names_the_suite_to_run():
 
 
 def _index(published: Path, out: Path) -> str:
-    written = results_page.rebuild(published, out, find_task, shown_root="results/published")
+    written = results_page.rebuild(published, out, find_task, shown_root="results/published", answers=findings.findings)
     return next(p for p in written if p.name == "README.md").read_text()
 
 
@@ -99,7 +100,7 @@ def test_an_equal_compute_frontier_names_its_best_method_and_what_the_noise_sepa
     stepped = Table(
         spec, key="g", title="Frontier of passkey at L_valid = 32, steps=2000: best", columns=columns, rows=rows, cells=cells
     )
-    sources = [findings.Source(timed, "frontier", "f.md#run-a"), findings.Source(stepped, "ruler", "r.md#run-b")]
+    sources = [results_page.Source(timed, "frontier", "f.md#run-a"), results_page.Source(stepped, "ruler", "r.md#run-b")]
     assert findings.frontier_lines(sources) == [
         "Frontier at L_valid = 512, time_s=60: best alibi, L_train=64 (ppl 9.1 [8.9, 9.3]); not separable from it: "
         "rotary, L_train=64; worse beyond the noise: 1 ([table](f.md#run-a))"
@@ -120,7 +121,7 @@ def test_decode_cost_is_each_methods_time_per_token_ratio_at_the_longest_context
     table = Table(
         spec, key="d", title="t", columns=[1024, 4096], rows=rows, cells=cells, baseline="sinusoidal", rest={"batch": 8}
     )
-    (line,) = findings.decode_lines([findings.Source(table, "decode", "d.md#run-r")])
+    (line,) = findings.decode_lines([results_page.Source(table, "decode", "d.md#run-r")])
     assert line == (
         "Time per output token at context 4096, batch 8, against sinusoidal: alibi 1.10x [1.05, 1.15]; "
         "rotary 1.01x [0.98, 1.04] not separable ([table](d.md#run-r))"
