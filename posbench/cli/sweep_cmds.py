@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from posbench.cli.run_output import EXIT_CASES_FAILED, FAILED_STATUSES, failed_exit, short_message
+from posbench.core.outcome import PosbenchError
 from posbench.run.pool import PoolError
 from posbench.run.sweep_state import UnitLine, units_of
 from posbench.store.launched_sweep import RECORD_FILE
@@ -26,6 +27,13 @@ SWEEP_EXAMPLES = [
     ("python bench.py --suite {suite} --launcher slurm --set launcher.partition=dev", "a Slurm job array"),
     ("python bench.py status results/{suite}/RUN_ID", "a sweep's units, or a run's cases per status"),
 ]
+
+
+class NotARunFolder(PosbenchError):
+    """``bench.py status`` given a folder that is missing or holds no run: a plain line starting
+    ``status:`` (the command's input is wrong, not a pool flag)."""
+
+    kind = "status"
 
 
 def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
@@ -212,7 +220,7 @@ def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = 
     from posbench.store.run_rows import CASES_FILE
 
     if not (run_dir / CASES_FILE).is_file():
-        raise PoolError(
+        raise NotARunFolder(
             f"{run_dir}: no {CASES_FILE} and no {RECORD_FILE}; allowed: a run folder "
             "(results/<suite>/<run-id>) that bench.py run or a launched sweep wrote"
         )
@@ -253,6 +261,10 @@ def cmd_status(args) -> int:
     from posbench.store.run_rows import CASES_FILE
 
     folder = Path(args.run)
+    if not folder.exists():
+        raise NotARunFolder(
+            f"{folder}: no such folder; allowed: a run folder (results/<suite>/<run-id>) or a folder of them (results/<suite>)"
+        )
     runs = sorted(
         p for p in (folder.iterdir() if folder.is_dir() else ()) if (p / CASES_FILE).is_file() or (p / RECORD_FILE).is_file()
     )

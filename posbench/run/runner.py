@@ -188,11 +188,11 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
         write_env(run_dir / "env.json", environment)
     commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
     if main:
-        record_machine(run_dir, "start", device)
+        record_machine(run_dir, "start", device, suite.task.timed)
     out = RunResult(run_dir, run_id, skipped=len(plan.done))
     _run_todo(plan, o, commit, out, main, slots)
     if main:
-        record_machine(run_dir, "end", device)
+        record_machine(run_dir, "end", device, suite.task.timed)
     # Every case of the suite this run folder holds, also those of earlier narrowed runs, so the
     # table has the baseline even when this command ran only some methods.
     wanted = {c.id for c in suite.cases(device, run_id)}

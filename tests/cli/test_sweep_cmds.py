@@ -64,6 +64,14 @@ def test_status_of_a_folder_that_holds_no_run_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "no cases.jsonl and no launcher.json; allowed: a run folder" in err
 
 
+def test_status_of_a_missing_folder_is_a_plain_line(tmp_path, capsys):
+    assert _status(tmp_path / "nope") == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"status: {tmp_path / 'nope'}: no such folder; allowed: a run folder (results/<suite>/<run-id>)")
+    assert err.count("\n") == 1
+    assert "PoolError" not in err
+
+
 class _Unit:
     def __init__(self, state):
         self.state, self.exit_code, self.reason = state, "", ""
