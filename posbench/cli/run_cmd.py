@@ -102,12 +102,13 @@ def run_and_report(args, suite: Suite, options: RunOptions) -> int:
         if printer.hidden:
             print(f"({printer.hidden} more unavailable case(s) of the methods above not shown; their rows are in cases.jsonl)")
         print(summary)
+    broken: list[str] = []
     if result.rows and suite.metrics:
-        table = print_tables(result.run_dir, result.run_id, suite, options.device, show=not args.quiet)
+        table, broken = print_tables(result.run_dir, result.run_id, suite, options.device, show=not args.quiet)
         summary += f", tables in {table}"
     if args.quiet:  # the one line --quiet keeps: last, after the tables were written
         print(summary)
-    return failed_exit(result.rows, args.allow_failures)
+    return failed_exit(result.rows, args.allow_failures, broken)
 
 
 def print_interrupted(exc) -> int:

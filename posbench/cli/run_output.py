@@ -44,10 +44,14 @@ def short_message(message: str) -> str:
     return f"{first[:MESSAGE_SHOWN]}... (message cut: {len(text)} characters in the row)"
 
 
-def print_tables(run_dir: Path, run_id: str, suite, device: str, show: bool = True) -> Path:
+def print_tables(run_dir: Path, run_id: str, suite, device: str, show: bool = True) -> tuple[Path, list[str]]:
     """The end-of-run tables of the suite's cases, read back from the run folder (what ``bench.py
     report`` shows; also the cases of earlier narrowed runs, so the baseline is there), into
-    table.md / table.csv and printed (``show`` False: only written, for ``--quiet``); table.md's path."""
+    table.md / table.csv and printed (``show`` False: only written, for ``--quiet``); table.md's
+    path, and the titles of the tables where every method failed learn first (``BROKEN PROFILE:
+    0 of N learnt``: they compare nothing; ``failed_exit`` exits 3 on them)."""
+    from posbench.report.learn_first import Comparability
+
     from posbench import tasks
     from posbench.report.render import to_text, write_run_files
     from posbench.report.rows import read_runs
@@ -76,23 +80,32 @@ def print_tables(run_dir: Path, run_id: str, suite, device: str, show: bool = Tr
         print("\n" + "\n".join(to_text(t) for t in tables))
         print(f"table: {run_dir}/table.md, {run_dir}/table.csv")
         print(f"charts and the full report: python bench.py report {run_dir}")
-    return run_dir / "table.md"
+    return run_dir / "table.md", [t.title for t in tables if Comparability.nothing_learnt(t.title)]
 
 
 # A run whose rows and tables were written but where a case ended error/timeout/oom/diverged
-# (``unavailable`` is a verdict about this machine, not a failure): CI must not go green on it.
+# (``unavailable`` is a verdict about this machine, not a failure), or a table where no method
+# learnt at L_train (BROKEN PROFILE: 0 of N learnt; it compares nothing): CI must not go green on it.
 EXIT_CASES_FAILED = 3
 FAILED_STATUSES = ("error", "timeout", "oom", "diverged")
 EXIT_CODES = (
     "exit status: 0 every case ran (or is unavailable here), 1 an internal error, 2 bad input, "
-    "3 a case ended error/timeout/oom/diverged (rows and tables still written; --allow-failures "
-    "gives 0), 130/143 interrupted (Ctrl-C/SIGTERM)"
+    "3 a case ended error/timeout/oom/diverged or no method of a table learnt at L_train (BROKEN "
+    "PROFILE: 0 of N learnt; rows and tables still written; --allow-failures gives 0), 130/143 interrupted (Ctrl-C/SIGTERM)"
 )
 
 
-def failed_exit(rows: list[dict], allow_failures: bool) -> int:
-    """0, or ``EXIT_CASES_FAILED`` with one line on stderr naming how many cases failed and how."""
+def failed_exit(rows: list[dict], allow_failures: bool, broken: list[str] = ()) -> int:
+    """0, or ``EXIT_CASES_FAILED`` with one line on stderr naming how many cases failed and how,
+    or (none failed) the first of the ``broken`` tables' titles (``print_tables``)."""
     failed = [r for r in rows if r.get("status") in FAILED_STATUSES]
+    if not failed and broken:
+        more = f" (and {len(broken) - 1} more table(s))" if len(broken) > 1 else ""
+        if allow_failures:
+            print(f"note: {broken[0]}{more}; exit 0 (--allow-failures)", file=sys.stderr)
+            return 0
+        print(f"{broken[0]}{more}; exit status {EXIT_CASES_FAILED} (--allow-failures gives 0)", file=sys.stderr)
+        return EXIT_CASES_FAILED
     if not failed:
         return 0
     counts = ", ".join(

@@ -3,8 +3,10 @@
 Each entry of the references file (``posbench/references.yaml``; ``posbench.cli.references``) is
 one line: ``pass``, ``fail`` or ``skipped`` (why), its id and what was compared. Entries about
 posbench's code (ALiBi slopes, rotary frequencies) always run; entries about measured results
-read the run folders given. Exit status 0 when nothing failed, 1 when an entry failed, 2 when the
-references file or a run folder cannot be read (one line).
+read the run folders given. Learn first: a claim read from a language model that did not learn at
+L_train (its perplexity there far from its peers' or the bound: ``learn_first.ppl_verdicts``) does
+not pass, whatever its order (``learn_first_refusals``). Exit status 0 when nothing failed, 1 when
+an entry failed, 2 when the references file or a run folder cannot be read (one line).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def cmd_verify(args) -> int:
         from posbench.report.rows import load_runs
 
         runs = load_runs(args.runs, find_task=tasks.find)  # a skipped line is named on stderr; a missing folder is one line
-    results = references.check_all(entries, runs)
+    results = learn_first_refusals(entries, references.check_all(entries, runs), runs)
     width = max(len(r.id) for r in results)
     for r in results:
         print(f"{r.status:<8} {r.id:<{width}}  {r.detail}")
@@ -55,3 +57,60 @@ def cmd_verify(args) -> int:
         f"({len(results)} references, version {version} of {source})"
     )
     return 1 if counts["fail"] else 0
+
+
+def learn_first_refusals(entries: list[dict], results: list, runs) -> list:
+    """``results`` with each measured claim that passed on a row that did not learn at L_train
+    turned into a fail naming that row: its numbers beyond L_train measure the training budget,
+    not the position method. The rows a claim reads are ``references.suite_rows``'s (an
+    ordering's two methods only); peers are the rows of one grid point of one run folder."""
+    from posbench.cli import references
+    from posbench.report.learn_first import NOT_LEARNT, PPL_RULE
+
+    if runs is None or runs.rows is None or runs.rows.empty:
+        return results
+    weak = not_learnt_rows(runs.rows.to_dict("records"))
+    out = []
+    for entry, result in zip(entries, results):
+        rows, why = references.suite_rows(entry, runs) if result.status == "pass" and "suite" in entry else ([], "")
+        named = {entry.get("better"), entry.get("worse")} if entry.get("check") == "ordering" else None
+        found = [
+            weak[(r["source"], r["case_id"])]
+            for r in rows
+            if not why and (named is None or r["method"] in named) and (r["source"], r["case_id"]) in weak
+        ]
+        if found:
+            detail = f"{NOT_LEARNT}: {'; '.join(dict.fromkeys(found))} (learn first: {PPL_RULE}), so no claim beyond it is read"
+            result = references.Result(result.id, "fail", detail)
+        out.append(result)
+    return out
+
+
+def not_learnt_rows(rows: list[dict]) -> dict[tuple[str, str], str]:
+    """(run folder, case id) -> a few words on the row, for each finished row with a perplexity at
+    L_train that did not learn there against its peers (the rows of its run folder and grid point)."""
+    import json
+
+    from posbench.report.learn_first import ppl_bound, ppl_verdicts
+
+    groups: dict[tuple, dict[tuple[str, str], dict]] = {}
+    for r in rows:
+        metrics = r.get("metrics")
+        if r.get("status") == "ok" and isinstance(metrics, dict) and metrics.get("ppl_at_train_len") is not None:
+            point = (r["source"], r.get("suite"), json.dumps(r.get("params"), sort_keys=True, default=str))
+            groups.setdefault(point, {})[(r["source"], r["case_id"])] = r
+    out = {}
+    for members in groups.values():
+        verdicts = ppl_verdicts({key: r["metrics"] for key, r in members.items()})
+        best = min(float(r["metrics"]["ppl_at_train_len"]) for r in members.values())
+        for key, verdict in verdicts.items():
+            if verdict is False:
+                r = members[key]
+                bound = ppl_bound(r["metrics"])
+                out[key] = (
+                    f"{r['method']} at {r['params']} in {r['source']} has perplexity "
+                    f"{float(r['metrics']['ppl_at_train_len']):.4g} at L_train (best {best:.4g}"
+                    + (f", bound {bound:.4g}" if bound is not None else "")
+                    + ")"
+                )
+    return out

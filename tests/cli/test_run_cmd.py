@@ -42,3 +42,34 @@ def test_the_last_row_without_newline_stays_in_the_table_of_a_run_that_adds_rows
     table = [line.split()[0] for line in out.splitlines() if line.startswith(("sinusoidal ", "alibi ", "rotary ", "nope "))]
     assert sorted(table) == ["alibi", "nope", "rotary", "sinusoidal"], out
     assert all(json.loads(line)["case_id"] for line in rows.read_bytes().splitlines())  # a row a line
+
+
+def _undertrained_run(tmp_path, bound: float):
+    """An extrapolation run folder of sinusoidal (23.1 at L_train) and alibi (14.1), with the
+    source's bound ``bound``, as a run of the cpu profile narrowed to those two writes it."""
+    from tests.helpers.report_rows import base_row, write_run
+
+    rows = []
+    for method, at_train in (("sinusoidal", 23.1), ("alibi", 14.1)):
+        row = base_row("extrapolation", "extrapolation", method, {"L_train": 64}, "run-u")
+        row["case_id"] = f"{method}/L_train=64"
+        row["metrics"] = {"ppl_at_train_len": at_train, "ppl_at_max_len": 30.0, "best_ppl_eval": bound}
+        rows.append(row)
+    return write_run(tmp_path, rows, metrics=["ppl_at_train_len", "ppl_at_max_len"]), rows
+
+
+@pytest.mark.subprocess  # bench.py run reads the method files in a child
+@pytest.mark.parametrize("bound, code", [(5.0, 3), (7.65, 0)])
+def test_a_run_whose_every_method_failed_learn_first_exits_3(tmp_path, monkeypatch, capsys, bound, code):
+    """Issue 66: ``BROKEN PROFILE: 0 of 2 learnt`` exited 0. Both far from the bound: exit 3 (one
+    line naming the table; --allow-failures gives 0); alibi learnt at bound 7.65: exit 0 (the
+    table says BROKEN PROFILE: 1 of 2, but one method learnt)."""
+    from posbench.run import runner
+
+    run_dir, rows = _undertrained_run(tmp_path / "res", bound)
+    monkeypatch.setattr(runner, "run_suite", lambda suite, options: runner.RunResult(run_dir, "run-u", rows, 0, 2))
+    argv = ["--suite", "extrapolation", "--device", "cpu", "--profile", "cpu", "--results", str(tmp_path / "res")]
+    assert cli.main([*argv, "--run-id", "run-u", "--quiet"]) == code
+    err = capsys.readouterr().err
+    assert ("BROKEN PROFILE: 0 of 2 learnt the task at L_train; exit status 3" in err) == (code == 3)
+    assert cli.main([*argv, "--run-id", "run-u", "--quiet", "--allow-failures"]) == 0
