@@ -50,9 +50,8 @@ def print_tables(run_dir: Path, run_id: str, suite, device: str, show: bool = Tr
     table.md / table.csv and printed (``show`` False: only written, for ``--quiet``); table.md's
     path, and the titles of the tables where every method failed learn first (``BROKEN PROFILE:
     0 of N learnt``: they compare nothing; ``failed_exit`` exits 3 on them)."""
-    from posbench.report.learn_first import Comparability
-
     from posbench import tasks
+    from posbench.report.learn_first import Comparability
     from posbench.report.render import to_text, write_run_files
     from posbench.report.rows import read_runs
     from posbench.report.tabulate import run_tables
