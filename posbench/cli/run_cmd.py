@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from posbench.cli.run_output import case_line, check_corpora, failed_exit, print_tables
+from posbench.cli.run_output import case_line, failed_exit, print_tables
 from posbench.cli.run_request import run_request
 from posbench.cli.sweep_cmds import launch_sweep
 from posbench.run.options import RunOptions
@@ -35,7 +35,6 @@ def print_dry_run(suite: Suite, options: RunOptions) -> int:
         return 0
     dry = dry_run(suite, options)
     suite = dry.suite
-    check_corpora([case.settings.get("corpus") for case in dry.todo])
     shown = f"{dry.run_id}-<date>-<time> (new, --fresh)" if options.fresh else dry.run_id
     print(f"suite {suite.name} ({suite.task_name}), profile {suite.profile}, device {options.device}, run {shown}")
     print(f"settings: {json.dumps(suite.settings.model_dump())}")

@@ -123,7 +123,8 @@ def failed_exit(rows: list[dict], allow_failures: bool, broken: list[str] = ()) 
 
 def check_corpora(corpora) -> None:
     """Each corpus setting (a dict, or None for a task that reads none) names files that exist: a
-    DataError (one line, exit 2) before anything runs, nothing read or tokenized."""
+    DataError (one line, exit 2) before anything runs, nothing read or tokenized; a corpus that
+    trains on an evaluation split is said in one line."""
     from posbench.data.sources import check_source
 
     seen = set()
@@ -131,7 +132,9 @@ def check_corpora(corpora) -> None:
         key = json.dumps(c, sort_keys=True)
         if isinstance(c, dict) and key not in seen:
             seen.add(key)
-            check_source(c.get("kind", "synthetic"), path=c.get("path"), splits=c.get("splits"))
+            note = check_source(c.get("kind", "synthetic"), path=c.get("path"), splits=c.get("splits"))
+            if note:
+                print(f"note: {note}", file=sys.stderr)
 
 
 def warn_short_budget(settings) -> None:

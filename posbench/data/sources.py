@@ -21,7 +21,7 @@ def data_dir(path: str | os.PathLike | None, what: str) -> Path:
     """The explicit folder, else ``$POSBENCH_DATA_DIR``; a DataError naming both when neither is set."""
     raw = path if path is not None else os.environ.get(DATA_ENV)
     if raw is None:
-        raise DataError(f"{what}: no data folder given; pass path=DIR (--data DIR) or set {DATA_ENV}")
+        raise DataError(f"{what}: no data folder given; pass path=DIR (--data DIR) or set {DATA_ENV}, or {DOWNLOAD_HINT}")
     folder = Path(raw).expanduser()
     if not folder.exists():
         raise DataError(f"{what}: data folder {folder} does not exist; {DOWNLOAD_HINT}")
@@ -72,10 +72,27 @@ def text_files(path, splits) -> dict[str, list[Path]]:
     return split_files
 
 
-def check_source(kind: str, path=None, splits=None) -> None:
-    """The DataError ``load_corpus`` would raise for a missing source, reading nothing; the
-    synthetic kinds are built, so they are always there."""
+NO_TRAIN_HINT = (
+    "WikiText-2 here has no training split: pass splits={'train': 'test', 'valid': 'valid'} to train on "
+    "test.txt, or " + DOWNLOAD_HINT
+)
+
+
+def check_source(kind: str, path=None, splits=None) -> str | None:
+    """The DataError ``load_corpus`` would raise for a missing source, reading nothing (a WikiText
+    folder without the file of a split it would read: its training split first); the synthetic
+    kinds are built, so they are always there. Returns a line to say aloud where the corpus is
+    not what its name suggests (a model trained on WikiText's test split), else None."""
     if kind.startswith("wikitext"):
-        wikitext_folder(data_dir(path, kind), kind)
+        folder = wikitext_folder(data_dir(path, kind), kind)
+        asked = dict(splits) if isinstance(splits, dict) else {"train": "train", "valid": "valid"}
+        for split, file_split in asked.items():
+            names = WIKITEXT_FILES.get(file_split, (f"wiki.{file_split}.tokens", f"{file_split}.txt"))
+            if not any(source_file(folder / n) for n in names):
+                hint = NO_TRAIN_HINT if file_split == "train" else DOWNLOAD_HINT
+                raise DataError(f"{kind}: split {split!r} has no file in {folder} (looked for {' or '.join(names)}); {hint}")
+        if asked.get("train") in ("test", "valid"):
+            return f"{kind}: training on the {asked['train']} split of {folder} (splits train: {asked['train']}), not on a training split"
     elif kind == "text":
         text_files(path, splits)
+    return None
