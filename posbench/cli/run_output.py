@@ -28,7 +28,31 @@ def case_line(row: dict, metrics: list[str]) -> str:
         detail = "  ".join(f"{m} {fmt.number(row['metrics'].get(m), kind[m])}" for m in metrics if m in row["metrics"])
     else:
         detail = short_message(row["message"])
-    return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({row['duration_s']:.1f} s)"
+    group = row.get("job_wall")
+    took = f"{row['duration_s']:.1f} s" + (f", 1/{group['cases']} of its group's time" if group else "")
+    return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({took})"
+
+
+def group_line(row: dict) -> str | None:
+    """After the last row of a paired group (``job_wall``, which ``runner.run_jobs`` hands the
+    progress line, not the stored row): the group's wall time, said once (each case's line shows
+    its share)."""
+    group = row.get("job_wall")
+    if not group or group.get("index") != group.get("cases"):
+        return None
+    params = " ".join(f"{k}={v}" for k, v in row["params"].items())
+    return f"      {group['cases']} methods at {params} in one worker (paired windows): {group['seconds']:.1f} s"
+
+
+def start_line(plan, run_dir: Path) -> str:
+    """The line a run prints once planned, before its first case: what runs, how many, where."""
+    cases = list(dict.fromkeys(c.id for c, _r in plan.todo))
+    methods = list(dict.fromkeys(c.method for c, _r in plan.todo))
+    done = len({cid for cid, _r in plan.done} - set(cases))
+    rounds = f" ({len(plan.todo)} runs: a row per case and round)" if len(plan.todo) != len(cases) else ""
+    shown = ", ".join(methods[:8]) + (f" and {len(methods) - 8} more" if len(methods) > 8 else "")
+    what = f": {shown}" if methods else ""
+    return f"{plan.suite.name}: {len(cases)} case(s) to run{rounds}{what}; {done} already done; rows go to {run_dir}/cases.jsonl"
 
 
 MESSAGE_SHOWN = 300  # characters of a row's message a progress line shows
@@ -51,7 +75,7 @@ def print_tables(run_dir: Path, run_id: str, suite, device: str, show: bool = Tr
     path, and the titles of the tables where every method failed learn first (``BROKEN PROFILE:
     0 of N learnt``: they compare nothing; ``failed_exit`` exits 3 on them)."""
     from posbench import tasks
-    from posbench.report.learn_first import Comparability
+    from posbench.report.learn_first import NOTHING_LEARNT
     from posbench.report.render import to_text, write_run_files
     from posbench.report.rows import read_runs
     from posbench.report.tabulate import run_tables
@@ -79,7 +103,7 @@ def print_tables(run_dir: Path, run_id: str, suite, device: str, show: bool = Tr
         print("\n" + "\n".join(to_text(t) for t in tables))
         print(f"table: {run_dir}/table.md, {run_dir}/table.csv")
         print(f"charts and the full report: python bench.py report {run_dir}")
-    return run_dir / "table.md", [t.title for t in tables if Comparability.nothing_learnt(t.title)]
+    return run_dir / "table.md", [t.title for t in tables if NOTHING_LEARNT in t.title]
 
 
 # A run whose rows and tables were written but where a case ended error/timeout/oom/diverged

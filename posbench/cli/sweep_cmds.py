@@ -213,12 +213,17 @@ STATUS_ORDER = ("ok", "unavailable") + FAILED_STATUSES
 
 
 def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = False) -> int:
-    """A run folder ``bench.py run`` wrote (no launched sweep): its cases per status, one line per
-    failed case and the command that re-runs those ``--retry-failed`` takes (``quiet``: the one
-    summary line)."""
+    """A run folder ``bench.py run`` wrote (no launched sweep): while a run holds it, ``running, k
+    of n, ETA`` (``posbench.run.progress``); its cases per status, one line per failed case and the
+    command that re-runs those ``--retry-failed`` takes (``quiet``: the one summary line)."""
+    from posbench.run.progress import live_progress
     from posbench.store.meta import read_run_meta, run_command
     from posbench.store.run_rows import CASES_FILE
 
+    live = live_progress(run_dir)  # the run's lock is held: it runs now
+    if live is not None and not (run_dir / CASES_FILE).is_file():
+        print(f"{run_dir} (run folder): {live.text()}; no case finished yet")
+        return 0
     if not (run_dir / CASES_FILE).is_file():
         raise NotARunFolder(
             f"{run_dir}: no {CASES_FILE} and no {RECORD_FILE}; allowed: a run folder "
@@ -233,8 +238,10 @@ def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = 
         if meta
         else "no run.json"
     )
+    state = f"{live.text()}; " if live is not None else ""
     print(
-        f"{run_dir} (run folder, {what}): {len(rows)} case(s): " + ", ".join(f"{found.count(s)} {s}" for s in order if s in found)
+        f"{run_dir} (run folder, {what}): {state}{len(rows)} case(s): "
+        + ", ".join(f"{found.count(s)} {s}" for s in order if s in found)
     )
     failed = [r for r in rows if r["status"] in FAILED_STATUSES]
     if not quiet:

@@ -65,7 +65,7 @@ def learn_first_refusals(entries: list[dict], results: list, runs) -> list:
     not the position method. The rows a claim reads are ``references.suite_rows``'s (an
     ordering's two methods only); peers are the rows of one grid point of one run folder."""
     from posbench.cli import references
-    from posbench.report.learn_first import NOT_LEARNT, PPL_RULE
+    from posbench.report.learn_first import NOT_LEARNT, PPL_RULE, not_learnt_rows
 
     if runs is None or runs.rows is None or runs.rows.empty:
         return results
@@ -83,34 +83,4 @@ def learn_first_refusals(entries: list[dict], results: list, runs) -> list:
             detail = f"{NOT_LEARNT}: {'; '.join(dict.fromkeys(found))} (learn first: {PPL_RULE}), so no claim beyond it is read"
             result = references.Result(result.id, "fail", detail)
         out.append(result)
-    return out
-
-
-def not_learnt_rows(rows: list[dict]) -> dict[tuple[str, str], str]:
-    """(run folder, case id) -> a few words on the row, for each finished row with a perplexity at
-    L_train that did not learn there against its peers (the rows of its run folder and grid point)."""
-    import json
-
-    from posbench.report.learn_first import ppl_bound, ppl_verdicts
-
-    groups: dict[tuple, dict[tuple[str, str], dict]] = {}
-    for r in rows:
-        metrics = r.get("metrics")
-        if r.get("status") == "ok" and isinstance(metrics, dict) and metrics.get("ppl_at_train_len") is not None:
-            point = (r["source"], r.get("suite"), json.dumps(r.get("params"), sort_keys=True, default=str))
-            groups.setdefault(point, {})[(r["source"], r["case_id"])] = r
-    out = {}
-    for members in groups.values():
-        verdicts = ppl_verdicts({key: r["metrics"] for key, r in members.items()})
-        best = min(float(r["metrics"]["ppl_at_train_len"]) for r in members.values())
-        for key, verdict in verdicts.items():
-            if verdict is False:
-                r = members[key]
-                bound = ppl_bound(r["metrics"])
-                out[key] = (
-                    f"{r['method']} at {r['params']} in {r['source']} has perplexity "
-                    f"{float(r['metrics']['ppl_at_train_len']):.4g} at L_train (best {best:.4g}"
-                    + (f", bound {bound:.4g}" if bound is not None else "")
-                    + ")"
-                )
     return out

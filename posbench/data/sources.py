@@ -72,27 +72,34 @@ def text_files(path, splits) -> dict[str, list[Path]]:
     return split_files
 
 
-NO_TRAIN_HINT = (
-    "WikiText-2 here has no training split: pass splits={'train': 'test', 'valid': 'valid'} to train on "
-    "test.txt, or " + DOWNLOAD_HINT
-)
-
-
 def check_source(kind: str, path=None, splits=None) -> str | None:
     """The DataError ``load_corpus`` would raise for a missing source, reading nothing (a WikiText
-    folder without the file of a split it would read: its training split first); the synthetic
-    kinds are built, so they are always there. Returns a line to say aloud where the corpus is
-    not what its name suggests (a model trained on WikiText's test split), else None."""
+    folder without the file of a split it would read); the synthetic kinds are built, so they are
+    always there. Returns a line to say aloud where a model would train on an evaluation split: a
+    WikiText-2 folder as shipped, without a training file (the training protocol then trains on
+    its test split: ``protocols.training.open_corpus``), or ``splits`` asking for it; else None."""
     if kind.startswith("wikitext"):
         folder = wikitext_folder(data_dir(path, kind), kind)
         asked = dict(splits) if isinstance(splits, dict) else {"train": "train", "valid": "valid"}
+        fallback = splits is None and not _has_split(folder, "train")
+        if fallback:
+            asked["train"] = "test"
         for split, file_split in asked.items():
-            names = WIKITEXT_FILES.get(file_split, (f"wiki.{file_split}.tokens", f"{file_split}.txt"))
-            if not any(source_file(folder / n) for n in names):
-                hint = NO_TRAIN_HINT if file_split == "train" else DOWNLOAD_HINT
-                raise DataError(f"{kind}: split {split!r} has no file in {folder} (looked for {' or '.join(names)}); {hint}")
+            if not _has_split(folder, file_split):
+                names = " or ".join(WIKITEXT_FILES.get(file_split, (f"{file_split}.txt",)))
+                raise DataError(f"{kind}: split {split!r} has no file in {folder} (looked for {names}); {DOWNLOAD_HINT}")
+        if fallback:
+            return (
+                f"{kind}: {folder} has no training split, so the models train on its test split and are "
+                f"evaluated on valid; for a training split, {DOWNLOAD_HINT}"
+            )
         if asked.get("train") in ("test", "valid"):
             return f"{kind}: training on the {asked['train']} split of {folder} (splits train: {asked['train']}), not on a training split"
     elif kind == "text":
         text_files(path, splits)
     return None
+
+
+def _has_split(folder: Path, file_split: str) -> bool:
+    names = WIKITEXT_FILES.get(file_split, (f"wiki.{file_split}.tokens", f"{file_split}.txt"))
+    return any(source_file(folder / n) for n in names)

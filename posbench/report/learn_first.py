@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 NOT_LEARNT = "not learnt at L_train"
 BROKEN = "BROKEN PROFILE"
+NOTHING_LEARNT = f" — {BROKEN}: 0 of "  # in the title of a table where no row learnt (``title_suffix``)
 
 # Learn first for perplexity: at L_train a model more than PPL_PEER_FACTOR times the best model's
 # perplexity there (its peers, trained alike), or more than PPL_BOUND_FACTOR times the source's own
@@ -97,12 +98,6 @@ class Comparability:
             text = f"{BROKEN}: {text} This profile compares nothing: fix its training before reading it."
         return text
 
-    @staticmethod
-    def nothing_learnt(title: str) -> bool:
-        """Whether a table title carries the ``title_suffix`` of a table where no row learnt (``0
-        of N``): every method failed learn first, so the run compares nothing (exit 3)."""
-        return f" — {BROKEN}: 0 of " in title
-
     def title_suffix(self) -> str:
         """What a table title adds: nothing when two or more learnt, a loud mark when broken."""
         return f" — {BROKEN}: {len(self.learnt)} of {self.total} learnt the task at L_train" if self.broken else ""
@@ -158,3 +153,32 @@ def ppl_verdicts(peers: Mapping[str, Mapping]) -> dict[str, bool | None]:
     known = [v for v in at_train.values() if v is not None]
     best = min(known) if known else None
     return {label: ppl_learned(at_train[label], best, ppl_bound(m)) for label, m in peers.items()}
+
+
+def not_learnt_rows(rows: list[dict]) -> dict[tuple[str, str], str]:
+    """(run folder, case id) -> a few words on the row, for each finished row (a report frame's
+    record: ``source``, ``case_id``, ``params``, ``metrics``) with a perplexity at L_train that did
+    not learn there (``ppl_verdicts``) against its peers: the rows of its run folder and grid point."""
+    import json
+
+    groups: dict[tuple, dict[tuple[str, str], dict]] = {}
+    for r in rows:
+        metrics = r.get("metrics")
+        if r.get("status") == "ok" and isinstance(metrics, dict) and metrics.get("ppl_at_train_len") is not None:
+            point = (r["source"], r.get("suite"), json.dumps(r.get("params"), sort_keys=True, default=str))
+            groups.setdefault(point, {})[(r["source"], r["case_id"])] = r
+    out = {}
+    for members in groups.values():
+        verdicts = ppl_verdicts({key: r["metrics"] for key, r in members.items()})
+        best = min(float(r["metrics"]["ppl_at_train_len"]) for r in members.values())
+        for key, verdict in verdicts.items():
+            if verdict is False:
+                r = members[key]
+                bound = ppl_bound(r["metrics"])
+                out[key] = (
+                    f"{r['method']} at {r['params']} in {r['source']} has perplexity "
+                    f"{float(r['metrics']['ppl_at_train_len']):.4g} at L_train (best {best:.4g}"
+                    + (f", bound {bound:.4g}" if bound is not None else "")
+                    + ")"
+                )
+    return out

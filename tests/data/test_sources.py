@@ -16,9 +16,14 @@ def wikitext_2(tmp_path, splits=("valid", "test")):
     return folder
 
 
-def test_a_folder_without_a_train_split_is_refused(tmp_path):
-    wikitext_2(tmp_path)
-    with pytest.raises(DataError, match=r"split 'train' has no file in .*wikitext-2 .*no training split"):
+def test_a_folder_without_a_train_split_is_said_in_one_line(tmp_path):
+    # WikiText-2 as shipped: the training protocol trains on test.txt; no longer silently
+    folder = wikitext_2(tmp_path)
+    note = check_source("wikitext", path=tmp_path)
+    assert note.startswith(f"wikitext: {folder} has no training split, so the models train on its test split")
+    assert "python bench.py download wikitext-103" in note and "\n" not in note
+    (folder / "test.txt").unlink()  # nothing to train on at all: refused
+    with pytest.raises(DataError, match=r"split 'train' has no file in .*wikitext-2 \(looked for wiki.test.tokens or test.txt\)"):
         check_source("wikitext", path=tmp_path)
 
 
