@@ -154,13 +154,15 @@ def launch_sweep(args, suite, options) -> int:
         print(f"\nstopped following; the tasks keep running: python bench.py status {out.run_dir}", file=sys.stderr)
         return 130
     bar.close()
+    broken: list[str] = []
     if suite.metrics:  # the tables first: a failed sweep's exit status comes after them, as a run's does
         from posbench.cli.run_output import print_tables
 
-        print_tables(out.run_dir, out.run_id, suite, options.device, show=not args.quiet)
+        _table, broken = print_tables(out.run_dir, out.run_id, suite, options.device, show=not args.quiet)
     # The sweep as follow last read it: what ``bench.py status`` would print, not read back again.
     rows = list(case_rows(sweep.rows.values()).values())
-    return print_units(out.run_dir, sweep.record, units_of(sweep, states), rows, args.allow_failures, args.quiet)
+    units = units_of(sweep, states)
+    return print_units(out.run_dir, sweep.record, units, rows, args.allow_failures, args.quiet, broken)
 
 
 def print_status(run_dir: Path, allow_failures: bool = False, quiet: bool = False) -> int:
@@ -175,10 +177,13 @@ def print_status(run_dir: Path, allow_failures: bool = False, quiet: bool = Fals
     return print_units(run_dir, record, units, _case_rows(run_dir), allow_failures, quiet)
 
 
-def print_units(run_dir: Path, record: dict, units: list[UnitLine], rows: list[dict], allow_failures: bool, quiet: bool) -> int:
+def print_units(
+    run_dir: Path, record: dict, units: list[UnitLine], rows: list[dict], allow_failures: bool, quiet: bool, broken=()
+) -> int:
     """Per unit of a launched sweep (``sweep_state.units_of``): queued / running / done / failed,
     and the command that resubmits what failed (``quiet``: the one summary line).
-    ``EXIT_CASES_FAILED`` when a case (of ``rows``, one per case) or a unit failed, unless ``allow_failures``."""
+    ``EXIT_CASES_FAILED`` when a case (of ``rows``, one per case) or a unit failed, or a table
+    says no method learnt (``broken``: ``print_tables``'s), unless ``allow_failures``."""
     lines, counts = [], {"queued": 0, "running": 0, "done": 0, "failed": 0}
     for key, unit, s, word, n in units:
         counts[word] += 1
@@ -195,7 +200,7 @@ def print_units(run_dir: Path, record: dict, units: list[UnitLine], rows: list[d
         print(f"resubmit what failed: {resubmit_command(record.get('command') or [], run_dir.name)}")
     if allow_failures:  # what failed is in the lines above: no note to add
         return 0
-    code = failed_exit(rows, False)
+    code = failed_exit(rows, False, list(broken))
     if code == 0 and counts["failed"]:  # a unit that ended without rows
         print(f"{counts['failed']} unit(s) failed; exit status {EXIT_CASES_FAILED} (--allow-failures gives 0)", file=sys.stderr)
         return EXIT_CASES_FAILED
