@@ -28,13 +28,24 @@ $(TORCH_STAMP): $(BIN)/python
 
 install: $(TORCH_STAMP)
 
-bench: install
+# `make bench` installs only what a run needs (torch and posbench, no dev extras: pytest, ruff),
+# its own stamp beside install's; a venv `make install` already filled runs as it is.
+RUN_STAMP := $(VENV)/.installed-run-$(shell { printf '%s\n' '$(TORCH_SPEC)'; cat pyproject.toml; } | cksum | cut -d' ' -f1)
+
+$(RUN_STAMP): $(BIN)/python
+	rm -f $(VENV)/.installed-run-*
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e .
+	touch $@
+
+bench: $(if $(wildcard $(TORCH_STAMP)),$(TORCH_STAMP),$(RUN_STAMP))
 	$(BIN)/python bench.py --suite $(SUITE) $(BENCH_ARGS)
 
 # Everything, slow and subprocess tests included: what .ci/run and CI call. Two pytest-xdist
 # workers (TEST_WORKERS; 0 runs in this process), one OpenMP thread each (tests/conftest.py), the
 # longest modules first (tests/conftest.py orders them; --no-loadscope-reorder keeps xdist from
-# re-sorting modules by test count); about 10 minutes on a 2-core machine (docs/ci.md).
+# re-sorting modules by test count); about 10 minutes on a quiet 2-core machine (the CI
+# machine, an AMD EPYC, nothing else running: docs/ci.md).
 # --dist loadscope keeps a module's tests in one worker, so a module-scoped fixture (a trained
 # model) is built once.
 # --durations=25 prints the slowest tests, so a CI log says where its time went.
@@ -44,7 +55,8 @@ test: install
 
 # The quick loop while editing: every test but those marked `slow` (long-running) or `subprocess`
 # (they start a process: bench.py, the runner's workers, torchrun, make, pip), under 2 minutes on a
-# 2-core machine. The markers are registered in pyproject.toml ([tool.pytest.ini_options]).
+# quiet 2-core machine (the CI machine, an AMD EPYC, nothing else running). The markers are
+# registered in pyproject.toml ([tool.pytest.ini_options]).
 test-fast: install
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "not slow and not subprocess"
 

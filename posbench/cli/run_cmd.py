@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from posbench.cli.run_output import case_line, check_corpora, failed_exit, print_tables
+from posbench.cli.run_output import case_line, failed_exit, group_line, print_tables, start_line
 from posbench.cli.run_request import run_request
 from posbench.cli.sweep_cmds import launch_sweep
 from posbench.run.options import RunOptions
@@ -35,13 +35,12 @@ def print_dry_run(suite: Suite, options: RunOptions) -> int:
         return 0
     dry = dry_run(suite, options)
     suite = dry.suite
-    check_corpora([case.settings.get("corpus") for case in dry.todo])
     shown = f"{dry.run_id}-<date>-<time> (new, --fresh)" if options.fresh else dry.run_id
     print(f"suite {suite.name} ({suite.task_name}), profile {suite.profile}, device {options.device}, run {shown}")
     print(f"settings: {json.dumps(suite.settings.model_dump())}")
     for case in dry.todo:  # what the task knows cannot run here, said as the run will (no worker asked)
         reason = dry.unavailable(case)
-        print(f"  unavailable {case.id}: {reason}" if reason else f"  run   {case.id}")
+        print(f"  unavailable {case.id}: {reason}" if reason else f"  run   {case.id} ({dry.why.get(case.id, 'new')})")
     running = {c.id for c in dry.todo}
     for cid, row in dry.done.items():
         if cid not in running:
@@ -50,29 +49,47 @@ def print_dry_run(suite: Suite, options: RunOptions) -> int:
         print(f"{len(dry.todo)} case(s) to run in a new run folder under {Path(options.results) / suite.name}/ (--fresh)")
     else:
         print(f"{len(dry.todo)} case(s) to run, {len(dry.done)} already in {dry.run_dir}")
+    if dry.todo:  # from the run folder's recorded case times (``dry_run.reasons_and_time``)
+        print(
+            "time: no estimate (no case here has a recorded time yet; --dry-run after a first run estimates it)"
+            if dry.estimate_s is None
+            else f"time: about {f'{dry.estimate_s:.0f} s' if dry.estimate_s < 120 else f'{dry.estimate_s / 60:.0f} min'} "
+            "from this run folder's recorded case times"
+            + (f", not counting {dry.unknown} run(s) with no recorded time" if dry.unknown else "")
+        )
     return 0
 
 
 class RowPrinter:
-    """A line per row as a run writes it (``RunOptions.on_row``); ``--quiet``: none. A method's
-    unavailable cases are said once (30 Triton cases on a CPU), the others counted in ``hidden``."""
+    """A line per row as a run writes it (``RunOptions.on_row``), numbered among the rows workers
+    run (``[k/n]``: every number once, ending at n); ``--quiet``: none. A method's cases set aside
+    as unavailable before any worker carry no number and are said once per method (30 Triton cases
+    on a CPU), the others counted in ``hidden``. ``start`` is the first line (``on_start``)."""
 
     def __init__(self, metrics, quiet: bool):
         self.metrics, self.quiet = metrics, quiet
         self.unavailable_shown: set[str] = set()  # methods whose first unavailable case was printed
         self.hidden = 0
 
+    def start(self, plan, run_dir) -> None:
+        if not self.quiet:
+            print(start_line(plan, run_dir), flush=True)
+
     def __call__(self, row: dict, i: int, n: int) -> None:
         from tqdm import tqdm
 
         if self.quiet:  # --quiet: failures are counted in one line at the end (failed_exit)
             return
-        if row["status"] == "unavailable":
-            if row["method"] in self.unavailable_shown:
-                self.hidden += 1
-                return
+        if i == 0 and row["method"] in self.unavailable_shown:
+            self.hidden += 1
+            return
+        if i == 0:
             self.unavailable_shown.add(row["method"])
-        tqdm.write(f"[{i}/{n}] " + case_line(row, self.metrics), file=sys.stdout)
+        number = f"[{i}/{n}]" if i else "[-]"
+        tqdm.write(f"{number} " + case_line(row, self.metrics), file=sys.stdout)
+        group = group_line(row)
+        if group:
+            tqdm.write(group, file=sys.stdout)
 
 
 def run_and_report(args, suite: Suite, options: RunOptions) -> int:
@@ -85,7 +102,7 @@ def run_and_report(args, suite: Suite, options: RunOptions) -> int:
     printer = RowPrinter(suite.metrics, args.quiet)
     finished = False
     try:
-        result = run_suite(suite, dataclasses.replace(options, on_row=printer))
+        result = run_suite(suite, dataclasses.replace(options, on_row=printer, on_start=printer.start))
         finished = True
     except RanksOutOfStep as exc:
         print(f"RanksOutOfStep: {exc}", file=sys.stderr)
@@ -97,17 +114,23 @@ def run_and_report(args, suite: Suite, options: RunOptions) -> int:
             distributed.teardown(sync=finished)
     if os.environ.get("RANK", "0") != "0":
         return 0  # rank 0 alone reports under torchrun
-    summary = f"{result.ran} case(s) run, {result.skipped} already done; rows in {result.run_dir}/cases.jsonl"
+    summary = (
+        f"{result.ran} case(s) run, {result.skipped} already done"
+        + (f" (rows: {result.cases} case(s) x their rounds)" if result.ran != result.cases else "")  # a row per case and round
+        + (f", {result.unavailable} unavailable here" if result.unavailable else "")
+        + f"; rows in {result.run_dir}/cases.jsonl"
+    )
     if not args.quiet:
         if printer.hidden:
             print(f"({printer.hidden} more unavailable case(s) of the methods above not shown; their rows are in cases.jsonl)")
         print(summary)
+    broken: list[str] = []
     if result.rows and suite.metrics:
-        table = print_tables(result.run_dir, result.run_id, suite, options.device, show=not args.quiet)
+        table, broken = print_tables(result.run_dir, result.run_id, suite, options.device, show=not args.quiet)
         summary += f", tables in {table}"
     if args.quiet:  # the one line --quiet keeps: last, after the tables were written
         print(summary)
-    return failed_exit(result.rows, args.allow_failures)
+    return failed_exit(result.rows, args.allow_failures, broken)
 
 
 def print_interrupted(exc) -> int:

@@ -28,7 +28,31 @@ def case_line(row: dict, metrics: list[str]) -> str:
         detail = "  ".join(f"{m} {fmt.number(row['metrics'].get(m), kind[m])}" for m in metrics if m in row["metrics"])
     else:
         detail = short_message(row["message"])
-    return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({row['duration_s']:.1f} s)"
+    group = row.get("job_wall")
+    took = f"{row['duration_s']:.1f} s" + (f", 1/{group['cases']} of its group's time" if group else "")
+    return f"{row['method']:<13} {params:<14} {row['status']:<11} {detail}  ({took})"
+
+
+def group_line(row: dict) -> str | None:
+    """After the last row of a paired group (``job_wall``, which ``runner.run_jobs`` hands the
+    progress line, not the stored row): the group's wall time, said once (each case's line shows
+    its share)."""
+    group = row.get("job_wall")
+    if not group or group.get("index") != group.get("cases"):
+        return None
+    params = " ".join(f"{k}={v}" for k, v in row["params"].items())
+    return f"      {group['cases']} methods at {params} in one worker (paired windows): {group['seconds']:.1f} s"
+
+
+def start_line(plan, run_dir: Path) -> str:
+    """The line a run prints once planned, before its first case: what runs, how many, where."""
+    cases = list(dict.fromkeys(c.id for c, _r in plan.todo))
+    methods = list(dict.fromkeys(c.method for c, _r in plan.todo))
+    done = len({cid for cid, _r in plan.done} - set(cases))
+    rounds = f" ({len(plan.todo)} runs: a row per case and round)" if len(plan.todo) != len(cases) else ""
+    shown = ", ".join(methods[:8]) + (f" and {len(methods) - 8} more" if len(methods) > 8 else "")
+    what = f": {shown}" if methods else ""
+    return f"{plan.suite.name}: {len(cases)} case(s) to run{rounds}{what}; {done} already done; rows go to {run_dir}/cases.jsonl"
 
 
 MESSAGE_SHOWN = 300  # characters of a row's message a progress line shows
@@ -44,11 +68,14 @@ def short_message(message: str) -> str:
     return f"{first[:MESSAGE_SHOWN]}... (message cut: {len(text)} characters in the row)"
 
 
-def print_tables(run_dir: Path, run_id: str, suite, device: str, show: bool = True) -> Path:
+def print_tables(run_dir: Path, run_id: str, suite, device: str, show: bool = True) -> tuple[Path, list[str]]:
     """The end-of-run tables of the suite's cases, read back from the run folder (what ``bench.py
     report`` shows; also the cases of earlier narrowed runs, so the baseline is there), into
-    table.md / table.csv and printed (``show`` False: only written, for ``--quiet``); table.md's path."""
+    table.md / table.csv and printed (``show`` False: only written, for ``--quiet``); table.md's
+    path, and the titles of the tables where every method failed learn first (``BROKEN PROFILE:
+    0 of N learnt``: they compare nothing; ``failed_exit`` exits 3 on them)."""
     from posbench import tasks
+    from posbench.report.learn_first import NOTHING_LEARNT
     from posbench.report.render import to_text, write_run_files
     from posbench.report.rows import read_runs
     from posbench.report.tabulate import run_tables
@@ -76,23 +103,32 @@ def print_tables(run_dir: Path, run_id: str, suite, device: str, show: bool = Tr
         print("\n" + "\n".join(to_text(t) for t in tables))
         print(f"table: {run_dir}/table.md, {run_dir}/table.csv")
         print(f"charts and the full report: python bench.py report {run_dir}")
-    return run_dir / "table.md"
+    return run_dir / "table.md", [t.title for t in tables if NOTHING_LEARNT in t.title]
 
 
 # A run whose rows and tables were written but where a case ended error/timeout/oom/diverged
-# (``unavailable`` is a verdict about this machine, not a failure): CI must not go green on it.
+# (``unavailable`` is a verdict about this machine, not a failure), or a table where no method
+# learnt at L_train (BROKEN PROFILE: 0 of N learnt; it compares nothing): CI must not go green on it.
 EXIT_CASES_FAILED = 3
 FAILED_STATUSES = ("error", "timeout", "oom", "diverged")
 EXIT_CODES = (
     "exit status: 0 every case ran (or is unavailable here), 1 an internal error, 2 bad input, "
-    "3 a case ended error/timeout/oom/diverged (rows and tables still written; --allow-failures "
-    "gives 0), 130/143 interrupted (Ctrl-C/SIGTERM)"
+    "3 a case ended error/timeout/oom/diverged or no method of a table learnt at L_train (BROKEN "
+    "PROFILE: 0 of N learnt; rows and tables still written; --allow-failures gives 0), 130/143 interrupted (Ctrl-C/SIGTERM)"
 )
 
 
-def failed_exit(rows: list[dict], allow_failures: bool) -> int:
-    """0, or ``EXIT_CASES_FAILED`` with one line on stderr naming how many cases failed and how."""
+def failed_exit(rows: list[dict], allow_failures: bool, broken: list[str] = ()) -> int:
+    """0, or ``EXIT_CASES_FAILED`` with one line on stderr naming how many cases failed and how,
+    or (none failed) the first of the ``broken`` tables' titles (``print_tables``)."""
     failed = [r for r in rows if r.get("status") in FAILED_STATUSES]
+    if not failed and broken:
+        more = f" (and {len(broken) - 1} more table(s))" if len(broken) > 1 else ""
+        if allow_failures:
+            print(f"note: {broken[0]}{more}; exit 0 (--allow-failures)", file=sys.stderr)
+            return 0
+        print(f"{broken[0]}{more}; exit status {EXIT_CASES_FAILED} (--allow-failures gives 0)", file=sys.stderr)
+        return EXIT_CASES_FAILED
     if not failed:
         return 0
     counts = ", ".join(
@@ -111,7 +147,8 @@ def failed_exit(rows: list[dict], allow_failures: bool) -> int:
 
 def check_corpora(corpora) -> None:
     """Each corpus setting (a dict, or None for a task that reads none) names files that exist: a
-    DataError (one line, exit 2) before anything runs, nothing read or tokenized."""
+    DataError (one line, exit 2) before anything runs, nothing read or tokenized; a corpus that
+    trains on an evaluation split is said in one line."""
     from posbench.data.sources import check_source
 
     seen = set()
@@ -119,7 +156,9 @@ def check_corpora(corpora) -> None:
         key = json.dumps(c, sort_keys=True)
         if isinstance(c, dict) and key not in seen:
             seen.add(key)
-            check_source(c.get("kind", "synthetic"), path=c.get("path"), splits=c.get("splits"))
+            note = check_source(c.get("kind", "synthetic"), path=c.get("path"), splits=c.get("splits"))
+            if note:
+                print(f"note: {note}", file=sys.stderr)
 
 
 def warn_short_budget(settings) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from posbench.cli.help_text import tasks_reading
 from posbench.cli.method_cmds import method_listing
 from posbench.cli.run_flags import check_results, check_run_flags, set_log
-from posbench.cli.run_output import warn_short_budget
+from posbench.cli.run_output import check_corpora, warn_short_budget
 from posbench.cli.sweep_cmds import pool_options
 from posbench.run import suite as suitemod
 from posbench.run.options import RunOptions
@@ -29,6 +29,9 @@ def run_request(args) -> tuple[Suite, RunOptions]:
     check_results(args.results)
     load_methods_dirs(args)
     suite, device = resolve(args)
+    # the corpus said aloud before any case, for the run and its dry run alike (a gpu profile
+    # without WikiText: one line naming `bench.py download`, exit 2)
+    check_corpora([suite.settings.model_dump().get("corpus")])
     if args.run_id is not None:  # a folder under results/<suite>/: never a path that leaves it
         suitemod.check_name(args.run_id, "--run-id")
     if methods and "all" in methods:  # ``all``: every registered method joins this suite's run

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from posbench.cli.run_output import EXIT_CASES_FAILED, FAILED_STATUSES, failed_exit, short_message
+from posbench.core.outcome import PosbenchError
 from posbench.run.pool import PoolError
 from posbench.run.sweep_state import UnitLine, units_of
 from posbench.store.launched_sweep import RECORD_FILE
@@ -26,6 +27,13 @@ SWEEP_EXAMPLES = [
     ("python bench.py --suite {suite} --launcher slurm --set launcher.partition=dev", "a Slurm job array"),
     ("python bench.py status results/{suite}/RUN_ID", "a sweep's units, or a run's cases per status"),
 ]
+
+
+class NotARunFolder(PosbenchError):
+    """``bench.py status`` given a folder that is missing or holds no run: a plain line starting
+    ``status:`` (the command's input is wrong, not a pool flag)."""
+
+    kind = "status"
 
 
 def add_sweep_arguments(p: argparse.ArgumentParser) -> None:
@@ -146,13 +154,15 @@ def launch_sweep(args, suite, options) -> int:
         print(f"\nstopped following; the tasks keep running: python bench.py status {out.run_dir}", file=sys.stderr)
         return 130
     bar.close()
+    broken: list[str] = []
     if suite.metrics:  # the tables first: a failed sweep's exit status comes after them, as a run's does
         from posbench.cli.run_output import print_tables
 
-        print_tables(out.run_dir, out.run_id, suite, options.device, show=not args.quiet)
+        _table, broken = print_tables(out.run_dir, out.run_id, suite, options.device, show=not args.quiet)
     # The sweep as follow last read it: what ``bench.py status`` would print, not read back again.
     rows = list(case_rows(sweep.rows.values()).values())
-    return print_units(out.run_dir, sweep.record, units_of(sweep, states), rows, args.allow_failures, args.quiet)
+    units = units_of(sweep, states)
+    return print_units(out.run_dir, sweep.record, units, rows, args.allow_failures, args.quiet, broken)
 
 
 def print_status(run_dir: Path, allow_failures: bool = False, quiet: bool = False) -> int:
@@ -167,10 +177,13 @@ def print_status(run_dir: Path, allow_failures: bool = False, quiet: bool = Fals
     return print_units(run_dir, record, units, _case_rows(run_dir), allow_failures, quiet)
 
 
-def print_units(run_dir: Path, record: dict, units: list[UnitLine], rows: list[dict], allow_failures: bool, quiet: bool) -> int:
+def print_units(
+    run_dir: Path, record: dict, units: list[UnitLine], rows: list[dict], allow_failures: bool, quiet: bool, broken=()
+) -> int:
     """Per unit of a launched sweep (``sweep_state.units_of``): queued / running / done / failed,
     and the command that resubmits what failed (``quiet``: the one summary line).
-    ``EXIT_CASES_FAILED`` when a case (of ``rows``, one per case) or a unit failed, unless ``allow_failures``."""
+    ``EXIT_CASES_FAILED`` when a case (of ``rows``, one per case) or a unit failed, or a table
+    says no method learnt (``broken``: ``print_tables``'s), unless ``allow_failures``."""
     lines, counts = [], {"queued": 0, "running": 0, "done": 0, "failed": 0}
     for key, unit, s, word, n in units:
         counts[word] += 1
@@ -187,7 +200,7 @@ def print_units(run_dir: Path, record: dict, units: list[UnitLine], rows: list[d
         print(f"resubmit what failed: {resubmit_command(record.get('command') or [], run_dir.name)}")
     if allow_failures:  # what failed is in the lines above: no note to add
         return 0
-    code = failed_exit(rows, False)
+    code = failed_exit(rows, False, list(broken))
     if code == 0 and counts["failed"]:  # a unit that ended without rows
         print(f"{counts['failed']} unit(s) failed; exit status {EXIT_CASES_FAILED} (--allow-failures gives 0)", file=sys.stderr)
         return EXIT_CASES_FAILED
@@ -205,14 +218,19 @@ STATUS_ORDER = ("ok", "unavailable") + FAILED_STATUSES
 
 
 def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = False) -> int:
-    """A run folder ``bench.py run`` wrote (no launched sweep): its cases per status, one line per
-    failed case and the command that re-runs those ``--retry-failed`` takes (``quiet``: the one
-    summary line)."""
+    """A run folder ``bench.py run`` wrote (no launched sweep): while a run holds it, ``running, k
+    of n, ETA`` (``posbench.run.progress``); its cases per status, one line per failed case and the
+    command that re-runs those ``--retry-failed`` takes (``quiet``: the one summary line)."""
+    from posbench.run.progress import live_progress
     from posbench.store.meta import read_run_meta, run_command
     from posbench.store.run_rows import CASES_FILE
 
+    live = live_progress(run_dir)  # the run's lock is held: it runs now
+    if live is not None and not (run_dir / CASES_FILE).is_file():
+        print(f"{run_dir} (run folder): {live.text()}; no case finished yet")
+        return 0
     if not (run_dir / CASES_FILE).is_file():
-        raise PoolError(
+        raise NotARunFolder(
             f"{run_dir}: no {CASES_FILE} and no {RECORD_FILE}; allowed: a run folder "
             "(results/<suite>/<run-id>) that bench.py run or a launched sweep wrote"
         )
@@ -225,8 +243,10 @@ def print_run_status(run_dir: Path, allow_failures: bool = False, quiet: bool = 
         if meta
         else "no run.json"
     )
+    state = f"{live.text()}; " if live is not None else ""
     print(
-        f"{run_dir} (run folder, {what}): {len(rows)} case(s): " + ", ".join(f"{found.count(s)} {s}" for s in order if s in found)
+        f"{run_dir} (run folder, {what}): {state}{len(rows)} case(s): "
+        + ", ".join(f"{found.count(s)} {s}" for s in order if s in found)
     )
     failed = [r for r in rows if r["status"] in FAILED_STATUSES]
     if not quiet:
@@ -253,6 +273,10 @@ def cmd_status(args) -> int:
     from posbench.store.run_rows import CASES_FILE
 
     folder = Path(args.run)
+    if not folder.exists():
+        raise NotARunFolder(
+            f"{folder}: no such folder; allowed: a run folder (results/<suite>/<run-id>) or a folder of them (results/<suite>)"
+        )
     runs = sorted(
         p for p in (folder.iterdir() if folder.is_dir() else ()) if (p / CASES_FILE).is_file() or (p / RECORD_FILE).is_file()
     )

@@ -21,7 +21,7 @@ def data_dir(path: str | os.PathLike | None, what: str) -> Path:
     """The explicit folder, else ``$POSBENCH_DATA_DIR``; a DataError naming both when neither is set."""
     raw = path if path is not None else os.environ.get(DATA_ENV)
     if raw is None:
-        raise DataError(f"{what}: no data folder given; pass path=DIR (--data DIR) or set {DATA_ENV}")
+        raise DataError(f"{what}: no data folder given; pass path=DIR (--data DIR) or set {DATA_ENV}, or {DOWNLOAD_HINT}")
     folder = Path(raw).expanduser()
     if not folder.exists():
         raise DataError(f"{what}: data folder {folder} does not exist; {DOWNLOAD_HINT}")
@@ -72,10 +72,34 @@ def text_files(path, splits) -> dict[str, list[Path]]:
     return split_files
 
 
-def check_source(kind: str, path=None, splits=None) -> None:
-    """The DataError ``load_corpus`` would raise for a missing source, reading nothing; the
-    synthetic kinds are built, so they are always there."""
+def check_source(kind: str, path=None, splits=None) -> str | None:
+    """The DataError ``load_corpus`` would raise for a missing source, reading nothing (a WikiText
+    folder without the file of a split it would read); the synthetic kinds are built, so they are
+    always there. Returns a line to say aloud where a model would train on an evaluation split: a
+    WikiText-2 folder as shipped, without a training file (the training protocol then trains on
+    its test split: ``protocols.training.open_corpus``), or ``splits`` asking for it; else None."""
     if kind.startswith("wikitext"):
-        wikitext_folder(data_dir(path, kind), kind)
+        folder = wikitext_folder(data_dir(path, kind), kind)
+        asked = dict(splits) if isinstance(splits, dict) else {"train": "train", "valid": "valid"}
+        fallback = splits is None and not _has_split(folder, "train")
+        if fallback:
+            asked["train"] = "test"
+        for split, file_split in asked.items():
+            if not _has_split(folder, file_split):
+                names = " or ".join(WIKITEXT_FILES.get(file_split, (f"{file_split}.txt",)))
+                raise DataError(f"{kind}: split {split!r} has no file in {folder} (looked for {names}); {DOWNLOAD_HINT}")
+        if fallback:
+            return (
+                f"{kind}: {folder} has no training split, so the models train on its test split and are "
+                f"evaluated on valid; for a training split, {DOWNLOAD_HINT}"
+            )
+        if asked.get("train") in ("test", "valid"):
+            return f"{kind}: training on the {asked['train']} split of {folder} (splits train: {asked['train']}), not on a training split"
     elif kind == "text":
         text_files(path, splits)
+    return None
+
+
+def _has_split(folder: Path, file_split: str) -> bool:
+    names = WIKITEXT_FILES.get(file_split, (f"wiki.{file_split}.tokens", f"{file_split}.txt"))
+    return any(source_file(folder / n) for n in names)

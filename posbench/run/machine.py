@@ -35,13 +35,14 @@ def clean_stale_temp_dirs(root: str | None = None) -> list[Path]:
     return removed
 
 
-def record_machine(run_dir: Path, when: str, device: str) -> None:
+def record_machine(run_dir: Path, when: str, device: str, timed: bool = True) -> None:
     """How busy the machine is now, into env.json ("machine": {"start", "end"}); a one-line
-    warning when other processes compete for the CPU or GPU."""
+    warning when other processes compete for the CPU or GPU and the run measures speed (``timed``:
+    a task that times its methods; a busy machine does not change a perplexity or an accuracy)."""
     from posbench.engine import env as envmod
 
     state = envmod.machine_state(device)
     envmod.record_machine(run_dir, when, state)
-    warning = envmod.busy_warning(state)
+    warning = envmod.busy_warning(state) if timed else None
     if warning:
         print(f"posbench ({when} of run): {warning}", file=sys.stderr)

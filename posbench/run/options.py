@@ -29,7 +29,10 @@ class RunOptions:
     retry_failed: bool = False  # re-run (case, round)s whose latest row is error or timeout
     methods: Sequence[str] | None = None  # run only these (one the suite lacks joins the run)
     methods_dirs: Sequence[str] = ()  # --methods-dir folders, handed to every worker
-    on_row: Callable[[dict, int, int], None] | None = None  # (row, rows so far, rows to run) per row
+    # (row, its number among the rows workers run (0: set aside unavailable, no worker), how many
+    # workers run) per row written
+    on_row: Callable[[dict, int, int], None] | None = None
+    on_start: Callable[..., None] | None = None  # (plan, run folder) once planned, before anything slow
     progress: bool = True  # a progress bar on a terminal
     shard: tuple[int, int] | None = None  # (i, n): case k of the suite when k % n == i
     in_process: bool = False  # bench.py under torchrun: cases run on the joined ranks (``ranks``)

@@ -26,6 +26,7 @@ from posbench.run.isolated import unavailable_reason
 from posbench.run.launch import cpu_malloc_env, run_group_worker, run_worker
 from posbench.run.machine import clean_stale_temp_dirs, record_machine
 from posbench.run.options import RunOptions, run_folder
+from posbench.run.progress import Progress, write_progress
 from posbench.run.ranks import RanksOutOfStep, run_on_ranks
 from posbench.run.schedule import Plan, pairing_of, plan_run, rounds_of
 from posbench.run.suite import Suite
@@ -61,8 +62,10 @@ class RunResult:
     run_dir: Path
     run_id: str
     rows: list[dict] = field(default_factory=list)  # latest row per case of this run
-    ran: int = 0
+    ran: int = 0  # rows written by this pass's workers (a row per case and round)
     skipped: int = 0
+    unavailable: int = 0  # rows of cases known unavailable here before any worker (``ask_unavailable``)
+    cases: int = 0  # distinct cases among the rows ``ran`` counts
 
 
 UNAVAILABLE_TIMEOUT_S = 120.0  # asking every method of a run whether it runs here (imports torch)
@@ -181,6 +184,8 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
     suite = plan.suite
     if main:
         write_run_meta(run_dir, plan.run_meta(device, run_id), o.command)
+        if o.on_start:  # a first line within seconds, before anything slow (the environment, workers)
+            o.on_start(plan, run_dir)
     environment = envmod.collect(device, suite.settings.flush_denormal)
     if device == "cpu":  # what every worker runs under (worker_env): part of what was measured
         environment["worker_malloc"] = cpu_malloc_env()
@@ -188,11 +193,11 @@ def _run_suite(suite: Suite, o: RunOptions, held_locks: list[int]) -> RunResult:
         write_env(run_dir / "env.json", environment)
     commit = environment["git_commit"] + ("-dirty" if environment["git_dirty"] else "")
     if main:
-        record_machine(run_dir, "start", device)
+        record_machine(run_dir, "start", device, suite.task.timed)
     out = RunResult(run_dir, run_id, skipped=len(plan.done))
     _run_todo(plan, o, commit, out, main, slots)
     if main:
-        record_machine(run_dir, "end", device)
+        record_machine(run_dir, "end", device, suite.task.timed)
     # Every case of the suite this run folder holds, also those of earlier narrowed runs, so the
     # table has the baseline even when this command ran only some methods.
     wanted = {c.id for c in suite.cases(device, run_id)}
@@ -209,6 +214,11 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
     suite, todo = plan.suite, plan.todo
     run_dir, run_id = out.run_dir, out.run_id
     rounds = max((rounds_of(c) for c, _r in todo), default=1)
+    asked: dict[str, dict | None] = {}  # ``ask_unavailable``'s answers, once asked
+    progress = Progress(0, len(todo), time.time())  # ``total``: what workers run, once asked
+    ran_cases: set[str] = set()
+    if main:
+        write_progress(run_dir, progress)
     # The bar redraws one line with carriage returns: on a terminal. In a log (output not a
     # terminal) those frames pile up, so there the per-case lines of ``on_row`` are the progress.
     bar = tqdm(
@@ -225,10 +235,20 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
         row = make_row(case, result, started, duration, commit, rnd, info)  # info: the pool's unit, GPUs
         if main:
             save_row(run_dir / "cases.jsonl", row)
-        out.ran += 1
         bar.update(1)
+        if (asked.get(case.id) or {}).get("status") == "unavailable":  # no worker ran it: not counted
+            out.unavailable += 1
+            number = 0
+        else:
+            out.ran += 1
+            ran_cases.add(case.id)
+            out.cases = len(ran_cases)
+            number = out.ran
+        if main:
+            write_progress(run_dir, dataclasses.replace(progress, done=out.ran))
         if o.on_row and main:
-            o.on_row(row, out.ran, len(todo))
+            shown = {**row, "job_wall": result["job_wall"]} if result.get("job_wall") else row
+            o.on_row(shown, number, progress.total)
         if result.get("out_of_step"):
             raise RanksOutOfStep(run_dir, row)
 
@@ -239,6 +259,11 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
     try:
         # Method files are user code: asked in a child with a time limit (``ask_unavailable``).
         answers = {} if o.in_process else ask_unavailable([c for c, _r in todo], o.methods_dirs)
+        asked.update(answers)
+        set_aside = sum((answers.get(c.id) or {}).get("status") == "unavailable" for c, _r in todo)
+        progress = dataclasses.replace(progress, total=len(todo) - set_aside)
+        if main:
+            write_progress(run_dir, progress)
         workers = Workers(run_dir, run_id, answers, o.in_process)
         if not slots:
             run_jobs(plan.jobs, workers, emit, describe=describe)
@@ -261,7 +286,7 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
     except KeyboardInterrupt as exc:
         bar.close()
         signum = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
-        raise Interrupted(run_dir, run_id, out.ran, len(todo), signum) from None
+        raise Interrupted(run_dir, run_id, out.ran + out.unavailable, len(todo), signum) from None
     bar.close()
 
 
@@ -299,10 +324,20 @@ def run_jobs(
         for case in job:
             case.out_dir = str(workers.run_dir)
         results = _run_job(job, rnd, f"posbench/{workers.run_id}/{i}/{rnd}", workers)
-        # A group's wall time is shared out among its cases (rows of a case sum to its time).
-        duration = (time.perf_counter() - t0) / len(job)
+        # A group's wall time is shared out among the cases its worker ran (rows of a case sum to
+        # its time); the progress line of each is told so (``job_wall``: its place, the group's size
+        # and time), to show a case's share and the group's time once.
+        # A case set aside as unavailable before it (``workers.answers``) ran no worker: 0 s.
+        seconds = time.perf_counter() - t0
+        ran = [c.id for c in job if workers.answers.get(c.id) is None]
         for case, result in zip(job, results):
-            emit(case, result, started, duration, rnd)
+            if case.id not in ran:
+                emit(case, result, started, 0.0, rnd)
+                continue
+            if len(ran) > 1:
+                wall = {"index": ran.index(case.id) + 1, "cases": len(ran), "seconds": round(seconds, 3)}
+                result = {**result, "job_wall": wall}  # for the progress line only (``emit``), not stored
+            emit(case, result, started, seconds / len(ran), rnd)
 
 
 def _point(case: CaseSpec) -> str:

@@ -123,7 +123,12 @@ def point_key(params) -> str:
 
 
 def joining(
-    todo: list[tuple[CaseSpec, int]], done: dict[tuple, dict], everyone: list[CaseSpec], held: Held, unpaired: bool
+    todo: list[tuple[CaseSpec, int]],
+    done: dict[tuple, dict],
+    everyone: list[CaseSpec],
+    held: Held,
+    unpaired: bool,
+    named: set[str] | None = None,
 ) -> tuple[list[tuple[CaseSpec, int]], set[tuple[str, int]], Join | None]:
     """(the todo, the (case_id, round)s that run unpaired, the join this pass starts or None) of a
     timed run. A method the run did not hold (not in ``held.methods``, the methods that ran)
@@ -132,7 +137,9 @@ def joining(
     method in it (the baseline and the floor included), or, ``unpaired``, the newcomer runs alone
     and its rows say ``info.paired: false`` (the tables mark its ratios unpaired). A point still
     unfinished (an interrupted run) resumes as it is. A join recorded before and not finished at a
-    point (``finishing``) goes on as it began."""
+    point (``finishing``) goes on as it began. ``named`` (``--methods``): these methods only, so a
+    point whose finished methods are not all named is not measured again (the others are kept as
+    they were): its newcomers run alone there, unpaired, as with ``unpaired``."""
     points: dict[str, list[CaseSpec]] = {}
     for c in everyone:
         points.setdefault(point_key(c.params), []).append(c)
@@ -146,6 +153,7 @@ def joining(
     again: set[tuple[str, int]] = set()
     lone: set[tuple[str, int]] = set()
     joined: dict[str, set[str]] = {}  # point -> the methods joining it now
+    paired_join = True  # every point of this join measured again with its methods
     for key, members in points.items():
         for join, keys in recorded:
             if key in keys:
@@ -158,7 +166,9 @@ def joining(
         if not all((c.id, r) in done for c in finished for r in range(1, rounds_of(c) + 1)):
             continue  # an interrupted grid point: the resume finishes it
         joined[key] = {c.method for c in newcomers}
-        if unpaired:
+        # --unpaired, or --methods naming some of the point's methods only (the others kept)
+        if unpaired or (named is not None and not {c.method for c in finished} <= named):
+            paired_join = False
             lone |= {(c.id, r) for c in newcomers for r in range(1, rounds_of(c) + 1)} & waiting
         else:
             again |= {(c.id, r) for c in finished for r in range(1, rounds_of(c) + 1)}
@@ -166,7 +176,7 @@ def joining(
     if joined:
         methods = [m for m in dict.fromkeys(c.method for c in everyone) if any(m in ms for ms in joined.values())]
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")  # as rows' started_at
-        join = Join(methods, [points[key][0].params for key in joined], started, paired=not unpaired)
+        join = Join(methods, [points[key][0].params for key in joined], started, paired=paired_join)
     if not again:
         return todo, lone, join
     wanted = waiting | again
@@ -357,7 +367,8 @@ def plan_rounds(suite: Suite, options: RunOptions, run_id: str, run_dir: Path | 
     lone: set[tuple[str, int]] = set()
     joins = list(held.joins)
     if suite.task.timed:
-        todo, lone, join = joining(todo, done, everyone, held, options.unpaired)
+        named = set(options.methods) if options.methods else None
+        todo, lone, join = joining(todo, done, everyone, held, options.unpaired, named)
         joins += [join] if join else []
     return Plan(suite, todo, done, lone, problems, joins, held.methods)
 

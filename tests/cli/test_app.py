@@ -95,7 +95,7 @@ def test_dry_run_lists_cases_and_writes_nothing(suite_file, tmp_path, capsys):
     ]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    assert "profile cpu, device cpu" in out and "  run   alibi/n=5\n  run   alibi/n=6\n" in out
+    assert "profile cpu, device cpu" in out and "  run   alibi/n=5 (new)\n  run   alibi/n=6 (new)\n" in out
     assert "sinusoidal" not in out.split("settings:")[1].split("case(s)")[0].replace("run   alibi", "")
     assert not results.exists()
 

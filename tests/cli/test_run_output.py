@@ -90,7 +90,8 @@ settings:
     [
         (
             "{kind: wikitext-103}",
-            "DataError: wikitext-103: no data folder given; pass path=DIR (--data DIR) or set POSBENCH_DATA_DIR\n",
+            "DataError: wikitext-103: no data folder given; pass path=DIR (--data DIR) or set POSBENCH_DATA_DIR, "
+            "or run `python bench.py download wikitext-103 --data DIR`\n",
         ),
         ("{kind: text, path: /nonexistent/corpus.txt}", "DataError: text: file /nonexistent/corpus.txt not found\n"),
     ],
@@ -101,6 +102,40 @@ def test_dry_run_says_a_missing_corpus_in_one_line(tmp_path, monkeypatch, capsys
     assert _run(tmp_path, "--dry-run") == cli.EXIT_USAGE
     assert capsys.readouterr().err == expected
     assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.subprocess  # bench.py run reads the method files in a child
+def test_a_run_without_its_corpus_refuses_before_any_case(tmp_path, monkeypatch, capsys):
+    """Issue 66: a gpu profile without WikiText started and every case ended ``error``; now the run
+    itself (not only --dry-run) says it in one line naming `bench.py download`, nothing written."""
+    monkeypatch.delenv("POSBENCH_DATA_DIR", raising=False)
+    write_suite(tmp_path, CORPUS_SUITE.format(corpus="{kind: wikitext-103}"))
+    assert _run(tmp_path) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "python bench.py download" in err
+    assert not (tmp_path / "res").exists()
+
+
+@pytest.mark.subprocess
+def test_a_wikitext_2_folder_without_a_train_split_is_said_in_one_line(tmp_path, capsys):
+    """Issue 66: ``--data`` on WikiText-2 as shipped trained on its test split with no line saying so."""
+    folder = tmp_path / "data" / "wikitext-2"
+    folder.mkdir(parents=True)
+    for split in ("valid", "test"):  # as /work/shared/data/wikitext-2: no train.txt
+        (folder / f"{split}.txt").write_text("a b c\n")
+    write_suite(tmp_path, CORPUS_SUITE.format(corpus="{kind: synthetic}"))
+    assert _run(tmp_path, "--dry-run", "--data", str(tmp_path / "data")) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == [
+        f"note: wikitext: {folder} has no training split, so the models train on its test split and are evaluated "
+        "on valid; for a training split, run `python bench.py download wikitext-103 --data DIR`"
+    ]
+    # asked for in so many words (splits train: test): said too
+    corpus = "{kind: wikitext, path: %s, splits: {train: test, valid: valid}}" % (tmp_path / "data")
+    write_suite(tmp_path, CORPUS_SUITE.format(corpus=corpus))
+    assert _run(tmp_path, "--dry-run") == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: wikitext: training on the test split of {folder} (splits train: test), not on a training split"]
 
 
 @pytest.mark.subprocess

@@ -64,6 +64,14 @@ def test_status_of_a_folder_that_holds_no_run_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 1 and "no cases.jsonl and no launcher.json; allowed: a run folder" in err
 
 
+def test_status_of_a_missing_folder_is_a_plain_line(tmp_path, capsys):
+    assert _status(tmp_path / "nope") == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"status: {tmp_path / 'nope'}: no such folder; allowed: a run folder (results/<suite>/<run-id>)")
+    assert err.count("\n") == 1
+    assert "PoolError" not in err
+
+
 class _Unit:
     def __init__(self, state):
         self.state, self.exit_code, self.reason = state, "", ""
@@ -90,6 +98,18 @@ def test_a_launched_sweep_with_a_failed_case_exits_3_unless_failures_are_allowed
     assert "1 done, 1 failed" in out and "resubmit what failed: " in out and "exit status 3" in err
     assert sweep_cmds.print_status(run_dir, allow_failures=True) == 0
     assert _status(run_dir) == cli.EXIT_CASES_FAILED and _status(run_dir, "--allow-failures") == 0
+
+
+def test_a_followed_sweep_whose_table_learnt_nothing_exits_3(tmp_path, capsys):
+    """Issue 66: a run (or a followed sweep) whose learn-first table says 0 of N learnt exits 3."""
+    units = [("n=1", {"todo": [[{}, 1]], "job_id": "7_1"}, _Unit("COMPLETED"), "done", 1)]
+    rows = [base_row("t", "_testing", "sinusoidal", {"n": 1}, "r")]
+    broken = ["Copy gain, L_train = 64 — BROKEN PROFILE: 0 of 2 learnt the task at L_train"]
+    record = {"launcher": "local", "command": []}
+    assert sweep_cmds.print_units(tmp_path, record, units, rows, False, True, broken) == cli.EXIT_CASES_FAILED
+    assert "BROKEN PROFILE: 0 of 2 learnt the task at L_train; exit status 3" in capsys.readouterr().err
+    assert sweep_cmds.print_units(tmp_path, record, units, rows, True, True, broken) == 0
+    assert sweep_cmds.print_units(tmp_path, record, units, rows, False, True) == 0
 
 
 def test_a_launched_unit_that_failed_without_a_row_still_exits_3(tmp_path, monkeypatch, capsys):

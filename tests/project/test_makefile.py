@@ -67,3 +67,27 @@ def test_install_stamp_follows_pyproject_content_not_its_age(tmp_path):
         fh.write("\n# a new dependency\n")
     again = plan_here()
     assert 'pip install -q -e ".[dev]"' in again and "rm -f" in again
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_bench_installs_what_a_run_needs_without_the_dev_extras(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+
+    def bench_plan() -> str:
+        make = ["make", "-n", "-C", str(ROOT), "bench", f"VENV={venv}", "TORCH_SPEC=torch==2.13.0"]
+        return subprocess.run(make, capture_output=True, text=True, check=True).stdout
+
+    fresh = bench_plan()
+    assert 'pip install -q "torch==2.13.0"' in fresh and "pip install -q -e ." in fresh
+    assert ".[dev]" not in fresh  # pytest, ruff and the rest are for `make test`, not for a run
+    stamp = next(line.split()[-1] for line in fresh.splitlines() if line.startswith("touch"))
+    Path(stamp).touch()
+    assert "pip install" not in bench_plan() and "bench.py --suite efficiency" in bench_plan()
+    # a venv `make install` filled (dev extras and all) runs as it is
+    Path(stamp).unlink()
+    installed = plan(venv, "torch==2.13.0")
+    Path(next(line.split()[-1] for line in installed.splitlines() if line.startswith("touch"))).touch()
+    assert "pip install" not in bench_plan()

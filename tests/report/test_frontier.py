@@ -314,3 +314,16 @@ def test_count_line_chart_starts_at_zero():
     fig = charts.metric_chart(table)
     assert fig.axes[0].get_ylim()[0] == 0 and fig.axes[0].get_ylim()[1] >= 1020
     plt.close(fig)
+
+
+def test_a_model_not_learnt_at_L_train_leaves_the_frontier_and_is_named(tmp_path):
+    """Issue 66, learn first: sinusoidal at L_train 64 has 2x alibi's perplexity there, so it is
+    no point of the frontier (never ranked) and the caption names it."""
+    rows = seeded_rows()
+    at_train = {("alibi", 64): 10.0, ("sinusoidal", 64): 20.0, ("alibi", 128): 10.0, ("sinusoidal", 128): 11.0}
+    for row in rows:
+        row["metrics"]["ppl_at_train_len"] = at_train[(row["method"], row["params"]["L_train"])]
+    (table,) = frontier_tables(load_runs(write_run(tmp_path, rows), find_task=find_task))
+    assert "sinusoidal, L_train=64" not in table.rows and len(table.rows) == 3
+    assert "Left out, not learnt at L_train (perplexity at L_train at most 1.5x" in table.caption
+    assert "sinusoidal at {'L_train': 64}" in table.caption and "has perplexity 20 at L_train (best 10)" in table.caption

@@ -71,3 +71,28 @@ def test_a_profile_where_fewer_than_two_methods_learnt_is_broken_and_says_so_lou
     assert (BROKEN in c.title_suffix()) is broken
     if broken:
         assert f"{len(c.learnt)} of {c.total} learnt" in c.title_suffix()
+
+
+def test_ppl_learned_against_peers_and_bound():
+    from posbench.report.learn_first import ppl_learned, ppl_verdicts
+
+    assert ppl_learned(23.1, 14.1, 7.65) is False  # issue 66: > 1.5 x the best peer
+    assert ppl_learned(14.1, 14.1, 7.65) is True  # < 2 x the bound
+    assert ppl_learned(16.0, 14.1, 7.65) is False  # > 2 x the bound, though within 1.5x the best
+    assert ppl_learned(30.0, 25.0, None) is True  # no bound (WikiText): the peers alone decide
+    assert ppl_learned(None, 14.1, 7.65) is None and ppl_learned(float("nan"), 14.1, None) is None
+    verdicts = ppl_verdicts(
+        {
+            "sinusoidal": {"ppl_at_train_len": 23.1, "best_ppl_eval": 7.65},
+            "alibi": {"ppl_at_train_len": 14.1, "best_ppl": 7.65},
+            "rotary": {"ppl_at_train_len": None},
+        }
+    )
+    assert verdicts == {"sinusoidal": False, "alibi": True, "rotary": None}
+
+
+def test_a_rule_in_words_replaces_the_threshold_in_the_note():
+    from posbench.report.learn_first import PPL_RULE
+
+    note = comparability({"a": True, "b": False}, 0.0, measure="perplexity", rule=PPL_RULE).note()
+    assert note.startswith(f"{BROKEN}: 1 of 2 learnt the task at L_train ({PPL_RULE})")

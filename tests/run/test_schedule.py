@@ -286,16 +286,31 @@ def _finished_folder(tmp_path, methods, rounds, **settings):
     return suite, run_dir
 
 
+def _grown(tmp_path, methods, rounds, **settings):
+    """The suite of ``_finished_folder`` with ``methods`` now (the profile grew): a method the run
+    did not hold joins without ``--methods`` naming a subset."""
+    return suitemod.resolve(suitemod.load(make_suite(tmp_path, methods, rounds=rounds, **settings)), "default")
+
+
 @pytest.mark.parametrize("pairing", ["rounds", "windows"])
 def test_a_joining_method_re_measures_its_grid_point_with_every_method(tmp_path, pairing):
     suite, run_dir = _finished_folder(tmp_path, ["sinusoidal", "rotary"], 2, pairing=pairing)
-    todo = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"]), "r", run_dir).todo
+    grown = _grown(tmp_path, ["sinusoidal", "rotary", "alibi"], 2, pairing=pairing)
+    todo = plan_rounds(grown, RunOptions("cpu", run_dir.parent), "r", run_dir).todo
     # every (case, round) of the point again, alibi among them, in the schedule's order
     assert sorted((c.id, r) for c, r in todo) == sorted(
         (f"{m}/n=1", r) for m in ("sinusoidal", "rotary", "alibi") for r in (1, 2)
     )
     if pairing == "windows":  # one process per round holds all three
         assert [sorted(c.method for c in cases) for cases, _r in jobs(todo)] == [["alibi", "rotary", "sinusoidal"]] * 2
+    # --methods naming every method there: the same paired join
+    named = RunOptions("cpu", run_dir.parent, methods=["sinusoidal", "rotary", "alibi"])
+    assert sorted(_ids(plan_rounds(suite, named, "r", run_dir).todo)) == sorted(_ids(todo))
+    # --methods alibi means alibi (issue 66): the others are kept, not measured again, and alibi
+    # runs alone there, its (case, round)s unpaired, as with --unpaired
+    plan = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"]), "r", run_dir)
+    assert _ids(plan.todo) == [("alibi/n=1", 1), ("alibi/n=1", 2)]
+    assert plan.lone == {("alibi/n=1", 1), ("alibi/n=1", 2)} and [j.paired for j in plan.joins] == [False]
     # --unpaired: alibi alone, its (case, round)s named as unpaired
     plan = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"], unpaired=True), "r", run_dir)
     todo, lone = plan.todo, plan.lone
@@ -317,7 +332,9 @@ def test_the_runner_re_measures_or_marks_the_newcomer_unpaired(tmp_path):
     suite = suitemod.resolve(suitemod.load(path), "default")
     first = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", progress=False))
     assert first.ran == 2
-    joined = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", methods=("alibi",), progress=False))
+    # alibi joins with every method named (--methods sinusoidal,rotary,alibi): a paired join
+    every = ("sinusoidal", "rotary", "alibi")
+    joined = runner.run_suite(suite, runner.RunOptions("cpu", tmp_path / "res", methods=every, progress=False))
     assert joined.ran == 3  # sinusoidal and rotary again, with alibi, in one process
     rows = read_rows(joined.run_dir / "cases.jsonl")[2:]
     assert len({r["metrics"]["pid"] for r in rows}) == 1 and all(r["info"]["group_size"] == "3" for r in rows)
@@ -500,7 +517,8 @@ def test_a_join_that_cannot_be_re_measured_is_marked_unpaired(tmp_path):
 
 def test_a_join_is_recorded_when_it_starts_and_run_json_lists_the_methods_that_ran(tmp_path):
     suite, run_dir = _finished_folder(tmp_path, ["sinusoidal", "rotary"], 2)
-    plan = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"]), "r", run_dir)
+    grown = _grown(tmp_path, ["sinusoidal", "rotary", "alibi"], 2)
+    plan = plan_rounds(grown, RunOptions("cpu", run_dir.parent), "r", run_dir)
     (join,) = plan.joins
     assert (join.methods, join.points, join.paired) == (["alibi"], [{"n": 1}], True)
     meta = plan.run_meta("cpu", "r")
@@ -524,3 +542,24 @@ def test_a_profile_method_that_never_ran_joins_like_any_other(tmp_path):
     # and a run.json of today that lists only sinusoidal as run does the same
     (run_dir / "run.json").write_text(json.dumps(dict(meta, methods=["sinusoidal"], format=2)))
     assert sorted(_ids(plan_rounds(suite, RunOptions("cpu", run_dir.parent), "r", run_dir).todo)) == sorted(_ids(plan.todo))
+
+
+SEVEN = ["sinusoidal", "rotary", "t5_bias", "alibi", "nope", "fire", "sandwich"]
+
+
+@pytest.mark.parametrize("pairing", ["rounds", "windows"])
+def test_methods_a_b_on_a_seven_method_folder_plans_only_their_new_cases(tmp_path, pairing):
+    """Issue 66: ``--methods sinusoidal,alibi,sqrt_bias`` on a folder of seven methods planned 24
+    cases, measuring all seven again. Now ``--methods`` means these methods: a held one that is
+    done runs nothing, a newcomer runs its own cases (with the other newcomers: one process per
+    round with windows), unpaired against the seven kept as they were."""
+    suite, run_dir = _finished_folder(tmp_path, SEVEN, 2, pairing=pairing)
+    plan = plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi", "xpos", "kerple_log"]), "r", run_dir)
+    assert sorted(_ids(plan.todo)) == sorted((f"{m}/n=1", r) for m in ("xpos", "kerple_log") for r in (1, 2))
+    assert plan.lone == set(_ids(plan.todo))  # their ratios against the seven are marked unpaired
+    if pairing == "windows":
+        assert [sorted(c.method for c in cases) for cases, _r in jobs(plan.todo)] == [["kerple_log", "xpos"]] * 2
+    (join,) = plan.joins
+    assert (join.methods, join.paired) == (["xpos", "kerple_log"], False)
+    # a method of the folder named alone: done, nothing to run
+    assert plan_rounds(suite, RunOptions("cpu", run_dir.parent, methods=["alibi"]), "r", run_dir).todo == []

@@ -57,12 +57,40 @@ def cells(row):
 
 def frontier_points(runs: Runs) -> dict[tuple, list[Point]]:
     """{(suite, hardware, budget, L_valid): [Point]} of the finished extrapolation rows that ask for
-    a frontier: non-overlapping perplexity per seed at each L_valid, cost from the row's means."""
+    a frontier: non-overlapping perplexity per seed at each L_valid, cost from the row's means.
+    Learn first: a row that did not learn at L_train (``learn_first.not_learnt_rows``) is no point
+    of it; ``left_out`` names it under the table."""
     from posbench.report.frontier import frontier_points as points_of
 
+    weak = not_learnt(runs)
     return {
-        (suite, hw, budget, lv): pts for (suite, hw, budget, _, lv), pts in points_of(runs, "extrapolation", cells, cost).items()
+        (suite, hw, budget, lv): [p for p in pts if (p.extra.get("run_id"), p.extra.get("case_id")) not in weak]
+        for (suite, hw, budget, _, lv), pts in points_of(runs, "extrapolation", cells, cost).items()
     }
+
+
+def not_learnt(runs: Runs) -> dict[tuple, str]:
+    """(run id, case id) -> a few words, for each extrapolation row that did not learn at L_train."""
+    from posbench.report.learn_first import not_learnt_rows
+
+    frame = runs.rows
+    if frame is None or frame.empty:
+        return {}
+    rows = frame[frame["task"] == "extrapolation"].to_dict("records")
+    run_of = {(r["source"], r["case_id"]): r["run_id"] for r in rows}
+    return {(run_of[key], key[1]): words for key, words in not_learnt_rows(rows).items()}
+
+
+def left_out(runs: Runs, key: tuple) -> list[str]:
+    """The not-learnt rows a frontier at ``key`` (suite, hardware, budget, L_valid) leaves out."""
+    from posbench.report.frontier import frontier_points as points_of
+
+    weak = not_learnt(runs)
+    out = []
+    for (suite, hw, budget, _, lv), pts in points_of(runs, "extrapolation", cells, cost).items():
+        if (suite, hw, budget, lv) == key:
+            out += [weak[k] for k in dict.fromkeys((p.extra.get("run_id"), p.extra.get("case_id")) for p in pts) if k in weak]
+    return out
 
 
 def verdict_table(key: tuple, points: list[Point]) -> Table:
@@ -74,8 +102,20 @@ def verdict_table(key: tuple, points: list[Point]) -> Table:
 
 
 def frontier_tables(runs: Runs) -> list[Table]:
-    """A verdict table per (suite, hardware, budget, L_valid) of the runs that ask for a frontier."""
-    return [verdict_table(key, points) for key, points in frontier_points(runs).items()]
+    """A verdict table per (suite, hardware, budget, L_valid) of the runs that ask for a frontier;
+    its caption names the rows left out as not learnt at L_train (learn first)."""
+    from posbench.report.learn_first import NOT_LEARNT, PPL_RULE
+
+    tables = []
+    for key, points in frontier_points(runs).items():
+        if not points:  # every row there failed learn first: nothing to rank
+            continue
+        table = verdict_table(key, points)
+        weak = left_out(runs, key)
+        if weak:
+            table.caption += f" Left out, {NOT_LEARNT} ({PPL_RULE}): {'; '.join(weak)}."
+        tables.append(table)
+    return tables
 
 
 def frontier_sections(runs: Runs) -> list[Section]:

@@ -9,6 +9,7 @@ import math
 
 from posbench.protocols.train_eval.evaluations import eval_mode_key, evals, is_length
 from posbench.report import numbers as fmt
+from posbench.report.learn_first import NOT_LEARNT, PPL_RULE, comparability, ppl_verdicts
 from posbench.report.names import slug
 from posbench.report.rows import Runs
 from posbench.report.stats import SEED_INTERVAL
@@ -102,6 +103,7 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
         for lv in columns:
             table.cells[(label, lv)] = _ppl_cell(r, entries[r.case_id].get(lv))
     table.extra["methods"] = {label: r.method for label, r in zip(table.rows, rows)}
+    learn_first = mark_not_learnt(table, rows, l_train)
     seeded = [e for per_case in entries.values() for e in per_case.values() if finite_number(e.get("ppl_seed_lo"))]
     if seeded:
         table.spread = SEED_INTERVAL
@@ -137,9 +139,43 @@ def _ppl_table(suite, hardware, params, rows, key, group) -> Table:
             else ""
         )
         + "OOM: the evaluation ran out of memory."
+        + (f" Learn first: {learn_first.note()}" if learn_first.not_learnt else "")
         + "".join(f" {note}" for note in ordered(_bucket_notes(rows, l_train)))
     )
     return table
+
+
+def mark_not_learnt(table: Table, rows, l_train):
+    """Learn first (``posbench.report.learn_first.ppl_verdicts``): a finished row whose perplexity
+    at L_train is far from its peers' or the bound did not learn, so its cells beyond L_train say
+    ``NOT_LEARNT`` (their value stays for the chart and the CSV) and no summary ranks it there; a
+    table where fewer than two learnt says ``BROKEN PROFILE`` in its title. Rows with no
+    perplexity at L_train are unknown and mark nothing. The verdicts, as a ``Comparability``."""
+    finished = {label: r for label, r in zip(table.rows, rows) if r.status == "ok"}
+    metrics = {label: {**r.metrics, "ppl_at_train_len": at_train_len(r, l_train)} for label, r in finished.items()}
+    verdicts = comparability(ppl_verdicts(metrics), 0.0, measure="perplexity", rule=PPL_RULE)
+    table.extra["learnt"], table.extra["not_learnt"] = verdicts.learnt, verdicts.not_learnt
+    if not verdicts.not_learnt:
+        return verdicts
+    for label in verdicts.not_learnt:
+        for lv in table.columns:
+            cell = table.cells[(label, lv)]
+            if is_length(lv) and is_length(l_train) and lv > l_train and cell.status == "ok":
+                cell.text = NOT_LEARNT
+    table.title += verdicts.title_suffix()
+    return verdicts
+
+
+def at_train_len(row, l_train) -> float | None:
+    """A row's non-overlapping perplexity at L_valid = L_train: its ``ppl_at_train_len``, else
+    (rows written before it) the evaluation it was taken from."""
+    value = row.metrics.get("ppl_at_train_len")
+    if value is not None:
+        return value
+    for e in evals(row):
+        if eval_mode_key(e) == DEFAULT_MODE and e.get("L_valid") == l_train and e.get("status", "ok") == "ok":
+            return e.get("ppl")
+    return None
 
 
 def _bucket_notes(rows, l_train) -> list[str]:
