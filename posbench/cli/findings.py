@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from posbench.report.escape import md_code, md_text
 from posbench.report.results_page import Source
@@ -25,6 +28,30 @@ COST_LENGTH = 2048  # the length the cost question asks about
 FLOOR = "nope"  # the method costs are measured against (no position work at all)
 EXTRAPOLATION_FACTOR = 8  # perplexity from L_train to 8 L_train
 HOLDS = 1.05  # perplexity at 8x within 5% of L_train's: the method holds
+
+
+@dataclass(frozen=True)
+class Asked:
+    """Which task's tables answer a question, the suite that runs them, and its command."""
+
+    task: str
+    suite: str
+    command: str
+
+    def missing(self, what: str) -> str:
+        return f"{what}: no published {self.suite} run; run `{self.command}`."
+
+
+QUESTIONS_FILE = Path(__file__).resolve().parents[1] / "findings.yaml"
+
+
+def _asked(path: Path = QUESTIONS_FILE) -> dict[str, Asked]:
+    """``posbench/findings.yaml``: question key -> ``Asked`` (data, read with safe_load)."""
+    said = yaml.safe_load(path.read_text())
+    return {key: Asked(str(v["task"]), str(v.get("suite", v["task"])), str(v["command"])) for key, v in said.items()}
+
+
+ASKED = _asked()
 
 
 @dataclass(frozen=True)
@@ -74,7 +101,7 @@ def cost_lines(sources: list[Source]) -> list[str]:
         ("eval_wps", "evaluation speed"),
         ("peak_mem_train_bytes", "training memory"),
     ):
-        for source in _tables(sources, "efficiency", metric):
+        for source in _tables(sources, ASKED["cost"].task, metric):
             t = source.table
             lengths = [c for c in t.columns if isinstance(c, (int, float))]
             if FLOOR not in t.rows or not lengths:
@@ -85,15 +112,9 @@ def cost_lines(sources: list[Source]) -> list[str]:
                 r = ratio(t.cell(method, length), t.cell(FLOOR, length)) if method != FLOOR else None
                 if r is not None:
                     parts.append(f"{md_text(method)} {r.text()}")
-            short = (
-                ""
-                if length == COST_LENGTH
-                else f" (the longest published; L {COST_LENGTH} needs `--suite efficiency --profile cpu-long`)"
-            )
+            short = "" if length == COST_LENGTH else f" (the longest published; L {COST_LENGTH} needs `{ASKED['cost'].command}`)"
             out.append(f"{what.capitalize()} at L {length}{short}, against {FLOOR}: " + "; ".join(parts) + f" {_link(source)}")
-    return out or [
-        f"Cost against {FLOOR}: no published efficiency run; run `python bench.py --suite efficiency --profile cpu-long`."
-    ]
+    return out or [ASKED["cost"].missing(f"Cost against {FLOOR}")]
 
 
 def _l_train(source: Source) -> int | None:
@@ -119,7 +140,7 @@ def hold_ratios(source: Source, l_train: int) -> tuple[int, dict[str, Ratio]] | 
 def perplexity_sources(sources: list[Source]) -> list[tuple[Source, int]]:
     """The perplexity-against-length tables with their L_train (the table's, else its key's ``-l<N>-``)."""
     out = []
-    for source in _tables(sources, "extrapolation", "ppl"):
+    for source in _tables(sources, ASKED["perplexity"].task, "ppl"):
         l_train = _l_train(source)
         if l_train is None:
             key = source.table.key.split("-")
@@ -138,14 +159,14 @@ def perplexity_lines(sources: list[Source]) -> list[str]:
         far, ratios = found
         parts = "; ".join(f"{md_text(m)} {r.text()}" for m, r in ratios.items())
         out.append(f"Perplexity at L {far} over L_train {l_train} ({md_text(source.suite)}): {parts} {_link(source)}")
-    return out or ["Perplexity beyond L_train: no published extrapolation run; run `python bench.py --suite extrapolation`."]
+    return out or [ASKED["perplexity"].missing("Perplexity beyond L_train")]
 
 
 def retrieval_lines(sources: list[Source]) -> list[str]:
     out = []
     for source in sources:
         t = source.table
-        if t.task != "retrieval" or not t.metric.startswith("acc ") or "effective length" not in t.columns:
+        if t.task != ASKED["probes"].task or not t.metric.startswith("acc ") or "effective length" not in t.columns:
             continue
         probe = t.metric.removeprefix("acc ")
         lengths = ", ".join(f"{md_text(m)} {md_text(t.cell(m, 'effective length').text)}" for m in t.rows)
@@ -153,13 +174,13 @@ def retrieval_lines(sources: list[Source]) -> list[str]:
             f"Effective length on {md_code(probe)} ({md_text(source.suite)}; accuracy with its Wilson interval on the page): "
             f"{lengths} {_link(source)}"
         )
-    return out or ["Retrieval beyond L_train: no published retrieval run; run `python bench.py --suite retrieval`."]
+    return out or [ASKED["probes"].missing("Probes beyond L_train")]
 
 
 def decode_lines(sources: list[Source]) -> list[str]:
     """Each method's time per output token against the run's baseline, at the longest context."""
     out = []
-    for source in _tables(sources, "decode", "tpot_ms"):
+    for source in _tables(sources, ASKED["decoding"].task, "tpot_ms"):
         t = source.table
         lengths = [c for c in t.columns if isinstance(c, (int, float))]
         if not lengths or t.baseline is None:
@@ -176,7 +197,7 @@ def decode_lines(sources: list[Source]) -> list[str]:
             + ("; ".join(parts) or "no ratio")
             + f" {_link(source)}"
         )
-    return out or ["Decode cost: no published decode run; run `python bench.py --suite decode`."]
+    return out or [ASKED["decoding"].missing("Cost per generated token")]
 
 
 EQUAL_COMPUTE = ("time_s=", "flops=")  # a frontier's budget that equalises compute (not steps or tokens)
@@ -203,7 +224,7 @@ def frontier_lines(sources: list[Source]) -> list[str]:
             f"not separable from it: {', '.join(md_text(r) for r in close) or 'none'}; worse beyond the noise: {worse} "
             f"{_link(source)}"
         )
-    return out or ["Equal-compute winners: no published frontier run; run `python bench.py --suite frontier`."]
+    return out or [ASKED["frontier"].missing("Equal-compute winners")]
 
 
 def _claim(name: str, verdict: str, why: str) -> str:
@@ -216,7 +237,7 @@ def claim_lines(sources: list[Source]) -> list[str]:
     holds = [(s, l, hold_ratios(s, l)) for s, l in perplexity_sources(sources)]
     holds = [(s, l, h[1]) for s, l, h in holds if h is not None and {"sinusoidal", "alibi"} <= set(h[1])]
     if not holds:
-        why = "no published run with sinusoidal and alibi beyond L_train; run `python bench.py --suite extrapolation`"
+        why = f"no published run with sinusoidal and alibi beyond L_train; run `{ASKED['perplexity'].command}`"
         out += [
             _claim("ALiBi: sinusoidal fails beyond L_train", "not measurable", why),
             _claim("ALiBi holds beyond L_train", "not measurable", why),
@@ -231,27 +252,41 @@ def claim_lines(sources: list[Source]) -> list[str]:
         verdict = {False: "reproduced", True: "not reproduced", None: "not measurable at this scale"}[held]
         out.append(_claim("ALiBi holds beyond L_train", verdict, f"alibi {alibi.text()} {_link(source)}"))
     out.append(_faster_claim(sources))
-    extension = [s for s in sources if s.suite == "extension"]
-    out.append(
-        _claim(
-            "SambaNova: interpolating ALiBi extends it",
-            "see the extension run" if extension else "not measurable",
-            _link(extension[0]) if extension else "no published extension run; run `python bench.py --suite extension`",
-        )
-    )
+    out.append(_interpolation_claim(sources))
     return out
+
+
+def _interpolation_claim(sources: list[Source]) -> str:
+    """SambaNova's claim from the verdict table of ALiBi interpolate vs extrapolate (paired by seed):
+    reproduced where every row says interpolation is better beyond the seed spread, not
+    reproduced where every row says extrapolating is, else not separable at this scale."""
+    name = "SambaNova: interpolating ALiBi beats extrapolating it"
+    asked = ASKED["interpolation"]
+    for source in sources:
+        t = source.table
+        if t.task != asked.task or t.metric != "interpolate vs extrapolate" or "verdict" not in t.columns:
+            continue
+        said = [t.cell(row, "verdict").text for row in t.rows]
+        if not said or not all(v.endswith("better") for v in said):
+            return _claim(name, "not separable at this scale", f"{len(t.rows)} rows {_link(source)}")
+        wins = {v.split()[0] for v in said}
+        verdict = {"interpolate": "reproduced", "extrapolate": "not reproduced"}.get(wins.pop()) if len(wins) == 1 else None
+        return _claim(name, verdict or "mixed: see the table", f"{len(t.rows)} rows, each {said[0]} {_link(source)}")
+    return _claim(name, "not measurable", f"no published run of it; run `{asked.command}`")
 
 
 def _faster_claim(sources: list[Source]) -> str:
     name = "ALiBi trains faster, with less memory, than T5 bias"
-    for speed in _tables(sources, "efficiency", "train_wps"):
+    for speed in _tables(sources, ASKED["cost"].task, "train_wps"):
         t = speed.table
         lengths = [c for c in t.columns if isinstance(c, (int, float))]
         if not {"alibi", "t5_bias"} <= set(t.rows) or not lengths:
             continue
         length = max(lengths)
         faster = ratio(t.cell("alibi", length), t.cell("t5_bias", length))
-        memory = next((m.table for m in _tables(sources, "efficiency", "peak_mem_train_bytes") if m.link == speed.link), None)
+        memory = next(
+            (m.table for m in _tables(sources, ASKED["cost"].task, "peak_mem_train_bytes") if m.link == speed.link), None
+        )
         less = ratio(memory.cell("alibi", length), memory.cell("t5_bias", length)) if memory is not None else None
         if faster is None or less is None:
             continue
@@ -261,11 +296,7 @@ def _faster_claim(sources: list[Source]) -> str:
             return _claim(name, "not separable at this scale", why)
         verdict = "reproduced" if quicker and less.value < 1.0 else "not reproduced"
         return _claim(name, verdict, why)
-    return _claim(
-        name,
-        "not measurable",
-        "no published efficiency run with both; run `python bench.py --suite efficiency --profile cpu-long`",
-    )
+    return _claim(name, "not measurable", f"no published {ASKED['cost'].suite} run with both; run `{ASKED['cost'].command}`")
 
 
 def findings(sources: list[Source]) -> list[tuple[str, list[str]]]:
@@ -273,8 +304,8 @@ def findings(sources: list[Source]) -> list[tuple[str, list[str]]]:
     return [
         (f"What each method costs against {FLOOR}", cost_lines(sources)),
         (f"How perplexity holds from L_train to {EXTRAPOLATION_FACTOR}x", perplexity_lines(sources)),
-        ("Which methods keep each retrieval probe beyond L_train", retrieval_lines(sources)),
+        ("Which methods keep each probe beyond L_train", retrieval_lines(sources)),
         ("Which win at equal compute", frontier_lines(sources)),
-        ("What each costs to decode", decode_lines(sources)),
+        ("What each costs per generated token", decode_lines(sources)),
         ("The seed papers' claims", claim_lines(sources)),
     ]

@@ -9,6 +9,9 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+import yaml
+
 from posbench.cli import findings
 from posbench.report import results_page
 from posbench.report.table import Cell, Table, TableSpec
@@ -126,3 +129,37 @@ def test_decode_cost_is_each_methods_time_per_token_ratio_at_the_longest_context
         "Time per output token at context 4096, batch 8, against sinusoidal: alibi 1.10x [1.05, 1.15]; "
         "rotary 1.01x [0.98, 1.04] not separable ([table](d.md#run-r))"
     )
+
+
+def _verdict_table(verdicts: list[str]) -> Table:
+    spec = TableSpec(task="extension", metric="interpolate vs extrapolate", unit="", fmt="plain", column_header="measure")
+    t = Table(
+        spec, key="ext-interp", title="ALiBi: interpolate against extrapolate", rows=[f"ppl {i}" for i in range(len(verdicts))]
+    )
+    t.columns = ["extrapolate", "interpolate", "interpolate - extrapolate", "verdict"]
+    for i, v in enumerate(verdicts):
+        t.cells[(f"ppl {i}", "verdict")] = Cell(text=v)
+    return t
+
+
+def test_sambanovas_claim_is_judged_from_the_interpolation_verdict_table():
+    def claim(verdicts):
+        sources = [results_page.Source(_verdict_table(verdicts), "extension", "e.md#run-s")]
+        return next(line for line in findings.claim_lines(sources) if "SambaNova" in line)
+
+    assert ": reproduced (" in claim(["interpolate better", "interpolate better"])
+    assert ": not reproduced (" in claim(["extrapolate better", "extrapolate better"])
+    assert "not separable at this scale" in claim(["interpolate better", "not separable"])
+    none = next(line for line in findings.claim_lines([]) if "SambaNova" in line)
+    assert "not measurable" in none and "--profile sambanova" in none
+
+
+def test_the_questions_suites_are_data_read_safely(tmp_path):
+    """posbench/findings.yaml names the suites (the CLI's code names none); a YAML tag that would
+    build an object is refused, never run."""
+    assert findings.ASKED["frontier"].suite == "frontier" and findings.ASKED["frontier"].task == "extrapolation"
+    assert findings.ASKED["cost"].suite == findings.ASKED["cost"].task
+    hostile = tmp_path / "findings.yaml"
+    hostile.write_text("cost: !!python/object/apply:os.system ['echo owned']\n")
+    with pytest.raises(yaml.YAMLError):
+        findings._asked(hostile)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from posbench.cli import app as cli
+from posbench.cli.run_output import EXIT_CASES_FAILED
 from posbench.data import synthetic_copy as sc
 from posbench.data.corpus import DataError, load_corpus
 from posbench.engine.evaluate import evaluate, evaluate_source
@@ -226,7 +227,8 @@ def test_tiny_suite_run_uses_it_and_reports_the_bound(tmp_path, capsys):
         "--set",
         "model_overrides={n_layers: 1, d_model: 32, n_heads: 2, d_ff: 64}",
     ]
-    assert cli.main(args) == 0
+    # two steps learn nothing: the rows and tables are written, and the run says BROKEN PROFILE (exit 3)
+    assert cli.main(args) == EXIT_CASES_FAILED
     (rows_file,) = results.glob("extrapolation/*/cases.jsonl")
     (row,) = [json.loads(line) for line in rows_file.read_text().splitlines()]
     assert row["status"] == "ok"

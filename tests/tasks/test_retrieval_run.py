@@ -560,6 +560,7 @@ def test_model_per_probe_trains_each_probe_case_its_own_model(tmp_path):
 @pytest.mark.subprocess
 def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
     from posbench.cli import app as cli
+    from posbench.cli.run_output import EXIT_CASES_FAILED
     from posbench.store.run_rows import read_rows
 
     sets = [
@@ -587,8 +588,10 @@ def test_two_method_tiny_run_through_the_cli(tmp_path, capsys):
         "--results",
         str(tmp_path),
     ]  # not --quiet: that prints the summary line alone
-    assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
-    assert "effective_length" in capsys.readouterr().out
+    # three steps learn nothing: the rows and tables are written, and the run says BROKEN PROFILE (exit 3)
+    assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == EXIT_CASES_FAILED
+    out = capsys.readouterr().out
+    assert "effective_length" in out and "BROKEN PROFILE" in out
     (run_dir,) = (tmp_path / "retrieval").iterdir()
     rows = read_rows(run_dir / "cases.jsonl")
     assert sorted(r["method"] for r in rows) == ["alibi", "nope"] and {r["status"] for r in rows} == {"ok"}
