@@ -6,7 +6,7 @@ the line names the suite to run. The questions name the shipped suites, so they 
 CLI's other claims about them (``references``), and ``docs_results`` hands ``findings`` to the
 task-agnostic page writer (``posbench.report.results_page``).
 
-A ratio is the one the page's table prints where the run paired its methods (efficiency, decode):
+A ratio is the one the page's table prints where the run paired its methods (speed, decoding):
 the median of per-window (per-round) ratios with its bootstrap 95% interval, read off the cell
 (its ratio to the baseline, or the floor's in square brackets) or, for a pair no column shows
 (ALiBi against T5 bias), formed the same way from the run's rows (``posbench.report.pairs``).
@@ -329,7 +329,7 @@ def _interpolation_claim(sources: list[Source]) -> str:
 
 
 def _faster_claim(sources: list[Source]) -> str:
-    """ALiBi against T5 bias at the longest L of a published efficiency run: speed by the paired
+    """ALiBi against T5 bias at the longest L of a published cost run: speed by the paired
     ratio and its interval (``against``), memory by its resolution. Reproduced where ALiBi is
     faster beyond the interval and lighter beyond the resolution; not reproduced where either
     points the other way beyond the noise; else not separable at this scale."""
