@@ -6,10 +6,15 @@ the line names the suite to run. The questions name the shipped suites, so they 
 CLI's other claims about them (``references``), and ``docs_results`` hands ``findings`` to the
 task-agnostic page writer (``posbench.report.results_page``).
 
-A ratio's interval comes from the two cells' spreads (min-max over measured windows, or ± std
-over seeds): ``[lo_a / hi_b, hi_a / lo_b]``; an interval holding 1 is "not separable". A cell
-without a spread (one window, one seed) gives a ratio without an interval, said as such, and no
-claim is judged on it.
+A ratio is the one the page's table prints where the run paired its methods (speed, decoding):
+the median of per-window (per-round) ratios with its bootstrap 95% interval, read off the cell
+(its ratio to the baseline, or the floor's in square brackets) or, for a pair no column shows
+(ALiBi against T5 bias), formed the same way from the run's rows (``posbench.report.pairs``).
+Memory, one measurement per process, is judged by its resolution (``posbench.report.resolution``):
+a difference under it is "not separable". Only where nothing is paired does a ratio's interval
+come from the two cells' spreads (min-max over measured windows, or ± std over seeds):
+``[lo_a / hi_b, hi_a / lo_b]``. An interval holding 1 is "not separable"; a ratio without one
+(one window, one seed) is said as such, and no claim is judged on it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from pathlib import Path
 
 import yaml
 
+from posbench.report import numbers as fmt
 from posbench.report.escape import md_code, md_text
+from posbench.report.pairs import paired_cell
 from posbench.report.results_page import Source
 from posbench.report.table import Cell
 
@@ -54,18 +61,32 @@ def _asked(path: Path = QUESTIONS_FILE) -> dict[str, Asked]:
 ASKED = _asked()
 
 
+SPREAD, PAIRED, UNPAIRED, RESOLUTION = "spread", "paired", "unpaired", "resolution"  # how a Ratio was formed
+HOW = {
+    PAIRED: "paired as in the table: median of per-window or per-round ratios, bootstrap 95% interval",
+    UNPAIRED: "unpaired ratios (timed apart) with their bootstrap 95% interval",
+    SPREAD: "intervals from the two cells' spreads",
+}
+
+
 @dataclass(frozen=True)
 class Ratio:
-    """``a / b`` with its interval (None without spreads on both cells)."""
+    """``a / b`` with its interval (None where there is none) and how it was formed (``kind``):
+    ``PAIRED``/``UNPAIRED`` as a table prints it, ``SPREAD`` from the cells' spreads,
+    ``RESOLUTION`` memory whose interval is where the two values are within the resolution."""
 
     value: float
     interval: tuple[float, float] | None
+    kind: str = SPREAD
 
     def text(self) -> str:
+        if self.kind == RESOLUTION:  # its interval is no confidence interval: not printed
+            return f"{self.value:.2f}x" + (" not separable" if self.above() is None else "")
         if self.interval is None:
             return f"{self.value:.2f}x (no interval: one window or seed)"
         lo, hi = self.interval
-        said = f"{self.value:.2f}x [{lo:.2f}, {hi:.2f}]"
+        said = fmt.ratio_text(self.value, self.interval, self.kind == UNPAIRED) if self.kind != SPREAD else None
+        said = said or f"{self.value:.2f}x [{lo:.2f}, {hi:.2f}]"
         return said + (" not separable" if lo <= 1.0 <= hi else "")
 
     def above(self, bound: float = 1.0) -> bool | None:
@@ -83,6 +104,38 @@ def ratio(a: Cell, b: Cell) -> Ratio | None:
     if a.spread is not None and b.spread is not None and min(b.spread) > 0:
         interval = (a.spread[0] / b.spread[1], a.spread[1] / b.spread[0])
     return Ratio(a.value / b.value, interval)
+
+
+def _from_cell(cell: Cell) -> Ratio:
+    """A cell's ratio to its table's baseline, as the table prints it."""
+    return Ratio(cell.ratio, cell.ratio_interval, UNPAIRED if cell.unpaired else PAIRED)
+
+
+def against(source: Source, method: str, other: str, column) -> Ratio | None:
+    """``method`` over ``other`` at ``column`` of ``source``'s table: memory judged by its resolution;
+    else the paired ratio the table prints (its baseline's, or the floor's in square brackets) or
+    forms the same way from the run's rows; else the ratio of the two cells' spreads."""
+    t = source.table
+    a, b = t.cell(method, column), t.cell(other, column)
+    if a.resolution is not None and b.resolution is not None and a.value and b.value:
+        (a_lo, a_hi), (b_lo, b_hi) = a.resolution, b.resolution  # the bands overlap: the interval holds 1
+        return Ratio(a.value / b.value, (a_lo / b_hi, a_hi / b_lo), RESOLUTION)
+    if other == t.baseline and a.ratio is not None and a.ratio_interval is not None:
+        return _from_cell(a)
+    cell = paired_cell(source.rows, t, method, other, column)
+    if cell is not None and cell.ratio_interval is not None:
+        return _from_cell(cell)
+    kept = t.extra.get("floor_ratios", {}).get(f"{method}@{column}") if other == t.extra.get("floor") else None
+    if kept is not None and kept[1] is not None:  # no rows to pair from: the figures the table prints
+        return Ratio(kept[0], (kept[1], kept[2]), PAIRED)
+    return ratio(a, b)
+
+
+def how(ratios: Iterable[Ratio], resolution: str = "") -> str:
+    """What a line's ratios are, in words (the kinds among them)."""
+    kinds = list(dict.fromkeys(r.kind for r in ratios))
+    said = [f"differences under {resolution or 'the resolution'} not claimed" if k == RESOLUTION else HOW[k] for k in kinds]
+    return "; ".join(said)
 
 
 def _link(source: Source) -> str:
@@ -107,13 +160,15 @@ def cost_lines(sources: list[Source]) -> list[str]:
             if FLOOR not in t.rows or not lengths:
                 continue
             length = COST_LENGTH if COST_LENGTH in lengths else max(lengths)
-            parts = []
-            for method in t.rows:
-                r = ratio(t.cell(method, length), t.cell(FLOOR, length)) if method != FLOOR else None
-                if r is not None:
-                    parts.append(f"{md_text(method)} {r.text()}")
+            ratios = {m: against(source, m, FLOOR, length) for m in t.rows if m != FLOOR}
+            ratios = {m: r for m, r in ratios.items() if r is not None}
+            parts = "; ".join(f"{md_text(m)} {r.text()}" for m, r in ratios.items())
             short = "" if length == COST_LENGTH else f" (the longest published; L {COST_LENGTH} needs `{ASKED['cost'].command}`)"
-            out.append(f"{what.capitalize()} at L {length}{short}, against {FLOOR}: " + "; ".join(parts) + f" {_link(source)}")
+            said = how(ratios.values(), t.resolution)
+            out.append(
+                f"{what.capitalize()} at L {length}{short}, against {FLOOR}" + (f" ({said})" if said else "") + f": {parts} "
+                f"{_link(source)}"
+            )
     return out or [ASKED["cost"].missing(f"Cost against {FLOOR}")]
 
 
@@ -186,16 +241,14 @@ def decode_lines(sources: list[Source]) -> list[str]:
         if not lengths or t.baseline is None:
             continue
         far = max(lengths)
-        parts = []
-        for method in t.rows:
-            cell = t.cell(method, far)
-            if method != t.baseline and cell.ratio is not None:
-                parts.append(f"{md_text(method)} {Ratio(cell.ratio, cell.ratio_interval).text()}")
+        ratios = {m: _from_cell(t.cell(m, far)) for m in t.rows if m != t.baseline and t.cell(m, far).ratio is not None}
+        parts = "; ".join(f"{md_text(m)} {r.text()}" for m, r in ratios.items())
         rest = "".join(f", {md_text(k)} {md_text(v)}" for k, v in t.rest.items())
+        said = how(r for r in ratios.values() if r.interval is not None)
         out.append(
-            f"Time per output token at {md_text(t.column_header)} {far}{rest}, against {md_text(t.baseline)}: "
-            + ("; ".join(parts) or "no ratio")
-            + f" {_link(source)}"
+            f"Time per output token at {md_text(t.column_header)} {far}{rest}, against {md_text(t.baseline)}"
+            + (f" ({said})" if said else "")
+            + f": {parts or 'no ratio'} {_link(source)}"
         )
     return out or [ASKED["decoding"].missing("Cost per generated token")]
 
@@ -276,6 +329,10 @@ def _interpolation_claim(sources: list[Source]) -> str:
 
 
 def _faster_claim(sources: list[Source]) -> str:
+    """ALiBi against T5 bias at the longest L of a published cost run: speed by the paired
+    ratio and its interval (``against``), memory by its resolution. Reproduced where ALiBi is
+    faster beyond the interval and lighter beyond the resolution; not reproduced where either
+    points the other way beyond the noise; else not separable at this scale."""
     name = "ALiBi trains faster, with less memory, than T5 bias"
     for speed in _tables(sources, ASKED["cost"].task, "train_wps"):
         t = speed.table
@@ -283,19 +340,23 @@ def _faster_claim(sources: list[Source]) -> str:
         if not {"alibi", "t5_bias"} <= set(t.rows) or not lengths:
             continue
         length = max(lengths)
-        faster = ratio(t.cell("alibi", length), t.cell("t5_bias", length))
+        faster = against(speed, "alibi", "t5_bias", length)
         memory = next(
-            (m.table for m in _tables(sources, ASKED["cost"].task, "peak_mem_train_bytes") if m.link == speed.link), None
+            (
+                m
+                for m in _tables(sources, ASKED["cost"].task, "peak_mem_train_bytes")
+                if (m.link, m.table.rest) == (speed.link, t.rest)
+            ),
+            None,
         )
-        less = ratio(memory.cell("alibi", length), memory.cell("t5_bias", length)) if memory is not None else None
+        less = against(memory, "alibi", "t5_bias", length) if memory is not None else None
         if faster is None or less is None:
             continue
-        quicker = faster.above()
-        why = f"at L {length}: speed alibi / t5_bias {faster.text()}, memory {less.value:.2f}x {_link(speed)}"
-        if quicker is None:
-            return _claim(name, "not separable at this scale", why)
-        verdict = "reproduced" if quicker and less.value < 1.0 else "not reproduced"
-        return _claim(name, verdict, why)
+        quicker, heavier = faster.above(), less.above()
+        why = f"at L {length}: speed alibi / t5_bias {faster.text()}, memory {less.text()} {_link(speed)}"
+        if quicker is False or heavier is True:
+            return _claim(name, "not reproduced", why)
+        return _claim(name, "reproduced" if quicker and heavier is False else "not separable at this scale", why)
     return _claim(name, "not measurable", f"no published {ASKED['cost'].suite} run with both; run `{ASKED['cost'].command}`")
 
 

@@ -39,7 +39,7 @@ results/published/<suite>/<run-id>/ (no checkpoints, event files or tables; at m
 <run-id> (the run folder's name) must be plain names (letters, digits, _ . -); a link on the
 way is refused, and an earlier copy loses only its published files. A run from a tree with
 uncommitted changes (env.json git_dirty) or with methods from outside the repository (an
-absolute --methods-dir) is refused unless --allow-dirty / --allow-outside-methods; its page
+absolute --methods-dir, or such a POSBENCH_METHODS_PATH folder) is refused unless --allow-dirty / --allow-outside-methods; its page
 then says so in bold
 """
 
@@ -62,7 +62,7 @@ def add_publish_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-outside-methods",
         action="store_true",
-        help="publish a run whose --methods-dir lies outside the repository (its page says so in bold)",
+        help="publish a run whose --methods-dir or POSBENCH_METHODS_PATH lies outside the repository (its page says so in bold)",
     )
     p.set_defaults(func=main_publish)
     return p

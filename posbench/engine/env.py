@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from posbench import __version__
+from posbench.core.registry import METHODS_ENV_PATH
 from posbench.engine import tracking
 
 PACKAGE = Path(__file__).resolve().parents[1]  # the posbench package this code runs from
@@ -87,6 +88,13 @@ def provenance(package: Path = PACKAGE) -> dict[str, Any]:
         "git_dirty": None,
         "posbench_source": f"installed package, version {version} (not a git checkout of posbench)",
     }
+
+
+def methods_path() -> list[str]:
+    """env.json's ``methods_path``: the folders of ``POSBENCH_METHODS_PATH`` as set for the run
+    (``[]`` when unset), where its methods could come from besides the repository's ``methods/``;
+    ``bench.py publish`` refuses a run whose folders lie outside the repository (issue 69)."""
+    return [entry.strip() for entry in os.environ.get(METHODS_ENV_PATH, "").split(os.pathsep) if entry.strip()]
 
 
 def _version(module: str) -> str:
@@ -235,6 +243,7 @@ def collect(device: str, flush_denormal: bool = True) -> dict[str, Any]:
         "gpu": torch.cuda.get_device_name() if cuda and device == "cuda" else None,
         "nvml": nvml_info() if device == "cuda" else NVML_UNAVAILABLE,
         "tracking": tracking.status(),  # training curves' writers, or "absent: ..." (one line)
+        "methods_path": methods_path(),
     }
 
 

@@ -16,7 +16,7 @@ import json
 import shlex
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ class Source:
     table: Table
     suite: str
     link: str
+    rows: Any = field(default=None, compare=False)  # the run's rows (a DataFrame): pairs its tables do not show
 
 
 # The index's findings: (question, answer lines) from every published table; the project's own
@@ -217,7 +218,7 @@ class RunSection:
                 "(runs written before posbench kept run.json: re-run the suite)"
             )
         self.env = runs.envs.get(source, {})
-        rows = runs.rows
+        rows = self.rows = runs.rows  # the findings pair methods from them (``Source.rows``)
         self.device = self.meta.device or next((d for d in rows["device"] if isinstance(d, str) and d), "")
         self.hardware = next((h for h in rows["hardware"] if isinstance(h, str) and h), "unknown machine")
         started = sorted(s for s in rows["started_at"] if isinstance(s, str) and s)
@@ -254,7 +255,7 @@ class RunSection:
         and the index's findings this run answers (its page's short summary)."""
         self.charts = run_charts(self.run_dir, self.run_dir.name, find_task)  # table keys name suite and machine
         link = self.link(page_name)
-        sources = [Source(t, self.meta.suite, link) for t in self.tables]
+        sources = [Source(t, self.meta.suite, link, self.rows) for t in self.tables]
         self.findings = [
             line.replace(f" ([table]({link}))", "").replace(f"([table]({link}))", "")
             for _question, lines in (answers(sources) if answers is not None else [])
@@ -476,7 +477,7 @@ def finding_sources(by_machine: dict[tuple, list[RunSection]]) -> list[Source]:
     for key in sorted(by_machine):
         sections = by_machine[key]
         for s in sections:
-            out += [Source(t, s.meta.suite, s.link(sections[0].page_name)) for t in s.tables]
+            out += [Source(t, s.meta.suite, s.link(sections[0].page_name), s.rows) for t in s.tables]
     return out
 
 

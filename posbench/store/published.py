@@ -15,9 +15,10 @@ destination belongs. Replacing an earlier copy deletes only files of the publish
 
 A published run must be reproducible from the repository (issue 69): a run from a tree with
 uncommitted changes (env.json's ``git_dirty``) is refused, and so is one whose methods came from
-outside the repository (a ``--methods-dir`` in run.json's command that is absolute, starts with
-``~`` or climbs out with ``..``), unless the caller allows it (``allow_dirty``,
-``allow_outside_methods``); the page of such a run says so in bold (``provenance_warnings``).
+outside the repository (a ``--methods-dir`` in run.json's command, or a folder of
+``POSBENCH_METHODS_PATH`` in env.json's ``methods_path``, that is absolute, starts with ``~`` or
+climbs out with ``..``), unless the caller allows it (``allow_dirty``, ``allow_outside_methods``);
+the page of such a run says so in bold (``provenance_warnings``).
 """
 
 from __future__ import annotations
@@ -85,6 +86,15 @@ def without_machine_paths(command: list[str]) -> list[str]:
     return out
 
 
+METHODS_PATH_KEY = "methods_path"  # env.json: the POSBENCH_METHODS_PATH folders of the run
+
+
+def outside_methods_path(env: dict) -> list[str]:
+    """The folders of env.json's ``methods_path`` (``POSBENCH_METHODS_PATH``) outside the repository."""
+    folders = env.get(METHODS_PATH_KEY) if isinstance(env, dict) else None
+    return [f for f in folders if isinstance(f, str) and _outside(f)] if isinstance(folders, list) else []
+
+
 def provenance_warnings(env: dict, command: list[str]) -> list[str]:
     """What keeps a run from being reproduced from the repository alone, one sentence each (a page
     shows them in bold): a dirty tree, methods from outside the repository."""
@@ -99,13 +109,19 @@ def provenance_warnings(env: dict, command: list[str]) -> list[str]:
             f"Methods from outside the repository ({len(outside)} `--methods-dir` folder(s) of the machine that ran it, "
             f"shown as `{OUTSIDE_PLACEHOLDER}`): the command reproduces it only with those method files."
         )
+    if outside_methods_path(env):
+        out.append(
+            "Methods from outside the repository (`POSBENCH_METHODS_PATH` named a folder of the machine that ran it, "
+            "env.json `methods_path`): the command reproduces it only with those method files."
+        )
     return out
 
 
 def check_provenance(run_dir: Path, allow_dirty: bool = False, allow_outside_methods: bool = False) -> None:
     """``PublishError`` (one line) for a run from a dirty tree or with methods from outside the
     repository, unless allowed."""
-    if not allow_dirty and read_env(run_dir).get("git_dirty"):
+    env = read_env(run_dir)
+    if not allow_dirty and env.get("git_dirty"):
         raise PublishError(
             f"{_shown(run_dir)}: env.json says git_dirty (run from a tree with uncommitted changes); allowed: a run from "
             "a clean commit, or --allow-dirty (its page then says so in bold)"
@@ -115,6 +131,13 @@ def check_provenance(run_dir: Path, allow_dirty: bool = False, allow_outside_met
         raise PublishError(
             f"{_shown(run_dir)}: run.json's command loads methods from outside the repository (--methods-dir "
             f"{_shown(Path(outside[0]))}); allowed: a --methods-dir inside the repository, or --allow-outside-methods "
+            "(its page then says so in bold)"
+        )
+    from_env = outside_methods_path(env)
+    if from_env and not allow_outside_methods:
+        raise PublishError(
+            f"{_shown(run_dir)}: env.json's methods_path says POSBENCH_METHODS_PATH named a folder outside the "
+            f"repository ({_shown(Path(from_env[0]))}); allowed: methods from the repository, or --allow-outside-methods "
             "(its page then says so in bold)"
         )
 

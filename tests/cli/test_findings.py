@@ -1,5 +1,6 @@
-"""The findings that open docs/results/README.md (issue 69): ratios with the interval their cells'
-spreads give and "not separable" where it holds 1, the suite to run where no published run
+"""The findings that open docs/results/README.md (issue 69): the paired ratio and interval the
+page's table prints where the run paired its methods, else the interval the cells' spreads give,
+memory judged by its resolution, and "not separable" where the interval holds 1; the suite to run where no published run
 answers, and the seed papers' claims judged from the rows, so editing a published row changes
 the finding."""
 
@@ -70,12 +71,22 @@ def test_editing_a_published_row_changes_the_finding(tmp_path):
     published = tmp_path / "published" / "efficiency" / EFFICIENCY.name
     shutil.copytree(EFFICIENCY, published)
     before = _index(tmp_path / "published", tmp_path / "before")
-    said = f"- {CLAIM}not separable at this scale (at L 2048: speed alibi / t5_bias 0.97x [0.92, 1.01] not separable"
+    # paired (median of per-window ratios, bootstrap interval): alibi is slower than t5_bias beyond
+    # it; the min-max spreads alone said 0.97x [0.92, 1.01] not separable
+    said = f"- {CLAIM}not reproduced (at L 2048: speed alibi / t5_bias 0.97x [0.96, 0.97]"
     assert said in before
     # the run's page opens with the same findings, without the link to itself
     page = (tmp_path / "before" / "efficiency-cpu-amd-epyc.md").read_text()
     short = page[page.index("In short (") : page.index("Summary (")]
-    assert f"{said}, memory 0.97x)\n" in short
+    assert f"{said}, memory 0.97x not separable)\n" in short
+    # each cost against nope is the figure the table prints for that cell, in square brackets
+    line = next(x for x in before.splitlines() if x.startswith("- Training speed at L 2048, against nope"))
+    table = page[page.index("**Training speed (words/s), efficiency**") :]
+    for method in ("alibi", "t5_bias", "path", "swan"):
+        cell = next(x for x in table.splitlines() if x.startswith(f"| {method} |")).split(" | ")[-1]
+        bracket = cell[cell.index(") [") + 3 : cell.rindex("]")]
+        assert f"; {method} {bracket}" in line
+    assert "; alibi 0.99x [0.97, 0.99]; " in line and "; t5_bias 1.02x ±0.01; " in line
     # alibi's training speed halved, every number its spread is read from too
     rows = [json.loads(line) for line in (published / "cases.jsonl").read_text().splitlines()]
     for row in rows:
@@ -85,7 +96,7 @@ def test_editing_a_published_row_changes_the_finding(tmp_path):
     (published / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     after = _index(tmp_path / "published", tmp_path / "after")
     assert f"- {CLAIM}not reproduced (at L 2048: speed alibi / t5_bias 0.4" in after
-    assert "; alibi 0.49x [" in after  # the cost line against nope moved too
+    assert "; alibi 0.49x ±0.01;" in after  # the cost line against nope moved too (its paired ratio halved)
 
 
 def test_an_equal_compute_frontier_names_its_best_method_and_what_the_noise_separates():
@@ -127,8 +138,9 @@ def test_decode_cost_is_each_methods_time_per_token_ratio_at_the_longest_context
     )
     (line,) = findings.decode_lines([results_page.Source(table, "decode", "d.md#run-r")])
     assert line == (
-        "Time per output token at context 4096, batch 8, against sinusoidal: alibi 1.10x [1.05, 1.15]; "
-        "rotary 1.01x [0.98, 1.04] not separable ([table](d.md#run-r))"
+        "Time per output token at context 4096, batch 8, against sinusoidal (paired as in the table: median of "
+        "per-window or per-round ratios, bootstrap 95% interval): alibi 1.10x ±0.05; rotary 1.01x ±0.03 not "
+        "separable ([table](d.md#run-r))"
     )
 
 
@@ -164,3 +176,56 @@ def test_the_questions_suites_are_data_read_safely(tmp_path):
     hostile.write_text("cost: !!python/object/apply:os.system ['echo owned']\n")
     with pytest.raises(yaml.YAMLError):
         findings._asked(hostile)
+
+
+def _speed_table(baseline: str, cells: dict, extra: dict | None = None) -> Table:
+    spec = TableSpec("efficiency", "train_wps", column_header="seq_len", higher_is_better=True)
+    rows = list(dict.fromkeys(r for r, _c in cells))
+    return Table(spec, key="s", title="t", columns=[2048], rows=rows, cells=cells, baseline=baseline, extra=extra or {})
+
+
+def test_a_paired_interval_that_excludes_one_gives_a_verdict_where_the_spreads_overlap():
+    """alibi 9.5k [8.5k, 10.5k] against nope 10k [9k, 11k]: the spreads overlap, but every paired
+    window says alibi is slower (0.95x [0.94, 0.96], the table's square brackets)."""
+    alibi = Cell("", 9500.0, spread=(8500.0, 10500.0), ratio=0.95, ratio_interval=(0.94, 0.96))
+    nope = Cell("", 10000.0, spread=(9000.0, 11000.0), ratio=1.0, ratio_interval=(0.99, 1.01))
+    floor = {"floor": "nope", "floor_ratios": {"alibi@2048": [0.95, 0.94, 0.96]}}
+    table = _speed_table("sinusoidal", {("alibi", 2048): alibi, ("nope", 2048): nope}, floor)
+    assert findings.ratio(alibi, nope).text().endswith("not separable")  # what the spreads alone say
+    (line, *_rest) = findings.cost_lines([results_page.Source(table, "efficiency", "e.md#run-r")])
+    assert line.startswith("Training speed at L 2048, against nope (paired as in the table: median of per-window")
+    assert ": alibi 0.95x ±0.01 ([table](e.md#run-r))" in line
+    # a paired interval that holds 1 is not separable
+    floor["floor_ratios"]["alibi@2048"] = [0.99, 0.97, 1.01]
+    assert ": alibi 0.99x ±0.02 not separable (" in findings.cost_lines([results_page.Source(table, "efficiency", "e")])[0]
+
+
+def test_alibi_against_t5_bias_is_judged_by_the_paired_speed_ratio_and_the_memory_resolution():
+    speed = _speed_table(
+        "t5_bias",
+        {
+            ("alibi", 2048): Cell("", 10.5, spread=(9.0, 12.0), ratio=1.05, ratio_interval=(1.03, 1.07)),
+            ("t5_bias", 2048): Cell("", 10.0, spread=(9.0, 11.0), ratio=1.0),
+        },
+    )
+    spec = TableSpec("efficiency", "peak_mem_train_bytes", unit="bytes", column_header="seq_len", higher_is_better=False)
+
+    def memory(alibi: float, t5: float) -> Table:
+        cells = {
+            ("alibi", 2048): Cell("", alibi, resolution=(alibi - 0.02, alibi + 0.02)),
+            ("t5_bias", 2048): Cell("", t5, resolution=(t5 - 0.02, t5 + 0.02)),
+        }
+        return Table(
+            spec, key="m", title="m", columns=[2048], rows=["alibi", "t5_bias"], cells=cells, resolution="max(5%, 8 MiB)"
+        )
+
+    def claim(mem: Table) -> str:
+        sources = [results_page.Source(speed, "efficiency", "e.md#run-r"), results_page.Source(mem, "efficiency", "e.md#run-r")]
+        return next(line for line in findings.claim_lines(sources) if line.startswith(CLAIM))
+
+    assert claim(memory(0.40, 0.50)) == (
+        f"{CLAIM}reproduced (at L 2048: speed alibi / t5_bias 1.05x ±0.02, memory 0.80x ([table](e.md#run-r)))"
+    )
+    assert claim(memory(0.49, 0.50)).startswith(f"{CLAIM}not separable at this scale (")  # within the resolution
+    assert "memory 0.98x not separable" in claim(memory(0.49, 0.50))
+    assert claim(memory(0.60, 0.50)).startswith(f"{CLAIM}not reproduced (")  # heavier beyond it

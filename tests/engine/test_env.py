@@ -96,6 +96,15 @@ def test_collect_on_cpu_records_versions_and_machine():
     assert record["triton"] and record["cuda"] and record["cudnn"]
 
 
+def test_collect_records_the_methods_path_a_run_could_load_methods_from(monkeypatch):
+    """POSBENCH_METHODS_PATH goes into env.json (``methods_path``): ``publish`` refuses a run whose
+    folders lie outside the repository, so the record must say which they were (issue 69)."""
+    monkeypatch.setenv("POSBENCH_METHODS_PATH", os.pathsep.join(["/home/me/my_methods", " ", "plugins "]))
+    assert env.collect("cpu")["methods_path"] == ["/home/me/my_methods", "plugins"]
+    monkeypatch.delenv("POSBENCH_METHODS_PATH")
+    assert env.collect("cpu")["methods_path"] == []
+
+
 # -- how busy the machine is (env.json "machine"), with a fake /proc, /sys and NVML -----------------
 
 

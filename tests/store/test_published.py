@@ -326,6 +326,22 @@ def test_publish_refuses_methods_from_outside_the_repository_and_the_page_hides_
     assert folder not in text and "--methods-dir METHODS_DIR" in text
 
 
+def test_publish_refuses_a_methods_path_outside_the_repository_unless_allowed(tmp_path, capsys):
+    """POSBENCH_METHODS_PATH (env.json ``methods_path``) is refused as an outside --methods-dir is:
+    one line, exit 2, the same flag, the same bold line on the page; a folder inside publishes."""
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", {**CPU_ENV, "methods_path": ["plugins", "/home/me/my_methods"]})
+    root = tmp_path / "published"
+    assert cli.main(["publish", str(run_dir), "--to", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "POSBENCH_METHODS_PATH" in err and "/home/me/my_methods" in err
+    assert "allowed: methods from the repository, or --allow-outside-methods" in err and not root.exists()
+    assert cli.main(["publish", str(run_dir), "--to", str(root), "--allow-outside-methods"]) == 0
+    (page, _index) = results_page.rebuild(root, tmp_path / "pages", find_task, shown_root="results/published")
+    assert "- **Methods from outside the repository (`POSBENCH_METHODS_PATH` named a folder" in page.read_text()
+    inside = write_run(tmp_path / "in", "cpu-cpu-1a2b3c4d", {**CPU_ENV, "methods_path": ["plugins", "./contrib"]})
+    assert published.publish(inside, tmp_path / "in-published").is_dir()
+
+
 def test_a_methods_dir_inside_the_repository_publishes_as_recorded(tmp_path):
     for folder in ("plugins", "./contrib/methods", "a/../b", "--methods-dir=x"):
         argv = ["python", "bench.py", "--methods-dir", folder] if not folder.startswith("--") else ["bench.py", folder]
