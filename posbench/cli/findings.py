@@ -205,6 +205,14 @@ def perplexity_sources(sources: list[Source]) -> list[tuple[Source, int]]:
     return out
 
 
+def _evaluation(source: Source) -> str:
+    """ ", nonoverlapping evaluation" or ", sliding evaluation" from the table's key (``-nonoverlapping``,
+    ``-sliding-s16``): a run's two perplexity tables would otherwise give two lines with one label."""
+    key = source.table.key.split("-")
+    mode = next((k for k in key if k in ("nonoverlapping", "sliding")), None)
+    return f", {mode} evaluation" if mode else ""
+
+
 def perplexity_lines(sources: list[Source]) -> list[str]:
     out = []
     for source, l_train in perplexity_sources(sources):
@@ -213,7 +221,8 @@ def perplexity_lines(sources: list[Source]) -> list[str]:
             continue
         far, ratios = found
         parts = "; ".join(f"{md_text(m)} {r.text()}" for m, r in ratios.items())
-        out.append(f"Perplexity at L {far} over L_train {l_train} ({md_text(source.suite)}): {parts} {_link(source)}")
+        how = _evaluation(source)
+        out.append(f"Perplexity at L {far} over L_train {l_train}{how} ({md_text(source.suite)}): {parts} {_link(source)}")
     return out or [ASKED["perplexity"].missing("Perplexity beyond L_train")]
 
 

@@ -53,6 +53,24 @@ def test_perplexity_holds_from_l_train_to_eight_times_and_judges_the_claims():
     assert "not measurable" in claims[2] and "--suite efficiency --profile cpu-long" in claims[2]
 
 
+def test_a_runs_two_evaluations_give_two_lines_each_naming_its_evaluation():
+    spec = TableSpec("extrapolation", "ppl", column_header="L_valid")
+    cells = {("alibi", 64): Cell("", 10.0, spread=(9.9, 10.1)), ("alibi", 512): Cell("", 9.5, spread=(9.3, 9.7))}
+    sources = [
+        results_page.Source(
+            Table(spec, key=f"extrapolation-ppl-l64-{mode}", title="t", columns=[64, 512], rows=["alibi"], cells=cells),
+            "extrapolation",
+            "page.md#run-r",
+        )
+        for mode in ("nonoverlapping", "sliding-s16")
+    ]
+    lines = findings.perplexity_lines(sources)
+    assert [line.split(" (extrapolation)")[0] for line in lines] == [
+        "Perplexity at L 512 over L_train 64, nonoverlapping evaluation",
+        "Perplexity at L 512 over L_train 64, sliding evaluation",
+    ]
+
+
 def test_no_published_run_names_the_suite_to_run():
     answers = dict(findings.findings([]))
     assert answers["Which win at equal compute"] == [
