@@ -31,28 +31,34 @@ from posbench.attention.blocked import LOG2E
 BACKWARD_ROWS = 64  # query rows per backward block: the blocked path's (docs/attention-plans.md)
 
 
-def key_bias_forward(q, k, v, key_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """q, k, v (B, H, L, hd), key_bias (B, H, L) in q's dtype -> (out (B, H, L, hd), lse (B, H, L))."""
-    mask = key_bias[:, :, None, :]  # (B, H, 1, L): stride 0 over the rows
+def key_bias_forward(q, k, v, key_bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """q, k, v (B, H, L, hd), key_bias (B, H, L) in q's dtype or None (plain causal attention) ->
+    (out (B, H, L, hd), lse (B, H, L))."""
+    mask = None if key_bias is None else key_bias[:, :, None, :]  # (B, H, 1, L): stride 0 over the rows
     return cpu_flash.flash_attention(q, k, v, True, mask, 1.0 / math.sqrt(q.shape[-1]))
 
 
 def key_bias_backward(dout, saved: tuple, rows: int = BACKWARD_ROWS) -> tuple[torch.Tensor, ...]:
-    """(dq, dk, dv (B, H, L, hd), d key_bias (B, H, L)) of ``key_bias_forward``'s output, from
-    ``saved`` = (q, k, v, key_bias, out, lse), by blocks of ``rows`` queries; each block sees only
-    keys 0 .. its last row (the causal triangle skipped)."""
+    """(dq, dk, dv (B, H, L, hd), d key_bias (B, H, L) or None without one) of ``key_bias_forward``'s
+    output, from ``saved`` = (q, k, v, key_bias, out, lse), by blocks of ``rows`` queries; each block
+    sees only keys 0 .. its last row (the causal triangle skipped)."""
     q, k, v, key_bias, out, lse = saved
     b, h, t, hd = q.shape
     hv, bh, scale = v.shape[-1], b * h, 1.0 / math.sqrt(hd)
     ones = q.new_ones(b, h, t, 1)
-    # (B*H, L, . + 2) and (B*H, L, . + 1): contiguous batches of rows, made once
-    qa = torch.cat([q * scale, -lse[..., None], ones], -1).mul_(LOG2E).reshape(bh, t, hd + 2)
-    ka = torch.cat([k, ones, key_bias[..., None]], -1).reshape(bh, t, hd + 2)
+    # (B*H, L, hd + e) and (B*H, L, hv + 1): contiguous batches of rows, made once; e = 2 with a
+    # key bias ([q s, -lse, 1] . [k, 1, c]), else 1 ([q s, -lse] . [k, 1])
+    qcols, kcols = [q * scale, -lse[..., None]], [k, ones]
+    if key_bias is not None:
+        qcols, kcols = [*qcols, ones], [*kcols, key_bias[..., None]]
+    e = len(qcols) - 1
+    qa = torch.cat(qcols, -1).mul_(LOG2E).reshape(bh, t, hd + e)
+    ka = torch.cat(kcols, -1).reshape(bh, t, hd + e)
     va = torch.cat([v, ones], -1).reshape(bh, t, hv + 1)
     do = dout.to(q.dtype)
     doa = torch.cat([do, (do * out).sum(-1, keepdim=True).neg_()], -1).reshape(bh, t, hv + 1)  # [dO, -delta]
     dq = torch.empty(bh, t, hd, dtype=q.dtype, device=q.device)
-    dka = torch.zeros(bh, t, hd + 2, dtype=q.dtype, device=q.device)  # [dk, (unused), dc], times log2(e)
+    dka = torch.zeros(bh, t, hd + e, dtype=q.dtype, device=q.device)  # [dk, (unused), dc], times log2(e)
     dv = torch.zeros(bh, t, hv, dtype=q.dtype, device=q.device)
     future = torch.ones(rows, rows, dtype=torch.bool, device=q.device).triu_(1)  # the diagonal block's
     # one buffer each for every block's P and dS (a new tensor per block touches fresh pages)
@@ -69,8 +75,9 @@ def key_bias_backward(dout, saved: tuple, rows: int = BACKWARD_ROWS) -> tuple[to
         dq[:, r0:nk] = torch.bmm(ds, kb[:, :, :hd])
         dka[:, :nk].baddbmm_(ds.transpose(1, 2), qb)
     dka.mul_(1.0 / LOG2E)
-    dka = dka.view(b, h, t, hd + 2)
-    return dq.mul_(scale).view(b, h, t, hd), dka[..., :hd], dv.view(b, h, t, hv), dka[..., hd + 1]
+    dka = dka.view(b, h, t, hd + e)
+    dc = None if key_bias is None else dka[..., hd + 1]
+    return dq.mul_(scale).view(b, h, t, hd), dka[..., :hd], dv.view(b, h, t, hv), dc
 
 
 class KeyBiasAttention(torch.autograd.Function):
@@ -91,3 +98,9 @@ def key_bias_attention(q, k, v, key_bias: torch.Tensor) -> torch.Tensor:
     """q, k, v (B, H, L, hd) float32 or float64 on a CPU with ``cpu_flash.flash_here``, key_bias
     (B, H, L) -> causal softmax(q k^T / sqrt(hd) + key_bias[..., None, :]) v (B, H, L, hd)."""
     return KeyBiasAttention.apply(q, k, v, key_bias.to(q.dtype))
+
+
+def causal_flash_attention(q, k, v) -> torch.Tensor:
+    """Plain causal attention, q, k, v (B, H, L, hd) as ``key_bias_attention`` takes them: SDPA's
+    CPU flash forward, the blocked GEMM backward."""
+    return KeyBiasAttention.apply(q, k, v, None)
