@@ -59,13 +59,12 @@ def backend(device, dtype: torch.dtype) -> str:
     return "sdpa causal"
 
 
-def causal_sdpa(q, k, v, window: int | None = None) -> torch.Tensor:
-    """``posbench.core.masked.causal_attention(q, k, v, window=window)``, the same values, by the
-    faster path: on a CPU with the flash op, a training forward (autograd wants a gradient) of
-    Tq == Tk in float32 or float64, no window hiding a key, not compiled, no torch function mode
-    active, and ``blocked_backward_pays(L)``: SDPA's flash forward and the blocked backward; else SDPA."""
+def blocked_here(q, k, v, window: int | None = None) -> bool:
+    """Whether this call may take the blocked backward at all: on a CPU with the flash op, a
+    training forward (autograd wants a gradient) of Tq == Tk in float32 or float64, no window
+    hiding a key, not compiled, and no torch function mode reading SDPA's calls (the sink's)."""
     tq, tk = q.shape[-2], k.shape[-2]
-    if (
+    return (
         tq == tk
         and not windowed(tk, window)
         and q.dtype in (torch.float32, torch.float64)
@@ -74,7 +73,13 @@ def causal_sdpa(q, k, v, window: int | None = None) -> torch.Tensor:
         and any(t.requires_grad for t in (q, k, v))
         and not torch.compiler.is_compiling()
         and not _get_current_function_mode_stack()  # a mode reads SDPA's calls (the sink modifier's)
-        and blocked_backward_pays(tq)
-    ):
+    )
+
+
+def causal_sdpa(q, k, v, window: int | None = None) -> torch.Tensor:
+    """``posbench.core.masked.causal_attention(q, k, v, window=window)``, the same values, by the
+    faster path: SDPA's flash forward and the blocked backward where ``blocked_here`` and
+    ``blocked_backward_pays(L)``; else SDPA."""
+    if blocked_here(q, k, v, window) and blocked_backward_pays(q.shape[-2]):
         return causal_flash_attention(q, k, v)
     return causal_attention(q, k, v, window=window)

@@ -32,10 +32,14 @@ BACKWARD_ROWS = 64  # query rows per backward block: the blocked path's (docs/at
 
 
 def key_bias_forward(q, k, v, key_bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """q, k, v (B, H, L, hd), key_bias (B, H, L) in q's dtype or None (plain causal attention) ->
-    (out (B, H, L, hd), lse (B, H, L))."""
+    """q, k (B, H, L, hd), v (B, H, L, hv <= hd), key_bias (B, H, L) in q's dtype or None (plain
+    causal attention) -> (out (B, H, L, hv), lse (B, H, L)). The flash op wants one head width:
+    narrower values are padded with zeros for it (no score changes), the padding dropped after."""
     mask = None if key_bias is None else key_bias[:, :, None, :]  # (B, H, 1, L): stride 0 over the rows
-    return cpu_flash.flash_attention(q, k, v, True, mask, 1.0 / math.sqrt(q.shape[-1]))
+    hd, hv = q.shape[-1], v.shape[-1]
+    vp = torch.nn.functional.pad(v, (0, hd - hv)) if hv < hd else v
+    out, lse = cpu_flash.flash_attention(q, k, vp, True, mask, 1.0 / math.sqrt(hd))
+    return out[..., :hv], lse
 
 
 def key_bias_backward(dout, saved: tuple, rows: int = BACKWARD_ROWS) -> tuple[torch.Tensor, ...]:
@@ -101,6 +105,6 @@ def key_bias_attention(q, k, v, key_bias: torch.Tensor) -> torch.Tensor:
 
 
 def causal_flash_attention(q, k, v) -> torch.Tensor:
-    """Plain causal attention, q, k, v (B, H, L, hd) as ``key_bias_attention`` takes them: SDPA's
-    CPU flash forward, the blocked GEMM backward."""
+    """Plain causal attention, q, k (B, H, L, hd), v (B, H, L, hv <= hd) as ``key_bias_attention``
+    takes them: SDPA's CPU flash forward, the blocked GEMM backward (there at the values' own width)."""
     return KeyBiasAttention.apply(q, k, v, None)

@@ -63,3 +63,20 @@ def test_key_bias_gradient_ignores_future_keys_with_a_huge_bias():
     for g, w in zip(grads, want):
         assert torch.isfinite(g).all()
         torch.testing.assert_close(g.double(), w.double(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
+def test_values_narrower_than_the_keys_are_padded_for_the_forward_only(dtype, tol):
+    """v (hv < hd): the flash op gets them padded with zeros, the output and dv come back at hv."""
+    (q, k, _, c), _ = case(70, dtype, 5)
+    v = torch.randn(2, 3, 70, 8, generator=torch.Generator().manual_seed(6)).to(dtype).requires_grad_()
+    dout = torch.randn(2, 3, 70, 8, generator=torch.Generator().manual_seed(7)).to(dtype)
+    got = key_bias.key_bias_attention(q, k, v, c)
+    assert got.shape == v.shape
+    grads = torch.autograd.grad(got, (q, k, v, c), dout)
+    want = reference(q, k, v, c)
+    want_grads = torch.autograd.grad(want, (q, k, v, c), dout.double())
+    torch.testing.assert_close(got.double(), want, atol=tol, rtol=tol)
+    for g, w in zip(grads, want_grads):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g.double(), w.double(), atol=tol, rtol=tol)
