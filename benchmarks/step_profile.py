@@ -3,6 +3,7 @@
     python benchmarks/step_profile.py profile t5_bias --seq-len 1024      # torch.profiler, self time
     python benchmarks/step_profile.py ratio t5_bias kerple_log --seq-len 1024 2048 --repeats 9
     python benchmarks/step_profile.py attention --seq-len 1024 2048 --repeats 9    # one layer's attention
+    python benchmarks/step_profile.py ratio fox pope path path_fox nope:sdpa --seq-len 256 1024 2048  # issue 68
 
 One thread (``torch.set_num_threads(1)``), subnormals flushed as in the suites' workers
 (``--keep-denormal``: not), batch x L = ``--tokens`` (2048, as the cpu-long profile). ``ratio`` interleaves the methods in every repeat (nope, then each method, in a rotated
@@ -15,19 +16,28 @@ ratios with paired windows and bootstrap intervals; this is the quicker loop whi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
 import torch
 
+from posbench.attention import causal
 from posbench.core.model import build_model, lm_loss, model_config
+
+SDPA_ONLY = ":sdpa"  # a method name's suffix: its plain causal attention on SDPA at every length
 
 
 class Step:
-    """One method's model at one length: ``run()`` is a training step (forward, loss, backward, AdamW)."""
+    """One method's model at one length: ``run()`` is a training step (forward, loss, backward, AdamW).
+    ``nope:sdpa`` (any method with the suffix ``SDPA_ONLY``): the method with posbench's rule of the
+    faster causal path per length switched off (``posbench.attention.causal``), SDPA's backward at
+    every length, so ``ratio nope:sdpa`` times nope's floor before and after that rule."""
 
     def __init__(self, method: str, seq_len: int, tokens: int, seed: int = 0, compiled: bool = False):
         torch.manual_seed(seed)
+        self.sdpa_only = method.endswith(SDPA_ONLY)
+        method = method.removesuffix(SDPA_ONLY)
         self.model = build_model(model_config("tiny", method)).train()
         self.forward = torch.compile(self.model) if compiled else self.model  # compiled at the first step
         g = torch.Generator().manual_seed(seed)
@@ -35,16 +45,33 @@ class Step:
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
 
     def run(self) -> None:
+        if self.sdpa_only:
+            with sdpa_only():
+                return self.step()
+        return self.step()
+
+    def step(self) -> None:
         loss = lm_loss(self.forward(self.x[:, :-1]), self.x[:, 1:])
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
 
-    def seconds(self, steps: int) -> float:
-        t0 = time.perf_counter()
+    def seconds(self, steps: int, clock=time.perf_counter) -> float:
+        t0 = clock()
         for _ in range(steps):
             self.run()
-        return (time.perf_counter() - t0) / steps
+        return (clock() - t0) / steps
+
+
+@contextlib.contextmanager
+def sdpa_only():
+    """Within: plain causal attention on SDPA at every length (``causal.blocked_backward_pays`` False)."""
+    rule = causal.blocked_backward_pays
+    causal.blocked_backward_pays = lambda length: False
+    try:
+        yield
+    finally:
+        causal.blocked_backward_pays = rule
 
 
 def warm_up(run, compiled: bool) -> None:
@@ -64,7 +91,10 @@ def profile(method: str, seq_len: int, tokens: int, steps: int, rows: int, compi
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
 
 
-def ratios(methods: list[str], seq_len: int, tokens: int, repeats: int, steps: int, compiled: bool = False) -> None:
+def ratios(methods: list[str], seq_len: int, tokens: int, repeats: int, steps: int, options: argparse.Namespace) -> None:
+    """``options``: ``compile`` (through torch.compile), ``clock`` ("wall" or "cpu": this thread's CPU
+    time, which on a shared machine leaves out the time others held the core)."""
+    compiled, clock = options.compile, time.thread_time if options.clock == "cpu" else time.perf_counter
     every = ["nope", *[m for m in methods if m != "nope"]]
     torch._dynamo.reset()  # each length compiles afresh (3 models per length reach dynamo's recompile limit of 8)
     steps_of = {m: Step(m, seq_len, tokens, compiled=compiled) for m in every}
@@ -74,10 +104,10 @@ def ratios(methods: list[str], seq_len: int, tokens: int, repeats: int, steps: i
     for r in range(repeats):
         order = every[r % len(every) :] + every[: r % len(every)]  # who goes first rotates
         for m in order:
-            times[m].append(steps_of[m].seconds(steps))
+            times[m].append(steps_of[m].seconds(steps, clock))
     print(
         f"L {seq_len}, {tokens} tokens per step, {repeats} repeats of {steps} steps, one thread"
-        f"{', torch.compile' if compiled else ''}"
+        f"{', torch.compile' if compiled else ''}, {options.clock} clock"
     )
     for m in every[1:]:
         per = [t / b for t, b in zip(times[m], times["nope"])]
@@ -144,6 +174,7 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--compile", action="store_true", help="through torch.compile: the model (profile, ratio) or both attentions (attention)"
     )
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="ratio: wall time, or this thread's CPU time")
     ap.add_argument(
         "--keep-denormal", action="store_true", help="leave subnormals unflushed (suite setting flush_denormal: false)"
     )
@@ -159,7 +190,7 @@ def main(argv=None) -> None:
             for m in args.methods:
                 profile(m, seq_len, args.tokens, args.steps, args.rows, args.compile)
         else:
-            ratios(args.methods, seq_len, args.tokens, args.repeats, args.steps, args.compile)
+            ratios(args.methods, seq_len, args.tokens, args.repeats, args.steps, args)
 
 
 if __name__ == "__main__":

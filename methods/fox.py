@@ -13,8 +13,9 @@ with w'_h = W_k^T w_h (the same family of gates wherever W_k is invertible) at t
 Dkv -> H projection per token. One (w, b) per layer and head, as in the paper.
 
 F_i cancels in the softmax of row i, so attention needs only -F_j, one number per key and head:
-on a CPU in float32 (Tq == Tk) that vector rides in an extra key column through SDPA, as ALiBi's
-linear plan does (``posbench.attention.linear.head_column_sdpa``), with no L x L bias; otherwise
+on a CPU in float32 or float64 (Tq == Tk) that vector is the CPU flash op's mask, with a blocked
+backward that gives it its gradient (``posbench.attention.key_bias``; compiled, an extra key column
+through SDPA, ``posbench.attention.linear.head_column_sdpa``), with no L x L bias; otherwise
 the masked (B, H, Tq, Tk) float32 bias F_i - F_j; on CUDA, F_i - F_j read inside FlexAttention
 (``fox_triton``: -F_j inside the fused Triton kernel). The bias depends on the input, so nothing is
 cached across forwards. The KV cache carries each cached key's log f_j (``encode_qk`` appends it
@@ -30,6 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from posbench.attention import flex
+from posbench.attention.cpu_flash import flash_here
+from posbench.attention.key_bias import key_bias_attention
 from posbench.attention.linear import LINEAR_SPAN, head_column_sdpa
 from posbench.core.masked import windowed
 from posbench.core.method import PositionMethod, causal_attention
@@ -83,7 +86,12 @@ def fox_reference(q, k, v, log_f) -> torch.Tensor:
 
 
 def _key_column(q, k, v, big_f):
-    """Attention with -F_j (B, H, Tk) as one extra key column (Tq = Tk, no window)."""
+    """Attention with -F_j (B, H, Tk), one number per key (Tq = Tk, no window): eager on a CPU, the
+    flash op at the model's head dim with -F as its mask and a blocked backward in GEMMs
+    (``posbench.attention.key_bias``); compiled or without that op, one extra key column through
+    SDPA (head dim hd + 1, which cost SDPA's CPU kernel 1.2x its time at hd)."""
+    if flash_here(q.device) and not torch.compiler.is_compiling():
+        return key_bias_attention(q, k, v, -big_f)
     return head_column_sdpa(q, k, v, (-big_f).to(q.dtype))
 
 
@@ -188,6 +196,8 @@ class ForgettingTransformer(PositionMethod):
         return _gate_bias(q, k, v, big_f, window)
 
     def attn_backend(self, device, dtype) -> str:
+        if flash_here(device) and dtype in WIDE:
+            return "cpu flash op + forget-gate key mask, blocked GEMM backward (no L x L)"
         if torch.device(device).type == "cpu" and dtype in WIDE:
             return "sdpa causal + forget-gate key column (no L x L)"
         if flex.flex_available(device):

@@ -21,7 +21,9 @@ its default scale. The authors' own code was not in reach to settle which they t
 
 SDPA's CPU flash kernel wants one head width for q, k and v: the values (hd) are padded with
 zeros to the keys' 2 hd and the padding dropped after, so attention stays on the flash path
-instead of SDPA's math path with its (B, H, L, L) scores (issue 68).
+instead of SDPA's math path with its (B, H, L, L) scores (issue 68). A CPU training forward takes
+that flash forward and the blocked backward of ``posbench.attention.causal`` (GEMMs by query
+blocks, the causal triangle skipped), where the values' side runs at their own width hd, not 2 hd.
 """
 
 import math
@@ -31,6 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from posbench.attention import causal
+from posbench.attention.cpu_flash import flash_here
+from posbench.attention.key_bias import causal_flash_attention
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.registry import register
 
@@ -86,9 +91,16 @@ class PolarPositionEmbedding(PositionMethod):
             angle = self.angles(k_pos)
             q = self.polar(q, angle[None, -q.shape[-2] :], self.query_gain)
             k = self.polar(k, self.key_angle(angle, k.shape[1], layer))
+        window = self.window(layer)
+        if causal.blocked_here(q, k, v, window):
+            # a CPU training forward: the flash forward (values padded), the blocked backward at the
+            # values' own width, at every length (one layer, L 256 to 2048: 0.82-0.89 of SDPA's)
+            return causal_flash_attention(q, k, v)
         hd = v.shape[-1]
         vp = F.pad(v, (0, k.shape[-1] - hd))  # (B, H, Tk, 2 hd): zeros, one head width for the kernel
-        return causal_attention(q, k, vp, window=self.window(layer))[..., :hd]
+        return causal_attention(q, k, vp, window=window)[..., :hd]
 
     def attn_backend(self, device, dtype) -> str:
+        if flash_here(device) and dtype in (torch.float32, torch.float64):
+            return "cpu flash op, keys of 2 x head_dim (polar form), values padded; blocked backward at head_dim"
         return "sdpa causal, keys of 2 x head_dim (polar form), values padded to them"

@@ -44,7 +44,8 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
-from posbench.core.method import PositionCache, PositionMethod, causal_attention
+from posbench.attention import causal
+from posbench.core.method import PositionCache, PositionMethod
 from posbench.core.registry import register, register_variants
 
 
@@ -250,7 +251,10 @@ class Rotary(PositionMethod):
         if not state.in_encode:
             # cos/sin of k_pos; q_pos is the tail of k_pos, so the queries' are the tail of the keys'.
             q, k = _RotateQK.apply(q, k, state.cos, state.sin)
-        return causal_attention(q, k, v, window=self.window(layer))
+        return causal.causal_sdpa(q, k, v, window=self.window(layer))  # the faster path per length
+
+    def attn_backend(self, device, dtype) -> str:
+        return causal.backend(device, dtype)
 
 
 YARN_RAMPS = ("index", "ratio")

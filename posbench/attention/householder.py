@@ -77,14 +77,16 @@ def path_attention(q, k, v, householders, gate=None, window: int | None = None, 
 
 
 def _chunks(x, n, c, front=0):
-    """(B, H, T, ...) -> (B, H, n, C, ...), ``front`` zeros before and zeros after."""
+    """(B, H, T, ...) -> (n, B, H, C, ...) contiguous, ``front`` zeros before and zeros after.
+    Chunk-major: a run of chunks is a contiguous slice, so each gap's batched matmuls view it as
+    (chunks x B x H) matrices instead of copying it (as a slice of (B, H, n, ...) must be)."""
     b, h, t = x.shape[:3]
     pad = [0, 0] * (x.dim() - 3) + [front, n * c - t - front]
-    return F.pad(x, pad).view(b, h, n, c, *x.shape[3:])
+    return F.pad(x, pad).view(b, h, n, c, *x.shape[3:]).movedim(2, 0).contiguous()
 
 
 def _ut(w, beta):
-    """T = A^{-1} diag(beta) (B, H, n, C, C), upper triangular: H_s ... H_e = I - W^T T W per chunk."""
+    """T = A^{-1} diag(beta) (n, B, H, C, C), upper triangular: H_s ... H_e = I - W^T T W per chunk."""
     c = w.shape[-2]
     eye = torch.eye(c, dtype=w.dtype, device=w.device)
     a = eye + beta[..., :, None] * (w @ w.mT).triu(1)  # unit upper triangular
@@ -99,27 +101,27 @@ def _chunked(q, k, v, householders, gate, window, c):
     first = tk - tq  # the key index of query 0
     a0 = first // c  # the first chunk holding a query
     # keys: padded at the end with beta 0 (H = I) and k 0, behind every real query (causally masked)
-    kc, wc, vc, bc = (_chunks(x, n, c) for x in (k, w, v, beta))  # (B, H, n, C, ...)
-    qc = _chunks(q, n - a0, c, front=first - a0 * c)  # (B, H, nq, C, d): query chunks a0 .. n-1
+    kc, wc, vc, bc = (_chunks(x, n, c) for x in (k, w, v, beta))  # (n, B, H, C, ...)
+    qc = _chunks(q, n - a0, c, front=first - a0 * c)  # (nq, B, H, C, d): query chunks a0 .. n-1
     t = _ut(wc, bc)
-    wk = (wc @ kc.mT).tril(-1)  # (B, H, n, C, C) w_t . k_j for t > j
+    wk = (wc @ kc.mT).tril(-1)  # (n, B, H, C, C) w_t . k_j for t > j
     k_end = kc - (wk.mT @ t) @ wc  # each key carried to its chunk's end: H_e ... H_{j+1} k_j
-    carry = torch.eye(d, dtype=q.dtype, device=q.device) - wc.mT @ (t.mT @ wc)  # (B, H, n, d, d): x @ G_b^T
-    wq, tq_, wkq = wc[:, :, a0:], t[:, :, a0:], wk[:, :, a0:]
+    carry = torch.eye(d, dtype=q.dtype, device=q.device) - wc.mT @ (t.mT @ wc)  # (n, B, H, d, d): x @ G_b^T
+    wq, tq_, wkq = wc[a0:], t[a0:], wk[a0:]
     qw_t = (qc @ wq.mT).tril() @ tq_.mT  # q_i . w_t for t <= i, through T^T
     q_start = qc - qw_t @ wq  # each query carried back to its chunk's start: H_s ... H_i q_i
-    own = qc @ kc[:, :, a0:].mT - qw_t @ wkq  # (B, H, nq, C, C): the chunk's own scores
+    own = qc @ kc[a0:].mT - qw_t @ wkq  # (nq, B, H, C, C): the chunk's own scores
 
     li = torch.arange(c, device=q.device)
     dist = li[:, None] - li[None, :]  # (C, C) i - j within a chunk pair, plus g C at gap g
     # F_i is the same for every key of row i and cancels in the softmax: each row takes F at its
     # chunk's start instead, R_a - F_j, a (1, C) row per block and close to F_i - F_j in rounding
-    f2 = _chunks(gate, n, c) * LOG2E if gate is not None else None  # (B, H, n, C) in log2 units
+    f2 = _chunks(gate, n, c) * LOG2E if gate is not None else None  # (n, B, H, C) in log2 units
 
     def masked(scores, lo, g, keys):
         """A gap's block in log2 units with R_a - F_j added and the causal / window mask as -inf."""
         if f2 is not None:
-            scores = scores + (f2[:, :, a0 + lo :, :1, None] - f2[:, :, keys, None, :])
+            scores = scores + (f2[a0 + lo :, ..., :1, None] - f2[keys][..., None, :])
         causal, windowed = g == 0 and c > 1, window is not None and g * c + c - 1 >= window
         if not (causal or windowed):
             return scores
@@ -134,23 +136,23 @@ def _chunked(q, k, v, householders, gate, window, c):
         if window is not None and (g - 1) * c + 1 >= window:
             break  # every key at this gap (and beyond) is out of the window
         new_lo = max(0, g - a0)  # query chunks before it have no key chunk g back
-        carried, lo = carried[:, :, new_lo - lo :], new_lo
+        carried, lo = carried[new_lo - lo :], new_lo
         keys = slice(a0 + lo - g, n - g)
-        blocks.append((lo, g, masked(carried @ k_end[:, :, keys].mT, lo, g, keys)))
+        blocks.append((lo, g, masked(carried @ k_end[keys].mT, lo, g, keys)))
         if g + 1 < n:
-            carried = carried @ carry[:, :, keys]  # on back through key chunk a - g
+            carried = carried @ carry[keys]  # on back through key chunk a - g
 
     with torch.no_grad():  # the softmax's row maximum, a constant for its gradient
-        top = blocks[0][2].amax(-1, keepdim=True)  # (B, H, nq, C, 1)
+        top = blocks[0][2].amax(-1, keepdim=True)  # (nq, B, H, C, 1)
         for lo, _, s in blocks[1:]:
-            top[:, :, lo:] = torch.maximum(top[:, :, lo:], s.amax(-1, keepdim=True))
+            top[lo:] = torch.maximum(top[lo:], s.amax(-1, keepdim=True))
     # a ones column on v: each product gives the row's share of the softmax's sum beside its values
     ones = torch.ones_like(vc[..., :1])
-    vx = torch.cat([vc, ones], -1)  # (B, H, n, C, dv + 1)
+    vx = torch.cat([vc, ones], -1)  # (n, B, H, C, dv + 1)
     acc = 0
     for lo, g, s in blocks:
         # exp2 of log2-unit scores: exp's slow path on underflowing values costs 10x on some CPUs
-        part = torch.exp2(s - top[:, :, lo:]) @ vx[:, :, a0 + lo - g : n - g]
-        acc = acc + (F.pad(part, (0, 0, 0, 0, lo, 0)) if lo else part)  # the first lo query chunks: none g back
-    o = (acc[..., :-1] / acc[..., -1:]).flatten(2, 3)  # (B, H, nq C, dv)
+        part = torch.exp2(s - top[lo:]) @ vx[a0 + lo - g : n - g]
+        acc = acc + (F.pad(part, (0, 0) * 4 + (lo, 0)) if lo else part)  # the first lo query chunks: none g back
+    o = (acc[..., :-1] / acc[..., -1:]).movedim(0, 2).flatten(2, 3)  # (B, H, nq C, dv)
     return o[:, :, first - a0 * c :][:, :, :tq]

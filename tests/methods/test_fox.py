@@ -133,9 +133,11 @@ def test_fox_rejects_a_bad_gate_bias():
 
 
 def test_fox_names_the_attention_path_it_takes(monkeypatch):
-    from posbench.attention import flex
+    from posbench.attention import cpu_flash, flex
 
     m = registry.build(ModelConfig(method="fox"))
+    assert m.attn_backend("cpu", torch.float32) == "cpu flash op + forget-gate key mask, blocked GEMM backward (no L x L)"
+    monkeypatch.setattr(cpu_flash, "CPU_FLASH_WITH_MASK", None)  # a torch without the CPU flash op
     assert m.attn_backend("cpu", torch.float32) == "sdpa causal + forget-gate key column (no L x L)"
     assert m.attn_backend("cpu", torch.bfloat16).startswith("explicit float32")
     monkeypatch.setattr(flex, "flex_available", lambda device: torch.device(device).type == "cuda")

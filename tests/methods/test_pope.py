@@ -1,6 +1,7 @@
 """PoPE against values computed by hand from its paper's equations (methods/pope.py)."""
 
 import math
+import sys
 
 import pytest
 import torch
@@ -108,3 +109,36 @@ def test_padded_values_keep_sdpa_on_one_width_and_equal_the_equation(dtype, tq, 
         want_grads = torch.autograd.grad((want * grad).sum(), (q, k, v))
         for a, b in zip(got_grads, want_grads):
             torch.testing.assert_close(a.double(), b.double(), **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("t, scale", [(37, "head_dim"), (65, "doubled"), (1, "head_dim")])
+def test_pope_training_takes_the_blocked_backward_and_equals_the_equation(monkeypatch, dtype, t, scale):
+    """A CPU training forward (Tq == Tk, autograd on): the flash forward with padded values and the
+    blocked backward at the values' width; values and every gradient as the equation's, under GQA."""
+    pope = sys.modules[type(method("pope")).__module__]
+    if not pope.flash_here("cpu"):
+        pytest.skip("torch's CPU flash op takes no attn_mask")
+    taken = []
+    real = pope.causal_flash_attention
+    monkeypatch.setattr(pope, "causal_flash_attention", lambda *a: taken.append(a[2].shape[-1]) or real(*a))
+    m = registry.build(
+        ModelConfig(d_model=64, n_heads=4, n_kv_heads=2, n_layers=2, method="pope", method_options={"scale": scale})
+    ).to(dtype)
+    with torch.no_grad():
+        m.phase_bias.uniform_(-1.0, 0.0)
+    g = torch.Generator().manual_seed(t)
+    q, k, v = (torch.randn(2, 4, t, 16, generator=g, dtype=dtype).requires_grad_() for _ in range(3))
+    pos = torch.arange(t)
+    got = m.attend(q, k, v, pos, pos, 1)
+    assert taken == [16]  # the values reach the blocked path at their own width
+    want = polar_reference(m, q, k, v, 1)
+    tol = dict(rtol=1e-10, atol=1e-10) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(got.double(), want, **tol)
+    grad = torch.randn(want.shape, generator=g, dtype=torch.float64)
+    params = (q, k, v, m.phase_bias)
+    got_grads = torch.autograd.grad((got.double() * grad).sum(), params)
+    want_grads = torch.autograd.grad((want * grad).sum(), params)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a.double(), b.double(), **tol)
+    assert "blocked backward" in m.attn_backend("cpu", torch.float32)

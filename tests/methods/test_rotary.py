@@ -702,3 +702,24 @@ def test_compiled_scaled_rotary_reads_trained_len_on_eval_and_on_load():
         model.load_state_dict(trained_tiny_model("rotary_pi", 48).state_dict())
         assert model.method.trained_len_read == 48 and not model.method.training
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_rotary_training_attention_takes_the_blocked_backward_with_sdpas_gradients(monkeypatch):
+    """On a CPU rotary's causal attention takes the faster path per length (posbench/attention/causal.py):
+    the same output and, within rounding, the same gradients as SDPA's backward, odd length, float32."""
+    from posbench.attention import causal
+
+    if not causal.flash_here("cpu"):
+        pytest.skip("torch's CPU flash op takes no attn_mask")
+    m = method("rotary")
+    pos = torch.arange(77)
+    got = {}
+    for blocked in (True, False):
+        monkeypatch.setattr(causal, "blocked_backward_pays", lambda length, b=blocked: b)
+        q, k, v = (x.requires_grad_() for x in qkv(77, 77, seed=3))
+        out = m.attend(q, k, v, pos, pos, 0)
+        got[blocked] = (out, *torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
+    assert torch.equal(got[True][0], got[False][0])
+    for a, b in zip(got[True][1:], got[False][1:]):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
+    assert m.attn_backend("cpu", torch.float32) == causal.BACKEND

@@ -100,3 +100,18 @@ def test_attention_compile_times_both_compiled_attentions(capsys):
     out = capsys.readouterr().out
     assert "attention, L 130, batch 1, 2 repeats of 1, one thread, torch.compile" in out
     assert len([ln for ln in out.splitlines() if ln.split(" / sdpa")[0].strip() == "blocked, distance row"]) == 2
+
+
+def test_ratio_times_nope_against_itself_on_sdpa_by_the_cpu_clock(capsys, monkeypatch):
+    """``nope:sdpa``: nope with the faster causal path per length switched off, inside its steps only."""
+    from posbench.attention import causal
+
+    tool = _tool()
+    seen = []
+    rule = causal.blocked_backward_pays
+    monkeypatch.setattr(tool.Step, "step", lambda self: seen.append((self.sdpa_only, causal.blocked_backward_pays(512))))
+    _main(tool, ["ratio", "nope:sdpa", "--seq-len", "16", "--tokens", "32", "--repeats", "2", "--steps", "1", "--clock", "cpu"])
+    out = capsys.readouterr().out
+    assert "one thread, cpu clock" in out and "nope:sdpa    / nope: median" in out
+    assert set(seen) == {(True, False), (False, True)}  # the rule off in nope:sdpa's steps, on in nope's
+    assert causal.blocked_backward_pays is rule
