@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from posbench.attention import causal
+from posbench.core import causal
 from posbench.core.model import build_model, lm_loss, model_config
 
 SDPA_ONLY = ":sdpa"  # a method name's suffix: its plain causal attention on SDPA at every length
@@ -31,7 +31,7 @@ SDPA_ONLY = ":sdpa"  # a method name's suffix: its plain causal attention on SDP
 class Step:
     """One method's model at one length: ``run()`` is a training step (forward, loss, backward, AdamW).
     ``nope:sdpa`` (any method with the suffix ``SDPA_ONLY``): the method with posbench's rule of the
-    faster causal path per length switched off (``posbench.attention.causal``), SDPA's backward at
+    faster causal path per length switched off (``posbench.core.causal``), SDPA's backward at
     every length, so ``ratio nope:sdpa`` times nope's floor before and after that rule."""
 
     def __init__(self, method: str, seq_len: int, tokens: int, seed: int = 0, compiled: bool = False):

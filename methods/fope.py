@@ -39,7 +39,8 @@ from typing import NamedTuple
 
 import torch
 
-from posbench.core.method import PositionMethod, causal_attention
+from posbench.core import causal
+from posbench.core.method import PositionMethod
 from posbench.core.registry import register
 
 COEFFICIENTS = ("authors", "paper")
@@ -147,7 +148,7 @@ class FourierPositionEmbedding(PositionMethod):
             tq, h = q.shape[-2], q.shape[1]
             q = rotate_pairs(q, self.for_heads(re, h)[:, -tq:], self.for_heads(im, h)[:, -tq:])
             k = rotate_pairs(k, self.for_heads(re, k.shape[1]), self.for_heads(im, k.shape[1]))
-        return causal_attention(q, k, v, window=self.window(layer))
+        return causal.causal_sdpa(q, k, v, window=self.window(layer))
 
     def extra_repr(self) -> str:
         return (

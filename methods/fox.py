@@ -14,7 +14,7 @@ Dkv -> H projection per token. One (w, b) per layer and head, as in the paper.
 
 F_i cancels in the softmax of row i, so attention needs only -F_j, one number per key and head:
 on a CPU in float32 or float64 (Tq == Tk) that vector is the CPU flash op's mask, with a blocked
-backward that gives it its gradient (``posbench.attention.key_bias``; compiled, an extra key column
+backward that gives it its gradient (``posbench.core.key_bias``; compiled, an extra key column
 through SDPA, ``posbench.attention.linear.head_column_sdpa``), with no L x L bias; otherwise
 the masked (B, H, Tq, Tk) float32 bias F_i - F_j; on CUDA, F_i - F_j read inside FlexAttention
 (``fox_triton``: -F_j inside the fused Triton kernel). The bias depends on the input, so nothing is
@@ -31,9 +31,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from posbench.attention import flex
-from posbench.attention.cpu_flash import flash_here
-from posbench.attention.key_bias import key_bias_attention
 from posbench.attention.linear import LINEAR_SPAN, head_column_sdpa
+from posbench.core.cpu_flash import flash_here
+from posbench.core.key_bias import key_bias_attention
 from posbench.core.masked import windowed
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.registry import register
@@ -88,7 +88,7 @@ def fox_reference(q, k, v, log_f) -> torch.Tensor:
 def _key_column(q, k, v, big_f):
     """Attention with -F_j (B, H, Tk), one number per key (Tq = Tk, no window): eager on a CPU, the
     flash op at the model's head dim with -F as its mask and a blocked backward in GEMMs
-    (``posbench.attention.key_bias``); compiled or without that op, one extra key column through
+    (``posbench.core.key_bias``); compiled or without that op, one extra key column through
     SDPA (head dim hd + 1, which cost SDPA's CPU kernel 1.2x its time at hd)."""
     if flash_here(q.device) and not torch.compiler.is_compiling():
         return key_bias_attention(q, k, v, -big_f)

@@ -5,7 +5,6 @@ Models without Positional Encodings Still Learn Positional Information"). This f
 plugin: subclass ``PositionMethod``, set ``name``, override ``embed`` and/or ``attend``.
 """
 
-from posbench.attention import causal
 from posbench.core.method import PositionMethod
 from posbench.core.registry import register
 
@@ -13,12 +12,7 @@ from posbench.core.registry import register
 @register
 class NoPE(PositionMethod):
     name = "nope"
-    # embed is the base class default, identity. attend is the default's plain causal attention by
-    # the faster path per length on a CPU (posbench/attention/causal.py): nope is the floor every
-    # method's cost is read against, so it takes the fastest exact path there is.
-
-    def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
-        return causal.causal_sdpa(q, k, v, window=self.window(layer))
-
-    def attn_backend(self, device, dtype) -> str:
-        return causal.backend(device, dtype)
+    # embed is the base class default, identity; attend is the default too: plain causal attention
+    # by the faster path per length on a CPU (posbench/core/causal.py). nope is the floor every
+    # method's cost is read against, and every method that keeps the default attend (sinusoidal,
+    # learned, a user's plugin) takes the same path, so a table row never differs by plumbing.

@@ -22,7 +22,7 @@ its default scale. The authors' own code was not in reach to settle which they t
 SDPA's CPU flash kernel wants one head width for q, k and v: the values (hd) are padded with
 zeros to the keys' 2 hd and the padding dropped after, so attention stays on the flash path
 instead of SDPA's math path with its (B, H, L, L) scores (issue 68). A CPU training forward takes
-that flash forward and the blocked backward of ``posbench.attention.causal`` (GEMMs by query
+that flash forward and the blocked backward of ``posbench.core.causal`` (GEMMs by query
 blocks, the causal triangle skipped), where the values' side runs at their own width hd, not 2 hd.
 """
 
@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from posbench.attention import causal
-from posbench.attention.cpu_flash import flash_here
-from posbench.attention.key_bias import causal_flash_attention
+from posbench.core import causal
+from posbench.core.cpu_flash import flash_here
+from posbench.core.key_bias import causal_flash_attention
 from posbench.core.method import PositionMethod, causal_attention
 from posbench.core.registry import register
 

@@ -14,8 +14,8 @@ methods/recipes.py) attends by query blocks, each against the keys its window re
 """
 
 from posbench.attention.windows import by_blocks, window_attention
-from posbench.core import registry
-from posbench.core.method import PositionMethod, causal_attention
+from posbench.core import causal, registry
+from posbench.core.method import PositionMethod
 from posbench.core.registry import register
 
 
@@ -44,7 +44,7 @@ class RopeNopeHybrid(PositionMethod):
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         window = self.window(layer)
         if self.is_nope(layer):
-            return causal_attention(q, k, v, window=window)
+            return causal.causal_sdpa(q, k, v, window=window)
         if state is not None and state.in_encode and by_blocks(q.shape[-2], k.shape[-2], window):
             return window_attention(q, k, v, window)  # q and k rotated by encode_qk
         return self.rope.attend(q, k, v, q_pos, k_pos, layer, state)

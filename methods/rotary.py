@@ -44,7 +44,7 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
-from posbench.attention import causal
+from posbench.core import causal
 from posbench.core.method import PositionCache, PositionMethod
 from posbench.core.registry import register, register_variants
 

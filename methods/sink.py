@@ -25,9 +25,9 @@ import math
 import torch
 from torch import nn
 
-from posbench.attention.cpu_flash import flash_here
 from posbench.attention.lse_sink import DTYPES as FLASH_SINK_DTYPES
 from posbench.attention.modifiers import SoftmaxSink, composed_signature, keyword
+from posbench.core.cpu_flash import flash_here
 from posbench.core.method import base_hook
 from posbench.core.registry import register_modifier
 

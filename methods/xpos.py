@@ -14,8 +14,8 @@ position c (n - c and -(m - c)), which leaves every product unchanged and keeps 
 
 import torch
 
-from posbench.core import registry
-from posbench.core.method import PositionCache, PositionMethod, causal_attention
+from posbench.core import causal, registry
+from posbench.core.method import PositionCache, PositionMethod
 from posbench.core.registry import register
 
 
@@ -59,4 +59,4 @@ class XPos(PositionMethod):
 
     def attend(self, q, k, v, q_pos, k_pos, layer, state=None):
         cos_q, sin_q, cos_k, sin_k = state if state is not None else self.tables(k_pos, q.dtype)
-        return causal_attention(self._rotate(q, cos_q, sin_q), self._rotate(k, cos_k, sin_k), v, window=self.window(layer))
+        return causal.causal_sdpa(self._rotate(q, cos_q, sin_q), self._rotate(k, cos_k, sin_k), v, window=self.window(layer))

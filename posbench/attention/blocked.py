@@ -12,10 +12,10 @@ import math
 
 import torch
 
-from posbench.attention import cpu_flash
-from posbench.attention.cpu_flash import flash_here
+from posbench.core import cpu_flash
+from posbench.core.cpu_flash import flash_here
+from posbench.core.key_bias import LOG2E
 
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x log2(e))
 BLOCK_ROWS = 64  # rows per query block: 64 beat 128 and 256 at L 256 and 2048 on a CPU (docs/attention-plans.md)
 
 

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from posbench.attention import cpu_flash
-from posbench.attention.cpu_flash import flash_here
+from posbench.core import cpu_flash
+from posbench.core.cpu_flash import flash_here
 
 # The largest max slope x span of positions this path takes (beyond it, the distance row).
 LINEAR_SPAN = 2048.0

@@ -25,8 +25,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from posbench.attention import cpu_flash
-from posbench.attention.cpu_flash import flash_here
+from posbench.core import cpu_flash
+from posbench.core.cpu_flash import flash_here
 
 DTYPES = (torch.float32, torch.float64)
 

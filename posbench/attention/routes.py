@@ -17,12 +17,12 @@ import torch
 
 from posbench.attention import flex
 from posbench.attention.blocked import BLOCK_ROWS, blocked_bias_attention, compute_dtype
-from posbench.attention.cpu_flash import flash_here
 from posbench.attention.distance_op import distance_attention
 from posbench.attention.form import BiasForm
 from posbench.attention.linear import LINEAR_SPAN, linear_bias_sdpa
 from posbench.attention.piecewise import PiecewiseRatio
 from posbench.attention.tiles import BiasTiles, DenseBias, DistanceRow
+from posbench.core.cpu_flash import flash_here
 from posbench.core.masked import biased_attention, windowed
 
 # Fewer queries than this: the masked bias; the square is small and one fused call beats a Python

@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from posbench.core.config import ModelConfig  # defined without torch; methods import it from here
-
 # Re-exported: methods and plugins import these from here (the documented plugin API).
+from posbench.core import causal
+from posbench.core.config import ModelConfig  # defined without torch; methods import it from here
 from posbench.core.masked import causal_attention, causal_mask  # noqa: F401
 from posbench.core.outcome import Unavailable
 
@@ -99,8 +99,9 @@ class PositionMethod(nn.Module):
         state: Any = None,  # what prepare returned; None: a call outside a model forward
     ) -> torch.Tensor:  # (B, H, Tq, hd)
         """Causal attention of every layer (within the layer's window). Default: plain scaled
-        dot-product attention."""
-        return causal_attention(q, k, v, window=self.window(layer))
+        dot-product attention by the faster path per length (``posbench.core.causal``), the same
+        path nope's and rotary's take, so no method's table row differs by plumbing alone."""
+        return causal.causal_sdpa(q, k, v, window=self.window(layer))
 
     @classmethod
     def unavailable(cls, device: torch.device | str, dtype: torch.dtype) -> str | None:
@@ -110,7 +111,7 @@ class PositionMethod(nn.Module):
     def attn_backend(self, device: torch.device | str, dtype: torch.dtype) -> str:
         """The attention path training takes on ``device`` with compute ``dtype``, recorded in
         every row (``info.attn_backend``) so a reader sees which kernel a number came from."""
-        return "sdpa causal"
+        return causal.backend(device, dtype)
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}"

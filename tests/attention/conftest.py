@@ -2,7 +2,7 @@
 
 import pytest
 
-from posbench.attention import cpu_flash
+from posbench.core import cpu_flash
 
 
 @pytest.fixture(params=["cpu flash op", "plain ops"])

@@ -157,7 +157,7 @@ def test_attn_backend_says_which_path_the_bias_takes(monkeypatch):
 
 
 def test_attn_backend_names_the_plain_paths_when_torch_lacks_the_masked_cpu_flash_op(monkeypatch):
-    from posbench.attention import cpu_flash
+    from posbench.core import cpu_flash
 
     monkeypatch.setattr(cpu_flash, "CPU_FLASH_WITH_MASK", None)
     alibi = registry.build(ModelConfig(method="alibi"))

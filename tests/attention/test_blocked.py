@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from posbench.attention import cpu_flash, linear, routes
+from posbench.attention import linear, routes
 from posbench.attention.blocked import blocked_bias_attention, forward_only, window_start
 from posbench.attention.linear import head_column_sdpa, linear_bias_sdpa
 from posbench.attention.tiles import BiasTiles, DenseBias, DistanceRow, antidiagonal_sums
-from posbench.core import registry
+from posbench.core import cpu_flash, registry
 from posbench.core.alibi_math import slopes_tensor
 from posbench.core.masked import biased_attention, causal_attention, causal_mask, mask_bias, windowed
 from posbench.core.method import ModelConfig

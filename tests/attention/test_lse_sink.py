@@ -6,9 +6,9 @@ values narrower than the keys."""
 import pytest
 import torch
 
-from posbench.attention import cpu_flash
 from posbench.attention.lse_sink import flash_sink_sdpa
 from posbench.attention.modifiers import sdpa_options, sdpa_with_sink
+from posbench.core import cpu_flash
 
 pytestmark = pytest.mark.skipif(cpu_flash.CPU_FLASH_WITH_MASK is None, reason="this torch has no CPU flash op")
 

@@ -133,7 +133,8 @@ def test_fox_rejects_a_bad_gate_bias():
 
 
 def test_fox_names_the_attention_path_it_takes(monkeypatch):
-    from posbench.attention import cpu_flash, flex
+    from posbench.attention import flex
+    from posbench.core import cpu_flash
 
     m = registry.build(ModelConfig(method="fox"))
     assert m.attn_backend("cpu", torch.float32) == "cpu flash op + forget-gate key mask, blocked GEMM backward (no L x L)"

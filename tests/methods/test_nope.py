@@ -1,12 +1,12 @@
-"""nope: plain causal attention, on a CPU by the faster path per length (posbench/attention/causal.py):
+"""nope: plain causal attention, on a CPU by the faster path per length (posbench/core/causal.py):
 a training step's gradients equal SDPA's, under multi-head and grouped-query attention."""
 
 import pytest
 import torch
 
-from posbench.attention import causal
-from posbench.attention.cpu_flash import CPU_FLASH_WITH_MASK
-from posbench.core.method import ModelConfig
+from posbench.core import causal
+from posbench.core.cpu_flash import CPU_FLASH_WITH_MASK
+from posbench.core.method import ModelConfig, PositionMethod
 from posbench.core.model import build_model, lm_loss
 
 
@@ -31,3 +31,11 @@ def test_nope_training_takes_the_blocked_backward_with_sdpas_gradients(monkeypat
         torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
     assert model.method.attn_backend("cpu", torch.float32) == causal.BACKEND
     assert model.method.attn_backend("cpu", torch.bfloat16) == "sdpa causal"
+
+
+@pytest.mark.parametrize("name", ["nope", "sinusoidal", "learned"])
+def test_every_method_keeping_the_default_attend_takes_nopes_path(name):
+    method = build_model(ModelConfig(vocab_size=64, n_layers=1, d_model=32, n_heads=4, method=name)).method
+    assert type(method).attend is PositionMethod.attend
+    expected = causal.BACKEND if CPU_FLASH_WITH_MASK is not None else "sdpa causal"
+    assert method.attn_backend("cpu", torch.float32) == expected

@@ -705,9 +705,9 @@ def test_compiled_scaled_rotary_reads_trained_len_on_eval_and_on_load():
 
 
 def test_rotary_training_attention_takes_the_blocked_backward_with_sdpas_gradients(monkeypatch):
-    """On a CPU rotary's causal attention takes the faster path per length (posbench/attention/causal.py):
+    """On a CPU rotary's causal attention takes the faster path per length (posbench/core/causal.py):
     the same output and, within rounding, the same gradients as SDPA's backward, odd length, float32."""
-    from posbench.attention import causal
+    from posbench.core import causal
 
     if not causal.flash_here("cpu"):
         pytest.skip("torch's CPU flash op takes no attn_mask")

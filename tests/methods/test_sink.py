@@ -50,7 +50,7 @@ def test_sink_is_unavailable_where_attention_drops_a_per_query_constant():
 
 
 def test_on_a_cpu_the_sink_rides_the_flash_kernel_and_equals_the_sink_key(monkeypatch):
-    from posbench.attention import cpu_flash
+    from posbench.core import cpu_flash
 
     if cpu_flash.CPU_FLASH_WITH_MASK is None:
         pytest.skip("this torch has no CPU flash op: the reference only")

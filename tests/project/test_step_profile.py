@@ -104,7 +104,7 @@ def test_attention_compile_times_both_compiled_attentions(capsys):
 
 def test_ratio_times_nope_against_itself_on_sdpa_by_the_cpu_clock(capsys, monkeypatch):
     """``nope:sdpa``: nope with the faster causal path per length switched off, inside its steps only."""
-    from posbench.attention import causal
+    from posbench.core import causal
 
     tool = _tool()
     seen = []

@@ -5,8 +5,8 @@ lengths across several backward blocks, one row."""
 import pytest
 import torch
 
-from posbench.attention import key_bias
-from posbench.attention.cpu_flash import CPU_FLASH_WITH_MASK
+from posbench.core import key_bias
+from posbench.core.cpu_flash import CPU_FLASH_WITH_MASK
 from tests.helpers.attention import qkv, reference_attention
 
 pytestmark = pytest.mark.skipif(CPU_FLASH_WITH_MASK is None, reason="torch's CPU flash op takes no attn_mask")

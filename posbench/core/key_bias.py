@@ -25,9 +25,9 @@ import math
 
 import torch
 
-from posbench.attention import cpu_flash
-from posbench.attention.blocked import LOG2E
+from posbench.core import cpu_flash
 
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x log2(e)), the blocked path's too
 BACKWARD_ROWS = 64  # query rows per backward block: the blocked path's (docs/attention-plans.md)
 
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from posbench.attention import causal, key_bias
-from posbench.attention.cpu_flash import CPU_FLASH_WITH_MASK
 from posbench.attention.modifiers import SoftmaxSink
+from posbench.core import causal, key_bias
+from posbench.core.cpu_flash import CPU_FLASH_WITH_MASK
 from posbench.core.masked import causal_attention
 from tests.helpers.attention import qkv
 

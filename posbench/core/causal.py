@@ -5,7 +5,7 @@ against key blocks of 512, and under ``is_causal`` it stops at the block holding
 last key but computes that key block whole. Its backward, two thirds of a training step's
 attention, so scores ``sdpa_square_share(L)`` of the L x L square: all of it from L 193 to 767,
 75% at 1024, 62.5% at 2048, where the causal half is needed. The blocked backward
-(``posbench.attention.key_bias``, query blocks of 64 against only the keys they see) scores about
+(``posbench.core.key_bias``, query blocks of 64 against only the keys they see) scores about
 half, with the cost of its own plumbing (an ``exp2`` pass, a few copies, a Python loop).
 
 One layer's attention forward and backward (4 heads of 32, B x L = 2048, one thread, this thread's
@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 from torch.overrides import _get_current_function_mode_stack
 
-from posbench.attention.cpu_flash import flash_here
-from posbench.attention.key_bias import causal_flash_attention
+from posbench.core.cpu_flash import flash_here
+from posbench.core.key_bias import causal_flash_attention
 from posbench.core.masked import causal_attention, windowed
 
 MIN_SHARE = 0.75  # the blocked backward where SDPA's scores cover at least this much of the square
