@@ -182,17 +182,24 @@ def machine_of(env: dict, device: str) -> dict[str, str]:
 
 
 def _wall_seconds(rows) -> float | None:
-    """Seconds from the first row's start to the last row's end (start plus ``duration_s``)."""
+    """Seconds from the first row's start to the last row's end. A paired group's rows (efficiency,
+    decode) share the group's start and each carries an equal share of its time as ``duration_s``,
+    so rows with the same start and duration are one group, ending at start + share x its size; a
+    case run alone ends at start + duration."""
+    from collections import Counter
     from datetime import datetime
 
-    spans = []
+    groups: Counter = Counter()
     for start, duration in zip(rows["started_at"], rows["duration_s"]):
         try:
             begun = datetime.fromisoformat(start).timestamp()
         except (TypeError, ValueError):
             continue
-        spans.append((begun, begun + (float(duration) if isinstance(duration, (int, float)) and duration == duration else 0.0)))
-    return max(e for _b, e in spans) - min(b for b, _e in spans) if spans else None
+        share = float(duration) if isinstance(duration, (int, float)) and duration == duration else 0.0
+        groups[(begun, share)] += 1
+    if not groups:
+        return None
+    return max(b + share * n for (b, share), n in groups.items()) - min(b for b, _share in groups)
 
 
 def _busy(env: dict) -> str | None:

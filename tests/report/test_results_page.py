@@ -362,3 +362,19 @@ def test_the_index_names_the_suites_no_published_run_gives_a_page(tmp_path):
         "`frontier` (`python bench.py --suite frontier`)."
     )
     assert "wall time 1 min)" in index  # rows started at 21:00 and 21:01, each ran 2 s: 62 s
+
+
+def test_wall_time_counts_a_paired_groups_whole_time_not_one_cases_share():
+    import pandas as pd
+
+    rows = pd.DataFrame(
+        {
+            # a paired group of three (one start, each row a third of its 90 s), then a case alone
+            "started_at": ["2026-12-07T10:00:00+00:00"] * 3 + ["2026-12-07T10:01:30+00:00"],
+            "duration_s": [30.0, 30.0, 30.0, 45.0],
+        }
+    )
+    assert results_page._wall_seconds(rows) == 90.0 + 45.0
+    alone = pd.DataFrame({"started_at": ["2026-12-07T10:00:00+00:00", "2026-12-07T10:00:10+00:00"], "duration_s": [20.0, 5.0]})
+    assert results_page._wall_seconds(alone) == 20.0
+    assert results_page._wall_seconds(pd.DataFrame({"started_at": [None], "duration_s": [1.0]})) is None
