@@ -182,8 +182,8 @@ def machine_of(env: dict, device: str) -> dict[str, str]:
 
 
 def _wall_seconds(rows) -> float | None:
-    """Seconds from the first row's start to the last row's end. A paired group's rows (efficiency,
-    decode) share the group's start and each carries an equal share of its time as ``duration_s``,
+    """Seconds from the first row's start to the last row's end. A paired group's rows (timed
+    suites) share the group's start and each carries an equal share of its time as ``duration_s``,
     so rows with the same start and duration are one group, ending at start + share x its size; a
     case run alone ends at start + duration."""
     from collections import Counter
