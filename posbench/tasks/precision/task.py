@@ -68,7 +68,9 @@ METRICS = {
         unit="perplexity",
         doc="ppl_diff@<L_valid>: compute-dtype bias minus float32 bias",
         higher_is_better=None,
-        fmt="ppl",
+        # four significant digits, not perplexity's two decimals: on a CPU the differences are
+        # ~1e-4 and two decimals print a table of zeros that reads as a broken study
+        fmt="plain",
         table=True,
         axis="L_valid",
         appendix=False,
@@ -78,7 +80,7 @@ METRICS = {
         unit="perplexity",
         doc="perplexity with the bias in the compute dtype minus with a float32 bias, longest L_valid",
         higher_is_better=None,
-        fmt="ppl",
+        fmt="plain",
         shown_in="ppl_diff@*",
     ),
     "best_ppl_eval": Metric(
