@@ -247,3 +247,34 @@ def test_alibi_against_t5_bias_is_judged_by_the_paired_speed_ratio_and_the_memor
     assert claim(memory(0.49, 0.50)).startswith(f"{CLAIM}not separable at this scale (")  # within the resolution
     assert "memory 0.98x not separable" in claim(memory(0.49, 0.50))
     assert claim(memory(0.60, 0.50)).startswith(f"{CLAIM}not reproduced (")  # heavier beyond it
+
+
+def test_alibis_claims_are_judged_on_the_seeded_extrapolation_table_not_a_one_seed_one():
+    spec = TableSpec("extrapolation", "ppl", column_header="L_valid")
+
+    def source(suite, mode, spread):
+        def cell(v):
+            return Cell("", v, spread=(v - spread, v + spread) if spread else None)
+
+        cells = {
+            ("sinusoidal", 64): cell(12.0),
+            ("sinusoidal", 512): cell(17.6),
+            ("alibi", 64): cell(11.6),
+            ("alibi", 512): cell(11.5),
+        }
+        table = Table(
+            spec, key=f"{suite}-ppl-l64-{mode}", title="t", columns=[64, 512], rows=["sinusoidal", "alibi"], cells=cells
+        )
+        return results_page.Source(table, suite, f"{suite}.md#run-{mode}")
+
+    sources = [
+        source("dependency", "nonoverlapping", None),  # one seed: no interval, listed first
+        source("extrapolation", "sliding-s16", 0.2),
+        source("extrapolation", "nonoverlapping", 0.2),
+    ]
+    fails, holds = findings.claim_lines(sources)[:2]
+    assert (
+        fails.startswith("**ALiBi: sinusoidal fails beyond L_train**: reproduced")
+        and "extrapolation.md#run-nonoverlapping" in fails
+    )
+    assert holds.startswith("**ALiBi holds beyond L_train**: reproduced") and "extrapolation.md#run-nonoverlapping" in holds
