@@ -27,6 +27,7 @@ from torch import nn
 
 from posbench.attention.lse_sink import DTYPES as FLASH_SINK_DTYPES
 from posbench.attention.modifiers import SoftmaxSink, composed_signature, keyword
+from posbench.core import causal
 from posbench.core.cpu_flash import flash_here
 from posbench.core.method import base_hook
 from posbench.core.registry import register_modifier
@@ -72,9 +73,12 @@ class Sink:
             return base.unavailable(device, dtype)
 
         def attn_backend(self, device, dtype) -> str:
+            text = base.attn_backend(self, device, dtype)
+            if text == causal.BACKEND:  # the sink's mode reads SDPA's calls: the blocked backward steps aside
+                text = "sdpa causal"
             if flash_here(device) and dtype in FLASH_SINK_DTYPES:
-                return base.attn_backend(self, device, dtype) + " + sink from the flash log-sum-exp"
-            return base.attn_backend(self, device, dtype) + " + sink key (float mask)"
+                return text + " + sink from the flash log-sum-exp"
+            return text + " + sink key (float mask)"
 
         body = {
             "name": f"{base.name}+sink",
