@@ -253,9 +253,6 @@ class Rotary(PositionMethod):
             q, k = _RotateQK.apply(q, k, state.cos, state.sin)
         return causal.causal_sdpa(q, k, v, window=self.window(layer))  # the faster path per length
 
-    def attn_backend(self, device, dtype) -> str:
-        return causal.backend(device, dtype)
-
 
 YARN_RAMPS = ("index", "ratio")
 LENGTH_MESSAGE = (
