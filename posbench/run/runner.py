@@ -253,8 +253,16 @@ def _run_todo(plan: Plan, o: RunOptions, commit: str, out: RunResult, main: bool
             raise RanksOutOfStep(run_dir, row)
 
     def describe(job: list[CaseSpec], rnd: int) -> None:
-        what = job[0].id if len(job) == 1 else f"{len(job)} methods at {_point(job[0])}"
-        bar.set_postfix_str(f"{what} round {rnd}/{rounds_of(job[0])}" if rounds > 1 else what)
+        runs = [c.method for c in job if asked.get(c.id) is None]  # not set aside as unavailable
+        what = job[0].id if len(job) == 1 else f"{len(runs)} methods at {_point(job[0])}"
+        what += f" round {rnd}/{rounds_of(job[0])}" if rounds > 1 else ""
+        bar.set_postfix_str(what)
+        if o.progress and main and len(runs) > 1:
+            # A paired group's rows come only when the whole group ends (a minute and more on a
+            # CPU): said as it starts, so the first lines of a run come within seconds.
+            names = ", ".join(runs)
+            first = f"[{out.ran + 1}-{out.ran + len(runs)}/{progress.total}]"
+            tqdm.write(f"{first} started: {what} ({names}; paired windows, their lines when all end)", file=sys.stdout)
 
     try:
         # Method files are user code: asked in a child with a time limit (``ask_unavailable``).

@@ -3,6 +3,7 @@ newline keeps that row everywhere: the resumed run counts it done, and its print
 table.md show it."""
 
 import json
+import re
 
 import pytest
 
@@ -90,7 +91,12 @@ def test_progress_a_first_line_a_counter_without_gaps_and_group_times_said_once(
         f"t: 6 case(s) to run (12 runs: a row per case and round): sinusoidal, rotary, never_here; "
         f"0 already done; rows go to {run_dir}/cases.jsonl"
     )
-    numbered = [line for line in lines if line.startswith("[") and not line.startswith("[-]")]
+    # each paired group says so as it starts (its rows come only when it ends), the first at once
+    started = [line for line in lines if " started: " in line]
+    assert len(started) == 4 and lines[1] == started[0]
+    assert all(re.fullmatch(r"\[(\d+)-(\d+)/8\] started: 2 methods at n=[12] round [12]/2 \((sinusoidal, rotary|rotary, sinusoidal); paired windows, their lines when all end\)", line) for line in started)
+    assert [line.split()[0] for line in started] == ["[1-2/8]", "[3-4/8]", "[5-6/8]", "[7-8/8]"]
+    numbered = [line for line in lines if line.startswith("[") and not line.startswith("[-]") and line not in started]
     assert [line.split()[0] for line in numbered] == [f"[{k}/8]" for k in range(1, 9)]  # 4 rows set aside
     assert sum(line.startswith("[-] never_here") for line in lines) == 1  # said once for the method
     # each case's line shows its share of its group; the group's own time is said once per group
