@@ -94,7 +94,8 @@ def test_progress_a_first_line_a_counter_without_gaps_and_group_times_said_once(
     # each paired group says so as it starts (its rows come only when it ends), the first at once
     started = [line for line in lines if " started: " in line]
     assert len(started) == 4 and lines[1] == started[0]
-    assert all(re.fullmatch(r"\[(\d+)-(\d+)/8\] started: 2 methods at n=[12] round [12]/2 \((sinusoidal, rotary|rotary, sinusoidal); paired windows, their lines when all end\)", line) for line in started)
+    form = r"\[\d+-\d+/8\] started: 2 methods at n=[12] round [12]/2 \((sinusoidal, rotary|rotary, sinusoidal); paired windows, "
+    assert all(re.fullmatch(form + r"their lines when all end\)", line) for line in started)
     assert [line.split()[0] for line in started] == ["[1-2/8]", "[3-4/8]", "[5-6/8]", "[7-8/8]"]
     numbered = [line for line in lines if line.startswith("[") and not line.startswith("[-]") and line not in started]
     assert [line.split()[0] for line in numbered] == [f"[{k}/8]" for k in range(1, 9)]  # 4 rows set aside
