@@ -10,4 +10,4 @@ from posbench.report import results_page
 from posbench.run.suite import loading
 
 if __name__ == "__main__":
-    sys.exit(results_page.main(find_task=tasks.find, suites=tuple(loading.names()), answers=findings.findings))
+    sys.exit(results_page.main(find_task=tasks.find, suites=loading.pages_waiting(), answers=findings.findings))

@@ -428,7 +428,7 @@ def rebuild(  # noqa: PLR0913 -- the installation's lookups (find_task, suites, 
     out: str | Path = DEFAULT_OUT,
     find_task=None,
     shown_root: str = "",
-    suites: tuple[str, ...] = (),
+    suites: dict[str, str] | None = None,
     answers: Answers | None = None,
 ) -> list[Path]:
     """Every page of ``out``, and its index (``INDEX``), from every run under ``published``, each
@@ -437,7 +437,8 @@ def rebuild(  # noqa: PLR0913 -- the installation's lookups (find_task, suites, 
     nothing but what the published rows rebuild. Only pages its manifest lists are replaced or
     removed: a folder holding any other file is refused (``page_folder``). Each page's charts go
     to ``out/charts/`` (``page_charts``); the pages' paths are returned. ``suites``: the shipped
-    suites' names, so the index names those no published run gives a page yet."""
+    suites' names, each with what its file says of a page still to come ("" where nothing), so
+    the index names those no published run gives a page yet."""
     published, out = Path(published), Path(out)
     owned = owned_pages(out)
     shown_root = shown_root or published.as_posix()
@@ -489,7 +490,7 @@ def finding_sources(by_machine: dict[tuple, list[RunSection]]) -> list[Source]:
 
 
 def index_text(
-    by_machine: dict[tuple, list[RunSection]], root: str, suites: tuple[str, ...] = (), answers: Answers | None = None
+    by_machine: dict[tuple, list[RunSection]], root: str, suites: dict[str, str] | None = None, answers: Answers | None = None
 ) -> str:
     """The index: the findings (``answers``), then one line per page with its runs (profile,
     date, commit, wall time: what reproducing costs), then the ``suites`` with no page yet."""
@@ -507,10 +508,19 @@ def index_text(
         )
         other = f", settings of run {md_text(first.meta.run_id or first.run_dir.name)}" if first.page_suffix else ""
         lines.append(f"- [{md_text(first.meta.suite)} on {md_text(first.hardware)}{other}]({first.page_name}): {runs}\n")
+    suites = suites or {}
     missing = sorted(set(suites) - {suite for suite, _hardware, _settings in by_machine})
     if missing:
         lines.append("\nNo published run yet (a page waits for one): ")
-        lines.append("; ".join(f"{md_code(name)} (`python bench.py --suite {name}`)" for name in missing) + ".\n")
+        lines.append(
+            "; ".join(
+                f"{md_code(name)} (`python bench.py --suite {name}`"
+                + (f": {md_text(suites[name])}" if suites[name] else "")
+                + ")"
+                for name in missing
+            )
+            + ".\n"
+        )
     return "".join(lines)
 
 
@@ -544,7 +554,9 @@ def _page_of_another(path: Path, suite: str, hardware: str) -> bool:
     return first.startswith("# ") and first != page_heading(suite, hardware)
 
 
-def main(argv: list[str] | None = None, find_task=None, suites: tuple[str, ...] = (), answers: Answers | None = None) -> int:
+def main(
+    argv: list[str] | None = None, find_task=None, suites: dict[str, str] | None = None, answers: Answers | None = None
+) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m posbench.cli.docs_results", description="Write docs/results pages from run folders."
     )

@@ -44,7 +44,7 @@ def test_validate_ok_and_invalid(suite_file, tmp_path, capsys):
     err = capsys.readouterr().err
     assert (
         err == f"SuiteError: {bad}:4: speed: unknown key; allowed: name, description, version, task, methods, "
-        "baseline, metrics, grid, settings, profiles, launcher\n"
+        "baseline, metrics, grid, settings, profiles, launcher, page_waits\n"
     )
 
 

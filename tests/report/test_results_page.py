@@ -350,7 +350,11 @@ def test_the_index_names_the_suites_no_published_run_gives_a_page(tmp_path):
     published = tmp_path / "published"
     shutil.copytree(write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV), published / "efficiency" / "cpu-cpu-1a2b3c4d")
     written = results_page.rebuild(
-        published, tmp_path / "pages", find_task, suites=("efficiency", "frontier", "decode"), answers=findings.findings
+        published,
+        tmp_path / "pages",
+        find_task,
+        suites={"efficiency": "", "frontier": "", "decode": "a GPU run (its cpu profile is no speed)"},
+        answers=findings.findings,
     )
     index = next(p for p in written if p.name == "README.md").read_text()
     assert index.startswith("# Measured results\n\n## Findings\n")
@@ -358,8 +362,8 @@ def test_the_index_names_the_suites_no_published_run_gives_a_page(tmp_path):
     bare = results_page.index_text({}, "results/published")
     assert bare.startswith("# Measured results\n\n## How these pages are made")
     assert index.rstrip().endswith(
-        "No published run yet (a page waits for one): `decode` (`python bench.py --suite decode`); "
-        "`frontier` (`python bench.py --suite frontier`)."
+        "No published run yet (a page waits for one): `decode` (`python bench.py --suite decode`: a GPU run "
+        "(its cpu profile is no speed)); `frontier` (`python bench.py --suite frontier`)."
     )
     assert "wall time 1 min)" in index  # rows started at 21:00 and 21:01, each ran 2 s: 62 s
 

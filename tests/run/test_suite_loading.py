@@ -14,7 +14,7 @@ import pytest
 from posbench.cli import app as cli
 from posbench.core import registry
 from posbench.run import suite as suitemod
-from posbench.run.suite import SuiteError
+from posbench.run.suite import SuiteError, loading
 from tests.helpers.methods import NEW
 from tests.helpers.suites import VALID, efficiency_suite, write_suite
 
@@ -556,3 +556,20 @@ def test_a_variants_options_are_read_from_its_makers_class_without_importing():
     for name in ("rnope_swa", "swan", "irope", "rotary_pi"):
         assert _options_from_source(Path(registry.require(name)), name) not in (False, None), name
     assert "window" in _options_from_source(Path(registry.require("swan")), "swan")
+
+
+def test_pages_waiting_says_why_a_suite_has_no_cpu_page_and_stays_out_of_the_run_id(tmp_path):
+    """Issue 69: the results index should say that kernels' page waits for a GPU run (its cpu
+    profile runs Triton under the interpreter: no speed). The suite file says so (``page_waits``);
+    the other shipped suites say nothing; the note is not part of the run id."""
+    waiting = loading.pages_waiting()
+    assert set(waiting) == set(loading.names())
+    assert waiting["kernels"].startswith("a GPU run;") and "interpreter" in waiting["kernels"]
+    assert all(note == "" for name, note in waiting.items() if name != "kernels")
+    text = (loading.SUITES_DIR / "kernels.yaml").read_text()
+    without = tmp_path / "kernels.yaml"
+    without.write_text("\n".join(line for line in text.splitlines() if not line.startswith("page_waits:")) + "\n")
+    assert (
+        suitemod.resolve(suitemod.load(without), "cpu").fingerprint()
+        == suitemod.resolve(suitemod.load("kernels"), "cpu").fingerprint()
+    )

@@ -70,6 +70,12 @@ class SuiteFile(BaseModel):
         description="--launcher slurm: where and how long each "
         "array task runs (posbench.run.suite.launcher.Launcher); not in the run id",
     )
+    page_waits: str | None = Field(
+        None,
+        max_length=300,
+        description="why the results index has no page for this suite yet, when a CPU run cannot give one "
+        "(docs/results/README.md says it); not in the run id",
+    )
 
 
 @dataclass
@@ -164,6 +170,12 @@ def display_path(path: Path) -> str:
 
 def names() -> list[str]:
     return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+
+
+def pages_waiting() -> dict[str, str]:
+    """Each shipped suite's name -> its ``page_waits`` ("" where it says nothing): what the results
+    index says of a suite no published run gives a page yet."""
+    return {name: load(name).file.page_waits or "" for name in names()}
 
 
 @dataclass
