@@ -222,7 +222,8 @@ def perplexity_lines(sources: list[Source]) -> list[str]:
         far, ratios = found
         parts = "; ".join(f"{md_text(m)} {r.text()}" for m, r in ratios.items())
         how = _evaluation(source)
-        out.append(f"Perplexity at L {far} over L_train {l_train}{how} ({md_text(source.suite)}): {parts} {_link(source)}")
+        given = f"; method options {md_text(source.options)}" if source.options else ""
+        out.append(f"Perplexity at L {far} over L_train {l_train}{how} ({md_text(source.suite)}{given}): {parts} {_link(source)}")
     return out or [ASKED["perplexity"].missing("Perplexity beyond L_train")]
 
 

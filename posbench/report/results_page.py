@@ -47,6 +47,7 @@ class Source:
     suite: str
     link: str
     rows: Any = field(default=None, compare=False)  # the run's rows (a DataFrame): pairs its tables do not show
+    options: str = ""  # the run's method options (``RunSection.method_options``): a variant is said as one
 
 
 # The index's findings: (question, answer lines) from every published table; the project's own
@@ -262,7 +263,7 @@ class RunSection:
         and the index's findings this run answers (its page's short summary)."""
         self.charts = run_charts(self.run_dir, self.run_dir.name, find_task)  # table keys name suite and machine
         link = self.link(page_name)
-        sources = [Source(t, self.meta.suite, link, self.rows) for t in self.tables]
+        sources = [Source(t, self.meta.suite, link, self.rows, self.method_options()) for t in self.tables]
         self.findings = [
             line.replace(f" ([table]({link}))", "").replace(f"([table]({link}))", "")
             for _question, lines in (answers(sources) if answers is not None else [])
@@ -301,6 +302,20 @@ class RunSection:
             text += "; rows also name " + ", ".join(md_code(c) for c in others) + " (the run was resumed)"
         return text
 
+    def method_options(self) -> str:
+        """The options the run gave its methods' constructors (``method_options``), as
+        ``irope floor_scale=8192 window=16; path_fox gate_scale=none``; "" when none: a run of
+        variants is said as one wherever its numbers are quoted."""
+        given = (self.meta.settings or {}).get("method_options")
+        if not isinstance(given, dict):
+            return ""
+        parts = [
+            f"{method} " + " ".join(f"{k}={v}" for k, v in sorted(options.items()))
+            for method, options in sorted(given.items(), key=lambda kv: str(kv[0]))
+            if isinstance(options, dict) and options
+        ]
+        return "; ".join(parts)
+
     def markdown(self) -> str:
         m, machine = self.meta, machine_of(self.env, self.device)
         if self.dates:
@@ -323,6 +338,8 @@ class RunSection:
             f"- **Machine**: device {md_code(machine['device'])}; CPU: {t['cpu']}; GPU: {t['gpu']}; {t['os']}",
             f"- **Software**: Python {t['python']}, torch {t['torch']}, CUDA {t['cuda']}, triton {t['triton']}",
         ]
+        if self.method_options():
+            lines.append(f"- **Method options** (not the defaults where given): {md_text(self.method_options())}")
         lines += [f"- **{warning}**" for warning in self.warnings]
         busy = _busy(self.env)
         if busy:
@@ -485,7 +502,7 @@ def finding_sources(by_machine: dict[tuple, list[RunSection]]) -> list[Source]:
     for key in sorted(by_machine):
         sections = by_machine[key]
         for s in sections:
-            out += [Source(t, s.meta.suite, s.link(sections[0].page_name), s.rows) for t in s.tables]
+            out += [Source(t, s.meta.suite, s.link(sections[0].page_name), s.rows, s.method_options()) for t in s.tables]
     return out
 
 

@@ -278,3 +278,15 @@ def test_alibis_claims_are_judged_on_the_seeded_extrapolation_table_not_a_one_se
         and "extrapolation.md#run-nonoverlapping" in fails
     )
     assert holds.startswith("**ALiBi holds beyond L_train**: reproduced") and "extrapolation.md#run-nonoverlapping" in holds
+
+
+def test_a_run_of_variants_says_its_method_options_in_its_finding():
+    """Issue 65's run of the non-default options (path_fox gate_scale none, ...) gave a findings
+    line with the same label as the defaults' run: a reader could not tell the variants apart."""
+    spec = TableSpec("extrapolation", "ppl", column_header="L_valid")
+    cells = {("path_fox", 64): Cell("", 10.0, spread=(9.9, 10.1)), ("path_fox", 512): Cell("", 9.5, spread=(9.3, 9.7))}
+    table = Table(spec, key="x-ppl-l64-m", title="t", columns=[64, 512], rows=["path_fox"], cells=cells)
+    (line,) = findings.perplexity_lines(
+        [results_page.Source(table, "extrapolation", "p.md#run-r", options="path_fox gate_scale=none")]
+    )
+    assert line.startswith("Perplexity at L 512 over L_train 64 (extrapolation; method options path_fox gate_scale=none): path")

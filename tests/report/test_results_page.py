@@ -382,3 +382,21 @@ def test_wall_time_counts_a_paired_groups_whole_time_not_one_cases_share():
     alone = pd.DataFrame({"started_at": ["2026-12-07T10:00:00+00:00", "2026-12-07T10:00:10+00:00"], "duration_s": [20.0, 5.0]})
     assert results_page._wall_seconds(alone) == 20.0
     assert results_page._wall_seconds(pd.DataFrame({"started_at": [None], "duration_s": [1.0]})) is None
+
+
+def test_a_run_with_method_options_names_them_on_its_page(tmp_path):
+    """A run that set its methods' options (issue 65's variants) says which, under its heading and
+    in every finding quoted from it."""
+    from tests.helpers.result_runs import CPU_ENV, write_run
+
+    run_dir = write_run(tmp_path, "cpu-cpu-1a2b3c4d", CPU_ENV)
+    assert results_page.RunSection(run_dir, find_task).method_options() == "alibi bias_dtype=compute"  # the helper's
+    data = json.loads((run_dir / "run.json").read_text())
+    data["settings"]["method_options"] = {"path_fox": {"gate_scale": "none"}, "irope": {"window": 16, "floor_scale": 8192}}
+    (run_dir / "run.json").write_text(json.dumps(data))
+    section = results_page.RunSection(run_dir, find_task)
+    assert section.method_options() == "irope floor_scale=8192 window=16; path_fox gate_scale=none"
+    assert "- **Method options** (not the defaults where given): irope floor_scale=8192 window=16; path_fox" in section.markdown()
+    data["settings"]["method_options"] = {}
+    (run_dir / "run.json").write_text(json.dumps(data))
+    assert "Method options" not in results_page.RunSection(run_dir, find_task).markdown()  # none set: nothing said
