@@ -221,22 +221,28 @@ class GapSoftmax(torch.autograd.Function):
         for i in range(len(gaps.plan) - 1, -1, -1):
             g, lo, keys = gaps.plan[i]
             p, carried, da = probs[i + 1], inputs[i + 1], dacc[lo:]
-            d_vx[keys] += p.mT @ da
+            _add_product(d_vx[keys], p.mT, da)
             ds = (da @ vx[keys].mT).mul_(p).mul_(ln2)  # (m, B, H, C, C): hidden pairs have p = 0
             if d_f2 is not None:
                 d_f2[a0 + lo :, ..., 0] += ds.sum((-2, -1))
                 d_f2[keys] -= ds.sum(-2)
-            d_kend[keys] += ds.mT @ carried
+            _add_product(d_kend[keys], ds.mT, carried)
             d_carried = ds @ k_end[keys]
             if d_next is not None:  # this gap's carried @ carry[keys] fed the next gap from row shift on
                 shift = d_carried.shape[0] - d_next.shape[0]
-                d_carried[shift:] += d_next @ carry[keys][shift:].mT
-                d_carry[keys][shift:] += carried[shift:].mT @ d_next
+                _add_product(d_carried[shift:], d_next, carry[keys][shift:].mT)
+                _add_product(d_carry[keys][shift:], carried[shift:].mT, d_next)
             d_next = d_carried
         p0 = probs[0]
-        d_vx[a0:n] += p0.mT @ dacc
+        _add_product(d_vx[a0:n], p0.mT, dacc)
         d_own = (dacc @ vx[a0:n].mT).mul_(p0).mul_(ln2)
         d_first = torch.zeros_like(inputs[0])
         if d_next is not None:
             d_first[d_first.shape[0] - d_next.shape[0] :] = d_next
         return d_own, d_first, d_kend, d_carry, d_vx, d_f2, None
+
+
+def _add_product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """out += a @ b in place, one GEMM with beta 1 and no temporary: out (..., r, c) contiguous
+    (a run of chunk-major chunks), a (..., r, k) and b (..., k, c) with out's leading dims."""
+    out.view(-1, *out.shape[-2:]).baddbmm_(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
