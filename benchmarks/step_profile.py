@@ -4,6 +4,8 @@
     python benchmarks/step_profile.py ratio t5_bias kerple_log --seq-len 1024 2048 --repeats 9
     python benchmarks/step_profile.py attention --seq-len 1024 2048 --repeats 9    # one layer's attention
     python benchmarks/step_profile.py ratio fox pope path path_fox nope:sdpa --seq-len 256 1024 2048  # issue 68
+    python benchmarks/step_profile.py ratio alibi alibi:sdpa rotary+sink rotary+sink:sdpa path path_fox \
+        --seq-len 256 512 1024 2048 --repeats 9 --clock cpu   # issue 68's routes: ":sdpa" is the rule off
 
 One thread (``torch.set_num_threads(1)``), subnormals flushed as in the suites' workers
 (``--keep-denormal``: not), batch x L = ``--tokens`` (2048, as the cpu-long profile). ``ratio`` interleaves the methods in every repeat (nope, then each method, in a rotated
@@ -32,7 +34,8 @@ class Step:
     """One method's model at one length: ``run()`` is a training step (forward, loss, backward, AdamW).
     ``nope:sdpa`` (any method with the suffix ``SDPA_ONLY``): the method with posbench's rule of the
     faster causal path per length switched off (``posbench.core.causal``), SDPA's backward at
-    every length, so ``ratio nope:sdpa`` times nope's floor before and after that rule."""
+    every length, so ``ratio nope:sdpa`` times nope's floor before and after that rule (and
+    ``alibi:sdpa``, ``rotary+sink:sdpa`` their routes without it: both read the same switch)."""
 
     def __init__(self, method: str, seq_len: int, tokens: int, seed: int = 0, compiled: bool = False):
         torch.manual_seed(seed)

@@ -31,7 +31,7 @@ F_i - F_j (0.5 per token at start: far more local).
 
 Attention runs by the chunked UT transform (``posbench.attention.householder.path_attention``):
 ``block`` (64) positions per chunk, O(L / block) Python steps, forward and backward through
-autograd; its tests compare it with the exact scan ``path_scores``. The KV cache holds each key
+autograd (the gaps' softmax and values one node with its own backward); its tests compare it with the exact scan ``path_scores``. The KV cache holds each key
 with its w (before the convolution and normalisation) and beta (and log f for path_fox) as extra
 channels in float32; ``attend`` runs the convolution over the keys it is given, so a decode step
 finds every transform between. A layer with a sliding window holds its last ``window`` keys, which

@@ -10,7 +10,8 @@ with z_ij METHOD's scores, so a head may attend to nothing (its weights sum to l
 ``sink_init`` (default 0) is every s_h at start. The sink joins every scaled_dot_product_attention
 call METHOD's attend makes (``posbench.attention.modifiers.SoftmaxSink``). On a CPU whose torch has
 the flash op it comes from the attention's log-sum-exp, o * sigmoid(lse - s_h), exact and on the
-flash kernel (``posbench.attention.lse_sink``, its own backward); elsewhere, and with dropout or a
+flash kernel (``posbench.attention.lse_sink``, its own backward: plain causal attention's rule,
+the blocked GEMM backward where SDPA's would score >= 75% of the square and L >= 512); elsewhere, and with dropout or a
 mask that needs a gradient, it is one more key of score s_h and value 0 (``sdpa_with_sink``, the
 reference the fast path is tested against; FlexAttention's ``return_lse`` on CUDA is not wired in).
 METHOD's attention must go through SDPA with its true scores, as nope, rotary and its scalings,
@@ -27,7 +28,6 @@ from torch import nn
 
 from posbench.attention.lse_sink import DTYPES as FLASH_SINK_DTYPES
 from posbench.attention.modifiers import SoftmaxSink, composed_signature, keyword
-from posbench.core import causal
 from posbench.core.cpu_flash import flash_here
 from posbench.core.method import base_hook
 from posbench.core.registry import register_modifier
@@ -73,9 +73,9 @@ class Sink:
             return base.unavailable(device, dtype)
 
         def attn_backend(self, device, dtype) -> str:
+            # the base's text stands: under the sink's mode its causal calls reach the sink's
+            # flash path, which takes the same rule for the backward (posbench.attention.lse_sink)
             text = base.attn_backend(self, device, dtype)
-            if text == causal.BACKEND:  # the sink's mode reads SDPA's calls: the blocked backward steps aside
-                text = "sdpa causal"
             if flash_here(device) and dtype in FLASH_SINK_DTYPES:
                 return text + " + sink from the flash log-sum-exp"
             return text + " + sink key (float mask)"

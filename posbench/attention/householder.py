@@ -20,7 +20,8 @@ flash-linear-attention's ``fla/ops/path_attn`` (fla-org/flash-linear-attention, 
   batched matmul per gap for every chunk pair at that gap: O(Tk / C) Python steps, no L x L write.
 
 The softmax runs over the gaps' (C, C) blocks (only the causal half of the scores is ever formed)
-with a row maximum taken first, so memory is the causal scores' half once, kept for the gradient.
+with a row maximum taken first, so memory is the causal scores' half once, kept for the gradient;
+that loop is one autograd node (``GapSoftmax``) with its own backward.
 """
 
 from __future__ import annotations
@@ -117,42 +118,131 @@ def _chunked(q, k, v, householders, gate, window, c):
     # F_i is the same for every key of row i and cancels in the softmax: each row takes F at its
     # chunk's start instead, R_a - F_j, a (1, C) row per block and close to F_i - F_j in rounding
     f2 = _chunks(gate, n, c) * LOG2E if gate is not None else None  # (n, B, H, C) in log2 units
-
-    def masked(scores, lo, g, keys):
-        """A gap's block in log2 units with R_a - F_j added and the causal / window mask as -inf."""
-        if f2 is not None:
-            scores = scores + (f2[a0 + lo :, ..., :1, None] - f2[keys][..., None, :])
-        causal, windowed = g == 0 and c > 1, window is not None and g * c + c - 1 >= window
-        if not (causal or windowed):
-            return scores
-        hide = dist < 0 if causal else torch.zeros_like(dist, dtype=torch.bool)
-        if windowed:
-            hide = hide | (dist + g * c >= window)
-        return scores.masked_fill(hide, float("-inf"))
-
-    blocks = [(0, 0, masked(own * LOG2E, 0, 0, slice(a0, n)))]  # (first query chunk, gap, scores)
-    carried, lo = q_start * LOG2E, 0
-    for g in range(1, n):
-        if window is not None and (g - 1) * c + 1 >= window:
-            break  # every key at this gap (and beyond) is out of the window
-        new_lo = max(0, g - a0)  # query chunks before it have no key chunk g back
-        carried, lo = carried[new_lo - lo :], new_lo
-        keys = slice(a0 + lo - g, n - g)
-        blocks.append((lo, g, masked(carried @ k_end[keys].mT, lo, g, keys)))
-        if g + 1 < n:
-            carried = carried @ carry[keys]  # on back through key chunk a - g
-
-    with torch.no_grad():  # the softmax's row maximum, a constant for its gradient
-        top = blocks[0][2].amax(-1, keepdim=True)  # (nq, B, H, C, 1)
-        for lo, _, s in blocks[1:]:
-            top[lo:] = torch.maximum(top[lo:], s.amax(-1, keepdim=True))
+    own = own * LOG2E
+    if f2 is not None:
+        own = own + (f2[a0:, ..., :1, None] - f2[a0:, ..., None, :])
+    hide = _hidden(dist, 0, window)
+    if hide is not None:
+        own = own.masked_fill(hide, float("-inf"))
     # a ones column on v: each product gives the row's share of the softmax's sum beside its values
-    ones = torch.ones_like(vc[..., :1])
-    vx = torch.cat([vc, ones], -1)  # (n, B, H, C, dv + 1)
-    acc = 0
-    for lo, g, s in blocks:
-        # exp2 of log2-unit scores: exp's slow path on underflowing values costs 10x on some CPUs
-        part = torch.exp2(s - top[lo:]) @ vx[a0 + lo - g : n - g]
-        acc = acc + (F.pad(part, (0, 0) * 4 + (lo, 0)) if lo else part)  # the first lo query chunks: none g back
+    vx = torch.cat([vc, torch.ones_like(vc[..., :1])], -1)  # (n, B, H, C, dv + 1)
+    gaps = _Gaps(a0, n, c, window, dist)
+    acc = GapSoftmax.apply(own, q_start * LOG2E, k_end, carry, vx, f2, gaps)  # (nq, B, H, C, dv + 1)
     o = (acc[..., :-1] / acc[..., -1:]).movedim(0, 2).flatten(2, 3)  # (B, H, nq C, dv)
     return o[:, :, first - a0 * c :][:, :, :tq]
+
+
+def _hidden(dist, g: int, window: int | None) -> torch.Tensor | None:
+    """The (C, C) mask of a gap-g block's hidden pairs (future keys at gap 0, keys out of the
+    window), or None where every pair is seen; ``dist`` is i - j within the chunk pair."""
+    c = dist.shape[0]
+    causal, windowed = g == 0 and c > 1, window is not None and g * c + c - 1 >= window
+    if not (causal or windowed):
+        return None
+    hide = dist < 0 if causal else torch.zeros_like(dist, dtype=torch.bool)
+    return hide | (dist + g * c >= window) if windowed else hide
+
+
+class _Gaps:
+    """What ``GapSoftmax`` needs of the chunking: the first query chunk ``a0``, ``n`` key chunks
+    of ``c``, the window, the (C, C) i - j, and ``plan``: per gap g >= 1 taken, (g, lo, keys) with
+    lo the first query chunk (of the nq) that has a key chunk g back, keys those key chunks."""
+
+    def __init__(self, a0: int, n: int, c: int, window: int | None, dist: torch.Tensor):
+        self.a0, self.n, self.c, self.window, self.dist = a0, n, c, window, dist
+        self.plan = []
+        for g in range(1, n):
+            if window is not None and (g - 1) * c + 1 >= window:
+                break  # every key at this gap (and beyond) is out of the window
+            lo = max(0, g - a0)  # query chunks before it have no key chunk g back
+            self.plan.append((g, lo, slice(a0 + lo - g, n - g)))
+
+
+class GapSoftmax(torch.autograd.Function):
+    """The softmax and values over the gaps' (C, C) blocks, its backward by hand.
+
+    In: ``own`` (nq, B, H, C, C) the gap-0 scores in log2 units (gate and mask in), ``carried``
+    (nq, B, H, C, d) the queries at their chunk's start (log2 units), ``k_end`` (n, B, H, C, d),
+    ``carry`` (n, B, H, d, d) each chunk's transform (x @ carry), ``vx`` (n, B, H, C, dv + 1) the
+    values with a ones column, ``f2`` (n, B, H, C) the gate in log2 units or None. Out: acc
+    (nq, B, H, C, dv + 1), sum_j exp2(s_ij - max_i) [v_j, 1] per query row.
+
+    Why by hand: autograd through the gap loop turned each gap's slices of ``carried``, ``k_end``,
+    ``carry`` and ``vx`` into a full-size zero tensor plus a copy and an add per slice in the
+    backward (``SliceBackward``), and kept a masked_fill and an exp2 backward per block; this
+    backward adds each gap's gradient into one buffer per input in place, and a hidden pair's
+    weight is already 0 (exp2(-inf)), so its gradient is too with no mask. The forward's
+    operations and their order are autograd's were (the same bits).
+    """
+
+    @staticmethod
+    def forward(ctx, own, carried, k_end, carry, vx, f2, gaps: _Gaps):  # noqa: PLR0913 (the loop's tensors)
+        a0, n = gaps.a0, gaps.n
+        blocks, inputs = [(0, own)], [carried]  # (first query chunk, scores); each gap's carried queries
+        lo = 0
+        for i, (g, new_lo, keys) in enumerate(gaps.plan):
+            carried, lo = carried[new_lo - lo :], new_lo
+            inputs.append(carried)
+            s = carried @ k_end[keys].mT  # (m, B, H, C, C) log2 units
+            if f2 is not None:
+                s = s + (f2[a0 + lo :, ..., :1, None] - f2[keys][..., None, :])
+            hide = _hidden(gaps.dist, g, gaps.window)
+            if hide is not None:
+                s = s.masked_fill(hide, float("-inf"))
+            blocks.append((lo, s))
+            if i + 1 < len(gaps.plan):
+                carried = carried @ carry[keys]  # on back through key chunk a - g
+        top = blocks[0][1].amax(-1, keepdim=True)  # (nq, B, H, C, 1): the softmax's row maximum
+        for lo, s in blocks[1:]:
+            top[lo:] = torch.maximum(top[lo:], s.amax(-1, keepdim=True))
+        probs, acc = [], None
+        for (lo, s), keys in zip(blocks, [slice(a0, n)] + [keys for _, _, keys in gaps.plan]):
+            # exp2 of log2-unit scores: exp's slow path on underflowing values costs 10x on some CPUs
+            p = torch.exp2(s - top[lo:])
+            probs.append(p)
+            part = p @ vx[keys]
+            if acc is None:
+                acc = part
+            else:
+                acc[lo:] += part  # the first lo query chunks: none g back
+        ctx.gaps, ctx.probs, ctx.inputs = gaps, probs, inputs
+        ctx.save_for_backward(k_end, carry, vx, f2)
+        return acc
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dacc):
+        k_end, carry, vx, f2 = ctx.saved_tensors
+        gaps, probs, inputs = ctx.gaps, ctx.probs, ctx.inputs
+        a0, n, ln2 = gaps.a0, gaps.n, 0.6931471805599453  # d exp2(x) / dx = ln 2 exp2(x)
+        d_kend, d_carry, d_vx = torch.zeros_like(k_end), torch.zeros_like(carry), torch.zeros_like(vx)
+        d_f2 = None if f2 is None else torch.zeros_like(f2)
+        d_next = None  # the gradient of the next gap's carried queries (rows from its lo on)
+        for i in range(len(gaps.plan) - 1, -1, -1):
+            g, lo, keys = gaps.plan[i]
+            p, carried, da = probs[i + 1], inputs[i + 1], dacc[lo:]
+            _add_product(d_vx[keys], p.mT, da)
+            ds = (da @ vx[keys].mT).mul_(p).mul_(ln2)  # (m, B, H, C, C): hidden pairs have p = 0
+            if d_f2 is not None:
+                d_f2[a0 + lo :, ..., 0] += ds.sum((-2, -1))
+                d_f2[keys] -= ds.sum(-2)
+            _add_product(d_kend[keys], ds.mT, carried)
+            d_carried = ds @ k_end[keys]
+            if d_next is not None:  # this gap's carried @ carry[keys] fed the next gap from row shift on
+                shift = d_carried.shape[0] - d_next.shape[0]
+                _add_product(d_carried[shift:], d_next, carry[keys][shift:].mT)
+                _add_product(d_carry[keys][shift:], carried[shift:].mT, d_next)
+            d_next = d_carried
+        p0 = probs[0]
+        _add_product(d_vx[a0:n], p0.mT, dacc)
+        d_own = (dacc @ vx[a0:n].mT).mul_(p0).mul_(ln2)
+        d_first = torch.zeros_like(inputs[0])
+        if d_next is not None:
+            d_first[d_first.shape[0] - d_next.shape[0] :] = d_next
+        return d_own, d_first, d_kend, d_carry, d_vx, d_f2, None
+
+
+def _add_product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """out += a @ b in place, one GEMM with beta 1 and no temporary: out (..., r, c) contiguous
+    (a run of chunk-major chunks), a (..., r, k) and b (..., k, c) with out's leading dims."""
+    out.view(-1, *out.shape[-2:]).baddbmm_(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))

@@ -4,6 +4,11 @@ softmax_j(s_ij - m p_i + m p_j) = softmax_j(s_ij + m (p_j - p_mid)): the -m p_i 
 for every key of row i and cancels. Exact in exact arithmetic; in floating point each score is
 rounded at the magnitude of m * L / 2, hence float32 and float64 only, and m * L at most
 ``LINEAR_SPAN`` (tests/attention/test_blocked.py checks both bounds; docs/attention-plans.md).
+
+On a CPU the per-key bias m (p_j - p_mid) is ``posbench.core.key_bias``'s form, so a training
+forward takes plain causal attention's rule (``posbench.core.causal``): where SDPA's backward would
+score at least 75% of the L x L square and L >= 512, the same flash forward (the same output bits)
+with the blocked GEMM backward; elsewhere the flash op's own backward.
 """
 
 from __future__ import annotations
@@ -12,8 +17,9 @@ import math
 
 import torch
 
-from posbench.core import cpu_flash
+from posbench.core import causal, cpu_flash
 from posbench.core.cpu_flash import flash_here
+from posbench.core.key_bias import key_bias_attention
 
 # The largest max slope x span of positions this path takes (beyond it, the distance row).
 LINEAR_SPAN = 2048.0
@@ -21,12 +27,16 @@ LINEAR_SPAN = 2048.0
 
 def linear_bias_sdpa(q, k, v, slopes: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """Causal attention with the bias -slopes_h (p_i - p_j), Tq == Tk: on a CPU the flash op
-    with a (1, H, 1, Tk) mask beside ``is_causal`` (``key_bias_flash``), elsewhere one extra head
-    dimension (``head_column_sdpa``). The causal triangle is skipped, no probabilities stored."""
+    with a (1, H, 1, Tk) mask beside ``is_causal`` (``key_bias_flash``; a training forward where
+    ``causal.blocked_backward_pays`` with the blocked backward, ``key_bias_attention``), elsewhere
+    one extra head dimension (``head_column_sdpa``). The causal triangle is skipped, no
+    probabilities stored."""
     # Relative to the middle key: |m (p_j - p_mid)| <= m L / 2, half the rounding of p_last.
     rel = (k_pos - k_pos[k_pos.shape[0] // 2]).to(q.dtype)  # (Tk,): exact for integer positions
     key_bias = slopes.to(q.dtype)[:, None] * rel[None, :]  # (H, Tk)
     if flash_here(q.device):
+        if causal.blocked_here(q, k, v) and causal.blocked_backward_pays(q.shape[-2]):
+            return key_bias_attention(q, k, v, key_bias.expand(q.shape[0], -1, -1))  # (B, H, Tk), stride 0 over B
         return key_bias_flash(q, k, v, key_bias)
     return head_column_sdpa(q, k, v, key_bias)
 

@@ -11,7 +11,12 @@ PyTorch's CPU flash op returns lse but gives it no gradient, hence ``FlashSink``
 with w = sigmoid(lse - s) and g the output's gradient, the flash backward called with gradient
 g w and output o' = o w gives q, k and v theirs exactly (the lse term -w (1 - w) (g . o) per row
 lands in the kernel's row term D = rowsum(grad_out * out): D' = w^2 (g . o) = (g w) . o'), and
-ds_h = -sum_{b,i} (g_i . o'_i)(1 - w_i).
+ds_h = -sum_{b,i} (g_i . o'_i)(1 - w_i). In the softmax backward's terms the lse's gradient
+g_lse = w (1 - w) (g . o) enters as dS = P (dP - (D - g_lse)), D = rowsum(dO o): the pair
+(g w, o w) carries exactly that, so any backward that takes (grad, out, lse) takes the sink. A
+causal call of L queries against L keys with no mask takes plain causal attention's rule
+(``posbench.core.causal``): the blocked GEMM backward (``key_bias_backward``) where SDPA's
+scores at least 75% of the square and L >= 512, the flash op's own backward elsewhere.
 
 ``flash_sink_sdpa`` takes what ``F.scaled_dot_product_attention`` was given, or says None where
 this path does not apply (another device, dropout, a mask that needs a gradient, another dtype):
@@ -25,8 +30,10 @@ import math
 import torch
 import torch.nn.functional as F
 
+from posbench.core import causal as causal_rule
 from posbench.core import cpu_flash
 from posbench.core.cpu_flash import flash_here
+from posbench.core.key_bias import key_bias_backward
 
 DTYPES = (torch.float32, torch.float64)
 
@@ -34,11 +41,11 @@ DTYPES = (torch.float32, torch.float64)
 class FlashSink(torch.autograd.Function):
     """o * sigmoid(lse - sink[h]) by the CPU flash op: q, k, v (B, H, T, d) one head width, sink
     (H,), mask None or a float mask in q's dtype broadcasting to (B, H, Tq, Tk), ``how`` the op's
-    (is_causal, scale)."""
+    (is_causal, scale) and whether the backward is the blocked one (causal, Tq == Tk, no mask)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sink, mask, how: tuple[bool, float]):
-        causal, scale = how
+    def forward(ctx, q, k, v, sink, mask, how: tuple[bool, float, bool]):
+        causal, scale, ctx.blocked = how
         o, lse = cpu_flash.flash_attention(q, k, v, causal, mask, scale)  # (B, H, Tq, d), (B, H, Tq)
         w = torch.sigmoid(lse - sink.to(lse.dtype)[:, None])  # (B, H, Tq): the real keys' share
         out = o * w[..., None].to(o.dtype)
@@ -50,7 +57,10 @@ class FlashSink(torch.autograd.Function):
     def backward(ctx, grad):
         q, k, v, out, lse, w, mask = ctx.saved_tensors
         grad_w = (grad * w[..., None].to(grad.dtype)).contiguous()
-        dq, dk, dv = cpu_flash.flash_attention_backward(grad_w, q, k, v, out, lse, (ctx.causal, mask, ctx.scale))
+        if ctx.blocked:
+            dq, dk, dv, _ = key_bias_backward(grad_w, (q, k, v, None, out, lse), scale=ctx.scale)
+        else:
+            dq, dk, dv = cpu_flash.flash_attention_backward(grad_w, q, k, v, out, lse, (ctx.causal, mask, ctx.scale))
         d_sink = -((grad * out).sum(-1) * (1 - w)).sum((0, 2))  # (H,)
         return dq, dk, dv, d_sink.to(ctx.sink_dtype), None, None
 
@@ -77,7 +87,8 @@ def flash_sink_sdpa(q, k, v, sink: torch.Tensor, options: dict) -> torch.Tensor 
         mask, causal = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(), False
     width = max(d, dv)  # the kernel wants one head width: zeros change no score and no value
     q, k, v = (F.pad(x, (0, width - x.shape[-1])) if x.shape[-1] < width else x for x in (q, k, v))
-    out = FlashSink.apply(q, k, v, sink, float_mask(mask, q.dtype), (causal, scale))
+    blocked = causal and mask is None and causal_rule.blocked_allowed(q, k, v) and causal_rule.blocked_backward_pays(tq)
+    out = FlashSink.apply(q, k, v, sink, float_mask(mask, q.dtype), (causal, scale, blocked))
     return out[..., :dv] if dv < width else out
 
 

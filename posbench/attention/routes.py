@@ -28,8 +28,12 @@ from posbench.core.masked import biased_attention, windowed
 # Fewer queries than this: the masked bias; the square is small and one fused call beats a Python
 # loop over blocks (docs/attention-plans.md).
 BLOCKED_MIN_ROWS = 512
-# What the linear plan runs on a CPU whose torch has the flash op with a mask.
-LINEAR_BACKEND = "sdpa flash causal + per-key slope mask (linear bias, no L x L)"
+# What the linear plan runs on a CPU whose torch has the flash op with a mask (its backward by
+# plain causal attention's rule, ``posbench.core.causal``).
+LINEAR_BACKEND = (
+    "sdpa flash causal + per-key slope mask (linear bias, no L x L; backward by 64-query blocks where SDPA's "
+    "covers >= 75% of the square, L >= 512)"
+)
 
 
 class BiasSource(Protocol):

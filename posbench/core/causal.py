@@ -14,7 +14,8 @@ L 256 1.08 [0.95-1.28], 512 0.85 [0.77-0.96], 1024 0.92 [0.87-0.99], 2048 1.01 [
 the rule: the blocked backward where SDPA's share is at least ``MIN_SHARE`` and L at least
 ``MIN_LENGTH``; SDPA everywhere else (and for every call that is not a CPU training forward of
 L queries against L keys in float32 or float64, or is compiled, or has a sliding window, or runs
-under a torch function mode that reads SDPA's calls, as the sink modifier does).
+under a torch function mode that reads SDPA's calls, as the sink modifier does: the sink's own
+flash path then takes the same rule, ``posbench.attention.lse_sink``).
 The forward is SDPA's own flash op either way, so outputs keep their bits; gradients change
 within float32 rounding where the blocked backward is taken.
 """
@@ -59,10 +60,10 @@ def backend(device, dtype: torch.dtype) -> str:
     return "sdpa causal"
 
 
-def blocked_here(q, k, v, window: int | None = None) -> bool:
-    """Whether this call may take the blocked backward at all: on a CPU with the flash op, a
+def blocked_allowed(q, k, v, window: int | None = None) -> bool:
+    """Whether a causal call may take the blocked backward at all: on a CPU with the flash op, a
     training forward (autograd wants a gradient) of Tq == Tk in float32 or float64, no window
-    hiding a key, not compiled, and no torch function mode reading SDPA's calls (the sink's)."""
+    hiding a key, not compiled. The sink's flash path (``posbench.attention.lse_sink``) asks this."""
     tq, tk = q.shape[-2], k.shape[-2]
     return (
         tq == tk
@@ -72,8 +73,13 @@ def blocked_here(q, k, v, window: int | None = None) -> bool:
         and torch.is_grad_enabled()
         and any(t.requires_grad for t in (q, k, v))
         and not torch.compiler.is_compiling()
-        and not _get_current_function_mode_stack()  # a mode reads SDPA's calls (the sink modifier's)
     )
+
+
+def blocked_here(q, k, v, window: int | None = None) -> bool:
+    """``blocked_allowed``, and no torch function mode reading SDPA's calls (the sink's, which
+    takes the rule itself on its own flash path): where a method's attention may skip SDPA."""
+    return blocked_allowed(q, k, v, window) and not _get_current_function_mode_stack()
 
 
 def causal_sdpa(q, k, v, window: int | None = None) -> torch.Tensor:

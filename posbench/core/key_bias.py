@@ -42,13 +42,15 @@ def key_bias_forward(q, k, v, key_bias: torch.Tensor | None) -> tuple[torch.Tens
     return out[..., :hv], lse
 
 
-def key_bias_backward(dout, saved: tuple, rows: int = BACKWARD_ROWS) -> tuple[torch.Tensor, ...]:
+def key_bias_backward(dout, saved: tuple, rows: int = BACKWARD_ROWS, scale: float | None = None) -> tuple[torch.Tensor, ...]:
     """(dq, dk, dv (B, H, L, hd), d key_bias (B, H, L) or None without one) of ``key_bias_forward``'s
     output, from ``saved`` = (q, k, v, key_bias, out, lse), by blocks of ``rows`` queries; each block
-    sees only keys 0 .. its last row (the causal triangle skipped)."""
+    sees only keys 0 .. its last row (the causal triangle skipped). ``scale``: the forward's score
+    scale (None: 1 / sqrt(hd), ``key_bias_forward``'s)."""
     q, k, v, key_bias, out, lse = saved
     b, h, t, hd = q.shape
-    hv, bh, scale = v.shape[-1], b * h, 1.0 / math.sqrt(hd)
+    hv, bh = v.shape[-1], b * h
+    scale = 1.0 / math.sqrt(hd) if scale is None else scale
     ones = q.new_ones(b, h, t, 1)
     # (B*H, L, hd + e) and (B*H, L, hv + 1): contiguous batches of rows, made once; e = 2 with a
     # key bias ([q s, -lse, 1] . [k, 1, c]), else 1 ([q s, -lse] . [k, 1])
@@ -95,7 +97,8 @@ class KeyBiasAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        return key_bias_backward(dout, ctx.saved_tensors)
+        dq, dk, dv, dc = key_bias_backward(dout, ctx.saved_tensors)
+        return dq, dk, dv, dc if ctx.needs_input_grad[3] else None  # a fixed bias (ALiBi's) gets none
 
 
 def key_bias_attention(q, k, v, key_bias: torch.Tensor) -> torch.Tensor:

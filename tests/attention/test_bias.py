@@ -152,7 +152,10 @@ def test_attn_backend_says_which_path_the_bias_takes(monkeypatch):
     assert t5.attn_backend("cpu", torch.float32) == "blocked float32 (flash op per block), distance row (no L x L)"
     assert t5.attn_backend("cuda", torch.bfloat16) == "sdpa + bfloat16 bias (learned)"
     alibi = registry.build(ModelConfig(method="alibi"))
-    assert alibi.attn_backend("cpu", torch.float32) == "sdpa flash causal + per-key slope mask (linear bias, no L x L)"
+    assert alibi.attn_backend("cpu", torch.float32) == (
+        "sdpa flash causal + per-key slope mask (linear bias, no L x L; backward by 64-query blocks where SDPA's "
+        "covers >= 75% of the square, L >= 512)"
+    )
     assert alibi.attn_backend("cpu", torch.bfloat16) == "blocked float32 (flash op per block), distance row (no L x L)"
 
 

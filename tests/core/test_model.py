@@ -69,7 +69,10 @@ def test_model_info_names_scale_and_attention_path(monkeypatch):
     info = model.info("cpu", torch.float32)
     assert info == {
         "embed_scale": "11.3137",
-        "attn_backend": "sdpa flash causal + per-key slope mask (linear bias, no L x L)",
+        "attn_backend": (
+            "sdpa flash causal + per-key slope mask (linear bias, no L x L; backward by 64-query blocks where SDPA's "
+            "covers >= 75% of the square, L >= 512)"
+        ),
         "compute_dtype": "float32",
     }
     compute = build_model(model_config("tiny", "alibi", method_options={"bias_dtype": "compute"}))

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from posbench.core import registry
+from posbench.core import causal, registry
 from tests.helpers.attention import method, qkv, reference_attention
 from tests.helpers.methods import one_head
 
@@ -55,8 +55,8 @@ def test_on_a_cpu_the_sink_rides_the_flash_kernel_and_equals_the_sink_key(monkey
     if cpu_flash.CPU_FLASH_WITH_MASK is None:
         pytest.skip("this torch has no CPU flash op: the reference only")
     m = method("rotary+sink")
-    # the blocked backward steps aside under the sink's mode, so the label never names it
-    assert m.attn_backend("cpu", torch.float32) == "sdpa causal + sink from the flash log-sum-exp"
+    # the sink's flash path takes plain causal attention's rule for its backward: the label names it
+    assert m.attn_backend("cpu", torch.float32) == causal.BACKEND + " + sink from the flash log-sum-exp"
     with torch.no_grad():
         m.sink_logit.normal_(0.0, 1.0)
     q, k, v = (x.double().requires_grad_() for x in qkv(37, 37))
@@ -75,3 +75,31 @@ def test_on_a_cpu_the_sink_rides_the_flash_kernel_and_equals_the_sink_key(monkey
     for a, b in zip(fast_grads, ref_grads):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     assert fast_grads[3][2].abs().min() > 0 and not fast_grads[3][0].any()  # layer 2's logits only
+
+
+def test_on_a_cpu_the_sink_takes_the_blocked_backward_where_the_rule_does(monkeypatch):
+    """rotary+sink at L 512 (SDPA's backward would score the whole square): the sink's flash path
+    runs the blocked GEMM backward, as rotary alone does, with the flash op's gradients."""
+    from posbench.attention import lse_sink
+    from posbench.core import cpu_flash
+
+    if cpu_flash.CPU_FLASH_WITH_MASK is None:
+        pytest.skip("this torch has no CPU flash op: the reference only")
+    m = method("rotary+sink")
+    q, k, v = (x.requires_grad_() for x in qkv(512, 512, seed=3))
+    pos = torch.arange(512)
+    taken = []
+    real = lse_sink.key_bias_backward
+    monkeypatch.setattr(lse_sink, "key_bias_backward", lambda *a, **kw: taken.append(1) or real(*a, **kw))
+
+    def run():
+        out = m.attend(q, k, v, pos, pos, 0)
+        return out, torch.autograd.grad(out.square().sum(), (q, k, v, m.sink_logit))
+
+    out, grads = run()
+    assert taken == [1]
+    monkeypatch.setattr(causal, "blocked_backward_pays", lambda length: False)
+    want, want_grads = run()
+    assert taken == [1] and torch.equal(out, want)
+    for a, b in zip(grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5)

@@ -115,3 +115,30 @@ def test_ratio_times_nope_against_itself_on_sdpa_by_the_cpu_clock(capsys, monkey
     assert "one thread, cpu clock" in out and "nope:sdpa    / nope: median" in out
     assert set(seen) == {(True, False), (False, True)}  # the rule off in nope:sdpa's steps, on in nope's
     assert causal.blocked_backward_pays is rule
+
+
+def test_sdpa_only_turns_the_rule_off_for_alibis_and_the_sinks_routes_too(monkeypatch):
+    """``alibi:sdpa`` and ``rotary+sink:sdpa`` time those routes without the blocked backward: both
+    read ``causal.blocked_backward_pays`` when called, the switch ``sdpa_only`` flips."""
+    from posbench.attention import linear, lse_sink
+    from posbench.attention.modifiers import sdpa_options
+    from posbench.core import cpu_flash
+    from posbench.core.alibi_math import slopes_tensor
+
+    if cpu_flash.CPU_FLASH_WITH_MASK is None:
+        pytest.skip("this torch has no CPU flash op: neither route takes the rule")
+    taken = []
+    for module, name in ((linear, "key_bias_attention"), (lse_sink, "key_bias_backward")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real, name=name, **kw: taken.append(name) or real(*a, **kw))
+    q, k, v = (torch.randn(1, 2, 512, 8).requires_grad_() for _ in range(3))
+
+    def both():
+        linear.linear_bias_sdpa(q, k, v, slopes_tensor(2), torch.arange(512)).sum().backward()
+        lse_sink.flash_sink_sdpa(q, k, v, torch.zeros(2), sdpa_options(is_causal=True)).sum().backward()
+
+    with _tool().sdpa_only():
+        both()
+    assert taken == []
+    both()
+    assert taken == ["key_bias_attention", "key_bias_backward"]
