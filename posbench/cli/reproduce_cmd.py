@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 REPRODUCE_EPILOG = """examples:
-  bench.py reproduce results/published/dependency/cpu-cpu-04816a60
+  bench.py reproduce results/published/dependency/cpu-cpu-d508c13e
   bench.py reproduce results/published/ruler/cpu-cpu-0a1b2c3d --dry-run
   bench.py reproduce results/published/SUITE/RUN-ID --results /tmp/again
 
