@@ -28,14 +28,14 @@ LINEAR_SPAN = 2048.0
 def linear_bias_sdpa(q, k, v, slopes: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
     """Causal attention with the bias -slopes_h (p_i - p_j), Tq == Tk: on a CPU the flash op
     with a (1, H, 1, Tk) mask beside ``is_causal`` (``key_bias_flash``; a training forward where
-    ``causal.blocked_backward_pays`` with the blocked backward, ``key_bias_attention``), elsewhere
+    ``causal.takes_blocked`` with the blocked backward, ``key_bias_attention``), elsewhere
     one extra head dimension (``head_column_sdpa``). The causal triangle is skipped, no
     probabilities stored."""
     # Relative to the middle key: |m (p_j - p_mid)| <= m L / 2, half the rounding of p_last.
     rel = (k_pos - k_pos[k_pos.shape[0] // 2]).to(q.dtype)  # (Tk,): exact for integer positions
     key_bias = slopes.to(q.dtype)[:, None] * rel[None, :]  # (H, Tk)
     if flash_here(q.device):
-        if causal.blocked_here(q, k, v) and causal.blocked_backward_pays(q.shape[-2]):
+        if causal.takes_blocked(q, k, v):
             return key_bias_attention(q, k, v, key_bias.expand(q.shape[0], -1, -1))  # (B, H, Tk), stride 0 over B
         return key_bias_flash(q, k, v, key_bias)
     return head_column_sdpa(q, k, v, key_bias)

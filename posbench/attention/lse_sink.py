@@ -87,7 +87,7 @@ def flash_sink_sdpa(q, k, v, sink: torch.Tensor, options: dict) -> torch.Tensor 
         mask, causal = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(), False
     width = max(d, dv)  # the kernel wants one head width: zeros change no score and no value
     q, k, v = (F.pad(x, (0, width - x.shape[-1])) if x.shape[-1] < width else x for x in (q, k, v))
-    blocked = causal and mask is None and causal_rule.blocked_allowed(q, k, v) and causal_rule.blocked_backward_pays(tq)
+    blocked = causal and mask is None and causal_rule.takes_blocked(q, k, v, sink_path=True)
     out = FlashSink.apply(q, k, v, sink, float_mask(mask, q.dtype), (causal, scale, blocked))
     return out[..., :dv] if dv < width else out
 

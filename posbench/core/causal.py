@@ -63,7 +63,7 @@ def backend(device, dtype: torch.dtype) -> str:
 def blocked_allowed(q, k, v, window: int | None = None) -> bool:
     """Whether a causal call may take the blocked backward at all: on a CPU with the flash op, a
     training forward (autograd wants a gradient) of Tq == Tk in float32 or float64, no window
-    hiding a key, not compiled. The sink's flash path (``posbench.attention.lse_sink``) asks this."""
+    hiding a key, not compiled (``takes_blocked`` asks it for the sink's flash path)."""
     tq, tk = q.shape[-2], k.shape[-2]
     return (
         tq == tk
@@ -82,10 +82,17 @@ def blocked_here(q, k, v, window: int | None = None) -> bool:
     return blocked_allowed(q, k, v, window) and not _get_current_function_mode_stack()
 
 
+def takes_blocked(q, k, v, window: int | None = None, sink_path: bool = False) -> bool:
+    """The rule itself: whether this causal call takes the blocked backward, ``blocked_here`` (or,
+    on the sink's own flash path under its mode, ``blocked_allowed``) and ``blocked_backward_pays(L)``.
+    Every route that can take it (plain causal SDPA, ALiBi's linear plan, the sink) asks this."""
+    allowed = blocked_allowed(q, k, v, window) if sink_path else blocked_here(q, k, v, window)
+    return allowed and blocked_backward_pays(q.shape[-2])
+
+
 def causal_sdpa(q, k, v, window: int | None = None) -> torch.Tensor:
     """``posbench.core.masked.causal_attention(q, k, v, window=window)``, the same values, by the
-    faster path: SDPA's flash forward and the blocked backward where ``blocked_here`` and
-    ``blocked_backward_pays(L)``; else SDPA."""
-    if blocked_here(q, k, v, window) and blocked_backward_pays(q.shape[-2]):
+    faster path: SDPA's flash forward and the blocked backward where ``takes_blocked``; else SDPA."""
+    if takes_blocked(q, k, v, window):
         return causal_flash_attention(q, k, v)
     return causal_attention(q, k, v, window=window)

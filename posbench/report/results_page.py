@@ -338,8 +338,9 @@ class RunSection:
             f"- **Machine**: device {md_code(machine['device'])}; CPU: {t['cpu']}; GPU: {t['gpu']}; {t['os']}",
             f"- **Software**: Python {t['python']}, torch {t['torch']}, CUDA {t['cuda']}, triton {t['triton']}",
         ]
-        if self.method_options():
-            lines.append(f"- **Method options** (not the defaults where given): {md_text(self.method_options())}")
+        options = self.method_options()
+        if options:
+            lines.append(f"- **Method options** (not the defaults where given): {md_text(options)}")
         lines += [f"- **{warning}**" for warning in self.warnings]
         busy = _busy(self.env)
         if busy:

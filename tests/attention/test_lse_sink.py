@@ -34,6 +34,21 @@ def mask_options(kind, tq, tk, dtype, g):
     return {}
 
 
+def assert_matches_reference(q, k, v, sink, options: dict, g) -> None:
+    """``flash_sink_sdpa`` against ``sdpa_with_sink`` (the sink as one more key): values, and the
+    gradients of q, k, v and the sink logits (each nonzero) for a random output gradient."""
+    dtype = q.dtype
+    got = flash_sink_sdpa(q, k, v, sink, sdpa_options(**options))
+    want = sdpa_with_sink(q, k, v, sink=sink, **options)
+    torch.testing.assert_close(got, want, **TOL[dtype])
+    grad = torch.randn(want.shape, generator=g, dtype=dtype)
+    got_grads = torch.autograd.grad((got * grad).sum(), (q, k, v, sink))
+    want_grads = torch.autograd.grad((want * grad).sum(), (q, k, v, sink))
+    for a, b in zip(got_grads, want_grads):
+        assert a.abs().sum() > 0
+        torch.testing.assert_close(a, b, **(TOL[dtype] if a.dtype == dtype else TOL[torch.float32]))
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("tq,tk,kv_heads,dv,kind", CASES)
 def test_flash_sink_equals_the_sink_key_reference(dtype, tq, tk, kv_heads, dv, kind):
@@ -44,15 +59,7 @@ def test_flash_sink_equals_the_sink_key_reference(dtype, tq, tk, kv_heads, dv, k
         v = torch.randn(2, kv_heads, tk, dv, generator=g, dtype=dtype).requires_grad_()
         sink = torch.randn(4, generator=g).requires_grad_()  # float32, as the modifier's parameter
         options = mask_options(kind, tq, tk, dtype, g) | ({"enable_gqa": True} if kv_heads != 4 else {})
-        got = flash_sink_sdpa(q, k, v, sink, sdpa_options(**options))
-        want = sdpa_with_sink(q, k, v, sink=sink, **options)
-        torch.testing.assert_close(got, want, **TOL[dtype])
-        grad = torch.randn(want.shape, generator=g, dtype=dtype)
-        got_grads = torch.autograd.grad((got * grad).sum(), (q, k, v, sink))
-        want_grads = torch.autograd.grad((want * grad).sum(), (q, k, v, sink))
-        for a, b in zip(got_grads, want_grads):
-            assert a.abs().sum() > 0
-            torch.testing.assert_close(a, b, **(TOL[dtype] if a.dtype == dtype else TOL[torch.float32]))
+        assert_matches_reference(q, k, v, sink, options, g)
 
 
 def test_where_the_flash_path_does_not_apply_it_says_none():
@@ -101,15 +108,7 @@ def test_the_sinks_blocked_backward_equals_the_sink_key_reference(monkeypatch, d
         v = torch.randn(2, kv_heads, t, dv, generator=g, dtype=dtype).requires_grad_()
         sink = torch.randn(4, generator=g).requires_grad_()
         options = dict(is_causal=True, scale=scale) | ({"enable_gqa": True} if kv_heads != 4 else {})
-        got = flash_sink_sdpa(q, k, v, sink, sdpa_options(**options))
-        want = sdpa_with_sink(q, k, v, sink=sink, **options)
-        torch.testing.assert_close(got, want, **TOL[dtype])
-        grad = torch.randn(want.shape, generator=g, dtype=dtype)
-        got_grads = torch.autograd.grad((got * grad).sum(), (q, k, v, sink))
-        want_grads = torch.autograd.grad((want * grad).sum(), (q, k, v, sink))
-        for a, b in zip(got_grads, want_grads):
-            assert a.abs().sum() > 0
-            torch.testing.assert_close(a, b, **(TOL[dtype] if a.dtype == dtype else TOL[torch.float32]))
+        assert_matches_reference(q, k, v, sink, options, g)
     assert taken == [t, t]
 
 

@@ -87,3 +87,24 @@ def test_causal_flash_attention_backward_has_no_key_bias_gradient():
     out, lse = key_bias.key_bias_forward(q, k, v, None)
     grads = key_bias.key_bias_backward(torch.ones_like(out), (q, k, v, None, out, lse))
     assert grads[3] is None and [g.shape for g in grads[:3]] == [q.shape] * 3
+
+
+@needs_flash
+def test_takes_blocked_is_the_rule_every_route_asks(monkeypatch):
+    """One predicate for plain causal SDPA, ALiBi's linear plan and the sink: allowed here and
+    paying at this length; under a torch function mode (the sink's) only the sink's own path."""
+    from torch.overrides import TorchFunctionMode
+
+    class Reading(TorchFunctionMode):  # a mode that reads every call and passes it on, as the sink's does
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = (x.requires_grad_() for x in qkv(512, 512, h=2, d=8))
+    assert causal.takes_blocked(q, k, v) and causal.takes_blocked(q, k, v, sink_path=True)
+    with Reading():
+        assert not causal.takes_blocked(q, k, v) and causal.takes_blocked(q, k, v, sink_path=True)
+    monkeypatch.setattr(causal, "blocked_backward_pays", lambda length: False)
+    assert not causal.takes_blocked(q, k, v, sink_path=True)
+    short = [x.detach()[:, :, :256].requires_grad_() for x in (q, k, v)]
+    monkeypatch.undo()
+    assert not causal.takes_blocked(*short)  # L 256: SDPA's own backward
