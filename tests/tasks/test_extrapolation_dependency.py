@@ -228,3 +228,32 @@ def test_the_copy_gain_table_shows_the_matched_gain_with_the_old_beside_it(tmp_p
     assert t.cell("alibi", 8).text == "0.80 (0.40)"
     assert t.cell("alibi", Lv).value == pytest.approx(0.5) and t.cell("alibi", Lv).text == f"0.50 ({far['gain']:.2f})"
     assert "at the same window positions as the copies scored" in t.caption
+
+
+def test_the_copy_gain_table_shows_each_gains_interval_over_seeds_and_ranks_by_it(tmp_path):
+    from posbench.report.headline import table_line
+
+    def row(method, far, lo, hi):  # a 3-seed row: the matched gain beyond L_train 16 at 64, its t interval
+        entries = [
+            {"L_valid": 16, "bucket": D.WITHIN, "lo": 1, "hi": 16, "tokens": 9, "ppl": 2.0, "bound_ppl": 1.5, "gain": 0.8},
+            {"L_valid": 64, "bucket": D.BEYOND, "lo": 17, "hi": 63, "tokens": 9, "ppl": 3.0, "bound_ppl": 1.5}
+            | {"gain": far - 0.1, "gain_matched": far, "matched_tokens": 9},
+        ]
+        metrics = {"copy_gain_far_matched@64": far}
+        if lo is not None:
+            metrics |= {"copy_gain_far_matched@64_seed_lo": lo, "copy_gain_far_matched@64_seed_hi": hi}
+            metrics |= {"copy_gain_within_seed_lo": 0.7, "copy_gain_within_seed_hi": 0.9}
+        return base_row("t", "extrapolation", method, {"L_train": 16}, "r", series={"by_distance": entries}, metrics=metrics)
+
+    apart = [row("alibi", 0.6, 0.5, 0.7), row("rotary", 0.2, 0.1, 0.3)]
+    (t,) = copy_gain_tables(load_runs(write_run(tmp_path / "a", apart), find_task=find_task))
+    assert t.cell("alibi", 64).text == "0.60 [0.50, 0.70] (0.50)" and t.cell("alibi", 64).spread == (0.5, 0.7)
+    assert t.cell("rotary", 16).text == "0.80 [0.70, 0.90]"  # the unmatched gate's own interval
+    assert "95% t interval over the training seeds" in t.caption
+    assert table_line(t).text.endswith("Best: alibi.")
+    close = [row("alibi", 0.6, 0.3, 0.9), row("rotary", 0.2, 0.1, 0.4)]
+    (t,) = copy_gain_tables(load_runs(write_run(tmp_path / "c", close), find_task=find_task))
+    assert table_line(t).text.endswith("Not separable: alibi, rotary.")
+    one_seed = [row("alibi", 0.6, None, None)]
+    (t,) = copy_gain_tables(load_runs(write_run(tmp_path / "o", one_seed), find_task=find_task))
+    assert t.cell("alibi", 64).text == "0.60 (0.50)" and "t interval" not in t.caption

@@ -162,22 +162,30 @@ def copy_gain_tables(runs: Runs) -> list[Table]:
                 if lv > l_train and verdicts[r.method] is False:
                     table.cells[(r.method, lv)] = Cell(text=NOT_LEARNT, value=None, case_id=r.case_id, run_id=r.run_id)
                 else:
-                    text = _gain_text(read.get((r.method, lv)), gain)
-                    table.cells[(r.method, lv)] = Cell(text=text, value=gain, case_id=r.case_id, run_id=r.run_id)
+                    entry = read.get((r.method, lv))
+                    spread = _seed_interval(r, entry, lv == l_train, lv)
+                    text = _gain_text(entry, gain, spread)
+                    table.cells[(r.method, lv)] = Cell(text=text, value=gain, case_id=r.case_id, run_id=r.run_id, spread=spread)
         reference = (
             "the model's own loss on the copies whose source lies before its window (it cannot use them), at the "
             f"same window positions as the copies scored (their mean over {POSITION_BINS} bins of position, "
-            "weighted by the copies' bins; in brackets the unmatched gain, against those copies wherever they sit: early in the "
+            "weighted by the copies' bins; in round brackets the unmatched gain, against those copies wherever they sit: early in the "
             "window, so it reads low for a model whose loss rises with position)"
             if matched
             else "the model's own loss on the copies whose source lies before its window (it cannot use them)"
+        )
+        seeds = (
+            " In square brackets: the shown gain's 95% t interval over the training seeds, which decides the"
+            " summary's `Best:` and `Not separable`."
+            if any(c.spread is not None for c in table.cells.values())
+            else ""
         )
         table.caption = (
             f"Share of the true source's advantage that the model realises on copied tokens, (loss_out - loss) / "
             f"(loss_out - bound): loss_out is {reference}, bound the source's loss on the same tokens; 0: the copy "
             f"is ignored, 1: used as the source uses it. Column {l_train} (= L_train): the copies within L_train, the "
             f"learn-first gate (a method below {LEARNT_GAIN:.2f} has not learnt to copy at the length it was "
-            f"trained at); longer columns: the copies from beyond L_train, inside the window. {said.note()} "
+            f"trained at); longer columns: the copies from beyond L_train, inside the window.{seeds} {said.note()} "
             f"{hardware}, commit {table.commit}."
         )
         tables.append(table)
@@ -190,9 +198,25 @@ def _shown_gain(entry: dict) -> float | None:
     return entry.get("gain_matched") if "matched_tokens" in entry else entry.get("gain")
 
 
-def _gain_text(entry: dict | None, gain: float | None) -> str:
-    """``0.62 (0.31)``: the gain shown, then the unmatched one where the shown one is matched."""
+def _seed_interval(row, entry: dict | None, within: bool, l_valid) -> tuple[float, float] | None:
+    """The 95% t interval over seeds (``<metric>_seed_lo``/``_seed_hi``) of the gain a cell shows:
+    ``copy_gain_within[_matched]`` at L_train, ``copy_gain_far[_matched]@<L_valid>`` beyond it;
+    None for a one-seed row (a single measurement separates nothing)."""
+    if entry is None:
+        return None
+    matched = "_matched" if "matched_tokens" in entry else ""
+    name = f"copy_gain_within{matched}" if within else f"copy_gain_far{matched}@{l_valid}"
+    metrics = row.metrics if isinstance(row.metrics, dict) else {}
+    lo, hi = metrics.get(f"{name}_seed_lo"), metrics.get(f"{name}_seed_hi")
+    return (lo, hi) if finite_number(lo) and finite_number(hi) else None
+
+
+def _gain_text(entry: dict | None, gain: float | None, spread: tuple[float, float] | None = None) -> str:
+    """``0.62 [0.55, 0.70] (0.31)``: the gain shown, its interval over seeds where the row has
+    one, then the unmatched gain where the shown one is matched."""
     text = "—" if gain is None else f"{gain:.2f}"
+    if gain is not None and spread is not None:
+        text += f" [{spread[0]:.2f}, {spread[1]:.2f}]"
     if entry is not None and "matched_tokens" in entry and entry.get("gain") is not None:
         text += f" ({entry['gain']:.2f})"
     return text
