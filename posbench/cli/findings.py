@@ -146,15 +146,29 @@ def _tables(sources: Iterable[Source], task: str, metric: str) -> list[Source]:
     return [s for s in sources if s.table.task == task and s.table.metric == metric]
 
 
+def compiled(source: Source) -> bool:
+    """Whether the run's cases ran under ``torch.compile`` (its settings' ``compile``): a compiled
+    and an eager run of one suite give cost lines that must not read alike."""
+    rows = source.rows
+    if rows is None or "settings" not in getattr(rows, "columns", ()):
+        return False
+    return any(isinstance(s, dict) and s.get("compile") is True for s in rows["settings"])
+
+
+def _eager_first(sources: Iterable[Source]) -> list[Source]:
+    return sorted(sources, key=compiled)  # stable: the pages' order within eager and compiled
+
+
 def cost_lines(sources: list[Source]) -> list[str]:
-    """What each method costs against ``FLOOR`` at ``COST_LENGTH`` (or the longest L measured)."""
+    """What each method costs against ``FLOOR`` at ``COST_LENGTH`` (or the longest L measured),
+    eager runs first; a compiled run's lines say so."""
     out = []
     for metric, what in (
         ("train_wps", "training speed"),
         ("eval_wps", "evaluation speed"),
         ("peak_mem_train_bytes", "training memory"),
     ):
-        for source in _tables(sources, ASKED["cost"].task, metric):
+        for source in _eager_first(_tables(sources, ASKED["cost"].task, metric)):
             t = source.table
             lengths = [c for c in t.columns if isinstance(c, (int, float))]
             if FLOOR not in t.rows or not lengths:
@@ -165,8 +179,11 @@ def cost_lines(sources: list[Source]) -> list[str]:
             parts = "; ".join(f"{md_text(m)} {r.text()}" for m, r in ratios.items())
             short = "" if length == COST_LENGTH else f" (the longest published; L {COST_LENGTH} needs `{ASKED['cost'].command}`)"
             said = how(ratios.values(), t.resolution)
+            mode = ", compiled" if compiled(source) else ""
             out.append(
-                f"{what.capitalize()} at L {length}{short}, against {FLOOR}" + (f" ({said})" if said else "") + f": {parts} "
+                f"{what.capitalize()} at L {length}{short}{mode}, against {FLOOR}"
+                + (f" ({said})" if said else "")
+                + f": {parts} "
                 f"{_link(source)}"
             )
     return out or [ASKED["cost"].missing(f"Cost against {FLOOR}")]
@@ -353,7 +370,7 @@ def _faster_claim(sources: list[Source]) -> str:
     faster beyond the interval and lighter beyond the resolution; not reproduced where either
     points the other way beyond the noise; else not separable at this scale."""
     name = "ALiBi trains faster, with less memory, than T5 bias"
-    for speed in _tables(sources, ASKED["cost"].task, "train_wps"):
+    for speed in _eager_first(_tables(sources, ASKED["cost"].task, "train_wps")):  # eager first: the paper predates torch.compile
         t = speed.table
         lengths = [c for c in t.columns if isinstance(c, (int, float))]
         if not {"alibi", "t5_bias"} <= set(t.rows) or not lengths:
@@ -372,7 +389,8 @@ def _faster_claim(sources: list[Source]) -> str:
         if faster is None or less is None:
             continue
         quicker, heavier = faster.above(), less.above()
-        why = f"at L {length}: speed alibi / t5_bias {faster.text()}, memory {less.text()} {_link(speed)}"
+        mode = ", compiled" if compiled(speed) else ""
+        why = f"at L {length}{mode}: speed alibi / t5_bias {faster.text()}, memory {less.text()} {_link(speed)}"
         if quicker is False or heavier is True:
             return _claim(name, "not reproduced", why)
         return _claim(name, "reproduced" if quicker and heavier is False else "not separable at this scale", why)

@@ -291,3 +291,49 @@ def test_a_run_of_variants_says_its_method_options_in_its_finding():
         [results_page.Source(table, "extrapolation", "p.md#run-r", options="path_fox gate_scale=none")]
     )
     assert line.startswith("Perplexity at L 512 over L_train 64 (extrapolation; method options path_fox gate_scale=none): path")
+
+
+def test_a_compiled_runs_cost_lines_say_so_and_follow_the_eager_runs():
+    """Issue 69 publishes efficiency eager and compiled (bias methods): two runs whose cost lines
+    would otherwise read alike; the ALiBi-vs-T5 claim is judged on the eager run, as the paper's."""
+    import pandas as pd
+
+    cells = {
+        ("alibi", 2048): Cell("", 9.0, spread=(8.0, 10.0), ratio=0.9, ratio_interval=(0.88, 0.92)),
+        ("nope", 2048): Cell("", 10.0, spread=(9.0, 11.0), ratio=1.0),
+    }
+    table = _speed_table("nope", cells)
+
+    def run(compile_: bool, link: str) -> results_page.Source:
+        rows = pd.DataFrame({"method": ["alibi", "nope"], "settings": [{"compile": compile_}] * 2})
+        return results_page.Source(table, "efficiency", link, rows)
+
+    lines = findings.cost_lines([run(True, "c.md#run-c"), run(False, "e.md#run-e")])
+    assert lines[0].startswith("Training speed at L 2048, against nope (") and lines[0].endswith("(e.md#run-e))")
+    assert lines[1].startswith("Training speed at L 2048, compiled, against nope (")
+    assert lines[1].endswith("([table](c.md#run-c))") and ": alibi 0.90x ±0.02 " in lines[1]
+    assert not findings.compiled(results_page.Source(table, "efficiency", "x"))  # no rows: not compiled
+
+
+def test_alibis_speed_claim_is_judged_on_the_eager_run_when_a_compiled_one_is_published():
+    import pandas as pd
+
+    speed = _speed_table(
+        "t5_bias",
+        {
+            ("alibi", 2048): Cell("", 10.5, ratio=1.05, ratio_interval=(1.03, 1.07)),
+            ("t5_bias", 2048): Cell("", 10.0, ratio=1.0),
+        },
+    )
+    spec = TableSpec("efficiency", "peak_mem_train_bytes", unit="bytes", column_header="seq_len", higher_is_better=False)
+    mem_cells = {(m, 2048): Cell("", v, resolution=(v - 0.01, v + 0.01)) for m, v in (("alibi", 0.4), ("t5_bias", 0.5))}
+    memory = Table(spec, key="m", title="m", columns=[2048], rows=["alibi", "t5_bias"], cells=mem_cells)
+
+    def run(compile_: bool, link: str) -> list[results_page.Source]:
+        rows = pd.DataFrame({"method": ["alibi"], "settings": [{"compile": compile_}]})
+        return [results_page.Source(t, "efficiency", link, rows) for t in (speed, memory)]
+
+    claim = next(x for x in findings.claim_lines(run(True, "c.md#run-c") + run(False, "e.md#run-e")) if x.startswith(CLAIM))
+    assert claim == f"{CLAIM}reproduced (at L 2048: speed alibi / t5_bias 1.05x ±0.02, memory 0.80x ([table](e.md#run-e)))"
+    claim = next(x for x in findings.claim_lines(run(True, "c.md#run-c")) if x.startswith(CLAIM))
+    assert claim.startswith(f"{CLAIM}reproduced (at L 2048, compiled: speed")
