@@ -37,6 +37,7 @@ class Point:
     extra: dict = field(default_factory=dict)
     serving: float | None = None  # serving cost at the target length: ms per generated token, KV cache
     serving_range: tuple[float, float] | None = None  # its fastest and slowest repeat (ms)
+    bounds: tuple[float, float] | None = None  # the values the quality can take (accuracy: 0 to 1)
 
     @property
     def label(self) -> str:
@@ -44,8 +45,14 @@ class Point:
 
     @property
     def interval(self) -> tuple[float, float, int, float | None, float | None]:
-        """(mean, std, seeds, low, high): the quality's 95% t interval over seeds."""
-        return seed_interval(list(self.by_seed.values()))
+        """(mean, std, seeds, low, high): the quality's 95% t interval over seeds, cut to ``bounds``.
+        Over 2 seeds a t interval of an accuracy reached -2.7 and 4.1 on the ruler page: values no accuracy
+        takes. Cutting both intervals to one range keeps every overlap (so every verdict)."""
+        mean, std, n, lo, hi = seed_interval(list(self.by_seed.values()))
+        if self.bounds is not None and lo is not None:
+            floor, ceiling = self.bounds
+            lo, hi = min(max(lo, floor), ceiling), max(min(hi, ceiling), floor)
+        return mean, std, n, lo, hi
 
     @property
     def quality(self) -> float | None:
@@ -208,11 +215,17 @@ def serving_parts(serving) -> tuple[float | None, tuple[float, float] | None]:
 
 
 def frontier_points(
-    runs: Runs, task: str, cells: Cells, cost: Callable[[dict], float | None], of: Callable[[object], str] = lambda r: ""
+    runs: Runs,
+    task: str,
+    cells: Cells,
+    cost: Callable[[dict], float | None],
+    of: Callable[[object], str] = lambda r: "",
+    bounds: tuple[float, float] | None = None,
 ) -> dict[tuple, list[Point]]:
     """{(suite, hardware, budget, of, target): [Point]} of the finished ``task`` rows of runs that
     ask for a frontier. ``cells(row)`` yields (target length, {seed: quality}, serving cost: see ``Cells``);
-    ``cost(metrics)`` is the row's cost; ``of(row)`` what else a frontier is drawn per (a probe)."""
+    ``cost(metrics)`` is the row's cost; ``of(row)`` what else a frontier is drawn per (a probe);
+    ``bounds`` the values a quality can take (``ACCURACY``), its intervals cut to them."""
     out: dict[tuple, list[Point]] = {}
     for suite, hardware, group in task_groups(runs.rows, task):
         rows = [r for rs in by_params(group).values() for r in rs if r.status == "ok"]
@@ -231,6 +244,7 @@ def frontier_points(
                     memory if is_number(memory) else None,
                     {"case_id": r.case_id, "run_id": r.run_id, "commit": r.git_commit},
                     *serving_parts(serving),
+                    bounds=bounds,
                 )
                 out.setdefault((suite, hardware, budget_text(m), of(r), target), []).append(point)
     return out
@@ -246,6 +260,9 @@ def seed_values(row, metric: str) -> dict:
         return {0: metrics.get(metric) if is_number(metrics.get(metric)) else None}
     seeds = series.get("seeds") if isinstance(series.get("seeds"), list) else list(range(len(values)))
     return {s: v if is_number(v) else None for s, v in zip(seeds, values)}
+
+
+ACCURACY = (0.0, 1.0)  # the bounds of an accuracy (``frontier_points``)
 
 
 def accuracy_cells(row):
@@ -297,7 +314,7 @@ def frontier_table(q: Quality, suite: str, hardware: str, budget: str, target: i
         f"{q.describe}{' of ' + of if of else ''} at {where} ({q.reads}, mean over seeds) of every "
         f"method and L_train trained under {budget}, against its cost: training {q.cost_unit.replace(' / ', ' per ')} "
         "and peak training memory measured in the same run. Pareto: no other row is both cheaper "
-        f"({q.cost_unit}) and better.{serving_note} {INTERVAL_NOTE} {hardware}, commit {table.commit}."
+        f"({q.cost_unit}) and better.{serving_note} {INTERVAL_NOTE}{bounds_note(points)} {hardware}, commit {table.commit}."
     )
     return table
 
@@ -308,6 +325,15 @@ def serving_cell(p: Point, link: dict) -> Cell:
         return Cell(text="—", **link)
     text = f"{p.serving:.3g}" + (f" [{p.serving_range[0]:.3g}, {p.serving_range[1]:.3g}]" if p.serving_range else "")
     return Cell(text=text, value=p.serving, spread=p.serving_range, **link)
+
+
+def bounds_note(points: list[Point]) -> str:
+    """The caption's sentence on what a bounded quality's brackets were cut to ("" when unbounded)."""
+    bounds = next((p.bounds for p in points if p.bounds is not None), None)
+    if bounds is None:
+        return ""
+    lo, hi = bounds
+    return f" Intervals are cut to [{lo:g}, {hi:g}], the values it can take (a t interval over 2 or 3 seeds reaches past them)."
 
 
 def serving_caption(points: list[Point], target: int) -> str:

@@ -6,7 +6,15 @@ import matplotlib.pyplot as plt
 
 from posbench.report import charts
 from posbench.report.build import collect_sections, load_runs
-from posbench.report.frontier import NOT_SEPARABLE, Point, compare_points, frontier_chart, pareto_front, verdicts
+from posbench.report.frontier import (
+    NOT_SEPARABLE,
+    Point,
+    bounds_note,
+    compare_points,
+    frontier_chart,
+    pareto_front,
+    verdicts,
+)
 from posbench.report.table import Cell, Table, TableSpec
 from posbench.tasks import find as find_task
 from posbench.tasks.extrapolation.frontier_report import frontier_tables, verdict_table
@@ -190,6 +198,31 @@ def test_retrieval_accuracy_frontier_on_a_fixture(tmp_path):
     assert list(line.get_xdata()) == [0.002, 0.004]
     section = [s for s in collect_sections(runs) if s.heading == "Frontier: retrieval accuracy against cost"]
     assert len(section) == 1 and len(section[0].blocks) == 2  # L_valid 64 and 128
+
+
+def test_an_accuracys_seed_interval_is_cut_to_zero_and_one_and_keeps_its_verdict(tmp_path):
+    """Two seeds at 0.2 and 1.0: the t interval (t = 12.7) is [-4.48, 5.68], printed on the ruler
+    page as an accuracy's; cut to [0, 1] in the table, the verdict and the chart's error bar."""
+    from posbench.tasks.retrieval.report import frontier_tables as retrieval_tables
+
+    wide = {("alibi", 32): {64: [0.96, 0.98]}, ("nope", 32): {64: [0.2, 1.0]}, ("fox", 32): {64: [0.1, 0.3]}}
+    runs = load_runs(write_run(tmp_path, accuracy_rows("retrieval", "multikey", "probe", wide)), find_task=find_task)
+    (t,) = retrieval_tables(runs)
+    assert t.cell("nope, L_train=32", "accuracy").text == "0.600 [0.000, 1.000]"
+    assert t.cell("nope, L_train=32", "accuracy").spread == (0.0, 1.0)
+    assert t.cell("alibi, L_train=32", "accuracy").text == "0.970 [0.843, 1.000]"  # 0.97 +- 0.127
+    assert t.cell("nope, L_train=32", "verdict").text == (
+        f"{NOT_SEPARABLE} from alibi, L_train=32 (1 of 2 seeds better), acc 0.970 [0.843, 1.000] vs 0.600 [0.000, 1.000]"
+    )
+    # fox's own interval, [-1.07, 1.47], cut to [0, 1], still overlaps alibi's: not separable as before
+    assert t.cell("fox, L_train=32", "verdict").text.startswith(f"{NOT_SEPARABLE} from alibi")
+    # unbounded (a perplexity), the same values keep the t interval
+    assert P("nope", 32, [0.2, 1.0], 1.0).interval[3] < -4
+    assert bounds_note([P("nope", 32, [0.2, 1.0], 1.0)]) == ""  # and its caption says nothing of bounds
+    assert "Intervals are cut to [0, 1], the values it can take" in t.caption
+    ys = [y for c in frontier_chart(t).axes[0].containers for seg in c.lines[2][0].get_segments() for _x, y in seg]
+    assert len(ys) == 6 and min(ys) == 0.0 and max(ys) == 1.0  # three error bars, none beyond an accuracy's range
+    plt.close("all")
 
 
 def test_lengthgen_exact_match_frontier_on_a_fixture(tmp_path):

@@ -208,7 +208,15 @@ def accuracy_tables(rows: list[dict]) -> list[Table]:
 
 def frontier_tables(runs: Runs) -> list[Table]:
     """A verdict table per (suite, hardware, budget, task, n) of the runs that ask for a frontier."""
-    from posbench.report.frontier import Quality, accuracy_cells, fraction, frontier_points, frontier_table, per_unit
+    from posbench.report.frontier import (
+        ACCURACY,
+        Quality,
+        accuracy_cells,
+        fraction,
+        frontier_points,
+        frontier_table,
+        per_unit,
+    )
 
     quality = Quality(
         "lengthgen", "exact match", "exact match", "n", False, fraction, "Exact-match accuracy", cost_unit="s / example"
@@ -219,6 +227,7 @@ def frontier_tables(runs: Runs) -> list[Table]:
         accuracy_cells,
         lambda m: per_unit(m, "train_seconds", "train_examples"),
         of=lambda r: str(r.params.get("task", "")),
+        bounds=ACCURACY,
     )
     return [frontier_table(quality, suite, hw, budget, n, pts, of) for (suite, hw, budget, of, n), pts in points.items()]
 

@@ -460,7 +460,7 @@ def frontier_quality() -> Quality:
 
 def frontier_tables(runs: Runs) -> list[Table]:
     """A verdict table per (suite, hardware, budget, probe, L_valid) of the runs that ask for a frontier."""
-    from posbench.report.frontier import accuracy_cells, frontier_points, frontier_table, per_unit
+    from posbench.report.frontier import ACCURACY, accuracy_cells, frontier_points, frontier_table, per_unit
 
     points = frontier_points(
         runs,
@@ -468,6 +468,7 @@ def frontier_tables(runs: Runs) -> list[Table]:
         accuracy_cells,
         lambda m: per_unit(m, "train_seconds", "train_tokens"),
         of=lambda r: str(r.params.get("probe", "")),
+        bounds=ACCURACY,
     )
     quality = frontier_quality()
     return [frontier_table(quality, suite, hw, budget, n, pts, of) for (suite, hw, budget, of, n), pts in points.items()]
