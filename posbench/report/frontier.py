@@ -327,13 +327,18 @@ def serving_cell(p: Point, link: dict) -> Cell:
     return Cell(text=text, value=p.serving, spread=p.serving_range, **link)
 
 
-def bounds_note(points: list[Point]) -> str:
-    """The caption's sentence on what a bounded quality's brackets were cut to ("" when unbounded)."""
+def bounds_of(points: list[Point]) -> str:
+    """The range a bounded quality's intervals were cut to, as "[0, 1]" ("" when unbounded)."""
     bounds = next((p.bounds for p in points if p.bounds is not None), None)
-    if bounds is None:
-        return ""
-    lo, hi = bounds
-    return f" Intervals are cut to [{lo:g}, {hi:g}], the values it can take (a t interval over 2 or 3 seeds reaches past them)."
+    return "" if bounds is None else f"[{bounds[0]:g}, {bounds[1]:g}]"
+
+
+def bounds_note(points: list[Point]) -> str:
+    """The table caption's sentence on what a bounded quality's brackets were cut to ("" when unbounded)."""
+    cut = bounds_of(points)
+    return (
+        f" Intervals are cut to {cut}, the values it can take (a t interval over 2 or 3 seeds reaches past them)." if cut else ""
+    )
 
 
 def serving_caption(points: list[Point], target: int) -> str:
@@ -400,11 +405,13 @@ def frontier_chart(table: Table):
     ax.set_title(table.title, fontsize=9, wrap=True)
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize=8)
+    cut = bounds_of(points)
+    bars = "bars: 95% t interval over seeds" + (f", cut to {cut}" if cut else "")
     caption(
         fig,
         table.hardware,
         table.commit,
-        "; ".join(n for n in (spread, "bars: 95% t interval over seeds", "dashed: the Pareto front") if n),
+        "; ".join(n for n in (spread, bars, "dashed: the Pareto front") if n),
     )
     fit(fig)
     return fig

@@ -220,8 +220,11 @@ def test_an_accuracys_seed_interval_is_cut_to_zero_and_one_and_keeps_its_verdict
     assert P("nope", 32, [0.2, 1.0], 1.0).interval[3] < -4
     assert bounds_note([P("nope", 32, [0.2, 1.0], 1.0)]) == ""  # and its caption says nothing of bounds
     assert "Intervals are cut to [0, 1], the values it can take" in t.caption
-    ys = [y for c in frontier_chart(t).axes[0].containers for seg in c.lines[2][0].get_segments() for _x, y in seg]
+    fig = frontier_chart(t)
+    ys = [y for c in fig.axes[0].containers for seg in c.lines[2][0].get_segments() for _x, y in seg]
     assert len(ys) == 6 and min(ys) == 0.0 and max(ys) == 1.0  # three error bars, none beyond an accuracy's range
+    said = " ".join(x.get_text().replace("\n", " ") for x in fig.texts)  # the caption, wrapped
+    assert "bars: 95% t interval over seeds, cut to [0, 1]" in said
     plt.close("all")
 
 
